@@ -1,0 +1,39 @@
+# nmtkit developer Makefile. Every target sets itself up: `make test` on a fresh clone works.
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+DATA   ?= $(abspath ../shared/data)
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.nmtkit-installed
+
+export DATA
+
+.PHONY: install test test-slow demo bench lint clean
+
+install: $(STAMP)
+
+# torch first, pinned (an unpinned torch would pull the multi-GB CUDA build), then the package.
+$(STAMP): setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" tests
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow tests
+
+demo: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" bash examples/demo/run.sh
+
+bench: $(STAMP)
+	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+lint: $(STAMP)
+	$(BIN)/ruff check nmtkit tests benchmarks
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

@@ -1,0 +1,77 @@
+"""The `nmtkit` command: a click group over the five subcommands.
+
+This package is the only place that knows click, rich consoles and exit codes. Each
+subcommand lives in its own module here, parses its options, builds one config and calls a
+plain library function. Subcommand modules must not import torch at module level, so that
+`nmtkit --help` starts in well under a second.
+"""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from nmtkit import __version__
+from nmtkit.cli.preprocess import preprocess_cmd
+from nmtkit.cli.score import score_cmd
+from nmtkit.cli.select import select_data_cmd
+from nmtkit.cli.train import train_cmd
+from nmtkit.cli.translate import translate_cmd
+from nmtkit.errors import NmtkitError
+
+
+class _OrderedGroup(click.Group):
+    """Lists subcommands in pipeline order rather than alphabetically."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
+@click.group(cls=_OrderedGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", "-V", prog_name="nmtkit")
+@click.option("--debug", is_flag=True, help="Show full tracebacks for errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """nmtkit: neural machine translation in the style of the classic MT toolkits.
+
+    A pipeline of plain-text files: preprocess -> train -> translate -> score,
+    with select-data before preprocess to pick in-domain training data.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+cli.add_command(preprocess_cmd)
+cli.add_command(select_data_cmd)
+cli.add_command(train_cmd)
+cli.add_command(translate_cmd)
+cli.add_command(score_cmd)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the group, turning user errors into one line on stderr."""
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        cli.main(args=argv, prog_name="nmtkit", standalone_mode=False)
+    except NmtkitError as err:
+        if debug:
+            raise
+        click.echo(f"nmtkit: error: {err}", err=True)
+        sys.exit(err.exit_code)
+    except click.exceptions.Abort:
+        click.echo("nmtkit: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(err.exit_code)
+    except click.exceptions.Exit as err:
+        sys.exit(err.exit_code)
+    except BrokenPipeError:
+        # `nmtkit translate ... | head`: the reader went away; that is not an error.
+        try:
+            sys.stdout = None  # type: ignore[assignment]
+        finally:
+            sys.exit(0)
+    except KeyboardInterrupt:
+        click.echo("nmtkit: interrupted", err=True)
+        sys.exit(130)

@@ -1,0 +1,1 @@
+"""Binarised corpora (numpy memmaps), length-bucketed batching and distributed sharding."""

@@ -1,0 +1,51 @@
+"""User-facing errors.
+
+Every mistake a user can make (bad file, bad option, bad checkpoint) raises an `NmtkitError`
+subclass whose message is one line naming the file, the line and what was expected. The CLI
+prints it and exits non-zero without a traceback (`--debug` shows it). `assert` is kept for
+internal invariants only.
+"""
+from __future__ import annotations
+
+
+class NmtkitError(Exception):
+    """Base class of every error meant for the user. `exit_code` is the process exit status."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, path: str | None = None, line: int | None = None):
+        self.path = path
+        self.line = line
+        self.bare_message = message
+        where = ""
+        if path is not None:
+            where = f"{path}:{line}: " if line is not None else f"{path}: "
+        super().__init__(where + message)
+
+
+class InputError(NmtkitError):
+    """A bad input file: missing, unreadable, invalid UTF-8, mismatched line counts."""
+
+
+class ConfigError(NmtkitError):
+    """Bad or inconsistent options or config values."""
+
+    exit_code = 2
+
+
+class OutputExistsError(NmtkitError):
+    """The destination exists and `--force` was not given."""
+
+
+class CheckpointError(NmtkitError):
+    """A checkpoint that cannot be used: wrong format version, truncated, mismatched vocabularies."""
+
+
+class TrainingError(NmtkitError):
+    """Training cannot continue (e.g. a NaN/inf loss)."""
+
+
+class NotImplementedYet(NmtkitError):
+    """A subcommand or option that is planned but not built yet."""
+
+    exit_code = 3

@@ -1,0 +1,2 @@
+"""Text processing, free of torch: Moses normalisation/tokenisation (sacremoses), cleaning,
+BPE (subword-nmt), vocabularies, and parallel streaming maps over files."""

@@ -1,0 +1,94 @@
+"""Vocabularies: token <-> id maps with the special symbols first, saved as readable files.
+
+File format (`vocab.<lang>.txt`): one `token<TAB>count` per line, ids are line numbers
+(0-based). The first four lines are always the special symbols below, in this order.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from nmtkit.errors import InputError
+
+PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
+SPECIALS = (PAD, UNK, BOS, EOS)
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+
+@dataclass
+class Vocab:
+    """An ordered list of tokens; `itos[i]` is token i, `stoi` its inverse, `counts` optional."""
+
+    itos: list[str]
+    counts: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if tuple(self.itos[:4]) != SPECIALS:
+            raise ValueError(f"a vocabulary must start with {SPECIALS}")
+        self.stoi = {tok: i for i, tok in enumerate(self.itos)}
+        if len(self.stoi) != len(self.itos):
+            raise ValueError("duplicate tokens in vocabulary")
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def __contains__(self, token: str) -> bool:
+        return token in self.stoi
+
+    @classmethod
+    def build(
+        cls, counter: Counter, max_size: int | None = None, min_count: int = 1
+    ) -> "Vocab":
+        """The most frequent tokens (ties broken alphabetically, so builds are deterministic).
+
+        `max_size` counts the special symbols too (the paper's 30,000 includes UNK).
+        """
+        items = [(t, c) for t, c in counter.items() if c >= min_count and t not in SPECIALS]
+        items.sort(key=lambda tc: (-tc[1], tc[0]))
+        if max_size is not None:
+            items = items[: max(0, max_size - len(SPECIALS))]
+        return cls(list(SPECIALS) + [t for t, _ in items], [0] * len(SPECIALS) + [c for _, c in items])
+
+    def encode(self, tokens: Sequence[str]) -> list[int]:
+        """Token ids, unknown tokens mapped to UNK_ID (no BOS/EOS added)."""
+        get = self.stoi.get
+        return [get(t, UNK_ID) for t in tokens]
+
+    def decode(self, ids: Iterable[int], strip_specials: bool = True) -> list[str]:
+        """Tokens for ids, stopping at EOS; PAD/BOS dropped when `strip_specials`."""
+        out = []
+        for i in ids:
+            i = int(i)
+            if i == EOS_ID and strip_specials:
+                break
+            if strip_specials and i in (PAD_ID, BOS_ID):
+                continue
+            out.append(self.itos[i])
+        return out
+
+    def save(self, path: str | Path) -> None:
+        counts = self.counts or [0] * len(self.itos)
+        with open(path, "w", encoding="utf-8") as f:
+            for tok, c in zip(self.itos, counts):
+                f.write(f"{tok}\t{c}\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Vocab":
+        itos, counts = [], []
+        try:
+            with open(path, encoding="utf-8") as f:
+                for lineno, line in enumerate(f, 1):
+                    parts = line.rstrip("\n").split("\t")
+                    if len(parts) != 2 or not parts[1].isdigit():
+                        raise InputError("expected 'token<TAB>count'", str(path), lineno)
+                    itos.append(parts[0])
+                    counts.append(int(parts[1]))
+        except FileNotFoundError:
+            raise InputError("vocabulary file not found", str(path)) from None
+        return cls(itos, counts)
+
+    def to_list(self) -> list[str]:
+        """Plain list for checkpoints (weights_only-safe)."""
+        return list(self.itos)

@@ -1,0 +1,30 @@
+"""nmtkit: neural machine translation toolkit (RNNsearch, RNNencdec, LSTM attention)."""
+import re
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "nmtkit" / "__init__.py").read_text()).group(1)
+
+setup(
+    name="nmtkit",
+    version=VERSION,
+    description="Neural machine translation toolkit in the style of the classic MT toolkits",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["nmtkit", "nmtkit.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "click>=8.1",
+        "torch>=2.1",
+        "sacremoses>=0.1",
+        "subword-nmt>=0.3.8",
+        "sacrebleu>=2.3",
+        "rich>=13",
+        "numpy>=1.24",
+        "matplotlib>=3.7",
+    ],
+    extras_require={"dev": ["pytest>=7", "ruff>=0.4"]},
+    entry_points={"console_scripts": ["nmtkit=nmtkit.cli:main"]},
+)
