@@ -1,0 +1,83 @@
+"""Checkpoint format: one self-describing file per model (DESIGN.md convention 2).
+
+A checkpoint is a dict of primitives and tensors only, loadable with `weights_only=True`:
+  format_version  int, CHECKPOINT_FORMAT
+  arch            str, e.g. "rnnsearch"
+  model_config    dict, the architecture's config dataclass as a dict
+  model_state     state_dict
+  pipeline        dict, the text pipeline recorded by preprocess (see nmtkit.text.pipeline)
+  src_lang, tgt_lang  str
+  src_vocab, tgt_vocab  list[str]
+  train_config    dict
+  ...training state (optimizer, step, rng, data position, best score) as the trainer needs.
+Written atomically: temp file in the same directory, fsync, os.replace.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from nmtkit.errors import CheckpointError
+
+CHECKPOINT_FORMAT = 1
+
+
+def save_checkpoint(obj: dict[str, Any], path: str | Path) -> None:
+    """Atomically write `obj` to `path` (a kill mid-write never leaves a corrupt file)."""
+    import torch
+
+    path = Path(path)
+    obj = dict(obj)
+    obj.setdefault("format_version", CHECKPOINT_FORMAT)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
+    """Load and validate a checkpoint; clear errors for missing, truncated or foreign files."""
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError("checkpoint not found", str(path))
+    try:
+        obj = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # truncated zip, not a torch file, unpickling refused
+        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise CheckpointError(f"not a readable nmtkit checkpoint (truncated or corrupt?): {msg}", str(path)) from None
+    if not isinstance(obj, dict) or "format_version" not in obj:
+        raise CheckpointError("not an nmtkit checkpoint (no format_version)", str(path))
+    if obj["format_version"] != CHECKPOINT_FORMAT:
+        raise CheckpointError(
+            f"checkpoint format version {obj['format_version']} is not supported "
+            f"(this nmtkit reads version {CHECKPOINT_FORMAT})",
+            str(path),
+        )
+    return obj
+
+
+def load_model(path: str | Path, device: Any = "cpu"):
+    """(model in eval mode on `device`, checkpoint dict) from a checkpoint file."""
+    from nmtkit.models import build_model
+
+    ckpt = load_checkpoint(path, map_location="cpu")
+    try:
+        model = build_model(ckpt["arch"], ckpt["model_config"])
+        model.load_state_dict(ckpt["model_state"])
+    except KeyError as err:
+        raise CheckpointError(f"checkpoint lacks field {err}", str(path)) from None
+    model.to(device).eval()
+    return model, ckpt

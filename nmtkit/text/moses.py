@@ -1,0 +1,50 @@
+"""Moses punctuation normalisation, tokenisation and detokenisation through sacremoses.
+
+Always `escape=False`: we keep `&`, `'`, `"` as they are rather than Moses' XML entities,
+so that tokens round-trip to plain text.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+
+@lru_cache(maxsize=None)
+def _normalizer(lang: str):
+    from sacremoses import MosesPunctNormalizer
+
+    return MosesPunctNormalizer(lang=lang)
+
+
+@lru_cache(maxsize=None)
+def _tokenizer(lang: str):
+    from sacremoses import MosesTokenizer
+
+    return MosesTokenizer(lang=lang)
+
+
+@lru_cache(maxsize=None)
+def _detokenizer(lang: str):
+    from sacremoses import MosesDetokenizer
+
+    return MosesDetokenizer(lang=lang)
+
+
+def normalize(line: str, lang: str) -> str:
+    """Moses `normalize-punctuation.perl`."""
+    return _normalizer(lang).normalize(line)
+
+
+def tokenize(line: str, lang: str, aggressive_dash_splits: bool = False, lowercase: bool = False,
+             normalize_punct: bool = True) -> list[str]:
+    """Normalise punctuation (optional) and tokenise one line into Moses tokens."""
+    if normalize_punct:
+        line = normalize(line, lang)
+    toks = _tokenizer(lang).tokenize(line, aggressive_dash_splits=aggressive_dash_splits, escape=False)
+    if lowercase:
+        toks = [t.lower() for t in toks]
+    return toks
+
+
+def detokenize(tokens: list[str], lang: str) -> str:
+    """Moses detokenisation (the inverse of `tokenize` up to normalisation)."""
+    return _detokenizer(lang).detokenize(tokens)
