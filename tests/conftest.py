@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_DATA = Path(os.environ.get("DATA", REPO.parent / "shared" / "data"))
+SHARED_DATA = Path(os.environ.get("DATA") or REPO.parent / "shared" / "data")
 
 
 @pytest.fixture(scope="session")
