@@ -1,0 +1,313 @@
+"""Greedy and batched beam search over the `Seq2Seq` interface (and ensembles of models).
+
+Bahdanau et al. (2015), section 3 / appendix: "we use a beam search to find a translation that
+approximately maximizes the conditional probability". The paper gives no beam width; we default
+to 12 (Sutskever et al. 2014 used 12). Length normalisation follows the usual practice:
+
+    score(y) = log p(y | x) / |y|^alpha      (|y| counts the final EOS)
+
+alpha = 1 is the plain per-word average, alpha = 0 the raw log-probability.
+
+Batched beam search keeps all K hypotheses of all B sentences of a batch in one tensor of B*K
+rows, on the model's device. One step is: one `step()` per model, one top-k over (B, K*V), and
+index_selects that reorder the decoder state and the token / attention history. Hypotheses that
+emit EOS are copied to the host and set aside; a sentence is done when it has K finished
+hypotheses (as in fairseq) or reaches its length limit, and done sentences are dropped from the
+tensors so they stop costing compute. The only host synchronisation per step is the check
+whether any hypothesis finished.
+
+Length limits: a sentence of `src_len` tokens gets at most `floor(max_len_a * src_len +
+max_len_b)` target tokens before EOS; at that step EOS is forced, so every hypothesis ends
+with EOS and its log-probability includes EOS's.
+
+Ensembles average the models' probabilities: log p = log(mean_m p_m) (as Nematus and fairseq
+do), computed as logsumexp(log p_m) - log M. The attention reported is the models' mean.
+
+Shapes: B sentences, K beam, N = B*K rows, V target vocabulary, S source length (as the model's
+attention sees it: it may include an EOS the model appends), T steps.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from nmtkit.models.base import EncoderOut, Seq2Seq
+from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID
+
+__all__ = ["Hypothesis", "greedy_search", "beam_search", "max_lengths", "length_normalise"]
+
+
+@dataclass
+class Hypothesis:
+    """One translation.
+
+    tokens:    target ids without BOS/EOS.
+    score:     the length-normalised score used for ranking, log_prob / (len(tokens)+1)^alpha.
+    log_prob:  the raw sum of the token log-probabilities, EOS included.
+    attention: (len(tokens)+1, S) float tensor on the CPU, one row per target token and a last
+               row for EOS; None unless asked for.
+    """
+
+    tokens: list[int]
+    score: float
+    log_prob: float
+    attention: Tensor | None = None
+
+
+def length_normalise(log_prob: float, length: int, lenpen: float) -> float:
+    """score = log_prob / length^lenpen (length counts EOS, so it is never 0)."""
+    if lenpen == 0:
+        return log_prob
+    return log_prob / (max(1, length) ** lenpen)
+
+
+def max_lengths(src_lens: Tensor, max_len_a: float, max_len_b: float) -> Tensor:
+    """(B,) the most target tokens (before EOS) each sentence may get: floor(a * src_len + b), >= 1."""
+    lim = torch.floor(src_lens.double() * max_len_a + max_len_b).long()
+    return lim.clamp(min=1)
+
+
+def _as_models(models_or_model: Seq2Seq | Sequence[Seq2Seq]) -> list[Seq2Seq]:
+    if isinstance(models_or_model, torch.nn.Module):
+        return [models_or_model]
+    models = list(models_or_model)
+    if not models:
+        raise ValueError("no model given")
+    return models
+
+
+def _step_all(
+    models: list[Seq2Seq], prev: Tensor, states: list, encs: list[EncoderOut]
+) -> tuple[Tensor, list, Tensor]:
+    """One decoding step of every model: (combined log_probs (N, V) fp32, new states, attn (N, S))."""
+    lps, attns, new_states = [], [], []
+    for model, state, enc in zip(models, states, encs):
+        lp, state, attn = model.step(prev, state, enc)
+        lps.append(lp.float())
+        attns.append(attn)
+        new_states.append(state)
+    if len(models) == 1:
+        return lps[0], new_states, attns[0]
+    lp = torch.logsumexp(torch.stack(lps), dim=0) - math.log(len(models))
+    attn = torch.stack([a.float() for a in attns]).mean(dim=0)
+    return lp, new_states, attn
+
+
+def _mask_specials(lp: Tensor) -> None:
+    """PAD and BOS are never generated (in place)."""
+    lp[:, PAD_ID] = float("-inf")
+    lp[:, BOS_ID] = float("-inf")
+
+
+def _force_eos(lp: Tensor, rows: Tensor) -> Tensor:
+    """Rows `rows` (N,) bool may only emit EOS (keeping EOS's own log-probability)."""
+    keep = torch.zeros_like(lp, dtype=torch.bool)
+    keep[:, EOS_ID] = True
+    return torch.where(rows.unsqueeze(1) & ~keep, torch.full_like(lp, float("-inf")), lp)
+
+
+@torch.inference_mode()
+def greedy_search(
+    models_or_model: Seq2Seq | Sequence[Seq2Seq],
+    src: Tensor,
+    src_lens: Tensor,
+    max_len: int | Tensor = 100,
+    lenpen: float = 1.0,
+    need_attention: bool = False,
+) -> list[Hypothesis]:
+    """The most probable token at every step.
+
+    src: (B, S) ids on the model's device, src_lens: (B,); max_len: an int or a (B,) tensor of
+    the most target tokens before EOS. Returns one Hypothesis per sentence, in input order.
+    Sentences that emitted EOS are dropped from the batch (as beam search does), so `--beam 1`
+    runs exactly the same computations and gives exactly the same result.
+    """
+    models = _as_models(models_or_model)
+    device = src.device
+    B = src.size(0)
+    if isinstance(max_len, int):
+        lim = torch.full((B,), max_len, dtype=torch.long)
+    else:
+        lim = max_len.detach().to("cpu", torch.long)
+    encs = [m.encode(src, src_lens) for m in models]
+    states = [m.init_state(e) for m, e in zip(models, encs)]
+    max_t = int(lim.max())
+    active = torch.arange(B)  # original sentence ids of the rows (CPU)
+    active_lim = lim
+    prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
+    scores = torch.zeros(B, device=device)
+    tokens = torch.zeros(B, max_t + 1, dtype=torch.long, device=device)
+    attn_hist: Tensor | None = None
+    results: list[Hypothesis | None] = [None] * B
+    for t in range(max_t + 1):
+        lp, states, attn = _step_all(models, prev, states, encs)
+        _mask_specials(lp)
+        at_limit = active_lim <= t
+        if bool(at_limit.any()):
+            lp = _force_eos(lp, at_limit.to(device))
+        new_scores, tok = (scores.unsqueeze(1) + lp).max(dim=1)
+        tokens[:, t] = tok
+        if need_attention:
+            if attn_hist is None:
+                attn_hist = attn.new_zeros(B, max_t + 1, attn.size(1), dtype=torch.float32)
+            attn_hist[:, t] = attn.float()
+        scores = new_scores
+        prev = tok
+        fin = tok.eq(EOS_ID)
+        if not bool(fin.any()):
+            continue
+        fin_cpu = fin.cpu()
+        rows = fin_cpu.nonzero().squeeze(1)
+        toks_cpu = tokens[rows.to(device), :t].cpu()
+        sc_cpu = scores[rows.to(device)].cpu()
+        att_cpu = attn_hist[rows.to(device), : t + 1].cpu() if attn_hist is not None else None
+        for j, r in enumerate(rows.tolist()):
+            lp_sum = float(sc_cpu[j])
+            results[int(active[r])] = Hypothesis(
+                tokens=toks_cpu[j].tolist(),
+                score=length_normalise(lp_sum, t + 1, lenpen),
+                log_prob=lp_sum,
+                attention=att_cpu[j] if att_cpu is not None else None,
+            )
+        keep_cpu = (~fin_cpu).nonzero().squeeze(1)
+        if keep_cpu.numel() == 0:
+            break
+        keep = keep_cpu.to(device)
+        active, active_lim = active[keep_cpu], active_lim[keep_cpu]
+        encs = [e.index_select(keep) for e in encs]
+        states = [m.reorder(s, keep) for m, s in zip(models, states)]
+        prev, scores, tokens = prev[keep], scores[keep], tokens[keep]
+        if attn_hist is not None:
+            attn_hist = attn_hist[keep]
+    assert all(r is not None for r in results)
+    return results  # type: ignore[return-value]
+
+
+@torch.inference_mode()
+def beam_search(
+    models_or_model: Seq2Seq | Sequence[Seq2Seq],
+    src: Tensor,
+    src_lens: Tensor,
+    beam: int = 12,
+    lenpen: float = 1.0,
+    max_len_a: float = 2.0,
+    max_len_b: float = 10.0,
+    nbest: int = 1,
+    need_attention: bool = False,
+    max_len: Tensor | None = None,
+) -> list[list[Hypothesis]]:
+    """Batched beam search; returns, for each sentence in input order, its `nbest` best
+    hypotheses sorted by score (best first).
+
+    src: (B, S) ids on the models' device, src_lens: (B,). `models_or_model` is one model or a
+    list (an ensemble sharing vocabularies). `max_len` (B,) overrides the a*len+b limits.
+    """
+    if beam < 1:
+        raise ValueError("beam must be >= 1")
+    if not 1 <= nbest <= beam:
+        raise ValueError(f"nbest must be between 1 and the beam size ({beam})")
+    models = _as_models(models_or_model)
+    device = src.device
+    B, K = src.size(0), beam
+    lim = max_lengths(src_lens.cpu(), max_len_a, max_len_b) if max_len is None else max_len.cpu().long()
+    max_t = int(lim.max())
+
+    rep = torch.arange(B, device=device).repeat_interleave(K)
+    encs = [m.encode(src, src_lens).index_select(rep) for m in models]
+    states = [m.init_state(e) for m, e in zip(models, encs)]
+
+    active = list(range(B))  # original sentence id of each active sentence
+    active_lim = lim.clone()  # (nb,) CPU
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    prev = torch.full((B * K,), BOS_ID, dtype=torch.long, device=device)
+    # only the first hypothesis of each sentence is live at the start
+    scores = torch.full((B, K), float("-inf"), device=device)
+    scores[:, 0] = 0.0
+    scores = scores.view(-1)
+    tokens = torch.zeros(B * K, max_t + 1, dtype=torch.long, device=device)
+    attn_hist: Tensor | None = None
+    for t in range(max_t + 1):
+        nb = len(active)
+        lp, states, attn = _step_all(models, prev, states, encs)  # (N, V), (N, S)
+        V = lp.size(1)
+        _mask_specials(lp)
+        at_limit = active_lim <= t
+        if bool(at_limit.any()):
+            lp = _force_eos(lp, at_limit.repeat_interleave(K).to(device))
+        if need_attention and attn_hist is None:
+            attn_hist = attn.new_zeros(nb * K, max_t + 1, attn.size(1), dtype=torch.float32)
+
+        cand = (scores.unsqueeze(1) + lp).view(nb, K * V)
+        k2 = min(2 * K, K * V)
+        top_s, top_i = cand.topk(k2, dim=1)  # (nb, k2), best first
+        top_beam = torch.div(top_i, V, rounding_mode="floor")
+        top_tok = top_i - top_beam * V
+        top_row = top_beam + (torch.arange(nb, device=device) * K).unsqueeze(1)  # rows of N
+        is_eos = top_tok.eq(EOS_ID)
+
+        # 1. finished hypotheses: EOS among the K best candidates, with a finite score
+        fin = is_eos[:, :K] & torch.isfinite(top_s[:, :K])
+        n_fin = [0] * nb
+        if bool(fin.any()):
+            idx = fin.nonzero()  # (m, 2): sentence slot, rank
+            rows = top_row[idx[:, 0], idx[:, 1]]
+            toks_cpu = tokens.index_select(0, rows)[:, :t].cpu()
+            sc_cpu = top_s[idx[:, 0], idx[:, 1]].cpu()
+            att_cpu = None
+            if attn_hist is not None:
+                att = attn_hist.index_select(0, rows)[:, : t + 1]
+                att[:, t] = attn.index_select(0, rows).float()
+                att_cpu = att.cpu()
+            for j, slot in enumerate(idx[:, 0].tolist()):
+                sent = active[slot]
+                if len(finished[sent]) >= K:
+                    continue
+                lp_sum = float(sc_cpu[j])
+                finished[sent].append(Hypothesis(
+                    tokens=toks_cpu[j].tolist(),
+                    score=length_normalise(lp_sum, t + 1, lenpen),
+                    log_prob=lp_sum,
+                    attention=att_cpu[j] if att_cpu is not None else None,
+                ))
+            n_fin = [len(finished[s]) for s in active]
+
+        # 2. the K best candidates that do not end in EOS continue
+        order = is_eos.long() * k2 + torch.arange(k2, device=device)
+        pos = order.topk(K, dim=1, largest=False).indices  # (nb, K), sorted by rank
+        new_s = top_s.gather(1, pos)
+        new_s = new_s.masked_fill(is_eos.gather(1, pos), float("-inf"))  # too few non-EOS
+        new_row = top_row.gather(1, pos)
+        new_tok = top_tok.gather(1, pos)
+
+        # 3. drop sentences that are done
+        done = [n_fin[i] >= K or t >= int(active_lim[i]) for i in range(nb)]
+        if any(done):
+            keep_slots = [i for i in range(nb) if not done[i]]
+            if not keep_slots:
+                break
+            ks = torch.tensor(keep_slots, dtype=torch.long)
+            ks_dev = ks.to(device)
+            new_s, new_row, new_tok = new_s[ks_dev], new_row[ks_dev], new_tok[ks_dev]
+            keep_rows = (ks_dev.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
+            encs = [e.index_select(keep_rows) for e in encs]
+            active = [active[i] for i in keep_slots]
+            active_lim = active_lim[ks]
+        rows = new_row.view(-1)
+        states = [m.reorder(s, rows) for m, s in zip(models, states)]
+        tokens = tokens.index_select(0, rows)
+        prev = new_tok.view(-1)
+        tokens[:, t] = prev
+        if attn_hist is not None:
+            attn_hist = attn_hist.index_select(0, rows)
+            attn_hist[:, t] = attn.index_select(0, rows).float()
+        scores = new_s.view(-1)
+
+    out: list[list[Hypothesis]] = []
+    for hyps in finished:
+        hyps.sort(key=lambda h: h.score, reverse=True)
+        out.append(hyps[:nbest])
+    return out
