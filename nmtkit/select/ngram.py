@@ -1,0 +1,390 @@
+"""Interpolated modified Kneser-Ney n-gram language models, estimated with numpy.
+
+Follows Chen & Goodman (1998), "An Empirical Study of Smoothing Techniques for Language
+Modeling", section 3 (interpolated Kneser-Ney with three discounts D1, D2, D3+ per order),
+with the conventions of SRILM/KenLM:
+
+- every sentence is `<s> w1 ... wL </s>` with ONE `<s>`; `<s>` is only ever context, `</s>` is
+  predicted. The predicted vocabulary is every id except `<s>` (words, `<unk>` and `</s>`), and
+  for any context the probabilities over it sum to 1.
+- the highest order uses raw counts; a lower-order n-gram uses its continuation count
+  N1+(. g) (the number of distinct words seen before it), except n-grams that start with `<s>`,
+  which cannot be extended to the left and keep their raw count (as in KenLM).
+- the unigram level is interpolated with the uniform distribution over the predicted
+  vocabulary, so a word of the vocabulary never seen in training (often `<unk>`) still gets
+  mass.
+
+    p_k(w | h) = max(a(hw) - D_k(a(hw)), 0) / a(h.) + gamma_k(h) p_{k-1}(w | h')
+    gamma_k(h) = (D_k1 N1(h.) + D_k2 N2(h.) + D_k3+ N3+(h.)) / a(h.)
+    D_k1 = 1 - 2Y n2/n1,  D_k2 = 2 - 3Y n3/n2,  D_k3+ = 3 - 4Y n4/n3,  Y = n1 / (n1 + 2 n2)
+
+where a() is the adjusted count above, a(h.) its sum over the words following h, and
+n_j the number of order-k n-grams with adjusted count j. A context h never seen at order k
+backs off with weight 1.
+
+Storage (no Python dict per n-gram): ids are small ints (`BOS_ID`, `EOS_ID`, `UNK_ID`, then
+words). The unigram table is indexed by word id. An order-k n-gram (k >= 2) is the int64 key
+`ctx * V + w`, where `ctx` is the row of its (k-1)-gram context in the order-(k-1) table (a
+trie flattened into sorted arrays), so keys never collide whatever V and the order are
+(`ctx < #n-grams`, so keys stay far below 2**63). Counts come from `np.unique`; look-ups are
+`np.searchsorted` over the sorted keys, one call per order for a whole batch of sentences.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence, TextIO
+
+import numpy as np
+
+BOS, EOS, UNK = "<s>", "</s>", "<unk>"
+BOS_ID, EOS_ID, UNK_ID = 0, 1, 2
+SPECIALS = (BOS, EOS, UNK)
+LOG2_10 = math.log2(10.0)
+
+# Discounts used when the count-of-counts of an order cannot give valid ones (tiny corpora).
+DEFAULT_DISCOUNTS = (0.5, 1.0, 1.5)
+
+
+@dataclass
+class LMVocab:
+    """Token <-> id map shared by the in-domain and the out-of-domain LM of one language.
+
+    Ids: 0 `<s>`, 1 `</s>`, 2 `<unk>`, then the words in order of decreasing count (ties by
+    string). Any token not in it maps to `<unk>`.
+    """
+
+    itos: list[str]
+    stoi: dict[str, int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        assert tuple(self.itos[:3]) == SPECIALS
+        self.stoi = {t: i for i, t in enumerate(self.itos)}
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    @classmethod
+    def build(cls, sentences: Iterable[Sequence[str]], min_count: int = 1) -> "LMVocab":
+        """Words seen at least `min_count` times in `sentences` (the in-domain text)."""
+        counts: Counter[str] = Counter()
+        for toks in sentences:
+            counts.update(toks)
+        for special in SPECIALS:
+            counts.pop(special, None)
+        words = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+        return cls(list(SPECIALS) + words)
+
+    def encode(self, tokens: Sequence[str]) -> list[int]:
+        get = self.stoi.get
+        return [get(t, UNK_ID) for t in tokens]
+
+
+def flatten(sentences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sentences of ids -> (toks, dist, sent_starts).
+
+    toks (T,) int64: every sentence as `<s> ids </s>`, concatenated.
+    dist (T,) int64: position within its sentence (0 at `<s>`), i.e. how many tokens of
+        history a position has; an order-k n-gram ends at p iff dist[p] >= k - 1.
+    sent_starts (N,) int64: index of each sentence's `<s>` in toks.
+    """
+    lens = np.fromiter((len(s) + 2 for s in sentences), dtype=np.int64, count=len(sentences))
+    total = int(lens.sum())
+    toks = np.empty(total, dtype=np.int64)
+    starts = np.zeros(len(sentences), dtype=np.int64)
+    if len(sentences):
+        starts[1:] = np.cumsum(lens)[:-1]
+        flat: list[int] = []
+        for s in sentences:
+            flat.append(BOS_ID)
+            flat.extend(s)
+            flat.append(EOS_ID)
+        toks[:] = flat
+    dist = np.arange(total, dtype=np.int64) - np.repeat(starts, lens)
+    return toks, dist, starts
+
+
+def kn_discounts(adjusted_counts: np.ndarray) -> tuple[float, float, float]:
+    """(D1, D2, D3+) from the count-of-counts n1..n4 of one order (Chen & Goodman eq. 26).
+
+    Falls back to DEFAULT_DISCOUNTS, discount by discount, where the estimate is undefined or
+    outside (0, j] (which happens on tiny corpora).
+    """
+    n = np.bincount(np.minimum(adjusted_counts, 5).astype(np.int64), minlength=6)[1:5].astype(np.float64)
+    n1, n2, n3, n4 = n
+    out = []
+    y = n1 / (n1 + 2 * n2) if n1 + 2 * n2 > 0 else float("nan")
+    for j, (num, den) in enumerate(((n2, n1), (n3, n2), (n4, n3)), start=1):
+        d = j - (j + 1) * y * num / den if den > 0 and not math.isnan(y) else float("nan")
+        if not (math.isfinite(d) and 0.0 < d <= j):
+            d = DEFAULT_DISCOUNTS[j - 1]
+        out.append(float(d))
+    return out[0], out[1], out[2]
+
+
+def _discount(a: np.ndarray, d: tuple[float, float, float]) -> np.ndarray:
+    return np.where(a >= 3, d[2], np.where(a == 2, d[1], np.where(a == 1, d[0], 0.0)))
+
+
+@dataclass
+class _Order:
+    """Tables of one order k >= 2, all aligned with the sorted `keys`.
+
+    keys (n_k,) int64: ctx * V + w, sorted. ctx = row of the context in order k-1.
+    counts (n_k,) int64: adjusted counts a().
+    disc_prob (n_k,) float64: max(a - D(a), 0) / a(ctx .)
+    gamma (n_{k-1},) float64: interpolation weight of each order-(k-1) row used as context
+        (1.0 for rows never seen as context).
+    prob (n_k,) float64: the full interpolated p_k(w | ctx), for ARPA output.
+    suffix (n_k,) int64: row of the (k-1)-gram suffix, for ARPA output.
+    """
+
+    keys: np.ndarray
+    counts: np.ndarray
+    disc_prob: np.ndarray
+    gamma: np.ndarray
+    prob: np.ndarray
+    suffix: np.ndarray
+    discounts: tuple[float, float, float]
+
+
+class NgramLM:
+    """An interpolated modified Kneser-Ney LM over ids of one `LMVocab` (size V).
+
+    Build with `NgramLM.estimate(sentences, vocab_size, order)`; score with
+    `sentence_logprobs` (batched, vectorised) or `prob` / `context_distribution` (one context).
+    """
+
+    def __init__(self, order: int, vocab_size: int, unigram: np.ndarray, uni_counts: np.ndarray,
+                 uni_discounts: tuple[float, float, float], orders: list[_Order]):
+        self.order = order
+        self.vocab_size = vocab_size
+        self.unigram = unigram          # (V,) p_1(w); 0 for <s>
+        self.uni_counts = uni_counts    # (V,) adjusted unigram counts
+        self.uni_discounts = uni_discounts
+        self.orders = orders            # orders[k - 2] is order k
+
+    # ------------------------------------------------------------------ estimation
+    @classmethod
+    def estimate(cls, sentences: Sequence[Sequence[int]], vocab_size: int, order: int = 4,
+                 discounts: Sequence[tuple[float, float, float]] | None = None) -> "NgramLM":
+        """Count and smooth. `sentences`: id lists without `<s>`/`</s>`, ids < vocab_size.
+
+        `discounts` (one triple per order 1..n) overrides the count-of-counts estimate (tests).
+        """
+        if order < 1:
+            raise ValueError("order must be >= 1")
+        V = int(vocab_size)
+        toks, dist, _ = flatten(sentences)
+        if toks.size and (toks.min() < 0 or toks.max() >= V):
+            raise ValueError("token id out of range")
+        pred = dist > 0
+        if not pred.any():
+            raise ValueError("cannot estimate a language model from no text")
+
+        # Pass up the orders: raw counts, first occurrence, and the row of each position's
+        # k-gram (idx[p], -1 where the sentence is too short), all in int64.
+        raw: list[np.ndarray] = []
+        keys_l: list[np.ndarray] = []
+        bos_l: list[np.ndarray] = []
+        suffix_l: list[np.ndarray] = []
+        prev_idx = toks  # order-1 row = the id itself
+        for k in range(2, order + 1):
+            pv = np.flatnonzero(dist >= k - 1)
+            ctx = prev_idx[pv - 1]
+            n_prev = V if k == 2 else keys_l[-1].size
+            assert n_prev * V < 2**62, "n-gram key would overflow int64"
+            keys = ctx * V + toks[pv]
+            uniq, first, inv, cnt = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
+            idx = np.full(toks.size, -1, dtype=np.int64)
+            idx[pv] = inv.reshape(-1)
+            first_pos = pv[first]
+            keys_l.append(uniq)
+            raw.append(cnt.astype(np.int64))
+            bos_l.append(dist[first_pos] == k - 1)          # starts with <s>
+            suffix_l.append(prev_idx[first_pos])            # row of the (k-1)-gram suffix
+            prev_idx = idx
+
+        # Adjusted counts: raw at the top order and for n-grams starting with <s>,
+        # continuation counts N1+(. g) otherwise.
+        adj: list[np.ndarray] = [np.zeros(0)] * (order + 1)
+        if order == 1:
+            adj[1] = np.bincount(toks[pred], minlength=V).astype(np.int64)
+        else:
+            adj[order] = raw[-1]
+            for k in range(order - 1, 1, -1):
+                cont = np.bincount(suffix_l[k - 1], minlength=keys_l[k - 2].size)  # from order k+1
+                adj[k] = np.where(bos_l[k - 2], raw[k - 2], cont).astype(np.int64)
+            adj[1] = np.bincount(suffix_l[0], minlength=V).astype(np.int64)
+        adj[1][BOS_ID] = 0
+
+        disc = list(discounts) if discounts is not None else [
+            kn_discounts(adj[1][adj[1] > 0])] + [kn_discounts(adj[k]) for k in range(2, order + 1)]
+        if len(disc) != order:
+            raise ValueError("need one discount triple per order")
+
+        # Unigrams: interpolate with the uniform distribution over the predicted vocabulary.
+        a1 = adj[1]
+        total = float(a1.sum())
+        d1 = tuple(float(x) for x in disc[0])
+        nn = [np.count_nonzero(a1 == 1), np.count_nonzero(a1 == 2), np.count_nonzero(a1 >= 3)]
+        gamma1 = (d1[0] * nn[0] + d1[1] * nn[1] + d1[2] * nn[2]) / total
+        n_pred = V - 1
+        unigram = np.maximum(a1 - _discount(a1, d1), 0.0) / total + gamma1 / n_pred
+        unigram[BOS_ID] = 0.0
+
+        orders: list[_Order] = []
+        prev_prob = unigram
+        for k in range(2, order + 1):
+            keys = keys_l[k - 2]
+            a = adj[k]
+            dk = tuple(float(x) for x in disc[k - 1])
+            n_prev = V if k == 2 else keys_l[k - 3].size
+            ctx = keys // V
+            denom = np.bincount(ctx, weights=a, minlength=n_prev)
+            mass = (dk[0] * np.bincount(ctx[a == 1], minlength=n_prev)
+                    + dk[1] * np.bincount(ctx[a == 2], minlength=n_prev)
+                    + dk[2] * np.bincount(ctx[a >= 3], minlength=n_prev))
+            seen = denom > 0
+            gamma = np.ones(n_prev)
+            gamma[seen] = mass[seen] / denom[seen]
+            disc_prob = np.maximum(a - _discount(a, dk), 0.0) / denom[ctx]
+            prob = disc_prob + gamma[ctx] * prev_prob[suffix_l[k - 2]]
+            orders.append(_Order(keys, a, disc_prob, gamma, prob, suffix_l[k - 2], dk))
+            prev_prob = prob
+        return cls(order, V, unigram, adj[1], d1, orders)
+
+    # ------------------------------------------------------------------ look-ups
+    def _row(self, ngram: Sequence[int]) -> int:
+        """Row of an n-gram (length >= 1) in its order's table, or -1 if unseen."""
+        row = int(ngram[0])
+        for j, w in enumerate(ngram[1:], start=2):
+            keys = self.orders[j - 2].keys
+            key = row * self.vocab_size + int(w)
+            pos = int(np.searchsorted(keys, key))
+            if pos >= keys.size or keys[pos] != key:
+                return -1
+            row = pos
+        return row
+
+    def _history(self, context: Sequence[int]) -> list[int]:
+        ctx = list(context)[-(self.order - 1):] if self.order > 1 else []
+        if BOS_ID in ctx[1:]:
+            raise ValueError("<s> may only start a context")
+        return ctx
+
+    def prob(self, context: Sequence[int], word: int) -> float:
+        """p(word | context) by the recursive definition, one n-gram at a time (reference path)."""
+        ctx = self._history(context)
+        p = float(self.unigram[word])
+        for k in range(2, len(ctx) + 2):
+            h = ctx[len(ctx) - (k - 1):]
+            row = self._row(h)
+            if row < 0:
+                break  # unseen context: this and every longer one back off with weight 1
+            o = self.orders[k - 2]
+            key = row * self.vocab_size + int(word)
+            pos = int(np.searchsorted(o.keys, key))
+            found = pos < o.keys.size and o.keys[pos] == key
+            p = float(o.gamma[row]) * p + (float(o.disc_prob[pos]) if found else 0.0)
+        return p
+
+    def context_distribution(self, context: Sequence[int]) -> np.ndarray:
+        """(V,) p(w | context) for every id at once (0 for `<s>`); sums to 1."""
+        ctx = self._history(context)
+        p = self.unigram.copy()
+        V = self.vocab_size
+        for k in range(2, len(ctx) + 2):
+            row = self._row(ctx[len(ctx) - (k - 1):])
+            if row < 0:
+                break
+            o = self.orders[k - 2]
+            lo, hi = np.searchsorted(o.keys, [row * V, (row + 1) * V])
+            p *= o.gamma[row]
+            p[o.keys[lo:hi] % V] += o.disc_prob[lo:hi]
+        return p
+
+    def token_logprobs(self, sentences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """Natural-log probability of every predicted token (words and `</s>`), batched.
+
+        Returns (logp, sent) where logp (P,) float64 follows the sentences in order, and
+        sent (P,) int64 is the sentence index of each value (P = sum(len + 1)).
+        """
+        toks, dist, _ = flatten(sentences)
+        V = self.vocab_size
+        p = self.unigram[toks]
+        prev_idx = toks
+        for k in range(2, self.order + 1):
+            o = self.orders[k - 2]
+            pv = np.flatnonzero(dist >= k - 1)
+            ctx = prev_idx[pv - 1]
+            has = ctx >= 0
+            pv, ctx = pv[has], ctx[has]
+            keys = ctx * V + toks[pv]
+            pos = np.searchsorted(o.keys, keys)
+            pos_c = np.minimum(pos, o.keys.size - 1)
+            found = o.keys[pos_c] == keys
+            p[pv] = o.gamma[ctx] * p[pv] + np.where(found, o.disc_prob[pos_c], 0.0)
+            idx = np.full(toks.size, -1, dtype=np.int64)
+            idx[pv] = np.where(found, pos_c, -1)
+            prev_idx = idx
+        pred = dist > 0
+        sent = np.cumsum(dist == 0) - 1
+        return np.log(p[pred]), sent[pred]
+
+    def cross_entropies(self, sentences: Sequence[Sequence[int]]) -> np.ndarray:
+        """(N,) per-token cross-entropy in bits of each sentence: -log2 p(s) / (len(s) + 1).
+
+        The `+ 1` counts `</s>`, which the model predicts like a word.
+        """
+        n = len(sentences)
+        if n == 0:
+            return np.zeros(0)
+        logp, sent = self.token_logprobs(sentences)
+        total = np.bincount(sent, weights=logp, minlength=n)
+        lens = np.fromiter((len(s) + 1 for s in sentences), dtype=np.float64, count=n)
+        return -total / lens / math.log(2.0)
+
+    def sizes(self) -> list[int]:
+        """Number of n-grams per order (order 1: words with a count, incl. `</s>`)."""
+        return [int(np.count_nonzero(self.uni_counts))] + [int(o.keys.size) for o in self.orders]
+
+    # ------------------------------------------------------------------ ARPA
+    def write_arpa(self, fh: TextIO, itos: Sequence[str]) -> None:
+        """Write the model in ARPA back-off format (exactly the same distribution).
+
+        For an interpolated model the ARPA probability of a stored n-gram is its interpolated
+        probability and the back-off weight of an n-gram is its gamma as a context; every
+        stored n-gram's prefix and suffix are stored too, so back-off reproduces p exactly.
+        """
+        V = self.vocab_size
+        words = [np.arange(V, dtype=np.int64)[:, None]]
+        for o in self.orders:
+            ctx = o.keys // V
+            words.append(np.concatenate([words[-1][ctx], (o.keys % V)[:, None]], axis=1))
+        fh.write("\\data\\\n")
+        fh.write(f"ngram 1={V}\n")
+        for k, o in enumerate(self.orders, start=2):
+            fh.write(f"ngram {k}={o.keys.size}\n")
+        fh.write("\n")
+        for k in range(1, self.order + 1):
+            fh.write(f"\\{k}-grams:\n")
+            if k == 1:
+                prob = self.unigram
+                rows = np.arange(V)
+            else:
+                o = self.orders[k - 2]
+                prob = o.prob
+                rows = np.arange(o.keys.size)
+            bow = self.orders[k - 1].gamma if k < self.order else None
+            w = words[k - 1]
+            for r in rows:
+                lp = -99.0 if prob[r] <= 0 else math.log10(prob[r])
+                text = " ".join(itos[i] for i in w[r])
+                if bow is not None:
+                    fh.write(f"{lp:.7f}\t{text}\t{math.log10(bow[r]):.7f}\n")
+                else:
+                    fh.write(f"{lp:.7f}\t{text}\n")
+            fh.write("\n")
+        fh.write("\\end\\\n")
