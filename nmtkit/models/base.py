@@ -15,8 +15,10 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
-from torch import Tensor, nn
 import torch.nn.functional as F
+from torch import Tensor, nn
+
+from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401 (re-exported)
 
 State = Any  # a Tensor or a tuple of Tensors, each with the batch on dim 0
 
@@ -30,6 +32,12 @@ class EncoderOut:
     mask:        (B, S) bool, True at real (non-pad) source positions.
     summary:     (B, D) a fixed sentence summary (RNNencdec's c), or None.
     init:        whatever `init_state` needs (e.g. backward h_1), a Tensor/tuple or None.
+    values:      (B, S, G) other per-position projections of h_j that the decoder averages
+                 with the attention weights (RNNsearch: [C; C_z; C_r] h_j, so that
+                 sum_j alpha_ij (C h_j) = C c_i costs S*G per step instead of A*G), or None.
+
+    When a model appends EOS to the source (`src_eos`), S counts that EOS position too, so
+    attention matrices have one more column than the source has tokens.
     """
 
     annotations: Tensor
@@ -37,6 +45,7 @@ class EncoderOut:
     mask: Tensor
     summary: Tensor | None = None
     init: Any = None
+    values: Tensor | None = None
 
     def index_select(self, index: Tensor) -> "EncoderOut":
         """Rows `index` of the batch (beam search expands and reorders with this)."""
@@ -51,6 +60,18 @@ def _index(x: Any, index: Tensor) -> Any:
     if isinstance(x, (tuple, list)):
         return type(x)(_index(v, index) for v in x)
     raise TypeError(f"cannot index {type(x)}")
+
+
+def append_eos(src: Tensor, src_lens: Tensor, eos_id: int = EOS_ID) -> tuple[Tensor, Tensor]:
+    """src (B, S) padded with 0 -> (B, S+1) with EOS written after each sentence, lens + 1."""
+    out = F.pad(src, (0, 1), value=PAD_ID)
+    out[torch.arange(src.size(0), device=src.device), src_lens.to(src.device)] = eos_id
+    return out, src_lens + 1
+
+
+def length_mask(lens: Tensor, max_len: int) -> Tensor:
+    """(B,) lengths -> (B, max_len) bool, True at real positions."""
+    return torch.arange(max_len, device=lens.device).unsqueeze(0) < lens.unsqueeze(1)
 
 
 def reorder_state(state: State, index: Tensor) -> State:
@@ -93,16 +114,20 @@ class Seq2Seq(nn.Module):
         """(..., F) -> logits (..., V)."""
         raise NotImplementedError
 
+    def output_projection(self) -> nn.Linear | None:
+        """The nn.Linear that `output_layer` is, if it is exactly one (enables the fused loss)."""
+        return None
+
     # ---- derived ------------------------------------------------------------------------
     def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> Tensor:
-        """Teacher forcing: log-probabilities (B, T, V)."""
+        """Teacher forcing: log-probabilities (B, T, V) in float32 (or float64)."""
         feats, _ = self.decode_features(self.encode(src, src_lens), tgt_in)
-        return F.log_softmax(self.output_layer(feats).float(), dim=-1)
+        return _log_softmax(self.output_layer(feats))
 
     def step(self, prev_tokens: Tensor, state: State, enc: EncoderOut) -> tuple[Tensor, State, Tensor]:
         """One decoding step: (log_probs (B, V), new state, attention (B, S))."""
         feats, state, attn = self.step_features(prev_tokens, state, enc)
-        return F.log_softmax(self.output_layer(feats).float(), dim=-1), state, attn
+        return _log_softmax(self.output_layer(feats)), state, attn
 
     def reorder(self, state: State, index: Tensor) -> State:
         """Select/reorder batch rows of the state for beam search."""
@@ -116,20 +141,34 @@ class Seq2Seq(nn.Module):
         tgt_out: Tensor,
         label_smoothing: float = 0.0,
         chunk_tokens: int = 4096,
+        fused: bool = True,
     ) -> tuple[Tensor, Tensor, int]:
         """Summed token losses over non-pad targets, computed in chunks of target tokens.
 
         Returns (loss_sum, nll_sum, n_tokens): the training objective (with label smoothing)
-        and the plain negative log-likelihood, both summed (not averaged).
+        and the plain negative log-likelihood, both summed (not averaged). Differentiate
+        `loss_sum`; `nll_sum` is for reporting.
+
+        With `fused` (default) and a model whose output layer is one nn.Linear, the vocabulary
+        projection, log-softmax and loss are computed chunk by chunk together with their
+        gradients (see `linear_cross_entropy`): no (N, V) tensor is kept for the backward pass,
+        and a chunk holds at most about 2^24 logits. Otherwise the plain chunked loop is used.
         """
         feats, _ = self.decode_features(self.encode(src, src_lens), tgt_in)
-        mask = tgt_out.ne(0)
+        mask = tgt_out.ne(PAD_ID)
         feats = feats[mask]  # (N, F): only real target positions
         gold = tgt_out[mask]
-        loss_sum = feats.new_zeros((), dtype=torch.float32)
-        nll_sum = feats.new_zeros((), dtype=torch.float32)
+        proj = self.output_projection() if fused else None
+        if proj is not None:
+            loss_sum, nll_sum = linear_cross_entropy(
+                feats, proj.weight, proj.bias, gold, label_smoothing, chunk_tokens
+            )
+            return loss_sum, nll_sum, int(gold.numel())
+        acc = torch.float64 if feats.dtype == torch.float64 else torch.float32
+        loss_sum = feats.new_zeros((), dtype=acc)
+        nll_sum = feats.new_zeros((), dtype=acc)
         for i in range(0, feats.size(0), chunk_tokens):
-            lp = F.log_softmax(self.output_layer(feats[i : i + chunk_tokens]).float(), dim=-1)
+            lp = _log_softmax(self.output_layer(feats[i : i + chunk_tokens]))
             g = gold[i : i + chunk_tokens]
             nll = -lp.gather(1, g.unsqueeze(1)).squeeze(1)
             nll_sum = nll_sum + nll.sum()
@@ -139,3 +178,100 @@ class Seq2Seq(nn.Module):
             else:
                 loss_sum = loss_sum + nll.sum()
         return loss_sum, nll_sum, int(gold.numel())
+
+
+def _log_softmax(logits: Tensor) -> Tensor:
+    """log_softmax in float32 at least (bf16/fp16 logits from autocast are upcast)."""
+    if logits.dtype not in (torch.float32, torch.float64):
+        logits = logits.float()
+    return F.log_softmax(logits, dim=-1)
+
+
+MAX_CHUNK_LOGITS = 1 << 24
+
+
+def linear_cross_entropy(
+    feats: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    gold: Tensor,
+    label_smoothing: float = 0.0,
+    chunk_tokens: int = 4096,
+) -> tuple[Tensor, Tensor]:
+    """sum_n CE(softmax(weight feats_n + bias), gold_n), and the plain NLL sum.
+
+    feats (N, F), weight (V, F), bias (V,) or None, gold (N,) -> (loss_sum, nll_sum) scalars.
+    The loss with label smoothing ls is (1 - ls) * nll + ls * mean_v(-log p_v), as in
+    `Seq2Seq.loss`. Gradients (for loss_sum only) are computed in the forward pass chunk by
+    chunk, so memory stays O(chunk * V) whatever N is, with no recomputation. Under autocast
+    the matrix products run in the autocast dtype; softmax and sums run in float32.
+    """
+    device_type = feats.device.type
+    if torch.is_autocast_enabled(device_type):
+        compute_dtype = torch.get_autocast_dtype(device_type)
+    else:
+        compute_dtype = torch.promote_types(feats.dtype, weight.dtype)
+    chunk = max(1, min(chunk_tokens, MAX_CHUNK_LOGITS // max(1, weight.size(0))))
+    if bias is None:
+        bias = weight.new_zeros(weight.size(0), requires_grad=False)
+    return _LinearCrossEntropy.apply(feats, weight, bias, gold, float(label_smoothing), chunk, compute_dtype)
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, feats, weight, bias, gold, label_smoothing, chunk, compute_dtype):  # type: ignore[override]
+        acc = torch.float64 if compute_dtype == torch.float64 else torch.float32
+        need_grad = any(ctx.needs_input_grad[:3])
+        N, V = feats.size(0), weight.size(0)
+        loss_sum = torch.zeros((), dtype=acc, device=feats.device)
+        nll_sum = torch.zeros((), dtype=acc, device=feats.device)
+        grad_feats = torch.empty_like(feats) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros_like(weight, dtype=acc) if need_grad else None
+        grad_b = torch.zeros(V, dtype=acc, device=feats.device) if need_grad else None
+        with torch.autocast(feats.device.type, enabled=False):
+            w = weight.to(compute_dtype)
+            b = bias.to(compute_dtype)
+            for i in range(0, N, chunk):
+                f = feats[i : i + chunk].to(compute_dtype)
+                g = gold[i : i + chunk].unsqueeze(1)
+                logits = F.linear(f, w, b).to(acc)  # (n, V)
+                lse = torch.logsumexp(logits, dim=-1)
+                nll = lse - logits.gather(1, g).squeeze(1)
+                nll_sum += nll.sum()
+                if label_smoothing > 0:
+                    smooth = lse - logits.mean(dim=-1)
+                    loss_sum += ((1 - label_smoothing) * nll + label_smoothing * smooth).sum()
+                else:
+                    loss_sum += nll.sum()
+                if not need_grad:
+                    continue
+                # d loss / d logits = softmax - (1 - ls) onehot - ls / V
+                p = logits.sub_(lse.unsqueeze(1)).exp_()
+                p.scatter_add_(1, g, torch.full_like(g, -(1.0 - label_smoothing), dtype=acc))
+                if label_smoothing > 0:
+                    p.sub_(label_smoothing / V)
+                grad_b += p.sum(0)
+                gp = p.to(compute_dtype)
+                if grad_feats is not None:
+                    grad_feats[i : i + chunk] = gp.mm(w).to(grad_feats.dtype)
+                grad_w += gp.t().mm(f).to(acc)
+        ctx.mark_non_differentiable(nll_sum)
+        if need_grad:
+            ctx.save_for_backward(
+                grad_feats if grad_feats is not None else torch.empty(0),
+                grad_w.to(weight.dtype),
+                grad_b.to(bias.dtype),
+            )
+        ctx.has_feats_grad = grad_feats is not None
+        return loss_sum, nll_sum
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_nll):  # type: ignore[override]
+        grad_feats, grad_w, grad_b = ctx.saved_tensors
+        gf = grad_feats * grad_loss.to(grad_feats.dtype) if ctx.has_feats_grad else None
+        return (
+            gf,
+            grad_w * grad_loss.to(grad_w.dtype) if ctx.needs_input_grad[1] else None,
+            grad_b * grad_loss.to(grad_b.dtype) if ctx.needs_input_grad[2] else None,
+            None, None, None, None,
+        )

@@ -1,0 +1,46 @@
+"""Attention, stateless: the parameters live in the model, the keys in `EncoderOut`.
+
+- Additive ("alignment model") attention of Bahdanau et al. (2015), section 3.1:
+  e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j); the caller precomputes U_a h_j once per sentence
+  (`EncoderOut.keys`) and W_a s_{i-1} once per step (fused with other products of s_{i-1}).
+- Multiplicative attention of the LSTM seed (Luong-style "general"):
+  e_{t,i} = h_t^dec . (W_attProj h_i^enc), with W_attProj h_i^enc precomputed as the keys.
+
+Scores are turned into weights by `masked_softmax` in float32 (also under bf16 autocast), so
+every row sums to one and padded source positions get exactly zero weight.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
+    """scores (B, S), mask (B, S) bool (True = real position) -> weights (B, S).
+
+    Computed in float32 at least (float64 stays float64). Padding gets weight 0; every row
+    must have at least one real position.
+    """
+    if scores.dtype not in (torch.float32, torch.float64):
+        scores = scores.float()
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return F.softmax(scores, dim=-1)
+
+
+def additive_scores(query_proj: Tensor, keys: Tensor, v: Tensor) -> Tensor:
+    """e = v^T tanh(query_proj + keys).
+
+    query_proj: (B, K) W_a s_{i-1}; keys: (B, S, K) U_a h_j; v: (K,) -> scores (B, S).
+    """
+    return torch.tanh(keys + query_proj.unsqueeze(1)).matmul(v)
+
+
+def multiplicative_scores(query: Tensor, keys: Tensor) -> Tensor:
+    """e = keys . query. query: (B, K); keys: (B, S, K) -> scores (B, S)."""
+    return torch.bmm(keys, query.unsqueeze(2)).squeeze(2)
+
+
+def context(weights: Tensor, annotations: Tensor) -> Tensor:
+    """c = sum_j alpha_j h_j. weights (B, S), annotations (B, S, A) -> (B, A)."""
+    return torch.bmm(weights.unsqueeze(1).to(annotations.dtype), annotations).squeeze(1)

@@ -1,0 +1,61 @@
+"""Named model presets: the paper's configurations and a small one for CPUs.
+
+`PRESETS[name] = (arch, model config dict)`; `TRAIN_DEFAULTS[name]` holds the training
+settings that belong to the preset's definition (maximum sentence length for the -30/-50
+models, the paper's optimiser and batch size), for the trainer to use as defaults. Vocabulary
+sizes here are the paper's (30,000); the trainer replaces them with the data's.
+
+Sources: Bahdanau et al. (2015) section 4.2 and appendix B (m=620, n=1000, n'=1000, l=500,
+30k vocabularies, Adadelta eps 1e-6 rho 0.95, batches of 80, gradient norm 1, sentences up to
+30 or 50 words); Cho et al. (2014) for RNNencdec at the same sizes. "small" is the setup of
+../shared/BENCHMARKS.md (embeddings 256, encoder 256 per direction, decoder 512, dropout 0.2,
+Adam 1e-3, batches of 64); its alignment (512) and maxout (256) sizes are our choice.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from nmtkit.errors import ConfigError
+
+_PAPER = dict(src_vocab_size=30000, tgt_vocab_size=30000, emb_dim=620, enc_hidden=1000,
+              dec_hidden=1000, maxout=500, dropout=0.0, init="paper")
+_PAPER_TRAIN = dict(optimizer="adadelta", adadelta_eps=1e-6, adadelta_rho=0.95, lr=1.0,
+                    batch_size=80, clip_norm=1.0, sort_batches=20)
+
+PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
+    "rnnsearch-30": ("rnnsearch", dict(_PAPER, att_hidden=1000)),
+    "rnnsearch-50": ("rnnsearch", dict(_PAPER, att_hidden=1000)),
+    "rnnencdec-30": ("rnnencdec", dict(_PAPER)),
+    "rnnencdec-50": ("rnnencdec", dict(_PAPER)),
+    "lstm-attention": ("lstm-attention", dict(src_vocab_size=30000, tgt_vocab_size=30000,
+                                              emb_dim=256, enc_hidden=256, dec_hidden=512,
+                                              dropout=0.3, init="default")),
+    "small": ("rnnsearch", dict(src_vocab_size=8000, tgt_vocab_size=8000, emb_dim=256,
+                                enc_hidden=256, dec_hidden=512, att_hidden=512, maxout=256,
+                                dropout=0.2, init="paper")),
+}
+
+TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
+    "rnnsearch-30": dict(_PAPER_TRAIN, max_len=30),
+    "rnnsearch-50": dict(_PAPER_TRAIN, max_len=50),
+    "rnnencdec-30": dict(_PAPER_TRAIN, max_len=30),
+    "rnnencdec-50": dict(_PAPER_TRAIN, max_len=50),
+    "lstm-attention": dict(optimizer="adam", lr=1e-3, batch_size=64, clip_norm=5.0, max_len=50),
+    "small": dict(optimizer="adam", lr=1e-3, batch_size=64, clip_norm=1.0, max_len=50),
+}
+
+
+def preset(name: str) -> tuple[str, dict[str, Any]]:
+    """(arch, a fresh copy of the model config dict) of a named preset."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset '{name}' (choose from {', '.join(PRESETS)})")
+    arch, cfg = PRESETS[name]
+    return arch, copy.deepcopy(cfg)
+
+
+def train_defaults(name: str) -> dict[str, Any]:
+    """The training settings that come with a preset (max_len, optimiser, batch size, ...)."""
+    if name not in TRAIN_DEFAULTS:
+        raise ConfigError(f"unknown preset '{name}' (choose from {', '.join(TRAIN_DEFAULTS)})")
+    return copy.deepcopy(TRAIN_DEFAULTS[name])

@@ -1,0 +1,215 @@
+"""RNNsearch: Bahdanau, Cho & Bengio (ICLR 2015), "Neural Machine Translation by Jointly
+Learning to Align and Translate", section 3 and appendix A; sizes and init of appendix B.
+
+Equations (PAPER_NOTES.md), with i the target position, y_0 = BOS:
+  encoder   h_j = [fwd h_j ; bwd h_j]      bidirectional GRU over the shared embedding E x_j
+  start     s_0 = tanh(W_s bwd h_1)
+  align     e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j),  alpha_ij = softmax_j(e_ij),  c_i = sum_j alpha_ij h_j
+  decoder   z_i = sig(W_z E y_{i-1} + U_z s_{i-1} + C_z c_i),  r_i likewise (W_r, U_r, C_r)
+            s~_i = tanh(W E y_{i-1} + U [r_i * s_{i-1}] + C c_i),  s_i = (1 - z_i) s_{i-1} + z_i s~_i
+  output    t~_i = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i (2l),  t_i = max over pairs (l),
+            p(y_i | y_<i, x) = softmax(W_o t_i)
+The output for y_i uses the state *before* the update (s_{i-1}) and c_i, as the paper writes.
+With tgt_in = [BOS, y_1..y_T] and tgt_out = [y_1..y_T, EOS], step i reads tgt_in[i] = y_{i-1}
+and state s_{i-1}, gives the distribution of tgt_out[i], and moves the state to s_i.
+
+Choices the paper leaves open, made here and kept consistent everywhere:
+- The model appends EOS to every source sentence itself (`src_eos`, as GroundHog did); source
+  batches from the data carry no EOS. Attention therefore has one column per source token
+  plus one for EOS.
+- The encoder is PyTorch's packed `nn.GRU` (cuDNN-capable). Its candidate state is
+  tanh(W x + r * (U h + b)), i.e. the reset gate is applied after U (cuDNN's form); the
+  decoder is hand-written and follows the paper exactly: U [r * s].
+- Biases (the paper omits them "to make the equations less cluttered", all zero-initialised)
+  are used in the GRU gates, W_s, the deep output (U_o) and W_o; the alignment model has none.
+- Dropout (0 in the paper presets) is applied to source and target embeddings and to t_i.
+
+Speed (DESIGN.md 4): target embeddings, their projections into the gates (W, W_z, W_r) and into
+the deep output (V_o), the keys U_a h_j and the values [C; C_z; C_r] h_j are computed for all
+positions at once; inside the loop only s_{i-1} [W_a; U_z; U_r] (one fused product), the
+attention weights, alpha_i [C h] (one small bmm) and U [r * s] remain. U_o s_{i-1}, C_o c_i, the
+maxout and W_o run after the loop over all steps.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from nmtkit.errors import ConfigError
+from nmtkit.models.attention import additive_scores, masked_softmax
+from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, append_eos, length_mask
+from nmtkit.models.init import paper_init_
+
+INITS = ("paper", "default")
+
+
+def check_common(cfg, ints: tuple[str, ...]) -> None:
+    """Validate the fields every config shares; raise ConfigError naming the field."""
+    for name in ints:
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(f"{type(cfg).__name__}.{name} must be a positive integer, got {value!r}")
+    if not 0.0 <= float(cfg.dropout) < 1.0:
+        raise ConfigError(f"{type(cfg).__name__}.dropout must be in [0, 1), got {cfg.dropout!r}")
+    if cfg.init not in INITS:
+        raise ConfigError(f"{type(cfg).__name__}.init must be one of {INITS}, got {cfg.init!r}")
+
+
+@dataclass(frozen=True)
+class RNNSearchConfig:
+    """Hyper-parameters of RNNsearch; defaults are the paper's (RNNsearch-50 without vocab sizes)."""
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    emb_dim: int = 620  # m
+    enc_hidden: int = 1000  # n, per direction
+    dec_hidden: int = 1000  # n (decoder)
+    att_hidden: int = 1000  # n', alignment model
+    maxout: int = 500  # l (the deep output has 2l pre-maxout units)
+    dropout: float = 0.0
+    init: str = "paper"  # "paper" (appendix B.1) or "default" (PyTorch's)
+    src_eos: bool = True  # append EOS to each source sentence inside the model
+
+    def __post_init__(self) -> None:
+        check_common(self, ("src_vocab_size", "tgt_vocab_size", "emb_dim", "enc_hidden",
+                            "dec_hidden", "att_hidden", "maxout"))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def maxout_pairs(x: Tensor) -> Tensor:
+    """(..., 2l) -> (..., l): t_j = max(x_{2j-1}, x_{2j}) over adjacent pairs."""
+    return x.unflatten(-1, (-1, 2)).amax(dim=-1)
+
+
+def encode_bigru(embed: nn.Embedding, rnn: nn.GRU | nn.LSTM, drop: nn.Module, src: Tensor,
+                 src_lens: Tensor, src_eos: bool):
+    """Shared by the attention models: (annotations (B, S', 2n), mask (B, S'), final rnn state).
+
+    S' = S + 1 when `src_eos` appends EOS. Padded positions of the annotations are zero.
+    """
+    if src_eos:
+        src, src_lens = append_eos(src, src_lens)
+    emb = drop(embed(src))
+    packed = pack_padded_sequence(emb, src_lens.cpu(), batch_first=True, enforce_sorted=False)
+    out, final = rnn(packed)
+    ann, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
+    return ann, length_mask(src_lens.to(ann.device), src.size(1)), final
+
+
+class RNNSearch(Seq2Seq):
+    """Bahdanau et al. (2015) attention-based encoder-decoder. See the module docstring."""
+
+    def __init__(self, config: RNNSearchConfig):
+        super().__init__()
+        self.config = config
+        m, n, d = config.emb_dim, config.enc_hidden, config.dec_hidden
+        na, lo = config.att_hidden, config.maxout
+        self.drop = nn.Dropout(config.dropout)
+        # encoder
+        self.src_embed = nn.Embedding(config.src_vocab_size, m, padding_idx=PAD_ID)
+        self.encoder = nn.GRU(m, n, batch_first=True, bidirectional=True)
+        # alignment model: e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j)
+        self.W_a = nn.Linear(d, na, bias=False)
+        self.U_a = nn.Linear(2 * n, na, bias=False)
+        self.v_a = nn.Parameter(torch.zeros(na))
+        # decoder GRU; gate order everywhere: [z (update), r (reset), candidate]
+        self.W_s = nn.Linear(n, d)  # s_0 = tanh(W_s bwd h_1)
+        self.tgt_embed = nn.Embedding(config.tgt_vocab_size, m, padding_idx=PAD_ID)
+        self.W_in = nn.Linear(m, 3 * d)  # [W_z; W_r; W] E y (+ gate biases)
+        self.U_zr = nn.Linear(d, 2 * d, bias=False)  # [U_z; U_r] s
+        self.U = nn.Linear(d, d, bias=False)  # U [r * s]
+        self.C = nn.Linear(2 * n, 3 * d, bias=False)  # [C_z; C_r; C] c
+        # deep output with maxout
+        self.U_o = nn.Linear(d, 2 * lo)
+        self.V_o = nn.Linear(m, 2 * lo, bias=False)
+        self.C_o = nn.Linear(2 * n, 2 * lo, bias=False)
+        self.W_o = nn.Linear(lo, config.tgt_vocab_size)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        n, d = self.config.enc_hidden, self.config.dec_hidden
+        if self.config.init == "paper":
+            paper_init_(
+                self,
+                recurrent=[(self.encoder.weight_hh_l0, n), (self.encoder.weight_hh_l0_reverse, n),
+                           (self.U_zr.weight, d), (self.U.weight, d)],
+                align=[self.W_a.weight, self.U_a.weight],
+                zero=[self.v_a],
+            )
+        else:  # PyTorch defaults, except v_a which has none
+            nn.init.normal_(self.v_a, 0.0, self.config.att_hidden ** -0.5)
+
+    # ---- encoder --------------------------------------------------------------------------
+    def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
+        """src (B, S), src_lens (B,) -> annotations (B, S', 2n), keys U_a h (B, S', n'),
+        values [C_z; C_r; C] h (B, S', 3d), init = bwd h_1 (B, n); S' = S + 1 with `src_eos`."""
+        ann, mask, _ = encode_bigru(self.src_embed, self.encoder, self.drop, src, src_lens,
+                                    self.config.src_eos)
+        n = self.config.enc_hidden
+        return EncoderOut(annotations=ann, keys=self.U_a(ann), mask=mask,
+                          init=ann[:, 0, n:], values=self.C(ann))
+
+    def init_state(self, enc: EncoderOut) -> Tensor:
+        """s_0 = tanh(W_s bwd h_1): (B, d)."""
+        return torch.tanh(self.W_s(enc.init)).to(self.W_s.weight.dtype)
+
+    # ---- decoder --------------------------------------------------------------------------
+    def _attend_and_update(self, s: Tensor, x_gates: Tensor, enc: EncoderOut, w_q: Tensor,
+                           update: bool = True) -> tuple[Tensor, Tensor]:
+        """From s_{i-1} (B, d) and W[z,r,cand] E y_{i-1} (B, 3d): (alpha_i (B, S), s_i (B, d)).
+
+        w_q is [W_a; U_z; U_r] (n' + 2d, d): the three products of s_{i-1} in one matmul.
+        """
+        na, d = self.config.att_hidden, self.config.dec_hidden
+        q = F.linear(s, w_q)
+        alpha = masked_softmax(additive_scores(q[:, :na], enc.keys, self.v_a), enc.mask)
+        if not update:
+            return alpha, s
+        cg = torch.bmm(alpha.unsqueeze(1).to(enc.values.dtype), enc.values).squeeze(1)  # C c_i
+        zr = torch.sigmoid(x_gates[:, : 2 * d] + cg[:, : 2 * d] + q[:, na:])
+        z, r = zr[:, :d], zr[:, d:]
+        cand = torch.tanh(x_gates[:, 2 * d :] + cg[:, 2 * d :] + self.U(r * s))
+        return alpha, s + z * (cand - s)
+
+    def _deep_output(self, s_prev: Tensor, emb_out: Tensor, ctx: Tensor) -> Tensor:
+        """t_i = maxout(U_o s_{i-1} + V_o E y_{i-1} + C_o c_i); any leading shape (..., l)."""
+        return self.drop(maxout_pairs(self.U_o(s_prev) + emb_out + self.C_o(ctx)))
+
+    def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
+        """Teacher forcing. tgt_in (B, T) -> (t (B, T, l), alpha (B, T, S'))."""
+        T = tgt_in.size(1)
+        emb = self.drop(self.tgt_embed(tgt_in))
+        x_gates = self.W_in(emb)  # (B, T, 3d), all steps at once
+        emb_out = self.V_o(emb)  # (B, T, 2l)
+        w_q = torch.cat([self.W_a.weight, self.U_zr.weight], dim=0)
+        s = self.init_state(enc)
+        states, alphas = [], []
+        for i in range(T):
+            states.append(s)
+            alpha, s = self._attend_and_update(s, x_gates[:, i], enc, w_q, update=i + 1 < T)
+            alphas.append(alpha)
+        alpha = torch.stack(alphas, dim=1)  # (B, T, S')
+        ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations)  # c_i for all i
+        return self._deep_output(torch.stack(states, dim=1), emb_out, ctx), alpha
+
+    def step_features(self, prev_tokens: Tensor, state: Tensor, enc: EncoderOut
+                      ) -> tuple[Tensor, Tensor, Tensor]:
+        """prev_tokens y_{i-1} (B,), state s_{i-1} (B, d) -> (t_i (B, l), s_i, alpha_i (B, S'))."""
+        emb = self.drop(self.tgt_embed(prev_tokens))
+        w_q = torch.cat([self.W_a.weight, self.U_zr.weight], dim=0)
+        alpha, s_new = self._attend_and_update(state, self.W_in(emb), enc, w_q)
+        ctx = torch.bmm(alpha.unsqueeze(1).to(enc.annotations.dtype), enc.annotations).squeeze(1)
+        return self._deep_output(state, self.V_o(emb), ctx), s_new, alpha
+
+    def output_layer(self, features: Tensor) -> Tensor:
+        """t (..., l) -> logits W_o t (..., V)."""
+        return self.W_o(features)
+
+    def output_projection(self) -> nn.Linear:
+        return self.W_o

@@ -1,0 +1,205 @@
+"""Properties every architecture must have (DESIGN.md 3 and 9), on tiny float64 models."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from nmtkit.errors import ConfigError
+from nmtkit.models import ARCHS, build_model, make_config
+from nmtkit.models.presets import PRESETS, TRAIN_DEFAULTS, preset, train_defaults
+from tests.model_helpers import TINY, random_batch, tiny_model
+
+IMPLEMENTED = []
+for _arch in ARCHS:
+    try:
+        build_model(_arch, TINY[_arch])
+        IMPLEMENTED.append(_arch)
+    except (ImportError, AttributeError):
+        pass
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+def test_all_three_architectures_are_implemented():
+    assert IMPLEMENTED == list(ARCHS)
+
+
+@pytest.mark.parametrize("arch", IMPLEMENTED)
+def test_forward_equals_loop_of_step(arch):
+    model = tiny_model(arch)
+    src, src_lens, tgt_in, tgt_out, _ = random_batch()
+    with torch.no_grad():
+        full = model(src, src_lens, tgt_in)  # (B, T, V)
+        enc = model.encode(src, src_lens)
+        feats, attn_full = model.decode_features(enc, tgt_in)
+        state = model.init_state(enc)
+        steps, attns = [], []
+        for t in range(tgt_in.size(1)):
+            lp, state, attn = model.step(tgt_in[:, t], state, enc)
+            steps.append(lp)
+            attns.append(attn)
+    torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-12, rtol=1e-12)
+    if attn_full is not None:
+        torch.testing.assert_close(torch.stack(attns, 1), attn_full, atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("arch", [a for a in IMPLEMENTED if a != "rnnencdec"])
+def test_attention_rows_sum_to_one_and_padding_gets_zero(arch):
+    model = tiny_model(arch)
+    src, src_lens, tgt_in, _, _ = random_batch()
+    with torch.no_grad():
+        enc = model.encode(src, src_lens)
+        _, attn = model.decode_features(enc, tgt_in)
+    B, T, S = attn.shape
+    extra = 1 if model.config.src_eos else 0
+    assert S == src.size(1) + extra
+    torch.testing.assert_close(attn.sum(-1), torch.ones(B, T, dtype=attn.dtype))
+    for b in range(B):
+        real = int(src_lens[b]) + extra
+        assert torch.all(attn[b, :, real:] == 0)
+        assert torch.all(attn[b, :, :real] > 0)
+
+
+@pytest.mark.parametrize("arch", IMPLEMENTED)
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_fused_loss_and_gradients_equal_plain_chunked_loss(arch, label_smoothing):
+    model = tiny_model(arch)
+    src, src_lens, tgt_in, tgt_out, _ = random_batch()
+    results = []
+    for fused in (True, False):
+        model.zero_grad()
+        loss, nll, n = model.loss(src, src_lens, tgt_in, tgt_out, label_smoothing, chunk_tokens=3, fused=fused)
+        loss.backward()
+        results.append((loss.detach(), nll.detach(), n, [p.grad.clone() for p in model.parameters()]))
+    (l1, n1, c1, g1), (l2, n2, c2, g2) = results
+    torch.testing.assert_close(l1, l2)
+    torch.testing.assert_close(n1, n2)
+    assert c1 == c2 == int(tgt_out.ne(0).sum())
+    if label_smoothing > 0:
+        assert not torch.isclose(l1, n1)  # smoothing changed the objective, not the NLL
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize("arch", IMPLEMENTED)
+def test_index_select_and_reorder_follow_the_rows(arch):
+    """Beam search's expand/reorder: stepping selected rows equals selecting rows of a step."""
+    model = tiny_model(arch)
+    src, src_lens, tgt_in, _, _ = random_batch()
+    index = torch.tensor([2, 0, 0, 3, 1])
+    with torch.no_grad():
+        enc = model.encode(src, src_lens)
+        state = model.init_state(enc)
+        lp, state1, attn = model.step(tgt_in[:, 0], state, enc)
+        lp2, _, attn2 = model.step(tgt_in[:, 1], state1, enc)
+        enc_sel = enc.index_select(index)
+        lp_sel, state_sel, _ = model.step(tgt_in[index, 0], model.reorder(state, index), enc_sel)
+        lp2_sel, _, attn2_sel = model.step(tgt_in[index, 1], model.reorder(state1, index), enc_sel)
+    torch.testing.assert_close(lp_sel, lp[index])
+    torch.testing.assert_close(lp2_sel, lp2[index])
+    if attn2 is not None:
+        torch.testing.assert_close(attn2_sel, attn2[index])
+
+
+@pytest.mark.parametrize("arch", IMPLEMENTED)
+def test_tiny_model_overfits_a_few_pairs(arch):
+    torch.manual_seed(0)
+    cfg = dict(TINY[arch], emb_dim=16, enc_hidden=16, dec_hidden=16)
+    if "att_hidden" in cfg:
+        cfg["att_hidden"] = 16
+    if "maxout" in cfg:
+        cfg["maxout"] = 16
+    model = build_model(arch, cfg)  # default init of the arch (paper init for the paper's)
+    src, src_lens, tgt_in, tgt_out, _ = random_batch(seed=7)
+    opt = torch.optim.Adam(model.parameters(), lr=0.02)
+    model.train()
+    first = None
+    for _ in range(100):
+        opt.zero_grad()
+        loss, _, n = model.loss(src, src_lens, tgt_in, tgt_out)
+        (loss / n).backward()
+        opt.step()
+        first = first if first is not None else loss.item() / n
+    last = loss.item() / n
+    assert first > 2.0  # about log(13) at the start
+    assert last < 0.1 * first, (first, last)
+
+
+@pytest.mark.parametrize("arch", IMPLEMENTED)
+def test_bf16_autocast_loss_is_close_and_grads_stay_float32(arch):
+    torch.manual_seed(0)
+    model = build_model(arch, dict(TINY[arch], init="default"))
+    src, src_lens, tgt_in, tgt_out, _ = random_batch()
+    loss32, _, _ = model.loss(src, src_lens, tgt_in, tgt_out)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss16, nll16, _ = model.loss(src, src_lens, tgt_in, tgt_out)
+    assert loss16.dtype == torch.float32 and torch.isfinite(loss16)
+    torch.testing.assert_close(loss16, loss32, rtol=0.03, atol=0.0)
+    loss16.backward()
+    for p in model.parameters():
+        assert p.grad is None or p.grad.dtype == torch.float32
+
+
+# ---- configs and presets ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", IMPLEMENTED)
+def test_config_rebuilds_from_its_dict(arch):
+    model = build_model(arch, TINY[arch])
+    d = dataclasses.asdict(model.config)
+    assert make_config(arch, d) == model.config
+    model2 = build_model(arch, d)
+    assert model2.config == model.config
+    model2.load_state_dict(model.state_dict())  # same parameter names and shapes
+
+
+@pytest.mark.parametrize("arch", IMPLEMENTED)
+def test_unknown_config_key_is_an_error_listing_valid_keys(arch):
+    with pytest.raises(ConfigError) as err:
+        make_config(arch, dict(TINY[arch], hiden=3))
+    assert "hiden" in str(err.value) and "dec_hidden" in str(err.value)
+
+
+@pytest.mark.parametrize("arch", IMPLEMENTED)
+@pytest.mark.parametrize("bad", [{"emb_dim": 0}, {"dec_hidden": -3}, {"dropout": 1.5}, {"init": "xavier"}])
+def test_bad_config_values_are_config_errors(arch, bad):
+    with pytest.raises(ConfigError):
+        make_config(arch, dict(TINY[arch], **bad))
+
+
+def test_unknown_arch_is_a_config_error():
+    with pytest.raises(ConfigError, match="rnnsearch"):
+        build_model("transformer", {})
+
+
+def test_presets_match_the_paper_and_build():
+    arch, cfg = preset("rnnsearch-50")
+    assert arch == "rnnsearch"
+    assert (cfg["emb_dim"], cfg["enc_hidden"], cfg["dec_hidden"], cfg["att_hidden"], cfg["maxout"]) == (
+        620, 1000, 1000, 1000, 500)
+    assert cfg["src_vocab_size"] == cfg["tgt_vocab_size"] == 30000
+    assert train_defaults("rnnsearch-50")["max_len"] == 50
+    assert train_defaults("rnnsearch-30")["max_len"] == 30
+    assert train_defaults("rnnencdec-30")["max_len"] == 30
+    assert train_defaults("rnnsearch-50")["batch_size"] == 80
+    assert set(PRESETS) == set(TRAIN_DEFAULTS)
+    for name in PRESETS:
+        arch, cfg = preset(name)
+        if arch in IMPLEMENTED:
+            make_config(arch, cfg)
+    arch, cfg = preset("small")
+    cfg.update(src_vocab_size=20, tgt_vocab_size=30)
+    model = build_model(arch, cfg)
+    n_params = sum(p.numel() for p in model.parameters())
+    assert 3_000_000 < n_params < 6_000_000  # without the big vocabularies
+    assert preset("small")[1]["src_vocab_size"] == 8000  # the copy above did not leak back
+
+
+def test_unknown_preset_is_a_config_error():
+    with pytest.raises(ConfigError, match="rnnsearch-50"):
+        preset("rnnsearch-70")
