@@ -1,0 +1,491 @@
+"""`nmtkit preprocess` as a plain function: raw parallel text -> a binarised data directory.
+
+Follows the classic Moses + subword-nmt recipe used for RNNsearch-style systems (Bahdanau et
+al. 2015 trained on tokenised text, sentences up to 50 words, 30k-word vocabularies;
+Sennrich et al. 2016 replaced the word vocabularies with BPE):
+
+  train split:  pass 1 (parallel)  normalise + tokenise, clean (clean-corpus-n), count words
+                                   and truecasing evidence -> work/train.tok.{src,tgt}
+                learn              truecaser, BPE codes, vocabularies, all from the counts
+                                   (casing and BPE act word by word, so the counts of the
+                                   final tokens follow from the word counts without a pass)
+                pass 2 (parallel)  case + BPE + vocabulary ids -> train.{lang}.ids/offsets.npy
+  valid, test:  one pass (parallel) raw -> ids, no cleaning.
+
+Memory stays bounded: lines stream through `parallel_map` in chunks (order kept), the
+word/subword counts grow with the number of distinct types only, ids are appended to raw
+files and turned into .npy arrays block by block. Only `dedup=True` keeps one 64-bit hash
+per distinct training pair. Everything is written under `DEST.tmp-XXXX`, which replaces
+DEST only when complete (with `force`), so a failure never leaves a data directory that
+looks complete. No torch here.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from nmtkit import __version__
+from nmtkit.data.binarized import split_paths
+from nmtkit.errors import ConfigError, InputError, OutputExistsError
+from nmtkit.text.bpe import SEPARATOR, count_merges, join_bpe, learn_codes, subword_vocab  # noqa: F401
+from nmtkit.text.clean import DROP_REASONS, PairDeduper, drop_reason
+from nmtkit.text.io import check_parallel, read_lines
+from nmtkit.text.parallel import parallel_map
+from nmtkit.text.pipeline import TextPipeline
+from nmtkit.text.truecase import add_weights, best_forms, new_casing, truecase_weights
+from nmtkit.text.vocab import UNK_ID, Vocab
+
+MANIFEST_VERSION = 1
+DEFAULT_WORD_VOCAB = 30000  # the paper's vocabulary size, used without --bpe
+
+ProgressFn = Callable[[str, int, "int | None"], None]
+"""progress(stage, done, total): called with done=0 when a stage starts, then as it advances."""
+
+
+@dataclass(frozen=True)
+class PreprocessConfig:
+    """Every option of `nmtkit preprocess` (1:1 with the CLI), recorded in manifest["settings"]."""
+
+    src_lang: str
+    tgt_lang: str
+    train: str
+    valid: str
+    dest: str
+    test: tuple[str, ...] = ()
+    force: bool = False
+    input_format: str = "raw"  # "raw" or "tok" (already Moses-tokenised, e.g. by nmtkit.text.tokenize)
+    normalize_punct: bool = True
+    aggressive_dash_splits: bool = False
+    lowercase: bool = False
+    truecase: bool = False
+    max_len: int = 50
+    max_ratio: float = 9.0
+    dedup: bool = False
+    bpe: int | None = None
+    bpe_separate: bool = False
+    bpe_vocab_threshold: int | None = None
+    bpe_min_frequency: int = 2
+    src_vocab_size: int | None = None
+    tgt_vocab_size: int | None = None
+    vocab_min_count: int = 1
+    workers: int = 1
+    chunk_size: int = 2000
+
+    def validate(self) -> None:
+        """Raise ConfigError for inconsistent or out-of-range settings."""
+        if not self.src_lang or not self.tgt_lang:
+            raise ConfigError("--src-lang and --tgt-lang are required")
+        if self.src_lang == self.tgt_lang:
+            raise ConfigError(f"--src-lang and --tgt-lang must differ (both are '{self.src_lang}')")
+        if self.input_format not in ("raw", "tok"):
+            raise ConfigError(f"--input-format must be 'raw' or 'tok', not '{self.input_format}'")
+        if self.lowercase and self.truecase:
+            raise ConfigError("--lowercase and --truecase exclude each other")
+        if self.max_len < 1:
+            raise ConfigError(f"--max-len must be at least 1 (got {self.max_len})")
+        if not self.max_ratio >= 1.0:
+            raise ConfigError(f"--max-ratio must be at least 1 (got {self.max_ratio})")
+        if self.bpe is not None and self.bpe < 1:
+            raise ConfigError(f"--bpe must be a positive number of merges (got {self.bpe})")
+        if self.bpe is None and (self.bpe_separate or self.bpe_vocab_threshold is not None):
+            raise ConfigError("--bpe-separate and --bpe-vocab-threshold need --bpe MERGES")
+        if self.bpe_vocab_threshold is not None and self.bpe_vocab_threshold < 1:
+            raise ConfigError(f"--bpe-vocab-threshold must be at least 1 (got {self.bpe_vocab_threshold})")
+        for name in ("src_vocab_size", "tgt_vocab_size"):
+            v = getattr(self, name)
+            if v is not None and v < 5:
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 5 (4 special symbols + 1)")
+        if self.workers < 1 or self.chunk_size < 1:
+            raise ConfigError("--workers and the chunk size must be at least 1")
+
+    def vocab_size(self, side: str) -> int | None:
+        """Effective cap: the given size, else 30000 for words and no cap for BPE."""
+        v = self.src_vocab_size if side == "src" else self.tgt_vocab_size
+        if v is None and self.bpe is None:
+            return DEFAULT_WORD_VOCAB
+        return v
+
+    def splits(self) -> list[tuple[str, str]]:
+        """(split name, file prefix): train, valid, then test, test1, test2, ..."""
+        out = [("train", self.train), ("valid", self.valid)]
+        out += [("test" if i == 0 else f"test{i}", p) for i, p in enumerate(self.test)]
+        return out
+
+    def files(self, prefix: str) -> tuple[str, str]:
+        return f"{prefix}.{self.src_lang}", f"{prefix}.{self.tgt_lang}"
+
+
+# ---- worker side (state built once per process by `_init_worker`) --------------------------
+_STATE: dict[str, Any] = {}
+
+
+def _init_worker(state: dict[str, Any]) -> None:
+    """Per-process state: the pipeline (BPE tables built lazily once) and vocabularies."""
+    _STATE.clear()
+    _STATE.update(state)
+    _STATE["pipeline"] = TextPipeline.from_dict(state["pipeline"])
+    if state.get("vocab") is not None:
+        _STATE["stoi"] = {side: {t: i for i, t in enumerate(itos)} for side, itos in state["vocab"].items()}
+
+
+def _tokenize_clean_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    """Pass 1 of the train split: tokenise, clean, count words and casing evidence."""
+    p: TextPipeline = _STATE["pipeline"]
+    raw = _STATE["input_format"] == "raw"
+    max_len, max_ratio = _STATE["max_len"], _STATE["max_ratio"]
+    want_casing = _STATE["truecase"]
+    out = {"src": [], "tgt": []}
+    counts = {"src": Counter(), "tgt": Counter()}
+    casing = {"src": new_casing(), "tgt": new_casing()} if want_casing else None
+    drops: Counter = Counter()
+    for s, t in pairs:
+        st = p.tokenize(s, "src") if raw else s.split()
+        tt = p.tokenize(t, "tgt") if raw else t.split()
+        reason = drop_reason(len(st), len(tt), max_len, max_ratio)
+        if reason is not None:
+            drops[reason] += 1
+            continue
+        for side, toks in (("src", st), ("tgt", tt)):
+            out[side].append(" ".join(toks))
+            counts[side].update(toks)
+            if casing is not None:
+                add_weights(casing[side], truecase_weights(toks))
+    return {"n_in": len(pairs), "kept": len(out["src"]), "src": "\n".join(out["src"]),
+            "tgt": "\n".join(out["tgt"]), "drops": drops, "counts": counts,
+            "casing": {k: dict(v) for k, v in casing.items()} if casing else None}
+
+
+def _encode_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    """Raw (or tokenised) pairs -> id arrays, with word/token/UNK counts per side."""
+    p: TextPipeline = _STATE["pipeline"]
+    fmt = _STATE["input_format"]
+    res: dict[str, Any] = {"n_in": len(pairs)}
+    for k, side in enumerate(("src", "tgt")):
+        stoi = _STATE["stoi"][side]
+        ids: list[int] = []
+        lens = np.empty(len(pairs), dtype=np.int64)
+        words = 0
+        for j, pair in enumerate(pairs):
+            line = pair[k]
+            toks = p.tokenize(line, side) if fmt == "raw" else line.split()
+            toks = p.case(toks, side)
+            words += len(toks)
+            pieces = p.apply_bpe(toks, side)
+            ids.extend([stoi.get(t, UNK_ID) for t in pieces])
+            lens[j] = len(pieces)
+        arr = np.asarray(ids, dtype=np.int32)
+        res[side] = {"ids": arr, "lens": lens, "words": words, "unk": int(np.count_nonzero(arr == UNK_ID))}
+    return res
+
+
+# ---- main-process helpers -------------------------------------------------------------------
+def _pair_chunks(src: str, tgt: str, size: int, read: list[int],
+                 dedup: PairDeduper | None = None, drops: Counter | None = None) -> Iterator[list[tuple[str, str]]]:
+    """Chunks of (src line, tgt line); `read[0]` counts lines read (for progress)."""
+    chunk: list[tuple[str, str]] = []
+    for lineno, (s, t) in enumerate(itertools.zip_longest(read_lines(src), read_lines(tgt)), 1):
+        if s is None or t is None:  # the file changed since it was counted
+            raise InputError(f"parallel files differ in length: {src} and {tgt} part at line {lineno}")
+        read[0] = lineno
+        if dedup is not None and dedup.seen_before(s, t):
+            drops["duplicate"] += 1  # type: ignore[index]
+            continue
+        chunk.append((s, t))
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+class _SplitWriter:
+    """Streams one side's ids to raw files, then writes the binarised .npy pair block by block.
+
+    Produces exactly the format of nmtkit.data.binarized (int32 ids, int64 offsets n+1)
+    without holding the split in memory.
+    """
+
+    BLOCK = 1 << 22
+
+    def __init__(self, out_dir: Path, work_dir: Path, split: str, lang: str):
+        self.ids_path, self.offsets_path = split_paths(out_dir, split, lang)
+        self._ids_raw = work_dir / f"{split}.{lang}.ids.raw"
+        self._lens_raw = work_dir / f"{split}.{lang}.lens.raw"
+        self._fi = open(self._ids_raw, "wb")
+        self._fl = open(self._lens_raw, "wb")
+        self.n_tokens = 0
+        self.n_lines = 0
+
+    def add(self, ids: np.ndarray, lens: np.ndarray) -> None:
+        self._fi.write(np.ascontiguousarray(ids, dtype=np.int32).tobytes())
+        self._fl.write(np.ascontiguousarray(lens, dtype=np.int64).tobytes())
+        self.n_tokens += len(ids)
+        self.n_lines += len(lens)
+
+    def close(self) -> None:
+        self._fi.close()
+        self._fl.close()
+        self._copy(self._ids_raw, self.ids_path, np.int32, self.n_tokens, cumulative=False)
+        self._copy(self._lens_raw, self.offsets_path, np.int64, self.n_lines + 1, cumulative=True)
+        self._ids_raw.unlink()
+        self._lens_raw.unlink()
+
+    def _copy(self, raw: Path, path: Path, dtype, n: int, cumulative: bool) -> None:
+        if n == 0:
+            np.save(path, np.zeros(0, dtype=dtype))
+            return
+        out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(n,))
+        pos, running = 0, 0
+        if cumulative:
+            out[0] = 0
+            pos = 1
+        with open(raw, "rb") as f:
+            while True:
+                block = np.fromfile(f, dtype=dtype, count=self.BLOCK)
+                if not len(block):
+                    break
+                if cumulative:
+                    block = np.cumsum(block) + running
+                    running = int(block[-1])
+                out[pos : pos + len(block)] = block
+                pos += len(block)
+        assert pos == n, (path, pos, n)
+        out.flush()
+        del out
+
+
+def _check_dest(dest: Path, force: bool) -> None:
+    if dest.exists():
+        if not dest.is_dir():
+            raise OutputExistsError("exists and is not a directory; choose another --dest", str(dest))
+        if any(dest.iterdir()) and not force:
+            raise OutputExistsError("already exists and is not empty; use --force to replace it", str(dest))
+
+
+def _install(tmp: Path, dest: Path, force: bool) -> None:
+    """Move the finished temp directory to `dest`, replacing an old one only now."""
+    _check_dest(dest, force)
+    if dest.exists():
+        old = Path(tempfile.mkdtemp(prefix=dest.name + ".old-", dir=dest.parent))
+        os.rmdir(old)
+        os.rename(dest, old)
+        os.rename(tmp, dest)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, dest)
+
+
+def _cased_counts(p: TextPipeline, counts: Counter, side: str) -> Counter:
+    """Word counts after lowercasing/truecasing (both act word by word)."""
+    if not p.lowercase and p.truecase is None:
+        return counts
+    out: Counter = Counter()
+    for w, c in counts.items():
+        out[p.case([w], side)[0]] += c
+    return out
+
+
+def _token_counts(p: TextPipeline, word_counts: Counter, side: str) -> Counter:
+    """Counts of the final (BPE) tokens of a side, from its word counts (BPE acts per word)."""
+    if p.bpe is None:
+        return word_counts
+    out: Counter = Counter()
+    for w, c in word_counts.items():
+        for piece in p.apply_bpe([w], side):
+            out[piece] += c
+    return out
+
+
+# ---- the command ------------------------------------------------------------------------------
+def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Run the whole preprocessing; returns the manifest (also written to DEST/manifest.json).
+
+    Raises NmtkitError subclasses for user mistakes; on any failure nothing is left at DEST
+    (an existing DEST is untouched) and the temp directory is removed.
+    """
+    config.validate()
+    report: ProgressFn = progress or (lambda stage, done, total: None)
+    dest = Path(config.dest)
+    _check_dest(dest, config.force)
+
+    # Check every input first: existence, equal line counts, checksums (cheap, one pass of bytes).
+    inputs: dict[str, str] = {}
+    line_counts: dict[str, int] = {}
+    splits = config.splits()
+    report("check inputs", 0, len(splits))
+    for k, (name, prefix) in enumerate(splits, 1):
+        src, tgt = config.files(prefix)
+        n, h_src, h_tgt = check_parallel(src, tgt)
+        if n == 0:
+            raise InputError(f"the {name} split is empty", src)
+        inputs[src], inputs[tgt] = h_src, h_tgt
+        line_counts[name] = n
+        report("check inputs", k, len(splits))
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".tmp-", dir=dest.parent))
+    try:
+        work = tmp / "work"
+        work.mkdir()
+        manifest = _run(config, report, tmp, work, line_counts)
+        manifest["inputs"] = inputs
+        shutil.rmtree(work)
+        with open(tmp / "manifest.json", "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=1, ensure_ascii=False)
+            f.write("\n")
+        _install(tmp, dest, config.force)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _run(config: PreprocessConfig, report: ProgressFn, out: Path, work: Path,
+         line_counts: dict[str, int]) -> dict[str, Any]:
+    timings: dict[str, float] = {}
+    langs = {"src": config.src_lang, "tgt": config.tgt_lang}
+    base = TextPipeline(config.src_lang, config.tgt_lang, normalize_punct=config.normalize_punct,
+                        aggressive_dash_splits=config.aggressive_dash_splits, lowercase=config.lowercase)
+    train_src, train_tgt = config.files(config.train)
+
+    # Pass 1 over train: tokenise + clean + count.
+    t0 = time.perf_counter()
+    stage = "tokenise + clean train"
+    n_train = line_counts["train"]
+    report(stage, 0, n_train)
+    drops: Counter = Counter({r: 0 for r in DROP_REASONS})
+    word_counts = {"src": Counter(), "tgt": Counter()}
+    casing = {"src": new_casing(), "tgt": new_casing()} if config.truecase else None
+    read = [0]
+    kept = 0
+    state = {"pipeline": base.to_dict(), "input_format": config.input_format, "max_len": config.max_len,
+             "max_ratio": config.max_ratio, "truecase": config.truecase}
+    tok_paths = {side: work / f"train.tok.{side}" for side in ("src", "tgt")}
+    with open(tok_paths["src"], "w", encoding="utf-8") as fs, open(tok_paths["tgt"], "w", encoding="utf-8") as ft:
+        chunks = _pair_chunks(train_src, train_tgt, config.chunk_size, read,
+                              PairDeduper() if config.dedup else None, drops)
+        for res in parallel_map(_tokenize_clean_chunk, chunks, config.workers, chunk_size=1,
+                                initializer=_init_worker, initargs=(state,)):
+            if res["kept"]:
+                fs.write(res["src"] + "\n")
+                ft.write(res["tgt"] + "\n")
+            kept += res["kept"]
+            drops.update(res["drops"])
+            for side in ("src", "tgt"):
+                word_counts[side].update(res["counts"][side])
+                if casing is not None:
+                    for lower, forms in res["casing"][side].items():
+                        casing[side][lower].update(forms)
+            report(stage, read[0], n_train)
+    timings[stage] = time.perf_counter() - t0
+    if kept == 0:
+        summary = ", ".join(f"{r}: {n}" for r, n in drops.items() if n)
+        raise InputError(f"no training pairs left after cleaning ({summary}); check --max-len/--max-ratio "
+                         f"or the input", train_src)
+
+    # Learn: truecaser, BPE, vocabularies (from counts; no pass over the data).
+    t0 = time.perf_counter()
+    pipeline = base
+    if casing is not None:
+        pipeline = pipeline.with_(truecase={side: best_forms(casing[side]) for side in ("src", "tgt")})
+    cased = {side: _cased_counts(pipeline, word_counts[side], side) for side in ("src", "tgt")}
+    bpe_info: dict[str, Any] = {}
+    if config.bpe is not None:
+        stage = "learn BPE"
+        report(stage, 0, None)
+        if config.bpe_separate:
+            codes = {side: learn_codes(cased[side], config.bpe, config.bpe_min_frequency) for side in ("src", "tgt")}
+        else:
+            joint = learn_codes(cased["src"] + cased["tgt"], config.bpe, config.bpe_min_frequency)
+            codes = {"src": joint, "tgt": joint}
+        vocab_filter = None
+        if config.bpe_vocab_threshold is not None:
+            vocab_filter = {side: subword_vocab(codes[side], cased[side], config.bpe_vocab_threshold)
+                            for side in ("src", "tgt")}
+        pipeline = pipeline.with_(bpe={"joint": not config.bpe_separate, "codes": codes, "vocab": vocab_filter,
+                                       "vocab_threshold": config.bpe_vocab_threshold, "merges": config.bpe,
+                                       "separator": SEPARATOR})
+        if config.bpe_separate:
+            for side in ("src", "tgt"):
+                (out / f"bpe.codes.{langs[side]}").write_text(codes[side], encoding="utf-8")
+            bpe_info["codes_files"] = {side: f"bpe.codes.{langs[side]}" for side in ("src", "tgt")}
+        else:
+            (out / "bpe.codes").write_text(codes["src"], encoding="utf-8")
+            bpe_info["codes_files"] = {"src": "bpe.codes", "tgt": "bpe.codes"}
+        bpe_info["merges_learned"] = {side: count_merges(codes[side]) for side in ("src", "tgt")}
+        report(stage, 1, 1)
+    vocabs = {}
+    for side in ("src", "tgt"):
+        vocabs[side] = Vocab.build(_token_counts(pipeline, cased[side], side), max_size=config.vocab_size(side),
+                                   min_count=config.vocab_min_count)
+        vocabs[side].save(out / f"vocab.{langs[side]}.txt")
+    timings["learn"] = time.perf_counter() - t0
+
+    # Pass 2 over train (from the tokenised, cleaned temp files) and one pass over the others.
+    state = {"pipeline": pipeline.to_dict(), "vocab": {s: v.itos for s, v in vocabs.items()}}
+    split_stats: dict[str, Any] = {}
+    for name, prefix in config.splits():
+        t0 = time.perf_counter()
+        if name == "train":
+            src, tgt, fmt, total = str(tok_paths["src"]), str(tok_paths["tgt"]), "tok", kept
+        else:
+            (src, tgt), fmt, total = config.files(prefix), config.input_format, line_counts[name]
+        stage = f"encode + binarise {name}"
+        report(stage, 0, total)
+        writers = {side: _SplitWriter(out, work, name, langs[side]) for side in ("src", "tgt")}
+        words = {"src": 0, "tgt": 0}
+        unk = {"src": 0, "tgt": 0}
+        read = [0]
+        chunks = _pair_chunks(src, tgt, config.chunk_size, read)
+        for res in parallel_map(_encode_chunk, chunks, config.workers, chunk_size=1,
+                                initializer=_init_worker, initargs=({**state, "input_format": fmt},)):
+            for side in ("src", "tgt"):
+                r = res[side]
+                writers[side].add(r["ids"], r["lens"])
+                words[side] += r["words"]
+                unk[side] += r["unk"]
+            report(stage, read[0], total)
+        for w in writers.values():
+            w.close()
+        n_tok = {side: writers[side].n_tokens for side in ("src", "tgt")}
+        split_stats[name] = {
+            "prefix": prefix,
+            "lines_in": line_counts[name],
+            "lines": writers["src"].n_lines,
+            "src_tokens": n_tok["src"],
+            "tgt_tokens": n_tok["tgt"],
+            "src_words": words["src"],
+            "tgt_words": words["tgt"],
+            "unk_tokens": dict(unk),
+            "unk_rate": {side: (unk[side] / n_tok[side] if n_tok[side] else 0.0) for side in ("src", "tgt")},
+            "dropped": {r: drops[r] for r in DROP_REASONS} if name == "train" else {},
+        }
+        timings[stage] = time.perf_counter() - t0
+
+    settings = asdict(config)
+    settings["test"] = list(config.test)
+    settings["effective_vocab_size"] = {side: config.vocab_size(side) for side in ("src", "tgt")}
+    return {
+        "format_version": MANIFEST_VERSION,
+        "nmtkit_version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "src_lang": config.src_lang,
+        "tgt_lang": config.tgt_lang,
+        "pipeline": pipeline.to_dict(),
+        "vocab": {"src": f"vocab.{config.src_lang}.txt", "tgt": f"vocab.{config.tgt_lang}.txt",
+                  "src_size": len(vocabs["src"]), "tgt_size": len(vocabs["tgt"])},
+        "bpe": bpe_info or None,
+        "splits": split_stats,
+        "settings": settings,
+        "timings_s": {k: round(v, 3) for k, v in timings.items()},
+    }

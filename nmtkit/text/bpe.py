@@ -1,0 +1,96 @@
+"""Byte-pair encoding (Sennrich et al. 2016) through subword-nmt's Python API.
+
+- `learn_codes` learns merge operations from word counts (what `subword-nmt learn-bpe
+  --dict-input` does; joint BPE simply sums the two sides' counts first, as
+  `learn-joint-bpe-and-vocab` does).
+- `subword_vocab` is the vocabulary-threshold filter of `learn-joint-bpe-and-vocab` +
+  `apply-bpe --vocabulary V --vocabulary-threshold T`: the subwords (with their `@@`
+  separator) whose frequency in the BPE-segmented training side is at least T; applying
+  BPE with it splits rarer subwords back into known ones.
+- `Bpe` applies codes to a token list; `join_bpe` undoes the segmentation.
+The codes are plain text ("#version: 0.2" then one merge per line), stored inline in the
+manifest and checkpoint so that translation needs no side file.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+from collections import Counter
+from typing import Iterable
+
+SEPARATOR = "@@"
+
+
+def learn_codes(word_counts: Counter, merges: int, min_frequency: int = 2) -> str:
+    """BPE codes text learned from `word_counts` (token -> count, tokens without spaces).
+
+    Learning stops early (with fewer merges) when no pair occurs `min_frequency` times,
+    like subword-nmt does. subword-nmt's own progress output and messages are silenced.
+    """
+    from subword_nmt import learn_bpe
+
+    vocab_lines = [f"{w} {c}" for w, c in word_counts.items() if c > 0 and w]
+    out = io.StringIO()
+    if not vocab_lines:
+        return "#version: 0.2\n"
+    saved_tqdm = learn_bpe.tqdm
+    try:
+        learn_bpe.tqdm = lambda it, *a, **k: it  # subword-nmt would draw its own bar on stderr
+        with contextlib.redirect_stderr(io.StringIO()):
+            learn_bpe.learn_bpe(vocab_lines, out, merges, min_frequency=min_frequency, is_dict=True)
+    finally:
+        learn_bpe.tqdm = saved_tqdm
+    return out.getvalue()
+
+
+def count_merges(codes: str) -> int:
+    """Number of merge operations in a codes text."""
+    return sum(1 for line in codes.splitlines() if line and not line.startswith("#version"))
+
+
+class Bpe:
+    """Applies BPE codes to tokens (subword-nmt's `BPE`, with its per-word cache)."""
+
+    def __init__(self, codes: str, vocab: Iterable[str] | None = None, separator: str = SEPARATOR):
+        from subword_nmt.apply_bpe import BPE
+
+        self.codes = codes
+        self._bpe = BPE(io.StringIO(codes), separator=separator, vocab=set(vocab) if vocab is not None else None)
+
+    def apply(self, tokens: list[str]) -> list[str]:
+        """Segment each token; non-final pieces end with the separator, e.g. ["lo@@", "wer"]."""
+        return self._bpe.segment_tokens(tokens)
+
+
+def join_bpe(tokens: list[str], separator: str = SEPARATOR) -> list[str]:
+    """Undo BPE: glue every piece ending in `@@` to the next one ("lo@@ wer" -> "lower").
+
+    A dangling separator at the end (possible in a model's output) is dropped.
+    """
+    out: list[str] = []
+    pending = ""
+    n = len(separator)
+    for tok in tokens:
+        if tok.endswith(separator):
+            pending += tok[:-n]
+        else:
+            out.append(pending + tok)
+            pending = ""
+    if pending:
+        out.append(pending)
+    return out
+
+
+def subword_vocab(codes: str, word_counts: Counter, threshold: int, separator: str = SEPARATOR) -> list[str]:
+    """Subwords whose frequency in the BPE-segmented `word_counts` is >= `threshold`.
+
+    Computed from the word counts (each word segmented once, weighted by its count), which
+    equals segmenting the whole training side as learn-joint-bpe-and-vocab does.
+    """
+    bpe = Bpe(codes, separator=separator)
+    sub_counts: Counter = Counter()
+    for word, count in word_counts.items():
+        if count > 0:
+            for piece in bpe.apply([word]):
+                sub_counts[piece] += count
+    return sorted(w for w, c in sub_counts.items() if c >= threshold)

@@ -1,0 +1,161 @@
+"""The text pipeline as plain functions: raw line -> model tokens, and model tokens -> raw.
+
+`preprocess` builds a `TextPipeline` and records it (`to_dict()`, primitives only, BPE
+codes and truecasing model inlined) in manifest.json; `train` copies that dict into the
+checkpoint; `translate` rebuilds it with `TextPipeline.from_dict` and applies exactly the
+same steps to raw input, then the inverse steps to the output.
+
+Forward (`encode`), per side:
+  1. Moses punctuation normalisation (`normalize-punctuation.perl`)  [normalize_punct]
+  2. Moses tokenisation, escape=False                                [aggressive_dash_splits]
+  3. lowercasing or Moses truecasing                                 [lowercase | truecase]
+  4. BPE (subword-nmt), joint or per side, optional vocabulary filter [bpe]
+Inverse (`decode`): join BPE ("@@ "), detruecase (sentence-initial capital), Moses
+detokenisation. Lowercasing cannot be undone. No torch here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from nmtkit.errors import ConfigError
+from nmtkit.text import moses
+from nmtkit.text.bpe import SEPARATOR, Bpe, join_bpe
+from nmtkit.text.truecase import Truecaser, detruecase
+
+PIPELINE_VERSION = 1
+SIDES = ("src", "tgt")
+INPUT_FORMATS = ("raw", "tok", "bpe")
+
+
+def _check_side(side: str) -> None:
+    if side not in SIDES:
+        raise ValueError(f"side must be 'src' or 'tgt', not {side!r}")
+
+
+@dataclass(frozen=True, eq=False)
+class TextPipeline:
+    """Every setting needed to turn raw text into vocabulary tokens and back.
+
+    truecase: None, or {"src": [best forms], "tgt": [best forms]} (see nmtkit.text.truecase).
+    bpe: None, or {"joint": bool, "codes": {"src": codes text, "tgt": codes text},
+         "vocab": None | {"src": [subwords], "tgt": [subwords]}, "vocab_threshold": int | None,
+         "merges": int (requested), "separator": "@@"}.
+    """
+
+    src_lang: str
+    tgt_lang: str
+    normalize_punct: bool = True
+    aggressive_dash_splits: bool = False
+    lowercase: bool = False
+    truecase: dict | None = None
+    bpe: dict | None = None
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    # ---- construction / serialisation -------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Plain primitives (JSON- and weights_only-safe), BPE codes text included."""
+        d: dict[str, Any] = {"version": PIPELINE_VERSION}
+        for f in fields(self):
+            if f.name.startswith("_"):
+                continue
+            d[f.name] = getattr(self, f.name)
+        if self.bpe is not None:
+            bpe = dict(self.bpe)
+            codes = bpe["codes"]
+            if bpe.get("joint") and codes["src"] == codes["tgt"]:
+                bpe["codes"] = codes["src"]  # stored once for joint BPE
+            d["bpe"] = bpe
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TextPipeline":
+        """Inverse of `to_dict`; unknown keys or a newer version are a ConfigError."""
+        d = dict(d)
+        version = d.pop("version", PIPELINE_VERSION)
+        if version > PIPELINE_VERSION:
+            raise ConfigError(f"text pipeline version {version} is newer than this nmtkit ({PIPELINE_VERSION})")
+        valid = [f.name for f in fields(cls) if not f.name.startswith("_")]
+        unknown = sorted(set(d) - set(valid))
+        if unknown:
+            raise ConfigError(f"unknown text pipeline keys {unknown}; valid keys: {valid}")
+        if d.get("bpe") is not None:
+            bpe = dict(d["bpe"])
+            if isinstance(bpe["codes"], str):
+                bpe["codes"] = {"src": bpe["codes"], "tgt": bpe["codes"]}
+            d["bpe"] = bpe
+        return cls(**d)
+
+    def with_(self, **changes: Any) -> "TextPipeline":
+        """A copy with some settings changed (fresh caches)."""
+        return replace(self, **changes)
+
+    def lang(self, side: str) -> str:
+        _check_side(side)
+        return self.src_lang if side == "src" else self.tgt_lang
+
+    # ---- forward steps ----------------------------------------------------------------
+    def tokenize(self, line: str, side: str) -> list[str]:
+        """Steps 1-2: normalise punctuation and Moses-tokenise (no casing change)."""
+        return moses.tokenize(line, self.lang(side), aggressive_dash_splits=self.aggressive_dash_splits,
+                              lowercase=False, normalize_punct=self.normalize_punct)
+
+    def case(self, tokens: list[str], side: str) -> list[str]:
+        """Step 3: lowercase or truecase (identity when neither is set)."""
+        if self.lowercase:
+            return [t.lower() for t in tokens]
+        if self.truecase is not None:
+            key = ("truecase", side)
+            tc = self._cache.get(key)
+            if tc is None:
+                _check_side(side)
+                tc = self._cache[key] = Truecaser(self.truecase[side])
+            return tc(tokens)
+        return tokens
+
+    def apply_bpe(self, tokens: list[str], side: str) -> list[str]:
+        """Step 4: BPE segmentation (identity without BPE)."""
+        if self.bpe is None:
+            return tokens
+        key = ("bpe", side)
+        bpe = self._cache.get(key)
+        if bpe is None:
+            _check_side(side)
+            vocab = self.bpe.get("vocab")
+            bpe = self._cache[key] = Bpe(self.bpe["codes"][side], vocab=vocab[side] if vocab else None,
+                                         separator=self.bpe.get("separator", SEPARATOR))
+        return bpe.apply(tokens)
+
+    def encode(self, line: str, side: str) -> list[str]:
+        """Raw line -> the tokens the vocabulary sees."""
+        return self.apply_bpe(self.case(self.tokenize(line, side), side), side)
+
+    def encode_from(self, line: str, side: str, input_format: str = "raw") -> list[str]:
+        """Like `encode`, for input that is raw, already Moses-tokenised ("tok": casing and
+        BPE are still applied) or already BPE'd ("bpe": split on whitespace only)."""
+        if input_format == "raw":
+            return self.encode(line, side)
+        if input_format == "tok":
+            return self.apply_bpe(self.case(line.split(), side), side)
+        if input_format == "bpe":
+            return line.split()
+        raise ValueError(f"input_format must be one of {INPUT_FORMATS}, not {input_format!r}")
+
+    # ---- inverse steps ----------------------------------------------------------------
+    def decode(self, tokens: list[str], side: str = "tgt") -> str:
+        """Model tokens -> raw text: join BPE, detruecase, detokenise."""
+        return self.decode_to(tokens, side, "raw")
+
+    def decode_to(self, tokens: list[str], side: str = "tgt", output_format: str = "raw") -> str:
+        """Tokens -> text as BPE pieces ("bpe"), Moses tokens ("tok") or plain text ("raw")."""
+        _check_side(side)
+        if output_format == "bpe":
+            return " ".join(tokens)
+        words = join_bpe(tokens, self.bpe.get("separator", SEPARATOR)) if self.bpe else list(tokens)
+        if output_format == "tok":
+            return " ".join(words)
+        if output_format == "raw":
+            if self.truecase is not None:
+                words = detruecase(words)
+            return moses.detokenize(words, self.lang(side))
+        raise ValueError(f"output_format must be one of {INPUT_FORMATS}, not {output_format!r}")
