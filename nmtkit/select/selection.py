@@ -1,0 +1,524 @@
+"""Cross-entropy-difference data selection from a general-domain pool of sentence pairs.
+
+Follows Axelrod, He & Gao (EMNLP 2011), "Domain Adaptation via Pseudo In-Domain Data
+Selection", and Moore & Lewis (ACL 2010). For each pool pair (s, t):
+
+    bilingual   (Axelrod):      [H_in(s) - H_out(s)] + [H_in(t) - H_out(t)]
+    monolingual (Moore-Lewis):   H_in(s) - H_out(s)
+    in-domain   (baseline):      H_in(s)
+
+as in the paper's comparison, both baselines use the source side only. H is the per-token
+cross-entropy in bits of a sentence under a 4-gram interpolated modified Kneser-Ney LM
+(`ngram.NgramLM`), with `</s>` counted as a token (-log2 p(s) / (len(s) + 1)). H_in's LM is
+estimated on the in-domain side; H_out's on a seeded random sample of the pool with about
+as many source tokens as the in-domain text (the same pairs give the target sample). The two
+LMs of a language share one vocabulary: the in-domain words seen at least `min_count` times;
+everything else is `<unk>`.
+
+Pairs are ranked by score, lowest first, ties by pool line number, and taken until the
+budget is met: `lines` pairs, `words` SOURCE-side tokens (the smallest prefix of the ranking
+reaching it), or a `fraction` of the pool's pairs. The selection is written in pool order,
+each line byte for byte as in the pool (raw text in, raw text out).
+
+The pool is streamed (the text is never held; per pair we keep 4 float32 cross-entropies and
+2 int32 lengths) and scored in chunks over `workers` processes; the LMs reach the workers
+by fork, not by pickling.
+"""
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from nmtkit.errors import ConfigError, InputError, OutputExistsError
+from nmtkit.select.ngram import LMVocab, NgramLM
+from nmtkit.text.parallel import parallel_map
+
+log = logging.getLogger(__name__)
+
+METHODS = ("bilingual", "monolingual", "in-domain")
+INPUT_FORMATS = ("raw", "tok")
+CHUNK_PAIRS = 2000
+
+# A progress callback: (stage, done, total) with stage in "count", "sample", "score", "write".
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class SelectConfig:
+    """Every option of `nmtkit select-data` (one field per option)."""
+
+    src_lang: str
+    tgt_lang: str
+    in_domain: tuple[str, ...]
+    pool: tuple[str, ...]
+    dest: str
+    lines: int | None = None
+    words: int | None = None
+    fraction: float | None = None
+    order: int = 4
+    method: str = "bilingual"
+    workers: int = 1
+    input_format: str = "raw"
+    min_count: int = 1
+    seed: int = 1
+    lowercase: bool = False
+    aggressive_dash_splits: bool = False
+    force: bool = False
+    write_arpa: bool = False
+
+    def check(self) -> None:
+        budgets = [b for b in (self.lines, self.words, self.fraction) if b is not None]
+        if len(budgets) != 1:
+            raise ConfigError("give exactly one budget: --lines, --words or --fraction")
+        if self.lines is not None and self.lines < 0:
+            raise ConfigError(f"--lines must be >= 0, got {self.lines}")
+        if self.words is not None and self.words < 0:
+            raise ConfigError(f"--words must be >= 0, got {self.words}")
+        if self.fraction is not None and not (0.0 < self.fraction <= 1.0):
+            raise ConfigError(f"--fraction must be in (0, 1], got {self.fraction}")
+        if self.method not in METHODS:
+            raise ConfigError(f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.input_format not in INPUT_FORMATS:
+            raise ConfigError(f"--input-format must be raw or tok, got {self.input_format!r}")
+        if self.order < 1:
+            raise ConfigError(f"--order must be >= 1, got {self.order}")
+        if self.min_count < 1:
+            raise ConfigError(f"--min-count must be >= 1, got {self.min_count}")
+        if self.src_lang == self.tgt_lang:
+            raise ConfigError("--src-lang and --tgt-lang must differ")
+        if not self.in_domain or not self.pool:
+            raise ConfigError("need --in-domain and --pool")
+
+
+# ---------------------------------------------------------------------- files
+def resolve(prefix: str, lang: str) -> str:
+    """PREFIX.lang, or PREFIX.lang.gz when only that exists."""
+    for path in (f"{prefix}.{lang}", f"{prefix}.{lang}.gz"):
+        if os.path.isfile(path):
+            return path
+    raise InputError(f"no such file (nor {prefix}.{lang}.gz)", f"{prefix}.{lang}")
+
+
+def _open_bin(path: str):
+    try:
+        return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+    except OSError as err:
+        raise InputError(f"cannot open: {err.strerror or err}", path) from None
+
+
+def count_lines(path: str) -> tuple[int, int]:
+    """(lines, bytes) of a file, reading big blocks; a last line without newline counts."""
+    lines = nbytes = 0
+    last = b"\n"
+    with _open_bin(path) as f:
+        try:
+            while True:
+                block = f.read(1 << 20)
+                if not block:
+                    break
+                lines += block.count(b"\n")
+                nbytes += len(block)
+                last = block[-1:]
+        except (OSError, EOFError) as err:
+            raise InputError(f"cannot read: {err}", path) from None
+    return lines + (last != b"\n"), nbytes
+
+
+def _decode(raw: bytes, path: str, lineno: int) -> str:
+    try:
+        return raw.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError as err:
+        raise InputError(f"invalid UTF-8 ({err.reason} at byte {err.start})", path, lineno) from None
+
+
+@dataclass
+class Corpus:
+    """A parallel corpus made of one or more prefixes, read in order."""
+
+    src_paths: list[str]
+    tgt_paths: list[str]
+    lines: list[int]      # per part
+    src_bytes: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.lines)
+
+    @classmethod
+    def open(cls, prefixes: Sequence[str], src_lang: str, tgt_lang: str) -> "Corpus":
+        """Resolve the files and check that each pair has as many lines on both sides."""
+        srcs, tgts, counts, nbytes = [], [], [], 0
+        for prefix in prefixes:
+            s, t = resolve(prefix, src_lang), resolve(prefix, tgt_lang)
+            (ns, bs), (nt, _) = count_lines(s), count_lines(t)
+            if ns != nt:
+                raise InputError(f"{s} has {ns} lines but {t} has {nt}: a parallel corpus needs equal line counts")
+            srcs.append(s)
+            tgts.append(t)
+            counts.append(ns)
+            nbytes += bs
+        return cls(srcs, tgts, counts, nbytes)
+
+    def raw_pairs(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every (src, tgt) line as bytes, newline included."""
+        for s, t in zip(self.src_paths, self.tgt_paths):
+            with _open_bin(s) as fs, _open_bin(t) as ft:
+                n = 0
+                for n, (a, b) in enumerate(zip(fs, ft), start=1):  # noqa: B007
+                    yield a, b
+                # the counts were checked up front; a file changed under us is still an error
+                if fs.readline() or ft.readline():
+                    raise InputError(f"{s} and {t} changed while reading (line counts differ)")
+
+    def pairs(self) -> Iterator[tuple[str, str]]:
+        """Every pair decoded (invalid UTF-8 is an error naming file:line)."""
+        for s, t in zip(self.src_paths, self.tgt_paths):
+            with _open_bin(s) as fs, _open_bin(t) as ft:
+                for n, (a, b) in enumerate(zip(fs, ft), start=1):
+                    yield _decode(a, s, n), _decode(b, t, n)
+
+
+# ---------------------------------------------------------------------- tokenising and scoring
+@dataclass(frozen=True)
+class _TextOpts:
+    src_lang: str
+    tgt_lang: str
+    input_format: str
+    lowercase: bool
+    aggressive_dash_splits: bool
+
+    def tokens(self, line: str, lang: str) -> list[str]:
+        if self.input_format == "tok":
+            toks = line.split()
+            return [t.lower() for t in toks] if self.lowercase else toks
+        from nmtkit.text.moses import tokenize
+
+        return tokenize(line, lang, aggressive_dash_splits=self.aggressive_dash_splits, lowercase=self.lowercase)
+
+
+def _tokenize_chunk(opts: _TextOpts, chunk: list[tuple[str, str]]) -> list[tuple[list[str], list[str]]]:
+    return [(opts.tokens(s, opts.src_lang), opts.tokens(t, opts.tgt_lang)) for s, t in chunk]
+
+
+@dataclass
+class Scorer:
+    """The four LMs and their two vocabularies; `score_chunk` turns pairs into cross-entropies."""
+
+    opts: _TextOpts
+    src_vocab: LMVocab
+    tgt_vocab: LMVocab
+    in_src: NgramLM
+    out_src: NgramLM
+    in_tgt: NgramLM
+    out_tgt: NgramLM
+
+    def score_tokens(self, toks: list[tuple[list[str], list[str]]]) -> np.ndarray:
+        """(N, 6) float64: H_in(src), H_out(src), H_in(tgt), H_out(tgt), src tokens, tgt tokens."""
+        src = [self.src_vocab.encode(s) for s, _ in toks]
+        tgt = [self.tgt_vocab.encode(t) for _, t in toks]
+        out = np.empty((len(toks), 6))
+        out[:, 0] = self.in_src.cross_entropies(src)
+        out[:, 1] = self.out_src.cross_entropies(src)
+        out[:, 2] = self.in_tgt.cross_entropies(tgt)
+        out[:, 3] = self.out_tgt.cross_entropies(tgt)
+        out[:, 4] = [len(s) for s in src]
+        out[:, 5] = [len(t) for t in tgt]
+        return out
+
+    def score_chunk(self, chunk: list[tuple[str, str]]) -> np.ndarray:
+        return self.score_tokens(_tokenize_chunk(self.opts, chunk))
+
+
+# Worker processes inherit the scorer by fork: parallel_map pickles only (key, chunk).
+_SHARED: dict[int, Scorer] = {}
+
+
+def _score_shared(key: int, chunk: list[tuple[str, str]]) -> np.ndarray:
+    return _SHARED[key].score_chunk(chunk)
+
+
+def _chunks(items, size: int):
+    buf = []
+    for x in items:
+        buf.append(x)
+        if len(buf) >= size:
+            yield buf
+            buf = []
+    if buf:
+        yield buf
+
+
+def method_scores(method: str, h: np.ndarray) -> np.ndarray:
+    """(N,) selection score from (N, >=4) cross-entropies [in_src, out_src, in_tgt, out_tgt]."""
+    h = h.astype(np.float64)
+    if method == "bilingual":
+        return (h[:, 0] - h[:, 1]) + (h[:, 2] - h[:, 3])
+    if method == "monolingual":
+        return h[:, 0] - h[:, 1]
+    if method == "in-domain":
+        return h[:, 0].copy()
+    raise ConfigError(f"unknown method {method!r}")
+
+
+def select_indices(scores: np.ndarray, src_tokens: np.ndarray, lines: int | None = None,
+                   words: int | None = None, fraction: float | None = None) -> tuple[np.ndarray, bool]:
+    """Rows to keep, in pool order, and whether the budget exceeded the pool.
+
+    Ranking: lowest score first, ties by pool position (stable sort). `words` counts source
+    tokens and keeps the smallest prefix of the ranking that reaches it.
+    """
+    n = scores.size
+    order = np.argsort(scores, kind="stable")
+    over = False
+    if lines is not None:
+        k = lines
+    elif words is not None:
+        cum = np.cumsum(src_tokens[order].astype(np.int64))
+        total = int(cum[-1]) if n else 0
+        k = n + 1 if words > total else int(np.searchsorted(cum, words, side="left")) + (1 if words > 0 else 0)
+    else:
+        assert fraction is not None
+        k = int(round(fraction * n))
+    if k > n:
+        over, k = True, n
+    keep = np.sort(order[:k])
+    return keep, over
+
+
+# ---------------------------------------------------------------------- the command
+def _outputs(cfg: SelectConfig) -> dict[str, str]:
+    d = cfg.dest
+    out = {"src": f"{d}.{cfg.src_lang}", "tgt": f"{d}.{cfg.tgt_lang}", "scores": f"{d}.scores.tsv",
+           "summary": f"{d}.summary.json"}
+    if cfg.write_arpa:
+        for which in ("in", "out"):
+            for side, lang in (("src", cfg.src_lang), ("tgt", cfg.tgt_lang)):
+                out[f"arpa_{which}_{side}"] = f"{d}.{which}.{lang}.arpa"
+    return out
+
+
+class _AtomicFiles:
+    """Temp names beside the destinations; `commit()` renames them all, else they are removed."""
+
+    def __init__(self, paths: dict[str, str]):
+        self.paths = paths
+        self.tmp = {k: f"{p}.tmp-{os.getpid()}" for k, p in paths.items()}
+
+    def __enter__(self) -> "_AtomicFiles":
+        return self
+
+    def commit(self) -> None:
+        for k, p in self.paths.items():
+            os.replace(self.tmp[k], p)
+        self.tmp = {}
+
+    def __exit__(self, *exc) -> None:
+        for t in self.tmp.values():
+            try:
+                os.remove(t)
+            except FileNotFoundError:
+                pass
+
+
+def _tokenize_all(opts: _TextOpts, pairs, workers: int) -> list[tuple[list[str], list[str]]]:
+    out: list[tuple[list[str], list[str]]] = []
+    for res in parallel_map(functools.partial(_tokenize_chunk, opts), _chunks(pairs, CHUNK_PAIRS), workers, 1):
+        out.extend(res)
+    return out
+
+
+def _noop(stage: str, done: int, total: int) -> None:
+    pass
+
+
+def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
+    """Run the whole selection and write the outputs. Returns the summary (also written)."""
+    cfg.check()
+    progress = progress or _noop
+    t0 = time.perf_counter()
+    outputs = _outputs(cfg)
+    existing = [p for p in outputs.values() if os.path.exists(p)]
+    if existing and not cfg.force:
+        raise OutputExistsError("output exists (use --force to overwrite)", existing[0])
+    dest_dir = os.path.dirname(os.path.abspath(cfg.dest))
+    if not os.path.isdir(dest_dir):
+        raise InputError("the destination's folder does not exist", dest_dir)
+
+    opts = _TextOpts(cfg.src_lang, cfg.tgt_lang, cfg.input_format, cfg.lowercase, cfg.aggressive_dash_splits)
+    ind = Corpus.open(cfg.in_domain, cfg.src_lang, cfg.tgt_lang)
+    pool = Corpus.open(cfg.pool, cfg.src_lang, cfg.tgt_lang)
+    n_pool = pool.total
+    if ind.total == 0:
+        raise InputError("the in-domain text is empty", ind.src_paths[0])
+    if n_pool == 0:
+        raise InputError("the pool is empty", pool.src_paths[0])
+    timings: dict[str, float] = {}
+
+    # In-domain text -> vocabularies and H_in LMs.
+    t = time.perf_counter()
+    ind_toks = _tokenize_all(opts, ind.pairs(), cfg.workers)
+    src_tokens_in = sum(len(s) for s, _ in ind_toks)
+    tgt_tokens_in = sum(len(t_) for _, t_ in ind_toks)
+    if src_tokens_in == 0 or tgt_tokens_in == 0:
+        side = ind.src_paths[0] if src_tokens_in == 0 else ind.tgt_paths[0]
+        raise InputError("the in-domain text has no tokens", side)
+    src_vocab = LMVocab.build((s for s, _ in ind_toks), cfg.min_count)
+    tgt_vocab = LMVocab.build((t_ for _, t_ in ind_toks), cfg.min_count)
+    timings["in_domain_tokenize_s"] = time.perf_counter() - t
+
+    # Out-of-domain sample: random pool lines (seeded) with about as many source tokens.
+    t = time.perf_counter()
+    rng = np.random.default_rng(cfg.seed)
+    in_bytes = ind.src_bytes
+    want = min(n_pool, int(math.ceil(2.0 * in_bytes / max(pool.src_bytes / n_pool, 1.0))) + 16)
+    picked = np.sort(rng.choice(n_pool, size=want, replace=False))
+    sample_lines: list[tuple[str, str]] = []
+    j = 0
+    for i, pair in enumerate(pool.pairs()):
+        if j < picked.size and picked[j] == i:
+            sample_lines.append(pair)
+            j += 1
+            if j == picked.size:
+                break
+        if i % 100_000 == 0:
+            progress("sample", i, n_pool)
+    sample_toks = _tokenize_all(opts, sample_lines, cfg.workers)
+    del sample_lines
+    perm = rng.permutation(len(sample_toks))
+    out_sample: list[tuple[list[str], list[str]]] = []
+    got = 0
+    for r in perm:
+        if got >= src_tokens_in:
+            break
+        out_sample.append(sample_toks[r])
+        got += len(sample_toks[r][0])
+    del sample_toks
+    timings["out_sample_s"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    order = cfg.order
+    scorer = Scorer(
+        opts, src_vocab, tgt_vocab,
+        in_src=NgramLM.estimate([src_vocab.encode(s) for s, _ in ind_toks], len(src_vocab), order),
+        out_src=NgramLM.estimate([src_vocab.encode(s) for s, _ in out_sample], len(src_vocab), order),
+        in_tgt=NgramLM.estimate([tgt_vocab.encode(t_) for _, t_ in ind_toks], len(tgt_vocab), order),
+        out_tgt=NgramLM.estimate([tgt_vocab.encode(t_) for _, t_ in out_sample], len(tgt_vocab), order),
+    )
+    timings["lm_estimate_s"] = time.perf_counter() - t
+    n_ind_pairs, n_out_pairs = len(ind_toks), len(out_sample)
+    out_src_tokens = sum(len(s) for s, _ in out_sample)
+    out_tgt_tokens = sum(len(t_) for _, t_ in out_sample)
+    del ind_toks, out_sample
+
+    with _AtomicFiles(outputs) as files:
+        if cfg.write_arpa:
+            for which, side, lm, voc in (("in", "src", scorer.in_src, src_vocab), ("out", "src", scorer.out_src, src_vocab),
+                                         ("in", "tgt", scorer.in_tgt, tgt_vocab), ("out", "tgt", scorer.out_tgt, tgt_vocab)):
+                with open(files.tmp[f"arpa_{which}_{side}"], "w", encoding="utf-8") as fh:
+                    lm.write_arpa(fh, voc.itos)
+
+        # Score the pool, streaming.
+        t = time.perf_counter()
+        h = np.empty((n_pool, 4), dtype=np.float32)
+        lens = np.empty((n_pool, 2), dtype=np.int32)
+        key = id(scorer)
+        _SHARED[key] = scorer
+        try:
+            done = 0
+            progress("score", 0, n_pool)
+            chunks = _chunks(pool.pairs(), CHUNK_PAIRS)
+            for res in parallel_map(functools.partial(_score_shared, key), chunks, cfg.workers, 1):
+                m = res.shape[0]
+                h[done:done + m] = res[:, :4]
+                lens[done:done + m] = res[:, 4:]
+                done += m
+                progress("score", done, n_pool)
+        finally:
+            _SHARED.pop(key, None)
+        assert done == n_pool
+        timings["score_s"] = time.perf_counter() - t
+
+        scores = method_scores(cfg.method, h)
+        keep, over = select_indices(scores, lens[:, 0], cfg.lines, cfg.words, cfg.fraction)
+        warnings = []
+        if over:
+            budget = f"--lines {cfg.lines}" if cfg.lines is not None else f"--words {cfg.words}"
+            msg = f"the budget ({budget}) exceeds the pool ({n_pool} pairs, {int(lens[:, 0].sum())} source tokens): selecting all of it"
+            log.warning(msg)
+            warnings.append(msg)
+        mask = np.zeros(n_pool, dtype=bool)
+        mask[keep] = True
+
+        # Write the selection (pool order, bytes as read) and the scores.
+        t = time.perf_counter()
+        progress("write", 0, n_pool)
+        with open(files.tmp["src"], "wb") as fs, open(files.tmp["tgt"], "wb") as ft:
+            for i, (a, b) in enumerate(pool.raw_pairs()):
+                if mask[i]:
+                    fs.write(a if a.endswith(b"\n") else a + b"\n")
+                    ft.write(b if b.endswith(b"\n") else b + b"\n")
+                if i % 200_000 == 0:
+                    progress("write", i, n_pool)
+        _write_scores(files.tmp["scores"], scores, h, lens, mask)
+        progress("write", n_pool, n_pool)
+        timings["write_s"] = time.perf_counter() - t
+        timings["total_s"] = time.perf_counter() - t0
+
+        part_sel, start = [], 0
+        for n in pool.lines:
+            part_sel.append(int(mask[start:start + n].sum()))
+            start += n
+        sel_scores = scores[mask]
+        summary = {
+            "method": cfg.method,
+            "settings": asdict(cfg),
+            "cross_entropy": "per-token bits, -log2 p(sentence) / (tokens + 1): </s> counts as a token",
+            "words_budget_counts": "source-side tokens (after tokenisation)",
+            "in_domain": {"files": ind.src_paths + ind.tgt_paths, "pairs": n_ind_pairs,
+                          "src_tokens": src_tokens_in, "tgt_tokens": tgt_tokens_in},
+            "out_domain_sample": {"pairs": n_out_pairs, "src_tokens": out_src_tokens, "tgt_tokens": out_tgt_tokens,
+                                  "seed": cfg.seed},
+            "vocab": {"src": len(src_vocab), "tgt": len(tgt_vocab), "min_count": cfg.min_count},
+            "lm": {name: {"order": lm.order, "ngrams": lm.sizes(),
+                          "discounts": [list(lm.uni_discounts)] + [list(o.discounts) for o in lm.orders]}
+                   for name, lm in (("in_src", scorer.in_src), ("out_src", scorer.out_src),
+                                    ("in_tgt", scorer.in_tgt), ("out_tgt", scorer.out_tgt))},
+            "pool": {"parts": [{"src": s, "tgt": t_, "pairs": n, "selected": k}
+                               for s, t_, n, k in zip(pool.src_paths, pool.tgt_paths, pool.lines, part_sel)],
+                     "pairs": n_pool, "src_tokens": int(lens[:, 0].sum()), "tgt_tokens": int(lens[:, 1].sum())},
+            "selected": {"pairs": int(keep.size), "src_tokens": int(lens[keep, 0].sum()),
+                         "tgt_tokens": int(lens[keep, 1].sum()),
+                         "max_score": float(sel_scores.max()) if keep.size else None,
+                         "mean_score": float(sel_scores.mean()) if keep.size else None},
+            "outputs": outputs,
+            "warnings": warnings,
+            "timings": {k: round(v, 3) for k, v in timings.items()},
+        }
+        with open(files.tmp["summary"], "w", encoding="utf-8") as fh:
+            json.dump(summary, fh, indent=2)
+            fh.write("\n")
+        files.commit()
+    return summary
+
+
+def _write_scores(path: str, scores: np.ndarray, h: np.ndarray, lens: np.ndarray, mask: np.ndarray) -> None:
+    """TSV: line (1-based pool line), score, h_in_src, h_out_src, h_in_tgt, h_out_tgt, src/tgt tokens, selected."""
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("line\tscore\th_in_src\th_out_src\th_in_tgt\th_out_tgt\tsrc_tokens\ttgt_tokens\tselected\n")
+        step = 100_000
+        for lo in range(0, scores.size, step):
+            hi = min(lo + step, scores.size)
+            rows = zip(range(lo + 1, hi + 1), scores[lo:hi].tolist(), *(h[lo:hi, j].tolist() for j in range(4)),
+                       lens[lo:hi, 0].tolist(), lens[lo:hi, 1].tolist(), mask[lo:hi].tolist())
+            fh.write("".join(f"{i}\t{s:.6f}\t{a:.6f}\t{b:.6f}\t{c:.6f}\t{d:.6f}\t{ns}\t{nt}\t{int(m)}\n"
+                             for i, s, a, b, c, d, ns, nt, m in rows))
