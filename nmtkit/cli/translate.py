@@ -1,12 +1,150 @@
-"""`nmtkit translate`."""
+"""`nmtkit translate`: raw text in, translations out (library: nmtkit.translate)."""
 from __future__ import annotations
+
+import os
+import sys
 
 import click
 
-from nmtkit.errors import NotImplementedYet
+FORMATS = ["raw", "tok", "bpe"]
 
 
 @click.command("translate")
-def translate_cmd() -> None:
-    """Translate raw text with batched beam search."""
-    raise NotImplementedYet("'nmtkit translate' is not implemented yet")
+@click.option("-m", "--model", "models", multiple=True, required=True, metavar="CHECKPOINT",
+              help="Checkpoint to translate with (e.g. RUN/checkpoint_best.pt). Give several with --ensemble.")
+@click.option("--ensemble", is_flag=True,
+              help="Average several -m models (same vocabularies and preprocessing): log of the mean of "
+                   "their probabilities, as Nematus and fairseq do.")
+@click.option("-i", "--input", "input_path", metavar="FILE", help="Input text, one sentence a line [stdin].")
+@click.option("-o", "--output", "output_path", metavar="FILE",
+              help="Output file, written under a temporary name and renamed at the end [stdout].")
+@click.option("--force", is_flag=True, help="Overwrite existing -o / --alignments-file files.")
+@click.option("--input-format", type=click.Choice(FORMATS), default="raw", show_default=True,
+              help="raw: apply the recorded normalisation, tokenisation and BPE; tok: input is already "
+                   "tokenised (BPE still applied); bpe: input is the model's tokens.")
+@click.option("--output-format", type=click.Choice(FORMATS), default="raw", show_default=True,
+              help="raw: join BPE and detokenise; tok: join BPE only; bpe: the model's tokens.")
+@click.option("-k", "--beam", type=int, default=12, show_default=True, help="Beam width (1 = greedy).")
+@click.option("--lenpen", type=float, default=1.0, show_default=True,
+              help="Length normalisation alpha: hypotheses are ranked by log p / length^alpha "
+                   "(length counts EOS); 1 = per-word average, 0 = raw log-probability.")
+@click.option("--max-len-a", type=float, default=2.0, show_default=True,
+              help="Target length limit: at most a * source_length + b tokens.")
+@click.option("--max-len-b", type=float, default=10.0, show_default=True, help="See --max-len-a.")
+@click.option("--nbest", type=int, default=1, show_default=True,
+              help="Write the N best translations of each sentence in Moses n-best format: "
+                   "'i ||| translation ||| LogProb= lp Length= n ||| score' (i counts sentences from 0, "
+                   "lp is the raw log-probability, n the token count with EOS, score = lp / n^lenpen).")
+@click.option("--batch-size", type=int, default=64, show_default=True, help="Sentences per batch.")
+@click.option("--max-tokens", type=int, default=None,
+              help="Also cap a batch at this many padded source tokens (before beam expansion).")
+@click.option("--buffer-size", type=int, default=2000, show_default=True,
+              help="Lines read, sorted by length and translated together before being written in order.")
+@click.option("--interactive", is_flag=True,
+              help="Answer each line at once (implied when stdin is a terminal; same as --buffer-size 1).")
+@click.option("--replace-unk", is_flag=True,
+              help="Replace each <unk> in the output by the source word it attends to most "
+                   "(Luong et al. 2015; Jean et al. 2015); with BPE, the whole word of that subword.")
+@click.option("--unk-dict", metavar="FILE",
+              help="With --replace-unk: a 'source<TAB>target' dictionary the source word goes through.")
+@click.option("--alignments", type=click.Choice(["hard", "soft"]), default=None,
+              help="Write alignments to --alignments-file, one line per output line: hard = Pharaoh "
+                   "'i-j' pairs (source i, target j, model tokens counted from 0); soft = JSON lines "
+                   "{\"src\": [...], \"tgt\": [...], \"attention\": [[...]]} (rows = target tokens + </s>).")
+@click.option("--alignments-file", metavar="FILE", help="Where --alignments go.")
+@click.option("--plot-attention", metavar="DIR",
+              help="Draw each sentence's attention (the paper's Figure 3) as DIR/NNNNNN.png (line number).")
+@click.option("--plot-limit", type=int, default=100, show_default=True, help="Plot at most this many sentences.")
+@click.option("--max-src-len", type=int, default=None,
+              help="Longer inputs (in model tokens) are truncated with a warning naming the line "
+                   "[4 x the training length limit when recorded, at least 250].")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16"]), default="auto", show_default=True,
+              help="auto = bf16 autocast on GPU, fp32 on CPU.")
+@click.option("-q", "--quiet", is_flag=True, help="No warnings or summary on stderr.")
+def translate_cmd(models, ensemble, input_path, output_path, force, input_format, output_format, beam, lenpen,
+                  max_len_a, max_len_b, nbest, batch_size, max_tokens, buffer_size, interactive, replace_unk,
+                  unk_dict, alignments, alignments_file, plot_attention, plot_limit, max_src_len, device,
+                  precision, quiet) -> None:
+    """Translate raw text with batched beam search.
+
+    Reads one sentence a line (stdin or -i), applies exactly the preprocessing recorded in the
+    checkpoint, decodes, joins BPE, detokenises and writes one line per input line, in order
+    (empty lines stay empty). Example:
+
+        nmtkit translate -m run/checkpoint_best.pt < test.en > test.hyp.fr
+    """
+    from pathlib import Path
+
+    from nmtkit.errors import ConfigError, InputError, OutputExistsError
+
+    if len(models) > 1 and not ensemble:
+        raise ConfigError(f"{len(models)} -m checkpoints given: add --ensemble to average them")
+    if alignments and not alignments_file:
+        raise ConfigError("--alignments needs --alignments-file FILE")
+    if alignments_file and not alignments:
+        raise ConfigError("--alignments-file needs --alignments hard|soft")
+    for p in (output_path, alignments_file):
+        if p and Path(p).exists() and not force:
+            raise OutputExistsError("exists (use --force to overwrite)", p)
+    if input_path and not Path(input_path).is_file():
+        raise InputError("input file not found", input_path)
+
+    from nmtkit.translate import (
+        AtomicOutput,
+        TranslateConfig,
+        Translator,
+        Writers,
+        read_lines,
+        translate_stream,
+    )
+
+    stdin_tty = input_path is None and sys.stdin.isatty()
+    if interactive or stdin_tty:
+        buffer_size = 1
+    cfg = TranslateConfig(
+        models=tuple(models), beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
+        batch_size=batch_size, max_tokens=max_tokens, buffer_size=buffer_size, input_format=input_format,
+        output_format=output_format, replace_unk=replace_unk, unk_dict=unk_dict, alignments=alignments,
+        plot_attention=plot_attention, plot_limit=plot_limit, max_src_len=max_src_len, device=device,
+        precision=precision,
+    )
+    cfg.validate()
+
+    def warn(msg: str) -> None:
+        if not quiet:
+            click.echo(f"nmtkit: warning: {msg}", err=True)
+
+    translator = Translator(cfg, warn=warn)
+    translator.source_name = input_path or "<stdin>"
+
+    outs: list[AtomicOutput] = []
+    try:
+        out_file = AtomicOutput(output_path) if output_path else None
+        if out_file:
+            outs.append(out_file)
+        align_file = AtomicOutput(alignments_file) if alignments_file else None
+        if align_file:
+            outs.append(align_file)
+        writers = Writers(out_file.file if out_file else sys.stdout, align_file.file if align_file else None,
+                          cfg, flush_each=buffer_size == 1)
+        stream = open(input_path, "rb") if input_path else sys.stdin.buffer
+        try:
+            n = translate_stream(translator, read_lines(stream, translator.source_name), writers, buffer_size)
+        finally:
+            if input_path:
+                stream.close()
+        for f in outs:
+            f.commit()
+        outs = []
+    except BrokenPipeError:
+        # `... | head`: the reader went away. Point stdout at /dev/null so that the interpreter's
+        # final flush does not complain, and let main() exit quietly with status 0.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise
+    finally:
+        for f in outs:
+            f.abort()
+    if not quiet and not stdin_tty:
+        click.echo(f"nmtkit: translated {n} lines", err=True)
