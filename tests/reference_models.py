@@ -103,3 +103,25 @@ def rnnsearch_loglik(model, src: list[int], tgt: list[int]) -> Tensor:
         ll = ll + log_softmax(logits)[outs[i]]
         s = paper_gru_step(Ey, s, c, model.W_in.weight, U, model.C.weight, model.W_in.bias, d)
     return ll
+
+
+def rnnencdec_loglik(model, src: list[int], tgt: list[int]) -> Tensor:
+    """log p(tgt + EOS | src) under RNNencdec (Cho et al. 2014), equation by equation."""
+    cfg = model.config
+    n, d = cfg.enc_hidden, cfg.dec_hidden
+    x = source_with_eos(src, cfg)
+    E = model.src_embed.weight
+    hs, _ = run_rnn([E[w] for w in x], model.encoder, "", n)
+    c = torch.tanh(model.V.weight @ hs[-1] + model.V.bias)
+    s = torch.tanh(model.V_s.weight @ c + model.V_s.bias)
+    U = (model.U_zr.weight[:d], model.U_zr.weight[d:], model.U.weight)
+    ys = [BOS] + list(tgt)
+    outs = list(tgt) + [EOS]
+    ll = s.new_zeros(())
+    for i in range(len(outs)):
+        Ey = model.tgt_embed.weight[ys[i]]
+        t_tilde = model.U_o.weight @ s + model.U_o.bias + model.V_o.weight @ Ey + model.C_o.weight @ c
+        logits = model.W_o.weight @ maxout(t_tilde) + model.W_o.bias
+        ll = ll + log_softmax(logits)[outs[i]]
+        s = paper_gru_step(Ey, s, c, model.W_in.weight, U, model.C.weight, model.W_in.bias, d)
+    return ll

@@ -1,0 +1,135 @@
+"""RNNencdec: the encoder-decoder of Cho et al. (EMNLP 2014), "Learning Phrase Representations
+using RNN Encoder-Decoder for Statistical Machine Translation", as the baseline of Bahdanau et al.
+(2015) (same sizes, same initialisation, same maxout deep output).
+
+Equations (PAPER_NOTES.md), i the target position, y_0 = BOS:
+  encoder   h_j = GRU(h_{j-1}, E x_j) (one direction),  c = tanh(V h_T)
+  start     s_0 = tanh(V' c)
+  decoder   z_i = sig(W_z E y_{i-1} + U_z s_{i-1} + C_z c),  r_i likewise,
+            s~_i = tanh(W E y_{i-1} + U [r_i * s_{i-1}] + C c),  s_i = (1 - z_i) s_{i-1} + z_i s~_i
+  output    t~_i = U_o s_{i-1} + V_o E y_{i-1} + C_o c,  t_i = maxout pairs,  softmax(W_o t_i)
+Like RNNsearch (see rnnsearch.py for the shared conventions: EOS appended to the source inside
+the model, packed cuDNN-form nn.GRU encoder, paper-form decoder GRU, biases in the gates, V, V',
+U_o and W_o), the output for y_i uses s_{i-1}; the decoder differs only in its fixed context c.
+There is no attention: `step` returns None as its attention, `decode_features` too.
+
+Speed: c does not change over time, so [W; W_z; W_r] E y + [C; C_z; C_r] c and V_o E y + C_o c
+are computed for all steps before the loop; the loop is the bare GRU recurrence.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence
+
+from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, append_eos
+from nmtkit.models.init import paper_init_
+from nmtkit.models.rnnsearch import check_common, maxout_pairs
+
+
+@dataclass(frozen=True)
+class RNNEncDecConfig:
+    """Hyper-parameters of RNNencdec; defaults are the paper's (RNNencdec-50 without vocab sizes)."""
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    emb_dim: int = 620  # m
+    enc_hidden: int = 1000  # n (also the size of c)
+    dec_hidden: int = 1000
+    maxout: int = 500  # l
+    dropout: float = 0.0
+    init: str = "paper"
+    src_eos: bool = True
+
+    def __post_init__(self) -> None:
+        check_common(self, ("src_vocab_size", "tgt_vocab_size", "emb_dim", "enc_hidden",
+                            "dec_hidden", "maxout"))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class RNNEncDec(Seq2Seq):
+    """Cho et al. (2014) encoder-decoder with a fixed-length summary c."""
+
+    def __init__(self, config: RNNEncDecConfig):
+        super().__init__()
+        self.config = config
+        m, n, d, lo = config.emb_dim, config.enc_hidden, config.dec_hidden, config.maxout
+        self.drop = nn.Dropout(config.dropout)
+        self.src_embed = nn.Embedding(config.src_vocab_size, m, padding_idx=PAD_ID)
+        self.encoder = nn.GRU(m, n, batch_first=True)
+        self.V = nn.Linear(n, n)  # c = tanh(V h_T)
+        self.V_s = nn.Linear(n, d)  # s_0 = tanh(V' c)
+        self.tgt_embed = nn.Embedding(config.tgt_vocab_size, m, padding_idx=PAD_ID)
+        self.W_in = nn.Linear(m, 3 * d)  # [W_z; W_r; W] E y (+ biases)
+        self.U_zr = nn.Linear(d, 2 * d, bias=False)
+        self.U = nn.Linear(d, d, bias=False)
+        self.C = nn.Linear(n, 3 * d, bias=False)  # [C_z; C_r; C] c
+        self.U_o = nn.Linear(d, 2 * lo)
+        self.V_o = nn.Linear(m, 2 * lo, bias=False)
+        self.C_o = nn.Linear(n, 2 * lo, bias=False)
+        self.W_o = nn.Linear(lo, config.tgt_vocab_size)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        n, d = self.config.enc_hidden, self.config.dec_hidden
+        if self.config.init == "paper":
+            paper_init_(self, recurrent=[(self.encoder.weight_hh_l0, n), (self.U_zr.weight, d),
+                                         (self.U.weight, d)], align=[])
+
+    def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
+        """src (B, S) -> summary c (B, n); annotations = c as one position (B, 1, n)."""
+        if self.config.src_eos:
+            src, src_lens = append_eos(src, src_lens)
+        emb = self.drop(self.src_embed(src))
+        packed = pack_padded_sequence(emb, src_lens.cpu(), batch_first=True, enforce_sorted=False)
+        _, h_last = self.encoder(packed)  # (1, B, n): h_T of each sentence
+        c = torch.tanh(self.V(h_last[0]))
+        mask = torch.ones(c.size(0), 1, dtype=torch.bool, device=c.device)
+        return EncoderOut(annotations=c.unsqueeze(1), keys=None, mask=mask, summary=c)
+
+    def init_state(self, enc: EncoderOut) -> Tensor:
+        """s_0 = tanh(V' c): (B, d)."""
+        return torch.tanh(self.V_s(enc.summary)).to(self.V_s.weight.dtype)
+
+    def _update(self, s: Tensor, x_gates: Tensor) -> Tensor:
+        """s_i from s_{i-1} (B, d) and the gate inputs [W.. E y + C.. c] (B, 3d)."""
+        d = self.config.dec_hidden
+        zr = torch.sigmoid(x_gates[:, : 2 * d] + self.U_zr(s))
+        z, r = zr[:, :d], zr[:, d:]
+        cand = torch.tanh(x_gates[:, 2 * d :] + self.U(r * s))
+        return s + z * (cand - s)
+
+    def _inputs(self, enc: EncoderOut, tgt: Tensor) -> tuple[Tensor, Tensor]:
+        """Gate inputs (..., 3d) and deep-output inputs (..., 2l) of tokens tgt (B,) or (B, T)."""
+        emb = self.drop(self.tgt_embed(tgt))
+        c = enc.summary if tgt.dim() == 1 else enc.summary.unsqueeze(1)
+        return self.W_in(emb) + self.C(c), self.V_o(emb) + self.C_o(c)
+
+    def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, None]:
+        """Teacher forcing. tgt_in (B, T) -> (t (B, T, l), None)."""
+        x_gates, x_out = self._inputs(enc, tgt_in)
+        s = self.init_state(enc)
+        states = []
+        for i in range(tgt_in.size(1)):
+            states.append(s)
+            if i + 1 < tgt_in.size(1):
+                s = self._update(s, x_gates[:, i])
+        s_prev = torch.stack(states, dim=1)
+        return self.drop(maxout_pairs(self.U_o(s_prev) + x_out)), None
+
+    def step_features(self, prev_tokens: Tensor, state: Tensor, enc: EncoderOut
+                      ) -> tuple[Tensor, Tensor, None]:
+        """y_{i-1} (B,), s_{i-1} (B, d) -> (t_i (B, l), s_i, None)."""
+        x_gates, x_out = self._inputs(enc, prev_tokens)
+        feats = self.drop(maxout_pairs(self.U_o(state) + x_out))
+        return feats, self._update(state, x_gates), None
+
+    def output_layer(self, features: Tensor) -> Tensor:
+        return self.W_o(features)
+
+    def output_projection(self) -> nn.Linear:
+        return self.W_o

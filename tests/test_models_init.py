@@ -1,0 +1,77 @@
+"""Paper initialisation (Bahdanau et al. 2015, appendix B.1) of RNNsearch and RNNencdec."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nmtkit.models import build_model
+
+SIZES = dict(src_vocab_size=300, tgt_vocab_size=400, emb_dim=40, enc_hidden=48, dec_hidden=64, maxout=30)
+
+
+def _orthogonal_blocks(w: torch.Tensor, block: int) -> bool:
+    eye = torch.eye(block)
+    return all(torch.allclose(w[i : i + block] @ w[i : i + block].T, eye, atol=1e-5)
+               for i in range(0, w.size(0), block))
+
+
+def _std_ok(w: torch.Tensor, std: float) -> bool:
+    return abs(w.float().std().item() - std) < 0.1 * std and abs(w.float().mean().item()) < 0.1 * std
+
+
+def recurrent_and_align(model):
+    """(recurrent (weight, block) list, alignment weights, zero params) named as in the paper."""
+    n, d = model.config.enc_hidden, model.config.dec_hidden
+    rec = [(model.U_zr.weight, d), (model.U.weight, d), (model.encoder.weight_hh_l0, n)]
+    if model.encoder.bidirectional:
+        rec.append((model.encoder.weight_hh_l0_reverse, n))
+    align = [model.W_a.weight, model.U_a.weight] if hasattr(model, "W_a") else []
+    zeros = [model.v_a] if hasattr(model, "v_a") else []
+    return rec, align, zeros
+
+
+@pytest.mark.parametrize("arch", ["rnnsearch", "rnnencdec"])
+def test_paper_init_statistics(arch):
+    torch.manual_seed(0)
+    cfg = dict(SIZES, att_hidden=56) if arch == "rnnsearch" else dict(SIZES)
+    model = build_model(arch, cfg)
+    rec, align, zeros = recurrent_and_align(model)
+    seen = set()
+    for w, block in rec:
+        assert _orthogonal_blocks(w, block), "recurrent matrices must be orthogonal per gate"
+        seen.add(id(w))
+    for w in align:
+        assert _std_ok(w, 0.001), w.std()
+        seen.add(id(w))
+    for p in zeros:
+        assert torch.all(p == 0)
+        seen.add(id(p))
+    n_other = 0
+    for name, p in model.named_parameters():
+        if id(p) in seen:
+            continue
+        if "bias" in name.rsplit(".", 1)[-1]:
+            assert torch.all(p == 0), f"{name} must start at zero"
+        else:
+            assert _std_ok(p, 0.01), f"{name}: std {p.std():.4g}, expected 0.01"
+            n_other += 1
+    assert n_other >= 5
+
+
+def test_zero_v_a_gives_uniform_attention_at_start():
+    """A consequence of the paper init: e_ij = 0 for all j, so alpha is uniform over real positions."""
+    torch.manual_seed(0)
+    model = build_model("rnnsearch", dict(SIZES, att_hidden=56)).eval()
+    src = torch.tensor([[5, 6, 7, 8], [9, 10, 0, 0]])
+    lens = torch.tensor([4, 2])
+    with torch.no_grad():
+        _, attn = model.decode_features(model.encode(src, lens), torch.tensor([[2, 5, 6], [2, 7, 0]]))
+    torch.testing.assert_close(attn[0], torch.full((3, 5), 1 / 5))
+    torch.testing.assert_close(attn[1, :, :3], torch.full((3, 3), 1 / 3))
+
+
+def test_default_init_differs_from_paper_init():
+    torch.manual_seed(0)
+    model = build_model("rnnsearch", dict(SIZES, att_hidden=56, init="default"))
+    assert not torch.all(model.v_a == 0)
+    assert model.W_o.weight.std() > 0.02
