@@ -1,0 +1,192 @@
+"""Greedy and batched beam search (nmtkit.decode.search) on random tiny RNNsearch models."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from nmtkit.decode.search import beam_search, greedy_search, max_lengths
+from nmtkit.text.vocab import BOS_ID, EOS_ID
+from tests.translate_fixtures import tiny_model
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _batch(seed: int = 1, B: int = 7, vocab: int = 22, S: int = 9):
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(1, S + 1, (B,), generator=g)
+    lens[0] = S
+    src = torch.zeros(B, S, dtype=torch.long)
+    for i, n in enumerate(lens.tolist()):
+        src[i, :n] = torch.randint(4, vocab, (n,), generator=g)
+    return src, lens
+
+
+def _sharp(model, scale: float = 8.0):
+    """Scale the output layer so that the random model has peaked, varied distributions."""
+    with torch.no_grad():
+        model.W_o.weight.mul_(scale)
+        model.W_o.bias.normal_(0, 2.0)
+    return model
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("lenpen", [0.0, 1.0, 0.6])
+def test_beam_one_equals_greedy_tokens_scores_and_attention(seed, lenpen):
+    model, _ = tiny_model(seed)
+    _sharp(model)
+    src, lens = _batch(seed)
+    lim = max_lengths(lens, 1.5, 4)
+    greedy = greedy_search(model, src, lens, max_len=lim, lenpen=lenpen, need_attention=True)
+    beam = beam_search(model, src, lens, beam=1, lenpen=lenpen, max_len_a=1.5, max_len_b=4, need_attention=True)
+    assert len(greedy) == len(beam) == src.size(0)
+    for g, (b,) in zip(greedy, beam):
+        assert g.tokens == b.tokens
+        assert g.log_prob == pytest.approx(b.log_prob, abs=1e-5)
+        assert g.score == pytest.approx(b.score, abs=1e-5)
+        assert torch.allclose(g.attention, b.attention, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("beam", [2, 5, 12])
+def test_beam_best_log_prob_is_never_worse_than_greedy(seed, beam):
+    model, _ = tiny_model(seed)
+    _sharp(model, 4.0)
+    src, lens = _batch(seed + 10)
+    greedy = greedy_search(model, src, lens, max_len=max_lengths(lens, 1.5, 4), lenpen=0.0)
+    best = beam_search(model, src, lens, beam=beam, lenpen=0.0, max_len_a=1.5, max_len_b=4)
+    for g, hyps in zip(greedy, best):
+        assert hyps[0].log_prob >= g.log_prob - 1e-5
+
+
+def _exhaustive_best(model, src, n, max_len, words, lenpen):
+    """Score every target sequence up to max_len by teacher forcing; the best (score, tokens)."""
+    best = (-math.inf, None)
+    for length in range(max_len + 1):
+        for toks in itertools.product(words, repeat=length):
+            tgt_in = torch.tensor([[BOS_ID, *toks]])
+            tgt_out = torch.tensor([[*toks, EOS_ID]])
+            with torch.no_grad():
+                lp = model(src[None, :n], torch.tensor([n]), tgt_in)
+            lp_sum = float(lp[0].gather(1, tgt_out[0, :, None]).sum())
+            score = lp_sum / (length + 1) ** lenpen
+            if score > best[0]:
+                best = (score, list(toks))
+    return best
+
+
+@pytest.mark.parametrize("lenpen", [0.0, 1.0])
+def test_a_beam_as_wide_as_the_search_space_finds_the_exact_best(lenpen):
+    # target vocabulary: 4 specials + 2 words; UNK and the words can be generated (3 choices)
+    model, _ = tiny_model(3, tgt_vocab=6)
+    _sharp(model, 3.0)
+    src, lens = _batch(5, B=3)
+    max_len = 3
+    words = [1, 4, 5]
+    res = beam_search(model, src, lens, beam=40, lenpen=lenpen, max_len=torch.full((3,), max_len))
+    for i in range(3):
+        score, toks = _exhaustive_best(model, src[i], int(lens[i]), max_len, words, lenpen)
+        assert res[i][0].tokens == toks
+        assert res[i][0].score == pytest.approx(score, abs=1e-4)
+
+
+def test_nbest_lists_are_sorted_distinct_and_scored_consistently():
+    model, _ = tiny_model(4)
+    _sharp(model, 3.0)
+    src, lens = _batch(4)
+    for lenpen in (0.0, 1.0):
+        res = beam_search(model, src, lens, beam=6, nbest=6, lenpen=lenpen, max_len_a=1.0, max_len_b=3)
+        for hyps in res:
+            assert len(hyps) == 6
+            scores = [h.score for h in hyps]
+            assert scores == sorted(scores, reverse=True)
+            assert len({tuple(h.tokens) for h in hyps}) == len(hyps)
+            for h in hyps:
+                assert h.score == pytest.approx(h.log_prob / (len(h.tokens) + 1) ** lenpen, rel=1e-6)
+                assert EOS_ID not in h.tokens and BOS_ID not in h.tokens and 0 not in h.tokens
+
+
+def test_log_probs_match_teacher_forcing():
+    model, _ = tiny_model(6)
+    _sharp(model, 3.0)
+    src, lens = _batch(6, B=4)
+    res = beam_search(model, src, lens, beam=4, nbest=2, lenpen=1.0, max_len_a=1.0, max_len_b=3)
+    for i, hyps in enumerate(res):
+        for h in hyps:
+            tgt_in = torch.tensor([[BOS_ID, *h.tokens]])
+            tgt_out = torch.tensor([[*h.tokens, EOS_ID]])
+            with torch.no_grad():
+                lp = model(src[i : i + 1, : lens[i]], lens[i : i + 1], tgt_in)
+            assert h.log_prob == pytest.approx(float(lp[0].gather(1, tgt_out[0, :, None]).sum()), abs=1e-4)
+
+
+def test_batched_search_equals_one_sentence_at_a_time():
+    model, _ = tiny_model(7)
+    _sharp(model, 3.0)
+    src, lens = _batch(7, B=6)
+    batched = beam_search(model, src, lens, beam=5, nbest=3, max_len_a=1.5, max_len_b=3)
+    for i in range(src.size(0)):
+        (alone,) = beam_search(model, src[i : i + 1, : lens[i]], lens[i : i + 1], beam=5, nbest=3,
+                               max_len_a=1.5, max_len_b=3)
+        assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
+        assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-5)
+
+
+def test_length_limit_is_respected_and_attention_is_a_distribution():
+    model, _ = tiny_model(8)
+    src, lens = _batch(8)
+    res = beam_search(model, src, lens, beam=3, nbest=3, max_len_a=0.5, max_len_b=1, need_attention=True)
+    lim = max_lengths(lens, 0.5, 1)
+    for i, hyps in enumerate(res):
+        for h in hyps:
+            assert len(h.tokens) <= int(lim[i])
+            # one row per target token + EOS; one column per source token + the model's source EOS
+            assert h.attention.shape == (len(h.tokens) + 1, src.size(1) + 1)
+            assert torch.allclose(h.attention.sum(1), torch.ones(len(h.tokens) + 1), atol=1e-5)
+            assert float(h.attention[:, int(lens[i]) + 1 :].abs().sum()) == 0.0  # padding gets none
+
+
+def test_ensemble_of_the_same_model_twice_equals_the_model():
+    model, _ = tiny_model(9)
+    _sharp(model, 3.0)
+    src, lens = _batch(9)
+    single = beam_search(model, src, lens, beam=4, nbest=2, max_len_a=1.5, max_len_b=3)
+    double = beam_search([model, model], src, lens, beam=4, nbest=2, max_len_a=1.5, max_len_b=3)
+    for a, b in zip(single, double):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+
+
+def test_ensemble_averages_probabilities_of_different_models():
+    m1, _ = tiny_model(10)
+    m2, _ = tiny_model(11)
+    _sharp(m1, 3.0)
+    _sharp(m2, 3.0)
+    src, lens = _batch(10, B=3)
+    (h,) = greedy_search([m1, m2], src[:1, : lens[0]], lens[:1], max_len=6)
+    tgt_in = torch.tensor([[BOS_ID, *h.tokens]])
+    tgt_out = torch.tensor([[*h.tokens, EOS_ID]])
+    with torch.no_grad():
+        p1 = m1(src[:1, : lens[0]], lens[:1], tgt_in).exp()
+        p2 = m2(src[:1, : lens[0]], lens[:1], tgt_in).exp()
+    mean = ((p1 + p2) / 2)[0]
+    assert h.log_prob == pytest.approx(float(mean.gather(1, tgt_out[0, :, None]).log().sum()), abs=1e-4)
+    # and it picked the most probable token of the averaged distribution at every step
+    allowed = mean.clone()
+    allowed[:, [0, BOS_ID]] = 0
+    assert h.tokens == allowed[: len(h.tokens)].argmax(1).tolist()
+
+
+def test_nbest_larger_than_beam_is_refused():
+    model, _ = tiny_model(0)
+    src, lens = _batch(0, B=2)
+    with pytest.raises(ValueError):
+        beam_search(model, src, lens, beam=2, nbest=3)
