@@ -1,0 +1,93 @@
+"""The training side of a data directory written by `nmtkit preprocess`.
+
+Reads `manifest.json` (languages, text pipeline, vocabulary file names), the two vocabularies
+and the memory-mapped binarised splits. `train` never reads raw text, except that dev BLEU is
+scored against the raw dev references when the manifest records where they are.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nmtkit.data.binarized import ParallelData, split_paths
+from nmtkit.errors import InputError
+from nmtkit.text.vocab import Vocab
+
+
+@dataclass
+class DataDir:
+    """A preprocessed data directory: manifest, vocabularies, splits."""
+
+    path: Path
+    manifest: dict[str, Any]
+    src_lang: str
+    tgt_lang: str
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    pipeline: dict[str, Any]
+    _splits: dict[str, ParallelData] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def open(cls, path: str | Path) -> "DataDir":
+        path = Path(path)
+        if not path.exists():
+            raise InputError("data directory not found (create it with 'nmtkit preprocess')", str(path))
+        if not path.is_dir():
+            raise InputError("not a directory (expected a data directory from 'nmtkit preprocess')", str(path))
+        mpath = path / "manifest.json"
+        if not mpath.is_file():
+            raise InputError("no manifest.json: not a data directory from 'nmtkit preprocess'", str(path))
+        try:
+            manifest = json.loads(mpath.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as err:
+            raise InputError(f"manifest.json is not valid JSON ({err})", str(mpath)) from None
+        if not isinstance(manifest, dict):
+            raise InputError("manifest.json must hold a JSON object", str(mpath))
+        for key in ("src_lang", "tgt_lang", "vocab"):
+            if key not in manifest:
+                raise InputError(f"manifest.json lacks the key '{key}'", str(mpath))
+        vocab = manifest["vocab"]
+        if not isinstance(vocab, dict) or "src" not in vocab or "tgt" not in vocab:
+            raise InputError("manifest.json 'vocab' must be {\"src\": file, \"tgt\": file}", str(mpath))
+        src_vocab = Vocab.load(path / vocab["src"])
+        tgt_vocab = Vocab.load(path / vocab["tgt"])
+        return cls(path, manifest, str(manifest["src_lang"]), str(manifest["tgt_lang"]), src_vocab, tgt_vocab,
+                   dict(manifest.get("pipeline") or {}))
+
+    def has_split(self, name: str) -> bool:
+        return all(p.exists() for lang in (self.src_lang, self.tgt_lang)
+                   for p in split_paths(self.path, name, lang))
+
+    def split(self, name: str) -> ParallelData:
+        if name not in self._splits:
+            data = ParallelData(self.path, name, self.src_lang, self.tgt_lang)
+            for side, text, vocab in (("source", data.src, self.src_vocab), ("target", data.tgt, self.tgt_vocab)):
+                if len(text.ids) and int(np.max(text.ids)) >= len(vocab):
+                    raise InputError(f"split '{name}' {side} has ids beyond the vocabulary ({len(vocab)})",
+                                     str(self.path))
+            self._splits[name] = data
+        return self._splits[name]
+
+    def raw_references(self, name: str = "valid") -> list[str] | None:
+        """The raw (untokenised) target side of split `name`, when the manifest says where it
+        was read from (`splits[name]["prefix"]` with raw input) and that file still has the
+        split's number of lines; else None (BLEU then uses the binarised references)."""
+        info = (self.manifest.get("splits") or {}).get(name) or {}
+        settings = self.manifest.get("settings") or {}
+        prefix = info.get("prefix")
+        if not prefix or settings.get("input_format", "raw") != "raw":
+            return None
+        p = Path(f"{prefix}.{self.tgt_lang}")
+        candidates = [p] if p.is_absolute() else [p, self.path / p]
+        for c in candidates:
+            if c.is_file():
+                try:
+                    lines = c.read_text(encoding="utf-8").splitlines()
+                except (OSError, UnicodeDecodeError):
+                    return None
+                return lines if len(lines) == len(self.split(name)) else None
+        return None

@@ -1,0 +1,79 @@
+"""Several processes, one model: PyTorch's own engine (torchrun + DistributedDataParallel).
+
+`torchrun --nproc_per_node N -m nmtkit train ...` starts N processes with RANK, LOCAL_RANK,
+WORLD_SIZE, MASTER_ADDR and MASTER_PORT set; `init()` joins them into a process group (NCCL on
+CUDA, gloo on CPU). Every rank computes the same epoch plan (`nmtkit.data.batching`) and trains
+on its own slice of each minibatch, so an update sees the same pairs whatever the number of
+ranks. Only rank 0 validates and writes files; what it decides (dev score, stop) is broadcast.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from nmtkit.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def env_info() -> DistInfo:
+    """The process's place in a torchrun job (a single process when WORLD_SIZE is unset or 1)."""
+    try:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        rank = int(os.environ.get("RANK", "0"))
+        local = int(os.environ.get("LOCAL_RANK", str(rank)))
+    except ValueError:
+        raise ConfigError("WORLD_SIZE, RANK and LOCAL_RANK must be integers (set by torchrun)") from None
+    if world > 1 and not 0 <= rank < world:
+        raise ConfigError(f"RANK={rank} outside WORLD_SIZE={world}")
+    return DistInfo(rank, local, world)
+
+
+def init(info: DistInfo, device: torch.device) -> None:
+    """Join the process group (no-op for a single process)."""
+    if not info.enabled or dist.is_initialized():
+        return
+    for var in ("MASTER_ADDR", "MASTER_PORT"):
+        if var not in os.environ:
+            raise ConfigError(f"WORLD_SIZE={info.world_size} but {var} is not set (start with torchrun)")
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size)
+
+
+def shutdown(info: DistInfo) -> None:
+    if info.enabled and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def broadcast_floats(values: list[float], info: DistInfo, device: torch.device) -> list[float]:
+    """Rank 0's values on every rank (one small collective)."""
+    if not info.enabled:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.broadcast(t, src=0)
+    return t.tolist()
+
+
+def any_flag(flag: bool, info: DistInfo, device: torch.device) -> bool:
+    """True on every rank when any rank's flag is set."""
+    if not info.enabled:
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item() > 0)

@@ -1,0 +1,115 @@
+"""What a run writes for people to read: metrics.jsonl, curves.png, train.log, TensorBoard.
+
+`metrics.jsonl` has one JSON object per line: `{"kind": "train", ...}` per log interval and
+`{"kind": "valid", ...}` per validation, each with the update number. On resume, the lines
+written after the checkpoint being resumed are dropped, so the file always describes the run
+that the checkpoints continue. `curves.png` (train and dev loss, dev BLEU against updates) is
+redrawn at each validation with matplotlib's Agg backend and replaced atomically.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from nmtkit.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+class MetricsLog:
+    """metrics.jsonl + curves.png (+ TensorBoard scalars when asked) in a run directory."""
+
+    def __init__(self, run_dir: str | Path, resume_update: int | None = None, tensorboard: bool = False):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / "metrics.jsonl"
+        self.records: list[dict[str, Any]] = []
+        if resume_update is not None and self.path.exists():
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue  # a line cut by a kill
+                if int(rec.get("update", 0)) <= resume_update:
+                    self.records.append(rec)
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for rec in self.records:
+                f.write(json.dumps(rec) + "\n")
+        os.replace(tmp, self.path)
+        self._file = open(self.path, "a", encoding="utf-8")
+        self._tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise ConfigError("--tensorboard needs the tensorboard package (pip install tensorboard)") from None
+            self._tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+
+    def write(self, rec: dict[str, Any]) -> None:
+        self.records.append(rec)
+        self._file.write(json.dumps(rec) + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            kind = rec.get("kind", "train")
+            for key, value in rec.items():
+                if key not in ("kind", "update", "epoch") and isinstance(value, (int, float)) and value is not None:
+                    self._tb.add_scalar(f"{kind}/{key}", value, rec["update"])
+            self._tb.flush()
+
+    def draw_curves(self) -> None:
+        """Redraw curves.png: losses (train, dev) and dev BLEU against updates."""
+        try:
+            draw_curves(self.records, self.run_dir / "curves.png")
+        except Exception as err:  # a plot must never stop a week-long run
+            log.warning("could not draw curves.png: %s", err)
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def draw_curves(records: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure
+
+    train = [r for r in records if r.get("kind") == "train"]
+    valid = [r for r in records if r.get("kind") == "valid"]
+    bleu = [r for r in valid if r.get("bleu") is not None]
+    fig = Figure(figsize=(10, 4), dpi=100)
+    ax1, ax2 = fig.subplots(1, 2)
+    if train:
+        ax1.plot([r["update"] for r in train], [r["loss"] for r in train], label="train loss", lw=1)
+    if valid:
+        ax1.plot([r["update"] for r in valid], [r["loss"] for r in valid], "o-", label="dev loss", lw=1.5, ms=3)
+    ax1.set_xlabel("updates")
+    ax1.set_ylabel("loss (nats per target token)")
+    ax1.grid(alpha=0.3)
+    if train or valid:
+        ax1.legend()
+    if bleu:
+        ax2.plot([r["update"] for r in bleu], [r["bleu"] for r in bleu], "o-", color="C2", lw=1.5, ms=3)
+    ax2.set_xlabel("updates")
+    ax2.set_ylabel("dev BLEU")
+    ax2.grid(alpha=0.3)
+    fig.tight_layout()
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp)
+    os.replace(tmp, path)
+
+
+def setup_file_log(run_dir: Path) -> logging.Handler:
+    """Send the `nmtkit` loggers' INFO records to run_dir/train.log (appending on resume)."""
+    handler = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+    handler.setLevel(logging.INFO)
+    logger = logging.getLogger("nmtkit")
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET or logger.level > logging.INFO:
+        logger.setLevel(logging.INFO)
+    return handler

@@ -1,0 +1,172 @@
+"""`nmtkit train` as a plain function: resolve the model and train configs, open or resume a run.
+
+A run directory holds one run. Starting a new run where one already is (checkpoint_last.pt,
+checkpoint_best.pt or metrics.jsonl present) is refused unless `resume` (continue it exactly
+from checkpoint_last.pt) or `force` (delete the old run's files and start over).
+
+On resume the checkpoint's configs are used; only the options in `RESUME_OVERRIDABLE` (stopping
+criteria, reporting, hardware) may be changed, and a different value for any other is an error
+(it would silently make the run a different experiment).
+"""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
+from nmtkit.train.config import PAPER_PRESETS, TrainConfig
+
+RUN_FILES = ("checkpoint_last.pt", "checkpoint_best.pt", "metrics.jsonl", "curves.png", "train.log")
+RESUME_OVERRIDABLE = frozenset({
+    "max_updates", "max_epochs", "max_time", "patience", "valid_every", "valid_bleu_samples", "valid_beam",
+    "valid_batch_size", "save_every", "log_every", "on_nan", "tensorboard", "device", "threads", "precision",
+})
+# CLI size overrides -> model config fields
+MODEL_OVERRIDES = ("emb_dim", "enc_hidden", "dec_hidden", "att_hidden", "maxout", "dropout")
+
+
+def train_defaults(arch: str, preset: str | None) -> dict[str, Any]:
+    """TrainConfig defaults implied by the model preset (the paper's procedure for its presets)."""
+    from nmtkit.models import presets
+
+    name = preset if preset is not None else (arch if arch in presets.TRAIN_DEFAULTS else None)
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    if name is None:
+        d = dict(presets.TRAIN_DEFAULTS.get("rnnsearch-50", {}))
+    else:
+        d = presets.train_defaults(name)
+    out = {k: v for k, v in d.items() if k in fields}
+    if "sort_batches" in d:
+        out["sort_pool"] = int(d["sort_batches"]) * int(d.get("batch_size", 80))
+    paper = name is None or name in PAPER_PRESETS
+    out["normalize_loss"] = "sentences" if paper else "tokens"
+    return out
+
+
+def resolve_model(
+    arch: str | None, preset: str | None, overrides: dict[str, Any], src_vocab: int, tgt_vocab: int
+) -> tuple[str, dict[str, Any]]:
+    """(arch, model config dict) from a preset and/or an arch, size overrides and the vocab sizes."""
+    from nmtkit.models import ARCHS, config_class, make_config
+    from nmtkit.models import presets
+
+    if preset is not None:
+        p_arch, cfg = presets.preset(preset)
+        if arch is not None and arch != p_arch:
+            raise ConfigError(f"--arch {arch} contradicts --preset {preset} (a {p_arch} preset)")
+        arch = p_arch
+    else:
+        arch = arch or "rnnsearch"
+        if arch not in ARCHS:
+            raise ConfigError(f"unknown architecture '{arch}' (choose from {', '.join(ARCHS)})")
+        cfg = presets.preset(arch)[1] if arch in presets.PRESETS else {}
+    try:
+        valid = {f.name for f in dataclasses.fields(config_class(arch))}
+    except ImportError as err:
+        raise ConfigError(f"architecture '{arch}' is not available in this build: {err}") from None
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key not in valid:
+            raise ConfigError(f"--{key.replace('_', '-')} does not apply to {arch}")
+        cfg[key] = value
+    cfg["src_vocab_size"], cfg["tgt_vocab_size"] = src_vocab, tgt_vocab
+    return arch, dataclasses.asdict(make_config(arch, {k: v for k, v in cfg.items() if k in valid}))
+
+
+def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
+    """Refuse to mix two runs in one directory (see the module docstring)."""
+    if resume and force:
+        raise ConfigError("--resume and --force exclude each other")
+    if save_dir.exists() and not save_dir.is_dir():
+        raise ConfigError(f"--save-dir {save_dir} exists and is not a directory")
+    present = [f for f in RUN_FILES if (save_dir / f).exists()]
+    if resume:
+        if not (save_dir / "checkpoint_last.pt").exists():
+            raise CheckpointError("nothing to resume: no checkpoint_last.pt (start a new run without --resume)",
+                                  str(save_dir))
+        return
+    if present and not force:
+        raise OutputExistsError(f"already holds a run ({', '.join(present)}): pass --resume to continue it "
+                                "or --force to start over", str(save_dir))
+
+
+def clear_run_dir(save_dir: Path) -> None:
+    for f in RUN_FILES:
+        (save_dir / f).unlink(missing_ok=True)
+    shutil.rmtree(save_dir / "tensorboard", ignore_errors=True)
+
+
+def resume_config(ckpt: dict[str, Any], given: dict[str, Any]) -> TrainConfig:
+    """The checkpoint's TrainConfig with the overridable options the user gave changed."""
+    old = TrainConfig.from_dict(ckpt["train_config"])
+    changes = {}
+    for key, value in given.items():
+        if getattr(old, key) == value:
+            continue
+        if key not in RESUME_OVERRIDABLE:
+            raise ConfigError(f"--{key.replace('_', '-')} {value} differs from the run being resumed "
+                              f"({getattr(old, key)}); start a new run to change it")
+        changes[key] = value
+    return old.replace(**changes)
+
+
+def run_training(
+    data_dir: str | Path,
+    save_dir: str | Path,
+    train_options: dict[str, Any],
+    model_overrides: dict[str, Any] | None = None,
+    *,
+    resume: bool = False,
+    force: bool = False,
+    callbacks: Any = None,
+    loss_hook: Callable | None = None,
+):
+    """Train (or resume) a model; returns the `TrainResult`.
+
+    `train_options`: TrainConfig fields given explicitly (others come from the preset's
+    defaults, then TrainConfig's). `model_overrides`: model config fields (emb_dim, ...).
+    """
+    from nmtkit.checkpoint import load_checkpoint
+    from nmtkit.train import distributed as ddp
+    from nmtkit.train.data import DataDir
+    from nmtkit.train.trainer import LAST, Trainer
+
+    save_dir = Path(save_dir)
+    model_overrides = {k: v for k, v in (model_overrides or {}).items() if v is not None}
+    info = ddp.env_info()
+    check_run_dir(save_dir, resume, force)
+    data = DataDir.open(data_dir)
+    ckpt = None
+    if resume:
+        ckpt = load_checkpoint(save_dir / LAST)
+        cfg = resume_config(ckpt, train_options)
+        arch, model_config = ckpt["arch"], dict(ckpt["model_config"])
+        for key, value in model_overrides.items():
+            if model_config.get(key) != value:
+                raise ConfigError(f"--{key.replace('_', '-')} {value} differs from the run being resumed "
+                                  f"({model_config.get(key)})")
+        if ckpt["src_vocab"] != data.src_vocab.to_list() or ckpt["tgt_vocab"] != data.tgt_vocab.to_list():
+            raise CheckpointError(f"the vocabularies of {data_dir} differ from the run's: resume with the "
+                                  "data directory the run was started with", str(save_dir / LAST))
+    else:
+        arch_opt = train_options.get("arch")
+        preset = train_options.get("preset")
+        arch, model_config = resolve_model(arch_opt, preset, model_overrides, len(data.src_vocab),
+                                           len(data.tgt_vocab))
+        values = train_defaults(arch, preset)
+        values.update({k: v for k, v in train_options.items() if v is not None})
+        values["arch"], values["preset"] = arch, preset
+        if values.get("max_tokens") is not None and "batch_size" not in train_options:
+            values["batch_size"] = None  # a token budget replaces the preset's pair count
+        cfg = TrainConfig.from_dict(values)
+        if force and info.is_main:
+            clear_run_dir(save_dir)
+    trainer = Trainer(cfg, data, save_dir, arch, model_config, resume=ckpt, callbacks=callbacks,
+                      dist_info=info, loss_hook=loss_hook)
+    try:
+        return trainer.train()
+    finally:
+        trainer.close()

@@ -1,0 +1,597 @@
+"""The training loop: updates, validation, checkpoints, exact resume, signals, NaN guard, DDP.
+
+Procedure (Bahdanau et al. 2015, section 4.2 / appendix B.2, the default for the paper's
+presets): minibatches of 80 pairs cut from pools of 1600 pairs sorted by length
+(`nmtkit.data.batching`), Adadelta, gradient L2 norm rescaled to at most 1.
+
+The loop knows nothing of the CLI: it reports through a `Callbacks` object and the `nmtkit`
+logger, and writes into the run directory (rank 0 only):
+  checkpoint_last.pt  every --save-every updates, at the end and on SIGINT/SIGTERM
+  checkpoint_best.pt  whenever the dev metric improves (never from a non-finite score)
+  metrics.jsonl, curves.png, train.log (see `nmtkit.train.metrics`)
+
+Exact resume: a checkpoint holds the model, optimiser, schedule and grad-scaler states, the RNG
+states (python, numpy, torch, cuda) and the position in the data (epoch, index of the next
+minibatch in the epoch's plan, which is a pure function of the seed and the epoch), so N updates
+equal N/2 updates + resume + N/2 updates bit for bit on the CPU.
+
+Hot path: one host synchronisation per update (the finiteness check of the gradient norm,
+needed to skip or stop before a bad step is applied); losses are accumulated on the device
+and read at log intervals only.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import signal
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from nmtkit import __version__
+from nmtkit.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
+from nmtkit.data.batching import BatchingConfig, collate, epoch_batches, keep_pairs, shard, trainable
+from nmtkit.errors import ConfigError, InputError, TrainingError
+from nmtkit.train import distributed as ddp
+from nmtkit.train.config import TrainConfig
+from nmtkit.train.data import DataDir
+from nmtkit.train.metrics import MetricsLog, setup_file_log
+from nmtkit.train.optim import LRSchedule, build_optimizer
+from nmtkit.train.validate import autocast_context, dev_bleu, dev_loss, perplexity
+
+log = logging.getLogger("nmtkit.train")
+
+LAST = "checkpoint_last.pt"
+BEST = "checkpoint_best.pt"
+MAX_CONSECUTIVE_SKIPS = 50  # --on-nan skip gives up when the model itself has gone bad
+DDP_SYNC_EVERY = 10  # updates between the collective checks of stop signals / time in DDP
+
+
+class Callbacks:
+    """What the trainer tells its caller (the CLI draws a progress display from these)."""
+
+    def on_start(self, info: dict[str, Any]) -> None: ...
+
+    def on_update(self, update: int, epoch: int) -> None: ...
+
+    def on_log(self, rec: dict[str, Any]) -> None: ...
+
+    def on_validation(self, rec: dict[str, Any]) -> None: ...
+
+    def on_message(self, msg: str) -> None: ...
+
+
+@dataclass
+class TrainState:
+    """Where the run is; saved in every checkpoint under "trainer"."""
+
+    update: int = 0
+    epoch: int = 1
+    batch_in_epoch: int = 0  # index of the next minibatch in the epoch's plan
+    best_score: float | None = None
+    best_update: int | None = None
+    bad_validations: int = 0
+    last_valid_update: int | None = None
+    elapsed: float = 0.0  # training seconds over all sessions of the run
+    skipped_batches: int = 0
+
+
+@dataclass
+class TrainResult:
+    reason: str  # max-updates | max-epochs | max-time | patience | SIGINT | SIGTERM
+    update: int
+    epoch: int
+    best_score: float | None
+    best_update: int | None
+    last_valid: dict[str, Any] | None
+
+    @property
+    def interrupted(self) -> bool:
+        return self.reason in ("SIGINT", "SIGTERM")
+
+
+class _LossModule(nn.Module):
+    """Makes `model.loss` the forward of a module, so DistributedDataParallel syncs its gradients."""
+
+    def __init__(self, model: nn.Module, label_smoothing: float, chunk_tokens: int):
+        super().__init__()
+        self.model = model
+        self.label_smoothing = label_smoothing
+        self.chunk_tokens = chunk_tokens
+
+    def forward(self, src, src_lens, tgt_in, tgt_out):  # noqa: D401 - see Seq2Seq.loss
+        return self.model.loss(src, src_lens, tgt_in, tgt_out, self.label_smoothing, self.chunk_tokens)
+
+
+def resolve_device(name: str, info: ddp.DistInfo) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError("--device cuda but no CUDA device is available (use --device cpu or auto)")
+        torch.cuda.set_device(info.local_rank % torch.cuda.device_count())
+        return torch.device("cuda", info.local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def default_threads(info: ddp.DistInfo) -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        cores = os.cpu_count() or 1
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if info.enabled else 1
+    return max(1, cores // max(1, local_world))
+
+
+def rng_state() -> dict[str, Any]:
+    """Every RNG the run uses, as weights_only-safe primitives and tensors."""
+    version, state, gauss = random.getstate()
+    np_state = np.random.get_state()
+    out: dict[str, Any] = {
+        "python": [version, list(state), gauss],
+        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["cuda"] = torch.cuda.get_rng_state_all()
+    return out
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    version, values, gauss = state["python"]
+    random.setstate((version, tuple(values), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class Trainer:
+    """Trains one model on one data directory into one run directory.
+
+    `resume`: a checkpoint dict (from checkpoint_last.pt) to continue from, or None.
+    `loss_hook(update, loss_sum) -> loss_sum`: test hook applied to each step's loss (e.g. to
+    inject a NaN); None in normal use.
+    """
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        data: DataDir,
+        run_dir: str | Path,
+        arch: str,
+        model_config: dict[str, Any],
+        *,
+        resume: dict[str, Any] | None = None,
+        callbacks: Callbacks | None = None,
+        dist_info: ddp.DistInfo | None = None,
+        loss_hook: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
+    ):
+        from nmtkit.models import build_model
+
+        self.cfg = cfg
+        self.data = data
+        self.run_dir = Path(run_dir)
+        self.arch = arch
+        self.model_config = dict(model_config)
+        self.cb = callbacks or Callbacks()
+        self.dist = dist_info or ddp.DistInfo()
+        self.loss_hook = loss_hook
+        self.state = TrainState()
+        self._signal: int | None = None
+
+        self.device = resolve_device(cfg.device, self.dist)
+        if cfg.precision == "fp16" and self.device.type != "cuda":
+            raise ConfigError("--precision fp16 needs a CUDA device (use bf16 on the CPU)")
+        if cfg.precision == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise ConfigError("--precision bf16 is not supported by this GPU (use fp16)")
+        torch.set_num_threads(cfg.threads or default_threads(self.dist))
+        ddp.init(self.dist, self.device)
+
+        # data
+        self.train_data = data.split("train")
+        self.keep = keep_pairs(self.train_data.src.lengths, self.train_data.tgt.lengths, cfg.max_len)
+        if len(self.keep) == 0:
+            raise InputError(f"no training pair has both sides within --max-len {cfg.max_len}", str(data.path))
+        self.dropped = len(self.train_data) - len(self.keep)
+        self.batching = BatchingConfig(cfg.batch_size, cfg.max_tokens, cfg.sort_pool, shuffle=True)
+        self._arrays = (np.asarray(self.train_data.src.ids), np.asarray(self.train_data.src.offsets),
+                        np.asarray(self.train_data.tgt.ids), np.asarray(self.train_data.tgt.offsets))
+        self._tgt_lens = self.train_data.tgt.lengths
+        self._plan_epoch: int | None = None
+        self._plan: list[np.ndarray] = []
+        self.valid_data = data.split("valid") if data.has_split("valid") else None
+        if self.valid_data is None:
+            raise InputError("no 'valid' split in the data directory (validation needs a dev set)", str(data.path))
+        self.bleu_enabled = cfg.valid_bleu_samples > 0
+        if self.bleu_enabled:
+            try:
+                import nmtkit.decode.search  # noqa: F401
+            except ImportError as err:
+                if cfg.best_metric == "bleu":
+                    raise ConfigError(f"--best-metric bleu needs decoding, which is unavailable: {err}") from None
+                log.warning("dev BLEU disabled: decoding unavailable (%s)", err)
+                self.bleu_enabled = False
+        self._raw_refs = data.raw_references("valid") if self.bleu_enabled else None
+
+        # model, optimiser, schedule (same initial weights on every rank: seeded identically)
+        torch.manual_seed(cfg.seed)
+        random.seed(cfg.seed)
+        np.random.seed(cfg.seed % 2**32)
+        self.model = build_model(arch, self.model_config).to(self.device)
+        self.optimizer = build_optimizer(self.model.parameters(), cfg)
+        self.schedule = LRSchedule(self.optimizer, cfg)
+        self.scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
+        if resume is not None:
+            self._load_resume(resume)
+        elif self.dist.rank > 0:
+            torch.manual_seed(cfg.seed + 7919 * self.dist.rank)  # own dropout masks per rank
+        self.loss_module: nn.Module = _LossModule(self.model, cfg.label_smoothing, cfg.loss_chunk_tokens)
+        if self.dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.loss_module = DistributedDataParallel(self.loss_module, device_ids=ids)
+        self._params = [p for p in self.model.parameters() if p.requires_grad]
+
+        self.metrics: MetricsLog | None = None
+        self._log_handler: logging.Handler | None = None
+        if self.dist.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.metrics = MetricsLog(self.run_dir, self.state.update if resume is not None else None,
+                                      tensorboard=cfg.tensorboard)
+            self._log_handler = setup_file_log(self.run_dir)
+
+    # ---- resume -------------------------------------------------------------------------
+    def _load_resume(self, ckpt: dict[str, Any]) -> None:
+        self.model.load_state_dict(ckpt["model_state"])
+        self.optimizer.load_state_dict(ckpt["optimizer_state"])
+        self.schedule.load_state_dict(ckpt["schedule_state"])
+        if self.scaler is not None and ckpt.get("scaler_state"):
+            self.scaler.load_state_dict(ckpt["scaler_state"])
+        tr = dict(ckpt["trainer"])
+        tr.pop("world_size", None)
+        self.state = TrainState(**tr)
+        rng = ckpt.get("rng") or {}
+        per_rank = rng.get("ranks") or []
+        if self.dist.rank < len(per_rank):
+            set_rng_state(per_rank[self.dist.rank])
+        elif per_rank:  # more ranks than when saved: derive a state for the new ones
+            set_rng_state(per_rank[0])
+            torch.manual_seed(self.cfg.seed + 7919 * self.dist.rank + self.state.update)
+
+    # ---- checkpoints --------------------------------------------------------------------
+    def checkpoint(self, with_optimizer: bool = True, rng_states: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The dict saved to checkpoint_*.pt (primitives and tensors only)."""
+        ckpt: dict[str, Any] = {
+            "format_version": CHECKPOINT_FORMAT,
+            "nmtkit_version": __version__,
+            "arch": self.arch,
+            "model_config": self.model_config,
+            "model_state": self.model.state_dict(),
+            "pipeline": self.data.pipeline,
+            "src_lang": self.data.src_lang,
+            "tgt_lang": self.data.tgt_lang,
+            "src_vocab": self.data.src_vocab.to_list(),
+            "tgt_vocab": self.data.tgt_vocab.to_list(),
+            "train_config": self.cfg.to_dict(),
+            "data_manifest": self.data.manifest,
+            "trainer": {**asdict(self.state), "world_size": self.dist.world_size},
+            "schedule_state": self.schedule.state_dict(),
+            "rng": {"ranks": rng_states if rng_states is not None else [rng_state()]},
+        }
+        if with_optimizer:
+            ckpt["optimizer_state"] = self.optimizer.state_dict()
+            ckpt["scaler_state"] = self.scaler.state_dict() if self.scaler is not None else None
+        return ckpt
+
+    def _gather_rng(self) -> list[dict[str, Any]]:
+        """Every rank's RNG states (on rank 0), so a resumed DDP run continues exactly."""
+        mine = rng_state()
+        if not self.dist.enabled:
+            return [mine]
+        import torch.distributed as dist
+
+        mine = {k: v for k, v in mine.items() if k != "cuda"}  # cuda state is per device; keep rank 0's
+        gathered: list[Any] = [None] * self.dist.world_size
+        dist.all_gather_object(gathered, mine)
+        return gathered
+
+    def save_last(self) -> None:
+        rng = self._gather_rng()  # collective: every rank calls it
+        if self.dist.is_main:
+            save_checkpoint(self.checkpoint(True, rng), self.run_dir / LAST)
+            log.info("saved %s at update %d", LAST, self.state.update)
+
+    def _save_best(self) -> None:
+        if self.dist.is_main:
+            save_checkpoint(self.checkpoint(False), self.run_dir / BEST)
+            log.info("saved %s at update %d", BEST, self.state.update)
+
+    # ---- data ---------------------------------------------------------------------------
+    def epoch_plan(self, epoch: int) -> list[np.ndarray]:
+        if self._plan_epoch != epoch:
+            self._plan = epoch_batches(self.train_data.src.lengths, self._tgt_lens, self.batching,
+                                       self.cfg.seed, epoch, self.keep)
+            self._plan_epoch = epoch
+        return self._plan
+
+    # ---- signals ------------------------------------------------------------------------
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self._signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C aborts at once (checkpoints stay intact)
+        self._signal = signum
+        self.cb.on_message(f"{signal.Signals(signum).name}: saving a checkpoint after this update "
+                           "(Ctrl-C again to abort at once)")
+
+    def request_stop(self, signum: int = signal.SIGINT) -> None:
+        """Stop after the current update as if `signum` had arrived (for embedding and tests)."""
+        self._signal = signum
+
+    # ---- one update ---------------------------------------------------------------------
+    def _step(self, batch: np.ndarray) -> bool:
+        """One update on a global minibatch (this rank's slice of it). False if it was skipped."""
+        cfg = self.cfg
+        local = shard(batch, self.dist.rank, self.dist.world_size)
+        arrays = collate(*self._arrays, local)
+        non_blocking = self.device.type == "cuda"
+        src, src_lens, tgt_in, tgt_out = (torch.from_numpy(a).to(self.device, non_blocking=non_blocking)
+                                          for a in arrays)
+        n_tgt = int(self._tgt_lens[batch].sum()) + len(batch)  # global target tokens (EOS included)
+        denom = n_tgt if cfg.normalize_loss == "tokens" else len(batch)
+        lr = self.schedule.set_update(self.state.update)
+        with autocast_context(self.device, cfg.precision):
+            loss_sum, nll_sum, _ = self.loss_module(src, src_lens, tgt_in, tgt_out)
+        if self.loss_hook is not None:
+            loss_sum = self.loss_hook(self.state.update, loss_sum)
+        # DDP averages gradients over ranks; scale so the result is d(sum over the batch)/denom
+        loss = loss_sum * (self.dist.world_size / denom)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.optimizer)
+        else:
+            loss.backward()
+        max_norm = cfg.clip_norm if cfg.clip_norm > 0 else float("inf")
+        gnorm = torch.nn.utils.clip_grad_norm_(self._params, max_norm)
+        if self.scaler is not None:  # fp16: inf gradients are overflows the scaler handles
+            bad = ddp.any_flag(not bool(torch.isfinite(loss_sum.detach())), self.dist, self.device)
+        else:  # after DDP's all-reduce the norm is the same on every rank
+            bad = not bool(torch.isfinite(gnorm))
+        if bad:
+            self.optimizer.zero_grad(set_to_none=True)
+            self._non_finite(batch)
+            return False
+        self._consecutive_skips = 0
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self._acc_obj += loss_sum.detach().float()
+        self._acc_nll += nll_sum.detach().float()
+        self._acc_gnorm += gnorm.detach().float()
+        self._acc_tokens_local += int(self._tgt_lens[local].sum()) + len(local)
+        self._acc_tokens_global += n_tgt
+        self._acc_sents += len(batch)
+        self._acc_updates += 1
+        self._lr = lr
+        return True
+
+    def _non_finite(self, batch: np.ndarray) -> None:
+        where = f"update {self.state.update + 1} (epoch {self.state.epoch}, minibatch {self.state.batch_in_epoch})"
+        if self.cfg.on_nan == "stop":
+            last = self.run_dir / LAST
+            hint = (f"the last checkpoint ({last}) is untouched; resume with --resume and a lower --lr, "
+                    "or with --on-nan skip" if last.exists() else "no checkpoint was written yet")
+            raise TrainingError(f"non-finite loss or gradient (nan/inf) at {where}: stopped; {hint}")
+        self.state.skipped_batches += 1
+        self._consecutive_skips += 1
+        log.warning("non-finite loss or gradient at %s: minibatch skipped", where)
+        self.cb.on_message(f"non-finite loss at {where}: minibatch skipped")
+        if self._consecutive_skips >= MAX_CONSECUTIVE_SKIPS:
+            raise TrainingError(f"{self._consecutive_skips} minibatches in a row had a non-finite loss "
+                                f"(last at {where}): the model has diverged; resume from a checkpoint "
+                                "with a lower --lr")
+
+    def _reset_acc(self) -> None:
+        z = torch.zeros((), device=self.device)
+        self._acc_obj, self._acc_nll, self._acc_gnorm = z.clone(), z.clone(), z.clone()
+        self._acc_tokens_local = 0
+        self._acc_tokens_global = 0
+        self._acc_sents = 0
+        self._acc_updates = 0
+        self._acc_start = time.perf_counter()
+
+    def _log_interval(self) -> None:
+        """Read the accumulated statistics (the only host reads of losses) and write a record."""
+        if self._acc_updates == 0:
+            return
+        stats = torch.stack([self._acc_obj, self._acc_nll, self._acc_gnorm,
+                             torch.tensor(float(self._acc_tokens_local), device=self.device)]).double()
+        if self.dist.enabled:
+            import torch.distributed as dist
+
+            dist.all_reduce(stats)
+        obj, nll, gnorm_sum, tokens = stats.tolist()
+        seconds = max(1e-9, time.perf_counter() - self._acc_start)
+        loss = nll / max(1.0, tokens)
+        rec = {
+            "kind": "train", "update": self.state.update, "epoch": self.state.epoch,
+            "loss": loss, "ppl": perplexity(loss), "objective": obj / max(1.0, tokens),
+            "grad_norm": gnorm_sum / self._acc_updates / (self.dist.world_size if self.dist.enabled else 1),
+            "lr": self._lr, "tgt_tokens_per_s": self._acc_tokens_global / seconds,
+            "sents_per_s": self._acc_sents / seconds, "updates_per_s": self._acc_updates / seconds,
+            "elapsed": self._elapsed(), "skipped": self.state.skipped_batches,
+        }
+        self._reset_acc()
+        if self.dist.is_main:
+            assert self.metrics is not None
+            self.metrics.write(rec)
+            log.info("update %d epoch %d loss %.4f ppl %.2f lr %.3g tok/s %.0f", rec["update"], rec["epoch"],
+                     rec["loss"], rec["ppl"], rec["lr"], rec["tgt_tokens_per_s"])
+            self.cb.on_log(rec)
+
+    # ---- validation ---------------------------------------------------------------------
+    def validate(self) -> dict[str, Any]:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        loss, bleu = float("nan"), float("nan")
+        if self.dist.is_main:
+            assert self.valid_data is not None
+            loss, _ = dev_loss(self.model, self.valid_data, cfg.valid_batch_size, self.device, cfg.precision,
+                               cfg.loss_chunk_tokens)
+            if self.bleu_enabled:
+                bleu, _, _ = dev_bleu(self.model, self.valid_data, self.data.tgt_vocab, self.data.pipeline,
+                                      cfg.valid_bleu_samples, cfg.valid_beam, cfg.valid_batch_size, self.device,
+                                      self._raw_refs, cfg.precision)
+        loss, bleu = ddp.broadcast_floats([loss, bleu], self.dist, self.device)
+        st = self.state
+        score = bleu if cfg.best_metric == "bleu" else loss
+        improved = math.isfinite(score) and (
+            st.best_score is None or (score > st.best_score if cfg.best_metric == "bleu" else score < st.best_score))
+        st.last_valid_update = st.update
+        if improved:
+            st.best_score, st.best_update, st.bad_validations = score, st.update, 0
+        else:
+            st.bad_validations += 1
+        if self.schedule.on_validation(score):
+            msg = f"dev {cfg.best_metric} did not improve: learning rate decayed to {self.schedule.lr_at(st.update):.3g}"
+            log.info(msg)
+            self.cb.on_message(msg)
+        rec = {
+            "kind": "valid", "update": st.update, "epoch": st.epoch, "loss": loss, "ppl": perplexity(loss),
+            "bleu": bleu if math.isfinite(bleu) else None, "best": improved, "best_score": st.best_score,
+            "best_update": st.best_update, "seconds": time.perf_counter() - t0, "elapsed": self._elapsed(),
+        }
+        if improved:
+            self._save_best()
+        if self.dist.is_main:
+            assert self.metrics is not None
+            self.metrics.write(rec)
+            self.metrics.draw_curves()
+            log.info("validation at update %d: dev loss %.4f ppl %.2f bleu %s%s", st.update, loss, rec["ppl"],
+                     "-" if rec["bleu"] is None else f"{bleu:.2f}", " (best)" if improved else "")
+            self.cb.on_validation(rec)
+        return rec
+
+    # ---- the loop -----------------------------------------------------------------------
+    def _elapsed(self) -> float:
+        return self.state.elapsed + (time.perf_counter() - self._session_start)
+
+    def _stop_reason(self, check_collective: bool) -> str | None:
+        cfg, st = self.cfg, self.state
+        if cfg.max_updates is not None and st.update >= cfg.max_updates:
+            return "max-updates"
+        if cfg.patience is not None and st.bad_validations >= cfg.patience:
+            return "patience"
+        if not check_collective:
+            return None
+        sig = self._signal
+        timed_out = cfg.max_time is not None and self._elapsed() >= cfg.max_time
+        if self.dist.enabled:  # every rank must stop at the same update
+            code = (sig or 0) * 2 + (1 if timed_out else 0)
+            t = torch.tensor([float(code)], device=self.device)
+            import torch.distributed as dist
+
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            code = int(t.item())
+            sig, timed_out = (code // 2) or None, bool(code % 2)
+        if sig is not None:
+            return signal.Signals(sig).name
+        if timed_out:
+            return "max-time"
+        return None
+
+    def train(self) -> TrainResult:
+        """Train until a stopping criterion; always leaves checkpoint_last.pt of the final state."""
+        cfg, st = self.cfg, self.state
+        self._session_start = time.perf_counter()
+        self._consecutive_skips = 0
+        self._lr = self.schedule.lr_at(st.update)
+        self._reset_acc()
+        plan_len = len(self.epoch_plan(st.epoch))
+        self.cb.on_start({
+            "update": st.update, "epoch": st.epoch, "max_updates": cfg.max_updates, "max_epochs": cfg.max_epochs,
+            "max_time": cfg.max_time, "batches_per_epoch": plan_len, "train_pairs": len(self.keep),
+            "dropped_pairs": self.dropped, "parameters": sum(p.numel() for p in self._params),
+            "device": str(self.device), "world_size": self.dist.world_size, "elapsed": st.elapsed,
+        })
+        log.info("training %s (%d parameters) on %s x%d: %d pairs (%d over --max-len %s dropped), "
+                 "%d minibatches per epoch, from update %d", self.arch, sum(p.numel() for p in self._params),
+                 self.device, self.dist.world_size, len(self.keep), self.dropped, cfg.max_len, plan_len, st.update)
+        handlers = self._install_signals()
+        reason: str | None = None
+        last_valid: dict[str, Any] | None = None
+        try:
+            reason = self._stop_reason(check_collective=True)
+            while reason is None:
+                plan = self.epoch_plan(st.epoch)
+                if st.batch_in_epoch >= len(plan):
+                    if cfg.max_epochs is not None and st.epoch >= cfg.max_epochs:
+                        reason = "max-epochs"
+                        break
+                    st.epoch += 1
+                    st.batch_in_epoch = 0
+                    continue
+                batch = plan[st.batch_in_epoch]
+                st.batch_in_epoch += 1
+                if not trainable(batch, self.dist.world_size) or not self._step(batch):
+                    continue
+                st.update += 1
+                self.cb.on_update(st.update, st.epoch)
+                if st.update % cfg.log_every == 0:
+                    self._log_interval()
+                if st.update % cfg.valid_every == 0 or st.update % cfg.save_every == 0:
+                    t0 = time.perf_counter()
+                    if st.update % cfg.valid_every == 0:
+                        last_valid = self.validate()
+                    if st.update % cfg.save_every == 0:
+                        self._save_progress()
+                    self._acc_start += time.perf_counter() - t0  # throughput counts training only
+                collective = not self.dist.enabled or st.update % DDP_SYNC_EVERY == 0
+                reason = self._stop_reason(collective)
+            self._log_interval()
+            self._save_progress()
+        finally:
+            self._restore_signals(handlers)
+        log.info("stopped (%s) at update %d, epoch %d; best dev %s %s at update %s", reason, st.update, st.epoch,
+                 cfg.best_metric, st.best_score, st.best_update)
+        return TrainResult(reason, st.update, st.epoch, st.best_score, st.best_update, last_valid)
+
+    def _save_progress(self) -> None:
+        self.state.elapsed = self._elapsed()
+        self._session_start = time.perf_counter()
+        self.save_last()
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None
+        if self._log_handler is not None:
+            logging.getLogger("nmtkit").removeHandler(self._log_handler)
+            self._log_handler.close()
+            self._log_handler = None
+        ddp.shutdown(self.dist)
+
+    def _install_signals(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        old = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, self._on_signal)
+        return old
+
+    @staticmethod
+    def _restore_signals(old: dict[int, Any]) -> None:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,141 @@
+"""Validation during training: dev loss / perplexity and dev BLEU on a sample.
+
+Dev loss is the mean negative log-likelihood per target token (EOS included) over the whole
+dev split, without label smoothing. Dev BLEU decodes the first `n_samples` dev sentences
+greedily (beam 1) or with beam search (`nmtkit.decode.search`), turns the ids back into text
+with the data directory's pipeline (BPE joined, detokenised) and scores them with sacrebleu
+against the raw dev references when the manifest says where they are, else against the
+binarised references turned back into text the same way.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from contextlib import nullcontext
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from nmtkit.data.batching import collate
+from nmtkit.data.binarized import ParallelData
+from nmtkit.text.vocab import Vocab
+
+log = logging.getLogger(__name__)
+
+
+def autocast_context(device: torch.device, precision: str):
+    """Mixed precision around the forward pass (fp32 master weights stay untouched)."""
+    if precision == "fp32":
+        return nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def _batches_by_length(lengths: np.ndarray, indices: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    order = indices[np.argsort(lengths[indices], kind="stable")]
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def _to_device(arrays: Sequence[np.ndarray], device: torch.device) -> list[torch.Tensor]:
+    return [torch.from_numpy(a).to(device, non_blocking=True) for a in arrays]
+
+
+@torch.no_grad()
+def dev_loss(
+    model: Any, data: ParallelData, batch_size: int, device: torch.device, precision: str = "fp32",
+    chunk_tokens: int = 4096,
+) -> tuple[float, int]:
+    """(mean NLL per target token, number of target tokens) over the whole split."""
+    was_training = model.training
+    model.eval()
+    arrays = (np.asarray(data.src.ids), np.asarray(data.src.offsets), np.asarray(data.tgt.ids),
+              np.asarray(data.tgt.offsets))
+    ok = np.flatnonzero(data.src.lengths > 0)  # an empty source cannot be encoded
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    n_tokens = 0
+    try:
+        for batch in _batches_by_length(data.src.lengths, ok, batch_size):
+            src, src_lens, tgt_in, tgt_out = _to_device(collate(*arrays, batch), device)
+            with autocast_context(device, precision):
+                _, nll_sum, n = model.loss(src, src_lens, tgt_in, tgt_out, 0.0, chunk_tokens)
+            total += nll_sum.double()
+            n_tokens += int(n)
+    finally:
+        model.train(was_training)
+    return (float(total) / max(1, n_tokens)), n_tokens
+
+
+def _pipeline_decoder(pipeline: dict[str, Any]) -> Callable[[list[str]], str]:
+    """tokens -> detokenised text, with the recorded pipeline when it can be rebuilt."""
+    try:
+        from nmtkit.text.pipeline import TextPipeline
+
+        pipe = TextPipeline.from_dict(pipeline)
+        return lambda toks: pipe.decode(toks, "tgt")
+    except Exception as err:  # pipeline module missing or an old manifest: plain BPE join
+        log.warning("dev BLEU: cannot rebuild the text pipeline (%s); scoring BPE-joined tokens", err)
+        return lambda toks: " ".join(toks).replace("@@ ", "").removesuffix("@@")
+
+
+@torch.no_grad()
+def dev_translations(
+    model: Any, data: ParallelData, n_samples: int, beam: int, batch_size: int, device: torch.device,
+    precision: str = "fp32",
+) -> list[list[int]]:
+    """Token ids of the translations of the first `n_samples` dev sentences (in order)."""
+    from nmtkit.decode.search import beam_search, greedy_search
+
+    was_training = model.training
+    model.eval()
+    n = min(n_samples, len(data))
+    idx = np.arange(n, dtype=np.int64)
+    out: list[list[int]] = [[] for _ in range(n)]
+    arrays = (np.asarray(data.src.ids), np.asarray(data.src.offsets), np.asarray(data.tgt.ids),
+              np.asarray(data.tgt.offsets))
+    ok = idx[data.src.lengths[:n] > 0]
+    try:
+        for batch in _batches_by_length(data.src.lengths, ok, batch_size):
+            src, src_lens, _, _ = collate(*arrays, batch)
+            src_t, lens_t = _to_device((src, src_lens), device)
+            with autocast_context(device, precision):
+                if beam == 1:
+                    max_len = (lens_t * 2 + 10)
+                    hyps = [h.tokens for h in greedy_search(model, src_t, lens_t, max_len=max_len)]
+                else:
+                    hyps = [nb[0].tokens for nb in beam_search(model, src_t, lens_t, beam=beam)]
+            for k, toks in zip(batch, hyps):
+                out[int(k)] = list(toks)
+    finally:
+        model.train(was_training)
+    return out
+
+
+def dev_bleu(
+    model: Any,
+    data: ParallelData,
+    tgt_vocab: Vocab,
+    pipeline: dict[str, Any],
+    n_samples: int,
+    beam: int,
+    batch_size: int,
+    device: torch.device,
+    raw_refs: list[str] | None = None,
+    precision: str = "fp32",
+) -> tuple[float, list[str], list[str]]:
+    """(BLEU, hypotheses, references) on the first `n_samples` dev sentences, detokenised."""
+    import sacrebleu
+
+    ids = dev_translations(model, data, n_samples, beam, batch_size, device, precision)
+    decode = _pipeline_decoder(pipeline)
+    hyps = [decode(tgt_vocab.decode(t)) for t in ids]
+    if raw_refs is not None:
+        refs = list(raw_refs[: len(hyps)])
+    else:
+        refs = [decode(tgt_vocab.decode(data.tgt[k].tolist())) for k in range(len(hyps))]
+    bleu = sacrebleu.corpus_bleu(hyps, [refs]).score if hyps else float("nan")
+    return float(bleu), hyps, refs
+
+
+def perplexity(loss: float) -> float:
+    return math.exp(min(loss, 700.0))

@@ -1,0 +1,62 @@
+"""Helpers for the training tests: a tiny synthetic data directory and tiny model sizes.
+
+The task is learnable in a few dozen updates: the target is the source reversed, with each
+source word w<k> translated to v<k>.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from nmtkit.data.binarized import write_split
+from nmtkit.text.vocab import SPECIALS, Vocab
+
+N_WORDS = 12
+TINY_MODEL = dict(emb_dim=16, enc_hidden=16, dec_hidden=24, att_hidden=16, maxout=8)
+
+
+def make_pairs(n: int, seed: int, max_len: int = 8) -> list[tuple[list[int], list[int]]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        length = int(rng.integers(1, max_len + 1))
+        src = [int(x) + len(SPECIALS) for x in rng.integers(0, N_WORDS, size=length)]
+        out.append((src, src[::-1]))
+    return out
+
+
+def make_data_dir(path: Path, n_train: int = 240, n_valid: int = 24, max_len: int = 8,
+                  pipeline: bool = True) -> Path:
+    """A data directory as `nmtkit preprocess` writes it (manifest, vocabularies, splits)."""
+    path.mkdir(parents=True, exist_ok=True)
+    src_vocab = Vocab(list(SPECIALS) + [f"w{k}" for k in range(N_WORDS)])
+    tgt_vocab = Vocab(list(SPECIALS) + [f"v{k}" for k in range(N_WORDS)])
+    src_vocab.save(path / "vocab.en.txt")
+    tgt_vocab.save(path / "vocab.fr.txt")
+    splits = {}
+    for name, n, seed in (("train", n_train, 1), ("valid", n_valid, 2)):
+        pairs = make_pairs(n, seed, max_len)
+        write_split(path, name, "en", [s for s, _ in pairs])
+        write_split(path, name, "fr", [t for _, t in pairs])
+        splits[name] = {"lines": n, "src_tokens": sum(len(s) for s, _ in pairs),
+                        "tgt_tokens": sum(len(t) for _, t in pairs)}
+    pipe = {}
+    if pipeline:
+        from nmtkit.text.pipeline import TextPipeline
+
+        pipe = TextPipeline("en", "fr").to_dict()
+    manifest = {"format_version": 1, "src_lang": "en", "tgt_lang": "fr", "pipeline": pipe,
+                "vocab": {"src": "vocab.en.txt", "tgt": "vocab.fr.txt"}, "splits": splits, "settings": {}}
+    (path / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    return path
+
+
+def tiny_options(**changes) -> dict:
+    """Train options for a fast CPU run on the tiny data (explicit, so presets do not matter)."""
+    opts = dict(arch="rnnsearch", optimizer="adam", lr=0.01, batch_size=16, sort_pool=64, max_len=20,
+                max_updates=20, valid_every=10, save_every=10, log_every=5, valid_bleu_samples=8,
+                threads=1, seed=3, device="cpu")
+    opts.update(changes)
+    return opts
