@@ -125,3 +125,32 @@ def rnnencdec_loglik(model, src: list[int], tgt: list[int]) -> Tensor:
         ll = ll + log_softmax(logits)[outs[i]]
         s = paper_gru_step(Ey, s, c, model.W_in.weight, U, model.C.weight, model.W_in.bias, d)
     return ll
+
+
+def lstm_attention_loglik(model, src: list[int], tgt: list[int]) -> Tensor:
+    """log p(tgt + EOS | src) under the LSTM seed model (input feeding, multiplicative attention)."""
+    cfg = model.config
+    n, d = cfg.enc_hidden, cfg.dec_hidden
+    x = source_with_eos(src, cfg)
+    xs = [model.src_embed.weight[w] for w in x]
+    fh, fc = run_rnn(xs, model.encoder, "", n, lstm=True)
+    bh, bc = run_rnn(xs, model.encoder, "_reverse", n, lstm=True, reverse=True)
+    h_enc = [torch.cat([fh[j], bh[j]]) for j in range(len(x))]
+    h = model.W_h.weight @ torch.cat([bh[0], fh[-1]])
+    c = model.W_c.weight @ torch.cat([bc[0], fc[-1]])
+    o = h.new_zeros(d)
+    # the decoder LSTM's W_ih is [W_y | W_fo] over the input [E y_t ; o_{t-1}]
+    w_ih = torch.cat([model.W_y.weight, model.W_fo.weight], dim=1)
+    ys = [BOS] + list(tgt)
+    outs = list(tgt) + [EOS]
+    ll = h.new_zeros(())
+    for t in range(len(outs)):
+        inp = torch.cat([model.tgt_embed.weight[ys[t]], o])
+        h, c = torch_lstm_step(inp, h, c, w_ih, model.W_hh.weight, model.W_y.bias, torch.zeros_like(model.W_y.bias))
+        e = torch.stack([h @ (model.W_att.weight @ hi) for hi in h_enc])
+        alpha = torch.exp(e - e.max())
+        alpha = alpha / alpha.sum()
+        a = sum(alpha[i] * h_enc[i] for i in range(len(h_enc)))
+        o = torch.tanh(model.W_u.weight @ torch.cat([a, h]))  # dropout is off in eval mode
+        ll = ll + log_softmax(model.W_vocab.weight @ o)[outs[t]]
+    return ll

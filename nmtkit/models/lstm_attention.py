@@ -1,0 +1,142 @@
+"""LSTM encoder-decoder with multiplicative attention and input feeding: the model of seed
+`003_...` (the Stanford CS224n NMT assignment; Luong et al. 2015 "general" attention).
+
+Equations (PAPER_NOTES.md), t the target position, y_1 = BOS, o_0 = 0:
+  encoder   h_i^enc = [fwd h_i ; bwd h_i]     bidirectional LSTM over E x_i
+  start     h_0^dec = W_h [bwd h_1 ; fwd h_m],  c_0^dec = W_c [bwd c_1 ; fwd c_m]
+  decoder   h_t, c_t = LSTM([E y_t ; o_{t-1}], h_{t-1}, c_{t-1})        (input feeding)
+  attention e_{t,i} = h_t . (W_attProj h_i^enc),  alpha_t = softmax(e_t),  a_t = sum_i alpha_{t,i} h_i^enc
+  output    o_t = dropout(tanh(W_u [a_t ; h_t])),  P_t = softmax(W_vocab o_t)
+Unlike RNNsearch, the output for the next token comes from the *updated* state: step t reads
+tgt_in[t] (y_t, BOS first) and o_{t-1}, updates (h, c), attends with h_t, and gives the
+distribution of tgt_out[t]. The decoder state is the tuple (h, c, o).
+
+Choices: the model appends EOS to the source (`src_eos`, as the other models); the seed's
+matrices W_h, W_c, W_attProj, W_u and W_vocab have no bias, the LSTMs have PyTorch's biases;
+dropout applies where the seed puts it (on o_t). `init="default"` keeps PyTorch's
+initialisation; `init="paper"` applies Bahdanau et al.'s appendix B.1 by analogy (orthogonal
+recurrent blocks, N(0, 0.001^2) for W_attProj, N(0, 0.01^2) elsewhere, zero biases).
+
+Speed: because of input feeding the recurrence contains the attention and W_u, so only the
+target-embedding projection into the LSTM gates, the keys W_attProj h^enc and the values
+W_u[:, :2n] h^enc (so that W_u's context half becomes one small bmm with alpha) are computed
+before the loop; W_vocab and the softmax run after it over all steps.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from nmtkit.models.attention import masked_softmax, multiplicative_scores
+from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq
+from nmtkit.models.init import paper_init_
+from nmtkit.models.rnnsearch import check_common, encode_bigru
+
+
+@dataclass(frozen=True)
+class LSTMAttentionConfig:
+    """Hyper-parameters of the LSTM-attention model (sizes are our defaults; the seed gives none)."""
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    emb_dim: int = 256  # e
+    enc_hidden: int = 256  # h per direction
+    dec_hidden: int = 512
+    dropout: float = 0.3
+    init: str = "default"
+    src_eos: bool = True
+
+    def __post_init__(self) -> None:
+        check_common(self, ("src_vocab_size", "tgt_vocab_size", "emb_dim", "enc_hidden", "dec_hidden"))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class LSTMAttention(Seq2Seq):
+    """BiLSTM encoder, input-feeding LSTM decoder with multiplicative attention."""
+
+    def __init__(self, config: LSTMAttentionConfig):
+        super().__init__()
+        self.config = config
+        m, n, d = config.emb_dim, config.enc_hidden, config.dec_hidden
+        self.src_embed = nn.Embedding(config.src_vocab_size, m, padding_idx=PAD_ID)
+        self.encoder = nn.LSTM(m, n, batch_first=True, bidirectional=True)
+        self.W_h = nn.Linear(2 * n, d, bias=False)
+        self.W_c = nn.Linear(2 * n, d, bias=False)
+        self.W_att = nn.Linear(2 * n, d, bias=False)  # W_attProj
+        self.tgt_embed = nn.Embedding(config.tgt_vocab_size, m, padding_idx=PAD_ID)
+        # decoder LSTM over [E y_t ; o_{t-1}], gates [i, f, g, o] as in nn.LSTM
+        self.W_y = nn.Linear(m, 4 * d)  # the E y part of W_ih, with the gate biases
+        self.W_fo = nn.Linear(d, 4 * d, bias=False)  # the o_{t-1} part of W_ih
+        self.W_hh = nn.Linear(d, 4 * d, bias=False)
+        self.W_u = nn.Linear(2 * n + d, d, bias=False)  # [a_t ; h_t] -> v_t
+        self.W_vocab = nn.Linear(d, config.tgt_vocab_size, bias=False)
+        self.drop = nn.Dropout(config.dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        n, d = self.config.enc_hidden, self.config.dec_hidden
+        if self.config.init == "paper":
+            paper_init_(self, recurrent=[(self.encoder.weight_hh_l0, n),
+                                         (self.encoder.weight_hh_l0_reverse, n), (self.W_hh.weight, d)],
+                        align=[self.W_att.weight])
+
+    def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
+        """-> annotations (B, S', 2n), keys W_attProj h (B, S', d), values W_u[:, :2n] h (B, S', d),
+        init (h_0, c_0) each (B, d)."""
+        ann, mask, (h_n, c_n) = encode_bigru(self.src_embed, self.encoder, nn.Identity(), src,
+                                             src_lens, self.config.src_eos)
+        # h_n[0]: forward direction at the last real token; h_n[1]: backward direction at j=1
+        h0 = self.W_h(torch.cat([h_n[1], h_n[0]], dim=-1))
+        c0 = self.W_c(torch.cat([c_n[1], c_n[0]], dim=-1))
+        n2 = 2 * self.config.enc_hidden
+        values = F.linear(ann, self.W_u.weight[:, :n2])
+        return EncoderOut(annotations=ann, keys=self.W_att(ann), mask=mask, init=(h0, c0), values=values)
+
+    def init_state(self, enc: EncoderOut) -> tuple[Tensor, Tensor, Tensor]:
+        """(h_0, c_0, o_0 = 0), each (B, d)."""
+        dtype = self.W_h.weight.dtype
+        h0, c0 = enc.init
+        return h0.to(dtype), c0.to(dtype), h0.new_zeros(h0.shape, dtype=dtype)
+
+    def _step(self, x_gates: Tensor, state, enc: EncoderOut, w_rec: Tensor):
+        """x_gates = W_y E y_t (B, 4d) -> (o_t (B, d), (h_t, c_t, o_t), alpha_t (B, S'))."""
+        h, c, o_prev = state
+        d = self.config.dec_hidden
+        gates = x_gates + F.linear(torch.cat([o_prev, h], dim=-1), w_rec)
+        i, f = torch.sigmoid(gates[:, :d]), torch.sigmoid(gates[:, d : 2 * d])
+        g, og = torch.tanh(gates[:, 2 * d : 3 * d]), torch.sigmoid(gates[:, 3 * d :])
+        c = f * c + i * g
+        h = og * torch.tanh(c)
+        alpha = masked_softmax(multiplicative_scores(h.to(enc.keys.dtype), enc.keys), enc.mask)
+        ua = torch.bmm(alpha.unsqueeze(1).to(enc.values.dtype), enc.values).squeeze(1)  # W_u[:, :2n] a_t
+        uh = F.linear(h, self.W_u.weight[:, 2 * self.config.enc_hidden :])
+        o = self.drop(torch.tanh(ua + uh))
+        return o, (h, c, o.to(h.dtype)), alpha
+
+    def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
+        """Teacher forcing. tgt_in (B, T) -> (o (B, T, d), alpha (B, T, S'))."""
+        x_gates = self.W_y(self.tgt_embed(tgt_in))  # (B, T, 4d), all steps at once
+        w_rec = torch.cat([self.W_fo.weight, self.W_hh.weight], dim=1)
+        state = self.init_state(enc)
+        outs, alphas = [], []
+        for t in range(tgt_in.size(1)):
+            o, state, alpha = self._step(x_gates[:, t], state, enc, w_rec)
+            outs.append(o)
+            alphas.append(alpha)
+        return torch.stack(outs, dim=1), torch.stack(alphas, dim=1)
+
+    def step_features(self, prev_tokens: Tensor, state, enc: EncoderOut):
+        """y_t (B,), (h, c, o)_{t-1} -> (o_t (B, d), (h, c, o)_t, alpha_t (B, S'))."""
+        w_rec = torch.cat([self.W_fo.weight, self.W_hh.weight], dim=1)
+        return self._step(self.W_y(self.tgt_embed(prev_tokens)), state, enc, w_rec)
+
+    def output_layer(self, features: Tensor) -> Tensor:
+        return self.W_vocab(features)
+
+    def output_projection(self) -> nn.Linear:
+        return self.W_vocab
