@@ -1,0 +1,123 @@
+"""Moses normalisation/tokenisation wrappers and the TextPipeline (encode/decode contract)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nmtkit.errors import ConfigError
+from nmtkit.text import moses
+from nmtkit.text.bpe import learn_codes
+from nmtkit.text.pipeline import TextPipeline
+from nmtkit.text.truecase import Truecaser, add_weights, best_forms, detruecase, new_casing, truecase_weights
+
+ROUND_TRIPS = [
+    ("en", "Hello, world!", ["Hello", ",", "world", "!"]),
+    ("en", "It's a test.", ["It", "'s", "a", "test", "."]),
+    ("en", "I paid $5.50 for 3 apples (and a pear).",
+     ["I", "paid", "$", "5.50", "for", "3", "apples", "(", "and", "a", "pear", ")", "."]),
+    ("en", "The 1990s weren't bad.", ["The", "1990s", "weren", "'t", "bad", "."]),
+    ("en", "A well-known fact: x | y [z].", ["A", "well-known", "fact", ":", "x", "|", "y", "[", "z", "]", "."]),
+    ("fr", "Bonjour, l'ami !", ["Bonjour", ",", "l'", "ami", "!"]),
+    ("fr", "Qu'est-ce que c'est ?", ["Qu'", "est-ce", "que", "c'", "est", "?"]),
+    ("fr", "J'ai 3,5 kg de pommes.", ["J'", "ai", "3,5", "kg", "de", "pommes", "."]),
+    ("fr", "Aujourd'hui, c'est lundi : il pleut !",
+     ["Aujourd'", "hui", ",", "c'", "est", "lundi", ":", "il", "pleut", "!"]),
+]
+
+
+@pytest.mark.parametrize("lang,text,tokens", ROUND_TRIPS)
+def test_tokenise_gives_moses_tokens_and_detokenise_restores_the_text(lang, text, tokens):
+    assert moses.tokenize(text, lang) == tokens
+    assert moses.detokenize(tokens, lang) == text
+
+
+@pytest.mark.parametrize("text,expected", [
+    ('Tom & Jerry say "hi" <3', ["Tom", "&", "Jerry", "say", '"', "hi", '"', "<", "3"]),
+    ("It's <b> & | [x]", ["It", "'s", "<", "b", ">", "&", "|", "[", "x", "]"]),
+])
+def test_tokenise_never_escapes_special_characters(text, expected):
+    toks = moses.tokenize(text, "en")
+    assert toks == expected
+    assert not any("&amp;" in t or "&quot;" in t or "&apos;" in t or "&#" in t or "&lt;" in t for t in toks)
+
+
+def test_aggressive_dash_splits_and_lowercase_options():
+    assert moses.tokenize("A well-known fact", "en") == ["A", "well-known", "fact"]
+    assert moses.tokenize("A well-known fact", "en", aggressive_dash_splits=True) == ["A", "well", "@-@", "known", "fact"]
+    assert moses.detokenize(["a", "well", "@-@", "known", "fact"], "en") == "a well-known fact"
+    assert moses.tokenize("A Fact", "en", lowercase=True) == ["a", "fact"]
+
+
+def test_punctuation_normalisation_maps_typographic_quotes():
+    assert moses.tokenize("« Oui », dit-il.", "fr") == ['"', "Oui", '"', ",", "dit-il", "."]
+
+
+def _bpe_pipeline(**kw) -> TextPipeline:
+    from collections import Counter
+
+    words = Counter("the lower lowest newer newest wider widest the the low low low".split())
+    codes = learn_codes(words, 20, min_frequency=1)
+    bpe = {"joint": True, "codes": {"src": codes, "tgt": codes}, "vocab": None, "vocab_threshold": None,
+           "merges": 20, "separator": "@@"}
+    return TextPipeline("en", "fr", bpe=bpe, **kw)
+
+
+def test_pipeline_encode_then_decode_restores_raw_text():
+    p = _bpe_pipeline()
+    for line in ["The lowest, widest newer slower thing!", "It's (newer) & wider."]:
+        toks = p.encode(line, "src")
+        assert any(t.endswith("@@") for t in toks), toks  # BPE did segment something
+        assert p.decode(toks, "src") == line
+
+
+def test_pipeline_formats_raw_tok_bpe_agree():
+    p = _bpe_pipeline()
+    line = "The slowest newer widget."
+    tok = " ".join(p.tokenize(line, "src"))
+    bpe = p.encode(line, "src")
+    assert p.encode_from(tok, "src", "tok") == bpe
+    assert p.encode_from(" ".join(bpe), "src", "bpe") == bpe
+    assert p.decode_to(bpe, "src", "bpe") == " ".join(bpe)
+    assert p.decode_to(bpe, "src", "tok") == tok
+    with pytest.raises(ValueError):
+        p.encode_from(line, "src", "xml")
+
+
+def test_pipeline_dict_is_json_primitives_with_codes_inlined_and_rebuilds_identically():
+    p = _bpe_pipeline(lowercase=True, aggressive_dash_splits=True)
+    d = p.to_dict()
+    assert isinstance(d["bpe"]["codes"], str) and d["bpe"]["codes"].startswith("#version")
+    d2 = json.loads(json.dumps(d))
+    q = TextPipeline.from_dict(d2)
+    line = "The well-known Newest WIDER thing"
+    assert q.encode(line, "src") == p.encode(line, "src")
+    assert q.to_dict() == d
+
+
+def test_pipeline_from_dict_rejects_unknown_keys_listing_valid_ones():
+    d = TextPipeline("en", "fr").to_dict()
+    d["bpe_codez"] = "x"
+    with pytest.raises(ConfigError, match="bpe_codez.*valid keys"):
+        TextPipeline.from_dict(d)
+
+
+def test_lowercase_pipeline_lowercases_tokens():
+    p = TextPipeline("en", "fr", lowercase=True)
+    assert p.encode("Hello World", "src") == ["hello", "world"]
+    assert p.encode_from("Hello World", "src", "tok") == ["hello", "world"]
+
+
+def test_truecaser_learns_the_usual_case_and_detruecase_capitalises_sentence_starts():
+    casing = new_casing()
+    for sent in ["The cat saw Paris .", "I like the cat .", "We visited Paris and the cat ."]:
+        add_weights(casing, truecase_weights(sent.split()))
+    forms = best_forms(casing)
+    assert "Paris" in forms and "the" in forms and "The" not in forms
+    tc = Truecaser(forms)
+    assert tc("The cat saw PARIS .".split()) == ["the", "cat", "saw", "Paris", "."]
+    assert tc(["Unknown"]) == ["Unknown"]
+    assert detruecase('the cat . " it " saw'.split()) == ["The", "cat", ".", '"', "It", '"', "saw"]
+    p = TextPipeline("en", "fr", truecase={"src": forms, "tgt": forms})
+    assert p.encode("The cat saw Paris.", "src") == ["the", "cat", "saw", "Paris", "."]
+    assert p.decode(["the", "cat", "saw", "Paris", "."], "src") == "The cat saw Paris."

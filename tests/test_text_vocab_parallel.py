@@ -1,0 +1,54 @@
+"""Vocabulary building/saving and the ordered parallel map."""
+from __future__ import annotations
+
+import functools
+import os
+from collections import Counter
+
+import pytest
+
+from nmtkit.errors import InputError
+from nmtkit.text.parallel import parallel_map
+from nmtkit.text.vocab import SPECIALS, UNK_ID, Vocab
+
+
+def test_vocab_keeps_specials_first_then_most_frequent_with_alphabetical_ties():
+    v = Vocab.build(Counter({"b": 3, "a": 3, "c": 5, "d": 1}), max_size=6)
+    assert v.itos == list(SPECIALS) + ["c", "a"]
+    assert v.encode(["c", "d", "a"]) == [4, UNK_ID, 5]
+
+
+def test_vocab_file_round_trip_and_bad_file_error(tmp_path):
+    v = Vocab.build(Counter({"x": 2, "y": 1}))
+    v.save(tmp_path / "v.txt")
+    w = Vocab.load(tmp_path / "v.txt")
+    assert w.itos == v.itos and w.counts == v.counts
+    (tmp_path / "bad.txt").write_text("<pad>\t0\nno-tab-here\n")
+    with pytest.raises(InputError, match="bad.txt:2"):
+        Vocab.load(tmp_path / "bad.txt")
+
+
+_STATE: dict = {}
+
+
+def _init(offset: int) -> None:
+    _STATE["offset"] = offset
+    _STATE["pid"] = os.getpid()
+
+
+def _add(x: int) -> tuple[int, int]:
+    return x + _STATE["offset"], _STATE["pid"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_parallel_map_keeps_order_and_runs_the_initializer_in_each_worker(workers):
+    out = list(parallel_map(_add, range(2000), workers=workers, chunk_size=7, initializer=_init, initargs=(100,)))
+    assert [y for y, _ in out] == [x + 100 for x in range(2000)]
+    pids = {pid for _, pid in out}
+    if workers > 1:
+        assert os.getpid() not in pids
+
+
+def test_parallel_map_with_partial_and_no_initializer():
+    f = functools.partial(pow, exp=2)
+    assert list(parallel_map(f, range(50), workers=2, chunk_size=3)) == [x * x for x in range(50)]
