@@ -88,8 +88,15 @@ class _progress:
     LABELS = {"sample": "sampling pool", "score": "scoring", "write": "writing"}
 
     def __init__(self, console):
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TaskProgressColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TaskProgressColumn(), TextColumn("{task.fields[rate]} pairs/s"),

@@ -34,7 +34,6 @@ import math
 import os
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
