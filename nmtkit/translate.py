@@ -368,11 +368,20 @@ class Translator:
             src[i, : len(x)] = torch.tensor(x, dtype=torch.long)
         c = self.config
         with torch.inference_mode(), self.autocast:
-            return beam_search(
+            results = beam_search(
                 self.models, src.to(self.device), lens.to(self.device), beam=c.beam, lenpen=c.lenpen,
                 max_len_a=c.max_len_a, max_len_b=c.max_len_b, nbest=c.nbest,
                 need_attention=self.need_attention,
             )
+        if self.need_attention:
+            # attention columns: the batch's padded width plus any positions the model adds (its
+            # source EOS); keep each sentence's own columns only
+            width = max(h.attention.size(1) for hyps in results for h in hyps)
+            extra = width - src.size(1)
+            for n, hyps in zip(lens.tolist(), results):
+                for h in hyps:
+                    h.attention = h.attention[:, : n + extra]
+        return results
 
     def finish(self, res: Result, lineno: int) -> Result:
         """Tokens and output strings for a decoded line (UNK replacement, BPE join, detok)."""

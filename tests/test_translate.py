@@ -1,0 +1,247 @@
+"""nmtkit.translate: the text pipeline around beam search, UNK replacement, alignments, plots."""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+import pytest
+import torch
+
+from nmtkit.checkpoint import CHECKPOINT_FORMAT
+from nmtkit.errors import CheckpointError, ConfigError, InputError
+from nmtkit.translate import (
+    TranslateConfig,
+    Translator,
+    hard_alignment,
+    make_batches,
+    nbest_line,
+    read_unk_dict,
+    replace_unks,
+    soft_alignment,
+    subword_words,
+)
+from tests.translate_fixtures import TGT_WORDS, make_checkpoint, tiny_model
+
+LINES = [
+    "the cat sat on a mat .",
+    "",
+    "a dog",
+    "the big red house is in the park , and the small dog ran .",
+    "cat",
+    "   ",
+    "the dog ran in a park .",
+]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return str(make_checkpoint(tmp_path_factory.mktemp("ckpt") / "model.pt", seed=1))
+
+
+def _translator(ckpt, warn=None, **kw):
+    kw.setdefault("beam", 3)
+    kw.setdefault("max_len_a", 1.0)
+    kw.setdefault("max_len_b", 3)
+    return Translator(TranslateConfig(models=(ckpt,) if isinstance(ckpt, str) else tuple(ckpt), **kw), warn=warn)
+
+
+def test_output_order_is_the_input_order_after_length_sorting(ckpt):
+    t = _translator(ckpt, batch_size=2)
+    together = t.translate_lines(LINES)
+    alone = [t.translate_lines([line])[0] for line in LINES]
+    assert together == alone
+    assert len(set(together)) > 2  # the sentences do get different translations
+
+
+def test_make_batches_sorts_by_length_and_respects_both_caps():
+    lengths = [3, 10, 1, 7, 7, 2, 9, 4]
+    batches = make_batches(lengths, batch_size=3, max_tokens=20)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    flat = [lengths[i] for b in batches for i in b]
+    assert flat == sorted(lengths, reverse=True)
+    for b in batches:
+        assert len(b) <= 3
+        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 20
+    assert make_batches([50], batch_size=4, max_tokens=10) == [[0]]  # too long alone: own batch
+
+
+def test_empty_and_blank_lines_give_empty_outputs(ckpt):
+    out = _translator(ckpt).translate_lines(["", "the cat", "  ", ""])
+    assert out[0] == out[2] == out[3] == ""
+    assert out[1] != ""
+
+
+def test_overlong_line_is_truncated_with_a_warning_naming_it(ckpt):
+    warnings = []
+    t = _translator(ckpt, warn=warnings.append, max_src_len=5)
+    long_line = " ".join(["the cat sat on a mat"] * 10)
+    out = t.translate_lines(["a dog", long_line, "cat"])
+    assert len(out) == 3 and out[1]
+    assert len(warnings) == 1 and ":2:" in warnings[0] and "60 source tokens" in warnings[0]
+    # the truncated line translates like its first 5 tokens
+    assert out[1] == t.translate_lines(["the cat sat on a"])[0]
+
+
+def test_default_source_limit_comes_from_the_checkpoint(ckpt):
+    assert _translator(ckpt).max_src_len == 250  # max(250, 4 * 50)
+
+
+def test_output_formats_skip_stages(ckpt):
+    raw = _translator(ckpt).translate_lines(["the cat ."])[0]
+    tok = _translator(ckpt, output_format="tok").translate_lines(["the cat ."])[0]
+    assert all(w in TGT_WORDS for w in tok.split())
+    from nmtkit.text.moses import detokenize
+
+    assert raw == detokenize(tok.split(), "fr")
+    # --input-format bpe: already the model's tokens, no tokenisation ("cat." stays one, unknown token)
+    t = _translator(ckpt, input_format="bpe")
+    assert t.prepare("the cat.", 1) == ["the", "cat."]
+    assert _translator(ckpt).prepare("the cat.", 1) == ["the", "cat", "."]
+
+
+def test_input_and_output_formats_with_bpe(tmp_path):
+    from nmtkit.text.bpe import learn_codes
+    from nmtkit.text.pipeline import TextPipeline
+
+    words = Counter("lower lowest newer newest wider widest low new wide".split() * 3)
+    codes = learn_codes(words, 8)
+    pipe = TextPipeline(src_lang="en", tgt_lang="fr", bpe={"joint": True, "codes": {"src": codes, "tgt": codes},
+                                                           "vocab": None, "vocab_threshold": None, "merges": 8,
+                                                           "separator": "@@"})
+    src_tokens = pipe.encode("lowest wider", "src")
+    assert any(t.endswith("@@") for t in src_tokens)
+    tgt = ["lo@@", "w@@", "est", "new"]
+    path = make_checkpoint(tmp_path / "bpe.pt", src_words=sorted(set(src_tokens)), tgt_words=tgt, pipeline=pipe)
+    t = _translator(str(path), output_format="bpe")
+    assert t.prepare("lowest wider", 1) == src_tokens
+    out = t.translate_lines(["lowest wider"])[0].split()
+    assert out and all(tok in tgt for tok in out)
+    joined = _translator(str(path), output_format="tok").translate_lines(["lowest wider"])[0]
+    assert "@@" not in joined and joined.replace(" ", "") == "".join(out).replace("@@", "")
+
+
+# ---- UNK replacement -------------------------------------------------------------------------
+
+def test_subword_words_maps_pieces_to_their_words():
+    assert subword_words(["lo@@", "wer", "is", "ne@@", "w@@", "er"]) == ([0, 0, 1, 2, 2, 2], ["lower", "is", "newer"])
+
+
+def test_replace_unks_hand_made_case():
+    src = ["the", "Zorg@@", "lings", "arrived", "."]
+    tgt = ["les", "<unk>", "sont", "<unk>", "."]
+    att = [  # rows: target tokens (+ EOS), columns: source tokens (+ source EOS)
+        [0.9, 0.02, 0.02, 0.02, 0.02, 0.02],
+        [0.1, 0.1, 0.6, 0.1, 0.05, 0.05],  # -> "lings", a piece of "Zorglings"
+        [0.1, 0.1, 0.1, 0.6, 0.05, 0.05],
+        [0.05, 0.05, 0.05, 0.05, 0.1, 0.7],  # the EOS column is not a word: "." wins
+        [0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+        [0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
+    ]
+    assert replace_unks(tgt, src, att) == ["les", "Zorglings", "sont", ".", "."]
+    assert replace_unks(tgt, src, att, unk_dict={"Zorglings": "Zorglingues"}) == ["les", "Zorglingues", "sont", ".", "."]
+    assert replace_unks(["a", "b"], src, att) == ["a", "b"]
+
+
+def test_replace_unk_end_to_end_copies_attended_source_words(tmp_path):
+    model, _ = tiny_model(2)
+    with torch.no_grad():
+        model.W_o.bias[1] = 50.0  # the model says <unk> at every step
+    path = make_checkpoint(tmp_path / "unk.pt", model=model)
+    dict_path = tmp_path / "dict.tsv"
+    dict_path.write_text("cat\tchat\ndog\tchien\n", encoding="utf-8")
+    plain = _translator(str(path), output_format="tok").translate_lines(["the cat sat"])[0]
+    assert set(plain.split()) == {"<unk>"}
+    replaced = _translator(str(path), output_format="tok", replace_unk=True).translate_lines(["the cat sat"])[0]
+    assert replaced.split() and set(replaced.split()) <= {"the", "cat", "sat"}
+    mapped = _translator(str(path), output_format="tok", replace_unk=True, unk_dict=str(dict_path)).translate_lines(
+        ["the cat sat"])[0]
+    assert mapped.split() == [{"cat": "chat"}.get(w, w) for w in replaced.split()]
+
+
+def test_bad_unk_dictionary_line_is_named(tmp_path):
+    p = tmp_path / "d.tsv"
+    p.write_text("a\tb\nno tab here\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"d.tsv:2:"):
+        read_unk_dict(str(p))
+
+
+# ---- alignments, n-best, plots --------------------------------------------------------------
+
+def test_hard_alignment_is_pharaoh_with_one_link_per_target_token():
+    att = [[0.7, 0.2, 0.1, 0.0], [0.1, 0.1, 0.8, 0.0], [0.3, 0.4, 0.2, 0.1], [0.0, 0.0, 0.1, 0.9]]
+    assert hard_alignment(att, n_src=3, n_tgt=3) == "0-0 2-1 1-2"
+    assert hard_alignment(att, n_src=3, n_tgt=0) == ""
+
+
+def test_alignments_from_the_translator_are_well_formed(ckpt):
+    t = _translator(ckpt, alignments="hard")
+    results = t.translate_buffer(list(enumerate(["the cat sat on a mat .", "", "a dog"], 1)))
+    for r in results:
+        if not r.hyps:
+            continue
+        line = hard_alignment(r.hyps[0].attention, len(r.src_tokens), len(r.tgt_tokens[0]))
+        assert re.fullmatch(r"\d+-\d+( \d+-\d+)*", line)
+        links = [tuple(map(int, p.split("-"))) for p in line.split()]
+        assert [j for _, j in links] == list(range(len(r.tgt_tokens[0])))
+        assert all(0 <= i < len(r.src_tokens) for i, _ in links)
+        soft = json.loads(soft_alignment(r.hyps[0].attention, r.src_tokens, r.tgt_tokens[0]))
+        assert soft["src"] == r.src_tokens + ["</s>"] and soft["tgt"] == r.tgt_tokens[0] + ["</s>"]
+        assert len(soft["attention"]) == len(soft["tgt"])
+        for row in soft["attention"]:
+            assert len(row) == len(soft["src"]) and sum(row) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_nbest_line_is_moses_format():
+    assert nbest_line(3, "le chat", -4.5, 3, -1.5) == "3 ||| le chat ||| LogProb= -4.5000 Length= 3 ||| -1.5000"
+
+
+def test_attention_plot_is_a_png_per_sentence_up_to_the_limit(ckpt, tmp_path):
+    d = tmp_path / "plots"
+    t = _translator(ckpt, plot_attention=str(d), plot_limit=2)
+    t.translate_lines(["the cat sat", "", "a dog ran", "the mat"])
+    files = sorted(p.name for p in d.iterdir())
+    assert files == ["000001.png", "000003.png"]
+    assert (d / "000001.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---- ensembles and bad checkpoints ---------------------------------------------------------
+
+def test_ensemble_of_the_same_checkpoint_twice_translates_like_it(ckpt):
+    lines = ["the cat sat on a mat .", "a dog ran", "the big house"]
+    assert _translator([ckpt, ckpt]).translate_lines(lines) == _translator(ckpt).translate_lines(lines)
+
+
+def test_ensemble_with_different_vocabularies_is_refused(ckpt, tmp_path):
+    other = make_checkpoint(tmp_path / "other.pt", tgt_words=TGT_WORDS[:-1])
+    with pytest.raises(CheckpointError, match="tgt vocabulary differs"):
+        _translator([ckpt, str(other)])
+
+
+def test_checkpoint_of_another_format_version_is_refused(tmp_path):
+    p = make_checkpoint(tmp_path / "v99.pt", format_version=CHECKPOINT_FORMAT + 98)
+    with pytest.raises(CheckpointError, match="format version 99"):
+        _translator(str(p))
+
+
+def test_truncated_checkpoint_is_refused(ckpt, tmp_path):
+    data = open(ckpt, "rb").read()
+    p = tmp_path / "cut.pt"
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        _translator(str(p))
+
+
+def test_bad_options_are_config_errors(ckpt):
+    with pytest.raises(ConfigError):
+        _translator(ckpt, beam=2, nbest=3)
+    with pytest.raises(ConfigError):
+        _translator(ckpt, unk_dict="x.tsv")
