@@ -1,0 +1,354 @@
+"""`nmtkit preprocess` end to end on tiny made-up files: data dir, manifest, round trips, errors."""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from nmtkit.cli import cli
+from nmtkit.data.binarized import ParallelData
+from nmtkit.errors import ConfigError, InputError, OutputExistsError
+from nmtkit.preprocess import PreprocessConfig, preprocess
+from nmtkit.text.pipeline import TextPipeline
+from nmtkit.text.vocab import SPECIALS, UNK, Vocab
+
+EN = ["the cat sleeps", "a dog runs in the park", "my friend reads a book", "the children play outside",
+      "she is writing a letter", "we eat bread and cheese", "it's raining today", "the old man walks slowly"]
+FR = ["le chat dort", "un chien court dans le parc", "mon ami lit un livre", "les enfants jouent dehors",
+      "elle écrit une lettre", "nous mangeons du pain et du fromage", "il pleut aujourd'hui",
+      "le vieil homme marche lentement"]
+
+
+def _corpus(n: int, offset: int = 0) -> tuple[list[str], list[str]]:
+    en, fr = [], []
+    for k in range(n):
+        i = (k + offset) % len(EN)
+        en.append(f"{EN[i].capitalize()}, number {k + offset}!")
+        fr.append(f"{FR[i].capitalize()}, numéro {k + offset} !")
+    return en, fr
+
+
+def _write(prefix: Path, en: list[str], fr: list[str]) -> str:
+    prefix.with_suffix(".en").write_text("".join(x + "\n" for x in en), encoding="utf-8")
+    prefix.with_suffix(".fr").write_text("".join(x + "\n" for x in fr), encoding="utf-8")
+    return str(prefix)
+
+
+# Training lines with known faults, each dropped for exactly one reason.
+BAD_TRAIN = [
+    ("", "phrase sans source", "empty"),
+    ("sentence without target", "   ", "empty"),
+    (" ".join(["word"] * 30), " ".join(["mot"] * 30), "too_long"),      # 30 tokens > --max-len 20
+    ("one", "un deux trois quatre cinq six sept huit neuf dix", "ratio"),  # 1 vs 10 tokens > ratio 9
+]
+
+
+@pytest.fixture()
+def corpus(tmp_path: Path) -> dict:
+    en, fr = _corpus(60)
+    for s, t, _ in BAD_TRAIN:
+        en.append(s)
+        fr.append(t)
+    en += en[:2]  # two exact duplicates of earlier pairs
+    fr += fr[:2]
+    train = _write(tmp_path / "train", en, fr)
+    valid = _write(tmp_path / "valid", *_corpus(10, offset=100))
+    test = _write(tmp_path / "test", *_corpus(7, offset=200))
+    return {"train": train, "valid": valid, "test": test, "n_train": len(en), "tmp": tmp_path}
+
+
+def _config(c: dict, dest: Path, **kw) -> PreprocessConfig:
+    args = dict(src_lang="en", tgt_lang="fr", train=c["train"], valid=c["valid"], test=(c["test"],), dest=str(dest),
+                max_len=20, bpe=40, bpe_min_frequency=1, workers=1, chunk_size=16)
+    args.update(kw)
+    return PreprocessConfig(**args)
+
+
+def _run_cli(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nmtkit", "preprocess", *args], capture_output=True, text=True)
+
+
+def _decoded(dest: Path, split: str) -> tuple[list[list[str]], list[list[str]]]:
+    data = ParallelData(dest, split, "en", "fr")
+    ve, vf = Vocab.load(dest / "vocab.en.txt"), Vocab.load(dest / "vocab.fr.txt")
+    src = [ve.decode(data.src[k], strip_specials=False) for k in range(len(data))]
+    tgt = [vf.decode(data.tgt[k], strip_specials=False) for k in range(len(data))]
+    return src, tgt
+
+
+def _unk(tokens: list[str], vocab: Vocab) -> list[str]:
+    return [t if t in vocab else UNK for t in tokens]
+
+
+# ---- the data directory ---------------------------------------------------------------------
+def test_cli_writes_a_complete_data_dir_and_nothing_on_stdout(corpus):
+    dest = corpus["tmp"] / "data"
+    res = CliRunner().invoke(cli, ["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", corpus["train"],
+                                   "--valid", corpus["valid"], "--test", corpus["test"], "--bpe", "40",
+                                   "--max-len", "20", "--dedup", "--workers", "2", "--dest", str(dest)])
+    assert res.exit_code == 0, res.output
+    assert res.stdout == ""
+    assert "train" in res.stderr and "vocabularies" in res.stderr  # the summary table
+    names = {p.name for p in dest.iterdir()}
+    for split in ("train", "valid", "test"):
+        for lang in ("en", "fr"):
+            assert {f"{split}.{lang}.ids.npy", f"{split}.{lang}.offsets.npy"} <= names
+    assert {"manifest.json", "vocab.en.txt", "vocab.fr.txt", "bpe.codes"} <= names
+    assert not [p for p in corpus["tmp"].iterdir() if ".tmp-" in p.name]
+
+
+def test_cleaning_drops_each_bad_pair_for_its_reason_and_counts_it(corpus):
+    m = preprocess(_config(corpus, corpus["tmp"] / "d", dedup=True))
+    train = m["splits"]["train"]
+    expected = {"duplicate": 2, "empty": 2, "too_long": 1, "ratio": 1}
+    assert train["dropped"] == expected
+    assert train["lines_in"] == corpus["n_train"]
+    assert train["lines"] == corpus["n_train"] - sum(expected.values())
+    assert m["splits"]["valid"]["dropped"] == {} and m["splits"]["valid"]["lines"] == 10
+
+
+def test_without_dedup_duplicates_are_kept(corpus):
+    m = preprocess(_config(corpus, corpus["tmp"] / "d"))
+    assert m["splits"]["train"]["dropped"]["duplicate"] == 0
+    assert m["splits"]["train"]["lines"] == corpus["n_train"] - 4
+
+
+def test_binarised_ids_decode_to_the_recorded_pipelines_tokens(corpus):
+    dest = corpus["tmp"] / "d"
+    m = preprocess(_config(corpus, dest))
+    p = TextPipeline.from_dict(json.loads((dest / "manifest.json").read_text())["pipeline"])
+    ve, vf = Vocab.load(dest / "vocab.en.txt"), Vocab.load(dest / "vocab.fr.txt")
+    for split in ("valid", "test"):
+        src_raw = Path(f"{corpus[split]}.en").read_text(encoding="utf-8").splitlines()
+        tgt_raw = Path(f"{corpus[split]}.fr").read_text(encoding="utf-8").splitlines()
+        src, tgt = _decoded(dest, split)
+        assert src == [_unk(p.encode(x, "src"), ve) for x in src_raw]
+        assert tgt == [_unk(p.encode(x, "tgt"), vf) for x in tgt_raw]
+    # train: the kept pairs, in input order, every token known (vocab built on train)
+    src_raw = Path(f"{corpus['train']}.en").read_text(encoding="utf-8").splitlines()[:60]
+    src, _ = _decoded(dest, "train")
+    assert src[:60] == [p.encode(x, "src") for x in src_raw]
+    assert any(t.endswith("@@") for s in src for t in s)  # BPE was applied
+    assert m["splits"]["train"]["unk_rate"] == {"src": 0.0, "tgt": 0.0}
+    assert p.decode(p.encode(src_raw[3], "src"), "src") == src_raw[3]
+
+
+def test_manifest_records_settings_checksums_counts_and_vocab_sizes(corpus):
+    dest = corpus["tmp"] / "d"
+    cfg = _config(corpus, dest, truecase=True)
+    preprocess(cfg)
+    m = json.loads((dest / "manifest.json").read_text(encoding="utf-8"))
+    assert m["format_version"] == 1 and (m["src_lang"], m["tgt_lang"]) == ("en", "fr")
+    for field in ("train", "valid", "test", "max_len", "max_ratio", "dedup", "bpe", "bpe_separate",
+                  "bpe_vocab_threshold", "lowercase", "truecase", "aggressive_dash_splits", "workers",
+                  "src_vocab_size", "tgt_vocab_size", "input_format"):
+        assert field in m["settings"], field
+    assert m["settings"]["max_len"] == 20 and m["settings"]["truecase"] is True
+    for prefix in (corpus["train"], corpus["valid"], corpus["test"]):
+        for lang in ("en", "fr"):
+            path = f"{prefix}.{lang}"
+            assert m["inputs"][path] == hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    assert m["vocab"]["src"] == "vocab.en.txt" and m["vocab"]["tgt"] == "vocab.fr.txt"
+    assert m["vocab"]["src_size"] == len(Vocab.load(dest / "vocab.en.txt"))
+    assert m["vocab"]["tgt_size"] == len((dest / "vocab.fr.txt").read_text(encoding="utf-8").splitlines())
+    assert m["pipeline"]["bpe"]["codes"] == (dest / "bpe.codes").read_text(encoding="utf-8")
+    assert m["pipeline"]["truecase"]["src"]  # the truecasing model travels with the pipeline
+    for name in ("train", "valid", "test"):
+        s = m["splits"][name]
+        data = ParallelData(dest, name, "en", "fr")
+        assert s["lines"] == len(data)
+        assert s["src_tokens"] == int(data.src.lengths.sum()) and s["tgt_tokens"] == int(data.tgt.lengths.sum())
+        assert s["unk_rate"]["src"] == pytest.approx(s["unk_tokens"]["src"] / s["src_tokens"])
+        assert s["src_words"] <= s["src_tokens"]
+
+
+def test_word_vocabulary_keeps_the_most_frequent_words_and_counts_unks(corpus):
+    dest = corpus["tmp"] / "d"
+    m = preprocess(_config(corpus, dest, bpe=None, src_vocab_size=12, tgt_vocab_size=15))
+    ve, vf = Vocab.load(dest / "vocab.en.txt"), Vocab.load(dest / "vocab.fr.txt")
+    assert len(ve) == 12 and len(vf) == 15 and ve.itos[:4] == list(SPECIALS)
+    assert ve.counts[4:] == sorted(ve.counts[4:], reverse=True)
+    src, _ = _decoded(dest, "train")
+    n_unk = sum(t == UNK for s in src for t in s)
+    assert n_unk > 0
+    assert m["splits"]["train"]["unk_tokens"]["src"] == n_unk
+    assert m["splits"]["train"]["unk_rate"]["src"] == pytest.approx(n_unk / sum(len(s) for s in src))
+    assert m["pipeline"]["bpe"] is None
+
+
+def test_default_word_vocabulary_is_the_papers_30000():
+    cfg = PreprocessConfig("en", "fr", "a", "b", "c")
+    assert cfg.vocab_size("src") == 30000 and cfg.vocab_size("tgt") == 30000
+    assert PreprocessConfig("en", "fr", "a", "b", "c", bpe=100).vocab_size("src") is None
+
+
+def test_separate_bpe_and_lowercase_write_one_codes_file_per_language(corpus):
+    dest = corpus["tmp"] / "d"
+    m = preprocess(_config(corpus, dest, bpe_separate=True, lowercase=True, bpe_vocab_threshold=2))
+    assert (dest / "bpe.codes.en").exists() and (dest / "bpe.codes.fr").exists()
+    p = TextPipeline.from_dict(m["pipeline"])
+    assert p.bpe["codes"]["src"] != p.bpe["codes"]["tgt"]
+    assert all(t == t.lower() for t in p.encode("The Cat SLEEPS", "src"))
+
+
+def test_two_workers_give_byte_identical_output(corpus):
+    outs = []
+    for workers in (1, 2):
+        dest = corpus["tmp"] / f"d{workers}"
+        preprocess(_config(corpus, dest, workers=workers, chunk_size=5, dedup=True))
+        outs.append({p.name: p.read_bytes() for p in dest.iterdir() if p.name != "manifest.json"})
+    assert outs[0] == outs[1]
+
+
+def test_progress_callback_reports_every_stage(corpus):
+    calls = []
+    preprocess(_config(corpus, corpus["tmp"] / "d"), lambda stage, done, total: calls.append((stage, done, total)))
+    stages = list(dict.fromkeys(s for s, _, _ in calls))
+    assert stages == ["check inputs", "tokenise + clean train", "learn BPE", "encode + binarise train",
+                      "encode + binarise valid", "encode + binarise test"]
+    last = {s: (d, t) for s, d, t in calls}
+    assert last["tokenise + clean train"] == (corpus["n_train"], corpus["n_train"])
+
+
+def test_streaming_writer_output_matches_numpy_save_format(corpus):
+    dest = corpus["tmp"] / "d"
+    preprocess(_config(corpus, dest))
+    ids = np.load(dest / "valid.en.ids.npy")
+    offsets = np.load(dest / "valid.en.offsets.npy")
+    assert ids.dtype == np.int32 and offsets.dtype == np.int64
+    assert offsets[0] == 0 and offsets[-1] == len(ids) and len(offsets) == 11
+    assert np.all(np.diff(offsets) > 0)
+
+
+# ---- bad input: one line on stderr, non-zero exit, nothing that looks complete ---------------
+def _assert_clean_failure(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nmtkit: error: "), proc.stderr
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+def _base_args(c: dict, dest: Path) -> list[str]:
+    return ["--src-lang", "en", "--tgt-lang", "fr", "--train", c["train"], "--valid", c["valid"], "--dest", str(dest),
+            "--quiet", "--workers", "1"]
+
+
+def _no_leftovers(tmp: Path) -> None:
+    assert not [p.name for p in tmp.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
+
+
+def test_missing_file_fails_cleanly(corpus):
+    dest = corpus["tmp"] / "d"
+    args = _base_args(corpus, dest)
+    args[args.index("--valid") + 1] = str(corpus["tmp"] / "nope")
+    proc = _run_cli(args)
+    _assert_clean_failure(proc, "nope.en", "file not found")
+    assert not dest.exists()
+
+
+def test_different_line_counts_name_both_files_and_counts(corpus):
+    Path(f"{corpus['valid']}.fr").write_text("une ligne\n", encoding="utf-8")
+    dest = corpus["tmp"] / "d"
+    proc = _run_cli(_base_args(corpus, dest))
+    _assert_clean_failure(proc, f"{corpus['valid']}.en has 10 lines", f"{corpus['valid']}.fr has 1 lines")
+    assert not dest.exists()
+
+
+def test_invalid_utf8_names_file_and_line_and_leaves_nothing(corpus):
+    path = Path(f"{corpus['valid']}.fr")
+    lines = path.read_bytes().split(b"\n")
+    lines[6] = b"caf\xe9 cr\xe8me"
+    path.write_bytes(b"\n".join(lines))
+    dest = corpus["tmp"] / "d"
+    proc = _run_cli(_base_args(corpus, dest))
+    _assert_clean_failure(proc, f"{path}:7: invalid UTF-8")
+    assert not dest.exists()
+    _no_leftovers(corpus["tmp"])
+
+
+def test_empty_training_split_after_cleaning_fails(corpus):
+    dest = corpus["tmp"] / "d"
+    proc = _run_cli(_base_args(corpus, dest) + ["--max-len", "2"])
+    _assert_clean_failure(proc, "no training pairs left after cleaning", "too_long")
+    assert not dest.exists()
+    _no_leftovers(corpus["tmp"])
+
+
+def test_non_empty_dest_is_refused_without_force_and_replaced_with_it(corpus):
+    dest = corpus["tmp"] / "d"
+    dest.mkdir()
+    (dest / "old.txt").write_text("keep me")
+    proc = _run_cli(_base_args(corpus, dest))
+    _assert_clean_failure(proc, str(dest), "--force")
+    assert (dest / "old.txt").read_text() == "keep me"
+    proc = _run_cli(_base_args(corpus, dest) + ["--force"])
+    assert proc.returncode == 0, proc.stderr
+    assert not (dest / "old.txt").exists() and (dest / "manifest.json").exists()
+    _no_leftovers(corpus["tmp"])
+
+
+def test_failure_with_force_keeps_the_old_data_dir(corpus):
+    dest = corpus["tmp"] / "d"
+    dest.mkdir()
+    (dest / "old.txt").write_text("keep me")
+    Path(f"{corpus['train']}.en").write_bytes(Path(f"{corpus['train']}.en").read_bytes() + b"\xff\xfe\n")
+    Path(f"{corpus['train']}.fr").write_bytes(Path(f"{corpus['train']}.fr").read_bytes() + b"x\n")
+    proc = _run_cli(_base_args(corpus, dest) + ["--force"])
+    _assert_clean_failure(proc, "invalid UTF-8", f":{corpus['n_train'] + 1}:")
+    assert (dest / "old.txt").read_text() == "keep me" and not (dest / "manifest.json").exists()
+    _no_leftovers(corpus["tmp"])
+
+
+def test_empty_existing_dest_is_fine(corpus):
+    dest = corpus["tmp"] / "d"
+    dest.mkdir()
+    preprocess(_config(corpus, dest))
+    assert (dest / "manifest.json").exists()
+
+
+def test_unknown_option_is_rejected(corpus):
+    proc = _run_cli(_base_args(corpus, corpus["tmp"] / "d") + ["--bpe-mergez", "10"])
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "No such option" in proc.stderr and "--bpe-mergez" in proc.stderr
+    assert not (corpus["tmp"] / "d").exists()
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"lowercase": True, "truecase": True}, "exclude each other"),
+    ({"tgt_lang": "en"}, "must differ"),
+    ({"bpe": None, "bpe_separate": True}, "need --bpe"),
+    ({"max_len": 0}, "--max-len"),
+    ({"src_vocab_size": 3}, "--src-vocab-size"),
+])
+def test_inconsistent_options_are_config_errors(corpus, kw, match):
+    with pytest.raises(ConfigError, match=match):
+        preprocess(_config(corpus, corpus["tmp"] / "d", **kw))
+
+
+def test_library_errors_are_typed(corpus):
+    dest = corpus["tmp"] / "d"
+    dest.mkdir()
+    (dest / "x").write_text("x")
+    with pytest.raises(OutputExistsError):
+        preprocess(_config(corpus, dest))
+    with pytest.raises(InputError, match="file not found"):
+        preprocess(_config(corpus, corpus["tmp"] / "e", train=str(corpus["tmp"] / "missing")))
+
+
+def test_help_documents_every_option():
+    res = CliRunner().invoke(cli, ["preprocess", "--help"])
+    assert res.exit_code == 0
+    cmd = cli.commands["preprocess"]
+    for param in cmd.params:
+        if param.name == "help":
+            continue
+        assert param.help, param.name
+        assert param.opts[0] in res.output
