@@ -49,8 +49,7 @@ def resolve_model(
     arch: str | None, preset: str | None, overrides: dict[str, Any], src_vocab: int, tgt_vocab: int
 ) -> tuple[str, dict[str, Any]]:
     """(arch, model config dict) from a preset and/or an arch, size overrides and the vocab sizes."""
-    from nmtkit.models import ARCHS, config_class, make_config
-    from nmtkit.models import presets
+    from nmtkit.models import ARCHS, config_class, make_config, presets
 
     if preset is not None:
         p_arch, cfg = presets.preset(preset)
