@@ -1,0 +1,371 @@
+"""`nmtkit select-data`: selection by cross-entropy difference, outputs, budgets and bad input."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nmtkit.cli import main
+from nmtkit.select.selection import method_scores, select_indices
+from nmtkit.text.moses import tokenize
+
+ANIMALS_EN = "the cat dog bird horse sits runs sleeps on a mat in garden with ball small big brown".split()
+ANIMALS_FR = "le chat chien oiseau cheval dort court est sur un tapis dans jardin avec balle petit grand brun".split()
+MONEY_EN = "the bank market shares rose fell percent investors said on monday profit quarter rates".split()
+MONEY_FR = "la banque marché actions ont monté baissé pour cent investisseurs lundi bénéfice trimestre taux".split()
+
+
+def _sentence(rng, words_en, words_fr):
+    n = int(rng.integers(4, 10))
+    i = rng.integers(0, len(words_en), size=n)
+    j = np.minimum(i, len(words_fr) - 1)
+    en = " ".join(words_en[k] for k in i).capitalize() + "."
+    fr = " ".join(words_fr[k] for k in j).capitalize() + "."
+    return en, fr
+
+
+def _write(prefix: Path, pairs, gz=False):
+    for side, lang in ((0, "en"), (1, "fr")):
+        data = "".join(p[side] + "\n" for p in pairs).encode("utf-8")
+        if gz:
+            with gzip.open(f"{prefix}.{lang}.gz", "wb") as fh:
+                fh.write(data)
+        else:
+            Path(f"{prefix}.{lang}").write_bytes(data)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    """In-domain: animal captions. Pool: 150 finance pairs with 50 animal pairs spread among them."""
+    rng = np.random.default_rng(0)
+    _write(tmp_path / "in", [_sentence(rng, ANIMALS_EN, ANIMALS_FR) for _ in range(60)])
+    pool, is_in = [], []
+    for i in range(200):
+        animal = i % 4 == 1
+        pool.append(_sentence(rng, ANIMALS_EN, ANIMALS_FR) if animal else _sentence(rng, MONEY_EN, MONEY_FR))
+        is_in.append(animal)
+    _write(tmp_path / "pool", pool)
+    return tmp_path, pool, np.array(is_in)
+
+
+def run(argv, capsys) -> tuple[int, str]:
+    """Run the real CLI entry point; returns (exit code, stderr)."""
+    try:
+        main(["select-data", "--src-lang", "en", "--tgt-lang", "fr", "--quiet", *argv])
+        code = 0
+    except SystemExit as e:
+        code = int(e.code or 0)
+    return code, capsys.readouterr().err
+
+
+def _base(d: Path, dest="sel"):
+    return ["--in-domain", str(d / "in"), "--pool", str(d / "pool"), "--dest", str(d / dest), "--workers", "1"]
+
+
+def _scores(path) -> dict[str, np.ndarray]:
+    rows = [line.split("\t") for line in Path(path).read_text().splitlines()]
+    return {name: np.array([float(r[i]) for r in rows[1:]]) for i, name in enumerate(rows[0])}
+
+
+def _outputs(d: Path, dest="sel"):
+    return sorted(p.name for p in d.iterdir() if p.name.startswith(dest + "."))
+
+
+def test_bilingual_selection_finds_the_planted_domain(corpus, capsys):
+    d, pool, is_in = corpus
+    code, err = run(_base(d) + ["--lines", "50"], capsys)
+    assert code == 0, err
+    s = _scores(d / "sel.scores.tsv")
+    sel = s["selected"].astype(bool)
+    assert sel.sum() == 50
+    assert (sel & is_in).sum() / 50 >= 0.9
+    summary = json.loads((d / "sel.summary.json").read_text())
+    assert summary["selected"]["pairs"] == 50 and summary["pool"]["parts"][0]["selected"] == 50
+    assert summary["method"] == "bilingual"
+
+
+def test_selected_lines_are_the_pool_lines_in_pool_order_byte_for_byte(corpus, capsys):
+    d, pool, _ = corpus
+    # a line with trailing spaces and non-ASCII must come back unchanged
+    pool = [(p[0] + "  ", p[1] + " é") if i == 1 else p for i, p in enumerate(pool)]
+    _write(d / "pool", pool)
+    assert run(_base(d) + ["--lines", "30"], capsys)[0] == 0
+    sel = _scores(d / "sel.scores.tsv")["selected"].astype(bool)
+    want_en = "".join(pool[i][0] + "\n" for i in np.flatnonzero(sel))
+    want_fr = "".join(pool[i][1] + "\n" for i in np.flatnonzero(sel))
+    assert (d / "sel.en").read_text(encoding="utf-8") == want_en
+    assert (d / "sel.fr").read_text(encoding="utf-8") == want_fr
+
+
+def test_scores_tsv_holds_every_pool_line_and_the_bilingual_formula(corpus, capsys):
+    d, pool, _ = corpus
+    assert run(_base(d) + ["--lines", "20"], capsys)[0] == 0
+    s = _scores(d / "sel.scores.tsv")
+    assert s["line"].tolist() == list(range(1, len(pool) + 1))
+    expect = (s["h_in_src"] - s["h_out_src"]) + (s["h_in_tgt"] - s["h_out_tgt"])
+    np.testing.assert_allclose(s["score"], expect, atol=1e-5)
+    # the selected ones are exactly the 20 lowest scores
+    assert set(np.flatnonzero(s["selected"])) == set(np.argsort(s["score"], kind="stable")[:20])
+    # token counts are Moses tokens of the raw line
+    assert s["src_tokens"][0] == len(tokenize(pool[0][0], "en"))
+
+
+@pytest.mark.parametrize("method,expect", [
+    ("monolingual", lambda s: s["h_in_src"] - s["h_out_src"]),
+    ("in-domain", lambda s: s["h_in_src"]),
+])
+def test_other_methods_rank_by_their_own_criterion(corpus, capsys, method, expect):
+    d, _, _ = corpus
+    assert run(_base(d) + ["--lines", "10", "--method", method], capsys)[0] == 0
+    s = _scores(d / "sel.scores.tsv")
+    np.testing.assert_allclose(s["score"], expect(s), atol=1e-5)
+    assert json.loads((d / "sel.summary.json").read_text())["method"] == method
+
+
+def test_two_workers_give_the_same_result_as_one(corpus, capsys):
+    d, _, _ = corpus
+    assert run(_base(d, "one") + ["--lines", "40"], capsys)[0] == 0
+    argv = _base(d, "two") + ["--lines", "40"]
+    argv[argv.index("--workers") + 1] = "2"
+    assert run(argv, capsys)[0] == 0
+    assert (d / "one.scores.tsv").read_bytes() == (d / "two.scores.tsv").read_bytes()
+    assert (d / "one.en").read_bytes() == (d / "two.en").read_bytes()
+
+
+def test_gzipped_inputs_read_like_plain_ones(corpus, capsys):
+    d, pool, _ = corpus
+    gzd = d / "gz"
+    gzd.mkdir()
+    _write(gzd / "pool", pool, gz=True)
+    argv = _base(d, "plain") + ["--lines", "25"]
+    assert run(argv, capsys)[0] == 0
+    argv = ["--in-domain", str(d / "in"), "--pool", str(gzd / "pool"), "--dest", str(d / "gzsel"), "--lines", "25"]
+    assert run(argv, capsys)[0] == 0
+    assert (d / "plain.scores.tsv").read_bytes() == (d / "gzsel.scores.tsv").read_bytes()
+    assert (d / "plain.fr").read_bytes() == (d / "gzsel.fr").read_bytes()
+
+
+def test_several_pool_prefixes_are_concatenated_and_counted_per_part(corpus, capsys):
+    d, pool, is_in = corpus
+    _write(d / "p1", pool[:120])
+    _write(d / "p2", pool[120:])
+    argv = ["--in-domain", str(d / "in"), "--pool", str(d / "p1"), "--pool", str(d / "p2"),
+            "--dest", str(d / "parts"), "--lines", "50"]
+    assert run(argv, capsys)[0] == 0
+    assert run(_base(d) + ["--lines", "50"], capsys)[0] == 0
+    assert (d / "parts.en").read_bytes() == (d / "sel.en").read_bytes()
+    parts = json.loads((d / "parts.summary.json").read_text())["pool"]["parts"]
+    sel = _scores(d / "parts.scores.tsv")["selected"].astype(bool)
+    assert [p["pairs"] for p in parts] == [120, 80]
+    assert [p["selected"] for p in parts] == [int(sel[:120].sum()), int(sel[120:].sum())]
+
+
+def test_pretokenised_input_scores_like_raw_input(corpus, capsys):
+    d, pool, _ = corpus
+    tok = d / "tok"
+    tok.mkdir()
+    for name in ("in", "pool"):
+        for lang in ("en", "fr"):
+            lines = Path(f"{d / name}.{lang}").read_text(encoding="utf-8").splitlines()
+            Path(f"{tok / name}.{lang}").write_text("".join(" ".join(tokenize(x, lang)) + "\n" for x in lines))
+    assert run(_base(d) + ["--lines", "30"], capsys)[0] == 0
+    argv = ["--in-domain", str(tok / "in"), "--pool", str(tok / "pool"), "--dest", str(d / "toksel"),
+            "--lines", "30", "--input-format", "tok"]
+    assert run(argv, capsys)[0] == 0
+    a, b = _scores(d / "sel.scores.tsv"), _scores(d / "toksel.scores.tsv")
+    np.testing.assert_allclose(a["score"], b["score"], atol=1e-6)
+    # in tok mode a line is only split on spaces: "Cat." stays one token
+    assert b["src_tokens"][0] == len(Path(f"{tok / 'pool'}.en").read_text().splitlines()[0].split())
+
+
+def test_lowercase_makes_case_variants_score_alike(corpus, capsys):
+    d, pool, _ = corpus
+    pool = [(pool[1][0].upper(), pool[1][1].upper())] + [pool[1]] + pool[2:]
+    _write(d / "pool", pool)
+    assert run(_base(d, "cased") + ["--lines", "5"], capsys)[0] == 0
+    assert run(_base(d, "lc") + ["--lines", "5", "--lowercase"], capsys)[0] == 0
+    cased, lc = _scores(d / "cased.scores.tsv"), _scores(d / "lc.scores.tsv")
+    assert cased["h_in_src"][0] > cased["h_in_src"][1] + 1.0   # upper case is <unk> for the in-domain LM
+    assert lc["h_in_src"][0] == pytest.approx(lc["h_in_src"][1], abs=1e-6)
+
+
+def test_words_budget_counts_source_tokens(corpus, capsys):
+    d, _, _ = corpus
+    assert run(_base(d) + ["--words", "300"], capsys)[0] == 0
+    s = _scores(d / "sel.scores.tsv")
+    ranked = np.argsort(s["score"], kind="stable")
+    cum = np.cumsum(s["src_tokens"][ranked])
+    k = int(s["selected"].sum())
+    assert cum[k - 1] >= 300 > cum[k - 2]  # the smallest prefix of the ranking reaching the budget
+    summary = json.loads((d / "sel.summary.json").read_text())
+    assert summary["selected"]["src_tokens"] == int(cum[k - 1])
+
+
+def test_fraction_budget_is_a_share_of_the_pool_pairs(corpus, capsys):
+    d, pool, _ = corpus
+    assert run(_base(d) + ["--fraction", "0.25"], capsys)[0] == 0
+    assert _scores(d / "sel.scores.tsv")["selected"].sum() == round(0.25 * len(pool))
+
+
+def test_ties_are_broken_by_pool_line_number():
+    scores = np.array([3.0, 1.0, 2.0, 1.0, 1.0, 0.5])
+    keep, over = select_indices(scores, np.ones(6, dtype=np.int32), lines=3)
+    assert keep.tolist() == [1, 3, 5] and not over
+    keep, _ = select_indices(scores, np.ones(6, dtype=np.int32), lines=4)
+    assert keep.tolist() == [1, 3, 4, 5]
+
+
+def test_duplicate_pool_lines_tie_and_the_earlier_ones_win(corpus, capsys):
+    d, pool, _ = corpus
+    pool = pool[:10] + [pool[1]] * 5 + pool[10:]
+    _write(d / "pool", pool)
+    s0 = None
+    for budget in range(1, 8):
+        assert run(_base(d) + ["--lines", str(budget), "--force"], capsys)[0] == 0
+        s = _scores(d / "sel.scores.tsv")
+        s0 = s if s0 is None else s0
+    dup = [1] + list(range(10, 15))
+    assert len(set(s0["score"][dup].tolist())) == 1
+    sel = np.flatnonzero(s["selected"])   # budget 7
+    chosen_dups = [i for i in sel if i in dup]
+    assert chosen_dups == dup[:len(chosen_dups)]
+
+
+def test_method_scores_formulas():
+    h = np.array([[5.0, 7.0, 4.0, 3.0]])
+    assert method_scores("bilingual", h)[0] == pytest.approx((5 - 7) + (4 - 3))
+    assert method_scores("monolingual", h)[0] == pytest.approx(-2.0)
+    assert method_scores("in-domain", h)[0] == pytest.approx(5.0)
+
+
+def test_write_arpa_writes_the_four_models(corpus, capsys):
+    d, _, _ = corpus
+    assert run(_base(d) + ["--lines", "5", "--write-arpa", "--order", "3"], capsys)[0] == 0
+    for which in ("in", "out"):
+        for lang in ("en", "fr"):
+            text = (d / f"sel.{which}.{lang}.arpa").read_text()
+            assert text.startswith("\\data\\\nngram 1=") and "\\3-grams:" in text and text.endswith("\\end\\\n")
+
+
+# ---------------------------------------------------------------------- bad input
+def _assert_clean_failure(code, err, d, *needles):
+    assert code != 0
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nmtkit: error: "), err
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in err, (n, err)
+    assert _outputs(d) == [], "nothing may be written on error"
+    assert not [p for p in os.listdir(d) if ".tmp-" in p]
+
+
+def test_mismatched_line_counts_name_both_files_and_counts(corpus, capsys):
+    d, pool, _ = corpus
+    Path(f"{d / 'pool'}.fr").write_text("".join(p[1] + "\n" for p in pool[:-3]))
+    code, err = run(_base(d) + ["--lines", "5"], capsys)
+    _assert_clean_failure(code, err, d, "pool.en has 200 lines", "pool.fr has 197")
+
+
+def test_empty_in_domain_text_is_an_error(corpus, capsys):
+    d, _, _ = corpus
+    for lang in ("en", "fr"):
+        Path(f"{d / 'in'}.{lang}").write_text("")
+    code, err = run(_base(d) + ["--lines", "5"], capsys)
+    _assert_clean_failure(code, err, d, "in.en", "empty")
+
+
+def test_blank_in_domain_text_is_an_error(corpus, capsys):
+    d, _, _ = corpus
+    for lang in ("en", "fr"):
+        Path(f"{d / 'in'}.{lang}").write_text("\n\n  \n")
+    code, err = run(_base(d) + ["--lines", "5"], capsys)
+    _assert_clean_failure(code, err, d, "no tokens")
+
+
+def test_budget_larger_than_the_pool_selects_all_with_a_warning(corpus, capsys):
+    d, pool, _ = corpus
+    code, err = run(_base(d) + ["--lines", "1000"], capsys)
+    assert code == 0
+    assert "warning" in err and "exceeds the pool" in err
+    assert len((d / "sel.en").read_text().splitlines()) == len(pool)
+    assert json.loads((d / "sel.summary.json").read_text())["warnings"]
+    code, err = run(_base(d, "w") + ["--words", "10000000"], capsys)
+    assert code == 0 and "exceeds the pool" in err
+    assert len((d / "w.fr").read_text().splitlines()) == len(pool)
+
+
+def test_existing_destination_is_refused_unless_forced(corpus, capsys):
+    d, _, _ = corpus
+    (d / "sel.fr").write_text("precious\n")
+    code, err = run(_base(d) + ["--lines", "5"], capsys)
+    assert code != 0 and "sel.fr" in err and "--force" in err and "Traceback" not in err
+    assert (d / "sel.fr").read_text() == "precious\n"
+    assert not (d / "sel.en").exists() and not (d / "sel.scores.tsv").exists()
+    code, err = run(_base(d) + ["--lines", "5", "--force"], capsys)
+    assert code == 0, err
+    assert len((d / "sel.fr").read_text().splitlines()) == 5
+
+
+def test_missing_files_are_named(corpus, capsys):
+    d, _, _ = corpus
+    argv = ["--in-domain", str(d / "in"), "--pool", str(d / "nope"), "--dest", str(d / "sel"), "--lines", "5"]
+    code, err = run(argv, capsys)
+    _assert_clean_failure(code, err, d, "nope.en", "no such file")
+
+
+def test_invalid_utf8_names_file_and_line_and_writes_nothing(corpus, capsys):
+    d, pool, _ = corpus
+    data = "".join(p[1] + "\n" for p in pool).encode("utf-8").split(b"\n")
+    data[150] = b"caf\xe9 au lait"
+    Path(f"{d / 'pool'}.fr").write_bytes(b"\n".join(data))
+    code, err = run(_base(d) + ["--lines", "5"], capsys)
+    _assert_clean_failure(code, err, d, "pool.fr:151:", "invalid UTF-8")
+
+
+@pytest.mark.parametrize("extra,needle", [
+    ([], "exactly one budget"),
+    (["--lines", "5", "--words", "9"], "exactly one budget"),
+    (["--fraction", "1.5"], "--fraction"),
+    (["--lines", "5", "--min-count", "0"], "--min-count"),
+])
+def test_bad_options_are_one_line_errors(corpus, capsys, extra, needle):
+    d, _, _ = corpus
+    code, err = run(_base(d) + extra, capsys)
+    _assert_clean_failure(code, err, d, needle)
+
+
+# ---------------------------------------------------------------------- real data
+@pytest.mark.slow
+def test_selection_recovers_multi30k_planted_in_a_real_pool(shared_data, tmp_path, capsys):
+    """Pool = Tatoeba + giga-fren + Multi30k train; in-domain = Multi30k val; select 29,000 pairs."""
+    parts = [shared_data / "tatoeba-eng-fra" / "train", shared_data / "giga-fren-sample" / "train",
+             shared_data / "multi30k-en-fr" / "train"]
+    argv = ["--in-domain", str(shared_data / "multi30k-en-fr" / "val"), "--dest", str(tmp_path / "sel"),
+            "--lines", "29000", "--workers", "2", "--input-format", "raw"]
+    for p in parts:
+        argv += ["--pool", str(p)]
+    code, err = run(argv, capsys)
+    assert code == 0, err
+    summary = json.loads((tmp_path / "sel.summary.json").read_text())
+    n_multi = summary["pool"]["parts"][2]["pairs"]
+    assert n_multi == 29000
+    s = _scores(tmp_path / "sel.scores.tsv")
+    is_multi = np.zeros(len(s["line"]), dtype=bool)
+    is_multi[-n_multi:] = True
+    h = np.stack([s["h_in_src"], s["h_out_src"], s["h_in_tgt"], s["h_out_tgt"]], axis=1)
+    precision = {}
+    for method in ("bilingual", "monolingual", "in-domain"):
+        keep, _ = select_indices(method_scores(method, h), s["src_tokens"], lines=29000)
+        precision[method] = is_multi[keep].mean()
+    rng = np.random.default_rng(0)
+    precision["random"] = is_multi[rng.choice(is_multi.size, 29000, replace=False)].mean()
+    print(precision)
+    assert summary["pool"]["parts"][2]["selected"] / 29000 == pytest.approx(precision["bilingual"], abs=0.005)
+    assert precision["bilingual"] >= 0.9
+    assert precision["bilingual"] >= precision["monolingual"] - 0.005
+    assert precision["bilingual"] >= precision["in-domain"]
+    assert precision["random"] < 0.2
