@@ -138,11 +138,12 @@ def translate_cmd(models, ensemble, input_path, output_path, force, input_format
             f.commit()
         outs = []
     except BrokenPipeError:
-        # `... | head`: the reader went away. Point stdout at /dev/null so that the interpreter's
-        # final flush does not complain, and let main() exit quietly with status 0.
+        # `... | head`: the reader went away, which is not an error. Point stdout at /dev/null
+        # so that the interpreter's final flush does not complain, and exit with status 0
+        # (click would turn EPIPE into status 1, which fails `set -o pipefail` scripts).
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        raise
+        raise SystemExit(0) from None
     finally:
         for f in outs:
             f.abort()

@@ -1,0 +1,141 @@
+"""`nmtkit translate` through the real entry point: pipes, interactive use, files, errors."""
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nmtkit.checkpoint import CHECKPOINT_FORMAT
+from tests.translate_fixtures import TGT_WORDS, make_checkpoint
+
+LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat"]
+
+
+def nmtkit(*args, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "nmtkit", *args], input=stdin, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def _error_line(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nmtkit: error:"), proc.stderr
+    return lines[0]
+
+
+def in_process(capsys, *args) -> subprocess.CompletedProcess:
+    """Run nmtkit's main() in this process (no torch start-up cost); same exit code and stderr."""
+    from nmtkit.cli import main
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(args, exc.value.code, captured.out, captured.err)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return str(make_checkpoint(tmp_path_factory.mktemp("cli") / "model.pt", seed=3))
+
+
+def test_stdin_to_stdout_one_line_per_line_in_order(ckpt, tmp_path):
+    from nmtkit.translate import TranslateConfig, Translator
+
+    proc = nmtkit("translate", "-m", ckpt, "--beam", "3", "--batch-size", "2", "--buffer-size", "3",
+                  "--max-len-a", "1", "--max-len-b", "3", stdin="\n".join(LINES) + "\n")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.split("\n")
+    assert out[-1] == "" and len(out) - 1 == len(LINES)
+    expected = Translator(TranslateConfig(models=(ckpt,), beam=3, max_len_a=1, max_len_b=3)).translate_lines(LINES)
+    assert out[:-1] == expected
+    assert out[1] == ""
+
+
+def test_file_input_and_output_and_overwrite_protection(ckpt, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    hyp = tmp_path / "out.txt"
+    al = tmp_path / "out.align"
+    proc = nmtkit("translate", "-m", ckpt, "-i", str(src), "-o", str(hyp), "--beam", "2", "--nbest", "2",
+                  "--max-len-b", "3", "--alignments", "soft", "--alignments-file", str(al))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    nbest = hyp.read_text(encoding="utf-8").splitlines()
+    ids = [int(line.split(" ||| ")[0]) for line in nbest]
+    assert ids == [0, 0, 1, 2, 2, 3, 3, 4, 4]  # the empty line gets one empty entry
+    assert all(len(line.split(" ||| ")) == 4 for line in nbest)
+    soft = [json.loads(line) for line in al.read_text(encoding="utf-8").splitlines()]
+    assert len(soft) == len(nbest) and soft[2] == {"src": [], "tgt": [], "attention": []}
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    again = nmtkit("translate", "-m", ckpt, "-i", str(src), "-o", str(hyp), "--max-len-b", "1")
+    assert "exists" in _error_line(again)
+
+
+def test_reader_that_goes_away_is_not_an_error(ckpt, tmp_path):
+    big = tmp_path / "big.txt"
+    big.write_text("the cat sat on a mat .\n" * 3000, encoding="utf-8")
+    cmd = f"{sys.executable} -m nmtkit translate -m {ckpt} --beam 1 --max-len-a 0 --max-len-b 2 " \
+          f"--buffer-size 50 -i {big} | head -n 2"
+    proc = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) == 2
+    assert "Traceback" not in proc.stderr and "Exception" not in proc.stderr and "Broken" not in proc.stderr
+
+
+def test_interactive_answers_each_line_before_the_next_arrives(ckpt):
+    proc = subprocess.Popen([sys.executable, "-m", "nmtkit", "translate", "-m", ckpt, "--beam", "2", "--interactive",
+                             "--max-len-b", "3"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    try:
+        answers = []
+        for line in ["the cat", "", "a dog ran"]:
+            proc.stdin.write((line + "\n").encode())
+            proc.stdin.flush()
+            deadline = time.time() + 60
+            ready, _, _ = select.select([proc.stdout], [], [], deadline - time.time())
+            assert ready, "no answer to an interactive line"
+            answers.append(proc.stdout.readline().decode().rstrip("\n"))
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert answers[0] and answers[1] == "" and answers[2]
+
+
+def test_bad_checkpoints_give_one_clear_line(ckpt, tmp_path, capsys):
+    old = make_checkpoint(tmp_path / "old.pt", format_version=CHECKPOINT_FORMAT + 1)
+    assert "format version" in _error_line(nmtkit("translate", "-m", str(old), stdin="a\n"))  # the real binary
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(open(ckpt, "rb").read()[:1000])
+    assert "truncated" in _error_line(in_process(capsys, "translate", "-m", str(cut)))
+    other = make_checkpoint(tmp_path / "other.pt", tgt_words=TGT_WORDS[:-2])
+    line = _error_line(in_process(capsys, "translate", "-m", ckpt, "-m", str(other), "--ensemble"))
+    assert "vocabulary differs" in line
+    assert "--ensemble" in _error_line(in_process(capsys, "translate", "-m", ckpt, "-m", ckpt))
+    assert "not found" in _error_line(in_process(capsys, "translate", "-m", str(tmp_path / "nope.pt")))
+    assert "--alignments-file" in _error_line(in_process(capsys, "translate", "-m", ckpt, "--alignments", "hard"))
+
+
+def test_invalid_utf8_input_names_the_line(ckpt, tmp_path, capsys):
+    src = tmp_path / "bad.txt"
+    src.write_bytes(b"the cat\nthe \xff dog\n")
+    line = _error_line(in_process(capsys, "translate", "-m", ckpt, "-i", str(src), "-o", str(tmp_path / "o.txt")))
+    assert "bad.txt:2:" in line
+    assert not (tmp_path / "o.txt").exists()
+
+
+def test_help_documents_the_nbest_and_alignment_formats():
+    proc = nmtkit("translate", "--help")
+    assert proc.returncode == 0
+    text = " ".join(proc.stdout.split())
+    assert "||| LogProb=" in text and "Pharaoh" in text and "JSON" in text
