@@ -333,7 +333,7 @@ def model_text_from_data_dir(data_dir: str | Path) -> ModelText:
     manifest_path = data_dir / "manifest.json"
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise InputError("no manifest.json: not an 'nmtkit preprocess' data directory", str(data_dir)) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise InputError(f"invalid JSON: {err}", str(manifest_path)) from None
