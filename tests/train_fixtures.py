@@ -13,11 +13,11 @@ import numpy as np
 from nmtkit.data.binarized import write_split
 from nmtkit.text.vocab import SPECIALS, Vocab
 
-N_WORDS = 12
-TINY_MODEL = dict(emb_dim=16, enc_hidden=16, dec_hidden=24, att_hidden=16, maxout=8)
+N_WORDS = 8
+TINY_MODEL = dict(emb_dim=16, enc_hidden=16, dec_hidden=24, att_hidden=16, maxout=8, init="default")
 
 
-def make_pairs(n: int, seed: int, max_len: int = 8) -> list[tuple[list[int], list[int]]]:
+def make_pairs(n: int, seed: int, max_len: int = 6) -> list[tuple[list[int], list[int]]]:
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
@@ -27,7 +27,7 @@ def make_pairs(n: int, seed: int, max_len: int = 8) -> list[tuple[list[int], lis
     return out
 
 
-def make_data_dir(path: Path, n_train: int = 240, n_valid: int = 24, max_len: int = 8,
+def make_data_dir(path: Path, n_train: int = 240, n_valid: int = 24, max_len: int = 6,
                   pipeline: bool = True) -> Path:
     """A data directory as `nmtkit preprocess` writes it (manifest, vocabularies, splits)."""
     path.mkdir(parents=True, exist_ok=True)

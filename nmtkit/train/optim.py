@@ -20,12 +20,12 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainConfig) -> t
     params = [p for p in params if p.requires_grad]
     if cfg.optimizer == "adadelta":
         return torch.optim.Adadelta(params, lr=cfg.lr, rho=cfg.adadelta_rho, eps=cfg.adadelta_eps,
-                                    weight_decay=cfg.weight_decay)
+                                    weight_decay=cfg.weight_decay, foreach=True)
     if cfg.optimizer == "adam":
         return torch.optim.Adam(params, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
-                                weight_decay=cfg.weight_decay)
+                                weight_decay=cfg.weight_decay, foreach=True)
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.SGD(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True)
     raise AssertionError(cfg.optimizer)  # TrainConfig.validate rejects others
 
 

@@ -517,6 +517,7 @@ class Trainer:
         cfg, st = self.cfg, self.state
         self._session_start = time.perf_counter()
         self._consecutive_skips = 0
+        self._saved_update: int | None = None
         self._lr = self.schedule.lr_at(st.update)
         self._reset_acc()
         plan_len = len(self.epoch_plan(st.epoch))
@@ -569,6 +570,9 @@ class Trainer:
         return TrainResult(reason, st.update, st.epoch, st.best_score, st.best_update, last_valid)
 
     def _save_progress(self) -> None:
+        if self._saved_update == self.state.update:
+            return
+        self._saved_update = self.state.update
         self.state.elapsed = self._elapsed()
         self._session_start = time.perf_counter()
         self.save_last()

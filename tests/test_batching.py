@@ -1,0 +1,127 @@
+"""Batching invariants: the paper's sorted pools, token budgets, epoch coverage, sharding."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nmtkit.data.batching import (
+    BatchingConfig,
+    collate,
+    epoch_batches,
+    keep_pairs,
+    shard,
+    trainable,
+)
+from nmtkit.errors import ConfigError
+
+
+def _lengths(n: int, seed: int = 0, hi: int = 60) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.integers(1, hi, size=n), rng.integers(1, hi, size=n)
+
+
+def test_paper_pools_are_1600_pairs_sorted_and_split_into_20_batches_of_80():
+    src, tgt = _lengths(5000)
+    cfg = BatchingConfig(batch_size=80, pool_size=1600)
+    batches = epoch_batches(src, tgt, cfg, seed=1, epoch=1)
+    order = np.random.default_rng([1, 1, 0x6E6D74]).permutation(5000)  # the epoch's reading order
+    for p in range(3):  # three full pools of 1600 pairs
+        pool_batches = batches[20 * p : 20 * (p + 1)]
+        assert all(len(b) == 80 for b in pool_batches)
+        assert sorted(np.concatenate(pool_batches).tolist()) == sorted(order[1600 * p : 1600 * (p + 1)].tolist())
+        # each batch is a contiguous run of the pool sorted by target length
+        by_min = sorted(pool_batches, key=lambda b: (tgt[b].min(), tgt[b].max()))
+        for a, b in zip(by_min, by_min[1:]):
+            assert tgt[a].max() <= tgt[b].min()
+    # the minibatch order inside a pool is shuffled, not ascending
+    mins = [int(tgt[b].min()) for b in batches[:20]]
+    assert mins != sorted(mins)
+
+
+def test_token_budget_respected_and_single_long_pair_kept():
+    src, tgt = _lengths(3000, seed=2)
+    src[7] = 500  # longer than the whole budget: a batch of its own, never dropped
+    cfg = BatchingConfig(batch_size=None, max_tokens=400, pool_size=1000)
+    batches = epoch_batches(src, tgt, cfg, seed=3, epoch=1)
+    for b in batches:
+        cost = len(b) * max(int(src[b].max()), int(tgt[b].max()) + 1)
+        assert cost <= 400 or len(b) == 1
+    assert any(7 in b for b in batches)
+    # the budget is used: batches are not trivially small
+    assert np.mean([len(b) for b in batches]) > 5
+
+
+def test_token_budget_with_pair_cap():
+    src, tgt = np.full(500, 2), np.full(500, 2)
+    batches = epoch_batches(src, tgt, BatchingConfig(batch_size=10, max_tokens=10_000), seed=1, epoch=1)
+    assert max(len(b) for b in batches) == 10
+
+
+@pytest.mark.parametrize("cfg", [BatchingConfig(batch_size=80), BatchingConfig(batch_size=None, max_tokens=300),
+                                 BatchingConfig(batch_size=7, pool_size=50)])
+def test_every_kept_pair_exactly_once_per_epoch(cfg):
+    src, tgt = _lengths(2345, seed=4)
+    keep = keep_pairs(src, tgt, max_len=40)
+    for epoch in (1, 2):
+        batches = epoch_batches(src, tgt, cfg, seed=9, epoch=epoch, indices=keep)
+        flat = np.concatenate(batches)
+        assert len(flat) == len(keep)
+        assert np.array_equal(np.sort(flat), keep)
+
+
+def test_plan_is_a_function_of_seed_and_epoch():
+    src, tgt = _lengths(1000, seed=5)
+    cfg = BatchingConfig(batch_size=20, pool_size=200)
+    a = epoch_batches(src, tgt, cfg, seed=1, epoch=3)
+    b = epoch_batches(src, tgt, cfg, seed=1, epoch=3)
+    c = epoch_batches(src, tgt, cfg, seed=1, epoch=4)
+    d = epoch_batches(src, tgt, cfg, seed=2, epoch=3)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not all(np.array_equal(x, y) for x, y in zip(a, c))
+    assert not all(np.array_equal(x, y) for x, y in zip(a, d))
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_shards_are_disjoint_and_cover_each_batch(world):
+    src, tgt = _lengths(777, seed=6)
+    for batch in epoch_batches(src, tgt, BatchingConfig(batch_size=33, pool_size=330), seed=1, epoch=1):
+        parts = [shard(batch, r, world) for r in range(world)]
+        flat = np.concatenate(parts)
+        assert len(flat) == len(batch) and set(flat.tolist()) == set(batch.tolist())
+        if trainable(batch, world):
+            assert all(len(p) >= 1 for p in parts)
+            assert max(len(p) for p in parts) - min(len(p) for p in parts) <= 1
+    with pytest.raises(ValueError):
+        shard(np.arange(4), 2, 2)
+
+
+def test_keep_pairs_drops_long_and_empty_sides():
+    src = np.array([3, 0, 51, 50, 10, 4])
+    tgt = np.array([3, 2, 5, 50, 51, 0])
+    assert keep_pairs(src, tgt, 50).tolist() == [0, 3]
+    assert keep_pairs(src, tgt, None).tolist() == [0, 2, 3, 4]
+
+
+def test_collate_adds_bos_eos_and_pads():
+    src_seqs = [[5, 6, 7], [8]]
+    tgt_seqs = [[9], [10, 11]]
+
+    def flat(seqs):
+        ids = np.array([x for s in seqs for x in s], dtype=np.int32)
+        off = np.concatenate([[0], np.cumsum([len(s) for s in seqs])]).astype(np.int64)
+        return ids, off
+
+    si, so = flat(src_seqs)
+    ti, to = flat(tgt_seqs)
+    src, src_lens, tgt_in, tgt_out = collate(si, so, ti, to, np.array([1, 0]))
+    assert src.tolist() == [[8, 0, 0], [5, 6, 7]]
+    assert src_lens.tolist() == [1, 3]
+    assert tgt_in.tolist() == [[2, 10, 11], [2, 9, 0]]
+    assert tgt_out.tolist() == [[10, 11, 3], [9, 3, 0]]
+
+
+@pytest.mark.parametrize("kwargs", [dict(batch_size=None, max_tokens=None), dict(batch_size=0),
+                                    dict(max_tokens=-1), dict(pool_size=0)])
+def test_bad_batching_settings_are_config_errors(kwargs):
+    with pytest.raises(ConfigError):
+        BatchingConfig(**kwargs)

@@ -1,0 +1,100 @@
+"""Training loop properties on a tiny synthetic task (CPU, one thread, a few seconds each)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from nmtkit.checkpoint import load_checkpoint, load_model
+from nmtkit.errors import ConfigError
+from nmtkit.train.config import TrainConfig, parse_duration
+from nmtkit.train.run import run_training
+from tests.train_fixtures import TINY_MODEL, make_data_dir, tiny_options
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return make_data_dir(tmp_path_factory.mktemp("tiny") / "data")
+
+
+def _records(run, kind):
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
+            if json.loads(line)["kind"] == kind]
+
+
+def test_dev_loss_decreases_on_tiny_data(data_dir, tmp_path):
+    run = tmp_path / "run"
+    res = run_training(data_dir, run, tiny_options(max_updates=60, valid_every=20, lr=0.03), TINY_MODEL)
+    assert res.reason == "max-updates" and res.update == 60
+    valid = _records(run, "valid")
+    assert len(valid) == 3
+    assert valid[-1]["loss"] < valid[0]["loss"] - 0.5, [v["loss"] for v in valid]
+    train = _records(run, "train")
+    assert train[-1]["loss"] < train[0]["loss"]
+    assert all(r["tgt_tokens_per_s"] > 0 for r in train)
+    assert (run / "curves.png").stat().st_size > 1000
+    assert "validation at update 60" in (run / "train.log").read_text()
+
+
+def test_checkpoint_is_self_contained_and_loads_with_weights_only(data_dir, tmp_path):
+    run = tmp_path / "run"
+    run_training(data_dir, run, tiny_options(max_updates=10, valid_every=5), TINY_MODEL)
+    for name in ("checkpoint_last.pt", "checkpoint_best.pt"):
+        ckpt = torch.load(run / name, map_location="cpu", weights_only=True)
+        assert ckpt["arch"] == "rnnsearch"
+        assert ckpt["model_config"]["emb_dim"] == 16 and ckpt["model_config"]["src_vocab_size"] == 12
+        cfg = TrainConfig.from_dict(ckpt["train_config"])
+        assert cfg.optimizer == "adam" and cfg.max_updates == 10
+        assert ckpt["src_vocab"][:5] == ["<pad>", "<unk>", "<s>", "</s>", "w0"]
+        assert ckpt["tgt_vocab"][4] == "v0"
+        assert ckpt["pipeline"]["src_lang"] == "en" and (ckpt["src_lang"], ckpt["tgt_lang"]) == ("en", "fr")
+        assert ckpt["data_manifest"]["vocab"]["src"] == "vocab.en.txt"
+    last = load_checkpoint(run / "checkpoint_last.pt")
+    assert {"optimizer_state", "schedule_state", "rng", "trainer"} <= set(last)
+    assert last["trainer"]["update"] == 10
+    model, _ = load_model(run / "checkpoint_best.pt")
+    src = torch.tensor([[4, 5, 6]])
+    with torch.no_grad():
+        assert model(src, torch.tensor([3]), torch.tensor([[2, 6]])).shape[:2] == (1, 2)
+
+
+def test_max_time_stops_the_run(data_dir, tmp_path):
+    res = run_training(data_dir, tmp_path / "run", tiny_options(max_updates=None, max_time=0.5, valid_every=1000,
+                                                                valid_bleu_samples=0), TINY_MODEL)
+    assert res.reason == "max-time" and res.update > 0
+
+
+def test_token_budget_batches_and_bf16_on_cpu(data_dir, tmp_path):
+    run = tmp_path / "run"
+    res = run_training(data_dir, run, tiny_options(max_updates=6, batch_size=None, max_tokens=60, valid_every=3,
+                                                   precision="bf16", valid_bleu_samples=4), TINY_MODEL)
+    assert res.update == 6
+    assert load_checkpoint(run / "checkpoint_last.pt")["train_config"]["max_tokens"] == 60
+    assert all(math.isfinite(r["loss"]) for r in _records(run, "valid"))
+
+
+@pytest.mark.parametrize("changes, match", [
+    (dict(optimizer="rmsprop"), "--optimizer"),
+    (dict(max_updates=None, max_epochs=None, max_time=None, patience=None), "stopping criterion"),
+    (dict(batch_size=None, max_tokens=None), "--max-tokens"),
+    (dict(best_metric="bleu", valid_bleu_samples=0), "BLEU"),
+    (dict(label_smoothing=1.0), "label-smoothing"),
+    (dict(valid_every=0), "--valid-every"),
+])
+def test_inconsistent_train_config_is_rejected(changes, match):
+    with pytest.raises(ConfigError, match=match):
+        TrainConfig.from_dict(dict(tiny_options(), **changes))
+
+
+def test_parse_duration():
+    assert parse_duration("90") == 90 and parse_duration("30m") == 1800 and parse_duration("2h") == 7200
+    with pytest.raises(ConfigError):
+        parse_duration("soon")
+

@@ -1,0 +1,86 @@
+"""Non-finite losses: stop with a message or skip, and never a NaN best checkpoint."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from nmtkit.checkpoint import load_checkpoint
+from nmtkit.errors import TrainingError
+from nmtkit.train.run import run_training
+from tests.train_fixtures import TINY_MODEL, make_data_dir, tiny_options
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return make_data_dir(tmp_path_factory.mktemp("tiny") / "data")
+
+
+def _records(run, kind):
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
+            if json.loads(line)["kind"] == kind]
+
+
+def _nan_at(*steps):
+    """A loss hook that turns the loss of the given training steps (1-based calls) into NaN."""
+    calls = [0]
+
+    def hook(update, loss):
+        calls[0] += 1
+        return loss * float("nan") if calls[0] in steps else loss
+
+    return hook
+
+
+def test_nan_loss_stops_with_message_and_keeps_best_checkpoint(data_dir, tmp_path):
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=30, valid_every=5, save_every=5, valid_bleu_samples=0)
+    with pytest.raises(TrainingError, match=r"non-finite loss.*update 8.*checkpoint_last.pt"):
+        run_training(data_dir, run, opts, TINY_MODEL, loss_hook=_nan_at(8))
+    best = load_checkpoint(run / "checkpoint_best.pt")
+    last = load_checkpoint(run / "checkpoint_last.pt")
+    assert best["trainer"]["update"] == 5 and last["trainer"]["update"] == 5
+    assert all(torch.isfinite(t).all() for t in best["model_state"].values())
+
+
+def test_nan_loss_skipped_with_on_nan_skip(data_dir, tmp_path):
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=12, valid_every=4, on_nan="skip", valid_bleu_samples=0)
+    res = run_training(data_dir, run, opts, TINY_MODEL, loss_hook=_nan_at(3, 7))
+    assert res.update == 12
+    last = load_checkpoint(run / "checkpoint_last.pt")
+    assert last["trainer"]["skipped_batches"] == 2
+    assert all(torch.isfinite(t).all() for t in last["model_state"].values())
+    assert all(math.isfinite(r["loss"]) for r in _records(run, "valid"))
+
+
+def test_diverged_model_never_becomes_best(data_dir, tmp_path):
+    """Parameters turned to NaN: every minibatch is skipped until the run gives up; the best
+    checkpoint stays the last finite one."""
+    import nmtkit.train.trainer as trainer_mod
+
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=60, valid_every=2, on_nan="skip", valid_bleu_samples=0)
+    poisoned = {"done": False}
+
+    def hook(update, loss):
+        if update == 4 and not poisoned["done"]:
+            poisoned["done"] = True
+            return loss * float("inf")
+        return loss if update < 4 else loss * float("nan")
+
+    old = trainer_mod.MAX_CONSECUTIVE_SKIPS
+    trainer_mod.MAX_CONSECUTIVE_SKIPS = 5
+    try:
+        with pytest.raises(TrainingError, match="in a row"):
+            run_training(data_dir, run, opts, TINY_MODEL, loss_hook=hook)
+    finally:
+        trainer_mod.MAX_CONSECUTIVE_SKIPS = old
+    assert load_checkpoint(run / "checkpoint_best.pt")["trainer"]["update"] == 4

@@ -1,0 +1,111 @@
+"""Resume, run-directory safety and stopping criteria of the training loop (tiny task, CPU)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from nmtkit.checkpoint import load_checkpoint
+from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
+from nmtkit.train.config import TrainConfig
+from nmtkit.train.run import run_training
+from tests.train_fixtures import TINY_MODEL, make_data_dir, tiny_options
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return make_data_dir(tmp_path_factory.mktemp("tiny") / "data")
+
+
+def _records(run, kind):
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
+            if json.loads(line)["kind"] == kind]
+
+
+def test_resume_equals_uninterrupted_run(data_dir, tmp_path):
+    # dropout (torch RNG), a plateau schedule with warm-up, label smoothing and an epoch
+    # boundary inside the second half (15 minibatches per epoch) all have to survive the resume
+    opts = tiny_options(max_updates=20, valid_every=4, save_every=4, lr=0.02, lr_schedule="plateau",
+                        warmup_updates=5, label_smoothing=0.1, valid_bleu_samples=0)
+    model = dict(TINY_MODEL, dropout=0.2)
+    full, half = tmp_path / "full", tmp_path / "half"
+    run_training(data_dir, full, opts, model)
+    run_training(data_dir, half, dict(opts, max_updates=10), model)
+    mid = load_checkpoint(half / "checkpoint_last.pt")
+    assert mid["trainer"]["update"] == 10 and mid["trainer"]["epoch"] == 1
+    res = run_training(data_dir, half, dict(opts), model, resume=True)
+    assert res.update == 20 and res.epoch == 2
+    a = load_checkpoint(full / "checkpoint_last.pt")
+    b = load_checkpoint(half / "checkpoint_last.pt")
+    for name, tensor in a["model_state"].items():
+        assert torch.equal(tensor, b["model_state"][name]), name
+    sa, sb = a["optimizer_state"]["state"], b["optimizer_state"]["state"]
+    for k in sa:
+        for key in sa[k]:
+            assert torch.equal(torch.as_tensor(sa[k][key]), torch.as_tensor(sb[k][key]))
+    assert a["schedule_state"] == b["schedule_state"]
+    assert {k: v for k, v in a["trainer"].items() if k != "elapsed"} == \
+        {k: v for k, v in b["trainer"].items() if k != "elapsed"}
+    # the resumed metrics file describes one run: no duplicated updates
+    updates = [r["update"] for r in _records(half, "valid")]
+    assert updates == sorted(set(updates)) == [4, 8, 12, 16, 20]
+
+
+def test_refuses_to_overwrite_a_run_unless_resume_or_force(data_dir, tmp_path):
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=4, valid_every=2, valid_bleu_samples=0)
+    with pytest.raises(CheckpointError, match="nothing to resume"):
+        run_training(data_dir, run, opts, TINY_MODEL, resume=True)
+    run_training(data_dir, run, opts, TINY_MODEL)
+    with pytest.raises(OutputExistsError, match="--resume.*--force"):
+        run_training(data_dir, run, opts, TINY_MODEL)
+    res = run_training(data_dir, run, dict(opts, max_updates=2), TINY_MODEL, force=True)
+    assert res.update == 2
+    assert [r["update"] for r in _records(run, "valid")] == [2]
+    with pytest.raises(ConfigError, match="--lr .* differs from the run being resumed"):
+        run_training(data_dir, run, dict(opts, lr=0.5), TINY_MODEL, resume=True)
+
+
+def test_max_epochs_and_patience_stop_the_run(data_dir, tmp_path):
+    res = run_training(data_dir, tmp_path / "a", tiny_options(max_updates=None, max_epochs=2, valid_every=100,
+                                                              valid_bleu_samples=0), TINY_MODEL)
+    assert (res.reason, res.epoch, res.update) == ("max-epochs", 2, 30)  # 240 pairs / 16 = 15 per epoch
+    # lr 0 is refused, so make no progress with a huge warm-up instead: dev loss never improves
+    res = run_training(data_dir, tmp_path / "b", tiny_options(max_updates=200, valid_every=2, patience=3,
+                                                              warmup_updates=10**9, valid_bleu_samples=0),
+                       TINY_MODEL)
+    assert res.reason == "patience" and res.update == 8
+
+
+def test_request_stop_saves_checkpoint(data_dir, tmp_path):
+    """The SIGINT path without a signal: stop after the current update, checkpoint written."""
+    from nmtkit.train.data import DataDir
+    from nmtkit.train.run import resolve_model
+    from nmtkit.train.trainer import Trainer
+
+    data = DataDir.open(data_dir)
+    arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
+    opts = tiny_options(max_updates=100, valid_bleu_samples=0)
+    trainer = Trainer(TrainConfig.from_dict(opts), data, tmp_path / "run", arch, mcfg)
+
+    class StopAt3:
+        def on_update(self, update, epoch):
+            if update == 3:
+                trainer.request_stop()
+
+        def __getattr__(self, name):
+            return lambda *a, **k: None
+
+    trainer.cb = StopAt3()
+    try:
+        res = trainer.train()
+    finally:
+        trainer.close()
+    assert res.reason == "SIGINT" and res.interrupted and res.update == 3
+    assert load_checkpoint(tmp_path / "run" / "checkpoint_last.pt")["trainer"]["update"] == 3
