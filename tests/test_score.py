@@ -505,3 +505,51 @@ def test_score_does_not_import_torch(files, tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["systems"][0]["name"] == "hyp.fr"
+
+
+# ---------------------------------------------------------------------------------------------
+# Integration with a real `nmtkit preprocess` data directory, and more bad input
+
+
+def test_no_unk_with_a_data_dir_written_by_nmtkit_preprocess(tmp_path):
+    train_en = ["the cat sat.", "the mat is red.", "a dog sat on the mat."]
+    train_fr = ["le chat dort.", "le tapis est rouge.", "un chien dort sur le tapis."]
+    for prefix in ("train", "valid"):
+        write(tmp_path / f"{prefix}.en", train_en)
+        write(tmp_path / f"{prefix}.fr", train_fr)
+    res = CliRunner().invoke(cli, ["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train",
+                                   str(tmp_path / "train"), "--valid", str(tmp_path / "valid"),
+                                   "--dest", str(tmp_path / "data"), "--workers", "1", "-q"])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    src = write(tmp_path / "test.en", ["the dog is red.", "the bird sat.", "a cat sat on the mat.", "The cat sat."])
+    ref = write(tmp_path / "test.fr", ["le chien est rouge.", "l'oiseau dort.", "un chat dort sur un tapis.",
+                                       "le chat dort."])
+    hyp = write(tmp_path / "hyp.fr", ["le chien est rouge.", "le oiseau dort.", "un chat dort sur le tapis.",
+                                      "le chat dort."])
+    # 0: "chien" and "dog" are both known; 1: bird/l'oiseau unknown; 2: fine; 3: "The" unseen (case kept)
+    out = run_json(["--hyp", hyp, "--ref", ref, "--src", src, "--no-unk", "--data", str(tmp_path / "data"),
+                    "--metrics", "bleu"])
+    assert (out["no_unk"]["kept"], out["no_unk"]["bpe"]) == (2, False)
+    kept_h = ["le chien est rouge.", "un chat dort sur le tapis."]
+    kept_r = ["le chien est rouge.", "un chat dort sur un tapis."]
+    assert out["no_unk"]["systems"][0]["scores"][0]["score"] == pytest.approx(
+        sacrebleu.corpus_bleu(kept_h, [kept_r]).score, abs=1e-4)
+
+
+def test_unreadable_checkpoint_and_empty_input_are_clear_errors(files, tmp_path, capsys):
+    bad = tmp_path / "model.pt"
+    bad.write_bytes(b"not a checkpoint")
+    code, out, err = run_main(["--hyp", files["hyp"], "--ref", files["ref"], "--src", files["ref"], "--no-unk",
+                               "-m", str(bad)], capsys)
+    assert code != 0 and out == "" and str(bad) in err and "checkpoint" in err and "Traceback" not in err
+    empty = write(tmp_path / "empty.fr", [])
+    code, out, err = run_main(["--hyp", empty, "--ref", empty], capsys)
+    assert code != 0 and "empty" in err and out == ""
+
+
+def test_the_same_file_twice_needs_labels(files, capsys):
+    code, _, err = run_main(["--hyp", files["hyp"], "--hyp", files["hyp"], "--ref", files["ref"]], capsys)
+    assert code == ConfigError.exit_code and "--label" in err
+    out = run_json(["--hyp", files["hyp"], "--hyp", files["hyp"], "--label", "x", "--label", "y",
+                    "--ref", files["ref"], "--metrics", "bleu"])
+    assert [s["name"] for s in out["systems"]] == ["x", "y"]
