@@ -1,0 +1,157 @@
+"""Benchmark `nmtkit preprocess` on the Tatoeba En-Fr train split against plain sacremoses.
+
+Measures, on the same N training lines (default: the whole split, 160,128 lines):
+- plain single-process sacremoses: Moses punctuation normalisation + tokenisation
+  (escape=False) of both sides, nothing else; the floor any Moses-based pipeline pays;
+- the whole `nmtkit preprocess` (input checks and checksums, tokenise, clean, vocabulary,
+  binarise; plus learn/apply BPE in the BPE mode) with 1 and with 2 workers, each run in a
+  fresh process, wall time and peak RSS (the main process and the largest worker);
+and prints lines/s, words/s (raw whitespace words of both sides) and the ratios the issue
+asks for: 2 workers vs 1 worker (target >= 1.7x) and the pipeline's own overhead over plain
+sacremoses, (t_preprocess_1_worker - t_bpe_learning - t_sacremoses) / t_sacremoses
+(target < 20%). BPE learning (subword-nmt, serial by nature) is reported on its own line.
+
+    python benchmarks/preprocess.py              # full train split, words and BPE modes
+    python benchmarks/preprocess.py --quick      # 20,000 lines, words mode only
+    python benchmarks/preprocess.py --lines 50000 --modes bpe --bpe 10000
+
+Timings depend on the machine's load: on a shared machine run it when it is quiet, or
+compare only figures taken in the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_DATA = Path(os.environ.get("DATA", REPO.parent / "shared" / "data")) / "tatoeba-eng-fra"
+
+_RUNNER = r"""
+import json, resource, sys, time
+from nmtkit.preprocess import PreprocessConfig, preprocess
+cfg = PreprocessConfig(**json.loads(sys.argv[1]))
+t0 = time.perf_counter()
+m = preprocess(cfg)
+wall = time.perf_counter() - t0
+ru_s, ru_c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"wall": wall, "timings": m["timings_s"],
+                  "cpu_main": ru_s.ru_utime + ru_s.ru_stime, "cpu_workers": ru_c.ru_utime + ru_c.ru_stime,
+                  "rss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "rss_children_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+                  "train_lines": m["splits"]["train"]["lines"]}))
+"""
+
+
+def _prefix(src: Path, dst: Path, n: int | None) -> int:
+    count = 0
+    with open(src, encoding="utf-8") as f, open(dst, "w", encoding="utf-8") as out:
+        for line in f:
+            if n is not None and count >= n:
+                break
+            out.write(line)
+            count += 1
+    return count
+
+
+def plain_sacremoses(en: Path, fr: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds for normalise + tokenise (escape=False) of both sides, one process, no I/O cost
+    beyond reading the lines."""
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+    norm = {lang: MosesPunctNormalizer(lang=lang) for lang in ("en", "fr")}
+    tok = {lang: MosesTokenizer(lang=lang) for lang in ("en", "fr")}
+    lines = {lang: Path(p).read_text(encoding="utf-8").splitlines() for lang, p in (("en", en), ("fr", fr))}
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    for lang in ("en", "fr"):
+        n, t = norm[lang].normalize, tok[lang].tokenize
+        for line in lines[lang]:
+            t(n(line), escape=False)
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def run_preprocess(config: dict) -> dict:
+    proc = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps(config)], capture_output=True, text=True,
+                          cwd=REPO)
+    if proc.returncode != 0:
+        raise SystemExit(f"preprocess failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with train.en/fr and dev.en/fr")
+    ap.add_argument("--lines", type=int, default=None, help="use only the first N training lines")
+    ap.add_argument("--quick", action="store_true", help="20,000 lines, words mode only")
+    ap.add_argument("--modes", default="words,bpe", help="comma list of words,bpe (default: both)")
+    ap.add_argument("--bpe", type=int, default=10000, help="BPE merges in the bpe mode (default 10000)")
+    ap.add_argument("--workers", default="1,2", help="worker counts to compare (default 1,2)")
+    args = ap.parse_args()
+    if os.environ.get("NMTKIT_BENCH_QUICK"):
+        args.quick = True
+    if args.quick:
+        args.lines = args.lines or 20000
+        args.modes = "words"
+    if not (args.data / "train.en").exists():
+        print(f"benchmark skipped: {args.data}/train.en not found (set DATA=...)", file=sys.stderr)
+        return
+    workers = [int(w) for w in args.workers.split(",")]
+
+    with tempfile.TemporaryDirectory(prefix="nmtkit-bench-") as tmp:
+        tmp = Path(tmp)
+        n = _prefix(args.data / "train.en", tmp / "train.en", args.lines)
+        _prefix(args.data / "train.fr", tmp / "train.fr", args.lines)
+        _prefix(args.data / "dev.en", tmp / "valid.en", 200)
+        _prefix(args.data / "dev.fr", tmp / "valid.fr", 200)
+        words = sum(len(line.split()) for lang in ("en", "fr")
+                    for line in (tmp / f"train.{lang}").read_text(encoding="utf-8").splitlines())
+        print(f"corpus: {args.data.name} train, {n:,} lines, {words:,} words (both sides); "
+              f"cores available: {len(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.2f}")
+
+        t_plain, cpu_plain = plain_sacremoses(tmp / "train.en", tmp / "train.fr")
+        print(f"{'plain sacremoses (1 process)':<34} {t_plain:8.2f} s  {n / t_plain:9,.0f} lines/s  "
+              f"{words / t_plain:10,.0f} words/s  CPU {cpu_plain:.2f} s")
+        results: dict = {}
+        for mode in args.modes.split(","):
+            for w in workers:
+                cfg = {"src_lang": "en", "tgt_lang": "fr", "train": str(tmp / "train"), "valid": str(tmp / "valid"),
+                       "dest": str(tmp / f"out-{mode}-{w}"), "workers": w, "max_len": 80}
+                if mode == "bpe":
+                    cfg["bpe"] = args.bpe
+                r = run_preprocess(cfg)
+                results[(mode, w)] = r
+                learn = r["timings"].get("learn", 0.0)
+                print(f"{'preprocess ' + mode + f', {w} worker(s)':<34} {r['wall']:8.2f} s  {n / r['wall']:9,.0f} "
+                      f"lines/s  {words / r['wall']:10,.0f} words/s  peak RSS main {r['rss_self_mb']:.0f} MB, "
+                      f"largest worker {r['rss_children_mb']:.0f} MB; learn (vocab/BPE) {learn:.2f} s; CPU main "
+                      f"{r['cpu_main']:.2f} s + workers {r['cpu_workers']:.2f} s")
+        print("ratios:")
+        for mode in args.modes.split(","):
+            if (mode, 1) in results:
+                r1 = results[(mode, 1)]
+                learn1 = r1["timings"].get("learn", 0.0)
+                overhead = (r1["wall"] - learn1 - t_plain) / t_plain
+                print(f"  {mode}: pipeline overhead over plain sacremoses (1 worker, learning excluded): "
+                      f"{100 * overhead:+.1f}% wall, "
+                      f"{100 * ((r1['cpu_main'] + r1['cpu_workers'] - learn1 - cpu_plain) / cpu_plain):+.1f}% CPU time"
+                      f"  (target < 20%)")
+                for w in workers:
+                    if w != 1 and (mode, w) in results:
+                        rw = results[(mode, w)]
+                        learnw = rw["timings"].get("learn", 0.0)
+                        print(f"  {mode}: {w} workers vs 1: {r1['wall'] / rw['wall']:.2f}x whole run, "
+                              f"{(r1['wall'] - learn1) / (rw['wall'] - learnw):.2f}x parallel stages "
+                              f"(target >= 1.7x); CPU spent {rw['cpu_main'] + rw['cpu_workers']:.1f} s vs "
+                              f"{r1['cpu_main'] + r1['cpu_workers']:.1f} s with 1 worker")
+        print(f"benchmark process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
