@@ -43,23 +43,25 @@ class _RichProgress:
 
 
 def _summary(console, manifest: dict) -> None:
+    """The end-of-run table (stderr): lines, tokens and UNK rates per split, drops, vocabularies."""
+    from rich import box
     from rich.table import Table
 
     src, tgt = manifest["src_lang"], manifest["tgt_lang"]
-    table = Table(title=f"nmtkit preprocess {src}-{tgt}", title_justify="left")
-    for col in ("split", "lines in", "kept", "dropped", f"{src} tokens", f"{tgt} tokens",
-                f"{src} UNK %", f"{tgt} UNK %"):
-        table.add_column(col, justify="left" if col in ("split", "dropped") else "right")
+    table = Table(title=f"nmtkit preprocess {src}-{tgt}: {manifest['settings']['dest']}", title_justify="left",
+                  box=box.SIMPLE_HEAD)
+    for col in ("split", "lines in", "kept", f"{src} tokens", f"{tgt} tokens", f"{src} UNK%", f"{tgt} UNK%"):
+        table.add_column(col, justify="left" if col == "split" else "right", no_wrap=True)
     for name, s in manifest["splits"].items():
-        dropped = ", ".join(f"{r} {n}" for r, n in s["dropped"].items() if n) or "-"
-        table.add_row(name, f"{s['lines_in']:,}", f"{s['lines']:,}", dropped, f"{s['src_tokens']:,}",
-                      f"{s['tgt_tokens']:,}", f"{100 * s['unk_rate']['src']:.2f}", f"{100 * s['unk_rate']['tgt']:.2f}")
+        table.add_row(name, f"{s['lines_in']:,}", f"{s['lines']:,}", f"{s['src_tokens']:,}", f"{s['tgt_tokens']:,}",
+                      f"{100 * s['unk_rate']['src']:.2f}", f"{100 * s['unk_rate']['tgt']:.2f}")
     console.print(table)
+    dropped = manifest["splits"]["train"]["dropped"]
+    console.print("dropped from train: " + (", ".join(f"{r} {n:,}" for r, n in dropped.items() if n) or "nothing"))
     v = manifest["vocab"]
     bpe = manifest["pipeline"].get("bpe")
-    kind = (f"BPE {bpe['merges']} merges, {'joint' if bpe['joint'] else 'separate'}" if bpe else "words")
-    console.print(f"vocabularies ({kind}): {v['src']} {v['src_size']:,} types, {v['tgt']} {v['tgt_size']:,} types; "
-                  f"data in {manifest['settings']['dest']}")
+    kind = f"BPE {bpe['merges']} merges, {'joint' if bpe['joint'] else 'separate'}" if bpe else "words"
+    console.print(f"vocabularies ({kind}): {v['src']} {v['src_size']:,}, {v['tgt']} {v['tgt_size']:,} entries")
 
 
 @click.command("preprocess")
