@@ -30,7 +30,6 @@ from nmtkit.errors import ConfigError, InputError
 
 METRICS = ("bleu", "chrf", "ter")
 BLEU_TOKENIZERS = ("13a", "intl", "none", "char", "zh", "ja-mecab", "ko-mecab", "spm", "flores101", "flores200")
-SACREBLEU_LABEL = "BLEU (sacrebleu, detokenised text)"
 PAPER_BLEU_LABEL = "BLEU (paper-style: multi-bleu.perl on Moses-tokenised text, case-sensitive)"
 BPE_NO_UNK_NOTE = (
     "this model uses BPE subwords, so almost every sentence decomposes into known subwords; "
@@ -186,7 +185,7 @@ def corpus_scores(hyps: Sequence[str], refs: Sequence[Sequence[str]], metrics: S
         label = score.name
         if key == "bleu":
             tok = metric.tokenizer_signature
-            label = f"BLEU (sacrebleu, tok {tok}{', lowercased' if lowercase else ''})"
+            label = f"BLEU (sacrebleu on detokenised text, tok {tok}{', lowercased' if lowercase else ''})"
         details = _bleu_details(score) if key == "bleu" else {}
         out.append(MetricScore(key, score.name, label, float(score.score), sig, _verbose(score), details))
     return out
@@ -454,8 +453,11 @@ def format_length_table(rows: Sequence[LengthBucket], names: Sequence[str]) -> s
 
 
 def plot_by_length(rows: Sequence[LengthBucket], names: Sequence[str], path: str | Path,
-                   title: str = "BLEU by source sentence length", paper: bool = False) -> None:
+                   title: str = "BLEU by source sentence length") -> None:
     """Draw BLEU against source-length bucket, one line per system (paper Figure 2), to a PNG.
+
+    Solid lines: sacrebleu BLEU. When the rows carry paper-style BLEU, each system also gets a
+    dashed line of the same colour for it.
 
     Written to a temporary name and renamed, so a failed run leaves no partial file.
     """
@@ -465,18 +467,24 @@ def plot_by_length(rows: Sequence[LengthBucket], names: Sequence[str], path: str
     import matplotlib.pyplot as plt
 
     path = Path(path)
+    paper = any(r.paper_bleu for r in rows)
     x = list(range(len(rows)))
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
     try:
         markers = "os^vDx*+"
         for k, name in enumerate(names):
-            ys = [(r.paper_bleu if paper else r.bleu).get(name) for r in rows]
+            ys = [r.bleu.get(name) for r in rows]
             ys = [float("nan") if y is None else y for y in ys]
-            ax.plot(x, ys, marker=markers[k % len(markers)], label=name)
+            (line,) = ax.plot(x, ys, marker=markers[k % len(markers)], label=name)
+            if paper:
+                ps = [r.paper_bleu.get(name) for r in rows]
+                ps = [float("nan") if y is None else y for y in ps]
+                ax.plot(x, ps, marker=markers[k % len(markers)], linestyle="--", color=line.get_color(),
+                        label=f"{name} (paper-style BLEU)")
         ax.set_xticks(x)
         ax.set_xticklabels([r.label for r in rows])
         ax.set_xlabel("source sentence length (words)")
-        ax.set_ylabel("paper-style BLEU" if paper else "BLEU (sacrebleu)")
+        ax.set_ylabel("BLEU (solid: sacrebleu, dashed: paper-style)" if paper else "BLEU (sacrebleu)")
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
         ax.legend()

@@ -123,7 +123,7 @@ def test_text_output_prints_each_metric_with_its_signature(files):
     lines = res.stdout.strip().splitlines()
     assert len(lines) == 3
     want = sacrebleu.corpus_bleu(HYP, [REF]).score
-    assert lines[0].startswith(f"BLEU (sacrebleu, tok 13a) = {want:.2f}") and "version:" in lines[0]
+    assert lines[0].startswith(f"BLEU (sacrebleu on detokenised text, tok 13a) = {want:.2f}") and "version:" in lines[0]
     assert lines[1].startswith("chrF2 = ") and lines[2].startswith("TER = ")
 
 
@@ -357,7 +357,7 @@ def test_no_unk_cli_with_checkpoint_reads_its_vocabularies(no_unk_files, tmp_pat
     assert res.exit_code == 0, res.output
     assert f"No UNK subset: {len(NU_KEPT)} of {len(NU_SRC)} sentences" in res.stdout
     sub = sacrebleu.corpus_bleu([NU_HYP[i] for i in NU_KEPT], [[NU_REF[i] for i in NU_KEPT]]).score
-    assert f"No UNK BLEU (sacrebleu, tok 13a) = {sub:.2f}" in res.stdout
+    assert f"No UNK BLEU (sacrebleu on detokenised text, tok 13a) = {sub:.2f}" in res.stdout
 
 
 def test_no_unk_with_bpe_model_explains_the_subset(no_unk_files, tmp_path, capsys):
@@ -444,11 +444,12 @@ def test_plot_is_a_png_with_one_line_per_system(tmp_path, files):
     png = tmp_path / "fig2.png"
     out = run_json(["--hyp", files["hyp"], "--hyp", other, "--label", "RNNsearch", "--label", "RNNencdec",
                     "--ref", files["ref"], "--src", src, "--plot", str(png), "--bucket-width", "2",
-                    "--max-length", "4", "--metrics", "bleu"])
+                    "--max-length", "4", "--metrics", "bleu", "--paper-bleu"])
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
     assert out["by_length"]["plot"] == str(png)
     assert set(out["by_length"]["rows"][0]["bleu"]) == {"RNNsearch", "RNNencdec"}
+    assert set(out["by_length"]["rows"][0]["paper_bleu"]) == {"RNNsearch", "RNNencdec"}
     assert not list(tmp_path.glob("*.tmp"))
 
 
