@@ -217,12 +217,13 @@ def _moses_line(line: str, lang: str) -> str:
     return " ".join(tokenize(line, lang))
 
 
-def multibleu(hyps_tok: Sequence[str], refs_tok: Sequence[Sequence[str]]) -> MetricScore:
+def multibleu(hyps_tok: Sequence[str], refs_tok: Sequence[Sequence[str]], lang: str | None = None) -> MetricScore:
     """multi-bleu.perl on already tokenised text: whitespace tokens, case-sensitive, no smoothing.
 
     Same figures as `multi-bleu.perl REF < HYP`: clipped n-gram precisions (n = 1..4) summed over
     the corpus, their geometric mean (0 when any is 0), brevity penalty exp(1 - r/c) when c < r
-    with r the sum of the closest reference lengths (the shorter on ties).
+    with r the sum of the closest reference lengths (the shorter on ties). `lang` (the Moses
+    tokeniser's language, when known) goes into the signature.
     """
     from sacrebleu.metrics import BLEU
 
@@ -230,7 +231,7 @@ def multibleu(hyps_tok: Sequence[str], refs_tok: Sequence[Sequence[str]]) -> Met
     metric = BLEU(tokenize="none", smooth_method="none", force=True)
     score = metric.corpus_score(list(hyps_tok), [list(r) for r in refs_tok])
     sig = metric.get_signature()
-    sig.update("tok", "moses")
+    sig.update("tok", f"moses-{lang}" if lang else "moses")
     return MetricScore("paper_bleu", "BLEU", PAPER_BLEU_LABEL, float(score.score),
                        sig.format() + "|multi-bleu.perl", _verbose(score), _bleu_details(score))
 
@@ -240,9 +241,7 @@ def paper_bleu(hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str, wo
     _check_streams(hyps, refs)
     hyps_tok = moses_tokenize_lines(hyps, lang, workers)
     refs_tok = [moses_tokenize_lines(r, lang, workers) for r in refs]
-    score = multibleu(hyps_tok, refs_tok)
-    score.signature = score.signature.replace("tok:moses", f"tok:moses-{lang}")
-    return score
+    return multibleu(hyps_tok, refs_tok, lang)
 
 
 def guess_lang(path: str | Path, default: str = "en") -> str:
@@ -701,9 +700,7 @@ def run_score(o: ScoreOptions, warn: Callable[[str], None] = lambda msg: None) -
     for s, ((name, hyps), path) in enumerate(zip(systems, o.hyp_paths)):
         scores = corpus_scores(hyps, refs, o.metrics, o.tokenize, o.lowercase)
         if o.paper_bleu:
-            ps = multibleu(hyps_tok[s], refs_tok)
-            ps.signature = ps.signature.replace("tok:moses", f"tok:moses-{tgt_lang}")
-            scores.append(ps)
+            scores.append(multibleu(hyps_tok[s], refs_tok, tgt_lang))
         report["systems"].append({"name": name, "hyp": path, "scores": [m.to_dict() for m in scores]})
         if multi:
             text.append(f"# {name} ({path})")
@@ -732,9 +729,8 @@ def run_score(o: ScoreOptions, warn: Callable[[str], None] = lambda msg: None) -
                 sub_refs = [subset(r, kept) for r in refs]
                 scores = corpus_scores(subset(hyps, kept), sub_refs, ["bleu"], o.tokenize, o.lowercase)
                 if o.paper_bleu:
-                    ps = multibleu(subset(hyps_tok[s], kept), [subset(r, kept) for r in refs_tok])
-                    ps.signature = ps.signature.replace("tok:moses", f"tok:moses-{tgt_lang}")
-                    scores.append(ps)
+                    scores.append(multibleu(subset(hyps_tok[s], kept), [subset(r, kept) for r in refs_tok],
+                                            tgt_lang))
                 for m in scores:
                     m.label = f"No UNK {m.label}"
                 entry["scores"] = [m.to_dict() for m in scores]
