@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import chain, repeat
 from typing import Iterable, Sequence, TextIO
 
 import numpy as np
@@ -80,6 +81,44 @@ class LMVocab:
         get = self.stoi.get
         return [get(t, UNK_ID) for t in tokens]
 
+    def _flat_lookup(self) -> dict[str, int]:
+        # A literal "<s>" or "</s>" in the text is an ordinary (unknown) word.
+        lk = getattr(self, "_lookup", None)
+        if lk is None:
+            lk = dict(self.stoi)
+            lk[BOS] = lk[EOS] = UNK_ID
+            self._lookup = lk
+        return lk
+
+    def encode_batch(self, sentences: Sequence[Sequence[str]]) -> "FlatBatch":
+        """Token lists -> one FlatBatch (one dict look-up pass over the whole batch)."""
+        lens = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
+        words = list(chain.from_iterable(sentences))
+        get = self._flat_lookup().get
+        ids = np.fromiter(map(get, words, repeat(UNK_ID)), dtype=np.int64, count=len(words))
+        toks, dist, starts = _assemble(ids, lens)
+        return FlatBatch(toks, dist, starts, lens + 1)
+
+    def encode_lines(self, lines: Sequence[str], lowercase: bool = False) -> "FlatBatch":
+        """Already tokenised lines (tokens separated by whitespace) -> one FlatBatch."""
+        if lowercase:
+            return self.encode_batch([line.lower().split() for line in lines])
+        return self.encode_batch([line.split() for line in lines])
+
+
+@dataclass
+class FlatBatch:
+    """A batch of sentences as one array, `<s> ids </s>` each, for vectorised scoring.
+
+    toks (T,) int64 ids; dist (T,) int64 position in the sentence (0 at `<s>`);
+    starts (N,) int64 index of each `<s>`; lens (N,) int64 predicted tokens (words + `</s>`).
+    """
+
+    toks: np.ndarray
+    dist: np.ndarray
+    starts: np.ndarray
+    lens: np.ndarray
+
 
 def flatten(sentences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sentences of ids -> (toks, dist, sent_starts).
@@ -89,19 +128,24 @@ def flatten(sentences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray,
         history a position has; an order-k n-gram ends at p iff dist[p] >= k - 1.
     sent_starts (N,) int64: index of each sentence's `<s>` in toks.
     """
-    lens = np.fromiter((len(s) + 2 for s in sentences), dtype=np.int64, count=len(sentences))
-    total = int(lens.sum())
-    toks = np.empty(total, dtype=np.int64)
-    starts = np.zeros(len(sentences), dtype=np.int64)
-    if len(sentences):
-        starts[1:] = np.cumsum(lens)[:-1]
-        flat: list[int] = []
-        for s in sentences:
-            flat.append(BOS_ID)
-            flat.extend(s)
-            flat.append(EOS_ID)
-        toks[:] = flat
-    dist = np.arange(total, dtype=np.int64) - np.repeat(starts, lens)
+    lens = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
+    ids = np.fromiter(chain.from_iterable(sentences), dtype=np.int64, count=int(lens.sum()))
+    return _assemble(ids, lens)
+
+
+def _assemble(ids: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Word ids (W,) of sentences of lengths lens (N,) -> (toks, dist, starts) as in `flatten`."""
+    sizes = lens + 2
+    starts = np.zeros(lens.size, dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    toks = np.empty(int(sizes.sum()), dtype=np.int64)
+    is_word = np.ones(toks.size, dtype=bool)
+    is_word[starts] = False
+    is_word[starts + lens + 1] = False
+    toks[starts] = BOS_ID
+    toks[starts + lens + 1] = EOS_ID
+    toks[is_word] = ids
+    dist = np.arange(toks.size, dtype=np.int64) - np.repeat(starts, sizes)
     return toks, dist, starts
 
 
@@ -305,15 +349,12 @@ class NgramLM:
             p[o.keys[lo:hi] % V] += o.disc_prob[lo:hi]
         return p
 
-    def token_logprobs(self, sentences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-        """Natural-log probability of every predicted token (words and `</s>`), batched.
-
-        Returns (logp, sent) where logp (P,) float64 follows the sentences in order, and
-        sent (P,) int64 is the sentence index of each value (P = sum(len + 1)).
-        """
-        toks, dist, _ = flatten(sentences)
+    def batch_logprobs(self, batch: FlatBatch) -> np.ndarray:
+        """(T,) natural-log p of every position of `batch` given its history (0 at `<s>`)."""
+        toks, dist = batch.toks, batch.dist
         V = self.vocab_size
         p = self.unigram[toks]
+        p[batch.starts] = 1.0
         prev_idx = toks
         for k in range(2, self.order + 1):
             o = self.orders[k - 2]
@@ -323,28 +364,44 @@ class NgramLM:
             pv, ctx = pv[has], ctx[has]
             keys = ctx * V + toks[pv]
             pos = np.searchsorted(o.keys, keys)
-            pos_c = np.minimum(pos, o.keys.size - 1)
-            found = o.keys[pos_c] == keys
-            p[pv] = o.gamma[ctx] * p[pv] + np.where(found, o.disc_prob[pos_c], 0.0)
-            idx = np.full(toks.size, -1, dtype=np.int64)
-            idx[pv] = np.where(found, pos_c, -1)
-            prev_idx = idx
+            np.minimum(pos, o.keys.size - 1, out=pos)
+            found = o.keys[pos] == keys
+            p[pv] = o.gamma[ctx] * p[pv] + np.where(found, o.disc_prob[pos], 0.0)
+            if k < self.order:
+                idx = np.full(toks.size, -1, dtype=np.int64)
+                idx[pv] = np.where(found, pos, -1)
+                prev_idx = idx
+        return np.log(p)
+
+    def batch_cross_entropies(self, batch: FlatBatch) -> np.ndarray:
+        """(N,) per-token cross-entropy in bits: -log2 p(s) / (len(s) + 1), `</s>` counted."""
+        if batch.starts.size == 0:
+            return np.zeros(0)
+        total = np.add.reduceat(self.batch_logprobs(batch), batch.starts)
+        return -total / batch.lens / math.log(2.0)
+
+    def token_logprobs(self, sentences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """Natural-log probability of every predicted token (words and `</s>`), batched.
+
+        Returns (logp, sent) where logp (P,) float64 follows the sentences in order, and
+        sent (P,) int64 is the sentence index of each value (P = sum(len + 1)).
+        """
+        toks, dist, starts = flatten(sentences)
+        batch = FlatBatch(toks, dist, starts, np.diff(np.append(starts, toks.size)) - 1)
+        logp = self.batch_logprobs(batch)
         pred = dist > 0
         sent = np.cumsum(dist == 0) - 1
-        return np.log(p[pred]), sent[pred]
+        return logp[pred], sent[pred]
 
     def cross_entropies(self, sentences: Sequence[Sequence[int]]) -> np.ndarray:
         """(N,) per-token cross-entropy in bits of each sentence: -log2 p(s) / (len(s) + 1).
 
         The `+ 1` counts `</s>`, which the model predicts like a word.
         """
-        n = len(sentences)
-        if n == 0:
+        if len(sentences) == 0:
             return np.zeros(0)
-        logp, sent = self.token_logprobs(sentences)
-        total = np.bincount(sent, weights=logp, minlength=n)
-        lens = np.fromiter((len(s) + 1 for s in sentences), dtype=np.float64, count=n)
-        return -total / lens / math.log(2.0)
+        toks, dist, starts = flatten(sentences)
+        return self.batch_cross_entropies(FlatBatch(toks, dist, starts, np.diff(np.append(starts, toks.size)) - 1))
 
     def sizes(self) -> list[int]:
         """Number of n-grams per order (order 1: words with a count, incl. `</s>`)."""

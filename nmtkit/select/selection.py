@@ -223,19 +223,25 @@ class Scorer:
 
     def score_tokens(self, toks: list[tuple[list[str], list[str]]]) -> np.ndarray:
         """(N, 6) float64: H_in(src), H_out(src), H_in(tgt), H_out(tgt), src tokens, tgt tokens."""
-        src = [self.src_vocab.encode(s) for s, _ in toks]
-        tgt = [self.tgt_vocab.encode(t) for _, t in toks]
-        out = np.empty((len(toks), 6))
-        out[:, 0] = self.in_src.cross_entropies(src)
-        out[:, 1] = self.out_src.cross_entropies(src)
-        out[:, 2] = self.in_tgt.cross_entropies(tgt)
-        out[:, 3] = self.out_tgt.cross_entropies(tgt)
-        out[:, 4] = [len(s) for s in src]
-        out[:, 5] = [len(t) for t in tgt]
+        return self._score(self.src_vocab.encode_batch([s for s, _ in toks]),
+                           self.tgt_vocab.encode_batch([t for _, t in toks]))
+
+    def _score(self, src, tgt) -> np.ndarray:
+        out = np.empty((src.lens.size, 6))
+        out[:, 0] = self.in_src.batch_cross_entropies(src)
+        out[:, 1] = self.out_src.batch_cross_entropies(src)
+        out[:, 2] = self.in_tgt.batch_cross_entropies(tgt)
+        out[:, 3] = self.out_tgt.batch_cross_entropies(tgt)
+        out[:, 4] = src.lens - 1
+        out[:, 5] = tgt.lens - 1
         return out
 
     def score_chunk(self, chunk: list[tuple[str, str]]) -> np.ndarray:
-        return self.score_tokens(_tokenize_chunk(self.opts, chunk))
+        o = self.opts
+        if o.input_format == "tok":  # fast path: split and look up the whole chunk at once
+            return self._score(self.src_vocab.encode_lines([s for s, _ in chunk], o.lowercase),
+                               self.tgt_vocab.encode_lines([t for _, t in chunk], o.lowercase))
+        return self.score_tokens(_tokenize_chunk(o, chunk))
 
 
 # Worker processes inherit the scorer by fork: parallel_map pickles only (key, chunk).
