@@ -302,9 +302,7 @@ def _pipeline_text(pipeline: dict, src_vocab: list[str], tgt_vocab: list[str], o
     except ImportError as err:  # pragma: no cover - the preprocess module is part of the package
         raise ConfigError(f"text pipeline unavailable: {err}") from None
     pipe = TextPipeline.from_dict(pipeline)
-    uses_bpe = vocab_is_bpe(src_vocab, tgt_vocab) or any(
-        "bpe" in str(k).lower() and bool(v) for k, v in pipeline.items()
-    )
+    uses_bpe = bool(pipeline.get("bpe")) or vocab_is_bpe(src_vocab, tgt_vocab)
     return ModelText(lambda s: pipe.encode(s, "src"), lambda s: pipe.encode(s, "tgt"),
                      list(src_vocab), list(tgt_vocab), uses_bpe, origin)
 
