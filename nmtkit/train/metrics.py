@@ -26,6 +26,12 @@ class MetricsLog:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "metrics.jsonl"
         self.records: list[dict[str, Any]] = []
+        self._tb = None
+        if tensorboard:  # checked before anything is written
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise ConfigError("--tensorboard needs the tensorboard package (pip install tensorboard)") from None
         if resume_update is not None and self.path.exists():
             for line in self.path.read_text(encoding="utf-8").splitlines():
                 try:
@@ -40,12 +46,7 @@ class MetricsLog:
                 f.write(json.dumps(rec) + "\n")
         os.replace(tmp, self.path)
         self._file = open(self.path, "a", encoding="utf-8")
-        self._tb = None
         if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                raise ConfigError("--tensorboard needs the tensorboard package (pip install tensorboard)") from None
             self._tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
 
     def write(self, rec: dict[str, Any]) -> None:

@@ -1,0 +1,137 @@
+"""`nmtkit train` through the real entry points: end to end, signals, resume, bad input."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from nmtkit.checkpoint import load_checkpoint
+from nmtkit.cli import main
+from tests.train_fixtures import make_data_dir
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = ["--arch", "rnnsearch", "--emb-dim", "16", "--enc-hidden", "16", "--dec-hidden", "24", "--att-hidden", "16",
+        "--maxout", "8", "--optimizer", "adam", "--lr", "0.01", "--batch-size", "16", "--threads", "1",
+        "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return make_data_dir(tmp_path_factory.mktemp("cli") / "data")
+
+
+def _run(argv, capsys):
+    """main(argv) in-process -> (exit code, stdout, stderr)."""
+    torch.set_num_threads(1)
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _train_cmd(data_dir, run, *extra):
+    return [sys.executable, "-m", "nmtkit", "train", "--data", str(data_dir), "--save-dir", str(run), *TINY, *extra]
+
+
+def test_train_end_to_end_writes_a_run_and_resumes(data_dir, tmp_path, capsys):
+    run = tmp_path / "run"
+    code, out, err = _run(["train", "--data", str(data_dir), "--save-dir", str(run), *TINY, "--max-updates", "6",
+                           "--valid-every", "3", "--log-every", "2", "--valid-bleu-samples", "4"], capsys)
+    assert code == 0, err
+    assert out == ""  # stdout carries data only
+    assert "update 6" in err and "validation at update 6" in err and "stopped (max-updates)" in err
+    for name in ("checkpoint_last.pt", "checkpoint_best.pt", "metrics.jsonl", "curves.png", "train.log"):
+        assert (run / name).exists(), name
+    kinds = [json.loads(line)["kind"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert kinds.count("train") == 3 and kinds.count("valid") == 2
+    # same run dir again: refused; --resume continues; --quiet prints nothing
+    code, _, err = _run(["train", "--data", str(data_dir), "--save-dir", str(run), *TINY, "--max-updates", "8"], capsys)
+    assert code != 0 and "--resume" in err and "Traceback" not in err
+    code, _, err = _run(["train", "--data", str(data_dir), "--save-dir", str(run), "--resume", "--max-updates", "8",
+                         "--quiet"], capsys)
+    assert code == 0 and err == ""
+    assert load_checkpoint(run / "checkpoint_last.pt")["trainer"]["update"] == 8
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path, sig, code):
+    run = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(_train_cmd(data_dir, run, "--max-updates", "1000000", "--log-every", "1",
+                                       "--valid-every", "1000000", "--save-every", "1000000"),
+                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    metrics = run / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.exists() and metrics.read_text().count("\n") >= 3:
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()[1]
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and out == ""
+    assert "checkpoint saved" in err and "--resume" in err
+    ckpt = load_checkpoint(run / "checkpoint_last.pt")
+    assert ckpt["trainer"]["update"] >= 3
+    assert not list(run.glob("*.tmp"))  # atomic writes leave no temp files
+
+
+def test_help_documents_every_train_config_option(capsys):
+    from nmtkit.cli.train import MODEL_FIELDS, TRAIN_FIELDS
+    from nmtkit.train.config import TrainConfig
+
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    assert fields - {"loss_chunk_tokens"} == set(TRAIN_FIELDS)
+    code, out, _ = _run(["train", "--help"], capsys)
+    assert code == 0
+    text = " ".join(out.split())
+    for name in (*TRAIN_FIELDS, *MODEL_FIELDS, "data", "save_dir", "resume", "force", "quiet"):
+        assert "--" + name.replace("_", "-") in text, name
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--data", "{tmp}/nowhere"], "data directory not found"),
+    (["--data", "{tmp}"], "no manifest.json"),
+    (["--preset", "rnnsearch-99"], "unknown preset 'rnnsearch-99'"),
+    (["--arch", "transformer"], "transformer"),
+    (["--max-updates", "0"], "--max-updates must be at least 1"),
+    (["--max-time", "soon"], "--max-time"),
+    (["--precision", "fp16"], "fp16 needs a CUDA device"),
+    (["--best-metric", "bleu", "--valid-bleu-samples", "0"], "--best-metric bleu"),
+    (["--preset", "small", "--arch", "rnnencdec"], "contradicts --preset small"),
+    (["--max-len", "0"], "--max-len must be at least 1"),
+    (["--lr", "-1"], "--lr must be positive"),
+    (["--resume"], "nothing to resume"),
+    (["--resume", "--force"], "exclude each other"),
+    (["--tensorboard"], None),  # fine when tensorboard is installed, one clear line when not
+])
+def test_bad_input_is_one_line_and_nonzero_exit(data_dir, tmp_path, capsys, argv, message):
+    run = tmp_path / "run"
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    base = ["train", "--save-dir", str(run), *TINY, "--max-updates", "2"]
+    if "--data" not in argv:
+        base += ["--data", str(data_dir)]
+    code, out, err = _run(base + argv, capsys)
+    if message is None:
+        try:
+            import torch.utils.tensorboard  # noqa: F401
+        except ImportError:
+            assert code != 0 and "pip install tensorboard" in err
+            assert not (run / "metrics.jsonl").exists()
+        return
+    assert code != 0
+    assert message in err, err
+    assert "Traceback" not in err and out == ""
+    assert not (run / "checkpoint_last.pt").exists() and not (run / "metrics.jsonl").exists()

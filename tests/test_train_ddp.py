@@ -1,0 +1,77 @@
+"""Two CPU processes with gloo (as torchrun would start them) stay in sync and match one process."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from tests.train_fixtures import TINY_MODEL, make_data_dir, tiny_options
+
+UPDATES = 6
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _train(data_dir, run_dir, out_path, opts):
+    from nmtkit.train import distributed as ddp
+    from nmtkit.train.config import TrainConfig
+    from nmtkit.train.data import DataDir
+    from nmtkit.train.run import resolve_model
+    from nmtkit.train.trainer import Trainer
+
+    torch.set_num_threads(1)
+    data = DataDir.open(data_dir)
+    arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
+    trainer = Trainer(TrainConfig.from_dict(opts), data, run_dir, arch, mcfg, dist_info=ddp.env_info())
+    try:
+        result = trainer.train()
+        torch.save({"state": trainer.model.state_dict(), "update": result.update}, out_path)
+    finally:
+        trainer.close()
+
+
+def _worker(rank, world, port, data_dir, run_dir, out_dir, opts):
+    import os
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
+    _train(data_dir, run_dir, out_dir / f"rank{rank}.pt", opts)
+
+
+def test_two_gloo_ranks_stay_identical_and_match_a_single_process(tmp_path):
+    data_dir = make_data_dir(tmp_path / "data")
+    # plain SGD: the update is linear in the gradient, so the two-rank run (each rank half of
+    # every minibatch, gradients averaged) must equal one process up to float summation order
+    opts = tiny_options(max_updates=UPDATES, valid_every=3, save_every=3, optimizer="sgd", lr=0.5,
+                        valid_bleu_samples=4)
+    mp.spawn(_worker, args=(2, _free_port(), data_dir, tmp_path / "run2", tmp_path, opts), nprocs=2, join=True)
+    r0 = torch.load(tmp_path / "rank0.pt", weights_only=True)
+    r1 = torch.load(tmp_path / "rank1.pt", weights_only=True)
+    assert r0["update"] == r1["update"] == UPDATES
+    for name, t in r0["state"].items():
+        assert torch.equal(t, r1["state"][name]), name
+    _train(data_dir, tmp_path / "run1", tmp_path / "single.pt", opts)
+    single = torch.load(tmp_path / "single.pt", weights_only=True)
+    for name, t in single["state"].items():
+        assert torch.allclose(t, r0["state"][name], atol=1e-5, rtol=1e-4), name
+    # training moved the weights: the comparison is not between two initial models
+    from nmtkit.models import build_model
+
+    ckpt = torch.load(tmp_path / "run1" / "checkpoint_last.pt", weights_only=True)
+    torch.manual_seed(opts["seed"])
+    init = build_model(ckpt["arch"], ckpt["model_config"]).state_dict()
+    assert max(float((init[n] - t).abs().max()) for n, t in single["state"].items()) > 1e-3
+    # rank 0 wrote the run directory, with validation records
+    assert (tmp_path / "run2" / "checkpoint_last.pt").exists()
+    assert '"kind": "valid"' in (tmp_path / "run2" / "metrics.jsonl").read_text()
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
