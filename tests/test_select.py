@@ -369,3 +369,29 @@ def test_selection_recovers_multi30k_planted_in_a_real_pool(shared_data, tmp_pat
     assert precision["bilingual"] >= precision["monolingual"] - 0.005
     assert precision["bilingual"] >= precision["in-domain"]
     assert precision["random"] < 0.2
+
+
+def test_progress_bar_reports_pairs_per_second_on_a_terminal():
+    import io
+
+    from rich.console import Console
+
+    from nmtkit.cli.select import _progress
+
+    buf = io.StringIO()
+    bar = _progress(Console(file=buf, force_terminal=True, width=120))
+    with bar as update:
+        for done in (0, 500, 1000):
+            update("score", done, 1000)
+        update("write", 1000, 1000)
+    out = buf.getvalue()
+    assert "scoring" in out and "pairs/s" in out and "1000/1000" in out
+
+
+def test_selection_code_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, nmtkit.select.selection, nmtkit.select.ngram, nmtkit.cli.select\n"
+            "assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -168,6 +168,14 @@ class Corpus:
             nbytes += bs
         return cls(srcs, tgts, counts, nbytes)
 
+    def locate(self, i: int) -> tuple[int, int]:
+        """(part, 1-based line) of the 0-based pair number i."""
+        for part, n in enumerate(self.lines):
+            if i < n:
+                return part, i + 1
+            i -= n
+        raise IndexError(i)
+
     def raw_pairs(self) -> Iterator[tuple[bytes, bytes]]:
         """Every (src, tgt) line as bytes, newline included."""
         for s, t in zip(self.src_paths, self.tgt_paths):
@@ -389,9 +397,10 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     picked = np.sort(rng.choice(n_pool, size=want, replace=False))
     sample_lines: list[tuple[str, str]] = []
     j = 0
-    for i, pair in enumerate(pool.pairs()):
-        if j < picked.size and picked[j] == i:
-            sample_lines.append(pair)
+    for i, (a, b) in enumerate(pool.raw_pairs()):
+        if picked[j] == i:  # only picked lines are decoded; the scoring pass checks them all
+            part, line = pool.locate(i)
+            sample_lines.append((_decode(a, pool.src_paths[part], line), _decode(b, pool.tgt_paths[part], line)))
             j += 1
             if j == picked.size:
                 break
