@@ -347,6 +347,8 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        _STATE.clear()  # with workers=1 the worker state lived in this process
     return manifest
 
 
