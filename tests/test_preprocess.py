@@ -119,9 +119,11 @@ def test_without_dedup_duplicates_are_kept(corpus):
     assert m["splits"]["train"]["lines"] == corpus["n_train"] - 4
 
 
-def test_binarised_ids_decode_to_the_recorded_pipelines_tokens(corpus):
+@pytest.mark.parametrize("kw", [{}, {"truecase": True}, {"lowercase": True, "aggressive_dash_splits": True},
+                                {"bpe_separate": True, "bpe_vocab_threshold": 3, "workers": 2}])
+def test_binarised_ids_decode_to_the_recorded_pipelines_tokens(corpus, kw):
     dest = corpus["tmp"] / "d"
-    m = preprocess(_config(corpus, dest))
+    m = preprocess(_config(corpus, dest, **kw))
     p = TextPipeline.from_dict(json.loads((dest / "manifest.json").read_text())["pipeline"])
     ve, vf = Vocab.load(dest / "vocab.en.txt"), Vocab.load(dest / "vocab.fr.txt")
     for split in ("valid", "test"):
@@ -136,7 +138,24 @@ def test_binarised_ids_decode_to_the_recorded_pipelines_tokens(corpus):
     assert src[:60] == [p.encode(x, "src") for x in src_raw]
     assert any(t.endswith("@@") for s in src for t in s)  # BPE was applied
     assert m["splits"]["train"]["unk_rate"] == {"src": 0.0, "tgt": 0.0}
-    assert p.decode(p.encode(src_raw[3], "src"), "src") == src_raw[3]
+    back = p.decode(p.encode(src_raw[3], "src"), "src")
+    assert back == (src_raw[3].lower() if kw.get("lowercase") else src_raw[3])  # lowercasing cannot be undone
+
+
+def test_pretokenised_input_gives_the_same_data_as_raw_input(corpus):
+    raw = corpus["tmp"] / "raw"
+    preprocess(_config(corpus, raw))
+    p = TextPipeline("en", "fr")
+    for split in ("train", "valid", "test"):
+        for lang, side in (("en", "src"), ("fr", "tgt")):
+            lines = Path(f"{corpus[split]}.{lang}").read_text(encoding="utf-8").splitlines()
+            tok = corpus["tmp"] / f"tok-{split}.{lang}"
+            tok.write_text("".join(" ".join(p.tokenize(x, side)) + "\n" for x in lines), encoding="utf-8")
+    tokd = corpus["tmp"] / "tokd"
+    preprocess(_config(corpus, tokd, input_format="tok", train=str(corpus["tmp"] / "tok-train"),
+                       valid=str(corpus["tmp"] / "tok-valid"), test=(str(corpus["tmp"] / "tok-test"),)))
+    for name in sorted(x.name for x in raw.iterdir() if x.suffix == ".npy" or x.name.startswith("vocab")):
+        assert (raw / name).read_bytes() == (tokd / name).read_bytes(), name
 
 
 def test_manifest_records_settings_checksums_counts_and_vocab_sizes(corpus):
