@@ -55,7 +55,8 @@ class TranslateConfig:
     plot_limit: int = 100
     max_src_len: int | None = None  # None: from the checkpoint, else DEFAULT_MAX_SRC_LEN
     device: str = "auto"
-    precision: str = "auto"  # auto | fp32 | bf16
+    precision: str = "auto"  # auto | fp32 | bf16 | fp16 (CUDA only)
+    threads: int | None = None  # torch CPU threads (None: torch's default)
 
     def validate(self) -> None:
         if not self.models:
@@ -72,8 +73,10 @@ class TranslateConfig:
             raise ConfigError(f"formats are one of {', '.join(FORMATS)}")
         if self.alignments not in (None, "hard", "soft"):
             raise ConfigError("--alignments is 'hard' or 'soft'")
-        if self.precision not in ("auto", "fp32", "bf16"):
-            raise ConfigError("--precision is auto, fp32 or bf16")
+        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
+            raise ConfigError("--precision is auto, fp32, bf16 or fp16")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError("--threads must be >= 1")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"--device is auto, cpu or cuda[:N], got '{self.device}'")
         if self.max_src_len is not None and self.max_src_len < 1:
@@ -334,10 +337,17 @@ class Translator:
             Path(config.plot_attention).mkdir(parents=True, exist_ok=True)
         self.plotted = 0
         self.need_attention = bool(config.replace_unk or config.alignments or config.plot_attention)
-        use_bf16 = config.precision == "bf16" or (config.precision == "auto" and self.device.type == "cuda")
-        self.autocast = (
-            torch.autocast(device_type=self.device.type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
-        )
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        precision = config.precision
+        if precision == "auto":
+            precision = "bf16" if self.device.type == "cuda" else "fp32"
+        if precision == "fp16" and self.device.type != "cuda":
+            raise ConfigError("--precision fp16 needs a CUDA device (use bf16 on the CPU)")
+        # autocast keeps the fp32 weights and runs matrix products in 16 bits; log-softmax and
+        # the beam scores stay in fp32 (Seq2Seq.step returns fp32 log-probabilities)
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        self.autocast = torch.autocast(device_type=self.device.type, dtype=dtype) if dtype else nullcontext()
         self.source_name = "<stdin>"
 
     # -- per line

@@ -245,3 +245,10 @@ def test_bad_options_are_config_errors(ckpt):
         _translator(ckpt, beam=2, nbest=3)
     with pytest.raises(ConfigError):
         _translator(ckpt, unk_dict="x.tsv")
+
+
+def test_bf16_autocast_on_the_cpu_translates_and_fp16_needs_cuda(ckpt):
+    out = _translator(ckpt, precision="bf16").translate_lines(["the cat sat", "", "a dog"])
+    assert out[0] and out[1] == "" and out[2]
+    with pytest.raises(ConfigError, match="fp16"):
+        _translator(ckpt, precision="fp16", device="cpu")

@@ -59,13 +59,15 @@ FORMATS = ["raw", "tok", "bpe"]
               help="Longer inputs (in model tokens) are truncated with a warning naming the line "
                    "[4 x the training length limit when recorded, at least 250].")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16"]), default="auto", show_default=True,
-              help="auto = bf16 autocast on GPU, fp32 on CPU.")
+@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True,
+              help="auto = bf16 autocast on GPU, fp32 on CPU; bf16 also works on CPUs with bf16 units; "
+                   "fp16 on GPU only.")
+@click.option("--threads", type=int, default=None, metavar="N", help="torch CPU threads [torch's default].")
 @click.option("-q", "--quiet", is_flag=True, help="No warnings or summary on stderr.")
 def translate_cmd(models, ensemble, input_path, output_path, force, input_format, output_format, beam, lenpen,
                   max_len_a, max_len_b, nbest, batch_size, max_tokens, buffer_size, interactive, replace_unk,
                   unk_dict, alignments, alignments_file, plot_attention, plot_limit, max_src_len, device,
-                  precision, quiet) -> None:
+                  precision, threads, quiet) -> None:
     """Translate raw text with batched beam search.
 
     Reads one sentence a line (stdin or -i), applies exactly the preprocessing recorded in the
@@ -107,7 +109,7 @@ def translate_cmd(models, ensemble, input_path, output_path, force, input_format
         batch_size=batch_size, max_tokens=max_tokens, buffer_size=buffer_size, input_format=input_format,
         output_format=output_format, replace_unk=replace_unk, unk_dict=unk_dict, alignments=alignments,
         plot_attention=plot_attention, plot_limit=plot_limit, max_src_len=max_src_len, device=device,
-        precision=precision,
+        precision=precision, threads=threads,
     )
     cfg.validate()
 
