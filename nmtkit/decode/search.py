@@ -241,7 +241,7 @@ def beam_search(
         if need_attention and attn_hist is None:
             attn_hist = attn.new_zeros(nb * K, max_t + 1, attn.size(1), dtype=torch.float32)
 
-        cand = (scores.unsqueeze(1) + lp).view(nb, K * V)
+        cand = lp.add_(scores.unsqueeze(1)).view(nb, K * V)  # in place: lp is ours (fp32 copy or fresh)
         k2 = min(2 * K, K * V)
         top_s, top_i = cand.topk(k2, dim=1)  # (nb, k2), best first
         top_beam = torch.div(top_i, V, rounding_mode="floor")
