@@ -294,6 +294,7 @@ class Translator:
         import torch
 
         from nmtkit.checkpoint import load_model
+        from nmtkit.decode.ensemble import check_compatible
         from nmtkit.text.vocab import Vocab
 
         config.validate()
@@ -306,19 +307,7 @@ class Translator:
             self.models.append(model)
             ckpts.append(ckpt)
         first = ckpts[0]
-        for path, ckpt in zip(config.models[1:], ckpts[1:]):
-            for side in ("src", "tgt"):
-                if ckpt.get(f"{side}_vocab") != first.get(f"{side}_vocab"):
-                    a, b = first.get(f"{side}_vocab") or [], ckpt.get(f"{side}_vocab") or []
-                    raise CheckpointError(
-                        f"{side} vocabulary differs from {config.models[0]}'s ({len(b)} vs {len(a)} "
-                        "tokens); an ensemble needs models trained on the same vocabularies",
-                        path,
-                    )
-            if ckpt.get("pipeline") != first.get("pipeline"):
-                raise CheckpointError(
-                    f"text pipeline (preprocessing) differs from {config.models[0]}'s; "
-                    "an ensemble needs models trained on the same preprocessing", path)
+        check_compatible(list(config.models), ckpts)
         try:
             self.src_vocab = Vocab(list(first["src_vocab"]))
             self.tgt_vocab = Vocab(list(first["tgt_vocab"]))

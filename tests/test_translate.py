@@ -252,3 +252,11 @@ def test_bf16_autocast_on_the_cpu_translates_and_fp16_needs_cuda(ckpt):
     assert out[0] and out[1] == "" and out[2]
     with pytest.raises(ConfigError, match="fp16"):
         _translator(ckpt, precision="fp16", device="cpu")
+
+
+def test_ensemble_with_same_size_but_different_vocabularies_names_the_token(ckpt, tmp_path):
+    swapped = list(TGT_WORDS)
+    swapped[0], swapped[1] = swapped[1], swapped[0]
+    other = make_checkpoint(tmp_path / "swapped.pt", tgt_words=swapped)
+    with pytest.raises(CheckpointError, match=r"token 4 is 'chat' vs 'le'"):
+        _translator([ckpt, str(other)])

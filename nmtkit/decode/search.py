@@ -21,20 +21,20 @@ max_len_b)` target tokens before EOS; at that step EOS is forced, so every hypot
 with EOS and its log-probability includes EOS's.
 
 Ensembles average the models' probabilities: log p = log(mean_m p_m) (as Nematus and fairseq
-do), computed as logsumexp(log p_m) - log M. The attention reported is the models' mean.
+do; see nmtkit.decode.ensemble). The attention reported is the models' mean.
 
 Shapes: B sentences, K beam, N = B*K rows, V target vocabulary, S source length (as the model's
 attention sees it: it may include an EOS the model appends), T steps.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 from torch import Tensor
 
+from nmtkit.decode.ensemble import average_log_probs
 from nmtkit.models.base import EncoderOut, Seq2Seq
 from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -92,7 +92,7 @@ def _step_all(
         new_states.append(state)
     if len(models) == 1:
         return lps[0], new_states, attns[0]
-    lp = torch.logsumexp(torch.stack(lps), dim=0) - math.log(len(models))
+    lp = average_log_probs(lps)
     attn = torch.stack([a.float() for a in attns]).mean(dim=0)
     return lp, new_states, attn
 
