@@ -216,14 +216,13 @@ def beam_search(
     lim = max_lengths(src_lens.cpu(), max_len_a, max_len_b) if max_len is None else max_len.cpu().long()
     max_t = int(lim.max())
 
-    rep = torch.arange(B, device=device).repeat_interleave(K)
-    encs = [m.encode(src, src_lens).index_select(rep) for m in models]
+    encs = [m.encode(src, src_lens) for m in models]  # (B, ...) until after the first step
     states = [m.init_state(e) for m, e in zip(models, encs)]
 
     active = list(range(B))  # original sentence id of each active sentence
     active_lim = lim.clone()  # (nb,) CPU
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    prev = torch.full((B * K,), BOS_ID, dtype=torch.long, device=device)
+    prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
     # only the first hypothesis of each sentence is live at the start
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0
@@ -233,6 +232,13 @@ def beam_search(
     for t in range(max_t + 1):
         nb = len(active)
         lp, states, attn = _step_all(models, prev, states, encs)  # (N, V), (N, S)
+        if t == 0 and K > 1:
+            # the K hypotheses of a sentence are identical before the first step: compute it
+            # once per sentence, then give every sentence K rows
+            rep = torch.arange(B, device=device).repeat_interleave(K)
+            lp, attn = lp.index_select(0, rep), attn.index_select(0, rep)
+            encs = [e.index_select(rep) for e in encs]
+            states = [m.reorder(st, rep) for m, st in zip(models, states)]
         V = lp.size(1)
         _mask_specials(lp)
         at_limit = active_lim <= t
