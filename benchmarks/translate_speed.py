@@ -9,7 +9,8 @@ the number of decoder steps, and the same work for every configuration. With --c
 figures are those of a trained model (e.g. beam 5 on data/tatoeba-eng-fra/dev.en, the
 BENCHMARKS.md setup: `--checkpoint RUN/checkpoint_best.pt --input .../dev.en --beams 5,1`).
 
-Decoding time excludes the text pipeline (timed separately as "prep"). Peak memory: the
+Decoding time excludes the text pipeline (timed separately as "prep"); "cpu" is the process's
+CPU time for the same span (on a shared machine, wall time / CPU time shows the contention). Peak memory: the
 process's peak RSS on the CPU (monotonic over the run), torch's peak allocation on CUDA.
 
     python benchmarks/translate_speed.py            # 500 lines, CPU (+ CUDA if present)
@@ -82,6 +83,7 @@ def run_one(ckpt: str, lines: list[str], beam: int, device: str, args, batch_siz
         torch.cuda.reset_peak_memory_stats(tr.device)
         torch.cuda.synchronize()
     n_tgt = 0
+    cpu0 = time.process_time()
     t0 = time.perf_counter()
     for b in batches:
         for hyps in tr.decode_batch([toks[idx[j]] for j in b]):
@@ -89,7 +91,8 @@ def run_one(ckpt: str, lines: list[str], beam: int, device: str, args, batch_siz
     if tr.device.type == "cuda":
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
-    return dict(sents=len(lines), secs=dt, prep=prep, sent_s=len(lines) / dt, tok_s=n_tgt / dt,
+    cpu = time.process_time() - cpu0
+    return dict(sents=len(lines), secs=dt, cpu=cpu, prep=prep, sent_s=len(lines) / dt, tok_s=n_tgt / dt,
                 mem=peak_memory(tr.device), device=str(tr.device))
 
 
@@ -141,7 +144,7 @@ def main() -> None:
                 for beam in beams:
                     r = run_one(ckpt, lines, beam, dev, args, args.batch_size)
                     print(f"{name:12s} {r['device']:6s} beam {beam:2d}: {r['sents']} sents in {r['secs']:.1f}s = "
-                          f"{r['sent_s']:.1f} sent/s, {r['tok_s']:.0f} tgt tok/s (prep {r['prep']:.1f}s); "
+                          f"{r['sent_s']:.1f} sent/s, {r['tok_s']:.0f} tgt tok/s (cpu {r['cpu']:.1f}s, prep {r['prep']:.1f}s); "
                           f"peak mem {r['mem']}", flush=True)
                     if dev == "cpu" and beam == 12 and args.one_by_one_lines:
                         m = min(args.one_by_one_lines, len(lines))
