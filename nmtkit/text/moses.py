@@ -48,3 +48,17 @@ def tokenize(line: str, lang: str, aggressive_dash_splits: bool = False, lowerca
 def detokenize(tokens: list[str], lang: str) -> str:
     """Moses detokenisation (the inverse of `tokenize` up to normalisation)."""
     return _detokenizer(lang).detokenize(tokens)
+
+
+def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: bool = False,
+                 normalize_punct: bool = True):
+    """`tokenize` with its settings bound once: a `str -> list[str]` for hot loops (same output)."""
+    norm = _normalizer(lang).normalize if normalize_punct else None
+    tok = _tokenizer(lang).tokenize
+
+    def run(line: str) -> list[str]:
+        toks = tok(norm(line) if norm is not None else line, aggressive_dash_splits=aggressive_dash_splits,
+                   escape=False)
+        return [t.lower() for t in toks] if lowercase else toks
+
+    return run

@@ -97,8 +97,12 @@ class TextPipeline:
     # ---- forward steps ----------------------------------------------------------------
     def tokenize(self, line: str, side: str) -> list[str]:
         """Steps 1-2: normalise punctuation and Moses-tokenise (no casing change)."""
-        return moses.tokenize(line, self.lang(side), aggressive_dash_splits=self.aggressive_dash_splits,
-                              lowercase=False, normalize_punct=self.normalize_punct)
+        key = ("tokenize", side)
+        fn = self._cache.get(key)
+        if fn is None:
+            fn = self._cache[key] = moses.tokenizer_fn(self.lang(side), self.aggressive_dash_splits,
+                                                       lowercase=False, normalize_punct=self.normalize_punct)
+        return fn(line)
 
     def case(self, tokens: list[str], side: str) -> list[str]:
         """Step 3: lowercase or truecase (identity when neither is set)."""
