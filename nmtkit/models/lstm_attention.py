@@ -124,8 +124,8 @@ class LSTMAttention(Seq2Seq):
         w_rec = torch.cat([self.W_fo.weight, self.W_hh.weight], dim=1)
         state = self.init_state(enc)
         outs, alphas = [], []
-        for t in range(tgt_in.size(1)):
-            o, state, alpha = self._step(x_gates[:, t], state, enc, w_rec)
+        for xg in x_gates.unbind(1):  # unbind: one stack in the backward pass, not T slices
+            o, state, alpha = self._step(xg, state, enc, w_rec)
             outs.append(o)
             alphas.append(alpha)
         return torch.stack(outs, dim=1), torch.stack(alphas, dim=1)

@@ -114,10 +114,10 @@ class RNNEncDec(Seq2Seq):
         x_gates, x_out = self._inputs(enc, tgt_in)
         s = self.init_state(enc)
         states = []
-        for i in range(tgt_in.size(1)):
+        for i, xg in enumerate(x_gates.unbind(1)):  # unbind: one stack in the backward pass
             states.append(s)
             if i + 1 < tgt_in.size(1):
-                s = self._update(s, x_gates[:, i])
+                s = self._update(s, xg)
         s_prev = torch.stack(states, dim=1)
         return self.drop(maxout_pairs(self.U_o(s_prev) + x_out)), None
 

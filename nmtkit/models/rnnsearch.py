@@ -167,14 +167,15 @@ class RNNSearch(Seq2Seq):
         w_q is [W_a; U_z; U_r] (n' + 2d, d): the three products of s_{i-1} in one matmul.
         """
         na, d = self.config.att_hidden, self.config.dec_hidden
-        q = F.linear(s, w_q)
-        alpha = masked_softmax(additive_scores(q[:, :na], enc.keys, self.v_a), enc.mask)
+        # split, not slicing: the backward of a slice zero-fills a full-size gradient
+        q_a, q_zr = F.linear(s, w_q).split([na, 2 * d], dim=1)
+        alpha = masked_softmax(additive_scores(q_a, enc.keys, self.v_a), enc.mask)
         if not update:
             return alpha, s
         cg = torch.bmm(alpha.unsqueeze(1).to(enc.values.dtype), enc.values).squeeze(1)  # C c_i
-        zr = torch.sigmoid(x_gates[:, : 2 * d] + cg[:, : 2 * d] + q[:, na:])
-        z, r = zr[:, :d], zr[:, d:]
-        cand = torch.tanh(x_gates[:, 2 * d :] + cg[:, 2 * d :] + self.U(r * s))
+        x_zr, x_h = (x_gates + cg).split([2 * d, d], dim=1)
+        z, r = torch.sigmoid(x_zr + q_zr).chunk(2, dim=1)
+        cand = torch.tanh(x_h + self.U(r * s))
         return alpha, s + z * (cand - s)
 
     def _deep_output(self, s_prev: Tensor, emb_out: Tensor, ctx: Tensor) -> Tensor:
@@ -190,9 +191,11 @@ class RNNSearch(Seq2Seq):
         w_q = torch.cat([self.W_a.weight, self.U_zr.weight], dim=0)
         s = self.init_state(enc)
         states, alphas = [], []
-        for i in range(T):
+        # unbind, not x_gates[:, i]: the backward of T slices would build T zero-filled (B, T, 3d)
+        # gradients; unbind's backward is one stack
+        for i, xg in enumerate(x_gates.unbind(1)):
             states.append(s)
-            alpha, s = self._attend_and_update(s, x_gates[:, i], enc, w_q, update=i + 1 < T)
+            alpha, s = self._attend_and_update(s, xg, enc, w_q, update=i + 1 < T)
             alphas.append(alpha)
         alpha = torch.stack(alphas, dim=1)  # (B, T, S')
         ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations)  # c_i for all i

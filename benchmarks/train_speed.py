@@ -1,0 +1,165 @@
+"""Training speed of nmtkit's models: target tokens/s (forward + backward + optimiser step) and
+peak memory, fp32 and bf16 autocast, against a naive step-by-step RNNsearch in the same run.
+
+Workloads (random token ids, random lengths, so the numbers do not depend on preprocessing):
+  small         the `small` preset (BENCHMARKS.md: emb 256, enc 256x2, dec 512; vocabularies
+                5,834 / 7,157 like Tatoeba BPE), Adam, batches of 64 pairs of 5-15 tokens
+                (Tatoeba-like: about 10 target tokens + EOS per sentence).
+  naive-small   benchmarks/naive_rnnsearch.py at the same sizes, same batches.
+  rnnsearch-50  the paper preset (30k vocabularies, m=620, n=1000, l=500), Adadelta, batches
+                of 80 pairs of 25-35 tokens.
+Each measurement runs in its own subprocess so that the peak resident memory (CPU) or
+torch.cuda.max_memory_allocated (GPU) is its own.
+
+  python benchmarks/train_speed.py            # full run (a few minutes on 2 cores)
+  python benchmarks/train_speed.py --quick    # fewer steps, fp32+bf16 small vs naive only
+  python benchmarks/train_speed.py --device cuda
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+WORKLOADS = {
+    "small": dict(preset="small", vocab=(5834, 7157), batch=64, lens=(5, 15), optimizer="adam"),
+    "naive-small": dict(preset="small", vocab=(5834, 7157), batch=64, lens=(5, 15), optimizer="adam", naive=True),
+    "rnnsearch-50": dict(preset="rnnsearch-50", vocab=(30000, 30000), batch=80, lens=(25, 35), optimizer="adadelta"),
+}
+
+
+def make_batches(n: int, vocab: tuple[int, int], batch: int, lens: tuple[int, int], seed: int = 0):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        sl = torch.randint(lens[0], lens[1] + 1, (batch,), generator=g)
+        tl = torch.randint(lens[0], lens[1] + 1, (batch,), generator=g)
+        src = torch.randint(4, vocab[0], (batch, int(sl.max())), generator=g)
+        src[torch.arange(src.size(1))[None] >= sl[:, None]] = 0
+        T = int(tl.max()) + 1
+        y = torch.randint(4, vocab[1], (batch, T), generator=g)
+        pos = torch.arange(T)[None]
+        tgt_in = torch.cat([torch.full((batch, 1), 2), y[:, :-1]], dim=1)
+        tgt_out = y.clone()
+        tgt_out[pos == tl[:, None]] = 3
+        tgt_out[pos > tl[:, None]] = 0
+        tgt_in[pos > tl[:, None]] = 0
+        out.append((src, sl, tgt_in, tgt_out))
+    return out
+
+
+def measure(name: str, precision: str, device: str, steps: int, threads: int) -> dict:
+    """One measurement, in this process: tokens/s and peak memory."""
+    import torch
+
+    from nmtkit.models import build_model
+    from nmtkit.models.presets import preset
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    w = WORKLOADS[name]
+    arch, cfg = preset(w["preset"])
+    cfg.update(src_vocab_size=w["vocab"][0], tgt_vocab_size=w["vocab"][1])
+    if w.get("naive"):
+        from benchmarks.naive_rnnsearch import NaiveRNNSearch
+
+        model = NaiveRNNSearch(**cfg)
+    else:
+        model = build_model(arch, cfg)
+    model.to(device).train()
+    params = sum(p.numel() for p in model.parameters())
+    if w["optimizer"] == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    else:
+        opt = torch.optim.Adadelta(model.parameters(), lr=1.0, rho=0.95, eps=1e-6)
+    warmup = 2
+    batches = make_batches(warmup + steps, w["vocab"], w["batch"], w["lens"])
+    dtype = torch.bfloat16 if precision == "bf16" else None
+
+    def train_step(src, sl, ti, to):
+        src, ti, to = src.to(device), ti.to(device), to.to(device)
+        with torch.autocast(device, dtype=dtype or torch.float32, enabled=dtype is not None):
+            loss, _, n = model.loss(src, sl, ti, to)
+        opt.zero_grad(set_to_none=True)
+        (loss / n).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return n
+
+    for b in batches[:warmup]:
+        train_step(*b)
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    tokens = sum(train_step(*b) for b in batches[warmup:])
+    if device == "cuda":
+        torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    if device == "cuda":
+        peak = torch.cuda.max_memory_allocated() / 2**30
+        mem_kind = "GPU max_memory_allocated"
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+        mem_kind = "peak RSS"
+    return dict(workload=name, precision=precision, device=device, params=params, steps=steps,
+                tokens=tokens, seconds=dt, tokens_per_s=tokens / dt, peak_gib=peak, mem=mem_kind)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", default=bool(os.environ.get("QUICK")))
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--threads", type=int, default=2, help="torch threads on CPU (default 2)")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps per measurement")
+    ap.add_argument("--workloads", default=None, help="comma-separated subset of " + ",".join(WORKLOADS))
+    ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--one", nargs=2, metavar=("WORKLOAD", "PRECISION"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.one:
+        steps = args.steps or 10
+        print(json.dumps(measure(args.one[0], args.one[1], args.device, steps, args.threads)))
+        return
+
+    names = args.workloads.split(",") if args.workloads else (
+        ["small", "naive-small"] if args.quick else list(WORKLOADS))
+    results = []
+    for name in names:
+        for prec in args.precisions.split(","):
+            steps = args.steps or (4 if args.quick else (4 if name == "rnnsearch-50" else 20))
+            if args.device == "cuda":
+                steps *= 5
+            cmd = [sys.executable, __file__, "--one", name, prec, "--device", args.device,
+                   "--threads", str(args.threads), "--steps", str(steps)]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                print(f"{name} {prec}: FAILED\n{proc.stderr[-2000:]}", file=sys.stderr)
+                continue
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            results.append(r)
+            print(f"{name:14s} {prec:5s} {args.device}: {r['tokens_per_s']:9.0f} target tokens/s  "
+                  f"peak {r['peak_gib']:.2f} GiB ({r['mem']})  [{r['params'] / 1e6:.1f}M params, "
+                  f"{r['steps']} steps, {r['tokens']} tokens, {r['seconds']:.1f}s]", flush=True)
+    by = {(r["workload"], r["precision"]): r["tokens_per_s"] for r in results}
+    for prec in args.precisions.split(","):
+        if ("small", prec) in by and ("naive-small", prec) in by:
+            print(f"small / naive-small ({prec}): {by['small', prec] / by['naive-small', prec]:.2f}x")
+    if ("small", "bf16") in by and ("small", "fp32") in by:
+        print(f"small bf16 / fp32: {by['small', 'bf16'] / by['small', 'fp32']:.2f}x")
+    if ("naive-small", "fp32") in by and ("small", "bf16") in by:
+        print(f"small bf16 / naive-small fp32: {by['small', 'bf16'] / by['naive-small', 'fp32']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
