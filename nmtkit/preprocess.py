@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import itertools
 import json
+import multiprocessing
 import os
 import shutil
+import signal
 import tempfile
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -108,6 +110,24 @@ class PreprocessConfig:
         if self.workers < 1 or self.chunk_size < 1:
             raise ConfigError("--workers and the chunk size must be at least 1")
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict of every field (manifest["settings"])."""
+        d = asdict(self)
+        d["test"] = list(self.test)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "PreprocessConfig":
+        """Inverse of `to_dict`; unknown keys are a ConfigError listing the valid ones."""
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(d) - set(valid))
+        if unknown:
+            raise ConfigError(f"unknown preprocess settings {unknown}; valid: {valid}")
+        d = dict(d)
+        if "test" in d:
+            d["test"] = tuple(d["test"])
+        return cls(**d)
+
     def vocab_size(self, side: str) -> int | None:
         """Effective cap: the given size, else 30000 for words and no cap for BPE."""
         v = self.src_vocab_size if side == "src" else self.tgt_vocab_size
@@ -131,6 +151,10 @@ _STATE: dict[str, Any] = {}
 
 def _init_worker(state: dict[str, Any]) -> None:
     """Per-process state: the pipeline (BPE tables built lazily once) and vocabularies."""
+    if multiprocessing.current_process().name != "MainProcess":
+        # Ctrl-C is handled once, by the main process (which then stops the pool), so the
+        # workers do not each print a KeyboardInterrupt traceback.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     _STATE.clear()
     _STATE.update(state)
     _STATE["pipeline"] = TextPipeline.from_dict(state["pipeline"])
@@ -478,9 +502,7 @@ def _run(config: PreprocessConfig, report: ProgressFn, out: Path, work: Path,
         timings[stage] = time.perf_counter() - t0
         cpu[stage] = time.process_time() - c0
 
-    settings = asdict(config)
-    settings["test"] = list(config.test)
-    settings["effective_vocab_size"] = {side: config.vocab_size(side) for side in ("src", "tgt")}
+    settings = config.to_dict()
     return {
         "format_version": MANIFEST_VERSION,
         "nmtkit_version": __version__,
@@ -489,7 +511,8 @@ def _run(config: PreprocessConfig, report: ProgressFn, out: Path, work: Path,
         "tgt_lang": config.tgt_lang,
         "pipeline": pipeline.to_dict(),
         "vocab": {"src": f"vocab.{config.src_lang}.txt", "tgt": f"vocab.{config.tgt_lang}.txt",
-                  "src_size": len(vocabs["src"]), "tgt_size": len(vocabs["tgt"])},
+                  "src_size": len(vocabs["src"]), "tgt_size": len(vocabs["tgt"]),
+                  "size_cap": {side: config.vocab_size(side) for side in ("src", "tgt")}},
         "bpe": bpe_info or None,
         "splits": split_stats,
         "settings": settings,

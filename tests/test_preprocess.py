@@ -169,6 +169,9 @@ def test_manifest_records_settings_checksums_counts_and_vocab_sizes(corpus):
                   "src_vocab_size", "tgt_vocab_size", "input_format"):
         assert field in m["settings"], field
     assert m["settings"]["max_len"] == 20 and m["settings"]["truecase"] is True
+    assert PreprocessConfig.from_dict(m["settings"]) == cfg  # every setting, and nothing else
+    with pytest.raises(ConfigError, match="unknown preprocess settings"):
+        PreprocessConfig.from_dict({**m["settings"], "max_lenn": 3})
     for prefix in (corpus["train"], corpus["valid"], corpus["test"]):
         for lang in ("en", "fr"):
             path = f"{prefix}.{lang}"
@@ -324,6 +327,28 @@ def test_failure_with_force_keeps_the_old_data_dir(corpus):
     _assert_clean_failure(proc, "invalid UTF-8", f":{corpus['n_train'] + 1}:")
     assert (dest / "old.txt").read_text() == "keep me" and not (dest / "manifest.json").exists()
     _no_leftovers(corpus["tmp"])
+
+
+def test_ctrl_c_stops_cleanly_and_leaves_nothing(tmp_path):
+    import signal
+    import time
+
+    en, fr = _corpus(40000)
+    train = _write(tmp_path / "big", en, fr)
+    dest = tmp_path / "d"
+    proc = subprocess.Popen([sys.executable, "-m", "nmtkit", "preprocess", "--src-lang", "en", "--tgt-lang", "fr",
+                             "--train", train, "--valid", train, "--dest", str(dest), "--workers", "2", "--quiet"],
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 30
+    while not [p for p in tmp_path.iterdir() if ".tmp-" in p.name] and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert not dest.exists()
+    _no_leftovers(tmp_path)
 
 
 def test_empty_existing_dest_is_fine(corpus):
