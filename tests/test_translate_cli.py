@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -139,3 +140,20 @@ def test_help_documents_the_nbest_and_alignment_formats():
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
     assert "||| LogProb=" in text and "Pharaoh" in text and "JSON" in text
+
+
+@pytest.mark.slow
+def test_real_news_text_streams_through_with_truncation_warnings(ckpt, shared_data, tmp_path):
+    news = shared_data / "wmt14-newstest" / "newstest2014-fren.en"
+    lines = news.read_text(encoding="utf-8").splitlines()[:40]
+    src = tmp_path / "news.en"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    proc = nmtkit("translate", "-m", ckpt, "-i", str(src), "--beam", "4", "--batch-size", "8", "--buffer-size", "16",
+                  "--max-src-len", "20", "--max-len-a", "1", "--max-len-b", "2", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.split("\n")) - 1 == len(lines)
+    from nmtkit.text.moses import tokenize
+
+    long_lines = [i for i, line in enumerate(lines, 1) if len(tokenize(line, "en")) > 20]
+    warned = [int(m) for m in re.findall(r"news.en:(\d+): \d+ source tokens", proc.stderr)]
+    assert long_lines and warned == long_lines
