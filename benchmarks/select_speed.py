@@ -125,20 +125,31 @@ def main() -> int:
                         in_src=lms[0], out_src=lms[2], in_tgt=lms[1], out_tgt=lms[3])
     score_pairs = [pairs[i] for i in np.sort(rng.choice(len(pairs), n_score, replace=False))]
     ntoks = sum(len(a.split()) + len(b.split()) for a, b in score_pairs)
+
+    # Undecoded blocks of lines, as the command's reader hands them to the workers.
+    block_list = []
+    for i in range(0, n_score, sel.CHUNK_PAIRS):
+        part = score_pairs[i:i + sel.CHUNK_PAIRS]
+        block_list.append(sel.Block("pool.en", "pool.fr", i + 1, len(part), "".join(a + "\n" for a, _ in part).encode(),
+                                    "".join(b + "\n" for _, b in part).encode()))
+
     key = id(scorer)
     sel._SHARED[key] = scorer
     try:
         for workers in (1, 2):
             def go(w=workers):
                 n = 0
-                for res in parallel_map(functools.partial(sel._score_shared, key),
-                                        sel._chunks(score_pairs, sel.CHUNK_PAIRS), w, 1):
+                for res in parallel_map(functools.partial(sel._score_shared, key), iter(block_list), w, 1):
                     n += res.shape[0]
                 return n
+            self0 = resource.getrusage(resource.RUSAGE_SELF)
             n, wall, cpus = timed(go)
+            self1 = resource.getrusage(resource.RUSAGE_SELF)
+            parent = (self1.ru_utime + self1.ru_stime) - (self0.ru_utime + self0.ru_stime)
             assert n == n_score
             print(f"score     workers={workers}: {n / wall:8.0f} pairs/s {ntoks / wall:10.0f} tokens/s wall | "
-                  f"{n / cpus:8.0f} pairs/cpu-s {ntoks / cpus:10.0f} tokens/cpu-s (target >= 20,000 pairs/s per core)")
+                  f"{n / cpus:8.0f} pairs/cpu-s {ntoks / cpus:10.0f} tokens/cpu-s (target >= 20,000 pairs/s per core)"
+                  + (f"; parent process {parent / n * 1e6:.1f} cpu-us/pair (sending blocks, receiving scores)" if workers > 1 else ""))
     finally:
         sel._SHARED.pop(key, None)
 
@@ -150,12 +161,14 @@ def main() -> int:
                    "--input-format", "tok", "--workers", "2", "--quiet"]
             for p in POOL:
                 cmd += ["--pool", str(DATA / p)]
-            c0, w0 = cpu(), time.perf_counter()
-            subprocess.run(cmd, check=True)
+            w0 = time.perf_counter()
+            proc = subprocess.Popen(cmd)
+            _, status, ru = os.wait4(proc.pid, 0)   # this command's own usage (and its workers')
             wall = time.perf_counter() - w0
-            peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+            assert status == 0, status
             print(f"end-to-end select-data --input-format tok --workers 2 on {len(pairs)} pairs: {wall:.1f} s wall, "
-                  f"{cpu() - c0:.1f} cpu-s, peak RSS of a child process {peak / 1024:.0f} MiB")
+                  f"{ru.ru_utime + ru.ru_stime:.1f} cpu-s, {len(pairs) / wall:,.0f} pairs/s, "
+                  f"peak RSS {ru.ru_maxrss / 1024:.0f} MiB")
     print(f"peak RSS of this benchmark: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     return 0
 

@@ -330,6 +330,7 @@ def test_invalid_utf8_names_file_and_line_and_writes_nothing(corpus, capsys):
     (["--lines", "5", "--words", "9"], "exactly one budget"),
     (["--fraction", "1.5"], "--fraction"),
     (["--lines", "5", "--min-count", "0"], "--min-count"),
+    (["--lines", "5", "--workers", "0"], "--workers"),
 ])
 def test_bad_options_are_one_line_errors(corpus, capsys, extra, needle):
     d, _, _ = corpus
@@ -394,3 +395,17 @@ def test_selection_code_does_not_import_torch():
     code = ("import sys, nmtkit.select.selection, nmtkit.select.ngram, nmtkit.cli.select\n"
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_crlf_and_a_missing_final_newline_are_read_like_plain_lines(corpus, capsys):
+    d, pool, _ = corpus
+    assert run(_base(d, "lf") + ["--lines", "30"], capsys)[0] == 0
+    for side, lang in ((0, "en"), (1, "fr")):
+        Path(f"{d / 'pool'}.{lang}").write_bytes("\r\n".join(p[side] for p in pool).encode("utf-8"))
+    assert run(_base(d, "crlf") + ["--lines", "30"], capsys)[0] == 0
+    lf, crlf = _scores(d / "lf.scores.tsv"), _scores(d / "crlf.scores.tsv")
+    # (the H_out sample may differ: its size is estimated from byte counts)
+    for col in ("h_in_src", "h_in_tgt", "src_tokens", "tgt_tokens"):
+        np.testing.assert_array_equal(lf[col], crlf[col])
+    lines = (d / "crlf.en").read_bytes().split(b"\n")
+    assert lines[0].endswith(b"\r") and lines[-1] == b""   # lines as in the pool, each ended by a newline

@@ -21,13 +21,15 @@ reaching it), or a `fraction` of the pool's pairs. The selection is written in p
 each line byte for byte as in the pool (raw text in, raw text out).
 
 The pool is streamed (the text is never held; per pair we keep 4 float32 cross-entropies and
-2 int32 lengths) and scored in chunks over `workers` processes; the LMs reach the workers
+2 int32 lengths) and scored in blocks of lines over `workers` processes: the parent only
+reads undecoded blocks, workers decode, tokenise and score them; the LMs reach the workers
 by fork, not by pickling.
 """
 from __future__ import annotations
 
 import functools
 import gzip
+import itertools
 import json
 import logging
 import math
@@ -91,6 +93,8 @@ class SelectConfig:
             raise ConfigError(f"--input-format must be raw or tok, got {self.input_format!r}")
         if self.order < 1:
             raise ConfigError(f"--order must be >= 1, got {self.order}")
+        if self.workers < 1:
+            raise ConfigError(f"--workers must be >= 1, got {self.workers}")
         if self.min_count < 1:
             raise ConfigError(f"--min-count must be >= 1, got {self.min_count}")
         if self.src_lang == self.tgt_lang:
@@ -187,12 +191,58 @@ class Corpus:
                 if fs.readline() or ft.readline():
                     raise InputError(f"{s} and {t} changed while reading (line counts differ)")
 
+    def blocks(self, size: int) -> Iterator["Block"]:
+        """The pairs in blocks of `size` lines, undecoded: the parent only reads, workers decode."""
+        for s, t in zip(self.src_paths, self.tgt_paths):
+            with _open_bin(s) as fs, _open_bin(t) as ft:
+                first = 1
+                while True:
+                    a = list(itertools.islice(fs, size))
+                    b = list(itertools.islice(ft, size))
+                    if len(a) != len(b):
+                        raise InputError(f"{s} and {t} changed while reading (line counts differ)")
+                    if not a:
+                        break
+                    yield Block(s, t, first, len(a), b"".join(a), b"".join(b))
+                    first += len(a)
+
     def pairs(self) -> Iterator[tuple[str, str]]:
         """Every pair decoded (invalid UTF-8 is an error naming file:line)."""
         for s, t in zip(self.src_paths, self.tgt_paths):
             with _open_bin(s) as fs, _open_bin(t) as ft:
                 for n, (a, b) in enumerate(zip(fs, ft), start=1):
                     yield _decode(a, s, n), _decode(b, t, n)
+
+
+@dataclass
+class Block:
+    """`n` consecutive pairs from lines `first`.. of `src_path`/`tgt_path`, as raw bytes."""
+
+    src_path: str
+    tgt_path: str
+    first: int
+    n: int
+    src: bytes
+    tgt: bytes
+
+    def lines(self) -> tuple[list[str], list[str]]:
+        return (_decode_block(self.src, self.src_path, self.first, self.n),
+                _decode_block(self.tgt, self.tgt_path, self.first, self.n))
+
+
+def _decode_block(data: bytes, path: str, first: int, n: int) -> list[str]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = first + data.count(b"\n", 0, err.start)
+        raise InputError(f"invalid UTF-8 ({err.reason})", path, line) from None
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    if "\r" in text:
+        lines = [x.rstrip("\r") for x in lines]
+    assert len(lines) == n
+    return lines
 
 
 # ---------------------------------------------------------------------- tokenising and scoring
@@ -244,20 +294,28 @@ class Scorer:
         out[:, 5] = tgt.lens - 1
         return out
 
-    def score_chunk(self, chunk: list[tuple[str, str]]) -> np.ndarray:
+    def score_lines(self, src: list[str], tgt: list[str]) -> np.ndarray:
+        """(N, 6) as `score_tokens`, from lines in the configured input format."""
         o = self.opts
         if o.input_format == "tok":  # fast path: split and look up the whole chunk at once
-            return self._score(self.src_vocab.encode_lines([s for s, _ in chunk], o.lowercase),
-                               self.tgt_vocab.encode_lines([t for _, t in chunk], o.lowercase))
-        return self.score_tokens(_tokenize_chunk(o, chunk))
+            return self._score(self.src_vocab.encode_lines(src, o.lowercase),
+                               self.tgt_vocab.encode_lines(tgt, o.lowercase))
+        return self.score_tokens(_tokenize_chunk(o, list(zip(src, tgt))))
+
+    def score_chunk(self, chunk: list[tuple[str, str]]) -> np.ndarray:
+        return self.score_lines([s for s, _ in chunk], [t for _, t in chunk])
+
+    def score_block(self, block: Block) -> np.ndarray:
+        return self.score_lines(*block.lines())
 
 
 # Worker processes inherit the scorer by fork: parallel_map pickles only (key, chunk).
 _SHARED: dict[int, Scorer] = {}
 
 
-def _score_shared(key: int, chunk: list[tuple[str, str]]) -> np.ndarray:
-    return _SHARED[key].score_chunk(chunk)
+def _score_shared(key: int, chunk: list[tuple[str, str]] | Block) -> np.ndarray:
+    scorer = _SHARED[key]
+    return scorer.score_block(chunk) if isinstance(chunk, Block) else scorer.score_chunk(chunk)
 
 
 def _chunks(items, size: int):
@@ -406,6 +464,7 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
                 break
         if i % 100_000 == 0:
             progress("sample", i, n_pool)
+    progress("sample", n_pool, n_pool)  # the pass stops at the last sampled line
     sample_toks = _tokenize_all(opts, sample_lines, cfg.workers)
     del sample_lines
     perm = rng.permutation(len(sample_toks))
@@ -450,7 +509,7 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
         try:
             done = 0
             progress("score", 0, n_pool)
-            chunks = _chunks(pool.pairs(), CHUNK_PAIRS)
+            chunks = pool.blocks(CHUNK_PAIRS)
             for res in parallel_map(functools.partial(_score_shared, key), chunks, cfg.workers, 1):
                 m = res.shape[0]
                 h[done:done + m] = res[:, :4]
