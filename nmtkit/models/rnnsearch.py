@@ -43,6 +43,7 @@ from nmtkit.errors import ConfigError
 from nmtkit.models.attention import additive_scores, masked_softmax
 from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, append_eos, length_mask
 from nmtkit.models.init import paper_init_
+from nmtkit.models.recurrence import bahdanau_recurrence
 
 INITS = ("paper", "default")
 
@@ -130,6 +131,9 @@ class RNNSearch(Seq2Seq):
         self.V_o = nn.Linear(m, 2 * lo, bias=False)
         self.C_o = nn.Linear(2 * n, 2 * lo, bias=False)
         self.W_o = nn.Linear(lo, config.tgt_vocab_size)
+        # teacher forcing through the hand-written recurrence (recurrence.py); False selects
+        # the plain autograd loop over `_attend_and_update` (same equations; tests compare them)
+        self.fused_recurrence = True
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -190,6 +194,11 @@ class RNNSearch(Seq2Seq):
         emb_out = self.V_o(emb)  # (B, T, 2l)
         w_q = torch.cat([self.W_a.weight, self.U_zr.weight], dim=0)
         s = self.init_state(enc)
+        if self.fused_recurrence:
+            states, alpha = bahdanau_recurrence(x_gates, s, enc.keys, enc.values, enc.mask, w_q,
+                                                self.v_a, self.U.weight)
+            ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations)
+            return self._deep_output(states, emb_out, ctx), alpha
         states, alphas = [], []
         # unbind, not x_gates[:, i]: the backward of T slices would build T zero-filled (B, T, 3d)
         # gradients; unbind's backward is one stack
