@@ -135,3 +135,23 @@ def test_bad_input_is_one_line_and_nonzero_exit(data_dir, tmp_path, capsys, argv
     assert message in err, err
     assert "Traceback" not in err and out == ""
     assert not (run / "checkpoint_last.pt").exists() and not (run / "metrics.jsonl").exists()
+
+
+def test_live_display_shows_progress_loss_speed_eta_and_dev_score():
+    from rich.console import Console
+
+    from nmtkit.cli.train import Reporter
+
+    rep = Reporter(quiet=True)  # no terminal here: render the live panel by hand
+    rep.on_start({"update": 0, "epoch": 1, "max_updates": 200, "max_epochs": None, "max_time": None,
+                  "batches_per_epoch": 50, "train_pairs": 800, "dropped_pairs": 2, "parameters": 1234,
+                  "device": "cpu", "world_size": 1, "elapsed": 0.0})
+    rep.on_update(100, 2)
+    rep.on_log({"update": 100, "epoch": 2, "loss": 3.25, "ppl": 25.8, "lr": 0.001, "tgt_tokens_per_s": 1500.0})
+    rep.on_validation({"update": 100, "loss": 3.5, "ppl": 33.1, "bleu": 12.34, "best": True})
+    console = Console(record=True, width=120)
+    console.print(rep._render())
+    text = console.export_text()
+    for part in ("update 100/200 (50%)", "epoch 2", "ETA", "loss 3.250", "ppl 25.8", "lr 0.001", "1,500 tgt tok/s",
+                 "dev loss 3.500", "BLEU 12.34", "(best)"):
+        assert part in text, (part, text)

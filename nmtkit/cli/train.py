@@ -172,7 +172,8 @@ class Reporter:
         self.quiet = quiet
         self.live = progress_enabled(quiet)
         self.progress = None
-        self.task = None
+        self.update = 0
+        self.epoch = 1
         self.total: int | None = None
         self.last: dict[str, Any] = {}
         self.dev = "-"
@@ -197,20 +198,40 @@ class Reporter:
         if self.quiet:
             return
         if self.live:
-            from rich.progress import BarColumn, Progress, TextColumn
+            from rich.live import Live
 
             from nmtkit.cli.common import make_console
 
             console = make_console()
             console.print(line)
-            self.progress = Progress(
-                TextColumn("[bold]train[/]"), BarColumn(bar_width=24),
-                TextColumn("{task.fields[status]}"), console=console, transient=False, refresh_per_second=4)
-            self.task = self.progress.add_task("train", total=self.total, completed=info["update"],
-                                               status=self._status(info["update"], info["epoch"]))
+            self.update, self.epoch = info["update"], info["epoch"]
+            self.progress = Live(get_renderable=self._render, console=console, refresh_per_second=4,
+                                 transient=False)
             self.progress.start()
         else:
             click.echo(f"nmtkit train: {line}", err=True)
+
+    def _render(self):
+        """Three lines: progress and ETA, training statistics, last dev score."""
+        from rich.console import Group
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
+        head = Table.grid(padding=(0, 1))
+        total = f"/{self.total:,}" if self.total else ""
+        pct = f" ({100 * self.update / self.total:.0f}%)" if self.total else ""
+        if self.total:
+            head.add_row(Text("train", style="bold"), ProgressBar(total=self.total, completed=self.update, width=24),
+                         Text(f"update {self.update:,}{total}{pct}  epoch {self.epoch}  "
+                              f"ETA {_fmt_time(self._eta(self.update))}"))
+        else:
+            head.add_row(Text("train", style="bold"),
+                         Text(f"update {self.update:,}  epoch {self.epoch}  ETA {_fmt_time(self._eta(self.update))}"))
+        r = self.last
+        stats = (f"loss {r['loss']:.3f}  ppl {r['ppl']:.1f}  lr {r['lr']:.3g}  "
+                 f"{r['tgt_tokens_per_s']:,.0f} tgt tok/s" if r else "loss -")
+        return Group(head, Text("  " + stats), Text(f"  dev {self.dev}"))
 
     def _eta(self, update: int) -> float | None:
         done = update - self.start_update
@@ -222,34 +243,22 @@ class Reporter:
             etas.append(max(0.0, self.max_time - self.elapsed0 - spent))
         return min(etas) if etas else None
 
-    def _status(self, update: int, epoch: int) -> str:
-        r = self.last
-        total = f"/{self.total:,}" if self.total else ""
-        stats = ""
-        if r:
-            stats = (f" | loss {r['loss']:.3f} ppl {r['ppl']:.1f} | lr {r['lr']:.3g} | "
-                     f"{r['tgt_tokens_per_s']:,.0f} tok/s")
-        return (f"update {update:,}{total} | epoch {epoch}{stats} | ETA {_fmt_time(self._eta(update))} | "
-                f"dev {self.dev}")
-
     def on_update(self, update: int, epoch: int) -> None:
-        if self.progress is not None and (update % 5 == 0):
-            self.progress.update(self.task, completed=update, status=self._status(update, epoch))
+        self.update, self.epoch = update, epoch
 
     def on_log(self, rec: dict[str, Any]) -> None:
         self.last = rec
         if self.quiet:
             return
-        if self.progress is not None:
-            self.progress.update(self.task, completed=rec["update"], status=self._status(rec["update"], rec["epoch"]))
-        else:
+        if self.progress is None:
             click.echo(f"nmtkit train: update {rec['update']:,} | epoch {rec['epoch']} | loss {rec['loss']:.4f} | "
                        f"ppl {rec['ppl']:.2f} | lr {rec['lr']:.3g} | {rec['tgt_tokens_per_s']:,.0f} tgt tok/s | "
                        f"ETA {_fmt_time(self._eta(rec['update']))}", err=True)
 
     def on_validation(self, rec: dict[str, Any]) -> None:
         bleu = "" if rec.get("bleu") is None else f" BLEU {rec['bleu']:.2f}"
-        self.dev = f"loss {rec['loss']:.3f} ppl {rec['ppl']:.1f}{bleu}{' *' if rec['best'] else ''}"
+        self.dev = (f"loss {rec['loss']:.3f}  ppl {rec['ppl']:.1f}{bleu}  at update {rec['update']:,}"
+                    f"{'  (best)' if rec['best'] else ''}")
         if self.quiet:
             return
         line = f"validation at update {rec['update']:,}: dev {self.dev}"
