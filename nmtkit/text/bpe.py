@@ -56,10 +56,20 @@ class Bpe:
 
         self.codes = codes
         self._bpe = BPE(io.StringIO(codes), separator=separator, vocab=set(vocab) if vocab is not None else None)
+        # word -> its pieces: grows with the number of distinct words, like subword-nmt's own
+        # cache, but skips subword-nmt's per-word call overhead on the (frequent) repeats.
+        self._pieces: dict[str, tuple[str, ...]] = {}
 
     def apply(self, tokens: list[str]) -> list[str]:
         """Segment each token; non-final pieces end with the separator, e.g. ["lo@@", "wer"]."""
-        return self._bpe.segment_tokens(tokens)
+        cache = self._pieces
+        out: list[str] = []
+        for word in tokens:
+            pieces = cache.get(word)
+            if pieces is None:
+                pieces = cache[word] = tuple(self._bpe.segment_tokens([word]))
+            out.extend(pieces)
+        return out
 
 
 def join_bpe(tokens: list[str], separator: str = SEPARATOR) -> list[str]:
