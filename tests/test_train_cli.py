@@ -155,3 +155,31 @@ def test_live_display_shows_progress_loss_speed_eta_and_dev_score():
     for part in ("update 100/200 (50%)", "epoch 2", "ETA", "loss 3.250", "ppl 25.8", "lr 0.001", "1,500 tgt tok/s",
                  "dev loss 3.500", "BLEU 12.34", "(best)"):
         assert part in text, (part, text)
+
+
+def test_sigkill_loses_only_work_since_last_checkpoint(data_dir, tmp_path, capsys):
+    """A checkpoint is written every update; kill -9 at an arbitrary point leaves a loadable
+    checkpoint_last.pt (atomic replace), and --resume continues from it."""
+    run = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(_train_cmd(data_dir, run, "--max-updates", "1000000", "--log-every", "1",
+                                       "--valid-every", "1000000", "--save-every", "1"),
+                            stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env, cwd=REPO)
+    metrics = run / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.exists() and metrics.read_text().count("\n") >= 5:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait(timeout=60)
+    saved = load_checkpoint(run / "checkpoint_last.pt")["trainer"]["update"]
+    assert saved >= 4
+    code, _, err = _run(["train", "--data", str(data_dir), "--save-dir", str(run), "--resume",
+                         "--max-updates", str(saved + 2)], capsys)
+    assert code == 0, err
+    assert f"from update {saved:,}" in err
+    assert load_checkpoint(run / "checkpoint_last.pt")["trainer"]["update"] == saved + 2
+    assert not list(run.glob("*.tmp"))
+    updates = [json.loads(x)["update"] for x in metrics.read_text().splitlines()]
+    assert updates == sorted(updates) and len(updates) == len(set(updates))  # no lines from the lost work

@@ -247,6 +247,8 @@ class Trainer:
         self._log_handler: logging.Handler | None = None
         if self.dist.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
+            for stale in self.run_dir.glob("checkpoint_*.pt.*.tmp"):  # a write cut by SIGKILL
+                stale.unlink(missing_ok=True)
             self.metrics = MetricsLog(self.run_dir, self.state.update if resume is not None else None,
                                       tensorboard=cfg.tensorboard)
             self._log_handler = setup_file_log(self.run_dir)

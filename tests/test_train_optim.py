@@ -1,0 +1,65 @@
+"""Optimiser settings, the learning-rate schedule and the presets' training procedure."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nmtkit.train.config import TrainConfig
+from nmtkit.train.optim import LRSchedule, build_optimizer
+from nmtkit.train.run import train_defaults
+
+
+def _cfg(**kw):
+    return TrainConfig(max_updates=10, **kw)
+
+
+def test_warmup_is_linear_then_constant():
+    opt = build_optimizer([torch.nn.Parameter(torch.zeros(2))], _cfg(optimizer="adam", lr=1e-3, warmup_updates=4))
+    sched = LRSchedule(opt, _cfg(optimizer="adam", lr=1e-3, warmup_updates=4))
+    assert [round(sched.lr_at(u), 8) for u in range(6)] == [2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3]
+    sched.set_update(0)
+    assert opt.param_groups[0]["lr"] == pytest.approx(2.5e-4)
+
+
+def test_plateau_decay_after_patience_and_floor_and_state_round_trip():
+    cfg = _cfg(optimizer="adam", lr=1.0, lr_schedule="plateau", lr_decay=0.5, lr_patience=1, min_lr=0.2)
+    opt = build_optimizer([torch.nn.Parameter(torch.zeros(1))], cfg)
+    s = LRSchedule(opt, cfg)
+    decays = [s.on_validation(x) for x in (3.0, 2.0, 2.5, 2.6, 2.7, 2.8, 1.0)]
+    assert decays == [False, False, False, True, False, True, False]
+    assert s.lr_at(100) == pytest.approx(0.25)
+    assert [s.on_validation(9.0) for _ in range(4)] == [False, True, False, False]  # 0.125 -> floored at 0.2
+    assert s.lr_at(100) == pytest.approx(0.2)
+    s2 = LRSchedule(opt, cfg)
+    s2.load_state_dict(s.state_dict())
+    assert s2.state_dict() == s.state_dict() and s2.lr_at(5) == s.lr_at(5)
+
+
+def test_bleu_plateau_counts_higher_as_better():
+    cfg = _cfg(optimizer="adam", lr_schedule="plateau", best_metric="bleu", lr_patience=0)
+    s = LRSchedule(build_optimizer([torch.nn.Parameter(torch.zeros(1))], cfg), cfg)
+    assert [s.on_validation(x) for x in (10.0, 12.0, 11.0)] == [False, False, True]
+
+
+def test_optimizers_are_the_requested_ones_with_paper_hyperparameters():
+    p = [torch.nn.Parameter(torch.zeros(3))]
+    ada = build_optimizer(p, _cfg())
+    assert isinstance(ada, torch.optim.Adadelta)
+    assert ada.defaults["rho"] == 0.95 and ada.defaults["eps"] == 1e-6 and ada.defaults["lr"] == 1.0
+    adam = build_optimizer(p, _cfg(optimizer="adam", lr=1e-3, adam_beta2=0.98))
+    assert isinstance(adam, torch.optim.Adam) and adam.defaults["betas"] == (0.9, 0.98)
+    assert isinstance(build_optimizer(p, _cfg(optimizer="sgd", lr=0.1)), torch.optim.SGD)
+
+
+@pytest.mark.parametrize("preset, max_len", [("rnnsearch-30", 30), ("rnnsearch-50", 50), ("rnnencdec-30", 30),
+                                             ("rnnencdec-50", 50)])
+def test_paper_presets_default_to_the_papers_procedure(preset, max_len):
+    d = train_defaults(preset.split("-")[0], preset)
+    cfg = TrainConfig(**d, max_updates=1)
+    assert (cfg.optimizer, cfg.lr, cfg.adadelta_rho, cfg.adadelta_eps, cfg.clip_norm) == ("adadelta", 1.0, 0.95, 1e-6, 1.0)
+    assert (cfg.batch_size, cfg.sort_pool, cfg.max_len, cfg.normalize_loss) == (80, 1600, max_len, "sentences")
+
+
+def test_small_preset_defaults_to_adam():
+    cfg = TrainConfig(**train_defaults("rnnsearch", "small"), max_updates=1)
+    assert (cfg.optimizer, cfg.lr, cfg.batch_size, cfg.normalize_loss) == ("adam", 1e-3, 64, "tokens")
