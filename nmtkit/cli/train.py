@@ -26,7 +26,7 @@ MODEL_FIELDS = ("emb_dim", "enc_hidden", "dec_hidden", "att_hidden", "maxout", "
 EPILOG = """\b
 Examples:
   nmtkit train --data work/data --save-dir runs/rnnsearch50 --preset rnnsearch-50 --patience 10
-  nmtkit train --data work/data --save-dir runs/small --preset small --precision bf16 --max-time 20m
+  nmtkit train --data work/data --save-dir runs/small --preset small --max-time 20m --valid-every 500
   nmtkit train --data work/data --save-dir runs/small --resume          # continue exactly
   torchrun --nproc_per_node 4 -m nmtkit train --data work/data --save-dir runs/big --preset rnnsearch-50 ...
 """
