@@ -107,6 +107,8 @@ class PreprocessConfig:
             v = getattr(self, name)
             if v is not None and v < 5:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 5 (4 special symbols + 1)")
+        if self.bpe_min_frequency < 1 or self.vocab_min_count < 1:
+            raise ConfigError("--bpe-min-frequency and --vocab-min-count must be at least 1")
         if self.workers < 1 or self.chunk_size < 1:
             raise ConfigError("--workers and the chunk size must be at least 1")
 

@@ -371,6 +371,9 @@ def test_unknown_option_is_rejected(corpus):
     ({"bpe": None, "bpe_separate": True}, "need --bpe"),
     ({"max_len": 0}, "--max-len"),
     ({"src_vocab_size": 3}, "--src-vocab-size"),
+    ({"vocab_min_count": 0}, "--vocab-min-count"),
+    ({"workers": 0}, "--workers"),
+    ({"input_format": "bpe"}, "--input-format"),
 ])
 def test_inconsistent_options_are_config_errors(corpus, kw, match):
     with pytest.raises(ConfigError, match=match):
