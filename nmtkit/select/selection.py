@@ -542,7 +542,7 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
                     ft.write(b if b.endswith(b"\n") else b + b"\n")
                 if i % 200_000 == 0:
                     progress("write", i, n_pool)
-        _write_scores(files.tmp["scores"], scores, h, lens, mask)
+        _write_scores(files.tmp["scores"], scores, h, lens, mask, cfg.workers)
         progress("write", n_pool, n_pool)
         timings["write_s"] = time.perf_counter() - t
         timings["total_s"] = time.perf_counter() - t0
@@ -584,14 +584,35 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     return summary
 
 
-def _write_scores(path: str, scores: np.ndarray, h: np.ndarray, lens: np.ndarray, mask: np.ndarray) -> None:
-    """TSV: line (1-based pool line), score, h_in_src, h_out_src, h_in_tgt, h_out_tgt, src/tgt tokens, selected."""
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write("line\tscore\th_in_src\th_out_src\th_in_tgt\th_out_tgt\tsrc_tokens\ttgt_tokens\tselected\n")
-        step = 100_000
-        for lo in range(0, scores.size, step):
-            hi = min(lo + step, scores.size)
-            rows = zip(range(lo + 1, hi + 1), scores[lo:hi].tolist(), *(h[lo:hi, j].tolist() for j in range(4)),
-                       lens[lo:hi, 0].tolist(), lens[lo:hi, 1].tolist(), mask[lo:hi].tolist())
-            fh.write("".join(f"{i}\t{s:.6f}\t{a:.6f}\t{b:.6f}\t{c:.6f}\t{d:.6f}\t{ns}\t{nt}\t{int(m)}\n"
-                             for i, s, a, b, c, d, ns, nt, m in rows))
+_SCORE_ROWS = 100_000
+
+
+def _format_rows(key: int, lo: int) -> str:
+    """TSV text of rows lo .. lo + _SCORE_ROWS of the arrays shared under `key` (runs in workers)."""
+    scores, h, lens, mask = _SHARED_ARRAYS[key]
+    hi = min(lo + _SCORE_ROWS, scores.size)
+    rows = zip(range(lo + 1, hi + 1), scores[lo:hi].tolist(), *(h[lo:hi, j].tolist() for j in range(4)),
+               lens[lo:hi, 0].tolist(), lens[lo:hi, 1].tolist(), mask[lo:hi].tolist())
+    return "".join(f"{i}\t{s:.6f}\t{a:.6f}\t{b:.6f}\t{c:.6f}\t{d:.6f}\t{ns}\t{nt}\t{int(m)}\n"
+                   for i, s, a, b, c, d, ns, nt, m in rows)
+
+
+_SHARED_ARRAYS: dict[int, tuple] = {}
+
+
+def _write_scores(path: str, scores: np.ndarray, h: np.ndarray, lens: np.ndarray, mask: np.ndarray,
+                  workers: int = 1) -> None:
+    """TSV: line (1-based pool line), score, h_in_src, h_out_src, h_in_tgt, h_out_tgt, src/tgt tokens, selected.
+
+    Formatting (~3 us a row) runs over `workers` processes, which see the arrays by fork.
+    """
+    key = id(scores)
+    _SHARED_ARRAYS[key] = (scores, h, lens, mask)
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write("line\tscore\th_in_src\th_out_src\th_in_tgt\th_out_tgt\tsrc_tokens\ttgt_tokens\tselected\n")
+            starts = range(0, scores.size, _SCORE_ROWS)
+            for text in parallel_map(functools.partial(_format_rows, key), starts, workers, 1):
+                fh.write(text)
+    finally:
+        _SHARED_ARRAYS.pop(key, None)
