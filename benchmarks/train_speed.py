@@ -6,7 +6,9 @@ batches cut from length-sorted pools of 20 batches, as in the paper's training p
   small         the `small` preset (BENCHMARKS.md: emb 256, enc 256x2, dec 512; vocabularies
                 5,834 / 7,157 like Tatoeba BPE), Adam, batches of 64 pairs of 5-15 tokens
                 (Tatoeba-like: about 10 target tokens + EOS per sentence).
-  naive-small   benchmarks/naive_rnnsearch.py at the same sizes, same batches.
+  naive-small   benchmarks/naive_rnnsearch.py at the same sizes, same batches: every
+                projection inside the decoder loop (U_a h_j included), as issue 3 defines it.
+  naive-keys-small  the same with U_a h_j computed once per batch (a stronger baseline).
   rnnsearch-50  the paper preset (30k vocabularies, m=620, n=1000, l=500), Adadelta, batches
                 of 80 pairs of 25-35 tokens.
 Each measurement runs in its own subprocess so that the peak resident memory (CPU) or
@@ -33,6 +35,8 @@ sys.path.insert(0, str(HERE.parent))
 WORKLOADS = {
     "small": dict(preset="small", vocab=(5834, 7157), batch=64, lens=(5, 15), optimizer="adam"),
     "naive-small": dict(preset="small", vocab=(5834, 7157), batch=64, lens=(5, 15), optimizer="adam", naive=True),
+    "naive-keys-small": dict(preset="small", vocab=(5834, 7157), batch=64, lens=(5, 15), optimizer="adam",
+                             naive=True, precompute_keys=True),
     "rnnsearch-50": dict(preset="rnnsearch-50", vocab=(30000, 30000), batch=80, lens=(25, 35), optimizer="adadelta"),
 }
 
@@ -84,7 +88,7 @@ def measure(name: str, precision: str, device: str, steps: int, threads: int) ->
     if w.get("naive"):
         from benchmarks.naive_rnnsearch import NaiveRNNSearch
 
-        model = NaiveRNNSearch(**cfg)
+        model = NaiveRNNSearch(**cfg, precompute_keys=w.get("precompute_keys", False))
     else:
         model = build_model(arch, cfg)
     model.to(device).train()
@@ -129,6 +133,49 @@ def measure(name: str, precision: str, device: str, steps: int, threads: int) ->
                 tokens_per_cpu_s=tokens / cpu, load=load, peak_gib=peak, mem=mem_kind)
 
 
+def interleaved(names: list[str], precision: str, steps: int, threads: int) -> dict[str, dict]:
+    """Train several workloads in one process, alternating one step of each, and report the
+    median step time of each: on a shared machine, every model sees the same background load."""
+    import statistics
+
+    import torch
+
+    from nmtkit.models import build_model
+    from nmtkit.models.presets import preset
+
+    torch.set_num_threads(threads)
+    runs = {}
+    for name in names:
+        w = WORKLOADS[name]
+        torch.manual_seed(0)
+        arch, cfg = preset(w["preset"])
+        cfg.update(src_vocab_size=w["vocab"][0], tgt_vocab_size=w["vocab"][1])
+        if w.get("naive"):
+            from benchmarks.naive_rnnsearch import NaiveRNNSearch
+
+            model = NaiveRNNSearch(**cfg, precompute_keys=w.get("precompute_keys", False))
+        else:
+            model = build_model(arch, cfg)
+        model.train()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
+        runs[name] = (model, opt, make_batches(steps + 2, w["vocab"], w["batch"], w["lens"]), [], [])
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    for k in range(steps + 2):
+        for name, (model, opt, batches, walls, cpus) in runs.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            with torch.autocast("cpu", dtype=dtype, enabled=precision == "bf16"):
+                loss, _, n = model.loss(*batches[k])
+            opt.zero_grad(set_to_none=True)
+            (loss / n).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            if k >= 2:  # warm-up
+                walls.append((time.perf_counter() - t0) / n)
+                cpus.append((time.process_time() - c0) / n)
+    return {name: dict(tokens_per_s=1 / statistics.median(w), tokens_per_cpu_s=1 / statistics.median(c))
+            for name, (_, _, _, w, c) in runs.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", default=bool(os.environ.get("QUICK")))
@@ -137,6 +184,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=None, help="timed steps per measurement")
     ap.add_argument("--workloads", default=None, help="comma-separated subset of " + ",".join(WORKLOADS))
     ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--no-interleaved", action="store_true", help="skip the interleaved ratio run")
     ap.add_argument("--one", nargs=2, metavar=("WORKLOAD", "PRECISION"), help=argparse.SUPPRESS)
     args = ap.parse_args()
 
@@ -146,7 +194,7 @@ def main() -> None:
         return
 
     names = args.workloads.split(",") if args.workloads else (
-        ["small", "naive-small"] if args.quick else list(WORKLOADS))
+        ["small", "naive-small", "naive-keys-small"] if args.quick else list(WORKLOADS))
     results = []
     for name in names:
         for prec in args.precisions.split(","):
@@ -171,8 +219,19 @@ def main() -> None:
         print("ratios below use tokens per CPU-second (1 thread: robust to other load)")
     by = {(r["workload"], r["precision"]): r[key] for r in results}
     for prec in args.precisions.split(","):
-        if ("small", prec) in by and ("naive-small", prec) in by:
-            print(f"small / naive-small ({prec}): {by['small', prec] / by['naive-small', prec]:.2f}x")
+        for naive in ("naive-small", "naive-keys-small"):
+            if ("small", prec) in by and (naive, prec) in by:
+                print(f"small / {naive} ({prec}): {by['small', prec] / by[naive, prec]:.2f}x")
+    if args.device == "cpu" and not args.no_interleaved:
+        steps = args.steps or (6 if args.quick else 20)
+        naive = [n for n in ("naive-small", "naive-keys-small") if n in names] or ["naive-small"]
+        for prec in args.precisions.split(","):
+            r = interleaved(["small", *naive], prec, steps, args.threads)
+            for n in naive:
+                print(f"interleaved, {args.threads} threads, {prec}, median step: small "
+                      f"{r['small']['tokens_per_s']:.0f} tok/s vs {n} {r[n]['tokens_per_s']:.0f} tok/s: "
+                      f"{r['small']['tokens_per_s'] / r[n]['tokens_per_s']:.2f}x "
+                      f"(CPU-time: {r['small']['tokens_per_cpu_s'] / r[n]['tokens_per_cpu_s']:.2f}x)", flush=True)
     if ("small", "bf16") in by and ("small", "fp32") in by:
         print(f"small bf16 / fp32: {by['small', 'bf16'] / by['small', 'fp32']:.2f}x")
     if ("naive-small", "fp32") in by and ("small", "bf16") in by:

@@ -88,22 +88,24 @@ class _Recurrence(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, g_states, g_alphas):  # type: ignore[override]
-        values, mask, w_q, v_a, U, states, alphas, th_all, zs, rs, cands = ctx.saved_tensors
+        values, mask, w_q, v_a, U, states, alphas, th_all, zs, rs, cands = ctx.saved_tensors  # noqa: F841
         mmd = ctx.mm_dtype
         T, B, d = states.shape
         S, na = th_all.size(2), th_all.size(3)
         acc = states.dtype
         dev = states.device.type
         with torch.autocast(dev, enabled=False):
-            wq, Uc, vals = w_q.to(mmd), U.to(mmd), values.to(mmd)
+            wq, Uc = w_q.to(mmd), U.to(mmd)
+            vals_t = values.to(mmd).transpose(1, 2).contiguous()  # (B, 3d, S): a faster bmm below
             va = v_a.to(acc)
             g_states = g_states.transpose(0, 1) if g_states is not None else None
             g_alphas = g_alphas.transpose(0, 1) if g_alphas is not None else None
             g_x = states.new_zeros(T, B, 3 * d)
             g_q = states.new_empty(T, B, na + 2 * d)
             g_keys = states.new_zeros(B, S, na)
-            g_v = states.new_zeros(na)
+            g_e_all = states.new_empty(T, B, S)
             buf = states.new_empty(B, S, na)
+            outer = states.new_empty(B, S, na)
             g_next = None
             for i in range(T - 1, -1, -1):
                 g_s = g_states[i].clone() if g_states is not None else states.new_zeros(B, d)
@@ -118,20 +120,23 @@ class _Recurrence(torch.autograd.Function):
                     g_x[i, :, :d] = g_z * z * (1 - z)
                     g_x[i, :, d : 2 * d] = (g_rs * s) * r * (1 - r)
                     g_x[i, :, 2 * d :] = g_pc
-                    g_alpha += torch.bmm(vals, g_x[i].to(mmd).unsqueeze(2)).squeeze(2).to(acc)
+                    g_alpha += torch.bmm(g_x[i].to(mmd).unsqueeze(1), vals_t).squeeze(1).to(acc)
                     g_q[i, :, na:] = g_x[i, :, : 2 * d]
                 else:
                     g_q[i, :, na:] = 0
                 alpha = alphas[i]
-                g_e = alpha * (g_alpha - (alpha * g_alpha).sum(-1, keepdim=True))  # 0 at padding
+                g_e = g_e_all[i]
+                torch.mul(alpha, g_alpha - (alpha * g_alpha).sum(-1, keepdim=True), out=g_e)  # 0 at padding
                 th = th_all[i]
-                g_v += g_e.reshape(1, -1).mm(th.reshape(-1, na)).squeeze(0)
-                torch.mul(th, th, out=buf)  # g_pre = g_e v_a (1 - th^2)
-                buf.neg_().add_(1).mul_(g_e.unsqueeze(2)).mul_(va)
+                # g_pre = (g_e v_a) (1 - th^2) = outer - outer * th^2
+                torch.mul(th, th, out=buf)
+                torch.mul(g_e.unsqueeze(2), va, out=outer)
+                torch.addcmul(outer, outer, buf, value=-1.0, out=buf)
                 g_keys += buf
                 torch.sum(buf, dim=1, out=g_q[i, :, :na])
                 g_s += (g_q[i].to(mmd) @ wq).to(acc)
                 g_next = g_s
+            g_v = torch.mv(th_all.reshape(-1, na).t(), g_e_all.reshape(-1))  # sum_i,b,j g_e th
             # weight gradients: one product over all T*B rows
             g_wq = (g_q.reshape(T * B, -1).t().to(mmd) @ states.reshape(T * B, d).to(mmd)).to(w_q.dtype)
             if T > 1:
