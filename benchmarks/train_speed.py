@@ -161,7 +161,7 @@ def interleaved(names: list[str], precision: str, steps: int, threads: int) -> d
         runs[name] = (model, opt, make_batches(steps + 2, w["vocab"], w["batch"], w["lens"]), [], [])
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     for k in range(steps + 2):
-        for name, (model, opt, batches, walls, cpus) in runs.items():
+        for model, opt, batches, walls, cpus in runs.values():
             t0, c0 = time.perf_counter(), time.process_time()
             with torch.autocast("cpu", dtype=dtype, enabled=precision == "bf16"):
                 loss, _, n = model.loss(*batches[k])
