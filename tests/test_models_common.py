@@ -238,3 +238,35 @@ def test_rnnsearch_recurrence_under_autocast_matches_fp32():
             f16, a16 = model.decode_features(model.encode(src, src_lens), tgt_in)
     torch.testing.assert_close(a16.float(), a32, atol=0.02, rtol=0.0)
     torch.testing.assert_close(f16.float(), f32, atol=0.05, rtol=0.05)
+
+
+@pytest.mark.parametrize("arch", IMPLEMENTED)
+def test_forward_with_tgt_out_returns_the_loss(arch):
+    """The DDP entry point: model(src, lens, tgt_in, tgt_out) is model.loss(...)."""
+    model = tiny_model(arch)
+    src, src_lens, tgt_in, tgt_out, _ = random_batch()
+    a = model(src, src_lens, tgt_in, tgt_out, label_smoothing=0.1)
+    b = model.loss(src, src_lens, tgt_in, tgt_out, label_smoothing=0.1)
+    torch.testing.assert_close(a[0], b[0])
+    assert a[2] == b[2]
+
+
+@pytest.mark.parametrize("arch", IMPLEMENTED)
+def test_dropout_is_active_in_training_only(arch):
+    model = tiny_model(arch, dropout=0.5)
+    src, src_lens, tgt_in, _, _ = random_batch()
+    with torch.no_grad():
+        e1, e2 = model(src, src_lens, tgt_in), model(src, src_lens, tgt_in)
+        model.train()
+        t1, t2 = model(src, src_lens, tgt_in), model(src, src_lens, tgt_in)
+    torch.testing.assert_close(e1, e2)
+    assert not torch.allclose(t1, t2)
+
+
+def test_lstm_attention_paper_init_option():
+    torch.manual_seed(0)
+    model = build_model("lstm-attention", dict(TINY["lstm-attention"], init="paper", dec_hidden=8))
+    w = model.W_hh.weight
+    for i in range(0, w.size(0), 8):
+        torch.testing.assert_close(w[i : i + 8] @ w[i : i + 8].T, torch.eye(8), atol=1e-5, rtol=0)
+    assert torch.all(model.W_y.bias == 0)

@@ -119,8 +119,17 @@ class Seq2Seq(nn.Module):
         return None
 
     # ---- derived ------------------------------------------------------------------------
-    def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> Tensor:
-        """Teacher forcing: log-probabilities (B, T, V) in float32 (or float64)."""
+    def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor | None = None,
+                **loss_kwargs: Any):
+        """Teacher forcing: log-probabilities (B, T, V) in float32 (or float64).
+
+        With `tgt_out`, returns `self.loss(src, src_lens, tgt_in, tgt_out, **loss_kwargs)`
+        instead, so that a DistributedDataParallel wrapper (which only synchronises gradients
+        of computations that went through its `forward`) can train with the chunked loss:
+        `ddp_model(src, src_lens, tgt_in, tgt_out, label_smoothing=0.1)`.
+        """
+        if tgt_out is not None:
+            return self.loss(src, src_lens, tgt_in, tgt_out, **loss_kwargs)
         feats, _ = self.decode_features(self.encode(src, src_lens), tgt_in)
         return _log_softmax(self.output_layer(feats))
 

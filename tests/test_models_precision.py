@@ -1,0 +1,26 @@
+"""Choosing the autocast dtype: bf16 on CPUs only with native BF16 instructions."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nmtkit.models.precision import autocast_dtype, cpu_has_fast_bf16
+
+XEON = "processor\t: 0\nflags\t\t: fpu sse avx512f avx512bw avx512_vnni avx512vl\n"
+EPYC = "processor\t: 0\nflags\t\t: fpu sse avx512f avx512_bf16 avx512vl\n"
+
+
+def test_bf16_is_fast_only_with_native_instructions():
+    assert not cpu_has_fast_bf16(XEON)
+    assert cpu_has_fast_bf16(EPYC)
+    assert cpu_has_fast_bf16("flags : amx_bf16 amx_tile\n")
+    assert not cpu_has_fast_bf16("no flags line at all\n")
+
+
+def test_explicit_precisions():
+    assert autocast_dtype("cpu", "fp32") is None
+    assert autocast_dtype("cpu", "bf16") is torch.bfloat16
+    assert autocast_dtype("cuda", "fp16") is torch.float16
+    assert autocast_dtype("cpu", "auto") in (None, torch.bfloat16)
+    with pytest.raises(ValueError):
+        autocast_dtype("cpu", "fp8")
