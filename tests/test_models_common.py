@@ -270,3 +270,19 @@ def test_lstm_attention_paper_init_option():
     for i in range(0, w.size(0), 8):
         torch.testing.assert_close(w[i : i + 8] @ w[i : i + 8].T, torch.eye(8), atol=1e-5, rtol=0)
     assert torch.all(model.W_y.bias == 0)
+
+
+def test_rnnsearch_unpacked_cpu_encoder_equals_packed_gru():
+    """The CPU encoder path (no packing, per-sentence reversal) equals a packed nn.GRU."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    model = tiny_model("rnnsearch")
+    src, src_lens, _, _, _ = random_batch()
+    with torch.no_grad():
+        enc = model.encode(src, src_lens)
+        src_e = torch.nn.functional.pad(src, (0, 1))
+        src_e[torch.arange(src.size(0)), src_lens] = 3
+        packed = pack_padded_sequence(model.src_embed(src_e), src_lens + 1, batch_first=True, enforce_sorted=False)
+        out, _ = model.encoder(packed)
+        ann, _ = pad_packed_sequence(out, batch_first=True, total_length=src_e.size(1))
+    torch.testing.assert_close(enc.annotations, ann, atol=1e-12, rtol=1e-12)
