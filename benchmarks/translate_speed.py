@@ -104,7 +104,7 @@ def main() -> None:
     ap.add_argument("--checkpoint", default=None, help="a trained checkpoint instead of random presets")
     ap.add_argument("--beams", default="12,1")
     ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--one-by-one-lines", type=int, default=100,
+    ap.add_argument("--one-by-one-lines", type=int, default=50,
                     help="lines translated one at a time for the batched/unbatched comparison (beam 12, CPU)")
     ap.add_argument("--max-len-a", type=float, default=1.5)
     ap.add_argument("--max-len-b", type=float, default=5)

@@ -28,6 +28,7 @@ attention sees it: it may include an EOS the model appends), T steps.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -97,6 +98,24 @@ def _step_all(
     return lp, new_states, attn
 
 
+_SOURCE_FIELDS = ("annotations", "keys", "values", "mask")  # the (B, S, ...) fields of EncoderOut
+
+
+def _source_extra(enc: EncoderOut, src: Tensor) -> int:
+    """Source positions the model adds to each sentence (e.g. 1 for its own source EOS)."""
+    return enc.mask.size(1) - src.size(1)
+
+
+def _keep(enc: EncoderOut, rows: Tensor, width: int) -> EncoderOut:
+    """Rows `rows` of `enc`, with source positions beyond `width` (padding for every kept row)
+    dropped first, so that attention over long-gone long sentences' padding stops costing."""
+    if width < enc.mask.size(1):
+        trimmed = {name: getattr(enc, name)[:, :width] for name in _SOURCE_FIELDS
+                   if getattr(enc, name, None) is not None}
+        enc = dataclasses.replace(enc, **trimmed)
+    return enc.index_select(rows)
+
+
 def _mask_specials(lp: Tensor) -> None:
     """PAD and BOS are never generated (in place)."""
     lp[:, PAD_ID] = float("-inf")
@@ -135,6 +154,8 @@ def greedy_search(
         lim = max_len.detach().to("cpu", torch.long)
     encs = [m.encode(src, src_lens) for m in models]
     states = [m.init_state(e) for m, e in zip(models, encs)]
+    extras = [_source_extra(e, src) for e in encs]
+    lens_cpu = src_lens.cpu()
     max_t = int(lim.max())
     active = torch.arange(B)  # original sentence ids of the rows (CPU)
     active_lim = lim
@@ -154,7 +175,7 @@ def greedy_search(
         if need_attention:
             if attn_hist is None:
                 attn_hist = attn.new_zeros(B, max_t + 1, attn.size(1), dtype=torch.float32)
-            attn_hist[:, t] = attn.float()
+            attn_hist[:, t, : attn.size(1)] = attn.float()
         scores = new_scores
         prev = tok
         fin = tok.eq(EOS_ID)
@@ -178,7 +199,8 @@ def greedy_search(
             break
         keep = keep_cpu.to(device)
         active, active_lim = active[keep_cpu], active_lim[keep_cpu]
-        encs = [e.index_select(keep) for e in encs]
+        width = int(lens_cpu[active].max())
+        encs = [_keep(e, keep, width + x) for e, x in zip(encs, extras)]
         states = [m.reorder(s, keep) for m, s in zip(models, states)]
         prev, scores, tokens = prev[keep], scores[keep], tokens[keep]
         if attn_hist is not None:
@@ -218,6 +240,8 @@ def beam_search(
 
     encs = [m.encode(src, src_lens) for m in models]  # (B, ...) until after the first step
     states = [m.init_state(e) for m, e in zip(models, encs)]
+    extras = [_source_extra(e, src) for e in encs]
+    lens_cpu = src_lens.cpu()
 
     active = list(range(B))  # original sentence id of each active sentence
     active_lim = lim.clone()  # (nb,) CPU
@@ -266,7 +290,7 @@ def beam_search(
             att_cpu = None
             if attn_hist is not None:
                 att = attn_hist.index_select(0, rows)[:, : t + 1]
-                att[:, t] = attn.index_select(0, rows).float()
+                att[:, t, : attn.size(1)] = attn.index_select(0, rows).float()
                 att_cpu = att.cpu()
             for j, slot in enumerate(idx[:, 0].tolist()):
                 sent = active[slot]
@@ -299,7 +323,8 @@ def beam_search(
             ks_dev = ks.to(device)
             new_s, new_row, new_tok = new_s[ks_dev], new_row[ks_dev], new_tok[ks_dev]
             keep_rows = (ks_dev.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
-            encs = [e.index_select(keep_rows) for e in encs]
+            width = int(lens_cpu[[active[i] for i in keep_slots]].max())
+            encs = [_keep(e, keep_rows, width + x) for e, x in zip(encs, extras)]
             active = [active[i] for i in keep_slots]
             active_lim = active_lim[ks]
         rows = new_row.view(-1)
@@ -309,7 +334,7 @@ def beam_search(
         tokens[:, t] = prev
         if attn_hist is not None:
             attn_hist = attn_hist.index_select(0, rows)
-            attn_hist[:, t] = attn.index_select(0, rows).float()
+            attn_hist[:, t, : attn.size(1)] = attn.index_select(0, rows).float()
         scores = new_s.view(-1)
 
     out: list[list[Hypothesis]] = []
