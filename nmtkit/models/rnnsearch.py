@@ -190,15 +190,18 @@ class RNNSearch(Seq2Seq):
         return torch.tanh(self.W_s(enc.init)).to(self.W_s.weight.dtype)
 
     # ---- decoder --------------------------------------------------------------------------
-    def _attend_and_update(self, s: Tensor, x_gates: Tensor, enc: EncoderOut, w_q: Tensor,
+    def _attend_and_update(self, s: Tensor, x_gates: Tensor, enc: EncoderOut, w_q: Tensor | None,
                            update: bool = True) -> tuple[Tensor, Tensor]:
         """From s_{i-1} (B, d) and W[z,r,cand] E y_{i-1} (B, 3d): (alpha_i (B, S), s_i (B, d)).
 
-        w_q is [W_a; U_z; U_r] (n' + 2d, d): the three products of s_{i-1} in one matmul.
+        w_q is [W_a; U_z; U_r] (n' + 2d, d): the three products of s_{i-1} in one matmul
+        (teacher forcing builds it once per batch); None uses W_a and U_zr directly.
         """
         na, d = self.config.att_hidden, self.config.dec_hidden
-        # split, not slicing: the backward of a slice zero-fills a full-size gradient
-        q_a, q_zr = F.linear(s, w_q).split([na, 2 * d], dim=1)
+        if w_q is None:  # one step (decoding): two products, no weight concatenation per step
+            q_a, q_zr = self.W_a(s), self.U_zr(s)
+        else:  # split, not slicing: the backward of a slice zero-fills a full-size gradient
+            q_a, q_zr = F.linear(s, w_q).split([na, 2 * d], dim=1)
         alpha = masked_softmax(additive_scores(q_a, enc.keys, self.v_a), enc.mask)
         if not update:
             return alpha, s
@@ -240,8 +243,7 @@ class RNNSearch(Seq2Seq):
                       ) -> tuple[Tensor, Tensor, Tensor]:
         """prev_tokens y_{i-1} (B,), state s_{i-1} (B, d) -> (t_i (B, l), s_i, alpha_i (B, S'))."""
         emb = self.drop(self.tgt_embed(prev_tokens))
-        w_q = torch.cat([self.W_a.weight, self.U_zr.weight], dim=0)
-        alpha, s_new = self._attend_and_update(state, self.W_in(emb), enc, w_q)
+        alpha, s_new = self._attend_and_update(state, self.W_in(emb), enc, None)
         ctx = torch.bmm(alpha.unsqueeze(1).to(enc.annotations.dtype), enc.annotations).squeeze(1)
         return self._deep_output(state, self.V_o(emb), ctx), s_new, alpha
 
