@@ -70,8 +70,24 @@ def _config(c: dict, dest: Path, **kw) -> PreprocessConfig:
     return PreprocessConfig(**args)
 
 
-def _run_cli(args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nmtkit", "preprocess", *args], capture_output=True, text=True)
+def _run_cli(args: list[str], subprocess_: bool = False) -> subprocess.CompletedProcess:
+    """Run `nmtkit preprocess ARGS` through the real entry point (`nmtkit.cli.main`, which turns
+    errors into one stderr line and an exit code): in this process (fast) or as a subprocess."""
+    if subprocess_:
+        return subprocess.run([sys.executable, "-m", "nmtkit", "preprocess", *args], capture_output=True, text=True)
+    import contextlib
+    import io
+
+    from nmtkit.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(["preprocess", *args])
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def _decoded(dest: Path, split: str) -> tuple[list[list[str]], list[list[str]]]:
@@ -290,7 +306,7 @@ def test_invalid_utf8_names_file_and_line_and_leaves_nothing(corpus):
     lines[6] = b"caf\xe9 cr\xe8me"
     path.write_bytes(b"\n".join(lines))
     dest = corpus["tmp"] / "d"
-    proc = _run_cli(_base_args(corpus, dest))
+    proc = _run_cli(_base_args(corpus, dest), subprocess_=True)
     _assert_clean_failure(proc, f"{path}:7: invalid UTF-8")
     assert not dest.exists()
     _no_leftovers(corpus["tmp"])
@@ -359,7 +375,7 @@ def test_empty_existing_dest_is_fine(corpus):
 
 
 def test_unknown_option_is_rejected(corpus):
-    proc = _run_cli(_base_args(corpus, corpus["tmp"] / "d") + ["--bpe-mergez", "10"])
+    proc = _run_cli(_base_args(corpus, corpus["tmp"] / "d") + ["--bpe-mergez", "10"], subprocess_=True)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "No such option" in proc.stderr and "--bpe-mergez" in proc.stderr
     assert not (corpus["tmp"] / "d").exists()
