@@ -106,10 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     paths = sorted(glob.glob(args.catalogs))
     if not paths:
         print(f"extract_mo: error: no message catalogs match {args.catalogs}.\n"
-              "  Install programs with French translations (on Debian/Ubuntu e.g. "
-              "`apt-get install coreutils gettext language-pack-fr` or any package shipping "
-              "/usr/share/locale/fr/LC_MESSAGES/*.mo),\n"
-              "  or run the demo on another corpus: make demo DATA=DIR with DIR/{train,valid,test}.{en,fr}.",
+              "  Install programs that ship French translations, e.g. on Debian/Ubuntu "
+              "`apt-get install --reinstall coreutils tar bash gettext util-linux` (Ubuntu: also language-pack-fr);\n"
+              "  minimal/Docker images often drop /usr/share/locale (see /etc/dpkg/dpkg.cfg.d/ path-exclude, localepurge).\n"
+              "  Or run the demo on another corpus: make demo DATA=DIR with DIR/{train,valid,test}.{en,fr}.",
               file=sys.stderr)
         return 1
     seen: set[tuple[str, str]] = set()
