@@ -241,7 +241,7 @@ class _SplitWriter:
     without holding the split in memory.
     """
 
-    BLOCK = 1 << 22
+    BLOCK = 1 << 20  # values per block when converting raw files to .npy
 
     def __init__(self, out_dir: Path, work_dir: Path, split: str, lang: str):
         self.ids_path, self.offsets_path = split_paths(out_dir, split, lang)
@@ -267,27 +267,30 @@ class _SplitWriter:
         self._lens_raw.unlink()
 
     def _copy(self, raw: Path, path: Path, dtype, n: int, cumulative: bool) -> None:
-        if n == 0:
-            np.save(path, np.zeros(0, dtype=dtype))
-            return
-        out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(n,))
-        pos, running = 0, 0
-        if cumulative:
-            out[0] = 0
-            pos = 1
-        with open(raw, "rb") as f:
-            while True:
-                block = np.fromfile(f, dtype=dtype, count=self.BLOCK)
-                if not len(block):
-                    break
-                if cumulative:
-                    block = np.cumsum(block) + running
-                    running = int(block[-1])
-                out[pos : pos + len(block)] = block
-                pos += len(block)
-        assert pos == n, (path, pos, n)
-        out.flush()
-        del out
+        """Write `raw` (native-endian values) as a 1-D .npy of length n, BLOCK values at a time;
+        with `cumulative`, as [0, running sums...] (lengths -> offsets). Plain file writes, no
+        memory map, so the resident memory stays at one block whatever the corpus size."""
+        dtype = np.dtype(dtype)
+        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (n,)}
+        written = 0
+        with open(path, "wb") as out, open(raw, "rb") as f:
+            np.lib.format.write_array_header_1_0(out, header)
+            if not cumulative:
+                shutil.copyfileobj(f, out, self.BLOCK * dtype.itemsize)
+                written = n
+            else:
+                out.write(np.zeros(1, dtype=dtype).tobytes())
+                written, running = 1, 0
+                while True:
+                    block = np.fromfile(f, dtype=dtype, count=self.BLOCK)
+                    if not len(block):
+                        break
+                    sums = np.cumsum(block, dtype=dtype)
+                    sums += running
+                    running = int(sums[-1])
+                    out.write(sums.tobytes())
+                    written += len(block)
+        assert written == n and path.stat().st_size >= n * dtype.itemsize, (path, written, n)
 
 
 def _check_dest(dest: Path, force: bool) -> None:

@@ -415,3 +415,23 @@ def test_help_documents_every_option():
             continue
         assert param.help, param.name
         assert param.opts[0] in res.output
+
+
+def test_split_writer_streams_across_block_boundaries_into_the_binarized_format(tmp_path):
+    from nmtkit.data.binarized import BinarizedText
+    from nmtkit.preprocess import _SplitWriter
+
+    rng = np.random.default_rng(0)
+    w = _SplitWriter(tmp_path, tmp_path, "train", "en")
+    w.BLOCK = 3  # force many blocks
+    sents = []
+    for _ in range(9):
+        lens = rng.integers(0, 6, size=5)
+        ids = [rng.integers(0, 1000, size=int(n)).astype(np.int32) for n in lens]
+        sents += ids
+        w.add(np.concatenate(ids), lens)
+    w.close()
+    text = BinarizedText(tmp_path, "train", "en")
+    assert len(text) == len(sents)
+    assert all(np.array_equal(text[k], s) for k, s in enumerate(sents))
+    assert not list(tmp_path.glob("*.raw"))
