@@ -38,7 +38,7 @@ import numpy as np
 
 from nmtkit import __version__
 from nmtkit.data.binarized import split_paths
-from nmtkit.errors import ConfigError, InputError, OutputExistsError
+from nmtkit.errors import ConfigError, InputError, NmtkitError, OutputExistsError
 from nmtkit.text.bpe import SEPARATOR, count_merges, join_bpe, learn_codes, subword_vocab  # noqa: F401
 from nmtkit.text.clean import DROP_REASONS, PairDeduper, drop_reason
 from nmtkit.text.io import check_parallel, read_lines
@@ -48,6 +48,11 @@ from nmtkit.text.truecase import add_weights, best_forms, new_casing, truecase_w
 from nmtkit.text.vocab import UNK_ID, Vocab
 
 MANIFEST_VERSION = 1
+
+
+class OutputError(NmtkitError):
+    """The data directory cannot be written (permissions, disk full)."""
+
 DEFAULT_WORD_VOCAB = 30000  # the paper's vocabulary size, used without --bpe
 
 ProgressFn = Callable[[str, int, "int | None"], None]
@@ -361,8 +366,11 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
         line_counts[name] = n
         report("check inputs", k, len(splits))
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".tmp-", dir=dest.parent))
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".tmp-", dir=dest.parent))
+    except OSError as err:
+        raise OutputError(f"cannot create the data directory here: {err.strerror}", str(dest)) from None
     try:
         work = tmp / "work"
         work.mkdir()
@@ -373,6 +381,10 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
             json.dump(manifest, f, indent=1, ensure_ascii=False)
             f.write("\n")
         _install(tmp, dest, config.force)
+    except OSError as err:  # disk full, permissions...: a user-facing error, not a traceback
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OutputError(f"cannot write the data directory: {err.strerror or err}",
+                          err.filename or str(dest)) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -435,3 +435,10 @@ def test_split_writer_streams_across_block_boundaries_into_the_binarized_format(
     assert len(text) == len(sents)
     assert all(np.array_equal(text[k], s) for k, s in enumerate(sents))
     assert not list(tmp_path.glob("*.raw"))
+
+
+def test_unwritable_dest_is_one_clean_error(corpus):
+    blocker = corpus["tmp"] / "a-file"
+    blocker.write_text("not a directory")
+    proc = _run_cli(_base_args(corpus, blocker / "d"))
+    _assert_clean_failure(proc, "cannot create the data directory")
