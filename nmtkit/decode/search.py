@@ -9,8 +9,9 @@ to 12 (Sutskever et al. 2014 used 12). Length normalisation follows the usual pr
 alpha = 1 is the plain per-word average, alpha = 0 the raw log-probability.
 
 Batched beam search keeps all K hypotheses of all B sentences of a batch in one tensor of B*K
-rows, on the model's device. One step is: one `step()` per model, one top-k over (B, K*V), and
-index_selects that reorder the decoder state and the token / attention history. Hypotheses that
+rows, on the model's device. One step is: one `step()` per model, a top-2K per row of (B*K, V)
+and a top-2K over (B, K*2K) (exactly the top-2K of (B, K*V) at a fraction of the memory
+traffic), and index_selects that reorder the decoder state and the token / attention history. Hypotheses that
 emit EOS are copied to the host and set aside; a sentence is done when it has K finished
 hypotheses (as in fairseq) or reaches its length limit, and done sentences are dropped from the
 tensors so they stop costing compute. The only host synchronisation per step is the check
@@ -170,7 +171,8 @@ def greedy_search(
         at_limit = active_lim <= t
         if bool(at_limit.any()):
             lp = _force_eos(lp, at_limit.to(device))
-        new_scores, tok = (scores.unsqueeze(1) + lp).max(dim=1)
+        best, tok = lp.max(dim=1)
+        new_scores = scores + best
         tokens[:, t] = tok
         if need_attention:
             if attn_hist is None:
@@ -271,11 +273,15 @@ def beam_search(
         if need_attention and attn_hist is None:
             attn_hist = attn.new_zeros(nb * K, max_t + 1, attn.size(1), dtype=torch.float32)
 
-        cand = lp.add_(scores.unsqueeze(1)).view(nb, K * V)  # in place: lp is ours (fp32 copy or fresh)
-        k2 = min(2 * K, K * V)
+        # the 2K best of a sentence's K*V candidates are among the 2K best of each row: one
+        # pass over (N, V), then a small top-k over (nb, K * 2K)
+        k1 = min(2 * K, V)
+        row_s, row_tok = lp.topk(k1, dim=1)  # (N, k1)
+        cand = (row_s + scores.unsqueeze(1)).view(nb, K * k1)
+        k2 = min(2 * K, K * k1)
         top_s, top_i = cand.topk(k2, dim=1)  # (nb, k2), best first
-        top_beam = torch.div(top_i, V, rounding_mode="floor")
-        top_tok = top_i - top_beam * V
+        top_beam = torch.div(top_i, k1, rounding_mode="floor")
+        top_tok = row_tok.view(nb, K * k1).gather(1, top_i)
         top_row = top_beam + (torch.arange(nb, device=device) * K).unsqueeze(1)  # rows of N
         is_eos = top_tok.eq(EOS_ID)
 
