@@ -11,8 +11,8 @@ alpha = 1 is the plain per-word average, alpha = 0 the raw log-probability.
 Batched beam search keeps all K hypotheses of all B sentences of a batch in one tensor of B*K
 rows, on the model's device. One step is: one `step()` per model, a top-2K per row of (B*K, V)
 and a top-2K over (B, K*2K) (exactly the top-2K of (B, K*V) at a fraction of the memory
-traffic), and index_selects that reorder the decoder state and the token / attention history. Hypotheses that
-emit EOS are copied to the host and set aside; a sentence is done when it has K finished
+traffic), and index_selects that reorder the decoder state and the token / attention history.
+Hypotheses that emit EOS are copied to the host and set aside; a sentence is done when it has K finished
 hypotheses (as in fairseq) or reaches its length limit, and done sentences are dropped from the
 tensors so they stop costing compute. The only host synchronisation per step is the check
 whether any hypothesis finished.
