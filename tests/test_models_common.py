@@ -286,3 +286,15 @@ def test_rnnsearch_unpacked_cpu_encoder_equals_packed_gru():
         out, _ = model.encoder(packed)
         ann, _ = pad_packed_sequence(out, batch_first=True, total_length=src_e.size(1))
     torch.testing.assert_close(enc.annotations, ann, atol=1e-12, rtol=1e-12)
+
+
+def test_rnnencdec_reports_all_zero_attention_of_source_width():
+    model = tiny_model("rnnencdec")
+    src, src_lens, tgt_in, _, _ = random_batch()
+    with torch.no_grad():
+        enc = model.encode(src, src_lens)
+        _, attn = model.decode_features(enc, tgt_in)
+        _, _, step_attn = model.step(tgt_in[:, 0], model.init_state(enc), enc)
+    assert attn.shape == (src.size(0), tgt_in.size(1), src.size(1) + 1)
+    assert step_attn.shape == (src.size(0), src.size(1) + 1)
+    assert torch.all(attn == 0) and torch.all(step_attn == 0)

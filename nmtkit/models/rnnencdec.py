@@ -11,7 +11,9 @@ Equations (PAPER_NOTES.md), i the target position, y_0 = BOS:
 Like RNNsearch (see rnnsearch.py for the shared conventions: EOS appended to the source inside
 the model, packed cuDNN-form nn.GRU encoder, paper-form decoder GRU, biases in the gates, V, V',
 U_o and W_o), the output for y_i uses s_{i-1}; the decoder differs only in its fixed context c.
-There is no attention: `step` returns None as its attention, `decode_features` too.
+There is no attention: `step` and `decode_features` return all-zero weights (B, S') / (B, T, S')
+in its place, so that code written for attention models (beam search, ensembles, attention
+plots) needs no special case; the rows sum to 0, not 1, which marks "no attention".
 
 Speed: c does not change over time, so [W; W_z; W_r] E y + [C; C_z; C_r] c and V_o E y + C_o c
 are computed for all steps before the loop; the loop is the bare GRU recurrence.
@@ -22,9 +24,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, append_eos
+from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, append_eos, length_mask
 from nmtkit.models.init import paper_init_
 from nmtkit.models.rnnsearch import check_common, maxout_pairs
 
@@ -81,15 +83,21 @@ class RNNEncDec(Seq2Seq):
                                          (self.U.weight, d)], align=[])
 
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
-        """src (B, S) -> summary c (B, n); annotations = c as one position (B, 1, n)."""
+        """src (B, S) -> summary c (B, n).
+
+        The decoder reads only c; the encoder states (B, S', n) and their mask are returned as
+        `annotations` and `mask` anyway, so that code written for attention models (beam search
+        trimming source positions, S' = S + 1 with `src_eos`) sees the usual shapes.
+        """
         if self.config.src_eos:
             src, src_lens = append_eos(src, src_lens)
         emb = self.drop(self.src_embed(src))
         packed = pack_padded_sequence(emb, src_lens.cpu(), batch_first=True, enforce_sorted=False)
-        _, h_last = self.encoder(packed)  # (1, B, n): h_T of each sentence
+        out, h_last = self.encoder(packed)  # h_last (1, B, n): h_T of each sentence
+        states, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
         c = torch.tanh(self.V(h_last[0]))
-        mask = torch.ones(c.size(0), 1, dtype=torch.bool, device=c.device)
-        return EncoderOut(annotations=c.unsqueeze(1), keys=None, mask=mask, summary=c)
+        mask = length_mask(src_lens.to(c.device), src.size(1))
+        return EncoderOut(annotations=states, keys=None, mask=mask, summary=c)
 
     def init_state(self, enc: EncoderOut) -> Tensor:
         """s_0 = tanh(V' c): (B, d)."""
@@ -109,8 +117,8 @@ class RNNEncDec(Seq2Seq):
         c = enc.summary if tgt.dim() == 1 else enc.summary.unsqueeze(1)
         return self.W_in(emb) + self.C(c), self.V_o(emb) + self.C_o(c)
 
-    def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, None]:
-        """Teacher forcing. tgt_in (B, T) -> (t (B, T, l), None)."""
+    def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
+        """Teacher forcing. tgt_in (B, T) -> (t (B, T, l), zeros (B, T, S'))."""
         x_gates, x_out = self._inputs(enc, tgt_in)
         s = self.init_state(enc)
         states = []
@@ -119,14 +127,16 @@ class RNNEncDec(Seq2Seq):
             if i + 1 < tgt_in.size(1):
                 s = self._update(s, xg)
         s_prev = torch.stack(states, dim=1)
-        return self.drop(maxout_pairs(self.U_o(s_prev) + x_out)), None
+        no_attn = s_prev.new_zeros(s_prev.size(0), s_prev.size(1), enc.mask.size(1))
+        return self.drop(maxout_pairs(self.U_o(s_prev) + x_out)), no_attn
 
     def step_features(self, prev_tokens: Tensor, state: Tensor, enc: EncoderOut
-                      ) -> tuple[Tensor, Tensor, None]:
-        """y_{i-1} (B,), s_{i-1} (B, d) -> (t_i (B, l), s_i, None)."""
+                      ) -> tuple[Tensor, Tensor, Tensor]:
+        """y_{i-1} (B,), s_{i-1} (B, d) -> (t_i (B, l), s_i, zeros (B, S'))."""
         x_gates, x_out = self._inputs(enc, prev_tokens)
         feats = self.drop(maxout_pairs(self.U_o(state) + x_out))
-        return feats, self._update(state, x_gates), None
+        no_attn = state.new_zeros(state.size(0), enc.mask.size(1))
+        return feats, self._update(state, x_gates), no_attn
 
     def output_layer(self, features: Tensor) -> Tensor:
         return self.W_o(features)
