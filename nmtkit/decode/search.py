@@ -117,6 +117,13 @@ def _keep(enc: EncoderOut, rows: Tensor, width: int) -> EncoderOut:
     return enc.index_select(rows)
 
 
+def _should_compact(n_dead: int, n: int) -> bool:
+    """Copy the surviving rows out (encoder outputs included) once a quarter of the sentences
+    are done: their rows cost compute until then, but copying the encoder outputs after every
+    finished sentence costs more (it is memory-bound and about one step's worth of traffic)."""
+    return n_dead > 0 and 4 * n_dead >= n
+
+
 def _mask_specials(lp: Tensor) -> None:
     """PAD and BOS are never generated (in place)."""
     lp[:, PAD_ID] = float("-inf")
@@ -143,8 +150,8 @@ def greedy_search(
 
     src: (B, S) ids on the model's device, src_lens: (B,); max_len: an int or a (B,) tensor of
     the most target tokens before EOS. Returns one Hypothesis per sentence, in input order.
-    Sentences that emitted EOS are dropped from the batch (as beam search does), so `--beam 1`
-    runs exactly the same computations and gives exactly the same result.
+    Sentences that emitted EOS are dropped from the batch as beam search drops them (same
+    schedule), so `--beam 1` runs exactly the same computations and gives the same result.
     """
     models = _as_models(models_or_model)
     device = src.device
@@ -159,6 +166,8 @@ def greedy_search(
     lens_cpu = src_lens.cpu()
     max_t = int(lim.max())
     active = torch.arange(B)  # original sentence ids of the rows (CPU)
+    alive = torch.ones(B, dtype=torch.bool)  # rows still decoding (CPU); done rows wait for compaction
+    alive_dev = alive.to(device)
     active_lim = lim
     prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
     scores = torch.zeros(B, device=device)
@@ -172,22 +181,22 @@ def greedy_search(
         if bool(at_limit.any()):
             lp = _force_eos(lp, at_limit.to(device))
         best, tok = lp.max(dim=1)
-        new_scores = scores + best
+        scores = scores + best
         tokens[:, t] = tok
         if need_attention:
             if attn_hist is None:
                 attn_hist = attn.new_zeros(B, max_t + 1, attn.size(1), dtype=torch.float32)
             attn_hist[:, t, : attn.size(1)] = attn.float()
-        scores = new_scores
         prev = tok
-        fin = tok.eq(EOS_ID)
+        fin = tok.eq(EOS_ID) & alive_dev
         if not bool(fin.any()):
             continue
         fin_cpu = fin.cpu()
         rows = fin_cpu.nonzero().squeeze(1)
-        toks_cpu = tokens[rows.to(device), :t].cpu()
-        sc_cpu = scores[rows.to(device)].cpu()
-        att_cpu = attn_hist[rows.to(device), : t + 1].cpu() if attn_hist is not None else None
+        rows_dev = rows.to(device)
+        toks_cpu = tokens[rows_dev, :t].cpu()
+        sc_cpu = scores[rows_dev].cpu()
+        att_cpu = attn_hist[rows_dev, : t + 1].cpu() if attn_hist is not None else None
         for j, r in enumerate(rows.tolist()):
             lp_sum = float(sc_cpu[j])
             results[int(active[r])] = Hypothesis(
@@ -196,11 +205,17 @@ def greedy_search(
                 log_prob=lp_sum,
                 attention=att_cpu[j] if att_cpu is not None else None,
             )
-        keep_cpu = (~fin_cpu).nonzero().squeeze(1)
-        if keep_cpu.numel() == 0:
+        alive &= ~fin_cpu
+        n_alive = int(alive.sum())
+        if n_alive == 0:
             break
+        alive_dev = alive.to(device)
+        if not _should_compact(alive.numel() - n_alive, alive.numel()):
+            continue
+        keep_cpu = alive.nonzero().squeeze(1)
         keep = keep_cpu.to(device)
-        active, active_lim = active[keep_cpu], active_lim[keep_cpu]
+        active, active_lim, alive = active[keep_cpu], active_lim[keep_cpu], alive[keep_cpu]
+        alive_dev = alive.to(device)
         width = int(lens_cpu[active].max())
         encs = [_keep(e, keep, width + x) for e, x in zip(encs, extras)]
         states = [m.reorder(s, keep) for m, s in zip(models, states)]
@@ -245,7 +260,9 @@ def beam_search(
     extras = [_source_extra(e, src) for e in encs]
     lens_cpu = src_lens.cpu()
 
-    active = list(range(B))  # original sentence id of each active sentence
+    active = list(range(B))  # original sentence id of each slot
+    alive = [True] * B  # slots still searching; done slots wait (scores -inf) for compaction
+    dead_dev: Tensor | None = None  # (nb,) bool on the device, True at done slots
     active_lim = lim.clone()  # (nb,) CPU
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
@@ -300,7 +317,7 @@ def beam_search(
                 att_cpu = att.cpu()
             for j, slot in enumerate(idx[:, 0].tolist()):
                 sent = active[slot]
-                if len(finished[sent]) >= K:
+                if not alive[slot] or len(finished[sent]) >= K:
                     continue
                 lp_sum = float(sc_cpu[j])
                 finished[sent].append(Hypothesis(
@@ -319,20 +336,28 @@ def beam_search(
         new_row = top_row.gather(1, pos)
         new_tok = top_tok.gather(1, pos)
 
-        # 3. drop sentences that are done
-        done = [n_fin[i] >= K or t >= int(active_lim[i]) for i in range(nb)]
-        if any(done):
-            keep_slots = [i for i in range(nb) if not done[i]]
-            if not keep_slots:
+        # 3. sentences that are done stop searching; their rows are dropped at the next compaction
+        newly_done = [i for i in range(nb) if alive[i] and (n_fin[i] >= K or t >= int(active_lim[i]))]
+        if newly_done:
+            for i in newly_done:
+                alive[i] = False
+            if not any(alive):
                 break
-            ks = torch.tensor(keep_slots, dtype=torch.long)
-            ks_dev = ks.to(device)
-            new_s, new_row, new_tok = new_s[ks_dev], new_row[ks_dev], new_tok[ks_dev]
-            keep_rows = (ks_dev.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
-            width = int(lens_cpu[[active[i] for i in keep_slots]].max())
-            encs = [_keep(e, keep_rows, width + x) for e, x in zip(encs, extras)]
-            active = [active[i] for i in keep_slots]
-            active_lim = active_lim[ks]
+            dead_dev = torch.tensor([not a for a in alive], device=device)
+            if _should_compact(alive.count(False), nb):
+                keep_slots = [i for i in range(nb) if alive[i]]
+                ks = torch.tensor(keep_slots, dtype=torch.long)
+                ks_dev = ks.to(device)
+                new_s, new_row, new_tok = new_s[ks_dev], new_row[ks_dev], new_tok[ks_dev]
+                keep_rows = (ks_dev.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
+                width = int(lens_cpu[[active[i] for i in keep_slots]].max())
+                encs = [_keep(e, keep_rows, width + x) for e, x in zip(encs, extras)]
+                active = [active[i] for i in keep_slots]
+                active_lim = active_lim[ks]
+                alive = [True] * len(keep_slots)
+                dead_dev = None
+        if dead_dev is not None:
+            new_s = new_s.masked_fill(dead_dev.unsqueeze(1), float("-inf"))
         rows = new_row.view(-1)
         states = [m.reorder(s, rows) for m, s in zip(models, states)]
         tokens = tokens.index_select(0, rows)
