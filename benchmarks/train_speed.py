@@ -198,7 +198,7 @@ def main() -> None:
     results = []
     for name in names:
         for prec in args.precisions.split(","):
-            steps = args.steps or (4 if args.quick else (4 if name == "rnnsearch-50" else 20))
+            steps = args.steps or (4 if args.quick else (3 if name == "rnnsearch-50" else 20))
             if args.device == "cuda":
                 steps *= 5
             cmd = [sys.executable, __file__, "--one", name, prec, "--device", args.device,
