@@ -131,10 +131,13 @@ def _mask_specials(lp: Tensor) -> None:
 
 
 def _force_eos(lp: Tensor, rows: Tensor) -> Tensor:
-    """Rows `rows` (N,) bool may only emit EOS (keeping EOS's own log-probability)."""
-    keep = torch.zeros_like(lp, dtype=torch.bool)
-    keep[:, EOS_ID] = True
-    return torch.where(rows.unsqueeze(1) & ~keep, torch.full_like(lp, float("-inf")), lp)
+    """Rows `rows` (N,) bool (CPU) may only emit EOS, keeping EOS's own log-probability (in
+    place; touches only those rows)."""
+    idx = rows.nonzero().squeeze(1).to(lp.device)
+    eos = lp[idx, EOS_ID]
+    lp[idx] = float("-inf")
+    lp[idx, EOS_ID] = eos
+    return lp
 
 
 @torch.inference_mode()
@@ -177,9 +180,9 @@ def greedy_search(
     for t in range(max_t + 1):
         lp, states, attn = _step_all(models, prev, states, encs)
         _mask_specials(lp)
-        at_limit = active_lim <= t
+        at_limit = (active_lim <= t) & alive
         if bool(at_limit.any()):
-            lp = _force_eos(lp, at_limit.to(device))
+            lp = _force_eos(lp, at_limit)
         best, tok = lp.max(dim=1)
         scores = scores + best
         tokens[:, t] = tok
@@ -284,9 +287,9 @@ def beam_search(
             states = [m.reorder(st, rep) for m, st in zip(models, states)]
         V = lp.size(1)
         _mask_specials(lp)
-        at_limit = active_lim <= t
+        at_limit = (active_lim <= t) & torch.tensor(alive)
         if bool(at_limit.any()):
-            lp = _force_eos(lp, at_limit.repeat_interleave(K).to(device))
+            lp = _force_eos(lp, at_limit.repeat_interleave(K))
         if need_attention and attn_hist is None:
             attn_hist = attn.new_zeros(nb * K, max_t + 1, attn.size(1), dtype=torch.float32)
 
