@@ -261,7 +261,8 @@ class Reporter:
                     f"{'  (best)' if rec['best'] else ''}")
         if self.quiet:
             return
-        line = f"validation at update {rec['update']:,}: dev {self.dev}"
+        line = (f"validation at update {rec['update']:,}: dev loss {rec['loss']:.3f} ppl {rec['ppl']:.1f}{bleu}"
+                f"{' (best)' if rec['best'] else ''}")
         if self.progress is not None:
             self.progress.console.print(line)
         else:
