@@ -98,3 +98,15 @@ def test_parse_duration():
     with pytest.raises(ConfigError):
         parse_duration("soon")
 
+
+
+def test_a_budget_stop_between_validations_still_leaves_a_best_checkpoint(data_dir, tmp_path):
+    run = tmp_path / "run"
+    res = run_training(data_dir, run, tiny_options(max_updates=7, valid_every=100), TINY_MODEL)
+    assert res.reason == "max-updates" and res.update == 7
+    valid = _records(run, "valid")
+    assert [(v["update"], v["final"]) for v in valid] == [(7, True)]
+    best = load_checkpoint(run / "checkpoint_best.pt")
+    assert best["trainer"]["update"] == 7
+    # a final validation leaves early stopping and the schedule alone
+    assert best["trainer"]["bad_validations"] == 0

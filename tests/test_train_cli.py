@@ -181,5 +181,7 @@ def test_sigkill_loses_only_work_since_last_checkpoint(data_dir, tmp_path, capsy
     assert f"from update {saved:,}" in err
     assert load_checkpoint(run / "checkpoint_last.pt")["trainer"]["update"] == saved + 2
     assert not list(run.glob("*.tmp"))
-    updates = [json.loads(x)["update"] for x in metrics.read_text().splitlines()]
-    assert updates == sorted(updates) and len(updates) == len(set(updates))  # no lines from the lost work
+    records = [json.loads(x) for x in metrics.read_text().splitlines()]
+    for kind in ("train", "valid"):
+        updates = [r["update"] for r in records if r["kind"] == kind]
+        assert updates == sorted(updates) and len(updates) == len(set(updates))  # no lines from the lost work

@@ -53,8 +53,12 @@ def test_resume_equals_uninterrupted_run(data_dir, tmp_path):
     assert {k: v for k, v in a["trainer"].items() if k != "elapsed"} == \
         {k: v for k, v in b["trainer"].items() if k != "elapsed"}
     # the resumed metrics file describes one run: no duplicated updates
-    updates = [r["update"] for r in _records(half, "valid")]
-    assert updates == sorted(set(updates)) == [4, 8, 12, 16, 20]
+    # (the first half stopped on --max-updates between two validations, so it validated once more
+    # at its end, marked final, without touching the schedule or early stopping)
+    scheduled = [r["update"] for r in _records(half, "valid") if not r.get("final")]
+    final = [r["update"] for r in _records(half, "valid") if r.get("final")]
+    assert scheduled == sorted(set(scheduled)) == [4, 8, 12, 16, 20]
+    assert final == [10]
 
 
 def test_refuses_to_overwrite_a_run_unless_resume_or_force(data_dir, tmp_path):

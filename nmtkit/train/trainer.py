@@ -444,7 +444,10 @@ class Trainer:
             self.cb.on_log(rec)
 
     # ---- validation ---------------------------------------------------------------------
-    def validate(self) -> dict[str, Any]:
+    def validate(self, final: bool = False) -> dict[str, Any]:
+        """Dev loss (and BLEU); keeps checkpoint_best.pt. A `final` validation, run when training
+        stops between two scheduled ones, may update the best checkpoint but leaves the learning-rate
+        schedule and the early-stopping counter alone, so a later --resume continues exactly."""
         cfg = self.cfg
         t0 = time.perf_counter()
         loss, bleu = float("nan"), float("nan")
@@ -463,10 +466,12 @@ class Trainer:
             st.best_score is None or (score > st.best_score if cfg.best_metric == "bleu" else score < st.best_score))
         st.last_valid_update = st.update
         if improved:
-            st.best_score, st.best_update, st.bad_validations = score, st.update, 0
-        else:
+            st.best_score, st.best_update = score, st.update
+            if not final:
+                st.bad_validations = 0
+        elif not final:
             st.bad_validations += 1
-        if self.schedule.on_validation(score):
+        if not final and self.schedule.on_validation(score):
             msg = f"dev {cfg.best_metric} did not improve: learning rate decayed to {self.schedule.lr_at(st.update):.3g}"
             log.info(msg)
             self.cb.on_message(msg)
@@ -474,6 +479,7 @@ class Trainer:
             "kind": "valid", "update": st.update, "epoch": st.epoch, "loss": loss, "ppl": perplexity(loss),
             "bleu": bleu if math.isfinite(bleu) else None, "best": improved, "best_score": st.best_score,
             "best_update": st.best_update, "seconds": time.perf_counter() - t0, "elapsed": self._elapsed(),
+            "final": final,
         }
         if improved:
             self._save_best()
@@ -564,6 +570,9 @@ class Trainer:
                 collective = not self.dist.enabled or st.update % DDP_SYNC_EVERY == 0
                 reason = self._stop_reason(collective)
             self._log_interval()
+            if reason in ("max-updates", "max-epochs", "max-time") and st.last_valid_update != st.update:
+                # Users expect checkpoint_best.pt after a run that stopped on a budget.
+                last_valid = self.validate(final=True)
             self._save_progress()
         finally:
             self._restore_signals(handlers)
