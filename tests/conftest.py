@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,19 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _few_threads(monkeypatch):
-    """Keep torch to one thread in unit tests: the machine has 2 cores and tests run in parallel."""
+def _one_torch_thread(monkeypatch):
+    """One torch thread per test (2-core machines; tiny tensors gain nothing from more), without
+    importing torch into tests that do not use it. Subprocesses get OMP_NUM_THREADS=1."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
     yield
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """A tiny synthetic data directory (tests/train_fixtures.py) shared by a module's tests."""
+    from tests.train_fixtures import make_data_dir
+
+    return make_data_dir(tmp_path_factory.mktemp("tiny") / "data")

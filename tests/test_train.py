@@ -1,7 +1,6 @@
 """Training loop properties on a tiny synthetic task (CPU, one thread, a few seconds each)."""
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -11,22 +10,8 @@ from nmtkit.checkpoint import load_checkpoint, load_model
 from nmtkit.errors import ConfigError
 from nmtkit.train.config import TrainConfig, parse_duration
 from nmtkit.train.run import run_training
-from tests.train_fixtures import TINY_MODEL, make_data_dir, tiny_options
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return make_data_dir(tmp_path_factory.mktemp("tiny") / "data")
-
-
-def _records(run, kind):
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
-            if json.loads(line)["kind"] == kind]
+from tests.train_fixtures import TINY_MODEL, tiny_options
+from tests.train_fixtures import records as _records
 
 
 def test_dev_loss_decreases_on_tiny_data(data_dir, tmp_path):

@@ -15,17 +15,11 @@ import torch
 
 from nmtkit.checkpoint import load_checkpoint
 from nmtkit.cli import main
-from tests.train_fixtures import make_data_dir
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = ["--arch", "rnnsearch", "--emb-dim", "16", "--enc-hidden", "16", "--dec-hidden", "24", "--att-hidden", "16",
         "--maxout", "8", "--optimizer", "adam", "--lr", "0.01", "--batch-size", "16", "--threads", "1",
         "--device", "cpu"]
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return make_data_dir(tmp_path_factory.mktemp("cli") / "data")
 
 
 def _run(argv, capsys):

@@ -1,7 +1,6 @@
 """Non-finite losses: stop with a message or skip, and never a NaN best checkpoint."""
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -10,22 +9,8 @@ import torch
 from nmtkit.checkpoint import load_checkpoint
 from nmtkit.errors import TrainingError
 from nmtkit.train.run import run_training
-from tests.train_fixtures import TINY_MODEL, make_data_dir, tiny_options
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return make_data_dir(tmp_path_factory.mktemp("tiny") / "data")
-
-
-def _records(run, kind):
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
-            if json.loads(line)["kind"] == kind]
+from tests.train_fixtures import TINY_MODEL, tiny_options
+from tests.train_fixtures import records as _records
 
 
 def _nan_at(*steps):

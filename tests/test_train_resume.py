@@ -1,8 +1,6 @@
 """Resume, run-directory safety and stopping criteria of the training loop (tiny task, CPU)."""
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -10,22 +8,8 @@ from nmtkit.checkpoint import load_checkpoint
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.run import run_training
-from tests.train_fixtures import TINY_MODEL, make_data_dir, tiny_options
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return make_data_dir(tmp_path_factory.mktemp("tiny") / "data")
-
-
-def _records(run, kind):
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
-            if json.loads(line)["kind"] == kind]
+from tests.train_fixtures import TINY_MODEL, tiny_options
+from tests.train_fixtures import records as _records
 
 
 def test_resume_equals_uninterrupted_run(data_dir, tmp_path):

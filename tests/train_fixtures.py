@@ -60,3 +60,10 @@ def tiny_options(**changes) -> dict:
                 threads=1, seed=3, device="cpu")
     opts.update(changes)
     return opts
+
+
+
+def records(run: Path, kind: str) -> list[dict]:
+    """The metrics.jsonl records of one kind ("train" or "valid") of a run directory."""
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
+            if json.loads(line)["kind"] == kind]
