@@ -66,7 +66,7 @@ def main() -> None:
         "\"ours\" is paper-style BLEU (multi-bleu.perl on Moses-tokenised, case-sensitive text), the",
         "measure the paper reports; sacreBLEU (detokenised, 13a) is given for comparison with later work.",
         f"No UNK: the {kept} of {total} sentences whose source and reference have no word outside the",
-        "model's 30,000-word vocabularies (the last model's vocabularies; the -30 and -50 data share them).",
+        "model's word vocabularies (those of the last system listed; the -30 and -50 data share them).",
     ]
     tmp = args.output + ".part"
     with open(tmp, "w", encoding="utf-8") as f:
