@@ -262,6 +262,10 @@ def beam_search(
     states = [m.init_state(e) for m, e in zip(models, encs)]
     extras = [_source_extra(e, src) for e in encs]
     lens_cpu = src_lens.cpu()
+    # models that accept one encoder row per sentence for its K hypotheses (`grouped_encoder`)
+    # never get K copies of the encoder outputs: copying them and reading K of them per step
+    # is memory traffic that would dominate a large batch's step
+    grouped = K > 1 and all(getattr(m, "grouped_encoder", False) for m in models)
 
     active = list(range(B))  # original sentence id of each slot
     alive = [True] * B  # slots still searching; done slots wait (scores -inf) for compaction
@@ -283,7 +287,8 @@ def beam_search(
             # once per sentence, then give every sentence K rows
             rep = torch.arange(B, device=device).repeat_interleave(K)
             lp, attn = lp.index_select(0, rep), attn.index_select(0, rep)
-            encs = [e.index_select(rep) for e in encs]
+            if not grouped:  # grouped models read each sentence's encoder rows K times
+                encs = [e.index_select(rep) for e in encs]
             states = [m.reorder(st, rep) for m, st in zip(models, states)]
         V = lp.size(1)
         _mask_specials(lp)
@@ -347,14 +352,16 @@ def beam_search(
             if not any(alive):
                 break
             dead_dev = torch.tensor([not a for a in alive], device=device)
-            if _should_compact(alive.count(False), nb):
+            # grouped: the state rows are reordered every step anyway and the encoder outputs
+            # are one row per sentence, so dropping done sentences at once costs next to nothing
+            if grouped or _should_compact(alive.count(False), nb):
                 keep_slots = [i for i in range(nb) if alive[i]]
                 ks = torch.tensor(keep_slots, dtype=torch.long)
                 ks_dev = ks.to(device)
                 new_s, new_row, new_tok = new_s[ks_dev], new_row[ks_dev], new_tok[ks_dev]
                 keep_rows = (ks_dev.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
                 width = int(lens_cpu[[active[i] for i in keep_slots]].max())
-                encs = [_keep(e, keep_rows, width + x) for e, x in zip(encs, extras)]
+                encs = [_keep(e, ks_dev if grouped else keep_rows, width + x) for e, x in zip(encs, extras)]
                 active = [active[i] for i in keep_slots]
                 active_lim = active_lim[ks]
                 alive = [True] * len(keep_slots)

@@ -50,6 +50,32 @@ def additive_scores(query_proj: Tensor, keys: Tensor, v: Tensor) -> Tensor:
     return out
 
 
+def additive_scores_grouped(query_proj: Tensor, keys: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """e = v^T tanh(query_proj + keys) for G queries per sentence (beam search's hypotheses).
+
+    query_proj: (B, G, K); keys: (B, S, K), shared by the G queries of a sentence;
+    v: (K,); mask: (B, S) bool, True at real positions -> scores (B, G, S), with 0 (a
+    placeholder: the caller masks them) beyond a block's longest sentence. The same values at
+    real positions as `additive_scores` on keys repeated G times, without materialising those
+    copies (they are memory traffic that dominates a batched beam search step). On the CPU,
+    blocks of sentences are done one after the other (the (., G, S, K) tanh intermediate then
+    stays in the cache) and each block only up to its longest sentence, so short sentences do
+    not pay for the padding of a long one. Inference only.
+    """
+    B, G, K = query_proj.shape
+    S = keys.size(1)
+    if torch.is_grad_enabled() or keys.device.type != "cpu":
+        return torch.tanh(keys.unsqueeze(1) + query_proj.unsqueeze(2)).matmul(v)
+    rows = max(1, _SCORE_BLOCK // max(1, G * S * K))
+    lens = mask.sum(dim=1).tolist()
+    out = keys.new_zeros((B, G, S), dtype=torch.result_type(keys, query_proj))
+    for i in range(0, B, rows):
+        w = max(lens[i : i + rows])
+        x = torch.tanh_(keys[i : i + rows, :w].unsqueeze(1) + query_proj[i : i + rows].unsqueeze(2))
+        out[i : i + rows, :, :w] = x.matmul(v)
+    return out
+
+
 def multiplicative_scores(query: Tensor, keys: Tensor) -> Tensor:
     """e = keys . query. query: (B, K); keys: (B, S, K) -> scores (B, S)."""
     return torch.bmm(keys, query.unsqueeze(2)).squeeze(2)

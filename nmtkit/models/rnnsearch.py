@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmtkit.errors import ConfigError
-from nmtkit.models.attention import additive_scores, masked_softmax
+from nmtkit.models.attention import additive_scores, additive_scores_grouped, masked_softmax
 from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, append_eos, length_mask
 from nmtkit.models.init import paper_init_
 from nmtkit.models.recurrence import bahdanau_recurrence
@@ -239,13 +239,51 @@ class RNNSearch(Seq2Seq):
         ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations)  # c_i for all i
         return self._deep_output(torch.stack(states, dim=1), emb_out, ctx), alpha
 
+    # beam search may pass `enc` with one row per sentence and G = N / B consecutive state rows
+    # (hypotheses) per sentence; see `step_features`
+    grouped_encoder = True
+
     def step_features(self, prev_tokens: Tensor, state: Tensor, enc: EncoderOut
                       ) -> tuple[Tensor, Tensor, Tensor]:
-        """prev_tokens y_{i-1} (B,), state s_{i-1} (B, d) -> (t_i (B, l), s_i, alpha_i (B, S'))."""
+        """prev_tokens y_{i-1} (N,), state s_{i-1} (N, d) -> (t_i (N, l), s_i, alpha_i (N, S')).
+
+        Normally N = B, the rows of `enc`. With N = B * G (beam search, `grouped_encoder`),
+        rows g*G .. g*G+G-1 of the state all attend over sentence g of `enc`: the keys, values
+        and annotations are read once per sentence instead of once per hypothesis.
+        """
+        B = enc.mask.size(0)
+        if state.size(0) != B:
+            return self._step_grouped(prev_tokens, state, enc)
         emb = self.drop(self.tgt_embed(prev_tokens))
         alpha, s_new = self._attend_and_update(state, self.W_in(emb), enc, None)
         ctx = torch.bmm(alpha.unsqueeze(1).to(enc.annotations.dtype), enc.annotations).squeeze(1)
         return self._deep_output(state, self.V_o(emb), ctx), s_new, alpha
+
+    def _step_grouped(self, prev_tokens: Tensor, s: Tensor, enc: EncoderOut
+                      ) -> tuple[Tensor, Tensor, Tensor]:
+        """`step_features` for N = B * G state rows over B sentences of `enc` (decoding only).
+
+        The same equations as `_attend_and_update` + the deep output, with the attention and
+        the two weighted sums done as (B, G, S) batched products against the (B, S, .) encoder
+        tensors instead of against G copies of them.
+        """
+        B, S = enc.mask.shape
+        N = s.size(0)
+        if N % B:
+            raise ValueError(f"{N} state rows cannot be grouped over {B} sentences")
+        G, d = N // B, self.config.dec_hidden
+        emb = self.drop(self.tgt_embed(prev_tokens))
+        x_gates = self.W_in(emb)
+        q_a, q_zr = self.W_a(s), self.U_zr(s)
+        e = additive_scores_grouped(q_a.view(B, G, -1), enc.keys, self.v_a, enc.mask)  # (B, G, S)
+        alpha = masked_softmax(e, enc.mask.unsqueeze(1))  # (B, G, S)
+        cg = torch.bmm(alpha.to(enc.values.dtype), enc.values).view(N, -1)  # C c_i
+        x_zr, x_h = (x_gates + cg).split([2 * d, d], dim=1)
+        z, r = torch.sigmoid(x_zr + q_zr).chunk(2, dim=1)
+        cand = torch.tanh(x_h + self.U(r * s))
+        s_new = s + z * (cand - s)
+        ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations).view(N, -1)
+        return self._deep_output(s, self.V_o(emb), ctx), s_new, alpha.view(N, S)
 
     def output_layer(self, features: Tensor) -> Tensor:
         """t (..., l) -> logits W_o t (..., V)."""
