@@ -190,3 +190,51 @@ def test_nbest_larger_than_beam_is_refused():
     src, lens = _batch(0, B=2)
     with pytest.raises(ValueError):
         beam_search(model, src, lens, beam=2, nbest=3)
+
+
+def test_sentence_topk_equals_a_plain_topk_over_each_sentences_candidates():
+    """The grouped top-k of beam search (group maxima, then the chosen groups' columns) picks
+    exactly the k best of each sentence's K*V candidates, -inf rows and forced-EOS rows included."""
+    from nmtkit.decode.search import _TOPK_GROUP, _sentence_topk
+
+    g = torch.Generator().manual_seed(3)
+    nb, K, V, k = 5, 4, 40 * _TOPK_GROUP, 8
+    lp = torch.log_softmax(3 * torch.randn(nb * K, V, generator=g), dim=1)
+    scores = 4 * torch.randn(nb * K, generator=g)
+    scores[1:K] = float("-inf")  # sentence 0: only its first hypothesis is live (first step)
+    lp[K : 2 * K] = float("-inf")  # sentence 1: EOS forced
+    lp[K : 2 * K, 3] = -0.5
+    scores[2 * K + 1] += 50  # sentence 2: one row holds all its best candidates
+    top_s, beam, tok = _sentence_topk(lp, scores, nb, K, k)
+    ref_s, ref_i = (lp + scores.unsqueeze(1)).view(nb, K * V).topk(k, dim=1)
+    assert torch.equal(top_s, ref_s)
+    finite = torch.isfinite(ref_s)
+    assert torch.equal((beam * V + tok)[finite], ref_i[finite])
+    # the fallback for vocabularies that are not a multiple of the group size agrees too
+    s2, b2, t2 = _sentence_topk(lp[:, : V - 1], scores, nb, K, k)
+    r2, i2 = (lp[:, : V - 1] + scores.unsqueeze(1)).view(nb, K * (V - 1)).topk(k, dim=1)
+    assert torch.equal(s2, r2)
+    f2 = torch.isfinite(r2)
+    assert torch.equal((b2 * (V - 1) + t2)[f2], i2[f2])
+
+
+def test_fast_paths_give_the_same_translations_as_the_plain_ones(monkeypatch):
+    """Beam search with hypotheses attending over one encoder row per sentence
+    (`grouped_encoder`) and the grouped top-k finds the same hypotheses as with K copies of
+    the encoder outputs and a plain per-row top-k (a vocabulary large enough for the grouped
+    top-k: V / _TOPK_GROUP >= 2K)."""
+    import nmtkit.decode.search as search
+
+    model, _ = tiny_model(11, tgt_vocab=40 * search._TOPK_GROUP)
+    _sharp(model, 3.0)
+    src, lens = _batch(11, B=6)
+    kw = dict(beam=5, nbest=3, max_len_a=1.5, max_len_b=3, need_attention=True)
+    fast = beam_search(model, src, lens, **kw)
+    monkeypatch.setattr(search, "_TOPK_GROUP", search._TOPK_GROUP + 1)  # not a divisor of V
+    monkeypatch.setattr(model, "grouped_encoder", False, raising=False)
+    plain = beam_search(model, src, lens, **kw)
+    for f, p in zip(fast, plain):
+        assert [h.tokens for h in f] == [h.tokens for h in p]
+        assert [h.score for h in f] == pytest.approx([h.score for h in p], abs=1e-5)
+        for hf, hp in zip(f, p):
+            assert torch.allclose(hf.attention, hp.attention, atol=1e-5)

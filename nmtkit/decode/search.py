@@ -140,6 +140,46 @@ def _force_eos(lp: Tensor, rows: Tensor) -> Tensor:
     return lp
 
 
+# vocabulary columns per group in `_sentence_topk` (columns c, c + V/16, c + 2V/16, ...)
+_TOPK_GROUP = 16
+
+
+def _sentence_topk(lp: Tensor, scores: Tensor, nb: int, K: int, k: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The k best of each sentence's K*V candidates lp[r, v] + scores[r].
+
+    lp: (N, V) log-probabilities, N = nb*K rows (K consecutive rows per sentence); scores: (N,).
+    Returns (values (nb, k) best first, beam (nb, k) row within the sentence, token (nb, k)).
+
+    Exact top-k (only the order of exactly equal candidates may differ from a plain top-k),
+    without a sort-like pass over all N*V candidates: the columns are split into V/g groups of
+    g = _TOPK_GROUP (group c holds columns c, c + V/g, ...; a strided max is a vectorised pass);
+    the k best groups of a sentence by (group max + row score) contain its k best candidates
+    (each of those lies in a group whose max is at least the k-th best value, and at most k
+    groups can have a max that high), so a top-k over (nb, K*V/g) group maxima and one over
+    the (nb, k*g) candidates of the chosen groups give the answer.
+    """
+    N, V = lp.shape
+    g = _TOPK_GROUP
+    device = lp.device
+    if V % g or V // g < k:  # small or odd vocabularies: per row, then per sentence
+        k1 = min(k, V)
+        row_s, row_tok = lp.topk(k1, dim=1)  # (N, k1)
+        cand = (row_s + scores.unsqueeze(1)).view(nb, K * k1)
+        top_s, top_i = cand.topk(k, dim=1)
+        top_beam = torch.div(top_i, k1, rounding_mode="floor")
+        return top_s, top_beam, row_tok.view(nb, K * k1).gather(1, top_i)
+    nc = V // g
+    gmax = lp.view(N, g, nc).amax(dim=1)  # (N, nc): max of group c over columns c + nc*j
+    gi = (gmax + scores.unsqueeze(1)).view(nb, K * nc).topk(k, dim=1).indices  # (nb, k)
+    beam = torch.div(gi, nc, rounding_mode="floor")
+    rows = beam + (torch.arange(nb, device=device) * K).unsqueeze(1)  # (nb, k) rows of N
+    cols = (gi - beam * nc).unsqueeze(2) + nc * torch.arange(g, device=device)  # (nb, k, g)
+    cand = lp[rows.unsqueeze(2), cols] + scores[rows].unsqueeze(2)  # (nb, k, g)
+    top_s, j = cand.view(nb, k * g).topk(k, dim=1)
+    top_beam = beam.gather(1, torch.div(j, g, rounding_mode="floor"))
+    return top_s, top_beam, cols.view(nb, k * g).gather(1, j)
+
+
 @torch.inference_mode()
 def greedy_search(
     models_or_model: Seq2Seq | Sequence[Seq2Seq],
@@ -298,15 +338,8 @@ def beam_search(
         if need_attention and attn_hist is None:
             attn_hist = attn.new_zeros(nb * K, max_t + 1, attn.size(1), dtype=torch.float32)
 
-        # the 2K best of a sentence's K*V candidates are among the 2K best of each row: one
-        # pass over (N, V), then a small top-k over (nb, K * 2K)
-        k1 = min(2 * K, V)
-        row_s, row_tok = lp.topk(k1, dim=1)  # (N, k1)
-        cand = (row_s + scores.unsqueeze(1)).view(nb, K * k1)
-        k2 = min(2 * K, K * k1)
-        top_s, top_i = cand.topk(k2, dim=1)  # (nb, k2), best first
-        top_beam = torch.div(top_i, k1, rounding_mode="floor")
-        top_tok = row_tok.view(nb, K * k1).gather(1, top_i)
+        k2 = min(2 * K, K * V)
+        top_s, top_beam, top_tok = _sentence_topk(lp, scores, nb, K, k2)  # (nb, k2), best first
         top_row = top_beam + (torch.arange(nb, device=device) * K).unsqueeze(1)  # rows of N
         is_eos = top_tok.eq(EOS_ID)
 
