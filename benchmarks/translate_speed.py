@@ -14,7 +14,10 @@ CPU time for the same span (on a shared machine, wall time / CPU time shows the 
 process's peak RSS on the CPU (monotonic over the run), torch's peak allocation on CUDA.
 
     python benchmarks/translate_speed.py            # 500 lines, CPU (+ CUDA if present)
-    python benchmarks/translate_speed.py --quick    # 60 lines, small preset only
+    python benchmarks/translate_speed.py --quick    # 60 lines, small preset only (about a minute)
+    python benchmarks/translate_speed.py --quick --threads 1 --beams 12   # the issue 4 ratio only
+
+On a shared machine use --threads 1: the two modes then compete for one core alike.
 """
 from __future__ import annotations
 
@@ -106,6 +109,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--one-by-one-lines", type=int, default=50,
                     help="lines translated one at a time for the batched/unbatched comparison (beam 12, CPU)")
+    ap.add_argument("--reps", type=int, default=2,
+                    help="interleaved repetitions of the batched/unbatched comparison (best of each)")
     ap.add_argument("--max-len-a", type=float, default=1.5)
     ap.add_argument("--max-len-b", type=float, default=5)
     ap.add_argument("--max-src-len", type=int, default=100)
@@ -147,18 +152,23 @@ def main() -> None:
                           f"{r['sent_s']:.1f} sent/s, {r['tok_s']:.0f} tgt tok/s (cpu {r['cpu']:.1f}s, prep {r['prep']:.1f}s); "
                           f"peak mem {r['mem']}", flush=True)
                     if dev == "cpu" and beam == 12 and args.one_by_one_lines:
-                        # same lines, same process, interleaved twice after a warm-up; best of each
+                        # same lines, same code, same process: batches of --batch-size against
+                        # batches of 1, interleaved --reps times after a warm-up; best of each
                         m = min(args.one_by_one_lines, len(lines))
                         run_one(ckpt, lines[:5], beam, dev, args, 1)
                         runs = {"batched": [], "single": []}
-                        for _ in range(2):
+                        for _ in range(args.reps):
                             runs["single"].append(run_one(ckpt, lines[:m], beam, dev, args, 1))
                             runs["batched"].append(run_one(ckpt, lines[:m], beam, dev, args, args.batch_size))
                         b = min(runs["batched"], key=lambda r: r["secs"])
                         s1 = min(runs["single"], key=lambda r: r["secs"])
-                        print(f"{name:12s} {dev:6s} beam 12, {m} lines (best of 2): batched {b['sent_s']:.2f} sent/s "
-                              f"(cpu {b['cpu']:.1f}s) vs one at a time {s1['sent_s']:.2f} sent/s (cpu {s1['cpu']:.1f}s): "
-                              f"{b['sent_s'] / s1['sent_s']:.1f}x wall, {s1['cpu'] / b['cpu']:.1f}x cpu", flush=True)
+                        wall = b["sent_s"] / s1["sent_s"]
+                        print(f"{name:12s} {dev:6s} beam 12, {m} lines (best of {args.reps}): batched {b['sent_s']:.2f} sent/s "
+                              f"({b['secs']:.1f}s, cpu {b['cpu']:.1f}s) vs one at a time {s1['sent_s']:.2f} sent/s "
+                              f"({s1['secs']:.1f}s, cpu {s1['cpu']:.1f}s)", flush=True)
+                        print(f"{name:12s} {dev:6s} beam 12 SPEED-UP batched / one at a time: {wall:.2f}x wall, "
+                              f"{s1['cpu'] / b['cpu']:.2f}x cpu (issue 4 target >= 3x: "
+                              f"{'met' if wall >= 3 else 'NOT met'})", flush=True)
 
 
 if __name__ == "__main__":
