@@ -14,7 +14,7 @@ CPU time for the same span (on a shared machine, wall time / CPU time shows the 
 process's peak RSS on the CPU (monotonic over the run), torch's peak allocation on CUDA.
 
     python benchmarks/translate_speed.py            # 500 lines, CPU (+ CUDA if present)
-    python benchmarks/translate_speed.py --quick    # 60 lines, small preset only (about a minute)
+    python benchmarks/translate_speed.py --quick    # 64 lines, small preset only (about a minute)
     python benchmarks/translate_speed.py --quick --threads 1 --beams 12   # the issue 4 ratio only
 
 On a shared machine use --threads 1: the two modes then compete for one core alike.
@@ -107,8 +107,9 @@ def main() -> None:
     ap.add_argument("--checkpoint", default=None, help="a trained checkpoint instead of random presets")
     ap.add_argument("--beams", default="12,1")
     ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--one-by-one-lines", type=int, default=50,
-                    help="lines translated one at a time for the batched/unbatched comparison (beam 12, CPU)")
+    ap.add_argument("--one-by-one-lines", type=int, default=64,
+                    help="lines translated one at a time for the batched/unbatched comparison (beam 12, CPU) "
+                         "[64: one full batch of the default --batch-size; fewer lines compare a smaller batch]")
     ap.add_argument("--reps", type=int, default=2,
                     help="interleaved repetitions of the batched/unbatched comparison (best of each)")
     ap.add_argument("--max-len-a", type=float, default=1.5)
@@ -117,7 +118,7 @@ def main() -> None:
     ap.add_argument("--devices", default=None, help="comma list [cpu, and cuda when available]")
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads [torch's default]")
-    ap.add_argument("--quick", action="store_true", help="60 lines, small preset, 20 one-by-one lines")
+    ap.add_argument("--quick", action="store_true", help="64 lines, small preset")
     args = ap.parse_args()
     if os.environ.get("NMTKIT_BENCH_QUICK"):
         args.quick = True
@@ -133,7 +134,7 @@ def main() -> None:
         all_lines = [line.rstrip("\n") for line in f]
     presets = args.presets.split(",")
     if args.quick:
-        args.lines, presets, args.one_by_one_lines = args.lines or 60, ["small"], min(args.one_by_one_lines, 20)
+        args.lines, presets = args.lines or 64, ["small"]
     devices = args.devices.split(",") if args.devices else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     beams = [int(b) for b in args.beams.split(",")]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, input {args.input}")
