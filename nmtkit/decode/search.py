@@ -9,13 +9,20 @@ to 12 (Sutskever et al. 2014 used 12). Length normalisation follows the usual pr
 alpha = 1 is the plain per-word average, alpha = 0 the raw log-probability.
 
 Batched beam search keeps all K hypotheses of all B sentences of a batch in one tensor of B*K
-rows, on the model's device. One step is: one `step()` per model, a top-2K per row of (B*K, V)
-and a top-2K over (B, K*2K) (exactly the top-2K of (B, K*V) at a fraction of the memory
-traffic), and index_selects that reorder the decoder state and the token / attention history.
+rows, on the model's device. One step is: one `step()` per model, the exact top-2K of each
+sentence's (K*V) candidates (`_sentence_topk`: a strided max over groups of columns, then top-k
+over group maxima and over the chosen groups' columns, instead of a top-k of every row), and
+index_selects that reorder the decoder state and the token / attention history.
 Hypotheses that emit EOS are copied to the host and set aside; a sentence is done when it has K finished
 hypotheses (as in fairseq) or reaches its length limit, and done sentences are dropped from the
 tensors so they stop costing compute. The only host synchronisation per step is the check
 whether any hypothesis finished.
+
+Models with `grouped_encoder = True` (RNNsearch) keep the encoder outputs at one row per
+sentence: the K hypotheses of a sentence (K consecutive state rows) attend over that row, so
+the encoder outputs are neither copied K times nor streamed K times per step, and dropping a
+done sentence copies B-sized, not B*K-sized, encoder tensors (so it is done at once). Other
+models get K copies (`EncoderOut.index_select`).
 
 Length limits: a sentence of `src_len` tokens gets at most `floor(max_len_a * src_len +
 max_len_b)` target tokens before EOS; at that step EOS is forced, so every hypothesis ends
