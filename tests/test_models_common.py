@@ -228,6 +228,30 @@ def test_rnnsearch_handwritten_recurrence_matches_autograd_loop(tgt_lens):
         torch.testing.assert_close(g1[name], g, atol=1e-12, rtol=1e-10, msg=name)
 
 
+def test_rnnsearch_recurrence_without_grad_keeps_no_per_step_activations(monkeypatch):
+    """Dev loss runs under no_grad on long sentences: the forward-only path gives the training
+    path's numbers and never allocates the (T, B, S, n') tanh activations backward would need."""
+    import nmtkit.models.recurrence as rec
+
+    model = tiny_model("rnnsearch", seed=3)
+    src, src_lens, tgt_in, _, _ = random_batch(tgt_lens=(5, 2, 4, 3))
+    feats, attn = model.decode_features(model.encode(src, src_lens), tgt_in)
+    kept = []
+    real_forward = rec._forward
+
+    def spy(*args, keep):
+        out = real_forward(*args, keep=keep)
+        kept.append(keep)
+        return out
+
+    monkeypatch.setattr(rec, "_forward", spy)
+    with torch.no_grad():
+        f0, a0 = model.decode_features(model.encode(src, src_lens), tgt_in)
+    assert kept == [False]
+    torch.testing.assert_close(f0, feats.detach(), atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(a0, attn.detach(), atol=1e-12, rtol=1e-12)
+
+
 def test_rnnsearch_recurrence_under_autocast_matches_fp32():
     torch.manual_seed(0)
     model = build_model("rnnsearch", dict(TINY["rnnsearch"], init="default"))

@@ -42,45 +42,61 @@ def bahdanau_recurrence(x_gates: Tensor, s0: Tensor, keys: Tensor, values: Tenso
         mm_dtype = acc
     with torch.autocast(dev, enabled=False):
         args = [t.to(acc) for t in (x_gates, s0, keys, values)]
+        if not torch.is_grad_enabled() or not any(
+                t.requires_grad for t in (x_gates, s0, keys, values, w_q, v_a, U)):
+            # No backward (dev loss, scoring): keep nothing per step, so memory is O(B S n')
+            # rather than O(T B S n') on long validation sentences.
+            states, alphas, _ = _forward(*args, mask, w_q, v_a, U, mm_dtype, keep=False)
+            return states.transpose(0, 1), alphas.transpose(0, 1)
         return _Recurrence.apply(*args, mask, w_q, v_a, U, mm_dtype)
+
+
+def _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, keep: bool):
+    """The recurrence loop. Returns states (T, B, d), alphas (T, B, S) and, when `keep`, what the
+    backward pass needs: (th_all (T, B, S, n'), zs, rs, cands (T-1, B, d))."""
+    acc = x_gates.dtype
+    B, T, G = x_gates.shape
+    d, S, na = s0.size(1), keys.size(1), keys.size(2)
+    wq = w_q.to(mm_dtype)
+    Uc = U.to(mm_dtype)
+    vals = values.to(mm_dtype)
+    va = v_a.to(acc)
+    xg = x_gates.transpose(0, 1)  # (T, B, 3d)
+    states = x_gates.new_empty(T, B, d)
+    alphas = x_gates.new_empty(T, B, S)
+    n_keep = T if keep else 1
+    th_all = x_gates.new_empty(n_keep, B, S, na)
+    zs = x_gates.new_empty(max(n_keep - 1, 0), B, d) if keep else None
+    rs = torch.empty_like(zs) if keep else None
+    cands = torch.empty_like(zs) if keep else None
+    pad = ~mask
+    s = s0
+    for i in range(T):
+        states[i] = s
+        q = (s.to(mm_dtype) @ wq.t()).to(acc)
+        th = th_all[i if keep else 0]
+        torch.add(keys, q[:, :na].unsqueeze(1), out=th)
+        th.tanh_()
+        e = (th @ va).masked_fill_(pad, float("-inf"))
+        alpha = torch.softmax(e, dim=-1)
+        alphas[i] = alpha
+        if i == T - 1:
+            break
+        g = xg[i] + torch.bmm(alpha.unsqueeze(1).to(mm_dtype), vals).squeeze(1).to(acc)
+        zr = torch.sigmoid(g[:, : 2 * d] + q[:, na:])
+        z, r = zr[:, :d], zr[:, d:]
+        cand = torch.tanh(g[:, 2 * d :] + ((r * s).to(mm_dtype) @ Uc.t()).to(acc))
+        if keep:
+            zs[i], rs[i], cands[i] = z, r, cand
+        s = torch.lerp(s, cand, z)
+    return states, alphas, ((th_all, zs, rs, cands) if keep else None)
 
 
 class _Recurrence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype):  # type: ignore[override]
-        acc = x_gates.dtype
-        B, T, G = x_gates.shape
-        d, S, na = s0.size(1), keys.size(1), keys.size(2)
-        wq = w_q.to(mm_dtype)
-        Uc = U.to(mm_dtype)
-        vals = values.to(mm_dtype)
-        va = v_a.to(acc)
-        xg = x_gates.transpose(0, 1)  # (T, B, 3d)
-        states = x_gates.new_empty(T, B, d)
-        alphas = x_gates.new_empty(T, B, S)
-        th_all = x_gates.new_empty(T, B, S, na)
-        zs = x_gates.new_empty(max(T - 1, 0), B, d)
-        rs = torch.empty_like(zs)
-        cands = torch.empty_like(zs)
-        pad = ~mask
-        s = s0
-        for i in range(T):
-            states[i] = s
-            q = (s.to(mm_dtype) @ wq.t()).to(acc)
-            th = th_all[i]
-            torch.add(keys, q[:, :na].unsqueeze(1), out=th)
-            th.tanh_()
-            e = (th @ va).masked_fill_(pad, float("-inf"))
-            alpha = torch.softmax(e, dim=-1)
-            alphas[i] = alpha
-            if i == T - 1:
-                break
-            g = xg[i] + torch.bmm(alpha.unsqueeze(1).to(mm_dtype), vals).squeeze(1).to(acc)
-            zr = torch.sigmoid(g[:, : 2 * d] + q[:, na:])
-            z, r = zr[:, :d], zr[:, d:]
-            cand = torch.tanh(g[:, 2 * d :] + ((r * s).to(mm_dtype) @ Uc.t()).to(acc))
-            zs[i], rs[i], cands[i] = z, r, cand
-            s = torch.lerp(s, cand, z)
+        states, alphas, (th_all, zs, rs, cands) = _forward(x_gates, s0, keys, values, mask, w_q, v_a, U,
+                                                           mm_dtype, keep=True)
         ctx.mm_dtype = mm_dtype
         ctx.save_for_backward(values, mask, w_q, v_a, U, states, alphas, th_all, zs, rs, cands)
         return states.transpose(0, 1), alphas.transpose(0, 1)
