@@ -41,6 +41,20 @@ WORKLOADS = {
 }
 
 
+def make_model(w: dict):
+    """The workload's model: nmtkit's own, or the naive step-by-step baseline."""
+    from nmtkit.models import build_model
+    from nmtkit.models.presets import preset
+
+    arch, cfg = preset(w["preset"])
+    cfg.update(src_vocab_size=w["vocab"][0], tgt_vocab_size=w["vocab"][1])
+    if w.get("naive"):
+        from benchmarks.naive_rnnsearch import NaiveRNNSearch
+
+        return NaiveRNNSearch(**cfg, precompute_keys=w.get("precompute_keys", False))
+    return build_model(arch, cfg)
+
+
 def make_batches(n: int, vocab: tuple[int, int], batch: int, lens: tuple[int, int], seed: int = 0):
     """n batches of random pairs; as in the paper's procedure, each group of 20 batches is cut
     from a pool of 20*batch pairs sorted by target length (so batches carry little padding)."""
@@ -77,20 +91,10 @@ def measure(name: str, precision: str, device: str, steps: int, threads: int) ->
     """One measurement, in this process: tokens/s and peak memory."""
     import torch
 
-    from nmtkit.models import build_model
-    from nmtkit.models.presets import preset
-
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     w = WORKLOADS[name]
-    arch, cfg = preset(w["preset"])
-    cfg.update(src_vocab_size=w["vocab"][0], tgt_vocab_size=w["vocab"][1])
-    if w.get("naive"):
-        from benchmarks.naive_rnnsearch import NaiveRNNSearch
-
-        model = NaiveRNNSearch(**cfg, precompute_keys=w.get("precompute_keys", False))
-    else:
-        model = build_model(arch, cfg)
+    model = make_model(w)
     model.to(device).train()
     params = sum(p.numel() for p in model.parameters())
     if w["optimizer"] == "adam":
@@ -140,22 +144,12 @@ def interleaved(names: list[str], precision: str, steps: int, threads: int) -> d
 
     import torch
 
-    from nmtkit.models import build_model
-    from nmtkit.models.presets import preset
-
     torch.set_num_threads(threads)
     runs = {}
     for name in names:
         w = WORKLOADS[name]
         torch.manual_seed(0)
-        arch, cfg = preset(w["preset"])
-        cfg.update(src_vocab_size=w["vocab"][0], tgt_vocab_size=w["vocab"][1])
-        if w.get("naive"):
-            from benchmarks.naive_rnnsearch import NaiveRNNSearch
-
-            model = NaiveRNNSearch(**cfg, precompute_keys=w.get("precompute_keys", False))
-        else:
-            model = build_model(arch, cfg)
+        model = make_model(w)
         model.train()
         opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
         runs[name] = (model, opt, make_batches(steps + 2, w["vocab"], w["batch"], w["lens"]), [], [])

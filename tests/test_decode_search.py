@@ -12,14 +12,6 @@ from nmtkit.text.vocab import BOS_ID, EOS_ID
 from tests.translate_fixtures import tiny_model
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _batch(seed: int = 1, B: int = 7, vocab: int = 22, S: int = 9):
     g = torch.Generator().manual_seed(seed)
     lens = torch.randint(1, S + 1, (B,), generator=g)

@@ -34,14 +34,6 @@ LINES = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
     return str(make_checkpoint(tmp_path_factory.mktemp("ckpt") / "model.pt", seed=1))
