@@ -37,6 +37,10 @@ class OutputExistsError(NmtkitError):
     """The destination exists and `--force` was not given."""
 
 
+class OutputError(NmtkitError):
+    """An output cannot be written (permissions, disk full)."""
+
+
 class CheckpointError(NmtkitError):
     """A checkpoint that cannot be used: wrong format version, truncated, mismatched vocabularies."""
 

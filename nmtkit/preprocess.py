@@ -38,7 +38,7 @@ import numpy as np
 
 from nmtkit import __version__
 from nmtkit.data.binarized import split_paths
-from nmtkit.errors import ConfigError, InputError, NmtkitError, OutputExistsError
+from nmtkit.errors import ConfigError, InputError, OutputError, OutputExistsError
 from nmtkit.text.bpe import SEPARATOR, count_merges, join_bpe, learn_codes, subword_vocab  # noqa: F401
 from nmtkit.text.clean import DROP_REASONS, PairDeduper, drop_reason
 from nmtkit.text.io import check_parallel, read_lines
@@ -49,9 +49,6 @@ from nmtkit.text.vocab import UNK_ID, Vocab
 
 MANIFEST_VERSION = 1
 
-
-class OutputError(NmtkitError):
-    """The data directory cannot be written (permissions, disk full)."""
 
 DEFAULT_WORD_VOCAB = 30000  # the paper's vocabulary size, used without --bpe
 
