@@ -18,8 +18,9 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make n
 
 
 def _dry_run(folder: Path, *args: str) -> str:
+    """`make -n -B`: every command of the chain, whatever outputs a local run left behind."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    proc = subprocess.run(["make", "-n", *args], cwd=folder, capture_output=True, text=True, env=env)
+    proc = subprocess.run(["make", "-n", "-B", *args], cwd=folder, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
