@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import tempfile
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Sequence
@@ -295,6 +294,7 @@ class Translator:
 
         from nmtkit.checkpoint import load_model
         from nmtkit.decode.ensemble import check_compatible
+        from nmtkit.models.precision import autocast
         from nmtkit.text.vocab import Vocab
 
         config.validate()
@@ -335,8 +335,7 @@ class Translator:
             raise ConfigError("--precision fp16 needs a CUDA device (use bf16 on the CPU)")
         # autocast keeps the fp32 weights and runs matrix products in 16 bits; log-softmax and
         # the beam scores stay in fp32 (Seq2Seq.step returns fp32 log-probabilities)
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-        self.autocast = torch.autocast(device_type=self.device.type, dtype=dtype) if dtype else nullcontext()
+        self.autocast = autocast(self.device.type, precision)
         self.source_name = "<stdin>"
 
     # -- per line

@@ -45,3 +45,17 @@ def autocast_dtype(device: str, precision: str = "auto"):
     if device.startswith("cuda"):
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return torch.bfloat16 if cpu_has_fast_bf16() else None
+
+
+def autocast(device_type: str, precision: str):
+    """The autocast context for `precision` on `device_type` (a no-op for plain float32).
+
+    The model's weights stay float32; matrix products run in the 16-bit dtype, while the
+    models keep softmax and losses in float32.
+    """
+    from contextlib import nullcontext
+
+    import torch
+
+    dtype = autocast_dtype(device_type, precision)
+    return torch.autocast(device_type=device_type, dtype=dtype) if dtype is not None else nullcontext()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-from contextlib import nullcontext
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -19,6 +18,7 @@ import torch
 
 from nmtkit.data.batching import collate
 from nmtkit.data.binarized import ParallelData
+from nmtkit.models.precision import autocast
 from nmtkit.text.vocab import Vocab
 
 log = logging.getLogger(__name__)
@@ -26,10 +26,7 @@ log = logging.getLogger(__name__)
 
 def autocast_context(device: torch.device, precision: str):
     """Mixed precision around the forward pass (fp32 master weights stay untouched)."""
-    if precision == "fp32":
-        return nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
+    return autocast(device.type, precision)
 
 
 def _batches_by_length(lengths: np.ndarray, indices: np.ndarray, batch_size: int) -> list[np.ndarray]:
