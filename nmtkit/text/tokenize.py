@@ -14,31 +14,26 @@ import sys
 import tempfile
 
 from nmtkit.errors import NmtkitError
+from nmtkit.text.io import read_lines
 from nmtkit.text.moses import tokenize
 from nmtkit.text.parallel import parallel_map
 
 
 def _tok_line(line: str, lang: str, aggressive: bool, lowercase: bool) -> str:
-    return " ".join(tokenize(line.rstrip("\n"), lang, aggressive_dash_splits=aggressive, lowercase=lowercase))
+    return " ".join(tokenize(line.rstrip("\r\n"), lang, aggressive_dash_splits=aggressive, lowercase=lowercase))
 
 
 def _lines(path: str | None):
-    f = sys.stdin if path in (None, "-") else open(path, encoding="utf-8", newline="\n")
-    name = "<stdin>" if f is sys.stdin else path
-    lineno = 0
-    try:
-        while True:
-            try:
-                line = f.readline()
-            except UnicodeDecodeError as err:
-                raise NmtkitError(f"invalid UTF-8 ({err.reason})", name, lineno + 1) from None
-            if not line:
-                return
-            lineno += 1
-            yield line
-    finally:
-        if f is not sys.stdin:
-            f.close()
+    """Lines of --input (UTF-8 errors name file and line, via text.io) or of stdin."""
+    if path not in (None, "-"):
+        yield from read_lines(path)
+        return
+    # decode stdin strictly ourselves: sys.stdin may be set to replace or escape bad bytes
+    for lineno, raw in enumerate(sys.stdin.buffer, 1):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise NmtkitError(f"invalid UTF-8 ({err.reason})", "<stdin>", lineno) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,9 +61,6 @@ def main(argv: list[str] | None = None) -> int:
             out.close()
             os.replace(out_tmp, args.output)
             out_tmp = None
-    except FileNotFoundError as err:
-        print(f"nmtkit.text.tokenize: error: {err.filename}: file not found", file=sys.stderr)
-        return 1
     except NmtkitError as err:
         print(f"nmtkit.text.tokenize: error: {err}", file=sys.stderr)
         return 1
