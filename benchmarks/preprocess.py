@@ -92,6 +92,30 @@ def plain_sacremoses(tmp: Path) -> tuple[float, float]:
     return r["wall"], r["cpu"]
 
 
+def plain_sacremoses_two_processes(tmp: Path, n: int) -> float:
+    """Wall seconds of the same plain baseline split over 2 processes running at once (each on
+    half of the lines, timed from after its start-up like the others): how well this machine
+    itself scales such work to 2 cores right now, the ceiling for the 2-worker figure."""
+    halves = []
+    for k in range(2):
+        for lang in ("en", "fr"):
+            with open(tmp / f"train.{lang}", encoding="utf-8") as f, \
+                    open(tmp / f"half{k}.{lang}", "w", encoding="utf-8") as out:
+                for i, line in enumerate(f):
+                    if (i < n // 2) == (k == 0):
+                        out.write(line)
+        halves.append([[lang, str(tmp / f"half{k}.{lang}"), str(tmp / f"plain{k}.{lang}")] for lang in ("en", "fr")])
+    procs = [subprocess.Popen([sys.executable, "-c", _PLAIN_RUNNER, json.dumps(jobs)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for jobs in halves]
+    walls = []
+    for proc in procs:
+        out, err = proc.communicate()
+        if proc.returncode != 0:
+            raise SystemExit(f"plain sacremoses failed:\n{err}")
+        walls.append(json.loads(out.strip().splitlines()[-1])["wall"])
+    return max(walls)
+
+
 def warm_comparison(tmp: Path, reps: int = 3) -> tuple[float, float]:
     """Best-of-`reps` CPU seconds of (plain sacremoses loop, whole preprocess() with 1 worker,
     words), alternating in this one warm process: the pipeline's own overhead with start-up,
@@ -162,6 +186,7 @@ def main() -> None:
         # Interleaved repetitions, keeping each configuration's fastest run: on a shared machine
         # the minimum is the figure least disturbed by the neighbours.
         plain_runs: list[tuple[float, float]] = []
+        plain2_runs: list[float] = []
         runs: dict = {}
         for rep in range(args.repeat):
             tag = f" [run {rep + 1}/{args.repeat}]" if args.repeat > 1 else ""
@@ -169,6 +194,11 @@ def main() -> None:
             plain_runs.append((t, c))
             print(f"{'plain sacremoses (1 process)':<34} {t:8.2f} s  {n / t:9,.0f} lines/s  "
                   f"{words / t:10,.0f} words/s  CPU {c:.2f} s{tag}", flush=True)
+            if 2 in workers:
+                t2 = plain_sacremoses_two_processes(tmp, n)
+                plain2_runs.append(t2)
+                print(f"{'plain sacremoses (2 processes)':<34} {t2:8.2f} s  {n / t2:9,.0f} lines/s  "
+                      f"{words / t2:10,.0f} words/s  machine scaling {t / t2:.2f}x{tag}", flush=True)
             for mode in args.modes.split(","):
                 for w in workers:
                     cfg = {"src_lang": "en", "tgt_lang": "fr", "train": str(tmp / "train"),
@@ -191,6 +221,9 @@ def main() -> None:
             print(f"fastest of {args.repeat}: plain sacremoses {t_plain:.2f} s (CPU {cpu_plain:.2f} s); "
                   + "; ".join(f"{m} {w}w {r['wall']:.2f} s" for (m, w), r in results.items()))
         print("ratios:")
+        if plain2_runs:
+            print(f"  this machine now: plain sacremoses on 2 processes vs 1: {t_plain / min(plain2_runs):.2f}x "
+                  f"(the ceiling for any 2-worker pipeline of the same work)")
         for mode in args.modes.split(","):
             if (mode, 1) in results:
                 r1 = results[(mode, 1)]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import click
 
-from nmtkit.cli.common import default_workers, make_console, progress_enabled
+from nmtkit.cli.common import make_console, progress_enabled
+from nmtkit.devices import available_cores
 
 
 class _RichProgress:
@@ -108,7 +109,7 @@ def _summary(console, manifest: dict) -> None:
               help="Leave out of the vocabularies tokens seen fewer than N times in training.")
 @click.option("--workers", type=int, default=None, metavar="N",
               help="Processes for tokenisation/BPE (line order is kept). Default: all cores.")
-@click.option("--chunk-size", type=int, default=2000, show_default=True, metavar="N",
+@click.option("--chunk-size", type=int, default=500, show_default=True, metavar="N",
               help="Lines per work unit sent to a worker.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars and no summary table.")
 def preprocess_cmd(src_lang, tgt_lang, train, valid, test, dest, force, input_format, no_normalize_punct,
@@ -130,7 +131,7 @@ def preprocess_cmd(src_lang, tgt_lang, train, valid, test, dest, force, input_fo
         aggressive_dash_splits=aggressive_dash_splits, lowercase=lowercase, truecase=truecase, max_len=max_len,
         max_ratio=max_ratio, dedup=dedup, bpe=bpe, bpe_separate=bpe_separate, bpe_vocab_threshold=bpe_vocab_threshold,
         bpe_min_frequency=bpe_min_frequency, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
-        vocab_min_count=vocab_min_count, workers=workers if workers is not None else default_workers(),
+        vocab_min_count=vocab_min_count, workers=workers if workers is not None else available_cores(),
         chunk_size=chunk_size,
     )
     console = make_console()
