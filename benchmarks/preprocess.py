@@ -3,7 +3,9 @@
 Measures, on the same N training lines (default: the whole split, 160,128 lines):
 - plain single-process sacremoses: a fresh process that reads both sides, normalises,
   tokenises (escape=False) and writes them, nothing else; the floor any Moses-based
-  pipeline pays (timed, like preprocess, from after interpreter start-up);
+  pipeline pays (timed, like preprocess, from after interpreter start-up); and the same split
+  over 2 processes running at once: how well this machine scales that work to 2 cores right
+  now, the ceiling for any 2-worker figure;
 - the whole `nmtkit preprocess` (input checks and checksums, tokenise, clean, vocabulary,
   binarise; plus learn/apply BPE in the BPE mode) with 1 and with 2 workers, each run in a
   fresh process, wall time and peak RSS (the main process and the largest worker);
