@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
+from nmtkit.devices import resolve_device
 from nmtkit.errors import CheckpointError, ConfigError, InputError
 
 log = logging.getLogger(__name__)
@@ -251,16 +252,6 @@ def plot_attention(path: str | Path, attention: Any, src_tokens: Sequence[str], 
 
 
 # ---- the translator ---------------------------------------------------------------------------
-
-def resolve_device(name: str):
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"--device {name}: no CUDA device is available")
-    return torch.device(name)
-
 
 def _pipeline_from_dict(d: Any, path: str):
     from nmtkit.text.pipeline import TextPipeline

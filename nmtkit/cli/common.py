@@ -1,16 +1,7 @@
-"""Helpers shared by the subcommand modules (progress display, worker counts)."""
+"""Helpers shared by the subcommand modules (progress display); worker counts live in nmtkit.devices."""
 from __future__ import annotations
 
-import os
 import sys
-
-
-def default_workers() -> int:
-    """All cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def progress_enabled(quiet: bool) -> bool:

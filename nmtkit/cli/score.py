@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from nmtkit.cli.common import default_workers
+from nmtkit.devices import available_cores
 
 _TOKENIZERS = ("13a", "intl", "none", "char", "zh", "ja-mecab", "ko-mecab", "spm", "flores101", "flores200")
 
@@ -85,6 +85,6 @@ def score_cmd(hyp_paths, ref_paths, labels, metrics, tokenize, lowercase, as_jso
         src_path=src_path, src_lang=src_lang, no_unk=no_unk, model_path=model_path, data_dir=data_dir,
         by_length=by_length or plot_path is not None, bucket_width=bucket_width, max_length=max_length,
         plot_path=plot_path, significance=significance, bootstrap_samples=bootstrap_samples, seed=seed,
-        workers=workers or default_workers(),
+        workers=workers or available_cores(),
     )
     click.echo(run_score(opts, warn=lambda msg: click.echo(f"nmtkit: note: {msg}", err=True)), nl=False)

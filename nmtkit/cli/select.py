@@ -5,7 +5,8 @@ import logging
 
 import click
 
-from nmtkit.cli.common import default_workers, make_console, progress_enabled
+from nmtkit.cli.common import make_console, progress_enabled
+from nmtkit.devices import available_cores
 
 
 @click.command("select-data")
@@ -51,7 +52,7 @@ def select_data_cmd(src_lang, tgt_lang, in_domain, pool, dest, lines, words, fra
     cfg = SelectConfig(
         src_lang=src_lang, tgt_lang=tgt_lang, in_domain=tuple(in_domain), pool=tuple(pool), dest=dest,
         lines=lines, words=words, fraction=fraction, order=order, method=method,
-        workers=workers if workers is not None else default_workers(), input_format=input_format,
+        workers=workers if workers is not None else available_cores(), input_format=input_format,
         min_count=min_count, seed=seed, lowercase=lowercase, aggressive_dash_splits=aggressive_dash_splits,
         force=force, write_arpa=write_arpa,
     )

@@ -39,6 +39,7 @@ from torch import nn
 from nmtkit import __version__
 from nmtkit.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
 from nmtkit.data.batching import BatchingConfig, collate, epoch_batches, keep_pairs, shard, trainable
+from nmtkit.devices import resolve_device, threads_per_process
 from nmtkit.errors import ConfigError, InputError, TrainingError
 from nmtkit.train import distributed as ddp
 from nmtkit.train.config import TrainConfig
@@ -111,26 +112,6 @@ class _LossModule(nn.Module):
         return self.model.loss(src, src_lens, tgt_in, tgt_out, self.label_smoothing, self.chunk_tokens)
 
 
-def resolve_device(name: str, info: ddp.DistInfo) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError("--device cuda but no CUDA device is available (use --device cpu or auto)")
-        torch.cuda.set_device(info.local_rank % torch.cuda.device_count())
-        return torch.device("cuda", info.local_rank % torch.cuda.device_count())
-    return torch.device("cpu")
-
-
-def default_threads(info: ddp.DistInfo) -> int:
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover
-        cores = os.cpu_count() or 1
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if info.enabled else 1
-    return max(1, cores // max(1, local_world))
-
-
 def rng_state() -> dict[str, Any]:
     """Every RNG the run uses, as weights_only-safe primitives and tensors."""
     version, state, gauss = random.getstate()
@@ -189,12 +170,13 @@ class Trainer:
         self.state = TrainState()
         self._signal: int | None = None
 
-        self.device = resolve_device(cfg.device, self.dist)
+        self.device = resolve_device(cfg.device, self.dist.local_rank)
         if cfg.precision == "fp16" and self.device.type != "cuda":
             raise ConfigError("--precision fp16 needs a CUDA device (use bf16 on the CPU)")
         if cfg.precision == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise ConfigError("--precision bf16 is not supported by this GPU (use fp16)")
-        torch.set_num_threads(cfg.threads or default_threads(self.dist))
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if self.dist.enabled else 1
+        torch.set_num_threads(cfg.threads or threads_per_process(local_world))
         ddp.init(self.dist, self.device)
 
         # data

@@ -1,0 +1,49 @@
+"""Where work runs: CPU cores available to this process and the torch device to use.
+
+Shared by preprocess/select-data/score (worker counts), train and translate (devices,
+threads). Importing this module does not import torch.
+"""
+from __future__ import annotations
+
+import os
+
+from nmtkit.errors import ConfigError
+
+
+def available_cores() -> int:
+    """CPU cores this process may use (its affinity mask, not the machine's total)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def threads_per_process(local_world_size: int = 1) -> int:
+    """Torch threads for one of `local_world_size` processes sharing this machine's cores."""
+    return max(1, available_cores() // max(1, local_world_size))
+
+
+def resolve_device(name: str, local_rank: int = 0):
+    """`auto`, `cpu`, `cuda` or `cuda:N` -> a torch.device (and make it the current CUDA device).
+
+    `cuda` picks GPU `local_rank` (modulo the GPU count), as each torchrun process should.
+    Asking for CUDA where there is none is a ConfigError, not a torch traceback.
+    """
+    import torch
+
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        return torch.device("cpu")
+    if name == "cuda" or name.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"--device {name} but no CUDA device is available (use --device cpu or auto)")
+        if name == "cuda":
+            device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        else:
+            device = torch.device(name)
+            if device.index is None or device.index >= torch.cuda.device_count():
+                raise ConfigError(f"--device {name}: there are {torch.cuda.device_count()} CUDA device(s)")
+        torch.cuda.set_device(device)
+        return device
+    raise ConfigError(f"--device must be auto, cpu, cuda or cuda:N, not '{name}'")
