@@ -72,6 +72,35 @@ def test_two_gloo_ranks_stay_identical_and_match_a_single_process(tmp_path):
     assert '"kind": "valid"' in (tmp_path / "run2" / "metrics.jsonl").read_text()
 
 
+def _run_worker(rank, world, port, data_dir, run_dir, opts, resume):
+    import os
+
+    from nmtkit.train.run import run_training
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    run_training(data_dir, run_dir, opts, dict(TINY_MODEL, dropout=0.2), resume=resume)
+
+
+def test_two_rank_run_resumed_halfway_equals_the_uninterrupted_two_rank_run(tmp_path):
+    # dropout draws from each rank's own RNG, and the data order from the shared one: the
+    # checkpoint must carry both ranks' RNG states and the position in the data exactly
+    data_dir = make_data_dir(tmp_path / "data")
+    opts = tiny_options(max_updates=8, valid_every=4, save_every=4, valid_bleu_samples=0)
+    full, half = tmp_path / "full", tmp_path / "half"
+    mp.spawn(_run_worker, args=(2, _free_port(), data_dir, full, opts, False), nprocs=2, join=True)
+    mp.spawn(_run_worker, args=(2, _free_port(), data_dir, half, dict(opts, max_updates=4), False), nprocs=2,
+             join=True)
+    mp.spawn(_run_worker, args=(2, _free_port(), data_dir, half, opts, True), nprocs=2, join=True)
+    a = torch.load(full / "checkpoint_last.pt", weights_only=True)
+    b = torch.load(half / "checkpoint_last.pt", weights_only=True)
+    assert a["trainer"]["update"] == b["trainer"]["update"] == 8
+    assert len(b["rng"]["ranks"]) == 2
+    for name, t in a["model_state"].items():
+        assert torch.equal(t, b["model_state"][name]), name
+
+
 @pytest.fixture(autouse=True)
 def _one_thread():
     torch.set_num_threads(1)
