@@ -227,6 +227,22 @@ def _encode_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     return res
 
 
+def _encode_ranges(task: tuple[str, str, list[tuple[int, int, int, int]]]) -> dict[str, Any]:
+    """`_encode_chunk` over consecutive byte ranges (src start, end, tgt start, end) of the
+    tokenised training files that pass 1 wrote (valid UTF-8, one pair per line)."""
+    src, tgt, ranges = task
+    with open(src, "rb") as fs, open(tgt, "rb") as ft:
+        fs.seek(ranges[0][0])
+        ft.seek(ranges[0][2])
+        s_lines = fs.read(ranges[-1][1] - ranges[0][0]).decode("utf-8").split("\n")
+        t_lines = ft.read(ranges[-1][3] - ranges[0][2]).decode("utf-8").split("\n")
+    s_lines.pop()  # the text after the last newline: empty
+    t_lines.pop()
+    if len(s_lines) != len(t_lines):  # pragma: no cover - pass 1 writes pairs
+        raise AssertionError(f"tokenised training files out of step: {len(s_lines)} vs {len(t_lines)} lines")
+    return _encode_chunk(list(zip(s_lines, t_lines)))
+
+
 # ---- main-process helpers -------------------------------------------------------------------
 def _pair_chunks(src: str, tgt: str, size: int, read: list[int],
                  dedup: PairDeduper | None = None, drops: Counter | None = None) -> Iterator[list[tuple[str, str]]]:
@@ -446,14 +462,22 @@ def _run(config: PreprocessConfig, report: ProgressFn, out: Path, work: Path,
     state = {"pipeline": base.to_dict(), "input_format": config.input_format, "max_len": config.max_len,
              "max_ratio": config.max_ratio, "truecase": config.truecase}
     tok_paths = {side: work / f"train.tok.{side}" for side in ("src", "tgt")}
-    with open(tok_paths["src"], "w", encoding="utf-8") as fs, open(tok_paths["tgt"], "w", encoding="utf-8") as ft:
+    # Byte ranges of the tokenised files, one per chunk written, so that pass 2's workers read
+    # their own lines instead of the main process reading and pickling them.
+    tok_ranges: list[tuple[int, int, int, int]] = []
+    pos = [0, 0]
+    with open(tok_paths["src"], "wb") as fs, open(tok_paths["tgt"], "wb") as ft:
         chunks = _pair_chunks(train_src, train_tgt, config.chunk_size, read,
                               PairDeduper() if config.dedup else None, drops)
         for res in parallel_map(_tokenize_clean_chunk, chunks, config.workers, chunk_size=1,
                                 initializer=_init_worker, initargs=(state,)):
             if res["kept"]:
-                fs.write(res["src"] + "\n")
-                ft.write(res["tgt"] + "\n")
+                bs, bt = (res["src"] + "\n").encode("utf-8"), (res["tgt"] + "\n").encode("utf-8")
+                fs.write(bs)
+                ft.write(bt)
+                tok_ranges.append((pos[0], pos[0] + len(bs), pos[1], pos[1] + len(bt)))
+                pos[0] += len(bs)
+                pos[1] += len(bt)
             kept += res["kept"]
             drops.update(res["drops"])
             for side in ("src", "tgt"):
@@ -523,16 +547,22 @@ def _run(config: PreprocessConfig, report: ProgressFn, out: Path, work: Path,
         writers = {side: _SplitWriter(out, work, name, langs[side]) for side in ("src", "tgt")}
         words = {"src": 0, "tgt": 0}
         unk = {"src": 0, "tgt": 0}
-        read = [0]
-        chunks = _pair_chunks(src, tgt, config.chunk_size, read)
-        for res in parallel_map(_encode_chunk, chunks, config.workers, chunk_size=1,
+        done = 0
+        if name == "train":  # workers read their own byte ranges of the files pass 1 wrote
+            group = max(1, 4 * config.chunk_size // max(1, kept // max(1, len(tok_ranges))))
+            func, tasks = _encode_ranges, ((src, tgt, tok_ranges[i:i + group])
+                                           for i in range(0, len(tok_ranges), group))
+        else:
+            func, tasks = _encode_chunk, _pair_chunks(src, tgt, config.chunk_size, [0])
+        for res in parallel_map(func, tasks, config.workers, chunk_size=1,
                                 initializer=_init_worker, initargs=({**state, "input_format": fmt},)):
             for side in ("src", "tgt"):
                 r = res[side]
                 writers[side].add(r["ids"], r["lens"])
                 words[side] += r["words"]
                 unk[side] += r["unk"]
-            report(stage, read[0], total)
+            done += res["n_in"]
+            report(stage, done, total)
         for w in writers.values():
             w.close()
         n_tok = {side: writers[side].n_tokens for side in ("src", "tgt")}
