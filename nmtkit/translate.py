@@ -55,7 +55,7 @@ class TranslateConfig:
     plot_limit: int = 100
     max_src_len: int | None = None  # None: from the checkpoint, else DEFAULT_MAX_SRC_LEN
     device: str = "auto"
-    precision: str = "auto"  # auto | fp32 | bf16 | fp16 (CUDA only)
+    precision: str = "auto"  # auto | fp32 | bf16 | fp16 (meant for CUDA; slow on the CPU)
     threads: int | None = None  # torch CPU threads (None: torch's default)
 
     def validate(self) -> None:
@@ -285,7 +285,7 @@ class Translator:
 
         from nmtkit.checkpoint import load_model
         from nmtkit.decode.ensemble import check_compatible
-        from nmtkit.models.precision import autocast
+        from nmtkit.models.precision import FP16_ON_CPU, autocast
         from nmtkit.text.vocab import Vocab
 
         config.validate()
@@ -323,7 +323,7 @@ class Translator:
         if precision == "auto":
             precision = "bf16" if self.device.type == "cuda" else "fp32"
         if precision == "fp16" and self.device.type != "cuda":
-            raise ConfigError("--precision fp16 needs a CUDA device (use bf16 on the CPU)")
+            log.warning(FP16_ON_CPU)
         # autocast keeps the fp32 weights and runs matrix products in 16 bits; log-softmax and
         # the beam scores stay in fp32 (Seq2Seq.step returns fp32 log-probabilities)
         self.autocast = autocast(self.device.type, precision)

@@ -239,11 +239,15 @@ def test_bad_options_are_config_errors(ckpt):
         _translator(ckpt, unk_dict="x.tsv")
 
 
-def test_bf16_autocast_on_the_cpu_translates_and_fp16_needs_cuda(ckpt):
-    out = _translator(ckpt, precision="bf16").translate_lines(["the cat sat", "", "a dog"])
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_16_bit_autocast_on_the_cpu_translates_like_fp32(ckpt, precision, caplog):
+    lines = ["the cat sat", "", "a dog"]
+    out = _translator(ckpt, precision=precision).translate_lines(lines)
     assert out[0] and out[1] == "" and out[2]
-    with pytest.raises(ConfigError, match="fp16"):
-        _translator(ckpt, precision="fp16", device="cpu")
+    # rounding may change a near tie, but not whole outputs of this small model
+    ref = _translator(ckpt, precision="fp32").translate_lines(lines)
+    assert sum(a == b for a, b in zip(out, ref)) >= 2
+    assert ("emulated and slow" in caplog.text) == (precision == "fp16")
 
 
 def test_ensemble_with_same_size_but_different_vocabularies_names_the_token(ckpt, tmp_path):

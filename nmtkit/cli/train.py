@@ -112,7 +112,8 @@ def _choice(*values: str) -> click.Choice:
 @click.option("--seed", type=int, default=None, help="Seed of initialisation, data order and dropout [1].")
 @click.option("--device", type=_choice("auto", "cpu", "cuda"), default=None, help="auto: CUDA when available [auto].")
 @click.option("--precision", type=_choice("fp32", "bf16", "fp16"), default=None,
-              help="Autocast dtype (fp32 master weights): bf16 on CPU or GPU, fp16 on GPU with loss scaling [fp32].")
+              help="Autocast dtype (fp32 master weights): bf16 on CPU or GPU; fp16 with loss scaling, meant "
+                   "for GPUs (it runs on a CPU, slowly) [fp32].")
 @click.option("--threads", type=int, default=None, metavar="N", help="torch CPU threads [all cores, divided among local ranks].")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display or log lines on stderr (files are still written).")
 @click.pass_context

@@ -61,7 +61,8 @@ FORMATS = ["raw", "tok", "bpe"]
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True,
               help="auto = bf16 autocast on GPU, fp32 on CPU (bf16 autocast runs on a CPU too but is "
-                   "slower for decoding where the CPU lacks native bf16 matrix units); fp16 on GPU only.")
+                   "slower for decoding where the CPU lacks native bf16 matrix units); fp16 is meant for GPUs "
+                   "(it runs on a CPU, slowly).")
 @click.option("--threads", type=int, default=None, metavar="N", help="torch CPU threads [torch's default].")
 @click.option("-q", "--quiet", is_flag=True, help="No warnings or summary on stderr.")
 def translate_cmd(models, ensemble, input_path, output_path, force, input_format, output_format, beam, lenpen,

@@ -12,6 +12,9 @@ from pathlib import Path
 
 FAST_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
+FP16_ON_CPU = ("--precision fp16 on the CPU works but is emulated and slow; it is meant for GPUs "
+               "(bf16 is the CPU's 16-bit option)")
+
 
 def cpu_has_fast_bf16(cpuinfo: str | None = None) -> bool:
     """True when the CPU flags (Linux /proc/cpuinfo, or the text given) include native BF16."""

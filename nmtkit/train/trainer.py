@@ -41,6 +41,7 @@ from nmtkit.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
 from nmtkit.data.batching import BatchingConfig, collate, epoch_batches, keep_pairs, shard, trainable
 from nmtkit.devices import resolve_device, threads_per_process
 from nmtkit.errors import ConfigError, InputError, TrainingError
+from nmtkit.models.precision import FP16_ON_CPU
 from nmtkit.train import distributed as ddp
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.data import DataDir
@@ -171,8 +172,8 @@ class Trainer:
         self._signal: int | None = None
 
         self.device = resolve_device(cfg.device, self.dist.local_rank)
-        if cfg.precision == "fp16" and self.device.type != "cuda":
-            raise ConfigError("--precision fp16 needs a CUDA device (use bf16 on the CPU)")
+        if cfg.precision == "fp16" and self.device.type != "cuda" and self.dist.is_main:
+            log.warning(FP16_ON_CPU)
         if cfg.precision == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise ConfigError("--precision bf16 is not supported by this GPU (use fp16)")
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if self.dist.enabled else 1
@@ -212,7 +213,8 @@ class Trainer:
         self.model = build_model(arch, self.model_config).to(self.device)
         self.optimizer = build_optimizer(self.model.parameters(), cfg)
         self.schedule = LRSchedule(self.optimizer, cfg)
-        self.scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
+        # fp16 needs loss scaling (its range is too small for gradients); bf16 and fp32 do not
+        self.scaler = torch.amp.GradScaler(self.device.type) if cfg.precision == "fp16" else None
         if resume is not None:
             self._load_resume(resume)
         elif self.dist.rank > 0:
