@@ -178,3 +178,14 @@ def test_sigkill_loses_only_work_since_last_checkpoint(data_dir, tmp_path, capsy
     for kind in ("train", "valid"):
         updates = [r["update"] for r in records if r["kind"] == kind]
         assert updates == sorted(updates) and len(updates) == len(set(updates))  # no lines from the lost work
+
+
+def test_init_option_overrides_the_presets_initialisation_and_is_recorded(data_dir, tmp_path, capsys):
+    base = ["train", "--data", str(data_dir), "--threads", "1", "--device", "cpu", "--max-updates", "1",
+            "--valid-bleu-samples", "0", "--quiet"]
+    code, _, err = _run(base + ["--save-dir", str(tmp_path / "a"), "--preset", "small"], capsys)
+    assert code == 0, err
+    assert load_checkpoint(tmp_path / "a" / "checkpoint_last.pt")["model_config"]["init"] == "default"
+    code, _, err = _run(base + ["--save-dir", str(tmp_path / "b"), "--preset", "small", "--init", "paper"], capsys)
+    assert code == 0, err
+    assert load_checkpoint(tmp_path / "b" / "checkpoint_last.pt")["model_config"]["init"] == "paper"

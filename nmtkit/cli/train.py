@@ -21,7 +21,7 @@ TRAIN_FIELDS = (
     "max_epochs", "max_time", "patience", "valid_every", "valid_bleu_samples", "valid_beam", "valid_batch_size",
     "best_metric", "save_every", "log_every", "on_nan", "tensorboard", "seed", "device", "precision", "threads",
 )
-MODEL_FIELDS = ("emb_dim", "enc_hidden", "dec_hidden", "att_hidden", "maxout", "dropout")
+MODEL_FIELDS = ("emb_dim", "enc_hidden", "dec_hidden", "att_hidden", "maxout", "dropout", "init")
 
 EPILOG = """\b
 Examples:
@@ -57,6 +57,10 @@ def _choice(*values: str) -> click.Choice:
 @click.option("--att-hidden", type=int, default=None, metavar="N", help="Alignment model hidden size n'.")
 @click.option("--maxout", type=int, default=None, metavar="L", help="Maxout units l of the deep output.")
 @click.option("--dropout", type=float, default=None, metavar="P", help="Dropout probability (preset's default).")
+@click.option("--init", type=_choice("paper", "default"), default=None,
+              help="Weight initialisation: paper (the appendix: orthogonal recurrent matrices, N(0, 0.01^2) "
+                   "elsewhere; the paper presets) or default (PyTorch's; the small preset: it learns much "
+                   "faster in the first thousands of updates).")
 # data
 @click.option("--max-len", type=int, default=None, metavar="N",
               help="Drop training pairs with a side longer than N tokens (preset: 30 or 50; default 50).")

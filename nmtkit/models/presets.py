@@ -9,7 +9,10 @@ Sources: Bahdanau et al. (2015) section 4.2 and appendix B (m=620, n=1000, n'=10
 30k vocabularies, Adadelta eps 1e-6 rho 0.95, batches of 80, gradient norm 1, sentences up to
 30 or 50 words); Cho et al. (2014) for RNNencdec at the same sizes. "small" is the setup of
 ../shared/BENCHMARKS.md (embeddings 256, encoder 256 per direction, decoder 512, dropout 0.2,
-Adam 1e-3, batches of 64); its alignment (512) and maxout (256) sizes are our choice.
+Adam 1e-3, batches of 64); its alignment (512) and maxout (256) sizes are our choice, and so is
+its initialisation: PyTorch's default rather than the paper's N(0, 0.01^2), because with Adam
+the paper's tiny weights cost the first thousand updates (Tatoeba, 1 thread each, same run:
+dev BLEU 18.4 vs 5.5 at update 900).
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
                                               dropout=0.3, init="default")),
     "small": ("rnnsearch", dict(src_vocab_size=8000, tgt_vocab_size=8000, emb_dim=256,
                                 enc_hidden=256, dec_hidden=512, att_hidden=512, maxout=256,
-                                dropout=0.2, init="paper")),
+                                dropout=0.2, init="default")),
 }
 
 TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
