@@ -101,6 +101,22 @@ def test_two_rank_run_resumed_halfway_equals_the_uninterrupted_two_rank_run(tmp_
         assert torch.equal(t, b["model_state"][name]), name
 
 
+def test_torchrun_variables_give_the_process_its_place_and_its_share_of_cores(monkeypatch):
+    from nmtkit.errors import ConfigError
+    from nmtkit.train import distributed as ddp
+
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert ddp.env_info() == ddp.DistInfo(rank=3, local_rank=1, world_size=4, local_world_size=2)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "two")
+    with pytest.raises(ConfigError, match="LOCAL_WORLD_SIZE"):
+        ddp.env_info()
+    monkeypatch.setenv("WORLD_SIZE", "1")  # a single process ignores the local count
+    assert ddp.env_info().local_world_size == 1
+
+
 @pytest.fixture(autouse=True)
 def _one_thread():
     torch.set_num_threads(1)

@@ -22,6 +22,7 @@ class DistInfo:
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
+    local_world_size: int = 1  # processes on this machine (they share its CPU cores)
 
     @property
     def enabled(self) -> bool:
@@ -38,11 +39,13 @@ def env_info() -> DistInfo:
         world = int(os.environ.get("WORLD_SIZE", "1"))
         rank = int(os.environ.get("RANK", "0"))
         local = int(os.environ.get("LOCAL_RANK", str(rank)))
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if world > 1 else 1
     except ValueError:
-        raise ConfigError("WORLD_SIZE, RANK and LOCAL_RANK must be integers (set by torchrun)") from None
+        raise ConfigError("WORLD_SIZE, RANK, LOCAL_RANK and LOCAL_WORLD_SIZE must be integers (set by torchrun)") \
+            from None
     if world > 1 and not 0 <= rank < world:
         raise ConfigError(f"RANK={rank} outside WORLD_SIZE={world}")
-    return DistInfo(rank, local, world)
+    return DistInfo(rank, local, world, local_world)
 
 
 def init(info: DistInfo, device: torch.device) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import random
 import signal
 import threading
@@ -41,13 +40,13 @@ from nmtkit.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
 from nmtkit.data.batching import BatchingConfig, collate, epoch_batches, keep_pairs, shard, trainable
 from nmtkit.devices import resolve_device, threads_per_process
 from nmtkit.errors import ConfigError, InputError, TrainingError
-from nmtkit.models.precision import FP16_ON_CPU
+from nmtkit.models.precision import FP16_ON_CPU, autocast
 from nmtkit.train import distributed as ddp
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.data import DataDir
 from nmtkit.train.metrics import MetricsLog, setup_file_log
 from nmtkit.train.optim import LRSchedule, build_optimizer
-from nmtkit.train.validate import autocast_context, dev_bleu, dev_loss, perplexity
+from nmtkit.train.validate import dev_bleu, dev_loss, perplexity
 
 log = logging.getLogger("nmtkit.train")
 
@@ -176,8 +175,7 @@ class Trainer:
             log.warning(FP16_ON_CPU)
         if cfg.precision == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise ConfigError("--precision bf16 is not supported by this GPU (use fp16)")
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if self.dist.enabled else 1
-        torch.set_num_threads(cfg.threads or threads_per_process(local_world))
+        torch.set_num_threads(cfg.threads or threads_per_process(self.dist.local_world_size))
         ddp.init(self.dist, self.device)
 
         # data
@@ -335,7 +333,7 @@ class Trainer:
         n_tgt = int(self._tgt_lens[batch].sum()) + len(batch)  # global target tokens (EOS included)
         denom = n_tgt if cfg.normalize_loss == "tokens" else len(batch)
         lr = self.schedule.set_update(self.state.update)
-        with autocast_context(self.device, cfg.precision):
+        with autocast(self.device.type, cfg.precision):
             loss_sum, nll_sum, _ = self.loss_module(src, src_lens, tgt_in, tgt_out)
         if self.loss_hook is not None:
             loss_sum = self.loss_hook(self.state.update, loss_sum)

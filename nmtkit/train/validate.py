@@ -24,11 +24,6 @@ from nmtkit.text.vocab import Vocab
 log = logging.getLogger(__name__)
 
 
-def autocast_context(device: torch.device, precision: str):
-    """Mixed precision around the forward pass (fp32 master weights stay untouched)."""
-    return autocast(device.type, precision)
-
-
 def _batches_by_length(lengths: np.ndarray, indices: np.ndarray, batch_size: int) -> list[np.ndarray]:
     order = indices[np.argsort(lengths[indices], kind="stable")]
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
@@ -54,7 +49,7 @@ def dev_loss(
     try:
         for batch in _batches_by_length(data.src.lengths, ok, batch_size):
             src, src_lens, tgt_in, tgt_out = _to_device(collate(*arrays, batch), device)
-            with autocast_context(device, precision):
+            with autocast(device.type, precision):
                 _, nll_sum, n = model.loss(src, src_lens, tgt_in, tgt_out, 0.0, chunk_tokens)
             total += nll_sum.double()
             n_tokens += int(n)
@@ -95,7 +90,7 @@ def dev_translations(
         for batch in _batches_by_length(data.src.lengths, ok, batch_size):
             src, src_lens, _, _ = collate(*arrays, batch)
             src_t, lens_t = _to_device((src, src_lens), device)
-            with autocast_context(device, precision):
+            with autocast(device.type, precision):
                 if beam == 1:
                     max_len = (lens_t * 2 + 10)
                     hyps = [h.tokens for h in greedy_search(model, src_t, lens_t, max_len=max_len)]
