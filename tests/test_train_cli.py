@@ -38,6 +38,22 @@ def _train_cmd(data_dir, run, *extra):
     return [sys.executable, "-m", "nmtkit", "train", "--data", str(data_dir), "--save-dir", str(run), *TINY, *extra]
 
 
+def _start_training(data_dir, run, save_every: int, logged: int, **popen) -> subprocess.Popen:
+    """`nmtkit train` in a subprocess, logging every update, returned once metrics.jsonl holds
+    `logged` records (or the process ended, or 120 s passed)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(_train_cmd(data_dir, run, "--max-updates", "1000000", "--log-every", "1",
+                                       "--valid-every", "1000000", "--save-every", str(save_every)),
+                            env=env, cwd=REPO, **popen)
+    metrics = run / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.exists() and metrics.read_text().count("\n") >= logged:
+            break
+        time.sleep(0.05)
+    return proc
+
+
 def test_train_end_to_end_writes_a_run_and_resumes(data_dir, tmp_path, capsys):
     run = tmp_path / "run"
     code, out, err = _run(["train", "--data", str(data_dir), "--save-dir", str(run), *TINY, "--max-updates", "6",
@@ -61,16 +77,8 @@ def test_train_end_to_end_writes_a_run_and_resumes(data_dir, tmp_path, capsys):
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path, sig, code):
     run = tmp_path / "run"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(_train_cmd(data_dir, run, "--max-updates", "1000000", "--log-every", "1",
-                                       "--valid-every", "1000000", "--save-every", "1000000"),
-                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
-    metrics = run / "metrics.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if metrics.exists() and metrics.read_text().count("\n") >= 3:
-            break
-        time.sleep(0.1)
+    proc = _start_training(data_dir, run, save_every=1000000, logged=3,
+                           stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.poll() is None, proc.communicate()[1]
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
@@ -154,16 +162,8 @@ def test_sigkill_loses_only_work_since_last_checkpoint(data_dir, tmp_path, capsy
     """A checkpoint is written every update; kill -9 at an arbitrary point leaves a loadable
     checkpoint_last.pt (atomic replace), and --resume continues from it."""
     run = tmp_path / "run"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(_train_cmd(data_dir, run, "--max-updates", "1000000", "--log-every", "1",
-                                       "--valid-every", "1000000", "--save-every", "1"),
-                            stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env, cwd=REPO)
-    metrics = run / "metrics.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if metrics.exists() and metrics.read_text().count("\n") >= 5:
-            break
-        time.sleep(0.05)
+    proc = _start_training(data_dir, run, save_every=1, logged=5, stderr=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL)
     proc.kill()
     proc.wait(timeout=60)
     saved = load_checkpoint(run / "checkpoint_last.pt")["trainer"]["update"]
@@ -174,7 +174,7 @@ def test_sigkill_loses_only_work_since_last_checkpoint(data_dir, tmp_path, capsy
     assert f"from update {saved:,}" in err
     assert load_checkpoint(run / "checkpoint_last.pt")["trainer"]["update"] == saved + 2
     assert not list(run.glob("*.tmp"))
-    records = [json.loads(x) for x in metrics.read_text().splitlines()]
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     for kind in ("train", "valid"):
         updates = [r["update"] for r in records if r["kind"] == kind]
         assert updates == sorted(updates) and len(updates) == len(set(updates))  # no lines from the lost work
