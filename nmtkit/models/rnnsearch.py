@@ -206,10 +206,17 @@ class RNNSearch(Seq2Seq):
         if not update:
             return alpha, s
         cg = torch.bmm(alpha.unsqueeze(1).to(enc.values.dtype), enc.values).squeeze(1)  # C c_i
-        x_zr, x_h = (x_gates + cg).split([2 * d, d], dim=1)
+        return alpha, self._gru_update(s, x_gates + cg, q_zr)
+
+    def _gru_update(self, s: Tensor, x: Tensor, q_zr: Tensor) -> Tensor:
+        """s_i from s_{i-1} (B, d), x = W[z,r,cand] E y_{i-1} + C[z,r,cand] c_i (B, 3d) and
+        q_zr = U[z,r] s_{i-1} (B, 2d): z, r = sigmoid(.), s~ = tanh(W E y + U (r o s) + C c),
+        s_i = (1 - z) o s_{i-1} + z o s~."""
+        d = self.config.dec_hidden
+        x_zr, x_h = x.split([2 * d, d], dim=1)
         z, r = torch.sigmoid(x_zr + q_zr).chunk(2, dim=1)
         cand = torch.tanh(x_h + self.U(r * s))
-        return alpha, s + z * (cand - s)
+        return s + z * (cand - s)
 
     def _deep_output(self, s_prev: Tensor, emb_out: Tensor, ctx: Tensor) -> Tensor:
         """t_i = maxout(U_o s_{i-1} + V_o E y_{i-1} + C_o c_i); any leading shape (..., l)."""
@@ -271,17 +278,14 @@ class RNNSearch(Seq2Seq):
         N = s.size(0)
         if N % B:
             raise ValueError(f"{N} state rows cannot be grouped over {B} sentences")
-        G, d = N // B, self.config.dec_hidden
+        G = N // B
         emb = self.drop(self.tgt_embed(prev_tokens))
         x_gates = self.W_in(emb)
         q_a, q_zr = self.W_a(s), self.U_zr(s)
         e = additive_scores_grouped(q_a.view(B, G, -1), enc.keys, self.v_a, enc.mask)  # (B, G, S)
         alpha = masked_softmax(e, enc.mask.unsqueeze(1))  # (B, G, S)
         cg = torch.bmm(alpha.to(enc.values.dtype), enc.values).view(N, -1)  # C c_i
-        x_zr, x_h = (x_gates + cg).split([2 * d, d], dim=1)
-        z, r = torch.sigmoid(x_zr + q_zr).chunk(2, dim=1)
-        cand = torch.tanh(x_h + self.U(r * s))
-        s_new = s + z * (cand - s)
+        s_new = self._gru_update(s, x_gates + cg, q_zr)
         ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations).view(N, -1)
         return self._deep_output(s, self.V_o(emb), ctx), s_new, alpha.view(N, S)
 
