@@ -41,7 +41,7 @@ from nmtkit.data.binarized import split_paths
 from nmtkit.errors import ConfigError, InputError, OutputError, OutputExistsError
 from nmtkit.text.bpe import SEPARATOR, count_merges, join_bpe, learn_codes, subword_vocab  # noqa: F401
 from nmtkit.text.clean import DROP_REASONS, PairDeduper, drop_reason
-from nmtkit.text.io import check_parallel, read_lines
+from nmtkit.text.io import check_parallel, decode_lines, read_lines
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import TextPipeline
 from nmtkit.text.truecase import add_weights, best_forms, new_casing, truecase_weights
@@ -234,10 +234,8 @@ def _encode_ranges(task: tuple[str, str, list[tuple[int, int, int, int]]]) -> di
     with open(src, "rb") as fs, open(tgt, "rb") as ft:
         fs.seek(ranges[0][0])
         ft.seek(ranges[0][2])
-        s_lines = fs.read(ranges[-1][1] - ranges[0][0]).decode("utf-8").split("\n")
-        t_lines = ft.read(ranges[-1][3] - ranges[0][2]).decode("utf-8").split("\n")
-    s_lines.pop()  # the text after the last newline: empty
-    t_lines.pop()
+        s_lines = decode_lines(fs.read(ranges[-1][1] - ranges[0][0]), src)
+        t_lines = decode_lines(ft.read(ranges[-1][3] - ranges[0][2]), tgt)
     if len(s_lines) != len(t_lines):  # pragma: no cover - pass 1 writes pairs
         raise AssertionError(f"tokenised training files out of step: {len(s_lines)} vs {len(t_lines)} lines")
     return _encode_chunk(list(zip(s_lines, t_lines)))

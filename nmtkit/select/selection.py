@@ -42,6 +42,7 @@ import numpy as np
 
 from nmtkit.errors import ConfigError, InputError, OutputExistsError
 from nmtkit.select.ngram import LMVocab, NgramLM
+from nmtkit.text.io import decode_lines
 from nmtkit.text.parallel import parallel_map
 
 log = logging.getLogger(__name__)
@@ -226,23 +227,9 @@ class Block:
     tgt: bytes
 
     def lines(self) -> tuple[list[str], list[str]]:
-        return (_decode_block(self.src, self.src_path, self.first, self.n),
-                _decode_block(self.tgt, self.tgt_path, self.first, self.n))
-
-
-def _decode_block(data: bytes, path: str, first: int, n: int) -> list[str]:
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = first + data.count(b"\n", 0, err.start)
-        raise InputError(f"invalid UTF-8 ({err.reason})", path, line) from None
-    lines = text.split("\n")
-    if text.endswith("\n"):
-        lines.pop()
-    if "\r" in text:
-        lines = [x.rstrip("\r") for x in lines]
-    assert len(lines) == n
-    return lines
+        src, tgt = decode_lines(self.src, self.src_path, self.first), decode_lines(self.tgt, self.tgt_path, self.first)
+        assert len(src) == len(tgt) == self.n
+        return src, tgt
 
 
 # ---------------------------------------------------------------------- tokenising and scoring

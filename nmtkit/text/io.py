@@ -76,6 +76,23 @@ def read_lines(path: str | Path) -> Iterator[str]:
             raise InputError(f"invalid UTF-8 ({where}); expected UTF-8 text", str(path), lineno) from None
 
 
+def decode_lines(data: bytes, path: str | Path, first: int = 1) -> list[str]:
+    """A block of whole lines read as bytes -> the lines without their `\n` (and any `\r` before
+    it); `first` is the block's first line number in `path`, for the error naming the
+    line that is not valid UTF-8 (a worker can decode what the parent only read)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = first + data.count(b"\n", 0, err.start)
+        raise InputError(f"invalid UTF-8 ({err.reason})", str(path), line) from None
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    if "\r" in text:
+        lines = [x.rstrip("\r") for x in lines]
+    return lines
+
+
 def check_parallel(src: str | Path, tgt: str | Path) -> tuple[int, str, str]:
     """Check two parallel files have the same number of lines.
 
