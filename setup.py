@@ -14,6 +14,7 @@ setup(
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["nmtkit", "nmtkit.*"]),
+    package_data={"nmtkit.serve": ["page.html"]},
     python_requires=">=3.10",
     install_requires=[
         "click>=8.1",
@@ -24,6 +25,7 @@ setup(
         "rich>=13",
         "numpy>=1.24",
         "matplotlib>=3.7",
+        "aiohttp>=3.9",  # nmtkit serve: HTTP server, and the client its tests and benchmark use
     ],
     extras_require={"dev": ["pytest>=7", "ruff>=0.4"]},
     entry_points={"console_scripts": ["nmtkit=nmtkit.cli:main"]},

@@ -161,18 +161,23 @@ def hard_alignment(attention: Any, n_src: int, n_tgt: int) -> str:
     return " ".join(pairs)
 
 
-def soft_alignment(attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> str:
-    """One JSON line: {"src": [...], "tgt": [...], "attention": [[...], ...]}.
+def attention_table(attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> dict[str, list]:
+    """{"src": [...], "tgt": [...], "attention": [[...], ...]}: the soft alignment of one hypothesis.
 
     Rows are the target tokens then "</s>", columns the source tokens (then "</s>" when the
     model attends to a source EOS); weights rounded to 4 decimals.
     """
     if attention is None or not len(attention):
-        return json.dumps({"src": list(src_tokens), "tgt": list(tgt_tokens), "attention": []}, ensure_ascii=False)
+        return {"src": list(src_tokens), "tgt": list(tgt_tokens), "attention": []}
     rows = [[round(float(x), 4) for x in r] for r in attention]
     src = list(src_tokens) + ["</s>"] * (len(rows[0]) - len(src_tokens))
     tgt = list(tgt_tokens) + ["</s>"] * (len(rows) - len(tgt_tokens))
-    return json.dumps({"src": src, "tgt": tgt, "attention": rows}, ensure_ascii=False)
+    return {"src": src, "tgt": tgt, "attention": rows}
+
+
+def soft_alignment(attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> str:
+    """`attention_table` as one JSON line (--alignments soft)."""
+    return json.dumps(attention_table(attention, src_tokens, tgt_tokens), ensure_ascii=False)
 
 
 def nbest_line(index: int, text: str, log_prob: float, length: int, score: float) -> str:
@@ -305,6 +310,7 @@ class Translator:
         except (KeyError, ValueError, TypeError) as err:
             raise CheckpointError(f"checkpoint has no usable vocabularies ({err})", config.models[0]) from None
         self.pipeline = _pipeline_from_dict(first.get("pipeline"), config.models[0])
+        self.arch = first.get("arch")
         src_lang, tgt_lang = first.get("src_lang"), first.get("tgt_lang")
         self.langs = (src_lang, tgt_lang)
         if config.max_src_len is not None:
@@ -343,8 +349,12 @@ class Translator:
             toks = toks[: self.max_src_len]
         return list(toks)
 
-    def decode_batch(self, src_token_lists: Sequence[list[str]]) -> list[list[Any]]:
-        """Beam search over non-empty token lists of similar lengths -> n-best Hypotheses each."""
+    def decode_batch(self, src_token_lists: Sequence[list[str]], beam: int | None = None, nbest: int | None = None,
+                     need_attention: bool | None = None) -> list[list[Any]]:
+        """Beam search over non-empty token lists of similar lengths -> n-best Hypotheses each.
+
+        beam, nbest, need_attention: per-call values (the server's per-request options); None
+        takes the config's (and the translator's need for attention)."""
         import torch
 
         from nmtkit.decode.search import beam_search
@@ -356,13 +366,14 @@ class Translator:
         for i, x in enumerate(ids):
             src[i, : len(x)] = torch.tensor(x, dtype=torch.long)
         c = self.config
+        need_attention = self.need_attention if need_attention is None else need_attention
         with torch.inference_mode(), self.autocast:
             results = beam_search(
-                self.models, src.to(self.device), lens.to(self.device), beam=c.beam, lenpen=c.lenpen,
-                max_len_a=c.max_len_a, max_len_b=c.max_len_b, nbest=c.nbest,
-                need_attention=self.need_attention,
+                self.models, src.to(self.device), lens.to(self.device), beam=beam or c.beam, lenpen=c.lenpen,
+                max_len_a=c.max_len_a, max_len_b=c.max_len_b, nbest=nbest or c.nbest,
+                need_attention=need_attention,
             )
-        if self.need_attention:
+        if need_attention:
             # attention columns: the batch's padded width plus any positions the model adds (its
             # source EOS); keep each sentence's own columns only
             width = max(h.attention.size(1) for hyps in results for h in hyps)
@@ -387,15 +398,19 @@ class Translator:
             self.plotted += 1
         return res
 
-    def translate_buffer(self, lines: Sequence[tuple[int, str]]) -> list[Result]:
-        """[(line number, text)] -> Results in the same order."""
+    def translate_buffer(self, lines: Sequence[tuple[int, str]], beam: int | None = None, nbest: int | None = None,
+                         need_attention: bool | None = None) -> list[Result]:
+        """[(line number, text)] -> Results in the same order: prepare, batch by length, decode,
+        finish. The one path from raw lines to hypotheses, for `nmtkit translate` and `nmtkit
+        serve` alike; beam, nbest, need_attention as in `decode_batch`."""
         results = [Result(index=n, src_tokens=self.prepare(text, n)) for n, text in lines]
         todo = [i for i, r in enumerate(results) if r.src_tokens]
         batches = make_batches([len(results[i].src_tokens) for i in todo], self.config.batch_size,
                                self.config.max_tokens)
         for batch in batches:
             idx = [todo[b] for b in batch]
-            for i, hyps in zip(idx, self.decode_batch([results[i].src_tokens for i in idx])):
+            src = [results[i].src_tokens for i in idx]
+            for i, hyps in zip(idx, self.decode_batch(src, beam, nbest, need_attention)):
                 results[i].hyps = hyps
         return [self.finish(r, n) for r, (n, _) in zip(results, lines)]
 

@@ -1,4 +1,4 @@
-"""The `nmtkit` command: a click group over the five subcommands.
+"""The `nmtkit` command: a click group over the subcommands (the five pipeline steps, then serve).
 
 This package is the only place that knows click, rich consoles and exit codes. Each
 subcommand lives in its own module here, parses its options, builds one config and calls a
@@ -14,6 +14,7 @@ import click
 from nmtkit import __version__
 from nmtkit.cli.preprocess import preprocess_cmd
 from nmtkit.cli.score import score_cmd
+from nmtkit.cli.serve import serve_cmd
 from nmtkit.cli.select import select_data_cmd
 from nmtkit.cli.train import train_cmd
 from nmtkit.cli.translate import translate_cmd
@@ -46,6 +47,7 @@ cli.add_command(select_data_cmd)
 cli.add_command(train_cmd)
 cli.add_command(translate_cmd)
 cli.add_command(score_cmd)
+cli.add_command(serve_cmd)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,85 @@
+"""`nmtkit serve`: an HTTP translation server over one loaded model (library: nmtkit.serve)."""
+from __future__ import annotations
+
+import sys
+
+import click
+
+
+@click.command("serve")
+@click.option("-m", "--model", "models", multiple=True, required=True, metavar="CHECKPOINT",
+              help="Checkpoint to serve. Give several with --ensemble.")
+@click.option("--ensemble", is_flag=True, help="Average several -m models, as `nmtkit translate --ensemble`.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on. The default answers this machine only; 0.0.0.0 opens the "
+                   "server to the network (it has no authentication).")
+@click.option("--port", type=int, default=8080, show_default=True, help="Port (0: any free port).")
+@click.option("-k", "--beam", type=int, default=5, show_default=True,
+              help="Beam width: the default and the most a request may ask for.")
+@click.option("--lenpen", type=float, default=1.0, show_default=True, help="As `nmtkit translate --lenpen`.")
+@click.option("--max-len-a", type=float, default=2.0, show_default=True,
+              help="Target length limit: at most a * source_length + b tokens.")
+@click.option("--max-len-b", type=float, default=10.0, show_default=True, help="See --max-len-a.")
+@click.option("--batch-size", type=int, default=64, show_default=True,
+              help="Most sentences, from all waiting requests, decoded in one batched beam search.")
+@click.option("--max-tokens", type=int, default=None,
+              help="Also cap a decoder batch at this many padded source tokens.")
+@click.option("--batch-delay-ms", type=float, default=5.0, show_default=True,
+              help="How long a request arriving at an idle server waits for others to share its batch.")
+@click.option("--max-lines", type=int, default=100, show_default=True, help="Most lines in one request.")
+@click.option("--max-line-chars", type=int, default=1000, show_default=True,
+              help="Most characters in one line of a request.")
+@click.option("--max-body-bytes", type=int, default=1 << 20, show_default=True,
+              help="Largest request body.")
+@click.option("--max-src-len", type=int, default=None,
+              help="Longer inputs (in model tokens) are truncated, as in `nmtkit translate`.")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto",
+              show_default=True, help="As `nmtkit translate --precision`.")
+@click.option("--threads", type=int, default=None, metavar="N", help="torch CPU threads [torch's default].")
+@click.option("-q", "--quiet", is_flag=True, help="No per-request log lines on stderr.")
+def serve_cmd(models, ensemble, host, port, beam, lenpen, max_len_a, max_len_b, batch_size, max_tokens,
+              batch_delay_ms, max_lines, max_line_chars, max_body_bytes, max_src_len, device, precision,
+              threads, quiet) -> None:
+    """Serve translations over HTTP, batching sentences across concurrent requests.
+
+    Loads the checkpoint once, then answers POST /translate
+    ({"text": [...], "beam": 5, "nbest": 1, "alignments": false}), OpenNMT-py's
+    POST /translator/translate, GET /health, GET /info, and a page at / that shows each
+    translation's attention. SIGTERM or Ctrl-C finishes the requests in flight, then exits 0.
+    Example:
+
+        nmtkit serve -m run/checkpoint_best.pt --port 8080
+    """
+    import asyncio
+
+    from nmtkit.errors import ConfigError
+
+    if len(models) > 1 and not ensemble:
+        raise ConfigError(f"{len(models)} -m checkpoints given: add --ensemble to average them")
+
+    from nmtkit.serve.app import ServeConfig, serve
+    from nmtkit.serve.limits import Limits
+    from nmtkit.translate import TranslateConfig, Translator
+
+    config = ServeConfig(host=host, port=port, batch_size=batch_size, batch_delay_ms=batch_delay_ms, quiet=quiet,
+                         limits=Limits(max_lines=max_lines, max_line_chars=max_line_chars,
+                                       max_body_bytes=max_body_bytes, max_beam=beam))
+    config.validate()
+    tcfg = TranslateConfig(models=tuple(models), beam=beam, lenpen=lenpen, max_len_a=max_len_a,
+                           max_len_b=max_len_b, batch_size=batch_size, max_tokens=max_tokens,
+                           max_src_len=max_src_len, device=device, precision=precision, threads=threads)
+    tcfg.validate()
+
+    def say(msg: str) -> None:
+        click.echo(f"nmtkit: {msg}", err=True)
+
+    def warn(msg: str) -> None:
+        if not quiet:
+            say(f"warning: {msg}")
+
+    translator = Translator(tcfg, warn=warn)
+    translator.source_name = "<request>"
+    translator.translate_lines(["warm up ."])  # the first decoder call is slow; pay it before the first client
+    asyncio.run(serve(translator, config, announce=say, log_line=say))
+    sys.stdout.flush()

@@ -1,0 +1,10 @@
+"""`nmtkit serve`: a translation server that loads the model once and batches across requests.
+
+- `limits`:  the request limits and the checking of request bodies (pure Python);
+- `batcher`: dynamic batching of concurrent requests into one batched beam search;
+- `app`:     the aiohttp routes, JSON errors, request logs, graceful stop;
+- `page.html`: the static page at `GET /` that draws the attention of each translation.
+
+The translation itself is `nmtkit.translate.Translator.translate_buffer`, the same function
+`nmtkit translate` uses.
+"""

@@ -1,0 +1,241 @@
+"""The HTTP side of `nmtkit serve`: routes, JSON errors, request logs, start and graceful stop.
+
+Built on aiohttp: one well-kept library gives the asyncio HTTP server (no separate ASGI server
+process to run and configure, as uvicorn + starlette would need), its body-size limit and
+signal-safe shutdown, and the HTTP and websocket client the tests, the browser test and the
+load benchmark use.
+
+Routes:
+- `POST /translate`: {"text": [...], "beam", "nbest", "alignments"} ->
+  {"translations": [{"text", "score", "alignment", ("nbest")}], "model", "took_ms"}
+- `POST /translator/translate`: OpenNMT-py's REST shape, [{"src", "id"}] -> [[{"src", "tgt",
+  "n_best", "pred_score"}]] (one inner list per n-best rank), so its clients need a new URL only.
+- `GET /health`, `GET /info` (languages, architecture, vocabularies, pipeline, checksums),
+  `GET /` (the page: nmtkit/serve/page.html).
+
+The model runs in one worker thread fed by the `Batcher`; the event loop only parses, checks
+(`limits`) and answers. Every refusal is a 4xx with `{"error": "one line"}`.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable
+
+from aiohttp import web
+
+from nmtkit.errors import OutputError
+from nmtkit.serve.batcher import Batcher
+from nmtkit.serve.limits import Limits, RequestError, check_onmt_request, check_request, parse_json_body
+
+BATCHER = web.AppKey("batcher", Batcher)
+STATE = web.AppKey("state", dict)
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Every option of `nmtkit serve` beyond the translator's own (TranslateConfig)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    limits: Limits = field(default_factory=Limits)
+    batch_size: int = 64  # most sentences gathered into one decoder call
+    batch_delay_ms: float = 5.0  # how long the first waiting request waits for company
+    shutdown_timeout: float = 60.0  # seconds in-flight requests get to finish on SIGTERM/SIGINT
+    quiet: bool = False
+
+    def validate(self) -> None:
+        from nmtkit.errors import ConfigError
+
+        self.limits.validate()
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"--port must be between 0 and 65535, got {self.port}")
+        if self.batch_size < 1 or self.batch_delay_ms < 0:
+            raise ConfigError("--batch-size must be >= 1 and --batch-delay-ms >= 0")
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def model_info(translator: Any, config: ServeConfig) -> dict[str, Any]:
+    """`GET /info`: what is being served and under which limits."""
+    tc = translator.config
+    src_lang, tgt_lang = translator.langs
+    return {
+        "model": model_name(translator),
+        "checkpoints": [{"path": str(p), "sha256": file_sha256(p)} for p in tc.models],
+        "src_lang": src_lang, "tgt_lang": tgt_lang, "arch": translator.arch,
+        "src_vocab_size": len(translator.src_vocab.itos), "tgt_vocab_size": len(translator.tgt_vocab.itos),
+        "pipeline": translator.pipeline.to_dict(),
+        "decoding": {"beam": tc.beam, "lenpen": tc.lenpen, "max_len_a": tc.max_len_a, "max_len_b": tc.max_len_b,
+                     "max_src_len": translator.max_src_len, "device": str(translator.device)},
+        "batching": {"batch_size": config.batch_size, "max_tokens": tc.max_tokens,
+                     "batch_delay_ms": config.batch_delay_ms},
+        "limits": asdict(config.limits),
+    }
+
+
+def model_name(translator: Any) -> str:
+    return "+".join(Path(p).name for p in translator.config.models)
+
+
+def translation_json(result: Any, alignments: bool, nbest: int) -> dict[str, Any]:
+    """One input line's answer: top text and score, its alignment when asked, the n-best list."""
+    from nmtkit.translate import attention_table, hard_alignment
+
+    if not result.hyps:  # an empty line: an empty translation, as `nmtkit translate` writes
+        item: dict[str, Any] = {"text": "", "score": 0.0, "alignment": None}
+        if alignments:
+            item["alignment"] = {"src": [], "tgt": [], "attention": [], "hard": ""}
+        if nbest > 1:
+            item["nbest"] = []
+        return item
+    top = result.hyps[0]
+    item = {"text": result.texts[0], "score": top.score, "alignment": None}
+    if alignments:
+        table = attention_table(top.attention, result.src_tokens, result.tgt_tokens[0])
+        table["hard"] = hard_alignment(top.attention, len(result.src_tokens), len(result.tgt_tokens[0]))
+        item["alignment"] = table
+    if nbest > 1:
+        item["nbest"] = [{"text": text, "score": hyp.score, "log_prob": hyp.log_prob}
+                         for text, hyp in zip(result.texts, result.hyps)]
+    return item
+
+
+async def _checked(request: web.Request, check: Callable) -> Any:
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[STATE]["config"].limits.max_body_bytes
+        raise RequestError(f"request body over the limit of {limit} bytes", 413) from None
+    request["nmtkit_bytes"] = len(body)
+    req = check(parse_json_body(body, request.app[STATE]["config"].limits), request.app[STATE]["config"].limits)
+    request["nmtkit_lines"] = len(req.lines)
+    return req
+
+
+async def translate_route(request: web.Request) -> web.Response:
+    t0 = time.perf_counter()
+    req = await _checked(request, check_request)
+    results = await request.app[BATCHER].submit(req.lines, req.beam, req.nbest, req.alignments)
+    return web.json_response({
+        "translations": [translation_json(r, req.alignments, req.nbest) for r in results],
+        "model": request.app[STATE]["model"],
+        "took_ms": round((time.perf_counter() - t0) * 1000, 2),
+    })
+
+
+async def onmt_route(request: web.Request) -> web.Response:
+    """OpenNMT-py's `/translator/translate`: a list per n-best rank (here one), items in input order."""
+    req = await _checked(request, check_onmt_request)
+    results = await request.app[BATCHER].submit(req.lines, req.beam, 1, False)
+    out = [{"src": src, "tgt": r.texts[0] if r.texts else "", "n_best": 1,
+            "pred_score": r.hyps[0].score if r.hyps else 0.0} for src, r in zip(req.lines, results)]
+    return web.json_response([out])
+
+
+async def health_route(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return web.json_response({"status": "ok", "model": state["model"],
+                              "uptime_s": round(time.monotonic() - state["started"], 1),
+                              "batching": asdict(request.app[BATCHER].stats)})
+
+
+async def info_route(request: web.Request) -> web.Response:
+    return web.json_response(request.app[STATE]["info"])
+
+
+async def page_route(request: web.Request) -> web.Response:
+    return web.Response(text=request.app[STATE]["page"], content_type="text/html", charset="utf-8")
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": " ".join(str(message).split())}, status=status)
+
+
+def _middleware(log_line: Callable[[str], None] | None):
+    @web.middleware
+    async def errors_and_log(request: web.Request, handler) -> web.StreamResponse:
+        t0 = time.perf_counter()
+        try:
+            response = await handler(request)
+        except RequestError as err:
+            response = _error(err.status, str(err))
+        except web.HTTPException as err:  # aiohttp's own: 404, 405, 413
+            response = _error(err.status, err.reason if err.status != 413 else err.text or err.reason)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the server keeps serving; the client learns why
+            response = _error(500, f"internal error: {type(err).__name__}: {err}")
+        if log_line is not None:
+            ms = (time.perf_counter() - t0) * 1000
+            log_line(f"{request.remote} {request.method} {request.path} {response.status} "
+                     f"lines={request.get('nmtkit_lines', 0)} bytes={request.get('nmtkit_bytes', 0)} {ms:.1f}ms")
+        return response
+
+    return errors_and_log
+
+
+def make_app(translator: Any, config: ServeConfig, log_line: Callable[[str], None] | None = None) -> web.Application:
+    """The aiohttp application around a loaded `nmtkit.translate.Translator`."""
+    app = web.Application(middlewares=[_middleware(None if config.quiet else log_line)],
+                          client_max_size=config.limits.max_body_bytes)
+
+    def translate(lines, beam, nbest, attention):
+        return translator.translate_buffer(list(enumerate(lines, 1)), beam, nbest, attention)
+
+    app[BATCHER] = Batcher(translate, config.batch_size, config.batch_delay_ms / 1000)
+    app[STATE] = {"config": config, "model": model_name(translator), "info": model_info(translator, config),
+                  "page": resources.files("nmtkit.serve").joinpath("page.html").read_text(encoding="utf-8"),
+                  "started": time.monotonic()}
+
+    async def start_batcher(app: web.Application) -> None:
+        await app[BATCHER].start()
+
+    async def stop_batcher(app: web.Application) -> None:
+        await app[BATCHER].stop()
+
+    app.on_startup.append(start_batcher)
+    app.on_cleanup.append(stop_batcher)  # after in-flight requests are answered (runner.cleanup)
+    app.router.add_post("/translate", translate_route)
+    app.router.add_post("/translator/translate", onmt_route)
+    app.router.add_get("/health", health_route)
+    app.router.add_get("/info", info_route)
+    app.router.add_get("/", page_route)
+    return app
+
+
+async def serve(translator: Any, config: ServeConfig, announce: Callable[[str], None],
+                log_line: Callable[[str], None] | None = None) -> None:
+    """Serve until SIGTERM or SIGINT, then stop accepting, finish the requests in flight, return."""
+    app = make_app(translator, config, log_line)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=config.shutdown_timeout)
+    await runner.setup()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        try:
+            await web.TCPSite(runner, config.host, config.port).start()
+        except OSError as err:
+            raise OutputError(f"cannot listen on {config.host}:{config.port}: {err.strerror or err}") from None
+        host, port = runner.addresses[0][:2]  # the real port when --port 0
+        announce(f"serving {model_name(translator)} on http://{host}:{port} (Ctrl-C or SIGTERM stops)")
+        await stop.wait()
+        announce("stopping: no new requests; finishing those in flight")
+    finally:
+        await runner.cleanup()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    announce("stopped")

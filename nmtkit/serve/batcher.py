@@ -1,0 +1,150 @@
+"""Dynamic batching: sentences from concurrent requests share one batched beam search.
+
+Requests put their lines on a queue and wait. One worker task takes the first waiting request,
+then every request that arrives within `delay` seconds (or is already waiting) and decodes with
+the same options, until `batch_size` sentences are gathered; it hands all their lines, in
+order, to one call of the translate function (`Translator.translate_buffer`: length sorting and
+batched beam search, the very path `nmtkit translate` takes) in a worker thread, so that the
+event loop keeps accepting requests while the model runs. The results are cut back into the
+requests' own slices, in order. A request with other options (beam, n-best) waits for the next
+round; a request larger than `batch_size` goes alone (the translate function splits it).
+
+Beam search treats every sentence of a batch independently (`nmtkit.decode.search`), so a
+request's translations do not depend on which requests it was batched with.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+# (lines, beam, nbest, need_attention) -> one result per line, in order
+TranslateFn = Callable[[Sequence[str], int, int, bool], list[Any]]
+
+
+@dataclass
+class _Job:
+    lines: Sequence[str]
+    beam: int
+    nbest: int
+    attention: bool
+    future: asyncio.Future = field(repr=False)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return self.beam, self.nbest
+
+
+@dataclass
+class BatchStats:
+    """Counters for /health: how many decoder calls served how many requests and sentences."""
+
+    batches: int = 0
+    requests: int = 0
+    sentences: int = 0
+    largest: int = 0  # most sentences in one call
+
+
+class Batcher:
+    """Collects requests into batches and runs them one batch at a time in a worker thread."""
+
+    def __init__(self, translate: TranslateFn, batch_size: int, delay: float):
+        self.translate = translate
+        self.batch_size = batch_size
+        self.delay = delay
+        self.stats = BatchStats()
+        self._queue: asyncio.Queue[_Job] | None = None
+        self._held: collections.deque[_Job] = collections.deque()  # taken but left for a later round
+        self._task: asyncio.Task | None = None
+        self._executor: ThreadPoolExecutor | None = None
+
+    async def start(self) -> None:
+        self._queue = asyncio.Queue()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nmtkit-decode")
+        self._task = asyncio.create_task(self._run(), name="nmtkit-batcher")
+
+    async def stop(self) -> None:
+        """Stop the worker (call once no request is waiting any more)."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    async def submit(self, lines: Sequence[str], beam: int, nbest: int, attention: bool) -> list[Any]:
+        """Translate `lines` (one result per line, in order) within some batch."""
+        assert self._queue is not None, "Batcher.start() first"
+        if not lines:
+            return []
+        future = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Job(list(lines), beam, nbest, attention, future))
+        return await future
+
+    async def _next_job(self, timeout: float | None) -> _Job | None:
+        if self._held:
+            return self._held.popleft()
+        assert self._queue is not None
+        if timeout is None:
+            return await self._queue.get()
+        if not self._queue.empty():
+            return self._queue.get_nowait()
+        if timeout <= 0:
+            return None
+        try:
+            return await asyncio.wait_for(self._queue.get(), timeout)
+        except asyncio.TimeoutError:
+            return None
+
+    async def _gather(self) -> list[_Job]:
+        """The next batch: the oldest job plus compatible ones arriving within the delay."""
+        loop = asyncio.get_running_loop()
+        first = await self._next_job(None)
+        group, size = [first], len(first.lines)
+        deadline = loop.time() + self.delay
+        skipped: list[_Job] = []
+        while size < self.batch_size:
+            # jobs held from an earlier round first (they waited already), then the queue
+            job = await self._next_job(deadline - loop.time())
+            if job is None:
+                break
+            if job.key != first.key or size + len(job.lines) > self.batch_size:
+                skipped.append(job)
+                continue
+            group.append(job)
+            size += len(job.lines)
+        self._held.extend(skipped)
+        return group
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            group = await self._gather()
+            group = [job for job in group if not job.future.done()]  # clients that went away
+            if not group:
+                continue
+            lines = [line for job in group for line in job.lines]
+            attention = any(job.attention for job in group)
+            try:
+                results = await loop.run_in_executor(
+                    self._executor, self.translate, lines, group[0].beam, group[0].nbest, attention)
+            except Exception as err:  # noqa: BLE001 - handed to every waiting request
+                for job in group:
+                    if not job.future.done():
+                        job.future.set_exception(err)
+                continue
+            self.stats.batches += 1
+            self.stats.requests += len(group)
+            self.stats.sentences += len(lines)
+            self.stats.largest = max(self.stats.largest, len(lines))
+            start = 0
+            for job in group:
+                if not job.future.done():
+                    job.future.set_result(results[start : start + len(job.lines)])
+                start += len(job.lines)
