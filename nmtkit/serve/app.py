@@ -19,6 +19,7 @@ The model runs in one worker thread fed by the `Batcher`; the event loop only pa
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import signal
 import time
@@ -35,6 +36,8 @@ from nmtkit.serve.limits import Limits, RequestError, check_onmt_request, check_
 
 BATCHER = web.AppKey("batcher", Batcher)
 STATE = web.AppKey("state", dict)
+# the current request's size for its log line: {"lines": n, "bytes": n}, set by the middleware
+REQUEST_SIZE: contextvars.ContextVar[dict] = contextvars.ContextVar("nmtkit_request_size")
 
 
 @dataclass(frozen=True)
@@ -118,9 +121,11 @@ async def _checked(request: web.Request, check: Callable) -> Any:
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[STATE]["config"].limits.max_body_bytes
         raise RequestError(f"request body over the limit of {limit} bytes", 413) from None
-    request["nmtkit_bytes"] = len(body)
-    req = check(parse_json_body(body, request.app[STATE]["config"].limits), request.app[STATE]["config"].limits)
-    request["nmtkit_lines"] = len(req.lines)
+    size = REQUEST_SIZE.get({})
+    size["bytes"] = len(body)
+    limits = request.app[STATE]["config"].limits
+    req = check(parse_json_body(body, limits), limits)
+    size["lines"] = len(req.lines)
     return req
 
 
@@ -167,6 +172,8 @@ def _middleware(log_line: Callable[[str], None] | None):
     @web.middleware
     async def errors_and_log(request: web.Request, handler) -> web.StreamResponse:
         t0 = time.perf_counter()
+        size = {"lines": 0, "bytes": 0}
+        REQUEST_SIZE.set(size)
         try:
             response = await handler(request)
         except RequestError as err:
@@ -180,7 +187,7 @@ def _middleware(log_line: Callable[[str], None] | None):
         if log_line is not None:
             ms = (time.perf_counter() - t0) * 1000
             log_line(f"{request.remote} {request.method} {request.path} {response.status} "
-                     f"lines={request.get('nmtkit_lines', 0)} bytes={request.get('nmtkit_bytes', 0)} {ms:.1f}ms")
+                     f"lines={size['lines']} bytes={size['bytes']} {ms:.1f}ms")
         return response
 
     return errors_and_log

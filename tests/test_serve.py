@@ -1,0 +1,251 @@
+"""`nmtkit serve` in process: routes, limits and refusals, and dynamic batching that changes nothing.
+
+The server runs on 127.0.0.1 (aiohttp's TestServer, a free port) around a tiny random checkpoint;
+the expected translations come from `Translator.translate_lines`, the library behind
+`nmtkit translate`.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+
+import pytest
+
+pytest.importorskip("aiohttp")
+
+from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
+
+from nmtkit.serve.app import ServeConfig, make_app  # noqa: E402
+from nmtkit.serve.limits import Limits  # noqa: E402
+from tests.translate_fixtures import make_checkpoint  # noqa: E402
+
+LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat", "is a small dog ."]
+DECODE = dict(max_len_a=1.0, max_len_b=3.0)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return str(make_checkpoint(tmp_path_factory.mktemp("serve") / "model.pt", seed=3))
+
+
+@pytest.fixture(scope="module")
+def translator(ckpt):
+    from nmtkit.translate import TranslateConfig, Translator
+
+    return Translator(TranslateConfig(models=(ckpt,), beam=4, batch_size=8, **DECODE))
+
+
+def expected(ckpt, lines, beam=4):
+    from nmtkit.translate import TranslateConfig, Translator
+
+    return Translator(TranslateConfig(models=(ckpt,), beam=beam, **DECODE)).translate_lines(lines)
+
+
+def serve(translator, body, config: ServeConfig | None = None, logs: list | None = None):
+    """Run `body(client)` against a fresh server; returns its result."""
+    config = config or ServeConfig(limits=Limits(max_beam=4, max_lines=10, max_line_chars=200, max_body_bytes=4096))
+
+    async def main():
+        app = make_app(translator, config, log_line=logs.append if logs is not None else None)
+        async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+            return await body(client)
+
+    return asyncio.run(main())
+
+
+async def post(client, path, payload, raw: bytes | None = None):
+    data = raw if raw is not None else json.dumps(payload).encode()
+    resp = await client.post(path, data=data, headers={"Content-Type": "application/json"})
+    return resp.status, await resp.text()
+
+
+def test_translate_route_answers_every_line_in_order_as_nmtkit_translate_would(translator, ckpt):
+    async def body(client):
+        return await post(client, "/translate", {"text": LINES})
+
+    status, text = serve(translator, body)
+    assert status == 200, text
+    data = json.loads(text)
+    assert [t["text"] for t in data["translations"]] == expected(ckpt, LINES)
+    assert data["translations"][1] == {"text": "", "score": 0.0, "alignment": None}
+    assert data["model"] == "model.pt" and data["took_ms"] >= 0
+    assert all(t["score"] < 0 for i, t in enumerate(data["translations"]) if i != 1)
+
+
+def test_concurrent_requests_share_batches_and_each_gets_what_it_gets_alone(translator, ckpt):
+    requests = [LINES[i % len(LINES): i % len(LINES) + 1 + i % 3] for i in range(12)]
+    config = ServeConfig(batch_size=16, batch_delay_ms=100, limits=Limits(max_beam=4))
+
+    async def body(client):
+        alone = [await post(client, "/translate", {"text": r, "nbest": 2}) for r in requests]
+        before = dict((await (await client.get("/health")).json())["batching"])
+        together = await asyncio.gather(*(post(client, "/translate", {"text": r, "nbest": 2}) for r in requests))
+        after = (await (await client.get("/health")).json())["batching"]
+        return alone, together, before, after
+
+    alone, together, before, after = serve(translator, body, config)
+    assert before["batches"] == len(requests)  # one decoder call per request when they come one by one
+    assert after["batches"] - before["batches"] < len(requests) / 2  # concurrent ones were batched
+    assert after["largest"] > max(len(r) for r in requests)
+    for r, (s1, t1), (s2, t2) in zip(requests, alone, together):
+        assert s1 == s2 == 200
+        a, b = json.loads(t1)["translations"], json.loads(t2)["translations"]
+        assert [x["text"] for x in a] == [x["text"] for x in b] == expected(ckpt, r)
+        assert [x["score"] for x in a] == pytest.approx([x["score"] for x in b], abs=1e-5)
+        assert [[n["text"] for n in x["nbest"]] for x in a] == [[n["text"] for n in x["nbest"]] for x in b]
+
+
+def test_per_request_beam_and_nbest_narrow_the_servers_and_mixed_requests_stay_correct(translator, ckpt):
+    async def body(client):
+        return await asyncio.gather(
+            post(client, "/translate", {"text": LINES, "beam": 1}),
+            post(client, "/translate", {"text": LINES, "beam": 3, "nbest": 3}),
+            post(client, "/translate", {"text": LINES}),
+        )
+
+    (s1, greedy), (s2, three), (s3, default) = serve(translator, body)
+    assert s1 == s2 == s3 == 200
+    assert [t["text"] for t in json.loads(greedy)["translations"]] == expected(ckpt, LINES, beam=1)
+    assert [t["text"] for t in json.loads(three)["translations"]] == expected(ckpt, LINES, beam=3)
+    assert [t["text"] for t in json.loads(default)["translations"]] == expected(ckpt, LINES, beam=4)
+    for t in json.loads(three)["translations"]:
+        if t["text"]:
+            assert len(t["nbest"]) == 3 and t["nbest"][0]["text"] == t["text"]
+            assert [n["score"] for n in t["nbest"]] == sorted((n["score"] for n in t["nbest"]), reverse=True)
+
+
+def test_alignments_give_an_attention_row_per_target_token_over_the_source_tokens(translator):
+    async def body(client):
+        return await post(client, "/translate", {"text": LINES, "alignments": True})
+
+    status, text = serve(translator, body)
+    assert status == 200
+    for line, t in zip(LINES, json.loads(text)["translations"]):
+        al = t["alignment"]
+        if not line:
+            assert al == {"src": [], "tgt": [], "attention": [], "hard": ""}
+            continue
+        assert al["src"][: len(line.split())] == line.split()
+        assert len(al["attention"]) == len(al["tgt"]) and al["tgt"][-1] == "</s>"
+        assert all(len(row) == len(al["src"]) for row in al["attention"])
+        assert all(sum(row) == pytest.approx(1.0, abs=2e-3) for row in al["attention"])
+        assert len(al["hard"].split()) == len(al["tgt"]) - 1
+
+
+def test_opennmt_route_takes_and_gives_opennmt_shapes(translator, ckpt):
+    async def body(client):
+        return await post(client, "/translator/translate", [{"src": line, "id": 100} for line in LINES])
+
+    status, text = serve(translator, body)
+    assert status == 200
+    (rank1,) = json.loads(text)
+    assert [r["src"] for r in rank1] == LINES
+    assert [r["tgt"] for r in rank1] == expected(ckpt, LINES)
+    assert all(r["n_best"] == 1 and isinstance(r["pred_score"], float) for r in rank1)
+
+
+def test_health_and_info_describe_the_model(translator, ckpt):
+    async def body(client):
+        return await (await client.get("/health")).json(), await (await client.get("/info")).json()
+
+    health, info = serve(translator, body)
+    assert health["status"] == "ok" and health["model"] == "model.pt"
+    assert (info["src_lang"], info["tgt_lang"], info["arch"]) == ("en", "fr", "rnnsearch")
+    assert info["src_vocab_size"] == len(translator.src_vocab.itos)
+    assert info["pipeline"]["src_lang"] == "en"
+    with open(ckpt, "rb") as f:
+        assert info["checkpoints"] == [{"path": ckpt, "sha256": hashlib.sha256(f.read()).hexdigest()}]
+    assert info["decoding"]["beam"] == 4 and info["limits"]["max_lines"] == 10
+
+
+BAD = [
+    ("malformed JSON", "/translate", b'{"text": ["a cat"', 400, "malformed JSON"),
+    ("not an object", "/translate", b'["a cat"]', 400, "JSON object"),
+    ("text not a list", "/translate", b'{"text": "a cat"}', 400, "list of strings"),
+    ("a line not a string", "/translate", b'{"text": ["a", 3]}', 400, "list of strings"),
+    ("beam as a string", "/translate", b'{"text": ["a"], "beam": "2"}', 400, "'beam' must be an integer"),
+    ("alignments not a bool", "/translate", b'{"text": ["a"], "alignments": 1}', 400, "true or false"),
+    ("unknown field", "/translate", b'{"text": ["a"], "beem": 2}', 400, "unknown field(s) beem"),
+    ("missing text", "/translate", b'{"beam": 2}', 400, "missing field 'text'"),
+    ("invalid UTF-8", "/translate", b'{"text": ["caf\xe9"]}', 400, "not valid UTF-8"),
+    ("too many lines", "/translate", json.dumps({"text": ["a"] * 11}).encode(), 413, "over the limit of 10"),
+    ("over-long line", "/translate", json.dumps({"text": ["a " * 101]}).encode(), 413, "over the limit of 200"),
+    ("line break in a line", "/translate", b'{"text": ["a\\nb"]}', 400, "line break"),
+    ("over-large body", "/translate", json.dumps({"text": ["a"], "x": "y" * 5000}).encode(), 413, "4096"),
+    ("beam above the limit", "/translate", b'{"text": ["a"], "beam": 5}', 400, "above the server's --beam (4)"),
+    ("beam zero", "/translate", b'{"text": ["a"], "beam": 0}', 400, "'beam' must be >= 1"),
+    ("nbest above beam", "/translate", b'{"text": ["a"], "beam": 2, "nbest": 3}', 400, "above the beam"),
+    ("opennmt not a list", "/translator/translate", b'{"src": "a"}', 400, "JSON list"),
+    ("opennmt unknown field", "/translator/translate", b'[{"src": "a", "tgt": "b"}]', 400, "unknown field(s) tgt"),
+    ("opennmt src not a string", "/translator/translate", b'[{"src": ["a"]}]', 400, "'src' must be a string"),
+    ("unknown route", "/translate/now", b"{}", 404, "Not Found"),
+]
+
+
+@pytest.mark.parametrize("path,raw,status,message", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_input_gets_a_4xx_with_a_one_line_json_error_and_the_server_keeps_serving(
+        translator, ckpt, path, raw, status, message):
+    async def body(client):
+        bad = await post(client, path, None, raw=raw)
+        good = await post(client, "/translate", {"text": ["a cat"]})
+        return bad, good
+
+    (got_status, text), (good_status, good) = serve(translator, body)
+    assert got_status == status, text
+    assert "\n" not in text.strip()
+    error = json.loads(text)
+    assert list(error) == ["error"] and message in error["error"]
+    assert good_status == 200 and json.loads(good)["translations"][0]["text"] == expected(ckpt, ["a cat"])[0]
+
+
+def test_wrong_method_is_a_json_405(translator):
+    async def body(client):
+        resp = await client.get("/translate")
+        return resp.status, await resp.json()
+
+    assert serve(translator, body) == (405, {"error": "Method Not Allowed"})
+
+
+def test_each_request_is_logged_in_one_line_with_its_size_and_latency_unless_quiet(translator):
+    async def body(client):
+        await post(client, "/translate", {"text": LINES[:3]})
+        await post(client, "/translate", {"text": 3})
+
+    logs: list[str] = []
+    serve(translator, body, logs=logs)
+    assert len(logs) == 2
+    assert "POST /translate 200 lines=3 bytes=" in logs[0] and logs[0].endswith("ms")
+    assert "POST /translate 400" in logs[1]
+    quiet: list[str] = []
+    serve(translator, body, ServeConfig(quiet=True), logs=quiet)
+    assert quiet == []
+
+
+def test_the_page_is_one_self_contained_html_file(translator):
+    async def body(client):
+        resp = await client.get("/")
+        return resp.status, resp.content_type, await resp.text()
+
+    status, ctype, html = serve(translator, body)
+    assert status == 200 and ctype == "text/html"
+    assert '<textarea id="source"' in html and "attentionTable" in html
+    assert "http://" not in html and "https://" not in html and "<link" not in html and "src=" not in html
+
+
+def test_a_decoder_failure_is_a_json_500_and_the_server_keeps_serving(translator, ckpt, monkeypatch):
+    real = translator.translate_buffer
+
+    def failing(lines, *args):
+        if any(text == "boom" for _, text in lines):
+            raise RuntimeError("out of memory")
+        return real(lines, *args)
+
+    monkeypatch.setattr(translator, "translate_buffer", failing)
+
+    async def body(client):
+        return await post(client, "/translate", {"text": ["boom"]}), await post(client, "/translate", {"text": ["cat"]})
+
+    (s1, t1), (s2, t2) = serve(translator, body)
+    assert s1 == 500 and json.loads(t1) == {"error": "internal error: RuntimeError: out of memory"}
+    assert s2 == 200 and json.loads(t2)["translations"][0]["text"] == expected(ckpt, ["cat"])[0]
