@@ -1,0 +1,94 @@
+"""`nmtkit serve` as a real process: loopback by default, graceful stop, same output as `nmtkit translate`."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.serve_fixtures import ServerProcess
+from tests.translate_fixtures import make_checkpoint
+
+LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat"]
+DECODE = ["--beam", "3", "--max-len-a", "1", "--max-len-b", "3"]
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return str(make_checkpoint(tmp_path_factory.mktemp("serve-proc") / "model.pt", seed=3))
+
+
+def nmtkit_translate(ckpt: str, lines: list[str]) -> list[str]:
+    proc = subprocess.run([sys.executable, "-m", "nmtkit", "translate", "-m", ckpt, *DECODE, "--quiet"],
+                          input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split("\n")[:-1]
+
+
+def refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_stops_accepting_finishes_the_request_in_flight_and_exits_0(ckpt, sig):
+    # the lone request waits --batch-delay-ms for company, so it is surely in flight at the signal
+    with ServerProcess("-m", ckpt, *DECODE, "--batch-delay-ms", "1500") as server:
+        assert "http://127.0.0.1:" in server.banner  # loopback unless asked otherwise
+        answer: dict = {}
+        client = threading.Thread(target=lambda: answer.update(server.post("/translate", {"text": LINES})))
+        client.start()
+        time.sleep(0.6)
+        assert client.is_alive(), "the request was answered before the signal"
+        server.proc.send_signal(sig)
+        time.sleep(0.3)
+        assert refused(server.port), "still accepting connections after the signal"
+        client.join(60)
+        status, stderr = server.stop(send=False)
+    assert status == 0, stderr
+    assert "stopped" in stderr and "Traceback" not in stderr
+    from nmtkit.translate import TranslateConfig, Translator
+
+    expected = Translator(TranslateConfig(models=(ckpt,), beam=3, max_len_a=1, max_len_b=3)).translate_lines(LINES)
+    assert [t["text"] for t in answer["translations"]] == expected
+
+
+def test_served_translations_equal_nmtkit_translate_through_both_routes(ckpt):
+    with ServerProcess("-m", ckpt, *DECODE, "--quiet") as server:
+        native = server.post("/translate", {"text": LINES})
+        onmt = server.post("/translator/translate", [{"src": line, "id": 1} for line in LINES])
+        status, stderr = server.stop()
+    expected = nmtkit_translate(ckpt, LINES)
+    assert [t["text"] for t in native["translations"]] == expected
+    assert [r["tgt"] for r in onmt[0]] == expected
+    assert status == 0 and "POST" not in stderr  # --quiet: no request lines
+
+
+def test_a_port_in_use_is_a_one_line_error(ckpt):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "nmtkit", "serve", "-m", ckpt, "--port", str(port)],
+                              capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("nmtkit: error: cannot listen on 127.0.0.1:") and str(port) in last
+
+
+def test_serve_help_documents_loopback_default_and_limits():
+    proc = subprocess.run([sys.executable, "-m", "nmtkit", "serve", "--help"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0
+    for option in ("--host", "127.0.0.1", "--batch-delay-ms", "--max-lines", "--max-line-chars",
+                   "--max-body-bytes", "--beam", "--quiet"):
+        assert option in proc.stdout
