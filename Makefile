@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.nmtkit-installed
 # a folder with {train,valid,test}.{en,fr} to use instead of the message catalogs.
 DATA   ?=
 
-.PHONY: install test test-slow demo bench lint clean
+.PHONY: install test test-slow test-browser demo bench lint clean
 
 install: $(STAMP)
 
@@ -25,6 +25,12 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	DATA="$(DATA)" $(BIN)/python -m pytest -q -m slow tests
+
+# the nmtkit serve page in headless chromium (Debian's package; installing it needs root)
+test-browser: $(STAMP)
+	@command -v chromium >/dev/null || { apt-get update && apt-get install -y chromium; } || \
+	  { echo "make test-browser: install Debian's chromium (apt-get install chromium) and rerun"; exit 1; }
+	$(BIN)/python -m pytest -q -m browser tests
 
 demo: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" DATA="$(DATA)" bash examples/demo/run.sh
