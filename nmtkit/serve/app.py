@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hashlib
+import json
 import signal
 import time
 from dataclasses import asdict, dataclass, field
@@ -133,7 +134,7 @@ async def translate_route(request: web.Request) -> web.Response:
     t0 = time.perf_counter()
     req = await _checked(request, check_request)
     results = await request.app[BATCHER].submit(req.lines, req.beam, req.nbest, req.alignments)
-    return web.json_response({
+    return _json({
         "translations": [translation_json(r, req.alignments, req.nbest) for r in results],
         "model": request.app[STATE]["model"],
         "took_ms": round((time.perf_counter() - t0) * 1000, 2),
@@ -146,26 +147,31 @@ async def onmt_route(request: web.Request) -> web.Response:
     results = await request.app[BATCHER].submit(req.lines, req.beam, 1, False)
     out = [{"src": src, "tgt": r.texts[0] if r.texts else "", "n_best": 1,
             "pred_score": r.hyps[0].score if r.hyps else 0.0} for src, r in zip(req.lines, results)]
-    return web.json_response([out])
+    return _json([out])
 
 
 async def health_route(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    return web.json_response({"status": "ok", "model": state["model"],
+    return _json({"status": "ok", "model": state["model"],
                               "uptime_s": round(time.monotonic() - state["started"], 1),
                               "batching": asdict(request.app[BATCHER].stats)})
 
 
 async def info_route(request: web.Request) -> web.Response:
-    return web.json_response(request.app[STATE]["info"])
+    return _json(request.app[STATE]["info"])
 
 
 async def page_route(request: web.Request) -> web.Response:
     return web.Response(text=request.app[STATE]["page"], content_type="text/html", charset="utf-8")
 
 
+def _json(obj: Any, status: int = 200) -> web.Response:
+    """A JSON body on one line, ending in a newline (so that `curl` output ends its line)."""
+    return web.json_response(obj, status=status, dumps=lambda o: json.dumps(o, ensure_ascii=False) + "\n")
+
+
 def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": " ".join(str(message).split())}, status=status)
+    return _json({"error": " ".join(str(message).split())}, status=status)
 
 
 def _middleware(log_line: Callable[[str], None] | None):
