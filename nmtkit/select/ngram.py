@@ -22,8 +22,8 @@ where a() is the adjusted count above, a(h.) its sum over the words following h,
 n_j the number of order-k n-grams with adjusted count j. A context h never seen at order k
 backs off with weight 1.
 
-Storage (no Python dict per n-gram): ids are small ints (`BOS_ID`, `EOS_ID`, `UNK_ID`, then
-words). The unigram table is indexed by word id. An order-k n-gram (k >= 2) is the int64 key
+Storage (no Python dict per n-gram): ids are small ints (`LM_BOS_ID`, `LM_EOS_ID`, `LM_UNK_ID`,
+then words). The unigram table is indexed by word id. An order-k n-gram (k >= 2) is the int64 key
 `ctx * V + w`, where `ctx` is the row of its (k-1)-gram context in the order-(k-1) table (a
 trie flattened into sorted arrays), so keys never collide whatever V and the order are
 (`ctx < #n-grams`, so keys stay far below 2**63). Counts come from `np.unique`; look-ups are
@@ -39,10 +39,13 @@ from typing import Iterable, Sequence, TextIO
 
 import numpy as np
 
-BOS, EOS, UNK = "<s>", "</s>", "<unk>"
-BOS_ID, EOS_ID, UNK_ID = 0, 1, 2
-SPECIALS = (BOS, EOS, UNK)
-LOG2_10 = math.log2(10.0)
+from nmtkit.text.vocab import BOS, EOS, UNK
+
+# The LM's own ids: its vocabulary has no <pad> and puts <s>, </s>, <unk> first in this order, so
+# they are NOT the ids of nmtkit.text.vocab (PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0-3); the
+# LM_ prefix keeps the two sets apart. The symbols themselves are the same strings.
+LM_BOS_ID, LM_EOS_ID, LM_UNK_ID = 0, 1, 2
+LM_SPECIALS = (BOS, EOS, UNK)
 
 # Discounts used when the count-of-counts of an order cannot give valid ones (tiny corpora).
 DEFAULT_DISCOUNTS = (0.5, 1.0, 1.5)
@@ -60,7 +63,7 @@ class LMVocab:
     stoi: dict[str, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        assert tuple(self.itos[:3]) == SPECIALS
+        assert tuple(self.itos[:3]) == LM_SPECIALS
         self.stoi = {t: i for i, t in enumerate(self.itos)}
 
     def __len__(self) -> int:
@@ -72,21 +75,21 @@ class LMVocab:
         counts: Counter[str] = Counter()
         for toks in sentences:
             counts.update(toks)
-        for special in SPECIALS:
+        for special in LM_SPECIALS:
             counts.pop(special, None)
         words = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
-        return cls(list(SPECIALS) + words)
+        return cls(list(LM_SPECIALS) + words)
 
     def encode(self, tokens: Sequence[str]) -> list[int]:
         get = self.stoi.get
-        return [get(t, UNK_ID) for t in tokens]
+        return [get(t, LM_UNK_ID) for t in tokens]
 
     def _flat_lookup(self) -> dict[str, int]:
         # A literal "<s>" or "</s>" in the text is an ordinary (unknown) word.
         lk = getattr(self, "_lookup", None)
         if lk is None:
             lk = dict(self.stoi)
-            lk[BOS] = lk[EOS] = UNK_ID
+            lk[BOS] = lk[EOS] = LM_UNK_ID
             self._lookup = lk
         return lk
 
@@ -95,7 +98,7 @@ class LMVocab:
         lens = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
         words = list(chain.from_iterable(sentences))
         get = self._flat_lookup().get
-        ids = np.fromiter(map(get, words, repeat(UNK_ID)), dtype=np.int64, count=len(words))
+        ids = np.fromiter(map(get, words, repeat(LM_UNK_ID)), dtype=np.int64, count=len(words))
         toks, dist, starts = _assemble(ids, lens)
         return FlatBatch(toks, dist, starts, lens + 1)
 
@@ -142,8 +145,8 @@ def _assemble(ids: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray
     is_word = np.ones(toks.size, dtype=bool)
     is_word[starts] = False
     is_word[starts + lens + 1] = False
-    toks[starts] = BOS_ID
-    toks[starts + lens + 1] = EOS_ID
+    toks[starts] = LM_BOS_ID
+    toks[starts + lens + 1] = LM_EOS_ID
     toks[is_word] = ids
     dist = np.arange(toks.size, dtype=np.int64) - np.repeat(starts, sizes)
     return toks, dist, starts
@@ -261,7 +264,7 @@ class NgramLM:
                 cont = np.bincount(suffix_l[k - 1], minlength=keys_l[k - 2].size)  # from order k+1
                 adj[k] = np.where(bos_l[k - 2], raw[k - 2], cont).astype(np.int64)
             adj[1] = np.bincount(suffix_l[0], minlength=V).astype(np.int64)
-        adj[1][BOS_ID] = 0
+        adj[1][LM_BOS_ID] = 0
 
         disc = list(discounts) if discounts is not None else [
             kn_discounts(adj[1][adj[1] > 0])] + [kn_discounts(adj[k]) for k in range(2, order + 1)]
@@ -276,7 +279,7 @@ class NgramLM:
         gamma1 = (d1[0] * nn[0] + d1[1] * nn[1] + d1[2] * nn[2]) / total
         n_pred = V - 1
         unigram = np.maximum(a1 - _discount(a1, d1), 0.0) / total + gamma1 / n_pred
-        unigram[BOS_ID] = 0.0
+        unigram[LM_BOS_ID] = 0.0
 
         orders: list[_Order] = []
         prev_prob = unigram
@@ -314,7 +317,7 @@ class NgramLM:
 
     def _history(self, context: Sequence[int]) -> list[int]:
         ctx = list(context)[-(self.order - 1):] if self.order > 1 else []
-        if BOS_ID in ctx[1:]:
+        if LM_BOS_ID in ctx[1:]:
             raise ValueError("<s> may only start a context")
         return ctx
 
