@@ -39,7 +39,7 @@ import numpy as np
 from nmtkit import __version__
 from nmtkit.data.binarized import split_paths
 from nmtkit.errors import ConfigError, InputError, OutputError, OutputExistsError
-from nmtkit.text.bpe import SEPARATOR, count_merges, join_bpe, learn_codes, subword_vocab  # noqa: F401
+from nmtkit.text.bpe import SEPARATOR, count_merges, learn_codes, subword_vocab
 from nmtkit.text.clean import DROP_REASONS, PairDeduper, drop_reason
 from nmtkit.text.io import check_parallel, decode_lines, read_lines
 from nmtkit.text.parallel import parallel_map
