@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from nmtkit import __version__
-from nmtkit.data.binarized import split_paths
+from nmtkit.data.binarized import SplitWriter
 from nmtkit.errors import ConfigError, InputError, OutputError, OutputExistsError
 from nmtkit.text.bpe import SEPARATOR, count_merges, learn_codes, subword_vocab
 from nmtkit.text.clean import DROP_REASONS, PairDeduper, drop_reason
@@ -259,65 +259,6 @@ def _pair_chunks(src: str, tgt: str, size: int, read: list[int],
             chunk = []
     if chunk:
         yield chunk
-
-
-class _SplitWriter:
-    """Streams one side's ids to raw files, then writes the binarised .npy pair block by block.
-
-    Produces exactly the format of nmtkit.data.binarized (int32 ids, int64 offsets n+1)
-    without holding the split in memory.
-    """
-
-    BLOCK = 1 << 20  # values per block when converting raw files to .npy
-
-    def __init__(self, out_dir: Path, work_dir: Path, split: str, lang: str):
-        self.ids_path, self.offsets_path = split_paths(out_dir, split, lang)
-        self._ids_raw = work_dir / f"{split}.{lang}.ids.raw"
-        self._lens_raw = work_dir / f"{split}.{lang}.lens.raw"
-        self._fi = open(self._ids_raw, "wb")
-        self._fl = open(self._lens_raw, "wb")
-        self.n_tokens = 0
-        self.n_lines = 0
-
-    def add(self, ids: np.ndarray, lens: np.ndarray) -> None:
-        self._fi.write(np.ascontiguousarray(ids, dtype=np.int32).tobytes())
-        self._fl.write(np.ascontiguousarray(lens, dtype=np.int64).tobytes())
-        self.n_tokens += len(ids)
-        self.n_lines += len(lens)
-
-    def close(self) -> None:
-        self._fi.close()
-        self._fl.close()
-        self._copy(self._ids_raw, self.ids_path, np.int32, self.n_tokens, cumulative=False)
-        self._copy(self._lens_raw, self.offsets_path, np.int64, self.n_lines + 1, cumulative=True)
-        self._ids_raw.unlink()
-        self._lens_raw.unlink()
-
-    def _copy(self, raw: Path, path: Path, dtype, n: int, cumulative: bool) -> None:
-        """Write `raw` (native-endian values) as a 1-D .npy of length n, BLOCK values at a time;
-        with `cumulative`, as [0, running sums...] (lengths -> offsets). Plain file writes, no
-        memory map, so the resident memory stays at one block whatever the corpus size."""
-        dtype = np.dtype(dtype)
-        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (n,)}
-        written = 0
-        with open(path, "wb") as out, open(raw, "rb") as f:
-            np.lib.format.write_array_header_1_0(out, header)
-            if not cumulative:
-                shutil.copyfileobj(f, out, self.BLOCK * dtype.itemsize)
-                written = n
-            else:
-                out.write(np.zeros(1, dtype=dtype).tobytes())
-                written, running = 1, 0
-                while True:
-                    block = np.fromfile(f, dtype=dtype, count=self.BLOCK)
-                    if not len(block):
-                        break
-                    sums = np.cumsum(block, dtype=dtype)
-                    sums += running
-                    running = int(sums[-1])
-                    out.write(sums.tobytes())
-                    written += len(block)
-        assert written == n and path.stat().st_size >= n * dtype.itemsize, (path, written, n)
 
 
 def _check_dest(dest: Path, force: bool) -> None:
@@ -542,7 +483,7 @@ def _run(config: PreprocessConfig, report: ProgressFn, out: Path, work: Path,
             (src, tgt), fmt, total = config.files(prefix), config.input_format, line_counts[name]
         stage = f"encode + binarise {name}"
         report(stage, 0, total)
-        writers = {side: _SplitWriter(out, work, name, langs[side]) for side in ("src", "tgt")}
+        writers = {side: SplitWriter(out, work, name, langs[side]) for side in ("src", "tgt")}
         words = {"src": 0, "tgt": 0}
         unk = {"src": 0, "tgt": 0}
         done = 0
