@@ -36,6 +36,7 @@ import numpy as np
 from nmtkit.select import selection as sel
 from nmtkit.select.ngram import LMVocab, NgramLM
 from nmtkit.text.parallel import parallel_map
+from nmtkit.text.pipeline import TextPipeline
 
 DATA = Path(os.environ.get("DATA", Path(__file__).resolve().parent.parent.parent / "shared" / "data"))
 POOL = ["tatoeba-eng-fra/train", "giga-fren-sample/train", "multi30k-en-fr/train"]
@@ -100,7 +101,7 @@ def main() -> int:
     print(f"pool {len(pairs)} pairs; tokenising {n_tok}, scoring {n_score}")
 
     # Tokenisation (sacremoses), both sides.
-    raw = sel._TextOpts("en", "fr", "raw", False, False)
+    raw = sel._TextOpts(TextPipeline("en", "fr"), "raw")
     sub = [pairs[i] for i in rng.choice(len(pairs), n_tok, replace=False)]
     for workers in (1, 2):
         toks, wall, cpus = timed(lambda w=workers: sel._tokenize_all(raw, sub, w))
@@ -141,7 +142,7 @@ def main() -> int:
 
     # Scoring tokenised text, through the same chunking and worker path as the command.
     # lms: in_src, in_tgt, out_src, out_tgt
-    scorer = sel.Scorer(sel._TextOpts("en", "fr", "tok", False, False), vs, vt,
+    scorer = sel.Scorer(sel._TextOpts(TextPipeline("en", "fr"), "tok"), vs, vt,
                         in_src=lms[0], out_src=lms[2], in_tgt=lms[1], out_tgt=lms[3])
     score_pairs = [pairs[i] for i in np.sort(rng.choice(len(pairs), n_score, replace=False))]
     ntoks = sum(len(a.split()) + len(b.split()) for a, b in score_pairs)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import multiprocessing
 import os
 import shutil
@@ -44,8 +45,11 @@ from nmtkit.text.clean import DROP_REASONS, PairDeduper, drop_reason
 from nmtkit.text.io import check_parallel, decode_lines, read_lines
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import TextPipeline
+from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo
 from nmtkit.text.truecase import add_weights, best_forms, new_casing, truecase_weights
 from nmtkit.text.vocab import UNK_ID, Vocab
+
+log = logging.getLogger(__name__)
 
 MANIFEST_VERSION = 1
 
@@ -172,7 +176,7 @@ def _init_worker(state: dict[str, Any]) -> None:
 def _tokenize_clean_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     """Pass 1 of the train split: tokenise, clean, count words and casing evidence."""
     p: TextPipeline = _STATE["pipeline"]
-    raw = _STATE["input_format"] == "raw"
+    fmt = _STATE["input_format"]
     max_len, max_ratio = _STATE["max_len"], _STATE["max_ratio"]
     want_casing = _STATE["truecase"]
     out = {"src": [], "tgt": []}
@@ -180,8 +184,7 @@ def _tokenize_clean_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     casing = {"src": new_casing(), "tgt": new_casing()} if want_casing else None
     drops: Counter = Counter()
     for s, t in pairs:
-        st = p.tokenize(s, "src") if raw else s.split()
-        tt = p.tokenize(t, "tgt") if raw else t.split()
+        st, tt = p.tokenize_from(s, "src", fmt), p.tokenize_from(t, "tgt", fmt)
         reason = drop_reason(len(st), len(tt), max_len, max_ratio)
         if reason is not None:
             drops[reason] += 1
@@ -213,7 +216,7 @@ def _encode_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
         words = 0
         for j, pair in enumerate(pairs):
             line = pair[k]
-            toks = p.tokenize(line, side) if fmt == "raw" else line.split()
+            toks = p.tokenize_from(line, side, fmt)
             words += len(toks)
             n0 = len(ids)
             for w in toks:
@@ -325,6 +328,17 @@ def _warm_up(p: TextPipeline, config: PreprocessConfig) -> None:
         truecase_weights(["Warm", "up", "."])
 
 
+def _check_tokenized(config: PreprocessConfig, src: str, tgt: str) -> None:
+    """--input-format tok: the files must have been tokenised with this command's settings,
+    which the manifest records and translate replays on raw text (see nmtkit.text.tokenize)."""
+    p = TextPipeline(config.src_lang, config.tgt_lang, normalize_punct=config.normalize_punct,
+                     aggressive_dash_splits=config.aggressive_dash_splits, lowercase=config.lowercase)
+    for path, lang in ((src, config.src_lang), (tgt, config.tgt_lang)):
+        if not check_tokinfo(path, lang, p):
+            log.warning("%s: no %s beside it, so its tokeniser settings cannot be checked; they must be this "
+                        "command's (translate replays them)", path, TOKINFO_SUFFIX)
+
+
 # ---- the command ------------------------------------------------------------------------------
 def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> dict[str, Any]:
     """Run the whole preprocessing; returns the manifest (also written to DEST/manifest.json).
@@ -347,6 +361,8 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
         n, h_src, h_tgt = check_parallel(src, tgt)
         if n == 0:
             raise InputError(f"the {name} split is empty", src)
+        if config.input_format == "tok":
+            _check_tokenized(config, src, tgt)
         inputs[src], inputs[tgt] = h_src, h_tgt
         line_counts[name] = n
         report("check inputs", k, len(splits))

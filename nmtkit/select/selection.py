@@ -44,6 +44,7 @@ from nmtkit.errors import ConfigError, InputError, OutputExistsError
 from nmtkit.select.ngram import LMVocab, NgramLM
 from nmtkit.text.io import decode_lines
 from nmtkit.text.parallel import parallel_map
+from nmtkit.text.pipeline import TextPipeline
 
 log = logging.getLogger(__name__)
 
@@ -235,23 +236,28 @@ class Block:
 # ---------------------------------------------------------------------- tokenising and scoring
 @dataclass(frozen=True)
 class _TextOpts:
-    src_lang: str
-    tgt_lang: str
+    """How select-data turns a line into LM tokens: the text pipeline's steps 1-3 (Moses
+    normalisation and tokenisation unless the input is "tok", then lowercasing), no BPE."""
+
+    pipeline: TextPipeline
     input_format: str
-    lowercase: bool
-    aggressive_dash_splits: bool
 
-    def tokens(self, line: str, lang: str) -> list[str]:
-        if self.input_format == "tok":
-            toks = line.split()
-            return [t.lower() for t in toks] if self.lowercase else toks
-        from nmtkit.text.moses import tokenize
+    @classmethod
+    def of(cls, cfg: SelectConfig) -> "_TextOpts":
+        return cls(TextPipeline(cfg.src_lang, cfg.tgt_lang, aggressive_dash_splits=cfg.aggressive_dash_splits,
+                                lowercase=cfg.lowercase), cfg.input_format)
 
-        return tokenize(line, lang, aggressive_dash_splits=self.aggressive_dash_splits, lowercase=self.lowercase)
+    @property
+    def lowercase(self) -> bool:
+        return self.pipeline.lowercase
+
+    def tokens(self, line: str, side: str) -> list[str]:
+        p = self.pipeline
+        return p.case(p.tokenize_from(line, side, self.input_format), side)
 
 
 def _tokenize_chunk(opts: _TextOpts, chunk: list[tuple[str, str]]) -> list[tuple[list[str], list[str]]]:
-    return [(opts.tokens(s, opts.src_lang), opts.tokens(t, opts.tgt_lang)) for s, t in chunk]
+    return [(opts.tokens(s, "src"), opts.tokens(t, "tgt")) for s, t in chunk]
 
 
 @dataclass
@@ -412,7 +418,7 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     if not os.path.isdir(dest_dir):
         raise InputError("the destination's folder does not exist", dest_dir)
 
-    opts = _TextOpts(cfg.src_lang, cfg.tgt_lang, cfg.input_format, cfg.lowercase, cfg.aggressive_dash_splits)
+    opts = _TextOpts.of(cfg)
     ind = Corpus.open(cfg.in_domain, cfg.src_lang, cfg.tgt_lang)
     pool = Corpus.open(cfg.pool, cfg.src_lang, cfg.tgt_lang)
     n_pool = pool.total
