@@ -260,7 +260,7 @@ class _BeamSearch:
         # models that accept one encoder row per sentence for its K hypotheses (`grouped_encoder`)
         # never get K copies of the encoder outputs: copying them and reading K of them per step
         # is memory traffic that would dominate a large batch's step
-        self.grouped = K > 1 and all(getattr(m, "grouped_encoder", False) for m in models)
+        self.grouped = K > 1 and all(m.grouped_encoder for m in models)
         self.active = list(range(B))  # original sentence id of each slot
         self.alive = [True] * B  # slots still searching; done slots wait (scores -inf) for compaction
         self.dead_dev: Tensor | None = None  # (nb,) bool on the device, True at done slots
