@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from nmtkit.select import selection as sel
-from nmtkit.select.ngram import LMVocab, NgramLM
+from nmtkit.select.lmvocab import LMVocab
+from nmtkit.select.ngram import NgramLM
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import TextPipeline
 

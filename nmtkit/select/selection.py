@@ -41,7 +41,8 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from nmtkit.errors import ConfigError, InputError, OutputExistsError
-from nmtkit.select.ngram import LMVocab, NgramLM
+from nmtkit.select.lmvocab import LMVocab
+from nmtkit.select.ngram import NgramLM
 from nmtkit.text.io import decode_lines
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import TextPipeline
