@@ -86,6 +86,10 @@ class TextPipeline:
             d["bpe"] = bpe
         return cls(**d)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (e.g. to worker processes) without its caches, which hold closures."""
+        return {**self.__dict__, "_cache": {}}
+
     def with_(self, **changes: Any) -> "TextPipeline":
         """A copy with some settings changed (fresh caches)."""
         return replace(self, **changes)
