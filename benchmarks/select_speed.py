@@ -20,7 +20,6 @@ cost depends on the token count, not on how the tokens were made).
 from __future__ import annotations
 
 import argparse
-import functools
 import gzip
 import json
 import os
@@ -33,9 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
-from nmtkit.select import selection as sel
-from nmtkit.select.ngram import LMVocab, NgramLM
+from nmtkit.select import scoring
+from nmtkit.select.corpus import Block
+from nmtkit.select.lmvocab import LMVocab
+from nmtkit.select.ngram import NgramLM
 from nmtkit.text.parallel import parallel_map
+from nmtkit.text.pipeline import TextPipeline
 
 DATA = Path(os.environ.get("DATA", Path(__file__).resolve().parent.parent.parent / "shared" / "data"))
 POOL = ["tatoeba-eng-fra/train", "giga-fren-sample/train", "multi30k-en-fr/train"]
@@ -100,17 +102,17 @@ def main() -> int:
     print(f"pool {len(pairs)} pairs; tokenising {n_tok}, scoring {n_score}")
 
     # Tokenisation (sacremoses), both sides.
-    raw = sel._TextOpts("en", "fr", "raw", False, False)
+    raw = scoring.TextOpts(TextPipeline("en", "fr"), "raw")
     sub = [pairs[i] for i in rng.choice(len(pairs), n_tok, replace=False)]
     for workers in (1, 2):
-        toks, wall, cpus = timed(lambda w=workers: sel._tokenize_all(raw, sub, w))
+        toks, wall, cpus = timed(lambda w=workers: scoring.tokenize_all(raw, sub, w))
         ntoks = sum(len(a) + len(b) for a, b in toks)
         print(f"tokenise  workers={workers}: {n_tok / wall:8.0f} pairs/s {ntoks / wall:9.0f} tokens/s wall"
               + (f" | {n_tok / cpus:8.0f} pairs/cpu-s" if workers == 1 else ""))
 
     # LM estimation: the four selection LMs (in-domain and an equal-size pool sample) ...
     ind = list(zip(read(IN_DOMAIN, "en"), read(IN_DOMAIN, "fr")))
-    ind_toks = sel._tokenize_all(raw, ind, 2)
+    ind_toks = scoring.tokenize_all(raw, ind, 2)
     ntarget = sum(len(s) for s, _ in ind_toks)
     sample, got = [], 0
     for i in rng.permutation(len(pairs)):
@@ -141,25 +143,24 @@ def main() -> int:
 
     # Scoring tokenised text, through the same chunking and worker path as the command.
     # lms: in_src, in_tgt, out_src, out_tgt
-    scorer = sel.Scorer(sel._TextOpts("en", "fr", "tok", False, False), vs, vt,
+    scorer = scoring.Scorer(scoring.TextOpts(TextPipeline("en", "fr"), "tok"), vs, vt,
                         in_src=lms[0], out_src=lms[2], in_tgt=lms[1], out_tgt=lms[3])
     score_pairs = [pairs[i] for i in np.sort(rng.choice(len(pairs), n_score, replace=False))]
     ntoks = sum(len(a.split()) + len(b.split()) for a, b in score_pairs)
 
     # Undecoded blocks of lines, as the command's reader hands them to the workers.
     block_list = []
-    for i in range(0, n_score, sel.CHUNK_PAIRS):
-        part = score_pairs[i:i + sel.CHUNK_PAIRS]
-        block_list.append(sel.Block("pool.en", "pool.fr", i + 1, len(part), "".join(a + "\n" for a, _ in part).encode(),
+    for i in range(0, n_score, scoring.CHUNK_PAIRS):
+        part = score_pairs[i:i + scoring.CHUNK_PAIRS]
+        block_list.append(Block("pool.en", "pool.fr", i + 1, len(part), "".join(a + "\n" for a, _ in part).encode(),
                                     "".join(b + "\n" for _, b in part).encode()))
 
-    key = id(scorer)
-    sel._SHARED[key] = scorer
     try:
         for workers in (1, 2):
             def go(w=workers):
                 n = 0
-                for res in parallel_map(functools.partial(sel._score_shared, key), iter(block_list), w, 1):
+                for res in parallel_map(scoring._score_part, iter(block_list), w, 1,
+                                        initializer=scoring._init_scorer, initargs=(scorer,)):
                     n += res.shape[0]
                 return n
             self0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -171,7 +172,7 @@ def main() -> int:
                   f"{n / cpus:8.0f} pairs/cpu-s {ntoks / cpus:10.0f} tokens/cpu-s (target >= 20,000 pairs/s per core)"
                   + (f"; parent process {parent / n * 1e6:.1f} cpu-us/pair (sending blocks, receiving scores)" if workers > 1 else ""))
     finally:
-        sel._SHARED.pop(key, None)
+        scoring._init_scorer(None)
 
     print(f"peak RSS of this benchmark: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     return 0

@@ -47,9 +47,3 @@ class CheckpointError(NmtkitError):
 
 class TrainingError(NmtkitError):
     """Training cannot continue (e.g. a NaN/inf loss)."""
-
-
-class NotImplementedYet(NmtkitError):
-    """A subcommand or option that is planned but not built yet."""
-
-    exit_code = 3

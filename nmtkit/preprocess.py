@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import multiprocessing
 import os
 import shutil
@@ -37,15 +38,18 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from nmtkit import __version__
-from nmtkit.data.binarized import split_paths
+from nmtkit.data.binarized import SplitWriter
 from nmtkit.errors import ConfigError, InputError, OutputError, OutputExistsError
-from nmtkit.text.bpe import SEPARATOR, count_merges, join_bpe, learn_codes, subword_vocab  # noqa: F401
+from nmtkit.text.bpe import SEPARATOR, count_merges, learn_codes, subword_vocab
 from nmtkit.text.clean import DROP_REASONS, PairDeduper, drop_reason
 from nmtkit.text.io import check_parallel, decode_lines, read_lines
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import TextPipeline
+from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo
 from nmtkit.text.truecase import add_weights, best_forms, new_casing, truecase_weights
 from nmtkit.text.vocab import UNK_ID, Vocab
+
+log = logging.getLogger(__name__)
 
 MANIFEST_VERSION = 1
 
@@ -172,7 +176,7 @@ def _init_worker(state: dict[str, Any]) -> None:
 def _tokenize_clean_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     """Pass 1 of the train split: tokenise, clean, count words and casing evidence."""
     p: TextPipeline = _STATE["pipeline"]
-    raw = _STATE["input_format"] == "raw"
+    fmt = _STATE["input_format"]
     max_len, max_ratio = _STATE["max_len"], _STATE["max_ratio"]
     want_casing = _STATE["truecase"]
     out = {"src": [], "tgt": []}
@@ -180,8 +184,7 @@ def _tokenize_clean_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     casing = {"src": new_casing(), "tgt": new_casing()} if want_casing else None
     drops: Counter = Counter()
     for s, t in pairs:
-        st = p.tokenize(s, "src") if raw else s.split()
-        tt = p.tokenize(t, "tgt") if raw else t.split()
+        st, tt = p.tokenize_from(s, "src", fmt), p.tokenize_from(t, "tgt", fmt)
         reason = drop_reason(len(st), len(tt), max_len, max_ratio)
         if reason is not None:
             drops[reason] += 1
@@ -213,7 +216,7 @@ def _encode_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
         words = 0
         for j, pair in enumerate(pairs):
             line = pair[k]
-            toks = p.tokenize(line, side) if fmt == "raw" else line.split()
+            toks = p.tokenize_from(line, side, fmt)
             words += len(toks)
             n0 = len(ids)
             for w in toks:
@@ -259,65 +262,6 @@ def _pair_chunks(src: str, tgt: str, size: int, read: list[int],
             chunk = []
     if chunk:
         yield chunk
-
-
-class _SplitWriter:
-    """Streams one side's ids to raw files, then writes the binarised .npy pair block by block.
-
-    Produces exactly the format of nmtkit.data.binarized (int32 ids, int64 offsets n+1)
-    without holding the split in memory.
-    """
-
-    BLOCK = 1 << 20  # values per block when converting raw files to .npy
-
-    def __init__(self, out_dir: Path, work_dir: Path, split: str, lang: str):
-        self.ids_path, self.offsets_path = split_paths(out_dir, split, lang)
-        self._ids_raw = work_dir / f"{split}.{lang}.ids.raw"
-        self._lens_raw = work_dir / f"{split}.{lang}.lens.raw"
-        self._fi = open(self._ids_raw, "wb")
-        self._fl = open(self._lens_raw, "wb")
-        self.n_tokens = 0
-        self.n_lines = 0
-
-    def add(self, ids: np.ndarray, lens: np.ndarray) -> None:
-        self._fi.write(np.ascontiguousarray(ids, dtype=np.int32).tobytes())
-        self._fl.write(np.ascontiguousarray(lens, dtype=np.int64).tobytes())
-        self.n_tokens += len(ids)
-        self.n_lines += len(lens)
-
-    def close(self) -> None:
-        self._fi.close()
-        self._fl.close()
-        self._copy(self._ids_raw, self.ids_path, np.int32, self.n_tokens, cumulative=False)
-        self._copy(self._lens_raw, self.offsets_path, np.int64, self.n_lines + 1, cumulative=True)
-        self._ids_raw.unlink()
-        self._lens_raw.unlink()
-
-    def _copy(self, raw: Path, path: Path, dtype, n: int, cumulative: bool) -> None:
-        """Write `raw` (native-endian values) as a 1-D .npy of length n, BLOCK values at a time;
-        with `cumulative`, as [0, running sums...] (lengths -> offsets). Plain file writes, no
-        memory map, so the resident memory stays at one block whatever the corpus size."""
-        dtype = np.dtype(dtype)
-        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (n,)}
-        written = 0
-        with open(path, "wb") as out, open(raw, "rb") as f:
-            np.lib.format.write_array_header_1_0(out, header)
-            if not cumulative:
-                shutil.copyfileobj(f, out, self.BLOCK * dtype.itemsize)
-                written = n
-            else:
-                out.write(np.zeros(1, dtype=dtype).tobytes())
-                written, running = 1, 0
-                while True:
-                    block = np.fromfile(f, dtype=dtype, count=self.BLOCK)
-                    if not len(block):
-                        break
-                    sums = np.cumsum(block, dtype=dtype)
-                    sums += running
-                    running = int(sums[-1])
-                    out.write(sums.tobytes())
-                    written += len(block)
-        assert written == n and path.stat().st_size >= n * dtype.itemsize, (path, written, n)
 
 
 def _check_dest(dest: Path, force: bool) -> None:
@@ -384,6 +328,17 @@ def _warm_up(p: TextPipeline, config: PreprocessConfig) -> None:
         truecase_weights(["Warm", "up", "."])
 
 
+def _check_tokenized(config: PreprocessConfig, src: str, tgt: str) -> None:
+    """--input-format tok: the files must have been tokenised with this command's settings,
+    which the manifest records and translate replays on raw text (see nmtkit.text.tokenize)."""
+    p = TextPipeline(config.src_lang, config.tgt_lang, normalize_punct=config.normalize_punct,
+                     aggressive_dash_splits=config.aggressive_dash_splits, lowercase=config.lowercase)
+    for path, lang in ((src, config.src_lang), (tgt, config.tgt_lang)):
+        if not check_tokinfo(path, lang, p):
+            log.warning("%s: no %s beside it, so its tokeniser settings cannot be checked; they must be this "
+                        "command's (translate replays them)", path, TOKINFO_SUFFIX)
+
+
 # ---- the command ------------------------------------------------------------------------------
 def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> dict[str, Any]:
     """Run the whole preprocessing; returns the manifest (also written to DEST/manifest.json).
@@ -406,6 +361,8 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
         n, h_src, h_tgt = check_parallel(src, tgt)
         if n == 0:
             raise InputError(f"the {name} split is empty", src)
+        if config.input_format == "tok":
+            _check_tokenized(config, src, tgt)
         inputs[src], inputs[tgt] = h_src, h_tgt
         line_counts[name] = n
         report("check inputs", k, len(splits))
@@ -542,7 +499,7 @@ def _run(config: PreprocessConfig, report: ProgressFn, out: Path, work: Path,
             (src, tgt), fmt, total = config.files(prefix), config.input_format, line_counts[name]
         stage = f"encode + binarise {name}"
         report(stage, 0, total)
-        writers = {side: _SplitWriter(out, work, name, langs[side]) for side in ("src", "tgt")}
+        writers = {side: SplitWriter(out, work, name, langs[side]) for side in ("src", "tgt")}
         words = {"src": 0, "tgt": 0}
         unk = {"src": 0, "tgt": 0}
         done = 0

@@ -25,6 +25,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
 from nmtkit.devices import resolve_device
 from nmtkit.errors import CheckpointError, ConfigError, InputError
+from nmtkit.text.vocab import UNK
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ def replace_unks(
     tgt_tokens: Sequence[str],
     src_tokens: Sequence[str],
     attention: Any,
-    unk: str = "<unk>",
+    unk: str = UNK,
     unk_dict: dict[str, str] | None = None,
 ) -> list[str]:
     """Replace each `unk` target token by the source word it attends to most.
@@ -389,7 +390,7 @@ class Translator:
         for hyp in res.hyps:
             toks = [itos[i] for i in hyp.tokens]
             if self.config.replace_unk and hyp.attention is not None:
-                toks = replace_unks(toks, res.src_tokens, hyp.attention, itos[1], self.unk_dict)
+                toks = replace_unks(toks, res.src_tokens, hyp.attention, UNK, self.unk_dict)
             res.tgt_tokens.append(toks)
             res.texts.append(self.pipeline.decode_to(toks, "tgt", self.config.output_format))
         if self.config.plot_attention and res.hyps and self.plotted < self.config.plot_limit:

@@ -30,21 +30,55 @@ def _sharp(model, scale: float = 8.0):
     return model
 
 
+@torch.no_grad()
+def _reference_greedy(models, src, lens, lim, lenpen):
+    """The textbook greedy loop, one sentence at a time and no batching tricks: at each step the
+    most probable token of the models' mean distribution (PAD/BOS never, EOS forced at the
+    limit). Returns (tokens, log_prob, score, attention (T+1, S_i)) per sentence."""
+    from nmtkit.decode.ensemble import average_log_probs
+    from nmtkit.text.vocab import PAD_ID
+
+    out = []
+    for i in range(src.size(0)):
+        s, n = src[i : i + 1, : lens[i]], lens[i : i + 1]
+        encs = [m.encode(s, n) for m in models]
+        states = [m.init_state(e) for m, e in zip(models, encs)]
+        prev, toks, lp_sum, rows = torch.tensor([BOS_ID]), [], 0.0, []
+        for t in range(int(lim[i]) + 1):
+            steps = [m.step(prev, st, e) for m, st, e in zip(models, states, encs)]
+            states = [st for _, st, _ in steps]
+            lp = average_log_probs([x.float() for x, _, _ in steps])[0].clone()
+            rows.append(torch.stack([a.float() for _, _, a in steps]).mean(0)[0])
+            lp[[PAD_ID, BOS_ID]] = float("-inf")
+            if t == int(lim[i]):
+                lp[torch.arange(lp.numel()) != EOS_ID] = float("-inf")
+            best, tok = lp.max(0)
+            lp_sum += float(best)
+            if int(tok) == EOS_ID:
+                break
+            toks.append(int(tok))
+            prev = tok.view(1)
+        out.append((toks, lp_sum, lp_sum / (len(toks) + 1) ** lenpen, torch.stack(rows)))
+    return out
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("lenpen", [0.0, 1.0, 0.6])
-def test_beam_one_equals_greedy_tokens_scores_and_attention(seed, lenpen):
+def test_beam_one_equals_the_reference_greedy_loop_tokens_scores_and_attention(seed, lenpen):
     model, _ = tiny_model(seed)
     _sharp(model)
     src, lens = _batch(seed)
     lim = max_lengths(lens, 1.5, 4)
-    greedy = greedy_search(model, src, lens, max_len=lim, lenpen=lenpen, need_attention=True)
+    ref = _reference_greedy([model], src, lens, lim, lenpen)
     beam = beam_search(model, src, lens, beam=1, lenpen=lenpen, max_len_a=1.5, max_len_b=4, need_attention=True)
-    assert len(greedy) == len(beam) == src.size(0)
-    for g, (b,) in zip(greedy, beam):
-        assert g.tokens == b.tokens
-        assert g.log_prob == pytest.approx(b.log_prob, abs=1e-5)
-        assert g.score == pytest.approx(b.score, abs=1e-5)
-        assert torch.allclose(g.attention, b.attention, atol=1e-6)
+    greedy = greedy_search(model, src, lens, max_len=lim, lenpen=lenpen, need_attention=True)
+    assert len(ref) == len(beam) == len(greedy) == src.size(0)
+    for (toks, lp_sum, score, att), (b,), g in zip(ref, beam, greedy):
+        assert b.tokens == g.tokens == toks
+        assert b.log_prob == pytest.approx(lp_sum, abs=1e-5) and b.score == pytest.approx(score, abs=1e-5)
+        assert torch.allclose(b.attention[:, : att.size(1)], att, atol=1e-6)
+        assert float(b.attention[:, att.size(1) :].abs().sum()) == 0.0  # the batch's padding
+        assert torch.equal(b.attention, g.attention)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -223,7 +257,7 @@ def test_fast_paths_give_the_same_translations_as_the_plain_ones(monkeypatch):
     kw = dict(beam=5, nbest=3, max_len_a=1.5, max_len_b=3, need_attention=True)
     fast = beam_search(model, src, lens, **kw)
     monkeypatch.setattr(search, "_TOPK_GROUP", search._TOPK_GROUP + 1)  # not a divisor of V
-    monkeypatch.setattr(model, "grouped_encoder", False, raising=False)
+    monkeypatch.setattr(model, "grouped_encoder", False)
     plain = beam_search(model, src, lens, **kw)
     for f, p in zip(fast, plain):
         assert [h.tokens for h in f] == [h.tokens for h in p]

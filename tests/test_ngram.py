@@ -8,7 +8,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from nmtkit.select.ngram import BOS_ID, EOS_ID, UNK_ID, LMVocab, NgramLM, kn_discounts
+from nmtkit.select.lmvocab import LM_BOS_ID, LM_EOS_ID, LM_UNK_ID, LMVocab
+from nmtkit.select.ngram import NgramLM, kn_discounts
 
 FIXED = (0.5, 1.0, 1.5)
 
@@ -27,19 +28,20 @@ def test_bigram_matches_hand_computed_kneser_ney():
     # Unigram continuation counts N1+(. w): a <- {<s>, a} = 2, b <- {a} = 1, </s> <- {b} = 1, <unk> 0.
     # Total 4; gamma = (0.5*2 [two words with count 1] + 1.0*1 [one with count 2]) / 4 = 0.5,
     # so every predictable id gets 0.5 / 4 = 0.125 from the uniform level.
-    p1 = {a: (2 - 1.0) / 4 + 0.125, b: (1 - 0.5) / 4 + 0.125, EOS_ID: (1 - 0.5) / 4 + 0.125, UNK_ID: 0.125}
-    assert p1 == {a: 0.375, b: 0.25, EOS_ID: 0.25, UNK_ID: 0.125}
+    p1 = {a: (2 - 1.0) / 4 + 0.125, b: (1 - 0.5) / 4 + 0.125,
+          LM_EOS_ID: (1 - 0.5) / 4 + 0.125, LM_UNK_ID: 0.125}
+    assert p1 == {a: 0.375, b: 0.25, LM_EOS_ID: 0.25, LM_UNK_ID: 0.125}
     for w, p in p1.items():
         assert lm.prob([], w) == pytest.approx(p, abs=1e-12)
     # Context a: c(a b) = 2, c(a a) = 1, total 3; gamma(a) = (0.5*1 + 1.0*1) / 3 = 0.5.
     assert lm.prob([a], b) == pytest.approx((2 - 1.0) / 3 + 0.5 * 0.25, abs=1e-12)
     assert lm.prob([a], a) == pytest.approx((1 - 0.5) / 3 + 0.5 * 0.375, abs=1e-12)
-    assert lm.prob([a], EOS_ID) == pytest.approx(0.5 * 0.25, abs=1e-12)
-    assert lm.prob([a], UNK_ID) == pytest.approx(0.5 * 0.125, abs=1e-12)
+    assert lm.prob([a], LM_EOS_ID) == pytest.approx(0.5 * 0.25, abs=1e-12)
+    assert lm.prob([a], LM_UNK_ID) == pytest.approx(0.5 * 0.125, abs=1e-12)
     # Context <s>: c(<s> a) = 2; gamma = 1.0*1 / 2.
-    assert lm.prob([BOS_ID], a) == pytest.approx((2 - 1.0) / 2 + 0.5 * 0.375, abs=1e-12)
+    assert lm.prob([LM_BOS_ID], a) == pytest.approx((2 - 1.0) / 2 + 0.5 * 0.375, abs=1e-12)
     # Context <unk> never seen: back off with weight 1.
-    assert lm.prob([UNK_ID], b) == pytest.approx(0.25, abs=1e-12)
+    assert lm.prob([LM_UNK_ID], b) == pytest.approx(0.25, abs=1e-12)
 
 
 def test_trigram_matches_hand_computed_kneser_ney():
@@ -52,16 +54,16 @@ def test_trigram_matches_hand_computed_kneser_ney():
     p2_a_a = (1 - 0.5) / 3 + 0.5 * 0.375         # 0.354167
     p2_eos_b = (1 - 0.5) / 1 + 0.5 * 0.25        # context b: only (b </s>), gamma = 0.5
     # Trigram context (<s> a): (<s> a b) = 1, (<s> a a) = 1 -> total 2, gamma = 0.5*2 / 2 = 0.5.
-    assert lm.prob([BOS_ID, a], b) == pytest.approx((1 - 0.5) / 2 + 0.5 * p2_b_a, abs=1e-12)
-    assert lm.prob([BOS_ID, a], a) == pytest.approx((1 - 0.5) / 2 + 0.5 * p2_a_a, abs=1e-12)
-    assert lm.prob([BOS_ID, a], EOS_ID) == pytest.approx(0.5 * 0.5 * 0.25, abs=1e-12)
+    assert lm.prob([LM_BOS_ID, a], b) == pytest.approx((1 - 0.5) / 2 + 0.5 * p2_b_a, abs=1e-12)
+    assert lm.prob([LM_BOS_ID, a], a) == pytest.approx((1 - 0.5) / 2 + 0.5 * p2_a_a, abs=1e-12)
+    assert lm.prob([LM_BOS_ID, a], LM_EOS_ID) == pytest.approx(0.5 * 0.5 * 0.25, abs=1e-12)
     # Context (a b): (a b </s>) = 2 -> gamma = 1.0 / 2.
-    assert lm.prob([a, b], EOS_ID) == pytest.approx((2 - 1.0) / 2 + 0.5 * p2_eos_b, abs=1e-12)
-    assert lm.prob([a, b], EOS_ID) == pytest.approx(0.8125, abs=1e-12)
+    assert lm.prob([a, b], LM_EOS_ID) == pytest.approx((2 - 1.0) / 2 + 0.5 * p2_eos_b, abs=1e-12)
+    assert lm.prob([a, b], LM_EOS_ID) == pytest.approx(0.8125, abs=1e-12)
     # Unseen trigram context (b a): p3(. | b a) = p2(. | a).
     assert lm.prob([b, a], b) == pytest.approx(p2_b_a, abs=1e-12)
     # A longer context than the order uses only its last two ids.
-    assert lm.prob([b, b, BOS_ID, a][-2:], b) == lm.prob([a, a, BOS_ID, a][2:], b)
+    assert lm.prob([b, b, LM_BOS_ID, a][-2:], b) == lm.prob([a, a, LM_BOS_ID, a][2:], b)
 
 
 def test_discounts_follow_chen_goodman_formula():
@@ -93,12 +95,12 @@ def _random_corpus(seed=0, n=400, words=12):
 def _contexts(lm: NgramLM, rng, extra=40):
     """Every seen context of every order (rebuilt from the tables) and random unseen ones."""
     V = lm.vocab_size
-    ctxs = [[]] + [[w] for w in range(V) if w != EOS_ID]
+    ctxs = [[]] + [[w] for w in range(V) if w != LM_EOS_ID]
     grams = [np.arange(V)[:, None]]
     for o in lm.orders:
         grams.append(np.concatenate([grams[-1][o.keys // V], (o.keys % V)[:, None]], axis=1))
     for g in grams[1:lm.order - 1]:
-        ctxs += [list(r) for r in g if r[-1] != EOS_ID]
+        ctxs += [list(r) for r in g if r[-1] != LM_EOS_ID]
     for _ in range(extra):
         k = int(rng.integers(1, lm.order))
         ctxs.append([int(x) for x in rng.integers(1, V, size=k)])
@@ -114,11 +116,11 @@ def test_probabilities_sum_to_one_for_every_context(order):
     seen_ctx_orders = set()
     for ctx in _contexts(lm, rng):
         dist = lm.context_distribution(ctx)
-        assert dist[BOS_ID] == 0.0
+        assert dist[LM_BOS_ID] == 0.0
         assert np.all(dist[1:] > 0)
         assert np.isclose(dist.sum(), 1.0, rtol=0, atol=1e-9), ctx
         seen_ctx_orders.add(len(ctx))
-        for w in (EOS_ID, UNK_ID, len(vocab) - 1):
+        for w in (LM_EOS_ID, LM_UNK_ID, len(vocab) - 1):
             assert lm.prob(ctx, w) == pytest.approx(dist[w], abs=1e-12)
     assert seen_ctx_orders == set(range(order))
 
@@ -181,7 +183,7 @@ def test_matches_a_naive_dictionary_implementation():
         h = ["<s>"] * int(rng.integers(0, 2)) + [vocab.itos[i] for i in rng.integers(3, len(vocab), size=2)]
         h = h[-2:]
         for w in vocab.itos[1:]:
-            assert lm.prob(vocab.encode(h) if h[0] != "<s>" else [BOS_ID] + vocab.encode(h[1:]),
+            assert lm.prob(vocab.encode(h) if h[0] != "<s>" else [LM_BOS_ID] + vocab.encode(h[1:]),
                            vocab.stoi[w]) == pytest.approx(ref(w, h), abs=1e-12), (h, w)
 
 
@@ -193,14 +195,15 @@ def test_batched_scoring_equals_one_ngram_at_a_time():
     logp, sent = lm.token_logprobs(test)
     ref = []
     for s in test:
-        hist = [BOS_ID]
-        for w in s + [EOS_ID]:
+        hist = [LM_BOS_ID]
+        for w in s + [LM_EOS_ID]:
             ref.append(math.log(lm.prob(hist, w)))
             hist.append(w)
     np.testing.assert_allclose(logp, ref, rtol=0, atol=1e-12)
     assert sent.tolist() == [i for i, s in enumerate(test) for _ in range(len(s) + 1)]
     h = lm.cross_entropies(test)
-    expected = [-sum(math.log2(lm.prob([BOS_ID] + s[:j], w)) for j, w in enumerate(s + [EOS_ID])) / (len(s) + 1)
+    expected = [-sum(math.log2(lm.prob([LM_BOS_ID] + s[:j], w))
+                     for j, w in enumerate(s + [LM_EOS_ID])) / (len(s) + 1)
                 for s in test]
     np.testing.assert_allclose(h, expected, rtol=1e-12)
 
@@ -256,8 +259,8 @@ def test_arpa_file_reproduces_the_model_by_back_off():
     assert sum(1 for g in probs if len(g) == 3) == lm.orders[-1].keys.size
     for s in corpus[200:]:
         toks = [t if t in vocab.stoi else "<unk>" for t in s] + ["</s>"]
-        ids = vocab.encode(s) + [EOS_ID]
-        hist, hist_ids = ["<s>"], [BOS_ID]
+        ids = vocab.encode(s) + [LM_EOS_ID]
+        hist, hist_ids = ["<s>"], [LM_BOS_ID]
         for t, i in zip(toks, ids):
             assert _arpa_logprob(probs, bows, 3, hist, t) == pytest.approx(math.log10(lm.prob(hist_ids, i)), abs=2e-6)
             hist.append(t)
@@ -283,7 +286,7 @@ def test_kenlm_query_agrees_with_our_arpa(tmp_path):
 def test_vocab_min_count_maps_rare_words_to_unk():
     v = LMVocab.build([["x", "y", "x"], ["z", "x", "y"]], min_count=2)
     assert v.itos == ["<s>", "</s>", "<unk>", "x", "y"]
-    assert v.encode(["x", "z", "q"]) == [3, UNK_ID, UNK_ID]
+    assert v.encode(["x", "z", "q"]) == [3, LM_UNK_ID, LM_UNK_ID]
 
 
 def test_estimating_from_no_text_is_an_error():

@@ -418,11 +418,10 @@ def test_help_documents_every_option():
 
 
 def test_split_writer_streams_across_block_boundaries_into_the_binarized_format(tmp_path):
-    from nmtkit.data.binarized import BinarizedText
-    from nmtkit.preprocess import _SplitWriter
+    from nmtkit.data.binarized import BinarizedText, SplitWriter
 
     rng = np.random.default_rng(0)
-    w = _SplitWriter(tmp_path, tmp_path, "train", "en")
+    w = SplitWriter(tmp_path, tmp_path, "train", "en")
     w.BLOCK = 3  # force many blocks
     sents = []
     for _ in range(9):

@@ -102,6 +102,17 @@ def test_pipeline_from_dict_rejects_unknown_keys_listing_valid_ones():
         TextPipeline.from_dict(d)
 
 
+def test_a_used_pipeline_pickles_to_workers_and_encodes_the_same():
+    """Worker processes get pipelines by pickle; a pipeline that has already encoded holds
+    tokeniser closures in its caches, which must not travel."""
+    import pickle
+
+    p = TextPipeline("en", "fr", aggressive_dash_splits=True, lowercase=True)
+    before = p.encode("A well-known case.", "src")
+    q = pickle.loads(pickle.dumps(p))
+    assert q.encode("A well-known case.", "src") == before and q.to_dict() == p.to_dict()
+
+
 def test_lowercase_pipeline_lowercases_tokens():
     p = TextPipeline("en", "fr", lowercase=True)
     assert p.encode("Hello World", "src") == ["hello", "world"]

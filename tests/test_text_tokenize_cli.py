@@ -42,3 +42,71 @@ def test_missing_input_file_is_one_clear_line(tmp_path):
     proc = _run(["--lang", "en", "-i", str(tmp_path / "nope.en")])
     err = proc.stderr.decode()
     assert proc.returncode == 1 and "nope.en" in err and "not found" in err and "Traceback" not in err
+
+
+# ---- the tokeniser's record, and preprocess --input-format tok checking it ---------------------
+EN = ["A well-known man's car.", "The X-ray was clear, wasn't it?", "Mr. Smith-Jones arrived."]
+FR = ["La voiture d'un homme bien connu.", "La radio était nette, non ?", "M. Smith-Jones est arrivé."]
+
+
+def _tokenise_corpus(tmp_path, *flags: str) -> str:
+    """train/valid en-fr files tokenised by the tool (in this process) with `flags`; the prefix."""
+    from nmtkit.text.tokenize import main
+
+    for split in ("train", "valid"):
+        for lang, lines in (("en", EN), ("fr", FR)):
+            raw = tmp_path / f"raw-{split}.{lang}"
+            raw.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+            assert main(["--lang", lang, "-i", str(raw), "-o", str(tmp_path / f"tok-{split}.{lang}"),
+                         "--workers", "1", *flags]) == 0
+    return str(tmp_path / "tok")
+
+
+def _tok_config(tmp_path, prefix: str, **kw):
+    from nmtkit.preprocess import PreprocessConfig
+
+    args = dict(src_lang="en", tgt_lang="fr", train=prefix + "-train", valid=prefix + "-valid",
+                dest=str(tmp_path / "data"), input_format="tok", workers=1)
+    return PreprocessConfig(**{**args, **kw})
+
+
+def test_output_records_the_settings_it_tokenised_with(tmp_path):
+    import json
+
+    _tokenise_corpus(tmp_path, "--lowercase", "--aggressive-dash-splits")
+    info = json.loads((tmp_path / "tok-train.fr.tokinfo.json").read_text(encoding="utf-8"))
+    assert info == {"tool": "nmtkit.text.tokenize", "lang": "fr", "normalize_punct": True,
+                    "aggressive_dash_splits": True, "lowercase": True}
+
+
+def test_preprocess_refuses_tok_input_made_with_flags_it_was_not_given(tmp_path):
+    import pytest
+
+    from nmtkit.errors import ConfigError
+    from nmtkit.preprocess import preprocess
+
+    prefix = _tokenise_corpus(tmp_path, "--lowercase", "--aggressive-dash-splits")
+    with pytest.raises(ConfigError) as err:
+        preprocess(_tok_config(tmp_path, prefix))
+    msg = str(err.value)
+    assert "tok-train.en" in msg and "lowercase=True there, False here" in msg and "aggressive_dash_splits" in msg
+    assert not (tmp_path / "data").exists()
+    # French tokenised with the English rules (--lang en): refused too
+    (tmp_path / "tok-valid.fr.tokinfo.json").write_bytes((tmp_path / "tok-valid.en.tokinfo.json").read_bytes())
+    with pytest.raises(ConfigError, match="tok-valid.fr: tokenised as language 'en'"):
+        preprocess(_tok_config(tmp_path, prefix, lowercase=True, aggressive_dash_splits=True))
+
+
+def test_tokeniser_flags_given_to_preprocess_too_are_replayed_at_translate_time(tmp_path):
+    import json
+
+    from nmtkit.preprocess import preprocess
+    from nmtkit.text.pipeline import TextPipeline
+
+    prefix = _tokenise_corpus(tmp_path, "--lowercase", "--aggressive-dash-splits")
+    preprocess(_tok_config(tmp_path, prefix, lowercase=True, aggressive_dash_splits=True))
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text(encoding="utf-8"))
+    replay = TextPipeline.from_dict(manifest["pipeline"])  # what translate applies to raw input
+    tokenised = (tmp_path / "tok-train.en").read_text(encoding="utf-8").splitlines()
+    assert [" ".join(replay.encode(x, "src")) for x in EN] == tokenised
+    assert "@-@" in tokenised[0] and tokenised[0].startswith("a ")

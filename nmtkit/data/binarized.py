@@ -10,8 +10,8 @@ This module imports numpy only (no torch).
 """
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -24,39 +24,63 @@ def split_paths(data_dir: str | Path, split: str, lang: str) -> tuple[Path, Path
 
 
 class SplitWriter:
-    """Appends sentences (lists of ids) and writes the two arrays on `close()`.
+    """Streams one side's ids to raw files in `work_dir`, then writes the .npy pair above block
+    by block (int32 ids, int64 offsets n+1), without holding the split in memory.
 
-    Ids are buffered in chunks of int32 arrays, so memory is 4 bytes per token.
+    `add(ids, lens)` takes a block of sentences: their ids concatenated (N,) and their lengths
+    (n,); `close()` writes `{split}.{lang}.ids.npy` / `.offsets.npy` in `out_dir`.
     """
 
-    def __init__(self, data_dir: str | Path, split: str, lang: str):
-        self.ids_path, self.offsets_path = split_paths(data_dir, split, lang)
-        self._chunks: list[np.ndarray] = []
-        self._buf: list[int] = []
-        self._lengths: list[int] = []
+    BLOCK = 1 << 20  # values per block when converting raw files to .npy
 
-    def add(self, ids: Sequence[int]) -> None:
-        self._buf.extend(ids)
-        self._lengths.append(len(ids))
-        if len(self._buf) >= 1 << 20:
-            self._chunks.append(np.asarray(self._buf, dtype=np.int32))
-            self._buf = []
+    def __init__(self, out_dir: str | Path, work_dir: str | Path, split: str, lang: str):
+        self.ids_path, self.offsets_path = split_paths(out_dir, split, lang)
+        self._ids_raw = Path(work_dir) / f"{split}.{lang}.ids.raw"
+        self._lens_raw = Path(work_dir) / f"{split}.{lang}.lens.raw"
+        self._fi = open(self._ids_raw, "wb")
+        self._fl = open(self._lens_raw, "wb")
+        self.n_tokens = 0
+        self.n_lines = 0
+
+    def add(self, ids: np.ndarray, lens: np.ndarray) -> None:
+        self._fi.write(np.ascontiguousarray(ids, dtype=np.int32).tobytes())
+        self._fl.write(np.ascontiguousarray(lens, dtype=np.int64).tobytes())
+        self.n_tokens += len(ids)
+        self.n_lines += len(lens)
 
     def close(self) -> None:
-        if self._buf or not self._chunks:
-            self._chunks.append(np.asarray(self._buf, dtype=np.int32))
-        ids = np.concatenate(self._chunks)
-        offsets = np.zeros(len(self._lengths) + 1, dtype=np.int64)
-        np.cumsum(np.asarray(self._lengths, dtype=np.int64), out=offsets[1:])
-        np.save(self.ids_path, ids)
-        np.save(self.offsets_path, offsets)
+        self._fi.close()
+        self._fl.close()
+        self._copy(self._ids_raw, self.ids_path, np.int32, self.n_tokens, cumulative=False)
+        self._copy(self._lens_raw, self.offsets_path, np.int64, self.n_lines + 1, cumulative=True)
+        self._ids_raw.unlink()
+        self._lens_raw.unlink()
 
-
-def write_split(data_dir: str | Path, split: str, lang: str, sentences: Iterable[Sequence[int]]) -> None:
-    w = SplitWriter(data_dir, split, lang)
-    for s in sentences:
-        w.add(s)
-    w.close()
+    def _copy(self, raw: Path, path: Path, dtype, n: int, cumulative: bool) -> None:
+        """Write `raw` (native-endian values) as a 1-D .npy of length n, BLOCK values at a time;
+        with `cumulative`, as [0, running sums...] (lengths -> offsets). Plain file writes, no
+        memory map, so the resident memory stays at one block whatever the corpus size."""
+        dtype = np.dtype(dtype)
+        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (n,)}
+        written = 0
+        with open(path, "wb") as out, open(raw, "rb") as f:
+            np.lib.format.write_array_header_1_0(out, header)
+            if not cumulative:
+                shutil.copyfileobj(f, out, self.BLOCK * dtype.itemsize)
+                written = n
+            else:
+                out.write(np.zeros(1, dtype=dtype).tobytes())
+                written, running = 1, 0
+                while True:
+                    block = np.fromfile(f, dtype=dtype, count=self.BLOCK)
+                    if not len(block):
+                        break
+                    sums = np.cumsum(block, dtype=dtype)
+                    sums += running
+                    running = int(sums[-1])
+                    out.write(sums.tobytes())
+                    written += len(block)
+        assert written == n and path.stat().st_size >= n * dtype.itemsize, (path, written, n)
 
 
 class BinarizedText:

@@ -1,4 +1,5 @@
-"""Greedy and batched beam search over the `Seq2Seq` interface (and ensembles of models).
+"""Batched beam search over the `Seq2Seq` interface (and ensembles of models); greedy search is
+beam search of width 1.
 
 Bahdanau et al. (2015), section 3 / appendix: "we use a beam search to find a translation that
 approximately maximizes the conditional probability". The paper gives no beam width; we default
@@ -9,8 +10,8 @@ to 12 (Sutskever et al. 2014 used 12). Length normalisation follows the usual pr
 alpha = 1 is the plain per-word average, alpha = 0 the raw log-probability.
 
 Batched beam search keeps all K hypotheses of all B sentences of a batch in one tensor of B*K
-rows, on the model's device. One step is: one `step()` per model, the exact top-2K of each
-sentence's (K*V) candidates (`_sentence_topk`: a strided max over groups of columns, then top-k
+rows, on the model's device. One step (`_BeamSearch.step`) is: one `step()` per model, the
+exact top-2K of each sentence's (K*V) candidates (`_sentence_topk`: a strided max over groups of columns, then top-k
 over group maxima and over the chosen groups' columns, instead of a top-k of every row), and
 index_selects that reorder the decoder state and the token / attention history.
 Hypotheses that emit EOS are copied to the host and set aside; a sentence is done when it has K finished
@@ -196,84 +197,15 @@ def greedy_search(
     lenpen: float = 1.0,
     need_attention: bool = False,
 ) -> list[Hypothesis]:
-    """The most probable token at every step.
+    """The most probable token at every step: beam search of width 1.
 
     src: (B, S) ids on the model's device, src_lens: (B,); max_len: an int or a (B,) tensor of
     the most target tokens before EOS. Returns one Hypothesis per sentence, in input order.
-    Sentences that emitted EOS are dropped from the batch as beam search drops them (same
-    schedule), so `--beam 1` runs exactly the same computations and gives the same result.
     """
-    models = _as_models(models_or_model)
-    device = src.device
-    B = src.size(0)
-    if isinstance(max_len, int):
-        lim = torch.full((B,), max_len, dtype=torch.long)
-    else:
-        lim = max_len.detach().to("cpu", torch.long)
-    encs = [m.encode(src, src_lens) for m in models]
-    states = [m.init_state(e) for m, e in zip(models, encs)]
-    extras = [_source_extra(e, src) for e in encs]
-    lens_cpu = src_lens.cpu()
-    max_t = int(lim.max())
-    active = torch.arange(B)  # original sentence ids of the rows (CPU)
-    alive = torch.ones(B, dtype=torch.bool)  # rows still decoding (CPU); done rows wait for compaction
-    alive_dev = alive.to(device)
-    active_lim = lim
-    prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
-    scores = torch.zeros(B, device=device)
-    tokens = torch.zeros(B, max_t + 1, dtype=torch.long, device=device)
-    attn_hist: Tensor | None = None
-    results: list[Hypothesis | None] = [None] * B
-    for t in range(max_t + 1):
-        lp, states, attn = _step_all(models, prev, states, encs)
-        _mask_specials(lp)
-        at_limit = (active_lim <= t) & alive
-        if bool(at_limit.any()):
-            lp = _force_eos(lp, at_limit)
-        best, tok = lp.max(dim=1)
-        scores = scores + best
-        tokens[:, t] = tok
-        if need_attention:
-            if attn_hist is None:
-                attn_hist = attn.new_zeros(B, max_t + 1, attn.size(1), dtype=torch.float32)
-            attn_hist[:, t, : attn.size(1)] = attn.float()
-        prev = tok
-        fin = tok.eq(EOS_ID) & alive_dev
-        if not bool(fin.any()):
-            continue
-        fin_cpu = fin.cpu()
-        rows = fin_cpu.nonzero().squeeze(1)
-        rows_dev = rows.to(device)
-        toks_cpu = tokens[rows_dev, :t].cpu()
-        sc_cpu = scores[rows_dev].cpu()
-        att_cpu = attn_hist[rows_dev, : t + 1].cpu() if attn_hist is not None else None
-        for j, r in enumerate(rows.tolist()):
-            lp_sum = float(sc_cpu[j])
-            results[int(active[r])] = Hypothesis(
-                tokens=toks_cpu[j].tolist(),
-                score=length_normalise(lp_sum, t + 1, lenpen),
-                log_prob=lp_sum,
-                attention=att_cpu[j] if att_cpu is not None else None,
-            )
-        alive &= ~fin_cpu
-        n_alive = int(alive.sum())
-        if n_alive == 0:
-            break
-        alive_dev = alive.to(device)
-        if not _should_compact(alive.numel() - n_alive, alive.numel()):
-            continue
-        keep_cpu = alive.nonzero().squeeze(1)
-        keep = keep_cpu.to(device)
-        active, active_lim, alive = active[keep_cpu], active_lim[keep_cpu], alive[keep_cpu]
-        alive_dev = alive.to(device)
-        width = int(lens_cpu[active].max())
-        encs = [_keep(e, keep, width + x) for e, x in zip(encs, extras)]
-        states = [m.reorder(s, keep) for m, s in zip(models, states)]
-        prev, scores, tokens = prev[keep], scores[keep], tokens[keep]
-        if attn_hist is not None:
-            attn_hist = attn_hist[keep]
-    assert all(r is not None for r in results)
-    return results  # type: ignore[return-value]
+    lim = torch.full((src.size(0),), max_len, dtype=torch.long) if isinstance(max_len, int) else max_len
+    hyps = beam_search(models_or_model, src, src_lens, beam=1, nbest=1, lenpen=lenpen,
+                       need_attention=need_attention, max_len=lim)
+    return [h[0] for h in hyps]
 
 
 @torch.inference_mode()
@@ -299,127 +231,178 @@ def beam_search(
         raise ValueError("beam must be >= 1")
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest must be between 1 and the beam size ({beam})")
-    models = _as_models(models_or_model)
-    device = src.device
-    B, K = src.size(0), beam
     lim = max_lengths(src_lens.cpu(), max_len_a, max_len_b) if max_len is None else max_len.cpu().long()
-    max_t = int(lim.max())
+    search = _BeamSearch(_as_models(models_or_model), src, src_lens, beam, lim, lenpen, need_attention)
+    for t in range(int(lim.max()) + 1):
+        if not search.step(t):
+            break
+    return search.results(nbest)
 
-    encs = [m.encode(src, src_lens) for m in models]  # (B, ...) until after the first step
-    states = [m.init_state(e) for m, e in zip(models, encs)]
-    extras = [_source_extra(e, src) for e in encs]
-    lens_cpu = src_lens.cpu()
-    # models that accept one encoder row per sentence for its K hypotheses (`grouped_encoder`)
-    # never get K copies of the encoder outputs: copying them and reading K of them per step
-    # is memory traffic that would dominate a large batch's step
-    grouped = K > 1 and all(getattr(m, "grouped_encoder", False) for m in models)
 
-    active = list(range(B))  # original sentence id of each slot
-    alive = [True] * B  # slots still searching; done slots wait (scores -inf) for compaction
-    dead_dev: Tensor | None = None  # (nb,) bool on the device, True at done slots
-    active_lim = lim.clone()  # (nb,) CPU
-    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
-    # only the first hypothesis of each sentence is live at the start
-    scores = torch.full((B, K), float("-inf"), device=device)
-    scores[:, 0] = 0.0
-    scores = scores.view(-1)
-    tokens = torch.zeros(B * K, max_t + 1, dtype=torch.long, device=device)
-    attn_hist: Tensor | None = None
-    for t in range(max_t + 1):
-        nb = len(active)
-        lp, states, attn = _step_all(models, prev, states, encs)  # (N, V), (N, S)
+class _BeamSearch:
+    """The state of one batched beam search over B sentences, and its step.
+
+    Sentences live in slots (`active[slot]` is the sentence id); each slot has K consecutive
+    rows (N = nb*K) in `scores`, `tokens`, `attn_hist`, `prev` and the decoder states. A done
+    slot stays (scores -inf, `alive` False) until `_compact` drops it with the other done ones.
+    """
+
+    def __init__(self, models: list[Seq2Seq], src: Tensor, src_lens: Tensor, K: int, lim: Tensor,
+                 lenpen: float, need_attention: bool):
+        self.models, self.K, self.lenpen, self.need_attention = models, K, lenpen, need_attention
+        self.device = device = src.device
+        B = src.size(0)
+        self.max_t = int(lim.max())
+        self.encs = [m.encode(src, src_lens) for m in models]  # (B, ...) until after the first step
+        self.states = [m.init_state(e) for m, e in zip(models, self.encs)]
+        self.extras = [_source_extra(e, src) for e in self.encs]
+        self.lens_cpu = src_lens.cpu()
+        # models that accept one encoder row per sentence for its K hypotheses (`grouped_encoder`)
+        # never get K copies of the encoder outputs: copying them and reading K of them per step
+        # is memory traffic that would dominate a large batch's step
+        self.grouped = K > 1 and all(m.grouped_encoder for m in models)
+        self.active = list(range(B))  # original sentence id of each slot
+        self.alive = [True] * B  # slots still searching; done slots wait (scores -inf) for compaction
+        self.dead_dev: Tensor | None = None  # (nb,) bool on the device, True at done slots
+        self.active_lim = lim.clone()  # (nb,) CPU
+        self.finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+        self.prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
+        # only the first hypothesis of each sentence is live at the start
+        scores = torch.full((B, K), float("-inf"), device=device)
+        scores[:, 0] = 0.0
+        self.scores = scores.view(-1)
+        self.tokens = torch.zeros(B * K, self.max_t + 1, dtype=torch.long, device=device)
+        self.attn_hist: Tensor | None = None
+
+    def step(self, t: int) -> bool:
+        """Extend every live sentence by one token; False once every sentence is done.
+
+        Keeps the exact top-2K candidates of each sentence (`_sentence_topk`), sets aside
+        those among the K best that end in EOS (`_finish`), continues with the K best that do
+        not, and retires done sentences (`_retire`).
+        """
+        K, nb = self.K, len(self.active)
+        lp, attn = self._log_probs(t)  # (N, V), (N, S)
+        k2 = min(2 * K, K * lp.size(1))
+        top_s, top_beam, top_tok = _sentence_topk(lp, self.scores, nb, K, k2)  # (nb, k2), best first
+        top_row = top_beam + (torch.arange(nb, device=self.device) * K).unsqueeze(1)  # rows of N
+        is_eos = top_tok.eq(EOS_ID)
+        n_fin = self._finish(t, top_s, top_row, is_eos, attn)
+        # the K best candidates that do not end in EOS continue
+        order = is_eos.long() * k2 + torch.arange(k2, device=self.device)
+        pos = order.topk(K, dim=1, largest=False).indices  # (nb, K), sorted by rank
+        new_s = top_s.gather(1, pos).masked_fill(is_eos.gather(1, pos), float("-inf"))  # too few non-EOS
+        new = (new_s, top_row.gather(1, pos), top_tok.gather(1, pos))
+        kept = self._retire(t, n_fin, new)
+        if kept is None:
+            return False
+        self._advance(t, *kept, attn)
+        return True
+
+    def _log_probs(self, t: int) -> tuple[Tensor, Tensor]:
+        """Every model's step, combined: (log_probs (N, V) fp32 with PAD/BOS masked and EOS
+        forced at the length limit, attention (N, S))."""
+        lp, self.states, attn = _step_all(self.models, self.prev, self.states, self.encs)
+        K = self.K
         if t == 0 and K > 1:
             # the K hypotheses of a sentence are identical before the first step: compute it
             # once per sentence, then give every sentence K rows
-            rep = torch.arange(B, device=device).repeat_interleave(K)
+            rep = torch.arange(len(self.active), device=self.device).repeat_interleave(K)
             lp, attn = lp.index_select(0, rep), attn.index_select(0, rep)
-            if not grouped:  # grouped models read each sentence's encoder rows K times
-                encs = [e.index_select(rep) for e in encs]
-            states = [m.reorder(st, rep) for m, st in zip(models, states)]
-        V = lp.size(1)
+            if not self.grouped:  # grouped models read each sentence's encoder rows K times
+                self.encs = [e.index_select(rep) for e in self.encs]
+            self.states = [m.reorder(st, rep) for m, st in zip(self.models, self.states)]
         _mask_specials(lp)
-        at_limit = (active_lim <= t) & torch.tensor(alive)
+        at_limit = (self.active_lim <= t) & torch.tensor(self.alive)
         if bool(at_limit.any()):
             lp = _force_eos(lp, at_limit.repeat_interleave(K))
-        if need_attention and attn_hist is None:
-            attn_hist = attn.new_zeros(nb * K, max_t + 1, attn.size(1), dtype=torch.float32)
+        if self.need_attention and self.attn_hist is None:
+            self.attn_hist = attn.new_zeros(lp.size(0), self.max_t + 1, attn.size(1), dtype=torch.float32)
+        return lp, attn
 
-        k2 = min(2 * K, K * V)
-        top_s, top_beam, top_tok = _sentence_topk(lp, scores, nb, K, k2)  # (nb, k2), best first
-        top_row = top_beam + (torch.arange(nb, device=device) * K).unsqueeze(1)  # rows of N
-        is_eos = top_tok.eq(EOS_ID)
-
-        # 1. finished hypotheses: EOS among the K best candidates, with a finite score
+    def _finish(self, t: int, top_s: Tensor, top_row: Tensor, is_eos: Tensor, attn: Tensor) -> list[int]:
+        """Set aside the hypotheses ending in EOS among each sentence's K best candidates (with a
+        finite score), up to K per sentence; returns the finished count of each slot."""
+        K = self.K
         fin = is_eos[:, :K] & torch.isfinite(top_s[:, :K])
-        n_fin = [0] * nb
-        if bool(fin.any()):
-            idx = fin.nonzero()  # (m, 2): sentence slot, rank
-            rows = top_row[idx[:, 0], idx[:, 1]]
-            toks_cpu = tokens.index_select(0, rows)[:, :t].cpu()
-            sc_cpu = top_s[idx[:, 0], idx[:, 1]].cpu()
-            att_cpu = None
-            if attn_hist is not None:
-                att = attn_hist.index_select(0, rows)[:, : t + 1]
-                att[:, t, : attn.size(1)] = attn.index_select(0, rows).float()
-                att_cpu = att.cpu()
-            for j, slot in enumerate(idx[:, 0].tolist()):
-                sent = active[slot]
-                if not alive[slot] or len(finished[sent]) >= K:
-                    continue
-                lp_sum = float(sc_cpu[j])
-                finished[sent].append(Hypothesis(
-                    tokens=toks_cpu[j].tolist(),
-                    score=length_normalise(lp_sum, t + 1, lenpen),
-                    log_prob=lp_sum,
-                    attention=att_cpu[j] if att_cpu is not None else None,
-                ))
-            n_fin = [len(finished[s]) for s in active]
+        if not bool(fin.any()):  # the only host synchronisation of an ordinary step
+            return [0] * len(self.active)
+        idx = fin.nonzero()  # (m, 2): sentence slot, rank
+        rows = top_row[idx[:, 0], idx[:, 1]]
+        toks_cpu = self.tokens.index_select(0, rows)[:, :t].cpu()
+        sc_cpu = top_s[idx[:, 0], idx[:, 1]].cpu()
+        att_cpu = None
+        if self.attn_hist is not None:
+            att = self.attn_hist.index_select(0, rows)[:, : t + 1]
+            att[:, t, : attn.size(1)] = attn.index_select(0, rows).float()
+            att_cpu = att.cpu()
+        for j, slot in enumerate(idx[:, 0].tolist()):
+            sent = self.active[slot]
+            if not self.alive[slot] or len(self.finished[sent]) >= K:
+                continue
+            lp_sum = float(sc_cpu[j])
+            self.finished[sent].append(Hypothesis(
+                tokens=toks_cpu[j].tolist(),
+                score=length_normalise(lp_sum, t + 1, self.lenpen),
+                log_prob=lp_sum,
+                attention=att_cpu[j] if att_cpu is not None else None,
+            ))
+        return [len(self.finished[s]) for s in self.active]
 
-        # 2. the K best candidates that do not end in EOS continue
-        order = is_eos.long() * k2 + torch.arange(k2, device=device)
-        pos = order.topk(K, dim=1, largest=False).indices  # (nb, K), sorted by rank
-        new_s = top_s.gather(1, pos)
-        new_s = new_s.masked_fill(is_eos.gather(1, pos), float("-inf"))  # too few non-EOS
-        new_row = top_row.gather(1, pos)
-        new_tok = top_tok.gather(1, pos)
-
-        # 3. sentences that are done stop searching; their rows are dropped at the next compaction
-        newly_done = [i for i in range(nb) if alive[i] and (n_fin[i] >= K or t >= int(active_lim[i]))]
+    def _retire(self, t: int, n_fin: list[int], new: tuple[Tensor, Tensor, Tensor]
+                ) -> tuple[Tensor, Tensor, Tensor] | None:
+        """Sentences with K finished hypotheses or at their length limit stop searching; their
+        slots are dropped now or at a later compaction. Returns the continuing candidates
+        `new` = (scores, rows, tokens) (nb, K) of the kept slots, or None when all are done."""
+        alive, lim = self.alive, self.active_lim
+        newly_done = [i for i in range(len(alive)) if alive[i] and (n_fin[i] >= self.K or t >= int(lim[i]))]
         if newly_done:
             for i in newly_done:
                 alive[i] = False
             if not any(alive):
-                break
-            dead_dev = torch.tensor([not a for a in alive], device=device)
+                return None
+            self.dead_dev = torch.tensor([not a for a in alive], device=self.device)
             # grouped: the state rows are reordered every step anyway and the encoder outputs
             # are one row per sentence, so dropping done sentences at once costs next to nothing
-            if grouped or _should_compact(alive.count(False), nb):
-                keep_slots = [i for i in range(nb) if alive[i]]
-                ks = torch.tensor(keep_slots, dtype=torch.long)
-                ks_dev = ks.to(device)
-                new_s, new_row, new_tok = new_s[ks_dev], new_row[ks_dev], new_tok[ks_dev]
-                keep_rows = (ks_dev.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
-                width = int(lens_cpu[[active[i] for i in keep_slots]].max())
-                encs = [_keep(e, ks_dev if grouped else keep_rows, width + x) for e, x in zip(encs, extras)]
-                active = [active[i] for i in keep_slots]
-                active_lim = active_lim[ks]
-                alive = [True] * len(keep_slots)
-                dead_dev = None
-        if dead_dev is not None:
-            new_s = new_s.masked_fill(dead_dev.unsqueeze(1), float("-inf"))
-        rows = new_row.view(-1)
-        states = [m.reorder(s, rows) for m, s in zip(models, states)]
-        tokens = tokens.index_select(0, rows)
-        prev = new_tok.view(-1)
-        tokens[:, t] = prev
-        if attn_hist is not None:
-            attn_hist = attn_hist.index_select(0, rows)
-            attn_hist[:, t, : attn.size(1)] = attn.index_select(0, rows).float()
-        scores = new_s.view(-1)
+            if self.grouped or _should_compact(alive.count(False), len(alive)):
+                new = self._compact(new)
+        return new
 
-    out: list[list[Hypothesis]] = []
-    for hyps in finished:
-        hyps.sort(key=lambda h: h.score, reverse=True)
-        out.append(hyps[:nbest])
-    return out
+    def _compact(self, new: tuple[Tensor, Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """Drop the done slots from the encoder outputs, the slot lists and `new`'s rows (the
+        decoder states and histories follow through `_advance`'s reorder)."""
+        K, device = self.K, self.device
+        keep_slots = [i for i in range(len(self.alive)) if self.alive[i]]
+        ks = torch.tensor(keep_slots, dtype=torch.long)
+        ks_dev = ks.to(device)
+        keep_rows = (ks_dev.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
+        width = int(self.lens_cpu[[self.active[i] for i in keep_slots]].max())
+        rows = ks_dev if self.grouped else keep_rows
+        self.encs = [_keep(e, rows, width + x) for e, x in zip(self.encs, self.extras)]
+        self.active = [self.active[i] for i in keep_slots]
+        self.active_lim = self.active_lim[ks]
+        self.alive = [True] * len(keep_slots)
+        self.dead_dev = None
+        return tuple(x[ks_dev] for x in new)  # type: ignore[return-value]
+
+    def _advance(self, t: int, new_s: Tensor, new_row: Tensor, new_tok: Tensor, attn: Tensor) -> None:
+        """Reorder the decoder states and histories to the continuing rows and append their tokens."""
+        if self.dead_dev is not None:
+            new_s = new_s.masked_fill(self.dead_dev.unsqueeze(1), float("-inf"))
+        rows = new_row.view(-1)
+        self.states = [m.reorder(s, rows) for m, s in zip(self.models, self.states)]
+        self.tokens = self.tokens.index_select(0, rows)
+        self.prev = new_tok.view(-1)
+        self.tokens[:, t] = self.prev
+        if self.attn_hist is not None:
+            self.attn_hist = self.attn_hist.index_select(0, rows)
+            self.attn_hist[:, t, : attn.size(1)] = attn.index_select(0, rows).float()
+        self.scores = new_s.view(-1)
+
+    def results(self, nbest: int) -> list[list[Hypothesis]]:
+        """Each sentence's `nbest` best finished hypotheses, best first, in input order."""
+        out: list[list[Hypothesis]] = []
+        for hyps in self.finished:
+            hyps.sort(key=lambda h: h.score, reverse=True)
+            out.append(hyps[:nbest])
+        return out

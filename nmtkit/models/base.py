@@ -90,6 +90,10 @@ class Seq2Seq(nn.Module):
     """
 
     config: Any  # the architecture's <Arch>Config dataclass
+    # True when `step` accepts N = B * G state rows over B encoder rows (the G hypotheses of a
+    # sentence, consecutive rows, share its encoder row): beam search then never copies the
+    # encoder outputs K times (see nmtkit.decode.search)
+    grouped_encoder: bool = False
 
     # ---- to implement -------------------------------------------------------------------
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
@@ -119,17 +123,12 @@ class Seq2Seq(nn.Module):
         return None
 
     # ---- derived ------------------------------------------------------------------------
-    def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor | None = None,
-                **loss_kwargs: Any):
+    def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher forcing: log-probabilities (B, T, V) in float32 (or float64).
 
-        With `tgt_out`, returns `self.loss(src, src_lens, tgt_in, tgt_out, **loss_kwargs)`
-        instead, so that a DistributedDataParallel wrapper (which only synchronises gradients
-        of computations that went through its `forward`) can train with the chunked loss:
-        `ddp_model(src, src_lens, tgt_in, tgt_out, label_smoothing=0.1)`.
+        Training does not come through here but through `loss` (under DistributedDataParallel,
+        wrapped as the forward of `nmtkit.train.trainer._LossModule`).
         """
-        if tgt_out is not None:
-            return self.loss(src, src_lens, tgt_in, tgt_out, **loss_kwargs)
         feats, _ = self.decode_features(self.encode(src, src_lens), tgt_in)
         return _log_softmax(self.output_layer(feats))
 

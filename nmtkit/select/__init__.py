@@ -1,4 +1,6 @@
-"""Data selection: n-gram LMs (`ngram`) and cross-entropy-difference selection (`selection`).
+"""Data selection: n-gram LMs (`ngram`, over `lmvocab`'s ids and flat batches), reading the
+corpora (`corpus`), scoring pairs in parallel (`scoring`) and the cross-entropy-difference
+selection command itself (`selection`).
 
 Axelrod, He & Gao (2011) bilingual cross-entropy difference, with Moore & Lewis (2010) and
 in-domain cross-entropy as baselines; 4-gram interpolated modified Kneser-Ney LMs (Chen &

@@ -22,131 +22,26 @@ where a() is the adjusted count above, a(h.) its sum over the words following h,
 n_j the number of order-k n-grams with adjusted count j. A context h never seen at order k
 backs off with weight 1.
 
-Storage (no Python dict per n-gram): ids are small ints (`BOS_ID`, `EOS_ID`, `UNK_ID`, then
-words). The unigram table is indexed by word id. An order-k n-gram (k >= 2) is the int64 key
-`ctx * V + w`, where `ctx` is the row of its (k-1)-gram context in the order-(k-1) table (a
-trie flattened into sorted arrays), so keys never collide whatever V and the order are
-(`ctx < #n-grams`, so keys stay far below 2**63). Counts come from `np.unique`; look-ups are
-`np.searchsorted` over the sorted keys, one call per order for a whole batch of sentences.
+Storage (no Python dict per n-gram): ids are small ints (`LM_BOS_ID`, `LM_EOS_ID`,
+`LM_UNK_ID` of nmtkit.select.lmvocab, then words). The unigram table is indexed by word id. An
+order-k n-gram (k >= 2) is the int64 key `ctx * V + w`, where `ctx` is the row of its
+(k-1)-gram context in the order-(k-1) table (a trie flattened into sorted arrays), so keys
+never collide whatever V and the order are (`ctx < #n-grams`, so keys stay far below 2**63).
+Counts come from `np.unique`; look-ups are `np.searchsorted` over the sorted keys, one call per
+order for a whole batch of sentences.
 """
 from __future__ import annotations
 
 import math
-from collections import Counter
-from dataclasses import dataclass, field
-from itertools import chain, repeat
-from typing import Iterable, Sequence, TextIO
+from dataclasses import dataclass
+from typing import Sequence, TextIO
 
 import numpy as np
 
-BOS, EOS, UNK = "<s>", "</s>", "<unk>"
-BOS_ID, EOS_ID, UNK_ID = 0, 1, 2
-SPECIALS = (BOS, EOS, UNK)
-LOG2_10 = math.log2(10.0)
+from nmtkit.select.lmvocab import LM_BOS_ID, FlatBatch, flatten
 
 # Discounts used when the count-of-counts of an order cannot give valid ones (tiny corpora).
 DEFAULT_DISCOUNTS = (0.5, 1.0, 1.5)
-
-
-@dataclass
-class LMVocab:
-    """Token <-> id map shared by the in-domain and the out-of-domain LM of one language.
-
-    Ids: 0 `<s>`, 1 `</s>`, 2 `<unk>`, then the words in order of decreasing count (ties by
-    string). Any token not in it maps to `<unk>`.
-    """
-
-    itos: list[str]
-    stoi: dict[str, int] = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        assert tuple(self.itos[:3]) == SPECIALS
-        self.stoi = {t: i for i, t in enumerate(self.itos)}
-
-    def __len__(self) -> int:
-        return len(self.itos)
-
-    @classmethod
-    def build(cls, sentences: Iterable[Sequence[str]], min_count: int = 1) -> "LMVocab":
-        """Words seen at least `min_count` times in `sentences` (the in-domain text)."""
-        counts: Counter[str] = Counter()
-        for toks in sentences:
-            counts.update(toks)
-        for special in SPECIALS:
-            counts.pop(special, None)
-        words = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
-        return cls(list(SPECIALS) + words)
-
-    def encode(self, tokens: Sequence[str]) -> list[int]:
-        get = self.stoi.get
-        return [get(t, UNK_ID) for t in tokens]
-
-    def _flat_lookup(self) -> dict[str, int]:
-        # A literal "<s>" or "</s>" in the text is an ordinary (unknown) word.
-        lk = getattr(self, "_lookup", None)
-        if lk is None:
-            lk = dict(self.stoi)
-            lk[BOS] = lk[EOS] = UNK_ID
-            self._lookup = lk
-        return lk
-
-    def encode_batch(self, sentences: Sequence[Sequence[str]]) -> "FlatBatch":
-        """Token lists -> one FlatBatch (one dict look-up pass over the whole batch)."""
-        lens = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
-        words = list(chain.from_iterable(sentences))
-        get = self._flat_lookup().get
-        ids = np.fromiter(map(get, words, repeat(UNK_ID)), dtype=np.int64, count=len(words))
-        toks, dist, starts = _assemble(ids, lens)
-        return FlatBatch(toks, dist, starts, lens + 1)
-
-    def encode_lines(self, lines: Sequence[str], lowercase: bool = False) -> "FlatBatch":
-        """Already tokenised lines (tokens separated by whitespace) -> one FlatBatch."""
-        if lowercase:
-            return self.encode_batch([line.lower().split() for line in lines])
-        return self.encode_batch([line.split() for line in lines])
-
-
-@dataclass
-class FlatBatch:
-    """A batch of sentences as one array, `<s> ids </s>` each, for vectorised scoring.
-
-    toks (T,) int64 ids; dist (T,) int64 position in the sentence (0 at `<s>`);
-    starts (N,) int64 index of each `<s>`; lens (N,) int64 predicted tokens (words + `</s>`).
-    """
-
-    toks: np.ndarray
-    dist: np.ndarray
-    starts: np.ndarray
-    lens: np.ndarray
-
-
-def flatten(sentences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sentences of ids -> (toks, dist, sent_starts).
-
-    toks (T,) int64: every sentence as `<s> ids </s>`, concatenated.
-    dist (T,) int64: position within its sentence (0 at `<s>`), i.e. how many tokens of
-        history a position has; an order-k n-gram ends at p iff dist[p] >= k - 1.
-    sent_starts (N,) int64: index of each sentence's `<s>` in toks.
-    """
-    lens = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
-    ids = np.fromiter(chain.from_iterable(sentences), dtype=np.int64, count=int(lens.sum()))
-    return _assemble(ids, lens)
-
-
-def _assemble(ids: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Word ids (W,) of sentences of lengths lens (N,) -> (toks, dist, starts) as in `flatten`."""
-    sizes = lens + 2
-    starts = np.zeros(lens.size, dtype=np.int64)
-    np.cumsum(sizes[:-1], out=starts[1:])
-    toks = np.empty(int(sizes.sum()), dtype=np.int64)
-    is_word = np.ones(toks.size, dtype=bool)
-    is_word[starts] = False
-    is_word[starts + lens + 1] = False
-    toks[starts] = BOS_ID
-    toks[starts + lens + 1] = EOS_ID
-    toks[is_word] = ids
-    dist = np.arange(toks.size, dtype=np.int64) - np.repeat(starts, sizes)
-    return toks, dist, starts
 
 
 def kn_discounts(adjusted_counts: np.ndarray) -> tuple[float, float, float]:
@@ -193,6 +88,96 @@ class _Order:
     discounts: tuple[float, float, float]
 
 
+@dataclass
+class _Counts:
+    """Raw counts of orders 2..n, each list indexed by k - 2, aligned with the sorted `keys`.
+
+    keys (n_k,) int64 ctx * V + w; raw (n_k,) int64 raw counts; bos (n_k,) bool: the n-gram
+    starts with `<s>`; suffix (n_k,) int64: row of its (k-1)-gram suffix in order k-1.
+    """
+
+    keys: list[np.ndarray]
+    raw: list[np.ndarray]
+    bos: list[np.ndarray]
+    suffix: list[np.ndarray]
+
+
+def _count(toks: np.ndarray, dist: np.ndarray, V: int, order: int) -> _Counts:
+    """Pass up the orders: raw counts, first occurrence, and the row of each position's
+    k-gram (idx[p], -1 where the sentence is too short), all in int64."""
+    c = _Counts([], [], [], [])
+    prev_idx = toks  # order-1 row = the id itself
+    for k in range(2, order + 1):
+        pv = np.flatnonzero(dist >= k - 1)
+        ctx = prev_idx[pv - 1]
+        n_prev = V if k == 2 else c.keys[-1].size
+        assert n_prev * V < 2**62, "n-gram key would overflow int64"
+        keys = ctx * V + toks[pv]
+        uniq, first, inv, cnt = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
+        idx = np.full(toks.size, -1, dtype=np.int64)
+        idx[pv] = inv.reshape(-1)
+        first_pos = pv[first]
+        c.keys.append(uniq)
+        c.raw.append(cnt.astype(np.int64))
+        c.bos.append(dist[first_pos] == k - 1)          # starts with <s>
+        c.suffix.append(prev_idx[first_pos])            # row of the (k-1)-gram suffix
+        prev_idx = idx
+    return c
+
+
+def _adjusted_counts(c: _Counts, toks: np.ndarray, dist: np.ndarray, V: int, order: int) -> list[np.ndarray]:
+    """a() per order (index k; index 0 unused): raw at the top order and for n-grams starting
+    with <s>, continuation counts N1+(. g) otherwise."""
+    adj: list[np.ndarray] = [np.zeros(0)] * (order + 1)
+    if order == 1:
+        adj[1] = np.bincount(toks[dist > 0], minlength=V).astype(np.int64)
+    else:
+        adj[order] = c.raw[-1]
+        for k in range(order - 1, 1, -1):
+            cont = np.bincount(c.suffix[k - 1], minlength=c.keys[k - 2].size)  # from order k+1
+            adj[k] = np.where(c.bos[k - 2], c.raw[k - 2], cont).astype(np.int64)
+        adj[1] = np.bincount(c.suffix[0], minlength=V).astype(np.int64)
+    adj[1][LM_BOS_ID] = 0
+    return adj
+
+
+def _unigram_probs(a1: np.ndarray, d1: tuple[float, ...], V: int) -> np.ndarray:
+    """(V,) p_1: discounted unigrams interpolated with the uniform distribution over the
+    predicted vocabulary (every id but `<s>`)."""
+    total = float(a1.sum())
+    nn = [np.count_nonzero(a1 == 1), np.count_nonzero(a1 == 2), np.count_nonzero(a1 >= 3)]
+    gamma1 = (d1[0] * nn[0] + d1[1] * nn[1] + d1[2] * nn[2]) / total
+    n_pred = V - 1
+    unigram = np.maximum(a1 - _discount(a1, d1), 0.0) / total + gamma1 / n_pred
+    unigram[LM_BOS_ID] = 0.0
+    return unigram
+
+
+def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[Sequence[float]], unigram: np.ndarray,
+                 V: int, order: int) -> list["_Order"]:
+    """The tables of orders 2..n: discounted probabilities, gammas and interpolated p_k."""
+    orders: list[_Order] = []
+    prev_prob = unigram
+    for k in range(2, order + 1):
+        keys = c.keys[k - 2]
+        a = adj[k]
+        dk = tuple(float(x) for x in disc[k - 1])
+        n_prev = V if k == 2 else c.keys[k - 3].size
+        ctx = keys // V
+        denom = np.bincount(ctx, weights=a, minlength=n_prev)
+        mass = (dk[0] * np.bincount(ctx[a == 1], minlength=n_prev)
+                + dk[1] * np.bincount(ctx[a == 2], minlength=n_prev)
+                + dk[2] * np.bincount(ctx[a >= 3], minlength=n_prev))
+        seen = denom > 0
+        gamma = np.ones(n_prev)
+        gamma[seen] = mass[seen] / denom[seen]
+        disc_prob = np.maximum(a - _discount(a, dk), 0.0) / denom[ctx]
+        prob = disc_prob + gamma[ctx] * prev_prob[c.suffix[k - 2]]
+        orders.append(_Order(keys, a, disc_prob, gamma, prob, c.suffix[k - 2], dk))  # type: ignore[arg-type]
+        prev_prob = prob
+    return orders
+
+
 class NgramLM:
     """An interpolated modified Kneser-Ney LM over ids of one `LMVocab` (size V).
 
@@ -216,6 +201,8 @@ class NgramLM:
         """Count and smooth. `sentences`: id lists without `<s>`/`</s>`, ids < vocab_size.
 
         `discounts` (one triple per order 1..n) overrides the count-of-counts estimate (tests).
+        Phases: `_count` (raw counts per order), `_adjusted_counts` (Kneser-Ney continuation
+        counts), the discounts, `_unigram_probs`, `_interpolate` (orders 2..n).
         """
         if order < 1:
             raise ValueError("order must be >= 1")
@@ -223,80 +210,17 @@ class NgramLM:
         toks, dist, _ = flatten(sentences)
         if toks.size and (toks.min() < 0 or toks.max() >= V):
             raise ValueError("token id out of range")
-        pred = dist > 0
-        if not pred.any():
+        if not (dist > 0).any():
             raise ValueError("cannot estimate a language model from no text")
-
-        # Pass up the orders: raw counts, first occurrence, and the row of each position's
-        # k-gram (idx[p], -1 where the sentence is too short), all in int64.
-        raw: list[np.ndarray] = []
-        keys_l: list[np.ndarray] = []
-        bos_l: list[np.ndarray] = []
-        suffix_l: list[np.ndarray] = []
-        prev_idx = toks  # order-1 row = the id itself
-        for k in range(2, order + 1):
-            pv = np.flatnonzero(dist >= k - 1)
-            ctx = prev_idx[pv - 1]
-            n_prev = V if k == 2 else keys_l[-1].size
-            assert n_prev * V < 2**62, "n-gram key would overflow int64"
-            keys = ctx * V + toks[pv]
-            uniq, first, inv, cnt = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
-            idx = np.full(toks.size, -1, dtype=np.int64)
-            idx[pv] = inv.reshape(-1)
-            first_pos = pv[first]
-            keys_l.append(uniq)
-            raw.append(cnt.astype(np.int64))
-            bos_l.append(dist[first_pos] == k - 1)          # starts with <s>
-            suffix_l.append(prev_idx[first_pos])            # row of the (k-1)-gram suffix
-            prev_idx = idx
-
-        # Adjusted counts: raw at the top order and for n-grams starting with <s>,
-        # continuation counts N1+(. g) otherwise.
-        adj: list[np.ndarray] = [np.zeros(0)] * (order + 1)
-        if order == 1:
-            adj[1] = np.bincount(toks[pred], minlength=V).astype(np.int64)
-        else:
-            adj[order] = raw[-1]
-            for k in range(order - 1, 1, -1):
-                cont = np.bincount(suffix_l[k - 1], minlength=keys_l[k - 2].size)  # from order k+1
-                adj[k] = np.where(bos_l[k - 2], raw[k - 2], cont).astype(np.int64)
-            adj[1] = np.bincount(suffix_l[0], minlength=V).astype(np.int64)
-        adj[1][BOS_ID] = 0
-
+        counts = _count(toks, dist, V, order)
+        adj = _adjusted_counts(counts, toks, dist, V, order)
         disc = list(discounts) if discounts is not None else [
             kn_discounts(adj[1][adj[1] > 0])] + [kn_discounts(adj[k]) for k in range(2, order + 1)]
         if len(disc) != order:
             raise ValueError("need one discount triple per order")
-
-        # Unigrams: interpolate with the uniform distribution over the predicted vocabulary.
-        a1 = adj[1]
-        total = float(a1.sum())
         d1 = tuple(float(x) for x in disc[0])
-        nn = [np.count_nonzero(a1 == 1), np.count_nonzero(a1 == 2), np.count_nonzero(a1 >= 3)]
-        gamma1 = (d1[0] * nn[0] + d1[1] * nn[1] + d1[2] * nn[2]) / total
-        n_pred = V - 1
-        unigram = np.maximum(a1 - _discount(a1, d1), 0.0) / total + gamma1 / n_pred
-        unigram[BOS_ID] = 0.0
-
-        orders: list[_Order] = []
-        prev_prob = unigram
-        for k in range(2, order + 1):
-            keys = keys_l[k - 2]
-            a = adj[k]
-            dk = tuple(float(x) for x in disc[k - 1])
-            n_prev = V if k == 2 else keys_l[k - 3].size
-            ctx = keys // V
-            denom = np.bincount(ctx, weights=a, minlength=n_prev)
-            mass = (dk[0] * np.bincount(ctx[a == 1], minlength=n_prev)
-                    + dk[1] * np.bincount(ctx[a == 2], minlength=n_prev)
-                    + dk[2] * np.bincount(ctx[a >= 3], minlength=n_prev))
-            seen = denom > 0
-            gamma = np.ones(n_prev)
-            gamma[seen] = mass[seen] / denom[seen]
-            disc_prob = np.maximum(a - _discount(a, dk), 0.0) / denom[ctx]
-            prob = disc_prob + gamma[ctx] * prev_prob[suffix_l[k - 2]]
-            orders.append(_Order(keys, a, disc_prob, gamma, prob, suffix_l[k - 2], dk))
-            prev_prob = prob
+        unigram = _unigram_probs(adj[1], d1, V)
+        orders = _interpolate(counts, adj, disc, unigram, V, order)
         return cls(order, V, unigram, adj[1], d1, orders)
 
     # ------------------------------------------------------------------ look-ups
@@ -314,7 +238,7 @@ class NgramLM:
 
     def _history(self, context: Sequence[int]) -> list[int]:
         ctx = list(context)[-(self.order - 1):] if self.order > 1 else []
-        if BOS_ID in ctx[1:]:
+        if LM_BOS_ID in ctx[1:]:
             raise ValueError("<s> may only start a context")
         return ctx
 

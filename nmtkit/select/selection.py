@@ -28,28 +28,28 @@ by fork, not by pickling.
 from __future__ import annotations
 
 import functools
-import gzip
-import itertools
 import json
 import logging
 import math
 import os
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Callable
 
 import numpy as np
 
 from nmtkit.errors import ConfigError, InputError, OutputExistsError
-from nmtkit.select.ngram import LMVocab, NgramLM
-from nmtkit.text.io import decode_lines
+from nmtkit.select.corpus import Corpus, decode_line
+from nmtkit.select.lmvocab import LMVocab
+from nmtkit.select.ngram import NgramLM
+from nmtkit.select.scoring import Pairs, Scorer, TextOpts, score_pool, tokenize_all
 from nmtkit.text.parallel import parallel_map
+from nmtkit.text.pipeline import TextPipeline
 
 log = logging.getLogger(__name__)
 
 METHODS = ("bilingual", "monolingual", "in-domain")
 INPUT_FORMATS = ("raw", "tok")
-CHUNK_PAIRS = 2000
 
 # A progress callback: (stage, done, total) with stage in "count", "sample", "score", "write".
 Progress = Callable[[str, int, int], None]
@@ -102,218 +102,6 @@ class SelectConfig:
             raise ConfigError("--src-lang and --tgt-lang must differ")
         if not self.in_domain or not self.pool:
             raise ConfigError("need --in-domain and --pool")
-
-
-# ---------------------------------------------------------------------- files
-def resolve(prefix: str, lang: str) -> str:
-    """PREFIX.lang, or PREFIX.lang.gz when only that exists."""
-    for path in (f"{prefix}.{lang}", f"{prefix}.{lang}.gz"):
-        if os.path.isfile(path):
-            return path
-    raise InputError(f"no such file (nor {prefix}.{lang}.gz)", f"{prefix}.{lang}")
-
-
-def _open_bin(path: str):
-    try:
-        return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
-    except OSError as err:
-        raise InputError(f"cannot open: {err.strerror or err}", path) from None
-
-
-def count_lines(path: str) -> tuple[int, int]:
-    """(lines, bytes) of a file, reading big blocks; a last line without newline counts."""
-    lines = nbytes = 0
-    last = b"\n"
-    with _open_bin(path) as f:
-        try:
-            while True:
-                block = f.read(1 << 20)
-                if not block:
-                    break
-                lines += block.count(b"\n")
-                nbytes += len(block)
-                last = block[-1:]
-        except (OSError, EOFError) as err:
-            raise InputError(f"cannot read: {err}", path) from None
-    return lines + (last != b"\n"), nbytes
-
-
-def _decode(raw: bytes, path: str, lineno: int) -> str:
-    try:
-        return raw.decode("utf-8").rstrip("\r\n")
-    except UnicodeDecodeError as err:
-        raise InputError(f"invalid UTF-8 ({err.reason} at byte {err.start})", path, lineno) from None
-
-
-@dataclass
-class Corpus:
-    """A parallel corpus made of one or more prefixes, read in order."""
-
-    src_paths: list[str]
-    tgt_paths: list[str]
-    lines: list[int]      # per part
-    src_bytes: int
-
-    @property
-    def total(self) -> int:
-        return sum(self.lines)
-
-    @classmethod
-    def open(cls, prefixes: Sequence[str], src_lang: str, tgt_lang: str) -> "Corpus":
-        """Resolve the files and check that each pair has as many lines on both sides."""
-        srcs, tgts, counts, nbytes = [], [], [], 0
-        for prefix in prefixes:
-            s, t = resolve(prefix, src_lang), resolve(prefix, tgt_lang)
-            (ns, bs), (nt, _) = count_lines(s), count_lines(t)
-            if ns != nt:
-                raise InputError(f"{s} has {ns} lines but {t} has {nt}: a parallel corpus needs equal line counts")
-            srcs.append(s)
-            tgts.append(t)
-            counts.append(ns)
-            nbytes += bs
-        return cls(srcs, tgts, counts, nbytes)
-
-    def locate(self, i: int) -> tuple[int, int]:
-        """(part, 1-based line) of the 0-based pair number i."""
-        for part, n in enumerate(self.lines):
-            if i < n:
-                return part, i + 1
-            i -= n
-        raise IndexError(i)
-
-    def raw_pairs(self) -> Iterator[tuple[bytes, bytes]]:
-        """Every (src, tgt) line as bytes, newline included."""
-        for s, t in zip(self.src_paths, self.tgt_paths):
-            with _open_bin(s) as fs, _open_bin(t) as ft:
-                n = 0
-                for n, (a, b) in enumerate(zip(fs, ft), start=1):  # noqa: B007
-                    yield a, b
-                # the counts were checked up front; a file changed under us is still an error
-                if fs.readline() or ft.readline():
-                    raise InputError(f"{s} and {t} changed while reading (line counts differ)")
-
-    def blocks(self, size: int) -> Iterator["Block"]:
-        """The pairs in blocks of `size` lines, undecoded: the parent only reads, workers decode."""
-        for s, t in zip(self.src_paths, self.tgt_paths):
-            with _open_bin(s) as fs, _open_bin(t) as ft:
-                first = 1
-                while True:
-                    a = list(itertools.islice(fs, size))
-                    b = list(itertools.islice(ft, size))
-                    if len(a) != len(b):
-                        raise InputError(f"{s} and {t} changed while reading (line counts differ)")
-                    if not a:
-                        break
-                    yield Block(s, t, first, len(a), b"".join(a), b"".join(b))
-                    first += len(a)
-
-    def pairs(self) -> Iterator[tuple[str, str]]:
-        """Every pair decoded (invalid UTF-8 is an error naming file:line)."""
-        for s, t in zip(self.src_paths, self.tgt_paths):
-            with _open_bin(s) as fs, _open_bin(t) as ft:
-                for n, (a, b) in enumerate(zip(fs, ft), start=1):
-                    yield _decode(a, s, n), _decode(b, t, n)
-
-
-@dataclass
-class Block:
-    """`n` consecutive pairs from lines `first`.. of `src_path`/`tgt_path`, as raw bytes."""
-
-    src_path: str
-    tgt_path: str
-    first: int
-    n: int
-    src: bytes
-    tgt: bytes
-
-    def lines(self) -> tuple[list[str], list[str]]:
-        src, tgt = decode_lines(self.src, self.src_path, self.first), decode_lines(self.tgt, self.tgt_path, self.first)
-        assert len(src) == len(tgt) == self.n
-        return src, tgt
-
-
-# ---------------------------------------------------------------------- tokenising and scoring
-@dataclass(frozen=True)
-class _TextOpts:
-    src_lang: str
-    tgt_lang: str
-    input_format: str
-    lowercase: bool
-    aggressive_dash_splits: bool
-
-    def tokens(self, line: str, lang: str) -> list[str]:
-        if self.input_format == "tok":
-            toks = line.split()
-            return [t.lower() for t in toks] if self.lowercase else toks
-        from nmtkit.text.moses import tokenize
-
-        return tokenize(line, lang, aggressive_dash_splits=self.aggressive_dash_splits, lowercase=self.lowercase)
-
-
-def _tokenize_chunk(opts: _TextOpts, chunk: list[tuple[str, str]]) -> list[tuple[list[str], list[str]]]:
-    return [(opts.tokens(s, opts.src_lang), opts.tokens(t, opts.tgt_lang)) for s, t in chunk]
-
-
-@dataclass
-class Scorer:
-    """The four LMs and their two vocabularies; `score_chunk` turns pairs into cross-entropies."""
-
-    opts: _TextOpts
-    src_vocab: LMVocab
-    tgt_vocab: LMVocab
-    in_src: NgramLM
-    out_src: NgramLM
-    in_tgt: NgramLM
-    out_tgt: NgramLM
-
-    def score_tokens(self, toks: list[tuple[list[str], list[str]]]) -> np.ndarray:
-        """(N, 6) float64: H_in(src), H_out(src), H_in(tgt), H_out(tgt), src tokens, tgt tokens."""
-        return self._score(self.src_vocab.encode_batch([s for s, _ in toks]),
-                           self.tgt_vocab.encode_batch([t for _, t in toks]))
-
-    def _score(self, src, tgt) -> np.ndarray:
-        out = np.empty((src.lens.size, 6))
-        out[:, 0] = self.in_src.batch_cross_entropies(src)
-        out[:, 1] = self.out_src.batch_cross_entropies(src)
-        out[:, 2] = self.in_tgt.batch_cross_entropies(tgt)
-        out[:, 3] = self.out_tgt.batch_cross_entropies(tgt)
-        out[:, 4] = src.lens - 1
-        out[:, 5] = tgt.lens - 1
-        return out
-
-    def score_lines(self, src: list[str], tgt: list[str]) -> np.ndarray:
-        """(N, 6) as `score_tokens`, from lines in the configured input format."""
-        o = self.opts
-        if o.input_format == "tok":  # fast path: split and look up the whole chunk at once
-            return self._score(self.src_vocab.encode_lines(src, o.lowercase),
-                               self.tgt_vocab.encode_lines(tgt, o.lowercase))
-        return self.score_tokens(_tokenize_chunk(o, list(zip(src, tgt))))
-
-    def score_chunk(self, chunk: list[tuple[str, str]]) -> np.ndarray:
-        return self.score_lines([s for s, _ in chunk], [t for _, t in chunk])
-
-    def score_block(self, block: Block) -> np.ndarray:
-        return self.score_lines(*block.lines())
-
-
-# Worker processes inherit the scorer by fork: parallel_map pickles only (key, chunk).
-_SHARED: dict[int, Scorer] = {}
-
-
-def _score_shared(key: int, chunk: list[tuple[str, str]] | Block) -> np.ndarray:
-    scorer = _SHARED[key]
-    return scorer.score_block(chunk) if isinstance(chunk, Block) else scorer.score_chunk(chunk)
-
-
-def _chunks(items, size: int):
-    buf = []
-    for x in items:
-        buf.append(x)
-        if len(buf) >= size:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
 
 
 def method_scores(method: str, h: np.ndarray) -> np.ndarray:
@@ -388,15 +176,93 @@ class _AtomicFiles:
                 pass
 
 
-def _tokenize_all(opts: _TextOpts, pairs, workers: int) -> list[tuple[list[str], list[str]]]:
-    out: list[tuple[list[str], list[str]]] = []
-    for res in parallel_map(functools.partial(_tokenize_chunk, opts), _chunks(pairs, CHUNK_PAIRS), workers, 1):
-        out.extend(res)
-    return out
-
-
 def _noop(stage: str, done: int, total: int) -> None:
     pass
+
+
+def _sizes(pairs: Pairs) -> dict[str, int]:
+    """Pairs and tokens per side of a tokenised text (as the summary reports them)."""
+    return {"pairs": len(pairs), "src_tokens": sum(len(s) for s, _ in pairs),
+            "tgt_tokens": sum(len(t) for _, t in pairs)}
+
+
+def _open_corpora(cfg: SelectConfig) -> tuple[Corpus, Corpus]:
+    """The in-domain corpus and the pool, line counts checked, neither empty."""
+    ind = Corpus.open(cfg.in_domain, cfg.src_lang, cfg.tgt_lang)
+    pool = Corpus.open(cfg.pool, cfg.src_lang, cfg.tgt_lang)
+    if ind.total == 0:
+        raise InputError("the in-domain text is empty", ind.src_paths[0])
+    if pool.total == 0:
+        raise InputError("the pool is empty", pool.src_paths[0])
+    return ind, pool
+
+
+def _in_domain(opts: TextOpts, ind: Corpus, cfg: SelectConfig) -> tuple[Pairs, LMVocab, LMVocab]:
+    """The tokenised in-domain text and the two LM vocabularies built on it."""
+    ind_toks = tokenize_all(opts, ind.pairs(), cfg.workers)
+    sizes = _sizes(ind_toks)
+    if sizes["src_tokens"] == 0 or sizes["tgt_tokens"] == 0:
+        side = ind.src_paths[0] if sizes["src_tokens"] == 0 else ind.tgt_paths[0]
+        raise InputError("the in-domain text has no tokens", side)
+    src_vocab = LMVocab.build((s for s, _ in ind_toks), cfg.min_count)
+    tgt_vocab = LMVocab.build((t_ for _, t_ in ind_toks), cfg.min_count)
+    return ind_toks, src_vocab, tgt_vocab
+
+
+def _out_sample(opts: TextOpts, ind: Corpus, pool: Corpus, src_tokens_in: int, cfg: SelectConfig,
+                progress: Progress) -> Pairs:
+    """Out-of-domain sample: random pool pairs (seeded) with about as many source tokens as
+    the in-domain text. Twice the in-domain bytes' worth of lines is drawn and tokenised, then
+    taken in a random order until the token count is reached."""
+    n_pool = pool.total
+    rng = np.random.default_rng(cfg.seed)
+    in_bytes = ind.src_bytes
+    want = min(n_pool, int(math.ceil(2.0 * in_bytes / max(pool.src_bytes / n_pool, 1.0))) + 16)
+    picked = np.sort(rng.choice(n_pool, size=want, replace=False))
+    sample_lines: list[tuple[str, str]] = []
+    j = 0
+    for i, (a, b) in enumerate(pool.raw_pairs()):
+        if picked[j] == i:  # only picked lines are decoded; the scoring pass checks them all
+            part, line = pool.locate(i)
+            sample_lines.append((decode_line(a, pool.src_paths[part], line), decode_line(b, pool.tgt_paths[part], line)))
+            j += 1
+            if j == picked.size:
+                break
+        if i % 100_000 == 0:
+            progress("sample", i, n_pool)
+    progress("sample", n_pool, n_pool)  # the pass stops at the last sampled line
+    sample_toks = tokenize_all(opts, sample_lines, cfg.workers)
+    del sample_lines
+    perm = rng.permutation(len(sample_toks))
+    out_sample: Pairs = []
+    got = 0
+    for r in perm:
+        if got >= src_tokens_in:
+            break
+        out_sample.append(sample_toks[r])
+        got += len(sample_toks[r][0])
+    return out_sample
+
+
+def _estimate(opts: TextOpts, src_vocab: LMVocab, tgt_vocab: LMVocab, ind_toks: Pairs, out_sample: Pairs,
+              order: int) -> Scorer:
+    """The four LMs: H_in's on the in-domain text, H_out's on the pool sample, per language."""
+    return Scorer(
+        opts, src_vocab, tgt_vocab,
+        in_src=NgramLM.estimate([src_vocab.encode(s) for s, _ in ind_toks], len(src_vocab), order),
+        out_src=NgramLM.estimate([src_vocab.encode(s) for s, _ in out_sample], len(src_vocab), order),
+        in_tgt=NgramLM.estimate([tgt_vocab.encode(t_) for _, t_ in ind_toks], len(tgt_vocab), order),
+        out_tgt=NgramLM.estimate([tgt_vocab.encode(t_) for _, t_ in out_sample], len(tgt_vocab), order),
+    )
+
+
+def _budget_warnings(cfg: SelectConfig, over: bool, n_pool: int, lens: np.ndarray) -> list[str]:
+    if not over:
+        return []
+    budget = f"--lines {cfg.lines}" if cfg.lines is not None else f"--words {cfg.words}"
+    msg = f"the budget ({budget}) exceeds the pool ({n_pool} pairs, {int(lens[:, 0].sum())} source tokens): selecting all of it"
+    log.warning(msg)
+    return [msg]
 
 
 def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
@@ -412,72 +278,22 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     if not os.path.isdir(dest_dir):
         raise InputError("the destination's folder does not exist", dest_dir)
 
-    opts = _TextOpts(cfg.src_lang, cfg.tgt_lang, cfg.input_format, cfg.lowercase, cfg.aggressive_dash_splits)
-    ind = Corpus.open(cfg.in_domain, cfg.src_lang, cfg.tgt_lang)
-    pool = Corpus.open(cfg.pool, cfg.src_lang, cfg.tgt_lang)
+    opts = TextOpts(TextPipeline(cfg.src_lang, cfg.tgt_lang, aggressive_dash_splits=cfg.aggressive_dash_splits,
+                                 lowercase=cfg.lowercase), cfg.input_format)
+    ind, pool = _open_corpora(cfg)
     n_pool = pool.total
-    if ind.total == 0:
-        raise InputError("the in-domain text is empty", ind.src_paths[0])
-    if n_pool == 0:
-        raise InputError("the pool is empty", pool.src_paths[0])
     timings: dict[str, float] = {}
-
-    # In-domain text -> vocabularies and H_in LMs.
     t = time.perf_counter()
-    ind_toks = _tokenize_all(opts, ind.pairs(), cfg.workers)
-    src_tokens_in = sum(len(s) for s, _ in ind_toks)
-    tgt_tokens_in = sum(len(t_) for _, t_ in ind_toks)
-    if src_tokens_in == 0 or tgt_tokens_in == 0:
-        side = ind.src_paths[0] if src_tokens_in == 0 else ind.tgt_paths[0]
-        raise InputError("the in-domain text has no tokens", side)
-    src_vocab = LMVocab.build((s for s, _ in ind_toks), cfg.min_count)
-    tgt_vocab = LMVocab.build((t_ for _, t_ in ind_toks), cfg.min_count)
+    ind_toks, src_vocab, tgt_vocab = _in_domain(opts, ind, cfg)
     timings["in_domain_tokenize_s"] = time.perf_counter() - t
-
-    # Out-of-domain sample: random pool lines (seeded) with about as many source tokens.
+    ind_sizes = _sizes(ind_toks)
     t = time.perf_counter()
-    rng = np.random.default_rng(cfg.seed)
-    in_bytes = ind.src_bytes
-    want = min(n_pool, int(math.ceil(2.0 * in_bytes / max(pool.src_bytes / n_pool, 1.0))) + 16)
-    picked = np.sort(rng.choice(n_pool, size=want, replace=False))
-    sample_lines: list[tuple[str, str]] = []
-    j = 0
-    for i, (a, b) in enumerate(pool.raw_pairs()):
-        if picked[j] == i:  # only picked lines are decoded; the scoring pass checks them all
-            part, line = pool.locate(i)
-            sample_lines.append((_decode(a, pool.src_paths[part], line), _decode(b, pool.tgt_paths[part], line)))
-            j += 1
-            if j == picked.size:
-                break
-        if i % 100_000 == 0:
-            progress("sample", i, n_pool)
-    progress("sample", n_pool, n_pool)  # the pass stops at the last sampled line
-    sample_toks = _tokenize_all(opts, sample_lines, cfg.workers)
-    del sample_lines
-    perm = rng.permutation(len(sample_toks))
-    out_sample: list[tuple[list[str], list[str]]] = []
-    got = 0
-    for r in perm:
-        if got >= src_tokens_in:
-            break
-        out_sample.append(sample_toks[r])
-        got += len(sample_toks[r][0])
-    del sample_toks
+    out_sample = _out_sample(opts, ind, pool, ind_sizes["src_tokens"], cfg, progress)
     timings["out_sample_s"] = time.perf_counter() - t
-
     t = time.perf_counter()
-    order = cfg.order
-    scorer = Scorer(
-        opts, src_vocab, tgt_vocab,
-        in_src=NgramLM.estimate([src_vocab.encode(s) for s, _ in ind_toks], len(src_vocab), order),
-        out_src=NgramLM.estimate([src_vocab.encode(s) for s, _ in out_sample], len(src_vocab), order),
-        in_tgt=NgramLM.estimate([tgt_vocab.encode(t_) for _, t_ in ind_toks], len(tgt_vocab), order),
-        out_tgt=NgramLM.estimate([tgt_vocab.encode(t_) for _, t_ in out_sample], len(tgt_vocab), order),
-    )
+    scorer = _estimate(opts, src_vocab, tgt_vocab, ind_toks, out_sample, cfg.order)
     timings["lm_estimate_s"] = time.perf_counter() - t
-    n_ind_pairs, n_out_pairs = len(ind_toks), len(out_sample)
-    out_src_tokens = sum(len(s) for s, _ in out_sample)
-    out_tgt_tokens = sum(len(t_) for _, t_ in out_sample)
+    sample_sizes = _sizes(out_sample)
     del ind_toks, out_sample
 
     with _AtomicFiles(outputs) as files:
@@ -487,35 +303,12 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
                 with open(files.tmp[f"arpa_{which}_{side}"], "w", encoding="utf-8") as fh:
                     lm.write_arpa(fh, voc.itos)
 
-        # Score the pool, streaming.
         t = time.perf_counter()
-        h = np.empty((n_pool, 4), dtype=np.float32)
-        lens = np.empty((n_pool, 2), dtype=np.int32)
-        key = id(scorer)
-        _SHARED[key] = scorer
-        try:
-            done = 0
-            progress("score", 0, n_pool)
-            chunks = pool.blocks(CHUNK_PAIRS)
-            for res in parallel_map(functools.partial(_score_shared, key), chunks, cfg.workers, 1):
-                m = res.shape[0]
-                h[done:done + m] = res[:, :4]
-                lens[done:done + m] = res[:, 4:]
-                done += m
-                progress("score", done, n_pool)
-        finally:
-            _SHARED.pop(key, None)
-        assert done == n_pool
+        h, lens = score_pool(scorer, pool, cfg.workers, progress)
         timings["score_s"] = time.perf_counter() - t
-
         scores = method_scores(cfg.method, h)
         keep, over = select_indices(scores, lens[:, 0], cfg.lines, cfg.words, cfg.fraction)
-        warnings = []
-        if over:
-            budget = f"--lines {cfg.lines}" if cfg.lines is not None else f"--words {cfg.words}"
-            msg = f"the budget ({budget}) exceeds the pool ({n_pool} pairs, {int(lens[:, 0].sum())} source tokens): selecting all of it"
-            log.warning(msg)
-            warnings.append(msg)
+        warnings = _budget_warnings(cfg, over, n_pool, lens)
         mask = np.zeros(n_pool, dtype=bool)
         mask[keep] = True
 
@@ -534,40 +327,49 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
         timings["write_s"] = time.perf_counter() - t
         timings["total_s"] = time.perf_counter() - t0
 
-        part_sel, start = [], 0
-        for n in pool.lines:
-            part_sel.append(int(mask[start:start + n].sum()))
-            start += n
-        sel_scores = scores[mask]
-        summary = {
-            "method": cfg.method,
-            "settings": asdict(cfg),
-            "cross_entropy": "per-token bits, -log2 p(sentence) / (tokens + 1): </s> counts as a token",
-            "words_budget_counts": "source-side tokens (after tokenisation)",
-            "in_domain": {"files": ind.src_paths + ind.tgt_paths, "pairs": n_ind_pairs,
-                          "src_tokens": src_tokens_in, "tgt_tokens": tgt_tokens_in},
-            "out_domain_sample": {"pairs": n_out_pairs, "src_tokens": out_src_tokens, "tgt_tokens": out_tgt_tokens,
-                                  "seed": cfg.seed},
-            "vocab": {"src": len(src_vocab), "tgt": len(tgt_vocab), "min_count": cfg.min_count},
-            "lm": {name: {"order": lm.order, "ngrams": lm.sizes(),
-                          "discounts": [list(lm.uni_discounts)] + [list(o.discounts) for o in lm.orders]}
-                   for name, lm in (("in_src", scorer.in_src), ("out_src", scorer.out_src),
-                                    ("in_tgt", scorer.in_tgt), ("out_tgt", scorer.out_tgt))},
-            "pool": {"parts": [{"src": s, "tgt": t_, "pairs": n, "selected": k}
-                               for s, t_, n, k in zip(pool.src_paths, pool.tgt_paths, pool.lines, part_sel)],
-                     "pairs": n_pool, "src_tokens": int(lens[:, 0].sum()), "tgt_tokens": int(lens[:, 1].sum())},
-            "selected": {"pairs": int(keep.size), "src_tokens": int(lens[keep, 0].sum()),
-                         "tgt_tokens": int(lens[keep, 1].sum()),
-                         "max_score": float(sel_scores.max()) if keep.size else None,
-                         "mean_score": float(sel_scores.mean()) if keep.size else None},
-            "outputs": outputs,
-            "warnings": warnings,
-            "timings": {k: round(v, 3) for k, v in timings.items()},
-        }
+        summary = _summary(cfg, ind, pool, scorer, outputs, warnings, timings, scores, lens, keep, mask,
+                           sizes=(ind_sizes, sample_sizes))
         with open(files.tmp["summary"], "w", encoding="utf-8") as fh:
             json.dump(summary, fh, indent=2)
             fh.write("\n")
         files.commit()
+    return summary
+
+
+def _summary(cfg: SelectConfig, ind: Corpus, pool: Corpus, scorer: Scorer, outputs: dict[str, str],
+             warnings: list[str], timings: dict[str, float], scores: np.ndarray, lens: np.ndarray,
+             keep: np.ndarray, mask: np.ndarray, sizes: tuple[dict[str, int], dict[str, int]]) -> dict:
+    """PREFIX.summary.json: settings, corpus and sample sizes, the LMs, the selection, timings.
+    `sizes`: `_sizes` of the in-domain text and of the out-of-domain sample."""
+    src_vocab, tgt_vocab, n_pool = scorer.src_vocab, scorer.tgt_vocab, pool.total
+    part_sel, start = [], 0
+    for n in pool.lines:
+        part_sel.append(int(mask[start:start + n].sum()))
+        start += n
+    sel_scores = scores[mask]
+    summary = {
+        "method": cfg.method,
+        "settings": asdict(cfg),
+        "cross_entropy": "per-token bits, -log2 p(sentence) / (tokens + 1): </s> counts as a token",
+        "words_budget_counts": "source-side tokens (after tokenisation)",
+        "in_domain": {"files": ind.src_paths + ind.tgt_paths, **sizes[0]},
+        "out_domain_sample": {**sizes[1], "seed": cfg.seed},
+        "vocab": {"src": len(src_vocab), "tgt": len(tgt_vocab), "min_count": cfg.min_count},
+        "lm": {name: {"order": lm.order, "ngrams": lm.sizes(),
+                      "discounts": [list(lm.uni_discounts)] + [list(o.discounts) for o in lm.orders]}
+               for name, lm in (("in_src", scorer.in_src), ("out_src", scorer.out_src),
+                                ("in_tgt", scorer.in_tgt), ("out_tgt", scorer.out_tgt))},
+        "pool": {"parts": [{"src": s, "tgt": t_, "pairs": n, "selected": k}
+                           for s, t_, n, k in zip(pool.src_paths, pool.tgt_paths, pool.lines, part_sel)],
+                 "pairs": n_pool, "src_tokens": int(lens[:, 0].sum()), "tgt_tokens": int(lens[:, 1].sum())},
+        "selected": {"pairs": int(keep.size), "src_tokens": int(lens[keep, 0].sum()),
+                     "tgt_tokens": int(lens[keep, 1].sum()),
+                     "max_score": float(sel_scores.max()) if keep.size else None,
+                     "mean_score": float(sel_scores.mean()) if keep.size else None},
+        "outputs": outputs,
+        "warnings": warnings,
+        "timings": {k: round(v, 3) for k, v in timings.items()},
+    }
     return summary
 
 

@@ -86,6 +86,10 @@ class TextPipeline:
             d["bpe"] = bpe
         return cls(**d)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (e.g. to worker processes) without its caches, which hold closures."""
+        return {**self.__dict__, "_cache": {}}
+
     def with_(self, **changes: Any) -> "TextPipeline":
         """A copy with some settings changed (fresh caches)."""
         return replace(self, **changes)
@@ -134,16 +138,24 @@ class TextPipeline:
         """Raw line -> the tokens the vocabulary sees."""
         return self.apply_bpe(self.case(self.tokenize(line, side), side), side)
 
+    def tokenize_from(self, line: str, side: str, input_format: str = "raw") -> list[str]:
+        """Steps 1-2 for input that is raw (normalise and tokenise here) or already
+        Moses-tokenised ("tok", e.g. by `python -m nmtkit.text.tokenize`: split on whitespace).
+        The one definition of the "tok" format, for preprocess, select-data and translate."""
+        if input_format == "raw":
+            return self.tokenize(line, side)
+        if input_format == "tok":
+            return line.split()
+        raise ValueError(f"input_format must be 'raw' or 'tok' here, not {input_format!r}")
+
     def encode_from(self, line: str, side: str, input_format: str = "raw") -> list[str]:
         """Like `encode`, for input that is raw, already Moses-tokenised ("tok": casing and
         BPE are still applied) or already BPE'd ("bpe": split on whitespace only)."""
-        if input_format == "raw":
-            return self.encode(line, side)
-        if input_format == "tok":
-            return self.apply_bpe(self.case(line.split(), side), side)
         if input_format == "bpe":
             return line.split()
-        raise ValueError(f"input_format must be one of {INPUT_FORMATS}, not {input_format!r}")
+        if input_format not in INPUT_FORMATS:
+            raise ValueError(f"input_format must be one of {INPUT_FORMATS}, not {input_format!r}")
+        return self.apply_bpe(self.case(self.tokenize_from(line, side, input_format), side), side)
 
     # ---- inverse steps ----------------------------------------------------------------
     def decode(self, tokens: list[str], side: str = "tgt") -> str:

@@ -4,23 +4,72 @@ Recipes tokenise a large corpus once and feed the result to both `nmtkit select-
 --input-format tok` and `nmtkit preprocess --input-format tok`, since sacremoses is the slow
 step of both. Same functions and defaults as `preprocess` (escape=False). Reads stdin or
 --input, writes stdout or --output (atomically: temp name, then rename), line for line.
+
+With --output it also writes `OUTPUT.tokinfo.json`, the settings it tokenised with
+(language, punctuation normalisation, --aggressive-dash-splits, --lowercase). `preprocess
+--input-format tok` checks them against its own flags, which it records for `translate`:
+a flag given to the tokeniser only would otherwise be silently missing at translate time.
 """
 from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import sys
 import tempfile
+from typing import Any
 
-from nmtkit.errors import NmtkitError
+from nmtkit.errors import ConfigError, InputError, NmtkitError
 from nmtkit.text.io import read_lines
-from nmtkit.text.moses import tokenize
 from nmtkit.text.parallel import parallel_map
+from nmtkit.text.pipeline import TextPipeline
+
+TOKINFO_SUFFIX = ".tokinfo.json"
+# pipeline setting -> the flag that sets it (the same flag in this tool and in preprocess)
+_FLAGS = {"normalize_punct": "--no-normalize-punct", "aggressive_dash_splits": "--aggressive-dash-splits",
+          "lowercase": "--lowercase"}
 
 
-def _tok_line(line: str, lang: str, aggressive: bool, lowercase: bool) -> str:
-    return " ".join(tokenize(line.rstrip("\r\n"), lang, aggressive_dash_splits=aggressive, lowercase=lowercase))
+def _tok_line(line: str, pipeline: TextPipeline) -> str:
+    """Preprocess's steps 1-3 (normalise, tokenise, lowercase), one side, as a line."""
+    return " ".join(pipeline.case(pipeline.tokenize(line.rstrip("\r\n"), "src"), "src"))
+
+
+def tokinfo(pipeline: TextPipeline) -> dict[str, Any]:
+    """What `_tok_line` did, as recorded beside its output."""
+    return {"tool": "nmtkit.text.tokenize", "lang": pipeline.src_lang,
+            **{k: getattr(pipeline, k) for k in _FLAGS}}
+
+
+def check_tokinfo(path: str, lang: str, pipeline: TextPipeline) -> bool:
+    """Check that the tokenised file `path` was made with `pipeline`'s steps 1-3, from the
+    `path.tokinfo.json` its tokeniser wrote. False when there is no such record (nothing to
+    check); a ConfigError naming the file when the settings differ."""
+    info_path = path + TOKINFO_SUFFIX
+    try:
+        with open(info_path, encoding="utf-8") as f:
+            info = json.load(f)
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError) as err:
+        raise InputError(f"unreadable tokeniser record: {err}", info_path) from None
+    if info.get("lang") != lang:
+        raise ConfigError(f"tokenised as language '{info.get('lang')}' ({info_path}), used here as '{lang}'", path)
+    wrong = [f"{k}={info.get(k)} there, {getattr(pipeline, k)} here ({flag})"
+             for k, flag in _FLAGS.items() if info.get(k) != getattr(pipeline, k)]
+    if wrong:
+        raise ConfigError(f"tokenised with other settings ({info_path}): {'; '.join(wrong)}; give the tokeniser "
+                          "and this command the same flags, since translate replays this command's", path)
+    return True
+
+
+def _write_tokinfo(output: str, pipeline: TextPipeline) -> None:
+    tmp = output + TOKINFO_SUFFIX + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(tokinfo(pipeline), f, indent=1)
+        f.write("\n")
+    os.replace(tmp, output + TOKINFO_SUFFIX)
 
 
 def _lines(path: str | None):
@@ -45,8 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--aggressive-dash-splits", action="store_true", help="split hyphens (Moses -a)")
     p.add_argument("--lowercase", action="store_true", help="lowercase tokens")
     args = p.parse_args(argv)
-    func = functools.partial(_tok_line, lang=args.lang, aggressive=args.aggressive_dash_splits,
-                             lowercase=args.lowercase)
+    pipeline = TextPipeline(args.lang, args.lang, aggressive_dash_splits=args.aggressive_dash_splits,
+                            lowercase=args.lowercase)
+    func = functools.partial(_tok_line, pipeline=pipeline)
     out_tmp = None
     try:
         if args.output:
@@ -59,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             out.write(tok + "\n")
         if out_tmp:
             out.close()
+            _write_tokinfo(args.output, pipeline)
             os.replace(out_tmp, args.output)
             out_tmp = None
     except NmtkitError as err:

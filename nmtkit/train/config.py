@@ -150,17 +150,6 @@ def _opt(field_name: str) -> str:
     return field_name.replace("_", "-")
 
 
-def preset_train_defaults(preset: str | None) -> dict[str, Any]:
-    """Training defaults implied by a model preset (the paper's procedure for the paper's presets)."""
-    if preset in PAPER_PRESETS:
-        return dict(optimizer="adadelta", lr=1.0, adadelta_rho=0.95, adadelta_eps=1e-6, clip_norm=1.0,
-                    batch_size=80, sort_pool=1600, max_len=PAPER_PRESETS[preset])
-    if preset is None:
-        return dict(optimizer="adadelta", lr=1.0, clip_norm=1.0, batch_size=80, sort_pool=1600, max_len=50)
-    return dict(optimizer="adam", lr=1e-3, clip_norm=1.0, batch_size=64, sort_pool=1600, max_len=50,
-                normalize_loss="tokens")
-
-
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhd]?)\s*$")
 
 

@@ -23,8 +23,6 @@ RESUME_OVERRIDABLE = frozenset({
     "max_updates", "max_epochs", "max_time", "patience", "valid_every", "valid_bleu_samples", "valid_beam",
     "valid_batch_size", "save_every", "log_every", "on_nan", "tensorboard", "device", "threads", "precision",
 })
-# CLI size overrides -> model config fields
-MODEL_OVERRIDES = ("emb_dim", "enc_hidden", "dec_hidden", "att_hidden", "maxout", "dropout")
 
 
 def train_defaults(arch: str, preset: str | None) -> dict[str, Any]:
@@ -61,10 +59,7 @@ def resolve_model(
         if arch not in ARCHS:
             raise ConfigError(f"unknown architecture '{arch}' (choose from {', '.join(ARCHS)})")
         cfg = presets.preset(arch)[1] if arch in presets.PRESETS else {}
-    try:
-        valid = {f.name for f in dataclasses.fields(config_class(arch))}
-    except ImportError as err:
-        raise ConfigError(f"architecture '{arch}' is not available in this build: {err}") from None
+    valid = {f.name for f in dataclasses.fields(config_class(arch))}
     for key, value in overrides.items():
         if value is None:
             continue

@@ -60,12 +60,12 @@ def dev_loss(
 
 def _pipeline_decoder(pipeline: dict[str, Any]) -> Callable[[list[str]], str]:
     """tokens -> detokenised text, with the recorded pipeline when it can be rebuilt."""
-    try:
-        from nmtkit.text.pipeline import TextPipeline
+    from nmtkit.text.pipeline import TextPipeline
 
+    try:
         pipe = TextPipeline.from_dict(pipeline)
         return lambda toks: pipe.decode(toks, "tgt")
-    except Exception as err:  # pipeline module missing or an old manifest: plain BPE join
+    except Exception as err:  # an old manifest's pipeline: plain BPE join
         log.warning("dev BLEU: cannot rebuild the text pipeline (%s); scoring BPE-joined tokens", err)
         return lambda toks: " ".join(toks).replace("@@ ", "").removesuffix("@@")
 

@@ -1,0 +1,141 @@
+"""Reading select-data's parallel corpora: one or more PREFIX.{src,tgt}[.gz] read in order,
+streamed as raw lines, undecoded blocks (for the workers) or decoded pairs. numpy-free.
+"""
+from __future__ import annotations
+
+import gzip
+import itertools
+import os
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from nmtkit.errors import InputError
+from nmtkit.text.io import decode_lines
+
+
+def resolve(prefix: str, lang: str) -> str:
+    """PREFIX.lang, or PREFIX.lang.gz when only that exists."""
+    for path in (f"{prefix}.{lang}", f"{prefix}.{lang}.gz"):
+        if os.path.isfile(path):
+            return path
+    raise InputError(f"no such file (nor {prefix}.{lang}.gz)", f"{prefix}.{lang}")
+
+
+def _open_bin(path: str):
+    try:
+        return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+    except OSError as err:
+        raise InputError(f"cannot open: {err.strerror or err}", path) from None
+
+
+def count_lines(path: str) -> tuple[int, int]:
+    """(lines, bytes) of a file, reading big blocks; a last line without newline counts."""
+    lines = nbytes = 0
+    last = b"\n"
+    with _open_bin(path) as f:
+        try:
+            while True:
+                block = f.read(1 << 20)
+                if not block:
+                    break
+                lines += block.count(b"\n")
+                nbytes += len(block)
+                last = block[-1:]
+        except (OSError, EOFError) as err:
+            raise InputError(f"cannot read: {err}", path) from None
+    return lines + (last != b"\n"), nbytes
+
+
+def decode_line(raw: bytes, path: str, lineno: int) -> str:
+    """One line of bytes as text without its newline (invalid UTF-8 names file and line)."""
+    try:
+        return raw.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError as err:
+        raise InputError(f"invalid UTF-8 ({err.reason} at byte {err.start})", path, lineno) from None
+
+
+@dataclass
+class Corpus:
+    """A parallel corpus made of one or more prefixes, read in order."""
+
+    src_paths: list[str]
+    tgt_paths: list[str]
+    lines: list[int]      # per part
+    src_bytes: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.lines)
+
+    @classmethod
+    def open(cls, prefixes: Sequence[str], src_lang: str, tgt_lang: str) -> "Corpus":
+        """Resolve the files and check that each pair has as many lines on both sides."""
+        srcs, tgts, counts, nbytes = [], [], [], 0
+        for prefix in prefixes:
+            s, t = resolve(prefix, src_lang), resolve(prefix, tgt_lang)
+            (ns, bs), (nt, _) = count_lines(s), count_lines(t)
+            if ns != nt:
+                raise InputError(f"{s} has {ns} lines but {t} has {nt}: a parallel corpus needs equal line counts")
+            srcs.append(s)
+            tgts.append(t)
+            counts.append(ns)
+            nbytes += bs
+        return cls(srcs, tgts, counts, nbytes)
+
+    def locate(self, i: int) -> tuple[int, int]:
+        """(part, 1-based line) of the 0-based pair number i."""
+        for part, n in enumerate(self.lines):
+            if i < n:
+                return part, i + 1
+            i -= n
+        raise IndexError(i)
+
+    def raw_pairs(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every (src, tgt) line as bytes, newline included."""
+        for s, t in zip(self.src_paths, self.tgt_paths):
+            with _open_bin(s) as fs, _open_bin(t) as ft:
+                n = 0
+                for n, (a, b) in enumerate(zip(fs, ft), start=1):  # noqa: B007
+                    yield a, b
+                # the counts were checked up front; a file changed under us is still an error
+                if fs.readline() or ft.readline():
+                    raise InputError(f"{s} and {t} changed while reading (line counts differ)")
+
+    def blocks(self, size: int) -> Iterator["Block"]:
+        """The pairs in blocks of `size` lines, undecoded: the parent only reads, workers decode."""
+        for s, t in zip(self.src_paths, self.tgt_paths):
+            with _open_bin(s) as fs, _open_bin(t) as ft:
+                first = 1
+                while True:
+                    a = list(itertools.islice(fs, size))
+                    b = list(itertools.islice(ft, size))
+                    if len(a) != len(b):
+                        raise InputError(f"{s} and {t} changed while reading (line counts differ)")
+                    if not a:
+                        break
+                    yield Block(s, t, first, len(a), b"".join(a), b"".join(b))
+                    first += len(a)
+
+    def pairs(self) -> Iterator[tuple[str, str]]:
+        """Every pair decoded (invalid UTF-8 is an error naming file:line)."""
+        for s, t in zip(self.src_paths, self.tgt_paths):
+            with _open_bin(s) as fs, _open_bin(t) as ft:
+                for n, (a, b) in enumerate(zip(fs, ft), start=1):
+                    yield decode_line(a, s, n), decode_line(b, t, n)
+
+
+@dataclass
+class Block:
+    """`n` consecutive pairs from lines `first`.. of `src_path`/`tgt_path`, as raw bytes."""
+
+    src_path: str
+    tgt_path: str
+    first: int
+    n: int
+    src: bytes
+    tgt: bytes
+
+    def lines(self) -> tuple[list[str], list[str]]:
+        src, tgt = decode_lines(self.src, self.src_path, self.first), decode_lines(self.tgt, self.tgt_path, self.first)
+        assert len(src) == len(tgt) == self.n
+        return src, tgt
