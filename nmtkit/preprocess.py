@@ -15,14 +15,15 @@ Sennrich et al. 2016 replaced the word vocabularies with BPE):
 Memory stays bounded: lines stream through `parallel_map` in chunks (order kept), the
 word/subword counts grow with the number of distinct types only, ids are appended to raw
 files and turned into .npy arrays block by block. Only `dedup=True` keeps one 64-bit hash
-per distinct training pair. Everything is written under `DEST.tmp-XXXX`, which replaces
+per distinct training pair. Everything is written under `DEST.tmp-HOST-PID-XXXX` (nmtkit.outputs), which replaces
 DEST only when complete (with `force`), so a failure never leaves a data directory that
-looks complete. No torch here.
+looks complete; the next run removes such a directory left by a killed run. No torch here.
 """
 from __future__ import annotations
 
 import itertools
 import json
+import logging
 import multiprocessing
 import os
 import shutil
@@ -39,6 +40,7 @@ import numpy as np
 from nmtkit import __version__
 from nmtkit.data.binarized import split_paths
 from nmtkit.errors import ConfigError, InputError, OutputError, OutputExistsError
+from nmtkit.outputs import clean_stale_temp_dirs, make_temp_dir
 from nmtkit.text.bpe import SEPARATOR, count_merges, join_bpe, learn_codes, subword_vocab  # noqa: F401
 from nmtkit.text.clean import DROP_REASONS, PairDeduper, drop_reason
 from nmtkit.text.io import check_parallel, decode_lines, read_lines
@@ -46,6 +48,8 @@ from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import TextPipeline
 from nmtkit.text.truecase import add_weights, best_forms, new_casing, truecase_weights
 from nmtkit.text.vocab import UNK_ID, Vocab
+
+log = logging.getLogger(__name__)
 
 MANIFEST_VERSION = 1
 
@@ -412,7 +416,9 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
 
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".tmp-", dir=dest.parent))
+        for stale in clean_stale_temp_dirs(dest, log.warning):
+            log.warning("removed %s, left by an interrupted run", stale)
+        tmp = make_temp_dir(dest)
     except OSError as err:
         raise OutputError(f"cannot create the data directory here: {err.strerror}", str(dest)) from None
     try:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from nmtkit.errors import ConfigError, InputError
+from nmtkit.outputs import check_output, save_figure
 
 METRICS = ("bleu", "chrf", "ter")
 BLEU_TOKENIZERS = ("13a", "intl", "none", "char", "zh", "ja-mecab", "ko-mecab", "spm", "flores101", "flores200")
@@ -486,15 +487,7 @@ def plot_by_length(rows: Sequence[LengthBucket], names: Sequence[str], path: str
         ax.grid(True, alpha=0.3)
         ax.legend()
         fig.tight_layout()
-        tmp = path.with_name(path.name + ".tmp")
-        try:
-            fig.savefig(tmp, format="png")
-            os.replace(tmp, path)
-        except FileNotFoundError:
-            raise InputError("cannot write the plot (does the directory exist?)", str(path)) from None
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        save_figure(fig, path, format="png")
     finally:
         plt.close(fig)
 
@@ -655,6 +648,8 @@ def _check_options(o: ScoreOptions) -> None:
         raise ConfigError("only one input can be read from stdin ('-')")
     if o.plot_path and not o.plot_path.lower().endswith(".png"):
         raise ConfigError(f"--plot writes a PNG: give a file name ending in .png, not {o.plot_path!r}")
+    if o.plot_path:  # before any scoring: score has no --force, a plot is redrawn in place
+        check_output(o.plot_path, force=True, what="--plot file")
 
 
 def run_score(o: ScoreOptions, warn: Callable[[str], None] = lambda msg: None) -> str:

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
 from nmtkit.devices import resolve_device
 from nmtkit.errors import CheckpointError, ConfigError, InputError
+from nmtkit.outputs import check_output_dir, save_figure
 
 log = logging.getLogger(__name__)
 
@@ -243,10 +242,7 @@ def plot_attention(path: str | Path, attention: Any, src_tokens: Sequence[str], 
         ax.set_yticks(range(len(tgt)))
         ax.set_yticklabels(tgt)
         fig.tight_layout()
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        fig.savefig(tmp, format="png", dpi=100)
-        os.replace(tmp, path)
+        save_figure(fig, path, format="png", dpi=100)
     finally:
         plt.close(fig)
 
@@ -314,7 +310,7 @@ class Translator:
             self.max_src_len = max(DEFAULT_MAX_SRC_LEN, 4 * trained) if trained else DEFAULT_MAX_SRC_LEN
         self.unk_dict = read_unk_dict(config.unk_dict) if config.unk_dict else None
         if config.plot_attention:
-            Path(config.plot_attention).mkdir(parents=True, exist_ok=True)
+            check_output_dir(config.plot_attention, "--plot-attention folder")
         self.plotted = 0
         self.need_attention = bool(config.replace_unk or config.alignments or config.plot_attention)
         if config.threads:
@@ -480,25 +476,3 @@ def translate_stream(
         writers.flush()
         n += len(buf)
     return n
-
-
-class AtomicOutput:
-    """A text file written under a temporary name and renamed over `path` on `commit()`."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        fd, self.tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.path.parent or ".")
-        self.file = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
-
-    def commit(self) -> None:
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        self.file.close()
-        os.replace(self.tmp, self.path)
-
-    def abort(self) -> None:
-        self.file.close()
-        try:
-            os.unlink(self.tmp)
-        except FileNotFoundError:
-            pass

@@ -7,6 +7,7 @@ plain library function. Subcommand modules must not import torch at module level
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -17,7 +18,7 @@ from nmtkit.cli.score import score_cmd
 from nmtkit.cli.select import select_data_cmd
 from nmtkit.cli.train import train_cmd
 from nmtkit.cli.translate import translate_cmd
-from nmtkit.errors import NmtkitError
+from nmtkit.errors import NmtkitError, describe_os_error
 
 
 class _OrderedGroup(click.Group):
@@ -48,11 +49,35 @@ cli.add_command(translate_cmd)
 cli.add_command(score_cmd)
 
 
+def _stdout_failed() -> bool:
+    """Whether stdout cannot take data (a full disk behind `> FILE`, /dev/full)."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        return True
+    return False
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush has nothing to fail on."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the group, turning user errors into one line on stderr."""
+    """Entry point: run the group, turning user errors into one line on stderr.
+
+    Every OSError that reaches here (a read-only or full disk, a missing folder, a full
+    stdout) becomes one line, `nmtkit: error: PATH: REASON`, and exit status 1: the one
+    mechanism for the file-system boundary, so no command can show a traceback for it.
+    """
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
         cli.main(args=argv, prog_name="nmtkit", standalone_mode=False)
+        sys.stdout.flush()  # a full stdout must fail here, not in the interpreter's exit
     except NmtkitError as err:
         if debug:
             raise
@@ -72,6 +97,15 @@ def main(argv: list[str] | None = None) -> None:
             sys.stdout = None  # type: ignore[assignment]
         finally:
             sys.exit(0)
+    except OSError as err:
+        if debug:
+            raise
+        stream = None
+        if err.filename is None and _stdout_failed():
+            stream = "<stdout>"
+            _silence_stdout()
+        click.echo(f"nmtkit: error: {describe_os_error(err, stream)}", err=True)
+        sys.exit(1)
     except KeyboardInterrupt:
         click.echo("nmtkit: interrupted", err=True)
         sys.exit(130)

@@ -41,6 +41,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from nmtkit.errors import ConfigError, InputError, OutputExistsError
+from nmtkit.outputs import Staged, check_output, name_error, writes_in_place
 from nmtkit.select.ngram import LMVocab, NgramLM
 from nmtkit.text.io import decode_lines
 from nmtkit.text.parallel import parallel_map
@@ -366,26 +367,29 @@ def _outputs(cfg: SelectConfig) -> dict[str, str]:
 
 
 class _AtomicFiles:
-    """Temp names beside the destinations; `commit()` renames them all, else they are removed."""
+    """One `nmtkit.outputs.Staged` per output: `tmp[k]` is where output k is written now;
+    `commit()` makes them all appear, else (an error) they are removed."""
 
     def __init__(self, paths: dict[str, str]):
         self.paths = paths
-        self.tmp = {k: f"{p}.tmp-{os.getpid()}" for k, p in paths.items()}
+        self.staged: dict[str, Staged] = {}
+        for k, p in paths.items():
+            self.staged[k] = Staged(p)
+        self.tmp = {k: st.write_path for k, st in self.staged.items()}
 
     def __enter__(self) -> "_AtomicFiles":
         return self
 
     def commit(self) -> None:
-        for k, p in self.paths.items():
-            os.replace(self.tmp[k], p)
-        self.tmp = {}
+        for st in self.staged.values():
+            st.commit()
+        self.staged = {}
 
-    def __exit__(self, *exc) -> None:
-        for t in self.tmp.values():
-            try:
-                os.remove(t)
-            except FileNotFoundError:
-                pass
+    def __exit__(self, exc_type, exc, tb) -> None:
+        for k, st in self.staged.items():
+            st.abort()
+            if isinstance(exc, OSError):
+                name_error(exc, self.paths[k], self.tmp[k])
 
 
 def _tokenize_all(opts: _TextOpts, pairs, workers: int) -> list[tuple[list[str], list[str]]]:
@@ -405,12 +409,14 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     progress = progress or _noop
     t0 = time.perf_counter()
     outputs = _outputs(cfg)
-    existing = [p for p in outputs.values() if os.path.exists(p)]
+    existing = [p for p in outputs.values() if os.path.exists(p) and not writes_in_place(p)]
     if existing and not cfg.force:
         raise OutputExistsError("output exists (use --force to overwrite)", existing[0])
     dest_dir = os.path.dirname(os.path.abspath(cfg.dest))
     if not os.path.isdir(dest_dir):
         raise InputError("the destination's folder does not exist", dest_dir)
+    for p in outputs.values():  # writable? before hours of scoring
+        check_output(p, force=True, what="select-data output")
 
     opts = _TextOpts(cfg.src_lang, cfg.tgt_lang, cfg.input_format, cfg.lowercase, cfg.aggressive_dash_splits)
     ind = Corpus.open(cfg.in_domain, cfg.src_lang, cfg.tgt_lang)

@@ -3,17 +3,18 @@
 Recipes tokenise a large corpus once and feed the result to both `nmtkit select-data
 --input-format tok` and `nmtkit preprocess --input-format tok`, since sacremoses is the slow
 step of both. Same functions and defaults as `preprocess` (escape=False). Reads stdin or
---input, writes stdout or --output (atomically: temp name, then rename), line for line.
+--input, writes stdout or --output (through nmtkit.outputs: temp name, then rename), line for line.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import sys
-import tempfile
 
-from nmtkit.errors import NmtkitError
+from nmtkit.errors import NmtkitError, describe_os_error
+from nmtkit.outputs import OutputFile
 from nmtkit.text.io import read_lines
 from nmtkit.text.moses import tokenize
 from nmtkit.text.parallel import parallel_map
@@ -47,26 +48,17 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     func = functools.partial(_tok_line, lang=args.lang, aggressive=args.aggressive_dash_splits,
                              lowercase=args.lowercase)
-    out_tmp = None
     try:
-        if args.output:
-            d = os.path.dirname(os.path.abspath(args.output))
-            fd, out_tmp = tempfile.mkstemp(prefix=os.path.basename(args.output) + ".", suffix=".tmp", dir=d)
-            out = os.fdopen(fd, "w", encoding="utf-8")
-        else:
-            out = sys.stdout
-        for tok in parallel_map(func, _lines(args.input), workers=args.workers, chunk_size=2000):
-            out.write(tok + "\n")
-        if out_tmp:
-            out.close()
-            os.replace(out_tmp, args.output)
-            out_tmp = None
+        with contextlib.ExitStack() as stack:
+            out = stack.enter_context(OutputFile(args.output)).file if args.output else sys.stdout
+            for tok in parallel_map(func, _lines(args.input), workers=args.workers, chunk_size=2000):
+                out.write(tok + "\n")
     except NmtkitError as err:
         print(f"nmtkit.text.tokenize: error: {err}", file=sys.stderr)
         return 1
-    finally:
-        if out_tmp and os.path.exists(out_tmp):
-            os.unlink(out_tmp)
+    except OSError as err:
+        print(f"nmtkit.text.tokenize: error: {describe_os_error(err)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 from nmtkit.errors import ConfigError
+from nmtkit.outputs import save_figure, write_text
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +40,7 @@ class MetricsLog:
                     continue  # a line cut by a kill
                 if int(rec.get("update", 0)) <= resume_update:
                     self.records.append(rec)
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for rec in self.records:
-                f.write(json.dumps(rec) + "\n")
-        os.replace(tmp, self.path)
+        write_text(self.path, "".join(json.dumps(rec) + "\n" for rec in self.records))
         self._file = open(self.path, "a", encoding="utf-8")
         if tensorboard:
             self._tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
@@ -99,9 +95,7 @@ def draw_curves(records: list[dict[str, Any]], path: Path) -> None:
     ax2.set_ylabel("dev BLEU")
     ax2.grid(alpha=0.3)
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp)
-    os.replace(tmp, path)
+    save_figure(fig, path)
 
 
 def setup_file_log(run_dir: Path) -> logging.Handler:
