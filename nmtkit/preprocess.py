@@ -43,7 +43,7 @@ from nmtkit.errors import ConfigError, InputError, OutputError, OutputExistsErro
 from nmtkit.outputs import clean_stale_temp_dirs, make_temp_dir
 from nmtkit.text.bpe import SEPARATOR, count_merges, join_bpe, learn_codes, subword_vocab  # noqa: F401
 from nmtkit.text.clean import DROP_REASONS, PairDeduper, drop_reason
-from nmtkit.text.io import check_parallel, decode_lines, read_lines
+from nmtkit.text.io import check_parallel, decode_lines, read_lines, resolve_input
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import TextPipeline
 from nmtkit.text.truecase import add_weights, best_forms, new_casing, truecase_weights
@@ -150,7 +150,15 @@ class PreprocessConfig:
         return out
 
     def files(self, prefix: str) -> tuple[str, str]:
-        return f"{prefix}.{self.src_lang}", f"{prefix}.{self.tgt_lang}"
+        """PREFIX.lang for both languages, or PREFIX.lang.gz where only that exists (as select-data)."""
+        return _input_file(prefix, self.src_lang), _input_file(prefix, self.tgt_lang)
+
+
+def _input_file(prefix: str, lang: str) -> str:
+    try:
+        return resolve_input(prefix, lang)
+    except InputError:
+        return f"{prefix}.{lang}"  # reported as "file not found" by the input checks
 
 
 # ---- worker side (state built once per process by `_init_worker`) --------------------------

@@ -312,6 +312,7 @@ class Translator:
         if config.plot_attention:
             check_output_dir(config.plot_attention, "--plot-attention folder")
         self.plotted = 0
+        self.warned_budget = False
         self.need_attention = bool(config.replace_unk or config.alignments or config.plot_attention)
         if config.threads:
             torch.set_num_threads(config.threads)
@@ -387,6 +388,13 @@ class Translator:
         """[(line number, text)] -> Results in the same order."""
         results = [Result(index=n, src_tokens=self.prepare(text, n)) for n, text in lines]
         todo = [i for i, r in enumerate(results) if r.src_tokens]
+        cap = self.config.max_tokens
+        over = [i for i in todo if cap is not None and len(results[i].src_tokens) > cap]
+        if over and not self.warned_budget:
+            self.warned_budget = True
+            self.warn(f"--max-tokens {cap} is below the length of line {results[over[0]].index} "
+                      f"({len(results[over[0]].src_tokens)} tokens): such lines are translated one per batch, "
+                      "over the budget")
         batches = make_batches([len(results[i].src_tokens) for i in todo], self.config.batch_size,
                                self.config.max_tokens)
         for batch in batches:

@@ -28,7 +28,6 @@ by fork, not by pickling.
 from __future__ import annotations
 
 import functools
-import gzip
 import itertools
 import json
 import logging
@@ -43,7 +42,7 @@ import numpy as np
 from nmtkit.errors import ConfigError, InputError, OutputExistsError
 from nmtkit.outputs import Staged, check_output, name_error, writes_in_place
 from nmtkit.select.ngram import LMVocab, NgramLM
-from nmtkit.text.io import decode_lines
+from nmtkit.text.io import decode_lines, open_input, read_blocks, resolve_input
 from nmtkit.text.parallel import parallel_map
 
 log = logging.getLogger(__name__)
@@ -83,10 +82,10 @@ class SelectConfig:
         budgets = [b for b in (self.lines, self.words, self.fraction) if b is not None]
         if len(budgets) != 1:
             raise ConfigError("give exactly one budget: --lines, --words or --fraction")
-        if self.lines is not None and self.lines < 0:
-            raise ConfigError(f"--lines must be >= 0, got {self.lines}")
-        if self.words is not None and self.words < 0:
-            raise ConfigError(f"--words must be >= 0, got {self.words}")
+        if self.lines is not None and self.lines < 1:  # 0 would write empty outputs and succeed
+            raise ConfigError(f"--lines must be at least 1, got {self.lines}")
+        if self.words is not None and self.words < 1:
+            raise ConfigError(f"--words must be at least 1, got {self.words}")
         if self.fraction is not None and not (0.0 < self.fraction <= 1.0):
             raise ConfigError(f"--fraction must be in (0, 1], got {self.fraction}")
         if self.method not in METHODS:
@@ -106,36 +105,18 @@ class SelectConfig:
 
 
 # ---------------------------------------------------------------------- files
-def resolve(prefix: str, lang: str) -> str:
-    """PREFIX.lang, or PREFIX.lang.gz when only that exists."""
-    for path in (f"{prefix}.{lang}", f"{prefix}.{lang}.gz"):
-        if os.path.isfile(path):
-            return path
-    raise InputError(f"no such file (nor {prefix}.{lang}.gz)", f"{prefix}.{lang}")
-
-
-def _open_bin(path: str):
-    try:
-        return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
-    except OSError as err:
-        raise InputError(f"cannot open: {err.strerror or err}", path) from None
+resolve = resolve_input  # PREFIX.lang, or PREFIX.lang.gz when only that exists (nmtkit.text.io)
+_open_bin = open_input
 
 
 def count_lines(path: str) -> tuple[int, int]:
-    """(lines, bytes) of a file, reading big blocks; a last line without newline counts."""
+    """(lines, bytes) of a file (gunzipped), reading big blocks; a last line without newline counts."""
     lines = nbytes = 0
     last = b"\n"
-    with _open_bin(path) as f:
-        try:
-            while True:
-                block = f.read(1 << 20)
-                if not block:
-                    break
-                lines += block.count(b"\n")
-                nbytes += len(block)
-                last = block[-1:]
-        except (OSError, EOFError) as err:
-            raise InputError(f"cannot read: {err}", path) from None
+    for block in read_blocks(path, 1 << 20):
+        lines += block.count(b"\n")
+        nbytes += len(block)
+        last = block[-1:]
     return lines + (last != b"\n"), nbytes
 
 
