@@ -201,7 +201,8 @@ def _check_streams(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> None:
 
 
 def moses_tokenize_lines(lines: Iterable[str], lang: str, workers: int = 1) -> list[str]:
-    """Moses-tokenise each line (punctuation normalised, escape=False, case kept); tokens joined by spaces."""
+    """Moses-tokenise each line exactly as `tokenizer.perl -l LANG -no-escape` (no punctuation
+    normalisation, case kept); tokens joined by spaces."""
     from functools import partial
 
     from nmtkit.text.parallel import parallel_map
@@ -213,9 +214,9 @@ def moses_tokenize_lines(lines: Iterable[str], lang: str, workers: int = 1) -> l
 
 
 def _moses_line(line: str, lang: str) -> str:
-    from nmtkit.text.moses import tokenize
+    from nmtkit.text.moses import tokenize_like_perl
 
-    return " ".join(tokenize(line, lang))
+    return " ".join(tokenize_like_perl(line, lang))
 
 
 def multibleu(hyps_tok: Sequence[str], refs_tok: Sequence[Sequence[str]], lang: str | None = None) -> MetricScore:
@@ -687,8 +688,8 @@ def run_score(o: ScoreOptions, warn: Callable[[str], None] = lambda msg: None) -
     if o.paper_bleu:
         refs_tok = [moses_tokenize_lines(r, tgt_lang, o.workers) for r in refs]
         hyps_tok = [moses_tokenize_lines(h, tgt_lang, o.workers) for _, h in systems]
-        report["paper_bleu"] = {"lang": tgt_lang, "tokenizer": "Moses (sacremoses, escape=False, "
-                                "punctuation normalised)", "definition": PAPER_BLEU_LABEL}
+        report["paper_bleu"] = {"lang": tgt_lang, "tokenizer": "tokenizer.perl -l "
+                                f"{tgt_lang} -no-escape (sacremoses, no punctuation normalisation)", "definition": PAPER_BLEU_LABEL}
 
     for s, ((name, hyps), path) in enumerate(zip(systems, o.hyp_paths)):
         scores = corpus_scores(hyps, refs, o.metrics, o.tokenize, o.lowercase)
