@@ -49,13 +49,37 @@ cli.add_command(translate_cmd)
 cli.add_command(score_cmd)
 
 
-def _stdout_failed() -> bool:
-    """Whether stdout cannot take data (a full disk behind `> FILE`, /dev/full)."""
-    try:
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        return True
-    return False
+class _NamedStdout:
+    """sys.stdout, but an OSError from writing it names "<stdout>" (a failed write names no
+    file), so that `> /dev/full` or a full disk behind `> FILE` reads as one clear line."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except OSError as err:
+            raise _as_stdout(err)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except OSError as err:
+            raise _as_stdout(err)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _as_stdout(err: OSError) -> OSError:
+    if err.filename is None and not isinstance(err, BrokenPipeError):
+        err.filename = "<stdout>"
+    return err
 
 
 def _silence_stdout() -> None:
@@ -75,6 +99,17 @@ def main(argv: list[str] | None = None) -> None:
     mechanism for the file-system boundary, so no command can show a traceback for it.
     """
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    real_stdout = sys.stdout
+    if real_stdout is not None:
+        sys.stdout = _NamedStdout(real_stdout)  # type: ignore[assignment]
+    try:
+        _run(argv, debug)
+    finally:
+        if isinstance(sys.stdout, _NamedStdout):
+            sys.stdout = real_stdout
+
+
+def _run(argv: list[str] | None, debug: bool) -> None:
     try:
         cli.main(args=argv, prog_name="nmtkit", standalone_mode=False)
         sys.stdout.flush()  # a full stdout must fail here, not in the interpreter's exit
@@ -100,11 +135,9 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as err:
         if debug:
             raise
-        stream = None
-        if err.filename is None and _stdout_failed():
-            stream = "<stdout>"
+        if err.filename == "<stdout>":
             _silence_stdout()
-        click.echo(f"nmtkit: error: {describe_os_error(err, stream)}", err=True)
+        click.echo(f"nmtkit: error: {describe_os_error(err)}", err=True)
         sys.exit(1)
     except KeyboardInterrupt:
         click.echo("nmtkit: interrupted", err=True)

@@ -12,6 +12,7 @@ criteria, reporting, hardware) may be changed, and a different value for any oth
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import shutil
@@ -186,6 +187,10 @@ def run_training(
     trainer = Trainer(cfg, data, save_dir, arch, model_config, resume=ckpt, callbacks=callbacks,
                       dist_info=info, loss_hook=loss_hook)
     try:
-        return trainer.train()
-    finally:
-        trainer.close()
+        result = trainer.train()
+    except BaseException:
+        with contextlib.suppress(OSError):  # e.g. a full disk: the first error is the one to report
+            trainer.close()
+        raise
+    trainer.close()
+    return result
