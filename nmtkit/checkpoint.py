@@ -10,40 +10,54 @@ A checkpoint is a dict of primitives and tensors only, loadable with `weights_on
   src_vocab, tgt_vocab  list[str]
   train_config    dict
   ...training state (optimizer, step, rng, data position, best score) as the trainer needs.
-Written atomically: temp file in the same directory, fsync, os.replace.
+Written atomically through nmtkit.outputs: temp file in the same directory, fsync, os.replace.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from nmtkit.errors import CheckpointError
+from nmtkit.outputs import OutputFile
 
 CHECKPOINT_FORMAT = 1
 
 
+class _WriteRecorder:
+    """A file wrapper that remembers the OSError of a failed write: torch.save reports a full
+    disk as "RuntimeError: [enforce fail at inline_container.cc] unexpected pos", which names
+    neither the file nor the reason."""
+
+    def __init__(self, file: Any):
+        self.file = file
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as err:
+            self.error = err
+            raise
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
 def save_checkpoint(obj: dict[str, Any], path: str | Path) -> None:
-    """Atomically write `obj` to `path` (a kill mid-write never leaves a corrupt file)."""
+    """Atomically write `obj` to `path` (a kill mid-write never leaves a corrupt file; a full
+    disk raises OSError(ENOSPC) naming `path` and leaves the previous checkpoint as it was)."""
     import torch
 
-    path = Path(path)
     obj = dict(obj)
     obj.setdefault("format_version", CHECKPOINT_FORMAT)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+    with OutputFile(path, "wb") as out:
+        rec = _WriteRecorder(out.file)
         try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+            torch.save(obj, rec)
+        except RuntimeError as err:
+            if rec.error is None:
+                raise
+            raise OSError(rec.error.errno, rec.error.strerror, str(path)) from err
 
 
 def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:

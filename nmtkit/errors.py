@@ -7,6 +7,8 @@ internal invariants only.
 """
 from __future__ import annotations
 
+import errno
+
 
 class NmtkitError(Exception):
     """Base class of every error meant for the user. `exit_code` is the process exit status."""
@@ -47,3 +49,19 @@ class CheckpointError(NmtkitError):
 
 class TrainingError(NmtkitError):
     """Training cannot continue (e.g. a NaN/inf loss)."""
+
+
+def describe_os_error(err: OSError, stream: str | None = None) -> str:
+    """One line for an OSError met at the file-system boundary: `path: reason`.
+
+    `strerror` is the reason ("No space left on device", "Read-only file system"); a failed
+    write names no file, so `stream` (e.g. "<stdout>") stands in for it when given.
+    """
+    reason = err.strerror or (errno.errorcode.get(err.errno, "") if err.errno else "") or str(err) or type(err).__name__
+    where = err.filename if err.filename is not None else stream
+    if where is None:
+        return f"cannot read or write a file: {reason}"
+    text = f"{where}: {reason}"
+    if err.filename2 is not None:
+        text += f" (with {err.filename2})"
+    return text

@@ -15,9 +15,9 @@ Sennrich et al. 2016 replaced the word vocabularies with BPE):
 Memory stays bounded: lines stream through `parallel_map` in chunks (order kept), the
 word/subword counts grow with the number of distinct types only, ids are appended to raw
 files and turned into .npy arrays block by block. Only `dedup=True` keeps one 64-bit hash
-per distinct training pair. Everything is written under `DEST.tmp-XXXX`, which replaces
+per distinct training pair. Everything is written under `DEST.tmp-HOST-PID-XXXX` (nmtkit.outputs), which replaces
 DEST only when complete (with `force`), so a failure never leaves a data directory that
-looks complete. No torch here.
+looks complete; the next run removes such a directory left by a killed run. No torch here.
 """
 from __future__ import annotations
 
@@ -40,9 +40,10 @@ import numpy as np
 from nmtkit import __version__
 from nmtkit.data.binarized import SplitWriter
 from nmtkit.errors import ConfigError, InputError, OutputError, OutputExistsError
+from nmtkit.outputs import clean_stale_temp_dirs, make_temp_dir
 from nmtkit.text.bpe import SEPARATOR, count_merges, learn_codes, subword_vocab
 from nmtkit.text.clean import DROP_REASONS, PairDeduper, drop_reason
-from nmtkit.text.io import check_parallel, decode_lines, read_lines
+from nmtkit.text.io import check_parallel, decode_lines, read_lines, resolve_input
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import TextPipeline
 from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo
@@ -150,7 +151,15 @@ class PreprocessConfig:
         return out
 
     def files(self, prefix: str) -> tuple[str, str]:
-        return f"{prefix}.{self.src_lang}", f"{prefix}.{self.tgt_lang}"
+        """PREFIX.lang for both languages, or PREFIX.lang.gz where only that exists (as select-data)."""
+        return _input_file(prefix, self.src_lang), _input_file(prefix, self.tgt_lang)
+
+
+def _input_file(prefix: str, lang: str) -> str:
+    try:
+        return resolve_input(prefix, lang)
+    except InputError:
+        return f"{prefix}.{lang}"  # reported as "file not found" by the input checks
 
 
 # ---- worker side (state built once per process by `_init_worker`) --------------------------
@@ -369,7 +378,9 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
 
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".tmp-", dir=dest.parent))
+        for stale in clean_stale_temp_dirs(dest, log.warning):
+            log.warning("removed %s, left by an interrupted run", stale)
+        tmp = make_temp_dir(dest)
     except OSError as err:
         raise OutputError(f"cannot create the data directory here: {err.strerror}", str(dest)) from None
     try:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from nmtkit.errors import ConfigError, InputError
+from nmtkit.outputs import check_output, save_figure
 
 METRICS = ("bleu", "chrf", "ter")
 BLEU_TOKENIZERS = ("13a", "intl", "none", "char", "zh", "ja-mecab", "ko-mecab", "spm", "flores101", "flores200")
@@ -200,7 +201,8 @@ def _check_streams(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> None:
 
 
 def moses_tokenize_lines(lines: Iterable[str], lang: str, workers: int = 1) -> list[str]:
-    """Moses-tokenise each line (punctuation normalised, escape=False, case kept); tokens joined by spaces."""
+    """Moses-tokenise each line exactly as `tokenizer.perl -l LANG -no-escape` (no punctuation
+    normalisation, case kept); tokens joined by spaces."""
     from functools import partial
 
     from nmtkit.text.parallel import parallel_map
@@ -212,9 +214,9 @@ def moses_tokenize_lines(lines: Iterable[str], lang: str, workers: int = 1) -> l
 
 
 def _moses_line(line: str, lang: str) -> str:
-    from nmtkit.text.moses import tokenize
+    from nmtkit.text.moses import tokenize_like_perl
 
-    return " ".join(tokenize(line, lang))
+    return " ".join(tokenize_like_perl(line, lang))
 
 
 def multibleu(hyps_tok: Sequence[str], refs_tok: Sequence[Sequence[str]], lang: str | None = None) -> MetricScore:
@@ -486,15 +488,7 @@ def plot_by_length(rows: Sequence[LengthBucket], names: Sequence[str], path: str
         ax.grid(True, alpha=0.3)
         ax.legend()
         fig.tight_layout()
-        tmp = path.with_name(path.name + ".tmp")
-        try:
-            fig.savefig(tmp, format="png")
-            os.replace(tmp, path)
-        except FileNotFoundError:
-            raise InputError("cannot write the plot (does the directory exist?)", str(path)) from None
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        save_figure(fig, path, format="png")
     finally:
         plt.close(fig)
 
@@ -655,6 +649,8 @@ def _check_options(o: ScoreOptions) -> None:
         raise ConfigError("only one input can be read from stdin ('-')")
     if o.plot_path and not o.plot_path.lower().endswith(".png"):
         raise ConfigError(f"--plot writes a PNG: give a file name ending in .png, not {o.plot_path!r}")
+    if o.plot_path:  # before any scoring: score has no --force, a plot is redrawn in place
+        check_output(o.plot_path, force=True, what="--plot file")
 
 
 def run_score(o: ScoreOptions, warn: Callable[[str], None] = lambda msg: None) -> str:
@@ -692,8 +688,8 @@ def run_score(o: ScoreOptions, warn: Callable[[str], None] = lambda msg: None) -
     if o.paper_bleu:
         refs_tok = [moses_tokenize_lines(r, tgt_lang, o.workers) for r in refs]
         hyps_tok = [moses_tokenize_lines(h, tgt_lang, o.workers) for _, h in systems]
-        report["paper_bleu"] = {"lang": tgt_lang, "tokenizer": "Moses (sacremoses, escape=False, "
-                                "punctuation normalised)", "definition": PAPER_BLEU_LABEL}
+        report["paper_bleu"] = {"lang": tgt_lang, "tokenizer": "tokenizer.perl -l "
+                                f"{tgt_lang} -no-escape (sacremoses, no punctuation normalisation)", "definition": PAPER_BLEU_LABEL}
 
     for s, ((name, hyps), path) in enumerate(zip(systems, o.hyp_paths)):
         scores = corpus_scores(hyps, refs, o.metrics, o.tokenize, o.lowercase)

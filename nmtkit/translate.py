@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
 from nmtkit.devices import resolve_device
 from nmtkit.errors import CheckpointError, ConfigError, InputError
+from nmtkit.outputs import check_output_dir, save_figure
 from nmtkit.text.vocab import UNK
 
 log = logging.getLogger(__name__)
@@ -249,10 +248,7 @@ def plot_attention(path: str | Path, attention: Any, src_tokens: Sequence[str], 
         ax.set_yticks(range(len(tgt)))
         ax.set_yticklabels(tgt)
         fig.tight_layout()
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        fig.savefig(tmp, format="png", dpi=100)
-        os.replace(tmp, path)
+        save_figure(fig, path, format="png", dpi=100)
     finally:
         plt.close(fig)
 
@@ -321,8 +317,9 @@ class Translator:
             self.max_src_len = max(DEFAULT_MAX_SRC_LEN, 4 * trained) if trained else DEFAULT_MAX_SRC_LEN
         self.unk_dict = read_unk_dict(config.unk_dict) if config.unk_dict else None
         if config.plot_attention:
-            Path(config.plot_attention).mkdir(parents=True, exist_ok=True)
+            check_output_dir(config.plot_attention, "--plot-attention folder")
         self.plotted = 0
+        self.warned_budget = False
         self.need_attention = bool(config.replace_unk or config.alignments or config.plot_attention)
         if config.threads:
             torch.set_num_threads(config.threads)
@@ -406,6 +403,13 @@ class Translator:
         serve` alike; beam, nbest, need_attention as in `decode_batch`."""
         results = [Result(index=n, src_tokens=self.prepare(text, n)) for n, text in lines]
         todo = [i for i, r in enumerate(results) if r.src_tokens]
+        cap = self.config.max_tokens
+        over = [i for i in todo if cap is not None and len(results[i].src_tokens) > cap]
+        if over and not self.warned_budget:
+            self.warned_budget = True
+            self.warn(f"--max-tokens {cap} is below the length of line {results[over[0]].index} "
+                      f"({len(results[over[0]].src_tokens)} tokens): such lines are translated one per batch, "
+                      "over the budget")
         batches = make_batches([len(results[i].src_tokens) for i in todo], self.config.batch_size,
                                self.config.max_tokens)
         for batch in batches:
@@ -496,25 +500,3 @@ def translate_stream(
         writers.flush()
         n += len(buf)
     return n
-
-
-class AtomicOutput:
-    """A text file written under a temporary name and renamed over `path` on `commit()`."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        fd, self.tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.path.parent or ".")
-        self.file = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
-
-    def commit(self) -> None:
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        self.file.close()
-        os.replace(self.tmp, self.path)
-
-    def abort(self) -> None:
-        self.file.close()
-        try:
-            os.unlink(self.tmp)
-        except FileNotFoundError:
-            pass

@@ -554,3 +554,41 @@ def test_the_same_file_twice_needs_labels(files, capsys):
     out = run_json(["--hyp", files["hyp"], "--hyp", files["hyp"], "--label", "x", "--label", "y",
                     "--ref", files["ref"], "--metrics", "bleu"])
     assert [s["name"] for s in out["systems"]] == ["x", "y"]
+
+
+# Expected figures below come from the Moses scripts themselves (moses-smt/mosesdecoder master:
+# scripts/tokenizer/tokenizer.perl and scripts/generic/multi-bleu.perl, perl 5), run as
+#   perl tokenizer.perl -l fr -no-escape -q < FILE > FILE.tok
+#   perl multi-bleu.perl REF.tok < HYP.tok
+# The raw lines are Tatoeba dev.fr lines 85, 122, 550, 1318 and 1350 (shared/data/tatoeba-eng-fra).
+MOSES_FR = [
+    ("Mon groupe se produira cette semaine à la brasserie «Chez Ginette». Venez nous voir nombreux.",
+     "Mon groupe se produira cette semaine à la brasserie « Chez Ginette » . Venez nous voir nombreux ."),
+    ("Mon ami s’est souvenu où aller.", "Mon ami s ’ est souvenu où aller ."),  # no punctuation normalisation
+    ("Je travaille chez McDonald's.", "Je travaille chez McDonald' s ."),  # a line's last word: "s." split
+    ("La fabrication du fromage est un art.", "La fabrication du fromage est un art ."),  # "art." is a prefix
+    ("« As-tu mangé ? » « Oui. »", "« As-tu mangé ? » « Oui . »"),
+]
+
+
+def test_paper_bleu_tokenises_exactly_as_tokenizer_perl():
+    got = S.moses_tokenize_lines([raw for raw, _ in MOSES_FR], "fr")
+    assert got == [tok for _, tok in MOSES_FR]
+
+
+def test_paper_bleu_equals_the_moses_scripts_on_tatoeba_dev(shared_data, tmp_path):
+    ref = shared_data / "tatoeba-eng-fra" / "dev.fr"
+    lines = ref.read_text(encoding="utf-8").split("\n")[:-1]
+    # a fixed, degraded "system": every 4th line is the next line, every 3rd word dropped
+    hyp = []
+    for i, line in enumerate(lines):
+        words = (lines[(i + 1) % len(lines)] if i % 4 == 0 else line).split(" ")
+        hyp.append(" ".join(w for k, w in enumerate(words) if k % 3 != 2))
+    (tmp_path / "hyp.fr").write_text("\n".join(hyp) + "\n", encoding="utf-8")
+    # multi-bleu.perl: BLEU = 12.09, 82.6/53.5/14.9/1.7 (BP=0.665, ratio=0.710, hyp_len=11429, ref_len=16089)
+    out = run_json(["--hyp", str(tmp_path / "hyp.fr"), "--ref", str(ref), "--paper-bleu", "--metrics", "bleu",
+                    "-j", "1"])
+    paper = by_metric(out["systems"][0]["scores"])["paper_bleu"]
+    assert (paper["hyp_len"], paper["ref_len"]) == (11429, 16089)
+    assert round(paper["score"], 2) == 12.09
+    assert [round(p, 1) for p in paper["precisions"]] == [82.6, 53.5, 14.9, 1.7]

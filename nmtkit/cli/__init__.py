@@ -7,6 +7,7 @@ plain library function. Subcommand modules must not import torch at module level
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -14,11 +15,11 @@ import click
 from nmtkit import __version__
 from nmtkit.cli.preprocess import preprocess_cmd
 from nmtkit.cli.score import score_cmd
-from nmtkit.cli.serve import serve_cmd
 from nmtkit.cli.select import select_data_cmd
+from nmtkit.cli.serve import serve_cmd
 from nmtkit.cli.train import train_cmd
 from nmtkit.cli.translate import translate_cmd
-from nmtkit.errors import NmtkitError
+from nmtkit.errors import NmtkitError, describe_os_error
 
 
 class _OrderedGroup(click.Group):
@@ -50,11 +51,70 @@ cli.add_command(score_cmd)
 cli.add_command(serve_cmd)
 
 
+class _NamedStdout:
+    """sys.stdout, but an OSError from writing it names "<stdout>" (a failed write names no
+    file), so that `> /dev/full` or a full disk behind `> FILE` reads as one clear line."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except OSError as err:
+            raise _as_stdout(err)  # noqa: B904 (the same error, named)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except OSError as err:
+            raise _as_stdout(err)  # noqa: B904 (the same error, named)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _as_stdout(err: OSError) -> OSError:
+    if err.filename is None and not isinstance(err, BrokenPipeError):
+        err.filename = "<stdout>"
+    return err
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush has nothing to fail on."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the group, turning user errors into one line on stderr."""
+    """Entry point: run the group, turning user errors into one line on stderr.
+
+    Every OSError that reaches here (a read-only or full disk, a missing folder, a full
+    stdout) becomes one line, `nmtkit: error: PATH: REASON`, and exit status 1: the one
+    mechanism for the file-system boundary, so no command can show a traceback for it.
+    """
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    real_stdout = sys.stdout
+    if real_stdout is not None:
+        sys.stdout = _NamedStdout(real_stdout)  # type: ignore[assignment]
+    try:
+        _run(argv, debug)
+    finally:
+        if isinstance(sys.stdout, _NamedStdout):
+            sys.stdout = real_stdout
+
+
+def _run(argv: list[str] | None, debug: bool) -> None:
     try:
         cli.main(args=argv, prog_name="nmtkit", standalone_mode=False)
+        sys.stdout.flush()  # a full stdout must fail here, not in the interpreter's exit
     except NmtkitError as err:
         if debug:
             raise
@@ -74,6 +134,13 @@ def main(argv: list[str] | None = None) -> None:
             sys.stdout = None  # type: ignore[assignment]
         finally:
             sys.exit(0)
+    except OSError as err:
+        if debug:
+            raise
+        if err.filename == "<stdout>":
+            _silence_stdout()
+        click.echo(f"nmtkit: error: {describe_os_error(err)}", err=True)
+        sys.exit(1)
     except KeyboardInterrupt:
         click.echo("nmtkit: interrupted", err=True)
         sys.exit(130)

@@ -1,6 +1,7 @@
 """`nmtkit translate`: raw text in, translations out (library: nmtkit.translate)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -79,7 +80,8 @@ def translate_cmd(models, ensemble, input_path, output_path, force, input_format
     """
     from pathlib import Path
 
-    from nmtkit.errors import ConfigError, InputError, OutputExistsError
+    from nmtkit.errors import ConfigError, InputError
+    from nmtkit.outputs import OutputFile, check_output, check_output_dir
 
     if len(models) > 1 and not ensemble:
         raise ConfigError(f"{len(models)} -m checkpoints given: add --ensemble to average them")
@@ -87,14 +89,17 @@ def translate_cmd(models, ensemble, input_path, output_path, force, input_format
         raise ConfigError("--alignments needs --alignments-file FILE")
     if alignments_file and not alignments:
         raise ConfigError("--alignments-file needs --alignments hard|soft")
-    for p in (output_path, alignments_file):
-        if p and Path(p).exists() and not force:
-            raise OutputExistsError("exists (use --force to overwrite)", p)
     if input_path and not Path(input_path).is_file():
         raise InputError("input file not found", input_path)
+    # every output is checked before the models load and hours of decoding start
+    if output_path:
+        check_output(output_path, force, "-o output")
+    if alignments_file:
+        check_output(alignments_file, force, "--alignments-file")
+    if plot_attention:
+        check_output_dir(plot_attention, "--plot-attention folder")
 
     from nmtkit.translate import (
-        AtomicOutput,
         TranslateConfig,
         Translator,
         Writers,
@@ -121,25 +126,14 @@ def translate_cmd(models, ensemble, input_path, output_path, force, input_format
     translator = Translator(cfg, warn=warn)
     translator.source_name = input_path or "<stdin>"
 
-    outs: list[AtomicOutput] = []
     try:
-        out_file = AtomicOutput(output_path) if output_path else None
-        if out_file:
-            outs.append(out_file)
-        align_file = AtomicOutput(alignments_file) if alignments_file else None
-        if align_file:
-            outs.append(align_file)
-        writers = Writers(out_file.file if out_file else sys.stdout, align_file.file if align_file else None,
-                          cfg, flush_each=buffer_size == 1)
-        stream = open(input_path, "rb") if input_path else sys.stdin.buffer
-        try:
+        with contextlib.ExitStack() as stack:
+            out_file = stack.enter_context(OutputFile(output_path)) if output_path else None
+            align_file = stack.enter_context(OutputFile(alignments_file)) if alignments_file else None
+            writers = Writers(out_file.file if out_file else sys.stdout, align_file.file if align_file else None,
+                              cfg, flush_each=buffer_size == 1)
+            stream = stack.enter_context(open(input_path, "rb")) if input_path else sys.stdin.buffer
             n = translate_stream(translator, read_lines(stream, translator.source_name), writers, buffer_size)
-        finally:
-            if input_path:
-                stream.close()
-        for f in outs:
-            f.commit()
-        outs = []
     except BrokenPipeError:
         # `... | head`: the reader went away, which is not an error. Point stdout at /dev/null
         # so that the interpreter's final flush does not complain, and exit with status 0
@@ -147,8 +141,5 @@ def translate_cmd(models, ensemble, input_path, output_path, force, input_format
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         raise SystemExit(0) from None
-    finally:
-        for f in outs:
-            f.abort()
     if not quiet and not stdin_tty:
         click.echo(f"nmtkit: translated {n} lines", err=True)

@@ -71,6 +71,13 @@ def _cost(src_len: int, tgt_len: int) -> int:
     return max(int(src_len), int(tgt_len) + 1)
 
 
+def over_budget(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int) -> tuple[int, int]:
+    """(pairs whose padded size exceeds `max_tokens`, the largest padded size): each such pair
+    forms a one-pair minibatch over the budget."""
+    cost = np.maximum(np.asarray(src_lens), np.asarray(tgt_lens) + 1)
+    return int((cost > max_tokens).sum()), int(cost.max()) if cost.size else 0
+
+
 def _split_pool(
     pool: np.ndarray, src_lens: np.ndarray, tgt_lens: np.ndarray, cfg: BatchingConfig
 ) -> list[np.ndarray]:

@@ -83,6 +83,32 @@ class SplitWriter:
         assert written == n and path.stat().st_size >= n * dtype.itemsize, (path, written, n)
 
 
+def check_npy(path: str | Path, expected_len: int | None = None) -> int:
+    """The length of the 1-D .npy at `path`, after checking that the file holds every byte its
+    header promises (a truncated copy would fail later as "mmap length is greater than file
+    size") and, when given, `expected_len` values (the manifest's count)."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, dtype = read(f)
+            data_start = f.tell()
+    except (ValueError, EOFError) as err:
+        raise InputError(f"not a readable .npy array, truncated or corrupt ({err}); rerun 'nmtkit preprocess'",
+                         str(path)) from None
+    n = int(np.prod(shape)) if len(shape) else 1
+    need = data_start + n * dtype.itemsize
+    size = path.stat().st_size
+    if size < need:
+        raise InputError(f"truncated: {size} bytes where its header promises {need}; rerun 'nmtkit preprocess'",
+                         str(path))
+    if expected_len is not None and n != expected_len:
+        raise InputError(f"holds {n} values where the manifest says {expected_len}: truncated, corrupt or from "
+                         "another preprocess run", str(path))
+    return n
+
+
 class BinarizedText:
     """One language of one split, memory-mapped. `len(x)`, `x[k]` -> np.ndarray of ids, `x.lengths`."""
 
@@ -91,6 +117,7 @@ class BinarizedText:
         for p in (ids_path, off_path):
             if not p.exists():
                 raise InputError(f"binarised split '{split}.{lang}' not found (run 'nmtkit preprocess')", str(p))
+            check_npy(p)
         self.ids = np.load(ids_path, mmap_mode="r")
         self.offsets = np.load(off_path, mmap_mode="r")
         self.lengths = np.diff(np.asarray(self.offsets)).astype(np.int64)

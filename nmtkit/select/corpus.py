@@ -3,46 +3,25 @@ streamed as raw lines, undecoded blocks (for the workers) or decoded pairs. nump
 """
 from __future__ import annotations
 
-import gzip
 import itertools
-import os
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from nmtkit.errors import InputError
-from nmtkit.text.io import decode_lines
+from nmtkit.text.io import decode_lines, open_input, read_blocks, resolve_input
 
-
-def resolve(prefix: str, lang: str) -> str:
-    """PREFIX.lang, or PREFIX.lang.gz when only that exists."""
-    for path in (f"{prefix}.{lang}", f"{prefix}.{lang}.gz"):
-        if os.path.isfile(path):
-            return path
-    raise InputError(f"no such file (nor {prefix}.{lang}.gz)", f"{prefix}.{lang}")
-
-
-def _open_bin(path: str):
-    try:
-        return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
-    except OSError as err:
-        raise InputError(f"cannot open: {err.strerror or err}", path) from None
+resolve = resolve_input  # PREFIX.lang, or PREFIX.lang.gz when only that exists (nmtkit.text.io)
+_open_bin = open_input
 
 
 def count_lines(path: str) -> tuple[int, int]:
-    """(lines, bytes) of a file, reading big blocks; a last line without newline counts."""
+    """(lines, bytes) of a file (gunzipped), reading big blocks; a last line without newline counts."""
     lines = nbytes = 0
     last = b"\n"
-    with _open_bin(path) as f:
-        try:
-            while True:
-                block = f.read(1 << 20)
-                if not block:
-                    break
-                lines += block.count(b"\n")
-                nbytes += len(block)
-                last = block[-1:]
-        except (OSError, EOFError) as err:
-            raise InputError(f"cannot read: {err}", path) from None
+    for block in read_blocks(path, 1 << 20):
+        lines += block.count(b"\n")
+        nbytes += len(block)
+        last = block[-1:]
     return lines + (last != b"\n"), nbytes
 
 

@@ -39,6 +39,7 @@ from typing import Callable
 import numpy as np
 
 from nmtkit.errors import ConfigError, InputError, OutputExistsError
+from nmtkit.outputs import Staged, check_output, name_error, writes_in_place
 from nmtkit.select.corpus import Corpus, decode_line
 from nmtkit.select.lmvocab import LMVocab
 from nmtkit.select.ngram import NgramLM
@@ -82,10 +83,10 @@ class SelectConfig:
         budgets = [b for b in (self.lines, self.words, self.fraction) if b is not None]
         if len(budgets) != 1:
             raise ConfigError("give exactly one budget: --lines, --words or --fraction")
-        if self.lines is not None and self.lines < 0:
-            raise ConfigError(f"--lines must be >= 0, got {self.lines}")
-        if self.words is not None and self.words < 0:
-            raise ConfigError(f"--words must be >= 0, got {self.words}")
+        if self.lines is not None and self.lines < 1:  # 0 would write empty outputs and succeed
+            raise ConfigError(f"--lines must be at least 1, got {self.lines}")
+        if self.words is not None and self.words < 1:
+            raise ConfigError(f"--words must be at least 1, got {self.words}")
         if self.fraction is not None and not (0.0 < self.fraction <= 1.0):
             raise ConfigError(f"--fraction must be in (0, 1], got {self.fraction}")
         if self.method not in METHODS:
@@ -154,26 +155,29 @@ def _outputs(cfg: SelectConfig) -> dict[str, str]:
 
 
 class _AtomicFiles:
-    """Temp names beside the destinations; `commit()` renames them all, else they are removed."""
+    """One `nmtkit.outputs.Staged` per output: `tmp[k]` is where output k is written now;
+    `commit()` makes them all appear, else (an error) they are removed."""
 
     def __init__(self, paths: dict[str, str]):
         self.paths = paths
-        self.tmp = {k: f"{p}.tmp-{os.getpid()}" for k, p in paths.items()}
+        self.staged: dict[str, Staged] = {}
+        for k, p in paths.items():
+            self.staged[k] = Staged(p)
+        self.tmp = {k: st.write_path for k, st in self.staged.items()}
 
     def __enter__(self) -> "_AtomicFiles":
         return self
 
     def commit(self) -> None:
-        for k, p in self.paths.items():
-            os.replace(self.tmp[k], p)
-        self.tmp = {}
+        for st in self.staged.values():
+            st.commit()
+        self.staged = {}
 
-    def __exit__(self, *exc) -> None:
-        for t in self.tmp.values():
-            try:
-                os.remove(t)
-            except FileNotFoundError:
-                pass
+    def __exit__(self, exc_type, exc, tb) -> None:
+        for k, st in self.staged.items():
+            st.abort()
+            if isinstance(exc, OSError):
+                name_error(exc, self.paths[k], self.tmp[k])
 
 
 def _noop(stage: str, done: int, total: int) -> None:
@@ -271,12 +275,14 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     progress = progress or _noop
     t0 = time.perf_counter()
     outputs = _outputs(cfg)
-    existing = [p for p in outputs.values() if os.path.exists(p)]
+    existing = [p for p in outputs.values() if os.path.exists(p) and not writes_in_place(p)]
     if existing and not cfg.force:
         raise OutputExistsError("output exists (use --force to overwrite)", existing[0])
     dest_dir = os.path.dirname(os.path.abspath(cfg.dest))
     if not os.path.isdir(dest_dir):
         raise InputError("the destination's folder does not exist", dest_dir)
+    for p in outputs.values():  # writable? before hours of scoring
+        check_output(p, force=True, what="select-data output")
 
     opts = TextOpts(TextPipeline(cfg.src_lang, cfg.tgt_lang, aggressive_dash_splits=cfg.aggressive_dash_splits,
                                  lowercase=cfg.lowercase), cfg.input_format)

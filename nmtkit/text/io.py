@@ -1,17 +1,24 @@
 """Reading text corpora: UTF-8 lines with `file:line` errors, line counts and checksums.
 
-Every reader here streams (one line at a time) so a corpus of any size costs no memory.
+Every reader here streams (one line at a time) so a corpus of any size costs no memory. A
+file whose name ends in .gz is gunzipped on the fly (preprocess and select-data read both);
+gzip or binary bytes in a file given as plain text are refused with one clear line.
 Lines end at `\\n` only (a stray `\\r` or U+2028 inside a line does not split it), so line
 numbers agree with `wc -l` and with the parallel file.
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import os
+import zlib
 from pathlib import Path
-from typing import Iterator
+from typing import IO, Iterator
 
 from nmtkit.errors import InputError
+
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 def _check_file(path: str | Path) -> None:
@@ -24,23 +31,66 @@ def _check_file(path: str | Path) -> None:
         raise InputError("file is not readable", str(path))
 
 
+def resolve_input(prefix: str, lang: str) -> str:
+    """PREFIX.lang, or PREFIX.lang.gz when only that exists (InputError when neither does)."""
+    for path in (f"{prefix}.{lang}", f"{prefix}.{lang}.gz"):
+        if os.path.isfile(path):
+            return path
+    raise InputError(f"no such file (nor {prefix}.{lang}.gz)", f"{prefix}.{lang}")
+
+
+def open_input(path: str | Path) -> IO[bytes]:
+    """A binary stream of a corpus file: gunzipped on the fly when its name ends in .gz."""
+    try:
+        return gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
+    except OSError as err:
+        raise InputError(f"cannot open: {err.strerror or err}", str(path)) from None
+
+
+def check_text_block(block: bytes, path: str | Path, offset: int = 0) -> None:
+    """Refuse bytes that are not text before they are counted as lines: gzip data in a file
+    not named .gz, or binary data (a NUL byte). `offset`: the block's position in the file."""
+    if offset == 0 and block[:2] == GZIP_MAGIC and not str(path).endswith(".gz"):
+        raise InputError("holds gzip-compressed data: name it with a .gz suffix (read as gzip) or gunzip it",
+                         str(path))
+    nul = block.find(b"\0")
+    if nul >= 0:
+        line = 1 + block.count(b"\n", 0, nul)
+        where = f"a NUL byte at byte {offset + nul + 1}"
+        raise InputError(f"holds binary data ({where}); expected UTF-8 text, one sentence a line", str(path),
+                         None if offset else line)
+
+
+def read_blocks(path: str | Path, block_size: int = 1 << 22) -> Iterator[bytes]:
+    """The (gunzipped) bytes of a corpus file in blocks, checked to be text (`check_text_block`)."""
+    _check_file(path)
+    offset = 0
+    with open_input(path) as f:
+        while True:
+            try:
+                block = f.read(block_size)
+            except (OSError, EOFError, zlib.error) as err:
+                raise InputError(f"cannot read (corrupt or truncated gzip?): {err}", str(path)) from None
+            if not block:
+                break
+            check_text_block(block, path, offset)
+            offset += len(block)
+            yield block
+
+
 def count_lines_and_hash(path: str | Path, block_size: int = 1 << 22) -> tuple[int, str]:
-    """(number of lines, sha256 hex digest) of a file, in one pass over its bytes.
+    """(number of lines, sha256 hex digest) of a file's text, in one pass over its bytes
+    (for a .gz file: of the gunzipped text).
 
     A last line without a final newline still counts as a line (unlike `wc -l`).
     """
-    _check_file(path)
     h = hashlib.sha256()
     n = 0
     last = b"\n"
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(block_size)
-            if not block:
-                break
-            h.update(block)
-            n += block.count(b"\n")
-            last = block[-1:]
+    for block in read_blocks(path, block_size):
+        h.update(block)
+        n += block.count(b"\n")
+        last = block[-1:]
     if last != b"\n":
         n += 1
     return n, h.hexdigest()
@@ -48,7 +98,7 @@ def count_lines_and_hash(path: str | Path, block_size: int = 1 << 22) -> tuple[i
 
 def _find_bad_utf8_line(path: str | Path) -> tuple[int, str]:
     """Line number (1-based) and reason of the first line that is not valid UTF-8."""
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         for lineno, raw in enumerate(f, 1):
             try:
                 raw.decode("utf-8")
@@ -63,7 +113,7 @@ def read_lines(path: str | Path) -> Iterator[str]:
     Raises InputError "path:line: invalid UTF-8 ..." naming the first bad line.
     """
     _check_file(path)
-    with open(path, encoding="utf-8", newline="\n") as f:
+    with io.TextIOWrapper(open_input(path), encoding="utf-8", newline="\n") as f:
         try:
             for line in f:
                 if line.endswith("\n"):

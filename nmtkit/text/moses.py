@@ -23,6 +23,36 @@ def _tokenizer(lang: str):
 
 
 @lru_cache(maxsize=None)
+def _perl_tokenizer(lang: str):
+    """sacremoses' tokeniser with tokenizer.perl's rule for the last word of a line, which
+    sacremoses 0.2 lacks: a line's last word ending in "." is always split ("un art." ->
+    "art ."), since it is unlikely to be a nonbreaking prefix (tokenizer.perl, "split last
+    words independently")."""
+    import re
+
+    from sacremoses import MosesTokenizer
+
+    last_period = re.compile(r"^(\S+)\.$")
+
+    class PerlTokenizer(MosesTokenizer):
+        def handles_nonbreaking_prefixes(self, text: str) -> str:
+            tokens = text.split()
+            if tokens:
+                m = last_period.search(tokens[-1])
+                if m:
+                    tokens[-1] = m.group(1) + " ."
+            return super().handles_nonbreaking_prefixes(" ".join(tokens))
+
+    return PerlTokenizer(lang=lang)
+
+
+def tokenize_like_perl(line: str, lang: str) -> list[str]:
+    """Exactly `tokenizer.perl -l LANG -no-escape` (no punctuation normalisation, no -a): the
+    tokenisation of the papers' BLEU (multi-bleu.perl on Moses-tokenised text)."""
+    return _perl_tokenizer(lang).tokenize(line, escape=False)
+
+
+@lru_cache(maxsize=None)
 def _detokenizer(lang: str):
     from sacremoses import MosesDetokenizer
 

@@ -3,7 +3,7 @@
 Recipes tokenise a large corpus once and feed the result to both `nmtkit select-data
 --input-format tok` and `nmtkit preprocess --input-format tok`, since sacremoses is the slow
 step of both. Same functions and defaults as `preprocess` (escape=False). Reads stdin or
---input, writes stdout or --output (atomically: temp name, then rename), line for line.
+--input, writes stdout or --output (through nmtkit.outputs: temp name, then rename), line for line.
 
 With --output it also writes `OUTPUT.tokinfo.json`, the settings it tokenised with
 (language, punctuation normalisation, --aggressive-dash-splits, --lowercase). `preprocess
@@ -13,14 +13,15 @@ a flag given to the tokeniser only would otherwise be silently missing at transl
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
 import sys
-import tempfile
 from typing import Any
 
-from nmtkit.errors import ConfigError, InputError, NmtkitError
+from nmtkit.errors import ConfigError, InputError, NmtkitError, describe_os_error
+from nmtkit.outputs import OutputFile, write_text, writes_in_place
 from nmtkit.text.io import read_lines
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import TextPipeline
@@ -65,11 +66,7 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline) -> bool:
 
 
 def _write_tokinfo(output: str, pipeline: TextPipeline) -> None:
-    tmp = output + TOKINFO_SUFFIX + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(tokinfo(pipeline), f, indent=1)
-        f.write("\n")
-    os.replace(tmp, output + TOKINFO_SUFFIX)
+    write_text(output + TOKINFO_SUFFIX, json.dumps(tokinfo(pipeline), indent=1) + "\n")
 
 
 def _lines(path: str | None):
@@ -97,27 +94,19 @@ def main(argv: list[str] | None = None) -> int:
     pipeline = TextPipeline(args.lang, args.lang, aggressive_dash_splits=args.aggressive_dash_splits,
                             lowercase=args.lowercase)
     func = functools.partial(_tok_line, pipeline=pipeline)
-    out_tmp = None
     try:
-        if args.output:
-            d = os.path.dirname(os.path.abspath(args.output))
-            fd, out_tmp = tempfile.mkstemp(prefix=os.path.basename(args.output) + ".", suffix=".tmp", dir=d)
-            out = os.fdopen(fd, "w", encoding="utf-8")
-        else:
-            out = sys.stdout
-        for tok in parallel_map(func, _lines(args.input), workers=args.workers, chunk_size=2000):
-            out.write(tok + "\n")
-        if out_tmp:
-            out.close()
-            _write_tokinfo(args.output, pipeline)
-            os.replace(out_tmp, args.output)
-            out_tmp = None
+        with contextlib.ExitStack() as stack:
+            out = stack.enter_context(OutputFile(args.output)).file if args.output else sys.stdout
+            for tok in parallel_map(func, _lines(args.input), workers=args.workers, chunk_size=2000):
+                out.write(tok + "\n")
+            if args.output and not writes_in_place(args.output):
+                _write_tokinfo(args.output, pipeline)  # before the output itself is renamed into place
     except NmtkitError as err:
         print(f"nmtkit.text.tokenize: error: {err}", file=sys.stderr)
         return 1
-    finally:
-        if out_tmp and os.path.exists(out_tmp):
-            os.unlink(out_tmp)
+    except OSError as err:
+        print(f"nmtkit.text.tokenize: error: {describe_os_error(err)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -11,6 +11,7 @@ unknown keys are an error that lists the valid ones (DESIGN.md convention 1).
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -99,6 +100,7 @@ class TrainConfig:
         choice("best_metric", BEST_METRICS)
         choice("on_nan", ON_NAN)
         choice("normalize_loss", NORMALIZE)
+        self._check_numbers()
         if self.batch_size is None and self.max_tokens is None:
             raise ConfigError("need --batch-size or --max-tokens")
         positive = ["sort_pool", "valid_every", "save_every", "log_every", "valid_batch_size", "loss_chunk_tokens"]
@@ -130,6 +132,32 @@ class TrainConfig:
         if (self.max_updates is None and self.max_epochs is None and self.max_time is None
                 and self.patience is None):
             raise ConfigError("no stopping criterion: give --max-updates, --max-epochs, --max-time or --patience")
+
+    def _check_numbers(self) -> None:
+        """Every float option is a finite number in its optimiser's range (nan, inf, rho 2 or a
+        negative weight decay would otherwise fail inside torch with a traceback, or train on
+        quietly), every int option an int."""
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.type in ("float", "float | None") and v is not None:
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise ConfigError(f"--{_opt(f.name)} must be a finite number, got {v}")
+            elif f.type in ("int", "int | None") and v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+                raise ConfigError(f"--{_opt(f.name)} must be an integer, got {v!r}")
+        ranges = {  # name: (low, high, low inclusive, high inclusive)
+            "adadelta_rho": (0.0, 1.0, True, True), "adadelta_eps": (0.0, None, False, None),
+            "adam_beta1": (0.0, 1.0, True, False), "adam_beta2": (0.0, 1.0, True, False),
+            "adam_eps": (0.0, None, False, None), "weight_decay": (0.0, None, True, None),
+            "seed": (0, None, True, None),
+        }
+        for name, (lo, hi, lo_in, hi_in) in ranges.items():
+            v = getattr(self, name)
+            bad = v < lo if lo_in else v <= lo
+            if hi is not None:
+                bad = bad or (v > hi if hi_in else v >= hi)
+            if bad:
+                span = f"{'[' if lo_in else '('}{lo}, {hi if hi is not None else 'inf'}{']' if hi_in else ')'}"
+                raise ConfigError(f"--{_opt(name)} must be in {span}, got {v}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

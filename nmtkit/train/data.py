@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from nmtkit.data.binarized import ParallelData, split_paths
+from nmtkit.data.binarized import ParallelData, check_npy, split_paths
 from nmtkit.errors import InputError
+from nmtkit.text.io import read_lines, resolve_input
 from nmtkit.text.vocab import Vocab
 
 
@@ -55,8 +56,23 @@ class DataDir:
             raise InputError("manifest.json 'vocab' must be {\"src\": file, \"tgt\": file}", str(mpath))
         src_vocab = Vocab.load(path / vocab["src"])
         tgt_vocab = Vocab.load(path / vocab["tgt"])
-        return cls(path, manifest, str(manifest["src_lang"]), str(manifest["tgt_lang"]), src_vocab, tgt_vocab,
+        data = cls(path, manifest, str(manifest["src_lang"]), str(manifest["tgt_lang"]), src_vocab, tgt_vocab,
                    dict(manifest.get("pipeline") or {}))
+        data.check_sizes()
+        return data
+
+    def check_sizes(self) -> None:
+        """Check every binarised file against the manifest's counts before training starts
+        (lines + 1 offsets, src_tokens / tgt_tokens ids): a truncated copy names its file."""
+        splits = self.manifest.get("splits")
+        for name, info in (splits.items() if isinstance(splits, dict) else ()):
+            if not isinstance(info, dict) or not self.has_split(name):
+                continue
+            for side, lang in (("src", self.src_lang), ("tgt", self.tgt_lang)):
+                ids_path, off_path = split_paths(self.path, name, lang)
+                lines, tokens = info.get("lines"), info.get(f"{side}_tokens")
+                check_npy(off_path, lines + 1 if isinstance(lines, int) else None)
+                check_npy(ids_path, tokens if isinstance(tokens, int) else None)
 
     def has_split(self, name: str) -> bool:
         return all(p.exists() for lang in (self.src_lang, self.tgt_lang)
@@ -81,13 +97,15 @@ class DataDir:
         prefix = info.get("prefix")
         if not prefix or settings.get("input_format", "raw") != "raw":
             return None
-        p = Path(f"{prefix}.{self.tgt_lang}")
-        candidates = [p] if p.is_absolute() else [p, self.path / p]
-        for c in candidates:
-            if c.is_file():
-                try:
-                    lines = c.read_text(encoding="utf-8").splitlines()
-                except (OSError, UnicodeDecodeError):
-                    return None
-                return lines if len(lines) == len(self.split(name)) else None
+        bases = [prefix] if Path(prefix).is_absolute() else [prefix, str(self.path / prefix)]
+        for base in bases:
+            try:
+                path = resolve_input(base, self.tgt_lang)  # .gz input too, as preprocess read it
+            except InputError:
+                continue
+            try:
+                lines = list(read_lines(path))
+            except (OSError, InputError):
+                return None
+            return lines if len(lines) == len(self.split(name)) else None
         return None

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from nmtkit.errors import ConfigError
+from nmtkit.outputs import name_error, save_figure, write_text
 
 log = logging.getLogger(__name__)
 
@@ -40,19 +41,18 @@ class MetricsLog:
                     continue  # a line cut by a kill
                 if int(rec.get("update", 0)) <= resume_update:
                     self.records.append(rec)
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for rec in self.records:
-                f.write(json.dumps(rec) + "\n")
-        os.replace(tmp, self.path)
+        write_text(self.path, "".join(json.dumps(rec) + "\n" for rec in self.records))
         self._file = open(self.path, "a", encoding="utf-8")
         if tensorboard:
             self._tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
 
     def write(self, rec: dict[str, Any]) -> None:
         self.records.append(rec)
-        self._file.write(json.dumps(rec) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(rec) + "\n")
+            self._file.flush()
+        except OSError as err:  # a full disk: name the file (a failed write names none)
+            raise name_error(err, str(self.path)) from None
         if self._tb is not None:
             kind = rec.get("kind", "train")
             for key, value in rec.items():
@@ -99,14 +99,29 @@ def draw_curves(records: list[dict[str, Any]], path: Path) -> None:
     ax2.set_ylabel("dev BLEU")
     ax2.grid(alpha=0.3)
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp)
-    os.replace(tmp, path)
+    save_figure(fig, path)
+
+
+class _RunLog(logging.FileHandler):
+    """train.log: a write that fails (a full disk) stops the run with one line naming the
+    file, instead of logging's "--- Logging error ---" traceback on stderr at every record."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        err = sys.exc_info()[1]
+        if isinstance(err, OSError):
+            raise name_error(err, self.baseFilename)
+        super().handleError(record)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError as err:
+            raise name_error(err, self.baseFilename) from None
 
 
 def setup_file_log(run_dir: Path) -> logging.Handler:
     """Send the `nmtkit` loggers' INFO records to run_dir/train.log (appending on resume)."""
-    handler = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
+    handler = _RunLog(run_dir / "train.log", encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))
     handler.setLevel(logging.INFO)
     logger = logging.getLogger("nmtkit")

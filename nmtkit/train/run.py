@@ -1,8 +1,10 @@
 """`nmtkit train` as a plain function: resolve the model and train configs, open or resume a run.
 
-A run directory holds one run. Starting a new run where one already is (checkpoint_last.pt,
-checkpoint_best.pt or metrics.jsonl present) is refused unless `resume` (continue it exactly
-from checkpoint_last.pt) or `force` (delete the old run's files and start over).
+A run directory holds one run. Starting a new run where one already is (checkpoint_last.pt or
+checkpoint_best.pt present) is refused unless `resume` (continue it exactly from
+checkpoint_last.pt) or `force` (delete the old run's files and start over). The files of a run
+that stopped before its first checkpoint (metrics.jsonl, train.log) hold nothing to continue:
+a fresh start replaces them, with a warning.
 
 On resume the checkpoint's configs are used; only the options in `RESUME_OVERRIDABLE` (stopping
 criteria, reporting, hardware) may be changed, and a different value for any other is an error
@@ -10,13 +12,18 @@ criteria, reporting, hardware) may be changed, and a different value for any oth
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import shutil
 from pathlib import Path
 from typing import Any, Callable
 
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
+from nmtkit.outputs import check_output_dir
 from nmtkit.train.config import PAPER_PRESETS, TrainConfig
+
+log = logging.getLogger(__name__)
 
 RUN_FILES = ("checkpoint_last.pt", "checkpoint_best.pt", "metrics.jsonl", "curves.png", "train.log")
 RESUME_OVERRIDABLE = frozenset({
@@ -82,9 +89,17 @@ def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
             raise CheckpointError("nothing to resume: no checkpoint_last.pt (start a new run without --resume)",
                                   str(save_dir))
         return
-    if present and not force:
+    has_checkpoint = any(f.startswith("checkpoint_") for f in present)
+    if present and has_checkpoint and not force:
         raise OutputExistsError(f"already holds a run ({', '.join(present)}): pass --resume to continue it "
                                 "or --force to start over", str(save_dir))
+
+
+def stale_run_files(save_dir: Path) -> list[str]:
+    """The files of a run that stopped before its first checkpoint: nothing in them can be
+    continued, so a fresh start replaces them (instead of demanding --force)."""
+    present = [f for f in RUN_FILES if (save_dir / f).exists()]
+    return [] if any(f.startswith("checkpoint_") for f in present) else present
 
 
 def clear_run_dir(save_dir: Path) -> None:
@@ -132,6 +147,8 @@ def run_training(
     model_overrides = {k: v for k, v in (model_overrides or {}).items() if v is not None}
     info = ddp.env_info()
     check_run_dir(save_dir, resume, force)
+    if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
+        check_output_dir(save_dir, "--save-dir run folder")
     data = DataDir.open(data_dir)
     ckpt = None
     if resume:
@@ -156,11 +173,19 @@ def run_training(
         if values.get("max_tokens") is not None and "batch_size" not in train_options:
             values["batch_size"] = None  # a token budget replaces the preset's pair count
         cfg = TrainConfig.from_dict(values)
+        if info.is_main and not force and stale_run_files(save_dir):
+            log.warning("%s: replacing %s of a run that saved no checkpoint", save_dir,
+                        ", ".join(stale_run_files(save_dir)))
+            clear_run_dir(save_dir)
         if force and info.is_main:
             clear_run_dir(save_dir)
     trainer = Trainer(cfg, data, save_dir, arch, model_config, resume=ckpt, callbacks=callbacks,
                       dist_info=info, loss_hook=loss_hook)
     try:
-        return trainer.train()
-    finally:
-        trainer.close()
+        result = trainer.train()
+    except BaseException:
+        with contextlib.suppress(OSError):  # e.g. a full disk: the first error is the one to report
+            trainer.close()
+        raise
+    trainer.close()
+    return result

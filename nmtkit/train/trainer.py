@@ -37,7 +37,15 @@ from torch import nn
 
 from nmtkit import __version__
 from nmtkit.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
-from nmtkit.data.batching import BatchingConfig, collate, epoch_batches, keep_pairs, shard, trainable
+from nmtkit.data.batching import (
+    BatchingConfig,
+    collate,
+    epoch_batches,
+    keep_pairs,
+    over_budget,
+    shard,
+    trainable,
+)
 from nmtkit.devices import resolve_device, threads_per_process
 from nmtkit.errors import ConfigError, InputError, TrainingError
 from nmtkit.models.precision import FP16_ON_CPU, autocast
@@ -185,6 +193,12 @@ class Trainer:
             raise InputError(f"no training pair has both sides within --max-len {cfg.max_len}", str(data.path))
         self.dropped = len(self.train_data) - len(self.keep)
         self.batching = BatchingConfig(cfg.batch_size, cfg.max_tokens, cfg.sort_pool, shuffle=True)
+        lens = (self.train_data.src.lengths[self.keep], self.train_data.tgt.lengths[self.keep])
+        over, largest = over_budget(*lens, cfg.max_tokens) if cfg.max_tokens is not None else (0, 0)
+        if over and self.dist.is_main:
+            log.warning("--max-tokens %d is below the padded size of %d of the %d training pairs (up to %d "
+                        "tokens): each forms a one-pair minibatch over the budget", cfg.max_tokens, over,
+                        len(self.keep), largest)
         self._arrays = (np.asarray(self.train_data.src.ids), np.asarray(self.train_data.src.offsets),
                         np.asarray(self.train_data.tgt.ids), np.asarray(self.train_data.tgt.offsets))
         self._tgt_lens = self.train_data.tgt.lengths

@@ -1,0 +1,317 @@
+"""Writing output files: the one owner of "nothing half-written ever looks complete".
+
+Every command writes its outputs through this module (translations, alignments, plots,
+checkpoints, metrics, selections, tokenised text, the preprocess data directory):
+
+* A regular file (or a path that does not exist yet) is written under a temporary name in
+  the same directory, fsynced and renamed over the destination with `os.replace`, so a kill
+  or a full disk never leaves a truncated file that looks complete.
+* Anything else that already exists (a FIFO, a character device such as /dev/null, a socket,
+  /dev/stdout or /proc/self/fd/N) is opened and written in place and never renamed over:
+  replacing /dev/null with a regular file would break the whole machine.
+* Files get the permissions a plain `open(path, "w")` would give: 0666 minus the umask for a
+  new file, the old file's mode when an existing file is overwritten (`--force`). Directories
+  get 0777 minus the umask.
+
+`check_output` and `check_output_dir` let a command refuse an unwritable destination before
+it spends hours decoding or training. Nothing here imports torch.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import socket
+import stat
+import tempfile
+from pathlib import Path
+from typing import IO, Any, Callable
+
+from nmtkit.errors import OutputError, OutputExistsError
+
+_SPECIAL_ROOTS = ("/dev/", "/proc/")
+
+
+def umask() -> int:
+    """The process umask, read without changing it where /proc allows (no race with threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def _link_chain_special(path: str) -> bool:
+    """True when `path` is, or is a symlink chain through, /dev or /proc (e.g. /dev/stdout)."""
+    p = os.path.abspath(path)
+    for _ in range(40):
+        if p.startswith(_SPECIAL_ROOTS):
+            return True
+        if not os.path.islink(p):
+            return False
+        p = os.path.normpath(os.path.join(os.path.dirname(p), os.readlink(p)))
+    return False
+
+
+def writes_in_place(path: str | Path) -> bool:
+    """True when `path` must be opened and written in place, never replaced: an existing
+    FIFO, character or block device, socket, or a /dev or /proc path such as /dev/stdout."""
+    path = os.fspath(path)
+    if _link_chain_special(path):
+        return True
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    return not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode)
+
+
+def _new_file_mode(target: str) -> int:
+    """The mode `open(target, "w")` would leave: the old file's, else 0666 minus the umask."""
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        return 0o666 & ~umask()
+
+
+def check_output(path: str | Path, force: bool, what: str = "output") -> None:
+    """Refuse, before any work starts, an output file that could not be written at the end.
+
+    OutputExistsError for an existing regular file without `force`; OutputError for a
+    directory, a missing or unwritable folder (probed by creating a file there, which also
+    catches read-only mounts, where root's permission checks would pass).
+    """
+    path = os.fspath(path)
+    if writes_in_place(path):
+        if os.path.exists(path) and not os.access(path, os.W_OK):
+            raise OutputError(f"cannot write the {what}: {os.strerror(errno.EACCES)}", path)
+        return
+    if os.path.isdir(path):
+        raise OutputError(f"the {what} is a directory; give a file name", path)
+    if os.path.exists(path) and not force:
+        raise OutputExistsError("exists (use --force to overwrite)", path)
+    folder = os.path.dirname(os.path.realpath(path))
+    if not os.path.isdir(folder):
+        raise OutputError(f"cannot write the {what}: its folder does not exist", path)
+    _probe_folder(folder, path, what)
+
+
+def check_output_dir(path: str | Path, what: str = "output folder", create: bool = True) -> None:
+    """Refuse a directory output that could not be written: create it (with `create`) and
+    probe it by creating and removing a file in it."""
+    path = os.fspath(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise OutputError(f"the {what} exists and is not a directory", path)
+    if not os.path.exists(path):
+        if not create:
+            raise OutputError(f"the {what} does not exist", path)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as err:
+            raise OutputError(f"cannot create the {what}: {err.strerror}", err.filename or path) from None
+    _probe_folder(path, path, what)
+
+
+def _probe_folder(folder: str, name: str, what: str) -> None:
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".nmtkit-probe-", dir=folder)
+    except OSError as err:
+        raise OutputError(f"cannot write the {what}: {err.strerror}", name) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+class Staged:
+    """Where the bytes for `path` go now (`write_path`) and how they appear there (`commit`).
+
+    For a regular destination `write_path` is an empty temp file beside it (with the final
+    permissions already); `commit()` fsyncs it and renames it over the destination, `abort()`
+    removes it. For a node written in place `write_path` is `path` itself and both are no-ops.
+    Use it for libraries that write by file name; `OutputFile` wraps it for file objects.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = os.fspath(path)
+        self.in_place = writes_in_place(self.path)
+        self.tmp: str | None = None
+        if self.in_place:
+            self.write_path = self.path
+            return
+        target = os.path.realpath(self.path)  # write through a symlink, as open() does
+        self.target = target
+        mode = _new_file_mode(target)
+        folder, name = os.path.split(target)
+        fd, self.tmp = tempfile.mkstemp(prefix=name + ".", suffix=".tmp", dir=folder)
+        try:
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+        self.write_path = self.tmp
+
+    def commit(self, synced: bool = False) -> None:
+        """Make the written bytes appear at `path` (fsync first unless `synced`)."""
+        if self.tmp is None:
+            return
+        if not synced:
+            fd = os.open(self.tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.replace(self.tmp, self.target)
+        self.tmp = None
+
+    def abort(self) -> None:
+        if self.tmp is not None:
+            try:
+                os.unlink(self.tmp)
+            except FileNotFoundError:
+                pass
+            self.tmp = None
+
+    def __enter__(self) -> "Staged":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        tmp = self.tmp
+        if exc_type is None:
+            try:
+                self.commit()
+            except OSError as err:
+                self.abort()
+                raise name_error(err, self.path, tmp) from None
+        else:
+            self.abort()
+            if isinstance(exc, OSError):
+                name_error(exc, self.path, tmp)
+
+
+def name_error(err: OSError, path: str, tmp: str | None = None) -> OSError:
+    """Let an OSError met while writing `path` name it (a failed write() names no file; a
+    failed temp file names the temp name): the CLI prints `path: strerror` from it."""
+    if err.filename is None or (tmp is not None and err.filename == tmp):
+        err.filename = path
+    return err
+
+
+class OutputFile:
+    """An output file object for `path` (see the module docstring for what commit/abort do).
+
+    As a context manager it commits on success and aborts on an exception:
+        with OutputFile(path, "w") as out:
+            out.file.write(text)
+    """
+
+    def __init__(self, path: str | Path, mode: str = "w", encoding: str | None = "utf-8",
+                 newline: str | None = "\n"):
+        self.path = os.fspath(path)
+        self._staged = Staged(self.path)
+        binary = "b" in mode
+        try:
+            self.file: IO[Any] = open(self._staged.write_path, mode, encoding=None if binary else encoding,
+                                      newline=None if binary else newline)
+        except BaseException:
+            self._staged.abort()
+            raise
+
+    def commit(self) -> None:
+        self.file.flush()
+        if not self._staged.in_place:
+            os.fsync(self.file.fileno())
+        self.file.close()
+        self._staged.commit(synced=True)
+
+    def abort(self) -> None:
+        try:
+            self.file.close()
+        except OSError:
+            pass  # e.g. the final flush of a full disk: the temp file goes anyway
+        self._staged.abort()
+
+    def __enter__(self) -> "OutputFile":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            try:
+                self.commit()
+            except OSError as err:
+                self.abort()
+                raise name_error(err, self.path, self._staged.write_path) from None
+        else:
+            self.abort()
+            if isinstance(exc, OSError):
+                name_error(exc, self.path, self._staged.write_path)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write a whole text file through `OutputFile`."""
+    with OutputFile(path, "w") as out:
+        out.file.write(text)
+
+
+def save_figure(fig: Any, path: str | Path, **savefig_kwargs: Any) -> None:
+    """`fig.savefig` to `path` through `OutputFile` (format from the suffix unless given)."""
+    savefig_kwargs.setdefault("format", Path(path).suffix.lstrip(".").lower() or "png")
+    with OutputFile(path, "wb") as out:
+        fig.savefig(out.file, **savefig_kwargs)
+
+
+# ---- directories built whole, then renamed into place (preprocess's data directory) -----------
+
+_TMP_DIR = re.compile(r"\.tmp-(?P<host>.+)-(?P<pid>\d+)-[a-z0-9_]+$")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def make_temp_dir(dest: str | Path) -> Path:
+    """An empty `DEST.tmp-HOST-PID-XXXX` beside `dest`, with the mode `mkdir` would give."""
+    dest = Path(dest)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{dest.name}.tmp-{socket.gethostname()}-{os.getpid()}-", dir=dest.parent))
+    os.chmod(tmp, 0o777 & ~umask())
+    return tmp
+
+
+def clean_stale_temp_dirs(dest: str | Path, warn: Callable[[str], None]) -> list[Path]:
+    """Remove the `DEST.tmp-*` directories left by a killed run of this host (their pid is
+    dead); `warn` about the others (another host's, a live process's, an old name). Returns
+    the directories removed."""
+    dest = Path(dest)
+    removed: list[Path] = []
+    if not dest.parent.is_dir():
+        return removed
+    host = socket.gethostname()
+    for p in sorted(dest.parent.glob(f"{glob_escape(dest.name)}.tmp-*")):
+        if not p.is_dir():
+            continue
+        m = _TMP_DIR.search(p.name)
+        if m and m["host"] == host and int(m["pid"]) != os.getpid() and not _pid_alive(int(m["pid"])):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+        elif m and m["host"] == host and _pid_alive(int(m["pid"])):
+            warn(f"{p} is being written by process {m['pid']} (another run to the same destination?)")
+        else:
+            warn(f"{p} looks like the temp directory of an interrupted run; remove it if no run is using it")
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    """`name` with glob metacharacters escaped."""
+    import glob
+
+    return glob.escape(name)
+

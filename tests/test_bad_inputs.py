@@ -1,0 +1,380 @@
+"""Bad inputs and hostile destinations for every command, as one table (issue 10).
+
+Each row is one case: a command line built from a small world of files (a tiny checkpoint, a
+tiny data directory, a small parallel corpus), what it must do (fail with ONE line naming the
+culprit, or succeed), and an optional check of the files afterwards. The next case is one row.
+
+Read-only and full destinations are real mounts (a read-only tmpfs, a small tmpfs filled to
+the last byte, a read-only bind mount): as root, a chmod'ed folder stops nothing. Rows that
+need them, or a private character device (mknod), skip where the test does not run as root.
+"""
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+
+def umask() -> int:
+    """The process umask (read here, not from nmtkit, so that the table runs against any nmtkit)."""
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = ["--arch", "rnnsearch", "--emb-dim", "8", "--enc-hidden", "8", "--dec-hidden", "8", "--att-hidden", "8",
+        "--maxout", "4", "--optimizer", "adam", "--lr", "0.01", "--batch-size", "16", "--threads", "1",
+        "--device", "cpu", "--valid-bleu-samples", "0"]
+EN = ["the cat sat on a mat .", "a dog ran in the park", "the big red house", "cat and dog", "the mat is red"] * 4
+FR = ["le chat assis sur un tapis .", "un chien courait dans le parc", "la grande maison rouge", "chat et chien",
+      "le tapis est rouge"] * 4
+
+
+class World:
+    """The files a row may use, built lazily in one tmp dir; mounts are undone at teardown."""
+
+    def __init__(self, tmp: Path, ckpt: Path, data: Path):
+        self.tmp, self.ckpt, self.data = tmp, ckpt, data
+        self.mounts: list[Path] = []
+        self.src = tmp / "in.en"
+        self.src.write_text("\n".join(EN[:5]) + "\n", encoding="utf-8")
+        for prefix in ("corpus", "pool"):
+            (tmp / f"{prefix}.en").write_text("\n".join(EN) + "\n", encoding="utf-8")
+            (tmp / f"{prefix}.fr").write_text("\n".join(FR) + "\n", encoding="utf-8")
+
+    # ---- special destinations --------------------------------------------------------------
+    def _mount(self, path: Path, *args: str) -> Path:
+        if os.geteuid() != 0:
+            pytest.skip("mounting a read-only or full file system needs root")
+        path.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(["mount", *args, str(path)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount here: {proc.stderr.strip()}")
+        self.mounts.append(path)
+        return path
+
+    def readonly(self) -> Path:
+        """An empty read-only file system."""
+        p = self.tmp / "ro"
+        return p if p in self.mounts else self._mount(p, "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs")
+
+    def full(self) -> Path:
+        """A file system without one free byte (a small tmpfs filled by a file)."""
+        p = self.tmp / "full"
+        if p in self.mounts:
+            return p
+        self._mount(p, "-t", "tmpfs", "-o", "size=256k", "tmpfs")
+        _fill(p / ".filler")
+        return p
+
+    def readonly_copy(self, src: Path) -> Path:
+        """`src` bind-mounted read-only."""
+        p = self.tmp / f"ro-{src.name}"
+        self._mount(p, "--bind", str(src))
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(p)], check=True)
+        return p
+
+    def char_device(self, name: str, minor: int = 3) -> Path:
+        """A private character device with /dev/null's (1, 3) or /dev/full's (1, 7) numbers."""
+        if os.geteuid() != 0:
+            pytest.skip("mknod needs root")
+        node = self.tmp / name
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+        return node
+
+    def run_dir(self, name: str = "run") -> Path:
+        """A finished two-update run (checkpoints, metrics, log)."""
+        run = self.tmp / name
+        code, err = run_main(["train", "--data", str(self.data), "--save-dir", str(run), *TINY, "--max-updates", "2",
+                              "--valid-every", "2", "--save-every", "2"])
+        assert code == 0, err
+        return run
+
+    def cleanup(self) -> None:
+        for p in reversed(self.mounts):
+            subprocess.run(["umount", "-l", str(p)], capture_output=True)
+
+
+def _fill(path: Path) -> None:
+    """Write zeros to `path` until its file system has no byte left."""
+    with open(path, "ab", buffering=0) as f:
+        for size in (1 << 16, 4096, 512, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * size)
+
+
+def run_main(argv: list[str]) -> tuple[int, str]:
+    """nmtkit's entry point in a subprocess -> (exit status, stderr)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "nmtkit", *argv], capture_output=True, text=True, env=env,
+                          timeout=300, stdin=subprocess.DEVNULL)
+    return proc.returncode, proc.stderr
+
+
+@dataclass
+class Row:
+    id: str
+    argv: Callable[[World], list[str]]
+    ok: bool = False  # True: must succeed; False: must fail with one `nmtkit: error:` line
+    needles: tuple[str, ...] = ()  # in the error line (or, with ok, in stderr)
+    check: Callable[[World], None] | None = None  # the files afterwards
+    feed_fifo: str | None = None  # a FIFO at this name under tmp, read while the command runs
+    tags: tuple[str, ...] = field(default=())
+
+
+def _is_char(p: Path, minor: int = 3) -> None:
+    st = os.lstat(p)
+    assert stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, minor), f"{p} is no longer a device"
+
+
+def _mode(p: Path, want: int) -> None:
+    assert stat.S_IMODE(os.stat(p).st_mode) == want, (oct(os.stat(p).st_mode), oct(want))
+
+
+def _translate(w: World, *extra: str) -> list[str]:
+    return ["translate", "-m", str(w.ckpt), "-i", str(w.src), "--beam", "2", "--max-len-b", "3", *extra]
+
+
+def _train(w: World, save: Path, *extra: str) -> list[str]:
+    return ["train", "--data", str(w.data), "--save-dir", str(save), *TINY, "--max-updates", "2",
+            "--valid-every", "2", "--save-every", "2", *extra]
+
+
+def _preprocess(w: World, dest: Path, train: str = "corpus", *extra: str) -> list[str]:
+    return ["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", str(w.tmp / train), "--valid",
+            str(w.tmp / "corpus"), "--dest", str(dest), "--workers", "1", "--quiet", *extra]
+
+
+def _select(w: World, dest: Path, *extra: str) -> list[str]:
+    return ["select-data", "--src-lang", "en", "--tgt-lang", "fr", "--in-domain", str(w.tmp / "corpus"),
+            "--pool", str(w.tmp / "pool"), "--dest", str(dest), "--workers", "1", "--lines", "3", *extra]
+
+
+def _score(w: World, *extra: str) -> list[str]:
+    return ["score", "--hyp", str(w.tmp / "corpus.fr"), "--ref", str(w.tmp / "corpus.fr"), "--src",
+            str(w.tmp / "corpus.en"), "--metrics", "bleu", "-j", "1", *extra]
+
+
+def _truncate(p: Path, n: int) -> Path:
+    with open(p, "r+b") as f:
+        f.truncate(os.path.getsize(p) - n)
+    return p
+
+
+def _data_copy(w: World) -> Path:
+    d = w.tmp / "data-copy"
+    shutil.copytree(w.data, d)
+    return d
+
+
+def _failed_first_run(w: World) -> Path:
+    run = w.tmp / "failed"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"kind": "train", "update": 1, "loss": 1.0}\n')
+    (run / "train.log").write_text("started\n")
+    return run
+
+
+def _gz_corpus(w: World) -> str:
+    for lang, lines in (("en", EN), ("fr", FR)):
+        with gzip.open(w.tmp / f"gz.{lang}.gz", "wt", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+    return "gz"
+
+
+def _gzip_as_text(w: World) -> str:
+    (w.tmp / "zipped.en").write_bytes(gzip.compress(("\n".join(EN) + "\n").encode()))
+    shutil.copy(w.tmp / "corpus.fr", w.tmp / "zipped.fr")
+    return "zipped"
+
+
+def _binary_as_text(w: World) -> str:
+    (w.tmp / "bin.en").write_bytes(b"\n".join(e.encode() for e in EN[:3]) + b"\n\x00\x01\x02" + b"x\n" * 17)
+    shutil.copy(w.tmp / "corpus.fr", w.tmp / "bin.fr")
+    return "bin"
+
+
+def _stale_tmp(w: World) -> Path:
+    dest = w.tmp / "pp-stale"
+    (w.tmp / "pp-stale.tmp-oldname").mkdir()
+    return dest
+
+
+def _existing(w: World, name: str, mode: int) -> Path:
+    p = w.tmp / name
+    p.write_text("old\n")
+    os.chmod(p, mode)
+    return p
+
+
+ROWS = [
+    # ---- data loss: nodes are written in place, never replaced --------------------------------
+    Row("translate-o-chardev-force", lambda w: _translate(w, "-o", str(w.char_device("null")), "--force"), ok=True,
+        check=lambda w: _is_char(w.tmp / "null")),
+    Row("translate-o-dev-null-without-force", lambda w: _translate(w, "-o", "/dev/null"), ok=True),
+    Row("translate-o-fifo", lambda w: _translate(w, "-o", str(w.tmp / "fifo")), ok=True, feed_fifo="fifo",
+        check=lambda w: stat.S_ISFIFO(os.lstat(w.tmp / "fifo").st_mode) or pytest.fail("FIFO replaced")),
+    Row("score-plot-chardev", lambda w: _score(w, "--plot", str(w.char_device("plot.png"))), ok=True,
+        check=lambda w: _is_char(w.tmp / "plot.png")),
+    Row("select-data-output-chardev-force",
+        lambda w: _select(w, w.tmp / "sel", "--force") if w.char_device("sel.en") else [], ok=True,
+        check=lambda w: _is_char(w.tmp / "sel.en")),
+    # ---- permissions: what open(path, "w") would give ---------------------------------------------
+    Row("translate-o-new-file-mode", lambda w: _translate(w, "-o", str(w.tmp / "new.txt")), ok=True,
+        check=lambda w: _mode(w.tmp / "new.txt", 0o666 & ~umask())),
+    Row("translate-o-force-keeps-mode",
+        lambda w: _translate(w, "-o", str(_existing(w, "old.txt", 0o644)), "--force"), ok=True,
+        check=lambda w: _mode(w.tmp / "old.txt", 0o644)),
+    Row("train-checkpoint-mode", lambda w: _train(w, w.tmp / "run-mode"), ok=True,
+        check=lambda w: _mode(w.tmp / "run-mode" / "checkpoint_last.pt", 0o666 & ~umask())),
+    Row("preprocess-data-dir-mode", lambda w: _preprocess(w, w.tmp / "pp-mode"), ok=True,
+        check=lambda w: _mode(w.tmp / "pp-mode", 0o777 & ~umask())),
+    # ---- outputs checked before the work starts ----------------------------------------------------
+    Row("translate-o-readonly", lambda w: _translate(w, "-o", str(w.readonly() / "out.txt")),
+        needles=("out.txt", "Read-only file system")),
+    Row("translate-o-missing-folder", lambda w: _translate(w, "-o", str(w.tmp / "missing" / "out.txt")),
+        needles=("out.txt", "folder does not exist")),
+    Row("translate-o-existing-folder-force", lambda w: _translate(w, "-o", str(w.tmp), "--force"),
+        needles=("is a directory",)),
+    Row("translate-plot-attention-readonly", lambda w: _translate(w, "--plot-attention", str(w.readonly() / "p")),
+        needles=("Read-only file system",)),
+    Row("train-save-dir-readonly", lambda w: _train(w, w.readonly()), needles=("Read-only file system",)),
+    Row("train-save-dir-parent-readonly", lambda w: _train(w, w.readonly() / "run"),
+        needles=("run", "Read-only file system")),
+    Row("train-resume-readonly-run-dir", lambda w: _train(w, w.readonly_copy(w.run_dir()), "--resume"),
+        needles=("Read-only file system",)),
+    # ---- full disks --------------------------------------------------------------------------
+    Row("translate-o-full", lambda w: _translate(w, "-o", str(w.full() / "out.txt")),
+        needles=("out.txt", "No space left on device")),
+    Row("train-save-dir-full", lambda w: _train(w, w.full() / "run"), needles=("/full/run/", "No space left on device")),
+    Row("preprocess-dest-full", lambda w: _preprocess(w, w.full() / "pp"), needles=("No space left on device",)),
+    Row("select-data-dest-full", lambda w: _select(w, w.full() / "sel"), needles=("No space left on device",)),
+    Row("score-plot-full", lambda w: _score(w, "--plot", str(w.full() / "p.png")),
+        needles=("p.png", "No space left on device")),
+    Row("preprocess-dest-readonly", lambda w: _preprocess(w, w.readonly() / "pp"), needles=("Read-only file system",)),
+    Row("select-data-dest-readonly", lambda w: _select(w, w.readonly() / "sel"), needles=("Read-only file system",)),
+    Row("score-plot-readonly", lambda w: _score(w, "--plot", str(w.readonly() / "p.png")),
+        needles=("p.png", "Read-only file system")),
+    # ---- inputs -------------------------------------------------------------------------------
+    Row("train-truncated-ids-npy",
+        lambda w: _train(_w_data(w, lambda d: _truncate(d / "train.en.ids.npy", 8)), w.tmp / "run-trunc"),
+        needles=("train.en.ids.npy", "truncated")),
+    Row("train-lr-nan", lambda w: _train(w, w.tmp / "r1", "--lr", "nan"), needles=("--lr", "finite")),
+    Row("train-lr-inf", lambda w: _train(w, w.tmp / "r2", "--lr", "inf"), needles=("--lr", "finite")),
+    Row("train-adadelta-rho-2", lambda w: _train(w, w.tmp / "r3", "--optimizer", "adadelta", "--adadelta-rho", "2"),
+        needles=("--adadelta-rho",)),
+    Row("train-weight-decay-negative", lambda w: _train(w, w.tmp / "r4", "--weight-decay", "-1"),
+        needles=("--weight-decay",)),
+    Row("train-adam-beta2-one", lambda w: _train(w, w.tmp / "r5", "--adam-beta2", "1"), needles=("--adam-beta2",)),
+    Row("train-clip-norm-nan", lambda w: _train(w, w.tmp / "r6", "--clip-norm", "nan"), needles=("--clip-norm",)),
+    Row("train-run-dir-without-checkpoint-starts-fresh", lambda w: _train(w, _failed_first_run(w)), ok=True,
+        check=lambda w: (w.tmp / "failed" / "checkpoint_last.pt").is_file() or pytest.fail("no run")),
+    Row("train-max-tokens-1-warns", lambda w: _train(w, w.tmp / "r7", "--max-tokens", "1"), ok=True,
+        needles=("--max-tokens 1",)),
+    Row("translate-max-tokens-1-warns", lambda w: _translate(w, "--max-tokens", "1"), ok=True,
+        needles=("--max-tokens 1",)),
+    Row("preprocess-stale-tmp-dir-is-reported", lambda w: _preprocess(w, _stale_tmp(w)), ok=True,
+        needles=("pp-stale.tmp-oldname",)),
+    Row("preprocess-gz-input", lambda w: _preprocess(w, w.tmp / "pp-gz", _gz_corpus(w)), ok=True,
+        check=lambda w: (w.tmp / "pp-gz" / "manifest.json").is_file() or pytest.fail("no data dir")),
+    Row("preprocess-gzip-bytes-in-plain-name", lambda w: _preprocess(w, w.tmp / "pp-z", _gzip_as_text(w)),
+        needles=("zipped.en", "gzip")),
+    Row("preprocess-binary-input", lambda w: _preprocess(w, w.tmp / "pp-b", _binary_as_text(w)),
+        needles=("bin.en", "binary")),
+    Row("select-data-lines-0", lambda w: _select(w, w.tmp / "sel0")[:-2] + ["--lines", "0"], needles=("--lines",)),
+]
+
+
+def _w_data(w: World, damage: Callable[[Path], object]) -> World:
+    d = _data_copy(w)
+    damage(d)
+    w.data = d
+    return w
+
+
+@pytest.fixture(scope="module")
+def shared_files(tmp_path_factory):
+    from tests.train_fixtures import make_data_dir
+    from tests.translate_fixtures import make_checkpoint
+
+    base = tmp_path_factory.mktemp("bad")
+    return make_checkpoint(base / "model.pt", seed=3), make_data_dir(base / "data", n_train=48, n_valid=8)
+
+
+@pytest.fixture
+def world(tmp_path, shared_files):
+    w = World(tmp_path, *shared_files)
+    yield w
+    w.cleanup()
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
+def test_bad_input_table(row: Row, world: World):
+    argv = row.argv(world)
+    got: list[bytes] = []
+    reader = None
+    if row.feed_fifo:
+        fifo = world.tmp / row.feed_fifo
+        os.mkfifo(fifo)
+        reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+        reader.start()
+    code, err = run_main(argv)
+    assert "Traceback" not in err, err
+    if row.ok:
+        assert code == 0, err
+        for n in row.needles:
+            assert n in err, (n, err)
+    else:
+        assert code != 0
+        progress = ("nmtkit: warning", "nmtkit train: ")  # warnings and train's progress lines
+        lines = [x for x in err.strip().splitlines() if not x.startswith(progress)]
+        assert len(lines) == 1 and lines[0].startswith("nmtkit: error: "), err
+        for n in row.needles:
+            assert n in lines[0], (n, err)
+    if reader is not None:
+        reader.join(30)
+        assert got and got[0].count(b"\n") == 5
+    if row.check:
+        row.check(world)
+
+
+def test_stdout_on_a_full_disk_is_one_line(world):
+    """`nmtkit translate ... > /dev/full` (a private /dev/full node): one line, no traceback."""
+    node = world.char_device("full", minor=7)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    with open(node, "wb") as out:
+        proc = subprocess.run([sys.executable, "-m", "nmtkit", *_translate(world)], stdout=out,
+                              stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["nmtkit: error: <stdout>: No space left on device"]
+
+
+def test_a_checkpoint_on_a_full_disk_names_the_file_and_keeps_the_previous_one(world, tmp_path):
+    """torch.save's "inline_container ... unexpected pos" on a full disk becomes ENOSPC naming the file."""
+    import errno
+
+    from nmtkit.checkpoint import load_checkpoint, save_checkpoint
+
+    full = world.full()
+    os.remove(full / ".filler")
+    small = {"x": 1}
+    save_checkpoint(small, full / "checkpoint_last.pt")  # the previous checkpoint: fits
+    _fill(full / ".filler")
+    import torch
+
+    with pytest.raises(OSError) as exc:
+        save_checkpoint({"w": torch.zeros(100_000)}, full / "checkpoint_last.pt")
+    assert exc.value.errno == errno.ENOSPC and exc.value.filename == str(full / "checkpoint_last.pt")
+    assert load_checkpoint(full / "checkpoint_last.pt")["x"] == 1
+    assert sorted(p.name for p in full.iterdir()) == [".filler", "checkpoint_last.pt"]  # no temp file left

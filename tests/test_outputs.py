@@ -1,0 +1,139 @@
+"""nmtkit.outputs: atomic for regular files, in place for nodes, open()'s permissions."""
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from nmtkit.errors import OutputError, OutputExistsError
+from nmtkit.outputs import (
+    OutputFile,
+    Staged,
+    check_output,
+    check_output_dir,
+    clean_stale_temp_dirs,
+    make_temp_dir,
+    umask,
+    writes_in_place,
+)
+
+
+def _char_device(tmp_path):
+    """A private character device with /dev/null's numbers (1, 3); the real /dev/null is never touched."""
+    if os.geteuid() != 0:
+        pytest.skip("creating a character device needs root")
+    node = tmp_path / "null"
+    try:
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except OSError as err:
+        pytest.skip(f"mknod not permitted here: {err}")
+    return node
+
+
+def _read_fifo(path, sink: list) -> threading.Thread:
+    def run():
+        with open(path, "rb") as f:
+            sink.append(f.read())
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_a_character_device_is_written_in_place_and_stays_a_device(tmp_path):
+    node = _char_device(tmp_path)
+    assert writes_in_place(node)
+    check_output(node, force=False)  # an existing node is no "exists" refusal, even without --force
+    with OutputFile(node) as out:
+        out.file.write("gone\n")
+    st = os.stat(node)
+    assert stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3)
+    assert os.listdir(tmp_path) == ["null"]  # no temp file beside it
+
+
+def test_a_fifo_receives_the_bytes_and_stays_a_fifo(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = _read_fifo(fifo, got)
+    with OutputFile(fifo) as out:
+        out.file.write("hello\n")
+    reader.join(10)
+    assert got == [b"hello\n"]
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert os.listdir(tmp_path) == ["pipe"]
+
+
+def test_dev_stdout_style_paths_are_written_in_place():
+    assert writes_in_place("/dev/stdout") and writes_in_place("/proc/self/fd/1") and writes_in_place("/dev/null")
+
+
+def test_a_regular_file_is_replaced_atomically_with_open_w_permissions(tmp_path):
+    new = tmp_path / "new.txt"
+    with OutputFile(new) as out:
+        out.file.write("a\n")
+    assert stat.S_IMODE(os.stat(new).st_mode) == 0o666 & ~umask()
+    old = tmp_path / "old.txt"
+    old.write_text("x\n")
+    os.chmod(old, 0o640)
+    with OutputFile(old) as out:
+        out.file.write("b\n")
+        assert old.read_text() == "x\n"  # nothing visible until the commit
+    assert old.read_text() == "b\n" and stat.S_IMODE(os.stat(old).st_mode) == 0o640
+    assert sorted(os.listdir(tmp_path)) == ["new.txt", "old.txt"]
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path):
+    old = tmp_path / "old.txt"
+    old.write_text("keep\n")
+    with pytest.raises(RuntimeError):
+        with OutputFile(old) as out:
+            out.file.write("half")
+            raise RuntimeError("boom")
+    assert old.read_text() == "keep\n" and os.listdir(tmp_path) == ["old.txt"]
+
+
+def test_a_symlink_is_written_through_not_replaced(tmp_path):
+    target = tmp_path / "real.txt"
+    target.write_text("x\n")
+    link = tmp_path / "link.txt"
+    link.symlink_to(target)
+    with Staged(link) as st:
+        with open(st.write_path, "w") as f:
+            f.write("y\n")
+    assert link.is_symlink() and target.read_text() == "y\n"
+
+
+def test_check_output_refuses_what_could_not_be_written(tmp_path):
+    f = tmp_path / "f.txt"
+    f.write_text("x")
+    with pytest.raises(OutputExistsError):
+        check_output(f, force=False)
+    check_output(f, force=True)
+    with pytest.raises(OutputError, match="directory"):
+        check_output(tmp_path, force=True)
+    with pytest.raises(OutputError, match="folder does not exist"):
+        check_output(tmp_path / "missing" / "f.txt", force=True)
+    with pytest.raises(OutputError, match="not a directory"):
+        check_output_dir(f)
+
+
+def test_temp_dirs_get_mkdir_permissions_and_stale_ones_are_removed(tmp_path):
+    dest = tmp_path / "data"
+    tmp = make_temp_dir(dest)
+    assert stat.S_IMODE(os.stat(tmp).st_mode) == 0o777 & ~umask()
+    # a temp dir of a process that has exited (its pid is dead) is stale
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)
+    stale = tmp.with_name(tmp.name.replace(f"-{os.getpid()}-", f"-{pid}-"))
+    tmp.rename(stale)
+    other = tmp_path / "data.tmp-olderstyle"
+    other.mkdir()
+    warnings: list[str] = []
+    removed = clean_stale_temp_dirs(dest, warnings.append)
+    assert removed == [stale] and not stale.exists()
+    assert other.exists() and len(warnings) == 1 and str(other) in warnings[0]
