@@ -262,6 +262,7 @@ def beam_step_launches(model, data, n: int = 80) -> tuple[float, int]:
     tgt_a, tgt_o = np.asarray(data.tgt.ids), np.asarray(data.tgt.offsets)
     src, src_lens, _, _ = (torch.from_numpy(a) for a in collate(src_a, src_o, tgt_a, tgt_o, np.arange(n)))
     limit = torch.as_tensor(np.asarray(data.tgt.lengths[:n]), dtype=torch.long)
+    was_training = model.training
     model.eval()
     steps = [0]
     step = model.step
@@ -280,6 +281,7 @@ def beam_step_launches(model, data, n: int = 80) -> tuple[float, int]:
         total, _ = count_launches(beam_search, model, src, src_lens, beam=BEAM, max_len=limit)
     finally:
         del model.step
+        model.train(was_training)
     reads = total.by_op[SCALAR_READ] - enc.by_op[SCALAR_READ]
     return (total.total - enc.total) / steps[0], reads / steps[0], steps[0]
 
