@@ -5,11 +5,13 @@ TORCH  ?= torch==2.13.0
 
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.nmtkit-installed
+# QUICK=1: `make bench` runs every benchmark in its quick mode.
+QUICK  ?=
 # DATA: the corpora folder for slow tests/benchmarks (default ../shared/data); for `make demo`,
 # a folder with {train,valid,test}.{en,fr} to use instead of the message catalogs.
 DATA   ?=
 
-.PHONY: install test test-slow test-browser demo bench lint clean
+.PHONY: install test test-slow test-browser test-gpu demo bench wheelhouse lint clean
 
 install: $(STAMP)
 
@@ -32,14 +34,22 @@ test-browser: $(STAMP)
 	  { echo "make test-browser: install Debian's chromium (apt-get install chromium) and rerun"; exit 1; }
 	$(BIN)/python -m pytest -q -m browser tests
 
+# the tests marked `cuda` (they skip, with the reason, where CUDA is unavailable)
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -q -rs -m cuda tests
+
 demo: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" DATA="$(DATA)" bash examples/demo/run.sh
 
 bench: $(STAMP)
-	@for b in benchmarks/*.py; do case $$b in */naive_*) continue;; esac; echo "== $$b"; DATA="$(DATA)" $(BIN)/python $$b || exit 1; done
+	@for b in benchmarks/*.py; do case $$b in */naive_*) continue;; esac; echo "== $$b"; DATA="$(DATA)" NMTKIT_BENCH_QUICK="$(QUICK)" QUICK="$(QUICK)" $(BIN)/python $$b || exit 1; done
+
+# nmtkit and its runtime dependencies except torch, as wheels, for nodes without internet
+wheelhouse: $(STAMP)
+	$(BIN)/python tools/wheelhouse.py --out dist/wheelhouse
 
 lint: $(STAMP)
-	$(BIN)/ruff check nmtkit tests benchmarks
+	$(BIN)/ruff check nmtkit tests benchmarks tools
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache

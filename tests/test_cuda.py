@@ -1,0 +1,150 @@
+"""On a GPU, nmtkit computes what it computes on the CPU (`make test-gpu`; skipped without CUDA).
+
+Tiny models on the tiny synthetic task (tests/train_fixtures.py), dropout off so that the two
+devices' different random streams do not matter.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from nmtkit.checkpoint import load_checkpoint
+from nmtkit.train.config import TrainConfig
+from nmtkit.train.run import run_training
+from tests.train_fixtures import TINY_MODEL, tiny_options
+
+REPO = Path(__file__).resolve().parent.parent
+NO_CUDA = "CUDA is not available: these tests need an NVIDIA GPU and a CUDA build of torch (make test-gpu)"
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)]
+MODEL = dict(TINY_MODEL, dropout=0.0)
+TINY_CLI = ["--arch", "rnnsearch", "--emb-dim", "16", "--enc-hidden", "16", "--dec-hidden", "24",
+            "--att-hidden", "16", "--maxout", "8", "--dropout", "0", "--optimizer", "adam", "--lr", "0.01",
+            "--batch-size", "16", "--threads", "1", "--device", "cuda", "--valid-bleu-samples", "0"]
+
+
+def _trainer(data_dir, run_dir, **changes):
+    from nmtkit.train.data import DataDir
+    from nmtkit.train.run import resolve_model
+    from nmtkit.train.trainer import Trainer
+
+    data = DataDir.open(data_dir)
+    arch, mcfg = resolve_model("rnnsearch", None, MODEL, len(data.src_vocab), len(data.tgt_vocab))
+    cfg = TrainConfig.from_dict(tiny_options(valid_bleu_samples=0, **changes))
+    return Trainer(cfg, data, run_dir, arch, mcfg)
+
+
+def _one_update(data_dir, run_dir, device, precision):
+    """(parameters before, their change after one `Trainer._step`) on `device`, as CPU tensors."""
+    trainer = _trainer(data_dir, run_dir, device=device, precision=precision, optimizer="sgd", lr=1.0)
+    try:
+        before = {n: p.detach().cpu().clone() for n, p in trainer.model.named_parameters()}
+        trainer._reset_acc()
+        trainer._consecutive_skips = 0
+        assert trainer._step(trainer.epoch_plan(1)[0])
+        return before, {n: p.detach().cpu() - before[n] for n, p in trainer.model.named_parameters()}
+    finally:
+        trainer.close()
+
+
+@pytest.mark.parametrize("precision,tol", [("fp32", 1e-3), ("bf16", 3e-2)])
+def test_one_training_step_on_cuda_equals_the_cpu_step(data_dir, tmp_path, precision, tol):
+    # plain SGD at lr 1: the change of the weights is the clipped gradient itself (Adam would
+    # turn tiny gradient differences into sign flips). fp32 tolerance: cuDNN may use TF32.
+    cpu_before, cpu_delta = _one_update(data_dir, tmp_path / "cpu", "cpu", precision)
+    gpu_before, gpu_delta = _one_update(data_dir, tmp_path / "gpu", "cuda", precision)
+    for name in cpu_before:
+        assert torch.equal(cpu_before[name], gpu_before[name]), f"{name}: different initial weights"
+    a = torch.cat([d.flatten() for d in cpu_delta.values()])
+    b = torch.cat([gpu_delta[n].flatten() for n in cpu_delta])
+    assert a.norm() > 0
+    assert (a - b).norm() / a.norm() < tol
+
+
+def test_graph_captured_steps_equal_eager_steps(data_dir, tmp_path):
+    if "cuda_graphs" not in {f.name for f in dataclasses.fields(TrainConfig)}:
+        pytest.skip("no CUDA-graph path: TrainConfig has no cuda_graphs field (--cuda-graphs) yet")
+    opts = tiny_options(device="cuda", max_updates=12, valid_every=6, save_every=6, valid_bleu_samples=0)
+    run_training(data_dir, tmp_path / "eager", dict(opts, cuda_graphs=False), MODEL)
+    run_training(data_dir, tmp_path / "graphs", dict(opts, cuda_graphs=True), MODEL)
+    a = load_checkpoint(tmp_path / "eager" / "checkpoint_last.pt")["model_state"]
+    b = load_checkpoint(tmp_path / "graphs" / "checkpoint_last.pt")["model_state"]
+    for name, tensor in a.items():
+        torch.testing.assert_close(b[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def resume_runs_child(data_dir: str, out: str) -> None:
+    """In a fresh process (deterministic CUDA kernels need their settings before CUDA starts):
+    12 updates, and 6 + resume + 6, into out/full and out/half."""
+    torch.use_deterministic_algorithms(True)
+    opts = tiny_options(device="cuda", max_updates=12, valid_every=4, save_every=4, lr=0.02,
+                        lr_schedule="plateau", warmup_updates=3, valid_bleu_samples=0)
+    out_dir = Path(out)
+    run_training(data_dir, out_dir / "full", opts, MODEL)
+    run_training(data_dir, out_dir / "half", dict(opts, max_updates=6), MODEL)
+    run_training(data_dir, out_dir / "half", opts, MODEL, resume=True)
+
+
+def test_resume_on_cuda_equals_the_uninterrupted_run(data_dir, tmp_path):
+    env = dict(os.environ, CUBLAS_WORKSPACE_CONFIG=":4096:8", PYTHONPATH=str(REPO))
+    code = f"from tests.test_cuda import resume_runs_child; resume_runs_child({str(data_dir)!r}, {str(tmp_path)!r})"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a = load_checkpoint(tmp_path / "full" / "checkpoint_last.pt")
+    b = load_checkpoint(tmp_path / "half" / "checkpoint_last.pt")
+    assert a["trainer"]["update"] == b["trainer"]["update"] == 12
+    for name, tensor in a["model_state"].items():
+        assert torch.equal(tensor, b["model_state"][name]), name
+    sa, sb = a["optimizer_state"]["state"], b["optimizer_state"]["state"]
+    for k in sa:
+        for key in sa[k]:
+            assert torch.equal(torch.as_tensor(sa[k][key]), torch.as_tensor(sb[k][key])), (k, key)
+
+
+def test_translate_on_cuda_gives_the_cpu_output(tmp_path):
+    from nmtkit.translate import TranslateConfig, Translator
+    from tests.translate_fixtures import make_checkpoint
+
+    ckpt = str(make_checkpoint(tmp_path / "model.pt", seed=4))
+    lines = ["the cat sat on a mat .", "a big red dog ran in the park", "the house is small , and red .", ""]
+    outs = {}
+    for device in ("cpu", "cuda"):
+        cfg = TranslateConfig(models=(ckpt,), beam=4, device=device, precision="fp32", batch_size=2)
+        outs[device] = Translator(cfg).translate_lines(lines)
+    assert outs["cuda"] == outs["cpu"]
+    assert any(outs["cpu"])
+
+
+def _torchrun(nproc: int, data_dir, run, *extra):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
+           "-m", "nmtkit", "train", "--data", str(data_dir), "--save-dir", str(run), *TINY_CLI, *extra]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return load_checkpoint(run / "checkpoint_last.pt")
+
+
+def _torchrun_trains_and_resumes(nproc: int, data_dir, tmp_path):
+    full = _torchrun(nproc, data_dir, tmp_path / "full", "--max-updates", "8", "--valid-every", "4")
+    _torchrun(nproc, data_dir, tmp_path / "half", "--max-updates", "4", "--valid-every", "4")
+    half = _torchrun(nproc, data_dir, tmp_path / "half", "--max-updates", "8", "--valid-every", "4", "--resume")
+    assert full["trainer"]["update"] == half["trainer"]["update"] == 8
+    assert full["trainer"]["world_size"] == half["trainer"]["world_size"] == nproc
+    for name, tensor in full["model_state"].items():
+        assert tensor.device.type == "cpu" or tensor.is_cuda
+        torch.testing.assert_close(half["model_state"][name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_torchrun_at_world_size_1_trains_and_resumes_on_cuda(data_dir, tmp_path):
+    # one process: nmtkit starts no process group (nothing to all-reduce), so NCCL is untouched
+    _torchrun_trains_and_resumes(1, data_dir, tmp_path)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs one GPU per rank: fewer than 2 GPUs")
+def test_torchrun_with_nccl_on_two_gpus_trains_and_resumes(data_dir, tmp_path):
+    _torchrun_trains_and_resumes(2, data_dir, tmp_path)
