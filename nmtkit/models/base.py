@@ -90,6 +90,9 @@ class Seq2Seq(nn.Module):
     """
 
     config: Any  # the architecture's <Arch>Config dataclass
+    # Teacher forcing runs the recurrences' step bodies compiled (models/fusion.py): fewer,
+    # fused kernels, the same equations. Set by the trainer from --fuse.
+    fuse_steps: bool = False
 
     # ---- to implement -------------------------------------------------------------------
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:

@@ -40,6 +40,17 @@ def fusion_available(device_type: str) -> tuple[bool, str]:
     return False, f"fusion is not supported on device type '{device_type}'"
 
 
+def resolve_fuse(mode: str, device: torch.device) -> bool:
+    """--fuse auto|on|off on `device` -> whether to fuse. auto fuses on CUDA (where launches
+    dominate) when it can; on asks for it and is a ConfigError where it is unavailable."""
+    ok, why = fusion_available(device.type)
+    if mode == "on" and not ok:
+        from nmtkit.errors import ConfigError
+
+        raise ConfigError(f"--fuse on: {why}")
+    return ok and (mode == "on" or (mode == "auto" and device.type == "cuda"))
+
+
 def step_fn(body: F, fuse: bool) -> F:
     """`body` itself, or (with `fuse`) its compiled version, built once per process."""
     if not fuse:

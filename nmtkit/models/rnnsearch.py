@@ -232,7 +232,7 @@ class RNNSearch(Seq2Seq):
         s = self.init_state(enc)
         if self.fused_recurrence:
             states, alpha = bahdanau_recurrence(x_gates, s, enc.keys, enc.values, enc.mask, w_q,
-                                                self.v_a, self.U.weight)
+                                                self.v_a, self.U.weight, fuse=self.fuse_steps)
             ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations)
             return self._deep_output(states, emb_out, ctx), alpha
         states, alphas = [], []

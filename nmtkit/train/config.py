@@ -21,6 +21,7 @@ OPTIMIZERS = ("adadelta", "adam", "sgd")
 SCHEDULES = ("constant", "plateau")
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
+FUSE = ("auto", "on", "off")
 BEST_METRICS = ("loss", "bleu")
 ON_NAN = ("stop", "skip")
 NORMALIZE = ("sentences", "tokens")
@@ -78,6 +79,7 @@ class TrainConfig:
     seed: int = 1
     device: str = "auto"
     precision: str = "fp32"
+    fuse: str = "auto"  # compile the recurrences' step bodies (models/fusion.py); auto: on CUDA
     threads: int | None = None
     loss_chunk_tokens: int = 4096
 
@@ -96,6 +98,7 @@ class TrainConfig:
         choice("lr_schedule", SCHEDULES)
         choice("precision", PRECISIONS)
         choice("device", DEVICES)
+        choice("fuse", FUSE)
         choice("best_metric", BEST_METRICS)
         choice("on_nan", ON_NAN)
         choice("normalize_loss", NORMALIZE)

@@ -40,6 +40,7 @@ from nmtkit.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
 from nmtkit.data.batching import BatchingConfig, collate, epoch_batches, keep_pairs, shard, trainable
 from nmtkit.devices import resolve_device, threads_per_process
 from nmtkit.errors import ConfigError, InputError, TrainingError
+from nmtkit.models.fusion import resolve_fuse
 from nmtkit.models.precision import FP16_ON_CPU, autocast
 from nmtkit.train import distributed as ddp
 from nmtkit.train.config import TrainConfig
@@ -209,6 +210,7 @@ class Trainer:
         random.seed(cfg.seed)
         np.random.seed(cfg.seed % 2**32)
         self.model = build_model(arch, self.model_config).to(self.device)
+        self.model.fuse_steps = resolve_fuse(cfg.fuse, self.device)
         self.optimizer = build_optimizer(self.model.parameters(), cfg)
         self.schedule = LRSchedule(self.optimizer, cfg)
         # fp16 needs loss scaling (its range is too small for gradients); bf16 and fp32 do not
