@@ -138,7 +138,13 @@ class Seq2Seq(nn.Module):
         return _log_softmax(self.output_layer(feats))
 
     def step(self, prev_tokens: Tensor, state: State, enc: EncoderOut) -> tuple[Tensor, State, Tensor]:
-        """One decoding step: (log_probs (B, V), new state, attention (B, S))."""
+        """One decoding step: (log_probs (B, V), new state, attention (B, S)).
+
+        With `fuse_steps`, the whole step (attention, state update, output layer, log-softmax)
+        runs as one compiled body (models/fusion.py): a handful of kernels instead of dozens."""
+        return step_fn(Seq2Seq._step, self.fuse_steps)(self, prev_tokens, state, enc)
+
+    def _step(self, prev_tokens: Tensor, state: State, enc: EncoderOut) -> tuple[Tensor, State, Tensor]:
         feats, state, attn = self.step_features(prev_tokens, state, enc)
         return _log_softmax(self.output_layer(feats)), state, attn
 
