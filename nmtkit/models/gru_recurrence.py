@@ -130,7 +130,7 @@ class _GRURecurrence(torch.autograd.Function):
             # h_{t-1} for every t: h_0 = 0, then the states but the last
             h_prev = torch.cat([states.new_zeros(D, 1, B, n), states[:, :-1]], dim=1)
             g_z = states.new_zeros(D, B, n)
-            g_mm = g_z.to(mmd)
+            g_mm = states.new_zeros(D, B, n, dtype=mmd)  # not g_z itself: an alias would compile apart
             g_xs, g_ghs = [], []
             for t in range(S - 1, -1, -1):
                 g_z, g_mm, g_x, g_gh = body(g_states[:, t], g_z, g_mm, xs[:, t], h_prev[:, t],
@@ -154,41 +154,43 @@ def reversal_index(lens: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask, lens.unsqueeze(1) - 1 - pos, pos)
 
 
-def bigru_recurrence(x_proj: Tensor, lens: Tensor, mask: Tensor, w_hh: Tensor, b_hh: Tensor,
-                     fuse: bool = False) -> Tensor:
+def bigru_recurrence(emb: Tensor, lens: Tensor, mask: Tensor, w_ih: Tensor, b_ih: Tensor,
+                     w_hh: Tensor, b_hh: Tensor, fuse: bool = False) -> Tensor:
     """A bidirectional GRU layer's outputs, equal to a packed bidirectional nn.GRU's.
 
-    x_proj (B, S, 2, 3n): W_ih e_j + b_ih of the forward (0) and backward (1) direction, in
-    source order; lens (B,), mask (B, S) bool (True at real positions); w_hh (2, 3n, n),
-    b_hh (2, 3n) -> annotations [fwd h_j ; bwd h_j] (B, S, 2n), zero at padded positions.
+    emb (B, S, m) the inputs; lens (B,), mask (B, S) bool (True at real positions); weights of
+    the forward (0) and backward (1) direction stacked: w_ih (2, 3n, m), b_ih (2, 3n),
+    w_hh (2, 3n, n), b_hh (2, 3n) -> annotations [fwd h_j ; bwd h_j] (B, S, 2n), zero at
+    padded positions. The inputs are put in step order by one gather (the backward direction
+    reversed within each length), then projected for all steps of both directions by one bmm.
     """
-    rev = reversal_index(lens, mask)
-    x_b = x_proj[:, :, 1].gather(1, rev.unsqueeze(2).expand(-1, -1, x_proj.size(3)))
-    xs = torch.stack([x_proj[:, :, 0].transpose(0, 1), x_b.transpose(0, 1)])  # (2, S, B, 3n)
-    states = gru_recurrence(xs, w_hh, b_hh, fuse)  # (2, S, B, n)
-    out_f = states[0].transpose(0, 1)
-    out_r = states[1].transpose(0, 1)
-    out_b = out_r.gather(1, rev.unsqueeze(2).expand(-1, -1, out_r.size(2)))
-    return torch.cat([out_f, out_b], dim=2) * mask.unsqueeze(2).to(out_f.dtype)
+    B, S, m = emb.shape
+    # steps[d, t, b]: the source position that direction d reads at step t (an involution)
+    pos = torch.arange(S, device=emb.device).unsqueeze(1).expand(S, B)
+    steps = torch.stack([pos, reversal_index(lens, mask).t()]).unsqueeze(3)  # (2, S, B, 1)
+    e = emb.transpose(0, 1).expand(2, S, B, m).gather(1, steps.expand(-1, -1, -1, m))
+    xs = torch.baddbmm(b_ih.unsqueeze(1), e.view(2, S * B, m), w_ih.transpose(1, 2))
+    states = gru_recurrence(xs.view(2, S, B, -1), w_hh, b_hh, fuse)  # (2, S, B, n), step order
+    n = states.size(3)
+    out = states.gather(1, steps.expand(-1, -1, -1, n))  # back to source order
+    out = out * mask.t().unsqueeze(2).to(out.dtype)
+    return out.permute(2, 1, 0, 3).reshape(B, S, 2 * n)
 
 
 def bigru_annotations(rnn: nn.GRU, emb: Tensor, lens: Tensor, mask: Tensor, fuse: bool = False
                       ) -> Tensor:
     """`bigru_recurrence` with the weights of a one-layer bidirectional nn.GRU (batch_first):
-    emb (B, S, m) -> (B, S, 2n). The input projections of both directions are one matmul."""
-    w_ih = torch.cat([rnn.weight_ih_l0, rnn.weight_ih_l0_reverse])
-    b_ih = torch.cat([rnn.bias_ih_l0, rnn.bias_ih_l0_reverse])
-    x_proj = F.linear(emb, w_ih, b_ih).unflatten(2, (2, -1))
-    w_hh = torch.stack([rnn.weight_hh_l0, rnn.weight_hh_l0_reverse])
-    b_hh = torch.stack([rnn.bias_hh_l0, rnn.bias_hh_l0_reverse])
-    return bigru_recurrence(x_proj, lens, mask, w_hh, b_hh, fuse)
+    emb (B, S, m) -> (B, S, 2n)."""
+    w = [torch.stack([getattr(rnn, name), getattr(rnn, name + "_reverse")])
+         for name in ("weight_ih_l0", "bias_ih_l0", "weight_hh_l0", "bias_hh_l0")]
+    return bigru_recurrence(emb, lens, mask, *w, fuse=fuse)
 
 
 def gru_states(rnn: nn.GRU, emb: Tensor, lens: Tensor, mask: Tensor, fuse: bool = False
                ) -> tuple[Tensor, Tensor]:
     """A one-layer unidirectional nn.GRU (batch_first) over emb (B, S, m), as if packed:
     (states (B, S, n), zero at padded positions; each sentence's last state h_{len} (B, n))."""
-    xs = F.linear(emb, rnn.weight_ih_l0, rnn.bias_ih_l0).transpose(0, 1).unsqueeze(0)
+    xs = F.linear(emb.transpose(0, 1), rnn.weight_ih_l0, rnn.bias_ih_l0).unsqueeze(0)  # (1, S, B, 3n)
     states = gru_recurrence(xs, rnn.weight_hh_l0.unsqueeze(0), rnn.bias_hh_l0.unsqueeze(0), fuse)
     states = states[0].transpose(0, 1)  # (B, S, n)
     last = states.gather(1, (lens - 1).view(-1, 1, 1).expand(-1, 1, states.size(2))).squeeze(1)

@@ -17,8 +17,9 @@ Choices the paper leaves open, made here and kept consistent everywhere:
 - The model appends EOS to every source sentence itself (`src_eos`, as GroundHog did); source
   batches from the data carry no EOS. Attention therefore has one column per source token
   plus one for EOS.
-- The encoder is PyTorch's packed `nn.GRU` (cuDNN-capable). Its candidate state is
-  tanh(W x + r * (U h + b)), i.e. the reset gate is applied after U (cuDNN's form); the
+- The encoder is PyTorch's packed `nn.GRU` (cuDNN-capable), or with `fuse_steps` the same
+  equations and weights as gru_recurrence.py's loop of fused step bodies. Its candidate state
+  is tanh(W x + r * (U h + b)), i.e. the reset gate is applied after U (cuDNN's form); the
   decoder is hand-written and follows the paper exactly: U [r * s].
 - Biases (the paper omits them "to make the equations less cluttered", all zero-initialised)
   are used in the GRU gates, W_s, the deep output (U_o) and W_o; the alignment model has none.
