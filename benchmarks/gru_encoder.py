@@ -16,9 +16,10 @@ Times: fwd+bwd at the `small` preset's sizes, interleaved repeats, median of eac
 Measured (2-core shared Xeon, torch 2.13 CPU, load 5-10 from other jobs, so times are rough):
   launched ops, B=80, S=31:  torch.gru 1846 | eager loop 1204 | fused 181 (per step 1 bmm + 1
                              inductor kernel, forward and backward)
-  small sizes, 1 thread, CPU time median: torch.gru 85.6 ms | fused 98.7 ms (fused ~15% slower:
-                             ~30 us of dynamo guard/call overhead per compiled call, and the
-                             generated kernels are no faster than eager at 64x768 elements)
+  small sizes, 1 thread, CPU time median: torch.gru 85.6 ms | fused 98.7 ms (fused ~15% slower: a
+                             compiled call costs ~30 us on the CPU side (guards, wrapper), as
+                             much as the eager body's ~10 ops, and the generated kernels are no
+                             faster than eager ops at 2x64x768 elements)
   small sizes, 2 threads, wall median:    torch.gru 814 ms | fused 719 ms (oversubscribed machine)
 Hence CPUs keep torch.gru by default (`fuse_steps` False); fusion is meant for GPUs.
 """
