@@ -75,9 +75,6 @@ class RNNEncDec(Seq2Seq):
         self.V_o = nn.Linear(m, 2 * lo, bias=False)
         self.C_o = nn.Linear(n, 2 * lo, bias=False)
         self.W_o = nn.Linear(lo, config.tgt_vocab_size)
-        # the encoder as gru_recurrence.py's loop of compiled (fused) step bodies; False keeps
-        # the packed nn.GRU. The trainer sets it where fusion is available.
-        self.fuse_steps = False
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -164,9 +164,6 @@ class RNNSearch(Seq2Seq):
         # teacher forcing through the hand-written recurrence (recurrence.py); False selects
         # the plain autograd loop over `_attend_and_update` (same equations; tests compare them)
         self.fused_recurrence = True
-        # the encoder as gru_recurrence.py's loop of compiled (fused) step bodies; False keeps
-        # nn.GRU (torch.gru on CPUs). The trainer sets it where fusion is available.
-        self.fuse_steps = False
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
