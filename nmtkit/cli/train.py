@@ -115,9 +115,10 @@ def _choice(*values: str) -> click.Choice:
 # hardware and reproducibility
 @click.option("--seed", type=int, default=None, help="Seed of initialisation, data order and dropout [1].")
 @click.option("--device", type=_choice("auto", "cpu", "cuda"), default=None, help="auto: CUDA when available [auto].")
-@click.option("--precision", type=_choice("fp32", "bf16", "fp16"), default=None,
+@click.option("--precision", type=_choice("fp32", "bf16", "fp16", "auto"), default=None,
               help="Autocast dtype (fp32 master weights): bf16 on CPU or GPU; fp16 with loss scaling, meant "
-                   "for GPUs (it runs on a CPU, slowly) [fp32].")
+                   "for GPUs (it runs on a CPU, slowly); auto: bf16 on GPUs that have it (else fp16) and on "
+                   "CPUs with native BF16 (AVX512-BF16, AMX), else fp32 [fp32; the small preset: auto].")
 @click.option("--fuse", type=_choice("auto", "on", "off"), default=None,
               help="Fuse each recurrence step's elementwise work into a few compiled kernels (torch.compile; "
                    "the first run compiles for up to a minute, later runs reuse the cache). auto: on CUDA [auto].")

@@ -19,7 +19,7 @@ from nmtkit.errors import ConfigError
 
 OPTIMIZERS = ("adadelta", "adam", "sgd")
 SCHEDULES = ("constant", "plateau")
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 DEVICES = ("auto", "cpu", "cuda")
 FUSE = ("auto", "on", "off")
 BEST_METRICS = ("loss", "bleu")
