@@ -24,3 +24,15 @@ def test_explicit_precisions():
     assert autocast_dtype("cpu", "auto") in (None, torch.bfloat16)
     with pytest.raises(ValueError):
         autocast_dtype("cpu", "fp8")
+
+
+def test_auto_precision_resolves_to_one_concrete_name_per_device(monkeypatch):
+    """--precision auto means bf16 on CPUs with native BF16, else fp32; others pass through."""
+    import nmtkit.models.precision as prec
+
+    monkeypatch.setattr(prec, "cpu_has_fast_bf16", lambda cpuinfo=None: True)
+    assert prec.resolve_precision("cpu", "auto") == "bf16"
+    monkeypatch.setattr(prec, "cpu_has_fast_bf16", lambda cpuinfo=None: False)
+    assert prec.resolve_precision("cpu", "auto") == "fp32"
+    for name in ("fp32", "bf16", "fp16"):
+        assert prec.resolve_precision("cpu", name) == name

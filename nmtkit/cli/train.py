@@ -19,7 +19,7 @@ TRAIN_FIELDS = (
     "adadelta_eps", "adam_beta1", "adam_beta2", "adam_eps", "weight_decay", "clip_norm", "label_smoothing",
     "normalize_loss", "lr_schedule", "warmup_updates", "lr_decay", "lr_patience", "min_lr", "max_updates",
     "max_epochs", "max_time", "patience", "valid_every", "valid_bleu_samples", "valid_beam", "valid_batch_size",
-    "best_metric", "save_every", "log_every", "on_nan", "tensorboard", "seed", "device", "precision", "threads",
+    "best_metric", "save_every", "log_every", "on_nan", "tensorboard", "seed", "device", "precision", "fuse", "threads",
 )
 MODEL_FIELDS = ("emb_dim", "enc_hidden", "dec_hidden", "att_hidden", "maxout", "dropout", "init")
 
@@ -115,9 +115,13 @@ def _choice(*values: str) -> click.Choice:
 # hardware and reproducibility
 @click.option("--seed", type=int, default=None, help="Seed of initialisation, data order and dropout [1].")
 @click.option("--device", type=_choice("auto", "cpu", "cuda"), default=None, help="auto: CUDA when available [auto].")
-@click.option("--precision", type=_choice("fp32", "bf16", "fp16"), default=None,
+@click.option("--precision", type=_choice("fp32", "bf16", "fp16", "auto"), default=None,
               help="Autocast dtype (fp32 master weights): bf16 on CPU or GPU; fp16 with loss scaling, meant "
-                   "for GPUs (it runs on a CPU, slowly) [fp32].")
+                   "for GPUs (it runs on a CPU, slowly); auto: bf16 on GPUs that have it (else fp16) and on "
+                   "CPUs with native BF16 (AVX512-BF16, AMX), else fp32 [fp32; the small preset: auto].")
+@click.option("--fuse", type=_choice("auto", "on", "off"), default=None,
+              help="Fuse each recurrence step's elementwise work into a few compiled kernels (torch.compile; "
+                   "the first run compiles for up to a minute, later runs reuse the cache). auto: on CUDA [auto].")
 @click.option("--threads", type=int, default=None, metavar="N", help="torch CPU threads [all cores, divided among local ranks].")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display or log lines on stderr (files are still written).")
 @click.pass_context
@@ -134,7 +138,7 @@ def train_cmd(ctx: click.Context, data_dir: str, save_dir: str, resume: bool, fo
     from nmtkit.train.config import parse_duration
 
     train_options = {k: options[k] for k in TRAIN_FIELDS if options.get(k) is not None}
-    for k in ("optimizer", "normalize_loss", "lr_schedule", "best_metric", "on_nan", "device", "precision", "arch"):
+    for k in ("optimizer", "normalize_loss", "lr_schedule", "best_metric", "on_nan", "device", "precision", "fuse", "arch"):
         if k in train_options:
             train_options[k] = train_options[k].lower()
     if "max_time" in train_options:

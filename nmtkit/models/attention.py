@@ -41,7 +41,7 @@ def additive_scores(query_proj: Tensor, keys: Tensor, v: Tensor) -> Tensor:
     """
     B, S, K = keys.shape
     rows = max(1, _SCORE_BLOCK // max(1, S * K))
-    if torch.is_grad_enabled() or keys.device.type != "cpu" or rows >= B:
+    if torch.is_grad_enabled() or keys.device.type != "cpu" or rows >= B or torch.compiler.is_compiling():
         return torch.tanh(keys + query_proj.unsqueeze(1)).matmul(v)
     out = keys.new_empty((B, S), dtype=torch.result_type(keys, query_proj))
     for i in range(0, B, rows):
@@ -64,7 +64,8 @@ def additive_scores_grouped(query_proj: Tensor, keys: Tensor, v: Tensor, mask: T
     """
     B, G, K = query_proj.shape
     S = keys.size(1)
-    if torch.is_grad_enabled() or keys.device.type != "cpu":
+    if torch.is_grad_enabled() or keys.device.type != "cpu" or torch.compiler.is_compiling():
+        # (compiled, the tanh and the product with v fuse into one kernel: no intermediate)
         return torch.tanh(keys.unsqueeze(1) + query_proj.unsqueeze(2)).matmul(v)
     rows = max(1, _SCORE_BLOCK // max(1, G * S * K))
     lens = mask.sum(dim=1).tolist()

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmtkit.models.fusion import step_fn
 from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401 (re-exported)
 
 State = Any  # a Tensor or a tuple of Tensors, each with the batch on dim 0
@@ -94,6 +95,9 @@ class Seq2Seq(nn.Module):
     # sentence, consecutive rows, share its encoder row): beam search then never copies the
     # encoder outputs K times (see nmtkit.decode.search)
     grouped_encoder: bool = False
+    # Training and decoding run the recurrences' step bodies compiled (models/fusion.py): fewer,
+    # fused kernels, the same equations. Set by the trainer from --fuse.
+    fuse_steps: bool = False
 
     # ---- to implement -------------------------------------------------------------------
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
@@ -133,7 +137,13 @@ class Seq2Seq(nn.Module):
         return _log_softmax(self.output_layer(feats))
 
     def step(self, prev_tokens: Tensor, state: State, enc: EncoderOut) -> tuple[Tensor, State, Tensor]:
-        """One decoding step: (log_probs (B, V), new state, attention (B, S))."""
+        """One decoding step: (log_probs (B, V), new state, attention (B, S)).
+
+        With `fuse_steps`, the whole step (attention, state update, output layer, log-softmax)
+        runs as one compiled body (models/fusion.py): a handful of kernels instead of dozens."""
+        return step_fn(Seq2Seq._step, self.fuse_steps)(self, prev_tokens, state, enc)
+
+    def _step(self, prev_tokens: Tensor, state: State, enc: EncoderOut) -> tuple[Tensor, State, Tensor]:
         feats, state, attn = self.step_features(prev_tokens, state, enc)
         return _log_softmax(self.output_layer(feats)), state, attn
 
@@ -169,7 +179,7 @@ class Seq2Seq(nn.Module):
         proj = self.output_projection() if fused else None
         if proj is not None:
             loss_sum, nll_sum = linear_cross_entropy(
-                feats, proj.weight, proj.bias, gold, label_smoothing, chunk_tokens
+                feats, proj.weight, proj.bias, gold, label_smoothing, chunk_tokens, self.fuse_steps
             )
             return loss_sum, nll_sum, int(gold.numel())
         acc = torch.float64 if feats.dtype == torch.float64 else torch.float32
@@ -205,6 +215,7 @@ def linear_cross_entropy(
     gold: Tensor,
     label_smoothing: float = 0.0,
     chunk_tokens: int = 4096,
+    fuse: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """sum_n CE(softmax(weight feats_n + bias), gold_n), and the plain NLL sum.
 
@@ -212,7 +223,8 @@ def linear_cross_entropy(
     The loss with label smoothing ls is (1 - ls) * nll + ls * mean_v(-log p_v), as in
     `Seq2Seq.loss`. Gradients (for loss_sum only) are computed in the forward pass chunk by
     chunk, so memory stays O(chunk * V) whatever N is, with no recomputation. Under autocast
-    the matrix products run in the autocast dtype; softmax and sums run in float32.
+    the matrix products run in the autocast dtype; softmax and sums run in float32. `fuse`
+    compiles the per-chunk body (models/fusion.py).
     """
     device_type = feats.device.type
     if torch.is_autocast_enabled(device_type):
@@ -222,12 +234,36 @@ def linear_cross_entropy(
     chunk = max(1, min(chunk_tokens, MAX_CHUNK_LOGITS // max(1, weight.size(0))))
     if bias is None:
         bias = weight.new_zeros(weight.size(0), requires_grad=False)
-    return _LinearCrossEntropy.apply(feats, weight, bias, gold, float(label_smoothing), chunk, compute_dtype)
+    return _LinearCrossEntropy.apply(feats, weight, bias, gold, float(label_smoothing), chunk, compute_dtype, fuse)
+
+
+def _lce_chunk(f: Tensor, w: Tensor, b: Tensor, g: Tensor, label_smoothing: float, need_grad: bool
+               ) -> tuple[Tensor, Tensor, Tensor | None]:
+    """One chunk of `linear_cross_entropy`: f (n, F), w (V, F), b (V,) in the compute dtype,
+    g (n, 1) gold ids -> (nll sum, loss sum, d loss / d logits (n, V) or None), sums in float32
+    (float64 for float64 inputs). A pure step body (models/fusion.py)."""
+    acc = torch.float64 if f.dtype == torch.float64 else torch.float32
+    V = w.size(0)
+    logits = F.linear(f, w, b).to(acc)  # (n, V)
+    lse = torch.logsumexp(logits, dim=-1)
+    nll = lse - logits.gather(1, g).squeeze(1)
+    if label_smoothing > 0:
+        loss = ((1 - label_smoothing) * nll + label_smoothing * (lse - logits.mean(dim=-1))).sum()
+    else:
+        loss = nll.sum()
+    if not need_grad:
+        return nll.sum(), loss, None
+    # d loss / d logits = softmax - (1 - ls) onehot - ls / V
+    p = logits.sub_(lse.unsqueeze(1)).exp_()
+    p.scatter_add_(1, g, torch.full_like(g, -(1.0 - label_smoothing), dtype=acc))
+    if label_smoothing > 0:
+        p.sub_(label_smoothing / V)
+    return nll.sum(), loss, p
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, feats, weight, bias, gold, label_smoothing, chunk, compute_dtype):  # type: ignore[override]
+    def forward(ctx, feats, weight, bias, gold, label_smoothing, chunk, compute_dtype, fuse):  # type: ignore[override]
         acc = torch.float64 if compute_dtype == torch.float64 else torch.float32
         need_grad = any(ctx.needs_input_grad[:3])
         N, V = feats.size(0), weight.size(0)
@@ -239,25 +275,15 @@ class _LinearCrossEntropy(torch.autograd.Function):
         with torch.autocast(feats.device.type, enabled=False):
             w = weight.to(compute_dtype)
             b = bias.to(compute_dtype)
+            body = step_fn(_lce_chunk, fuse)
             for i in range(0, N, chunk):
                 f = feats[i : i + chunk].to(compute_dtype)
                 g = gold[i : i + chunk].unsqueeze(1)
-                logits = F.linear(f, w, b).to(acc)  # (n, V)
-                lse = torch.logsumexp(logits, dim=-1)
-                nll = lse - logits.gather(1, g).squeeze(1)
-                nll_sum += nll.sum()
-                if label_smoothing > 0:
-                    smooth = lse - logits.mean(dim=-1)
-                    loss_sum += ((1 - label_smoothing) * nll + label_smoothing * smooth).sum()
-                else:
-                    loss_sum += nll.sum()
+                nll, loss, p = body(f, w, b, g, label_smoothing, need_grad)
+                nll_sum += nll
+                loss_sum += loss
                 if not need_grad:
                     continue
-                # d loss / d logits = softmax - (1 - ls) onehot - ls / V
-                p = logits.sub_(lse.unsqueeze(1)).exp_()
-                p.scatter_add_(1, g, torch.full_like(g, -(1.0 - label_smoothing), dtype=acc))
-                if label_smoothing > 0:
-                    p.sub_(label_smoothing / V)
                 grad_b += p.sum(0)
                 gp = p.to(compute_dtype)
                 if grad_feats is not None:
@@ -281,5 +307,5 @@ class _LinearCrossEntropy(torch.autograd.Function):
             gf,
             grad_w * grad_loss.to(grad_w.dtype) if ctx.needs_input_grad[1] else None,
             grad_b * grad_loss.to(grad_b.dtype) if ctx.needs_input_grad[2] else None,
-            None, None, None, None,
+            None, None, None, None, None,
         )

@@ -50,6 +50,16 @@ def autocast_dtype(device: str, precision: str = "auto"):
     return torch.bfloat16 if cpu_has_fast_bf16() else None
 
 
+def resolve_precision(device_type: str, precision: str) -> str:
+    """`precision` with "auto" replaced by what it means on `device_type`: "bf16", "fp16" or
+    "fp32" (the one meaning of auto, for training and decoding alike)."""
+    if precision != "auto":
+        return precision
+    import torch
+
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", None: "fp32"}[autocast_dtype(device_type, "auto")]
+
+
 def autocast(device_type: str, precision: str):
     """The autocast context for `precision` on `device_type` (a no-op for plain float32).
 

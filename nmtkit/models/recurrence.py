@@ -7,7 +7,7 @@ precomputed (DESIGN.md 4). For i = 0..T-1 (s_0 given; x_i = [W_z; W_r; W] E y_{i
   alpha_i = masked_softmax_j(v_a . tanh(q_a + K_j))            (K = U_a h, precomputed keys)
   g_i = x_i + sum_j alpha_ij V_j                               (V = [C_z; C_r; C] h, precomputed values)
   z, r = sigmoid(g_i[:2d] + [q_z; q_r]);  cand = tanh(g_i[2d:] + U (r * s_i))
-  s_{i+1} = s_i + z * (cand - s_i)                              (not computed for the last i)
+  s_{i+1} = s_i + z * (cand - s_i)                              (not used after the last i)
 Outputs: the states s_0..s_{T-1} (B, T, d) (the paper's output for y_{i+1} uses s_i) and the
 weights alpha (B, T, S).
 
@@ -17,6 +17,14 @@ backward loop keeps only what truly recurs, and the weight gradients (one matmul
 T*B rows) and the value gradient (one bmm of alpha^T with the gate gradients) are computed once
 after it. The equations are the same as `RNNSearch._attend_and_update`, which the tests use to
 check this function's outputs and gradients in float64.
+
+Launches (DESIGN.md 10): each direction of the loop calls one pure step body per time step
+(`_fwd_step`, `_bwd_step`), which `fusion.step_fn` hands over as it is (eager) or compiled by
+inductor (`fuse=True`): then a forward step is two matrix products around two fused kernels and a
+backward step two matrix products around three, whatever the sizes. Per-step results are
+collected in lists and stacked once after the loop. The last forward step also computes an
+(unused) state update, and the first backward step runs with a zero incoming gradient, so that
+every step runs the same body.
 
 Precision: elementwise work and the softmax run in float32 (float64 if the inputs are); under
 autocast the matrix products take the autocast dtype (bf16 helps only on CPUs with native BF16
@@ -28,11 +36,16 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from nmtkit.models.fusion import step_fn
+
 
 def bahdanau_recurrence(x_gates: Tensor, s0: Tensor, keys: Tensor, values: Tensor, mask: Tensor,
-                        w_q: Tensor, v_a: Tensor, U: Tensor) -> tuple[Tensor, Tensor]:
+                        w_q: Tensor, v_a: Tensor, U: Tensor, fuse: bool = False) -> tuple[Tensor, Tensor]:
     """x_gates (B, T, 3d), s0 (B, d), keys (B, S, n'), values (B, S, 3d), mask (B, S) bool,
-    w_q (n' + 2d, d), v_a (n',), U (d, d) -> (states s_0..s_{T-1} (B, T, d), alpha (B, T, S))."""
+    w_q (n' + 2d, d), v_a (n',), U (d, d) -> (states s_0..s_{T-1} (B, T, d), alpha (B, T, S)).
+
+    `fuse` runs the step bodies compiled (see the module docstring); the results are the same
+    up to floating-point rounding."""
     dev = x_gates.device.type
     if torch.is_autocast_enabled(dev):
         mm_dtype = torch.get_autocast_dtype(dev)
@@ -46,121 +59,109 @@ def bahdanau_recurrence(x_gates: Tensor, s0: Tensor, keys: Tensor, values: Tenso
                 t.requires_grad for t in (x_gates, s0, keys, values, w_q, v_a, U)):
             # No backward (dev loss, scoring): keep nothing per step, so memory is O(B S n')
             # rather than O(T B S n') on long validation sentences.
-            states, alphas, _ = _forward(*args, mask, w_q, v_a, U, mm_dtype, keep=False)
+            states, alphas, _ = _forward(*args, mask, w_q, v_a, U, mm_dtype, fuse, keep=False)
             return states.transpose(0, 1), alphas.transpose(0, 1)
-        return _Recurrence.apply(*args, mask, w_q, v_a, U, mm_dtype)
+        return _Recurrence.apply(*args, mask, w_q, v_a, U, mm_dtype, fuse)
 
 
-def _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, keep: bool):
+def _fwd_step(s: Tensor, x: Tensor, keys: Tensor, vals: Tensor, pad: Tensor, wq: Tensor, va: Tensor,
+              Uc: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """One step from s_i (B, d), x_i (B, 3d); keys (B, S, n'), vals (B, S, 3d) in the matmul
+    dtype, pad (B, S) bool, wq (n' + 2d, d) and Uc (d, d) in the matmul dtype, va (n',)
+    -> (s_{i+1}, alpha_i (B, S), tanh activations th (B, S, n'), z, r, cand (B, d))."""
+    acc, mmd = s.dtype, wq.dtype
+    na, d = keys.size(2), s.size(1)
+    q = (s.to(mmd) @ wq.t()).to(acc)
+    th = torch.tanh(keys + q[:, :na].unsqueeze(1))
+    alpha = torch.softmax((th @ va).masked_fill(pad, float("-inf")), dim=-1)
+    g = x + torch.bmm(alpha.unsqueeze(1).to(mmd), vals).squeeze(1).to(acc)
+    zr = torch.sigmoid(g[:, : 2 * d] + q[:, na:])
+    z, r = zr[:, :d], zr[:, d:]
+    cand = torch.tanh(g[:, 2 * d :] + ((r * s).to(mmd) @ Uc.t()).to(acc))
+    return torch.lerp(s, cand, z), alpha, th, z, r, cand
+
+
+def _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse: bool, keep: bool):
     """The recurrence loop. Returns states (T, B, d), alphas (T, B, S) and, when `keep`, what the
-    backward pass needs: (th_all (T, B, S, n'), zs, rs, cands (T-1, B, d))."""
+    backward pass needs: (th_all (T, B, S, n'), zs, rs, cands (T, B, d))."""
+    step = step_fn(_fwd_step, fuse)
     acc = x_gates.dtype
-    B, T, G = x_gates.shape
-    d, S, na = s0.size(1), keys.size(1), keys.size(2)
-    wq = w_q.to(mm_dtype)
-    Uc = U.to(mm_dtype)
-    vals = values.to(mm_dtype)
-    va = v_a.to(acc)
-    xg = x_gates.transpose(0, 1)  # (T, B, 3d)
-    states = x_gates.new_empty(T, B, d)
-    alphas = x_gates.new_empty(T, B, S)
-    n_keep = T if keep else 1
-    th_all = x_gates.new_empty(n_keep, B, S, na)
-    zs = x_gates.new_empty(max(n_keep - 1, 0), B, d) if keep else None
-    rs = torch.empty_like(zs) if keep else None
-    cands = torch.empty_like(zs) if keep else None
+    wq, Uc, vals, va = w_q.to(mm_dtype), U.to(mm_dtype), values.to(mm_dtype), v_a.to(acc)
+    keys = keys.to(acc)
     pad = ~mask
+    states, alphas, kept = [], [], ([], [], [], [])
     s = s0
-    for i in range(T):
-        states[i] = s
-        q = (s.to(mm_dtype) @ wq.t()).to(acc)
-        th = th_all[i if keep else 0]
-        torch.add(keys, q[:, :na].unsqueeze(1), out=th)
-        th.tanh_()
-        e = (th @ va).masked_fill_(pad, float("-inf"))
-        alpha = torch.softmax(e, dim=-1)
-        alphas[i] = alpha
-        if i == T - 1:
-            break
-        g = xg[i] + torch.bmm(alpha.unsqueeze(1).to(mm_dtype), vals).squeeze(1).to(acc)
-        zr = torch.sigmoid(g[:, : 2 * d] + q[:, na:])
-        z, r = zr[:, :d], zr[:, d:]
-        cand = torch.tanh(g[:, 2 * d :] + ((r * s).to(mm_dtype) @ Uc.t()).to(acc))
+    for x in x_gates.unbind(1):
+        states.append(s)
+        s, alpha, *rest = step(s, x, keys, vals, pad, wq, va, Uc)
+        alphas.append(alpha)
         if keep:
-            zs[i], rs[i], cands[i] = z, r, cand
-        s = torch.lerp(s, cand, z)
-    return states, alphas, ((th_all, zs, rs, cands) if keep else None)
+            for lst, t in zip(kept, rest):
+                lst.append(t)
+    stacked = tuple(torch.stack(lst) for lst in kept) if keep else None
+    return torch.stack(states), torch.stack(alphas), stacked
+
+
+def _bwd_step(g_next: Tensor, g_s: Tensor, g_alpha: Tensor, g_keys: Tensor, z: Tensor, r: Tensor,
+              cand: Tensor, s: Tensor, alpha: Tensor, th: Tensor, vals_t: Tensor, wq: Tensor,
+              va: Tensor, Uc: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The gradients through step i. g_next = dL/ds_{i+1} (B, d), g_s and g_alpha the direct
+    gradients of s_i (B, d) and alpha_i (B, S), g_keys (B, S, n') those of the keys so far;
+    z, r, cand, s (B, d), alpha (B, S), th (B, S, n') from the forward step; vals_t (B, 3d, S),
+    wq, Uc in the matmul dtype -> (dL/ds_i, g_keys + this step's, g_x (B, 3d), g_q (B, n'+2d),
+    g_e (B, S))."""
+    acc, mmd = s.dtype, wq.dtype
+    d = s.size(1)
+    g_z = g_next * (cand - s)
+    g_pc = g_next * z * (1 - cand * cand)  # through cand's tanh
+    g_rs = (g_pc.to(mmd) @ Uc).to(acc)
+    g_s = g_s + g_next * (1 - z) + g_rs * r
+    g_x = torch.cat([g_z * z * (1 - z), (g_rs * s) * r * (1 - r), g_pc], dim=1)
+    g_alpha = g_alpha + torch.bmm(g_x.to(mmd).unsqueeze(1), vals_t).squeeze(1).to(acc)
+    g_e = alpha * (g_alpha - (alpha * g_alpha).sum(-1, keepdim=True))  # 0 at padding
+    g_pre = g_e.unsqueeze(2) * va * (1 - th * th)  # through the tanh of the scores
+    g_q = torch.cat([g_pre.sum(1), g_x[:, : 2 * d]], dim=1)
+    g_s = g_s + (g_q.to(mmd) @ wq).to(acc)
+    return g_s, g_keys + g_pre, g_x, g_q, g_e
 
 
 class _Recurrence(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype):  # type: ignore[override]
+    def forward(ctx, x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse):  # type: ignore[override]
         states, alphas, (th_all, zs, rs, cands) = _forward(x_gates, s0, keys, values, mask, w_q, v_a, U,
-                                                           mm_dtype, keep=True)
-        ctx.mm_dtype = mm_dtype
-        ctx.save_for_backward(values, mask, w_q, v_a, U, states, alphas, th_all, zs, rs, cands)
+                                                           mm_dtype, fuse, keep=True)
+        ctx.mm_dtype, ctx.fuse = mm_dtype, fuse
+        ctx.save_for_backward(values, w_q, v_a, U, states, alphas, th_all, zs, rs, cands)
         return states.transpose(0, 1), alphas.transpose(0, 1)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g_states, g_alphas):  # type: ignore[override]
-        values, mask, w_q, v_a, U, states, alphas, th_all, zs, rs, cands = ctx.saved_tensors  # noqa: F841
+        values, w_q, v_a, U, states, alphas, th_all, zs, rs, cands = ctx.saved_tensors
         mmd = ctx.mm_dtype
+        step = step_fn(_bwd_step, ctx.fuse)
         T, B, d = states.shape
-        S, na = th_all.size(2), th_all.size(3)
         acc = states.dtype
-        dev = states.device.type
-        with torch.autocast(dev, enabled=False):
+        with torch.autocast(states.device.type, enabled=False):
             wq, Uc = w_q.to(mmd), U.to(mmd)
             vals_t = values.to(mmd).transpose(1, 2).contiguous()  # (B, 3d, S): a faster bmm below
             va = v_a.to(acc)
-            g_states = g_states.transpose(0, 1) if g_states is not None else None
-            g_alphas = g_alphas.transpose(0, 1) if g_alphas is not None else None
-            g_x = states.new_zeros(T, B, 3 * d)
-            g_q = states.new_empty(T, B, na + 2 * d)
-            g_keys = states.new_zeros(B, S, na)
-            g_e_all = states.new_empty(T, B, S)
-            buf = states.new_empty(B, S, na)
-            outer = states.new_empty(B, S, na)
-            g_next = None
+            g_states = g_states.transpose(0, 1) if g_states is not None else states.new_zeros(T, B, d)
+            g_alphas = g_alphas.transpose(0, 1) if g_alphas is not None else torch.zeros_like(alphas)
+            g_next = states.new_zeros(B, d)  # nothing flows back from the unused last update
+            g_keys = torch.zeros_like(th_all[0])
+            g_xs, g_qs, g_es = [], [], []
             for i in range(T - 1, -1, -1):
-                g_s = g_states[i].clone() if g_states is not None else states.new_zeros(B, d)
-                g_alpha = g_alphas[i].clone() if g_alphas is not None else states.new_zeros(B, S)
-                if i < T - 1:
-                    z, r, cand, s = zs[i], rs[i], cands[i], states[i]
-                    g_z = g_next * (cand - s)
-                    g_pc = g_next * z * (1 - cand * cand)  # through cand's tanh
-                    g_s += g_next * (1 - z)
-                    g_rs = (g_pc.to(mmd) @ Uc).to(acc)
-                    g_s += g_rs * r
-                    g_x[i, :, :d] = g_z * z * (1 - z)
-                    g_x[i, :, d : 2 * d] = (g_rs * s) * r * (1 - r)
-                    g_x[i, :, 2 * d :] = g_pc
-                    g_alpha += torch.bmm(g_x[i].to(mmd).unsqueeze(1), vals_t).squeeze(1).to(acc)
-                    g_q[i, :, na:] = g_x[i, :, : 2 * d]
-                else:
-                    g_q[i, :, na:] = 0
-                alpha = alphas[i]
-                g_e = g_e_all[i]
-                torch.mul(alpha, g_alpha - (alpha * g_alpha).sum(-1, keepdim=True), out=g_e)  # 0 at padding
-                th = th_all[i]
-                # g_pre = (g_e v_a) (1 - th^2) = outer - outer * th^2
-                torch.mul(th, th, out=buf)
-                torch.mul(g_e.unsqueeze(2), va, out=outer)
-                torch.addcmul(outer, outer, buf, value=-1.0, out=buf)
-                g_keys += buf
-                torch.sum(buf, dim=1, out=g_q[i, :, :na])
-                g_s += (g_q[i].to(mmd) @ wq).to(acc)
-                g_next = g_s
-            g_v = torch.mv(th_all.reshape(-1, na).t(), g_e_all.reshape(-1))  # sum_i,b,j g_e th
+                g_next, g_keys, g_x, g_q, g_e = step(g_next, g_states[i], g_alphas[i], g_keys, zs[i], rs[i],
+                                                     cands[i], states[i], alphas[i], th_all[i], vals_t, wq, va, Uc)
+                g_xs.append(g_x)
+                g_qs.append(g_q)
+                g_es.append(g_e)
+            g_x, g_q, g_e = (torch.stack(lst[::-1]) for lst in (g_xs, g_qs, g_es))  # (T, B, .)
+            g_v = torch.mv(th_all.reshape(-1, th_all.size(3)).t(), g_e.reshape(-1))  # sum_i,b,j g_e th
             # weight gradients: one product over all T*B rows
             g_wq = (g_q.reshape(T * B, -1).t().to(mmd) @ states.reshape(T * B, d).to(mmd)).to(w_q.dtype)
-            if T > 1:
-                rs_all = (rs * states[: T - 1]).reshape(-1, d)
-                g_U = (g_x[: T - 1, :, 2 * d :].reshape(-1, d).t().to(mmd) @ rs_all.to(mmd)).to(U.dtype)
-                g_values = torch.bmm(alphas[: T - 1].permute(1, 2, 0).to(mmd),
-                                     g_x[: T - 1].transpose(0, 1).to(mmd)).to(values.dtype)
-            else:
-                g_U = torch.zeros_like(U)
-                g_values = torch.zeros_like(values)
-        return (g_x.transpose(0, 1), g_next, g_keys, g_values, None, g_wq, g_v.to(v_a.dtype), g_U, None)
+            rs_all = (rs * states).reshape(-1, d)
+            g_U = (g_x[:, :, 2 * d :].reshape(-1, d).t().to(mmd) @ rs_all.to(mmd)).to(U.dtype)
+            g_values = torch.bmm(alphas.permute(1, 2, 0).to(mmd), g_x.transpose(0, 1).to(mmd)).to(values.dtype)
+        return (g_x.transpose(0, 1), g_next, g_keys, g_values, None, g_wq, g_v.to(v_a.dtype), g_U, None, None)

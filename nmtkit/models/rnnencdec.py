@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, append_eos, length_mask
+from nmtkit.models.gru_recurrence import gru_states
 from nmtkit.models.init import paper_init_
 from nmtkit.models.rnnsearch import check_common, maxout_pairs
 
@@ -92,11 +93,15 @@ class RNNEncDec(Seq2Seq):
         if self.config.src_eos:
             src, src_lens = append_eos(src, src_lens)
         emb = self.drop(self.src_embed(src))
-        packed = pack_padded_sequence(emb, src_lens.cpu(), batch_first=True, enforce_sorted=False)
-        out, h_last = self.encoder(packed)  # h_last (1, B, n): h_T of each sentence
-        states, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
-        c = torch.tanh(self.V(h_last[0]))
-        mask = length_mask(src_lens.to(c.device), src.size(1))
+        mask = length_mask(src_lens.to(emb.device), src.size(1))
+        if self.fuse_steps:
+            states, h_last = gru_states(self.encoder, emb, src_lens.to(emb.device), mask, fuse=True)
+        else:
+            packed = pack_padded_sequence(emb, src_lens.cpu(), batch_first=True, enforce_sorted=False)
+            out, h_n = self.encoder(packed)  # h_n (1, B, n): h_T of each sentence
+            states, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
+            h_last = h_n[0]
+        c = torch.tanh(self.V(h_last))
         return EncoderOut(annotations=states, keys=None, mask=mask, summary=c)
 
     def init_state(self, enc: EncoderOut) -> Tensor:

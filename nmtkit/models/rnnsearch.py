@@ -17,8 +17,9 @@ Choices the paper leaves open, made here and kept consistent everywhere:
 - The model appends EOS to every source sentence itself (`src_eos`, as GroundHog did); source
   batches from the data carry no EOS. Attention therefore has one column per source token
   plus one for EOS.
-- The encoder is PyTorch's packed `nn.GRU` (cuDNN-capable). Its candidate state is
-  tanh(W x + r * (U h + b)), i.e. the reset gate is applied after U (cuDNN's form); the
+- The encoder is PyTorch's packed `nn.GRU` (cuDNN-capable), or with `fuse_steps` the same
+  equations and weights as gru_recurrence.py's loop of fused step bodies. Its candidate state
+  is tanh(W x + r * (U h + b)), i.e. the reset gate is applied after U (cuDNN's form); the
   decoder is hand-written and follows the paper exactly: U [r * s].
 - Biases (the paper omits them "to make the equations less cluttered", all zero-initialised)
   are used in the GRU gates, W_s, the deep output (U_o) and W_o; the alignment model has none.
@@ -42,6 +43,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from nmtkit.errors import ConfigError
 from nmtkit.models.attention import additive_scores, additive_scores_grouped, masked_softmax
 from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, append_eos, length_mask
+from nmtkit.models.gru_recurrence import bigru_annotations, reversal_index
 from nmtkit.models.init import paper_init_
 from nmtkit.models.recurrence import bahdanau_recurrence
 
@@ -89,15 +91,19 @@ def maxout_pairs(x: Tensor) -> Tensor:
 
 
 def encode_bigru(embed: nn.Embedding, rnn: nn.GRU | nn.LSTM, drop: nn.Module, src: Tensor,
-                 src_lens: Tensor, src_eos: bool):
+                 src_lens: Tensor, src_eos: bool, fuse_steps: bool = False):
     """Shared by the attention models: (annotations (B, S', 2n), mask (B, S'), final rnn state).
 
     S' = S + 1 when `src_eos` appends EOS. Padded positions of the annotations are zero.
+    `fuse_steps` runs a bidirectional GRU as gru_recurrence.py's loop of compiled step bodies
+    (no final state returned then, as on the CPU path); LSTMs ignore it.
     """
     if src_eos:
         src, src_lens = append_eos(src, src_lens)
     emb = drop(embed(src))
     mask = length_mask(src_lens.to(emb.device), src.size(1))
+    if fuse_steps and isinstance(rnn, nn.GRU) and rnn.bidirectional:
+        return bigru_annotations(rnn, emb, src_lens.to(emb.device), mask, fuse=True), mask, None
     if isinstance(rnn, nn.GRU) and emb.device.type == "cpu" and rnn.bidirectional:
         return _bigru_cpu(rnn, emb, src_lens.to(emb.device), mask), mask, None
     packed = pack_padded_sequence(emb, src_lens.cpu(), batch_first=True, enforce_sorted=False)
@@ -116,9 +122,7 @@ def _bigru_cpu(rnn: nn.GRU, emb: Tensor, lens: Tensor, mask: Tensor) -> Tensor:
     the end), then is reversed back. Same weights, same results as the packed call (tested);
     the final states are not returned (RNNsearch reads bwd h_1 from the annotations).
     """
-    S = emb.size(1)
-    pos = torch.arange(S, device=emb.device).unsqueeze(0)
-    rev = torch.where(mask, lens.unsqueeze(1) - 1 - pos, pos)  # an involution
+    rev = reversal_index(lens, mask)
     idx = rev.unsqueeze(2).expand(-1, -1, emb.size(2))
     h0 = emb.new_zeros(1, emb.size(0), rnn.hidden_size)
     args = (1, 0.0, rnn.training, False, True)  # layers, dropout, train, bidirectional, batch_first
@@ -180,7 +184,7 @@ class RNNSearch(Seq2Seq):
         """src (B, S), src_lens (B,) -> annotations (B, S', 2n), keys U_a h (B, S', n'),
         values [C_z; C_r; C] h (B, S', 3d), init = bwd h_1 (B, n); S' = S + 1 with `src_eos`."""
         ann, mask, _ = encode_bigru(self.src_embed, self.encoder, self.drop, src, src_lens,
-                                    self.config.src_eos)
+                                    self.config.src_eos, self.fuse_steps)
         n = self.config.enc_hidden
         return EncoderOut(annotations=ann, keys=self.U_a(ann), mask=mask,
                           init=ann[:, 0, n:], values=self.C(ann))
@@ -232,7 +236,7 @@ class RNNSearch(Seq2Seq):
         s = self.init_state(enc)
         if self.fused_recurrence:
             states, alpha = bahdanau_recurrence(x_gates, s, enc.keys, enc.values, enc.mask, w_q,
-                                                self.v_a, self.U.weight)
+                                                self.v_a, self.U.weight, fuse=self.fuse_steps)
             ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations)
             return self._deep_output(states, emb_out, ctx), alpha
         states, alphas = [], []

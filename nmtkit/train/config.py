@@ -20,8 +20,9 @@ from nmtkit.errors import ConfigError
 
 OPTIMIZERS = ("adadelta", "adam", "sgd")
 SCHEDULES = ("constant", "plateau")
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 DEVICES = ("auto", "cpu", "cuda")
+FUSE = ("auto", "on", "off")
 BEST_METRICS = ("loss", "bleu")
 ON_NAN = ("stop", "skip")
 NORMALIZE = ("sentences", "tokens")
@@ -79,6 +80,7 @@ class TrainConfig:
     seed: int = 1
     device: str = "auto"
     precision: str = "fp32"
+    fuse: str = "auto"  # compile the recurrences' step bodies (models/fusion.py); auto: on CUDA
     threads: int | None = None
     loss_chunk_tokens: int = 4096
 
@@ -97,6 +99,7 @@ class TrainConfig:
         choice("lr_schedule", SCHEDULES)
         choice("precision", PRECISIONS)
         choice("device", DEVICES)
+        choice("fuse", FUSE)
         choice("best_metric", BEST_METRICS)
         choice("on_nan", ON_NAN)
         choice("normalize_loss", NORMALIZE)

@@ -48,7 +48,8 @@ from nmtkit.data.batching import (
 )
 from nmtkit.devices import resolve_device, threads_per_process
 from nmtkit.errors import ConfigError, InputError, TrainingError
-from nmtkit.models.precision import FP16_ON_CPU, autocast
+from nmtkit.models.fusion import resolve_fuse
+from nmtkit.models.precision import FP16_ON_CPU, autocast, resolve_precision
 from nmtkit.train import distributed as ddp
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.data import DataDir
@@ -179,9 +180,10 @@ class Trainer:
         self._signal: int | None = None
 
         self.device = resolve_device(cfg.device, self.dist.local_rank)
-        if cfg.precision == "fp16" and self.device.type != "cuda" and self.dist.is_main:
+        self.precision = resolve_precision(self.device.type, cfg.precision)  # "auto" resolved
+        if self.precision == "fp16" and self.device.type != "cuda" and self.dist.is_main:
             log.warning(FP16_ON_CPU)
-        if cfg.precision == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        if self.precision == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise ConfigError("--precision bf16 is not supported by this GPU (use fp16)")
         torch.set_num_threads(cfg.threads or threads_per_process(self.dist.local_world_size))
         ddp.init(self.dist, self.device)
@@ -223,10 +225,11 @@ class Trainer:
         random.seed(cfg.seed)
         np.random.seed(cfg.seed % 2**32)
         self.model = build_model(arch, self.model_config).to(self.device)
+        self.model.fuse_steps = resolve_fuse(cfg.fuse, self.device)
         self.optimizer = build_optimizer(self.model.parameters(), cfg)
         self.schedule = LRSchedule(self.optimizer, cfg)
         # fp16 needs loss scaling (its range is too small for gradients); bf16 and fp32 do not
-        self.scaler = torch.amp.GradScaler(self.device.type) if cfg.precision == "fp16" else None
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
         if resume is not None:
             self._load_resume(resume)
         elif self.dist.rank > 0:
@@ -347,7 +350,7 @@ class Trainer:
         n_tgt = int(self._tgt_lens[batch].sum()) + len(batch)  # global target tokens (EOS included)
         denom = n_tgt if cfg.normalize_loss == "tokens" else len(batch)
         lr = self.schedule.set_update(self.state.update)
-        with autocast(self.device.type, cfg.precision):
+        with autocast(self.device.type, self.precision):
             loss_sum, nll_sum, _ = self.loss_module(src, src_lens, tgt_in, tgt_out)
         if self.loss_hook is not None:
             loss_sum = self.loss_hook(self.state.update, loss_sum)
@@ -449,12 +452,12 @@ class Trainer:
         loss, bleu = float("nan"), float("nan")
         if self.dist.is_main:
             assert self.valid_data is not None
-            loss, _ = dev_loss(self.model, self.valid_data, cfg.valid_batch_size, self.device, cfg.precision,
+            loss, _ = dev_loss(self.model, self.valid_data, cfg.valid_batch_size, self.device, self.precision,
                                cfg.loss_chunk_tokens)
             if self.bleu_enabled:
                 bleu, _, _ = dev_bleu(self.model, self.valid_data, self.data.tgt_vocab, self.data.pipeline,
                                       cfg.valid_bleu_samples, cfg.valid_beam, cfg.valid_batch_size, self.device,
-                                      self._raw_refs, cfg.precision)
+                                      self._raw_refs, self.precision)
         loss, bleu = ddp.broadcast_floats([loss, bleu], self.dist, self.device)
         st = self.state
         score = bleu if cfg.best_metric == "bleu" else loss

@@ -1,0 +1,53 @@
+"""Fused (compiled) recurrence steps compute what the eager reference computes (models/fusion.py)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nmtkit.errors import ConfigError
+from nmtkit.models import build_model
+from nmtkit.models import fusion
+from nmtkit.train.config import TrainConfig
+from tests.model_helpers import TINY, random_batch
+
+needs_compiler = pytest.mark.skipif(not fusion.fusion_available("cpu")[0],
+                                    reason="no C++ compiler: torch.compile cannot fuse on this CPU")
+
+
+@needs_compiler
+def test_fused_rnnsearch_step_gives_the_eager_loss_and_gradients():
+    """One compilation (dynamic shapes) serves several batch and sentence sizes, T = 1 included,
+    and equals the eager step bodies in float32 to rounding."""
+    torch.manual_seed(0)
+    model = build_model("rnnsearch", dict(TINY["rnnsearch"], init="default")).float()
+    for tgt_lens in [(4, 1, 3, 2), (0, 0, 0, 0), (6, 2, 5, 3)]:
+        src, src_lens, tgt_in, tgt_out, _ = random_batch(tgt_lens=tgt_lens)
+        results = []
+        for fuse in (False, True):
+            model.fuse_steps = fuse
+            model.zero_grad(set_to_none=True)
+            loss, _, _ = model.loss(src, src_lens, tgt_in, tgt_out)
+            loss.backward()
+            results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
+                                            if p.grad is not None}))
+        (l0, g0), (l1, g1) = results
+        torch.testing.assert_close(l1, l0, rtol=1e-5, atol=1e-5)
+        assert g0.keys() == g1.keys() and len(g0) > 10
+        for name in g0:
+            torch.testing.assert_close(g1[name], g0[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_fuse_auto_means_cuda_only_and_off_means_off():
+    assert fusion.resolve_fuse("off", torch.device("cpu")) is False
+    assert fusion.resolve_fuse("auto", torch.device("cpu")) is False
+
+
+def test_fuse_on_without_a_compiler_is_a_one_line_config_error(monkeypatch):
+    monkeypatch.setattr(fusion.shutil, "which", lambda name: None)
+    with pytest.raises(ConfigError, match="--fuse on: no C\\+\\+ compiler"):
+        fusion.resolve_fuse("on", torch.device("cpu"))
+
+
+def test_unknown_fuse_mode_is_rejected_by_the_train_config():
+    with pytest.raises(ConfigError, match="--fuse must be one of auto, on, off"):
+        TrainConfig(fuse="always", max_updates=1)
