@@ -5,8 +5,7 @@ import pytest
 import torch
 
 from nmtkit.errors import ConfigError
-from nmtkit.models import build_model
-from nmtkit.models import fusion
+from nmtkit.models import build_model, fusion
 from nmtkit.train.config import TrainConfig
 from tests.model_helpers import TINY, random_batch
 
