@@ -242,7 +242,7 @@ def write_data_dir(path: Path, vocab: int, seed: int = 0) -> Path:
 
 
 def make_trainer(preset: str, data_dir: Path, run_dir: Path, max_tokens: int | None, quick: bool, threads: int,
-                 precision: str = "fp32"):
+                 precision: str = "fp32", fuse: str = "off"):
     """The trainer `nmtkit train --preset <preset>` builds (its optimiser included)."""
     from nmtkit.train.config import TrainConfig
     from nmtkit.train.data import DataDir
@@ -255,7 +255,7 @@ def make_trainer(preset: str, data_dir: Path, run_dir: Path, max_tokens: int | N
     model_config.update({k: v for k, v in widths.items() if k in model_config})
     values = train_defaults(arch, preset)
     values.update(arch=arch, preset=preset, max_updates=1, valid_bleu_samples=0, device="cpu", threads=threads,
-                  precision=precision)
+                  precision=precision, fuse=fuse)
     if max_tokens is not None:
         values.update(batch_size=None, max_tokens=max_tokens)
     return Trainer(TrainConfig.from_dict(values), data, run_dir, arch, model_config)
@@ -321,7 +321,8 @@ def beam_step_launches(model, data, n: int = 80) -> tuple[float, int]:
 
 
 # ---- the report ------------------------------------------------------------------------------
-def measure(preset: str, quick: bool, threads: int, beam: bool, top: int, precision: str = "fp32") -> list[dict]:
+def measure(preset: str, quick: bool, threads: int, beam: bool, top: int, precision: str = "fp32",
+            fuse: str = "off") -> list[dict]:
     """Rows for one preset: the batch of 80, the 8000-token batch, and the beam-search step."""
     import torch
 
@@ -331,7 +332,7 @@ def measure(preset: str, quick: bool, threads: int, beam: bool, top: int, precis
         data_dir = write_data_dir(Path(tmp) / "data", vocab_size(preset))
         for max_tokens in (None, 8000):
             trainer = make_trainer(preset, data_dir, Path(tmp) / f"run{max_tokens}", max_tokens, quick, threads,
-                                   precision)
+                                   precision, fuse)
             try:
                 if beam and max_tokens is None:  # the untrained model, as initialised
                     per_step, reads, steps = beam_step_launches(trainer.model, trainer.train_data)
@@ -379,15 +380,17 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                     help="training step under bf16 autocast counts its casts too (the beam step is fp32)")
+    ap.add_argument("--fuse", default="off", choices=["off", "on"],
+                    help="train (and decode) with the recurrences' step bodies compiled (nmtkit train --fuse)")
     ap.add_argument("--no-beam", action="store_true", help="skip the beam-search step")
     ap.add_argument("--top", type=int, default=8, help="show the N most frequent ops of each step")
     args = ap.parse_args()
     enable_inductor_kernel_profile()
-    print(f"kernel-launching ops per step ({'--quick: widths 64' if args.quick else 'full widths'}, {args.precision}; "
-          f"ceiling = target tokens/s if each op costs 5 or 10 us)")
+    print(f"kernel-launching ops per step ({'--quick: widths 64' if args.quick else 'full widths'}, {args.precision}, "
+          f"--fuse {args.fuse}; ceiling = target tokens/s if each op costs 5 or 10 us)")
     print(HEADER)
     for preset in args.presets.split(","):
-        measure(preset, args.quick, args.threads, not args.no_beam, args.top, args.precision)
+        measure(preset, args.quick, args.threads, not args.no_beam, args.top, args.precision, args.fuse)
 
 
 if __name__ == "__main__":

@@ -10,18 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from nmtkit.data.binarized import SplitWriter
+from nmtkit.data.binarized import write_split
 from nmtkit.text.vocab import SPECIALS, Vocab
 
 N_WORDS = 8
 TINY_MODEL = dict(emb_dim=16, enc_hidden=16, dec_hidden=24, att_hidden=16, maxout=8, init="default")
-
-
-def write_split(path: Path, split: str, lang: str, sentences: list[list[int]]) -> None:
-    """One binarised split side through preprocess's own writer (the format has one owner)."""
-    w = SplitWriter(path, path, split, lang)
-    w.add(np.asarray([i for s in sentences for i in s], dtype=np.int32), np.asarray([len(s) for s in sentences]))
-    w.close()
 
 
 def make_pairs(n: int, seed: int, max_len: int = 6) -> list[tuple[list[int], list[int]]]:

@@ -143,3 +143,10 @@ class ParallelData:
 
     def __len__(self) -> int:
         return len(self.src)
+
+
+def write_split(out_dir: str | Path, split: str, lang: str, sentences: list[list[int]]) -> None:
+    """One side of a split held in memory (tests, benchmarks), through `SplitWriter`."""
+    w = SplitWriter(out_dir, out_dir, split, lang)
+    w.add(np.asarray([i for s in sentences for i in s], dtype=np.int32), np.asarray([len(s) for s in sentences]))
+    w.close()
