@@ -170,7 +170,7 @@ class Seq2Seq(nn.Module):
         With `fused` (default) and a model whose output layer is one nn.Linear, the vocabulary
         projection, log-softmax and loss are computed chunk by chunk together with their
         gradients (see `linear_cross_entropy`): no (N, V) tensor is kept for the backward pass,
-        and a chunk holds at most about 2^24 logits. Otherwise the plain chunked loop is used.
+        and a chunk holds at most MAX_CHUNK_LOGITS (2^26) logits. Otherwise the plain chunked loop is used.
         """
         feats, _ = self.decode_features(self.encode(src, src_lens), tgt_in)
         mask = tgt_out.ne(PAD_ID)
@@ -205,7 +205,10 @@ def _log_softmax(logits: Tensor) -> Tensor:
     return F.log_softmax(logits, dim=-1)
 
 
-MAX_CHUNK_LOGITS = 1 << 24
+# Logits held at once by the chunked loss: 2^26 (256 MB in float32) keeps memory bounded while
+# a paper-sized batch (80 pairs, ~2,500 target tokens, 30k words) takes 2 chunks, not 5 (fewer
+# launches per step; benchmarks/launches.py).
+MAX_CHUNK_LOGITS = 1 << 26
 
 
 def linear_cross_entropy(

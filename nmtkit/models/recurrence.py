@@ -21,7 +21,8 @@ check this function's outputs and gradients in float64.
 Launches (DESIGN.md 10): each direction of the loop calls one pure step body per time step
 (`_fwd_step`, `_bwd_step`), which `fusion.step_fn` hands over as it is (eager) or compiled by
 inductor (`fuse=True`): then a forward step is two matrix products around two fused kernels and a
-backward step two matrix products around three, whatever the sizes. Per-step results are
+backward step two matrix products around two (the keys' gradient is summed over all steps
+once, after the loop), whatever the sizes. Per-step results are
 collected in lists and stacked once after the loop. The last forward step also computes an
 (unused) state update, and the first backward step runs with a zero incoming gradient, so that
 every step runs the same body.
@@ -102,14 +103,14 @@ def _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse: bool,
     return torch.stack(states), torch.stack(alphas), stacked
 
 
-def _bwd_step(g_next: Tensor, g_s: Tensor, g_alpha: Tensor, g_keys: Tensor, z: Tensor, r: Tensor,
-              cand: Tensor, s: Tensor, alpha: Tensor, th: Tensor, vals_t: Tensor, wq: Tensor,
-              va: Tensor, Uc: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def _bwd_step(g_next: Tensor, g_s: Tensor, g_alpha: Tensor, z: Tensor, r: Tensor, cand: Tensor,
+              s: Tensor, alpha: Tensor, th: Tensor, vals_t: Tensor, wq: Tensor, va: Tensor,
+              Uc: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The gradients through step i. g_next = dL/ds_{i+1} (B, d), g_s and g_alpha the direct
-    gradients of s_i (B, d) and alpha_i (B, S), g_keys (B, S, n') those of the keys so far;
-    z, r, cand, s (B, d), alpha (B, S), th (B, S, n') from the forward step; vals_t (B, 3d, S),
-    wq, Uc in the matmul dtype -> (dL/ds_i, g_keys + this step's, g_x (B, 3d), g_q (B, n'+2d),
-    g_e (B, S))."""
+    gradients of s_i (B, d) and alpha_i (B, S); z, r, cand, s (B, d), alpha (B, S),
+    th (B, S, n') from the forward step; vals_t (B, 3d, S), wq, Uc in the matmul dtype
+    -> (dL/ds_i, g_x (B, 3d), g_q (B, n'+2d), g_e = dL/de_i (B, S)). The keys' gradient,
+    sum_i g_e_i (1 - th_i^2) v_a, is summed once after the loop (one pass, not T)."""
     acc, mmd = s.dtype, wq.dtype
     d = s.size(1)
     g_z = g_next * (cand - s)
@@ -119,10 +120,15 @@ def _bwd_step(g_next: Tensor, g_s: Tensor, g_alpha: Tensor, g_keys: Tensor, z: T
     g_x = torch.cat([g_z * z * (1 - z), (g_rs * s) * r * (1 - r), g_pc], dim=1)
     g_alpha = g_alpha + torch.bmm(g_x.to(mmd).unsqueeze(1), vals_t).squeeze(1).to(acc)
     g_e = alpha * (g_alpha - (alpha * g_alpha).sum(-1, keepdim=True))  # 0 at padding
-    g_pre = g_e.unsqueeze(2) * va * (1 - th * th)  # through the tanh of the scores
-    g_q = torch.cat([g_pre.sum(1), g_x[:, : 2 * d]], dim=1)
+    g_qa = (g_e.unsqueeze(2) * (1 - th * th)).sum(1) * va  # through the tanh of the scores
+    g_q = torch.cat([g_qa, g_x[:, : 2 * d]], dim=1)
     g_s = g_s + (g_q.to(mmd) @ wq).to(acc)
-    return g_s, g_keys + g_pre, g_x, g_q, g_e
+    return g_s, g_x, g_q, g_e
+
+
+def _keys_grad(g_e: Tensor, th_all: Tensor, va: Tensor) -> Tensor:
+    """sum_i g_e_i (1 - th_i^2) v_a: g_e (T, B, S), th_all (T, B, S, n') -> (B, S, n')."""
+    return (g_e.unsqueeze(3) * (1 - th_all * th_all)).sum(0) * va
 
 
 class _Recurrence(torch.autograd.Function):
@@ -149,16 +155,16 @@ class _Recurrence(torch.autograd.Function):
             g_states = g_states.transpose(0, 1) if g_states is not None else states.new_zeros(T, B, d)
             g_alphas = g_alphas.transpose(0, 1) if g_alphas is not None else torch.zeros_like(alphas)
             g_next = states.new_zeros(B, d)  # nothing flows back from the unused last update
-            g_keys = torch.zeros_like(th_all[0])
             g_xs, g_qs, g_es = [], [], []
             for i in range(T - 1, -1, -1):
-                g_next, g_keys, g_x, g_q, g_e = step(g_next, g_states[i], g_alphas[i], g_keys, zs[i], rs[i],
-                                                     cands[i], states[i], alphas[i], th_all[i], vals_t, wq, va, Uc)
+                g_next, g_x, g_q, g_e = step(g_next, g_states[i], g_alphas[i], zs[i], rs[i], cands[i], states[i],
+                                             alphas[i], th_all[i], vals_t, wq, va, Uc)
                 g_xs.append(g_x)
                 g_qs.append(g_q)
                 g_es.append(g_e)
             g_x, g_q, g_e = (torch.stack(lst[::-1]) for lst in (g_xs, g_qs, g_es))  # (T, B, .)
             g_v = torch.mv(th_all.reshape(-1, th_all.size(3)).t(), g_e.reshape(-1))  # sum_i,b,j g_e th
+            g_keys = step_fn(_keys_grad, ctx.fuse)(g_e, th_all, va)  # fused: one pass, no temporaries
             # weight gradients: one product over all T*B rows
             g_wq = (g_q.reshape(T * B, -1).t().to(mmd) @ states.reshape(T * B, d).to(mmd)).to(w_q.dtype)
             rs_all = (rs * states).reshape(-1, d)
