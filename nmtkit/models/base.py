@@ -198,6 +198,11 @@ class Seq2Seq(nn.Module):
         return loss_sum, nll_sum, int(gold.numel())
 
 
+def dropout(p: float) -> nn.Module:
+    """nn.Dropout(p), or nn.Identity for p = 0 (the paper presets): no op launched at all."""
+    return nn.Dropout(p) if p > 0 else nn.Identity()
+
+
 def _log_softmax(logits: Tensor) -> Tensor:
     """log_softmax in float32 at least (bf16/fp16 logits from autocast are upcast)."""
     if logits.dtype not in (torch.float32, torch.float64):
@@ -241,7 +246,7 @@ def linear_cross_entropy(
 
 
 def _lce_chunk(f: Tensor, w: Tensor, b: Tensor, g: Tensor, label_smoothing: float, need_grad: bool
-               ) -> tuple[Tensor, Tensor, Tensor | None]:
+               ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
     """One chunk of `linear_cross_entropy`: f (n, F), w (V, F), b (V,) in the compute dtype,
     g (n, 1) gold ids -> (nll sum, loss sum, d loss / d logits (n, V) or None), sums in float32
     (float64 for float64 inputs). A pure step body (models/fusion.py)."""
@@ -255,13 +260,13 @@ def _lce_chunk(f: Tensor, w: Tensor, b: Tensor, g: Tensor, label_smoothing: floa
     else:
         loss = nll.sum()
     if not need_grad:
-        return nll.sum(), loss, None
+        return nll.sum(), loss, None, None
     # d loss / d logits = softmax - (1 - ls) onehot - ls / V
     p = logits.sub_(lse.unsqueeze(1)).exp_()
     p.scatter_add_(1, g, torch.full_like(g, -(1.0 - label_smoothing), dtype=acc))
     if label_smoothing > 0:
         p.sub_(label_smoothing / V)
-    return nll.sum(), loss, p
+    return nll.sum(), loss, p, p.sum(0)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -282,16 +287,21 @@ class _LinearCrossEntropy(torch.autograd.Function):
             for i in range(0, N, chunk):
                 f = feats[i : i + chunk].to(compute_dtype)
                 g = gold[i : i + chunk].unsqueeze(1)
-                nll, loss, p = body(f, w, b, g, label_smoothing, need_grad)
+                nll, loss, p, p_sum = body(f, w, b, g, label_smoothing, need_grad)
                 nll_sum += nll
                 loss_sum += loss
                 if not need_grad:
                     continue
-                grad_b += p.sum(0)
+                grad_b += p_sum
                 gp = p.to(compute_dtype)
-                if grad_feats is not None:
+                if grad_feats is not None and grad_feats.dtype == compute_dtype:
+                    torch.mm(gp, w, out=grad_feats[i : i + chunk])  # one launch, no copy
+                elif grad_feats is not None:
                     grad_feats[i : i + chunk] = gp.mm(w).to(grad_feats.dtype)
-                grad_w += gp.t().mm(f).to(acc)
+                if acc == compute_dtype:
+                    grad_w.addmm_(gp.t(), f)
+                else:
+                    grad_w += gp.t().mm(f).to(acc)
         ctx.mark_non_differentiable(nll_sum)
         if need_grad:
             ctx.save_for_backward(

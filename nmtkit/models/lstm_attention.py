@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmtkit.models.attention import masked_softmax, multiplicative_scores
-from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq
+from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, dropout
 from nmtkit.models.init import paper_init_
 from nmtkit.models.rnnsearch import check_common, encode_bigru
 
@@ -75,7 +75,7 @@ class LSTMAttention(Seq2Seq):
         self.W_hh = nn.Linear(d, 4 * d, bias=False)
         self.W_u = nn.Linear(2 * n + d, d, bias=False)  # [a_t ; h_t] -> v_t
         self.W_vocab = nn.Linear(d, config.tgt_vocab_size, bias=False)
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = dropout(config.dropout)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

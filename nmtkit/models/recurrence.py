@@ -69,7 +69,7 @@ def _fwd_step(s: Tensor, x: Tensor, keys: Tensor, vals: Tensor, pad: Tensor, wq:
               Uc: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """One step from s_i (B, d), x_i (B, 3d); keys (B, S, n'), vals (B, S, 3d) in the matmul
     dtype, pad (B, S) bool, wq (n' + 2d, d) and Uc (d, d) in the matmul dtype, va (n',)
-    -> (s_{i+1}, alpha_i (B, S), tanh activations th (B, S, n'), z, r, cand (B, d))."""
+    -> (s_{i+1}, alpha_i (B, S), tanh activations th (B, S, n'), [z; r; cand] (B, 3d))."""
     acc, mmd = s.dtype, wq.dtype
     na, d = keys.size(2), s.size(1)
     q = (s.to(mmd) @ wq.t()).to(acc)
@@ -79,18 +79,18 @@ def _fwd_step(s: Tensor, x: Tensor, keys: Tensor, vals: Tensor, pad: Tensor, wq:
     zr = torch.sigmoid(g[:, : 2 * d] + q[:, na:])
     z, r = zr[:, :d], zr[:, d:]
     cand = torch.tanh(g[:, 2 * d :] + ((r * s).to(mmd) @ Uc.t()).to(acc))
-    return torch.lerp(s, cand, z), alpha, th, z, r, cand
+    return torch.lerp(s, cand, z), alpha, th, torch.cat([z, r, cand], dim=1)
 
 
 def _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse: bool, keep: bool):
     """The recurrence loop. Returns states (T, B, d), alphas (T, B, S) and, when `keep`, what the
-    backward pass needs: (th_all (T, B, S, n'), zs, rs, cands (T, B, d))."""
+    backward pass needs: (th_all (T, B, S, n'), [z; r; cand] (T, B, 3d))."""
     step = step_fn(_fwd_step, fuse)
     acc = x_gates.dtype
     wq, Uc, vals, va = w_q.to(mm_dtype), U.to(mm_dtype), values.to(mm_dtype), v_a.to(acc)
     keys = keys.to(acc)
     pad = ~mask
-    states, alphas, kept = [], [], ([], [], [], [])
+    states, alphas, kept = [], [], ([], [])
     s = s0
     for x in x_gates.unbind(1):
         states.append(s)
@@ -134,16 +134,17 @@ def _keys_grad(g_e: Tensor, th_all: Tensor, va: Tensor) -> Tensor:
 class _Recurrence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse):  # type: ignore[override]
-        states, alphas, (th_all, zs, rs, cands) = _forward(x_gates, s0, keys, values, mask, w_q, v_a, U,
+        states, alphas, (th_all, zrc) = _forward(x_gates, s0, keys, values, mask, w_q, v_a, U,
                                                            mm_dtype, fuse, keep=True)
         ctx.mm_dtype, ctx.fuse = mm_dtype, fuse
-        ctx.save_for_backward(values, w_q, v_a, U, states, alphas, th_all, zs, rs, cands)
+        ctx.save_for_backward(values, w_q, v_a, U, states, alphas, th_all, zrc)
         return states.transpose(0, 1), alphas.transpose(0, 1)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g_states, g_alphas):  # type: ignore[override]
-        values, w_q, v_a, U, states, alphas, th_all, zs, rs, cands = ctx.saved_tensors
+        values, w_q, v_a, U, states, alphas, th_all, zrc = ctx.saved_tensors
+        zs, rs, cands = zrc.chunk(3, dim=2)
         mmd = ctx.mm_dtype
         step = step_fn(_bwd_step, ctx.fuse)
         T, B, d = states.shape

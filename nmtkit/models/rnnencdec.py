@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, append_eos, length_mask
+from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, append_eos, dropout, length_mask
 from nmtkit.models.gru_recurrence import gru_states
 from nmtkit.models.init import paper_init_
 from nmtkit.models.rnnsearch import check_common, maxout_pairs
@@ -61,7 +61,7 @@ class RNNEncDec(Seq2Seq):
         super().__init__()
         self.config = config
         m, n, d, lo = config.emb_dim, config.enc_hidden, config.dec_hidden, config.maxout
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = dropout(config.dropout)
         self.src_embed = nn.Embedding(config.src_vocab_size, m, padding_idx=PAD_ID)
         self.encoder = nn.GRU(m, n, batch_first=True)
         self.V = nn.Linear(n, n)  # c = tanh(V h_T)

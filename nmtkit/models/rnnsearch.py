@@ -42,7 +42,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmtkit.errors import ConfigError
 from nmtkit.models.attention import additive_scores, additive_scores_grouped, masked_softmax
-from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, append_eos, length_mask
+from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, append_eos, dropout, length_mask
 from nmtkit.models.gru_recurrence import bigru_annotations, reversal_index
 from nmtkit.models.init import paper_init_
 from nmtkit.models.recurrence import bahdanau_recurrence
@@ -141,7 +141,7 @@ class RNNSearch(Seq2Seq):
         self.config = config
         m, n, d = config.emb_dim, config.enc_hidden, config.dec_hidden
         na, lo = config.att_hidden, config.maxout
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = dropout(config.dropout)
         # encoder
         self.src_embed = nn.Embedding(config.src_vocab_size, m, padding_idx=PAD_ID)
         self.encoder = nn.GRU(m, n, batch_first=True, bidirectional=True)
