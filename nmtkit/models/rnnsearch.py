@@ -43,6 +43,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from nmtkit.errors import ConfigError
 from nmtkit.models.attention import additive_scores, additive_scores_grouped, masked_softmax
 from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, append_eos, dropout, length_mask
+from nmtkit.models.fusion import step_fn
 from nmtkit.models.gru_recurrence import bigru_annotations, reversal_index
 from nmtkit.models.init import paper_init_
 from nmtkit.models.recurrence import bahdanau_recurrence
@@ -88,6 +89,12 @@ class RNNSearchConfig:
 def maxout_pairs(x: Tensor) -> Tensor:
     """(..., 2l) -> (..., l): t_j = max(x_{2j-1}, x_{2j}) over adjacent pairs."""
     return x.unflatten(-1, (-1, 2)).amax(dim=-1)
+
+
+def maxout_of_sum(a: Tensor, b: Tensor, c: Tensor) -> Tensor:
+    """maxout_pairs(a + b + c): the deep output's elementwise part, a step body (fusion.py) so
+    that with fusion its forward and backward are one kernel each."""
+    return maxout_pairs(a + b + c)
 
 
 def encode_bigru(embed: nn.Embedding, rnn: nn.GRU | nn.LSTM, drop: nn.Module, src: Tensor,
@@ -224,7 +231,7 @@ class RNNSearch(Seq2Seq):
 
     def _deep_output(self, s_prev: Tensor, emb_out: Tensor, ctx: Tensor) -> Tensor:
         """t_i = maxout(U_o s_{i-1} + V_o E y_{i-1} + C_o c_i); any leading shape (..., l)."""
-        return self.drop(maxout_pairs(self.U_o(s_prev) + emb_out + self.C_o(ctx)))
+        return self.drop(step_fn(maxout_of_sum, self.fuse_steps)(self.U_o(s_prev), emb_out, self.C_o(ctx)))
 
     def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
         """Teacher forcing. tgt_in (B, T) -> (t (B, T, l), alpha (B, T, S'))."""
