@@ -4,10 +4,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from benchmarks.launches import count_launches, enable_inductor_kernel_profile
 from nmtkit.errors import ConfigError
 from nmtkit.models import build_model, fusion
 from nmtkit.train.config import TrainConfig
 from tests.model_helpers import TINY, random_batch
+
+# at collection, before any test compiles: generated kernels then show up in the profiler
+enable_inductor_kernel_profile()
 
 needs_compiler = pytest.mark.skipif(not fusion.fusion_available("cpu")[0],
                                     reason="no C++ compiler: torch.compile cannot fuse on this CPU")
@@ -50,3 +54,25 @@ def test_fuse_on_without_a_compiler_is_a_one_line_config_error(monkeypatch):
 def test_unknown_fuse_mode_is_rejected_by_the_train_config():
     with pytest.raises(ConfigError, match="--fuse must be one of auto, on, off"):
         TrainConfig(fuse="always", max_updates=1)
+
+
+@needs_compiler
+def test_fused_training_step_launches_a_fraction_of_the_eager_ops():
+    """DESIGN.md 10: with fused step bodies a training step launches at most a quarter of the
+    eager step's ops (counted as benchmarks/launches.py counts them)."""
+    torch.manual_seed(0)
+    model = build_model("rnnsearch", dict(TINY["rnnsearch"], init="default")).float()
+    src, src_lens, tgt_in, tgt_out, _ = random_batch(src_lens=(7, 5, 6, 3), tgt_lens=(9, 4, 8, 6))
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        loss, _, _ = model.loss(src, src_lens, tgt_in, tgt_out)
+        loss.backward()
+
+    counts = {}
+    for fuse in (False, True):
+        model.fuse_steps = fuse
+        step()  # compiles (fused) before counting
+        counts[fuse] = count_launches(step)[0].total
+    assert counts[True] * 4 <= counts[False], counts
+    assert counts[True] > 20, counts  # the generated kernels are counted too
