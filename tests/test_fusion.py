@@ -76,3 +76,22 @@ def test_fused_training_step_launches_a_fraction_of_the_eager_ops():
         counts[fuse] = count_launches(step)[0].total
     assert counts[True] * 4 <= counts[False], counts
     assert counts[True] > 20, counts  # the generated kernels are counted too
+
+
+@needs_compiler
+def test_fused_beam_search_finds_the_eager_hypotheses():
+    """The whole decoding step compiled (Seq2Seq.step with fuse_steps, the deep output's body
+    inlined into it) finds the same hypotheses as the eager step."""
+    from nmtkit.decode.search import beam_search
+
+    torch.manual_seed(0)
+    model = build_model("rnnsearch", dict(TINY["rnnsearch"], init="default")).float().eval()
+    src, src_lens, _, _, _ = random_batch()
+    hyps = {}
+    for fuse in (False, True):
+        model.fuse_steps = fuse
+        with torch.no_grad():
+            hyps[fuse] = beam_search(model, src, src_lens, beam=3, max_len_a=1.0, max_len_b=4)
+    for a, b in zip(hyps[False], hyps[True]):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        assert a[0].score == pytest.approx(b[0].score, rel=1e-4, abs=1e-5)

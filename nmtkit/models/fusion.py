@@ -53,7 +53,7 @@ def resolve_fuse(mode: str, device: torch.device) -> bool:
 
 def step_fn(body: F, fuse: bool) -> F:
     """`body` itself, or (with `fuse`) its compiled version, built once per process."""
-    if not fuse:
+    if not fuse or torch.compiler.is_compiling():  # inside a compiled body: inline it
         return body
     compiled = _COMPILED.get(body)
     if compiled is None:
