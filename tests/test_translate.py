@@ -43,7 +43,8 @@ def _translator(ckpt, warn=None, **kw):
     kw.setdefault("beam", 3)
     kw.setdefault("max_len_a", 1.0)
     kw.setdefault("max_len_b", 3)
-    return Translator(TranslateConfig(models=(ckpt,) if isinstance(ckpt, str) else tuple(ckpt), **kw), warn=warn)
+    models = (ckpt,) if isinstance(ckpt, str) else tuple(ckpt)
+    return Translator(TranslateConfig(models=models, ensemble=len(models) > 1, **kw), warn=warn)
 
 
 def test_output_order_is_the_input_order_after_length_sorting(ckpt):
