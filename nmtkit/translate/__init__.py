@@ -27,11 +27,11 @@ from nmtkit.translate.alignment import (
 )
 from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, FORMATS, TranslateConfig
 from nmtkit.translate.files import check_files, read_lines, translate_files, translate_stream
-from nmtkit.translate.translator import Result, Translator, make_batches
+from nmtkit.translate.translator import Result, Translator
 from nmtkit.translate.writers import Writers, nbest_line, plot_attention
 
 __all__ = [
     "DEFAULT_MAX_SRC_LEN", "FORMATS", "Result", "TranslateConfig", "Translator", "Writers", "attention_table",
-    "check_files", "hard_alignment", "make_batches", "nbest_line", "plot_attention", "read_lines",
+    "check_files", "hard_alignment", "nbest_line", "plot_attention", "read_lines",
     "read_unk_dict", "replace_unks", "soft_alignment", "subword_words", "translate_files", "translate_stream",
 ]

@@ -34,26 +34,6 @@ class Result:
     texts: list[str] = field(default_factory=list)
 
 
-def make_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None) -> list[list[int]]:
-    """Indices grouped into batches of similar length, longest first.
-
-    A batch holds at most `batch_size` sentences and, with `max_tokens`, at most that many
-    padded source tokens (before beam expansion); a single longer sentence gets its own batch.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    cur: list[int] = []
-    for i in order:
-        width = lengths[cur[0]] if cur else lengths[i]
-        if cur and (len(cur) >= batch_size or (max_tokens is not None and (len(cur) + 1) * width > max_tokens)):
-            batches.append(cur)
-            cur = []
-        cur.append(i)
-    if cur:
-        batches.append(cur)
-    return batches
-
-
 def _pipeline_from_dict(d: Any, path: str):
     from nmtkit.text.pipeline import TextPipeline
 
@@ -154,14 +134,12 @@ class Translator:
         takes the config's (and the translator's need for attention)."""
         import torch
 
+        from nmtkit.data.batching import pad_rows
         from nmtkit.decode.search import beam_search
-        from nmtkit.text.vocab import PAD_ID
 
         ids = [self.src_vocab.encode(t) for t in src_token_lists]
         lens = torch.tensor([len(x) for x in ids], dtype=torch.long)
-        src = torch.full((len(ids), int(lens.max())), PAD_ID, dtype=torch.long)
-        for i, x in enumerate(ids):
-            src[i, : len(x)] = torch.tensor(x, dtype=torch.long)
+        src = torch.from_numpy(pad_rows(ids))
         c = self.config
         need_attention = self.need_attention if need_attention is None else need_attention
         with torch.inference_mode(), self.autocast:
@@ -209,8 +187,10 @@ class Translator:
             self.warn(f"--max-tokens {cap} is below the length of line {results[over[0]].index} "
                       f"({len(results[over[0]].src_tokens)} tokens): such lines are translated one per batch, "
                       "over the budget")
-        batches = make_batches([len(results[i].src_tokens) for i in todo], self.config.batch_size,
-                               self.config.max_tokens)
+        from nmtkit.data.batching import length_batches
+
+        batches = length_batches([len(results[i].src_tokens) for i in todo], self.config.batch_size,
+                                 self.config.max_tokens, longest_first=True)
         for batch in batches:
             idx = [todo[b] for b in batch]
             src = [results[i].src_tokens for i in idx]
