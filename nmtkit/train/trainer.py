@@ -35,8 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from nmtkit import __version__
-from nmtkit.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
+from nmtkit.checkpoint import make_checkpoint, save_checkpoint
 from nmtkit.data.batching import (
     BatchingConfig,
     collate,
@@ -273,27 +272,20 @@ class Trainer:
     # ---- checkpoints --------------------------------------------------------------------
     def checkpoint(self, with_optimizer: bool = True, rng_states: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """The dict saved to checkpoint_*.pt (primitives and tensors only)."""
-        ckpt: dict[str, Any] = {
-            "format_version": CHECKPOINT_FORMAT,
-            "nmtkit_version": __version__,
-            "arch": self.arch,
-            "model_config": self.model_config,
-            "model_state": self.model.state_dict(),
-            "pipeline": self.data.pipeline,
-            "src_lang": self.data.src_lang,
-            "tgt_lang": self.data.tgt_lang,
-            "src_vocab": self.data.src_vocab.to_list(),
-            "tgt_vocab": self.data.tgt_vocab.to_list(),
-            "train_config": self.cfg.to_dict(),
-            "data_manifest": self.data.manifest,
+        training: dict[str, Any] = {
             "trainer": {**asdict(self.state), "world_size": self.dist.world_size},
             "schedule_state": self.schedule.state_dict(),
             "rng": {"ranks": rng_states if rng_states is not None else [rng_state()]},
         }
         if with_optimizer:
-            ckpt["optimizer_state"] = self.optimizer.state_dict()
-            ckpt["scaler_state"] = self.scaler.state_dict() if self.scaler is not None else None
-        return ckpt
+            training["optimizer_state"] = self.optimizer.state_dict()
+            training["scaler_state"] = self.scaler.state_dict() if self.scaler is not None else None
+        return make_checkpoint(
+            arch=self.arch, model_config=self.model_config, model_state=self.model.state_dict(),
+            pipeline=self.data.pipeline, src_lang=self.data.src_lang, tgt_lang=self.data.tgt_lang,
+            src_vocab=self.data.src_vocab.to_list(), tgt_vocab=self.data.tgt_vocab.to_list(),
+            train_config=self.cfg.to_dict(), data_manifest=self.data.manifest, training=training,
+        )
 
     def _gather_rng(self) -> list[dict[str, Any]]:
         """Every rank's RNG states (on rank 0), so a resumed DDP run continues exactly."""

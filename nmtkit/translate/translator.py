@@ -45,26 +45,13 @@ def _pipeline_from_dict(d: Any, path: str):
         raise CheckpointError(f"cannot rebuild the text pipeline: {err}", path) from None
 
 
-def _max_len_from_ckpt(ckpt: dict) -> int | None:
-    """The longest training sentence the run allowed, if recorded (any of a few names)."""
-    for section in ("train_config", "pipeline"):
-        d = ckpt.get(section) or {}
-        if not isinstance(d, dict):
-            continue
-        for key in ("max_len", "max_src_len", "max_length", "max_tokens_per_sentence"):
-            v = d.get(key)
-            if isinstance(v, int) and v > 0:
-                return v
-    return None
-
-
 class Translator:
     """Loaded checkpoint(s) + pipeline; translates lists of lines or a stream of lines."""
 
     def __init__(self, config: TranslateConfig, warn: Callable[[str], None] | None = None):
         import torch
 
-        from nmtkit.checkpoint import load_model
+        from nmtkit.checkpoint import load_model, trained_max_len
         from nmtkit.decode.ensemble import check_compatible
         from nmtkit.models.precision import FP16_ON_CPU, autocast
         from nmtkit.text.vocab import Vocab
@@ -92,7 +79,7 @@ class Translator:
         if config.max_src_len is not None:
             self.max_src_len = config.max_src_len
         else:
-            trained = _max_len_from_ckpt(first)
+            trained = trained_max_len(first)
             self.max_src_len = max(DEFAULT_MAX_SRC_LEN, 4 * trained) if trained else DEFAULT_MAX_SRC_LEN
         self.unk_dict = read_unk_dict(config.unk_dict) if config.unk_dict else None
         if config.plot_attention:
