@@ -72,7 +72,8 @@ def peak_memory(device) -> str:
 def run_one(ckpt: str, lines: list[str], beam: int, device: str, args, batch_size: int) -> dict:
     import torch
 
-    from nmtkit.translate import TranslateConfig, Translator, make_batches
+    from nmtkit.data.batching import length_batches
+    from nmtkit.translate import TranslateConfig, Translator
 
     cfg = TranslateConfig(models=(ckpt,), beam=beam, lenpen=1.0, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
                           batch_size=batch_size, device=device, precision=args.precision, max_src_len=args.max_src_len)
@@ -81,7 +82,7 @@ def run_one(ckpt: str, lines: list[str], beam: int, device: str, args, batch_siz
     toks = [tr.prepare(line, i) for i, line in enumerate(lines, 1)]
     prep = time.perf_counter() - t0
     idx = [i for i, t in enumerate(toks) if t]
-    batches = make_batches([len(toks[i]) for i in idx], batch_size, None)
+    batches = length_batches([len(toks[i]) for i in idx], batch_size, longest_first=True)
     if tr.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(tr.device)
         torch.cuda.synchronize()

@@ -8,9 +8,13 @@ A checkpoint is a dict of primitives and tensors only, loadable with `weights_on
   pipeline        dict, the text pipeline recorded by preprocess (see nmtkit.text.pipeline)
   src_lang, tgt_lang  str
   src_vocab, tgt_vocab  list[str]
-  train_config    dict
+  train_config    dict, nmtkit.train.config.TrainConfig as a dict; its "max_len" (int or None)
+                  is the longest training sentence, which translation reads (`trained_max_len`)
+  data_manifest   dict, the data directory's manifest.json (None where there was none)
   ...training state (optimizer, step, rng, data position, best score) as the trainer needs.
-Written atomically through nmtkit.outputs: temp file in the same directory, fsync, os.replace.
+`make_checkpoint` builds this dict (the trainer and the test fixtures alike) and
+`load_checkpoint` reads it back. Written atomically through nmtkit.outputs: temp file in the
+same directory, fsync, os.replace.
 """
 from __future__ import annotations
 
@@ -21,6 +25,47 @@ from nmtkit.errors import CheckpointError
 from nmtkit.outputs import OutputFile
 
 CHECKPOINT_FORMAT = 1
+
+
+def make_checkpoint(
+    *,
+    arch: str,
+    model_config: dict[str, Any],
+    model_state: dict[str, Any],
+    pipeline: dict[str, Any],
+    src_lang: str,
+    tgt_lang: str,
+    src_vocab: list[str],
+    tgt_vocab: list[str],
+    train_config: dict[str, Any],
+    data_manifest: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The checkpoint dict of the schema above; `training`: the trainer's own state (trainer,
+    schedule, rng, optimiser and grad-scaler states), appended as is."""
+    from nmtkit import __version__
+
+    return {
+        "format_version": CHECKPOINT_FORMAT,
+        "nmtkit_version": __version__,
+        "arch": arch,
+        "model_config": model_config,
+        "model_state": model_state,
+        "pipeline": pipeline,
+        "src_lang": src_lang,
+        "tgt_lang": tgt_lang,
+        "src_vocab": src_vocab,
+        "tgt_vocab": tgt_vocab,
+        "train_config": train_config,
+        "data_manifest": data_manifest,
+        **(training or {}),
+    }
+
+
+def trained_max_len(ckpt: dict[str, Any]) -> int | None:
+    """The longest training sentence the run allowed (train_config["max_len"]), None if unlimited."""
+    v = (ckpt.get("train_config") or {}).get("max_len")
+    return v if isinstance(v, int) and v > 0 else None
 
 
 class _WriteRecorder:

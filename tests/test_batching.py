@@ -9,6 +9,8 @@ from nmtkit.data.batching import (
     collate,
     epoch_batches,
     keep_pairs,
+    length_batches,
+    pad_rows,
     shard,
     trainable,
 )
@@ -125,3 +127,29 @@ def test_collate_adds_bos_eos_and_pads():
 def test_bad_batching_settings_are_config_errors(kwargs):
     with pytest.raises(ConfigError):
         BatchingConfig(**kwargs)
+
+
+def test_length_batches_sort_by_length_and_respect_both_caps():
+    lengths = [3, 10, 1, 7, 7, 2, 9, 4]
+    batches = [b.tolist() for b in length_batches(lengths, batch_size=3, max_tokens=20, longest_first=True)]
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    flat = [lengths[i] for b in batches for i in b]
+    assert flat == sorted(lengths, reverse=True)
+    for b in batches:
+        assert len(b) <= 3
+        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 20
+    assert [b.tolist() for b in length_batches([50], batch_size=4, max_tokens=10)] == [[0]]  # too long: alone
+
+
+def test_length_batches_shortest_first_keep_ties_in_order_and_take_only_the_given_indices():
+    lengths = np.array([3, 0, 2, 3, 2, 5])
+    batches = length_batches(lengths, batch_size=2, indices=np.array([0, 2, 3, 4, 5]))
+    assert [b.tolist() for b in batches] == [[2, 4], [0, 3], [5]]
+    budget = length_batches(lengths, batch_size=9, max_tokens=6, indices=np.array([0, 2, 3, 4, 5]))
+    assert [b.tolist() for b in budget] == [[2, 4], [0, 3], [5]]  # 3 x 2 fits, 3 x 3 does not
+
+
+def test_pad_rows_left_aligns_and_fills_with_pad():
+    out = pad_rows([[5, 6, 7], [], [8]], pad=0)
+    assert out.dtype == np.int64 and out.tolist() == [[5, 6, 7], [0, 0, 0], [8, 0, 0]]
+    assert pad_rows([[1]], pad=9, width=3).tolist() == [[1, 9, 9]]

@@ -266,12 +266,12 @@ def test_rnnsearch_recurrence_under_autocast_matches_fp32():
 
 @pytest.mark.parametrize("arch", IMPLEMENTED)
 def test_the_ddp_loss_module_forward_is_the_models_loss(arch):
-    """The DDP entry point: _LossModule(model)(src, lens, tgt_in, tgt_out) is model.loss(...)."""
-    from nmtkit.train.trainer import _LossModule
+    """The DDP entry point: LossModule(model)(src, lens, tgt_in, tgt_out) is model.loss(...)."""
+    from nmtkit.train.distributed import LossModule
 
     model = tiny_model(arch)
     src, src_lens, tgt_in, tgt_out, _ = random_batch()
-    a = _LossModule(model, label_smoothing=0.1, chunk_tokens=5)(src, src_lens, tgt_in, tgt_out)
+    a = LossModule(model, label_smoothing=0.1, chunk_tokens=5)(src, src_lens, tgt_in, tgt_out)
     b = model.loss(src, src_lens, tgt_in, tgt_out, label_smoothing=0.1)
     torch.testing.assert_close(a[0], b[0])
     assert a[2] == b[2]

@@ -14,7 +14,6 @@ from nmtkit.translate import (
     TranslateConfig,
     Translator,
     hard_alignment,
-    make_batches,
     nbest_line,
     read_unk_dict,
     replace_unks,
@@ -43,7 +42,8 @@ def _translator(ckpt, warn=None, **kw):
     kw.setdefault("beam", 3)
     kw.setdefault("max_len_a", 1.0)
     kw.setdefault("max_len_b", 3)
-    return Translator(TranslateConfig(models=(ckpt,) if isinstance(ckpt, str) else tuple(ckpt), **kw), warn=warn)
+    models = (ckpt,) if isinstance(ckpt, str) else tuple(ckpt)
+    return Translator(TranslateConfig(models=models, ensemble=len(models) > 1, **kw), warn=warn)
 
 
 def test_output_order_is_the_input_order_after_length_sorting(ckpt):
@@ -52,18 +52,6 @@ def test_output_order_is_the_input_order_after_length_sorting(ckpt):
     alone = [t.translate_lines([line])[0] for line in LINES]
     assert together == alone
     assert len(set(together)) > 2  # the sentences do get different translations
-
-
-def test_make_batches_sorts_by_length_and_respects_both_caps():
-    lengths = [3, 10, 1, 7, 7, 2, 9, 4]
-    batches = make_batches(lengths, batch_size=3, max_tokens=20)
-    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
-    flat = [lengths[i] for b in batches for i in b]
-    assert flat == sorted(lengths, reverse=True)
-    for b in batches:
-        assert len(b) <= 3
-        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 20
-    assert make_batches([50], batch_size=4, max_tokens=10) == [[0]]  # too long alone: own batch
 
 
 def test_empty_and_blank_lines_give_empty_outputs(ckpt):

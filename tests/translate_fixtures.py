@@ -24,9 +24,11 @@ def tiny_model(seed: int = 0, src_vocab: int | None = None, tgt_vocab: int | Non
 
 def make_checkpoint(path: Path, seed: int = 0, tgt_words: list[str] | None = None, pipeline=None,
                     src_words: list[str] | None = None, model=None, **extra) -> Path:
-    """Write a checkpoint in the trainer's format around a random tiny model."""
-    from nmtkit.checkpoint import save_checkpoint
+    """Write a checkpoint (nmtkit.checkpoint.make_checkpoint, as the trainer does) around a random
+    tiny model; `extra` overrides fields (e.g. a future format_version)."""
+    from nmtkit import checkpoint
     from nmtkit.text.pipeline import TextPipeline
+    from nmtkit.train.config import TrainConfig
 
     src_vocab = SPECIALS + list(src_words or SRC_WORDS)
     tgt_vocab = SPECIALS + list(tgt_words or TGT_WORDS)
@@ -35,9 +37,9 @@ def make_checkpoint(path: Path, seed: int = 0, tgt_words: list[str] | None = Non
         m = model
         cfg = dict(TINY, src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab))
     pipe = pipeline or TextPipeline(src_lang="en", tgt_lang="fr")
-    ckpt = dict(arch="rnnsearch", model_config=cfg, model_state=m.state_dict(), pipeline=pipe.to_dict(),
-                src_lang="en", tgt_lang="fr", src_vocab=src_vocab, tgt_vocab=tgt_vocab,
-                train_config={"max_len": 50})
+    ckpt = checkpoint.make_checkpoint(
+        arch="rnnsearch", model_config=cfg, model_state=m.state_dict(), pipeline=pipe.to_dict(), src_lang="en",
+        tgt_lang="fr", src_vocab=src_vocab, tgt_vocab=tgt_vocab, train_config=TrainConfig(max_len=50, max_updates=1).to_dict())
     ckpt.update(extra)
-    save_checkpoint(ckpt, path)
+    checkpoint.save_checkpoint(ckpt, path)
     return path

@@ -51,9 +51,15 @@ cli.add_command(score_cmd)
 cli.add_command(serve_cmd)
 
 
+class _StdoutGone(Exception):
+    """The reader of stdout went away (`nmtkit translate ... | head`). Not an OSError, so that
+    click (which turns EPIPE into status 1) lets it through to `main`, which exits with 0."""
+
+
 class _NamedStdout:
     """sys.stdout, but an OSError from writing it names "<stdout>" (a failed write names no
-    file), so that `> /dev/full` or a full disk behind `> FILE` reads as one clear line."""
+    file), so that `> /dev/full` or a full disk behind `> FILE` reads as one clear line; a
+    broken pipe becomes `_StdoutGone` (a broken pipe elsewhere stays an error)."""
 
     def __init__(self, stream):
         self._stream = stream
@@ -78,8 +84,10 @@ class _NamedStdout:
         return getattr(self._stream, name)
 
 
-def _as_stdout(err: OSError) -> OSError:
-    if err.filename is None and not isinstance(err, BrokenPipeError):
+def _as_stdout(err: OSError) -> Exception:
+    if isinstance(err, BrokenPipeError):
+        return _StdoutGone()
+    if err.filename is None:
         err.filename = "<stdout>"
     return err
 
@@ -128,12 +136,12 @@ def _run(argv: list[str] | None, debug: bool) -> None:
         sys.exit(err.exit_code)
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)
-    except BrokenPipeError:
-        # `nmtkit translate ... | head`: the reader went away; that is not an error.
-        try:
-            sys.stdout = None  # type: ignore[assignment]
-        finally:
-            sys.exit(0)
+    except _StdoutGone:
+        # `nmtkit translate ... | head`: the reader went away; that is not an error. Exit with
+        # status 0 (status 1 would fail `set -o pipefail` scripts), stdout pointed at /dev/null
+        # so that the interpreter's final flush has nothing to complain about.
+        _silence_stdout()
+        sys.exit(0)
     except OSError as err:
         if debug:
             raise

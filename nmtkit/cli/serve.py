@@ -53,11 +53,6 @@ def serve_cmd(models, ensemble, host, port, beam, lenpen, max_len_a, max_len_b, 
     """
     import asyncio
 
-    from nmtkit.errors import ConfigError
-
-    if len(models) > 1 and not ensemble:
-        raise ConfigError(f"{len(models)} -m checkpoints given: add --ensemble to average them")
-
     from nmtkit.serve.app import ServeConfig, serve
     from nmtkit.serve.limits import Limits
     from nmtkit.translate import TranslateConfig, Translator
@@ -68,7 +63,8 @@ def serve_cmd(models, ensemble, host, port, beam, lenpen, max_len_a, max_len_b, 
     config.validate()
     tcfg = TranslateConfig(models=tuple(models), beam=beam, lenpen=lenpen, max_len_a=max_len_a,
                            max_len_b=max_len_b, batch_size=batch_size, max_tokens=max_tokens,
-                           max_src_len=max_src_len, device=device, precision=precision, threads=threads)
+                           max_src_len=max_src_len, device=device, precision=precision, threads=threads,
+                           ensemble=ensemble)
     tcfg.validate()
 
     def say(msg: str) -> None:

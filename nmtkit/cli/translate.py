@@ -1,8 +1,6 @@
 """`nmtkit translate`: raw text in, translations out (library: nmtkit.translate)."""
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
 
 import click
@@ -78,34 +76,7 @@ def translate_cmd(models, ensemble, input_path, output_path, force, input_format
 
         nmtkit translate -m run/checkpoint_best.pt < test.en > test.hyp.fr
     """
-    from pathlib import Path
-
-    from nmtkit.errors import ConfigError, InputError
-    from nmtkit.outputs import OutputFile, check_output, check_output_dir
-
-    if len(models) > 1 and not ensemble:
-        raise ConfigError(f"{len(models)} -m checkpoints given: add --ensemble to average them")
-    if alignments and not alignments_file:
-        raise ConfigError("--alignments needs --alignments-file FILE")
-    if alignments_file and not alignments:
-        raise ConfigError("--alignments-file needs --alignments hard|soft")
-    if input_path and not Path(input_path).is_file():
-        raise InputError("input file not found", input_path)
-    # every output is checked before the models load and hours of decoding start
-    if output_path:
-        check_output(output_path, force, "-o output")
-    if alignments_file:
-        check_output(alignments_file, force, "--alignments-file")
-    if plot_attention:
-        check_output_dir(plot_attention, "--plot-attention folder")
-
-    from nmtkit.translate import (
-        TranslateConfig,
-        Translator,
-        Writers,
-        read_lines,
-        translate_stream,
-    )
+    from nmtkit.translate import TranslateConfig, translate_files
 
     stdin_tty = input_path is None and sys.stdin.isatty()
     if interactive or stdin_tty:
@@ -115,31 +86,13 @@ def translate_cmd(models, ensemble, input_path, output_path, force, input_format
         batch_size=batch_size, max_tokens=max_tokens, buffer_size=buffer_size, input_format=input_format,
         output_format=output_format, replace_unk=replace_unk, unk_dict=unk_dict, alignments=alignments,
         plot_attention=plot_attention, plot_limit=plot_limit, max_src_len=max_src_len, device=device,
-        precision=precision, threads=threads,
+        precision=precision, threads=threads, ensemble=ensemble,
     )
-    cfg.validate()
 
     def warn(msg: str) -> None:
         if not quiet:
             click.echo(f"nmtkit: warning: {msg}", err=True)
 
-    translator = Translator(cfg, warn=warn)
-    translator.source_name = input_path or "<stdin>"
-
-    try:
-        with contextlib.ExitStack() as stack:
-            out_file = stack.enter_context(OutputFile(output_path)) if output_path else None
-            align_file = stack.enter_context(OutputFile(alignments_file)) if alignments_file else None
-            writers = Writers(out_file.file if out_file else sys.stdout, align_file.file if align_file else None,
-                              cfg, flush_each=buffer_size == 1)
-            stream = stack.enter_context(open(input_path, "rb")) if input_path else sys.stdin.buffer
-            n = translate_stream(translator, read_lines(stream, translator.source_name), writers, buffer_size)
-    except BrokenPipeError:
-        # `... | head`: the reader went away, which is not an error. Point stdout at /dev/null
-        # so that the interpreter's final flush does not complain, and exit with status 0
-        # (click would turn EPIPE into status 1, which fails `set -o pipefail` scripts).
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        raise SystemExit(0) from None
+    n = translate_files(cfg, input_path, output_path, alignments_file, force, warn)
     if not quiet and not stdin_tty:
         click.echo(f"nmtkit: translated {n} lines", err=True)

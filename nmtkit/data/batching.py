@@ -13,15 +13,18 @@ recomputes it and skips the minibatches already done, and every distributed rank
 same plan and takes its own slice of each minibatch (`shard`), so ranks take the same number
 of steps and never need to talk about the data.
 
-This module imports numpy only (no torch).
+Padding (`pad_rows`, `collate`) and evaluation batches (`length_batches`) are written here
+once, for training, validation and translation. This module imports numpy only (no torch).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
 from nmtkit.errors import ConfigError
+from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 @dataclass(frozen=True)
@@ -150,35 +153,75 @@ def trainable(batch: np.ndarray, world_size: int) -> bool:
     return len(batch) >= world_size
 
 
+def length_batches(
+    lengths: Sequence[int] | np.ndarray,
+    batch_size: int,
+    max_tokens: int | None = None,
+    indices: np.ndarray | None = None,
+    longest_first: bool = False,
+) -> list[np.ndarray]:
+    """Sentence indices in batches of similar length, for decoding and evaluation (no shuffling).
+
+    The `indices` (default: all) are sorted by length (stable: ties keep their order), shortest
+    first or `longest_first`, and cut into batches of at most `batch_size` sentences and, with
+    `max_tokens`, at most that many padded tokens (sentences x the longest one); a single
+    longer sentence gets a batch of its own.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if indices is None:
+        indices = np.arange(len(lengths), dtype=np.int64)
+    keys = lengths[indices]
+    order = indices[np.argsort(-keys if longest_first else keys, kind="stable")]
+    if max_tokens is None:
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    batches: list[np.ndarray] = []
+    start, longest = 0, 0
+    for k, i in enumerate(order):
+        n = k - start  # sentences already in the batch
+        width = max(longest, int(lengths[i]))
+        if n and (n >= batch_size or (n + 1) * width > max_tokens):
+            batches.append(order[start:k])
+            start, width = k, int(lengths[i])
+        longest = width
+    if start < len(order):
+        batches.append(order[start:])
+    return batches
+
+
+def pad_rows(rows: Sequence[Sequence[int] | np.ndarray], pad: int = PAD_ID, width: int | None = None) -> np.ndarray:
+    """(B, width) int64: the rows left-aligned, filled with `pad` (width: the longest row)."""
+    if width is None:
+        width = max((len(r) for r in rows), default=0)
+    out = np.full((len(rows), width), pad, dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
 def collate(
     src_ids: np.ndarray,
     src_offsets: np.ndarray,
     tgt_ids: np.ndarray,
     tgt_offsets: np.ndarray,
     batch: np.ndarray,
-    bos: int = 2,
-    eos: int = 3,
-    pad: int = 0,
+    bos: int = BOS_ID,
+    eos: int = EOS_ID,
+    pad: int = PAD_ID,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Padded arrays for one minibatch of pair indices.
 
     Returns (src (B, S) int64, src_lens (B,) int64, tgt_in (B, T+1) = [BOS] + y,
-    tgt_out (B, T+1) = y + [EOS]), padded with `pad`. Sources carry no BOS/EOS.
+    tgt_out (B, T+1) = y + [EOS]), padded with `pad` (`pad_rows`). Sources carry no BOS/EOS.
     """
     b = len(batch)
     s0, s1 = src_offsets[batch], src_offsets[batch + 1]
     t0, t1 = tgt_offsets[batch], tgt_offsets[batch + 1]
     src_lens = (s1 - s0).astype(np.int64)
     tgt_lens = (t1 - t0).astype(np.int64)
-    src = np.full((b, int(src_lens.max(initial=0))), pad, dtype=np.int64)
-    tgt_in = np.full((b, int(tgt_lens.max(initial=0)) + 1), pad, dtype=np.int64)
-    tgt_out = np.full_like(tgt_in, pad)
-    for i in range(b):
-        n, m = int(src_lens[i]), int(tgt_lens[i])
-        src[i, :n] = src_ids[s0[i] : s1[i]]
-        y = tgt_ids[t0[i] : t1[i]]
-        tgt_in[i, 0] = bos
-        tgt_in[i, 1 : m + 1] = y
-        tgt_out[i, :m] = y
-        tgt_out[i, m] = eos
+    src = pad_rows([src_ids[s0[i] : s1[i]] for i in range(b)], pad, int(src_lens.max(initial=0)))
+    y = pad_rows([tgt_ids[t0[i] : t1[i]] for i in range(b)], pad, int(tgt_lens.max(initial=0)))
+    column = np.full((b, 1), pad, dtype=np.int64)
+    tgt_in = np.concatenate([column + (bos - pad), y], axis=1)
+    tgt_out = np.concatenate([y, column], axis=1)
+    tgt_out[np.arange(b), tgt_lens] = eos
     return src, src_lens, tgt_in, tgt_out

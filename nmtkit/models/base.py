@@ -131,7 +131,7 @@ class Seq2Seq(nn.Module):
         """Teacher forcing: log-probabilities (B, T, V) in float32 (or float64).
 
         Training does not come through here but through `loss` (under DistributedDataParallel,
-        wrapped as the forward of `nmtkit.train.trainer._LossModule`).
+        wrapped as the forward of `nmtkit.train.distributed.LossModule`).
         """
         feats, _ = self.decode_features(self.encode(src, src_lens), tgt_in)
         return _log_softmax(self.output_layer(feats))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from nmtkit.errors import ConfigError
 
@@ -80,3 +81,16 @@ def any_flag(flag: bool, info: DistInfo, device: torch.device) -> bool:
     t = torch.tensor([1.0 if flag else 0.0], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item() > 0)
+
+
+class LossModule(nn.Module):
+    """Makes `model.loss` the forward of a module, so DistributedDataParallel syncs its gradients."""
+
+    def __init__(self, model: nn.Module, label_smoothing: float, chunk_tokens: int):
+        super().__init__()
+        self.model = model
+        self.label_smoothing = label_smoothing
+        self.chunk_tokens = chunk_tokens
+
+    def forward(self, src, src_lens, tgt_in, tgt_out):  # noqa: D401 - see Seq2Seq.loss
+        return self.model.loss(src, src_lens, tgt_in, tgt_out, self.label_smoothing, self.chunk_tokens)

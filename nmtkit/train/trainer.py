@@ -25,9 +25,8 @@ import logging
 import math
 import random
 import signal
-import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
@@ -35,8 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from nmtkit import __version__
-from nmtkit.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
+from nmtkit.checkpoint import make_checkpoint, save_checkpoint
 from nmtkit.data.batching import (
     BatchingConfig,
     collate,
@@ -51,10 +49,14 @@ from nmtkit.errors import ConfigError, InputError, TrainingError
 from nmtkit.models.fusion import resolve_fuse
 from nmtkit.models.precision import FP16_ON_CPU, autocast, resolve_precision
 from nmtkit.train import distributed as ddp
+from nmtkit.train.accumulate import Accumulators
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.data import DataDir
 from nmtkit.train.metrics import MetricsLog, setup_file_log
 from nmtkit.train.optim import LRSchedule, build_optimizer
+from nmtkit.train.rng import gather_rng_states, restore_rng, rng_state
+from nmtkit.train.state import Callbacks, TrainResult, TrainState
+from nmtkit.train.stopping import StopSignals, stop_reason
 from nmtkit.train.validate import dev_bleu, dev_loss, perplexity
 
 log = logging.getLogger("nmtkit.train")
@@ -63,86 +65,6 @@ LAST = "checkpoint_last.pt"
 BEST = "checkpoint_best.pt"
 MAX_CONSECUTIVE_SKIPS = 50  # --on-nan skip gives up when the model itself has gone bad
 DDP_SYNC_EVERY = 10  # updates between the collective checks of stop signals / time in DDP
-
-
-class Callbacks:
-    """What the trainer tells its caller (the CLI draws a progress display from these)."""
-
-    def on_start(self, info: dict[str, Any]) -> None: ...
-
-    def on_update(self, update: int, epoch: int) -> None: ...
-
-    def on_log(self, rec: dict[str, Any]) -> None: ...
-
-    def on_validation(self, rec: dict[str, Any]) -> None: ...
-
-    def on_message(self, msg: str) -> None: ...
-
-
-@dataclass
-class TrainState:
-    """Where the run is; saved in every checkpoint under "trainer"."""
-
-    update: int = 0
-    epoch: int = 1
-    batch_in_epoch: int = 0  # index of the next minibatch in the epoch's plan
-    best_score: float | None = None
-    best_update: int | None = None
-    bad_validations: int = 0
-    last_valid_update: int | None = None
-    elapsed: float = 0.0  # training seconds over all sessions of the run
-    skipped_batches: int = 0
-
-
-@dataclass
-class TrainResult:
-    reason: str  # max-updates | max-epochs | max-time | patience | SIGINT | SIGTERM
-    update: int
-    epoch: int
-    best_score: float | None
-    best_update: int | None
-    last_valid: dict[str, Any] | None
-
-    @property
-    def interrupted(self) -> bool:
-        return self.reason in ("SIGINT", "SIGTERM")
-
-
-class _LossModule(nn.Module):
-    """Makes `model.loss` the forward of a module, so DistributedDataParallel syncs its gradients."""
-
-    def __init__(self, model: nn.Module, label_smoothing: float, chunk_tokens: int):
-        super().__init__()
-        self.model = model
-        self.label_smoothing = label_smoothing
-        self.chunk_tokens = chunk_tokens
-
-    def forward(self, src, src_lens, tgt_in, tgt_out):  # noqa: D401 - see Seq2Seq.loss
-        return self.model.loss(src, src_lens, tgt_in, tgt_out, self.label_smoothing, self.chunk_tokens)
-
-
-def rng_state() -> dict[str, Any]:
-    """Every RNG the run uses, as weights_only-safe primitives and tensors."""
-    version, state, gauss = random.getstate()
-    np_state = np.random.get_state()
-    out: dict[str, Any] = {
-        "python": [version, list(state), gauss],
-        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        out["cuda"] = torch.cuda.get_rng_state_all()
-    return out
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    version, values, gauss = state["python"]
-    random.setstate((version, tuple(values), gauss))
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 class Trainer:
@@ -166,8 +88,6 @@ class Trainer:
         dist_info: ddp.DistInfo | None = None,
         loss_hook: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
     ):
-        from nmtkit.models import build_model
-
         self.cfg = cfg
         self.data = data
         self.run_dir = Path(run_dir)
@@ -177,8 +97,16 @@ class Trainer:
         self.dist = dist_info or ddp.DistInfo()
         self.loss_hook = loss_hook
         self.state = TrainState()
-        self._signal: int | None = None
+        self.signals = StopSignals(self.cb.on_message)
+        self._setup_device()
+        self._setup_data()
+        self._setup_model(resume)
+        self._setup_run_dir(resume is not None)
 
+    # ---- setup --------------------------------------------------------------------------
+    def _setup_device(self) -> None:
+        """Device, precision ("auto" resolved), CPU threads, the process group."""
+        cfg = self.cfg
         self.device = resolve_device(cfg.device, self.dist.local_rank)
         self.precision = resolve_precision(self.device.type, cfg.precision)  # "auto" resolved
         if self.precision == "fp16" and self.device.type != "cuda" and self.dist.is_main:
@@ -188,7 +116,9 @@ class Trainer:
         torch.set_num_threads(cfg.threads or threads_per_process(self.dist.local_world_size))
         ddp.init(self.dist, self.device)
 
-        # data
+    def _setup_data(self) -> None:
+        """The training pairs kept (--max-len), the batching, the dev split and its references."""
+        cfg, data = self.cfg, self.data
         self.train_data = data.split("train")
         self.keep = keep_pairs(self.train_data.src.lengths, self.train_data.tgt.lengths, cfg.max_len)
         if len(self.keep) == 0:
@@ -210,21 +140,18 @@ class Trainer:
         if self.valid_data is None:
             raise InputError("no 'valid' split in the data directory (validation needs a dev set)", str(data.path))
         self.bleu_enabled = cfg.valid_bleu_samples > 0
-        if self.bleu_enabled:
-            try:
-                import nmtkit.decode.search  # noqa: F401
-            except ImportError as err:
-                if cfg.best_metric == "bleu":
-                    raise ConfigError(f"--best-metric bleu needs decoding, which is unavailable: {err}") from None
-                log.warning("dev BLEU disabled: decoding unavailable (%s)", err)
-                self.bleu_enabled = False
         self._raw_refs = data.raw_references("valid") if self.bleu_enabled else None
 
-        # model, optimiser, schedule (same initial weights on every rank: seeded identically)
+    def _setup_model(self, resume: dict[str, Any] | None) -> None:
+        """Model, optimiser, schedule, grad scaler (same initial weights on every rank: seeded
+        identically), the resumed state, and the loss module DDP wraps."""
+        from nmtkit.models import build_model
+
+        cfg = self.cfg
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         np.random.seed(cfg.seed % 2**32)
-        self.model = build_model(arch, self.model_config).to(self.device)
+        self.model = build_model(self.arch, self.model_config).to(self.device)
         self.model.fuse_steps = resolve_fuse(cfg.fuse, self.device)
         self.optimizer = build_optimizer(self.model.parameters(), cfg)
         self.schedule = LRSchedule(self.optimizer, cfg)
@@ -234,7 +161,7 @@ class Trainer:
             self._load_resume(resume)
         elif self.dist.rank > 0:
             torch.manual_seed(cfg.seed + 7919 * self.dist.rank)  # own dropout masks per rank
-        self.loss_module: nn.Module = _LossModule(self.model, cfg.label_smoothing, cfg.loss_chunk_tokens)
+        self.loss_module: nn.Module = ddp.LossModule(self.model, cfg.label_smoothing, cfg.loss_chunk_tokens)
         if self.dist.enabled:
             from torch.nn.parallel import DistributedDataParallel
 
@@ -242,14 +169,16 @@ class Trainer:
             self.loss_module = DistributedDataParallel(self.loss_module, device_ids=ids)
         self._params = [p for p in self.model.parameters() if p.requires_grad]
 
+    def _setup_run_dir(self, resumed: bool) -> None:
+        """Rank 0: the run directory (stale temp files of a killed write removed), metrics, log."""
         self.metrics: MetricsLog | None = None
         self._log_handler: logging.Handler | None = None
         if self.dist.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             for stale in self.run_dir.glob("checkpoint_*.pt.*.tmp"):  # a write cut by SIGKILL
                 stale.unlink(missing_ok=True)
-            self.metrics = MetricsLog(self.run_dir, self.state.update if resume is not None else None,
-                                      tensorboard=cfg.tensorboard)
+            self.metrics = MetricsLog(self.run_dir, self.state.update if resumed else None,
+                                      tensorboard=self.cfg.tensorboard)
             self._log_handler = setup_file_log(self.run_dir)
 
     # ---- resume -------------------------------------------------------------------------
@@ -262,53 +191,28 @@ class Trainer:
         tr = dict(ckpt["trainer"])
         tr.pop("world_size", None)
         self.state = TrainState(**tr)
-        rng = ckpt.get("rng") or {}
-        per_rank = rng.get("ranks") or []
-        if self.dist.rank < len(per_rank):
-            set_rng_state(per_rank[self.dist.rank])
-        elif per_rank:  # more ranks than when saved: derive a state for the new ones
-            set_rng_state(per_rank[0])
-            torch.manual_seed(self.cfg.seed + 7919 * self.dist.rank + self.state.update)
+        restore_rng(ckpt.get("rng") or {}, self.dist.rank, self.cfg.seed, self.state.update)
 
     # ---- checkpoints --------------------------------------------------------------------
     def checkpoint(self, with_optimizer: bool = True, rng_states: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """The dict saved to checkpoint_*.pt (primitives and tensors only)."""
-        ckpt: dict[str, Any] = {
-            "format_version": CHECKPOINT_FORMAT,
-            "nmtkit_version": __version__,
-            "arch": self.arch,
-            "model_config": self.model_config,
-            "model_state": self.model.state_dict(),
-            "pipeline": self.data.pipeline,
-            "src_lang": self.data.src_lang,
-            "tgt_lang": self.data.tgt_lang,
-            "src_vocab": self.data.src_vocab.to_list(),
-            "tgt_vocab": self.data.tgt_vocab.to_list(),
-            "train_config": self.cfg.to_dict(),
-            "data_manifest": self.data.manifest,
+        training: dict[str, Any] = {
             "trainer": {**asdict(self.state), "world_size": self.dist.world_size},
             "schedule_state": self.schedule.state_dict(),
             "rng": {"ranks": rng_states if rng_states is not None else [rng_state()]},
         }
         if with_optimizer:
-            ckpt["optimizer_state"] = self.optimizer.state_dict()
-            ckpt["scaler_state"] = self.scaler.state_dict() if self.scaler is not None else None
-        return ckpt
-
-    def _gather_rng(self) -> list[dict[str, Any]]:
-        """Every rank's RNG states (on rank 0), so a resumed DDP run continues exactly."""
-        mine = rng_state()
-        if not self.dist.enabled:
-            return [mine]
-        import torch.distributed as dist
-
-        mine = {k: v for k, v in mine.items() if k != "cuda"}  # cuda state is per device; keep rank 0's
-        gathered: list[Any] = [None] * self.dist.world_size
-        dist.all_gather_object(gathered, mine)
-        return gathered
+            training["optimizer_state"] = self.optimizer.state_dict()
+            training["scaler_state"] = self.scaler.state_dict() if self.scaler is not None else None
+        return make_checkpoint(
+            arch=self.arch, model_config=self.model_config, model_state=self.model.state_dict(),
+            pipeline=self.data.pipeline, src_lang=self.data.src_lang, tgt_lang=self.data.tgt_lang,
+            src_vocab=self.data.src_vocab.to_list(), tgt_vocab=self.data.tgt_vocab.to_list(),
+            train_config=self.cfg.to_dict(), data_manifest=self.data.manifest, training=training,
+        )
 
     def save_last(self) -> None:
-        rng = self._gather_rng()  # collective: every rank calls it
+        rng = gather_rng_states(self.dist)  # collective: every rank calls it
         if self.dist.is_main:
             save_checkpoint(self.checkpoint(True, rng), self.run_dir / LAST)
             log.info("saved %s at update %d", LAST, self.state.update)
@@ -326,17 +230,9 @@ class Trainer:
             self._plan_epoch = epoch
         return self._plan
 
-    # ---- signals ------------------------------------------------------------------------
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        if self._signal is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C aborts at once (checkpoints stay intact)
-        self._signal = signum
-        self.cb.on_message(f"{signal.Signals(signum).name}: saving a checkpoint after this update "
-                           "(Ctrl-C again to abort at once)")
-
     def request_stop(self, signum: int = signal.SIGINT) -> None:
         """Stop after the current update as if `signum` had arrived (for embedding and tests)."""
-        self._signal = signum
+        self.signals.received = signum
 
     # ---- one update ---------------------------------------------------------------------
     def _step(self, batch: np.ndarray) -> bool:
@@ -378,13 +274,7 @@ class Trainer:
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self._acc_obj += loss_sum.detach().float()
-        self._acc_nll += nll_sum.detach().float()
-        self._acc_gnorm += gnorm.detach().float()
-        self._acc_tokens_local += int(self._tgt_lens[local].sum()) + len(local)
-        self._acc_tokens_global += n_tgt
-        self._acc_sents += len(batch)
-        self._acc_updates += 1
+        self.acc.add(loss_sum, nll_sum, gnorm, int(self._tgt_lens[local].sum()) + len(local), n_tgt, len(batch))
         self._lr = lr
         return True
 
@@ -405,36 +295,25 @@ class Trainer:
                                 "with a lower --lr")
 
     def _reset_acc(self) -> None:
-        z = torch.zeros((), device=self.device)
-        self._acc_obj, self._acc_nll, self._acc_gnorm = z.clone(), z.clone(), z.clone()
-        self._acc_tokens_local = 0
-        self._acc_tokens_global = 0
-        self._acc_sents = 0
-        self._acc_updates = 0
-        self._acc_start = time.perf_counter()
+        self.acc = Accumulators(self.device)
 
     def _log_interval(self) -> None:
         """Read the accumulated statistics (the only host reads of losses) and write a record."""
-        if self._acc_updates == 0:
+        acc = self.acc
+        if acc.updates == 0:
             return
-        stats = torch.stack([self._acc_obj, self._acc_nll, self._acc_gnorm,
-                             torch.tensor(float(self._acc_tokens_local), device=self.device)]).double()
-        if self.dist.enabled:
-            import torch.distributed as dist
-
-            dist.all_reduce(stats)
-        obj, nll, gnorm_sum, tokens = stats.tolist()
-        seconds = max(1e-9, time.perf_counter() - self._acc_start)
+        obj, nll, gnorm_sum, tokens = acc.read(self.dist)
+        seconds = max(1e-9, time.perf_counter() - acc.start)
         loss = nll / max(1.0, tokens)
         rec = {
             "kind": "train", "update": self.state.update, "epoch": self.state.epoch,
             "loss": loss, "ppl": perplexity(loss), "objective": obj / max(1.0, tokens),
-            "grad_norm": gnorm_sum / self._acc_updates / (self.dist.world_size if self.dist.enabled else 1),
-            "lr": self._lr, "tgt_tokens_per_s": self._acc_tokens_global / seconds,
-            "sents_per_s": self._acc_sents / seconds, "updates_per_s": self._acc_updates / seconds,
+            "grad_norm": gnorm_sum / acc.updates / (self.dist.world_size if self.dist.enabled else 1),
+            "lr": self._lr, "tgt_tokens_per_s": acc.tokens_global / seconds,
+            "sents_per_s": acc.sents / seconds, "updates_per_s": acc.updates / seconds,
             "elapsed": self._elapsed(), "skipped": self.state.skipped_batches,
         }
-        self._reset_acc()
+        acc.reset()
         if self.dist.is_main:
             assert self.metrics is not None
             self.metrics.write(rec)
@@ -461,15 +340,7 @@ class Trainer:
         loss, bleu = ddp.broadcast_floats([loss, bleu], self.dist, self.device)
         st = self.state
         score = bleu if cfg.best_metric == "bleu" else loss
-        improved = math.isfinite(score) and (
-            st.best_score is None or (score > st.best_score if cfg.best_metric == "bleu" else score < st.best_score))
-        st.last_valid_update = st.update
-        if improved:
-            st.best_score, st.best_update = score, st.update
-            if not final:
-                st.bad_validations = 0
-        elif not final:
-            st.bad_validations += 1
+        improved = st.record_validation(score, cfg.best_metric == "bleu", final)
         if not final and self.schedule.on_validation(score):
             msg = f"dev {cfg.best_metric} did not improve: learning rate decayed to {self.schedule.lr_at(st.update):.3g}"
             log.info(msg)
@@ -496,28 +367,8 @@ class Trainer:
         return self.state.elapsed + (time.perf_counter() - self._session_start)
 
     def _stop_reason(self, check_collective: bool) -> str | None:
-        cfg, st = self.cfg, self.state
-        if cfg.max_updates is not None and st.update >= cfg.max_updates:
-            return "max-updates"
-        if cfg.patience is not None and st.bad_validations >= cfg.patience:
-            return "patience"
-        if not check_collective:
-            return None
-        sig = self._signal
-        timed_out = cfg.max_time is not None and self._elapsed() >= cfg.max_time
-        if self.dist.enabled:  # every rank must stop at the same update
-            code = (sig or 0) * 2 + (1 if timed_out else 0)
-            t = torch.tensor([float(code)], device=self.device)
-            import torch.distributed as dist
-
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            code = int(t.item())
-            sig, timed_out = (code // 2) or None, bool(code % 2)
-        if sig is not None:
-            return signal.Signals(sig).name
-        if timed_out:
-            return "max-time"
-        return None
+        return stop_reason(self.cfg, self.state, self.signals.received, self._elapsed(), self.dist, self.device,
+                           check_collective)
 
     def train(self) -> TrainResult:
         """Train until a stopping criterion; always leaves checkpoint_last.pt of the final state."""
@@ -537,7 +388,7 @@ class Trainer:
         log.info("training %s (%d parameters) on %s x%d: %d pairs (%d over --max-len %s dropped), "
                  "%d minibatches per epoch, from update %d", self.arch, sum(p.numel() for p in self._params),
                  self.device, self.dist.world_size, len(self.keep), self.dropped, cfg.max_len, plan_len, st.update)
-        handlers = self._install_signals()
+        handlers = self.signals.install()
         reason: str | None = None
         last_valid: dict[str, Any] | None = None
         try:
@@ -565,7 +416,7 @@ class Trainer:
                         last_valid = self.validate()
                     if st.update % cfg.save_every == 0:
                         self._save_progress()
-                    self._acc_start += time.perf_counter() - t0  # throughput counts training only
+                    self.acc.start += time.perf_counter() - t0  # throughput counts training only
                 collective = not self.dist.enabled or st.update % DDP_SYNC_EVERY == 0
                 reason = self._stop_reason(collective)
             self._log_interval()
@@ -574,7 +425,7 @@ class Trainer:
                 last_valid = self.validate(final=True)
             self._save_progress()
         finally:
-            self._restore_signals(handlers)
+            self.signals.restore(handlers)
         log.info("stopped (%s) at update %d, epoch %d; best dev %s %s at update %s", reason, st.update, st.epoch,
                  cfg.best_metric, st.best_score, st.best_update)
         return TrainResult(reason, st.update, st.epoch, st.best_score, st.best_update, last_valid)
@@ -596,16 +447,3 @@ class Trainer:
             self._log_handler.close()
             self._log_handler = None
         ddp.shutdown(self.dist)
-
-    def _install_signals(self) -> dict[int, Any]:
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        old = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            old[sig] = signal.signal(sig, self._on_signal)
-        return old
-
-    @staticmethod
-    def _restore_signals(old: dict[int, Any]) -> None:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)

@@ -16,17 +16,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from nmtkit.data.batching import collate
+from nmtkit.data.batching import collate, length_batches
 from nmtkit.data.binarized import ParallelData
 from nmtkit.models.precision import autocast
 from nmtkit.text.vocab import Vocab
 
 log = logging.getLogger(__name__)
-
-
-def _batches_by_length(lengths: np.ndarray, indices: np.ndarray, batch_size: int) -> list[np.ndarray]:
-    order = indices[np.argsort(lengths[indices], kind="stable")]
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
 def _to_device(arrays: Sequence[np.ndarray], device: torch.device) -> list[torch.Tensor]:
@@ -47,7 +42,7 @@ def dev_loss(
     total = torch.zeros((), dtype=torch.float64, device=device)
     n_tokens = 0
     try:
-        for batch in _batches_by_length(data.src.lengths, ok, batch_size):
+        for batch in length_batches(data.src.lengths, batch_size, indices=ok):
             src, src_lens, tgt_in, tgt_out = _to_device(collate(*arrays, batch), device)
             with autocast(device.type, precision):
                 _, nll_sum, n = model.loss(src, src_lens, tgt_in, tgt_out, 0.0, chunk_tokens)
@@ -87,7 +82,7 @@ def dev_translations(
               np.asarray(data.tgt.offsets))
     ok = idx[data.src.lengths[:n] > 0]
     try:
-        for batch in _batches_by_length(data.src.lengths, ok, batch_size):
+        for batch in length_batches(data.src.lengths, batch_size, indices=ok):
             src, src_lens, _, _ = collate(*arrays, batch)
             src_t, lens_t = _to_device((src, src_lens), device)
             with autocast(device.type, precision):

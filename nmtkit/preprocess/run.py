@@ -1,0 +1,299 @@
+"""`preprocess`: the phases of `nmtkit preprocess` in order (see the package docstring): input
+checks, pass 1 over train, learning, encoding of every split, the manifest, installation."""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from nmtkit import __version__
+from nmtkit.data.binarized import SplitWriter
+from nmtkit.errors import InputError, OutputError, OutputExistsError
+from nmtkit.outputs import clean_stale_temp_dirs, make_temp_dir
+from nmtkit.preprocess.config import PreprocessConfig
+from nmtkit.preprocess.learn import SIDES, learn, word_ids
+from nmtkit.preprocess.workers import (
+    STATE,
+    encode_chunk,
+    encode_ranges,
+    init_worker,
+    pair_chunks,
+    tokenize_clean_chunk,
+)
+from nmtkit.text.clean import DROP_REASONS, PairDeduper
+from nmtkit.text.io import check_parallel
+from nmtkit.text.parallel import parallel_map
+from nmtkit.text.pipeline import TextPipeline
+from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo
+from nmtkit.text.truecase import new_casing, truecase_weights
+from nmtkit.text.vocab import Vocab
+
+log = logging.getLogger("nmtkit.preprocess")
+
+MANIFEST_VERSION = 1
+
+ProgressFn = Callable[[str, int, "int | None"], None]
+"""progress(stage, done, total): called with done=0 when a stage starts, then as it advances."""
+
+
+def _check_dest(dest: Path, force: bool) -> None:
+    if dest.exists():
+        if not dest.is_dir():
+            raise OutputExistsError("exists and is not a directory; choose another --dest", str(dest))
+        if any(dest.iterdir()) and not force:
+            raise OutputExistsError("already exists and is not empty; use --force to replace it", str(dest))
+
+
+def _install(tmp: Path, dest: Path, force: bool) -> None:
+    """Move the finished temp directory to `dest`, replacing an old one only now."""
+    _check_dest(dest, force)
+    if dest.exists():
+        old = Path(tempfile.mkdtemp(prefix=dest.name + ".old-", dir=dest.parent))
+        os.rmdir(old)
+        os.rename(dest, old)
+        os.rename(tmp, dest)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, dest)
+
+
+def _warm_up(p: TextPipeline, config: PreprocessConfig) -> None:
+    """Build sacremoses' tokenisers (and their regexes) once here, before workers fork, instead
+    of in every worker of every stage (about half a second each)."""
+    if config.input_format == "raw":
+        for side in ("src", "tgt"):
+            p.tokenize("Warm-up: it's 3.5 \"quoted\" (e.g. U.S.A.) -- l'homme « dit » !", side)
+    if config.truecase:
+        truecase_weights(["Warm", "up", "."])
+
+
+def _check_tokenized(config: PreprocessConfig, src: str, tgt: str) -> None:
+    """--input-format tok: the files must have been tokenised with this command's settings,
+    which the manifest records and translate replays on raw text (see nmtkit.text.tokenize)."""
+    p = TextPipeline(config.src_lang, config.tgt_lang, normalize_punct=config.normalize_punct,
+                     aggressive_dash_splits=config.aggressive_dash_splits, lowercase=config.lowercase)
+    for path, lang in ((src, config.src_lang), (tgt, config.tgt_lang)):
+        if not check_tokinfo(path, lang, p):
+            log.warning("%s: no %s beside it, so its tokeniser settings cannot be checked; they must be this "
+                        "command's (translate replays them)", path, TOKINFO_SUFFIX)
+
+
+def _check_inputs(config: PreprocessConfig, report: ProgressFn) -> tuple[dict[str, str], dict[str, int]]:
+    """Every input checked first (existence, equal line counts; cheap, one pass of bytes):
+    ({file: sha256}, {split: lines})."""
+    inputs: dict[str, str] = {}
+    line_counts: dict[str, int] = {}
+    splits = config.splits()
+    report("check inputs", 0, len(splits))
+    for k, (name, prefix) in enumerate(splits, 1):
+        src, tgt = config.files(prefix)
+        n, h_src, h_tgt = check_parallel(src, tgt)
+        if n == 0:
+            raise InputError(f"the {name} split is empty", src)
+        if config.input_format == "tok":
+            _check_tokenized(config, src, tgt)
+        inputs[src], inputs[tgt] = h_src, h_tgt
+        line_counts[name] = n
+        report("check inputs", k, len(splits))
+    return inputs, line_counts
+
+
+def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Run the whole preprocessing; returns the manifest (also written to DEST/manifest.json).
+
+    Raises NmtkitError subclasses for user mistakes; on any failure nothing is left at DEST
+    (an existing DEST is untouched) and the temp directory is removed.
+    """
+    config.validate()
+    report: ProgressFn = progress or (lambda stage, done, total: None)
+    dest = Path(config.dest)
+    _check_dest(dest, config.force)
+
+    inputs, line_counts = _check_inputs(config, report)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        for stale in clean_stale_temp_dirs(dest, log.warning):
+            log.warning("removed %s, left by an interrupted run", stale)
+        tmp = make_temp_dir(dest)
+    except OSError as err:
+        raise OutputError(f"cannot create the data directory here: {err.strerror}", str(dest)) from None
+    try:
+        work = tmp / "work"
+        work.mkdir()
+        manifest = _run(config, report, tmp, work, line_counts)
+        manifest["inputs"] = inputs
+        shutil.rmtree(work)
+        with open(tmp / "manifest.json", "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=1, ensure_ascii=False)
+            f.write("\n")
+        _install(tmp, dest, config.force)
+    except OSError as err:  # disk full, permissions...: a user-facing error, not a traceback
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OutputError(f"cannot write the data directory: {err.strerror or err}",
+                          err.filename or str(dest)) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        STATE.clear()  # with workers=1 the worker state lived in this process
+    return manifest
+
+
+
+@contextlib.contextmanager
+def _timed(stage: str, timings: dict[str, float], cpu: dict[str, float]) -> Iterator[None]:
+    """Wall and main-process CPU seconds of a stage, into `timings` and `cpu`."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    yield
+    timings[stage] = time.perf_counter() - t0
+    cpu[stage] = time.process_time() - c0
+
+
+@dataclass
+class _TrainPass:
+    """What pass 1 over the train split leaves: pairs kept and dropped, word counts, casing
+    evidence, the tokenised files and the byte ranges of their chunks (so that pass 2's workers
+    read their own lines instead of the main process reading and pickling them)."""
+
+    kept: int
+    drops: Counter
+    word_counts: dict[str, Counter]
+    casing: dict[str, Any] | None
+    tok_paths: dict[str, Path]
+    tok_ranges: list[tuple[int, int, int, int]]
+
+
+def _tokenize_train(config: PreprocessConfig, report: ProgressFn, base: TextPipeline, n_train: int,
+                    work: Path) -> _TrainPass:
+    """Pass 1 over train: tokenise + clean + count, in parallel; writes work/train.tok.{src,tgt}."""
+    stage = "tokenise + clean train"
+    report(stage, 0, n_train)
+    res_all = _TrainPass(0, Counter({r: 0 for r in DROP_REASONS}), {"src": Counter(), "tgt": Counter()},
+                         {"src": new_casing(), "tgt": new_casing()} if config.truecase else None,
+                         {side: work / f"train.tok.{side}" for side in SIDES}, [])
+    read = [0]
+    state = {"pipeline": base.to_dict(), "input_format": config.input_format, "max_len": config.max_len,
+             "max_ratio": config.max_ratio, "truecase": config.truecase}
+    pos = [0, 0]
+    train_src, train_tgt = config.files(config.train)
+    with open(res_all.tok_paths["src"], "wb") as fs, open(res_all.tok_paths["tgt"], "wb") as ft:
+        chunks = pair_chunks(train_src, train_tgt, config.chunk_size, read,
+                             PairDeduper() if config.dedup else None, res_all.drops)
+        for res in parallel_map(tokenize_clean_chunk, chunks, config.workers, chunk_size=1,
+                                initializer=init_worker, initargs=(state,)):
+            if res["kept"]:
+                bs, bt = (res["src"] + "\n").encode("utf-8"), (res["tgt"] + "\n").encode("utf-8")
+                fs.write(bs)
+                ft.write(bt)
+                res_all.tok_ranges.append((pos[0], pos[0] + len(bs), pos[1], pos[1] + len(bt)))
+                pos[0] += len(bs)
+                pos[1] += len(bt)
+            res_all.kept += res["kept"]
+            res_all.drops.update(res["drops"])
+            for side in SIDES:
+                res_all.word_counts[side].update(res["counts"][side])
+                if res_all.casing is not None:
+                    for lower, forms in res["casing"][side].items():
+                        res_all.casing[side][lower].update(forms)
+            report(stage, read[0], n_train)
+    return res_all
+
+
+def _encode_split(config: PreprocessConfig, report: ProgressFn, name: str, prefix: str, state: dict[str, Any],
+                  train: _TrainPass, n_lines: int, out: Path, work: Path) -> dict[str, Any]:
+    """One split -> ids: {split}.{lang}.ids/offsets.npy in `out`; returns its manifest record.
+    Train is read from pass 1's tokenised files (workers read their own byte ranges)."""
+    langs = {"src": config.src_lang, "tgt": config.tgt_lang}
+    if name == "train":
+        src, tgt, fmt, total = str(train.tok_paths["src"]), str(train.tok_paths["tgt"]), "tok", train.kept
+        ranges = train.tok_ranges
+        group = max(1, 4 * config.chunk_size // max(1, train.kept // max(1, len(ranges))))
+        func, tasks = encode_ranges, ((src, tgt, ranges[i:i + group]) for i in range(0, len(ranges), group))
+    else:
+        (src, tgt), fmt, total = config.files(prefix), config.input_format, n_lines
+        func, tasks = encode_chunk, pair_chunks(src, tgt, config.chunk_size, [0])
+    stage = f"encode + binarise {name}"
+    report(stage, 0, total)
+    writers = {side: SplitWriter(out, work, name, langs[side]) for side in SIDES}
+    words = {"src": 0, "tgt": 0}
+    unk = {"src": 0, "tgt": 0}
+    done = 0
+    for res in parallel_map(func, tasks, config.workers, chunk_size=1,
+                            initializer=init_worker, initargs=({**state, "input_format": fmt},)):
+        for side in SIDES:
+            r = res[side]
+            writers[side].add(r["ids"], r["lens"])
+            words[side] += r["words"]
+            unk[side] += r["unk"]
+        done += res["n_in"]
+        report(stage, done, total)
+    for w in writers.values():
+        w.close()
+    n_tok = {side: writers[side].n_tokens for side in SIDES}
+    return {
+        "prefix": prefix,
+        "lines_in": n_lines,
+        "lines": writers["src"].n_lines,
+        "src_tokens": n_tok["src"],
+        "tgt_tokens": n_tok["tgt"],
+        "src_words": words["src"],
+        "tgt_words": words["tgt"],
+        "unk_tokens": dict(unk),
+        "unk_rate": {side: (unk[side] / n_tok[side] if n_tok[side] else 0.0) for side in SIDES},
+        "dropped": {r: train.drops[r] for r in DROP_REASONS} if name == "train" else {},
+    }
+
+
+def _manifest(config: PreprocessConfig, pipeline: TextPipeline, vocabs: dict[str, Vocab], bpe_info: dict,
+              split_stats: dict[str, Any], timings: dict[str, float], cpu: dict[str, float]) -> dict[str, Any]:
+    """manifest.json (without "inputs", which `preprocess` adds)."""
+    return {
+        "format_version": MANIFEST_VERSION,
+        "nmtkit_version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "src_lang": config.src_lang,
+        "tgt_lang": config.tgt_lang,
+        "pipeline": pipeline.to_dict(),
+        "vocab": {"src": f"vocab.{config.src_lang}.txt", "tgt": f"vocab.{config.tgt_lang}.txt",
+                  "src_size": len(vocabs["src"]), "tgt_size": len(vocabs["tgt"]),
+                  "size_cap": {side: config.vocab_size(side) for side in SIDES}},
+        "bpe": bpe_info or None,
+        "splits": split_stats,
+        "settings": config.to_dict(),
+        "timings_s": {k: round(v, 3) for k, v in timings.items()},
+        "main_cpu_s": {k: round(v, 3) for k, v in cpu.items()},
+    }
+
+
+def _run(config: PreprocessConfig, report: ProgressFn, out: Path, work: Path,
+         line_counts: dict[str, int]) -> dict[str, Any]:
+    """Pass 1 over train, learning, every split encoded -> the manifest (without "inputs")."""
+    timings: dict[str, float] = {}  # wall seconds per stage
+    cpu: dict[str, float] = {}  # CPU seconds of this (main) process per stage
+    base = TextPipeline(config.src_lang, config.tgt_lang, normalize_punct=config.normalize_punct,
+                        aggressive_dash_splits=config.aggressive_dash_splits, lowercase=config.lowercase)
+    _warm_up(base, config)
+    with _timed("tokenise + clean train", timings, cpu):
+        train = _tokenize_train(config, report, base, line_counts["train"], work)
+    if train.kept == 0:
+        summary = ", ".join(f"{r}: {n}" for r, n in train.drops.items() if n)
+        raise InputError(f"no training pairs left after cleaning ({summary}); check --max-len/--max-ratio "
+                         f"or the input", config.files(config.train)[0])
+    with _timed("learn", timings, cpu):
+        pipeline, vocabs, bpe_info = learn(config, base, train.word_counts, train.casing, out, report)
+    state = {"pipeline": pipeline.to_dict(), "vocab": {s: v.itos for s, v in vocabs.items()},
+             "word_ids": word_ids(pipeline, train.word_counts, vocabs)}
+    split_stats: dict[str, Any] = {}
+    for name, prefix in config.splits():
+        with _timed(f"encode + binarise {name}", timings, cpu):
+            split_stats[name] = _encode_split(config, report, name, prefix, state, train, line_counts[name], out,
+                                              work)
+    return _manifest(config, pipeline, vocabs, bpe_info, split_stats, timings, cpu)

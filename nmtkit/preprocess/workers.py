@@ -1,0 +1,128 @@
+"""The worker side of `nmtkit preprocess`: chunks of pairs tokenised and cleaned (pass 1 of the
+train split) or encoded into ids (pass 2, valid, test) in `parallel_map` workers, whose state is
+built once per process by `init_worker`; and the chunks the main process reads."""
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import signal
+from collections import Counter
+from typing import Any, Iterator
+
+import numpy as np
+
+from nmtkit.errors import InputError
+from nmtkit.text.clean import PairDeduper, drop_reason
+from nmtkit.text.io import decode_lines, read_lines
+from nmtkit.text.pipeline import TextPipeline
+from nmtkit.text.truecase import add_weights, new_casing, truecase_weights
+from nmtkit.text.vocab import UNK_ID
+
+STATE: dict[str, Any] = {}
+"""The worker's state (pipeline, vocabularies, word -> ids); with one worker, the main process's."""
+
+
+def init_worker(state: dict[str, Any]) -> None:
+    """Per-process state: the pipeline (BPE tables built lazily once) and vocabularies."""
+    if multiprocessing.current_process().name != "MainProcess":
+        # Ctrl-C is handled once, by the main process (which then stops the pool), so the
+        # workers do not each print a KeyboardInterrupt traceback.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    STATE.clear()
+    STATE.update(state)
+    STATE["pipeline"] = TextPipeline.from_dict(state["pipeline"])
+    if state.get("vocab") is not None:
+        STATE["stoi"] = {side: {t: i for i, t in enumerate(itos)} for side, itos in state["vocab"].items()}
+        # word -> its ids after casing, BPE and vocabulary: built by the main process from the
+        # training counts (a fork inherits it for free) and extended here with unseen words.
+        STATE["word_ids"] = state.get("word_ids") or {"src": {}, "tgt": {}}
+
+
+def tokenize_clean_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    """Pass 1 of the train split: tokenise, clean, count words and casing evidence."""
+    p: TextPipeline = STATE["pipeline"]
+    fmt = STATE["input_format"]
+    max_len, max_ratio = STATE["max_len"], STATE["max_ratio"]
+    want_casing = STATE["truecase"]
+    out = {"src": [], "tgt": []}
+    counts = {"src": Counter(), "tgt": Counter()}
+    casing = {"src": new_casing(), "tgt": new_casing()} if want_casing else None
+    drops: Counter = Counter()
+    for s, t in pairs:
+        st, tt = p.tokenize_from(s, "src", fmt), p.tokenize_from(t, "tgt", fmt)
+        reason = drop_reason(len(st), len(tt), max_len, max_ratio)
+        if reason is not None:
+            drops[reason] += 1
+            continue
+        for side, toks in (("src", st), ("tgt", tt)):
+            out[side].append(" ".join(toks))
+            counts[side].update(toks)
+            if casing is not None:
+                add_weights(casing[side], truecase_weights(toks))
+    return {"n_in": len(pairs), "kept": len(out["src"]), "src": "\n".join(out["src"]),
+            "tgt": "\n".join(out["tgt"]), "drops": drops, "counts": counts,
+            "casing": {k: dict(v) for k, v in casing.items()} if casing else None}
+
+
+def encode_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    """Raw (or tokenised) pairs -> id arrays, with word/token/UNK counts per side.
+
+    Casing, BPE and the vocabulary act word by word, so each distinct word is mapped to its
+    ids once (`STATE["word_ids"]`, pre-filled from the training words) and then looked up.
+    """
+    p: TextPipeline = STATE["pipeline"]
+    fmt = STATE["input_format"]
+    res: dict[str, Any] = {"n_in": len(pairs)}
+    for k, side in enumerate(("src", "tgt")):
+        stoi = STATE["stoi"][side]
+        known: dict[str, tuple[int, ...]] = STATE["word_ids"][side]
+        ids: list[int] = []
+        lens = np.empty(len(pairs), dtype=np.int64)
+        words = 0
+        for j, pair in enumerate(pairs):
+            line = pair[k]
+            toks = p.tokenize_from(line, side, fmt)
+            words += len(toks)
+            n0 = len(ids)
+            for w in toks:
+                wid = known.get(w)
+                if wid is None:
+                    wid = known[w] = tuple(stoi.get(t, UNK_ID) for t in p.apply_bpe(p.case([w], side), side))
+                ids.extend(wid)
+            lens[j] = len(ids) - n0
+        arr = np.asarray(ids, dtype=np.int32)
+        res[side] = {"ids": arr, "lens": lens, "words": words, "unk": int(np.count_nonzero(arr == UNK_ID))}
+    return res
+
+
+def encode_ranges(task: tuple[str, str, list[tuple[int, int, int, int]]]) -> dict[str, Any]:
+    """`encode_chunk` over consecutive byte ranges (src start, end, tgt start, end) of the
+    tokenised training files that pass 1 wrote (valid UTF-8, one pair per line)."""
+    src, tgt, ranges = task
+    with open(src, "rb") as fs, open(tgt, "rb") as ft:
+        fs.seek(ranges[0][0])
+        ft.seek(ranges[0][2])
+        s_lines = decode_lines(fs.read(ranges[-1][1] - ranges[0][0]), src)
+        t_lines = decode_lines(ft.read(ranges[-1][3] - ranges[0][2]), tgt)
+    if len(s_lines) != len(t_lines):  # pragma: no cover - pass 1 writes pairs
+        raise AssertionError(f"tokenised training files out of step: {len(s_lines)} vs {len(t_lines)} lines")
+    return encode_chunk(list(zip(s_lines, t_lines)))
+
+
+def pair_chunks(src: str, tgt: str, size: int, read: list[int],
+                 dedup: PairDeduper | None = None, drops: Counter | None = None) -> Iterator[list[tuple[str, str]]]:
+    """Chunks of (src line, tgt line); `read[0]` counts lines read (for progress)."""
+    chunk: list[tuple[str, str]] = []
+    for lineno, (s, t) in enumerate(itertools.zip_longest(read_lines(src), read_lines(tgt)), 1):
+        if s is None or t is None:  # the file changed since it was counted
+            raise InputError(f"parallel files differ in length: {src} and {tgt} part at line {lineno}")
+        read[0] = lineno
+        if dedup is not None and dedup.seen_before(s, t):
+            drops["duplicate"] += 1  # type: ignore[index]
+            continue
+        chunk.append((s, t))
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

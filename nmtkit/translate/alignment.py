@@ -1,0 +1,106 @@
+"""What the attention tells about one translation: UNK replacement (Luong et al. 2015; Jean et
+al. 2015), hard (Pharaoh) and soft (JSON) alignments. Pure Python (no torch).
+
+Token positions refer to the model's tokens (BPE subwords when the model uses BPE), counted
+from 0, EOS excluded."""
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from nmtkit.errors import InputError
+from nmtkit.text.bpe import SEPARATOR, join_bpe
+from nmtkit.text.vocab import UNK
+
+
+def subword_words(tokens: Sequence[str], sep: str = SEPARATOR) -> tuple[list[int], list[str]]:
+    """Map subword positions to words: (word index of each token, the words).
+
+    "lo@@ wer is" -> ([0, 0, 1], ["lower", "is"]). Tokens without separators are words; the
+    words are `join_bpe`'s.
+    """
+    index, n = [], 0
+    for tok in tokens:
+        index.append(n)
+        if not tok.endswith(sep):
+            n += 1
+    return index, join_bpe(list(tokens), sep)
+
+
+def replace_unks(
+    tgt_tokens: Sequence[str],
+    src_tokens: Sequence[str],
+    attention: Any,
+    unk: str = UNK,
+    unk_dict: dict[str, str] | None = None,
+) -> list[str]:
+    """Replace each `unk` target token by the source word it attends to most.
+
+    attention: (T, S') weights, rows for the target tokens (an extra EOS row is ignored),
+    columns for the source tokens (an extra EOS column is ignored). With BPE the best source
+    subword is mapped to its whole word. The word goes through `unk_dict` when it has an entry
+    (Luong et al. 2015, Jean et al. 2015), and is copied as is otherwise.
+    """
+    out = list(tgt_tokens)
+    if unk not in out or not src_tokens:
+        return out
+    word_of, words = subword_words(src_tokens)
+    n_src = len(src_tokens)
+    for j, tok in enumerate(out):
+        if tok != unk:
+            continue
+        row = [float(x) for x in attention[j][:n_src]]
+        i = max(range(n_src), key=row.__getitem__)
+        word = words[word_of[i]]
+        out[j] = unk_dict.get(word, word) if unk_dict else word
+    return out
+
+
+def hard_alignment(attention: Any, n_src: int, n_tgt: int) -> str:
+    """Pharaoh format "i-j ..." (source i, target j, from 0): each target token's most attended
+    source token, in target order. attention: (>= n_tgt, >= n_src)."""
+    pairs = []
+    for j in range(n_tgt):
+        row = [float(x) for x in attention[j][:n_src]]
+        if row:
+            pairs.append(f"{max(range(n_src), key=row.__getitem__)}-{j}")
+    return " ".join(pairs)
+
+
+def attention_table(attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> dict[str, list]:
+    """{"src": [...], "tgt": [...], "attention": [[...], ...]}: the soft alignment of one hypothesis.
+
+    Rows are the target tokens then "</s>", columns the source tokens (then "</s>" when the
+    model attends to a source EOS); weights rounded to 4 decimals.
+    """
+    if attention is None or not len(attention):
+        return {"src": list(src_tokens), "tgt": list(tgt_tokens), "attention": []}
+    rows = [[round(float(x), 4) for x in r] for r in attention]
+    src = list(src_tokens) + ["</s>"] * (len(rows[0]) - len(src_tokens))
+    tgt = list(tgt_tokens) + ["</s>"] * (len(rows) - len(tgt_tokens))
+    return {"src": src, "tgt": tgt, "attention": rows}
+
+
+def soft_alignment(attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> str:
+    """`attention_table` as one JSON line (--alignments soft)."""
+    return json.dumps(attention_table(attention, src_tokens, tgt_tokens), ensure_ascii=False)
+
+
+def read_unk_dict(path: str) -> dict[str, str]:
+    """`src<TAB>tgt` lines (first entry wins)."""
+    table: dict[str, str] = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                line = line.rstrip("\n")
+                if not line.strip():
+                    continue
+                parts = line.split("\t")
+                if len(parts) != 2 or not parts[0] or not parts[1]:
+                    raise InputError("expected 'source<TAB>target'", path, lineno)
+                table.setdefault(parts[0], parts[1])
+    except FileNotFoundError:
+        raise InputError("unk dictionary not found", path) from None
+    except UnicodeDecodeError:
+        raise InputError("not UTF-8 text", path) from None
+    return table

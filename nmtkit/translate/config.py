@@ -1,0 +1,64 @@
+"""`TranslateConfig`: every option of `nmtkit translate`, checked in one place."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nmtkit.errors import ConfigError
+
+FORMATS = ("raw", "tok", "bpe")
+DEFAULT_MAX_SRC_LEN = 250
+
+
+@dataclass(frozen=True)
+class TranslateConfig:
+    """Every option of `nmtkit translate` (see its --help for the meaning of each)."""
+
+    models: tuple[str, ...]
+    beam: int = 12
+    lenpen: float = 1.0
+    max_len_a: float = 2.0
+    max_len_b: float = 10.0
+    nbest: int = 1
+    batch_size: int = 64
+    max_tokens: int | None = None
+    buffer_size: int = 2000
+    input_format: str = "raw"
+    output_format: str = "raw"
+    replace_unk: bool = False
+    unk_dict: str | None = None
+    alignments: str | None = None  # None | "hard" | "soft"
+    plot_attention: str | None = None
+    plot_limit: int = 100
+    max_src_len: int | None = None  # None: from the checkpoint, else DEFAULT_MAX_SRC_LEN
+    device: str = "auto"
+    precision: str = "auto"  # auto | fp32 | bf16 | fp16 (meant for CUDA; slow on the CPU)
+    threads: int | None = None  # torch CPU threads (None: torch's default)
+    ensemble: bool = False  # several models are averaged only when asked (--ensemble)
+
+    def validate(self) -> None:
+        if not self.models:
+            raise ConfigError("no model given (-m CHECKPOINT)")
+        if len(self.models) > 1 and not self.ensemble:
+            raise ConfigError(f"{len(self.models)} -m checkpoints given: add --ensemble to average them")
+        if self.beam < 1:
+            raise ConfigError(f"--beam must be >= 1, got {self.beam}")
+        if not 1 <= self.nbest <= self.beam:
+            raise ConfigError(f"--nbest must be between 1 and --beam ({self.beam}), got {self.nbest}")
+        if self.batch_size < 1 or self.buffer_size < 1:
+            raise ConfigError("--batch-size and --buffer-size must be >= 1")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ConfigError("--max-tokens must be >= 1")
+        if self.input_format not in FORMATS or self.output_format not in FORMATS:
+            raise ConfigError(f"formats are one of {', '.join(FORMATS)}")
+        if self.alignments not in (None, "hard", "soft"):
+            raise ConfigError("--alignments is 'hard' or 'soft'")
+        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
+            raise ConfigError("--precision is auto, fp32, bf16 or fp16")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError("--threads must be >= 1")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"--device is auto, cpu or cuda[:N], got '{self.device}'")
+        if self.max_src_len is not None and self.max_src_len < 1:
+            raise ConfigError("--max-src-len must be >= 1")
+        if self.unk_dict and not self.replace_unk:
+            raise ConfigError("--unk-dict needs --replace-unk")

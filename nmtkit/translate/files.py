@@ -1,0 +1,99 @@
+"""Streams and files of `nmtkit translate`: numbered input lines, buffer-by-buffer translation,
+and `translate_files`, the whole command without its option parsing."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import IO, Callable, Iterable, Iterator
+
+from nmtkit.errors import ConfigError, InputError
+from nmtkit.outputs import check_output_dir
+from nmtkit.text.io import decode_lines
+from nmtkit.translate.config import TranslateConfig
+from nmtkit.translate.translator import Translator
+from nmtkit.translate.writers import Writers
+
+
+def read_lines(stream: IO[bytes], name: str) -> Iterator[tuple[int, str]]:
+    """(line number from 1, text without newline), line by line as they arrive (a terminal or a
+    pipe is answered without waiting for more input). Invalid UTF-8 is an InputError naming the
+    line (`nmtkit.text.io.decode_lines`)."""
+    for lineno, raw in enumerate(iter(stream.readline, b""), 1):
+        yield lineno, decode_lines(raw, name, lineno)[0]
+
+
+def translate_stream(
+    translator: Translator, lines: Iterable[tuple[int, str]], writers: Writers, buffer_size: int
+) -> int:
+    """Translate numbered lines buffer by buffer, writing each buffer in input order; returns
+    the number of lines translated."""
+    buf: list[tuple[int, str]] = []
+    n = 0
+    for item in lines:
+        buf.append(item)
+        if len(buf) >= buffer_size:
+            for r in translator.translate_buffer(buf):
+                writers.write(r)
+            writers.flush()
+            n += len(buf)
+            buf = []
+    if buf:
+        for r in translator.translate_buffer(buf):
+            writers.write(r)
+        writers.flush()
+        n += len(buf)
+    return n
+
+
+def check_files(config: TranslateConfig, input_path: str | None, output_path: str | None,
+                alignments_file: str | None, force: bool) -> None:
+    """The files of `translate_files`, checked before the models load and hours of decoding
+    start: the input exists, no output would be overwritten (without `force`), and
+    --alignments and --alignments-file come together."""
+    from nmtkit.outputs import check_output
+
+    if config.alignments and not alignments_file:
+        raise ConfigError("--alignments needs --alignments-file FILE")
+    if alignments_file and not config.alignments:
+        raise ConfigError("--alignments-file needs --alignments hard|soft")
+    if input_path and not Path(input_path).is_file():
+        raise InputError("input file not found", input_path)
+    if output_path:
+        check_output(output_path, force, "-o output")
+    if alignments_file:
+        check_output(alignments_file, force, "--alignments-file")
+    if config.plot_attention:
+        check_output_dir(config.plot_attention, "--plot-attention folder")
+
+
+def translate_files(
+    config: TranslateConfig,
+    input_path: str | None = None,
+    output_path: str | None = None,
+    alignments_file: str | None = None,
+    force: bool = False,
+    warn: Callable[[str], None] | None = None,
+) -> int:
+    """`nmtkit translate`: lines of `input_path` (stdin when None) -> translations in
+    `output_path` (stdout when None) and alignments in `alignments_file`; returns the number
+    of lines translated.
+
+    Files are written under a temporary name and renamed when complete (nmtkit.outputs), so
+    a failure never leaves a half-written output looking complete. With a buffer of one line
+    every answer is flushed at once (interactive use).
+    """
+    import contextlib
+    import sys
+
+    from nmtkit.outputs import OutputFile
+
+    config.validate()
+    check_files(config, input_path, output_path, alignments_file, force)
+    translator = Translator(config, warn=warn)
+    translator.source_name = input_path or "<stdin>"
+    with contextlib.ExitStack() as stack:
+        out_file = stack.enter_context(OutputFile(output_path)) if output_path else None
+        align_file = stack.enter_context(OutputFile(alignments_file)) if alignments_file else None
+        writers = Writers(out_file.file if out_file else sys.stdout, align_file.file if align_file else None,
+                          config, flush_each=config.buffer_size == 1)
+        stream = stack.enter_context(open(input_path, "rb")) if input_path else sys.stdin.buffer
+        return translate_stream(translator, read_lines(stream, translator.source_name), writers, config.buffer_size)
