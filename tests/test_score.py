@@ -211,12 +211,10 @@ def test_unknown_metric_is_rejected(files):
     assert res.exit_code != 0 and "meteor" in res.output
 
 
-def test_read_lines_counts_like_wc_and_strips_crlf(tmp_path):
-    p = tmp_path / "x.txt"
-    p.write_bytes("a\r\nb\u2028c\n\nlast".encode())
-    assert S.read_lines(p) == ["a", "b\u2028c", "", "last"]
-    p.write_bytes(b"")
-    assert S.read_lines(p) == []
+def test_a_u2028_inside_a_line_does_not_split_it_for_score(tmp_path):
+    ref = write(tmp_path / "r.fr", ["a b\u2028c d", "e f"])
+    hyp = write(tmp_path / "h.fr", ["a b\u2028c d", "e f"])
+    assert run_json(["--hyp", hyp, "--ref", ref, "--metrics", "bleu"])["lines"] == 2
 
 
 # ---------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from nmtkit.score.metrics import (
     paper_bleu,
 )
 from nmtkit.score.report import ScoreReport, format_json, format_length_table, format_significance, render
-from nmtkit.score.run import ScoreOptions, read_lines, run_score
+from nmtkit.score.run import ScoreOptions, run_score
 from nmtkit.score.significance import SignificanceRow, paired_bootstrap
 from nmtkit.score.subsets import (
     LengthBucket,
@@ -54,6 +54,6 @@ __all__ = [
     "ScoreReport", "SignificanceRow", "bleu_by_length", "bucket_labels", "bucket_of", "corpus_scores",
     "format_json", "format_length_table", "format_significance", "guess_lang", "make_metric",
     "model_text_from_checkpoint", "model_text_from_data_dir", "moses_tokenize_lines", "multibleu",
-    "no_unk_indices", "paired_bootstrap", "paper_bleu", "read_lines", "render", "run_score", "subset",
+    "no_unk_indices", "paired_bootstrap", "paper_bleu", "render", "run_score", "subset",
     "vocab_is_bpe",
 ]

@@ -5,7 +5,6 @@ differ in length; here that is an error naming both files and their counts.
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -36,42 +35,7 @@ from nmtkit.score.subsets import (
     no_unk_indices,
     subset,
 )
-
-
-def read_lines(path: str | Path) -> list[str]:
-    """All lines of a UTF-8 text file, without their line ends ("\\n", "\\r\\n").
-
-    Lines are split on "\\n" only (not on the Unicode separators that `str.splitlines` also
-    honours), so the count equals `wc -l` (plus one for a last line without newline).
-    "-" reads standard input. Raises InputError for a missing file or invalid UTF-8 (file:line).
-    """
-    path_str = str(path)
-    try:
-        if path_str == "-":
-            data = sys.stdin.buffer.read()
-            path_str = "<stdin>"
-        else:
-            with open(path, "rb") as f:
-                data = f.read()
-    except FileNotFoundError:
-        raise InputError("file not found", path_str) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, expected a text file", path_str) from None
-    except OSError as err:
-        raise InputError(f"cannot read: {err.strerror}", path_str) from None
-    if not data:
-        return []
-    raw = data.split(b"\n")
-    if raw[-1] == b"":
-        raw.pop()
-    lines = []
-    for lineno, b in enumerate(raw, 1):
-        try:
-            s = b.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise InputError(f"invalid UTF-8 at byte {err.start} of the line", path_str, lineno) from None
-        lines.append(s[:-1] if s.endswith("\r") else s)
-    return lines
+from nmtkit.text.io import read_all_lines
 
 
 def check_same_length(hyp_path: str, hyps: Sequence[str], others: Iterable[tuple[str, Sequence[str]]],
@@ -166,15 +130,15 @@ class _Inputs:
 
 def _read_inputs(o: ScoreOptions) -> _Inputs:
     names = _system_names(o.hyp_paths, o.labels)
-    refs = [read_lines(p) for p in o.ref_paths]
-    systems = [(n, read_lines(p)) for n, p in zip(names, o.hyp_paths)]
+    refs = [read_all_lines(p) for p in o.ref_paths]
+    systems = [(n, read_all_lines(p)) for n, p in zip(names, o.hyp_paths)]
     for (_name, hyps), path in zip(systems, o.hyp_paths):
         check_same_length(path, hyps, zip(o.ref_paths, refs))
     for (_name, hyps), path in zip(systems[1:], o.hyp_paths[1:]):
         check_same_length(o.hyp_paths[0], systems[0][1], [(path, hyps)], what="hypothesis")
     src = None
     if o.src_path:
-        src = read_lines(o.src_path)
+        src = read_all_lines(o.src_path)
         check_same_length(o.hyp_paths[0], systems[0][1], [(o.src_path, src)], what="source")
     if not systems[0][1]:
         raise InputError("empty file: nothing to score", o.hyp_paths[0])

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from nmtkit.errors import InputError
-from nmtkit.text.io import decode_lines, open_input, read_blocks, resolve_input
+from nmtkit.text.io import decode_line, decode_lines, open_input, read_blocks, resolve_input
 
 resolve = resolve_input  # PREFIX.lang, or PREFIX.lang.gz when only that exists (nmtkit.text.io)
 _open_bin = open_input
@@ -23,14 +23,6 @@ def count_lines(path: str) -> tuple[int, int]:
         nbytes += len(block)
         last = block[-1:]
     return lines + (last != b"\n"), nbytes
-
-
-def decode_line(raw: bytes, path: str, lineno: int) -> str:
-    """One line of bytes as text without its newline (invalid UTF-8 names file and line)."""
-    try:
-        return raw.decode("utf-8").rstrip("\r\n")
-    except UnicodeDecodeError as err:
-        raise InputError(f"invalid UTF-8 ({err.reason} at byte {err.start})", path, lineno) from None
 
 
 @dataclass

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import os
+import sys
 import zlib
 from pathlib import Path
 from typing import IO, Iterator
@@ -96,51 +96,73 @@ def count_lines_and_hash(path: str | Path, block_size: int = 1 << 22) -> tuple[i
     return n, h.hexdigest()
 
 
-def _find_bad_utf8_line(path: str | Path) -> tuple[int, str]:
-    """Line number (1-based) and reason of the first line that is not valid UTF-8."""
-    with open_input(path) as f:
-        for lineno, raw in enumerate(f, 1):
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                return lineno, f"byte 0x{raw[err.start]:02x} at column {err.start + 1}"
-    return 0, "unknown position"  # pragma: no cover - the text reader failed, so a line must
-
-
 def read_lines(path: str | Path) -> Iterator[str]:
-    """Lines of a UTF-8 file without their line ending (`\\n` or `\\r\\n`).
+    """Lines of a UTF-8 file without their line ending (`\\n` or `\\r\\n`), streamed; .gz gunzipped.
 
     Raises InputError "path:line: invalid UTF-8 ..." naming the first bad line.
     """
     _check_file(path)
-    with io.TextIOWrapper(open_input(path), encoding="utf-8", newline="\n") as f:
-        try:
-            for line in f:
-                if line.endswith("\n"):
-                    line = line[:-1]
-                    if line.endswith("\r"):
-                        line = line[:-1]
-                yield line
-        except UnicodeDecodeError:
-            lineno, where = _find_bad_utf8_line(path)
-            raise InputError(f"invalid UTF-8 ({where}); expected UTF-8 text", str(path), lineno) from None
+    with open_input(path) as f:
+        yield from stream_lines(f, str(path))
 
 
 def decode_lines(data: bytes, path: str | Path, first: int = 1) -> list[str]:
-    """A block of whole lines read as bytes -> the lines without their `\n` (and any `\r` before
-    it); `first` is the block's first line number in `path`, for the error naming the
-    line that is not valid UTF-8 (a worker can decode what the parent only read)."""
+    """A block of whole lines read as bytes -> the lines without their `\\n` (and one `\\r` before
+    it). The one UTF-8 line decoder: every reader of text lines calls it (or `read_lines`).
+
+    `first` is the block's first line number in `path`, for the error naming the line that is
+    not valid UTF-8 (a worker can decode what the parent only read). Lines split on `\\n` only,
+    never on U+2028 and the other separators `str.splitlines` honours. No bytes, no lines.
+    """
+    if not data:
+        return []
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = first + data.count(b"\n", 0, err.start)
-        raise InputError(f"invalid UTF-8 ({err.reason})", str(path), line) from None
+        col = err.start - (data.rfind(b"\n", 0, err.start) + 1)
+        raise InputError(f"invalid UTF-8 ({err.reason} at byte {col} of the line)", str(path), line) from None
     lines = text.split("\n")
     if text.endswith("\n"):
         lines.pop()
     if "\r" in text:
-        lines = [x.rstrip("\r") for x in lines]
+        lines = [x[:-1] if x.endswith("\r") else x for x in lines]
     return lines
+
+
+def decode_line(raw: bytes, path: str | Path, lineno: int) -> str:
+    """One line of bytes, with or without its line end, as text (`decode_lines` of one line)."""
+    lines = decode_lines(raw, path, lineno)
+    return lines[0] if lines else ""
+
+
+def stream_lines(stream: IO[bytes], name: str) -> Iterator[str]:
+    """The lines of an open binary stream (e.g. stdin), decoded one at a time as `decode_line`."""
+    for lineno, raw in enumerate(stream, 1):
+        yield decode_line(raw, name, lineno)
+
+
+def read_all_lines(path: str | Path) -> list[str]:
+    """All lines of a UTF-8 text file at once, without their line ends ("\\n", "\\r\\n").
+
+    "-" reads standard input; pipes (`<(cmd)`) work, .gz is gunzipped. The count equals
+    `wc -l` (plus one for a last line without newline). Raises InputError for a missing file,
+    a directory, or invalid UTF-8 (file:line).
+    """
+    name = str(path)
+    if name != "-" and not os.path.exists(name):
+        raise InputError("file not found", name)
+    if os.path.isdir(name):
+        raise InputError("is a directory, expected a text file", name)
+    try:
+        if name == "-":
+            data, name = sys.stdin.buffer.read(), "<stdin>"
+        else:
+            with open_input(path) as f:
+                data = f.read()
+    except (OSError, EOFError, zlib.error) as err:
+        raise InputError(f"cannot read: {getattr(err, 'strerror', None) or err}", name) from None
+    return decode_lines(data, name)
 
 
 def check_parallel(src: str | Path, tgt: str | Path) -> tuple[int, str, str]:
