@@ -120,3 +120,18 @@ def test_raw_references_split_on_newline_not_u2028(tmp_path):
     manifest["splits"]["valid"]["prefix"] = str(tmp_path / "dev")
     (data / "manifest.json").write_text(json.dumps(manifest))
     assert DataDir.open(data).raw_references("valid") == refs
+
+
+def test_every_line_count_check_names_both_inputs_and_counts(tmp_path):
+    from nmtkit.score.run import check_same_length
+    from nmtkit.select.corpus import Corpus
+
+    (tmp_path / "c.en").write_text("a\nb\nc\n", encoding="utf-8")
+    (tmp_path / "c.fr").write_text("a\nb\n", encoding="utf-8")
+    src, tgt = tmp_path / "c.en", tmp_path / "c.fr"
+    for call in (lambda: check_parallel(src, tgt), lambda: Corpus.open([str(tmp_path / "c")], "en", "fr"),
+                 lambda: check_same_length(str(src), ["a", "b", "c"], [(str(tgt), ["a", "b"])])):
+        with pytest.raises(InputError) as err:
+            call()
+        msg = str(err.value)
+        assert msg.startswith("line counts differ: ") and f"{src} has 3 lines" in msg and f"{tgt} has 2 lines" in msg

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from nmtkit.errors import ConfigError, InputError
+from nmtkit.errors import ConfigError
+from nmtkit.text.io import check_counts
 
 METRICS = ("bleu", "chrf", "ter")
 BLEU_TOKENIZERS = ("13a", "intl", "none", "char", "zh", "ja-mecab", "ko-mecab", "spm", "flores101", "flores200")
@@ -114,9 +115,8 @@ def corpus_scores(hyps: Sequence[str], refs: Sequence[Sequence[str]], metrics: S
 def _check_streams(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> None:
     if not refs:
         raise ConfigError("at least one reference is needed")
-    for r in refs:
-        if len(r) != len(hyps):  # internal callers check files first; this guards the API
-            raise InputError(f"line counts differ: {len(hyps)} hypotheses, {len(r)} references")
+    # internal callers check files first; this guards the API
+    check_counts(("the hypotheses", len(hyps)), [("the references", len(r)) for r in refs])
 
 
 def moses_tokenize_lines(lines: Iterable[str], lang: str, workers: int = 1) -> list[str]:

@@ -35,19 +35,16 @@ from nmtkit.score.subsets import (
     no_unk_indices,
     subset,
 )
-from nmtkit.text.io import read_all_lines
+from nmtkit.text.io import check_counts, read_all_lines
+
+TRUNCATE_WHY = " (sacrebleu would silently truncate; fix the files)"
 
 
 def check_same_length(hyp_path: str, hyps: Sequence[str], others: Iterable[tuple[str, Sequence[str]]],
                       what: str = "reference") -> None:
     """Raise InputError unless every (path, lines) in `others` has as many lines as `hyps`."""
-    for path, lines in others:
-        if len(lines) != len(hyps):
-            raise InputError(
-                f"line counts differ: hypothesis {hyp_path} has {len(hyps)} lines, "
-                f"{what} {path} has {len(lines)} (sacrebleu would silently truncate; fix the files)"
-            )
-
+    check_counts((f"hypothesis {hyp_path}", len(hyps)), [(f"{what} {p}", len(lines)) for p, lines in others],
+                 TRUNCATE_WHY)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.score.metrics import make_metric, multibleu
+from nmtkit.text.io import check_counts
 
 BPE_NO_UNK_NOTE = (
     "this model uses BPE subwords, so almost every sentence decomposes into known subwords; "
@@ -43,9 +44,7 @@ def no_unk_indices(src: Sequence[str], refs: Sequence[Sequence[str]],
 
     src_known = set(src_vocab) - set(SPECIALS)
     tgt_known = set(tgt_vocab) - set(SPECIALS)
-    for r in refs:
-        if len(r) != len(src):
-            raise InputError(f"line counts differ: {len(src)} source lines, {len(r)} reference lines")
+    check_counts(("the source", len(src)), [("the references", len(r)) for r in refs])
     kept = []
     for i, line in enumerate(src):
         if not all(t in src_known for t in encode_src(line)):
@@ -171,9 +170,7 @@ def bleu_by_length(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequence[
     """
     if width < 1 or max_length < 1:
         raise ConfigError("--bucket-width and --max-length must be positive")
-    for name, hyps in systems:
-        if len(hyps) != len(src_lengths):
-            raise InputError(f"line counts differ: {name} has {len(hyps)} lines, source has {len(src_lengths)}")
+    check_counts(("the source", len(src_lengths)), [(name, len(hyps)) for name, hyps in systems])
     labels = bucket_labels(width, max_length)
     members: list[list[int]] = [[] for _ in labels]
     for i, n in enumerate(src_lengths):

@@ -14,11 +14,12 @@ import os
 import sys
 import zlib
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Iterable, Iterator
 
 from nmtkit.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
+PARALLEL_WHY = ": a parallel corpus needs equal line counts"
 
 
 def _check_file(path: str | Path) -> None:
@@ -78,22 +79,41 @@ def read_blocks(path: str | Path, block_size: int = 1 << 22) -> Iterator[bytes]:
             yield block
 
 
-def count_lines_and_hash(path: str | Path, block_size: int = 1 << 22) -> tuple[int, str]:
-    """(number of lines, sha256 hex digest) of a file's text, in one pass over its bytes
-    (for a .gz file: of the gunzipped text).
-
-    A last line without a final newline still counts as a line (unlike `wc -l`).
-    """
-    h = hashlib.sha256()
-    n = 0
+def _scan(path: str | Path, block_size: int, h=None) -> tuple[int, int]:
+    """(lines, bytes) of a file's (gunzipped) text in one pass, feeding `h` (a hashlib object) if given.
+    A last line without a final newline still counts as a line (unlike `wc -l`)."""
+    n = nbytes = 0
     last = b"\n"
     for block in read_blocks(path, block_size):
-        h.update(block)
+        if h is not None:
+            h.update(block)
         n += block.count(b"\n")
+        nbytes += len(block)
         last = block[-1:]
-    if last != b"\n":
-        n += 1
+    return n + (last != b"\n"), nbytes
+
+
+def count_lines(path: str | Path, block_size: int = 1 << 22) -> tuple[int, int]:
+    """(number of lines, number of bytes) of a file's text (for a .gz file: of the gunzipped text)."""
+    return _scan(path, block_size)
+
+
+def count_lines_and_hash(path: str | Path, block_size: int = 1 << 22) -> tuple[int, str]:
+    """(number of lines, sha256 hex digest) of a file's text, in one pass over its bytes
+    (for a .gz file: of the gunzipped text)."""
+    h = hashlib.sha256()
+    n, _ = _scan(path, block_size, h)
     return n, h.hexdigest()
+
+
+def check_counts(first: tuple[str, int], others: Iterable[tuple[str, int]], why: str = "") -> None:
+    """The one line-count check of parallel inputs: each (name, lines) in `others` must have as many
+    lines as `first`. InputError "line counts differ: A has N lines, B has M lines{why}" otherwise
+    (never truncate silently). A name says what the input is, e.g. "reference newstest.fr"."""
+    name0, n0 = first
+    for name, n in others:
+        if n != n0:
+            raise InputError(f"line counts differ: {name0} has {n0} lines, {name} has {n} lines{why}")
 
 
 def read_lines(path: str | Path) -> Iterator[str]:
@@ -166,15 +186,12 @@ def read_all_lines(path: str | Path) -> list[str]:
 
 
 def check_parallel(src: str | Path, tgt: str | Path) -> tuple[int, str, str]:
-    """Check two parallel files have the same number of lines.
+    """Check two parallel files have the same number of lines (`check_counts`).
 
     Returns (lines, sha256 of src, sha256 of tgt); raises InputError naming both files and
-    both counts when they differ (never truncates silently).
+    both counts when they differ.
     """
     n_src, h_src = count_lines_and_hash(src)
     n_tgt, h_tgt = count_lines_and_hash(tgt)
-    if n_src != n_tgt:
-        raise InputError(
-            f"parallel files differ in length: {src} has {n_src} lines but {tgt} has {n_tgt} lines"
-        )
+    check_counts((str(src), n_src), [(str(tgt), n_tgt)], PARALLEL_WHY)
     return n_src, h_src, h_tgt
