@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.score.metrics import make_metric, multibleu
+from nmtkit.text.bpe import SEPARATOR
 from nmtkit.text.io import check_counts
 
 BPE_NO_UNK_NOTE = (
@@ -56,7 +57,7 @@ def no_unk_indices(src: Sequence[str], refs: Sequence[Sequence[str]],
 
 def vocab_is_bpe(*vocabs: Iterable[str]) -> bool:
     """True when a vocabulary holds subword-nmt continuation tokens ("xx@@")."""
-    return any(tok.endswith("@@") for v in vocabs for tok in v)
+    return any(tok.endswith(SEPARATOR) for v in vocabs for tok in v)
 
 
 @dataclass
