@@ -94,26 +94,13 @@ def model_text_from_checkpoint(path: str | Path) -> ModelText:
 
 
 def model_text_from_data_dir(data_dir: str | Path) -> ModelText:
-    """Pipeline (manifest.json) and vocabulary files of a `nmtkit preprocess` data directory (torch-free)."""
-    import json
+    """Pipeline and vocabularies of a `nmtkit preprocess` data directory (data.manifest; torch-free)."""
+    from nmtkit.data.manifest import read_manifest
 
-    from nmtkit.text.vocab import Vocab
-
-    data_dir = Path(data_dir)
-    manifest_path = data_dir / "manifest.json"
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, NotADirectoryError):
-        raise InputError("no manifest.json: not an 'nmtkit preprocess' data directory", str(data_dir)) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise InputError(f"invalid JSON: {err}", str(manifest_path)) from None
-    try:
-        pipeline = manifest["pipeline"]
-        src_vocab = Vocab.load(data_dir / manifest["vocab"]["src"]).itos
-        tgt_vocab = Vocab.load(data_dir / manifest["vocab"]["tgt"]).itos
-    except (KeyError, TypeError) as err:
-        raise InputError(f"manifest lacks field {err}", str(manifest_path)) from None
-    return _pipeline_text(pipeline, src_vocab, tgt_vocab, str(data_dir))
+    m = read_manifest(data_dir)
+    if "pipeline" not in m.data:
+        raise InputError("manifest lacks field 'pipeline'", str(m.file))
+    return _pipeline_text(m.pipeline, m.src_vocab.itos, m.tgt_vocab.itos, str(data_dir))
 
 
 # --------------------------------------------------------------------------------------------
