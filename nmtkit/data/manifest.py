@@ -2,7 +2,7 @@
 
 The one reader of what `nmtkit preprocess` records (languages, text pipeline, vocabulary
 files, split counts). Torch- and numpy-free, so `nmtkit score --no-unk --data DIR` can use
-it; `train.data.DataDir.open` builds on it.
+it; `train.data.DataDir` extends it with the binarised splits.
 """
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from nmtkit.errors import InputError
 from nmtkit.text.vocab import Vocab
 
 
-@dataclass(frozen=True)
+@dataclass
 class Manifest:
-    """`manifest.json` of data directory `path` (as `data`), with its vocabularies loaded."""
+    """`manifest.json` of data directory `path` (as `manifest`), with its vocabularies loaded."""
 
     path: Path
-    data: dict[str, Any]
+    manifest: dict[str, Any]
     src_lang: str
     tgt_lang: str
     src_vocab: Vocab

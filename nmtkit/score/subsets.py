@@ -98,7 +98,7 @@ def model_text_from_data_dir(data_dir: str | Path) -> ModelText:
     from nmtkit.data.manifest import read_manifest
 
     m = read_manifest(data_dir)
-    if "pipeline" not in m.data:
+    if "pipeline" not in m.manifest:
         raise InputError("manifest lacks field 'pipeline'", str(m.file))
     return _pipeline_text(m.pipeline, m.src_vocab.itos, m.tgt_vocab.itos, str(data_dir))
 

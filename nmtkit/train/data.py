@@ -6,30 +6,21 @@ scored against the raw dev references when the manifest records where they are.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from nmtkit.data.binarized import ParallelData, check_npy, split_paths
-from nmtkit.data.manifest import read_manifest
+from nmtkit.data.manifest import Manifest, read_manifest
 from nmtkit.errors import InputError
 from nmtkit.text.io import read_lines, resolve_input
-from nmtkit.text.vocab import Vocab
 
 
 @dataclass
-class DataDir:
-    """A preprocessed data directory: manifest, vocabularies, splits."""
+class DataDir(Manifest):
+    """A preprocessed data directory: manifest and vocabularies (data.manifest.Manifest), splits."""
 
-    path: Path
-    manifest: dict[str, Any]
-    src_lang: str
-    tgt_lang: str
-    src_vocab: Vocab
-    tgt_vocab: Vocab
-    pipeline: dict[str, Any]
     _splits: dict[str, ParallelData] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -37,7 +28,7 @@ class DataDir:
         """The data directory at `path` (its manifest read by `data.manifest.read_manifest`), with every
         binarised file checked against the manifest's counts."""
         m = read_manifest(path)
-        data = cls(m.path, m.data, m.src_lang, m.tgt_lang, m.src_vocab, m.tgt_vocab, m.pipeline)
+        data = cls(**{f.name: getattr(m, f.name) for f in fields(Manifest)})
         data.check_sizes()
         return data
 
