@@ -33,6 +33,7 @@ from nmtkit.score.metrics import (
     multibleu,
     paper_bleu,
 )
+from nmtkit.score.plot import plot_by_length
 from nmtkit.score.report import ScoreReport, format_json, format_length_table, format_significance, render
 from nmtkit.score.run import ScoreOptions, run_score
 from nmtkit.score.significance import SignificanceRow, paired_bootstrap
@@ -54,6 +55,6 @@ __all__ = [
     "ScoreReport", "SignificanceRow", "bleu_by_length", "bucket_labels", "bucket_of", "corpus_scores",
     "format_json", "format_length_table", "format_significance", "guess_lang", "make_metric",
     "model_text_from_checkpoint", "model_text_from_data_dir", "moses_tokenize_lines", "multibleu",
-    "no_unk_indices", "paired_bootstrap", "paper_bleu", "render", "run_score", "subset",
+    "no_unk_indices", "paired_bootstrap", "paper_bleu", "plot_by_length", "render", "run_score", "subset",
     "vocab_is_bpe",
 ]
