@@ -211,12 +211,10 @@ def test_unknown_metric_is_rejected(files):
     assert res.exit_code != 0 and "meteor" in res.output
 
 
-def test_read_lines_counts_like_wc_and_strips_crlf(tmp_path):
-    p = tmp_path / "x.txt"
-    p.write_bytes("a\r\nb\u2028c\n\nlast".encode())
-    assert S.read_lines(p) == ["a", "b\u2028c", "", "last"]
-    p.write_bytes(b"")
-    assert S.read_lines(p) == []
+def test_a_u2028_inside_a_line_does_not_split_it_for_score(tmp_path):
+    ref = write(tmp_path / "r.fr", ["a b\u2028c d", "e f"])
+    hyp = write(tmp_path / "h.fr", ["a b\u2028c d", "e f"])
+    assert run_json(["--hyp", hyp, "--ref", ref, "--metrics", "bleu"])["lines"] == 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -592,3 +590,25 @@ def test_paper_bleu_equals_the_moses_scripts_on_tatoeba_dev(shared_data, tmp_pat
     assert (paper["hyp_len"], paper["ref_len"]) == (11429, 16089)
     assert round(paper["score"], 2) == 12.09
     assert [round(p, 1) for p in paper["precisions"]] == [82.6, 53.5, 14.9, 1.7]
+
+
+@pytest.mark.parametrize("damage", [
+    lambda d: (d / "manifest.json").write_text("{not json"),
+    lambda d: (d / "manifest.json").write_text('{"src_lang": "en", "vocab": {}}'),
+    lambda d: (d / "manifest.json").unlink(),
+    lambda d: (d / "vocab.fr.txt").unlink(),
+], ids=["invalid-json", "lacks-tgt-lang", "no-manifest", "no-vocab-file"])
+def test_score_and_train_read_a_data_dir_through_one_manifest_reader(tmp_path, damage):
+    """score's --data and train's DataDir.open accept and refuse the same data directories, alike."""
+    from nmtkit.train.data import DataDir
+    from tests.train_fixtures import make_data_dir
+
+    data = make_data_dir(tmp_path / "data", n_train=8, n_valid=4)
+    model, opened = S.model_text_from_data_dir(data), DataDir.open(data)
+    assert model.src_vocab == opened.src_vocab.itos and model.tgt_vocab == opened.tgt_vocab.itos
+    damage(data)
+    with pytest.raises(InputError) as from_score:
+        S.model_text_from_data_dir(data)
+    with pytest.raises(InputError) as from_train:
+        DataDir.open(data)
+    assert str(from_score.value) == str(from_train.value)

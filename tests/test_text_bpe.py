@@ -58,3 +58,11 @@ def test_vocabulary_threshold_splits_rare_subwords_like_subword_nmt():
     pieces = Bpe(codes, vocab=vocab).apply(["widest"])
     assert len(pieces) > 1 and join_bpe(pieces) == ["widest"]
     assert all(p in vocab or len(p.rstrip("@")) == 1 for p in pieces)
+
+
+def test_dev_bleu_fallback_decoder_joins_bpe_like_join_bpe():
+    """An unrebuildable manifest pipeline: dev BLEU still joins subwords through text.bpe.join_bpe."""
+    from nmtkit.train.validate import _pipeline_decoder
+
+    decode = _pipeline_decoder({"not_a_pipeline_field": 1})
+    assert decode(["lo@@", "wer", "is", "wi@@", "de@@"]) == "lower is wide"

@@ -67,3 +67,71 @@ def test_checksum_is_sha256_of_the_bytes(tmp_path):
     p = tmp_path / "x"
     p.write_bytes(b"abc\n")
     assert count_lines_and_hash(p) == (1, hashlib.sha256(b"abc\n").hexdigest())
+
+
+BYTES = "a\r\nb\u2028c\u0085d\n\nlast".encode()
+LINES = ["a", "b\u2028c\u0085d", "", "last"]  # split on \n only, one \r dropped: `wc -l` + 1 for "last"
+
+
+def test_every_line_reader_splits_on_newline_only_and_agrees(tmp_path, monkeypatch):
+    import io
+    import sys
+
+    from nmtkit.text.io import decode_line, decode_lines, read_all_lines, stream_lines
+
+    p = tmp_path / "x.txt"
+    p.write_bytes(BYTES)
+    assert list(read_lines(p)) == LINES
+    assert read_all_lines(p) == LINES
+    assert decode_lines(BYTES, p) == LINES
+    assert list(stream_lines(io.BytesIO(BYTES), "x")) == LINES
+    assert [decode_line(raw, p, 1) for raw in BYTES.split(b"\n")] == LINES
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(BYTES)))
+    assert read_all_lines("-") == LINES
+    p.write_bytes(b"")
+    assert read_all_lines(p) == [] and list(read_lines(p)) == [] and decode_lines(b"", p) == []
+
+
+def test_every_line_reader_names_the_line_of_invalid_utf8(tmp_path):
+    import io
+
+    from nmtkit.text.io import decode_lines, read_all_lines, stream_lines
+
+    data = b"ok\nfine\nbad \xff here\n"
+    p = tmp_path / "bad.txt"
+    p.write_bytes(data)
+    for call in (lambda: list(read_lines(p)), lambda: read_all_lines(p), lambda: decode_lines(data, p),
+                 lambda: list(stream_lines(io.BytesIO(data), str(p)))):
+        with pytest.raises(InputError) as err:
+            call()
+        assert str(err.value).startswith(f"{p}:3: invalid UTF-8") and "byte 4 of the line" in str(err.value)
+
+
+def test_raw_references_split_on_newline_not_u2028(tmp_path):
+    import json
+
+    from nmtkit.train.data import DataDir
+    from tests.train_fixtures import make_data_dir
+
+    data = make_data_dir(tmp_path / "data", n_train=8, n_valid=3)
+    refs = ["le chat\u2028assis", "un chien", "la maison"]
+    (tmp_path / "dev.fr").write_text("\n".join(refs) + "\n", encoding="utf-8")
+    manifest = json.loads((data / "manifest.json").read_text())
+    manifest["splits"]["valid"]["prefix"] = str(tmp_path / "dev")
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    assert DataDir.open(data).raw_references("valid") == refs
+
+
+def test_every_line_count_check_names_both_inputs_and_counts(tmp_path):
+    from nmtkit.score.run import check_same_length
+    from nmtkit.select.corpus import Corpus
+
+    (tmp_path / "c.en").write_text("a\nb\nc\n", encoding="utf-8")
+    (tmp_path / "c.fr").write_text("a\nb\n", encoding="utf-8")
+    src, tgt = tmp_path / "c.en", tmp_path / "c.fr"
+    for call in (lambda: check_parallel(src, tgt), lambda: Corpus.open([str(tmp_path / "c")], "en", "fr"),
+                 lambda: check_same_length(str(src), ["a", "b", "c"], [(str(tgt), ["a", "b"])])):
+        with pytest.raises(InputError) as err:
+            call()
+        msg = str(err.value)
+        assert msg.startswith("line counts differ: ") and f"{src} has 3 lines" in msg and f"{tgt} has 2 lines" in msg

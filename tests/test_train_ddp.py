@@ -12,6 +12,20 @@ from tests.train_fixtures import TINY_MODEL, make_data_dir, tiny_options
 UPDATES = 6
 
 
+def _start_ranks(fn, args) -> None:
+    """Run `fn(rank, *args)` in two fresh processes, as torchrun would start them.
+
+    Forked from a multiprocessing fork server that has imported torch and nmtkit's trainer once
+    (and run nothing), instead of `mp.spawn`'s new interpreter per rank that imports torch again:
+    each rank still starts with a fresh process state, its own RNGs and its own gloo group.
+    """
+    import multiprocessing.forkserver
+
+    multiprocessing.forkserver.set_forkserver_preload(["torch", "nmtkit.train.trainer", "nmtkit.train.run",
+                                                       "tests.test_train_ddp"])
+    mp.start_processes(fn, args=args, nprocs=2, join=True, start_method="forkserver")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -50,7 +64,7 @@ def test_two_gloo_ranks_stay_identical_and_match_a_single_process(tmp_path):
     # every minibatch, gradients averaged) must equal one process up to float summation order
     opts = tiny_options(max_updates=UPDATES, valid_every=3, save_every=3, optimizer="sgd", lr=0.5,
                         valid_bleu_samples=4)
-    mp.spawn(_worker, args=(2, _free_port(), data_dir, tmp_path / "run2", tmp_path, opts), nprocs=2, join=True)
+    _start_ranks(_worker, (2, _free_port(), data_dir, tmp_path / "run2", tmp_path, opts))
     r0 = torch.load(tmp_path / "rank0.pt", weights_only=True)
     r1 = torch.load(tmp_path / "rank1.pt", weights_only=True)
     assert r0["update"] == r1["update"] == UPDATES
@@ -89,10 +103,9 @@ def test_two_rank_run_resumed_halfway_equals_the_uninterrupted_two_rank_run(tmp_
     data_dir = make_data_dir(tmp_path / "data")
     opts = tiny_options(max_updates=8, valid_every=4, save_every=4, valid_bleu_samples=0)
     full, half = tmp_path / "full", tmp_path / "half"
-    mp.spawn(_run_worker, args=(2, _free_port(), data_dir, full, opts, False), nprocs=2, join=True)
-    mp.spawn(_run_worker, args=(2, _free_port(), data_dir, half, dict(opts, max_updates=4), False), nprocs=2,
-             join=True)
-    mp.spawn(_run_worker, args=(2, _free_port(), data_dir, half, opts, True), nprocs=2, join=True)
+    _start_ranks(_run_worker, (2, _free_port(), data_dir, full, opts, False))
+    _start_ranks(_run_worker, (2, _free_port(), data_dir, half, dict(opts, max_updates=4), False))
+    _start_ranks(_run_worker, (2, _free_port(), data_dir, half, opts, True))
     a = torch.load(full / "checkpoint_last.pt", weights_only=True)
     b = torch.load(half / "checkpoint_last.pt", weights_only=True)
     assert a["trainer"]["update"] == b["trainer"]["update"] == 8

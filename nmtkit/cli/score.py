@@ -77,7 +77,7 @@ def score_cmd(hyp_paths, ref_paths, labels, metrics, tokenize, lowercase, as_jso
 
     Every --hyp must have as many lines as every --ref (and --src): a mismatch is an error.
     """
-    from nmtkit.score import ScoreOptions, run_score
+    from nmtkit.score import ScoreOptions, render, run_score
 
     opts = ScoreOptions(
         hyp_paths=list(hyp_paths), ref_paths=list(ref_paths), labels=list(labels), metrics=metrics,
@@ -87,4 +87,5 @@ def score_cmd(hyp_paths, ref_paths, labels, metrics, tokenize, lowercase, as_jso
         plot_path=plot_path, significance=significance, bootstrap_samples=bootstrap_samples, seed=seed,
         workers=workers or available_cores(),
     )
-    click.echo(run_score(opts, warn=lambda msg: click.echo(f"nmtkit: note: {msg}", err=True)), nl=False)
+    report = run_score(opts, warn=lambda msg: click.echo(f"nmtkit: note: {msg}", err=True))
+    click.echo(render(report, as_json), nl=False)

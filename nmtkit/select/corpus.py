@@ -8,29 +8,18 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from nmtkit.errors import InputError
-from nmtkit.text.io import decode_lines, open_input, read_blocks, resolve_input
+from nmtkit.text.io import (
+    PARALLEL_WHY,
+    check_counts,
+    count_lines,
+    decode_line,
+    decode_lines,
+    open_input,
+    resolve_input,
+)
 
 resolve = resolve_input  # PREFIX.lang, or PREFIX.lang.gz when only that exists (nmtkit.text.io)
 _open_bin = open_input
-
-
-def count_lines(path: str) -> tuple[int, int]:
-    """(lines, bytes) of a file (gunzipped), reading big blocks; a last line without newline counts."""
-    lines = nbytes = 0
-    last = b"\n"
-    for block in read_blocks(path, 1 << 20):
-        lines += block.count(b"\n")
-        nbytes += len(block)
-        last = block[-1:]
-    return lines + (last != b"\n"), nbytes
-
-
-def decode_line(raw: bytes, path: str, lineno: int) -> str:
-    """One line of bytes as text without its newline (invalid UTF-8 names file and line)."""
-    try:
-        return raw.decode("utf-8").rstrip("\r\n")
-    except UnicodeDecodeError as err:
-        raise InputError(f"invalid UTF-8 ({err.reason} at byte {err.start})", path, lineno) from None
 
 
 @dataclass
@@ -53,8 +42,7 @@ class Corpus:
         for prefix in prefixes:
             s, t = resolve(prefix, src_lang), resolve(prefix, tgt_lang)
             (ns, bs), (nt, _) = count_lines(s), count_lines(t)
-            if ns != nt:
-                raise InputError(f"{s} has {ns} lines but {t} has {nt}: a parallel corpus needs equal line counts")
+            check_counts((s, ns), [(t, nt)], PARALLEL_WHY)
             srcs.append(s)
             tgts.append(t)
             counts.append(ns)

@@ -40,10 +40,11 @@ import numpy as np
 
 from nmtkit.errors import ConfigError, InputError, OutputExistsError
 from nmtkit.outputs import Staged, check_output, name_error, writes_in_place
-from nmtkit.select.corpus import Corpus, decode_line
+from nmtkit.select.corpus import Corpus
 from nmtkit.select.lmvocab import LMVocab
 from nmtkit.select.ngram import NgramLM
 from nmtkit.select.scoring import Pairs, Scorer, TextOpts, score_pool, tokenize_all
+from nmtkit.text.io import decode_line
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import TextPipeline
 

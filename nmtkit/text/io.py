@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import os
+import sys
 import zlib
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Iterable, Iterator
 
 from nmtkit.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
+PARALLEL_WHY = ": a parallel corpus needs equal line counts"
 
 
 def _check_file(path: str | Path) -> None:
@@ -78,81 +79,119 @@ def read_blocks(path: str | Path, block_size: int = 1 << 22) -> Iterator[bytes]:
             yield block
 
 
-def count_lines_and_hash(path: str | Path, block_size: int = 1 << 22) -> tuple[int, str]:
-    """(number of lines, sha256 hex digest) of a file's text, in one pass over its bytes
-    (for a .gz file: of the gunzipped text).
-
-    A last line without a final newline still counts as a line (unlike `wc -l`).
-    """
-    h = hashlib.sha256()
-    n = 0
+def _scan(path: str | Path, block_size: int, h=None) -> tuple[int, int]:
+    """(lines, bytes) of a file's (gunzipped) text in one pass, feeding `h` (a hashlib object) if given.
+    A last line without a final newline still counts as a line (unlike `wc -l`)."""
+    n = nbytes = 0
     last = b"\n"
     for block in read_blocks(path, block_size):
-        h.update(block)
+        if h is not None:
+            h.update(block)
         n += block.count(b"\n")
+        nbytes += len(block)
         last = block[-1:]
-    if last != b"\n":
-        n += 1
+    return n + (last != b"\n"), nbytes
+
+
+def count_lines(path: str | Path, block_size: int = 1 << 22) -> tuple[int, int]:
+    """(number of lines, number of bytes) of a file's text (for a .gz file: of the gunzipped text)."""
+    return _scan(path, block_size)
+
+
+def count_lines_and_hash(path: str | Path, block_size: int = 1 << 22) -> tuple[int, str]:
+    """(number of lines, sha256 hex digest) of a file's text, in one pass over its bytes
+    (for a .gz file: of the gunzipped text)."""
+    h = hashlib.sha256()
+    n, _ = _scan(path, block_size, h)
     return n, h.hexdigest()
 
 
-def _find_bad_utf8_line(path: str | Path) -> tuple[int, str]:
-    """Line number (1-based) and reason of the first line that is not valid UTF-8."""
-    with open_input(path) as f:
-        for lineno, raw in enumerate(f, 1):
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                return lineno, f"byte 0x{raw[err.start]:02x} at column {err.start + 1}"
-    return 0, "unknown position"  # pragma: no cover - the text reader failed, so a line must
+def check_counts(first: tuple[str, int], others: Iterable[tuple[str, int]], why: str = "") -> None:
+    """The one line-count check of parallel inputs: each (name, lines) in `others` must have as many
+    lines as `first`. InputError "line counts differ: A has N lines, B has M lines{why}" otherwise
+    (never truncate silently). A name says what the input is, e.g. "reference newstest.fr"."""
+    name0, n0 = first
+    for name, n in others:
+        if n != n0:
+            raise InputError(f"line counts differ: {name0} has {n0} lines, {name} has {n} lines{why}")
 
 
 def read_lines(path: str | Path) -> Iterator[str]:
-    """Lines of a UTF-8 file without their line ending (`\\n` or `\\r\\n`).
+    """Lines of a UTF-8 file without their line ending (`\\n` or `\\r\\n`), streamed; .gz gunzipped.
 
     Raises InputError "path:line: invalid UTF-8 ..." naming the first bad line.
     """
     _check_file(path)
-    with io.TextIOWrapper(open_input(path), encoding="utf-8", newline="\n") as f:
-        try:
-            for line in f:
-                if line.endswith("\n"):
-                    line = line[:-1]
-                    if line.endswith("\r"):
-                        line = line[:-1]
-                yield line
-        except UnicodeDecodeError:
-            lineno, where = _find_bad_utf8_line(path)
-            raise InputError(f"invalid UTF-8 ({where}); expected UTF-8 text", str(path), lineno) from None
+    with open_input(path) as f:
+        yield from stream_lines(f, str(path))
 
 
 def decode_lines(data: bytes, path: str | Path, first: int = 1) -> list[str]:
-    """A block of whole lines read as bytes -> the lines without their `\n` (and any `\r` before
-    it); `first` is the block's first line number in `path`, for the error naming the
-    line that is not valid UTF-8 (a worker can decode what the parent only read)."""
+    """A block of whole lines read as bytes -> the lines without their `\\n` (and one `\\r` before
+    it). The one UTF-8 line decoder: every reader of text lines calls it (or `read_lines`).
+
+    `first` is the block's first line number in `path`, for the error naming the line that is
+    not valid UTF-8 (a worker can decode what the parent only read). Lines split on `\\n` only,
+    never on U+2028 and the other separators `str.splitlines` honours. No bytes, no lines.
+    """
+    if not data:
+        return []
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = first + data.count(b"\n", 0, err.start)
-        raise InputError(f"invalid UTF-8 ({err.reason})", str(path), line) from None
+        col = err.start - (data.rfind(b"\n", 0, err.start) + 1)
+        raise InputError(f"invalid UTF-8 ({err.reason} at byte {col} of the line)", str(path), line) from None
     lines = text.split("\n")
     if text.endswith("\n"):
         lines.pop()
     if "\r" in text:
-        lines = [x.rstrip("\r") for x in lines]
+        lines = [x[:-1] if x.endswith("\r") else x for x in lines]
     return lines
 
 
+def decode_line(raw: bytes, path: str | Path, lineno: int) -> str:
+    """One line of bytes, with or without its line end, as text (`decode_lines` of one line)."""
+    lines = decode_lines(raw, path, lineno)
+    return lines[0] if lines else ""
+
+
+def stream_lines(stream: IO[bytes], name: str) -> Iterator[str]:
+    """The lines of an open binary stream (e.g. stdin), decoded one at a time as `decode_line`."""
+    for lineno, raw in enumerate(stream, 1):
+        yield decode_line(raw, name, lineno)
+
+
+def read_all_lines(path: str | Path) -> list[str]:
+    """All lines of a UTF-8 text file at once, without their line ends ("\\n", "\\r\\n").
+
+    "-" reads standard input; pipes (`<(cmd)`) work, .gz is gunzipped. The count equals
+    `wc -l` (plus one for a last line without newline). Raises InputError for a missing file,
+    a directory, or invalid UTF-8 (file:line).
+    """
+    name = str(path)
+    if name != "-" and not os.path.exists(name):
+        raise InputError("file not found", name)
+    if os.path.isdir(name):
+        raise InputError("is a directory, expected a text file", name)
+    try:
+        if name == "-":
+            data, name = sys.stdin.buffer.read(), "<stdin>"
+        else:
+            with open_input(path) as f:
+                data = f.read()
+    except (OSError, EOFError, zlib.error) as err:
+        raise InputError(f"cannot read: {getattr(err, 'strerror', None) or err}", name) from None
+    return decode_lines(data, name)
+
+
 def check_parallel(src: str | Path, tgt: str | Path) -> tuple[int, str, str]:
-    """Check two parallel files have the same number of lines.
+    """Check two parallel files have the same number of lines (`check_counts`).
 
     Returns (lines, sha256 of src, sha256 of tgt); raises InputError naming both files and
-    both counts when they differ (never truncates silently).
+    both counts when they differ.
     """
     n_src, h_src = count_lines_and_hash(src)
     n_tgt, h_tgt = count_lines_and_hash(tgt)
-    if n_src != n_tgt:
-        raise InputError(
-            f"parallel files differ in length: {src} has {n_src} lines but {tgt} has {n_tgt} lines"
-        )
+    check_counts((str(src), n_src), [(str(tgt), n_tgt)], PARALLEL_WHY)
     return n_src, h_src, h_tgt

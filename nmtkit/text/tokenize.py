@@ -22,7 +22,7 @@ from typing import Any
 
 from nmtkit.errors import ConfigError, InputError, NmtkitError, describe_os_error
 from nmtkit.outputs import OutputFile, write_text, writes_in_place
-from nmtkit.text.io import read_lines
+from nmtkit.text.io import read_lines, stream_lines
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import TextPipeline
 
@@ -70,16 +70,11 @@ def _write_tokinfo(output: str, pipeline: TextPipeline) -> None:
 
 
 def _lines(path: str | None):
-    """Lines of --input (UTF-8 errors name file and line, via text.io) or of stdin."""
+    """Lines of --input or of stdin (decoded strictly by text.io, not by sys.stdin, which may be set
+    to replace or escape bad bytes; UTF-8 errors name file and line)."""
     if path not in (None, "-"):
-        yield from read_lines(path)
-        return
-    # decode stdin strictly ourselves: sys.stdin may be set to replace or escape bad bytes
-    for lineno, raw in enumerate(sys.stdin.buffer, 1):
-        try:
-            yield raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise NmtkitError(f"invalid UTF-8 ({err.reason})", "<stdin>", lineno) from None
+        return read_lines(path)
+    return stream_lines(sys.stdin.buffer, "<stdin>")
 
 
 def main(argv: list[str] | None = None) -> int:

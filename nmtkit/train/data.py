@@ -6,58 +6,29 @@ scored against the raw dev references when the manifest records where they are.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from nmtkit.data.binarized import ParallelData, check_npy, split_paths
+from nmtkit.data.manifest import Manifest, read_manifest
 from nmtkit.errors import InputError
 from nmtkit.text.io import read_lines, resolve_input
-from nmtkit.text.vocab import Vocab
 
 
 @dataclass
-class DataDir:
-    """A preprocessed data directory: manifest, vocabularies, splits."""
+class DataDir(Manifest):
+    """A preprocessed data directory: manifest and vocabularies (data.manifest.Manifest), splits."""
 
-    path: Path
-    manifest: dict[str, Any]
-    src_lang: str
-    tgt_lang: str
-    src_vocab: Vocab
-    tgt_vocab: Vocab
-    pipeline: dict[str, Any]
     _splits: dict[str, ParallelData] = field(default_factory=dict, repr=False)
 
     @classmethod
     def open(cls, path: str | Path) -> "DataDir":
-        path = Path(path)
-        if not path.exists():
-            raise InputError("data directory not found (create it with 'nmtkit preprocess')", str(path))
-        if not path.is_dir():
-            raise InputError("not a directory (expected a data directory from 'nmtkit preprocess')", str(path))
-        mpath = path / "manifest.json"
-        if not mpath.is_file():
-            raise InputError("no manifest.json: not a data directory from 'nmtkit preprocess'", str(path))
-        try:
-            manifest = json.loads(mpath.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as err:
-            raise InputError(f"manifest.json is not valid JSON ({err})", str(mpath)) from None
-        if not isinstance(manifest, dict):
-            raise InputError("manifest.json must hold a JSON object", str(mpath))
-        for key in ("src_lang", "tgt_lang", "vocab"):
-            if key not in manifest:
-                raise InputError(f"manifest.json lacks the key '{key}'", str(mpath))
-        vocab = manifest["vocab"]
-        if not isinstance(vocab, dict) or "src" not in vocab or "tgt" not in vocab:
-            raise InputError("manifest.json 'vocab' must be {\"src\": file, \"tgt\": file}", str(mpath))
-        src_vocab = Vocab.load(path / vocab["src"])
-        tgt_vocab = Vocab.load(path / vocab["tgt"])
-        data = cls(path, manifest, str(manifest["src_lang"]), str(manifest["tgt_lang"]), src_vocab, tgt_vocab,
-                   dict(manifest.get("pipeline") or {}))
+        """The data directory at `path` (its manifest read by `data.manifest.read_manifest`), with every
+        binarised file checked against the manifest's counts."""
+        m = read_manifest(path)
+        data = cls(**{f.name: getattr(m, f.name) for f in fields(Manifest)})
         data.check_sizes()
         return data
 

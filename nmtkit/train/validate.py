@@ -55,6 +55,7 @@ def dev_loss(
 
 def _pipeline_decoder(pipeline: dict[str, Any]) -> Callable[[list[str]], str]:
     """tokens -> detokenised text, with the recorded pipeline when it can be rebuilt."""
+    from nmtkit.text.bpe import join_bpe
     from nmtkit.text.pipeline import TextPipeline
 
     try:
@@ -62,7 +63,7 @@ def _pipeline_decoder(pipeline: dict[str, Any]) -> Callable[[list[str]], str]:
         return lambda toks: pipe.decode(toks, "tgt")
     except Exception as err:  # an old manifest's pipeline: plain BPE join
         log.warning("dev BLEU: cannot rebuild the text pipeline (%s); scoring BPE-joined tokens", err)
-        return lambda toks: " ".join(toks).replace("@@ ", "").removesuffix("@@")
+        return lambda toks: " ".join(join_bpe(toks))
 
 
 @torch.no_grad()

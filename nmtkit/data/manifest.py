@@ -1,0 +1,64 @@
+"""A data directory's manifest: `manifest.json` and the two vocabularies it names.
+
+The one reader of what `nmtkit preprocess` records (languages, text pipeline, vocabulary
+files, split counts). Torch- and numpy-free, so `nmtkit score --no-unk --data DIR` can use
+it; `train.data.DataDir` extends it with the binarised splits.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nmtkit.errors import InputError
+from nmtkit.text.vocab import Vocab
+
+
+@dataclass
+class Manifest:
+    """`manifest.json` of data directory `path` (as `manifest`), with its vocabularies loaded."""
+
+    path: Path
+    manifest: dict[str, Any]
+    src_lang: str
+    tgt_lang: str
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    pipeline: dict[str, Any]
+
+    @property
+    def file(self) -> Path:
+        return self.path / "manifest.json"
+
+
+def read_manifest(path: str | Path) -> Manifest:
+    """Read and check `path/manifest.json` and its vocabulary files.
+
+    InputError naming the directory or the manifest when the directory is missing, holds no
+    manifest, or the manifest is not a JSON object with src_lang, tgt_lang and vocab.{src,tgt}.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError("data directory not found (create it with 'nmtkit preprocess')", str(path))
+    if not path.is_dir():
+        raise InputError("not a directory (expected a data directory with manifest.json from 'nmtkit preprocess')",
+                         str(path))
+    mpath = path / "manifest.json"
+    if not mpath.is_file():
+        raise InputError("no manifest.json: not a data directory from 'nmtkit preprocess'", str(path))
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise InputError(f"manifest.json is not valid JSON ({err})", str(mpath)) from None
+    if not isinstance(manifest, dict):
+        raise InputError("manifest.json must hold a JSON object", str(mpath))
+    for key in ("src_lang", "tgt_lang", "vocab"):
+        if key not in manifest:
+            raise InputError(f"manifest.json lacks the key '{key}'", str(mpath))
+    vocab = manifest["vocab"]
+    if not isinstance(vocab, dict) or "src" not in vocab or "tgt" not in vocab:
+        raise InputError("manifest.json 'vocab' must be {\"src\": file, \"tgt\": file}", str(mpath))
+    return Manifest(path, manifest, str(manifest["src_lang"]), str(manifest["tgt_lang"]),
+                    Vocab.load(path / vocab["src"]), Vocab.load(path / vocab["tgt"]),
+                    dict(manifest.get("pipeline") or {}))

@@ -1,0 +1,173 @@
+"""Corpus metrics: sacrebleu's BLEU, chrF and TER with signatures, and the 2014-15 papers' BLEU.
+
+* BLEU, chrF and TER through sacrebleu's metric classes (Post 2018), each with its
+  reproducibility signature.
+* Paper-style BLEU (Bahdanau et al. 2015, Table 1; Cho et al. 2014): Moses' `multi-bleu.perl`
+  on Moses-tokenised, case-sensitive text, which is exactly sacrebleu's BLEU with
+  `tokenize='none'` and `smooth_method='none'` applied to whitespace-joined Moses tokens.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from nmtkit.errors import ConfigError
+from nmtkit.text.io import check_counts
+
+METRICS = ("bleu", "chrf", "ter")
+BLEU_TOKENIZERS = ("13a", "intl", "none", "char", "zh", "ja-mecab", "ko-mecab", "spm", "flores101", "flores200")
+PAPER_BLEU_LABEL = "BLEU (paper-style: multi-bleu.perl on Moses-tokenised text, case-sensitive)"
+
+
+@dataclass
+class MetricScore:
+    """One corpus-level score with everything needed to reproduce it.
+
+    `name` is sacrebleu's metric name ("BLEU", "chrF2", "TER"), `label` a human description
+    that says which BLEU this is, `signature` sacrebleu's signature string, `details` extra
+    figures (n-gram precisions, brevity penalty, lengths for BLEU).
+    """
+
+    key: str
+    name: str
+    label: str
+    score: float
+    signature: str
+    verbose: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def format(self) -> str:
+        """One line: `LABEL|signature = score verbose`, sacrebleu's own layout."""
+        text = f"{self.label} = {self.score:.2f}"
+        if self.verbose:
+            text += f" {self.verbose}"
+        return f"{text}  [{self.signature}]"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"metric": self.key, "name": self.name, "label": self.label, "score": round(self.score, 4),
+             "signature": self.signature}
+        if self.verbose:
+            d["verbose"] = self.verbose
+        d.update(self.details)
+        return d
+
+
+def make_metric(key: str, tokenize: str | None = None, lowercase: bool = False):
+    """A fresh sacrebleu metric object for "bleu", "chrf" or "ter".
+
+    `tokenize` and `lowercase` apply to BLEU (and `lowercase` to chrF) as in sacrebleu's CLI;
+    TER keeps sacrebleu's defaults (it is case-insensitive by default).
+    """
+    from sacrebleu.metrics import BLEU, CHRF, TER
+
+    if key == "bleu":
+        try:
+            return BLEU(tokenize=tokenize, lowercase=lowercase)
+        except Exception as err:  # e.g. a tokenizer whose optional dependency is missing
+            raise ConfigError(f"cannot use BLEU tokenizer {tokenize!r}: {err}") from None
+    if key == "chrf":
+        return CHRF(lowercase=lowercase)
+    if key == "ter":
+        return TER()
+    raise ConfigError(f"unknown metric {key!r}; choose from {', '.join(METRICS)}")
+
+
+def _bleu_details(score) -> dict[str, Any]:
+    return {
+        "precisions": [round(p, 4) for p in score.precisions],
+        "counts": list(score.counts),
+        "totals": list(score.totals),
+        "bp": round(score.bp, 4),
+        "ratio": round(score.sys_len / score.ref_len, 4) if score.ref_len else 0.0,
+        "hyp_len": score.sys_len,
+        "ref_len": score.ref_len,
+    }
+
+
+def _verbose(score) -> str:
+    # sacrebleu's own verbose string (BLEU: precisions, BP, ratio, lengths).
+    return getattr(score, "_verbose", "") or ""
+
+
+def corpus_scores(hyps: Sequence[str], refs: Sequence[Sequence[str]], metrics: Sequence[str] = METRICS,
+                  tokenize: str | None = None, lowercase: bool = False) -> list[MetricScore]:
+    """sacrebleu corpus scores of `hyps` against the reference streams `refs`.
+
+    `refs` is a list of streams, each as long as `hyps` (several references per sentence).
+    Returns one MetricScore per entry of `metrics`, in that order.
+    """
+    _check_streams(hyps, refs)
+    out = []
+    for key in metrics:
+        metric = make_metric(key, tokenize=tokenize, lowercase=lowercase)
+        score = metric.corpus_score(list(hyps), [list(r) for r in refs])
+        sig = metric.get_signature().format()
+        label = score.name
+        if key == "bleu":
+            tok = metric.tokenizer_signature
+            label = f"BLEU (sacrebleu on detokenised text, tok {tok}{', lowercased' if lowercase else ''})"
+        details = _bleu_details(score) if key == "bleu" else {}
+        out.append(MetricScore(key, score.name, label, float(score.score), sig, _verbose(score), details))
+    return out
+
+
+def _check_streams(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> None:
+    if not refs:
+        raise ConfigError("at least one reference is needed")
+    # internal callers check files first; this guards the API
+    check_counts(("the hypotheses", len(hyps)), [("the references", len(r)) for r in refs])
+
+
+def moses_tokenize_lines(lines: Iterable[str], lang: str, workers: int = 1) -> list[str]:
+    """Moses-tokenise each line exactly as `tokenizer.perl -l LANG -no-escape` (no punctuation
+    normalisation, case kept); tokens joined by spaces."""
+    from functools import partial
+
+    from nmtkit.text.parallel import parallel_map
+
+    lines = list(lines)
+    if len(lines) < 2000:  # one chunk anyway: a process pool would only add start-up time
+        workers = 1
+    return list(parallel_map(partial(_moses_line, lang=lang), lines, workers=workers))
+
+
+def _moses_line(line: str, lang: str) -> str:
+    from nmtkit.text.moses import tokenize_like_perl
+
+    return " ".join(tokenize_like_perl(line, lang))
+
+
+def multibleu(hyps_tok: Sequence[str], refs_tok: Sequence[Sequence[str]], lang: str | None = None) -> MetricScore:
+    """multi-bleu.perl on already tokenised text: whitespace tokens, case-sensitive, no smoothing.
+
+    Same figures as `multi-bleu.perl REF < HYP`: clipped n-gram precisions (n = 1..4) summed over
+    the corpus, their geometric mean (0 when any is 0), brevity penalty exp(1 - r/c) when c < r
+    with r the sum of the closest reference lengths (the shorter on ties). `lang` (the Moses
+    tokeniser's language, when known) goes into the signature.
+    """
+    from sacrebleu.metrics import BLEU
+
+    _check_streams(hyps_tok, refs_tok)
+    metric = BLEU(tokenize="none", smooth_method="none", force=True)
+    score = metric.corpus_score(list(hyps_tok), [list(r) for r in refs_tok])
+    sig = metric.get_signature()
+    sig.update("tok", f"moses-{lang}" if lang else "moses")
+    return MetricScore("paper_bleu", "BLEU", PAPER_BLEU_LABEL, float(score.score),
+                       sig.format() + "|multi-bleu.perl", _verbose(score), _bleu_details(score))
+
+
+def paper_bleu(hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str, workers: int = 1) -> MetricScore:
+    """The 2014-15 papers' BLEU: Moses-tokenise hypotheses and references (language `lang`), then multi-bleu."""
+    _check_streams(hyps, refs)
+    hyps_tok = moses_tokenize_lines(hyps, lang, workers)
+    refs_tok = [moses_tokenize_lines(r, lang, workers) for r in refs]
+    return multibleu(hyps_tok, refs_tok, lang)
+
+
+def guess_lang(path: str | Path, default: str = "en") -> str:
+    """The language code from a file name ending in `.xx` (e.g. `newstest2014-fren.fr` -> "fr")."""
+    suffix = Path(str(path)).suffix.lstrip(".").lower()
+    return suffix if len(suffix) == 2 and suffix.isalpha() else default
+
+

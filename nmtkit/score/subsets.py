@@ -1,0 +1,186 @@
+"""Subsets of the test sentences: the paper's "No UNK" subset and source-length buckets (Figure 2).
+
+"No UNK": the sentences whose source and reference(s) contain no token outside the model's
+vocabularies (Bahdanau et al. 2015, Table 1). By length: corpus BLEU of each system on the
+sentences of each source-length bucket.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from nmtkit.errors import ConfigError, InputError
+from nmtkit.score.metrics import make_metric, multibleu
+from nmtkit.text.bpe import SEPARATOR
+from nmtkit.text.io import check_counts
+
+BPE_NO_UNK_NOTE = (
+    "this model uses BPE subwords, so almost every sentence decomposes into known subwords; "
+    "the 'No UNK' subset here means: sentences in which no source or reference token maps to "
+    "<unk> after the model's preprocessing and BPE (usually nearly all sentences), unlike the "
+    "paper's word-level 'No UNK' column"
+)
+
+
+def subset(lines: Sequence[str], indices: Sequence[int]) -> list[str]:
+    """`[lines[i] for i in indices]`."""
+    return [lines[i] for i in indices]
+
+
+# --------------------------------------------------------------------------------------------
+# "No UNK" subset
+
+
+def no_unk_indices(src: Sequence[str], refs: Sequence[Sequence[str]],
+                   encode_src: Callable[[str], list[str]], encode_tgt: Callable[[str], list[str]],
+                   src_vocab: Iterable[str] | set[str], tgt_vocab: Iterable[str] | set[str]) -> list[int]:
+    """Indices of sentences whose source and every reference have no out-of-vocabulary token.
+
+    `encode_src` / `encode_tgt` turn a raw line into the tokens the vocabulary sees (the model's
+    pipeline: normalise, tokenise, case, BPE). The special symbols (<unk>, <pad>, ...) count as
+    unknown: a literal "<unk>" in the text is the model's UNK too.
+    """
+    from nmtkit.text.vocab import SPECIALS
+
+    src_known = set(src_vocab) - set(SPECIALS)
+    tgt_known = set(tgt_vocab) - set(SPECIALS)
+    check_counts(("the source", len(src)), [("the references", len(r)) for r in refs])
+    kept = []
+    for i, line in enumerate(src):
+        if not all(t in src_known for t in encode_src(line)):
+            continue
+        if all(all(t in tgt_known for t in encode_tgt(r[i])) for r in refs):
+            kept.append(i)
+    return kept
+
+
+def vocab_is_bpe(*vocabs: Iterable[str]) -> bool:
+    """True when a vocabulary holds subword-nmt continuation tokens ("xx@@")."""
+    return any(tok.endswith(SEPARATOR) for v in vocabs for tok in v)
+
+
+@dataclass
+class ModelText:
+    """What the "No UNK" subset needs from a model: its two encoders and two vocabularies."""
+
+    encode_src: Callable[[str], list[str]]
+    encode_tgt: Callable[[str], list[str]]
+    src_vocab: list[str]
+    tgt_vocab: list[str]
+    is_bpe: bool
+    origin: str
+
+
+def _pipeline_text(pipeline: dict, src_vocab: list[str], tgt_vocab: list[str], origin: str) -> ModelText:
+    from nmtkit.text.pipeline import TextPipeline
+
+    pipe = TextPipeline.from_dict(pipeline)
+    uses_bpe = bool(pipeline.get("bpe")) or vocab_is_bpe(src_vocab, tgt_vocab)
+    return ModelText(lambda s: pipe.encode(s, "src"), lambda s: pipe.encode(s, "tgt"),
+                     list(src_vocab), list(tgt_vocab), uses_bpe, origin)
+
+
+def model_text_from_checkpoint(path: str | Path) -> ModelText:
+    """Pipeline and vocabularies recorded in a checkpoint (imports torch to read the file)."""
+    from nmtkit.checkpoint import load_checkpoint
+    from nmtkit.errors import CheckpointError
+
+    ckpt = load_checkpoint(path)
+    try:
+        return _pipeline_text(ckpt["pipeline"], ckpt["src_vocab"], ckpt["tgt_vocab"], str(path))
+    except KeyError as err:
+        raise CheckpointError(f"checkpoint lacks field {err}", str(path)) from None
+
+
+def model_text_from_data_dir(data_dir: str | Path) -> ModelText:
+    """Pipeline and vocabularies of a `nmtkit preprocess` data directory (data.manifest; torch-free)."""
+    from nmtkit.data.manifest import read_manifest
+
+    m = read_manifest(data_dir)
+    if "pipeline" not in m.manifest:
+        raise InputError("manifest lacks field 'pipeline'", str(m.file))
+    return _pipeline_text(m.pipeline, m.src_vocab.itos, m.tgt_vocab.itos, str(data_dir))
+
+
+# --------------------------------------------------------------------------------------------
+# BLEU by source length (Figure 2)
+
+
+def bucket_of(length: int, width: int, max_length: int) -> int:
+    """Bucket index of a sentence of `length` words: (0, w] -> 0, (w, 2w] -> 1, ..., > max -> last.
+
+    Empty sentences fall in the first bucket. With width 10 and max 60 the buckets are
+    1-10, 11-20, ..., 51-60, >60 (seven buckets).
+    """
+    if length > max_length:
+        return (max_length + width - 1) // width
+    return max(0, (length - 1) // width)
+
+
+def bucket_labels(width: int, max_length: int) -> list[str]:
+    """Labels of the buckets `bucket_of` assigns, e.g. ["1-10", "11-20", ..., "51-60", ">60"]."""
+    n = (max_length + width - 1) // width
+    labels = [f"{i * width + 1}-{min((i + 1) * width, max_length)}" for i in range(n)]
+    labels[0] = "0" + labels[0][1:]  # the first bucket also holds empty sentences
+    return labels + [f">{max_length}"]
+
+
+@dataclass
+class LengthBucket:
+    """One row of the by-length table: the sentences of one length range and each system's BLEU."""
+
+    label: str
+    lo: int
+    hi: int | None  # inclusive upper bound; None for the open last bucket
+    indices: list[int]
+    bleu: dict[str, float | None]  # system name -> sacrebleu BLEU (None when the bucket is empty)
+    paper_bleu: dict[str, float | None] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"bucket": self.label, "min_len": self.lo, "max_len": self.hi, "sentences": len(self.indices),
+             "bleu": self.bleu}
+        if self.paper_bleu:
+            d["paper_bleu"] = self.paper_bleu
+        return d
+
+
+def bleu_by_length(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequence[Sequence[str]],
+                   src_lengths: Sequence[int], width: int = 10, max_length: int = 60,
+                   tokenize: str | None = None, lowercase: bool = False,
+                   paper_tok: tuple[Sequence[Sequence[str]], Sequence[Sequence[str]]] | None = None
+                   ) -> list[LengthBucket]:
+    """Corpus BLEU of each system on the sentences of each source-length bucket.
+
+    `systems` is a list of (name, hypotheses); `src_lengths[i]` the length of source sentence i
+    in words. `paper_tok = (hyps_tok per system, refs_tok)` adds paper-style BLEU per bucket.
+    Every bucket is listed, empty ones with BLEU None.
+    """
+    if width < 1 or max_length < 1:
+        raise ConfigError("--bucket-width and --max-length must be positive")
+    check_counts(("the source", len(src_lengths)), [(name, len(hyps)) for name, hyps in systems])
+    labels = bucket_labels(width, max_length)
+    members: list[list[int]] = [[] for _ in labels]
+    for i, n in enumerate(src_lengths):
+        members[bucket_of(n, width, max_length)].append(i)
+    rows = []
+    for b, (label, idx) in enumerate(zip(labels, members)):
+        lo = 0 if b == 0 else b * width + 1
+        hi = None if b == len(labels) - 1 else min((b + 1) * width, max_length)
+        bleu: dict[str, float | None] = {}
+        pbleu: dict[str, float | None] = {}
+        for s, (name, hyps) in enumerate(systems):
+            if not idx:
+                bleu[name] = None
+                if paper_tok is not None:
+                    pbleu[name] = None
+                continue
+            metric = make_metric("bleu", tokenize=tokenize, lowercase=lowercase)
+            bleu[name] = float(metric.corpus_score(subset(hyps, idx), [subset(r, idx) for r in refs]).score)
+            if paper_tok is not None:
+                hyps_tok, refs_tok = paper_tok
+                pbleu[name] = multibleu(subset(hyps_tok[s], idx), [subset(r, idx) for r in refs_tok]).score
+        rows.append(LengthBucket(label, lo, hi, idx, bleu, pbleu))
+    return rows
+
+
