@@ -95,3 +95,10 @@ def test_fused_beam_search_finds_the_eager_hypotheses():
     for a, b in zip(hyps[False], hyps[True]):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         assert a[0].score == pytest.approx(b[0].score, rel=1e-4, abs=1e-5)
+
+
+def test_translate_and_serve_refuse_an_unknown_fuse_mode():
+    from nmtkit.translate import TranslateConfig
+
+    with pytest.raises(ConfigError, match="--fuse is auto, on or off"):
+        TranslateConfig(models=("m.pt",), fuse="sometimes").validate()

@@ -36,11 +36,14 @@ import click
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto",
               show_default=True, help="As `nmtkit translate --precision`.")
+@click.option("--fuse", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+              help="Compile the decoding step into a few fused kernels (torch.compile; the first run compiles "
+                   "for up to a minute, later runs reuse the cache). auto: on CUDA.")
 @click.option("--threads", type=int, default=None, metavar="N", help="torch CPU threads [torch's default].")
 @click.option("-q", "--quiet", is_flag=True, help="No per-request log lines on stderr.")
 def serve_cmd(models, ensemble, host, port, beam, lenpen, max_len_a, max_len_b, batch_size, max_tokens,
               batch_delay_ms, max_lines, max_line_chars, max_body_bytes, max_src_len, device, precision,
-              threads, quiet) -> None:
+              fuse, threads, quiet) -> None:
     """Serve translations over HTTP, batching sentences across concurrent requests.
 
     Loads the checkpoint once, then answers POST /translate
@@ -63,7 +66,7 @@ def serve_cmd(models, ensemble, host, port, beam, lenpen, max_len_a, max_len_b, 
     config.validate()
     tcfg = TranslateConfig(models=tuple(models), beam=beam, lenpen=lenpen, max_len_a=max_len_a,
                            max_len_b=max_len_b, batch_size=batch_size, max_tokens=max_tokens,
-                           max_src_len=max_src_len, device=device, precision=precision, threads=threads,
+                           max_src_len=max_src_len, device=device, precision=precision, fuse=fuse, threads=threads,
                            ensemble=ensemble)
     tcfg.validate()
 

@@ -62,12 +62,15 @@ FORMATS = ["raw", "tok", "bpe"]
               help="auto = bf16 autocast on GPU, fp32 on CPU (bf16 autocast runs on a CPU too but is "
                    "slower for decoding where the CPU lacks native bf16 matrix units); fp16 is meant for GPUs "
                    "(it runs on a CPU, slowly).")
+@click.option("--fuse", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+              help="Compile the decoding step into a few fused kernels (torch.compile; the first run compiles "
+                   "for up to a minute, later runs reuse the cache). auto: on CUDA.")
 @click.option("--threads", type=int, default=None, metavar="N", help="torch CPU threads [torch's default].")
 @click.option("-q", "--quiet", is_flag=True, help="No warnings or summary on stderr.")
 def translate_cmd(models, ensemble, input_path, output_path, force, input_format, output_format, beam, lenpen,
                   max_len_a, max_len_b, nbest, batch_size, max_tokens, buffer_size, interactive, replace_unk,
                   unk_dict, alignments, alignments_file, plot_attention, plot_limit, max_src_len, device,
-                  precision, threads, quiet) -> None:
+                  precision, fuse, threads, quiet) -> None:
     """Translate raw text with batched beam search.
 
     Reads one sentence a line (stdin or -i), applies exactly the preprocessing recorded in the
@@ -86,7 +89,7 @@ def translate_cmd(models, ensemble, input_path, output_path, force, input_format
         batch_size=batch_size, max_tokens=max_tokens, buffer_size=buffer_size, input_format=input_format,
         output_format=output_format, replace_unk=replace_unk, unk_dict=unk_dict, alignments=alignments,
         plot_attention=plot_attention, plot_limit=plot_limit, max_src_len=max_src_len, device=device,
-        precision=precision, threads=threads, ensemble=ensemble,
+        precision=precision, fuse=fuse, threads=threads, ensemble=ensemble,
     )
 
     def warn(msg: str) -> None:

@@ -33,6 +33,7 @@ class TranslateConfig:
     device: str = "auto"
     precision: str = "auto"  # auto | fp32 | bf16 | fp16 (meant for CUDA; slow on the CPU)
     threads: int | None = None  # torch CPU threads (None: torch's default)
+    fuse: str = "auto"  # compile the decoding step (models/fusion.py): auto | on | off; auto = on CUDA
     ensemble: bool = False  # several models are averaged only when asked (--ensemble)
 
     def validate(self) -> None:
@@ -54,6 +55,8 @@ class TranslateConfig:
             raise ConfigError("--alignments is 'hard' or 'soft'")
         if self.precision not in ("auto", "fp32", "bf16", "fp16"):
             raise ConfigError("--precision is auto, fp32, bf16 or fp16")
+        if self.fuse not in ("auto", "on", "off"):
+            raise ConfigError(f"--fuse is auto, on or off, got '{self.fuse}'")
         if self.threads is not None and self.threads < 1:
             raise ConfigError("--threads must be >= 1")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):

@@ -53,6 +53,7 @@ class Translator:
 
         from nmtkit.checkpoint import load_model, trained_max_len
         from nmtkit.decode.ensemble import check_compatible
+        from nmtkit.models.fusion import resolve_fuse
         from nmtkit.models.precision import FP16_ON_CPU, autocast
         from nmtkit.text.vocab import Vocab
 
@@ -65,6 +66,9 @@ class Translator:
             model, ckpt = load_model(path, self.device)
             self.models.append(model)
             ckpts.append(ckpt)
+        fuse = resolve_fuse(config.fuse, self.device)
+        for model in self.models:
+            model.fuse_steps = fuse
         first = ckpts[0]
         check_compatible(list(config.models), ckpts)
         try:
