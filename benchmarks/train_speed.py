@@ -87,15 +87,19 @@ def make_batches(n: int, vocab: tuple[int, int], batch: int, lens: tuple[int, in
     return out
 
 
-def measure(name: str, precision: str, device: str, steps: int, threads: int) -> dict:
-    """One measurement, in this process: tokens/s and peak memory."""
+def measure(name: str, precision: str, device: str, steps: int, threads: int, fuse: str = "auto") -> dict:
+    """One measurement, in this process: tokens/s and peak memory. `fuse` as `nmtkit train --fuse`."""
     import torch
+
+    from nmtkit.models.fusion import resolve_fuse
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     w = WORKLOADS[name]
     model = make_model(w)
     model.to(device).train()
+    if not w.get("naive"):
+        model.fuse_steps = resolve_fuse(fuse, torch.device(device))
     params = sum(p.numel() for p in model.parameters())
     if w["optimizer"] == "adam":
         opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)  # fused: 4x faster step on CPU
@@ -132,7 +136,8 @@ def measure(name: str, precision: str, device: str, steps: int, threads: int) ->
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
         mem_kind = "peak RSS"
-    return dict(workload=name, precision=precision, device=device, params=params, steps=steps,
+    return dict(workload=name, precision=precision, device=device, fuse=bool(getattr(model, "fuse_steps", False)),
+                params=params, steps=steps,
                 tokens=tokens, seconds=dt, tokens_per_s=tokens / dt, cpu_seconds=cpu,
                 tokens_per_cpu_s=tokens / cpu, load=load, peak_gib=peak, mem=mem_kind)
 
@@ -178,13 +183,15 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=None, help="timed steps per measurement")
     ap.add_argument("--workloads", default=None, help="comma-separated subset of " + ",".join(WORKLOADS))
     ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--fuse", default="auto", choices=["auto", "on", "off"],
+                    help="as nmtkit train --fuse (auto: fused on CUDA); the first fused run compiles")
     ap.add_argument("--no-interleaved", action="store_true", help="skip the interleaved ratio run")
     ap.add_argument("--one", nargs=2, metavar=("WORKLOAD", "PRECISION"), help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     if args.one:
         steps = args.steps or 10
-        print(json.dumps(measure(args.one[0], args.one[1], args.device, steps, args.threads)))
+        print(json.dumps(measure(args.one[0], args.one[1], args.device, steps, args.threads, args.fuse)))
         return
 
     names = args.workloads.split(",") if args.workloads else (
@@ -196,14 +203,15 @@ def main() -> None:
             if args.device == "cuda":
                 steps *= 5
             cmd = [sys.executable, __file__, "--one", name, prec, "--device", args.device,
-                   "--threads", str(args.threads), "--steps", str(steps)]
+                   "--threads", str(args.threads), "--steps", str(steps), "--fuse", args.fuse]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
                 print(f"{name} {prec}: FAILED\n{proc.stderr[-2000:]}", file=sys.stderr)
                 continue
             r = json.loads(proc.stdout.strip().splitlines()[-1])
             results.append(r)
-            print(f"{name:14s} {prec:5s} {args.device}: {r['tokens_per_s']:7.0f} target tokens/s "
+            print(f"{name:14s} {prec:5s} {args.device}{' fused' if r['fuse'] else ''}: "
+                  f"{r['tokens_per_s']:7.0f} target tokens/s "
                   f"({r['tokens_per_cpu_s']:5.0f} per CPU-second)  peak {r['peak_gib']:.2f} GiB "
                   f"({r['mem']})  [{r['params'] / 1e6:.1f}M params, {r['steps']} steps, "
                   f"{r['tokens']} tokens, {r['seconds']:.1f}s, load avg {r['load']:.1f}]", flush=True)
