@@ -59,8 +59,9 @@ def _choice(*values: str) -> click.Choice:
 @click.option("--dropout", type=float, default=None, metavar="P", help="Dropout probability (preset's default).")
 @click.option("--init", type=_choice("paper", "default", "uniform", "uniform-emb"), default=None,
               help="Weight initialisation: paper (the appendix: orthogonal recurrent matrices, N(0, 0.01^2) "
-                   "elsewhere; the paper presets), default (PyTorch's: N(0, 1) embeddings), uniform (every "
-                   "weight U(-0.1, 0.1), as OpenNMT-py) or uniform-emb (PyTorch's, embeddings U(-0.1, 0.1)).")
+                   "elsewhere; the paper presets), default (PyTorch's: N(0, 1) embeddings; lstm-attention), uniform "
+                   "(every weight U(-0.1, 0.1), as OpenNMT-py; the small preset: it learns more per update) or "
+                   "uniform-emb (PyTorch's, embeddings U(-0.1, 0.1)).")
 @click.option("--dropout-sites", default=None, metavar="LIST",
               help="rnnsearch: where --dropout applies, a comma-separated subset of src,tgt,out (source and "
                    "target embeddings, the deep output) [src,tgt,out].")
