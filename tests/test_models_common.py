@@ -200,6 +200,22 @@ def test_presets_match_the_paper_and_build():
     assert preset("small")[1]["src_vocab_size"] == 8000  # the copy above did not leak back
 
 
+def test_small_preset_takes_the_ablations_choices_and_the_paper_presets_stay_the_papers():
+    """Issue 13's ablation (presets.py docstring): the small preset initialises every weight
+    U(-0.1, 0.1); the paper presets keep the appendix's initialisation and procedure."""
+    arch, cfg = preset("small")
+    assert (arch, cfg["init"], cfg["dropout"], cfg["maxout"], cfg["att_hidden"]) == ("rnnsearch", "uniform", 0.2, 256, 512)
+    assert cfg.get("dropout_sites", "src,tgt,out") == "src,tgt,out"
+    assert train_defaults("small") == dict(optimizer="adam", lr=1e-3, batch_size=64, clip_norm=1.0, max_len=50)
+    for name in ("rnnsearch-30", "rnnsearch-50", "rnnencdec-30", "rnnencdec-50"):
+        cfg = preset(name)[1]
+        assert (cfg["init"], cfg["dropout"], cfg["emb_dim"], cfg["maxout"]) == ("paper", 0.0, 620, 500), name
+        assert "dropout_sites" not in cfg
+        d = train_defaults(name)
+        assert (d["optimizer"], d["adadelta_eps"], d["adadelta_rho"], d["batch_size"], d["sort_batches"]) == (
+            "adadelta", 1e-6, 0.95, 80, 20), name
+
+
 def test_unknown_preset_is_a_config_error():
     with pytest.raises(ConfigError, match="rnnsearch-50"):
         preset("rnnsearch-70")

@@ -75,3 +75,45 @@ def test_default_init_differs_from_paper_init():
     model = build_model("rnnsearch", dict(SIZES, att_hidden=56, init="default"))
     assert not torch.all(model.v_a == 0)
     assert model.W_o.weight.std() > 0.02
+
+
+@pytest.mark.parametrize("arch", ["rnnsearch", "rnnencdec", "lstm-attention"])
+def test_uniform_init_draws_every_parameter_within_a_tenth(arch):
+    """init "uniform" is OpenNMT-py's param_init 0.1: every weight in U(-0.1, 0.1), padding rows zero."""
+    torch.manual_seed(0)
+    sizes = {k: v for k, v in SIZES.items() if arch != "lstm-attention" or k != "maxout"}
+    model = build_model(arch, dict(sizes, init="uniform"))
+    for name, p in model.named_parameters():
+        assert p.abs().max() <= 0.1, name
+        if p.numel() >= 1000:  # U(-a, a) has std a / sqrt(3)
+            assert abs(p.std().item() - 0.1 / 3 ** 0.5) < 0.005, name
+    for emb in (model.src_embed, model.tgt_embed):
+        assert torch.all(emb.weight[0] == 0)
+
+
+def test_uniform_emb_init_changes_only_the_embeddings():
+    """init "uniform-emb": PyTorch's defaults everywhere (same draws), embeddings U(-0.1, 0.1)."""
+    torch.manual_seed(0)
+    default = build_model("rnnsearch", dict(SIZES, att_hidden=56, init="default"))
+    torch.manual_seed(0)
+    small = build_model("rnnsearch", dict(SIZES, att_hidden=56, init="uniform-emb"))
+    assert default.src_embed.weight.std() > 0.9  # N(0, 1)
+    for name, p in small.named_parameters():
+        if "embed" in name:
+            assert p.abs().max() <= 0.1 and torch.all(p[0] == 0), name
+        else:
+            torch.testing.assert_close(p, dict(default.named_parameters())[name], msg=name)
+
+
+def test_dropout_sites_leave_the_other_places_deterministic():
+    """With dropout only on the deep output, the encoder is deterministic in training mode."""
+    from nmtkit.errors import ConfigError
+
+    model = build_model("rnnsearch", dict(SIZES, att_hidden=56, dropout=0.5, dropout_sites="out")).train()
+    src, lens = torch.tensor([[5, 6, 7, 8]]), torch.tensor([4])
+    a, b = model.encode(src, lens).annotations, model.encode(src, lens).annotations
+    torch.testing.assert_close(a, b)
+    everywhere = build_model("rnnsearch", dict(SIZES, att_hidden=56, dropout=0.5)).train()
+    assert not torch.equal(everywhere.encode(src, lens).annotations, everywhere.encode(src, lens).annotations)
+    with pytest.raises(ConfigError, match="dropout_sites"):
+        build_model("rnnsearch", dict(SIZES, att_hidden=56, dropout_sites="src,attention"))

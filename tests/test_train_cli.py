@@ -185,7 +185,7 @@ def test_init_option_overrides_the_presets_initialisation_and_is_recorded(data_d
             "--valid-bleu-samples", "0", "--quiet"]
     code, _, err = _run(base + ["--save-dir", str(tmp_path / "a"), "--preset", "small"], capsys)
     assert code == 0, err
-    assert load_checkpoint(tmp_path / "a" / "checkpoint_last.pt")["model_config"]["init"] == "default"
+    assert load_checkpoint(tmp_path / "a" / "checkpoint_last.pt")["model_config"]["init"] == "uniform"
     code, _, err = _run(base + ["--save-dir", str(tmp_path / "b"), "--preset", "small", "--init", "paper"], capsys)
     assert code == 0, err
     assert load_checkpoint(tmp_path / "b" / "checkpoint_last.pt")["model_config"]["init"] == "paper"

@@ -21,7 +21,7 @@ TRAIN_FIELDS = (
     "max_epochs", "max_time", "patience", "valid_every", "valid_bleu_samples", "valid_beam", "valid_batch_size",
     "best_metric", "save_every", "log_every", "on_nan", "tensorboard", "seed", "device", "precision", "fuse", "threads",
 )
-MODEL_FIELDS = ("emb_dim", "enc_hidden", "dec_hidden", "att_hidden", "maxout", "dropout", "init")
+MODEL_FIELDS = ("emb_dim", "enc_hidden", "dec_hidden", "att_hidden", "maxout", "dropout", "init", "dropout_sites")
 
 EPILOG = """\b
 Examples:
@@ -57,10 +57,14 @@ def _choice(*values: str) -> click.Choice:
 @click.option("--att-hidden", type=int, default=None, metavar="N", help="Alignment model hidden size n'.")
 @click.option("--maxout", type=int, default=None, metavar="L", help="Maxout units l of the deep output.")
 @click.option("--dropout", type=float, default=None, metavar="P", help="Dropout probability (preset's default).")
-@click.option("--init", type=_choice("paper", "default"), default=None,
+@click.option("--init", type=_choice("paper", "default", "uniform", "uniform-emb"), default=None,
               help="Weight initialisation: paper (the appendix: orthogonal recurrent matrices, N(0, 0.01^2) "
-                   "elsewhere; the paper presets) or default (PyTorch's; the small preset: it learns much "
-                   "faster in the first thousands of updates).")
+                   "elsewhere; the paper presets), default (PyTorch's: N(0, 1) embeddings; lstm-attention), uniform "
+                   "(every weight U(-0.1, 0.1), as OpenNMT-py; the small preset: it learns more per update) or "
+                   "uniform-emb (PyTorch's, embeddings U(-0.1, 0.1)).")
+@click.option("--dropout-sites", default=None, metavar="LIST",
+              help="rnnsearch: where --dropout applies, a comma-separated subset of src,tgt,out (source and "
+                   "target embeddings, the deep output) [src,tgt,out].")
 # data
 @click.option("--max-len", type=int, default=None, metavar="N",
               help="Drop training pairs with a side longer than N tokens (preset: 30 or 50; default 50).")

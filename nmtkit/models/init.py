@@ -1,4 +1,13 @@
-"""Weight initialisation of Bahdanau et al. (2015), appendix B.1.
+"""Weight initialisation: Bahdanau et al. (2015), appendix B.1, and the non-paper choices.
+
+`INITS` names the choices every architecture accepts (its config's `init`):
+- "paper": the appendix (below);
+- "default": PyTorch's own (nn.Embedding N(0, 1), nn.Linear / nn.GRU U(+-1/sqrt(fan_in)));
+- "uniform": every parameter U(-0.1, 0.1), OpenNMT-py's `param_init 0.1`;
+- "uniform-emb": PyTorch's own, except the embeddings U(-0.1, 0.1) (N(0, 1) embeddings are ~17x
+  larger than everything else, and Adam moves each weight by about lr per update).
+
+The appendix:
 
 - recurrent matrices (U, U_z, U_r of each encoder direction and of the decoder): random
   orthogonal, one square block per gate;
@@ -11,13 +20,15 @@ the default rule, so a new parameter cannot be forgotten.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 from torch import Tensor, nn
 
 PAPER_STD = 0.01
 PAPER_ALIGN_STD = 0.001
+INITS = ("paper", "default", "uniform", "uniform-emb")
+UNIFORM_SCALE = 0.1
 
 
 @torch.no_grad()
@@ -60,3 +71,38 @@ def paper_init_(
             p.zero_()
         else:
             p.normal_(0.0, PAPER_STD)
+
+
+@torch.no_grad()
+def uniform_init_(model: nn.Module, scale: float = UNIFORM_SCALE, embeddings_only: bool = False) -> None:
+    """Draw every parameter (or only the nn.Embedding weights) from U(-scale, scale).
+
+    The rows of padding indices stay zero, as nn.Embedding initialises them.
+    """
+    for module in model.modules():
+        if isinstance(module, nn.Embedding):
+            module.weight.uniform_(-scale, scale)
+            if module.padding_idx is not None:
+                module.weight[module.padding_idx].zero_()
+    if embeddings_only:
+        return
+    emb = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    for p in model.parameters():
+        if id(p) not in emb:
+            p.uniform_(-scale, scale)
+
+
+def apply_init_(model: nn.Module, init: str, paper: Callable[[], None], default: Callable[[], None] = lambda: None) -> None:
+    """Initialise `model` by the name `init` (one of `INITS`; the config has validated it).
+
+    `paper`: the model's appendix-B.1 initialisation; `default`: what the model adds to
+    PyTorch's own (e.g. a scale for a bare nn.Parameter), also run before "uniform-emb".
+    """
+    if init == "paper":
+        paper()
+    elif init == "uniform":
+        uniform_init_(model)
+    else:
+        default()
+        if init == "uniform-emb":
+            uniform_init_(model, embeddings_only=True)

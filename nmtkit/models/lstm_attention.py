@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from nmtkit.models.attention import masked_softmax, multiplicative_scores
 from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, dropout
-from nmtkit.models.init import paper_init_
+from nmtkit.models.init import apply_init_, paper_init_
 from nmtkit.models.rnnsearch import check_common, encode_bigru
 
 
@@ -80,10 +80,9 @@ class LSTMAttention(Seq2Seq):
 
     def reset_parameters(self) -> None:
         n, d = self.config.enc_hidden, self.config.dec_hidden
-        if self.config.init == "paper":
-            paper_init_(self, recurrent=[(self.encoder.weight_hh_l0, n),
-                                         (self.encoder.weight_hh_l0_reverse, n), (self.W_hh.weight, d)],
-                        align=[self.W_att.weight])
+        apply_init_(self, self.config.init, paper=lambda: paper_init_(
+            self, recurrent=[(self.encoder.weight_hh_l0, n), (self.encoder.weight_hh_l0_reverse, n),
+                             (self.W_hh.weight, d)], align=[self.W_att.weight]))
 
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
         """-> annotations (B, S', 2n), keys W_attProj h (B, S', d), values W_u[:, :2n] h (B, S', d),

@@ -28,7 +28,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, append_eos, dropout, length_mask
 from nmtkit.models.gru_recurrence import gru_states
-from nmtkit.models.init import paper_init_
+from nmtkit.models.init import apply_init_, paper_init_
 from nmtkit.models.rnnsearch import check_common, maxout_pairs
 
 
@@ -79,9 +79,8 @@ class RNNEncDec(Seq2Seq):
 
     def reset_parameters(self) -> None:
         n, d = self.config.enc_hidden, self.config.dec_hidden
-        if self.config.init == "paper":
-            paper_init_(self, recurrent=[(self.encoder.weight_hh_l0, n), (self.U_zr.weight, d),
-                                         (self.U.weight, d)], align=[])
+        apply_init_(self, self.config.init, paper=lambda: paper_init_(
+            self, recurrent=[(self.encoder.weight_hh_l0, n), (self.U_zr.weight, d), (self.U.weight, d)], align=[]))
 
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
         """src (B, S) -> summary c (B, n).

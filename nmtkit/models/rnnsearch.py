@@ -23,7 +23,8 @@ Choices the paper leaves open, made here and kept consistent everywhere:
   decoder is hand-written and follows the paper exactly: U [r * s].
 - Biases (the paper omits them "to make the equations less cluttered", all zero-initialised)
   are used in the GRU gates, W_s, the deep output (U_o) and W_o; the alignment model has none.
-- Dropout (0 in the paper presets) is applied to source and target embeddings and to t_i.
+- Dropout (0 in the paper presets) is applied to source and target embeddings and to t_i
+  (`dropout_sites` can leave some of them out).
 
 Speed (DESIGN.md 4): target embeddings, their projections into the gates (W, W_z, W_r) and into
 the deep output (V_o), the keys U_a h_j and the values [C; C_z; C_r] h_j are computed for all
@@ -45,10 +46,10 @@ from nmtkit.models.attention import additive_scores, additive_scores_grouped, ma
 from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, append_eos, dropout, length_mask
 from nmtkit.models.fusion import step_fn
 from nmtkit.models.gru_recurrence import bigru_annotations, reversal_index
-from nmtkit.models.init import paper_init_
+from nmtkit.models.init import INITS, apply_init_, paper_init_
 from nmtkit.models.recurrence import bahdanau_recurrence
 
-INITS = ("paper", "default")
+DROPOUT_SITES = ("src", "tgt", "out")  # source / target embeddings, the deep output t_i
 
 
 def check_common(cfg, ints: tuple[str, ...]) -> None:
@@ -75,12 +76,17 @@ class RNNSearchConfig:
     att_hidden: int = 1000  # n', alignment model
     maxout: int = 500  # l (the deep output has 2l pre-maxout units)
     dropout: float = 0.0
-    init: str = "paper"  # "paper" (appendix B.1) or "default" (PyTorch's)
+    init: str = "paper"  # one of models.init.INITS: "paper" (appendix B.1), "default" (PyTorch's), ...
     src_eos: bool = True  # append EOS to each source sentence inside the model
+    dropout_sites: str = "src,tgt,out"  # where `dropout` applies: comma-separated DROPOUT_SITES
 
     def __post_init__(self) -> None:
         check_common(self, ("src_vocab_size", "tgt_vocab_size", "emb_dim", "enc_hidden",
                             "dec_hidden", "att_hidden", "maxout"))
+        sites = self.dropout_sites.split(",") if self.dropout_sites else []
+        if any(s not in DROPOUT_SITES for s in sites):
+            raise ConfigError(f"RNNSearchConfig.dropout_sites must be a comma-separated subset of "
+                              f"{DROPOUT_SITES}, got {self.dropout_sites!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -148,7 +154,9 @@ class RNNSearch(Seq2Seq):
         self.config = config
         m, n, d = config.emb_dim, config.enc_hidden, config.dec_hidden
         na, lo = config.att_hidden, config.maxout
-        self.drop = dropout(config.dropout)
+        sites = set(config.dropout_sites.split(","))
+        self.drop_src, self.drop_tgt, self.drop = (dropout(config.dropout) if s in sites else nn.Identity()
+                                                   for s in DROPOUT_SITES)
         # encoder
         self.src_embed = nn.Embedding(config.src_vocab_size, m, padding_idx=PAD_ID)
         self.encoder = nn.GRU(m, n, batch_first=True, bidirectional=True)
@@ -175,22 +183,24 @@ class RNNSearch(Seq2Seq):
 
     def reset_parameters(self) -> None:
         n, d = self.config.enc_hidden, self.config.dec_hidden
-        if self.config.init == "paper":
-            paper_init_(
+        apply_init_(
+            self, self.config.init,
+            paper=lambda: paper_init_(
                 self,
                 recurrent=[(self.encoder.weight_hh_l0, n), (self.encoder.weight_hh_l0_reverse, n),
                            (self.U_zr.weight, d), (self.U.weight, d)],
                 align=[self.W_a.weight, self.U_a.weight],
                 zero=[self.v_a],
-            )
-        else:  # PyTorch defaults, except v_a which has none
-            nn.init.normal_(self.v_a, 0.0, self.config.att_hidden ** -0.5)
+            ),
+            # PyTorch's defaults, and v_a, which has none
+            default=lambda: nn.init.normal_(self.v_a, 0.0, self.config.att_hidden ** -0.5),
+        )
 
     # ---- encoder --------------------------------------------------------------------------
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
         """src (B, S), src_lens (B,) -> annotations (B, S', 2n), keys U_a h (B, S', n'),
         values [C_z; C_r; C] h (B, S', 3d), init = bwd h_1 (B, n); S' = S + 1 with `src_eos`."""
-        ann, mask, _ = encode_bigru(self.src_embed, self.encoder, self.drop, src, src_lens,
+        ann, mask, _ = encode_bigru(self.src_embed, self.encoder, self.drop_src, src, src_lens,
                                     self.config.src_eos, self.fuse_steps)
         n = self.config.enc_hidden
         return EncoderOut(annotations=ann, keys=self.U_a(ann), mask=mask,
@@ -236,7 +246,7 @@ class RNNSearch(Seq2Seq):
     def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
         """Teacher forcing. tgt_in (B, T) -> (t (B, T, l), alpha (B, T, S'))."""
         T = tgt_in.size(1)
-        emb = self.drop(self.tgt_embed(tgt_in))
+        emb = self.drop_tgt(self.tgt_embed(tgt_in))
         x_gates = self.W_in(emb)  # (B, T, 3d), all steps at once
         emb_out = self.V_o(emb)  # (B, T, 2l)
         w_q = torch.cat([self.W_a.weight, self.U_zr.weight], dim=0)
@@ -272,7 +282,7 @@ class RNNSearch(Seq2Seq):
         B = enc.mask.size(0)
         if state.size(0) != B:
             return self._step_grouped(prev_tokens, state, enc)
-        emb = self.drop(self.tgt_embed(prev_tokens))
+        emb = self.drop_tgt(self.tgt_embed(prev_tokens))
         alpha, s_new = self._attend_and_update(state, self.W_in(emb), enc, None)
         ctx = torch.bmm(alpha.unsqueeze(1).to(enc.annotations.dtype), enc.annotations).squeeze(1)
         return self._deep_output(state, self.V_o(emb), ctx), s_new, alpha
@@ -290,7 +300,7 @@ class RNNSearch(Seq2Seq):
         if N % B:
             raise ValueError(f"{N} state rows cannot be grouped over {B} sentences")
         G = N // B
-        emb = self.drop(self.tgt_embed(prev_tokens))
+        emb = self.drop_tgt(self.tgt_embed(prev_tokens))
         x_gates = self.W_in(emb)
         q_a, q_zr = self.W_a(s), self.U_zr(s)
         e = additive_scores_grouped(q_a.view(B, G, -1), enc.keys, self.v_a, enc.mask)  # (B, G, S)
