@@ -206,7 +206,8 @@ def test_small_preset_takes_the_ablations_choices_and_the_paper_presets_stay_the
     arch, cfg = preset("small")
     assert (arch, cfg["init"], cfg["dropout"], cfg["maxout"], cfg["att_hidden"]) == ("rnnsearch", "uniform", 0.2, 256, 512)
     assert cfg.get("dropout_sites", "src,tgt,out") == "src,tgt,out"
-    assert train_defaults("small") == dict(optimizer="adam", lr=1e-3, batch_size=64, clip_norm=1.0, max_len=50)
+    assert train_defaults("small") == dict(optimizer="adam", lr=1e-3, batch_size=64, clip_norm=1.0, max_len=50,
+                                           precision="auto")
     for name in ("rnnsearch-30", "rnnsearch-50", "rnnencdec-30", "rnnencdec-50"):
         cfg = preset(name)[1]
         assert (cfg["init"], cfg["dropout"], cfg["emb_dim"], cfg["maxout"]) == ("paper", 0.0, 620, 500), name

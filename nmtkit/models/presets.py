@@ -29,6 +29,12 @@ first 500 dev sentences, scored on the BPE pieces: the data has no BPE model to 
 Benchmark scoring (BPE joined, Moses-detokenised, sacrebleu against raw dev.fr, all 2,000 dev
 sentences, greedy) at update 1000: init "default" 19.78, init "uniform" 21.94 (OpenNMT-py in
 the benchmark's last run: 23.0 greedy after 1,060 updates).
+
+Precision: the small preset trains with `precision="auto"`, i.e. bf16 autocast (fp32 master
+weights) on CPUs with native BF16 (AVX512-BF16, AMX) and on GPUs, fp32 elsewhere. On a 2-core
+EPYC with avx512_bf16 a small-preset step took half the CPU time in bf16, and at equal updates
+it learned as much (same data and flags as the table, 1 thread: dev loss 3.752 / 3.111 at
+updates 250 / 500 against fp32's 3.750 / 3.103; dev BLEU 4.05 / 9.89 against 4.08 / 9.32).
 """
 from __future__ import annotations
 
@@ -61,7 +67,7 @@ TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
     "rnnencdec-30": dict(_PAPER_TRAIN, max_len=30),
     "rnnencdec-50": dict(_PAPER_TRAIN, max_len=50),
     "lstm-attention": dict(optimizer="adam", lr=1e-3, batch_size=64, clip_norm=5.0, max_len=50),
-    "small": dict(optimizer="adam", lr=1e-3, batch_size=64, clip_norm=1.0, max_len=50),
+    "small": dict(optimizer="adam", lr=1e-3, batch_size=64, clip_norm=1.0, max_len=50, precision="auto"),
 }
 
 
