@@ -78,6 +78,30 @@ one per sentence per step); "reads": host reads (see above).
   lstm-attention  train, batch 80             80    2469  4994     3 3201    769    2.02     98,879     49,439
   lstm-attention  train, max-tokens 8000     235    7274  5228     3 3201    769    0.72    278,271    139,135
 
+With the recurrences' step bodies compiled (`--quick --fuse on`, i.e. `nmtkit train --fuse on`;
+the default on CUDA), main after issue 11's part 2:
+
+  preset          what                     pairs tgt tok   ops reads  bwd rnn fwd ops/tok  tok/s@5us tok/s@10us
+  small           beam 12 step, 80 sents      80      80   193   101    -      -    2.41     82,851     41,426
+  small           train, batch 80             80    2470   572     1  277      0    0.23    863,636    431,818
+  small           train, max-tokens 8000     235    7270   581     1  277      0    0.08  2,502,582  1,251,291
+  rnnsearch-50    beam 12 step, 80 sents      80      80   185   101    -      -    2.31     86,432     43,216
+  rnnsearch-50    train, batch 80             80    2469   579     1  274      0    0.23    852,850    426,425
+  rnnsearch-50    train, max-tokens 8000     235    7274   597     1  274      0    0.08  2,436,851  1,218,425
+  rnnencdec-50    beam 12 step, 80 sents      80      80   172   101    -      -    2.15     93,087     46,543
+  rnnencdec-50    train, batch 80             80    2469  1501     1 1014      0    0.61    328,981    164,490
+  rnnencdec-50    train, max-tokens 8000     235    7274  1519     1 1014      0    0.21    957,735    478,868
+  lstm-attention  beam 12 step, 80 sents      80      80   169   101    -      -    2.11     94,724     47,362
+  lstm-attention  train, batch 80             80    2469  4882     3 3201    769    1.98    101,147     50,574
+  lstm-attention  train, max-tokens 8000     235    7274  4900     3 3201    769    0.67    296,898    148,449
+
+rnnsearch-50 at batch 80: 4,178 -> 579 launches (7.2x fewer by this count; the issue's own count
+of the baseline, which also counted no-op `to` and view ops, was 5,793: 10x). Per decoder step,
+forward: s W_q, one fused attention+gates kernel, U (r s), one fused update kernel; backward:
+one fused kernel, two products, one fused kernel; the keys' gradient, the loss chunks (2^26
+logits each) and the deep output's maxout are one kernel each. RNNencdec's decoder and the
+LSTM model's recurrences are not fused yet (their encoders: RNNencdec's is).
+
 Under bf16 autocast (`--quick --precision bf16`) rnnsearch-50 launches 5,082 ops at batch 80
 and 5,343 at 8,000 tokens: the casts add about 1,100 copy_ (1,849 in all).
 

@@ -102,3 +102,26 @@ def test_translate_and_serve_refuse_an_unknown_fuse_mode():
 
     with pytest.raises(ConfigError, match="--fuse is auto, on or off"):
         TranslateConfig(models=("m.pt",), fuse="sometimes").validate()
+
+
+@needs_compiler
+def test_fused_step_under_bf16_autocast_keeps_every_gradient_finite():
+    """bf16 makes ties in the maxout frequent; the compiled deep output's backward must still be
+    sound (inductor's amax backward gave NaN there) and agree with the eager bf16 step."""
+    torch.manual_seed(0)
+    cfg = dict(TINY["rnnsearch"], src_vocab_size=300, tgt_vocab_size=300, emb_dim=32, enc_hidden=32,
+               dec_hidden=32, att_hidden=32, maxout=16, init="paper")
+    model = build_model("rnnsearch", cfg)
+    g = torch.Generator().manual_seed(1)
+    src, tgt = torch.randint(4, 300, (8, 9), generator=g), torch.randint(4, 300, (8, 7), generator=g)
+    grads = {}
+    for fuse in (False, True):
+        model.fuse_steps = fuse
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss, _, _ = model.loss(src, torch.full((8,), 9), tgt, tgt)
+        loss.backward()
+        grads[fuse] = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        assert all(torch.isfinite(t).all() for t in grads[fuse].values()), fuse
+    for name, t in grads[False].items():
+        torch.testing.assert_close(grads[True][name], t, rtol=0.1, atol=1e-3, msg=name)

@@ -93,8 +93,13 @@ class RNNSearchConfig:
 
 
 def maxout_pairs(x: Tensor) -> Tensor:
-    """(..., 2l) -> (..., l): t_j = max(x_{2j-1}, x_{2j}) over adjacent pairs."""
-    return x.unflatten(-1, (-1, 2)).amax(dim=-1)
+    """(..., 2l) -> (..., l): t_j = max(x_{2j-1}, x_{2j}) over adjacent pairs.
+
+    torch.maximum, not amax over the pair: the same values and gradients (a tie splits the
+    gradient in halves either way), and its backward is also sound when compiled under bf16
+    autocast, where ties are frequent (inductor's amax backward gave NaN there)."""
+    pairs = x.unflatten(-1, (-1, 2))
+    return torch.maximum(pairs[..., 0], pairs[..., 1])
 
 
 def maxout_of_sum(a: Tensor, b: Tensor, c: Tensor) -> Tensor:
