@@ -202,10 +202,11 @@ def test_presets_match_the_paper_and_build():
 
 def test_small_preset_takes_the_ablations_choices_and_the_paper_presets_stay_the_papers():
     """Issue 13's ablation (presets.py docstring): the small preset initialises every weight
-    U(-0.1, 0.1); the paper presets keep the appendix's initialisation and procedure."""
+    U(-0.1, 0.1) and drops out only the deep output; the paper presets keep the appendix's
+    initialisation and procedure."""
     arch, cfg = preset("small")
     assert (arch, cfg["init"], cfg["dropout"], cfg["maxout"], cfg["att_hidden"]) == ("rnnsearch", "uniform", 0.2, 256, 512)
-    assert cfg.get("dropout_sites", "src,tgt,out") == "src,tgt,out"
+    assert cfg["dropout_sites"] == "out"
     assert train_defaults("small") == dict(optimizer="adam", lr=1e-3, batch_size=64, clip_norm=1.0, max_len=50,
                                            precision="auto")
     for name in ("rnnsearch-30", "rnnsearch-50", "rnnencdec-30", "rnnencdec-50"):

@@ -64,7 +64,7 @@ def _choice(*values: str) -> click.Choice:
                    "uniform-emb (PyTorch's, embeddings U(-0.1, 0.1)).")
 @click.option("--dropout-sites", default=None, metavar="LIST",
               help="rnnsearch: where --dropout applies, a comma-separated subset of src,tgt,out (source and "
-                   "target embeddings, the deep output) [src,tgt,out].")
+                   "target embeddings, the deep output) [src,tgt,out; the small preset: out].")
 # data
 @click.option("--max-len", type=int, default=None, metavar="N",
               help="Drop training pairs with a side longer than N tokens (preset: 30 or 50; default 50).")
