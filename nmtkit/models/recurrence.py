@@ -66,9 +66,9 @@ def bahdanau_recurrence(x_gates: Tensor, s0: Tensor, keys: Tensor, values: Tenso
 
 
 def _fwd_step(s: Tensor, x: Tensor, keys: Tensor, vals: Tensor, pad: Tensor, wq: Tensor, va: Tensor,
-              Uc: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """One step from s_i (B, d), x_i (B, 3d); keys (B, S, n'), vals (B, S, 3d) in the matmul
-    dtype, pad (B, S) bool, wq (n' + 2d, d) and Uc (d, d) in the matmul dtype, va (n',)
+              Uc: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """One step from s_i (B, d), x_i (B, 3d); keys (B, S, n') in the accumulation dtype, vals
+    (B, S, 3d) in the matmul dtype, pad (B, S) bool, wq (n' + 2d, d) and Uc (d, d) in the matmul dtype, va (n',)
     -> (s_{i+1}, alpha_i (B, S), tanh activations th (B, S, n'), [z; r; cand] (B, 3d))."""
     acc, mmd = s.dtype, wq.dtype
     na, d = keys.size(2), s.size(1)
@@ -88,7 +88,6 @@ def _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse: bool,
     step = step_fn(_fwd_step, fuse)
     acc = x_gates.dtype
     wq, Uc, vals, va = w_q.to(mm_dtype), U.to(mm_dtype), values.to(mm_dtype), v_a.to(acc)
-    keys = keys.to(acc)
     pad = ~mask
     states, alphas, kept = [], [], ([], [])
     s = s0
