@@ -51,8 +51,9 @@ def autocast_dtype(device: str, precision: str = "auto"):
 
 
 def resolve_precision(device_type: str, precision: str) -> str:
-    """`precision` with "auto" replaced by what it means on `device_type`: "bf16", "fp16" or
-    "fp32" (the one meaning of auto, for training and decoding alike)."""
+    """`precision` with "auto" replaced by what it means for training on `device_type`: "bf16",
+    "fp16" or "fp32". (`nmtkit translate --precision auto` still means bf16 on CUDA and fp32 on
+    every CPU; making decoding follow this meaning changes outputs on BF16 CPUs and is not done.)"""
     if precision != "auto":
         return precision
     import torch
