@@ -98,10 +98,12 @@ def rnnsearch_loglik(model, src: list[int], tgt: list[int]) -> Tensor:
         alpha = torch.exp(e - e.max())
         alpha = alpha / alpha.sum()
         c = sum(alpha[j] * h[j] for j in range(len(h)))
-        t_tilde = model.U_o.weight @ s + model.U_o.bias + model.V_o.weight @ Ey + model.C_o.weight @ c
+        s_new = paper_gru_step(Ey, s, c, model.W_in.weight, U, model.C.weight, model.W_in.bias, d)
+        s_out = s_new if cfg.readout == "new" else s  # section 3.1's s_i or the appendix's s_{i-1}
+        t_tilde = model.U_o.weight @ s_out + model.U_o.bias + model.V_o.weight @ Ey + model.C_o.weight @ c
         logits = model.W_o.weight @ maxout(t_tilde) + model.W_o.bias
         ll = ll + log_softmax(logits)[outs[i]]
-        s = paper_gru_step(Ey, s, c, model.W_in.weight, U, model.C.weight, model.W_in.bias, d)
+        s = s_new
     return ll
 
 

@@ -244,14 +244,15 @@ def test_sentence_topk_equals_a_plain_topk_over_each_sentences_candidates():
     assert torch.equal((b2 * (V - 1) + t2)[f2], i2[f2])
 
 
-def test_fast_paths_give_the_same_translations_as_the_plain_ones(monkeypatch):
+@pytest.mark.parametrize("readout", ["prev", "new"])
+def test_fast_paths_give_the_same_translations_as_the_plain_ones(monkeypatch, readout):
     """Beam search with hypotheses attending over one encoder row per sentence
     (`grouped_encoder`) and the grouped top-k finds the same hypotheses as with K copies of
     the encoder outputs and a plain per-row top-k (a vocabulary large enough for the grouped
     top-k: V / _TOPK_GROUP >= 2K)."""
     import nmtkit.decode.search as search
 
-    model, _ = tiny_model(11, tgt_vocab=40 * search._TOPK_GROUP)
+    model, _ = tiny_model(11, tgt_vocab=40 * search._TOPK_GROUP, readout=readout)
     _sharp(model, 3.0)
     src, lens = _batch(11, B=6)
     kw = dict(beam=5, nbest=3, max_len_a=1.5, max_len_b=3, need_attention=True)

@@ -29,9 +29,9 @@ def test_all_three_architectures_are_implemented():
     assert IMPLEMENTED == list(ARCHS)
 
 
-@pytest.mark.parametrize("arch", IMPLEMENTED)
+@pytest.mark.parametrize("arch", IMPLEMENTED + ["rnnsearch-readout-new"])
 def test_forward_equals_loop_of_step(arch):
-    model = tiny_model(arch)
+    model = tiny_model("rnnsearch", readout="new") if arch == "rnnsearch-readout-new" else tiny_model(arch)
     src, src_lens, tgt_in, tgt_out, _ = random_batch()
     with torch.no_grad():
         full = model(src, src_lens, tgt_in)  # (B, T, V)
@@ -202,17 +202,19 @@ def test_presets_match_the_paper_and_build():
 
 def test_small_preset_takes_the_ablations_choices_and_the_paper_presets_stay_the_papers():
     """Issue 13's ablation (presets.py docstring): the small preset initialises every weight
-    U(-0.1, 0.1) and drops out only the deep output; the paper presets keep the appendix's
-    initialisation and procedure."""
+    U(-0.1, 0.1), drops out only the deep output and reads s_i in it; the paper presets keep the
+    appendix's equations, initialisation and procedure."""
     arch, cfg = preset("small")
     assert (arch, cfg["init"], cfg["dropout"], cfg["maxout"], cfg["att_hidden"]) == ("rnnsearch", "uniform", 0.2, 256, 512)
-    assert cfg["dropout_sites"] == "out"
+    assert (cfg["dropout_sites"], cfg["readout"]) == ("out", "new")
     assert train_defaults("small") == dict(optimizer="adam", lr=1e-3, batch_size=64, clip_norm=1.0, max_len=50,
                                            precision="auto")
     for name in ("rnnsearch-30", "rnnsearch-50", "rnnencdec-30", "rnnencdec-50"):
         cfg = preset(name)[1]
         assert (cfg["init"], cfg["dropout"], cfg["emb_dim"], cfg["maxout"]) == ("paper", 0.0, 620, 500), name
-        assert "dropout_sites" not in cfg
+        assert "dropout_sites" not in cfg and "readout" not in cfg  # the appendix's s_{i-1}
+        if name.startswith("rnnsearch"):
+            assert make_config(*preset(name)).readout == "prev"
         d = train_defaults(name)
         assert (d["optimizer"], d["adadelta_eps"], d["adadelta_rho"], d["batch_size"], d["sort_batches"]) == (
             "adadelta", 1e-6, 0.95, 80, 20), name
@@ -224,9 +226,11 @@ def test_unknown_preset_is_a_config_error():
 
 
 @pytest.mark.parametrize("tgt_lens", [(4, 1, 3, 2), (1, 1, 1, 1), (0, 0, 0, 0)])
-def test_rnnsearch_handwritten_recurrence_matches_autograd_loop(tgt_lens):
-    """recurrence.py's forward and hand-written backward equal autograd through the plain loop."""
-    model = tiny_model("rnnsearch", seed=2)
+@pytest.mark.parametrize("readout", ["prev", "new"])
+def test_rnnsearch_handwritten_recurrence_matches_autograd_loop(tgt_lens, readout):
+    """recurrence.py's forward and hand-written backward equal autograd through the plain loop,
+    with the deep output reading s_{i-1} or s_i (then s_T's gradient enters the backward)."""
+    model = tiny_model("rnnsearch", seed=2, readout=readout)
     src, src_lens, tgt_in, _, _ = random_batch(tgt_lens=tgt_lens)
     results = []
     for fused in (True, False):

@@ -30,6 +30,22 @@ def test_loglik_equals_equation_reference(arch, src_eos):
     torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
 
 
+def test_rnnsearch_new_state_readout_equals_section_3_1_reference():
+    """readout "new" reads s_i, not s_{i-1}, in the deep output (section 3.1's g(y_{i-1}, s_i, c_i)):
+    teacher forcing and the summed training loss equal the equation-by-equation reference."""
+    torch.set_num_threads(1)
+    model = tiny_model("rnnsearch", seed=3, readout="new")
+    src, src_lens, tgt_in, tgt_out, sents = random_batch()
+    with torch.no_grad():
+        got = model_logliks(model, src, src_lens, tgt_in, tgt_out)
+        want = torch.stack([ref.rnnsearch_loglik(model, x, y) for x, y in sents])
+        prev = model_logliks(tiny_model("rnnsearch", seed=3), src, src_lens, tgt_in, tgt_out)
+    torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
+    assert (got - prev).abs().max() > 1e-3  # the readout changes the model
+    loss, _, _ = model.loss(src, src_lens, tgt_in, tgt_out, chunk_tokens=2)
+    torch.testing.assert_close(loss.detach(), -want.sum(), atol=1e-10, rtol=1e-10)
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_loss_sum_equals_reference_nll(arch):
     """The training loss (fused chunked path, tiny chunks) is the summed reference NLL."""

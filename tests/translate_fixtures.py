@@ -10,15 +10,15 @@ SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]
 TINY = dict(emb_dim=16, enc_hidden=16, dec_hidden=24, att_hidden=12, maxout=8, dropout=0.0, init="default")
 
 
-def tiny_model(seed: int = 0, src_vocab: int | None = None, tgt_vocab: int | None = None):
-    """A random tiny RNNsearch (eval mode) over the test vocabularies."""
+def tiny_model(seed: int = 0, src_vocab: int | None = None, tgt_vocab: int | None = None, **over):
+    """A random tiny RNNsearch (eval mode) over the test vocabularies; `over` changes config fields."""
     import torch
 
     from nmtkit.models import build_model
 
     torch.manual_seed(seed)
     cfg = dict(TINY, src_vocab_size=src_vocab or len(SPECIALS) + len(SRC_WORDS),
-               tgt_vocab_size=tgt_vocab or len(SPECIALS) + len(TGT_WORDS))
+               tgt_vocab_size=tgt_vocab or len(SPECIALS) + len(TGT_WORDS), **over)
     return build_model("rnnsearch", cfg).eval(), cfg
 
 

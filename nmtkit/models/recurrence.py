@@ -7,9 +7,10 @@ precomputed (DESIGN.md 4). For i = 0..T-1 (s_0 given; x_i = [W_z; W_r; W] E y_{i
   alpha_i = masked_softmax_j(v_a . tanh(q_a + K_j))            (K = U_a h, precomputed keys)
   g_i = x_i + sum_j alpha_ij V_j                               (V = [C_z; C_r; C] h, precomputed values)
   z, r = sigmoid(g_i[:2d] + [q_z; q_r]);  cand = tanh(g_i[2d:] + U (r * s_i))
-  s_{i+1} = s_i + z * (cand - s_i)                              (not used after the last i)
-Outputs: the states s_0..s_{T-1} (B, T, d) (the paper's output for y_{i+1} uses s_i) and the
-weights alpha (B, T, S).
+  s_{i+1} = s_i + z * (cand - s_i)
+Outputs: the states s_0..s_T (B, T+1, d) and the weights alpha (B, T, S). The paper's deep
+output for y_{i+1} reads s_i (appendix A.2.2: states[:, :-1]); section 3.1's g(y_i, s_{i+1}, c)
+reads the new state (states[:, 1:]). Whichever is unused gets a zero gradient.
 
 Why by hand: autograd would, at every step, compute the weight gradients of w_q and U with thin
 (B-row) matrix products and accumulate full (B, S, 3d) gradients into the values; here the
@@ -43,7 +44,7 @@ from nmtkit.models.fusion import step_fn
 def bahdanau_recurrence(x_gates: Tensor, s0: Tensor, keys: Tensor, values: Tensor, mask: Tensor,
                         w_q: Tensor, v_a: Tensor, U: Tensor, fuse: bool = False) -> tuple[Tensor, Tensor]:
     """x_gates (B, T, 3d), s0 (B, d), keys (B, S, n'), values (B, S, 3d), mask (B, S) bool,
-    w_q (n' + 2d, d), v_a (n',), U (d, d) -> (states s_0..s_{T-1} (B, T, d), alpha (B, T, S)).
+    w_q (n' + 2d, d), v_a (n',), U (d, d) -> (states s_0..s_T (B, T+1, d), alpha (B, T, S)).
 
     `fuse` runs the step bodies compiled (see the module docstring); the results are the same
     up to floating-point rounding."""
@@ -83,7 +84,7 @@ def _fwd_step(s: Tensor, x: Tensor, keys: Tensor, vals: Tensor, pad: Tensor, wq:
 
 
 def _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse: bool, keep: bool):
-    """The recurrence loop. Returns states (T, B, d), alphas (T, B, S) and, when `keep`, what the
+    """The recurrence loop. Returns states (T+1, B, d), alphas (T, B, S) and, when `keep`, what the
     backward pass needs: (th_all (T, B, S, n'), [z; r; cand] (T, B, 3d))."""
     step = step_fn(_fwd_step, fuse)
     acc = x_gates.dtype
@@ -98,6 +99,7 @@ def _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse: bool,
         if keep:
             for lst, t in zip(kept, rest):
                 lst.append(t)
+    states.append(s)
     stacked = tuple(torch.stack(lst) for lst in kept) if keep else None
     return torch.stack(states), torch.stack(alphas), stacked
 
@@ -147,15 +149,16 @@ class _Recurrence(torch.autograd.Function):
         zs, rs, cands = zrc.chunk(3, dim=2)
         mmd = ctx.mm_dtype
         step = step_fn(_bwd_step, ctx.fuse)
-        T, B, d = states.shape
+        T, B, d = alphas.shape[0], states.size(1), states.size(2)
         acc = states.dtype
         with torch.autocast(states.device.type, enabled=False):
             wq, Uc = w_q.to(mmd), U.to(mmd)
             vals_t = values.to(mmd).transpose(1, 2).contiguous()  # (B, 3d, S): a faster bmm below
             va = v_a.to(acc)
-            g_states = g_states.transpose(0, 1) if g_states is not None else states.new_zeros(T, B, d)
+            g_states = g_states.transpose(0, 1) if g_states is not None else states.new_zeros(T + 1, B, d)
             g_alphas = g_alphas.transpose(0, 1) if g_alphas is not None else torch.zeros_like(alphas)
-            g_next = states.new_zeros(B, d)  # nothing flows back from the unused last update
+            g_next = g_states[T].contiguous()  # dL/ds_T: zero unless the caller reads the new states
+            states = states[:T]
             g_xs, g_qs, g_es = [], [], []
             for i in range(T - 1, -1, -1):
                 g_next, g_x, g_q, g_e = step(g_next, g_states[i], g_alphas[i], zs[i], rs[i], cands[i], states[i],

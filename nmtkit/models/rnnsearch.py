@@ -9,7 +9,10 @@ Equations (PAPER_NOTES.md), with i the target position, y_0 = BOS:
             s~_i = tanh(W E y_{i-1} + U [r_i * s_{i-1}] + C c_i),  s_i = (1 - z_i) s_{i-1} + z_i s~_i
   output    t~_i = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i (2l),  t_i = max over pairs (l),
             p(y_i | y_<i, x) = softmax(W_o t_i)
-The output for y_i uses the state *before* the update (s_{i-1}) and c_i, as the paper writes.
+The output for y_i uses the state *before* the update (s_{i-1}) and c_i, as the appendix writes
+(readout "prev", the paper presets). Section 3.1 writes p(y_i | ...) = g(y_{i-1}, s_i, c_i), the
+state *after* it: readout "new" puts s_i in the place of s_{i-1} in t~_i (the small preset; it
+learns more per update, presets.py). The recurrence computes s_T either way.
 With tgt_in = [BOS, y_1..y_T] and tgt_out = [y_1..y_T, EOS], step i reads tgt_in[i] = y_{i-1}
 and state s_{i-1}, gives the distribution of tgt_out[i], and moves the state to s_i.
 
@@ -50,6 +53,7 @@ from nmtkit.models.init import INITS, apply_init_, paper_init_
 from nmtkit.models.recurrence import bahdanau_recurrence
 
 DROPOUT_SITES = ("src", "tgt", "out")  # source / target embeddings, the deep output t_i
+READOUTS = ("prev", "new")  # the deep output reads s_{i-1} (appendix A.2.2) or s_i (section 3.1)
 
 
 def check_common(cfg, ints: tuple[str, ...]) -> None:
@@ -79,6 +83,7 @@ class RNNSearchConfig:
     init: str = "paper"  # one of models.init.INITS: "paper" (appendix B.1), "default" (PyTorch's), ...
     src_eos: bool = True  # append EOS to each source sentence inside the model
     dropout_sites: str = "src,tgt,out"  # where `dropout` applies: comma-separated DROPOUT_SITES
+    readout: str = "prev"  # the deep output's state: one of READOUTS (module docstring)
 
     def __post_init__(self) -> None:
         check_common(self, ("src_vocab_size", "tgt_vocab_size", "emb_dim", "enc_hidden",
@@ -87,6 +92,8 @@ class RNNSearchConfig:
         if any(s not in DROPOUT_SITES for s in sites):
             raise ConfigError(f"RNNSearchConfig.dropout_sites must be a comma-separated subset of "
                               f"{DROPOUT_SITES}, got {self.dropout_sites!r}")
+        if self.readout not in READOUTS:
+            raise ConfigError(f"RNNSearchConfig.readout must be one of {READOUTS}, got {self.readout!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -244,9 +251,11 @@ class RNNSearch(Seq2Seq):
         cand = torch.tanh(x_h + self.U(r * s))
         return s + z * (cand - s)
 
-    def _deep_output(self, s_prev: Tensor, emb_out: Tensor, ctx: Tensor) -> Tensor:
-        """t_i = maxout(U_o s_{i-1} + V_o E y_{i-1} + C_o c_i); any leading shape (..., l)."""
-        return self.drop(step_fn(maxout_of_sum, self.fuse_steps)(self.U_o(s_prev), emb_out, self.C_o(ctx)))
+    def _deep_output(self, s_prev: Tensor, s_new: Tensor, emb_out: Tensor, ctx: Tensor) -> Tensor:
+        """t_i = maxout(U_o s + V_o E y_{i-1} + C_o c_i) with s = s_{i-1} (readout "prev") or s_i
+        ("new"); any leading shape (..., l)."""
+        s = s_new if self.config.readout == "new" else s_prev
+        return self.drop(step_fn(maxout_of_sum, self.fuse_steps)(self.U_o(s), emb_out, self.C_o(ctx)))
 
     def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
         """Teacher forcing. tgt_in (B, T) -> (t (B, T, l), alpha (B, T, S'))."""
@@ -260,17 +269,19 @@ class RNNSearch(Seq2Seq):
             states, alpha = bahdanau_recurrence(x_gates, s, enc.keys, enc.values, enc.mask, w_q,
                                                 self.v_a, self.U.weight, fuse=self.fuse_steps)
             ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations)
-            return self._deep_output(states, emb_out, ctx), alpha
-        states, alphas = [], []
+            return self._deep_output(states[:, :-1], states[:, 1:], emb_out, ctx), alpha
+        states, alphas = [s], []
+        new = self.config.readout == "new"
         # unbind, not x_gates[:, i]: the backward of T slices would build T zero-filled (B, T, 3d)
         # gradients; unbind's backward is one stack
         for i, xg in enumerate(x_gates.unbind(1)):
+            alpha, s = self._attend_and_update(s, xg, enc, w_q, update=new or i + 1 < T)
             states.append(s)
-            alpha, s = self._attend_and_update(s, xg, enc, w_q, update=i + 1 < T)
             alphas.append(alpha)
         alpha = torch.stack(alphas, dim=1)  # (B, T, S')
         ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations)  # c_i for all i
-        return self._deep_output(torch.stack(states, dim=1), emb_out, ctx), alpha
+        return self._deep_output(torch.stack(states[:-1], dim=1), torch.stack(states[1:], dim=1), emb_out,
+                                 ctx), alpha
 
     # beam search may pass `enc` with one row per sentence and G = N / B consecutive state rows
     # (hypotheses) per sentence; see `step_features`
@@ -290,7 +301,7 @@ class RNNSearch(Seq2Seq):
         emb = self.drop_tgt(self.tgt_embed(prev_tokens))
         alpha, s_new = self._attend_and_update(state, self.W_in(emb), enc, None)
         ctx = torch.bmm(alpha.unsqueeze(1).to(enc.annotations.dtype), enc.annotations).squeeze(1)
-        return self._deep_output(state, self.V_o(emb), ctx), s_new, alpha
+        return self._deep_output(state, s_new, self.V_o(emb), ctx), s_new, alpha
 
     def _step_grouped(self, prev_tokens: Tensor, s: Tensor, enc: EncoderOut
                       ) -> tuple[Tensor, Tensor, Tensor]:
@@ -313,7 +324,7 @@ class RNNSearch(Seq2Seq):
         cg = torch.bmm(alpha.to(enc.values.dtype), enc.values).view(N, -1)  # C c_i
         s_new = self._gru_update(s, x_gates + cg, q_zr)
         ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations).view(N, -1)
-        return self._deep_output(s, self.V_o(emb), ctx), s_new, alpha.view(N, S)
+        return self._deep_output(s, s_new, self.V_o(emb), ctx), s_new, alpha.view(N, S)
 
     def output_layer(self, features: Tensor) -> Tensor:
         """t (..., l) -> logits W_o t (..., V)."""
