@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from nmtkit.checkpoint import load_checkpoint, load_model
-from nmtkit.errors import ConfigError
+from nmtkit.errors import ConfigError, OutputExistsError
 from nmtkit.train.config import TrainConfig, parse_duration
 from nmtkit.train.run import run_training
 from tests.train_fixtures import TINY_MODEL, tiny_options
@@ -95,3 +95,28 @@ def test_a_budget_stop_between_validations_still_leaves_a_best_checkpoint(data_d
     assert best["trainer"]["update"] == 7
     # a final validation leaves early stopping and the schedule alone
     assert best["trainer"]["bad_validations"] == 0
+
+
+def test_keep_every_keeps_the_model_at_those_updates_and_force_clears_them(data_dir, tmp_path):
+    """--keep-every N writes checkpoint_<update>.pt (model, no optimiser) at every N-th update,
+    each the model as it was then; a run directory holding only those refuses a new run without
+    --force, and --force removes them."""
+    run = tmp_path / "run"
+    run_training(data_dir, run, tiny_options(max_updates=9, valid_every=100, keep_every=4), TINY_MODEL)
+    kept = sorted(p.name for p in run.glob("checkpoint_*.pt"))
+    assert kept == ["checkpoint_4.pt", "checkpoint_8.pt", "checkpoint_best.pt", "checkpoint_last.pt"]
+    c4, c8 = load_checkpoint(run / "checkpoint_4.pt"), load_checkpoint(run / "checkpoint_8.pt")
+    assert (c4["trainer"]["update"], c8["trainer"]["update"]) == (4, 8)
+    assert "optimizer_state" not in c8
+    assert any(not torch.equal(c4["model_state"][k], c8["model_state"][k]) for k in c4["model_state"])
+    for name in ("checkpoint_last.pt", "checkpoint_best.pt"):
+        (run / name).unlink()
+    with pytest.raises(OutputExistsError, match="checkpoint_4.pt"):
+        run_training(data_dir, run, tiny_options(max_updates=2, valid_every=100), TINY_MODEL)
+    run_training(data_dir, run, tiny_options(max_updates=2, valid_every=100), TINY_MODEL, force=True)
+    assert not (run / "checkpoint_4.pt").exists() and not (run / "checkpoint_8.pt").exists()
+
+
+def test_negative_keep_every_is_refused():
+    with pytest.raises(ConfigError, match="--keep-every"):
+        TrainConfig.from_dict(dict(tiny_options(), keep_every=-1))

@@ -19,9 +19,9 @@ TRAIN_FIELDS = (
     "adadelta_eps", "adam_beta1", "adam_beta2", "adam_eps", "weight_decay", "clip_norm", "label_smoothing",
     "normalize_loss", "lr_schedule", "warmup_updates", "lr_decay", "lr_patience", "min_lr", "max_updates",
     "max_epochs", "max_time", "patience", "valid_every", "valid_bleu_samples", "valid_beam", "valid_batch_size",
-    "best_metric", "save_every", "log_every", "on_nan", "tensorboard", "seed", "device", "precision", "fuse", "threads",
+    "best_metric", "save_every", "keep_every", "log_every", "on_nan", "tensorboard", "seed", "device", "precision", "fuse", "threads",
 )
-MODEL_FIELDS = ("emb_dim", "enc_hidden", "dec_hidden", "att_hidden", "maxout", "dropout", "init", "dropout_sites")
+MODEL_FIELDS = ("emb_dim", "enc_hidden", "dec_hidden", "att_hidden", "maxout", "dropout", "init", "dropout_sites", "readout")
 
 EPILOG = """\b
 Examples:
@@ -65,6 +65,10 @@ def _choice(*values: str) -> click.Choice:
 @click.option("--dropout-sites", default=None, metavar="LIST",
               help="rnnsearch: where --dropout applies, a comma-separated subset of src,tgt,out (source and "
                    "target embeddings, the deep output) [src,tgt,out; the small preset: out].")
+@click.option("--readout", type=_choice("prev", "new"), default=None,
+              help="rnnsearch: the decoder state in the deep output for y_i: prev, s_{i-1} as the paper's "
+                   "appendix (the paper presets), or new, s_i as its section 3.1 (the small preset: it learns "
+                   "more per update).")
 # data
 @click.option("--max-len", type=int, default=None, metavar="N",
               help="Drop training pairs with a side longer than N tokens (preset: 30 or 50; default 50).")
@@ -112,6 +116,9 @@ def _choice(*values: str) -> click.Choice:
 @click.option("--best-metric", type=_choice("loss", "bleu"), default=None,
               help="Dev metric that selects checkpoint_best.pt, early stopping and plateau decay [loss].")
 @click.option("--save-every", type=int, default=None, metavar="N", help="Write checkpoint_last.pt every N updates [1000].")
+@click.option("--keep-every", type=int, default=None, metavar="N",
+              help="Also keep checkpoint_<update>.pt (the model, no optimiser state) every N updates, for "
+                   "scoring or averaging later; 0: never [0].")
 @click.option("--log-every", type=int, default=None, metavar="N", help="Log training statistics every N updates [100].")
 @click.option("--on-nan", type=_choice("stop", "skip"), default=None,
               help="On a non-finite loss: stop with a message (default) or skip the minibatch.")

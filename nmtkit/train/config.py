@@ -73,6 +73,7 @@ class TrainConfig:
     valid_batch_size: int = 64
     best_metric: str = "loss"
     save_every: int = 1000
+    keep_every: int = 0  # also keep checkpoint_<update>.pt (model only) every N updates; 0: never
     log_every: int = 100
     on_nan: str = "stop"
     tensorboard: bool = False
@@ -128,6 +129,8 @@ class TrainConfig:
             raise ConfigError(f"--valid-beam must be at least 1, got {self.valid_beam}")
         if self.valid_bleu_samples < 0:
             raise ConfigError(f"--valid-bleu-samples must be >= 0, got {self.valid_bleu_samples}")
+        if self.keep_every < 0:
+            raise ConfigError(f"--keep-every must be >= 0 (0: never), got {self.keep_every}")
         if self.best_metric == "bleu" and self.valid_bleu_samples == 0:
             raise ConfigError("--best-metric bleu needs dev BLEU: --valid-bleu-samples must be > 0")
         if self.warmup_updates < 0 or self.lr_patience < 0 or self.min_lr < 0:

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 RUN_FILES = ("checkpoint_last.pt", "checkpoint_best.pt", "metrics.jsonl", "curves.png", "train.log")
 RESUME_OVERRIDABLE = frozenset({
     "max_updates", "max_epochs", "max_time", "patience", "valid_every", "valid_bleu_samples", "valid_beam",
-    "valid_batch_size", "save_every", "log_every", "on_nan", "tensorboard", "device", "threads", "precision", "fuse",
+    "valid_batch_size", "save_every", "keep_every", "log_every", "on_nan", "tensorboard", "device", "threads", "precision", "fuse",
 })
 
 
@@ -83,7 +83,7 @@ def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
         raise ConfigError("--resume and --force exclude each other")
     if save_dir.exists() and not save_dir.is_dir():
         raise ConfigError(f"--save-dir {save_dir} exists and is not a directory")
-    present = [f for f in RUN_FILES if (save_dir / f).exists()]
+    present = [f for f in RUN_FILES if (save_dir / f).exists()] + [p.name for p in kept_checkpoints(save_dir)]
     if resume:
         if not (save_dir / "checkpoint_last.pt").exists():
             raise CheckpointError("nothing to resume: no checkpoint_last.pt (start a new run without --resume)",
@@ -102,9 +102,16 @@ def stale_run_files(save_dir: Path) -> list[str]:
     return [] if any(f.startswith("checkpoint_") for f in present) else present
 
 
+def kept_checkpoints(save_dir: Path) -> list[Path]:
+    """The checkpoint_<update>.pt files of --keep-every in a run directory."""
+    return [p for p in save_dir.glob("checkpoint_*.pt") if p.stem.split("_", 1)[1].isdigit()]
+
+
 def clear_run_dir(save_dir: Path) -> None:
     for f in RUN_FILES:
         (save_dir / f).unlink(missing_ok=True)
+    for p in kept_checkpoints(save_dir):
+        p.unlink(missing_ok=True)
     shutil.rmtree(save_dir / "tensorboard", ignore_errors=True)
 
 

@@ -8,6 +8,7 @@ The loop knows nothing of the CLI: it reports through a `Callbacks` object and t
 logger, and writes into the run directory (rank 0 only):
   checkpoint_last.pt  every --save-every updates, at the end and on SIGINT/SIGTERM
   checkpoint_best.pt  whenever the dev metric improves (never from a non-finite score)
+  checkpoint_N.pt     the model at update N, every --keep-every updates (no optimiser state)
   metrics.jsonl, curves.png, train.log (see `nmtkit.train.metrics`)
 
 Exact resume: a checkpoint holds the model, optimiser, schedule and grad-scaler states, the RNG
@@ -222,6 +223,13 @@ class Trainer:
             save_checkpoint(self.checkpoint(False), self.run_dir / BEST)
             log.info("saved %s at update %d", BEST, self.state.update)
 
+    def _keep(self) -> None:
+        """checkpoint_<update>.pt: the model as at this update (--keep-every), as checkpoint_best.pt."""
+        if self.dist.is_main:
+            name = f"checkpoint_{self.state.update}.pt"
+            save_checkpoint(self.checkpoint(False), self.run_dir / name)
+            log.info("saved %s", name)
+
     # ---- data ---------------------------------------------------------------------------
     def epoch_plan(self, epoch: int) -> list[np.ndarray]:
         if self._plan_epoch != epoch:
@@ -410,12 +418,15 @@ class Trainer:
                 self.cb.on_update(st.update, st.epoch)
                 if st.update % cfg.log_every == 0:
                     self._log_interval()
-                if st.update % cfg.valid_every == 0 or st.update % cfg.save_every == 0:
+                keep = cfg.keep_every > 0 and st.update % cfg.keep_every == 0
+                if st.update % cfg.valid_every == 0 or st.update % cfg.save_every == 0 or keep:
                     t0 = time.perf_counter()
                     if st.update % cfg.valid_every == 0:
                         last_valid = self.validate()
                     if st.update % cfg.save_every == 0:
                         self._save_progress()
+                    if keep:
+                        self._keep()
                     self.acc.start += time.perf_counter() - t0  # throughput counts training only
                 collective = not self.dist.enabled or st.update % DDP_SYNC_EVERY == 0
                 reason = self._stop_reason(collective)
