@@ -21,7 +21,7 @@ from nmtkit.serve.limits import Limits  # noqa: E402
 from tests.translate_fixtures import make_checkpoint  # noqa: E402
 
 LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat", "is a small dog ."]
-DECODE = dict(max_len_a=1.0, max_len_b=3.0)
+DECODE = dict(precision="fp32", max_len_a=1.0, max_len_b=3.0)
 
 
 @pytest.fixture(scope="module")

@@ -238,6 +238,19 @@ def test_16_bit_autocast_on_the_cpu_translates_like_fp32(ckpt, precision, caplog
     assert ("emulated and slow" in caplog.text) == (precision == "fp16")
 
 
+@pytest.mark.parametrize("native_bf16", [True, False])
+def test_auto_precision_decodes_in_bf16_exactly_where_training_would(ckpt, monkeypatch, native_bf16):
+    """translate/serve --precision auto means what it means for training: bf16 on CPUs with
+    native BF16 (about 1.8x the fp32 decoding speed there), fp32 on other CPUs."""
+    import nmtkit.models.precision as prec
+
+    monkeypatch.setattr(prec, "cpu_has_fast_bf16", lambda cpuinfo=None: native_bf16)
+    tr = _translator(ckpt)
+    assert tr.precision == ("bf16" if native_bf16 else "fp32") == prec.resolve_precision("cpu", "auto")
+    assert tr.translate_lines(["the cat sat"])[0]
+    assert _translator(ckpt, precision="fp32").precision == "fp32"
+
+
 def test_ensemble_with_same_size_but_different_vocabularies_names_the_token(ckpt, tmp_path):
     swapped = list(TGT_WORDS)
     swapped[0], swapped[1] = swapped[1], swapped[0]

@@ -59,8 +59,8 @@ FORMATS = ["raw", "tok", "bpe"]
                    "[4 x the training length limit when recorded, at least 250].")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True,
-              help="auto = bf16 autocast on GPU, fp32 on CPU (bf16 autocast runs on a CPU too but is "
-                   "slower for decoding where the CPU lacks native bf16 matrix units); fp16 is meant for GPUs "
+              help="auto = bf16 autocast on GPUs and on CPUs with native BF16 (AVX512-BF16, AMX), as in "
+                   "training; fp32 on other CPUs, where bf16 is emulated and slower. fp16 is meant for GPUs "
                    "(it runs on a CPU, slowly).")
 @click.option("--fuse", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="Compile the decoding step into a few fused kernels (torch.compile; the first run compiles "

@@ -54,7 +54,7 @@ class Translator:
         from nmtkit.checkpoint import load_model, trained_max_len
         from nmtkit.decode.ensemble import check_compatible
         from nmtkit.models.fusion import resolve_fuse
-        from nmtkit.models.precision import FP16_ON_CPU, autocast
+        from nmtkit.models.precision import FP16_ON_CPU, autocast, resolve_precision
         from nmtkit.text.vocab import Vocab
 
         config.validate()
@@ -93,9 +93,8 @@ class Translator:
         self.need_attention = bool(config.replace_unk or config.alignments or config.plot_attention)
         if config.threads:
             torch.set_num_threads(config.threads)
-        precision = config.precision
-        if precision == "auto":
-            precision = "bf16" if self.device.type == "cuda" else "fp32"
+        # auto: bf16 on GPUs and on CPUs with native BF16, as in training (models.precision)
+        self.precision = precision = resolve_precision(self.device.type, config.precision)
         if precision == "fp16" and self.device.type != "cuda":
             log.warning(FP16_ON_CPU)
         # autocast keeps the fp32 weights and runs matrix products in 16 bits; log-softmax and
