@@ -11,6 +11,8 @@ A checkpoint is a dict of primitives and tensors only, loadable with `weights_on
   train_config    dict, nmtkit.train.config.TrainConfig as a dict; its "max_len" (int or None)
                   is the longest training sentence, which translation reads (`trained_max_len`)
   data_manifest   dict, the data directory's manifest.json (None where there was none)
+  lexicon         int32 tensor (src vocab, k) or None: each source id's likeliest target ids,
+                  for decoding shortlists (nmtkit.decode.shortlist); absent in older checkpoints
   ...training state (optimizer, step, rng, data position, best score) as the trainer needs.
 `make_checkpoint` builds this dict (the trainer and the test fixtures alike) and
 `load_checkpoint` reads it back. Written atomically through nmtkit.outputs: temp file in the
@@ -40,6 +42,7 @@ def make_checkpoint(
     train_config: dict[str, Any],
     data_manifest: dict[str, Any] | None = None,
     training: dict[str, Any] | None = None,
+    lexicon: Any = None,
 ) -> dict[str, Any]:
     """The checkpoint dict of the schema above; `training`: the trainer's own state (trainer,
     schedule, rng, optimiser and grad-scaler states), appended as is."""
@@ -58,6 +61,7 @@ def make_checkpoint(
         "tgt_vocab": tgt_vocab,
         "train_config": train_config,
         "data_manifest": data_manifest,
+        "lexicon": lexicon,
         **(training or {}),
     }
 

@@ -39,11 +39,15 @@ import click
 @click.option("--fuse", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="Compile the decoding step into a few fused kernels (torch.compile; the first run compiles "
                    "for up to a minute, later runs reuse the cache). auto: on CUDA.")
+@click.option("--shortlist", type=click.Choice(["auto", "off"]), default="auto", show_default=True,
+              help="As `nmtkit translate --shortlist`. A batch's shortlist (and bf16 rounding) depends on the "
+                   "sentences batched together: for answers that never depend on other requests, use "
+                   "--shortlist off --precision fp32.")
 @click.option("--threads", type=int, default=None, metavar="N", help="torch CPU threads [torch's default].")
 @click.option("-q", "--quiet", is_flag=True, help="No per-request log lines on stderr.")
 def serve_cmd(models, ensemble, host, port, beam, lenpen, max_len_a, max_len_b, batch_size, max_tokens,
               batch_delay_ms, max_lines, max_line_chars, max_body_bytes, max_src_len, device, precision,
-              fuse, threads, quiet) -> None:
+              fuse, shortlist, threads, quiet) -> None:
     """Serve translations over HTTP, batching sentences across concurrent requests.
 
     Loads the checkpoint once, then answers POST /translate
@@ -67,7 +71,7 @@ def serve_cmd(models, ensemble, host, port, beam, lenpen, max_len_a, max_len_b, 
     tcfg = TranslateConfig(models=tuple(models), beam=beam, lenpen=lenpen, max_len_a=max_len_a,
                            max_len_b=max_len_b, batch_size=batch_size, max_tokens=max_tokens,
                            max_src_len=max_src_len, device=device, precision=precision, fuse=fuse, threads=threads,
-                           ensemble=ensemble)
+                           ensemble=ensemble, shortlist=shortlist)
     tcfg.validate()
 
     def say(msg: str) -> None:

@@ -65,12 +65,17 @@ FORMATS = ["raw", "tok", "bpe"]
 @click.option("--fuse", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="Compile the decoding step into a few fused kernels (torch.compile; the first run compiles "
                    "for up to a minute, later runs reuse the cache). auto: on CUDA.")
+@click.option("--shortlist", type=click.Choice(["auto", "off"]), default="auto", show_default=True,
+              help="auto: where the checkpoint holds a lexicon (trained by nmtkit 0.1 from session 4 on), score "
+                   "only a shortlist of target words per batch, the 1,000 most frequent and the 20 likeliest "
+                   "translations of each source word (Jean et al. 2015): beam search about 1.3x as fast on a "
+                   "CPU; off: the whole vocabulary.")
 @click.option("--threads", type=int, default=None, metavar="N", help="torch CPU threads [torch's default].")
 @click.option("-q", "--quiet", is_flag=True, help="No warnings or summary on stderr.")
 def translate_cmd(models, ensemble, input_path, output_path, force, input_format, output_format, beam, lenpen,
                   max_len_a, max_len_b, nbest, batch_size, max_tokens, buffer_size, interactive, replace_unk,
                   unk_dict, alignments, alignments_file, plot_attention, plot_limit, max_src_len, device,
-                  precision, fuse, threads, quiet) -> None:
+                  precision, fuse, shortlist, threads, quiet) -> None:
     """Translate raw text with batched beam search.
 
     Reads one sentence a line (stdin or -i), applies exactly the preprocessing recorded in the
@@ -89,7 +94,7 @@ def translate_cmd(models, ensemble, input_path, output_path, force, input_format
         batch_size=batch_size, max_tokens=max_tokens, buffer_size=buffer_size, input_format=input_format,
         output_format=output_format, replace_unk=replace_unk, unk_dict=unk_dict, alignments=alignments,
         plot_attention=plot_attention, plot_limit=plot_limit, max_src_len=max_src_len, device=device,
-        precision=precision, fuse=fuse, threads=threads, ensemble=ensemble,
+        precision=precision, fuse=fuse, shortlist=shortlist, threads=threads, ensemble=ensemble,
     )
 
     def warn(msg: str) -> None:

@@ -91,12 +91,13 @@ def _as_models(models_or_model: Seq2Seq | Sequence[Seq2Seq]) -> list[Seq2Seq]:
 
 
 def _step_all(
-    models: list[Seq2Seq], prev: Tensor, states: list, encs: list[EncoderOut]
+    models: list[Seq2Seq], prev: Tensor, states: list, encs: list[EncoderOut], outs: list | None = None
 ) -> tuple[Tensor, list, Tensor]:
-    """One decoding step of every model: (combined log_probs (N, V) fp32, new states, attn (N, S))."""
+    """One decoding step of every model: (combined log_probs (N, V) fp32, new states, attn (N, S));
+    `outs`: each model's shortlist output rows (`Seq2Seq.step`), V then the shortlist's length."""
     lps, attns, new_states = [], [], []
-    for model, state, enc in zip(models, states, encs):
-        lp, state, attn = model.step(prev, state, enc)
+    for i, (model, state, enc) in enumerate(zip(models, states, encs)):
+        lp, state, attn = model.step(prev, state, enc, outs[i] if outs is not None else None)
         lps.append(lp.float())
         attns.append(attn)
         new_states.append(state)
@@ -130,6 +131,21 @@ def _should_compact(n_dead: int, n: int) -> bool:
     are done: their rows cost compute until then, but copying the encoder outputs after every
     finished sentence costs more (it is memory-bound and about one step's worth of traffic)."""
     return n_dead > 0 and 4 * n_dead >= n
+
+
+def _shortlist_rows(model: Seq2Seq, vocab: Tensor) -> tuple[Tensor, Tensor | None]:
+    """The output projection's rows for the shortlist `vocab`, once per batch (in the autocast
+    dtype under autocast, so that no step casts them again)."""
+    proj = model.output_projection()
+    if proj is None:
+        raise ValueError(f"{type(model).__name__} has no single output projection for a shortlist")
+    w = proj.weight.index_select(0, vocab)
+    b = proj.bias.index_select(0, vocab) if proj.bias is not None else None
+    dev = w.device.type
+    if torch.is_autocast_enabled(dev):
+        dt = torch.get_autocast_dtype(dev)
+        w, b = w.to(dt), (b.to(dt) if b is not None else None)
+    return w, b
 
 
 def _mask_specials(lp: Tensor) -> None:
@@ -220,19 +236,22 @@ def beam_search(
     nbest: int = 1,
     need_attention: bool = False,
     max_len: Tensor | None = None,
+    vocab: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; returns, for each sentence in input order, its `nbest` best
     hypotheses sorted by score (best first).
 
     src: (B, S) ids on the models' device, src_lens: (B,). `models_or_model` is one model or a
     list (an ensemble sharing vocabularies). `max_len` (B,) overrides the a*len+b limits.
+    `vocab` (L,): a sorted shortlist of target ids starting with the specials 0..3
+    (nmtkit.decode.shortlist): only those are scored, the softmax is over them.
     """
     if beam < 1:
         raise ValueError("beam must be >= 1")
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest must be between 1 and the beam size ({beam})")
     lim = max_lengths(src_lens.cpu(), max_len_a, max_len_b) if max_len is None else max_len.cpu().long()
-    search = _BeamSearch(_as_models(models_or_model), src, src_lens, beam, lim, lenpen, need_attention)
+    search = _BeamSearch(_as_models(models_or_model), src, src_lens, beam, lim, lenpen, need_attention, vocab)
     for t in range(int(lim.max()) + 1):
         if not search.step(t):
             break
@@ -248,9 +267,15 @@ class _BeamSearch:
     """
 
     def __init__(self, models: list[Seq2Seq], src: Tensor, src_lens: Tensor, K: int, lim: Tensor,
-                 lenpen: float, need_attention: bool):
+                 lenpen: float, need_attention: bool, vocab: Tensor | None = None):
         self.models, self.K, self.lenpen, self.need_attention = models, K, lenpen, need_attention
         self.device = device = src.device
+        self.vocab, self.outs = None, None
+        if vocab is not None:  # columns of the log-probs are positions in the shortlist
+            if not torch.equal(vocab[: EOS_ID + 1].cpu(), torch.arange(EOS_ID + 1)):
+                raise ValueError("a shortlist must start with the special ids 0..3")
+            self.vocab = vocab.to(device)
+            self.outs = [_shortlist_rows(m, self.vocab) for m in models]
         B = src.size(0)
         self.max_t = int(lim.max())
         self.encs = [m.encode(src, src_lens) for m in models]  # (B, ...) until after the first step
@@ -302,7 +327,7 @@ class _BeamSearch:
     def _log_probs(self, t: int) -> tuple[Tensor, Tensor]:
         """Every model's step, combined: (log_probs (N, V) fp32 with PAD/BOS masked and EOS
         forced at the length limit, attention (N, S))."""
-        lp, self.states, attn = _step_all(self.models, self.prev, self.states, self.encs)
+        lp, self.states, attn = _step_all(self.models, self.prev, self.states, self.encs, self.outs)
         K = self.K
         if t == 0 and K > 1:
             # the K hypotheses of a sentence are identical before the first step: compute it
@@ -392,7 +417,7 @@ class _BeamSearch:
         rows = new_row.view(-1)
         self.states = [m.reorder(s, rows) for m, s in zip(self.models, self.states)]
         self.tokens = self.tokens.index_select(0, rows)
-        self.prev = new_tok.view(-1)
+        self.prev = new_tok.view(-1) if self.vocab is None else self.vocab[new_tok.view(-1)]
         self.tokens[:, t] = self.prev
         if self.attn_hist is not None:
             self.attn_hist = self.attn_hist.index_select(0, rows)

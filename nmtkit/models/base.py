@@ -136,16 +136,22 @@ class Seq2Seq(nn.Module):
         feats, _ = self.decode_features(self.encode(src, src_lens), tgt_in)
         return _log_softmax(self.output_layer(feats))
 
-    def step(self, prev_tokens: Tensor, state: State, enc: EncoderOut) -> tuple[Tensor, State, Tensor]:
+    def step(self, prev_tokens: Tensor, state: State, enc: EncoderOut,
+             out: tuple[Tensor, Tensor | None] | None = None) -> tuple[Tensor, State, Tensor]:
         """One decoding step: (log_probs (B, V), new state, attention (B, S)).
 
-        With `fuse_steps`, the whole step (attention, state update, output layer, log-softmax)
-        runs as one compiled body (models/fusion.py): a handful of kernels instead of dozens."""
-        return step_fn(Seq2Seq._step, self.fuse_steps)(self, prev_tokens, state, enc)
+        `out` = (weight (L, F), bias (L,) or None): the rows of `output_projection()` for a
+        shortlist of L target ids (nmtkit.decode.shortlist); the log-probabilities are then
+        (B, L), normalised over the shortlist. With `fuse_steps`, the whole step (attention,
+        state update, output layer, log-softmax) runs as one compiled body (models/fusion.py):
+        a handful of kernels instead of dozens."""
+        return step_fn(Seq2Seq._step, self.fuse_steps)(self, prev_tokens, state, enc, out)
 
-    def _step(self, prev_tokens: Tensor, state: State, enc: EncoderOut) -> tuple[Tensor, State, Tensor]:
+    def _step(self, prev_tokens: Tensor, state: State, enc: EncoderOut,
+              out: tuple[Tensor, Tensor | None] | None = None) -> tuple[Tensor, State, Tensor]:
         feats, state, attn = self.step_features(prev_tokens, state, enc)
-        return _log_softmax(self.output_layer(feats)), state, attn
+        logits = self.output_layer(feats) if out is None else F.linear(feats, out[0], out[1])
+        return _log_softmax(logits), state, attn
 
     def reorder(self, state: State, index: Tensor) -> State:
         """Select/reorder batch rows of the state for beam search."""

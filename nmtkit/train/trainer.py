@@ -135,6 +135,13 @@ class Trainer:
         self._arrays = (np.asarray(self.train_data.src.ids), np.asarray(self.train_data.src.offsets),
                         np.asarray(self.train_data.tgt.ids), np.asarray(self.train_data.tgt.offsets))
         self._tgt_lens = self.train_data.tgt.lengths
+        # the decoding shortlist's lexicon, stored in every checkpoint (about a second of numpy)
+        self.lexicon = None
+        if self.dist.is_main:
+            from nmtkit.decode.shortlist import build_lexicon
+
+            self.lexicon = torch.from_numpy(build_lexicon(*self._arrays, len(data.src_vocab), len(data.tgt_vocab),
+                                                          seed=cfg.seed))
         self._plan_epoch: int | None = None
         self._plan: list[np.ndarray] = []
         self.valid_data = data.split("valid") if data.has_split("valid") else None
@@ -210,6 +217,7 @@ class Trainer:
             pipeline=self.data.pipeline, src_lang=self.data.src_lang, tgt_lang=self.data.tgt_lang,
             src_vocab=self.data.src_vocab.to_list(), tgt_vocab=self.data.tgt_vocab.to_list(),
             train_config=self.cfg.to_dict(), data_manifest=self.data.manifest, training=training,
+            lexicon=self.lexicon,
         )
 
     def save_last(self) -> None:

@@ -35,6 +35,7 @@ class TranslateConfig:
     threads: int | None = None  # torch CPU threads (None: torch's default)
     fuse: str = "auto"  # compile the decoding step (models/fusion.py): auto | on | off; auto = on CUDA
     ensemble: bool = False  # several models are averaged only when asked (--ensemble)
+    shortlist: str = "auto"  # auto: score a shortlist where the checkpoint has a lexicon; off: always all words
 
     def validate(self) -> None:
         if not self.models:
@@ -55,6 +56,8 @@ class TranslateConfig:
             raise ConfigError("--alignments is 'hard' or 'soft'")
         if self.precision not in ("auto", "fp32", "bf16", "fp16"):
             raise ConfigError("--precision is auto, fp32, bf16 or fp16")
+        if self.shortlist not in ("auto", "off"):
+            raise ConfigError(f"--shortlist is auto or off, got '{self.shortlist}'")
         if self.fuse not in ("auto", "on", "off"):
             raise ConfigError(f"--fuse is auto, on or off, got '{self.fuse}'")
         if self.threads is not None and self.threads < 1:

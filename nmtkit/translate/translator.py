@@ -78,6 +78,10 @@ class Translator:
             raise CheckpointError(f"checkpoint has no usable vocabularies ({err})", config.models[0]) from None
         self.pipeline = _pipeline_from_dict(first.get("pipeline"), config.models[0])
         self.arch = first.get("arch")
+        # Jean et al. (2015)'s candidate list: with the lexicon the trainer stores (older
+        # checkpoints have none), each batch scores only its shortlist of target words
+        lexicon = first.get("lexicon")
+        self.lexicon = lexicon if config.shortlist == "auto" and isinstance(lexicon, torch.Tensor) else None
         src_lang, tgt_lang = first.get("src_lang"), first.get("tgt_lang")
         self.langs = (src_lang, tgt_lang)
         if config.max_src_len is not None:
@@ -126,17 +130,22 @@ class Translator:
 
         from nmtkit.data.batching import pad_rows
         from nmtkit.decode.search import beam_search
+        from nmtkit.decode.shortlist import shortlist_ids
 
         ids = [self.src_vocab.encode(t) for t in src_token_lists]
         lens = torch.tensor([len(x) for x in ids], dtype=torch.long)
         src = torch.from_numpy(pad_rows(ids))
         c = self.config
         need_attention = self.need_attention if need_attention is None else need_attention
+        vocab = None
+        if self.lexicon is not None:
+            vocab = shortlist_ids(self.lexicon, src, len(self.tgt_vocab.itos))
+            vocab = vocab.to(self.device) if len(vocab) < len(self.tgt_vocab.itos) else None
         with torch.inference_mode(), self.autocast:
             results = beam_search(
                 self.models, src.to(self.device), lens.to(self.device), beam=beam or c.beam, lenpen=c.lenpen,
                 max_len_a=c.max_len_a, max_len_b=c.max_len_b, nbest=nbest or c.nbest,
-                need_attention=need_attention,
+                need_attention=need_attention, vocab=vocab,
             )
         if need_attention:
             # attention columns: the batch's padded width plus any positions the model adds (its

@@ -1,0 +1,115 @@
+"""Decoding shortlists (Jean et al. 2015): the lexicon, the candidate lists and beam search over them."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+
+from nmtkit.decode.search import beam_search
+from nmtkit.decode.shortlist import build_lexicon, shortlist_ids
+from tests.translate_fixtures import tiny_model
+
+
+def _ragged(sentences):
+    ids = np.array([w for s in sentences for w in s], dtype=np.int32)
+    off = np.concatenate([[0], np.cumsum([len(s) for s in sentences])]).astype(np.int64)
+    return ids, off
+
+
+def test_lexicon_ranks_each_source_words_translation_first_by_dice():
+    """Source word 4+i always comes with target word 10+i, beside frequent filler words: the
+    Dice coefficient puts 10+i first for 4+i, not the filler that co-occurs as often."""
+    rng = np.random.default_rng(0)
+    src, tgt = [], []
+    for _ in range(300):
+        words = rng.choice(5, size=3, replace=False)
+        src.append([4 + int(w) for w in words])
+        tgt.append([10 + int(w) for w in words] + [4, 5])  # 4, 5: target words in every sentence
+    lex = build_lexicon(*_ragged(src), *_ragged(tgt), src_vocab=12, tgt_vocab=16, k=3)
+    assert lex.shape == (12, 3) and lex.dtype == np.int32
+    for i in range(5):
+        assert lex[4 + i, 0] == 10 + i
+    assert (lex[9:] == 0).all()  # never seen: PAD fills the row
+
+
+def test_lexicon_samples_at_most_max_pairs_sentence_pairs():
+    src = [[4, 5]] * 50 + [[6]] * 50
+    tgt = [[7]] * 50 + [[8]] * 50
+    full = build_lexicon(*_ragged(src), *_ragged(tgt), src_vocab=9, tgt_vocab=9, k=1)
+    assert full[4, 0] == 7 and full[6, 0] == 8
+    part = build_lexicon(*_ragged(src), *_ragged(tgt), src_vocab=9, tgt_vocab=9, k=1, max_pairs=10, seed=3)
+    assert part.shape == (9, 1) and set(part[[4, 6], 0]) <= {0, 7, 8}
+
+
+def test_shortlist_keeps_specials_frequent_words_and_the_batchs_translations_in_groups_of_16():
+    V = 200
+    lex = torch.zeros(30, 2, dtype=torch.int32)
+    lex[7] = torch.tensor([150, 151])
+    lex[8] = torch.tensor([190, 3])
+    ids = shortlist_ids(lex, torch.tensor([[7, 8, 0]]), V, frequent=20)
+    got = set(ids.tolist())
+    assert ids.tolist() == sorted(got) and ids[:4].tolist() == [0, 1, 2, 3]
+    assert set(range(20)) | {150, 151, 190} <= got
+    assert len(ids) % 16 == 0 and len(ids) < V
+    assert len(shortlist_ids(lex, torch.tensor([[7]]), 24, frequent=20)) == 24  # never past the vocabulary
+
+
+def _batch(V_src, B=5, S=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(2, S + 1, (B,), generator=g)
+    src = torch.randint(4, V_src, (B, S), generator=g) * (torch.arange(S) < lens.unsqueeze(1))
+    return src, lens
+
+
+def test_beam_search_over_the_whole_vocabulary_as_a_shortlist_finds_the_same_hypotheses():
+    model, cfg = tiny_model(5, tgt_vocab=64)
+    src, lens = _batch(cfg["src_vocab_size"])
+    plain = beam_search(model, src, lens, beam=4, nbest=2, max_len_a=1.5, max_len_b=3)
+    listed = beam_search(model, src, lens, beam=4, nbest=2, max_len_a=1.5, max_len_b=3, vocab=torch.arange(64))
+    for p, q in zip(plain, listed):
+        assert [h.tokens for h in p] == [h.tokens for h in q]
+        assert [h.score for h in p] == [h.score for h in q]
+
+
+def test_beam_search_with_a_shortlist_emits_only_its_words_and_maps_them_back_to_vocabulary_ids():
+    model, cfg = tiny_model(6, tgt_vocab=64)
+    with torch.no_grad():
+        model.W_o.bias[3] -= 4.0  # EOS less likely: hypotheses of a few words
+    src, lens = _batch(cfg["src_vocab_size"], seed=2)
+    vocab = torch.tensor([0, 1, 2, 3] + list(range(40, 52)))  # 16 ids, most of them rare words
+    hyps = beam_search(model, src, lens, beam=3, max_len_a=2, max_len_b=4, vocab=vocab)
+    toks = {t for h in hyps for t in h[0].tokens}
+    assert toks and toks <= set(range(40, 52)) | {1}
+    # a shortlisted search is the full search of a model whose vocabulary is the shortlist
+    W = model.W_o
+    small = copy.deepcopy(model)
+    small.W_o = torch.nn.Linear(W.in_features, len(vocab))
+    small.W_o.weight.data, small.W_o.bias.data = W.weight.data[vocab].clone(), W.bias.data[vocab].clone()
+    small.tgt_embed.weight.data = model.tgt_embed.weight.data[vocab].clone()  # its word j is vocab[j]
+    ref = beam_search(small, src, lens, beam=3, max_len_a=2, max_len_b=4)
+    assert [[vocab[t].item() for t in h[0].tokens] for h in ref] == [h[0].tokens for h in hyps]
+    assert [h[0].score for h in ref] == [h[0].score for h in hyps]
+
+
+def test_trained_checkpoints_carry_a_lexicon_that_translate_uses_unless_told_off(data_dir, tmp_path, monkeypatch):
+    from nmtkit.checkpoint import load_checkpoint
+    from nmtkit.train.run import run_training
+    from nmtkit.translate import TranslateConfig, Translator
+    from tests.train_fixtures import TINY_MODEL, tiny_options
+
+    run = tmp_path / "run"
+    run_training(data_dir, run, tiny_options(max_updates=3, valid_every=100), TINY_MODEL)
+    ckpt = load_checkpoint(run / "checkpoint_best.pt")
+    assert ckpt["lexicon"].shape == (len(ckpt["src_vocab"]), 20) and ckpt["lexicon"].dtype == torch.int32
+    calls = []
+    import nmtkit.decode.shortlist as sl
+
+    real = sl.shortlist_ids
+    monkeypatch.setattr(sl, "shortlist_ids", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for mode in ("auto", "off"):
+        tr = Translator(TranslateConfig(models=(str(run / "checkpoint_best.pt"),), beam=2, input_format="tok",
+                                        output_format="tok", shortlist=mode))
+        assert len(tr.translate_lines(["w4 w5 w6", "w7"])) == 2
+        assert (tr.lexicon is not None) == (mode == "auto")
+    assert calls == [1]  # one batch, shortlisted under auto only
