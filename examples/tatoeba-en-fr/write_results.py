@@ -1,6 +1,6 @@
 """Write results.md for the Tatoeba recipe from the run's metrics.jsonl and the score JSON.
 
-usage: python write_results.py --run work/run --scores results/scores.json
+usage: python write_results.py --run work/run --scores results/scores.json [--dev-scores results/dev.scores.json]
        --translate-seconds results/translate.seconds --attention results/attention
        --command CMD ... -o results/results.md
 """
@@ -16,6 +16,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", required=True)
     ap.add_argument("--scores", required=True)
+    ap.add_argument("--dev-scores", help="nmtkit score --json of the dev split's translation")
     ap.add_argument("--translate-seconds", required=True)
     ap.add_argument("--attention", required=True)
     ap.add_argument("--command", action="append", default=[])
@@ -42,6 +43,11 @@ def main() -> None:
     for key in ("bleu", "chrf", "ter"):
         if key in scores:
             out.append(f"| {scores[key]['name']} (test, {n_lines} sentences) | {scores[key]['score']:.2f} |")
+    if args.dev_scores:
+        dev = json.loads(Path(args.dev_scores).read_text(encoding="utf-8"))
+        for s in dev["systems"][0]["scores"]:
+            if s["metric"] in ("bleu", "chrf"):
+                out.append(f"| {s['name']} (dev, {dev['lines']} sentences) | {s['score']:.2f} |")
     out.append(f"| training wall time | {last.get('elapsed', float('nan')) / 60:.1f} min |")
     out.append(f"| updates / epochs | {last.get('update', '?')} / {last.get('epoch', '?')} |")
     if tok_rates:

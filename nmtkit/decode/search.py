@@ -29,6 +29,10 @@ Length limits: a sentence of `src_len` tokens gets at most `floor(max_len_a * sr
 max_len_b)` target tokens before EOS; at that step EOS is forced, so every hypothesis ends
 with EOS and its log-probability includes EOS's.
 
+A shortlist (`vocab`, nmtkit.decode.shortlist) restricts every step's output layer and softmax
+to a sorted list of target ids that starts with the specials: the search then works in the
+list's columns (PAD, UNK, BOS and EOS keep theirs) and maps each chosen column back to its id.
+
 Ensembles average the models' probabilities: log p = log(mean_m p_m) (as Nematus and fairseq
 do; see nmtkit.decode.ensemble). The attention reported is the models' mean.
 
