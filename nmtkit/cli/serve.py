@@ -5,6 +5,8 @@ import sys
 
 import click
 
+from nmtkit.cli.common import fuse_option, shortlist_option
+
 
 @click.command("serve")
 @click.option("-m", "--model", "models", multiple=True, required=True, metavar="CHECKPOINT",
@@ -36,13 +38,9 @@ import click
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto",
               show_default=True, help="As `nmtkit translate --precision`.")
-@click.option("--fuse", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
-              help="Compile the decoding step into a few fused kernels (torch.compile; the first run compiles "
-                   "for up to a minute, later runs reuse the cache). auto: on CUDA.")
-@click.option("--shortlist", type=click.Choice(["auto", "off"]), default="auto", show_default=True,
-              help="As `nmtkit translate --shortlist`. A batch's shortlist (and bf16 rounding) depends on the "
-                   "sentences batched together: for answers that never depend on other requests, use "
-                   "--shortlist off --precision fp32.")
+@fuse_option
+@shortlist_option(" A batch's shortlist (and bf16 rounding) depends on the sentences batched together: "
+                  "for answers that never depend on other requests, use --shortlist off --precision fp32.")
 @click.option("--threads", type=int, default=None, metavar="N", help="torch CPU threads [torch's default].")
 @click.option("-q", "--quiet", is_flag=True, help="No per-request log lines on stderr.")
 def serve_cmd(models, ensemble, host, port, beam, lenpen, max_len_a, max_len_b, batch_size, max_tokens,

@@ -5,6 +5,8 @@ import sys
 
 import click
 
+from nmtkit.cli.common import fuse_option, shortlist_option
+
 FORMATS = ["raw", "tok", "bpe"]
 
 
@@ -62,14 +64,8 @@ FORMATS = ["raw", "tok", "bpe"]
               help="auto = bf16 autocast on GPUs and on CPUs with native BF16 (AVX512-BF16, AMX), as in "
                    "training; fp32 on other CPUs, where bf16 is emulated and slower. fp16 is meant for GPUs "
                    "(it runs on a CPU, slowly).")
-@click.option("--fuse", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
-              help="Compile the decoding step into a few fused kernels (torch.compile; the first run compiles "
-                   "for up to a minute, later runs reuse the cache). auto: on CUDA.")
-@click.option("--shortlist", type=click.Choice(["auto", "off"]), default="auto", show_default=True,
-              help="auto: where the checkpoint holds a lexicon (trained by nmtkit 0.1 from session 4 on), score "
-                   "only a shortlist of target words per batch, the 1,000 most frequent and the 20 likeliest "
-                   "translations of each source word (Jean et al. 2015): beam search about 1.3x as fast on a "
-                   "CPU; off: the whole vocabulary.")
+@fuse_option
+@shortlist_option()
 @click.option("--threads", type=int, default=None, metavar="N", help="torch CPU threads [torch's default].")
 @click.option("-q", "--quiet", is_flag=True, help="No warnings or summary on stderr.")
 def translate_cmd(models, ensemble, input_path, output_path, force, input_format, output_format, beam, lenpen,

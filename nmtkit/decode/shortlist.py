@@ -7,7 +7,7 @@ The likeliest translations come from a lexicon built once, from the training dat
 starts (`build_lexicon`) and stored in its checkpoints: for each source word s, the k target words
 t with the highest Dice coefficient 2 c(s, t) / (c(s) + c(t)), where c(s, t) counts the (s, t)
 token pairs of the same sentence pair (Jean et al. used an alignment model; co-occurrence keeps
-it to a few seconds of numpy over a sample of the corpus).
+it to about a second of numpy over a sample of the corpus).
 
 `shortlist_ids` gives a batch's candidate ids: sorted, always starting with the special ids
 0..3 (PAD, UNK, BOS, EOS), so those keep their columns, and padded with more frequent words to a
@@ -25,8 +25,6 @@ import numpy as np
 LEXICON_K = 20  # translations kept per source word
 FREQUENT = 1000  # the most frequent target words, always candidates
 MAX_PAIRS = 100_000  # sentence pairs sampled for the co-occurrence counts
-_GROUP = 16  # the shortlist's length is a multiple of this (search._TOPK_GROUP)
-_N_SPECIALS = 4
 
 
 def _positions(off: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -74,16 +72,20 @@ def shortlist_ids(lexicon: Any, src: Any, vocab_size: int, frequent: int = FREQU
     """The sorted candidate target ids (L,) long tensor for a batch of source ids `src` (B, S)
     (padding 0 included or not: PAD's row is harmless): ids 0..frequent-1 (the specials and the
     most frequent words), the lexicon rows of every source id, padded with the next most
-    frequent ids to a multiple of 16 (or all of the vocabulary, if that is not longer)."""
+    frequent ids to a multiple of beam search's top-k group (16), or all of the vocabulary, if
+    that is not longer."""
     import torch
+
+    from nmtkit.decode.search import _TOPK_GROUP
+    from nmtkit.text.vocab import SPECIALS
 
     lex = torch.as_tensor(lexicon)
     mask = torch.zeros(vocab_size, dtype=torch.bool)
-    mask[: max(_N_SPECIALS, min(frequent, vocab_size))] = True
+    mask[: max(len(SPECIALS), min(frequent, vocab_size))] = True
     src = torch.as_tensor(src).reshape(-1).cpu()
     src = src[(src >= 0) & (src < lex.size(0))]
     mask[lex.index_select(0, src.unique()).reshape(-1).long().clamp_(0, vocab_size - 1)] = True
-    need = (-int(mask.sum())) % _GROUP
+    need = (-int(mask.sum())) % _TOPK_GROUP
     if need:
         free = (~mask).nonzero().squeeze(1)[:need]
         mask[free] = True

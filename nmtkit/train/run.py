@@ -83,7 +83,7 @@ def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
         raise ConfigError("--resume and --force exclude each other")
     if save_dir.exists() and not save_dir.is_dir():
         raise ConfigError(f"--save-dir {save_dir} exists and is not a directory")
-    present = [f for f in RUN_FILES if (save_dir / f).exists()] + [p.name for p in kept_checkpoints(save_dir)]
+    present = run_files_present(save_dir)
     if resume:
         if not (save_dir / "checkpoint_last.pt").exists():
             raise CheckpointError("nothing to resume: no checkpoint_last.pt (start a new run without --resume)",
@@ -98,13 +98,18 @@ def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
 def stale_run_files(save_dir: Path) -> list[str]:
     """The files of a run that stopped before its first checkpoint: nothing in them can be
     continued, so a fresh start replaces them (instead of demanding --force)."""
-    present = [f for f in RUN_FILES if (save_dir / f).exists()]
+    present = run_files_present(save_dir)
     return [] if any(f.startswith("checkpoint_") for f in present) else present
 
 
 def kept_checkpoints(save_dir: Path) -> list[Path]:
     """The checkpoint_<update>.pt files of --keep-every in a run directory."""
     return [p for p in save_dir.glob("checkpoint_*.pt") if p.stem.split("_", 1)[1].isdigit()]
+
+
+def run_files_present(save_dir: Path) -> list[str]:
+    """The names of a run's files (RUN_FILES and kept checkpoints) present in `save_dir`."""
+    return [f for f in RUN_FILES if (save_dir / f).exists()] + [p.name for p in kept_checkpoints(save_dir)]
 
 
 def clear_run_dir(save_dir: Path) -> None:

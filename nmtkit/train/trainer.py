@@ -226,17 +226,12 @@ class Trainer:
             save_checkpoint(self.checkpoint(True, rng), self.run_dir / LAST)
             log.info("saved %s at update %d", LAST, self.state.update)
 
-    def _save_best(self) -> None:
+    def _save_model(self, name: str) -> None:
+        """The model as at this update, without optimiser state: checkpoint_best.pt, and
+        checkpoint_<update>.pt every --keep-every updates."""
         if self.dist.is_main:
-            save_checkpoint(self.checkpoint(False), self.run_dir / BEST)
-            log.info("saved %s at update %d", BEST, self.state.update)
-
-    def _keep(self) -> None:
-        """checkpoint_<update>.pt: the model as at this update (--keep-every), as checkpoint_best.pt."""
-        if self.dist.is_main:
-            name = f"checkpoint_{self.state.update}.pt"
             save_checkpoint(self.checkpoint(False), self.run_dir / name)
-            log.info("saved %s", name)
+            log.info("saved %s at update %d", name, self.state.update)
 
     # ---- data ---------------------------------------------------------------------------
     def epoch_plan(self, epoch: int) -> list[np.ndarray]:
@@ -368,7 +363,7 @@ class Trainer:
             "final": final,
         }
         if improved:
-            self._save_best()
+            self._save_model(BEST)
         if self.dist.is_main:
             assert self.metrics is not None
             self.metrics.write(rec)
@@ -434,7 +429,7 @@ class Trainer:
                     if st.update % cfg.save_every == 0:
                         self._save_progress()
                     if keep:
-                        self._keep()
+                        self._save_model(f"checkpoint_{st.update}.pt")
                     self.acc.start += time.perf_counter() - t0  # throughput counts training only
                 collective = not self.dist.enabled or st.update % DDP_SYNC_EVERY == 0
                 reason = self._stop_reason(collective)

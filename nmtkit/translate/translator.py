@@ -140,7 +140,7 @@ class Translator:
         vocab = None
         if self.lexicon is not None:
             vocab = shortlist_ids(self.lexicon, src, len(self.tgt_vocab.itos))
-            vocab = vocab.to(self.device) if len(vocab) < len(self.tgt_vocab.itos) else None
+            vocab = vocab if len(vocab) < len(self.tgt_vocab.itos) else None  # beam_search moves it
         with torch.inference_mode(), self.autocast:
             results = beam_search(
                 self.models, src.to(self.device), lens.to(self.device), beam=beam or c.beam, lenpen=c.lenpen,
