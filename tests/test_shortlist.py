@@ -113,3 +113,18 @@ def test_trained_checkpoints_carry_a_lexicon_that_translate_uses_unless_told_off
         assert len(tr.translate_lines(["w4 w5 w6", "w7"])) == 2
         assert (tr.lexicon is not None) == (mode == "auto")
     assert calls == [1]  # one batch, shortlisted under auto only
+
+
+def test_an_unknown_shortlist_mode_is_refused_on_the_command_line_and_in_the_config(tmp_path):
+    import pytest
+    from click.testing import CliRunner
+
+    from nmtkit.cli import cli
+    from nmtkit.errors import ConfigError
+    from nmtkit.translate import TranslateConfig
+
+    with pytest.raises(ConfigError, match="--shortlist is auto or off"):
+        TranslateConfig(models=("m.pt",), shortlist="sometimes").validate()
+    for cmd in ("translate", "serve"):
+        res = CliRunner().invoke(cli, [cmd, "-m", str(tmp_path / "m.pt"), "--shortlist", "sometimes"])
+        assert res.exit_code == 2 and "'sometimes' is not one of 'auto', 'off'" in res.output, res.output
