@@ -13,6 +13,7 @@ import sys
 import click
 
 from nmtkit import __version__
+from nmtkit.cli.average import average_cmd
 from nmtkit.cli.preprocess import preprocess_cmd
 from nmtkit.cli.score import score_cmd
 from nmtkit.cli.select import select_data_cmd
@@ -49,6 +50,7 @@ cli.add_command(train_cmd)
 cli.add_command(translate_cmd)
 cli.add_command(score_cmd)
 cli.add_command(serve_cmd)
+cli.add_command(average_cmd)
 
 
 class _StdoutGone(Exception):
