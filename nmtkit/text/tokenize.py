@@ -6,7 +6,7 @@ step of both. Same functions and defaults as `preprocess` (escape=False). Reads 
 --input, writes stdout or --output (through nmtkit.outputs: temp name, then rename), line for line.
 
 With --output it also writes `OUTPUT.tokinfo.json`, the settings it tokenised with
-(language, punctuation normalisation, --aggressive-dash-splits, --lowercase). `preprocess
+(language, punctuation normalisation, --aggressive-dash-splits, --lowercase, --protect). `preprocess
 --input-format tok` checks them against its own flags, which it records for `translate`:
 a flag given to the tokeniser only would otherwise be silently missing at translate time.
 """
@@ -25,6 +25,7 @@ from nmtkit.outputs import OutputFile, write_text, writes_in_place
 from nmtkit.text.io import read_lines, stream_lines
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import TextPipeline
+from nmtkit.text.protect import resolve_protect
 
 TOKINFO_SUFFIX = ".tokinfo.json"
 # pipeline setting -> the flag that sets it (the same flag in this tool and in preprocess)
@@ -40,7 +41,7 @@ def _tok_line(line: str, pipeline: TextPipeline) -> str:
 def tokinfo(pipeline: TextPipeline) -> dict[str, Any]:
     """What `_tok_line` did, as recorded beside its output."""
     return {"tool": "nmtkit.text.tokenize", "lang": pipeline.src_lang,
-            **{k: getattr(pipeline, k) for k in _FLAGS}}
+            **{k: getattr(pipeline, k) for k in _FLAGS}, "protected_patterns": list(pipeline.protected_patterns)}
 
 
 def check_tokinfo(path: str, lang: str, pipeline: TextPipeline) -> bool:
@@ -59,6 +60,9 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline) -> bool:
         raise ConfigError(f"tokenised as language '{info.get('lang')}' ({info_path}), used here as '{lang}'", path)
     wrong = [f"{k}={info.get(k)} there, {getattr(pipeline, k)} here ({flag})"
              for k, flag in _FLAGS.items() if info.get(k) != getattr(pipeline, k)]
+    if list(info.get("protected_patterns") or []) != list(pipeline.protected_patterns):
+        wrong.append(f"{len(info.get('protected_patterns') or [])} protected patterns there, "
+                     f"{len(pipeline.protected_patterns)} here (--protect)")
     if wrong:
         raise ConfigError(f"tokenised with other settings ({info_path}): {'; '.join(wrong)}; give the tokeniser "
                           "and this command the same flags, since translate replays this command's", path)
@@ -85,11 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)), help="processes")
     p.add_argument("--aggressive-dash-splits", action="store_true", help="split hyphens (Moses -a)")
     p.add_argument("--lowercase", action="store_true", help="lowercase tokens")
+    p.add_argument("--protect", action="append", default=[], metavar="FILE|SET",
+                   help="keep matches whole, as preprocess --protect (repeatable)")
     args = p.parse_args(argv)
-    pipeline = TextPipeline(args.lang, args.lang, aggressive_dash_splits=args.aggressive_dash_splits,
-                            lowercase=args.lowercase)
-    func = functools.partial(_tok_line, pipeline=pipeline)
     try:
+        pipeline = TextPipeline(args.lang, args.lang, aggressive_dash_splits=args.aggressive_dash_splits,
+                                lowercase=args.lowercase, protected_patterns=resolve_protect(args.protect))
+        func = functools.partial(_tok_line, pipeline=pipeline)
         with contextlib.ExitStack() as stack:
             out = stack.enter_context(OutputFile(args.output)).file if args.output else sys.stdout
             for tok in parallel_map(func, _lines(args.input), workers=args.workers, chunk_size=2000):
