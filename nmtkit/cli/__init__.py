@@ -1,4 +1,5 @@
-"""The `nmtkit` command: a click group over the subcommands (the five pipeline steps, then serve).
+"""The `nmtkit` command: a click group over the subcommands (the five pipeline steps, then serve
+and average).
 
 This package is the only place that knows click, rich consoles and exit codes. Each
 subcommand lives in its own module here, parses its options, builds one config and calls a
