@@ -77,7 +77,7 @@ def _warm_up(p: TextPipeline, config: PreprocessConfig) -> None:
 
 def _check_tokenized(config: PreprocessConfig, src: str, tgt: str) -> None:
     """--input-format tok: the files must have been tokenised with this command's settings,
-    which the manifest records and translate replays on raw text (see nmtkit.text.tokenize)."""
+    which the manifest records and translate replays on raw text (see `nmtkit tokenize`, nmtkit.text.tokenize)."""
     p = TextPipeline(config.src_lang, config.tgt_lang, normalize_punct=config.normalize_punct,
                      aggressive_dash_splits=config.aggressive_dash_splits, lowercase=config.lowercase)
     for path, lang in ((src, config.src_lang), (tgt, config.tgt_lang)):
