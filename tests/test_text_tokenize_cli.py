@@ -78,7 +78,7 @@ def test_output_records_the_settings_it_tokenised_with(tmp_path):
     _tokenise_corpus(tmp_path, "--lowercase", "--aggressive-dash-splits")
     info = json.loads((tmp_path / "tok-train.fr.tokinfo.json").read_text(encoding="utf-8"))
     assert info == {"tool": "nmtkit tokenize", "lang": "fr", "normalize_punct": True,
-                    "aggressive_dash_splits": True, "lowercase": True}
+                    "aggressive_dash_splits": True, "lowercase": True, "protected_patterns": []}
 
 
 def test_preprocess_refuses_tok_input_made_with_flags_it_was_not_given(tmp_path):

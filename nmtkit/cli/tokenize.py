@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from nmtkit.cli.common import protect_option
+
 
 @click.command("tokenize")
 @click.option("--lang", required=True, metavar="LANG", help="Language code for sacremoses (en, fr, ...).")
@@ -15,11 +17,12 @@ import click
 @click.option("--no-normalize-punct", is_flag=True, help="Skip Moses punctuation normalisation.")
 @click.option("--aggressive-dash-splits", is_flag=True, help="Split hyphenated words (Moses tokenizer -a): 'a-b' -> 'a @-@ b'.")
 @click.option("--lowercase", is_flag=True, help="Lowercase all tokens.")
+@protect_option
 @click.option("--workers", type=int, default=None, metavar="N",
               help="Processes (line order is kept). Default: all cores.")
 @click.option("--quiet", "-q", is_flag=True, help="Accepted for symmetry with the other commands (tokenize prints no progress).")
-def tokenize_cmd(lang, input_path, output_path, no_normalize_punct, aggressive_dash_splits, lowercase, workers,
-                 quiet) -> None:
+def tokenize_cmd(lang, input_path, output_path, no_normalize_punct, aggressive_dash_splits, lowercase, protect,
+                 workers, quiet) -> None:
     """Moses-normalise and tokenise raw text with the settings preprocess uses (sacremoses, escape=False).
 
     \b
@@ -30,10 +33,12 @@ def tokenize_cmd(lang, input_path, output_path, no_normalize_punct, aggressive_d
     from nmtkit.devices import available_cores
     from nmtkit.errors import ConfigError
     from nmtkit.text.pipeline import TextPipeline
+    from nmtkit.text.protect import resolve_protect
     from nmtkit.text.tokenize import tokenize_file
 
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {workers}")
     pipeline = TextPipeline(lang, lang, normalize_punct=not no_normalize_punct,
-                            aggressive_dash_splits=aggressive_dash_splits, lowercase=lowercase)
+                            aggressive_dash_splits=aggressive_dash_splits, lowercase=lowercase,
+                            protected_patterns=resolve_protect(protect))
     tokenize_file(input_path, output_path, pipeline, workers or available_cores())

@@ -6,6 +6,7 @@ unless the user says otherwise. The help text states each effective default.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any
@@ -122,7 +123,10 @@ def _choice(*values: str) -> click.Choice:
 @click.option("--log-every", type=int, default=None, metavar="N", help="Log training statistics every N updates [100].")
 @click.option("--on-nan", type=_choice("stop", "skip"), default=None,
               help="On a non-finite loss: stop with a message (default) or skip the minibatch.")
-@click.option("--tensorboard", is_flag=True, default=None, help="Also write TensorBoard scalars (needs tensorboard).")
+@click.option("--tensorboard", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Also write metrics.jsonl's records (train loss, dev loss and BLEU, lr, gradient norm, tokens/s) "
+                   "as TensorBoard scalars into DIR (`tensorboard --logdir DIR`); a resumed run appends to it. "
+                   "Needs pip install 'nmtkit[tensorboard]'.")
 # hardware and reproducibility
 @click.option("--seed", type=int, default=None, help="Seed of initialisation, data order and dropout [1].")
 @click.option("--device", type=_choice("auto", "cpu", "cuda"), default=None, help="auto: CUDA when available [auto].")
@@ -152,6 +156,8 @@ def train_cmd(ctx: click.Context, data_dir: str, save_dir: str, resume: bool, fo
     for k in ("optimizer", "normalize_loss", "lr_schedule", "best_metric", "on_nan", "device", "precision", "fuse", "arch"):
         if k in train_options:
             train_options[k] = train_options[k].lower()
+    if "tensorboard" in train_options:  # recorded absolute, so --resume from another folder finds it
+        train_options["tensorboard"] = os.path.abspath(train_options["tensorboard"])
     if "max_time" in train_options:
         train_options["max_time"] = parse_duration(train_options["max_time"])
     model_overrides = {k: options[k] for k in MODEL_FIELDS if options.get(k) is not None}

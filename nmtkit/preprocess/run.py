@@ -77,8 +77,7 @@ def _warm_up(p: TextPipeline, config: PreprocessConfig) -> None:
 def _check_tokenized(config: PreprocessConfig, src: str, tgt: str) -> None:
     """--input-format tok: the files must have been tokenised with this command's settings,
     which the manifest records and translate replays on raw text (see `nmtkit tokenize`, nmtkit.text.tokenize)."""
-    p = TextPipeline(config.src_lang, config.tgt_lang, normalize_punct=config.normalize_punct,
-                     aggressive_dash_splits=config.aggressive_dash_splits, lowercase=config.lowercase)
+    p = config.base_pipeline()
     for path, lang in ((src, config.src_lang), (tgt, config.tgt_lang)):
         if not check_tokinfo(path, lang, p):
             log.warning("%s: no %s beside it, so its tokeniser settings cannot be checked; they must be this "
@@ -112,6 +111,7 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
     (an existing DEST is untouched) and the temp directory is removed.
     """
     config.validate()
+    base = config.base_pipeline()  # a bad --protect fails before anything is read or written
     report: ProgressFn = progress or (lambda stage, done, total: None)
     dest = Path(config.dest)
     _check_dest(dest, config.force)
@@ -127,7 +127,7 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
     try:
         work = tmp / "work"
         work.mkdir()
-        manifest = _run(config, report, tmp, work, line_counts)
+        manifest = _run(config, base, report, tmp, work, line_counts)
         manifest["inputs"] = inputs
         shutil.rmtree(work)
         with open(tmp / "manifest.json", "w", encoding="utf-8") as f:
@@ -270,13 +270,12 @@ def _manifest(config: PreprocessConfig, pipeline: TextPipeline, vocabs: dict[str
     }
 
 
-def _run(config: PreprocessConfig, report: ProgressFn, out: Path, work: Path,
+def _run(config: PreprocessConfig, base: TextPipeline, report: ProgressFn, out: Path, work: Path,
          line_counts: dict[str, int]) -> dict[str, Any]:
-    """Pass 1 over train, learning, every split encoded -> the manifest (without "inputs")."""
+    """Pass 1 over train, learning, every split encoded -> the manifest (without "inputs");
+    `base`: the pipeline's steps 1-3 (`config.base_pipeline()`)."""
     timings: dict[str, float] = {}  # wall seconds per stage
     cpu: dict[str, float] = {}  # CPU seconds of this (main) process per stage
-    base = TextPipeline(config.src_lang, config.tgt_lang, normalize_punct=config.normalize_punct,
-                        aggressive_dash_splits=config.aggressive_dash_splits, lowercase=config.lowercase)
     _warm_up(base, config)
     with _timed("tokenise + clean train", timings, cpu):
         train = _tokenize_train(config, report, base, line_counts["train"], work)

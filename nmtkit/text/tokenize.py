@@ -6,7 +6,7 @@ step of both. Same functions and defaults as `preprocess` (escape=False). Reads 
 --input, writes stdout or --output (through nmtkit.outputs: temp name, then rename), line for line.
 
 With an output file it also writes `OUTPUT.tokinfo.json`, the settings it tokenised with
-(language, punctuation normalisation, --aggressive-dash-splits, --lowercase). `preprocess
+(language, punctuation normalisation, --aggressive-dash-splits, --lowercase, --protect). `preprocess
 --input-format tok` checks them against its own flags, which it records for `translate`:
 a flag given to the tokeniser only would otherwise be silently missing at translate time.
 """
@@ -38,7 +38,7 @@ def _tok_line(line: str, pipeline: TextPipeline) -> str:
 def tokinfo(pipeline: TextPipeline) -> dict[str, Any]:
     """What `_tok_line` did, as recorded beside its output."""
     return {"tool": "nmtkit tokenize", "lang": pipeline.src_lang,
-            **{k: getattr(pipeline, k) for k in _FLAGS}}
+            **{k: getattr(pipeline, k) for k in _FLAGS}, "protected_patterns": list(pipeline.protected_patterns)}
 
 
 def check_tokinfo(path: str, lang: str, pipeline: TextPipeline) -> bool:
@@ -57,6 +57,9 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline) -> bool:
         raise ConfigError(f"tokenised as language '{info.get('lang')}' ({info_path}), used here as '{lang}'", path)
     wrong = [f"{k}={info.get(k)} there, {getattr(pipeline, k)} here ({flag})"
              for k, flag in _FLAGS.items() if info.get(k) != getattr(pipeline, k)]
+    if list(info.get("protected_patterns") or []) != list(pipeline.protected_patterns):
+        wrong.append(f"{len(info.get('protected_patterns') or [])} protected patterns there, "
+                     f"{len(pipeline.protected_patterns)} here (--protect)")
     if wrong:
         raise ConfigError(f"tokenised with other settings ({info_path}): {'; '.join(wrong)}; give the tokeniser "
                           "and this command the same flags, since translate replays this command's", path)

@@ -76,7 +76,7 @@ class TrainConfig:
     keep_every: int = 0  # also keep checkpoint_<update>.pt (model only) every N updates; 0: never
     log_every: int = 100
     on_nan: str = "stop"
-    tensorboard: bool = False
+    tensorboard: str | None = None  # TensorBoard folder (nmtkit.train.tensorboard); True in old runs: RUN/tensorboard
     # reproducibility and hardware
     seed: int = 1
     device: str = "auto"

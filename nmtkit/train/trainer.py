@@ -185,8 +185,7 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             for stale in self.run_dir.glob("checkpoint_*.pt.*.tmp"):  # a write cut by SIGKILL
                 stale.unlink(missing_ok=True)
-            self.metrics = MetricsLog(self.run_dir, self.state.update if resumed else None,
-                                      tensorboard=self.cfg.tensorboard)
+            self.metrics = MetricsLog(self.run_dir, self.state.update if resumed else None)
             self._log_handler = setup_file_log(self.run_dir)
 
     # ---- resume -------------------------------------------------------------------------
