@@ -6,7 +6,8 @@ presets): minibatches of 80 pairs cut from pools of 1600 pairs sorted by length
 
 The loop knows nothing of the CLI: it reports through a `Callbacks` object and the `nmtkit`
 logger, and writes into the run directory (rank 0 only):
-  checkpoint_last.pt  every --save-every updates, at the end and on SIGINT/SIGTERM
+  checkpoint_last.pt  every --save-every updates, before each validation (an error in it loses
+                      no update), at the end and on SIGINT/SIGTERM
   checkpoint_best.pt  whenever the dev metric improves (never from a non-finite score)
   checkpoint_N.pt     the model at update N, every --keep-every updates (no optimiser state)
   metrics.jsonl, curves.png, train.log (see `nmtkit.train.metrics`)
@@ -58,7 +59,7 @@ from nmtkit.train.optim import LRSchedule, build_optimizer
 from nmtkit.train.rng import gather_rng_states, restore_rng, rng_state
 from nmtkit.train.state import Callbacks, TrainResult, TrainState
 from nmtkit.train.stopping import StopSignals, stop_reason
-from nmtkit.train.validate import dev_bleu, dev_loss, perplexity
+from nmtkit.train.validate import check_dev_bleu, dev_bleu, dev_loss, perplexity
 
 log = logging.getLogger("nmtkit.train")
 
@@ -386,7 +387,7 @@ class Trainer:
         cfg, st = self.cfg, self.state
         self._session_start = time.perf_counter()
         self._consecutive_skips = 0
-        self._saved_update: int | None = None
+        self._saved_update: tuple[int, int | None] | None = None
         self._lr = self.schedule.lr_at(st.update)
         self._reset_acc()
         plan_len = len(self.epoch_plan(st.epoch))
@@ -399,10 +400,14 @@ class Trainer:
         log.info("training %s (%d parameters) on %s x%d: %d pairs (%d over --max-len %s dropped), "
                  "%d minibatches per epoch, from update %d", self.arch, sum(p.numel() for p in self._params),
                  self.device, self.dist.world_size, len(self.keep), self.dropped, cfg.max_len, plan_len, st.update)
+        self._check_validation_needs()
         handlers = self.signals.install()
         reason: str | None = None
         last_valid: dict[str, Any] | None = None
         try:
+            if self._pending_validation():
+                last_valid = self.validate()
+                self._save_progress()
             reason = self._stop_reason(check_collective=True)
             while reason is None:
                 plan = self.epoch_plan(st.epoch)
@@ -425,9 +430,12 @@ class Trainer:
                 if st.update % cfg.valid_every == 0 or st.update % cfg.save_every == 0 or keep:
                     t0 = time.perf_counter()
                     if st.update % cfg.valid_every == 0:
+                        # saved first, so an error in validation loses no training; a resume from
+                        # this checkpoint runs the validation again (see `_pending_validation`)
+                        self._save_progress()
                         last_valid = self.validate()
                     if st.update % cfg.save_every == 0:
-                        self._save_progress()
+                        self._save_progress()  # again after a validation: with its outcome
                     if keep:
                         self._save_model(f"checkpoint_{st.update}.pt")
                     self.acc.start += time.perf_counter() - t0  # throughput counts training only
@@ -436,6 +444,7 @@ class Trainer:
             self._log_interval()
             if reason in ("max-updates", "max-epochs", "max-time") and st.last_valid_update != st.update:
                 # Users expect checkpoint_best.pt after a run that stopped on a budget.
+                self._save_progress()
                 last_valid = self.validate(final=True)
             self._save_progress()
         finally:
@@ -444,10 +453,27 @@ class Trainer:
                  cfg.best_metric, st.best_score, st.best_update)
         return TrainResult(reason, st.update, st.epoch, st.best_score, st.best_update, last_valid)
 
+    def _pending_validation(self) -> bool:
+        """True when the run resumes from the checkpoint saved just before a scheduled validation
+        that did not finish: it runs first, as it would have in the uninterrupted run."""
+        st = self.state
+        return st.update > 0 and st.update % self.cfg.valid_every == 0 and st.last_valid_update != st.update
+
+    def _check_validation_needs(self) -> None:
+        """Before the first update: dev BLEU (decoding, the text pipeline's detokeniser and BPE,
+        sacrebleu) runs on one dev sentence, so a module missing on this machine stops the run now,
+        not at the first validation hours later."""
+        if self.dist.is_main and self.bleu_enabled:
+            assert self.valid_data is not None
+            check_dev_bleu(self.model, self.valid_data, self.data.tgt_vocab, self.data.pipeline, self.cfg.valid_beam,
+                           self.device, self._raw_refs, self.precision)
+
     def _save_progress(self) -> None:
-        if self._saved_update == self.state.update:
+        """checkpoint_last.pt, unless this state (update, validation) is already saved."""
+        key = (self.state.update, self.state.last_valid_update)
+        if self._saved_update == key:
             return
-        self._saved_update = self.state.update
+        self._saved_update = key
         self.state.elapsed = self._elapsed()
         self._session_start = time.perf_counter()
         self.save_last()
