@@ -287,8 +287,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_w = torch.zeros_like(weight, dtype=acc) if need_grad else None
         grad_b = torch.zeros(V, dtype=acc, device=feats.device) if need_grad else None
         with torch.autocast(feats.device.type, enabled=False):
-            w = weight.to(compute_dtype)
-            b = bias.to(compute_dtype)
+            # detached: this Function does its own backward (and requires-grad flags would split
+            # the compiled body's graphs)
+            feats = feats.detach()
+            w = weight.detach().to(compute_dtype)
+            b = bias.detach().to(compute_dtype)
             body = step_fn(_lce_chunk, fuse)
             for i in range(0, N, chunk):
                 f = feats[i : i + chunk].to(compute_dtype)

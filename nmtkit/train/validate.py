@@ -28,7 +28,7 @@ def _to_device(arrays: Sequence[np.ndarray], device: torch.device) -> list[torch
     return [torch.from_numpy(a).to(device, non_blocking=True) for a in arrays]
 
 
-@torch.no_grad()
+@torch.inference_mode()  # as decoding: compiled step bodies then share their graphs
 def dev_loss(
     model: Any, data: ParallelData, batch_size: int, device: torch.device, precision: str = "fp32",
     chunk_tokens: int = 4096,
