@@ -2,9 +2,23 @@
 PYTHON ?= python3
 VENV   ?= .venv
 TORCH  ?= torch==2.13.0
+# SYSTEM_TORCH=1 (test-gpu, gpu-report): run on $(PYTHON)'s own torch (a GPU node's CUDA build);
+# nmtkit's other dependencies and pytest come from $(WHEELHOUSE) into $(DEPS), without the package
+# index, and torch is never installed (tools/system_deps.py). See benchmarks/GPU.md.
+SYSTEM_TORCH ?=
+WHEELHOUSE   ?= dist/wheelhouse
+DEPS         ?= .system-torch-deps
 
+ifeq ($(SYSTEM_TORCH),1)
+STAMP  := $(DEPS)/.nmtkit-installed
+# the source tree first, then the installed dependencies, then whatever PYTHONPATH held
+PY     := PYTHONPATH="$(CURDIR):$(abspath $(DEPS))$${PYTHONPATH:+:$$PYTHONPATH}" $(PYTHON)
+else
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.nmtkit-installed
+PY     := $(BIN)/python
+endif
+BIN    ?= $(VENV)/bin
 # QUICK=1: `make bench` runs every benchmark in its quick mode.
 QUICK  ?=
 # DATA: the corpora folder for slow tests/benchmarks (default ../shared/data); for `make demo`,
@@ -15,12 +29,18 @@ DATA   ?=
 
 install: $(STAMP)
 
+ifeq ($(SYSTEM_TORCH),1)
+$(STAMP): setup.py
+	$(PYTHON) tools/system_deps.py --wheelhouse $(WHEELHOUSE) --dest $(DEPS)
+	touch $(STAMP)
+else
 # torch first, pinned (an unpinned torch would pull the multi-GB CUDA build), then the package.
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "$(TORCH)"
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
+endif
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" tests
@@ -36,7 +56,7 @@ test-browser: $(STAMP)
 
 # the tests marked `cuda` (they skip, with the reason, where CUDA is unavailable)
 test-gpu: $(STAMP)
-	$(BIN)/python -m pytest -q -rs -m cuda tests
+	$(PY) -m pytest -q -rs -m cuda tests
 
 demo: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" DATA="$(DATA)" bash examples/demo/run.sh
@@ -52,4 +72,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check nmtkit tests benchmarks tools
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache
+	rm -rf $(VENV) $(DEPS) build dist *.egg-info .pytest_cache
