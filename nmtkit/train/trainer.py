@@ -23,6 +23,7 @@ and read at log intervals only.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
@@ -43,13 +44,12 @@ from nmtkit.data.batching import (
     epoch_batches,
     keep_pairs,
     over_budget,
-    shard,
-    trainable,
+    update_batches,
 )
 from nmtkit.devices import resolve_device, threads_per_process
 from nmtkit.errors import ConfigError, InputError, TrainingError
 from nmtkit.models.fusion import resolve_fuse
-from nmtkit.models.precision import FP16_ON_CPU, autocast, resolve_precision
+from nmtkit.models.precision import FP16_ON_CPU, autocast, resolve_precision, set_tf32
 from nmtkit.train import distributed as ddp
 from nmtkit.train.accumulate import Accumulators
 from nmtkit.train.config import TrainConfig
@@ -115,6 +115,7 @@ class Trainer:
             log.warning(FP16_ON_CPU)
         if self.precision == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise ConfigError("--precision bf16 is not supported by this GPU (use fp16)")
+        self.tf32 = set_tf32(self.device.type, self.precision, cfg.tf32)
         torch.set_num_threads(cfg.threads or threads_per_process(self.dist.local_world_size))
         ddp.init(self.dist, self.device)
 
@@ -200,7 +201,7 @@ class Trainer:
         tr = dict(ckpt["trainer"])
         tr.pop("world_size", None)
         self.state = TrainState(**tr)
-        restore_rng(ckpt.get("rng") or {}, self.dist.rank, self.cfg.seed, self.state.update)
+        restore_rng(ckpt.get("rng") or {}, self.dist.rank, self.cfg.seed, self.state.update, self.device)
 
     # ---- checkpoints --------------------------------------------------------------------
     def checkpoint(self, with_optimizer: bool = True, rng_states: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -208,7 +209,7 @@ class Trainer:
         training: dict[str, Any] = {
             "trainer": {**asdict(self.state), "world_size": self.dist.world_size},
             "schedule_state": self.schedule.state_dict(),
-            "rng": {"ranks": rng_states if rng_states is not None else [rng_state()]},
+            "rng": {"ranks": rng_states if rng_states is not None else [rng_state(self.device)]},
         }
         if with_optimizer:
             training["optimizer_state"] = self.optimizer.state_dict()
@@ -222,7 +223,7 @@ class Trainer:
         )
 
     def save_last(self) -> None:
-        rng = gather_rng_states(self.dist)  # collective: every rank calls it
+        rng = gather_rng_states(self.dist, self.device)  # collective: every rank calls it
         if self.dist.is_main:
             save_checkpoint(self.checkpoint(True, rng), self.run_dir / LAST)
             log.info("saved %s at update %d", LAST, self.state.update)
@@ -247,37 +248,50 @@ class Trainer:
         self.signals.received = signum
 
     # ---- one update ---------------------------------------------------------------------
-    def _step(self, batch: np.ndarray) -> bool:
-        """One update on a global minibatch (this rank's slice of it). False if it was skipped."""
-        cfg = self.cfg
-        local = shard(batch, self.dist.rank, self.dist.world_size)
-        arrays = collate(*self._arrays, local)
-        non_blocking = self.device.type == "cuda"
-        src, src_lens, tgt_in, tgt_out = (torch.from_numpy(a).to(self.device, non_blocking=non_blocking)
-                                          for a in arrays)
-        n_tgt = int(self._tgt_lens[batch].sum()) + len(batch)  # global target tokens (EOS included)
-        denom = n_tgt if cfg.normalize_loss == "tokens" else len(batch)
+    def _step(self, batches: list[np.ndarray]) -> bool:
+        """One update on the minibatches of `update_batches` (this rank trains on every
+        world_size-th, `update_freq` of them at most), gradients summed over all of them. False if
+        it was skipped. Host reads: one (the finiteness check of the gradient norm)."""
+        cfg, world = self.cfg, self.dist.world_size
+        mine = batches[self.dist.rank :: world]
+        pairs = np.concatenate(batches)
+        n_tgt = int(self._tgt_lens[pairs].sum()) + len(pairs)  # the update's target tokens (EOS included)
+        denom = n_tgt if cfg.normalize_loss == "tokens" else len(pairs)
         lr = self.schedule.set_update(self.state.update)
-        with autocast(self.device.type, self.precision):
-            loss_sum, nll_sum, _ = self.loss_module(src, src_lens, tgt_in, tgt_out)
-        if self.loss_hook is not None:
-            loss_sum = self.loss_hook(self.state.update, loss_sum)
-        # DDP averages gradients over ranks; scale so the result is d(sum over the batch)/denom
-        loss = loss_sum * (self.dist.world_size / denom)
+        non_blocking = self.device.type == "cuda"
+        loss_total = nll_total = None
+        tokens_local = 0
+        for k, batch in enumerate(mine):
+            src, src_lens, tgt_in, tgt_out = (torch.from_numpy(a).to(self.device, non_blocking=non_blocking)
+                                              for a in collate(*self._arrays, batch))
+            # DDP all-reduces the gradients once, in the last minibatch's backward
+            last = k == len(mine) - 1
+            with contextlib.nullcontext() if last or not self.dist.enabled else self.loss_module.no_sync():
+                with autocast(self.device.type, self.precision):
+                    loss_sum, nll_sum, _ = self.loss_module(src, src_lens, tgt_in, tgt_out)
+                if self.loss_hook is not None:
+                    loss_sum = self.loss_hook(self.state.update, loss_sum)
+                # DDP averages gradients over ranks; scale so the result is d(sum over the update)/denom
+                loss = loss_sum * (world / denom)
+                if self.scaler is not None:
+                    self.scaler.scale(loss).backward()
+                else:
+                    loss.backward()
+            loss_total = loss_sum.detach() if loss_total is None else loss_total + loss_sum.detach()
+            nll_total = nll_sum.detach() if nll_total is None else nll_total + nll_sum.detach()
+            tokens_local += int(self._tgt_lens[batch].sum()) + len(batch)
+        assert loss_total is not None and nll_total is not None
         if self.scaler is not None:
-            self.scaler.scale(loss).backward()
             self.scaler.unscale_(self.optimizer)
-        else:
-            loss.backward()
         max_norm = cfg.clip_norm if cfg.clip_norm > 0 else float("inf")
         gnorm = torch.nn.utils.clip_grad_norm_(self._params, max_norm)
         if self.scaler is not None:  # fp16: inf gradients are overflows the scaler handles
-            bad = ddp.any_flag(not bool(torch.isfinite(loss_sum.detach())), self.dist, self.device)
+            bad = ddp.any_flag(not bool(torch.isfinite(loss_total)), self.dist, self.device)
         else:  # after DDP's all-reduce the norm is the same on every rank
             bad = not bool(torch.isfinite(gnorm))
         if bad:
             self.optimizer.zero_grad(set_to_none=True)
-            self._non_finite(batch)
+            self._non_finite(pairs)
             return False
         self._consecutive_skips = 0
         if self.scaler is not None:
@@ -286,7 +300,7 @@ class Trainer:
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.acc.add(loss_sum, nll_sum, gnorm, int(self._tgt_lens[local].sum()) + len(local), n_tgt, len(batch))
+        self.acc.add(loss_total, nll_total, gnorm, tokens_local, n_tgt, len(pairs))
         self._lr = lr
         return True
 
@@ -418,9 +432,12 @@ class Trainer:
                     st.epoch += 1
                     st.batch_in_epoch = 0
                     continue
-                batch = plan[st.batch_in_epoch]
-                st.batch_in_epoch += 1
-                if not trainable(batch, self.dist.world_size) or not self._step(batch):
+                batches = update_batches(plan, st.batch_in_epoch, self.dist.world_size, cfg.update_freq)
+                if not batches:  # fewer minibatches left than ranks: on to the next epoch
+                    st.batch_in_epoch = len(plan)
+                    continue
+                st.batch_in_epoch += len(batches)
+                if not self._step(batches):
                     continue
                 st.update += 1
                 self.cb.on_update(st.update, st.epoch)
