@@ -100,5 +100,6 @@ class LossModule(nn.Module):
         self.label_smoothing = label_smoothing
         self.chunk_tokens = chunk_tokens
 
-    def forward(self, src, src_lens, tgt_in, tgt_out):  # noqa: D401 - see Seq2Seq.loss
-        return self.model.loss(src, src_lens, tgt_in, tgt_out, self.label_smoothing, self.chunk_tokens)
+    def forward(self, src, src_lens, tgt_in, tgt_out, n_tokens=None):  # noqa: D401 - see Seq2Seq.loss
+        return self.model.loss(src, src_lens, tgt_in, tgt_out, self.label_smoothing, self.chunk_tokens,
+                               n_tokens=n_tokens)

@@ -18,8 +18,9 @@ minibatch in the epoch's plan, which is a pure function of the seed and the epoc
 equal N/2 updates + resume + N/2 updates bit for bit on the CPU.
 
 Hot path: one host synchronisation per update (the finiteness check of the gradient norm,
-needed to skip or stop before a bad step is applied); losses are accumulated on the device
-and read at log intervals only.
+needed to skip or stop before a bad step is applied; tests/test_host_reads.py counts them);
+losses are accumulated on the device and read at log intervals only, and the loss picks the
+real target positions by the token count known on the host, not by a boolean mask.
 """
 from __future__ import annotations
 
@@ -264,11 +265,12 @@ class Trainer:
         for k, batch in enumerate(mine):
             src, src_lens, tgt_in, tgt_out = (torch.from_numpy(a).to(self.device, non_blocking=non_blocking)
                                               for a in collate(*self._arrays, batch))
+            n_batch = int(self._tgt_lens[batch].sum()) + len(batch)  # its target tokens, EOS included
             # DDP all-reduces the gradients once, in the last minibatch's backward
             last = k == len(mine) - 1
             with contextlib.nullcontext() if last or not self.dist.enabled else self.loss_module.no_sync():
                 with autocast(self.device.type, self.precision):
-                    loss_sum, nll_sum, _ = self.loss_module(src, src_lens, tgt_in, tgt_out)
+                    loss_sum, nll_sum, _ = self.loss_module(src, src_lens, tgt_in, tgt_out, n_batch)
                 if self.loss_hook is not None:
                     loss_sum = self.loss_hook(self.state.update, loss_sum)
                 # DDP averages gradients over ranks; scale so the result is d(sum over the update)/denom
@@ -279,7 +281,7 @@ class Trainer:
                     loss.backward()
             loss_total = loss_sum.detach() if loss_total is None else loss_total + loss_sum.detach()
             nll_total = nll_sum.detach() if nll_total is None else nll_total + nll_sum.detach()
-            tokens_local += int(self._tgt_lens[batch].sum()) + len(batch)
+            tokens_local += n_batch
         assert loss_total is not None and nll_total is not None
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
