@@ -41,7 +41,8 @@ def _dry_run(folder: Path, *args: str) -> str:
     ("rnnsearch-50star", ["--preset rnnsearch-50", "--patience 10", "--save-dir work/runs/rnnsearch-50star"]),
     ("modern", ["--data work/data-bpe", "--optimizer adam", "--dropout"]),
     ("eval", ["nmtkit translate", "--beam 12", "--paper-bleu --no-unk", "make_table.py", "--by-length",
-              "--plot-attention"]),
+              "--plot-attention", "--ban-unk -i work/corpus/test.en -o work/eval/rnnsearch-50star.nounk.hyp",
+              "--hyp work/eval/rnnsearch-50star.nounk.hyp"]),
 ])
 def test_every_wmt14_target_prints_real_commands_that_chain_from_download(target, expected, tmp_path):
     out = _dry_run(WMT, target)
