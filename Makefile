@@ -25,7 +25,7 @@ QUICK  ?=
 # a folder with {train,valid,test}.{en,fr} to use instead of the message catalogs.
 DATA   ?=
 
-.PHONY: install test test-slow test-browser test-gpu demo bench wheelhouse lint clean
+.PHONY: install test test-slow test-browser test-gpu gpu-report demo bench wheelhouse lint clean
 
 install: $(STAMP)
 
@@ -57,6 +57,13 @@ test-browser: $(STAMP)
 # the tests marked `cuda` (they skip, with the reason, where CUDA is unavailable)
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -rs -m cuda tests
+
+# everything a first GPU run needs to know, in one process tree (benchmarks/gpu_report.py): on a
+# GPU node `make gpu-report OUT=DIR PYTHON=python3 SYSTEM_TORCH=1` (benchmarks/GPU.md); without
+# CUDA it runs what it can and says so. QUICK=1: tiny sizes, a few steps.
+gpu-report: $(STAMP)
+	@test -n "$(OUT)" || { echo "usage: make gpu-report OUT=DIR [PYTHON=python3 SYSTEM_TORCH=1] [QUICK=1]" >&2; exit 2; }
+	DATA="$(DATA)" $(PY) benchmarks/gpu_report.py --out "$(OUT)" $(if $(QUICK),--quick)
 
 demo: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" DATA="$(DATA)" bash examples/demo/run.sh

@@ -283,8 +283,10 @@ def vocab_size(preset: str) -> int:
     return get_preset(preset)[1]["tgt_vocab_size"]
 
 
-def write_data_dir(path: Path, vocab: int, seed: int = 0) -> Path:
-    """A data directory as `nmtkit preprocess` writes it: N_PAIRS seeded random pairs."""
+def write_data_dir(path: Path, vocab: int, seed: int = 0, lengths: tuple[int, int] = LENGTHS,
+                   n_pairs: int = N_PAIRS) -> Path:
+    """A data directory as `nmtkit preprocess` writes it: `n_pairs` seeded random pairs whose
+    sides are `lengths` (inclusive) tokens long."""
     import json
 
     import numpy as np
@@ -296,9 +298,9 @@ def write_data_dir(path: Path, vocab: int, seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
     for lang in ("src", "tgt"):
         Vocab(list(SPECIALS) + [f"{lang}{k}" for k in range(vocab - len(SPECIALS))]).save(path / f"vocab.{lang}.txt")
-    for split, n in (("train", N_PAIRS), ("valid", 8)):
+    for split, n in (("train", n_pairs), ("valid", 8)):
         for lang in ("src", "tgt"):
-            lens = rng.integers(LENGTHS[0], LENGTHS[1] + 1, size=n)
+            lens = rng.integers(lengths[0], lengths[1] + 1, size=n)
             write_split(path, split, lang, [rng.integers(len(SPECIALS), vocab, size=int(k)).tolist() for k in lens])
     manifest = {"format_version": 1, "src_lang": "src", "tgt_lang": "tgt", "pipeline": {}, "settings": {},
                 "vocab": {"src": "vocab.src.txt", "tgt": "vocab.tgt.txt"}}
@@ -307,7 +309,7 @@ def write_data_dir(path: Path, vocab: int, seed: int = 0) -> Path:
 
 
 def make_trainer(preset: str, data_dir: Path, run_dir: Path, max_tokens: int | None, quick: bool, threads: int,
-                 precision: str = "fp32", fuse: str = "off"):
+                 precision: str = "fp32", fuse: str = "off", device: str = "cpu"):
     """The trainer `nmtkit train --preset <preset>` builds (its optimiser included)."""
     from nmtkit.train.config import TrainConfig
     from nmtkit.train.data import DataDir
@@ -319,7 +321,7 @@ def make_trainer(preset: str, data_dir: Path, run_dir: Path, max_tokens: int | N
     arch, model_config = resolve_model(None, preset, {}, len(data.src_vocab), len(data.tgt_vocab))
     model_config.update({k: v for k, v in widths.items() if k in model_config})
     values = train_defaults(arch, preset)
-    values.update(arch=arch, preset=preset, max_updates=1, valid_bleu_samples=0, device="cpu", threads=threads,
+    values.update(arch=arch, preset=preset, max_updates=1, valid_bleu_samples=0, device=device, threads=threads,
                   precision=precision, fuse=fuse)
     if max_tokens is not None:
         values.update(batch_size=None, max_tokens=max_tokens)

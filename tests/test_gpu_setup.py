@@ -67,3 +67,35 @@ def test_make_test_gpu_runs_on_the_interpreters_torch_from_the_wheelhouse_withou
     torch_after = subprocess.run([python, "-c", "import torch; print(torch.__file__)"], capture_output=True,
                                  text=True, check=True).stdout
     assert torch_after == torch_before
+    # the GPU report in the same mode: without CUDA it says so and exits 0
+    out = tmp_path / "report"
+    proc = subprocess.run(["make", "gpu-report", f"OUT={out}", "QUICK=1", f"PYTHON={python}", "SYSTEM_TORCH=1",
+                           f"WHEELHOUSE={wheelhouse}", f"DEPS={deps}"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "CUDA is unavailable" in (out / "gpu-report.md").read_text()
+
+
+def test_gpu_report_without_cuda_runs_what_it_can_says_so_and_exits_0(tmp_path):
+    """benchmarks/gpu_report.py --quick (the CPU mode of `make gpu-report`): both files, every
+    section present, the CPU's figures filled in, the GPU-only ones skipped with the reason."""
+    import json
+
+    import torch
+
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_report.py"), "--out", str(tmp_path),
+                           "--quick"], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "gpu-report.json").read_text())
+    md = (tmp_path / "gpu-report.md").read_text()
+    assert report["environment"]["torch"] == torch.__version__ and report["environment"]["commit"]
+    for section in ("tests", "train", "run", "translate", "profile"):
+        assert section in report and "error" not in report[section], (section, report[section])
+    assert report["tests"]["exit_code"] == 0
+    assert all(r["compiles_in_window"] == 0 and r["tokens_per_s"] > 0 for r in report["train"])
+    assert report["run"]["host_reads_per_update_max"] == 1
+    if not torch.cuda.is_available():
+        assert "CUDA is unavailable" in md and "CUDA is unavailable" in proc.stderr
+        assert "needs CUDA" in report["profile"]["skipped"]
+    assert "| small | fp32 | 80 pairs | off |" in md
