@@ -113,7 +113,7 @@ def train_speed(workdir: Path, device: str, quick: bool, deadline: float) -> lis
 
     import torch
 
-    from benchmarks.launches import fixed_batch, make_trainer, vocab_size, write_data_dir
+    from benchmarks.launches import vocab_size, write_data_dir
 
     rows = []
     steps = 2 if quick else TIMED_STEPS

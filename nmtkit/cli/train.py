@@ -153,8 +153,8 @@ def train_cmd(ctx: click.Context, data_dir: str, save_dir: str, resume: bool, fo
     Reads a data directory from 'nmtkit preprocess' and writes a run directory. The paper's
     presets train as in Bahdanau et al. (2015): Adadelta, gradient norm 1, minibatches of 80
     pairs cut from 1600 pairs sorted by length. Ctrl-C or SIGTERM saves checkpoint_last.pt and
-    exits; --resume continues exactly. Under torchrun, each process trains on its slice of
-    its own minibatches (--batch-size is per process; DistributedDataParallel sums the gradients)
+    exits; --resume continues exactly. Under torchrun, each process trains on its own
+    minibatches (--batch-size is per process; DistributedDataParallel averages the gradients)
     and only rank 0 writes.
     """
     from nmtkit.train.config import parse_duration
