@@ -78,7 +78,7 @@ def _summary(console, manifest: dict) -> None:
               help="Data directory to write (manifest.json, vocab.LANG.txt, bpe.codes, binarised splits).")
 @click.option("--force", is_flag=True, help="Replace an existing non-empty --dest (only once the new one is complete).")
 @click.option("--input-format", type=click.Choice(["raw", "tok"]), default="raw", show_default=True,
-              help="'tok': input is already Moses-tokenised (python -m nmtkit.text.tokenize with the same "
+              help="'tok': input is already Moses-tokenised ('nmtkit tokenize' with the same "
                    "--aggressive-dash-splits); normalisation/tokenisation are skipped, casing and BPE applied.")
 @click.option("--no-normalize-punct", is_flag=True, help="Skip Moses punctuation normalisation before tokenising.")
 @click.option("--aggressive-dash-splits", is_flag=True, help="Split hyphenated words (Moses tokenizer -a): 'a-b' -> 'a @-@ b'.")
