@@ -99,3 +99,21 @@ def test_gpu_report_without_cuda_runs_what_it_can_says_so_and_exits_0(tmp_path):
         assert "CUDA is unavailable" in md and "CUDA is unavailable" in proc.stderr
         assert "needs CUDA" in report["profile"]["skipped"]
     assert "| small | fp32 | 80 pairs | off |" in md
+    assert report["problems"] == [] and "## Problems\n\n- none found" in md
+
+
+def test_gpu_report_lists_what_went_wrong_first():
+    from benchmarks.gpu_report import problems
+
+    report = {"tests": {"exit_code": 1, "summary": "1 failed", "failed": ["FAILED tests/test_cuda.py::x"]},
+              "train": [{"preset": "small", "precision": "bf16", "batch": "80 pairs", "fuse": "on",
+                         "compiles_in_window": 2},
+                        {"preset": "small", "precision": "fp32", "batch": "80 pairs", "fuse": "off",
+                         "compiles_in_window": 0}],
+              "run": {"host_reads_per_update_max": 3, "graphs_per_body": {"_fwd_step": 9}, "graph_bound": 6},
+              "profile": {"error": "RuntimeError: boom"}}
+    found = problems(report)
+    assert len(found) == 5, found
+    assert any("2 graphs compiled inside the timed window" in p for p in found)
+    assert any("3 host reads" in p for p in found) and any("_fwd_step" in p for p in found)
+    assert any("profile failed" in p for p in found) and any("test-gpu failed" in p for p in found)
