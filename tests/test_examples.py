@@ -53,8 +53,11 @@ def test_every_wmt14_target_prints_real_commands_that_chain_from_download(target
         assert "curl" in out or "sacrebleu" in out
 
 
-def test_gpus_uses_torchrun():
-    assert "torchrun --nproc_per_node 4 -m nmtkit train" in _dry_run(WMT, "rnnsearch-50", "GPUS=4")
+def test_gpus_uses_torchrun_and_keeps_the_papers_global_batch_of_80():
+    out = _dry_run(WMT, "rnnsearch-50", "GPUS=4")
+    assert "torchrun --nproc_per_node 4 -m nmtkit train" in out
+    assert "--batch-size 20" in out  # per GPU: 4 x 20 = 80 pairs an update
+    assert "--batch-size" not in _dry_run(WMT, "rnnsearch-50")  # one GPU: the preset's 80
 
 
 def test_data_points_at_a_local_copy_instead_of_downloading():
