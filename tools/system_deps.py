@@ -15,15 +15,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
-
-try:
-    from packaging.requirements import Requirement
-except ImportError:  # a bare interpreter: pip's own copy
-    from pip._vendor.packaging.requirements import Requirement
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from wheelhouse import TOOLS, runtime_requirements  # noqa: E402
@@ -38,6 +34,11 @@ def torch_location(env: dict[str, str] | None = None) -> str:
 
 def missing(reqs: list[str]) -> list[str]:
     """The requirements this interpreter does not already satisfy."""
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:  # a bare interpreter: pip's own copy
+        from pip._vendor.packaging.requirements import Requirement
+
     out = []
     for text in reqs:
         req = Requirement(text)
@@ -57,6 +58,9 @@ def main() -> None:
     ap.add_argument("--dest", default=".system-torch-deps")
     args = ap.parse_args()
     wheelhouse, dest = Path(args.wheelhouse), Path(args.dest)
+    if importlib.util.find_spec("pip") is None:
+        sys.exit(f"system_deps: {sys.executable} has no pip (python -m ensurepip, or the distribution's "
+                 "python3-pip, adds it); it installs the wheelhouse")
     before = torch_location()
     if not before:
         sys.exit(f"system_deps: {sys.executable} cannot import torch; SYSTEM_TORCH=1 uses the interpreter's own "
