@@ -144,9 +144,11 @@ def train_speed(workdir: Path, device: str, quick: bool, deadline: float) -> lis
 
 def _one_train_speed(preset, data, workdir, device, precision, max_tokens, fuse, quick, steps) -> dict[str, Any]:
     import torch
+    import torch._dynamo
 
     from benchmarks.launches import fixed_batch, make_trainer
 
+    torch._dynamo.reset()  # each row compiles its own graphs: no row inherits another's towards the limit
     run = Path(tempfile.mkdtemp(dir=workdir))
     trainer = make_trainer(preset, data, run, max_tokens, quick, threads=os.cpu_count() or 1, precision=precision,
                            fuse=fuse, device=device)
@@ -192,6 +194,7 @@ def _one_train_speed(preset, data, workdir, device, precision, max_tokens, fuse,
 def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
     """A real run through `run_training`: graphs per fused body and host reads per update."""
     import torch
+    import torch._dynamo
 
     from benchmarks.launches import HostReads, write_data_dir
     from nmtkit.models import fusion
@@ -214,6 +217,7 @@ def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
     opts = dict(preset="small", max_tokens=300 if quick else 4000, max_updates=updates, valid_every=updates // 2,
                 save_every=updates, log_every=max(1, updates // 4), valid_bleu_samples=8, device=device,
                 fuse="auto" if device == "cuda" else "off", max_len=60)
+    torch._dynamo.reset()  # this run's graphs only
     Trainer._step = counted
     t0 = time.perf_counter()
     try:
@@ -302,7 +306,10 @@ def profile_step(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
             if b > end:
                 busy += b - max(a, end)
                 end = b
-        top = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12)
+        try:
+            top = prof.key_averages().table(sort_by="self_device_time_total", row_limit=12)
+        except (KeyError, AttributeError, ValueError):  # an older torch's name for it
+            top = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12)
         return {"step_ms": round(wall * 1000, 2), "gpu_busy_ms": round(busy / 1000, 2),
                 "gpu_busy_share": round(busy / 1000 / (wall * 1000), 3), "kernels": len(kernels), "top": top}
     finally:
