@@ -173,14 +173,15 @@ def test_translate_and_serve_apply_the_checkpoints_protected_patterns(tmp_path):
     assert untouched.prepare("invalid mode : %s", 1)[-2:] == ["%", "s"]
 
 
-def test_tokenize_tool_records_protect_and_preprocess_tok_checks_it(tmp_path):
+def test_nmtkit_tokenize_records_protect_and_preprocess_tok_checks_it(tmp_path):
+    from nmtkit.cli import main
     from nmtkit.preprocess.config import PreprocessConfig
-    from nmtkit.text.tokenize import check_tokinfo, main
+    from nmtkit.text.tokenize import check_tokinfo
 
     src = tmp_path / "raw.en"
     src.write_text("Invalid mode: %s\n", encoding="utf-8")
     out = tmp_path / "tok.en"
-    assert main(["--lang", "en", "-i", str(src), "-o", str(out), "--workers", "1", "--protect", "printf"]) == 0
+    main(["tokenize", "--lang", "en", "-i", str(src), "-o", str(out), "--workers", "1", "--protect", "printf"])
     assert out.read_text() == "Invalid mode : %s\n"
     cfg = dict(src_lang="en", tgt_lang="fr", train="t", valid="v", dest="d", input_format="tok")
     assert check_tokinfo(str(out), "en", PreprocessConfig(**cfg, protect=("printf",)).base_pipeline())

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from nmtkit.cli.common import make_console, progress_enabled
+from nmtkit.cli.common import make_console, progress_enabled, protect_option
 from nmtkit.devices import available_cores
 
 
@@ -78,16 +78,12 @@ def _summary(console, manifest: dict) -> None:
               help="Data directory to write (manifest.json, vocab.LANG.txt, bpe.codes, binarised splits).")
 @click.option("--force", is_flag=True, help="Replace an existing non-empty --dest (only once the new one is complete).")
 @click.option("--input-format", type=click.Choice(["raw", "tok"]), default="raw", show_default=True,
-              help="'tok': input is already Moses-tokenised (python -m nmtkit.text.tokenize with the same "
+              help="'tok': input is already Moses-tokenised ('nmtkit tokenize' with the same "
                    "--aggressive-dash-splits); normalisation/tokenisation are skipped, casing and BPE applied.")
 @click.option("--no-normalize-punct", is_flag=True, help="Skip Moses punctuation normalisation before tokenising.")
 @click.option("--aggressive-dash-splits", is_flag=True, help="Split hyphenated words (Moses tokenizer -a): 'a-b' -> 'a @-@ b'.")
 @click.option("--lowercase", is_flag=True, help="Lowercase all tokens (cannot be undone when translating).")
-@click.option("--protect", multiple=True, metavar="FILE|SET",
-              help="Keep the matches of these regular expressions whole when tokenising (tokenizer.perl "
-                   "-protected): a FILE with one regex a line, or a named set: printf (%s, %d, %1$s, %(name)s), "
-                   "url, email, xml (tags), basic (Moses' basic-protected-patterns). Repeatable; recorded in "
-                   "the data directory, so translate and serve protect the same.")
+@protect_option
 @click.option("--truecase", is_flag=True,
               help="Moses truecasing: learn each word's most frequent casing on the training split and apply it; "
                    "translate restores sentence-initial capitals.")

@@ -24,7 +24,7 @@ class PreprocessConfig:
     dest: str
     test: tuple[str, ...] = ()
     force: bool = False
-    input_format: str = "raw"  # "raw" or "tok" (already Moses-tokenised, e.g. by nmtkit.text.tokenize)
+    input_format: str = "raw"  # "raw" or "tok" (already Moses-tokenised, e.g. by `nmtkit tokenize`)
     normalize_punct: bool = True
     aggressive_dash_splits: bool = False
     lowercase: bool = False

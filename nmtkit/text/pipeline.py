@@ -150,7 +150,7 @@ class TextPipeline:
 
     def tokenize_from(self, line: str, side: str, input_format: str = "raw") -> list[str]:
         """Steps 1-2 for input that is raw (normalise and tokenise here) or already
-        Moses-tokenised ("tok", e.g. by `python -m nmtkit.text.tokenize`: split on whitespace).
+        Moses-tokenised ("tok", e.g. by `nmtkit tokenize`: split on whitespace).
         The one definition of the "tok" format, for preprocess, select-data and translate."""
         if input_format == "raw":
             return self.tokenize(line, side)

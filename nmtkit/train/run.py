@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 RUN_FILES = ("checkpoint_last.pt", "checkpoint_best.pt", "metrics.jsonl", "curves.png", "train.log")
 RESUME_OVERRIDABLE = frozenset({
     "max_updates", "max_epochs", "max_time", "patience", "valid_every", "valid_bleu_samples", "valid_beam",
-    "valid_batch_size", "save_every", "keep_every", "log_every", "on_nan", "tensorboard", "device", "threads", "precision", "fuse",
+    "valid_batch_size", "save_every", "keep_every", "log_every", "on_nan", "tensorboard", "device", "threads", "precision", "fuse", "tf32",
 })
 
 

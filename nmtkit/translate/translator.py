@@ -145,7 +145,7 @@ class Translator:
             results = beam_search(
                 self.models, src.to(self.device), lens.to(self.device), beam=beam or c.beam, lenpen=c.lenpen,
                 max_len_a=c.max_len_a, max_len_b=c.max_len_b, nbest=nbest or c.nbest,
-                need_attention=need_attention, vocab=vocab,
+                need_attention=need_attention, vocab=vocab, ban_unk=c.ban_unk,
             )
         if need_attention:
             # attention columns: the batch's padded width plus any positions the model adds (its
