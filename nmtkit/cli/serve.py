@@ -81,6 +81,6 @@ def serve_cmd(models, ensemble, host, port, beam, lenpen, max_len_a, max_len_b, 
 
     translator = Translator(tcfg, warn=warn)
     translator.source_name = "<request>"
-    translator.translate_lines(["warm up ."])  # the first decoder call is slow; pay it before the first client
+    translator.translate("warm up .")  # the first decoder call is slow; pay it before the first client
     asyncio.run(serve(translator, config, announce=say, log_line=say))
     sys.stdout.flush()
