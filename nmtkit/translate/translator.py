@@ -245,8 +245,8 @@ class Translator:
         )
 
     def _sample(self, src: Any, lens: Any, need_attention: bool, keys: Sequence[int]):
-        from nmtkit.decode.search import max_lengths
         from nmtkit.decode.sampling import sample, sampling_uniforms
+        from nmtkit.decode.search import max_lengths
 
         c = self.config
         steps = int(max_lengths(lens, c.max_len_a, c.max_len_b).max()) + 1
