@@ -39,7 +39,7 @@ FORMATS = ["raw", "tok", "bpe"]
 @click.option("--sampling", is_flag=True,
               help="Draw one translation per line from the model's distribution instead of beam search "
                    "(back-translation, Edunov et al. 2018). Reproducible: a line's sample depends on --seed, "
-                   "its line number and the model only, not on the batch or buffer it falls in.")
+                   "its line number and the model only, not on the batch or buffer it falls in. --beam is not used.")
 @click.option("--sampling-topk", type=int, default=0, show_default=True, metavar="K",
               help="With --sampling: draw among the K most likely words at each step (0: all words).")
 @click.option("--temperature", type=float, default=1.0, show_default=True, metavar="T",

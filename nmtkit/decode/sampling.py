@@ -17,8 +17,8 @@ uniform numbers come from its own generator seeded with (seed, key) (numpy's See
 PCG64). A sentence's sample therefore depends on the seed, its key (the caller passes its line
 number) and the model's probabilities only: not on the batch it shares, the batch size, the
 order of the batches or the device's random state. (The probabilities themselves can differ in
-their last bits between batch shapes; a draw changes only if a uniform number falls within that
-rounding of a boundary between two tokens.)
+their last bits between batch shapes, more so under bf16 autocast; a draw changes only where a
+uniform number falls within that rounding of a boundary between two tokens.)
 
 The reported `log_prob` of a sample is its log-probability under the model (T = 1, whole
 vocabulary), EOS included, so that samples can be compared and filtered; `score` is it length-

@@ -122,7 +122,9 @@ class Translator:
         if unknown:
             raise ConfigError(f"unknown option(s) {', '.join(unknown)}; valid ones: {', '.join(valid)}")
         config = TranslateConfig(models=tuple(str(p) for p in paths), ensemble=len(paths) > 1, **options)
-        return cls(config, warn=warn)
+        translator = cls(config, warn=warn)
+        translator.source_name = "<input>"  # warnings name the line as "<input>:N" (N from 1)
+        return translator
 
     def __init__(self, config: TranslateConfig, warn: Callable[[str], None] | None = None):
         import torch
