@@ -1,6 +1,6 @@
 """Speed of `nmtkit select-data`: LM estimation, tokenisation and LM scoring throughput.
 
-Workload (issue 5): pool = Tatoeba train + giga-fren sample train + Multi30k train (216,128
+Workload: pool = Tatoeba train + giga-fren sample train + Multi30k train (216,128
 pairs), in-domain = Multi30k val (1,014 pairs), from ../shared/data (or $DATA).
 
 Prints:

@@ -1,4 +1,4 @@
-"""Checkpoint format: one self-describing file per model (DESIGN.md convention 2).
+"""Checkpoint format: one self-describing file per model (docs/design.md, convention 2).
 
 A checkpoint is a dict of primitives and tensors only, loadable with `weights_only=True`:
   format_version  int, CHECKPOINT_FORMAT

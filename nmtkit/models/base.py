@@ -5,9 +5,9 @@ Token id conventions come from `nmtkit.text.vocab`: PAD_ID=0, UNK_ID=1, BOS_ID=2
 Source batches carry no BOS/EOS unless the model adds them; `tgt_in` starts with BOS and
 `tgt_out` ends with EOS (both padded with PAD_ID).
 
-Convention (DESIGN.md 3): `forward` (teacher forcing) must equal a loop of `step`, and
+Convention (docs/design.md, 3): `forward` (teacher forcing) must equal a loop of `step`, and
 everything that does not depend on the previous decoder state is computed for all time
-steps at once outside the recurrent loop (DESIGN.md 4).
+steps at once outside the recurrent loop (docs/design.md, 4).
 """
 from __future__ import annotations
 

@@ -53,8 +53,8 @@ def autocast_dtype(device: str, precision: str = "auto"):
 def resolve_precision(device_type: str, precision: str) -> str:
     """`precision` with "auto" replaced by what it means on `device_type` for training and
     decoding alike: "bf16", "fp16" or "fp32". On a CPU with native BF16, bf16 decoding is about
-    1.8x as fast as fp32 and changes few outputs (issue 13: beam 5 on the benchmark's dev set,
-    124 of 2,000 lines differ, BLEU 26.36 vs 26.47)."""
+    1.8x as fast as fp32 and changes few outputs (beam 5 on the peer benchmark's dev set: 124 of
+    2,000 lines differ, BLEU 26.36 vs 26.47)."""
     if precision != "auto":
         return precision
     import torch

@@ -2,7 +2,7 @@
 backward pass, for teacher-forced training.
 
 Only the recurrence runs step by step; everything that does not depend on s_{i-1} comes in
-precomputed (DESIGN.md 4). For i = 0..T-1 (s_0 given; x_i = [W_z; W_r; W] E y_{i-1} + biases):
+precomputed (docs/design.md, 4). For i = 0..T-1 (s_0 given; x_i = [W_z; W_r; W] E y_{i-1} + biases):
   [q_a; q_z; q_r] = [W_a; U_z; U_r] s_i                      (one matmul: w_q)
   alpha_i = masked_softmax_j(v_a . tanh(q_a + K_j))            (K = U_a h, precomputed keys)
   g_i = x_i + sum_j alpha_ij V_j                               (V = [C_z; C_r; C] h, precomputed values)
@@ -19,7 +19,7 @@ T*B rows) and the value gradient (one bmm of alpha^T with the gate gradients) ar
 after it. The equations are the same as `RNNSearch._attend_and_update`, which the tests use to
 check this function's outputs and gradients in float64.
 
-Launches (DESIGN.md 10): each direction of the loop calls one pure step body per time step
+Launches (docs/design.md, 10): each direction of the loop calls one pure step body per time step
 (`_fwd_step`, `_bwd_step`), which `fusion.step_fn` hands over as it is (eager) or compiled by
 inductor (`fuse=True`): then a forward step is two matrix products around two fused kernels and a
 backward step two matrix products around two (the keys' gradient is summed over all steps

@@ -6,7 +6,7 @@ Adadelta (epsilon 1e-6, rho 0.95, lr 1.0), gradient L2 norm rescaled to at most 
 dropped. Other presets default to Adam (lr 1e-3) with the same clipping.
 
 The config is saved as a plain dict in every checkpoint and rebuilt with `TrainConfig.from_dict`;
-unknown keys are an error that lists the valid ones (DESIGN.md convention 1).
+unknown keys are an error that lists the valid ones (docs/design.md, convention 1).
 """
 from __future__ import annotations
 
