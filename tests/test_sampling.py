@@ -166,3 +166,18 @@ def test_sample_refuses_a_nonpositive_temperature():
     src, lens = _batch()
     with pytest.raises(ValueError, match="temperature"):
         sample(model, src, lens, sampling_uniforms(1, range(6), 30), temperature=0.0)
+
+
+def test_samples_carry_alignments_and_an_ensemble_of_one_model_twice_samples_as_the_model(ckpt):
+    single = _sampler(ckpt, seed=6)
+    results = single.generate(LINES, alignments=True)
+    for r in results:
+        for t in r.nbest:
+            pairs = t.alignment()
+            assert [j for _, j in pairs] == list(range(len(t.tokens)))
+            assert all(0 <= i < len(t.src_tokens) for i, _ in pairs)
+    from nmtkit.translate import Translator
+
+    twice = Translator.load([ckpt, ckpt], device="cpu", precision="fp32", sampling=True, seed=6, max_len_a=1.0,
+                            max_len_b=4.0)
+    assert twice.translate(LINES) == [r.text for r in results]
