@@ -79,9 +79,9 @@ FORMATS = ["raw", "tok", "bpe"]
 @click.option("--threads", type=int, default=None, metavar="N", help="torch CPU threads [torch's default].")
 @click.option("-q", "--quiet", is_flag=True, help="No warnings or summary on stderr.")
 def translate_cmd(models, ensemble, input_path, output_path, force, input_format, output_format, beam, lenpen,
-                  max_len_a, max_len_b, nbest, sampling, sampling_topk, temperature, seed, batch_size, max_tokens, buffer_size, interactive, replace_unk,
-                  unk_dict, alignments, alignments_file, plot_attention, plot_limit, max_src_len, device,
-                  precision, fuse, shortlist, threads, quiet) -> None:
+                  max_len_a, max_len_b, nbest, sampling, sampling_topk, temperature, seed, batch_size, max_tokens,
+                  buffer_size, interactive, replace_unk, unk_dict, alignments, alignments_file, plot_attention,
+                  plot_limit, max_src_len, device, precision, fuse, shortlist, threads, quiet) -> None:
     """Translate raw text with batched beam search (or sampling: --sampling).
 
     Reads one sentence a line (stdin or -i), applies exactly the preprocessing recorded in the
