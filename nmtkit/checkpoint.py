@@ -14,6 +14,8 @@ A checkpoint is a dict of primitives and tensors only, loadable with `weights_on
   lexicon         int32 tensor (src vocab, k) or None: each source id's likeliest target ids,
                   for decoding shortlists (nmtkit.decode.shortlist); absent in older checkpoints
   ...training state (optimizer, step, rng, data position, best score) as the trainer needs.
+  averaged_from   list of {"path", "update"}: only in a checkpoint `nmtkit average` wrote (the
+                  mean of those checkpoints' parameters; no optimiser state, so not resumable)
 `make_checkpoint` builds this dict (the trainer and the test fixtures alike) and
 `load_checkpoint` reads it back. Written atomically through nmtkit.outputs: temp file in the
 same directory, fsync, os.replace.

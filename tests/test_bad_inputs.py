@@ -309,6 +309,10 @@ ROWS = [
         needles=("--weight-decay",)),
     Row("train-adam-beta2-one", lambda w: _train(w, w.tmp / "r5", "--adam-beta2", "1"), needles=("--adam-beta2",)),
     Row("train-clip-norm-nan", lambda w: _train(w, w.tmp / "r6", "--clip-norm", "nan"), needles=("--clip-norm",)),
+    Row("train-update-freq-0", lambda w: _train(w, w.tmp / "r8", "--update-freq", "0"),
+        needles=("--update-freq", "at least 1")),
+    Row("translate-ban-unk-with-replace-unk", lambda w: _translate(w, "--ban-unk", "--replace-unk"),
+        needles=("--ban-unk and --replace-unk",)),
     Row("train-run-dir-without-checkpoint-starts-fresh", lambda w: _train(w, _failed_first_run(w)), ok=True,
         check=lambda w: (w.tmp / "failed" / "checkpoint_last.pt").is_file() or pytest.fail("no run")),
     Row("train-max-tokens-1-warns", lambda w: _train(w, w.tmp / "r7", "--max-tokens", "1"), ok=True,
@@ -331,7 +335,40 @@ ROWS = [
     Row("preprocess-binary-input", lambda w: _preprocess(w, w.tmp / "pp-b", _binary_as_text(w)),
         needles=("bin.en", "binary")),
     Row("select-data-lines-0", lambda w: _select(w, w.tmp / "sel0")[:-2] + ["--lines", "0"], needles=("--lines",)),
+    # ---- average, --protect, --tensorboard ------------------------------------------------------
+    Row("average-missing-checkpoint", lambda w: ["average", "-m", str(w.ckpt), "-m", str(w.tmp / "gone.pt"), "-o",
+                                                 str(w.tmp / "avg.pt")], needles=("gone.pt", "checkpoint not found")),
+    Row("average-incompatible", lambda w: ["average", "-m", str(w.ckpt), "-m", str(_other_vocab_ckpt(w)), "-o",
+                                           str(w.tmp / "avg.pt")], needles=("other.pt", "vocabulary differs")),
+    Row("average-last-more-than-kept", lambda w: ["average", "--last", "5", "--save-dir", str(w.run_dir()), "-o",
+                                                  str(w.tmp / "avg.pt")], needles=("--last 5", "kept 0")),
+    Row("average-output-is-an-input", lambda w: ["average", "-m", str(w.ckpt), "-o", str(w.ckpt), "--force"],
+        needles=("one of the checkpoints being averaged",)),
+    Row("average-o-readonly", lambda w: ["average", "-m", str(w.ckpt), "-o", str(w.readonly() / "avg.pt")],
+        needles=("avg.pt", "Read-only file system")),
+    Row("preprocess-protect-invalid-regex", lambda w: _preprocess(w, w.tmp / "pp-p", "corpus", "--protect",
+                                                                  str(_patterns(w, "%s\n[x\n"))),
+        needles=("patterns.txt:2:", "invalid regular expression")),
+    Row("preprocess-protect-unknown-set", lambda w: _preprocess(w, w.tmp / "pp-p", "corpus", "--protect", "printff"),
+        needles=("--protect printff", "named set")),
+    Row("preprocess-protect-missing-file", lambda w: _preprocess(w, w.tmp / "pp-p", "corpus", "--protect",
+                                                                 str(w.tmp / "gone.txt")),
+        needles=("gone.txt", "not found")),
+    Row("train-tensorboard-readonly", lambda w: _train(w, w.tmp / "run-tb", "--tensorboard", str(w.readonly() / "tb")),
+        needles=("tb", "Read-only file system")),
 ]
+
+
+def _other_vocab_ckpt(w: World) -> Path:
+    from tests.translate_fixtures import TGT_WORDS, make_checkpoint
+
+    return make_checkpoint(w.tmp / "other.pt", seed=3, tgt_words=list(reversed(TGT_WORDS)))
+
+
+def _patterns(w: World, text: str) -> Path:
+    p = w.tmp / "patterns.txt"
+    p.write_text(text, encoding="utf-8")
+    return p
 
 
 def _w_data(w: World, damage: Callable[[Path], object]) -> World:

@@ -181,3 +181,11 @@ def test_samples_carry_alignments_and_an_ensemble_of_one_model_twice_samples_as_
     twice = Translator.load([ckpt, ckpt], device="cpu", precision="fp32", sampling=True, seed=6, max_len_a=1.0,
                             max_len_b=4.0)
     assert twice.translate(LINES) == [r.text for r in results]
+
+
+def test_ban_unk_keeps_the_unknown_word_out_of_samples(ckpt):
+    lines = LINES * 4
+    free = _sampler(ckpt, seed=3, output_format="bpe").translate(lines)
+    assert any("<unk>" in out.split() for out in free)  # this model does draw it
+    banned = _sampler(ckpt, seed=3, output_format="bpe", ban_unk=True).translate(lines)
+    assert not any("<unk>" in out.split() for out in banned)

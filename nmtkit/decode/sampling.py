@@ -7,8 +7,8 @@ At step t every unfinished sentence draws its next token from
 
     p_T(y_t | y_<t, x) proportional to p(y_t | y_<t, x)^(1/T)
 
-restricted to the `topk` most likely tokens when topk > 0 (renormalised). PAD and BOS are never
-drawn; EOS is forced at the length limit, as in beam search (`nmtkit.decode.search.max_lengths`).
+restricted to the `topk` most likely tokens when topk > 0 (renormalised). PAD and BOS (and with
+`ban_unk` the unknown word) are never drawn; EOS is forced at the length limit, as in beam search (`nmtkit.decode.search.max_lengths`).
 T must be > 0, as in fairseq (`--temperature must be greater than 0`): greedy decoding is beam
 search of width 1.
 
@@ -88,13 +88,15 @@ def sample(
     max_len_b: float = 10.0,
     lenpen: float = 1.0,
     need_attention: bool = False,
+    ban_unk: bool = False,
 ) -> list[list[Hypothesis]]:
     """Draw one translation per sentence; returns [[Hypothesis]] in input order (the shape of
     `beam_search`'s n-best lists with n = 1).
 
     src: (B, S) ids on the models' device, src_lens: (B,); uniforms: (B, T) from
     `sampling_uniforms`, T >= the longest length limit + 1 (row b drives sentence b's draws).
-    topk: sample among the k most likely tokens (0: the whole vocabulary); temperature > 0.
+    topk: sample among the k most likely tokens (0: the whole vocabulary); temperature > 0;
+    ban_unk: never draw the unknown word.
     Finished sentences leave the batch, so the batch shrinks as it goes (one host
     synchronisation per step, to learn which sentences finished).
     """
@@ -120,10 +122,10 @@ def sample(
     attn_hist: Tensor | None = None
     for t in range(T):
         lp, states, attn = _step_all(models, prev, states, encs)  # (n, V) fp32, (n, S)
-        _mask_specials(lp)
+        _mask_specials(lp, ban_unk)
         at_limit = lim[active] <= t
         if bool(at_limit.any()):
-            lp = _force_eos(lp, at_limit)
+            lp = _force_eos(lp, at_limit.numpy())
         tok = _draw(lp, u[active_dev, t], topk, temperature)  # (n,)
         tokens[active_dev, t] = tok
         # the masks leave a drawable token's log-probability as the model gave it

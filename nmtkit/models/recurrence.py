@@ -87,6 +87,8 @@ def _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse: bool,
     """The recurrence loop. Returns states (T+1, B, d), alphas (T, B, S) and, when `keep`, what the
     backward pass needs: (th_all (T, B, S, n'), [z; r; cand] (T, B, 3d))."""
     step = step_fn(_fwd_step, fuse)
+    # detached: the autograd Function does the backward; a requires-grad flag would split graphs
+    x_gates, s0, keys, values, w_q, v_a, U = (t.detach() for t in (x_gates, s0, keys, values, w_q, v_a, U))
     acc = x_gates.dtype
     wq, Uc, vals, va = w_q.to(mm_dtype), U.to(mm_dtype), values.to(mm_dtype), v_a.to(acc)
     pad = ~mask
@@ -145,7 +147,7 @@ class _Recurrence(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, g_states, g_alphas):  # type: ignore[override]
-        values, w_q, v_a, U, states, alphas, th_all, zrc = ctx.saved_tensors
+        values, w_q, v_a, U, states, alphas, th_all, zrc = (t.detach() for t in ctx.saved_tensors)
         zs, rs, cands = zrc.chunk(3, dim=2)
         mmd = ctx.mm_dtype
         step = step_fn(_bwd_step, ctx.fuse)

@@ -243,7 +243,7 @@ class Translator:
         return beam_search(
             self.models, src.to(self.device), lens.to(self.device), beam=beam or c.beam, lenpen=c.lenpen,
             max_len_a=c.max_len_a, max_len_b=c.max_len_b, nbest=nbest or c.nbest,
-            need_attention=need_attention, vocab=vocab,
+            need_attention=need_attention, vocab=vocab, ban_unk=c.ban_unk,
         )
 
     def _sample(self, src: Any, lens: Any, need_attention: bool, keys: Sequence[int]):
@@ -255,7 +255,7 @@ class Translator:
         uniforms = sampling_uniforms(c.sampling_seed, list(keys), steps)
         return sample(self.models, src.to(self.device), lens.to(self.device), uniforms, topk=c.sampling_topk,
                       temperature=c.temperature, max_len_a=c.max_len_a, max_len_b=c.max_len_b, lenpen=c.lenpen,
-                      need_attention=need_attention)
+                      need_attention=need_attention, ban_unk=c.ban_unk)
 
     def finish(self, res: Result, lineno: int) -> Result:
         """Tokens and output strings for a decoded line (UNK replacement, BPE join, detok)."""
