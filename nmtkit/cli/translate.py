@@ -19,7 +19,7 @@ FORMATS = ["raw", "tok", "bpe"]
 @click.option("-i", "--input", "input_path", metavar="FILE", help="Input text, one sentence a line [stdin].")
 @click.option("-o", "--output", "output_path", metavar="FILE",
               help="Output file, written under a temporary name and renamed at the end [stdout].")
-@click.option("--force", is_flag=True, help="Overwrite existing -o / --alignments-file files.")
+@click.option("--force", is_flag=True, help="Overwrite existing -o / --alignments-file files (never an input: that is refused).")
 @click.option("--input-format", type=click.Choice(FORMATS), default="raw", show_default=True,
               help="raw: apply the recorded normalisation, tokenisation and BPE; tok: input is already "
                    "tokenised (BPE still applied); bpe: input is the model's tokens.")

@@ -62,3 +62,20 @@ def read_manifest(path: str | Path) -> Manifest:
     return Manifest(path, manifest, str(manifest["src_lang"]), str(manifest["tgt_lang"]),
                     Vocab.load(path / vocab["src"]), Vocab.load(path / vocab["tgt"]),
                     dict(manifest.get("pipeline") or {}))
+
+
+def owned_files(manifest: dict[str, Any]) -> set[str]:
+    """The files (relative paths) `nmtkit preprocess` wrote into the data directory of
+    `manifest`: its "files" list, or for a manifest without one the names its vocabularies,
+    BPE codes and splits imply. `preprocess --force` replaces a directory holding only these."""
+    if isinstance(manifest.get("files"), list):
+        return {str(f) for f in manifest["files"]} | {"manifest.json"}
+    langs = [str(manifest.get("src_lang")), str(manifest.get("tgt_lang"))]
+    files = {"manifest.json", "bpe.codes", *(f"bpe.codes.{lang}" for lang in langs)}
+    vocab = manifest.get("vocab")
+    if isinstance(vocab, dict):
+        files |= {str(vocab.get("src")), str(vocab.get("tgt"))}
+    for split in manifest.get("splits") or {}:
+        files |= {f"{split}.{lang}.{kind}.npy" for lang in langs for kind in ("ids", "offsets")}
+    return files
+

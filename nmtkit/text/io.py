@@ -34,10 +34,26 @@ def _check_file(path: str | Path) -> None:
 
 def resolve_input(prefix: str, lang: str) -> str:
     """PREFIX.lang, or PREFIX.lang.gz when only that exists (InputError when neither does)."""
-    for path in (f"{prefix}.{lang}", f"{prefix}.{lang}.gz"):
+    for path in input_candidates(prefix, lang):
         if os.path.isfile(path):
             return path
     raise InputError(f"no such file (nor {prefix}.{lang}.gz)", f"{prefix}.{lang}")
+
+
+def input_candidates(prefix: str, lang: str) -> tuple[str, str]:
+    """The files `resolve_input` may read for PREFIX and lang (for the outputs-vs-inputs check)."""
+    return f"{prefix}.{lang}", f"{prefix}.{lang}.gz"
+
+
+def check_distinct(src: str | Path, tgt: str | Path) -> None:
+    """Refuse one file given as both sides of a parallel corpus (through symlinks too): every
+    pair would be a sentence paired with itself."""
+    try:
+        same = os.path.samefile(src, tgt)
+    except OSError:
+        return
+    if same:
+        raise InputError(f"is the same file as {tgt}: the source and target sides must be different files", str(src))
 
 
 def open_input(path: str | Path) -> IO[bytes]:
@@ -191,6 +207,7 @@ def check_parallel(src: str | Path, tgt: str | Path) -> tuple[int, str, str]:
     Returns (lines, sha256 of src, sha256 of tgt); raises InputError naming both files and
     both counts when they differ.
     """
+    check_distinct(src, tgt)
     n_src, h_src = count_lines_and_hash(src)
     n_tgt, h_tgt = count_lines_and_hash(tgt)
     check_counts((str(src), n_src), [(str(tgt), n_tgt)], PARALLEL_WHY)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
-from nmtkit.outputs import check_output_dir
+from nmtkit.outputs import check_output_dir, check_outputs_vs_inputs
 from nmtkit.train.config import PAPER_PRESETS, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,12 @@ def kept_checkpoints(save_dir: Path) -> list[Path]:
     return [p for p in save_dir.glob("checkpoint_*.pt") if p.stem.split("_", 1)[1].isdigit()]
 
 
+def is_run_file(name: str) -> bool:
+    """Whether a file of this name in a run directory is one the run writes (and --force deletes)."""
+    return name in RUN_FILES or name == "tensorboard" or (
+        name.startswith("checkpoint_") and name.endswith(".pt") and name[11:-3].isdigit())
+
+
 def run_files_present(save_dir: Path) -> list[str]:
     """The names of a run's files (RUN_FILES and kept checkpoints) present in `save_dir`."""
     return [f for f in RUN_FILES if (save_dir / f).exists()] + [p.name for p in kept_checkpoints(save_dir)]
@@ -158,6 +164,7 @@ def run_training(
     save_dir = Path(save_dir)
     model_overrides = {k: v for k, v in (model_overrides or {}).items() if v is not None}
     info = ddp.env_info()
+    check_outputs_vs_inputs([("--data", data_dir)], folders=[("--save-dir", save_dir, is_run_file)])
     check_run_dir(save_dir, resume, force)
     if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
         check_output_dir(save_dir, "--save-dir run folder")

@@ -49,7 +49,8 @@ def check_files(config: TranslateConfig, input_path: str | None, output_path: st
     """The files of `translate_files`, checked before the models load and hours of decoding
     start: the input exists, no output would be overwritten (without `force`), and
     --alignments and --alignments-file come together."""
-    from nmtkit.outputs import check_output
+    from nmtkit.outputs import check_output, check_outputs_vs_inputs
+    from nmtkit.translate.writers import is_plot_name
 
     if config.alignments and not alignments_file:
         raise ConfigError("--alignments needs --alignments-file FILE")
@@ -57,6 +58,10 @@ def check_files(config: TranslateConfig, input_path: str | None, output_path: st
         raise ConfigError("--alignments-file needs --alignments hard|soft")
     if input_path and not Path(input_path).is_file():
         raise InputError("input file not found", input_path)
+    check_outputs_vs_inputs(
+        inputs=[("-i", input_path), *(("-m", m) for m in config.models), ("--unk-dict", config.unk_dict)],
+        files=[("-o", output_path), ("--alignments-file", alignments_file)],
+        folders=[("--plot-attention", config.plot_attention, is_plot_name)])
     if output_path:
         check_output(output_path, force, "-o output")
     if alignments_file:

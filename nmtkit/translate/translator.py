@@ -13,7 +13,7 @@ from nmtkit.outputs import check_output_dir
 from nmtkit.text.vocab import UNK
 from nmtkit.translate.alignment import read_unk_dict, replace_unks
 from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, TranslateConfig
-from nmtkit.translate.writers import plot_attention
+from nmtkit.translate.writers import plot_attention, plot_name
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class Translator:
             res.tgt_tokens.append(toks)
             res.texts.append(self.pipeline.decode_to(toks, "tgt", self.config.output_format))
         if self.config.plot_attention and res.hyps and self.plotted < self.config.plot_limit:
-            path = Path(self.config.plot_attention) / f"{lineno:06d}.png"
+            path = Path(self.config.plot_attention) / plot_name(lineno)
             plot_attention(path, res.hyps[0].attention, res.src_tokens, res.tgt_tokens[0])
             self.plotted += 1
         return res
