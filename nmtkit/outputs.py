@@ -409,3 +409,68 @@ def check_replaceable_dir(path: str | Path, owned: Callable[[str], bool], what: 
             if not owned(rel):
                 raise OutputError(f"--force would delete {rel}, which nmtkit did not write there: refusing to "
                                   f"replace the {what}; move that file or choose another destination", str(root))
+
+
+# ---- one process per directory ------------------------------------------------------------------
+
+class DirLock:
+    """An exclusive lock on a directory (`fcntl.flock` on `path/name`, holding the holder's PID),
+    so that one process at a time writes there (one training run per run directory).
+
+    The kernel releases the lock when its process dies, so a lock file left by a killed
+    process never blocks. `acquire` raises OutputError naming the holder's PID when another
+    live process holds it. The file itself stays (removing it would race with a process that
+    has just opened it).
+    """
+
+    def __init__(self, path: str | Path, name: str, what: str):
+        self.path = Path(path) / name
+        self.what = what
+        self.fd: int | None = None
+
+    def check(self) -> None:
+        """Refuse now (as `acquire` would) when a live process holds the lock, creating nothing."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            return  # no lock file (or none readable): `acquire` decides
+        self._lock(fd)
+        os.close(fd)
+
+    def acquire(self) -> "DirLock":
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666 & ~umask())
+        self._lock(fd)
+        self.fd = fd
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        except OSError as err:  # a full disk: the PID is for others' messages; say which file failed
+            self.release()
+            raise name_error(err, str(self.path)) from None
+        return self
+
+    def _lock(self, fd: int) -> None:
+        import fcntl
+
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise OutputError(f"another process (PID {holder}) is using this {self.what}; wait for it to "
+                              "finish or stop it", str(self.path.parent)) from None
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the last descriptor releases the flock
+            self.fd = None
+
+    def __enter__(self) -> "DirLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+

@@ -247,3 +247,59 @@ def test_data_loss_table(row: Row, world: World):
     check_row(row, world)
     if row.id == "preprocess-force-keeps-unrelated-files":
         assert (world.tmp / "d" / "mine.txt").read_text() == "keep\n"
+
+
+# ---- one run per directory ------------------------------------------------------------------------
+
+def _hold_lock(run: Path):
+    """Another process holding `run`'s lock, as a live `nmtkit train` does: (process, its PID)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, time; from nmtkit.train.run import run_lock; from pathlib import Path; "
+            "run_lock(Path(sys.argv[1])).acquire(); print('held', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+@pytest.mark.parametrize("extra", [(), ("--force",), ("--resume",)], ids=["start", "force", "resume"])
+def test_a_live_run_keeps_its_directory(world: World, extra: tuple[str, ...]):
+    """A second train (new, --force or --resume) into a run directory held by a live process is
+    refused with one line naming the holder's PID, and the run's files are untouched."""
+    run = world.run_dir()
+    files = lambda: {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"}  # noqa: E731
+    before = files()
+    holder = _hold_lock(run)
+    try:
+        argv = ["train", "--data", str(world.data), "--save-dir", str(run), *TINY, "--max-updates", "4", *extra]
+        check_row(Row("second-train", lambda w: argv, needles=(f"PID {holder.pid}",)), world)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert files() == before
+
+
+def test_the_lock_of_a_dead_process_never_blocks(world: World):
+    run = world.run_dir()
+    holder = _hold_lock(run)
+    holder.kill()
+    holder.wait()
+    assert (run / "train.lock").read_text().strip() == str(holder.pid)  # its file stays, its lock went
+    argv = ["train", "--data", str(world.data), "--save-dir", str(run), *TINY, "--max-updates", "4", "--resume"]
+    check_row(Row("resume-after-dead-holder", lambda w: argv, ok=True), world)
+
+
+LOCK_ROWS = [
+    Row("train-missing-data-creates-no-save-dir",
+        lambda w: ["train", "--data", str(w.tmp / "nonexistent"), "--save-dir", str(w.tmp / "r"), *TINY],
+        needles=("nonexistent",), check=lambda w: not (w.tmp / "r").exists() or pytest.fail("r/ was created")),
+    Row("train-bad-option-creates-no-save-dir",
+        lambda w: ["train", "--data", str(w.data), "--save-dir", str(w.tmp / "r"), *TINY, "--lr", "nan"],
+        needles=("--lr",), check=lambda w: not (w.tmp / "r").exists() or pytest.fail("r/ was created")),
+]
+
+
+@pytest.mark.parametrize("row", LOCK_ROWS, ids=[r.id for r in LOCK_ROWS])
+def test_run_dir_table(row: Row, world: World):
+    check_row(row, world)

@@ -6,6 +6,11 @@ checkpoint_last.pt) or `force` (delete the old run's files and start over). The 
 that stopped before its first checkpoint (metrics.jsonl, train.log) hold nothing to continue:
 a fresh start replaces them, with a warning.
 
+One process at a time trains in a run directory: train and --resume hold an flock on
+`train.lock` there (`nmtkit.outputs.DirLock`) and a second process is refused, naming the
+first's PID. Everything is checked before the directory is created, so a refused start leaves
+nothing behind.
+
 On resume the checkpoint's configs are used; only the options in `RESUME_OVERRIDABLE` (stopping
 criteria, reporting, hardware) may be changed, and a different value for any other is an error
 (it would silently make the run a different experiment).
@@ -20,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
-from nmtkit.outputs import check_output_dir, check_outputs_vs_inputs
+from nmtkit.outputs import DirLock, check_output_dir, check_outputs_vs_inputs
 from nmtkit.train.config import PAPER_PRESETS, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -75,6 +80,15 @@ def resolve_model(
         cfg[key] = value
     cfg["src_vocab_size"], cfg["tgt_vocab_size"] = src_vocab, tgt_vocab
     return arch, dataclasses.asdict(make_config(arch, {k: v for k, v in cfg.items() if k in valid}))
+
+
+LOCK_FILE = "train.lock"
+
+
+def run_lock(save_dir: Path) -> DirLock:
+    """The lock of `save_dir` (one training process per run directory): `acquire` or `check`
+    raise an OutputError naming the holder's PID when another live `nmtkit train` holds it."""
+    return DirLock(save_dir, LOCK_FILE, "run directory (one training run at a time)")
 
 
 def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
@@ -159,15 +173,16 @@ def run_training(
     from nmtkit.checkpoint import load_checkpoint
     from nmtkit.train import distributed as ddp
     from nmtkit.train.data import DataDir
-    from nmtkit.train.trainer import LAST, Trainer
+    from nmtkit.train.trainer import LAST
 
     save_dir = Path(save_dir)
     model_overrides = {k: v for k, v in (model_overrides or {}).items() if v is not None}
     info = ddp.env_info()
+    # everything is checked before anything is written: a refused start leaves nothing behind
     check_outputs_vs_inputs([("--data", data_dir)], folders=[("--save-dir", save_dir, is_run_file)])
+    if info.is_main:
+        run_lock(save_dir).check()
     check_run_dir(save_dir, resume, force)
-    if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
-        check_output_dir(save_dir, "--save-dir run folder")
     data = DataDir.open(data_dir)
     ckpt = None
     if resume:
@@ -192,12 +207,30 @@ def run_training(
         if values.get("max_tokens") is not None and "batch_size" not in train_options:
             values["batch_size"] = None  # a token budget replaces the preset's pair count
         cfg = TrainConfig.from_dict(values)
-        if info.is_main and not force and stale_run_files(save_dir):
-            log.warning("%s: replacing %s of a run that saved no checkpoint", save_dir,
-                        ", ".join(stale_run_files(save_dir)))
-            clear_run_dir(save_dir)
-        if force and info.is_main:
-            clear_run_dir(save_dir)
+    lock = None
+    if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
+        check_output_dir(save_dir, "--save-dir run folder")
+        lock = run_lock(save_dir).acquire()
+    try:
+        if lock is not None:
+            check_run_dir(save_dir, resume, force)  # again, now that no other process can change it
+        if not resume and info.is_main:
+            if not force and stale_run_files(save_dir):
+                log.warning("%s: replacing %s of a run that saved no checkpoint", save_dir,
+                            ", ".join(stale_run_files(save_dir)))
+                clear_run_dir(save_dir)
+            if force:
+                clear_run_dir(save_dir)
+        return _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook):
+    """Build the Trainer and run it, closing it (its log and metrics files) either way."""
+    from nmtkit.train.trainer import Trainer
+
     trainer = Trainer(cfg, data, save_dir, arch, model_config, resume=ckpt, callbacks=callbacks,
                       dist_info=info, loss_hook=loss_hook)
     try:
