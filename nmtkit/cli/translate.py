@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from nmtkit.cli.common import fuse_option, shortlist_option
+from nmtkit.cli.common import fuse_option, shortlist_option, sigterm_unwinds
 
 FORMATS = ["raw", "tok", "bpe"]
 
@@ -97,6 +97,7 @@ def translate_cmd(models, ensemble, input_path, output_path, force, input_format
         if not quiet:
             click.echo(f"nmtkit: warning: {msg}", err=True)
 
-    n = translate_files(cfg, input_path, output_path, alignments_file, force, warn)
+    with sigterm_unwinds():  # a killed run leaves no OUT.*.tmp behind, as Ctrl-C does not
+        n = translate_files(cfg, input_path, output_path, alignments_file, force, warn)
     if not quiet and not stdin_tty:
         click.echo(f"nmtkit: translated {n} lines", err=True)

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 
 from nmtkit import __version__
 from nmtkit.data.binarized import SplitWriter
-from nmtkit.data.manifest import owned_files
+from nmtkit.data.manifest import MANIFEST_VERSION, owned_files
 from nmtkit.errors import InputError, OutputError, OutputExistsError
 from nmtkit.outputs import check_outputs_vs_inputs, check_replaceable_dir, clean_stale_temp_dirs, make_temp_dir
 from nmtkit.preprocess.config import PreprocessConfig
@@ -39,7 +39,6 @@ from nmtkit.text.vocab import Vocab
 
 log = logging.getLogger("nmtkit.preprocess")
 
-MANIFEST_VERSION = 1
 
 ProgressFn = Callable[[str, int, "int | None"], None]
 """progress(stage, done, total): called with done=0 when a stage starts, then as it advances."""

@@ -64,9 +64,10 @@ def open_input(path: str | Path) -> IO[bytes]:
         raise InputError(f"cannot open: {err.strerror or err}", str(path)) from None
 
 
-def check_text_block(block: bytes, path: str | Path, offset: int = 0) -> None:
+def check_text_block(block: bytes, path: str | Path, offset: int = 0, first_line: int | None = None) -> None:
     """Refuse bytes that are not text before they are counted as lines: gzip data in a file
-    not named .gz, or binary data (a NUL byte). `offset`: the block's position in the file."""
+    not named .gz, or binary data (a NUL byte). `offset`: the block's position in the file;
+    `first_line`: the block's first line number, where the reader knows it."""
     if offset == 0 and block[:2] == GZIP_MAGIC and not str(path).endswith(".gz"):
         raise InputError("holds gzip-compressed data: name it with a .gz suffix (read as gzip) or gunzip it",
                          str(path))
@@ -74,8 +75,10 @@ def check_text_block(block: bytes, path: str | Path, offset: int = 0) -> None:
     if nul >= 0:
         line = 1 + block.count(b"\n", 0, nul)
         where = f"a NUL byte at byte {offset + nul + 1}"
+        if first_line is not None:
+            line, offset, where = first_line + line - 1, None, "a NUL byte"
         raise InputError(f"holds binary data ({where}); expected UTF-8 text, one sentence a line", str(path),
-                         None if offset else line)
+                         line if not offset else None)
 
 
 def read_blocks(path: str | Path, block_size: int = 1 << 22) -> Iterator[bytes]:

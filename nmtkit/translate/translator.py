@@ -2,6 +2,7 @@
 (prepare, batch by length, beam search, UNK replacement, BPE join, detokenisation)."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,12 @@ class Translator:
             self.tgt_vocab = Vocab(list(first["tgt_vocab"]))
         except (KeyError, ValueError, TypeError) as err:
             raise CheckpointError(f"checkpoint has no usable vocabularies ({err})", config.models[0]) from None
+        self.max_beam = n_tgt = len(self.tgt_vocab.itos)
+        if config.beam > n_tgt:  # a wider beam finds nothing more and costs memory and time
+            self.warn(f"--beam {config.beam} is above the target vocabulary's {n_tgt} entries: searching with "
+                      f"a beam of {n_tgt}, which finds the same translations")
+            config = dataclasses.replace(config, beam=n_tgt, nbest=min(config.nbest, n_tgt))
+            self.config = config
         self.pipeline = _pipeline_from_dict(first.get("pipeline"), config.models[0])
         self.arch = first.get("arch")
         # Jean et al. (2015)'s candidate list: with the lexicon the trainer stores (older
@@ -143,8 +150,9 @@ class Translator:
             vocab = vocab if len(vocab) < len(self.tgt_vocab.itos) else None  # beam_search moves it
         with torch.inference_mode(), self.autocast:
             results = beam_search(
-                self.models, src.to(self.device), lens.to(self.device), beam=beam or c.beam, lenpen=c.lenpen,
-                max_len_a=c.max_len_a, max_len_b=c.max_len_b, nbest=nbest or c.nbest,
+                self.models, src.to(self.device), lens.to(self.device), beam=min(beam or c.beam, self.max_beam),
+                lenpen=c.lenpen, max_len_a=c.max_len_a, max_len_b=c.max_len_b,
+                nbest=min(nbest or c.nbest, self.max_beam),
                 need_attention=need_attention, vocab=vocab,
             )
         if need_attention:
