@@ -215,3 +215,61 @@ def test_64_concurrent_clients_each_get_what_nmtkit_translate_gives(translator):
 
     for lines, got in zip(requests, asyncio.run(main())):
         assert got == [want[line] for line in lines]
+
+
+def test_a_client_that_disconnects_while_queued_is_dropped_and_logged_once(translator, monkeypatch, caplog):
+    """Through the whole server: the queued request of a client that closed its connection is never
+    decoded; its log line says 499, without a traceback; the busy client still gets its answer."""
+    import threading
+
+    seen: list[list[str]] = []
+    busy = threading.Event()
+    real = translator.translate_buffer
+
+    def slow(lines, *args, **kw):
+        seen.append([text for _, text in lines])
+        busy.wait(10)
+        return real(lines, *args, **kw)
+
+    monkeypatch.setattr(translator, "translate_buffer", slow)
+
+    async def main():
+        logs: list[str] = []
+        app = make_app(translator, CONFIG, log_line=logs.append)
+        runner = make_runner(app, CONFIG, logs.append)
+        await runner.setup()
+        from aiohttp import web
+
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        port = runner.addresses[0][1]
+        host = f"127.0.0.1:{port}"
+
+        async def send(text: str):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            body = json.dumps({"text": [text]}).encode()
+            writer.write(_post("/translate", body).replace(b"{host}", host.encode()))
+            await writer.drain()
+            return reader, writer
+
+        try:
+            r1, w1 = await send("the cat")
+            while not seen:
+                await asyncio.sleep(0.01)
+            _, w2 = await send("a dog ran")  # queued behind the busy decoder, then gone
+            await asyncio.sleep(0.2)
+            w2.close()
+            await asyncio.sleep(0.2)
+            busy.set()
+            answer = await asyncio.wait_for(r1.read(), 20)
+            w1.close()
+            await asyncio.sleep(0.2)
+        finally:
+            busy.set()
+            await runner.cleanup()
+        return answer, logs
+
+    answer, logs = asyncio.run(main())
+    assert b" 200 " in answer.split(b"\r\n", 1)[0]
+    assert seen == [["the cat"]], seen
+    assert len([x for x in logs if " 499 " in x]) == 1, logs
+    assert not any(r.exc_info or "Traceback" in r.getMessage() for r in caplog.records), caplog.text
