@@ -2,25 +2,45 @@
 PYTHON ?= python3
 VENV   ?= .venv
 TORCH  ?= torch==2.13.0
+# SYSTEM_TORCH=1 (test-gpu, gpu-report): run on $(PYTHON)'s own torch (a GPU node's CUDA build);
+# nmtkit's other dependencies and pytest come from $(WHEELHOUSE) into $(DEPS), without the package
+# index, and torch is never installed (tools/system_deps.py). See benchmarks/GPU.md.
+SYSTEM_TORCH ?=
+WHEELHOUSE   ?= dist/wheelhouse
+DEPS         ?= .system-torch-deps
 
+ifeq ($(SYSTEM_TORCH),1)
+STAMP  := $(DEPS)/.nmtkit-installed
+# the source tree first, then the installed dependencies, then whatever PYTHONPATH held
+PY     := PYTHONPATH="$(CURDIR):$(abspath $(DEPS))$${PYTHONPATH:+:$$PYTHONPATH}" $(PYTHON)
+else
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.nmtkit-installed
+PY     := $(BIN)/python
+endif
+BIN    ?= $(VENV)/bin
 # QUICK=1: `make bench` runs every benchmark in its quick mode.
 QUICK  ?=
 # DATA: the corpora folder for slow tests/benchmarks (default ../shared/data); for `make demo`,
 # a folder with {train,valid,test}.{en,fr} to use instead of the message catalogs.
 DATA   ?=
 
-.PHONY: install test test-slow test-browser test-gpu demo bench wheelhouse lint clean
+.PHONY: install test test-slow test-browser test-gpu gpu-report demo bench wheelhouse lint clean
 
 install: $(STAMP)
 
+ifeq ($(SYSTEM_TORCH),1)
+$(STAMP): setup.py
+	$(PYTHON) tools/system_deps.py --wheelhouse $(WHEELHOUSE) --dest $(DEPS)
+	touch $(STAMP)
+else
 # torch first, pinned (an unpinned torch would pull the multi-GB CUDA build), then the package.
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "$(TORCH)"
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
+endif
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" tests
@@ -36,13 +56,20 @@ test-browser: $(STAMP)
 
 # the tests marked `cuda` (they skip, with the reason, where CUDA is unavailable)
 test-gpu: $(STAMP)
-	$(BIN)/python -m pytest -q -rs -m cuda tests
+	$(PY) -m pytest -q -rs -m cuda tests
+
+# everything a first GPU run needs to know, in one process tree (benchmarks/gpu_report.py): on a
+# GPU node `make gpu-report OUT=DIR PYTHON=python3 SYSTEM_TORCH=1` (benchmarks/GPU.md); without
+# CUDA it runs what it can and says so. QUICK=1: tiny sizes, a few steps.
+gpu-report: $(STAMP)
+	@test -n "$(OUT)" || { echo "usage: make gpu-report OUT=DIR [PYTHON=python3 SYSTEM_TORCH=1] [QUICK=1]" >&2; exit 2; }
+	DATA="$(DATA)" $(PY) benchmarks/gpu_report.py --out "$(OUT)" $(if $(QUICK),--quick)
 
 demo: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" DATA="$(DATA)" bash examples/demo/run.sh
 
 bench: $(STAMP)
-	@for b in benchmarks/*.py; do case $$b in */naive_*) continue;; esac; echo "== $$b"; DATA="$(DATA)" NMTKIT_BENCH_QUICK="$(QUICK)" QUICK="$(QUICK)" $(BIN)/python $$b || exit 1; done
+	@for b in benchmarks/*.py; do case $$b in */naive_*|*/gpu_report.py) continue;; esac; echo "== $$b"; DATA="$(DATA)" NMTKIT_BENCH_QUICK="$(QUICK)" QUICK="$(QUICK)" $(BIN)/python $$b || exit 1; done
 
 # nmtkit and its runtime dependencies except torch, as wheels, for nodes without internet
 wheelhouse: $(STAMP)
@@ -52,4 +79,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check nmtkit tests benchmarks tools
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache
+	rm -rf $(VENV) $(DEPS) build dist *.egg-info .pytest_cache

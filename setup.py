@@ -27,6 +27,9 @@ setup(
         "matplotlib>=3.7",
         "aiohttp>=3.9",  # nmtkit serve: HTTP server, and the client its tests and benchmark use
     ],
-    extras_require={"dev": ["pytest>=7", "ruff>=0.4"]},
+    extras_require={
+        "tensorboard": ["tensorboard>=2.10"],  # nmtkit train --tensorboard DIR
+        "dev": ["pytest>=7", "ruff>=0.4", "tensorboard>=2.10"],
+    },
     entry_points={"console_scripts": ["nmtkit=nmtkit.cli:main"]},
 )

@@ -1,5 +1,5 @@
 """The RNNsearch encoder (bidirectional GRU) forward + backward: launched ops and CPU time, for
-the three ways nmtkit can run it (issue 11):
+the three ways nmtkit can run it:
 
   torch.gru   today's default on CPUs (`fuse_steps` False: rnnsearch._bigru_cpu)
   eager       gru_recurrence.py's loop with its step bodies run eagerly (the reference)

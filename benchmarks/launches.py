@@ -43,12 +43,12 @@ after one warm-up step (which allocates the optimiser state).
 Beam-search step: (ops of `beam_search` over the first 80 sources at beam 12, each sentence
 limited to its reference length, minus the ops of encode + init_state) / iterations of the
 search loop. The model is as initialised (untrained, so hypotheses end at their length limit,
-with few early EOS); the first iteration (B rows, then K copies) is averaged in. Caveat: the
-search keeps small bookkeeping tensors on the host on purpose (per-sentence limits, alive
-flags); on the CPU their ops look like any other, e.g. `int(active_lim[i])` for each sentence
-at each step is a `_local_scalar_dense`. The column "reads" gives the `_local_scalar_dense`
-(host reads) among the ops: on a GPU tensor each is a synchronising copy, on a host tensor it
-launches nothing; in the beam step nearly all of them read host tensors.
+with few early EOS); the first iteration (B rows, then K copies) is averaged in. The column
+"reads" gives the `_local_scalar_dense` (scalar host reads) among the ops: on a GPU tensor each
+is a synchronising copy. `HostReads` counts every kind of host read (`.item()`, `.tolist()`,
+`.cpu()`, `bool(t)`, `int(t)`, `nonzero`, boolean-mask indexing) by the Python calls that make
+them, whatever the device: the training step makes one (the finiteness check) and a beam-search
+step one (tests/test_host_reads.py; the search keeps its bookkeeping in numpy).
 
 `--quick` keeps vocabularies, batches and lengths but sets every hidden size to 64 (op counts
 do not depend on widths, only on lengths, batch and vocabulary, which sets the chunks of the
@@ -227,6 +227,47 @@ def count_launches(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[L
     return launch_ops(prof.events()), result
 
 
+class HostReads:
+    """Counts the calls that read a tensor's values on the host while it is active (a context
+    manager; `count` and `calls` after): `.item()`, `.tolist()`, `.cpu()`, `bool/int/float(t)`,
+    `nonzero`, and indexing with a
+    boolean tensor (an implicit nonzero). On a GPU each is a synchronisation: the host waits for
+    every kernel queued before it. Counted through a TorchFunctionMode, so on any device."""
+
+    READS = frozenset({"item", "tolist", "cpu", "__bool__", "__int__", "__float__", "__index__", "nonzero",
+                       "argwhere"})
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.calls: Counter = Counter()
+        self._mode = None
+
+    def __enter__(self) -> "HostReads":
+        import torch
+        from torch.overrides import TorchFunctionMode
+
+        counter = self
+
+        class _Mode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                name = getattr(func, "__name__", "")
+                if name in HostReads.READS or (name == "__getitem__" and len(args) > 1 and _bool_index(args[1])):
+                    counter.count += 1
+                    counter.calls[name] += 1
+                return func(*args, **(kwargs or {}))
+
+        def _bool_index(index) -> bool:
+            items = index if isinstance(index, tuple) else (index,)
+            return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in items)
+
+        self._mode = _Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._mode.__exit__(*exc)
+
+
 # ---- the workloads ---------------------------------------------------------------------------
 PRESETS = ("small", "rnnsearch-50", "rnnencdec-50", "lstm-attention")
 LENGTHS = (27, 33)  # source and target lengths, uniform, inclusive
@@ -242,8 +283,10 @@ def vocab_size(preset: str) -> int:
     return get_preset(preset)[1]["tgt_vocab_size"]
 
 
-def write_data_dir(path: Path, vocab: int, seed: int = 0) -> Path:
-    """A data directory as `nmtkit preprocess` writes it: N_PAIRS seeded random pairs."""
+def write_data_dir(path: Path, vocab: int, seed: int = 0, lengths: tuple[int, int] = LENGTHS,
+                   n_pairs: int = N_PAIRS) -> Path:
+    """A data directory as `nmtkit preprocess` writes it: `n_pairs` seeded random pairs whose
+    sides are `lengths` (inclusive) tokens long."""
     import json
 
     import numpy as np
@@ -255,9 +298,9 @@ def write_data_dir(path: Path, vocab: int, seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
     for lang in ("src", "tgt"):
         Vocab(list(SPECIALS) + [f"{lang}{k}" for k in range(vocab - len(SPECIALS))]).save(path / f"vocab.{lang}.txt")
-    for split, n in (("train", N_PAIRS), ("valid", 8)):
+    for split, n in (("train", n_pairs), ("valid", 8)):
         for lang in ("src", "tgt"):
-            lens = rng.integers(LENGTHS[0], LENGTHS[1] + 1, size=n)
+            lens = rng.integers(lengths[0], lengths[1] + 1, size=n)
             write_split(path, split, lang, [rng.integers(len(SPECIALS), vocab, size=int(k)).tolist() for k in lens])
     manifest = {"format_version": 1, "src_lang": "src", "tgt_lang": "tgt", "pipeline": {}, "settings": {},
                 "vocab": {"src": "vocab.src.txt", "tgt": "vocab.tgt.txt"}}
@@ -266,7 +309,7 @@ def write_data_dir(path: Path, vocab: int, seed: int = 0) -> Path:
 
 
 def make_trainer(preset: str, data_dir: Path, run_dir: Path, max_tokens: int | None, quick: bool, threads: int,
-                 precision: str = "fp32", fuse: str = "off"):
+                 precision: str = "fp32", fuse: str = "off", device: str = "cpu"):
     """The trainer `nmtkit train --preset <preset>` builds (its optimiser included)."""
     from nmtkit.train.config import TrainConfig
     from nmtkit.train.data import DataDir
@@ -278,7 +321,7 @@ def make_trainer(preset: str, data_dir: Path, run_dir: Path, max_tokens: int | N
     arch, model_config = resolve_model(None, preset, {}, len(data.src_vocab), len(data.tgt_vocab))
     model_config.update({k: v for k, v in widths.items() if k in model_config})
     values = train_defaults(arch, preset)
-    values.update(arch=arch, preset=preset, max_updates=1, valid_bleu_samples=0, device="cpu", threads=threads,
+    values.update(arch=arch, preset=preset, max_updates=1, valid_bleu_samples=0, device=device, threads=threads,
                   precision=precision, fuse=fuse)
     if max_tokens is not None:
         values.update(batch_size=None, max_tokens=max_tokens)
@@ -301,7 +344,7 @@ def train_step_launches(trainer, batch) -> tuple[Launches, int]:
     trainer._reset_acc()
     trainer._consecutive_skips = 0
     for _ in range(2):  # the first step allocates the optimiser state; count the second
-        launches, ok = count_launches(trainer._step, batch)
+        launches, ok = count_launches(trainer._step, [batch])
         assert ok, "the synthetic step was skipped (non-finite loss)"
         trainer.state.update += 1
     return launches, int(trainer._tgt_lens[batch].sum()) + len(batch)

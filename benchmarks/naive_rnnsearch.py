@@ -1,15 +1,14 @@
 """A straightforward step-by-step RNNsearch, the baseline of benchmarks/train_speed.py.
 
 Same sizes and same equations as nmtkit.models.rnnsearch (Bahdanau et al. 2015), written the
-way a tutorial would, with all projections inside the decoder loop (issue 3's definition of
-the baseline): the encoder is the same packed bidirectional nn.GRU, but every step embeds its
+way a tutorial would, with all projections inside the decoder loop (the baseline's definition): the encoder is the same packed bidirectional nn.GRU, but every step embeds its
 input token, computes U_a h_j and W_a s_{i-1}, the attention, runs an nn.GRUCell on
 [E y_{i-1}; c_i], computes the deep output, the maxout, the full vocabulary projection and the
 log-softmax; the loss is the NLL of the stacked log-probabilities.
 
 `precompute_keys=True` gives the stronger baseline that computes U_a h_j once per batch (the
 one optimisation the paper itself spells out). Not used by nmtkit; it exists to show what the
-time-batched decoder of DESIGN.md 4 buys.
+time-batched decoder of docs/design.md (convention 4) buys.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Speed of `nmtkit select-data`: LM estimation, tokenisation and LM scoring throughput.
 
-Workload (issue 5): pool = Tatoeba train + giga-fren sample train + Multi30k train (216,128
+Workload: pool = Tatoeba train + giga-fren sample train + Multi30k train (216,128
 pairs), in-domain = Multi30k val (1,014 pairs), from ../shared/data (or $DATA).
 
 Prints:
@@ -155,24 +155,20 @@ def main() -> int:
         block_list.append(Block("pool.en", "pool.fr", i + 1, len(part), "".join(a + "\n" for a, _ in part).encode(),
                                     "".join(b + "\n" for _, b in part).encode()))
 
-    try:
-        for workers in (1, 2):
-            def go(w=workers):
-                n = 0
-                for res in parallel_map(scoring._score_part, iter(block_list), w, 1,
-                                        initializer=scoring._init_scorer, initargs=(scorer,)):
-                    n += res.shape[0]
-                return n
-            self0 = resource.getrusage(resource.RUSAGE_SELF)
-            n, wall, cpus = timed(go)
-            self1 = resource.getrusage(resource.RUSAGE_SELF)
-            parent = (self1.ru_utime + self1.ru_stime) - (self0.ru_utime + self0.ru_stime)
-            assert n == n_score
-            print(f"score     workers={workers}: {n / wall:8.0f} pairs/s {ntoks / wall:10.0f} tokens/s wall | "
-                  f"{n / cpus:8.0f} pairs/cpu-s {ntoks / cpus:10.0f} tokens/cpu-s (target >= 20,000 pairs/s per core)"
-                  + (f"; parent process {parent / n * 1e6:.1f} cpu-us/pair (sending blocks, receiving scores)" if workers > 1 else ""))
-    finally:
-        scoring._init_scorer(None)
+    for workers in (1, 2):
+        def go(w=workers):
+            n = 0
+            for res in parallel_map(scoring.score_block, iter(block_list), w, 1, state=scorer):
+                n += res.shape[0]
+            return n
+        self0 = resource.getrusage(resource.RUSAGE_SELF)
+        n, wall, cpus = timed(go)
+        self1 = resource.getrusage(resource.RUSAGE_SELF)
+        parent = (self1.ru_utime + self1.ru_stime) - (self0.ru_utime + self0.ru_stime)
+        assert n == n_score
+        print(f"score     workers={workers}: {n / wall:8.0f} pairs/s {ntoks / wall:10.0f} tokens/s wall | "
+              f"{n / cpus:8.0f} pairs/cpu-s {ntoks / cpus:10.0f} tokens/cpu-s (target >= 20,000 pairs/s per core)"
+              + (f"; parent process {parent / n * 1e6:.1f} cpu-us/pair (sending blocks, receiving scores)" if workers > 1 else ""))
 
     print(f"peak RSS of this benchmark: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     return 0

@@ -1,4 +1,4 @@
-"""Load on `nmtkit serve`: throughput and latency with 1, 8 and 32 concurrent clients (issue 14).
+"""Load on `nmtkit serve`: throughput and latency with 1, 8 and 32 concurrent clients.
 
 Starts the server on 127.0.0.1 (a free port), then for each client count runs that many clients
 at once, each sending --requests requests of 1-5 Tatoeba dev sentences (drawn with a fixed seed)

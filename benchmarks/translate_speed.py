@@ -1,5 +1,5 @@
 """Translation speed: sentences/s and target tokens/s of batched beam search, and its gain over
-translating one sentence at a time (issue 4: >= 3x on CPU at beam 12).
+translating one sentence at a time (the target: >= 3x on CPU at beam 12).
 
 Translates the first --lines lines of newstest2014 (English) with beam 12 and beam 1, for the
 "small" preset and the paper's rnnsearch-50, on the CPU (and on CUDA when available). Without
@@ -15,7 +15,7 @@ process's peak RSS on the CPU (monotonic over the run), torch's peak allocation 
 
     python benchmarks/translate_speed.py            # 500 lines, CPU (+ CUDA if present)
     python benchmarks/translate_speed.py --quick    # 64 lines, small preset only (about a minute)
-    python benchmarks/translate_speed.py --quick --threads 1 --beams 12   # the issue 4 ratio only
+    python benchmarks/translate_speed.py --quick --threads 1 --beams 12   # the batching ratio only
 
 On a shared machine use --threads 1: the two modes then compete for one core alike.
 """
@@ -169,7 +169,7 @@ def main() -> None:
                               f"({b['secs']:.1f}s, cpu {b['cpu']:.1f}s) vs one at a time {s1['sent_s']:.2f} sent/s "
                               f"({s1['secs']:.1f}s, cpu {s1['cpu']:.1f}s)", flush=True)
                         print(f"{name:12s} {dev:6s} beam 12 SPEED-UP batched / one at a time: {wall:.2f}x wall, "
-                              f"{s1['cpu'] / b['cpu']:.2f}x cpu (issue 4 target >= 3x: "
+                              f"{s1['cpu'] / b['cpu']:.2f}x cpu (target >= 3x: "
                               f"{'met' if wall >= 3 else 'NOT met'})", flush=True)
 
 

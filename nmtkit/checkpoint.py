@@ -1,4 +1,4 @@
-"""Checkpoint format: one self-describing file per model (DESIGN.md convention 2).
+"""Checkpoint format: one self-describing file per model (docs/design.md, convention 2).
 
 A checkpoint is a dict of primitives and tensors only, loadable with `weights_only=True`:
   format_version  int, CHECKPOINT_FORMAT
@@ -14,6 +14,8 @@ A checkpoint is a dict of primitives and tensors only, loadable with `weights_on
   lexicon         int32 tensor (src vocab, k) or None: each source id's likeliest target ids,
                   for decoding shortlists (nmtkit.decode.shortlist); absent in older checkpoints
   ...training state (optimizer, step, rng, data position, best score) as the trainer needs.
+  averaged_from   list of {"path", "update"}: only in a checkpoint `nmtkit average` wrote (the
+                  mean of those checkpoints' parameters; no optimiser state, so not resumable)
 `make_checkpoint` builds this dict (the trainer and the test fixtures alike) and
 `load_checkpoint` reads it back. Written atomically through nmtkit.outputs: temp file in the
 same directory, fsync, os.replace.
@@ -111,10 +113,10 @@ def save_checkpoint(obj: dict[str, Any], path: str | Path) -> None:
 
 def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
     """Load and validate a checkpoint; clear errors for missing, truncated or foreign files."""
-    import torch
-
     import pickle
     import warnings
+
+    import torch
 
     path = Path(path)
     if path.is_dir():

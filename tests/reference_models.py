@@ -1,4 +1,4 @@
-"""Reference implementations written straight from ../shared/PAPER_NOTES.md, for the tests.
+"""Reference implementations written straight from docs/paper-notes.md, for the tests.
 
 One sentence at a time, one time step at a time, one source position at a time: no batching,
 no padding, no masks, no fused matrices, no precomputation. They read the model's parameter

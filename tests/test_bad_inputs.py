@@ -310,6 +310,10 @@ ROWS = [
         needles=("--weight-decay",)),
     Row("train-adam-beta2-one", lambda w: _train(w, w.tmp / "r5", "--adam-beta2", "1"), needles=("--adam-beta2",)),
     Row("train-clip-norm-nan", lambda w: _train(w, w.tmp / "r6", "--clip-norm", "nan"), needles=("--clip-norm",)),
+    Row("train-update-freq-0", lambda w: _train(w, w.tmp / "r8", "--update-freq", "0"),
+        needles=("--update-freq", "at least 1")),
+    Row("translate-ban-unk-with-replace-unk", lambda w: _translate(w, "--ban-unk", "--replace-unk"),
+        needles=("--ban-unk and --replace-unk",)),
     Row("train-run-dir-without-checkpoint-starts-fresh", lambda w: _train(w, _failed_first_run(w)), ok=True,
         check=lambda w: (w.tmp / "failed" / "checkpoint_last.pt").is_file() or pytest.fail("no run")),
     Row("train-max-tokens-1-warns", lambda w: _train(w, w.tmp / "r7", "--max-tokens", "1"), ok=True,
@@ -325,103 +329,40 @@ ROWS = [
     Row("preprocess-binary-input", lambda w: _preprocess(w, w.tmp / "pp-b", _binary_as_text(w)),
         needles=("bin.en", "binary")),
     Row("select-data-lines-0", lambda w: _select(w, w.tmp / "sel0")[:-2] + ["--lines", "0"], needles=("--lines",)),
-    # ---- inputs and resources ---------------------------------------------------------------------
-    Row("translate-beam-above-the-vocabulary-is-capped", lambda w: _translate(w, "--beam", "10000"), ok=True,
-        needles=("--beam 10000", "target vocabulary")),
-    Row("translate-i-fifo", lambda w: _with_input(w, _fifo_input(w), "-o", str(w.tmp / "o.txt")), ok=True,
-        check=lambda w: _lines(w.tmp / "o.txt", 5)),
-    Row("translate-i-process-substitution", lambda w: _with_input(w, _pipe_input(w), "-o", str(w.tmp / "o.txt")),
-        ok=True, check=lambda w: _lines(w.tmp / "o.txt", 5)),
-    Row("translate-i-directory", lambda w: _with_input(w, str(w.tmp)), needles=("is a directory",)),
-    Row("translate-m-directory", lambda w: ["translate", "-m", str(w.tmp), "-i", str(w.src)],
-        needles=("is a directory",)),
-    Row("translate-nul-byte-is-binary", lambda w: _with_input(w, _text(w, "nul.en", b"a cat\nthe\0dog\n")),
-        needles=("nul.en:2:", "binary")),
-    Row("translate-utf8-bom-is-stripped",
-        lambda w: _with_input(w, _text(w, "bom.en", b"\xef\xbb\xbf" + w.src.read_bytes()), "-o", str(w.tmp / "b")),
-        ok=True, check=lambda w: _same_as_without_bom(w)),
-    # ---- validation and messages --------------------------------------------------------------------
-    Row("translate-lenpen-nan", lambda w: _translate(w, "--lenpen", "nan"), needles=("--lenpen",)),
-    Row("translate-max-len-a-negative", lambda w: _translate(w, "--max-len-a", "-1"), needles=("--max-len-a",)),
-    Row("translate-plot-limit-negative", lambda w: _translate(w, "--plot-limit", "-1"), needles=("--plot-limit",)),
-    Row("train-manifest-format-version-99", lambda w: _train(_w_manifest(w, format_version=99), w.tmp / "r8"),
-        needles=("manifest.json", "format_version 99")),
-    Row("train-manifest-vocab-outside-the-data-dir",
-        lambda w: _train(_w_manifest(w, vocab={"src": "/etc/passwd", "tgt": "vocab.fr.txt"}), w.tmp / "r9"),
-        needles=("manifest.json", "vocab.src")),
-    Row("train-manifest-vocab-climbing-out", lambda w: _train(_w_manifest(
-        w, vocab={"src": "vocab.en.txt", "tgt": "../data/vocab.fr.txt"}), w.tmp / "r10"), needles=("vocab.tgt",)),
-    Row("train-manifest-pipeline-language-contradicts",
-        lambda w: _train(_w_manifest(w, pipeline_src_lang="de"), w.tmp / "r11"), needles=("pipeline.src_lang",)),
-    Row("translate-random-bytes-named-pt", lambda w: ["translate", "-m", _text(w, "r.pt", os.urandom(4000)), "-i",
-                                                      str(w.src)], needles=("r.pt", "not an nmtkit checkpoint"),
-        absent=("weights_only", "arbitrary code")),
-    Row("translate-pickle-named-pt", lambda w: ["translate", "-m", _pickle(w), "-i", str(w.src)],
-        needles=("p.pt", "not an nmtkit checkpoint"), absent=("weights_only", "arbitrary code", "Warning")),
-    Row("serve-beam-0", lambda w: ["serve", "-m", str(w.ckpt), "--beam", "0"], needles=("--beam",),
-        absent=("--max-beam",)),
-    Row("train-dropout-2-names-the-option", lambda w: _train(w, w.tmp / "r12", "--dropout", "2"),
-        needles=("--dropout",), absent=("Config",)),
-    Row("score-tokenize-ja-mecab-without-mecab", lambda w: _score(w, "--tokenize", "ja-mecab"),
-        needles=("ja-mecab", "sacrebleu[ja]")),
+    # ---- average, --protect, --tensorboard ------------------------------------------------------
+    Row("average-missing-checkpoint", lambda w: ["average", "-m", str(w.ckpt), "-m", str(w.tmp / "gone.pt"), "-o",
+                                                 str(w.tmp / "avg.pt")], needles=("gone.pt", "checkpoint not found")),
+    Row("average-incompatible", lambda w: ["average", "-m", str(w.ckpt), "-m", str(_other_vocab_ckpt(w)), "-o",
+                                           str(w.tmp / "avg.pt")], needles=("other.pt", "vocabulary differs")),
+    Row("average-last-more-than-kept", lambda w: ["average", "--last", "5", "--save-dir", str(w.run_dir()), "-o",
+                                                  str(w.tmp / "avg.pt")], needles=("--last 5", "kept 0")),
+    Row("average-output-is-an-input", lambda w: ["average", "-m", str(w.ckpt), "-o", str(w.ckpt), "--force"],
+        needles=("-o output is the same file as the -m input",)),
+    Row("average-o-readonly", lambda w: ["average", "-m", str(w.ckpt), "-o", str(w.readonly() / "avg.pt")],
+        needles=("avg.pt", "Read-only file system")),
+    Row("preprocess-protect-invalid-regex", lambda w: _preprocess(w, w.tmp / "pp-p", "corpus", "--protect",
+                                                                  str(_patterns(w, "%s\n[x\n"))),
+        needles=("patterns.txt:2:", "invalid regular expression")),
+    Row("preprocess-protect-unknown-set", lambda w: _preprocess(w, w.tmp / "pp-p", "corpus", "--protect", "printff"),
+        needles=("--protect printff", "named set")),
+    Row("preprocess-protect-missing-file", lambda w: _preprocess(w, w.tmp / "pp-p", "corpus", "--protect",
+                                                                 str(w.tmp / "gone.txt")),
+        needles=("gone.txt", "not found")),
+    Row("train-tensorboard-readonly", lambda w: _train(w, w.tmp / "run-tb", "--tensorboard", str(w.readonly() / "tb")),
+        needles=("tb", "Read-only file system")),
 ]
 
 
-def _text(w: World, name: str, data: bytes) -> str:
-    (w.tmp / name).write_bytes(data)
-    return str(w.tmp / name)
+def _other_vocab_ckpt(w: World) -> Path:
+    from tests.translate_fixtures import TGT_WORDS, make_checkpoint
+
+    return make_checkpoint(w.tmp / "other.pt", seed=3, tgt_words=list(reversed(TGT_WORDS)))
 
 
-def _pickle(w: World) -> str:
-    import pickle
-
-    (w.tmp / "p.pt").write_bytes(pickle.dumps({"a": 1}, protocol=4))
-    return str(w.tmp / "p.pt")
-
-
-def _with_input(w: World, path: str, *extra: str) -> list[str]:
-    argv = _translate(w, *extra)
-    argv[argv.index("-i") + 1] = path
-    return argv
-
-
-def _lines(p: Path, n: int) -> None:
-    assert p.read_text().count("\n") == n, p.read_text()
-
-
-def _fifo_input(w: World) -> str:
-    """A FIFO fed by a writer thread, as `mkfifo f; cmd > f &` gives."""
-    fifo = w.tmp / "in.fifo"
-    os.mkfifo(fifo)
-    threading.Thread(target=lambda: fifo.write_bytes(w.src.read_bytes()), daemon=True).start()
-    return str(fifo)
-
-
-def _pipe_input(w: World) -> str:
-    """What bash's <(cmd) gives: /proc/self/fd/N (/dev/fd/63), the read end of a pipe."""
-    r, wr = os.pipe()
-    os.write(wr, w.src.read_bytes())
-    os.close(wr)
-    return f"/proc/self/fd/{r}"
-
-
-def _same_as_without_bom(w: World) -> None:
-    code, err = run_main(_translate(w, "-o", str(w.tmp / "plain")))
-    assert code == 0, err
-    assert (w.tmp / "b").read_text() == (w.tmp / "plain").read_text()
-
-
-def _w_manifest(w: World, pipeline_src_lang: str | None = None, **changes) -> World:
-    import json
-
-    d = _data_copy(w)
-    m = json.loads((d / "manifest.json").read_text())
-    m.update(changes)
-    if pipeline_src_lang:
-        m["pipeline"]["src_lang"] = pipeline_src_lang
-    (d / "manifest.json").write_text(json.dumps(m))
-    w.data = d
-    return w
+def _patterns(w: World, text: str) -> Path:
+    p = w.tmp / "patterns.txt"
+    p.write_text(text, encoding="utf-8")
+    return p
 
 
 def _w_data(w: World, damage: Callable[[Path], object]) -> World:
@@ -431,20 +372,6 @@ def _w_data(w: World, damage: Callable[[Path], object]) -> World:
     return w
 
 
-@pytest.fixture(scope="module")
-def shared_files(tmp_path_factory):
-    from tests.train_fixtures import make_data_dir
-    from tests.translate_fixtures import make_checkpoint
-
-    base = tmp_path_factory.mktemp("bad")
-    return make_checkpoint(base / "model.pt", seed=3), make_data_dir(base / "data", n_train=48, n_valid=8)
-
-
-@pytest.fixture
-def world(tmp_path, shared_files):
-    w = World(tmp_path, *shared_files)
-    yield w
-    w.cleanup()
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
@@ -514,39 +441,3 @@ def test_a_checkpoint_on_a_full_disk_names_the_file_and_keeps_the_previous_one(w
     assert load_checkpoint(full / "checkpoint_last.pt")["x"] == 1
     assert sorted(p.name for p in full.iterdir()) == [".filler", "checkpoint_last.pt"]  # no temp file left
 
-
-def test_sigterm_to_translate_leaves_no_temp_file(world):
-    """SIGTERM, like Ctrl-C, removes the half-written OUT.*.tmp; the exit status is 143."""
-    import signal
-    import time
-
-    out = world.tmp / "out.txt"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    argv = _translate(world, "-o", str(out), "--buffer-size", "1")
-    del argv[argv.index("-i"):argv.index("-i") + 2]  # stdin, kept open: translate is mid-run at the signal
-    proc = subprocess.Popen([sys.executable, "-m", "nmtkit", *argv], stdin=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
-    with proc.stdin as feed:
-        feed.write("the cat\n")
-        feed.flush()
-        deadline = time.monotonic() + 120
-        while not list(world.tmp.glob("out.txt.*.tmp")) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert list(world.tmp.glob("out.txt.*.tmp")), "translate never started writing"
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=60)
-    err = proc.stderr.read()
-    assert proc.returncode == 143 and "Traceback" not in err, err
-    assert not list(world.tmp.glob("out.txt*")), list(world.tmp.iterdir())
-
-
-def test_wmt14_smoke_honours_work_and_results(tmp_path):
-    """`make smoke WORK=... RESULTS=...` writes there, not into the source tree (make -n: what it would run)."""
-    if shutil.which("make") is None:
-        pytest.skip("make not installed")
-    proc = subprocess.run(["make", "-n", "-C", str(REPO / "examples" / "wmt14-en-fr"), "smoke", f"DATA={tmp_path}",
-                           f"WORK={tmp_path}/w", f"RESULTS={tmp_path}/res"], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    assert f"{tmp_path}/w/" in proc.stdout and f"{tmp_path}/res/" in proc.stdout
-    assert "work-smoke" not in proc.stdout and "results-smoke" not in proc.stdout

@@ -18,19 +18,16 @@ from typing import Callable
 
 import pytest
 
-from tests.test_bad_inputs import (  # noqa: F401 - fixtures used by name
+from tests.test_bad_inputs import (
     EN,
     FR,
     TINY,
     Row,
     World,
     _preprocess,
-    _select,
     _translate,
     check_row,
     run_main,
-    shared_files,
-    world,
 )
 
 
@@ -119,6 +116,8 @@ COMMANDS = [
             {"--dest": "prefix"}, _select_argv),
     Command("train", {"--data": lambda w: _file(w, "in-data", "data", w.data)}, {"--save-dir": "folder"},
             _train_argv),
+    Command("average", {"-m": lambda w: _file(w, "in-m", "model.pt", w.ckpt)}, {"-o": "file"},
+            lambda w, ins, outs: ["average", "-m", ins["-m"].value, "-o", outs["-o"], "--force"]),
     # score's inputs are named *.png: --plot must end in .png, and that check is not the one tried here
     Command("score", {"--hyp": lambda w: _file(w, "in-hyp", "hyp.png", w.tmp / "corpus.fr"),
                       "--ref": lambda w: _file(w, "in-ref", "ref.png", w.tmp / "corpus.fr"),

@@ -11,8 +11,7 @@ from nmtkit.data.batching import (
     keep_pairs,
     length_batches,
     pad_rows,
-    shard,
-    trainable,
+    update_batches,
 )
 from nmtkit.errors import ConfigError
 
@@ -83,18 +82,23 @@ def test_plan_is_a_function_of_seed_and_epoch():
     assert not all(np.array_equal(x, y) for x, y in zip(a, d))
 
 
-@pytest.mark.parametrize("world", [1, 2, 3, 4])
-def test_shards_are_disjoint_and_cover_each_batch(world):
+@pytest.mark.parametrize("world,freq", [(1, 1), (1, 3), (2, 1), (3, 2), (4, 1)])
+def test_updates_give_each_rank_its_own_minibatches_and_cover_the_epoch(world, freq):
+    """Every update holds `freq` rounds of one minibatch per rank (fewer whole rounds at the end of
+    the epoch); the updates cover the plan but for fewer minibatches than ranks at its end."""
     src, tgt = _lengths(777, seed=6)
-    for batch in epoch_batches(src, tgt, BatchingConfig(batch_size=33, pool_size=330), seed=1, epoch=1):
-        parts = [shard(batch, r, world) for r in range(world)]
-        flat = np.concatenate(parts)
-        assert len(flat) == len(batch) and set(flat.tolist()) == set(batch.tolist())
-        if trainable(batch, world):
-            assert all(len(p) >= 1 for p in parts)
-            assert max(len(p) for p in parts) - min(len(p) for p in parts) <= 1
-    with pytest.raises(ValueError):
-        shard(np.arange(4), 2, 2)
+    plan = epoch_batches(src, tgt, BatchingConfig(batch_size=33, pool_size=330), seed=1, epoch=1)
+    start, seen = 0, []
+    while True:
+        group = update_batches(plan, start, world, freq)
+        if not group:
+            break
+        assert len(group) % world == 0 and len(group) <= world * freq
+        assert all(len(group[r::world]) == len(group) // world for r in range(world))
+        seen += group
+        start += len(group)
+    assert len(plan) - len(seen) < world
+    assert all(np.array_equal(a, b) for a, b in zip(seen, plan))
 
 
 def test_keep_pairs_drops_long_and_empty_sides():

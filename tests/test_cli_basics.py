@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from nmtkit.cli import cli
 
-SUBCOMMANDS = ["preprocess", "select-data", "train", "translate", "score", "serve"]
+SUBCOMMANDS = ["preprocess", "select-data", "train", "translate", "score", "serve", "average"]
 
 
 def test_help_lists_the_subcommands_in_pipeline_order():

@@ -28,6 +28,13 @@ TINY_CLI = ["--arch", "rnnsearch", "--emb-dim", "16", "--enc-hidden", "16", "--d
             "--batch-size", "16", "--threads", "1", "--device", "cuda", "--valid-bleu-samples", "0"]
 
 
+def _env(**extra: str) -> dict[str, str]:
+    """The environment for a child process: this repository first on PYTHONPATH, before what it
+    held (make test-gpu SYSTEM_TORCH=1 puts nmtkit's dependencies there)."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return dict(os.environ, PYTHONPATH=path, **extra)
+
+
 def _trainer(data_dir, run_dir, **changes):
     from nmtkit.train.data import DataDir
     from nmtkit.train.run import resolve_model
@@ -41,12 +48,12 @@ def _trainer(data_dir, run_dir, **changes):
 
 def _one_update(data_dir, run_dir, device, precision):
     """(parameters before, their change after one `Trainer._step`) on `device`, as CPU tensors."""
-    trainer = _trainer(data_dir, run_dir, device=device, precision=precision, optimizer="sgd", lr=1.0)
+    trainer = _trainer(data_dir, run_dir, device=device, precision=precision, optimizer="sgd", lr=1.0, tf32=False)
     try:
         before = {n: p.detach().cpu().clone() for n, p in trainer.model.named_parameters()}
         trainer._reset_acc()
         trainer._consecutive_skips = 0
-        assert trainer._step(trainer.epoch_plan(1)[0])
+        assert trainer._step([trainer.epoch_plan(1)[0]])
         return before, {n: p.detach().cpu() - before[n] for n, p in trainer.model.named_parameters()}
     finally:
         trainer.close()
@@ -55,7 +62,7 @@ def _one_update(data_dir, run_dir, device, precision):
 @pytest.mark.parametrize("precision,tol", [("fp32", 1e-3), ("bf16", 3e-2)])
 def test_one_training_step_on_cuda_equals_the_cpu_step(data_dir, tmp_path, precision, tol):
     # plain SGD at lr 1: the change of the weights is the clipped gradient itself (Adam would
-    # turn tiny gradient differences into sign flips). fp32 tolerance: cuDNN may use TF32.
+    # turn tiny gradient differences into sign flips). TF32 off: the fp32 step is exact fp32.
     cpu_before, cpu_delta = _one_update(data_dir, tmp_path / "cpu", "cpu", precision)
     gpu_before, gpu_delta = _one_update(data_dir, tmp_path / "gpu", "cuda", precision)
     for name in cpu_before:
@@ -91,7 +98,7 @@ def resume_runs_child(data_dir: str, out: str) -> None:
 
 
 def test_resume_on_cuda_equals_the_uninterrupted_run(data_dir, tmp_path):
-    env = dict(os.environ, CUBLAS_WORKSPACE_CONFIG=":4096:8", PYTHONPATH=str(REPO))
+    env = _env(CUBLAS_WORKSPACE_CONFIG=":4096:8")
     code = f"from tests.test_cuda import resume_runs_child; resume_runs_child({str(data_dir)!r}, {str(tmp_path)!r})"
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -123,7 +130,7 @@ def test_translate_on_cuda_gives_the_cpu_output(tmp_path):
 def _torchrun(nproc: int, data_dir, run, *extra):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
            "-m", "nmtkit", "train", "--data", str(data_dir), "--save-dir", str(run), *TINY_CLI, *extra]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = _env()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return load_checkpoint(run / "checkpoint_last.pt")

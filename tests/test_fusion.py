@@ -125,3 +125,50 @@ def test_fused_step_under_bf16_autocast_keeps_every_gradient_finite():
         assert all(torch.isfinite(t).all() for t in grads[fuse].values()), fuse
     for name, t in grads[False].items():
         torch.testing.assert_close(grads[True][name], t, rtol=0.1, atol=1e-3, msg=name)
+
+
+@pytest.mark.slow  # about 100 s of CPU, nearly all of it compiling the ~30 graphs
+@needs_compiler
+def test_fused_training_over_every_shape_case_stays_within_the_graph_bound(tmp_path):
+    """200 fused updates over batches of every size (one-pair batches of over-budget pairs, the
+    epoch's short last batches), T == S and T != S, two loss chunks or more per batch and dev loss
+    plus dev BLEU (beam) every 50 updates: the run completes, and no step body compiles more than
+    fusion.MAX_GRAPHS_PER_BODY graphs (dynamo's cache entries per body; its limit is 8)."""
+    import torch._dynamo
+
+    from nmtkit.train.run import run_training
+    from tests.train_fixtures import TINY_MODEL, make_data_dir, make_varied_pairs, records, tiny_options
+
+    torch._dynamo.reset()  # count this run's graphs only
+    pairs = {"train": make_varied_pairs(200, 1, n_long=3), "valid": make_varied_pairs(13, 2)}
+    data = make_data_dir(tmp_path / "data", pairs=pairs)
+    opts = tiny_options(max_updates=200, valid_every=50, save_every=1000, log_every=50, max_tokens=40,
+                        batch_size=None, loss_chunk_tokens=24, fuse="on", max_len=30, valid_bleu_samples=13,
+                        valid_batch_size=4, valid_beam=2)
+    result = run_training(data, tmp_path / "run", opts, TINY_MODEL)
+    assert result.update == 200
+    assert [r["update"] for r in records(tmp_path / "run", "valid")] == [50, 100, 150, 200]
+    graphs = {body.__qualname__: fusion.graphs_compiled(body) for body in fusion.compiled_bodies()}
+    assert {"_fwd_step", "_bwd_step", "_forward_step", "_backward_step", "_lce_chunk"} <= graphs.keys(), graphs
+    assert max(graphs.values()) <= fusion.MAX_GRAPHS_PER_BODY, graphs
+
+
+@needs_compiler
+def test_a_body_at_the_recompile_limit_runs_eager_with_one_warning(monkeypatch, caplog):
+    import torch._dynamo
+
+    def body(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(a) * b + 1
+
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    fused = fusion.step_fn(body, True)
+    outs = []
+    with caplog.at_level("WARNING", logger="nmtkit.models.fusion"):
+        for rows in (3, 1, 5, 1, 2):  # a one-row batch specialises: a second graph, over the limit
+            a, b = torch.randn(rows, 4), torch.randn(rows, 4)
+            outs.append((fused(a, b), body(a, b)))
+    for got, want in outs:
+        torch.testing.assert_close(got, want)
+    warnings = [r for r in caplog.records if "recompile limit" in r.getMessage()]
+    assert len(warnings) == 1, [r.getMessage() for r in caplog.records]
+    assert fusion.graphs_compiled(body) == 1

@@ -1,4 +1,4 @@
-"""Properties every architecture must have (DESIGN.md 3 and 9), on tiny float64 models."""
+"""Properties every architecture must have (docs/design.md, conventions 3 and 9), on tiny float64 models."""
 from __future__ import annotations
 
 import dataclasses
@@ -201,7 +201,7 @@ def test_presets_match_the_paper_and_build():
 
 
 def test_small_preset_takes_the_ablations_choices_and_the_paper_presets_stay_the_papers():
-    """Issue 13's ablation (presets.py docstring): the small preset initialises every weight
+    """The ablation in docs/experiments.md: the small preset initialises every weight
     U(-0.1, 0.1), drops out only the deep output and reads s_i in it; the paper presets keep the
     appendix's equations, initialisation and procedure."""
     arch, cfg = preset("small")

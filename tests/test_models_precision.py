@@ -36,3 +36,22 @@ def test_auto_precision_resolves_to_one_concrete_name_per_device(monkeypatch):
     assert prec.resolve_precision("cpu", "auto") == "fp32"
     for name in ("fp32", "bf16", "fp16"):
         assert prec.resolve_precision("cpu", name) == name
+
+
+def test_tf32_is_on_for_cuda_fp32_runs_unless_switched_off_and_untouched_elsewhere():
+    import torch
+
+    from nmtkit.models.precision import set_tf32
+
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = (matmul.fp32_precision, cudnn.fp32_precision)
+    try:
+        matmul.fp32_precision = cudnn.fp32_precision = "ieee"
+        assert set_tf32("cpu", "fp32", True) is False and matmul.fp32_precision == "ieee"
+        assert set_tf32("cuda", "bf16", True) is False and matmul.fp32_precision == "ieee"
+        assert set_tf32("cuda", "fp32", True) is True
+        assert (matmul.fp32_precision, cudnn.fp32_precision) == ("tf32", "tf32")
+        assert set_tf32("cuda", "fp32", False) is False  # --no-tf32: exact fp32
+        assert (matmul.fp32_precision, cudnn.fp32_precision) == ("ieee", "ieee")
+    finally:
+        matmul.fp32_precision, cudnn.fp32_precision = saved

@@ -1,9 +1,11 @@
-"""`python -m nmtkit.text.tokenize`: the recipes' one-off tokeniser agrees with preprocess's
-tokenize and rejects bad input with one line naming file and line, writing nothing."""
+"""`nmtkit tokenize`: the recipes' one-off tokeniser agrees with preprocess's tokenize and rejects
+bad input with one line naming file and line, writing nothing."""
 from __future__ import annotations
 
 import subprocess
 import sys
+
+import pytest
 
 from nmtkit.text.moses import tokenize
 
@@ -11,7 +13,7 @@ LINES = ['Hello, "world" -- it\'s 3.5 km!', "", "Une phrase à l'essai."]
 
 
 def _run(args, stdin: bytes | None = None):
-    return subprocess.run([sys.executable, "-m", "nmtkit.text.tokenize", *args], input=stdin,
+    return subprocess.run([sys.executable, "-m", "nmtkit", "tokenize", *args], input=stdin,
                           capture_output=True)
 
 
@@ -51,14 +53,14 @@ FR = ["La voiture d'un homme bien connu.", "La radio était nette, non ?", "M. S
 
 def _tokenise_corpus(tmp_path, *flags: str) -> str:
     """train/valid en-fr files tokenised by the tool (in this process) with `flags`; the prefix."""
-    from nmtkit.text.tokenize import main
+    from nmtkit.cli import main
 
     for split in ("train", "valid"):
         for lang, lines in (("en", EN), ("fr", FR)):
             raw = tmp_path / f"raw-{split}.{lang}"
             raw.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
-            assert main(["--lang", lang, "-i", str(raw), "-o", str(tmp_path / f"tok-{split}.{lang}"),
-                         "--workers", "1", *flags]) == 0
+            main(["tokenize", "--lang", lang, "-i", str(raw), "-o", str(tmp_path / f"tok-{split}.{lang}"),
+                  "--workers", "1", *flags])  # returns on success, exits on an error
     return str(tmp_path / "tok")
 
 
@@ -75,13 +77,11 @@ def test_output_records_the_settings_it_tokenised_with(tmp_path):
 
     _tokenise_corpus(tmp_path, "--lowercase", "--aggressive-dash-splits")
     info = json.loads((tmp_path / "tok-train.fr.tokinfo.json").read_text(encoding="utf-8"))
-    assert info == {"tool": "nmtkit.text.tokenize", "lang": "fr", "normalize_punct": True,
-                    "aggressive_dash_splits": True, "lowercase": True}
+    assert info == {"tool": "nmtkit tokenize", "lang": "fr", "normalize_punct": True,
+                    "aggressive_dash_splits": True, "lowercase": True, "protected_patterns": []}
 
 
 def test_preprocess_refuses_tok_input_made_with_flags_it_was_not_given(tmp_path):
-    import pytest
-
     from nmtkit.errors import ConfigError
     from nmtkit.preprocess import preprocess
 
@@ -110,3 +110,20 @@ def test_tokeniser_flags_given_to_preprocess_too_are_replayed_at_translate_time(
     tokenised = (tmp_path / "tok-train.en").read_text(encoding="utf-8").splitlines()
     assert [" ".join(replay.encode(x, "src")) for x in EN] == tokenised
     assert "@-@" in tokenised[0] and tokenised[0].startswith("a ")
+
+
+def test_stdin_to_stdout_and_the_normalisation_switch_agree_with_the_pipeline():
+    from nmtkit.text.pipeline import TextPipeline
+
+    line = "Il a dit « oui »  !"
+    for flags, normalize in (([], True), (["--no-normalize-punct"], False)):
+        proc = _run(["--lang", "fr", "--workers", "1", *flags], stdin=(line + "\n").encode())
+        assert proc.returncode == 0, proc.stderr
+        want = " ".join(TextPipeline("fr", "fr", normalize_punct=normalize).tokenize(line, "src"))
+        assert proc.stdout.decode() == want + "\n"
+
+
+def test_zero_workers_is_refused_with_one_line():
+    proc = _run(["--lang", "en", "--workers", "0"], stdin=b"x\n")
+    err = proc.stderr.decode()
+    assert proc.returncode != 0 and "--workers must be at least 1" in err and len(err.strip().splitlines()) == 1

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from nmtkit.errors import InputError
-from nmtkit.text.parallel import parallel_map
+from nmtkit.text.parallel import parallel_map, worker_state
 from nmtkit.text.vocab import SPECIALS, UNK_ID, Vocab
 
 
@@ -28,25 +28,33 @@ def test_vocab_file_round_trip_and_bad_file_error(tmp_path):
         Vocab.load(tmp_path / "bad.txt")
 
 
-_STATE: dict = {}
-
-
-def _init(offset: int) -> None:
-    _STATE["offset"] = offset
-    _STATE["pid"] = os.getpid()
+def _prepare(offset: int) -> dict:
+    return {"offset": offset, "pid": os.getpid()}
 
 
 def _add(x: int) -> tuple[int, int]:
-    return x + _STATE["offset"], _STATE["pid"]
+    state = worker_state()
+    return x + state["offset"], state["pid"]
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_parallel_map_keeps_order_and_runs_the_initializer_in_each_worker(workers):
-    out = list(parallel_map(_add, range(2000), workers=workers, chunk_size=7, initializer=_init, initargs=(100,)))
+def test_parallel_map_keeps_order_and_prepares_the_state_once_in_each_worker(workers):
+    out = list(parallel_map(_add, range(2000), workers=workers, chunk_size=7, state=100, prepare=_prepare))
     assert [y for y, _ in out] == [x + 100 for x in range(2000)]
     pids = {pid for _, pid in out}
     if workers > 1:
         assert os.getpid() not in pids
+    else:
+        assert pids == {os.getpid()}
+    with pytest.raises(RuntimeError, match="outside parallel_map"):
+        worker_state()  # the map's state does not outlive it
+
+
+def test_a_map_without_workers_restores_the_state_of_an_enclosing_map():
+    def inner(x):
+        return list(parallel_map(lambda y: (y, worker_state()), [x], workers=1, state="inner"))[0] + (worker_state(),)
+
+    assert list(parallel_map(inner, [1, 2], workers=1, state="outer")) == [(1, "inner", "outer"), (2, "inner", "outer")]
 
 
 def test_parallel_map_with_partial_and_no_initializer():

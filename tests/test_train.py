@@ -120,3 +120,48 @@ def test_keep_every_keeps_the_model_at_those_updates_and_force_clears_them(data_
 def test_negative_keep_every_is_refused():
     with pytest.raises(ConfigError, match="--keep-every"):
         TrainConfig.from_dict(dict(tiny_options(), keep_every=-1))
+
+
+def test_a_failing_validation_loses_no_update_before_it(data_dir, tmp_path, monkeypatch):
+    """Saved first, then validated: an error in the validation at update 10 (10 is no save point)
+    leaves checkpoint_last.pt at update 10, and a resume from it, which runs that validation again,
+    ends where the uninterrupted run ends."""
+    import nmtkit.train.trainer as trainer_mod
+
+    opts = tiny_options(max_updates=20, valid_every=10, save_every=20, lr_schedule="plateau", lr_patience=0)
+    run_training(data_dir, tmp_path / "full", opts, TINY_MODEL)
+
+    real = trainer_mod.dev_loss
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("validation broke")
+
+    monkeypatch.setattr(trainer_mod, "dev_loss", broken)
+    with pytest.raises(RuntimeError, match="validation broke"):
+        run_training(data_dir, tmp_path / "half", opts, TINY_MODEL)
+    assert load_checkpoint(tmp_path / "half" / "checkpoint_last.pt")["trainer"]["update"] == 10
+    monkeypatch.setattr(trainer_mod, "dev_loss", real)
+    run_training(data_dir, tmp_path / "half", opts, TINY_MODEL, resume=True)
+    a = load_checkpoint(tmp_path / "full" / "checkpoint_last.pt")
+    b = load_checkpoint(tmp_path / "half" / "checkpoint_last.pt")
+    wall = ("elapsed",)
+    assert {k: v for k, v in a["trainer"].items() if k not in wall} == {
+        k: v for k, v in b["trainer"].items() if k not in wall}
+    assert a["schedule_state"] == b["schedule_state"]
+    for name, tensor in a["model_state"].items():
+        assert torch.equal(tensor, b["model_state"][name]), name
+    updates = [r["update"] for r in _records(tmp_path / "half", "valid")]
+    assert updates == [10, 20], updates
+
+
+def test_a_module_dev_bleu_needs_but_lacks_stops_the_run_before_its_first_update(data_dir, tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "sacrebleu", None)  # `import sacrebleu` now fails
+    with pytest.raises(ConfigError, match="dev BLEU needs the module 'sacrebleu'.*--valid-bleu-samples 0"):
+        run_training(data_dir, tmp_path / "run", tiny_options(max_updates=20, valid_every=10), TINY_MODEL)
+    assert not (tmp_path / "run" / "checkpoint_last.pt").exists()
+    # without dev BLEU the run does not need it
+    res = run_training(data_dir, tmp_path / "run", tiny_options(max_updates=2, valid_every=10, valid_bleu_samples=0),
+                       TINY_MODEL)
+    assert res.update == 2

@@ -60,8 +60,9 @@ def _worker(rank, world, port, data_dir, run_dir, out_dir, opts):
 
 def test_two_gloo_ranks_stay_identical_and_match_a_single_process(tmp_path):
     data_dir = make_data_dir(tmp_path / "data")
-    # plain SGD: the update is linear in the gradient, so the two-rank run (each rank half of
-    # every minibatch, gradients averaged) must equal one process up to float summation order
+    # plain SGD: the update is linear in the gradient, so the two-rank run (each rank its own
+    # minibatch, gradients averaged) must equal one process summing the same two minibatches'
+    # gradients (--update-freq 2), up to float summation order
     opts = tiny_options(max_updates=UPDATES, valid_every=3, save_every=3, optimizer="sgd", lr=0.5,
                         valid_bleu_samples=4)
     _start_ranks(_worker, (2, _free_port(), data_dir, tmp_path / "run2", tmp_path, opts))
@@ -70,7 +71,7 @@ def test_two_gloo_ranks_stay_identical_and_match_a_single_process(tmp_path):
     assert r0["update"] == r1["update"] == UPDATES
     for name, t in r0["state"].items():
         assert torch.equal(t, r1["state"][name]), name
-    _train(data_dir, tmp_path / "run1", tmp_path / "single.pt", opts)
+    _train(data_dir, tmp_path / "run1", tmp_path / "single.pt", dict(opts, update_freq=2))
     single = torch.load(tmp_path / "single.pt", weights_only=True)
     for name, t in single["state"].items():
         assert torch.allclose(t, r0["state"][name], atol=1e-5, rtol=1e-4), name
@@ -84,6 +85,55 @@ def test_two_gloo_ranks_stay_identical_and_match_a_single_process(tmp_path):
     # rank 0 wrote the run directory, with validation records
     assert (tmp_path / "run2" / "checkpoint_last.pt").exists()
     assert '"kind": "valid"' in (tmp_path / "run2" / "metrics.jsonl").read_text()
+
+
+def _one_update(data_dir, run_dir, batch_size, update_freq, halves):
+    """The weights after one plain-SGD update on the first 80-pair minibatch of the plan at batch
+    80, given as one minibatch or (halves) as its two halves of 40: one per rank under torchrun,
+    else both summed by --update-freq."""
+    from nmtkit.train import distributed as ddp
+    from nmtkit.train.config import TrainConfig
+    from nmtkit.train.data import DataDir
+    from nmtkit.train.run import resolve_model
+    from nmtkit.train.trainer import Trainer
+
+    torch.set_num_threads(1)
+    data = DataDir.open(data_dir)
+    arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
+    opts = tiny_options(optimizer="sgd", lr=1.0, sort_pool=240, valid_bleu_samples=0)
+    plan_80 = Trainer(TrainConfig.from_dict(dict(opts, batch_size=80)), data, run_dir / "plan", arch, mcfg)
+    batch = max(plan_80.epoch_plan(1), key=len)
+    plan_80.close()
+    assert len(batch) == 80
+    cfg = TrainConfig.from_dict(dict(opts, batch_size=batch_size, update_freq=update_freq))
+    trainer = Trainer(cfg, data, run_dir, arch, mcfg, dist_info=ddp.env_info())
+    try:
+        trainer._reset_acc()
+        trainer._consecutive_skips = 0
+        assert trainer._step([batch[:40], batch[40:]] if halves else [batch])
+        return {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    finally:
+        trainer.close()
+
+
+def _one_update_worker(rank, world, port, data_dir, out_dir):
+    import os
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
+    torch.save(_one_update(data_dir, out_dir / f"run{rank}", 40, 1, True), out_dir / f"step{rank}.pt")
+
+
+def test_update_freq_2_at_batch_40_and_two_gloo_ranks_at_40_each_equal_one_update_at_batch_80(tmp_path):
+    data_dir = make_data_dir(tmp_path / "data")
+    whole = _one_update(data_dir, tmp_path / "whole", 80, 1, False)
+    accumulated = _one_update(data_dir, tmp_path / "accumulated", 40, 2, True)
+    _start_ranks(_one_update_worker, (2, _free_port(), data_dir, tmp_path))
+    ranks = [torch.load(tmp_path / f"step{r}.pt", weights_only=True) for r in (0, 1)]
+    for name, t in whole.items():
+        torch.testing.assert_close(accumulated[name], t, rtol=1e-5, atol=1e-6, msg=name)
+        torch.testing.assert_close(ranks[0][name], t, rtol=1e-5, atol=1e-6, msg=name)
+        assert torch.equal(ranks[0][name], ranks[1][name]), name
 
 
 def _run_worker(rank, world, port, data_dir, run_dir, opts, resume):
@@ -133,3 +183,20 @@ def test_torchrun_variables_give_the_process_its_place_and_its_share_of_cores(mo
 @pytest.fixture(autouse=True)
 def _one_thread():
     torch.set_num_threads(1)
+
+
+def test_the_process_group_waits_longer_than_a_validation(monkeypatch):
+    """Rank 0 validates alone while the others wait in a collective: the group's timeout must be
+    well above NCCL's default 10 minutes."""
+    import datetime
+
+    from nmtkit.train import distributed as ddp
+
+    seen = {}
+    monkeypatch.setattr(ddp.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(ddp.dist, "init_process_group", lambda **kw: seen.update(kw))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    ddp.init(ddp.DistInfo(rank=1, local_rank=1, world_size=2), torch.device("cpu"))
+    assert seen["timeout"] >= datetime.timedelta(hours=1)
+    assert seen["backend"] == "gloo" and seen["rank"] == 1 and seen["world_size"] == 2

@@ -97,3 +97,49 @@ def test_request_stop_saves_checkpoint(data_dir, tmp_path):
         trainer.close()
     assert res.reason == "SIGINT" and res.interrupted and res.update == 3
     assert load_checkpoint(tmp_path / "run" / "checkpoint_last.pt")["trainer"]["update"] == 3
+
+
+class _FakeCuda:
+    """torch.cuda's RNG functions on a machine with `n` GPUs, recording what is set where."""
+
+    def __init__(self, monkeypatch, n: int):
+        self.n, self.set = n, []
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+        monkeypatch.setattr(torch.cuda, "get_rng_state", self.get)
+        monkeypatch.setattr(torch.cuda, "set_rng_state", self.put)
+        monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [self.get(i) for i in range(n)])
+
+    @staticmethod
+    def _index(device) -> int:
+        return device if isinstance(device, int) else (torch.device(device).index or 0)
+
+    def get(self, device="cuda"):
+        assert self._index(device) < self.n, f"no GPU {device} here"
+        return torch.full((4,), self._index(device), dtype=torch.uint8)
+
+    def put(self, state, device="cuda"):
+        assert self._index(device) < self.n, f"no GPU {device} here"
+        self.set.append((self._index(device), int(state[0])))
+
+
+def test_each_rank_saves_and_restores_its_own_gpus_rng_state(monkeypatch):
+    from nmtkit.train.rng import restore_rng, rng_state
+
+    cuda = _FakeCuda(monkeypatch, 4)
+    states = [rng_state(torch.device("cuda", r)) for r in range(4)]  # what four ranks save
+    assert [int(s["cuda_device"][0]) for s in states] == [0, 1, 2, 3]
+    assert all("cuda" not in s for s in states)
+    for rank in range(4):
+        restore_rng({"ranks": states}, rank, seed=1, update=10, device=torch.device("cuda", rank))
+    assert cuda.set == [(0, 0), (1, 1), (2, 2), (3, 3)]
+
+
+def test_a_checkpoint_of_every_visible_gpu_resumes_on_a_node_with_fewer(monkeypatch):
+    from nmtkit.train.rng import restore_rng, rng_state
+
+    old = rng_state()
+    old["cuda"] = [torch.full((4,), i, dtype=torch.uint8) for i in range(4)]  # saved on a 4-GPU node
+    cuda = _FakeCuda(monkeypatch, 1)
+    restore_rng({"ranks": [old]}, 0, seed=1, update=10, device=torch.device("cuda", 0))
+    assert cuda.set == [(0, 0)]

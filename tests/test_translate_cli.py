@@ -157,3 +157,23 @@ def test_real_news_text_streams_through_with_truncation_warnings(ckpt, shared_da
     long_lines = [i for i, line in enumerate(lines, 1) if len(tokenize(line, "en")) > 20]
     warned = [int(m) for m in re.findall(r"news.en:(\d+): \d+ source tokens", proc.stderr)]
     assert long_lines and warned == long_lines
+
+
+def test_ban_unk_keeps_the_unknown_word_out_of_every_translation(tmp_path):
+    from nmtkit.checkpoint import load_checkpoint, save_checkpoint
+
+    ckpt = load_checkpoint(make_checkpoint(tmp_path / "model.pt", seed=4))
+    bias = ckpt["model_state"]["W_o.bias"]
+    bias.zero_()
+    bias[1] = 30.0  # UNK_ID: the most probable word at every step
+    save_checkpoint(ckpt, tmp_path / "unk.pt")
+    args = ["translate", "-m", str(tmp_path / "unk.pt"), "--beam", "3", "--max-len-b", "3", "-q"]
+    text = "\n".join(LINES) + "\n"
+    plain = nmtkit(*args, stdin=text)
+    assert plain.returncode == 0 and "<unk>" in plain.stdout  # the test can fail
+    banned = nmtkit(*args, "--ban-unk", stdin=text)
+    assert banned.returncode == 0, banned.stderr
+    assert "<unk>" not in banned.stdout and len(banned.stdout.splitlines()) == len(LINES)
+    assert any(banned.stdout.split("\n"))
+    both = nmtkit(*args, "--ban-unk", "--replace-unk", stdin=text)
+    assert "--ban-unk and --replace-unk exclude each other" in _error_line(both)

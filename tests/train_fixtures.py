@@ -27,9 +27,24 @@ def make_pairs(n: int, seed: int, max_len: int = 6) -> list[tuple[list[int], lis
     return out
 
 
+def make_varied_pairs(n: int, seed: int, max_len: int = 10, n_long: int = 0, long_len: int = 24
+                      ) -> list[tuple[list[int], list[int]]]:
+    """Pairs of every shape case: target as long as the source (T == S), shorter, longer, length 1,
+    and `n_long` long pairs (a small token budget makes each a batch of one)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(n):
+        length = long_len if k < n_long else int(rng.integers(1, max_len + 1))
+        src = [int(x) + len(SPECIALS) for x in rng.integers(0, N_WORDS, size=length)]
+        tgt = (src[::-1] * 2)[: max(1, length + int(rng.integers(-2, 3)))]
+        out.append((src, tgt))
+    return out
+
+
 def make_data_dir(path: Path, n_train: int = 240, n_valid: int = 24, max_len: int = 6,
-                  pipeline: bool = True) -> Path:
-    """A data directory as `nmtkit preprocess` writes it (manifest, vocabularies, splits)."""
+                  pipeline: bool = True, pairs: dict[str, list] | None = None) -> Path:
+    """A data directory as `nmtkit preprocess` writes it (manifest, vocabularies, splits);
+    `pairs` ({"train": [...], "valid": [...]}) replaces the reversal task's pairs."""
     path.mkdir(parents=True, exist_ok=True)
     src_vocab = Vocab(list(SPECIALS) + [f"w{k}" for k in range(N_WORDS)])
     tgt_vocab = Vocab(list(SPECIALS) + [f"v{k}" for k in range(N_WORDS)])
@@ -37,11 +52,11 @@ def make_data_dir(path: Path, n_train: int = 240, n_valid: int = 24, max_len: in
     tgt_vocab.save(path / "vocab.fr.txt")
     splits = {}
     for name, n, seed in (("train", n_train, 1), ("valid", n_valid, 2)):
-        pairs = make_pairs(n, seed, max_len)
-        write_split(path, name, "en", [s for s, _ in pairs])
-        write_split(path, name, "fr", [t for _, t in pairs])
-        splits[name] = {"lines": n, "src_tokens": sum(len(s) for s, _ in pairs),
-                        "tgt_tokens": sum(len(t) for _, t in pairs)}
+        split = pairs[name] if pairs is not None else make_pairs(n, seed, max_len)
+        write_split(path, name, "en", [s for s, _ in split])
+        write_split(path, name, "fr", [t for _, t in split])
+        splits[name] = {"lines": len(split), "src_tokens": sum(len(s) for s, _ in split),
+                        "tgt_tokens": sum(len(t) for _, t in split)}
     pipe = {}
     if pipeline:
         from nmtkit.text.pipeline import TextPipeline

@@ -4,10 +4,13 @@ For compute nodes without internet that already have PyTorch (`make wheelhouse`,
 the folder and run `pip install --no-index --find-links dist/wheelhouse nmtkit`). The list of
 dependencies is read from the nmtkit wheel's own metadata (setup.py install_requires), so a
 dependency added there is picked up; torch is left out (clusters install their own CUDA build).
-Wheels are for this machine's Python version and platform: build the wheelhouse with the
-Python the nodes run. Needs the package index (run on a machine with network access).
+It also holds pytest (and setuptools), so `make test-gpu SYSTEM_TORCH=1` and `make gpu-report`
+run on such a node (tools/system_deps.py installs from it). Wheels are for this machine's Python
+version and platform unless --python-version names the nodes' (e.g. 3.12: binary wheels for
+that version are downloaded instead of built). Needs the package index (run on a machine with
+network access).
 
-  python tools/wheelhouse.py [--out dist/wheelhouse]
+  python tools/wheelhouse.py [--out dist/wheelhouse] [--python-version 3.12]
 """
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 EXCLUDED = {"torch"}
+# for running the test suite and the GPU report on the node, beside the runtime dependencies
+TOOLS = ["pytest>=7", "setuptools"]
 
 
 def runtime_requirements(wheel: Path) -> list[str]:
@@ -44,16 +49,26 @@ def runtime_requirements(wheel: Path) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(REPO / "dist" / "wheelhouse"))
-    out = Path(ap.parse_args().out)
+    ap.add_argument("--python-version", default=None,
+                    help="the nodes' Python (e.g. 3.12) when it differs from this one: binary wheels only")
+    ap.add_argument("--platform", default="manylinux2014_x86_64",
+                    help="the nodes' platform tag, with --python-version (default manylinux2014_x86_64)")
+    args = ap.parse_args()
+    out = Path(args.out)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     pip = [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(out)]
     subprocess.run([*pip, "--no-deps", str(REPO)], check=True)
     wheel = next(out.glob("nmtkit-*.whl"))
-    reqs = runtime_requirements(wheel)
-    print(f"runtime dependencies (torch excluded): {', '.join(reqs)}", file=sys.stderr)
-    subprocess.run([*pip, *reqs], check=True)  # with their own dependencies
+    reqs = runtime_requirements(wheel) + TOOLS
+    print(f"runtime dependencies (torch excluded) and tools: {', '.join(reqs)}", file=sys.stderr)
+    if args.python_version:  # another interpreter: download its wheels, build nothing
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(out), "--only-binary=:all:",
+                        "--python-version", args.python_version, "--platform", args.platform,
+                        "--platform", "any", *reqs], check=True)
+    else:
+        subprocess.run([*pip, *reqs], check=True)  # with their own dependencies
     leaked = sorted(p.name for p in out.glob("*.whl") if p.name.lower().startswith(tuple(EXCLUDED)))
     if leaked:
         sys.exit(f"wheelhouse: {leaked} pulled in by a dependency; remove it or exclude that dependency")

@@ -1,5 +1,7 @@
 """Write the paper's Table 1 (BLEU on newstest2014, all sentences and "No UNK") from the JSON
-that `nmtkit score --paper-bleu --no-unk --json` wrote for each system, beside the paper's numbers.
+that `nmtkit score --paper-bleu --no-unk --json` wrote for each system, beside the paper's numbers:
+"All" from SYSTEM.json (plain decoding), "No UNK" from SYSTEM.nounk.json (decoded with
+`translate --ban-unk`, as the paper did) when it exists, else from SYSTEM.json's no-UNK subset.
 
 usage: python make_table.py --eval EVAL_DIR --systems rnnencdec-30 ... -o results/table1.md
 """
@@ -45,6 +47,10 @@ def main() -> None:
             report = json.load(f)
         scores = report["systems"][0]["scores"]
         no_unk = report.get("no_unk", {})
+        banned = os.path.join(args.eval, f"{name}.nounk.json")
+        if os.path.exists(banned):
+            with open(banned, encoding="utf-8") as f:
+                no_unk = json.load(f).get("no_unk", {})
         nu_scores = no_unk.get("systems", [{}])[0].get("scores", [])
         kept, total = no_unk.get("kept"), no_unk.get("total")
         label, paper_all, paper_nounk = PAPER.get(name, (name, None, None))
@@ -66,7 +72,8 @@ def main() -> None:
         "\"ours\" is paper-style BLEU (multi-bleu.perl on Moses-tokenised, case-sensitive text), the",
         "measure the paper reports; sacreBLEU (detokenised, 13a) is given for comparison with later work.",
         f"No UNK: the {kept} of {total} sentences whose source and reference have no word outside the",
-        "model's word vocabularies (those of the last system listed; the -30 and -50 data share them).",
+        "model's word vocabularies (those of the last system listed; the -30 and -50 data share them),",
+        "decoded with the unknown word disallowed (`nmtkit translate --ban-unk`), as in the paper.",
     ]
     tmp = args.output + ".part"
     with open(tmp, "w", encoding="utf-8") as f:

@@ -1,4 +1,5 @@
-"""The `nmtkit` command: a click group over the subcommands (the five pipeline steps, then serve).
+"""The `nmtkit` command: a click group over the subcommands (the five pipeline steps, then serve
+and the recipes' one-off tokeniser, and average).
 
 This package is the only place that knows click, rich consoles and exit codes. Each
 subcommand lives in its own module here, parses its options, builds one config and calls a
@@ -13,11 +14,13 @@ import sys
 import click
 
 from nmtkit import __version__
+from nmtkit.cli.average import average_cmd
 from nmtkit.cli.common import Terminated
 from nmtkit.cli.preprocess import preprocess_cmd
 from nmtkit.cli.score import score_cmd
 from nmtkit.cli.select import select_data_cmd
 from nmtkit.cli.serve import serve_cmd
+from nmtkit.cli.tokenize import tokenize_cmd
 from nmtkit.cli.train import train_cmd
 from nmtkit.cli.translate import translate_cmd
 from nmtkit.errors import NmtkitError, describe_os_error
@@ -50,6 +53,8 @@ cli.add_command(train_cmd)
 cli.add_command(translate_cmd)
 cli.add_command(score_cmd)
 cli.add_command(serve_cmd)
+cli.add_command(tokenize_cmd)
+cli.add_command(average_cmd)
 
 
 class _StdoutGone(Exception):

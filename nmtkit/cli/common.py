@@ -27,6 +27,14 @@ def shortlist_option(extra: str = ""):
                         help=SHORTLIST_HELP + extra)
 
 
+# `nmtkit preprocess` and `nmtkit tokenize` tokenise alike: one --protect
+protect_option = click.option("--protect", multiple=True, metavar="FILE|SET",
+              help="Keep the matches of these regular expressions whole when tokenising (tokenizer.perl "
+                   "-protected): a FILE with one regex a line, or a named set: printf (%s, %d, %1$s, %(name)s), "
+                   "url, email, xml (tags), basic (Moses' basic-protected-patterns). Repeatable; recorded in "
+                   "the data directory, so translate and serve protect the same.")
+
+
 def progress_enabled(quiet: bool) -> bool:
     """Progress bars go to stderr, only when it is a terminal and --quiet was not given."""
     return not quiet and sys.stderr.isatty()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from nmtkit.cli.common import make_console, progress_enabled
+from nmtkit.cli.common import make_console, progress_enabled, protect_option
 from nmtkit.devices import available_cores
 
 
@@ -79,11 +79,12 @@ def _summary(console, manifest: dict) -> None:
 @click.option("--force", is_flag=True, help="Replace an existing non-empty --dest (only once the new one is complete), and only when "
                    "it holds nothing but a data directory's own files; an input is never replaced.")
 @click.option("--input-format", type=click.Choice(["raw", "tok"]), default="raw", show_default=True,
-              help="'tok': input is already Moses-tokenised (python -m nmtkit.text.tokenize with the same "
+              help="'tok': input is already Moses-tokenised ('nmtkit tokenize' with the same "
                    "--aggressive-dash-splits); normalisation/tokenisation are skipped, casing and BPE applied.")
 @click.option("--no-normalize-punct", is_flag=True, help="Skip Moses punctuation normalisation before tokenising.")
 @click.option("--aggressive-dash-splits", is_flag=True, help="Split hyphenated words (Moses tokenizer -a): 'a-b' -> 'a @-@ b'.")
 @click.option("--lowercase", is_flag=True, help="Lowercase all tokens (cannot be undone when translating).")
+@protect_option
 @click.option("--truecase", is_flag=True,
               help="Moses truecasing: learn each word's most frequent casing on the training split and apply it; "
                    "translate restores sentence-initial capitals.")
@@ -114,7 +115,7 @@ def _summary(console, manifest: dict) -> None:
               help="Lines per work unit sent to a worker.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars and no summary table.")
 def preprocess_cmd(src_lang, tgt_lang, train, valid, test, dest, force, input_format, no_normalize_punct,
-                   aggressive_dash_splits, lowercase, truecase, max_len, max_ratio, dedup, bpe, bpe_separate,
+                   aggressive_dash_splits, lowercase, protect, truecase, max_len, max_ratio, dedup, bpe, bpe_separate,
                    bpe_vocab_threshold, bpe_min_frequency, src_vocab_size, tgt_vocab_size, vocab_min_count,
                    workers, chunk_size, quiet) -> None:
     """Normalise, tokenise, clean, apply BPE and binarise parallel text.
@@ -129,7 +130,7 @@ def preprocess_cmd(src_lang, tgt_lang, train, valid, test, dest, force, input_fo
     config = PreprocessConfig(
         src_lang=src_lang, tgt_lang=tgt_lang, train=train, valid=valid, dest=dest, test=tuple(test), force=force,
         input_format=input_format, normalize_punct=not no_normalize_punct,
-        aggressive_dash_splits=aggressive_dash_splits, lowercase=lowercase, truecase=truecase, max_len=max_len,
+        aggressive_dash_splits=aggressive_dash_splits, lowercase=lowercase, protect=tuple(protect), truecase=truecase, max_len=max_len,
         max_ratio=max_ratio, dedup=dedup, bpe=bpe, bpe_separate=bpe_separate, bpe_vocab_threshold=bpe_vocab_threshold,
         bpe_min_frequency=bpe_min_frequency, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
         vocab_min_count=vocab_min_count, workers=workers if workers is not None else available_cores(),

@@ -6,6 +6,7 @@ unless the user says otherwise. The help text states each effective default.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any
@@ -15,11 +16,12 @@ import click
 from nmtkit.cli.common import progress_enabled
 
 TRAIN_FIELDS = (
-    "arch", "preset", "max_len", "batch_size", "max_tokens", "sort_pool", "optimizer", "lr", "adadelta_rho",
+    "arch", "preset", "max_len", "batch_size", "max_tokens", "sort_pool", "update_freq", "optimizer", "lr", "adadelta_rho",
     "adadelta_eps", "adam_beta1", "adam_beta2", "adam_eps", "weight_decay", "clip_norm", "label_smoothing",
     "normalize_loss", "lr_schedule", "warmup_updates", "lr_decay", "lr_patience", "min_lr", "max_updates",
     "max_epochs", "max_time", "patience", "valid_every", "valid_bleu_samples", "valid_beam", "valid_batch_size",
-    "best_metric", "save_every", "keep_every", "log_every", "on_nan", "tensorboard", "seed", "device", "precision", "fuse", "threads",
+    "best_metric", "save_every", "keep_every", "log_every", "on_nan", "tensorboard", "seed", "device", "precision", "fuse", "tf32",
+    "threads",
 )
 MODEL_FIELDS = ("emb_dim", "enc_hidden", "dec_hidden", "att_hidden", "maxout", "dropout", "init", "dropout_sites", "readout")
 
@@ -73,9 +75,15 @@ def _choice(*values: str) -> click.Choice:
 @click.option("--max-len", type=int, default=None, metavar="N",
               help="Drop training pairs with a side longer than N tokens (preset: 30 or 50; default 50).")
 @click.option("--batch-size", type=int, default=None, metavar="N",
-              help="Pairs per minibatch (paper presets 80, others 64). With --max-tokens: an extra cap.")
+              help="Pairs per minibatch and GPU/process (paper presets 80, others 64). With --max-tokens: an "
+                   "extra cap. An update sees processes x --update-freq minibatches.")
 @click.option("--max-tokens", type=int, default=None, metavar="N",
-              help="Batch by a token budget instead: at most N padded tokens (pairs x longest side) per minibatch.")
+              help="Batch by a token budget instead: at most N padded tokens (pairs x longest side) per "
+                   "minibatch and GPU/process.")
+@click.option("--update-freq", type=int, default=None, metavar="N",
+              help="Sum the gradients of N minibatches per process into each update (N x the batch at the "
+                   "memory of one; the paper's 80 pairs on 2 GPUs: --batch-size 40; on 1 GPU with less "
+                   "memory: --batch-size 40 --update-freq 2) [1].")
 @click.option("--sort-pool", type=int, default=None, metavar="N",
               help="Pairs read, sorted by length and split into minibatches at a time (paper: 1600 = 20 x 80).")
 # optimisation
@@ -122,7 +130,10 @@ def _choice(*values: str) -> click.Choice:
 @click.option("--log-every", type=int, default=None, metavar="N", help="Log training statistics every N updates [100].")
 @click.option("--on-nan", type=_choice("stop", "skip"), default=None,
               help="On a non-finite loss: stop with a message (default) or skip the minibatch.")
-@click.option("--tensorboard", is_flag=True, default=None, help="Also write TensorBoard scalars (needs tensorboard).")
+@click.option("--tensorboard", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Also write metrics.jsonl's records (train loss, dev loss and BLEU, lr, gradient norm, tokens/s) "
+                   "as TensorBoard scalars into DIR (`tensorboard --logdir DIR`); a resumed run appends to it. "
+                   "Needs pip install 'nmtkit[tensorboard]'.")
 # hardware and reproducibility
 @click.option("--seed", type=int, default=None, help="Seed of initialisation, data order and dropout [1].")
 @click.option("--device", type=_choice("auto", "cpu", "cuda"), default=None, help="auto: CUDA when available [auto].")
@@ -133,6 +144,9 @@ def _choice(*values: str) -> click.Choice:
 @click.option("--fuse", type=_choice("auto", "on", "off"), default=None,
               help="Fuse each recurrence step's elementwise work into a few compiled kernels (torch.compile; "
                    "the first run compiles for up to a minute, later runs reuse the cache). auto: on CUDA [auto].")
+@click.option("--tf32/--no-tf32", default=None,
+              help="fp32 runs on CUDA: matrix products and convolutions in TF32 (Ampere and newer; about "
+                   "fp32's range with a 10-bit mantissa, several times faster). --no-tf32 for exact fp32 [on].")
 @click.option("--threads", type=int, default=None, metavar="N", help="torch CPU threads [all cores, divided among local ranks].")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display or log lines on stderr (files are still written).")
 @click.pass_context
@@ -143,8 +157,9 @@ def train_cmd(ctx: click.Context, data_dir: str, save_dir: str, resume: bool, fo
     Reads a data directory from 'nmtkit preprocess' and writes a run directory. The paper's
     presets train as in Bahdanau et al. (2015): Adadelta, gradient norm 1, minibatches of 80
     pairs cut from 1600 pairs sorted by length. Ctrl-C or SIGTERM saves checkpoint_last.pt and
-    exits; --resume continues exactly. Under torchrun, each process trains on its slice of
-    every minibatch (DistributedDataParallel) and only rank 0 writes.
+    exits; --resume continues exactly. Under torchrun, each process trains on its own
+    minibatches (--batch-size is per process; DistributedDataParallel averages the gradients)
+    and only rank 0 writes.
     """
     from nmtkit.train.config import parse_duration
 
@@ -152,6 +167,8 @@ def train_cmd(ctx: click.Context, data_dir: str, save_dir: str, resume: bool, fo
     for k in ("optimizer", "normalize_loss", "lr_schedule", "best_metric", "on_nan", "device", "precision", "fuse", "arch"):
         if k in train_options:
             train_options[k] = train_options[k].lower()
+    if "tensorboard" in train_options:  # recorded absolute, so --resume from another folder finds it
+        train_options["tensorboard"] = os.path.abspath(train_options["tensorboard"])
     if "max_time" in train_options:
         train_options["max_time"] = parse_duration(train_options["max_time"])
     model_overrides = {k: options[k] for k in MODEL_FIELDS if options.get(k) is not None}

@@ -46,6 +46,9 @@ FORMATS = ["raw", "tok", "bpe"]
 @click.option("--replace-unk", is_flag=True,
               help="Replace each <unk> in the output by the source word it attends to most "
                    "(Luong et al. 2015; Jean et al. 2015); with BPE, the whole word of that subword.")
+@click.option("--ban-unk", is_flag=True,
+              help="Never emit the unknown word: its probability is 0 at every step (the decoding of the "
+                   "paper's no-UNK column, Bahdanau et al. 2015, Table 1).")
 @click.option("--unk-dict", metavar="FILE",
               help="With --replace-unk: a 'source<TAB>target' dictionary the source word goes through.")
 @click.option("--alignments", type=click.Choice(["hard", "soft"]), default=None,
@@ -70,7 +73,7 @@ FORMATS = ["raw", "tok", "bpe"]
 @click.option("-q", "--quiet", is_flag=True, help="No warnings or summary on stderr.")
 def translate_cmd(models, ensemble, input_path, output_path, force, input_format, output_format, beam, lenpen,
                   max_len_a, max_len_b, nbest, batch_size, max_tokens, buffer_size, interactive, replace_unk,
-                  unk_dict, alignments, alignments_file, plot_attention, plot_limit, max_src_len, device,
+                  ban_unk, unk_dict, alignments, alignments_file, plot_attention, plot_limit, max_src_len, device,
                   precision, fuse, shortlist, threads, quiet) -> None:
     """Translate raw text with batched beam search.
 
@@ -88,7 +91,7 @@ def translate_cmd(models, ensemble, input_path, output_path, force, input_format
     cfg = TranslateConfig(
         models=tuple(models), beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
         batch_size=batch_size, max_tokens=max_tokens, buffer_size=buffer_size, input_format=input_format,
-        output_format=output_format, replace_unk=replace_unk, unk_dict=unk_dict, alignments=alignments,
+        output_format=output_format, replace_unk=replace_unk, ban_unk=ban_unk, unk_dict=unk_dict, alignments=alignments,
         plot_attention=plot_attention, plot_limit=plot_limit, max_src_len=max_src_len, device=device,
         precision=precision, fuse=fuse, shortlist=shortlist, threads=threads, ensemble=ensemble,
     )

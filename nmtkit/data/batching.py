@@ -10,8 +10,9 @@ not always grow in length).
 
 The whole epoch plan is a pure function of (lengths, settings, seed, epoch): a resumed run
 recomputes it and skips the minibatches already done, and every distributed rank computes the
-same plan and takes its own slice of each minibatch (`shard`), so ranks take the same number
-of steps and never need to talk about the data.
+same plan and takes its own minibatches of each update (`update_batches`: --batch-size and
+--max-tokens are per rank, as in fairseq), so ranks take the same number of steps and never
+need to talk about the data.
 
 Padding (`pad_rows`, `collate`) and evaluation batches (`length_batches`) are written here
 once, for training, validation and translation. This module imports numpy only (no torch).
@@ -136,21 +137,13 @@ def epoch_batches(
     return out
 
 
-def shard(batch: np.ndarray, rank: int, world_size: int) -> np.ndarray:
-    """Rank `rank`'s slice of a (length-sorted) minibatch: every `world_size`-th pair.
-
-    The slices of all ranks are disjoint and cover the batch, and striding over a sorted batch
-    gives every rank pairs of similar lengths. A batch with fewer pairs than ranks is not
-    trainable by all ranks at once; `trainable(batch, world_size)` tells the trainer to skip it.
-    """
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} outside world of size {world_size}")
-    return batch[rank::world_size]
-
-
-def trainable(batch: np.ndarray, world_size: int) -> bool:
-    """Whether every rank gets at least one pair of `batch`."""
-    return len(batch) >= world_size
+def update_batches(plan: list[np.ndarray], start: int, world_size: int, update_freq: int) -> list[np.ndarray]:
+    """The minibatches of the update that starts at `plan[start]`: `update_freq` rounds of one
+    minibatch per rank (rank r trains on `batches[r::world_size]`); at the end of an epoch as
+    many whole rounds as remain, and [] when fewer minibatches than ranks remain (they are left
+    out of that epoch; the next epoch's plan is shuffled anew)."""
+    rounds = min(update_freq, (len(plan) - start) // world_size)
+    return plan[start : start + max(0, rounds) * world_size]
 
 
 def length_batches(

@@ -14,10 +14,12 @@ rows, on the model's device. One step (`_BeamSearch.step`) is: one `step()` per 
 exact top-2K of each sentence's (K*V) candidates (`_sentence_topk`: a strided max over groups of columns, then top-k
 over group maxima and over the chosen groups' columns, instead of a top-k of every row), and
 index_selects that reorder the decoder state and the token / attention history.
-Hypotheses that emit EOS are copied to the host and set aside; a sentence is done when it has K finished
-hypotheses (as in fairseq) or reaches its length limit, and done sentences are dropped from the
-tensors so they stop costing compute. The only host synchronisation per step is the check
-whether any hypothesis finished.
+Hypotheses that emit EOS are set aside (their tokens copied on the device, brought to the host
+once, when the search ends); a sentence is done when it has K finished hypotheses (as in
+fairseq) or reaches its length limit, and done sentences are dropped from the tensors so they
+stop costing compute. One host read per step: which of each sentence's K best candidates end
+in EOS, with their scores (`_finish`); the rest of the bookkeeping (limits, done sentences)
+lives in numpy and Python on the host.
 
 Models with `grouped_encoder = True` (RNNsearch) keep the encoder outputs at one row per
 sentence: the K hypotheses of a sentence (K consecutive state rows) attend over that row, so
@@ -27,7 +29,8 @@ models get K copies (`EncoderOut.index_select`).
 
 Length limits: a sentence of `src_len` tokens gets at most `floor(max_len_a * src_len +
 max_len_b)` target tokens before EOS; at that step EOS is forced, so every hypothesis ends
-with EOS and its log-probability includes EOS's.
+with EOS and its log-probability includes EOS's. `ban_unk` never lets a hypothesis emit the
+unknown word (the paper's "no UNK" decoding, Table 1's footnote).
 
 A shortlist (`vocab`, nmtkit.decode.shortlist) restricts every step's output layer and softmax
 to a sorted list of target ids that starts with the specials: the search then works in the
@@ -45,12 +48,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from nmtkit.decode.ensemble import average_log_probs
 from nmtkit.models.base import EncoderOut, Seq2Seq
-from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID
+from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 __all__ = ["Hypothesis", "greedy_search", "beam_search", "max_lengths", "length_normalise"]
 
@@ -152,16 +156,18 @@ def _shortlist_rows(model: Seq2Seq, vocab: Tensor) -> tuple[Tensor, Tensor | Non
     return w, b
 
 
-def _mask_specials(lp: Tensor) -> None:
-    """PAD and BOS are never generated (in place)."""
+def _mask_specials(lp: Tensor, ban_unk: bool = False) -> None:
+    """PAD and BOS (and with `ban_unk` the unknown word) are never generated (in place)."""
     lp[:, PAD_ID] = float("-inf")
     lp[:, BOS_ID] = float("-inf")
+    if ban_unk:
+        lp[:, UNK_ID] = float("-inf")
 
 
-def _force_eos(lp: Tensor, rows: Tensor) -> Tensor:
-    """Rows `rows` (N,) bool (CPU) may only emit EOS, keeping EOS's own log-probability (in
+def _force_eos(lp: Tensor, rows: np.ndarray) -> Tensor:
+    """Rows `rows` (N,) bool (host) may only emit EOS, keeping EOS's own log-probability (in
     place; touches only those rows)."""
-    idx = rows.nonzero().squeeze(1).to(lp.device)
+    idx = torch.from_numpy(np.flatnonzero(rows)).to(lp.device, non_blocking=True)
     eos = lp[idx, EOS_ID]
     lp[idx] = float("-inf")
     lp[idx, EOS_ID] = eos
@@ -216,6 +222,7 @@ def greedy_search(
     max_len: int | Tensor = 100,
     lenpen: float = 1.0,
     need_attention: bool = False,
+    ban_unk: bool = False,
 ) -> list[Hypothesis]:
     """The most probable token at every step: beam search of width 1.
 
@@ -224,7 +231,7 @@ def greedy_search(
     """
     lim = torch.full((src.size(0),), max_len, dtype=torch.long) if isinstance(max_len, int) else max_len
     hyps = beam_search(models_or_model, src, src_lens, beam=1, nbest=1, lenpen=lenpen,
-                       need_attention=need_attention, max_len=lim)
+                       need_attention=need_attention, max_len=lim, ban_unk=ban_unk)
     return [h[0] for h in hyps]
 
 
@@ -241,6 +248,7 @@ def beam_search(
     need_attention: bool = False,
     max_len: Tensor | None = None,
     vocab: Tensor | None = None,
+    ban_unk: bool = False,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; returns, for each sentence in input order, its `nbest` best
     hypotheses sorted by score (best first).
@@ -248,14 +256,16 @@ def beam_search(
     src: (B, S) ids on the models' device, src_lens: (B,). `models_or_model` is one model or a
     list (an ensemble sharing vocabularies). `max_len` (B,) overrides the a*len+b limits.
     `vocab` (L,): a sorted shortlist of target ids starting with the specials 0..3
-    (nmtkit.decode.shortlist): only those are scored, the softmax is over them.
+    (nmtkit.decode.shortlist): only those are scored, the softmax is over them. `ban_unk`:
+    the unknown word is never emitted.
     """
     if beam < 1:
         raise ValueError("beam must be >= 1")
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest must be between 1 and the beam size ({beam})")
     lim = max_lengths(src_lens.cpu(), max_len_a, max_len_b) if max_len is None else max_len.cpu().long()
-    search = _BeamSearch(_as_models(models_or_model), src, src_lens, beam, lim, lenpen, need_attention, vocab)
+    search = _BeamSearch(_as_models(models_or_model), src, src_lens, beam, lim, lenpen, need_attention, vocab,
+                         ban_unk)
     for t in range(int(lim.max()) + 1):
         if not search.step(t):
             break
@@ -271,8 +281,9 @@ class _BeamSearch:
     """
 
     def __init__(self, models: list[Seq2Seq], src: Tensor, src_lens: Tensor, K: int, lim: Tensor,
-                 lenpen: float, need_attention: bool, vocab: Tensor | None = None):
+                 lenpen: float, need_attention: bool, vocab: Tensor | None = None, ban_unk: bool = False):
         self.models, self.K, self.lenpen, self.need_attention = models, K, lenpen, need_attention
+        self.ban_unk = ban_unk
         self.device = device = src.device
         self.vocab, self.outs = None, None
         if vocab is not None:  # columns of the log-probs are positions in the shortlist
@@ -285,7 +296,7 @@ class _BeamSearch:
         self.encs = [m.encode(src, src_lens) for m in models]  # (B, ...) until after the first step
         self.states = [m.init_state(e) for m, e in zip(models, self.encs)]
         self.extras = [_source_extra(e, src) for e in self.encs]
-        self.lens_cpu = src_lens.cpu()
+        self.lens_host = src_lens.cpu().numpy()
         # models that accept one encoder row per sentence for its K hypotheses (`grouped_encoder`)
         # never get K copies of the encoder outputs: copying them and reading K of them per step
         # is memory traffic that would dominate a large batch's step
@@ -293,8 +304,11 @@ class _BeamSearch:
         self.active = list(range(B))  # original sentence id of each slot
         self.alive = [True] * B  # slots still searching; done slots wait (scores -inf) for compaction
         self.dead_dev: Tensor | None = None  # (nb,) bool on the device, True at done slots
-        self.active_lim = lim.clone()  # (nb,) CPU
-        self.finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+        self.active_lim = lim.numpy().copy()  # (nb,) host
+        self.n_finished = [0] * B
+        # finished hypotheses, kept on the device until `results`: (sentence ids, scores, step,
+        # tokens (m, t), attention (m, t+1, S) or None), one entry per step where some ended
+        self.pending: list[tuple[list[int], list[float], int, Tensor, Tensor | None]] = []
         self.prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
         # only the first hypothesis of each sentence is live at the start
         scores = torch.full((B, K), float("-inf"), device=device)
@@ -341,42 +355,39 @@ class _BeamSearch:
             if not self.grouped:  # grouped models read each sentence's encoder rows K times
                 self.encs = [e.index_select(rep) for e in self.encs]
             self.states = [m.reorder(st, rep) for m, st in zip(self.models, self.states)]
-        _mask_specials(lp)
-        at_limit = (self.active_lim <= t) & torch.tensor(self.alive)
-        if bool(at_limit.any()):
-            lp = _force_eos(lp, at_limit.repeat_interleave(K))
+        _mask_specials(lp, self.ban_unk)
+        at_limit = (self.active_lim <= t) & np.asarray(self.alive)
+        if at_limit.any():
+            lp = _force_eos(lp, at_limit.repeat(K))
         if self.need_attention and self.attn_hist is None:
             self.attn_hist = attn.new_zeros(lp.size(0), self.max_t + 1, attn.size(1), dtype=torch.float32)
         return lp, attn
 
     def _finish(self, t: int, top_s: Tensor, top_row: Tensor, is_eos: Tensor, attn: Tensor) -> list[int]:
         """Set aside the hypotheses ending in EOS among each sentence's K best candidates (with a
-        finite score), up to K per sentence; returns the finished count of each slot."""
+        finite score), up to K per sentence; returns the finished count of each slot. The step's
+        one host read: those candidates' scores (NaN where they do not end)."""
         K = self.K
         fin = is_eos[:, :K] & torch.isfinite(top_s[:, :K])
-        if not bool(fin.any()):  # the only host synchronisation of an ordinary step
-            return [0] * len(self.active)
-        idx = fin.nonzero()  # (m, 2): sentence slot, rank
-        rows = top_row[idx[:, 0], idx[:, 1]]
-        toks_cpu = self.tokens.index_select(0, rows)[:, :t].cpu()
-        sc_cpu = top_s[idx[:, 0], idx[:, 1]].cpu()
-        att_cpu = None
-        if self.attn_hist is not None:
-            att = self.attn_hist.index_select(0, rows)[:, : t + 1]
-            att[:, t, : attn.size(1)] = attn.index_select(0, rows).float()
-            att_cpu = att.cpu()
-        for j, slot in enumerate(idx[:, 0].tolist()):
+        ended = torch.where(fin, top_s[:, :K].float(), float("nan")).cpu().numpy()  # (nb, K)
+        flat, sents, scores = [], [], []
+        for slot, rank in np.argwhere(~np.isnan(ended)):
             sent = self.active[slot]
-            if not self.alive[slot] or len(self.finished[sent]) >= K:
+            if not self.alive[slot] or self.n_finished[sent] >= K:
                 continue
-            lp_sum = float(sc_cpu[j])
-            self.finished[sent].append(Hypothesis(
-                tokens=toks_cpu[j].tolist(),
-                score=length_normalise(lp_sum, t + 1, self.lenpen),
-                log_prob=lp_sum,
-                attention=att_cpu[j] if att_cpu is not None else None,
-            ))
-        return [len(self.finished[s]) for s in self.active]
+            self.n_finished[sent] += 1
+            flat.append(slot * top_row.size(1) + rank)  # top_row: (nb, 2K)
+            sents.append(sent)
+            scores.append(float(ended[slot, rank]))
+        if flat:  # their tokens (and attention) copied on the device, read when the search ends
+            sel = torch.tensor(flat, dtype=torch.long).to(self.device, non_blocking=True)
+            rows = top_row.reshape(-1).index_select(0, sel)
+            att = None
+            if self.attn_hist is not None:
+                att = self.attn_hist.index_select(0, rows)[:, : t + 1]
+                att[:, t, : attn.size(1)] = attn.index_select(0, rows).float()
+            self.pending.append((sents, scores, t, self.tokens.index_select(0, rows)[:, :t], att))
+        return [self.n_finished[s] for s in self.active]
 
     def _retire(self, t: int, n_fin: list[int], new: tuple[Tensor, Tensor, Tensor]
                 ) -> tuple[Tensor, Tensor, Tensor] | None:
@@ -384,7 +395,7 @@ class _BeamSearch:
         slots are dropped now or at a later compaction. Returns the continuing candidates
         `new` = (scores, rows, tokens) (nb, K) of the kept slots, or None when all are done."""
         alive, lim = self.alive, self.active_lim
-        newly_done = [i for i in range(len(alive)) if alive[i] and (n_fin[i] >= self.K or t >= int(lim[i]))]
+        newly_done = [i for i in range(len(alive)) if alive[i] and (n_fin[i] >= self.K or t >= lim[i])]
         if newly_done:
             for i in newly_done:
                 alive[i] = False
@@ -402,14 +413,13 @@ class _BeamSearch:
         decoder states and histories follow through `_advance`'s reorder)."""
         K, device = self.K, self.device
         keep_slots = [i for i in range(len(self.alive)) if self.alive[i]]
-        ks = torch.tensor(keep_slots, dtype=torch.long)
-        ks_dev = ks.to(device)
+        ks_dev = torch.tensor(keep_slots, dtype=torch.long).to(device, non_blocking=True)
         keep_rows = (ks_dev.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
-        width = int(self.lens_cpu[[self.active[i] for i in keep_slots]].max())
+        width = int(self.lens_host[[self.active[i] for i in keep_slots]].max())
         rows = ks_dev if self.grouped else keep_rows
         self.encs = [_keep(e, rows, width + x) for e, x in zip(self.encs, self.extras)]
         self.active = [self.active[i] for i in keep_slots]
-        self.active_lim = self.active_lim[ks]
+        self.active_lim = self.active_lim[keep_slots]
         self.alive = [True] * len(keep_slots)
         self.dead_dev = None
         return tuple(x[ks_dev] for x in new)  # type: ignore[return-value]
@@ -430,8 +440,17 @@ class _BeamSearch:
 
     def results(self, nbest: int) -> list[list[Hypothesis]]:
         """Each sentence's `nbest` best finished hypotheses, best first, in input order."""
+        finished: list[list[Hypothesis]] = [[] for _ in self.n_finished]
+        for sents, scores, t, toks, att in self.pending:
+            toks_host = toks.cpu().tolist()
+            att_host = att.cpu() if att is not None else None
+            for j, (sent, lp_sum) in enumerate(zip(sents, scores)):
+                finished[sent].append(Hypothesis(
+                    tokens=toks_host[j], score=length_normalise(lp_sum, t + 1, self.lenpen), log_prob=lp_sum,
+                    attention=att_host[j] if att_host is not None else None,
+                ))
         out: list[list[Hypothesis]] = []
-        for hyps in self.finished:
+        for hyps in finished:
             hyps.sort(key=lambda h: h.score, reverse=True)
             out.append(hyps[:nbest])
         return out

@@ -68,10 +68,10 @@ def additive_scores_grouped(query_proj: Tensor, keys: Tensor, v: Tensor, mask: T
         # (compiled, the tanh and the product with v fuse into one kernel: no intermediate)
         return torch.tanh(keys.unsqueeze(1) + query_proj.unsqueeze(2)).matmul(v)
     rows = max(1, _SCORE_BLOCK // max(1, G * S * K))
-    lens = mask.sum(dim=1).tolist()
+    lens = mask.sum(dim=1).numpy()  # a CPU tensor here: a view, not a device read
     out = keys.new_zeros((B, G, S), dtype=torch.result_type(keys, query_proj))
     for i in range(0, B, rows):
-        w = max(lens[i : i + rows])
+        w = int(lens[i : i + rows].max())
         x = torch.tanh_(keys[i : i + rows, :w].unsqueeze(1) + query_proj[i : i + rows].unsqueeze(2))
         out[i : i + rows, :, :w] = x.matmul(v)
     return out

@@ -5,9 +5,9 @@ Token id conventions come from `nmtkit.text.vocab`: PAD_ID=0, UNK_ID=1, BOS_ID=2
 Source batches carry no BOS/EOS unless the model adds them; `tgt_in` starts with BOS and
 `tgt_out` ends with EOS (both padded with PAD_ID).
 
-Convention (DESIGN.md 3): `forward` (teacher forcing) must equal a loop of `step`, and
+Convention (docs/design.md, 3): `forward` (teacher forcing) must equal a loop of `step`, and
 everything that does not depend on the previous decoder state is computed for all time
-steps at once outside the recurrent loop (DESIGN.md 4).
+steps at once outside the recurrent loop (docs/design.md, 4).
 """
 from __future__ import annotations
 
@@ -166,8 +166,13 @@ class Seq2Seq(nn.Module):
         label_smoothing: float = 0.0,
         chunk_tokens: int = 4096,
         fused: bool = True,
+        n_tokens: int | None = None,
     ) -> tuple[Tensor, Tensor, int]:
         """Summed token losses over non-pad targets, computed in chunks of target tokens.
+
+        `n_tokens`: the number of non-pad targets when the caller knows it (the trainer does,
+        from the lengths on the host); the real positions are then picked without reading
+        the device (a boolean mask's nonzero is a host synchronisation on a GPU).
 
         Returns (loss_sum, nll_sum, n_tokens): the training objective (with label smoothing)
         and the plain negative log-likelihood, both summed (not averaged). Differentiate
@@ -180,8 +185,13 @@ class Seq2Seq(nn.Module):
         """
         feats, _ = self.decode_features(self.encode(src, src_lens), tgt_in)
         mask = tgt_out.ne(PAD_ID)
-        feats = feats[mask]  # (N, F): only real target positions
-        gold = tgt_out[mask]
+        if n_tokens is None:
+            feats = feats[mask]  # (N, F): only real target positions
+            gold = tgt_out[mask]
+        else:
+            idx = torch.nonzero_static(mask.reshape(-1), size=n_tokens).squeeze(1)  # (N,), row-major
+            feats = feats.reshape(-1, feats.size(-1)).index_select(0, idx)
+            gold = tgt_out.reshape(-1).index_select(0, idx)
         proj = self.output_projection() if fused else None
         if proj is not None:
             loss_sum, nll_sum = linear_cross_entropy(
@@ -287,8 +297,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_w = torch.zeros_like(weight, dtype=acc) if need_grad else None
         grad_b = torch.zeros(V, dtype=acc, device=feats.device) if need_grad else None
         with torch.autocast(feats.device.type, enabled=False):
-            w = weight.to(compute_dtype)
-            b = bias.to(compute_dtype)
+            # detached: this Function does its own backward (and requires-grad flags would split
+            # the compiled body's graphs)
+            feats = feats.detach()
+            w = weight.detach().to(compute_dtype)
+            b = bias.detach().to(compute_dtype)
             body = step_fn(_lce_chunk, fuse)
             for i in range(0, N, chunk):
                 f = feats[i : i + chunk].to(compute_dtype)

@@ -11,10 +11,24 @@ into one or two kernels around its matrix products (C++/OpenMP on CPUs, Triton o
 Compiled bodies use dynamic shapes (one compilation serves every batch size and sentence length)
 and are cached per body for the process; inductor also caches the generated code on disk, so a
 second process pays seconds, not the first compilation's tens of seconds.
+
+How many graphs a body compiles is bounded, so that a week-long training run or a long-lived
+`serve` process never meets dynamo's recompile limit (`torch._dynamo.config.recompile_limit`,
+8 per body), which `fullgraph=True` turns into an error:
+- duck shaping is off (`use_duck_shape`): two sizes that happen to be equal (T == S, an offset
+  equal to a size) get their own symbols instead of one shared symbol that a later batch breaks;
+- callers pass detached tensors (the bodies run inside autograd Functions that do their own
+  backward), so requires-grad flags do not split graphs;
+- what remains is dynamo's specialisation of sizes and storage offsets 0 and 1 (a batch of one
+  pair, a view at the start of its tensor) and grad mode (training vs decoding): a few graphs per
+  body, `MAX_GRAPHS_PER_BODY` at most in the test that drives every case.
+Should a body still reach the limit, the call runs the eager body instead, with one warning per
+body; later calls whose shapes were compiled stay fused.
 """
 from __future__ import annotations
 
 import functools
+import logging
 import shutil
 from typing import Callable, TypeVar
 
@@ -22,7 +36,14 @@ import torch
 
 F = TypeVar("F", bound=Callable)
 
+log = logging.getLogger(__name__)
+
+# What the test driving every shape case (tests/test_fusion.py) holds each body to; dynamo's
+# own limit is 8 graphs per body.
+MAX_GRAPHS_PER_BODY = 6
+
 _COMPILED: dict[Callable, Callable] = {}
+_FELL_BACK: set[Callable] = set()
 
 
 def fusion_available(device_type: str) -> tuple[bool, str]:
@@ -61,6 +82,37 @@ def step_fn(body: F, fuse: bool) -> F:
     return compiled  # type: ignore[return-value]
 
 
+def graphs_compiled(body: Callable) -> int:
+    """How many graphs dynamo holds for `body` in this process (0 when it never compiled it)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    code = getattr(body, "__code__", None)
+    return len(_debug_get_cache_entry_list(code)) if code is not None else 0
+
+
+def compiled_bodies() -> list[Callable]:
+    """The step bodies compiled in this process so far."""
+    return list(_COMPILED)
+
+
 def _compile(body: Callable) -> Callable:
+    import torch.fx.experimental._config as fx_config
+    from torch._dynamo.exc import FailOnRecompileLimitHit
+
+    # Process-wide, read when a graph is traced: every size its own symbol (see the module docstring).
+    fx_config.use_duck_shape = False
     compiled = torch.compile(body, dynamic=True, fullgraph=True)
-    return functools.wraps(body)(compiled)
+
+    @functools.wraps(body)
+    def run(*args, **kwargs):
+        try:
+            return compiled(*args, **kwargs)
+        except FailOnRecompileLimitHit:
+            if body not in _FELL_BACK:
+                _FELL_BACK.add(body)
+                log.warning("fused step %s reached torch.compile's recompile limit (%d graphs): shapes it "
+                            "has not compiled run unfused from now on", body.__qualname__,
+                            torch._dynamo.config.recompile_limit)
+            return body(*args, **kwargs)
+
+    return run

@@ -96,6 +96,8 @@ def _forward(xs: Tensor, w_hh: Tensor, b_hh: Tensor, mm_dtype: torch.dtype, fuse
     """The loop: states (D, S, B, n) and, when `keep`, gh = W_hh h_{t-1} (D, S, B, 3n)."""
     D, S, B, G = xs.shape
     body = step_fn(_forward_step, fuse)
+    # detached: the autograd Function does the backward; a requires-grad flag would split graphs
+    xs, w_hh, b_hh = xs.detach(), w_hh.detach(), b_hh.detach()
     w_t = w_hh.to(mm_dtype).transpose(1, 2)
     b = b_hh.to(xs.dtype).unsqueeze(1)
     h = xs.new_zeros(D, B, G // 3)
@@ -120,7 +122,7 @@ class _GRURecurrence(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, g_states):  # type: ignore[override]
-        xs, w_hh, b_hh, states, ghs = ctx.saved_tensors
+        xs, w_hh, b_hh, states, ghs = (t.detach() for t in ctx.saved_tensors)
         mmd = ctx.mm_dtype
         D, S, B, n = states.shape
         with torch.autocast(xs.device.type, enabled=False):

@@ -1,7 +1,7 @@
 """LSTM encoder-decoder with multiplicative attention and input feeding: the model of seed
 `003_...` (the Stanford CS224n NMT assignment; Luong et al. 2015 "general" attention).
 
-Equations (PAPER_NOTES.md), t the target position, y_1 = BOS, o_0 = 0:
+Equations (docs/paper-notes.md), t the target position, y_1 = BOS, o_0 = 0:
   encoder   h_i^enc = [fwd h_i ; bwd h_i]     bidirectional LSTM over E x_i
   start     h_0^dec = W_h [bwd h_1 ; fwd h_m],  c_0^dec = W_c [bwd c_1 ; fwd c_m]
   decoder   h_t, c_t = LSTM([E y_t ; o_{t-1}], h_{t-1}, c_{t-1})        (input feeding)

@@ -2,7 +2,7 @@
 backward pass, for teacher-forced training.
 
 Only the recurrence runs step by step; everything that does not depend on s_{i-1} comes in
-precomputed (DESIGN.md 4). For i = 0..T-1 (s_0 given; x_i = [W_z; W_r; W] E y_{i-1} + biases):
+precomputed (docs/design.md, 4). For i = 0..T-1 (s_0 given; x_i = [W_z; W_r; W] E y_{i-1} + biases):
   [q_a; q_z; q_r] = [W_a; U_z; U_r] s_i                      (one matmul: w_q)
   alpha_i = masked_softmax_j(v_a . tanh(q_a + K_j))            (K = U_a h, precomputed keys)
   g_i = x_i + sum_j alpha_ij V_j                               (V = [C_z; C_r; C] h, precomputed values)
@@ -19,7 +19,7 @@ T*B rows) and the value gradient (one bmm of alpha^T with the gate gradients) ar
 after it. The equations are the same as `RNNSearch._attend_and_update`, which the tests use to
 check this function's outputs and gradients in float64.
 
-Launches (DESIGN.md 10): each direction of the loop calls one pure step body per time step
+Launches (docs/design.md, 10): each direction of the loop calls one pure step body per time step
 (`_fwd_step`, `_bwd_step`), which `fusion.step_fn` hands over as it is (eager) or compiled by
 inductor (`fuse=True`): then a forward step is two matrix products around two fused kernels and a
 backward step two matrix products around two (the keys' gradient is summed over all steps
@@ -87,6 +87,8 @@ def _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse: bool,
     """The recurrence loop. Returns states (T+1, B, d), alphas (T, B, S) and, when `keep`, what the
     backward pass needs: (th_all (T, B, S, n'), [z; r; cand] (T, B, 3d))."""
     step = step_fn(_fwd_step, fuse)
+    # detached: the autograd Function does the backward; a requires-grad flag would split graphs
+    x_gates, s0, keys, values, w_q, v_a, U = (t.detach() for t in (x_gates, s0, keys, values, w_q, v_a, U))
     acc = x_gates.dtype
     wq, Uc, vals, va = w_q.to(mm_dtype), U.to(mm_dtype), values.to(mm_dtype), v_a.to(acc)
     pad = ~mask
@@ -145,7 +147,7 @@ class _Recurrence(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, g_states, g_alphas):  # type: ignore[override]
-        values, w_q, v_a, U, states, alphas, th_all, zrc = ctx.saved_tensors
+        values, w_q, v_a, U, states, alphas, th_all, zrc = (t.detach() for t in ctx.saved_tensors)
         zs, rs, cands = zrc.chunk(3, dim=2)
         mmd = ctx.mm_dtype
         step = step_fn(_bwd_step, ctx.fuse)

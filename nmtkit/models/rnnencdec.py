@@ -2,7 +2,7 @@
 using RNN Encoder-Decoder for Statistical Machine Translation", as the baseline of Bahdanau et al.
 (2015) (same sizes, same initialisation, same maxout deep output).
 
-Equations (PAPER_NOTES.md), i the target position, y_0 = BOS:
+Equations (docs/paper-notes.md), i the target position, y_0 = BOS:
   encoder   h_j = GRU(h_{j-1}, E x_j) (one direction),  c = tanh(V h_T)
   start     s_0 = tanh(V' c)
   decoder   z_i = sig(W_z E y_{i-1} + U_z s_{i-1} + C_z c),  r_i likewise,

@@ -1,7 +1,7 @@
 """RNNsearch: Bahdanau, Cho & Bengio (ICLR 2015), "Neural Machine Translation by Jointly
 Learning to Align and Translate", section 3 and appendix A; sizes and init of appendix B.
 
-Equations (PAPER_NOTES.md), with i the target position, y_0 = BOS:
+Equations (docs/paper-notes.md), with i the target position, y_0 = BOS:
   encoder   h_j = [fwd h_j ; bwd h_j]      bidirectional GRU over the shared embedding E x_j
   start     s_0 = tanh(W_s bwd h_1)
   align     e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j),  alpha_ij = softmax_j(e_ij),  c_i = sum_j alpha_ij h_j
@@ -29,7 +29,7 @@ Choices the paper leaves open, made here and kept consistent everywhere:
 - Dropout (0 in the paper presets) is applied to source and target embeddings and to t_i
   (`dropout_sites` can leave some of them out).
 
-Speed (DESIGN.md 4): target embeddings, their projections into the gates (W, W_z, W_r) and into
+Speed (docs/design.md, 4): target embeddings, their projections into the gates (W, W_z, W_r) and into
 the deep output (V_o), the keys U_a h_j and the values [C; C_z; C_r] h_j are computed for all
 positions at once; inside the loop only s_{i-1} [W_a; U_z; U_r] (one fused product), the
 attention weights, alpha_i [C h] (one small bmm) and U [r * s] remain. U_o s_{i-1}, C_o c_i, the

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.text.io import resolve_input
+
+if TYPE_CHECKING:
+    from nmtkit.text.pipeline import TextPipeline
 
 DEFAULT_WORD_VOCAB = 30000  # the paper's vocabulary size, used without --bpe
 
@@ -21,10 +24,11 @@ class PreprocessConfig:
     dest: str
     test: tuple[str, ...] = ()
     force: bool = False
-    input_format: str = "raw"  # "raw" or "tok" (already Moses-tokenised, e.g. by nmtkit.text.tokenize)
+    input_format: str = "raw"  # "raw" or "tok" (already Moses-tokenised, e.g. by `nmtkit tokenize`)
     normalize_punct: bool = True
     aggressive_dash_splits: bool = False
     lowercase: bool = False
+    protect: tuple[str, ...] = ()  # --protect: files of regexes and named sets (nmtkit.text.protect)
     truecase: bool = False
     max_len: int = 50
     max_ratio: float = 9.0
@@ -72,6 +76,7 @@ class PreprocessConfig:
         """Plain JSON-able dict of every field (manifest["settings"])."""
         d = asdict(self)
         d["test"] = list(self.test)
+        d["protect"] = list(self.protect)
         return d
 
     @classmethod
@@ -82,9 +87,20 @@ class PreprocessConfig:
         if unknown:
             raise ConfigError(f"unknown preprocess settings {unknown}; valid: {valid}")
         d = dict(d)
-        if "test" in d:
-            d["test"] = tuple(d["test"])
+        for key in ("test", "protect"):
+            if key in d:
+                d[key] = tuple(d[key])
         return cls(**d)
+
+    def base_pipeline(self) -> TextPipeline:
+        """The text pipeline's steps 1-3 as these settings give them (BPE and truecasing are
+        learnt later); reads the --protect files, so a bad one fails here."""
+        from nmtkit.text.pipeline import TextPipeline
+        from nmtkit.text.protect import resolve_protect
+
+        return TextPipeline(self.src_lang, self.tgt_lang, normalize_punct=self.normalize_punct,
+                            aggressive_dash_splits=self.aggressive_dash_splits, lowercase=self.lowercase,
+                            protected_patterns=resolve_protect(self.protect))
 
     def vocab_size(self, side: str) -> int | None:
         """Effective cap: the given size, else 30000 for words and no cap for BPE."""

@@ -18,15 +18,19 @@ from nmtkit import __version__
 from nmtkit.data.binarized import SplitWriter
 from nmtkit.data.manifest import MANIFEST_VERSION, owned_files
 from nmtkit.errors import InputError, OutputError, OutputExistsError
-from nmtkit.outputs import check_outputs_vs_inputs, check_replaceable_dir, clean_stale_temp_dirs, make_temp_dir
+from nmtkit.outputs import (
+    check_outputs_vs_inputs,
+    check_replaceable_dir,
+    clean_stale_temp_dirs,
+    make_temp_dir,
+)
 from nmtkit.preprocess.config import PreprocessConfig
 from nmtkit.preprocess.learn import SIDES, learn, word_ids
 from nmtkit.preprocess.workers import (
-    STATE,
     encode_chunk,
     encode_ranges,
-    init_worker,
     pair_chunks,
+    prepare_state,
     tokenize_clean_chunk,
 )
 from nmtkit.text.clean import DROP_REASONS, PairDeduper
@@ -91,9 +95,8 @@ def _warm_up(p: TextPipeline, config: PreprocessConfig) -> None:
 
 def _check_tokenized(config: PreprocessConfig, src: str, tgt: str) -> None:
     """--input-format tok: the files must have been tokenised with this command's settings,
-    which the manifest records and translate replays on raw text (see nmtkit.text.tokenize)."""
-    p = TextPipeline(config.src_lang, config.tgt_lang, normalize_punct=config.normalize_punct,
-                     aggressive_dash_splits=config.aggressive_dash_splits, lowercase=config.lowercase)
+    which the manifest records and translate replays on raw text (see `nmtkit tokenize`, nmtkit.text.tokenize)."""
+    p = config.base_pipeline()
     for path, lang in ((src, config.src_lang), (tgt, config.tgt_lang)):
         if not check_tokinfo(path, lang, p):
             log.warning("%s: no %s beside it, so its tokeniser settings cannot be checked; they must be this "
@@ -127,6 +130,7 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
     (an existing DEST is untouched) and the temp directory is removed.
     """
     config.validate()
+    base = config.base_pipeline()  # a bad --protect fails before anything is read or written
     report: ProgressFn = progress or (lambda stage, done, total: None)
     dest = Path(config.dest)
     _check_outputs(config)
@@ -143,7 +147,7 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
     try:
         work = tmp / "work"
         work.mkdir()
-        manifest = _run(config, report, tmp, work, line_counts)
+        manifest = _run(config, base, report, tmp, work, line_counts)
         manifest["inputs"] = inputs
         shutil.rmtree(work)
         manifest["files"] = sorted([str(p.relative_to(tmp)) for p in tmp.rglob("*") if not p.is_dir()]
@@ -159,8 +163,6 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    finally:
-        STATE.clear()  # with workers=1 the worker state lived in this process
     return manifest
 
 
@@ -205,7 +207,7 @@ def _tokenize_train(config: PreprocessConfig, report: ProgressFn, base: TextPipe
         chunks = pair_chunks(train_src, train_tgt, config.chunk_size, read,
                              PairDeduper() if config.dedup else None, res_all.drops)
         for res in parallel_map(tokenize_clean_chunk, chunks, config.workers, chunk_size=1,
-                                initializer=init_worker, initargs=(state,)):
+                                state=state, prepare=prepare_state):
             if res["kept"]:
                 bs, bt = (res["src"] + "\n").encode("utf-8"), (res["tgt"] + "\n").encode("utf-8")
                 fs.write(bs)
@@ -244,7 +246,7 @@ def _encode_split(config: PreprocessConfig, report: ProgressFn, name: str, prefi
     unk = {"src": 0, "tgt": 0}
     done = 0
     for res in parallel_map(func, tasks, config.workers, chunk_size=1,
-                            initializer=init_worker, initargs=({**state, "input_format": fmt},)):
+                            state={**state, "input_format": fmt}, prepare=prepare_state):
         for side in SIDES:
             r = res[side]
             writers[side].add(r["ids"], r["lens"])
@@ -290,13 +292,12 @@ def _manifest(config: PreprocessConfig, pipeline: TextPipeline, vocabs: dict[str
     }
 
 
-def _run(config: PreprocessConfig, report: ProgressFn, out: Path, work: Path,
+def _run(config: PreprocessConfig, base: TextPipeline, report: ProgressFn, out: Path, work: Path,
          line_counts: dict[str, int]) -> dict[str, Any]:
-    """Pass 1 over train, learning, every split encoded -> the manifest (without "inputs")."""
+    """Pass 1 over train, learning, every split encoded -> the manifest (without "inputs");
+    `base`: the pipeline's steps 1-3 (`config.base_pipeline()`)."""
     timings: dict[str, float] = {}  # wall seconds per stage
     cpu: dict[str, float] = {}  # CPU seconds of this (main) process per stage
-    base = TextPipeline(config.src_lang, config.tgt_lang, normalize_punct=config.normalize_punct,
-                        aggressive_dash_splits=config.aggressive_dash_splits, lowercase=config.lowercase)
     _warm_up(base, config)
     with _timed("tokenise + clean train", timings, cpu):
         train = _tokenize_train(config, report, base, line_counts["train"], work)

@@ -1,11 +1,10 @@
 """The worker side of `nmtkit preprocess`: chunks of pairs tokenised and cleaned (pass 1 of the
 train split) or encoded into ids (pass 2, valid, test) in `parallel_map` workers, whose state is
-built once per process by `init_worker`; and the chunks the main process reads."""
+built once per process by `prepare_state` (read back with `text.parallel.worker_state`); and the
+chunks the main process reads."""
 from __future__ import annotations
 
 import itertools
-import multiprocessing
-import signal
 from collections import Counter
 from typing import Any, Iterator
 
@@ -14,36 +13,32 @@ import numpy as np
 from nmtkit.errors import InputError
 from nmtkit.text.clean import PairDeduper, drop_reason
 from nmtkit.text.io import decode_lines, read_lines
+from nmtkit.text.parallel import worker_state
 from nmtkit.text.pipeline import TextPipeline
 from nmtkit.text.truecase import add_weights, new_casing, truecase_weights
 from nmtkit.text.vocab import UNK_ID
 
-STATE: dict[str, Any] = {}
-"""The worker's state (pipeline, vocabularies, word -> ids); with one worker, the main process's."""
 
-
-def init_worker(state: dict[str, Any]) -> None:
-    """Per-process state: the pipeline (BPE tables built lazily once) and vocabularies."""
-    if multiprocessing.current_process().name != "MainProcess":
-        # Ctrl-C is handled once, by the main process (which then stops the pool), so the
-        # workers do not each print a KeyboardInterrupt traceback.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    STATE.clear()
-    STATE.update(state)
-    STATE["pipeline"] = TextPipeline.from_dict(state["pipeline"])
+def prepare_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A worker's state from the plain settings `state`: the pipeline (BPE tables built lazily
+    once per process), and with vocabularies their token -> id maps."""
+    out = dict(state)
+    out["pipeline"] = TextPipeline.from_dict(state["pipeline"])
     if state.get("vocab") is not None:
-        STATE["stoi"] = {side: {t: i for i, t in enumerate(itos)} for side, itos in state["vocab"].items()}
+        out["stoi"] = {side: {t: i for i, t in enumerate(itos)} for side, itos in state["vocab"].items()}
         # word -> its ids after casing, BPE and vocabulary: built by the main process from the
         # training counts (a fork inherits it for free) and extended here with unseen words.
-        STATE["word_ids"] = state.get("word_ids") or {"src": {}, "tgt": {}}
+        out["word_ids"] = state.get("word_ids") or {"src": {}, "tgt": {}}
+    return out
 
 
 def tokenize_clean_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     """Pass 1 of the train split: tokenise, clean, count words and casing evidence."""
-    p: TextPipeline = STATE["pipeline"]
-    fmt = STATE["input_format"]
-    max_len, max_ratio = STATE["max_len"], STATE["max_ratio"]
-    want_casing = STATE["truecase"]
+    state = worker_state()
+    p: TextPipeline = state["pipeline"]
+    fmt = state["input_format"]
+    max_len, max_ratio = state["max_len"], state["max_ratio"]
+    want_casing = state["truecase"]
     out = {"src": [], "tgt": []}
     counts = {"src": Counter(), "tgt": Counter()}
     casing = {"src": new_casing(), "tgt": new_casing()} if want_casing else None
@@ -68,14 +63,15 @@ def encode_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     """Raw (or tokenised) pairs -> id arrays, with word/token/UNK counts per side.
 
     Casing, BPE and the vocabulary act word by word, so each distinct word is mapped to its
-    ids once (`STATE["word_ids"]`, pre-filled from the training words) and then looked up.
+    ids once (`word_ids`, pre-filled from the training words) and then looked up.
     """
-    p: TextPipeline = STATE["pipeline"]
-    fmt = STATE["input_format"]
+    state = worker_state()
+    p: TextPipeline = state["pipeline"]
+    fmt = state["input_format"]
     res: dict[str, Any] = {"n_in": len(pairs)}
     for k, side in enumerate(("src", "tgt")):
-        stoi = STATE["stoi"][side]
-        known: dict[str, tuple[int, ...]] = STATE["word_ids"][side]
+        stoi = state["stoi"][side]
+        known: dict[str, tuple[int, ...]] = state["word_ids"][side]
         ids: list[int] = []
         lens = np.empty(len(pairs), dtype=np.int64)
         words = 0

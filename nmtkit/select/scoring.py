@@ -1,6 +1,6 @@
 """select-data's scoring: lines -> LM tokens (`TextOpts`), and tokens -> the four
 cross-entropies per pair (`Scorer`), in parallel over blocks of the pool (`score_pool`), each
-worker process holding the scorer it got from `parallel_map`'s initializer.
+worker process holding the scorer `parallel_map` gave it (`worker_state`).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 from nmtkit.select.corpus import Block, Corpus
 from nmtkit.select.lmvocab import LMVocab
 from nmtkit.select.ngram import NgramLM
-from nmtkit.text.parallel import parallel_map
+from nmtkit.text.parallel import parallel_map, worker_state
 from nmtkit.text.pipeline import TextPipeline
 
 CHUNK_PAIRS = 2000  # pairs per block sent to a worker
@@ -83,20 +83,11 @@ class Scorer:
         return self.score_lines(*block.lines())
 
 
-# This process's scorer, set by `_init_scorer`, parallel_map's initializer: a forked worker
-# gets the LMs from its parent's memory, not pickled with each block (as in preprocess).
-_SCORER: Scorer | None = None
-
-
-def _init_scorer(scorer: Scorer | None) -> None:
-    global _SCORER
-    _SCORER = scorer
-
-
-def _score_part(chunk: list[tuple[str, str]] | Block) -> np.ndarray:
-    """(n, 6) cross-entropies and lengths of a block of pool lines (or of decoded pairs)."""
-    assert _SCORER is not None, "_init_scorer was not run in this process"
-    return _SCORER.score_block(chunk) if isinstance(chunk, Block) else _SCORER.score_chunk(chunk)
+def score_block(chunk: list[tuple[str, str]] | Block) -> np.ndarray:
+    """(n, 6) cross-entropies and lengths of a block of pool lines (or of decoded pairs), by the
+    map's scorer: a forked worker gets the LMs from its parent's memory, not pickled with each block."""
+    scorer: Scorer = worker_state()
+    return scorer.score_block(chunk) if isinstance(chunk, Block) else scorer.score_chunk(chunk)
 
 
 def _chunks(items, size: int):
@@ -126,15 +117,11 @@ def score_pool(scorer: Scorer, pool: Corpus, workers: int,
     lens = np.empty((n_pool, 2), dtype=np.int32)
     done = 0
     progress("score", 0, n_pool)
-    try:
-        for res in parallel_map(_score_part, pool.blocks(CHUNK_PAIRS), workers, 1,
-                                initializer=_init_scorer, initargs=(scorer,)):
-            m = res.shape[0]
-            h[done:done + m] = res[:, :4]
-            lens[done:done + m] = res[:, 4:]
-            done += m
-            progress("score", done, n_pool)
-    finally:
-        _init_scorer(None)  # with workers <= 1 the initializer ran in this process
+    for res in parallel_map(score_block, pool.blocks(CHUNK_PAIRS), workers, 1, state=scorer):
+        m = res.shape[0]
+        h[done:done + m] = res[:, :4]
+        lens[done:done + m] = res[:, 4:]
+        done += m
+        progress("score", done, n_pool)
     assert done == n_pool
     return h, lens

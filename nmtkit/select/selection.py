@@ -27,7 +27,6 @@ by fork, not by pickling.
 """
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import math
@@ -45,7 +44,7 @@ from nmtkit.select.lmvocab import LMVocab
 from nmtkit.select.ngram import NgramLM
 from nmtkit.select.scoring import Pairs, Scorer, TextOpts, score_pool, tokenize_all
 from nmtkit.text.io import decode_line, input_candidates
-from nmtkit.text.parallel import parallel_map
+from nmtkit.text.parallel import parallel_map, worker_state
 from nmtkit.text.pipeline import TextPipeline
 
 log = logging.getLogger(__name__)
@@ -388,17 +387,14 @@ def _summary(cfg: SelectConfig, ind: Corpus, pool: Corpus, scorer: Scorer, outpu
 _SCORE_ROWS = 100_000
 
 
-def _format_rows(key: int, lo: int) -> str:
-    """TSV text of rows lo .. lo + _SCORE_ROWS of the arrays shared under `key` (runs in workers)."""
-    scores, h, lens, mask = _SHARED_ARRAYS[key]
+def _format_rows(lo: int) -> str:
+    """TSV text of rows lo .. lo + _SCORE_ROWS of the map's arrays (runs in workers)."""
+    scores, h, lens, mask = worker_state()
     hi = min(lo + _SCORE_ROWS, scores.size)
     rows = zip(range(lo + 1, hi + 1), scores[lo:hi].tolist(), *(h[lo:hi, j].tolist() for j in range(4)),
                lens[lo:hi, 0].tolist(), lens[lo:hi, 1].tolist(), mask[lo:hi].tolist())
     return "".join(f"{i}\t{s:.6f}\t{a:.6f}\t{b:.6f}\t{c:.6f}\t{d:.6f}\t{ns}\t{nt}\t{int(m)}\n"
                    for i, s, a, b, c, d, ns, nt, m in rows)
-
-
-_SHARED_ARRAYS: dict[int, tuple] = {}
 
 
 def _write_scores(path: str, scores: np.ndarray, h: np.ndarray, lens: np.ndarray, mask: np.ndarray,
@@ -407,13 +403,8 @@ def _write_scores(path: str, scores: np.ndarray, h: np.ndarray, lens: np.ndarray
 
     Formatting (~3 us a row) runs over `workers` processes, which see the arrays by fork.
     """
-    key = id(scores)
-    _SHARED_ARRAYS[key] = (scores, h, lens, mask)
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write("line\tscore\th_in_src\th_out_src\th_in_tgt\th_out_tgt\tsrc_tokens\ttgt_tokens\tselected\n")
-            starts = range(0, scores.size, _SCORE_ROWS)
-            for text in parallel_map(functools.partial(_format_rows, key), starts, workers, 1):
-                fh.write(text)
-    finally:
-        _SHARED_ARRAYS.pop(key, None)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("line\tscore\th_in_src\th_out_src\th_in_tgt\th_out_tgt\tsrc_tokens\ttgt_tokens\tselected\n")
+        starts = range(0, scores.size, _SCORE_ROWS)
+        for text in parallel_map(_format_rows, starts, workers, 1, state=(scores, h, lens, mask)):
+            fh.write(text)

@@ -24,8 +24,8 @@ import hashlib
 import json
 import signal
 import time
-from http import HTTPStatus
 from dataclasses import asdict, dataclass, field
+from http import HTTPStatus
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable

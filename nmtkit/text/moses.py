@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from nmtkit.errors import InputError
+
 
 @lru_cache(maxsize=None)
 def _normalizer(lang: str):
@@ -65,14 +67,10 @@ def normalize(line: str, lang: str) -> str:
 
 
 def tokenize(line: str, lang: str, aggressive_dash_splits: bool = False, lowercase: bool = False,
-             normalize_punct: bool = True) -> list[str]:
-    """Normalise punctuation (optional) and tokenise one line into Moses tokens."""
-    if normalize_punct:
-        line = normalize(line, lang)
-    toks = _tokenizer(lang).tokenize(line, aggressive_dash_splits=aggressive_dash_splits, escape=False)
-    if lowercase:
-        toks = [t.lower() for t in toks]
-    return toks
+             normalize_punct: bool = True, protected_patterns: tuple[str, ...] = ()) -> list[str]:
+    """Normalise punctuation (optional) and tokenise one line into Moses tokens, leaving each
+    match of `protected_patterns` (regexes, nmtkit.text.protect) whole."""
+    return tokenizer_fn(lang, aggressive_dash_splits, lowercase, normalize_punct, protected_patterns)(line)
 
 
 def detokenize(tokens: list[str], lang: str) -> str:
@@ -80,15 +78,47 @@ def detokenize(tokens: list[str], lang: str) -> str:
     return _detokenizer(lang).detokenize(tokens)
 
 
+def _shielded(fn, patterns: list[str]):
+    """`fn` (str -> str) applied with every match of `patterns` hidden behind a letters-only
+    placeholder and put back afterwards: the punctuation normaliser would otherwise change
+    protected spans before the tokeniser protects them ("%(name)s" -> "% (name) s")."""
+    import re
+
+    regexes = [re.compile(p, re.IGNORECASE) for p in patterns]  # as sacremoses compiles them
+
+    def run(line: str) -> str:
+        spans = sorted({m.group() for rx in regexes for m in rx.finditer(line) if m.group()}, key=len, reverse=True)
+        if not spans:
+            return fn(line)
+        marker = "NMTKITSHIELD"
+        while marker in line:
+            marker += "Q"
+        names = [marker + "".join("ABCDEFGHIJ"[int(c)] for c in str(i).zfill(4)) + "Z" for i in range(len(spans))]
+        for span, name in zip(spans, names):  # longest first, so a span inside another stays inside
+            line = line.replace(span, name)
+        line = fn(line)
+        for span, name in zip(spans, names):
+            line = line.replace(name, span)
+        return line
+
+    return run
+
+
 def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: bool = False,
-                 normalize_punct: bool = True):
+                 normalize_punct: bool = True, protected_patterns: tuple[str, ...] = ()):
     """`tokenize` with its settings bound once: a `str -> list[str]` for hot loops (same output)."""
     norm = _normalizer(lang).normalize if normalize_punct else None
     tok = _tokenizer(lang).tokenize
+    protect = list(protected_patterns) or None
+    if norm is not None and protect:
+        norm = _shielded(norm, protect)
 
     def run(line: str) -> list[str]:
-        toks = tok(norm(line) if norm is not None else line, aggressive_dash_splits=aggressive_dash_splits,
-                   escape=False)
+        text = norm(line) if norm is not None else line
+        try:
+            toks = tok(text, aggressive_dash_splits=aggressive_dash_splits, escape=False, protected_patterns=protect)
+        except ValueError as err:  # sacremoses: more protected matches in one line than it can number
+            raise InputError(f"cannot tokenise a line with protected patterns: {err}") from None
         return [t.lower() for t in toks] if lowercase else toks
 
     return run

@@ -1,12 +1,35 @@
-"""Order-preserving parallel map over a stream of lines, with bounded memory."""
+"""Order-preserving parallel map over a stream of lines, with bounded memory, and the one owner
+of the state its workers share (`worker_state`)."""
 from __future__ import annotations
 
 import itertools
 import multiprocessing as mp
-from typing import Callable, Iterable, Iterator, TypeVar
+import signal
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+_NO_STATE = object()
+_WORKER_STATE: Any = _NO_STATE
+
+
+def worker_state() -> Any:
+    """The state of the `parallel_map` this code runs under: in a worker process, or in this
+    process when the map runs without workers. A RuntimeError outside any map."""
+    if _WORKER_STATE is _NO_STATE:
+        raise RuntimeError("worker_state() called outside parallel_map(..., state=...)")
+    return _WORKER_STATE
+
+
+def _start_worker(state: Any, prepare: Callable[[Any], Any] | None) -> None:
+    """Runs once per worker process before any item: installs its state."""
+    global _WORKER_STATE
+    if mp.current_process().name != "MainProcess":
+        # Ctrl-C is handled once, by the main process (which then stops the pool), so the
+        # workers do not each print a KeyboardInterrupt traceback.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _WORKER_STATE = prepare(state) if prepare is not None else state
 
 
 def _apply_chunk(args):
@@ -23,25 +46,33 @@ def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
         yield chunk
 
 
-def parallel_map(func: Callable[[T], R], items: Iterable[T], workers: int = 1,
-                 chunk_size: int = 1000, initializer: Callable[..., None] | None = None,
-                 initargs: tuple = ()) -> Iterator[R]:
+def parallel_map(func: Callable[[T], R], items: Iterable[T], workers: int = 1, chunk_size: int = 1000,
+                 state: Any = _NO_STATE, prepare: Callable[[Any], Any] | None = None) -> Iterator[R]:
     """`map(func, items)` over `workers` processes, in input order, streaming.
 
     `func` must be picklable (a module-level function or a functools.partial of one). At most
     about 2 * workers chunks are in flight, so memory stays bounded on any input size.
-    `initializer(*initargs)`, if given, runs once in each worker before any item (or once in
-    this process when workers <= 1): the place to build large per-worker state (e.g. BPE
-    tables) instead of pickling it with every chunk.
+
+    `state`, if given, is what `worker_state()` returns inside `func`: large shared data (LMs,
+    BPE tables, score arrays) that a forked worker inherits from this process's memory instead
+    of receiving it pickled with every chunk. `prepare(state)`, if given, runs once per worker
+    and its result becomes the worker's state (the place to build per-process tables). Without
+    workers (`workers <= 1`) both happen in this process, for the duration of the map.
     """
+    global _WORKER_STATE
     if workers <= 1:
-        if initializer is not None:
-            initializer(*initargs)
-        for x in items:
-            yield func(x)
+        saved = _WORKER_STATE
+        if state is not _NO_STATE:
+            _WORKER_STATE = prepare(state) if prepare is not None else state
+        try:
+            for x in items:
+                yield func(x)
+        finally:
+            _WORKER_STATE = saved
         return
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-    with ctx.Pool(workers, initializer=initializer, initargs=initargs) as pool:
+    initializer = _start_worker if state is not _NO_STATE else None
+    with ctx.Pool(workers, initializer=initializer, initargs=(state, prepare)) as pool:
         tasks = ((func, c) for c in _chunks(items, chunk_size))
         # imap consumes `tasks` lazily but may run ahead; bound it by feeding in windows.
         window = 2 * workers

@@ -7,7 +7,8 @@ same steps to raw input, then the inverse steps to the output.
 
 Forward (`encode`), per side:
   1. Moses punctuation normalisation (`normalize-punctuation.perl`)  [normalize_punct]
-  2. Moses tokenisation, escape=False                                [aggressive_dash_splits]
+  2. Moses tokenisation, escape=False, protected patterns kept whole [aggressive_dash_splits,
+                                                                      protected_patterns]
   3. lowercasing or Moses truecasing                                 [lowercase | truecase]
   4. BPE (subword-nmt), joint or per side, optional vocabulary filter [bpe]
 Inverse (`decode`): join BPE ("@@ "), detruecase (sentence-initial capital), Moses
@@ -38,6 +39,8 @@ class TextPipeline:
     """Every setting needed to turn raw text into vocabulary tokens and back.
 
     truecase: None, or {"src": [best forms], "tgt": [best forms]} (see nmtkit.text.truecase).
+    protected_patterns: regexes whose matches Moses tokenisation keeps as one token
+         (`preprocess --protect`, nmtkit.text.protect), stored expanded.
     bpe: None, or {"joint": bool, "codes": {"src": codes text, "tgt": codes text},
          "vocab": None | {"src": [subwords], "tgt": [subwords]}, "vocab_threshold": int | None,
          "merges": int (requested), "separator": "@@"}.
@@ -50,6 +53,7 @@ class TextPipeline:
     lowercase: bool = False
     truecase: dict | None = None
     bpe: dict | None = None
+    protected_patterns: tuple[str, ...] = ()  # regexes (nmtkit.text.protect) the tokeniser leaves whole
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     # ---- construction / serialisation -------------------------------------------------
@@ -60,6 +64,10 @@ class TextPipeline:
             if f.name.startswith("_"):
                 continue
             d[f.name] = getattr(self, f.name)
+        if self.protected_patterns:  # left out when empty, so pipelines without it compare equal to older ones
+            d["protected_patterns"] = list(self.protected_patterns)
+        else:
+            del d["protected_patterns"]
         if self.bpe is not None:
             bpe = dict(self.bpe)
             codes = bpe["codes"]
@@ -84,6 +92,7 @@ class TextPipeline:
             if isinstance(bpe["codes"], str):
                 bpe["codes"] = {"src": bpe["codes"], "tgt": bpe["codes"]}
             d["bpe"] = bpe
+        d["protected_patterns"] = tuple(d.get("protected_patterns") or ())
         return cls(**d)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -105,7 +114,8 @@ class TextPipeline:
         fn = self._cache.get(key)
         if fn is None:
             fn = self._cache[key] = moses.tokenizer_fn(self.lang(side), self.aggressive_dash_splits,
-                                                       lowercase=False, normalize_punct=self.normalize_punct)
+                                                       lowercase=False, normalize_punct=self.normalize_punct,
+                                                       protected_patterns=self.protected_patterns)
         return fn(line)
 
     def case(self, tokens: list[str], side: str) -> list[str]:
@@ -140,7 +150,7 @@ class TextPipeline:
 
     def tokenize_from(self, line: str, side: str, input_format: str = "raw") -> list[str]:
         """Steps 1-2 for input that is raw (normalise and tokenise here) or already
-        Moses-tokenised ("tok", e.g. by `python -m nmtkit.text.tokenize`: split on whitespace).
+        Moses-tokenised ("tok", e.g. by `nmtkit tokenize`: split on whitespace).
         The one definition of the "tok" format, for preprocess, select-data and translate."""
         if input_format == "raw":
             return self.tokenize(line, side)

@@ -1,26 +1,24 @@
-"""`python -m nmtkit.text.tokenize`: Moses-normalise and tokenise a file once, in parallel.
+"""Moses-normalise and tokenise a file once, in parallel (`nmtkit tokenize`).
 
 Recipes tokenise a large corpus once and feed the result to both `nmtkit select-data
 --input-format tok` and `nmtkit preprocess --input-format tok`, since sacremoses is the slow
 step of both. Same functions and defaults as `preprocess` (escape=False). Reads stdin or
 --input, writes stdout or --output (through nmtkit.outputs: temp name, then rename), line for line.
 
-With --output it also writes `OUTPUT.tokinfo.json`, the settings it tokenised with
-(language, punctuation normalisation, --aggressive-dash-splits, --lowercase). `preprocess
+With an output file it also writes `OUTPUT.tokinfo.json`, the settings it tokenised with
+(language, punctuation normalisation, --aggressive-dash-splits, --lowercase, --protect). `preprocess
 --input-format tok` checks them against its own flags, which it records for `translate`:
 a flag given to the tokeniser only would otherwise be silently missing at translate time.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import json
-import os
 import sys
 from typing import Any
 
-from nmtkit.errors import ConfigError, InputError, NmtkitError, describe_os_error
+from nmtkit.errors import ConfigError, InputError
 from nmtkit.outputs import OutputFile, write_text, writes_in_place
 from nmtkit.text.io import read_lines, stream_lines
 from nmtkit.text.parallel import parallel_map
@@ -39,8 +37,8 @@ def _tok_line(line: str, pipeline: TextPipeline) -> str:
 
 def tokinfo(pipeline: TextPipeline) -> dict[str, Any]:
     """What `_tok_line` did, as recorded beside its output."""
-    return {"tool": "nmtkit.text.tokenize", "lang": pipeline.src_lang,
-            **{k: getattr(pipeline, k) for k in _FLAGS}}
+    return {"tool": "nmtkit tokenize", "lang": pipeline.src_lang,
+            **{k: getattr(pipeline, k) for k in _FLAGS}, "protected_patterns": list(pipeline.protected_patterns)}
 
 
 def check_tokinfo(path: str, lang: str, pipeline: TextPipeline) -> bool:
@@ -59,6 +57,9 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline) -> bool:
         raise ConfigError(f"tokenised as language '{info.get('lang')}' ({info_path}), used here as '{lang}'", path)
     wrong = [f"{k}={info.get(k)} there, {getattr(pipeline, k)} here ({flag})"
              for k, flag in _FLAGS.items() if info.get(k) != getattr(pipeline, k)]
+    if list(info.get("protected_patterns") or []) != list(pipeline.protected_patterns):
+        wrong.append(f"{len(info.get('protected_patterns') or [])} protected patterns there, "
+                     f"{len(pipeline.protected_patterns)} here (--protect)")
     if wrong:
         raise ConfigError(f"tokenised with other settings ({info_path}): {'; '.join(wrong)}; give the tokeniser "
                           "and this command the same flags, since translate replays this command's", path)
@@ -70,40 +71,21 @@ def _write_tokinfo(output: str, pipeline: TextPipeline) -> None:
 
 
 def _lines(path: str | None):
-    """Lines of --input or of stdin (decoded strictly by text.io, not by sys.stdin, which may be set
+    """Lines of `path` or of stdin (decoded strictly by text.io, not by sys.stdin, which may be set
     to replace or escape bad bytes; UTF-8 errors name file and line)."""
     if path not in (None, "-"):
         return read_lines(path)
     return stream_lines(sys.stdin.buffer, "<stdin>")
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nmtkit.text.tokenize", description=__doc__.splitlines()[0])
-    p.add_argument("--lang", required=True, help="language code for sacremoses (en, fr, ...)")
-    p.add_argument("-i", "--input", help="input file (default: stdin)")
-    p.add_argument("-o", "--output", help="output file (default: stdout)")
-    p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)), help="processes")
-    p.add_argument("--aggressive-dash-splits", action="store_true", help="split hyphens (Moses -a)")
-    p.add_argument("--lowercase", action="store_true", help="lowercase tokens")
-    args = p.parse_args(argv)
-    pipeline = TextPipeline(args.lang, args.lang, aggressive_dash_splits=args.aggressive_dash_splits,
-                            lowercase=args.lowercase)
+def tokenize_file(input_path: str | None, output_path: str | None, pipeline: TextPipeline, workers: int) -> None:
+    """Tokenise `input_path` (None or "-": stdin) into `output_path` (None: stdout) line for
+    line with `pipeline`'s steps 1-3, in `workers` processes; a regular output file gets its
+    `.tokinfo.json` record and appears only when complete (nmtkit.outputs)."""
     func = functools.partial(_tok_line, pipeline=pipeline)
-    try:
-        with contextlib.ExitStack() as stack:
-            out = stack.enter_context(OutputFile(args.output)).file if args.output else sys.stdout
-            for tok in parallel_map(func, _lines(args.input), workers=args.workers, chunk_size=2000):
-                out.write(tok + "\n")
-            if args.output and not writes_in_place(args.output):
-                _write_tokinfo(args.output, pipeline)  # before the output itself is renamed into place
-    except NmtkitError as err:
-        print(f"nmtkit.text.tokenize: error: {err}", file=sys.stderr)
-        return 1
-    except OSError as err:
-        print(f"nmtkit.text.tokenize: error: {describe_os_error(err)}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(OutputFile(output_path)).file if output_path else sys.stdout
+        for tok in parallel_map(func, _lines(input_path), workers=workers, chunk_size=2000):
+            out.write(tok + "\n")
+        if output_path and not writes_in_place(output_path):
+            _write_tokinfo(output_path, pipeline)  # before the output itself is renamed into place

@@ -6,7 +6,7 @@ Adadelta (epsilon 1e-6, rho 0.95, lr 1.0), gradient L2 norm rescaled to at most 
 dropped. Other presets default to Adam (lr 1e-3) with the same clipping.
 
 The config is saved as a plain dict in every checkpoint and rebuilt with `TrainConfig.from_dict`;
-unknown keys are an error that lists the valid ones (DESIGN.md convention 1).
+unknown keys are an error that lists the valid ones (docs/design.md, convention 1).
 """
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ class TrainConfig:
     batch_size: int | None = 80
     max_tokens: int | None = None
     sort_pool: int = 1600
+    update_freq: int = 1  # minibatches per rank whose gradients one update sums
     # objective and optimiser
     optimizer: str = "adadelta"
     lr: float = 1.0
@@ -76,12 +77,13 @@ class TrainConfig:
     keep_every: int = 0  # also keep checkpoint_<update>.pt (model only) every N updates; 0: never
     log_every: int = 100
     on_nan: str = "stop"
-    tensorboard: bool = False
+    tensorboard: str | None = None  # TensorBoard folder (nmtkit.train.tensorboard); True in old runs: RUN/tensorboard
     # reproducibility and hardware
     seed: int = 1
     device: str = "auto"
     precision: str = "fp32"
     fuse: str = "auto"  # compile the recurrences' step bodies (models/fusion.py); auto: on CUDA
+    tf32: bool = True  # fp32 matrix products in TF32 on CUDA GPUs that have it (models/precision.py)
     threads: int | None = None
     loss_chunk_tokens: int = 4096
 
@@ -107,7 +109,7 @@ class TrainConfig:
         self._check_numbers()
         if self.batch_size is None and self.max_tokens is None:
             raise ConfigError("need --batch-size or --max-tokens")
-        positive = ["sort_pool", "valid_every", "save_every", "log_every", "valid_batch_size", "loss_chunk_tokens"]
+        positive = ["sort_pool", "update_freq", "valid_every", "save_every", "log_every", "valid_batch_size", "loss_chunk_tokens"]
         positive += [n for n in ("batch_size", "max_tokens", "max_len", "max_updates", "max_epochs", "threads")
                      if getattr(self, n) is not None]
         for name in positive:

@@ -3,19 +3,26 @@
 `torchrun --nproc_per_node N -m nmtkit train ...` starts N processes with RANK, LOCAL_RANK,
 WORLD_SIZE, MASTER_ADDR and MASTER_PORT set; `init()` joins them into a process group (NCCL on
 CUDA, gloo on CPU). Every rank computes the same epoch plan (`nmtkit.data.batching`) and trains
-on its own slice of each minibatch, so an update sees the same pairs whatever the number of
-ranks. Only rank 0 validates and writes files; what it decides (dev score, stop) is broadcast.
+on its own minibatches of each update (--batch-size and --max-tokens are per rank; --update-freq
+sums several per rank), so N ranks see N times the pairs of one per update. Only rank 0
+validates and writes files; what it decides (dev score, stop) is broadcast.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from nmtkit.errors import ConfigError
+
+# How long a rank waits in a collective before the job is declared hung. Rank 0 validates alone
+# (dev loss and dev BLEU, the first one also compiling the decoding graphs) while the others wait
+# in the next collective: NCCL's default of 10 minutes is shorter than a validation can take.
+PROCESS_GROUP_TIMEOUT = timedelta(hours=2)
 
 
 @dataclass(frozen=True)
@@ -57,7 +64,8 @@ def init(info: DistInfo, device: torch.device) -> None:
         if var not in os.environ:
             raise ConfigError(f"WORLD_SIZE={info.world_size} but {var} is not set (start with torchrun)")
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size)
+    dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size,
+                            timeout=PROCESS_GROUP_TIMEOUT)
 
 
 def shutdown(info: DistInfo) -> None:
@@ -92,5 +100,6 @@ class LossModule(nn.Module):
         self.label_smoothing = label_smoothing
         self.chunk_tokens = chunk_tokens
 
-    def forward(self, src, src_lens, tgt_in, tgt_out):  # noqa: D401 - see Seq2Seq.loss
-        return self.model.loss(src, src_lens, tgt_in, tgt_out, self.label_smoothing, self.chunk_tokens)
+    def forward(self, src, src_lens, tgt_in, tgt_out, n_tokens=None):  # noqa: D401 - see Seq2Seq.loss
+        return self.model.loss(src, src_lens, tgt_in, tgt_out, self.label_smoothing, self.chunk_tokens,
+                               n_tokens=n_tokens)

@@ -1,4 +1,5 @@
-"""What a run writes for people to read: metrics.jsonl, curves.png, train.log, TensorBoard.
+"""What a run writes for people to read: metrics.jsonl, curves.png, train.log (TensorBoard
+scalars of the same records: nmtkit.train.tensorboard).
 
 `metrics.jsonl` has one JSON object per line: `{"kind": "train", ...}` per log interval and
 `{"kind": "valid", ...}` per validation, each with the update number. On resume, the lines
@@ -14,25 +15,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nmtkit.errors import ConfigError
 from nmtkit.outputs import name_error, save_figure, write_text
 
 log = logging.getLogger(__name__)
 
 
 class MetricsLog:
-    """metrics.jsonl + curves.png (+ TensorBoard scalars when asked) in a run directory."""
+    """metrics.jsonl + curves.png in a run directory."""
 
-    def __init__(self, run_dir: str | Path, resume_update: int | None = None, tensorboard: bool = False):
+    def __init__(self, run_dir: str | Path, resume_update: int | None = None):
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "metrics.jsonl"
         self.records: list[dict[str, Any]] = []
-        self._tb = None
-        if tensorboard:  # checked before anything is written
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                raise ConfigError("--tensorboard needs the tensorboard package (pip install tensorboard)") from None
         if resume_update is not None and self.path.exists():
             for line in self.path.read_text(encoding="utf-8").splitlines():
                 try:
@@ -43,8 +37,6 @@ class MetricsLog:
                     self.records.append(rec)
         write_text(self.path, "".join(json.dumps(rec) + "\n" for rec in self.records))
         self._file = open(self.path, "a", encoding="utf-8")
-        if tensorboard:
-            self._tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
 
     def write(self, rec: dict[str, Any]) -> None:
         self.records.append(rec)
@@ -53,12 +45,6 @@ class MetricsLog:
             self._file.flush()
         except OSError as err:  # a full disk: name the file (a failed write names none)
             raise name_error(err, str(self.path)) from None
-        if self._tb is not None:
-            kind = rec.get("kind", "train")
-            for key, value in rec.items():
-                if key not in ("kind", "update", "epoch") and isinstance(value, (int, float)) and value is not None:
-                    self._tb.add_scalar(f"{kind}/{key}", value, rec["update"])
-            self._tb.flush()
 
     def draw_curves(self) -> None:
         """Redraw curves.png: losses (train, dev) and dev BLEU against updates."""
@@ -69,8 +55,6 @@ class MetricsLog:
 
     def close(self) -> None:
         self._file.close()
-        if self._tb is not None:
-            self._tb.close()
 
 
 def draw_curves(records: list[dict[str, Any]], path: Path) -> None:

@@ -1,5 +1,5 @@
 """The random number generators of a run, saved in checkpoints so that a resumed run continues
-bit for bit: python, numpy, torch and cuda states, one set per distributed rank."""
+bit for bit: python, numpy, torch and the rank's own GPU's states, one set per distributed rank."""
 from __future__ import annotations
 
 import random
@@ -11,8 +11,9 @@ import torch
 from nmtkit.train import distributed as ddp
 
 
-def rng_state() -> dict[str, Any]:
-    """Every RNG the run uses, as weights_only-safe primitives and tensors."""
+def rng_state(device: torch.device | None = None) -> dict[str, Any]:
+    """Every RNG the run uses, as weights_only-safe primitives and tensors: python, numpy, torch
+    and, on a CUDA `device`, that device's generator only (each rank draws on its own GPU)."""
     version, state, gauss = random.getstate()
     np_state = np.random.get_state()
     out: dict[str, Any] = {
@@ -20,40 +21,49 @@ def rng_state() -> dict[str, Any]:
         "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        out["cuda"] = torch.cuda.get_rng_state_all()
+    if device is not None and device.type == "cuda" and torch.cuda.is_initialized():
+        out["cuda_device"] = torch.cuda.get_rng_state(device)
     return out
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: dict[str, Any], device: torch.device | None = None) -> None:
+    """Restore `state` (from `rng_state`); its CUDA generator goes to `device`. A checkpoint of an
+    older format holds every visible GPU's state ("cuda"): the entry of `device`'s index is
+    used, when the saving machine had that many GPUs."""
     version, values, gauss = state["python"]
     random.setstate((version, tuple(values), gauss))
     name, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if device is None or device.type != "cuda" or not torch.cuda.is_available():
+        return
+    if "cuda_device" in state:
+        torch.cuda.set_rng_state(state["cuda_device"], device)
+    elif state.get("cuda"):
+        index = device.index or 0
+        if index < len(state["cuda"]):
+            torch.cuda.set_rng_state(state["cuda"][index], device)
 
 
-def gather_rng_states(dist_info: ddp.DistInfo) -> list[dict[str, Any]]:
-    """Every rank's RNG states (on rank 0), so a resumed DDP run continues exactly; a
-    collective: every rank calls it."""
-    mine = rng_state()
+def gather_rng_states(dist_info: ddp.DistInfo, device: torch.device | None = None) -> list[dict[str, Any]]:
+    """Every rank's RNG states, its own GPU's included (on rank 0), so a resumed DDP run continues
+    exactly; a collective: every rank calls it."""
+    mine = rng_state(device)
     if not dist_info.enabled:
         return [mine]
     import torch.distributed as dist
 
-    mine = {k: v for k, v in mine.items() if k != "cuda"}  # cuda state is per device; keep rank 0's
     gathered: list[Any] = [None] * dist_info.world_size
-    dist.all_gather_object(gathered, mine)
+    dist.all_gather_object(gathered, mine)  # CPU tensors: every backend can carry them
     return gathered
 
 
-def restore_rng(saved: dict[str, Any], rank: int, seed: int, update: int) -> None:
+def restore_rng(saved: dict[str, Any], rank: int, seed: int, update: int,
+                device: torch.device | None = None) -> None:
     """This rank's saved states; a rank the run did not have when saved derives its own."""
     per_rank = saved.get("ranks") or []
     if rank < len(per_rank):
-        set_rng_state(per_rank[rank])
+        set_rng_state(per_rank[rank], device)
     elif per_rank:  # more ranks than when saved: derive a state for the new ones
-        set_rng_state(per_rank[0])
-        torch.manual_seed(seed + 7919 * rank + update)
+        set_rng_state({k: v for k, v in per_rank[0].items() if k not in ("cuda", "cuda_device")})
+        torch.manual_seed(seed + 7919 * rank + update)  # seeds this rank's GPU too

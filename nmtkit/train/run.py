@@ -28,13 +28,14 @@ from typing import Any, Callable
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
 from nmtkit.outputs import DirLock, check_output_dir, check_outputs_vs_inputs
 from nmtkit.train.config import PAPER_PRESETS, TrainConfig
+from nmtkit.train.tensorboard import TensorBoardCallbacks, require_tensorboard, tensorboard_dir
 
 log = logging.getLogger(__name__)
 
 RUN_FILES = ("checkpoint_last.pt", "checkpoint_best.pt", "metrics.jsonl", "curves.png", "train.log")
 RESUME_OVERRIDABLE = frozenset({
     "max_updates", "max_epochs", "max_time", "patience", "valid_every", "valid_bleu_samples", "valid_beam",
-    "valid_batch_size", "save_every", "keep_every", "log_every", "on_nan", "tensorboard", "device", "threads", "precision", "fuse",
+    "valid_batch_size", "save_every", "keep_every", "log_every", "on_nan", "tensorboard", "device", "threads", "precision", "fuse", "tf32",
 })
 
 
@@ -187,6 +188,8 @@ def run_training(
     check_outputs_vs_inputs([("--data", data_dir)], folders=[("--save-dir", save_dir, is_run_file)])
     if info.is_main:
         run_lock(save_dir).check()
+    if train_options.get("tensorboard"):  # before the run folder is made (a resumed run's is checked below)
+        require_tensorboard()
     check_run_dir(save_dir, resume, force)
     data = DataDir.open(data_dir)
     ckpt = None
@@ -212,6 +215,9 @@ def run_training(
         if values.get("max_tokens") is not None and "batch_size" not in train_options:
             values["batch_size"] = None  # a token budget replaces the preset's pair count
         cfg = TrainConfig.from_dict(values)
+    tb_dir = tensorboard_dir(cfg.tensorboard, save_dir)
+    if tb_dir is not None:  # a missing package fails before the run writes anything
+        require_tensorboard()
     lock = None
     if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
         check_output_dir(save_dir, "--save-dir run folder")
@@ -219,6 +225,8 @@ def run_training(
     try:
         if lock is not None:
             check_run_dir(save_dir, resume, force)  # again, now that no other process can change it
+        if tb_dir is not None and info.is_main:  # an unwritable folder fails before the run writes anything
+            check_output_dir(tb_dir, "--tensorboard folder")
         if not resume and info.is_main:
             if not force and stale_run_files(save_dir):
                 log.warning("%s: replacing %s of a run that saved no checkpoint", save_dir,
@@ -226,23 +234,32 @@ def run_training(
                 clear_run_dir(save_dir)
             if force:
                 clear_run_dir(save_dir)
-        return _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook)
+        return _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook, tb_dir)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook):
-    """Build the Trainer and run it, closing it (its log and metrics files) either way."""
+def _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook, tb_dir):
+    """Build the Trainer and run it, closing it (its log and metrics files) and the
+    TensorBoard writer either way."""
     from nmtkit.train.trainer import Trainer
 
-    trainer = Trainer(cfg, data, save_dir, arch, model_config, resume=ckpt, callbacks=callbacks,
-                      dist_info=info, loss_hook=loss_hook)
+    tb = None
+    if tb_dir is not None and info.is_main:
+        start = int(ckpt["trainer"]["update"]) if ckpt is not None else 0
+        callbacks = tb = TensorBoardCallbacks(tb_dir, callbacks, start_update=start)
     try:
-        result = trainer.train()
-    except BaseException:
-        with contextlib.suppress(OSError):  # e.g. a full disk: the first error is the one to report
-            trainer.close()
-        raise
-    trainer.close()
+        trainer = Trainer(cfg, data, save_dir, arch, model_config, resume=ckpt, callbacks=callbacks,
+                          dist_info=info, loss_hook=loss_hook)
+        try:
+            result = trainer.train()
+        except BaseException:
+            with contextlib.suppress(OSError):  # e.g. a full disk: the first error is the one to report
+                trainer.close()
+            raise
+        trainer.close()
+    finally:
+        if tb is not None:
+            tb.close()
     return result

@@ -6,7 +6,8 @@ presets): minibatches of 80 pairs cut from pools of 1600 pairs sorted by length
 
 The loop knows nothing of the CLI: it reports through a `Callbacks` object and the `nmtkit`
 logger, and writes into the run directory (rank 0 only):
-  checkpoint_last.pt  every --save-every updates, at the end and on SIGINT/SIGTERM
+  checkpoint_last.pt  every --save-every updates, before each validation (an error in it loses
+                      no update), at the end and on SIGINT/SIGTERM
   checkpoint_best.pt  whenever the dev metric improves (never from a non-finite score)
   checkpoint_N.pt     the model at update N, every --keep-every updates (no optimiser state)
   metrics.jsonl, curves.png, train.log (see `nmtkit.train.metrics`)
@@ -17,11 +18,13 @@ minibatch in the epoch's plan, which is a pure function of the seed and the epoc
 equal N/2 updates + resume + N/2 updates bit for bit on the CPU.
 
 Hot path: one host synchronisation per update (the finiteness check of the gradient norm,
-needed to skip or stop before a bad step is applied); losses are accumulated on the device
-and read at log intervals only.
+needed to skip or stop before a bad step is applied; tests/test_host_reads.py counts them);
+losses are accumulated on the device and read at log intervals only, and the loss picks the
+real target positions by the token count known on the host, not by a boolean mask.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
@@ -42,13 +45,12 @@ from nmtkit.data.batching import (
     epoch_batches,
     keep_pairs,
     over_budget,
-    shard,
-    trainable,
+    update_batches,
 )
 from nmtkit.devices import resolve_device, threads_per_process
 from nmtkit.errors import ConfigError, InputError, TrainingError
 from nmtkit.models.fusion import resolve_fuse
-from nmtkit.models.precision import FP16_ON_CPU, autocast, resolve_precision
+from nmtkit.models.precision import FP16_ON_CPU, autocast, resolve_precision, set_tf32
 from nmtkit.train import distributed as ddp
 from nmtkit.train.accumulate import Accumulators
 from nmtkit.train.config import TrainConfig
@@ -58,7 +60,7 @@ from nmtkit.train.optim import LRSchedule, build_optimizer
 from nmtkit.train.rng import gather_rng_states, restore_rng, rng_state
 from nmtkit.train.state import Callbacks, TrainResult, TrainState
 from nmtkit.train.stopping import StopSignals, stop_reason
-from nmtkit.train.validate import dev_bleu, dev_loss, perplexity
+from nmtkit.train.validate import check_dev_bleu, dev_bleu, dev_loss, perplexity
 
 log = logging.getLogger("nmtkit.train")
 
@@ -114,6 +116,7 @@ class Trainer:
             log.warning(FP16_ON_CPU)
         if self.precision == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise ConfigError("--precision bf16 is not supported by this GPU (use fp16)")
+        self.tf32 = set_tf32(self.device.type, self.precision, cfg.tf32)
         torch.set_num_threads(cfg.threads or threads_per_process(self.dist.local_world_size))
         ddp.init(self.dist, self.device)
 
@@ -185,8 +188,7 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             for stale in self.run_dir.glob("checkpoint_*.pt.*.tmp"):  # a write cut by SIGKILL
                 stale.unlink(missing_ok=True)
-            self.metrics = MetricsLog(self.run_dir, self.state.update if resumed else None,
-                                      tensorboard=self.cfg.tensorboard)
+            self.metrics = MetricsLog(self.run_dir, self.state.update if resumed else None)
             self._log_handler = setup_file_log(self.run_dir)
 
     # ---- resume -------------------------------------------------------------------------
@@ -199,7 +201,7 @@ class Trainer:
         tr = dict(ckpt["trainer"])
         tr.pop("world_size", None)
         self.state = TrainState(**tr)
-        restore_rng(ckpt.get("rng") or {}, self.dist.rank, self.cfg.seed, self.state.update)
+        restore_rng(ckpt.get("rng") or {}, self.dist.rank, self.cfg.seed, self.state.update, self.device)
 
     # ---- checkpoints --------------------------------------------------------------------
     def checkpoint(self, with_optimizer: bool = True, rng_states: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -207,7 +209,7 @@ class Trainer:
         training: dict[str, Any] = {
             "trainer": {**asdict(self.state), "world_size": self.dist.world_size},
             "schedule_state": self.schedule.state_dict(),
-            "rng": {"ranks": rng_states if rng_states is not None else [rng_state()]},
+            "rng": {"ranks": rng_states if rng_states is not None else [rng_state(self.device)]},
         }
         if with_optimizer:
             training["optimizer_state"] = self.optimizer.state_dict()
@@ -221,7 +223,7 @@ class Trainer:
         )
 
     def save_last(self) -> None:
-        rng = gather_rng_states(self.dist)  # collective: every rank calls it
+        rng = gather_rng_states(self.dist, self.device)  # collective: every rank calls it
         if self.dist.is_main:
             save_checkpoint(self.checkpoint(True, rng), self.run_dir / LAST)
             log.info("saved %s at update %d", LAST, self.state.update)
@@ -246,37 +248,51 @@ class Trainer:
         self.signals.received = signum
 
     # ---- one update ---------------------------------------------------------------------
-    def _step(self, batch: np.ndarray) -> bool:
-        """One update on a global minibatch (this rank's slice of it). False if it was skipped."""
-        cfg = self.cfg
-        local = shard(batch, self.dist.rank, self.dist.world_size)
-        arrays = collate(*self._arrays, local)
-        non_blocking = self.device.type == "cuda"
-        src, src_lens, tgt_in, tgt_out = (torch.from_numpy(a).to(self.device, non_blocking=non_blocking)
-                                          for a in arrays)
-        n_tgt = int(self._tgt_lens[batch].sum()) + len(batch)  # global target tokens (EOS included)
-        denom = n_tgt if cfg.normalize_loss == "tokens" else len(batch)
+    def _step(self, batches: list[np.ndarray]) -> bool:
+        """One update on the minibatches of `update_batches` (this rank trains on every
+        world_size-th, `update_freq` of them at most), gradients summed over all of them. False if
+        it was skipped. Host reads: one (the finiteness check of the gradient norm)."""
+        cfg, world = self.cfg, self.dist.world_size
+        mine = batches[self.dist.rank :: world]
+        pairs = np.concatenate(batches)
+        n_tgt = int(self._tgt_lens[pairs].sum()) + len(pairs)  # the update's target tokens (EOS included)
+        denom = n_tgt if cfg.normalize_loss == "tokens" else len(pairs)
         lr = self.schedule.set_update(self.state.update)
-        with autocast(self.device.type, self.precision):
-            loss_sum, nll_sum, _ = self.loss_module(src, src_lens, tgt_in, tgt_out)
-        if self.loss_hook is not None:
-            loss_sum = self.loss_hook(self.state.update, loss_sum)
-        # DDP averages gradients over ranks; scale so the result is d(sum over the batch)/denom
-        loss = loss_sum * (self.dist.world_size / denom)
+        non_blocking = self.device.type == "cuda"
+        loss_total = nll_total = None
+        tokens_local = 0
+        for k, batch in enumerate(mine):
+            src, src_lens, tgt_in, tgt_out = (torch.from_numpy(a).to(self.device, non_blocking=non_blocking)
+                                              for a in collate(*self._arrays, batch))
+            n_batch = int(self._tgt_lens[batch].sum()) + len(batch)  # its target tokens, EOS included
+            # DDP all-reduces the gradients once, in the last minibatch's backward
+            last = k == len(mine) - 1
+            with contextlib.nullcontext() if last or not self.dist.enabled else self.loss_module.no_sync():
+                with autocast(self.device.type, self.precision):
+                    loss_sum, nll_sum, _ = self.loss_module(src, src_lens, tgt_in, tgt_out, n_batch)
+                if self.loss_hook is not None:
+                    loss_sum = self.loss_hook(self.state.update, loss_sum)
+                # DDP averages gradients over ranks; scale so the result is d(sum over the update)/denom
+                loss = loss_sum * (world / denom)
+                if self.scaler is not None:
+                    self.scaler.scale(loss).backward()
+                else:
+                    loss.backward()
+            loss_total = loss_sum.detach() if loss_total is None else loss_total + loss_sum.detach()
+            nll_total = nll_sum.detach() if nll_total is None else nll_total + nll_sum.detach()
+            tokens_local += n_batch
+        assert loss_total is not None and nll_total is not None
         if self.scaler is not None:
-            self.scaler.scale(loss).backward()
             self.scaler.unscale_(self.optimizer)
-        else:
-            loss.backward()
         max_norm = cfg.clip_norm if cfg.clip_norm > 0 else float("inf")
         gnorm = torch.nn.utils.clip_grad_norm_(self._params, max_norm)
         if self.scaler is not None:  # fp16: inf gradients are overflows the scaler handles
-            bad = ddp.any_flag(not bool(torch.isfinite(loss_sum.detach())), self.dist, self.device)
+            bad = ddp.any_flag(not bool(torch.isfinite(loss_total)), self.dist, self.device)
         else:  # after DDP's all-reduce the norm is the same on every rank
             bad = not bool(torch.isfinite(gnorm))
         if bad:
             self.optimizer.zero_grad(set_to_none=True)
-            self._non_finite(batch)
+            self._non_finite(pairs)
             return False
         self._consecutive_skips = 0
         if self.scaler is not None:
@@ -285,7 +301,7 @@ class Trainer:
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.acc.add(loss_sum, nll_sum, gnorm, int(self._tgt_lens[local].sum()) + len(local), n_tgt, len(batch))
+        self.acc.add(loss_total, nll_total, gnorm, tokens_local, n_tgt, len(pairs))
         self._lr = lr
         return True
 
@@ -386,7 +402,7 @@ class Trainer:
         cfg, st = self.cfg, self.state
         self._session_start = time.perf_counter()
         self._consecutive_skips = 0
-        self._saved_update: int | None = None
+        self._saved_update: tuple[int, int | None] | None = None
         self._lr = self.schedule.lr_at(st.update)
         self._reset_acc()
         plan_len = len(self.epoch_plan(st.epoch))
@@ -399,10 +415,14 @@ class Trainer:
         log.info("training %s (%d parameters) on %s x%d: %d pairs (%d over --max-len %s dropped), "
                  "%d minibatches per epoch, from update %d", self.arch, sum(p.numel() for p in self._params),
                  self.device, self.dist.world_size, len(self.keep), self.dropped, cfg.max_len, plan_len, st.update)
+        self._check_validation_needs()
         handlers = self.signals.install()
         reason: str | None = None
         last_valid: dict[str, Any] | None = None
         try:
+            if self._pending_validation():
+                last_valid = self.validate()
+                self._save_progress()
             reason = self._stop_reason(check_collective=True)
             while reason is None:
                 plan = self.epoch_plan(st.epoch)
@@ -413,9 +433,12 @@ class Trainer:
                     st.epoch += 1
                     st.batch_in_epoch = 0
                     continue
-                batch = plan[st.batch_in_epoch]
-                st.batch_in_epoch += 1
-                if not trainable(batch, self.dist.world_size) or not self._step(batch):
+                batches = update_batches(plan, st.batch_in_epoch, self.dist.world_size, cfg.update_freq)
+                if not batches:  # fewer minibatches left than ranks: on to the next epoch
+                    st.batch_in_epoch = len(plan)
+                    continue
+                st.batch_in_epoch += len(batches)
+                if not self._step(batches):
                     continue
                 st.update += 1
                 self.cb.on_update(st.update, st.epoch)
@@ -425,9 +448,12 @@ class Trainer:
                 if st.update % cfg.valid_every == 0 or st.update % cfg.save_every == 0 or keep:
                     t0 = time.perf_counter()
                     if st.update % cfg.valid_every == 0:
+                        # saved first, so an error in validation loses no training; a resume from
+                        # this checkpoint runs the validation again (see `_pending_validation`)
+                        self._save_progress()
                         last_valid = self.validate()
                     if st.update % cfg.save_every == 0:
-                        self._save_progress()
+                        self._save_progress()  # again after a validation: with its outcome
                     if keep:
                         self._save_model(f"checkpoint_{st.update}.pt")
                     self.acc.start += time.perf_counter() - t0  # throughput counts training only
@@ -436,6 +462,7 @@ class Trainer:
             self._log_interval()
             if reason in ("max-updates", "max-epochs", "max-time") and st.last_valid_update != st.update:
                 # Users expect checkpoint_best.pt after a run that stopped on a budget.
+                self._save_progress()
                 last_valid = self.validate(final=True)
             self._save_progress()
         finally:
@@ -444,10 +471,27 @@ class Trainer:
                  cfg.best_metric, st.best_score, st.best_update)
         return TrainResult(reason, st.update, st.epoch, st.best_score, st.best_update, last_valid)
 
+    def _pending_validation(self) -> bool:
+        """True when the run resumes from the checkpoint saved just before a scheduled validation
+        that did not finish: it runs first, as it would have in the uninterrupted run."""
+        st = self.state
+        return st.update > 0 and st.update % self.cfg.valid_every == 0 and st.last_valid_update != st.update
+
+    def _check_validation_needs(self) -> None:
+        """Before the first update: dev BLEU (decoding, the text pipeline's detokeniser and BPE,
+        sacrebleu) runs on one dev sentence, so a module missing on this machine stops the run now,
+        not at the first validation hours later."""
+        if self.dist.is_main and self.bleu_enabled:
+            assert self.valid_data is not None
+            check_dev_bleu(self.model, self.valid_data, self.data.tgt_vocab, self.data.pipeline, self.cfg.valid_beam,
+                           self.device, self._raw_refs, self.precision)
+
     def _save_progress(self) -> None:
-        if self._saved_update == self.state.update:
+        """checkpoint_last.pt, unless this state (update, validation) is already saved."""
+        key = (self.state.update, self.state.last_valid_update)
+        if self._saved_update == key:
             return
-        self._saved_update = self.state.update
+        self._saved_update = key
         self.state.elapsed = self._elapsed()
         self._session_start = time.perf_counter()
         self.save_last()

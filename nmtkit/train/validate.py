@@ -28,7 +28,7 @@ def _to_device(arrays: Sequence[np.ndarray], device: torch.device) -> list[torch
     return [torch.from_numpy(a).to(device, non_blocking=True) for a in arrays]
 
 
-@torch.no_grad()
+@torch.inference_mode()  # as decoding: compiled step bodies then share their graphs
 def dev_loss(
     model: Any, data: ParallelData, batch_size: int, device: torch.device, precision: str = "fp32",
     chunk_tokens: int = 4096,
@@ -61,6 +61,8 @@ def _pipeline_decoder(pipeline: dict[str, Any]) -> Callable[[list[str]], str]:
     try:
         pipe = TextPipeline.from_dict(pipeline)
         return lambda toks: pipe.decode(toks, "tgt")
+    except ImportError:  # a module missing on this machine: not an old pipeline
+        raise
     except Exception as err:  # an old manifest's pipeline: plain BPE join
         log.warning("dev BLEU: cannot rebuild the text pipeline (%s); scoring BPE-joined tokens", err)
         return lambda toks: " ".join(join_bpe(toks))
@@ -123,6 +125,20 @@ def dev_bleu(
         refs = [decode(tgt_vocab.decode(data.tgt[k].tolist())) for k in range(len(hyps))]
     bleu = sacrebleu.corpus_bleu(hyps, [refs]).score if hyps else float("nan")
     return float(bleu), hyps, refs
+
+
+def check_dev_bleu(model: Any, data: ParallelData, tgt_vocab: Vocab, pipeline: dict[str, Any], beam: int,
+                   device: torch.device, raw_refs: list[str] | None = None, precision: str = "fp32") -> None:
+    """Run dev BLEU once on the first dev sentence (decoded by the model, turned into text by the
+    pipeline, scored by sacrebleu), so that a module it needs and this machine lacks is a
+    ConfigError before training rather than a crash at the first validation."""
+    from nmtkit.errors import ConfigError
+
+    try:
+        dev_bleu(model, data, tgt_vocab, pipeline, 1, beam, 1, device, raw_refs, precision)
+    except ImportError as err:
+        raise ConfigError(f"dev BLEU needs the module '{err.name}', which does not import here ({err}): "
+                          "install it, or train with --valid-bleu-samples 0") from None
 
 
 def perplexity(loss: float) -> float:

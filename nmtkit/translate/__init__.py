@@ -1,6 +1,6 @@
 """Text in, text out: `nmtkit translate` without the command line (`translate_files`).
 
-The checkpoint alone is enough (DESIGN.md): it records the text pipeline (normalisation,
+The checkpoint alone is enough (docs/design.md): it records the text pipeline (normalisation,
 tokenisation, casing, BPE codes) and the vocabularies. A `Translator` applies that pipeline to
 raw lines, decodes them with batched beam search (`nmtkit.decode.search`), maps ids back to
 tokens, optionally replaces UNKs from the attention (Luong et al. 2015; Jean et al. 2015),

@@ -26,6 +26,7 @@ class TranslateConfig:
     input_format: str = "raw"
     output_format: str = "raw"
     replace_unk: bool = False
+    ban_unk: bool = False  # never emit the unknown word (the paper's no-UNK decoding)
     unk_dict: str | None = None
     alignments: str | None = None  # None | "hard" | "soft"
     plot_attention: str | None = None
@@ -41,6 +42,8 @@ class TranslateConfig:
     def validate(self) -> None:
         if not self.models:
             raise ConfigError("no model given (-m CHECKPOINT)")
+        if self.ban_unk and self.replace_unk:
+            raise ConfigError("--ban-unk and --replace-unk exclude each other (a banned <unk> is never replaced)")
         if len(self.models) > 1 and not self.ensemble:
             raise ConfigError(f"{len(self.models)} -m checkpoints given: add --ensemble to average them")
         if self.beam < 1:

@@ -153,7 +153,7 @@ class Translator:
                 self.models, src.to(self.device), lens.to(self.device), beam=min(beam or c.beam, self.max_beam),
                 lenpen=c.lenpen, max_len_a=c.max_len_a, max_len_b=c.max_len_b,
                 nbest=min(nbest or c.nbest, self.max_beam),
-                need_attention=need_attention, vocab=vocab,
+                need_attention=need_attention, vocab=vocab, ban_unk=c.ban_unk,
             )
         if need_attention:
             # attention columns: the batch's padded width plus any positions the model adds (its

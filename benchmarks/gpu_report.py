@@ -1,0 +1,443 @@
+"""Everything a first GPU run needs to know, in one command: `make gpu-report OUT=DIR`.
+
+Writes DIR/gpu-report.md and DIR/gpu-report.json with
+  environment  the device, torch, CUDA, cuDNN, Triton and Python versions, the commit;
+  tests        `pytest -m cuda` (what `make test-gpu` runs): its summary line and skip reasons;
+  train        training target tokens/s and peak GPU memory of one `Trainer._step` (forward,
+               backward, clipping, optimiser) for `small` and `rnnsearch-50`, fp32 (+TF32) and
+               bf16, batches of 80 pairs and of --max-tokens 8000, --fuse on and off: warmed up
+               until no step compiles a new graph (at most WARMUP_MAX steps), then TIMED_STEPS
+               steps timed between two torch.cuda.synchronize(); graphs compiled inside the timed
+               window are counted (they must be 0);
+  run          a real 200-update run (`small`, --max-tokens, varied lengths, --fuse auto): graphs
+               compiled per fused step body and host reads per update (benchmarks/launches.HostReads);
+  translate    newstest2014 (3,003 sentences, from DATA, default ../shared/data) at beam 12 with a
+               randomly initialised rnnsearch-50 (every sentence runs to the fixed limit of
+               TRANSLATE_LIMIT tokens): wall seconds, the first batch (which compiles) apart;
+  profile      one rnnsearch-50 bf16 training step under torch.profiler: the share of the step's
+               wall time during which the GPU runs kernels.
+Each section runs on its own: one that fails is reported with its error and the others still
+run. Without CUDA the report says so plainly, runs what it can on the CPU (at the --quick sizes:
+the full ones would take hours there) and exits 0.
+
+  make gpu-report OUT=DIR PYTHON=python3 SYSTEM_TORCH=1   # on a GPU node (see benchmarks/GPU.md)
+  python benchmarks/gpu_report.py --out DIR [--quick]     # --quick: tiny sizes, a few steps (CPU test)
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+DATA = Path(os.environ.get("DATA") or REPO.parent / "shared" / "data")
+
+PRESETS = ("small", "rnnsearch-50")
+WARMUP_MAX = 30
+TIMED_STEPS = 50
+RUN_UPDATES = 200
+TRANSLATE_LIMIT = 50  # target tokens before EOS, every sentence (max_len_a 0, max_len_b 50)
+BEAM = 12
+
+
+# ---- sections --------------------------------------------------------------------------------
+def environment() -> dict[str, Any]:
+    import torch
+
+    env: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(), "host": platform.node(),
+    }
+    try:
+        env["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                       text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        env["commit"] = "unknown (not a git checkout)"
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except ImportError:
+        env["triton"] = None
+    if torch.cuda.is_available():
+        env["device"] = torch.cuda.get_device_name(0)
+        env["gpus"] = torch.cuda.device_count()
+        env["cudnn"] = torch.backends.cudnn.version()
+        env["capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
+        env["memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
+    else:
+        env["device"] = f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+    return env
+
+
+def tests(quick: bool, timeout: float) -> dict[str, Any]:
+    """`pytest -m cuda` in a child process (the command `make test-gpu` runs)."""
+    target = str(REPO / "tests" / "test_cuda.py") if quick else str(REPO / "tests")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-m", "cuda", "-p", "no:cacheprovider", target]
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, PYTHONPATH=path))
+    lines = proc.stdout.strip().splitlines()
+    return {"exit_code": proc.returncode, "summary": lines[-1] if lines else proc.stderr.strip()[-500:],
+            "skipped": sorted({ln.split("] ", 1)[-1] for ln in lines if ln.startswith("SKIPPED")}),
+            "failed": [ln for ln in lines if ln.startswith(("FAILED", "ERROR"))], "seconds": time.perf_counter() - t0}
+
+
+def _graphs() -> int:
+    import torch._dynamo.utils
+
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train_speed(workdir: Path, device: str, quick: bool, deadline: float) -> list[dict[str, Any]]:
+    """Rows: one per preset x precision x batching x fuse (see the module docstring)."""
+    import gc
+
+    import torch
+
+    from benchmarks.launches import vocab_size, write_data_dir
+
+    rows = []
+    steps = 2 if quick else TIMED_STEPS
+    presets = PRESETS[:1] if quick else PRESETS
+    for preset in presets:
+        data = write_data_dir(workdir / f"data-{preset}", vocab_size(preset))
+        for precision in ("fp32", "bf16"):
+            for max_tokens in ((None,) if quick else (None, 8000)):
+                for fuse in (("off",) if quick else ("on", "off")):
+                    row: dict[str, Any] = {"preset": preset, "precision": precision + ("+tf32" if precision == "fp32"
+                                           and device == "cuda" else ""),
+                                           "batch": "80 pairs" if max_tokens is None else f"max-tokens {max_tokens}",
+                                           "fuse": fuse}
+                    rows.append(row)
+                    if time.perf_counter() > deadline:
+                        row["skipped"] = "the report's time budget is spent"
+                        continue
+                    try:
+                        row.update(_one_train_speed(preset, data, workdir, device, precision, max_tokens, fuse,
+                                                    quick, steps))
+                    except Exception as err:  # noqa: BLE001 - one row's failure is its result
+                        row["error"] = f"{type(err).__name__}: {err}"
+                    gc.collect()
+                    if torch.cuda.is_available():
+                        torch.cuda.empty_cache()
+    return rows
+
+
+def _one_train_speed(preset, data, workdir, device, precision, max_tokens, fuse, quick, steps) -> dict[str, Any]:
+    import torch
+    import torch._dynamo
+
+    from benchmarks.launches import fixed_batch, make_trainer
+
+    torch._dynamo.reset()  # each row compiles its own graphs: no row inherits another's towards the limit
+    run = Path(tempfile.mkdtemp(dir=workdir))
+    trainer = make_trainer(preset, data, run, max_tokens, quick, threads=os.cpu_count() or 1, precision=precision,
+                           fuse=fuse, device=device)
+    try:
+        batch = fixed_batch(trainer, max_tokens)
+        n_tgt = int(trainer._tgt_lens[batch].sum()) + len(batch)
+        trainer._reset_acc()
+        trainer._consecutive_skips = 0
+        dev = trainer.device
+
+        def step() -> None:
+            assert trainer._step([batch]), "the synthetic step was skipped (non-finite loss)"
+            trainer.state.update += 1
+
+        t0 = time.perf_counter()
+        warm, stable = 0, 0
+        while warm < (1 if quick else WARMUP_MAX) and stable < 3:
+            before = _graphs()
+            step()
+            warm += 1
+            stable = stable + 1 if _graphs() == before else 0
+        _sync(dev)
+        warmup_s = time.perf_counter() - t0
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+        before = _graphs()
+        _sync(dev)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        _sync(dev)
+        secs = time.perf_counter() - t0
+        out = {"tgt_tokens": n_tgt, "pairs": len(batch), "warmup_steps": warm, "warmup_s": round(warmup_s, 2),
+               "timed_steps": steps, "step_ms": round(1000 * secs / steps, 2),
+               "tokens_per_s": round(n_tgt * steps / secs), "compiles_in_window": _graphs() - before}
+        if dev.type == "cuda":
+            out["peak_gib"] = round(torch.cuda.max_memory_allocated(dev) / 2**30, 2)
+        return out
+    finally:
+        trainer.close()
+
+
+def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
+    """A real run through `run_training`: graphs per fused body and host reads per update."""
+    import torch
+    import torch._dynamo
+
+    from benchmarks.launches import HostReads, write_data_dir
+    from nmtkit.models import fusion
+    from nmtkit.train.run import run_training
+    from nmtkit.train.trainer import Trainer
+
+    data = write_data_dir(workdir / "data-run", 1000 if quick else 8000, seed=1, lengths=(1, 60),
+                          n_pairs=300 if quick else 2000)
+    updates = 10 if quick else RUN_UPDATES
+    reads: list[int] = []
+    step = Trainer._step
+
+    def counted(self, batches):
+        with HostReads() as r:
+            out = step(self, batches)
+        reads.append(r.count)
+        return out
+
+    sizes = dict(emb_dim=32, enc_hidden=32, dec_hidden=32, att_hidden=32, maxout=16) if quick else {}
+    opts = dict(preset="small", max_tokens=300 if quick else 4000, max_updates=updates, valid_every=updates // 2,
+                save_every=updates, log_every=max(1, updates // 4), valid_bleu_samples=8, device=device,
+                fuse="auto" if device == "cuda" else "off", max_len=60)
+    torch._dynamo.reset()  # this run's graphs only
+    Trainer._step = counted
+    t0 = time.perf_counter()
+    try:
+        result = run_training(data, workdir / "run-200", opts, sizes, force=True)
+    finally:
+        Trainer._step = step
+    graphs = {b.__qualname__: fusion.graphs_compiled(b) for b in fusion.compiled_bodies()}
+    return {"updates": result.update, "seconds": round(time.perf_counter() - t0, 1),
+            "host_reads_per_update_max": max(reads) if reads else None,
+            "host_reads_per_update_mean": round(sum(reads) / len(reads), 3) if reads else None,
+            "graphs_per_body": graphs, "graph_bound": fusion.MAX_GRAPHS_PER_BODY,
+            "total_graphs": _graphs(), "fused": torch.cuda.is_available() and device == "cuda"}
+
+
+def translate(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
+    """newstest2014 at beam 12 (a random rnnsearch-50: every sentence runs to the limit)."""
+    import torch
+
+    from benchmarks.translate_speed import random_checkpoint
+    from nmtkit.data.batching import length_batches
+    from nmtkit.translate import TranslateConfig, Translator
+
+    src = DATA / "wmt14-newstest" / "newstest2014-fren.en"
+    if not src.exists():
+        return {"skipped": f"{src} not found (set DATA=the shared data folder)"}
+    lines = src.read_text(encoding="utf-8").splitlines()
+    preset, beam, limit = ("small", 4, 10) if quick else ("rnnsearch-50", BEAM, TRANSLATE_LIMIT)
+    lines = lines[:24] if quick else lines
+    ckpt = random_checkpoint(preset, lines, workdir / f"{preset}-random.pt")
+    cfg = TranslateConfig(models=(str(ckpt),), beam=beam, max_len_a=0.0, max_len_b=float(limit), batch_size=64,
+                          device=device, precision="bf16" if device == "cuda" else "fp32", shortlist="off")
+    tr = Translator(cfg, warn=lambda m: None)
+    t0 = time.perf_counter()
+    toks = [tr.prepare(line, i) for i, line in enumerate(lines, 1)]
+    prep = time.perf_counter() - t0
+    idx = [i for i, t in enumerate(toks) if t]
+    batches = length_batches([len(toks[i]) for i in idx], 64, longest_first=True)
+    _sync(tr.device)
+    t0 = time.perf_counter()
+    tr.decode_batch([toks[idx[j]] for j in batches[0]])  # the first batch compiles (fused on CUDA)
+    _sync(tr.device)
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    n_tgt = 0
+    for b in batches:
+        for hyps in tr.decode_batch([toks[idx[j]] for j in b]):
+            n_tgt += len(hyps[0].tokens) + 1
+    _sync(tr.device)
+    secs = time.perf_counter() - t0
+    out = {"sentences": len(lines), "preset": preset, "beam": beam, "limit": limit, "precision": cfg.precision,
+           "fuse": "auto", "text_pipeline_s": round(prep, 2), "first_batch_with_compile_s": round(first, 2),
+           "all_sentences_s": round(secs, 2), "tgt_tokens_per_s": round(n_tgt / secs)}
+    if tr.device.type == "cuda":
+        out["peak_gib"] = round(torch.cuda.max_memory_allocated(tr.device) / 2**30, 2)
+    return out
+
+
+def profile_step(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
+    """The GPU's busy share of one steady-state rnnsearch-50 bf16 training step."""
+    if device != "cuda":
+        return {"skipped": "needs CUDA (the share of a step the GPU is busy)"}
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from benchmarks.launches import fixed_batch, make_trainer, vocab_size, write_data_dir
+
+    data = write_data_dir(workdir / "data-rnnsearch-50", vocab_size("rnnsearch-50"))
+    trainer = make_trainer("rnnsearch-50", data, Path(tempfile.mkdtemp(dir=workdir)), None, quick, threads=1,
+                           precision="bf16", fuse="auto", device=device)
+    try:
+        batch = fixed_batch(trainer, None)
+        trainer._reset_acc()
+        trainer._consecutive_skips = 0
+        for _ in range(5):  # compile and allocate
+            trainer._step([batch])
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            t0 = time.perf_counter()
+            trainer._step([batch])
+            torch.cuda.synchronize()
+            wall = time.perf_counter() - t0
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        spans = sorted((e.time_range.start, e.time_range.end) for e in kernels)
+        busy, end = 0.0, float("-inf")
+        for a, b in spans:  # the union of the kernels' intervals (us)
+            if b > end:
+                busy += b - max(a, end)
+                end = b
+        try:
+            top = prof.key_averages().table(sort_by="self_device_time_total", row_limit=12)
+        except (KeyError, AttributeError, ValueError):  # an older torch's name for it
+            top = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12)
+        return {"step_ms": round(wall * 1000, 2), "gpu_busy_ms": round(busy / 1000, 2),
+                "gpu_busy_share": round(busy / 1000 / (wall * 1000), 3), "kernels": len(kernels), "top": top}
+    finally:
+        trainer.close()
+
+
+# ---- the report ------------------------------------------------------------------------------
+def _run(report: dict, name: str, fn: Callable[[], Any]) -> None:
+    t0 = time.perf_counter()
+    print(f"gpu-report: {name} ...", file=sys.stderr, flush=True)
+    try:
+        report[name] = fn()
+    except Exception as err:  # noqa: BLE001 - a section's failure is part of the report
+        report[name] = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-3000:]}
+    print(f"gpu-report: {name} done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+
+
+def _fmt_rows(rows: list[dict], keys: list[str]) -> list[str]:
+    out = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    for r in rows:
+        cells = []
+        for k in keys:
+            v = r.get(k, "")
+            cells.append(f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v))
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def problems(report: dict) -> list[str]:
+    """What a reader must look at first: failed sections, tests, rows; compiles inside a timed
+    window; more than one host read per update; a body over the graph bound."""
+    out = []
+    for name in ("environment", "tests", "train", "run", "translate", "profile"):
+        sec = report.get(name)
+        if isinstance(sec, dict) and "error" in sec:
+            out.append(f"section {name} failed: {sec['error']}")
+    t = report.get("tests")
+    if isinstance(t, dict) and t.get("exit_code") not in (0, None):
+        out.append(f"make test-gpu failed: {t.get('summary')}; {'; '.join(t.get('failed', []))}")
+    for r in report.get("train") if isinstance(report.get("train"), list) else []:
+        what = f"{r['preset']} {r['precision']} {r['batch']} fuse {r['fuse']}"
+        if "error" in r:
+            out.append(f"train {what}: {r['error']}")
+        elif r.get("compiles_in_window"):
+            out.append(f"train {what}: {r['compiles_in_window']} graphs compiled inside the timed window")
+    run = report.get("run")
+    if isinstance(run, dict) and "error" not in run:
+        if (run.get("host_reads_per_update_max") or 0) > 1:
+            out.append(f"run: up to {run['host_reads_per_update_max']} host reads per update (budget 1)")
+        over = {k: v for k, v in run.get("graphs_per_body", {}).items() if v > run.get("graph_bound", 0)}
+        if over:
+            out.append(f"run: step bodies over the graph bound {run.get('graph_bound')}: {over}")
+    return out
+
+
+def markdown(report: dict) -> str:
+    env = report["environment"]
+    lines = ["# nmtkit GPU report", ""]
+    if not env.get("cuda_available"):
+        lines += ["**CUDA is unavailable here: this report ran what it could on the CPU. The GPU figures "
+                  "(training speed on the GPU, peak GPU memory, the profile) need a machine with CUDA.**", ""]
+    found = problems(report)
+    lines += ["## Problems", ""] + ([f"- {p}" for p in found] or ["- none found"]) + [""]
+    lines += [f"- {k}: {v}" for k, v in env.items()] + [f"- mode: {report['mode']}", ""]
+    for name, title in (("tests", "make test-gpu (pytest -m cuda)"), ("run", f"A {RUN_UPDATES}-update run"),
+                        ("translate", "newstest2014 at beam 12"), ("profile", "One training step's profile")):
+        sec = report.get(name)
+        if sec is None:
+            continue
+        lines += [f"## {title}", ""]
+        for k, v in sec.items():
+            if k in ("traceback", "top"):
+                lines += ["", "```", str(v).rstrip(), "```"]
+            else:
+                lines.append(f"- {k}: {v}")
+        lines.append("")
+    rows = report.get("train")
+    if isinstance(rows, list):
+        lines += ["## Training speed (one step, target tokens/s)", ""]
+        keys = ["preset", "precision", "batch", "fuse", "pairs", "tgt_tokens", "tokens_per_s", "step_ms",
+                "peak_gib", "warmup_steps", "compiles_in_window", "error", "skipped"]
+        keys = [k for k in keys if any(k in r for r in rows)]
+        lines += _fmt_rows(rows, keys) + [""]
+    elif rows is not None:
+        lines += ["## Training speed", "", f"- {rows}", ""]
+    lines += [f"Written by benchmarks/gpu_report.py in {report['seconds']:.0f} s."]
+    return "\n".join(lines) + "\n"
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="folder for gpu-report.md and gpu-report.json")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes and a few steps (the test suite's CPU mode)")
+    ap.add_argument("--budget", type=float, default=420.0,
+                    help="seconds after which remaining training-speed rows are skipped [420]")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    t_start = time.perf_counter()
+    if device == "cpu":  # the full sizes would take hours on a CPU and say nothing about a GPU
+        print("gpu-report: CUDA is unavailable: running what can run on the CPU, at the quick sizes",
+              file=sys.stderr)
+        args.quick = True
+    report: dict[str, Any] = {"mode": "quick" if args.quick else "full", "environment": environment()}
+    with tempfile.TemporaryDirectory(prefix="gpu-report-") as tmp:
+        work = Path(tmp)
+        _run(report, "tests", lambda: tests(args.quick, 300))
+        _run(report, "train", lambda: train_speed(work, device, args.quick, t_start + args.budget))
+        _run(report, "run", lambda: training_run(work, device, args.quick))
+        _run(report, "translate", lambda: translate(work, device, args.quick))
+        _run(report, "profile", lambda: profile_step(work, device, args.quick))
+    report["seconds"] = time.perf_counter() - t_start
+    report["problems"] = problems(report)
+    _write(out / "gpu-report.json", json.dumps(report, indent=1, default=str) + "\n")
+    _write(out / "gpu-report.md", markdown(report))
+    print(f"gpu-report: wrote {out / 'gpu-report.md'} and {out / 'gpu-report.json'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Checkpoint averaging (`nmtkit average`): the element-wise mean of compatible models' parameters.
+
+Averaging the last few checkpoints of a run (Vaswani et al. 2017, section 6.1; fairseq's
+`scripts/average_checkpoints.py`, Marian's `average.py`, OpenNMT-py's `-average_models`) smooths
+the noise of the last updates, much like Polyak averaging, and costs nothing at translation
+time, unlike an ensemble. Every checkpoint must share the first one's architecture, model config,
+vocabularies, text pipeline, language pair and parameter names, shapes and dtypes: anything else
+is refused with one line naming the file.
+
+The mean is taken in float64, one checkpoint in memory at a time besides the running sums, and
+cast back to each tensor's stored dtype. The result is an ordinary model checkpoint
+(`nmtkit.checkpoint.make_checkpoint`, no optimiser state): configs, vocabularies, text pipeline
+and decoding lexicon come from the last checkpoint given (the newest, for `--last N`), and
+"averaged_from" lists the inputs with their update numbers.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from nmtkit.errors import CheckpointError, ConfigError, InputError
+from nmtkit.outputs import check_outputs_vs_inputs
+
+
+def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
+    """The `n` newest kept checkpoints of a run, oldest first; an error when there are fewer."""
+    if n < 1:
+        raise ConfigError(f"--last must be at least 1 (got {n})")
+    save_dir = Path(save_dir)
+    if not save_dir.is_dir():
+        raise InputError("run directory not found", str(save_dir))
+    from nmtkit.train.run import kept_checkpoints
+
+    kept = sorted(kept_checkpoints(save_dir), key=lambda p: int(p.stem.split("_", 1)[1]))
+    if len(kept) < n:
+        have = ", ".join(p.name for p in kept) or "none"
+        raise InputError(f"--last {n} needs {n} checkpoint_<update>.pt files but the run kept {len(kept)} "
+                         f"({have}); train with --keep-every N to keep them", str(save_dir))
+    return kept[-n:]
+
+
+def check_averageable(path: str, ckpt: dict[str, Any], first_path: str, first: dict[str, Any]) -> None:
+    """CheckpointError (one line, naming `path`) unless `ckpt` can be averaged with `first`:
+    same vocabularies, text pipeline and languages (as an ensemble needs), same architecture,
+    model config and parameter names, shapes and dtypes."""
+    from nmtkit.decode.ensemble import check_compatible
+
+    if ckpt.get("arch") != first.get("arch"):
+        raise CheckpointError(f"architecture {ckpt.get('arch')} differs from {first_path}'s ({first.get('arch')}); "
+                              "only checkpoints of one model can be averaged", path)
+    a, b = first.get("model_config") or {}, ckpt.get("model_config") or {}
+    diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    if diff:
+        k = diff[0]
+        raise CheckpointError(f"model config differs from {first_path}'s ({k} {b.get(k)} vs {a.get(k)}); "
+                              "only checkpoints of one model can be averaged", path)
+    check_compatible([first_path, path], [first, ckpt])
+    sa, sb = first["model_state"], ckpt["model_state"]
+    if set(sa) != set(sb):
+        k = sorted(set(sa) ^ set(sb))[0]
+        raise CheckpointError(f"parameter {k} is in one of this checkpoint and {first_path} only", path)
+    for k, t in sb.items():
+        if tuple(t.shape) != tuple(sa[k].shape) or t.dtype != sa[k].dtype:
+            raise CheckpointError(f"parameter {k} is {t.dtype} {tuple(t.shape)}, {first_path} has "
+                                  f"{sa[k].dtype} {tuple(sa[k].shape)}", path)
+
+
+def check_paths(paths: Sequence[str | Path], output: str | Path) -> None:
+    """Refuse a missing input, an input given twice, and an output that is one of the inputs."""
+    if not paths:
+        raise ConfigError("give the checkpoints to average (-m FILE, repeatable) or --last N --save-dir RUN")
+    seen: dict[str, str] = {}
+    for p in paths:
+        p = str(p)
+        if not os.path.isfile(p):
+            raise CheckpointError("checkpoint not found", p)
+        real = os.path.realpath(p)
+        if real in seen:
+            raise ConfigError(f"{p} is given twice (as {seen[real]}); each checkpoint counts once")
+        seen[real] = p
+    check_outputs_vs_inputs([("-m", p) for p in paths], files=[("-o", output)])
+
+
+def average_checkpoints(paths: Sequence[str | Path], progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The checkpoint dict of the parameter mean of `paths` (see the module docstring).
+
+    Each tensor of the result: sum_m theta_m / M computed in float64, then cast to the dtype
+    stored in the checkpoints (non-floating tensors, e.g. counters, must be equal and are
+    copied)."""
+    import torch
+
+    from nmtkit.checkpoint import load_checkpoint, make_checkpoint
+
+    paths = [str(p) for p in paths]
+    first_path, first = paths[0], None
+    sums: dict[str, Any] = {}
+    sources = []
+    last: dict[str, Any] = {}
+    for path in paths:
+        ckpt = load_checkpoint(path)
+        for key in ("arch", "model_config", "model_state"):
+            if key not in ckpt:
+                raise CheckpointError(f"checkpoint lacks field '{key}'", path)
+        if first is None:
+            first = ckpt
+            sums = {k: (t.to(torch.float64) if t.is_floating_point() else t.clone())
+                    for k, t in ckpt["model_state"].items()}
+        else:
+            check_averageable(path, ckpt, first_path, first)
+            for k, t in ckpt["model_state"].items():
+                if t.is_floating_point():
+                    sums[k] += t.to(torch.float64)
+                elif not torch.equal(t, sums[k]):
+                    raise CheckpointError(f"integer tensor {k} differs from {first_path}'s; it cannot be averaged",
+                                          path)
+        sources.append({"path": path, "update": (ckpt.get("trainer") or {}).get("update")})
+        last = ckpt
+        if progress is not None:
+            progress(path)
+    assert first is not None
+    n = len(paths)
+    state = {k: ((s / n).to(first["model_state"][k].dtype) if first["model_state"][k].is_floating_point() else s)
+             for k, s in sums.items()}
+    return make_checkpoint(
+        arch=last["arch"], model_config=last["model_config"], model_state=state, pipeline=last["pipeline"],
+        src_lang=last["src_lang"], tgt_lang=last["tgt_lang"], src_vocab=last["src_vocab"],
+        tgt_vocab=last["tgt_vocab"], train_config=last.get("train_config") or {},
+        data_manifest=last.get("data_manifest"), lexicon=last.get("lexicon"),
+        training={"averaged_from": sources},
+    )
+
+
+def average(paths: Sequence[str | Path], output: str | Path, force: bool = False,
+            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Average `paths` into the checkpoint file `output` (written atomically); returns its dict.
+    Every input and the output are checked before any checkpoint is read."""
+    from nmtkit.checkpoint import save_checkpoint
+    from nmtkit.outputs import check_output
+
+    check_paths(paths, output)
+    check_output(output, force, "averaged checkpoint")
+    ckpt = average_checkpoints(paths, progress)
+    save_checkpoint(ckpt, output)
+    return ckpt

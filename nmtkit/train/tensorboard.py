@@ -1,0 +1,88 @@
+"""`nmtkit train --tensorboard DIR`: the run's metrics.jsonl records as TensorBoard scalars.
+
+A trainer callback (`nmtkit.train.state.Callbacks`) that writes each training log record and
+each validation record with `torch.utils.tensorboard.SummaryWriter`, at the record's update:
+  train/loss, train/ppl, train/objective, train/grad_norm, train/lr, train/tgt_tokens_per_s,
+  train/sents_per_s, train/updates_per_s, train/skipped
+  valid/loss, valid/ppl, valid/bleu (when dev BLEU is computed), valid/best_score
+and passes every callback on to the caller's own callbacks (the CLI's progress display).
+
+Only rank 0 makes one (the trainer reports records on rank 0 only). A resumed run writes a new
+event file into the same folder, opened with `purge_step` = the resumed update + 1, so
+TensorBoard drops what a killed session logged after the checkpoint being resumed and shows one
+continuous run, as metrics.jsonl does. A fresh run (or `--force`) purges from update 1, hiding
+an earlier run's events in the same folder.
+
+tensorboard is an optional dependency (`pip install nmtkit[tensorboard]`); `require_tensorboard`
+checks for it before a run writes anything.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from nmtkit.errors import ConfigError
+from nmtkit.train.state import Callbacks
+
+INSTALL = "pip install 'nmtkit[tensorboard]' (or pip install tensorboard)"
+TRAIN_SCALARS = ("loss", "ppl", "objective", "grad_norm", "lr", "tgt_tokens_per_s", "sents_per_s", "updates_per_s",
+                 "skipped")
+VALID_SCALARS = ("loss", "ppl", "bleu", "best_score")
+
+
+def require_tensorboard() -> Any:
+    """torch's SummaryWriter class, or a one-line ConfigError saying how to install tensorboard."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ConfigError(f"--tensorboard needs the tensorboard package: {INSTALL}") from None
+    return SummaryWriter
+
+
+def tensorboard_dir(value: str | bool | None, save_dir: str | Path) -> Path | None:
+    """The folder TrainConfig.tensorboard names: None for none; a boolean True (the option's
+    older flag form, still read from old checkpoints) means the run's own tensorboard/ folder."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return Path(save_dir) / "tensorboard"
+    return Path(value)
+
+
+class TensorBoardCallbacks(Callbacks):
+    """Writes train and valid records as scalars; forwards every callback to `inner`."""
+
+    def __init__(self, log_dir: str | Path, inner: Callbacks | None = None, start_update: int = 0):
+        writer_class = require_tensorboard()
+        self.inner = inner or Callbacks()
+        self.log_dir = Path(log_dir)
+        self.writer = writer_class(log_dir=str(self.log_dir), purge_step=start_update + 1)
+
+    def _scalars(self, prefix: str, names: tuple[str, ...], rec: dict[str, Any]) -> None:
+        step = int(rec["update"])
+        for name in names:
+            value = rec.get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                self.writer.add_scalar(f"{prefix}/{name}", value, step)
+        self.writer.flush()
+
+    def on_start(self, info: dict[str, Any]) -> None:
+        self.inner.on_start(info)
+
+    def on_update(self, update: int, epoch: int) -> None:
+        self.inner.on_update(update, epoch)
+
+    def on_log(self, rec: dict[str, Any]) -> None:
+        self._scalars("train", TRAIN_SCALARS, rec)
+        self.inner.on_log(rec)
+
+    def on_validation(self, rec: dict[str, Any]) -> None:
+        self._scalars("valid", VALID_SCALARS, rec)
+        self.inner.on_validation(rec)
+
+    def on_message(self, msg: str) -> None:
+        self.inner.on_message(msg)
+
+    def close(self) -> None:
+        self.writer.close()

@@ -1,0 +1,239 @@
+"""`nmtkit average`: the float64 mean of compatible checkpoints, written as an ordinary checkpoint."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from nmtkit.checkpoint import load_checkpoint, save_checkpoint
+from tests.translate_fixtures import TGT_WORDS, make_checkpoint, tiny_model
+
+LINES = ["the cat sat on a mat .", "a dog ran in the park", "the big red house"]
+
+
+def run(capsys, *args) -> tuple[int, str]:
+    """nmtkit's main() in this process -> (exit status, stderr)."""
+    from nmtkit.cli import main
+
+    capsys.readouterr()
+    code = 0
+    try:
+        main(list(args))
+    except SystemExit as exc:
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+def one_error_line(code: int, err: str) -> str:
+    assert code != 0 and "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nmtkit: error: "), err
+    return lines[0]
+
+
+def kept(run_dir: Path, update: int, seed: int, **extra) -> Path:
+    """checkpoint_<update>.pt as train --keep-every writes it (trainer state included)."""
+    run_dir.mkdir(exist_ok=True)
+    return make_checkpoint(run_dir / f"checkpoint_{update}.pt", seed=seed, trainer={"update": update}, **extra)
+
+
+def test_average_is_the_float64_mean_cast_back_to_the_stored_dtype(tmp_path, capsys):
+    paths = [make_checkpoint(tmp_path / f"m{s}.pt", seed=s) for s in (1, 2, 3)]
+    code, err = run(capsys, "average", *sum((["-m", str(p)] for p in paths), []), "-o", str(tmp_path / "avg.pt"))
+    assert code == 0, err
+    states = [load_checkpoint(p)["model_state"] for p in paths]
+    avg = load_checkpoint(tmp_path / "avg.pt")["model_state"]
+    assert set(avg) == set(states[0])
+    for k, t in avg.items():
+        want = (sum(s[k].double() for s in states) / 3).to(states[0][k].dtype)
+        assert t.dtype == states[0][k].dtype
+        assert torch.equal(t, want), k
+    # not a trivial mean: the inputs differ
+    k = next(iter(avg))
+    assert not torch.equal(states[0][k], states[1][k])
+
+
+def test_bf16_parameters_are_averaged_in_float64_and_stored_as_bf16(tmp_path):
+    from nmtkit.average import average
+
+    paths = []
+    for s in (1, 2):
+        model, _ = tiny_model(s)
+        paths.append(make_checkpoint(tmp_path / f"b{s}.pt", model=model.to(torch.bfloat16)))
+    ckpt = average(paths, tmp_path / "avg.pt")
+    a, b = (load_checkpoint(p)["model_state"] for p in paths)
+    for k, t in ckpt["model_state"].items():
+        assert t.dtype == torch.bfloat16
+        assert torch.equal(t, ((a[k].double() + b[k].double()) / 2).to(torch.bfloat16)), k
+
+
+def test_average_of_copies_of_one_model_translates_exactly_as_that_model(tmp_path, capsys):
+    from nmtkit.translate import TranslateConfig, Translator
+
+    base = make_checkpoint(tmp_path / "base.pt", seed=5)
+    copy = tmp_path / "copy.pt"
+    copy.write_bytes(base.read_bytes())
+    code, err = run(capsys, "average", "-m", str(base), "-m", str(copy), "-o", str(tmp_path / "avg.pt"))
+    assert code == 0, err
+
+    def translate(path):
+        return Translator(TranslateConfig(models=(str(path),), beam=3, max_len_b=5)).translate_lines(LINES)
+
+    assert translate(tmp_path / "avg.pt") == translate(base)
+
+
+def test_averaged_checkpoint_translates_through_the_cli(tmp_path, capsys):
+    paths = [make_checkpoint(tmp_path / f"m{s}.pt", seed=s) for s in (1, 2)]
+    avg = tmp_path / "avg.pt"
+    assert run(capsys, "average", "-m", str(paths[0]), "-m", str(paths[1]), "-o", str(avg), "-q")[0] == 0
+    src = tmp_path / "in.en"
+    src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    out = tmp_path / "out.fr"
+    code, err = run(capsys, "translate", "-m", str(avg), "-i", str(src), "-o", str(out), "--beam", "2",
+                    "--max-len-b", "4", "--quiet")
+    assert code == 0, err
+    hyps = out.read_text(encoding="utf-8").splitlines()
+    assert len(hyps) == len(LINES)
+    assert all(w in TGT_WORDS for h in hyps for w in h.split())
+
+
+def test_averaged_checkpoint_keeps_pipeline_vocabularies_lexicon_and_names_its_sources(tmp_path):
+    from nmtkit.average import average
+    from nmtkit.text.pipeline import TextPipeline
+
+    pipe = TextPipeline("en", "fr", lowercase=True)
+    lexicon = torch.arange(12, dtype=torch.int32).reshape(-1, 1)
+    run_dir = tmp_path / "run"
+    paths = [kept(run_dir, u, seed=u, pipeline=pipe, lexicon=lexicon) for u in (100, 200)]
+    ckpt = average(paths, tmp_path / "avg.pt")
+    back = load_checkpoint(tmp_path / "avg.pt")
+    newest = load_checkpoint(paths[-1])
+    for key in ("arch", "model_config", "pipeline", "src_vocab", "tgt_vocab", "src_lang", "tgt_lang", "train_config"):
+        assert back[key] == newest[key], key
+    assert TextPipeline.from_dict(back["pipeline"]).lowercase
+    assert torch.equal(back["lexicon"], lexicon)
+    assert back["averaged_from"] == [{"path": str(p), "update": u} for p, u in zip(paths, (100, 200))]
+    assert "optimizer_state" not in back
+    assert ckpt["averaged_from"] == back["averaged_from"]
+
+
+def test_last_n_takes_the_newest_kept_checkpoints_by_update_number(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    for u in (200, 1000, 800, 600, 400):  # as strings, "1000" would sort before "200"
+        kept(run_dir, u, seed=u)
+    make_checkpoint(run_dir / "checkpoint_best.pt", seed=9)
+    make_checkpoint(run_dir / "checkpoint_last.pt", seed=9)
+    out = tmp_path / "avg.pt"
+    code, err = run(capsys, "average", "--last", "3", "--save-dir", str(run_dir), "-o", str(out))
+    assert code == 0, err
+    assert [s["update"] for s in load_checkpoint(out)["averaged_from"]] == [600, 800, 1000]
+
+
+def test_average_of_a_real_training_runs_kept_checkpoints(data_dir, tmp_path, capsys):
+    """train --keep-every leaves checkpoint_<update>.pt that `average --last` takes and translate reads."""
+    from nmtkit.train.run import run_training
+    from tests.train_fixtures import TINY_MODEL, tiny_options
+
+    run_dir = tmp_path / "run"
+    run_training(data_dir, run_dir, tiny_options(max_updates=4, keep_every=1, valid_every=4, save_every=4),
+                 TINY_MODEL)
+    out = tmp_path / "avg.pt"
+    code, err = run(capsys, "average", "--last", "3", "--save-dir", str(run_dir), "-o", str(out))
+    assert code == 0, err
+    assert [s["update"] for s in load_checkpoint(out)["averaged_from"]] == [2, 3, 4]
+    from nmtkit.checkpoint import load_model
+
+    model, ckpt = load_model(out)
+    assert ckpt["src_vocab"] == load_checkpoint(run_dir / "checkpoint_4.pt")["src_vocab"]
+
+
+# ---- bad inputs: one line naming the file, nothing written ----------------------------------------
+
+
+def _changed(tmp_path: Path, name: str, how: str) -> Path:
+    from nmtkit.text.pipeline import TextPipeline
+
+    p = tmp_path / name
+    if how == "config":
+        model, _ = tiny_model(2, emb_dim=8)
+        ckpt = load_checkpoint(make_checkpoint(p, seed=2))
+        ckpt["model_state"] = model.state_dict()
+        ckpt["model_config"] = dict(ckpt["model_config"], emb_dim=8)
+        save_checkpoint(ckpt, p)
+    elif how == "shape":  # same config recorded, a tensor of another shape (a hand-edited file)
+        ckpt = load_checkpoint(make_checkpoint(p, seed=2))
+        k = next(iter(ckpt["model_state"]))
+        ckpt["model_state"][k] = ckpt["model_state"][k][:1]
+        save_checkpoint(ckpt, p)
+    elif how == "vocab":
+        make_checkpoint(p, seed=2, tgt_words=list(reversed(TGT_WORDS)))
+    elif how == "pipeline":
+        make_checkpoint(p, seed=2, pipeline=TextPipeline("en", "fr", lowercase=True))
+    elif how == "arch":
+        make_checkpoint(p, seed=2, arch="rnnencdec")
+    return p
+
+
+@pytest.mark.parametrize("how, needle", [
+    ("config", "model config differs"),
+    ("shape", "parameter"),
+    ("vocab", "tgt vocabulary differs"),
+    ("pipeline", "text pipeline"),
+    ("arch", "architecture rnnencdec differs"),
+])
+def test_incompatible_checkpoints_are_refused_with_one_line_naming_the_file(tmp_path, capsys, how, needle):
+    a = make_checkpoint(tmp_path / "a.pt", seed=1)
+    b = _changed(tmp_path, "b.pt", how)
+    out = tmp_path / "avg.pt"
+    line = one_error_line(*run(capsys, "average", "-m", str(a), "-m", str(b), "-o", str(out)))
+    assert str(b) in line and needle in line, line
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "b.pt"]
+
+
+def test_fewer_kept_checkpoints_than_last_n_is_one_line_listing_them(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    kept(run_dir, 100, seed=1)
+    kept(run_dir, 200, seed=2)
+    line = one_error_line(*run(capsys, "average", "--last", "5", "--save-dir", str(run_dir), "-o",
+                               str(tmp_path / "avg.pt")))
+    assert str(run_dir) in line and "--last 5" in line and "kept 2" in line and "checkpoint_200.pt" in line
+    assert "--keep-every" in line
+    assert not (tmp_path / "avg.pt").exists()
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("missing", "checkpoint not found"),
+    ("output-is-input", "is the same file as the -m input"),
+    ("output-exists", "exists (use --force"),
+    ("twice", "is given twice"),
+    ("last-without-save-dir", "--last N and --save-dir RUN go together"),
+    ("last-and-m", "not both"),
+    ("missing-run-dir", "run directory not found"),
+    ("last-0", "--last must be at least 1"),
+    ("nothing", "give the checkpoints to average"),
+    ("not-a-checkpoint", "not an nmtkit checkpoint"),
+])
+def test_bad_average_command_lines_are_one_line(tmp_path, capsys, case, needle):
+    a = make_checkpoint(tmp_path / "a.pt", seed=1)
+    out = tmp_path / "avg.pt"
+    argv = {
+        "missing": ["-m", str(a), "-m", str(tmp_path / "gone.pt"), "-o", str(out)],
+        "output-is-input": ["-m", str(a), "-m", str(make_checkpoint(tmp_path / "b.pt", seed=2)), "-o", str(a), "--force"],
+        "output-exists": ["-m", str(a), "-o", str(a.with_name("old.pt"))],
+        "twice": ["-m", str(a), "-m", str(tmp_path / "." / "a.pt"), "-o", str(out)],
+        "last-without-save-dir": ["--last", "2", "-o", str(out)],
+        "last-and-m": ["--last", "2", "--save-dir", str(tmp_path), "-m", str(a), "-o", str(out)],
+        "missing-run-dir": ["--last", "2", "--save-dir", str(tmp_path / "norun"), "-o", str(out)],
+        "last-0": ["--last", "0", "--save-dir", str(tmp_path), "-o", str(out)],
+        "nothing": ["-o", str(out)],
+        "not-a-checkpoint": ["-m", str(a), "-m", str(tmp_path / "junk.pt"), "-o", str(out)],
+    }[case]
+    if case == "output-exists":
+        a.with_name("old.pt").write_text("old\n")
+    if case == "not-a-checkpoint":
+        (tmp_path / "junk.pt").write_text("not a checkpoint\n")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    line = one_error_line(*run(capsys, "average", *argv))
+    assert needle in line, line
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before

@@ -1,0 +1,93 @@
+"""Host synchronisation budget (counted by benchmarks/launches.HostReads on the CPU; on a GPU each
+read waits for every kernel queued before it): one read per training update, one per beam step."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks.launches import HostReads
+from nmtkit.decode import search
+from nmtkit.text.vocab import UNK_ID
+from tests.train_fixtures import TINY_MODEL, tiny_options
+from tests.translate_fixtures import tiny_model
+
+
+def _trainer(data_dir, run_dir, **changes):
+    from nmtkit.train.config import TrainConfig
+    from nmtkit.train.data import DataDir
+    from nmtkit.train.run import resolve_model
+    from nmtkit.train.trainer import Trainer
+
+    data = DataDir.open(data_dir)
+    arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
+    return Trainer(TrainConfig.from_dict(tiny_options(valid_bleu_samples=0, **changes)), data, run_dir, arch, mcfg)
+
+
+@pytest.mark.parametrize("update_freq", [1, 3])
+def test_a_training_update_reads_the_device_once(data_dir, tmp_path, update_freq):
+    trainer = _trainer(data_dir, tmp_path / "run", update_freq=update_freq, label_smoothing=0.1)
+    try:
+        trainer._reset_acc()
+        trainer._consecutive_skips = 0
+        plan = trainer.epoch_plan(1)
+        for u in range(4):
+            with HostReads() as reads:
+                assert trainer._step(plan[u * update_freq : (u + 1) * update_freq])
+            trainer.state.update += 1
+            assert reads.count == 1, reads.calls  # the finiteness check of the gradient norm
+    finally:
+        trainer.close()
+
+
+def _batch(B: int = 9, S: int = 11, vocab: int = 22, seed: int = 3):
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(1, S + 1, (B,), generator=g)
+    lens[0] = S
+    src = torch.zeros(B, S, dtype=torch.long)
+    for i, n in enumerate(lens.tolist()):
+        src[i, :n] = torch.randint(4, vocab, (n,), generator=g)
+    return src, lens
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_a_beam_search_step_reads_the_device_once(monkeypatch, beam):
+    """Over searches where hypotheses end at many different steps, sentences retire, slots are
+    compacted and lengths hit their limits, no step reads the device more than once."""
+    model, _ = tiny_model(2)
+    with torch.no_grad():  # peaked, varied distributions: EOS at many different steps
+        model.W_o.weight.mul_(8.0)
+        model.W_o.bias.normal_(0, 2.0)
+    model.eval()
+    per_step, finishing = [], [0]
+    step = search._BeamSearch.step
+
+    def counted(self, t):
+        before = len(self.pending)
+        with HostReads() as reads:
+            out = step(self, t)
+        per_step.append(reads.count)
+        finishing[0] += len(self.pending) > before
+        return out
+
+    monkeypatch.setattr(search._BeamSearch, "step", counted)
+    src, lens = _batch()
+    hyps = search.beam_search(model, src, lens, beam=beam, max_len_a=1.0, max_len_b=3, need_attention=True)
+    assert all(len(h) == 1 for h in hyps)
+    assert len(per_step) > 5 and finishing[0] >= 3, (per_step, finishing)
+    assert max(per_step) == 1, per_step
+
+
+def test_ban_unk_never_emits_the_unknown_word():
+    model, _ = tiny_model(5)
+    with torch.no_grad():  # make UNK the most probable word everywhere
+        model.W_o.bias.zero_()
+        model.W_o.bias[UNK_ID] = 50.0
+    model.eval()
+    src, lens = _batch()
+    free = search.beam_search(model, src, lens, beam=3, max_len_a=1.0, max_len_b=3)
+    assert any(UNK_ID in h[0].tokens for h in free)  # the test can fail
+    for beam in (1, 3):
+        banned = search.beam_search(model, src, lens, beam=beam, max_len_a=1.0, max_len_b=3, ban_unk=True, nbest=1)
+        assert all(UNK_ID not in h.tokens for nb in banned for h in nb)
+    greedy = search.greedy_search(model, src, lens, max_len=5, ban_unk=True)
+    assert all(UNK_ID not in h.tokens for h in greedy)

@@ -1,0 +1,189 @@
+"""Protected patterns (`preprocess --protect`): matches stay whole through tokenisation, BPE and
+detokenisation, in preprocess, translate and serve alike; bad pattern files are one line."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nmtkit.errors import ConfigError, InputError
+from nmtkit.text.pipeline import TextPipeline
+from nmtkit.text.protect import PRINTF, read_patterns, resolve_protect
+
+MESSAGES = [
+    ("Invalid signature mode: %s", ["%s"]),
+    ("cannot open '%s': %m", ["%s", "%m"]),
+    ("%d of %u files (%5.2f%%) copied to %-10s", ["%d", "%u", "%5.2f", "%%", "%-10s"]),
+    ("%1$s is newer than %2$s", ["%1$s", "%2$s"]),
+    ("wrote %lu bytes, %.*s", ["%lu", "%.*s"]),
+    ("Unknown option %(name)s for %(cmd)r", ["%(name)s", "%(cmd)r"]),
+]
+
+
+@pytest.mark.parametrize("line, placeholders", MESSAGES)
+def test_printf_placeholders_stay_one_token_and_come_back_unchanged(line, placeholders):
+    plain = TextPipeline("en", "fr")
+    protected = TextPipeline("en", "fr", protected_patterns=resolve_protect(["printf"]))
+    toks = protected.tokenize(line, "src")
+    for ph in placeholders:  # adjacent protected spans ("%5.2f%%") make one token, as in Moses
+        assert any(ph in t for t in toks if not t.replace(ph, "").isalnum()), (ph, toks)
+    assert protected.decode_to(toks, "src") == line  # detokenisation keeps them whole
+    # the property is not free: plain Moses tokenisation breaks at least one of them
+    unprotected = plain.tokenize(line, "src")
+    assert not all(any(ph in t for t in unprotected) for ph in placeholders)
+
+
+def test_percent_signs_in_running_text_are_not_placeholders():
+    p = TextPipeline("en", "fr", protected_patterns=resolve_protect(["printf"]))
+    assert p.tokenize("I am 100 % sure", "src") == TextPipeline("en", "fr").tokenize("I am 100 % sure", "src")
+
+
+def test_protected_placeholders_survive_bpe_and_the_french_detokeniser():
+    codes = "#version: 0.2\nm o\nmo de\n"
+    p = TextPipeline("en", "fr", protected_patterns=PRINTF,
+                     bpe={"joint": True, "codes": {"src": codes, "tgt": codes}, "vocab": None, "merges": 2,
+                          "separator": "@@"})
+    line = "Mode de signature invalide : %s (%d)"
+    assert p.decode(p.encode(line, "tgt"), "tgt") == line
+
+
+@pytest.mark.parametrize("name, line, whole", [
+    ("url", "see https://example.org/a/b.html?x=1, then", "https://example.org/a/b.html?x=1"),
+    ("url", "go to www.example.com.", "www.example.com"),
+    ("email", "mail bug-coreutils@gnu.org now", "bug-coreutils@gnu.org"),
+    ("xml", "line one <br/> line two", "<br/>"),
+    ("xml", "press <b> Save </b> now", "</b>"),
+    ("basic", "mail bug-coreutils@gnu.org now", "bug-coreutils@gnu.org"),
+])
+def test_named_sets_keep_their_matches_whole(name, line, whole):
+    p = TextPipeline("en", "fr", protected_patterns=resolve_protect([name]))
+    assert whole in p.tokenize(line, "src")
+
+
+def test_a_pattern_file_has_one_regex_a_line_with_comments_and_blank_lines_skipped(tmp_path):
+    f = tmp_path / "protect.txt"
+    f.write_text("# ids\nID-[0-9]+\n\n  # versions\nv[0-9]+\\.[0-9]+\n", encoding="utf-8")
+    assert read_patterns(str(f)) == ["ID-[0-9]+", r"v[0-9]+\.[0-9]+"]
+    patterns = resolve_protect([str(f), "printf", "printf"])  # repeats counted once, order kept
+    assert patterns == ("ID-[0-9]+", r"v[0-9]+\.[0-9]+", *PRINTF)
+    p = TextPipeline("en", "fr", protected_patterns=patterns)
+    assert p.tokenize("ticket ID-42 in v1.2: %s", "src") == ["ticket", "ID-42", "in", "v1.2", ":", "%s"]
+
+
+@pytest.mark.parametrize("content, needle, line", [
+    ("ok\n[unclosed\n", "invalid regular expression '[unclosed'", 2),
+    ("a*\n", "matches the empty string", 1),
+    ("(x\n", "missing ), unterminated subpattern", 1),
+])
+def test_a_bad_regex_names_the_file_and_line(tmp_path, content, needle, line):
+    f = tmp_path / "bad.txt"
+    f.write_text(content, encoding="utf-8")
+    with pytest.raises(InputError) as exc:
+        resolve_protect([str(f)])
+    assert exc.value.path == str(f) and exc.value.line == line
+    assert needle in str(exc.value) and str(exc.value).startswith(f"{f}:{line}: ")
+
+
+def test_missing_file_empty_file_and_unknown_set_are_clear_errors(tmp_path):
+    with pytest.raises(InputError, match="protected-patterns file not found"):
+        resolve_protect([str(tmp_path / "gone.txt")])
+    (tmp_path / "empty.txt").write_text("# nothing\n\n")
+    with pytest.raises(InputError, match="holds no pattern"):
+        resolve_protect([str(tmp_path / "empty.txt")])
+    with pytest.raises(ConfigError, match=r"--protect prinft: not a file, nor a named set \(printf, url"):
+        resolve_protect(["prinft"])
+
+
+def test_pipeline_records_the_patterns_and_leaves_them_out_when_there_are_none():
+    p = TextPipeline("en", "fr", protected_patterns=PRINTF)
+    d = json.loads(json.dumps(p.to_dict()))
+    assert d["protected_patterns"] == list(PRINTF)
+    assert TextPipeline.from_dict(d).protected_patterns == PRINTF
+    plain = TextPipeline("en", "fr").to_dict()
+    assert "protected_patterns" not in plain  # older checkpoints' pipelines compare equal
+    assert TextPipeline.from_dict(plain).protected_patterns == ()
+
+
+# ---- through the commands ------------------------------------------------------------------------
+
+EN = ["Invalid mode: %s", "cannot open %s: %m", "%d files copied", "the cat sat on the mat", "hello %s"] * 4
+FR = ["Mode invalide : %s", "impossible d'ouvrir %s : %m", "%d fichiers copiés", "le chat s'est assis", "bonjour %s"] * 4
+
+
+def _corpus(tmp_path):
+    for lang, lines in (("en", EN), ("fr", FR)):
+        (tmp_path / f"c.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(tmp_path / "c")
+
+
+def _main(capsys, *args) -> tuple[int, str]:
+    from nmtkit.cli import main
+
+    capsys.readouterr()
+    code = 0
+    try:
+        main(list(args))
+    except SystemExit as exc:
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+def test_preprocess_protect_is_recorded_and_the_data_holds_whole_placeholders(tmp_path, capsys):
+    from nmtkit.text.vocab import Vocab
+
+    corpus = _corpus(tmp_path)
+    code, err = _main(capsys, "preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", corpus, "--valid",
+                      corpus, "--dest", str(tmp_path / "data"), "--workers", "1", "--quiet", "--protect", "printf")
+    assert code == 0, err
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    assert manifest["settings"]["protect"] == ["printf"]
+    assert manifest["pipeline"]["protected_patterns"] == list(PRINTF)
+    words = Vocab.load(tmp_path / "data" / "vocab.fr.txt").to_list()
+    assert "%s" in words and "%m" in words and "%" not in words
+
+
+@pytest.mark.parametrize("protect, needle", [
+    ("{tmp}/bad.txt", "bad.txt:2: invalid regular expression"),
+    ("{tmp}/gone.txt", "gone.txt: protected-patterns file not found"),
+    ("printff", "--protect printff: not a file, nor a named set"),
+])
+def test_preprocess_bad_protect_is_one_line_and_writes_nothing(tmp_path, capsys, protect, needle):
+    (tmp_path / "bad.txt").write_text("%s\n(unclosed\n", encoding="utf-8")
+    corpus = _corpus(tmp_path)
+    code, err = _main(capsys, "preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", corpus, "--valid",
+                      corpus, "--dest", str(tmp_path / "data"), "--workers", "1", "--quiet", "--protect",
+                      protect.replace("{tmp}", str(tmp_path)))
+    lines = err.strip().splitlines()
+    assert code != 0 and len(lines) == 1 and lines[0].startswith("nmtkit: error: ") and needle in lines[0], err
+    assert not (tmp_path / "data").exists()
+
+
+def test_translate_and_serve_apply_the_checkpoints_protected_patterns(tmp_path):
+    from nmtkit.translate import TranslateConfig, Translator
+    from tests.translate_fixtures import make_checkpoint
+
+    words = "invalid mode : %s the cat".split()
+    ckpt = make_checkpoint(tmp_path / "m.pt", seed=1, src_words=words,
+                           pipeline=TextPipeline("en", "fr", protected_patterns=PRINTF))
+    plain = make_checkpoint(tmp_path / "p.pt", seed=1, src_words=words)
+    tr = Translator(TranslateConfig(models=(str(ckpt),), beam=2, max_len_b=3))
+    assert tr.prepare("invalid mode : %s", 1) == ["invalid", "mode", ":", "%s"]
+    assert tr.pipeline.decode(["mode", ":", "%s", "(", "%d", ")"]) == "mode : %s (%d)"
+    untouched = Translator(TranslateConfig(models=(str(plain),), beam=2, max_len_b=3))
+    assert untouched.prepare("invalid mode : %s", 1)[-2:] == ["%", "s"]
+
+
+def test_nmtkit_tokenize_records_protect_and_preprocess_tok_checks_it(tmp_path):
+    from nmtkit.cli import main
+    from nmtkit.preprocess.config import PreprocessConfig
+    from nmtkit.text.tokenize import check_tokinfo
+
+    src = tmp_path / "raw.en"
+    src.write_text("Invalid mode: %s\n", encoding="utf-8")
+    out = tmp_path / "tok.en"
+    main(["tokenize", "--lang", "en", "-i", str(src), "-o", str(out), "--workers", "1", "--protect", "printf"])
+    assert out.read_text() == "Invalid mode : %s\n"
+    cfg = dict(src_lang="en", tgt_lang="fr", train="t", valid="v", dest="d", input_format="tok")
+    assert check_tokinfo(str(out), "en", PreprocessConfig(**cfg, protect=("printf",)).base_pipeline())
+    with pytest.raises(ConfigError, match="protected patterns there, 0 here"):
+        check_tokinfo(str(out), "en", PreprocessConfig(**cfg).base_pipeline())
