@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from nmtkit.cli.common import fuse_option, shortlist_option
+from nmtkit.cli.common import fuse_option, shortlist_option, sigterm_unwinds
 
 FORMATS = ["raw", "tok", "bpe"]
 
@@ -19,7 +19,7 @@ FORMATS = ["raw", "tok", "bpe"]
 @click.option("-i", "--input", "input_path", metavar="FILE", help="Input text, one sentence a line [stdin].")
 @click.option("-o", "--output", "output_path", metavar="FILE",
               help="Output file, written under a temporary name and renamed at the end [stdout].")
-@click.option("--force", is_flag=True, help="Overwrite existing -o / --alignments-file files.")
+@click.option("--force", is_flag=True, help="Overwrite existing -o / --alignments-file files (never an input: that is refused).")
 @click.option("--input-format", type=click.Choice(FORMATS), default="raw", show_default=True,
               help="raw: apply the recorded normalisation, tokenisation and BPE; tok: input is already "
                    "tokenised (BPE still applied); bpe: input is the model's tokens.")
@@ -111,6 +111,7 @@ def translate_cmd(models, ensemble, input_path, output_path, force, input_format
         if not quiet:
             click.echo(f"nmtkit: warning: {msg}", err=True)
 
-    n = translate_files(cfg, input_path, output_path, alignments_file, force, warn)
+    with sigterm_unwinds():  # a killed run leaves no OUT.*.tmp behind, as Ctrl-C does not
+        n = translate_files(cfg, input_path, output_path, alignments_file, force, warn)
     if not quiet and not stdin_tty:
         click.echo(f"nmtkit: translated {n} lines", err=True)

@@ -81,6 +81,13 @@ class TranslateConfig:
             raise ConfigError("--max-src-len must be >= 1")
         if self.unk_dict and not self.replace_unk:
             raise ConfigError("--unk-dict needs --replace-unk")
+        if not math.isfinite(self.lenpen):
+            raise ConfigError(f"--lenpen must be a finite number, got {self.lenpen}")
+        for option, value in (("--max-len-a", self.max_len_a), ("--max-len-b", self.max_len_b)):
+            if not (math.isfinite(value) and value >= 0):  # a negative limit makes every output empty
+                raise ConfigError(f"{option} must be a finite number >= 0, got {value}")
+        if self.plot_limit < 0:
+            raise ConfigError(f"--plot-limit must be >= 0, got {self.plot_limit}")
         self._validate_sampling()
 
     def _validate_sampling(self) -> None:

@@ -11,6 +11,7 @@ translations behind `nmtkit translate`, `nmtkit serve` and the tests:
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field, fields
@@ -23,7 +24,7 @@ from nmtkit.outputs import check_output_dir
 from nmtkit.text.vocab import UNK
 from nmtkit.translate.alignment import hard_pairs, read_unk_dict, replace_unks
 from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, TranslateConfig
-from nmtkit.translate.writers import plot_attention
+from nmtkit.translate.writers import plot_attention, plot_name
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,12 @@ class Translator:
             self.tgt_vocab = Vocab(list(first["tgt_vocab"]))
         except (KeyError, ValueError, TypeError) as err:
             raise CheckpointError(f"checkpoint has no usable vocabularies ({err})", config.models[0]) from None
+        self.max_beam = n_tgt = len(self.tgt_vocab.itos)
+        if config.beam > n_tgt:  # a wider beam finds nothing more and costs memory and time
+            self.warn(f"--beam {config.beam} is above the target vocabulary's {n_tgt} entries: searching with "
+                      f"a beam of {n_tgt}, which finds the same translations")
+            config = dataclasses.replace(config, beam=n_tgt, nbest=min(config.nbest, n_tgt))
+            self.config = config
         self.pipeline = _pipeline_from_dict(first.get("pipeline"), config.models[0])
         self.arch = first.get("arch")
         # Jean et al. (2015)'s candidate list: with the lexicon the trainer stores (older
@@ -241,8 +248,8 @@ class Translator:
             vocab = shortlist_ids(self.lexicon, src, len(self.tgt_vocab.itos))
             vocab = vocab if len(vocab) < len(self.tgt_vocab.itos) else None  # beam_search moves it
         return beam_search(
-            self.models, src.to(self.device), lens.to(self.device), beam=beam or c.beam, lenpen=c.lenpen,
-            max_len_a=c.max_len_a, max_len_b=c.max_len_b, nbest=nbest or c.nbest,
+            self.models, src.to(self.device), lens.to(self.device), beam=min(beam or c.beam, self.max_beam),
+            lenpen=c.lenpen, max_len_a=c.max_len_a, max_len_b=c.max_len_b, nbest=min(nbest or c.nbest, self.max_beam),
             need_attention=need_attention, vocab=vocab, ban_unk=c.ban_unk,
         )
 
@@ -267,7 +274,7 @@ class Translator:
             res.tgt_tokens.append(toks)
             res.texts.append(self.pipeline.decode_to(toks, "tgt", self.config.output_format))
         if self.config.plot_attention and res.hyps and self.plotted < self.config.plot_limit:
-            path = Path(self.config.plot_attention) / f"{lineno:06d}.png"
+            path = Path(self.config.plot_attention) / plot_name(lineno)
             plot_attention(path, res.hyps[0].attention, res.src_tokens, res.tgt_tokens[0])
             self.plotted += 1
         return res
