@@ -74,23 +74,20 @@ def test_max_epochs_and_patience_stop_the_run(data_dir, tmp_path):
 def test_request_stop_saves_checkpoint(data_dir, tmp_path):
     """The SIGINT path without a signal: stop after the current update, checkpoint written."""
     from nmtkit.train.data import DataDir
+    from nmtkit.train.events import Callbacks
     from nmtkit.train.run import resolve_model
     from nmtkit.train.trainer import Trainer
 
     data = DataDir.open(data_dir)
     arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
     opts = tiny_options(max_updates=100, valid_bleu_samples=0)
-    trainer = Trainer(TrainConfig.from_dict(opts), data, tmp_path / "run", arch, mcfg)
 
-    class StopAt3:
+    class StopAt3(Callbacks):
         def on_update(self, update, epoch):
             if update == 3:
                 trainer.request_stop()
 
-        def __getattr__(self, name):
-            return lambda *a, **k: None
-
-    trainer.cb = StopAt3()
+    trainer = Trainer(TrainConfig.from_dict(opts), data, tmp_path / "run", arch, mcfg, callbacks=StopAt3())
     try:
         res = trainer.train()
     finally:

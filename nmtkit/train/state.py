@@ -1,25 +1,12 @@
-"""What a training run reports and remembers: the `Callbacks` its caller receives, the
-`TrainState` saved in every checkpoint (with the bookkeeping of validations) and the
-`TrainResult` it returns."""
+"""What a training run remembers: the `TrainState` saved in every checkpoint (with the
+bookkeeping of validations) and the `TrainResult` it returns (what it reports as it goes:
+`nmtkit.train.events`)."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
-
-class Callbacks:
-    """What the trainer tells its caller (the CLI draws a progress display from these)."""
-
-    def on_start(self, info: dict[str, Any]) -> None: ...
-
-    def on_update(self, update: int, epoch: int) -> None: ...
-
-    def on_log(self, rec: dict[str, Any]) -> None: ...
-
-    def on_validation(self, rec: dict[str, Any]) -> None: ...
-
-    def on_message(self, msg: str) -> None: ...
+from nmtkit.train.events import ValidationEvent
 
 
 @dataclass
@@ -59,7 +46,7 @@ class TrainResult:
     epoch: int
     best_score: float | None
     best_update: int | None
-    last_valid: dict[str, Any] | None
+    last_valid: ValidationEvent | None
 
     @property
     def interrupted(self) -> bool:
