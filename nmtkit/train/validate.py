@@ -19,8 +19,8 @@ import torch
 from nmtkit.data.batching import collate, length_batches
 from nmtkit.data.binarized import ParallelData
 from nmtkit.models.precision import autocast
-from nmtkit.train import distributed as ddp
 from nmtkit.text.vocab import Vocab
+from nmtkit.train import distributed as ddp
 
 log = logging.getLogger(__name__)
 
