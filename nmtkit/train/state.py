@@ -23,19 +23,14 @@ class TrainState:
     elapsed: float = 0.0  # training seconds over all sessions of the run
     skipped_batches: int = 0
 
-    def record_validation(self, score: float, higher_is_better: bool, final: bool) -> bool:
+    def record_best(self, score: float, higher_is_better: bool) -> bool:
         """Note a dev score at this update; True when it is the best so far (never a non-finite
-        one). A `final` validation (training stopped between two scheduled ones) leaves the
-        early-stopping counter alone, so a later --resume continues exactly."""
+        one). The early-stopping count is `stopping.count_patience`'s."""
         improved = math.isfinite(score) and (
             self.best_score is None or (score > self.best_score if higher_is_better else score < self.best_score))
         self.last_valid_update = self.update
         if improved:
             self.best_score, self.best_update = score, self.update
-            if not final:
-                self.bad_validations = 0
-        elif not final:
-            self.bad_validations += 1
         return improved
 
 

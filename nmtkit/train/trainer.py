@@ -7,10 +7,10 @@ presets): minibatches of 80 pairs cut from pools of 1600 pairs sorted by length
 The pieces: a `TrainContext` (`nmtkit.train.context`: model, optimiser, data, state, built at
 construction), `train_step(context, batches)` (`nmtkit.train.step`: one update), and the loop
 here, which feeds the step its minibatches, validates, saves and stops. A validation's jobs each
-have their place: dev scores (`validate.dev_scores`), the best score and the early-stopping
-count (`TrainState.record_validation`), the learning-rate schedule (`LRSchedule.on_validation`),
-checkpoint_best.pt (`checkpoints.RunCheckpoints`), metrics.jsonl and curves.png
-(`metrics.MetricsLog`) and the caller's callbacks (`events.Callbacks`).
+have their place: dev scores (`validate.dev_scores`), the best score (`TrainState.record_best`),
+early stopping (`stopping.count_patience`, `stopping.stop_reason`), the learning-rate schedule
+(`LRSchedule.on_validation`), checkpoint_best.pt (`checkpoints.RunCheckpoints`), metrics.jsonl
+and curves.png (`metrics.MetricsLog`) and the caller's callbacks (`events.Callbacks`).
 
 The loop knows nothing of the CLI: it reports through typed events (`nmtkit.train.events`) and
 the `nmtkit` logger, and writes into the run directory (rank 0 only): the checkpoints (see
@@ -45,7 +45,7 @@ from nmtkit.train.events import Callbacks, LogEvent, StartEvent, ValidationEvent
 from nmtkit.train.metrics import MetricsLog, setup_file_log
 from nmtkit.train.state import TrainResult
 from nmtkit.train.step import train_step
-from nmtkit.train.stopping import StopSignals, stop_reason
+from nmtkit.train.stopping import StopSignals, count_patience, stop_reason
 from nmtkit.train.validate import check_dev_bleu, dev_scores, perplexity
 
 __all__ = ["LAST", "BEST", "Trainer"]
@@ -237,8 +237,9 @@ class Trainer:
         t0 = time.perf_counter()
         loss, bleu = dev_scores(ctx)
         score = bleu if cfg.best_metric == "bleu" else loss
-        improved = st.record_validation(score, cfg.best_metric == "bleu", final)
+        improved = st.record_best(score, cfg.best_metric == "bleu")
         if not final:
+            count_patience(st, improved)
             self._schedule_lr(score)
         event = ValidationEvent(
             update=st.update, epoch=st.epoch, loss=loss, ppl=perplexity(loss),
