@@ -45,7 +45,7 @@ def _train(data_dir, run_dir, out_path, opts):
     trainer = Trainer(TrainConfig.from_dict(opts), data, run_dir, arch, mcfg, dist_info=ddp.env_info())
     try:
         result = trainer.train()
-        torch.save({"state": trainer.model.state_dict(), "update": result.update}, out_path)
+        torch.save({"state": trainer.ctx.model.state_dict(), "update": result.update}, out_path)
     finally:
         trainer.close()
 
@@ -93,27 +93,26 @@ def _one_update(data_dir, run_dir, batch_size, update_freq, halves):
     else both summed by --update-freq."""
     from nmtkit.train import distributed as ddp
     from nmtkit.train.config import TrainConfig
+    from nmtkit.train.context import TrainContext
     from nmtkit.train.data import DataDir
     from nmtkit.train.run import resolve_model
-    from nmtkit.train.trainer import Trainer
+    from nmtkit.train.step import train_step
 
     torch.set_num_threads(1)
     data = DataDir.open(data_dir)
     arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
     opts = tiny_options(optimizer="sgd", lr=1.0, sort_pool=240, valid_bleu_samples=0)
-    plan_80 = Trainer(TrainConfig.from_dict(dict(opts, batch_size=80)), data, run_dir / "plan", arch, mcfg)
+    plan_80 = TrainContext(TrainConfig.from_dict(dict(opts, batch_size=80)), data, run_dir / "plan", arch, mcfg)
     batch = max(plan_80.epoch_plan(1), key=len)
     plan_80.close()
     assert len(batch) == 80
     cfg = TrainConfig.from_dict(dict(opts, batch_size=batch_size, update_freq=update_freq))
-    trainer = Trainer(cfg, data, run_dir, arch, mcfg, dist_info=ddp.env_info())
+    ctx = TrainContext(cfg, data, run_dir, arch, mcfg, dist_info=ddp.env_info())
     try:
-        trainer._reset_acc()
-        trainer._consecutive_skips = 0
-        assert trainer._step([batch[:40], batch[40:]] if halves else [batch])
-        return {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+        assert train_step(ctx, [batch[:40], batch[40:]] if halves else [batch])
+        return {n: p.detach().clone() for n, p in ctx.model.named_parameters()}
     finally:
-        trainer.close()
+        ctx.close()
 
 
 def _one_update_worker(rank, world, port, data_dir, out_dir):
