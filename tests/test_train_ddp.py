@@ -26,6 +26,19 @@ def _start_ranks(fn, args) -> None:
     mp.start_processes(fn, args=args, nprocs=2, join=True, start_method="forkserver")
 
 
+def _as_rank(rank: int, world: int, port: int) -> None:
+    """Make this process rank `rank` of `world`, as torchrun's variables would. A collective that
+    waits longer than 5 minutes fails the test instead of holding it for the real 2-hour timeout."""
+    import datetime
+    import os
+
+    from nmtkit.train import distributed as ddp
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
+    ddp.PROCESS_GROUP_TIMEOUT = datetime.timedelta(minutes=5)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -51,10 +64,7 @@ def _train(data_dir, run_dir, out_path, opts):
 
 
 def _worker(rank, world, port, data_dir, run_dir, out_dir, opts):
-    import os
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
+    _as_rank(rank, world, port)
     _train(data_dir, run_dir, out_dir / f"rank{rank}.pt", opts)
 
 
@@ -116,10 +126,7 @@ def _one_update(data_dir, run_dir, batch_size, update_freq, halves):
 
 
 def _one_update_worker(rank, world, port, data_dir, out_dir):
-    import os
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
+    _as_rank(rank, world, port)
     torch.save(_one_update(data_dir, out_dir / f"run{rank}", 40, 1, True), out_dir / f"step{rank}.pt")
 
 
@@ -136,12 +143,9 @@ def test_update_freq_2_at_batch_40_and_two_gloo_ranks_at_40_each_equal_one_updat
 
 
 def _run_worker(rank, world, port, data_dir, run_dir, opts, resume):
-    import os
-
     from nmtkit.train.run import run_training
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
+    _as_rank(rank, world, port)
     torch.set_num_threads(1)
     run_training(data_dir, run_dir, opts, dict(TINY_MODEL, dropout=0.2), resume=resume)
 
