@@ -1,10 +1,60 @@
-"""Helpers shared by the subcommand modules (progress display, the decoding options of translate
-and serve); worker counts live in nmtkit.devices."""
+"""Helpers shared by the subcommand modules (options generated from config classes, progress
+display, the decoding options of translate and serve); worker counts live in nmtkit.devices."""
 from __future__ import annotations
 
+import dataclasses
 import sys
+from typing import Any, Callable
 
 import click
+
+from nmtkit.options import OptionSpec, field_default, help_text, option_fields, option_name
+
+_CLICK_TYPES = {"int": int, "int | None": int, "float": float, "float | None": float}
+
+
+def _click_option(field: dataclasses.Field, spec: OptionSpec, unset: bool) -> Callable:
+    """The click option of one config field (`unset`: its default is None, "not given")."""
+    default = None if unset else field_default(field)
+    name = option_name(field.name)
+    kwargs: dict[str, Any] = dict(default=default, help=help_text(field, spec))
+    if spec.flag:
+        no = "--no-" + name[2:]
+        return click.option(f"{name}/{no}", field.name, **kwargs)
+    if spec.choices is not None:
+        kwargs["type"] = click.Choice(spec.choices, case_sensitive=False)
+    else:
+        kwargs["type"] = _CLICK_TYPES.get(str(field.type), str)
+        if spec.metavar is not None:
+            kwargs["metavar"] = spec.metavar
+    return click.option(name, field.name, **kwargs)
+
+
+def config_options(*classes: type, unset: bool = False) -> Callable:
+    """Decorate a click command with one option per option field of each config class, in
+    declaration order. `unset`: every default is None ("not given"; help still shows the
+    field's default), for commands whose defaults come from elsewhere too (a preset, a
+    checkpoint)."""
+
+    def decorate(fn: Callable) -> Callable:
+        for cls in reversed(classes):
+            for field, spec in reversed(option_fields(cls)):
+                fn = _click_option(field, spec, unset)(fn)
+        return fn
+
+    return decorate
+
+
+def config_values(cls: type, options: dict[str, Any], given_only: bool = False) -> dict[str, Any]:
+    """The values of `cls`'s option fields among click's `options`, converted from text by each
+    field's `convert` (`given_only`: leave out the options not given, None)."""
+    out = {}
+    for field, spec in option_fields(cls):
+        value = options.get(field.name)
+        if value is None and given_only:
+            continue
+        out[field.name] = spec.convert(value) if spec.convert is not None and value is not None else value
+    return out
 
 # `nmtkit translate` and `nmtkit serve` decode alike: their --fuse and --shortlist are one option each
 fuse_option = click.option(

@@ -1,0 +1,78 @@
+"""Options declared once: each generated click option takes its help and default from its config
+field, and validation follows the field's declared choices and range."""
+from __future__ import annotations
+
+import click
+import pytest
+
+from nmtkit.cli import cli
+from nmtkit.devices import check_device_name
+from nmtkit.errors import ConfigError
+from nmtkit.models.presets import ModelOverrides
+from nmtkit.options import field_default, help_text, option_fields, option_name, resume_overridable
+from nmtkit.train.config import TrainConfig
+
+# command -> (config classes its options are generated from, whether every default is "not given")
+CONVERTED = {"train": ((TrainConfig, ModelOverrides), True)}
+# commands whose options are still written by hand in nmtkit/cli/
+NOT_YET_CONVERTED = {"preprocess", "select-data", "translate", "score", "serve", "tokenize", "average"}
+
+
+def test_every_command_is_listed_as_converted_or_not():
+    assert set(cli.commands) == set(CONVERTED) | NOT_YET_CONVERTED
+    assert not set(CONVERTED) & NOT_YET_CONVERTED
+
+
+@pytest.mark.parametrize("command", sorted(CONVERTED))
+def test_each_generated_option_takes_its_help_and_default_from_its_config_field(command):
+    classes, unset = CONVERTED[command]
+    params = {p.name: p for p in cli.commands[command].params if isinstance(p, click.Option)}
+    fields = [(f, spec) for cls in classes for f, spec in option_fields(cls)]
+    assert fields
+    for field, spec in fields:
+        param = params[field.name]
+        assert option_name(field.name) in param.opts
+        assert param.help == help_text(field, spec)
+        assert param.default == (None if unset else field_default(field))
+        if spec.choices is not None:
+            assert tuple(param.type.choices) == spec.choices
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(max_updates=0), "--max-updates must be at least 1, got 0"),
+    (dict(optimizer="rmsprop"), "--optimizer must be one of adadelta, adam, sgd, got 'rmsprop'"),
+    (dict(lr=0.0), "--lr must be positive, got 0.0"),
+    (dict(label_smoothing=1.0), "--label-smoothing must be in [0, 1), got 1.0"),
+    (dict(lr_decay=0.0), "--lr-decay must be in (0, 1], got 0.0"),
+    (dict(adam_beta2=1.0), "--adam-beta2 must be in [0.0, 1.0), got 1.0"),
+    (dict(clip_norm=-1.0), "--clip-norm must be >= 0 (0 disables clipping), got -1.0"),
+    (dict(valid_bleu_samples=-1), "--valid-bleu-samples must be >= 0, got -1"),
+    (dict(lr=float("nan")), "--lr must be a finite number, got nan"),
+    (dict(seed=1.5), "--seed must be an integer, got 1.5"),
+    (dict(device="gpu"), "--device must be auto, cpu, cuda or cuda:N, not 'gpu'"),
+])
+def test_a_value_outside_its_declared_range_is_one_line_naming_the_option(changes, message):
+    with pytest.raises(ConfigError) as err:
+        TrainConfig(**dict(dict(max_updates=1), **changes))
+    assert str(err.value) == message
+
+
+def test_none_leaves_an_optional_field_unset_and_cuda_n_is_a_device():
+    cfg = TrainConfig(max_updates=1, max_len=None, threads=None, device="cuda:1")
+    assert cfg.max_len is None and cfg.device == "cuda:1"
+    assert check_device_name("cuda:0") == "cuda:0"
+    with pytest.raises(ConfigError, match="cuda:N"):
+        check_device_name("cuda:x")
+
+
+def test_only_stopping_reporting_and_hardware_options_change_on_resume():
+    assert resume_overridable(TrainConfig) == {
+        "max_updates", "max_epochs", "max_time", "patience", "valid_every", "valid_bleu_samples", "valid_beam",
+        "valid_batch_size", "save_every", "keep_every", "log_every", "on_nan", "tensorboard", "device", "threads",
+        "precision", "fuse", "tf32"}
+
+
+def test_model_overrides_reject_a_choice_outside_the_declared_ones():
+    with pytest.raises(ConfigError, match="--readout must be one of prev, new"):
+        ModelOverrides(readout="both")
+    assert ModelOverrides(emb_dim=16).given() == {"emb_dim": 16}
