@@ -311,9 +311,9 @@ def write_data_dir(path: Path, vocab: int, seed: int = 0, lengths: tuple[int, in
 def make_trainer(preset: str, data_dir: Path, run_dir: Path, max_tokens: int | None, quick: bool, threads: int,
                  precision: str = "fp32", fuse: str = "off", device: str = "cpu"):
     """The trainer `nmtkit train --preset <preset>` builds (its optimiser included)."""
+    from nmtkit.models.presets import resolve_model, training_defaults
     from nmtkit.train.config import TrainConfig
     from nmtkit.train.data import DataDir
-    from nmtkit.models.presets import resolve_model, training_defaults
     from nmtkit.train.trainer import Trainer
 
     data = DataDir.open(data_dir)

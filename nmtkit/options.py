@@ -15,6 +15,7 @@ from typing import Any, Callable
 from nmtkit.errors import ConfigError
 
 _MISSING = dataclasses.MISSING
+_AS_FIELD = object()  # OptionSpec.cli_default: the field's own default
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +35,10 @@ class OptionSpec:
     resume: bool = False  # may change when a run is resumed (stopping, reporting, hardware)
     convert: Callable[[Any], Any] | None = None  # the CLI's text -> the field's value
     message: str | None = None  # the range error's tail, instead of the generic one
+    names: tuple[str, ...] = ()  # the option's names when not (only) --field-name: ("--ref", "-r")
+    multiple: bool = False  # repeatable; the field holds a list
+    required: bool = False
+    cli_default: Any = _AS_FIELD  # the CLI's default when not the field's (text, or None: resolved later)
 
 
 def option(default: Any = _MISSING, *, help: str, default_factory: Any = _MISSING, **spec: Any) -> Any:
@@ -51,6 +56,16 @@ def spec_of(field: dataclasses.Field) -> OptionSpec | None:
 def option_name(field_name: str) -> str:
     """`max_updates` -> `--max-updates`."""
     return "--" + field_name.replace("_", "-")
+
+
+def cli_names(field: dataclasses.Field, spec: OptionSpec) -> tuple[str, ...]:
+    """The names of a field's option, the long one first."""
+    return spec.names or (option_name(field.name),)
+
+
+def cli_default(field: dataclasses.Field, spec: OptionSpec) -> Any:
+    """The default of a field's option: `cli_default` where given, else the field's."""
+    return field_default(field) if spec.cli_default is _AS_FIELD else spec.cli_default
 
 
 def option_fields(cls: type) -> list[tuple[dataclasses.Field, OptionSpec]]:
@@ -75,8 +90,8 @@ def help_text(field: dataclasses.Field, spec: OptionSpec) -> str:
     """The option's help: its text and, in brackets, the default help shows."""
     shown = spec.shown_default
     if shown is None:
-        value = field_default(field)
-        if value is None:
+        value = cli_default(field, spec)
+        if value is None or (spec.multiple and not value) or (isinstance(value, bool) and not spec.flag):
             return spec.help
         shown = ("on" if value else "off") if isinstance(value, bool) else str(value)
     return f"{spec.help} [{shown}]" if shown else spec.help
@@ -89,7 +104,7 @@ def _number_error(name: str, spec: OptionSpec, value: Any) -> str | None:
     bad_hi = hi is not None and (value >= hi if spec.max_open else value > hi)
     if not (bad_lo or bad_hi):
         return None
-    opt = option_name(name)
+    opt = spec.names[0] if spec.names else option_name(name)
     if spec.message is not None:
         return f"{opt} {spec.message}, got {value}"
     if hi is None and not spec.min_open:
@@ -121,7 +136,7 @@ def check_fields(config: Any) -> None:
         spec = spec_of(f)
         if error is None and spec is not None and value is not None:
             if spec.choices is not None and value not in spec.choices:
-                error = f"{option_name(f.name)} must be one of {', '.join(spec.choices)}, got '{value}'"
+                error = f"{cli_names(f, spec)[0]} must be one of {', '.join(spec.choices)}, got '{value}'"
             elif (spec.min is not None or spec.max is not None) and isinstance(value, (int, float)):
                 error = _number_error(f.name, spec, value)
         if error is not None:

@@ -9,13 +9,14 @@ from nmtkit.cli import cli
 from nmtkit.devices import check_device_name
 from nmtkit.errors import ConfigError
 from nmtkit.models.presets import ModelOverrides
-from nmtkit.options import field_default, help_text, option_fields, option_name, resume_overridable
+from nmtkit.options import cli_default, cli_names, help_text, option_fields, resume_overridable
+from nmtkit.score.run import ScoreOptions
 from nmtkit.train.config import TrainConfig
 
 # command -> (config classes its options are generated from, whether every default is "not given")
-CONVERTED = {"train": ((TrainConfig, ModelOverrides), True)}
+CONVERTED = {"train": ((TrainConfig, ModelOverrides), True), "score": ((ScoreOptions,), False)}
 # commands whose options are still written by hand in nmtkit/cli/
-NOT_YET_CONVERTED = {"preprocess", "select-data", "translate", "score", "serve", "tokenize", "average"}
+NOT_YET_CONVERTED = {"preprocess", "select-data", "translate", "serve", "tokenize", "average"}
 
 
 def test_every_command_is_listed_as_converted_or_not():
@@ -31,9 +32,13 @@ def test_each_generated_option_takes_its_help_and_default_from_its_config_field(
     assert fields
     for field, spec in fields:
         param = params[field.name]
-        assert option_name(field.name) in param.opts
+        assert set(cli_names(field, spec)) <= set(param.opts)
         assert param.help == help_text(field, spec)
-        assert param.default == (None if unset else field_default(field))
+        expected = None if unset else cli_default(field, spec)
+        if spec.multiple:  # click holds "none given" as an empty sequence
+            assert list(param.default or ()) == list(expected or ())
+        else:
+            assert param.default == expected
         if spec.choices is not None:
             assert tuple(param.type.choices) == spec.choices
 
@@ -76,3 +81,10 @@ def test_model_overrides_reject_a_choice_outside_the_declared_ones():
     with pytest.raises(ConfigError, match="--readout must be one of prev, new"):
         ModelOverrides(readout="both")
     assert ModelOverrides(emb_dim=16).given() == {"emb_dim": 16}
+
+
+def test_score_options_are_checked_once_whatever_builds_them():
+    with pytest.raises(ConfigError, match="--bucket-width must be at least 1, got 0"):
+        ScoreOptions(hyp_paths=["h"], ref_paths=["r"], bucket_width=0)
+    with pytest.raises(ConfigError, match="--tokenize must be one of 13a"):
+        ScoreOptions(hyp_paths=["h"], ref_paths=["r"], tokenize="moses")

@@ -8,26 +8,48 @@ from typing import Any, Callable
 
 import click
 
-from nmtkit.options import OptionSpec, field_default, help_text, option_fields, option_name
+from nmtkit.errors import ConfigError
+from nmtkit.options import OptionSpec, cli_default, cli_names, help_text, option_fields
 
 _CLICK_TYPES = {"int": int, "int | None": int, "float": float, "float | None": float}
 
 
+def _converter(name: str, convert: Callable[[Any], Any]) -> Callable:
+    """A click callback applying a field's `convert` to the option's text; its ConfigError
+    becomes click's usage error for the option."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            return convert(value)
+        except ConfigError as err:
+            text = str(err)
+            raise click.BadParameter(text[len(name) + 2:] if text.startswith(f"{name}: ") else text) from None
+
+    return callback
+
+
 def _click_option(field: dataclasses.Field, spec: OptionSpec, unset: bool) -> Callable:
     """The click option of one config field (`unset`: its default is None, "not given")."""
-    default = None if unset else field_default(field)
-    name = option_name(field.name)
-    kwargs: dict[str, Any] = dict(default=default, help=help_text(field, spec))
+    default = None if unset else cli_default(field, spec)
+    names = cli_names(field, spec)
+    kwargs: dict[str, Any] = dict(default=default, help=help_text(field, spec), required=spec.required)
     if spec.flag:
-        no = "--no-" + name[2:]
-        return click.option(f"{name}/{no}", field.name, **kwargs)
+        return click.option(f"{names[0]}/--no-{names[0][2:]}", field.name, **kwargs)
+    if str(field.type) == "bool":
+        return click.option(*names, field.name, is_flag=True, **kwargs)
+    if spec.convert is not None:
+        kwargs["callback"] = _converter(names[0], spec.convert)
+    if spec.multiple:
+        kwargs.update(multiple=True, default=() if default is None else default)
     if spec.choices is not None:
         kwargs["type"] = click.Choice(spec.choices, case_sensitive=False)
     else:
         kwargs["type"] = _CLICK_TYPES.get(str(field.type), str)
         if spec.metavar is not None:
             kwargs["metavar"] = spec.metavar
-    return click.option(name, field.name, **kwargs)
+    return click.option(*names, field.name, **kwargs)
 
 
 def config_options(*classes: type, unset: bool = False) -> Callable:
@@ -46,14 +68,16 @@ def config_options(*classes: type, unset: bool = False) -> Callable:
 
 
 def config_values(cls: type, options: dict[str, Any], given_only: bool = False) -> dict[str, Any]:
-    """The values of `cls`'s option fields among click's `options`, converted from text by each
-    field's `convert` (`given_only`: leave out the options not given, None)."""
+    """The values of `cls`'s option fields among click's `options` (`given_only`: leave out the
+    options not given, None)."""
     out = {}
     for field, spec in option_fields(cls):
         value = options.get(field.name)
         if value is None and given_only:
             continue
-        out[field.name] = spec.convert(value) if spec.convert is not None and value is not None else value
+        if spec.multiple:
+            value = list(value or ())
+        out[field.name] = value
     return out
 
 # `nmtkit translate` and `nmtkit serve` decode alike: their --fuse and --shortlist are one option each
