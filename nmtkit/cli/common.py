@@ -10,6 +10,7 @@ import click
 
 from nmtkit.errors import ConfigError
 from nmtkit.options import OptionSpec, cli_default, cli_names, help_text, option_fields
+from nmtkit.text.protect import PROTECT_HELP
 
 _CLICK_TYPES = {"int": int, "int | None": int, "float": float, "float | None": float}
 
@@ -76,7 +77,7 @@ def config_values(cls: type, options: dict[str, Any], given_only: bool = False) 
         if value is None and given_only:
             continue
         if spec.multiple:
-            value = list(value or ())
+            value = (tuple if str(field.type).startswith("tuple") else list)(value or ())
         out[field.name] = value
     return out
 
@@ -99,12 +100,8 @@ def shortlist_option(extra: str = ""):
                         help=SHORTLIST_HELP + extra)
 
 
-# `nmtkit preprocess` and `nmtkit tokenize` tokenise alike: one --protect
-protect_option = click.option("--protect", multiple=True, metavar="FILE|SET",
-              help="Keep the matches of these regular expressions whole when tokenising (tokenizer.perl "
-                   "-protected): a FILE with one regex a line, or a named set: printf (%s, %d, %1$s, %(name)s), "
-                   "url, email, xml (tags), basic (Moses' basic-protected-patterns). Repeatable; recorded in "
-                   "the data directory, so translate and serve protect the same.")
+# `nmtkit tokenize` protects as preprocess does (PreprocessConfig.protect declares the option)
+protect_option = click.option("--protect", multiple=True, metavar="FILE|SET", help=PROTECT_HELP)
 
 
 def progress_enabled(quiet: bool) -> bool:

@@ -27,6 +27,7 @@ from nmtkit.text.truecase import Truecaser, detruecase
 PIPELINE_VERSION = 1
 SIDES = ("src", "tgt")
 INPUT_FORMATS = ("raw", "tok", "bpe")
+CORPUS_FORMATS = INPUT_FORMATS[:2]  # what preprocess and select-data read: raw or Moses-tokenised text
 
 
 def _check_side(side: str) -> None:
