@@ -10,7 +10,6 @@ import click
 
 from nmtkit.errors import ConfigError
 from nmtkit.options import OptionSpec, cli_default, cli_names, help_text, option_fields
-from nmtkit.text.protect import PROTECT_HELP
 
 _CLICK_TYPES = {"int": int, "int | None": int, "float": float, "float | None": float}
 
@@ -98,10 +97,6 @@ def shortlist_option(extra: str = ""):
     """--shortlist auto|off, its help followed by `extra`."""
     return click.option("--shortlist", type=click.Choice(["auto", "off"]), default="auto", show_default=True,
                         help=SHORTLIST_HELP + extra)
-
-
-# `nmtkit tokenize` protects as preprocess does (PreprocessConfig.protect declares the option)
-protect_option = click.option("--protect", multiple=True, metavar="FILE|SET", help=PROTECT_HELP)
 
 
 def progress_enabled(quiet: bool) -> bool:

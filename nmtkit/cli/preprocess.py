@@ -83,7 +83,8 @@ def preprocess_cmd(quiet: bool, **options: Any) -> None:
     from nmtkit.preprocess import preprocess
 
     values = config_values(PreprocessConfig, options)
-    values["workers"] = values["workers"] or available_cores()
+    if values["workers"] is None:
+        values["workers"] = available_cores()
     config = PreprocessConfig(**values)
     console = make_console()
     if progress_enabled(quiet):

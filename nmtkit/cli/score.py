@@ -34,7 +34,8 @@ def score_cmd(**options: Any) -> None:
 
     values = config_values(ScoreOptions, options)
     values["by_length"] = values["by_length"] or values["plot_path"] is not None
-    values["workers"] = values["workers"] or available_cores()
+    if values["workers"] is None:
+        values["workers"] = available_cores()
     opts = ScoreOptions(**values)
     report = run_score(opts, warn=lambda msg: click.echo(f"nmtkit: note: {msg}", err=True))
     click.echo(render(report, opts.as_json), nl=False)

@@ -23,7 +23,8 @@ def select_data_cmd(quiet: bool, **options: Any) -> None:
     from nmtkit.select.selection import run_selection
 
     values = config_values(SelectConfig, options)
-    values["workers"] = values["workers"] or available_cores()
+    if values["workers"] is None:
+        values["workers"] = available_cores()
     cfg = SelectConfig(**values)
     console = make_console()
     logger = logging.getLogger("nmtkit.select.selection")

@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING, Any
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.options import check_fields, option
 from nmtkit.text.io import resolve_input
-from nmtkit.text.pipeline import CORPUS_FORMATS
-from nmtkit.text.protect import PROTECT_HELP
+from nmtkit.text.pipeline import CORPUS_FORMATS, DASH_SPLITS_OPTION, NORMALIZE_PUNCT_OPTION, PROTECT_OPTION
 
 if TYPE_CHECKING:
     from nmtkit.text.pipeline import TextPipeline
@@ -38,11 +37,10 @@ class PreprocessConfig:
         "raw", choices=CORPUS_FORMATS,
         help="'tok': input is already Moses-tokenised ('nmtkit tokenize' with the same --aggressive-dash-splits); "
              "normalisation/tokenisation are skipped, casing and BPE applied.")
-    normalize_punct: bool = option(True, flag=True,
-                                   help="Moses punctuation normalisation before tokenising (--no-normalize-punct: skip it).")
-    aggressive_dash_splits: bool = option(False, help="Split hyphenated words (Moses tokenizer -a): 'a-b' -> 'a @-@ b'.")
+    normalize_punct: bool = option(True, **NORMALIZE_PUNCT_OPTION)
+    aggressive_dash_splits: bool = option(False, **DASH_SPLITS_OPTION)
     lowercase: bool = option(False, help="Lowercase all tokens (cannot be undone when translating).")
-    protect: tuple[str, ...] = option((), multiple=True, metavar="FILE|SET", help=PROTECT_HELP)
+    protect: tuple[str, ...] = option((), **PROTECT_OPTION)
     truecase: bool = option(
         False, help="Moses truecasing: learn each word's most frequent casing on the training split and apply it; "
                     "translate restores sentence-initial capitals.")
