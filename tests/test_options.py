@@ -25,6 +25,11 @@ CONVERTED = {"train": ((TrainConfig, ModelOverrides), True), "score": ((ScoreOpt
 NOT_YET_CONVERTED = {"translate", "serve"}
 
 
+# the options of converted commands that are not config fields: where the run goes, and how loud it is
+COMMAND_OPTIONS = {"train": {"data_dir", "save_dir", "resume", "force", "quiet"}, "score": set(),
+                   "preprocess": {"quiet"}, "select-data": {"quiet"}, "tokenize": {"quiet"}, "average": {"quiet"}}
+
+
 def test_every_command_is_listed_as_converted_or_not():
     assert set(cli.commands) == set(CONVERTED) | NOT_YET_CONVERTED
     assert not set(CONVERTED) & NOT_YET_CONVERTED
@@ -94,3 +99,11 @@ def test_score_options_are_checked_once_whatever_builds_them():
         ScoreOptions(hyp_paths=["h"], ref_paths=["r"], bucket_width=0)
     with pytest.raises(ConfigError, match="--tokenize must be one of 13a"):
         ScoreOptions(hyp_paths=["h"], ref_paths=["r"], tokenize="moses")
+
+
+@pytest.mark.parametrize("command", sorted(CONVERTED))
+def test_a_converted_command_has_no_hand_written_config_option(command):
+    classes, _ = CONVERTED[command]
+    generated = {f.name for cls in classes for f, _ in option_fields(cls)}
+    options = {p.name for p in cli.commands[command].params if isinstance(p, click.Option)} - {"help"}
+    assert options - generated == COMMAND_OPTIONS[command]
