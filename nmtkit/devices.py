@@ -24,6 +24,8 @@ def threads_per_process(local_world_size: int = 1) -> int:
     return max(1, available_cores() // max(1, local_world_size))
 
 
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")  # autocast dtypes of --precision (nmtkit.models.precision)
+FUSE = ("auto", "on", "off")  # --fuse: compile the recurrences' step bodies (nmtkit.models.fusion)
 DEVICE_HELP = ("Where to run: auto (CUDA when available), cpu, cuda (under torchrun: the process's own GPU) "
                "or cuda:N.")
 _DEVICE_NAME = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")

@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import click
 
+from nmtkit.devices import FUSE
 from nmtkit.errors import ConfigError
 from nmtkit.options import OptionSpec, cli_default, cli_names, help_text, option_fields
 
@@ -82,7 +83,7 @@ def config_values(cls: type, options: dict[str, Any], given_only: bool = False) 
 
 # `nmtkit translate` and `nmtkit serve` decode alike: their --fuse and --shortlist are one option each
 fuse_option = click.option(
-    "--fuse", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+    "--fuse", type=click.Choice(FUSE), default="auto", show_default=True,
     help="Compile the decoding step into a few fused kernels (torch.compile; the first run compiles "
          "for up to a minute, later runs reuse the cache). auto: on CUDA.")
 

@@ -21,13 +21,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from nmtkit.devices import DEVICE_HELP, check_device_name
+from nmtkit.devices import DEVICE_HELP, FUSE, PRECISIONS, check_device_name
 from nmtkit.errors import ConfigError
 from nmtkit.models import ARCHS
 from nmtkit.options import check_fields, option
 
-PRECISIONS = ("fp32", "bf16", "fp16", "auto")
-FUSE = ("auto", "on", "off")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhd]?)\s*$")
 
 
