@@ -107,3 +107,13 @@ def test_a_converted_command_has_no_hand_written_config_option(command):
     generated = {f.name for cls in classes for f, _ in option_fields(cls)}
     options = {p.name for p in cli.commands[command].params if isinstance(p, click.Option)} - {"help"}
     assert options - generated == COMMAND_OPTIONS[command]
+
+
+def test_a_converted_option_takes_its_text_form():
+    """--max-time is a duration (90m), though TrainConfig holds seconds."""
+    from click.testing import CliRunner
+
+    res = CliRunner().invoke(cli, ["train", "--data", "nowhere", "--save-dir", "nowhere", "--max-time", "90m"])
+    assert "Invalid value" not in res.output
+    param = next(p for p in cli.commands["train"].params if p.name == "max_time")
+    assert param.type_cast_value(click.Context(cli.commands["train"]), "90m") == "90m"

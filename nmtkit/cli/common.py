@@ -46,8 +46,8 @@ def _click_option(field: dataclasses.Field, spec: OptionSpec, unset: bool) -> Ca
         kwargs.update(multiple=True, default=() if default is None else default)
     if spec.choices is not None:
         kwargs["type"] = click.Choice(spec.choices, case_sensitive=False)
-    else:
-        kwargs["type"] = _CLICK_TYPES.get(str(field.type), str)
+    else:  # a converted option arrives as text ("90m" for --max-time)
+        kwargs["type"] = str if spec.convert is not None else _CLICK_TYPES.get(str(field.type), str)
         if spec.metavar is not None:
             kwargs["metavar"] = spec.metavar
     return click.option(*names, field.name, **kwargs)
