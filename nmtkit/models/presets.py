@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,4 +157,8 @@ def resolve_model(
             raise ConfigError(f"--{key.replace('_', '-')} does not apply to {arch}")
         cfg[key] = value
     cfg["src_vocab_size"], cfg["tgt_vocab_size"] = src_vocab, tgt_vocab
-    return arch, dataclasses.asdict(make_config(arch, {k: v for k, v in cfg.items() if k in valid}))
+    try:
+        model_config = make_config(arch, {k: v for k, v in cfg.items() if k in valid})
+    except ConfigError as err:  # "RNNSearchConfig.dropout must be ..." -> "--dropout must be ..."
+        raise ConfigError(re.sub(r"\b\w+Config\.(\w+)", lambda m: "--" + m[1].replace("_", "-"), str(err))) from None
+    return arch, dataclasses.asdict(model_config)

@@ -32,7 +32,9 @@ class PreprocessConfig:
     test: tuple[str, ...] = option(
         (), multiple=True, metavar="PREFIX",
         help="Test files (repeatable): binarised as splits test, test1, test2, ... (not cleaned).")
-    force: bool = option(False, help="Replace an existing non-empty --dest (only once the new one is complete).")
+    force: bool = option(False, help="Replace an existing non-empty --dest (only once the new one is complete), and "
+                                      "only when it holds nothing but a data directory's own files; an input is never "
+                                      "replaced.")
     input_format: str = option(
         "raw", choices=CORPUS_FORMATS,
         help="'tok': input is already Moses-tokenised ('nmtkit tokenize' with the same --aggressive-dash-splits); "

@@ -6,6 +6,11 @@ checkpoint_last.pt) or `force` (delete the old run's files and start over). The 
 that stopped before its first checkpoint (metrics.jsonl, train.log) hold nothing to continue:
 a fresh start replaces them, with a warning.
 
+One process at a time trains in a run directory: train and --resume hold an flock on
+`train.lock` there (`nmtkit.outputs.DirLock`) and a second process is refused, naming the
+first's PID. Everything is checked before the directory is created, so a refused start leaves
+nothing behind.
+
 On resume the checkpoint's configs are used; only the TrainConfig fields marked `resume` (stopping
 criteria, reporting, hardware) may be changed, and a different value for any other is an error
 (it would silently make the run a different experiment).
@@ -26,7 +31,7 @@ from typing import Any, Callable
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
 from nmtkit.models.presets import ModelOverrides, resolve_model, training_defaults
 from nmtkit.options import option_name, resume_overridable
-from nmtkit.outputs import check_output_dir, write_text
+from nmtkit.outputs import DirLock, check_output_dir, check_outputs_vs_inputs, write_text
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.tensorboard import TensorBoardCallbacks, require_tensorboard, tensorboard_dir
 
@@ -34,6 +39,15 @@ log = logging.getLogger(__name__)
 
 RUN_FILES = ("checkpoint_last.pt", "checkpoint_best.pt", "metrics.jsonl", "curves.png", "train.log", "config.json")
 CONFIG_FILE = "config.json"
+
+
+LOCK_FILE = "train.lock"
+
+
+def run_lock(save_dir: Path) -> DirLock:
+    """The lock of `save_dir` (one training process per run directory): `acquire` or `check`
+    raise an OutputError naming the holder's PID when another live `nmtkit train` holds it."""
+    return DirLock(save_dir, LOCK_FILE, "run directory (one training run at a time)")
 
 
 def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
@@ -64,6 +78,12 @@ def stale_run_files(save_dir: Path) -> list[str]:
 def kept_checkpoints(save_dir: Path) -> list[Path]:
     """The checkpoint_<update>.pt files of --keep-every in a run directory."""
     return [p for p in save_dir.glob("checkpoint_*.pt") if p.stem.split("_", 1)[1].isdigit()]
+
+
+def is_run_file(name: str) -> bool:
+    """Whether a file of this name in a run directory is one the run writes (and --force deletes)."""
+    return name in RUN_FILES or name == "tensorboard" or (
+        name.startswith("checkpoint_") and name.endswith(".pt") and name[11:-3].isdigit())
 
 
 def run_files_present(save_dir: Path) -> list[str]:
@@ -147,24 +167,6 @@ def config_text(cfg: TrainConfig, arch: str, model_config: dict[str, Any]) -> st
                       indent=2, sort_keys=False) + "\n"
 
 
-def _prepare_run_dir(save_dir: Path, cfg: TrainConfig, resume: bool, force: bool, is_main: bool) -> Path | None:
-    """Check the TensorBoard folder and clear an old run's files (a new run); the TensorBoard
-    folder or None."""
-    tb_dir = tensorboard_dir(cfg.tensorboard, save_dir)
-    if tb_dir is not None:  # a missing package or an unwritable folder fails before the run writes anything
-        require_tensorboard()
-        if is_main:
-            check_output_dir(tb_dir, "--tensorboard folder")
-    if not resume and is_main:
-        if not force and stale_run_files(save_dir):
-            log.warning("%s: replacing %s of a run that saved no checkpoint", save_dir,
-                        ", ".join(stale_run_files(save_dir)))
-            clear_run_dir(save_dir)
-        if force:
-            clear_run_dir(save_dir)
-    return tb_dir
-
-
 def run_training(
     data_dir: str | Path,
     save_dir: str | Path,
@@ -191,28 +193,59 @@ def run_training(
     save_dir = Path(save_dir)
     overrides = _check_given(train_options, model_overrides).given()
     info = ddp.env_info()
+    # everything is checked before anything is written: a refused start leaves nothing behind
+    check_outputs_vs_inputs([("--data", data_dir)], folders=[("--save-dir", save_dir, is_run_file)])
+    if info.is_main:
+        run_lock(save_dir).check()
     if train_options.get("tensorboard"):  # before the run folder is made (a resumed run's is checked below)
         require_tensorboard()
     check_run_dir(save_dir, resume, force)
-    if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
-        check_output_dir(save_dir, "--save-dir run folder")
     data = DataDir.open(data_dir)
     ckpt = load_checkpoint(save_dir / LAST) if resume else None
     if ckpt is not None:
         cfg, arch, model_config = _resumed_configs(ckpt, data, data_dir, save_dir, train_options, overrides)
     else:
         cfg, arch, model_config = _new_configs(data, train_options, overrides)
-    tb_dir = _prepare_run_dir(save_dir, cfg, resume, force, info.is_main)
-    if info.is_main:
-        text = config_text(cfg, arch, model_config)
-        write_text(save_dir / CONFIG_FILE, text)
-        if show_config is not None:
-            show_config(text)
-    return _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook, tb_dir)
+    tb_dir = tensorboard_dir(cfg.tensorboard, save_dir)
+    if tb_dir is not None:  # a missing package fails before the run writes anything
+        require_tensorboard()
+    lock = None
+    if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
+        check_output_dir(save_dir, "--save-dir run folder")
+        lock = run_lock(save_dir).acquire()
+    try:
+        if lock is not None:
+            _start_run(save_dir, cfg, arch, model_config, tb_dir, resume, force, show_config)
+        return _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook, tb_dir)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _start_run(save_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[str, Any], tb_dir: Path | None,
+               resume: bool, force: bool, show_config: Callable[[str], None] | None) -> None:
+    """On rank 0, holding the run's lock: check the run directory again (no other process can
+    change it now) and the TensorBoard folder, clear an old run's files (a new run), write
+    config.json and show it."""
+    check_run_dir(save_dir, resume, force)
+    if tb_dir is not None:  # an unwritable folder fails before the run writes anything
+        check_output_dir(tb_dir, "--tensorboard folder")
+    if not resume:
+        if not force and stale_run_files(save_dir):
+            log.warning("%s: replacing %s of a run that saved no checkpoint", save_dir,
+                        ", ".join(stale_run_files(save_dir)))
+            clear_run_dir(save_dir)
+        if force:
+            clear_run_dir(save_dir)
+    text = config_text(cfg, arch, model_config)
+    write_text(save_dir / CONFIG_FILE, text)
+    if show_config is not None:
+        show_config(text)
 
 
 def _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook, tb_dir):
-    """Build the trainer and run it, closing it (and the TensorBoard writer) whatever happens."""
+    """Build the Trainer and run it, closing it (its log and metrics files) and the
+    TensorBoard writer either way."""
     from nmtkit.train.trainer import Trainer
 
     tb = None
