@@ -311,16 +311,16 @@ def write_data_dir(path: Path, vocab: int, seed: int = 0, lengths: tuple[int, in
 def make_context(preset: str, data_dir: Path, run_dir: Path, max_tokens: int | None, quick: bool, threads: int,
                  precision: str = "fp32", fuse: str = "off", device: str = "cpu"):
     """The training context `nmtkit train --preset <preset>` builds (its optimiser included)."""
+    from nmtkit.models.presets import resolve_model, training_defaults
     from nmtkit.train.config import TrainConfig
     from nmtkit.train.context import TrainContext
     from nmtkit.train.data import DataDir
-    from nmtkit.train.run import resolve_model, train_defaults
 
     data = DataDir.open(data_dir)
     widths = {k: QUICK_WIDTH for k in WIDTH_KEYS} if quick else {}
     arch, model_config = resolve_model(None, preset, {}, len(data.src_vocab), len(data.tgt_vocab))
     model_config.update({k: v for k, v in widths.items() if k in model_config})
-    values = train_defaults(arch, preset)
+    values = training_defaults(arch, preset)
     values.update(arch=arch, preset=preset, max_updates=1, valid_bleu_samples=0, device=device, threads=threads,
                   precision=precision, fuse=fuse)
     if max_tokens is not None:

@@ -16,11 +16,39 @@ and decoding lexicon come from the last checkpoint given (the newest, for `--las
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from nmtkit.errors import CheckpointError, ConfigError, InputError
+from nmtkit.options import check_fields, option
 from nmtkit.outputs import check_outputs_vs_inputs
+
+
+@dataclass(frozen=True)
+class AverageConfig:
+    """Every option of `nmtkit average` (its click options are generated from these fields)."""
+
+    output: str = option(names=("--output", "-o"), required=True, metavar="FILE",
+                         help="The averaged checkpoint to write (not one of the inputs); translate and serve read it "
+                              "like any other.")
+    models: tuple[str, ...] = option((), names=("--model", "-m"), multiple=True, metavar="FILE",
+                                     help="A checkpoint to average (repeatable, at least one).")
+    last: int | None = option(None, metavar="N", help="Average the run's N newest checkpoint_<update>.pt (kept by "
+                                                       "train --keep-every); needs --save-dir.")
+    save_dir: str | None = option(None, metavar="RUN", help="The run directory whose kept checkpoints --last takes.")
+    force: bool = option(False, help="Overwrite an existing --output.")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if (self.last is None) != (self.save_dir is None):
+            raise ConfigError("--last N and --save-dir RUN go together")
+        if self.last is not None and self.models:
+            raise ConfigError("give either -m FILE ... or --last N --save-dir RUN, not both")
+
+    def paths(self) -> list[str]:
+        """The checkpoints to average: the -m files, or the run's --last N kept ones."""
+        return list(self.models) if self.last is None else [str(p) for p in last_checkpoints(self.save_dir, self.last)]
 
 
 def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:

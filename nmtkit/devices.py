@@ -6,6 +6,7 @@ threads). Importing this module does not import torch.
 from __future__ import annotations
 
 import os
+import re
 
 from nmtkit.errors import ConfigError
 
@@ -23,6 +24,21 @@ def threads_per_process(local_world_size: int = 1) -> int:
     return max(1, available_cores() // max(1, local_world_size))
 
 
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")  # autocast dtypes of --precision (nmtkit.models.precision)
+FUSE = ("auto", "on", "off")  # --fuse: compile the recurrences' step bodies (nmtkit.models.fusion)
+DEVICE_HELP = ("Where to run: auto (CUDA when available), cpu, cuda (under torchrun: the process's own GPU) "
+               "or cuda:N.")
+_DEVICE_NAME = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
+
+
+def check_device_name(name: str) -> str:
+    """`name` if it is a device name of the --device options (auto, cpu, cuda, cuda:N), else a
+    ConfigError; whether the device exists is `resolve_device`'s question."""
+    if not isinstance(name, str) or not _DEVICE_NAME.match(name):
+        raise ConfigError(f"--device must be auto, cpu, cuda or cuda:N, not '{name}'")
+    return name
+
+
 def resolve_device(name: str, local_rank: int = 0):
     """`auto`, `cpu`, `cuda` or `cuda:N` -> a torch.device (and make it the current CUDA device).
 
@@ -31,19 +47,18 @@ def resolve_device(name: str, local_rank: int = 0):
     """
     import torch
 
+    check_device_name(name)
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cpu":
         return torch.device("cpu")
-    if name == "cuda" or name.startswith("cuda:"):
-        if not torch.cuda.is_available():
-            raise ConfigError(f"--device {name} but no CUDA device is available (use --device cpu or auto)")
-        if name == "cuda":
-            device = torch.device("cuda", local_rank % torch.cuda.device_count())
-        else:
-            device = torch.device(name)
-            if device.index is None or device.index >= torch.cuda.device_count():
-                raise ConfigError(f"--device {name}: there are {torch.cuda.device_count()} CUDA device(s)")
-        torch.cuda.set_device(device)
-        return device
-    raise ConfigError(f"--device must be auto, cpu, cuda or cuda:N, not '{name}'")
+    if not torch.cuda.is_available():
+        raise ConfigError(f"--device {name} but no CUDA device is available (use --device cpu or auto)")
+    if name == "cuda":
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    else:
+        device = torch.device(name)
+        if device.index is None or device.index >= torch.cuda.device_count():
+            raise ConfigError(f"--device {name}: there are {torch.cuda.device_count()} CUDA device(s)")
+    torch.cuda.set_device(device)
+    return device

@@ -1,7 +1,6 @@
 """`nmtkit train` through the real entry points: end to end, signals, resume, bad input."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -15,6 +14,7 @@ import torch
 
 from nmtkit.checkpoint import load_checkpoint
 from nmtkit.cli import main
+from nmtkit.train.config import TrainConfig
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = ["--arch", "rnnsearch", "--emb-dim", "16", "--enc-hidden", "16", "--dec-hidden", "24", "--att-hidden", "16",
@@ -65,6 +65,12 @@ def test_train_end_to_end_writes_a_run_and_resumes(data_dir, tmp_path, capsys):
         assert (run / name).exists(), name
     kinds = [json.loads(line)["kind"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert kinds.count("train") == 3 and kinds.count("valid") == 2
+    # the resolved configuration: printed at the start and in config.json, as in the checkpoint
+    written = json.loads((run / "config.json").read_text())
+    ckpt = load_checkpoint(run / "checkpoint_last.pt")
+    assert written == {"arch": "rnnsearch", "model_config": ckpt["model_config"], "train_config": ckpt["train_config"]}
+    assert written["train_config"]["optimizer"] == "adam" and written["model_config"]["emb_dim"] == 16
+    assert (run / "config.json").read_text() in err
     # same run dir again: refused; --resume continues; --quiet prints nothing
     code, _, err = _run(["train", "--data", str(data_dir), "--save-dir", str(run), *TINY, "--max-updates", "8"], capsys)
     assert code != 0 and "--resume" in err and "Traceback" not in err
@@ -72,6 +78,7 @@ def test_train_end_to_end_writes_a_run_and_resumes(data_dir, tmp_path, capsys):
                          "--quiet"], capsys)
     assert code == 0 and err == ""
     assert load_checkpoint(run / "checkpoint_last.pt")["trainer"]["update"] == 8
+    assert json.loads((run / "config.json").read_text())["train_config"]["max_updates"] == 8
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -91,15 +98,15 @@ def test_signal_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path, sig, co
 
 
 def test_help_documents_every_train_config_option(capsys):
-    from nmtkit.cli.train import MODEL_FIELDS, TRAIN_FIELDS
-    from nmtkit.train.config import TrainConfig
+    from nmtkit.models.presets import ModelOverrides
+    from nmtkit.options import option_fields
 
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    assert fields - {"loss_chunk_tokens"} == set(TRAIN_FIELDS)
     code, out, _ = _run(["train", "--help"], capsys)
     assert code == 0
     text = " ".join(out.split())
-    for name in (*TRAIN_FIELDS, *MODEL_FIELDS, "data", "save_dir", "resume", "force", "quiet"):
+    names = [f.name for cls in (TrainConfig, ModelOverrides) for f, _ in option_fields(cls)]
+    assert "max_updates" in names and "emb_dim" in names and "loss_chunk_tokens" not in names
+    for name in (*names, "data", "save_dir", "resume", "force", "quiet"):
         assert "--" + name.replace("_", "-") in text, name
 
 

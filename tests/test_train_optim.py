@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from nmtkit.models.presets import training_defaults as train_defaults
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.optim import LRSchedule, build_optimizer
-from nmtkit.train.run import train_defaults
 
 
 def _cfg(**kw):

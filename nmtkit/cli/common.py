@@ -1,16 +1,90 @@
-"""Helpers shared by the subcommand modules (progress display, the decoding options of translate
-and serve); worker counts live in nmtkit.devices."""
+"""Helpers shared by the subcommand modules (options generated from config classes, progress
+display, the decoding options of translate and serve); worker counts live in nmtkit.devices."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import click
 
+from nmtkit.devices import FUSE
+from nmtkit.errors import ConfigError
+from nmtkit.options import OptionSpec, cli_default, cli_names, help_text, option_fields
+
+_CLICK_TYPES = {"int": int, "int | None": int, "float": float, "float | None": float}
+
+
+def _converter(name: str, convert: Callable[[Any], Any]) -> Callable:
+    """A click callback applying a field's `convert` to the option's text; its ConfigError
+    becomes click's usage error for the option."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            return convert(value)
+        except ConfigError as err:
+            text = str(err)
+            raise click.BadParameter(text[len(name) + 2:] if text.startswith(f"{name}: ") else text) from None
+
+    return callback
+
+
+def _click_option(field: dataclasses.Field, spec: OptionSpec, unset: bool) -> Callable:
+    """The click option of one config field (`unset`: its default is None, "not given")."""
+    default = None if unset else cli_default(field, spec)
+    names = cli_names(field, spec)
+    kwargs: dict[str, Any] = dict(default=default, help=help_text(field, spec), required=spec.required)
+    if spec.flag:
+        return click.option(f"{names[0]}/--no-{names[0][2:]}", field.name, **kwargs)
+    if str(field.type) == "bool":
+        return click.option(*names, field.name, is_flag=True, **kwargs)
+    if spec.convert is not None:
+        kwargs["callback"] = _converter(names[0], spec.convert)
+    if spec.multiple:
+        kwargs.update(multiple=True, default=() if default is None else default)
+    if spec.choices is not None:
+        kwargs["type"] = click.Choice(spec.choices, case_sensitive=False)
+    else:  # a converted option arrives as text ("90m" for --max-time)
+        kwargs["type"] = str if spec.convert is not None else _CLICK_TYPES.get(str(field.type), str)
+        if spec.metavar is not None:
+            kwargs["metavar"] = spec.metavar
+    return click.option(*names, field.name, **kwargs)
+
+
+def config_options(*classes: type, unset: bool = False) -> Callable:
+    """Decorate a click command with one option per option field of each config class, in
+    declaration order. `unset`: every default is None ("not given"; help still shows the
+    field's default), for commands whose defaults come from elsewhere too (a preset, a
+    checkpoint)."""
+
+    def decorate(fn: Callable) -> Callable:
+        for cls in reversed(classes):
+            for field, spec in reversed(option_fields(cls)):
+                fn = _click_option(field, spec, unset)(fn)
+        return fn
+
+    return decorate
+
+
+def config_values(cls: type, options: dict[str, Any], given_only: bool = False) -> dict[str, Any]:
+    """The values of `cls`'s option fields among click's `options` (`given_only`: leave out the
+    options not given, None)."""
+    out = {}
+    for field, spec in option_fields(cls):
+        value = options.get(field.name)
+        if value is None and given_only:
+            continue
+        if spec.multiple:
+            value = (tuple if str(field.type).startswith("tuple") else list)(value or ())
+        out[field.name] = value
+    return out
+
 # `nmtkit translate` and `nmtkit serve` decode alike: their --fuse and --shortlist are one option each
 fuse_option = click.option(
-    "--fuse", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+    "--fuse", type=click.Choice(FUSE), default="auto", show_default=True,
     help="Compile the decoding step into a few fused kernels (torch.compile; the first run compiles "
          "for up to a minute, later runs reuse the cache). auto: on CUDA.")
 
@@ -25,14 +99,6 @@ def shortlist_option(extra: str = ""):
     """--shortlist auto|off, its help followed by `extra`."""
     return click.option("--shortlist", type=click.Choice(["auto", "off"]), default="auto", show_default=True,
                         help=SHORTLIST_HELP + extra)
-
-
-# `nmtkit preprocess` and `nmtkit tokenize` tokenise alike: one --protect
-protect_option = click.option("--protect", multiple=True, metavar="FILE|SET",
-              help="Keep the matches of these regular expressions whole when tokenising (tokenizer.perl "
-                   "-protected): a FILE with one regex a line, or a named set: printf (%s, %d, %1$s, %(name)s), "
-                   "url, email, xml (tags), basic (Moses' basic-protected-patterns). Repeatable; recorded in "
-                   "the data directory, so translate and serve protect the same.")
 
 
 def progress_enabled(quiet: bool) -> bool:

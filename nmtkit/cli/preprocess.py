@@ -1,13 +1,17 @@
-"""`nmtkit preprocess`: options -> PreprocessConfig -> nmtkit.preprocess.preprocess.
+"""`nmtkit preprocess`: options (generated from PreprocessConfig's fields) -> PreprocessConfig ->
+nmtkit.preprocess.preprocess.
 
 Progress bars (one per stage) and the summary table go to stderr; stdout stays empty.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from nmtkit.cli.common import make_console, progress_enabled, protect_option
+from nmtkit.cli.common import config_options, config_values, make_console, progress_enabled
 from nmtkit.devices import available_cores
+from nmtkit.preprocess.config import PreprocessConfig
 
 
 class _RichProgress:
@@ -66,58 +70,9 @@ def _summary(console, manifest: dict) -> None:
 
 
 @click.command("preprocess")
-@click.option("--src-lang", required=True, metavar="LANG", help="Source language code; files are PREFIX.LANG (e.g. en).")
-@click.option("--tgt-lang", required=True, metavar="LANG", help="Target language code (e.g. fr).")
-@click.option("--train", "train", required=True, metavar="PREFIX",
-              help="Training files PREFIX.SRC / PREFIX.TGT (raw text, one sentence a line, UTF-8). "
-                   "Cleaned, and used to learn truecasing, BPE and vocabularies.")
-@click.option("--valid", "valid", required=True, metavar="PREFIX", help="Validation files PREFIX.SRC / PREFIX.TGT (not cleaned).")
-@click.option("--test", "test", multiple=True, metavar="PREFIX",
-              help="Test files (repeatable): binarised as splits test, test1, test2, ... (not cleaned).")
-@click.option("--dest", required=True, type=click.Path(file_okay=False), metavar="DIR",
-              help="Data directory to write (manifest.json, vocab.LANG.txt, bpe.codes, binarised splits).")
-@click.option("--force", is_flag=True, help="Replace an existing non-empty --dest (only once the new one is complete), and only when "
-                   "it holds nothing but a data directory's own files; an input is never replaced.")
-@click.option("--input-format", type=click.Choice(["raw", "tok"]), default="raw", show_default=True,
-              help="'tok': input is already Moses-tokenised ('nmtkit tokenize' with the same "
-                   "--aggressive-dash-splits); normalisation/tokenisation are skipped, casing and BPE applied.")
-@click.option("--no-normalize-punct", is_flag=True, help="Skip Moses punctuation normalisation before tokenising.")
-@click.option("--aggressive-dash-splits", is_flag=True, help="Split hyphenated words (Moses tokenizer -a): 'a-b' -> 'a @-@ b'.")
-@click.option("--lowercase", is_flag=True, help="Lowercase all tokens (cannot be undone when translating).")
-@protect_option
-@click.option("--truecase", is_flag=True,
-              help="Moses truecasing: learn each word's most frequent casing on the training split and apply it; "
-                   "translate restores sentence-initial capitals.")
-@click.option("--max-len", type=int, default=50, show_default=True, metavar="N",
-              help="Drop training pairs with a side longer than N tokens, counted after tokenisation and before "
-                   "BPE (like clean-corpus-n); the paper used 30 and 50.")
-@click.option("--max-ratio", type=float, default=9.0, show_default=True, metavar="R",
-              help="Drop training pairs whose token-length ratio (either way) is above R (clean-corpus-n's ratio).")
-@click.option("--dedup", is_flag=True, help="Drop repeated training pairs (identical raw source and target).")
-@click.option("--bpe", type=int, default=None, metavar="MERGES",
-              help="Use subwords: learn MERGES BPE merge operations (subword-nmt) on the tokenised, cleaned "
-                   "training split, joint over both languages unless --bpe-separate. Without it: words.")
-@click.option("--bpe-separate", is_flag=True, help="Learn separate BPE codes for each language instead of joint codes.")
-@click.option("--bpe-vocab-threshold", type=int, default=None, metavar="N",
-              help="subword-nmt's --vocabulary-threshold: when applying BPE, split further any subword seen fewer "
-                   "than N times in that language's BPE-segmented training side.")
-@click.option("--bpe-min-frequency", type=int, default=2, show_default=True, metavar="N",
-              help="Stop learning merges when no pair occurs N times (subword-nmt --min-frequency).")
-@click.option("--src-vocab-size", type=int, default=None, metavar="N",
-              help="Keep the N most frequent source tokens, specials included; the rest become <unk>. "
-                   "Default: 30000 with words (the paper), every subword with --bpe.")
-@click.option("--tgt-vocab-size", type=int, default=None, metavar="N", help="Same as --src-vocab-size for the target.")
-@click.option("--vocab-min-count", type=int, default=1, show_default=True, metavar="N",
-              help="Leave out of the vocabularies tokens seen fewer than N times in training.")
-@click.option("--workers", type=int, default=None, metavar="N",
-              help="Processes for tokenisation/BPE (line order is kept). Default: all cores.")
-@click.option("--chunk-size", type=int, default=500, show_default=True, metavar="N",
-              help="Lines per work unit sent to a worker.")
+@config_options(PreprocessConfig)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars and no summary table.")
-def preprocess_cmd(src_lang, tgt_lang, train, valid, test, dest, force, input_format, no_normalize_punct,
-                   aggressive_dash_splits, lowercase, protect, truecase, max_len, max_ratio, dedup, bpe, bpe_separate,
-                   bpe_vocab_threshold, bpe_min_frequency, src_vocab_size, tgt_vocab_size, vocab_min_count,
-                   workers, chunk_size, quiet) -> None:
+def preprocess_cmd(quiet: bool, **options: Any) -> None:
     """Normalise, tokenise, clean, apply BPE and binarise parallel text.
 
     \b
@@ -125,17 +80,12 @@ def preprocess_cmd(src_lang, tgt_lang, train, valid, test, dest, force, input_fo
       nmtkit preprocess --src-lang en --tgt-lang fr --train data/train --valid data/dev \\
         --test data/test --bpe 30000 --max-len 50 --dest work/data
     """
-    from nmtkit.preprocess import PreprocessConfig, preprocess
+    from nmtkit.preprocess import preprocess
 
-    config = PreprocessConfig(
-        src_lang=src_lang, tgt_lang=tgt_lang, train=train, valid=valid, dest=dest, test=tuple(test), force=force,
-        input_format=input_format, normalize_punct=not no_normalize_punct,
-        aggressive_dash_splits=aggressive_dash_splits, lowercase=lowercase, protect=tuple(protect), truecase=truecase, max_len=max_len,
-        max_ratio=max_ratio, dedup=dedup, bpe=bpe, bpe_separate=bpe_separate, bpe_vocab_threshold=bpe_vocab_threshold,
-        bpe_min_frequency=bpe_min_frequency, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
-        vocab_min_count=vocab_min_count, workers=workers if workers is not None else available_cores(),
-        chunk_size=chunk_size,
-    )
+    values = config_values(PreprocessConfig, options)
+    if values["workers"] is None:
+        values["workers"] = available_cores()
+    config = PreprocessConfig(**values)
     console = make_console()
     if progress_enabled(quiet):
         with _RichProgress(console) as bars:

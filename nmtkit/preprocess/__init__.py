@@ -23,6 +23,17 @@ Modules: `config` (PreprocessConfig), `workers` (what runs in the worker process
 (truecaser, BPE, vocabularies from the counts), `run` (`preprocess`: the phases in order).
 """
 from nmtkit.preprocess.config import DEFAULT_WORD_VOCAB, PreprocessConfig
-from nmtkit.preprocess.run import MANIFEST_VERSION, ProgressFn, preprocess
+
+_RUN_NAMES = ("MANIFEST_VERSION", "ProgressFn", "preprocess")
+
+
+def __getattr__(name: str):
+    """The names of `run` on first use, so that importing the config (as the CLI does to build
+    its options) does not import numpy."""
+    if name in _RUN_NAMES:
+        from nmtkit.preprocess import run
+
+        return getattr(run, name)
+    raise AttributeError(f"module 'nmtkit.preprocess' has no attribute {name!r}")
 
 __all__ = ["DEFAULT_WORD_VOCAB", "MANIFEST_VERSION", "PreprocessConfig", "ProgressFn", "preprocess"]

@@ -5,7 +5,9 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from nmtkit.errors import ConfigError, InputError
+from nmtkit.options import check_fields, option
 from nmtkit.text.io import resolve_input
+from nmtkit.text.pipeline import CORPUS_FORMATS, DASH_SPLITS_OPTION, NORMALIZE_PUNCT_OPTION, PROTECT_OPTION
 
 if TYPE_CHECKING:
     from nmtkit.text.pipeline import TextPipeline
@@ -15,62 +17,80 @@ DEFAULT_WORD_VOCAB = 30000  # the paper's vocabulary size, used without --bpe
 
 @dataclass(frozen=True)
 class PreprocessConfig:
-    """Every option of `nmtkit preprocess` (1:1 with the CLI), recorded in manifest["settings"]."""
+    """Every option of `nmtkit preprocess` (its click options are generated from these fields),
+    recorded in manifest["settings"]."""
 
-    src_lang: str
-    tgt_lang: str
-    train: str
-    valid: str
-    dest: str
-    test: tuple[str, ...] = ()
-    force: bool = False
-    input_format: str = "raw"  # "raw" or "tok" (already Moses-tokenised, e.g. by `nmtkit tokenize`)
-    normalize_punct: bool = True
-    aggressive_dash_splits: bool = False
-    lowercase: bool = False
-    protect: tuple[str, ...] = ()  # --protect: files of regexes and named sets (nmtkit.text.protect)
-    truecase: bool = False
-    max_len: int = 50
-    max_ratio: float = 9.0
-    dedup: bool = False
-    bpe: int | None = None
-    bpe_separate: bool = False
-    bpe_vocab_threshold: int | None = None
-    bpe_min_frequency: int = 2
-    src_vocab_size: int | None = None
-    tgt_vocab_size: int | None = None
-    vocab_min_count: int = 1
-    workers: int = 1
-    chunk_size: int = 500
+    src_lang: str = option(required=True, metavar="LANG",
+                           help="Source language code; files are PREFIX.LANG (e.g. en).")
+    tgt_lang: str = option(required=True, metavar="LANG", help="Target language code (e.g. fr).")
+    train: str = option(required=True, metavar="PREFIX",
+                        help="Training files PREFIX.SRC / PREFIX.TGT (raw text, one sentence a line, UTF-8). "
+                             "Cleaned, and used to learn truecasing, BPE and vocabularies.")
+    valid: str = option(required=True, metavar="PREFIX", help="Validation files PREFIX.SRC / PREFIX.TGT (not cleaned).")
+    dest: str = option(required=True, metavar="DIR",
+                       help="Data directory to write (manifest.json, vocab.LANG.txt, bpe.codes, binarised splits).")
+    test: tuple[str, ...] = option(
+        (), multiple=True, metavar="PREFIX",
+        help="Test files (repeatable): binarised as splits test, test1, test2, ... (not cleaned).")
+    force: bool = option(False, help="Replace an existing non-empty --dest (only once the new one is complete), and "
+                                      "only when it holds nothing but a data directory's own files; an input is never "
+                                      "replaced.")
+    input_format: str = option(
+        "raw", choices=CORPUS_FORMATS,
+        help="'tok': input is already Moses-tokenised ('nmtkit tokenize' with the same --aggressive-dash-splits); "
+             "normalisation/tokenisation are skipped, casing and BPE applied.")
+    normalize_punct: bool = option(True, **NORMALIZE_PUNCT_OPTION)
+    aggressive_dash_splits: bool = option(False, **DASH_SPLITS_OPTION)
+    lowercase: bool = option(False, help="Lowercase all tokens (cannot be undone when translating).")
+    protect: tuple[str, ...] = option((), **PROTECT_OPTION)
+    truecase: bool = option(
+        False, help="Moses truecasing: learn each word's most frequent casing on the training split and apply it; "
+                    "translate restores sentence-initial capitals.")
+    max_len: int = option(
+        50, min=1, metavar="N",
+        help="Drop training pairs with a side longer than N tokens, counted after tokenisation and before BPE (like "
+             "clean-corpus-n); the paper used 30 and 50.")
+    max_ratio: float = option(
+        9.0, min=1, metavar="R",
+        help="Drop training pairs whose token-length ratio (either way) is above R (clean-corpus-n's ratio).")
+    dedup: bool = option(False, help="Drop repeated training pairs (identical raw source and target).")
+    bpe: int | None = option(
+        None, min=1, metavar="MERGES", message="must be a positive number of merges",
+        help="Use subwords: learn MERGES BPE merge operations (subword-nmt) on the tokenised, cleaned training split, "
+             "joint over both languages unless --bpe-separate. Without it: words.")
+    bpe_separate: bool = option(False, help="Learn separate BPE codes for each language instead of joint codes.")
+    bpe_vocab_threshold: int | None = option(
+        None, min=1, metavar="N",
+        help="subword-nmt's --vocabulary-threshold: when applying BPE, split further any subword seen fewer than N "
+             "times in that language's BPE-segmented training side.")
+    bpe_min_frequency: int = option(
+        2, min=1, metavar="N", help="Stop learning merges when no pair occurs N times (subword-nmt --min-frequency).")
+    src_vocab_size: int | None = option(
+        None, min=5, metavar="N", message="must be at least 5 (4 special symbols + 1)",
+        help="Keep the N most frequent source tokens, specials included; the rest become <unk>. Default: 30000 with "
+             "words (the paper), every subword with --bpe.")
+    tgt_vocab_size: int | None = option(None, min=5, metavar="N", message="must be at least 5 (4 special symbols + 1)",
+                                        help="Same as --src-vocab-size for the target.")
+    vocab_min_count: int = option(1, min=1, metavar="N",
+                                  help="Leave out of the vocabularies tokens seen fewer than N times in training.")
+    workers: int = option(1, min=1, metavar="N", cli_default=None, shown_default="all cores",
+                          help="Processes for tokenisation/BPE (line order is kept).")
+    chunk_size: int = option(500, min=1, metavar="N", help="Lines per work unit sent to a worker.")
+
+    def __post_init__(self) -> None:
+        self.validate()
 
     def validate(self) -> None:
-        """Raise ConfigError for inconsistent or out-of-range settings."""
+        """Raise ConfigError for out-of-range or inconsistent settings."""
+        check_fields(self)
         if not self.src_lang or not self.tgt_lang:
             raise ConfigError("--src-lang and --tgt-lang are required")
         if self.src_lang == self.tgt_lang:
             raise ConfigError(f"--src-lang and --tgt-lang must differ (both are '{self.src_lang}')")
-        if self.input_format not in ("raw", "tok"):
-            raise ConfigError(f"--input-format must be 'raw' or 'tok', not '{self.input_format}'")
         if self.lowercase and self.truecase:
             raise ConfigError("--lowercase and --truecase exclude each other")
-        if self.max_len < 1:
-            raise ConfigError(f"--max-len must be at least 1 (got {self.max_len})")
-        if not self.max_ratio >= 1.0:
-            raise ConfigError(f"--max-ratio must be at least 1 (got {self.max_ratio})")
-        if self.bpe is not None and self.bpe < 1:
-            raise ConfigError(f"--bpe must be a positive number of merges (got {self.bpe})")
         if self.bpe is None and (self.bpe_separate or self.bpe_vocab_threshold is not None):
             raise ConfigError("--bpe-separate and --bpe-vocab-threshold need --bpe MERGES")
-        if self.bpe_vocab_threshold is not None and self.bpe_vocab_threshold < 1:
-            raise ConfigError(f"--bpe-vocab-threshold must be at least 1 (got {self.bpe_vocab_threshold})")
-        for name in ("src_vocab_size", "tgt_vocab_size"):
-            v = getattr(self, name)
-            if v is not None and v < 5:
-                raise ConfigError(f"--{name.replace('_', '-')} must be at least 5 (4 special symbols + 1)")
-        if self.bpe_min_frequency < 1 or self.vocab_min_count < 1:
-            raise ConfigError("--bpe-min-frequency and --vocab-min-count must be at least 1")
-        if self.workers < 1 or self.chunk_size < 1:
-            raise ConfigError("--workers and the chunk size must be at least 1")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict of every field (manifest["settings"])."""

@@ -5,13 +5,15 @@ differ in length; here that is an error naming both files and their counts.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from nmtkit.errors import ConfigError, InputError
+from nmtkit.options import check_fields, option
 from nmtkit.outputs import check_output, check_outputs_vs_inputs
 from nmtkit.score.metrics import (
+    BLEU_TOKENIZERS,
     METRICS,
     MetricScore,
     corpus_scores,
@@ -47,32 +49,67 @@ def check_same_length(hyp_path: str, hyps: Sequence[str], others: Iterable[tuple
                  TRUNCATE_WHY)
 
 
+def metric_list(value: str) -> list[str]:
+    """'bleu, CHRF' -> ['bleu', 'chrf']: the --metrics option's comma-separated subset of METRICS."""
+    keys = [k.strip().lower() for k in value.split(",") if k.strip()]
+    bad = [k for k in keys if k not in METRICS]
+    if bad or not keys:
+        raise ConfigError(f"--metrics: {', '.join(bad) or 'nothing'}: choose from bleu, chrf, ter (comma-separated)")
+    return list(dict.fromkeys(keys))
+
+
 @dataclass(frozen=True)
 class ScoreOptions:
-    """Every option of `nmtkit score` (one field per CLI option)."""
+    """Every option of `nmtkit score` (one field per CLI option; `nmtkit score`'s options are
+    generated from these fields)."""
 
-    hyp_paths: list[str]
-    ref_paths: list[str]
-    labels: list[str] = field(default_factory=list)
-    metrics: list[str] = field(default_factory=lambda: list(METRICS))
-    tokenize: str | None = None
-    lowercase: bool = False
-    as_json: bool = False
-    paper_bleu: bool = False
-    tgt_lang: str | None = None
-    src_path: str | None = None
-    src_lang: str | None = None
-    no_unk: bool = False
-    model_path: str | None = None
-    data_dir: str | None = None
-    by_length: bool = False
-    bucket_width: int = 10
-    max_length: int = 60
-    plot_path: str | None = None
-    significance: bool = False
-    bootstrap_samples: int = 1000
-    seed: int = 12345
-    workers: int = 1
+    hyp_paths: list[str] = option(
+        names=("--hyp",), multiple=True, required=True, metavar="FILE",
+        help="System output, one detokenised sentence a line ('-' = stdin). Repeat for several systems.")
+    ref_paths: list[str] = option(
+        names=("--ref", "-r"), multiple=True, required=True, metavar="FILE",
+        help="Reference translation(s), as many lines as each --hyp. Repeat for multiple references.")
+    labels: list[str] = option(default_factory=list, names=("--label",), multiple=True, metavar="NAME",
+                               help="Name of each --hyp system, in the same order (default: the file names).")
+    metrics: list[str] = option(default_factory=lambda: list(METRICS), cli_default=",".join(METRICS),
+                                convert=metric_list, help="Comma-separated subset of bleu,chrf,ter.")
+    tokenize: str | None = option(None, names=("--tokenize", "-tok"), choices=BLEU_TOKENIZERS, shown_default="13a",
+                                  help="sacrebleu BLEU tokeniser.")
+    lowercase: bool = option(False, names=("--lowercase", "-lc"),
+                             help="Case-insensitive BLEU and chrF (as sacrebleu -lc).")
+    as_json: bool = option(False, names=("--json",), help="Write one JSON object on stdout instead of text.")
+    paper_bleu: bool = option(
+        False, help="Also the BLEU of the 2014-15 papers: multi-bleu.perl on Moses-tokenised, case-sensitive text.")
+    tgt_lang: str | None = option(
+        None, names=("--lang",), metavar="LANG",
+        help="Target language for Moses tokenisation (default: from the --ref file suffix, else en).")
+    src_path: str | None = option(None, names=("--src",), metavar="FILE",
+                                  help="Source sentences (raw), for --no-unk and --by-length.")
+    src_lang: str | None = option(None, metavar="LANG",
+                                  help="Source language (default: from the --src file suffix, else en).")
+    no_unk: bool = option(
+        False, help="Also score the paper's 'No UNK' subset: sentences whose source and reference are covered by "
+                    "the model's vocabularies. Needs --src and -m or --data.")
+    model_path: str | None = option(None, names=("--model", "-m"), metavar="CHECKPOINT",
+                                    help="Checkpoint whose pipeline and vocabularies define --no-unk.")
+    data_dir: str | None = option(
+        None, names=("--data",), metavar="DIR",
+        help="Or: an 'nmtkit preprocess' data directory (manifest + vocab files) for --no-unk.")
+    by_length: bool = option(False, help="BLEU per source-length bucket (paper Figure 2). Needs --src.")
+    bucket_width: int = option(10, min=1, help="Width of a length bucket in source words.")
+    max_length: int = option(60, min=1, help="Longer source sentences share one last bucket.")
+    plot_path: str | None = option(
+        None, names=("--plot",), metavar="FILE.png",
+        help="Draw BLEU by length (one line per system) to this PNG (implies --by-length).")
+    significance: bool = option(
+        False, help="Paired bootstrap resampling of each --hyp against the first one; prints p-values.")
+    bootstrap_samples: int = option(1000, min=1, help="Number of bootstrap resamples.")
+    seed: int = option(12345, min=1, help="Seed of the bootstrap resampling.")
+    workers: int = option(1, names=("--workers", "-j"), min=1, cli_default=None, shown_default="all cores",
+                          help="Processes for Moses tokenisation.")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 def _system_names(paths: Sequence[str], labels: Sequence[str]) -> list[str]:

@@ -32,13 +32,14 @@ import logging
 import math
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Callable
 
 import numpy as np
 
 from nmtkit.errors import ConfigError, InputError, OutputExistsError
 from nmtkit.outputs import Staged, check_output, check_outputs_vs_inputs, name_error, writes_in_place
+from nmtkit.select.config import SelectConfig
 from nmtkit.select.corpus import Corpus
 from nmtkit.select.lmvocab import LMVocab
 from nmtkit.select.ngram import NgramLM
@@ -49,60 +50,8 @@ from nmtkit.text.pipeline import TextPipeline
 
 log = logging.getLogger(__name__)
 
-METHODS = ("bilingual", "monolingual", "in-domain")
-INPUT_FORMATS = ("raw", "tok")
-
 # A progress callback: (stage, done, total) with stage in "count", "sample", "score", "write".
 Progress = Callable[[str, int, int], None]
-
-
-@dataclass(frozen=True)
-class SelectConfig:
-    """Every option of `nmtkit select-data` (one field per option)."""
-
-    src_lang: str
-    tgt_lang: str
-    in_domain: tuple[str, ...]
-    pool: tuple[str, ...]
-    dest: str
-    lines: int | None = None
-    words: int | None = None
-    fraction: float | None = None
-    order: int = 4
-    method: str = "bilingual"
-    workers: int = 1
-    input_format: str = "raw"
-    min_count: int = 1
-    seed: int = 1
-    lowercase: bool = False
-    aggressive_dash_splits: bool = False
-    force: bool = False
-    write_arpa: bool = False
-
-    def check(self) -> None:
-        budgets = [b for b in (self.lines, self.words, self.fraction) if b is not None]
-        if len(budgets) != 1:
-            raise ConfigError("give exactly one budget: --lines, --words or --fraction")
-        if self.lines is not None and self.lines < 1:  # 0 would write empty outputs and succeed
-            raise ConfigError(f"--lines must be at least 1, got {self.lines}")
-        if self.words is not None and self.words < 1:
-            raise ConfigError(f"--words must be at least 1, got {self.words}")
-        if self.fraction is not None and not (0.0 < self.fraction <= 1.0):
-            raise ConfigError(f"--fraction must be in (0, 1], got {self.fraction}")
-        if self.method not in METHODS:
-            raise ConfigError(f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
-        if self.input_format not in INPUT_FORMATS:
-            raise ConfigError(f"--input-format must be raw or tok, got {self.input_format!r}")
-        if self.order < 1:
-            raise ConfigError(f"--order must be >= 1, got {self.order}")
-        if self.workers < 1:
-            raise ConfigError(f"--workers must be >= 1, got {self.workers}")
-        if self.min_count < 1:
-            raise ConfigError(f"--min-count must be >= 1, got {self.min_count}")
-        if self.src_lang == self.tgt_lang:
-            raise ConfigError("--src-lang and --tgt-lang must differ")
-        if not self.in_domain or not self.pool:
-            raise ConfigError("need --in-domain and --pool")
 
 
 def method_scores(method: str, h: np.ndarray) -> np.ndarray:
@@ -271,7 +220,6 @@ def _budget_warnings(cfg: SelectConfig, over: bool, n_pool: int, lens: np.ndarra
 
 def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     """Run the whole selection and write the outputs. Returns the summary (also written)."""
-    cfg.check()
     progress = progress or _noop
     t0 = time.perf_counter()
     outputs = _outputs(cfg)

@@ -22,11 +22,19 @@ from typing import Any
 from nmtkit.errors import ConfigError
 from nmtkit.text import moses
 from nmtkit.text.bpe import SEPARATOR, Bpe, join_bpe
+from nmtkit.text.protect import PROTECT_HELP
 from nmtkit.text.truecase import Truecaser, detruecase
 
 PIPELINE_VERSION = 1
 SIDES = ("src", "tgt")
 INPUT_FORMATS = ("raw", "tok", "bpe")
+CORPUS_FORMATS = INPUT_FORMATS[:2]  # what preprocess and select-data read: raw or Moses-tokenised text
+
+# The options preprocess and tokenize share (nmtkit.options.option's arguments): they tokenise alike.
+NORMALIZE_PUNCT_OPTION = dict(flag=True, help="Moses punctuation normalisation before tokenising "
+                                             "(--no-normalize-punct: skip it).")
+DASH_SPLITS_OPTION = dict(help="Split hyphenated words (Moses tokenizer -a): 'a-b' -> 'a @-@ b'.")
+PROTECT_OPTION = dict(multiple=True, metavar="FILE|SET", help=PROTECT_HELP)
 
 
 def _check_side(side: str) -> None:

@@ -38,6 +38,11 @@ def _basic() -> tuple[str, ...]:
     return tuple(MosesTokenizer.BASIC_PROTECTED_PATTERNS)
 
 
+PROTECT_HELP = (
+    "Keep the matches of these regular expressions whole when tokenising (tokenizer.perl -protected): a FILE "
+    "with one regex a line, or a named set: printf (%s, %d, %1$s, %(name)s), url, email, xml (tags), basic (Moses' "
+    "basic-protected-patterns). Repeatable; recorded in the data directory, so translate and serve protect the same.")
+
 NAMED_SETS = {
     "printf": lambda: PRINTF,
     "url": lambda: URL,

@@ -16,18 +16,50 @@ import contextlib
 import functools
 import json
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from nmtkit.errors import ConfigError, InputError
+from nmtkit.options import check_fields, option
 from nmtkit.outputs import OutputFile, write_text, writes_in_place
 from nmtkit.text.io import read_lines, stream_lines
 from nmtkit.text.parallel import parallel_map
-from nmtkit.text.pipeline import TextPipeline
+from nmtkit.text.pipeline import DASH_SPLITS_OPTION, NORMALIZE_PUNCT_OPTION, PROTECT_OPTION, TextPipeline
 
 TOKINFO_SUFFIX = ".tokinfo.json"
 # pipeline setting -> the flag that sets it (the same flag in this tool and in preprocess)
 _FLAGS = {"normalize_punct": "--no-normalize-punct", "aggressive_dash_splits": "--aggressive-dash-splits",
           "lowercase": "--lowercase"}
+
+
+@dataclass(frozen=True)
+class TokenizeConfig:
+    """Every option of `nmtkit tokenize` (its click options are generated from these fields)."""
+
+    lang: str = option(required=True, metavar="LANG", help="Language code for sacremoses (en, fr, ...).")
+    input_path: str | None = option(None, names=("--input", "-i"), metavar="FILE",
+                                    help="Raw text, one sentence a line (default: stdin).")
+    output_path: str | None = option(
+        None, names=("--output", "-o"), metavar="FILE",
+        help="Tokenised text, line for line (default: stdout); beside it, FILE.tokinfo.json records the settings, "
+             "which 'preprocess --input-format tok' checks against its own flags.")
+    normalize_punct: bool = option(True, **NORMALIZE_PUNCT_OPTION)
+    aggressive_dash_splits: bool = option(False, **DASH_SPLITS_OPTION)
+    lowercase: bool = option(False, help="Lowercase all tokens.")
+    protect: tuple[str, ...] = option((), **PROTECT_OPTION)
+    workers: int = option(1, min=1, metavar="N", cli_default=None, shown_default="all cores",
+                          help="Processes (line order is kept).")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    def pipeline(self) -> TextPipeline:
+        """The text pipeline these settings give (reads the --protect files)."""
+        from nmtkit.text.protect import resolve_protect
+
+        return TextPipeline(self.lang, self.lang, normalize_punct=self.normalize_punct,
+                            aggressive_dash_splits=self.aggressive_dash_splits, lowercase=self.lowercase,
+                            protected_patterns=resolve_protect(self.protect))
 
 
 def _tok_line(line: str, pipeline: TextPipeline) -> str:

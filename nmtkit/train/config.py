@@ -1,9 +1,14 @@
 """`TrainConfig`: every option of `nmtkit train` that shapes a run, as one frozen dataclass.
 
-The defaults for the paper's presets follow Bahdanau et al. 2015, section 4.2 / appendix B.2:
-Adadelta (epsilon 1e-6, rho 0.95, lr 1.0), gradient L2 norm rescaled to at most 1, minibatches of
-80 pairs, 1600 pairs read, sorted by length and split at a time, pairs longer than 30 or 50 words
-dropped. Other presets default to Adam (lr 1e-3) with the same clipping.
+Each field declares its option once (`nmtkit.options.option`): help, choices, range, and whether
+it may change on `--resume` (stopping criteria, reporting, hardware). `nmtkit train`'s click
+options are generated from these fields, and `__post_init__` validates them once.
+
+The defaults for the paper's presets follow Bahdanau et al. 2015, section 4.2 / appendix B.2
+(nmtkit.models.presets owns every preset's settings): Adadelta (epsilon 1e-6, rho 0.95, lr 1.0),
+gradient L2 norm rescaled to at most 1, minibatches of 80 pairs, 1600 pairs read, sorted by length
+and split at a time, pairs longer than 30 or 50 words dropped. Other presets default to Adam
+(lr 1e-3) with the same clipping.
 
 The config is saved as a plain dict in every checkpoint and rebuilt with `TrainConfig.from_dict`;
 unknown keys are an error that lists the valid ones (docs/design.md, convention 1).
@@ -11,24 +16,28 @@ unknown keys are an error that lists the valid ones (docs/design.md, convention 
 from __future__ import annotations
 
 import dataclasses
-import math
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from nmtkit.devices import DEVICE_HELP, FUSE, PRECISIONS, check_device_name
 from nmtkit.errors import ConfigError
+from nmtkit.models import ARCHS
+from nmtkit.options import check_fields, option
 
-OPTIMIZERS = ("adadelta", "adam", "sgd")
-SCHEDULES = ("constant", "plateau")
-PRECISIONS = ("fp32", "bf16", "fp16", "auto")
-DEVICES = ("auto", "cpu", "cuda")
-FUSE = ("auto", "on", "off")
-BEST_METRICS = ("loss", "bleu")
-ON_NAN = ("stop", "skip")
-NORMALIZE = ("sentences", "tokens")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhd]?)\s*$")
 
-# Presets whose training procedure is the paper's; the number is the maximum sentence length.
-PAPER_PRESETS = {"rnnsearch-30": 30, "rnnsearch-50": 50, "rnnencdec-30": 30, "rnnencdec-50": 50}
+
+def parse_duration(text: str) -> float:
+    """'90' or '90s' -> 90.0, '30m' -> 1800.0, '2h' -> 7200.0, '1.5d' -> 129600.0 (seconds)."""
+    m = _DURATION.match(text)
+    if not m:
+        raise ConfigError(f"--max-time: expected a duration like 3600, 90m, 12h or 2d, got '{text}'")
+    value = float(m.group(1))
+    return value * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
 
 
 @dataclass(frozen=True)
@@ -36,136 +45,119 @@ class TrainConfig:
     """How to train. Field names match the `nmtkit train` options (`--max-len` -> max_len)."""
 
     # model
-    arch: str = "rnnsearch"
-    preset: str | None = None
+    arch: str = option("rnnsearch", choices=tuple(ARCHS), help="Architecture when no --preset is given (the paper's sizes).")
+    preset: str | None = option(
+        None, metavar="NAME",
+        help="Model preset: rnnsearch-30, rnnsearch-50, rnnencdec-30, rnnencdec-50 (the paper's sizes and "
+             "training procedure), lstm-attention, small (emb 256, enc 256, dec 512, Adam).")
     # data
-    max_len: int | None = 50
-    batch_size: int | None = 80
-    max_tokens: int | None = None
-    sort_pool: int = 1600
-    update_freq: int = 1  # minibatches per rank whose gradients one update sums
+    max_len: int | None = option(50, min=1, metavar="N", shown_default="preset: 30 or 50; default 50",
+                                 help="Drop training pairs with a side longer than N tokens.")
+    batch_size: int | None = option(
+        80, min=1, metavar="N", shown_default="paper presets 80, others 64",
+        help="Pairs per minibatch and GPU/process. With --max-tokens: an extra cap. An update sees processes "
+             "x --update-freq minibatches.")
+    max_tokens: int | None = option(
+        None, min=1, metavar="N",
+        help="Batch by a token budget instead: at most N padded tokens (pairs x longest side) per minibatch "
+             "and GPU/process.")
+    sort_pool: int = option(1600, min=1, metavar="N", shown_default="paper: 1600 = 20 x 80; the preset's",
+                            help="Pairs read, sorted by length and split into minibatches at a time.")
+    update_freq: int = option(
+        1, min=1, metavar="N",
+        help="Sum the gradients of N minibatches per process into each update (N x the batch at the memory of "
+             "one; the paper's 80 pairs on 2 GPUs: --batch-size 40; on 1 GPU with less memory: --batch-size 40 "
+             "--update-freq 2).")
     # objective and optimiser
-    optimizer: str = "adadelta"
-    lr: float = 1.0
-    adadelta_rho: float = 0.95
-    adadelta_eps: float = 1e-6
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_eps: float = 1e-8
-    weight_decay: float = 0.0
-    clip_norm: float = 1.0
-    label_smoothing: float = 0.0
-    normalize_loss: str = "sentences"  # divide the summed loss by the pairs or the target tokens
+    optimizer: str = option("adadelta", choices=("adadelta", "adam", "sgd"), shown_default="",
+                            help="Paper presets: adadelta (lr 1.0, rho 0.95, eps 1e-6); others: adam (lr 1e-3).")
+    lr: float = option(1.0, min=0, min_open=True, shown_default="adadelta 1.0, adam 1e-3",
+                       help="Base learning rate.")
+    adadelta_rho: float = option(0.95, min=0.0, max=1.0, help="Adadelta decay rho.")
+    adadelta_eps: float = option(1e-6, min=0.0, min_open=True, help="Adadelta epsilon.")
+    adam_beta1: float = option(0.9, min=0.0, max=1.0, max_open=True, help="Adam beta1.")
+    adam_beta2: float = option(0.999, min=0.0, max=1.0, max_open=True, help="Adam beta2.")
+    adam_eps: float = option(1e-8, min=0.0, min_open=True, help="Adam epsilon.")
+    weight_decay: float = option(0.0, min=0, help="L2 weight decay.")
+    clip_norm: float = option(1.0, min=0, shown_default="preset", message="must be >= 0 (0 disables clipping)",
+                              help="Rescale the gradient to at most this L2 norm (paper: 1; 0 disables).")
+    label_smoothing: float = option(0.0, min=0, max=1, max_open=True, help="Label smoothing epsilon.")
+    normalize_loss: str = option(
+        "sentences", choices=("sentences", "tokens"), shown_default="",
+        help="Divide a minibatch's summed loss by its pairs (paper presets) or its target tokens (others).")
     # learning-rate schedule
-    lr_schedule: str = "constant"
-    warmup_updates: int = 0
-    lr_decay: float = 0.5
-    lr_patience: int = 0
-    min_lr: float = 0.0
+    lr_schedule: str = option(
+        "constant", choices=("constant", "plateau"),
+        help="constant, or plateau: multiply the lr by --lr-decay when the dev metric has not improved for "
+             "more than --lr-patience validations.")
+    warmup_updates: int = option(0, min=0, metavar="N", help="Linear lr warm-up over N updates.")
+    lr_decay: float = option(0.5, min=0, min_open=True, max=1, help="Plateau decay factor.")
+    lr_patience: int = option(0, min=0, metavar="N", help="Validations without improvement before a decay.")
+    min_lr: float = option(0.0, min=0, help="Never decay the lr below this.")
     # stopping
-    max_updates: int | None = None
-    max_epochs: int | None = None
-    max_time: float | None = None  # seconds
-    patience: int | None = None  # validations without improvement
+    max_updates: int | None = option(None, min=1, metavar="N", resume=True, help="Stop after N updates.")
+    max_epochs: int | None = option(None, min=1, metavar="N", resume=True, help="Stop after N epochs.")
+    max_time: float | None = option(
+        None, min=0, min_open=True, metavar="DURATION", resume=True, convert=parse_duration,
+        help="Stop after this much training time over all sessions of the run: 3600, 90m, 12h, 2d.")
+    patience: int | None = option(
+        None, min=1, metavar="N", resume=True,
+        help="Early stopping: stop after N validations without improvement of --best-metric.")
     # validation, checkpoints, logs
-    valid_every: int = 1000
-    valid_bleu_samples: int = 500
-    valid_beam: int = 1
-    valid_batch_size: int = 64
-    best_metric: str = "loss"
-    save_every: int = 1000
-    keep_every: int = 0  # also keep checkpoint_<update>.pt (model only) every N updates; 0: never
-    log_every: int = 100
-    on_nan: str = "stop"
-    tensorboard: str | None = None  # TensorBoard folder (nmtkit.train.tensorboard); True in old runs: RUN/tensorboard
+    valid_every: int = option(1000, min=1, metavar="N", resume=True, help="Validate every N updates.")
+    valid_bleu_samples: int = option(500, min=0, metavar="N", resume=True,
+                                     help="Dev BLEU on the first N dev sentences (0: loss only).")
+    valid_beam: int = option(1, min=1, metavar="K", resume=True, help="Beam for dev BLEU (1: greedy).")
+    valid_batch_size: int = option(64, min=1, metavar="N", resume=True, help="Sentences per validation batch.")
+    best_metric: str = option("loss", choices=("loss", "bleu"),
+                              help="Dev metric that selects checkpoint_best.pt, early stopping and plateau decay.")
+    save_every: int = option(1000, min=1, metavar="N", resume=True, help="Write checkpoint_last.pt every N updates.")
+    keep_every: int = option(
+        0, min=0, metavar="N", resume=True, message="must be >= 0 (0: never)",
+        help="Also keep checkpoint_<update>.pt (the model, no optimiser state) every N updates, for scoring or "
+             "averaging later; 0: never.")
+    log_every: int = option(100, min=1, metavar="N", resume=True, help="Log training statistics every N updates.")
+    on_nan: str = option("stop", choices=("stop", "skip"), resume=True,
+                         help="On a non-finite loss: stop with a message or skip the minibatch.")
+    tensorboard: str | None = option(
+        None, metavar="DIR", resume=True, convert=os.path.abspath,
+        help="Also write metrics.jsonl's records (train loss, dev loss and BLEU, lr, gradient norm, tokens/s) as "
+             "TensorBoard scalars into DIR (`tensorboard --logdir DIR`); a resumed run appends to it. Needs pip "
+             "install 'nmtkit[tensorboard]'.")
     # reproducibility and hardware
-    seed: int = 1
-    device: str = "auto"
-    precision: str = "fp32"
-    fuse: str = "auto"  # compile the recurrences' step bodies (models/fusion.py); auto: on CUDA
-    tf32: bool = True  # fp32 matrix products in TF32 on CUDA GPUs that have it (models/precision.py)
-    threads: int | None = None
-    loss_chunk_tokens: int = 4096
+    seed: int = option(1, min=0, help="Seed of initialisation, data order and dropout.")
+    device: str = option("auto", metavar="auto|cpu|cuda|cuda:N", resume=True, help=DEVICE_HELP)
+    precision: str = option(
+        "fp32", choices=PRECISIONS, resume=True, shown_default="fp32; the small preset: auto",
+        help="Autocast dtype (fp32 master weights): bf16 on CPU or GPU; fp16 with loss scaling, meant for GPUs "
+             "(it runs on a CPU, slowly); auto: bf16 on GPUs that have it (else fp16) and on CPUs with native "
+             "BF16 (AVX512-BF16, AMX), else fp32.")
+    fuse: str = option(
+        "auto", choices=FUSE, resume=True,
+        help="Fuse each recurrence step's elementwise work into a few compiled kernels (torch.compile; the first "
+             "run compiles for up to a minute, later runs reuse the cache). auto: on CUDA.")
+    tf32: bool = option(
+        True, flag=True, resume=True,
+        help="fp32 runs on CUDA: matrix products and convolutions in TF32 (Ampere and newer; about fp32's range "
+             "with a 10-bit mantissa, several times faster). --no-tf32 for exact fp32.")
+    threads: int | None = option(None, min=1, metavar="N", resume=True,
+                                 shown_default="all cores, divided among local ranks", help="torch CPU threads.")
+    loss_chunk_tokens: int = option(4096, min=1, cli=False, help="Target tokens per chunk of the output layer's loss.")
 
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self) -> None:
-        """Reject inconsistent or out-of-range values with one clear line."""
-
-        def choice(name: str, allowed: tuple[str, ...]) -> None:
-            v = getattr(self, name)
-            if v not in allowed:
-                raise ConfigError(f"--{_opt(name)} must be one of {', '.join(allowed)}, got '{v}'")
-
-        choice("optimizer", OPTIMIZERS)
-        choice("lr_schedule", SCHEDULES)
-        choice("precision", PRECISIONS)
-        choice("device", DEVICES)
-        choice("fuse", FUSE)
-        choice("best_metric", BEST_METRICS)
-        choice("on_nan", ON_NAN)
-        choice("normalize_loss", NORMALIZE)
-        self._check_numbers()
+        """Reject out-of-range or inconsistent values with one clear line."""
+        check_fields(self)
+        check_device_name(self.device)
         if self.batch_size is None and self.max_tokens is None:
             raise ConfigError("need --batch-size or --max-tokens")
-        positive = ["sort_pool", "update_freq", "valid_every", "save_every", "log_every", "valid_batch_size", "loss_chunk_tokens"]
-        positive += [n for n in ("batch_size", "max_tokens", "max_len", "max_updates", "max_epochs", "threads")
-                     if getattr(self, n) is not None]
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{_opt(name)} must be at least 1, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise ConfigError(f"--lr must be positive, got {self.lr}")
-        if self.clip_norm < 0:
-            raise ConfigError(f"--clip-norm must be >= 0 (0 disables clipping), got {self.clip_norm}")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ConfigError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
-        if not 0.0 < self.lr_decay <= 1.0:
-            raise ConfigError(f"--lr-decay must be in (0, 1], got {self.lr_decay}")
-        if self.max_time is not None and self.max_time <= 0:
-            raise ConfigError(f"--max-time must be positive, got {self.max_time}")
-        if self.patience is not None and self.patience < 1:
-            raise ConfigError(f"--patience must be at least 1, got {self.patience}")
-        if self.valid_beam < 1:
-            raise ConfigError(f"--valid-beam must be at least 1, got {self.valid_beam}")
-        if self.valid_bleu_samples < 0:
-            raise ConfigError(f"--valid-bleu-samples must be >= 0, got {self.valid_bleu_samples}")
-        if self.keep_every < 0:
-            raise ConfigError(f"--keep-every must be >= 0 (0: never), got {self.keep_every}")
         if self.best_metric == "bleu" and self.valid_bleu_samples == 0:
             raise ConfigError("--best-metric bleu needs dev BLEU: --valid-bleu-samples must be > 0")
-        if self.warmup_updates < 0 or self.lr_patience < 0 or self.min_lr < 0:
-            raise ConfigError("--warmup-updates, --lr-patience and --min-lr must be >= 0")
         if (self.max_updates is None and self.max_epochs is None and self.max_time is None
                 and self.patience is None):
             raise ConfigError("no stopping criterion: give --max-updates, --max-epochs, --max-time or --patience")
-
-    def _check_numbers(self) -> None:
-        """Every float option is a finite number in its optimiser's range (nan, inf, rho 2 or a
-        negative weight decay would otherwise fail inside torch with a traceback, or train on
-        quietly), every int option an int."""
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if f.type in ("float", "float | None") and v is not None:
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                    raise ConfigError(f"--{_opt(f.name)} must be a finite number, got {v}")
-            elif f.type in ("int", "int | None") and v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-                raise ConfigError(f"--{_opt(f.name)} must be an integer, got {v!r}")
-        ranges = {  # name: (low, high, low inclusive, high inclusive)
-            "adadelta_rho": (0.0, 1.0, True, True), "adadelta_eps": (0.0, None, False, None),
-            "adam_beta1": (0.0, 1.0, True, False), "adam_beta2": (0.0, 1.0, True, False),
-            "adam_eps": (0.0, None, False, None), "weight_decay": (0.0, None, True, None),
-            "seed": (0, None, True, None),
-        }
-        for name, (lo, hi, lo_in, hi_in) in ranges.items():
-            v = getattr(self, name)
-            bad = v < lo if lo_in else v <= lo
-            if hi is not None:
-                bad = bad or (v > hi if hi_in else v >= hi)
-            if bad:
-                span = f"{'[' if lo_in else '('}{lo}, {hi if hi is not None else 'inf'}{']' if hi_in else ')'}"
-                raise ConfigError(f"--{_opt(name)} must be in {span}, got {v}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -180,19 +172,3 @@ class TrainConfig:
 
     def replace(self, **changes: Any) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
-
-
-def _opt(field_name: str) -> str:
-    return field_name.replace("_", "-")
-
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhd]?)\s*$")
-
-
-def parse_duration(text: str) -> float:
-    """'90' or '90s' -> 90.0, '30m' -> 1800.0, '2h' -> 7200.0, '1.5d' -> 129600.0 (seconds)."""
-    m = _DURATION.match(text)
-    if not m:
-        raise ConfigError(f"--max-time: expected a duration like 3600, 90m, 12h or 2d, got '{text}'")
-    value = float(m.group(1))
-    return value * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]

@@ -11,81 +11,34 @@ One process at a time trains in a run directory: train and --resume hold an floc
 first's PID. Everything is checked before the directory is created, so a refused start leaves
 nothing behind.
 
-On resume the checkpoint's configs are used; only the options in `RESUME_OVERRIDABLE` (stopping
+On resume the checkpoint's configs are used; only the TrainConfig fields marked `resume` (stopping
 criteria, reporting, hardware) may be changed, and a different value for any other is an error
 (it would silently make the run a different experiment).
+
+Every run writes its resolved configuration (architecture, model config, train config) to
+RUN/config.json, readable and complete, and hands the same text to `show_config` at the start.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
-import re
 import shutil
 from pathlib import Path
 from typing import Any, Callable
 
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
-from nmtkit.outputs import DirLock, check_output_dir, check_outputs_vs_inputs
-from nmtkit.train.config import PAPER_PRESETS, TrainConfig
+from nmtkit.models.presets import ModelOverrides, resolve_model, training_defaults
+from nmtkit.options import option_name, resume_overridable
+from nmtkit.outputs import DirLock, check_output_dir, check_outputs_vs_inputs, write_text
+from nmtkit.train.config import TrainConfig
 from nmtkit.train.tensorboard import TensorBoardCallbacks, require_tensorboard, tensorboard_dir
 
 log = logging.getLogger(__name__)
 
-RUN_FILES = ("checkpoint_last.pt", "checkpoint_best.pt", "metrics.jsonl", "curves.png", "train.log")
-RESUME_OVERRIDABLE = frozenset({
-    "max_updates", "max_epochs", "max_time", "patience", "valid_every", "valid_bleu_samples", "valid_beam",
-    "valid_batch_size", "save_every", "keep_every", "log_every", "on_nan", "tensorboard", "device", "threads", "precision", "fuse", "tf32",
-})
-
-
-def train_defaults(arch: str, preset: str | None) -> dict[str, Any]:
-    """TrainConfig defaults implied by the model preset (the paper's procedure for its presets)."""
-    from nmtkit.models import presets
-
-    name = preset if preset is not None else (arch if arch in presets.TRAIN_DEFAULTS else None)
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    if name is None:
-        d = dict(presets.TRAIN_DEFAULTS.get("rnnsearch-50", {}))
-    else:
-        d = presets.train_defaults(name)
-    out = {k: v for k, v in d.items() if k in fields}
-    if "sort_batches" in d:
-        out["sort_pool"] = int(d["sort_batches"]) * int(d.get("batch_size", 80))
-    paper = name is None or name in PAPER_PRESETS
-    out["normalize_loss"] = "sentences" if paper else "tokens"
-    return out
-
-
-def resolve_model(
-    arch: str | None, preset: str | None, overrides: dict[str, Any], src_vocab: int, tgt_vocab: int
-) -> tuple[str, dict[str, Any]]:
-    """(arch, model config dict) from a preset and/or an arch, size overrides and the vocab sizes."""
-    from nmtkit.models import ARCHS, config_class, make_config, presets
-
-    if preset is not None:
-        p_arch, cfg = presets.preset(preset)
-        if arch is not None and arch != p_arch:
-            raise ConfigError(f"--arch {arch} contradicts --preset {preset} (a {p_arch} preset)")
-        arch = p_arch
-    else:
-        arch = arch or "rnnsearch"
-        if arch not in ARCHS:
-            raise ConfigError(f"unknown architecture '{arch}' (choose from {', '.join(ARCHS)})")
-        cfg = presets.preset(arch)[1] if arch in presets.PRESETS else {}
-    valid = {f.name for f in dataclasses.fields(config_class(arch))}
-    for key, value in overrides.items():
-        if value is None:
-            continue
-        if key not in valid:
-            raise ConfigError(f"--{key.replace('_', '-')} does not apply to {arch}")
-        cfg[key] = value
-    cfg["src_vocab_size"], cfg["tgt_vocab_size"] = src_vocab, tgt_vocab
-    try:
-        model_config = make_config(arch, {k: v for k, v in cfg.items() if k in valid})
-    except ConfigError as err:  # "RNNSearchConfig.dropout must be ..." -> "--dropout must be ..."
-        raise ConfigError(re.sub(r"\b\w+Config\.(\w+)", lambda m: "--" + m[1].replace("_", "-"), str(err))) from None
-    return arch, dataclasses.asdict(model_config)
+RUN_FILES = ("checkpoint_last.pt", "checkpoint_best.pt", "metrics.jsonl", "curves.png", "train.log", "config.json")
+CONFIG_FILE = "config.json"
 
 
 LOCK_FILE = "train.lock"
@@ -149,32 +102,88 @@ def clear_run_dir(save_dir: Path) -> None:
 def resume_config(ckpt: dict[str, Any], given: dict[str, Any]) -> TrainConfig:
     """The checkpoint's TrainConfig with the overridable options the user gave changed."""
     old = TrainConfig.from_dict(ckpt["train_config"])
+    overridable = resume_overridable(TrainConfig)
     changes = {}
     for key, value in given.items():
         if getattr(old, key) == value:
             continue
-        if key not in RESUME_OVERRIDABLE:
-            raise ConfigError(f"--{key.replace('_', '-')} {value} differs from the run being resumed "
+        if key not in overridable:
+            raise ConfigError(f"{option_name(key)} {value} differs from the run being resumed "
                               f"({getattr(old, key)}); start a new run to change it")
         changes[key] = value
     return old.replace(**changes)
+
+
+def _check_given(train_options: dict[str, Any], model_overrides: Any) -> ModelOverrides:
+    """Unknown option names are an error that lists the valid ones; the model overrides as a
+    `ModelOverrides` (a dict of its fields is accepted)."""
+    valid = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(train_options) - valid)
+    if unknown:
+        raise ConfigError(f"unknown train options {unknown}; valid: {sorted(valid)}")
+    if isinstance(model_overrides, ModelOverrides):
+        return model_overrides
+    model_fields = {f.name for f in dataclasses.fields(ModelOverrides)}
+    unknown = sorted(set(model_overrides or {}) - model_fields)
+    if unknown:
+        raise ConfigError(f"unknown model options {unknown}; valid: {sorted(model_fields)}")
+    return ModelOverrides(**(model_overrides or {}))
+
+
+def _resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Path, train_options: dict[str, Any],
+                     overrides: dict[str, Any]) -> tuple[TrainConfig, str, dict[str, Any]]:
+    """The run's configs from its checkpoint, with the options that may change on resume changed."""
+    from nmtkit.train.trainer import LAST
+
+    cfg = resume_config(ckpt, train_options)
+    arch, model_config = ckpt["arch"], dict(ckpt["model_config"])
+    for key, value in overrides.items():
+        if model_config.get(key) != value:
+            raise ConfigError(f"{option_name(key)} {value} differs from the run being resumed "
+                              f"({model_config.get(key)})")
+    if ckpt["src_vocab"] != data.src_vocab.to_list() or ckpt["tgt_vocab"] != data.tgt_vocab.to_list():
+        raise CheckpointError(f"the vocabularies of {data_dir} differ from the run's: resume with the "
+                              "data directory the run was started with", str(save_dir / LAST))
+    return cfg, arch, model_config
+
+
+def _new_configs(data: Any, train_options: dict[str, Any], overrides: dict[str, Any]
+                 ) -> tuple[TrainConfig, str, dict[str, Any]]:
+    """A new run's configs: the given options over the preset's defaults over TrainConfig's."""
+    preset = train_options.get("preset")
+    arch, model_config = resolve_model(train_options.get("arch"), preset, overrides, len(data.src_vocab),
+                                       len(data.tgt_vocab))
+    values = training_defaults(arch, preset)
+    values.update({k: v for k, v in train_options.items() if v is not None})
+    values["arch"], values["preset"] = arch, preset
+    if values.get("max_tokens") is not None and "batch_size" not in train_options:
+        values["batch_size"] = None  # a token budget replaces the preset's pair count
+    return TrainConfig.from_dict(values), arch, model_config
+
+
+def config_text(cfg: TrainConfig, arch: str, model_config: dict[str, Any]) -> str:
+    """A run's resolved configuration as indented JSON (RUN/config.json)."""
+    return json.dumps({"arch": arch, "model_config": model_config, "train_config": cfg.to_dict()},
+                      indent=2, sort_keys=False) + "\n"
 
 
 def run_training(
     data_dir: str | Path,
     save_dir: str | Path,
     train_options: dict[str, Any],
-    model_overrides: dict[str, Any] | None = None,
+    model_overrides: ModelOverrides | dict[str, Any] | None = None,
     *,
     resume: bool = False,
     force: bool = False,
     callbacks: Any = None,
     loss_hook: Callable | None = None,
+    show_config: Callable[[str], None] | None = None,
 ):
     """Train (or resume) a model; returns the `TrainResult`.
 
-    `train_options`: TrainConfig fields given explicitly (others come from the preset's
-    defaults, then TrainConfig's). `model_overrides`: model config fields (emb_dim, ...).
+    `train_options`: the TrainConfig fields given explicitly (the others come from the preset's
+    defaults, then TrainConfig's). `model_overrides`: the model fields given (`ModelOverrides`).
+    `show_config` receives the resolved configuration's text (rank 0 only).
     """
     from nmtkit.checkpoint import load_checkpoint
     from nmtkit.train import distributed as ddp
@@ -182,7 +191,7 @@ def run_training(
     from nmtkit.train.trainer import LAST
 
     save_dir = Path(save_dir)
-    model_overrides = {k: v for k, v in (model_overrides or {}).items() if v is not None}
+    overrides = _check_given(train_options, model_overrides).given()
     info = ddp.env_info()
     # everything is checked before anything is written: a refused start leaves nothing behind
     check_outputs_vs_inputs([("--data", data_dir)], folders=[("--save-dir", save_dir, is_run_file)])
@@ -192,29 +201,11 @@ def run_training(
         require_tensorboard()
     check_run_dir(save_dir, resume, force)
     data = DataDir.open(data_dir)
-    ckpt = None
-    if resume:
-        ckpt = load_checkpoint(save_dir / LAST)
-        cfg = resume_config(ckpt, train_options)
-        arch, model_config = ckpt["arch"], dict(ckpt["model_config"])
-        for key, value in model_overrides.items():
-            if model_config.get(key) != value:
-                raise ConfigError(f"--{key.replace('_', '-')} {value} differs from the run being resumed "
-                                  f"({model_config.get(key)})")
-        if ckpt["src_vocab"] != data.src_vocab.to_list() or ckpt["tgt_vocab"] != data.tgt_vocab.to_list():
-            raise CheckpointError(f"the vocabularies of {data_dir} differ from the run's: resume with the "
-                                  "data directory the run was started with", str(save_dir / LAST))
+    ckpt = load_checkpoint(save_dir / LAST) if resume else None
+    if ckpt is not None:
+        cfg, arch, model_config = _resumed_configs(ckpt, data, data_dir, save_dir, train_options, overrides)
     else:
-        arch_opt = train_options.get("arch")
-        preset = train_options.get("preset")
-        arch, model_config = resolve_model(arch_opt, preset, model_overrides, len(data.src_vocab),
-                                           len(data.tgt_vocab))
-        values = train_defaults(arch, preset)
-        values.update({k: v for k, v in train_options.items() if v is not None})
-        values["arch"], values["preset"] = arch, preset
-        if values.get("max_tokens") is not None and "batch_size" not in train_options:
-            values["batch_size"] = None  # a token budget replaces the preset's pair count
-        cfg = TrainConfig.from_dict(values)
+        cfg, arch, model_config = _new_configs(data, train_options, overrides)
     tb_dir = tensorboard_dir(cfg.tensorboard, save_dir)
     if tb_dir is not None:  # a missing package fails before the run writes anything
         require_tensorboard()
@@ -224,20 +215,32 @@ def run_training(
         lock = run_lock(save_dir).acquire()
     try:
         if lock is not None:
-            check_run_dir(save_dir, resume, force)  # again, now that no other process can change it
-        if tb_dir is not None and info.is_main:  # an unwritable folder fails before the run writes anything
-            check_output_dir(tb_dir, "--tensorboard folder")
-        if not resume and info.is_main:
-            if not force and stale_run_files(save_dir):
-                log.warning("%s: replacing %s of a run that saved no checkpoint", save_dir,
-                            ", ".join(stale_run_files(save_dir)))
-                clear_run_dir(save_dir)
-            if force:
-                clear_run_dir(save_dir)
+            _start_run(save_dir, cfg, arch, model_config, tb_dir, resume, force, show_config)
         return _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook, tb_dir)
     finally:
         if lock is not None:
             lock.release()
+
+
+def _start_run(save_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[str, Any], tb_dir: Path | None,
+               resume: bool, force: bool, show_config: Callable[[str], None] | None) -> None:
+    """On rank 0, holding the run's lock: check the run directory again (no other process can
+    change it now) and the TensorBoard folder, clear an old run's files (a new run), write
+    config.json and show it."""
+    check_run_dir(save_dir, resume, force)
+    if tb_dir is not None:  # an unwritable folder fails before the run writes anything
+        check_output_dir(tb_dir, "--tensorboard folder")
+    if not resume:
+        if not force and stale_run_files(save_dir):
+            log.warning("%s: replacing %s of a run that saved no checkpoint", save_dir,
+                        ", ".join(stale_run_files(save_dir)))
+            clear_run_dir(save_dir)
+        if force:
+            clear_run_dir(save_dir)
+    text = config_text(cfg, arch, model_config)
+    write_text(save_dir / CONFIG_FILE, text)
+    if show_config is not None:
+        show_config(text)
 
 
 def _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook, tb_dir):

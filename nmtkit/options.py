@@ -1,0 +1,148 @@
+"""Options declared once: a config dataclass field carries its help, choices, range and CLI name.
+
+`option(default, help=..., choices=..., min=..., ...)` is a `dataclasses.field` whose metadata
+says everything a command-line option needs. The click options of a command are generated from
+it (`nmtkit.cli.common.config_options`), and `check_fields` validates every field against it in
+one way, with one-line messages that name the option (`--max-updates must be at least 1, got 0`).
+Importing this module imports neither click nor torch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+from nmtkit.errors import ConfigError
+
+_MISSING = dataclasses.MISSING
+_AS_FIELD = object()  # OptionSpec.cli_default: the field's own default
+
+
+@dataclasses.dataclass(frozen=True)
+class OptionSpec:
+    """What a config field says about its command-line option (see `option`)."""
+
+    help: str
+    choices: tuple[str, ...] | None = None
+    min: float | None = None
+    max: float | None = None
+    min_open: bool = False  # the bound itself is refused: (min, ...
+    max_open: bool = False  # ..., max)
+    metavar: str | None = None
+    shown_default: str | None = None  # what help shows as the default; None: the field's default
+    cli: bool = True  # False: a config field with no option (set by the library, not the user)
+    flag: bool = False  # a boolean --name/--no-name switch
+    resume: bool = False  # may change when a run is resumed (stopping, reporting, hardware)
+    convert: Callable[[Any], Any] | None = None  # the CLI's text -> the field's value
+    message: str | None = None  # the range error's tail, instead of the generic one
+    names: tuple[str, ...] = ()  # the option's names when not (only) --field-name: ("--ref", "-r")
+    multiple: bool = False  # repeatable; the field holds a list
+    required: bool = False
+    cli_default: Any = _AS_FIELD  # the CLI's default when not the field's (text, or None: resolved later)
+
+
+def option(default: Any = _MISSING, *, help: str, default_factory: Any = _MISSING, **spec: Any) -> Any:
+    """A dataclass field with its option's description in its metadata (`OptionSpec`'s fields)."""
+    meta = {"option": OptionSpec(help=help, **spec)}
+    if default_factory is not _MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def spec_of(field: dataclasses.Field) -> OptionSpec | None:
+    return field.metadata.get("option")
+
+
+def option_name(field_name: str) -> str:
+    """`max_updates` -> `--max-updates`."""
+    return "--" + field_name.replace("_", "-")
+
+
+def cli_names(field: dataclasses.Field, spec: OptionSpec) -> tuple[str, ...]:
+    """The names of a field's option, the long one first."""
+    return spec.names or (option_name(field.name),)
+
+
+def cli_default(field: dataclasses.Field, spec: OptionSpec) -> Any:
+    """The default of a field's option: `cli_default` where given, else the field's."""
+    return field_default(field) if spec.cli_default is _AS_FIELD else spec.cli_default
+
+
+def option_fields(cls: type) -> list[tuple[dataclasses.Field, OptionSpec]]:
+    """The fields of config class `cls` that are command-line options, in declaration order."""
+    out = []
+    for f in dataclasses.fields(cls):
+        spec = spec_of(f)
+        if spec is not None and spec.cli:
+            out.append((f, spec))
+    return out
+
+
+def field_default(field: dataclasses.Field) -> Any:
+    if field.default is not _MISSING:
+        return field.default
+    if field.default_factory is not _MISSING:
+        return field.default_factory()
+    return None
+
+
+def help_text(field: dataclasses.Field, spec: OptionSpec) -> str:
+    """The option's help: its text and, in brackets, the default help shows."""
+    shown = spec.shown_default
+    if shown is None:
+        value = cli_default(field, spec)
+        if value is None or (spec.multiple and not value) or (isinstance(value, bool) and not spec.flag):
+            return spec.help
+        shown = ("on" if value else "off") if isinstance(value, bool) else str(value)
+    return f"{spec.help} [{shown}]" if shown else spec.help
+
+
+def _number_error(name: str, spec: OptionSpec, value: Any) -> str | None:
+    """The message for a number outside the spec's range, or None when it is inside."""
+    lo, hi = spec.min, spec.max
+    bad_lo = lo is not None and (value <= lo if spec.min_open else value < lo)
+    bad_hi = hi is not None and (value >= hi if spec.max_open else value > hi)
+    if not (bad_lo or bad_hi):
+        return None
+    opt = spec.names[0] if spec.names else option_name(name)
+    if spec.message is not None:
+        return f"{opt} {spec.message}, got {value}"
+    if hi is None and not spec.min_open:
+        return f"{opt} must be at least {lo}, got {value}" if lo != 0 else f"{opt} must be >= 0, got {value}"
+    if hi is None and lo == 0:
+        return f"{opt} must be positive, got {value}"
+    span = f"{'(' if spec.min_open else '['}{lo}, {hi if hi is not None else 'inf'}{')' if spec.max_open else ']'}"
+    return f"{opt} must be in {span}, got {value}"
+
+
+def _type_error(name: str, type_name: str, value: Any) -> str | None:
+    """A float field holds a finite number, an int field an int (types as strings: PEP 563)."""
+    if value is None:
+        return None
+    if type_name in ("float", "float | None"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return f"{option_name(name)} must be a finite number, got {value}"
+    elif type_name in ("int", "int | None") and (isinstance(value, bool) or not isinstance(value, int)):
+        return f"{option_name(name)} must be an integer, got {value!r}"
+    return None
+
+
+def check_fields(config: Any) -> None:
+    """Every field of `config` of the type, choices and range its option declares; else a
+    ConfigError naming the option. None is always accepted (an unset optional field)."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        error = _type_error(f.name, str(f.type), value)
+        spec = spec_of(f)
+        if error is None and spec is not None and value is not None:
+            if spec.choices is not None and value not in spec.choices:
+                error = f"{cli_names(f, spec)[0]} must be one of {', '.join(spec.choices)}, got '{value}'"
+            elif (spec.min is not None or spec.max is not None) and isinstance(value, (int, float)):
+                error = _number_error(f.name, spec, value)
+        if error is not None:
+            raise ConfigError(error)
+
+
+def resume_overridable(cls: type) -> frozenset[str]:
+    """The fields of `cls` that may change when a run is resumed."""
+    return frozenset(f.name for f in dataclasses.fields(cls) if (spec_of(f) or OptionSpec("")).resume)

@@ -1,0 +1,59 @@
+"""`SelectConfig`: every option of `nmtkit select-data`, each declared once (its click options are
+generated from these fields). Importing this module imports neither numpy nor torch."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nmtkit.errors import ConfigError
+from nmtkit.options import check_fields, option
+from nmtkit.text.pipeline import CORPUS_FORMATS
+
+METHODS = ("bilingual", "monolingual", "in-domain")
+
+
+@dataclass(frozen=True)
+class SelectConfig:
+    """Every option of `nmtkit select-data` (one field per option)."""
+
+    src_lang: str = option(required=True, help="Source language code (file suffix), e.g. en.")
+    tgt_lang: str = option(required=True, help="Target language code (file suffix), e.g. fr.")
+    in_domain: tuple[str, ...] = option(
+        required=True, multiple=True, metavar="PREFIX",
+        help="In-domain parallel text PREFIX.{src,tgt}[.gz]; repeat to concatenate.")
+    pool: tuple[str, ...] = option(
+        required=True, multiple=True, metavar="PREFIX",
+        help="General-domain pool PREFIX.{src,tgt}[.gz]; repeat to concatenate (line numbers run on).")
+    dest: str = option(
+        required=True, metavar="PREFIX",
+        help="Writes PREFIX.{src,tgt} (selected pairs, pool order, lines as in the pool), PREFIX.scores.tsv and "
+             "PREFIX.summary.json.")
+    lines: int | None = option(None, min=1, help="Budget: number of pairs to keep.")
+    words: int | None = option(None, min=1, help="Budget: source-side tokens to keep.")
+    fraction: float | None = option(None, min=0, min_open=True, max=1, help="Budget: fraction of the pool's pairs, in (0, 1].")
+    order: int = option(4, min=1, help="n-gram order of the language models.")
+    method: str = option(
+        "bilingual", choices=METHODS,
+        help="bilingual: [H_in-H_out](src) + [H_in-H_out](tgt) (Axelrod); monolingual: source side only (Moore & "
+             "Lewis); in-domain: H_in(src).")
+    workers: int = option(1, min=1, cli_default=None, shown_default="all cores",
+                          help="Processes for tokenising and scoring.")
+    input_format: str = option(
+        "raw", choices=CORPUS_FORMATS,
+        help="raw: Moses-normalise and tokenise here; tok: text already tokenised (split on spaces).")
+    min_count: int = option(1, min=1, help="In-domain words seen fewer times are <unk> in both LMs' shared vocabulary.")
+    seed: int = option(1, help="Seed of the pool sample for H_out.")
+    lowercase: bool = option(False, flag=True,
+                             help="Lowercase tokens for the language models (the output keeps the original lines).")
+    aggressive_dash_splits: bool = option(False, help="Moses -a: split hyphenated words.")
+    force: bool = option(False, help="Overwrite existing outputs.")
+    write_arpa: bool = option(False, help="Also write the four LMs as PREFIX.{in,out}.{lang}.arpa.")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        budgets = [b for b in (self.lines, self.words, self.fraction) if b is not None]
+        if len(budgets) != 1:
+            raise ConfigError("give exactly one budget: --lines, --words or --fraction")
+        if self.src_lang == self.tgt_lang:
+            raise ConfigError("--src-lang and --tgt-lang must differ")
+        if not self.in_domain or not self.pool:
+            raise ConfigError("need --in-domain and --pool")

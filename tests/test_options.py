@@ -1,0 +1,119 @@
+"""Options declared once: each generated click option takes its help and default from its config
+field, and validation follows the field's declared choices and range."""
+from __future__ import annotations
+
+import click
+import pytest
+
+from nmtkit.average import AverageConfig
+from nmtkit.cli import cli
+from nmtkit.devices import check_device_name
+from nmtkit.errors import ConfigError
+from nmtkit.models.presets import ModelOverrides
+from nmtkit.options import cli_default, cli_names, help_text, option_fields, resume_overridable
+from nmtkit.preprocess.config import PreprocessConfig
+from nmtkit.score.run import ScoreOptions
+from nmtkit.select.config import SelectConfig
+from nmtkit.text.tokenize import TokenizeConfig
+from nmtkit.train.config import TrainConfig
+
+# command -> (config classes its options are generated from, whether every default is "not given")
+CONVERTED = {"train": ((TrainConfig, ModelOverrides), True), "score": ((ScoreOptions,), False),
+             "preprocess": ((PreprocessConfig,), False), "select-data": ((SelectConfig,), False),
+             "tokenize": ((TokenizeConfig,), False), "average": ((AverageConfig,), False)}
+# commands whose options are still written by hand in nmtkit/cli/
+NOT_YET_CONVERTED = {"translate", "serve"}
+
+
+# the options of converted commands that are not config fields: where the run goes, and how loud it is
+COMMAND_OPTIONS = {"train": {"data_dir", "save_dir", "resume", "force", "quiet"}, "score": set(),
+                   "preprocess": {"quiet"}, "select-data": {"quiet"}, "tokenize": {"quiet"}, "average": {"quiet"}}
+
+
+def test_every_command_is_listed_as_converted_or_not():
+    assert set(cli.commands) == set(CONVERTED) | NOT_YET_CONVERTED
+    assert not set(CONVERTED) & NOT_YET_CONVERTED
+
+
+@pytest.mark.parametrize("command", sorted(CONVERTED))
+def test_each_generated_option_takes_its_help_and_default_from_its_config_field(command):
+    classes, unset = CONVERTED[command]
+    params = {p.name: p for p in cli.commands[command].params if isinstance(p, click.Option)}
+    fields = [(f, spec) for cls in classes for f, spec in option_fields(cls)]
+    assert fields
+    for field, spec in fields:
+        param = params[field.name]
+        assert set(cli_names(field, spec)) <= set(param.opts)
+        assert param.help == help_text(field, spec)
+        expected = None if unset else cli_default(field, spec)
+        if spec.multiple:  # click holds "none given" as an empty sequence
+            assert list(param.default or ()) == list(expected or ())
+        else:
+            assert param.default == expected
+        if spec.choices is not None:
+            assert tuple(param.type.choices) == spec.choices
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(max_updates=0), "--max-updates must be at least 1, got 0"),
+    (dict(optimizer="rmsprop"), "--optimizer must be one of adadelta, adam, sgd, got 'rmsprop'"),
+    (dict(lr=0.0), "--lr must be positive, got 0.0"),
+    (dict(label_smoothing=1.0), "--label-smoothing must be in [0, 1), got 1.0"),
+    (dict(lr_decay=0.0), "--lr-decay must be in (0, 1], got 0.0"),
+    (dict(adam_beta2=1.0), "--adam-beta2 must be in [0.0, 1.0), got 1.0"),
+    (dict(clip_norm=-1.0), "--clip-norm must be >= 0 (0 disables clipping), got -1.0"),
+    (dict(valid_bleu_samples=-1), "--valid-bleu-samples must be >= 0, got -1"),
+    (dict(lr=float("nan")), "--lr must be a finite number, got nan"),
+    (dict(seed=1.5), "--seed must be an integer, got 1.5"),
+    (dict(device="gpu"), "--device must be auto, cpu, cuda or cuda:N, not 'gpu'"),
+])
+def test_a_value_outside_its_declared_range_is_one_line_naming_the_option(changes, message):
+    with pytest.raises(ConfigError) as err:
+        TrainConfig(**dict(dict(max_updates=1), **changes))
+    assert str(err.value) == message
+
+
+def test_none_leaves_an_optional_field_unset_and_cuda_n_is_a_device():
+    cfg = TrainConfig(max_updates=1, max_len=None, threads=None, device="cuda:1")
+    assert cfg.max_len is None and cfg.device == "cuda:1"
+    assert check_device_name("cuda:0") == "cuda:0"
+    with pytest.raises(ConfigError, match="cuda:N"):
+        check_device_name("cuda:x")
+
+
+def test_only_stopping_reporting_and_hardware_options_change_on_resume():
+    assert resume_overridable(TrainConfig) == {
+        "max_updates", "max_epochs", "max_time", "patience", "valid_every", "valid_bleu_samples", "valid_beam",
+        "valid_batch_size", "save_every", "keep_every", "log_every", "on_nan", "tensorboard", "device", "threads",
+        "precision", "fuse", "tf32"}
+
+
+def test_model_overrides_reject_a_choice_outside_the_declared_ones():
+    with pytest.raises(ConfigError, match="--readout must be one of prev, new"):
+        ModelOverrides(readout="both")
+    assert ModelOverrides(emb_dim=16).given() == {"emb_dim": 16}
+
+
+def test_score_options_are_checked_once_whatever_builds_them():
+    with pytest.raises(ConfigError, match="--bucket-width must be at least 1, got 0"):
+        ScoreOptions(hyp_paths=["h"], ref_paths=["r"], bucket_width=0)
+    with pytest.raises(ConfigError, match="--tokenize must be one of 13a"):
+        ScoreOptions(hyp_paths=["h"], ref_paths=["r"], tokenize="moses")
+
+
+@pytest.mark.parametrize("command", sorted(CONVERTED))
+def test_a_converted_command_has_no_hand_written_config_option(command):
+    classes, _ = CONVERTED[command]
+    generated = {f.name for cls in classes for f, _ in option_fields(cls)}
+    options = {p.name for p in cli.commands[command].params if isinstance(p, click.Option)} - {"help"}
+    assert options - generated == COMMAND_OPTIONS[command]
+
+
+def test_a_converted_option_takes_its_text_form():
+    """--max-time is a duration (90m), though TrainConfig holds seconds."""
+    from click.testing import CliRunner
+
+    res = CliRunner().invoke(cli, ["train", "--data", "nowhere", "--save-dir", "nowhere", "--max-time", "90m"])
+    assert "Invalid value" not in res.output
+    param = next(p for p in cli.commands["train"].params if p.name == "max_time")
+    assert param.type_cast_value(click.Context(cli.commands["train"]), "90m") == "90m"
