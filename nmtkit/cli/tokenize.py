@@ -34,10 +34,11 @@ def tokenize_cmd(lang, input_path, output_path, no_normalize_punct, aggressive_d
     from nmtkit.errors import ConfigError
     from nmtkit.text.pipeline import TextPipeline
     from nmtkit.text.protect import resolve_protect
-    from nmtkit.text.tokenize import tokenize_file
+    from nmtkit.text.tokenize import check_tokenize_outputs, tokenize_file
 
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {workers}")
+    check_tokenize_outputs(input_path, output_path, protect)
     pipeline = TextPipeline(lang, lang, normalize_punct=not no_normalize_punct,
                             aggressive_dash_splits=aggressive_dash_splits, lowercase=lowercase,
                             protected_patterns=resolve_protect(protect))
