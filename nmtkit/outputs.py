@@ -17,7 +17,8 @@ checkpoints, metrics, selections, tokenised text, the preprocess data directory)
 it spends hours decoding or training. `check_outputs_vs_inputs` is where every command
 declares its inputs and outputs, so that no output can overwrite or replace what the command
 reads (with or without --force), and `check_replaceable_dir` lets --force replace a folder
-only when it holds nothing but nmtkit's own files. Nothing here imports torch.
+only when it holds nothing but nmtkit's own files. `DirLock` keeps a directory to one
+process at a time (one training run per run directory). Nothing here imports torch.
 """
 from __future__ import annotations
 
