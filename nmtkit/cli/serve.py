@@ -88,6 +88,6 @@ def serve_cmd(models, ensemble, host, allow_hosts, port, beam, lenpen, max_len_a
 
     translator = Translator(tcfg, warn=warn)
     translator.source_name = "<request>"
-    translator.translate_lines(["warm up ."])  # the first decoder call is slow; pay it before the first client
+    translator.translate("warm up .")  # the first decoder call is slow; pay it before the first client
     asyncio.run(serve(translator, config, announce=say, log_line=say))
     sys.stdout.flush()

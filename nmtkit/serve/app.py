@@ -286,7 +286,7 @@ def make_app(translator: Any, config: ServeConfig, log_line: Callable[[str], Non
                           client_max_size=config.limits.max_body_bytes)
 
     def translate(lines, beam, nbest, attention):
-        return translator.translate_buffer(list(enumerate(lines, 1)), beam, nbest, attention)
+        return translator.generate(lines, beam=beam, nbest=nbest, alignments=attention)
 
     app[BATCHER] = Batcher(translate, config.batch_size, config.batch_delay_ms / 1000)
     app[STATE] = {"config": config, "model": model_name(translator), "info": model_info(translator, config),

@@ -3,7 +3,7 @@
 Requests put their lines on a queue and wait. One worker task takes the first waiting request,
 then every request that arrives within `delay` seconds (or is already waiting) and decodes with
 the same options, until `batch_size` sentences are gathered; it hands all their lines, in
-order, to one call of the translate function (`Translator.translate_buffer`: length sorting and
+order, to one call of the translate function (`Translator.generate`: length sorting and
 batched beam search, the very path `nmtkit translate` takes) in a worker thread, so that the
 event loop keeps accepting requests while the model runs. The results are cut back into the
 requests' own slices, in order. A request with other options (beam, n-best) waits for the next
