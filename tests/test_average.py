@@ -78,7 +78,7 @@ def test_average_of_copies_of_one_model_translates_exactly_as_that_model(tmp_pat
     assert code == 0, err
 
     def translate(path):
-        return Translator(TranslateConfig(models=(str(path),), beam=3, max_len_b=5)).translate_lines(LINES)
+        return Translator(TranslateConfig(models=(str(path),), beam=3, max_len_b=5)).translate(LINES)
 
     assert translate(tmp_path / "avg.pt") == translate(base)
 

@@ -193,7 +193,7 @@ def test_64_concurrent_clients_each_get_what_nmtkit_translate_gives(translator):
 
     words = ["the cat", "a dog ran", "the big red house", "cat and dog .", "", "is a mat"]
     requests = [[words[(i + k) % len(words)] for k in range(1 + i % 4)] for i in range(64)]
-    want = {line: out for line, out in zip(words, translator.translate_lines(words))}
+    want = {line: out for line, out in zip(words, translator.translate(words))}
 
     async def main():
         app = make_app(translator, ServeConfig(batch_size=32, limits=Limits(max_beam=2)))
