@@ -29,6 +29,7 @@ import shutil
 import socket
 import stat
 import tempfile
+import weakref
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable
 
@@ -131,6 +132,17 @@ def _probe_folder(folder: str, name: str, what: str) -> None:
     os.unlink(probe)
 
 
+# The temp files being written now, so that a signal that lands inside cleanup code (where
+# raising skips the `with` blocks still to exit) can still remove them: `abort_pending`.
+_PENDING: "weakref.WeakSet[Staged]" = weakref.WeakSet()
+
+
+def abort_pending() -> None:
+    """Remove every temp file still being written (see `sigterm_unwinds` in nmtkit.cli.common)."""
+    for staged in list(_PENDING):
+        staged.abort()
+
+
 class Staged:
     """Where the bytes for `path` go now (`write_path`) and how they appear there (`commit`).
 
@@ -157,6 +169,7 @@ class Staged:
         finally:
             os.close(fd)
         self.write_path = self.tmp
+        _PENDING.add(self)
 
     def commit(self, synced: bool = False) -> None:
         """Make the written bytes appear at `path` (fsync first unless `synced`)."""
@@ -170,6 +183,7 @@ class Staged:
                 os.close(fd)
         os.replace(self.tmp, self.target)
         self.tmp = None
+        _PENDING.discard(self)
 
     def abort(self) -> None:
         if self.tmp is not None:
@@ -178,6 +192,7 @@ class Staged:
             except FileNotFoundError:
                 pass
             self.tmp = None
+        _PENDING.discard(self)
 
     def __enter__(self) -> "Staged":
         return self
