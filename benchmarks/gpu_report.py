@@ -3,7 +3,7 @@
 Writes DIR/gpu-report.md and DIR/gpu-report.json with
   environment  the device, torch, CUDA, cuDNN, Triton and Python versions, the commit;
   tests        `pytest -m cuda` (what `make test-gpu` runs): its summary line and skip reasons;
-  train        training target tokens/s and peak GPU memory of one `Trainer._step` (forward,
+  train        training target tokens/s and peak GPU memory of one `train_step` (forward,
                backward, clipping, optimiser) for `small` and `rnnsearch-50`, fp32 (+TF32) and
                bf16, batches of 80 pairs and of --max-tokens 8000, --fuse on and off: warmed up
                until no step compiles a new graph (at most WARMUP_MAX steps), then TIMED_STEPS
@@ -147,22 +147,20 @@ def _one_train_speed(preset, data, workdir, device, precision, max_tokens, fuse,
     import torch
     import torch._dynamo
 
-    from benchmarks.launches import fixed_batch, make_trainer
+    from benchmarks.launches import fixed_batch, make_context
+    from nmtkit.train.step import train_step
 
     torch._dynamo.reset()  # each row compiles its own graphs: no row inherits another's towards the limit
     run = Path(tempfile.mkdtemp(dir=workdir))
-    trainer = make_trainer(preset, data, run, max_tokens, quick, threads=os.cpu_count() or 1, precision=precision,
-                           fuse=fuse, device=device)
+    ctx = make_context(preset, data, run, max_tokens, quick, threads=os.cpu_count() or 1, precision=precision,
+                       fuse=fuse, device=device)
     try:
-        batch = fixed_batch(trainer, max_tokens)
-        n_tgt = int(trainer._tgt_lens[batch].sum()) + len(batch)
-        trainer._reset_acc()
-        trainer._consecutive_skips = 0
-        dev = trainer.device
+        batch = fixed_batch(ctx, max_tokens)
+        n_tgt = ctx.target_tokens(batch)
+        dev = ctx.device
 
         def step() -> None:
-            assert trainer._step([batch]), "the synthetic step was skipped (non-finite loss)"
-            trainer.state.update += 1
+            assert train_step(ctx, [batch]), "the synthetic step was skipped (non-finite loss)"
 
         t0 = time.perf_counter()
         warm, stable = 0, 0
@@ -189,7 +187,7 @@ def _one_train_speed(preset, data, workdir, device, precision, max_tokens, fuse,
             out["peak_gib"] = round(torch.cuda.max_memory_allocated(dev) / 2**30, 2)
         return out
     finally:
-        trainer.close()
+        ctx.close()
 
 
 def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
@@ -199,18 +197,18 @@ def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
 
     from benchmarks.launches import HostReads, write_data_dir
     from nmtkit.models import fusion
+    from nmtkit.train import trainer
     from nmtkit.train.run import run_training
-    from nmtkit.train.trainer import Trainer
 
     data = write_data_dir(workdir / "data-run", 1000 if quick else 8000, seed=1, lengths=(1, 60),
                           n_pairs=300 if quick else 2000)
     updates = 10 if quick else RUN_UPDATES
     reads: list[int] = []
-    step = Trainer._step
+    step = trainer.train_step
 
-    def counted(self, batches):
+    def counted(ctx, batches):
         with HostReads() as r:
-            out = step(self, batches)
+            out = step(ctx, batches)
         reads.append(r.count)
         return out
 
@@ -219,12 +217,12 @@ def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
                 save_every=updates, log_every=max(1, updates // 4), valid_bleu_samples=8, device=device,
                 fuse="auto" if device == "cuda" else "off", max_len=60)
     torch._dynamo.reset()  # this run's graphs only
-    Trainer._step = counted
+    trainer.train_step = counted  # the loop's step, counted
     t0 = time.perf_counter()
     try:
         result = run_training(data, workdir / "run-200", opts, sizes, force=True)
     finally:
-        Trainer._step = step
+        trainer.train_step = step
     graphs = {b.__qualname__: fusion.graphs_compiled(b) for b in fusion.compiled_bodies()}
     return {"updates": result.update, "seconds": round(time.perf_counter() - t0, 1),
             "host_reads_per_update_max": max(reads) if reads else None,
@@ -283,21 +281,20 @@ def profile_step(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from benchmarks.launches import fixed_batch, make_trainer, vocab_size, write_data_dir
+    from benchmarks.launches import fixed_batch, make_context, vocab_size, write_data_dir
+    from nmtkit.train.step import train_step
 
     data = write_data_dir(workdir / "data-rnnsearch-50", vocab_size("rnnsearch-50"))
-    trainer = make_trainer("rnnsearch-50", data, Path(tempfile.mkdtemp(dir=workdir)), None, quick, threads=1,
-                           precision="bf16", fuse="auto", device=device)
+    ctx = make_context("rnnsearch-50", data, Path(tempfile.mkdtemp(dir=workdir)), None, quick, threads=1,
+                       precision="bf16", fuse="auto", device=device)
     try:
-        batch = fixed_batch(trainer, None)
-        trainer._reset_acc()
-        trainer._consecutive_skips = 0
+        batch = fixed_batch(ctx, None)
         for _ in range(5):  # compile and allocate
-            trainer._step([batch])
+            train_step(ctx, [batch])
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             t0 = time.perf_counter()
-            trainer._step([batch])
+            train_step(ctx, [batch])
             torch.cuda.synchronize()
             wall = time.perf_counter() - t0
         kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
@@ -314,7 +311,7 @@ def profile_step(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
         return {"step_ms": round(wall * 1000, 2), "gpu_busy_ms": round(busy / 1000, 2),
                 "gpu_busy_share": round(busy / 1000 / (wall * 1000), 3), "kernels": len(kernels), "top": top}
     finally:
-        trainer.close()
+        ctx.close()
 
 
 # ---- the report ------------------------------------------------------------------------------

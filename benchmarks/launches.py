@@ -35,7 +35,7 @@ vocabulary's non-special ids; vocabularies of 30,000 types (8,000 for `small`), 
 say. A training batch is the first 80 pairs (the paper's batch: 2,469 target tokens with EOS,
 34 decoder steps), or, for `--max-tokens 8000`, the 235 leading pairs whose padded tokens
 (pairs * max(source, target + 1)) fit in 8,000 (7,274 target tokens). The step is the
-trainer's own `Trainer._step` (forward, backward, clip_grad_norm_, optimiser step, zero_grad,
+trainer's own `train_step` (forward, backward, clip_grad_norm_, optimiser step, zero_grad,
 loss accumulation, the finiteness check) with the optimiser the trainer builds for the preset
 (Adadelta foreach for the paper presets, fused Adam for small and lstm-attention), counted
 after one warm-up step (which allocates the optimiser state).
@@ -308,13 +308,13 @@ def write_data_dir(path: Path, vocab: int, seed: int = 0, lengths: tuple[int, in
     return path
 
 
-def make_trainer(preset: str, data_dir: Path, run_dir: Path, max_tokens: int | None, quick: bool, threads: int,
+def make_context(preset: str, data_dir: Path, run_dir: Path, max_tokens: int | None, quick: bool, threads: int,
                  precision: str = "fp32", fuse: str = "off", device: str = "cpu"):
-    """The trainer `nmtkit train --preset <preset>` builds (its optimiser included)."""
+    """The training context `nmtkit train --preset <preset>` builds (its optimiser included)."""
     from nmtkit.train.config import TrainConfig
+    from nmtkit.train.context import TrainContext
     from nmtkit.train.data import DataDir
     from nmtkit.train.run import resolve_model, train_defaults
-    from nmtkit.train.trainer import Trainer
 
     data = DataDir.open(data_dir)
     widths = {k: QUICK_WIDTH for k in WIDTH_KEYS} if quick else {}
@@ -325,29 +325,28 @@ def make_trainer(preset: str, data_dir: Path, run_dir: Path, max_tokens: int | N
                   precision=precision, fuse=fuse)
     if max_tokens is not None:
         values.update(batch_size=None, max_tokens=max_tokens)
-    return Trainer(TrainConfig.from_dict(values), data, run_dir, arch, model_config)
+    return TrainContext(TrainConfig.from_dict(values), data, run_dir, arch, model_config)
 
 
-def fixed_batch(trainer, max_tokens: int | None):
+def fixed_batch(ctx, max_tokens: int | None):
     """The first 80 pairs, or the most leading pairs whose padded tokens fit in max_tokens."""
     import numpy as np
 
     if max_tokens is None:
         return np.arange(80)
-    src, tgt = trainer.train_data.src.lengths, trainer.train_data.tgt.lengths
+    src, tgt = ctx.train_data.src.lengths, ctx.train_data.tgt.lengths
     cost = np.maximum.accumulate(np.maximum(src, tgt + 1)) * np.arange(1, len(src) + 1)
     return np.arange(int(np.searchsorted(cost, max_tokens, side="right")))
 
 
-def train_step_launches(trainer, batch) -> tuple[Launches, int]:
-    """(launches of one steady-state `Trainer._step`, target tokens of the batch incl. EOS)."""
-    trainer._reset_acc()
-    trainer._consecutive_skips = 0
+def train_step_launches(ctx, batch) -> tuple[Launches, int]:
+    """(launches of one steady-state `train_step`, target tokens of the batch incl. EOS)."""
+    from nmtkit.train.step import train_step
+
     for _ in range(2):  # the first step allocates the optimiser state; count the second
-        launches, ok = count_launches(trainer._step, [batch])
+        launches, ok = count_launches(train_step, ctx, [batch])
         assert ok, "the synthetic step was skipped (non-finite loss)"
-        trainer.state.update += 1
-    return launches, int(trainer._tgt_lens[batch].sum()) + len(batch)
+    return launches, ctx.target_tokens(batch)
 
 
 def beam_step_launches(model, data, n: int = 80) -> tuple[float, int]:
@@ -398,20 +397,20 @@ def measure(preset: str, quick: bool, threads: int, beam: bool, top: int, precis
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = write_data_dir(Path(tmp) / "data", vocab_size(preset))
         for max_tokens in (None, 8000):
-            trainer = make_trainer(preset, data_dir, Path(tmp) / f"run{max_tokens}", max_tokens, quick, threads,
-                                   precision, fuse)
+            ctx = make_context(preset, data_dir, Path(tmp) / f"run{max_tokens}", max_tokens, quick, threads,
+                               precision, fuse)
             try:
                 if beam and max_tokens is None:  # the untrained model, as initialised
-                    per_step, reads, steps = beam_step_launches(trainer.model, trainer.train_data)
+                    per_step, reads, steps = beam_step_launches(ctx.model, ctx.train_data)
                     rows.append(dict(preset=preset, what=f"beam {BEAM} step, 80 sents", pairs=80,
                                      tokens=80, ops=per_step, reads=reads, steps=steps))
-                batch = fixed_batch(trainer, max_tokens)
-                launches, tokens = train_step_launches(trainer, batch)
+                batch = fixed_batch(ctx, max_tokens)
+                launches, tokens = train_step_launches(ctx, batch)
                 label = "batch 80" if max_tokens is None else f"max-tokens {max_tokens}"
                 rows.append(dict(preset=preset, what=f"train, {label}", pairs=len(batch), tokens=tokens,
                                  launches=launches))
             finally:
-                trainer.close()
+                ctx.close()
     for r in rows:
         print_row(r, top)
     return rows

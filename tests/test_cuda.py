@@ -35,28 +35,28 @@ def _env(**extra: str) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=path, **extra)
 
 
-def _trainer(data_dir, run_dir, **changes):
+def _context(data_dir, run_dir, **changes):
+    from nmtkit.train.context import TrainContext
     from nmtkit.train.data import DataDir
     from nmtkit.train.run import resolve_model
-    from nmtkit.train.trainer import Trainer
 
     data = DataDir.open(data_dir)
     arch, mcfg = resolve_model("rnnsearch", None, MODEL, len(data.src_vocab), len(data.tgt_vocab))
     cfg = TrainConfig.from_dict(tiny_options(valid_bleu_samples=0, **changes))
-    return Trainer(cfg, data, run_dir, arch, mcfg)
+    return TrainContext(cfg, data, run_dir, arch, mcfg)
 
 
 def _one_update(data_dir, run_dir, device, precision):
-    """(parameters before, their change after one `Trainer._step`) on `device`, as CPU tensors."""
-    trainer = _trainer(data_dir, run_dir, device=device, precision=precision, optimizer="sgd", lr=1.0, tf32=False)
+    """(parameters before, their change after one `train_step`) on `device`, as CPU tensors."""
+    from nmtkit.train.step import train_step
+
+    ctx = _context(data_dir, run_dir, device=device, precision=precision, optimizer="sgd", lr=1.0, tf32=False)
     try:
-        before = {n: p.detach().cpu().clone() for n, p in trainer.model.named_parameters()}
-        trainer._reset_acc()
-        trainer._consecutive_skips = 0
-        assert trainer._step([trainer.epoch_plan(1)[0]])
-        return before, {n: p.detach().cpu() - before[n] for n, p in trainer.model.named_parameters()}
+        before = {n: p.detach().cpu().clone() for n, p in ctx.model.named_parameters()}
+        assert train_step(ctx, [ctx.epoch_plan(1)[0]])
+        return before, {n: p.detach().cpu() - before[n] for n, p in ctx.model.named_parameters()}
     finally:
-        trainer.close()
+        ctx.close()
 
 
 @pytest.mark.parametrize("precision,tol", [("fp32", 1e-3), ("bf16", 3e-2)])

@@ -68,9 +68,13 @@ def test_data_points_at_a_local_copy_instead_of_downloading():
 
 def test_tatoeba_recipe_chains_preprocess_train_translate_score():
     out = _dry_run(TATOEBA)
-    for piece in ("nmtkit preprocess", "--bpe 10000", "nmtkit train", "--max-time 30m", "nmtkit translate",
-                  "nmtkit score", "write_results.py", "--plot-attention"):
+    for piece in ("nmtkit preprocess", "--bpe 10000", "nmtkit train", "--max-time 30m", "--keep-every 400",
+                  "nmtkit average --last 5 --save-dir work/run -o work/run/average5.pt", "nmtkit translate -m "
+                  "work/run/average5.pt", "nmtkit score", "write_results.py", "--plot-attention"):
         assert piece in out, piece
+    plain = _dry_run(TATOEBA, "AVERAGE=0", "KEEP_EVERY=0")
+    assert "nmtkit average" not in plain and "--keep-every" not in plain
+    assert "translate -m work/run/checkpoint_best.pt" in plain
 
 
 def test_backtranslation_recipe_samples_the_french_side_only_and_gives_both_systems_equal_updates():

@@ -12,31 +12,31 @@ from tests.train_fixtures import TINY_MODEL, tiny_options
 from tests.translate_fixtures import tiny_model
 
 
-def _trainer(data_dir, run_dir, **changes):
+def _context(data_dir, run_dir, **changes):
     from nmtkit.train.config import TrainConfig
+    from nmtkit.train.context import TrainContext
     from nmtkit.train.data import DataDir
     from nmtkit.train.run import resolve_model
-    from nmtkit.train.trainer import Trainer
 
     data = DataDir.open(data_dir)
     arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
-    return Trainer(TrainConfig.from_dict(tiny_options(valid_bleu_samples=0, **changes)), data, run_dir, arch, mcfg)
+    return TrainContext(TrainConfig.from_dict(tiny_options(valid_bleu_samples=0, **changes)), data, run_dir, arch, mcfg)
 
 
 @pytest.mark.parametrize("update_freq", [1, 3])
 def test_a_training_update_reads_the_device_once(data_dir, tmp_path, update_freq):
-    trainer = _trainer(data_dir, tmp_path / "run", update_freq=update_freq, label_smoothing=0.1)
+    from nmtkit.train.step import train_step
+
+    ctx = _context(data_dir, tmp_path / "run", update_freq=update_freq, label_smoothing=0.1)
     try:
-        trainer._reset_acc()
-        trainer._consecutive_skips = 0
-        plan = trainer.epoch_plan(1)
+        plan = ctx.epoch_plan(1)
         for u in range(4):
             with HostReads() as reads:
-                assert trainer._step(plan[u * update_freq : (u + 1) * update_freq])
-            trainer.state.update += 1
+                assert train_step(ctx, plan[u * update_freq : (u + 1) * update_freq])
             assert reads.count == 1, reads.calls  # the finiteness check of the gradient norm
+        assert ctx.state.update == 4
     finally:
-        trainer.close()
+        ctx.close()
 
 
 def _batch(B: int = 9, S: int = 11, vocab: int = 22, seed: int = 3):

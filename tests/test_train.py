@@ -126,21 +126,21 @@ def test_a_failing_validation_loses_no_update_before_it(data_dir, tmp_path, monk
     """Saved first, then validated: an error in the validation at update 10 (10 is no save point)
     leaves checkpoint_last.pt at update 10, and a resume from it, which runs that validation again,
     ends where the uninterrupted run ends."""
-    import nmtkit.train.trainer as trainer_mod
+    import nmtkit.train.validate as validate_mod
 
     opts = tiny_options(max_updates=20, valid_every=10, save_every=20, lr_schedule="plateau", lr_patience=0)
     run_training(data_dir, tmp_path / "full", opts, TINY_MODEL)
 
-    real = trainer_mod.dev_loss
+    real = validate_mod.dev_loss
 
     def broken(*args, **kwargs):
         raise RuntimeError("validation broke")
 
-    monkeypatch.setattr(trainer_mod, "dev_loss", broken)
+    monkeypatch.setattr(validate_mod, "dev_loss", broken)
     with pytest.raises(RuntimeError, match="validation broke"):
         run_training(data_dir, tmp_path / "half", opts, TINY_MODEL)
     assert load_checkpoint(tmp_path / "half" / "checkpoint_last.pt")["trainer"]["update"] == 10
-    monkeypatch.setattr(trainer_mod, "dev_loss", real)
+    monkeypatch.setattr(validate_mod, "dev_loss", real)
     run_training(data_dir, tmp_path / "half", opts, TINY_MODEL, resume=True)
     a = load_checkpoint(tmp_path / "full" / "checkpoint_last.pt")
     b = load_checkpoint(tmp_path / "half" / "checkpoint_last.pt")
@@ -165,3 +165,58 @@ def test_a_module_dev_bleu_needs_but_lacks_stops_the_run_before_its_first_update
     res = run_training(data_dir, tmp_path / "run", tiny_options(max_updates=2, valid_every=10, valid_bleu_samples=0),
                        TINY_MODEL)
     assert res.update == 2
+
+
+def test_the_public_train_step_on_a_fresh_context_makes_the_loops_updates(data_dir, tmp_path):
+    """A context straight from its constructor, driven by `train_step` over the epoch's plan,
+    reaches the weights the training loop saves after as many updates."""
+    from nmtkit.train.context import TrainContext
+    from nmtkit.train.data import DataDir
+    from nmtkit.train.run import resolve_model
+    from nmtkit.train.step import train_step
+
+    opts = tiny_options(max_updates=6, valid_every=100, valid_bleu_samples=0)
+    run_training(data_dir, tmp_path / "loop", opts, TINY_MODEL)
+    data = DataDir.open(data_dir)
+    arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
+    ctx = TrainContext(TrainConfig.from_dict(opts), data, tmp_path / "step", arch, mcfg)
+    try:
+        plan = ctx.epoch_plan(1)
+        assert len(plan) > 6
+        assert all(train_step(ctx, [plan[k]]) for k in range(6))
+        assert ctx.state.update == 6
+        saved = load_checkpoint(tmp_path / "loop" / "checkpoint_last.pt")["model_state"]
+        for name, tensor in ctx.model.state_dict().items():
+            assert torch.equal(tensor, saved[name]), name
+    finally:
+        ctx.close()
+    assert not (tmp_path / "step").exists()  # a context writes nothing: the loop owns the run folder
+
+
+def test_callbacks_receive_typed_events_that_are_the_metrics_records(data_dir, tmp_path):
+    import json
+
+    from nmtkit.train.events import Callbacks, LogEvent, StartEvent, ValidationEvent
+
+    class Keep(Callbacks):
+        def __init__(self):
+            self.events = []
+
+        def on_start(self, event):
+            self.events.append(event)
+
+        def on_log(self, event):
+            self.events.append(event)
+
+        def on_validation(self, event):
+            self.events.append(event)
+
+    keep = Keep()
+    run = tmp_path / "run"
+    run_training(data_dir, run, tiny_options(max_updates=10, valid_every=5, log_every=5), TINY_MODEL, callbacks=keep)
+    start, *rest = keep.events
+    assert isinstance(start, StartEvent) and (start.update, start.max_updates, start.dropped_pairs) == (0, 10, 0)
+    assert [type(e) for e in rest] == [LogEvent, ValidationEvent] * 2
+    assert rest[-1].update == 10 and rest[-1].bleu is not None and not rest[-1].final
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [e.record() for e in rest] == records

@@ -134,14 +134,17 @@ def test_live_display_shows_progress_loss_speed_eta_and_dev_score():
     from rich.console import Console
 
     from nmtkit.cli.train import Reporter
+    from nmtkit.train.events import LogEvent, StartEvent, ValidationEvent
 
     rep = Reporter(quiet=True)  # no terminal here: render the live panel by hand
-    rep.on_start({"update": 0, "epoch": 1, "max_updates": 200, "max_epochs": None, "max_time": None,
-                  "batches_per_epoch": 50, "train_pairs": 800, "dropped_pairs": 2, "parameters": 1234,
-                  "device": "cpu", "world_size": 1, "elapsed": 0.0})
+    rep.on_start(StartEvent(update=0, epoch=1, max_updates=200, max_epochs=None, max_time=None, batches_per_epoch=50,
+                            train_pairs=800, dropped_pairs=2, parameters=1234, device="cpu", world_size=1,
+                            elapsed=0.0))
     rep.on_update(100, 2)
-    rep.on_log({"update": 100, "epoch": 2, "loss": 3.25, "ppl": 25.8, "lr": 0.001, "tgt_tokens_per_s": 1500.0})
-    rep.on_validation({"update": 100, "loss": 3.5, "ppl": 33.1, "bleu": 12.34, "best": True})
+    rep.on_log(LogEvent(update=100, epoch=2, loss=3.25, ppl=25.8, objective=3.3, grad_norm=1.0, lr=0.001,
+                        tgt_tokens_per_s=1500.0, sents_per_s=100.0, updates_per_s=2.0, elapsed=50.0, skipped=0))
+    rep.on_validation(ValidationEvent(update=100, epoch=2, loss=3.5, ppl=33.1, bleu=12.34, best=True, best_score=12.34,
+                                      best_update=100, seconds=1.0, elapsed=51.0, final=False))
     console = Console(record=True, width=120)
     console.print(rep._render())
     text = console.export_text()

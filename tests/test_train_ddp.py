@@ -26,6 +26,19 @@ def _start_ranks(fn, args) -> None:
     mp.start_processes(fn, args=args, nprocs=2, join=True, start_method="forkserver")
 
 
+def _as_rank(rank: int, world: int, port: int) -> None:
+    """Make this process rank `rank` of `world`, as torchrun's variables would. A collective that
+    waits longer than 5 minutes fails the test instead of holding it for the real 2-hour timeout."""
+    import datetime
+    import os
+
+    from nmtkit.train import distributed as ddp
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
+    ddp.PROCESS_GROUP_TIMEOUT = datetime.timedelta(minutes=5)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -45,16 +58,13 @@ def _train(data_dir, run_dir, out_path, opts):
     trainer = Trainer(TrainConfig.from_dict(opts), data, run_dir, arch, mcfg, dist_info=ddp.env_info())
     try:
         result = trainer.train()
-        torch.save({"state": trainer.model.state_dict(), "update": result.update}, out_path)
+        torch.save({"state": trainer.ctx.model.state_dict(), "update": result.update}, out_path)
     finally:
         trainer.close()
 
 
 def _worker(rank, world, port, data_dir, run_dir, out_dir, opts):
-    import os
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
+    _as_rank(rank, world, port)
     _train(data_dir, run_dir, out_dir / f"rank{rank}.pt", opts)
 
 
@@ -93,34 +103,30 @@ def _one_update(data_dir, run_dir, batch_size, update_freq, halves):
     else both summed by --update-freq."""
     from nmtkit.train import distributed as ddp
     from nmtkit.train.config import TrainConfig
+    from nmtkit.train.context import TrainContext
     from nmtkit.train.data import DataDir
     from nmtkit.train.run import resolve_model
-    from nmtkit.train.trainer import Trainer
+    from nmtkit.train.step import train_step
 
     torch.set_num_threads(1)
     data = DataDir.open(data_dir)
     arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
     opts = tiny_options(optimizer="sgd", lr=1.0, sort_pool=240, valid_bleu_samples=0)
-    plan_80 = Trainer(TrainConfig.from_dict(dict(opts, batch_size=80)), data, run_dir / "plan", arch, mcfg)
+    plan_80 = TrainContext(TrainConfig.from_dict(dict(opts, batch_size=80)), data, run_dir / "plan", arch, mcfg)
     batch = max(plan_80.epoch_plan(1), key=len)
     plan_80.close()
     assert len(batch) == 80
     cfg = TrainConfig.from_dict(dict(opts, batch_size=batch_size, update_freq=update_freq))
-    trainer = Trainer(cfg, data, run_dir, arch, mcfg, dist_info=ddp.env_info())
+    ctx = TrainContext(cfg, data, run_dir, arch, mcfg, dist_info=ddp.env_info())
     try:
-        trainer._reset_acc()
-        trainer._consecutive_skips = 0
-        assert trainer._step([batch[:40], batch[40:]] if halves else [batch])
-        return {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+        assert train_step(ctx, [batch[:40], batch[40:]] if halves else [batch])
+        return {n: p.detach().clone() for n, p in ctx.model.named_parameters()}
     finally:
-        trainer.close()
+        ctx.close()
 
 
 def _one_update_worker(rank, world, port, data_dir, out_dir):
-    import os
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
+    _as_rank(rank, world, port)
     torch.save(_one_update(data_dir, out_dir / f"run{rank}", 40, 1, True), out_dir / f"step{rank}.pt")
 
 
@@ -137,12 +143,9 @@ def test_update_freq_2_at_batch_40_and_two_gloo_ranks_at_40_each_equal_one_updat
 
 
 def _run_worker(rank, world, port, data_dir, run_dir, opts, resume):
-    import os
-
     from nmtkit.train.run import run_training
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
+    _as_rank(rank, world, port)
     torch.set_num_threads(1)
     run_training(data_dir, run_dir, opts, dict(TINY_MODEL, dropout=0.2), resume=resume)
 

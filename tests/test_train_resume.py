@@ -74,23 +74,20 @@ def test_max_epochs_and_patience_stop_the_run(data_dir, tmp_path):
 def test_request_stop_saves_checkpoint(data_dir, tmp_path):
     """The SIGINT path without a signal: stop after the current update, checkpoint written."""
     from nmtkit.train.data import DataDir
+    from nmtkit.train.events import Callbacks
     from nmtkit.train.run import resolve_model
     from nmtkit.train.trainer import Trainer
 
     data = DataDir.open(data_dir)
     arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
     opts = tiny_options(max_updates=100, valid_bleu_samples=0)
-    trainer = Trainer(TrainConfig.from_dict(opts), data, tmp_path / "run", arch, mcfg)
 
-    class StopAt3:
+    class StopAt3(Callbacks):
         def on_update(self, update, epoch):
             if update == 3:
                 trainer.request_stop()
 
-        def __getattr__(self, name):
-            return lambda *a, **k: None
-
-    trainer.cb = StopAt3()
+    trainer = Trainer(TrainConfig.from_dict(opts), data, tmp_path / "run", arch, mcfg, callbacks=StopAt3())
     try:
         res = trainer.train()
     finally:
@@ -143,3 +140,31 @@ def test_a_checkpoint_of_every_visible_gpu_resumes_on_a_node_with_fewer(monkeypa
     cuda = _FakeCuda(monkeypatch, 1)
     restore_rng({"ranks": [old]}, 0, seed=1, update=10, device=torch.device("cuda", 0))
     assert cuda.set == [(0, 0)]
+
+
+def test_resume_reads_the_lexicon_back_instead_of_rebuilding_it(data_dir, tmp_path, monkeypatch):
+    """The decode-time lexicon is built once per run; a resumed run carries the checkpoint's on,
+    and builds one only for a checkpoint that has none."""
+    import nmtkit.decode.shortlist as sl
+
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=3, valid_every=100, valid_bleu_samples=0)
+    run_training(data_dir, run, opts, TINY_MODEL)
+    first = load_checkpoint(run / "checkpoint_last.pt")["lexicon"]
+    assert isinstance(first, torch.Tensor)
+    real = sl.build_lexicon
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the lexicon was rebuilt on resume")
+
+    monkeypatch.setattr(sl, "build_lexicon", no_build)
+    run_training(data_dir, run, dict(opts, max_updates=6), TINY_MODEL, resume=True)
+    assert torch.equal(load_checkpoint(run / "checkpoint_last.pt")["lexicon"], first)
+
+    ckpt = torch.load(run / "checkpoint_last.pt", map_location="cpu", weights_only=True)
+    ckpt["lexicon"] = None  # a checkpoint written before checkpoints carried one
+    torch.save(ckpt, run / "checkpoint_last.pt")
+    built = []
+    monkeypatch.setattr(sl, "build_lexicon", lambda *a, **k: built.append(1) or real(*a, **k))
+    run_training(data_dir, run, dict(opts, max_updates=9), TINY_MODEL, resume=True)
+    assert built == [1] and torch.equal(load_checkpoint(run / "checkpoint_last.pt")["lexicon"], first)

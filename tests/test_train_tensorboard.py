@@ -99,7 +99,8 @@ def test_only_rank_0_writes_tensorboard_events(data_dir, tmp_path, monkeypatch):
     pytest.importorskip("tensorboard", reason="tensorboard is not installed (pip install 'nmtkit[tensorboard]')")
     from nmtkit.train import distributed as ddp
     from nmtkit.train import trainer as trainer_module
-    from nmtkit.train.state import Callbacks, TrainResult
+    from nmtkit.train.events import Callbacks
+    from nmtkit.train.state import TrainResult
     from nmtkit.train.tensorboard import TensorBoardCallbacks
 
     given = []

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from nmtkit.cli.common import progress_enabled
+from nmtkit.train.events import Callbacks, LogEvent, StartEvent, ValidationEvent
 
 TRAIN_FIELDS = (
     "arch", "preset", "max_len", "batch_size", "max_tokens", "sort_pool", "update_freq", "optimizer", "lr", "adadelta_rho",
@@ -202,8 +203,8 @@ def _fmt_time(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
-class Reporter:
-    """Trainer callbacks -> a rich live display on a terminal, else plain log lines on stderr."""
+class Reporter(Callbacks):
+    """Trainer events -> a rich live display on a terminal, else plain log lines on stderr."""
 
     def __init__(self, quiet: bool):
         self.quiet = quiet
@@ -212,7 +213,7 @@ class Reporter:
         self.update = 0
         self.epoch = 1
         self.total: int | None = None
-        self.last: dict[str, Any] = {}
+        self.last: LogEvent | None = None
         self.dev = "-"
         self.t0 = time.perf_counter()
         self.start_update = 0
@@ -220,18 +221,18 @@ class Reporter:
         self.elapsed0 = 0.0
 
     # callbacks
-    def on_start(self, info: dict[str, Any]) -> None:
-        self.start_update = info["update"]
-        self.max_time = info.get("max_time")
-        self.elapsed0 = info.get("elapsed", 0.0)
-        if info.get("max_updates"):
-            self.total = info["max_updates"]
-        elif info.get("max_epochs"):
-            self.total = info["max_epochs"] * info["batches_per_epoch"]
+    def on_start(self, event: StartEvent) -> None:
+        self.start_update = event.update
+        self.max_time = event.max_time
+        self.elapsed0 = event.elapsed
+        if event.max_updates:
+            self.total = event.max_updates
+        elif event.max_epochs:
+            self.total = event.max_epochs * event.batches_per_epoch
         self.t0 = time.perf_counter()
-        line = (f"training {info['parameters']:,} parameters on {info['device']} x{info['world_size']}: "
-                f"{info['train_pairs']:,} pairs ({info['dropped_pairs']:,} over --max-len dropped), "
-                f"{info['batches_per_epoch']:,} minibatches per epoch, from update {info['update']:,}")
+        line = (f"training {event.parameters:,} parameters on {event.device} x{event.world_size}: "
+                f"{event.train_pairs:,} pairs ({event.dropped_pairs:,} over --max-len dropped), "
+                f"{event.batches_per_epoch:,} minibatches per epoch, from update {event.update:,}")
         if self.quiet:
             return
         if self.live:
@@ -241,7 +242,7 @@ class Reporter:
 
             console = make_console()
             console.print(line)
-            self.update, self.epoch = info["update"], info["epoch"]
+            self.update, self.epoch = event.update, event.epoch
             self.progress = Live(get_renderable=self._render, console=console, refresh_per_second=4,
                                  transient=False)
             self.progress.start()
@@ -266,8 +267,8 @@ class Reporter:
             head.add_row(Text("train", style="bold"),
                          Text(f"update {self.update:,}  epoch {self.epoch}  ETA {_fmt_time(self._eta(self.update))}"))
         r = self.last
-        stats = (f"loss {r['loss']:.3f}  ppl {r['ppl']:.1f}  lr {r['lr']:.3g}  "
-                 f"{r['tgt_tokens_per_s']:,.0f} tgt tok/s" if r else "loss -")
+        stats = (f"loss {r.loss:.3f}  ppl {r.ppl:.1f}  lr {r.lr:.3g}  "
+                 f"{r.tgt_tokens_per_s:,.0f} tgt tok/s" if r is not None else "loss -")
         return Group(head, Text("  " + stats), Text(f"  dev {self.dev}"))
 
     def _eta(self, update: int) -> float | None:
@@ -283,23 +284,23 @@ class Reporter:
     def on_update(self, update: int, epoch: int) -> None:
         self.update, self.epoch = update, epoch
 
-    def on_log(self, rec: dict[str, Any]) -> None:
-        self.last = rec
+    def on_log(self, event: LogEvent) -> None:
+        self.last = event
         if self.quiet:
             return
         if self.progress is None:
-            click.echo(f"nmtkit train: update {rec['update']:,} | epoch {rec['epoch']} | loss {rec['loss']:.4f} | "
-                       f"ppl {rec['ppl']:.2f} | lr {rec['lr']:.3g} | {rec['tgt_tokens_per_s']:,.0f} tgt tok/s | "
-                       f"ETA {_fmt_time(self._eta(rec['update']))}", err=True)
+            click.echo(f"nmtkit train: update {event.update:,} | epoch {event.epoch} | loss {event.loss:.4f} | "
+                       f"ppl {event.ppl:.2f} | lr {event.lr:.3g} | {event.tgt_tokens_per_s:,.0f} tgt tok/s | "
+                       f"ETA {_fmt_time(self._eta(event.update))}", err=True)
 
-    def on_validation(self, rec: dict[str, Any]) -> None:
-        bleu = "" if rec.get("bleu") is None else f" BLEU {rec['bleu']:.2f}"
-        self.dev = (f"loss {rec['loss']:.3f}  ppl {rec['ppl']:.1f}{bleu}  at update {rec['update']:,}"
-                    f"{'  (best)' if rec['best'] else ''}")
+    def on_validation(self, event: ValidationEvent) -> None:
+        bleu = "" if event.bleu is None else f" BLEU {event.bleu:.2f}"
+        best = "  (best)" if event.best else ""
+        self.dev = f"loss {event.loss:.3f}  ppl {event.ppl:.1f}{bleu}  at update {event.update:,}{best}"
         if self.quiet:
             return
-        line = (f"validation at update {rec['update']:,}: dev loss {rec['loss']:.3f} ppl {rec['ppl']:.1f}{bleu}"
-                f"{' (best)' if rec['best'] else ''}")
+        line = (f"validation at update {event.update:,}: dev loss {event.loss:.3f} ppl {event.ppl:.1f}{bleu}"
+                f"{' (best)' if event.best else ''}")
         if self.progress is not None:
             self.progress.console.print(line)
         else:

@@ -1,25 +1,12 @@
-"""What a training run reports and remembers: the `Callbacks` its caller receives, the
-`TrainState` saved in every checkpoint (with the bookkeeping of validations) and the
-`TrainResult` it returns."""
+"""What a training run remembers: the `TrainState` saved in every checkpoint (with the
+bookkeeping of validations) and the `TrainResult` it returns (what it reports as it goes:
+`nmtkit.train.events`)."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
-
-class Callbacks:
-    """What the trainer tells its caller (the CLI draws a progress display from these)."""
-
-    def on_start(self, info: dict[str, Any]) -> None: ...
-
-    def on_update(self, update: int, epoch: int) -> None: ...
-
-    def on_log(self, rec: dict[str, Any]) -> None: ...
-
-    def on_validation(self, rec: dict[str, Any]) -> None: ...
-
-    def on_message(self, msg: str) -> None: ...
+from nmtkit.train.events import ValidationEvent
 
 
 @dataclass
@@ -36,19 +23,14 @@ class TrainState:
     elapsed: float = 0.0  # training seconds over all sessions of the run
     skipped_batches: int = 0
 
-    def record_validation(self, score: float, higher_is_better: bool, final: bool) -> bool:
+    def record_best(self, score: float, higher_is_better: bool) -> bool:
         """Note a dev score at this update; True when it is the best so far (never a non-finite
-        one). A `final` validation (training stopped between two scheduled ones) leaves the
-        early-stopping counter alone, so a later --resume continues exactly."""
+        one). The early-stopping count is `stopping.count_patience`'s."""
         improved = math.isfinite(score) and (
             self.best_score is None or (score > self.best_score if higher_is_better else score < self.best_score))
         self.last_valid_update = self.update
         if improved:
             self.best_score, self.best_update = score, self.update
-            if not final:
-                self.bad_validations = 0
-        elif not final:
-            self.bad_validations += 1
         return improved
 
 
@@ -59,7 +41,7 @@ class TrainResult:
     epoch: int
     best_score: float | None
     best_update: int | None
-    last_valid: dict[str, Any] | None
+    last_valid: ValidationEvent | None
 
     @property
     def interrupted(self) -> bool:

@@ -41,6 +41,12 @@ class StopSignals:
             signal.signal(sig, handler)
 
 
+def count_patience(state: TrainState, improved: bool) -> None:
+    """The early-stopping count (--patience) after a scheduled validation: validations in a row
+    without a new best dev score."""
+    state.bad_validations = 0 if improved else state.bad_validations + 1
+
+
 def stop_reason(cfg: TrainConfig, state: TrainState, received: int | None, elapsed: float,
                 dist_info: ddp.DistInfo, device: torch.device, check_collective: bool) -> str | None:
     """Why training stops after this update (max-updates, patience, SIGINT, SIGTERM, max-time),

@@ -1,7 +1,7 @@
 """`nmtkit train --tensorboard DIR`: the run's metrics.jsonl records as TensorBoard scalars.
 
-A trainer callback (`nmtkit.train.state.Callbacks`) that writes each training log record and
-each validation record with `torch.utils.tensorboard.SummaryWriter`, at the record's update:
+A trainer callback (`nmtkit.train.events.Callbacks`) that writes each training log event and
+each validation event with `torch.utils.tensorboard.SummaryWriter`, at the event's update:
   train/loss, train/ppl, train/objective, train/grad_norm, train/lr, train/tgt_tokens_per_s,
   train/sents_per_s, train/updates_per_s, train/skipped
   valid/loss, valid/ppl, valid/bleu (when dev BLEU is computed), valid/best_score
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nmtkit.errors import ConfigError
-from nmtkit.train.state import Callbacks
+from nmtkit.train.events import Callbacks, LogEvent, StartEvent, ValidationEvent
 
 INSTALL = "pip install 'nmtkit[tensorboard]' (or pip install tensorboard)"
 TRAIN_SCALARS = ("loss", "ppl", "objective", "grad_norm", "lr", "tgt_tokens_per_s", "sents_per_s", "updates_per_s",
@@ -51,7 +51,7 @@ def tensorboard_dir(value: str | bool | None, save_dir: str | Path) -> Path | No
 
 
 class TensorBoardCallbacks(Callbacks):
-    """Writes train and valid records as scalars; forwards every callback to `inner`."""
+    """Writes log and validation events as scalars; forwards every callback to `inner`."""
 
     def __init__(self, log_dir: str | Path, inner: Callbacks | None = None, start_update: int = 0):
         writer_class = require_tensorboard()
@@ -59,27 +59,27 @@ class TensorBoardCallbacks(Callbacks):
         self.log_dir = Path(log_dir)
         self.writer = writer_class(log_dir=str(self.log_dir), purge_step=start_update + 1)
 
-    def _scalars(self, prefix: str, names: tuple[str, ...], rec: dict[str, Any]) -> None:
-        step = int(rec["update"])
+    def _scalars(self, prefix: str, names: tuple[str, ...], event: LogEvent | ValidationEvent) -> None:
+        step = int(event.update)
         for name in names:
-            value = rec.get(name)
+            value = getattr(event, name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                 self.writer.add_scalar(f"{prefix}/{name}", value, step)
         self.writer.flush()
 
-    def on_start(self, info: dict[str, Any]) -> None:
-        self.inner.on_start(info)
+    def on_start(self, event: StartEvent) -> None:
+        self.inner.on_start(event)
 
     def on_update(self, update: int, epoch: int) -> None:
         self.inner.on_update(update, epoch)
 
-    def on_log(self, rec: dict[str, Any]) -> None:
-        self._scalars("train", TRAIN_SCALARS, rec)
-        self.inner.on_log(rec)
+    def on_log(self, event: LogEvent) -> None:
+        self._scalars("train", TRAIN_SCALARS, event)
+        self.inner.on_log(event)
 
-    def on_validation(self, rec: dict[str, Any]) -> None:
-        self._scalars("valid", VALID_SCALARS, rec)
-        self.inner.on_validation(rec)
+    def on_validation(self, event: ValidationEvent) -> None:
+        self._scalars("valid", VALID_SCALARS, event)
+        self.inner.on_validation(event)
 
     def on_message(self, msg: str) -> None:
         self.inner.on_message(msg)

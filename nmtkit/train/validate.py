@@ -20,6 +20,7 @@ from nmtkit.data.batching import collate, length_batches
 from nmtkit.data.binarized import ParallelData
 from nmtkit.models.precision import autocast
 from nmtkit.text.vocab import Vocab
+from nmtkit.train import distributed as ddp
 
 log = logging.getLogger(__name__)
 
@@ -143,3 +144,20 @@ def check_dev_bleu(model: Any, data: ParallelData, tgt_vocab: Vocab, pipeline: d
 
 def perplexity(loss: float) -> float:
     return math.exp(min(loss, 700.0))
+
+
+def dev_scores(ctx: Any) -> tuple[float, float]:
+    """(dev loss, dev BLEU) of a `nmtkit.train.context.TrainContext`'s model, computed on rank 0
+    and broadcast to every rank; BLEU is nan where --valid-bleu-samples is 0."""
+    cfg = ctx.cfg
+    loss, bleu = float("nan"), float("nan")
+    if ctx.dist.is_main:
+        assert ctx.valid_data is not None
+        loss, _ = dev_loss(ctx.model, ctx.valid_data, cfg.valid_batch_size, ctx.device, ctx.precision,
+                           cfg.loss_chunk_tokens)
+        if ctx.bleu_enabled:
+            bleu, _, _ = dev_bleu(ctx.model, ctx.valid_data, ctx.data.tgt_vocab, ctx.data.pipeline,
+                                  cfg.valid_bleu_samples, cfg.valid_beam, cfg.valid_batch_size, ctx.device,
+                                  ctx.raw_refs, ctx.precision)
+    loss, bleu = ddp.broadcast_floats([loss, bleu], ctx.dist, ctx.device)
+    return loss, bleu

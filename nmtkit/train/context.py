@@ -1,0 +1,167 @@
+"""Everything a training update needs, fully built at construction: the device and precision,
+the training data and its batching, the model, optimiser, schedule and grad scaler (restored
+from a checkpoint on resume), the run's `TrainState` and the statistics accumulated on the
+device. `nmtkit.train.step.train_step(context, batches)` runs one update on it, from a fresh
+context as well as inside the loop (`nmtkit.train.trainer`), so benchmarks and tests drive the
+same step that training runs."""
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from nmtkit.data.batching import BatchingConfig, epoch_batches, keep_pairs, over_budget
+from nmtkit.devices import resolve_device, threads_per_process
+from nmtkit.errors import ConfigError, InputError
+from nmtkit.models.fusion import resolve_fuse
+from nmtkit.models.precision import FP16_ON_CPU, resolve_precision, set_tf32
+from nmtkit.train import distributed as ddp
+from nmtkit.train.accumulate import Accumulators
+from nmtkit.train.config import TrainConfig
+from nmtkit.train.data import DataDir
+from nmtkit.train.events import Callbacks
+from nmtkit.train.optim import LRSchedule, build_optimizer
+from nmtkit.train.rng import restore_rng
+from nmtkit.train.state import TrainState
+
+log = logging.getLogger("nmtkit.train")
+
+
+class TrainContext:
+    """One model training on one data directory (see the module docstring).
+
+    `resume`: a checkpoint dict (from checkpoint_last.pt) to continue from, or None.
+    `loss_hook(update, loss_sum) -> loss_sum`: test hook applied to each minibatch's loss (e.g.
+    to inject a NaN); None in normal use.
+    """
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        data: DataDir,
+        run_dir: str | Path,
+        arch: str,
+        model_config: dict[str, Any],
+        *,
+        resume: dict[str, Any] | None = None,
+        callbacks: Callbacks | None = None,
+        dist_info: ddp.DistInfo | None = None,
+        loss_hook: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
+    ):
+        self.cfg = cfg
+        self.data = data
+        self.run_dir = Path(run_dir)
+        self.arch = arch
+        self.model_config = dict(model_config)
+        self.cb = callbacks or Callbacks()
+        self.dist = dist_info or ddp.DistInfo()
+        self.loss_hook = loss_hook
+        self.state = TrainState()
+        self._setup_device()
+        self._setup_data()
+        self._setup_model(resume)
+        self.acc = Accumulators(self.device)  # statistics since the last log record
+        self.consecutive_skips = 0  # updates skipped in a row for a non-finite loss
+        self.lr = self.schedule.lr_at(self.state.update)  # the learning rate of the last update
+
+    def _setup_device(self) -> None:
+        """Device, precision ("auto" resolved), CPU threads, the process group."""
+        cfg = self.cfg
+        self.device = resolve_device(cfg.device, self.dist.local_rank)
+        self.precision = resolve_precision(self.device.type, cfg.precision)  # "auto" resolved
+        if self.precision == "fp16" and self.device.type != "cuda" and self.dist.is_main:
+            log.warning(FP16_ON_CPU)
+        if self.precision == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise ConfigError("--precision bf16 is not supported by this GPU (use fp16)")
+        self.tf32 = set_tf32(self.device.type, self.precision, cfg.tf32)
+        torch.set_num_threads(cfg.threads or threads_per_process(self.dist.local_world_size))
+        ddp.init(self.dist, self.device)
+
+    def _setup_data(self) -> None:
+        """The training pairs kept (--max-len), the batching, the dev split and its references."""
+        cfg, data = self.cfg, self.data
+        self.train_data = data.split("train")
+        self.keep = keep_pairs(self.train_data.src.lengths, self.train_data.tgt.lengths, cfg.max_len)
+        if len(self.keep) == 0:
+            raise InputError(f"no training pair has both sides within --max-len {cfg.max_len}", str(data.path))
+        self.dropped = len(self.train_data) - len(self.keep)
+        self.batching = BatchingConfig(cfg.batch_size, cfg.max_tokens, cfg.sort_pool, shuffle=True)
+        lens = (self.train_data.src.lengths[self.keep], self.train_data.tgt.lengths[self.keep])
+        over, largest = over_budget(*lens, cfg.max_tokens) if cfg.max_tokens is not None else (0, 0)
+        if over and self.dist.is_main:
+            log.warning("--max-tokens %d is below the padded size of %d of the %d training pairs (up to %d "
+                        "tokens): each forms a one-pair minibatch over the budget", cfg.max_tokens, over,
+                        len(self.keep), largest)
+        self.arrays = (np.asarray(self.train_data.src.ids), np.asarray(self.train_data.src.offsets),
+                       np.asarray(self.train_data.tgt.ids), np.asarray(self.train_data.tgt.offsets))
+        self.tgt_lens = self.train_data.tgt.lengths
+        self._plan_epoch: int | None = None
+        self._plan: list[np.ndarray] = []
+        self.valid_data = data.split("valid") if data.has_split("valid") else None
+        if self.valid_data is None:
+            raise InputError("no 'valid' split in the data directory (validation needs a dev set)", str(data.path))
+        self.bleu_enabled = cfg.valid_bleu_samples > 0
+        self.raw_refs = data.raw_references("valid") if self.bleu_enabled else None
+
+    def _setup_model(self, resume: dict[str, Any] | None) -> None:
+        """Model, optimiser, schedule, grad scaler (same initial weights on every rank: seeded
+        identically), the resumed state, and the loss module DDP wraps."""
+        from nmtkit.models import build_model
+
+        cfg = self.cfg
+        torch.manual_seed(cfg.seed)
+        random.seed(cfg.seed)
+        np.random.seed(cfg.seed % 2**32)
+        self.model = build_model(self.arch, self.model_config).to(self.device)
+        self.model.fuse_steps = resolve_fuse(cfg.fuse, self.device)
+        self.optimizer = build_optimizer(self.model.parameters(), cfg)
+        self.schedule = LRSchedule(self.optimizer, cfg)
+        # fp16 needs loss scaling (its range is too small for gradients); bf16 and fp32 do not
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
+        if resume is not None:
+            self._load_resume(resume)
+        elif self.dist.rank > 0:
+            torch.manual_seed(cfg.seed + 7919 * self.dist.rank)  # own dropout masks per rank
+        self.loss_module: nn.Module = ddp.LossModule(self.model, cfg.label_smoothing, cfg.loss_chunk_tokens)
+        if self.dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.loss_module = DistributedDataParallel(self.loss_module, device_ids=ids)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+
+    def _load_resume(self, ckpt: dict[str, Any]) -> None:
+        self.model.load_state_dict(ckpt["model_state"])
+        self.optimizer.load_state_dict(ckpt["optimizer_state"])
+        self.schedule.load_state_dict(ckpt["schedule_state"])
+        if self.scaler is not None and ckpt.get("scaler_state"):
+            self.scaler.load_state_dict(ckpt["scaler_state"])
+        tr = dict(ckpt["trainer"])
+        tr.pop("world_size", None)
+        self.state = TrainState(**tr)
+        restore_rng(ckpt.get("rng") or {}, self.dist.rank, self.cfg.seed, self.state.update, self.device)
+
+    def epoch_plan(self, epoch: int) -> list[np.ndarray]:
+        """The minibatches (arrays of pair indices) of `epoch`, in training order: a pure
+        function of the seed and the epoch."""
+        if self._plan_epoch != epoch:
+            self._plan = epoch_batches(self.train_data.src.lengths, self.tgt_lens, self.batching,
+                                       self.cfg.seed, epoch, self.keep)
+            self._plan_epoch = epoch
+        return self._plan
+
+    def target_tokens(self, pairs: np.ndarray) -> int:
+        """The target tokens of the pairs `pairs`, one EOS each included."""
+        return int(self.tgt_lens[pairs].sum()) + len(pairs)
+
+    def parameter_count(self) -> int:
+        return sum(p.numel() for p in self.params)
+
+    def close(self) -> None:
+        """Leave the process group (a no-op outside DDP)."""
+        ddp.shutdown(self.dist)

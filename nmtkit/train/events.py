@@ -1,0 +1,80 @@
+"""What a training run tells its caller: typed events, and the `Callbacks` that receive them
+(the CLI's progress display, the TensorBoard writer). A log and a validation event are also the
+records of metrics.jsonl (`record()`: the fields in order, under "kind")."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StartEvent:
+    """The run is about to train from `update` (0, or the resumed update)."""
+
+    update: int
+    epoch: int
+    max_updates: int | None
+    max_epochs: int | None
+    max_time: float | None  # seconds
+    batches_per_epoch: int
+    train_pairs: int  # the pairs kept by --max-len
+    dropped_pairs: int
+    parameters: int
+    device: str
+    world_size: int
+    elapsed: float  # training seconds before this session (a resumed run's)
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    """Training statistics over the updates since the previous log event (summed over ranks)."""
+
+    update: int
+    epoch: int
+    loss: float  # mean NLL per target token (EOS included)
+    ppl: float
+    objective: float  # the optimised loss per target token (label smoothing included)
+    grad_norm: float  # mean over the updates, before clipping
+    lr: float
+    tgt_tokens_per_s: float
+    sents_per_s: float
+    updates_per_s: float
+    elapsed: float
+    skipped: int  # minibatches skipped for a non-finite loss, over the whole run
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": "train", **asdict(self)}
+
+
+@dataclass(frozen=True)
+class ValidationEvent:
+    """A validation's dev scores, and whether it made a new best checkpoint."""
+
+    update: int
+    epoch: int
+    loss: float  # mean NLL per dev target token
+    ppl: float
+    bleu: float | None  # None where dev BLEU is off
+    best: bool  # a new best dev score: checkpoint_best.pt was written
+    best_score: float | None
+    best_update: int | None
+    seconds: float
+    elapsed: float
+    final: bool  # the validation when training stopped between two scheduled ones
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": "valid", **asdict(self)}
+
+
+class Callbacks:
+    """What the trainer tells its caller; every method does nothing unless overridden."""
+
+    def on_start(self, event: StartEvent) -> None: ...
+
+    def on_update(self, update: int, epoch: int) -> None: ...
+
+    def on_log(self, event: LogEvent) -> None: ...
+
+    def on_validation(self, event: ValidationEvent) -> None: ...
+
+    def on_message(self, msg: str) -> None: ...
