@@ -123,6 +123,10 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, An
         raise CheckpointError("is a directory, not a checkpoint file (e.g. RUN/checkpoint_best.pt)", str(path))
     if not path.is_file():
         raise CheckpointError("checkpoint not found", str(path))
+    with open(path, "rb") as f:
+        if f.read(4) != b"PK\x03\x04":  # torch.save writes a zip archive; anything else is not read at all
+            raise CheckpointError("not an nmtkit checkpoint: it is not a torch checkpoint (no zip archive); it was "
+                                  "not loaded", str(path))
     try:
         with warnings.catch_warnings():  # torch's notes on foreign pickles: the error below says it all
             warnings.simplefilter("ignore")
@@ -130,11 +134,8 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, An
     except pickle.UnpicklingError:
         # torch's message advises weights_only=False, i.e. running whatever code the file holds:
         # never pass that on
-        with open(path, "rb") as f:
-            is_zip = f.read(4) == b"PK\x03\x04"
-        what = ("holds objects other than tensors and plain values" if is_zip
-                else "is not a torch checkpoint (no zip archive)")
-        raise CheckpointError(f"not an nmtkit checkpoint: it {what}; it was not loaded", str(path)) from None
+        raise CheckpointError("not an nmtkit checkpoint: it holds objects other than tensors and plain values; it "
+                              "was not loaded", str(path)) from None
     except Exception as err:  # truncated zip, not a torch file
         msg = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise CheckpointError(f"not a readable nmtkit checkpoint (truncated or corrupt?): {msg}", str(path)) from None

@@ -17,7 +17,8 @@ checkpoints, metrics, selections, tokenised text, the preprocess data directory)
 it spends hours decoding or training. `check_outputs_vs_inputs` is where every command
 declares its inputs and outputs, so that no output can overwrite or replace what the command
 reads (with or without --force), and `check_replaceable_dir` lets --force replace a folder
-only when it holds nothing but nmtkit's own files. Nothing here imports torch.
+only when it holds nothing but nmtkit's own files. `DirLock` keeps a directory to one
+process at a time (one training run per run directory). Nothing here imports torch.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import shutil
 import socket
 import stat
 import tempfile
+import weakref
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable
 
@@ -130,6 +132,17 @@ def _probe_folder(folder: str, name: str, what: str) -> None:
     os.unlink(probe)
 
 
+# The temp files being written now, so that a signal that lands inside cleanup code (where
+# raising skips the `with` blocks still to exit) can still remove them: `abort_pending`.
+_PENDING: "weakref.WeakSet[Staged]" = weakref.WeakSet()
+
+
+def abort_pending() -> None:
+    """Remove every temp file still being written (see `sigterm_unwinds` in nmtkit.cli.common)."""
+    for staged in list(_PENDING):
+        staged.abort()
+
+
 class Staged:
     """Where the bytes for `path` go now (`write_path`) and how they appear there (`commit`).
 
@@ -156,6 +169,7 @@ class Staged:
         finally:
             os.close(fd)
         self.write_path = self.tmp
+        _PENDING.add(self)
 
     def commit(self, synced: bool = False) -> None:
         """Make the written bytes appear at `path` (fsync first unless `synced`)."""
@@ -169,6 +183,7 @@ class Staged:
                 os.close(fd)
         os.replace(self.tmp, self.target)
         self.tmp = None
+        _PENDING.discard(self)
 
     def abort(self) -> None:
         if self.tmp is not None:
@@ -177,6 +192,7 @@ class Staged:
             except FileNotFoundError:
                 pass
             self.tmp = None
+        _PENDING.discard(self)
 
     def __enter__(self) -> "Staged":
         return self

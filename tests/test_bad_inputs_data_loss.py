@@ -116,6 +116,11 @@ COMMANDS = [
             {"--dest": "prefix"}, _select_argv),
     Command("train", {"--data": lambda w: _file(w, "in-data", "data", w.data)}, {"--save-dir": "folder"},
             _train_argv),
+    Command("tokenize", {"-i": lambda w: _file(w, "in-i", "raw.en", w.src),
+                         "--protect": lambda w: _file(w, "in-protect", "patterns.txt", text="[0-9]+\n")},
+            {"-o": "file"},
+            lambda w, ins, outs: ["tokenize", "--lang", "en", "-i", ins["-i"].value, "--protect",
+                                  ins["--protect"].value, "-o", outs["-o"], "--workers", "1"]),
     Command("average", {"-m": lambda w: _file(w, "in-m", "model.pt", w.ckpt)}, {"-o": "file"},
             lambda w, ins, outs: ["average", "-m", ins["-m"].value, "-o", outs["-o"], "--force"]),
     # score's inputs are named *.png: --plot must end in .png, and that check is not the one tried here
@@ -224,6 +229,9 @@ ROWS = [
         lambda w: _preprocess(w, _data_dir_over(w, "pp-own"), "corpus", "--force"), ok=True),
     Row("preprocess-force-replaces-a-data-dir-whose-manifest-lists-no-files",
         lambda w: _preprocess(w, _old_data_dir(w), "corpus", "--force"), ok=True),
+    Row("tokenize-tokinfo-would-replace-the-input",
+        lambda w: ["tokenize", "--lang", "en", "-i", _text_file(w, "t.tokinfo.json"), "-o", str(w.tmp / "t")],
+        needles=("tokinfo.json", "-i input"), check=_unchanged(Path("t.tokinfo.json"), "the cat\n")),
     Row("preprocess-same-file-as-source-and-target", lambda w: _preprocess(w, w.tmp / "pp", _same_sides(w, "same")),
         needles=("same.en", "same.fr", "same file")),
     Row("select-data-same-file-as-source-and-target",
@@ -234,6 +242,11 @@ ROWS = [
                                                      str(w.tmp / "dc"), *TINY, "--max-updates", "2"],
         needles=("--save-dir", "--data")),
 ]
+
+
+def _text_file(w: World, name: str) -> str:
+    (w.tmp / name).write_text("the cat\n")
+    return str(w.tmp / name)
 
 
 def _data_copy_here(w: World) -> Path:

@@ -4,6 +4,7 @@ and the World are tests/test_bad_inputs.py's)."""
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -53,7 +54,7 @@ ROWS = [
         w, vocab={"src": "vocab.en.txt", "tgt": "../data/vocab.fr.txt"}), w.tmp / "r10"), needles=("vocab.tgt",)),
     Row("train-manifest-pipeline-language-contradicts",
         lambda w: _train(_w_manifest(w, pipeline_src_lang="de"), w.tmp / "r11"), needles=("pipeline.src_lang",)),
-    Row("translate-random-bytes-named-pt", lambda w: ["translate", "-m", _text(w, "r.pt", os.urandom(4000)), "-i",
+    Row("translate-random-bytes-named-pt", lambda w: ["translate", "-m", _text(w, "r.pt", random.Random(0).randbytes(4000)), "-i",
                                                       str(w.src)], needles=("r.pt", "not an nmtkit checkpoint"),
         absent=("weights_only", "arbitrary code")),
     Row("translate-pickle-named-pt", lambda w: ["translate", "-m", _pickle(w), "-i", str(w.src)],
@@ -164,3 +165,17 @@ def test_wmt14_smoke_honours_work_and_results(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert f"{tmp_path}/w/" in proc.stdout and f"{tmp_path}/res/" in proc.stdout
     assert "work-smoke" not in proc.stdout and "results-smoke" not in proc.stdout
+
+
+def test_a_zip_holding_a_foreign_pickle_is_refused_without_torchs_advice(world):
+    """torch.save of an object that is not plain data: refused unread, and torch's advice to
+    retry with weights_only=False (running the file's code) is never passed on."""
+    import fractions
+
+    import torch
+
+    path = world.tmp / "foreign.pt"
+    torch.save({"format_version": 1, "x": fractions.Fraction(1, 3)}, path)
+    row = Row("zip-with-foreign-pickle", lambda w: ["translate", "-m", str(path), "-i", str(w.src)],
+              needles=("foreign.pt", "objects other than tensors"), absent=("weights_only", "arbitrary code"))
+    check_row(row, world)

@@ -133,6 +133,11 @@ def sigterm_unwinds() -> Iterator[None]:
         return
     try:
         yield
+    except Terminated:
+        from nmtkit.outputs import abort_pending
+
+        abort_pending()  # the signal may have landed inside cleanup code, skipping some `with` exits
+        raise
     finally:
         signal.signal(signal.SIGTERM, old)
 

@@ -8,7 +8,7 @@ import click
 
 from nmtkit.cli.common import config_options, config_values
 from nmtkit.devices import available_cores
-from nmtkit.text.tokenize import TokenizeConfig, tokenize_file
+from nmtkit.text.tokenize import TokenizeConfig, check_tokenize_outputs, tokenize_file
 
 
 @click.command("tokenize")
@@ -26,4 +26,5 @@ def tokenize_cmd(quiet: bool, **options: Any) -> None:
     if values["workers"] is None:
         values["workers"] = available_cores()
     config = TokenizeConfig(**values)
+    check_tokenize_outputs(config.input_path, config.output_path, config.protect)
     tokenize_file(config.input_path, config.output_path, config.pipeline(), config.workers)

@@ -67,6 +67,7 @@ def _check_outputs(config: PreprocessConfig) -> None:
     """No input may lie in the --dest that preprocess replaces (or be it)."""
     inputs = [(f"--{name if name in ('train', 'valid') else 'test'}", path) for name, prefix in config.splits()
               for lang in (config.src_lang, config.tgt_lang) for path in input_candidates(prefix, lang)]
+    inputs += [("--protect", p) for p in config.protect if os.path.isfile(p)]
     check_outputs_vs_inputs(inputs, replaced_dirs=[("--dest", config.dest)])
 
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.options import check_fields, option
-from nmtkit.outputs import OutputFile, write_text, writes_in_place
+from nmtkit.outputs import OutputFile, check_outputs_vs_inputs, write_text, writes_in_place
 from nmtkit.text.io import read_lines, stream_lines
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import DASH_SPLITS_OPTION, NORMALIZE_PUNCT_OPTION, PROTECT_OPTION, TextPipeline
@@ -108,6 +109,14 @@ def _lines(path: str | None):
     if path not in (None, "-"):
         return read_lines(path)
     return stream_lines(sys.stdin.buffer, "<stdin>")
+
+
+def check_tokenize_outputs(input_path: str | None, output_path: str | None, protect: Sequence[str] = ()) -> None:
+    """Before anything is read: neither the output nor its .tokinfo.json may be the input or a
+    --protect file (nmtkit.outputs.check_outputs_vs_inputs)."""
+    inputs = [("-i", input_path), *(("--protect", p) for p in protect if os.path.isfile(p))]
+    tokinfo_out = output_path + TOKINFO_SUFFIX if output_path else None
+    check_outputs_vs_inputs(inputs, files=[("-o", output_path), (f"-o's {TOKINFO_SUFFIX}", tokinfo_out)])
 
 
 def tokenize_file(input_path: str | None, output_path: str | None, pipeline: TextPipeline, workers: int) -> None:
