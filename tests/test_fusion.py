@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.launches import count_launches, enable_inductor_kernel_profile
+from nmtkit.devtools.launches import count_launches, enable_inductor_kernel_profile
 from nmtkit.errors import ConfigError
 from nmtkit.models import build_model, fusion
 from nmtkit.train.config import TrainConfig
@@ -58,7 +58,7 @@ def test_unknown_fuse_mode_is_rejected_by_the_train_config():
 @needs_compiler
 def test_fused_training_step_launches_a_fraction_of_the_eager_ops():
     """docs/design.md, section 10: with fused step bodies a training step launches at most a quarter of the
-    eager step's ops (counted as benchmarks/launches.py counts them)."""
+    eager step's ops (counted as nmtkit/devtools/launches.py counts them)."""
     torch.manual_seed(0)
     model = build_model("rnnsearch", dict(TINY["rnnsearch"], init="default")).float()
     src, src_lens, tgt_in, tgt_out, _ = random_batch(src_lens=(7, 5, 6, 3), tgt_lens=(9, 4, 8, 6))
@@ -72,7 +72,7 @@ def test_fused_training_step_launches_a_fraction_of_the_eager_ops():
     for fuse in (False, True):
         m = model.with_fused_steps(fuse)
         step(m)  # compiles (fused) before counting
-        counts[fuse] = count_launches(lambda: step(m))[0].total
+        counts[fuse] = count_launches(step, m)[0].total
     assert counts[True] * 4 <= counts[False], counts
     assert counts[True] > 20, counts  # the generated kernels are counted too
 
