@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import click
 
+from nmtkit.cli.common import quiet_warnings
+
 
 @click.command("average")
 @click.option("-m", "--model", "models", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
@@ -26,6 +28,7 @@ def average_cmd(models, last, save_dir, output, force, quiet) -> None:
       nmtkit average -m run/checkpoint_9000.pt -m run/checkpoint_10000.pt -o run/avg.pt
       nmtkit average --last 5 --save-dir run -o run/checkpoint_avg5.pt
     """
+    quiet_warnings(quiet)
     from nmtkit.average import average, last_checkpoints
     from nmtkit.errors import ConfigError
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from nmtkit.cli.common import make_console, progress_enabled, protect_option
+from nmtkit.cli.common import make_console, progress_enabled, protect_option, quiet_warnings
 from nmtkit.devices import available_cores
 
 
@@ -124,6 +124,7 @@ def preprocess_cmd(src_lang, tgt_lang, train, valid, test, dest, force, input_fo
       nmtkit preprocess --src-lang en --tgt-lang fr --train data/train --valid data/dev \\
         --test data/test --bpe 30000 --max-len 50 --dest work/data
     """
+    quiet_warnings(quiet)
     from nmtkit.preprocess import PreprocessConfig, preprocess
 
     config = PreprocessConfig(

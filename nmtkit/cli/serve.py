@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from nmtkit.cli.common import fuse_option, shortlist_option
+from nmtkit.cli.common import fuse_option, quiet_warnings, shortlist_option
 
 
 @click.command("serve")
@@ -56,6 +56,7 @@ def serve_cmd(models, ensemble, host, port, beam, lenpen, max_len_a, max_len_b, 
 
         nmtkit serve -m run/checkpoint_best.pt --port 8080
     """
+    quiet_warnings(quiet)
     import asyncio
 
     from nmtkit.serve.app import ServeConfig, serve
@@ -75,11 +76,7 @@ def serve_cmd(models, ensemble, host, port, beam, lenpen, max_len_a, max_len_b, 
     def say(msg: str) -> None:
         click.echo(f"nmtkit: {msg}", err=True)
 
-    def warn(msg: str) -> None:
-        if not quiet:
-            say(f"warning: {msg}")
-
-    translator = Translator(tcfg, warn=warn)
+    translator = Translator(tcfg)
     translator.source_name = "<request>"
     translator.translate_lines(["warm up ."])  # the first decoder call is slow; pay it before the first client
     asyncio.run(serve(translator, config, announce=say, log_line=say))

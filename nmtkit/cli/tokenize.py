@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from nmtkit.cli.common import protect_option
+from nmtkit.cli.common import protect_option, quiet_warnings
 
 
 @click.command("tokenize")
@@ -30,6 +30,7 @@ def tokenize_cmd(lang, input_path, output_path, no_normalize_punct, aggressive_d
       nmtkit tokenize --lang en -i corpus.en -o corpus.tok.en
       zcat news.fr.gz | nmtkit tokenize --lang fr > news.tok.fr
     """
+    quiet_warnings(quiet)
     from nmtkit.devices import available_cores
     from nmtkit.errors import ConfigError
     from nmtkit.text.pipeline import TextPipeline

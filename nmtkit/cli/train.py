@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from nmtkit.cli.common import progress_enabled
+from nmtkit.cli.common import progress_enabled, quiet_warnings
 
 TRAIN_FIELDS = (
     "arch", "preset", "max_len", "batch_size", "max_tokens", "sort_pool", "update_freq", "optimizer", "lr", "adadelta_rho",
@@ -161,6 +161,7 @@ def train_cmd(ctx: click.Context, data_dir: str, save_dir: str, resume: bool, fo
     minibatches (--batch-size is per process; DistributedDataParallel averages the gradients)
     and only rank 0 writes.
     """
+    quiet_warnings(quiet)
     from nmtkit.train.config import parse_duration
 
     train_options = {k: options[k] for k in TRAIN_FIELDS if options.get(k) is not None}

@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from nmtkit.cli.common import fuse_option, shortlist_option
+from nmtkit.cli.common import fuse_option, quiet_warnings, shortlist_option
 
 FORMATS = ["raw", "tok", "bpe"]
 
@@ -83,6 +83,7 @@ def translate_cmd(models, ensemble, input_path, output_path, force, input_format
 
         nmtkit translate -m run/checkpoint_best.pt < test.en > test.hyp.fr
     """
+    quiet_warnings(quiet)
     from nmtkit.translate import TranslateConfig, translate_files
 
     stdin_tty = input_path is None and sys.stdin.isatty()
@@ -96,10 +97,6 @@ def translate_cmd(models, ensemble, input_path, output_path, force, input_format
         precision=precision, fuse=fuse, shortlist=shortlist, threads=threads, ensemble=ensemble,
     )
 
-    def warn(msg: str) -> None:
-        if not quiet:
-            click.echo(f"nmtkit: warning: {msg}", err=True)
-
-    n = translate_files(cfg, input_path, output_path, alignments_file, force, warn)
+    n = translate_files(cfg, input_path, output_path, alignments_file, force)
     if not quiet and not stdin_tty:
         click.echo(f"nmtkit: translated {n} lines", err=True)
