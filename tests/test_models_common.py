@@ -347,3 +347,17 @@ def test_rnnencdec_reports_all_zero_attention_of_source_width():
     assert attn.shape == (src.size(0), tgt_in.size(1), src.size(1) + 1)
     assert step_attn.shape == (src.size(0), src.size(1) + 1)
     assert torch.all(attn == 0) and torch.all(step_attn == 0)
+
+
+@pytest.mark.parametrize("arch", IMPLEMENTED)
+def test_fuse_steps_is_chosen_at_construction_and_with_fused_steps_copies_the_model(arch):
+    model = tiny_model(arch)
+    assert model.fuse_steps is False
+    assert build_model(arch, TINY[arch], fuse_steps=True).fuse_steps is True
+    with pytest.raises(AttributeError):
+        model.fuse_steps = True
+    fused = model.with_fused_steps(True)
+    assert fused.fuse_steps is True and model.fuse_steps is False
+    assert fused.training == model.training
+    for (name, p), (_, q) in zip(model.named_parameters(), fused.named_parameters(), strict=True):
+        assert q.dtype == p.dtype and torch.equal(q, p) and q.data_ptr() != p.data_ptr(), name
