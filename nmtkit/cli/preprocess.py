@@ -112,7 +112,7 @@ def _summary(console, manifest: dict) -> None:
               help="Processes for tokenisation/BPE (line order is kept). Default: all cores.")
 @click.option("--chunk-size", type=int, default=500, show_default=True, metavar="N",
               help="Lines per work unit sent to a worker.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bars and no summary table.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars, summary table or warnings on stderr.")
 def preprocess_cmd(src_lang, tgt_lang, train, valid, test, dest, force, input_format, no_normalize_punct,
                    aggressive_dash_splits, lowercase, protect, truecase, max_len, max_ratio, dedup, bpe, bpe_separate,
                    bpe_vocab_threshold, bpe_min_frequency, src_vocab_size, tgt_vocab_size, vocab_min_count,

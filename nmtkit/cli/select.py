@@ -36,7 +36,7 @@ from nmtkit.devices import available_cores
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the pool sample for H_out.")
 @click.option("--write-arpa", is_flag=True, help="Also write the four LMs as PREFIX.{in,out}.{lang}.arpa.")
 @click.option("--force", is_flag=True, help="Overwrite existing outputs.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no warnings on stderr.")
 def select_data_cmd(src_lang, tgt_lang, in_domain, pool, dest, lines, words, fraction, order, method, workers,
                     input_format, lowercase, aggressive_dash_splits, min_count, seed, write_arpa, force,
                     quiet) -> None:

@@ -42,7 +42,7 @@ from nmtkit.cli.common import fuse_option, quiet_warnings, shortlist_option
 @shortlist_option(" A batch's shortlist (and bf16 rounding) depends on the sentences batched together: "
                   "for answers that never depend on other requests, use --shortlist off --precision fp32.")
 @click.option("--threads", type=int, default=None, metavar="N", help="torch CPU threads [torch's default].")
-@click.option("-q", "--quiet", is_flag=True, help="No per-request log lines on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="No per-request log lines or warnings on stderr.")
 def serve_cmd(models, ensemble, host, port, beam, lenpen, max_len_a, max_len_b, batch_size, max_tokens,
               batch_delay_ms, max_lines, max_line_chars, max_body_bytes, max_src_len, device, precision,
               fuse, shortlist, threads, quiet) -> None:

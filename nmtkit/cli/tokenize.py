@@ -20,7 +20,7 @@ from nmtkit.cli.common import protect_option, quiet_warnings
 @protect_option
 @click.option("--workers", type=int, default=None, metavar="N",
               help="Processes (line order is kept). Default: all cores.")
-@click.option("--quiet", "-q", is_flag=True, help="Accepted for symmetry with the other commands (tokenize prints no progress).")
+@click.option("--quiet", "-q", is_flag=True, help="No warnings on stderr (tokenize prints no progress).")
 def tokenize_cmd(lang, input_path, output_path, no_normalize_punct, aggressive_dash_splits, lowercase, protect,
                  workers, quiet) -> None:
     """Moses-normalise and tokenise raw text with the settings preprocess uses (sacremoses, escape=False).

@@ -148,7 +148,7 @@ def _choice(*values: str) -> click.Choice:
               help="fp32 runs on CUDA: matrix products and convolutions in TF32 (Ampere and newer; about "
                    "fp32's range with a 10-bit mantissa, several times faster). --no-tf32 for exact fp32 [on].")
 @click.option("--threads", type=int, default=None, metavar="N", help="torch CPU threads [all cores, divided among local ranks].")
-@click.option("--quiet", "-q", is_flag=True, help="No progress display or log lines on stderr (files are still written).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress display, log lines or warnings on stderr (files are still written).")
 @click.pass_context
 def train_cmd(ctx: click.Context, data_dir: str, save_dir: str, resume: bool, force: bool, quiet: bool,
               **options: Any) -> None:
