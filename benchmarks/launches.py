@@ -20,7 +20,7 @@ say. A training batch is the first 80 pairs (the paper's batch: 2,469 target tok
 (pairs * max(source, target + 1)) fit in 8,000 (7,274 target tokens). The step is the
 trainer's own `Trainer._step` (forward, backward, clip_grad_norm_, optimiser step, zero_grad,
 loss accumulation, the finiteness check) with the optimiser the trainer builds for the preset
-(Adadelta foreach for the paper presets, fused Adam for small and lstm-attention), counted
+(Adadelta foreach for the paper presets, torch's one-kernel Adam for small and lstm-attention), counted
 after one warm-up step (which allocates the optimiser state).
 
 Beam-search step: (ops of `beam_search` over the first 80 sources at beam 12, each sentence

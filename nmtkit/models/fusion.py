@@ -1,4 +1,4 @@
-"""Fused recurrence steps: the one place that decides whether a step body runs eagerly or compiled.
+"""Fused step bodies: the one place that decides whether a step body runs eagerly or compiled.
 
 A recurrent step at the paper's sizes does about a microsecond of arithmetic per elementwise op,
 while every op launched costs 5-10 us of dispatch and kernel launch on a GPU (docs/design.md, 10). The
