@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from nmtkit.errors import CheckpointError, ConfigError, InputError
+from nmtkit.outputs import check_outputs_vs_inputs
 
 
 def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
@@ -78,9 +79,7 @@ def check_paths(paths: Sequence[str | Path], output: str | Path) -> None:
         if real in seen:
             raise ConfigError(f"{p} is given twice (as {seen[real]}); each checkpoint counts once")
         seen[real] = p
-    out_real = os.path.realpath(output)
-    if out_real in seen:
-        raise ConfigError(f"the output {output} is one of the checkpoints being averaged; write it elsewhere")
+    check_outputs_vs_inputs([("-m", p) for p in paths], files=[("-o", output)])
 
 
 def average_checkpoints(paths: Sequence[str | Path], progress: Callable[[str], None] | None = None) -> dict[str, Any]:

@@ -113,14 +113,29 @@ def save_checkpoint(obj: dict[str, Any], path: str | Path) -> None:
 
 def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
     """Load and validate a checkpoint; clear errors for missing, truncated or foreign files."""
+    import pickle
+    import warnings
+
     import torch
 
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError("is a directory, not a checkpoint file (e.g. RUN/checkpoint_best.pt)", str(path))
     if not path.is_file():
         raise CheckpointError("checkpoint not found", str(path))
     try:
-        obj = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:  # truncated zip, not a torch file, unpickling refused
+        with warnings.catch_warnings():  # torch's notes on foreign pickles: the error below says it all
+            warnings.simplefilter("ignore")
+            obj = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError:
+        # torch's message advises weights_only=False, i.e. running whatever code the file holds:
+        # never pass that on
+        with open(path, "rb") as f:
+            is_zip = f.read(4) == b"PK\x03\x04"
+        what = ("holds objects other than tensors and plain values" if is_zip
+                else "is not a torch checkpoint (no zip archive)")
+        raise CheckpointError(f"not an nmtkit checkpoint: it {what}; it was not loaded", str(path)) from None
+    except Exception as err:  # truncated zip, not a torch file
         msg = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise CheckpointError(f"not a readable nmtkit checkpoint (truncated or corrupt?): {msg}", str(path)) from None
     if not isinstance(obj, dict) or "format_version" not in obj:

@@ -14,7 +14,10 @@ checkpoints, metrics, selections, tokenised text, the preprocess data directory)
   get 0777 minus the umask.
 
 `check_output` and `check_output_dir` let a command refuse an unwritable destination before
-it spends hours decoding or training. Nothing here imports torch.
+it spends hours decoding or training. `check_outputs_vs_inputs` is where every command
+declares its inputs and outputs, so that no output can overwrite or replace what the command
+reads (with or without --force), and `check_replaceable_dir` lets --force replace a folder
+only when it holds nothing but nmtkit's own files. Nothing here imports torch.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import socket
 import stat
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Iterable
 
 from nmtkit.errors import OutputError, OutputExistsError
 
@@ -314,4 +317,160 @@ def glob_escape(name: str) -> str:
     import glob
 
     return glob.escape(name)
+
+
+
+# ---- outputs against inputs: the one check that no output destroys what a command reads ---------
+
+def _real(path: str) -> str:
+    """The path a write would reach: symlinks resolved, also for a name that does not exist yet."""
+    return os.path.realpath(os.path.abspath(path))
+
+
+def _inside(child: str, folder: str) -> bool:
+    return child == folder or child.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return _real(a) == _real(b)
+
+
+def check_outputs_vs_inputs(
+    inputs: Iterable[tuple[str, str | Path | None]],
+    files: Iterable[tuple[str, str | Path | None]] = (),
+    replaced_dirs: Iterable[tuple[str, str | Path | None]] = (),
+    folders: Iterable[tuple[str, str | Path | None, Callable[[str], bool]]] = (),
+) -> None:
+    """Refuse, with or without --force, outputs that would destroy what the command reads.
+
+    Every command declares here, before any work, its `inputs` (option, path: corpora,
+    checkpoints, data directories) and its outputs, as pairs (option, path; None = not given):
+
+    * `files`: written whole (an output file or an output prefix's files). Refused when it is
+      the same file as an input (`os.path.samefile`, so through symlinks and hard links), when
+      it is an input's folder, or when it is the same file as another output.
+    * `replaced_dirs`: folders replaced whole (preprocess --dest). Refused when an input is
+      the folder or lies inside it.
+    * `folders`: folders written into, with `owns(name)` telling the names written there
+      (train's run files, translate's plots): refused when an input is the folder itself or
+      a file of it that `owns`.
+
+    Nodes written in place (/dev/null, FIFOs, /dev/stdout) destroy nothing and are left out.
+    Raises OutputError naming the output and its option, and the input and its option.
+    """
+    ins = [(opt, os.fspath(p)) for opt, p in inputs if p is not None and os.fspath(p) not in ("", "-")]
+    outs = [(opt, os.fspath(p)) for opt, p in files if p is not None and os.fspath(p) not in ("", "-")]
+
+    def refuse(out_opt: str, out: str, why: str) -> None:
+        raise OutputError(f"the {out_opt} output {why}; nothing was written", out)
+
+    seen: list[tuple[str, str]] = []
+    for opt, out in outs:
+        if writes_in_place(out):
+            continue
+        for in_opt, inp in ins:
+            if _real(out) == _real(inp) and os.path.isdir(inp):
+                refuse(opt, out, f"is the {in_opt} input folder")
+            if os.path.exists(out) and os.path.exists(inp) and _same_file(out, inp):
+                refuse(opt, out, f"is the same file as the {in_opt} input {inp}")
+        for other_opt, other in seen:
+            if _same_file(out, other):
+                refuse(opt, out, f"is also the {other_opt} output")
+        seen.append((opt, out))
+    for opt, folder in [(o, os.fspath(p)) for o, p in replaced_dirs if p is not None]:
+        for in_opt, inp in ins:
+            if _real(inp) == _real(folder):
+                refuse(opt, folder, f"is the {in_opt} input")
+            if _inside(_real(inp), _real(folder)):
+                refuse(opt, folder, f"would replace the folder holding the {in_opt} input {inp}")
+    for opt, folder, owns in [(o, os.fspath(p), f) for o, p, f in folders if p is not None]:
+        for in_opt, inp in ins:
+            real_in, real_folder = _real(inp), _real(folder)
+            if real_in == real_folder:
+                refuse(opt, folder, f"is the {in_opt} input")
+            if os.path.dirname(real_in) == real_folder and owns(os.path.basename(real_in)):
+                refuse(opt, folder, f"would overwrite the {in_opt} input {inp}")
+
+
+def check_replaceable_dir(path: str | Path, owned: Callable[[str], bool], what: str) -> None:
+    """`--force` replaces the folder `path` only when it holds nothing but what nmtkit wrote
+    there: `owned(relative path)` says which files those are. Otherwise OutputError naming a
+    file that replacing it would have deleted."""
+    root = Path(path)
+    if not root.is_dir():
+        return
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames) + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            rel = os.path.relpath(os.path.join(dirpath, name), root)
+            if not owned(rel):
+                raise OutputError(f"--force would delete {rel}, which nmtkit did not write there: refusing to "
+                                  f"replace the {what}; move that file or choose another destination", str(root))
+
+
+# ---- one process per directory ------------------------------------------------------------------
+
+class DirLock:
+    """An exclusive lock on a directory (`fcntl.flock` on `path/name`, holding the holder's PID),
+    so that one process at a time writes there (one training run per run directory).
+
+    The kernel releases the lock when its process dies, so a lock file left by a killed
+    process never blocks. `acquire` raises OutputError naming the holder's PID when another
+    live process holds it. The file itself stays (removing it would race with a process that
+    has just opened it).
+    """
+
+    def __init__(self, path: str | Path, name: str, what: str):
+        self.path = Path(path) / name
+        self.what = what
+        self.fd: int | None = None
+
+    def check(self) -> None:
+        """Refuse now (as `acquire` would) when a live process holds the lock, creating nothing."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            return  # no lock file (or none readable): `acquire` decides
+        self._lock(fd)
+        os.close(fd)
+
+    def acquire(self) -> "DirLock":
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666 & ~umask())
+        self._lock(fd)
+        self.fd = fd
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        except OSError as err:  # a full disk: the PID is for others' messages; say which file failed
+            self.release()
+            raise name_error(err, str(self.path)) from None
+        return self
+
+    def _lock(self, fd: int) -> None:
+        import fcntl
+
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise OutputError(f"another process (PID {holder}) is using this {self.what}; wait for it to "
+                              "finish or stop it", str(self.path.parent)) from None
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the last descriptor releases the flock
+            self.fd = None
+
+    def __enter__(self) -> "DirLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 

@@ -35,3 +35,24 @@ def data_dir(tmp_path_factory):
     from tests.train_fixtures import make_data_dir
 
     return make_data_dir(tmp_path_factory.mktemp("tiny") / "data")
+
+
+@pytest.fixture(scope="module")
+def bad_input_files(tmp_path_factory):
+    """The tiny checkpoint and data directory the bad-input tables' World shares within a module."""
+    from tests.train_fixtures import make_data_dir
+    from tests.translate_fixtures import make_checkpoint
+
+    base = tmp_path_factory.mktemp("bad")
+    return make_checkpoint(base / "model.pt", seed=3), make_data_dir(base / "data", n_train=48, n_valid=8)
+
+
+@pytest.fixture
+def world(tmp_path, bad_input_files):
+    """The bad-input tables' World (tests/test_bad_inputs.py) in a fresh tmp dir; mounts undone after."""
+    from tests.test_bad_inputs import World
+
+    w = World(tmp_path, *bad_input_files)
+    yield w
+    w.cleanup()
+

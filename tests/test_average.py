@@ -78,7 +78,7 @@ def test_average_of_copies_of_one_model_translates_exactly_as_that_model(tmp_pat
     assert code == 0, err
 
     def translate(path):
-        return Translator(TranslateConfig(models=(str(path),), beam=3, max_len_b=5)).translate_lines(LINES)
+        return Translator(TranslateConfig(models=(str(path),), beam=3, max_len_b=5)).translate(LINES)
 
     assert translate(tmp_path / "avg.pt") == translate(base)
 
@@ -204,7 +204,7 @@ def test_fewer_kept_checkpoints_than_last_n_is_one_line_listing_them(tmp_path, c
 
 @pytest.mark.parametrize("case, needle", [
     ("missing", "checkpoint not found"),
-    ("output-is-input", "is one of the checkpoints being averaged"),
+    ("output-is-input", "is the same file as the -m input"),
     ("output-exists", "exists (use --force"),
     ("twice", "is given twice"),
     ("last-without-save-dir", "--last N and --save-dir RUN go together"),
@@ -212,7 +212,7 @@ def test_fewer_kept_checkpoints_than_last_n_is_one_line_listing_them(tmp_path, c
     ("missing-run-dir", "run directory not found"),
     ("last-0", "--last must be at least 1"),
     ("nothing", "give the checkpoints to average"),
-    ("not-a-checkpoint", "not a readable nmtkit checkpoint"),
+    ("not-a-checkpoint", "not an nmtkit checkpoint"),
 ])
 def test_bad_average_command_lines_are_one_line(tmp_path, capsys, case, needle):
     a = make_checkpoint(tmp_path / "a.pt", seed=1)

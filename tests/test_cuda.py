@@ -122,7 +122,7 @@ def test_translate_on_cuda_gives_the_cpu_output(tmp_path):
     outs = {}
     for device in ("cpu", "cuda"):
         cfg = TranslateConfig(models=(ckpt,), beam=4, device=device, precision="fp32", batch_size=2)
-        outs[device] = Translator(cfg).translate_lines(lines)
+        outs[device] = Translator(cfg).translate(lines)
     assert outs["cuda"] == outs["cpu"]
     assert any(outs["cpu"])
 

@@ -14,6 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 WMT = REPO / "examples" / "wmt14-en-fr"
 TATOEBA = REPO / "examples" / "tatoeba-en-fr"
+BACKTRANSLATION = REPO / "examples" / "backtranslation"
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make not installed")
 
@@ -70,6 +71,31 @@ def test_tatoeba_recipe_chains_preprocess_train_translate_score():
     for piece in ("nmtkit preprocess", "--bpe 10000", "nmtkit train", "--max-time 30m", "nmtkit translate",
                   "nmtkit score", "write_results.py", "--plot-attention"):
         assert piece in out, piece
+
+
+def test_backtranslation_recipe_samples_the_french_side_only_and_gives_both_systems_equal_updates():
+    out = _dry_run(BACKTRANSLATION, "UPDATES=77")
+    for piece in ("--src-lang fr --tgt-lang en", "giga-fren-sample/train.fr > work/bt/mono.fr",
+                  "--sampling --sampling-topk 0 --seed 1", "cat /", "--dest work/real+bt/data",
+                  "nmtkit score", "--significance", "write_results.py"):
+        assert piece in out, piece
+    assert "giga-fren-sample/train.en" not in out  # the English side is never read
+    # the two English->French systems train for the same number of updates
+    assert out.count("--max-updates 77") == 2
+    assert "--save-dir work/real/run --max-updates 77" in out and "--save-dir work/real+bt/run --max-updates 77" in out
+
+
+@pytest.mark.slow
+def test_backtranslation_smoke_chain_writes_results(shared_data):
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    proc = subprocess.run(["make", "smoke", f"SHARED={shared_data}", "THREADS=1"], cwd=BACKTRANSLATION,
+                          capture_output=True, text=True, env=env, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = (BACKTRANSLATION / "results-smoke" / "results.md").read_text(encoding="utf-8")
+    assert "English→French, real + back-translated pairs" in results and "Paired bootstrap" in results
+    mono = (BACKTRANSLATION / "work-smoke" / "bt" / "mono.fr").read_bytes().count(b"\n")
+    synth = (BACKTRANSLATION / "work-smoke" / "bt" / "synth.en").read_bytes().count(b"\n")
+    assert mono == synth == 50
 
 
 WMT_TRAINING_TARGETS = ["rnnencdec-30", "rnnsearch-30", "rnnencdec-50", "rnnsearch-50", "rnnsearch-50star", "modern"]

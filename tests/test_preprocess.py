@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -320,28 +321,34 @@ def test_empty_training_split_after_cleaning_fails(corpus):
     _no_leftovers(corpus["tmp"])
 
 
-def test_non_empty_dest_is_refused_without_force_and_replaced_with_it(corpus):
+def test_non_empty_dest_is_refused_without_force_and_a_data_dir_replaced_with_it(corpus):
     dest = corpus["tmp"] / "d"
     dest.mkdir()
     (dest / "old.txt").write_text("keep me")
     proc = _run_cli(_base_args(corpus, dest))
     _assert_clean_failure(proc, str(dest), "--force")
     assert (dest / "old.txt").read_text() == "keep me"
+    proc = _run_cli(_base_args(corpus, dest) + ["--force"])  # not a file nmtkit wrote: never deleted
+    _assert_clean_failure(proc, str(dest), "old.txt")
+    assert (dest / "old.txt").read_text() == "keep me"
+    (dest / "old.txt").unlink()
+    assert _run_cli(_base_args(corpus, dest)).returncode == 0
+    first = os.stat(dest).st_ino
     proc = _run_cli(_base_args(corpus, dest) + ["--force"])
     assert proc.returncode == 0, proc.stderr
-    assert not (dest / "old.txt").exists() and (dest / "manifest.json").exists()
+    assert os.stat(dest).st_ino != first  # a new data dir, renamed into place
     _no_leftovers(corpus["tmp"])
 
 
 def test_failure_with_force_keeps_the_old_data_dir(corpus):
     dest = corpus["tmp"] / "d"
-    dest.mkdir()
-    (dest / "old.txt").write_text("keep me")
+    assert _run_cli(_base_args(corpus, dest)).returncode == 0
+    old = (dest / "manifest.json").read_text()
     Path(f"{corpus['train']}.en").write_bytes(Path(f"{corpus['train']}.en").read_bytes() + b"\xff\xfe\n")
     Path(f"{corpus['train']}.fr").write_bytes(Path(f"{corpus['train']}.fr").read_bytes() + b"x\n")
     proc = _run_cli(_base_args(corpus, dest) + ["--force"])
     _assert_clean_failure(proc, "invalid UTF-8", f":{corpus['n_train'] + 1}:")
-    assert (dest / "old.txt").read_text() == "keep me" and not (dest / "manifest.json").exists()
+    assert (dest / "manifest.json").read_text() == old
     _no_leftovers(corpus["tmp"])
 
 

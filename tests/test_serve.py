@@ -1,7 +1,7 @@
 """`nmtkit serve` in process: routes, limits and refusals, and dynamic batching that changes nothing.
 
 The server runs on 127.0.0.1 (aiohttp's TestServer, a free port) around a tiny random checkpoint;
-the expected translations come from `Translator.translate_lines`, the library behind
+the expected translations come from `Translator.translate`, the library behind
 `nmtkit translate`.
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ def translator(ckpt):
 def expected(ckpt, lines, beam=4):
     from nmtkit.translate import TranslateConfig, Translator
 
-    return Translator(TranslateConfig(models=(ckpt,), beam=beam, **DECODE)).translate_lines(lines)
+    return Translator(TranslateConfig(models=(ckpt,), beam=beam, **DECODE)).translate(lines)
 
 
 def serve(translator, body, config: ServeConfig | None = None, logs: list | None = None):

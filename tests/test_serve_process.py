@@ -58,7 +58,7 @@ def test_signal_stops_accepting_finishes_the_request_in_flight_and_exits_0(ckpt,
     assert "stopped" in stderr and "Traceback" not in stderr
     from nmtkit.translate import TranslateConfig, Translator
 
-    expected = Translator(TranslateConfig(models=(ckpt,), beam=3, max_len_a=1, max_len_b=3)).translate_lines(LINES)
+    expected = Translator(TranslateConfig(models=(ckpt,), beam=3, max_len_a=1, max_len_b=3)).translate(LINES)
     assert [t["text"] for t in answer["translations"]] == expected
 
 

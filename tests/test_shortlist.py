@@ -110,7 +110,7 @@ def test_trained_checkpoints_carry_a_lexicon_that_translate_uses_unless_told_off
     for mode in ("auto", "off"):
         tr = Translator(TranslateConfig(models=(str(run / "checkpoint_best.pt"),), beam=2, input_format="tok",
                                         output_format="tok", shortlist=mode))
-        assert len(tr.translate_lines(["w4 w5 w6", "w7"])) == 2
+        assert len(tr.translate(["w4 w5 w6", "w7"])) == 2
         assert (tr.lexicon is not None) == (mode == "auto")
     assert calls == [1]  # one batch, shortlisted under auto only
 

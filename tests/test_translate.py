@@ -48,14 +48,14 @@ def _translator(ckpt, warn=None, **kw):
 
 def test_output_order_is_the_input_order_after_length_sorting(ckpt):
     t = _translator(ckpt, batch_size=2)
-    together = t.translate_lines(LINES)
-    alone = [t.translate_lines([line])[0] for line in LINES]
+    together = t.translate(LINES)
+    alone = [t.translate([line])[0] for line in LINES]
     assert together == alone
     assert len(set(together)) > 2  # the sentences do get different translations
 
 
 def test_empty_and_blank_lines_give_empty_outputs(ckpt):
-    out = _translator(ckpt).translate_lines(["", "the cat", "  ", ""])
+    out = _translator(ckpt).translate(["", "the cat", "  ", ""])
     assert out[0] == out[2] == out[3] == ""
     assert out[1] != ""
 
@@ -64,11 +64,11 @@ def test_overlong_line_is_truncated_with_a_warning_naming_it(ckpt):
     warnings = []
     t = _translator(ckpt, warn=warnings.append, max_src_len=5)
     long_line = " ".join(["the cat sat on a mat"] * 10)
-    out = t.translate_lines(["a dog", long_line, "cat"])
+    out = t.translate(["a dog", long_line, "cat"])
     assert len(out) == 3 and out[1]
     assert len(warnings) == 1 and ":2:" in warnings[0] and "60 source tokens" in warnings[0]
     # the truncated line translates like its first 5 tokens
-    assert out[1] == t.translate_lines(["the cat sat on a"])[0]
+    assert out[1] == t.translate(["the cat sat on a"])[0]
 
 
 def test_default_source_limit_comes_from_the_checkpoint(ckpt):
@@ -76,8 +76,8 @@ def test_default_source_limit_comes_from_the_checkpoint(ckpt):
 
 
 def test_output_formats_skip_stages(ckpt):
-    raw = _translator(ckpt).translate_lines(["the cat ."])[0]
-    tok = _translator(ckpt, output_format="tok").translate_lines(["the cat ."])[0]
+    raw = _translator(ckpt).translate(["the cat ."])[0]
+    tok = _translator(ckpt, output_format="tok").translate(["the cat ."])[0]
     assert all(w in TGT_WORDS for w in tok.split())
     from nmtkit.text.moses import detokenize
 
@@ -103,9 +103,9 @@ def test_input_and_output_formats_with_bpe(tmp_path):
     path = make_checkpoint(tmp_path / "bpe.pt", src_words=sorted(set(src_tokens)), tgt_words=tgt, pipeline=pipe)
     t = _translator(str(path), output_format="bpe")
     assert t.prepare("lowest wider", 1) == src_tokens
-    out = t.translate_lines(["lowest wider"])[0].split()
+    out = t.translate(["lowest wider"])[0].split()
     assert out and all(tok in tgt for tok in out)
-    joined = _translator(str(path), output_format="tok").translate_lines(["lowest wider"])[0]
+    joined = _translator(str(path), output_format="tok").translate(["lowest wider"])[0]
     assert "@@" not in joined and joined.replace(" ", "") == "".join(out).replace("@@", "")
 
 
@@ -138,11 +138,11 @@ def test_replace_unk_end_to_end_copies_attended_source_words(tmp_path):
     path = make_checkpoint(tmp_path / "unk.pt", model=model)
     dict_path = tmp_path / "dict.tsv"
     dict_path.write_text("cat\tchat\ndog\tchien\n", encoding="utf-8")
-    plain = _translator(str(path), output_format="tok").translate_lines(["the cat sat"])[0]
+    plain = _translator(str(path), output_format="tok").translate(["the cat sat"])[0]
     assert set(plain.split()) == {"<unk>"}
-    replaced = _translator(str(path), output_format="tok", replace_unk=True).translate_lines(["the cat sat"])[0]
+    replaced = _translator(str(path), output_format="tok", replace_unk=True).translate(["the cat sat"])[0]
     assert replaced.split() and set(replaced.split()) <= {"the", "cat", "sat"}
-    mapped = _translator(str(path), output_format="tok", replace_unk=True, unk_dict=str(dict_path)).translate_lines(
+    mapped = _translator(str(path), output_format="tok", replace_unk=True, unk_dict=str(dict_path)).translate(
         ["the cat sat"])[0]
     assert mapped.split() == [{"cat": "chat"}.get(w, w) for w in replaced.split()]
 
@@ -187,7 +187,7 @@ def test_nbest_line_is_moses_format():
 def test_attention_plot_is_a_png_per_sentence_up_to_the_limit(ckpt, tmp_path):
     d = tmp_path / "plots"
     t = _translator(ckpt, plot_attention=str(d), plot_limit=2)
-    t.translate_lines(["the cat sat", "", "a dog ran", "the mat"])
+    t.translate(["the cat sat", "", "a dog ran", "the mat"])
     files = sorted(p.name for p in d.iterdir())
     assert files == ["000001.png", "000003.png"]
     assert (d / "000001.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -197,7 +197,7 @@ def test_attention_plot_is_a_png_per_sentence_up_to_the_limit(ckpt, tmp_path):
 
 def test_ensemble_of_the_same_checkpoint_twice_translates_like_it(ckpt):
     lines = ["the cat sat on a mat .", "a dog ran", "the big house"]
-    assert _translator([ckpt, ckpt]).translate_lines(lines) == _translator(ckpt).translate_lines(lines)
+    assert _translator([ckpt, ckpt]).translate(lines) == _translator(ckpt).translate(lines)
 
 
 def test_ensemble_with_different_vocabularies_is_refused(ckpt, tmp_path):
@@ -230,10 +230,10 @@ def test_bad_options_are_config_errors(ckpt):
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_16_bit_autocast_on_the_cpu_translates_like_fp32(ckpt, precision, caplog):
     lines = ["the cat sat", "", "a dog"]
-    out = _translator(ckpt, precision=precision).translate_lines(lines)
+    out = _translator(ckpt, precision=precision).translate(lines)
     assert out[0] and out[1] == "" and out[2]
     # rounding may change a near tie, but not whole outputs of this small model
-    ref = _translator(ckpt, precision="fp32").translate_lines(lines)
+    ref = _translator(ckpt, precision="fp32").translate(lines)
     assert sum(a == b for a, b in zip(out, ref)) >= 2
     assert ("emulated and slow" in caplog.text) == (precision == "fp16")
 
@@ -247,7 +247,7 @@ def test_auto_precision_decodes_in_bf16_exactly_where_training_would(ckpt, monke
     monkeypatch.setattr(prec, "cpu_has_fast_bf16", lambda cpuinfo=None: native_bf16)
     tr = _translator(ckpt)
     assert tr.precision == ("bf16" if native_bf16 else "fp32") == prec.resolve_precision("cpu", "auto")
-    assert tr.translate_lines(["the cat sat"])[0]
+    assert tr.translate(["the cat sat"])[0]
     assert _translator(ckpt, precision="fp32").precision == "fp32"
 
 

@@ -55,7 +55,7 @@ def test_stdin_to_stdout_one_line_per_line_in_order(ckpt, tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout.split("\n")
     assert out[-1] == "" and len(out) - 1 == len(LINES)
-    expected = Translator(TranslateConfig(models=(ckpt,), beam=3, max_len_a=1, max_len_b=3)).translate_lines(LINES)
+    expected = Translator(TranslateConfig(models=(ckpt,), beam=3, max_len_a=1, max_len_b=3)).translate(LINES)
     assert out[:-1] == expected
     assert out[1] == ""
 

@@ -15,7 +15,7 @@ import click
 
 from nmtkit import __version__
 from nmtkit.cli.average import average_cmd
-from nmtkit.cli.common import setup_warnings
+from nmtkit.cli.common import Terminated, setup_warnings
 from nmtkit.cli.preprocess import preprocess_cmd
 from nmtkit.cli.score import score_cmd
 from nmtkit.cli.select import select_data_cmd
@@ -135,7 +135,10 @@ def _run(argv: list[str] | None, debug: bool) -> None:
             raise
         click.echo(f"nmtkit: error: {err}", err=True)
         sys.exit(err.exit_code)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as err:  # click's form of KeyboardInterrupt, SIGTERM's included
+        if isinstance(err.__cause__ or err.__context__, Terminated):
+            click.echo("nmtkit: terminated", err=True)
+            sys.exit(143)
         click.echo("nmtkit: aborted", err=True)
         sys.exit(130)
     except click.ClickException as err:
@@ -156,6 +159,9 @@ def _run(argv: list[str] | None, debug: bool) -> None:
             _silence_stdout()
         click.echo(f"nmtkit: error: {describe_os_error(err)}", err=True)
         sys.exit(1)
+    except Terminated:
+        click.echo("nmtkit: terminated", err=True)
+        sys.exit(143)
     except KeyboardInterrupt:
         click.echo("nmtkit: interrupted", err=True)
         sys.exit(130)

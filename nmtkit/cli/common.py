@@ -2,8 +2,10 @@
 of translate and serve); worker counts live in nmtkit.devices."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from typing import Iterator
 
 import click
 
@@ -44,6 +46,30 @@ def make_console():
     from rich.console import Console
 
     return Console(stderr=True)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, so that it unwinds as Ctrl-C does."""
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """Within: SIGTERM ends the command as Ctrl-C does, removing the outputs being written
+    (nmtkit.outputs aborts them on any exception); `main` exits with 143."""
+    import signal
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 class _StderrHandler(logging.StreamHandler):

@@ -76,7 +76,8 @@ def _summary(console, manifest: dict) -> None:
               help="Test files (repeatable): binarised as splits test, test1, test2, ... (not cleaned).")
 @click.option("--dest", required=True, type=click.Path(file_okay=False), metavar="DIR",
               help="Data directory to write (manifest.json, vocab.LANG.txt, bpe.codes, binarised splits).")
-@click.option("--force", is_flag=True, help="Replace an existing non-empty --dest (only once the new one is complete).")
+@click.option("--force", is_flag=True, help="Replace an existing non-empty --dest (only once the new one is complete), and only when "
+                   "it holds nothing but a data directory's own files; an input is never replaced.")
 @click.option("--input-format", type=click.Choice(["raw", "tok"]), default="raw", show_default=True,
               help="'tok': input is already Moses-tokenised ('nmtkit tokenize' with the same "
                    "--aggressive-dash-splits); normalisation/tokenisation are skipped, casing and BPE applied.")

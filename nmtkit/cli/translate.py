@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from nmtkit.cli.common import fuse_option, quiet_warnings, shortlist_option
+from nmtkit.cli.common import fuse_option, quiet_warnings, shortlist_option, sigterm_unwinds
 
 FORMATS = ["raw", "tok", "bpe"]
 
@@ -19,7 +19,7 @@ FORMATS = ["raw", "tok", "bpe"]
 @click.option("-i", "--input", "input_path", metavar="FILE", help="Input text, one sentence a line [stdin].")
 @click.option("-o", "--output", "output_path", metavar="FILE",
               help="Output file, written under a temporary name and renamed at the end [stdout].")
-@click.option("--force", is_flag=True, help="Overwrite existing -o / --alignments-file files.")
+@click.option("--force", is_flag=True, help="Overwrite existing -o / --alignments-file files (never an input: that is refused).")
 @click.option("--input-format", type=click.Choice(FORMATS), default="raw", show_default=True,
               help="raw: apply the recorded normalisation, tokenisation and BPE; tok: input is already "
                    "tokenised (BPE still applied); bpe: input is the model's tokens.")
@@ -36,6 +36,16 @@ FORMATS = ["raw", "tok", "bpe"]
               help="Write the N best translations of each sentence in Moses n-best format: "
                    "'i ||| translation ||| LogProb= lp Length= n ||| score' (i counts sentences from 0, "
                    "lp is the raw log-probability, n the token count with EOS, score = lp / n^lenpen).")
+@click.option("--sampling", is_flag=True,
+              help="Draw one translation per line from the model's distribution instead of beam search "
+                   "(back-translation, Edunov et al. 2018). Reproducible: a line's sample depends on --seed, "
+                   "its line number and the model only, not on the batch or buffer it falls in. --beam is not used.")
+@click.option("--sampling-topk", type=int, default=0, show_default=True, metavar="K",
+              help="With --sampling: draw among the K most likely words at each step (0: all words).")
+@click.option("--temperature", type=float, default=1.0, show_default=True, metavar="T",
+              help="With --sampling: sample from p^(1/T); T must be > 0 (T < 1 sharper, T > 1 flatter; "
+                   "for greedy decoding use --beam 1).")
+@click.option("--seed", type=int, default=None, metavar="S", help="With --sampling: the seed [1].")
 @click.option("--batch-size", type=int, default=64, show_default=True, help="Sentences per batch.")
 @click.option("--max-tokens", type=int, default=None,
               help="Also cap a batch at this many padded source tokens (before beam expansion).")
@@ -72,10 +82,10 @@ FORMATS = ["raw", "tok", "bpe"]
 @click.option("--threads", type=int, default=None, metavar="N", help="torch CPU threads [torch's default].")
 @click.option("-q", "--quiet", is_flag=True, help="No warnings or summary on stderr.")
 def translate_cmd(models, ensemble, input_path, output_path, force, input_format, output_format, beam, lenpen,
-                  max_len_a, max_len_b, nbest, batch_size, max_tokens, buffer_size, interactive, replace_unk,
-                  ban_unk, unk_dict, alignments, alignments_file, plot_attention, plot_limit, max_src_len, device,
-                  precision, fuse, shortlist, threads, quiet) -> None:
-    """Translate raw text with batched beam search.
+                  max_len_a, max_len_b, nbest, sampling, sampling_topk, temperature, seed, batch_size, max_tokens,
+                  buffer_size, interactive, replace_unk, ban_unk, unk_dict, alignments, alignments_file,
+                  plot_attention, plot_limit, max_src_len, device, precision, fuse, shortlist, threads, quiet) -> None:
+    """Translate raw text with batched beam search (or sampling: --sampling).
 
     Reads one sentence a line (stdin or -i), applies exactly the preprocessing recorded in the
     checkpoint, decodes, joins BPE, detokenises and writes one line per input line, in order
@@ -92,11 +102,13 @@ def translate_cmd(models, ensemble, input_path, output_path, force, input_format
     cfg = TranslateConfig(
         models=tuple(models), beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
         batch_size=batch_size, max_tokens=max_tokens, buffer_size=buffer_size, input_format=input_format,
-        output_format=output_format, replace_unk=replace_unk, ban_unk=ban_unk, unk_dict=unk_dict, alignments=alignments,
-        plot_attention=plot_attention, plot_limit=plot_limit, max_src_len=max_src_len, device=device,
-        precision=precision, fuse=fuse, shortlist=shortlist, threads=threads, ensemble=ensemble,
+        output_format=output_format, replace_unk=replace_unk, ban_unk=ban_unk, unk_dict=unk_dict,
+        alignments=alignments, plot_attention=plot_attention, plot_limit=plot_limit, max_src_len=max_src_len,
+        device=device, precision=precision, fuse=fuse, shortlist=shortlist, threads=threads, ensemble=ensemble,
+        sampling=sampling, sampling_topk=sampling_topk, temperature=temperature, seed=seed,
     )
 
-    n = translate_files(cfg, input_path, output_path, alignments_file, force)
+    with sigterm_unwinds():  # a killed run leaves no OUT.*.tmp behind, as Ctrl-C does not
+        n = translate_files(cfg, input_path, output_path, alignments_file, force)
     if not quiet and not stdin_tty:
         click.echo(f"nmtkit: translated {n} lines", err=True)

@@ -7,12 +7,15 @@ it; `train.data.DataDir` extends it with the binarised splits.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nmtkit.errors import InputError
 from nmtkit.text.vocab import Vocab
+
+MANIFEST_VERSION = 1  # the format of manifest.json this nmtkit writes and reads
 
 
 @dataclass
@@ -56,9 +59,43 @@ def read_manifest(path: str | Path) -> Manifest:
     for key in ("src_lang", "tgt_lang", "vocab"):
         if key not in manifest:
             raise InputError(f"manifest.json lacks the key '{key}'", str(mpath))
+    version = manifest.get("format_version")
+    if version != MANIFEST_VERSION:
+        raise InputError(f"manifest.json format_version {version!r} is not one this nmtkit reads ({MANIFEST_VERSION}); "
+                         "preprocess the data again with this nmtkit", str(mpath))
     vocab = manifest["vocab"]
-    if not isinstance(vocab, dict) or "src" not in vocab or "tgt" not in vocab:
+    if not isinstance(vocab, dict) or not all(isinstance(vocab.get(k), str) for k in ("src", "tgt")):
         raise InputError("manifest.json 'vocab' must be {\"src\": file, \"tgt\": file}", str(mpath))
+    for side in ("src", "tgt"):  # a vocabulary is a file of the data directory, never one elsewhere
+        name = vocab[side]
+        if os.path.isabs(name) or not _inside(path / name, path):
+            raise InputError(f"manifest.json vocab.{side} {name!r} is not a file of the data directory", str(mpath))
+    pipeline = dict(manifest.get("pipeline") or {})
+    for key in ("src_lang", "tgt_lang"):
+        if key in pipeline and pipeline[key] != manifest[key]:
+            raise InputError(f"manifest.json pipeline.{key} {pipeline[key]!r} contradicts its {key} "
+                             f"{manifest[key]!r}", str(mpath))
     return Manifest(path, manifest, str(manifest["src_lang"]), str(manifest["tgt_lang"]),
-                    Vocab.load(path / vocab["src"]), Vocab.load(path / vocab["tgt"]),
-                    dict(manifest.get("pipeline") or {}))
+                    Vocab.load(path / vocab["src"]), Vocab.load(path / vocab["tgt"]), pipeline)
+
+
+def _inside(file: Path, folder: Path) -> bool:
+    real, root = os.path.realpath(file), os.path.realpath(folder)
+    return real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def owned_files(manifest: dict[str, Any]) -> set[str]:
+    """The files (relative paths) `nmtkit preprocess` wrote into the data directory of
+    `manifest`: its "files" list, or for a manifest without one the names its vocabularies,
+    BPE codes and splits imply. `preprocess --force` replaces a directory holding only these."""
+    if isinstance(manifest.get("files"), list):
+        return {str(f) for f in manifest["files"]} | {"manifest.json"}
+    langs = [str(manifest.get("src_lang")), str(manifest.get("tgt_lang"))]
+    files = {"manifest.json", "bpe.codes", *(f"bpe.codes.{lang}" for lang in langs)}
+    vocab = manifest.get("vocab")
+    if isinstance(vocab, dict):
+        files |= {str(vocab.get("src")), str(vocab.get("tgt"))}
+    for split in manifest.get("splits") or {}:
+        files |= {f"{split}.{lang}.{kind}.npy" for lang in langs for kind in ("ids", "offsets")}
+    return files
+

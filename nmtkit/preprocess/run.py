@@ -16,8 +16,14 @@ from typing import Any, Callable, Iterator
 
 from nmtkit import __version__
 from nmtkit.data.binarized import SplitWriter
+from nmtkit.data.manifest import MANIFEST_VERSION, owned_files
 from nmtkit.errors import InputError, OutputError, OutputExistsError
-from nmtkit.outputs import clean_stale_temp_dirs, make_temp_dir
+from nmtkit.outputs import (
+    check_outputs_vs_inputs,
+    check_replaceable_dir,
+    clean_stale_temp_dirs,
+    make_temp_dir,
+)
 from nmtkit.preprocess.config import PreprocessConfig
 from nmtkit.preprocess.learn import SIDES, learn, word_ids
 from nmtkit.preprocess.workers import (
@@ -28,7 +34,7 @@ from nmtkit.preprocess.workers import (
     tokenize_clean_chunk,
 )
 from nmtkit.text.clean import DROP_REASONS, PairDeduper
-from nmtkit.text.io import check_parallel
+from nmtkit.text.io import check_parallel, input_candidates
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import TextPipeline
 from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo
@@ -37,18 +43,31 @@ from nmtkit.text.vocab import Vocab
 
 log = logging.getLogger("nmtkit.preprocess")
 
-MANIFEST_VERSION = 1
 
 ProgressFn = Callable[[str, int, "int | None"], None]
 """progress(stage, done, total): called with done=0 when a stage starts, then as it advances."""
 
 
 def _check_dest(dest: Path, force: bool) -> None:
+    """A non-empty --dest is replaced only with `force`, and only when it holds nothing but a
+    data directory's own files (its manifest lists them): nothing else is ever deleted."""
     if dest.exists():
         if not dest.is_dir():
             raise OutputExistsError("exists and is not a directory; choose another --dest", str(dest))
         if any(dest.iterdir()) and not force:
             raise OutputExistsError("already exists and is not empty; use --force to replace it", str(dest))
+        owned: set[str] = set()
+        with contextlib.suppress(OSError, ValueError):
+            manifest = json.loads((dest / "manifest.json").read_text(encoding="utf-8"))
+            owned = owned_files(manifest) if isinstance(manifest, dict) else set()
+        check_replaceable_dir(dest, owned.__contains__, "--dest data directory")
+
+
+def _check_outputs(config: PreprocessConfig) -> None:
+    """No input may lie in the --dest that preprocess replaces (or be it)."""
+    inputs = [(f"--{name if name in ('train', 'valid') else 'test'}", path) for name, prefix in config.splits()
+              for lang in (config.src_lang, config.tgt_lang) for path in input_candidates(prefix, lang)]
+    check_outputs_vs_inputs(inputs, replaced_dirs=[("--dest", config.dest)])
 
 
 def _install(tmp: Path, dest: Path, force: bool) -> None:
@@ -114,6 +133,7 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
     base = config.base_pipeline()  # a bad --protect fails before anything is read or written
     report: ProgressFn = progress or (lambda stage, done, total: None)
     dest = Path(config.dest)
+    _check_outputs(config)
     _check_dest(dest, config.force)
 
     inputs, line_counts = _check_inputs(config, report)
@@ -130,6 +150,8 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
         manifest = _run(config, base, report, tmp, work, line_counts)
         manifest["inputs"] = inputs
         shutil.rmtree(work)
+        manifest["files"] = sorted([str(p.relative_to(tmp)) for p in tmp.rglob("*") if not p.is_dir()]
+                                   + ["manifest.json"])
         with open(tmp / "manifest.json", "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=1, ensure_ascii=False)
             f.write("\n")

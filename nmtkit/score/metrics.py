@@ -65,7 +65,9 @@ def make_metric(key: str, tokenize: str | None = None, lowercase: bool = False):
         try:
             return BLEU(tokenize=tokenize, lowercase=lowercase)
         except Exception as err:  # e.g. a tokenizer whose optional dependency is missing
-            raise ConfigError(f"cannot use BLEU tokenizer {tokenize!r}: {err}") from None
+            # sacrebleu's message spans lines ("...\n\n    pip install sacrebleu[ja]"): one line of it
+            reason = " ".join(str(err).split()) or type(err).__name__
+            raise ConfigError(f"cannot use BLEU tokenizer {tokenize!r}: {reason}") from None
     if key == "chrf":
         return CHRF(lowercase=lowercase)
     if key == "ter":

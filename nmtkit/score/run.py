@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from nmtkit.errors import ConfigError, InputError
-from nmtkit.outputs import check_output
+from nmtkit.outputs import check_output, check_outputs_vs_inputs
 from nmtkit.score.metrics import (
     METRICS,
     MetricScore,
@@ -106,6 +106,10 @@ def _check_options(o: ScoreOptions) -> None:
     if o.plot_path and not o.plot_path.lower().endswith(".png"):
         raise ConfigError(f"--plot writes a PNG: give a file name ending in .png, not {o.plot_path!r}")
     if o.plot_path:  # before any scoring: score has no --force, a plot is redrawn in place
+        check_outputs_vs_inputs(
+            inputs=[*(("--hyp", p) for p in o.hyp_paths), *(("--ref", p) for p in o.ref_paths), ("--src", o.src_path),
+                    ("-m", o.model_path), ("--data", o.data_dir)],
+            files=[("--plot", o.plot_path)])
         check_output(o.plot_path, force=True, what="--plot file")
 
 

@@ -11,6 +11,7 @@ from nmtkit.errors import InputError
 from nmtkit.text.io import (
     PARALLEL_WHY,
     check_counts,
+    check_distinct,
     count_lines,
     decode_line,
     decode_lines,
@@ -41,6 +42,7 @@ class Corpus:
         srcs, tgts, counts, nbytes = [], [], [], 0
         for prefix in prefixes:
             s, t = resolve(prefix, src_lang), resolve(prefix, tgt_lang)
+            check_distinct(s, t)
             (ns, bs), (nt, _) = count_lines(s), count_lines(t)
             check_counts((s, ns), [(t, nt)], PARALLEL_WHY)
             srcs.append(s)

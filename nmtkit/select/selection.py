@@ -38,12 +38,12 @@ from typing import Callable
 import numpy as np
 
 from nmtkit.errors import ConfigError, InputError, OutputExistsError
-from nmtkit.outputs import Staged, check_output, name_error, writes_in_place
+from nmtkit.outputs import Staged, check_output, check_outputs_vs_inputs, name_error, writes_in_place
 from nmtkit.select.corpus import Corpus
 from nmtkit.select.lmvocab import LMVocab
 from nmtkit.select.ngram import NgramLM
 from nmtkit.select.scoring import Pairs, Scorer, TextOpts, score_pool, tokenize_all
-from nmtkit.text.io import decode_line
+from nmtkit.text.io import decode_line, input_candidates
 from nmtkit.text.parallel import parallel_map, worker_state
 from nmtkit.text.pipeline import TextPipeline
 
@@ -275,6 +275,11 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     progress = progress or _noop
     t0 = time.perf_counter()
     outputs = _outputs(cfg)
+    check_outputs_vs_inputs(
+        inputs=[(f"--{opt}", path) for opt, prefixes in (("in-domain", cfg.in_domain), ("pool", cfg.pool))
+                for prefix in prefixes for lang in (cfg.src_lang, cfg.tgt_lang)
+                for path in input_candidates(prefix, lang)],
+        files=[("--dest", p) for p in outputs.values()])
     existing = [p for p in outputs.values() if os.path.exists(p) and not writes_in_place(p)]
     if existing and not cfg.force:
         raise OutputExistsError("output exists (use --force to overwrite)", existing[0])

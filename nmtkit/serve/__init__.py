@@ -5,6 +5,6 @@
 - `app`:     the aiohttp routes, JSON errors, request logs, graceful stop;
 - `page.html`: the static page at `GET /` that draws the attention of each translation.
 
-The translation itself is `nmtkit.translate.Translator.translate_buffer`, the same function
+The translation itself is `nmtkit.translate.Translator.generate`, the path (and object) that
 `nmtkit translate` uses.
 """

@@ -25,14 +25,16 @@ import json
 import signal
 import time
 from dataclasses import asdict, dataclass, field
+from http import HTTPStatus
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from nmtkit.errors import OutputError
-from nmtkit.serve.batcher import Batcher
+from nmtkit.serve.batcher import Batcher, ClientGone
 from nmtkit.serve.limits import Limits, RequestError, check_onmt_request, check_request, parse_json_body
 
 BATCHER = web.AppKey("batcher", Batcher)
@@ -51,6 +53,8 @@ class ServeConfig:
     batch_size: int = 64  # most sentences gathered into one decoder call
     batch_delay_ms: float = 5.0  # how long the first waiting request waits for company
     shutdown_timeout: float = 60.0  # seconds in-flight requests get to finish on SIGTERM/SIGINT
+    body_timeout: float = 30.0  # seconds a client has to send a request's body
+    allow_hosts: tuple[str, ...] = ()  # Host header names accepted beyond --host, localhost and IP literals
     quiet: bool = False
 
     def validate(self) -> None:
@@ -61,6 +65,8 @@ class ServeConfig:
             raise ConfigError(f"--port must be between 0 and 65535, got {self.port}")
         if self.batch_size < 1 or self.batch_delay_ms < 0:
             raise ConfigError("--batch-size must be >= 1 and --batch-delay-ms >= 0")
+        if not self.body_timeout > 0:
+            raise ConfigError(f"--body-timeout must be > 0 seconds, got {self.body_timeout}")
 
 
 def file_sha256(path: str | Path) -> str:
@@ -117,14 +123,24 @@ def translation_json(result: Any, alignments: bool, nbest: int) -> dict[str, Any
 
 
 async def _checked(request: web.Request, check: Callable) -> Any:
+    """The request's body, read within the limits (size from the header first, then the bytes;
+    time) and checked by `check` (`limits.check_request` or `check_onmt_request`)."""
+    config: ServeConfig = request.app[STATE]["config"]
+    limits = config.limits
+    if request.content_type != "application/json":
+        raise RequestError(f"the request's Content-Type must be application/json, not "
+                           f"{request.content_type or 'none'}", 415)
+    if request.content_length is not None and request.content_length > limits.max_body_bytes:
+        raise RequestError(f"request body of {request.content_length} bytes (Content-Length) is over the limit of "
+                           f"{limits.max_body_bytes}", 413, close=True)
     try:
-        body = await request.read()
+        body = await asyncio.wait_for(request.read(), config.body_timeout)
     except web.HTTPRequestEntityTooLarge:
-        limit = request.app[STATE]["config"].limits.max_body_bytes
-        raise RequestError(f"request body over the limit of {limit} bytes", 413) from None
+        raise RequestError(f"request body over the limit of {limits.max_body_bytes} bytes", 413, close=True) from None
+    except asyncio.TimeoutError:
+        raise RequestError(f"request body not received within {config.body_timeout:g} s", 408, close=True) from None
     size = REQUEST_SIZE.get({})
     size["bytes"] = len(body)
-    limits = request.app[STATE]["config"].limits
     req = check(parse_json_body(body, limits), limits)
     size["lines"] = len(req.lines)
     return req
@@ -133,7 +149,7 @@ async def _checked(request: web.Request, check: Callable) -> Any:
 async def translate_route(request: web.Request) -> web.Response:
     t0 = time.perf_counter()
     req = await _checked(request, check_request)
-    results = await request.app[BATCHER].submit(req.lines, req.beam, req.nbest, req.alignments)
+    results = await request.app[BATCHER].submit(req.lines, req.beam, req.nbest, req.alignments, _gone(request))
     return _json({
         "translations": [translation_json(r, req.alignments, req.nbest) for r in results],
         "model": request.app[STATE]["model"],
@@ -144,10 +160,15 @@ async def translate_route(request: web.Request) -> web.Response:
 async def onmt_route(request: web.Request) -> web.Response:
     """OpenNMT-py's `/translator/translate`: a list per n-best rank (here one), items in input order."""
     req = await _checked(request, check_onmt_request)
-    results = await request.app[BATCHER].submit(req.lines, req.beam, 1, False)
+    results = await request.app[BATCHER].submit(req.lines, req.beam, 1, False, _gone(request))
     out = [{"src": src, "tgt": r.texts[0] if r.texts else "", "n_best": 1,
             "pred_score": r.hyps[0].score if r.hyps else 0.0} for src, r in zip(req.lines, results)]
     return _json([out])
+
+
+def _gone(request: web.Request) -> Callable[[], bool]:
+    """Whether the client of `request` has closed its connection (its queued work is dropped)."""
+    return lambda: request.transport is None or request.transport.is_closing()
 
 
 async def health_route(request: web.Request) -> web.Response:
@@ -170,8 +191,65 @@ def _json(obj: Any, status: int = 200) -> web.Response:
     return web.json_response(obj, status=status, dumps=lambda o: json.dumps(o, ensure_ascii=False) + "\n")
 
 
-def _error(status: int, message: str) -> web.Response:
-    return _json({"error": " ".join(str(message).split())}, status=status)
+def _error(status: int, message: str, close: bool = False) -> web.Response:
+    response = _json({"error": " ".join(str(message).split())}, status=status)
+    if close:  # the rest of the request is not read: the connection cannot carry another one
+        response.force_close()
+    return response
+
+
+def _is_ip(host: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+def is_loopback(host: str) -> bool:
+    """Whether listening on `host` answers this machine only."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_name(value: str) -> str:
+    """The name of a Host header or an Origin's netloc, without the port: "[::1]:80" -> "::1"."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1:value.find("]")] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+def check_origin(request: web.Request, config: ServeConfig) -> None:
+    """Refuse requests a web page could make through a visitor's browser.
+
+    Host must name this server: an IP literal, localhost, --host or an --allow-host name (a
+    DNS-rebinding page sends its own domain). A browser's Origin must be this server's own
+    (the page at /), i.e. name the same host as Host, or an --allow-host name.
+    """
+    allowed = {"localhost", config.host.lower().strip("[]"), *(h.lower() for h in config.allow_hosts)}
+    host = request.headers.get("Host")
+    if host is not None:
+        name = _host_name(host)
+        if not (_is_ip(name) or name in allowed):
+            raise RequestError(f"Host {host!r} is not this server's (give --allow-host {name} to accept it)", 403)
+    origin = request.headers.get("Origin")
+    if origin is not None:
+        from urllib.parse import urlsplit
+
+        netloc = urlsplit(origin).netloc
+        same = host is not None and netloc.lower() == host.strip().lower()
+        if not (same or (netloc and _host_name(netloc) in {h.lower() for h in config.allow_hosts})):
+            raise RequestError(f"cross-origin requests are refused (Origin {origin!r}; give --allow-host to accept "
+                               "a site)", 403)
 
 
 def _middleware(log_line: Callable[[str], None] | None):
@@ -181,9 +259,12 @@ def _middleware(log_line: Callable[[str], None] | None):
         size = {"lines": 0, "bytes": 0}
         REQUEST_SIZE.set(size)
         try:
+            check_origin(request, request.app[STATE]["config"])
             response = await handler(request)
         except RequestError as err:
-            response = _error(err.status, str(err))
+            response = _error(err.status, str(err), err.close)
+        except ClientGone as err:  # nobody reads the answer; the status is for the log line
+            response = _error(499, str(err), close=True)
         except web.HTTPException as err:  # aiohttp's own: 404, 405, 413
             response = _error(err.status, err.reason if err.status != 413 else err.text or err.reason)
         except asyncio.CancelledError:
@@ -205,7 +286,7 @@ def make_app(translator: Any, config: ServeConfig, log_line: Callable[[str], Non
                           client_max_size=config.limits.max_body_bytes)
 
     def translate(lines, beam, nbest, attention):
-        return translator.translate_buffer(list(enumerate(lines, 1)), beam, nbest, attention)
+        return translator.generate(lines, beam=beam, nbest=nbest, alignments=attention)
 
     app[BATCHER] = Batcher(translate, config.batch_size, config.batch_delay_ms / 1000)
     app[STATE] = {"config": config, "model": model_name(translator), "info": model_info(translator, config),
@@ -228,11 +309,61 @@ def make_app(translator: Any, config: ServeConfig, log_line: Callable[[str], Non
     return app
 
 
+class _JsonErrorHandler(RequestHandler):
+    """aiohttp's connection handler, answering what never reaches a route (a malformed request
+    line, a negative or duplicate Content-Length, Transfer-Encoding with Content-Length, a
+    handler that failed outright) with the one-line JSON error and one log line, instead of a
+    text/plain page and a traceback in the log."""
+
+    def handle_error(self, request, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        reason = message or (getattr(exc, "message", None) or str(exc) if exc is not None else "") or \
+            HTTPStatus(status).phrase
+        reason = " ".join(str(reason).split())
+        log_line = getattr(self._manager, "nmtkit_log_line", None)
+        if log_line is not None:
+            log_line(f"{request.remote} bad request {status}: {reason}")
+        if request.writer.output_size > 0:
+            raise ConnectionError("the response was sent already, the error cannot be")
+        prefix = "malformed HTTP request: " if status == 400 else ""
+        response = _error(status, prefix + reason)
+        response.force_close()
+        return response
+
+
+class ServeRunner(web.AppRunner):
+    """An AppRunner whose connections answer protocol errors as `_JsonErrorHandler` does."""
+
+    def __init__(self, app: web.Application, log_line: Callable[[str], None] | None, **kwargs: Any):
+        super().__init__(app, **kwargs)
+        self._log_line = log_line
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = _JsonErrorServer
+        server.nmtkit_log_line = self._log_line  # type: ignore[attr-defined]
+        return server
+
+
+class _JsonErrorServer(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _JsonErrorHandler(self, loop=self._loop, **self._kwargs)
+
+
+def make_runner(app: web.Application, config: ServeConfig,
+                log_line: Callable[[str], None] | None = None) -> ServeRunner:
+    """The runner `serve` starts (tests start it on a port of their own)."""
+    # lingering: how long the unread rest of a refused body is read and dropped before the
+    # connection closes (aiohttp's default, 10 s, would let a 10 GB Content-Length hold it)
+    return ServeRunner(app, None if config.quiet else log_line, access_log=None, handle_signals=False,
+                       shutdown_timeout=config.shutdown_timeout, lingering_time=1.0)
+
+
 async def serve(translator: Any, config: ServeConfig, announce: Callable[[str], None],
                 log_line: Callable[[str], None] | None = None) -> None:
     """Serve until SIGTERM or SIGINT, then stop accepting, finish the requests in flight, return."""
     app = make_app(translator, config, log_line)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=config.shutdown_timeout)
+    runner = make_runner(app, config, log_line)
     await runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -244,6 +375,9 @@ async def serve(translator: Any, config: ServeConfig, announce: Callable[[str], 
         except OSError as err:
             raise OutputError(f"cannot listen on {config.host}:{config.port}: {err.strerror or err}") from None
         host, port = runner.addresses[0][:2]  # the real port when --port 0
+        if not is_loopback(config.host):
+            announce(f"warning: listening on {config.host}: every machine that can reach this one may use this "
+                     "server, which has no authentication (--host 127.0.0.1 keeps it to this machine)")
         announce(f"serving {model_name(translator)} on http://{host}:{port} (Ctrl-C or SIGTERM stops)")
         await stop.wait()
         announce("stopping: no new requests; finishing those in flight")

@@ -3,11 +3,12 @@
 Requests put their lines on a queue and wait. One worker task takes the first waiting request,
 then every request that arrives within `delay` seconds (or is already waiting) and decodes with
 the same options, until `batch_size` sentences are gathered; it hands all their lines, in
-order, to one call of the translate function (`Translator.translate_buffer`: length sorting and
+order, to one call of the translate function (`Translator.generate`: length sorting and
 batched beam search, the very path `nmtkit translate` takes) in a worker thread, so that the
 event loop keeps accepting requests while the model runs. The results are cut back into the
 requests' own slices, in order. A request with other options (beam, n-best) waits for the next
 round; a request larger than `batch_size` goes alone (the translate function splits it).
+The lines of a client that has closed its connection are dropped before they are decoded.
 
 Beam search treats every sentence of a batch independently (`nmtkit.decode.search`), so a
 request's translations do not depend on which requests it was batched with.
@@ -24,6 +25,10 @@ from typing import Any, Callable, Sequence
 TranslateFn = Callable[[Sequence[str], int, int, bool], list[Any]]
 
 
+class ClientGone(Exception):
+    """The requester closed its connection before its lines were decoded."""
+
+
 @dataclass
 class _Job:
     lines: Sequence[str]
@@ -31,6 +36,13 @@ class _Job:
     nbest: int
     attention: bool
     future: asyncio.Future = field(repr=False)
+    gone: Callable[[], bool] = field(default=lambda: False, repr=False)  # the client closed its connection
+
+    def dropped(self) -> bool:
+        """True when nobody waits for this job any more (its future is cancelled if so)."""
+        if not self.future.done() and self.gone():
+            self.future.cancel()
+        return self.future.done()
 
     @property
     def key(self) -> tuple[int, int]:
@@ -78,14 +90,23 @@ class Batcher:
             self._executor.shutdown(wait=True)
             self._executor = None
 
-    async def submit(self, lines: Sequence[str], beam: int, nbest: int, attention: bool) -> list[Any]:
-        """Translate `lines` (one result per line, in order) within some batch."""
+    async def submit(self, lines: Sequence[str], beam: int, nbest: int, attention: bool,
+                     gone: Callable[[], bool] | None = None) -> list[Any]:
+        """Translate `lines` (one result per line, in order) within some batch. `gone()` says
+        whether the requester went away: its lines are then dropped before they are decoded,
+        and ClientGone is raised."""
         assert self._queue is not None, "Batcher.start() first"
         if not lines:
             return []
         future = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Job(list(lines), beam, nbest, attention, future))
-        return await future
+        await self._queue.put(_Job(list(lines), beam, nbest, attention, future, gone or (lambda: False)))
+        try:
+            return await future
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if future.cancelled() and not (task is not None and task.cancelling()):
+                raise ClientGone("the client closed the connection; its lines were not translated") from None
+            raise
 
     async def _next_job(self, timeout: float | None) -> _Job | None:
         if self._held:
@@ -106,6 +127,8 @@ class Batcher:
         """The next batch: the oldest job plus compatible ones arriving within the delay."""
         loop = asyncio.get_running_loop()
         first = await self._next_job(None)
+        while first.dropped():
+            first = await self._next_job(None)
         group, size = [first], len(first.lines)
         deadline = loop.time() + self.delay
         skipped: list[_Job] = []
@@ -114,6 +137,8 @@ class Batcher:
             job = await self._next_job(deadline - loop.time())
             if job is None:
                 break
+            if job.dropped():
+                continue
             if job.key != first.key or size + len(job.lines) > self.batch_size:
                 skipped.append(job)
                 continue
@@ -126,7 +151,7 @@ class Batcher:
         loop = asyncio.get_running_loop()
         while True:
             group = await self._gather()
-            group = [job for job in group if not job.future.done()]  # clients that went away
+            group = [job for job in group if not job.dropped()]  # clients that went away
             if not group:
                 continue
             lines = [line for job in group for line in job.lines]

@@ -27,9 +27,11 @@ class Limits:
     max_beam: int = 5  # the server's --beam: the default and the most a request may ask for
 
     def validate(self) -> None:
-        for name in ("max_lines", "max_line_chars", "max_body_bytes", "max_beam"):
+        options = {"max_lines": "--max-lines", "max_line_chars": "--max-line-chars",
+                   "max_body_bytes": "--max-body-bytes", "max_beam": "--beam"}  # serve's option for each
+        for name, option in options.items():
             if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"{option} must be >= 1, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,10 @@ class TranslateRequest:
 class RequestError(Exception):
     """A request the server refuses: `status` is the HTTP status, str(self) the one-line reason."""
 
-    def __init__(self, message: str, status: int = 400):
+    def __init__(self, message: str, status: int = 400, close: bool = False):
         super().__init__(" ".join(message.split()))  # one line, whatever the cause said
         self.status = status
+        self.close = close  # the body was not read: close the connection after answering
 
 
 def parse_json_body(body: bytes, limits: Limits) -> Any:
@@ -62,6 +65,8 @@ def parse_json_body(body: bytes, limits: Limits) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise RequestError(f"malformed JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
+    except RecursionError:
+        raise RequestError("malformed JSON: nested too deeply") from None
 
 
 def _int_option(obj: dict, name: str, default: int, lowest: int, highest: int, limit_name: str) -> int:
@@ -82,6 +87,11 @@ def check_lines(lines: Any, field: str, limits: Limits) -> tuple[str, ...]:
     if len(lines) > limits.max_lines:
         raise RequestError(f"{len(lines)} lines in one request, over the limit of {limits.max_lines}", 413)
     for i, line in enumerate(lines):
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError as err:  # JSON's \ud800 escapes decode to lone surrogates
+            raise RequestError(f"'{field}'[{i}] holds a lone surrogate (\\u{ord(line[err.start]):04x} at character "
+                               f"{err.start}), which is no Unicode text") from None
         if "\n" in line or "\r" in line:
             raise RequestError(f"'{field}'[{i}] holds a line break: send one sentence per list item")
         if len(line) > limits.max_line_chars:

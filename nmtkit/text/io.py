@@ -34,10 +34,26 @@ def _check_file(path: str | Path) -> None:
 
 def resolve_input(prefix: str, lang: str) -> str:
     """PREFIX.lang, or PREFIX.lang.gz when only that exists (InputError when neither does)."""
-    for path in (f"{prefix}.{lang}", f"{prefix}.{lang}.gz"):
+    for path in input_candidates(prefix, lang):
         if os.path.isfile(path):
             return path
     raise InputError(f"no such file (nor {prefix}.{lang}.gz)", f"{prefix}.{lang}")
+
+
+def input_candidates(prefix: str, lang: str) -> tuple[str, str]:
+    """The files `resolve_input` may read for PREFIX and lang (for the outputs-vs-inputs check)."""
+    return f"{prefix}.{lang}", f"{prefix}.{lang}.gz"
+
+
+def check_distinct(src: str | Path, tgt: str | Path) -> None:
+    """Refuse one file given as both sides of a parallel corpus (through symlinks too): every
+    pair would be a sentence paired with itself."""
+    try:
+        same = os.path.samefile(src, tgt)
+    except OSError:
+        return
+    if same:
+        raise InputError(f"is the same file as {tgt}: the source and target sides must be different files", str(src))
 
 
 def open_input(path: str | Path) -> IO[bytes]:
@@ -48,9 +64,10 @@ def open_input(path: str | Path) -> IO[bytes]:
         raise InputError(f"cannot open: {err.strerror or err}", str(path)) from None
 
 
-def check_text_block(block: bytes, path: str | Path, offset: int = 0) -> None:
+def check_text_block(block: bytes, path: str | Path, offset: int = 0, first_line: int | None = None) -> None:
     """Refuse bytes that are not text before they are counted as lines: gzip data in a file
-    not named .gz, or binary data (a NUL byte). `offset`: the block's position in the file."""
+    not named .gz, or binary data (a NUL byte). `offset`: the block's position in the file;
+    `first_line`: the block's first line number, where the reader knows it."""
     if offset == 0 and block[:2] == GZIP_MAGIC and not str(path).endswith(".gz"):
         raise InputError("holds gzip-compressed data: name it with a .gz suffix (read as gzip) or gunzip it",
                          str(path))
@@ -58,8 +75,10 @@ def check_text_block(block: bytes, path: str | Path, offset: int = 0) -> None:
     if nul >= 0:
         line = 1 + block.count(b"\n", 0, nul)
         where = f"a NUL byte at byte {offset + nul + 1}"
+        if first_line is not None:
+            line, offset, where = first_line + line - 1, None, "a NUL byte"
         raise InputError(f"holds binary data ({where}); expected UTF-8 text, one sentence a line", str(path),
-                         None if offset else line)
+                         line if not offset else None)
 
 
 def read_blocks(path: str | Path, block_size: int = 1 << 22) -> Iterator[bytes]:
@@ -191,6 +210,7 @@ def check_parallel(src: str | Path, tgt: str | Path) -> tuple[int, str, str]:
     Returns (lines, sha256 of src, sha256 of tgt); raises InputError naming both files and
     both counts when they differ.
     """
+    check_distinct(src, tgt)
     n_src, h_src = count_lines_and_hash(src)
     n_tgt, h_tgt = count_lines_and_hash(tgt)
     check_counts((str(src), n_src), [(str(tgt), n_tgt)], PARALLEL_WHY)

@@ -6,6 +6,11 @@ checkpoint_last.pt) or `force` (delete the old run's files and start over). The 
 that stopped before its first checkpoint (metrics.jsonl, train.log) hold nothing to continue:
 a fresh start replaces them, with a warning.
 
+One process at a time trains in a run directory: train and --resume hold an flock on
+`train.lock` there (`nmtkit.outputs.DirLock`) and a second process is refused, naming the
+first's PID. Everything is checked before the directory is created, so a refused start leaves
+nothing behind.
+
 On resume the checkpoint's configs are used; only the options in `RESUME_OVERRIDABLE` (stopping
 criteria, reporting, hardware) may be changed, and a different value for any other is an error
 (it would silently make the run a different experiment).
@@ -15,12 +20,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Callable
 
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
-from nmtkit.outputs import check_output_dir
+from nmtkit.outputs import DirLock, check_output_dir, check_outputs_vs_inputs
 from nmtkit.train.config import PAPER_PRESETS, TrainConfig
 from nmtkit.train.tensorboard import TensorBoardCallbacks, require_tensorboard, tensorboard_dir
 
@@ -75,7 +81,20 @@ def resolve_model(
             raise ConfigError(f"--{key.replace('_', '-')} does not apply to {arch}")
         cfg[key] = value
     cfg["src_vocab_size"], cfg["tgt_vocab_size"] = src_vocab, tgt_vocab
-    return arch, dataclasses.asdict(make_config(arch, {k: v for k, v in cfg.items() if k in valid}))
+    try:
+        model_config = make_config(arch, {k: v for k, v in cfg.items() if k in valid})
+    except ConfigError as err:  # "RNNSearchConfig.dropout must be ..." -> "--dropout must be ..."
+        raise ConfigError(re.sub(r"\b\w+Config\.(\w+)", lambda m: "--" + m[1].replace("_", "-"), str(err))) from None
+    return arch, dataclasses.asdict(model_config)
+
+
+LOCK_FILE = "train.lock"
+
+
+def run_lock(save_dir: Path) -> DirLock:
+    """The lock of `save_dir` (one training process per run directory): `acquire` or `check`
+    raise an OutputError naming the holder's PID when another live `nmtkit train` holds it."""
+    return DirLock(save_dir, LOCK_FILE, "run directory (one training run at a time)")
 
 
 def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
@@ -106,6 +125,12 @@ def stale_run_files(save_dir: Path) -> list[str]:
 def kept_checkpoints(save_dir: Path) -> list[Path]:
     """The checkpoint_<update>.pt files of --keep-every in a run directory."""
     return [p for p in save_dir.glob("checkpoint_*.pt") if p.stem.split("_", 1)[1].isdigit()]
+
+
+def is_run_file(name: str) -> bool:
+    """Whether a file of this name in a run directory is one the run writes (and --force deletes)."""
+    return name in RUN_FILES or name == "tensorboard" or (
+        name.startswith("checkpoint_") and name.endswith(".pt") and name[11:-3].isdigit())
 
 
 def run_files_present(save_dir: Path) -> list[str]:
@@ -154,16 +179,18 @@ def run_training(
     from nmtkit.checkpoint import load_checkpoint
     from nmtkit.train import distributed as ddp
     from nmtkit.train.data import DataDir
-    from nmtkit.train.trainer import LAST, Trainer
+    from nmtkit.train.trainer import LAST
 
     save_dir = Path(save_dir)
     model_overrides = {k: v for k, v in (model_overrides or {}).items() if v is not None}
     info = ddp.env_info()
+    # everything is checked before anything is written: a refused start leaves nothing behind
+    check_outputs_vs_inputs([("--data", data_dir)], folders=[("--save-dir", save_dir, is_run_file)])
+    if info.is_main:
+        run_lock(save_dir).check()
     if train_options.get("tensorboard"):  # before the run folder is made (a resumed run's is checked below)
         require_tensorboard()
     check_run_dir(save_dir, resume, force)
-    if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
-        check_output_dir(save_dir, "--save-dir run folder")
     data = DataDir.open(data_dir)
     ckpt = None
     if resume:
@@ -189,17 +216,35 @@ def run_training(
             values["batch_size"] = None  # a token budget replaces the preset's pair count
         cfg = TrainConfig.from_dict(values)
     tb_dir = tensorboard_dir(cfg.tensorboard, save_dir)
-    if tb_dir is not None:  # a missing package or an unwritable folder fails before the run writes anything
+    if tb_dir is not None:  # a missing package fails before the run writes anything
         require_tensorboard()
-        if info.is_main:
+    lock = None
+    if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
+        check_output_dir(save_dir, "--save-dir run folder")
+        lock = run_lock(save_dir).acquire()
+    try:
+        if lock is not None:
+            check_run_dir(save_dir, resume, force)  # again, now that no other process can change it
+        if tb_dir is not None and info.is_main:  # an unwritable folder fails before the run writes anything
             check_output_dir(tb_dir, "--tensorboard folder")
-    if not resume and info.is_main:
-        if not force and stale_run_files(save_dir):
-            log.warning("%s: replacing %s of a run that saved no checkpoint", save_dir,
-                        ", ".join(stale_run_files(save_dir)))
-            clear_run_dir(save_dir)
-        if force:
-            clear_run_dir(save_dir)
+        if not resume and info.is_main:
+            if not force and stale_run_files(save_dir):
+                log.warning("%s: replacing %s of a run that saved no checkpoint", save_dir,
+                            ", ".join(stale_run_files(save_dir)))
+                clear_run_dir(save_dir)
+            if force:
+                clear_run_dir(save_dir)
+        return _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook, tb_dir)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook, tb_dir):
+    """Build the Trainer and run it, closing it (its log and metrics files) and the
+    TensorBoard writer either way."""
+    from nmtkit.train.trainer import Trainer
+
     tb = None
     if tb_dir is not None and info.is_main:
         start = int(ckpt["trainer"]["update"]) if ckpt is not None else 0

@@ -2,7 +2,8 @@
 
 The checkpoint alone is enough (docs/design.md): it records the text pipeline (normalisation,
 tokenisation, casing, BPE codes) and the vocabularies. A `Translator` applies that pipeline to
-raw lines, decodes them with batched beam search (`nmtkit.decode.search`), maps ids back to
+raw lines, decodes them with batched beam search (`nmtkit.decode.search`) or draws one sample
+per line (`nmtkit.decode.sampling`), maps ids back to
 tokens, optionally replaces UNKs from the attention (Luong et al. 2015; Jean et al. 2015),
 joins BPE and detokenises.
 
@@ -13,8 +14,11 @@ buffer is read. With a buffer of one line (interactive use) each line is answere
 Token positions in alignments refer to the model's tokens (BPE subwords when the model uses
 BPE: what `--input-format bpe` / `--output-format bpe` show), counted from 0, EOS excluded.
 
+The `Translator` is also the Python API (`nmtkit.load`): `translate(lines)` gives strings,
+`generate(lines, nbest=, alignments=)` gives `Result`s with typed `Translation`s.
+
 Modules: `config` (TranslateConfig), `translator` (Translator: checkpoint(s), pipeline,
-decoding), `alignment` (UNK replacement, alignments), `writers` (translations, n-best,
+decoding; Result, Translation), `alignment` (UNK replacement, alignments), `writers` (translations, n-best,
 alignments, plots), `files` (streams and files, `translate_files`).
 """
 from nmtkit.translate.alignment import (
@@ -27,11 +31,11 @@ from nmtkit.translate.alignment import (
 )
 from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, FORMATS, TranslateConfig
 from nmtkit.translate.files import check_files, read_lines, translate_files, translate_stream
-from nmtkit.translate.translator import Result, Translator
+from nmtkit.translate.translator import Result, Translation, Translator
 from nmtkit.translate.writers import Writers, nbest_line, plot_attention
 
 __all__ = [
-    "DEFAULT_MAX_SRC_LEN", "FORMATS", "Result", "TranslateConfig", "Translator", "Writers", "attention_table",
+    "DEFAULT_MAX_SRC_LEN", "FORMATS", "Result", "TranslateConfig", "Translation", "Translator", "Writers", "attention_table",
     "check_files", "hard_alignment", "nbest_line", "plot_attention", "read_lines",
     "read_unk_dict", "replace_unks", "soft_alignment", "subword_words", "translate_files", "translate_stream",
 ]

@@ -56,15 +56,20 @@ def replace_unks(
     return out
 
 
-def hard_alignment(attention: Any, n_src: int, n_tgt: int) -> str:
-    """Pharaoh format "i-j ..." (source i, target j, from 0): each target token's most attended
-    source token, in target order. attention: (>= n_tgt, >= n_src)."""
+def hard_pairs(attention: Any, n_src: int, n_tgt: int) -> list[tuple[int, int]]:
+    """[(source i, target j)], from 0: each target token's most attended source token, in
+    target order. attention: (>= n_tgt, >= n_src)."""
     pairs = []
     for j in range(n_tgt):
         row = [float(x) for x in attention[j][:n_src]]
         if row:
-            pairs.append(f"{max(range(n_src), key=row.__getitem__)}-{j}")
-    return " ".join(pairs)
+            pairs.append((max(range(n_src), key=row.__getitem__), j))
+    return pairs
+
+
+def hard_alignment(attention: Any, n_src: int, n_tgt: int) -> str:
+    """`hard_pairs` in Pharaoh format: "i-j ..."."""
+    return " ".join(f"{i}-{j}" for i, j in hard_pairs(attention, n_src, n_tgt))
 
 
 def attention_table(attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> dict[str, list]:

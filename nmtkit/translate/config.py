@@ -1,12 +1,14 @@
 """`TranslateConfig`: every option of `nmtkit translate`, checked in one place."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from nmtkit.errors import ConfigError
 
 FORMATS = ("raw", "tok", "bpe")
 DEFAULT_MAX_SRC_LEN = 250
+DEFAULT_SEED = 1  # the sampling seed when none is given (fairseq's default seed too)
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,14 @@ class TranslateConfig:
     fuse: str = "auto"  # compile the decoding step (models/fusion.py): auto | on | off; auto = on CUDA
     ensemble: bool = False  # several models are averaged only when asked (--ensemble)
     shortlist: str = "auto"  # auto: score a shortlist where the checkpoint has a lexicon; off: always all words
+    sampling: bool = False  # draw one translation per line (nmtkit.decode.sampling) instead of beam search
+    sampling_topk: int = 0  # sample among the k most likely words at each step (0: all)
+    temperature: float = 1.0  # sampling temperature, > 0
+    seed: int | None = None  # sampling seed (None: DEFAULT_SEED)
+
+    @property
+    def sampling_seed(self) -> int:
+        return DEFAULT_SEED if self.seed is None else self.seed
 
     def validate(self) -> None:
         if not self.models:
@@ -71,3 +81,27 @@ class TranslateConfig:
             raise ConfigError("--max-src-len must be >= 1")
         if self.unk_dict and not self.replace_unk:
             raise ConfigError("--unk-dict needs --replace-unk")
+        if not math.isfinite(self.lenpen):
+            raise ConfigError(f"--lenpen must be a finite number, got {self.lenpen}")
+        for option, value in (("--max-len-a", self.max_len_a), ("--max-len-b", self.max_len_b)):
+            if not (math.isfinite(value) and value >= 0):  # a negative limit makes every output empty
+                raise ConfigError(f"{option} must be a finite number >= 0, got {value}")
+        if self.plot_limit < 0:
+            raise ConfigError(f"--plot-limit must be >= 0, got {self.plot_limit}")
+        self._validate_sampling()
+
+    def _validate_sampling(self) -> None:
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ConfigError(f"--temperature must be > 0 (for greedy decoding use --beam 1), got {self.temperature}")
+        if self.sampling_topk < 0:
+            raise ConfigError(f"--sampling-topk must be >= 0 (0: the whole vocabulary), got {self.sampling_topk}")
+        if self.seed is not None and not 0 <= self.seed < 2**63:
+            raise ConfigError(f"--seed must be between 0 and 2^63-1, got {self.seed}")
+        if not self.sampling:
+            given = [name for name, on in (("--sampling-topk", self.sampling_topk != 0),
+                                           ("--temperature", self.temperature != 1.0),
+                                           ("--seed", self.seed is not None)) if on]
+            if given:
+                raise ConfigError(f"{' and '.join(given)} need --sampling")
+        elif self.nbest != 1:
+            raise ConfigError("--sampling draws one translation per line: --nbest must be 1")

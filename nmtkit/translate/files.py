@@ -7,7 +7,7 @@ from typing import IO, Callable, Iterable, Iterator
 
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.outputs import check_output_dir
-from nmtkit.text.io import decode_lines
+from nmtkit.text.io import check_text_block, decode_lines
 from nmtkit.translate.config import TranslateConfig
 from nmtkit.translate.translator import Translator
 from nmtkit.translate.writers import Writers
@@ -15,10 +15,12 @@ from nmtkit.translate.writers import Writers
 
 def read_lines(stream: IO[bytes], name: str) -> Iterator[tuple[int, str]]:
     """(line number from 1, text without newline), line by line as they arrive (a terminal or a
-    pipe is answered without waiting for more input). Invalid UTF-8 is an InputError naming the
-    line (`nmtkit.text.io.decode_lines`)."""
+    pipe is answered without waiting for more input). Invalid UTF-8 and NUL bytes are an
+    InputError naming the line (`nmtkit.text.io`); a UTF-8 byte order mark is dropped."""
     for lineno, raw in enumerate(iter(stream.readline, b""), 1):
-        yield lineno, decode_lines(raw, name, lineno)[0]
+        check_text_block(raw, name, first_line=lineno)  # a NUL byte: binary data, never silently dropped
+        text = decode_lines(raw, name, lineno)[0]
+        yield lineno, text[1:] if lineno == 1 and text.startswith("\ufeff") else text  # a UTF-8 BOM
 
 
 def translate_stream(
@@ -49,14 +51,21 @@ def check_files(config: TranslateConfig, input_path: str | None, output_path: st
     """The files of `translate_files`, checked before the models load and hours of decoding
     start: the input exists, no output would be overwritten (without `force`), and
     --alignments and --alignments-file come together."""
-    from nmtkit.outputs import check_output
+    from nmtkit.outputs import check_output, check_outputs_vs_inputs
+    from nmtkit.translate.writers import is_plot_name
 
     if config.alignments and not alignments_file:
         raise ConfigError("--alignments needs --alignments-file FILE")
     if alignments_file and not config.alignments:
         raise ConfigError("--alignments-file needs --alignments hard|soft")
-    if input_path and not Path(input_path).is_file():
+    if input_path and Path(input_path).is_dir():
+        raise InputError("is a directory; give a file of sentences, one a line", input_path)
+    if input_path and not Path(input_path).exists():  # FIFOs, /dev/stdin and <(cmd) are read as files are
         raise InputError("input file not found", input_path)
+    check_outputs_vs_inputs(
+        inputs=[("-i", input_path), *(("-m", m) for m in config.models), ("--unk-dict", config.unk_dict)],
+        files=[("-o", output_path), ("--alignments-file", alignments_file)],
+        folders=[("--plot-attention", config.plot_attention, is_plot_name)])
     if output_path:
         check_output(output_path, force, "-o output")
     if alignments_file:

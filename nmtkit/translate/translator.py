@@ -1,30 +1,70 @@
 """`Translator`: loaded checkpoint(s) + the recorded text pipeline; raw lines -> Results
-(prepare, batch by length, beam search, UNK replacement, BPE join, detokenisation)."""
+(prepare, batch by length, beam search or sampling, UNK replacement, BPE join, detokenisation).
+
+It is nmtkit's Python API (`nmtkit.load` builds one) and the one path from raw lines to
+translations behind `nmtkit translate`, `nmtkit serve` and the tests:
+
+    model = nmtkit.load("run/checkpoint_best.pt", device="cpu", beam=5)
+    model.translate(["Hello, world!"])               # -> ["Bonjour, le monde !"]
+    [r] = model.generate(["Hello, world!"], nbest=3, alignments=True)
+    r.text, r.nbest[1].text, r.nbest[0].alignment()  # 1-best, 2nd best, [(src i, tgt j), ...]
+"""
 from __future__ import annotations
 
+import dataclasses
 import logging
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from nmtkit.devices import resolve_device
-from nmtkit.errors import CheckpointError
+from nmtkit.errors import CheckpointError, ConfigError
 from nmtkit.outputs import check_output_dir
 from nmtkit.text.vocab import UNK
-from nmtkit.translate.alignment import read_unk_dict, replace_unks
+from nmtkit.translate.alignment import hard_pairs, read_unk_dict, replace_unks
 from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, TranslateConfig
-from nmtkit.translate.writers import plot_attention
+from nmtkit.translate.writers import plot_attention, plot_name
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Translation:
+    """One hypothesis of a line.
+
+    text: the output string (in the translator's output format); tokens: the model's target
+    tokens (subwords, after UNK replacement); score: log_prob / (len(tokens)+1)^lenpen, the
+    ranking score; log_prob: the model's log-probability, EOS included; src_tokens: the model's
+    source tokens; attention: (len(tokens)+1, S') weights (a torch tensor; rows: target tokens
+    then EOS, columns: source tokens, then the model's source EOS), None unless asked for.
+    """
+
+    text: str
+    tokens: list[str]
+    score: float
+    log_prob: float
+    src_tokens: list[str]
+    attention: Any = field(default=None, repr=False)
+
+    def alignment(self) -> list[tuple[int, int]]:
+        """[(source i, target j)]: each target token's most attended source token (model
+        tokens, from 0, EOS excluded), as `--alignments hard` writes it. Needs the attention
+        (`generate(..., alignments=True)`)."""
+        if self.attention is None:
+            raise ValueError("no attention kept: ask for it with generate(..., alignments=True)")
+        return hard_pairs(self.attention, len(self.src_tokens), len(self.tokens))
 
 
 @dataclass
 class Result:
     """One input line's translation(s).
 
-    src_tokens: the model's source tokens (subwords), as strings (before UNK mapping).
-    hyps: the n-best hypotheses (empty for an empty line); tgt_tokens: their target tokens
-    (after UNK replacement); texts: their output strings in the requested output format.
+    index: the line's number (from 1); src_tokens: the model's source tokens (subwords), as
+    strings (before UNK mapping). hyps: the n-best hypotheses (`nmtkit.decode.search.Hypothesis`;
+    empty for an empty line); tgt_tokens: their target tokens (after UNK replacement); texts:
+    their output strings in the requested output format. `text`, `score` and `nbest` give the
+    same as plain values and `Translation`s.
     """
 
     index: int
@@ -32,6 +72,22 @@ class Result:
     hyps: list[Any] = field(default_factory=list)
     tgt_tokens: list[list[str]] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        """The best translation ("" for an empty line)."""
+        return self.texts[0] if self.texts else ""
+
+    @property
+    def score(self) -> float:
+        """The best translation's score (0.0 for an empty line)."""
+        return self.hyps[0].score if self.hyps else 0.0
+
+    @property
+    def nbest(self) -> list[Translation]:
+        """The hypotheses, best first (none for an empty line)."""
+        return [Translation(text, toks, h.score, h.log_prob, self.src_tokens, h.attention)
+                for text, toks, h in zip(self.texts, self.tgt_tokens, self.hyps)]
 
 
 def _pipeline_from_dict(d: Any, path: str):
@@ -46,7 +102,30 @@ def _pipeline_from_dict(d: Any, path: str):
 
 
 class Translator:
-    """Loaded checkpoint(s) + pipeline; translates lists of lines or a stream of lines."""
+    """Loaded checkpoint(s) + pipeline; translates lists of lines or a stream of lines.
+
+    Build one with `nmtkit.load` (or `Translator.load`), or from a `TranslateConfig`.
+    """
+
+    @classmethod
+    def load(cls, checkpoints: str | os.PathLike | Sequence[str | os.PathLike], *,
+             warn: Callable[[str], None] | None = None, **options: Any) -> Translator:
+        """A translator over one checkpoint, or an ensemble of several (a list).
+
+        `options` are `nmtkit translate`'s options as `TranslateConfig` fields, e.g. device="cpu",
+        beam=5, lenpen=1.0, nbest=3, replace_unk=True, sampling=True, temperature=0.8, seed=7,
+        output_format="tok". An unknown or bad option raises ConfigError naming it; a missing
+        or broken checkpoint raises CheckpointError.
+        """
+        paths = [checkpoints] if isinstance(checkpoints, (str, os.PathLike)) else list(checkpoints)
+        valid = sorted(f.name for f in fields(TranslateConfig) if f.name not in ("models", "ensemble"))
+        unknown = sorted(set(options) - set(valid))
+        if unknown:
+            raise ConfigError(f"unknown option(s) {', '.join(unknown)}; valid ones: {', '.join(valid)}")
+        config = TranslateConfig(models=tuple(str(p) for p in paths), ensemble=len(paths) > 1, **options)
+        translator = cls(config, warn=warn)
+        translator.source_name = "<input>"  # warnings name the line as "<input>:N" (N from 1)
+        return translator
 
     def __init__(self, config: TranslateConfig, warn: Callable[[str], None] | None = None):
         import torch
@@ -74,12 +153,20 @@ class Translator:
             self.tgt_vocab = Vocab(list(first["tgt_vocab"]))
         except (KeyError, ValueError, TypeError) as err:
             raise CheckpointError(f"checkpoint has no usable vocabularies ({err})", config.models[0]) from None
+        self.max_beam = n_tgt = len(self.tgt_vocab.itos)
+        if config.beam > n_tgt:  # a wider beam finds nothing more and costs memory and time
+            self.warn(f"--beam {config.beam} is above the target vocabulary's {n_tgt} entries: searching with "
+                      f"a beam of {n_tgt}, which finds the same translations")
+            config = dataclasses.replace(config, beam=n_tgt, nbest=min(config.nbest, n_tgt))
+            self.config = config
         self.pipeline = _pipeline_from_dict(first.get("pipeline"), config.models[0])
         self.arch = first.get("arch")
         # Jean et al. (2015)'s candidate list: with the lexicon the trainer stores (older
         # checkpoints have none), each batch scores only its shortlist of target words
         lexicon = first.get("lexicon")
-        self.lexicon = lexicon if config.shortlist == "auto" and isinstance(lexicon, torch.Tensor) else None
+        # (sampling draws from the whole vocabulary: a shortlist would change its distribution)
+        use_shortlist = config.shortlist == "auto" and not config.sampling
+        self.lexicon = lexicon if use_shortlist and isinstance(lexicon, torch.Tensor) else None
         src_lang, tgt_lang = first.get("src_lang"), first.get("tgt_lang")
         self.langs = (src_lang, tgt_lang)
         if config.max_src_len is not None:
@@ -119,32 +206,26 @@ class Translator:
         return list(toks)
 
     def decode_batch(self, src_token_lists: Sequence[list[str]], beam: int | None = None, nbest: int | None = None,
-                     need_attention: bool | None = None) -> list[list[Any]]:
-        """Beam search over non-empty token lists of similar lengths -> n-best Hypotheses each.
+                     need_attention: bool | None = None, keys: Sequence[int] | None = None) -> list[list[Any]]:
+        """Beam search (or, with config.sampling, one sample each) over non-empty token lists of
+        similar lengths -> n-best Hypotheses each.
 
         beam, nbest, need_attention: per-call values (the server's per-request options); None
-        takes the config's (and the translator's need for attention)."""
+        takes the config's (and the translator's need for attention). keys: each sentence's
+        line number, which seeds its sample (`nmtkit.decode.sampling`; default 1, 2, ...)."""
         import torch
 
         from nmtkit.data.batching import pad_rows
-        from nmtkit.decode.search import beam_search
-        from nmtkit.decode.shortlist import shortlist_ids
 
         ids = [self.src_vocab.encode(t) for t in src_token_lists]
         lens = torch.tensor([len(x) for x in ids], dtype=torch.long)
         src = torch.from_numpy(pad_rows(ids))
-        c = self.config
         need_attention = self.need_attention if need_attention is None else need_attention
-        vocab = None
-        if self.lexicon is not None:
-            vocab = shortlist_ids(self.lexicon, src, len(self.tgt_vocab.itos))
-            vocab = vocab if len(vocab) < len(self.tgt_vocab.itos) else None  # beam_search moves it
         with torch.inference_mode(), self.autocast:
-            results = beam_search(
-                self.models, src.to(self.device), lens.to(self.device), beam=beam or c.beam, lenpen=c.lenpen,
-                max_len_a=c.max_len_a, max_len_b=c.max_len_b, nbest=nbest or c.nbest,
-                need_attention=need_attention, vocab=vocab, ban_unk=c.ban_unk,
-            )
+            if self.config.sampling:
+                results = self._sample(src, lens, need_attention, keys or range(1, len(ids) + 1))
+            else:
+                results = self._beam_search(src, lens, beam, nbest, need_attention)
         if need_attention:
             # attention columns: the batch's padded width plus any positions the model adds (its
             # source EOS); keep each sentence's own columns only
@@ -154,6 +235,32 @@ class Translator:
                 for h in hyps:
                     h.attention = h.attention[:, : n + extra]
         return results
+
+    def _beam_search(self, src: Any, lens: Any, beam: int | None, nbest: int | None, need_attention: bool):
+        from nmtkit.decode.search import beam_search
+        from nmtkit.decode.shortlist import shortlist_ids
+
+        c = self.config
+        vocab = None
+        if self.lexicon is not None:
+            vocab = shortlist_ids(self.lexicon, src, len(self.tgt_vocab.itos))
+            vocab = vocab if len(vocab) < len(self.tgt_vocab.itos) else None  # beam_search moves it
+        return beam_search(
+            self.models, src.to(self.device), lens.to(self.device), beam=min(beam or c.beam, self.max_beam),
+            lenpen=c.lenpen, max_len_a=c.max_len_a, max_len_b=c.max_len_b, nbest=min(nbest or c.nbest, self.max_beam),
+            need_attention=need_attention, vocab=vocab, ban_unk=c.ban_unk,
+        )
+
+    def _sample(self, src: Any, lens: Any, need_attention: bool, keys: Sequence[int]):
+        from nmtkit.decode.sampling import sample, sampling_uniforms
+        from nmtkit.decode.search import max_lengths
+
+        c = self.config
+        steps = int(max_lengths(lens, c.max_len_a, c.max_len_b).max()) + 1
+        uniforms = sampling_uniforms(c.sampling_seed, list(keys), steps)
+        return sample(self.models, src.to(self.device), lens.to(self.device), uniforms, topk=c.sampling_topk,
+                      temperature=c.temperature, max_len_a=c.max_len_a, max_len_b=c.max_len_b, lenpen=c.lenpen,
+                      need_attention=need_attention, ban_unk=c.ban_unk)
 
     def finish(self, res: Result, lineno: int) -> Result:
         """Tokens and output strings for a decoded line (UNK replacement, BPE join, detok)."""
@@ -165,7 +272,7 @@ class Translator:
             res.tgt_tokens.append(toks)
             res.texts.append(self.pipeline.decode_to(toks, "tgt", self.config.output_format))
         if self.config.plot_attention and res.hyps and self.plotted < self.config.plot_limit:
-            path = Path(self.config.plot_attention) / f"{lineno:06d}.png"
+            path = Path(self.config.plot_attention) / plot_name(lineno)
             plot_attention(path, res.hyps[0].attention, res.src_tokens, res.tgt_tokens[0])
             self.plotted += 1
         return res
@@ -173,8 +280,10 @@ class Translator:
     def translate_buffer(self, lines: Sequence[tuple[int, str]], beam: int | None = None, nbest: int | None = None,
                          need_attention: bool | None = None) -> list[Result]:
         """[(line number, text)] -> Results in the same order: prepare, batch by length, decode,
-        finish. The one path from raw lines to hypotheses, for `nmtkit translate` and `nmtkit
-        serve` alike; beam, nbest, need_attention as in `decode_batch`."""
+        finish. The one path from raw lines to hypotheses, under `generate` and `translate` and
+        the buffers of `nmtkit translate`; beam, nbest, need_attention as in `decode_batch`.
+        A line's number names it in warnings and keys its sample (so a sample does not depend
+        on the buffer or batch the line falls in)."""
         results = [Result(index=n, src_tokens=self.prepare(text, n)) for n, text in lines]
         todo = [i for i, r in enumerate(results) if r.src_tokens]
         cap = self.config.max_tokens
@@ -191,13 +300,33 @@ class Translator:
         for batch in batches:
             idx = [todo[b] for b in batch]
             src = [results[i].src_tokens for i in idx]
-            for i, hyps in zip(idx, self.decode_batch(src, beam, nbest, need_attention)):
+            keys = [results[i].index for i in idx]
+            for i, hyps in zip(idx, self.decode_batch(src, beam, nbest, need_attention, keys)):
                 results[i].hyps = hyps
         return [self.finish(r, n) for r, (n, _) in zip(results, lines)]
 
-    def translate_lines(self, lines: Iterable[str]) -> list[str]:
-        """Convenience: the 1-best output strings of a list of lines."""
-        out = []
-        for r in self.translate_buffer(list(enumerate(lines, 1))):
-            out.append(r.texts[0] if r.texts else "")
-        return out
+    def generate(self, lines: Iterable[str], *, beam: int | None = None, nbest: int | None = None,
+                 alignments: bool = False) -> list[Result]:
+        """One `Result` per line, in order: the `nbest` best translations (`Result.nbest`, with
+        scores, tokens and, with alignments=True, the attention and `Translation.alignment()`).
+
+        beam, nbest: this call's values instead of the loaded ones (nbest <= beam). Lines are
+        raw text (or the loaded input_format); an empty line gets an empty Result."""
+        beam_ = beam or self.config.beam
+        nbest_ = nbest or self.config.nbest
+        if beam is not None and beam < 1:
+            raise ConfigError(f"beam must be >= 1, got {beam}")
+        if not 1 <= nbest_ <= beam_:
+            raise ConfigError(f"nbest must be between 1 and the beam ({beam_}), got {nbest_}")
+        if self.config.sampling and nbest_ != 1:
+            raise ConfigError("a sampling translator draws one translation per line: nbest must be 1")
+        if isinstance(lines, str):
+            raise TypeError("generate() takes a list of lines; translate() also takes one string")
+        need_attention = self.need_attention or alignments
+        return self.translate_buffer(list(enumerate(lines, 1)), beam_, nbest_, need_attention)
+
+    def translate(self, lines: str | Iterable[str], *, beam: int | None = None) -> str | list[str]:
+        """The best translation of each line (a list for a list, a string for a string)."""
+        if isinstance(lines, str):
+            return self.generate([lines], beam=beam)[0].text
+        return [r.text for r in self.generate(lines, beam=beam)]

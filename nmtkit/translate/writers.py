@@ -18,6 +18,16 @@ def nbest_line(index: int, text: str, log_prob: float, length: int, score: float
     return f"{index} ||| {text} ||| LogProb= {log_prob:.4f} Length= {length} ||| {score:.4f}"
 
 
+def plot_name(lineno: int) -> str:
+    """The file name of input line `lineno`'s attention plot in the --plot-attention folder."""
+    return f"{lineno:06d}.png"
+
+
+def is_plot_name(name: str) -> bool:
+    """Whether `name` is one `plot_name` gives (a file --plot-attention may overwrite)."""
+    return len(name) >= 10 and name.endswith(".png") and name[:-4].isdigit()
+
+
 def plot_attention(path: str | Path, attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> None:
     """The paper's Figure 3: alignment weights in grey scale (0 black, 1 white), source words
     along the top, target words down the side; written as a PNG (atomically)."""

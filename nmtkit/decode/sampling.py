@@ -1,0 +1,158 @@
+"""Batched ancestral sampling over the `Seq2Seq` interface: one translation drawn per sentence
+from the model's distribution instead of searched for, as for back-translation (Edunov et al.
+2018, "Understanding Back-Translation at Scale": unrestricted sampling, or sampling from the k
+most likely words at every step, gives better synthetic sources than beam search).
+
+At step t every unfinished sentence draws its next token from
+
+    p_T(y_t | y_<t, x) proportional to p(y_t | y_<t, x)^(1/T)
+
+restricted to the `topk` most likely tokens when topk > 0 (renormalised). PAD and BOS (and with
+`ban_unk` the unknown word) are never drawn; EOS is forced at the length limit, as in beam search (`nmtkit.decode.search.max_lengths`).
+T must be > 0, as in fairseq (`--temperature must be greater than 0`): greedy decoding is beam
+search of width 1.
+
+Reproducibility: a draw is an inverse-CDF lookup of one uniform number, and sentence `key`'s
+uniform numbers come from its own generator seeded with (seed, key) (numpy's SeedSequence and
+PCG64). A sentence's sample therefore depends on the seed, its key (the caller passes its line
+number) and the model's probabilities only: not on the batch it shares, the batch size, the
+order of the batches or the device's random state. (The probabilities themselves can differ in
+their last bits between batch shapes, more so under bf16 autocast; a draw changes only where a
+uniform number falls within that rounding of a boundary between two tokens.)
+
+The reported `log_prob` of a sample is its log-probability under the model (T = 1, whole
+vocabulary), EOS included, so that samples can be compared and filtered; `score` is it length-
+normalised as in beam search.
+
+Shapes: B sentences, n unfinished ones, V target vocabulary, S source length (as the model's
+attention sees it), T steps.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from nmtkit.decode.search import (
+    Hypothesis,
+    _as_models,
+    _force_eos,
+    _mask_specials,
+    _step_all,
+    length_normalise,
+    max_lengths,
+)
+from nmtkit.models.base import Seq2Seq
+from nmtkit.text.vocab import BOS_ID, EOS_ID
+
+__all__ = ["sample", "sampling_uniforms"]
+
+
+def sampling_uniforms(seed: int, keys: Sequence[int], steps: int) -> Tensor:
+    """(B, steps) float64 uniform numbers in [0, 1): row b from a generator seeded with
+    (seed, keys[b]) alone, so that a sentence's numbers never depend on its batch."""
+    rows = [np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, key]))).random(steps)
+            for key in keys]
+    return torch.from_numpy(np.stack(rows)) if rows else torch.zeros(0, steps, dtype=torch.float64)
+
+
+def _draw(lp: Tensor, u: Tensor, topk: int, temperature: float) -> Tensor:
+    """One token per row: the inverse CDF of p^(1/T) (over the topk best when topk > 0) at u.
+
+    lp: (n, V) fp32 log-probabilities (-inf where forbidden); u: (n,) uniforms. Returns (n,) ids.
+    """
+    logits = lp / temperature if temperature != 1.0 else lp
+    cols = None
+    if 0 < topk < logits.size(1):
+        logits, cols = logits.topk(topk, dim=1)  # (n, k), best first
+    probs = torch.softmax(logits.double(), dim=1)  # float64: the CDF's last entry is 1 to ~1e-16
+    cdf = probs.cumsum(dim=1)
+    target = u.to(cdf.dtype).unsqueeze(1) * cdf[:, -1:]  # scaled by the total: no draw past the end
+    # the first column whose CDF exceeds the target: cdf[i-1] <= target < cdf[i], so its
+    # probability is > 0 (a forbidden token, p = 0, is never drawn)
+    idx = torch.searchsorted(cdf, target, right=True).clamp_(max=cdf.size(1) - 1)  # (n, 1)
+    return (cols.gather(1, idx) if cols is not None else idx).squeeze(1)
+
+
+@torch.inference_mode()
+def sample(
+    models_or_model: Seq2Seq | Sequence[Seq2Seq],
+    src: Tensor,
+    src_lens: Tensor,
+    uniforms: Tensor,
+    topk: int = 0,
+    temperature: float = 1.0,
+    max_len_a: float = 2.0,
+    max_len_b: float = 10.0,
+    lenpen: float = 1.0,
+    need_attention: bool = False,
+    ban_unk: bool = False,
+) -> list[list[Hypothesis]]:
+    """Draw one translation per sentence; returns [[Hypothesis]] in input order (the shape of
+    `beam_search`'s n-best lists with n = 1).
+
+    src: (B, S) ids on the models' device, src_lens: (B,); uniforms: (B, T) from
+    `sampling_uniforms`, T >= the longest length limit + 1 (row b drives sentence b's draws).
+    topk: sample among the k most likely tokens (0: the whole vocabulary); temperature > 0;
+    ban_unk: never draw the unknown word.
+    Finished sentences leave the batch, so the batch shrinks as it goes (one host
+    synchronisation per step, to learn which sentences finished).
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if topk < 0:
+        raise ValueError(f"topk must be >= 0, got {topk}")
+    models = _as_models(models_or_model)
+    B, device = src.size(0), src.device
+    lim = max_lengths(src_lens.cpu(), max_len_a, max_len_b)  # (B,) CPU
+    T = int(lim.max()) + 1 if B else 0
+    if uniforms.shape[0] != B or uniforms.shape[1] < T:
+        raise ValueError(f"uniforms must be ({B}, >= {T}), got {tuple(uniforms.shape)}")
+    encs = [m.encode(src, src_lens) for m in models]
+    states = [m.init_state(e) for m, e in zip(models, encs)]
+    u = uniforms.to(device)
+    active = torch.arange(B)  # (n,) CPU: the sentence of each row
+    active_dev = active.to(device)
+    prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
+    tokens = torch.zeros(B, T, dtype=torch.long, device=device)
+    lp_sum = torch.zeros(B, dtype=torch.float64, device=device)
+    lengths = torch.zeros(B, dtype=torch.long)  # tokens before EOS, set when a sentence ends
+    attn_hist: Tensor | None = None
+    for t in range(T):
+        lp, states, attn = _step_all(models, prev, states, encs)  # (n, V) fp32, (n, S)
+        _mask_specials(lp, ban_unk)
+        at_limit = lim[active] <= t
+        if bool(at_limit.any()):
+            lp = _force_eos(lp, at_limit.numpy())
+        tok = _draw(lp, u[active_dev, t], topk, temperature)  # (n,)
+        tokens[active_dev, t] = tok
+        # the masks leave a drawable token's log-probability as the model gave it
+        lp_sum[active_dev] += lp.gather(1, tok.unsqueeze(1)).squeeze(1).double()
+        if need_attention:
+            if attn_hist is None:
+                attn_hist = attn.new_zeros(B, T, attn.size(1), dtype=torch.float32)
+            attn_hist[active_dev, t] = attn.float()
+        done = tok.eq(EOS_ID).cpu()  # the step's one host synchronisation
+        if bool(done.any()):
+            lengths[active[done]] = t
+            keep = (~done).nonzero().squeeze(1)
+            if keep.numel() == 0:
+                break
+            keep_dev = keep.to(device)
+            active, active_dev = active[keep], active_dev[keep_dev]
+            encs = [e.index_select(keep_dev) for e in encs]
+            states = [m.reorder(s, keep_dev) for m, s in zip(models, states)]
+            tok = tok[keep_dev]
+        prev = tok
+    toks_cpu, lp_cpu = tokens.cpu(), lp_sum.cpu()
+    att_cpu = attn_hist.cpu() if attn_hist is not None else None
+    out = []
+    for b in range(B):
+        n = int(lengths[b])
+        log_prob = float(lp_cpu[b])
+        out.append([Hypothesis(
+            tokens=toks_cpu[b, :n].tolist(), score=length_normalise(log_prob, n + 1, lenpen), log_prob=log_prob,
+            attention=att_cpu[b, : n + 1] if att_cpu is not None else None)])
+    return out

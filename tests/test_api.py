@@ -1,0 +1,135 @@
+"""The Python API (`nmtkit.load` -> `Translator`): what `nmtkit translate` writes, from Python;
+n-best lists and alignments as typed values; `import nmtkit` stays free of torch; the README's
+snippet runs as shown."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.translate_fixtures import make_checkpoint
+
+REPO = Path(__file__).resolve().parent.parent
+LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat"]
+DECODE = dict(device="cpu", beam=3, max_len_a=1.0, max_len_b=3.0)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return str(make_checkpoint(tmp_path_factory.mktemp("api") / "model.pt", seed=3))
+
+
+def test_import_nmtkit_does_not_import_torch():
+    code = ("import sys, nmtkit; nmtkit.load; nmtkit.Translator; nmtkit.Translation; "
+            "import nmtkit.translate; print('torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
+
+
+def test_load_translates_as_the_cli_does(ckpt, tmp_path):
+    import nmtkit
+    from tests.test_translate_cli import nmtkit as cli
+
+    src = tmp_path / "in.en"
+    src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    align = tmp_path / "align.txt"
+    proc = cli("translate", "-m", ckpt, "--beam", "3", "--max-len-a", "1", "--max-len-b", "3", "-i", str(src),
+               "--alignments", "hard", "--alignments-file", str(align), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    model = nmtkit.load(ckpt, **DECODE)
+    assert isinstance(model, nmtkit.Translator)
+    assert model.translate(LINES) == proc.stdout.split("\n")[:-1]
+    assert model.translate(LINES[0]) == proc.stdout.split("\n")[0]  # a string in, a string out
+    results = model.generate(LINES, alignments=True)
+    pharaoh = [" ".join(f"{i}-{j}" for i, j in r.nbest[0].alignment()) if r.nbest else "" for r in results]
+    assert pharaoh == align.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def test_generate_gives_the_nbest_list_best_first_with_scores_and_tokens(ckpt, tmp_path):
+    import nmtkit
+    from tests.test_translate_cli import nmtkit as cli
+
+    model = nmtkit.load(ckpt, **DECODE)
+    results = model.generate(LINES, nbest=3)
+    assert [r.index for r in results] == [1, 2, 3, 4, 5]
+    assert results[1].nbest == [] and results[1].text == "" and results[1].score == 0.0
+    first = results[0]
+    assert len(first.nbest) == 3 and first.text == first.nbest[0].text == model.translate(LINES[0])
+    scores = [t.score for t in first.nbest]
+    assert scores == sorted(scores, reverse=True) and first.score == scores[0]
+    for t in first.nbest:
+        assert t.score == pytest.approx(t.log_prob / (len(t.tokens) + 1))
+        assert t.src_tokens == ["the", "cat", "sat", "on", "a", "mat", "."]
+        with pytest.raises(ValueError, match="alignments=True"):
+            t.alignment()
+    # the CLI's n-best list holds the same hypotheses
+    proc = cli("translate", "-m", ckpt, "--beam", "3", "--nbest", "3", "--max-len-a", "1", "--max-len-b", "3",
+               stdin=LINES[0] + "\n")
+    texts = [line.split(" ||| ")[1] for line in proc.stdout.splitlines()]
+    assert texts == [t.text for t in first.nbest]
+
+
+def test_per_call_beam_and_load_options_reach_the_search(ckpt):
+    import nmtkit
+
+    model = nmtkit.load(ckpt, **DECODE)
+    wide = nmtkit.load(ckpt, **dict(DECODE, beam=1))
+    assert model.translate(LINES, beam=1) == wide.translate(LINES)
+    assert nmtkit.load(ckpt, **dict(DECODE, output_format="bpe")).config.output_format == "bpe"
+
+
+def test_a_list_of_checkpoints_is_an_ensemble(ckpt, tmp_path):
+    import nmtkit
+
+    other = str(make_checkpoint(tmp_path / "other.pt", seed=4))
+    pair = nmtkit.load([ckpt, other], **DECODE)
+    assert pair.config.ensemble and len(pair.models) == 2
+    assert len(pair.translate(LINES)) == len(LINES)
+
+
+@pytest.mark.parametrize("kwargs,error,needle", [
+    (dict(beem=5), "ConfigError", "unknown option(s) beem; valid ones: "),
+    (dict(beam=0), "ConfigError", "--beam must be >= 1"),
+    (dict(temperature=0.0, sampling=True), "ConfigError", "--temperature must be > 0"),
+])
+def test_bad_options_raise_one_clear_error(ckpt, kwargs, error, needle):
+    import nmtkit
+    from nmtkit import errors
+
+    with pytest.raises(getattr(errors, error)) as exc:
+        nmtkit.load(ckpt, **kwargs)
+    assert needle in str(exc.value)
+
+
+def test_bad_per_call_values_and_a_missing_checkpoint_are_refused(ckpt, tmp_path):
+    import nmtkit
+    from nmtkit.errors import CheckpointError, ConfigError
+
+    model = nmtkit.load(ckpt, **DECODE)
+    with pytest.raises(ConfigError, match="nbest must be between 1 and the beam"):
+        model.generate(LINES, nbest=4)
+    with pytest.raises(TypeError, match="list of lines"):
+        model.generate("the cat")
+    with pytest.raises(CheckpointError):
+        nmtkit.load(tmp_path / "missing.pt")
+
+
+def _readme_snippet() -> str:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    [block] = [b for b in blocks if "nmtkit.load(" in b]
+    return block
+
+
+def test_the_readme_snippet_runs_as_shown(ckpt, tmp_path):
+    """The README's Python example, run against a tiny checkpoint at its path."""
+    (tmp_path / "work" / "run").mkdir(parents=True)
+    os.link(ckpt, tmp_path / "work" / "run" / "checkpoint_best.pt")
+    code = _readme_snippet()
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,304 @@
+"""Nothing a command reads is ever destroyed by what it writes: every output option of every
+command tried against every input of that command (with --force where the command has it),
+and the data-loss rows of the bad-input table (tests/test_bad_inputs.py's machinery).
+
+Each input lives alone in its own folder, so the error line must name the input's option, and
+every byte of every input folder must be the same afterwards. `nmtkit serve` writes no file,
+so it has no row here.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from tests.test_bad_inputs import (
+    EN,
+    FR,
+    TINY,
+    Row,
+    World,
+    _preprocess,
+    _translate,
+    check_row,
+    run_main,
+)
+
+
+@dataclass
+class Input:
+    """An input made in its own folder: `value` goes on the command line; `file` is the file
+    (or folder) an output may be aimed at; `prefix` the PREFIX of a parallel corpus."""
+
+    value: str
+    file: str
+    prefix: str | None = None
+
+
+def _corpus(w: World, folder: str, name: str, suffix: str = "") -> Input:
+    d = w.tmp / folder
+    d.mkdir()
+    (d / f"{name}.en{suffix}").write_text("\n".join(EN) + "\n", encoding="utf-8")
+    (d / f"{name}.fr{suffix}").write_text("\n".join(FR) + "\n", encoding="utf-8")
+    return Input(str(d / name), str(d / f"{name}.en"), str(d / name))
+
+
+def _file(w: World, folder: str, name: str, copy: Path | None = None, text: str = "") -> Input:
+    d = w.tmp / folder
+    d.mkdir()
+    if copy is not None and copy.is_dir():
+        shutil.copytree(copy, d / name)
+    elif copy is not None:
+        shutil.copy(copy, d / name)
+    else:
+        (d / name).write_text(text, encoding="utf-8")
+    return Input(str(d / name), str(d / name))
+
+
+@dataclass
+class Command:
+    """A command's inputs (option -> maker) and outputs (option -> kind), and its argv from
+    both. Kinds: file (a file written whole), prefix (PREFIX.* files), dir (a folder replaced
+    whole), folder (a folder written into)."""
+
+    name: str
+    inputs: dict[str, Callable[[World], Input]]
+    outputs: dict[str, str]
+    argv: Callable[[World, dict[str, Input], dict[str, str]], list[str]]
+
+
+def _translate_argv(w: World, ins: dict[str, Input], outs: dict[str, str]) -> list[str]:
+    return ["translate", "-m", ins["-m"].value, "-i", ins["-i"].value, "--beam", "2", "--max-len-b", "3",
+            "--replace-unk", "--unk-dict", ins["--unk-dict"].value, "--alignments", "hard",
+            "--alignments-file", outs["--alignments-file"], "--plot-attention", outs["--plot-attention"],
+            "-o", outs["-o"], "--force"]
+
+
+def _preprocess_argv(w: World, ins: dict[str, Input], outs: dict[str, str]) -> list[str]:
+    return ["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", ins["--train"].value, "--valid",
+            ins["--valid"].value, "--test", ins["--test"].value, "--dest", outs["--dest"], "--workers", "1",
+            "--quiet", "--force"]
+
+
+def _select_argv(w: World, ins: dict[str, Input], outs: dict[str, str]) -> list[str]:
+    return ["select-data", "--src-lang", "en", "--tgt-lang", "fr", "--in-domain", ins["--in-domain"].value,
+            "--pool", ins["--pool"].value, "--dest", outs["--dest"], "--workers", "1", "--lines", "3", "--force"]
+
+
+def _train_argv(w: World, ins: dict[str, Input], outs: dict[str, str]) -> list[str]:
+    return ["train", "--data", ins["--data"].value, "--save-dir", outs["--save-dir"], *TINY, "--max-updates", "2",
+            "--force"]
+
+
+def _score_argv(w: World, ins: dict[str, Input], outs: dict[str, str]) -> list[str]:
+    vocab = ["--data", ins["--data"].value] if "--data" in ins else ["-m", ins["-m"].value]
+    return ["score", "--hyp", ins["--hyp"].value, "--ref", ins["--ref"].value, "--src", ins["--src"].value,
+            "--no-unk", *vocab, "--plot", outs["--plot"], "--metrics", "bleu", "-j", "1"]
+
+
+COMMANDS = [
+    Command("translate", {"-i": lambda w: _file(w, "in-i", "src.en", w.src),
+                          "-m": lambda w: _file(w, "in-m", "model.pt", w.ckpt),
+                          "--unk-dict": lambda w: _file(w, "in-unk", "dict.tsv", text="chat\tcat\n")},
+            {"-o": "file", "--alignments-file": "file", "--plot-attention": "folder"}, _translate_argv),
+    Command("preprocess", {"--train": lambda w: _corpus(w, "in-train", "tr"),
+                           "--valid": lambda w: _corpus(w, "in-valid", "dv"),
+                           "--test": lambda w: _corpus(w, "in-test", "te")},
+            {"--dest": "dir"}, _preprocess_argv),
+    Command("select-data", {"--in-domain": lambda w: _corpus(w, "in-ind", "ind"),
+                            "--pool": lambda w: _corpus(w, "in-pool", "pool")},
+            {"--dest": "prefix"}, _select_argv),
+    Command("train", {"--data": lambda w: _file(w, "in-data", "data", w.data)}, {"--save-dir": "folder"},
+            _train_argv),
+    Command("average", {"-m": lambda w: _file(w, "in-m", "model.pt", w.ckpt)}, {"-o": "file"},
+            lambda w, ins, outs: ["average", "-m", ins["-m"].value, "-o", outs["-o"], "--force"]),
+    # score's inputs are named *.png: --plot must end in .png, and that check is not the one tried here
+    Command("score", {"--hyp": lambda w: _file(w, "in-hyp", "hyp.png", w.tmp / "corpus.fr"),
+                      "--ref": lambda w: _file(w, "in-ref", "ref.png", w.tmp / "corpus.fr"),
+                      "--src": lambda w: _file(w, "in-src", "src.png", w.tmp / "corpus.en"),
+                      "-m": lambda w: _file(w, "in-m", "model.png", w.ckpt),
+                      "--data": lambda w: _file(w, "in-data", "data.png", w.data)},
+            {"--plot": "file"}, _score_argv),
+]
+CASES = [(c, out, inp) for c in COMMANDS for out in c.outputs for inp in c.inputs]
+
+
+def _target(kind: str, inp: Input) -> str:
+    """Where an output of `kind` must be aimed to hit `inp`."""
+    if kind == "prefix":
+        return inp.prefix or inp.value
+    if kind == "dir":
+        return str(Path(inp.file).parent)
+    return inp.file
+
+
+def _digest(root: Path) -> dict[str, str]:
+    """Every file under the input folders -> its sha256 (symlinks as their target's name)."""
+    out = {}
+    for p in sorted(root.glob("in-*/**/*")):
+        if p.is_symlink():
+            out[str(p)] = "-> " + os.readlink(p)
+        elif p.is_file():
+            out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.mark.parametrize("cmd,out_opt,in_opt", CASES, ids=[f"{c.name}-{o}-vs-{i}" for c, o, i in CASES])
+def test_no_output_option_can_destroy_an_input(cmd: Command, out_opt: str, in_opt: str, world: World):
+    """Aimed at an input (its file, prefix or folder), every output option is refused with one
+    line naming the input's option, --force or not, and every input is left byte for byte."""
+    makers = dict(cmd.inputs)
+    if cmd.name == "score":  # -m and --data exclude each other: keep the one tried
+        makers.pop("--data" if in_opt != "--data" else "-m")
+    ins = {opt: make(world) for opt, make in makers.items()}
+    outs = {opt: str(world.tmp / "out" / f"o{k}") for k, opt in enumerate(cmd.outputs)}
+    (world.tmp / "out").mkdir()
+    outs[out_opt] = _target(cmd.outputs[out_opt], ins[in_opt])
+    before = _digest(world.tmp)
+    check_row(Row(f"{cmd.name}", lambda w: cmd.argv(w, ins, outs), needles=(in_opt,)), world)
+    assert _digest(world.tmp) == before
+    assert not any((world.tmp / "out").iterdir()), "an output was written"
+
+
+def _symlink_to_input(w: World) -> str:
+    os.symlink(w.src, w.tmp / "link.txt")
+    return str(w.tmp / "link.txt")
+
+
+def _dest_with_own_file(w: World) -> Path:
+    d = w.tmp / "d"
+    d.mkdir()
+    (d / "mine.txt").write_text("keep\n")
+    return d
+
+
+def _data_dir_over(w: World, name: str) -> Path:
+    d = w.tmp / name
+    code, err = run_main(_preprocess(w, d))
+    assert code == 0, err
+    return d
+
+
+def _old_data_dir(w: World) -> Path:
+    """A data directory whose manifest lists no files (written before it did): derived names count."""
+    d = _data_dir_over(w, "pp-old")
+    m = json.loads((d / "manifest.json").read_text())
+    del m["files"]
+    (d / "manifest.json").write_text(json.dumps(m))
+    return d
+
+
+def _into_data_dir(w: World, extra: str) -> Path:
+    d = _data_dir_over(w, "pp-extra")
+    (d / extra).write_text("notes\n")
+    return d
+
+
+def _same_sides(w: World, prefix: str) -> str:
+    os.symlink(w.tmp / "corpus.en", w.tmp / f"{prefix}.en")
+    os.symlink(w.tmp / "corpus.en", w.tmp / f"{prefix}.fr")
+    return prefix
+
+
+def _unchanged(path: Path, text: str) -> Callable[[World], None]:
+    return lambda w: (w.tmp / path).read_text() == text or pytest.fail(f"{path} changed")
+
+
+ROWS = [
+    Row("translate-o-symlink-to-input-force", lambda w: _translate(w, "-o", _symlink_to_input(w), "--force"),
+        needles=("-o", "-i")),
+    Row("translate-o-and-alignments-file-same",
+        lambda w: _translate(w, "-o", str(w.tmp / "o.txt"), "--alignments", "hard", "--alignments-file",
+                             str(w.tmp / "o.txt")), needles=("o.txt", "--alignments-file", "-o")),
+    Row("preprocess-force-keeps-unrelated-files", lambda w: _preprocess(w, _dest_with_own_file(w), "corpus", "--force"),
+        needles=("mine.txt", "--force")),
+    Row("preprocess-force-keeps-a-file-added-to-a-data-dir",
+        lambda w: _preprocess(w, _into_data_dir(w, "NOTES.md"), "corpus", "--force"), needles=("NOTES.md",)),
+    Row("preprocess-force-replaces-its-own-data-dir",
+        lambda w: _preprocess(w, _data_dir_over(w, "pp-own"), "corpus", "--force"), ok=True),
+    Row("preprocess-force-replaces-a-data-dir-whose-manifest-lists-no-files",
+        lambda w: _preprocess(w, _old_data_dir(w), "corpus", "--force"), ok=True),
+    Row("preprocess-same-file-as-source-and-target", lambda w: _preprocess(w, w.tmp / "pp", _same_sides(w, "same")),
+        needles=("same.en", "same.fr", "same file")),
+    Row("select-data-same-file-as-source-and-target",
+        lambda w: ["select-data", "--src-lang", "en", "--tgt-lang", "fr", "--in-domain", str(w.tmp / "corpus"),
+                   "--pool", str(w.tmp / _same_sides(w, "same")), "--dest", str(w.tmp / "sel"), "--lines", "3",
+                   "--workers", "1"], needles=("same.en", "same file")),
+    Row("train-save-dir-is-the-data-dir", lambda w: ["train", "--data", str(_data_copy_here(w)), "--save-dir",
+                                                     str(w.tmp / "dc"), *TINY, "--max-updates", "2"],
+        needles=("--save-dir", "--data")),
+]
+
+
+def _data_copy_here(w: World) -> Path:
+    shutil.copytree(w.data, w.tmp / "dc")
+    return w.tmp / "dc"
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
+def test_data_loss_table(row: Row, world: World):
+    check_row(row, world)
+    if row.id == "preprocess-force-keeps-unrelated-files":
+        assert (world.tmp / "d" / "mine.txt").read_text() == "keep\n"
+
+
+# ---- one run per directory ------------------------------------------------------------------------
+
+def _hold_lock(run: Path):
+    """Another process holding `run`'s lock, as a live `nmtkit train` does: (process, its PID)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, time; from nmtkit.train.run import run_lock; from pathlib import Path; "
+            "run_lock(Path(sys.argv[1])).acquire(); print('held', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+@pytest.mark.parametrize("extra", [(), ("--force",), ("--resume",)], ids=["start", "force", "resume"])
+def test_a_live_run_keeps_its_directory(world: World, extra: tuple[str, ...]):
+    """A second train (new, --force or --resume) into a run directory held by a live process is
+    refused with one line naming the holder's PID, and the run's files are untouched."""
+    run = world.run_dir()
+    files = lambda: {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"}  # noqa: E731
+    before = files()
+    holder = _hold_lock(run)
+    try:
+        argv = ["train", "--data", str(world.data), "--save-dir", str(run), *TINY, "--max-updates", "4", *extra]
+        check_row(Row("second-train", lambda w: argv, needles=(f"PID {holder.pid}",)), world)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert files() == before
+
+
+def test_the_lock_of_a_dead_process_never_blocks(world: World):
+    run = world.run_dir()
+    holder = _hold_lock(run)
+    holder.kill()
+    holder.wait()
+    assert (run / "train.lock").read_text().strip() == str(holder.pid)  # its file stays, its lock went
+    argv = ["train", "--data", str(world.data), "--save-dir", str(run), *TINY, "--max-updates", "4", "--resume"]
+    check_row(Row("resume-after-dead-holder", lambda w: argv, ok=True), world)
+
+
+LOCK_ROWS = [
+    Row("train-missing-data-creates-no-save-dir",
+        lambda w: ["train", "--data", str(w.tmp / "nonexistent"), "--save-dir", str(w.tmp / "r"), *TINY],
+        needles=("nonexistent",), check=lambda w: not (w.tmp / "r").exists() or pytest.fail("r/ was created")),
+    Row("train-bad-option-creates-no-save-dir",
+        lambda w: ["train", "--data", str(w.data), "--save-dir", str(w.tmp / "r"), *TINY, "--lr", "nan"],
+        needles=("--lr",), check=lambda w: not (w.tmp / "r").exists() or pytest.fail("r/ was created")),
+]
+
+
+@pytest.mark.parametrize("row", LOCK_ROWS, ids=[r.id for r in LOCK_ROWS])
+def test_run_dir_table(row: Row, world: World):
+    check_row(row, world)

@@ -1,0 +1,166 @@
+"""The bad-input table, continued: translate's inputs and resources, and the validation and
+messages of translate, train, serve, score and the data directory's manifest (the machinery
+and the World are tests/test_bad_inputs.py's)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.test_bad_inputs import (
+    REPO,
+    Row,
+    World,
+    _data_copy,
+    _score,
+    _train,
+    _translate,
+    check_row,
+    run_main,
+)
+
+ROWS = [
+    # ---- inputs and resources ---------------------------------------------------------------------
+    Row("translate-beam-above-the-vocabulary-is-capped", lambda w: _translate(w, "--beam", "10000"), ok=True,
+        needles=("--beam 10000", "target vocabulary")),
+    Row("translate-i-fifo", lambda w: _with_input(w, _fifo_input(w), "-o", str(w.tmp / "o.txt")), ok=True,
+        check=lambda w: _lines(w.tmp / "o.txt", 5)),
+    Row("translate-i-process-substitution", lambda w: _with_input(w, _pipe_input(w), "-o", str(w.tmp / "o.txt")),
+        ok=True, check=lambda w: _lines(w.tmp / "o.txt", 5)),
+    Row("translate-i-directory", lambda w: _with_input(w, str(w.tmp)), needles=("is a directory",)),
+    Row("translate-m-directory", lambda w: ["translate", "-m", str(w.tmp), "-i", str(w.src)],
+        needles=("is a directory",)),
+    Row("translate-nul-byte-is-binary", lambda w: _with_input(w, _text(w, "nul.en", b"a cat\nthe\0dog\n")),
+        needles=("nul.en:2:", "binary")),
+    Row("translate-utf8-bom-is-stripped",
+        lambda w: _with_input(w, _text(w, "bom.en", b"\xef\xbb\xbf" + w.src.read_bytes()), "-o", str(w.tmp / "b")),
+        ok=True, check=lambda w: _same_as_without_bom(w)),
+    # ---- validation and messages --------------------------------------------------------------------
+    Row("translate-lenpen-nan", lambda w: _translate(w, "--lenpen", "nan"), needles=("--lenpen",)),
+    Row("translate-max-len-a-negative", lambda w: _translate(w, "--max-len-a", "-1"), needles=("--max-len-a",)),
+    Row("translate-plot-limit-negative", lambda w: _translate(w, "--plot-limit", "-1"), needles=("--plot-limit",)),
+    Row("train-manifest-format-version-99", lambda w: _train(_w_manifest(w, format_version=99), w.tmp / "r8"),
+        needles=("manifest.json", "format_version 99")),
+    Row("train-manifest-vocab-outside-the-data-dir",
+        lambda w: _train(_w_manifest(w, vocab={"src": "/etc/passwd", "tgt": "vocab.fr.txt"}), w.tmp / "r9"),
+        needles=("manifest.json", "vocab.src")),
+    Row("train-manifest-vocab-climbing-out", lambda w: _train(_w_manifest(
+        w, vocab={"src": "vocab.en.txt", "tgt": "../data/vocab.fr.txt"}), w.tmp / "r10"), needles=("vocab.tgt",)),
+    Row("train-manifest-pipeline-language-contradicts",
+        lambda w: _train(_w_manifest(w, pipeline_src_lang="de"), w.tmp / "r11"), needles=("pipeline.src_lang",)),
+    Row("translate-random-bytes-named-pt", lambda w: ["translate", "-m", _text(w, "r.pt", os.urandom(4000)), "-i",
+                                                      str(w.src)], needles=("r.pt", "not an nmtkit checkpoint"),
+        absent=("weights_only", "arbitrary code")),
+    Row("translate-pickle-named-pt", lambda w: ["translate", "-m", _pickle(w), "-i", str(w.src)],
+        needles=("p.pt", "not an nmtkit checkpoint"), absent=("weights_only", "arbitrary code", "Warning")),
+    Row("serve-beam-0", lambda w: ["serve", "-m", str(w.ckpt), "--beam", "0"], needles=("--beam",),
+        absent=("--max-beam",)),
+    Row("train-dropout-2-names-the-option", lambda w: _train(w, w.tmp / "r12", "--dropout", "2"),
+        needles=("--dropout",), absent=("Config",)),
+    Row("score-tokenize-ja-mecab-without-mecab", lambda w: _score(w, "--tokenize", "ja-mecab"),
+        needles=("ja-mecab", "sacrebleu[ja]")),
+]
+
+
+def _text(w: World, name: str, data: bytes) -> str:
+    (w.tmp / name).write_bytes(data)
+    return str(w.tmp / name)
+
+
+def _pickle(w: World) -> str:
+    import pickle
+
+    (w.tmp / "p.pt").write_bytes(pickle.dumps({"a": 1}, protocol=4))
+    return str(w.tmp / "p.pt")
+
+
+def _with_input(w: World, path: str, *extra: str) -> list[str]:
+    argv = _translate(w, *extra)
+    argv[argv.index("-i") + 1] = path
+    return argv
+
+
+def _lines(p: Path, n: int) -> None:
+    assert p.read_text().count("\n") == n, p.read_text()
+
+
+def _fifo_input(w: World) -> str:
+    """A FIFO fed by a writer thread, as `mkfifo f; cmd > f &` gives."""
+    fifo = w.tmp / "in.fifo"
+    os.mkfifo(fifo)
+    threading.Thread(target=lambda: fifo.write_bytes(w.src.read_bytes()), daemon=True).start()
+    return str(fifo)
+
+
+def _pipe_input(w: World) -> str:
+    """What bash's <(cmd) gives: /proc/self/fd/N (/dev/fd/63), the read end of a pipe."""
+    r, wr = os.pipe()
+    os.write(wr, w.src.read_bytes())
+    os.close(wr)
+    return f"/proc/self/fd/{r}"
+
+
+def _same_as_without_bom(w: World) -> None:
+    code, err = run_main(_translate(w, "-o", str(w.tmp / "plain")))
+    assert code == 0, err
+    assert (w.tmp / "b").read_text() == (w.tmp / "plain").read_text()
+
+
+def _w_manifest(w: World, pipeline_src_lang: str | None = None, **changes) -> World:
+    import json
+
+    d = _data_copy(w)
+    m = json.loads((d / "manifest.json").read_text())
+    m.update(changes)
+    if pipeline_src_lang:
+        m["pipeline"]["src_lang"] = pipeline_src_lang
+    (d / "manifest.json").write_text(json.dumps(m))
+    w.data = d
+    return w
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
+def test_bad_input_table_inputs_and_messages(row: Row, world: World):
+    check_row(row, world)
+
+
+def test_sigterm_to_translate_leaves_no_temp_file(world):
+    """SIGTERM, like Ctrl-C, removes the half-written OUT.*.tmp; the exit status is 143."""
+    import signal
+    import time
+
+    out = world.tmp / "out.txt"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    argv = _translate(world, "-o", str(out), "--buffer-size", "1")
+    del argv[argv.index("-i"):argv.index("-i") + 2]  # stdin, kept open: translate is mid-run at the signal
+    proc = subprocess.Popen([sys.executable, "-m", "nmtkit", *argv], stdin=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    with proc.stdin as feed:
+        feed.write("the cat\n")
+        feed.flush()
+        deadline = time.monotonic() + 120
+        while not list(world.tmp.glob("out.txt.*.tmp")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert list(world.tmp.glob("out.txt.*.tmp")), "translate never started writing"
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    err = proc.stderr.read()
+    assert proc.returncode == 143 and "Traceback" not in err, err
+    assert not list(world.tmp.glob("out.txt*")), list(world.tmp.iterdir())
+
+
+def test_wmt14_smoke_honours_work_and_results(tmp_path):
+    """`make smoke WORK=... RESULTS=...` writes there, not into the source tree (make -n: what it would run)."""
+    if shutil.which("make") is None:
+        pytest.skip("make not installed")
+    proc = subprocess.run(["make", "-n", "-C", str(REPO / "examples" / "wmt14-en-fr"), "smoke", f"DATA={tmp_path}",
+                           f"WORK={tmp_path}/w", f"RESULTS={tmp_path}/res"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{tmp_path}/w/" in proc.stdout and f"{tmp_path}/res/" in proc.stdout
+    assert "work-smoke" not in proc.stdout and "results-smoke" not in proc.stdout

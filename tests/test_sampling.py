@@ -1,0 +1,191 @@
+"""Sampling (`nmtkit.decode.sampling`, `translate --sampling`): draws follow the model's
+distribution, a seed reproduces them whatever the batching, other seeds differ, line order and
+empty lines are kept, bad values are refused."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.translate_fixtures import make_checkpoint, tiny_model
+
+LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat", "the cat sat on a mat ."]
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return str(make_checkpoint(tmp_path_factory.mktemp("sampling") / "model.pt", seed=5))
+
+
+def _sampler(ckpt, **kw):
+    from nmtkit.translate import Translator
+
+    # fp32: bf16 products may round differently between batch shapes (see nmtkit.decode.sampling)
+    kw = dict(device="cpu", precision="fp32", sampling=True, max_len_a=1.0, max_len_b=4.0, **kw)
+    return Translator.load(ckpt, **kw)
+
+
+def _batch(n=6, seed=0):
+    import torch
+
+    torch.manual_seed(seed)
+    lens = torch.randint(2, 7, (n,))
+    src = torch.randint(4, 20, (n, int(lens.max())))
+    for i, n_i in enumerate(lens.tolist()):
+        src[i, n_i:] = 0
+    return src, lens
+
+
+def test_draws_follow_the_distribution_and_topk_and_temperature_reshape_it():
+    import torch
+
+    from nmtkit.decode.sampling import _draw, sampling_uniforms
+
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0])
+    lp = p.log().unsqueeze(0).expand(20000, -1)
+    u = sampling_uniforms(7, range(20000), 1)[:, 0]
+    freq = torch.bincount(_draw(lp, u, 0, 1.0), minlength=5).double() / 20000
+    assert torch.allclose(freq, p.double(), atol=0.02), freq
+    assert freq[4] == 0  # a zero-probability token is never drawn
+    top2 = torch.bincount(_draw(lp, u, 2, 1.0), minlength=5).double() / 20000
+    assert torch.allclose(top2, torch.tensor([0.625, 0.375, 0, 0, 0], dtype=torch.float64), atol=0.02), top2
+    # p^(1/T), renormalised: T = 0.5 squares the probabilities
+    sharp = p**2 / (p**2).sum()
+    freq_t = torch.bincount(_draw(lp, u, 0, 0.5), minlength=5).double() / 20000
+    assert torch.allclose(freq_t, sharp.double(), atol=0.02), freq_t
+
+
+def test_topk_1_is_greedy_search():
+    from nmtkit.decode.sampling import sample, sampling_uniforms
+    from nmtkit.decode.search import greedy_search, max_lengths
+
+    model, _ = tiny_model(seed=1)
+    src, lens = _batch()
+    lim = max_lengths(lens, 1.0, 4.0)
+    drawn = sample(model, src, lens, sampling_uniforms(3, range(6), int(lim.max()) + 1), topk=1,
+                   max_len_a=1.0, max_len_b=4.0)
+    greedy = greedy_search(model, src, lens, max_len=lim)
+    assert [h[0].tokens for h in drawn] == [g.tokens for g in greedy]
+    assert [h[0].log_prob for h in drawn] == pytest.approx([g.log_prob for g in greedy], abs=1e-4)
+
+
+def test_reported_log_prob_is_the_models_and_lengths_stay_within_the_limit():
+    import torch
+
+    from nmtkit.decode.sampling import sample, sampling_uniforms
+    from nmtkit.decode.search import max_lengths
+    from nmtkit.text.vocab import BOS_ID, EOS_ID
+
+    model, _ = tiny_model(seed=2)
+    src, lens = _batch(seed=1)
+    lim = max_lengths(lens, 1.0, 4.0)
+    hyps = sample(model, src, lens, sampling_uniforms(11, range(6), int(lim.max()) + 1), temperature=1.5,
+                  max_len_a=1.0, max_len_b=4.0, need_attention=True)
+    for b, [h] in enumerate(hyps):
+        assert len(h.tokens) <= int(lim[b])
+        assert h.attention.shape[0] == len(h.tokens) + 1
+        tgt_in = torch.tensor([[BOS_ID] + h.tokens])
+        with torch.no_grad():
+            lp = model(src[b : b + 1, : int(lens[b])], lens[b : b + 1], tgt_in)[0]  # (T, V)
+        gold = h.tokens + [EOS_ID]
+        expected = float(sum(lp[t, tok] for t, tok in enumerate(gold)))
+        assert h.log_prob == pytest.approx(expected, abs=1e-3)
+        assert h.score == pytest.approx(h.log_prob / len(gold))
+
+
+def test_same_seed_reproduces_whatever_the_batch_size_and_different_seeds_differ(ckpt):
+    first = _sampler(ckpt, seed=3).translate(LINES * 3)
+    again = _sampler(ckpt, seed=3, batch_size=1).translate(LINES * 3)
+    assert again == first
+    other = _sampler(ckpt, seed=4).translate(LINES * 3)
+    differ = [a != b for a, b in zip(first, other) if a or b]
+    assert sum(differ) >= len(differ) // 2, (first, other)
+    # the same sentence on different lines gets its own draws (the line number keys them)
+    assert len({first[i] for i in range(0, len(first), len(LINES))}) > 1
+
+
+def test_sampling_keeps_line_order_and_empty_lines_through_the_cli(ckpt, tmp_path):
+    from tests.test_translate_cli import nmtkit
+
+    src = tmp_path / "in.en"
+    src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    common = ["translate", "-m", ckpt, "--sampling", "--seed", "9", "--max-len-a", "1", "--max-len-b", "4",
+              "--precision", "fp32",
+              "-i", str(src), "--quiet"]
+    whole = nmtkit(*common)
+    one_by_one = nmtkit(*common, "--buffer-size", "1", "--batch-size", "1")
+    assert whole.returncode == 0, whole.stderr
+    assert whole.stdout == one_by_one.stdout
+    out = whole.stdout.split("\n")[:-1]
+    assert len(out) == len(LINES) and out[1] == "" and all(out[i] for i in (0, 2, 3, 4, 5))
+    assert out == _sampler(ckpt, seed=9).translate(LINES)
+
+
+def test_sampling_draws_from_the_whole_vocabulary_even_with_a_lexicon(ckpt, tmp_path):
+    """The shortlist narrows beam search only: a sample's distribution is the model's."""
+    import torch
+
+    from tests.translate_fixtures import SPECIALS, SRC_WORDS
+
+    lexicon = torch.full((len(SPECIALS) + len(SRC_WORDS), 2), 4, dtype=torch.int32)  # every word -> "le"
+    path = make_checkpoint(tmp_path / "lex.pt", seed=5, lexicon=lexicon)
+    with_lex = _sampler(str(path), seed=2)
+    assert with_lex.lexicon is None
+    assert with_lex.translate(LINES) == _sampler(ckpt, seed=2).translate(LINES)
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(temperature=0.0), "--temperature must be > 0"),
+    (dict(temperature=-1.0), "--temperature must be > 0"),
+    (dict(temperature=math.nan), "--temperature must be > 0"),
+    (dict(sampling_topk=-1), "--sampling-topk"),
+    (dict(seed=-1), "--seed"),
+    (dict(nbest=2, beam=2), "--nbest must be 1"),
+])
+def test_bad_sampling_values_are_refused(kw, needle):
+    from nmtkit.errors import ConfigError
+    from nmtkit.translate import TranslateConfig
+
+    with pytest.raises(ConfigError, match=needle.replace("-", r"\-")):
+        TranslateConfig(models=("m.pt",), sampling=True, **kw).validate()
+
+
+@pytest.mark.parametrize("kw", [dict(temperature=0.7), dict(sampling_topk=5), dict(seed=1)])
+def test_sampling_options_without_sampling_are_refused(kw):
+    from nmtkit.errors import ConfigError
+    from nmtkit.translate import TranslateConfig
+
+    with pytest.raises(ConfigError, match="need --sampling"):
+        TranslateConfig(models=("m.pt",), **kw).validate()
+
+
+def test_sample_refuses_a_nonpositive_temperature():
+    from nmtkit.decode.sampling import sample, sampling_uniforms
+
+    model, _ = tiny_model()
+    src, lens = _batch()
+    with pytest.raises(ValueError, match="temperature"):
+        sample(model, src, lens, sampling_uniforms(1, range(6), 30), temperature=0.0)
+
+
+def test_samples_carry_alignments_and_an_ensemble_of_one_model_twice_samples_as_the_model(ckpt):
+    single = _sampler(ckpt, seed=6)
+    results = single.generate(LINES, alignments=True)
+    for r in results:
+        for t in r.nbest:
+            pairs = t.alignment()
+            assert [j for _, j in pairs] == list(range(len(t.tokens)))
+            assert all(0 <= i < len(t.src_tokens) for i, _ in pairs)
+    from nmtkit.translate import Translator
+
+    twice = Translator.load([ckpt, ckpt], device="cpu", precision="fp32", sampling=True, seed=6, max_len_a=1.0,
+                            max_len_b=4.0)
+    assert twice.translate(LINES) == [r.text for r in results]
+
+
+def test_ban_unk_keeps_the_unknown_word_out_of_samples(ckpt):
+    lines = LINES * 4
+    free = _sampler(ckpt, seed=3, output_format="bpe").translate(lines)
+    assert any("<unk>" in out.split() for out in free)  # this model does draw it
+    banned = _sampler(ckpt, seed=3, output_format="bpe", ban_unk=True).translate(lines)
+    assert not any("<unk>" in out.split() for out in banned)
