@@ -10,7 +10,7 @@ Writes DIR/gpu-report.md and DIR/gpu-report.json with
                steps timed between two torch.cuda.synchronize(); graphs compiled inside the timed
                window are counted (they must be 0);
   run          a real 200-update run (`small`, --max-tokens, varied lengths, --fuse auto): graphs
-               compiled per fused step body and host reads per update (benchmarks/launches.HostReads);
+               compiled per fused step body and host reads per update (nmtkit.devtools.launches.HostReads);
   translate    newstest2014 (3,003 sentences, from DATA, default ../shared/data) at beam 12 with a
                randomly initialised rnnsearch-50 (every sentence runs to the fixed limit of
                TRANSLATE_LIMIT tokens): wall seconds, the first batch (which compiles) apart;
@@ -195,7 +195,8 @@ def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
     import torch
     import torch._dynamo
 
-    from benchmarks.launches import HostReads, write_data_dir
+    from benchmarks.launches import write_data_dir
+    from nmtkit.devtools.launches import HostReads
     from nmtkit.models import fusion
     from nmtkit.train import trainer
     from nmtkit.train.run import run_training

@@ -67,9 +67,7 @@ def build(emb: int, hidden: int, dropout: float, fuse_steps: bool):
 
     cfg = RNNSearchConfig(src_vocab_size=8000, tgt_vocab_size=8000, emb_dim=emb, enc_hidden=hidden,
                           dec_hidden=16, att_hidden=16, maxout=8, dropout=dropout, init="default")
-    model = RNNSearch(cfg).train()
-    model.fuse_steps = fuse_steps
-    return model
+    return RNNSearch(cfg, fuse_steps=fuse_steps).train()
 
 
 def batch(B: int, S: int, seed: int = 0):

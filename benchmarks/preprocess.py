@@ -9,8 +9,8 @@ Measures, on the same N training lines (default: the whole split, 160,128 lines)
 - the whole `nmtkit preprocess` (input checks and checksums, tokenise, clean, vocabulary,
   binarise; plus learn/apply BPE in the BPE mode) with 1 and with 2 workers, each run in a
   fresh process, wall time and peak RSS (the main process and the largest worker);
-and prints lines/s, words/s (raw whitespace words of both sides) and the ratios the issue
-asks for: 2 workers vs 1 worker (target >= 1.7x) and the pipeline's own overhead over plain
+and prints lines/s, words/s (raw whitespace words of both sides) and the ratios that matter:
+2 workers vs 1 worker (target >= 1.7x) and the pipeline's own overhead over plain
 sacremoses, (t_preprocess_1_worker - t_bpe_learning - t_sacremoses) / t_sacremoses
 (target < 20%), measured both across fresh processes and warm, alternating in one process
 (the latter is immune to start-up costs and to the neighbours' load changing between runs).

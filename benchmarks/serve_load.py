@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 DATA = Path(os.environ.get("DATA", REPO.parent / "shared" / "data"))
 
-from tests.serve_fixtures import ServerProcess  # noqa: E402 - the one launcher of a server subprocess
+from nmtkit.devtools.server import ServerProcess  # noqa: E402 - the one launcher of a server subprocess
 
 
 def nmtkit(*args: str, threads: int, **kw) -> subprocess.CompletedProcess:

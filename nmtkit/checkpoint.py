@@ -150,13 +150,14 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, An
     return obj
 
 
-def load_model(path: str | Path, device: Any = "cpu"):
-    """(model in eval mode on `device`, checkpoint dict) from a checkpoint file."""
+def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False):
+    """(model in eval mode on `device`, checkpoint dict) from a checkpoint file; `fuse_steps` as
+    in `build_model`."""
     from nmtkit.models import build_model
 
     ckpt = load_checkpoint(path, map_location="cpu")
     try:
-        model = build_model(ckpt["arch"], ckpt["model_config"])
+        model = build_model(ckpt["arch"], ckpt["model_config"], fuse_steps=fuse_steps)
         model.load_state_dict(ckpt["model_state"])
     except KeyError as err:
         raise CheckpointError(f"checkpoint lacks field {err}", str(path)) from None

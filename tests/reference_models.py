@@ -156,3 +156,43 @@ def lstm_attention_loglik(model, src: list[int], tgt: list[int]) -> Tensor:
         o = torch.tanh(model.W_u.weight @ torch.cat([a, h]))  # dropout is off in eval mode
         ll = ll + log_softmax(model.W_vocab.weight @ o)[outs[t]]
     return ll
+
+
+# ---- batched references for the models' hand-written backward passes ----------------------------
+
+def plain_chunked_loss(model, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor,
+                       label_smoothing: float = 0.0, chunk_tokens: int = 4096) -> tuple[Tensor, Tensor, int]:
+    """`Seq2Seq.loss` with autograd through each chunk's log-softmax instead of the chunked loss's
+    hand-written backward: (loss_sum, nll_sum, n_tokens) over the non-pad targets."""
+    feats, _ = model.decode_features(model.encode(src, src_lens), tgt_in)
+    mask = tgt_out.ne(0)
+    feats, gold = feats[mask], tgt_out[mask]  # (N, F), (N,)
+    loss_sum = feats.new_zeros((), dtype=torch.float64 if feats.dtype == torch.float64 else torch.float32)
+    nll_sum = torch.zeros_like(loss_sum)
+    for i in range(0, feats.size(0), chunk_tokens):
+        lp = torch.log_softmax(model.output_layer(feats[i : i + chunk_tokens]).to(loss_sum.dtype), dim=-1)
+        nll = -lp.gather(1, gold[i : i + chunk_tokens].unsqueeze(1)).squeeze(1)
+        nll_sum = nll_sum + nll.sum()
+        smooth = -lp.mean(dim=-1)
+        loss_sum = loss_sum + ((1 - label_smoothing) * nll + label_smoothing * smooth).sum()
+    return loss_sum, nll_sum, int(gold.numel())
+
+
+def rnnsearch_autograd_features(model, enc, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
+    """`RNNSearch.decode_features` as a plain autograd loop over `attend_and_update`, one step at
+    a time, instead of recurrence.py's hand-written backward: (t (B, T, l), alpha (B, T, S'))."""
+    T = tgt_in.size(1)
+    emb = model.drop_tgt(model.tgt_embed(tgt_in))
+    x_gates, emb_out = model.W_in(emb), model.V_o(emb)
+    w_q = torch.cat([model.W_a.weight, model.U_zr.weight], dim=0)
+    s = model.init_state(enc)
+    states, alphas = [s], []
+    new = model.config.readout == "new"
+    for i, xg in enumerate(x_gates.unbind(1)):
+        alpha, s = model.attend_and_update(s, xg, enc, w_q, update=new or i + 1 < T)
+        states.append(s)
+        alphas.append(alpha)
+    alpha = torch.stack(alphas, dim=1)
+    ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations)
+    feats = model.deep_output(torch.stack(states[:-1], dim=1), torch.stack(states[1:], dim=1), emb_out, ctx)
+    return feats, alpha

@@ -4,6 +4,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from click.testing import CliRunner
 
 from nmtkit.cli import cli
@@ -50,3 +51,33 @@ def test_unknown_option_is_a_clean_error():
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     assert "no-such-option" in proc.stderr
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_library_log_records_and_python_warnings_share_one_stderr_line_format(capsys, quiet):
+    """Both channels a library can warn through end in the CLI's one handler, muted by -q."""
+    import logging
+    import warnings
+
+    from nmtkit.cli.common import quiet_warnings, setup_warnings
+
+    setup_warnings()
+    setup_warnings()  # idempotent: one handler, one line per warning
+    quiet_warnings(quiet)
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        logging.captureWarnings(False)  # pytest replaced showwarning after setup_warnings captured it:
+        logging.captureWarnings(True)  # capture again, as the CLI does in a fresh process
+        logging.getLogger("nmtkit.some.module").warning("dev set %s is tiny", "valid")
+        logging.getLogger("nmtkit.some.module").info("not for stderr")
+        warnings.warn("a library's UserWarning", UserWarning, stacklevel=1)
+    err = capsys.readouterr().err
+    setup_warnings()  # leave the handler unmuted for the next test
+    if quiet:
+        assert err == ""
+    else:
+        lines = err.splitlines()
+        assert lines[0] == "nmtkit: warning: dev set valid is tiny"
+        assert lines[1].startswith("nmtkit: warning: ") and "UserWarning: a library's UserWarning" in lines[1]
+        assert "not for stderr" not in err

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.launches import count_launches, enable_inductor_kernel_profile
+from nmtkit.devtools.launches import count_launches, enable_inductor_kernel_profile
 from nmtkit.errors import ConfigError
 from nmtkit.models import build_model, fusion
 from nmtkit.train.config import TrainConfig
@@ -27,11 +27,10 @@ def test_fused_rnnsearch_step_gives_the_eager_loss_and_gradients():
         src, src_lens, tgt_in, tgt_out, _ = random_batch(tgt_lens=tgt_lens)
         results = []
         for fuse in (False, True):
-            model.fuse_steps = fuse
-            model.zero_grad(set_to_none=True)
-            loss, _, _ = model.loss(src, src_lens, tgt_in, tgt_out)
+            m = model.with_fused_steps(fuse)
+            loss, _, _ = m.loss(src, src_lens, tgt_in, tgt_out)
             loss.backward()
-            results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
+            results.append((loss.detach(), {n: p.grad.clone() for n, p in m.named_parameters()
                                             if p.grad is not None}))
         (l0, g0), (l1, g1) = results
         torch.testing.assert_close(l1, l0, rtol=1e-5, atol=1e-5)
@@ -58,22 +57,22 @@ def test_unknown_fuse_mode_is_rejected_by_the_train_config():
 
 @needs_compiler
 def test_fused_training_step_launches_a_fraction_of_the_eager_ops():
-    """DESIGN.md 10: with fused step bodies a training step launches at most a quarter of the
-    eager step's ops (counted as benchmarks/launches.py counts them)."""
+    """docs/design.md, section 10: with fused step bodies a training step launches at most a quarter of the
+    eager step's ops (counted as nmtkit/devtools/launches.py counts them)."""
     torch.manual_seed(0)
     model = build_model("rnnsearch", dict(TINY["rnnsearch"], init="default")).float()
     src, src_lens, tgt_in, tgt_out, _ = random_batch(src_lens=(7, 5, 6, 3), tgt_lens=(9, 4, 8, 6))
 
-    def step():
-        model.zero_grad(set_to_none=True)
-        loss, _, _ = model.loss(src, src_lens, tgt_in, tgt_out)
+    def step(m):
+        m.zero_grad(set_to_none=True)
+        loss, _, _ = m.loss(src, src_lens, tgt_in, tgt_out)
         loss.backward()
 
     counts = {}
     for fuse in (False, True):
-        model.fuse_steps = fuse
-        step()  # compiles (fused) before counting
-        counts[fuse] = count_launches(step)[0].total
+        m = model.with_fused_steps(fuse)
+        step(m)  # compiles (fused) before counting
+        counts[fuse] = count_launches(step, m)[0].total
     assert counts[True] * 4 <= counts[False], counts
     assert counts[True] > 20, counts  # the generated kernels are counted too
 
@@ -89,9 +88,9 @@ def test_fused_beam_search_finds_the_eager_hypotheses():
     src, src_lens, _, _, _ = random_batch()
     hyps = {}
     for fuse in (False, True):
-        model.fuse_steps = fuse
         with torch.no_grad():
-            hyps[fuse] = beam_search(model, src, src_lens, beam=3, max_len_a=1.0, max_len_b=4)
+            hyps[fuse] = beam_search(model.with_fused_steps(fuse), src, src_lens, beam=3, max_len_a=1.0,
+                                     max_len_b=4)
     for a, b in zip(hyps[False], hyps[True]):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         assert a[0].score == pytest.approx(b[0].score, rel=1e-4, abs=1e-5)
@@ -116,12 +115,11 @@ def test_fused_step_under_bf16_autocast_keeps_every_gradient_finite():
     src, tgt = torch.randint(4, 300, (8, 9), generator=g), torch.randint(4, 300, (8, 7), generator=g)
     grads = {}
     for fuse in (False, True):
-        model.fuse_steps = fuse
-        model.zero_grad(set_to_none=True)
+        m = model.with_fused_steps(fuse)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss, _, _ = model.loss(src, torch.full((8,), 9), tgt, tgt)
+            loss, _, _ = m.loss(src, torch.full((8,), 9), tgt, tgt)
         loss.backward()
-        grads[fuse] = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        grads[fuse] = {n: p.grad for n, p in m.named_parameters() if p.grad is not None}
         assert all(torch.isfinite(t).all() for t in grads[fuse].values()), fuse
     for name, t in grads[False].items():
         torch.testing.assert_close(grads[True][name], t, rtol=0.1, atol=1e-3, msg=name)

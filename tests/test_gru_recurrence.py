@@ -106,14 +106,15 @@ def test_fuse_steps_encoder_equals_the_default_encoder(arch, eager_steps):
     model = tiny_model(arch)
     src, src_lens, _, _, _ = random_batch()
     enc = model.encode(src, src_lens)
-    model.fuse_steps = True
-    enc_f = model.encode(src, src_lens)
+    fused = model.with_fused_steps(True)
+    enc_f = fused.encode(src, src_lens)
     torch.testing.assert_close(enc_f.annotations, enc.annotations, atol=1e-12, rtol=1e-12)
     for name in ("keys", "values", "summary", "init"):
         if getattr(enc, name) is not None:
             torch.testing.assert_close(getattr(enc_f, name), getattr(enc, name), atol=1e-12, rtol=1e-12)
     params = [*model.encoder.parameters(), model.src_embed.weight]
-    for got, want in zip(torch.autograd.grad(_encoder_loss(enc_f), params),
+    params_f = [*fused.encoder.parameters(), fused.src_embed.weight]
+    for got, want in zip(torch.autograd.grad(_encoder_loss(enc_f), params_f),
                          torch.autograd.grad(_encoder_loss(enc), params), strict=True):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
 
@@ -135,10 +136,11 @@ def test_compiled_step_bodies_match_eager_in_float32():
     model = tiny_model("rnnsearch", dtype=torch.float32)
     src, src_lens, _, _, _ = random_batch()
     enc = model.encode(src, src_lens)
-    model.fuse_steps = True
-    enc_f = model.encode(src, src_lens)
+    fused = model.with_fused_steps(True)
+    enc_f = fused.encode(src, src_lens)
     torch.testing.assert_close(enc_f.annotations, enc.annotations, atol=1e-5, rtol=1e-5)
     params = [*model.encoder.parameters(), model.src_embed.weight]
-    for got, want in zip(torch.autograd.grad(_encoder_loss(enc_f), params),
+    params_f = [*fused.encoder.parameters(), fused.src_embed.weight]
+    for got, want in zip(torch.autograd.grad(_encoder_loss(enc_f), params_f),
                          torch.autograd.grad(_encoder_loss(enc), params), strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

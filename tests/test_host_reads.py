@@ -1,12 +1,12 @@
-"""Host synchronisation budget (counted by benchmarks/launches.HostReads on the CPU; on a GPU each
-read waits for every kernel queued before it): one read per training update, one per beam step."""
+"""Host synchronisation budget (counted by nmtkit.devtools.launches.HostReads on the CPU; on a GPU
+each read waits for every kernel queued before it): one read per training update, one per beam step."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from benchmarks.launches import HostReads
 from nmtkit.decode import search
+from nmtkit.devtools.launches import HostReads
 from nmtkit.text.vocab import UNK_ID
 from tests.train_fixtures import TINY_MODEL, tiny_options
 from tests.translate_fixtures import tiny_model

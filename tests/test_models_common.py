@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ from nmtkit.errors import ConfigError
 from nmtkit.models import ARCHS, build_model, make_config
 from nmtkit.models.presets import PRESETS, TRAIN_DEFAULTS, preset, train_defaults
 from tests.model_helpers import TINY, random_batch, tiny_model
+from tests.reference_models import plain_chunked_loss, rnnsearch_autograd_features
 
 IMPLEMENTED = []
 for _arch in ARCHS:
@@ -67,13 +69,13 @@ def test_attention_rows_sum_to_one_and_padding_gets_zero(arch):
 
 @pytest.mark.parametrize("arch", IMPLEMENTED)
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
-def test_fused_loss_and_gradients_equal_plain_chunked_loss(arch, label_smoothing):
+def test_chunked_loss_and_its_gradients_equal_autograd_through_the_log_softmax(arch, label_smoothing):
     model = tiny_model(arch)
     src, src_lens, tgt_in, tgt_out, _ = random_batch()
     results = []
-    for fused in (True, False):
+    for loss_fn in (model.loss, partial(plain_chunked_loss, model)):
         model.zero_grad()
-        loss, nll, n = model.loss(src, src_lens, tgt_in, tgt_out, label_smoothing, chunk_tokens=3, fused=fused)
+        loss, nll, n = loss_fn(src, src_lens, tgt_in, tgt_out, label_smoothing, chunk_tokens=3)
         loss.backward()
         results.append((loss.detach(), nll.detach(), n, [p.grad.clone() for p in model.parameters()]))
     (l1, n1, c1, g1), (l2, n2, c2, g2) = results
@@ -233,10 +235,9 @@ def test_rnnsearch_handwritten_recurrence_matches_autograd_loop(tgt_lens, readou
     model = tiny_model("rnnsearch", seed=2, readout=readout)
     src, src_lens, tgt_in, _, _ = random_batch(tgt_lens=tgt_lens)
     results = []
-    for fused in (True, False):
-        model.fused_recurrence = fused
+    for features in (model.decode_features, partial(rnnsearch_autograd_features, model)):
         model.zero_grad()
-        feats, attn = model.decode_features(model.encode(src, src_lens), tgt_in)
+        feats, attn = features(model.encode(src, src_lens), tgt_in)
         w_f = torch.sin(torch.arange(feats.numel(), dtype=feats.dtype)).view_as(feats)
         w_a = torch.cos(torch.arange(attn.numel(), dtype=attn.dtype)).view_as(attn)
         ((feats * w_f).sum() + (attn * w_a).sum()).backward()
@@ -346,3 +347,17 @@ def test_rnnencdec_reports_all_zero_attention_of_source_width():
     assert attn.shape == (src.size(0), tgt_in.size(1), src.size(1) + 1)
     assert step_attn.shape == (src.size(0), src.size(1) + 1)
     assert torch.all(attn == 0) and torch.all(step_attn == 0)
+
+
+@pytest.mark.parametrize("arch", IMPLEMENTED)
+def test_fuse_steps_is_chosen_at_construction_and_with_fused_steps_copies_the_model(arch):
+    model = tiny_model(arch)
+    assert model.fuse_steps is False
+    assert build_model(arch, TINY[arch], fuse_steps=True).fuse_steps is True
+    with pytest.raises(AttributeError):
+        model.fuse_steps = True
+    fused = model.with_fused_steps(True)
+    assert fused.fuse_steps is True and model.fuse_steps is False
+    assert fused.training == model.training
+    for (name, p), (_, q) in zip(model.named_parameters(), fused.named_parameters(), strict=True):
+        assert q.dtype == p.dtype and torch.equal(q, p) and q.data_ptr() != p.data_ptr(), name

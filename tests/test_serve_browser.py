@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from tests.serve_fixtures import ServerProcess
+from nmtkit.devtools.server import ServerProcess
 from tests.translate_fixtures import make_checkpoint
 
 pytestmark = pytest.mark.browser

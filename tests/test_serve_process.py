@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.serve_fixtures import ServerProcess
+from nmtkit.devtools.server import ServerProcess
 from tests.translate_fixtures import make_checkpoint
 
 LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat"]

@@ -177,3 +177,24 @@ def test_ban_unk_keeps_the_unknown_word_out_of_every_translation(tmp_path):
     assert any(banned.stdout.split("\n"))
     both = nmtkit(*args, "--ban-unk", "--replace-unk", stdin=text)
     assert "--ban-unk and --replace-unk exclude each other" in _error_line(both)
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_warnings_reach_stderr_once_through_logging_and_quiet_silences_them(ckpt, tmp_path, capsys, quiet):
+    """The truncation warning (Translator -> the `nmtkit` logger -> the CLI's one stderr handler)
+    appears once as `nmtkit: warning: FILE:LINE: ...`, and not at all with -q; stdout unchanged."""
+    src = tmp_path / "long.en"
+    src.write_text("the cat sat on a mat and the dog ran in the big red park\ncat\n", encoding="utf-8")
+    args = ["translate", "-m", ckpt, "-i", str(src), "--beam", "2", "--max-src-len", "4", "--max-len-a", "1",
+            "--max-len-b", "2", "--device", "cpu"]
+    from nmtkit.cli import main
+
+    capsys.readouterr()
+    main([*args, *(["-q"] if quiet else [])])  # returns on success
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 2
+    warnings = [line for line in err.splitlines() if "source tokens" in line]
+    if quiet:
+        assert err == ""
+    else:
+        assert len(warnings) == 1 and warnings[0].startswith(f"nmtkit: warning: {src}:1: "), err

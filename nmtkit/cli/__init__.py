@@ -15,7 +15,7 @@ import click
 
 from nmtkit import __version__
 from nmtkit.cli.average import average_cmd
-from nmtkit.cli.common import Terminated
+from nmtkit.cli.common import Terminated, setup_warnings
 from nmtkit.cli.preprocess import preprocess_cmd
 from nmtkit.cli.score import score_cmd
 from nmtkit.cli.select import select_data_cmd
@@ -45,6 +45,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    setup_warnings()
 
 
 cli.add_command(preprocess_cmd)

@@ -6,7 +6,7 @@ from typing import Any
 import click
 
 from nmtkit.average import AverageConfig
-from nmtkit.cli.common import config_options, config_values, progress_enabled
+from nmtkit.cli.common import config_options, config_values, progress_enabled, quiet_warnings
 
 
 @click.command("average")
@@ -23,6 +23,7 @@ def average_cmd(quiet: bool, **options: Any) -> None:
       nmtkit average -m run/checkpoint_9000.pt -m run/checkpoint_10000.pt -o run/avg.pt
       nmtkit average --last 5 --save-dir run -o run/checkpoint_avg5.pt
     """
+    quiet_warnings(quiet)
     from nmtkit.average import average
 
     config = AverageConfig(**config_values(AverageConfig, options))

@@ -1,9 +1,10 @@
-"""Helpers shared by the subcommand modules (options generated from config classes, progress
-display, the decoding options of translate and serve); worker counts live in nmtkit.devices."""
+"""Helpers shared by the subcommand modules (options generated from config classes, warnings and
+progress on stderr, the decoding options of translate and serve); worker counts live in nmtkit.devices."""
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import sys
 from typing import Any, Callable, Iterator
 
@@ -141,3 +142,51 @@ def sigterm_unwinds() -> Iterator[None]:
     finally:
         signal.signal(signal.SIGTERM, old)
 
+
+class _StderrHandler(logging.StreamHandler):
+    """One line per record on whatever sys.stderr is when the record is emitted (click's test
+    runner swaps it per call), as `nmtkit: warning: MESSAGE`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("nmtkit: %(levelname)s: %(message)s"))
+
+    @property  # type: ignore[override]
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+    def format(self, record: logging.LogRecord) -> str:
+        record = logging.makeLogRecord({**record.__dict__, "levelname": record.levelname.lower()})
+        return super().format(record)
+
+
+# The library's loggers live under "nmtkit"; Python warnings (logging.captureWarnings) under "py.warnings".
+WARNING_LOGGERS = ("nmtkit", "py.warnings")
+
+
+def setup_warnings() -> None:
+    """Make the logging module the one channel of warnings to the user: the `nmtkit` loggers'
+    records at WARNING and above and Python's warnings go through one stderr handler. Called by
+    the `nmtkit` group before any subcommand; idempotent; `quiet_warnings` mutes it."""
+    logging.captureWarnings(True)
+    for name in WARNING_LOGGERS:
+        logger = logging.getLogger(name)
+        handlers = [h for h in logger.handlers if isinstance(h, _StderrHandler)]
+        if not handlers:
+            handlers = [_StderrHandler()]
+            logger.addHandler(handlers[0])
+        handlers[0].setLevel(logging.WARNING)
+
+
+def quiet_warnings(quiet: bool) -> None:
+    """With -q/--quiet, no warnings on stderr (errors still are, by `nmtkit.cli.main`)."""
+    if not quiet:
+        return
+    for name in WARNING_LOGGERS:
+        for h in logging.getLogger(name).handlers:
+            if isinstance(h, _StderrHandler):
+                h.setLevel(logging.ERROR)

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from nmtkit.cli.common import config_options, config_values, make_console, progress_enabled
+from nmtkit.cli.common import config_options, config_values, make_console, progress_enabled, quiet_warnings
 from nmtkit.devices import available_cores
 from nmtkit.preprocess.config import PreprocessConfig
 
@@ -71,7 +71,7 @@ def _summary(console, manifest: dict) -> None:
 
 @click.command("preprocess")
 @config_options(PreprocessConfig)
-@click.option("--quiet", "-q", is_flag=True, help="No progress bars and no summary table.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars, summary table or warnings on stderr.")
 def preprocess_cmd(quiet: bool, **options: Any) -> None:
     """Normalise, tokenise, clean, apply BPE and binarise parallel text.
 
@@ -80,6 +80,7 @@ def preprocess_cmd(quiet: bool, **options: Any) -> None:
       nmtkit preprocess --src-lang en --tgt-lang fr --train data/train --valid data/dev \\
         --test data/test --bpe 30000 --max-len 50 --dest work/data
     """
+    quiet_warnings(quiet)
     from nmtkit.preprocess import preprocess
 
     values = config_values(PreprocessConfig, options)

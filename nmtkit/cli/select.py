@@ -1,25 +1,25 @@
 """`nmtkit select-data`: pick the in-domain-looking pairs of a general pool (Axelrod et al. 2011)."""
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import click
 
-from nmtkit.cli.common import config_options, config_values, make_console, progress_enabled
+from nmtkit.cli.common import config_options, config_values, make_console, progress_enabled, quiet_warnings
 from nmtkit.devices import available_cores
 from nmtkit.select.config import SelectConfig
 
 
 @click.command("select-data")
 @config_options(SelectConfig)
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no warnings on stderr.")
 def select_data_cmd(quiet: bool, **options: Any) -> None:
     """Select in-domain pairs from a pool by cross-entropy difference (Axelrod et al. 2011).
 
     Lowest scores first, ties by pool line number, until the budget (exactly one of --lines,
     --words, --fraction) is met. Cross-entropies are per token in bits with </s> counted.
     """
+    quiet_warnings(quiet)
     from nmtkit.select.selection import run_selection
 
     values = config_values(SelectConfig, options)
@@ -27,30 +27,16 @@ def select_data_cmd(quiet: bool, **options: Any) -> None:
         values["workers"] = available_cores()
     cfg = SelectConfig(**values)
     console = make_console()
-    logger = logging.getLogger("nmtkit.select.selection")
-    handler = _EchoHandler()
-    logger.addHandler(handler)
-    try:
-        if progress_enabled(quiet):
-            with _progress(console) as cb:
-                summary = run_selection(cfg, cb)
-        else:
-            summary = run_selection(cfg)
-    finally:
-        logger.removeHandler(handler)
+    if progress_enabled(quiet):
+        with _progress(console) as cb:
+            summary = run_selection(cfg, cb)
+    else:
+        summary = run_selection(cfg)
     if not quiet:
         sel = summary["selected"]
         click.echo(f"selected {sel['pairs']} of {summary['pool']['pairs']} pairs "
                    f"({sel['src_tokens']} source tokens) -> {summary['outputs']['src']}, "
                    f"{summary['outputs']['tgt']}", err=True)
-
-
-class _EchoHandler(logging.Handler):
-    """Warnings from the library, one line each on stderr."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.levelno >= logging.WARNING:
-            click.echo(f"nmtkit: warning: {record.getMessage()}", err=True)
 
 
 class _progress:

@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from nmtkit.cli.common import fuse_option, shortlist_option
+from nmtkit.cli.common import fuse_option, quiet_warnings, shortlist_option
 
 
 @click.command("serve")
@@ -48,7 +48,7 @@ from nmtkit.cli.common import fuse_option, shortlist_option
 @shortlist_option(" A batch's shortlist (and bf16 rounding) depends on the sentences batched together: "
                   "for answers that never depend on other requests, use --shortlist off --precision fp32.")
 @click.option("--threads", type=int, default=None, metavar="N", help="torch CPU threads [torch's default].")
-@click.option("-q", "--quiet", is_flag=True, help="No per-request log lines on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="No per-request log lines or warnings on stderr.")
 def serve_cmd(models, ensemble, host, allow_hosts, port, beam, lenpen, max_len_a, max_len_b, batch_size, max_tokens,
               batch_delay_ms, max_lines, max_line_chars, max_body_bytes, body_timeout, max_src_len, device, precision,
               fuse, shortlist, threads, quiet) -> None:
@@ -62,6 +62,7 @@ def serve_cmd(models, ensemble, host, allow_hosts, port, beam, lenpen, max_len_a
 
         nmtkit serve -m run/checkpoint_best.pt --port 8080
     """
+    quiet_warnings(quiet)
     import asyncio
 
     from nmtkit.serve.app import ServeConfig, serve
@@ -82,11 +83,7 @@ def serve_cmd(models, ensemble, host, allow_hosts, port, beam, lenpen, max_len_a
     def say(msg: str) -> None:
         click.echo(f"nmtkit: {msg}", err=True)
 
-    def warn(msg: str) -> None:
-        if not quiet:
-            say(f"warning: {msg}")
-
-    translator = Translator(tcfg, warn=warn)
+    translator = Translator(tcfg)
     translator.source_name = "<request>"
     translator.translate("warm up .")  # the first decoder call is slow; pay it before the first client
     asyncio.run(serve(translator, config, announce=say, log_line=say))

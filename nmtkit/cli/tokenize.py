@@ -6,14 +6,14 @@ from typing import Any
 
 import click
 
-from nmtkit.cli.common import config_options, config_values
+from nmtkit.cli.common import config_options, config_values, quiet_warnings
 from nmtkit.devices import available_cores
 from nmtkit.text.tokenize import TokenizeConfig, check_tokenize_outputs, tokenize_file
 
 
 @click.command("tokenize")
 @config_options(TokenizeConfig)
-@click.option("--quiet", "-q", is_flag=True, help="Accepted for symmetry with the other commands (tokenize prints no progress).")
+@click.option("--quiet", "-q", is_flag=True, help="No warnings on stderr (tokenize prints no progress).")
 def tokenize_cmd(quiet: bool, **options: Any) -> None:
     """Moses-normalise and tokenise raw text with the settings preprocess uses (sacremoses, escape=False).
 
@@ -22,6 +22,7 @@ def tokenize_cmd(quiet: bool, **options: Any) -> None:
       nmtkit tokenize --lang en -i corpus.en -o corpus.tok.en
       zcat news.fr.gz | nmtkit tokenize --lang fr > news.tok.fr
     """
+    quiet_warnings(quiet)
     values = config_values(TokenizeConfig, options)
     if values["workers"] is None:
         values["workers"] = available_cores()

@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from nmtkit.cli.common import fuse_option, shortlist_option, sigterm_unwinds
+from nmtkit.cli.common import fuse_option, quiet_warnings, shortlist_option, sigterm_unwinds
 
 FORMATS = ["raw", "tok", "bpe"]
 
@@ -93,6 +93,7 @@ def translate_cmd(models, ensemble, input_path, output_path, force, input_format
 
         nmtkit translate -m run/checkpoint_best.pt < test.en > test.hyp.fr
     """
+    quiet_warnings(quiet)
     from nmtkit.translate import TranslateConfig, translate_files
 
     stdin_tty = input_path is None and sys.stdin.isatty()
@@ -107,11 +108,7 @@ def translate_cmd(models, ensemble, input_path, output_path, force, input_format
         sampling=sampling, sampling_topk=sampling_topk, temperature=temperature, seed=seed,
     )
 
-    def warn(msg: str) -> None:
-        if not quiet:
-            click.echo(f"nmtkit: warning: {msg}", err=True)
-
     with sigterm_unwinds():  # a killed run leaves no OUT.*.tmp behind, as Ctrl-C does not
-        n = translate_files(cfg, input_path, output_path, alignments_file, force, warn)
+        n = translate_files(cfg, input_path, output_path, alignments_file, force)
     if not quiet and not stdin_tty:
         click.echo(f"nmtkit: translated {n} lines", err=True)

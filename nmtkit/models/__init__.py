@@ -40,9 +40,10 @@ def make_config(arch: str, values: dict[str, Any]):
     return cls(**values)
 
 
-def build_model(arch: str, config: Any):
-    """A freshly initialised model from a config dataclass or a plain dict of its fields."""
+def build_model(arch: str, config: Any, fuse_steps: bool = False):
+    """A freshly initialised model from a config dataclass or a plain dict of its fields;
+    `fuse_steps` runs its step bodies compiled (models/fusion.py)."""
     cfg_cls, model_cls = _lookup(arch)
     if isinstance(config, dict):
         config = make_config(arch, config)
-    return model_cls(config)
+    return model_cls(config, fuse_steps=fuse_steps)

@@ -2,7 +2,7 @@
 
 - Additive ("alignment model") attention of Bahdanau et al. (2015), section 3.1:
   e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j); the caller precomputes U_a h_j once per sentence
-  (`EncoderOut.keys`) and W_a s_{i-1} once per step (fused with other products of s_{i-1}).
+  (`EncoderOut.keys`) and W_a s_{i-1} once per step (stacked with the other products of s_{i-1}).
 - Multiplicative attention of the LSTM seed (Luong-style "general"):
   e_{t,i} = h_t^dec . (W_attProj h_i^enc), with W_attProj h_i^enc precomputed as the keys.
 

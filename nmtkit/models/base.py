@@ -11,6 +11,7 @@ steps at once outside the recurrent loop (docs/design.md, 4).
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -18,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmtkit.models.chunked_loss import linear_cross_entropy
 from nmtkit.models.fusion import step_fn
 from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401 (re-exported)
 
@@ -88,6 +90,10 @@ class Seq2Seq(nn.Module):
     `output_layer` (the final projection to vocabulary logits, e.g. W_o). The base class derives
     `forward`, `step` and a chunked `loss` from those, so the softmax over the vocabulary is
     never materialised for a whole batch at once during training.
+
+    `fuse_steps`, fixed at construction, runs the recurrences' step bodies and the decoding step
+    compiled (models/fusion.py): fewer, fused kernels, the same equations. `with_fused_steps`
+    gives a copy of a built or loaded model with the other choice.
     """
 
     config: Any  # the architecture's <Arch>Config dataclass
@@ -95,9 +101,21 @@ class Seq2Seq(nn.Module):
     # sentence, consecutive rows, share its encoder row): beam search then never copies the
     # encoder outputs K times (see nmtkit.decode.search)
     grouped_encoder: bool = False
-    # Training and decoding run the recurrences' step bodies compiled (models/fusion.py): fewer,
-    # fused kernels, the same equations. Set by the trainer from --fuse.
-    fuse_steps: bool = False
+
+    def __init__(self, fuse_steps: bool = False):
+        super().__init__()
+        self._fuse_steps = bool(fuse_steps)
+
+    @property
+    def fuse_steps(self) -> bool:
+        """Whether the step bodies run compiled (models/fusion.py); chosen at construction."""
+        return self._fuse_steps
+
+    def with_fused_steps(self, fuse_steps: bool = True) -> "Seq2Seq":
+        """A copy of this model (same weights, dtype, device and mode) with `fuse_steps` set."""
+        clone = copy.deepcopy(self)
+        clone._fuse_steps = bool(fuse_steps)
+        return clone
 
     # ---- to implement -------------------------------------------------------------------
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
@@ -123,7 +141,8 @@ class Seq2Seq(nn.Module):
         raise NotImplementedError
 
     def output_projection(self) -> nn.Linear | None:
-        """The nn.Linear that `output_layer` is, if it is exactly one (enables the fused loss)."""
+        """The nn.Linear that `output_layer` is, if it is exactly one (the chunked loss and the
+        decoding shortlist read its rows)."""
         return None
 
     # ---- derived ------------------------------------------------------------------------
@@ -165,7 +184,6 @@ class Seq2Seq(nn.Module):
         tgt_out: Tensor,
         label_smoothing: float = 0.0,
         chunk_tokens: int = 4096,
-        fused: bool = True,
         n_tokens: int | None = None,
     ) -> tuple[Tensor, Tensor, int]:
         """Summed token losses over non-pad targets, computed in chunks of target tokens.
@@ -178,10 +196,9 @@ class Seq2Seq(nn.Module):
         and the plain negative log-likelihood, both summed (not averaged). Differentiate
         `loss_sum`; `nll_sum` is for reporting.
 
-        With `fused` (default) and a model whose output layer is one nn.Linear, the vocabulary
-        projection, log-softmax and loss are computed chunk by chunk together with their
-        gradients (see `linear_cross_entropy`): no (N, V) tensor is kept for the backward pass,
-        and a chunk holds at most MAX_CHUNK_LOGITS (2^26) logits. Otherwise the plain chunked loop is used.
+        The vocabulary projection (`output_projection()`), log-softmax and loss are computed
+        chunk by chunk together with their gradients (models/chunked_loss.py): no (N, V) tensor
+        is kept for the backward pass, and a chunk holds at most MAX_CHUNK_LOGITS (2^26) logits.
         """
         feats, _ = self.decode_features(self.encode(src, src_lens), tgt_in)
         mask = tgt_out.ne(PAD_ID)
@@ -192,25 +209,12 @@ class Seq2Seq(nn.Module):
             idx = torch.nonzero_static(mask.reshape(-1), size=n_tokens).squeeze(1)  # (N,), row-major
             feats = feats.reshape(-1, feats.size(-1)).index_select(0, idx)
             gold = tgt_out.reshape(-1).index_select(0, idx)
-        proj = self.output_projection() if fused else None
-        if proj is not None:
-            loss_sum, nll_sum = linear_cross_entropy(
-                feats, proj.weight, proj.bias, gold, label_smoothing, chunk_tokens, self.fuse_steps
-            )
-            return loss_sum, nll_sum, int(gold.numel())
-        acc = torch.float64 if feats.dtype == torch.float64 else torch.float32
-        loss_sum = feats.new_zeros((), dtype=acc)
-        nll_sum = feats.new_zeros((), dtype=acc)
-        for i in range(0, feats.size(0), chunk_tokens):
-            lp = _log_softmax(self.output_layer(feats[i : i + chunk_tokens]))
-            g = gold[i : i + chunk_tokens]
-            nll = -lp.gather(1, g.unsqueeze(1)).squeeze(1)
-            nll_sum = nll_sum + nll.sum()
-            if label_smoothing > 0:
-                smooth = -lp.mean(dim=-1)
-                loss_sum = loss_sum + ((1 - label_smoothing) * nll + label_smoothing * smooth).sum()
-            else:
-                loss_sum = loss_sum + nll.sum()
+        proj = self.output_projection()
+        if proj is None:
+            raise ValueError(f"{type(self).__name__} has no single output projection for the chunked loss")
+        loss_sum, nll_sum = linear_cross_entropy(
+            feats, proj.weight, proj.bias, gold, label_smoothing, chunk_tokens, self.fuse_steps
+        )
         return loss_sum, nll_sum, int(gold.numel())
 
 
@@ -224,120 +228,3 @@ def _log_softmax(logits: Tensor) -> Tensor:
     if logits.dtype not in (torch.float32, torch.float64):
         logits = logits.float()
     return F.log_softmax(logits, dim=-1)
-
-
-# Logits held at once by the chunked loss: 2^26 (256 MB in float32) keeps memory bounded while
-# a paper-sized batch (80 pairs, ~2,500 target tokens, 30k words) takes 2 chunks, not 5 (fewer
-# launches per step; benchmarks/launches.py).
-MAX_CHUNK_LOGITS = 1 << 26
-
-
-def linear_cross_entropy(
-    feats: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    gold: Tensor,
-    label_smoothing: float = 0.0,
-    chunk_tokens: int = 4096,
-    fuse: bool = False,
-) -> tuple[Tensor, Tensor]:
-    """sum_n CE(softmax(weight feats_n + bias), gold_n), and the plain NLL sum.
-
-    feats (N, F), weight (V, F), bias (V,) or None, gold (N,) -> (loss_sum, nll_sum) scalars.
-    The loss with label smoothing ls is (1 - ls) * nll + ls * mean_v(-log p_v), as in
-    `Seq2Seq.loss`. Gradients (for loss_sum only) are computed in the forward pass chunk by
-    chunk, so memory stays O(chunk * V) whatever N is, with no recomputation. Under autocast
-    the matrix products run in the autocast dtype; softmax and sums run in float32. `fuse`
-    compiles the per-chunk body (models/fusion.py).
-    """
-    device_type = feats.device.type
-    if torch.is_autocast_enabled(device_type):
-        compute_dtype = torch.get_autocast_dtype(device_type)
-    else:
-        compute_dtype = torch.promote_types(feats.dtype, weight.dtype)
-    chunk = max(1, min(chunk_tokens, MAX_CHUNK_LOGITS // max(1, weight.size(0))))
-    if bias is None:
-        bias = weight.new_zeros(weight.size(0), requires_grad=False)
-    return _LinearCrossEntropy.apply(feats, weight, bias, gold, float(label_smoothing), chunk, compute_dtype, fuse)
-
-
-def _lce_chunk(f: Tensor, w: Tensor, b: Tensor, g: Tensor, label_smoothing: float, need_grad: bool
-               ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
-    """One chunk of `linear_cross_entropy`: f (n, F), w (V, F), b (V,) in the compute dtype,
-    g (n, 1) gold ids -> (nll sum, loss sum, d loss / d logits (n, V) or None), sums in float32
-    (float64 for float64 inputs). A pure step body (models/fusion.py)."""
-    acc = torch.float64 if f.dtype == torch.float64 else torch.float32
-    V = w.size(0)
-    logits = F.linear(f, w, b).to(acc)  # (n, V)
-    lse = torch.logsumexp(logits, dim=-1)
-    nll = lse - logits.gather(1, g).squeeze(1)
-    if label_smoothing > 0:
-        loss = ((1 - label_smoothing) * nll + label_smoothing * (lse - logits.mean(dim=-1))).sum()
-    else:
-        loss = nll.sum()
-    if not need_grad:
-        return nll.sum(), loss, None, None
-    # d loss / d logits = softmax - (1 - ls) onehot - ls / V
-    p = logits.sub_(lse.unsqueeze(1)).exp_()
-    p.scatter_add_(1, g, torch.full_like(g, -(1.0 - label_smoothing), dtype=acc))
-    if label_smoothing > 0:
-        p.sub_(label_smoothing / V)
-    return nll.sum(), loss, p, p.sum(0)
-
-
-class _LinearCrossEntropy(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, feats, weight, bias, gold, label_smoothing, chunk, compute_dtype, fuse):  # type: ignore[override]
-        acc = torch.float64 if compute_dtype == torch.float64 else torch.float32
-        need_grad = any(ctx.needs_input_grad[:3])
-        N, V = feats.size(0), weight.size(0)
-        loss_sum = torch.zeros((), dtype=acc, device=feats.device)
-        nll_sum = torch.zeros((), dtype=acc, device=feats.device)
-        grad_feats = torch.empty_like(feats) if ctx.needs_input_grad[0] else None
-        grad_w = torch.zeros_like(weight, dtype=acc) if need_grad else None
-        grad_b = torch.zeros(V, dtype=acc, device=feats.device) if need_grad else None
-        with torch.autocast(feats.device.type, enabled=False):
-            # detached: this Function does its own backward (and requires-grad flags would split
-            # the compiled body's graphs)
-            feats = feats.detach()
-            w = weight.detach().to(compute_dtype)
-            b = bias.detach().to(compute_dtype)
-            body = step_fn(_lce_chunk, fuse)
-            for i in range(0, N, chunk):
-                f = feats[i : i + chunk].to(compute_dtype)
-                g = gold[i : i + chunk].unsqueeze(1)
-                nll, loss, p, p_sum = body(f, w, b, g, label_smoothing, need_grad)
-                nll_sum += nll
-                loss_sum += loss
-                if not need_grad:
-                    continue
-                grad_b += p_sum
-                gp = p.to(compute_dtype)
-                if grad_feats is not None and grad_feats.dtype == compute_dtype:
-                    torch.mm(gp, w, out=grad_feats[i : i + chunk])  # one launch, no copy
-                elif grad_feats is not None:
-                    grad_feats[i : i + chunk] = gp.mm(w).to(grad_feats.dtype)
-                if acc == compute_dtype:
-                    grad_w.addmm_(gp.t(), f)
-                else:
-                    grad_w += gp.t().mm(f).to(acc)
-        ctx.mark_non_differentiable(nll_sum)
-        if need_grad:
-            ctx.save_for_backward(
-                grad_feats if grad_feats is not None else torch.empty(0),
-                grad_w.to(weight.dtype),
-                grad_b.to(bias.dtype),
-            )
-        ctx.has_feats_grad = grad_feats is not None
-        return loss_sum, nll_sum
-
-    @staticmethod
-    def backward(ctx, grad_loss, grad_nll):  # type: ignore[override]
-        grad_feats, grad_w, grad_b = ctx.saved_tensors
-        gf = grad_feats * grad_loss.to(grad_feats.dtype) if ctx.has_feats_grad else None
-        return (
-            gf,
-            grad_w * grad_loss.to(grad_w.dtype) if ctx.needs_input_grad[1] else None,
-            grad_b * grad_loss.to(grad_b.dtype) if ctx.needs_input_grad[2] else None,
-            None, None, None, None, None,
-        )

@@ -1,7 +1,7 @@
-"""Fused recurrence steps: the one place that decides whether a step body runs eagerly or compiled.
+"""Fused step bodies: the one place that decides whether a step body runs eagerly or compiled.
 
 A recurrent step at the paper's sizes does about a microsecond of arithmetic per elementwise op,
-while every op launched costs 5-10 us of dispatch and kernel launch on a GPU (DESIGN.md 10). The
+while every op launched costs 5-10 us of dispatch and kernel launch on a GPU (docs/design.md, 10). The
 recurrences (recurrence.py, gru_recurrence.py) are therefore written as loops over small, pure
 *step bodies* (tensors in, tensors out, no Python state), and this module hands each loop either
 the body itself (eager: the reference, and the default on CPUs) or the body compiled by

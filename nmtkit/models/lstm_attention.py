@@ -59,8 +59,8 @@ class LSTMAttentionConfig:
 class LSTMAttention(Seq2Seq):
     """BiLSTM encoder, input-feeding LSTM decoder with multiplicative attention."""
 
-    def __init__(self, config: LSTMAttentionConfig):
-        super().__init__()
+    def __init__(self, config: LSTMAttentionConfig, fuse_steps: bool = False):
+        super().__init__(fuse_steps)
         self.config = config
         m, n, d = config.emb_dim, config.enc_hidden, config.dec_hidden
         self.src_embed = nn.Embedding(config.src_vocab_size, m, padding_idx=PAD_ID)

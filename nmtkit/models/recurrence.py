@@ -16,7 +16,7 @@ Why by hand: autograd would, at every step, compute the weight gradients of w_q 
 (B-row) matrix products and accumulate full (B, S, 3d) gradients into the values; here the
 backward loop keeps only what truly recurs, and the weight gradients (one matmul each over all
 T*B rows) and the value gradient (one bmm of alpha^T with the gate gradients) are computed once
-after it. The equations are the same as `RNNSearch._attend_and_update`, which the tests use to
+after it. The equations are the same as `RNNSearch.attend_and_update`, which the tests use to
 check this function's outputs and gradients in float64.
 
 Launches (docs/design.md, 10): each direction of the loop calls one pure step body per time step

@@ -57,8 +57,8 @@ class RNNEncDecConfig:
 class RNNEncDec(Seq2Seq):
     """Cho et al. (2014) encoder-decoder with a fixed-length summary c."""
 
-    def __init__(self, config: RNNEncDecConfig):
-        super().__init__()
+    def __init__(self, config: RNNEncDecConfig, fuse_steps: bool = False):
+        super().__init__(fuse_steps)
         self.config = config
         m, n, d, lo = config.emb_dim, config.enc_hidden, config.dec_hidden, config.maxout
         self.drop = dropout(config.dropout)

@@ -31,7 +31,7 @@ Choices the paper leaves open, made here and kept consistent everywhere:
 
 Speed (docs/design.md, 4): target embeddings, their projections into the gates (W, W_z, W_r) and into
 the deep output (V_o), the keys U_a h_j and the values [C; C_z; C_r] h_j are computed for all
-positions at once; inside the loop only s_{i-1} [W_a; U_z; U_r] (one fused product), the
+positions at once; inside the loop only s_{i-1} [W_a; U_z; U_r] (one stacked product), the
 attention weights, alpha_i [C h] (one small bmm) and U [r * s] remain. U_o s_{i-1}, C_o c_i, the
 maxout and W_o run after the loop over all steps.
 """
@@ -161,8 +161,8 @@ def _bigru_cpu(rnn: nn.GRU, emb: Tensor, lens: Tensor, mask: Tensor) -> Tensor:
 class RNNSearch(Seq2Seq):
     """Bahdanau et al. (2015) attention-based encoder-decoder. See the module docstring."""
 
-    def __init__(self, config: RNNSearchConfig):
-        super().__init__()
+    def __init__(self, config: RNNSearchConfig, fuse_steps: bool = False):
+        super().__init__(fuse_steps)
         self.config = config
         m, n, d = config.emb_dim, config.enc_hidden, config.dec_hidden
         na, lo = config.att_hidden, config.maxout
@@ -188,9 +188,6 @@ class RNNSearch(Seq2Seq):
         self.V_o = nn.Linear(m, 2 * lo, bias=False)
         self.C_o = nn.Linear(2 * n, 2 * lo, bias=False)
         self.W_o = nn.Linear(lo, config.tgt_vocab_size)
-        # teacher forcing through the hand-written recurrence (recurrence.py); False selects
-        # the plain autograd loop over `_attend_and_update` (same equations; tests compare them)
-        self.fused_recurrence = True
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -223,7 +220,7 @@ class RNNSearch(Seq2Seq):
         return torch.tanh(self.W_s(enc.init)).to(self.W_s.weight.dtype)
 
     # ---- decoder --------------------------------------------------------------------------
-    def _attend_and_update(self, s: Tensor, x_gates: Tensor, enc: EncoderOut, w_q: Tensor | None,
+    def attend_and_update(self, s: Tensor, x_gates: Tensor, enc: EncoderOut, w_q: Tensor | None,
                            update: bool = True) -> tuple[Tensor, Tensor]:
         """From s_{i-1} (B, d) and W[z,r,cand] E y_{i-1} (B, 3d): (alpha_i (B, S), s_i (B, d)).
 
@@ -251,37 +248,24 @@ class RNNSearch(Seq2Seq):
         cand = torch.tanh(x_h + self.U(r * s))
         return s + z * (cand - s)
 
-    def _deep_output(self, s_prev: Tensor, s_new: Tensor, emb_out: Tensor, ctx: Tensor) -> Tensor:
+    def deep_output(self, s_prev: Tensor, s_new: Tensor, emb_out: Tensor, ctx: Tensor) -> Tensor:
         """t_i = maxout(U_o s + V_o E y_{i-1} + C_o c_i) with s = s_{i-1} (readout "prev") or s_i
         ("new"); any leading shape (..., l)."""
         s = s_new if self.config.readout == "new" else s_prev
         return self.drop(step_fn(maxout_of_sum, self.fuse_steps)(self.U_o(s), emb_out, self.C_o(ctx)))
 
     def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
-        """Teacher forcing. tgt_in (B, T) -> (t (B, T, l), alpha (B, T, S'))."""
-        T = tgt_in.size(1)
+        """Teacher forcing. tgt_in (B, T) -> (t (B, T, l), alpha (B, T, S')), through the
+        recurrence with a hand-written backward (recurrence.py)."""
         emb = self.drop_tgt(self.tgt_embed(tgt_in))
         x_gates = self.W_in(emb)  # (B, T, 3d), all steps at once
         emb_out = self.V_o(emb)  # (B, T, 2l)
         w_q = torch.cat([self.W_a.weight, self.U_zr.weight], dim=0)
         s = self.init_state(enc)
-        if self.fused_recurrence:
-            states, alpha = bahdanau_recurrence(x_gates, s, enc.keys, enc.values, enc.mask, w_q,
-                                                self.v_a, self.U.weight, fuse=self.fuse_steps)
-            ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations)
-            return self._deep_output(states[:, :-1], states[:, 1:], emb_out, ctx), alpha
-        states, alphas = [s], []
-        new = self.config.readout == "new"
-        # unbind, not x_gates[:, i]: the backward of T slices would build T zero-filled (B, T, 3d)
-        # gradients; unbind's backward is one stack
-        for i, xg in enumerate(x_gates.unbind(1)):
-            alpha, s = self._attend_and_update(s, xg, enc, w_q, update=new or i + 1 < T)
-            states.append(s)
-            alphas.append(alpha)
-        alpha = torch.stack(alphas, dim=1)  # (B, T, S')
+        states, alpha = bahdanau_recurrence(x_gates, s, enc.keys, enc.values, enc.mask, w_q,
+                                            self.v_a, self.U.weight, fuse=self.fuse_steps)
         ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations)  # c_i for all i
-        return self._deep_output(torch.stack(states[:-1], dim=1), torch.stack(states[1:], dim=1), emb_out,
-                                 ctx), alpha
+        return self.deep_output(states[:, :-1], states[:, 1:], emb_out, ctx), alpha
 
     # beam search may pass `enc` with one row per sentence and G = N / B consecutive state rows
     # (hypotheses) per sentence; see `step_features`
@@ -299,15 +283,15 @@ class RNNSearch(Seq2Seq):
         if state.size(0) != B:
             return self._step_grouped(prev_tokens, state, enc)
         emb = self.drop_tgt(self.tgt_embed(prev_tokens))
-        alpha, s_new = self._attend_and_update(state, self.W_in(emb), enc, None)
+        alpha, s_new = self.attend_and_update(state, self.W_in(emb), enc, None)
         ctx = torch.bmm(alpha.unsqueeze(1).to(enc.annotations.dtype), enc.annotations).squeeze(1)
-        return self._deep_output(state, s_new, self.V_o(emb), ctx), s_new, alpha
+        return self.deep_output(state, s_new, self.V_o(emb), ctx), s_new, alpha
 
     def _step_grouped(self, prev_tokens: Tensor, s: Tensor, enc: EncoderOut
                       ) -> tuple[Tensor, Tensor, Tensor]:
         """`step_features` for N = B * G state rows over B sentences of `enc` (decoding only).
 
-        The same equations as `_attend_and_update` + the deep output, with the attention and
+        The same equations as `attend_and_update` + the deep output, with the attention and
         the two weighted sums done as (B, G, S) batched products against the (B, S, .) encoder
         tensors instead of against G copies of them.
         """
@@ -324,7 +308,7 @@ class RNNSearch(Seq2Seq):
         cg = torch.bmm(alpha.to(enc.values.dtype), enc.values).view(N, -1)  # C c_i
         s_new = self._gru_update(s, x_gates + cg, q_zr)
         ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations).view(N, -1)
-        return self._deep_output(s, s_new, self.V_o(emb), ctx), s_new, alpha.view(N, S)
+        return self.deep_output(s, s_new, self.V_o(emb), ctx), s_new, alpha.view(N, S)
 
     def output_layer(self, features: Tensor) -> Tensor:
         """t (..., l) -> logits W_o t (..., V)."""

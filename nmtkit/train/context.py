@@ -117,8 +117,8 @@ class TrainContext:
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         np.random.seed(cfg.seed % 2**32)
-        self.model = build_model(self.arch, self.model_config).to(self.device)
-        self.model.fuse_steps = resolve_fuse(cfg.fuse, self.device)
+        self.model = build_model(self.arch, self.model_config,
+                                 fuse_steps=resolve_fuse(cfg.fuse, self.device)).to(self.device)
         self.optimizer = build_optimizer(self.model.parameters(), cfg)
         self.schedule = LRSchedule(self.optimizer, cfg)
         # fp16 needs loss scaling (its range is too small for gradients); bf16 and fp32 do not

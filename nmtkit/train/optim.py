@@ -18,8 +18,9 @@ from nmtkit.train.config import TrainConfig
 def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
     """The optimiser named by `cfg.optimizer`, at the base learning rate.
 
-    Adam and SGD use PyTorch's fused kernels where available (CPU and CUDA: one pass over all
-    parameters, several times faster than the per-tensor loop); Adadelta the multi-tensor path.
+    Adam and SGD use PyTorch's one-kernel implementations (`fused=True`) where available (CPU
+    and CUDA: one pass over all parameters, several times faster than the per-tensor loop);
+    Adadelta the multi-tensor path.
     """
     params = [p for p in params if p.requires_grad]
     if cfg.optimizer == "adadelta":
@@ -27,16 +28,16 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainConfig) -> t
                                     weight_decay=cfg.weight_decay, foreach=True)
     if cfg.optimizer == "adam":
         kw = dict(lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
-        return _fused_or_foreach(torch.optim.Adam, params, kw)
+        return _one_kernel_or_foreach(torch.optim.Adam, params, kw)
     if cfg.optimizer == "sgd":
-        return _fused_or_foreach(torch.optim.SGD, params, dict(lr=cfg.lr, weight_decay=cfg.weight_decay))
+        return _one_kernel_or_foreach(torch.optim.SGD, params, dict(lr=cfg.lr, weight_decay=cfg.weight_decay))
     raise AssertionError(cfg.optimizer)  # TrainConfig.validate rejects others
 
 
-def _fused_or_foreach(cls, params: list, kw: dict) -> torch.optim.Optimizer:
+def _one_kernel_or_foreach(cls, params: list, kw: dict) -> torch.optim.Optimizer:
     try:
         return cls(params, fused=True, **kw)
-    except (RuntimeError, TypeError, ValueError):  # device or dtype without a fused kernel
+    except (RuntimeError, TypeError, ValueError):  # device or dtype without a one-kernel implementation
         return cls(params, foreach=True, **kw)
 
 

@@ -140,14 +140,12 @@ class Translator:
         self.config = config
         self.warn = warn or log.warning
         self.device = resolve_device(config.device)
+        fuse = resolve_fuse(config.fuse, self.device)
         self.models, ckpts = [], []
         for path in config.models:
-            model, ckpt = load_model(path, self.device)
+            model, ckpt = load_model(path, self.device, fuse_steps=fuse)
             self.models.append(model)
             ckpts.append(ckpt)
-        fuse = resolve_fuse(config.fuse, self.device)
-        for model in self.models:
-            model.fuse_steps = fuse
         first = ckpts[0]
         check_compatible(list(config.models), ckpts)
         try:

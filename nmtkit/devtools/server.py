@@ -1,4 +1,4 @@
-"""A real `nmtkit serve` subprocess on 127.0.0.1 and a free port (process, browser and load tests)."""
+"""A real `nmtkit serve` subprocess on 127.0.0.1 and a free port (the serve tests and the load benchmark)."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+# the directory that holds the nmtkit package: the child imports the same nmtkit as its parent
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -25,7 +26,7 @@ class ServerProcess:
 
     def __init__(self, *args: str, timeout: float = 120, threads: int = 1):
         self.port = free_port()
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=str(REPO))
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=str(PACKAGE_ROOT))
         self.proc = subprocess.Popen([sys.executable, "-m", "nmtkit", "serve", *args, "--port", str(self.port)],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.stderr: list[str] = []

@@ -1,0 +1,136 @@
+"""The training loss over the vocabulary, computed chunk by chunk with a hand-written backward.
+
+`linear_cross_entropy` takes the features before the output projection W_o and returns the summed
+cross-entropy. It never holds the (N, V) logits of a whole batch: each chunk of target positions
+is projected, normalised and scored, and the gradients of that chunk (d loss / d features,
+d loss / d W_o, d loss / d b_o) are computed right away, in the forward pass. The autograd
+Function's backward then only scales the stored gradients by the incoming gradient. Memory is
+O(chunk * V) whatever N is, with no recomputation.
+
+The per-chunk arithmetic `_lce_chunk` is a pure step body (models/fusion.py): with `fuse` it runs
+compiled, like the recurrences' bodies.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from nmtkit.models.fusion import step_fn
+
+# Logits held at once by the chunked loss: 2^26 (256 MB in float32) keeps memory bounded while
+# a paper-sized batch (80 pairs, ~2,500 target tokens, 30k words) takes 2 chunks, not 5 (fewer
+# launches per step; benchmarks/launches.py).
+MAX_CHUNK_LOGITS = 1 << 26
+
+
+def linear_cross_entropy(
+    feats: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    gold: Tensor,
+    label_smoothing: float = 0.0,
+    chunk_tokens: int = 4096,
+    fuse: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """sum_n CE(softmax(weight feats_n + bias), gold_n), and the plain NLL sum.
+
+    feats (N, F), weight (V, F), bias (V,) or None, gold (N,) -> (loss_sum, nll_sum) scalars.
+    The loss with label smoothing ls is (1 - ls) * nll + ls * mean_v(-log p_v), as in
+    `Seq2Seq.loss`. Gradients (for loss_sum only) are computed in the forward pass chunk by
+    chunk (module docstring). Under autocast the matrix products run in the autocast dtype;
+    softmax and sums run in float32. `fuse` compiles the per-chunk body (models/fusion.py).
+    """
+    device_type = feats.device.type
+    if torch.is_autocast_enabled(device_type):
+        compute_dtype = torch.get_autocast_dtype(device_type)
+    else:
+        compute_dtype = torch.promote_types(feats.dtype, weight.dtype)
+    chunk = max(1, min(chunk_tokens, MAX_CHUNK_LOGITS // max(1, weight.size(0))))
+    if bias is None:
+        bias = weight.new_zeros(weight.size(0), requires_grad=False)
+    return _ChunkedLinearCrossEntropy.apply(feats, weight, bias, gold, float(label_smoothing), chunk, compute_dtype, fuse)
+
+
+def _lce_chunk(f: Tensor, w: Tensor, b: Tensor, g: Tensor, label_smoothing: float, need_grad: bool
+               ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """One chunk of `linear_cross_entropy`: f (n, F), w (V, F), b (V,) in the compute dtype,
+    g (n, 1) gold ids -> (nll sum, loss sum, d loss / d logits (n, V) or None), sums in float32
+    (float64 for float64 inputs). A pure step body (models/fusion.py)."""
+    acc = torch.float64 if f.dtype == torch.float64 else torch.float32
+    V = w.size(0)
+    logits = F.linear(f, w, b).to(acc)  # (n, V)
+    lse = torch.logsumexp(logits, dim=-1)
+    nll = lse - logits.gather(1, g).squeeze(1)
+    if label_smoothing > 0:
+        loss = ((1 - label_smoothing) * nll + label_smoothing * (lse - logits.mean(dim=-1))).sum()
+    else:
+        loss = nll.sum()
+    if not need_grad:
+        return nll.sum(), loss, None, None
+    # d loss / d logits = softmax - (1 - ls) onehot - ls / V
+    p = logits.sub_(lse.unsqueeze(1)).exp_()
+    p.scatter_add_(1, g, torch.full_like(g, -(1.0 - label_smoothing), dtype=acc))
+    if label_smoothing > 0:
+        p.sub_(label_smoothing / V)
+    return nll.sum(), loss, p, p.sum(0)
+
+
+class _ChunkedLinearCrossEntropy(torch.autograd.Function):
+    """The loss and its gradients computed together in `forward`; `backward` scales them."""
+
+    @staticmethod
+    def forward(ctx, feats, weight, bias, gold, label_smoothing, chunk, compute_dtype, fuse):  # type: ignore[override]
+        acc = torch.float64 if compute_dtype == torch.float64 else torch.float32
+        need_grad = any(ctx.needs_input_grad[:3])
+        N, V = feats.size(0), weight.size(0)
+        loss_sum = torch.zeros((), dtype=acc, device=feats.device)
+        nll_sum = torch.zeros((), dtype=acc, device=feats.device)
+        grad_feats = torch.empty_like(feats) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros_like(weight, dtype=acc) if need_grad else None
+        grad_b = torch.zeros(V, dtype=acc, device=feats.device) if need_grad else None
+        with torch.autocast(feats.device.type, enabled=False):
+            # detached: this Function does its own backward (and requires-grad flags would split
+            # the compiled body's graphs)
+            feats = feats.detach()
+            w = weight.detach().to(compute_dtype)
+            b = bias.detach().to(compute_dtype)
+            body = step_fn(_lce_chunk, fuse)
+            for i in range(0, N, chunk):
+                f = feats[i : i + chunk].to(compute_dtype)
+                g = gold[i : i + chunk].unsqueeze(1)
+                nll, loss, p, p_sum = body(f, w, b, g, label_smoothing, need_grad)
+                nll_sum += nll
+                loss_sum += loss
+                if not need_grad:
+                    continue
+                grad_b += p_sum
+                gp = p.to(compute_dtype)
+                if grad_feats is not None and grad_feats.dtype == compute_dtype:
+                    torch.mm(gp, w, out=grad_feats[i : i + chunk])  # one launch, no copy
+                elif grad_feats is not None:
+                    grad_feats[i : i + chunk] = gp.mm(w).to(grad_feats.dtype)
+                if acc == compute_dtype:
+                    grad_w.addmm_(gp.t(), f)
+                else:
+                    grad_w += gp.t().mm(f).to(acc)
+        ctx.mark_non_differentiable(nll_sum)
+        if need_grad:
+            ctx.save_for_backward(
+                grad_feats if grad_feats is not None else torch.empty(0),
+                grad_w.to(weight.dtype),
+                grad_b.to(bias.dtype),
+            )
+        ctx.has_feats_grad = grad_feats is not None
+        return loss_sum, nll_sum
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_nll):  # type: ignore[override]
+        grad_feats, grad_w, grad_b = ctx.saved_tensors
+        gf = grad_feats * grad_loss.to(grad_feats.dtype) if ctx.has_feats_grad else None
+        return (
+            gf,
+            grad_w * grad_loss.to(grad_w.dtype) if ctx.needs_input_grad[1] else None,
+            grad_b * grad_loss.to(grad_b.dtype) if ctx.needs_input_grad[2] else None,
+            None, None, None, None, None,
+        )

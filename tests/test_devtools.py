@@ -1,0 +1,28 @@
+"""The measuring instruments in nmtkit/devtools stay out of the toolkit's own import path."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import nmtkit
+
+PACKAGE = Path(nmtkit.__file__).resolve().parent
+
+
+def _imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_no_runtime_module_imports_the_devtools():
+    runtime = [p for p in PACKAGE.rglob("*.py") if "devtools" not in p.relative_to(PACKAGE).parts]
+    assert len(runtime) > 50
+    offenders = [str(p.relative_to(PACKAGE)) for p in runtime
+                 if any(m == "nmtkit.devtools" or m.startswith("nmtkit.devtools.") for m in _imported_modules(p))]
+    assert offenders == []
