@@ -49,3 +49,15 @@ def random_batch(src_vocab: int = 11, tgt_vocab: int = 13, seed: int = 1,
         tgt_out[b, : len(y) + 1] = torch.cat([y, torch.tensor([3])])
         sents.append((x.tolist(), y.tolist()))
     return src, torch.tensor(src_lens), tgt_in, tgt_out, sents
+
+
+def random_sources(seed: int = 1, B: int = 7, vocab: int = 22, S: int = 9):
+    """A padded source batch for decoding: (src (B, S) ids in 4..vocab-1, the first row of full
+    length S, src_lens (B,))."""
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(1, S + 1, (B,), generator=g)
+    lens[0] = S
+    src = torch.zeros(B, S, dtype=torch.long)
+    for i, n in enumerate(lens.tolist()):
+        src[i, :n] = torch.randint(4, vocab, (n,), generator=g)
+    return src, lens

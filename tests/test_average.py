@@ -7,22 +7,15 @@ import pytest
 import torch
 
 from nmtkit.checkpoint import load_checkpoint, save_checkpoint
+from tests.test_bad_inputs import run_main
 from tests.translate_fixtures import TGT_WORDS, make_checkpoint, tiny_model
 
 LINES = ["the cat sat on a mat .", "a dog ran in the park", "the big red house"]
 
 
 def run(capsys, *args) -> tuple[int, str]:
-    """nmtkit's main() in this process -> (exit status, stderr)."""
-    from nmtkit.cli import main
-
-    capsys.readouterr()
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().err
+    """nmtkit's main() in this process -> (exit status, stderr), through the bad-input table's runner."""
+    return run_main(list(args))
 
 
 def one_error_line(code: int, err: str) -> str:

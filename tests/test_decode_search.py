@@ -9,17 +9,8 @@ import torch
 
 from nmtkit.decode.search import beam_search, greedy_search, max_lengths
 from nmtkit.text.vocab import BOS_ID, EOS_ID
+from tests.model_helpers import random_sources
 from tests.translate_fixtures import tiny_model
-
-
-def _batch(seed: int = 1, B: int = 7, vocab: int = 22, S: int = 9):
-    g = torch.Generator().manual_seed(seed)
-    lens = torch.randint(1, S + 1, (B,), generator=g)
-    lens[0] = S
-    src = torch.zeros(B, S, dtype=torch.long)
-    for i, n in enumerate(lens.tolist()):
-        src[i, :n] = torch.randint(4, vocab, (n,), generator=g)
-    return src, lens
 
 
 def _sharp(model, scale: float = 8.0):
@@ -67,7 +58,7 @@ def _reference_greedy(models, src, lens, lim, lenpen):
 def test_beam_one_equals_the_reference_greedy_loop_tokens_scores_and_attention(seed, lenpen):
     model, _ = tiny_model(seed)
     _sharp(model)
-    src, lens = _batch(seed)
+    src, lens = random_sources(seed)
     lim = max_lengths(lens, 1.5, 4)
     ref = _reference_greedy([model], src, lens, lim, lenpen)
     beam = beam_search(model, src, lens, beam=1, lenpen=lenpen, max_len_a=1.5, max_len_b=4, need_attention=True)
@@ -86,7 +77,7 @@ def test_beam_one_equals_the_reference_greedy_loop_tokens_scores_and_attention(s
 def test_beam_best_log_prob_is_never_worse_than_greedy(seed, beam):
     model, _ = tiny_model(seed)
     _sharp(model, 4.0)
-    src, lens = _batch(seed + 10)
+    src, lens = random_sources(seed + 10)
     greedy = greedy_search(model, src, lens, max_len=max_lengths(lens, 1.5, 4), lenpen=0.0)
     best = beam_search(model, src, lens, beam=beam, lenpen=0.0, max_len_a=1.5, max_len_b=4)
     for g, hyps in zip(greedy, best):
@@ -114,7 +105,7 @@ def test_a_beam_as_wide_as_the_search_space_finds_the_exact_best(lenpen):
     # target vocabulary: 4 specials + 2 words; UNK and the words can be generated (3 choices)
     model, _ = tiny_model(3, tgt_vocab=6)
     _sharp(model, 3.0)
-    src, lens = _batch(5, B=3)
+    src, lens = random_sources(5, B=3)
     max_len = 3
     words = [1, 4, 5]
     res = beam_search(model, src, lens, beam=40, lenpen=lenpen, max_len=torch.full((3,), max_len))
@@ -127,7 +118,7 @@ def test_a_beam_as_wide_as_the_search_space_finds_the_exact_best(lenpen):
 def test_nbest_lists_are_sorted_distinct_and_scored_consistently():
     model, _ = tiny_model(4)
     _sharp(model, 3.0)
-    src, lens = _batch(4)
+    src, lens = random_sources(4)
     for lenpen in (0.0, 1.0):
         res = beam_search(model, src, lens, beam=6, nbest=6, lenpen=lenpen, max_len_a=1.0, max_len_b=3)
         for hyps in res:
@@ -143,7 +134,7 @@ def test_nbest_lists_are_sorted_distinct_and_scored_consistently():
 def test_log_probs_match_teacher_forcing():
     model, _ = tiny_model(6)
     _sharp(model, 3.0)
-    src, lens = _batch(6, B=4)
+    src, lens = random_sources(6, B=4)
     res = beam_search(model, src, lens, beam=4, nbest=2, lenpen=1.0, max_len_a=1.0, max_len_b=3)
     for i, hyps in enumerate(res):
         for h in hyps:
@@ -157,7 +148,7 @@ def test_log_probs_match_teacher_forcing():
 def test_batched_search_equals_one_sentence_at_a_time():
     model, _ = tiny_model(7)
     _sharp(model, 3.0)
-    src, lens = _batch(7, B=6)
+    src, lens = random_sources(7, B=6)
     batched = beam_search(model, src, lens, beam=5, nbest=3, max_len_a=1.5, max_len_b=3)
     for i in range(src.size(0)):
         (alone,) = beam_search(model, src[i : i + 1, : lens[i]], lens[i : i + 1], beam=5, nbest=3,
@@ -168,7 +159,7 @@ def test_batched_search_equals_one_sentence_at_a_time():
 
 def test_length_limit_is_respected_and_attention_is_a_distribution():
     model, _ = tiny_model(8)
-    src, lens = _batch(8)
+    src, lens = random_sources(8)
     res = beam_search(model, src, lens, beam=3, nbest=3, max_len_a=0.5, max_len_b=1, need_attention=True)
     lim = max_lengths(lens, 0.5, 1)
     for i, hyps in enumerate(res):
@@ -183,7 +174,7 @@ def test_length_limit_is_respected_and_attention_is_a_distribution():
 def test_ensemble_of_the_same_model_twice_equals_the_model():
     model, _ = tiny_model(9)
     _sharp(model, 3.0)
-    src, lens = _batch(9)
+    src, lens = random_sources(9)
     single = beam_search(model, src, lens, beam=4, nbest=2, max_len_a=1.5, max_len_b=3)
     double = beam_search([model, model], src, lens, beam=4, nbest=2, max_len_a=1.5, max_len_b=3)
     for a, b in zip(single, double):
@@ -196,7 +187,7 @@ def test_ensemble_averages_probabilities_of_different_models():
     m2, _ = tiny_model(11)
     _sharp(m1, 3.0)
     _sharp(m2, 3.0)
-    src, lens = _batch(10, B=3)
+    src, lens = random_sources(10, B=3)
     (h,) = greedy_search([m1, m2], src[:1, : lens[0]], lens[:1], max_len=6)
     tgt_in = torch.tensor([[BOS_ID, *h.tokens]])
     tgt_out = torch.tensor([[*h.tokens, EOS_ID]])
@@ -213,7 +204,7 @@ def test_ensemble_averages_probabilities_of_different_models():
 
 def test_nbest_larger_than_beam_is_refused():
     model, _ = tiny_model(0)
-    src, lens = _batch(0, B=2)
+    src, lens = random_sources(0, B=2)
     with pytest.raises(ValueError):
         beam_search(model, src, lens, beam=2, nbest=3)
 
@@ -254,7 +245,7 @@ def test_fast_paths_give_the_same_translations_as_the_plain_ones(monkeypatch, re
 
     model, _ = tiny_model(11, tgt_vocab=40 * search._TOPK_GROUP, readout=readout)
     _sharp(model, 3.0)
-    src, lens = _batch(11, B=6)
+    src, lens = random_sources(11, B=6)
     kw = dict(beam=5, nbest=3, max_len_a=1.5, max_len_b=3, need_attention=True)
     fast = beam_search(model, src, lens, **kw)
     monkeypatch.setattr(search, "_TOPK_GROUP", search._TOPK_GROUP + 1)  # not a divisor of V

@@ -8,6 +8,7 @@ import torch
 from nmtkit.decode import search
 from nmtkit.devtools.launches import HostReads
 from nmtkit.text.vocab import UNK_ID
+from tests.model_helpers import random_sources
 from tests.train_fixtures import TINY_MODEL, tiny_options
 from tests.translate_fixtures import tiny_model
 
@@ -39,14 +40,6 @@ def test_a_training_update_reads_the_device_once(data_dir, tmp_path, update_freq
         ctx.close()
 
 
-def _batch(B: int = 9, S: int = 11, vocab: int = 22, seed: int = 3):
-    g = torch.Generator().manual_seed(seed)
-    lens = torch.randint(1, S + 1, (B,), generator=g)
-    lens[0] = S
-    src = torch.zeros(B, S, dtype=torch.long)
-    for i, n in enumerate(lens.tolist()):
-        src[i, :n] = torch.randint(4, vocab, (n,), generator=g)
-    return src, lens
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -70,7 +63,7 @@ def test_a_beam_search_step_reads_the_device_once(monkeypatch, beam):
         return out
 
     monkeypatch.setattr(search._BeamSearch, "step", counted)
-    src, lens = _batch()
+    src, lens = random_sources(seed=3, B=9, S=11)
     hyps = search.beam_search(model, src, lens, beam=beam, max_len_a=1.0, max_len_b=3, need_attention=True)
     assert all(len(h) == 1 for h in hyps)
     assert len(per_step) > 5 and finishing[0] >= 3, (per_step, finishing)
@@ -83,7 +76,7 @@ def test_ban_unk_never_emits_the_unknown_word():
         model.W_o.bias.zero_()
         model.W_o.bias[UNK_ID] = 50.0
     model.eval()
-    src, lens = _batch()
+    src, lens = random_sources(seed=3, B=9, S=11)
     free = search.beam_search(model, src, lens, beam=3, max_len_a=1.0, max_len_b=3)
     assert any(UNK_ID in h[0].tokens for h in free)  # the test can fail
     for beam in (1, 3):

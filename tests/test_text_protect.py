@@ -9,6 +9,7 @@ import pytest
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.text.pipeline import TextPipeline
 from nmtkit.text.protect import PRINTF, read_patterns, resolve_protect
+from tests.test_bad_inputs import run_main
 
 MESSAGES = [
     ("Invalid signature mode: %s", ["%s"]),
@@ -117,15 +118,8 @@ def _corpus(tmp_path):
 
 
 def _main(capsys, *args) -> tuple[int, str]:
-    from nmtkit.cli import main
-
-    capsys.readouterr()
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().err
+    """nmtkit's main() in this process -> (exit status, stderr), through the bad-input table's runner."""
+    return run_main(list(args))
 
 
 def test_preprocess_protect_is_recorded_and_the_data_holds_whole_placeholders(tmp_path, capsys):
