@@ -159,9 +159,6 @@ def _run(argv: list[str] | None, debug: bool) -> None:
             _silence_stdout()
         click.echo(f"nmtkit: error: {describe_os_error(err)}", err=True)
         sys.exit(1)
-    except Terminated:
-        click.echo("nmtkit: terminated", err=True)
-        sys.exit(143)
     except KeyboardInterrupt:
         click.echo("nmtkit: interrupted", err=True)
         sys.exit(130)

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator
 
 import click
 
-from nmtkit.devices import FUSE
+from nmtkit.devices import FUSE, available_cores
 from nmtkit.errors import ConfigError
 from nmtkit.options import OptionSpec, cli_default, cli_names, help_text, option_fields
 
@@ -72,7 +72,7 @@ def config_options(*classes: type, unset: bool = False) -> Callable:
 
 def config_values(cls: type, options: dict[str, Any], given_only: bool = False) -> dict[str, Any]:
     """The values of `cls`'s option fields among click's `options` (`given_only`: leave out the
-    options not given, None)."""
+    options not given, None). A `workers` option not given means all cores."""
     out = {}
     for field, spec in option_fields(cls):
         value = options.get(field.name)
@@ -81,6 +81,8 @@ def config_values(cls: type, options: dict[str, Any], given_only: bool = False) 
         if spec.multiple:
             value = (tuple if str(field.type).startswith("tuple") else list)(value or ())
         out[field.name] = value
+    if "workers" in out and out["workers"] is None:
+        out["workers"] = available_cores()
     return out
 
 # `nmtkit translate` and `nmtkit serve` decode alike: their --fuse and --shortlist are one option each

@@ -10,7 +10,6 @@ from typing import Any
 import click
 
 from nmtkit.cli.common import config_options, config_values, make_console, progress_enabled, quiet_warnings
-from nmtkit.devices import available_cores
 from nmtkit.preprocess.config import PreprocessConfig
 
 
@@ -84,8 +83,6 @@ def preprocess_cmd(quiet: bool, **options: Any) -> None:
     from nmtkit.preprocess import preprocess
 
     values = config_values(PreprocessConfig, options)
-    if values["workers"] is None:
-        values["workers"] = available_cores()
     config = PreprocessConfig(**values)
     console = make_console()
     if progress_enabled(quiet):

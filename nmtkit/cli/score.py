@@ -10,7 +10,6 @@ from typing import Any
 import click
 
 from nmtkit.cli.common import config_options, config_values
-from nmtkit.devices import available_cores
 from nmtkit.score.run import ScoreOptions
 
 
@@ -34,8 +33,6 @@ def score_cmd(**options: Any) -> None:
 
     values = config_values(ScoreOptions, options)
     values["by_length"] = values["by_length"] or values["plot_path"] is not None
-    if values["workers"] is None:
-        values["workers"] = available_cores()
     opts = ScoreOptions(**values)
     report = run_score(opts, warn=lambda msg: click.echo(f"nmtkit: note: {msg}", err=True))
     click.echo(render(report, opts.as_json), nl=False)

@@ -6,7 +6,6 @@ from typing import Any
 import click
 
 from nmtkit.cli.common import config_options, config_values, make_console, progress_enabled, quiet_warnings
-from nmtkit.devices import available_cores
 from nmtkit.select.config import SelectConfig
 
 
@@ -23,8 +22,6 @@ def select_data_cmd(quiet: bool, **options: Any) -> None:
     from nmtkit.select.selection import run_selection
 
     values = config_values(SelectConfig, options)
-    if values["workers"] is None:
-        values["workers"] = available_cores()
     cfg = SelectConfig(**values)
     console = make_console()
     if progress_enabled(quiet):

@@ -7,7 +7,6 @@ from typing import Any
 import click
 
 from nmtkit.cli.common import config_options, config_values, quiet_warnings
-from nmtkit.devices import available_cores
 from nmtkit.text.tokenize import TokenizeConfig, check_tokenize_outputs, tokenize_file
 
 
@@ -24,8 +23,6 @@ def tokenize_cmd(quiet: bool, **options: Any) -> None:
     """
     quiet_warnings(quiet)
     values = config_values(TokenizeConfig, options)
-    if values["workers"] is None:
-        values["workers"] = available_cores()
     config = TokenizeConfig(**values)
     check_tokenize_outputs(config.input_path, config.output_path, config.protect)
     tokenize_file(config.input_path, config.output_path, config.pipeline(), config.workers)

@@ -94,17 +94,18 @@ def _warm_up(p: TextPipeline, config: PreprocessConfig) -> None:
         truecase_weights(["Warm", "up", "."])
 
 
-def _check_tokenized(config: PreprocessConfig, src: str, tgt: str) -> None:
+def _check_tokenized(config: PreprocessConfig, base: TextPipeline, src: str, tgt: str) -> None:
     """--input-format tok: the files must have been tokenised with this command's settings,
-    which the manifest records and translate replays on raw text (see `nmtkit tokenize`, nmtkit.text.tokenize)."""
-    p = config.base_pipeline()
+    which the manifest records and translate replays on raw text (see `nmtkit tokenize`, nmtkit.text.tokenize),
+    against `base`, the pipeline those settings give."""
     for path, lang in ((src, config.src_lang), (tgt, config.tgt_lang)):
-        if not check_tokinfo(path, lang, p):
+        if not check_tokinfo(path, lang, base):
             log.warning("%s: no %s beside it, so its tokeniser settings cannot be checked; they must be this "
                         "command's (translate replays them)", path, TOKINFO_SUFFIX)
 
 
-def _check_inputs(config: PreprocessConfig, report: ProgressFn) -> tuple[dict[str, str], dict[str, int]]:
+def _check_inputs(config: PreprocessConfig, base: TextPipeline,
+                  report: ProgressFn) -> tuple[dict[str, str], dict[str, int]]:
     """Every input checked first (existence, equal line counts; cheap, one pass of bytes):
     ({file: sha256}, {split: lines})."""
     inputs: dict[str, str] = {}
@@ -117,7 +118,7 @@ def _check_inputs(config: PreprocessConfig, report: ProgressFn) -> tuple[dict[st
         if n == 0:
             raise InputError(f"the {name} split is empty", src)
         if config.input_format == "tok":
-            _check_tokenized(config, src, tgt)
+            _check_tokenized(config, base, src, tgt)
         inputs[src], inputs[tgt] = h_src, h_tgt
         line_counts[name] = n
         report("check inputs", k, len(splits))
@@ -136,7 +137,7 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
     _check_outputs(config)
     _check_dest(dest, config.force)
 
-    inputs, line_counts = _check_inputs(config, report)
+    inputs, line_counts = _check_inputs(config, base, report)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         for stale in clean_stale_temp_dirs(dest, log.warning):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from nmtkit.errors import ConfigError
 from nmtkit.options import check_fields, option
-from nmtkit.text.pipeline import CORPUS_FORMATS
+from nmtkit.text.pipeline import CORPUS_FORMATS, DASH_SPLITS_OPTION
 
 METHODS = ("bilingual", "monolingual", "in-domain")
 
@@ -44,7 +44,7 @@ class SelectConfig:
     seed: int = option(1, help="Seed of the pool sample for H_out.")
     lowercase: bool = option(False, flag=True,
                              help="Lowercase tokens for the language models (the output keeps the original lines).")
-    aggressive_dash_splits: bool = option(False, help="Moses -a: split hyphenated words.")
+    aggressive_dash_splits: bool = option(False, **DASH_SPLITS_OPTION)
     force: bool = option(False, help="Overwrite existing outputs.")
     write_arpa: bool = option(False, help="Also write the four LMs as PREFIX.{in,out}.{lang}.arpa.")
 

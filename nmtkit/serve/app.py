@@ -161,8 +161,7 @@ async def onmt_route(request: web.Request) -> web.Response:
     """OpenNMT-py's `/translator/translate`: a list per n-best rank (here one), items in input order."""
     req = await _checked(request, check_onmt_request)
     results = await request.app[BATCHER].submit(req.lines, req.beam, 1, False, _gone(request))
-    out = [{"src": src, "tgt": r.texts[0] if r.texts else "", "n_best": 1,
-            "pred_score": r.hyps[0].score if r.hyps else 0.0} for src, r in zip(req.lines, results)]
+    out = [{"src": src, "tgt": r.text, "n_best": 1, "pred_score": r.score} for src, r in zip(req.lines, results)]
     return _json([out])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from nmtkit.devices import FUSE, PRECISIONS
 from nmtkit.errors import ConfigError
 
 FORMATS = ("raw", "tok", "bpe")
@@ -67,11 +68,11 @@ class TranslateConfig:
             raise ConfigError(f"formats are one of {', '.join(FORMATS)}")
         if self.alignments not in (None, "hard", "soft"):
             raise ConfigError("--alignments is 'hard' or 'soft'")
-        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
+        if self.precision not in PRECISIONS:
             raise ConfigError("--precision is auto, fp32, bf16 or fp16")
         if self.shortlist not in ("auto", "off"):
             raise ConfigError(f"--shortlist is auto or off, got '{self.shortlist}'")
-        if self.fuse not in ("auto", "on", "off"):
+        if self.fuse not in FUSE:
             raise ConfigError(f"--fuse is auto, on or off, got '{self.fuse}'")
         if self.threads is not None and self.threads < 1:
             raise ConfigError("--threads must be >= 1")

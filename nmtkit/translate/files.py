@@ -7,7 +7,7 @@ from typing import IO, Callable, Iterable, Iterator
 
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.outputs import check_output_dir
-from nmtkit.text.io import check_text_block, decode_lines
+from nmtkit.text.io import check_text_block, decode_line
 from nmtkit.translate.config import TranslateConfig
 from nmtkit.translate.translator import Translator
 from nmtkit.translate.writers import Writers
@@ -19,7 +19,7 @@ def read_lines(stream: IO[bytes], name: str) -> Iterator[tuple[int, str]]:
     InputError naming the line (`nmtkit.text.io`); a UTF-8 byte order mark is dropped."""
     for lineno, raw in enumerate(iter(stream.readline, b""), 1):
         check_text_block(raw, name, first_line=lineno)  # a NUL byte: binary data, never silently dropped
-        text = decode_lines(raw, name, lineno)[0]
+        text = decode_line(raw, name, lineno)
         yield lineno, text[1:] if lineno == 1 and text.startswith("\ufeff") else text  # a UTF-8 BOM
 
 

@@ -66,7 +66,7 @@ class Writers:
     def write(self, r: Result) -> None:
         c = self.config
         if c.nbest == 1:
-            self.out.write((r.texts[0] if r.texts else "") + "\n")
+            self.out.write(r.text + "\n")
             self._align(r, 0)
         else:
             if not r.hyps:
