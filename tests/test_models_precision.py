@@ -55,3 +55,29 @@ def test_tf32_is_on_for_cuda_fp32_runs_unless_switched_off_and_untouched_elsewhe
         assert (matmul.fp32_precision, cudnn.fp32_precision) == ("ieee", "ieee")
     finally:
         matmul.fp32_precision, cudnn.fp32_precision = saved
+
+
+@pytest.mark.parametrize("n_rows", [1, 63, 64, 130])
+def test_bf16_chunked_loss_with_padded_rows_equals_the_unpadded_one(monkeypatch, n_rows):
+    """The zero rows that pad a 16-bit chunk to a multiple of ROW_MULTIPLE change neither the
+    loss nor any gradient (up to bf16 rounding of a differently blocked product)."""
+    from nmtkit.models import chunked_loss
+
+    g = torch.Generator().manual_seed(n_rows)
+    feats = torch.randn(n_rows, 24, generator=g)
+    weight = torch.randn(50, 24, generator=g) * 0.3
+    bias = torch.randn(50, generator=g) * 0.1
+    gold = torch.randint(0, 50, (n_rows,), generator=g)
+
+    def run(row_multiple):
+        monkeypatch.setattr(chunked_loss, "ROW_MULTIPLE", row_multiple)
+        leaves = [t.clone().requires_grad_(True) for t in (feats, weight, bias)]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss, nll = chunked_loss.linear_cross_entropy(*leaves, gold, label_smoothing=0.1, chunk_tokens=128)
+        loss.backward()
+        return [loss.detach(), nll.detach()] + [t.grad for t in leaves]
+
+    padded, plain = run(64), run(1)
+    for a, b in zip(padded, plain):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, atol=2e-2, rtol=2e-2)

@@ -9,6 +9,14 @@ O(chunk * V) whatever N is, with no recomputation.
 
 The per-chunk arithmetic `_lce_chunk` is a pure step body (models/fusion.py): with `fuse` it runs
 compiled, like the recurrences' bodies.
+
+Shapes: in bf16/fp16 the rows of each chunk's matrix products are padded with zero rows to a
+multiple of ROW_MULTIPLE. The number of target tokens N differs from batch to batch, and on
+the CPU oneDNN builds and caches a primitive (with its own buffers) for every distinct 16-bit
+product shape, so unpadded the process grows by megabytes with each new N for the whole run
+(benchmarks/MEMORY.md). Padded rows have zero features and take no part in any sum: the loss
+and every gradient are those of the N real rows. float32 and float64 are not padded (their
+products do not go through oneDNN's cache, and the float64 equation tests stay bit-exact).
 """
 from __future__ import annotations
 
@@ -22,6 +30,8 @@ from nmtkit.models.fusion import step_fn
 # a paper-sized batch (80 pairs, ~2,500 target tokens, 30k words) takes 2 chunks, not 5 (fewer
 # launches per step; benchmarks/launches.py).
 MAX_CHUNK_LOGITS = 1 << 26
+# 16-bit chunks are padded to a multiple of this many rows (few distinct product shapes)
+ROW_MULTIPLE = 64
 
 
 def linear_cross_entropy(
@@ -47,6 +57,8 @@ def linear_cross_entropy(
     else:
         compute_dtype = torch.promote_types(feats.dtype, weight.dtype)
     chunk = max(1, min(chunk_tokens, MAX_CHUNK_LOGITS // max(1, weight.size(0))))
+    if compute_dtype in (torch.bfloat16, torch.float16) and chunk > ROW_MULTIPLE:
+        chunk -= chunk % ROW_MULTIPLE  # every chunk but the last is a whole number of row blocks
     if bias is None:
         bias = weight.new_zeros(weight.size(0), requires_grad=False)
     return _ChunkedLinearCrossEntropy.apply(feats, weight, bias, gold, float(label_smoothing), chunk, compute_dtype, fuse)
@@ -54,12 +66,15 @@ def linear_cross_entropy(
 
 def _lce_chunk(f: Tensor, w: Tensor, b: Tensor, g: Tensor, label_smoothing: float, need_grad: bool
                ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
-    """One chunk of `linear_cross_entropy`: f (n, F), w (V, F), b (V,) in the compute dtype,
-    g (n, 1) gold ids -> (nll sum, loss sum, d loss / d logits (n, V) or None), sums in float32
-    (float64 for float64 inputs). A pure step body (models/fusion.py)."""
+    """One chunk of `linear_cross_entropy`: f (m, F), w (V, F), b (V,) in the compute dtype,
+    g (n, 1) gold ids of the first n <= m rows of f (the rest are padding) -> (nll sum, loss
+    sum, d loss / d logits (m, V) whose padding rows are to be ignored, or None; the column sums
+    of its n real rows or None),
+    sums in float32 (float64 for float64 inputs). A pure step body (models/fusion.py)."""
     acc = torch.float64 if f.dtype == torch.float64 else torch.float32
-    V = w.size(0)
-    logits = F.linear(f, w, b).to(acc)  # (n, V)
+    V, n = w.size(0), g.size(0)
+    padded = F.linear(f, w, b).to(acc)  # (m, V)
+    logits = padded[:n] if n < f.size(0) else padded  # (n, V)
     lse = torch.logsumexp(logits, dim=-1)
     nll = lse - logits.gather(1, g).squeeze(1)
     if label_smoothing > 0:
@@ -73,7 +88,9 @@ def _lce_chunk(f: Tensor, w: Tensor, b: Tensor, g: Tensor, label_smoothing: floa
     p.scatter_add_(1, g, torch.full_like(g, -(1.0 - label_smoothing), dtype=acc))
     if label_smoothing > 0:
         p.sub_(label_smoothing / V)
-    return nll.sum(), loss, p, p.sum(0)
+    # the padding rows of `padded` keep their logits: the caller drops their d loss / d features,
+    # and their features are zero, so they add nothing to d loss / d W
+    return nll.sum(), loss, padded, p.sum(0)
 
 
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
@@ -86,6 +103,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         N, V = feats.size(0), weight.size(0)
         loss_sum = torch.zeros((), dtype=acc, device=feats.device)
         nll_sum = torch.zeros((), dtype=acc, device=feats.device)
+        pad_rows = compute_dtype in (torch.bfloat16, torch.float16)
         grad_feats = torch.empty_like(feats) if ctx.needs_input_grad[0] else None
         grad_w = torch.zeros_like(weight, dtype=acc) if need_grad else None
         grad_b = torch.zeros(V, dtype=acc, device=feats.device) if need_grad else None
@@ -98,6 +116,9 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             body = step_fn(_lce_chunk, fuse)
             for i in range(0, N, chunk):
                 f = feats[i : i + chunk].to(compute_dtype)
+                n = f.size(0)
+                if pad_rows and n % ROW_MULTIPLE:
+                    f = F.pad(f, (0, 0, 0, ROW_MULTIPLE - n % ROW_MULTIPLE))  # zero rows
                 g = gold[i : i + chunk].unsqueeze(1)
                 nll, loss, p, p_sum = body(f, w, b, g, label_smoothing, need_grad)
                 nll_sum += nll
@@ -106,10 +127,10 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                     continue
                 grad_b += p_sum
                 gp = p.to(compute_dtype)
-                if grad_feats is not None and grad_feats.dtype == compute_dtype:
+                if grad_feats is not None and grad_feats.dtype == compute_dtype and f.size(0) == n:
                     torch.mm(gp, w, out=grad_feats[i : i + chunk])  # one launch, no copy
                 elif grad_feats is not None:
-                    grad_feats[i : i + chunk] = gp.mm(w).to(grad_feats.dtype)
+                    grad_feats[i : i + chunk] = gp.mm(w)[:n].to(grad_feats.dtype)
                 if acc == compute_dtype:
                     grad_w.addmm_(gp.t(), f)
                 else:
