@@ -111,8 +111,12 @@ def save_checkpoint(obj: dict[str, Any], path: str | Path) -> None:
             raise OSError(rec.error.errno, rec.error.strerror, str(path)) from err
 
 
-def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
-    """Load and validate a checkpoint; clear errors for missing, truncated or foreign files."""
+def load_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = False) -> dict[str, Any]:
+    """Load and validate a checkpoint; clear errors for missing, truncated or foreign files.
+
+    `mmap`: map the file's tensors instead of reading them, so that a tensor nobody touches
+    (e.g. the optimiser's moments, twice the model's size, when only the model is wanted)
+    costs neither reading time nor memory."""
     import pickle
     import warnings
 
@@ -130,7 +134,7 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, An
     try:
         with warnings.catch_warnings():  # torch's notes on foreign pickles: the error below says it all
             warnings.simplefilter("ignore")
-            obj = torch.load(path, map_location=map_location, weights_only=True)
+            obj = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError:
         # torch's message advises weights_only=False, i.e. running whatever code the file holds:
         # never pass that on
@@ -152,10 +156,11 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, An
 
 def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False):
     """(model in eval mode on `device`, checkpoint dict) from a checkpoint file; `fuse_steps` as
-    in `build_model`."""
+    in `build_model`. The file is memory-mapped: only the model's tensors are read (copied into
+    the model), not the training state the checkpoint also holds."""
     from nmtkit.models import build_model
 
-    ckpt = load_checkpoint(path, map_location="cpu")
+    ckpt = load_checkpoint(path, map_location="cpu", mmap=True)
     try:
         model = build_model(ckpt["arch"], ckpt["model_config"], fuse_steps=fuse_steps)
         model.load_state_dict(ckpt["model_state"])

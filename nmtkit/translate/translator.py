@@ -216,6 +216,7 @@ class Translator:
         import torch
 
         from nmtkit.data.batching import pad_rows
+        from nmtkit.memory import release_free_memory
 
         ids = [self.src_vocab.encode(t) for t in src_token_lists]
         lens = torch.tensor([len(x) for x in ids], dtype=torch.long)
@@ -226,6 +227,7 @@ class Translator:
                 results = self._sample(src, lens, need_attention, keys or range(1, len(ids) + 1))
             else:
                 results = self._beam_search(src, lens, beam, nbest, need_attention)
+        release_free_memory()  # this batch's buffers, which the next batch's shapes would not reuse
         if need_attention:
             # attention columns: the batch's padded width plus any positions the model adds (its
             # source EOS); keep each sentence's own columns only
