@@ -18,6 +18,13 @@ process's peak RSS on the CPU (monotonic over the run), torch's peak allocation 
     python benchmarks/translate_speed.py --quick --threads 1 --beams 12   # the batching ratio only
 
 On a shared machine use --threads 1: the two modes then compete for one core alike.
+
+Cold start: `--cold-start CKPT` times `echo hello | nmtkit translate -m CKPT --beam 5` as a new
+process (imports, checkpoint, first line), --reps times, and reports the median wall time and
+the peak RSS. `--trees A,B` runs the same with the nmtkit source trees A and B (e.g. an
+exported older commit), alternating, so that their ratio is taken under the same load:
+
+    python benchmarks/translate_speed.py --cold-start RUN/checkpoint_last.pt --reps 5 --trees /tmp/old,.
 """
 from __future__ import annotations
 
@@ -67,6 +74,31 @@ def peak_memory(device) -> str:
     if device.type == "cuda":
         return f"{torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB (torch, peak)"
     return f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB (RSS, process peak)"
+
+
+def cold_start(ckpt: str, trees: list[str], reps: int) -> None:
+    """One-line translations from a fresh process, per source tree (module docstring)."""
+    import statistics
+    import subprocess
+
+    runs: dict[str, list[tuple[float, float]]] = {t: [] for t in trees}
+    for _ in range(reps):
+        for tree in trees:
+            t0 = time.perf_counter()
+            proc = subprocess.Popen([sys.executable, "-m", "nmtkit", "translate", "-m", ckpt, "--beam", "5"],
+                                    cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            proc.stdin.write(b"hello\n")  # type: ignore[union-attr]
+            proc.stdin.close()  # type: ignore[union-attr]
+            _, status, usage = os.wait4(proc.pid, 0)
+            if os.waitstatus_to_exitcode(status):
+                raise SystemExit(f"nmtkit translate failed in {tree}")
+            runs[tree].append((time.perf_counter() - t0, usage.ru_maxrss / 1024))
+    base = statistics.median(w for w, _ in runs[trees[0]])
+    for tree in trees:
+        wall = statistics.median(w for w, _ in runs[tree])
+        print(f"cold start, one line, beam 5 ({tree}): median {wall:.2f}s of {reps} "
+              f"({base / wall:.2f}x the first tree's speed), peak RSS {max(r for _, r in runs[tree]):.0f} MB", flush=True)
 
 
 def run_one(ckpt: str, lines: list[str], beam: int, device: str, args, batch_size: int) -> dict:
@@ -120,7 +152,13 @@ def main() -> None:
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads [torch's default]")
     ap.add_argument("--quick", action="store_true", help="64 lines, small preset")
+    ap.add_argument("--cold-start", metavar="CKPT", default=None,
+                    help="time one-line translations from a fresh process instead (module docstring)")
+    ap.add_argument("--trees", default=str(REPO), help="with --cold-start: comma list of nmtkit source trees")
     args = ap.parse_args()
+    if args.cold_start:
+        cold_start(str(Path(args.cold_start).resolve()), args.trees.split(","), args.reps)
+        return
     if os.environ.get("NMTKIT_BENCH_QUICK"):
         args.quick = True
 

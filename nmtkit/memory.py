@@ -1,4 +1,12 @@
-"""Giving freed heap memory back to the operating system (glibc's malloc_trim).
+"""Keeping the CPU footprint bounded: oneDNN's primitive cache and glibc's free heap.
+
+oneDNN (PyTorch's CPU backend for bf16 products) builds a primitive for every distinct product
+shape and keeps up to ONEDNN_PRIMITIVE_CACHE_CAPACITY of them (1,024 by default), each with
+its own buffers: decoding, whose shapes change with every batch (source width, live beam rows,
+shortlist size), held hundreds of megabytes in them. `limit_onednn_cache` sets a smaller
+capacity in the environment; oneDNN reads it once, when it first builds a primitive, so it
+must run before the first product (the CLI calls it at start-up). A capacity the user has set
+is kept.
 
 On Linux with glibc, memory that PyTorch frees (oneDNN's buffers for a product shape, the
 activations of a batch) mostly stays in malloc's arenas: the process keeps it resident, and
@@ -13,7 +21,16 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import sys
+import os
 from functools import lru_cache
+
+# oneDNN primitives kept: enough for the distinct shapes of a training update or a decoding batch
+ONEDNN_CACHE_CAPACITY = 64
+
+
+def limit_onednn_cache(capacity: int = ONEDNN_CACHE_CAPACITY) -> None:
+    """Cap oneDNN's primitive cache at `capacity` unless ONEDNN_PRIMITIVE_CACHE_CAPACITY is set."""
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(capacity))
 
 
 @lru_cache(maxsize=1)

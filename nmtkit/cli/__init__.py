@@ -24,6 +24,7 @@ from nmtkit.cli.tokenize import tokenize_cmd
 from nmtkit.cli.train import train_cmd
 from nmtkit.cli.translate import translate_cmd
 from nmtkit.errors import NmtkitError, describe_os_error
+from nmtkit.memory import limit_onednn_cache
 
 
 class _OrderedGroup(click.Group):
@@ -116,6 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     mechanism for the file-system boundary, so no command can show a traceback for it.
     """
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    limit_onednn_cache()  # before torch builds its first product
     real_stdout = sys.stdout
     if real_stdout is not None:
         sys.stdout = _NamedStdout(real_stdout)  # type: ignore[assignment]

@@ -26,10 +26,14 @@ from torch import Tensor
 
 from nmtkit.models.fusion import step_fn
 
-# Logits held at once by the chunked loss: 2^26 (256 MB in float32) keeps memory bounded while
-# a paper-sized batch (80 pairs, ~2,500 target tokens, 30k words) takes 2 chunks, not 5 (fewer
-# launches per step; benchmarks/launches.py).
+# Logits held at once by the chunked loss, per device type. On a GPU 2^26 (256 MB in float32)
+# keeps memory bounded while a paper-sized batch (80 pairs, ~2,500 target tokens, 30k words)
+# takes 2 chunks, not 5 (fewer launches per step; benchmarks/launches.py). On the CPU, where
+# launches cost nothing, the budget is memory: a bf16 chunk holds about 8 bytes a logit (the
+# bf16 product, its float32 copy turned into the gradient, that gradient in bf16), so 2^23
+# logits are about 64 MB (benchmarks/MEMORY.md).
 MAX_CHUNK_LOGITS = 1 << 26
+CPU_CHUNK_LOGITS = 1 << 23
 # 16-bit chunks are padded to a multiple of this many rows (few distinct product shapes)
 ROW_MULTIPLE = 64
 
@@ -56,7 +60,8 @@ def linear_cross_entropy(
         compute_dtype = torch.get_autocast_dtype(device_type)
     else:
         compute_dtype = torch.promote_types(feats.dtype, weight.dtype)
-    chunk = max(1, min(chunk_tokens, MAX_CHUNK_LOGITS // max(1, weight.size(0))))
+    budget = CPU_CHUNK_LOGITS if device_type == "cpu" else MAX_CHUNK_LOGITS
+    chunk = max(1, min(chunk_tokens, budget // max(1, weight.size(0))))
     if compute_dtype in (torch.bfloat16, torch.float16) and chunk > ROW_MULTIPLE:
         chunk -= chunk % ROW_MULTIPLE  # every chunk but the last is a whole number of row blocks
     if bias is None:
