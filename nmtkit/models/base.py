@@ -199,7 +199,7 @@ class Seq2Seq(nn.Module):
         The vocabulary projection (`output_projection()`), log-softmax and loss are computed
         chunk by chunk together with their gradients (models/chunked_loss.py): no (N, V) tensor
         is kept for the backward pass, and a chunk holds at most MAX_CHUNK_LOGITS (2^26) logits
-        (CPU_CHUNK_LOGITS, 2^23, on the CPU).
+        (CPU_CHUNK_LOGITS, 2^23, in bf16/fp16 on the CPU).
         """
         feats, _ = self.decode_features(self.encode(src, src_lens), tgt_in)
         mask = tgt_out.ne(PAD_ID)

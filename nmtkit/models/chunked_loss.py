@@ -28,10 +28,10 @@ from nmtkit.models.fusion import step_fn
 
 # Logits held at once by the chunked loss, per device type. On a GPU 2^26 (256 MB in float32)
 # keeps memory bounded while a paper-sized batch (80 pairs, ~2,500 target tokens, 30k words)
-# takes 2 chunks, not 5 (fewer launches per step; benchmarks/launches.py). On the CPU, where
-# launches cost nothing, the budget is memory: a bf16 chunk holds about 8 bytes a logit (the
-# bf16 product, its float32 copy turned into the gradient, that gradient in bf16), so 2^23
-# logits are about 64 MB (benchmarks/MEMORY.md).
+# takes 2 chunks, not 5 (fewer launches per step; benchmarks/launches.py). In bf16/fp16 on the
+# CPU, where launches cost nothing, the budget is memory: such a chunk holds about 8 bytes a
+# logit (the 16-bit product, its float32 copy turned into the gradient, that gradient in 16
+# bits), so 2^23 logits are about 64 MB (benchmarks/MEMORY.md).
 MAX_CHUNK_LOGITS = 1 << 26
 CPU_CHUNK_LOGITS = 1 << 23
 # 16-bit chunks are padded to a multiple of this many rows (few distinct product shapes)
@@ -60,9 +60,10 @@ def linear_cross_entropy(
         compute_dtype = torch.get_autocast_dtype(device_type)
     else:
         compute_dtype = torch.promote_types(feats.dtype, weight.dtype)
-    budget = CPU_CHUNK_LOGITS if device_type == "cpu" else MAX_CHUNK_LOGITS
+    half = compute_dtype in (torch.bfloat16, torch.float16)
+    budget = CPU_CHUNK_LOGITS if half and device_type == "cpu" else MAX_CHUNK_LOGITS
     chunk = max(1, min(chunk_tokens, budget // max(1, weight.size(0))))
-    if compute_dtype in (torch.bfloat16, torch.float16) and chunk > ROW_MULTIPLE:
+    if half and chunk > ROW_MULTIPLE:
         chunk -= chunk % ROW_MULTIPLE  # every chunk but the last is a whole number of row blocks
     if bias is None:
         bias = weight.new_zeros(weight.size(0), requires_grad=False)
@@ -74,8 +75,8 @@ def _lce_chunk(f: Tensor, w: Tensor, b: Tensor, g: Tensor, label_smoothing: floa
     """One chunk of `linear_cross_entropy`: f (m, F), w (V, F), b (V,) in the compute dtype,
     g (n, 1) gold ids of the first n <= m rows of f (the rest are padding) -> (nll sum, loss
     sum, d loss / d logits (m, V) whose padding rows are to be ignored, or None; the column sums
-    of its n real rows or None),
-    sums in float32 (float64 for float64 inputs). A pure step body (models/fusion.py)."""
+    of its n real rows or None), sums in float32 (float64 for float64 inputs). A pure step body
+    (models/fusion.py)."""
     acc = torch.float64 if f.dtype == torch.float64 else torch.float32
     V, n = w.size(0), g.size(0)
     padded = F.linear(f, w, b).to(acc)  # (m, V)
