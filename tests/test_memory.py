@@ -1,6 +1,10 @@
-"""Resident memory stays flat over a training run whose batches keep changing shape."""
+"""Resident memory stays flat over a training run whose batches keep changing shape, and the
+levers that keep it so (nmtkit.memory)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,3 +56,37 @@ def test_rss_after_update_300_is_within_10_percent_of_rss_after_update_100():
     finally:
         torch.set_num_threads(threads)
     assert rss[300] <= 1.1 * rss[100], f"RSS grew from {rss[100]:.0f} MB at update 100 to {rss[300]:.0f} MB at 300"
+
+
+def test_onednn_cache_cap_keeps_a_capacity_the_user_set(monkeypatch):
+    from nmtkit.memory import limit_onednn_cache
+
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "500")
+    limit_onednn_cache(64)
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "500"
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+    limit_onednn_cache(64)
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "64"
+
+
+def test_the_cli_caps_the_onednn_cache_before_torch_builds_a_product():
+    """The capacity is in the environment of a CLI run by the time translation starts (oneDNN
+    reads it once, at its first primitive)."""
+    code = ("import os, sys\nfrom nmtkit import cli\nseen = []\n"
+            "cli.translate_cmd.callback = lambda **kw: seen.append(os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY'))\n"
+            "try:\n    cli.main(['translate', '-m', 'x.pt'])\nexcept SystemExit:\n    pass\n"
+            "print(seen, 'torch' in sys.modules)\n")
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.stdout.split() == ["['64']", "False"], proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim is Linux only")
+def test_freed_heap_memory_goes_back_to_the_os():
+    from nmtkit.memory import release_free_memory
+
+    blocks = [bytearray(64 * 1024) for _ in range(3000)]  # ~190 MB in small malloc chunks
+    del blocks[:-1]  # all but the topmost: the heap cannot shrink from its top alone
+    before = _rss_mb()
+    assert release_free_memory()
+    assert _rss_mb() < before - 100
