@@ -1,5 +1,6 @@
 """Host synchronisation budget (counted by nmtkit.devtools.launches.HostReads on the CPU; on a GPU
-each read waits for every kernel queued before it): one read per training update, one per beam step."""
+each read waits for every kernel queued before it): one read per training update, whatever the
+architecture, and one per beam step."""
 from __future__ import annotations
 
 import pytest
@@ -13,22 +14,30 @@ from tests.train_fixtures import TINY_MODEL, tiny_options
 from tests.translate_fixtures import tiny_model
 
 
-def _context(data_dir, run_dir, **changes):
+def _context(data_dir, run_dir, arch: str, **changes):
+    """A training context of `arch` at the tiny sizes (the sizes its configuration has)."""
+    import dataclasses
+
+    from nmtkit.models import config_class
     from nmtkit.train.config import TrainConfig
     from nmtkit.train.context import TrainContext
     from nmtkit.train.data import DataDir
     from nmtkit.train.run import resolve_model
 
     data = DataDir.open(data_dir)
-    arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
-    return TrainContext(TrainConfig.from_dict(tiny_options(valid_bleu_samples=0, **changes)), data, run_dir, arch, mcfg)
+    fields = {f.name for f in dataclasses.fields(config_class(arch))}
+    sizes = {k: v for k, v in TINY_MODEL.items() if k in fields}
+    arch, mcfg = resolve_model(arch, None, sizes, len(data.src_vocab), len(data.tgt_vocab))
+    opts = tiny_options(arch=arch, valid_bleu_samples=0, **changes)
+    return TrainContext(TrainConfig.from_dict(opts), data, run_dir, arch, mcfg)
 
 
+@pytest.mark.parametrize("arch", ["rnnsearch", "rnnencdec", "lstm-attention"])
 @pytest.mark.parametrize("update_freq", [1, 3])
-def test_a_training_update_reads_the_device_once(data_dir, tmp_path, update_freq):
+def test_a_training_update_reads_the_device_once(data_dir, tmp_path, update_freq, arch):
     from nmtkit.train.step import train_step
 
-    ctx = _context(data_dir, tmp_path / "run", update_freq=update_freq, label_smoothing=0.1)
+    ctx = _context(data_dir, tmp_path / "run", arch, update_freq=update_freq, label_smoothing=0.1)
     try:
         plan = ctx.epoch_plan(1)
         for u in range(4):
