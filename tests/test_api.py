@@ -11,16 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.translate_fixtures import make_checkpoint
+from tests.conftest import make_checkpoint
 
 REPO = Path(__file__).resolve().parent.parent
 LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat"]
 DECODE = dict(device="cpu", beam=3, max_len_a=1.0, max_len_b=3.0)
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return str(make_checkpoint(tmp_path_factory.mktemp("api") / "model.pt", seed=3))
 
 
 def test_import_nmtkit_does_not_import_torch():

@@ -21,7 +21,7 @@ pytest.importorskip("aiohttp")
 from nmtkit.serve.app import ServeConfig, make_app, make_runner, serve  # noqa: E402
 from nmtkit.serve.batcher import Batcher, ClientGone  # noqa: E402
 from nmtkit.serve.limits import Limits  # noqa: E402
-from tests.translate_fixtures import make_checkpoint  # noqa: E402
+from tests.conftest import make_checkpoint  # noqa: E402
 
 CONFIG = ServeConfig(limits=Limits(max_beam=2, max_body_bytes=1 << 20), body_timeout=0.5,
                      allow_hosts=("mt.example.org",))

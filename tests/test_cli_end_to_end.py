@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.train_fixtures import TINY_MODEL
+from tests.conftest import TINY_MODEL
 
 REPO = Path(__file__).resolve().parent.parent
 EN = ["the cat sleeps", "a dog runs in the park", "my friend reads a book", "the children play outside",

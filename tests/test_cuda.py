@@ -17,7 +17,7 @@ import torch
 from nmtkit.checkpoint import load_checkpoint
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.run import run_training
-from tests.train_fixtures import TINY_MODEL, tiny_options
+from tests.conftest import TINY_MODEL, tiny_options
 
 REPO = Path(__file__).resolve().parent.parent
 NO_CUDA = "CUDA is not available: these tests need an NVIDIA GPU and a CUDA build of torch (make test-gpu)"
@@ -115,7 +115,7 @@ def test_resume_on_cuda_equals_the_uninterrupted_run(data_dir, tmp_path):
 
 def test_translate_on_cuda_gives_the_cpu_output(tmp_path):
     from nmtkit.translate import TranslateConfig, Translator
-    from tests.translate_fixtures import make_checkpoint
+    from tests.conftest import make_checkpoint
 
     ckpt = str(make_checkpoint(tmp_path / "model.pt", seed=4))
     lines = ["the cat sat on a mat .", "a big red dog ran in the park", "the house is small , and red .", ""]

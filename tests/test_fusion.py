@@ -8,7 +8,7 @@ from nmtkit.devtools.launches import count_launches, enable_inductor_kernel_prof
 from nmtkit.errors import ConfigError
 from nmtkit.models import build_model, fusion
 from nmtkit.train.config import TrainConfig
-from tests.model_helpers import TINY, random_batch
+from tests.conftest import TINY, random_batch
 
 # at collection, before any test compiles: generated kernels then show up in the profiler
 enable_inductor_kernel_profile()
@@ -135,7 +135,7 @@ def test_fused_training_over_every_shape_case_stays_within_the_graph_bound(tmp_p
     import torch._dynamo
 
     from nmtkit.train.run import run_training
-    from tests.train_fixtures import TINY_MODEL, make_data_dir, make_varied_pairs, records, tiny_options
+    from tests.conftest import TINY_MODEL, make_data_dir, make_varied_pairs, records, tiny_options
 
     torch._dynamo.reset()  # count this run's graphs only
     pairs = {"train": make_varied_pairs(200, 1, n_long=3), "valid": make_varied_pairs(13, 2)}

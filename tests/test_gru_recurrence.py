@@ -8,7 +8,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from nmtkit.models import gru_recurrence
 from nmtkit.models.base import length_mask
 from nmtkit.models.gru_recurrence import bigru_annotations, gru_states, reversal_index
-from tests.model_helpers import random_batch, tiny_model
+from tests.conftest import random_batch, tiny_model
 
 LENS = (6, 1, 3, 6, 4, 1, 5)  # includes length 1 and several at the maximum
 
@@ -103,7 +103,7 @@ def eager_steps(monkeypatch):
 
 @pytest.mark.parametrize("arch", ["rnnsearch", "rnnencdec"])
 def test_fuse_steps_encoder_equals_the_default_encoder(arch, eager_steps):
-    model = tiny_model(arch)
+    model = tiny_model(arch, exact=True)
     src, src_lens, _, _, _ = random_batch()
     enc = model.encode(src, src_lens)
     fused = model.with_fused_steps(True)
@@ -133,7 +133,7 @@ def test_compiled_step_bodies_match_eager_in_float32():
     ok, why = fusion_available("cpu")
     if not ok:
         pytest.skip(why)
-    model = tiny_model("rnnsearch", dtype=torch.float32)
+    model = tiny_model("rnnsearch", dtype=torch.float32, exact=True)
     src, src_lens, _, _, _ = random_batch()
     enc = model.encode(src, src_lens)
     fused = model.with_fused_steps(True)
@@ -172,7 +172,7 @@ def test_run_packed_equals_torchs_pack_and_pad_exactly_with_host_lengths(kind):
 def test_rnnencdec_encoder_over_the_padded_batch_equals_a_packed_gru():
     """RNNencdec's encoder runs its GRU over the padded batch (no packing, no host read): the
     states up to each length and the summary's last state are those of a packed run."""
-    model = tiny_model("rnnencdec")
+    model = tiny_model("rnnencdec", exact=True)
     src, src_lens, _, _, _ = random_batch()
     enc = model.encode(src, src_lens)
     src_e = torch.nn.functional.pad(src, (0, 1))

@@ -9,9 +9,7 @@ import torch
 from nmtkit.decode import search
 from nmtkit.devtools.launches import HostReads
 from nmtkit.text.vocab import UNK_ID
-from tests.model_helpers import random_sources
-from tests.train_fixtures import TINY_MODEL, tiny_options
-from tests.translate_fixtures import tiny_model
+from tests.conftest import TINY_MODEL, random_sources, tiny_model, tiny_options
 
 
 def _context(data_dir, run_dir, arch: str, **changes):
@@ -55,7 +53,7 @@ def test_a_training_update_reads_the_device_once(data_dir, tmp_path, update_freq
 def test_a_beam_search_step_reads_the_device_once(monkeypatch, beam):
     """Over searches where hypotheses end at many different steps, sentences retire, slots are
     compacted and lengths hit their limits, no step reads the device more than once."""
-    model, _ = tiny_model(2)
+    model = tiny_model(seed=2)
     with torch.no_grad():  # peaked, varied distributions: EOS at many different steps
         model.W_o.weight.mul_(8.0)
         model.W_o.bias.normal_(0, 2.0)
@@ -80,7 +78,7 @@ def test_a_beam_search_step_reads_the_device_once(monkeypatch, beam):
 
 
 def test_ban_unk_never_emits_the_unknown_word():
-    model, _ = tiny_model(5)
+    model = tiny_model(seed=5)
     with torch.no_grad():  # make UNK the most probable word everywhere
         model.W_o.bias.zero_()
         model.W_o.bias[UNK_ID] = 50.0

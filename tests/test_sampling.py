@@ -7,14 +7,9 @@ import math
 
 import pytest
 
-from tests.translate_fixtures import make_checkpoint, tiny_model
+from tests.conftest import make_checkpoint, tiny_model
 
 LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat", "the cat sat on a mat ."]
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return str(make_checkpoint(tmp_path_factory.mktemp("sampling") / "model.pt", seed=5))
 
 
 def _sampler(ckpt, **kw):
@@ -59,7 +54,7 @@ def test_topk_1_is_greedy_search():
     from nmtkit.decode.sampling import sample, sampling_uniforms
     from nmtkit.decode.search import greedy_search, max_lengths
 
-    model, _ = tiny_model(seed=1)
+    model = tiny_model(seed=1)
     src, lens = _batch()
     lim = max_lengths(lens, 1.0, 4.0)
     drawn = sample(model, src, lens, sampling_uniforms(3, range(6), int(lim.max()) + 1), topk=1,
@@ -76,7 +71,7 @@ def test_reported_log_prob_is_the_models_and_lengths_stay_within_the_limit():
     from nmtkit.decode.search import max_lengths
     from nmtkit.text.vocab import BOS_ID, EOS_ID
 
-    model, _ = tiny_model(seed=2)
+    model = tiny_model(seed=2)
     src, lens = _batch(seed=1)
     lim = max_lengths(lens, 1.0, 4.0)
     hyps = sample(model, src, lens, sampling_uniforms(11, range(6), int(lim.max()) + 1), temperature=1.5,
@@ -125,7 +120,7 @@ def test_sampling_draws_from_the_whole_vocabulary_even_with_a_lexicon(ckpt, tmp_
     """The shortlist narrows beam search only: a sample's distribution is the model's."""
     import torch
 
-    from tests.translate_fixtures import SPECIALS, SRC_WORDS
+    from tests.conftest import SPECIALS, SRC_WORDS
 
     lexicon = torch.full((len(SPECIALS) + len(SRC_WORDS), 2), 4, dtype=torch.int32)  # every word -> "le"
     path = make_checkpoint(tmp_path / "lex.pt", seed=5, lexicon=lexicon)
@@ -162,7 +157,7 @@ def test_sampling_options_without_sampling_are_refused(kw):
 def test_sample_refuses_a_nonpositive_temperature():
     from nmtkit.decode.sampling import sample, sampling_uniforms
 
-    model, _ = tiny_model()
+    model = tiny_model()
     src, lens = _batch()
     with pytest.raises(ValueError, match="temperature"):
         sample(model, src, lens, sampling_uniforms(1, range(6), 30), temperature=0.0)

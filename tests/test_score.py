@@ -601,7 +601,7 @@ def test_paper_bleu_equals_the_moses_scripts_on_tatoeba_dev(shared_data, tmp_pat
 def test_score_and_train_read_a_data_dir_through_one_manifest_reader(tmp_path, damage):
     """score's --data and train's DataDir.open accept and refuse the same data directories, alike."""
     from nmtkit.train.data import DataDir
-    from tests.train_fixtures import make_data_dir
+    from tests.conftest import make_data_dir
 
     data = make_data_dir(tmp_path / "data", n_train=8, n_valid=4)
     model, opened = S.model_text_from_data_dir(data), DataDir.open(data)

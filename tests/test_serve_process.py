@@ -12,15 +12,9 @@ import time
 import pytest
 
 from nmtkit.devtools.server import ServerProcess
-from tests.translate_fixtures import make_checkpoint
 
 LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat"]
 DECODE = ["--beam", "3", "--max-len-a", "1", "--max-len-b", "3"]
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return str(make_checkpoint(tmp_path_factory.mktemp("serve-proc") / "model.pt", seed=3))
 
 
 def nmtkit_translate(ckpt: str, lines: list[str]) -> list[str]:

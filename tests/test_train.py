@@ -10,8 +10,8 @@ from nmtkit.checkpoint import load_checkpoint, load_model
 from nmtkit.errors import ConfigError, OutputExistsError
 from nmtkit.train.config import TrainConfig, parse_duration
 from nmtkit.train.run import run_training
-from tests.train_fixtures import TINY_MODEL, tiny_options
-from tests.train_fixtures import records as _records
+from tests.conftest import TINY_MODEL, tiny_options
+from tests.conftest import records as _records
 
 
 def test_dev_loss_decreases_on_tiny_data(data_dir, tmp_path):

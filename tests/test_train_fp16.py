@@ -11,8 +11,8 @@ import torch
 from nmtkit.checkpoint import load_checkpoint
 from nmtkit.models import build_model
 from nmtkit.train.run import run_training
-from tests.train_fixtures import TINY_MODEL, tiny_options
-from tests.train_fixtures import records as _records
+from tests.conftest import TINY_MODEL, tiny_options
+from tests.conftest import records as _records
 
 
 def test_fp16_training_lowers_the_loss_and_resumes_exactly(data_dir, tmp_path, caplog):

@@ -9,8 +9,8 @@ import torch
 from nmtkit.checkpoint import load_checkpoint
 from nmtkit.errors import TrainingError
 from nmtkit.train.run import run_training
-from tests.train_fixtures import TINY_MODEL, tiny_options
-from tests.train_fixtures import records as _records
+from tests.conftest import TINY_MODEL, tiny_options
+from tests.conftest import records as _records
 
 
 def _nan_at(*steps):

@@ -8,8 +8,8 @@ from nmtkit.checkpoint import load_checkpoint
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.run import run_training
-from tests.train_fixtures import TINY_MODEL, tiny_options
-from tests.train_fixtures import records as _records
+from tests.conftest import TINY_MODEL, tiny_options
+from tests.conftest import records as _records
 
 
 def test_resume_equals_uninterrupted_run(data_dir, tmp_path):

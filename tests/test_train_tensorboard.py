@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from nmtkit.train.run import run_training
-from tests.train_fixtures import TINY_MODEL, tiny_options
-from tests.train_fixtures import records as _records
+from tests.conftest import TINY_MODEL, tiny_options
+from tests.conftest import records as _records
 
 
 def _scalars(log_dir) -> dict[str, list[tuple[int, float]]]:

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from nmtkit.checkpoint import CHECKPOINT_FORMAT
-from tests.translate_fixtures import TGT_WORDS, make_checkpoint
+from tests.conftest import TGT_WORDS, make_checkpoint
 
 LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat"]
 
@@ -40,11 +40,6 @@ def in_process(capsys, *args) -> subprocess.CompletedProcess:
         main(list(args))
     captured = capsys.readouterr()
     return subprocess.CompletedProcess(args, exc.value.code, captured.out, captured.err)
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return str(make_checkpoint(tmp_path_factory.mktemp("cli") / "model.pt", seed=3))
 
 
 def test_stdin_to_stdout_one_line_per_line_in_order(ckpt, tmp_path):
