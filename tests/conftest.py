@@ -25,7 +25,7 @@ SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]
 SRC_WORDS = "the cat sat on a mat dog ran in park big small red house . , and is".split()
 TGT_WORDS = "le chat assis sur un tapis chien courait dans parc grand petit rouge maison . , et est".split()
 SIZES = {  # per architecture; the vocabulary sizes are SPECIALS + the words
-    "rnnsearch": dict(emb_dim=16, enc_hidden=16, dec_hidden=24, att_hidden=16, maxout=8),
+    "rnnsearch": dict(emb_dim=16, enc_hidden=16, dec_hidden=24, att_hidden=12, maxout=8),
     "rnnencdec": dict(emb_dim=16, enc_hidden=16, dec_hidden=24, maxout=8),
     "lstm-attention": dict(emb_dim=16, enc_hidden=16, dec_hidden=24),
 }
