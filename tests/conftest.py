@@ -225,8 +225,8 @@ class CliResult(NamedTuple):
     err: str
 
 
-def run_cli(argv: list[str], stdin: str = "", *, process: bool = False, timeout: float = 300) -> CliResult:
-    """`nmtkit ARGV` -> (exit status, stdout, stderr).
+def run_cli(argv: list[str], stdin: str | bytes = "", *, process: bool = False, timeout: float = 300) -> CliResult:
+    """`nmtkit ARGV` with `stdin` (text, or bytes as they are) -> (exit status, stdout, stderr).
 
     By default in this process: nmtkit's entry point (`nmtkit.cli.main`, what `python -m nmtkit`
     runs) with stdin, stdout and stderr swapped for in-memory streams (click's CliRunner
@@ -240,9 +240,9 @@ def run_cli(argv: list[str], stdin: str = "", *, process: bool = False, timeout:
     if process:
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
             [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]))
-        proc = subprocess.run([sys.executable, "-m", "nmtkit", *argv], input=stdin, capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-m", "nmtkit", *argv], input=_bytes(stdin), capture_output=True,
                               env=env, cwd=REPO, timeout=timeout)
-        return CliResult(proc.returncode, proc.stdout, proc.stderr)
+        return CliResult(proc.returncode, _text(proc.stdout), _text(proc.stderr))
     import traceback
 
     from click.testing import CliRunner
@@ -253,7 +253,7 @@ def run_cli(argv: list[str], stdin: str = "", *, process: bool = False, timeout:
     code, tb = 0, ""
     root = logging.getLogger()
     handlers, root.handlers = root.handlers, []  # a fresh process has none: warnings reach logging.lastResort
-    with CliRunner().isolation(input=stdin.encode("utf-8"), env={"OMP_NUM_THREADS": "1"}) as (out, err, _mixed):
+    with CliRunner().isolation(input=_bytes(stdin), env={"OMP_NUM_THREADS": "1"}) as (out, err, _mixed):
         try:
             main(list(argv))
         except SystemExit as exit_:
@@ -264,11 +264,18 @@ def run_cli(argv: list[str], stdin: str = "", *, process: bool = False, timeout:
             sys.stdout.flush()
             sys.stderr.flush()
             root.handlers = handlers
-        text_out = out.getvalue().decode("utf-8", "backslashreplace")
-        text_err = err.getvalue().decode("utf-8", "backslashreplace") + tb
+        text_out, text_err = _text(out.getvalue()), _text(err.getvalue()) + tb
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(threads or sys.modules["torch"].get_num_threads())
     return CliResult(code, text_out, text_err)
+
+
+def _bytes(stdin: str | bytes) -> bytes:
+    return stdin if isinstance(stdin, bytes) else stdin.encode("utf-8")
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "backslashreplace")
 
 
 # ---- the environment ----------------------------------------------------------------------------
