@@ -205,11 +205,29 @@ def tiny_options(**changes) -> dict:
     return opts
 
 
-def tiny_train_args(arch: str = "rnnsearch") -> list[str]:
-    """`nmtkit train` flags for a tiny, fast CPU run of `arch` (the sizes of `tiny_model`)."""
-    sizes = [f"--{k.replace('_', '-')}={v}" for k, v in SIZES[arch].items()]
-    return ["--arch", arch, *sizes, "--optimizer", "adam", "--lr", "0.01", "--batch-size", "16", "--threads", "1",
-            "--device", "cpu"]
+def tiny_context(data_dir: Path, run_dir: Path, arch: str = "rnnsearch", model: dict | None = None, **changes):
+    """A training context (nmtkit.train.context.TrainContext) of `arch` at the tiny sizes on the
+    tiny data, with `tiny_options(**changes)`; `model` changes model fields. Close it after use."""
+    from nmtkit.train.config import TrainConfig
+    from nmtkit.train.context import TrainContext
+    from nmtkit.train.data import DataDir
+    from nmtkit.train.run import resolve_model
+
+    data = DataDir.open(data_dir)
+    sizes = dict(SIZES[arch], init="default", **(model or {}))
+    arch, mcfg = resolve_model(arch, None, sizes, len(data.src_vocab), len(data.tgt_vocab))
+    return TrainContext(TrainConfig.from_dict(tiny_options(arch=arch, **changes)), data, run_dir, arch, mcfg)
+
+
+def size_args(arch: str = "rnnsearch") -> list[str]:
+    """The model size flags of `nmtkit train` for `arch` at the sizes of `tiny_model`."""
+    return [f"--{k.replace('_', '-')}={v}" for k, v in SIZES[arch].items()]
+
+
+def tiny_train_args(arch: str = "rnnsearch", device: str = "cpu") -> list[str]:
+    """`nmtkit train` flags for a tiny, fast run of `arch` (the sizes of `tiny_model`)."""
+    return ["--arch", arch, *size_args(arch), "--optimizer", "adam", "--lr", "0.01", "--batch-size", "16",
+            "--threads", "1", "--device", device]
 
 
 def records(run: Path, kind: str) -> list[dict]:

@@ -17,15 +17,13 @@ import torch
 from nmtkit.checkpoint import load_checkpoint
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.run import run_training
-from tests.conftest import TINY_MODEL, tiny_options
+from tests.conftest import TINY_MODEL, tiny_context, tiny_options, tiny_train_args
 
 REPO = Path(__file__).resolve().parent.parent
 NO_CUDA = "CUDA is not available: these tests need an NVIDIA GPU and a CUDA build of torch (make test-gpu)"
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)]
 MODEL = dict(TINY_MODEL, dropout=0.0)
-TINY_CLI = ["--arch", "rnnsearch", "--emb-dim", "16", "--enc-hidden", "16", "--dec-hidden", "24",
-            "--att-hidden", "16", "--maxout", "8", "--dropout", "0", "--optimizer", "adam", "--lr", "0.01",
-            "--batch-size", "16", "--threads", "1", "--device", "cuda", "--valid-bleu-samples", "0"]
+TINY_CLI = [*tiny_train_args(device="cuda"), "--dropout", "0", "--valid-bleu-samples", "0"]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -35,22 +33,12 @@ def _env(**extra: str) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=path, **extra)
 
 
-def _context(data_dir, run_dir, **changes):
-    from nmtkit.train.context import TrainContext
-    from nmtkit.train.data import DataDir
-    from nmtkit.train.run import resolve_model
-
-    data = DataDir.open(data_dir)
-    arch, mcfg = resolve_model("rnnsearch", None, MODEL, len(data.src_vocab), len(data.tgt_vocab))
-    cfg = TrainConfig.from_dict(tiny_options(valid_bleu_samples=0, **changes))
-    return TrainContext(cfg, data, run_dir, arch, mcfg)
-
-
 def _one_update(data_dir, run_dir, device, precision):
     """(parameters before, their change after one `train_step`) on `device`, as CPU tensors."""
     from nmtkit.train.step import train_step
 
-    ctx = _context(data_dir, run_dir, device=device, precision=precision, optimizer="sgd", lr=1.0, tf32=False)
+    ctx = tiny_context(data_dir, run_dir, model=dict(dropout=0.0), valid_bleu_samples=0, device=device,
+                       precision=precision, optimizer="sgd", lr=1.0, tf32=False)
     try:
         before = {n: p.detach().cpu().clone() for n, p in ctx.model.named_parameters()}
         assert train_step(ctx, [ctx.epoch_plan(1)[0]])

@@ -9,25 +9,7 @@ import torch
 from nmtkit.decode import search
 from nmtkit.devtools.launches import HostReads
 from nmtkit.text.vocab import UNK_ID
-from tests.conftest import TINY_MODEL, random_sources, tiny_model, tiny_options
-
-
-def _context(data_dir, run_dir, arch: str, **changes):
-    """A training context of `arch` at the tiny sizes (the sizes its configuration has)."""
-    import dataclasses
-
-    from nmtkit.models import config_class
-    from nmtkit.train.config import TrainConfig
-    from nmtkit.train.context import TrainContext
-    from nmtkit.train.data import DataDir
-    from nmtkit.train.run import resolve_model
-
-    data = DataDir.open(data_dir)
-    fields = {f.name for f in dataclasses.fields(config_class(arch))}
-    sizes = {k: v for k, v in TINY_MODEL.items() if k in fields}
-    arch, mcfg = resolve_model(arch, None, sizes, len(data.src_vocab), len(data.tgt_vocab))
-    opts = tiny_options(arch=arch, valid_bleu_samples=0, **changes)
-    return TrainContext(TrainConfig.from_dict(opts), data, run_dir, arch, mcfg)
+from tests.conftest import random_sources, tiny_context, tiny_model
 
 
 @pytest.mark.parametrize("arch", ["rnnsearch", "rnnencdec", "lstm-attention"])
@@ -35,7 +17,8 @@ def _context(data_dir, run_dir, arch: str, **changes):
 def test_a_training_update_reads_the_device_once(data_dir, tmp_path, update_freq, arch):
     from nmtkit.train.step import train_step
 
-    ctx = _context(data_dir, tmp_path / "run", arch, update_freq=update_freq, label_smoothing=0.1)
+    ctx = tiny_context(data_dir, tmp_path / "run", arch, update_freq=update_freq, label_smoothing=0.1,
+                       valid_bleu_samples=0)
     try:
         plan = ctx.epoch_plan(1)
         for u in range(4):

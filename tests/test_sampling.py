@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from tests.conftest import make_checkpoint, tiny_model
+from tests.conftest import make_checkpoint, run_cli, tiny_model
 
 LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat", "the cat sat on a mat ."]
 
@@ -100,18 +100,16 @@ def test_same_seed_reproduces_whatever_the_batch_size_and_different_seeds_differ
 
 
 def test_sampling_keeps_line_order_and_empty_lines_through_the_cli(ckpt, tmp_path):
-    from tests.test_translate_cli import nmtkit
-
     src = tmp_path / "in.en"
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     common = ["translate", "-m", ckpt, "--sampling", "--seed", "9", "--max-len-a", "1", "--max-len-b", "4",
               "--precision", "fp32",
               "-i", str(src), "--quiet"]
-    whole = nmtkit(*common)
-    one_by_one = nmtkit(*common, "--buffer-size", "1", "--batch-size", "1")
-    assert whole.returncode == 0, whole.stderr
-    assert whole.stdout == one_by_one.stdout
-    out = whole.stdout.split("\n")[:-1]
+    whole = run_cli(common, process=True)
+    one_by_one = run_cli([*common, "--buffer-size", "1", "--batch-size", "1"], process=True)
+    assert whole.code == 0, whole.err
+    assert whole.out == one_by_one.out
+    out = whole.out.split("\n")[:-1]
     assert len(out) == len(LINES) and out[1] == "" and all(out[i] for i in (0, 2, 3, 4, 5))
     assert out == _sampler(ckpt, seed=9).translate(LINES)
 
