@@ -8,7 +8,7 @@ import torch
 
 from nmtkit.decode.search import beam_search
 from nmtkit.decode.shortlist import build_lexicon, shortlist_ids
-from tests.conftest import tiny_model
+from tests.conftest import run_cli, tiny_model
 
 
 def _ragged(sentences):
@@ -117,14 +117,12 @@ def test_trained_checkpoints_carry_a_lexicon_that_translate_uses_unless_told_off
 
 def test_an_unknown_shortlist_mode_is_refused_on_the_command_line_and_in_the_config(tmp_path):
     import pytest
-    from click.testing import CliRunner
 
-    from nmtkit.cli import cli
     from nmtkit.errors import ConfigError
     from nmtkit.translate import TranslateConfig
 
     with pytest.raises(ConfigError, match="--shortlist is auto or off"):
         TranslateConfig(models=("m.pt",), shortlist="sometimes").validate()
     for cmd in ("translate", "serve"):
-        res = CliRunner().invoke(cli, [cmd, "-m", str(tmp_path / "m.pt"), "--shortlist", "sometimes"])
-        assert res.exit_code == 2 and "'sometimes' is not one of 'auto', 'off'" in res.output, res.output
+        code, _, err = run_cli([cmd, "-m", str(tmp_path / "m.pt"), "--shortlist", "sometimes"])
+        assert code == 2 and "'sometimes' is not one of 'auto', 'off'" in err, err
