@@ -99,7 +99,7 @@ def test_fused_beam_search_finds_the_eager_hypotheses():
 def test_translate_and_serve_refuse_an_unknown_fuse_mode():
     from nmtkit.translate import TranslateConfig
 
-    with pytest.raises(ConfigError, match="--fuse is auto, on or off"):
+    with pytest.raises(ConfigError, match="--fuse must be one of auto, on, off"):
         TranslateConfig(models=("m.pt",), fuse="sometimes").validate()
 
 

@@ -123,7 +123,7 @@ def test_an_unknown_shortlist_mode_is_refused_on_the_command_line_and_in_the_con
     from nmtkit.errors import ConfigError
     from nmtkit.translate import TranslateConfig
 
-    with pytest.raises(ConfigError, match="--shortlist is auto or off"):
+    with pytest.raises(ConfigError, match="--shortlist must be one of auto, off"):
         TranslateConfig(models=("m.pt",), shortlist="sometimes").validate()
     for cmd in ("translate", "serve"):
         res = CliRunner().invoke(cli, [cmd, "-m", str(tmp_path / "m.pt"), "--shortlist", "sometimes"])
