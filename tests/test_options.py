@@ -148,6 +148,7 @@ def test_translate_and_serve_share_one_declaration_of_each_decode_option():
     (lambda: TranslateConfig(models=()), "no model given (-m CHECKPOINT)"),
     (lambda: Limits(max_lines=0), "--max-lines must be at least 1, got 0"),
     (lambda: Limits(max_beam=0), "--beam must be at least 1, got 0"),
+    (lambda: Limits(max_beam="3"), "--beam must be an integer, got '3'"),  # the option's name, not the field's
     (lambda: ServeConfig(port=70000), "--port must be in [0, 65535], got 70000"),
     (lambda: ServeConfig(body_timeout=0.0), "--body-timeout must be > 0 seconds, got 0.0"),
 ])
