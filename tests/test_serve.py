@@ -16,7 +16,8 @@ pytest.importorskip("aiohttp")
 
 from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 
-from nmtkit.serve.app import ServeConfig, make_app  # noqa: E402
+from nmtkit.serve.app import make_app  # noqa: E402
+from nmtkit.serve.config import ServeConfig  # noqa: E402
 from nmtkit.serve.limits import Limits  # noqa: E402
 from tests.translate_fixtures import make_checkpoint  # noqa: E402
 
