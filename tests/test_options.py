@@ -26,7 +26,7 @@ NOT_YET_CONVERTED = {"translate", "serve"}
 
 
 # the options of converted commands that are not config fields: where the run goes, and how loud it is
-COMMAND_OPTIONS = {"train": {"data_dir", "save_dir", "resume", "force", "quiet"}, "score": set(),
+COMMAND_OPTIONS = {"train": {"data_dir", "save_dir", "resume", "force", "quiet"}, "score": {"quiet"},
                    "preprocess": {"quiet"}, "select-data": {"quiet"}, "tokenize": {"quiet"}, "average": {"quiet"}}
 
 

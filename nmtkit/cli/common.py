@@ -104,6 +104,12 @@ def shortlist_option(extra: str = ""):
                         help=SHORTLIST_HELP + extra)
 
 
+def quiet_option(silences: str) -> Callable:
+    """Every command's -q/--quiet flag; `silences` says what it keeps off stderr for this command
+    (never the data on stdout, never errors)."""
+    return click.option("--quiet", "-q", is_flag=True, help=f"{silences} (errors are still shown).")
+
+
 def progress_enabled(quiet: bool) -> bool:
     """Progress bars go to stderr, only when it is a terminal and --quiet was not given."""
     return not quiet and sys.stderr.isatty()

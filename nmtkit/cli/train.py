@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from nmtkit.cli.common import config_options, config_values, progress_enabled, quiet_warnings
+from nmtkit.cli.common import config_options, config_values, progress_enabled, quiet_option, quiet_warnings
 from nmtkit.models.presets import ModelOverrides
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.events import Callbacks, LogEvent, StartEvent, ValidationEvent
@@ -39,7 +39,7 @@ Examples:
                    "RNG states, position in the data). Only stopping, reporting and hardware options may change.")
 @click.option("--force", is_flag=True, help="Start over in a --save-dir that already holds a run (its files are deleted).")
 @config_options(TrainConfig, ModelOverrides, unset=True)
-@click.option("--quiet", "-q", is_flag=True, help="No progress display, log lines or warnings on stderr (files are still written).")
+@quiet_option("No progress display, log lines or warnings on stderr; the run's files are still written")
 @click.pass_context
 def train_cmd(ctx: click.Context, data_dir: str, save_dir: str, resume: bool, force: bool, quiet: bool,
               **options: Any) -> None:
