@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from nmtkit.data.binarized import write_split
+from nmtkit.data.manifest import new_manifest
 from nmtkit.text.vocab import SPECIALS, Vocab
 
 N_WORDS = 8
@@ -62,8 +63,8 @@ def make_data_dir(path: Path, n_train: int = 240, n_valid: int = 24, max_len: in
         from nmtkit.text.pipeline import TextPipeline
 
         pipe = TextPipeline("en", "fr").to_dict()
-    manifest = {"format_version": 1, "src_lang": "en", "tgt_lang": "fr", "pipeline": pipe,
-                "vocab": {"src": "vocab.en.txt", "tgt": "vocab.fr.txt"}, "splits": splits, "settings": {}}
+    manifest = new_manifest("en", "fr", {"src": "vocab.en.txt", "tgt": "vocab.fr.txt"}, pipeline=pipe, splits=splits,
+                            settings={})
     (path / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     return path
 
