@@ -9,7 +9,14 @@ from typing import Any
 
 import click
 
-from nmtkit.cli.common import config_options, config_values, make_console, progress_enabled, quiet_option, quiet_warnings
+from nmtkit.cli.common import (
+    config_options,
+    config_values,
+    make_console,
+    progress_enabled,
+    quiet_option,
+    quiet_warnings,
+)
 from nmtkit.preprocess.config import PreprocessConfig
 
 
