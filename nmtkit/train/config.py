@@ -24,7 +24,7 @@ from typing import Any
 from nmtkit.devices import DEVICE_HELP, FUSE, PRECISIONS, check_device_name
 from nmtkit.errors import ConfigError
 from nmtkit.models import ARCHS
-from nmtkit.options import check_fields, option
+from nmtkit.options import check_fields, given_options, option
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhd]?)\s*$")
 
@@ -174,3 +174,12 @@ class TrainConfig:
 
     def replace(self, **changes: Any) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
+
+
+TrainOptions = given_options(
+    TrainConfig, "TrainOptions",
+    """The TrainConfig fields a user gave (`nmtkit train`'s options; None: not given): a new run
+    resolves them over its preset's defaults (`nmtkit.models.presets.training_defaults`), a
+    resumed run over its checkpoint's TrainConfig. Each given value is checked as TrainConfig
+    checks it.""")
+
