@@ -220,3 +220,25 @@ def test_callbacks_receive_typed_events_that_are_the_metrics_records(data_dir, t
     assert rest[-1].update == 10 and rest[-1].bleu is not None and not rest[-1].final
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [e.record() for e in rest] == records
+
+
+@pytest.mark.slow  # the small preset's 4M parameters: 10-30 s on a shared 2-core machine
+def test_the_readme_training_snippet_runs_with_a_smaller_budget(tmp_path):
+    """The README's `run_training` example, on a tiny data directory at its path, with its
+    1000 updates cut to 2 (the only change)."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.train_fixtures import make_data_dir
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    [code] = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "run_training(" in b]
+    assert "max_updates=1000" in code
+    make_data_dir(tmp_path / "work" / "tatoeba", n_train=48, n_valid=8)
+    proc = subprocess.run([sys.executable, "-c", code.replace("max_updates=1000", "max_updates=2")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[0] == "2" and (tmp_path / "work" / "run-py" / "config.json").exists()
+
