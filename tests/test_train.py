@@ -78,6 +78,28 @@ def test_inconsistent_train_config_is_rejected(changes, match):
         tiny_config(**changes)
 
 
+def test_train_options_are_train_config_fields_each_unset_until_given_and_checked_alike():
+    import dataclasses
+
+    from nmtkit.train.config import TrainOptions
+
+    assert [f.name for f in dataclasses.fields(TrainOptions)] == [f.name for f in dataclasses.fields(TrainConfig)]
+    assert TrainOptions().given() == {}
+    assert TrainOptions(lr=0.5).replace(max_updates=3).given() == {"lr": 0.5, "max_updates": 3}
+    for changes in (dict(max_updates=0), dict(optimizer="rmsprop"), dict(lr=float("nan"))):
+        with pytest.raises(ConfigError) as given:
+            TrainOptions(**changes)
+        with pytest.raises(ConfigError) as full:
+            tiny_config(**changes)
+        assert str(given.value) == str(full.value)
+
+
+def test_run_training_takes_typed_options_not_a_dict(data_dir, tmp_path):
+    with pytest.raises(TypeError, match="TrainOptions"):
+        run_training(data_dir, tmp_path / "run", dict(max_updates=1))
+    assert not (tmp_path / "run").exists()
+
+
 def test_parse_duration():
     assert parse_duration("90") == 90 and parse_duration("30m") == 1800 and parse_duration("2h") == 7200
     with pytest.raises(ConfigError):
