@@ -83,6 +83,7 @@ def test_device_cuda_n_is_a_device_name_in_every_command_and_the_api(world):
     }
     for name, argv in commands.items():
         _cuda_n_refused_only_for_want_of_that_gpu(*run_main([*argv, "--device", "cuda:7", "-q"]))
+        assert not (world.tmp / "run").exists()  # a refused start leaves no run folder behind
         for bad in ("gpu", "cuda:x"):
             code, err = run_main([*argv, "--device", bad, "-q"])
             assert code != 0 and f"'{bad}'" in err and "cuda" in err and len(err.splitlines()) == 1, (name, err)

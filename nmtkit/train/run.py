@@ -27,6 +27,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
+from nmtkit.devices import resolve_device
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
 from nmtkit.models.presets import ModelOverrides, resolve_model, training_defaults
 from nmtkit.options import option_name, resume_overridable
@@ -194,6 +195,7 @@ def run_training(
     tb_dir = tensorboard_dir(cfg.tensorboard, save_dir)
     if tb_dir is not None:  # a missing package fails before the run writes anything
         require_tensorboard()
+    resolve_device(cfg.device, info.local_rank)  # a GPU that is not there fails before anything is written
     lock = None
     if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
         check_output_dir(save_dir, "--save-dir run folder")
