@@ -169,4 +169,3 @@ def given_options(cls: type, name: str, doc: str) -> type:
     namespace = {"__doc__": doc, "__post_init__": check_fields, "given": given, "replace": replace,
                  "__module__": cls.__module__}
     return dataclasses.make_dataclass(name, fields, frozen=True, namespace=namespace)
-

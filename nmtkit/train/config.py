@@ -182,4 +182,3 @@ TrainOptions = given_options(
     resolves them over its preset's defaults (`nmtkit.models.presets.training_defaults`), a
     resumed run over its checkpoint's TrainConfig. Each given value is checked as TrainConfig
     checks it.""")
-
