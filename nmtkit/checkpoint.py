@@ -9,7 +9,7 @@ A checkpoint is a dict of primitives and tensors only, loadable with `weights_on
   src_lang, tgt_lang  str
   src_vocab, tgt_vocab  list[str]
   train_config    dict, nmtkit.train.config.TrainConfig as a dict; its "max_len" (int or None)
-                  is the longest training sentence, which translation reads (`trained_max_len`)
+                  is the longest training sentence in words, which translation reads (`trained_max_len`)
   data_manifest   dict, the data directory's manifest.json (None where there was none)
   lexicon         int32 tensor (src vocab, k) or None: each source id's likeliest target ids,
                   for decoding shortlists (nmtkit.decode.shortlist); absent in older checkpoints
@@ -75,7 +75,8 @@ def make_checkpoint(
 
 
 def trained_max_len(ckpt: dict[str, Any]) -> int | None:
-    """The longest training sentence the run allowed (train_config["max_len"]), None if unlimited."""
+    """The longest training sentence the run allowed, in words (train_config["max_len"]), None if
+    unlimited."""
     v = (ckpt.get("train_config") or {}).get("max_len")
     return v if isinstance(v, int) and v > 0 else None
 

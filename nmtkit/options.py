@@ -146,3 +146,26 @@ def check_fields(config: Any) -> None:
 def resume_overridable(cls: type) -> frozenset[str]:
     """The fields of `cls` that may change when a run is resumed."""
     return frozenset(f.name for f in dataclasses.fields(cls) if (spec_of(f) or OptionSpec("")).resume)
+
+
+def given_options(cls: type, name: str, doc: str) -> type:
+    """A frozen dataclass named `name` with the fields of config class `cls`, each defaulting to
+    None, "not given" (for a command whose defaults come from elsewhere too: a preset, a
+    checkpoint). Its fields keep their option metadata, so a given value is checked by
+    `check_fields` as `cls` checks it; `given()` is the fields that were set, `replace(**changes)`
+    a copy with some changed."""
+    fields = []
+    for f in dataclasses.fields(cls):
+        type_name = str(f.type)
+        optional = type_name if type_name.endswith("| None") else f"{type_name} | None"
+        fields.append((f.name, optional, dataclasses.field(default=None, metadata=f.metadata)))
+
+    def given(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+
+    def replace(self, **changes: Any):
+        return dataclasses.replace(self, **changes)
+
+    namespace = {"__doc__": doc, "__post_init__": check_fields, "given": given, "replace": replace,
+                 "__module__": cls.__module__}
+    return dataclasses.make_dataclass(name, fields, frozen=True, namespace=namespace)

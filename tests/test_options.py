@@ -28,7 +28,7 @@ CONVERTED = {"train": ((TrainConfig, ModelOverrides), True), "score": ((ScoreOpt
 
 
 # the options of converted commands that are not config fields: where the run goes, and how loud it is
-COMMAND_OPTIONS = {"train": {"data_dir", "save_dir", "resume", "force", "quiet"}, "score": set(),
+COMMAND_OPTIONS = {"train": {"data_dir", "save_dir", "resume", "force", "quiet"}, "score": {"quiet"},
                    "preprocess": {"quiet"}, "select-data": {"quiet"}, "tokenize": {"quiet"}, "average": {"quiet"},
                    "translate": {"input_path", "output_path", "alignments_file", "force", "interactive", "quiet"},
                    "serve": set()}

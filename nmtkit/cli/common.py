@@ -85,6 +85,13 @@ def config_values(cls: type, options: dict[str, Any], given_only: bool = False) 
         out["workers"] = available_cores()
     return out
 
+
+def quiet_option(silences: str) -> Callable:
+    """Every command's -q/--quiet flag; `silences` says what it keeps off stderr for this command
+    (never the data on stdout, never errors)."""
+    return click.option("--quiet", "-q", is_flag=True, help=f"{silences} (errors are still shown).")
+
+
 def progress_enabled(quiet: bool) -> bool:
     """Progress bars go to stderr, only when it is a terminal and --quiet was not given."""
     return not quiet and sys.stderr.isatty()

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from nmtkit.cli.common import config_options, config_values, quiet_warnings, sigterm_unwinds
+from nmtkit.cli.common import config_options, config_values, quiet_option, quiet_warnings, sigterm_unwinds
 from nmtkit.translate.config import TranslateConfig
 
 
@@ -23,7 +23,7 @@ from nmtkit.translate.config import TranslateConfig
 @click.option("--force", is_flag=True, help="Overwrite existing -o / --alignments-file files (never an input: that is refused).")
 @click.option("--interactive", is_flag=True,
               help="Answer each line at once (implied when stdin is a terminal; same as --buffer-size 1).")
-@click.option("-q", "--quiet", is_flag=True, help="No warnings or summary on stderr.")
+@quiet_option("No warnings or summary on stderr")
 def translate_cmd(input_path: str | None, output_path: str | None, alignments_file: str | None, force: bool,
                   interactive: bool, quiet: bool, **options: Any) -> None:
     """Translate raw text with batched beam search (or sampling: --sampling).
