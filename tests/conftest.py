@@ -34,6 +34,13 @@ TINY = {arch: dict(sizes, src_vocab_size=len(SPECIALS) + len(SRC_WORDS), tgt_voc
 TINY_MODEL = dict(SIZES["rnnsearch"], init="default")  # the model overrides of a tiny training run
 
 
+def tiny_overrides(**changes):
+    """TINY_MODEL as `nmtkit train`'s model options (nmtkit.models.presets.ModelOverrides)."""
+    from nmtkit.models.presets import ModelOverrides
+
+    return ModelOverrides(**{**TINY_MODEL, **changes})
+
+
 def tiny_model(arch: str = "rnnsearch", seed: int = 0, *, exact: bool = False, src_vocab: int | None = None,
                tgt_vocab: int | None = None, dtype=None, **over):
     """A tiny `arch` model with random weights (seed), dropout 0, in eval mode; `over` changes
@@ -165,6 +172,7 @@ def make_data_dir(path: Path, n_train: int = 240, n_valid: int = 24, max_len: in
     """A data directory as `nmtkit preprocess` writes it (manifest, vocabularies, splits);
     `pairs` ({"train": [...], "valid": [...]}) replaces the reversal task's pairs."""
     from nmtkit.data.binarized import write_split
+    from nmtkit.data.manifest import new_manifest
     from nmtkit.text.vocab import Vocab
 
     path.mkdir(parents=True, exist_ok=True)
@@ -184,8 +192,8 @@ def make_data_dir(path: Path, n_train: int = 240, n_valid: int = 24, max_len: in
         from nmtkit.text.pipeline import TextPipeline
 
         pipe = TextPipeline("en", "fr").to_dict()
-    manifest = {"format_version": 1, "src_lang": "en", "tgt_lang": "fr", "pipeline": pipe,
-                "vocab": {"src": "vocab.en.txt", "tgt": "vocab.fr.txt"}, "splits": splits, "settings": {}}
+    manifest = new_manifest("en", "fr", {"src": "vocab.en.txt", "tgt": "vocab.fr.txt"}, pipeline=pipe, splits=splits,
+                            settings={})
     (path / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     return path
 
@@ -196,19 +204,29 @@ def data_dir(tmp_path_factory):
     return make_data_dir(tmp_path_factory.mktemp("tiny") / "data")
 
 
-def tiny_options(**changes) -> dict:
-    """Train options for a fast CPU run on the tiny data (explicit, so presets do not matter)."""
+def tiny_options(**changes):
+    """Train options (nmtkit.train.config.TrainOptions) for a fast CPU run on the tiny data
+    (explicit, so presets do not matter)."""
+    from nmtkit.train.config import TrainOptions
+
     opts = dict(arch="rnnsearch", optimizer="adam", lr=0.01, batch_size=16, sort_pool=64, max_len=20,
                 max_updates=20, valid_every=10, save_every=10, log_every=5, valid_bleu_samples=8,
                 threads=1, seed=3, device="cpu")
     opts.update(changes)
-    return opts
+    return TrainOptions(**opts)
+
+
+def tiny_config(**changes):
+    """The TrainConfig of `tiny_options` with `changes` (None unsets a field), for the tests that
+    build a trainer themselves instead of through `run_training`."""
+    from nmtkit.train.config import TrainConfig
+
+    return TrainConfig.from_dict({**tiny_options().given(), **changes})
 
 
 def tiny_context(data_dir: Path, run_dir: Path, arch: str = "rnnsearch", model: dict | None = None, **changes):
     """A training context (nmtkit.train.context.TrainContext) of `arch` at the tiny sizes on the
-    tiny data, with `tiny_options(**changes)`; `model` changes model fields. Close it after use."""
-    from nmtkit.train.config import TrainConfig
+    tiny data, with `tiny_config(**changes)`; `model` changes model fields. Close it after use."""
     from nmtkit.train.context import TrainContext
     from nmtkit.train.data import DataDir
     from nmtkit.train.run import resolve_model
@@ -216,7 +234,7 @@ def tiny_context(data_dir: Path, run_dir: Path, arch: str = "rnnsearch", model: 
     data = DataDir.open(data_dir)
     sizes = dict(SIZES[arch], init="default", **(model or {}))
     arch, mcfg = resolve_model(arch, None, sizes, len(data.src_vocab), len(data.tgt_vocab))
-    return TrainContext(TrainConfig.from_dict(tiny_options(arch=arch, **changes)), data, run_dir, arch, mcfg)
+    return TrainContext(tiny_config(arch=arch, **changes), data, run_dir, arch, mcfg)
 
 
 def size_args(arch: str = "rnnsearch") -> list[str]:

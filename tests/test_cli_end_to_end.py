@@ -54,7 +54,7 @@ def test_select_preprocess_train_translate_through_a_pipe_and_score(tmp_path):
     selected, data, run = tmp_path / "selected", tmp_path / "data", tmp_path / "run"
 
     _nmtkit("select-data", "--src-lang", "en", "--tgt-lang", "fr", "--in-domain", str(in_domain), "--pool",
-            str(pool), "--dest", str(selected), "--lines", "64", "--workers", "1", "--quiet")
+            str(pool), "--output-prefix", str(selected), "--lines", "64", "--workers", "1", "--quiet")
     kept = selected.with_suffix(".en").read_text(encoding="utf-8").splitlines()
     assert len(kept) == 64 and kept == [en for en, _ in pool_pairs if en in set(kept)]  # pool order
     assert set(kept) == {en for en, _ in _pairs(64, 0)}  # exactly the in-domain half of the pool

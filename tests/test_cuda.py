@@ -1,6 +1,6 @@
 """On a GPU, nmtkit computes what it computes on the CPU (`make test-gpu`; skipped without CUDA).
 
-Tiny models on the tiny synthetic task (tests/train_fixtures.py), dropout off so that the two
+Tiny models on the tiny synthetic task (tests/conftest.py), dropout off so that the two
 devices' different random streams do not matter.
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from nmtkit.checkpoint import load_checkpoint
+from nmtkit.models.presets import ModelOverrides
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.run import run_training
 from tests.conftest import TINY_MODEL, tiny_context, tiny_options, tiny_train_args
@@ -23,6 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 NO_CUDA = "CUDA is not available: these tests need an NVIDIA GPU and a CUDA build of torch (make test-gpu)"
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)]
 MODEL = dict(TINY_MODEL, dropout=0.0)
+OVERRIDES = ModelOverrides(**MODEL)
 TINY_CLI = [*tiny_train_args(device="cuda"), "--dropout", "0", "--valid-bleu-samples", "0"]
 
 
@@ -65,8 +67,8 @@ def test_graph_captured_steps_equal_eager_steps(data_dir, tmp_path):
     if "cuda_graphs" not in {f.name for f in dataclasses.fields(TrainConfig)}:
         pytest.skip("no CUDA-graph path: TrainConfig has no cuda_graphs field (--cuda-graphs) yet")
     opts = tiny_options(device="cuda", max_updates=12, valid_every=6, save_every=6, valid_bleu_samples=0)
-    run_training(data_dir, tmp_path / "eager", dict(opts, cuda_graphs=False), MODEL)
-    run_training(data_dir, tmp_path / "graphs", dict(opts, cuda_graphs=True), MODEL)
+    run_training(data_dir, tmp_path / "eager", opts.replace(cuda_graphs=False), OVERRIDES)
+    run_training(data_dir, tmp_path / "graphs", opts.replace(cuda_graphs=True), OVERRIDES)
     a = load_checkpoint(tmp_path / "eager" / "checkpoint_last.pt")["model_state"]
     b = load_checkpoint(tmp_path / "graphs" / "checkpoint_last.pt")["model_state"]
     for name, tensor in a.items():
@@ -80,9 +82,9 @@ def resume_runs_child(data_dir: str, out: str) -> None:
     opts = tiny_options(device="cuda", max_updates=12, valid_every=4, save_every=4, lr=0.02,
                         lr_schedule="plateau", warmup_updates=3, valid_bleu_samples=0)
     out_dir = Path(out)
-    run_training(data_dir, out_dir / "full", opts, MODEL)
-    run_training(data_dir, out_dir / "half", dict(opts, max_updates=6), MODEL)
-    run_training(data_dir, out_dir / "half", opts, MODEL, resume=True)
+    run_training(data_dir, out_dir / "full", opts, OVERRIDES)
+    run_training(data_dir, out_dir / "half", opts.replace(max_updates=6), OVERRIDES)
+    run_training(data_dir, out_dir / "half", opts, OVERRIDES, resume=True)
 
 
 def test_resume_on_cuda_equals_the_uninterrupted_run(data_dir, tmp_path):

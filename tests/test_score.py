@@ -18,6 +18,7 @@ import pytest
 import sacrebleu
 
 from nmtkit import score as S
+from nmtkit.data.manifest import new_manifest
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.text.moses import tokenize as moses_tokenize
 from nmtkit.text.pipeline import TextPipeline
@@ -90,9 +91,9 @@ def files(tmp_path) -> dict[str, str]:
     (tmp_path / "model.pt").write_bytes(b"not a checkpoint")
     data = tmp_path / "data"
     data.mkdir()
-    manifest = {"format_version": 1, "src_lang": "en", "tgt_lang": "fr", "pipeline": TextPipeline("en", "fr").to_dict(),
-                "vocab": {"src": write_vocab(data / "vocab.en.txt", SRC_VOCAB),
-                          "tgt": write_vocab(data / "vocab.fr.txt", TGT_VOCAB)}}
+    manifest = new_manifest("en", "fr", {"src": write_vocab(data / "vocab.en.txt", SRC_VOCAB),
+                                         "tgt": write_vocab(data / "vocab.fr.txt", TGT_VOCAB)},
+                            pipeline=TextPipeline("en", "fr").to_dict())
     (data / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     return dict(out, bad=str(bad), missing=str(tmp_path / "nope.fr"), badckpt=str(tmp_path / "model.pt"),
                 data=str(data), tmp=str(tmp_path))
