@@ -88,9 +88,11 @@ def make_checkpoint(path: Path, seed: int = 0, tgt_words: list[str] | None = Non
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory) -> str:
-    """A tiny checkpoint (`make_checkpoint`, seed 3) shared by a module's tests."""
-    return str(make_checkpoint(tmp_path_factory.mktemp("ckpt") / "model.pt", seed=3))
+def ckpt(request, tmp_path_factory) -> str:
+    """A tiny checkpoint (`make_checkpoint`) shared by a module's tests: seed 3, or the module's
+    CKPT_SEED where its tests need a model that behaves in some way (say, emits no <unk>)."""
+    seed = getattr(request.module, "CKPT_SEED", 3)
+    return str(make_checkpoint(tmp_path_factory.mktemp("ckpt") / "model.pt", seed=seed))
 
 
 def random_batch(src_vocab: int = 11, tgt_vocab: int = 13, seed: int = 1,

@@ -22,6 +22,7 @@ from nmtkit.translate import (
 )
 from tests.conftest import TGT_WORDS, make_checkpoint, tiny_model
 
+CKPT_SEED = 1  # the `ckpt` fixture's model: one that emits no <unk> on these lines
 LINES = [
     "the cat sat on a mat .",
     "",
