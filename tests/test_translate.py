@@ -20,8 +20,9 @@ from nmtkit.translate import (
     soft_alignment,
     subword_words,
 )
-from tests.translate_fixtures import TGT_WORDS, make_checkpoint, tiny_model
+from tests.conftest import TGT_WORDS, make_checkpoint, tiny_model
 
+CKPT_SEED = 1  # the `ckpt` fixture's model: one that emits no <unk> on these lines
 LINES = [
     "the cat sat on a mat .",
     "",
@@ -31,11 +32,6 @@ LINES = [
     "   ",
     "the dog ran in a park .",
 ]
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return str(make_checkpoint(tmp_path_factory.mktemp("ckpt") / "model.pt", seed=1))
 
 
 def _translator(ckpt, warn=None, **kw):
@@ -132,7 +128,7 @@ def test_replace_unks_hand_made_case():
 
 
 def test_replace_unk_end_to_end_copies_attended_source_words(tmp_path):
-    model, _ = tiny_model(2)
+    model = tiny_model(seed=2)
     with torch.no_grad():
         model.W_o.bias[1] = 50.0  # the model says <unk> at every step
     path = make_checkpoint(tmp_path / "unk.pt", model=model)
@@ -204,6 +200,41 @@ def test_ensemble_with_different_vocabularies_is_refused(ckpt, tmp_path):
     other = make_checkpoint(tmp_path / "other.pt", tgt_words=TGT_WORDS[:-1])
     with pytest.raises(CheckpointError, match="tgt vocabulary differs"):
         _translator([ckpt, str(other)])
+
+
+def test_a_loaded_bundle_holds_the_first_checkpoints_vocabularies_pipeline_and_models(ckpt, tmp_path):
+    from nmtkit.checkpoint import ModelBundle, load_bundle
+    from nmtkit.text.pipeline import TextPipeline
+    from nmtkit.text.vocab import Vocab
+
+    lexicon = torch.zeros((4, 2), dtype=torch.int32)
+    other = str(make_checkpoint(tmp_path / "other.pt", seed=2, lexicon=lexicon))
+    bundle = load_bundle([other, ckpt])
+    assert isinstance(bundle, ModelBundle) and bundle.paths == (other, ckpt) and len(bundle.models) == 2
+    assert isinstance(bundle.src_vocab, Vocab) and bundle.tgt_vocab.itos[-len(TGT_WORDS):] == TGT_WORDS
+    assert isinstance(bundle.pipeline, TextPipeline) and (bundle.src_lang, bundle.tgt_lang) == ("en", "fr")
+    assert bundle.arch == "rnnsearch" and bundle.trained_max_len == 50 and torch.equal(bundle.lexicon, lexicon)
+    assert not any(m.training for m in bundle.models)
+    assert load_bundle([ckpt]).lexicon is None  # a checkpoint without a lexicon
+    translator = _translator(ckpt)
+    assert translator.bundle.paths == (ckpt,) and translator.src_vocab is translator.bundle.src_vocab
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("pipeline", None, "checkpoint has no text pipeline"),
+    ("pipeline", {"no_such_setting": 1}, "cannot rebuild the text pipeline"),
+    ("tgt_vocab", None, "checkpoint has no usable vocabularies"),
+])
+def test_a_checkpoint_without_a_usable_pipeline_or_vocabulary_is_refused_naming_it(ckpt, tmp_path, field, value,
+                                                                                   needle):
+    from nmtkit.checkpoint import load_checkpoint, save_checkpoint
+
+    broken = dict(load_checkpoint(ckpt), **{field: value})
+    p = tmp_path / "broken.pt"
+    save_checkpoint(broken, p)
+    with pytest.raises(CheckpointError, match=needle) as err:
+        _translator(str(p))
+    assert str(p) in str(err.value)
 
 
 def test_checkpoint_of_another_format_version_is_refused(tmp_path):
