@@ -12,7 +12,7 @@ import torch
 
 from nmtkit.models import build_model
 from nmtkit.models.precision import cpu_has_fast_bf16
-from tests.model_helpers import random_batch
+from tests.conftest import random_batch
 
 
 def _rss_mb() -> float:
