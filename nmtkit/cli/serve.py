@@ -6,6 +6,7 @@ import sys
 import click
 
 from nmtkit.cli.common import fuse_option, quiet_warnings, shortlist_option
+from nmtkit.devices import PRECISIONS
 
 
 @click.command("serve")
@@ -42,7 +43,7 @@ from nmtkit.cli.common import fuse_option, quiet_warnings, shortlist_option
 @click.option("--max-src-len", type=int, default=None,
               help="Longer inputs (in model tokens) are truncated, as in `nmtkit translate`.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto",
+@click.option("--precision", type=click.Choice(PRECISIONS), default="auto",
               show_default=True, help="As `nmtkit translate --precision`.")
 @fuse_option
 @shortlist_option(" A batch's shortlist (and bf16 rounding) depends on the sentences batched together: "

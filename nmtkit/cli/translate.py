@@ -6,6 +6,7 @@ import sys
 import click
 
 from nmtkit.cli.common import fuse_option, quiet_warnings, shortlist_option, sigterm_unwinds
+from nmtkit.devices import PRECISIONS
 
 FORMATS = ["raw", "tok", "bpe"]
 
@@ -73,10 +74,11 @@ FORMATS = ["raw", "tok", "bpe"]
               help="Longer inputs (in model tokens) are truncated with a warning naming the line "
                    "[4 x the training length limit when recorded, at least 250].")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True,
+@click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
               help="auto = bf16 autocast on GPUs and on CPUs with native BF16 (AVX512-BF16, AMX), as in "
                    "training; fp32 on other CPUs, where bf16 is emulated and slower. fp16 is meant for GPUs "
-                   "(it runs on a CPU, slowly).")
+                   "(it runs on a CPU, slowly). int8 (CPU only): the projections and the output layer "
+                   "run as int8 products (dynamic quantisation, README's 'int8 decoding').")
 @fuse_option
 @shortlist_option()
 @click.option("--threads", type=int, default=None, metavar="N", help="torch CPU threads [torch's default].")

@@ -54,6 +54,7 @@ from torch import Tensor
 
 from nmtkit.decode.ensemble import average_log_probs
 from nmtkit.models.base import EncoderOut, Seq2Seq
+from nmtkit.models.quantize import is_quantized, shortlist_rows
 from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 __all__ = ["Hypothesis", "greedy_search", "beam_search", "max_lengths", "length_normalise"]
@@ -147,6 +148,8 @@ def _shortlist_rows(model: Seq2Seq, vocab: Tensor) -> tuple[Tensor, Tensor | Non
     proj = model.output_projection()
     if proj is None:
         raise ValueError(f"{type(model).__name__} has no single output projection for a shortlist")
+    if is_quantized(proj):
+        return shortlist_rows(proj, vocab)
     w = proj.weight.index_select(0, vocab)
     b = proj.bias.index_select(0, vocab) if proj.bias is not None else None
     dev = w.device.type

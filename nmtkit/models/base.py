@@ -101,6 +101,9 @@ class Seq2Seq(nn.Module):
     # sentence, consecutive rows, share its encoder row): beam search then never copies the
     # encoder outputs K times (see nmtkit.decode.search)
     grouped_encoder: bool = False
+    # the nn.Linear layers that decoding only calls as modules (never reading their .weight):
+    # what `--precision int8` quantises (nmtkit.models.quantize); empty: no int8 decoding
+    int8_linears: tuple[str, ...] = ()
 
     def __init__(self, fuse_steps: bool = False):
         super().__init__()
@@ -169,7 +172,7 @@ class Seq2Seq(nn.Module):
     def _step(self, prev_tokens: Tensor, state: State, enc: EncoderOut,
               out: tuple[Tensor, Tensor | None] | None = None) -> tuple[Tensor, State, Tensor]:
         feats, state, attn = self.step_features(prev_tokens, state, enc)
-        logits = self.output_layer(feats) if out is None else F.linear(feats, out[0], out[1])
+        logits = self.output_layer(feats) if out is None else _rows_logits(feats, out)
         return _log_softmax(logits), state, attn
 
     def reorder(self, state: State, index: Tensor) -> State:
@@ -216,6 +219,16 @@ class Seq2Seq(nn.Module):
             feats, proj.weight, proj.bias, gold, label_smoothing, chunk_tokens, self.fuse_steps
         )
         return loss_sum, nll_sum, int(gold.numel())
+
+
+def _rows_logits(feats: Tensor, out: tuple[Any, Tensor | None]) -> Tensor:
+    """feats (N, F) -> logits (N, L) over a shortlist's output rows: float (weight (L, F), bias)
+    or, from an int8 output layer, (packed int8 rows, None) (nmtkit.models.quantize)."""
+    if isinstance(out[0], Tensor):
+        return F.linear(feats, out[0], out[1])
+    from nmtkit.models.quantize import project
+
+    return project(feats, out[0])
 
 
 def dropout(p: float) -> nn.Module:

@@ -59,6 +59,9 @@ class LSTMAttentionConfig:
 class LSTMAttention(Seq2Seq):
     """BiLSTM encoder, input-feeding LSTM decoder with multiplicative attention."""
 
+    # W_h (dtype read), W_u, W_fo and W_hh (weights read in slices or concatenated) stay float
+    int8_linears = ("W_c", "W_att", "W_y", "W_vocab")
+
     def __init__(self, config: LSTMAttentionConfig, fuse_steps: bool = False):
         super().__init__(fuse_steps)
         self.config = config

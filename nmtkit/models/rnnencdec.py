@@ -57,6 +57,9 @@ class RNNEncDecConfig:
 class RNNEncDec(Seq2Seq):
     """Cho et al. (2014) encoder-decoder with a fixed-length summary c."""
 
+    # V_s (its dtype read in init_state) stays float
+    int8_linears = ("V", "W_in", "U_zr", "U", "C", "U_o", "V_o", "C_o", "W_o")
+
     def __init__(self, config: RNNEncDecConfig, fuse_steps: bool = False):
         super().__init__(fuse_steps)
         self.config = config

@@ -270,6 +270,8 @@ class RNNSearch(Seq2Seq):
     # beam search may pass `enc` with one row per sentence and G = N / B consecutive state rows
     # (hypotheses) per sentence; see `step_features`
     grouped_encoder = True
+    # W_s (once per sentence, its dtype read in init_state) stays float
+    int8_linears = ("U_a", "C", "W_in", "W_a", "U_zr", "U", "U_o", "V_o", "C_o", "W_o")
 
     def step_features(self, prev_tokens: Tensor, state: Tensor, enc: EncoderOut
                       ) -> tuple[Tensor, Tensor, Tensor]:

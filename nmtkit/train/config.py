@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from nmtkit.devices import DEVICE_HELP, FUSE, PRECISIONS, check_device_name
+from nmtkit.devices import DECODE_ONLY_PRECISIONS, DEVICE_HELP, FUSE, PRECISIONS, check_device_name
 from nmtkit.errors import ConfigError
 from nmtkit.models import ARCHS
 from nmtkit.options import check_fields, option
@@ -151,6 +151,9 @@ class TrainConfig:
         """Reject out-of-range or inconsistent values with one clear line."""
         check_fields(self)
         check_device_name(self.device)
+        if self.precision in DECODE_ONLY_PRECISIONS:
+            raise ConfigError(f"--precision {self.precision} is for decoding (translate, serve); "
+                              "train with fp32, bf16, fp16 or auto")
         if self.batch_size is None and self.max_tokens is None:
             raise ConfigError("need --batch-size or --max-tokens")
         if self.best_metric == "bleu" and self.valid_bleu_samples == 0:

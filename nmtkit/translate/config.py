@@ -35,7 +35,7 @@ class TranslateConfig:
     plot_limit: int = 100
     max_src_len: int | None = None  # None: from the checkpoint, else DEFAULT_MAX_SRC_LEN
     device: str = "auto"
-    precision: str = "auto"  # auto | fp32 | bf16 | fp16 (meant for CUDA; slow on the CPU)
+    precision: str = "auto"  # auto | fp32 | bf16 | fp16 (meant for CUDA; slow on the CPU) | int8 (CPU only)
     threads: int | None = None  # torch CPU threads (None: torch's default)
     fuse: str = "auto"  # compile the decoding step (models/fusion.py): auto | on | off; auto = on CUDA
     ensemble: bool = False  # several models are averaged only when asked (--ensemble)
@@ -69,7 +69,7 @@ class TranslateConfig:
         if self.alignments not in (None, "hard", "soft"):
             raise ConfigError("--alignments is 'hard' or 'soft'")
         if self.precision not in PRECISIONS:
-            raise ConfigError("--precision is auto, fp32, bf16 or fp16")
+            raise ConfigError(f"--precision is one of {', '.join(PRECISIONS)}, got '{self.precision}'")
         if self.shortlist not in ("auto", "off"):
             raise ConfigError(f"--shortlist is auto or off, got '{self.shortlist}'")
         if self.fuse not in FUSE:

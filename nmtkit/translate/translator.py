@@ -134,17 +134,21 @@ class Translator:
         from nmtkit.decode.ensemble import check_compatible
         from nmtkit.models.fusion import resolve_fuse
         from nmtkit.models.precision import FP16_ON_CPU, autocast, resolve_precision
+        from nmtkit.models.quantize import INT8_ON_CUDA, quantize_for_decoding
         from nmtkit.text.vocab import Vocab
 
         config.validate()
         self.config = config
         self.warn = warn or log.warning
         self.device = resolve_device(config.device)
+        int8 = config.precision == "int8"
+        if int8 and self.device.type != "cpu":
+            raise ConfigError(INT8_ON_CUDA)
         fuse = resolve_fuse(config.fuse, self.device)
         self.models, ckpts = [], []
         for path in config.models:
             model, ckpt = load_model(path, self.device, fuse_steps=fuse)
-            self.models.append(model)
+            self.models.append(quantize_for_decoding(model) if int8 else model)
             ckpts.append(ckpt)
         first = ckpts[0]
         check_compatible(list(config.models), ckpts)
@@ -188,7 +192,8 @@ class Translator:
             log.warning(FP16_ON_CPU)
         # autocast keeps the fp32 weights and runs matrix products in 16 bits; log-softmax and
         # the beam scores stay in fp32 (Seq2Seq.step returns fp32 log-probabilities)
-        self.autocast = autocast(self.device.type, precision)
+        # (int8: float32 activations into the int8 layers, and float32 everywhere else)
+        self.autocast = autocast(self.device.type, "fp32" if int8 else precision)
         self.source_name = "<stdin>"
 
     # -- per line
