@@ -24,9 +24,10 @@ def threads_per_process(local_world_size: int = 1) -> int:
     return max(1, available_cores() // max(1, local_world_size))
 
 
-PRECISIONS = ("fp32", "bf16", "fp16", "auto", "int8")  # --precision: autocast dtypes (nmtkit.models.precision)
-# and int8 weights (nmtkit.models.quantize)
-DECODE_ONLY_PRECISIONS = ("int8",)  # translate and serve only: a quantised model cannot be trained
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")  # autocast dtypes of --precision (nmtkit.models.precision)
+# the --precision of translate and serve (nmtkit.translate.config): also int8 weights
+# (nmtkit.models.quantize), which a model being trained cannot have
+DECODE_PRECISIONS = PRECISIONS + ("int8",)
 FUSE = ("auto", "on", "off")  # --fuse: compile the recurrences' step bodies (nmtkit.models.fusion)
 DEVICE_HELP = ("Where to run: auto (CUDA when available), cpu, cuda (under torchrun: the process's own GPU) "
                "or cuda:N.")

@@ -21,10 +21,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from nmtkit.devices import DECODE_ONLY_PRECISIONS, DEVICE_HELP, FUSE, PRECISIONS, check_device_name
+from nmtkit.devices import DECODE_PRECISIONS, DEVICE_HELP, FUSE, PRECISIONS, check_device_name
 from nmtkit.errors import ConfigError
 from nmtkit.models import ARCHS
-from nmtkit.options import check_fields, option
+from nmtkit.options import check_fields, given_options, option
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhd]?)\s*$")
 
@@ -52,7 +52,9 @@ class TrainConfig:
              "training procedure), lstm-attention, small (emb 256, enc 256, dec 512, Adam).")
     # data
     max_len: int | None = option(50, min=1, metavar="N", shown_default="preset: 30 or 50; default 50",
-                                 help="Drop training pairs with a side longer than N tokens.")
+                                 help="Drop training pairs with a side longer than N words (tokens after Moses "
+                                      "tokenisation, before BPE: the unit of preprocess --max-len and of the paper's "
+                                      "30 and 50), however many subwords BPE makes of them.")
     batch_size: int | None = option(
         80, min=1, metavar="N", shown_default="paper presets 80, others 64",
         help="Pairs per minibatch and GPU/process. With --max-tokens: an extra cap. An update sees processes "
@@ -128,10 +130,10 @@ class TrainConfig:
     seed: int = option(1, min=0, help="Seed of initialisation, data order and dropout.")
     device: str = option("auto", metavar="auto|cpu|cuda|cuda:N", resume=True, help=DEVICE_HELP)
     precision: str = option(
-        "fp32", choices=PRECISIONS, resume=True, shown_default="fp32; the small preset: auto",
+        "fp32", choices=DECODE_PRECISIONS, resume=True, shown_default="fp32; the small preset: auto",
         help="Autocast dtype (fp32 master weights): bf16 on CPU or GPU; fp16 with loss scaling, meant for GPUs "
              "(it runs on a CPU, slowly); auto: bf16 on GPUs that have it (else fp16) and on CPUs with native "
-             "BF16 (AVX512-BF16, AMX), else fp32.")
+             "BF16 (AVX512-BF16, AMX), else fp32. int8 is for translate and serve only: refused here.")
     fuse: str = option(
         "auto", choices=FUSE, resume=True,
         help="Fuse each recurrence step's elementwise work into a few compiled kernels (torch.compile; the first "
@@ -149,11 +151,11 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Reject out-of-range or inconsistent values with one clear line."""
-        check_fields(self)
-        check_device_name(self.device)
-        if self.precision in DECODE_ONLY_PRECISIONS:
+        if self.precision in DECODE_PRECISIONS and self.precision not in PRECISIONS:
             raise ConfigError(f"--precision {self.precision} is for decoding (translate, serve); "
                               "train with fp32, bf16, fp16 or auto")
+        check_fields(self)
+        check_device_name(self.device)
         if self.batch_size is None and self.max_tokens is None:
             raise ConfigError("need --batch-size or --max-tokens")
         if self.best_metric == "bleu" and self.valid_bleu_samples == 0:
@@ -175,3 +177,11 @@ class TrainConfig:
 
     def replace(self, **changes: Any) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
+
+
+TrainOptions = given_options(
+    TrainConfig, "TrainOptions",
+    """The TrainConfig fields a user gave (`nmtkit train`'s options; None: not given): a new run
+    resolves them over its preset's defaults (`nmtkit.models.presets.training_defaults`), a
+    resumed run over its checkpoint's TrainConfig. Each given value is checked as TrainConfig
+    checks it.""")
