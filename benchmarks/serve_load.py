@@ -133,23 +133,26 @@ def main() -> None:
           f"a request, {args.requests} requests a client")
     print(f"nmtkit translate, {len(used)} sentences as one file: {ref_wall:.1f} s, {ref_rate:.1f} sent/s end to end, "
           f"{ref_rate_warm:.1f} sent/s without its {startup:.1f} s start-up")
-    print("| clients | requests | sent/s | p50 ms | p99 ms | server peak RSS MB | one at a time sent/s | "
+    print("| clients | requests | sent/s | p50 ms | p99 ms | mean batch | server peak RSS MB | one at a time sent/s | "
           "batching speedup | x translate (warm) | differ from translate |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     rates = {}
     with ServerProcess("-m", model, "--beam", str(args.beam), "--threads", str(args.threads), "--quiet",
                        "--batch-size", str(args.batch_size), "--batch-delay-ms", str(args.batch_delay_ms),
                        "--precision", args.precision, threads=args.threads) as server:
         asyncio.run(run_clients(server.url, [[[sentences[0]]] * 3], {}, check=False))  # warm-up
         for c in clients:
+            before = server.get("/health")["batching"]
             wall, lat, wrong = asyncio.run(run_clients(server.url, plans[c], expected))
+            after = server.get("/health")["batching"]
+            mean_batch = (after["sentences"] - before["sentences"]) / max(1, after["batches"] - before["batches"])
             n = sum(len(lines) for reqs in plans[c] for lines in reqs)
             rates[c] = n / wall
             one_by_one = [lines for reqs in zip(*plans[c]) for lines in reqs][: args.sequential]
             seq_wall, _, seq_wrong = asyncio.run(run_clients(server.url, [one_by_one], expected))
             seq_rate = sum(map(len, one_by_one)) / seq_wall
             print(f"| {c} | {len(lat)} | {rates[c]:.1f} | {1000 * percentile(lat, 50):.0f} | "
-                  f"{1000 * percentile(lat, 99):.0f} | {peak_rss_mb(server.proc.pid):.0f} | {seq_rate:.1f} | "
+                  f"{1000 * percentile(lat, 99):.0f} | {mean_batch:.1f} | {peak_rss_mb(server.proc.pid):.0f} | {seq_rate:.1f} | "
                   f"{rates[c] / seq_rate:.2f}x | {rates[c] / ref_rate_warm:.2f}x | {wrong + seq_wrong} |", flush=True)
         status, _ = server.stop()
     top = max(clients)
