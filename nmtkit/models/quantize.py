@@ -13,7 +13,7 @@ Why torch.ao.quantization.quantize_dynamic and not its announced successor, torc
 `quantize_(model, Int8DynamicActivationInt8WeightConfig())`: torchao's int8 tensors are meant to
 be run through torch.compile; in eager mode on this project's CPU they made a 320x512x1024 +
 320x1024x10000 pair of products 1.8x *slower* than float32, while quantize_dynamic's fused
-kernels made it 3x faster (docs/int8.md has the measurement). torch.ao.quantization is
+kernels made it faster (docs/int8.md has the measurement). torch.ao.quantization is
 deprecated (PyTorch plans to remove it); when it is gone, `--precision int8` says so in one line.
 
 Shortlist decoding (nmtkit.decode.shortlist) takes a batch's rows of the int8 output layer and
