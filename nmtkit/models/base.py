@@ -12,6 +12,7 @@ steps at once outside the recurrent loop (docs/design.md, 4).
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -39,8 +40,13 @@ class EncoderOut:
                  with the attention weights (RNNsearch: [C; C_z; C_r] h_j, so that
                  sum_j alpha_ij (C h_j) = C c_i costs S*G per step instead of A*G), or None.
 
-    When a model appends EOS to the source (`src_eos`), S counts that EOS position too, so
-    attention matrices have one more column than the source has tokens.
+    src_eos:     True when the model appended EOS to every source sentence (at position
+                 src_lens[b] of sentence b): S then counts that position too, and attention
+                 rows have one more real column than the sentence has tokens.
+
+    The encoder output is the one place that knows the source-EOS column: `positions` and
+    `split_attention` give it to decoding, which hands out attention over the source tokens
+    only (and the EOS column apart).
     """
 
     annotations: Tensor
@@ -49,10 +55,21 @@ class EncoderOut:
     summary: Tensor | None = None
     init: Any = None
     values: Tensor | None = None
+    src_eos: bool = False
 
     def index_select(self, index: Tensor) -> "EncoderOut":
         """Rows `index` of the batch (beam search expands and reorders with this)."""
-        return EncoderOut(**{f.name: _index(getattr(self, f.name), index) for f in fields(self)})
+        return dataclasses.replace(self, **{f.name: _index(getattr(self, f.name), index) for f in fields(self)
+                                            if f.name != "src_eos"})
+
+    def positions(self, src_len: int) -> int:
+        """The source positions attention sees for a sentence of `src_len` tokens (its EOS included)."""
+        return src_len + int(self.src_eos)
+
+    def split_attention(self, attention: Tensor, src_len: int) -> tuple[Tensor, Tensor | None]:
+        """One sentence's attention (..., >= positions(src_len)) -> (the weights on its `src_len`
+        tokens (..., src_len), the weights on its source EOS (...,), or None without one)."""
+        return attention[..., :src_len], attention[..., src_len] if self.src_eos else None
 
 
 def _index(x: Any, index: Tensor) -> Any:

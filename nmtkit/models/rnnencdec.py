@@ -101,7 +101,7 @@ class RNNEncDec(Seq2Seq):
             states, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
             h_last = h_n[0]
         c = torch.tanh(self.V(h_last))
-        return EncoderOut(annotations=states, keys=None, mask=mask, summary=c)
+        return EncoderOut(annotations=states, keys=None, mask=mask, summary=c, src_eos=self.config.src_eos)
 
     def init_state(self, enc: EncoderOut) -> Tensor:
         """s_0 = tanh(V' c): (B, d)."""

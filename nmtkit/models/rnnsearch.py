@@ -213,7 +213,7 @@ class RNNSearch(Seq2Seq):
                                     self.config.src_eos, self.fuse_steps)
         n = self.config.enc_hidden
         return EncoderOut(annotations=ann, keys=self.U_a(ann), mask=mask,
-                          init=ann[:, 0, n:], values=self.C(ann))
+                          init=ann[:, 0, n:], values=self.C(ann), src_eos=self.config.src_eos)
 
     def init_state(self, enc: EncoderOut) -> Tensor:
         """s_0 = tanh(W_s bwd h_1): (B, d)."""

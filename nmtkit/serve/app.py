@@ -113,8 +113,8 @@ def translation_json(result: Any, alignments: bool, nbest: int) -> dict[str, Any
     top = result.hyps[0]
     item = {"text": result.texts[0], "score": top.score, "alignment": None}
     if alignments:
-        table = attention_table(top.attention, result.src_tokens, result.tgt_tokens[0])
-        table["hard"] = hard_alignment(top.attention, len(result.src_tokens), len(result.tgt_tokens[0]))
+        table = attention_table(top.attention, result.src_tokens, result.tgt_tokens[0], top.source_eos_attention)
+        table["hard"] = hard_alignment(top.attention, len(result.tgt_tokens[0]))
         item["alignment"] = table
     if nbest > 1:
         item["nbest"] = [{"text": text, "score": hyp.score, "log_prob": hyp.log_prob}
