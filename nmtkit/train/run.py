@@ -7,7 +7,7 @@ that stopped before its first checkpoint (metrics.jsonl, train.log) hold nothing
 a fresh start replaces them, with a warning.
 
 One process at a time trains in a run directory: train and --resume hold an flock on
-`train.lock` there (`nmtkit.outputs.DirLock`) and a second process is refused, naming the
+`train.lock` there (`nmtkit.output_dirs.DirLock`) and a second process is refused, naming the
 first's PID. Everything is checked before the directory is created, so a refused start leaves
 nothing behind.
 
@@ -31,7 +31,8 @@ from typing import Any, Callable
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
 from nmtkit.models.presets import ModelOverrides, resolve_model, training_defaults
 from nmtkit.options import option_name, resume_overridable
-from nmtkit.outputs import DirLock, check_output_dir, check_outputs_vs_inputs, write_text
+from nmtkit.output_dirs import DirLock
+from nmtkit.outputs import check_output_dir, check_outputs_vs_inputs, write_text
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.tensorboard import TensorBoardCallbacks, require_tensorboard, tensorboard_dir
 
