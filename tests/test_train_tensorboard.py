@@ -105,9 +105,9 @@ def test_only_rank_0_writes_tensorboard_events(data_dir, tmp_path, monkeypatch):
 
     given = []
 
-    class FakeTrainer:  # records what run_training hands the loop; trains nothing
-        def __init__(self, *args, callbacks=None, **kwargs):
-            given.append(callbacks)
+    class FakeTrainer:  # records the callbacks of the context run_training hands the loop; trains nothing
+        def __init__(self, ctx):
+            given.append(ctx.cb)
 
         def train(self):
             return TrainResult("max-updates", 0, 1, None, None, None)

@@ -34,11 +34,12 @@ from nmtkit.options import option_name, resume_overridable
 from nmtkit.output_dirs import DirLock
 from nmtkit.outputs import check_output_dir, check_outputs_vs_inputs, write_text
 from nmtkit.train.config import TrainConfig
+from nmtkit.train.run_files import BEST, LAST, kept_checkpoints, kept_update
 from nmtkit.train.tensorboard import TensorBoardCallbacks, require_tensorboard, tensorboard_dir
 
 log = logging.getLogger(__name__)
 
-RUN_FILES = ("checkpoint_last.pt", "checkpoint_best.pt", "metrics.jsonl", "curves.png", "train.log", "config.json")
+RUN_FILES = (LAST, BEST, "metrics.jsonl", "curves.png", "train.log", "config.json")
 CONFIG_FILE = "config.json"
 
 
@@ -59,7 +60,7 @@ def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
         raise ConfigError(f"--save-dir {save_dir} exists and is not a directory")
     present = run_files_present(save_dir)
     if resume:
-        if not (save_dir / "checkpoint_last.pt").exists():
+        if not (save_dir / LAST).exists():
             raise CheckpointError("nothing to resume: no checkpoint_last.pt (start a new run without --resume)",
                                   str(save_dir))
         return
@@ -76,15 +77,9 @@ def stale_run_files(save_dir: Path) -> list[str]:
     return [] if any(f.startswith("checkpoint_") for f in present) else present
 
 
-def kept_checkpoints(save_dir: Path) -> list[Path]:
-    """The checkpoint_<update>.pt files of --keep-every in a run directory."""
-    return [p for p in save_dir.glob("checkpoint_*.pt") if p.stem.split("_", 1)[1].isdigit()]
-
-
 def is_run_file(name: str) -> bool:
     """Whether a file of this name in a run directory is one the run writes (and --force deletes)."""
-    return name in RUN_FILES or name == "tensorboard" or (
-        name.startswith("checkpoint_") and name.endswith(".pt") and name[11:-3].isdigit())
+    return name in RUN_FILES or name == "tensorboard" or kept_update(name) is not None
 
 
 def run_files_present(save_dir: Path) -> list[str]:
@@ -134,8 +129,6 @@ def _check_given(train_options: dict[str, Any], model_overrides: Any) -> ModelOv
 def _resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Path, train_options: dict[str, Any],
                      overrides: dict[str, Any]) -> tuple[TrainConfig, str, dict[str, Any]]:
     """The run's configs from its checkpoint, with the options that may change on resume changed."""
-    from nmtkit.train.trainer import LAST
-
     cfg = resume_config(ckpt, train_options)
     arch, model_config = ckpt["arch"], dict(ckpt["model_config"])
     for key, value in overrides.items():
@@ -189,7 +182,6 @@ def run_training(
     from nmtkit.checkpoint import load_checkpoint
     from nmtkit.train import distributed as ddp
     from nmtkit.train.data import DataDir
-    from nmtkit.train.trainer import LAST
 
     save_dir = Path(save_dir)
     overrides = _check_given(train_options, model_overrides).given()
@@ -198,8 +190,6 @@ def run_training(
     check_outputs_vs_inputs([("--data", data_dir)], folders=[("--save-dir", save_dir, is_run_file)])
     if info.is_main:
         run_lock(save_dir).check()
-    if train_options.get("tensorboard"):  # before the run folder is made (a resumed run's is checked below)
-        require_tensorboard()
     check_run_dir(save_dir, resume, force)
     data = DataDir.open(data_dir)
     ckpt = load_checkpoint(save_dir / LAST) if resume else None
@@ -208,7 +198,7 @@ def run_training(
     else:
         cfg, arch, model_config = _new_configs(data, train_options, overrides)
     tb_dir = tensorboard_dir(cfg.tensorboard, save_dir)
-    if tb_dir is not None:  # a missing package fails before the run writes anything
+    if tb_dir is not None:  # a missing package fails before the run writes anything (new or resumed)
         require_tensorboard()
     lock = None
     if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
@@ -247,6 +237,7 @@ def _start_run(save_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[s
 def _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook, tb_dir):
     """Build the Trainer and run it, closing it (its log and metrics files) and the
     TensorBoard writer either way."""
+    from nmtkit.train.context import TrainContext
     from nmtkit.train.trainer import Trainer
 
     tb = None
@@ -254,8 +245,9 @@ def _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_
         start = int(ckpt["trainer"]["update"]) if ckpt is not None else 0
         callbacks = tb = TensorBoardCallbacks(tb_dir, callbacks, start_update=start)
     try:
-        trainer = Trainer(cfg, data, save_dir, arch, model_config, resume=ckpt, callbacks=callbacks,
-                          dist_info=info, loss_hook=loss_hook)
+        ctx = TrainContext(cfg, data, save_dir, arch, model_config, resume=ckpt, callbacks=callbacks,
+                           dist_info=info, loss_hook=loss_hook)
+        trainer = Trainer(ctx)
         try:
             result = trainer.train()
         except BaseException:
