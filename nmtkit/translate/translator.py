@@ -159,7 +159,7 @@ class Translator:
         need_attention = self.need_attention if need_attention is None else need_attention
         with torch.inference_mode(), self.autocast:
             if self.config.sampling:
-                results = self._sample(src, lens, need_attention, keys or range(1, len(ids) + 1))
+                results = self._sample(src, lens, need_attention, keys)
             else:
                 results = self._beam_search(src, lens, beam, nbest, need_attention)
         return results
@@ -179,7 +179,7 @@ class Translator:
             need_attention=need_attention, vocab=vocab, ban_unk=c.ban_unk,
         )
 
-    def _sample(self, src: Any, lens: Any, need_attention: bool, keys: Sequence[int]):
+    def _sample(self, src: Any, lens: Any, need_attention: bool, keys: Sequence[int] | None):
         from nmtkit.decode.sampling import sample
 
         c = self.config
