@@ -198,7 +198,9 @@ def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
     from benchmarks.launches import write_data_dir
     from nmtkit.devtools.launches import HostReads
     from nmtkit.models import fusion
+    from nmtkit.models.presets import ModelOverrides
     from nmtkit.train import trainer
+    from nmtkit.train.config import TrainOptions
     from nmtkit.train.run import run_training
 
     data = write_data_dir(workdir / "data-run", 1000 if quick else 8000, seed=1, lengths=(1, 60),
@@ -213,8 +215,8 @@ def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
         reads.append(r.count)
         return out
 
-    sizes = dict(emb_dim=32, enc_hidden=32, dec_hidden=32, att_hidden=32, maxout=16) if quick else {}
-    opts = dict(preset="small", max_tokens=300 if quick else 4000, max_updates=updates, valid_every=updates // 2,
+    sizes = ModelOverrides(emb_dim=32, enc_hidden=32, dec_hidden=32, att_hidden=32, maxout=16) if quick else None
+    opts = TrainOptions(preset="small", max_tokens=300 if quick else 4000, max_updates=updates, valid_every=updates // 2,
                 save_every=updates, log_every=max(1, updates // 4), valid_bleu_samples=8, device=device,
                 fuse="auto" if device == "cuda" else "off", max_len=60)
     torch._dynamo.reset()  # this run's graphs only

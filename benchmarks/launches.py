@@ -135,6 +135,7 @@ def write_data_dir(path: Path, vocab: int, seed: int = 0, lengths: tuple[int, in
     import numpy as np
 
     from nmtkit.data.binarized import write_split
+    from nmtkit.data.manifest import new_manifest
     from nmtkit.text.vocab import SPECIALS, Vocab
 
     path.mkdir(parents=True, exist_ok=True)
@@ -145,8 +146,7 @@ def write_data_dir(path: Path, vocab: int, seed: int = 0, lengths: tuple[int, in
         for lang in ("src", "tgt"):
             lens = rng.integers(lengths[0], lengths[1] + 1, size=n)
             write_split(path, split, lang, [rng.integers(len(SPECIALS), vocab, size=int(k)).tolist() for k in lens])
-    manifest = {"format_version": 1, "src_lang": "src", "tgt_lang": "tgt", "pipeline": {}, "settings": {},
-                "vocab": {"src": "vocab.src.txt", "tgt": "vocab.tgt.txt"}}
+    manifest = new_manifest("src", "tgt", {"src": "vocab.src.txt", "tgt": "vocab.tgt.txt"}, pipeline={}, settings={})
     (path / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     return path
 

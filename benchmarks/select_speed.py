@@ -80,7 +80,7 @@ def main() -> int:
     if not args.quick:
         with tempfile.TemporaryDirectory() as tmp:
             cmd = [sys.executable, "-m", "nmtkit", "select-data", "--src-lang", "en", "--tgt-lang", "fr",
-                   "--in-domain", str(DATA / IN_DOMAIN), "--dest", f"{tmp}/sel", "--lines", "29000",
+                   "--in-domain", str(DATA / IN_DOMAIN), "--output-prefix", f"{tmp}/sel", "--lines", "29000",
                    "--input-format", "tok", "--workers", "2", "--quiet"]
             for p in POOL:
                 cmd += ["--pool", str(DATA / p)]

@@ -9,7 +9,7 @@ A checkpoint is a dict of primitives and tensors only, loadable with `weights_on
   src_lang, tgt_lang  str
   src_vocab, tgt_vocab  list[str]
   train_config    dict, nmtkit.train.config.TrainConfig as a dict; its "max_len" (int or None)
-                  is the longest training sentence, which translation reads (`trained_max_len`)
+                  is the longest training sentence in words, which translation reads (`trained_max_len`)
   data_manifest   dict, the data directory's manifest.json (None where there was none)
   lexicon         int32 tensor (src vocab, k) or None: each source id's likeliest target ids,
                   for decoding shortlists (nmtkit.decode.shortlist); absent in older checkpoints
@@ -17,16 +17,22 @@ A checkpoint is a dict of primitives and tensors only, loadable with `weights_on
   averaged_from   list of {"path", "update"}: only in a checkpoint `nmtkit average` wrote (the
                   mean of those checkpoints' parameters; no optimiser state, so not resumable)
 `make_checkpoint` builds this dict (the trainer and the test fixtures alike) and
-`load_checkpoint` reads it back. Written atomically through nmtkit.outputs: temp file in the
+`load_checkpoint` reads it back; `load_bundle` reads what translation needs from one checkpoint
+or a compatible ensemble as a typed `ModelBundle`. Written atomically through nmtkit.outputs: temp file in the
 same directory, fsync, os.replace.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from nmtkit.errors import CheckpointError
 from nmtkit.outputs import OutputFile
+
+if TYPE_CHECKING:
+    from nmtkit.text.pipeline import TextPipeline
+    from nmtkit.text.vocab import Vocab
 
 CHECKPOINT_FORMAT = 1
 
@@ -69,7 +75,8 @@ def make_checkpoint(
 
 
 def trained_max_len(ckpt: dict[str, Any]) -> int | None:
-    """The longest training sentence the run allowed (train_config["max_len"]), None if unlimited."""
+    """The longest training sentence the run allowed, in words (train_config["max_len"]), None if
+    unlimited."""
     v = (ckpt.get("train_config") or {}).get("max_len")
     return v if isinstance(v, int) and v > 0 else None
 
@@ -163,3 +170,65 @@ def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False):
         raise CheckpointError(f"checkpoint lacks field {err}", str(path)) from None
     model.to(device).eval()
     return model, ckpt
+
+
+@dataclass(frozen=True)
+class ModelBundle:
+    """What translation needs from one checkpoint, or from several that form an ensemble.
+
+    paths: the checkpoint files; models: their Seq2Seq models, in eval mode on the device;
+    src_vocab, tgt_vocab, pipeline, arch, src_lang, tgt_lang: the first checkpoint's (an
+    ensemble shares them); lexicon: its int32 (source vocab, k) tensor of likeliest target ids
+    (nmtkit.decode.shortlist), None where it has none; trained_max_len: its longest training
+    sentence (`trained_max_len`), None where unlimited or not recorded.
+    """
+
+    paths: tuple[str, ...]
+    models: tuple[Any, ...]
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    pipeline: TextPipeline
+    arch: str | None
+    src_lang: str | None
+    tgt_lang: str | None
+    lexicon: Any
+    trained_max_len: int | None
+
+
+def _pipeline_of(ckpt: dict[str, Any], path: str) -> TextPipeline:
+    from nmtkit.text.pipeline import TextPipeline
+
+    d = ckpt.get("pipeline")
+    if not isinstance(d, dict):
+        raise CheckpointError("checkpoint has no text pipeline", path)
+    try:
+        return TextPipeline.from_dict(d)
+    except Exception as err:  # noqa: BLE001 - a foreign/old pipeline dict
+        raise CheckpointError(f"cannot rebuild the text pipeline: {err}", path) from None
+
+
+def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bool = False) -> ModelBundle:
+    """The models of `paths` on `device` (`fuse_steps` as in `build_model`) with the first
+    checkpoint's vocabularies, text pipeline and lexicon. Several paths must be compatible as an
+    ensemble (`nmtkit.decode.ensemble.check_compatible`); a missing or broken checkpoint, or
+    one that cannot join the others, is a CheckpointError naming its file."""
+    import torch
+
+    from nmtkit.decode.ensemble import check_compatible
+    from nmtkit.text.vocab import Vocab
+
+    names = tuple(str(p) for p in paths)
+    loaded = [load_model(p, device, fuse_steps=fuse_steps) for p in names]
+    ckpts = [ckpt for _, ckpt in loaded]
+    check_compatible(list(names), ckpts)
+    first = ckpts[0]
+    try:
+        src_vocab, tgt_vocab = Vocab(list(first["src_vocab"])), Vocab(list(first["tgt_vocab"]))
+    except (KeyError, ValueError, TypeError) as err:
+        raise CheckpointError(f"checkpoint has no usable vocabularies ({err})", names[0]) from None
+    lexicon = first.get("lexicon")
+    return ModelBundle(
+        paths=names, models=tuple(model for model, _ in loaded), src_vocab=src_vocab, tgt_vocab=tgt_vocab,
+        pipeline=_pipeline_of(first, names[0]), arch=first.get("arch"), src_lang=first.get("src_lang"),
+        tgt_lang=first.get("tgt_lang"), lexicon=lexicon if isinstance(lexicon, torch.Tensor) else None,
+        trained_max_len=trained_max_len(first))

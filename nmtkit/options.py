@@ -97,14 +97,13 @@ def help_text(field: dataclasses.Field, spec: OptionSpec) -> str:
     return f"{spec.help} [{shown}]" if shown else spec.help
 
 
-def _number_error(name: str, spec: OptionSpec, value: Any) -> str | None:
-    """The message for a number outside the spec's range, or None when it is inside."""
+def _number_error(opt: str, spec: OptionSpec, value: Any) -> str | None:
+    """The message for a number outside the spec's range (option `opt`), or None when it is inside."""
     lo, hi = spec.min, spec.max
     bad_lo = lo is not None and (value <= lo if spec.min_open else value < lo)
     bad_hi = hi is not None and (value >= hi if spec.max_open else value > hi)
     if not (bad_lo or bad_hi):
         return None
-    opt = spec.names[0] if spec.names else option_name(name)
     if spec.message is not None:
         return f"{opt} {spec.message}, got {value}"
     if hi is None and not spec.min_open:
@@ -115,15 +114,15 @@ def _number_error(name: str, spec: OptionSpec, value: Any) -> str | None:
     return f"{opt} must be in {span}, got {value}"
 
 
-def _type_error(name: str, type_name: str, value: Any) -> str | None:
+def _type_error(opt: str, type_name: str, value: Any) -> str | None:
     """A float field holds a finite number, an int field an int (types as strings: PEP 563)."""
     if value is None:
         return None
     if type_name in ("float", "float | None"):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            return f"{option_name(name)} must be a finite number, got {value}"
+            return f"{opt} must be a finite number, got {value}"
     elif type_name in ("int", "int | None") and (isinstance(value, bool) or not isinstance(value, int)):
-        return f"{option_name(name)} must be an integer, got {value!r}"
+        return f"{opt} must be an integer, got {value!r}"
     return None
 
 
@@ -132,13 +131,14 @@ def check_fields(config: Any) -> None:
     ConfigError naming the option. None is always accepted (an unset optional field)."""
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
-        error = _type_error(f.name, str(f.type), value)
         spec = spec_of(f)
+        opt = cli_names(f, spec)[0] if spec is not None else option_name(f.name)
+        error = _type_error(opt, str(f.type), value)
         if error is None and spec is not None and value is not None:
             if spec.choices is not None and value not in spec.choices:
-                error = f"{cli_names(f, spec)[0]} must be one of {', '.join(spec.choices)}, got '{value}'"
+                error = f"{opt} must be one of {', '.join(spec.choices)}, got '{value}'"
             elif (spec.min is not None or spec.max is not None) and isinstance(value, (int, float)):
-                error = _number_error(f.name, spec, value)
+                error = _number_error(opt, spec, value)
         if error is not None:
             raise ConfigError(error)
 
@@ -146,3 +146,26 @@ def check_fields(config: Any) -> None:
 def resume_overridable(cls: type) -> frozenset[str]:
     """The fields of `cls` that may change when a run is resumed."""
     return frozenset(f.name for f in dataclasses.fields(cls) if (spec_of(f) or OptionSpec("")).resume)
+
+
+def given_options(cls: type, name: str, doc: str) -> type:
+    """A frozen dataclass named `name` with the fields of config class `cls`, each defaulting to
+    None, "not given" (for a command whose defaults come from elsewhere too: a preset, a
+    checkpoint). Its fields keep their option metadata, so a given value is checked by
+    `check_fields` as `cls` checks it; `given()` is the fields that were set, `replace(**changes)`
+    a copy with some changed."""
+    fields = []
+    for f in dataclasses.fields(cls):
+        type_name = str(f.type)
+        optional = type_name if type_name.endswith("| None") else f"{type_name} | None"
+        fields.append((f.name, optional, dataclasses.field(default=None, metadata=f.metadata)))
+
+    def given(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+
+    def replace(self, **changes: Any):
+        return dataclasses.replace(self, **changes)
+
+    namespace = {"__doc__": doc, "__post_init__": check_fields, "given": given, "replace": replace,
+                 "__module__": cls.__module__}
+    return dataclasses.make_dataclass(name, fields, frozen=True, namespace=namespace)

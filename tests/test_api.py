@@ -94,7 +94,7 @@ def test_a_list_of_checkpoints_is_an_ensemble(ckpt, tmp_path):
 
 @pytest.mark.parametrize("kwargs,error,needle", [
     (dict(beem=5), "ConfigError", "unknown option(s) beem; valid ones: "),
-    (dict(beam=0), "ConfigError", "--beam must be >= 1"),
+    (dict(beam=0), "ConfigError", "--beam must be at least 1, got 0"),
     (dict(temperature=0.0, sampling=True), "ConfigError", "--temperature must be > 0"),
 ])
 def test_bad_options_raise_one_clear_error(ckpt, kwargs, error, needle):

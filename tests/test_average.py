@@ -126,11 +126,11 @@ def test_last_n_takes_the_newest_kept_checkpoints_by_update_number(tmp_path, cap
 def test_average_of_a_real_training_runs_kept_checkpoints(data_dir, tmp_path, capsys):
     """train --keep-every leaves checkpoint_<update>.pt that `average --last` takes and translate reads."""
     from nmtkit.train.run import run_training
-    from tests.train_fixtures import TINY_MODEL, tiny_options
+    from tests.train_fixtures import TINY_OVERRIDES, tiny_options
 
     run_dir = tmp_path / "run"
     run_training(data_dir, run_dir, tiny_options(max_updates=4, keep_every=1, valid_every=4, save_every=4),
-                 TINY_MODEL)
+                 TINY_OVERRIDES)
     out = tmp_path / "avg.pt"
     code, err = run(capsys, "average", "--last", "3", "--save-dir", str(run_dir), "-o", str(out))
     assert code == 0, err

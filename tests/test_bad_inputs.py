@@ -188,9 +188,9 @@ def _preprocess(w: World, dest: Path, train: str = "corpus", *extra: str) -> lis
             str(w.tmp / "corpus"), "--dest", str(dest), "--workers", "1", "--quiet", *extra]
 
 
-def _select(w: World, dest: Path, *extra: str) -> list[str]:
+def _select(w: World, prefix: Path, *extra: str) -> list[str]:
     return ["select-data", "--src-lang", "en", "--tgt-lang", "fr", "--in-domain", str(w.tmp / "corpus"),
-            "--pool", str(w.tmp / "pool"), "--dest", str(dest), "--workers", "1", "--lines", "3", *extra]
+            "--pool", str(w.tmp / "pool"), "--output-prefix", str(prefix), "--workers", "1", "--lines", "3", *extra]
 
 
 def _score(w: World, *extra: str) -> list[str]:
@@ -291,11 +291,11 @@ ROWS = [
         needles=("out.txt", "No space left on device")),
     Row("train-save-dir-full", lambda w: _train(w, w.full() / "run"), needles=("/full/run/", "No space left on device")),
     Row("preprocess-dest-full", lambda w: _preprocess(w, w.full() / "pp"), needles=("No space left on device",)),
-    Row("select-data-dest-full", lambda w: _select(w, w.full() / "sel"), needles=("No space left on device",)),
+    Row("select-data-output-prefix-full", lambda w: _select(w, w.full() / "sel"), needles=("No space left on device",)),
     Row("score-plot-full", lambda w: _score(w, "--plot", str(w.full() / "p.png")),
         needles=("p.png", "No space left on device")),
     Row("preprocess-dest-readonly", lambda w: _preprocess(w, w.readonly() / "pp"), needles=("Read-only file system",)),
-    Row("select-data-dest-readonly", lambda w: _select(w, w.readonly() / "sel"), needles=("Read-only file system",)),
+    Row("select-data-output-prefix-readonly", lambda w: _select(w, w.readonly() / "sel"), needles=("Read-only file system",)),
     Row("score-plot-readonly", lambda w: _score(w, "--plot", str(w.readonly() / "p.png")),
         needles=("p.png", "Read-only file system")),
     # ---- inputs -------------------------------------------------------------------------------

@@ -88,7 +88,7 @@ def _preprocess_argv(w: World, ins: dict[str, Input], outs: dict[str, str]) -> l
 
 def _select_argv(w: World, ins: dict[str, Input], outs: dict[str, str]) -> list[str]:
     return ["select-data", "--src-lang", "en", "--tgt-lang", "fr", "--in-domain", ins["--in-domain"].value,
-            "--pool", ins["--pool"].value, "--dest", outs["--dest"], "--workers", "1", "--lines", "3", "--force"]
+            "--pool", ins["--pool"].value, "--output-prefix", outs["--output-prefix"], "--workers", "1", "--lines", "3", "--force"]
 
 
 def _train_argv(w: World, ins: dict[str, Input], outs: dict[str, str]) -> list[str]:
@@ -113,7 +113,7 @@ COMMANDS = [
             {"--dest": "dir"}, _preprocess_argv),
     Command("select-data", {"--in-domain": lambda w: _corpus(w, "in-ind", "ind"),
                             "--pool": lambda w: _corpus(w, "in-pool", "pool")},
-            {"--dest": "prefix"}, _select_argv),
+            {"--output-prefix": "prefix"}, _select_argv),
     Command("train", {"--data": lambda w: _file(w, "in-data", "data", w.data)}, {"--save-dir": "folder"},
             _train_argv),
     Command("tokenize", {"-i": lambda w: _file(w, "in-i", "raw.en", w.src),
@@ -236,7 +236,7 @@ ROWS = [
         needles=("same.en", "same.fr", "same file")),
     Row("select-data-same-file-as-source-and-target",
         lambda w: ["select-data", "--src-lang", "en", "--tgt-lang", "fr", "--in-domain", str(w.tmp / "corpus"),
-                   "--pool", str(w.tmp / _same_sides(w, "same")), "--dest", str(w.tmp / "sel"), "--lines", "3",
+                   "--pool", str(w.tmp / _same_sides(w, "same")), "--output-prefix", str(w.tmp / "sel"), "--lines", "3",
                    "--workers", "1"], needles=("same.en", "same file")),
     Row("train-save-dir-is-the-data-dir", lambda w: ["train", "--data", str(_data_copy_here(w)), "--save-dir",
                                                      str(w.tmp / "dc"), *TINY, "--max-updates", "2"],

@@ -47,6 +47,11 @@ ROWS = [
     Row("translate-plot-limit-negative", lambda w: _translate(w, "--plot-limit", "-1"), needles=("--plot-limit",)),
     Row("train-manifest-format-version-99", lambda w: _train(_w_manifest(w, format_version=99), w.tmp / "r8"),
         needles=("manifest.json", "format_version 99")),
+    Row("train-data-dir-of-the-format-before-word-lengths",
+        lambda w: _train(_w_manifest(_w_without_words(w), format_version=1), w.tmp / "r8b"),
+        needles=("manifest.json", "format_version 1", "re-run 'nmtkit preprocess'")),
+    Row("train-word-lengths-file-missing", lambda w: _train(_w_without_words(w), w.tmp / "r8c"),
+        needles=("train.en.words.npy", "re-run 'nmtkit preprocess'")),
     Row("train-manifest-vocab-outside-the-data-dir",
         lambda w: _train(_w_manifest(w, vocab={"src": "/etc/passwd", "tgt": "vocab.fr.txt"}), w.tmp / "r9"),
         needles=("manifest.json", "vocab.src")),
@@ -112,10 +117,19 @@ def _same_as_without_bom(w: World) -> None:
     assert (w.tmp / "b").read_text() == (w.tmp / "plain").read_text()
 
 
+def _w_without_words(w: World) -> World:
+    """A copy of the data directory without its per-sentence word lengths."""
+    d = _data_copy(w)
+    for f in d.glob("*.words.npy"):
+        f.unlink()
+    w.data = d
+    return w
+
+
 def _w_manifest(w: World, pipeline_src_lang: str | None = None, **changes) -> World:
     import json
 
-    d = _data_copy(w)
+    d = w.data if w.data.name == "data-copy" else _data_copy(w)
     m = json.loads((d / "manifest.json").read_text())
     m.update(changes)
     if pipeline_src_lang:

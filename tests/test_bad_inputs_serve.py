@@ -18,8 +18,9 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
-from nmtkit.serve.app import ServeConfig, make_app, make_runner, serve  # noqa: E402
+from nmtkit.serve.app import make_app, make_runner, serve  # noqa: E402
 from nmtkit.serve.batcher import Batcher, ClientGone  # noqa: E402
+from nmtkit.serve.config import ServeConfig  # noqa: E402
 from nmtkit.serve.limits import Limits  # noqa: E402
 from tests.translate_fixtures import make_checkpoint  # noqa: E402
 

@@ -15,14 +15,16 @@ import pytest
 import torch
 
 from nmtkit.checkpoint import load_checkpoint
+from nmtkit.models.presets import ModelOverrides
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.run import run_training
-from tests.train_fixtures import TINY_MODEL, tiny_options
+from tests.train_fixtures import TINY_MODEL, tiny_config, tiny_options
 
 REPO = Path(__file__).resolve().parent.parent
 NO_CUDA = "CUDA is not available: these tests need an NVIDIA GPU and a CUDA build of torch (make test-gpu)"
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)]
 MODEL = dict(TINY_MODEL, dropout=0.0)
+OVERRIDES = ModelOverrides(**MODEL)
 TINY_CLI = ["--arch", "rnnsearch", "--emb-dim", "16", "--enc-hidden", "16", "--dec-hidden", "24",
             "--att-hidden", "16", "--maxout", "8", "--dropout", "0", "--optimizer", "adam", "--lr", "0.01",
             "--batch-size", "16", "--threads", "1", "--device", "cuda", "--valid-bleu-samples", "0"]
@@ -42,7 +44,7 @@ def _context(data_dir, run_dir, **changes):
 
     data = DataDir.open(data_dir)
     arch, mcfg = resolve_model("rnnsearch", None, MODEL, len(data.src_vocab), len(data.tgt_vocab))
-    cfg = TrainConfig.from_dict(tiny_options(valid_bleu_samples=0, **changes))
+    cfg = tiny_config(valid_bleu_samples=0, **changes)
     return TrainContext(cfg, data, run_dir, arch, mcfg)
 
 
@@ -77,8 +79,8 @@ def test_graph_captured_steps_equal_eager_steps(data_dir, tmp_path):
     if "cuda_graphs" not in {f.name for f in dataclasses.fields(TrainConfig)}:
         pytest.skip("no CUDA-graph path: TrainConfig has no cuda_graphs field (--cuda-graphs) yet")
     opts = tiny_options(device="cuda", max_updates=12, valid_every=6, save_every=6, valid_bleu_samples=0)
-    run_training(data_dir, tmp_path / "eager", dict(opts, cuda_graphs=False), MODEL)
-    run_training(data_dir, tmp_path / "graphs", dict(opts, cuda_graphs=True), MODEL)
+    run_training(data_dir, tmp_path / "eager", opts.replace(cuda_graphs=False), OVERRIDES)
+    run_training(data_dir, tmp_path / "graphs", opts.replace(cuda_graphs=True), OVERRIDES)
     a = load_checkpoint(tmp_path / "eager" / "checkpoint_last.pt")["model_state"]
     b = load_checkpoint(tmp_path / "graphs" / "checkpoint_last.pt")["model_state"]
     for name, tensor in a.items():
@@ -92,9 +94,9 @@ def resume_runs_child(data_dir: str, out: str) -> None:
     opts = tiny_options(device="cuda", max_updates=12, valid_every=4, save_every=4, lr=0.02,
                         lr_schedule="plateau", warmup_updates=3, valid_bleu_samples=0)
     out_dir = Path(out)
-    run_training(data_dir, out_dir / "full", opts, MODEL)
-    run_training(data_dir, out_dir / "half", dict(opts, max_updates=6), MODEL)
-    run_training(data_dir, out_dir / "half", opts, MODEL, resume=True)
+    run_training(data_dir, out_dir / "full", opts, OVERRIDES)
+    run_training(data_dir, out_dir / "half", opts.replace(max_updates=6), OVERRIDES)
+    run_training(data_dir, out_dir / "half", opts, OVERRIDES, resume=True)
 
 
 def test_resume_on_cuda_equals_the_uninterrupted_run(data_dir, tmp_path):

@@ -31,7 +31,7 @@ def _dry_run(folder: Path, *args: str) -> str:
     ("data", ["curl", "training-parallel-europarl-v7.tgz", "training-giga-fren.tar", "verify_checksum.py",
               "sacrebleu -t wmt14/full"]),
     ("tok", ["nmtkit tokenize", "--lang en", "--lang fr"]),
-    ("select", ["nmtkit select-data", "--words 348000000", "--in-domain work/tok/news"]),
+    ("select", ["nmtkit select-data", "--words 348000000", "--in-domain work/tok/news", "--output-prefix"]),
     ("prep-30", ["nmtkit preprocess", "--src-vocab-size 30000", "--max-len 30"]),
     ("prep-50", ["--max-len 50"]),
     ("prep-bpe", ["--bpe 30000"]),

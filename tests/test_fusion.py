@@ -99,7 +99,7 @@ def test_fused_beam_search_finds_the_eager_hypotheses():
 def test_translate_and_serve_refuse_an_unknown_fuse_mode():
     from nmtkit.translate import TranslateConfig
 
-    with pytest.raises(ConfigError, match="--fuse is auto, on or off"):
+    with pytest.raises(ConfigError, match="--fuse must be one of auto, on, off"):
         TranslateConfig(models=("m.pt",), fuse="sometimes").validate()
 
 
@@ -135,7 +135,13 @@ def test_fused_training_over_every_shape_case_stays_within_the_graph_bound(tmp_p
     import torch._dynamo
 
     from nmtkit.train.run import run_training
-    from tests.train_fixtures import TINY_MODEL, make_data_dir, make_varied_pairs, records, tiny_options
+    from tests.train_fixtures import (
+        TINY_OVERRIDES,
+        make_data_dir,
+        make_varied_pairs,
+        records,
+        tiny_options,
+    )
 
     torch._dynamo.reset()  # count this run's graphs only
     pairs = {"train": make_varied_pairs(200, 1, n_long=3), "valid": make_varied_pairs(13, 2)}
@@ -143,7 +149,7 @@ def test_fused_training_over_every_shape_case_stays_within_the_graph_bound(tmp_p
     opts = tiny_options(max_updates=200, valid_every=50, save_every=1000, log_every=50, max_tokens=40,
                         batch_size=None, loss_chunk_tokens=24, fuse="on", max_len=30, valid_bleu_samples=13,
                         valid_batch_size=4, valid_beam=2)
-    result = run_training(data, tmp_path / "run", opts, TINY_MODEL)
+    result = run_training(data, tmp_path / "run", opts, TINY_OVERRIDES)
     assert result.update == 200
     assert [r["update"] for r in records(tmp_path / "run", "valid")] == [50, 100, 150, 200]
     graphs = {body.__qualname__: fusion.graphs_compiled(body) for body in fusion.compiled_bodies()}

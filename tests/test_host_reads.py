@@ -9,19 +9,18 @@ from nmtkit.decode import search
 from nmtkit.devtools.launches import HostReads
 from nmtkit.text.vocab import UNK_ID
 from tests.model_helpers import random_sources
-from tests.train_fixtures import TINY_MODEL, tiny_options
+from tests.train_fixtures import TINY_MODEL, tiny_config
 from tests.translate_fixtures import tiny_model
 
 
 def _context(data_dir, run_dir, **changes):
-    from nmtkit.train.config import TrainConfig
     from nmtkit.train.context import TrainContext
     from nmtkit.train.data import DataDir
     from nmtkit.train.run import resolve_model
 
     data = DataDir.open(data_dir)
     arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
-    return TrainContext(TrainConfig.from_dict(tiny_options(valid_bleu_samples=0, **changes)), data, run_dir, arch, mcfg)
+    return TrainContext(tiny_config(valid_bleu_samples=0, **changes), data, run_dir, arch, mcfg)
 
 
 @pytest.mark.parametrize("update_freq", [1, 3])

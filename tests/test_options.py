@@ -14,25 +14,28 @@ from nmtkit.options import cli_default, cli_names, help_text, option_fields, res
 from nmtkit.preprocess.config import PreprocessConfig
 from nmtkit.score.run import ScoreOptions
 from nmtkit.select.config import SelectConfig
+from nmtkit.serve.config import ServeConfig
+from nmtkit.serve.limits import Limits
 from nmtkit.text.tokenize import TokenizeConfig
 from nmtkit.train.config import TrainConfig
+from nmtkit.translate.config import DecodeConfig, TranslateConfig
 
 # command -> (config classes its options are generated from, whether every default is "not given")
 CONVERTED = {"train": ((TrainConfig, ModelOverrides), True), "score": ((ScoreOptions,), False),
              "preprocess": ((PreprocessConfig,), False), "select-data": ((SelectConfig,), False),
-             "tokenize": ((TokenizeConfig,), False), "average": ((AverageConfig,), False)}
-# commands whose options are still written by hand in nmtkit/cli/
-NOT_YET_CONVERTED = {"translate", "serve"}
+             "tokenize": ((TokenizeConfig,), False), "average": ((AverageConfig,), False),
+             "translate": ((TranslateConfig,), False), "serve": ((DecodeConfig, Limits, ServeConfig), False)}
 
 
 # the options of converted commands that are not config fields: where the run goes, and how loud it is
-COMMAND_OPTIONS = {"train": {"data_dir", "save_dir", "resume", "force", "quiet"}, "score": set(),
-                   "preprocess": {"quiet"}, "select-data": {"quiet"}, "tokenize": {"quiet"}, "average": {"quiet"}}
+COMMAND_OPTIONS = {"train": {"data_dir", "save_dir", "resume", "force", "quiet"}, "score": {"quiet"},
+                   "preprocess": {"quiet"}, "select-data": {"quiet"}, "tokenize": {"quiet"}, "average": {"quiet"},
+                   "translate": {"input_path", "output_path", "alignments_file", "force", "interactive", "quiet"},
+                   "serve": set()}
 
 
-def test_every_command_is_listed_as_converted_or_not():
-    assert set(cli.commands) == set(CONVERTED) | NOT_YET_CONVERTED
-    assert not set(CONVERTED) & NOT_YET_CONVERTED
+def test_every_command_generates_its_options_from_config_classes():
+    assert set(cli.commands) == set(CONVERTED)
 
 
 @pytest.mark.parametrize("command", sorted(CONVERTED))
@@ -117,3 +120,90 @@ def test_a_converted_option_takes_its_text_form():
     assert "Invalid value" not in res.output
     param = next(p for p in cli.commands["train"].params if p.name == "max_time")
     assert param.type_cast_value(click.Context(cli.commands["train"]), "90m") == "90m"
+
+
+def test_translate_and_serve_share_one_declaration_of_each_decode_option():
+    """Both commands' decode options come from DecodeConfig: same names, help, default, choices.
+    --beam is two fields: translate's beam width, serve's request limit (Limits.max_beam)."""
+    translate, serve = ({p.name: p for p in cli.commands[c].params if isinstance(p, click.Option)}
+                        for c in ("translate", "serve"))
+    shared = [f.name for f, _ in option_fields(DecodeConfig)]
+    assert {"lenpen", "max_len_a", "max_len_b", "batch_size", "max_tokens", "max_src_len", "device", "precision",
+            "fuse", "shortlist", "threads", "models", "ensemble"} <= set(shared)
+    for name in shared:
+        a, b = translate[name], serve[name]
+        assert (a.opts, a.help, a.default, a.type.name) == (b.opts, b.help, b.default, b.type.name)
+        assert getattr(a.type, "choices", None) == getattr(b.type, "choices", None)
+    assert set(translate["beam"].opts) == set(serve["max_beam"].opts) == {"-k", "--beam"}
+    assert (translate["beam"].default, serve["max_beam"].default) == (12, 5)
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: TranslateConfig(models=("m.pt",), beam=0), "--beam must be at least 1, got 0"),
+    (lambda: TranslateConfig(models=("m.pt",), precision="fp8"), "--precision must be one of fp32, bf16, fp16, auto"),
+    (lambda: TranslateConfig(models=("m.pt",), output_format="xml"), "--output-format must be one of raw, tok, bpe"),
+    (lambda: TranslateConfig(models=("m.pt",), max_len_a=-1.0), "--max-len-a must be >= 0, got -1.0"),
+    (lambda: TranslateConfig(models=("m.pt",), device="gpu"), "--device must be auto, cpu, cuda or cuda:N"),
+    (lambda: TranslateConfig(models=("m.pt",), lenpen=float("inf")), "--lenpen must be a finite number, got inf"),
+    (lambda: TranslateConfig(models=()), "no model given (-m CHECKPOINT)"),
+    (lambda: Limits(max_lines=0), "--max-lines must be at least 1, got 0"),
+    (lambda: Limits(max_beam=0), "--beam must be at least 1, got 0"),
+    (lambda: Limits(max_beam="3"), "--beam must be an integer, got '3'"),  # the option's name, not the field's
+    (lambda: ServeConfig(port=70000), "--port must be in [0, 65535], got 70000"),
+    (lambda: ServeConfig(body_timeout=0.0), "--body-timeout must be > 0 seconds, got 0.0"),
+])
+def test_translate_and_serve_values_are_checked_when_their_config_is_built(build, message):
+    with pytest.raises(ConfigError) as err:
+        build()
+    assert str(err.value).startswith(message)
+
+
+@pytest.fixture
+def validations(monkeypatch):
+    """How many times each config of translate and serve was validated (check_fields calls)."""
+    from collections import Counter
+
+    import nmtkit.serve.config
+    import nmtkit.serve.limits
+    import nmtkit.translate.config
+    from nmtkit.options import check_fields
+
+    counts: Counter = Counter()
+
+    def counted(config):
+        counts[type(config).__name__] += 1
+        check_fields(config)
+
+    for module in (nmtkit.translate.config, nmtkit.serve.config, nmtkit.serve.limits):
+        monkeypatch.setattr(module, "check_fields", counted)
+    return counts
+
+
+def test_a_translate_run_validates_its_config_once(tmp_path, validations):
+    from click.testing import CliRunner
+
+    from tests.translate_fixtures import make_checkpoint
+
+    ckpt = str(make_checkpoint(tmp_path / "m.pt", seed=1))
+    res = CliRunner().invoke(cli, ["translate", "-m", ckpt, "--beam", "2", "--max-len-b", "2"], input="the cat\n")
+    assert res.exit_code == 0, res.output
+    assert validations == {"TranslateConfig": 1}
+
+
+def test_a_serve_run_validates_each_config_once(tmp_path, validations, monkeypatch):
+    from click.testing import CliRunner
+
+    import nmtkit.serve.app
+    from tests.translate_fixtures import make_checkpoint
+
+    served = []
+
+    async def no_server(translator, config, announce, log_line=None):
+        served.append((translator.config.beam, config.limits.max_beam, config.port))
+
+    monkeypatch.setattr(nmtkit.serve.app, "serve", no_server)
+    ckpt = str(make_checkpoint(tmp_path / "m.pt", seed=1))
+    res = CliRunner().invoke(cli, ["serve", "-m", ckpt, "--beam", "3", "--port", "0", "--max-len-b", "2"])
+    assert res.exit_code == 0, res.output
+    assert served == [(3, 3, 0)]
+    assert validations == {"TranslateConfig": 1, "ServeConfig": 1, "Limits": 1}

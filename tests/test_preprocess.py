@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from nmtkit.cli import cli
 from nmtkit.data.binarized import ParallelData
+from nmtkit.data.manifest import MANIFEST_VERSION
 from nmtkit.errors import ConfigError, InputError, OutputExistsError
 from nmtkit.preprocess import PreprocessConfig, preprocess
 from nmtkit.text.pipeline import TextPipeline
@@ -180,7 +181,7 @@ def test_manifest_records_settings_checksums_counts_and_vocab_sizes(corpus):
     cfg = _config(corpus, dest, truecase=True)
     preprocess(cfg)
     m = json.loads((dest / "manifest.json").read_text(encoding="utf-8"))
-    assert m["format_version"] == 1 and (m["src_lang"], m["tgt_lang"]) == ("en", "fr")
+    assert m["format_version"] == MANIFEST_VERSION and (m["src_lang"], m["tgt_lang"]) == ("en", "fr")
     for field in ("train", "valid", "test", "max_len", "max_ratio", "dedup", "bpe", "bpe_separate",
                   "bpe_vocab_threshold", "lowercase", "truecase", "aggressive_dash_splits", "workers",
                   "src_vocab_size", "tgt_vocab_size", "input_format"):
@@ -205,6 +206,9 @@ def test_manifest_records_settings_checksums_counts_and_vocab_sizes(corpus):
         assert s["src_tokens"] == int(data.src.lengths.sum()) and s["tgt_tokens"] == int(data.tgt.lengths.sum())
         assert s["unk_rate"]["src"] == pytest.approx(s["unk_tokens"]["src"] / s["src_tokens"])
         assert s["src_words"] <= s["src_tokens"]
+        for side, text in (("src", data.src), ("tgt", data.tgt)):  # each sentence's words, as --max-len counts
+            assert s[f"{side}_words"] == int(text.word_lengths.sum())
+            assert (text.word_lengths <= text.lengths).all()
 
 
 def test_word_vocabulary_keeps_the_most_frequent_words_and_counts_unks(corpus):
@@ -430,16 +434,18 @@ def test_split_writer_streams_across_block_boundaries_into_the_binarized_format(
     rng = np.random.default_rng(0)
     w = SplitWriter(tmp_path, tmp_path, "train", "en")
     w.BLOCK = 3  # force many blocks
-    sents = []
+    sents, words = [], []
     for _ in range(9):
         lens = rng.integers(0, 6, size=5)
         ids = [rng.integers(0, 1000, size=int(n)).astype(np.int32) for n in lens]
         sents += ids
-        w.add(np.concatenate(ids), lens)
+        words += [max(0, int(n) - 1) for n in lens]
+        w.add(np.concatenate(ids), lens, np.asarray(words[-5:]))
     w.close()
     text = BinarizedText(tmp_path, "train", "en")
     assert len(text) == len(sents)
     assert all(np.array_equal(text[k], s) for k, s in enumerate(sents))
+    assert text.word_lengths.tolist() == words
     assert not list(tmp_path.glob("*.raw"))
 
 

@@ -139,7 +139,7 @@ def test_sampling_draws_from_the_whole_vocabulary_even_with_a_lexicon(ckpt, tmp_
 @pytest.mark.parametrize("kw,needle", [
     (dict(temperature=0.0), "--temperature must be > 0"),
     (dict(temperature=-1.0), "--temperature must be > 0"),
-    (dict(temperature=math.nan), "--temperature must be > 0"),
+    (dict(temperature=math.nan), "--temperature must be a finite number"),
     (dict(sampling_topk=-1), "--sampling-topk"),
     (dict(seed=-1), "--seed"),
     (dict(nbest=2, beam=2), "--nbest must be 1"),

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from nmtkit import score as S
 from nmtkit.cli import cli, main
+from nmtkit.data.manifest import new_manifest
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.text.moses import tokenize as moses_tokenize
 from nmtkit.text.pipeline import TextPipeline
@@ -318,10 +319,9 @@ def test_no_unk_subset_keeps_only_fully_covered_sentences():
 def no_unk_files(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
-    manifest = {"format_version": 1, "src_lang": "en", "tgt_lang": "fr",
-                "pipeline": TextPipeline("en", "fr").to_dict(),
-                "vocab": {"src": write_vocab(data / "vocab.en.txt", SRC_VOCAB),
-                          "tgt": write_vocab(data / "vocab.fr.txt", TGT_VOCAB)}}
+    manifest = new_manifest("en", "fr", {"src": write_vocab(data / "vocab.en.txt", SRC_VOCAB),
+                                         "tgt": write_vocab(data / "vocab.fr.txt", TGT_VOCAB)},
+                            pipeline=TextPipeline("en", "fr").to_dict())
     (data / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     return {"data": str(data), "src": write(tmp_path / "src.en", NU_SRC), "ref": write(tmp_path / "ref.fr", NU_REF),
             "hyp": write(tmp_path / "hyp.fr", NU_HYP)}

@@ -62,8 +62,9 @@ def run(argv, capsys, quiet: bool = True) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-def _base(d: Path, dest="sel"):
-    return ["--in-domain", str(d / "in"), "--pool", str(d / "pool"), "--dest", str(d / dest), "--workers", "1"]
+def _base(d: Path, prefix="sel"):
+    return ["--in-domain", str(d / "in"), "--pool", str(d / "pool"), "--output-prefix", str(d / prefix), "--workers",
+            "1"]
 
 
 def _scores(path) -> dict[str, np.ndarray]:
@@ -71,8 +72,8 @@ def _scores(path) -> dict[str, np.ndarray]:
     return {name: np.array([float(r[i]) for r in rows[1:]]) for i, name in enumerate(rows[0])}
 
 
-def _outputs(d: Path, dest="sel"):
-    return sorted(p.name for p in d.iterdir() if p.name.startswith(dest + "."))
+def _outputs(d: Path, prefix="sel"):
+    return sorted(p.name for p in d.iterdir() if p.name.startswith(prefix + "."))
 
 
 def test_bilingual_selection_finds_the_planted_domain(corpus, capsys):
@@ -143,7 +144,7 @@ def test_gzipped_inputs_read_like_plain_ones(corpus, capsys):
     _write(gzd / "pool", pool, gz=True)
     argv = _base(d, "plain") + ["--lines", "25"]
     assert run(argv, capsys)[0] == 0
-    argv = ["--in-domain", str(d / "in"), "--pool", str(gzd / "pool"), "--dest", str(d / "gzsel"), "--lines", "25"]
+    argv = ["--in-domain", str(d / "in"), "--pool", str(gzd / "pool"), "--output-prefix", str(d / "gzsel"), "--lines", "25"]
     assert run(argv, capsys)[0] == 0
     assert (d / "plain.scores.tsv").read_bytes() == (d / "gzsel.scores.tsv").read_bytes()
     assert (d / "plain.fr").read_bytes() == (d / "gzsel.fr").read_bytes()
@@ -154,7 +155,7 @@ def test_several_pool_prefixes_are_concatenated_and_counted_per_part(corpus, cap
     _write(d / "p1", pool[:120])
     _write(d / "p2", pool[120:])
     argv = ["--in-domain", str(d / "in"), "--pool", str(d / "p1"), "--pool", str(d / "p2"),
-            "--dest", str(d / "parts"), "--lines", "50"]
+            "--output-prefix", str(d / "parts"), "--lines", "50"]
     assert run(argv, capsys)[0] == 0
     assert run(_base(d) + ["--lines", "50"], capsys)[0] == 0
     assert (d / "parts.en").read_bytes() == (d / "sel.en").read_bytes()
@@ -173,7 +174,7 @@ def test_pretokenised_input_scores_like_raw_input(corpus, capsys):
             lines = Path(f"{d / name}.{lang}").read_text(encoding="utf-8").splitlines()
             Path(f"{tok / name}.{lang}").write_text("".join(" ".join(tokenize(x, lang)) + "\n" for x in lines))
     assert run(_base(d) + ["--lines", "30"], capsys)[0] == 0
-    argv = ["--in-domain", str(tok / "in"), "--pool", str(tok / "pool"), "--dest", str(d / "toksel"),
+    argv = ["--in-domain", str(tok / "in"), "--pool", str(tok / "pool"), "--output-prefix", str(d / "toksel"),
             "--lines", "30", "--input-format", "tok"]
     assert run(argv, capsys)[0] == 0
     a, b = _scores(d / "sel.scores.tsv"), _scores(d / "toksel.scores.tsv")
@@ -312,7 +313,7 @@ def test_existing_destination_is_refused_unless_forced(corpus, capsys):
 
 def test_missing_files_are_named(corpus, capsys):
     d, _, _ = corpus
-    argv = ["--in-domain", str(d / "in"), "--pool", str(d / "nope"), "--dest", str(d / "sel"), "--lines", "5"]
+    argv = ["--in-domain", str(d / "in"), "--pool", str(d / "nope"), "--output-prefix", str(d / "sel"), "--lines", "5"]
     code, err = run(argv, capsys)
     _assert_clean_failure(code, err, d, "nope.en", "no such file")
 
@@ -345,7 +346,7 @@ def test_selection_recovers_multi30k_planted_in_a_real_pool(shared_data, tmp_pat
     """Pool = Tatoeba + giga-fren + Multi30k train; in-domain = Multi30k val; select 29,000 pairs."""
     parts = [shared_data / "tatoeba-eng-fra" / "train", shared_data / "giga-fren-sample" / "train",
              shared_data / "multi30k-en-fr" / "train"]
-    argv = ["--in-domain", str(shared_data / "multi30k-en-fr" / "val"), "--dest", str(tmp_path / "sel"),
+    argv = ["--in-domain", str(shared_data / "multi30k-en-fr" / "val"), "--output-prefix", str(tmp_path / "sel"),
             "--lines", "29000", "--workers", "2", "--input-format", "raw"]
     for p in parts:
         argv += ["--pool", str(p)]

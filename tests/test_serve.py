@@ -16,7 +16,8 @@ pytest.importorskip("aiohttp")
 
 from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 
-from nmtkit.serve.app import ServeConfig, make_app  # noqa: E402
+from nmtkit.serve.app import make_app  # noqa: E402
+from nmtkit.serve.config import ServeConfig  # noqa: E402
 from nmtkit.serve.limits import Limits  # noqa: E402
 from tests.translate_fixtures import make_checkpoint  # noqa: E402
 
@@ -249,3 +250,26 @@ def test_a_decoder_failure_is_a_json_500_and_the_server_keeps_serving(translator
     (s1, t1), (s2, t2) = serve(translator, body)
     assert s1 == 500 and json.loads(t1) == {"error": "internal error: RuntimeError: out of memory"}
     assert s2 == 200 and json.loads(t2)["translations"][0]["text"] == expected(ckpt, ["cat"])[0]
+
+
+def test_the_accepted_host_names_are_built_once_per_server_not_per_request(translator, monkeypatch):
+    from nmtkit.serve import app as app_module
+
+    built = []
+    original = app_module.AllowedHosts.of
+
+    def counted(config):
+        built.append(config.host)
+        return original(config)
+
+    monkeypatch.setattr(app_module.AllowedHosts, "of", counted)
+
+    async def body(client):
+        return [(await client.get("/health", headers={"Host": name})).status
+                for name in ("127.0.0.1", "localhost", "mt.example.org", "evil.example")]
+
+    config = ServeConfig(host="[::1]", allow_hosts=("MT.example.org",))
+    assert serve(translator, body, config) == [200, 200, 200, 403]
+    assert built == ["[::1]"]
+    allowed = original(config)
+    assert allowed.hosts == {"localhost", "::1", "mt.example.org"} and allowed.origins == {"mt.example.org"}

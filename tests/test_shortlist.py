@@ -96,10 +96,10 @@ def test_trained_checkpoints_carry_a_lexicon_that_translate_uses_unless_told_off
     from nmtkit.checkpoint import load_checkpoint
     from nmtkit.train.run import run_training
     from nmtkit.translate import TranslateConfig, Translator
-    from tests.train_fixtures import TINY_MODEL, tiny_options
+    from tests.train_fixtures import TINY_OVERRIDES, tiny_options
 
     run = tmp_path / "run"
-    run_training(data_dir, run, tiny_options(max_updates=3, valid_every=100), TINY_MODEL)
+    run_training(data_dir, run, tiny_options(max_updates=3, valid_every=100), TINY_OVERRIDES)
     ckpt = load_checkpoint(run / "checkpoint_best.pt")
     assert ckpt["lexicon"].shape == (len(ckpt["src_vocab"]), 20) and ckpt["lexicon"].dtype == torch.int32
     calls = []
@@ -123,7 +123,7 @@ def test_an_unknown_shortlist_mode_is_refused_on_the_command_line_and_in_the_con
     from nmtkit.errors import ConfigError
     from nmtkit.translate import TranslateConfig
 
-    with pytest.raises(ConfigError, match="--shortlist is auto or off"):
+    with pytest.raises(ConfigError, match="--shortlist must be one of auto, off"):
         TranslateConfig(models=("m.pt",), shortlist="sometimes").validate()
     for cmd in ("translate", "serve"):
         res = CliRunner().invoke(cli, [cmd, "-m", str(tmp_path / "m.pt"), "--shortlist", "sometimes"])

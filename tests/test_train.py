@@ -10,13 +10,13 @@ from nmtkit.checkpoint import load_checkpoint, load_model
 from nmtkit.errors import ConfigError, OutputExistsError
 from nmtkit.train.config import TrainConfig, parse_duration
 from nmtkit.train.run import run_training
-from tests.train_fixtures import TINY_MODEL, tiny_options
+from tests.train_fixtures import TINY_MODEL, TINY_OVERRIDES, tiny_config, tiny_options
 from tests.train_fixtures import records as _records
 
 
 def test_dev_loss_decreases_on_tiny_data(data_dir, tmp_path):
     run = tmp_path / "run"
-    res = run_training(data_dir, run, tiny_options(max_updates=60, valid_every=20, lr=0.03), TINY_MODEL)
+    res = run_training(data_dir, run, tiny_options(max_updates=60, valid_every=20, lr=0.03), TINY_OVERRIDES)
     assert res.reason == "max-updates" and res.update == 60
     valid = _records(run, "valid")
     assert len(valid) == 3
@@ -30,7 +30,7 @@ def test_dev_loss_decreases_on_tiny_data(data_dir, tmp_path):
 
 def test_checkpoint_is_self_contained_and_loads_with_weights_only(data_dir, tmp_path):
     run = tmp_path / "run"
-    run_training(data_dir, run, tiny_options(max_updates=10, valid_every=5), TINY_MODEL)
+    run_training(data_dir, run, tiny_options(max_updates=10, valid_every=5), TINY_OVERRIDES)
     for name in ("checkpoint_last.pt", "checkpoint_best.pt"):
         ckpt = torch.load(run / name, map_location="cpu", weights_only=True)
         assert ckpt["arch"] == "rnnsearch"
@@ -52,14 +52,14 @@ def test_checkpoint_is_self_contained_and_loads_with_weights_only(data_dir, tmp_
 
 def test_max_time_stops_the_run(data_dir, tmp_path):
     res = run_training(data_dir, tmp_path / "run", tiny_options(max_updates=None, max_time=0.5, valid_every=1000,
-                                                                valid_bleu_samples=0), TINY_MODEL)
+                                                                valid_bleu_samples=0), TINY_OVERRIDES)
     assert res.reason == "max-time" and res.update > 0
 
 
 def test_token_budget_batches_and_bf16_on_cpu(data_dir, tmp_path):
     run = tmp_path / "run"
     res = run_training(data_dir, run, tiny_options(max_updates=6, batch_size=None, max_tokens=60, valid_every=3,
-                                                   precision="bf16", valid_bleu_samples=4), TINY_MODEL)
+                                                   precision="bf16", valid_bleu_samples=4), TINY_OVERRIDES)
     assert res.update == 6
     assert load_checkpoint(run / "checkpoint_last.pt")["train_config"]["max_tokens"] == 60
     assert all(math.isfinite(r["loss"]) for r in _records(run, "valid"))
@@ -75,7 +75,29 @@ def test_token_budget_batches_and_bf16_on_cpu(data_dir, tmp_path):
 ])
 def test_inconsistent_train_config_is_rejected(changes, match):
     with pytest.raises(ConfigError, match=match):
-        TrainConfig.from_dict(dict(tiny_options(), **changes))
+        tiny_config(**changes)
+
+
+def test_train_options_are_train_config_fields_each_unset_until_given_and_checked_alike():
+    import dataclasses
+
+    from nmtkit.train.config import TrainOptions
+
+    assert [f.name for f in dataclasses.fields(TrainOptions)] == [f.name for f in dataclasses.fields(TrainConfig)]
+    assert TrainOptions().given() == {}
+    assert TrainOptions(lr=0.5).replace(max_updates=3).given() == {"lr": 0.5, "max_updates": 3}
+    for changes in (dict(max_updates=0), dict(optimizer="rmsprop"), dict(lr=float("nan"))):
+        with pytest.raises(ConfigError) as given:
+            TrainOptions(**changes)
+        with pytest.raises(ConfigError) as full:
+            tiny_config(**changes)
+        assert str(given.value) == str(full.value)
+
+
+def test_run_training_takes_typed_options_not_a_dict(data_dir, tmp_path):
+    with pytest.raises(TypeError, match="TrainOptions"):
+        run_training(data_dir, tmp_path / "run", dict(max_updates=1))
+    assert not (tmp_path / "run").exists()
 
 
 def test_parse_duration():
@@ -87,7 +109,7 @@ def test_parse_duration():
 
 def test_a_budget_stop_between_validations_still_leaves_a_best_checkpoint(data_dir, tmp_path):
     run = tmp_path / "run"
-    res = run_training(data_dir, run, tiny_options(max_updates=7, valid_every=100), TINY_MODEL)
+    res = run_training(data_dir, run, tiny_options(max_updates=7, valid_every=100), TINY_OVERRIDES)
     assert res.reason == "max-updates" and res.update == 7
     valid = _records(run, "valid")
     assert [(v["update"], v["final"]) for v in valid] == [(7, True)]
@@ -102,7 +124,7 @@ def test_keep_every_keeps_the_model_at_those_updates_and_force_clears_them(data_
     each the model as it was then; a run directory holding only those refuses a new run without
     --force, and --force removes them."""
     run = tmp_path / "run"
-    run_training(data_dir, run, tiny_options(max_updates=9, valid_every=100, keep_every=4), TINY_MODEL)
+    run_training(data_dir, run, tiny_options(max_updates=9, valid_every=100, keep_every=4), TINY_OVERRIDES)
     kept = sorted(p.name for p in run.glob("checkpoint_*.pt"))
     assert kept == ["checkpoint_4.pt", "checkpoint_8.pt", "checkpoint_best.pt", "checkpoint_last.pt"]
     c4, c8 = load_checkpoint(run / "checkpoint_4.pt"), load_checkpoint(run / "checkpoint_8.pt")
@@ -112,14 +134,14 @@ def test_keep_every_keeps_the_model_at_those_updates_and_force_clears_them(data_
     for name in ("checkpoint_last.pt", "checkpoint_best.pt"):
         (run / name).unlink()
     with pytest.raises(OutputExistsError, match="checkpoint_4.pt"):
-        run_training(data_dir, run, tiny_options(max_updates=2, valid_every=100), TINY_MODEL)
-    run_training(data_dir, run, tiny_options(max_updates=2, valid_every=100), TINY_MODEL, force=True)
+        run_training(data_dir, run, tiny_options(max_updates=2, valid_every=100), TINY_OVERRIDES)
+    run_training(data_dir, run, tiny_options(max_updates=2, valid_every=100), TINY_OVERRIDES, force=True)
     assert not (run / "checkpoint_4.pt").exists() and not (run / "checkpoint_8.pt").exists()
 
 
 def test_negative_keep_every_is_refused():
     with pytest.raises(ConfigError, match="--keep-every"):
-        TrainConfig.from_dict(dict(tiny_options(), keep_every=-1))
+        tiny_config(keep_every=-1)
 
 
 def test_a_failing_validation_loses_no_update_before_it(data_dir, tmp_path, monkeypatch):
@@ -129,7 +151,7 @@ def test_a_failing_validation_loses_no_update_before_it(data_dir, tmp_path, monk
     import nmtkit.train.validate as validate_mod
 
     opts = tiny_options(max_updates=20, valid_every=10, save_every=20, lr_schedule="plateau", lr_patience=0)
-    run_training(data_dir, tmp_path / "full", opts, TINY_MODEL)
+    run_training(data_dir, tmp_path / "full", opts, TINY_OVERRIDES)
 
     real = validate_mod.dev_loss
 
@@ -138,10 +160,10 @@ def test_a_failing_validation_loses_no_update_before_it(data_dir, tmp_path, monk
 
     monkeypatch.setattr(validate_mod, "dev_loss", broken)
     with pytest.raises(RuntimeError, match="validation broke"):
-        run_training(data_dir, tmp_path / "half", opts, TINY_MODEL)
+        run_training(data_dir, tmp_path / "half", opts, TINY_OVERRIDES)
     assert load_checkpoint(tmp_path / "half" / "checkpoint_last.pt")["trainer"]["update"] == 10
     monkeypatch.setattr(validate_mod, "dev_loss", real)
-    run_training(data_dir, tmp_path / "half", opts, TINY_MODEL, resume=True)
+    run_training(data_dir, tmp_path / "half", opts, TINY_OVERRIDES, resume=True)
     a = load_checkpoint(tmp_path / "full" / "checkpoint_last.pt")
     b = load_checkpoint(tmp_path / "half" / "checkpoint_last.pt")
     wall = ("elapsed",)
@@ -159,11 +181,11 @@ def test_a_module_dev_bleu_needs_but_lacks_stops_the_run_before_its_first_update
 
     monkeypatch.setitem(sys.modules, "sacrebleu", None)  # `import sacrebleu` now fails
     with pytest.raises(ConfigError, match="dev BLEU needs the module 'sacrebleu'.*--valid-bleu-samples 0"):
-        run_training(data_dir, tmp_path / "run", tiny_options(max_updates=20, valid_every=10), TINY_MODEL)
+        run_training(data_dir, tmp_path / "run", tiny_options(max_updates=20, valid_every=10), TINY_OVERRIDES)
     assert not (tmp_path / "run" / "checkpoint_last.pt").exists()
     # without dev BLEU the run does not need it
     res = run_training(data_dir, tmp_path / "run", tiny_options(max_updates=2, valid_every=10, valid_bleu_samples=0),
-                       TINY_MODEL)
+                       TINY_OVERRIDES)
     assert res.update == 2
 
 
@@ -176,10 +198,10 @@ def test_the_public_train_step_on_a_fresh_context_makes_the_loops_updates(data_d
     from nmtkit.train.step import train_step
 
     opts = tiny_options(max_updates=6, valid_every=100, valid_bleu_samples=0)
-    run_training(data_dir, tmp_path / "loop", opts, TINY_MODEL)
+    run_training(data_dir, tmp_path / "loop", opts, TINY_OVERRIDES)
     data = DataDir.open(data_dir)
     arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
-    ctx = TrainContext(TrainConfig.from_dict(opts), data, tmp_path / "step", arch, mcfg)
+    ctx = TrainContext(TrainConfig.from_dict(opts.given()), data, tmp_path / "step", arch, mcfg)
     try:
         plan = ctx.epoch_plan(1)
         assert len(plan) > 6
@@ -213,10 +235,32 @@ def test_callbacks_receive_typed_events_that_are_the_metrics_records(data_dir, t
 
     keep = Keep()
     run = tmp_path / "run"
-    run_training(data_dir, run, tiny_options(max_updates=10, valid_every=5, log_every=5), TINY_MODEL, callbacks=keep)
+    run_training(data_dir, run, tiny_options(max_updates=10, valid_every=5, log_every=5), TINY_OVERRIDES, callbacks=keep)
     start, *rest = keep.events
     assert isinstance(start, StartEvent) and (start.update, start.max_updates, start.dropped_pairs) == (0, 10, 0)
     assert [type(e) for e in rest] == [LogEvent, ValidationEvent] * 2
     assert rest[-1].update == 10 and rest[-1].bleu is not None and not rest[-1].final
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [e.record() for e in rest] == records
+
+
+@pytest.mark.slow  # the small preset's 4M parameters: 10-30 s on a shared 2-core machine
+def test_the_readme_training_snippet_runs_with_a_smaller_budget(tmp_path):
+    """The README's `run_training` example, on a tiny data directory at its path, with its
+    1000 updates cut to 2 (the only change)."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.train_fixtures import make_data_dir
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    [code] = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "run_training(" in b]
+    assert "max_updates=1000" in code
+    make_data_dir(tmp_path / "work" / "tatoeba", n_train=48, n_valid=8)
+    proc = subprocess.run([sys.executable, "-c", code.replace("max_updates=1000", "max_updates=2")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[0] == "2" and (tmp_path / "work" / "run-py" / "config.json").exists()
+

@@ -56,7 +56,8 @@ def _train(data_dir, run_dir, out_path, opts):
     torch.set_num_threads(1)
     data = DataDir.open(data_dir)
     arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
-    trainer = Trainer(TrainContext(TrainConfig.from_dict(opts), data, run_dir, arch, mcfg, dist_info=ddp.env_info()))
+    trainer = Trainer(TrainContext(TrainConfig.from_dict(opts.given()), data, run_dir, arch, mcfg,
+                                   dist_info=ddp.env_info()))
     try:
         result = trainer.train()
         torch.save({"state": trainer.ctx.model.state_dict(), "update": result.update}, out_path)
@@ -82,7 +83,7 @@ def test_two_gloo_ranks_stay_identical_and_match_a_single_process(tmp_path):
     assert r0["update"] == r1["update"] == UPDATES
     for name, t in r0["state"].items():
         assert torch.equal(t, r1["state"][name]), name
-    _train(data_dir, tmp_path / "run1", tmp_path / "single.pt", dict(opts, update_freq=2))
+    _train(data_dir, tmp_path / "run1", tmp_path / "single.pt", opts.replace(update_freq=2))
     single = torch.load(tmp_path / "single.pt", weights_only=True)
     for name, t in single["state"].items():
         assert torch.allclose(t, r0["state"][name], atol=1e-5, rtol=1e-4), name
@@ -90,7 +91,7 @@ def test_two_gloo_ranks_stay_identical_and_match_a_single_process(tmp_path):
     from nmtkit.models import build_model
 
     ckpt = torch.load(tmp_path / "run1" / "checkpoint_last.pt", weights_only=True)
-    torch.manual_seed(opts["seed"])
+    torch.manual_seed(opts.seed)
     init = build_model(ckpt["arch"], ckpt["model_config"]).state_dict()
     assert max(float((init[n] - t).abs().max()) for n, t in single["state"].items()) > 1e-3
     # rank 0 wrote the run directory, with validation records
@@ -113,11 +114,11 @@ def _one_update(data_dir, run_dir, batch_size, update_freq, halves):
     data = DataDir.open(data_dir)
     arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
     opts = tiny_options(optimizer="sgd", lr=1.0, sort_pool=240, valid_bleu_samples=0)
-    plan_80 = TrainContext(TrainConfig.from_dict(dict(opts, batch_size=80)), data, run_dir / "plan", arch, mcfg)
+    plan_80 = TrainContext(TrainConfig.from_dict(opts.replace(batch_size=80).given()), data, run_dir / "plan", arch, mcfg)
     batch = max(plan_80.epoch_plan(1), key=len)
     plan_80.close()
     assert len(batch) == 80
-    cfg = TrainConfig.from_dict(dict(opts, batch_size=batch_size, update_freq=update_freq))
+    cfg = TrainConfig.from_dict(opts.replace(batch_size=batch_size, update_freq=update_freq).given())
     ctx = TrainContext(cfg, data, run_dir, arch, mcfg, dist_info=ddp.env_info())
     try:
         assert train_step(ctx, [batch[:40], batch[40:]] if halves else [batch])
@@ -144,11 +145,12 @@ def test_update_freq_2_at_batch_40_and_two_gloo_ranks_at_40_each_equal_one_updat
 
 
 def _run_worker(rank, world, port, data_dir, run_dir, opts, resume):
+    from nmtkit.models.presets import ModelOverrides
     from nmtkit.train.run import run_training
 
     _as_rank(rank, world, port)
     torch.set_num_threads(1)
-    run_training(data_dir, run_dir, opts, dict(TINY_MODEL, dropout=0.2), resume=resume)
+    run_training(data_dir, run_dir, opts, ModelOverrides(**TINY_MODEL, dropout=0.2), resume=resume)
 
 
 def test_two_rank_run_resumed_halfway_equals_the_uninterrupted_two_rank_run(tmp_path):
@@ -158,7 +160,7 @@ def test_two_rank_run_resumed_halfway_equals_the_uninterrupted_two_rank_run(tmp_
     opts = tiny_options(max_updates=8, valid_every=4, save_every=4, valid_bleu_samples=0)
     full, half = tmp_path / "full", tmp_path / "half"
     _start_ranks(_run_worker, (2, _free_port(), data_dir, full, opts, False))
-    _start_ranks(_run_worker, (2, _free_port(), data_dir, half, dict(opts, max_updates=4), False))
+    _start_ranks(_run_worker, (2, _free_port(), data_dir, half, opts.replace(max_updates=4), False))
     _start_ranks(_run_worker, (2, _free_port(), data_dir, half, opts, True))
     a = torch.load(full / "checkpoint_last.pt", weights_only=True)
     b = torch.load(half / "checkpoint_last.pt", weights_only=True)

@@ -213,6 +213,41 @@ def test_ensemble_with_different_vocabularies_is_refused(ckpt, tmp_path):
         _translator([ckpt, str(other)])
 
 
+def test_a_loaded_bundle_holds_the_first_checkpoints_vocabularies_pipeline_and_models(ckpt, tmp_path):
+    from nmtkit.checkpoint import ModelBundle, load_bundle
+    from nmtkit.text.pipeline import TextPipeline
+    from nmtkit.text.vocab import Vocab
+
+    lexicon = torch.zeros((4, 2), dtype=torch.int32)
+    other = str(make_checkpoint(tmp_path / "other.pt", seed=2, lexicon=lexicon))
+    bundle = load_bundle([other, ckpt])
+    assert isinstance(bundle, ModelBundle) and bundle.paths == (other, ckpt) and len(bundle.models) == 2
+    assert isinstance(bundle.src_vocab, Vocab) and bundle.tgt_vocab.itos[-len(TGT_WORDS):] == TGT_WORDS
+    assert isinstance(bundle.pipeline, TextPipeline) and (bundle.src_lang, bundle.tgt_lang) == ("en", "fr")
+    assert bundle.arch == "rnnsearch" and bundle.trained_max_len == 50 and torch.equal(bundle.lexicon, lexicon)
+    assert not any(m.training for m in bundle.models)
+    assert load_bundle([ckpt]).lexicon is None  # a checkpoint without a lexicon
+    translator = _translator(ckpt)
+    assert translator.bundle.paths == (ckpt,) and translator.src_vocab is translator.bundle.src_vocab
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("pipeline", None, "checkpoint has no text pipeline"),
+    ("pipeline", {"no_such_setting": 1}, "cannot rebuild the text pipeline"),
+    ("tgt_vocab", None, "checkpoint has no usable vocabularies"),
+])
+def test_a_checkpoint_without_a_usable_pipeline_or_vocabulary_is_refused_naming_it(ckpt, tmp_path, field, value,
+                                                                                   needle):
+    from nmtkit.checkpoint import load_checkpoint, save_checkpoint
+
+    broken = dict(load_checkpoint(ckpt), **{field: value})
+    p = tmp_path / "broken.pt"
+    save_checkpoint(broken, p)
+    with pytest.raises(CheckpointError, match=needle) as err:
+        _translator(str(p))
+    assert str(p) in str(err.value)
+
+
 def test_checkpoint_of_another_format_version_is_refused(tmp_path):
     p = make_checkpoint(tmp_path / "v99.pt", format_version=CHECKPOINT_FORMAT + 98)
     with pytest.raises(CheckpointError, match="format version 99"):

@@ -11,10 +11,14 @@ from pathlib import Path
 import numpy as np
 
 from nmtkit.data.binarized import write_split
+from nmtkit.data.manifest import new_manifest
+from nmtkit.models.presets import ModelOverrides
 from nmtkit.text.vocab import SPECIALS, Vocab
+from nmtkit.train.config import TrainConfig, TrainOptions
 
 N_WORDS = 8
 TINY_MODEL = dict(emb_dim=16, enc_hidden=16, dec_hidden=24, att_hidden=16, maxout=8, init="default")
+TINY_OVERRIDES = ModelOverrides(**TINY_MODEL)  # the same sizes as `nmtkit train`'s options
 
 
 def make_pairs(n: int, seed: int, max_len: int = 6) -> list[tuple[list[int], list[int]]]:
@@ -62,19 +66,19 @@ def make_data_dir(path: Path, n_train: int = 240, n_valid: int = 24, max_len: in
         from nmtkit.text.pipeline import TextPipeline
 
         pipe = TextPipeline("en", "fr").to_dict()
-    manifest = {"format_version": 1, "src_lang": "en", "tgt_lang": "fr", "pipeline": pipe,
-                "vocab": {"src": "vocab.en.txt", "tgt": "vocab.fr.txt"}, "splits": splits, "settings": {}}
+    manifest = new_manifest("en", "fr", {"src": "vocab.en.txt", "tgt": "vocab.fr.txt"}, pipeline=pipe, splits=splits,
+                            settings={})
     (path / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     return path
 
 
-def tiny_options(**changes) -> dict:
+def tiny_options(**changes) -> TrainOptions:
     """Train options for a fast CPU run on the tiny data (explicit, so presets do not matter)."""
     opts = dict(arch="rnnsearch", optimizer="adam", lr=0.01, batch_size=16, sort_pool=64, max_len=20,
                 max_updates=20, valid_every=10, save_every=10, log_every=5, valid_bleu_samples=8,
                 threads=1, seed=3, device="cpu")
     opts.update(changes)
-    return opts
+    return TrainOptions(**opts)
 
 
 
@@ -82,3 +86,10 @@ def records(run: Path, kind: str) -> list[dict]:
     """The metrics.jsonl records of one kind ("train" or "valid") of a run directory."""
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
             if json.loads(line)["kind"] == kind]
+
+
+def tiny_config(**changes) -> TrainConfig:
+    """The TrainConfig of `tiny_options` with `changes` (None unsets a field), for the tests that
+    build a trainer themselves instead of through `run_training`."""
+    return TrainConfig.from_dict({**tiny_options().given(), **changes})
+

@@ -6,12 +6,12 @@ from typing import Any
 import click
 
 from nmtkit.average import AverageConfig
-from nmtkit.cli.common import config_options, config_values, progress_enabled, quiet_warnings
+from nmtkit.cli.common import config_options, config_values, progress_enabled, quiet_option, quiet_warnings
 
 
 @click.command("average")
 @config_options(AverageConfig)
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing on stderr (on a terminal, each checkpoint read is named).")
+@quiet_option("No summary on stderr, and on a terminal no line per checkpoint read")
 def average_cmd(quiet: bool, **options: Any) -> None:
     """Average the parameters of compatible checkpoints (same model, vocabularies, preprocessing).
 

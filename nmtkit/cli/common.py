@@ -1,5 +1,5 @@
 """Helpers shared by the subcommand modules (options generated from config classes, warnings and
-progress on stderr, the decoding options of translate and serve); worker counts live in nmtkit.devices."""
+progress on stderr); worker counts live in nmtkit.devices."""
 from __future__ import annotations
 
 import contextlib
@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator
 
 import click
 
-from nmtkit.devices import FUSE, available_cores
+from nmtkit.devices import available_cores
 from nmtkit.errors import ConfigError
 from nmtkit.options import OptionSpec, cli_default, cli_names, help_text, option_fields
 
@@ -85,23 +85,11 @@ def config_values(cls: type, options: dict[str, Any], given_only: bool = False) 
         out["workers"] = available_cores()
     return out
 
-# `nmtkit translate` and `nmtkit serve` decode alike: their --fuse and --shortlist are one option each
-fuse_option = click.option(
-    "--fuse", type=click.Choice(FUSE), default="auto", show_default=True,
-    help="Compile the decoding step into a few fused kernels (torch.compile; the first run compiles "
-         "for up to a minute, later runs reuse the cache). auto: on CUDA.")
 
-SHORTLIST_HELP = (
-    "auto: where the checkpoint holds a lexicon (nmtkit train stores one), score only a shortlist of "
-    "target words per batch, the 1,000 most frequent and the 20 likeliest translations of each source "
-    "word (Jean et al. 2015; nmtkit.decode.shortlist): beam search about 20% faster on a CPU, BLEU "
-    "unchanged on the benchmark's dev set; off: the whole vocabulary.")
-
-
-def shortlist_option(extra: str = ""):
-    """--shortlist auto|off, its help followed by `extra`."""
-    return click.option("--shortlist", type=click.Choice(["auto", "off"]), default="auto", show_default=True,
-                        help=SHORTLIST_HELP + extra)
+def quiet_option(silences: str) -> Callable:
+    """Every command's -q/--quiet flag; `silences` says what it keeps off stderr for this command
+    (never the data on stdout, never errors)."""
+    return click.option("--quiet", "-q", is_flag=True, help=f"{silences} (errors are still shown).")
 
 
 def progress_enabled(quiet: bool) -> bool:

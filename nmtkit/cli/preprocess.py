@@ -9,7 +9,14 @@ from typing import Any
 
 import click
 
-from nmtkit.cli.common import config_options, config_values, make_console, progress_enabled, quiet_warnings
+from nmtkit.cli.common import (
+    config_options,
+    config_values,
+    make_console,
+    progress_enabled,
+    quiet_option,
+    quiet_warnings,
+)
 from nmtkit.preprocess.config import PreprocessConfig
 
 
@@ -70,7 +77,7 @@ def _summary(console, manifest: dict) -> None:
 
 @click.command("preprocess")
 @config_options(PreprocessConfig)
-@click.option("--quiet", "-q", is_flag=True, help="No progress bars, summary table or warnings on stderr.")
+@quiet_option("No progress bars, summary table or warnings on stderr")
 def preprocess_cmd(quiet: bool, **options: Any) -> None:
     """Normalise, tokenise, clean, apply BPE and binarise parallel text.
 

@@ -9,13 +9,14 @@ from typing import Any
 
 import click
 
-from nmtkit.cli.common import config_options, config_values
+from nmtkit.cli.common import config_options, config_values, quiet_option, quiet_warnings
 from nmtkit.score.run import ScoreOptions
 
 
 @click.command("score")
 @config_options(ScoreOptions)
-def score_cmd(**options: Any) -> None:
+@quiet_option("No notes or warnings on stderr; the scores on stdout are unchanged")
+def score_cmd(quiet: bool, **options: Any) -> None:
     """Score translations with BLEU, chrF and TER (sacrebleu), with signatures.
 
     \b
@@ -29,10 +30,12 @@ def score_cmd(**options: Any) -> None:
 
     Every --hyp must have as many lines as every --ref (and --src): a mismatch is an error.
     """
+    quiet_warnings(quiet)
     from nmtkit.score import render, run_score
 
     values = config_values(ScoreOptions, options)
     values["by_length"] = values["by_length"] or values["plot_path"] is not None
     opts = ScoreOptions(**values)
-    report = run_score(opts, warn=lambda msg: click.echo(f"nmtkit: note: {msg}", err=True))
+    warn = (lambda msg: None) if quiet else (lambda msg: click.echo(f"nmtkit: note: {msg}", err=True))
+    report = run_score(opts, warn=warn)
     click.echo(render(report, opts.as_json), nl=False)

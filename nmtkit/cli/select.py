@@ -5,13 +5,20 @@ from typing import Any
 
 import click
 
-from nmtkit.cli.common import config_options, config_values, make_console, progress_enabled, quiet_warnings
+from nmtkit.cli.common import (
+    config_options,
+    config_values,
+    make_console,
+    progress_enabled,
+    quiet_option,
+    quiet_warnings,
+)
 from nmtkit.select.config import SelectConfig
 
 
 @click.command("select-data")
 @config_options(SelectConfig)
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no warnings on stderr.")
+@quiet_option("No progress bar, summary or warnings on stderr")
 def select_data_cmd(quiet: bool, **options: Any) -> None:
     """Select in-domain pairs from a pool by cross-entropy difference (Axelrod et al. 2011).
 

@@ -6,13 +6,13 @@ from typing import Any
 
 import click
 
-from nmtkit.cli.common import config_options, config_values, quiet_warnings
+from nmtkit.cli.common import config_options, config_values, quiet_option, quiet_warnings
 from nmtkit.text.tokenize import TokenizeConfig, check_tokenize_outputs, tokenize_file
 
 
 @click.command("tokenize")
 @config_options(TokenizeConfig)
-@click.option("--quiet", "-q", is_flag=True, help="No warnings on stderr (tokenize prints no progress).")
+@quiet_option("No warnings on stderr (tokenize prints no progress)")
 def tokenize_cmd(quiet: bool, **options: Any) -> None:
     """Moses-normalise and tokenise raw text with the settings preprocess uses (sacremoses, escape=False).
 

@@ -1,4 +1,4 @@
-"""`nmtkit train`: options -> TrainConfig (+ model size overrides) -> `nmtkit.train.run`.
+"""`nmtkit train`: options -> TrainOptions and ModelOverrides (the fields given) -> `nmtkit.train.run`.
 
 The options are generated from the fields of TrainConfig and ModelOverrides, which declare
 each one's help, choices and range. Every option defaults to "not given" (None) so that the
@@ -14,9 +14,9 @@ from typing import Any
 
 import click
 
-from nmtkit.cli.common import config_options, config_values, progress_enabled, quiet_warnings
+from nmtkit.cli.common import config_options, config_values, progress_enabled, quiet_option, quiet_warnings
 from nmtkit.models.presets import ModelOverrides
-from nmtkit.train.config import TrainConfig
+from nmtkit.train.config import TrainConfig, TrainOptions
 from nmtkit.train.events import Callbacks, LogEvent, StartEvent, ValidationEvent
 
 EPILOG = """\b
@@ -39,7 +39,7 @@ Examples:
                    "RNG states, position in the data). Only stopping, reporting and hardware options may change.")
 @click.option("--force", is_flag=True, help="Start over in a --save-dir that already holds a run (its files are deleted).")
 @config_options(TrainConfig, ModelOverrides, unset=True)
-@click.option("--quiet", "-q", is_flag=True, help="No progress display, log lines or warnings on stderr (files are still written).")
+@quiet_option("No progress display, log lines or warnings on stderr; the run's files are still written")
 @click.pass_context
 def train_cmd(ctx: click.Context, data_dir: str, save_dir: str, resume: bool, force: bool, quiet: bool,
               **options: Any) -> None:
@@ -53,7 +53,7 @@ def train_cmd(ctx: click.Context, data_dir: str, save_dir: str, resume: bool, fo
     and only rank 0 writes.
     """
     quiet_warnings(quiet)
-    train_options = config_values(TrainConfig, options, given_only=True)
+    train_options = TrainOptions(**config_values(TrainConfig, options, given_only=True))
     model_overrides = ModelOverrides(**config_values(ModelOverrides, options, given_only=True))
 
     from nmtkit.train import distributed as ddp

@@ -5,7 +5,9 @@ A split of one language is two flat numpy arrays in the data directory:
   (the model adds them).
 - `{split}.{lang}.offsets.npy`: int64, length n_sentences + 1; sentence k is
   `ids[offsets[k]:offsets[k+1]]`.
-Both are loaded with `mmap_mode="r"`, so a corpus of any size costs no memory up front.
+- `{split}.{lang}.words.npy`: int32, length n_sentences: each sentence's length in words (tokens
+  after Moses tokenisation, before BPE), the unit of preprocess's and train's --max-len.
+All are loaded with `mmap_mode="r"`, so a corpus of any size costs no memory up front.
 This module imports numpy only (no torch).
 """
 from __future__ import annotations
@@ -23,38 +25,51 @@ def split_paths(data_dir: str | Path, split: str, lang: str) -> tuple[Path, Path
     return d / f"{split}.{lang}.ids.npy", d / f"{split}.{lang}.offsets.npy"
 
 
-class SplitWriter:
-    """Streams one side's ids to raw files in `work_dir`, then writes the .npy pair above block
-    by block (int32 ids, int64 offsets n+1), without holding the split in memory.
+def words_path(data_dir: str | Path, split: str, lang: str) -> Path:
+    """The per-sentence word lengths of one side of a split."""
+    return Path(data_dir) / f"{split}.{lang}.words.npy"
 
-    `add(ids, lens)` takes a block of sentences: their ids concatenated (N,) and their lengths
-    (n,); `close()` writes `{split}.{lang}.ids.npy` / `.offsets.npy` in `out_dir`.
+
+class SplitWriter:
+    """Streams one side's ids to raw files in `work_dir`, then writes the three .npy files above
+    block by block (int32 ids, int64 offsets n+1, int32 word lengths n), without holding the split
+    in memory.
+
+    `add(ids, lens, words)` takes a block of sentences: their ids concatenated (N,), their lengths
+    in ids (n,) and in words (n,); `close()` writes `{split}.{lang}.ids.npy` / `.offsets.npy` /
+    `.words.npy` in `out_dir`.
     """
 
     BLOCK = 1 << 20  # values per block when converting raw files to .npy
 
     def __init__(self, out_dir: str | Path, work_dir: str | Path, split: str, lang: str):
         self.ids_path, self.offsets_path = split_paths(out_dir, split, lang)
+        self.words_path = words_path(out_dir, split, lang)
         self._ids_raw = Path(work_dir) / f"{split}.{lang}.ids.raw"
         self._lens_raw = Path(work_dir) / f"{split}.{lang}.lens.raw"
+        self._words_raw = Path(work_dir) / f"{split}.{lang}.words.raw"
         self._fi = open(self._ids_raw, "wb")
         self._fl = open(self._lens_raw, "wb")
+        self._fw = open(self._words_raw, "wb")
         self.n_tokens = 0
         self.n_lines = 0
 
-    def add(self, ids: np.ndarray, lens: np.ndarray) -> None:
+    def add(self, ids: np.ndarray, lens: np.ndarray, words: np.ndarray) -> None:
+        assert len(words) == len(lens), (len(words), len(lens))
         self._fi.write(np.ascontiguousarray(ids, dtype=np.int32).tobytes())
         self._fl.write(np.ascontiguousarray(lens, dtype=np.int64).tobytes())
+        self._fw.write(np.ascontiguousarray(words, dtype=np.int32).tobytes())
         self.n_tokens += len(ids)
         self.n_lines += len(lens)
 
     def close(self) -> None:
-        self._fi.close()
-        self._fl.close()
+        for f in (self._fi, self._fl, self._fw):
+            f.close()
         self._copy(self._ids_raw, self.ids_path, np.int32, self.n_tokens, cumulative=False)
         self._copy(self._lens_raw, self.offsets_path, np.int64, self.n_lines + 1, cumulative=True)
-        self._ids_raw.unlink()
-        self._lens_raw.unlink()
+        self._copy(self._words_raw, self.words_path, np.int32, self.n_lines, cumulative=False)
+        for raw in (self._ids_raw, self._lens_raw, self._words_raw):
+            raw.unlink()
 
     def _copy(self, raw: Path, path: Path, dtype, n: int, cumulative: bool) -> None:
         """Write `raw` (native-endian values) as a 1-D .npy of length n, BLOCK values at a time;
@@ -110,17 +125,22 @@ def check_npy(path: str | Path, expected_len: int | None = None) -> int:
 
 
 class BinarizedText:
-    """One language of one split, memory-mapped. `len(x)`, `x[k]` -> np.ndarray of ids, `x.lengths`."""
+    """One language of one split, memory-mapped. `len(x)`, `x[k]` -> np.ndarray of ids;
+    `x.lengths` (n,) in ids (model tokens), `x.word_lengths` (n,) in words."""
 
     def __init__(self, data_dir: str | Path, split: str, lang: str):
         ids_path, off_path = split_paths(data_dir, split, lang)
-        for p in (ids_path, off_path):
+        w_path = words_path(data_dir, split, lang)
+        for p in (ids_path, off_path, w_path):
             if not p.exists():
                 raise InputError(f"binarised split '{split}.{lang}' not found (run 'nmtkit preprocess')", str(p))
-            check_npy(p)
+        check_npy(ids_path)
+        n = check_npy(off_path) - 1
+        check_npy(w_path, n)
         self.ids = np.load(ids_path, mmap_mode="r")
         self.offsets = np.load(off_path, mmap_mode="r")
         self.lengths = np.diff(np.asarray(self.offsets)).astype(np.int64)
+        self.word_lengths = np.load(w_path, mmap_mode="r")
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -145,8 +165,12 @@ class ParallelData:
         return len(self.src)
 
 
-def write_split(out_dir: str | Path, split: str, lang: str, sentences: list[list[int]]) -> None:
-    """One side of a split held in memory (tests, benchmarks), through `SplitWriter`."""
+def write_split(out_dir: str | Path, split: str, lang: str, sentences: list[list[int]],
+                words: list[int] | None = None) -> None:
+    """One side of a split held in memory (tests, benchmarks), through `SplitWriter`; `words`:
+    each sentence's length in words (default: its length in ids, every id a word)."""
     w = SplitWriter(out_dir, out_dir, split, lang)
-    w.add(np.asarray([i for s in sentences for i in s], dtype=np.int32), np.asarray([len(s) for s in sentences]))
+    lens = np.asarray([len(s) for s in sentences], dtype=np.int64)
+    w.add(np.asarray([i for s in sentences for i in s], dtype=np.int32), lens,
+          lens if words is None else np.asarray(words, dtype=np.int32))
     w.close()

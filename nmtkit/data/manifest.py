@@ -16,7 +16,15 @@ from nmtkit.errors import InputError
 from nmtkit.outputs import is_inside, real_path
 from nmtkit.text.vocab import Vocab
 
-MANIFEST_VERSION = 1  # the format of manifest.json this nmtkit writes and reads
+# The format of the data directory this nmtkit writes and reads: manifest.json and the binarised
+# splits it describes (nmtkit.data.binarized), word lengths included.
+MANIFEST_VERSION = 2
+
+
+def new_manifest(src_lang: str, tgt_lang: str, vocab: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """A manifest.json record of this format: the languages, `vocab` ({"src": file, "tgt": file,
+    ...}) and `fields` (pipeline, splits, settings, ...), as `read_manifest` expects them."""
+    return {"format_version": MANIFEST_VERSION, "src_lang": src_lang, "tgt_lang": tgt_lang, "vocab": vocab, **fields}
 
 
 @dataclass
@@ -63,7 +71,7 @@ def read_manifest(path: str | Path) -> Manifest:
     version = manifest.get("format_version")
     if version != MANIFEST_VERSION:
         raise InputError(f"manifest.json format_version {version!r} is not one this nmtkit reads ({MANIFEST_VERSION}); "
-                         "preprocess the data again with this nmtkit", str(mpath))
+                         "re-run 'nmtkit preprocess' with this nmtkit to write the data directory again", str(mpath))
     vocab = manifest["vocab"]
     if not isinstance(vocab, dict) or not all(isinstance(vocab.get(k), str) for k in ("src", "tgt")):
         raise InputError("manifest.json 'vocab' must be {\"src\": file, \"tgt\": file}", str(mpath))
@@ -93,6 +101,6 @@ def owned_files(manifest: dict[str, Any]) -> set[str]:
     if isinstance(vocab, dict):
         files |= {str(vocab.get("src")), str(vocab.get("tgt"))}
     for split in manifest.get("splits") or {}:
-        files |= {f"{split}.{lang}.{kind}.npy" for lang in langs for kind in ("ids", "offsets")}
+        files |= {f"{split}.{lang}.{kind}.npy" for lang in langs for kind in ("ids", "offsets", "words")}
     return files
 

@@ -9,7 +9,7 @@ Sennrich et al. 2016 replaced the word vocabularies with BPE):
                 learn              truecaser, BPE codes, vocabularies, all from the counts
                                    (casing and BPE act word by word, so the counts of the
                                    final tokens follow from the word counts without a pass)
-                pass 2 (parallel)  case + BPE + vocabulary ids -> train.{lang}.ids/offsets.npy
+                pass 2 (parallel)  case + BPE + vocabulary ids -> train.{lang}.ids/offsets/words.npy
   valid, test:  one pass (parallel) raw -> ids, no cleaning.
 
 Memory stays bounded: lines stream through `parallel_map` in chunks (order kept), the
@@ -24,7 +24,7 @@ Modules: `config` (PreprocessConfig), `workers` (what runs in the worker process
 """
 from nmtkit.preprocess.config import DEFAULT_WORD_VOCAB, PreprocessConfig
 
-_RUN_NAMES = ("MANIFEST_VERSION", "ProgressFn", "preprocess")
+_RUN_NAMES = ("ProgressFn", "preprocess")
 
 
 def __getattr__(name: str):
@@ -36,4 +36,4 @@ def __getattr__(name: str):
         return getattr(run, name)
     raise AttributeError(f"module 'nmtkit.preprocess' has no attribute {name!r}")
 
-__all__ = ["DEFAULT_WORD_VOCAB", "MANIFEST_VERSION", "PreprocessConfig", "ProgressFn", "preprocess"]
+__all__ = ["DEFAULT_WORD_VOCAB", "PreprocessConfig", "ProgressFn", "preprocess"]

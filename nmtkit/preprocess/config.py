@@ -48,8 +48,9 @@ class PreprocessConfig:
                     "translate restores sentence-initial capitals.")
     max_len: int = option(
         50, min=1, metavar="N",
-        help="Drop training pairs with a side longer than N tokens, counted after tokenisation and before BPE (like "
-             "clean-corpus-n); the paper used 30 and 50.")
+        help="Drop training pairs with a side longer than N words (tokens after Moses tokenisation, before BPE, like "
+             "clean-corpus-n; the unit of train --max-len); the paper used 30 and 50. Each pair's word lengths are "
+             "stored, so train --max-len can drop more.")
     max_ratio: float = option(
         9.0, min=1, metavar="R",
         help="Drop training pairs whose token-length ratio (either way) is above R (clean-corpus-n's ratio).")

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 
 from nmtkit import __version__
 from nmtkit.data.binarized import SplitWriter
-from nmtkit.data.manifest import MANIFEST_VERSION, owned_files
+from nmtkit.data.manifest import new_manifest, owned_files
 from nmtkit.errors import InputError, OutputError, OutputExistsError
 from nmtkit.output_dirs import check_replaceable_dir, clean_stale_temp_dirs, make_temp_dir
 from nmtkit.outputs import check_outputs_vs_inputs
@@ -225,7 +225,7 @@ def _tokenize_train(config: PreprocessConfig, report: ProgressFn, base: TextPipe
 
 def _encode_split(config: PreprocessConfig, report: ProgressFn, name: str, prefix: str, state: dict[str, Any],
                   train: _TrainPass, n_lines: int, out: Path, work: Path) -> dict[str, Any]:
-    """One split -> ids: {split}.{lang}.ids/offsets.npy in `out`; returns its manifest record.
+    """One split -> ids: {split}.{lang}.ids/offsets/words.npy in `out`; returns its manifest record.
     Train is read from pass 1's tokenised files (workers read their own byte ranges)."""
     langs = {"src": config.src_lang, "tgt": config.tgt_lang}
     if name == "train":
@@ -246,7 +246,7 @@ def _encode_split(config: PreprocessConfig, report: ProgressFn, name: str, prefi
                             state={**state, "input_format": fmt}, prepare=prepare_state):
         for side in SIDES:
             r = res[side]
-            writers[side].add(r["ids"], r["lens"])
+            writers[side].add(r["ids"], r["lens"], r["word_lens"])
             words[side] += r["words"]
             unk[side] += r["unk"]
         done += res["n_in"]
@@ -271,22 +271,20 @@ def _encode_split(config: PreprocessConfig, report: ProgressFn, name: str, prefi
 def _manifest(config: PreprocessConfig, pipeline: TextPipeline, vocabs: dict[str, Vocab], bpe_info: dict,
               split_stats: dict[str, Any], timings: dict[str, float], cpu: dict[str, float]) -> dict[str, Any]:
     """manifest.json (without "inputs", which `preprocess` adds)."""
-    return {
-        "format_version": MANIFEST_VERSION,
-        "nmtkit_version": __version__,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "src_lang": config.src_lang,
-        "tgt_lang": config.tgt_lang,
-        "pipeline": pipeline.to_dict(),
-        "vocab": {"src": f"vocab.{config.src_lang}.txt", "tgt": f"vocab.{config.tgt_lang}.txt",
-                  "src_size": len(vocabs["src"]), "tgt_size": len(vocabs["tgt"]),
-                  "size_cap": {side: config.vocab_size(side) for side in SIDES}},
-        "bpe": bpe_info or None,
-        "splits": split_stats,
-        "settings": config.to_dict(),
-        "timings_s": {k: round(v, 3) for k, v in timings.items()},
-        "main_cpu_s": {k: round(v, 3) for k, v in cpu.items()},
-    }
+    return new_manifest(
+        config.src_lang, config.tgt_lang,
+        {"src": f"vocab.{config.src_lang}.txt", "tgt": f"vocab.{config.tgt_lang}.txt",
+         "src_size": len(vocabs["src"]), "tgt_size": len(vocabs["tgt"]),
+         "size_cap": {side: config.vocab_size(side) for side in SIDES}},
+        nmtkit_version=__version__,
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        pipeline=pipeline.to_dict(),
+        bpe=bpe_info or None,
+        splits=split_stats,
+        settings=config.to_dict(),
+        timings_s={k: round(v, 3) for k, v in timings.items()},
+        main_cpu_s={k: round(v, 3) for k, v in cpu.items()},
+    )
 
 
 def _run(config: PreprocessConfig, base: TextPipeline, report: ProgressFn, out: Path, work: Path,

@@ -60,7 +60,9 @@ def tokenize_clean_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
 
 
 def encode_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
-    """Raw (or tokenised) pairs -> id arrays, with word/token/UNK counts per side.
+    """Raw (or tokenised) pairs -> per side: the ids concatenated, each sentence's length in ids
+    (`lens`) and in words (`word_lens`: tokens before BPE, the unit of --max-len), and the
+    word and UNK totals.
 
     Casing, BPE and the vocabulary act word by word, so each distinct word is mapped to its
     ids once (`word_ids`, pre-filled from the training words) and then looked up.
@@ -74,11 +76,11 @@ def encode_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
         known: dict[str, tuple[int, ...]] = state["word_ids"][side]
         ids: list[int] = []
         lens = np.empty(len(pairs), dtype=np.int64)
-        words = 0
+        word_lens = np.empty(len(pairs), dtype=np.int32)
         for j, pair in enumerate(pairs):
             line = pair[k]
             toks = p.tokenize_from(line, side, fmt)
-            words += len(toks)
+            word_lens[j] = len(toks)
             n0 = len(ids)
             for w in toks:
                 wid = known.get(w)
@@ -87,7 +89,8 @@ def encode_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
                 ids.extend(wid)
             lens[j] = len(ids) - n0
         arr = np.asarray(ids, dtype=np.int32)
-        res[side] = {"ids": arr, "lens": lens, "words": words, "unk": int(np.count_nonzero(arr == UNK_ID))}
+        res[side] = {"ids": arr, "lens": lens, "word_lens": word_lens, "words": int(word_lens.sum()),
+                     "unk": int(np.count_nonzero(arr == UNK_ID))}
     return res
 
 

@@ -81,7 +81,7 @@ class ScoreOptions:
     paper_bleu: bool = option(
         False, help="Also the BLEU of the 2014-15 papers: multi-bleu.perl on Moses-tokenised, case-sensitive text.")
     tgt_lang: str | None = option(
-        None, names=("--lang",), metavar="LANG",
+        None, metavar="LANG",
         help="Target language for Moses tokenisation (default: from the --ref file suffix, else en).")
     src_path: str | None = option(None, names=("--src",), metavar="FILE",
                                   help="Source sentences (raw), for --no-unk and --by-length.")

@@ -23,7 +23,7 @@ class SelectConfig:
     pool: tuple[str, ...] = option(
         required=True, multiple=True, metavar="PREFIX",
         help="General-domain pool PREFIX.{src,tgt}[.gz]; repeat to concatenate (line numbers run on).")
-    dest: str = option(
+    output_prefix: str = option(
         required=True, metavar="PREFIX",
         help="Writes PREFIX.{src,tgt} (selected pairs, pool order, lines as in the pool), PREFIX.scores.tsv and "
              "PREFIX.summary.json.")

@@ -93,7 +93,7 @@ def select_indices(scores: np.ndarray, src_tokens: np.ndarray, lines: int | None
 
 # ---------------------------------------------------------------------- the command
 def _outputs(cfg: SelectConfig) -> dict[str, str]:
-    d = cfg.dest
+    d = cfg.output_prefix
     out = {"src": f"{d}.{cfg.src_lang}", "tgt": f"{d}.{cfg.tgt_lang}", "scores": f"{d}.scores.tsv",
            "summary": f"{d}.summary.json"}
     if cfg.write_arpa:
@@ -278,13 +278,13 @@ def _check_outputs(cfg: SelectConfig, outputs: dict[str, str]) -> None:
         inputs=[(f"--{opt}", path) for opt, prefixes in (("in-domain", cfg.in_domain), ("pool", cfg.pool))
                 for prefix in prefixes for lang in (cfg.src_lang, cfg.tgt_lang)
                 for path in input_candidates(prefix, lang)],
-        files=[("--dest", p) for p in outputs.values()])
+        files=[("--output-prefix", p) for p in outputs.values()])
     existing = [p for p in outputs.values() if os.path.exists(p) and not writes_in_place(p)]
     if existing and not cfg.force:
         raise OutputExistsError("output exists (use --force to overwrite)", existing[0])
-    dest_dir = os.path.dirname(os.path.abspath(cfg.dest))
-    if not os.path.isdir(dest_dir):
-        raise InputError("the destination's folder does not exist", dest_dir)
+    out_dir = os.path.dirname(os.path.abspath(cfg.output_prefix))
+    if not os.path.isdir(out_dir):
+        raise InputError("the folder of --output-prefix does not exist", out_dir)
     for p in outputs.values():
         check_output(p, force=True, what="select-data output")
 

@@ -24,49 +24,27 @@ import hashlib
 import json
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from http import HTTPStatus
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from nmtkit.errors import OutputError
 from nmtkit.serve.batcher import Batcher, ClientGone
-from nmtkit.serve.limits import Limits, RequestError, check_onmt_request, check_request, parse_json_body
+from nmtkit.serve.config import ServeConfig
+from nmtkit.serve.limits import RequestError, check_onmt_request, check_request, parse_json_body
+
+if TYPE_CHECKING:
+    from nmtkit.translate.translator import Result, Translator
 
 BATCHER = web.AppKey("batcher", Batcher)
 STATE = web.AppKey("state", dict)
 # the current request's size for its log line: {"lines": n, "bytes": n}, set by the middleware
 REQUEST_SIZE: contextvars.ContextVar[dict] = contextvars.ContextVar("nmtkit_request_size")
-
-
-@dataclass(frozen=True)
-class ServeConfig:
-    """Every option of `nmtkit serve` beyond the translator's own (TranslateConfig)."""
-
-    host: str = "127.0.0.1"
-    port: int = 8080
-    limits: Limits = field(default_factory=Limits)
-    batch_size: int = 64  # most sentences gathered into one decoder call
-    batch_delay_ms: float = 5.0  # how long the first waiting request waits for company
-    shutdown_timeout: float = 60.0  # seconds in-flight requests get to finish on SIGTERM/SIGINT
-    body_timeout: float = 30.0  # seconds a client has to send a request's body
-    allow_hosts: tuple[str, ...] = ()  # Host header names accepted beyond --host, localhost and IP literals
-    quiet: bool = False
-
-    def validate(self) -> None:
-        from nmtkit.errors import ConfigError
-
-        self.limits.validate()
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"--port must be between 0 and 65535, got {self.port}")
-        if self.batch_size < 1 or self.batch_delay_ms < 0:
-            raise ConfigError("--batch-size must be >= 1 and --batch-delay-ms >= 0")
-        if not self.body_timeout > 0:
-            raise ConfigError(f"--body-timeout must be > 0 seconds, got {self.body_timeout}")
 
 
 def file_sha256(path: str | Path) -> str:
@@ -77,29 +55,33 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def model_info(translator: Any, config: ServeConfig) -> dict[str, Any]:
+def model_info(translator: Translator, config: ServeConfig) -> dict[str, Any]:
     """`GET /info`: what is being served and under which limits."""
-    tc = translator.config
-    src_lang, tgt_lang = translator.langs
+    tc, bundle = translator.config, translator.bundle
     return {
         "model": model_name(translator),
-        "checkpoints": [{"path": str(p), "sha256": file_sha256(p)} for p in tc.models],
-        "src_lang": src_lang, "tgt_lang": tgt_lang, "arch": translator.arch,
-        "src_vocab_size": len(translator.src_vocab.itos), "tgt_vocab_size": len(translator.tgt_vocab.itos),
-        "pipeline": translator.pipeline.to_dict(),
+        "checkpoints": [{"path": p, "sha256": file_sha256(p)} for p in bundle.paths],
+        "src_lang": bundle.src_lang, "tgt_lang": bundle.tgt_lang, "arch": bundle.arch,
+        "src_vocab_size": len(bundle.src_vocab.itos), "tgt_vocab_size": len(bundle.tgt_vocab.itos),
+        "pipeline": bundle.pipeline.to_dict(),
         "decoding": {"beam": tc.beam, "lenpen": tc.lenpen, "max_len_a": tc.max_len_a, "max_len_b": tc.max_len_b,
                      "max_src_len": translator.max_src_len, "device": str(translator.device)},
-        "batching": {"batch_size": config.batch_size, "max_tokens": tc.max_tokens,
+        "batching": {"batch_size": batch_size(translator, config), "max_tokens": tc.max_tokens,
                      "batch_delay_ms": config.batch_delay_ms},
         "limits": asdict(config.limits),
     }
 
 
-def model_name(translator: Any) -> str:
-    return "+".join(Path(p).name for p in translator.config.models)
+def model_name(translator: Translator) -> str:
+    return "+".join(Path(p).name for p in translator.bundle.paths)
 
 
-def translation_json(result: Any, alignments: bool, nbest: int) -> dict[str, Any]:
+def batch_size(translator: Translator, config: ServeConfig) -> int:
+    """Most sentences gathered into one decoder call: the config's, else the translator's."""
+    return config.batch_size or translator.config.batch_size
+
+
+def translation_json(result: Result, alignments: bool, nbest: int) -> dict[str, Any]:
     """One input line's answer: top text and score, its alignment when asked, the n-best list."""
     from nmtkit.translate import attention_table, hard_alignment
 
@@ -227,18 +209,30 @@ def _host_name(value: str) -> str:
     return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
 
 
-def check_origin(request: web.Request, config: ServeConfig) -> None:
+@dataclass(frozen=True)
+class AllowedHosts:
+    """The names a request may give as its Host and as its browser's Origin, built once per server."""
+
+    hosts: frozenset[str]  # Host header names beyond IP literals: localhost, --host, --allow-host
+    origins: frozenset[str]  # Origin names beyond the server's own: --allow-host
+
+    @classmethod
+    def of(cls, config: ServeConfig) -> AllowedHosts:
+        origins = frozenset(h.lower() for h in config.allow_hosts)
+        return cls(frozenset({"localhost", config.host.lower().strip("[]")}) | origins, origins)
+
+
+def check_origin(request: web.Request, allowed: AllowedHosts) -> None:
     """Refuse requests a web page could make through a visitor's browser.
 
     Host must name this server: an IP literal, localhost, --host or an --allow-host name (a
     DNS-rebinding page sends its own domain). A browser's Origin must be this server's own
     (the page at /), i.e. name the same host as Host, or an --allow-host name.
     """
-    allowed = {"localhost", config.host.lower().strip("[]"), *(h.lower() for h in config.allow_hosts)}
     host = request.headers.get("Host")
     if host is not None:
         name = _host_name(host)
-        if not (_is_ip(name) or name in allowed):
+        if not (_is_ip(name) or name in allowed.hosts):
             raise RequestError(f"Host {host!r} is not this server's (give --allow-host {name} to accept it)", 403)
     origin = request.headers.get("Origin")
     if origin is not None:
@@ -246,19 +240,19 @@ def check_origin(request: web.Request, config: ServeConfig) -> None:
 
         netloc = urlsplit(origin).netloc
         same = host is not None and netloc.lower() == host.strip().lower()
-        if not (same or (netloc and _host_name(netloc) in {h.lower() for h in config.allow_hosts})):
+        if not (same or (netloc and _host_name(netloc) in allowed.origins)):
             raise RequestError(f"cross-origin requests are refused (Origin {origin!r}; give --allow-host to accept "
                                "a site)", 403)
 
 
-def _middleware(log_line: Callable[[str], None] | None):
+def _middleware(log_line: Callable[[str], None] | None, allowed: AllowedHosts):
     @web.middleware
     async def errors_and_log(request: web.Request, handler) -> web.StreamResponse:
         t0 = time.perf_counter()
         size = {"lines": 0, "bytes": 0}
         REQUEST_SIZE.set(size)
         try:
-            check_origin(request, request.app[STATE]["config"])
+            check_origin(request, allowed)
             response = await handler(request)
         except RequestError as err:
             response = _error(err.status, str(err), err.close)
@@ -279,15 +273,16 @@ def _middleware(log_line: Callable[[str], None] | None):
     return errors_and_log
 
 
-def make_app(translator: Any, config: ServeConfig, log_line: Callable[[str], None] | None = None) -> web.Application:
+def make_app(translator: Translator, config: ServeConfig,
+             log_line: Callable[[str], None] | None = None) -> web.Application:
     """The aiohttp application around a loaded `nmtkit.translate.Translator`."""
-    app = web.Application(middlewares=[_middleware(None if config.quiet else log_line)],
+    app = web.Application(middlewares=[_middleware(None if config.quiet else log_line, AllowedHosts.of(config))],
                           client_max_size=config.limits.max_body_bytes)
 
     def translate(lines, beam, nbest, attention):
         return translator.generate(lines, beam=beam, nbest=nbest, alignments=attention)
 
-    app[BATCHER] = Batcher(translate, config.batch_size, config.batch_delay_ms / 1000)
+    app[BATCHER] = Batcher(translate, batch_size(translator, config), config.batch_delay_ms / 1000)
     app[STATE] = {"config": config, "model": model_name(translator), "info": model_info(translator, config),
                   "page": resources.files("nmtkit.serve").joinpath("page.html").read_text(encoding="utf-8"),
                   "started": time.monotonic()}
@@ -358,7 +353,7 @@ def make_runner(app: web.Application, config: ServeConfig,
                        shutdown_timeout=config.shutdown_timeout, lingering_time=1.0)
 
 
-async def serve(translator: Any, config: ServeConfig, announce: Callable[[str], None],
+async def serve(translator: Translator, config: ServeConfig, announce: Callable[[str], None],
                 log_line: Callable[[str], None] | None = None) -> None:
     """Serve until SIGTERM or SIGINT, then stop accepting, finish the requests in flight, return."""
     app = make_app(translator, config, log_line)

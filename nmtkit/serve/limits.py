@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from nmtkit.errors import ConfigError
+from nmtkit.options import check_fields, option
 
 NATIVE_FIELDS = {"text", "beam", "nbest", "alignments"}
 ONMT_FIELDS = {"src", "id"}  # OpenNMT-py's REST server: [{"src": "...", "id": 100}, ...]
@@ -19,19 +19,17 @@ ONMT_FIELDS = {"src", "id"}  # OpenNMT-py's REST server: [{"src": "...", "id": 1
 
 @dataclass(frozen=True)
 class Limits:
-    """Sizes a request may have; the server refuses anything larger with a 4xx."""
+    """Sizes a request may have; the server refuses anything larger with a 4xx. Each field is an
+    option of `nmtkit serve`."""
 
-    max_lines: int = 100  # lines (sentences) in one request
-    max_line_chars: int = 1000  # characters in one line
-    max_body_bytes: int = 1 << 20  # bytes in one request body
-    max_beam: int = 5  # the server's --beam: the default and the most a request may ask for
+    max_lines: int = option(100, min=1, help="Most lines in one request.")
+    max_line_chars: int = option(1000, min=1, help="Most characters in one line of a request.")
+    max_body_bytes: int = option(1 << 20, min=1, help="Largest request body.")
+    max_beam: int = option(5, min=1, names=("--beam", "-k"),
+                           help="Beam width: the default and the most a request may ask for.")
 
-    def validate(self) -> None:
-        options = {"max_lines": "--max-lines", "max_line_chars": "--max-line-chars",
-                   "max_body_bytes": "--max-body-bytes", "max_beam": "--beam"}  # serve's option for each
-        for name, option in options.items():
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{option} must be >= 1, got {getattr(self, name)}")
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any
 from nmtkit.devices import DEVICE_HELP, FUSE, PRECISIONS, check_device_name
 from nmtkit.errors import ConfigError
 from nmtkit.models import ARCHS
-from nmtkit.options import check_fields, option
+from nmtkit.options import check_fields, given_options, option
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhd]?)\s*$")
 
@@ -52,7 +52,9 @@ class TrainConfig:
              "training procedure), lstm-attention, small (emb 256, enc 256, dec 512, Adam).")
     # data
     max_len: int | None = option(50, min=1, metavar="N", shown_default="preset: 30 or 50; default 50",
-                                 help="Drop training pairs with a side longer than N tokens.")
+                                 help="Drop training pairs with a side longer than N words (tokens after Moses "
+                                      "tokenisation, before BPE: the unit of preprocess --max-len and of the paper's "
+                                      "30 and 50), however many subwords BPE makes of them.")
     batch_size: int | None = option(
         80, min=1, metavar="N", shown_default="paper presets 80, others 64",
         help="Pairs per minibatch and GPU/process. With --max-tokens: an extra cap. An update sees processes "
@@ -172,3 +174,11 @@ class TrainConfig:
 
     def replace(self, **changes: Any) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
+
+
+TrainOptions = given_options(
+    TrainConfig, "TrainOptions",
+    """The TrainConfig fields a user gave (`nmtkit train`'s options; None: not given): a new run
+    resolves them over its preset's defaults (`nmtkit.models.presets.training_defaults`), a
+    resumed run over its checkpoint's TrainConfig. Each given value is checked as TrainConfig
+    checks it.""")

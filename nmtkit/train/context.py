@@ -89,7 +89,8 @@ class TrainContext:
         """The training pairs kept (--max-len), the batching, the dev split and its references."""
         cfg, data = self.cfg, self.data
         self.train_data = data.split("train")
-        self.keep = keep_pairs(self.train_data.src.lengths, self.train_data.tgt.lengths, cfg.max_len)
+        # --max-len counts words (as preprocess's), not the subwords the model reads
+        self.keep = keep_pairs(self.train_data.src.word_lengths, self.train_data.tgt.word_lengths, cfg.max_len)
         if len(self.keep) == 0:
             raise InputError(f"no training pair has both sides within --max-len {cfg.max_len}", str(data.path))
         self.dropped = len(self.train_data) - len(self.keep)

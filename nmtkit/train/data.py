@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nmtkit.data.binarized import ParallelData, check_npy, split_paths
+from nmtkit.data.binarized import ParallelData, check_npy, split_paths, words_path
 from nmtkit.data.manifest import Manifest, read_manifest
 from nmtkit.errors import InputError
 from nmtkit.text.io import read_lines, resolve_input
@@ -34,15 +34,21 @@ class DataDir(Manifest):
 
     def check_sizes(self) -> None:
         """Check every binarised file against the manifest's counts before training starts
-        (lines + 1 offsets, src_tokens / tgt_tokens ids): a truncated copy names its file."""
+        (lines + 1 offsets, lines word lengths, src_tokens / tgt_tokens ids): a truncated or
+        missing file is named."""
         splits = self.manifest.get("splits")
         for name, info in (splits.items() if isinstance(splits, dict) else ()):
             if not isinstance(info, dict) or not self.has_split(name):
                 continue
             for side, lang in (("src", self.src_lang), ("tgt", self.tgt_lang)):
                 ids_path, off_path = split_paths(self.path, name, lang)
+                w_path = words_path(self.path, name, lang)
+                if not w_path.exists():
+                    raise InputError("missing (the word lengths --max-len reads): re-run 'nmtkit preprocess'",
+                                     str(w_path))
                 lines, tokens = info.get("lines"), info.get(f"{side}_tokens")
                 check_npy(off_path, lines + 1 if isinstance(lines, int) else None)
+                check_npy(w_path, lines if isinstance(lines, int) else None)
                 check_npy(ids_path, tokens if isinstance(tokens, int) else None)
 
     def has_split(self, name: str) -> bool:

@@ -21,19 +21,19 @@ RUN/config.json, readable and complete, and hands the same text to `show_config`
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import shutil
 from pathlib import Path
 from typing import Any, Callable
 
+from nmtkit.devices import resolve_device
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
 from nmtkit.models.presets import ModelOverrides, resolve_model, training_defaults
 from nmtkit.options import option_name, resume_overridable
 from nmtkit.output_dirs import DirLock
 from nmtkit.outputs import check_output_dir, check_outputs_vs_inputs, write_text
-from nmtkit.train.config import TrainConfig
+from nmtkit.train.config import TrainConfig, TrainOptions
 from nmtkit.train.run_files import BEST, LAST, kept_checkpoints, kept_update
 from nmtkit.train.tensorboard import TensorBoardCallbacks, require_tensorboard, tensorboard_dir
 
@@ -95,62 +95,44 @@ def clear_run_dir(save_dir: Path) -> None:
     shutil.rmtree(save_dir / "tensorboard", ignore_errors=True)
 
 
-def resume_config(ckpt: dict[str, Any], given: dict[str, Any]) -> TrainConfig:
+def resume_config(ckpt: dict[str, Any], options: TrainOptions) -> TrainConfig:
     """The checkpoint's TrainConfig with the overridable options the user gave changed."""
     old = TrainConfig.from_dict(ckpt["train_config"])
     overridable = resume_overridable(TrainConfig)
     changes = {}
-    for key, value in given.items():
-        if getattr(old, key) == value:
+    for name, value in options.given().items():
+        if getattr(old, name) == value:
             continue
-        if key not in overridable:
-            raise ConfigError(f"{option_name(key)} {value} differs from the run being resumed "
-                              f"({getattr(old, key)}); start a new run to change it")
-        changes[key] = value
+        if name not in overridable:
+            raise ConfigError(f"{option_name(name)} {value} differs from the run being resumed "
+                              f"({getattr(old, name)}); start a new run to change it")
+        changes[name] = value
     return old.replace(**changes)
 
 
-def _check_given(train_options: dict[str, Any], model_overrides: Any) -> ModelOverrides:
-    """Unknown option names are an error that lists the valid ones; the model overrides as a
-    `ModelOverrides` (a dict of its fields is accepted)."""
-    valid = {f.name for f in dataclasses.fields(TrainConfig)}
-    unknown = sorted(set(train_options) - valid)
-    if unknown:
-        raise ConfigError(f"unknown train options {unknown}; valid: {sorted(valid)}")
-    if isinstance(model_overrides, ModelOverrides):
-        return model_overrides
-    model_fields = {f.name for f in dataclasses.fields(ModelOverrides)}
-    unknown = sorted(set(model_overrides or {}) - model_fields)
-    if unknown:
-        raise ConfigError(f"unknown model options {unknown}; valid: {sorted(model_fields)}")
-    return ModelOverrides(**(model_overrides or {}))
-
-
-def _resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Path, train_options: dict[str, Any],
-                     overrides: dict[str, Any]) -> tuple[TrainConfig, str, dict[str, Any]]:
+def _resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Path, options: TrainOptions,
+                     model: ModelOverrides) -> tuple[TrainConfig, str, dict[str, Any]]:
     """The run's configs from its checkpoint, with the options that may change on resume changed."""
-    cfg = resume_config(ckpt, train_options)
+    cfg = resume_config(ckpt, options)
     arch, model_config = ckpt["arch"], dict(ckpt["model_config"])
-    for key, value in overrides.items():
-        if model_config.get(key) != value:
-            raise ConfigError(f"{option_name(key)} {value} differs from the run being resumed "
-                              f"({model_config.get(key)})")
+    for name, value in model.given().items():
+        if model_config.get(name) != value:
+            raise ConfigError(f"{option_name(name)} {value} differs from the run being resumed "
+                              f"({model_config.get(name)})")
     if ckpt["src_vocab"] != data.src_vocab.to_list() or ckpt["tgt_vocab"] != data.tgt_vocab.to_list():
         raise CheckpointError(f"the vocabularies of {data_dir} differ from the run's: resume with the "
                               "data directory the run was started with", str(save_dir / LAST))
     return cfg, arch, model_config
 
 
-def _new_configs(data: Any, train_options: dict[str, Any], overrides: dict[str, Any]
-                 ) -> tuple[TrainConfig, str, dict[str, Any]]:
+def _new_configs(data: Any, options: TrainOptions, model: ModelOverrides) -> tuple[TrainConfig, str, dict[str, Any]]:
     """A new run's configs: the given options over the preset's defaults over TrainConfig's."""
-    preset = train_options.get("preset")
-    arch, model_config = resolve_model(train_options.get("arch"), preset, overrides, len(data.src_vocab),
+    arch, model_config = resolve_model(options.arch, options.preset, model.given(), len(data.src_vocab),
                                        len(data.tgt_vocab))
-    values = training_defaults(arch, preset)
-    values.update({k: v for k, v in train_options.items() if v is not None})
-    values["arch"], values["preset"] = arch, preset
-    if values.get("max_tokens") is not None and "batch_size" not in train_options:
+    values = training_defaults(arch, options.preset)
+    values.update(options.given())
+    values.update(arch=arch, preset=options.preset)
+    if options.max_tokens is not None and options.batch_size is None:
         values["batch_size"] = None  # a token budget replaces the preset's pair count
     return TrainConfig.from_dict(values), arch, model_config
 
@@ -164,8 +146,8 @@ def config_text(cfg: TrainConfig, arch: str, model_config: dict[str, Any]) -> st
 def run_training(
     data_dir: str | Path,
     save_dir: str | Path,
-    train_options: dict[str, Any],
-    model_overrides: ModelOverrides | dict[str, Any] | None = None,
+    options: TrainOptions | None = None,
+    model: ModelOverrides | None = None,
     *,
     resume: bool = False,
     force: bool = False,
@@ -175,16 +157,20 @@ def run_training(
 ):
     """Train (or resume) a model; returns the `TrainResult`.
 
-    `train_options`: the TrainConfig fields given explicitly (the others come from the preset's
-    defaults, then TrainConfig's). `model_overrides`: the model fields given (`ModelOverrides`).
-    `show_config` receives the resolved configuration's text (rank 0 only).
+    `options`: the TrainConfig fields given (`TrainOptions`; the others come from the preset's
+    defaults, then TrainConfig's, or on `resume` from the run's checkpoint). `model`: the model
+    fields given (`ModelOverrides`). `show_config` receives the resolved configuration's text
+    (rank 0 only).
     """
     from nmtkit.checkpoint import load_checkpoint
     from nmtkit.train import distributed as ddp
     from nmtkit.train.data import DataDir
 
+    options = TrainOptions() if options is None else options
+    model = ModelOverrides() if model is None else model
+    if not isinstance(options, TrainOptions) or not isinstance(model, ModelOverrides):
+        raise TypeError("run_training takes a TrainOptions and a ModelOverrides")
     save_dir = Path(save_dir)
-    overrides = _check_given(train_options, model_overrides).given()
     info = ddp.env_info()
     # everything is checked before anything is written: a refused start leaves nothing behind
     check_outputs_vs_inputs([("--data", data_dir)], folders=[("--save-dir", save_dir, is_run_file)])
@@ -194,12 +180,13 @@ def run_training(
     data = DataDir.open(data_dir)
     ckpt = load_checkpoint(save_dir / LAST) if resume else None
     if ckpt is not None:
-        cfg, arch, model_config = _resumed_configs(ckpt, data, data_dir, save_dir, train_options, overrides)
+        cfg, arch, model_config = _resumed_configs(ckpt, data, data_dir, save_dir, options, model)
     else:
-        cfg, arch, model_config = _new_configs(data, train_options, overrides)
+        cfg, arch, model_config = _new_configs(data, options, model)
     tb_dir = tensorboard_dir(cfg.tensorboard, save_dir)
     if tb_dir is not None:  # a missing package fails before the run writes anything (new or resumed)
         require_tensorboard()
+    resolve_device(cfg.device, info.local_rank)  # a GPU that is not there fails before anything is written
     lock = None
     if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
         check_output_dir(save_dir, "--save-dir run folder")

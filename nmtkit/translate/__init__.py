@@ -17,9 +17,9 @@ BPE: what `--input-format bpe` / `--output-format bpe` show), counted from 0, EO
 The `Translator` is also the Python API (`nmtkit.load`): `translate(lines)` gives strings,
 `generate(lines, nbest=, alignments=)` gives `Result`s with typed `Translation`s.
 
-Modules: `config` (TranslateConfig), `translator` (Translator: checkpoint(s), pipeline,
-decoding, lines -> Results), `results` (Result, Translation: what the translator hands on),
-`alignment` (UNK replacement, alignments), `writers` (every output: translations, n-best,
+Modules: `config` (DecodeConfig, TranslateConfig), `translator` (Translator: checkpoint(s),
+pipeline, decoding, lines -> Results), `results` (Result, Translation: what the translator hands
+on), `alignment` (UNK replacement, alignments), `writers` (every output: translations, n-best,
 alignments, plots), `files` (streams and files, `translate_files`). The translator and the
 writers do not import each other: both take `results`.
 """
@@ -31,14 +31,14 @@ from nmtkit.translate.alignment import (
     soft_alignment,
     subword_words,
 )
-from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, FORMATS, TranslateConfig
+from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, DecodeConfig, TranslateConfig
 from nmtkit.translate.files import check_files, read_lines, translate_files, translate_stream
 from nmtkit.translate.results import Result, Translation
 from nmtkit.translate.translator import Translator
 from nmtkit.translate.writers import Writers, nbest_line, plot_attention
 
 __all__ = [
-    "DEFAULT_MAX_SRC_LEN", "FORMATS", "Result", "TranslateConfig", "Translation", "Translator", "Writers", "attention_table",
+    "DEFAULT_MAX_SRC_LEN", "DecodeConfig", "Result", "TranslateConfig", "Translation", "Translator", "Writers", "attention_table",
     "check_files", "hard_alignment", "nbest_line", "plot_attention", "read_lines",
     "read_unk_dict", "replace_unks", "soft_alignment", "subword_words", "translate_files", "translate_stream",
 ]

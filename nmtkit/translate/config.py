@@ -1,103 +1,141 @@
-"""`TranslateConfig`: every option of `nmtkit translate`, checked in one place."""
+"""The options of `nmtkit translate` and `nmtkit serve`, each declared once.
+
+`DecodeConfig` holds what both commands decode with (checkpoints, length limits, batching,
+hardware); `TranslateConfig` adds translate's own options and is what a `Translator` runs on
+(`nmtkit serve` builds one from its decode options and its `--beam`). Each field declares its
+option (`nmtkit.options.option`): help, choices, range; the click options of both commands are
+generated from these fields, and `__post_init__` validates a config once, when it is built.
+Importing this module imports neither click nor torch.
+"""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from nmtkit.devices import FUSE, PRECISIONS
+from nmtkit.devices import DECODE_PRECISIONS, DEVICE_HELP, FUSE, check_device_name
 from nmtkit.errors import ConfigError
+from nmtkit.options import check_fields, option
+from nmtkit.text.pipeline import INPUT_FORMATS
 
-FORMATS = ("raw", "tok", "bpe")
 DEFAULT_MAX_SRC_LEN = 250
 DEFAULT_SEED = 1  # the sampling seed when none is given (fairseq's default seed too)
 
 
 @dataclass(frozen=True)
-class TranslateConfig:
-    """Every option of `nmtkit translate` (see its --help for the meaning of each)."""
+class DecodeConfig:
+    """The options `nmtkit translate` and `nmtkit serve` share (see their --help)."""
 
-    models: tuple[str, ...]
-    beam: int = 12
-    lenpen: float = 1.0
-    max_len_a: float = 2.0
-    max_len_b: float = 10.0
-    nbest: int = 1
-    batch_size: int = 64
-    max_tokens: int | None = None
-    buffer_size: int = 2000
-    input_format: str = "raw"
-    output_format: str = "raw"
-    replace_unk: bool = False
-    ban_unk: bool = False  # never emit the unknown word (the paper's no-UNK decoding)
-    unk_dict: str | None = None
-    alignments: str | None = None  # None | "hard" | "soft"
-    plot_attention: str | None = None
-    plot_limit: int = 100
-    max_src_len: int | None = None  # None: from the checkpoint, else DEFAULT_MAX_SRC_LEN
-    device: str = "auto"
-    precision: str = "auto"  # auto | fp32 | bf16 | fp16 (meant for CUDA; slow on the CPU)
-    threads: int | None = None  # torch CPU threads (None: torch's default)
-    fuse: str = "auto"  # compile the decoding step (models/fusion.py): auto | on | off; auto = on CUDA
-    ensemble: bool = False  # several models are averaged only when asked (--ensemble)
-    shortlist: str = "auto"  # auto: score a shortlist where the checkpoint has a lexicon; off: always all words
-    sampling: bool = False  # draw one translation per line (nmtkit.decode.sampling) instead of beam search
-    sampling_topk: int = 0  # sample among the k most likely words at each step (0: all)
-    temperature: float = 1.0  # sampling temperature, > 0
-    seed: int | None = None  # sampling seed (None: DEFAULT_SEED)
+    models: tuple[str, ...] = option(
+        (), names=("--model", "-m"), multiple=True, required=True, metavar="CHECKPOINT",
+        help="Checkpoint to translate with (e.g. RUN/checkpoint_best.pt). Give several with --ensemble.")
+    ensemble: bool = option(False, help="Average several -m models (same vocabularies and preprocessing): log of "
+                                        "the mean of their probabilities, as Nematus and fairseq do.")
+    lenpen: float = option(
+        1.0, help="Length normalisation alpha: hypotheses are ranked by log p / length^alpha (length counts EOS); "
+                  "1 = per-word average, 0 = raw log-probability.")
+    max_len_a: float = option(2.0, min=0, help="Target length limit: at most a * source_length + b tokens.")
+    max_len_b: float = option(10.0, min=0, help="See --max-len-a.")
+    batch_size: int = option(64, min=1, help="Most sentences decoded in one batched beam search (serve: gathered "
+                                             "from all waiting requests).")
+    max_tokens: int | None = option(
+        None, min=1, help="Also cap a batch at this many padded source tokens (before beam expansion).")
+    max_src_len: int | None = option(
+        None, min=1, shown_default=f"4 x the training length limit when recorded, at least {DEFAULT_MAX_SRC_LEN}",
+        help="Longer inputs (in model tokens) are truncated with a warning naming the line.")
+    device: str = option("auto", metavar="auto|cpu|cuda|cuda:N", help=DEVICE_HELP)
+    precision: str = option(
+        "auto", choices=DECODE_PRECISIONS,
+        help="auto = bf16 autocast on GPUs and on CPUs with native BF16 (AVX512-BF16, AMX), as in training; fp32 "
+             "on other CPUs, where bf16 is emulated and slower. fp16 is meant for GPUs (it runs on a CPU, slowly).")
+    fuse: str = option(
+        "auto", choices=FUSE,
+        help="Compile the decoding step into a few fused kernels (torch.compile; the first run compiles for up to "
+             "a minute, later runs reuse the cache). auto: on CUDA.")
+    shortlist: str = option(
+        "auto", choices=("auto", "off"),
+        help="auto: where the checkpoint holds a lexicon (nmtkit train stores one), score only a shortlist of "
+             "target words per batch, the 1,000 most frequent and the 20 likeliest translations of each source "
+             "word (Jean et al. 2015; nmtkit.decode.shortlist): beam search about 20% faster on a CPU, BLEU "
+             "unchanged on the benchmark's dev set; off: the whole vocabulary. In serve, a batch's shortlist (and "
+             "bf16 rounding) depends on the sentences batched together: for answers that never depend on other "
+             "requests, use --shortlist off --precision fp32.")
+    threads: int | None = option(None, min=1, metavar="N", shown_default="torch's default",
+                                 help="torch CPU threads.")
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Every field within its declared choices and range, and the rules between fields; one
+        clear line otherwise. Called once, when the config is built."""
+        check_fields(self)
+        check_device_name(self.device)
+        if not self.models:
+            raise ConfigError("no model given (-m CHECKPOINT)")
+        if len(self.models) > 1 and not self.ensemble:
+            raise ConfigError(f"{len(self.models)} -m checkpoints given: add --ensemble to average them")
+
+
+@dataclass(frozen=True)
+class TranslateConfig(DecodeConfig):
+    """Every option of `nmtkit translate` that shapes its translations (see its --help)."""
+
+    beam: int = option(12, min=1, names=("--beam", "-k"), help="Beam width (1 = greedy).")
+    nbest: int = option(
+        1, min=1, help="Write the N best translations of each sentence in Moses n-best format: "
+                       "'i ||| translation ||| LogProb= lp Length= n ||| score' (i counts sentences from 0, lp is "
+                       "the raw log-probability, n the token count with EOS, score = lp / n^lenpen).")
+    sampling: bool = option(
+        False, help="Draw one translation per line from the model's distribution instead of beam search "
+                    "(back-translation, Edunov et al. 2018). Reproducible: a line's sample depends on --seed, its "
+                    "line number and the model only, not on the batch or buffer it falls in. --beam is not used.")
+    sampling_topk: int = option(0, min=0, metavar="K", message="must be >= 0 (0: the whole vocabulary)",
+                                help="With --sampling: draw among the K most likely words at each step (0: all "
+                                     "words).")
+    temperature: float = option(
+        1.0, min=0, min_open=True, metavar="T", message="must be > 0 (for greedy decoding use --beam 1)",
+        help="With --sampling: sample from p^(1/T); T must be > 0 (T < 1 sharper, T > 1 flatter; for greedy "
+             "decoding use --beam 1).")
+    seed: int | None = option(None, min=0, max=2**63 - 1, metavar="S", message="must be between 0 and 2^63-1",
+                              shown_default=str(DEFAULT_SEED), help="With --sampling: the seed.")
+    buffer_size: int = option(
+        2000, min=1, help="Lines read, sorted by length and translated together before being written in order.")
+    input_format: str = option(
+        "raw", choices=INPUT_FORMATS,
+        help="raw: apply the recorded normalisation, tokenisation and BPE; tok: input is already tokenised (BPE "
+             "still applied); bpe: input is the model's tokens.")
+    output_format: str = option("raw", choices=INPUT_FORMATS,
+                                help="raw: join BPE and detokenise; tok: join BPE only; bpe: the model's tokens.")
+    replace_unk: bool = option(
+        False, help="Replace each <unk> in the output by the source word it attends to most (Luong et al. 2015; "
+                    "Jean et al. 2015); with BPE, the whole word of that subword.")
+    ban_unk: bool = option(
+        False, help="Never emit the unknown word: its probability is 0 at every step (the decoding of the paper's "
+                    "no-UNK column, Bahdanau et al. 2015, Table 1).")
+    unk_dict: str | None = option(
+        None, metavar="FILE",
+        help="With --replace-unk: a 'source<TAB>target' dictionary the source word goes through.")
+    alignments: str | None = option(
+        None, choices=("hard", "soft"),
+        help="Write alignments to --alignments-file, one line per output line: hard = Pharaoh 'i-j' pairs (source "
+             "i, target j, model tokens counted from 0); soft = JSON lines {\"src\": [...], \"tgt\": [...], "
+             "\"attention\": [[...]]} (rows = target tokens + </s>).")
+    plot_attention: str | None = option(
+        None, metavar="DIR",
+        help="Draw each sentence's attention (the paper's Figure 3) as DIR/NNNNNN.png (line number).")
+    plot_limit: int = option(100, min=0, help="Plot at most this many sentences.")
 
     @property
     def sampling_seed(self) -> int:
         return DEFAULT_SEED if self.seed is None else self.seed
 
     def validate(self) -> None:
-        if not self.models:
-            raise ConfigError("no model given (-m CHECKPOINT)")
+        super().validate()
         if self.ban_unk and self.replace_unk:
             raise ConfigError("--ban-unk and --replace-unk exclude each other (a banned <unk> is never replaced)")
-        if len(self.models) > 1 and not self.ensemble:
-            raise ConfigError(f"{len(self.models)} -m checkpoints given: add --ensemble to average them")
-        if self.beam < 1:
-            raise ConfigError(f"--beam must be >= 1, got {self.beam}")
-        if not 1 <= self.nbest <= self.beam:
+        if self.nbest > self.beam:
             raise ConfigError(f"--nbest must be between 1 and --beam ({self.beam}), got {self.nbest}")
-        if self.batch_size < 1 or self.buffer_size < 1:
-            raise ConfigError("--batch-size and --buffer-size must be >= 1")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ConfigError("--max-tokens must be >= 1")
-        if self.input_format not in FORMATS or self.output_format not in FORMATS:
-            raise ConfigError(f"formats are one of {', '.join(FORMATS)}")
-        if self.alignments not in (None, "hard", "soft"):
-            raise ConfigError("--alignments is 'hard' or 'soft'")
-        if self.precision not in PRECISIONS:
-            raise ConfigError("--precision is auto, fp32, bf16 or fp16")
-        if self.shortlist not in ("auto", "off"):
-            raise ConfigError(f"--shortlist is auto or off, got '{self.shortlist}'")
-        if self.fuse not in FUSE:
-            raise ConfigError(f"--fuse is auto, on or off, got '{self.fuse}'")
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError("--threads must be >= 1")
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise ConfigError(f"--device is auto, cpu or cuda[:N], got '{self.device}'")
-        if self.max_src_len is not None and self.max_src_len < 1:
-            raise ConfigError("--max-src-len must be >= 1")
         if self.unk_dict and not self.replace_unk:
             raise ConfigError("--unk-dict needs --replace-unk")
-        if not math.isfinite(self.lenpen):
-            raise ConfigError(f"--lenpen must be a finite number, got {self.lenpen}")
-        for option, value in (("--max-len-a", self.max_len_a), ("--max-len-b", self.max_len_b)):
-            if not (math.isfinite(value) and value >= 0):  # a negative limit makes every output empty
-                raise ConfigError(f"{option} must be a finite number >= 0, got {value}")
-        if self.plot_limit < 0:
-            raise ConfigError(f"--plot-limit must be >= 0, got {self.plot_limit}")
-        self._validate_sampling()
-
-    def _validate_sampling(self) -> None:
-        if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise ConfigError(f"--temperature must be > 0 (for greedy decoding use --beam 1), got {self.temperature}")
-        if self.sampling_topk < 0:
-            raise ConfigError(f"--sampling-topk must be >= 0 (0: the whole vocabulary), got {self.sampling_topk}")
-        if self.seed is not None and not 0 <= self.seed < 2**63:
-            raise ConfigError(f"--seed must be between 0 and 2^63-1, got {self.seed}")
         if not self.sampling:
             given = [name for name, on in (("--sampling-topk", self.sampling_topk != 0),
                                            ("--temperature", self.temperature != 1.0),

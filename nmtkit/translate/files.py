@@ -94,7 +94,6 @@ def translate_files(
 
     from nmtkit.outputs import OutputFile
 
-    config.validate()
     check_files(config, input_path, output_path, alignments_file, force)
     translator = Translator(config, warn=warn)
     translator.source_name = input_path or "<stdin>"

@@ -13,31 +13,19 @@ translations behind `nmtkit translate`, `nmtkit serve` and the tests:
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from dataclasses import fields
 from typing import Any, Callable, Iterable, Sequence
 
 from nmtkit.devices import resolve_device
-from nmtkit.errors import CheckpointError, ConfigError
+from nmtkit.errors import ConfigError
 from nmtkit.text.vocab import UNK
 from nmtkit.translate.alignment import read_unk_dict, replace_unks
 from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, TranslateConfig
 from nmtkit.translate.results import Result
 
 log = logging.getLogger(__name__)
-
-
-def _pipeline_from_dict(d: Any, path: str):
-    from nmtkit.text.pipeline import TextPipeline
-
-    if not isinstance(d, dict):
-        raise CheckpointError("checkpoint has no text pipeline", path)
-    try:
-        return TextPipeline.from_dict(d)
-    except Exception as err:  # noqa: BLE001 - a foreign/old pipeline dict
-        raise CheckpointError(f"cannot rebuild the text pipeline: {err}", path) from None
 
 
 class Translator:
@@ -67,51 +55,35 @@ class Translator:
         return translator
 
     def __init__(self, config: TranslateConfig, warn: Callable[[str], None] | None = None):
+        """Load `config.models` (a `ModelBundle`, `self.bundle`) for decoding as `config` says
+        (a config is validated once, when it is built)."""
         import torch
 
-        from nmtkit.checkpoint import load_model, trained_max_len
-        from nmtkit.decode.ensemble import check_compatible
+        from nmtkit.checkpoint import load_bundle
         from nmtkit.models.fusion import resolve_fuse
         from nmtkit.models.precision import FP16_ON_CPU, autocast, resolve_precision
-        from nmtkit.text.vocab import Vocab
 
-        config.validate()
         self.config = config
         self.warn = warn or log.warning
         self.device = resolve_device(config.device)
-        fuse = resolve_fuse(config.fuse, self.device)
-        self.models, ckpts = [], []
-        for path in config.models:
-            model, ckpt = load_model(path, self.device, fuse_steps=fuse)
-            self.models.append(model)
-            ckpts.append(ckpt)
-        first = ckpts[0]
-        check_compatible(list(config.models), ckpts)
-        try:
-            self.src_vocab = Vocab(list(first["src_vocab"]))
-            self.tgt_vocab = Vocab(list(first["tgt_vocab"]))
-        except (KeyError, ValueError, TypeError) as err:
-            raise CheckpointError(f"checkpoint has no usable vocabularies ({err})", config.models[0]) from None
+        self.bundle = bundle = load_bundle(config.models, self.device, fuse_steps=resolve_fuse(config.fuse, self.device))
+        self.models, self.src_vocab, self.tgt_vocab, self.pipeline = (
+            list(bundle.models), bundle.src_vocab, bundle.tgt_vocab, bundle.pipeline)
+        # a wider beam than the target vocabulary finds nothing more and costs memory and time:
+        # every search is capped at max_beam (n-best lists too)
         self.max_beam = n_tgt = len(self.tgt_vocab.itos)
-        if config.beam > n_tgt:  # a wider beam finds nothing more and costs memory and time
+        if config.beam > n_tgt:
             self.warn(f"--beam {config.beam} is above the target vocabulary's {n_tgt} entries: searching with "
                       f"a beam of {n_tgt}, which finds the same translations")
-            config = dataclasses.replace(config, beam=n_tgt, nbest=min(config.nbest, n_tgt))
-            self.config = config
-        self.pipeline = _pipeline_from_dict(first.get("pipeline"), config.models[0])
-        self.arch = first.get("arch")
         # Jean et al. (2015)'s candidate list: with the lexicon the trainer stores (older
         # checkpoints have none), each batch scores only its shortlist of target words
-        lexicon = first.get("lexicon")
         # (sampling draws from the whole vocabulary: a shortlist would change its distribution)
         use_shortlist = config.shortlist == "auto" and not config.sampling
-        self.lexicon = lexicon if use_shortlist and isinstance(lexicon, torch.Tensor) else None
-        src_lang, tgt_lang = first.get("src_lang"), first.get("tgt_lang")
-        self.langs = (src_lang, tgt_lang)
+        self.lexicon = bundle.lexicon if use_shortlist else None
         if config.max_src_len is not None:
             self.max_src_len = config.max_src_len
         else:
-            trained = trained_max_len(first)
+            trained = bundle.trained_max_len
             self.max_src_len = max(DEFAULT_MAX_SRC_LEN, 4 * trained) if trained else DEFAULT_MAX_SRC_LEN
         self.unk_dict = read_unk_dict(config.unk_dict) if config.unk_dict else None
         self.warned_budget = False
