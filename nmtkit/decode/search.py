@@ -41,7 +41,6 @@ attention sees it: it may include an EOS the model appends), T steps.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Sequence
 
 import numpy as np
@@ -57,17 +56,10 @@ from nmtkit.text.vocab import BOS_ID, EOS_ID
 __all__ = ["Hypothesis", "greedy_search", "beam_search"]
 
 
-_SOURCE_FIELDS = ("annotations", "keys", "values", "mask")  # the (B, S, ...) fields of EncoderOut
-
-
 def _keep(enc: EncoderOut, rows: Tensor, width: int) -> EncoderOut:
     """Rows `rows` of `enc`, with source positions beyond `width` (padding for every kept row)
     dropped first, so that attention over long-gone long sentences' padding stops costing."""
-    if width < enc.mask.size(1):
-        trimmed = {name: getattr(enc, name)[:, :width] for name in _SOURCE_FIELDS
-                   if getattr(enc, name, None) is not None}
-        enc = dataclasses.replace(enc, **trimmed)
-    return enc.index_select(rows)
+    return enc.narrow(width).index_select(rows)
 
 
 def _should_compact(n_dead: int, n: int) -> bool:

@@ -62,6 +62,15 @@ class EncoderOut:
         return dataclasses.replace(self, **{f.name: _index(getattr(self, f.name), index) for f in fields(self)
                                             if f.name != "src_eos"})
 
+    def narrow(self, width: int) -> "EncoderOut":
+        """The first `width` source positions of every per-position field (annotations, keys,
+        values, mask); itself when it has no more."""
+        if width >= self.mask.size(1):
+            return self
+        return dataclasses.replace(self, **{name: getattr(self, name)[:, :width]
+                                            for name in ("annotations", "keys", "values", "mask")
+                                            if getattr(self, name) is not None})
+
     def positions(self, src_len: int) -> int:
         """The source positions attention sees for a sentence of `src_len` tokens (its EOS included)."""
         return src_len + int(self.src_eos)
