@@ -10,8 +10,7 @@ import torch
 from nmtkit.decode.search import beam_search, greedy_search
 from nmtkit.decode.steps import max_lengths
 from nmtkit.text.vocab import BOS_ID, EOS_ID
-from tests.model_helpers import random_sources
-from tests.translate_fixtures import tiny_model
+from tests.conftest import random_sources, tiny_model
 
 
 def _sharp(model, scale: float = 8.0):
@@ -57,7 +56,7 @@ def _reference_greedy(models, src, lens, lim, lenpen):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("lenpen", [0.0, 1.0, 0.6])
 def test_beam_one_equals_the_reference_greedy_loop_tokens_scores_and_attention(seed, lenpen):
-    model, _ = tiny_model(seed)
+    model = tiny_model(seed=seed)
     _sharp(model)
     src, lens = random_sources(seed)
     lim = max_lengths(lens, 1.5, 4)
@@ -77,7 +76,7 @@ def test_beam_one_equals_the_reference_greedy_loop_tokens_scores_and_attention(s
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("beam", [2, 5, 12])
 def test_beam_best_log_prob_is_never_worse_than_greedy(seed, beam):
-    model, _ = tiny_model(seed)
+    model = tiny_model(seed=seed)
     _sharp(model, 4.0)
     src, lens = random_sources(seed + 10)
     greedy = greedy_search(model, src, lens, max_len=max_lengths(lens, 1.5, 4), lenpen=0.0)
@@ -105,7 +104,7 @@ def _exhaustive_best(model, src, n, max_len, words, lenpen):
 @pytest.mark.parametrize("lenpen", [0.0, 1.0])
 def test_a_beam_as_wide_as_the_search_space_finds_the_exact_best(lenpen):
     # target vocabulary: 4 specials + 2 words; UNK and the words can be generated (3 choices)
-    model, _ = tiny_model(3, tgt_vocab=6)
+    model = tiny_model(seed=3, tgt_vocab=6)
     _sharp(model, 3.0)
     src, lens = random_sources(5, B=3)
     max_len = 3
@@ -118,7 +117,7 @@ def test_a_beam_as_wide_as_the_search_space_finds_the_exact_best(lenpen):
 
 
 def test_nbest_lists_are_sorted_distinct_and_scored_consistently():
-    model, _ = tiny_model(4)
+    model = tiny_model(seed=4)
     _sharp(model, 3.0)
     src, lens = random_sources(4)
     for lenpen in (0.0, 1.0):
@@ -134,7 +133,7 @@ def test_nbest_lists_are_sorted_distinct_and_scored_consistently():
 
 
 def test_log_probs_match_teacher_forcing():
-    model, _ = tiny_model(6)
+    model = tiny_model(seed=6)
     _sharp(model, 3.0)
     src, lens = random_sources(6, B=4)
     res = beam_search(model, src, lens, beam=4, nbest=2, lenpen=1.0, max_len_a=1.0, max_len_b=3)
@@ -148,7 +147,7 @@ def test_log_probs_match_teacher_forcing():
 
 
 def test_batched_search_equals_one_sentence_at_a_time():
-    model, _ = tiny_model(7)
+    model = tiny_model(seed=7)
     _sharp(model, 3.0)
     src, lens = random_sources(7, B=6)
     batched = beam_search(model, src, lens, beam=5, nbest=3, max_len_a=1.5, max_len_b=3)
@@ -161,7 +160,7 @@ def test_batched_search_equals_one_sentence_at_a_time():
 
 @pytest.mark.parametrize("src_eos", [True, False])
 def test_length_limit_is_respected_and_attention_comes_back_over_the_source_tokens(src_eos):
-    model, _ = tiny_model(8, src_eos=src_eos)
+    model = tiny_model(seed=8, src_eos=src_eos)
     src, lens = random_sources(8)
     res = beam_search(model, src, lens, beam=3, nbest=3, max_len_a=0.5, max_len_b=1, need_attention=True)
     lim = max_lengths(lens, 0.5, 1)
@@ -182,7 +181,7 @@ def test_length_limit_is_respected_and_attention_comes_back_over_the_source_toke
 
 
 def test_ensemble_of_the_same_model_twice_equals_the_model():
-    model, _ = tiny_model(9)
+    model = tiny_model(seed=9)
     _sharp(model, 3.0)
     src, lens = random_sources(9)
     single = beam_search(model, src, lens, beam=4, nbest=2, max_len_a=1.5, max_len_b=3)
@@ -193,8 +192,8 @@ def test_ensemble_of_the_same_model_twice_equals_the_model():
 
 
 def test_ensemble_averages_probabilities_of_different_models():
-    m1, _ = tiny_model(10)
-    m2, _ = tiny_model(11)
+    m1 = tiny_model(seed=10)
+    m2 = tiny_model(seed=11)
     _sharp(m1, 3.0)
     _sharp(m2, 3.0)
     src, lens = random_sources(10, B=3)
@@ -213,7 +212,7 @@ def test_ensemble_averages_probabilities_of_different_models():
 
 
 def test_nbest_larger_than_beam_is_refused():
-    model, _ = tiny_model(0)
+    model = tiny_model(seed=0)
     src, lens = random_sources(0, B=2)
     with pytest.raises(ValueError):
         beam_search(model, src, lens, beam=2, nbest=3)
@@ -253,7 +252,7 @@ def test_fast_paths_give_the_same_translations_as_the_plain_ones(monkeypatch, re
     top-k: V / TOPK_GROUP >= 2K)."""
     import nmtkit.decode.topk as topk
 
-    model, _ = tiny_model(11, tgt_vocab=40 * topk.TOPK_GROUP, readout=readout)
+    model = tiny_model(seed=11, tgt_vocab=40 * topk.TOPK_GROUP, readout=readout)
     _sharp(model, 3.0)
     src, lens = random_sources(11, B=6)
     kw = dict(beam=5, nbest=3, max_len_a=1.5, max_len_b=3, need_attention=True)

@@ -132,7 +132,7 @@ def test_raw_references_split_on_newline_not_u2028(tmp_path):
     import json
 
     from nmtkit.train.data import DataDir
-    from tests.train_fixtures import make_data_dir
+    from tests.conftest import make_data_dir
 
     data = make_data_dir(tmp_path / "data", n_train=8, n_valid=3)
     refs = ["le chat\u2028assis", "un chien", "la maison"]

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from tests.train_fixtures import TINY_MODEL, make_data_dir, tiny_options
+from tests.conftest import TINY_MODEL, make_data_dir, tiny_options
 
 UPDATES = 6
 

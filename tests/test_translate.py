@@ -22,8 +22,9 @@ from nmtkit.translate import (
     soft_alignment,
     subword_words,
 )
-from tests.translate_fixtures import TGT_WORDS, make_checkpoint, tiny_model
+from tests.conftest import TGT_WORDS, make_checkpoint, tiny_model
 
+CKPT_SEED = 1  # the `ckpt` fixture's model: one that emits no <unk> on these lines
 LINES = [
     "the cat sat on a mat .",
     "",
@@ -33,11 +34,6 @@ LINES = [
     "   ",
     "the dog ran in a park .",
 ]
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return str(make_checkpoint(tmp_path_factory.mktemp("ckpt") / "model.pt", seed=1))
 
 
 def _translator(ckpt, warn=None, **kw):
@@ -134,7 +130,7 @@ def test_replace_unks_hand_made_case():
 
 
 def test_replace_unk_end_to_end_copies_attended_source_words(tmp_path):
-    model, _ = tiny_model(2)
+    model = tiny_model(seed=2)
     with torch.no_grad():
         model.W_o.bias[1] = 50.0  # the model says <unk> at every step
     path = make_checkpoint(tmp_path / "unk.pt", model=model)

@@ -94,13 +94,44 @@ def _index(x: Any, index: Tensor) -> Any:
 def append_eos(src: Tensor, src_lens: Tensor, eos_id: int = EOS_ID) -> tuple[Tensor, Tensor]:
     """src (B, S) padded with 0 -> (B, S+1) with EOS written after each sentence, lens + 1."""
     out = F.pad(src, (0, 1), value=PAD_ID)
-    out[torch.arange(src.size(0), device=src.device), src_lens.to(src.device)] = eos_id
+    out[torch.arange(src.size(0), device=src.device), on_device(src_lens, src.device)] = eos_id
     return out, src_lens + 1
+
+
+def on_device(lens: Tensor, device: torch.device) -> Tensor:
+    """Lengths (B,) on `device`. Training passes them on the host (the step knows them there):
+    copied without waiting for the queued kernels, where a blocking copy would."""
+    return lens.to(device, non_blocking=True)
 
 
 def length_mask(lens: Tensor, max_len: int) -> Tensor:
     """(B,) lengths -> (B, max_len) bool, True at real positions."""
     return torch.arange(max_len, device=lens.device).unsqueeze(0) < lens.unsqueeze(1)
+
+
+def run_packed(rnn: nn.RNNBase, emb: Tensor, lens: Tensor) -> tuple[Tensor, Any]:
+    """A batch_first nn.GRU/nn.LSTM over each sentence of emb (B, S, m) up to its length, as on
+    a packed batch: (outputs (B, S, H), zero at padded positions; the final state, as the module
+    returns it, of each sentence).
+
+    The packing is planned on the host from `lens` (B,): free when they are on the host, as in
+    training; one read when they are on a device. torch's pack_padded_sequence and
+    pad_packed_sequence would also copy their index tensors between host and device with a
+    blocking copy each way. The packed data (time-major, sentences by decreasing length) is what
+    pack_padded_sequence builds, so the results are the same.
+    """
+    host = (lens if lens.device.type == "cpu" else lens.cpu()).to(torch.int64)
+    host, order = torch.sort(host, descending=True)
+    B, S = emb.shape[:2]
+    keep = torch.arange(S).unsqueeze(1) < host.unsqueeze(0)  # (S, B): step t of sorted sentence b
+    rows = (order.unsqueeze(0) * S + torch.arange(S).unsqueeze(1)).masked_select(keep)  # rows of emb (B*S, m)
+    rows = on_device(rows, emb.device)
+    data = emb.reshape(B * S, -1).index_select(0, rows)
+    packed = nn.utils.rnn.PackedSequence(data, keep.sum(1), on_device(order, emb.device),
+                                         on_device(torch.argsort(order), emb.device))
+    out, final = rnn(packed)
+    padded = out.data.new_zeros(B * S, out.data.size(1)).index_copy(0, rows, out.data)
+    return padded.view(B, S, -1), final
 
 
 def reorder_state(state: State, index: Tensor) -> State:

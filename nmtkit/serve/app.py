@@ -39,7 +39,8 @@ from nmtkit.serve.config import ServeConfig
 from nmtkit.serve.limits import RequestError, check_onmt_request, check_request, parse_json_body
 
 if TYPE_CHECKING:
-    from nmtkit.translate.translator import Result, Translator
+    from nmtkit.translate.results import Result
+    from nmtkit.translate.translator import Translator
 
 BATCHER = web.AppKey("batcher", Batcher)
 STATE = web.AppKey("state", dict)
