@@ -11,16 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.translate_fixtures import make_checkpoint
+from tests.conftest import make_checkpoint, run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat"]
 DECODE = dict(device="cpu", beam=3, max_len_a=1.0, max_len_b=3.0)
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return str(make_checkpoint(tmp_path_factory.mktemp("api") / "model.pt", seed=3))
 
 
 def test_import_nmtkit_does_not_import_torch():
@@ -33,18 +28,17 @@ def test_import_nmtkit_does_not_import_torch():
 
 def test_load_translates_as_the_cli_does(ckpt, tmp_path):
     import nmtkit
-    from tests.test_translate_cli import nmtkit as cli
 
     src = tmp_path / "in.en"
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     align = tmp_path / "align.txt"
-    proc = cli("translate", "-m", ckpt, "--beam", "3", "--max-len-a", "1", "--max-len-b", "3", "-i", str(src),
-               "--alignments", "hard", "--alignments-file", str(align), "--quiet")
-    assert proc.returncode == 0, proc.stderr
+    proc = run_cli(["translate", "-m", ckpt, "--beam", "3", "--max-len-a", "1", "--max-len-b", "3", "-i", str(src),
+               "--alignments", "hard", "--alignments-file", str(align), "--quiet"], process=True)
+    assert proc.code == 0, proc.err
     model = nmtkit.load(ckpt, **DECODE)
     assert isinstance(model, nmtkit.Translator)
-    assert model.translate(LINES) == proc.stdout.split("\n")[:-1]
-    assert model.translate(LINES[0]) == proc.stdout.split("\n")[0]  # a string in, a string out
+    assert model.translate(LINES) == proc.out.split("\n")[:-1]
+    assert model.translate(LINES[0]) == proc.out.split("\n")[0]  # a string in, a string out
     results = model.generate(LINES, alignments=True)
     pharaoh = [" ".join(f"{i}-{j}" for i, j in r.nbest[0].alignment()) if r.nbest else "" for r in results]
     assert pharaoh == align.read_text(encoding="utf-8").split("\n")[:-1]
@@ -52,7 +46,6 @@ def test_load_translates_as_the_cli_does(ckpt, tmp_path):
 
 def test_generate_gives_the_nbest_list_best_first_with_scores_and_tokens(ckpt, tmp_path):
     import nmtkit
-    from tests.test_translate_cli import nmtkit as cli
 
     model = nmtkit.load(ckpt, **DECODE)
     results = model.generate(LINES, nbest=3)
@@ -68,9 +61,9 @@ def test_generate_gives_the_nbest_list_best_first_with_scores_and_tokens(ckpt, t
         with pytest.raises(ValueError, match="alignments=True"):
             t.alignment()
     # the CLI's n-best list holds the same hypotheses
-    proc = cli("translate", "-m", ckpt, "--beam", "3", "--nbest", "3", "--max-len-a", "1", "--max-len-b", "3",
-               stdin=LINES[0] + "\n")
-    texts = [line.split(" ||| ")[1] for line in proc.stdout.splitlines()]
+    proc = run_cli(["translate", "-m", ckpt, "--beam", "3", "--nbest", "3", "--max-len-a", "1", "--max-len-b", "3"],
+                   LINES[0] + "\n", process=True)
+    texts = [line.split(" ||| ")[1] for line in proc.out.splitlines()]
     assert texts == [t.text for t in first.nbest]
 
 

@@ -7,18 +7,13 @@ import pytest
 import torch
 
 from nmtkit.checkpoint import load_checkpoint, save_checkpoint
-from tests.test_bad_inputs import run_main
-from tests.translate_fixtures import TGT_WORDS, make_checkpoint, tiny_model
+from tests.conftest import TGT_WORDS, CliResult, make_checkpoint, run_cli, tiny_model
 
 LINES = ["the cat sat on a mat .", "a dog ran in the park", "the big red house"]
 
 
-def run(capsys, *args) -> tuple[int, str]:
-    """nmtkit's main() in this process -> (exit status, stderr), through the bad-input table's runner."""
-    return run_main(list(args))
-
-
-def one_error_line(code: int, err: str) -> str:
+def one_error_line(res: CliResult) -> str:
+    code, _, err = res
     assert code != 0 and "Traceback" not in err, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("nmtkit: error: "), err
@@ -31,9 +26,9 @@ def kept(run_dir: Path, update: int, seed: int, **extra) -> Path:
     return make_checkpoint(run_dir / f"checkpoint_{update}.pt", seed=seed, trainer={"update": update}, **extra)
 
 
-def test_average_is_the_float64_mean_cast_back_to_the_stored_dtype(tmp_path, capsys):
+def test_average_is_the_float64_mean_cast_back_to_the_stored_dtype(tmp_path):
     paths = [make_checkpoint(tmp_path / f"m{s}.pt", seed=s) for s in (1, 2, 3)]
-    code, err = run(capsys, "average", *sum((["-m", str(p)] for p in paths), []), "-o", str(tmp_path / "avg.pt"))
+    code, _, err = run_cli(["average", *sum((["-m", str(p)] for p in paths), []), "-o", str(tmp_path / "avg.pt")])
     assert code == 0, err
     states = [load_checkpoint(p)["model_state"] for p in paths]
     avg = load_checkpoint(tmp_path / "avg.pt")["model_state"]
@@ -52,7 +47,7 @@ def test_bf16_parameters_are_averaged_in_float64_and_stored_as_bf16(tmp_path):
 
     paths = []
     for s in (1, 2):
-        model, _ = tiny_model(s)
+        model = tiny_model(seed=s)
         paths.append(make_checkpoint(tmp_path / f"b{s}.pt", model=model.to(torch.bfloat16)))
     ckpt = average(paths, tmp_path / "avg.pt")
     a, b = (load_checkpoint(p)["model_state"] for p in paths)
@@ -61,13 +56,13 @@ def test_bf16_parameters_are_averaged_in_float64_and_stored_as_bf16(tmp_path):
         assert torch.equal(t, ((a[k].double() + b[k].double()) / 2).to(torch.bfloat16)), k
 
 
-def test_average_of_copies_of_one_model_translates_exactly_as_that_model(tmp_path, capsys):
+def test_average_of_copies_of_one_model_translates_exactly_as_that_model(tmp_path):
     from nmtkit.translate import TranslateConfig, Translator
 
     base = make_checkpoint(tmp_path / "base.pt", seed=5)
     copy = tmp_path / "copy.pt"
     copy.write_bytes(base.read_bytes())
-    code, err = run(capsys, "average", "-m", str(base), "-m", str(copy), "-o", str(tmp_path / "avg.pt"))
+    code, _, err = run_cli(["average", "-m", str(base), "-m", str(copy), "-o", str(tmp_path / "avg.pt")])
     assert code == 0, err
 
     def translate(path):
@@ -76,15 +71,15 @@ def test_average_of_copies_of_one_model_translates_exactly_as_that_model(tmp_pat
     assert translate(tmp_path / "avg.pt") == translate(base)
 
 
-def test_averaged_checkpoint_translates_through_the_cli(tmp_path, capsys):
+def test_averaged_checkpoint_translates_through_the_cli(tmp_path):
     paths = [make_checkpoint(tmp_path / f"m{s}.pt", seed=s) for s in (1, 2)]
     avg = tmp_path / "avg.pt"
-    assert run(capsys, "average", "-m", str(paths[0]), "-m", str(paths[1]), "-o", str(avg), "-q")[0] == 0
+    assert run_cli(["average", "-m", str(paths[0]), "-m", str(paths[1]), "-o", str(avg), "-q"])[0] == 0
     src = tmp_path / "in.en"
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     out = tmp_path / "out.fr"
-    code, err = run(capsys, "translate", "-m", str(avg), "-i", str(src), "-o", str(out), "--beam", "2",
-                    "--max-len-b", "4", "--quiet")
+    code, _, err = run_cli(["translate", "-m", str(avg), "-i", str(src), "-o", str(out), "--beam", "2",
+                    "--max-len-b", "4", "--quiet"])
     assert code == 0, err
     hyps = out.read_text(encoding="utf-8").splitlines()
     assert len(hyps) == len(LINES)
@@ -111,28 +106,28 @@ def test_averaged_checkpoint_keeps_pipeline_vocabularies_lexicon_and_names_its_s
     assert ckpt["averaged_from"] == back["averaged_from"]
 
 
-def test_last_n_takes_the_newest_kept_checkpoints_by_update_number(tmp_path, capsys):
+def test_last_n_takes_the_newest_kept_checkpoints_by_update_number(tmp_path):
     run_dir = tmp_path / "run"
     for u in (200, 1000, 800, 600, 400):  # as strings, "1000" would sort before "200"
         kept(run_dir, u, seed=u)
     make_checkpoint(run_dir / "checkpoint_best.pt", seed=9)
     make_checkpoint(run_dir / "checkpoint_last.pt", seed=9)
     out = tmp_path / "avg.pt"
-    code, err = run(capsys, "average", "--last", "3", "--save-dir", str(run_dir), "-o", str(out))
+    code, _, err = run_cli(["average", "--last", "3", "--save-dir", str(run_dir), "-o", str(out)])
     assert code == 0, err
     assert [s["update"] for s in load_checkpoint(out)["averaged_from"]] == [600, 800, 1000]
 
 
-def test_average_of_a_real_training_runs_kept_checkpoints(data_dir, tmp_path, capsys):
+def test_average_of_a_real_training_runs_kept_checkpoints(data_dir, tmp_path):
     """train --keep-every leaves checkpoint_<update>.pt that `average --last` takes and translate reads."""
     from nmtkit.train.run import run_training
-    from tests.train_fixtures import TINY_OVERRIDES, tiny_options
+    from tests.conftest import tiny_options, tiny_overrides
 
     run_dir = tmp_path / "run"
     run_training(data_dir, run_dir, tiny_options(max_updates=4, keep_every=1, valid_every=4, save_every=4),
-                 TINY_OVERRIDES)
+                 tiny_overrides())
     out = tmp_path / "avg.pt"
-    code, err = run(capsys, "average", "--last", "3", "--save-dir", str(run_dir), "-o", str(out))
+    code, _, err = run_cli(["average", "--last", "3", "--save-dir", str(run_dir), "-o", str(out)])
     assert code == 0, err
     assert [s["update"] for s in load_checkpoint(out)["averaged_from"]] == [2, 3, 4]
     from nmtkit.checkpoint import load_model
@@ -149,7 +144,7 @@ def _changed(tmp_path: Path, name: str, how: str) -> Path:
 
     p = tmp_path / name
     if how == "config":
-        model, _ = tiny_model(2, emb_dim=8)
+        model = tiny_model(seed=2, emb_dim=8)
         ckpt = load_checkpoint(make_checkpoint(p, seed=2))
         ckpt["model_state"] = model.state_dict()
         ckpt["model_config"] = dict(ckpt["model_config"], emb_dim=8)
@@ -175,21 +170,21 @@ def _changed(tmp_path: Path, name: str, how: str) -> Path:
     ("pipeline", "text pipeline"),
     ("arch", "architecture rnnencdec differs"),
 ])
-def test_incompatible_checkpoints_are_refused_with_one_line_naming_the_file(tmp_path, capsys, how, needle):
+def test_incompatible_checkpoints_are_refused_with_one_line_naming_the_file(tmp_path, how, needle):
     a = make_checkpoint(tmp_path / "a.pt", seed=1)
     b = _changed(tmp_path, "b.pt", how)
     out = tmp_path / "avg.pt"
-    line = one_error_line(*run(capsys, "average", "-m", str(a), "-m", str(b), "-o", str(out)))
+    line = one_error_line(run_cli(["average", "-m", str(a), "-m", str(b), "-o", str(out)]))
     assert str(b) in line and needle in line, line
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "b.pt"]
 
 
-def test_fewer_kept_checkpoints_than_last_n_is_one_line_listing_them(tmp_path, capsys):
+def test_fewer_kept_checkpoints_than_last_n_is_one_line_listing_them(tmp_path):
     run_dir = tmp_path / "run"
     kept(run_dir, 100, seed=1)
     kept(run_dir, 200, seed=2)
-    line = one_error_line(*run(capsys, "average", "--last", "5", "--save-dir", str(run_dir), "-o",
-                               str(tmp_path / "avg.pt")))
+    line = one_error_line(run_cli(["average", "--last", "5", "--save-dir", str(run_dir), "-o",
+                               str(tmp_path / "avg.pt")]))
     assert str(run_dir) in line and "--last 5" in line and "kept 2" in line and "checkpoint_200.pt" in line
     assert "--keep-every" in line
     assert not (tmp_path / "avg.pt").exists()
@@ -207,7 +202,7 @@ def test_fewer_kept_checkpoints_than_last_n_is_one_line_listing_them(tmp_path, c
     ("nothing", "give the checkpoints to average"),
     ("not-a-checkpoint", "not an nmtkit checkpoint"),
 ])
-def test_bad_average_command_lines_are_one_line(tmp_path, capsys, case, needle):
+def test_bad_average_command_lines_are_one_line(tmp_path, case, needle):
     a = make_checkpoint(tmp_path / "a.pt", seed=1)
     out = tmp_path / "avg.pt"
     argv = {
@@ -227,6 +222,25 @@ def test_bad_average_command_lines_are_one_line(tmp_path, capsys, case, needle):
     if case == "not-a-checkpoint":
         (tmp_path / "junk.pt").write_text("not a checkpoint\n")
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
-    line = one_error_line(*run(capsys, "average", *argv))
+    line = one_error_line(run_cli(["average", *argv]))
     assert needle in line, line
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_kept_checkpoint_names_are_parsed_one_way():
+    from nmtkit.train.run import is_run_file
+    from nmtkit.train.run_files import kept_name, kept_update
+
+    assert [kept_update(kept_name(n)) for n in (0, 7, 12000)] == [0, 7, 12000]
+    for other in ("checkpoint_last.pt", "checkpoint_best.pt", "checkpoint_12.pt.x.tmp", "checkpoint_-1.pt",
+                  "checkpoint_1a.pt", "checkpoint_.pt", "xcheckpoint_3.pt"):
+        assert kept_update(other) is None, other
+    assert is_run_file("checkpoint_40.pt") and not is_run_file("checkpoint_40.pt.tmp")
+
+
+def test_kept_checkpoints_come_oldest_update_first(tmp_path):
+    from nmtkit.train.run_files import kept_checkpoints
+
+    for name in ("checkpoint_100.pt", "checkpoint_9.pt", "checkpoint_last.pt", "checkpoint_20.pt", "notes.txt"):
+        (tmp_path / name).write_bytes(b"")
+    assert [p.name for p in kept_checkpoints(tmp_path)] == ["checkpoint_9.pt", "checkpoint_20.pt", "checkpoint_100.pt"]

@@ -8,14 +8,13 @@ Read-only and full destinations are real mounts (a read-only tmpfs, a small tmpf
 the last byte, a read-only bind mount): as root, a chmod'ed folder stops nothing. Rows that
 need them, or a private character device (mknod), skip where the test does not run as root.
 
-Rows run `nmtkit.cli.main` in this process (`run_main`); what only a whole process shows (a
+Rows run `nmtkit.cli.main` in this process (conftest's `run_cli`); what only a whole process shows (a
 full stdout at the interpreter's exit) has its own subprocess test below.
 """
 from __future__ import annotations
 
 import contextlib
 import gzip
-import logging
 import os
 import shutil
 import stat
@@ -28,6 +27,8 @@ from typing import Callable
 
 import pytest
 
+from tests.conftest import TGT_WORDS, make_checkpoint, run_cli, tiny_train_args
+
 
 def umask() -> int:
     """The process umask (read here, not from nmtkit, so that the table runs against any nmtkit)."""
@@ -36,9 +37,7 @@ def umask() -> int:
     return old
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = ["--arch", "rnnsearch", "--emb-dim", "8", "--enc-hidden", "8", "--dec-hidden", "8", "--att-hidden", "8",
-        "--maxout", "4", "--optimizer", "adam", "--lr", "0.01", "--batch-size", "16", "--threads", "1",
-        "--device", "cpu", "--valid-bleu-samples", "0"]
+TINY = [*tiny_train_args(), "--valid-bleu-samples", "0"]
 EN = ["the cat sat on a mat .", "a dog ran in the park", "the big red house", "cat and dog", "the mat is red"] * 4
 FR = ["le chat assis sur un tapis .", "un chien courait dans le parc", "la grande maison rouge", "chat et chien",
       "le tapis est rouge"] * 4
@@ -99,8 +98,7 @@ class World:
     def run_dir(self, name: str = "run") -> Path:
         """A finished two-update run (checkpoints, metrics, log)."""
         run = self.tmp / name
-        code, err = run_main(["train", "--data", str(self.data), "--save-dir", str(run), *TINY, "--max-updates", "2",
-                              "--valid-every", "2", "--save-every", "2"])
+        code, _, err = run_cli(_train(self, run))
         assert code == 0, err
         return run
 
@@ -116,41 +114,6 @@ def _fill(path: Path) -> None:
             with contextlib.suppress(OSError):
                 while True:
                     f.write(b"\0" * size)
-
-
-def run_main(argv: list[str]) -> tuple[int, str]:
-    """nmtkit's entry point (`nmtkit.cli.main`, what `python -m nmtkit` runs) -> (exit status, stderr).
-
-    In this process, with stdin, stdout and stderr swapped for in-memory streams (click's
-    CliRunner isolation): a subprocess per row spent most of its time importing torch. An
-    exception that escapes `main` is put into stderr as the traceback a subprocess would have
-    printed (and exit status 1), so "no traceback" is checked as before. torch's thread count,
-    which `train --threads` sets, is restored afterwards.
-    """
-    import traceback
-
-    from click.testing import CliRunner
-
-    from nmtkit.cli import main
-
-    threads = sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
-    code, tb = 0, ""
-    root = logging.getLogger()
-    handlers, root.handlers = root.handlers, []  # a fresh process has none: warnings reach logging.lastResort
-    with CliRunner().isolation(input=b"", env={"OMP_NUM_THREADS": "1"}) as (_out, err, _mixed):
-        try:
-            main(list(argv))
-        except SystemExit as exit_:
-            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-        except BaseException:  # noqa: BLE001 - what would have been a traceback in a subprocess
-            code, tb = 1, traceback.format_exc()
-        finally:
-            sys.stderr.flush()
-            root.handlers = handlers
-        text = err.getvalue().decode("utf-8", "backslashreplace") + tb
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(threads or sys.modules["torch"].get_num_threads())
-    return code, text
 
 
 @dataclass
@@ -365,8 +328,6 @@ ROWS = [
 
 
 def _other_vocab_ckpt(w: World) -> Path:
-    from tests.translate_fixtures import TGT_WORDS, make_checkpoint
-
     return make_checkpoint(w.tmp / "other.pt", seed=3, tgt_words=list(reversed(TGT_WORDS)))
 
 
@@ -400,7 +361,7 @@ def check_row(row: Row, world: World) -> None:
         os.mkfifo(fifo)
         reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
         reader.start()
-    code, err = run_main(argv)
+    code, _, err = run_cli(argv)
     assert "Traceback" not in err, err
     if row.ok:
         assert code == 0, err

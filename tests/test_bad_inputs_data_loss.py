@@ -18,6 +18,7 @@ from typing import Callable
 
 import pytest
 
+from tests.conftest import run_cli
 from tests.test_bad_inputs import (
     EN,
     FR,
@@ -27,7 +28,6 @@ from tests.test_bad_inputs import (
     _preprocess,
     _translate,
     check_row,
-    run_main,
 )
 
 
@@ -185,7 +185,7 @@ def _dest_with_own_file(w: World) -> Path:
 
 def _data_dir_over(w: World, name: str) -> Path:
     d = w.tmp / name
-    code, err = run_main(_preprocess(w, d))
+    code, _, err = run_cli(_preprocess(w, d))
     assert code == 0, err
     return d
 

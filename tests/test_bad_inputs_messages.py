@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_cli
 from tests.test_bad_inputs import (
     REPO,
     Row,
@@ -22,7 +23,6 @@ from tests.test_bad_inputs import (
     _train,
     _translate,
     check_row,
-    run_main,
 )
 
 ROWS = [
@@ -112,7 +112,7 @@ def _pipe_input(w: World) -> str:
 
 
 def _same_as_without_bom(w: World) -> None:
-    code, err = run_main(_translate(w, "-o", str(w.tmp / "plain")))
+    code, _, err = run_cli(_translate(w, "-o", str(w.tmp / "plain")))
     assert code == 0, err
     assert (w.tmp / "b").read_text() == (w.tmp / "plain").read_text()
 

@@ -3,7 +3,7 @@
 Each row is one request, sent byte for byte over a socket to the real server stack (the app,
 its runner and connection handler, on 127.0.0.1 and a free port), and what it must get: a
 status, a one-line JSON error naming the problem, and at most one log line without a
-traceback. The model is tiny and random (tests/translate_fixtures.py).
+traceback. The model is tiny and random (tests/conftest.py).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from nmtkit.serve.app import make_app, make_runner, serve  # noqa: E402
 from nmtkit.serve.batcher import Batcher, ClientGone  # noqa: E402
 from nmtkit.serve.config import ServeConfig  # noqa: E402
 from nmtkit.serve.limits import Limits  # noqa: E402
-from tests.translate_fixtures import make_checkpoint  # noqa: E402
+from tests.conftest import make_checkpoint  # noqa: E402
 
 CONFIG = ServeConfig(limits=Limits(max_beam=2, max_body_bytes=1 << 20), body_timeout=0.5,
                      allow_hosts=("mt.example.org",))

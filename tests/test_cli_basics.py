@@ -5,15 +5,14 @@ import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
 
-from nmtkit.cli import cli
+from tests.conftest import run_cli
 
 SUBCOMMANDS = ["preprocess", "select-data", "train", "translate", "score", "serve", "average"]
 
 
 def test_help_lists_the_subcommands_in_pipeline_order():
-    out = CliRunner().invoke(cli, ["--help"]).output
+    out = run_cli(["--help"]).out
     out = out[out.index("Commands:"):]
     positions = [out.index(name) for name in SUBCOMMANDS]
     assert positions == sorted(positions)
@@ -21,14 +20,14 @@ def test_help_lists_the_subcommands_in_pipeline_order():
 
 def test_every_subcommand_has_help():
     for name in SUBCOMMANDS:
-        res = CliRunner().invoke(cli, [name, "--help"])
-        assert res.exit_code == 0, (name, res.output)
-        assert "Usage:" in res.output
+        code, out, err = run_cli([name, "--help"])
+        assert code == 0, (name, err)
+        assert "Usage:" in out
 
 
 def test_version():
-    res = CliRunner().invoke(cli, ["--version"])
-    assert res.exit_code == 0 and "nmtkit" in res.output
+    code, out, _ = run_cli(["--version"])
+    assert code == 0 and "nmtkit" in out
 
 
 def test_help_does_not_import_torch():
@@ -45,12 +44,10 @@ def test_help_does_not_import_torch():
 
 
 def test_unknown_option_is_a_clean_error():
-    proc = subprocess.run(
-        [sys.executable, "-m", "nmtkit", "score", "--no-such-option"], capture_output=True, text=True
-    )
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr
-    assert "no-such-option" in proc.stderr
+    code, _, err = run_cli(["score", "--no-such-option"], process=True)
+    assert code != 0
+    assert "Traceback" not in err
+    assert "no-such-option" in err
 
 
 @pytest.mark.parametrize("quiet", [False, True])

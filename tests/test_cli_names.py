@@ -11,7 +11,7 @@ import click
 import pytest
 
 from nmtkit.cli import cli
-from tests.test_bad_inputs import run_main
+from tests.conftest import run_cli
 
 SINGLE_LANGUAGE = {"tokenize"}  # commands that read one language: --lang
 
@@ -82,10 +82,11 @@ def test_device_cuda_n_is_a_device_name_in_every_command_and_the_api(world):
         "serve": ["serve", "-m", str(world.ckpt), "--port", "0"],
     }
     for name, argv in commands.items():
-        _cuda_n_refused_only_for_want_of_that_gpu(*run_main([*argv, "--device", "cuda:7", "-q"]))
+        refused = run_cli([*argv, "--device", "cuda:7", "-q"])
+        _cuda_n_refused_only_for_want_of_that_gpu(refused.code, refused.err)
         assert not (world.tmp / "run").exists()  # a refused start leaves no run folder behind
         for bad in ("gpu", "cuda:x"):
-            code, err = run_main([*argv, "--device", bad, "-q"])
+            code, _, err = run_cli([*argv, "--device", bad, "-q"])
             assert code != 0 and f"'{bad}'" in err and "cuda" in err and len(err.splitlines()) == 1, (name, err)
     import nmtkit
     from nmtkit.errors import ConfigError
@@ -133,14 +134,14 @@ def test_train_max_len_counts_words_as_preprocess_does_and_rnnsearch_30_keeps_30
     from nmtkit.data.binarized import ParallelData
 
     corpus, data, run = _max_len_corpus(tmp_path), tmp_path / "data", tmp_path / "run"
-    code, err = run_main(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", str(corpus / "train"),
-                          "--valid", str(corpus / "dev"), "--dest", str(data), "--bpe", "10", "--max-len", "50",
+    code, _, err = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", str(corpus / "train"),
+                            "--valid", str(corpus / "dev"), "--dest", str(data), "--bpe", "10", "--max-len", "50",
                           "--workers", "1", "-q"])
     assert code == 0, err
     train = ParallelData(data, "train", "en", "fr")
     assert train.src.word_lengths.tolist()[-2:] == [30, 31]
     assert train.src.lengths[-2] > 40  # the 30 words are over 40 subwords
-    code, err = run_main(["train", "--data", str(data), "--save-dir", str(run), "--preset", "rnnsearch-30",
+    code, _, err = run_cli(["train", "--data", str(data), "--save-dir", str(run), "--preset", "rnnsearch-30",
                           "--emb-dim", "8", "--enc-hidden", "8", "--dec-hidden", "8", "--att-hidden", "8",
                           "--maxout", "4", "--max-updates", "1", "--valid-bleu-samples", "0", "--device", "cpu",
                           "--threads", "1"])

@@ -1,6 +1,6 @@
 """On a GPU, nmtkit computes what it computes on the CPU (`make test-gpu`; skipped without CUDA).
 
-Tiny models on the tiny synthetic task (tests/train_fixtures.py), dropout off so that the two
+Tiny models on the tiny synthetic task (tests/conftest.py), dropout off so that the two
 devices' different random streams do not matter.
 """
 from __future__ import annotations
@@ -18,16 +18,14 @@ from nmtkit.checkpoint import load_checkpoint
 from nmtkit.models.presets import ModelOverrides
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.run import run_training
-from tests.train_fixtures import TINY_MODEL, tiny_config, tiny_options
+from tests.conftest import TINY_MODEL, tiny_context, tiny_options, tiny_train_args
 
 REPO = Path(__file__).resolve().parent.parent
 NO_CUDA = "CUDA is not available: these tests need an NVIDIA GPU and a CUDA build of torch (make test-gpu)"
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)]
 MODEL = dict(TINY_MODEL, dropout=0.0)
 OVERRIDES = ModelOverrides(**MODEL)
-TINY_CLI = ["--arch", "rnnsearch", "--emb-dim", "16", "--enc-hidden", "16", "--dec-hidden", "24",
-            "--att-hidden", "16", "--maxout", "8", "--dropout", "0", "--optimizer", "adam", "--lr", "0.01",
-            "--batch-size", "16", "--threads", "1", "--device", "cuda", "--valid-bleu-samples", "0"]
+TINY_CLI = [*tiny_train_args(device="cuda"), "--dropout", "0", "--valid-bleu-samples", "0"]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -37,22 +35,12 @@ def _env(**extra: str) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=path, **extra)
 
 
-def _context(data_dir, run_dir, **changes):
-    from nmtkit.train.context import TrainContext
-    from nmtkit.train.data import DataDir
-    from nmtkit.train.run import resolve_model
-
-    data = DataDir.open(data_dir)
-    arch, mcfg = resolve_model("rnnsearch", None, MODEL, len(data.src_vocab), len(data.tgt_vocab))
-    cfg = tiny_config(valid_bleu_samples=0, **changes)
-    return TrainContext(cfg, data, run_dir, arch, mcfg)
-
-
 def _one_update(data_dir, run_dir, device, precision):
     """(parameters before, their change after one `train_step`) on `device`, as CPU tensors."""
     from nmtkit.train.step import train_step
 
-    ctx = _context(data_dir, run_dir, device=device, precision=precision, optimizer="sgd", lr=1.0, tf32=False)
+    ctx = tiny_context(data_dir, run_dir, model=dict(dropout=0.0), valid_bleu_samples=0, device=device,
+                       precision=precision, optimizer="sgd", lr=1.0, tf32=False)
     try:
         before = {n: p.detach().cpu().clone() for n, p in ctx.model.named_parameters()}
         assert train_step(ctx, [ctx.epoch_plan(1)[0]])
@@ -117,7 +105,7 @@ def test_resume_on_cuda_equals_the_uninterrupted_run(data_dir, tmp_path):
 
 def test_translate_on_cuda_gives_the_cpu_output(tmp_path):
     from nmtkit.translate import TranslateConfig, Translator
-    from tests.translate_fixtures import make_checkpoint
+    from tests.conftest import make_checkpoint
 
     ckpt = str(make_checkpoint(tmp_path / "model.pt", seed=4))
     lines = ["the cat sat on a mat .", "a big red dog ran in the park", "the house is small , and red .", ""]

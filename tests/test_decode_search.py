@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from nmtkit.decode.search import beam_search, greedy_search, max_lengths
+from nmtkit.decode.search import beam_search, greedy_search
+from nmtkit.decode.steps import max_lengths
 from nmtkit.text.vocab import BOS_ID, EOS_ID
-from tests.model_helpers import random_sources
-from tests.translate_fixtures import tiny_model
+from tests.conftest import random_sources, tiny_model
 
 
 def _sharp(model, scale: float = 8.0):
@@ -56,7 +56,7 @@ def _reference_greedy(models, src, lens, lim, lenpen):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("lenpen", [0.0, 1.0, 0.6])
 def test_beam_one_equals_the_reference_greedy_loop_tokens_scores_and_attention(seed, lenpen):
-    model, _ = tiny_model(seed)
+    model = tiny_model(seed=seed)
     _sharp(model)
     src, lens = random_sources(seed)
     lim = max_lengths(lens, 1.5, 4)
@@ -67,15 +67,16 @@ def test_beam_one_equals_the_reference_greedy_loop_tokens_scores_and_attention(s
     for (toks, lp_sum, score, att), (b,), g in zip(ref, beam, greedy):
         assert b.tokens == g.tokens == toks
         assert b.log_prob == pytest.approx(lp_sum, abs=1e-5) and b.score == pytest.approx(score, abs=1e-5)
-        assert torch.allclose(b.attention[:, : att.size(1)], att, atol=1e-6)
-        assert float(b.attention[:, att.size(1) :].abs().sum()) == 0.0  # the batch's padding
+        # the sentence's own columns only (no batch padding): its tokens, its source EOS apart
+        assert torch.allclose(torch.cat([b.attention, b.source_eos_attention.unsqueeze(1)], 1), att, atol=1e-6)
         assert torch.equal(b.attention, g.attention)
+        assert torch.equal(b.source_eos_attention, g.source_eos_attention)
 
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("beam", [2, 5, 12])
 def test_beam_best_log_prob_is_never_worse_than_greedy(seed, beam):
-    model, _ = tiny_model(seed)
+    model = tiny_model(seed=seed)
     _sharp(model, 4.0)
     src, lens = random_sources(seed + 10)
     greedy = greedy_search(model, src, lens, max_len=max_lengths(lens, 1.5, 4), lenpen=0.0)
@@ -103,7 +104,7 @@ def _exhaustive_best(model, src, n, max_len, words, lenpen):
 @pytest.mark.parametrize("lenpen", [0.0, 1.0])
 def test_a_beam_as_wide_as_the_search_space_finds_the_exact_best(lenpen):
     # target vocabulary: 4 specials + 2 words; UNK and the words can be generated (3 choices)
-    model, _ = tiny_model(3, tgt_vocab=6)
+    model = tiny_model(seed=3, tgt_vocab=6)
     _sharp(model, 3.0)
     src, lens = random_sources(5, B=3)
     max_len = 3
@@ -116,7 +117,7 @@ def test_a_beam_as_wide_as_the_search_space_finds_the_exact_best(lenpen):
 
 
 def test_nbest_lists_are_sorted_distinct_and_scored_consistently():
-    model, _ = tiny_model(4)
+    model = tiny_model(seed=4)
     _sharp(model, 3.0)
     src, lens = random_sources(4)
     for lenpen in (0.0, 1.0):
@@ -132,7 +133,7 @@ def test_nbest_lists_are_sorted_distinct_and_scored_consistently():
 
 
 def test_log_probs_match_teacher_forcing():
-    model, _ = tiny_model(6)
+    model = tiny_model(seed=6)
     _sharp(model, 3.0)
     src, lens = random_sources(6, B=4)
     res = beam_search(model, src, lens, beam=4, nbest=2, lenpen=1.0, max_len_a=1.0, max_len_b=3)
@@ -146,7 +147,7 @@ def test_log_probs_match_teacher_forcing():
 
 
 def test_batched_search_equals_one_sentence_at_a_time():
-    model, _ = tiny_model(7)
+    model = tiny_model(seed=7)
     _sharp(model, 3.0)
     src, lens = random_sources(7, B=6)
     batched = beam_search(model, src, lens, beam=5, nbest=3, max_len_a=1.5, max_len_b=3)
@@ -157,22 +158,30 @@ def test_batched_search_equals_one_sentence_at_a_time():
         assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-5)
 
 
-def test_length_limit_is_respected_and_attention_is_a_distribution():
-    model, _ = tiny_model(8)
+@pytest.mark.parametrize("src_eos", [True, False])
+def test_length_limit_is_respected_and_attention_comes_back_over_the_source_tokens(src_eos):
+    model = tiny_model(seed=8, src_eos=src_eos)
     src, lens = random_sources(8)
     res = beam_search(model, src, lens, beam=3, nbest=3, max_len_a=0.5, max_len_b=1, need_attention=True)
     lim = max_lengths(lens, 0.5, 1)
     for i, hyps in enumerate(res):
         for h in hyps:
             assert len(h.tokens) <= int(lim[i])
-            # one row per target token + EOS; one column per source token + the model's source EOS
-            assert h.attention.shape == (len(h.tokens) + 1, src.size(1) + 1)
-            assert torch.allclose(h.attention.sum(1), torch.ones(len(h.tokens) + 1), atol=1e-5)
-            assert float(h.attention[:, int(lens[i]) + 1 :].abs().sum()) == 0.0  # padding gets none
+            # one row per target token + EOS; one column per source token of this sentence (no
+            # batch padding), and the weights on the model's source EOS apart
+            assert h.attention.shape == (len(h.tokens) + 1, int(lens[i]))
+            total = h.attention.sum(1)
+            if src_eos:
+                assert h.source_eos_attention.shape == (len(h.tokens) + 1,)
+                total = total + h.source_eos_attention
+            else:
+                assert h.source_eos_attention is None
+            # a distribution over the sentence's own positions: the padding got no weight
+            assert torch.allclose(total, torch.ones(len(h.tokens) + 1), atol=1e-5)
 
 
 def test_ensemble_of_the_same_model_twice_equals_the_model():
-    model, _ = tiny_model(9)
+    model = tiny_model(seed=9)
     _sharp(model, 3.0)
     src, lens = random_sources(9)
     single = beam_search(model, src, lens, beam=4, nbest=2, max_len_a=1.5, max_len_b=3)
@@ -183,8 +192,8 @@ def test_ensemble_of_the_same_model_twice_equals_the_model():
 
 
 def test_ensemble_averages_probabilities_of_different_models():
-    m1, _ = tiny_model(10)
-    m2, _ = tiny_model(11)
+    m1 = tiny_model(seed=10)
+    m2 = tiny_model(seed=11)
     _sharp(m1, 3.0)
     _sharp(m2, 3.0)
     src, lens = random_sources(10, B=3)
@@ -203,7 +212,7 @@ def test_ensemble_averages_probabilities_of_different_models():
 
 
 def test_nbest_larger_than_beam_is_refused():
-    model, _ = tiny_model(0)
+    model = tiny_model(seed=0)
     src, lens = random_sources(0, B=2)
     with pytest.raises(ValueError):
         beam_search(model, src, lens, beam=2, nbest=3)
@@ -212,23 +221,23 @@ def test_nbest_larger_than_beam_is_refused():
 def test_sentence_topk_equals_a_plain_topk_over_each_sentences_candidates():
     """The grouped top-k of beam search (group maxima, then the chosen groups' columns) picks
     exactly the k best of each sentence's K*V candidates, -inf rows and forced-EOS rows included."""
-    from nmtkit.decode.search import _TOPK_GROUP, _sentence_topk
+    from nmtkit.decode.topk import TOPK_GROUP, sentence_topk
 
     g = torch.Generator().manual_seed(3)
-    nb, K, V, k = 5, 4, 40 * _TOPK_GROUP, 8
+    nb, K, V, k = 5, 4, 40 * TOPK_GROUP, 8
     lp = torch.log_softmax(3 * torch.randn(nb * K, V, generator=g), dim=1)
     scores = 4 * torch.randn(nb * K, generator=g)
     scores[1:K] = float("-inf")  # sentence 0: only its first hypothesis is live (first step)
     lp[K : 2 * K] = float("-inf")  # sentence 1: EOS forced
     lp[K : 2 * K, 3] = -0.5
     scores[2 * K + 1] += 50  # sentence 2: one row holds all its best candidates
-    top_s, beam, tok = _sentence_topk(lp, scores, nb, K, k)
+    top_s, beam, tok = sentence_topk(lp, scores, nb, K, k)
     ref_s, ref_i = (lp + scores.unsqueeze(1)).view(nb, K * V).topk(k, dim=1)
     assert torch.equal(top_s, ref_s)
     finite = torch.isfinite(ref_s)
     assert torch.equal((beam * V + tok)[finite], ref_i[finite])
     # the fallback for vocabularies that are not a multiple of the group size agrees too
-    s2, b2, t2 = _sentence_topk(lp[:, : V - 1], scores, nb, K, k)
+    s2, b2, t2 = sentence_topk(lp[:, : V - 1], scores, nb, K, k)
     r2, i2 = (lp[:, : V - 1] + scores.unsqueeze(1)).view(nb, K * (V - 1)).topk(k, dim=1)
     assert torch.equal(s2, r2)
     f2 = torch.isfinite(r2)
@@ -240,15 +249,15 @@ def test_fast_paths_give_the_same_translations_as_the_plain_ones(monkeypatch, re
     """Beam search with hypotheses attending over one encoder row per sentence
     (`grouped_encoder`) and the grouped top-k finds the same hypotheses as with K copies of
     the encoder outputs and a plain per-row top-k (a vocabulary large enough for the grouped
-    top-k: V / _TOPK_GROUP >= 2K)."""
-    import nmtkit.decode.search as search
+    top-k: V / TOPK_GROUP >= 2K)."""
+    import nmtkit.decode.topk as topk
 
-    model, _ = tiny_model(11, tgt_vocab=40 * search._TOPK_GROUP, readout=readout)
+    model = tiny_model(seed=11, tgt_vocab=40 * topk.TOPK_GROUP, readout=readout)
     _sharp(model, 3.0)
     src, lens = random_sources(11, B=6)
     kw = dict(beam=5, nbest=3, max_len_a=1.5, max_len_b=3, need_attention=True)
     fast = beam_search(model, src, lens, **kw)
-    monkeypatch.setattr(search, "_TOPK_GROUP", search._TOPK_GROUP + 1)  # not a divisor of V
+    monkeypatch.setattr(topk, "TOPK_GROUP", topk.TOPK_GROUP + 1)  # not a divisor of V
     monkeypatch.setattr(model, "grouped_encoder", False)
     plain = beam_search(model, src, lens, **kw)
     for f, p in zip(fast, plain):

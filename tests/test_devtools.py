@@ -26,3 +26,16 @@ def test_no_runtime_module_imports_the_devtools():
     offenders = [str(p.relative_to(PACKAGE)) for p in runtime
                  if any(m == "nmtkit.devtools" or m.startswith("nmtkit.devtools.") for m in _imported_modules(p))]
     assert offenders == []
+
+
+def test_tests_and_benchmarks_do_not_import_each_other():
+    """What both need lives in nmtkit/devtools; a test runs a benchmark as a command, never imports it."""
+    repo = PACKAGE.parent
+    pairs = [(repo / "tests", "benchmarks"), (repo / "benchmarks", "tests")]
+    offenders = []
+    for folder, other in pairs:
+        files = sorted(folder.rglob("*.py"))
+        assert files, folder
+        offenders += [f"{p.relative_to(repo)} imports {m}" for p in files for m in sorted(_imported_modules(p))
+                      if m == other or m.startswith(other + ".")]
+    assert offenders == []

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_cli, size_args
+
 REPO = Path(__file__).resolve().parent.parent
 WMT = REPO / "examples" / "wmt14-en-fr"
 TATOEBA = REPO / "examples" / "tatoeba-en-fr"
@@ -103,12 +105,6 @@ def test_backtranslation_smoke_chain_writes_results(shared_data):
 
 
 WMT_TRAINING_TARGETS = ["rnnencdec-30", "rnnsearch-30", "rnnencdec-50", "rnnsearch-50", "rnnsearch-50star", "modern"]
-# Tiny sizes for the model presets (the recipe's real sizes would take minutes a step on a CPU).
-TINY_SIZES = {"rnnsearch": ["--emb-dim", "16", "--enc-hidden", "16", "--dec-hidden", "24", "--att-hidden", "16",
-                            "--maxout", "8"],
-              "rnnencdec": ["--emb-dim", "16", "--enc-hidden", "16", "--dec-hidden", "24", "--maxout", "8"]}
-
-
 def _real_train_argv(target: str) -> list[str]:
     """The `nmtkit train` arguments of a wmt14 target exactly as `make -n` prints them (the real,
     non-smoke flag set), without the shell's `$( ... && echo --resume )`."""
@@ -122,20 +118,14 @@ def _real_train_argv(target: str) -> list[str]:
 def test_every_wmt14_training_target_starts_with_its_real_flags(target, data_dir, tmp_path):
     """Every training flag the recipe passes is accepted and trains: only the data, run folder,
     model sizes and a few seconds' time limit are replaced; every other flag is kept as printed."""
-    from nmtkit.cli import main
-
     argv = _real_train_argv(target)
     values = dict(zip(argv, argv[1:]))
     preset = values["--preset"]
     argv[argv.index("--data") + 1] = str(data_dir)
     argv[argv.index("--save-dir") + 1] = str(tmp_path / "run")
-    argv += TINY_SIZES[preset.split("-")[0]] + ["--max-time", "2s", "--threads", "1"]
-    try:
-        main(["train", *argv])
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    assert code in (0, None), f"{target}: nmtkit train {shlex.join(argv)} exited with {code}"
+    argv += size_args(preset.split("-")[0]) + ["--max-time", "2s", "--threads", "1"]  # the recipe's sizes: minutes a step
+    code, _, err = run_cli(["train", *argv])
+    assert code == 0, f"{target}: nmtkit train {shlex.join(argv)} exited with {code}:\n{err}"
     assert (tmp_path / "run" / "checkpoint_last.pt").exists()
 
 

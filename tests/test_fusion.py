@@ -8,7 +8,7 @@ from nmtkit.devtools.launches import count_launches, enable_inductor_kernel_prof
 from nmtkit.errors import ConfigError
 from nmtkit.models import build_model, fusion
 from nmtkit.train.config import TrainConfig
-from tests.model_helpers import TINY, random_batch
+from tests.conftest import TINY, random_batch
 
 # at collection, before any test compiles: generated kernels then show up in the profiler
 enable_inductor_kernel_profile()
@@ -135,13 +135,7 @@ def test_fused_training_over_every_shape_case_stays_within_the_graph_bound(tmp_p
     import torch._dynamo
 
     from nmtkit.train.run import run_training
-    from tests.train_fixtures import (
-        TINY_OVERRIDES,
-        make_data_dir,
-        make_varied_pairs,
-        records,
-        tiny_options,
-    )
+    from tests.conftest import make_data_dir, make_varied_pairs, records, tiny_options, tiny_overrides
 
     torch._dynamo.reset()  # count this run's graphs only
     pairs = {"train": make_varied_pairs(200, 1, n_long=3), "valid": make_varied_pairs(13, 2)}
@@ -149,7 +143,7 @@ def test_fused_training_over_every_shape_case_stays_within_the_graph_bound(tmp_p
     opts = tiny_options(max_updates=200, valid_every=50, save_every=1000, log_every=50, max_tokens=40,
                         batch_size=None, loss_chunk_tokens=24, fuse="on", max_len=30, valid_bleu_samples=13,
                         valid_batch_size=4, valid_beam=2)
-    result = run_training(data, tmp_path / "run", opts, TINY_OVERRIDES)
+    result = run_training(data, tmp_path / "run", opts, tiny_overrides())
     assert result.update == 200
     assert [r["update"] for r in records(tmp_path / "run", "valid")] == [50, 100, 150, 200]
     graphs = {body.__qualname__: fusion.graphs_compiled(body) for body in fusion.compiled_bodies()}

@@ -103,7 +103,7 @@ def test_gpu_report_without_cuda_runs_what_it_can_says_so_and_exits_0(tmp_path):
 
 
 def test_gpu_report_lists_what_went_wrong_first():
-    from benchmarks.gpu_report import problems
+    from nmtkit.devtools.report import problems
 
     report = {"tests": {"exit_code": 1, "summary": "1 failed", "failed": ["FAILED tests/test_cuda.py::x"]},
               "train": [{"preset": "small", "precision": "bf16", "batch": "80 pairs", "fuse": "on",

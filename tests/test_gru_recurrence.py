@@ -8,7 +8,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from nmtkit.models import gru_recurrence
 from nmtkit.models.base import length_mask
 from nmtkit.models.gru_recurrence import bigru_annotations, gru_states, reversal_index
-from tests.model_helpers import random_batch, tiny_model
+from tests.conftest import random_batch, tiny_model
 
 LENS = (6, 1, 3, 6, 4, 1, 5)  # includes length 1 and several at the maximum
 
@@ -103,7 +103,7 @@ def eager_steps(monkeypatch):
 
 @pytest.mark.parametrize("arch", ["rnnsearch", "rnnencdec"])
 def test_fuse_steps_encoder_equals_the_default_encoder(arch, eager_steps):
-    model = tiny_model(arch)
+    model = tiny_model(arch, exact=True)
     src, src_lens, _, _, _ = random_batch()
     enc = model.encode(src, src_lens)
     fused = model.with_fused_steps(True)
@@ -133,7 +133,7 @@ def test_compiled_step_bodies_match_eager_in_float32():
     ok, why = fusion_available("cpu")
     if not ok:
         pytest.skip(why)
-    model = tiny_model("rnnsearch", dtype=torch.float32)
+    model = tiny_model("rnnsearch", dtype=torch.float32, exact=True)
     src, src_lens, _, _, _ = random_batch()
     enc = model.encode(src, src_lens)
     fused = model.with_fused_steps(True)
@@ -144,3 +144,39 @@ def test_compiled_step_bodies_match_eager_in_float32():
     for got, want in zip(torch.autograd.grad(_encoder_loss(enc_f), params_f),
                          torch.autograd.grad(_encoder_loss(enc), params), strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "bigru", "gru"])
+def test_run_packed_equals_torchs_pack_and_pad_exactly_with_host_lengths(kind):
+    """base.run_packed (the packing planned on the host, no device read) gives what
+    pack_padded_sequence -> rnn -> pad_packed_sequence gives: outputs, final states, gradients."""
+    from nmtkit.devtools.launches import HostReads
+    from nmtkit.models.base import run_packed
+
+    torch.manual_seed(0)
+    rnn = (torch.nn.LSTM if kind == "lstm" else torch.nn.GRU)(4, 3, batch_first=True, bidirectional=kind != "gru")
+    rnn = rnn.double()
+    emb, lens, _ = _inputs()
+    ref, ref_final = _packed(rnn, emb, lens)
+    with HostReads() as reads:
+        out, final = run_packed(rnn, emb, lens)
+    assert torch.equal(out, ref)
+    for got, want in zip(final if kind == "lstm" else [final], ref_final if kind == "lstm" else [ref_final],
+                         strict=True):
+        assert torch.equal(got, want)
+    for got, want in zip(_grads(out, rnn, emb), _grads(ref, rnn, emb), strict=True):
+        assert torch.equal(got, want)
+    assert reads.calls.get("cpu", 0) == 0 and reads.calls.get("nonzero", 0) == 0, reads.calls
+
+
+def test_rnnencdec_encoder_over_the_padded_batch_equals_a_packed_gru():
+    """RNNencdec's encoder runs its GRU over the padded batch (no packing, no host read): the
+    states up to each length and the summary's last state are those of a packed run."""
+    model = tiny_model("rnnencdec", exact=True)
+    src, src_lens, _, _, _ = random_batch()
+    enc = model.encode(src, src_lens)
+    src_e = torch.nn.functional.pad(src, (0, 1))
+    src_e[torch.arange(src.size(0)), src_lens] = 3
+    ref, h_n = _packed(model.encoder, model.src_embed(src_e), src_lens + 1)
+    torch.testing.assert_close(enc.annotations, ref, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(enc.summary, torch.tanh(model.V(h_n[0])), atol=1e-12, rtol=1e-12)

@@ -1,5 +1,6 @@
 """Host synchronisation budget (counted by nmtkit.devtools.launches.HostReads on the CPU; on a GPU
-each read waits for every kernel queued before it): one read per training update, one per beam step."""
+each read waits for every kernel queued before it): one read per training update, whatever the
+architecture, and one per beam step."""
 from __future__ import annotations
 
 import pytest
@@ -8,26 +9,16 @@ import torch
 from nmtkit.decode import search
 from nmtkit.devtools.launches import HostReads
 from nmtkit.text.vocab import UNK_ID
-from tests.model_helpers import random_sources
-from tests.train_fixtures import TINY_MODEL, tiny_config
-from tests.translate_fixtures import tiny_model
+from tests.conftest import random_sources, tiny_context, tiny_model
 
 
-def _context(data_dir, run_dir, **changes):
-    from nmtkit.train.context import TrainContext
-    from nmtkit.train.data import DataDir
-    from nmtkit.train.run import resolve_model
-
-    data = DataDir.open(data_dir)
-    arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
-    return TrainContext(tiny_config(valid_bleu_samples=0, **changes), data, run_dir, arch, mcfg)
-
-
+@pytest.mark.parametrize("arch", ["rnnsearch", "rnnencdec", "lstm-attention"])
 @pytest.mark.parametrize("update_freq", [1, 3])
-def test_a_training_update_reads_the_device_once(data_dir, tmp_path, update_freq):
+def test_a_training_update_reads_the_device_once(data_dir, tmp_path, update_freq, arch):
     from nmtkit.train.step import train_step
 
-    ctx = _context(data_dir, tmp_path / "run", update_freq=update_freq, label_smoothing=0.1)
+    ctx = tiny_context(data_dir, tmp_path / "run", arch, update_freq=update_freq, label_smoothing=0.1,
+                       valid_bleu_samples=0)
     try:
         plan = ctx.epoch_plan(1)
         for u in range(4):
@@ -45,7 +36,7 @@ def test_a_training_update_reads_the_device_once(data_dir, tmp_path, update_freq
 def test_a_beam_search_step_reads_the_device_once(monkeypatch, beam):
     """Over searches where hypotheses end at many different steps, sentences retire, slots are
     compacted and lengths hit their limits, no step reads the device more than once."""
-    model, _ = tiny_model(2)
+    model = tiny_model(seed=2)
     with torch.no_grad():  # peaked, varied distributions: EOS at many different steps
         model.W_o.weight.mul_(8.0)
         model.W_o.bias.normal_(0, 2.0)
@@ -70,7 +61,7 @@ def test_a_beam_search_step_reads_the_device_once(monkeypatch, beam):
 
 
 def test_ban_unk_never_emits_the_unknown_word():
-    model, _ = tiny_model(5)
+    model = tiny_model(seed=5)
     with torch.no_grad():  # make UNK the most probable word everywhere
         model.W_o.bias.zero_()
         model.W_o.bias[UNK_ID] = 50.0

@@ -10,7 +10,7 @@ import torch
 from nmtkit.errors import ConfigError
 from nmtkit.models import ARCHS, build_model, make_config
 from nmtkit.models.presets import PRESETS, TRAIN_DEFAULTS, preset, train_defaults
-from tests.model_helpers import TINY, random_batch, tiny_model
+from tests.conftest import TINY, random_batch, tiny_model
 from tests.reference_models import plain_chunked_loss, rnnsearch_autograd_features
 
 IMPLEMENTED = []
@@ -33,7 +33,7 @@ def test_all_three_architectures_are_implemented():
 
 @pytest.mark.parametrize("arch", IMPLEMENTED + ["rnnsearch-readout-new"])
 def test_forward_equals_loop_of_step(arch):
-    model = tiny_model("rnnsearch", readout="new") if arch == "rnnsearch-readout-new" else tiny_model(arch)
+    model = tiny_model("rnnsearch", readout="new", exact=True) if arch == "rnnsearch-readout-new" else tiny_model(arch, exact=True)
     src, src_lens, tgt_in, tgt_out, _ = random_batch()
     with torch.no_grad():
         full = model(src, src_lens, tgt_in)  # (B, T, V)
@@ -52,7 +52,7 @@ def test_forward_equals_loop_of_step(arch):
 
 @pytest.mark.parametrize("arch", [a for a in IMPLEMENTED if a != "rnnencdec"])
 def test_attention_rows_sum_to_one_and_padding_gets_zero(arch):
-    model = tiny_model(arch)
+    model = tiny_model(arch, exact=True)
     src, src_lens, tgt_in, _, _ = random_batch()
     with torch.no_grad():
         enc = model.encode(src, src_lens)
@@ -70,7 +70,7 @@ def test_attention_rows_sum_to_one_and_padding_gets_zero(arch):
 @pytest.mark.parametrize("arch", IMPLEMENTED)
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
 def test_chunked_loss_and_its_gradients_equal_autograd_through_the_log_softmax(arch, label_smoothing):
-    model = tiny_model(arch)
+    model = tiny_model(arch, exact=True)
     src, src_lens, tgt_in, tgt_out, _ = random_batch()
     results = []
     for loss_fn in (model.loss, partial(plain_chunked_loss, model)):
@@ -91,7 +91,7 @@ def test_chunked_loss_and_its_gradients_equal_autograd_through_the_log_softmax(a
 @pytest.mark.parametrize("arch", IMPLEMENTED)
 def test_index_select_and_reorder_follow_the_rows(arch):
     """Beam search's expand/reorder: stepping selected rows equals selecting rows of a step."""
-    model = tiny_model(arch)
+    model = tiny_model(arch, exact=True)
     src, src_lens, tgt_in, _, _ = random_batch()
     index = torch.tensor([2, 0, 0, 3, 1])
     with torch.no_grad():
@@ -232,7 +232,7 @@ def test_unknown_preset_is_a_config_error():
 def test_rnnsearch_handwritten_recurrence_matches_autograd_loop(tgt_lens, readout):
     """recurrence.py's forward and hand-written backward equal autograd through the plain loop,
     with the deep output reading s_{i-1} or s_i (then s_T's gradient enters the backward)."""
-    model = tiny_model("rnnsearch", seed=2, readout=readout)
+    model = tiny_model("rnnsearch", seed=2, readout=readout, exact=True)
     src, src_lens, tgt_in, _, _ = random_batch(tgt_lens=tgt_lens)
     results = []
     for features in (model.decode_features, partial(rnnsearch_autograd_features, model)):
@@ -256,7 +256,7 @@ def test_rnnsearch_recurrence_without_grad_keeps_no_per_step_activations(monkeyp
     path's numbers and never allocates the (T, B, S, n') tanh activations backward would need."""
     import nmtkit.models.recurrence as rec
 
-    model = tiny_model("rnnsearch", seed=3)
+    model = tiny_model("rnnsearch", seed=3, exact=True)
     src, src_lens, tgt_in, _, _ = random_batch(tgt_lens=(5, 2, 4, 3))
     feats, attn = model.decode_features(model.encode(src, src_lens), tgt_in)
     kept = []
@@ -292,7 +292,7 @@ def test_the_ddp_loss_module_forward_is_the_models_loss(arch):
     """The DDP entry point: LossModule(model)(src, lens, tgt_in, tgt_out) is model.loss(...)."""
     from nmtkit.train.distributed import LossModule
 
-    model = tiny_model(arch)
+    model = tiny_model(arch, exact=True)
     src, src_lens, tgt_in, tgt_out, _ = random_batch()
     a = LossModule(model, label_smoothing=0.1, chunk_tokens=5)(src, src_lens, tgt_in, tgt_out)
     b = model.loss(src, src_lens, tgt_in, tgt_out, label_smoothing=0.1)
@@ -302,7 +302,7 @@ def test_the_ddp_loss_module_forward_is_the_models_loss(arch):
 
 @pytest.mark.parametrize("arch", IMPLEMENTED)
 def test_dropout_is_active_in_training_only(arch):
-    model = tiny_model(arch, dropout=0.5)
+    model = tiny_model(arch, dropout=0.5, exact=True)
     src, src_lens, tgt_in, _, _ = random_batch()
     with torch.no_grad():
         e1, e2 = model(src, src_lens, tgt_in), model(src, src_lens, tgt_in)
@@ -325,7 +325,7 @@ def test_rnnsearch_unpacked_cpu_encoder_equals_packed_gru():
     """The CPU encoder path (no packing, per-sentence reversal) equals a packed nn.GRU."""
     from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-    model = tiny_model("rnnsearch")
+    model = tiny_model("rnnsearch", exact=True)
     src, src_lens, _, _, _ = random_batch()
     with torch.no_grad():
         enc = model.encode(src, src_lens)
@@ -338,7 +338,7 @@ def test_rnnsearch_unpacked_cpu_encoder_equals_packed_gru():
 
 
 def test_rnnencdec_reports_all_zero_attention_of_source_width():
-    model = tiny_model("rnnencdec")
+    model = tiny_model("rnnencdec", exact=True)
     src, src_lens, tgt_in, _, _ = random_batch()
     with torch.no_grad():
         enc = model.encode(src, src_lens)
@@ -351,7 +351,7 @@ def test_rnnencdec_reports_all_zero_attention_of_source_width():
 
 @pytest.mark.parametrize("arch", IMPLEMENTED)
 def test_fuse_steps_is_chosen_at_construction_and_with_fused_steps_copies_the_model(arch):
-    model = tiny_model(arch)
+    model = tiny_model(arch, exact=True)
     assert model.fuse_steps is False
     assert build_model(arch, TINY[arch], fuse_steps=True).fuse_steps is True
     with pytest.raises(AttributeError):

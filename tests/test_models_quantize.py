@@ -7,20 +7,12 @@ import pytest
 import torch
 
 from nmtkit.errors import ConfigError
-from nmtkit.models import build_model
 from nmtkit.models.quantize import INT8_ON_CUDA, is_quantized, quantize_for_decoding
-from tests.translate_fixtures import TINY, make_checkpoint
-
-ARCH_CONFIGS = {
-    "rnnsearch": dict(TINY),
-    "rnnencdec": dict(emb_dim=16, enc_hidden=16, dec_hidden=24, maxout=8, dropout=0.0, init="default"),
-    "lstm-attention": dict(emb_dim=16, enc_hidden=16, dec_hidden=24, dropout=0.0, init="default"),
-}
+from tests.conftest import SIZES, make_checkpoint, tiny_model
 
 
 def _model(arch: str, seed: int = 0):
-    torch.manual_seed(seed)
-    return build_model(arch, dict(ARCH_CONFIGS[arch], src_vocab_size=30, tgt_vocab_size=40)).eval()
+    return tiny_model(arch, seed, src_vocab=30, tgt_vocab=40)
 
 
 def _first_step(model, src, lens, out=None):
@@ -32,7 +24,7 @@ def _first_step(model, src, lens, out=None):
     return lp
 
 
-@pytest.mark.parametrize("arch", list(ARCH_CONFIGS))
+@pytest.mark.parametrize("arch", list(SIZES))
 def test_int8_quantises_exactly_the_listed_layers_and_stays_close_to_fp32(arch):
     model = _model(arch)
     src = torch.randint(4, 30, (3, 7))

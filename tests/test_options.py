@@ -114,10 +114,9 @@ def test_a_converted_command_has_no_hand_written_config_option(command):
 
 def test_a_converted_option_takes_its_text_form():
     """--max-time is a duration (90m), though TrainConfig holds seconds."""
-    from click.testing import CliRunner
+    from tests.conftest import run_cli
 
-    res = CliRunner().invoke(cli, ["train", "--data", "nowhere", "--save-dir", "nowhere", "--max-time", "90m"])
-    assert "Invalid value" not in res.output
+    assert "Invalid value" not in run_cli(["train", "--data", "nowhere", "--save-dir", "nowhere", "--max-time", "90m"]).err
     param = next(p for p in cli.commands["train"].params if p.name == "max_time")
     assert param.type_cast_value(click.Context(cli.commands["train"]), "90m") == "90m"
 
@@ -180,21 +179,17 @@ def validations(monkeypatch):
 
 
 def test_a_translate_run_validates_its_config_once(tmp_path, validations):
-    from click.testing import CliRunner
-
-    from tests.translate_fixtures import make_checkpoint
+    from tests.conftest import make_checkpoint, run_cli
 
     ckpt = str(make_checkpoint(tmp_path / "m.pt", seed=1))
-    res = CliRunner().invoke(cli, ["translate", "-m", ckpt, "--beam", "2", "--max-len-b", "2"], input="the cat\n")
-    assert res.exit_code == 0, res.output
+    code, _, err = run_cli(["translate", "-m", ckpt, "--beam", "2", "--max-len-b", "2"], "the cat\n")
+    assert code == 0, err
     assert validations == {"TranslateConfig": 1}
 
 
 def test_a_serve_run_validates_each_config_once(tmp_path, validations, monkeypatch):
-    from click.testing import CliRunner
-
     import nmtkit.serve.app
-    from tests.translate_fixtures import make_checkpoint
+    from tests.conftest import make_checkpoint, run_cli
 
     served = []
 
@@ -203,7 +198,7 @@ def test_a_serve_run_validates_each_config_once(tmp_path, validations, monkeypat
 
     monkeypatch.setattr(nmtkit.serve.app, "serve", no_server)
     ckpt = str(make_checkpoint(tmp_path / "m.pt", seed=1))
-    res = CliRunner().invoke(cli, ["serve", "-m", ckpt, "--beam", "3", "--port", "0", "--max-len-b", "2"])
-    assert res.exit_code == 0, res.output
+    code, _, err = run_cli(["serve", "-m", ckpt, "--beam", "3", "--port", "0", "--max-len-b", "2"])
+    assert code == 0, err
     assert served == [(3, 3, 0)]
     assert validations == {"TranslateConfig": 1, "ServeConfig": 1, "Limits": 1}

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from nmtkit.cli import cli
 from nmtkit.data.binarized import ParallelData
@@ -19,6 +18,7 @@ from nmtkit.errors import ConfigError, InputError, OutputExistsError
 from nmtkit.preprocess import PreprocessConfig, preprocess
 from nmtkit.text.pipeline import TextPipeline
 from nmtkit.text.vocab import SPECIALS, UNK, Vocab
+from tests.conftest import run_cli
 
 EN = ["the cat sleeps", "a dog runs in the park", "my friend reads a book", "the children play outside",
       "she is writing a letter", "we eat bread and cheese", "it's raining today", "the old man walks slowly"]
@@ -72,26 +72,6 @@ def _config(c: dict, dest: Path, **kw) -> PreprocessConfig:
     return PreprocessConfig(**args)
 
 
-def _run_cli(args: list[str], subprocess_: bool = False) -> subprocess.CompletedProcess:
-    """Run `nmtkit preprocess ARGS` through the real entry point (`nmtkit.cli.main`, which turns
-    errors into one stderr line and an exit code): in this process (fast) or as a subprocess."""
-    if subprocess_:
-        return subprocess.run([sys.executable, "-m", "nmtkit", "preprocess", *args], capture_output=True, text=True)
-    import contextlib
-    import io
-
-    from nmtkit.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(["preprocess", *args])
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
-
-
 def _decoded(dest: Path, split: str) -> tuple[list[list[str]], list[list[str]]]:
     data = ParallelData(dest, split, "en", "fr")
     ve, vf = Vocab.load(dest / "vocab.en.txt"), Vocab.load(dest / "vocab.fr.txt")
@@ -107,12 +87,12 @@ def _unk(tokens: list[str], vocab: Vocab) -> list[str]:
 # ---- the data directory ---------------------------------------------------------------------
 def test_cli_writes_a_complete_data_dir_and_nothing_on_stdout(corpus):
     dest = corpus["tmp"] / "data"
-    res = CliRunner().invoke(cli, ["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", corpus["train"],
-                                   "--valid", corpus["valid"], "--test", corpus["test"], "--bpe", "40",
-                                   "--max-len", "20", "--dedup", "--workers", "2", "--dest", str(dest)])
-    assert res.exit_code == 0, res.output
-    assert res.stdout == ""
-    assert "train" in res.stderr and "vocabularies" in res.stderr  # the summary table
+    code, out, err = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", corpus["train"],
+                              "--valid", corpus["valid"], "--test", corpus["test"], "--bpe", "40",
+                              "--max-len", "20", "--dedup", "--workers", "2", "--dest", str(dest)])
+    assert code == 0, err
+    assert out == ""
+    assert "train" in err and "vocabularies" in err  # the summary table
     names = {p.name for p in dest.iterdir()}
     for split in ("train", "valid", "test"):
         for lang in ("en", "fr"):
@@ -271,10 +251,10 @@ def test_streaming_writer_output_matches_numpy_save_format(corpus):
 
 # ---- bad input: one line on stderr, non-zero exit, nothing that looks complete ---------------
 def _assert_clean_failure(proc: subprocess.CompletedProcess, *needles: str) -> None:
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("nmtkit: error: "), proc.stderr
+    assert proc.code != 0
+    assert "Traceback" not in proc.err
+    lines = proc.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nmtkit: error: "), proc.err
     for n in needles:
         assert n in lines[0], (n, lines[0])
 
@@ -292,7 +272,7 @@ def test_missing_file_fails_cleanly(corpus):
     dest = corpus["tmp"] / "d"
     args = _base_args(corpus, dest)
     args[args.index("--valid") + 1] = str(corpus["tmp"] / "nope")
-    proc = _run_cli(args)
+    proc = run_cli(["preprocess", *args])
     _assert_clean_failure(proc, "nope.en", "file not found")
     assert not dest.exists()
 
@@ -300,7 +280,7 @@ def test_missing_file_fails_cleanly(corpus):
 def test_different_line_counts_name_both_files_and_counts(corpus):
     Path(f"{corpus['valid']}.fr").write_text("une ligne\n", encoding="utf-8")
     dest = corpus["tmp"] / "d"
-    proc = _run_cli(_base_args(corpus, dest))
+    proc = run_cli(["preprocess", *_base_args(corpus, dest)])
     _assert_clean_failure(proc, f"{corpus['valid']}.en has 10 lines", f"{corpus['valid']}.fr has 1 lines")
     assert not dest.exists()
 
@@ -311,7 +291,7 @@ def test_invalid_utf8_names_file_and_line_and_leaves_nothing(corpus):
     lines[6] = b"caf\xe9 cr\xe8me"
     path.write_bytes(b"\n".join(lines))
     dest = corpus["tmp"] / "d"
-    proc = _run_cli(_base_args(corpus, dest), subprocess_=True)
+    proc = run_cli(["preprocess", *_base_args(corpus, dest)], process=True)
     _assert_clean_failure(proc, f"{path}:7: invalid UTF-8")
     assert not dest.exists()
     _no_leftovers(corpus["tmp"])
@@ -319,7 +299,7 @@ def test_invalid_utf8_names_file_and_line_and_leaves_nothing(corpus):
 
 def test_empty_training_split_after_cleaning_fails(corpus):
     dest = corpus["tmp"] / "d"
-    proc = _run_cli(_base_args(corpus, dest) + ["--max-len", "2"])
+    proc = run_cli(["preprocess", *_base_args(corpus, dest) + ["--max-len", "2"]])
     _assert_clean_failure(proc, "no training pairs left after cleaning", "too_long")
     assert not dest.exists()
     _no_leftovers(corpus["tmp"])
@@ -329,28 +309,28 @@ def test_non_empty_dest_is_refused_without_force_and_a_data_dir_replaced_with_it
     dest = corpus["tmp"] / "d"
     dest.mkdir()
     (dest / "old.txt").write_text("keep me")
-    proc = _run_cli(_base_args(corpus, dest))
+    proc = run_cli(["preprocess", *_base_args(corpus, dest)])
     _assert_clean_failure(proc, str(dest), "--force")
     assert (dest / "old.txt").read_text() == "keep me"
-    proc = _run_cli(_base_args(corpus, dest) + ["--force"])  # not a file nmtkit wrote: never deleted
+    proc = run_cli(["preprocess", *_base_args(corpus, dest) + ["--force"]])  # not a file nmtkit wrote: never deleted
     _assert_clean_failure(proc, str(dest), "old.txt")
     assert (dest / "old.txt").read_text() == "keep me"
     (dest / "old.txt").unlink()
-    assert _run_cli(_base_args(corpus, dest)).returncode == 0
+    assert run_cli(["preprocess", *_base_args(corpus, dest)]).code == 0
     first = os.stat(dest).st_ino
-    proc = _run_cli(_base_args(corpus, dest) + ["--force"])
-    assert proc.returncode == 0, proc.stderr
+    proc = run_cli(["preprocess", *_base_args(corpus, dest) + ["--force"]])
+    assert proc.code == 0, proc.err
     assert os.stat(dest).st_ino != first  # a new data dir, renamed into place
     _no_leftovers(corpus["tmp"])
 
 
 def test_failure_with_force_keeps_the_old_data_dir(corpus):
     dest = corpus["tmp"] / "d"
-    assert _run_cli(_base_args(corpus, dest)).returncode == 0
+    assert run_cli(["preprocess", *_base_args(corpus, dest)]).code == 0
     old = (dest / "manifest.json").read_text()
     Path(f"{corpus['train']}.en").write_bytes(Path(f"{corpus['train']}.en").read_bytes() + b"\xff\xfe\n")
     Path(f"{corpus['train']}.fr").write_bytes(Path(f"{corpus['train']}.fr").read_bytes() + b"x\n")
-    proc = _run_cli(_base_args(corpus, dest) + ["--force"])
+    proc = run_cli(["preprocess", *_base_args(corpus, dest) + ["--force"]])
     _assert_clean_failure(proc, "invalid UTF-8", f":{corpus['n_train'] + 1}:")
     assert (dest / "manifest.json").read_text() == old
     _no_leftovers(corpus["tmp"])
@@ -386,9 +366,9 @@ def test_empty_existing_dest_is_fine(corpus):
 
 
 def test_unknown_option_is_rejected(corpus):
-    proc = _run_cli(_base_args(corpus, corpus["tmp"] / "d") + ["--bpe-mergez", "10"], subprocess_=True)
-    assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert "No such option" in proc.stderr and "--bpe-mergez" in proc.stderr
+    proc = run_cli(["preprocess", *_base_args(corpus, corpus["tmp"] / "d") + ["--bpe-mergez", "10"]], process=True)
+    assert proc.code != 0 and "Traceback" not in proc.err
+    assert "No such option" in proc.err and "--bpe-mergez" in proc.err
     assert not (corpus["tmp"] / "d").exists()
 
 
@@ -418,14 +398,14 @@ def test_library_errors_are_typed(corpus):
 
 
 def test_help_documents_every_option():
-    res = CliRunner().invoke(cli, ["preprocess", "--help"])
-    assert res.exit_code == 0
+    code, out, _ = run_cli(["preprocess", "--help"])
+    assert code == 0
     cmd = cli.commands["preprocess"]
     for param in cmd.params:
         if param.name == "help":
             continue
         assert param.help, param.name
-        assert param.opts[0] in res.output
+        assert param.opts[0] in out
 
 
 def test_split_writer_streams_across_block_boundaries_into_the_binarized_format(tmp_path):
@@ -452,5 +432,5 @@ def test_split_writer_streams_across_block_boundaries_into_the_binarized_format(
 def test_unwritable_dest_is_one_clean_error(corpus):
     blocker = corpus["tmp"] / "a-file"
     blocker.write_text("not a directory")
-    proc = _run_cli(_base_args(corpus, blocker / "d"))
+    proc = run_cli(["preprocess", *_base_args(corpus, blocker / "d")])
     _assert_clean_failure(proc, "cannot create the data directory")

@@ -3,27 +3,25 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 
 import pytest
 
 from nmtkit.data.binarized import ParallelData
 from nmtkit.text.pipeline import TextPipeline
 from nmtkit.text.vocab import Vocab
+from tests.conftest import run_cli
 
 
 @pytest.mark.slow
 def test_tatoeba_train_split_preprocesses_with_bpe(shared_data, tmp_path):
     data = shared_data / "tatoeba-eng-fra"
     dest = tmp_path / "data"
-    proc = subprocess.run(
-        [sys.executable, "-m", "nmtkit", "preprocess", "--src-lang", "en", "--tgt-lang", "fr",
-         "--train", str(data / "train"), "--valid", str(data / "dev"), "--test", str(data / "test"),
-         "--bpe", "8000", "--max-len", "50", "--dedup", "--dest", str(dest), "--workers", "2"],
-        capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == ""
+    code, out, err = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", str(data / "train"),
+                              "--valid", str(data / "dev"), "--test", str(data / "test"), "--bpe", "8000",
+                              "--max-len", "50", "--dedup", "--dest", str(dest), "--workers", "2"],
+                             process=True, timeout=3600)
+    assert code == 0, err
+    assert out == ""
     m = json.loads((dest / "manifest.json").read_text(encoding="utf-8"))
 
     # input checksums agree with the corpus' own SHA256SUMS

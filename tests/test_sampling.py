@@ -7,14 +7,9 @@ import math
 
 import pytest
 
-from tests.translate_fixtures import make_checkpoint, tiny_model
+from tests.conftest import make_checkpoint, run_cli, tiny_model
 
 LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat", "the cat sat on a mat ."]
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return str(make_checkpoint(tmp_path_factory.mktemp("sampling") / "model.pt", seed=5))
 
 
 def _sampler(ckpt, **kw):
@@ -56,14 +51,14 @@ def test_draws_follow_the_distribution_and_topk_and_temperature_reshape_it():
 
 
 def test_topk_1_is_greedy_search():
-    from nmtkit.decode.sampling import sample, sampling_uniforms
-    from nmtkit.decode.search import greedy_search, max_lengths
+    from nmtkit.decode.sampling import sample
+    from nmtkit.decode.search import greedy_search
+    from nmtkit.decode.steps import max_lengths
 
-    model, _ = tiny_model(seed=1)
+    model = tiny_model(seed=1)
     src, lens = _batch()
     lim = max_lengths(lens, 1.0, 4.0)
-    drawn = sample(model, src, lens, sampling_uniforms(3, range(6), int(lim.max()) + 1), topk=1,
-                   max_len_a=1.0, max_len_b=4.0)
+    drawn = sample(model, src, lens, seed=3, topk=1, max_len_a=1.0, max_len_b=4.0)
     greedy = greedy_search(model, src, lens, max_len=lim)
     assert [h[0].tokens for h in drawn] == [g.tokens for g in greedy]
     assert [h[0].log_prob for h in drawn] == pytest.approx([g.log_prob for g in greedy], abs=1e-4)
@@ -72,18 +67,20 @@ def test_topk_1_is_greedy_search():
 def test_reported_log_prob_is_the_models_and_lengths_stay_within_the_limit():
     import torch
 
-    from nmtkit.decode.sampling import sample, sampling_uniforms
-    from nmtkit.decode.search import max_lengths
+    from nmtkit.decode.sampling import sample
+    from nmtkit.decode.steps import max_lengths
     from nmtkit.text.vocab import BOS_ID, EOS_ID
 
-    model, _ = tiny_model(seed=2)
+    model = tiny_model(seed=2)
     src, lens = _batch(seed=1)
     lim = max_lengths(lens, 1.0, 4.0)
-    hyps = sample(model, src, lens, sampling_uniforms(11, range(6), int(lim.max()) + 1), temperature=1.5,
-                  max_len_a=1.0, max_len_b=4.0, need_attention=True)
+    hyps = sample(model, src, lens, seed=11, keys=range(6), temperature=1.5, max_len_a=1.0, max_len_b=4.0,
+                  need_attention=True)
     for b, [h] in enumerate(hyps):
         assert len(h.tokens) <= int(lim[b])
-        assert h.attention.shape[0] == len(h.tokens) + 1
+        # attention over the sentence's own source tokens, its source EOS apart
+        assert h.attention.shape == (len(h.tokens) + 1, int(lens[b]))
+        assert torch.allclose(h.attention.sum(1) + h.source_eos_attention, torch.ones(len(h.tokens) + 1), atol=1e-5)
         tgt_in = torch.tensor([[BOS_ID] + h.tokens])
         with torch.no_grad():
             lp = model(src[b : b + 1, : int(lens[b])], lens[b : b + 1], tgt_in)[0]  # (T, V)
@@ -105,33 +102,32 @@ def test_same_seed_reproduces_whatever_the_batch_size_and_different_seeds_differ
 
 
 def test_sampling_keeps_line_order_and_empty_lines_through_the_cli(ckpt, tmp_path):
-    from tests.test_translate_cli import nmtkit
-
     src = tmp_path / "in.en"
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     common = ["translate", "-m", ckpt, "--sampling", "--seed", "9", "--max-len-a", "1", "--max-len-b", "4",
               "--precision", "fp32",
               "-i", str(src), "--quiet"]
-    whole = nmtkit(*common)
-    one_by_one = nmtkit(*common, "--buffer-size", "1", "--batch-size", "1")
-    assert whole.returncode == 0, whole.stderr
-    assert whole.stdout == one_by_one.stdout
-    out = whole.stdout.split("\n")[:-1]
+    whole = run_cli(common, process=True)
+    one_by_one = run_cli([*common, "--buffer-size", "1", "--batch-size", "1"], process=True)
+    assert whole.code == 0, whole.err
+    assert whole.out == one_by_one.out
+    out = whole.out.split("\n")[:-1]
     assert len(out) == len(LINES) and out[1] == "" and all(out[i] for i in (0, 2, 3, 4, 5))
     assert out == _sampler(ckpt, seed=9).translate(LINES)
 
 
-def test_sampling_draws_from_the_whole_vocabulary_even_with_a_lexicon(ckpt, tmp_path):
+def test_sampling_draws_from_the_whole_vocabulary_even_with_a_lexicon(tmp_path):
     """The shortlist narrows beam search only: a sample's distribution is the model's."""
     import torch
 
-    from tests.translate_fixtures import SPECIALS, SRC_WORDS
+    from tests.conftest import SPECIALS, SRC_WORDS
 
     lexicon = torch.full((len(SPECIALS) + len(SRC_WORDS), 2), 4, dtype=torch.int32)  # every word -> "le"
     path = make_checkpoint(tmp_path / "lex.pt", seed=5, lexicon=lexicon)
     with_lex = _sampler(str(path), seed=2)
     assert with_lex.lexicon is None
-    assert with_lex.translate(LINES) == _sampler(ckpt, seed=2).translate(LINES)
+    plain = make_checkpoint(tmp_path / "plain.pt", seed=5)
+    assert with_lex.translate(LINES) == _sampler(str(plain), seed=2).translate(LINES)
 
 
 @pytest.mark.parametrize("kw,needle", [
@@ -160,12 +156,12 @@ def test_sampling_options_without_sampling_are_refused(kw):
 
 
 def test_sample_refuses_a_nonpositive_temperature():
-    from nmtkit.decode.sampling import sample, sampling_uniforms
+    from nmtkit.decode.sampling import sample
 
-    model, _ = tiny_model()
+    model = tiny_model()
     src, lens = _batch()
     with pytest.raises(ValueError, match="temperature"):
-        sample(model, src, lens, sampling_uniforms(1, range(6), 30), temperature=0.0)
+        sample(model, src, lens, seed=1, temperature=0.0)
 
 
 def test_samples_carry_alignments_and_an_ensemble_of_one_model_twice_samples_as_the_model(ckpt):

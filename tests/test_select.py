@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmtkit.cli import main
 from nmtkit.select.selection import method_scores, select_indices
 from nmtkit.text.moses import tokenize
+from tests.conftest import CliResult, run_cli
 
 ANIMALS_EN = "the cat dog bird horse sits runs sleeps on a mat in garden with ball small big brown".split()
 ANIMALS_FR = "le chat chien oiseau cheval dort court est sur un tapis dans jardin avec balle petit grand brun".split()
@@ -52,14 +52,9 @@ def corpus(tmp_path):
     return tmp_path, pool, np.array(is_in)
 
 
-def run(argv, capsys, quiet: bool = True) -> tuple[int, str]:
-    """Run the real CLI entry point; returns (exit code, stderr)."""
-    try:
-        main(["select-data", "--src-lang", "en", "--tgt-lang", "fr", *(["--quiet"] if quiet else []), *argv])
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    return code, capsys.readouterr().err
+def select(argv, quiet: bool = True) -> CliResult:
+    """`nmtkit select-data --src-lang en --tgt-lang fr [--quiet] ARGV` -> (exit code, stdout, stderr)."""
+    return run_cli(["select-data", "--src-lang", "en", "--tgt-lang", "fr", *(["--quiet"] if quiet else []), *argv])
 
 
 def _base(d: Path, prefix="sel"):
@@ -76,9 +71,9 @@ def _outputs(d: Path, prefix="sel"):
     return sorted(p.name for p in d.iterdir() if p.name.startswith(prefix + "."))
 
 
-def test_bilingual_selection_finds_the_planted_domain(corpus, capsys):
+def test_bilingual_selection_finds_the_planted_domain(corpus):
     d, pool, is_in = corpus
-    code, err = run(_base(d) + ["--lines", "50"], capsys)
+    code, _, err = select(_base(d) + ["--lines", "50"])
     assert code == 0, err
     s = _scores(d / "sel.scores.tsv")
     sel = s["selected"].astype(bool)
@@ -89,12 +84,12 @@ def test_bilingual_selection_finds_the_planted_domain(corpus, capsys):
     assert summary["method"] == "bilingual"
 
 
-def test_selected_lines_are_the_pool_lines_in_pool_order_byte_for_byte(corpus, capsys):
+def test_selected_lines_are_the_pool_lines_in_pool_order_byte_for_byte(corpus):
     d, pool, _ = corpus
     # a line with trailing spaces and non-ASCII must come back unchanged
     pool = [(p[0] + "  ", p[1] + " é") if i == 1 else p for i, p in enumerate(pool)]
     _write(d / "pool", pool)
-    assert run(_base(d) + ["--lines", "30"], capsys)[0] == 0
+    assert select(_base(d) + ["--lines", "30"])[0] == 0
     sel = _scores(d / "sel.scores.tsv")["selected"].astype(bool)
     want_en = "".join(pool[i][0] + "\n" for i in np.flatnonzero(sel))
     want_fr = "".join(pool[i][1] + "\n" for i in np.flatnonzero(sel))
@@ -102,9 +97,9 @@ def test_selected_lines_are_the_pool_lines_in_pool_order_byte_for_byte(corpus, c
     assert (d / "sel.fr").read_text(encoding="utf-8") == want_fr
 
 
-def test_scores_tsv_holds_every_pool_line_and_the_bilingual_formula(corpus, capsys):
+def test_scores_tsv_holds_every_pool_line_and_the_bilingual_formula(corpus):
     d, pool, _ = corpus
-    assert run(_base(d) + ["--lines", "20"], capsys)[0] == 0
+    assert select(_base(d) + ["--lines", "20"])[0] == 0
     s = _scores(d / "sel.scores.tsv")
     assert s["line"].tolist() == list(range(1, len(pool) + 1))
     expect = (s["h_in_src"] - s["h_out_src"]) + (s["h_in_tgt"] - s["h_out_tgt"])
@@ -119,45 +114,45 @@ def test_scores_tsv_holds_every_pool_line_and_the_bilingual_formula(corpus, caps
     ("monolingual", lambda s: s["h_in_src"] - s["h_out_src"]),
     ("in-domain", lambda s: s["h_in_src"]),
 ])
-def test_other_methods_rank_by_their_own_criterion(corpus, capsys, method, expect):
+def test_other_methods_rank_by_their_own_criterion(corpus, method, expect):
     d, _, _ = corpus
-    assert run(_base(d) + ["--lines", "10", "--method", method], capsys)[0] == 0
+    assert select(_base(d) + ["--lines", "10", "--method", method])[0] == 0
     s = _scores(d / "sel.scores.tsv")
     np.testing.assert_allclose(s["score"], expect(s), atol=1e-5)
     assert json.loads((d / "sel.summary.json").read_text())["method"] == method
 
 
-def test_two_workers_give_the_same_result_as_one(corpus, capsys):
+def test_two_workers_give_the_same_result_as_one(corpus):
     d, _, _ = corpus
-    assert run(_base(d, "one") + ["--lines", "40"], capsys)[0] == 0
+    assert select(_base(d, "one") + ["--lines", "40"])[0] == 0
     argv = _base(d, "two") + ["--lines", "40"]
     argv[argv.index("--workers") + 1] = "2"
-    assert run(argv, capsys)[0] == 0
+    assert select(argv)[0] == 0
     assert (d / "one.scores.tsv").read_bytes() == (d / "two.scores.tsv").read_bytes()
     assert (d / "one.en").read_bytes() == (d / "two.en").read_bytes()
 
 
-def test_gzipped_inputs_read_like_plain_ones(corpus, capsys):
+def test_gzipped_inputs_read_like_plain_ones(corpus):
     d, pool, _ = corpus
     gzd = d / "gz"
     gzd.mkdir()
     _write(gzd / "pool", pool, gz=True)
     argv = _base(d, "plain") + ["--lines", "25"]
-    assert run(argv, capsys)[0] == 0
+    assert select(argv)[0] == 0
     argv = ["--in-domain", str(d / "in"), "--pool", str(gzd / "pool"), "--output-prefix", str(d / "gzsel"), "--lines", "25"]
-    assert run(argv, capsys)[0] == 0
+    assert select(argv)[0] == 0
     assert (d / "plain.scores.tsv").read_bytes() == (d / "gzsel.scores.tsv").read_bytes()
     assert (d / "plain.fr").read_bytes() == (d / "gzsel.fr").read_bytes()
 
 
-def test_several_pool_prefixes_are_concatenated_and_counted_per_part(corpus, capsys):
+def test_several_pool_prefixes_are_concatenated_and_counted_per_part(corpus):
     d, pool, is_in = corpus
     _write(d / "p1", pool[:120])
     _write(d / "p2", pool[120:])
     argv = ["--in-domain", str(d / "in"), "--pool", str(d / "p1"), "--pool", str(d / "p2"),
             "--output-prefix", str(d / "parts"), "--lines", "50"]
-    assert run(argv, capsys)[0] == 0
-    assert run(_base(d) + ["--lines", "50"], capsys)[0] == 0
+    assert select(argv)[0] == 0
+    assert select(_base(d) + ["--lines", "50"])[0] == 0
     assert (d / "parts.en").read_bytes() == (d / "sel.en").read_bytes()
     parts = json.loads((d / "parts.summary.json").read_text())["pool"]["parts"]
     sel = _scores(d / "parts.scores.tsv")["selected"].astype(bool)
@@ -165,7 +160,7 @@ def test_several_pool_prefixes_are_concatenated_and_counted_per_part(corpus, cap
     assert [p["selected"] for p in parts] == [int(sel[:120].sum()), int(sel[120:].sum())]
 
 
-def test_pretokenised_input_scores_like_raw_input(corpus, capsys):
+def test_pretokenised_input_scores_like_raw_input(corpus):
     d, pool, _ = corpus
     tok = d / "tok"
     tok.mkdir()
@@ -173,30 +168,30 @@ def test_pretokenised_input_scores_like_raw_input(corpus, capsys):
         for lang in ("en", "fr"):
             lines = Path(f"{d / name}.{lang}").read_text(encoding="utf-8").splitlines()
             Path(f"{tok / name}.{lang}").write_text("".join(" ".join(tokenize(x, lang)) + "\n" for x in lines))
-    assert run(_base(d) + ["--lines", "30"], capsys)[0] == 0
+    assert select(_base(d) + ["--lines", "30"])[0] == 0
     argv = ["--in-domain", str(tok / "in"), "--pool", str(tok / "pool"), "--output-prefix", str(d / "toksel"),
             "--lines", "30", "--input-format", "tok"]
-    assert run(argv, capsys)[0] == 0
+    assert select(argv)[0] == 0
     a, b = _scores(d / "sel.scores.tsv"), _scores(d / "toksel.scores.tsv")
     np.testing.assert_allclose(a["score"], b["score"], atol=1e-6)
     # in tok mode a line is only split on spaces: "Cat." stays one token
     assert b["src_tokens"][0] == len(Path(f"{tok / 'pool'}.en").read_text().splitlines()[0].split())
 
 
-def test_lowercase_makes_case_variants_score_alike(corpus, capsys):
+def test_lowercase_makes_case_variants_score_alike(corpus):
     d, pool, _ = corpus
     pool = [(pool[1][0].upper(), pool[1][1].upper())] + [pool[1]] + pool[2:]
     _write(d / "pool", pool)
-    assert run(_base(d, "cased") + ["--lines", "5"], capsys)[0] == 0
-    assert run(_base(d, "lc") + ["--lines", "5", "--lowercase"], capsys)[0] == 0
+    assert select(_base(d, "cased") + ["--lines", "5"])[0] == 0
+    assert select(_base(d, "lc") + ["--lines", "5", "--lowercase"])[0] == 0
     cased, lc = _scores(d / "cased.scores.tsv"), _scores(d / "lc.scores.tsv")
     assert cased["h_in_src"][0] > cased["h_in_src"][1] + 1.0   # upper case is <unk> for the in-domain LM
     assert lc["h_in_src"][0] == pytest.approx(lc["h_in_src"][1], abs=1e-6)
 
 
-def test_words_budget_counts_source_tokens(corpus, capsys):
+def test_words_budget_counts_source_tokens(corpus):
     d, _, _ = corpus
-    assert run(_base(d) + ["--words", "300"], capsys)[0] == 0
+    assert select(_base(d) + ["--words", "300"])[0] == 0
     s = _scores(d / "sel.scores.tsv")
     ranked = np.argsort(s["score"], kind="stable")
     cum = np.cumsum(s["src_tokens"][ranked])
@@ -206,9 +201,9 @@ def test_words_budget_counts_source_tokens(corpus, capsys):
     assert summary["selected"]["src_tokens"] == int(cum[k - 1])
 
 
-def test_fraction_budget_is_a_share_of_the_pool_pairs(corpus, capsys):
+def test_fraction_budget_is_a_share_of_the_pool_pairs(corpus):
     d, pool, _ = corpus
-    assert run(_base(d) + ["--fraction", "0.25"], capsys)[0] == 0
+    assert select(_base(d) + ["--fraction", "0.25"])[0] == 0
     assert _scores(d / "sel.scores.tsv")["selected"].sum() == round(0.25 * len(pool))
 
 
@@ -220,17 +215,17 @@ def test_ties_are_broken_by_pool_line_number():
     assert keep.tolist() == [1, 3, 4, 5]
 
 
-def test_duplicate_pool_lines_tie_and_the_earlier_ones_win(corpus, capsys):
+def test_duplicate_pool_lines_tie_and_the_earlier_ones_win(corpus):
     d, pool, _ = corpus
     pool = pool[:10] + [pool[1]] * 5 + pool[10:]
     _write(d / "pool", pool)
     dup = [1] + list(range(10, 15))
-    assert run(_base(d, "all") + ["--lines", "1"], capsys)[0] == 0
+    assert select(_base(d, "all") + ["--lines", "1"])[0] == 0
     s = _scores(d / "all.scores.tsv")
     assert len(set(s["score"][dup].tolist())) == 1
     better = int((s["score"] < s["score"][1]).sum())
     # cut the ranking in the middle of the six equal scores: the three earliest lines win
-    assert run(_base(d) + ["--lines", str(better + 3)], capsys)[0] == 0
+    assert select(_base(d) + ["--lines", str(better + 3)])[0] == 0
     sel = np.flatnonzero(_scores(d / "sel.scores.tsv")["selected"])
     assert [i for i in sel if i in dup] == dup[:3]
 
@@ -242,9 +237,9 @@ def test_method_scores_formulas():
     assert method_scores("in-domain", h)[0] == pytest.approx(5.0)
 
 
-def test_write_arpa_writes_the_four_models(corpus, capsys):
+def test_write_arpa_writes_the_four_models(corpus):
     d, _, _ = corpus
-    assert run(_base(d) + ["--lines", "5", "--write-arpa", "--order", "3"], capsys)[0] == 0
+    assert select(_base(d) + ["--lines", "5", "--write-arpa", "--order", "3"])[0] == 0
     for which in ("in", "out"):
         for lang in ("en", "fr"):
             text = (d / f"sel.{which}.{lang}.arpa").read_text()
@@ -263,67 +258,67 @@ def _assert_clean_failure(code, err, d, *needles):
     assert not [p for p in os.listdir(d) if ".tmp-" in p]
 
 
-def test_mismatched_line_counts_name_both_files_and_counts(corpus, capsys):
+def test_mismatched_line_counts_name_both_files_and_counts(corpus):
     d, pool, _ = corpus
     Path(f"{d / 'pool'}.fr").write_text("".join(p[1] + "\n" for p in pool[:-3]))
-    code, err = run(_base(d) + ["--lines", "5"], capsys)
+    code, _, err = select(_base(d) + ["--lines", "5"])
     _assert_clean_failure(code, err, d, "pool.en has 200 lines", "pool.fr has 197")
 
 
-def test_empty_in_domain_text_is_an_error(corpus, capsys):
+def test_empty_in_domain_text_is_an_error(corpus):
     d, _, _ = corpus
     for lang in ("en", "fr"):
         Path(f"{d / 'in'}.{lang}").write_text("")
-    code, err = run(_base(d) + ["--lines", "5"], capsys)
+    code, _, err = select(_base(d) + ["--lines", "5"])
     _assert_clean_failure(code, err, d, "in.en", "empty")
 
 
-def test_blank_in_domain_text_is_an_error(corpus, capsys):
+def test_blank_in_domain_text_is_an_error(corpus):
     d, _, _ = corpus
     for lang in ("en", "fr"):
         Path(f"{d / 'in'}.{lang}").write_text("\n\n  \n")
-    code, err = run(_base(d) + ["--lines", "5"], capsys)
+    code, _, err = select(_base(d) + ["--lines", "5"])
     _assert_clean_failure(code, err, d, "no tokens")
 
 
-def test_budget_larger_than_the_pool_selects_all_with_a_warning_that_quiet_silences(corpus, capsys):
+def test_budget_larger_than_the_pool_selects_all_with_a_warning_that_quiet_silences(corpus):
     d, pool, _ = corpus
-    code, err = run(_base(d) + ["--lines", "1000"], capsys, quiet=False)
+    code, _, err = select(_base(d) + ["--lines", "1000"], quiet=False)
     assert code == 0
     assert "nmtkit: warning: " in err and "exceeds the pool" in err
     assert len((d / "sel.en").read_text().splitlines()) == len(pool)
     assert json.loads((d / "sel.summary.json").read_text())["warnings"]
-    code, err = run(_base(d, "w") + ["--words", "10000000"], capsys)
+    code, _, err = select(_base(d, "w") + ["--words", "10000000"])
     assert code == 0 and "exceeds the pool" not in err  # --quiet: no warning on stderr...
     assert json.loads((d / "w.summary.json").read_text())["warnings"]  # ...still in the summary
     assert len((d / "w.fr").read_text().splitlines()) == len(pool)
 
 
-def test_existing_destination_is_refused_unless_forced(corpus, capsys):
+def test_existing_destination_is_refused_unless_forced(corpus):
     d, _, _ = corpus
     (d / "sel.fr").write_text("precious\n")
-    code, err = run(_base(d) + ["--lines", "5"], capsys)
+    code, _, err = select(_base(d) + ["--lines", "5"])
     assert code != 0 and "sel.fr" in err and "--force" in err and "Traceback" not in err
     assert (d / "sel.fr").read_text() == "precious\n"
     assert not (d / "sel.en").exists() and not (d / "sel.scores.tsv").exists()
-    code, err = run(_base(d) + ["--lines", "5", "--force"], capsys)
+    code, _, err = select(_base(d) + ["--lines", "5", "--force"])
     assert code == 0, err
     assert len((d / "sel.fr").read_text().splitlines()) == 5
 
 
-def test_missing_files_are_named(corpus, capsys):
+def test_missing_files_are_named(corpus):
     d, _, _ = corpus
     argv = ["--in-domain", str(d / "in"), "--pool", str(d / "nope"), "--output-prefix", str(d / "sel"), "--lines", "5"]
-    code, err = run(argv, capsys)
+    code, _, err = select(argv)
     _assert_clean_failure(code, err, d, "nope.en", "no such file")
 
 
-def test_invalid_utf8_names_file_and_line_and_writes_nothing(corpus, capsys):
+def test_invalid_utf8_names_file_and_line_and_writes_nothing(corpus):
     d, pool, _ = corpus
     data = "".join(p[1] + "\n" for p in pool).encode("utf-8").split(b"\n")
     data[150] = b"caf\xe9 au lait"
     Path(f"{d / 'pool'}.fr").write_bytes(b"\n".join(data))
-    code, err = run(_base(d) + ["--lines", "5"], capsys)
+    code, _, err = select(_base(d) + ["--lines", "5"])
     _assert_clean_failure(code, err, d, "pool.fr:151:", "invalid UTF-8")
 
 
@@ -334,15 +329,15 @@ def test_invalid_utf8_names_file_and_line_and_writes_nothing(corpus, capsys):
     (["--lines", "5", "--min-count", "0"], "--min-count"),
     (["--lines", "5", "--workers", "0"], "--workers"),
 ])
-def test_bad_options_are_one_line_errors(corpus, capsys, extra, needle):
+def test_bad_options_are_one_line_errors(corpus, extra, needle):
     d, _, _ = corpus
-    code, err = run(_base(d) + extra, capsys)
+    code, _, err = select(_base(d) + extra)
     _assert_clean_failure(code, err, d, needle)
 
 
 # ---------------------------------------------------------------------- real data
 @pytest.mark.slow
-def test_selection_recovers_multi30k_planted_in_a_real_pool(shared_data, tmp_path, capsys):
+def test_selection_recovers_multi30k_planted_in_a_real_pool(shared_data, tmp_path):
     """Pool = Tatoeba + giga-fren + Multi30k train; in-domain = Multi30k val; select 29,000 pairs."""
     parts = [shared_data / "tatoeba-eng-fra" / "train", shared_data / "giga-fren-sample" / "train",
              shared_data / "multi30k-en-fr" / "train"]
@@ -350,7 +345,7 @@ def test_selection_recovers_multi30k_planted_in_a_real_pool(shared_data, tmp_pat
             "--lines", "29000", "--workers", "2", "--input-format", "raw"]
     for p in parts:
         argv += ["--pool", str(p)]
-    code, err = run(argv, capsys)
+    code, _, err = select(argv)
     assert code == 0, err
     summary = json.loads((tmp_path / "sel.summary.json").read_text())
     n_multi = summary["pool"]["parts"][2]["pairs"]
@@ -399,12 +394,12 @@ def test_selection_code_does_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_crlf_and_a_missing_final_newline_are_read_like_plain_lines(corpus, capsys):
+def test_crlf_and_a_missing_final_newline_are_read_like_plain_lines(corpus):
     d, pool, _ = corpus
-    assert run(_base(d, "lf") + ["--lines", "30"], capsys)[0] == 0
+    assert select(_base(d, "lf") + ["--lines", "30"])[0] == 0
     for side, lang in ((0, "en"), (1, "fr")):
         Path(f"{d / 'pool'}.{lang}").write_bytes("\r\n".join(p[side] for p in pool).encode("utf-8"))
-    assert run(_base(d, "crlf") + ["--lines", "30"], capsys)[0] == 0
+    assert select(_base(d, "crlf") + ["--lines", "30"])[0] == 0
     lf, crlf = _scores(d / "lf.scores.tsv"), _scores(d / "crlf.scores.tsv")
     # (the H_out sample may differ: its size is estimated from byte counts)
     for col in ("h_in_src", "h_in_tgt", "src_tokens", "tgt_tokens"):

@@ -19,15 +19,9 @@ from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 from nmtkit.serve.app import make_app  # noqa: E402
 from nmtkit.serve.config import ServeConfig  # noqa: E402
 from nmtkit.serve.limits import Limits  # noqa: E402
-from tests.translate_fixtures import make_checkpoint  # noqa: E402
 
 LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat", "is a small dog ."]
 DECODE = dict(precision="fp32", max_len_a=1.0, max_len_b=3.0)
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return str(make_checkpoint(tmp_path_factory.mktemp("serve") / "model.pt", seed=3))
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from nmtkit.devtools.server import ServerProcess
-from tests.translate_fixtures import make_checkpoint
+from tests.conftest import make_checkpoint
 
 pytestmark = pytest.mark.browser
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nmtkit.devtools.server import ServerProcess
-from tests.translate_fixtures import SRC_WORDS, make_checkpoint
+from tests.conftest import SRC_WORDS, make_checkpoint
 
 REQUESTS, WARM_UP, CLIENTS = 5000, 1000, 16
 

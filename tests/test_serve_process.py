@@ -12,23 +12,17 @@ import time
 import pytest
 
 from nmtkit.devtools.server import ServerProcess
-from tests.translate_fixtures import make_checkpoint
+from tests.conftest import run_cli
 
 LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat"]
 DECODE = ["--beam", "3", "--max-len-a", "1", "--max-len-b", "3"]
 
 
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return str(make_checkpoint(tmp_path_factory.mktemp("serve-proc") / "model.pt", seed=3))
-
-
 def nmtkit_translate(ckpt: str, lines: list[str]) -> list[str]:
-    proc = subprocess.run([sys.executable, "-m", "nmtkit", "translate", "-m", ckpt, *DECODE, "--quiet"],
-                          input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.split("\n")[:-1]
+    code, out, err = run_cli(["translate", "-m", ckpt, *DECODE, "--quiet"], "\n".join(lines) + "\n", process=True,
+                             timeout=120)
+    assert code == 0, err
+    return out.split("\n")[:-1]
 
 
 def refused(port: int) -> bool:

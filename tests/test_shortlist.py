@@ -8,7 +8,7 @@ import torch
 
 from nmtkit.decode.search import beam_search
 from nmtkit.decode.shortlist import build_lexicon, shortlist_ids
-from tests.translate_fixtures import tiny_model
+from tests.conftest import run_cli, tiny_model
 
 
 def _ragged(sentences):
@@ -63,8 +63,8 @@ def _batch(V_src, B=5, S=6, seed=0):
 
 
 def test_beam_search_over_the_whole_vocabulary_as_a_shortlist_finds_the_same_hypotheses():
-    model, cfg = tiny_model(5, tgt_vocab=64)
-    src, lens = _batch(cfg["src_vocab_size"])
+    model = tiny_model(seed=5, tgt_vocab=64)
+    src, lens = _batch(model.config.src_vocab_size)
     plain = beam_search(model, src, lens, beam=4, nbest=2, max_len_a=1.5, max_len_b=3)
     listed = beam_search(model, src, lens, beam=4, nbest=2, max_len_a=1.5, max_len_b=3, vocab=torch.arange(64))
     for p, q in zip(plain, listed):
@@ -73,10 +73,10 @@ def test_beam_search_over_the_whole_vocabulary_as_a_shortlist_finds_the_same_hyp
 
 
 def test_beam_search_with_a_shortlist_emits_only_its_words_and_maps_them_back_to_vocabulary_ids():
-    model, cfg = tiny_model(6, tgt_vocab=64)
+    model = tiny_model(seed=6, tgt_vocab=64)
     with torch.no_grad():
         model.W_o.bias[3] -= 4.0  # EOS less likely: hypotheses of a few words
-    src, lens = _batch(cfg["src_vocab_size"], seed=2)
+    src, lens = _batch(model.config.src_vocab_size, seed=2)
     vocab = torch.tensor([0, 1, 2, 3] + list(range(40, 52)))  # 16 ids, most of them rare words
     hyps = beam_search(model, src, lens, beam=3, max_len_a=2, max_len_b=4, vocab=vocab)
     toks = {t for h in hyps for t in h[0].tokens}
@@ -96,10 +96,10 @@ def test_trained_checkpoints_carry_a_lexicon_that_translate_uses_unless_told_off
     from nmtkit.checkpoint import load_checkpoint
     from nmtkit.train.run import run_training
     from nmtkit.translate import TranslateConfig, Translator
-    from tests.train_fixtures import TINY_OVERRIDES, tiny_options
+    from tests.conftest import tiny_options, tiny_overrides
 
     run = tmp_path / "run"
-    run_training(data_dir, run, tiny_options(max_updates=3, valid_every=100), TINY_OVERRIDES)
+    run_training(data_dir, run, tiny_options(max_updates=3, valid_every=100), tiny_overrides())
     ckpt = load_checkpoint(run / "checkpoint_best.pt")
     assert ckpt["lexicon"].shape == (len(ckpt["src_vocab"]), 20) and ckpt["lexicon"].dtype == torch.int32
     calls = []
@@ -117,14 +117,12 @@ def test_trained_checkpoints_carry_a_lexicon_that_translate_uses_unless_told_off
 
 def test_an_unknown_shortlist_mode_is_refused_on_the_command_line_and_in_the_config(tmp_path):
     import pytest
-    from click.testing import CliRunner
 
-    from nmtkit.cli import cli
     from nmtkit.errors import ConfigError
     from nmtkit.translate import TranslateConfig
 
     with pytest.raises(ConfigError, match="--shortlist must be one of auto, off"):
         TranslateConfig(models=("m.pt",), shortlist="sometimes").validate()
     for cmd in ("translate", "serve"):
-        res = CliRunner().invoke(cli, [cmd, "-m", str(tmp_path / "m.pt"), "--shortlist", "sometimes"])
-        assert res.exit_code == 2 and "'sometimes' is not one of 'auto', 'off'" in res.output, res.output
+        code, _, err = run_cli([cmd, "-m", str(tmp_path / "m.pt"), "--shortlist", "sometimes"])
+        assert code == 2 and "'sometimes' is not one of 'auto', 'off'" in err, err

@@ -9,7 +9,7 @@ import pytest
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.text.pipeline import TextPipeline
 from nmtkit.text.protect import PRINTF, read_patterns, resolve_protect
-from tests.test_bad_inputs import run_main
+from tests.conftest import run_cli
 
 MESSAGES = [
     ("Invalid signature mode: %s", ["%s"]),
@@ -117,17 +117,12 @@ def _corpus(tmp_path):
     return str(tmp_path / "c")
 
 
-def _main(capsys, *args) -> tuple[int, str]:
-    """nmtkit's main() in this process -> (exit status, stderr), through the bad-input table's runner."""
-    return run_main(list(args))
-
-
-def test_preprocess_protect_is_recorded_and_the_data_holds_whole_placeholders(tmp_path, capsys):
+def test_preprocess_protect_is_recorded_and_the_data_holds_whole_placeholders(tmp_path):
     from nmtkit.text.vocab import Vocab
 
     corpus = _corpus(tmp_path)
-    code, err = _main(capsys, "preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", corpus, "--valid",
-                      corpus, "--dest", str(tmp_path / "data"), "--workers", "1", "--quiet", "--protect", "printf")
+    code, _, err = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", corpus, "--valid",
+                      corpus, "--dest", str(tmp_path / "data"), "--workers", "1", "--quiet", "--protect", "printf"])
     assert code == 0, err
     manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
     assert manifest["settings"]["protect"] == ["printf"]
@@ -141,12 +136,12 @@ def test_preprocess_protect_is_recorded_and_the_data_holds_whole_placeholders(tm
     ("{tmp}/gone.txt", "gone.txt: protected-patterns file not found"),
     ("printff", "--protect printff: not a file, nor a named set"),
 ])
-def test_preprocess_bad_protect_is_one_line_and_writes_nothing(tmp_path, capsys, protect, needle):
+def test_preprocess_bad_protect_is_one_line_and_writes_nothing(tmp_path, protect, needle):
     (tmp_path / "bad.txt").write_text("%s\n(unclosed\n", encoding="utf-8")
     corpus = _corpus(tmp_path)
-    code, err = _main(capsys, "preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", corpus, "--valid",
+    code, _, err = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", corpus, "--valid",
                       corpus, "--dest", str(tmp_path / "data"), "--workers", "1", "--quiet", "--protect",
-                      protect.replace("{tmp}", str(tmp_path)))
+                      protect.replace("{tmp}", str(tmp_path))])
     lines = err.strip().splitlines()
     assert code != 0 and len(lines) == 1 and lines[0].startswith("nmtkit: error: ") and needle in lines[0], err
     assert not (tmp_path / "data").exists()
@@ -154,7 +149,7 @@ def test_preprocess_bad_protect_is_one_line_and_writes_nothing(tmp_path, capsys,
 
 def test_translate_and_serve_apply_the_checkpoints_protected_patterns(tmp_path):
     from nmtkit.translate import TranslateConfig, Translator
-    from tests.translate_fixtures import make_checkpoint
+    from tests.conftest import make_checkpoint
 
     words = "invalid mode : %s the cat".split()
     ckpt = make_checkpoint(tmp_path / "m.pt", seed=1, src_words=words,

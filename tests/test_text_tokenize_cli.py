@@ -2,48 +2,41 @@
 bad input with one line naming file and line, writing nothing."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from nmtkit.text.moses import tokenize
+from tests.conftest import run_cli
 
 LINES = ['Hello, "world" -- it\'s 3.5 km!', "", "Une phrase à l'essai."]
-
-
-def _run(args, stdin: bytes | None = None):
-    return subprocess.run([sys.executable, "-m", "nmtkit", "tokenize", *args], input=stdin,
-                          capture_output=True)
 
 
 def test_file_to_file_equals_moses_tokenize_line_for_line(tmp_path):
     src, out = tmp_path / "in.fr", tmp_path / "out.fr"
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
-    proc = _run(["--lang", "fr", "-i", str(src), "-o", str(out), "--workers", "2"])
-    assert proc.returncode == 0, proc.stderr
+    proc = run_cli(["tokenize", "--lang", "fr", "-i", str(src), "-o", str(out), "--workers", "2"])
+    assert proc.code == 0, proc.err
     assert out.read_text(encoding="utf-8").split("\n")[:-1] == [" ".join(tokenize(x, "fr")) for x in LINES]
 
 
 def test_invalid_utf8_in_a_file_names_file_and_line_and_writes_nothing(tmp_path):
     src, out = tmp_path / "in.en", tmp_path / "out.en"
     src.write_bytes(b"fine\nbad \xff byte\n")
-    proc = _run(["--lang", "en", "-i", str(src), "-o", str(out)])
-    err = proc.stderr.decode()
-    assert proc.returncode == 1 and f"{src}:2:" in err and "invalid UTF-8" in err
+    proc = run_cli(["tokenize", "--lang", "en", "-i", str(src), "-o", str(out)])
+    err = proc.err
+    assert proc.code == 1 and f"{src}:2:" in err and "invalid UTF-8" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == [src]
 
 
 def test_invalid_utf8_on_stdin_names_the_line():
-    proc = _run(["--lang", "en"], stdin=b"fine\nbad \xff\n")
-    assert proc.returncode == 1 and "<stdin>:2: invalid UTF-8" in proc.stderr.decode()
+    proc = run_cli(["tokenize", "--lang", "en"], b"fine\nbad \xff\n")
+    assert proc.code == 1 and "<stdin>:2: invalid UTF-8" in proc.err
 
 
 def test_missing_input_file_is_one_clear_line(tmp_path):
-    proc = _run(["--lang", "en", "-i", str(tmp_path / "nope.en")])
-    err = proc.stderr.decode()
-    assert proc.returncode == 1 and "nope.en" in err and "not found" in err and "Traceback" not in err
+    proc = run_cli(["tokenize", "--lang", "en", "-i", str(tmp_path / "nope.en")])
+    err = proc.err
+    assert proc.code == 1 and "nope.en" in err and "not found" in err and "Traceback" not in err
 
 
 # ---- the tokeniser's record, and preprocess --input-format tok checking it ---------------------
@@ -53,14 +46,13 @@ FR = ["La voiture d'un homme bien connu.", "La radio était nette, non ?", "M. S
 
 def _tokenise_corpus(tmp_path, *flags: str) -> str:
     """train/valid en-fr files tokenised by the tool (in this process) with `flags`; the prefix."""
-    from nmtkit.cli import main
-
     for split in ("train", "valid"):
         for lang, lines in (("en", EN), ("fr", FR)):
             raw = tmp_path / f"raw-{split}.{lang}"
             raw.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
-            main(["tokenize", "--lang", lang, "-i", str(raw), "-o", str(tmp_path / f"tok-{split}.{lang}"),
-                  "--workers", "1", *flags])  # returns on success, exits on an error
+            code, _, err = run_cli(["tokenize", "--lang", lang, "-i", str(raw), "-o",
+                                    str(tmp_path / f"tok-{split}.{lang}"), "--workers", "1", *flags])
+            assert code == 0, err
     return str(tmp_path / "tok")
 
 
@@ -117,13 +109,13 @@ def test_stdin_to_stdout_and_the_normalisation_switch_agree_with_the_pipeline():
 
     line = "Il a dit « oui »  !"
     for flags, normalize in (([], True), (["--no-normalize-punct"], False)):
-        proc = _run(["--lang", "fr", "--workers", "1", *flags], stdin=(line + "\n").encode())
-        assert proc.returncode == 0, proc.stderr
+        proc = run_cli(["tokenize", "--lang", "fr", "--workers", "1", *flags], (line + "\n").encode())
+        assert proc.code == 0, proc.err
         want = " ".join(TextPipeline("fr", "fr", normalize_punct=normalize).tokenize(line, "src"))
-        assert proc.stdout.decode() == want + "\n"
+        assert proc.out == want + "\n"
 
 
 def test_zero_workers_is_refused_with_one_line():
-    proc = _run(["--lang", "en", "--workers", "0"], stdin=b"x\n")
-    err = proc.stderr.decode()
-    assert proc.returncode != 0 and "--workers must be at least 1" in err and len(err.strip().splitlines()) == 1
+    proc = run_cli(["tokenize", "--lang", "en", "--workers", "0"], b"x\n")
+    err = proc.err
+    assert proc.code != 0 and "--workers must be at least 1" in err and len(err.strip().splitlines()) == 1

@@ -10,13 +10,13 @@ from nmtkit.checkpoint import load_checkpoint, load_model
 from nmtkit.errors import ConfigError, OutputExistsError
 from nmtkit.train.config import TrainConfig, parse_duration
 from nmtkit.train.run import run_training
-from tests.train_fixtures import TINY_MODEL, TINY_OVERRIDES, tiny_config, tiny_options
-from tests.train_fixtures import records as _records
+from tests.conftest import TINY_MODEL, tiny_config, tiny_options, tiny_overrides
+from tests.conftest import records as _records
 
 
 def test_dev_loss_decreases_on_tiny_data(data_dir, tmp_path):
     run = tmp_path / "run"
-    res = run_training(data_dir, run, tiny_options(max_updates=60, valid_every=20, lr=0.03), TINY_OVERRIDES)
+    res = run_training(data_dir, run, tiny_options(max_updates=60, valid_every=20, lr=0.03), tiny_overrides())
     assert res.reason == "max-updates" and res.update == 60
     valid = _records(run, "valid")
     assert len(valid) == 3
@@ -30,7 +30,7 @@ def test_dev_loss_decreases_on_tiny_data(data_dir, tmp_path):
 
 def test_checkpoint_is_self_contained_and_loads_with_weights_only(data_dir, tmp_path):
     run = tmp_path / "run"
-    run_training(data_dir, run, tiny_options(max_updates=10, valid_every=5), TINY_OVERRIDES)
+    run_training(data_dir, run, tiny_options(max_updates=10, valid_every=5), tiny_overrides())
     for name in ("checkpoint_last.pt", "checkpoint_best.pt"):
         ckpt = torch.load(run / name, map_location="cpu", weights_only=True)
         assert ckpt["arch"] == "rnnsearch"
@@ -52,14 +52,14 @@ def test_checkpoint_is_self_contained_and_loads_with_weights_only(data_dir, tmp_
 
 def test_max_time_stops_the_run(data_dir, tmp_path):
     res = run_training(data_dir, tmp_path / "run", tiny_options(max_updates=None, max_time=0.5, valid_every=1000,
-                                                                valid_bleu_samples=0), TINY_OVERRIDES)
+                                                                valid_bleu_samples=0), tiny_overrides())
     assert res.reason == "max-time" and res.update > 0
 
 
 def test_token_budget_batches_and_bf16_on_cpu(data_dir, tmp_path):
     run = tmp_path / "run"
     res = run_training(data_dir, run, tiny_options(max_updates=6, batch_size=None, max_tokens=60, valid_every=3,
-                                                   precision="bf16", valid_bleu_samples=4), TINY_OVERRIDES)
+                                                   precision="bf16", valid_bleu_samples=4), tiny_overrides())
     assert res.update == 6
     assert load_checkpoint(run / "checkpoint_last.pt")["train_config"]["max_tokens"] == 60
     assert all(math.isfinite(r["loss"]) for r in _records(run, "valid"))
@@ -109,7 +109,7 @@ def test_parse_duration():
 
 def test_a_budget_stop_between_validations_still_leaves_a_best_checkpoint(data_dir, tmp_path):
     run = tmp_path / "run"
-    res = run_training(data_dir, run, tiny_options(max_updates=7, valid_every=100), TINY_OVERRIDES)
+    res = run_training(data_dir, run, tiny_options(max_updates=7, valid_every=100), tiny_overrides())
     assert res.reason == "max-updates" and res.update == 7
     valid = _records(run, "valid")
     assert [(v["update"], v["final"]) for v in valid] == [(7, True)]
@@ -124,7 +124,7 @@ def test_keep_every_keeps_the_model_at_those_updates_and_force_clears_them(data_
     each the model as it was then; a run directory holding only those refuses a new run without
     --force, and --force removes them."""
     run = tmp_path / "run"
-    run_training(data_dir, run, tiny_options(max_updates=9, valid_every=100, keep_every=4), TINY_OVERRIDES)
+    run_training(data_dir, run, tiny_options(max_updates=9, valid_every=100, keep_every=4), tiny_overrides())
     kept = sorted(p.name for p in run.glob("checkpoint_*.pt"))
     assert kept == ["checkpoint_4.pt", "checkpoint_8.pt", "checkpoint_best.pt", "checkpoint_last.pt"]
     c4, c8 = load_checkpoint(run / "checkpoint_4.pt"), load_checkpoint(run / "checkpoint_8.pt")
@@ -134,8 +134,8 @@ def test_keep_every_keeps_the_model_at_those_updates_and_force_clears_them(data_
     for name in ("checkpoint_last.pt", "checkpoint_best.pt"):
         (run / name).unlink()
     with pytest.raises(OutputExistsError, match="checkpoint_4.pt"):
-        run_training(data_dir, run, tiny_options(max_updates=2, valid_every=100), TINY_OVERRIDES)
-    run_training(data_dir, run, tiny_options(max_updates=2, valid_every=100), TINY_OVERRIDES, force=True)
+        run_training(data_dir, run, tiny_options(max_updates=2, valid_every=100), tiny_overrides())
+    run_training(data_dir, run, tiny_options(max_updates=2, valid_every=100), tiny_overrides(), force=True)
     assert not (run / "checkpoint_4.pt").exists() and not (run / "checkpoint_8.pt").exists()
 
 
@@ -151,7 +151,7 @@ def test_a_failing_validation_loses_no_update_before_it(data_dir, tmp_path, monk
     import nmtkit.train.validate as validate_mod
 
     opts = tiny_options(max_updates=20, valid_every=10, save_every=20, lr_schedule="plateau", lr_patience=0)
-    run_training(data_dir, tmp_path / "full", opts, TINY_OVERRIDES)
+    run_training(data_dir, tmp_path / "full", opts, tiny_overrides())
 
     real = validate_mod.dev_loss
 
@@ -160,10 +160,10 @@ def test_a_failing_validation_loses_no_update_before_it(data_dir, tmp_path, monk
 
     monkeypatch.setattr(validate_mod, "dev_loss", broken)
     with pytest.raises(RuntimeError, match="validation broke"):
-        run_training(data_dir, tmp_path / "half", opts, TINY_OVERRIDES)
+        run_training(data_dir, tmp_path / "half", opts, tiny_overrides())
     assert load_checkpoint(tmp_path / "half" / "checkpoint_last.pt")["trainer"]["update"] == 10
     monkeypatch.setattr(validate_mod, "dev_loss", real)
-    run_training(data_dir, tmp_path / "half", opts, TINY_OVERRIDES, resume=True)
+    run_training(data_dir, tmp_path / "half", opts, tiny_overrides(), resume=True)
     a = load_checkpoint(tmp_path / "full" / "checkpoint_last.pt")
     b = load_checkpoint(tmp_path / "half" / "checkpoint_last.pt")
     wall = ("elapsed",)
@@ -181,11 +181,11 @@ def test_a_module_dev_bleu_needs_but_lacks_stops_the_run_before_its_first_update
 
     monkeypatch.setitem(sys.modules, "sacrebleu", None)  # `import sacrebleu` now fails
     with pytest.raises(ConfigError, match="dev BLEU needs the module 'sacrebleu'.*--valid-bleu-samples 0"):
-        run_training(data_dir, tmp_path / "run", tiny_options(max_updates=20, valid_every=10), TINY_OVERRIDES)
+        run_training(data_dir, tmp_path / "run", tiny_options(max_updates=20, valid_every=10), tiny_overrides())
     assert not (tmp_path / "run" / "checkpoint_last.pt").exists()
     # without dev BLEU the run does not need it
     res = run_training(data_dir, tmp_path / "run", tiny_options(max_updates=2, valid_every=10, valid_bleu_samples=0),
-                       TINY_OVERRIDES)
+                       tiny_overrides())
     assert res.update == 2
 
 
@@ -198,7 +198,7 @@ def test_the_public_train_step_on_a_fresh_context_makes_the_loops_updates(data_d
     from nmtkit.train.step import train_step
 
     opts = tiny_options(max_updates=6, valid_every=100, valid_bleu_samples=0)
-    run_training(data_dir, tmp_path / "loop", opts, TINY_OVERRIDES)
+    run_training(data_dir, tmp_path / "loop", opts, tiny_overrides())
     data = DataDir.open(data_dir)
     arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
     ctx = TrainContext(TrainConfig.from_dict(opts.given()), data, tmp_path / "step", arch, mcfg)
@@ -235,7 +235,7 @@ def test_callbacks_receive_typed_events_that_are_the_metrics_records(data_dir, t
 
     keep = Keep()
     run = tmp_path / "run"
-    run_training(data_dir, run, tiny_options(max_updates=10, valid_every=5, log_every=5), TINY_OVERRIDES, callbacks=keep)
+    run_training(data_dir, run, tiny_options(max_updates=10, valid_every=5, log_every=5), tiny_overrides(), callbacks=keep)
     start, *rest = keep.events
     assert isinstance(start, StartEvent) and (start.update, start.max_updates, start.dropped_pairs) == (0, 10, 0)
     assert [type(e) for e in rest] == [LogEvent, ValidationEvent] * 2
@@ -253,7 +253,7 @@ def test_the_readme_training_snippet_runs_with_a_smaller_budget(tmp_path):
     import sys
     from pathlib import Path
 
-    from tests.train_fixtures import make_data_dir
+    from tests.conftest import make_data_dir
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     [code] = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "run_training(" in b]

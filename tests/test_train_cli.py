@@ -10,28 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from nmtkit.checkpoint import load_checkpoint
-from nmtkit.cli import main
 from nmtkit.train.config import TrainConfig
+from tests.conftest import run_cli, tiny_train_args
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = ["--arch", "rnnsearch", "--emb-dim", "16", "--enc-hidden", "16", "--dec-hidden", "24", "--att-hidden", "16",
-        "--maxout", "8", "--optimizer", "adam", "--lr", "0.01", "--batch-size", "16", "--threads", "1",
-        "--device", "cpu"]
-
-
-def _run(argv, capsys):
-    """main(argv) in-process -> (exit code, stdout, stderr)."""
-    torch.set_num_threads(1)
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
+TINY = tiny_train_args()
 
 
 def _train_cmd(data_dir, run, *extra):
@@ -54,10 +39,10 @@ def _start_training(data_dir, run, save_every: int, logged: int, **popen) -> sub
     return proc
 
 
-def test_train_end_to_end_writes_a_run_and_resumes(data_dir, tmp_path, capsys):
+def test_train_end_to_end_writes_a_run_and_resumes(data_dir, tmp_path):
     run = tmp_path / "run"
-    code, out, err = _run(["train", "--data", str(data_dir), "--save-dir", str(run), *TINY, "--max-updates", "6",
-                           "--valid-every", "3", "--log-every", "2", "--valid-bleu-samples", "4"], capsys)
+    code, out, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), *TINY, "--max-updates", "6",
+                           "--valid-every", "3", "--log-every", "2", "--valid-bleu-samples", "4"])
     assert code == 0, err
     assert out == ""  # stdout carries data only
     assert "update 6" in err and "validation at update 6" in err and "stopped (max-updates)" in err
@@ -72,10 +57,10 @@ def test_train_end_to_end_writes_a_run_and_resumes(data_dir, tmp_path, capsys):
     assert written["train_config"]["optimizer"] == "adam" and written["model_config"]["emb_dim"] == 16
     assert (run / "config.json").read_text() in err
     # same run dir again: refused; --resume continues; --quiet prints nothing
-    code, _, err = _run(["train", "--data", str(data_dir), "--save-dir", str(run), *TINY, "--max-updates", "8"], capsys)
+    code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), *TINY, "--max-updates", "8"])
     assert code != 0 and "--resume" in err and "Traceback" not in err
-    code, _, err = _run(["train", "--data", str(data_dir), "--save-dir", str(run), "--resume", "--max-updates", "8",
-                         "--quiet"], capsys)
+    code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), "--resume", "--max-updates", "8",
+                         "--quiet"])
     assert code == 0 and err == ""
     assert load_checkpoint(run / "checkpoint_last.pt")["trainer"]["update"] == 8
     assert json.loads((run / "config.json").read_text())["train_config"]["max_updates"] == 8
@@ -97,11 +82,11 @@ def test_signal_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path, sig, co
     assert not list(run.glob("*.tmp"))  # atomic writes leave no temp files
 
 
-def test_help_documents_every_train_config_option(capsys):
+def test_help_documents_every_train_config_option():
     from nmtkit.models.presets import ModelOverrides
     from nmtkit.options import option_fields
 
-    code, out, _ = _run(["train", "--help"], capsys)
+    code, out, _ = run_cli(["train", "--help"])
     assert code == 0
     text = " ".join(out.split())
     names = [f.name for cls in (TrainConfig, ModelOverrides) for f, _ in option_fields(cls)]
@@ -124,13 +109,13 @@ def test_help_documents_every_train_config_option(capsys):
     (["--resume"], "nothing to resume"),
     (["--resume", "--force"], "exclude each other"),
 ])
-def test_bad_input_is_one_line_and_nonzero_exit(data_dir, tmp_path, capsys, argv, message):
+def test_bad_input_is_one_line_and_nonzero_exit(data_dir, tmp_path, argv, message):
     run = tmp_path / "run"
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     base = ["train", "--save-dir", str(run), *TINY, "--max-updates", "2"]
     if "--data" not in argv:
         base += ["--data", str(data_dir)]
-    code, out, err = _run(base + argv, capsys)
+    code, out, err = run_cli(base + argv)
     assert code != 0
     assert message in err, err
     assert "Traceback" not in err and out == ""
@@ -160,7 +145,7 @@ def test_live_display_shows_progress_loss_speed_eta_and_dev_score():
         assert part in text, (part, text)
 
 
-def test_sigkill_loses_only_work_since_last_checkpoint(data_dir, tmp_path, capsys):
+def test_sigkill_loses_only_work_since_last_checkpoint(data_dir, tmp_path):
     """A checkpoint is written every update; kill -9 at an arbitrary point leaves a loadable
     checkpoint_last.pt (atomic replace), and --resume continues from it."""
     run = tmp_path / "run"
@@ -170,8 +155,8 @@ def test_sigkill_loses_only_work_since_last_checkpoint(data_dir, tmp_path, capsy
     proc.wait(timeout=60)
     saved = load_checkpoint(run / "checkpoint_last.pt")["trainer"]["update"]
     assert saved >= 4
-    code, _, err = _run(["train", "--data", str(data_dir), "--save-dir", str(run), "--resume",
-                         "--max-updates", str(saved + 2)], capsys)
+    code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), "--resume",
+                         "--max-updates", str(saved + 2)])
     assert code == 0, err
     assert f"from update {saved:,}" in err
     assert load_checkpoint(run / "checkpoint_last.pt")["trainer"]["update"] == saved + 2
@@ -182,12 +167,12 @@ def test_sigkill_loses_only_work_since_last_checkpoint(data_dir, tmp_path, capsy
         assert updates == sorted(updates) and len(updates) == len(set(updates))  # no lines from the lost work
 
 
-def test_init_option_overrides_the_presets_initialisation_and_is_recorded(data_dir, tmp_path, capsys):
+def test_init_option_overrides_the_presets_initialisation_and_is_recorded(data_dir, tmp_path):
     base = ["train", "--data", str(data_dir), "--threads", "1", "--device", "cpu", "--max-updates", "1",
             "--valid-bleu-samples", "0", "--quiet"]
-    code, _, err = _run(base + ["--save-dir", str(tmp_path / "a"), "--preset", "small"], capsys)
+    code, _, err = run_cli(base + ["--save-dir", str(tmp_path / "a"), "--preset", "small"])
     assert code == 0, err
     assert load_checkpoint(tmp_path / "a" / "checkpoint_last.pt")["model_config"]["init"] == "uniform"
-    code, _, err = _run(base + ["--save-dir", str(tmp_path / "b"), "--preset", "small", "--init", "paper"], capsys)
+    code, _, err = run_cli(base + ["--save-dir", str(tmp_path / "b"), "--preset", "small", "--init", "paper"])
     assert code == 0, err
     assert load_checkpoint(tmp_path / "b" / "checkpoint_last.pt")["model_config"]["init"] == "paper"

@@ -9,8 +9,8 @@ import torch
 from nmtkit.checkpoint import load_checkpoint
 from nmtkit.errors import TrainingError
 from nmtkit.train.run import run_training
-from tests.train_fixtures import TINY_OVERRIDES, tiny_options
-from tests.train_fixtures import records as _records
+from tests.conftest import records as _records
+from tests.conftest import tiny_options, tiny_overrides
 
 
 def _nan_at(*steps):
@@ -28,7 +28,7 @@ def test_nan_loss_stops_with_message_and_keeps_best_checkpoint(data_dir, tmp_pat
     run = tmp_path / "run"
     opts = tiny_options(max_updates=30, valid_every=5, save_every=5, valid_bleu_samples=0)
     with pytest.raises(TrainingError, match=r"non-finite loss.*update 8.*checkpoint_last.pt"):
-        run_training(data_dir, run, opts, TINY_OVERRIDES, loss_hook=_nan_at(8))
+        run_training(data_dir, run, opts, tiny_overrides(), loss_hook=_nan_at(8))
     best = load_checkpoint(run / "checkpoint_best.pt")
     last = load_checkpoint(run / "checkpoint_last.pt")
     assert best["trainer"]["update"] == 5 and last["trainer"]["update"] == 5
@@ -38,7 +38,7 @@ def test_nan_loss_stops_with_message_and_keeps_best_checkpoint(data_dir, tmp_pat
 def test_nan_loss_skipped_with_on_nan_skip(data_dir, tmp_path):
     run = tmp_path / "run"
     opts = tiny_options(max_updates=12, valid_every=4, on_nan="skip", valid_bleu_samples=0)
-    res = run_training(data_dir, run, opts, TINY_OVERRIDES, loss_hook=_nan_at(3, 7))
+    res = run_training(data_dir, run, opts, tiny_overrides(), loss_hook=_nan_at(3, 7))
     assert res.update == 12
     last = load_checkpoint(run / "checkpoint_last.pt")
     assert last["trainer"]["skipped_batches"] == 2
@@ -63,5 +63,5 @@ def test_diverged_model_never_becomes_best(data_dir, tmp_path, monkeypatch):
 
     monkeypatch.setattr(step_mod, "MAX_CONSECUTIVE_SKIPS", 5)
     with pytest.raises(TrainingError, match="in a row"):
-        run_training(data_dir, run, opts, TINY_OVERRIDES, loss_hook=hook)
+        run_training(data_dir, run, opts, tiny_overrides(), loss_hook=hook)
     assert load_checkpoint(run / "checkpoint_best.pt")["trainer"]["update"] == 4

@@ -9,8 +9,8 @@ from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
 from nmtkit.models.presets import ModelOverrides
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.run import run_training
-from tests.train_fixtures import TINY_MODEL, TINY_OVERRIDES, tiny_options
-from tests.train_fixtures import records as _records
+from tests.conftest import TINY_MODEL, tiny_options, tiny_overrides
+from tests.conftest import records as _records
 
 
 def test_resume_equals_uninterrupted_run(data_dir, tmp_path):
@@ -50,30 +50,31 @@ def test_refuses_to_overwrite_a_run_unless_resume_or_force(data_dir, tmp_path):
     run = tmp_path / "run"
     opts = tiny_options(max_updates=4, valid_every=2, valid_bleu_samples=0)
     with pytest.raises(CheckpointError, match="nothing to resume"):
-        run_training(data_dir, run, opts, TINY_OVERRIDES, resume=True)
-    run_training(data_dir, run, opts, TINY_OVERRIDES)
+        run_training(data_dir, run, opts, tiny_overrides(), resume=True)
+    run_training(data_dir, run, opts, tiny_overrides())
     with pytest.raises(OutputExistsError, match="--resume.*--force"):
-        run_training(data_dir, run, opts, TINY_OVERRIDES)
-    res = run_training(data_dir, run, opts.replace(max_updates=2), TINY_OVERRIDES, force=True)
+        run_training(data_dir, run, opts, tiny_overrides())
+    res = run_training(data_dir, run, opts.replace(max_updates=2), tiny_overrides(), force=True)
     assert res.update == 2
     assert [r["update"] for r in _records(run, "valid")] == [2]
     with pytest.raises(ConfigError, match="--lr .* differs from the run being resumed"):
-        run_training(data_dir, run, opts.replace(lr=0.5), TINY_OVERRIDES, resume=True)
+        run_training(data_dir, run, opts.replace(lr=0.5), tiny_overrides(), resume=True)
 
 
 def test_max_epochs_and_patience_stop_the_run(data_dir, tmp_path):
     res = run_training(data_dir, tmp_path / "a", tiny_options(max_updates=None, max_epochs=2, valid_every=100,
-                                                              valid_bleu_samples=0), TINY_OVERRIDES)
+                                                              valid_bleu_samples=0), tiny_overrides())
     assert (res.reason, res.epoch, res.update) == ("max-epochs", 2, 30)  # 240 pairs / 16 = 15 per epoch
     # lr 0 is refused, so make no progress with a huge warm-up instead: dev loss never improves
     res = run_training(data_dir, tmp_path / "b", tiny_options(max_updates=200, valid_every=2, patience=3,
                                                               warmup_updates=10**9, valid_bleu_samples=0),
-                       TINY_OVERRIDES)
+                       tiny_overrides())
     assert res.reason == "patience" and res.update == 8
 
 
 def test_request_stop_saves_checkpoint(data_dir, tmp_path):
     """The SIGINT path without a signal: stop after the current update, checkpoint written."""
+    from nmtkit.train.context import TrainContext
     from nmtkit.train.data import DataDir
     from nmtkit.train.events import Callbacks
     from nmtkit.train.run import resolve_model
@@ -88,7 +89,8 @@ def test_request_stop_saves_checkpoint(data_dir, tmp_path):
             if update == 3:
                 trainer.request_stop()
 
-    trainer = Trainer(TrainConfig.from_dict(opts.given()), data, tmp_path / "run", arch, mcfg, callbacks=StopAt3())
+    trainer = Trainer(TrainContext(TrainConfig.from_dict(opts.given()), data, tmp_path / "run", arch, mcfg,
+                                   callbacks=StopAt3()))
     try:
         res = trainer.train()
     finally:
@@ -150,7 +152,7 @@ def test_resume_reads_the_lexicon_back_instead_of_rebuilding_it(data_dir, tmp_pa
 
     run = tmp_path / "run"
     opts = tiny_options(max_updates=3, valid_every=100, valid_bleu_samples=0)
-    run_training(data_dir, run, opts, TINY_OVERRIDES)
+    run_training(data_dir, run, opts, tiny_overrides())
     first = load_checkpoint(run / "checkpoint_last.pt")["lexicon"]
     assert isinstance(first, torch.Tensor)
     real = sl.build_lexicon
@@ -159,7 +161,7 @@ def test_resume_reads_the_lexicon_back_instead_of_rebuilding_it(data_dir, tmp_pa
         raise AssertionError("the lexicon was rebuilt on resume")
 
     monkeypatch.setattr(sl, "build_lexicon", no_build)
-    run_training(data_dir, run, opts.replace(max_updates=6), TINY_OVERRIDES, resume=True)
+    run_training(data_dir, run, opts.replace(max_updates=6), tiny_overrides(), resume=True)
     assert torch.equal(load_checkpoint(run / "checkpoint_last.pt")["lexicon"], first)
 
     ckpt = torch.load(run / "checkpoint_last.pt", map_location="cpu", weights_only=True)
@@ -167,5 +169,5 @@ def test_resume_reads_the_lexicon_back_instead_of_rebuilding_it(data_dir, tmp_pa
     torch.save(ckpt, run / "checkpoint_last.pt")
     built = []
     monkeypatch.setattr(sl, "build_lexicon", lambda *a, **k: built.append(1) or real(*a, **k))
-    run_training(data_dir, run, opts.replace(max_updates=9), TINY_OVERRIDES, resume=True)
+    run_training(data_dir, run, opts.replace(max_updates=9), tiny_overrides(), resume=True)
     assert built == [1] and torch.equal(load_checkpoint(run / "checkpoint_last.pt")["lexicon"], first)

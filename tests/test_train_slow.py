@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
+
+from tests.conftest import run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -16,9 +16,10 @@ TRAIN_SECONDS = 240
 def test_small_preset_dev_loss_falls_well_below_start_on_tatoeba(shared_data, tmp_path):
     corpus = shared_data / "tatoeba-eng-fra"
     data, run = tmp_path / "data", tmp_path / "run"
-    subprocess.run([sys.executable, "-m", "nmtkit", "preprocess", "--src-lang", "en", "--tgt-lang", "fr",
-                    "--train", str(corpus / "train"), "--valid", str(corpus / "dev"), "--bpe", "10000",
-                    "--max-len", "50", "--dest", str(data)], check=True, stdout=subprocess.DEVNULL)
+    code, _, err = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", str(corpus / "train"),
+                            "--valid", str(corpus / "dev"), "--bpe", "10000", "--max-len", "50", "--dest", str(data)],
+                           process=True, timeout=3600)
+    assert code == 0, err
 
     # the dev loss of the untrained model (same seed, same initialisation as the run)
     from nmtkit.models import build_model
@@ -31,11 +32,12 @@ def test_small_preset_dev_loss_falls_well_below_start_on_tatoeba(shared_data, tm
     torch.manual_seed(1)
     start, _ = dev_loss(build_model(arch, cfg), d.split("valid"), 64, torch.device("cpu"))
 
-    subprocess.run([sys.executable, "-m", "nmtkit", "train", "--data", str(data), "--save-dir", str(run),
-                    "--preset", "small", "--max-time", str(TRAIN_SECONDS), "--valid-every", "50",
-                    "--valid-bleu-samples", "100", "--log-every", "25", "--quiet",
-                    # one thread: on a shared 2-core machine two OpenMP threads run several times slower
-                    "--threads", "1"], check=True)
+    code, _, err = run_cli(["train", "--data", str(data), "--save-dir", str(run), "--preset", "small",
+                            "--max-time", str(TRAIN_SECONDS), "--valid-every", "50", "--valid-bleu-samples", "100",
+                            "--log-every", "25", "--quiet",
+                            # one thread: on a shared 2-core machine two OpenMP threads run several times slower
+                            "--threads", "1"], process=True, timeout=3600)
+    assert code == 0, err
     valid = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     valid = [r for r in valid if r["kind"] == "valid"]
     assert valid, "no validation in the time budget"

@@ -8,8 +8,8 @@ import pytest
 
 from nmtkit.train.config import TrainOptions
 from nmtkit.train.run import run_training
-from tests.train_fixtures import TINY_OVERRIDES, tiny_options
-from tests.train_fixtures import records as _records
+from tests.conftest import records as _records
+from tests.conftest import tiny_options, tiny_overrides
 
 
 def _scalars(log_dir) -> dict[str, list[tuple[int, float]]]:
@@ -35,7 +35,7 @@ def test_event_files_hold_the_metrics_jsonl_records(data_dir, tmp_path):
     pytest.importorskip("tensorboard", reason="tensorboard is not installed (pip install 'nmtkit[tensorboard]')")
     run, tb = tmp_path / "run", tmp_path / "tb"
     run_training(data_dir, run, tiny_options(max_updates=6, log_every=2, valid_every=3, valid_bleu_samples=8,
-                                             tensorboard=str(tb)), TINY_OVERRIDES)
+                                             tensorboard=str(tb)), tiny_overrides())
     got = _scalars(tb)
     for key in ("loss", "ppl", "lr", "grad_norm", "tgt_tokens_per_s"):
         _same(got[f"train/{key}"], _expected(run, "train", key))
@@ -52,12 +52,12 @@ def test_a_resumed_run_appends_to_the_same_run_without_the_killed_sessions_extra
     run, tb = tmp_path / "run", tmp_path / "tb"
     opts = tiny_options(max_updates=4, log_every=1, valid_every=2, save_every=2, valid_bleu_samples=0,
                         tensorboard=str(tb))
-    run_training(data_dir, run, opts, TINY_OVERRIDES)
+    run_training(data_dir, run, opts, tiny_overrides())
     saved = tmp_path / "at4.pt"
     shutil.copy(run / "checkpoint_last.pt", saved)
-    run_training(data_dir, run, opts.replace(max_updates=6), TINY_OVERRIDES, resume=True)  # logs 5, 6
+    run_training(data_dir, run, opts.replace(max_updates=6), tiny_overrides(), resume=True)  # logs 5, 6
     shutil.copy(saved, run / "checkpoint_last.pt")  # as if killed after logging 5 and 6 past the update-4 checkpoint
-    run_training(data_dir, run, TrainOptions(max_updates=8), TINY_OVERRIDES, resume=True)  # --tensorboard comes from the checkpoint
+    run_training(data_dir, run, TrainOptions(max_updates=8), tiny_overrides(), resume=True)  # --tensorboard comes from the checkpoint
     assert len(list(tb.glob("events.out.tfevents.*"))) == 3
     got = _scalars(tb)
     _same(got["train/loss"], _expected(run, "train", "loss"))
@@ -87,8 +87,8 @@ def test_a_new_run_with_force_hides_the_old_runs_events(data_dir, tmp_path):
     pytest.importorskip("tensorboard", reason="tensorboard is not installed (pip install 'nmtkit[tensorboard]')")
     run, tb = tmp_path / "run", tmp_path / "tb"
     opts = tiny_options(max_updates=4, log_every=1, valid_every=4, valid_bleu_samples=0, tensorboard=str(tb))
-    run_training(data_dir, run, opts, TINY_OVERRIDES)
-    run_training(data_dir, run, opts.replace(max_updates=2, lr=0.001), TINY_OVERRIDES, force=True)
+    run_training(data_dir, run, opts, tiny_overrides())
+    run_training(data_dir, run, opts.replace(max_updates=2, lr=0.001), tiny_overrides(), force=True)
     got = _scalars(tb)
     _same(got["train/loss"], _expected(run, "train", "loss"))
     assert [s for s, _ in got["train/loss"]] == [1, 2]
@@ -98,6 +98,7 @@ def test_only_rank_0_writes_tensorboard_events(data_dir, tmp_path, monkeypatch):
     """The trainer of rank 1 in a two-rank job gets the caller's callbacks, no TensorBoard writer,
     and no event folder is made; rank 0's trainer gets the writer."""
     pytest.importorskip("tensorboard", reason="tensorboard is not installed (pip install 'nmtkit[tensorboard]')")
+    from nmtkit.train import context as context_module
     from nmtkit.train import distributed as ddp
     from nmtkit.train import trainer as trainer_module
     from nmtkit.train.events import Callbacks
@@ -106,9 +107,13 @@ def test_only_rank_0_writes_tensorboard_events(data_dir, tmp_path, monkeypatch):
 
     given = []
 
-    class FakeTrainer:  # records what run_training hands the loop; trains nothing
+    class FakeContext:  # records the callbacks run_training builds the context with; builds nothing
         def __init__(self, *args, callbacks=None, **kwargs):
             given.append(callbacks)
+
+    class FakeTrainer:  # trains nothing
+        def __init__(self, ctx):
+            assert isinstance(ctx, FakeContext)
 
         def train(self):
             return TrainResult("max-updates", 0, 1, None, None, None)
@@ -116,13 +121,14 @@ def test_only_rank_0_writes_tensorboard_events(data_dir, tmp_path, monkeypatch):
         def close(self):
             pass
 
+    monkeypatch.setattr(context_module, "TrainContext", FakeContext)
     monkeypatch.setattr(trainer_module, "Trainer", FakeTrainer)
     mine = Callbacks()
     for rank in (1, 0):
         monkeypatch.setattr(ddp, "env_info", lambda rank=rank: ddp.DistInfo(rank=rank, local_rank=rank, world_size=2,
                                                                              local_world_size=2))
         tb = tmp_path / f"tb{rank}"
-        run_training(data_dir, tmp_path / f"run{rank}", tiny_options(max_updates=2, tensorboard=str(tb)), TINY_OVERRIDES,
+        run_training(data_dir, tmp_path / f"run{rank}", tiny_options(max_updates=2, tensorboard=str(tb)), tiny_overrides(),
                      callbacks=mine)
     assert given[0] is mine and not (tmp_path / "tb1").exists()
     assert isinstance(given[1], TensorBoardCallbacks) and given[1].inner is mine

@@ -12,48 +12,26 @@ import time
 import pytest
 
 from nmtkit.checkpoint import CHECKPOINT_FORMAT
-from tests.translate_fixtures import TGT_WORDS, make_checkpoint
+from tests.conftest import TGT_WORDS, CliResult, make_checkpoint, run_cli
 
 LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat"]
 
 
-def nmtkit(*args, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "nmtkit", *args], input=stdin, capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
-def _error_line(proc: subprocess.CompletedProcess) -> str:
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("nmtkit: error:"), proc.stderr
+def _error_line(proc: CliResult) -> str:
+    assert proc.code != 0
+    assert "Traceback" not in proc.err
+    lines = proc.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nmtkit: error:"), proc.err
     return lines[0]
-
-
-def in_process(capsys, *args) -> subprocess.CompletedProcess:
-    """Run nmtkit's main() in this process (no torch start-up cost); same exit code and stderr."""
-    from nmtkit.cli import main
-
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    captured = capsys.readouterr()
-    return subprocess.CompletedProcess(args, exc.value.code, captured.out, captured.err)
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return str(make_checkpoint(tmp_path_factory.mktemp("cli") / "model.pt", seed=3))
 
 
 def test_stdin_to_stdout_one_line_per_line_in_order(ckpt, tmp_path):
     from nmtkit.translate import TranslateConfig, Translator
 
-    proc = nmtkit("translate", "-m", ckpt, "--beam", "3", "--batch-size", "2", "--buffer-size", "3",
-                  "--max-len-a", "1", "--max-len-b", "3", stdin="\n".join(LINES) + "\n")
-    assert proc.returncode == 0, proc.stderr
-    out = proc.stdout.split("\n")
+    proc = run_cli(["translate", "-m", ckpt, "--beam", "3", "--batch-size", "2", "--buffer-size", "3",
+                  "--max-len-a", "1", "--max-len-b", "3"], "\n".join(LINES) + "\n", process=True)
+    assert proc.code == 0, proc.err
+    out = proc.out.split("\n")
     assert out[-1] == "" and len(out) - 1 == len(LINES)
     expected = Translator(TranslateConfig(models=(ckpt,), beam=3, max_len_a=1, max_len_b=3)).translate(LINES)
     assert out[:-1] == expected
@@ -65,10 +43,10 @@ def test_file_input_and_output_and_overwrite_protection(ckpt, tmp_path):
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     hyp = tmp_path / "out.txt"
     al = tmp_path / "out.align"
-    proc = nmtkit("translate", "-m", ckpt, "-i", str(src), "-o", str(hyp), "--beam", "2", "--nbest", "2",
-                  "--max-len-b", "3", "--alignments", "soft", "--alignments-file", str(al))
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == ""
+    proc = run_cli(["translate", "-m", ckpt, "-i", str(src), "-o", str(hyp), "--beam", "2", "--nbest", "2",
+                  "--max-len-b", "3", "--alignments", "soft", "--alignments-file", str(al)], process=True)
+    assert proc.code == 0, proc.err
+    assert proc.out == ""
     nbest = hyp.read_text(encoding="utf-8").splitlines()
     ids = [int(line.split(" ||| ")[0]) for line in nbest]
     assert ids == [0, 0, 1, 2, 2, 3, 3, 4, 4]  # the empty line gets one empty entry
@@ -76,7 +54,7 @@ def test_file_input_and_output_and_overwrite_protection(ckpt, tmp_path):
     soft = [json.loads(line) for line in al.read_text(encoding="utf-8").splitlines()]
     assert len(soft) == len(nbest) and soft[2] == {"src": [], "tgt": [], "attention": []}
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
-    again = nmtkit("translate", "-m", ckpt, "-i", str(src), "-o", str(hyp), "--max-len-b", "1")
+    again = run_cli(["translate", "-m", ckpt, "-i", str(src), "-o", str(hyp), "--max-len-b", "1"], process=True)
     assert "exists" in _error_line(again)
 
 
@@ -113,32 +91,32 @@ def test_interactive_answers_each_line_before_the_next_arrives(ckpt):
     assert answers[0] and answers[1] == "" and answers[2]
 
 
-def test_bad_checkpoints_give_one_clear_line(ckpt, tmp_path, capsys):
+def test_bad_checkpoints_give_one_clear_line(ckpt, tmp_path):
     old = make_checkpoint(tmp_path / "old.pt", format_version=CHECKPOINT_FORMAT + 1)
-    assert "format version" in _error_line(nmtkit("translate", "-m", str(old), stdin="a\n"))  # the real binary
+    assert "format version" in _error_line(run_cli(["translate", "-m", str(old)], "a\n", process=True))  # the real binary
     cut = tmp_path / "cut.pt"
     cut.write_bytes(open(ckpt, "rb").read()[:1000])
-    assert "truncated" in _error_line(in_process(capsys, "translate", "-m", str(cut)))
+    assert "truncated" in _error_line(run_cli(["translate", "-m", str(cut)]))
     other = make_checkpoint(tmp_path / "other.pt", tgt_words=TGT_WORDS[:-2])
-    line = _error_line(in_process(capsys, "translate", "-m", ckpt, "-m", str(other), "--ensemble"))
+    line = _error_line(run_cli(["translate", "-m", ckpt, "-m", str(other), "--ensemble"]))
     assert "vocabulary differs" in line
-    assert "--ensemble" in _error_line(in_process(capsys, "translate", "-m", ckpt, "-m", ckpt))
-    assert "not found" in _error_line(in_process(capsys, "translate", "-m", str(tmp_path / "nope.pt")))
-    assert "--alignments-file" in _error_line(in_process(capsys, "translate", "-m", ckpt, "--alignments", "hard"))
+    assert "--ensemble" in _error_line(run_cli(["translate", "-m", ckpt, "-m", ckpt]))
+    assert "not found" in _error_line(run_cli(["translate", "-m", str(tmp_path / "nope.pt")]))
+    assert "--alignments-file" in _error_line(run_cli(["translate", "-m", ckpt, "--alignments", "hard"]))
 
 
-def test_invalid_utf8_input_names_the_line(ckpt, tmp_path, capsys):
+def test_invalid_utf8_input_names_the_line(ckpt, tmp_path):
     src = tmp_path / "bad.txt"
     src.write_bytes(b"the cat\nthe \xff dog\n")
-    line = _error_line(in_process(capsys, "translate", "-m", ckpt, "-i", str(src), "-o", str(tmp_path / "o.txt")))
+    line = _error_line(run_cli(["translate", "-m", ckpt, "-i", str(src), "-o", str(tmp_path / "o.txt")]))
     assert "bad.txt:2:" in line
     assert not (tmp_path / "o.txt").exists()
 
 
 def test_help_documents_the_nbest_and_alignment_formats():
-    proc = nmtkit("translate", "--help")
-    assert proc.returncode == 0
-    text = " ".join(proc.stdout.split())
+    proc = run_cli(["translate", "--help"], process=True)
+    assert proc.code == 0
+    text = " ".join(proc.out.split())
     assert "||| LogProb=" in text and "Pharaoh" in text and "JSON" in text
 
 
@@ -148,14 +126,14 @@ def test_real_news_text_streams_through_with_truncation_warnings(ckpt, shared_da
     lines = news.read_text(encoding="utf-8").splitlines()[:40]
     src = tmp_path / "news.en"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    proc = nmtkit("translate", "-m", ckpt, "-i", str(src), "--beam", "4", "--batch-size", "8", "--buffer-size", "16",
-                  "--max-src-len", "20", "--max-len-a", "1", "--max-len-b", "2", timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert len(proc.stdout.split("\n")) - 1 == len(lines)
+    proc = run_cli(["translate", "-m", ckpt, "-i", str(src), "--beam", "4", "--batch-size", "8", "--buffer-size", "16",
+                  "--max-src-len", "20", "--max-len-a", "1", "--max-len-b", "2"], process=True, timeout=300)
+    assert proc.code == 0, proc.err
+    assert len(proc.out.split("\n")) - 1 == len(lines)
     from nmtkit.text.moses import tokenize
 
     long_lines = [i for i, line in enumerate(lines, 1) if len(tokenize(line, "en")) > 20]
-    warned = [int(m) for m in re.findall(r"news.en:(\d+): \d+ source tokens", proc.stderr)]
+    warned = [int(m) for m in re.findall(r"news.en:(\d+): \d+ source tokens", proc.err)]
     assert long_lines and warned == long_lines
 
 
@@ -169,13 +147,13 @@ def test_ban_unk_keeps_the_unknown_word_out_of_every_translation(tmp_path):
     save_checkpoint(ckpt, tmp_path / "unk.pt")
     args = ["translate", "-m", str(tmp_path / "unk.pt"), "--beam", "3", "--max-len-b", "3", "-q"]
     text = "\n".join(LINES) + "\n"
-    plain = nmtkit(*args, stdin=text)
-    assert plain.returncode == 0 and "<unk>" in plain.stdout  # the test can fail
-    banned = nmtkit(*args, "--ban-unk", stdin=text)
-    assert banned.returncode == 0, banned.stderr
-    assert "<unk>" not in banned.stdout and len(banned.stdout.splitlines()) == len(LINES)
-    assert any(banned.stdout.split("\n"))
-    both = nmtkit(*args, "--ban-unk", "--replace-unk", stdin=text)
+    plain = run_cli([*args], text, process=True)
+    assert plain.code == 0 and "<unk>" in plain.out  # the test can fail
+    banned = run_cli([*args, "--ban-unk"], text, process=True)
+    assert banned.code == 0, banned.err
+    assert "<unk>" not in banned.out and len(banned.out.splitlines()) == len(LINES)
+    assert any(banned.out.split("\n"))
+    both = run_cli([*args, "--ban-unk", "--replace-unk"], text, process=True)
     assert "--ban-unk and --replace-unk exclude each other" in _error_line(both)
 
 

@@ -12,6 +12,7 @@ steps at once outside the recurrent loop (docs/design.md, 4).
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -39,8 +40,13 @@ class EncoderOut:
                  with the attention weights (RNNsearch: [C; C_z; C_r] h_j, so that
                  sum_j alpha_ij (C h_j) = C c_i costs S*G per step instead of A*G), or None.
 
-    When a model appends EOS to the source (`src_eos`), S counts that EOS position too, so
-    attention matrices have one more column than the source has tokens.
+    src_eos:     True when the model appended EOS to every source sentence (at position
+                 src_lens[b] of sentence b): S then counts that position too, and attention
+                 rows have one more real column than the sentence has tokens.
+
+    The encoder output is the one place that knows the source-EOS column: `positions` and
+    `split_attention` give it to decoding, which hands out attention over the source tokens
+    only (and the EOS column apart).
     """
 
     annotations: Tensor
@@ -49,10 +55,30 @@ class EncoderOut:
     summary: Tensor | None = None
     init: Any = None
     values: Tensor | None = None
+    src_eos: bool = False
 
     def index_select(self, index: Tensor) -> "EncoderOut":
         """Rows `index` of the batch (beam search expands and reorders with this)."""
-        return EncoderOut(**{f.name: _index(getattr(self, f.name), index) for f in fields(self)})
+        return dataclasses.replace(self, **{f.name: _index(getattr(self, f.name), index) for f in fields(self)
+                                            if f.name != "src_eos"})
+
+    def narrow(self, width: int) -> "EncoderOut":
+        """The first `width` source positions of every per-position field (annotations, keys,
+        values, mask); itself when it has no more."""
+        if width >= self.mask.size(1):
+            return self
+        return dataclasses.replace(self, **{name: getattr(self, name)[:, :width]
+                                            for name in ("annotations", "keys", "values", "mask")
+                                            if getattr(self, name) is not None})
+
+    def positions(self, src_len: int) -> int:
+        """The source positions attention sees for a sentence of `src_len` tokens (its EOS included)."""
+        return src_len + int(self.src_eos)
+
+    def split_attention(self, attention: Tensor, src_len: int) -> tuple[Tensor, Tensor | None]:
+        """One sentence's attention (..., >= positions(src_len)) -> (the weights on its `src_len`
+        tokens (..., src_len), the weights on its source EOS (...,), or None without one)."""
+        return attention[..., :src_len], attention[..., src_len] if self.src_eos else None
 
 
 def _index(x: Any, index: Tensor) -> Any:
@@ -68,13 +94,44 @@ def _index(x: Any, index: Tensor) -> Any:
 def append_eos(src: Tensor, src_lens: Tensor, eos_id: int = EOS_ID) -> tuple[Tensor, Tensor]:
     """src (B, S) padded with 0 -> (B, S+1) with EOS written after each sentence, lens + 1."""
     out = F.pad(src, (0, 1), value=PAD_ID)
-    out[torch.arange(src.size(0), device=src.device), src_lens.to(src.device)] = eos_id
+    out[torch.arange(src.size(0), device=src.device), on_device(src_lens, src.device)] = eos_id
     return out, src_lens + 1
+
+
+def on_device(lens: Tensor, device: torch.device) -> Tensor:
+    """Lengths (B,) on `device`. Training passes them on the host (the step knows them there):
+    copied without waiting for the queued kernels, where a blocking copy would."""
+    return lens.to(device, non_blocking=True)
 
 
 def length_mask(lens: Tensor, max_len: int) -> Tensor:
     """(B,) lengths -> (B, max_len) bool, True at real positions."""
     return torch.arange(max_len, device=lens.device).unsqueeze(0) < lens.unsqueeze(1)
+
+
+def run_packed(rnn: nn.RNNBase, emb: Tensor, lens: Tensor) -> tuple[Tensor, Any]:
+    """A batch_first nn.GRU/nn.LSTM over each sentence of emb (B, S, m) up to its length, as on
+    a packed batch: (outputs (B, S, H), zero at padded positions; the final state, as the module
+    returns it, of each sentence).
+
+    The packing is planned on the host from `lens` (B,): free when they are on the host, as in
+    training; one read when they are on a device. torch's pack_padded_sequence and
+    pad_packed_sequence would also copy their index tensors between host and device with a
+    blocking copy each way. The packed data (time-major, sentences by decreasing length) is what
+    pack_padded_sequence builds, so the results are the same.
+    """
+    host = (lens if lens.device.type == "cpu" else lens.cpu()).to(torch.int64)
+    host, order = torch.sort(host, descending=True)
+    B, S = emb.shape[:2]
+    keep = torch.arange(S).unsqueeze(1) < host.unsqueeze(0)  # (S, B): step t of sorted sentence b
+    rows = (order.unsqueeze(0) * S + torch.arange(S).unsqueeze(1)).masked_select(keep)  # rows of emb (B*S, m)
+    rows = on_device(rows, emb.device)
+    data = emb.reshape(B * S, -1).index_select(0, rows)
+    packed = nn.utils.rnn.PackedSequence(data, keep.sum(1), on_device(order, emb.device),
+                                         on_device(torch.argsort(order), emb.device))
+    out, final = rnn(packed)
+    padded = out.data.new_zeros(B * S, out.data.size(1)).index_copy(0, rows, out.data)
+    return padded.view(B, S, -1), final
 
 
 def reorder_state(state: State, index: Tensor) -> State:

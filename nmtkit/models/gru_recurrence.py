@@ -195,5 +195,9 @@ def gru_states(rnn: nn.GRU, emb: Tensor, lens: Tensor, mask: Tensor, fuse: bool 
     xs = F.linear(emb.transpose(0, 1), rnn.weight_ih_l0, rnn.bias_ih_l0).unsqueeze(0)  # (1, S, B, 3n)
     states = gru_recurrence(xs, rnn.weight_hh_l0.unsqueeze(0), rnn.bias_hh_l0.unsqueeze(0), fuse)
     states = states[0].transpose(0, 1)  # (B, S, n)
-    last = states.gather(1, (lens - 1).view(-1, 1, 1).expand(-1, 1, states.size(2))).squeeze(1)
-    return states * mask.unsqueeze(2).to(states.dtype), last
+    return states * mask.unsqueeze(2).to(states.dtype), last_states(states, lens)
+
+
+def last_states(states: Tensor, lens: Tensor) -> Tensor:
+    """Each sentence's state at its last real position: states (B, S, n), lens (B,) -> (B, n)."""
+    return states.gather(1, (lens - 1).view(-1, 1, 1).expand(-1, 1, states.size(2))).squeeze(1)

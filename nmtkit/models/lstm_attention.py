@@ -97,7 +97,8 @@ class LSTMAttention(Seq2Seq):
         c0 = self.W_c(torch.cat([c_n[1], c_n[0]], dim=-1))
         n2 = 2 * self.config.enc_hidden
         values = F.linear(ann, self.W_u.weight[:, :n2])
-        return EncoderOut(annotations=ann, keys=self.W_att(ann), mask=mask, init=(h0, c0), values=values)
+        return EncoderOut(annotations=ann, keys=self.W_att(ann), mask=mask, init=(h0, c0), values=values,
+                          src_eos=self.config.src_eos)
 
     def init_state(self, enc: EncoderOut) -> tuple[Tensor, Tensor, Tensor]:
         """(h_0, c_0, o_0 = 0), each (B, d)."""

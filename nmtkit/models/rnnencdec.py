@@ -24,10 +24,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, append_eos, dropout, length_mask
-from nmtkit.models.gru_recurrence import gru_states
+from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, append_eos, dropout, length_mask, on_device
+from nmtkit.models.gru_recurrence import gru_states, last_states
 from nmtkit.models.init import apply_init_, paper_init_
 from nmtkit.models.rnnsearch import check_common, maxout_pairs
 
@@ -95,16 +94,15 @@ class RNNEncDec(Seq2Seq):
         if self.config.src_eos:
             src, src_lens = append_eos(src, src_lens)
         emb = self.drop(self.src_embed(src))
-        mask = length_mask(src_lens.to(emb.device), src.size(1))
+        lens = on_device(src_lens, emb.device)
+        mask = length_mask(lens, src.size(1))
         if self.fuse_steps:
-            states, h_last = gru_states(self.encoder, emb, src_lens.to(emb.device), mask, fuse=True)
-        else:
-            packed = pack_padded_sequence(emb, src_lens.cpu(), batch_first=True, enforce_sorted=False)
-            out, h_n = self.encoder(packed)  # h_n (1, B, n): h_T of each sentence
-            states, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
-            h_last = h_n[0]
+            states, h_last = gru_states(self.encoder, emb, lens, mask, fuse=True)
+        else:  # over the padded batch: a forward GRU's states up to each length are the packed run's
+            out, _ = self.encoder(emb)
+            states, h_last = out * mask.unsqueeze(2).to(out.dtype), last_states(out, lens)
         c = torch.tanh(self.V(h_last))
-        return EncoderOut(annotations=states, keys=None, mask=mask, summary=c)
+        return EncoderOut(annotations=states, keys=None, mask=mask, summary=c, src_eos=self.config.src_eos)
 
     def init_state(self, enc: EncoderOut) -> Tensor:
         """s_0 = tanh(V' c): (B, d)."""

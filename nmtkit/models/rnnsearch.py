@@ -42,11 +42,19 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmtkit.errors import ConfigError
 from nmtkit.models.attention import additive_scores, additive_scores_grouped, masked_softmax
-from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, append_eos, dropout, length_mask
+from nmtkit.models.base import (
+    PAD_ID,
+    EncoderOut,
+    Seq2Seq,
+    append_eos,
+    dropout,
+    length_mask,
+    on_device,
+    run_packed,
+)
 from nmtkit.models.fusion import step_fn
 from nmtkit.models.gru_recurrence import bigru_annotations, reversal_index
 from nmtkit.models.init import INITS, apply_init_, paper_init_
@@ -126,14 +134,13 @@ def encode_bigru(embed: nn.Embedding, rnn: nn.GRU | nn.LSTM, drop: nn.Module, sr
     if src_eos:
         src, src_lens = append_eos(src, src_lens)
     emb = drop(embed(src))
-    mask = length_mask(src_lens.to(emb.device), src.size(1))
+    lens = on_device(src_lens, emb.device)
+    mask = length_mask(lens, src.size(1))
     if fuse_steps and isinstance(rnn, nn.GRU) and rnn.bidirectional:
-        return bigru_annotations(rnn, emb, src_lens.to(emb.device), mask, fuse=True), mask, None
+        return bigru_annotations(rnn, emb, lens, mask, fuse=True), mask, None
     if isinstance(rnn, nn.GRU) and emb.device.type == "cpu" and rnn.bidirectional:
-        return _bigru_cpu(rnn, emb, src_lens.to(emb.device), mask), mask, None
-    packed = pack_padded_sequence(emb, src_lens.cpu(), batch_first=True, enforce_sorted=False)
-    out, final = rnn(packed)
-    ann, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
+        return _bigru_cpu(rnn, emb, lens, mask), mask, None
+    ann, final = run_packed(rnn, emb, src_lens)
     return ann, mask, final
 
 
@@ -213,7 +220,7 @@ class RNNSearch(Seq2Seq):
                                     self.config.src_eos, self.fuse_steps)
         n = self.config.enc_hidden
         return EncoderOut(annotations=ann, keys=self.U_a(ann), mask=mask,
-                          init=ann[:, 0, n:], values=self.C(ann))
+                          init=ann[:, 0, n:], values=self.C(ann), src_eos=self.config.src_eos)
 
     def init_state(self, enc: EncoderOut) -> Tensor:
         """s_0 = tanh(W_s bwd h_1): (B, d)."""

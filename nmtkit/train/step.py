@@ -9,6 +9,8 @@ Hot path: one host synchronisation per update (the finiteness check of the gradi
 needed to skip or stop before a bad step is applied; tests/test_host_reads.py counts them);
 losses are accumulated on the device (`context.acc`) and read at log intervals only, and the
 loss picks the real target positions by the token count known on the host, not by a boolean mask.
+The source lengths stay on the host, where the models plan their packed recurrences
+(`models.base.run_packed`) without reading the device.
 """
 from __future__ import annotations
 
@@ -76,8 +78,11 @@ def _forward_backward(ctx: TrainContext, mine: list[np.ndarray], scale: float
     loss_total = nll_total = None
     tokens_local = 0
     for k, batch in enumerate(mine):
-        src, src_lens, tgt_in, tgt_out = (torch.from_numpy(a).to(ctx.device, non_blocking=non_blocking)
-                                          for a in collate(*ctx.arrays, batch))
+        src, src_lens, tgt_in, tgt_out = collate(*ctx.arrays, batch)
+        # the lengths stay on the host: the models plan their packed recurrences there
+        src, tgt_in, tgt_out = (torch.from_numpy(a).to(ctx.device, non_blocking=non_blocking)
+                                for a in (src, tgt_in, tgt_out))
+        src_lens = torch.from_numpy(src_lens)
         n_batch = ctx.target_tokens(batch)
         # DDP all-reduces the gradients once, in the last minibatch's backward
         last = k == len(mine) - 1
