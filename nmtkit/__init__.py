@@ -19,7 +19,8 @@ import os
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
-    from nmtkit.translate.translator import Result, Translation, Translator
+    from nmtkit.translate.results import Result, Translation
+    from nmtkit.translate.translator import Translator
 
 __version__ = "0.1.0"
 __all__ = ["load", "Translator", "Result", "Translation", "__version__"]
@@ -41,8 +42,12 @@ def load(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], **options
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Translator", "Result", "Translation"):
-        from nmtkit.translate import translator
+    if name == "Translator":
+        from nmtkit.translate.translator import Translator
 
-        return getattr(translator, name)
+        return Translator
+    if name in ("Result", "Translation"):
+        from nmtkit.translate import results
+
+        return getattr(results, name)
     raise AttributeError(f"module 'nmtkit' has no attribute '{name}'")

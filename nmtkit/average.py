@@ -58,9 +58,9 @@ def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
     save_dir = Path(save_dir)
     if not save_dir.is_dir():
         raise InputError("run directory not found", str(save_dir))
-    from nmtkit.train.run import kept_checkpoints
+    from nmtkit.train.run_files import kept_checkpoints
 
-    kept = sorted(kept_checkpoints(save_dir), key=lambda p: int(p.stem.split("_", 1)[1]))
+    kept = kept_checkpoints(save_dir)
     if len(kept) < n:
         have = ", ".join(p.name for p in kept) or "none"
         raise InputError(f"--last {n} needs {n} checkpoint_<update>.pt files but the run kept {len(kept)} "

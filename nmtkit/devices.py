@@ -25,7 +25,9 @@ def threads_per_process(local_world_size: int = 1) -> int:
 
 
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")  # autocast dtypes of --precision (nmtkit.models.precision)
-DECODE_PRECISIONS = PRECISIONS  # the --precision of translate and serve (nmtkit.translate.config)
+# the --precision of translate and serve (nmtkit.translate.config): also int8 weights
+# (nmtkit.models.quantize), which a model being trained cannot have
+DECODE_PRECISIONS = PRECISIONS + ("int8",)
 FUSE = ("auto", "on", "off")  # --fuse: compile the recurrences' step bodies (nmtkit.models.fusion)
 DEVICE_HELP = ("Where to run: auto (CUDA when available), cpu, cuda (under torchrun: the process's own GPU) "
                "or cuda:N.")

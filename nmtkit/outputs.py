@@ -16,17 +16,14 @@ checkpoints, metrics, selections, tokenised text, the preprocess data directory)
 `check_output` and `check_output_dir` let a command refuse an unwritable destination before
 it spends hours decoding or training. `check_outputs_vs_inputs` is where every command
 declares its inputs and outputs, so that no output can overwrite or replace what the command
-reads (with or without --force), and `check_replaceable_dir` lets --force replace a folder
-only when it holds nothing but nmtkit's own files. `DirLock` keeps a directory to one
-process at a time (one training run per run directory). Nothing here imports torch.
+reads (with or without --force). Whole directories as outputs (built under a temporary name,
+replaced only when nmtkit wrote them, locked to one process) are `nmtkit.output_dirs`'.
+Nothing here imports torch.
 """
 from __future__ import annotations
 
 import errno
 import os
-import re
-import shutil
-import socket
 import stat
 import tempfile
 import weakref
@@ -282,76 +279,34 @@ def save_figure(fig: Any, path: str | Path, **savefig_kwargs: Any) -> None:
         fig.savefig(out.file, **savefig_kwargs)
 
 
-# ---- directories built whole, then renamed into place (preprocess's data directory) -----------
-
-_TMP_DIR = re.compile(r"\.tmp-(?P<host>.+)-(?P<pid>\d+)-[a-z0-9_]+$")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def make_temp_dir(dest: str | Path) -> Path:
-    """An empty `DEST.tmp-HOST-PID-XXXX` beside `dest`, with the mode `mkdir` would give."""
-    dest = Path(dest)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{dest.name}.tmp-{socket.gethostname()}-{os.getpid()}-", dir=dest.parent))
-    os.chmod(tmp, 0o777 & ~umask())
-    return tmp
-
-
-def clean_stale_temp_dirs(dest: str | Path, warn: Callable[[str], None]) -> list[Path]:
-    """Remove the `DEST.tmp-*` directories left by a killed run of this host (their pid is
-    dead); `warn` about the others (another host's, a live process's, an old name). Returns
-    the directories removed."""
-    dest = Path(dest)
-    removed: list[Path] = []
-    if not dest.parent.is_dir():
-        return removed
-    host = socket.gethostname()
-    for p in sorted(dest.parent.glob(f"{glob_escape(dest.name)}.tmp-*")):
-        if not p.is_dir():
-            continue
-        m = _TMP_DIR.search(p.name)
-        if m and m["host"] == host and int(m["pid"]) != os.getpid() and not _pid_alive(int(m["pid"])):
-            shutil.rmtree(p, ignore_errors=True)
-            removed.append(p)
-        elif m and m["host"] == host and _pid_alive(int(m["pid"])):
-            warn(f"{p} is being written by process {m['pid']} (another run to the same destination?)")
-        else:
-            warn(f"{p} looks like the temp directory of an interrupted run; remove it if no run is using it")
-    return removed
-
-
-def glob_escape(name: str) -> str:
-    """`name` with glob metacharacters escaped."""
-    import glob
-
-    return glob.escape(name)
-
-
-
 # ---- outputs against inputs: the one check that no output destroys what a command reads ---------
 
-def _real(path: str) -> str:
+def real_path(path: str | Path) -> str:
     """The path a write would reach: symlinks resolved, also for a name that does not exist yet."""
     return os.path.realpath(os.path.abspath(path))
 
 
-def _inside(child: str, folder: str) -> bool:
+def is_inside(child: str, folder: str) -> bool:
+    """Whether the real path `child` is the real path `folder` or lies under it."""
     return child == folder or child.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def _same_file(a: str, b: str) -> bool:
+def _same_file(a: str, b: str, real_a: str, real_b: str) -> bool:
+    """Whether `a` and `b` (whose real paths are given) are one file, hard links included."""
     try:
         return os.path.samefile(a, b)
     except OSError:
-        return _real(a) == _real(b)
+        return real_a == real_b
+
+
+def _resolved(pairs: Iterable[tuple[str, str | Path | None]]) -> list[tuple[str, str, str]]:
+    """The given (option, path) pairs as (option, path, real path), each path resolved once;
+    paths not given (None, "", "-": standard streams) left out."""
+    out = []
+    for opt, p in pairs:
+        if p is not None and os.fspath(p) not in ("", "-"):
+            out.append((opt, os.fspath(p), real_path(p)))
+    return out
 
 
 def check_outputs_vs_inputs(
@@ -377,116 +332,35 @@ def check_outputs_vs_inputs(
     Nodes written in place (/dev/null, FIFOs, /dev/stdout) destroy nothing and are left out.
     Raises OutputError naming the output and its option, and the input and its option.
     """
-    ins = [(opt, os.fspath(p)) for opt, p in inputs if p is not None and os.fspath(p) not in ("", "-")]
-    outs = [(opt, os.fspath(p)) for opt, p in files if p is not None and os.fspath(p) not in ("", "-")]
+    ins = _resolved(inputs)
 
     def refuse(out_opt: str, out: str, why: str) -> None:
         raise OutputError(f"the {out_opt} output {why}; nothing was written", out)
 
-    seen: list[tuple[str, str]] = []
-    for opt, out in outs:
+    seen: list[tuple[str, str, str]] = []
+    for opt, out, real_out in _resolved(files):
         if writes_in_place(out):
             continue
-        for in_opt, inp in ins:
-            if _real(out) == _real(inp) and os.path.isdir(inp):
+        out_exists = os.path.exists(out)
+        for in_opt, inp, real_in in ins:
+            if real_out == real_in and os.path.isdir(inp):
                 refuse(opt, out, f"is the {in_opt} input folder")
-            if os.path.exists(out) and os.path.exists(inp) and _same_file(out, inp):
+            if out_exists and os.path.exists(inp) and _same_file(out, inp, real_out, real_in):
                 refuse(opt, out, f"is the same file as the {in_opt} input {inp}")
-        for other_opt, other in seen:
-            if _same_file(out, other):
+        for other_opt, other, real_other in seen:
+            if _same_file(out, other, real_out, real_other):
                 refuse(opt, out, f"is also the {other_opt} output")
-        seen.append((opt, out))
-    for opt, folder in [(o, os.fspath(p)) for o, p in replaced_dirs if p is not None]:
-        for in_opt, inp in ins:
-            if _real(inp) == _real(folder):
+        seen.append((opt, out, real_out))
+    for opt, folder, real_folder in _resolved(replaced_dirs):
+        for in_opt, inp, real_in in ins:
+            if real_in == real_folder:
                 refuse(opt, folder, f"is the {in_opt} input")
-            if _inside(_real(inp), _real(folder)):
+            if is_inside(real_in, real_folder):
                 refuse(opt, folder, f"would replace the folder holding the {in_opt} input {inp}")
     for opt, folder, owns in [(o, os.fspath(p), f) for o, p, f in folders if p is not None]:
-        for in_opt, inp in ins:
-            real_in, real_folder = _real(inp), _real(folder)
+        real_folder = real_path(folder)
+        for in_opt, inp, real_in in ins:
             if real_in == real_folder:
                 refuse(opt, folder, f"is the {in_opt} input")
             if os.path.dirname(real_in) == real_folder and owns(os.path.basename(real_in)):
                 refuse(opt, folder, f"would overwrite the {in_opt} input {inp}")
-
-
-def check_replaceable_dir(path: str | Path, owned: Callable[[str], bool], what: str) -> None:
-    """`--force` replaces the folder `path` only when it holds nothing but what nmtkit wrote
-    there: `owned(relative path)` says which files those are. Otherwise OutputError naming a
-    file that replacing it would have deleted."""
-    root = Path(path)
-    if not root.is_dir():
-        return
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames) + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-            rel = os.path.relpath(os.path.join(dirpath, name), root)
-            if not owned(rel):
-                raise OutputError(f"--force would delete {rel}, which nmtkit did not write there: refusing to "
-                                  f"replace the {what}; move that file or choose another destination", str(root))
-
-
-# ---- one process per directory ------------------------------------------------------------------
-
-class DirLock:
-    """An exclusive lock on a directory (`fcntl.flock` on `path/name`, holding the holder's PID),
-    so that one process at a time writes there (one training run per run directory).
-
-    The kernel releases the lock when its process dies, so a lock file left by a killed
-    process never blocks. `acquire` raises OutputError naming the holder's PID when another
-    live process holds it. The file itself stays (removing it would race with a process that
-    has just opened it).
-    """
-
-    def __init__(self, path: str | Path, name: str, what: str):
-        self.path = Path(path) / name
-        self.what = what
-        self.fd: int | None = None
-
-    def check(self) -> None:
-        """Refuse now (as `acquire` would) when a live process holds the lock, creating nothing."""
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-        except OSError:
-            return  # no lock file (or none readable): `acquire` decides
-        self._lock(fd)
-        os.close(fd)
-
-    def acquire(self) -> "DirLock":
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666 & ~umask())
-        self._lock(fd)
-        self.fd = fd
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
-        except OSError as err:  # a full disk: the PID is for others' messages; say which file failed
-            self.release()
-            raise name_error(err, str(self.path)) from None
-        return self
-
-    def _lock(self, fd: int) -> None:
-        import fcntl
-
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
-            os.close(fd)
-            raise OutputError(f"another process (PID {holder}) is using this {self.what}; wait for it to "
-                              "finish or stop it", str(self.path.parent)) from None
-        except BaseException:
-            os.close(fd)
-            raise
-
-    def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing the last descriptor releases the flock
-            self.fd = None
-
-    def __enter__(self) -> "DirLock":
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-

@@ -225,3 +225,22 @@ def test_bad_average_command_lines_are_one_line(tmp_path, case, needle):
     line = one_error_line(run_cli(["average", *argv]))
     assert needle in line, line
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_kept_checkpoint_names_are_parsed_one_way():
+    from nmtkit.train.run import is_run_file
+    from nmtkit.train.run_files import kept_name, kept_update
+
+    assert [kept_update(kept_name(n)) for n in (0, 7, 12000)] == [0, 7, 12000]
+    for other in ("checkpoint_last.pt", "checkpoint_best.pt", "checkpoint_12.pt.x.tmp", "checkpoint_-1.pt",
+                  "checkpoint_1a.pt", "checkpoint_.pt", "xcheckpoint_3.pt"):
+        assert kept_update(other) is None, other
+    assert is_run_file("checkpoint_40.pt") and not is_run_file("checkpoint_40.pt.tmp")
+
+
+def test_kept_checkpoints_come_oldest_update_first(tmp_path):
+    from nmtkit.train.run_files import kept_checkpoints
+
+    for name in ("checkpoint_100.pt", "checkpoint_9.pt", "checkpoint_last.pt", "checkpoint_20.pt", "notes.txt"):
+        (tmp_path / name).write_bytes(b"")
+    assert [p.name for p in kept_checkpoints(tmp_path)] == ["checkpoint_9.pt", "checkpoint_20.pt", "checkpoint_100.pt"]

@@ -321,6 +321,9 @@ ROWS = [
         needles=("gone.txt", "not found")),
     Row("train-tensorboard-readonly", lambda w: _train(w, w.tmp / "run-tb", "--tensorboard", str(w.readonly() / "tb")),
         needles=("tb", "Read-only file system")),
+    Row("train-precision-int8-is-for-decoding", lambda w: _train(w, w.tmp / "run-int8", "--precision", "int8"),
+        needles=("--precision int8", "decoding")),
+    Row("translate-precision-int8", lambda w: _translate(w, "--precision", "int8", "--device", "cpu"), ok=True),
 ]
 
 

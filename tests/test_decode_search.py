@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from nmtkit.decode.search import beam_search, greedy_search, max_lengths
+from nmtkit.decode.search import beam_search, greedy_search
+from nmtkit.decode.steps import max_lengths
 from nmtkit.text.vocab import BOS_ID, EOS_ID
 from tests.conftest import random_sources, tiny_model
 
@@ -66,9 +67,10 @@ def test_beam_one_equals_the_reference_greedy_loop_tokens_scores_and_attention(s
     for (toks, lp_sum, score, att), (b,), g in zip(ref, beam, greedy):
         assert b.tokens == g.tokens == toks
         assert b.log_prob == pytest.approx(lp_sum, abs=1e-5) and b.score == pytest.approx(score, abs=1e-5)
-        assert torch.allclose(b.attention[:, : att.size(1)], att, atol=1e-6)
-        assert float(b.attention[:, att.size(1) :].abs().sum()) == 0.0  # the batch's padding
+        # the sentence's own columns only (no batch padding): its tokens, its source EOS apart
+        assert torch.allclose(torch.cat([b.attention, b.source_eos_attention.unsqueeze(1)], 1), att, atol=1e-6)
         assert torch.equal(b.attention, g.attention)
+        assert torch.equal(b.source_eos_attention, g.source_eos_attention)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -156,18 +158,26 @@ def test_batched_search_equals_one_sentence_at_a_time():
         assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-5)
 
 
-def test_length_limit_is_respected_and_attention_is_a_distribution():
-    model = tiny_model(seed=8)
+@pytest.mark.parametrize("src_eos", [True, False])
+def test_length_limit_is_respected_and_attention_comes_back_over_the_source_tokens(src_eos):
+    model = tiny_model(seed=8, src_eos=src_eos)
     src, lens = random_sources(8)
     res = beam_search(model, src, lens, beam=3, nbest=3, max_len_a=0.5, max_len_b=1, need_attention=True)
     lim = max_lengths(lens, 0.5, 1)
     for i, hyps in enumerate(res):
         for h in hyps:
             assert len(h.tokens) <= int(lim[i])
-            # one row per target token + EOS; one column per source token + the model's source EOS
-            assert h.attention.shape == (len(h.tokens) + 1, src.size(1) + 1)
-            assert torch.allclose(h.attention.sum(1), torch.ones(len(h.tokens) + 1), atol=1e-5)
-            assert float(h.attention[:, int(lens[i]) + 1 :].abs().sum()) == 0.0  # padding gets none
+            # one row per target token + EOS; one column per source token of this sentence (no
+            # batch padding), and the weights on the model's source EOS apart
+            assert h.attention.shape == (len(h.tokens) + 1, int(lens[i]))
+            total = h.attention.sum(1)
+            if src_eos:
+                assert h.source_eos_attention.shape == (len(h.tokens) + 1,)
+                total = total + h.source_eos_attention
+            else:
+                assert h.source_eos_attention is None
+            # a distribution over the sentence's own positions: the padding got no weight
+            assert torch.allclose(total, torch.ones(len(h.tokens) + 1), atol=1e-5)
 
 
 def test_ensemble_of_the_same_model_twice_equals_the_model():
@@ -211,23 +221,23 @@ def test_nbest_larger_than_beam_is_refused():
 def test_sentence_topk_equals_a_plain_topk_over_each_sentences_candidates():
     """The grouped top-k of beam search (group maxima, then the chosen groups' columns) picks
     exactly the k best of each sentence's K*V candidates, -inf rows and forced-EOS rows included."""
-    from nmtkit.decode.search import _TOPK_GROUP, _sentence_topk
+    from nmtkit.decode.topk import TOPK_GROUP, sentence_topk
 
     g = torch.Generator().manual_seed(3)
-    nb, K, V, k = 5, 4, 40 * _TOPK_GROUP, 8
+    nb, K, V, k = 5, 4, 40 * TOPK_GROUP, 8
     lp = torch.log_softmax(3 * torch.randn(nb * K, V, generator=g), dim=1)
     scores = 4 * torch.randn(nb * K, generator=g)
     scores[1:K] = float("-inf")  # sentence 0: only its first hypothesis is live (first step)
     lp[K : 2 * K] = float("-inf")  # sentence 1: EOS forced
     lp[K : 2 * K, 3] = -0.5
     scores[2 * K + 1] += 50  # sentence 2: one row holds all its best candidates
-    top_s, beam, tok = _sentence_topk(lp, scores, nb, K, k)
+    top_s, beam, tok = sentence_topk(lp, scores, nb, K, k)
     ref_s, ref_i = (lp + scores.unsqueeze(1)).view(nb, K * V).topk(k, dim=1)
     assert torch.equal(top_s, ref_s)
     finite = torch.isfinite(ref_s)
     assert torch.equal((beam * V + tok)[finite], ref_i[finite])
     # the fallback for vocabularies that are not a multiple of the group size agrees too
-    s2, b2, t2 = _sentence_topk(lp[:, : V - 1], scores, nb, K, k)
+    s2, b2, t2 = sentence_topk(lp[:, : V - 1], scores, nb, K, k)
     r2, i2 = (lp[:, : V - 1] + scores.unsqueeze(1)).view(nb, K * (V - 1)).topk(k, dim=1)
     assert torch.equal(s2, r2)
     f2 = torch.isfinite(r2)
@@ -239,15 +249,15 @@ def test_fast_paths_give_the_same_translations_as_the_plain_ones(monkeypatch, re
     """Beam search with hypotheses attending over one encoder row per sentence
     (`grouped_encoder`) and the grouped top-k finds the same hypotheses as with K copies of
     the encoder outputs and a plain per-row top-k (a vocabulary large enough for the grouped
-    top-k: V / _TOPK_GROUP >= 2K)."""
-    import nmtkit.decode.search as search
+    top-k: V / TOPK_GROUP >= 2K)."""
+    import nmtkit.decode.topk as topk
 
-    model = tiny_model(seed=11, tgt_vocab=40 * search._TOPK_GROUP, readout=readout)
+    model = tiny_model(seed=11, tgt_vocab=40 * topk.TOPK_GROUP, readout=readout)
     _sharp(model, 3.0)
     src, lens = random_sources(11, B=6)
     kw = dict(beam=5, nbest=3, max_len_a=1.5, max_len_b=3, need_attention=True)
     fast = beam_search(model, src, lens, **kw)
-    monkeypatch.setattr(search, "_TOPK_GROUP", search._TOPK_GROUP + 1)  # not a divisor of V
+    monkeypatch.setattr(topk, "TOPK_GROUP", topk.TOPK_GROUP + 1)  # not a divisor of V
     monkeypatch.setattr(model, "grouped_encoder", False)
     plain = beam_search(model, src, lens, **kw)
     for f, p in zip(fast, plain):

@@ -10,13 +10,12 @@ import threading
 import pytest
 
 from nmtkit.errors import OutputError, OutputExistsError
+from nmtkit.output_dirs import clean_stale_temp_dirs, make_temp_dir
 from nmtkit.outputs import (
     OutputFile,
     Staged,
     check_output,
     check_output_dir,
-    clean_stale_temp_dirs,
-    make_temp_dir,
     umask,
     writes_in_place,
 )

@@ -51,14 +51,14 @@ def test_draws_follow_the_distribution_and_topk_and_temperature_reshape_it():
 
 
 def test_topk_1_is_greedy_search():
-    from nmtkit.decode.sampling import sample, sampling_uniforms
-    from nmtkit.decode.search import greedy_search, max_lengths
+    from nmtkit.decode.sampling import sample
+    from nmtkit.decode.search import greedy_search
+    from nmtkit.decode.steps import max_lengths
 
     model = tiny_model(seed=1)
     src, lens = _batch()
     lim = max_lengths(lens, 1.0, 4.0)
-    drawn = sample(model, src, lens, sampling_uniforms(3, range(6), int(lim.max()) + 1), topk=1,
-                   max_len_a=1.0, max_len_b=4.0)
+    drawn = sample(model, src, lens, seed=3, topk=1, max_len_a=1.0, max_len_b=4.0)
     greedy = greedy_search(model, src, lens, max_len=lim)
     assert [h[0].tokens for h in drawn] == [g.tokens for g in greedy]
     assert [h[0].log_prob for h in drawn] == pytest.approx([g.log_prob for g in greedy], abs=1e-4)
@@ -67,18 +67,20 @@ def test_topk_1_is_greedy_search():
 def test_reported_log_prob_is_the_models_and_lengths_stay_within_the_limit():
     import torch
 
-    from nmtkit.decode.sampling import sample, sampling_uniforms
-    from nmtkit.decode.search import max_lengths
+    from nmtkit.decode.sampling import sample
+    from nmtkit.decode.steps import max_lengths
     from nmtkit.text.vocab import BOS_ID, EOS_ID
 
     model = tiny_model(seed=2)
     src, lens = _batch(seed=1)
     lim = max_lengths(lens, 1.0, 4.0)
-    hyps = sample(model, src, lens, sampling_uniforms(11, range(6), int(lim.max()) + 1), temperature=1.5,
-                  max_len_a=1.0, max_len_b=4.0, need_attention=True)
+    hyps = sample(model, src, lens, seed=11, keys=range(6), temperature=1.5, max_len_a=1.0, max_len_b=4.0,
+                  need_attention=True)
     for b, [h] in enumerate(hyps):
         assert len(h.tokens) <= int(lim[b])
-        assert h.attention.shape[0] == len(h.tokens) + 1
+        # attention over the sentence's own source tokens, its source EOS apart
+        assert h.attention.shape == (len(h.tokens) + 1, int(lens[b]))
+        assert torch.allclose(h.attention.sum(1) + h.source_eos_attention, torch.ones(len(h.tokens) + 1), atol=1e-5)
         tgt_in = torch.tensor([[BOS_ID] + h.tokens])
         with torch.no_grad():
             lp = model(src[b : b + 1, : int(lens[b])], lens[b : b + 1], tgt_in)[0]  # (T, V)
@@ -154,12 +156,12 @@ def test_sampling_options_without_sampling_are_refused(kw):
 
 
 def test_sample_refuses_a_nonpositive_temperature():
-    from nmtkit.decode.sampling import sample, sampling_uniforms
+    from nmtkit.decode.sampling import sample
 
     model = tiny_model()
     src, lens = _batch()
     with pytest.raises(ValueError, match="temperature"):
-        sample(model, src, lens, sampling_uniforms(1, range(6), 30), temperature=0.0)
+        sample(model, src, lens, seed=1, temperature=0.0)
 
 
 def test_samples_carry_alignments_and_an_ensemble_of_one_model_twice_samples_as_the_model(ckpt):

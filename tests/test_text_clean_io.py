@@ -92,6 +92,27 @@ def test_every_line_reader_splits_on_newline_only_and_agrees(tmp_path, monkeypat
     assert read_all_lines(p) == [] and list(read_lines(p)) == [] and decode_lines(b"", p) == []
 
 
+def test_every_line_reader_drops_a_byte_order_mark_at_the_start_of_a_file_only(tmp_path, monkeypatch):
+    import gzip
+    import io
+    import sys
+
+    from nmtkit.text.io import decode_lines, read_all_lines, stream_lines
+
+    data = "\ufeffle chat\n\ufeffinside\nfin\n".encode("utf-8")
+    want = ["le chat", "\ufeffinside", "fin"]  # a U+FEFF inside the text is the text's
+    p, gz = tmp_path / "bom.txt", tmp_path / "bom.txt.gz"
+    p.write_bytes(data)
+    gz.write_bytes(gzip.compress(data))
+    assert list(read_lines(p)) == list(read_lines(gz)) == read_all_lines(p) == want
+    assert decode_lines(data, p) == list(stream_lines(io.BytesIO(data), "x")) == want
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    assert read_all_lines("-") == want
+    # a block from the middle of a file keeps what it starts with
+    assert decode_lines(data, p, first=7) == ["\ufeffle chat", "\ufeffinside", "fin"]
+    assert decode_lines(data, p, file_start=False)[0] == "\ufeffle chat"
+
+
 def test_every_line_reader_names_the_line_of_invalid_utf8(tmp_path):
     import io
 

@@ -48,6 +48,7 @@ def _free_port() -> int:
 def _train(data_dir, run_dir, out_path, opts):
     from nmtkit.train import distributed as ddp
     from nmtkit.train.config import TrainConfig
+    from nmtkit.train.context import TrainContext
     from nmtkit.train.data import DataDir
     from nmtkit.train.run import resolve_model
     from nmtkit.train.trainer import Trainer
@@ -55,7 +56,8 @@ def _train(data_dir, run_dir, out_path, opts):
     torch.set_num_threads(1)
     data = DataDir.open(data_dir)
     arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
-    trainer = Trainer(TrainConfig.from_dict(opts.given()), data, run_dir, arch, mcfg, dist_info=ddp.env_info())
+    trainer = Trainer(TrainContext(TrainConfig.from_dict(opts.given()), data, run_dir, arch, mcfg,
+                                   dist_info=ddp.env_info()))
     try:
         result = trainer.train()
         torch.save({"state": trainer.ctx.model.state_dict(), "update": result.update}, out_path)

@@ -74,6 +74,7 @@ def test_max_epochs_and_patience_stop_the_run(data_dir, tmp_path):
 
 def test_request_stop_saves_checkpoint(data_dir, tmp_path):
     """The SIGINT path without a signal: stop after the current update, checkpoint written."""
+    from nmtkit.train.context import TrainContext
     from nmtkit.train.data import DataDir
     from nmtkit.train.events import Callbacks
     from nmtkit.train.run import resolve_model
@@ -88,7 +89,8 @@ def test_request_stop_saves_checkpoint(data_dir, tmp_path):
             if update == 3:
                 trainer.request_stop()
 
-    trainer = Trainer(TrainConfig.from_dict(opts.given()), data, tmp_path / "run", arch, mcfg, callbacks=StopAt3())
+    trainer = Trainer(TrainContext(TrainConfig.from_dict(opts.given()), data, tmp_path / "run", arch, mcfg,
+                                   callbacks=StopAt3()))
     try:
         res = trainer.train()
     finally:

@@ -98,6 +98,7 @@ def test_only_rank_0_writes_tensorboard_events(data_dir, tmp_path, monkeypatch):
     """The trainer of rank 1 in a two-rank job gets the caller's callbacks, no TensorBoard writer,
     and no event folder is made; rank 0's trainer gets the writer."""
     pytest.importorskip("tensorboard", reason="tensorboard is not installed (pip install 'nmtkit[tensorboard]')")
+    from nmtkit.train import context as context_module
     from nmtkit.train import distributed as ddp
     from nmtkit.train import trainer as trainer_module
     from nmtkit.train.events import Callbacks
@@ -106,9 +107,13 @@ def test_only_rank_0_writes_tensorboard_events(data_dir, tmp_path, monkeypatch):
 
     given = []
 
-    class FakeTrainer:  # records what run_training hands the loop; trains nothing
+    class FakeContext:  # records the callbacks run_training builds the context with; builds nothing
         def __init__(self, *args, callbacks=None, **kwargs):
             given.append(callbacks)
+
+    class FakeTrainer:  # trains nothing
+        def __init__(self, ctx):
+            assert isinstance(ctx, FakeContext)
 
         def train(self):
             return TrainResult("max-updates", 0, 1, None, None, None)
@@ -116,6 +121,7 @@ def test_only_rank_0_writes_tensorboard_events(data_dir, tmp_path, monkeypatch):
         def close(self):
             pass
 
+    monkeypatch.setattr(context_module, "TrainContext", FakeContext)
     monkeypatch.setattr(trainer_module, "Trainer", FakeTrainer)
     mine = Callbacks()
     for rank in (1, 0):

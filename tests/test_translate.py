@@ -1,6 +1,7 @@
 """nmtkit.translate: the text pipeline around beam search, UNK replacement, alignments, plots."""
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections import Counter
@@ -13,6 +14,7 @@ from nmtkit.errors import CheckpointError, ConfigError, InputError
 from nmtkit.translate import (
     TranslateConfig,
     Translator,
+    Writers,
     hard_alignment,
     nbest_line,
     read_unk_dict,
@@ -114,13 +116,13 @@ def test_subword_words_maps_pieces_to_their_words():
 def test_replace_unks_hand_made_case():
     src = ["the", "Zorg@@", "lings", "arrived", "."]
     tgt = ["les", "<unk>", "sont", "<unk>", "."]
-    att = [  # rows: target tokens (+ EOS), columns: source tokens (+ source EOS)
-        [0.9, 0.02, 0.02, 0.02, 0.02, 0.02],
-        [0.1, 0.1, 0.6, 0.1, 0.05, 0.05],  # -> "lings", a piece of "Zorglings"
-        [0.1, 0.1, 0.1, 0.6, 0.05, 0.05],
-        [0.05, 0.05, 0.05, 0.05, 0.1, 0.7],  # the EOS column is not a word: "." wins
-        [0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
-        [0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
+    att = [  # rows: target tokens (+ EOS), columns: source tokens (a source EOS's weights are apart)
+        [0.9, 0.02, 0.02, 0.02, 0.02],
+        [0.1, 0.1, 0.6, 0.1, 0.05],  # -> "lings", a piece of "Zorglings"
+        [0.1, 0.1, 0.1, 0.6, 0.05],
+        [0.05, 0.05, 0.05, 0.05, 0.1],  # most weight went to the source EOS, not a word: "." wins
+        [0.0, 0.0, 0.0, 0.0, 1.0],
+        [0.0, 0.0, 0.0, 0.0, 0.0],
     ]
     assert replace_unks(tgt, src, att) == ["les", "Zorglings", "sont", ".", "."]
     assert replace_unks(tgt, src, att, unk_dict={"Zorglings": "Zorglingues"}) == ["les", "Zorglingues", "sont", ".", "."]
@@ -153,9 +155,9 @@ def test_bad_unk_dictionary_line_is_named(tmp_path):
 # ---- alignments, n-best, plots --------------------------------------------------------------
 
 def test_hard_alignment_is_pharaoh_with_one_link_per_target_token():
-    att = [[0.7, 0.2, 0.1, 0.0], [0.1, 0.1, 0.8, 0.0], [0.3, 0.4, 0.2, 0.1], [0.0, 0.0, 0.1, 0.9]]
-    assert hard_alignment(att, n_src=3, n_tgt=3) == "0-0 2-1 1-2"
-    assert hard_alignment(att, n_src=3, n_tgt=0) == ""
+    att = [[0.7, 0.2, 0.1], [0.1, 0.1, 0.8], [0.3, 0.4, 0.2], [0.0, 0.0, 0.1]]
+    assert hard_alignment(att, n_tgt=3) == "0-0 2-1 1-2"
+    assert hard_alignment(att, n_tgt=0) == ""
 
 
 def test_alignments_from_the_translator_are_well_formed(ckpt):
@@ -164,12 +166,13 @@ def test_alignments_from_the_translator_are_well_formed(ckpt):
     for r in results:
         if not r.hyps:
             continue
-        line = hard_alignment(r.hyps[0].attention, len(r.src_tokens), len(r.tgt_tokens[0]))
+        line = hard_alignment(r.hyps[0].attention, len(r.tgt_tokens[0]))
         assert re.fullmatch(r"\d+-\d+( \d+-\d+)*", line)
         links = [tuple(map(int, p.split("-"))) for p in line.split()]
         assert [j for _, j in links] == list(range(len(r.tgt_tokens[0])))
         assert all(0 <= i < len(r.src_tokens) for i, _ in links)
-        soft = json.loads(soft_alignment(r.hyps[0].attention, r.src_tokens, r.tgt_tokens[0]))
+        soft = json.loads(soft_alignment(r.hyps[0].attention, r.src_tokens, r.tgt_tokens[0],
+                                         r.hyps[0].source_eos_attention))
         assert soft["src"] == r.src_tokens + ["</s>"] and soft["tgt"] == r.tgt_tokens[0] + ["</s>"]
         assert len(soft["attention"]) == len(soft["tgt"])
         for row in soft["attention"]:
@@ -183,7 +186,11 @@ def test_nbest_line_is_moses_format():
 def test_attention_plot_is_a_png_per_sentence_up_to_the_limit(ckpt, tmp_path):
     d = tmp_path / "plots"
     t = _translator(ckpt, plot_attention=str(d), plot_limit=2)
-    t.translate(["the cat sat", "", "a dog ran", "the mat"])
+    results = t.translate_buffer(list(enumerate(["the cat sat", "", "a dog ran", "the mat"], 1)))
+    assert not d.exists()  # the translator writes nothing: the writers own every output
+    writers = Writers(io.StringIO(), None, t.config, flush_each=False)
+    for r in results:
+        writers.write(r)
     files = sorted(p.name for p in d.iterdir())
     assert files == ["000001.png", "000003.png"]
     assert (d / "000001.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -288,3 +295,26 @@ def test_ensemble_with_same_size_but_different_vocabularies_names_the_token(ckpt
     other = make_checkpoint(tmp_path / "swapped.pt", tgt_words=swapped)
     with pytest.raises(CheckpointError, match=r"token 4 is 'chat' vs 'le'"):
         _translator([ckpt, str(other)])
+
+
+def test_translator_and_writers_do_not_import_each_other():
+    """Translation is a pipeline with its outputs at the edge: the translator turns lines into
+    Results, the writers write them; neither module imports the other (not even for types)."""
+    import ast
+    from pathlib import Path
+
+    import nmtkit.translate as pkg
+
+    def imports(name: str) -> set[str]:
+        tree = ast.parse((Path(pkg.__file__).parent / f"{name}.py").read_text(encoding="utf-8"))
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+        return found
+
+    assert "nmtkit.translate.writers" not in imports("translator")
+    assert "nmtkit.translate.translator" not in imports("writers")
+    assert "nmtkit.translate.results" in imports("translator") & imports("writers")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nmtkit.errors import InputError
+from nmtkit.outputs import is_inside, real_path
 from nmtkit.text.vocab import Vocab
 
 # The format of the data directory this nmtkit writes and reads: manifest.json and the binarised
@@ -76,7 +77,8 @@ def read_manifest(path: str | Path) -> Manifest:
         raise InputError("manifest.json 'vocab' must be {\"src\": file, \"tgt\": file}", str(mpath))
     for side in ("src", "tgt"):  # a vocabulary is a file of the data directory, never one elsewhere
         name = vocab[side]
-        if os.path.isabs(name) or not _inside(path / name, path):
+        file, root = real_path(path / name), real_path(path)
+        if os.path.isabs(name) or file == root or not is_inside(file, root):
             raise InputError(f"manifest.json vocab.{side} {name!r} is not a file of the data directory", str(mpath))
     pipeline = dict(manifest.get("pipeline") or {})
     for key in ("src_lang", "tgt_lang"):
@@ -85,11 +87,6 @@ def read_manifest(path: str | Path) -> Manifest:
                              f"{manifest[key]!r}", str(mpath))
     return Manifest(path, manifest, str(manifest["src_lang"]), str(manifest["tgt_lang"]),
                     Vocab.load(path / vocab["src"]), Vocab.load(path / vocab["tgt"]), pipeline)
-
-
-def _inside(file: Path, folder: Path) -> bool:
-    real, root = os.path.realpath(file), os.path.realpath(folder)
-    return real.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def owned_files(manifest: dict[str, Any]) -> set[str]:

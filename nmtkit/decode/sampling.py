@@ -8,7 +8,8 @@ At step t every unfinished sentence draws its next token from
     p_T(y_t | y_<t, x) proportional to p(y_t | y_<t, x)^(1/T)
 
 restricted to the `topk` most likely tokens when topk > 0 (renormalised). PAD and BOS (and with
-`ban_unk` the unknown word) are never drawn; EOS is forced at the length limit, as in beam search (`nmtkit.decode.search.max_lengths`).
+`ban_unk` the unknown word) are never drawn; EOS is forced at the length limit, as in beam
+search (`nmtkit.decode.steps`).
 T must be > 0, as in fairseq (`--temperature must be greater than 0`): greedy decoding is beam
 search of width 1.
 
@@ -35,15 +36,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nmtkit.decode.search import (
-    Hypothesis,
-    _as_models,
-    _force_eos,
-    _mask_specials,
-    _step_all,
-    length_normalise,
-    max_lengths,
-)
+from nmtkit.decode.hypothesis import Hypothesis, finished
+from nmtkit.decode.steps import as_models, force_eos, mask_specials, max_lengths, step_all
 from nmtkit.models.base import Seq2Seq
 from nmtkit.text.vocab import BOS_ID, EOS_ID
 
@@ -81,7 +75,8 @@ def sample(
     models_or_model: Seq2Seq | Sequence[Seq2Seq],
     src: Tensor,
     src_lens: Tensor,
-    uniforms: Tensor,
+    seed: int = 1,
+    keys: Sequence[int] | None = None,
     topk: int = 0,
     temperature: float = 1.0,
     max_len_a: float = 2.0,
@@ -93,10 +88,10 @@ def sample(
     """Draw one translation per sentence; returns [[Hypothesis]] in input order (the shape of
     `beam_search`'s n-best lists with n = 1).
 
-    src: (B, S) ids on the models' device, src_lens: (B,); uniforms: (B, T) from
-    `sampling_uniforms`, T >= the longest length limit + 1 (row b drives sentence b's draws).
-    topk: sample among the k most likely tokens (0: the whole vocabulary); temperature > 0;
-    ban_unk: never draw the unknown word.
+    src: (B, S) ids on the models' device, src_lens: (B,). seed, keys: sentence b's draws come
+    from `sampling_uniforms(seed, keys)` row b (keys: one per sentence, its line number;
+    default 1..B). topk: sample among the k most likely tokens (0: the whole vocabulary);
+    temperature > 0; ban_unk: never draw the unknown word.
     Finished sentences leave the batch, so the batch shrinks as it goes (one host
     synchronisation per step, to learn which sentences finished).
     """
@@ -104,15 +99,33 @@ def sample(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if topk < 0:
         raise ValueError(f"topk must be >= 0, got {topk}")
-    models = _as_models(models_or_model)
-    B, device = src.size(0), src.device
+    keys = list(range(1, src.size(0) + 1)) if keys is None else list(keys)
+    if len(keys) != src.size(0):
+        raise ValueError(f"one key per sentence: {src.size(0)} sentences, {len(keys)} keys")
+    models = as_models(models_or_model)
     lim = max_lengths(src_lens.cpu(), max_len_a, max_len_b)  # (B,) CPU
-    T = int(lim.max()) + 1 if B else 0
-    if uniforms.shape[0] != B or uniforms.shape[1] < T:
-        raise ValueError(f"uniforms must be ({B}, >= {T}), got {tuple(uniforms.shape)}")
+    uniforms = sampling_uniforms(seed, keys, int(lim.max()) + 1 if keys else 0)
     encs = [m.encode(src, src_lens) for m in models]
+    tokens, lp_sum, lengths, attn_hist = _draw_all(models, encs, lim, uniforms.to(src.device), topk, temperature,
+                                                   need_attention, ban_unk)
+    toks_cpu, lp_cpu = tokens.cpu(), lp_sum.cpu()
+    att_cpu = attn_hist.cpu() if attn_hist is not None else None
+    lens_host = src_lens.tolist()
+    out = []
+    for b in range(src.size(0)):
+        n = int(lengths[b])
+        att = att_cpu[b, : n + 1] if att_cpu is not None else None
+        out.append([finished(toks_cpu[b, :n].tolist(), float(lp_cpu[b]), lenpen, att, encs[0], int(lens_host[b]))])
+    return out
+
+
+def _draw_all(models: list[Seq2Seq], encs: list, lim: Tensor, u: Tensor, topk: int, temperature: float,
+              need_attention: bool, ban_unk: bool) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """The sampling loop: returns (tokens (B, T), log-probabilities (B,) float64, lengths (B,)
+    before EOS (CPU), attention (B, T, S) fp32 or None). u: (B, T) uniforms on the device."""
+    B, T = u.shape
+    device = u.device
     states = [m.init_state(e) for m, e in zip(models, encs)]
-    u = uniforms.to(device)
     active = torch.arange(B)  # (n,) CPU: the sentence of each row
     active_dev = active.to(device)
     prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
@@ -121,11 +134,11 @@ def sample(
     lengths = torch.zeros(B, dtype=torch.long)  # tokens before EOS, set when a sentence ends
     attn_hist: Tensor | None = None
     for t in range(T):
-        lp, states, attn = _step_all(models, prev, states, encs)  # (n, V) fp32, (n, S)
-        _mask_specials(lp, ban_unk)
+        lp, states, attn = step_all(models, prev, states, encs)  # (n, V) fp32, (n, S)
+        mask_specials(lp, ban_unk)
         at_limit = lim[active] <= t
         if bool(at_limit.any()):
-            lp = _force_eos(lp, at_limit.numpy())
+            lp = force_eos(lp, at_limit.numpy())
         tok = _draw(lp, u[active_dev, t], topk, temperature)  # (n,)
         tokens[active_dev, t] = tok
         # the masks leave a drawable token's log-probability as the model gave it
@@ -146,13 +159,4 @@ def sample(
             states = [m.reorder(s, keep_dev) for m, s in zip(models, states)]
             tok = tok[keep_dev]
         prev = tok
-    toks_cpu, lp_cpu = tokens.cpu(), lp_sum.cpu()
-    att_cpu = attn_hist.cpu() if attn_hist is not None else None
-    out = []
-    for b in range(B):
-        n = int(lengths[b])
-        log_prob = float(lp_cpu[b])
-        out.append([Hypothesis(
-            tokens=toks_cpu[b, :n].tolist(), score=length_normalise(log_prob, n + 1, lenpen), log_prob=log_prob,
-            attention=att_cpu[b, : n + 1] if att_cpu is not None else None)])
-    return out
+    return tokens, lp_sum, lengths, attn_hist

@@ -3,16 +3,13 @@ beam search of width 1.
 
 Bahdanau et al. (2015), section 3 / appendix: "we use a beam search to find a translation that
 approximately maximizes the conditional probability". The paper gives no beam width; we default
-to 12 (Sutskever et al. 2014 used 12). Length normalisation follows the usual practice:
-
-    score(y) = log p(y | x) / |y|^alpha      (|y| counts the final EOS)
-
-alpha = 1 is the plain per-word average, alpha = 0 the raw log-probability.
+to 12 (Sutskever et al. 2014 used 12). Hypotheses are ranked by their length-normalised score
+(`nmtkit.decode.hypothesis.length_normalise`).
 
 Batched beam search keeps all K hypotheses of all B sentences of a batch in one tensor of B*K
 rows, on the model's device. One step (`_BeamSearch.step`) is: one `step()` per model, the
-exact top-2K of each sentence's (K*V) candidates (`_sentence_topk`: a strided max over groups of columns, then top-k
-over group maxima and over the chosen groups' columns, instead of a top-k of every row), and
+exact top-2K of each sentence's (K*V) candidates (`nmtkit.decode.topk`: a strided max over groups of columns,
+then top-k over group maxima and over the chosen groups' columns, instead of a top-k of every row), and
 index_selects that reorder the decoder state and the token / attention history.
 Hypotheses that emit EOS are set aside (their tokens copied on the device, brought to the host
 once, when the search ends); a sentence is done when it has K finished hypotheses (as in
@@ -27,111 +24,43 @@ the encoder outputs are neither copied K times nor streamed K times per step, an
 done sentence copies B-sized, not B*K-sized, encoder tensors (so it is done at once). Other
 models get K copies (`EncoderOut.index_select`).
 
-Length limits: a sentence of `src_len` tokens gets at most `floor(max_len_a * src_len +
-max_len_b)` target tokens before EOS; at that step EOS is forced, so every hypothesis ends
-with EOS and its log-probability includes EOS's. `ban_unk` never lets a hypothesis emit the
-unknown word (the paper's "no UNK" decoding, Table 1's footnote).
+Length limits (`nmtkit.decode.steps.max_lengths`): EOS is forced at a sentence's limit, so every
+hypothesis ends with EOS. `ban_unk` never lets a hypothesis emit the unknown word (the paper's
+"no UNK" decoding, Table 1's footnote).
 
 A shortlist (`vocab`, nmtkit.decode.shortlist) restricts every step's output layer and softmax
 to a sorted list of target ids that starts with the specials: the search then works in the
 list's columns (PAD, UNK, BOS and EOS keep theirs) and maps each chosen column back to its id.
 
 Ensembles average the models' probabilities: log p = log(mean_m p_m) (as Nematus and fairseq
-do; see nmtkit.decode.ensemble). The attention reported is the models' mean.
+do; see nmtkit.decode.ensemble). The attention reported is the models' mean, over each
+sentence's own source tokens (its source EOS apart: `Hypothesis`).
 
 Shapes: B sentences, K beam, N = B*K rows, V target vocabulary, S source length (as the model's
 attention sees it: it may include an EOS the model appends), T steps.
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from nmtkit.decode.ensemble import average_log_probs
+from nmtkit.decode.hypothesis import Hypothesis, finished
+from nmtkit.decode.steps import as_models, force_eos, mask_specials, max_lengths, step_all
+from nmtkit.decode.topk import sentence_topk
 from nmtkit.models.base import EncoderOut, Seq2Seq
-from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmtkit.models.quantize import is_quantized, shortlist_rows
+from nmtkit.text.vocab import BOS_ID, EOS_ID
 
-__all__ = ["Hypothesis", "greedy_search", "beam_search", "max_lengths", "length_normalise"]
-
-
-@dataclass
-class Hypothesis:
-    """One translation.
-
-    tokens:    target ids without BOS/EOS.
-    score:     the length-normalised score used for ranking, log_prob / (len(tokens)+1)^alpha.
-    log_prob:  the raw sum of the token log-probabilities, EOS included.
-    attention: (len(tokens)+1, S) float tensor on the CPU, one row per target token and a last
-               row for EOS; None unless asked for.
-    """
-
-    tokens: list[int]
-    score: float
-    log_prob: float
-    attention: Tensor | None = None
-
-
-def length_normalise(log_prob: float, length: int, lenpen: float) -> float:
-    """score = log_prob / length^lenpen (length counts EOS, so it is never 0)."""
-    if lenpen == 0:
-        return log_prob
-    return log_prob / (max(1, length) ** lenpen)
-
-
-def max_lengths(src_lens: Tensor, max_len_a: float, max_len_b: float) -> Tensor:
-    """(B,) the most target tokens (before EOS) each sentence may get: floor(a * src_len + b), >= 1."""
-    lim = torch.floor(src_lens.double() * max_len_a + max_len_b).long()
-    return lim.clamp(min=1)
-
-
-def _as_models(models_or_model: Seq2Seq | Sequence[Seq2Seq]) -> list[Seq2Seq]:
-    if isinstance(models_or_model, torch.nn.Module):
-        return [models_or_model]
-    models = list(models_or_model)
-    if not models:
-        raise ValueError("no model given")
-    return models
-
-
-def _step_all(
-    models: list[Seq2Seq], prev: Tensor, states: list, encs: list[EncoderOut], outs: list | None = None
-) -> tuple[Tensor, list, Tensor]:
-    """One decoding step of every model: (combined log_probs (N, V) fp32, new states, attn (N, S));
-    `outs`: each model's shortlist output rows (`Seq2Seq.step`), V then the shortlist's length."""
-    lps, attns, new_states = [], [], []
-    for i, (model, state, enc) in enumerate(zip(models, states, encs)):
-        lp, state, attn = model.step(prev, state, enc, outs[i] if outs is not None else None)
-        lps.append(lp.float())
-        attns.append(attn)
-        new_states.append(state)
-    if len(models) == 1:
-        return lps[0], new_states, attns[0]
-    lp = average_log_probs(lps)
-    attn = torch.stack([a.float() for a in attns]).mean(dim=0)
-    return lp, new_states, attn
-
-
-_SOURCE_FIELDS = ("annotations", "keys", "values", "mask")  # the (B, S, ...) fields of EncoderOut
-
-
-def _source_extra(enc: EncoderOut, src: Tensor) -> int:
-    """Source positions the model adds to each sentence (e.g. 1 for its own source EOS)."""
-    return enc.mask.size(1) - src.size(1)
+__all__ = ["Hypothesis", "greedy_search", "beam_search"]
 
 
 def _keep(enc: EncoderOut, rows: Tensor, width: int) -> EncoderOut:
     """Rows `rows` of `enc`, with source positions beyond `width` (padding for every kept row)
     dropped first, so that attention over long-gone long sentences' padding stops costing."""
-    if width < enc.mask.size(1):
-        trimmed = {name: getattr(enc, name)[:, :width] for name in _SOURCE_FIELDS
-                   if getattr(enc, name, None) is not None}
-        enc = dataclasses.replace(enc, **trimmed)
-    return enc.index_select(rows)
+    return enc.narrow(width).index_select(rows)
 
 
 def _should_compact(n_dead: int, n: int) -> bool:
@@ -147,6 +76,8 @@ def _shortlist_rows(model: Seq2Seq, vocab: Tensor) -> tuple[Tensor, Tensor | Non
     proj = model.output_projection()
     if proj is None:
         raise ValueError(f"{type(model).__name__} has no single output projection for a shortlist")
+    if is_quantized(proj):
+        return shortlist_rows(proj, vocab)
     w = proj.weight.index_select(0, vocab)
     b = proj.bias.index_select(0, vocab) if proj.bias is not None else None
     dev = w.device.type
@@ -154,64 +85,6 @@ def _shortlist_rows(model: Seq2Seq, vocab: Tensor) -> tuple[Tensor, Tensor | Non
         dt = torch.get_autocast_dtype(dev)
         w, b = w.to(dt), (b.to(dt) if b is not None else None)
     return w, b
-
-
-def _mask_specials(lp: Tensor, ban_unk: bool = False) -> None:
-    """PAD and BOS (and with `ban_unk` the unknown word) are never generated (in place)."""
-    lp[:, PAD_ID] = float("-inf")
-    lp[:, BOS_ID] = float("-inf")
-    if ban_unk:
-        lp[:, UNK_ID] = float("-inf")
-
-
-def _force_eos(lp: Tensor, rows: np.ndarray) -> Tensor:
-    """Rows `rows` (N,) bool (host) may only emit EOS, keeping EOS's own log-probability (in
-    place; touches only those rows)."""
-    idx = torch.from_numpy(np.flatnonzero(rows)).to(lp.device, non_blocking=True)
-    eos = lp[idx, EOS_ID]
-    lp[idx] = float("-inf")
-    lp[idx, EOS_ID] = eos
-    return lp
-
-
-# vocabulary columns per group in `_sentence_topk` (columns c, c + V/16, c + 2V/16, ...)
-_TOPK_GROUP = 16
-
-
-def _sentence_topk(lp: Tensor, scores: Tensor, nb: int, K: int, k: int) -> tuple[Tensor, Tensor, Tensor]:
-    """The k best of each sentence's K*V candidates lp[r, v] + scores[r].
-
-    lp: (N, V) log-probabilities, N = nb*K rows (K consecutive rows per sentence); scores: (N,).
-    Returns (values (nb, k) best first, beam (nb, k) row within the sentence, token (nb, k)).
-
-    Exact top-k (only the order of exactly equal candidates may differ from a plain top-k),
-    without a sort-like pass over all N*V candidates: the columns are split into V/g groups of
-    g = _TOPK_GROUP (group c holds columns c, c + V/g, ...; a strided max is a vectorised pass);
-    the k best groups of a sentence by (group max + row score) contain its k best candidates
-    (each of those lies in a group whose max is at least the k-th best value, and at most k
-    groups can have a max that high), so a top-k over (nb, K*V/g) group maxima and one over
-    the (nb, k*g) candidates of the chosen groups give the answer.
-    """
-    N, V = lp.shape
-    g = _TOPK_GROUP
-    device = lp.device
-    if V % g or V // g < k:  # small or odd vocabularies: per row, then per sentence
-        k1 = min(k, V)
-        row_s, row_tok = lp.topk(k1, dim=1)  # (N, k1)
-        cand = (row_s + scores.unsqueeze(1)).view(nb, K * k1)
-        top_s, top_i = cand.topk(k, dim=1)
-        top_beam = torch.div(top_i, k1, rounding_mode="floor")
-        return top_s, top_beam, row_tok.view(nb, K * k1).gather(1, top_i)
-    nc = V // g
-    gmax = lp.view(N, g, nc).amax(dim=1)  # (N, nc): max of group c over columns c + nc*j
-    gi = (gmax + scores.unsqueeze(1)).view(nb, K * nc).topk(k, dim=1).indices  # (nb, k)
-    beam = torch.div(gi, nc, rounding_mode="floor")
-    rows = beam + (torch.arange(nb, device=device) * K).unsqueeze(1)  # (nb, k) rows of N
-    cols = (gi - beam * nc).unsqueeze(2) + nc * torch.arange(g, device=device)  # (nb, k, g)
-    cand = lp[rows.unsqueeze(2), cols] + scores[rows].unsqueeze(2)  # (nb, k, g)
-    top_s, j = cand.view(nb, k * g).topk(k, dim=1)
-    top_beam = beam.gather(1, torch.div(j, g, rounding_mode="floor"))
-    return top_s, top_beam, cols.view(nb, k * g).gather(1, j)
 
 
 @torch.inference_mode()
@@ -264,7 +137,7 @@ def beam_search(
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest must be between 1 and the beam size ({beam})")
     lim = max_lengths(src_lens.cpu(), max_len_a, max_len_b) if max_len is None else max_len.cpu().long()
-    search = _BeamSearch(_as_models(models_or_model), src, src_lens, beam, lim, lenpen, need_attention, vocab,
+    search = _BeamSearch(as_models(models_or_model), src, src_lens, beam, lim, lenpen, need_attention, vocab,
                          ban_unk)
     for t in range(int(lim.max()) + 1):
         if not search.step(t):
@@ -295,7 +168,6 @@ class _BeamSearch:
         self.max_t = int(lim.max())
         self.encs = [m.encode(src, src_lens) for m in models]  # (B, ...) until after the first step
         self.states = [m.init_state(e) for m, e in zip(models, self.encs)]
-        self.extras = [_source_extra(e, src) for e in self.encs]
         self.lens_host = src_lens.cpu().numpy()
         # models that accept one encoder row per sentence for its K hypotheses (`grouped_encoder`)
         # never get K copies of the encoder outputs: copying them and reading K of them per step
@@ -306,9 +178,9 @@ class _BeamSearch:
         self.dead_dev: Tensor | None = None  # (nb,) bool on the device, True at done slots
         self.active_lim = lim.numpy().copy()  # (nb,) host
         self.n_finished = [0] * B
-        # finished hypotheses, kept on the device until `results`: (sentence ids, scores, step,
-        # tokens (m, t), attention (m, t+1, S) or None), one entry per step where some ended
-        self.pending: list[tuple[list[int], list[float], int, Tensor, Tensor | None]] = []
+        # finished hypotheses, kept on the device until `results`: (sentence ids, scores,
+        # tokens (m, t), attention (m, t+1, S) or None), one entry per step t where some ended
+        self.pending: list[tuple[list[int], list[float], Tensor, Tensor | None]] = []
         self.prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
         # only the first hypothesis of each sentence is live at the start
         scores = torch.full((B, K), float("-inf"), device=device)
@@ -320,14 +192,14 @@ class _BeamSearch:
     def step(self, t: int) -> bool:
         """Extend every live sentence by one token; False once every sentence is done.
 
-        Keeps the exact top-2K candidates of each sentence (`_sentence_topk`), sets aside
+        Keeps the exact top-2K candidates of each sentence (`sentence_topk`), sets aside
         those among the K best that end in EOS (`_finish`), continues with the K best that do
         not, and retires done sentences (`_retire`).
         """
         K, nb = self.K, len(self.active)
         lp, attn = self._log_probs(t)  # (N, V), (N, S)
         k2 = min(2 * K, K * lp.size(1))
-        top_s, top_beam, top_tok = _sentence_topk(lp, self.scores, nb, K, k2)  # (nb, k2), best first
+        top_s, top_beam, top_tok = sentence_topk(lp, self.scores, nb, K, k2)  # (nb, k2), best first
         top_row = top_beam + (torch.arange(nb, device=self.device) * K).unsqueeze(1)  # rows of N
         is_eos = top_tok.eq(EOS_ID)
         n_fin = self._finish(t, top_s, top_row, is_eos, attn)
@@ -345,7 +217,7 @@ class _BeamSearch:
     def _log_probs(self, t: int) -> tuple[Tensor, Tensor]:
         """Every model's step, combined: (log_probs (N, V) fp32 with PAD/BOS masked and EOS
         forced at the length limit, attention (N, S))."""
-        lp, self.states, attn = _step_all(self.models, self.prev, self.states, self.encs, self.outs)
+        lp, self.states, attn = step_all(self.models, self.prev, self.states, self.encs, self.outs)
         K = self.K
         if t == 0 and K > 1:
             # the K hypotheses of a sentence are identical before the first step: compute it
@@ -355,10 +227,10 @@ class _BeamSearch:
             if not self.grouped:  # grouped models read each sentence's encoder rows K times
                 self.encs = [e.index_select(rep) for e in self.encs]
             self.states = [m.reorder(st, rep) for m, st in zip(self.models, self.states)]
-        _mask_specials(lp, self.ban_unk)
+        mask_specials(lp, self.ban_unk)
         at_limit = (self.active_lim <= t) & np.asarray(self.alive)
         if at_limit.any():
-            lp = _force_eos(lp, at_limit.repeat(K))
+            lp = force_eos(lp, at_limit.repeat(K))
         if self.need_attention and self.attn_hist is None:
             self.attn_hist = attn.new_zeros(lp.size(0), self.max_t + 1, attn.size(1), dtype=torch.float32)
         return lp, attn
@@ -386,7 +258,7 @@ class _BeamSearch:
             if self.attn_hist is not None:
                 att = self.attn_hist.index_select(0, rows)[:, : t + 1]
                 att[:, t, : attn.size(1)] = attn.index_select(0, rows).float()
-            self.pending.append((sents, scores, t, self.tokens.index_select(0, rows)[:, :t], att))
+            self.pending.append((sents, scores, self.tokens.index_select(0, rows)[:, :t], att))
         return [self.n_finished[s] for s in self.active]
 
     def _retire(self, t: int, n_fin: list[int], new: tuple[Tensor, Tensor, Tensor]
@@ -417,7 +289,7 @@ class _BeamSearch:
         keep_rows = (ks_dev.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
         width = int(self.lens_host[[self.active[i] for i in keep_slots]].max())
         rows = ks_dev if self.grouped else keep_rows
-        self.encs = [_keep(e, rows, width + x) for e, x in zip(self.encs, self.extras)]
+        self.encs = [_keep(e, rows, e.positions(width)) for e in self.encs]
         self.active = [self.active[i] for i in keep_slots]
         self.active_lim = self.active_lim[keep_slots]
         self.alive = [True] * len(keep_slots)
@@ -440,17 +312,17 @@ class _BeamSearch:
 
     def results(self, nbest: int) -> list[list[Hypothesis]]:
         """Each sentence's `nbest` best finished hypotheses, best first, in input order."""
-        finished: list[list[Hypothesis]] = [[] for _ in self.n_finished]
-        for sents, scores, t, toks, att in self.pending:
+        done: list[list[Hypothesis]] = [[] for _ in self.n_finished]
+        enc = self.encs[0]  # the models of an ensemble attend over the same positions
+        for sents, scores, toks, att in self.pending:
             toks_host = toks.cpu().tolist()
             att_host = att.cpu() if att is not None else None
             for j, (sent, lp_sum) in enumerate(zip(sents, scores)):
-                finished[sent].append(Hypothesis(
-                    tokens=toks_host[j], score=length_normalise(lp_sum, t + 1, self.lenpen), log_prob=lp_sum,
-                    attention=att_host[j] if att_host is not None else None,
-                ))
+                done[sent].append(finished(toks_host[j], lp_sum, self.lenpen,
+                                           att_host[j] if att_host is not None else None, enc,
+                                           int(self.lens_host[sent])))
         out: list[list[Hypothesis]] = []
-        for hyps in finished:
+        for hyps in done:
             hyps.sort(key=lambda h: h.score, reverse=True)
             out.append(hyps[:nbest])
         return out

@@ -76,7 +76,7 @@ def shortlist_ids(lexicon: Any, src: Any, vocab_size: int, frequent: int = FREQU
     that is not longer."""
     import torch
 
-    from nmtkit.decode.search import _TOPK_GROUP
+    from nmtkit.decode.topk import TOPK_GROUP
     from nmtkit.text.vocab import SPECIALS
 
     lex = torch.as_tensor(lexicon)
@@ -85,7 +85,7 @@ def shortlist_ids(lexicon: Any, src: Any, vocab_size: int, frequent: int = FREQU
     src = torch.as_tensor(src).reshape(-1).cpu()
     src = src[(src >= 0) & (src < lex.size(0))]
     mask[lex.index_select(0, src.unique()).reshape(-1).long().clamp_(0, vocab_size - 1)] = True
-    need = (-int(mask.sum())) % _TOPK_GROUP
+    need = (-int(mask.sum())) % TOPK_GROUP
     if need:
         free = (~mask).nonzero().squeeze(1)[:need]
         mask[free] = True

@@ -55,6 +55,11 @@ class ServerProcess:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read())
 
+    def get(self, path: str, timeout: float = 60):
+        """GET `path` -> the decoded JSON answer."""
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as resp:
+            return json.loads(resp.read())
+
     def stop(self, send: bool = True, timeout: float = 60) -> tuple[int, str]:
         """Send SIGTERM (unless `send` is false: a signal was sent already) and wait for the exit:
         (exit status, all of stderr)."""

@@ -12,6 +12,7 @@ steps at once outside the recurrent loop (docs/design.md, 4).
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -39,8 +40,13 @@ class EncoderOut:
                  with the attention weights (RNNsearch: [C; C_z; C_r] h_j, so that
                  sum_j alpha_ij (C h_j) = C c_i costs S*G per step instead of A*G), or None.
 
-    When a model appends EOS to the source (`src_eos`), S counts that EOS position too, so
-    attention matrices have one more column than the source has tokens.
+    src_eos:     True when the model appended EOS to every source sentence (at position
+                 src_lens[b] of sentence b): S then counts that position too, and attention
+                 rows have one more real column than the sentence has tokens.
+
+    The encoder output is the one place that knows the source-EOS column: `positions` and
+    `split_attention` give it to decoding, which hands out attention over the source tokens
+    only (and the EOS column apart).
     """
 
     annotations: Tensor
@@ -49,10 +55,30 @@ class EncoderOut:
     summary: Tensor | None = None
     init: Any = None
     values: Tensor | None = None
+    src_eos: bool = False
 
     def index_select(self, index: Tensor) -> "EncoderOut":
         """Rows `index` of the batch (beam search expands and reorders with this)."""
-        return EncoderOut(**{f.name: _index(getattr(self, f.name), index) for f in fields(self)})
+        return dataclasses.replace(self, **{f.name: _index(getattr(self, f.name), index) for f in fields(self)
+                                            if f.name != "src_eos"})
+
+    def narrow(self, width: int) -> "EncoderOut":
+        """The first `width` source positions of every per-position field (annotations, keys,
+        values, mask); itself when it has no more."""
+        if width >= self.mask.size(1):
+            return self
+        return dataclasses.replace(self, **{name: getattr(self, name)[:, :width]
+                                            for name in ("annotations", "keys", "values", "mask")
+                                            if getattr(self, name) is not None})
+
+    def positions(self, src_len: int) -> int:
+        """The source positions attention sees for a sentence of `src_len` tokens (its EOS included)."""
+        return src_len + int(self.src_eos)
+
+    def split_attention(self, attention: Tensor, src_len: int) -> tuple[Tensor, Tensor | None]:
+        """One sentence's attention (..., >= positions(src_len)) -> (the weights on its `src_len`
+        tokens (..., src_len), the weights on its source EOS (...,), or None without one)."""
+        return attention[..., :src_len], attention[..., src_len] if self.src_eos else None
 
 
 def _index(x: Any, index: Tensor) -> Any:
@@ -132,6 +158,9 @@ class Seq2Seq(nn.Module):
     # sentence, consecutive rows, share its encoder row): beam search then never copies the
     # encoder outputs K times (see nmtkit.decode.search)
     grouped_encoder: bool = False
+    # the nn.Linear layers that decoding only calls as modules (never reading their .weight):
+    # what `--precision int8` quantises (nmtkit.models.quantize); empty: no int8 decoding
+    int8_linears: tuple[str, ...] = ()
 
     def __init__(self, fuse_steps: bool = False):
         super().__init__()
@@ -200,7 +229,7 @@ class Seq2Seq(nn.Module):
     def _step(self, prev_tokens: Tensor, state: State, enc: EncoderOut,
               out: tuple[Tensor, Tensor | None] | None = None) -> tuple[Tensor, State, Tensor]:
         feats, state, attn = self.step_features(prev_tokens, state, enc)
-        logits = self.output_layer(feats) if out is None else F.linear(feats, out[0], out[1])
+        logits = self.output_layer(feats) if out is None else _rows_logits(feats, out)
         return _log_softmax(logits), state, attn
 
     def reorder(self, state: State, index: Tensor) -> State:
@@ -248,6 +277,16 @@ class Seq2Seq(nn.Module):
             feats, proj.weight, proj.bias, gold, label_smoothing, chunk_tokens, self.fuse_steps
         )
         return loss_sum, nll_sum, int(gold.numel())
+
+
+def _rows_logits(feats: Tensor, out: tuple[Any, Tensor | None]) -> Tensor:
+    """feats (N, F) -> logits (N, L) over a shortlist's output rows: float (weight (L, F), bias)
+    or, from an int8 output layer, (packed int8 rows, None) (nmtkit.models.quantize)."""
+    if isinstance(out[0], Tensor):
+        return F.linear(feats, out[0], out[1])
+    from nmtkit.models.quantize import project
+
+    return project(feats, out[0])
 
 
 def dropout(p: float) -> nn.Module:

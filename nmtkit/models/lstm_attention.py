@@ -59,6 +59,9 @@ class LSTMAttentionConfig:
 class LSTMAttention(Seq2Seq):
     """BiLSTM encoder, input-feeding LSTM decoder with multiplicative attention."""
 
+    # W_h (dtype read), W_u, W_fo and W_hh (weights read in slices or concatenated) stay float
+    int8_linears = ("W_c", "W_att", "W_y", "W_vocab")
+
     def __init__(self, config: LSTMAttentionConfig, fuse_steps: bool = False):
         super().__init__(fuse_steps)
         self.config = config
@@ -94,7 +97,8 @@ class LSTMAttention(Seq2Seq):
         c0 = self.W_c(torch.cat([c_n[1], c_n[0]], dim=-1))
         n2 = 2 * self.config.enc_hidden
         values = F.linear(ann, self.W_u.weight[:, :n2])
-        return EncoderOut(annotations=ann, keys=self.W_att(ann), mask=mask, init=(h0, c0), values=values)
+        return EncoderOut(annotations=ann, keys=self.W_att(ann), mask=mask, init=(h0, c0), values=values,
+                          src_eos=self.config.src_eos)
 
     def init_state(self, enc: EncoderOut) -> tuple[Tensor, Tensor, Tensor]:
         """(h_0, c_0, o_0 = 0), each (B, d)."""

@@ -56,6 +56,9 @@ class RNNEncDecConfig:
 class RNNEncDec(Seq2Seq):
     """Cho et al. (2014) encoder-decoder with a fixed-length summary c."""
 
+    # V_s (its dtype read in init_state) stays float
+    int8_linears = ("V", "W_in", "U_zr", "U", "C", "U_o", "V_o", "C_o", "W_o")
+
     def __init__(self, config: RNNEncDecConfig, fuse_steps: bool = False):
         super().__init__(fuse_steps)
         self.config = config
@@ -99,7 +102,7 @@ class RNNEncDec(Seq2Seq):
             out, _ = self.encoder(emb)
             states, h_last = out * mask.unsqueeze(2).to(out.dtype), last_states(out, lens)
         c = torch.tanh(self.V(h_last))
-        return EncoderOut(annotations=states, keys=None, mask=mask, summary=c)
+        return EncoderOut(annotations=states, keys=None, mask=mask, summary=c, src_eos=self.config.src_eos)
 
     def init_state(self, enc: EncoderOut) -> Tensor:
         """s_0 = tanh(V' c): (B, d)."""

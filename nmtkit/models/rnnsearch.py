@@ -220,7 +220,7 @@ class RNNSearch(Seq2Seq):
                                     self.config.src_eos, self.fuse_steps)
         n = self.config.enc_hidden
         return EncoderOut(annotations=ann, keys=self.U_a(ann), mask=mask,
-                          init=ann[:, 0, n:], values=self.C(ann))
+                          init=ann[:, 0, n:], values=self.C(ann), src_eos=self.config.src_eos)
 
     def init_state(self, enc: EncoderOut) -> Tensor:
         """s_0 = tanh(W_s bwd h_1): (B, d)."""
@@ -277,6 +277,8 @@ class RNNSearch(Seq2Seq):
     # beam search may pass `enc` with one row per sentence and G = N / B consecutive state rows
     # (hypotheses) per sentence; see `step_features`
     grouped_encoder = True
+    # W_s (once per sentence, its dtype read in init_state) stays float
+    int8_linears = ("U_a", "C", "W_in", "W_a", "U_zr", "U", "U_o", "V_o", "C_o", "W_o")
 
     def step_features(self, prev_tokens: Tensor, state: Tensor, enc: EncoderOut
                       ) -> tuple[Tensor, Tensor, Tensor]:

@@ -18,12 +18,8 @@ from nmtkit import __version__
 from nmtkit.data.binarized import SplitWriter
 from nmtkit.data.manifest import new_manifest, owned_files
 from nmtkit.errors import InputError, OutputError, OutputExistsError
-from nmtkit.outputs import (
-    check_outputs_vs_inputs,
-    check_replaceable_dir,
-    clean_stale_temp_dirs,
-    make_temp_dir,
-)
+from nmtkit.output_dirs import check_replaceable_dir, clean_stale_temp_dirs, make_temp_dir
+from nmtkit.outputs import check_outputs_vs_inputs
 from nmtkit.preprocess.config import PreprocessConfig
 from nmtkit.preprocess.learn import SIDES, learn, word_ids
 from nmtkit.preprocess.workers import (

@@ -101,8 +101,8 @@ def encode_ranges(task: tuple[str, str, list[tuple[int, int, int, int]]]) -> dic
     with open(src, "rb") as fs, open(tgt, "rb") as ft:
         fs.seek(ranges[0][0])
         ft.seek(ranges[0][2])
-        s_lines = decode_lines(fs.read(ranges[-1][1] - ranges[0][0]), src)
-        t_lines = decode_lines(ft.read(ranges[-1][3] - ranges[0][2]), tgt)
+        s_lines = decode_lines(fs.read(ranges[-1][1] - ranges[0][0]), src, file_start=ranges[0][0] == 0)
+        t_lines = decode_lines(ft.read(ranges[-1][3] - ranges[0][2]), tgt, file_start=ranges[0][2] == 0)
     if len(s_lines) != len(t_lines):  # pragma: no cover - pass 1 writes pairs
         raise AssertionError(f"tokenised training files out of step: {len(s_lines)} vs {len(t_lines)} lines")
     return encode_chunk(list(zip(s_lines, t_lines)))

@@ -223,20 +223,7 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     progress = progress or _noop
     t0 = time.perf_counter()
     outputs = _outputs(cfg)
-    check_outputs_vs_inputs(
-        inputs=[(f"--{opt}", path) for opt, prefixes in (("in-domain", cfg.in_domain), ("pool", cfg.pool))
-                for prefix in prefixes for lang in (cfg.src_lang, cfg.tgt_lang)
-                for path in input_candidates(prefix, lang)],
-        files=[("--output-prefix", p) for p in outputs.values()])
-    existing = [p for p in outputs.values() if os.path.exists(p) and not writes_in_place(p)]
-    if existing and not cfg.force:
-        raise OutputExistsError("output exists (use --force to overwrite)", existing[0])
-    out_dir = os.path.dirname(os.path.abspath(cfg.output_prefix))
-    if not os.path.isdir(out_dir):
-        raise InputError("the folder of --output-prefix does not exist", out_dir)
-    for p in outputs.values():  # writable? before hours of scoring
-        check_output(p, force=True, what="select-data output")
-
+    _check_outputs(cfg, outputs)
     opts = TextOpts(TextPipeline(cfg.src_lang, cfg.tgt_lang, aggressive_dash_splits=cfg.aggressive_dash_splits,
                                  lowercase=cfg.lowercase), cfg.input_format)
     ind, pool = _open_corpora(cfg)
@@ -257,10 +244,7 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
 
     with _AtomicFiles(outputs) as files:
         if cfg.write_arpa:
-            for which, side, lm, voc in (("in", "src", scorer.in_src, src_vocab), ("out", "src", scorer.out_src, src_vocab),
-                                         ("in", "tgt", scorer.in_tgt, tgt_vocab), ("out", "tgt", scorer.out_tgt, tgt_vocab)):
-                with open(files.tmp[f"arpa_{which}_{side}"], "w", encoding="utf-8") as fh:
-                    lm.write_arpa(fh, voc.itos)
+            _write_arpa(files.tmp, scorer, src_vocab, tgt_vocab)
 
         t = time.perf_counter()
         h, lens = score_pool(scorer, pool, cfg.workers, progress)
@@ -271,16 +255,8 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
         mask = np.zeros(n_pool, dtype=bool)
         mask[keep] = True
 
-        # Write the selection (pool order, bytes as read) and the scores.
         t = time.perf_counter()
-        progress("write", 0, n_pool)
-        with open(files.tmp["src"], "wb") as fs, open(files.tmp["tgt"], "wb") as ft:
-            for i, (a, b) in enumerate(pool.raw_pairs()):
-                if mask[i]:
-                    fs.write(a if a.endswith(b"\n") else a + b"\n")
-                    ft.write(b if b.endswith(b"\n") else b + b"\n")
-                if i % 200_000 == 0:
-                    progress("write", i, n_pool)
+        _write_selection(files.tmp["src"], files.tmp["tgt"], pool, mask, progress)
         _write_scores(files.tmp["scores"], scores, h, lens, mask, cfg.workers)
         progress("write", n_pool, n_pool)
         timings["write_s"] = time.perf_counter() - t
@@ -293,6 +269,45 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
             fh.write("\n")
         files.commit()
     return summary
+
+
+def _check_outputs(cfg: SelectConfig, outputs: dict[str, str]) -> None:
+    """Refuse, before hours of scoring, outputs that would overwrite an input or an existing
+    file (without --force) or that could not be written."""
+    check_outputs_vs_inputs(
+        inputs=[(f"--{opt}", path) for opt, prefixes in (("in-domain", cfg.in_domain), ("pool", cfg.pool))
+                for prefix in prefixes for lang in (cfg.src_lang, cfg.tgt_lang)
+                for path in input_candidates(prefix, lang)],
+        files=[("--output-prefix", p) for p in outputs.values()])
+    existing = [p for p in outputs.values() if os.path.exists(p) and not writes_in_place(p)]
+    if existing and not cfg.force:
+        raise OutputExistsError("output exists (use --force to overwrite)", existing[0])
+    out_dir = os.path.dirname(os.path.abspath(cfg.output_prefix))
+    if not os.path.isdir(out_dir):
+        raise InputError("the folder of --output-prefix does not exist", out_dir)
+    for p in outputs.values():
+        check_output(p, force=True, what="select-data output")
+
+
+def _write_arpa(tmp: dict[str, str], scorer: Scorer, src_vocab: LMVocab, tgt_vocab: LMVocab) -> None:
+    """The four language models, in ARPA format (--write-arpa)."""
+    for which, side, lm, voc in (("in", "src", scorer.in_src, src_vocab), ("out", "src", scorer.out_src, src_vocab),
+                                 ("in", "tgt", scorer.in_tgt, tgt_vocab), ("out", "tgt", scorer.out_tgt, tgt_vocab)):
+        with open(tmp[f"arpa_{which}_{side}"], "w", encoding="utf-8") as fh:
+            lm.write_arpa(fh, voc.itos)
+
+
+def _write_selection(src_path: str, tgt_path: str, pool: Corpus, mask: np.ndarray, progress: Progress) -> None:
+    """The selected pairs, in pool order, bytes as read (a missing last newline added)."""
+    n_pool = pool.total
+    progress("write", 0, n_pool)
+    with open(src_path, "wb") as fs, open(tgt_path, "wb") as ft:
+        for i, (a, b) in enumerate(pool.raw_pairs()):
+            if mask[i]:
+                fs.write(a if a.endswith(b"\n") else a + b"\n")
+                ft.write(b if b.endswith(b"\n") else b + b"\n")
+            if i % 200_000 == 0:
+                progress("write", i, n_pool)
 
 
 def _summary(cfg: SelectConfig, ind: Corpus, pool: Corpus, scorer: Scorer, outputs: dict[str, str],

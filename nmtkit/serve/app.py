@@ -39,7 +39,8 @@ from nmtkit.serve.config import ServeConfig
 from nmtkit.serve.limits import RequestError, check_onmt_request, check_request, parse_json_body
 
 if TYPE_CHECKING:
-    from nmtkit.translate.translator import Result, Translator
+    from nmtkit.translate.results import Result
+    from nmtkit.translate.translator import Translator
 
 BATCHER = web.AppKey("batcher", Batcher)
 STATE = web.AppKey("state", dict)
@@ -95,8 +96,8 @@ def translation_json(result: Result, alignments: bool, nbest: int) -> dict[str, 
     top = result.hyps[0]
     item = {"text": result.texts[0], "score": top.score, "alignment": None}
     if alignments:
-        table = attention_table(top.attention, result.src_tokens, result.tgt_tokens[0])
-        table["hard"] = hard_alignment(top.attention, len(result.src_tokens), len(result.tgt_tokens[0]))
+        table = attention_table(top.attention, result.src_tokens, result.tgt_tokens[0], top.source_eos_attention)
+        table["hard"] = hard_alignment(top.attention, len(result.tgt_tokens[0]))
         item["alignment"] = table
     if nbest > 1:
         item["nbest"] = [{"text": text, "score": hyp.score, "log_prob": hyp.log_prob}

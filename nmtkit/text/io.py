@@ -4,7 +4,8 @@ Every reader here streams (one line at a time) so a corpus of any size costs no 
 file whose name ends in .gz is gunzipped on the fly (preprocess and select-data read both);
 gzip or binary bytes in a file given as plain text are refused with one clear line.
 Lines end at `\\n` only (a stray `\\r` or U+2028 inside a line does not split it), so line
-numbers agree with `wc -l` and with the parallel file.
+numbers agree with `wc -l` and with the parallel file. A UTF-8 byte order mark at the start of
+a file (some editors write one) is not text and is dropped, by every reader (`decode_lines`).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import IO, Iterable, Iterator
 from nmtkit.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
+BOM = "\ufeff"  # a UTF-8 byte order mark (EF BB BF) decoded
 PARALLEL_WHY = ": a parallel corpus needs equal line counts"
 
 
@@ -145,13 +147,15 @@ def read_lines(path: str | Path) -> Iterator[str]:
         yield from stream_lines(f, str(path))
 
 
-def decode_lines(data: bytes, path: str | Path, first: int = 1) -> list[str]:
+def decode_lines(data: bytes, path: str | Path, first: int = 1, file_start: bool | None = None) -> list[str]:
     """A block of whole lines read as bytes -> the lines without their `\\n` (and one `\\r` before
     it). The one UTF-8 line decoder: every reader of text lines calls it (or `read_lines`).
 
     `first` is the block's first line number in `path`, for the error naming the line that is
     not valid UTF-8 (a worker can decode what the parent only read). Lines split on `\\n` only,
     never on U+2028 and the other separators `str.splitlines` honours. No bytes, no lines.
+    `file_start`: whether the block begins at the file's first byte (default: first == 1);
+    a UTF-8 byte order mark there is dropped.
     """
     if not data:
         return []
@@ -161,6 +165,8 @@ def decode_lines(data: bytes, path: str | Path, first: int = 1) -> list[str]:
         line = first + data.count(b"\n", 0, err.start)
         col = err.start - (data.rfind(b"\n", 0, err.start) + 1)
         raise InputError(f"invalid UTF-8 ({err.reason} at byte {col} of the line)", str(path), line) from None
+    if (first == 1 if file_start is None else file_start) and text.startswith(BOM):
+        text = text[1:]
     lines = text.split("\n")
     if text.endswith("\n"):
         lines.pop()
@@ -170,7 +176,8 @@ def decode_lines(data: bytes, path: str | Path, first: int = 1) -> list[str]:
 
 
 def decode_line(raw: bytes, path: str | Path, lineno: int) -> str:
-    """One line of bytes, with or without its line end, as text (`decode_lines` of one line)."""
+    """One line of bytes, with or without its line end, as text (`decode_lines` of one line:
+    line 1 loses a byte order mark)."""
     lines = decode_lines(raw, path, lineno)
     return lines[0] if lines else ""
 

@@ -18,20 +18,20 @@ import torch
 from nmtkit.checkpoint import make_checkpoint, save_checkpoint
 from nmtkit.train.context import TrainContext
 from nmtkit.train.rng import gather_rng_states, rng_state
+from nmtkit.train.run_files import BEST, LAST
 
 log = logging.getLogger("nmtkit.train")
 
-LAST = "checkpoint_last.pt"
-BEST = "checkpoint_best.pt"
+__all__ = ["BEST", "LAST", "RunCheckpoints", "run_lexicon"]
 
 
-def run_lexicon(ctx: TrainContext, resume: dict[str, Any] | None) -> torch.Tensor | None:
+def run_lexicon(ctx: TrainContext) -> torch.Tensor | None:
     """The lexicon the run's checkpoints carry (rank 0 only; None on other ranks): the resumed
     checkpoint's, else built from the training split (about a second of numpy)."""
     if not ctx.dist.is_main:
         return None
-    if resume is not None and isinstance(resume.get("lexicon"), torch.Tensor):
-        return resume["lexicon"]
+    if ctx.resumed_lexicon is not None:
+        return ctx.resumed_lexicon
     from nmtkit.decode.shortlist import build_lexicon
 
     data = ctx.data

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from nmtkit.devices import DEVICE_HELP, FUSE, PRECISIONS, check_device_name
+from nmtkit.devices import DECODE_PRECISIONS, DEVICE_HELP, FUSE, PRECISIONS, check_device_name
 from nmtkit.errors import ConfigError
 from nmtkit.models import ARCHS
 from nmtkit.options import check_fields, given_options, option
@@ -130,10 +130,10 @@ class TrainConfig:
     seed: int = option(1, min=0, help="Seed of initialisation, data order and dropout.")
     device: str = option("auto", metavar="auto|cpu|cuda|cuda:N", resume=True, help=DEVICE_HELP)
     precision: str = option(
-        "fp32", choices=PRECISIONS, resume=True, shown_default="fp32; the small preset: auto",
+        "fp32", choices=DECODE_PRECISIONS, resume=True, shown_default="fp32; the small preset: auto",
         help="Autocast dtype (fp32 master weights): bf16 on CPU or GPU; fp16 with loss scaling, meant for GPUs "
              "(it runs on a CPU, slowly); auto: bf16 on GPUs that have it (else fp16) and on CPUs with native "
-             "BF16 (AVX512-BF16, AMX), else fp32.")
+             "BF16 (AVX512-BF16, AMX), else fp32. int8 is for translate and serve only: refused here.")
     fuse: str = option(
         "auto", choices=FUSE, resume=True,
         help="Fuse each recurrence step's elementwise work into a few compiled kernels (torch.compile; the first "
@@ -151,6 +151,9 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Reject out-of-range or inconsistent values with one clear line."""
+        if self.precision in DECODE_PRECISIONS and self.precision not in PRECISIONS:
+            raise ConfigError(f"--precision {self.precision} is for decoding (translate, serve); "
+                              "train with fp32, bf16, fp16 or auto")
         check_fields(self)
         check_device_name(self.device)
         if self.batch_size is None and self.max_tokens is None:

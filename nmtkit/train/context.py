@@ -62,6 +62,9 @@ class TrainContext:
         self.dist = dist_info or ddp.DistInfo()
         self.loss_hook = loss_hook
         self.state = TrainState()
+        self.resumed = resume is not None
+        # the resumed checkpoint's decode lexicon, read back rather than built again
+        self.resumed_lexicon: torch.Tensor | None = None
         self._setup_device()
         self._setup_data()
         self._setup_model(resume)
@@ -145,6 +148,8 @@ class TrainContext:
         tr = dict(ckpt["trainer"])
         tr.pop("world_size", None)
         self.state = TrainState(**tr)
+        lexicon = ckpt.get("lexicon")
+        self.resumed_lexicon = lexicon if isinstance(lexicon, torch.Tensor) else None
         restore_rng(ckpt.get("rng") or {}, self.dist.rank, self.cfg.seed, self.state.update, self.device)
 
     def epoch_plan(self, epoch: int) -> list[np.ndarray]:

@@ -7,7 +7,7 @@ that stopped before its first checkpoint (metrics.jsonl, train.log) hold nothing
 a fresh start replaces them, with a warning.
 
 One process at a time trains in a run directory: train and --resume hold an flock on
-`train.lock` there (`nmtkit.outputs.DirLock`) and a second process is refused, naming the
+`train.lock` there (`nmtkit.output_dirs.DirLock`) and a second process is refused, naming the
 first's PID. Everything is checked before the directory is created, so a refused start leaves
 nothing behind.
 
@@ -31,13 +31,15 @@ from nmtkit.devices import resolve_device
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
 from nmtkit.models.presets import ModelOverrides, resolve_model, training_defaults
 from nmtkit.options import option_name, resume_overridable
-from nmtkit.outputs import DirLock, check_output_dir, check_outputs_vs_inputs, write_text
+from nmtkit.output_dirs import DirLock
+from nmtkit.outputs import check_output_dir, check_outputs_vs_inputs, write_text
 from nmtkit.train.config import TrainConfig, TrainOptions
+from nmtkit.train.run_files import BEST, LAST, kept_checkpoints, kept_update
 from nmtkit.train.tensorboard import TensorBoardCallbacks, require_tensorboard, tensorboard_dir
 
 log = logging.getLogger(__name__)
 
-RUN_FILES = ("checkpoint_last.pt", "checkpoint_best.pt", "metrics.jsonl", "curves.png", "train.log", "config.json")
+RUN_FILES = (LAST, BEST, "metrics.jsonl", "curves.png", "train.log", "config.json")
 CONFIG_FILE = "config.json"
 
 
@@ -58,7 +60,7 @@ def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
         raise ConfigError(f"--save-dir {save_dir} exists and is not a directory")
     present = run_files_present(save_dir)
     if resume:
-        if not (save_dir / "checkpoint_last.pt").exists():
+        if not (save_dir / LAST).exists():
             raise CheckpointError("nothing to resume: no checkpoint_last.pt (start a new run without --resume)",
                                   str(save_dir))
         return
@@ -75,15 +77,9 @@ def stale_run_files(save_dir: Path) -> list[str]:
     return [] if any(f.startswith("checkpoint_") for f in present) else present
 
 
-def kept_checkpoints(save_dir: Path) -> list[Path]:
-    """The checkpoint_<update>.pt files of --keep-every in a run directory."""
-    return [p for p in save_dir.glob("checkpoint_*.pt") if p.stem.split("_", 1)[1].isdigit()]
-
-
 def is_run_file(name: str) -> bool:
     """Whether a file of this name in a run directory is one the run writes (and --force deletes)."""
-    return name in RUN_FILES or name == "tensorboard" or (
-        name.startswith("checkpoint_") and name.endswith(".pt") and name[11:-3].isdigit())
+    return name in RUN_FILES or name == "tensorboard" or kept_update(name) is not None
 
 
 def run_files_present(save_dir: Path) -> list[str]:
@@ -117,8 +113,6 @@ def resume_config(ckpt: dict[str, Any], options: TrainOptions) -> TrainConfig:
 def _resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Path, options: TrainOptions,
                      model: ModelOverrides) -> tuple[TrainConfig, str, dict[str, Any]]:
     """The run's configs from its checkpoint, with the options that may change on resume changed."""
-    from nmtkit.train.trainer import LAST
-
     cfg = resume_config(ckpt, options)
     arch, model_config = ckpt["arch"], dict(ckpt["model_config"])
     for name, value in model.given().items():
@@ -171,7 +165,6 @@ def run_training(
     from nmtkit.checkpoint import load_checkpoint
     from nmtkit.train import distributed as ddp
     from nmtkit.train.data import DataDir
-    from nmtkit.train.trainer import LAST
 
     options = TrainOptions() if options is None else options
     model = ModelOverrides() if model is None else model
@@ -183,8 +176,6 @@ def run_training(
     check_outputs_vs_inputs([("--data", data_dir)], folders=[("--save-dir", save_dir, is_run_file)])
     if info.is_main:
         run_lock(save_dir).check()
-    if options.tensorboard:  # before the run folder is made (a resumed run's is checked below)
-        require_tensorboard()
     check_run_dir(save_dir, resume, force)
     data = DataDir.open(data_dir)
     ckpt = load_checkpoint(save_dir / LAST) if resume else None
@@ -193,7 +184,7 @@ def run_training(
     else:
         cfg, arch, model_config = _new_configs(data, options, model)
     tb_dir = tensorboard_dir(cfg.tensorboard, save_dir)
-    if tb_dir is not None:  # a missing package fails before the run writes anything
+    if tb_dir is not None:  # a missing package fails before the run writes anything (new or resumed)
         require_tensorboard()
     resolve_device(cfg.device, info.local_rank)  # a GPU that is not there fails before anything is written
     lock = None
@@ -233,6 +224,7 @@ def _start_run(save_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[s
 def _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook, tb_dir):
     """Build the Trainer and run it, closing it (its log and metrics files) and the
     TensorBoard writer either way."""
+    from nmtkit.train.context import TrainContext
     from nmtkit.train.trainer import Trainer
 
     tb = None
@@ -240,8 +232,9 @@ def _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_
         start = int(ckpt["trainer"]["update"]) if ckpt is not None else 0
         callbacks = tb = TensorBoardCallbacks(tb_dir, callbacks, start_update=start)
     try:
-        trainer = Trainer(cfg, data, save_dir, arch, model_config, resume=ckpt, callbacks=callbacks,
-                          dist_info=info, loss_hook=loss_hook)
+        ctx = TrainContext(cfg, data, save_dir, arch, model_config, resume=ckpt, callbacks=callbacks,
+                           dist_info=info, loss_hook=loss_hook)
+        trainer = Trainer(ctx)
         try:
             result = trainer.train()
         except BaseException:

@@ -29,20 +29,15 @@ import logging
 import math
 import signal
 import time
-from pathlib import Path
-from typing import Any, Callable
 
 import numpy as np
-import torch
 
 from nmtkit.data.batching import update_batches
-from nmtkit.train import distributed as ddp
 from nmtkit.train.checkpoints import BEST, LAST, RunCheckpoints, run_lexicon
-from nmtkit.train.config import TrainConfig
 from nmtkit.train.context import TrainContext
-from nmtkit.train.data import DataDir
-from nmtkit.train.events import Callbacks, LogEvent, StartEvent, ValidationEvent
+from nmtkit.train.events import LogEvent, StartEvent, ValidationEvent
 from nmtkit.train.metrics import MetricsLog, setup_file_log
+from nmtkit.train.run_files import kept_name
 from nmtkit.train.state import TrainResult
 from nmtkit.train.step import train_step
 from nmtkit.train.stopping import StopSignals, count_patience, stop_reason
@@ -56,26 +51,13 @@ DDP_SYNC_EVERY = 10  # updates between the collective checks of stop signals / t
 
 
 class Trainer:
-    """Trains one model on one data directory into one run directory: a `TrainContext` (built
-    from the same arguments) driven by the loop in `train()`."""
+    """Trains one model on one data directory into one run directory: the loop in `train()`
+    driving a `TrainContext` built beforehand (`Trainer(TrainContext(cfg, data, run_dir, ...))`)."""
 
-    def __init__(
-        self,
-        cfg: TrainConfig,
-        data: DataDir,
-        run_dir: str | Path,
-        arch: str,
-        model_config: dict[str, Any],
-        *,
-        resume: dict[str, Any] | None = None,
-        callbacks: Callbacks | None = None,
-        dist_info: ddp.DistInfo | None = None,
-        loss_hook: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
-    ):
-        self.ctx = ctx = TrainContext(cfg, data, run_dir, arch, model_config, resume=resume, callbacks=callbacks,
-                                      dist_info=dist_info, loss_hook=loss_hook)
+    def __init__(self, ctx: TrainContext):
+        self.ctx = ctx
         self.signals = StopSignals(ctx.cb.on_message)
-        self.saver = RunCheckpoints(ctx, run_lexicon(ctx, resume))
+        self.saver = RunCheckpoints(ctx, run_lexicon(ctx))
         self._session_start = time.perf_counter()
         self._saved_update: tuple[int, int | None] | None = None
         self.metrics: MetricsLog | None = None
@@ -84,7 +66,7 @@ class Trainer:
             ctx.run_dir.mkdir(parents=True, exist_ok=True)
             for stale in ctx.run_dir.glob("checkpoint_*.pt.*.tmp"):  # a write cut by SIGKILL
                 stale.unlink(missing_ok=True)
-            self.metrics = MetricsLog(ctx.run_dir, ctx.state.update if resume is not None else None)
+            self.metrics = MetricsLog(ctx.run_dir, ctx.state.update if ctx.resumed else None)
             self._log_handler = setup_file_log(ctx.run_dir)
 
     def request_stop(self, signum: int = signal.SIGINT) -> None:
@@ -164,7 +146,7 @@ class Trainer:
         if st.update % cfg.save_every == 0:
             self._save_progress()  # again after a validation: with its outcome
         if keep:
-            self.saver.save_model(f"checkpoint_{st.update}.pt")
+            self.saver.save_model(kept_name(st.update))
         self.ctx.acc.start += time.perf_counter() - t0  # throughput counts training only
         return event
 

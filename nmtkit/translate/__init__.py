@@ -17,9 +17,11 @@ BPE: what `--input-format bpe` / `--output-format bpe` show), counted from 0, EO
 The `Translator` is also the Python API (`nmtkit.load`): `translate(lines)` gives strings,
 `generate(lines, nbest=, alignments=)` gives `Result`s with typed `Translation`s.
 
-Modules: `config` (DecodeConfig, TranslateConfig), `translator` (Translator: checkpoint(s), pipeline,
-decoding; Result, Translation), `alignment` (UNK replacement, alignments), `writers` (translations, n-best,
-alignments, plots), `files` (streams and files, `translate_files`).
+Modules: `config` (DecodeConfig, TranslateConfig), `translator` (Translator: checkpoint(s),
+pipeline, decoding, lines -> Results), `results` (Result, Translation: what the translator hands
+on), `alignment` (UNK replacement, alignments), `writers` (every output: translations, n-best,
+alignments, plots), `files` (streams and files, `translate_files`). The translator and the
+writers do not import each other: both take `results`.
 """
 from nmtkit.translate.alignment import (
     attention_table,
@@ -31,7 +33,8 @@ from nmtkit.translate.alignment import (
 )
 from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, DecodeConfig, TranslateConfig
 from nmtkit.translate.files import check_files, read_lines, translate_files, translate_stream
-from nmtkit.translate.translator import Result, Translation, Translator
+from nmtkit.translate.results import Result, Translation
+from nmtkit.translate.translator import Translator
 from nmtkit.translate.writers import Writers, nbest_line, plot_attention
 
 __all__ = [

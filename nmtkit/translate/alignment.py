@@ -2,7 +2,9 @@
 al. 2015), hard (Pharaoh) and soft (JSON) alignments. Pure Python (no torch).
 
 Token positions refer to the model's tokens (BPE subwords when the model uses BPE), counted
-from 0, EOS excluded."""
+from 0, EOS excluded. The attention taken here is a hypothesis's (`nmtkit.decode.hypothesis`):
+(target tokens + EOS, source tokens) weights, with the weights on a source EOS the model appends
+apart (`source_eos`), so nothing here cuts columns."""
 from __future__ import annotations
 
 import json
@@ -36,8 +38,8 @@ def replace_unks(
 ) -> list[str]:
     """Replace each `unk` target token by the source word it attends to most.
 
-    attention: (T, S') weights, rows for the target tokens (an extra EOS row is ignored),
-    columns for the source tokens (an extra EOS column is ignored). With BPE the best source
+    attention: (T, len(src_tokens)) weights, rows for the target tokens (an extra EOS row is
+    ignored), columns for the source tokens. With BPE the best source
     subword is mapped to its whole word. The word goes through `unk_dict` when it has an entry
     (Luong et al. 2015, Jean et al. 2015), and is copied as is otherwise.
     """
@@ -45,50 +47,67 @@ def replace_unks(
     if unk not in out or not src_tokens:
         return out
     word_of, words = subword_words(src_tokens)
-    n_src = len(src_tokens)
     for j, tok in enumerate(out):
         if tok != unk:
             continue
-        row = [float(x) for x in attention[j][:n_src]]
-        i = max(range(n_src), key=row.__getitem__)
+        row = [float(x) for x in attention[j]]
+        i = max(range(len(row)), key=row.__getitem__)
         word = words[word_of[i]]
         out[j] = unk_dict.get(word, word) if unk_dict else word
     return out
 
 
-def hard_pairs(attention: Any, n_src: int, n_tgt: int) -> list[tuple[int, int]]:
+def hard_pairs(attention: Any, n_tgt: int) -> list[tuple[int, int]]:
     """[(source i, target j)], from 0: each target token's most attended source token, in
-    target order. attention: (>= n_tgt, >= n_src)."""
+    target order. attention: (>= n_tgt, source tokens)."""
     pairs = []
     for j in range(n_tgt):
-        row = [float(x) for x in attention[j][:n_src]]
+        row = [float(x) for x in attention[j]]
         if row:
-            pairs.append((max(range(n_src), key=row.__getitem__), j))
+            pairs.append((max(range(len(row)), key=row.__getitem__), j))
     return pairs
 
 
-def hard_alignment(attention: Any, n_src: int, n_tgt: int) -> str:
+def hard_alignment(attention: Any, n_tgt: int) -> str:
     """`hard_pairs` in Pharaoh format: "i-j ..."."""
-    return " ".join(f"{i}-{j}" for i, j in hard_pairs(attention, n_src, n_tgt))
+    return " ".join(f"{i}-{j}" for i, j in hard_pairs(attention, n_tgt))
 
 
-def attention_table(attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> dict[str, list]:
+def attention_labels(src_tokens: Sequence[str], tgt_tokens: Sequence[str], source_eos: Any = None) -> tuple[list[str], list[str]]:
+    """The column and row labels of a hypothesis's whole attention matrix: the source tokens
+    (then "</s>" for the model's source EOS, when `source_eos` weights are given), the target
+    tokens then "</s>"."""
+    return list(src_tokens) + (["</s>"] if source_eos is not None else []), list(tgt_tokens) + ["</s>"]
+
+
+def attention_matrix(attention: Any, source_eos: Any = None) -> list[list[float]]:
+    """The whole attention matrix as rows of floats: each row's weights on the source tokens,
+    then its weight on the source EOS when `source_eos` (one weight per row) is given."""
+    rows = [[float(x) for x in r] for r in attention]
+    if source_eos is not None:
+        for r, w in zip(rows, source_eos):
+            r.append(float(w))
+    return rows
+
+
+def attention_table(attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str],
+                    source_eos: Any = None) -> dict[str, list]:
     """{"src": [...], "tgt": [...], "attention": [[...], ...]}: the soft alignment of one hypothesis.
 
     Rows are the target tokens then "</s>", columns the source tokens (then "</s>" when the
-    model attends to a source EOS); weights rounded to 4 decimals.
+    model attends to a source EOS: `source_eos`, its weights); weights rounded to 4 decimals.
     """
     if attention is None or not len(attention):
         return {"src": list(src_tokens), "tgt": list(tgt_tokens), "attention": []}
-    rows = [[round(float(x), 4) for x in r] for r in attention]
-    src = list(src_tokens) + ["</s>"] * (len(rows[0]) - len(src_tokens))
-    tgt = list(tgt_tokens) + ["</s>"] * (len(rows) - len(tgt_tokens))
+    src, tgt = attention_labels(src_tokens, tgt_tokens, source_eos)
+    rows = [[round(x, 4) for x in r] for r in attention_matrix(attention, source_eos)]
     return {"src": src, "tgt": tgt, "attention": rows}
 
 
-def soft_alignment(attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> str:
+def soft_alignment(attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str],
+                   source_eos: Any = None) -> str:
     """`attention_table` as one JSON line (--alignments soft)."""
-    return json.dumps(attention_table(attention, src_tokens, tgt_tokens), ensure_ascii=False)
+    return json.dumps(attention_table(attention, src_tokens, tgt_tokens, source_eos), ensure_ascii=False)
 
 
 def read_unk_dict(path: str) -> dict[str, str]:

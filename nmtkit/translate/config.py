@@ -45,7 +45,9 @@ class DecodeConfig:
     precision: str = option(
         "auto", choices=DECODE_PRECISIONS,
         help="auto = bf16 autocast on GPUs and on CPUs with native BF16 (AVX512-BF16, AMX), as in training; fp32 "
-             "on other CPUs, where bf16 is emulated and slower. fp16 is meant for GPUs (it runs on a CPU, slowly).")
+             "on other CPUs, where bf16 is emulated and slower. fp16 is meant for GPUs (it runs on a CPU, slowly). "
+             "int8 (CPU only): the projections and the output layer run as int8 products (dynamic quantisation; "
+             "README, 'int8 decoding').")
     fuse: str = option(
         "auto", choices=FUSE,
         help="Compile the decoding step into a few fused kernels (torch.compile; the first run compiles for up to "

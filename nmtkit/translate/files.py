@@ -16,11 +16,10 @@ from nmtkit.translate.writers import Writers
 def read_lines(stream: IO[bytes], name: str) -> Iterator[tuple[int, str]]:
     """(line number from 1, text without newline), line by line as they arrive (a terminal or a
     pipe is answered without waiting for more input). Invalid UTF-8 and NUL bytes are an
-    InputError naming the line (`nmtkit.text.io`); a UTF-8 byte order mark is dropped."""
+    InputError naming the line (`nmtkit.text.io`, which also drops a UTF-8 byte order mark)."""
     for lineno, raw in enumerate(iter(stream.readline, b""), 1):
         check_text_block(raw, name, first_line=lineno)  # a NUL byte: binary data, never silently dropped
-        text = decode_line(raw, name, lineno)
-        yield lineno, text[1:] if lineno == 1 and text.startswith("\ufeff") else text  # a UTF-8 BOM
+        yield lineno, decode_line(raw, name, lineno)
 
 
 def translate_stream(

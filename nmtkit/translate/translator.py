@@ -1,5 +1,7 @@
 """`Translator`: loaded checkpoint(s) + the recorded text pipeline; raw lines -> Results
 (prepare, batch by length, beam search or sampling, UNK replacement, BPE join, detokenisation).
+It writes nothing: the outputs (translations, n-best lists, alignments, attention plots) are
+`nmtkit.translate.writers`'.
 
 It is nmtkit's Python API (`nmtkit.load` builds one) and the one path from raw lines to
 translations behind `nmtkit translate`, `nmtkit serve` and the tests:
@@ -13,80 +15,17 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field, fields
-from pathlib import Path
+from dataclasses import fields
 from typing import Any, Callable, Iterable, Sequence
 
 from nmtkit.devices import resolve_device
 from nmtkit.errors import ConfigError
-from nmtkit.outputs import check_output_dir
 from nmtkit.text.vocab import UNK
-from nmtkit.translate.alignment import hard_pairs, read_unk_dict, replace_unks
+from nmtkit.translate.alignment import read_unk_dict, replace_unks
 from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, TranslateConfig
-from nmtkit.translate.writers import plot_attention, plot_name
+from nmtkit.translate.results import Result
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Translation:
-    """One hypothesis of a line.
-
-    text: the output string (in the translator's output format); tokens: the model's target
-    tokens (subwords, after UNK replacement); score: log_prob / (len(tokens)+1)^lenpen, the
-    ranking score; log_prob: the model's log-probability, EOS included; src_tokens: the model's
-    source tokens; attention: (len(tokens)+1, S') weights (a torch tensor; rows: target tokens
-    then EOS, columns: source tokens, then the model's source EOS), None unless asked for.
-    """
-
-    text: str
-    tokens: list[str]
-    score: float
-    log_prob: float
-    src_tokens: list[str]
-    attention: Any = field(default=None, repr=False)
-
-    def alignment(self) -> list[tuple[int, int]]:
-        """[(source i, target j)]: each target token's most attended source token (model
-        tokens, from 0, EOS excluded), as `--alignments hard` writes it. Needs the attention
-        (`generate(..., alignments=True)`)."""
-        if self.attention is None:
-            raise ValueError("no attention kept: ask for it with generate(..., alignments=True)")
-        return hard_pairs(self.attention, len(self.src_tokens), len(self.tokens))
-
-
-@dataclass
-class Result:
-    """One input line's translation(s).
-
-    index: the line's number (from 1); src_tokens: the model's source tokens (subwords), as
-    strings (before UNK mapping). hyps: the n-best hypotheses (`nmtkit.decode.search.Hypothesis`;
-    empty for an empty line); tgt_tokens: their target tokens (after UNK replacement); texts:
-    their output strings in the requested output format. `text`, `score` and `nbest` give the
-    same as plain values and `Translation`s.
-    """
-
-    index: int
-    src_tokens: list[str]
-    hyps: list[Any] = field(default_factory=list)
-    tgt_tokens: list[list[str]] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
-
-    @property
-    def text(self) -> str:
-        """The best translation ("" for an empty line)."""
-        return self.texts[0] if self.texts else ""
-
-    @property
-    def score(self) -> float:
-        """The best translation's score (0.0 for an empty line)."""
-        return self.hyps[0].score if self.hyps else 0.0
-
-    @property
-    def nbest(self) -> list[Translation]:
-        """The hypotheses, best first (none for an empty line)."""
-        return [Translation(text, toks, h.score, h.log_prob, self.src_tokens, h.attention)
-                for text, toks, h in zip(self.texts, self.tgt_tokens, self.hyps)]
 
 
 class Translator:
@@ -123,13 +62,18 @@ class Translator:
         from nmtkit.checkpoint import load_bundle
         from nmtkit.models.fusion import resolve_fuse
         from nmtkit.models.precision import FP16_ON_CPU, autocast, resolve_precision
+        from nmtkit.models.quantize import INT8_ON_CUDA, quantize_for_decoding
 
         self.config = config
         self.warn = warn or log.warning
         self.device = resolve_device(config.device)
+        int8 = config.precision == "int8"
+        if int8 and self.device.type != "cpu":
+            raise ConfigError(INT8_ON_CUDA)
         self.bundle = bundle = load_bundle(config.models, self.device, fuse_steps=resolve_fuse(config.fuse, self.device))
         self.models, self.src_vocab, self.tgt_vocab, self.pipeline = (
-            list(bundle.models), bundle.src_vocab, bundle.tgt_vocab, bundle.pipeline)
+            [quantize_for_decoding(m) if int8 else m for m in bundle.models], bundle.src_vocab, bundle.tgt_vocab,
+            bundle.pipeline)
         # a wider beam than the target vocabulary finds nothing more and costs memory and time:
         # every search is capped at max_beam (n-best lists too)
         self.max_beam = n_tgt = len(self.tgt_vocab.itos)
@@ -147,9 +91,6 @@ class Translator:
             trained = bundle.trained_max_len
             self.max_src_len = max(DEFAULT_MAX_SRC_LEN, 4 * trained) if trained else DEFAULT_MAX_SRC_LEN
         self.unk_dict = read_unk_dict(config.unk_dict) if config.unk_dict else None
-        if config.plot_attention:
-            check_output_dir(config.plot_attention, "--plot-attention folder")
-        self.plotted = 0
         self.warned_budget = False
         self.need_attention = bool(config.replace_unk or config.alignments or config.plot_attention)
         if config.threads:
@@ -160,7 +101,8 @@ class Translator:
             log.warning(FP16_ON_CPU)
         # autocast keeps the fp32 weights and runs matrix products in 16 bits; log-softmax and
         # the beam scores stay in fp32 (Seq2Seq.step returns fp32 log-probabilities)
-        self.autocast = autocast(self.device.type, precision)
+        # (int8: float32 activations into the int8 layers, and float32 everywhere else)
+        self.autocast = autocast(self.device.type, "fp32" if int8 else precision)
         self.source_name = "<stdin>"
 
     # -- per line
@@ -196,18 +138,10 @@ class Translator:
         need_attention = self.need_attention if need_attention is None else need_attention
         with torch.inference_mode(), self.autocast:
             if self.config.sampling:
-                results = self._sample(src, lens, need_attention, keys or range(1, len(ids) + 1))
+                results = self._sample(src, lens, need_attention, keys)
             else:
                 results = self._beam_search(src, lens, beam, nbest, need_attention)
         release_free_memory()  # this batch's buffers, which the next batch's shapes would not reuse
-        if need_attention:
-            # attention columns: the batch's padded width plus any positions the model adds (its
-            # source EOS); keep each sentence's own columns only
-            width = max(h.attention.size(1) for hyps in results for h in hyps)
-            extra = width - src.size(1)
-            for n, hyps in zip(lens.tolist(), results):
-                for h in hyps:
-                    h.attention = h.attention[:, : n + extra]
         return results
 
     def _beam_search(self, src: Any, lens: Any, beam: int | None, nbest: int | None, need_attention: bool):
@@ -225,18 +159,15 @@ class Translator:
             need_attention=need_attention, vocab=vocab, ban_unk=c.ban_unk,
         )
 
-    def _sample(self, src: Any, lens: Any, need_attention: bool, keys: Sequence[int]):
-        from nmtkit.decode.sampling import sample, sampling_uniforms
-        from nmtkit.decode.search import max_lengths
+    def _sample(self, src: Any, lens: Any, need_attention: bool, keys: Sequence[int] | None):
+        from nmtkit.decode.sampling import sample
 
         c = self.config
-        steps = int(max_lengths(lens, c.max_len_a, c.max_len_b).max()) + 1
-        uniforms = sampling_uniforms(c.sampling_seed, list(keys), steps)
-        return sample(self.models, src.to(self.device), lens.to(self.device), uniforms, topk=c.sampling_topk,
+        return sample(self.models, src.to(self.device), lens.to(self.device), c.sampling_seed, keys, topk=c.sampling_topk,
                       temperature=c.temperature, max_len_a=c.max_len_a, max_len_b=c.max_len_b, lenpen=c.lenpen,
                       need_attention=need_attention, ban_unk=c.ban_unk)
 
-    def finish(self, res: Result, lineno: int) -> Result:
+    def finish(self, res: Result) -> Result:
         """Tokens and output strings for a decoded line (UNK replacement, BPE join, detok)."""
         itos = self.tgt_vocab.itos
         for hyp in res.hyps:
@@ -245,10 +176,6 @@ class Translator:
                 toks = replace_unks(toks, res.src_tokens, hyp.attention, UNK, self.unk_dict)
             res.tgt_tokens.append(toks)
             res.texts.append(self.pipeline.decode_to(toks, "tgt", self.config.output_format))
-        if self.config.plot_attention and res.hyps and self.plotted < self.config.plot_limit:
-            path = Path(self.config.plot_attention) / plot_name(lineno)
-            plot_attention(path, res.hyps[0].attention, res.src_tokens, res.tgt_tokens[0])
-            self.plotted += 1
         return res
 
     def translate_buffer(self, lines: Sequence[tuple[int, str]], beam: int | None = None, nbest: int | None = None,
@@ -277,7 +204,7 @@ class Translator:
             keys = [results[i].index for i in idx]
             for i, hyps in zip(idx, self.decode_batch(src, beam, nbest, need_attention, keys)):
                 results[i].hyps = hyps
-        return [self.finish(r, n) for r, (n, _) in zip(results, lines)]
+        return [self.finish(r) for r in results]
 
     def generate(self, lines: Iterable[str], *, beam: int | None = None, nbest: int | None = None,
                  alignments: bool = False) -> list[Result]:

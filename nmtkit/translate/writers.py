@@ -1,16 +1,15 @@
-"""The outputs of `nmtkit translate`: translations (1-best lines or Moses n-best), alignments
-(one line per output line) and attention plots (the paper's Figure 3)."""
+"""The outputs of `nmtkit translate`, all of them: translations (1-best lines or Moses n-best),
+alignments (one line per output line) and attention plots (the paper's Figure 3). `Writers`
+takes the `Result`s the `Translator` gives and writes them; the translator writes nothing."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Sequence
+from typing import IO, Any, Sequence
 
-from nmtkit.outputs import save_figure
-from nmtkit.translate.alignment import hard_alignment, soft_alignment
+from nmtkit.outputs import check_output_dir, save_figure
+from nmtkit.translate.alignment import attention_labels, attention_matrix, hard_alignment, soft_alignment
 from nmtkit.translate.config import TranslateConfig
-
-if TYPE_CHECKING:
-    from nmtkit.translate.translator import Result
+from nmtkit.translate.results import Result
 
 
 def nbest_line(index: int, text: str, log_prob: float, length: int, score: float) -> str:
@@ -28,18 +27,19 @@ def is_plot_name(name: str) -> bool:
     return len(name) >= 10 and name.endswith(".png") and name[:-4].isdigit()
 
 
-def plot_attention(path: str | Path, attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> None:
+def plot_attention(path: str | Path, attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str],
+                   source_eos: Any = None) -> None:
     """The paper's Figure 3: alignment weights in grey scale (0 black, 1 white), source words
-    along the top, target words down the side; written as a PNG (atomically)."""
+    (and "</s>" for the model's source EOS, whose weights are `source_eos`) along the top,
+    target words and "</s>" down the side; written as a PNG (atomically)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    att = np.asarray(attention, dtype=float)
-    src = list(src_tokens) + ["</s>"] * (att.shape[1] - len(src_tokens))
-    tgt = list(tgt_tokens) + ["</s>"] * (att.shape[0] - len(tgt_tokens))
+    att = np.asarray(attention_matrix(attention, source_eos), dtype=float)
+    src, tgt = attention_labels(src_tokens, tgt_tokens, source_eos)
     w = max(3.0, 0.35 * len(src) + 1.5)
     h = max(3.0, 0.35 * len(tgt) + 1.5)
     fig, ax = plt.subplots(figsize=(w, h))
@@ -57,14 +57,21 @@ def plot_attention(path: str | Path, attention: Any, src_tokens: Sequence[str], 
 
 
 class Writers:
-    """The output stream(s): translations (1-best or n-best), optional alignments file."""
+    """Every output of a translation run: translations (1-best or n-best) to `out`, alignments
+    to `align` (with config.alignments), and the attention plots of the first config.plot_limit
+    translated lines into the config.plot_attention folder (created and probed here)."""
 
     def __init__(self, out: IO[str], align: IO[str] | None, config: TranslateConfig, flush_each: bool):
         self.out, self.align, self.config, self.flush_each = out, align, config, flush_each
         self.sent = 0  # sentence counter for n-best ids (0-based, as Moses)
+        self.plotted = 0
+        if config.plot_attention:
+            check_output_dir(config.plot_attention, "--plot-attention folder")
 
     def write(self, r: Result) -> None:
+        """One input line's outputs: its translation line(s), alignment line(s) and plot."""
         c = self.config
+        self._plot(r)
         if c.nbest == 1:
             self.out.write(r.text + "\n")
             self._align(r, 0)
@@ -86,10 +93,22 @@ class Writers:
         att = r.hyps[k].attention if has else None
         tgt = r.tgt_tokens[k] if has else []
         if self.config.alignments == "hard":
-            line = hard_alignment(att, len(r.src_tokens), len(tgt)) if has else ""
+            line = hard_alignment(att, len(tgt)) if has else ""
         else:
-            line = soft_alignment(att, r.src_tokens if has else [], tgt)
+            eos = r.hyps[k].source_eos_attention if has else None
+            line = soft_alignment(att, r.src_tokens if has else [], tgt, eos)
         self.align.write(line + "\n")
+
+    def _plot(self, r: Result) -> None:
+        """The best translation's attention, as `plot_name(line number)` (a translated line's
+        hypotheses carry attention whenever config.plot_attention asks for plots)."""
+        c = self.config
+        if not c.plot_attention or not r.hyps or self.plotted >= c.plot_limit:
+            return
+        best = r.hyps[0]
+        plot_attention(Path(c.plot_attention) / plot_name(r.index), best.attention, r.src_tokens, r.tgt_tokens[0],
+                       best.source_eos_attention)
+        self.plotted += 1
 
     def flush(self) -> None:
         self.out.flush()

@@ -1,0 +1,53 @@
+"""Size limits of the package's code: no module over 400 lines, no function over 60.
+
+A module past 400 lines holds more than one concept, and a function past 60 does more than one
+job; either is split along its seams. Lines are counted as the file has them (docstrings and
+comments included); a function counts from its `def` line to its last line.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "nmtkit"
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def oversized(root: Path = PACKAGE) -> tuple[list[str], list[str]]:
+    """(modules over MAX_MODULE_LINES, functions over MAX_FUNCTION_LINES), each as a readable
+    'path: N lines' / 'path:line name: N lines'."""
+    modules, functions = [], []
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        rel = path.relative_to(root.parent)
+        n = len(text.splitlines())
+        if n > MAX_MODULE_LINES:
+            modules.append(f"{rel}: {n} lines")
+        for node in ast.walk(ast.parse(text, filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    functions.append(f"{rel}:{node.lineno} {node.name}: {length} lines")
+    return modules, functions
+
+
+def test_no_module_is_over_400_lines():
+    modules, _ = oversized()
+    assert not modules, f"modules over {MAX_MODULE_LINES} lines: " + "; ".join(modules)
+
+
+def test_no_function_is_over_60_lines():
+    _, functions = oversized()
+    assert not functions, f"functions over {MAX_FUNCTION_LINES} lines: " + "; ".join(functions)
+
+
+def test_the_walk_finds_an_oversized_module_and_function(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (pkg / "big.py").write_text("def long_one():\n" + body + "\n" + "\n" * MAX_MODULE_LINES, encoding="utf-8")
+    (pkg / "small.py").write_text("def short():\n    return 1\n", encoding="utf-8")
+    modules, functions = oversized(pkg)
+    assert modules == [f"pkg/big.py: {MAX_MODULE_LINES + MAX_FUNCTION_LINES + 1} lines"]
+    assert functions == [f"pkg/big.py:1 long_one: {MAX_FUNCTION_LINES + 1} lines"]

@@ -1,0 +1,84 @@
+"""`--precision int8` (nmtkit.models.quantize): which layers become int8, that decoding with them
+stays close to float32, that the shortlist's int8 rows are the int8 layer's own columns, and
+where int8 is refused (CUDA, training)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nmtkit.errors import ConfigError
+from nmtkit.models.quantize import INT8_ON_CUDA, is_quantized, quantize_for_decoding
+from tests.conftest import SIZES, make_checkpoint, tiny_model
+
+
+def _model(arch: str, seed: int = 0):
+    return tiny_model(arch, seed, src_vocab=30, tgt_vocab=40)
+
+
+def _first_step(model, src, lens, out=None):
+    """log-probs (B, V) of the first decoding step after BOS."""
+    with torch.inference_mode():
+        enc = model.encode(src, lens)
+        bos = torch.full((src.size(0),), 2, dtype=torch.long)
+        lp, _, _ = model.step(bos, model.init_state(enc), enc, out)
+    return lp
+
+
+@pytest.mark.parametrize("arch", list(SIZES))
+def test_int8_quantises_exactly_the_listed_layers_and_stays_close_to_fp32(arch):
+    model = _model(arch)
+    src = torch.randint(4, 30, (3, 7))
+    lens = torch.tensor([7, 5, 2])
+    ref = _first_step(model, src, lens)
+    quantize_for_decoding(model)
+    linears = {name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) or is_quantized(m)}
+    quantised = {name for name, m in model.named_modules() if is_quantized(m)}
+    assert quantised == set(model.int8_linears) and quantised < linears
+    got = _first_step(model, src, lens)
+    assert got.shape == ref.shape
+    assert not torch.equal(got, ref)  # the int8 products did run
+    assert (got.exp() - ref.exp()).abs().max() < 0.02  # probabilities within 2 points of fp32's
+
+
+def test_the_shortlists_int8_rows_are_the_int8_output_layers_own_columns():
+    from nmtkit.decode.search import _shortlist_rows
+
+    model = quantize_for_decoding(_model("rnnsearch"))
+    vocab = torch.tensor([0, 1, 2, 3, 9, 17, 39])
+    src, lens = torch.randint(4, 30, (2, 5)), torch.tensor([5, 3])
+    full = _first_step(model, src, lens)
+    rows = _first_step(model, src, lens, _shortlist_rows(model, vocab))
+    # the shortlist renormalises over its rows: compare logits up to each row's constant
+    expect = full[:, vocab]
+    torch.testing.assert_close(rows - rows[:, :1], expect - expect[:, :1], atol=1e-5, rtol=0)
+
+
+def test_int8_translation_agrees_with_fp32_through_the_api(tmp_path):
+    import nmtkit
+
+    ckpt = make_checkpoint(tmp_path / "m.pt")
+    lines = ["the cat sat on a mat .", "a dog ran in the park", "the big red house"]
+    fp32 = nmtkit.load(ckpt, device="cpu", beam=3, precision="fp32")
+    int8 = nmtkit.load(ckpt, device="cpu", beam=3, precision="int8")
+    assert int8.precision == "int8" and is_quantized(int8.models[0].W_o)
+    ref, got = fp32.generate(lines), int8.generate(lines)
+    assert [r.text for r in got] == [r.text for r in ref]
+    for a, b in zip(got, ref):
+        assert a.score == pytest.approx(b.score, abs=0.05)
+
+
+def test_int8_on_cuda_is_refused_before_any_model_is_loaded(tmp_path, monkeypatch):
+    import nmtkit.translate.translator as translator_mod
+    from nmtkit.translate.config import TranslateConfig
+
+    monkeypatch.setattr(translator_mod, "resolve_device", lambda name: torch.device("cuda", 0))
+    with pytest.raises(ConfigError) as err:
+        translator_mod.Translator(TranslateConfig(models=(str(tmp_path / "never-read.pt"),), precision="int8"))
+    assert str(err.value) == INT8_ON_CUDA and "\n" not in INT8_ON_CUDA
+
+
+def test_training_refuses_int8_in_one_line():
+    from nmtkit.train.config import TrainConfig
+
+    with pytest.raises(ConfigError, match=r"^--precision int8 is for decoding \(translate, serve\); train with"):
+        TrainConfig(precision="int8", max_updates=1)
