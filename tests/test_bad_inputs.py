@@ -1,4 +1,4 @@
-"""Bad inputs and hostile destinations for every command, as one table (issue 10).
+"""Bad inputs and hostile destinations for every command, as one table.
 
 Each row is one case: a command line built from a small world of files (a tiny checkpoint, a
 tiny data directory, a small parallel corpus), what it must do (fail with ONE line naming the
