@@ -12,18 +12,24 @@ from tests.conftest import TINY_MODEL, make_data_dir, tiny_options
 UPDATES = 6
 
 
+RANKS_DEADLINE_S = 300
+
+
 def _start_ranks(fn, args) -> None:
-    """Run `fn(rank, *args)` in two fresh processes, as torchrun would start them.
-
-    Forked from a multiprocessing fork server that has imported torch and nmtkit's trainer once
-    (and run nothing), instead of `mp.spawn`'s new interpreter per rank that imports torch again:
-    each rank still starts with a fresh process state, its own RNGs and its own gloo group.
+    """Run `fn(rank, *args)` in two fresh interpreters, as torchrun would start them: each rank has
+    its own process state, RNGs and gloo group. Fresh interpreters, not forks of a process that has
+    imported torch: a fork inherits torch's thread pools mid-state and can hang on a lock that no
+    thread will release. Ranks still running after RANKS_DEADLINE_S are killed and fail the test.
     """
-    import multiprocessing.forkserver
+    import time
 
-    multiprocessing.forkserver.set_forkserver_preload(["torch", "nmtkit.train.trainer", "nmtkit.train.run",
-                                                       "tests.test_train_ddp"])
-    mp.start_processes(fn, args=args, nprocs=2, join=True, start_method="forkserver")
+    ctx = mp.start_processes(fn, args=args, nprocs=2, join=False, start_method="spawn")
+    deadline = time.monotonic() + RANKS_DEADLINE_S
+    while not ctx.join(timeout=5):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail(f"the two ranks were still running after {RANKS_DEADLINE_S} s")
 
 
 def _as_rank(rank: int, world: int, port: int) -> None:
