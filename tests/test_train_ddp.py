@@ -131,6 +131,9 @@ def _one_update(data_dir, run_dir, batch_size, update_freq, halves):
         return {n: p.detach().clone() for n, p in ctx.model.named_parameters()}
     finally:
         ctx.close()
+        # the DDP wrapper (whose reducer holds the process group) is gone before the group: freed
+        # after it, it deadlocked with gloo's worker thread in about one run in five
+        assert not hasattr(ctx.loss_module, "reducer")
 
 
 def _one_update_worker(rank, world, port, data_dir, out_dir):

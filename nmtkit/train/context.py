@@ -6,6 +6,7 @@ context as well as inside the loop (`nmtkit.train.trainer`), so benchmarks and t
 same step that training runs."""
 from __future__ import annotations
 
+import gc
 import logging
 import random
 from pathlib import Path
@@ -169,5 +170,12 @@ class TrainContext:
         return sum(p.numel() for p in self.params)
 
     def close(self) -> None:
-        """Leave the process group (a no-op outside DDP)."""
+        """Leave the process group (a no-op outside DDP). The DDP wrapper goes first: its gradient
+        reducer holds the group from C++, and whoever drops the group last joins gloo's worker
+        thread. A reducer freed after `shutdown` drops it holding the interpreter lock, while the
+        worker may need that lock to free its last collective: both wait forever. Dropped through
+        Python instead, the group is freed with the lock released."""
+        if self.dist.enabled and self.loss_module is not None and hasattr(self.loss_module, "reducer"):
+            self.loss_module = self.loss_module.module
+            gc.collect()  # DDP's hooks make cycles: free the reducer now, not at some later collection
         ddp.shutdown(self.dist)
