@@ -275,6 +275,32 @@ def test_rnnsearch_recurrence_without_grad_keeps_no_per_step_activations(monkeyp
     torch.testing.assert_close(a0, attn.detach(), atol=1e-12, rtol=1e-12)
 
 
+def test_rnnsearch_recurrence_keeps_for_backward_nothing_of_size_steps_by_source_by_attention():
+    """The hand-written backward recomputes the attention's tanh activations: what the
+    recurrence saves grows like T + S, never like the (T, B, S, n') activations themselves
+    (kept, they set the peak memory of training on long sentences)."""
+    from nmtkit.models.recurrence import bahdanau_recurrence
+
+    torch.manual_seed(0)
+    B, T, S, d, na = 3, 40, 40, 8, 64
+    leaf = lambda *shape: torch.randn(*shape, requires_grad=True)  # noqa: E731
+    args = (leaf(B, T, 3 * d), leaf(B, d), leaf(B, S, na), leaf(B, S, 3 * d), torch.ones(B, S, dtype=torch.bool),
+            leaf(na + 2 * d, d), leaf(na), leaf(d, d))
+    saved = []
+
+    def pack(t):
+        saved.append(t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        states, alphas = bahdanau_recurrence(*args)
+    assert saved, "the recurrence saved nothing: the hooks did not see it"
+    assert max(saved) < T * B * S * na / 8
+    assert sum(saved) < T * B * S * na / 4
+    (states.sum() + alphas.sum()).backward()
+    assert all(a.grad is not None for a in args if a.requires_grad)
+
+
 def test_rnnsearch_recurrence_under_autocast_matches_fp32():
     torch.manual_seed(0)
     model = build_model("rnnsearch", dict(TINY["rnnsearch"], init="default"))

@@ -19,11 +19,17 @@ T*B rows) and the value gradient (one bmm of alpha^T with the gate gradients) ar
 after it. The equations are the same as `RNNSearch.attend_and_update`, which the tests use to
 check this function's outputs and gradients in float64.
 
+Memory: the attention's tanh activations th_i = tanh(q_a,i + K), (B, S, n') per step, are not
+kept for the backward pass: it recomputes each from the kept (B, n') query, one add and one tanh.
+Kept, they were T (B, S, n') float32 tensors, the largest thing a training step holds (64
+sentences of 50 words, n' = 512: 420 MB, then as much again for the keys' gradient), and they
+set the peak RSS of a CPU run. The keys' gradient and v_a's are summed step by step in the same
+pass, so the backward does about the elementwise work it did when it read them.
+
 Launches (docs/design.md, 10): each direction of the loop calls one pure step body per time step
 (`_fwd_step`, `_bwd_step`), which `fusion.step_fn` hands over as it is (eager) or compiled by
 inductor (`fuse=True`): then a forward step is two matrix products around two fused kernels and a
-backward step two matrix products around two (the keys' gradient is summed over all steps
-once, after the loop), whatever the sizes. Per-step results are
+backward step three matrix products around a few, whatever the sizes. Per-step results are
 collected in lists and stacked once after the loop. The last forward step also computes an
 (unused) state update, and the first backward step runs with a zero incoming gradient, so that
 every step runs the same body.
@@ -70,7 +76,7 @@ def _fwd_step(s: Tensor, x: Tensor, keys: Tensor, vals: Tensor, pad: Tensor, wq:
               Uc: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """One step from s_i (B, d), x_i (B, 3d); keys (B, S, n') in the accumulation dtype, vals
     (B, S, 3d) in the matmul dtype, pad (B, S) bool, wq (n' + 2d, d) and Uc (d, d) in the matmul dtype, va (n',)
-    -> (s_{i+1}, alpha_i (B, S), tanh activations th (B, S, n'), [z; r; cand] (B, 3d))."""
+    -> (s_{i+1}, alpha_i (B, S), attention query q_a (B, n'), [z; r; cand] (B, 3d))."""
     acc, mmd = s.dtype, wq.dtype
     na, d = keys.size(2), s.size(1)
     q = (s.to(mmd) @ wq.t()).to(acc)
@@ -80,12 +86,12 @@ def _fwd_step(s: Tensor, x: Tensor, keys: Tensor, vals: Tensor, pad: Tensor, wq:
     zr = torch.sigmoid(g[:, : 2 * d] + q[:, na:])
     z, r = zr[:, :d], zr[:, d:]
     cand = torch.tanh(g[:, 2 * d :] + ((r * s).to(mmd) @ Uc.t()).to(acc))
-    return torch.lerp(s, cand, z), alpha, th, torch.cat([z, r, cand], dim=1)
+    return torch.lerp(s, cand, z), alpha, q[:, :na], torch.cat([z, r, cand], dim=1)
 
 
 def _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse: bool, keep: bool):
     """The recurrence loop. Returns states (T+1, B, d), alphas (T, B, S) and, when `keep`, what the
-    backward pass needs: (th_all (T, B, S, n'), [z; r; cand] (T, B, 3d))."""
+    backward pass needs: (queries q_a (T, B, n'), [z; r; cand] (T, B, 3d))."""
     step = step_fn(_fwd_step, fuse)
     # detached: the autograd Function does the backward; a requires-grad flag would split graphs
     x_gates, s0, keys, values, w_q, v_a, U = (t.detach() for t in (x_gates, s0, keys, values, w_q, v_a, U))
@@ -107,13 +113,15 @@ def _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse: bool,
 
 
 def _bwd_step(g_next: Tensor, g_s: Tensor, g_alpha: Tensor, z: Tensor, r: Tensor, cand: Tensor,
-              s: Tensor, alpha: Tensor, th: Tensor, vals_t: Tensor, wq: Tensor, va: Tensor,
-              Uc: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+              s: Tensor, alpha: Tensor, qa: Tensor, keys: Tensor, g_keys: Tensor, vals_t: Tensor,
+              wq: Tensor, va: Tensor, Uc: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The gradients through step i. g_next = dL/ds_{i+1} (B, d), g_s and g_alpha the direct
-    gradients of s_i (B, d) and alpha_i (B, S); z, r, cand, s (B, d), alpha (B, S),
-    th (B, S, n') from the forward step; vals_t (B, 3d, S), wq, Uc in the matmul dtype
-    -> (dL/ds_i, g_x (B, 3d), g_q (B, n'+2d), g_e = dL/de_i (B, S)). The keys' gradient,
-    sum_i g_e_i (1 - th_i^2) v_a, is summed once after the loop (one pass, not T)."""
+    gradients of s_i (B, d) and alpha_i (B, S); z, r, cand, s (B, d), alpha (B, S), the
+    attention query qa (B, n') from the forward step; keys (B, S, n'); g_keys (B, S, n'), the sum
+    over the later steps of (1 - th^2) g_e (the keys' gradient before the factor v_a); vals_t
+    (B, 3d, S), wq, Uc in the matmul dtype -> (dL/ds_i, g_x (B, 3d), g_q (B, n'+2d), g_keys
+    with step i added, this step's term of v_a's gradient (n',)). th_i is recomputed here
+    (module docstring)."""
     acc, mmd = s.dtype, wq.dtype
     d = s.size(1)
     g_z = g_next * (cand - s)
@@ -123,31 +131,28 @@ def _bwd_step(g_next: Tensor, g_s: Tensor, g_alpha: Tensor, z: Tensor, r: Tensor
     g_x = torch.cat([g_z * z * (1 - z), (g_rs * s) * r * (1 - r), g_pc], dim=1)
     g_alpha = g_alpha + torch.bmm(g_x.to(mmd).unsqueeze(1), vals_t).squeeze(1).to(acc)
     g_e = alpha * (g_alpha - (alpha * g_alpha).sum(-1, keepdim=True))  # 0 at padding
-    # through the tanh of the scores; in place on one temporary (eager: one allocation, not three)
-    g_qa = (th * th).neg_().add_(1).mul_(g_e.unsqueeze(2)).sum(1) * va
-    g_q = torch.cat([g_qa, g_x[:, : 2 * d]], dim=1)
+    th = (keys + qa.unsqueeze(1)).tanh_()  # as the forward step computed it, bit for bit
+    g_v = torch.bmm(g_e.unsqueeze(1), th).sum((0, 1))  # sum_b,j g_e th
+    # through the tanh of the scores: (1 - th^2) g_e, in place on th (eager: no other temporary)
+    g_pre = th.mul_(th).neg_().add_(1).mul_(g_e.unsqueeze(2))
+    g_q = torch.cat([g_pre.sum(1) * va, g_x[:, : 2 * d]], dim=1)
     g_s = g_s + (g_q.to(mmd) @ wq).to(acc)
-    return g_s, g_x, g_q, g_e
-
-
-def _keys_grad(g_e: Tensor, th_all: Tensor, va: Tensor) -> Tensor:
-    """sum_i g_e_i (1 - th_i^2) v_a: g_e (T, B, S), th_all (T, B, S, n') -> (B, S, n')."""
-    return (th_all * th_all).neg_().add_(1).mul_(g_e.unsqueeze(3)).sum(0).mul_(va)
+    return g_s, g_x, g_q, g_keys.add_(g_pre), g_v
 
 
 class _Recurrence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse):  # type: ignore[override]
-        states, alphas, (th_all, zrc) = _forward(x_gates, s0, keys, values, mask, w_q, v_a, U,
-                                                           mm_dtype, fuse, keep=True)
+        states, alphas, (qas, zrc) = _forward(x_gates, s0, keys, values, mask, w_q, v_a, U,
+                                              mm_dtype, fuse, keep=True)
         ctx.mm_dtype, ctx.fuse = mm_dtype, fuse
-        ctx.save_for_backward(values, w_q, v_a, U, states, alphas, th_all, zrc)
+        ctx.save_for_backward(keys, values, w_q, v_a, U, states, alphas, qas, zrc)
         return states.transpose(0, 1), alphas.transpose(0, 1)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g_states, g_alphas):  # type: ignore[override]
-        values, w_q, v_a, U, states, alphas, th_all, zrc = (t.detach() for t in ctx.saved_tensors)
+        keys, values, w_q, v_a, U, states, alphas, qas, zrc = (t.detach() for t in ctx.saved_tensors)
         zs, rs, cands = zrc.chunk(3, dim=2)
         mmd = ctx.mm_dtype
         step = step_fn(_bwd_step, ctx.fuse)
@@ -161,16 +166,18 @@ class _Recurrence(torch.autograd.Function):
             g_alphas = g_alphas.transpose(0, 1) if g_alphas is not None else torch.zeros_like(alphas)
             g_next = g_states[T].contiguous()  # dL/ds_T: zero unless the caller reads the new states
             states = states[:T]
-            g_xs, g_qs, g_es = [], [], []
+            g_keys = torch.zeros_like(keys)
+            g_xs, g_qs, g_vs = [], [], []
             for i in range(T - 1, -1, -1):
-                g_next, g_x, g_q, g_e = step(g_next, g_states[i], g_alphas[i], zs[i], rs[i], cands[i], states[i],
-                                             alphas[i], th_all[i], vals_t, wq, va, Uc)
+                g_next, g_x, g_q, g_keys, g_v = step(
+                    g_next, g_states[i], g_alphas[i], zs[i], rs[i], cands[i], states[i], alphas[i], qas[i], keys,
+                    g_keys, vals_t, wq, va, Uc)
                 g_xs.append(g_x)
                 g_qs.append(g_q)
-                g_es.append(g_e)
-            g_x, g_q, g_e = (torch.stack(lst[::-1]) for lst in (g_xs, g_qs, g_es))  # (T, B, .)
-            g_v = torch.mv(th_all.reshape(-1, th_all.size(3)).t(), g_e.reshape(-1))  # sum_i,b,j g_e th
-            g_keys = step_fn(_keys_grad, ctx.fuse)(g_e, th_all, va)  # fused: one pass, no temporaries
+                g_vs.append(g_v)
+            g_x, g_q = (torch.stack(lst[::-1]) for lst in (g_xs, g_qs))  # (T, B, .)
+            g_v = torch.stack(g_vs).sum(0)
+            g_keys = g_keys.mul_(va)
             # weight gradients: one product over all T*B rows
             g_wq = (g_q.reshape(T * B, -1).t().to(mmd) @ states.reshape(T * B, d).to(mmd)).to(w_q.dtype)
             rs_all = (rs * states).reshape(-1, d)
