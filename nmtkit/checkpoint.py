@@ -232,8 +232,11 @@ def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bo
     except (KeyError, ValueError, TypeError) as err:
         raise CheckpointError(f"checkpoint has no usable vocabularies ({err})", names[0]) from None
     lexicon = first.get("lexicon")
+    # a copy (about a megabyte): a tensor of the memory-mapped file would keep the whole mapping,
+    # with the model's pages that load_state_dict read (the model's size again), resident
+    lexicon = lexicon.clone() if isinstance(lexicon, torch.Tensor) else None
     return ModelBundle(
         paths=names, models=tuple(model for model, _ in loaded), src_vocab=src_vocab, tgt_vocab=tgt_vocab,
         pipeline=_pipeline_of(first, names[0]), arch=first.get("arch"), src_lang=first.get("src_lang"),
-        tgt_lang=first.get("tgt_lang"), lexicon=lexicon if isinstance(lexicon, torch.Tensor) else None,
+        tgt_lang=first.get("tgt_lang"), lexicon=lexicon,
         trained_max_len=trained_max_len(first))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 from collections import Counter
 
@@ -225,6 +226,22 @@ def test_a_loaded_bundle_holds_the_first_checkpoints_vocabularies_pipeline_and_m
     assert load_bundle([ckpt]).lexicon is None  # a checkpoint without a lexicon
     translator = _translator(ckpt)
     assert translator.bundle.paths == (ckpt,) and translator.src_vocab is translator.bundle.src_vocab
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads the process's mappings (Linux)")
+def test_a_loaded_bundle_leaves_its_checkpoint_file_unmapped(tmp_path):
+    """Checkpoints are read memory-mapped; a bundle that kept a tensor of the mapping (its
+    lexicon) kept the model's pages resident a second time beside the model."""
+    import gc
+
+    from nmtkit.checkpoint import load_bundle
+
+    path = str(make_checkpoint(tmp_path / "lex.pt", lexicon=torch.arange(8, dtype=torch.int32).view(4, 2)))
+    bundle = load_bundle([path])
+    gc.collect()
+    assert bundle.lexicon is not None and bundle.lexicon.sum() == 28
+    with open("/proc/self/maps") as maps:
+        assert path not in maps.read()
 
 
 @pytest.mark.parametrize("field, value, needle", [
