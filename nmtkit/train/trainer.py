@@ -33,6 +33,7 @@ import time
 import numpy as np
 
 from nmtkit.data.batching import update_batches
+from nmtkit.memory import RELEASE_EVERY_UPDATES, release_free_memory
 from nmtkit.train.checkpoints import BEST, LAST, RunCheckpoints, run_lexicon
 from nmtkit.train.context import TrainContext
 from nmtkit.train.events import LogEvent, StartEvent, ValidationEvent
@@ -131,6 +132,8 @@ class Trainer:
     def _after_update(self) -> ValidationEvent | None:
         """The log record, validation and checkpoints due at this update (the validation's event)."""
         cfg, st = self.ctx.cfg, self.ctx.state
+        if st.update % RELEASE_EVERY_UPDATES == 0 and self.ctx.device.type == "cpu":
+            release_free_memory()  # past batches' buffers, which the next shapes would not fit
         if st.update % cfg.log_every == 0:
             self._log_interval()
         keep = cfg.keep_every > 0 and st.update % cfg.keep_every == 0
