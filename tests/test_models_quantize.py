@@ -51,6 +51,15 @@ def test_the_shortlists_int8_rows_are_the_int8_output_layers_own_columns():
     # the shortlist renormalises over its rows: compare logits up to each row's constant
     expect = full[:, vocab]
     torch.testing.assert_close(rows - rows[:, :1], expect - expect[:, :1], atol=1e-5, rtol=0)
+    # later batches' shortlists reuse the layer's unpacked rows: a second one unpacks nothing
+    proj = dict(model.named_modules())[model.int8_linears[-1]]
+    unpacks = []
+    real_weight = proj.weight
+    proj.weight = lambda: unpacks.append(1) or real_weight()
+    other = torch.tensor([0, 3, 5])
+    rows = _first_step(model, src, lens, _shortlist_rows(model, other))
+    assert unpacks == []
+    torch.testing.assert_close(rows - rows[:, :1], full[:, other] - full[:, :1], atol=1e-5, rtol=0)
 
 
 def test_int8_translation_agrees_with_fp32_through_the_api(tmp_path):
