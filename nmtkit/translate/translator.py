@@ -92,6 +92,7 @@ class Translator:
             self.max_src_len = max(DEFAULT_MAX_SRC_LEN, 4 * trained) if trained else DEFAULT_MAX_SRC_LEN
         self.unk_dict = read_unk_dict(config.unk_dict) if config.unk_dict else None
         self.warned_budget = False
+        self.batches_decoded = 0
         self.need_attention = bool(config.replace_unk or config.alignments or config.plot_attention)
         if config.threads:
             torch.set_num_threads(config.threads)
@@ -130,7 +131,7 @@ class Translator:
         import torch
 
         from nmtkit.data.batching import pad_rows
-        from nmtkit.memory import release_free_memory
+        from nmtkit.memory import RELEASE_EVERY_BATCHES, release_free_memory
 
         ids = [self.src_vocab.encode(t) for t in src_token_lists]
         lens = torch.tensor([len(x) for x in ids], dtype=torch.long)
@@ -141,7 +142,9 @@ class Translator:
                 results = self._sample(src, lens, need_attention, keys)
             else:
                 results = self._beam_search(src, lens, beam, nbest, need_attention)
-        release_free_memory()  # this batch's buffers, which the next batch's shapes would not reuse
+        self.batches_decoded += 1
+        if self.batches_decoded % RELEASE_EVERY_BATCHES == 0:
+            release_free_memory()  # past batches' buffers, which the next batches' shapes would not reuse
         return results
 
     def _beam_search(self, src: Any, lens: Any, beam: int | None, nbest: int | None, need_attention: bool):
