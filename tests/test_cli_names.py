@@ -10,28 +10,28 @@ from pathlib import Path
 import click
 import pytest
 
-from nmtkit.cli import cli
+from nmtkit.cli import cli, command as cli_command
 from tests.conftest import run_cli
 
 SINGLE_LANGUAGE = {"tokenize"}  # commands that read one language: --lang
 
 
 def _options(command: str) -> list[click.Option]:
-    return [p for p in cli.commands[command].params if isinstance(p, click.Option)]
+    return [p for p in cli_command(command).params if isinstance(p, click.Option)]
 
 
 def _names(command: str) -> set[str]:
     return {name for p in _options(command) for name in p.opts + p.secondary_opts}
 
 
-@pytest.mark.parametrize("command", sorted(cli.commands))
+@pytest.mark.parametrize("command", sorted(cli.list_commands(None)))
 def test_every_command_has_q_and_quiet_as_one_flag(command):
     quiet = [p for p in _options(command) if "--quiet" in p.opts]
     assert len(quiet) == 1, command
     assert set(quiet[0].opts) == {"-q", "--quiet"} and quiet[0].is_flag
 
 
-@pytest.mark.parametrize("command", sorted(cli.commands))
+@pytest.mark.parametrize("command", sorted(cli.list_commands(None)))
 def test_dest_names_only_a_folder(command):
     for p in _options(command):
         if "--dest" in p.opts:
@@ -40,7 +40,7 @@ def test_dest_names_only_a_folder(command):
             assert "--dest" not in p.opts, command
 
 
-@pytest.mark.parametrize("command", sorted(cli.commands))
+@pytest.mark.parametrize("command", sorted(cli.list_commands(None)))
 def test_languages_are_spelled_src_lang_and_tgt_lang(command):
     langs = {n for n in _names(command) if n.endswith("lang")}
     if command in SINGLE_LANGUAGE:
@@ -58,7 +58,7 @@ DEVICE_COMMANDS = ("train", "translate", "serve")
 
 
 def test_the_commands_that_take_a_device_are_the_ones_checked_here():
-    assert {c for c in cli.commands if "--device" in _names(c)} == set(DEVICE_COMMANDS)
+    assert {c for c in cli.list_commands(None) if "--device" in _names(c)} == set(DEVICE_COMMANDS)
 
 
 def _cuda_n_refused_only_for_want_of_that_gpu(code: int, err: str) -> None:

@@ -6,7 +6,7 @@ import click
 import pytest
 
 from nmtkit.average import AverageConfig
-from nmtkit.cli import cli
+from nmtkit.cli import cli, command as cli_command
 from nmtkit.devices import check_device_name
 from nmtkit.errors import ConfigError
 from nmtkit.models.presets import ModelOverrides
@@ -35,13 +35,13 @@ COMMAND_OPTIONS = {"train": {"data_dir", "save_dir", "resume", "force", "quiet"}
 
 
 def test_every_command_generates_its_options_from_config_classes():
-    assert set(cli.commands) == set(CONVERTED)
+    assert set(cli.list_commands(None)) == set(CONVERTED)
 
 
 @pytest.mark.parametrize("command", sorted(CONVERTED))
 def test_each_generated_option_takes_its_help_and_default_from_its_config_field(command):
     classes, unset = CONVERTED[command]
-    params = {p.name: p for p in cli.commands[command].params if isinstance(p, click.Option)}
+    params = {p.name: p for p in cli_command(command).params if isinstance(p, click.Option)}
     fields = [(f, spec) for cls in classes for f, spec in option_fields(cls)]
     assert fields
     for field, spec in fields:
@@ -108,7 +108,7 @@ def test_score_options_are_checked_once_whatever_builds_them():
 def test_a_converted_command_has_no_hand_written_config_option(command):
     classes, _ = CONVERTED[command]
     generated = {f.name for cls in classes for f, _ in option_fields(cls)}
-    options = {p.name for p in cli.commands[command].params if isinstance(p, click.Option)} - {"help"}
+    options = {p.name for p in cli_command(command).params if isinstance(p, click.Option)} - {"help"}
     assert options - generated == COMMAND_OPTIONS[command]
 
 
@@ -117,14 +117,14 @@ def test_a_converted_option_takes_its_text_form():
     from tests.conftest import run_cli
 
     assert "Invalid value" not in run_cli(["train", "--data", "nowhere", "--save-dir", "nowhere", "--max-time", "90m"]).err
-    param = next(p for p in cli.commands["train"].params if p.name == "max_time")
-    assert param.type_cast_value(click.Context(cli.commands["train"]), "90m") == "90m"
+    param = next(p for p in cli_command("train").params if p.name == "max_time")
+    assert param.type_cast_value(click.Context(cli_command("train")), "90m") == "90m"
 
 
 def test_translate_and_serve_share_one_declaration_of_each_decode_option():
     """Both commands' decode options come from DecodeConfig: same names, help, default, choices.
     --beam is two fields: translate's beam width, serve's request limit (Limits.max_beam)."""
-    translate, serve = ({p.name: p for p in cli.commands[c].params if isinstance(p, click.Option)}
+    translate, serve = ({p.name: p for p in cli_command(c).params if isinstance(p, click.Option)}
                         for c in ("translate", "serve"))
     shared = [f.name for f, _ in option_fields(DecodeConfig)]
     assert {"lenpen", "max_len_a", "max_len_b", "batch_size", "max_tokens", "max_src_len", "device", "precision",

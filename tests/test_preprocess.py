@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmtkit.cli import cli
+from nmtkit.cli import cli, command as cli_command
 from nmtkit.data.binarized import ParallelData
 from nmtkit.data.manifest import MANIFEST_VERSION
 from nmtkit.errors import ConfigError, InputError, OutputExistsError
@@ -400,7 +400,7 @@ def test_library_errors_are_typed(corpus):
 def test_help_documents_every_option():
     code, out, _ = run_cli(["preprocess", "--help"])
     assert code == 0
-    cmd = cli.commands["preprocess"]
+    cmd = cli_command("preprocess")
     for param in cmd.params:
         if param.name == "help":
             continue

@@ -178,12 +178,14 @@ def test_warnings_reach_stderr_once_through_logging_and_quiet_silences_them(ckpt
         assert len(warnings) == 1 and warnings[0].startswith(f"nmtkit: warning: {src}:1: "), err
 
 
-def test_translating_a_line_imports_no_plotting_scoring_or_tensorboard_library(ckpt):
+def test_translating_a_line_imports_no_plotting_scoring_or_tensorboard_library_nor_other_subcommands(ckpt):
     """The translate path's start-up: matplotlib, sacrebleu, tensorboard and rich are never
-    imported (each costs import time, and none is needed to translate)."""
+    imported (each costs import time, and none is needed to translate), nor the modules of the
+    other subcommands."""
+    others = tuple(f"nmtkit.cli.{m}" for m in ("preprocess", "select", "train", "score", "serve", "tokenize", "average"))
     code = ("import sys\nfrom nmtkit.cli import main\ntry:\n    main(['translate', '-m', sys.argv[1], '--beam', '2'])\n"
             "except SystemExit as e:\n    assert not e.code, e.code\n"
-            "heavy = ('matplotlib', 'sacrebleu', 'tensorboard', 'torch.utils.tensorboard', 'rich')\n"
+            f"heavy = ('matplotlib', 'sacrebleu', 'tensorboard', 'torch.utils.tensorboard', 'rich') + {others!r}\n"
             "print(sorted(m for m in sys.modules if m in heavy or m.startswith(tuple(h + '.' for h in heavy))),"
             " file=sys.stderr)\n")
     proc = subprocess.run([sys.executable, "-c", code, ckpt], input="hello world\n", capture_output=True, text=True,
