@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import sys
 import os
+import sys
 from functools import lru_cache
 
 # oneDNN primitives kept: enough for the distinct shapes of a training update or a decoding batch

@@ -10,7 +10,8 @@ from pathlib import Path
 import click
 import pytest
 
-from nmtkit.cli import cli, command as cli_command
+from nmtkit.cli import cli
+from nmtkit.cli import command as cli_command
 from tests.conftest import run_cli
 
 SINGLE_LANGUAGE = {"tokenize"}  # commands that read one language: --lang

@@ -6,7 +6,8 @@ import click
 import pytest
 
 from nmtkit.average import AverageConfig
-from nmtkit.cli import cli, command as cli_command
+from nmtkit.cli import cli
+from nmtkit.cli import command as cli_command
 from nmtkit.devices import check_device_name
 from nmtkit.errors import ConfigError
 from nmtkit.models.presets import ModelOverrides

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmtkit.cli import cli, command as cli_command
+from nmtkit.cli import command as cli_command
 from nmtkit.data.binarized import ParallelData
 from nmtkit.data.manifest import MANIFEST_VERSION
 from nmtkit.errors import ConfigError, InputError, OutputExistsError
