@@ -73,7 +73,7 @@ def test_the_cli_caps_the_onednn_cache_before_torch_builds_a_product():
     """The capacity is in the environment of a CLI run by the time translation starts (oneDNN
     reads it once, at its first primitive)."""
     code = ("import os, sys\nfrom nmtkit import cli\nseen = []\n"
-            "cli.translate_cmd.callback = lambda **kw: seen.append(os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY'))\n"
+            "cli.command('translate').callback = lambda **kw: seen.append(os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY'))\n"
             "try:\n    cli.main(['translate', '-m', 'x.pt'])\nexcept SystemExit:\n    pass\n"
             "print(seen, 'torch' in sys.modules)\n")
     env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}

@@ -281,7 +281,7 @@ class Seq2Seq(nn.Module):
 
 def _rows_logits(feats: Tensor, out: tuple[Any, Tensor | None]) -> Tensor:
     """feats (N, F) -> logits (N, L) over a shortlist's output rows: float (weight (L, F), bias)
-    or, from an int8 output layer, (packed int8 rows, None) (nmtkit.models.quantize)."""
+    or, from an int8 output layer, (its int8 columns, None) (nmtkit.models.quantize)."""
     if isinstance(out[0], Tensor):
         return F.linear(feats, out[0], out[1])
     from nmtkit.models.quantize import project

@@ -1,4 +1,4 @@
-"""Which autocast dtype pays off on a device (the trainer's `--precision auto`).
+"""Which precision pays off on a device (`--precision auto` of training and of decoding).
 
 bf16 autocast doubles matrix-product throughput on GPUs and on CPUs with native BF16
 instructions (AVX512-BF16, AMX), but on other CPUs PyTorch emulates bf16 products and they
@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 FAST_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+FAST_INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 
 FP16_ON_CPU = ("--precision fp16 on the CPU works but is emulated and slow; it is meant for GPUs "
                "(bf16 is the CPU's 16-bit option)")
@@ -18,6 +19,16 @@ FP16_ON_CPU = ("--precision fp16 on the CPU works but is emulated and slow; it i
 
 def cpu_has_fast_bf16(cpuinfo: str | None = None) -> bool:
     """True when the CPU flags (Linux /proc/cpuinfo, or the text given) include native BF16."""
+    return _cpu_has_any_flag(FAST_BF16_FLAGS, cpuinfo)
+
+
+def cpu_has_fast_int8(cpuinfo: str | None = None) -> bool:
+    """True when the CPU flags include int8 dot products (VNNI, AMX): where `--precision int8`
+    is known to be the fastest way to decode (nmtkit.models.quantize)."""
+    return _cpu_has_any_flag(FAST_INT8_FLAGS, cpuinfo)
+
+
+def _cpu_has_any_flag(wanted: tuple[str, ...], cpuinfo: str | None) -> bool:
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
@@ -26,7 +37,7 @@ def cpu_has_fast_bf16(cpuinfo: str | None = None) -> bool:
     for line in cpuinfo.splitlines():
         if line.startswith("flags"):
             flags = set(line.split(":", 1)[-1].split())
-            return any(f in flags for f in FAST_BF16_FLAGS)
+            return any(f in flags for f in wanted)
     return False
 
 
@@ -93,3 +104,13 @@ def set_tf32(device_type: str, precision: str, enabled: bool) -> bool:
         torch.backends.cuda.matmul.allow_tf32 = enabled
         torch.backends.cudnn.allow_tf32 = enabled
     return enabled
+
+
+def resolve_decode_precision(device_type: str, precision: str, int8_capable: bool) -> str:
+    """translate's and serve's --precision with "auto" resolved: "int8" on a CPU with int8 dot
+    products when the models can be quantised (`int8_capable`), else what auto means in
+    training (`resolve_precision`). On the peer benchmark's CPU and model, int8 decoded beam 5
+    faster than bf16 and fp32, in the least memory, at their BLEU (docs/int8.md)."""
+    if precision == "auto" and device_type == "cpu" and int8_capable and cpu_has_fast_int8():
+        return "int8"
+    return resolve_precision(device_type, precision)

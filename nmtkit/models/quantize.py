@@ -1,102 +1,115 @@
-"""int8 decoding on the CPU (`--precision int8`): dynamic quantisation of a model's projections.
+"""int8 decoding on the CPU (`--precision int8`): the projections as int8 products.
 
 Each architecture lists in `Seq2Seq.int8_linears` the nn.Linear layers that decoding only ever
 calls as modules (never reading `.weight`): the attention's query and key projections, the gate
 inputs and recurrent products of the decoder step, the deep output and the output layer.
-`quantize_for_decoding` replaces them by `torch.ao.nn.quantized.dynamic.Linear`: int8 weights
-(per output channel), activations quantised to int8 per call, the product in int8 with int32
-accumulation (fbgemm/oneDNN), the result in float32. Everything else stays float32: the
-embeddings, the encoder's nn.GRU/LSTM (its CPU path calls torch.gru with the weights directly),
-the attention's tanh/softmax/weighted sums, the elementwise gate arithmetic, log-softmax.
+`quantize_for_decoding` replaces them by `Int8Linear`: the weight in int8 with one scale per
+output channel (symmetric, max |w| -> 127), and at every call each *row* of the input quantised
+to int8 with its own scale (max |x_row| -> 127); the product runs in int8 with exact int32
+accumulation (`torch._int_mm`: oneDNN's VNNI/AMX kernels on x86), then comes back to float32
+times the row's and the channel's scales, plus the float32 bias. Everything else stays float32:
+the embeddings, the encoder's nn.GRU/LSTM, the attention's tanh/softmax/weighted sums, the
+elementwise gate arithmetic, log-softmax.
 
-Why torch.ao.quantization.quantize_dynamic and not its announced successor, torchao's
-`quantize_(model, Int8DynamicActivationInt8WeightConfig())`: torchao's int8 tensors are meant to
-be run through torch.compile; in eager mode on this project's CPU they made a 320x512x1024 +
-320x1024x10000 pair of products 1.8x *slower* than float32, while quantize_dynamic's fused
-kernels made it faster (docs/int8.md has the measurement). torch.ao.quantization is
-deprecated (PyTorch plans to remove it); when it is gone, `--precision int8` says so in one line.
+Why per row: an input row's int8 values, and so its result, depend on that row alone, so a
+sentence translates the same whatever else is in its batch (the file around it, the server's
+other requests). PyTorch's dynamic quantisation (`torch.ao.quantization.quantize_dynamic`, which
+nmtkit used before) takes one scale for the whole input tensor: a sentence's translation could
+change with its batch-mates. The per-row products are also as fast (320 x 512 x 7,161, 2 threads:
+1.9 ms against quantize_dynamic's 2.1 ms, bf16's 3.2 ms and fp32's 13.4 ms; docs/int8.md), and
+they use no deprecated API.
 
-Shortlist decoding (nmtkit.decode.shortlist) takes a batch's rows of the int8 output layer and
-packs them once per batch (`shortlist_rows`), so the shortlisted output layer runs in int8 too.
+Shortlist decoding (nmtkit.decode.shortlist) takes a batch's columns of the int8 output layer
+once per batch (`shortlist_rows`), so the shortlisted output layer runs in int8 too, and gives
+exactly the int8 layer's own columns.
 """
 from __future__ import annotations
 
-import warnings
-from typing import Any
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor, nn
 
 from nmtkit.errors import ConfigError
 
-INT8_ON_CUDA = ("--precision int8 runs on the CPU only (dynamic int8 quantisation has no CUDA kernels): "
+INT8_ON_CUDA = ("--precision int8 runs on the CPU only (its int8 products are CPU kernels): "
                 "use --device cpu, or --precision bf16/fp16 on a GPU")
 
 
-def _quantization_api():
-    """(quantize_dynamic, the dynamic quantized Linear class, per-channel qconfig), or a
-    ConfigError when this torch no longer ships torch.ao.quantization."""
-    try:
-        with warnings.catch_warnings():  # its deprecation notice, once per import: said in the docs
-            warnings.simplefilter("ignore")
-            from torch.ao.nn.quantized.dynamic import Linear as QLinear
-            from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-    except ImportError as err:
-        raise ConfigError(f"--precision int8 needs torch.ao.quantization, which this torch lacks ({err})") from None
-    return quantize_dynamic, QLinear, per_channel_dynamic_qconfig
+class Int8Rows(NamedTuple):
+    """An int8 layer's weight, transposed (F, V) int8, its per-output-channel scales (V,) and
+    float32 bias (V,) or None: the whole layer, or a shortlist's columns of it."""
+
+    weight_t: Tensor
+    scale: Tensor
+    bias: Tensor | None
+
+
+def int8_matmul(x: Tensor, rows: Int8Rows) -> Tensor:
+    """x (..., F) float -> x W^T + b (..., V) float32, with each row of x quantised to int8 on its
+    own scale (module docstring)."""
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1]).float()
+    x_scale = x2.abs().amax(1, keepdim=True).clamp_min_(1e-30).div_(127.0)
+    xq = torch.round(x2 / x_scale).to(torch.int8)
+    y = torch._int_mm(xq, rows.weight_t).float().mul_(x_scale).mul_(rows.scale)
+    if rows.bias is not None:
+        y.add_(rows.bias)
+    return y.reshape(*shape[:-1], y.size(1))
+
+
+class Int8Linear(nn.Module):
+    """An nn.Linear for decoding: int8 weight per output channel, int8 input per row."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        w = linear.weight.detach().float()
+        scale = w.abs().amax(1).clamp_min(1e-30) / 127.0
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("weight_t", torch.round(w / scale[:, None]).to(torch.int8).t().contiguous())
+        self.register_buffer("scale", scale)
+        self.register_buffer("bias", linear.bias.detach().float().clone() if linear.bias is not None else None)
+
+    def rows(self) -> Int8Rows:
+        return Int8Rows(self.weight_t, self.scale, self.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return int8_matmul(x, self.rows())
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
 def quantize_for_decoding(model: Any) -> Any:
-    """The model (eval mode, CPU, float32) with its `int8_linears` replaced by dynamically
-    quantised int8 layers, in place; returns it. Not for training: the int8 layers have no
-    gradients. A model that names no such layer is a ConfigError."""
-    import torch
-
+    """The model (eval mode, CPU, float32) with its `int8_linears` replaced by `Int8Linear`
+    layers, in place; returns it. Not for training: the int8 layers have no gradients. A model
+    that names no such layer is a ConfigError."""
     names = tuple(getattr(model, "int8_linears", ()))
     if not names:
         raise ConfigError(f"--precision int8: {type(model).__name__} has no layers to quantise")
     if next(model.parameters()).device.type != "cpu":
         raise ConfigError(INT8_ON_CUDA)
-    quantize_dynamic, _, qconfig = _quantization_api()
     model.eval()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        quantize_dynamic(model, {name: qconfig for name in names}, dtype=torch.qint8, inplace=True)
+    for name in names:
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, attr, Int8Linear(getattr(parent, attr)))
     return model
 
 
 def is_quantized(module: Any) -> bool:
-    """True for a layer `quantize_for_decoding` made (cheap: imports nothing)."""
-    import sys
-
-    dynamic = sys.modules.get("torch.ao.nn.quantized.dynamic")  # imported by any quantisation
-    return dynamic is not None and isinstance(module, dynamic.Linear)
+    """True for a layer `quantize_for_decoding` made."""
+    return isinstance(module, Int8Linear)
 
 
-def shortlist_rows(proj: Any, vocab: Any) -> tuple[Any, None]:
-    """The rows `vocab` (L,) of a quantised output layer (V, F), packed for int8 products:
-    (packed params, None), the form `Seq2Seq.step`'s `out` takes; `project` applies it."""
-    import torch
-
-    values, scales, zero_points, bias = _unpacked(proj)
-    rows = torch._make_per_channel_quantized_tensor(
-        values.index_select(0, vocab), scales.index_select(0, vocab), zero_points.index_select(0, vocab), 0)
-    bias = bias.index_select(0, vocab) if bias is not None else None
-    return torch.ops.quantized.linear_prepack(rows, bias), None
+def shortlist_rows(proj: Int8Linear, vocab: Tensor) -> tuple[Int8Rows, None]:
+    """The columns `vocab` (L,) of an int8 output layer (V outputs): (Int8Rows with weight_t
+    (F, L), None), the form `Seq2Seq.step`'s `out` takes; `project` applies it."""
+    bias = proj.bias.index_select(0, vocab) if proj.bias is not None else None
+    return Int8Rows(proj.weight_t.index_select(1, vocab), proj.scale.index_select(0, vocab), bias), None
 
 
-def _unpacked(proj: Any) -> tuple[Any, Any, Any, Any]:
-    """A quantised layer's int8 weight values (V, F), per-channel scales and zero points (V,) and
-    bias, unpacked once per layer and kept on it: `proj.weight()` and `proj.bias()` each unpack
-    the whole packed matrix (for the benchmark's output layer, ~3 ms a call, twice a batch)."""
-    cached = getattr(proj, "_nmtkit_unpacked", None)
-    if cached is None:
-        weight = proj.weight()  # qint8, per output channel
-        cached = (weight.int_repr(), weight.q_per_channel_scales(), weight.q_per_channel_zero_points(), proj.bias())
-        proj._nmtkit_unpacked = cached
-    return cached
-
-
-def project(features: Any, packed: Any) -> Any:
-    """features (N, F) float32 times packed int8 rows (L, F) -> (N, L) float32, as the
-    quantised layer itself computes it."""
-    import torch
-
-    return torch.ops.quantized.linear_dynamic(features, packed, reduce_range=True)
+def project(features: Tensor, rows: Int8Rows) -> Tensor:
+    """features (N, F) float32 through int8 columns `rows` -> (N, L) float32, as the int8 layer
+    itself computes them."""
+    return int8_matmul(features, rows)

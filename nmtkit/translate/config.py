@@ -44,10 +44,10 @@ class DecodeConfig:
     device: str = option("auto", metavar="auto|cpu|cuda|cuda:N", help=DEVICE_HELP)
     precision: str = option(
         "auto", choices=DECODE_PRECISIONS,
-        help="auto = bf16 autocast on GPUs and on CPUs with native BF16 (AVX512-BF16, AMX), as in training; fp32 "
-             "on other CPUs, where bf16 is emulated and slower. fp16 is meant for GPUs (it runs on a CPU, slowly). "
-             "int8 (CPU only): the projections and the output layer run as int8 products (dynamic quantisation; "
-             "README, 'int8 decoding').")
+        help="int8 (CPU only): the projections and the output layer run as int8 products, each input row on its own "
+             "scale (README, 'int8 decoding'). auto = int8 on CPUs with int8 dot products (VNNI, AMX: there the "
+             "fastest and leanest, at fp32's BLEU); else bf16 autocast on GPUs and on CPUs with native BF16, fp32 on "
+             "other CPUs. fp16 is meant for GPUs (it runs on a CPU, slowly).")
     fuse: str = option(
         "auto", choices=FUSE,
         help="Compile the decoding step into a few fused kernels (torch.compile; the first run compiles for up to "

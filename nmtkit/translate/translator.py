@@ -61,16 +61,19 @@ class Translator:
 
         from nmtkit.checkpoint import load_bundle
         from nmtkit.models.fusion import resolve_fuse
-        from nmtkit.models.precision import FP16_ON_CPU, autocast, resolve_precision
+        from nmtkit.models.precision import FP16_ON_CPU, autocast, resolve_decode_precision
         from nmtkit.models.quantize import INT8_ON_CUDA, quantize_for_decoding
 
         self.config = config
         self.warn = warn or log.warning
         self.device = resolve_device(config.device)
-        int8 = config.precision == "int8"
-        if int8 and self.device.type != "cpu":
+        if config.precision == "int8" and self.device.type != "cpu":
             raise ConfigError(INT8_ON_CUDA)
         self.bundle = bundle = load_bundle(config.models, self.device, fuse_steps=resolve_fuse(config.fuse, self.device))
+        # auto: int8 on CPUs with int8 dot products, else bf16 where native (GPUs, some CPUs), else fp32
+        self.precision = precision = resolve_decode_precision(
+            self.device.type, config.precision, all(m.int8_linears for m in bundle.models))
+        int8 = precision == "int8"
         self.models, self.src_vocab, self.tgt_vocab, self.pipeline = (
             [quantize_for_decoding(m) if int8 else m for m in bundle.models], bundle.src_vocab, bundle.tgt_vocab,
             bundle.pipeline)
@@ -96,8 +99,6 @@ class Translator:
         self.need_attention = bool(config.replace_unk or config.alignments or config.plot_attention)
         if config.threads:
             torch.set_num_threads(config.threads)
-        # auto: bf16 on GPUs and on CPUs with native BF16, as in training (models.precision)
-        self.precision = precision = resolve_precision(self.device.type, config.precision)
         if precision == "fp16" and self.device.type != "cuda":
             log.warning(FP16_ON_CPU)
         # autocast keeps the fp32 weights and runs matrix products in 16 bits; log-softmax and
