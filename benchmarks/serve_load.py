@@ -9,7 +9,7 @@ Reports, per client count: sentences/s, p50 and p99 request latency, the server'
 --sequential requests of the same plan sent one at a time (one client, nothing to batch with).
 Every response is compared with `nmtkit translate` on the same lines ("differ": with the
 shortlist or bf16, a sentence's translation may depend on the sentences batched with it, so
-only --shortlist off --precision fp32 should give 0). The reference is `nmtkit translate` run once on all the distinct
+only --shortlist off with --precision int8 or fp32 should give 0). The reference is `nmtkit translate` run once on all the distinct
 sentences as one file; its sentences/s (end to end, and without its start-up, measured on an
 empty input) is what the server is compared with.
 

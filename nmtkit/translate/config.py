@@ -59,7 +59,7 @@ class DecodeConfig:
              "word (Jean et al. 2015; nmtkit.decode.shortlist): beam search about 20% faster on a CPU, BLEU "
              "unchanged on the benchmark's dev set; off: the whole vocabulary. In serve, a batch's shortlist (and "
              "bf16 rounding) depends on the sentences batched together: for answers that never depend on other "
-             "requests, use --shortlist off --precision fp32.")
+             "requests, use --shortlist off with --precision int8 or fp32.")
     threads: int | None = option(None, min=1, metavar="N", shown_default="torch's default",
                                  help="torch CPU threads.")
 
