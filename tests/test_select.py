@@ -373,10 +373,10 @@ def test_progress_bar_reports_pairs_per_second_on_a_terminal():
 
     from rich.console import Console
 
-    from nmtkit.cli.select import _progress
+    from nmtkit.cli.select import _bars
 
     buf = io.StringIO()
-    bar = _progress(Console(file=buf, force_terminal=True, width=120))
+    bar = _bars(Console(file=buf, force_terminal=True, width=120))
     with bar as update:
         for done in (0, 500, 1000):
             update("score", done, 1000)

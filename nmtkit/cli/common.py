@@ -104,6 +104,47 @@ def make_console():
     return Console(stderr=True)
 
 
+class StageBars:
+    """rich progress bars, one per stage, fed by a library's `progress(stage, done, total)`
+    callback (preprocess, select-data): `with StageBars(...) as progress: run(cfg, progress)`.
+    `columns`: the bars' rich columns; `labels`: a stage's shown name (default: the stage);
+    `rate`: also fill a `{task.fields[rate]}` column with the stage's items per second."""
+
+    def __init__(self, console, columns: list, labels: dict[str, str] | None = None, rate: bool = False):
+        from rich.progress import Progress
+
+        self.progress = Progress(*columns, console=console, transient=False)
+        self.labels = labels or {}
+        self.rate = rate
+        self.tasks: dict[str, Any] = {}
+
+    def __call__(self, stage: str, done: int, total: int | None) -> None:
+        task = self.tasks.get(stage)
+        if task is None:
+            task = self.tasks[stage] = self.progress.add_task(self.labels.get(stage, stage), total=total, rate="-")
+        self.progress.update(task, completed=done, total=total)
+        if self.rate:
+            speed = self.progress.tasks[task].speed
+            self.progress.update(task, rate=f"{speed:,.0f}" if speed else "-")
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.progress.__exit__(*exc)
+
+
+@contextlib.contextmanager
+def stage_progress(quiet: bool, make_bars: Callable[[], StageBars]) -> Iterator[StageBars | None]:
+    """The progress callback of a run: `make_bars()` where `progress_enabled(quiet)`, else None."""
+    if not progress_enabled(quiet):
+        yield None
+        return
+    with make_bars() as bars:
+        yield bars
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the command is, so that it unwinds as Ctrl-C does."""
 

@@ -10,47 +10,30 @@ from typing import Any
 import click
 
 from nmtkit.cli.common import (
+    StageBars,
     config_options,
     config_values,
     make_console,
-    progress_enabled,
     quiet_option,
     quiet_warnings,
+    stage_progress,
 )
 from nmtkit.preprocess.config import PreprocessConfig
 
 
-class _RichProgress:
-    """Turns preprocess's progress(stage, done, total) callbacks into rich bars, one per stage."""
+def _bars(console) -> StageBars:
+    """A bar per stage (tokenise, clean, learn BPE, binarise, ...) with a spinner."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    def __init__(self, console):
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            SpinnerColumn,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description:<26}"), BarColumn(),
-                                 MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                                 console=console, transient=False)
-        self.tasks: dict[str, int] = {}
-
-    def __call__(self, stage: str, done: int, total: int | None) -> None:
-        task = self.tasks.get(stage)
-        if task is None:
-            task = self.tasks[stage] = self.progress.add_task(stage, total=total)
-        self.progress.update(task, completed=done, total=total)
-
-    def __enter__(self):
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.progress.__exit__(*exc)
+    return StageBars(console, [SpinnerColumn(), TextColumn("{task.description:<26}"), BarColumn(),
+                               MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn()])
 
 
 def _summary(console, manifest: dict) -> None:
@@ -92,10 +75,7 @@ def preprocess_cmd(quiet: bool, **options: Any) -> None:
     values = config_values(PreprocessConfig, options)
     config = PreprocessConfig(**values)
     console = make_console()
-    if progress_enabled(quiet):
-        with _RichProgress(console) as bars:
-            manifest = preprocess(config, bars)
-    else:
-        manifest = preprocess(config)
+    with stage_progress(quiet, lambda: _bars(console)) as progress:
+        manifest = preprocess(config, progress)
     if not quiet:
         _summary(console, manifest)

@@ -6,12 +6,13 @@ from typing import Any
 import click
 
 from nmtkit.cli.common import (
+    StageBars,
     config_options,
     config_values,
     make_console,
-    progress_enabled,
     quiet_option,
     quiet_warnings,
+    stage_progress,
 )
 from nmtkit.select.config import SelectConfig
 
@@ -30,12 +31,8 @@ def select_data_cmd(quiet: bool, **options: Any) -> None:
 
     values = config_values(SelectConfig, options)
     cfg = SelectConfig(**values)
-    console = make_console()
-    if progress_enabled(quiet):
-        with _progress(console) as cb:
-            summary = run_selection(cfg, cb)
-    else:
-        summary = run_selection(cfg)
+    with stage_progress(quiet, lambda: _bars(make_console())) as progress:
+        summary = run_selection(cfg, progress)
     if not quiet:
         sel = summary["selected"]
         click.echo(f"selected {sel['pairs']} of {summary['pool']['pairs']} pairs "
@@ -43,38 +40,18 @@ def select_data_cmd(quiet: bool, **options: Any) -> None:
                    f"{summary['outputs']['tgt']}", err=True)
 
 
-class _progress:
-    """A rich progress bar per stage, with pairs/s, fed by the library's (stage, done, total) callback."""
+def _bars(console) -> StageBars:
+    """A bar per stage, with pairs/s."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    LABELS = {"sample": "sampling pool", "score": "scoring", "write": "writing"}
-
-    def __init__(self, console):
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TaskProgressColumn,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TaskProgressColumn(), TextColumn("{task.fields[rate]} pairs/s"),
-                                 TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)
-        self.tasks: dict[str, int] = {}
-
-    def __enter__(self):
-        self.progress.__enter__()
-        return self.update
-
-    def __exit__(self, *exc):
-        return self.progress.__exit__(*exc)
-
-    def update(self, stage: str, done: int, total: int) -> None:
-        if stage not in self.tasks:
-            self.tasks[stage] = self.progress.add_task(self.LABELS.get(stage, stage), total=total, rate="-")
-        tid = self.tasks[stage]
-        self.progress.update(tid, completed=done)
-        speed = self.progress.tasks[tid].speed
-        self.progress.update(tid, rate=f"{speed:,.0f}" if speed else "-")
+    return StageBars(console, [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                               TaskProgressColumn(), TextColumn("{task.fields[rate]} pairs/s"),
+                               TimeElapsedColumn(), TimeRemainingColumn()],
+                     labels={"sample": "sampling pool", "score": "scoring", "write": "writing"}, rate=True)
