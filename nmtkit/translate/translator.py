@@ -74,9 +74,9 @@ class Translator:
         self.precision = precision = resolve_decode_precision(
             self.device.type, config.precision, all(m.int8_linears for m in bundle.models))
         int8 = precision == "int8"
-        self.models, self.src_vocab, self.tgt_vocab, self.pipeline = (
-            [quantize_for_decoding(m) if int8 else m for m in bundle.models], bundle.src_vocab, bundle.tgt_vocab,
-            bundle.pipeline)
+        if int8:
+            for m in bundle.models:
+                quantize_for_decoding(m)  # in place: the bundle's models become the int8 ones
         # a wider beam than the target vocabulary finds nothing more and costs memory and time:
         # every search is capped at max_beam (n-best lists too)
         self.max_beam = n_tgt = len(self.tgt_vocab.itos)
@@ -106,6 +106,22 @@ class Translator:
         # (int8: float32 activations into the int8 layers, and float32 everywhere else)
         self.autocast = autocast(self.device.type, "fp32" if int8 else precision)
         self.source_name = "<stdin>"
+
+    @property
+    def models(self) -> tuple[Any, ...]:
+        return self.bundle.models
+
+    @property
+    def src_vocab(self) -> Any:
+        return self.bundle.src_vocab
+
+    @property
+    def tgt_vocab(self) -> Any:
+        return self.bundle.tgt_vocab
+
+    @property
+    def pipeline(self) -> Any:
+        return self.bundle.pipeline
 
     # -- per line
     def prepare(self, line: str, lineno: int) -> list[str]:
