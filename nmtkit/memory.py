@@ -12,8 +12,9 @@ On Linux with glibc, memory that PyTorch frees (oneDNN's buffers for a product s
 activations of a batch) mostly stays in malloc's arenas: the process keeps it resident, and
 when the next batch's buffers have other sizes they do not fit the holes, so the resident size
 grows with the variety of shapes a run meets. `malloc_trim(0)` returns every free page of every
-arena to the system (benchmarks/MEMORY.md has the figures). It costs about a millisecond, so
-callers do it between batches, not between steps. Elsewhere (macOS, musl, Windows) this is a
+arena to the system (benchmarks/MEMORY.md has the figures). It costs a few milliseconds (about
+5 after a beam-5 batch) and the pages it returns fault back in, so callers do it every few
+batches or updates, never between steps. Elsewhere (macOS, musl, Windows) this is a
 no-op.
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ ONEDNN_CACHE_CAPACITY = 64
 # CPU training gives malloc's free pages back every this many updates. bf16 training on the
 # benchmark's data (batches of 64 pairs of 1-64 subwords) otherwise grew from 860 MB at update 100
 # to 1,050 MB at 600 and 2,260 MB after 4,800; trimmed, it held at 615, 723 and 740 MB at updates
-# 100, 600 and 1,500, at no measurable cost (a trim takes about a millisecond, an update ~100 ms).
+# 100, 600 and 1,500, at no measurable cost (a trim takes a few milliseconds, an update ~100 ms).
 RELEASE_EVERY_UPDATES = 10
 
 # Decoding trims every this many batches. Each trim takes ~5 ms and the next batch faults the
