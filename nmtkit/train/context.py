@@ -175,7 +175,7 @@ class TrainContext:
         thread. A reducer freed after `shutdown` drops it holding the interpreter lock, while the
         worker may need that lock to free its last collective: both wait forever. Dropped through
         Python instead, the group is freed with the lock released."""
-        if self.dist.enabled and self.loss_module is not None and hasattr(self.loss_module, "reducer"):
+        if hasattr(self.loss_module, "reducer"):  # wrapped by DistributedDataParallel
             self.loss_module = self.loss_module.module
             gc.collect()  # DDP's hooks make cycles: free the reducer now, not at some later collection
         ddp.shutdown(self.dist)
