@@ -301,6 +301,41 @@ def test_rnnsearch_recurrence_keeps_for_backward_nothing_of_size_steps_by_source
     assert all(a.grad is not None for a in args if a.requires_grad)
 
 
+def test_eager_rnnsearch_recurrence_allocates_its_source_by_attention_activations_per_pass_not_per_step():
+    """Every eager step computes its (B, S, n') tanh activations in one buffer: a new tensor of
+    that size per step fragmented glibc's heap (the small per-step results kept for the backward
+    settle in the freed hole, the next step's activations no longer fit, and the heap grows by
+    about a hole per step: a 64 x 64 batch held 790 MB resident for 340 MB of live data)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from nmtkit.models.recurrence import bahdanau_recurrence
+
+    torch.manual_seed(0)
+    B, T, S, d, na = 3, 40, 40, 8, 64
+    leaf = lambda *shape: torch.randn(*shape, requires_grad=True)  # noqa: E731
+    args = (leaf(B, T, 3 * d), leaf(B, d), leaf(B, S, na), leaf(B, S, 3 * d), torch.ones(B, S, dtype=torch.bool),
+            leaf(na + 2 * d, d), leaf(na), leaf(d, d))
+
+    class FreshLarge(TorchDispatchMode):
+        """Counts op results of at least B*S*n' elements in storage no input of the op owns."""
+        count = 0
+
+        def __torch_dispatch__(self, func, types, a=(), kw=None):
+            out = func(*a, **(kw or {}))
+            ins = {t.untyped_storage().data_ptr() for t in torch.utils._pytree.tree_leaves((a, kw))
+                   if isinstance(t, torch.Tensor)}
+            for t in torch.utils._pytree.tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.numel() >= B * S * na and t.untyped_storage().data_ptr() not in ins:
+                    FreshLarge.count += 1
+            return out
+
+    with FreshLarge():
+        states, alphas = bahdanau_recurrence(*args)
+        (states.sum() + alphas.sum()).backward()
+    assert args[2].grad is not None
+    assert FreshLarge.count <= 6, f"{FreshLarge.count} fresh (B, S, n') tensors for T = {T} steps"
+
+
 def test_rnnsearch_recurrence_under_autocast_matches_fp32():
     torch.manual_seed(0)
     model = build_model("rnnsearch", dict(TINY["rnnsearch"], init="default"))

@@ -25,6 +25,11 @@ Kept, they were T (B, S, n') float32 tensors, the largest thing a training step 
 sentences of 50 words, n' = 512: 420 MB, then as much again for the keys' gradient), and they
 set the peak RSS of a CPU run. The keys' gradient and v_a's are summed step by step in the same
 pass, so the backward does about the elementwise work it did when it read them.
+Eager loops compute every step's th_i in one (B, S, n') buffer allocated before the loop. A new
+tensor per step (8 MB for 64 sentences of 64 tokens) is what fragments glibc's heap: the
+step's small results kept for the backward land in the hole the last step's activations left,
+the next step's no longer fits there, and the heap grows by about a hole per step (a 64 x 64
+batch: +790 MB resident against +340 MB of live allocations).
 
 Launches (docs/design.md, 10): each direction of the loop calls one pure step body per time step
 (`_fwd_step`, `_bwd_step`), which `fusion.step_fn` hands over as it is (eager) or compiled by
@@ -72,21 +77,36 @@ def bahdanau_recurrence(x_gates: Tensor, s0: Tensor, keys: Tensor, values: Tenso
         return _Recurrence.apply(*args, mask, w_q, v_a, U, mm_dtype, fuse)
 
 
+def _scores_tanh(keys: Tensor, qa: Tensor, work: Tensor | None) -> Tensor:
+    """tanh(q_a + K): keys (B, S, n'), qa (B, n') -> (B, S, n'), in `work` when given, else in one
+    new tensor (the add's result, made tanh in place)."""
+    if work is None:
+        return (keys + qa.unsqueeze(1)).tanh_()
+    return torch.add(keys, qa.unsqueeze(1), out=work).tanh_()
+
+
 def _fwd_step(s: Tensor, x: Tensor, keys: Tensor, vals: Tensor, pad: Tensor, wq: Tensor, va: Tensor,
-              Uc: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+              Uc: Tensor, work: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """One step from s_i (B, d), x_i (B, 3d); keys (B, S, n') in the accumulation dtype, vals
     (B, S, 3d) in the matmul dtype, pad (B, S) bool, wq (n' + 2d, d) and Uc (d, d) in the matmul dtype, va (n',)
-    -> (s_{i+1}, alpha_i (B, S), attention query q_a (B, n'), [z; r; cand] (B, 3d))."""
+    -> (s_{i+1}, alpha_i (B, S), attention query q_a (B, n'), [z; r; cand] (B, 3d)). `work`: an
+    optional (B, S, n') buffer like keys for the tanh activations (module docstring, Memory)."""
     acc, mmd = s.dtype, wq.dtype
     na, d = keys.size(2), s.size(1)
     q = (s.to(mmd) @ wq.t()).to(acc)
-    th = (keys + q[:, :na].unsqueeze(1)).tanh_()  # in place: one (B, S, n') allocation when eager
+    th = _scores_tanh(keys, q[:, :na], work)
     alpha = torch.softmax((th @ va).masked_fill(pad, float("-inf")), dim=-1)
     g = x + torch.bmm(alpha.unsqueeze(1).to(mmd), vals).squeeze(1).to(acc)
     zr = torch.sigmoid(g[:, : 2 * d] + q[:, na:])
     z, r = zr[:, :d], zr[:, d:]
     cand = torch.tanh(g[:, 2 * d :] + ((r * s).to(mmd) @ Uc.t()).to(acc))
     return torch.lerp(s, cand, z), alpha, q[:, :na], torch.cat([z, r, cand], dim=1)
+
+
+def _workspace(keys: Tensor, fuse: bool) -> Tensor | None:
+    """The (B, S, n') buffer every eager step computes its tanh activations in (None when fused:
+    the compiled body keeps no such intermediate)."""
+    return None if fuse else torch.empty_like(keys)
 
 
 def _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse: bool, keep: bool):
@@ -98,11 +118,12 @@ def _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse: bool,
     acc = x_gates.dtype
     wq, Uc, vals, va = w_q.to(mm_dtype), U.to(mm_dtype), values.to(mm_dtype), v_a.to(acc)
     pad = ~mask
+    work = _workspace(keys, fuse)
     states, alphas, kept = [], [], ([], [])
     s = s0
     for x in x_gates.unbind(1):
         states.append(s)
-        s, alpha, *rest = step(s, x, keys, vals, pad, wq, va, Uc)
+        s, alpha, *rest = step(s, x, keys, vals, pad, wq, va, Uc, work)
         alphas.append(alpha)
         if keep:
             for lst, t in zip(kept, rest):
@@ -114,14 +135,15 @@ def _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse: bool,
 
 def _bwd_step(g_next: Tensor, g_s: Tensor, g_alpha: Tensor, z: Tensor, r: Tensor, cand: Tensor,
               s: Tensor, alpha: Tensor, qa: Tensor, keys: Tensor, g_keys: Tensor, vals_t: Tensor,
-              wq: Tensor, va: Tensor, Uc: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+              wq: Tensor, va: Tensor, Uc: Tensor, work: Tensor | None = None
+              ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The gradients through step i. g_next = dL/ds_{i+1} (B, d), g_s and g_alpha the direct
     gradients of s_i (B, d) and alpha_i (B, S); z, r, cand, s (B, d), alpha (B, S), the
     attention query qa (B, n') from the forward step; keys (B, S, n'); g_keys (B, S, n'), the sum
     over the later steps of (1 - th^2) g_e (the keys' gradient before the factor v_a); vals_t
     (B, 3d, S), wq, Uc in the matmul dtype -> (dL/ds_i, g_x (B, 3d), g_q (B, n'+2d), g_keys
-    with step i added, this step's term of v_a's gradient (n',)). th_i is recomputed here
-    (module docstring)."""
+    with step i added, this step's term of v_a's gradient (n',)). th_i is recomputed here, in
+    `work` when given (module docstring)."""
     acc, mmd = s.dtype, wq.dtype
     d = s.size(1)
     g_z = g_next * (cand - s)
@@ -131,7 +153,7 @@ def _bwd_step(g_next: Tensor, g_s: Tensor, g_alpha: Tensor, z: Tensor, r: Tensor
     g_x = torch.cat([g_z * z * (1 - z), (g_rs * s) * r * (1 - r), g_pc], dim=1)
     g_alpha = g_alpha + torch.bmm(g_x.to(mmd).unsqueeze(1), vals_t).squeeze(1).to(acc)
     g_e = alpha * (g_alpha - (alpha * g_alpha).sum(-1, keepdim=True))  # 0 at padding
-    th = (keys + qa.unsqueeze(1)).tanh_()  # as the forward step computed it, bit for bit
+    th = _scores_tanh(keys, qa, work)  # as the forward step computed it, bit for bit
     g_v = torch.bmm(g_e.unsqueeze(1), th).sum((0, 1))  # sum_b,j g_e th
     # through the tanh of the scores: (1 - th^2) g_e, in place on th (eager: no other temporary)
     g_pre = th.mul_(th).neg_().add_(1).mul_(g_e.unsqueeze(2))
@@ -167,11 +189,12 @@ class _Recurrence(torch.autograd.Function):
             g_next = g_states[T].contiguous()  # dL/ds_T: zero unless the caller reads the new states
             states = states[:T]
             g_keys = torch.zeros_like(keys)
+            work = _workspace(keys, ctx.fuse)
             g_xs, g_qs, g_vs = [], [], []
             for i in range(T - 1, -1, -1):
                 g_next, g_x, g_q, g_keys, g_v = step(
                     g_next, g_states[i], g_alphas[i], zs[i], rs[i], cands[i], states[i], alphas[i], qas[i], keys,
-                    g_keys, vals_t, wq, va, Uc)
+                    g_keys, vals_t, wq, va, Uc, work)
                 g_xs.append(g_x)
                 g_qs.append(g_q)
                 g_vs.append(g_v)
