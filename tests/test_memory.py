@@ -58,27 +58,30 @@ def test_rss_after_update_300_is_within_10_percent_of_rss_after_update_100():
     assert rss[300] <= 1.1 * rss[100], f"RSS grew from {rss[100]:.0f} MB at update 100 to {rss[300]:.0f} MB at 300"
 
 
-def test_onednn_cache_cap_keeps_a_capacity_the_user_set(monkeypatch):
-    from nmtkit.memory import limit_onednn_cache
+def test_the_cpu_cache_caps_keep_a_capacity_the_user_set(monkeypatch):
+    from nmtkit.memory import limit_cpu_caches
 
     monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "500")
-    limit_onednn_cache(64)
-    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "500"
+    monkeypatch.setenv("LRU_CACHE_CAPACITY", "300")
+    limit_cpu_caches(64, 1)
+    assert (os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"], os.environ["LRU_CACHE_CAPACITY"]) == ("500", "300")
     monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
-    limit_onednn_cache(64)
-    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "64"
+    monkeypatch.delenv("LRU_CACHE_CAPACITY")
+    limit_cpu_caches(64, 1)
+    assert (os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"], os.environ["LRU_CACHE_CAPACITY"]) == ("64", "1")
 
 
-def test_the_cli_caps_the_onednn_cache_before_torch_builds_a_product():
-    """The capacity is in the environment of a CLI run by the time translation starts (oneDNN
-    reads it once, at its first primitive)."""
+def test_the_cli_caps_the_cpu_caches_before_torch_builds_a_product():
+    """Both capacities are in the environment of a CLI run by the time translation starts
+    (oneDNN and ideep read them once, at their first product)."""
+    names = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
     code = ("import os, sys\nfrom nmtkit import cli\nseen = []\n"
-            "cli.command('translate').callback = lambda **kw: seen.append(os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY'))\n"
+            f"cli.command('translate').callback = lambda **kw: seen.extend(os.environ.get(n) for n in {names!r})\n"
             "try:\n    cli.main(['translate', '-m', 'x.pt'])\nexcept SystemExit:\n    pass\n"
             "print(seen, 'torch' in sys.modules)\n")
-    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    env = {k: v for k, v in os.environ.items() if k not in names}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
-    assert proc.stdout.split() == ["['64']", "False"], proc.stdout + proc.stderr
+    assert proc.stdout.split() == ["['64',", "'1']", "False"], proc.stdout + proc.stderr
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim is Linux only")

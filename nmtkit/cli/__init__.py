@@ -17,7 +17,7 @@ import click
 from nmtkit import __version__
 from nmtkit.cli.common import Terminated, setup_warnings
 from nmtkit.errors import NmtkitError, describe_os_error
-from nmtkit.memory import limit_onednn_cache
+from nmtkit.memory import limit_cpu_caches
 
 # name -> "module:command", in pipeline order. A subcommand's module (its configs, click options
 # and what they import) loads only when that subcommand runs or lists its help: all of them
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     mechanism for the file-system boundary, so no command can show a traceback for it.
     """
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
-    limit_onednn_cache()  # before torch builds its first product
+    limit_cpu_caches()  # before torch builds its first product
     real_stdout = sys.stdout
     if real_stdout is not None:
         sys.stdout = _NamedStdout(real_stdout)  # type: ignore[assignment]
