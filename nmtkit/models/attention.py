@@ -34,6 +34,18 @@ def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
 _SCORE_BLOCK = 1 << 18
 
 
+def _tanh_dot(x: Tensor, v: Tensor) -> Tensor:
+    """v^T tanh(x) over the last dimension, overwriting `x` (a temporary of the caller's).
+
+    In float32 as 2 v^T sigmoid(2x) - sum(v), the same function: PyTorch's CPU sigmoid is about
+    10x faster than its tanh (32 against 300 us for 2^18 floats on 2 threads), and the tanh was
+    the largest single cost of beam search. The two forms differ by float32 rounding (scores to
+    about 1e-6). Float64 keeps the tanh itself (the equation tests' exact reference)."""
+    if x.dtype != torch.float32:
+        return torch.tanh_(x).matmul(v)
+    return torch.sigmoid_(x.mul_(2)).matmul(v * 2).sub_(v.sum())
+
+
 def additive_scores(query_proj: Tensor, keys: Tensor, v: Tensor) -> Tensor:
     """e = v^T tanh(query_proj + keys).
 
@@ -45,8 +57,7 @@ def additive_scores(query_proj: Tensor, keys: Tensor, v: Tensor) -> Tensor:
         return torch.tanh(keys + query_proj.unsqueeze(1)).matmul(v)
     out = keys.new_empty((B, S), dtype=torch.result_type(keys, query_proj))
     for i in range(0, B, rows):
-        x = torch.tanh_(keys[i : i + rows] + query_proj[i : i + rows].unsqueeze(1))
-        out[i : i + rows] = x.matmul(v)
+        out[i : i + rows] = _tanh_dot(keys[i : i + rows] + query_proj[i : i + rows].unsqueeze(1), v)
     return out
 
 
@@ -72,8 +83,8 @@ def additive_scores_grouped(query_proj: Tensor, keys: Tensor, v: Tensor, mask: T
     out = keys.new_zeros((B, G, S), dtype=torch.result_type(keys, query_proj))
     for i in range(0, B, rows):
         w = int(lens[i : i + rows].max())
-        x = torch.tanh_(keys[i : i + rows, :w].unsqueeze(1) + query_proj[i : i + rows].unsqueeze(2))
-        out[i : i + rows, :, :w] = x.matmul(v)
+        x = keys[i : i + rows, :w].unsqueeze(1) + query_proj[i : i + rows].unsqueeze(2)
+        out[i : i + rows, :, :w] = _tanh_dot(x, v)
     return out
 
 
