@@ -422,3 +422,24 @@ def test_fuse_steps_is_chosen_at_construction_and_with_fused_steps_copies_the_mo
     assert fused.training == model.training
     for (name, p), (_, q) in zip(model.named_parameters(), fused.named_parameters(), strict=True):
         assert q.dtype == p.dtype and torch.equal(q, p) and q.data_ptr() != p.data_ptr(), name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_blocked_inference_attention_scores_are_v_dot_tanh_of_query_plus_keys(dtype):
+    """The CPU inference paths (row blocks; float32 through sigmoid, a faster kernel than tanh)
+    give v^T tanh(q + k_j) to float32 rounding, and float64 through tanh itself (to float64 rounding:
+    blocks sum in another order)."""
+    from nmtkit.models import attention
+
+    torch.manual_seed(0)
+    B, G, S, K = 40, 5, 30, 64
+    keys, q, v = torch.randn(B, S, K, dtype=dtype), torch.randn(B, G, K, dtype=dtype), torch.randn(K, dtype=dtype) / 8
+    mask = torch.ones(B, S, dtype=torch.bool)
+    ref = torch.tanh(keys.unsqueeze(1) + q.unsqueeze(2)).matmul(v)
+    with torch.no_grad():
+        grouped = attention.additive_scores_grouped(q, keys, v, mask)
+        single = attention.additive_scores(q[:, 0], keys, v)
+    assert attention._SCORE_BLOCK < B * G * S * K  # the blocked paths ran
+    tol = dict(atol=1e-12, rtol=1e-12) if dtype == torch.float64 else dict(atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grouped, ref, **tol)
+    torch.testing.assert_close(single, ref[:, 0], **tol)
