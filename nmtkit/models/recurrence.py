@@ -41,7 +41,9 @@ every step runs the same body.
 
 Precision: elementwise work and the softmax run in float32 (float64 if the inputs are); under
 autocast the matrix products take the autocast dtype (bf16 helps only on CPUs with native BF16
-support and on GPUs).
+support and on GPUs). Eager float32 on the CPU computes th_i as 2 sigmoid(2x) - 1, the same
+function through a kernel about 10x faster than PyTorch's CPU tanh (the tanh was a fifth of a
+training step); the backward recomputes it the same way, and float64 keeps tanh itself.
 """
 from __future__ import annotations
 
@@ -79,10 +81,12 @@ def bahdanau_recurrence(x_gates: Tensor, s0: Tensor, keys: Tensor, values: Tenso
 
 def _scores_tanh(keys: Tensor, qa: Tensor, work: Tensor | None) -> Tensor:
     """tanh(q_a + K): keys (B, S, n'), qa (B, n') -> (B, S, n'), in `work` when given, else in one
-    new tensor (the add's result, made tanh in place)."""
-    if work is None:
-        return (keys + qa.unsqueeze(1)).tanh_()
-    return torch.add(keys, qa.unsqueeze(1), out=work).tanh_()
+    new tensor (the add's result, made tanh in place); eager float32 on the CPU through sigmoid
+    (module docstring, Precision)."""
+    x = keys + qa.unsqueeze(1) if work is None else torch.add(keys, qa.unsqueeze(1), out=work)
+    if x.dtype == torch.float32 and x.device.type == "cpu" and not torch.compiler.is_compiling():
+        return torch.sigmoid_(x.mul_(2)).mul_(2).sub_(1)
+    return x.tanh_()
 
 
 def _fwd_step(s: Tensor, x: Tensor, keys: Tensor, vals: Tensor, pad: Tensor, wq: Tensor, va: Tensor,
