@@ -123,3 +123,58 @@ def test_stats_count_calls_requests_and_sentences(delay):
 
     stats = run_batcher(fn, 64, delay, body)
     assert stats.requests == 2 and stats.sentences == 3 and stats.batches == len(fn.calls)
+
+
+def test_every_batch_runs_on_the_thread_the_model_was_loaded_on():
+    """PyTorch's CPU parallelism builds a worker team per thread that starts parallel work; a
+    model loaded on one thread and decoded on another ran at half speed (batcher.py)."""
+    from nmtkit.serve.batcher import DecodeThread
+
+    thread = DecodeThread()
+    loaded_on = thread.call(threading.get_ident)
+    seen: set[int] = set()
+
+    def translate(lines, beam, nbest, attention):
+        seen.add(threading.get_ident())
+        return list(lines)
+
+    async def main():
+        batcher = Batcher(translate, 4, 0.0, thread)
+        await batcher.start()
+        try:
+            return await asyncio.gather(*(batcher.submit([f"l{i}"], 5, 1, False) for i in range(10)))
+        finally:
+            await batcher.stop()
+
+    assert asyncio.run(main()) == [[f"l{i}"] for i in range(10)]
+    assert seen == {loaded_on} and loaded_on != threading.get_ident()
+
+
+def test_nmtkit_serve_loads_its_model_on_the_thread_that_decodes(monkeypatch):
+    """The CLI builds (and warms up) the Translator on the DecodeThread it hands to the server."""
+    import nmtkit.serve.app
+    import nmtkit.translate
+    from nmtkit import cli
+
+    built_on: list[int] = []
+
+    class FakeTranslator:
+        def __init__(self, config):
+            built_on.append(threading.get_ident())
+
+        def translate(self, text):
+            assert threading.get_ident() == built_on[0]
+
+    served: list[int] = []
+
+    async def fake_serve(translator, config, announce, log_line=None, thread=None):
+        served.append(await thread.run(threading.get_ident))
+        thread.close()
+
+    monkeypatch.setattr(nmtkit.translate, "Translator", FakeTranslator)
+    monkeypatch.setattr(nmtkit.serve.app, "serve", fake_serve)
+    try:
+        cli.main(["serve", "-m", "model.pt", "-q"])
+    except SystemExit as exit_:
+        assert exit_.code in (0, None)
+    assert built_on and served == built_on and built_on[0] != threading.get_ident()

@@ -33,6 +33,7 @@ def serve_cmd(**options: Any) -> None:
     import asyncio
 
     from nmtkit.serve.app import serve
+    from nmtkit.serve.batcher import DecodeThread
     from nmtkit.translate import TranslateConfig, Translator
 
     limits = Limits(**config_values(Limits, options))
@@ -43,8 +44,17 @@ def serve_cmd(**options: Any) -> None:
     def say(msg: str) -> None:
         click.echo(f"nmtkit: {msg}", err=True)
 
-    translator = Translator(tcfg)
-    translator.source_name = "<request>"
-    translator.translate("warm up .")  # the first decoder call is slow; pay it before the first client
-    asyncio.run(serve(translator, config, announce=say, log_line=say))
+    def load() -> Translator:
+        translator = Translator(tcfg)
+        translator.source_name = "<request>"
+        translator.translate("warm up .")  # the first decoder call is slow; pay it before the first client
+        return translator
+
+    thread = DecodeThread()  # every torch operation on one thread (nmtkit.serve.batcher)
+    try:
+        translator = thread.call(load)
+    except BaseException:
+        thread.close()
+        raise
+    asyncio.run(serve(translator, config, announce=say, log_line=say, thread=thread))
     sys.stdout.flush()

@@ -13,7 +13,7 @@ Routes:
 - `GET /health`, `GET /info` (languages, architecture, vocabularies, pipeline, checksums),
   `GET /` (the page: nmtkit/serve/page.html).
 
-The model runs in one worker thread fed by the `Batcher`; the event loop only parses, checks
+The model is loaded on, and runs in, one worker thread (`DecodeThread`) fed by the `Batcher`; the event loop only parses, checks
 (`limits`) and answers. Every refusal is a 4xx with `{"error": "one line"}`.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from nmtkit.errors import OutputError
-from nmtkit.serve.batcher import Batcher, ClientGone
+from nmtkit.serve.batcher import Batcher, ClientGone, DecodeThread
 from nmtkit.serve.config import ServeConfig
 from nmtkit.serve.limits import RequestError, check_onmt_request, check_request, parse_json_body
 
@@ -275,15 +275,16 @@ def _middleware(log_line: Callable[[str], None] | None, allowed: AllowedHosts):
 
 
 def make_app(translator: Translator, config: ServeConfig,
-             log_line: Callable[[str], None] | None = None) -> web.Application:
-    """The aiohttp application around a loaded `nmtkit.translate.Translator`."""
+             log_line: Callable[[str], None] | None = None, thread: DecodeThread | None = None) -> web.Application:
+    """The aiohttp application around a loaded `nmtkit.translate.Translator`; `thread`: the
+    `DecodeThread` it was loaded on (batcher.py's docstring says why it matters)."""
     app = web.Application(middlewares=[_middleware(None if config.quiet else log_line, AllowedHosts.of(config))],
                           client_max_size=config.limits.max_body_bytes)
 
     def translate(lines, beam, nbest, attention):
         return translator.generate(lines, beam=beam, nbest=nbest, alignments=attention)
 
-    app[BATCHER] = Batcher(translate, batch_size(translator, config), config.batch_delay_ms / 1000)
+    app[BATCHER] = Batcher(translate, batch_size(translator, config), config.batch_delay_ms / 1000, thread)
     app[STATE] = {"config": config, "model": model_name(translator), "info": model_info(translator, config),
                   "page": resources.files("nmtkit.serve").joinpath("page.html").read_text(encoding="utf-8"),
                   "started": time.monotonic()}
@@ -355,9 +356,10 @@ def make_runner(app: web.Application, config: ServeConfig,
 
 
 async def serve(translator: Translator, config: ServeConfig, announce: Callable[[str], None],
-                log_line: Callable[[str], None] | None = None) -> None:
-    """Serve until SIGTERM or SIGINT, then stop accepting, finish the requests in flight, return."""
-    app = make_app(translator, config, log_line)
+                log_line: Callable[[str], None] | None = None, thread: DecodeThread | None = None) -> None:
+    """Serve until SIGTERM or SIGINT, then stop accepting, finish the requests in flight, return.
+    `thread`: the `DecodeThread` the translator was loaded on."""
+    app = make_app(translator, config, log_line, thread)
     runner = make_runner(app, config, log_line)
     await runner.setup()
     stop = asyncio.Event()

@@ -12,6 +12,12 @@ The lines of a client that has closed its connection are dropped before they are
 
 Beam search treats every sentence of a batch independently (`nmtkit.decode.search`), so a
 request's translations do not depend on which requests it was batched with.
+
+Every torch operation of a server runs on one thread, `DecodeThread`, model loading included:
+PyTorch's CPU parallelism (OpenMP) builds a team of worker threads for each thread that starts
+parallel work, and once two threads had (the model loaded and warmed up on the main thread,
+batches decoded on the worker), decoding ran at half speed for the rest of the process on
+2 cores (the benchmark's model: 560-570 sentences/s all on one thread, 280-290 after).
 """
 from __future__ import annotations
 
@@ -59,10 +65,30 @@ class BatchStats:
     largest: int = 0  # most sentences in one call
 
 
-class Batcher:
-    """Collects requests into batches and runs them one batch at a time in a worker thread."""
+class DecodeThread:
+    """The one thread a server runs torch on: the model is loaded (`call`) and every batch decoded
+    (`run`) there (module docstring)."""
 
-    def __init__(self, translate: TranslateFn, batch_size: int, delay: float):
+    def __init__(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nmtkit-decode")
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """fn(*args) on the thread, waited for (before the event loop runs)."""
+        return self._executor.submit(fn, *args).result()
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """fn(*args) on the thread, awaited (the event loop goes on meanwhile)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
+class Batcher:
+    """Collects requests into batches and runs them one batch at a time on `thread` (its own
+    when none is given; the batcher closes it when it stops)."""
+
+    def __init__(self, translate: TranslateFn, batch_size: int, delay: float, thread: DecodeThread | None = None):
         self.translate = translate
         self.batch_size = batch_size
         self.delay = delay
@@ -70,11 +96,12 @@ class Batcher:
         self._queue: asyncio.Queue[_Job] | None = None
         self._held: collections.deque[_Job] = collections.deque()  # taken but left for a later round
         self._task: asyncio.Task | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._thread = thread
 
     async def start(self) -> None:
         self._queue = asyncio.Queue()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nmtkit-decode")
+        if self._thread is None:
+            self._thread = DecodeThread()
         self._task = asyncio.create_task(self._run(), name="nmtkit-batcher")
 
     async def stop(self) -> None:
@@ -86,9 +113,9 @@ class Batcher:
             except asyncio.CancelledError:
                 pass
             self._task = None
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        if self._thread is not None:
+            self._thread.close()
+            self._thread = None
 
     async def submit(self, lines: Sequence[str], beam: int, nbest: int, attention: bool,
                      gone: Callable[[], bool] | None = None) -> list[Any]:
@@ -148,7 +175,7 @@ class Batcher:
         return group
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
+        assert self._thread is not None
         while True:
             group = await self._gather()
             group = [job for job in group if not job.dropped()]  # clients that went away
@@ -157,8 +184,7 @@ class Batcher:
             lines = [line for job in group for line in job.lines]
             attention = any(job.attention for job in group)
             try:
-                results = await loop.run_in_executor(
-                    self._executor, self.translate, lines, group[0].beam, group[0].nbest, attention)
+                results = await self._thread.run(self.translate, lines, group[0].beam, group[0].nbest, attention)
             except Exception as err:  # noqa: BLE001 - handed to every waiting request
                 for job in group:
                     if not job.future.done():
