@@ -194,8 +194,9 @@ def test_a_serve_run_validates_each_config_once(tmp_path, validations, monkeypat
 
     served = []
 
-    async def no_server(translator, config, announce, log_line=None):
+    async def no_server(translator, config, announce, log_line=None, thread=None):
         served.append((translator.config.beam, config.limits.max_beam, config.port))
+        thread.close()
 
     monkeypatch.setattr(nmtkit.serve.app, "serve", no_server)
     ckpt = str(make_checkpoint(tmp_path / "m.pt", seed=1))
