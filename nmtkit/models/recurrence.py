@@ -41,9 +41,8 @@ every step runs the same body.
 
 Precision: elementwise work and the softmax run in float32 (float64 if the inputs are); under
 autocast the matrix products take the autocast dtype (bf16 helps only on CPUs with native BF16
-support and on GPUs). Eager float32 on the CPU computes th_i as 2 sigmoid(2x) - 1, the same
-function through a kernel about 10x faster than PyTorch's CPU tanh (the tanh was a fifth of a
-training step); the backward recomputes it the same way, and float64 keeps tanh itself.
+support and on GPUs). th_i's tanh is attention.tanh_ (through sigmoid in eager float32 on the
+CPU); the backward recomputes it the same way.
 """
 from __future__ import annotations
 
@@ -51,6 +50,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from nmtkit.models.attention import tanh_
 from nmtkit.models.fusion import step_fn
 
 
@@ -81,12 +81,8 @@ def bahdanau_recurrence(x_gates: Tensor, s0: Tensor, keys: Tensor, values: Tenso
 
 def _scores_tanh(keys: Tensor, qa: Tensor, work: Tensor | None) -> Tensor:
     """tanh(q_a + K): keys (B, S, n'), qa (B, n') -> (B, S, n'), in `work` when given, else in one
-    new tensor (the add's result, made tanh in place); eager float32 on the CPU through sigmoid
-    (module docstring, Precision)."""
-    x = keys + qa.unsqueeze(1) if work is None else torch.add(keys, qa.unsqueeze(1), out=work)
-    if x.dtype == torch.float32 and x.device.type == "cpu" and not torch.compiler.is_compiling():
-        return torch.sigmoid_(x.mul_(2)).mul_(2).sub_(1)
-    return x.tanh_()
+    new tensor (the add's result, made tanh in place by attention.tanh_)."""
+    return tanh_(keys + qa.unsqueeze(1) if work is None else torch.add(keys, qa.unsqueeze(1), out=work))
 
 
 def _fwd_step(s: Tensor, x: Tensor, keys: Tensor, vals: Tensor, pad: Tensor, wq: Tensor, va: Tensor,
