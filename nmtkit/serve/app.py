@@ -13,8 +13,9 @@ Routes:
 - `GET /health`, `GET /info` (languages, architecture, vocabularies, pipeline, checksums),
   `GET /` (the page: nmtkit/serve/page.html).
 
-The model is loaded on, and runs in, one worker thread (`DecodeThread`) fed by the `Batcher`; the event loop only parses, checks
-(`limits`) and answers. Every refusal is a 4xx with `{"error": "one line"}`.
+The model is loaded on, and runs in, one worker thread (`DecodeThread`) fed by the `Batcher`;
+the event loop only parses, checks (`limits`) and answers. Every refusal is a 4xx with
+`{"error": "one line"}`.
 """
 from __future__ import annotations
 
