@@ -166,10 +166,13 @@ def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False):
     in `build_model`. The file is memory-mapped: only the model's tensors are read (copied into
     the model), not the training state the checkpoint also holds."""
     from nmtkit.models import build_model
+    from nmtkit.models.init import uninitialised
 
     ckpt = load_checkpoint(path, map_location="cpu", mmap=True)
     try:
-        model = build_model(ckpt["arch"], ckpt["model_config"], fuse_steps=fuse_steps)
+        # no random initialisation for the strict load to overwrite
+        with uninitialised():
+            model = build_model(ckpt["arch"], ckpt["model_config"], fuse_steps=fuse_steps)
         model.load_state_dict(ckpt["model_state"])
     except KeyError as err:
         raise CheckpointError(f"checkpoint lacks field {err}", str(path)) from None

@@ -117,3 +117,27 @@ def test_dropout_sites_leave_the_other_places_deterministic():
     assert not torch.equal(everywhere.encode(src, lens).annotations, everywhere.encode(src, lens).annotations)
     with pytest.raises(ConfigError, match="dropout_sites"):
         build_model("rnnsearch", dict(SIZES, att_hidden=56, dropout_sites="src,attention"))
+
+
+@pytest.mark.parametrize("arch", ["rnnsearch", "rnnencdec", "lstm-attention"])
+@pytest.mark.parametrize("init", ["paper", "default", "uniform"])
+def test_a_loaded_model_draws_no_random_numbers_and_holds_exactly_its_checkpoints_tensors(tmp_path, arch, init):
+    """load_model builds the model uninitialised (no random draws: the paper's orthogonal
+    blocks cost a paper-size model a second) and the strict load fills every tensor it holds:
+    no parameter, buffer or tensor attribute keeps the memory it was built with."""
+    from tests.conftest import make_checkpoint, tiny_model
+
+    from nmtkit.checkpoint import load_model
+
+    saved = tiny_model(arch, seed=5, init=init)
+    path = make_checkpoint(tmp_path / "m.pt", model=saved, arch=arch)
+    before = torch.random.get_rng_state()
+    model, _ = load_model(path)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    state = model.state_dict()
+    assert state.keys() == saved.state_dict().keys()
+    assert all(torch.equal(state[k], v) for k, v in saved.state_dict().items())
+    held = {id(t) for t in list(model.parameters()) + list(model.buffers())}
+    loose = [f"{name}.{attr}" for name, mod in model.named_modules() for attr, value in vars(mod).items()
+             if isinstance(value, torch.Tensor) and id(value) not in held]
+    assert not loose, loose

@@ -20,10 +20,13 @@ the default rule, so a new parameter cannot be forgotten.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+import contextlib
+import contextvars
+from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 PAPER_STD = 0.01
 PAPER_ALIGN_STD = 0.001
@@ -97,7 +100,10 @@ def apply_init_(model: nn.Module, init: str, paper: Callable[[], None], default:
 
     `paper`: the model's appendix-B.1 initialisation; `default`: what the model adds to
     PyTorch's own (e.g. a scale for a bare nn.Parameter), also run before "uniform-emb".
+    Under `uninitialised()` it does nothing.
     """
+    if _skipping.get():
+        return
     if init == "paper":
         paper()
     elif init == "uniform":
@@ -106,3 +112,33 @@ def apply_init_(model: nn.Module, init: str, paper: Callable[[], None], default:
         default()
         if init == "uniform-emb":
             uniform_init_(model, embeddings_only=True)
+
+
+# PyTorch's own initialisers, which its modules (nn.Linear, nn.Embedding, nn.GRU, ...) call in
+# their constructors, and the in-place fills they are made of
+_FILLS = frozenset({
+    nn.init.uniform_, nn.init.normal_, nn.init.constant_, nn.init.kaiming_uniform_,
+    Tensor.uniform_, Tensor.normal_, Tensor.zero_, Tensor.fill_,
+})
+_skipping = contextvars.ContextVar("nmtkit_skip_init", default=False)
+
+
+class _SkipFills(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _FILLS:
+            return args[0] if args else (kwargs or {})["tensor"]
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def uninitialised() -> Iterator[None]:
+    """Models built inside are left uninitialised (their tensors hold whatever memory they were
+    given): neither `apply_init_` nor PyTorch's module initialisers run. For a model whose every
+    parameter and buffer is then filled by a strict `load_state_dict`: the random initialisation
+    of a paper-size RNNsearch takes a second or more (its orthogonal blocks above all)."""
+    token = _skipping.set(True)
+    try:
+        with _SkipFills():
+            yield
+    finally:
+        _skipping.reset(token)
