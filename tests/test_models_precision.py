@@ -27,15 +27,45 @@ def test_explicit_precisions():
 
 
 def test_auto_precision_resolves_to_one_concrete_name_per_device(monkeypatch):
-    """--precision auto means bf16 on CPUs with native BF16, else fp32; others pass through."""
+    """--precision auto means bf16 on CPUs where bf16 pays off, else fp32; others pass through."""
     import nmtkit.models.precision as prec
 
-    monkeypatch.setattr(prec, "cpu_has_fast_bf16", lambda cpuinfo=None: True)
+    monkeypatch.setattr(prec, "cpu_bf16_pays_off", lambda: True)
     assert prec.resolve_precision("cpu", "auto") == "bf16"
-    monkeypatch.setattr(prec, "cpu_has_fast_bf16", lambda cpuinfo=None: False)
+    monkeypatch.setattr(prec, "cpu_bf16_pays_off", lambda: False)
     assert prec.resolve_precision("cpu", "auto") == "fp32"
     for name in ("fp32", "bf16", "fp16"):
         assert prec.resolve_precision("cpu", name) == name
+
+
+@pytest.mark.parametrize(("native", "speedup", "expected"), [
+    (True, 1.7, "bf16"),   # an EPYC with avx512_bf16: bf16 products much faster
+    (True, 0.6, "fp32"),   # a Xeon with avx512_bf16 and no AMX: bf16 products slower
+    (True, 1.1, "fp32"),   # a near tie is not worth bf16's rounding
+    (False, None, "fp32"),  # emulated bf16: not even timed
+])
+def test_auto_chooses_bf16_on_a_cpu_only_where_its_native_products_beat_float32(monkeypatch, native, speedup,
+                                                                                 expected):
+    import nmtkit.models.precision as prec
+
+    def timed():
+        assert speedup is not None, "a CPU without native BF16 must not time a bf16 product"
+        return speedup
+
+    monkeypatch.setattr(prec, "cpu_has_fast_bf16", lambda cpuinfo=None: native)
+    monkeypatch.setattr(prec, "cpu_bf16_speedup", timed)
+    assert prec.resolve_precision("cpu", "auto") == expected
+
+
+def test_the_bf16_speedup_is_timed_once_per_process():
+    """The measurement behind auto is a real ratio of two timings, taken once (a process's
+    training and decoding agree on what auto means)."""
+    from nmtkit.models.precision import cpu_bf16_speedup
+
+    first = cpu_bf16_speedup()
+    assert 0.0 < first < float("inf")
+    assert cpu_bf16_speedup() == first
+    assert cpu_bf16_speedup.cache_info().hits >= 1
 
 
 def test_tf32_is_on_for_cuda_fp32_runs_unless_switched_off_and_untouched_elsewhere():

@@ -299,11 +299,11 @@ def test_auto_precision_decodes_in_int8_on_vnni_cpus_else_as_training_would(ckpt
                                                                             native_int8):
     """translate/serve --precision auto: int8 on CPUs with int8 dot products (there faster and
     leaner than bf16 and fp32 at their BLEU); elsewhere what auto means for training, bf16 on
-    CPUs with native BF16 and fp32 on other CPUs."""
+    CPUs where bf16 pays off and fp32 on other CPUs."""
     import nmtkit.models.precision as prec
     from nmtkit.models.quantize import is_quantized
 
-    monkeypatch.setattr(prec, "cpu_has_fast_bf16", lambda cpuinfo=None: native_bf16)
+    monkeypatch.setattr(prec, "cpu_bf16_pays_off", lambda: native_bf16)
     monkeypatch.setattr(prec, "cpu_has_fast_int8", lambda cpuinfo=None: native_int8)
     tr = _translator(ckpt)
     trained = "bf16" if native_bf16 else "fp32"

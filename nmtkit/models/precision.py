@@ -1,17 +1,25 @@
 """Which precision pays off on a device (`--precision auto` of training and of decoding).
 
-bf16 autocast doubles matrix-product throughput on GPUs and on CPUs with native BF16
-instructions (AVX512-BF16, AMX), but on other CPUs PyTorch emulates bf16 products and they
-run about 4x *slower* than float32 (measured on this project's 2-core Xeon without
-avx512_bf16: 130 vs 30 GFLOP/s per core). Hence: bf16 on CUDA when supported, bf16 on CPU
-only when the CPU advertises native support.
+bf16 autocast doubles matrix-product throughput on GPUs and on some CPUs with native BF16
+instructions (AVX512-BF16, AMX), but on CPUs without them PyTorch emulates bf16 products and
+they run about 4x *slower* than float32 (measured on this project's 2-core Xeon without
+avx512_bf16: 130 vs 30 GFLOP/s per core). Native instructions are not enough either: a 2-core
+Xeon with avx512_bf16 (no AMX) ran oneDNN's bf16 products at 165 GFLOP/s against 290 in
+float32 and trained 0.58x as fast in bf16, where a 2-core EPYC with the same flag trained about
+1.7x faster in bf16. Hence: bf16 on CUDA when supported; on a CPU, bf16 only when it advertises
+native BF16 and one bf16 product of a training step's size, timed once per process, beats
+float32 by `BF16_MIN_SPEEDUP`.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 FAST_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 FAST_INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+# how much faster than float32 a bf16 product must be for `auto` to choose bf16 on a CPU: bf16
+# also rounds, and casts activations back and forth, so a near tie is not worth it
+BF16_MIN_SPEEDUP = 1.2
 
 FP16_ON_CPU = ("--precision fp16 on the CPU works but is emulated and slow; it is meant for GPUs "
                "(bf16 is the CPU's 16-bit option)")
@@ -20,6 +28,36 @@ FP16_ON_CPU = ("--precision fp16 on the CPU works but is emulated and slow; it i
 def cpu_has_fast_bf16(cpuinfo: str | None = None) -> bool:
     """True when the CPU flags (Linux /proc/cpuinfo, or the text given) include native BF16."""
     return _cpu_has_any_flag(FAST_BF16_FLAGS, cpuinfo)
+
+
+@lru_cache(maxsize=None)
+def cpu_bf16_speedup() -> float:
+    """float32 time / bf16 time of one (256, 512) x (512, 1024) matrix product on this CPU with
+    the current threads (the size of a training step's projections), best of 5 after a warm-up
+    that builds oneDNN's kernels; measured once per process (~10 ms)."""
+    import time
+
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(256, 512, generator=gen), torch.randn(512, 1024, generator=gen)
+
+    def best(x, y) -> float:
+        torch.mm(x, y)
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            torch.mm(x, y)
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    return best(a, b) / best(a.bfloat16(), b.bfloat16())
+
+
+def cpu_bf16_pays_off() -> bool:
+    """True when this CPU has native BF16 and its bf16 products beat float32 by
+    `BF16_MIN_SPEEDUP` (module docstring): what `--precision auto` means on a CPU."""
+    return cpu_has_fast_bf16() and cpu_bf16_speedup() >= BF16_MIN_SPEEDUP
 
 
 def cpu_has_fast_int8(cpuinfo: str | None = None) -> bool:
@@ -44,7 +82,7 @@ def _cpu_has_any_flag(wanted: tuple[str, ...], cpuinfo: str | None) -> bool:
 def autocast_dtype(device: str, precision: str = "auto"):
     """torch dtype to autocast to, or None for plain float32.
 
-    precision: "fp32" | "bf16" | "fp16" | "auto" (bf16 where it is fast, else float32).
+    precision: "fp32" | "bf16" | "fp16" | "auto" (bf16 where it is faster, else float32).
     """
     import torch
 
@@ -58,14 +96,14 @@ def autocast_dtype(device: str, precision: str = "auto"):
         raise ValueError(f"unknown precision {precision!r}")
     if device.startswith("cuda"):
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.bfloat16 if cpu_has_fast_bf16() else None
+    return torch.bfloat16 if cpu_bf16_pays_off() else None
 
 
 def resolve_precision(device_type: str, precision: str) -> str:
     """`precision` with "auto" replaced by what it means on `device_type` for training and
-    decoding alike: "bf16", "fp16" or "fp32". On a CPU with native BF16, bf16 decoding is about
-    1.8x as fast as fp32 and changes few outputs (beam 5 on the peer benchmark's dev set: 124 of
-    2,000 lines differ, BLEU 26.36 vs 26.47)."""
+    decoding alike: "bf16", "fp16" or "fp32". On a CPU where bf16 pays off, bf16 decoding was
+    about 1.8x as fast as fp32 and changed few outputs (beam 5 on the peer benchmark's dev set:
+    124 of 2,000 lines differ, BLEU 26.36 vs 26.47)."""
     if precision != "auto":
         return precision
     import torch

@@ -23,8 +23,9 @@ s_i, as section 3.1 writes p(y_i | ...) = g(y_{i-1}, s_i, c_i), not the appendix
 (`readout="new"`: one more GRU transition between y_{i-1} and the prediction of y_i, at no cost).
 
 Precision: the small preset trains with `precision="auto"`, i.e. bf16 autocast (fp32 master
-weights) on CPUs with native BF16 (AVX512-BF16, AMX) and on GPUs, fp32 elsewhere. bf16 halves the CPU time
-of a step and learns as much per update (docs/experiments.md).
+weights) on GPUs and on CPUs whose native BF16 (AVX512-BF16, AMX) products are faster than float32
+(nmtkit.models.precision), fp32 elsewhere. There bf16 halves the CPU time of a step and learns as
+much per update (docs/experiments.md).
 """
 from __future__ import annotations
 

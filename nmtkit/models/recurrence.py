@@ -40,9 +40,9 @@ collected in lists and stacked once after the loop. The last forward step also c
 every step runs the same body.
 
 Precision: elementwise work and the softmax run in float32 (float64 if the inputs are); under
-autocast the matrix products take the autocast dtype (bf16 helps only on CPUs with native BF16
-support and on GPUs). th_i's tanh is attention.tanh_ (through sigmoid in eager float32 on the
-CPU); the backward recomputes it the same way.
+autocast the matrix products take the autocast dtype (bf16 helps only on GPUs and on some CPUs
+with native BF16: nmtkit.models.precision). th_i's tanh is attention.tanh_ (through sigmoid in
+eager float32 on the CPU); the backward recomputes it the same way.
 """
 from __future__ import annotations
 

@@ -77,13 +77,14 @@ class TrainContext:
         """Device, precision ("auto" resolved), CPU threads, the process group."""
         cfg = self.cfg
         self.device = resolve_device(cfg.device, self.dist.local_rank)
+        # threads first: on a CPU, "auto" times a product on the threads the run will use
+        torch.set_num_threads(cfg.threads or threads_per_process(self.dist.local_world_size))
         self.precision = resolve_precision(self.device.type, cfg.precision)  # "auto" resolved
         if self.precision == "fp16" and self.device.type != "cuda" and self.dist.is_main:
             log.warning(FP16_ON_CPU)
         if self.precision == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise ConfigError("--precision bf16 is not supported by this GPU (use fp16)")
         self.tf32 = set_tf32(self.device.type, self.precision, cfg.tf32)
-        torch.set_num_threads(cfg.threads or threads_per_process(self.dist.local_world_size))
         ddp.init(self.dist, self.device)
 
     def _setup_data(self) -> None:

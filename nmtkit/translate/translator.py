@@ -69,6 +69,8 @@ class Translator:
         self.device = resolve_device(config.device)
         if config.precision == "int8" and self.device.type != "cpu":
             raise ConfigError(INT8_ON_CUDA)
+        if config.threads:  # before "auto" is resolved: on a CPU it may time a product
+            torch.set_num_threads(config.threads)
         self.bundle = bundle = load_bundle(config.models, self.device, fuse_steps=resolve_fuse(config.fuse, self.device))
         # auto: int8 on CPUs with int8 dot products, else bf16 where native (GPUs, some CPUs), else fp32
         self.precision = precision = resolve_decode_precision(
@@ -97,8 +99,6 @@ class Translator:
         self.warned_budget = False
         self.batches_decoded = 0
         self.need_attention = bool(config.replace_unk or config.alignments or config.plot_attention)
-        if config.threads:
-            torch.set_num_threads(config.threads)
         if precision == "fp16" and self.device.type != "cuda":
             log.warning(FP16_ON_CPU)
         # autocast keeps the fp32 weights and runs matrix products in 16 bits; log-softmax and
