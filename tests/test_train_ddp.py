@@ -215,3 +215,31 @@ def test_the_process_group_waits_longer_than_a_validation(monkeypatch):
     ddp.init(ddp.DistInfo(rank=1, local_rank=1, world_size=2), torch.device("cpu"))
     assert seen["timeout"] >= datetime.timedelta(hours=1)
     assert seen["backend"] == "gloo" and seen["rank"] == 1 and seen["world_size"] == 2
+
+
+def _precision_worker(rank, world, port, data_dir, run_dir, out_dir):
+    """A rank whose own timing says bf16 pays off on rank 0 only; writes the precision it trains in."""
+    import nmtkit.models.precision as prec
+    from nmtkit.train import distributed as ddp
+    from nmtkit.train.config import TrainConfig
+    from nmtkit.train.context import TrainContext
+    from nmtkit.train.data import DataDir
+    from nmtkit.train.run import resolve_model
+
+    _as_rank(rank, world, port)
+    prec.cpu_bf16_pays_off = lambda: rank == 0
+    torch.set_num_threads(1)
+    data = DataDir.open(data_dir)
+    arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
+    ctx = TrainContext(TrainConfig.from_dict(dict(max_updates=1, precision="auto", device="cpu")), data,
+                       run_dir / f"rank{rank}", arch, mcfg, dist_info=ddp.env_info())
+    try:
+        (out_dir / f"rank{rank}.txt").write_text(ctx.precision)
+    finally:
+        ctx.close()
+
+
+def test_ranks_whose_auto_precision_timings_disagree_all_train_in_rank_0s_precision(tmp_path):
+    data_dir = make_data_dir(tmp_path / "data")
+    _start_ranks(_precision_worker, (2, _free_port(), data_dir, tmp_path, tmp_path))
+    assert [(tmp_path / f"rank{r}.txt").read_text() for r in (0, 1)] == ["bf16", "bf16"]

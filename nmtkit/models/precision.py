@@ -34,7 +34,7 @@ def cpu_has_fast_bf16(cpuinfo: str | None = None) -> bool:
 def cpu_bf16_speedup() -> float:
     """float32 time / bf16 time of one (256, 512) x (512, 1024) matrix product on this CPU with
     the current threads (the size of a training step's projections), best of 5 after a warm-up
-    that builds oneDNN's kernels; measured once per process (~10 ms)."""
+    that builds oneDNN's kernels; measured once per process (~25 ms)."""
     import time
 
     import torch

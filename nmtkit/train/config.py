@@ -133,7 +133,8 @@ class TrainConfig:
         "fp32", choices=DECODE_PRECISIONS, resume=True, shown_default="fp32; the small preset: auto",
         help="Autocast dtype (fp32 master weights): bf16 on CPU or GPU; fp16 with loss scaling, meant for GPUs "
              "(it runs on a CPU, slowly); auto: bf16 on GPUs that have it (else fp16) and on CPUs with native "
-             "BF16 (AVX512-BF16, AMX) whose bf16 products a 10 ms check finds faster, else fp32. int8 is for translate and serve only: refused here.")
+             "BF16 (AVX512-BF16, AMX) whose bf16 products a check of ~25 ms finds faster, else fp32. int8 is "
+             "for translate and serve only: refused here.")
     fuse: str = option(
         "auto", choices=FUSE, resume=True,
         help="Fuse each recurrence step's elementwise work into a few compiled kernels (torch.compile; the first "

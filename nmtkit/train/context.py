@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from nmtkit.data.batching import BatchingConfig, epoch_batches, keep_pairs, over_budget
-from nmtkit.devices import resolve_device, threads_per_process
+from nmtkit.devices import PRECISIONS, resolve_device, threads_per_process
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.models.fusion import resolve_fuse
 from nmtkit.models.precision import FP16_ON_CPU, resolve_precision, set_tf32
@@ -79,13 +79,15 @@ class TrainContext:
         self.device = resolve_device(cfg.device, self.dist.local_rank)
         # threads first: on a CPU, "auto" times a product on the threads the run will use
         torch.set_num_threads(cfg.threads or threads_per_process(self.dist.local_world_size))
-        self.precision = resolve_precision(self.device.type, cfg.precision)  # "auto" resolved
+        ddp.init(self.dist, self.device)
+        # "auto" resolved; each rank may time its own product, and every rank takes rank 0's answer
+        self.precision = ddp.rank0_choice(resolve_precision(self.device.type, cfg.precision), PRECISIONS,
+                                          self.dist, self.device)
         if self.precision == "fp16" and self.device.type != "cuda" and self.dist.is_main:
             log.warning(FP16_ON_CPU)
         if self.precision == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise ConfigError("--precision bf16 is not supported by this GPU (use fp16)")
         self.tf32 = set_tf32(self.device.type, self.precision, cfg.tf32)
-        ddp.init(self.dist, self.device)
 
     def _setup_data(self) -> None:
         """The training pairs kept (--max-len), the batching, the dev split and its references."""

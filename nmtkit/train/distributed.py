@@ -82,6 +82,13 @@ def broadcast_floats(values: list[float], info: DistInfo, device: torch.device) 
     return t.tolist()
 
 
+def rank0_choice(value: str, choices: tuple[str, ...], info: DistInfo, device: torch.device) -> str:
+    """Rank 0's `value` (one of `choices`) on every rank: for what each rank decides alone but
+    all must share (a timed `--precision auto` on the CPU)."""
+    (index,) = broadcast_floats([float(choices.index(value))], info, device)
+    return choices[int(index)]
+
+
 def any_flag(flag: bool, info: DistInfo, device: torch.device) -> bool:
     """True on every rank when any rank's flag is set."""
     if not info.enabled:
