@@ -125,9 +125,8 @@ def test_a_loaded_model_draws_no_random_numbers_and_holds_exactly_its_checkpoint
     """load_model builds the model uninitialised (no random draws: the paper's orthogonal
     blocks cost a paper-size model a second) and the strict load fills every tensor it holds:
     no parameter, buffer or tensor attribute keeps the memory it was built with."""
-    from tests.conftest import make_checkpoint, tiny_model
-
     from nmtkit.checkpoint import load_model
+    from tests.conftest import make_checkpoint, tiny_model
 
     saved = tiny_model(arch, seed=5, init=init)
     path = make_checkpoint(tmp_path / "m.pt", model=saved, arch=arch)
