@@ -176,6 +176,9 @@ def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False):
         model.load_state_dict(ckpt["model_state"])
     except KeyError as err:
         raise CheckpointError(f"checkpoint lacks field {err}", str(path)) from None
+    except RuntimeError as err:  # the model's tensors disagree with its config: missing, extra or resized
+        detail = "; ".join(line.strip() for line in str(err).splitlines()[1:] if line.strip())
+        raise CheckpointError(f"the model's tensors do not fit its config: {detail}", str(path)) from None
     model.to(device).eval()
     return model, ckpt
 

@@ -97,6 +97,14 @@ def test_bad_checkpoints_give_one_clear_line(ckpt, tmp_path):
     cut = tmp_path / "cut.pt"
     cut.write_bytes(open(ckpt, "rb").read()[:1000])
     assert "truncated" in _error_line(run_cli(["translate", "-m", str(cut)]))
+    import torch
+
+    state = torch.load(ckpt, weights_only=True)
+    del state["model_state"]["W_o.bias"]
+    state["model_state"]["W_o.weight"] = state["model_state"]["W_o.weight"][:3]
+    torch.save(state, tmp_path / "misfit.pt")
+    line = _error_line(run_cli(["translate", "-m", str(tmp_path / "misfit.pt")]))
+    assert "misfit.pt" in line and "do not fit its config" in line and "W_o.bias" in line and "W_o.weight" in line
     other = make_checkpoint(tmp_path / "other.pt", tgt_words=TGT_WORDS[:-2])
     line = _error_line(run_cli(["translate", "-m", ckpt, "-m", str(other), "--ensemble"]))
     assert "vocabulary differs" in line
