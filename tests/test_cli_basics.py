@@ -78,3 +78,36 @@ def test_library_log_records_and_python_warnings_share_one_stderr_line_format(ca
         assert lines[0] == "nmtkit: warning: dev set valid is tiny"
         assert lines[1].startswith("nmtkit: warning: ") and "UserWarning: a library's UserWarning" in lines[1]
         assert "not for stderr" not in err
+
+
+_END = """
+import atexit, sys, threading, time
+import torch  # noqa: F401  (the teardown worth skipping is torch's)
+from nmtkit.cli import _end_process
+
+class Torn:
+    def __del__(self, _open=open, _path=sys.argv[1] + ".teardown"):  # builtins go first
+        _open(_path, "w").close()
+
+torn = Torn()  # freed when the interpreter tears its modules down
+atexit.register(lambda: open(sys.argv[1] + ".atexit", "w").close())
+sys.stdout.write("x" * 1_000_000)  # still in the buffer
+sys.stderr.write("done")
+if sys.argv[2] == "thread":
+    threading.Thread(target=time.sleep, args=(0.3,)).start()
+_end_process(3)
+"""
+
+
+@pytest.mark.parametrize("other_thread", [False, True])
+def test_the_program_skips_the_interpreters_teardown_only_with_nothing_left_to_run(tmp_path, other_thread):
+    """After a command, the program flushes stdout and stderr, runs the atexit handlers and
+    exits with the command's status without the (slow) teardown; a live non-daemon thread
+    gets the ordinary exit, which waits for it."""
+    marker = str(tmp_path / "m")
+    proc = subprocess.run([sys.executable, "-c", _END, marker, "thread" if other_thread else "-"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3
+    assert proc.stdout == "x" * 1_000_000 and proc.stderr == "done"
+    assert (tmp_path / "m.atexit").exists()
+    assert (tmp_path / "m.teardown").exists() == other_thread
