@@ -53,12 +53,28 @@ def tanh_(x: Tensor) -> Tensor:
     return x.tanh_()
 
 
-def _tanh_dot(x: Tensor, v: Tensor) -> Tensor:
-    """v^T tanh(x) over the last dimension, overwriting `x` (a temporary of the caller's); in the
-    sigmoid form as 2 v^T sigmoid(2x) - sum(v), two passes over x fewer than `tanh_`."""
-    if not sigmoid_form(x):
-        return x.tanh_().matmul(v)
-    return torch.sigmoid_(x.mul_(2)).matmul(v * 2).sub_(v.sum())
+class _BlockScores:
+    """v^T tanh(keys + query) block by block (the CPU inference paths below), with what every
+    block shares computed once per call. In the sigmoid form (`sigmoid_form`) a block is
+    sigmoid(2 query + 2 keys) . 2v, one pass over the block fewer than tanh_'s, and `finish`
+    subtracts sum(v) from all the scores at once: 2 sigmoid(2x) - 1 = tanh(x), so
+    v^T tanh(x) = 2 v^T sigmoid(2x) - sum(v). Doubling is exact in floating point, so
+    2 query + 2 keys rounds as 2 (query + keys) does."""
+
+    def __init__(self, query_proj: Tensor, keys: Tensor, v: Tensor):
+        self.sigmoid = sigmoid_form(keys) and sigmoid_form(query_proj)
+        self.query, self.v = (query_proj * 2, v * 2) if self.sigmoid else (query_proj, v)
+        self.shift = v.sum() if self.sigmoid else None
+
+    def block(self, keys: Tensor, query: Tensor) -> Tensor:
+        """keys and `self.query`'s rows `query` (broadcastable against keys) -> scores before
+        `finish`."""
+        if self.sigmoid:
+            return torch.sigmoid_(torch.add(query, keys, alpha=2)).matmul(self.v)
+        return (keys + query).tanh_().matmul(self.v)
+
+    def finish(self, scores: Tensor) -> Tensor:
+        return scores.sub_(self.shift) if self.sigmoid else scores
 
 
 def additive_scores(query_proj: Tensor, keys: Tensor, v: Tensor) -> Tensor:
@@ -71,17 +87,18 @@ def additive_scores(query_proj: Tensor, keys: Tensor, v: Tensor) -> Tensor:
     if torch.is_grad_enabled() or keys.device.type != "cpu" or rows >= B or torch.compiler.is_compiling():
         return torch.tanh(keys + query_proj.unsqueeze(1)).matmul(v)
     out = keys.new_empty((B, S), dtype=torch.result_type(keys, query_proj))
+    scorer = _BlockScores(query_proj, keys, v)
     for i in range(0, B, rows):
-        out[i : i + rows] = _tanh_dot(keys[i : i + rows] + query_proj[i : i + rows].unsqueeze(1), v)
-    return out
+        out[i : i + rows] = scorer.block(keys[i : i + rows], scorer.query[i : i + rows].unsqueeze(1))
+    return scorer.finish(out)
 
 
 def additive_scores_grouped(query_proj: Tensor, keys: Tensor, v: Tensor, mask: Tensor) -> Tensor:
     """e = v^T tanh(query_proj + keys) for G queries per sentence (beam search's hypotheses).
 
     query_proj: (B, G, K); keys: (B, S, K), shared by the G queries of a sentence;
-    v: (K,); mask: (B, S) bool, True at real positions -> scores (B, G, S), with 0 (a
-    placeholder: the caller masks them) beyond a block's longest sentence. The same values at
+    v: (K,); mask: (B, S) bool, True at real positions -> scores (B, G, S), with a placeholder
+    (the caller masks them) beyond a block's longest sentence. The same values at
     real positions as `additive_scores` on keys repeated G times, without materialising those
     copies (they are memory traffic that dominates a batched beam search step). On the CPU,
     blocks of sentences are done one after the other (the (., G, S, K) tanh intermediate then
@@ -96,11 +113,12 @@ def additive_scores_grouped(query_proj: Tensor, keys: Tensor, v: Tensor, mask: T
     rows = max(1, _SCORE_BLOCK // max(1, G * S * K))
     lens = mask.sum(dim=1).numpy()  # a CPU tensor here: a view, not a device read
     out = keys.new_zeros((B, G, S), dtype=torch.result_type(keys, query_proj))
+    scorer = _BlockScores(query_proj, keys, v)
     for i in range(0, B, rows):
         w = int(lens[i : i + rows].max())
-        x = keys[i : i + rows, :w].unsqueeze(1) + query_proj[i : i + rows].unsqueeze(2)
-        out[i : i + rows, :, :w] = _tanh_dot(x, v)
-    return out
+        out[i : i + rows, :, :w] = scorer.block(keys[i : i + rows, :w].unsqueeze(1),
+                                                scorer.query[i : i + rows].unsqueeze(2))
+    return scorer.finish(out)
 
 
 def multiplicative_scores(query: Tensor, keys: Tensor) -> Tensor:
