@@ -50,6 +50,30 @@ def test_forward_equals_loop_of_step(arch):
         torch.testing.assert_close(torch.stack(attns, 1), attn_full, atol=1e-12, rtol=1e-12)
 
 
+@pytest.mark.parametrize("readout", ["prev", "new"])
+def test_rnnsearch_decoding_steps_average_c_o_h_once_per_sentence_instead_of_projecting_each_context(readout):
+    """Steps over `encode_for_steps` (C_o h_j made once per sentence, C_o c_i a weighted sum of
+    them) give teacher forcing's log-probabilities to float64 rounding, with one state row per
+    sentence and with beam search's G rows per sentence, and run no C_o product."""
+    model = tiny_model("rnnsearch", readout=readout, exact=True)
+    src, src_lens, tgt_in, _, _ = random_batch()
+    calls = []
+    with torch.no_grad():
+        full = model(src, src_lens, tgt_in)  # (B, T, V)
+        enc = model.encode_for_steps(src, src_lens)
+        model.C_o.register_forward_hook(lambda *_: calls.append(1))
+        G = 3
+        state, grouped = model.init_state(enc), None
+        for t in range(tgt_in.size(1)):
+            if grouped is None:
+                grouped = state.repeat_interleave(G, 0)
+            lp, state, _ = model.step(tgt_in[:, t], state, enc)
+            lp_g, grouped, _ = model.step(tgt_in[:, t].repeat_interleave(G), grouped, enc)
+            torch.testing.assert_close(lp, full[:, t], atol=1e-12, rtol=1e-12)
+            torch.testing.assert_close(lp_g, full[:, t].repeat_interleave(G, 0), atol=1e-12, rtol=1e-12)
+    assert enc.out_values is not None and not calls
+
+
 @pytest.mark.parametrize("arch", [a for a in IMPLEMENTED if a != "rnnencdec"])
 def test_attention_rows_sum_to_one_and_padding_gets_zero(arch):
     model = tiny_model(arch, exact=True)

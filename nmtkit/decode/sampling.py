@@ -105,7 +105,7 @@ def sample(
     models = as_models(models_or_model)
     lim = max_lengths(src_lens.cpu(), max_len_a, max_len_b)  # (B,) CPU
     uniforms = sampling_uniforms(seed, keys, int(lim.max()) + 1 if keys else 0)
-    encs = [m.encode(src, src_lens) for m in models]
+    encs = [m.encode_for_steps(src, src_lens) for m in models]
     tokens, lp_sum, lengths, attn_hist = _draw_all(models, encs, lim, uniforms.to(src.device), topk, temperature,
                                                    need_attention, ban_unk)
     toks_cpu, lp_cpu = tokens.cpu(), lp_sum.cpu()

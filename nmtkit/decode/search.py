@@ -166,7 +166,7 @@ class _BeamSearch:
             self.outs = [_shortlist_rows(m, self.vocab) for m in models]
         B = src.size(0)
         self.max_t = int(lim.max())
-        self.encs = [m.encode(src, src_lens) for m in models]  # (B, ...) until after the first step
+        self.encs = [m.encode_for_steps(src, src_lens) for m in models]  # (B, ...) until after the first step
         self.states = [m.init_state(e) for m, e in zip(models, self.encs)]
         self.lens_host = src_lens.cpu().numpy()
         # models that accept one encoder row per sentence for its K hypotheses (`grouped_encoder`)

@@ -39,6 +39,9 @@ class EncoderOut:
     values:      (B, S, G) other per-position projections of h_j that the decoder averages
                  with the attention weights (RNNsearch: [C; C_z; C_r] h_j, so that
                  sum_j alpha_ij (C h_j) = C c_i costs S*G per step instead of A*G), or None.
+    out_values:  (B, S, O) the same for the output layer's context term, made for decoding
+                 steps only (`encode_for_steps`; RNNsearch: C_o h_j, so that a step's
+                 C_o c_i is a weighted sum instead of a product of its own), or None.
 
     src_eos:     True when the model appended EOS to every source sentence (at position
                  src_lens[b] of sentence b): S then counts that position too, and attention
@@ -55,6 +58,7 @@ class EncoderOut:
     summary: Tensor | None = None
     init: Any = None
     values: Tensor | None = None
+    out_values: Tensor | None = None
     src_eos: bool = False
 
     def index_select(self, index: Tensor) -> "EncoderOut":
@@ -68,7 +72,7 @@ class EncoderOut:
         if width >= self.mask.size(1):
             return self
         return dataclasses.replace(self, **{name: getattr(self, name)[:, :width]
-                                            for name in ("annotations", "keys", "values", "mask")
+                                            for name in ("annotations", "keys", "values", "out_values", "mask")
                                             if getattr(self, name) is not None})
 
     def positions(self, src_len: int) -> int:
@@ -185,6 +189,11 @@ class Seq2Seq(nn.Module):
     def init_state(self, enc: EncoderOut) -> State:
         """The decoder state before the first target token (s_0)."""
         raise NotImplementedError
+
+    def encode_for_steps(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
+        """`encode` for decoding step by step (beam search, sampling): the same, plus whatever
+        per-position projections the model's `step_features` reads (`EncoderOut.out_values`)."""
+        return self.encode(src, src_lens)
 
     def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
         """Teacher forcing. tgt_in: (B, T) -> (features (B, T, F), attention (B, T, S))."""

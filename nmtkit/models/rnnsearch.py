@@ -33,10 +33,13 @@ Speed (docs/design.md, 4): target embeddings, their projections into the gates (
 the deep output (V_o), the keys U_a h_j and the values [C; C_z; C_r] h_j are computed for all
 positions at once; inside the loop only s_{i-1} [W_a; U_z; U_r] (one stacked product), the
 attention weights, alpha_i [C h] (one small bmm) and U [r * s] remain. U_o s_{i-1}, C_o c_i, the
-maxout and W_o run after the loop over all steps.
+maxout and W_o run after the loop over all steps. Decoding, which must run them at every step,
+gets C_o c_i = sum_j alpha_ij C_o h_j from C_o h_j computed once per sentence
+(`encode_for_steps`).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass
 
 import torch
@@ -222,6 +225,13 @@ class RNNSearch(Seq2Seq):
         return EncoderOut(annotations=ann, keys=self.U_a(ann), mask=mask,
                           init=ann[:, 0, n:], values=self.C(ann), src_eos=self.config.src_eos)
 
+    def encode_for_steps(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
+        """`encode`, plus out_values C_o h_j (B, S', 2l): a step's C_o c_i is then
+        sum_j alpha_ij C_o h_j, one weighted sum over S' positions instead of the weighted sum
+        of the annotations and a (2n x 2l) product per hypothesis and step."""
+        enc = self.encode(src, src_lens)
+        return dataclasses.replace(enc, out_values=self.C_o(enc.annotations))
+
     def init_state(self, enc: EncoderOut) -> Tensor:
         """s_0 = tanh(W_s bwd h_1): (B, d)."""
         return torch.tanh(self.W_s(enc.init)).to(self.W_s.weight.dtype)
@@ -258,8 +268,19 @@ class RNNSearch(Seq2Seq):
     def deep_output(self, s_prev: Tensor, s_new: Tensor, emb_out: Tensor, ctx: Tensor) -> Tensor:
         """t_i = maxout(U_o s + V_o E y_{i-1} + C_o c_i) with s = s_{i-1} (readout "prev") or s_i
         ("new"); any leading shape (..., l)."""
+        return self._maxout(s_prev, s_new, emb_out, self.C_o(ctx))
+
+    def _maxout(self, s_prev: Tensor, s_new: Tensor, emb_out: Tensor, ctx_out: Tensor) -> Tensor:
+        """`deep_output` given ctx_out = C_o c_i (..., 2l)."""
         s = s_new if self.config.readout == "new" else s_prev
-        return self.drop(step_fn(maxout_of_sum, self.fuse_steps)(self.U_o(s), emb_out, self.C_o(ctx)))
+        return self.drop(step_fn(maxout_of_sum, self.fuse_steps)(self.U_o(s), emb_out, ctx_out))
+
+    def _context_out(self, alpha: Tensor, enc: EncoderOut) -> Tensor:
+        """C_o c_i from the attention weights alpha (B, G, S') over the B sentences of `enc`:
+        (B, G, 2l), through `out_values` where `encode_for_steps` made them."""
+        if enc.out_values is not None:
+            return torch.bmm(alpha.to(enc.out_values.dtype), enc.out_values)
+        return self.C_o(torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations))
 
     def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
         """Teacher forcing. tgt_in (B, T) -> (t (B, T, l), alpha (B, T, S')), through the
@@ -293,8 +314,8 @@ class RNNSearch(Seq2Seq):
             return self._step_grouped(prev_tokens, state, enc)
         emb = self.drop_tgt(self.tgt_embed(prev_tokens))
         alpha, s_new = self.attend_and_update(state, self.W_in(emb), enc, None)
-        ctx = torch.bmm(alpha.unsqueeze(1).to(enc.annotations.dtype), enc.annotations).squeeze(1)
-        return self.deep_output(state, s_new, self.V_o(emb), ctx), s_new, alpha
+        ctx_out = self._context_out(alpha.unsqueeze(1), enc).squeeze(1)
+        return self._maxout(state, s_new, self.V_o(emb), ctx_out), s_new, alpha
 
     def _step_grouped(self, prev_tokens: Tensor, s: Tensor, enc: EncoderOut
                       ) -> tuple[Tensor, Tensor, Tensor]:
@@ -316,8 +337,8 @@ class RNNSearch(Seq2Seq):
         alpha = masked_softmax(e, enc.mask.unsqueeze(1))  # (B, G, S)
         cg = torch.bmm(alpha.to(enc.values.dtype), enc.values).view(N, -1)  # C c_i
         s_new = self._gru_update(s, x_gates + cg, q_zr)
-        ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations).view(N, -1)
-        return self.deep_output(s, s_new, self.V_o(emb), ctx), s_new, alpha.view(N, S)
+        ctx_out = self._context_out(alpha, enc).view(N, -1)
+        return self._maxout(s, s_new, self.V_o(emb), ctx_out), s_new, alpha.view(N, S)
 
     def output_layer(self, features: Tensor) -> Tensor:
         """t (..., l) -> logits W_o t (..., V)."""
