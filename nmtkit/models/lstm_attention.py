@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from nmtkit.models.attention import masked_softmax, multiplicative_scores
 from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, dropout
 from nmtkit.models.init import apply_init_, paper_init_
+from nmtkit.models.quantize import is_quantized
 from nmtkit.models.rnnsearch import check_common, encode_bigru
 
 
@@ -59,8 +60,9 @@ class LSTMAttentionConfig:
 class LSTMAttention(Seq2Seq):
     """BiLSTM encoder, input-feeding LSTM decoder with multiplicative attention."""
 
-    # W_h (dtype read), W_u, W_fo and W_hh (weights read in slices or concatenated) stay float
-    int8_linears = ("W_c", "W_att", "W_y", "W_vocab")
+    # W_h (dtype read) and W_u (its weight read in slices) stay float; W_fo and W_hh are read
+    # concatenated in teacher forcing only (decoding calls them as modules)
+    int8_linears = ("W_c", "W_att", "W_y", "W_fo", "W_hh", "W_vocab")
 
     def __init__(self, config: LSTMAttentionConfig, fuse_steps: bool = False):
         super().__init__(fuse_steps)
@@ -106,11 +108,18 @@ class LSTMAttention(Seq2Seq):
         h0, c0 = enc.init
         return h0.to(dtype), c0.to(dtype), h0.new_zeros(h0.shape, dtype=dtype)
 
-    def _step(self, x_gates: Tensor, state, enc: EncoderOut, w_rec: Tensor):
-        """x_gates = W_y E y_t (B, 4d) -> (o_t (B, d), (h_t, c_t, o_t), alpha_t (B, S'))."""
+    def _step(self, x_gates: Tensor, state, enc: EncoderOut, w_rec: Tensor | None):
+        """x_gates = W_y E y_t (B, 4d) -> (o_t (B, d), (h_t, c_t, o_t), alpha_t (B, S')).
+
+        w_rec: [W_fo W_hh] (4d, 2d), one product of [o_{t-1}; h_{t-1}] (teacher forcing builds
+        it once per batch); None: W_fo o_{t-1} + W_hh h_{t-1} through the two layers (int8
+        decoding, where they are int8 layers)."""
         h, c, o_prev = state
         d = self.config.dec_hidden
-        gates = x_gates + F.linear(torch.cat([o_prev, h], dim=-1), w_rec)
+        if w_rec is None:
+            gates = x_gates + self.W_fo(o_prev) + self.W_hh(h)
+        else:
+            gates = x_gates + F.linear(torch.cat([o_prev, h], dim=-1), w_rec)
         i, f = torch.sigmoid(gates[:, :d]), torch.sigmoid(gates[:, d : 2 * d])
         g, og = torch.tanh(gates[:, 2 * d : 3 * d]), torch.sigmoid(gates[:, 3 * d :])
         c = f * c + i * g
@@ -135,7 +144,9 @@ class LSTMAttention(Seq2Seq):
 
     def step_features(self, prev_tokens: Tensor, state, enc: EncoderOut):
         """y_t (B,), (h, c, o)_{t-1} -> (o_t (B, d), (h, c, o)_t, alpha_t (B, S'))."""
-        w_rec = torch.cat([self.W_fo.weight, self.W_hh.weight], dim=1)
+        # float: one product with the weights concatenated is as fast as the two products here,
+        # copy included; int8 layers have no float weight to concatenate
+        w_rec = None if is_quantized(self.W_fo) else torch.cat([self.W_fo.weight, self.W_hh.weight], dim=1)
         return self._step(self.W_y(self.tgt_embed(prev_tokens)), state, enc, w_rec)
 
     def output_layer(self, features: Tensor) -> Tensor:
