@@ -74,6 +74,24 @@ def test_rnnsearch_decoding_steps_average_c_o_h_once_per_sentence_instead_of_pro
     assert enc.out_values is not None and not calls
 
 
+def test_rnnencdec_decoding_steps_project_the_summary_once_per_sentence():
+    """Steps over `encode_for_steps` (C c and C_o c made once per sentence) give teacher
+    forcing's log-probabilities to float64 rounding and run neither C nor C_o."""
+    model = tiny_model("rnnencdec", exact=True)
+    src, src_lens, tgt_in, _, _ = random_batch()
+    calls = []
+    with torch.no_grad():
+        full = model(src, src_lens, tgt_in)
+        enc = model.encode_for_steps(src, src_lens)
+        for layer in (model.C, model.C_o):
+            layer.register_forward_hook(lambda *_: calls.append(1))
+        state = model.init_state(enc)
+        for t in range(tgt_in.size(1)):
+            lp, state, _ = model.step(tgt_in[:, t], state, enc)
+            torch.testing.assert_close(lp, full[:, t], atol=1e-12, rtol=1e-12)
+    assert enc.summary_out is not None and not calls
+
+
 @pytest.mark.parametrize("arch", [a for a in IMPLEMENTED if a != "rnnencdec"])
 def test_attention_rows_sum_to_one_and_padding_gets_zero(arch):
     model = tiny_model(arch, exact=True)

@@ -42,6 +42,9 @@ class EncoderOut:
     out_values:  (B, S, O) the same for the output layer's context term, made for decoding
                  steps only (`encode_for_steps`; RNNsearch: C_o h_j, so that a step's
                  C_o c_i is a weighted sum instead of a product of its own), or None.
+    summary_out: a tuple of (B, .) projections of `summary` that every decoding step adds,
+                 made once per sentence by `encode_for_steps` (RNNencdec: (C c, C_o c)), or
+                 None.
 
     src_eos:     True when the model appended EOS to every source sentence (at position
                  src_lens[b] of sentence b): S then counts that position too, and attention
@@ -59,6 +62,7 @@ class EncoderOut:
     init: Any = None
     values: Tensor | None = None
     out_values: Tensor | None = None
+    summary_out: tuple[Tensor, ...] | None = None
     src_eos: bool = False
 
     def index_select(self, index: Tensor) -> "EncoderOut":

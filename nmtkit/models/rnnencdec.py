@@ -16,10 +16,12 @@ in its place, so that code written for attention models (beam search, ensembles,
 plots) needs no special case; the rows sum to 0, not 1, which marks "no attention".
 
 Speed: c does not change over time, so [W; W_z; W_r] E y + [C; C_z; C_r] c and V_o E y + C_o c
-are computed for all steps before the loop; the loop is the bare GRU recurrence.
+are computed for all steps before the loop; the loop is the bare GRU recurrence. Decoding, one
+step at a time, gets C c and C_o c once per sentence (`encode_for_steps`).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass
 
 import torch
@@ -104,6 +106,12 @@ class RNNEncDec(Seq2Seq):
         c = torch.tanh(self.V(h_last))
         return EncoderOut(annotations=states, keys=None, mask=mask, summary=c, src_eos=self.config.src_eos)
 
+    def encode_for_steps(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
+        """`encode`, plus summary_out (C c (B, 3d), C_o c (B, 2l)): the summary's terms of the
+        gate and deep-output inputs, which are the same at every step, once per sentence."""
+        enc = self.encode(src, src_lens)
+        return dataclasses.replace(enc, summary_out=(self.C(enc.summary), self.C_o(enc.summary)))
+
     def init_state(self, enc: EncoderOut) -> Tensor:
         """s_0 = tanh(V' c): (B, d)."""
         return torch.tanh(self.V_s(enc.summary)).to(self.V_s.weight.dtype)
@@ -119,8 +127,12 @@ class RNNEncDec(Seq2Seq):
     def _inputs(self, enc: EncoderOut, tgt: Tensor) -> tuple[Tensor, Tensor]:
         """Gate inputs (..., 3d) and deep-output inputs (..., 2l) of tokens tgt (B,) or (B, T)."""
         emb = self.drop(self.tgt_embed(tgt))
-        c = enc.summary if tgt.dim() == 1 else enc.summary.unsqueeze(1)
-        return self.W_in(emb) + self.C(c), self.V_o(emb) + self.C_o(c)
+        if tgt.dim() == 1 and enc.summary_out is not None:
+            c_gates, c_out = enc.summary_out
+        else:
+            c = enc.summary if tgt.dim() == 1 else enc.summary.unsqueeze(1)
+            c_gates, c_out = self.C(c), self.C_o(c)
+        return self.W_in(emb) + c_gates, self.V_o(emb) + c_out
 
     def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
         """Teacher forcing. tgt_in (B, T) -> (t (B, T, l), zeros (B, T, S'))."""
