@@ -95,19 +95,21 @@ sys.stdout.write("x" * 1_000_000)  # still in the buffer
 sys.stderr.write("done")
 if sys.argv[2] == "thread":
     threading.Thread(target=time.sleep, args=(0.3,)).start()
+if sys.argv[2] == "profiled":
+    sys.setprofile(lambda *_: None)
 _end_process(3)
 """
 
 
-@pytest.mark.parametrize("other_thread", [False, True])
-def test_the_program_skips_the_interpreters_teardown_only_with_nothing_left_to_run(tmp_path, other_thread):
+@pytest.mark.parametrize("case", ["alone", "thread", "profiled"])
+def test_the_program_skips_the_interpreters_teardown_only_with_nothing_left_to_run(tmp_path, case):
     """After a command, the program flushes stdout and stderr, runs the atexit handlers and
     exits with the command's status without the (slow) teardown; a live non-daemon thread
-    gets the ordinary exit, which waits for it."""
+    (which the ordinary exit waits for) or a profiler (which writes its results at the
+    ordinary exit) gets the ordinary exit."""
     marker = str(tmp_path / "m")
-    proc = subprocess.run([sys.executable, "-c", _END, marker, "thread" if other_thread else "-"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", _END, marker, case], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3
     assert proc.stdout == "x" * 1_000_000 and proc.stderr == "done"
     assert (tmp_path / "m.atexit").exists()
-    assert (tmp_path / "m.teardown").exists() == other_thread
+    assert (tmp_path / "m.teardown").exists() == (case != "alone")

@@ -164,13 +164,14 @@ def _end_process(code: int | str | None) -> None:
     (files are renamed into place when written, `nmtkit.outputs`); what is left is flushing
     stdout and stderr and the atexit handlers (logging's and multiprocessing's among them),
     done here before `os._exit`. With another live thread that is not a daemon (the
-    interpreter would wait for it), a non-integer code, or without torch (nothing to save),
-    the ordinary exit runs.
+    interpreter would wait for it), a non-integer code, without torch (nothing to save), or
+    under a profiler or tracer (`python -m cProfile -m nmtkit ...` writes its results after
+    the program returns), the ordinary exit runs.
     """
     if not isinstance(code, int) and code is not None:
         raise SystemExit(code)
     others = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
-    if "torch" not in sys.modules or others:
+    if "torch" not in sys.modules or others or sys.getprofile() is not None or sys.gettrace() is not None:
         raise SystemExit(code)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
