@@ -173,9 +173,11 @@ def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False):
         # no random initialisation for the strict load to overwrite
         with uninitialised():
             model = build_model(ckpt["arch"], ckpt["model_config"], fuse_steps=fuse_steps)
-        model.load_state_dict(ckpt["model_state"])
+        state = ckpt["model_state"]
     except KeyError as err:
         raise CheckpointError(f"checkpoint lacks field {err}", str(path)) from None
+    try:
+        model.load_state_dict(state)
     except RuntimeError as err:  # the model's tensors disagree with its config: missing, extra or resized
         detail = "; ".join(line.strip() for line in str(err).splitlines()[1:] if line.strip())
         raise CheckpointError(f"the model's tensors do not fit its config: {detail}", str(path)) from None
