@@ -71,7 +71,7 @@ def test_rnnsearch_decoding_steps_average_c_o_h_once_per_sentence_instead_of_pro
             lp_g, grouped, _ = model.step(tgt_in[:, t].repeat_interleave(G), grouped, enc)
             torch.testing.assert_close(lp, full[:, t], atol=1e-12, rtol=1e-12)
             torch.testing.assert_close(lp_g, full[:, t].repeat_interleave(G, 0), atol=1e-12, rtol=1e-12)
-    assert enc.out_values is not None and not calls
+    assert enc.step_values is not None and not calls
 
 
 def test_rnnencdec_decoding_steps_project_the_summary_once_per_sentence():

@@ -72,6 +72,31 @@ def test_an_int8_layers_output_rows_do_not_depend_on_the_other_rows_of_its_input
         torch.testing.assert_close(layer(x), linear(x), atol=0.03, rtol=0.03)
 
 
+@pytest.mark.parametrize("readout", ["prev", "new"])
+def test_int8_stacks_give_exactly_the_separate_int8_layers_outputs(readout):
+    """The products a step applies to the same input (s_{i-1}; the embedding rows of y_{i-1})
+    run as one int8 product each, with the embedding's rows quantised once: the step's outputs
+    are bit for bit those of the separate int8 layers, which the stacked step never calls."""
+    model = quantize_for_decoding(tiny_model("rnnsearch", readout=readout, src_vocab=30, tgt_vocab=40))
+    assert set(model.decode_stacks) == {"state", "embedding"}
+    stacked = [m for names in model.int8_stacks().values() for m in names[1]]
+    calls = []
+    for name in stacked:
+        model.get_submodule(name).register_forward_hook(lambda *_: calls.append(1))
+    src, lens = torch.randint(4, 30, (2, 6)), torch.tensor([6, 3])
+    prev = torch.randint(0, 40, (6,))
+    with torch.inference_mode():
+        enc = model.encode_for_steps(src, lens)
+        state = torch.randn(6, model.config.dec_hidden).tanh()  # 3 hypotheses per sentence
+        got = model.step(prev, state, enc)
+        assert not calls
+        model.decode_stacks.clear()
+        want = model.step(prev, state, enc)
+    assert calls
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
 def test_int8_translation_agrees_with_fp32_through_the_api(tmp_path):
     import nmtkit
 

@@ -39,9 +39,10 @@ class EncoderOut:
     values:      (B, S, G) other per-position projections of h_j that the decoder averages
                  with the attention weights (RNNsearch: [C; C_z; C_r] h_j, so that
                  sum_j alpha_ij (C h_j) = C c_i costs S*G per step instead of A*G), or None.
-    out_values:  (B, S, O) the same for the output layer's context term, made for decoding
-                 steps only (`encode_for_steps`; RNNsearch: C_o h_j, so that a step's
-                 C_o c_i is a weighted sum instead of a product of its own), or None.
+    step_values: (B, S, O) per-position projections of h_j that a decoding step averages with
+                 the attention weights, made for decoding steps only (`encode_for_steps`;
+                 RNNsearch: [C; C_z; C_r; C_o] h_j, so that all of a step's context terms are
+                 one weighted sum, and C_o c_i is no product of its own), or None.
     summary_out: a tuple of (B, .) projections of `summary` that every decoding step adds,
                  made once per sentence by `encode_for_steps` (RNNencdec: (C c, C_o c)), or
                  None.
@@ -61,7 +62,7 @@ class EncoderOut:
     summary: Tensor | None = None
     init: Any = None
     values: Tensor | None = None
-    out_values: Tensor | None = None
+    step_values: Tensor | None = None
     summary_out: tuple[Tensor, ...] | None = None
     src_eos: bool = False
 
@@ -76,7 +77,7 @@ class EncoderOut:
         if width >= self.mask.size(1):
             return self
         return dataclasses.replace(self, **{name: getattr(self, name)[:, :width]
-                                            for name in ("annotations", "keys", "values", "out_values", "mask")
+                                            for name in ("annotations", "keys", "values", "step_values", "mask")
                                             if getattr(self, name) is not None})
 
     def positions(self, src_len: int) -> int:
@@ -173,6 +174,16 @@ class Seq2Seq(nn.Module):
     def __init__(self, fuse_steps: bool = False):
         super().__init__()
         self._fuse_steps = bool(fuse_steps)
+        # what `int8_stacks` names, built by int8 decoding (nmtkit.models.quantize.Int8Stack);
+        # a plain dict: no part of the model's state_dict
+        self.decode_stacks: dict[str, nn.Module] = {}
+
+    def int8_stacks(self) -> dict[str, tuple[str | None, tuple[str, ...]]]:
+        """Groups of `int8_linears` that a decoding step applies to the same input, by the name
+        the step looks them up under in `decode_stacks`: (embedding or None, layers). With an
+        embedding, the input is that embedding's rows. Int8 decoding runs each group as one
+        product; the step falls back to the layers themselves where a group is not built."""
+        return {}
 
     @property
     def fuse_steps(self) -> bool:
@@ -196,7 +207,7 @@ class Seq2Seq(nn.Module):
 
     def encode_for_steps(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
         """`encode` for decoding step by step (beam search, sampling): the same, plus whatever
-        per-position projections the model's `step_features` reads (`EncoderOut.out_values`)."""
+        per-position projections the model's `step_features` reads (`EncoderOut.step_values`)."""
         return self.encode(src, src_lens)
 
     def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, Tensor]:

@@ -49,13 +49,27 @@ def int8_matmul(x: Tensor, rows: Int8Rows) -> Tensor:
     """x (..., F) float -> x W^T + b (..., V) float32, with each row of x quantised to int8 on its
     own scale (module docstring)."""
     shape = x.shape
-    x2 = x.reshape(-1, shape[-1]).float()
-    x_scale = x2.abs().amax(1, keepdim=True).clamp_min_(1e-30).div_(127.0)
-    xq = torch.round(x2 / x_scale).to(torch.int8)
-    y = torch._int_mm(xq, rows.weight_t).float().mul_(x_scale).mul_(rows.scale)
-    if rows.bias is not None:
-        y.add_(rows.bias)
+    y = int8_rows_matmul(*quantize_rows(x.reshape(-1, shape[-1]).float()), rows)
     return y.reshape(*shape[:-1], y.size(1))
+
+
+def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor]:
+    """x (N, F) float32 -> (int8 (N, F), scales (N, 1)): each row on its own scale, max |x_n| -> 127."""
+    x_scale = x.abs().amax(1, keepdim=True).clamp_min_(1e-30).div_(127.0)
+    return torch.div(x, x_scale).round_().to(torch.int8), x_scale
+
+
+def int8_rows_matmul(xq: Tensor, x_scale: Tensor, rows: Int8Rows) -> Tensor:
+    """Rows quantised by `quantize_rows` (int8 (N, F), scales (N, 1)) -> x W^T + b (N, V) float32.
+
+    The float32 result is written over the int32 one (the same size), and the channel scales and
+    the bias are applied in one pass: per product, two passes over the output instead of four."""
+    acc = torch._int_mm(xq, rows.weight_t)
+    y = acc.view(torch.float32)
+    y.copy_(acc).mul_(x_scale)
+    if rows.bias is not None:
+        return torch.addcmul(rows.bias, y, rows.scale, out=y)
+    return y.mul_(rows.scale)
 
 
 class Int8Linear(nn.Module):
@@ -80,9 +94,45 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
+class Int8Stack(nn.Module):
+    """Int8 layers that a decoding step applies to the same input, as one product: their int8
+    columns side by side (each output channel keeps its own scale, so every column is exactly
+    its layer's), one quantisation of the input and one `_int_mm` instead of one each. Returns
+    the layers' outputs side by side (N, sum of `sizes`).
+
+    With `embedding`, the input is token ids (N,): the embedding's rows are quantised once,
+    here, exactly as a step would quantise the rows it looks up, and a step only looks up their
+    int8 values and scales."""
+
+    def __init__(self, layers: list[Int8Linear], embedding: nn.Embedding | None = None):
+        super().__init__()
+        self.sizes = tuple(layer.out_features for layer in layers)
+        self.register_buffer("weight_t", torch.cat([layer.weight_t for layer in layers], dim=1))
+        self.register_buffer("scale", torch.cat([layer.scale for layer in layers]))
+        bias = None
+        if any(layer.bias is not None for layer in layers):  # a layer without one adds zeros
+            bias = torch.cat([layer.bias if layer.bias is not None else layer.scale.new_zeros(layer.out_features)
+                              for layer in layers])
+        self.register_buffer("bias", bias)
+        table, table_scale = (quantize_rows(embedding.weight.detach().float()) if embedding is not None
+                              else (None, None))
+        self.register_buffer("table", table)
+        self.register_buffer("table_scale", table_scale)
+
+    def forward(self, x: Tensor) -> Tensor:
+        rows = Int8Rows(self.weight_t, self.scale, self.bias)
+        if self.table is not None:
+            return int8_rows_matmul(self.table.index_select(0, x), self.table_scale.index_select(0, x), rows)
+        return int8_matmul(x, rows)
+
+    def extra_repr(self) -> str:
+        return f"sizes={self.sizes}, int8" + (", from embedding rows" if self.table is not None else "")
+
+
 def quantize_for_decoding(model: Any) -> Any:
     """The model (eval mode, CPU, float32) with its `int8_linears` replaced by `Int8Linear`
-    layers, in place; returns it. Not for training: the int8 layers have no gradients. A model
+    layers and the groups of its `int8_stacks()` built as `Int8Stack`s in its `decode_stacks`,
+    in place; returns it. Not for training: the int8 layers have no gradients. A model
     that names no such layer is a ConfigError."""
     names = tuple(getattr(model, "int8_linears", ()))
     if not names:
@@ -94,6 +144,9 @@ def quantize_for_decoding(model: Any) -> Any:
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, attr, Int8Linear(getattr(parent, attr)))
+    for key, (embedding, members) in model.int8_stacks().items():
+        model.decode_stacks[key] = Int8Stack([model.get_submodule(m) for m in members],
+                                             model.get_submodule(embedding) if embedding else None)
     return model
 
 

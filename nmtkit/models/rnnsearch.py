@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmtkit.errors import ConfigError
-from nmtkit.models.attention import additive_scores, additive_scores_grouped, masked_softmax
+from nmtkit.models.attention import additive_scores, additive_scores_grouped, masked_softmax, tanh_
 from nmtkit.models.base import (
     PAD_ID,
     EncoderOut,
@@ -226,11 +226,12 @@ class RNNSearch(Seq2Seq):
                           init=ann[:, 0, n:], values=self.C(ann), src_eos=self.config.src_eos)
 
     def encode_for_steps(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
-        """`encode`, plus out_values C_o h_j (B, S', 2l): a step's C_o c_i is then
-        sum_j alpha_ij C_o h_j, one weighted sum over S' positions instead of the weighted sum
-        of the annotations and a (2n x 2l) product per hypothesis and step."""
+        """`encode`, with step_values [C; C_z; C_r; C_o] h_j (B, S', 3d + 2l) in the place of
+        values: a step's context terms C c_i and C_o c_i are then one weighted sum over S'
+        positions, instead of a weighted sum and a (2n x 2l) product per hypothesis and step."""
         enc = self.encode(src, src_lens)
-        return dataclasses.replace(enc, out_values=self.C_o(enc.annotations))
+        step_values = torch.cat([enc.values, self.C_o(enc.annotations)], dim=2)
+        return dataclasses.replace(enc, values=None, step_values=step_values)
 
     def init_state(self, enc: EncoderOut) -> Tensor:
         """s_0 = tanh(W_s bwd h_1): (B, d)."""
@@ -258,29 +259,23 @@ class RNNSearch(Seq2Seq):
     def _gru_update(self, s: Tensor, x: Tensor, q_zr: Tensor) -> Tensor:
         """s_i from s_{i-1} (B, d), x = W[z,r,cand] E y_{i-1} + C[z,r,cand] c_i (B, 3d) and
         q_zr = U[z,r] s_{i-1} (B, 2d): z, r = sigmoid(.), s~ = tanh(W E y + U (r o s) + C c),
-        s_i = (1 - z) o s_{i-1} + z o s~."""
+        s_i = (1 - z) o s_{i-1} + z o s~. Without autograd, x is overwritten (the gate sums are
+        made in place)."""
         d = self.config.dec_hidden
         x_zr, x_h = x.split([2 * d, d], dim=1)
-        z, r = torch.sigmoid(x_zr + q_zr).chunk(2, dim=1)
-        cand = torch.tanh(x_h + self.U(r * s))
+        if torch.is_grad_enabled():
+            z, r = torch.sigmoid(x_zr + q_zr).chunk(2, dim=1)
+            cand = torch.tanh(x_h + self.U(r * s))
+        else:
+            z, r = torch.sigmoid_(x_zr.add_(q_zr)).chunk(2, dim=1)
+            cand = tanh_(x_h.add_(self.U(r * s)))
         return s + z * (cand - s)
 
     def deep_output(self, s_prev: Tensor, s_new: Tensor, emb_out: Tensor, ctx: Tensor) -> Tensor:
         """t_i = maxout(U_o s + V_o E y_{i-1} + C_o c_i) with s = s_{i-1} (readout "prev") or s_i
         ("new"); any leading shape (..., l)."""
-        return self._maxout(s_prev, s_new, emb_out, self.C_o(ctx))
-
-    def _maxout(self, s_prev: Tensor, s_new: Tensor, emb_out: Tensor, ctx_out: Tensor) -> Tensor:
-        """`deep_output` given ctx_out = C_o c_i (..., 2l)."""
         s = s_new if self.config.readout == "new" else s_prev
-        return self.drop(step_fn(maxout_of_sum, self.fuse_steps)(self.U_o(s), emb_out, ctx_out))
-
-    def _context_out(self, alpha: Tensor, enc: EncoderOut) -> Tensor:
-        """C_o c_i from the attention weights alpha (B, G, S') over the B sentences of `enc`:
-        (B, G, 2l), through `out_values` where `encode_for_steps` made them."""
-        if enc.out_values is not None:
-            return torch.bmm(alpha.to(enc.out_values.dtype), enc.out_values)
-        return self.C_o(torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations))
+        return self.drop(step_fn(maxout_of_sum, self.fuse_steps)(self.U_o(s), emb_out, self.C_o(ctx)))
 
     def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
         """Teacher forcing. tgt_in (B, T) -> (t (B, T, l), alpha (B, T, S')), through the
@@ -301,44 +296,69 @@ class RNNSearch(Seq2Seq):
     # W_s (once per sentence, its dtype read in init_state) stays float
     int8_linears = ("U_a", "C", "W_in", "W_a", "U_zr", "U", "U_o", "V_o", "C_o", "W_o")
 
+    def int8_stacks(self) -> dict[str, tuple[str | None, tuple[str, ...]]]:
+        """A step's products of s_{i-1} ([W_a; U_z; U_r], and U_o with readout "prev") and of
+        E y_{i-1} ([W; W_z; W_r; V_o])."""
+        state = ("W_a", "U_zr") + (("U_o",) if self.config.readout == "prev" else ())
+        return {"state": (None, state), "embedding": ("tgt_embed", ("W_in", "V_o"))}
+
     def step_features(self, prev_tokens: Tensor, state: Tensor, enc: EncoderOut
                       ) -> tuple[Tensor, Tensor, Tensor]:
         """prev_tokens y_{i-1} (N,), state s_{i-1} (N, d) -> (t_i (N, l), s_i, alpha_i (N, S')).
 
         Normally N = B, the rows of `enc`. With N = B * G (beam search, `grouped_encoder`),
-        rows g*G .. g*G+G-1 of the state all attend over sentence g of `enc`: the keys, values
-        and annotations are read once per sentence instead of once per hypothesis.
+        rows g*G .. g*G+G-1 of the state all attend over sentence g of `enc`: the keys and
+        values are read once per sentence instead of once per hypothesis. Over `encode_for_steps`
+        (decoding), the step runs as `_step_grouped`; over `encode`, as teacher forcing does.
         """
-        B = enc.mask.size(0)
-        if state.size(0) != B:
+        if enc.step_values is not None:
             return self._step_grouped(prev_tokens, state, enc)
         emb = self.drop_tgt(self.tgt_embed(prev_tokens))
         alpha, s_new = self.attend_and_update(state, self.W_in(emb), enc, None)
-        ctx_out = self._context_out(alpha.unsqueeze(1), enc).squeeze(1)
-        return self._maxout(state, s_new, self.V_o(emb), ctx_out), s_new, alpha
+        ctx = torch.bmm(alpha.unsqueeze(1).to(enc.annotations.dtype), enc.annotations).squeeze(1)
+        return self.deep_output(state, s_new, self.V_o(emb), ctx), s_new, alpha
+
+    def _state_products(self, s: Tensor) -> tuple[Tensor, ...]:
+        """(W_a s, [U_z; U_r] s), and U_o s + b_o with readout "prev": one int8 product where
+        int8 decoding stacked them (`int8_stacks`)."""
+        stack = self.decode_stacks.get("state")
+        if stack is not None:
+            return stack(s).split(stack.sizes, dim=1)
+        return tuple(layer(s) for layer in (self.W_a, self.U_zr, self.U_o)[: 3 if self.config.readout == "prev" else 2])
+
+    def _embedding_products(self, prev_tokens: Tensor) -> Tensor:
+        """[W; W_z; W_r] E y + b and V_o E y side by side (N, 3d + 2l)."""
+        stack = self.decode_stacks.get("embedding")
+        if stack is not None:
+            return stack(prev_tokens)
+        emb = self.drop_tgt(self.tgt_embed(prev_tokens))
+        return torch.cat([self.W_in(emb), self.V_o(emb)], dim=1)
 
     def _step_grouped(self, prev_tokens: Tensor, s: Tensor, enc: EncoderOut
                       ) -> tuple[Tensor, Tensor, Tensor]:
-        """`step_features` for N = B * G state rows over B sentences of `enc` (decoding only).
+        """`step_features` for N = B * G state rows (G >= 1) over the B sentences of an
+        `encode_for_steps` output (decoding only).
 
-        The same equations as `attend_and_update` + the deep output, with the attention and
-        the two weighted sums done as (B, G, S) batched products against the (B, S, .) encoder
-        tensors instead of against G copies of them.
+        The same equations as `attend_and_update` + the deep output, with the attention and the
+        weighted sum done as (B, G, S) batched products against the (B, S, .) encoder tensors
+        instead of against G copies of them; the weighted sum of step_values adds
+        [C c_i ; C_o c_i] to [W E y ; V_o E y] in the same product (baddbmm).
         """
         B, S = enc.mask.shape
         N = s.size(0)
         if N % B:
             raise ValueError(f"{N} state rows cannot be grouped over {B} sentences")
         G = N // B
-        emb = self.drop_tgt(self.tgt_embed(prev_tokens))
-        x_gates = self.W_in(emb)
-        q_a, q_zr = self.W_a(s), self.U_zr(s)
-        e = additive_scores_grouped(q_a.view(B, G, -1), enc.keys, self.v_a, enc.mask)  # (B, G, S)
+        d = self.config.dec_hidden
+        q = self._state_products(s)
+        e = additive_scores_grouped(q[0].view(B, G, -1), enc.keys, self.v_a, enc.mask)  # (B, G, S)
         alpha = masked_softmax(e, enc.mask.unsqueeze(1))  # (B, G, S)
-        cg = torch.bmm(alpha.to(enc.values.dtype), enc.values).view(N, -1)  # C c_i
-        s_new = self._gru_update(s, x_gates + cg, q_zr)
-        ctx_out = self._context_out(alpha, enc).view(N, -1)
-        return self._maxout(s, s_new, self.V_o(emb), ctx_out), s_new, alpha.view(N, S)
+        x = torch.baddbmm(self._embedding_products(prev_tokens).view(B, G, -1),
+                          alpha.to(enc.step_values.dtype), enc.step_values).view(N, -1)
+        x_gates, x_out = x.split([3 * d, x.size(1) - 3 * d], dim=1)
+        s_new = self._gru_update(s, x_gates, q[1])
+        u_o = q[2] if self.config.readout == "prev" else self.U_o(s_new)
+        return self.drop(maxout_pairs(x_out.add_(u_o))), s_new, alpha.view(N, S)
 
     def output_layer(self, features: Tensor) -> Tensor:
         """t (..., l) -> logits W_o t (..., V)."""
