@@ -74,11 +74,12 @@ def test_an_int8_layers_output_rows_do_not_depend_on_the_other_rows_of_its_input
 
 @pytest.mark.parametrize("readout", ["prev", "new"])
 def test_int8_stacks_give_exactly_the_separate_int8_layers_outputs(readout):
-    """The products a step applies to the same input (s_{i-1}; the embedding rows of y_{i-1})
-    run as one int8 product each, with the embedding's rows quantised once: the step's outputs
-    are bit for bit those of the separate int8 layers, which the stacked step never calls."""
+    """The products a step applies to the same input (s_{i-1}; the embedding rows of y_{i-1}),
+    and the keys and values made of the annotations, run as one int8 product each, with the
+    embedding's rows quantised once: the encoder outputs and the step's outputs are bit for bit
+    those of the separate int8 layers, which the stacked decoding never calls."""
     model = quantize_for_decoding(tiny_model("rnnsearch", readout=readout, src_vocab=30, tgt_vocab=40))
-    assert set(model.decode_stacks) == {"state", "embedding"}
+    assert set(model.decode_stacks) == {"state", "embedding", "annotations"}
     stacked = [m for names in model.int8_stacks().values() for m in names[1]]
     calls = []
     for name in stacked:
@@ -91,8 +92,10 @@ def test_int8_stacks_give_exactly_the_separate_int8_layers_outputs(readout):
         got = model.step(prev, state, enc)
         assert not calls
         model.decode_stacks.clear()
-        want = model.step(prev, state, enc)
+        plain = model.encode_for_steps(src, lens)
+        want = model.step(prev, state, plain)
     assert calls
+    assert torch.equal(enc.keys, plain.keys) and torch.equal(enc.step_values, plain.step_values)
     for a, b in zip(got, want):
         assert torch.equal(a, b)
 

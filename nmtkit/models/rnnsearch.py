@@ -228,10 +228,19 @@ class RNNSearch(Seq2Seq):
     def encode_for_steps(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
         """`encode`, with step_values [C; C_z; C_r; C_o] h_j (B, S', 3d + 2l) in the place of
         values: a step's context terms C c_i and C_o c_i are then one weighted sum over S'
-        positions, instead of a weighted sum and a (2n x 2l) product per hypothesis and step."""
-        enc = self.encode(src, src_lens)
-        step_values = torch.cat([enc.values, self.C_o(enc.annotations)], dim=2)
-        return dataclasses.replace(enc, values=None, step_values=step_values)
+        positions, instead of a weighted sum and a (2n x 2l) product per hypothesis and step.
+        Int8 decoding makes the keys and step_values in one product of the annotations
+        (`int8_stacks`)."""
+        stack = self.decode_stacks.get("annotations")
+        if stack is None:
+            enc = self.encode(src, src_lens)
+            step_values = torch.cat([enc.values, self.C_o(enc.annotations)], dim=2)
+            return dataclasses.replace(enc, values=None, step_values=step_values)
+        ann, mask, _ = encode_bigru(self.src_embed, self.encoder, self.drop_src, src, src_lens,
+                                    self.config.src_eos, self.fuse_steps)
+        keys, step_values = stack(ann).split([self.config.att_hidden, sum(stack.sizes[1:])], dim=2)
+        return EncoderOut(annotations=ann, keys=keys, mask=mask, init=ann[:, 0, self.config.enc_hidden:],
+                          step_values=step_values, src_eos=self.config.src_eos)
 
     def init_state(self, enc: EncoderOut) -> Tensor:
         """s_0 = tanh(W_s bwd h_1): (B, d)."""
@@ -265,11 +274,9 @@ class RNNSearch(Seq2Seq):
         x_zr, x_h = x.split([2 * d, d], dim=1)
         if torch.is_grad_enabled():
             z, r = torch.sigmoid(x_zr + q_zr).chunk(2, dim=1)
-            cand = torch.tanh(x_h + self.U(r * s))
-        else:
-            z, r = torch.sigmoid_(x_zr.add_(q_zr)).chunk(2, dim=1)
-            cand = tanh_(x_h.add_(self.U(r * s)))
-        return s + z * (cand - s)
+            return s + z * (torch.tanh(x_h + self.U(r * s)) - s)
+        z, r = torch.sigmoid_(x_zr.add_(q_zr)).chunk(2, dim=1)
+        return torch.lerp(s, tanh_(x_h.add_(self.U(r * s))), z)  # s + z (s~ - s) in one pass
 
     def deep_output(self, s_prev: Tensor, s_new: Tensor, emb_out: Tensor, ctx: Tensor) -> Tensor:
         """t_i = maxout(U_o s + V_o E y_{i-1} + C_o c_i) with s = s_{i-1} (readout "prev") or s_i
@@ -298,9 +305,10 @@ class RNNSearch(Seq2Seq):
 
     def int8_stacks(self) -> dict[str, tuple[str | None, tuple[str, ...]]]:
         """A step's products of s_{i-1} ([W_a; U_z; U_r], and U_o with readout "prev") and of
-        E y_{i-1} ([W; W_z; W_r; V_o])."""
+        E y_{i-1} ([W; W_z; W_r; V_o]); the keys and step_values of h_j ([U_a; C; C_o])."""
         state = ("W_a", "U_zr") + (("U_o",) if self.config.readout == "prev" else ())
-        return {"state": (None, state), "embedding": ("tgt_embed", ("W_in", "V_o"))}
+        return {"state": (None, state), "embedding": ("tgt_embed", ("W_in", "V_o")),
+                "annotations": (None, ("U_a", "C", "C_o"))}
 
     def step_features(self, prev_tokens: Tensor, state: Tensor, enc: EncoderOut
                       ) -> tuple[Tensor, Tensor, Tensor]:
