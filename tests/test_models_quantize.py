@@ -72,31 +72,36 @@ def test_an_int8_layers_output_rows_do_not_depend_on_the_other_rows_of_its_input
         torch.testing.assert_close(layer(x), linear(x), atol=0.03, rtol=0.03)
 
 
-@pytest.mark.parametrize("readout", ["prev", "new"])
-def test_int8_stacks_give_exactly_the_separate_int8_layers_outputs(readout):
-    """The products a step applies to the same input (s_{i-1}; the embedding rows of y_{i-1}),
-    and the keys and values made of the annotations, run as one int8 product each, with the
-    embedding's rows quantised once: the encoder outputs and the step's outputs are bit for bit
-    those of the separate int8 layers, which the stacked decoding never calls."""
-    model = quantize_for_decoding(tiny_model("rnnsearch", readout=readout, src_vocab=30, tgt_vocab=40))
-    assert set(model.decode_stacks) == {"state", "embedding", "annotations"}
-    stacked = [m for names in model.int8_stacks().values() for m in names[1]]
+@pytest.mark.parametrize("arch", ["rnnsearch", "rnnsearch+readout-new", "rnnencdec", "lstm-attention"])
+def test_int8_stacks_give_exactly_the_separate_int8_layers_outputs(arch):
+    """The products a step applies to the same input (the state; the embedding rows of
+    y_{i-1}), and RNNsearch's keys and values of the annotations, run as one int8 product each,
+    with the embedding's rows quantised once: the encoder outputs and two steps' outputs are bit
+    for bit those of the separate int8 layers, which the stacked decoding never calls."""
+    kw = {"readout": "new"} if arch == "rnnsearch+readout-new" else {}
+    model = quantize_for_decoding(tiny_model(arch.split("+")[0], src_vocab=30, tgt_vocab=40, **kw))
+    assert model.decode_stacks and set(model.decode_stacks) == set(model.int8_stacks())
     calls = []
-    for name in stacked:
-        model.get_submodule(name).register_forward_hook(lambda *_: calls.append(1))
+    for _, members in model.int8_stacks().values():
+        for name in members:
+            model.get_submodule(name).register_forward_hook(lambda *_: calls.append(1))
     src, lens = torch.randint(4, 30, (2, 6)), torch.tensor([6, 3])
-    prev = torch.randint(0, 40, (6,))
-    with torch.inference_mode():
+
+    def decode():
         enc = model.encode_for_steps(src, lens)
-        state = torch.randn(6, model.config.dec_hidden).tanh()  # 3 hypotheses per sentence
-        got = model.step(prev, state, enc)
+        state, out = model.init_state(enc), []
+        for prev in (torch.tensor([2, 2]), torch.tensor([7, 0])):
+            lp, state, attn = model.step(prev, state, enc)
+            out += [lp, attn]
+        return [t for t in (enc.keys, enc.step_values) if t is not None] + out
+
+    with torch.inference_mode():
+        got = decode()
         assert not calls
         model.decode_stacks.clear()
-        plain = model.encode_for_steps(src, lens)
-        want = model.step(prev, state, plain)
+        want = decode()
     assert calls
-    assert torch.equal(enc.keys, plain.keys) and torch.equal(enc.step_values, plain.step_values)
-    for a, b in zip(got, want):
+    for a, b in zip(got, want, strict=True):
         assert torch.equal(a, b)
 
 

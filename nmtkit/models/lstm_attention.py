@@ -147,7 +147,13 @@ class LSTMAttention(Seq2Seq):
         # float: one product with the weights concatenated is as fast as the two products here,
         # copy included; int8 layers have no float weight to concatenate
         w_rec = None if is_quantized(self.W_fo) else torch.cat([self.W_fo.weight, self.W_hh.weight], dim=1)
-        return self._step(self.W_y(self.tgt_embed(prev_tokens)), state, enc, w_rec)
+        stack = self.decode_stacks.get("embedding")
+        x_gates = stack(prev_tokens) if stack is not None else self.W_y(self.tgt_embed(prev_tokens))
+        return self._step(x_gates, state, enc, w_rec)
+
+    def int8_stacks(self) -> dict[str, tuple[str | None, tuple[str, ...]]]:
+        """W_y E y_t from the embedding's rows quantised once (W_fo and W_hh read different inputs)."""
+        return {"embedding": ("tgt_embed", ("W_y",))}
 
     def output_layer(self, features: Tensor) -> Tensor:
         return self.W_vocab(features)

@@ -116,23 +116,32 @@ class RNNEncDec(Seq2Seq):
         """s_0 = tanh(V' c): (B, d)."""
         return torch.tanh(self.V_s(enc.summary)).to(self.V_s.weight.dtype)
 
-    def _update(self, s: Tensor, x_gates: Tensor) -> Tensor:
-        """s_i from s_{i-1} (B, d) and the gate inputs [W.. E y + C.. c] (B, 3d)."""
+    def _update(self, s: Tensor, x_gates: Tensor, q_zr: Tensor | None = None) -> Tensor:
+        """s_i from s_{i-1} (B, d) and the gate inputs [W.. E y + C.. c] (B, 3d); q_zr: U_zr s
+        where the caller made it."""
         d = self.config.dec_hidden
-        zr = torch.sigmoid(x_gates[:, : 2 * d] + self.U_zr(s))
+        zr = torch.sigmoid(x_gates[:, : 2 * d] + (self.U_zr(s) if q_zr is None else q_zr))
         z, r = zr[:, :d], zr[:, d:]
         cand = torch.tanh(x_gates[:, 2 * d :] + self.U(r * s))
         return s + z * (cand - s)
 
     def _inputs(self, enc: EncoderOut, tgt: Tensor) -> tuple[Tensor, Tensor]:
         """Gate inputs (..., 3d) and deep-output inputs (..., 2l) of tokens tgt (B,) or (B, T)."""
-        emb = self.drop(self.tgt_embed(tgt))
         if tgt.dim() == 1 and enc.summary_out is not None:
             c_gates, c_out = enc.summary_out
         else:
             c = enc.summary if tgt.dim() == 1 else enc.summary.unsqueeze(1)
             c_gates, c_out = self.C(c), self.C_o(c)
+        stack = self.decode_stacks.get("embedding")
+        if stack is not None and tgt.dim() == 1:
+            x_gates, x_out = stack(tgt).split(stack.sizes, dim=1)
+            return x_gates + c_gates, x_out + c_out
+        emb = self.drop(self.tgt_embed(tgt))
         return self.W_in(emb) + c_gates, self.V_o(emb) + c_out
+
+    def int8_stacks(self) -> dict[str, tuple[str | None, tuple[str, ...]]]:
+        """A step's products of E y_{i-1} ([W; W_z; W_r; V_o]) and of s_{i-1} ([U_z; U_r; U_o])."""
+        return {"embedding": ("tgt_embed", ("W_in", "V_o")), "state": (None, ("U_zr", "U_o"))}
 
     def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
         """Teacher forcing. tgt_in (B, T) -> (t (B, T, l), zeros (B, T, S'))."""
@@ -151,9 +160,11 @@ class RNNEncDec(Seq2Seq):
                       ) -> tuple[Tensor, Tensor, Tensor]:
         """y_{i-1} (B,), s_{i-1} (B, d) -> (t_i (B, l), s_i, zeros (B, S'))."""
         x_gates, x_out = self._inputs(enc, prev_tokens)
-        feats = self.drop(maxout_pairs(self.U_o(state) + x_out))
+        stack = self.decode_stacks.get("state")
+        q_zr, u_o = stack(state).split(stack.sizes, dim=1) if stack is not None else (None, self.U_o(state))
+        feats = self.drop(maxout_pairs(u_o + x_out))
         no_attn = state.new_zeros(state.size(0), enc.mask.size(1))
-        return feats, self._update(state, x_gates), no_attn
+        return feats, self._update(state, x_gates, q_zr), no_attn
 
     def output_layer(self, features: Tensor) -> Tensor:
         return self.W_o(features)
