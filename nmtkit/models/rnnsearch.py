@@ -34,8 +34,9 @@ the deep output (V_o), the keys U_a h_j and the values [C; C_z; C_r] h_j are com
 positions at once; inside the loop only s_{i-1} [W_a; U_z; U_r] (one stacked product), the
 attention weights, alpha_i [C h] (one small bmm) and U [r * s] remain. U_o s_{i-1}, C_o c_i, the
 maxout and W_o run after the loop over all steps. Decoding, which must run them at every step,
-gets C_o c_i = sum_j alpha_ij C_o h_j from C_o h_j computed once per sentence
-(`encode_for_steps`).
+gets [C c_i ; C_o c_i] = sum_j alpha_ij [C h_j ; C_o h_j] from [C; C_o] h_j computed once per
+sentence (`encode_for_steps`), added to [W E y ; V_o E y] in the same batched product; int8
+decoding also runs the products that read the same input as one product each (`int8_stacks`).
 """
 from __future__ import annotations
 
@@ -276,7 +277,8 @@ class RNNSearch(Seq2Seq):
             z, r = torch.sigmoid(x_zr + q_zr).chunk(2, dim=1)
             return s + z * (torch.tanh(x_h + self.U(r * s)) - s)
         z, r = torch.sigmoid_(x_zr.add_(q_zr)).chunk(2, dim=1)
-        return torch.lerp(s, tanh_(x_h.add_(self.U(r * s))), z)  # s + z (s~ - s) in one pass
+        cand = tanh_(x_h.add_(self.U(r * s)))
+        return torch.lerp(s, cand.to(s.dtype), z.to(s.dtype))  # s + z (s~ - s) in one pass
 
     def deep_output(self, s_prev: Tensor, s_new: Tensor, emb_out: Tensor, ctx: Tensor) -> Tensor:
         """t_i = maxout(U_o s + V_o E y_{i-1} + C_o c_i) with s = s_{i-1} (readout "prev") or s_i
