@@ -367,3 +367,27 @@ def test_decoding_gives_free_memory_back_every_few_batches(ckpt, monkeypatch):
     lines = [f"the cat sat {'on a mat ' * (i % 3)}." for i in range(2 * memory.RELEASE_EVERY_BATCHES + 3)]
     assert len(_translator(ckpt, batch_size=1).translate(lines)) == len(lines)
     assert len(calls) == 2
+
+
+def test_cpu_batches_are_capped_in_padded_source_tokens_unless_a_budget_is_given(ckpt, monkeypatch):
+    """A batch's encoder outputs grow with sentences x longest sentence, and 64 of the longest
+    lines set a run's peak memory: on the CPU a batch holds at most CPU_MAX_TOKENS padded
+    source tokens unless --max-tokens says otherwise; GPUs get no default cap."""
+    from nmtkit.translate.config import CPU_MAX_TOKENS
+
+    n = 40
+    line = " ".join(["the cat sat on a mat ."] * (CPU_MAX_TOKENS // (n * 7) + 1))  # n lines: over the cap
+    sizes = []
+    for kw, capped in (({}, True), ({"max_tokens": 10 ** 6}, False)):
+        t = _translator(ckpt, batch_size=64, max_len_a=0.0, max_len_b=1, **kw)
+        monkeypatch.setattr(t, "decode_batch", lambda src, *a, real=t.decode_batch, **k:
+                            sizes.append(len(src)) or real(src, *a, **k))
+        sizes.clear()
+        t.translate([line] * n)
+        width = len(t.prepare(line, 1))
+        assert sum(sizes) == n
+        assert (max(sizes) * width <= CPU_MAX_TOKENS) if capped else sizes == [n]
+        assert t.max_tokens == (CPU_MAX_TOKENS if capped else 10 ** 6)
+    from nmtkit.translate.config import batch_token_cap
+
+    assert batch_token_cap(None, "cuda") is None and batch_token_cap(500, "cuda") == 500

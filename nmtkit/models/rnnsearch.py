@@ -319,7 +319,8 @@ class RNNSearch(Seq2Seq):
         Normally N = B, the rows of `enc`. With N = B * G (beam search, `grouped_encoder`),
         rows g*G .. g*G+G-1 of the state all attend over sentence g of `enc`: the keys and
         values are read once per sentence instead of once per hypothesis. Over `encode_for_steps`
-        (decoding), the step runs as `_step_grouped`; over `encode`, as teacher forcing does.
+        (decoding) the step runs as `_step_grouped`; over `encode` (N = B), as teacher forcing
+        does (the equation tests compare the two).
         """
         if enc.step_values is not None:
             return self._step_grouped(prev_tokens, state, enc)
@@ -334,7 +335,8 @@ class RNNSearch(Seq2Seq):
         stack = self.decode_stacks.get("state")
         if stack is not None:
             return stack(s).split(stack.sizes, dim=1)
-        return tuple(layer(s) for layer in (self.W_a, self.U_zr, self.U_o)[: 3 if self.config.readout == "prev" else 2])
+        layers = (self.W_a, self.U_zr) + ((self.U_o,) if self.config.readout == "prev" else ())
+        return tuple(layer(s) for layer in layers)
 
     def _embedding_products(self, prev_tokens: Tensor) -> Tensor:
         """[W; W_z; W_r] E y + b and V_o E y side by side (N, 3d + 2l)."""

@@ -68,7 +68,7 @@ def model_info(translator: Translator, config: ServeConfig) -> dict[str, Any]:
         "pipeline": bundle.pipeline.to_dict(),
         "decoding": {"beam": tc.beam, "lenpen": tc.lenpen, "max_len_a": tc.max_len_a, "max_len_b": tc.max_len_b,
                      "max_src_len": translator.max_src_len, "device": str(translator.device)},
-        "batching": {"batch_size": batch_size(translator, config), "max_tokens": tc.max_tokens,
+        "batching": {"batch_size": batch_size(translator, config), "max_tokens": translator.max_tokens,
                      "batch_delay_ms": config.batch_delay_ms},
         "limits": asdict(config.limits),
     }

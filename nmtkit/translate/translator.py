@@ -22,7 +22,7 @@ from nmtkit.devices import resolve_device
 from nmtkit.errors import ConfigError
 from nmtkit.text.vocab import UNK
 from nmtkit.translate.alignment import read_unk_dict, replace_unks
-from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, TranslateConfig
+from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, TranslateConfig, batch_token_cap
 from nmtkit.translate.results import Result
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,7 @@ class Translator:
         else:
             trained = bundle.trained_max_len
             self.max_src_len = max(DEFAULT_MAX_SRC_LEN, 4 * trained) if trained else DEFAULT_MAX_SRC_LEN
+        self.max_tokens = batch_token_cap(config.max_tokens, self.device.type)  # None: no cap
         self.unk_dict = read_unk_dict(config.unk_dict) if config.unk_dict else None
         self.warned_budget = False
         self.batches_decoded = 0
@@ -207,7 +208,7 @@ class Translator:
         on the buffer or batch the line falls in)."""
         results = [Result(index=n, src_tokens=self.prepare(text, n)) for n, text in lines]
         todo = [i for i, r in enumerate(results) if r.src_tokens]
-        cap = self.config.max_tokens
+        cap = self.max_tokens
         over = [i for i in todo if cap is not None and len(results[i].src_tokens) > cap]
         if over and not self.warned_budget:
             self.warned_budget = True
@@ -217,7 +218,7 @@ class Translator:
         from nmtkit.data.batching import length_batches
 
         batches = length_batches([len(results[i].src_tokens) for i in todo], self.config.batch_size,
-                                 self.config.max_tokens, longest_first=True)
+                                 self.max_tokens, longest_first=True)
         for batch in batches:
             idx = [todo[b] for b in batch]
             src = [results[i].src_tokens for i in idx]
