@@ -40,7 +40,6 @@ decoding also runs the products that read the same input as one product each (`i
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import asdict, dataclass
 
 import torch
@@ -220,11 +219,8 @@ class RNNSearch(Seq2Seq):
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
         """src (B, S), src_lens (B,) -> annotations (B, S', 2n), keys U_a h (B, S', n'),
         values [C_z; C_r; C] h (B, S', 3d), init = bwd h_1 (B, n); S' = S + 1 with `src_eos`."""
-        ann, mask, _ = encode_bigru(self.src_embed, self.encoder, self.drop_src, src, src_lens,
-                                    self.config.src_eos, self.fuse_steps)
-        n = self.config.enc_hidden
-        return EncoderOut(annotations=ann, keys=self.U_a(ann), mask=mask,
-                          init=ann[:, 0, n:], values=self.C(ann), src_eos=self.config.src_eos)
+        ann, mask = self._annotate(src, src_lens)
+        return self._encoder_out(ann, mask, self.U_a(ann), values=self.C(ann))
 
     def encode_for_steps(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
         """`encode`, with step_values [C; C_z; C_r; C_o] h_j (B, S', 3d + 2l) in the place of
@@ -232,16 +228,25 @@ class RNNSearch(Seq2Seq):
         positions, instead of a weighted sum and a (2n x 2l) product per hypothesis and step.
         Int8 decoding makes the keys and step_values in one product of the annotations
         (`int8_stacks`)."""
+        ann, mask = self._annotate(src, src_lens)
         stack = self.decode_stacks.get("annotations")
         if stack is None:
-            enc = self.encode(src, src_lens)
-            step_values = torch.cat([enc.values, self.C_o(enc.annotations)], dim=2)
-            return dataclasses.replace(enc, values=None, step_values=step_values)
+            keys, step_values = self.U_a(ann), torch.cat([self.C(ann), self.C_o(ann)], dim=2)
+        else:
+            keys, step_values = stack(ann).split([self.config.att_hidden, sum(stack.sizes[1:])], dim=2)
+        return self._encoder_out(ann, mask, keys, step_values=step_values)
+
+    def _annotate(self, src: Tensor, src_lens: Tensor) -> tuple[Tensor, Tensor]:
+        """(annotations h_j (B, S', 2n), mask (B, S'))."""
         ann, mask, _ = encode_bigru(self.src_embed, self.encoder, self.drop_src, src, src_lens,
                                     self.config.src_eos, self.fuse_steps)
-        keys, step_values = stack(ann).split([self.config.att_hidden, sum(stack.sizes[1:])], dim=2)
+        return ann, mask
+
+    def _encoder_out(self, ann: Tensor, mask: Tensor, keys: Tensor, **projections: Tensor) -> EncoderOut:
+        """The EncoderOut of annotations `ann` with their keys and `projections` (values or
+        step_values); init = bwd h_1."""
         return EncoderOut(annotations=ann, keys=keys, mask=mask, init=ann[:, 0, self.config.enc_hidden:],
-                          step_values=step_values, src_eos=self.config.src_eos)
+                          src_eos=self.config.src_eos, **projections)
 
     def init_state(self, enc: EncoderOut) -> Tensor:
         """s_0 = tanh(W_s bwd h_1): (B, d)."""
