@@ -39,7 +39,7 @@ def serve_cmd(**options: Any) -> None:
     limits = Limits(**config_values(Limits, options))
     config = ServeConfig(**config_values(ServeConfig, options), limits=limits)
     # a request's beam is at most the server's --beam, which is also its default
-    tcfg = TranslateConfig(**config_values(DecodeConfig, options), beam=limits.max_beam)
+    tcfg = TranslateConfig(**config_values(DecodeConfig, options), beam=limits.max_beam, workers=1)  # decodes on one thread
 
     def say(msg: str) -> None:
         click.echo(f"nmtkit: {msg}", err=True)

@@ -114,6 +114,13 @@ class TranslateConfig(DecodeConfig):
              "decoding use --beam 1).")
     seed: int | None = option(None, min=0, max=2**63 - 1, metavar="S", message="must be between 0 and 2^63-1",
                               shown_default=str(DEFAULT_SEED), help="With --sampling: the seed.")
+    workers: int | None = option(
+        None, min=1, metavar="N", shown_default="auto: one per thread, at most 4, on the CPU",
+        help="Decode N batches at once in N processes (this one and N-1 forked from it after the model loads, "
+             "sharing its weights), each on its share of --threads (Marian's --cpu-threads, CTranslate2's "
+             "inter_threads): on a CPU, several small batched products gain more from processes than from "
+             "threads. The translations are the same as --workers 1's at the same threads per batch. CPU and "
+             "Linux only (elsewhere 1); auto is 1 in a process that runs other Python threads.")
     buffer_size: int = option(
         2000, min=1, help="Lines read, sorted by length and translated together before being written in order.")
     input_format: str = option(

@@ -71,6 +71,7 @@ class Translator:
             raise ConfigError(INT8_ON_CUDA)
         if config.threads:  # before "auto" is resolved: on a CPU it may time a product
             torch.set_num_threads(config.threads)
+        self.threads = torch.get_num_threads()  # what --workers share
         self.bundle = bundle = load_bundle(config.models, self.device, fuse_steps=resolve_fuse(config.fuse, self.device))
         # auto: int8 on CPUs with int8 dot products, else bf16 where faster (GPUs, some CPUs), else fp32
         self.precision = precision = resolve_decode_precision(
@@ -217,13 +218,18 @@ class Translator:
                       "over the budget")
         from nmtkit.data.batching import length_batches
 
-        batches = length_batches([len(results[i].src_tokens) for i in todo], self.config.batch_size,
-                                 self.max_tokens, longest_first=True)
-        for batch in batches:
-            idx = [todo[b] for b in batch]
-            src = [results[i].src_tokens for i in idx]
-            keys = [results[i].index for i in idx]
-            for i, hyps in zip(idx, self.decode_batch(src, beam, nbest, need_attention, keys)):
+        from nmtkit.translate.workers import map_batches, resolve_workers
+
+        batches = [[todo[b] for b in batch] for batch in length_batches(
+            [len(results[i].src_tokens) for i in todo], self.config.batch_size, self.max_tokens, longest_first=True)]
+
+        def decode(j: int) -> list[list[Any]]:
+            src = [results[i].src_tokens for i in batches[j]]
+            return self.decode_batch(src, beam, nbest, need_attention, [results[i].index for i in batches[j]])
+
+        workers = resolve_workers(self.config.workers, self.threads, self.device.type)
+        for idx, batch_hyps in zip(batches, map_batches(decode, len(batches), workers, self.threads)):
+            for i, hyps in zip(idx, batch_hyps):
                 results[i].hyps = hyps
         return [self.finish(r) for r in results]
 

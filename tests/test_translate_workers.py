@@ -1,0 +1,155 @@
+"""--workers: a buffer's batches decoded by forked processes (nmtkit.translate.workers)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+from nmtkit.translate import TranslateConfig, Translator
+from nmtkit.translate.workers import MAX_AUTO_WORKERS, map_batches, resolve_workers, thread_shares
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin", reason="workers fork")
+
+LINES = [f"the {w} sat on a mat {'and the dog ran ' * (i % 4)}." for i, w in enumerate(
+    ["cat", "dog", "big cat", "red house", "small dog", "park", "mat", "house", "cat and dog", "dog"] * 2)]
+
+
+def _reaped(pids_file) -> bool:
+    """Whether every child that wrote its pid to `pids_file` has exited and been reaped."""
+    children = {int(p) for p in pids_file.read_text().split()} - {os.getpid()}
+    assert children
+    for pid in children:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            continue
+        return False
+    return True
+
+
+def _note_pid(pids_file) -> None:
+    with open(pids_file, "a") as f:
+        f.write(f"{os.getpid()}\n")
+
+
+def _results(ckpt, workers, pids_file=None, monkeypatch=None, **kw):
+    t = Translator(TranslateConfig(models=(ckpt,), beam=3, max_len_a=1.0, max_len_b=3, batch_size=3,
+                                   workers=workers, **kw))
+    if pids_file is not None:
+        def decode_batch(src, *a, real=t.decode_batch, **k):
+            _note_pid(pids_file)
+            return real(src, *a, **k)
+        monkeypatch.setattr(t, "decode_batch", decode_batch)
+    return t.translate_buffer(list(enumerate(LINES, 1)))
+
+
+@pytest.mark.parametrize("kw", [dict(precision="fp32", nbest=2, alignments="soft"),
+                                dict(precision="int8"),
+                                dict(precision="fp32", sampling=True, nbest=1)],
+                         ids=["fp32-nbest-attention", "int8", "sampling"])
+def test_worker_processes_translate_exactly_as_one_process(ckpt, tmp_path, monkeypatch, kw):
+    pids = tmp_path / "pids"
+    together = _results(ckpt, 3, pids, monkeypatch, **kw)
+    alone = _results(ckpt, 1, **kw)
+    assert len(set(pids.read_text().split())) == 3  # three processes decoded batches
+    assert len(pids.read_text().split()) == 7  # each of the 7 batches once
+    for a, b in zip(together, alone, strict=True):
+        assert a.texts == b.texts and a.index == b.index
+        for ha, hb in zip(a.hyps, b.hyps, strict=True):
+            assert (ha.tokens, ha.score, ha.log_prob) == (hb.tokens, hb.score, hb.log_prob)
+            assert (ha.attention is None) == (hb.attention is None)
+            if ha.attention is not None:
+                assert torch.equal(ha.attention, hb.attention)
+    assert _reaped(pids)
+    assert torch.get_num_threads() == 1  # the caller's threads are given back
+
+
+def test_a_workers_exception_is_raised_in_the_caller_and_no_worker_is_left(tmp_path):
+    parent, pids = os.getpid(), tmp_path / "pids"
+
+    def decode(j):
+        _note_pid(pids)
+        if os.getpid() != parent:
+            raise ValueError(f"batch {j} is bad")
+        time.sleep(0.05)  # the children take batches too
+        return j
+
+    with pytest.raises(ValueError, match=r"batch \d+ is bad"):
+        map_batches(decode, 8, 3, 3)
+    assert _reaped(pids)
+
+
+def test_a_worker_that_dies_is_an_error_saying_how(tmp_path):
+    parent, pids = os.getpid(), tmp_path / "pids"
+
+    def decode(j):
+        _note_pid(pids)
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.05)
+        return j
+
+    with pytest.raises(RuntimeError, match="decoding worker process died without answering "
+                                           r"\(killed by signal 9; out of memory\?"):
+        map_batches(decode, 6, 2, 2)
+    assert _reaped(pids)
+
+
+def test_a_failure_in_the_caller_stops_its_workers_at_once(tmp_path):
+    parent, pids = os.getpid(), tmp_path / "pids"
+
+    def decode(j):
+        _note_pid(pids)
+        if os.getpid() != parent:
+            time.sleep(60)
+        time.sleep(0.5)  # the children have taken their batches
+        raise KeyboardInterrupt
+
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        map_batches(decode, 6, 3, 3)
+    assert time.monotonic() - start < 20
+    assert _reaped(pids)
+
+
+def test_a_worker_never_returns_into_the_caller_nor_writes_its_output_twice(tmp_path):
+    """A child leaves with os._exit once its batches are done: were it to return, the caller's
+    code would run twice, and its exit would flush its copy of the parent's buffers."""
+    code = ("import os, sys, time\n"
+            "from nmtkit.translate.workers import map_batches\n"
+            "def decode(j):\n"
+            "    time.sleep(0.05)  # every process takes batches\n"
+            "    sys.stdout.write(f'{os.getpid()} '); sys.stdout.flush()\n"
+            "    return j * j\n"
+            "sys.stdout.write('before\\n')\n"
+            "print(map_batches(decode, 7, 3, 3))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.getcwd()}).stdout
+    assert out.count("before") == 1
+    assert len(out.split()[1:-7]) == 7 and len(set(out.split()[1:-7])) == 3  # 7 batches, 3 processes
+    assert out.endswith("[0, 1, 4, 9, 16, 25, 36]\n")
+
+
+def test_auto_workers_are_one_per_cpu_thread_up_to_a_limit_and_one_beside_other_threads():
+    assert resolve_workers(None, 2, "cpu") == 2
+    assert resolve_workers(None, 1, "cpu") == 1
+    assert resolve_workers(None, 64, "cpu") == MAX_AUTO_WORKERS
+    assert resolve_workers(None, 8, "cuda") == resolve_workers(3, 8, "cuda") == 1
+    assert resolve_workers(3, 1, "cpu") == 3
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert resolve_workers(None, 2, "cpu") == 1  # a server's decoding thread stays in one process
+        assert resolve_workers(2, 2, "cpu") == 2
+    finally:
+        stop.set()
+        other.join()
+    assert thread_shares(5, 2) == [3, 2]
+    assert thread_shares(1, 3) == [1, 1, 1]
