@@ -217,7 +217,6 @@ class Translator:
                       f"({len(results[over[0]].src_tokens)} tokens): such lines are translated one per batch, "
                       "over the budget")
         from nmtkit.data.batching import length_batches
-
         from nmtkit.translate.workers import map_batches, resolve_workers
 
         batches = [[todo[b] for b in batch] for batch in length_batches(
