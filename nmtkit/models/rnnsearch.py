@@ -370,8 +370,12 @@ class RNNSearch(Seq2Seq):
         q = self._state_products(s)
         e = additive_scores_grouped(q[0].view(B, G, -1), enc.keys, self.v_a, enc.mask)  # (B, G, S)
         alpha = masked_softmax(e, enc.mask.unsqueeze(1))  # (B, G, S)
-        x = torch.baddbmm(self._embedding_products(prev_tokens).view(B, G, -1),
-                          alpha.to(enc.step_values.dtype), enc.step_values).view(N, -1)
+        x = self._embedding_products(prev_tokens).view(B, G, -1)
+        alpha_v = alpha.to(enc.step_values.dtype)
+        if x.dtype == enc.step_values.dtype:  # a fresh tensor: the sum goes into it (no copy of it)
+            x = x.baddbmm_(alpha_v, enc.step_values).view(N, -1)
+        else:  # 16-bit autocast: baddbmm casts its operands
+            x = torch.baddbmm(x, alpha_v, enc.step_values).view(N, -1)
         x_gates, x_out = x.split([3 * d, x.size(1) - 3 * d], dim=1)
         s_new = self._gru_update(s, x_gates, q[1])
         u_o = q[2] if self.config.readout == "prev" else self.U_o(s_new)
