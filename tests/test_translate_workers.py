@@ -44,6 +44,7 @@ def _results(ckpt, workers, pids_file=None, monkeypatch=None, **kw):
     if pids_file is not None:
         def decode_batch(src, *a, real=t.decode_batch, **k):
             _note_pid(pids_file)
+            time.sleep(0.02)  # every process takes batches
             return real(src, *a, **k)
         monkeypatch.setattr(t, "decode_batch", decode_batch)
     return t.translate_buffer(list(enumerate(LINES, 1)))
@@ -68,6 +69,40 @@ def test_worker_processes_translate_exactly_as_one_process(ckpt, tmp_path, monke
                 assert torch.equal(ha.attention, hb.attention)
     assert _reaped(pids)
     assert torch.get_num_threads() == 1  # the caller's threads are given back
+
+
+def test_worker_processes_tokenise_in_chunks_and_warn_in_line_order(ckpt, tmp_path, monkeypatch):
+    """Text to tokenise is prepared chunk by chunk in the workers; the warnings of truncated
+    lines come back to the translator's `warn`, in line order."""
+    import nmtkit.translate.translator as translator
+    import nmtkit.translate.workers as workers
+
+    monkeypatch.setattr(translator, "PREPARE_CHUNK_LINES", 4)
+    pids, calls = tmp_path / "pids", []
+    real = workers.map_batches
+
+    def map_batches(decode, n_jobs, *a):
+        calls.append(n_jobs)
+        return real(decode, n_jobs, *a)
+
+    monkeypatch.setattr(workers, "map_batches", map_batches)
+    out = {}
+    for n in (3, 1):
+        warned: list[str] = []
+        t = Translator(TranslateConfig(models=(ckpt,), beam=2, max_len_a=1.0, max_len_b=3, batch_size=3,
+                                       workers=n, max_src_len=6), warn=warned.append)
+        if n == 3:
+            def prepare(*a, real=t.prepare):
+                _note_pid(pids)
+                time.sleep(0.01)  # every process takes chunks
+                return real(*a)
+            monkeypatch.setattr(t, "prepare", prepare)
+        out[n] = ([r.texts for r in t.translate_buffer(list(enumerate(LINES, 1)))], warned)
+    assert calls[0] == 5  # 20 lines in chunks of 4, then the batches
+    assert len(set(pids.read_text().split())) == 3  # each process tokenised lines
+    assert out[3] == out[1]
+    assert [int(w.split(":")[1]) for w in out[1][1]] == sorted({int(w.split(":")[1]) for w in out[1][1]})
+    assert len(out[1][1]) >= 10
 
 
 def test_a_workers_exception_is_raised_in_the_caller_and_no_worker_is_left(tmp_path):

@@ -27,6 +27,9 @@ from nmtkit.translate.results import Result
 
 log = logging.getLogger(__name__)
 
+# lines a worker tokenises at a time when several do (`Translator._prepare_all`)
+PREPARE_CHUNK_LINES = 256
+
 
 class Translator:
     """Loaded checkpoint(s) + pipeline; translates lists of lines or a stream of lines.
@@ -126,13 +129,14 @@ class Translator:
         return self.bundle.pipeline
 
     # -- per line
-    def prepare(self, line: str, lineno: int) -> list[str]:
-        """The model's source tokens for one input line (truncated to --max-src-len, warned)."""
+    def prepare(self, line: str, lineno: int, warn: Callable[[str], None] | None = None) -> list[str]:
+        """The model's source tokens for one input line (truncated to --max-src-len, warned
+        through `warn`, by default the translator's)."""
         if not line.strip():
             return []
         toks = self.pipeline.encode_from(line, "src", self.config.input_format)
         if len(toks) > self.max_src_len:
-            self.warn(
+            (warn or self.warn)(
                 f"{self.source_name}:{lineno}: {len(toks)} source tokens, translating only the first "
                 f"{self.max_src_len} (--max-src-len)"
             )
@@ -206,8 +210,14 @@ class Translator:
         finish. The one path from raw lines to hypotheses, under `generate` and `translate` and
         the buffers of `nmtkit translate`; beam, nbest, need_attention as in `decode_batch`.
         A line's number names it in warnings and keys its sample (so a sample does not depend
-        on the buffer or batch the line falls in)."""
-        results = [Result(index=n, src_tokens=self.prepare(text, n)) for n, text in lines]
+        on the buffer or batch the line falls in). With several `--workers`, forked processes
+        share the batches, each decoding and finishing whole ones, and the tokenising of text
+        (nmtkit.translate.workers)."""
+        from nmtkit.data.batching import length_batches
+        from nmtkit.translate.workers import map_batches, resolve_workers
+
+        workers = resolve_workers(self.config.workers, self.threads, self.device.type)
+        results = [Result(index=n, src_tokens=toks) for (n, _), toks in zip(lines, self._prepare_all(lines, workers))]
         todo = [i for i, r in enumerate(results) if r.src_tokens]
         cap = self.max_tokens
         over = [i for i in todo if cap is not None and len(results[i].src_tokens) > cap]
@@ -216,21 +226,42 @@ class Translator:
             self.warn(f"--max-tokens {cap} is below the length of line {results[over[0]].index} "
                       f"({len(results[over[0]].src_tokens)} tokens): such lines are translated one per batch, "
                       "over the budget")
-        from nmtkit.data.batching import length_batches
-        from nmtkit.translate.workers import map_batches, resolve_workers
-
         batches = [[todo[b] for b in batch] for batch in length_batches(
             [len(results[i].src_tokens) for i in todo], self.config.batch_size, self.max_tokens, longest_first=True)]
 
-        def decode(j: int) -> list[list[Any]]:
-            src = [results[i].src_tokens for i in batches[j]]
-            return self.decode_batch(src, beam, nbest, need_attention, [results[i].index for i in batches[j]])
-
-        workers = resolve_workers(self.config.workers, self.threads, self.device.type)
-        for idx, batch_hyps in zip(batches, map_batches(decode, len(batches), workers, self.threads)):
-            for i, hyps in zip(idx, batch_hyps):
+        def decode(j: int) -> list[Result]:  # a batch, decoded and finished (BPE joined, detokenised)
+            idx = batches[j]
+            keys = [results[i].index for i in idx]
+            for i, hyps in zip(idx, self.decode_batch([results[i].src_tokens for i in idx], beam, nbest,
+                                                      need_attention, keys)):
                 results[i].hyps = hyps
-        return [self.finish(r) for r in results]
+            return [self.finish(results[i]) for i in idx]
+
+        for idx, done in zip(batches, map_batches(decode, len(batches), workers, self.threads)):
+            for i, r in zip(idx, done):
+                results[i] = r
+        return [r if r.hyps else self.finish(r) for r in results]
+
+    def _prepare_all(self, lines: Sequence[tuple[int, str]], workers: int) -> list[list[str]]:
+        """`prepare` of every line, in order; with several workers and text to tokenise, chunk by
+        chunk in the workers (their warnings given here, in line order)."""
+        size = PREPARE_CHUNK_LINES
+        if workers == 1 or self.config.input_format == "bpe" or len(lines) <= size:
+            return [self.prepare(text, n) for n, text in lines]
+        from nmtkit.translate.workers import map_batches
+
+        chunks = [lines[k:k + size] for k in range(0, len(lines), size)]
+
+        def prepare_chunk(j: int) -> tuple[list[list[str]], list[str]]:
+            notes: list[str] = []
+            return [self.prepare(text, n, notes.append) for n, text in chunks[j]], notes
+
+        prepared: list[list[str]] = []
+        for toks, notes in map_batches(prepare_chunk, len(chunks), workers, self.threads):
+            prepared += toks
+            for note in notes:
+                self.warn(note)
+        return prepared
 
     def generate(self, lines: Iterable[str], *, beam: int | None = None, nbest: int | None = None,
                  alignments: bool = False) -> list[Result]:
