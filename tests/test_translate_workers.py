@@ -171,10 +171,15 @@ def test_a_worker_never_returns_into_the_caller_nor_writes_its_output_twice(tmp_
     assert out.endswith("[0, 1, 4, 9, 16, 25, 36]\n")
 
 
-def test_auto_workers_are_one_per_cpu_thread_up_to_a_limit_and_one_beside_other_threads():
-    assert resolve_workers(None, 2, "cpu") == 2
-    assert resolve_workers(None, 1, "cpu") == 1
-    assert resolve_workers(None, 64, "cpu") == MAX_AUTO_WORKERS
+def test_auto_workers_are_one_per_cpu_thread_up_to_a_limit_and_one_beside_other_threads(monkeypatch):
+    import nmtkit.translate.workers as workers
+
+    with monkeypatch.context() as m:  # as in a process of one thread (other tests may leave threads)
+        m.setattr(workers.threading, "active_count", lambda: 1)
+        assert resolve_workers(None, 2, "cpu") == 2
+        assert resolve_workers(None, 1, "cpu") == 1
+        assert resolve_workers(None, 64, "cpu") == MAX_AUTO_WORKERS
+    assert resolve_workers(None, 2, "cpu") == 2 if threading.active_count() == 1 else 1
     assert resolve_workers(None, 8, "cuda") == resolve_workers(3, 8, "cuda") == 1
     assert resolve_workers(3, 1, "cpu") == 3
     stop = threading.Event()
