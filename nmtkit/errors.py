@@ -47,6 +47,10 @@ class CheckpointError(NmtkitError):
     """A checkpoint that cannot be used: wrong format version, truncated, mismatched vocabularies."""
 
 
+class WorkerError(NmtkitError):
+    """A worker process of `translate --workers` died without answering (killed, out of memory)."""
+
+
 class TrainingError(NmtkitError):
     """Training cannot continue (e.g. a NaN/inf loss)."""
 

@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 
+from nmtkit.errors import WorkerError
 from nmtkit.translate import TranslateConfig, Translator
 from nmtkit.translate.workers import MAX_AUTO_WORKERS, map_batches, resolve_workers, thread_shares
 
@@ -130,7 +131,7 @@ def test_a_worker_that_dies_is_an_error_saying_how(tmp_path):
         time.sleep(0.05)
         return j
 
-    with pytest.raises(RuntimeError, match="decoding worker process died without answering "
+    with pytest.raises(WorkerError, match="decoding worker process died without answering "
                                            r"\(killed by signal 9; out of memory\?"):
         map_batches(decode, 6, 2, 2)
     assert _reaped(pids)
@@ -193,3 +194,26 @@ def test_auto_workers_are_one_per_cpu_thread_up_to_a_limit_and_one_beside_other_
         other.join()
     assert thread_shares(5, 2) == [3, 2]
     assert thread_shares(1, 3) == [1, 1, 1]
+
+
+def test_a_worker_killed_mid_translation_is_one_error_line_and_leaves_no_output(ckpt, tmp_path, monkeypatch):
+    from tests.conftest import run_cli
+
+    parent = os.getpid()
+    real = Translator.decode_batch
+
+    def decode_batch(self, *a, **k):
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.02)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Translator, "decode_batch", decode_batch)
+    src, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    src.write_text("\n".join(LINES) + "\n")
+    res = run_cli(["translate", "-m", ckpt, "-i", str(src), "-o", str(out), "--workers", "2", "--batch-size", "2"])
+    assert res.code == 1
+    assert res.err.strip().splitlines() == [
+        "nmtkit: error: a decoding worker process died without answering (killed by signal 9; out of memory? "
+        "--workers 1 decodes in one process)"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]

@@ -60,8 +60,8 @@ def map_batches(decode: Callable[[int], T], n_jobs: int, workers: int, threads: 
 
     A child's exception is raised here (as a RuntimeError naming it where it cannot be
     pickled), and a child that dies without answering (killed, out of memory) is a
-    RuntimeError saying so. If this process fails or is interrupted, its children are killed
-    and reaped before the exception goes on."""
+    WorkerError saying so (one line on the command line). If this process fails or is
+    interrupted, its children are killed and reaped before the exception goes on."""
     workers = min(workers, n_jobs)
     if workers <= 1:
         return [decode(j) for j in range(n_jobs)]
@@ -139,8 +139,10 @@ def _collect(pid: int, read_fd: int) -> dict:
     if not payload:
         how = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
                else f"exit status {os.waitstatus_to_exitcode(status)}")
-        raise RuntimeError(f"a decoding worker process died without answering ({how}; out of memory? "
-                           "--workers 1 decodes in one process)")
+        from nmtkit.errors import WorkerError
+
+        raise WorkerError(f"a decoding worker process died without answering ({how}; out of memory? "
+                          "--workers 1 decodes in one process)")
     kind, value = pickle.loads(payload)
     if kind == "error":
         raise value
