@@ -217,3 +217,34 @@ def test_a_worker_killed_mid_translation_is_one_error_line_and_leaves_no_output(
         "nmtkit: error: a decoding worker process died without answering (killed by signal 9; out of memory? "
         "--workers 1 decodes in one process)"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+def test_no_worker_outlives_a_command_killed_with_sigkill(tmp_path):
+    pids = tmp_path / "pids"
+    code = ("import os, signal, time\n"
+            "from nmtkit.translate.workers import map_batches\n"
+            "parent = os.getpid()\n"
+            "def decode(j):\n"
+            f"    open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
+            "    if os.getpid() != parent:\n"
+            "        time.sleep(60)\n"
+            "    time.sleep(1)  # the children have taken their batches\n"
+            "    os.kill(parent, signal.SIGKILL)\n"
+            "map_batches(decode, 6, 3, 3)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, timeout=60,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert proc.returncode == -signal.SIGKILL
+    children = [int(p) for p in pids.read_text().split()[1:]]
+    assert len(children) == 2
+
+    def gone(pid: int) -> bool:  # no such process, or a zombie nobody reaped
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                return any(line.startswith("State:") and "Z" in line for line in f)
+        except FileNotFoundError:
+            return True
+
+    deadline = time.monotonic() + 10
+    while not all(gone(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(gone(pid) for pid in children)

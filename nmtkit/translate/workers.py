@@ -81,6 +81,7 @@ def map_batches(decode: Callable[[int], T], n_jobs: int, workers: int, threads: 
     for stream in (sys.stdout, sys.stderr):  # nothing buffered twice
         stream.flush()
     children: list[tuple[int, int]] = []  # (pid, read end of its pipe)
+    parent = os.getpid()
     before = torch.get_num_threads()
     try:
         for share in shares[1:]:
@@ -88,7 +89,7 @@ def map_batches(decode: Callable[[int], T], n_jobs: int, workers: int, threads: 
             pid = os.fork()
             if pid == 0:  # the child: never returns
                 os.close(read_fd)
-                _child(decode, take, n_jobs, share, write_fd)
+                _child(decode, take, n_jobs, share, write_fd, parent)
             os.close(write_fd)
             children.append((pid, read_fd))
         torch.set_num_threads(shares[0])
@@ -104,11 +105,13 @@ def map_batches(decode: Callable[[int], T], n_jobs: int, workers: int, threads: 
     return [results[j] for j in range(n_jobs)]
 
 
-def _child(decode: Callable[[int], T], take: Callable[[], int], n_jobs: int, threads: int, write_fd: int) -> None:
+def _child(decode: Callable[[int], T], take: Callable[[], int], n_jobs: int, threads: int, write_fd: int,
+           parent: int) -> None:
     """A forked worker: decode batches until none is left, send {index: result} (or the
     exception) through `write_fd`, exit."""
     code = 0
     try:
+        _die_with_parent(parent)
         for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C reaches the whole group: the parent reports it
             signal.signal(sig, signal.SIG_DFL)
         import torch
@@ -129,6 +132,20 @@ def _child(decode: Callable[[int], T], take: Callable[[], int], n_jobs: int, thr
             pipe.write(payload)
     finally:
         os._exit(code)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Have Linux kill this process when its parent (pid `parent`) dies (prctl
+    PR_SET_PDEATHSIG), so a worker never outlives a command killed with SIGKILL; elsewhere it
+    ends at its next write."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
 
 
 def _collect(pid: int, read_fd: int) -> dict:
