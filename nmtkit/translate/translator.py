@@ -240,7 +240,8 @@ class Translator:
         for idx, done in zip(batches, map_batches(decode, len(batches), workers, self.threads)):
             for i, r in zip(idx, done):
                 results[i] = r
-        return [r if r.hyps else self.finish(r) for r in results]
+        decoded = set(todo)  # finished by `decode`; the empty lines are finished here
+        return [r if i in decoded else self.finish(r) for i, r in enumerate(results)]
 
     def _prepare_all(self, lines: Sequence[tuple[int, str]], workers: int) -> list[list[str]]:
         """`prepare` of every line, in order; with several workers and text to tokenise, chunk by

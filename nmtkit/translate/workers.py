@@ -79,7 +79,8 @@ def map_batches(decode: Callable[[int], T], n_jobs: int, workers: int, threads: 
 
     shares = thread_shares(threads, workers)
     for stream in (sys.stdout, sys.stderr):  # nothing buffered twice
-        stream.flush()
+        if stream is not None:
+            stream.flush()
     children: list[tuple[int, int]] = []  # (pid, read end of its pipe)
     parent = os.getpid()
     before = torch.get_num_threads()
