@@ -313,8 +313,7 @@ class RNNSearch(Seq2Seq):
     def int8_stacks(self) -> dict[str, tuple[str | None, tuple[str, ...]]]:
         """A step's products of s_{i-1} ([W_a; U_z; U_r], and U_o with readout "prev") and of
         E y_{i-1} ([W; W_z; W_r; V_o]); the keys and step_values of h_j ([U_a; C; C_o])."""
-        state = ("W_a", "U_zr") + (("U_o",) if self.config.readout == "prev" else ())
-        return {"state": (None, state), "embedding": ("tgt_embed", ("W_in", "V_o")),
+        return {"state": (None, self._state_layers()), "embedding": ("tgt_embed", ("W_in", "V_o")),
                 "annotations": (None, ("U_a", "C", "C_o"))}
 
     def step_features(self, prev_tokens: Tensor, state: Tensor, enc: EncoderOut
@@ -340,8 +339,12 @@ class RNNSearch(Seq2Seq):
         stack = self.decode_stacks.get("state")
         if stack is not None:
             return stack(s).split(stack.sizes, dim=1)
-        layers = (self.W_a, self.U_zr) + ((self.U_o,) if self.config.readout == "prev" else ())
-        return tuple(layer(s) for layer in layers)
+        return tuple(getattr(self, name)(s) for name in self._state_layers())
+
+    def _state_layers(self) -> tuple[str, ...]:
+        """The layers a decoding step applies to s_{i-1}: W_a, [U_z; U_r], and U_o with readout
+        "prev"."""
+        return ("W_a", "U_zr") + (("U_o",) if self.config.readout == "prev" else ())
 
     def _embedding_products(self, prev_tokens: Tensor) -> Tensor:
         """[W; W_z; W_r] E y + b and V_o E y side by side (N, 3d + 2l)."""
