@@ -13,9 +13,9 @@ import torch
 
 from nmtkit.errors import WorkerError
 from nmtkit.translate import TranslateConfig, Translator
-from nmtkit.translate.workers import MAX_AUTO_WORKERS, map_batches, resolve_workers, thread_shares
+from nmtkit.translate.workers import MAX_AUTO_WORKERS, can_fork, map_batches, resolve_workers, thread_shares
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin", reason="workers fork")
+pytestmark = pytest.mark.skipif(not can_fork(), reason="workers fork")
 
 LINES = [f"the {w} sat on a mat {'and the dog ran ' * (i % 4)}." for i, w in enumerate(
     ["cat", "dog", "big cat", "red house", "small dog", "park", "mat", "house", "cat and dog", "dog"] * 2)]
