@@ -8,24 +8,30 @@ import torch
 
 from nmtkit.decode import search
 from nmtkit.devtools.launches import HostReads
+from nmtkit.models import fusion
 from nmtkit.text.vocab import UNK_ID
 from tests.conftest import random_sources, tiny_context, tiny_model
 
 
-@pytest.mark.parametrize("arch", ["rnnsearch", "rnnencdec", "lstm-attention"])
+@pytest.mark.parametrize("arch,fuse", [("rnnsearch", "off"), ("rnnencdec", "off"), ("lstm-attention", "off"),
+                                       pytest.param("rnnsearch", "on", marks=pytest.mark.skipif(
+                                           not fusion.fusion_available("cpu")[0], reason="no C++ compiler"))])
 @pytest.mark.parametrize("update_freq", [1, 3])
-def test_a_training_update_reads_the_device_once(data_dir, tmp_path, update_freq, arch):
+def test_a_training_update_reads_the_device_once(data_dir, tmp_path, update_freq, arch, fuse, caplog):
+    # fused too: the counting mode must not stop the compiled step bodies from compiling
     from nmtkit.train.step import train_step
 
     ctx = tiny_context(data_dir, tmp_path / "run", arch, update_freq=update_freq, label_smoothing=0.1,
-                       valid_bleu_samples=0)
+                       valid_bleu_samples=0, fuse=fuse)
     try:
         plan = ctx.epoch_plan(1)
-        for u in range(4):
-            with HostReads() as reads:
-                assert train_step(ctx, plan[u * update_freq : (u + 1) * update_freq])
-            assert reads.count == 1, reads.calls  # the finiteness check of the gradient norm
+        with caplog.at_level("WARNING", logger="nmtkit.models.fusion"):
+            for u in range(4):
+                with HostReads() as reads:
+                    assert train_step(ctx, plan[u * update_freq : (u + 1) * update_freq])
+                assert reads.count == 1, reads.calls  # the finiteness check of the gradient norm
         assert ctx.state.update == 4
+        assert not [r.getMessage() for r in caplog.records], "a fused body fell back to eager"
     finally:
         ctx.close()
 

@@ -115,8 +115,10 @@ def maxout_pairs(x: Tensor) -> Tensor:
 
     torch.maximum, not amax over the pair: the same values and gradients (a tie splits the
     gradient in halves either way), and its backward is also sound when compiled under bf16
-    autocast, where ties are frequent (inductor's amax backward gave NaN there)."""
-    pairs = x.unflatten(-1, (-1, 2))
+    autocast, where ties are frequent (inductor's amax backward gave NaN there). torch.unflatten,
+    not the method: Tensor.unflatten is Python that calls super(), which dynamo cannot trace when
+    a TorchFunctionMode (devtools.launches.HostReads) routes the call through it."""
+    pairs = torch.unflatten(x, -1, (-1, 2))
     return torch.maximum(pairs[..., 0], pairs[..., 1])
 
 
