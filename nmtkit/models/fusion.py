@@ -23,7 +23,9 @@ How many graphs a body compiles is bounded, so that a week-long training run or 
   pair, a view at the start of its tensor) and grad mode (training vs decoding): a few graphs per
   body, `MAX_GRAPHS_PER_BODY` at most in the test that drives every case.
 Should a body still reach the limit, the call runs the eager body instead, with one warning per
-body; later calls whose shapes were compiled stay fused.
+body; later calls whose shapes were compiled stay fused. A body that dynamo cannot trace or
+inductor cannot compile (an unsupported construct, a compiler failure on some machine) runs
+eagerly from then on, also with one warning: fusion is a speed-up, never a reason to stop a run.
 """
 from __future__ import annotations
 
@@ -61,15 +63,17 @@ def fusion_available(device_type: str) -> tuple[bool, str]:
     return False, f"fusion is not supported on device type '{device_type}'"
 
 
-def resolve_fuse(mode: str, device: torch.device) -> bool:
-    """--fuse auto|on|off on `device` -> whether to fuse. auto fuses on CUDA (where launches
-    dominate) when it can; on asks for it and is a ConfigError where it is unavailable."""
+def resolve_fuse(mode: str, device: torch.device, decoding: bool = False) -> bool:
+    """--fuse auto|on|off on `device` -> whether to fuse. on asks for it and is a ConfigError
+    where it is unavailable. auto fuses training on CUDA (where launches dominate) when it can,
+    and never decoding: on an H200 the decoding bodies took ~60 s to compile on a fresh machine,
+    against ~3.5 s they saved on newstest2014 at beam 12 (benchmarks/GPU.md)."""
     ok, why = fusion_available(device.type)
     if mode == "on" and not ok:
         from nmtkit.errors import ConfigError
 
         raise ConfigError(f"--fuse on: {why}")
-    return ok and (mode == "on" or (mode == "auto" and device.type == "cuda"))
+    return ok and (mode == "on" or (mode == "auto" and device.type == "cuda" and not decoding))
 
 
 def step_fn(body: F, fuse: bool) -> F:
@@ -97,16 +101,25 @@ def compiled_bodies() -> list[Callable]:
 
 def _compile(body: Callable) -> Callable:
     import torch.fx.experimental._config as fx_config
-    from torch._dynamo.exc import FailOnRecompileLimitHit
+    from torch._dynamo.exc import BackendCompilerFailed, FailOnRecompileLimitHit, Unsupported, UserError
 
     # Process-wide, read when a graph is traced: every size its own symbol (see the module docstring).
     fx_config.use_duck_shape = False
     compiled = torch.compile(body, dynamic=True, fullgraph=True)
 
+    broken: list[str] = []  # why this body cannot be compiled, once it is known
+
     @functools.wraps(body)
     def run(*args, **kwargs):
+        if broken:
+            return body(*args, **kwargs)
         try:
             return compiled(*args, **kwargs)
+        except (Unsupported, UserError, BackendCompilerFailed) as err:
+            broken.append(str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__)
+            log.warning("fused step %s cannot be compiled (%s: %s): it runs unfused from now on",
+                        body.__qualname__, type(err).__name__, broken[0])
+            return body(*args, **kwargs)
         except FailOnRecompileLimitHit:
             if body not in _FELL_BACK:
                 _FELL_BACK.add(body)
