@@ -60,10 +60,11 @@ test-gpu: $(STAMP)
 
 # everything a first GPU run needs to know, in one process tree (benchmarks/gpu_report.py): on a
 # GPU node `make gpu-report OUT=DIR PYTHON=python3 SYSTEM_TORCH=1` (benchmarks/GPU.md); without
-# CUDA it runs what it can and says so. QUICK=1: tiny sizes, a few steps.
+# CUDA it runs what it can and says so. QUICK=1: tiny sizes, a few steps;
+# BUDGET=seconds (480); SECTIONS=a comma list of train,translate,profile,run,tests.
 gpu-report: $(STAMP)
 	@test -n "$(OUT)" || { echo "usage: make gpu-report OUT=DIR [PYTHON=python3 SYSTEM_TORCH=1] [QUICK=1]" >&2; exit 2; }
-	DATA="$(DATA)" $(PY) benchmarks/gpu_report.py --out "$(OUT)" $(if $(QUICK),--quick)
+	DATA="$(DATA)" $(PY) benchmarks/gpu_report.py --out "$(OUT)" $(if $(QUICK),--quick) $(if $(BUDGET),--budget $(BUDGET)) $(if $(SECTIONS),--sections $(SECTIONS))
 
 demo: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" DATA="$(DATA)" bash examples/demo/run.sh

@@ -13,7 +13,8 @@ Writes DIR/gpu-report.md and DIR/gpu-report.json with
                compiled per fused step body and host reads per update (nmtkit.devtools.launches.HostReads);
   translate    newstest2014 (3,003 sentences, from DATA, default ../shared/data) at beam 12 with a
                randomly initialised rnnsearch-50 (every sentence runs to the fixed limit of
-               TRANSLATE_LIMIT tokens): wall seconds, the first batch (which compiles) apart;
+               TRANSLATE_LIMIT tokens), unfused and (on CUDA) fused: wall seconds, the first batch
+               (which compiles, when fused) apart;
   profile      one rnnsearch-50 bf16 training step under torch.profiler: the share of the step's
                wall time during which the GPU runs kernels.
 Each section runs on its own: one that fails is reported with its error and the others still
@@ -48,6 +49,7 @@ TIMED_STEPS = 50
 RUN_UPDATES = 200
 TRANSLATE_LIMIT = 50  # target tokens before EOS, every sentence (max_len_a 0, max_len_b 50)
 BEAM = 12
+SECTIONS = ("train", "translate", "profile", "run", "tests")  # the order they run in: the targets' figures first
 
 
 # ---- sections --------------------------------------------------------------------------------
@@ -82,17 +84,31 @@ def environment() -> dict[str, Any]:
 
 
 def tests(quick: bool, timeout: float) -> dict[str, Any]:
-    """`pytest -m cuda` in a child process (the command `make test-gpu` runs)."""
+    """`pytest -m cuda` in a child process (the command `make test-gpu` runs). Past `timeout`
+    the child is killed and what it printed so far is reported."""
     target = str(REPO / "tests" / "test_cuda.py") if quick else str(REPO / "tests")
     cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-m", "cuda", "-p", "no:cacheprovider", target]
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, PYTHONPATH=path))
-    lines = proc.stdout.strip().splitlines()
-    return {"exit_code": proc.returncode, "summary": lines[-1] if lines else proc.stderr.strip()[-500:],
-            "skipped": sorted({ln.split("] ", 1)[-1] for ln in lines if ln.startswith("SKIPPED")}),
-            "failed": [ln for ln in lines if ln.startswith(("FAILED", "ERROR"))], "seconds": time.perf_counter() - t0}
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True,
+                                env=dict(os.environ, PYTHONPATH=path))
+        try:
+            code: int | None = proc.wait(timeout=max(1.0, timeout))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            code = None
+        log.seek(0)
+        lines = log.read().strip().splitlines()
+    out = {"exit_code": code, "summary": lines[-1] if lines else "",
+           "skipped": sorted({ln.split("] ", 1)[-1] for ln in lines if ln.startswith("SKIPPED")}),
+           "failed": [ln for ln in lines if ln.startswith(("FAILED", "ERROR"))], "seconds": time.perf_counter() - t0}
+    if code is None:
+        out["timed_out"] = f"killed after {timeout:.0f} s; output so far: " + " / ".join(lines[-5:])
+    elif code:
+        out["output_tail"] = "\n".join(lines[-60:])
+    return out
 
 
 def _graphs() -> int:
@@ -108,38 +124,55 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _train_rows(device: str, quick: bool) -> list[dict[str, Any]]:
+    """The table's rows, in its order: preset x precision x batching x fuse."""
+    rows = []
+    for preset in PRESETS[:1] if quick else PRESETS:
+        for precision in ("fp32", "bf16"):
+            for max_tokens in ((None,) if quick else (None, 8000)):
+                for fuse in (("off",) if quick else ("on", "off")):
+                    rows.append({"preset": preset, "precision": precision + ("+tf32" if precision == "fp32"
+                                 and device == "cuda" else ""), "max_tokens": max_tokens,
+                                 "batch": "80 pairs" if max_tokens is None else f"max-tokens {max_tokens}",
+                                 "fuse": fuse})
+    return rows
+
+
+def _priority(row: dict[str, Any]) -> tuple:
+    """The rows the issue's targets name run first (rnnsearch-50, bf16, 8,000 tokens, fused), so
+    that a spent budget skips the least wanted ones."""
+    return (row["preset"] != "rnnsearch-50", not row["precision"].startswith("bf16"), row["max_tokens"] is None,
+            row["fuse"] != "on")
+
+
 def train_speed(workdir: Path, device: str, quick: bool, deadline: float) -> list[dict[str, Any]]:
-    """Rows: one per preset x precision x batching x fuse (see the module docstring)."""
+    """Rows: one per preset x precision x batching x fuse (see the module docstring), run in
+    `_priority` order until `deadline`."""
     import gc
 
     import torch
 
     from benchmarks.launches import vocab_size, write_data_dir
 
-    rows = []
     steps = 2 if quick else TIMED_STEPS
-    presets = PRESETS[:1] if quick else PRESETS
-    for preset in presets:
-        data = write_data_dir(workdir / f"data-{preset}", vocab_size(preset))
-        for precision in ("fp32", "bf16"):
-            for max_tokens in ((None,) if quick else (None, 8000)):
-                for fuse in (("off",) if quick else ("on", "off")):
-                    row: dict[str, Any] = {"preset": preset, "precision": precision + ("+tf32" if precision == "fp32"
-                                           and device == "cuda" else ""),
-                                           "batch": "80 pairs" if max_tokens is None else f"max-tokens {max_tokens}",
-                                           "fuse": fuse}
-                    rows.append(row)
-                    if time.perf_counter() > deadline:
-                        row["skipped"] = "the report's time budget is spent"
-                        continue
-                    try:
-                        row.update(_one_train_speed(preset, data, workdir, device, precision, max_tokens, fuse,
-                                                    quick, steps))
-                    except Exception as err:  # noqa: BLE001 - one row's failure is its result
-                        row["error"] = f"{type(err).__name__}: {err}"
-                    gc.collect()
-                    if torch.cuda.is_available():
-                        torch.cuda.empty_cache()
+    rows = _train_rows(device, quick)
+    data = {}
+    for row in sorted(rows, key=_priority):
+        if time.perf_counter() > deadline:
+            row["skipped"] = "the report's time budget is spent"
+            continue
+        preset = row["preset"]
+        if preset not in data:
+            data[preset] = write_data_dir(workdir / f"data-{preset}", vocab_size(preset))
+        try:
+            row.update(_one_train_speed(preset, data[preset], workdir, device, row["precision"].split("+")[0],
+                                        row["max_tokens"], row["fuse"], quick, steps))
+        except Exception as err:  # noqa: BLE001 - one row's failure is its result
+            row["error"] = f"{type(err).__name__}: {err}"
+        print(f"gpu-report: train {json.dumps(row)}", file=sys.stderr, flush=True)
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
     return rows
 
 
@@ -234,24 +267,41 @@ def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
             "total_graphs": _graphs(), "fused": torch.cuda.is_available() and device == "cuda"}
 
 
-def translate(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
-    """newstest2014 at beam 12 (a random rnnsearch-50: every sentence runs to the limit)."""
-    import torch
-
-    from benchmarks.translate_speed import random_checkpoint
-    from nmtkit.data.batching import length_batches
-    from nmtkit.translate import TranslateConfig, Translator
-
+def translate(workdir: Path, device: str, quick: bool, deadline: float = float("inf"),
+              fuses: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """newstest2014 at beam 12 (a random rnnsearch-50: every sentence runs to the limit), once
+    per --fuse mode in `fuses` (default: off, then on where CUDA is; off first: it compiles
+    nothing). Past `deadline` no further batch starts, and the sentences decoded so far are
+    reported."""
+    fuses = fuses or (("off", "on") if device == "cuda" else ("off",))
     src = DATA / "wmt14-newstest" / "newstest2014-fren.en"
     if not src.exists():
         return {"skipped": f"{src} not found (set DATA=the shared data folder)"}
+    from benchmarks.translate_speed import random_checkpoint
+
     lines = src.read_text(encoding="utf-8").splitlines()
     preset, beam, limit = ("small", 4, 10) if quick else ("rnnsearch-50", BEAM, TRANSLATE_LIMIT)
     lines = lines[:24] if quick else lines
     ckpt = random_checkpoint(preset, lines, workdir / f"{preset}-random.pt")
+    out: dict[str, Any] = {"sentences": len(lines), "preset": preset, "beam": beam, "limit": limit}
+    for fuse in fuses:
+        out[f"fuse {fuse}"] = _translate_once(ckpt, lines, device, beam, limit, fuse, deadline)
+    return out
+
+
+def _translate_once(ckpt: Path, lines: list[str], device: str, beam: int, limit: int, fuse: str,
+                    deadline: float) -> dict[str, Any]:
+    import torch
+
+    from nmtkit.data.batching import length_batches
+    from nmtkit.translate import TranslateConfig, Translator
+
     cfg = TranslateConfig(models=(str(ckpt),), beam=beam, max_len_a=0.0, max_len_b=float(limit), batch_size=64,
-                          device=device, precision="bf16" if device == "cuda" else "fp32", shortlist="off")
+                          device=device, precision="bf16" if device == "cuda" else "fp32", shortlist="off",
+                          fuse=fuse)
     tr = Translator(cfg, warn=lambda m: None)
+    if tr.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(tr.device)
     t0 = time.perf_counter()
     toks = [tr.prepare(line, i) for i, line in enumerate(lines, 1)]
     prep = time.perf_counter() - t0
@@ -259,21 +309,25 @@ def translate(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
     batches = length_batches([len(toks[i]) for i in idx], 64, longest_first=True)
     _sync(tr.device)
     t0 = time.perf_counter()
-    tr.decode_batch([toks[idx[j]] for j in batches[0]])  # the first batch compiles (fused on CUDA)
+    tr.decode_batch([toks[idx[j]] for j in batches[0]])  # the first batch compiles (fused)
     _sync(tr.device)
     first = time.perf_counter() - t0
     t0 = time.perf_counter()
-    n_tgt = 0
+    n_tgt = done = 0
     for b in batches:
+        if time.perf_counter() > deadline:
+            break
+        done += len(b)
         for hyps in tr.decode_batch([toks[idx[j]] for j in b]):
             n_tgt += len(hyps[0].tokens) + 1
     _sync(tr.device)
     secs = time.perf_counter() - t0
-    out = {"sentences": len(lines), "preset": preset, "beam": beam, "limit": limit, "precision": cfg.precision,
-           "fuse": "auto", "text_pipeline_s": round(prep, 2), "first_batch_with_compile_s": round(first, 2),
-           "all_sentences_s": round(secs, 2), "tgt_tokens_per_s": round(n_tgt / secs)}
+    out = {"decoded": done, "precision": cfg.precision, "text_pipeline_s": round(prep, 2),
+           "first_batch_s": round(first, 2), "all_sentences_s": round(secs, 2),
+           "tgt_tokens_per_s": round(n_tgt / secs) if secs else None}
     if tr.device.type == "cuda":
         out["peak_gib"] = round(torch.cuda.max_memory_allocated(tr.device) / 2**30, 2)
+    del tr
     return out
 
 
@@ -359,6 +413,8 @@ def markdown(report: dict) -> str:
         for k, v in sec.items():
             if k in ("traceback", "top"):
                 lines += ["", "```", str(v).rstrip(), "```"]
+            elif isinstance(v, dict):  # one measurement of several figures (translate: one per --fuse)
+                lines.append(f"- {k}: " + ", ".join(f"{kk} {vv}" for kk, vv in v.items()))
             else:
                 lines.append(f"- {k}: {v}")
         lines.append("")
@@ -385,9 +441,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="folder for gpu-report.md and gpu-report.json")
     ap.add_argument("--quick", action="store_true", help="tiny sizes and a few steps (the test suite's CPU mode)")
-    ap.add_argument("--budget", type=float, default=420.0,
-                    help="seconds after which remaining training-speed rows are skipped [420]")
+    ap.add_argument("--sections", default=",".join(SECTIONS),
+                    help=f"the sections to run, comma-separated, in this order [{','.join(SECTIONS)}]")
+    ap.add_argument("--budget", type=float, default=480.0,
+                    help="seconds for the whole report: training rows stop at 40%% of it, translation "
+                         "at 55%%, and the tests get what is left (at least 120 s) [480]")
     args = ap.parse_args(argv)
+    sections = [x.strip() for x in args.sections.split(",") if x.strip()]
+    if not sections or set(sections) - set(SECTIONS):
+        ap.error(f"--sections: choose from {','.join(SECTIONS)}, got {args.sections!r}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     import torch
@@ -399,19 +461,31 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         args.quick = True
     report: dict[str, Any] = {"mode": "quick" if args.quick else "full", "environment": environment()}
+
+    def at(share: float) -> float:  # a point of the budget
+        return t_start + share * args.budget
+
+    def save() -> None:  # after every section: a report killed later still has what was done
+        report["seconds"] = time.perf_counter() - t_start
+        from nmtkit.devtools.report import problems
+
+        report["problems"] = problems(report)
+        _write(out / "gpu-report.json", json.dumps(report, indent=1, default=str) + "\n")
+        _write(out / "gpu-report.md", markdown(report))
+
+    save()
     with tempfile.TemporaryDirectory(prefix="gpu-report-") as tmp:
         work = Path(tmp)
-        _run(report, "tests", lambda: tests(args.quick, 300))
-        _run(report, "train", lambda: train_speed(work, device, args.quick, t_start + args.budget))
-        _run(report, "run", lambda: training_run(work, device, args.quick))
-        _run(report, "translate", lambda: translate(work, device, args.quick))
-        _run(report, "profile", lambda: profile_step(work, device, args.quick))
-    report["seconds"] = time.perf_counter() - t_start
-    from nmtkit.devtools.report import problems
-
-    report["problems"] = problems(report)
-    _write(out / "gpu-report.json", json.dumps(report, indent=1, default=str) + "\n")
-    _write(out / "gpu-report.md", markdown(report))
+        # the figures the targets name first; the tests get what is left of the budget
+        run = {"train": lambda: train_speed(work, device, args.quick, at(0.40)),
+               "translate": lambda: translate(work, device, args.quick, at(0.55)),
+               "profile": lambda: profile_step(work, device, args.quick),
+               "run": lambda: training_run(work, device, args.quick),
+               "tests": lambda: tests(args.quick, max(120.0, at(1.0) - time.perf_counter()))}
+        for name in SECTIONS:
+            if name in sections:
+                _run(report, name, run[name])
+                save()
     print(f"gpu-report: wrote {out / 'gpu-report.md'} and {out / 'gpu-report.json'}", file=sys.stderr)
     return 0
 

@@ -16,6 +16,8 @@ def problems(report: dict) -> list[str]:
     t = report.get("tests")
     if isinstance(t, dict) and t.get("exit_code") not in (0, None):
         out.append(f"make test-gpu failed: {t.get('summary')}; {'; '.join(t.get('failed', []))}")
+    if isinstance(t, dict) and t.get("timed_out"):
+        out.append(f"make test-gpu did not finish: {t['timed_out']}")
     for r in report.get("train") if isinstance(report.get("train"), list) else []:
         what = f"{r['preset']} {r['precision']} {r['batch']} fuse {r['fuse']}"
         if "error" in r:
