@@ -65,8 +65,9 @@ class DecodeConfig:
              "are faster (native BF16, timed once), fp32 on other CPUs. fp16 is meant for GPUs (it runs on a CPU, slowly).")
     fuse: str = option(
         "auto", choices=FUSE,
-        help="Compile the decoding step into a few fused kernels (torch.compile; the first run compiles for up to "
-             "a minute, later runs reuse the cache). auto: on CUDA.")
+        help="on: compile the decoding step into a few fused kernels (torch.compile). On an H200 that decoded "
+             "newstest2014 at beam 12 in 4.4 s against 8.0 s unfused, after ~60 s of compiling on a fresh machine "
+             "(later runs reuse inductor's cache): worth it for long inputs or a long-lived serve. auto: off.")
     shortlist: str = option(
         "auto", choices=("auto", "off"),
         help="auto: where the checkpoint holds a lexicon (nmtkit train stores one), score only a shortlist of "
