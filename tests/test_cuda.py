@@ -25,7 +25,9 @@ NO_CUDA = "CUDA is not available: these tests need an NVIDIA GPU and a CUDA buil
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)]
 MODEL = dict(TINY_MODEL, dropout=0.0)
 OVERRIDES = ModelOverrides(**MODEL)
-TINY_CLI = [*tiny_train_args(device="cuda"), "--dropout", "0", "--valid-bleu-samples", "0"]
+# Unfused where fusion is not what a test checks: compiling the step bodies takes 30-60 s in each
+# process on a fresh GPU machine, and `make test-gpu` should take minutes, not ten.
+TINY_CLI = [*tiny_train_args(device="cuda"), "--dropout", "0", "--valid-bleu-samples", "0", "--fuse", "off"]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -80,7 +82,7 @@ def resume_runs_child(data_dir: str, out: str) -> None:
     12 updates, and 6 + resume + 6, into out/full and out/half."""
     torch.use_deterministic_algorithms(True)
     opts = tiny_options(device="cuda", max_updates=12, valid_every=4, save_every=4, lr=0.02,
-                        lr_schedule="plateau", warmup_updates=3, valid_bleu_samples=0)
+                        lr_schedule="plateau", warmup_updates=3, valid_bleu_samples=0, fuse="off")
     out_dir = Path(out)
     run_training(data_dir, out_dir / "full", opts, OVERRIDES)
     run_training(data_dir, out_dir / "half", opts.replace(max_updates=6), OVERRIDES)
