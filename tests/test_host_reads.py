@@ -19,8 +19,11 @@ from tests.conftest import random_sources, tiny_context, tiny_model
 @pytest.mark.parametrize("update_freq", [1, 3])
 def test_a_training_update_reads_the_device_once(data_dir, tmp_path, update_freq, arch, fuse, caplog):
     # fused too: the counting mode must not stop the compiled step bodies from compiling
+    import torch._dynamo
+
     from nmtkit.train.step import train_step
 
+    torch._dynamo.reset()  # this test's graphs only: earlier tests' graphs count towards the recompile limit
     ctx = tiny_context(data_dir, tmp_path / "run", arch, update_freq=update_freq, label_smoothing=0.1,
                        valid_bleu_samples=0, fuse=fuse)
     try:
@@ -31,7 +34,7 @@ def test_a_training_update_reads_the_device_once(data_dir, tmp_path, update_freq
                     assert train_step(ctx, plan[u * update_freq : (u + 1) * update_freq])
                 assert reads.count == 1, reads.calls  # the finiteness check of the gradient norm
         assert ctx.state.update == 4
-        assert not [r.getMessage() for r in caplog.records], "a fused body fell back to eager"
+        assert not [r.getMessage() for r in caplog.records if "unfused" in r.getMessage()]
     finally:
         ctx.close()
 
