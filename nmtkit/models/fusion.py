@@ -66,8 +66,10 @@ def fusion_available(device_type: str) -> tuple[bool, str]:
 def resolve_fuse(mode: str, device: torch.device, decoding: bool = False) -> bool:
     """--fuse auto|on|off on `device` -> whether to fuse. on asks for it and is a ConfigError
     where it is unavailable. auto fuses training on CUDA (where launches dominate) when it can,
-    and never decoding: on an H200 the decoding bodies took ~60 s to compile on a fresh machine,
-    against ~3.5 s they saved on newstest2014 at beam 12 (benchmarks/GPU.md)."""
+    its validation's beam search included (a run long enough to validate often wins the compile
+    back), but not `decoding` (translate, serve): on an H200 the decoding bodies took ~60 s to
+    compile on a fresh machine, against ~3.5 s they saved on newstest2014 at beam 12
+    (benchmarks/GPU.md)."""
     ok, why = fusion_available(device.type)
     if mode == "on" and not ok:
         from nmtkit.errors import ConfigError
