@@ -145,6 +145,20 @@ def test_live_display_shows_progress_loss_speed_eta_and_dev_score():
         assert part in text, (part, text)
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_start_line_says_when_the_first_updates_compile_fused_steps(fused, capsys):
+    from nmtkit.cli.train import Reporter
+    from nmtkit.train.events import StartEvent
+
+    rep = Reporter(quiet=False)  # no terminal here: the plain stderr line
+    rep.on_start(StartEvent(update=0, epoch=1, max_updates=200, max_epochs=None, max_time=None, batches_per_epoch=50,
+                            train_pairs=800, dropped_pairs=2, parameters=1234, device="cuda:0", world_size=1,
+                            elapsed=0.0, fused=fused))
+    err = capsys.readouterr().err
+    assert err.startswith("nmtkit train: training 1,234 parameters on cuda:0") and err.count("\n") == 1
+    assert ("compile the fused steps" in err) is fused, err
+
+
 def test_sigkill_loses_only_work_since_last_checkpoint(data_dir, tmp_path):
     """A checkpoint is written every update; kill -9 at an arbitrary point leaves a loadable
     checkpoint_last.pt (atomic replace), and --resume continues from it."""

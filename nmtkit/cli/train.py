@@ -119,6 +119,8 @@ class Reporter(Callbacks):
         line = (f"training {event.parameters:,} parameters on {event.device} x{event.world_size}: "
                 f"{event.train_pairs:,} pairs ({event.dropped_pairs:,} over --max-len dropped), "
                 f"{event.batches_per_epoch:,} minibatches per epoch, from update {event.update:,}")
+        if event.fused:  # else the first update looks hung on a fresh GPU machine
+            line += "; the first updates compile the fused steps (up to a minute where nothing is cached)"
         if self.quiet:
             return
         if self.live:

@@ -23,6 +23,7 @@ class StartEvent:
     device: str
     world_size: int
     elapsed: float  # training seconds before this session (a resumed run's)
+    fused: bool = False  # the step bodies run compiled (--fuse): the first updates compile them
 
 
 @dataclass(frozen=True)
