@@ -25,9 +25,7 @@ NO_CUDA = "CUDA is not available: these tests need an NVIDIA GPU and a CUDA buil
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)]
 MODEL = dict(TINY_MODEL, dropout=0.0)
 OVERRIDES = ModelOverrides(**MODEL)
-# Unfused where fusion is not what a test checks: compiling the step bodies takes 30-60 s in each
-# process on a fresh GPU machine, and `make test-gpu` should take minutes, not ten.
-TINY_CLI = [*tiny_train_args(device="cuda"), "--dropout", "0", "--valid-bleu-samples", "0", "--fuse", "off"]
+TINY_CLI = [*tiny_train_args(device="cuda"), "--dropout", "0", "--valid-bleu-samples", "0"]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -37,12 +35,12 @@ def _env(**extra: str) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=path, **extra)
 
 
-def _one_update(data_dir, run_dir, device, precision):
+def _one_update(data_dir, run_dir, device, precision, fuse="off"):
     """(parameters before, their change after one `train_step`) on `device`, as CPU tensors."""
     from nmtkit.train.step import train_step
 
     ctx = tiny_context(data_dir, run_dir, model=dict(dropout=0.0), valid_bleu_samples=0, device=device,
-                       precision=precision, optimizer="sgd", lr=1.0, tf32=False)
+                       precision=precision, optimizer="sgd", lr=1.0, tf32=False, fuse=fuse)
     try:
         before = {n: p.detach().cpu().clone() for n, p in ctx.model.named_parameters()}
         assert train_step(ctx, [ctx.epoch_plan(1)[0]])
@@ -51,12 +49,14 @@ def _one_update(data_dir, run_dir, device, precision):
         ctx.close()
 
 
+@pytest.mark.parametrize("fuse", ["off", "on"])
 @pytest.mark.parametrize("precision,tol", [("fp32", 1e-3), ("bf16", 3e-2)])
-def test_one_training_step_on_cuda_equals_the_cpu_step(data_dir, tmp_path, precision, tol):
+def test_one_training_step_on_cuda_equals_the_cpu_step(data_dir, tmp_path, precision, tol, fuse):
     # plain SGD at lr 1: the change of the weights is the clipped gradient itself (Adam would
     # turn tiny gradient differences into sign flips). TF32 off: the fp32 step is exact fp32.
+    # Unfused on CUDA the encoder is cuDNN's packed GRU; fused, Triton kernels compiled by inductor.
     cpu_before, cpu_delta = _one_update(data_dir, tmp_path / "cpu", "cpu", precision)
-    gpu_before, gpu_delta = _one_update(data_dir, tmp_path / "gpu", "cuda", precision)
+    gpu_before, gpu_delta = _one_update(data_dir, tmp_path / "gpu", "cuda", precision, fuse)
     for name in cpu_before:
         assert torch.equal(cpu_before[name], gpu_before[name]), f"{name}: different initial weights"
     a = torch.cat([d.flatten() for d in cpu_delta.values()])
@@ -82,7 +82,7 @@ def resume_runs_child(data_dir: str, out: str) -> None:
     12 updates, and 6 + resume + 6, into out/full and out/half."""
     torch.use_deterministic_algorithms(True)
     opts = tiny_options(device="cuda", max_updates=12, valid_every=4, save_every=4, lr=0.02,
-                        lr_schedule="plateau", warmup_updates=3, valid_bleu_samples=0, fuse="off")
+                        lr_schedule="plateau", warmup_updates=3, valid_bleu_samples=0)
     out_dir = Path(out)
     run_training(data_dir, out_dir / "full", opts, OVERRIDES)
     run_training(data_dir, out_dir / "half", opts.replace(max_updates=6), OVERRIDES)
@@ -105,7 +105,8 @@ def test_resume_on_cuda_equals_the_uninterrupted_run(data_dir, tmp_path):
             assert torch.equal(torch.as_tensor(sa[k][key]), torch.as_tensor(sb[k][key])), (k, key)
 
 
-def test_translate_on_cuda_gives_the_cpu_output(tmp_path):
+@pytest.mark.parametrize("fuse", ["off", "on"])
+def test_translate_on_cuda_gives_the_cpu_output(tmp_path, fuse):
     from nmtkit.translate import TranslateConfig, Translator
     from tests.conftest import make_checkpoint
 
@@ -113,7 +114,8 @@ def test_translate_on_cuda_gives_the_cpu_output(tmp_path):
     lines = ["the cat sat on a mat .", "a big red dog ran in the park", "the house is small , and red .", ""]
     outs = {}
     for device in ("cpu", "cuda"):
-        cfg = TranslateConfig(models=(ckpt,), beam=4, device=device, precision="fp32", batch_size=2)
+        cfg = TranslateConfig(models=(ckpt,), beam=4, device=device, precision="fp32", batch_size=2,
+                              fuse=fuse if device == "cuda" else "off")
         outs[device] = Translator(cfg).translate(lines)
     assert outs["cuda"] == outs["cpu"]
     assert any(outs["cpu"])

@@ -39,14 +39,14 @@ def test_fused_rnnsearch_step_gives_the_eager_loss_and_gradients():
             torch.testing.assert_close(g1[name], g0[name], rtol=1e-4, atol=1e-5, msg=name)
 
 
-def test_fuse_auto_means_cuda_training_only_and_off_means_off(monkeypatch):
+def test_fuse_auto_and_off_mean_unfused_and_on_means_fused(monkeypatch):
     assert fusion.resolve_fuse("off", torch.device("cpu")) is False
     assert fusion.resolve_fuse("auto", torch.device("cpu")) is False
     monkeypatch.setattr(fusion, "fusion_available", lambda device_type: (True, ""))
     cuda = torch.device("cuda")  # only its type is read
-    assert fusion.resolve_fuse("auto", cuda) is True
-    assert fusion.resolve_fuse("auto", cuda, decoding=True) is False  # compiling outweighs decoding's gain
-    assert fusion.resolve_fuse("on", cuda, decoding=True) is True
+    assert fusion.resolve_fuse("auto", cuda) is False  # measured: no faster on a GPU, and it compiles
+    assert fusion.resolve_fuse("on", cuda) is True
+    assert fusion.resolve_fuse("on", torch.device("cpu")) is True
     assert fusion.resolve_fuse("off", cuda) is False
 
 

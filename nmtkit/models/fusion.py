@@ -4,9 +4,11 @@ A recurrent step at the paper's sizes does about a microsecond of arithmetic per
 while every op launched costs 5-10 us of dispatch and kernel launch on a GPU (docs/design.md, 10). The
 recurrences (recurrence.py, gru_recurrence.py) are therefore written as loops over small, pure
 *step bodies* (tensors in, tensors out, no Python state), and this module hands each loop either
-the body itself (eager: the reference, and the default on CPUs) or the body compiled by
-torch.compile's inductor backend, which fuses all of a step's elementwise work and reductions
-into one or two kernels around its matrix products (C++/OpenMP on CPUs, Triton on GPUs).
+the body itself (eager: the reference, and the default) or, with --fuse on, the body compiled
+by torch.compile's inductor backend, which fuses all of a step's elementwise work and reductions
+into one or two kernels around its matrix products (C++/OpenMP on CPUs, Triton on GPUs). Fewer
+launches did not make a GPU step faster where it was measured (`resolve_fuse`): each call of a
+compiled body costs the host about what the eager ops it replaces cost.
 
 Compiled bodies use dynamic shapes (one compilation serves every batch size and sentence length)
 and are cached per body for the process; inductor also caches the generated code on disk, so a
@@ -63,19 +65,19 @@ def fusion_available(device_type: str) -> tuple[bool, str]:
     return False, f"fusion is not supported on device type '{device_type}'"
 
 
-def resolve_fuse(mode: str, device: torch.device, decoding: bool = False) -> bool:
+def resolve_fuse(mode: str, device: torch.device) -> bool:
     """--fuse auto|on|off on `device` -> whether to fuse. on asks for it and is a ConfigError
-    where it is unavailable. auto fuses training on CUDA (where launches dominate) when it can,
-    its validation's beam search included (a run long enough to validate often wins the compile
-    back), but not `decoding` (translate, serve): on an H200 the decoding bodies took ~60 s to
-    compile on a fresh machine, against ~3.5 s they saved on newstest2014 at beam 12
-    (benchmarks/GPU.md)."""
+    where it is unavailable. auto does not fuse, on any device, as measured (benchmarks/GPU.md):
+    on an H200 a training step is bound by the host either way, and the unfused step was faster
+    in 5 of 9 settings (by up to 25%), the fused one in 4 (by up to 6%), after 30-40 s of
+    compiling; fused decoding saved ~3.5 s on newstest2014 at beam 12 after ~60 s of compiling.
+    On CPUs fusing is about even."""
     ok, why = fusion_available(device.type)
     if mode == "on" and not ok:
         from nmtkit.errors import ConfigError
 
         raise ConfigError(f"--fuse on: {why}")
-    return ok and (mode == "on" or (mode == "auto" and device.type == "cuda" and not decoding))
+    return ok and mode == "on"
 
 
 def step_fn(body: F, fuse: bool) -> F:

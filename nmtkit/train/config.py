@@ -137,8 +137,9 @@ class TrainConfig:
              "for translate and serve only: refused here.")
     fuse: str = option(
         "auto", choices=FUSE, resume=True,
-        help="Fuse each recurrence step's elementwise work into a few compiled kernels (torch.compile; the first "
-             "run compiles for up to a minute, later runs reuse the cache). auto: on CUDA.")
+        help="on: fuse each recurrence step's elementwise work into a few compiled kernels (torch.compile; the "
+             "first run compiles for up to a minute, later runs reuse the cache). auto: off; on an H200 a step is "
+             "bound by the host either way and fusing did not make it faster (benchmarks/GPU.md).")
     tf32: bool = option(
         True, flag=True, resume=True,
         help="fp32 runs on CUDA: matrix products and convolutions in TF32 (Ampere and newer; about fp32's range "

@@ -75,8 +75,7 @@ class Translator:
         if config.threads:  # before "auto" is resolved: on a CPU it may time a product
             torch.set_num_threads(config.threads)
         self.threads = torch.get_num_threads()  # what --workers share
-        fuse = resolve_fuse(config.fuse, self.device, decoding=True)
-        self.bundle = bundle = load_bundle(config.models, self.device, fuse_steps=fuse)
+        self.bundle = bundle = load_bundle(config.models, self.device, fuse_steps=resolve_fuse(config.fuse, self.device))
         # auto: int8 on CPUs with int8 dot products, else bf16 where faster (GPUs, some CPUs), else fp32
         self.precision = precision = resolve_decode_precision(
             self.device.type, config.precision, all(m.int8_linears for m in bundle.models))
