@@ -117,3 +117,31 @@ def test_gpu_report_lists_what_went_wrong_first():
     assert any("2 graphs compiled inside the timed window" in p for p in found)
     assert any("3 host reads" in p for p in found) and any("_fwd_step" in p for p in found)
     assert any("profile failed" in p for p in found) and any("test-gpu failed" in p for p in found)
+
+
+def test_gpu_report_runs_only_the_sections_asked_for_and_refuses_unknown_ones(tmp_path):
+    import json
+
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_report.py"), "--out", str(tmp_path),
+                           "--quick", "--sections", "translate"], cwd=REPO, capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "gpu-report.json").read_text())
+    assert "translate" in report and not {"train", "run", "profile", "tests"} & report.keys()
+    assert report["translate"]["fuse off"]["decoded"] == report["translate"]["sentences"] > 0
+    bad = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_report.py"), "--out", str(tmp_path / "x"),
+                          "--sections", "train,bogus"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--sections" in bad.stderr and not (tmp_path / "x").exists()
+
+
+def test_gpu_report_tests_section_past_its_time_is_killed_and_reported_as_a_problem():
+    sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks.gpu_report import tests
+    finally:
+        sys.path.remove(str(REPO))
+    from nmtkit.devtools.report import problems
+
+    out = tests(quick=True, timeout=0.2)  # pytest cannot even collect in 0.2 s
+    assert out["exit_code"] is None and out["timed_out"].startswith("killed after")
+    assert any("did not finish" in p for p in problems({"tests": out}))
