@@ -145,3 +145,17 @@ def test_gpu_report_tests_section_past_its_time_is_killed_and_reported_as_a_prob
     out = tests(quick=True, timeout=0.2)  # pytest cannot even collect in 0.2 s
     assert out["exit_code"] is None and out["timed_out"].startswith("killed after")
     assert any("did not finish" in p for p in problems({"tests": out}))
+
+
+def test_gpu_report_times_the_rows_the_targets_name_first():
+    sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks.gpu_report import _priority, _train_rows
+    finally:
+        sys.path.remove(str(REPO))
+    rows = sorted(_train_rows("cuda", quick=False), key=_priority)
+    assert len(rows) == 16
+    first = [(r["preset"], r["precision"], r["batch"], r["fuse"]) for r in rows[:4]]
+    assert first == [("rnnsearch-50", "bf16", "max-tokens 8000", "off"), ("rnnsearch-50", "bf16", "max-tokens 8000", "on"),
+                     ("rnnsearch-50", "bf16", "80 pairs", "off"), ("rnnsearch-50", "bf16", "80 pairs", "on")]
+    assert all(r["preset"] == "small" for r in rows[8:])
