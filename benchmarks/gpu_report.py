@@ -43,7 +43,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 DATA = Path(os.environ.get("DATA") or REPO.parent / "shared" / "data")
 
-PRESETS = ("small", "rnnsearch-50")
 WARMUP_MAX = 30
 TIMED_STEPS = 50
 RUN_UPDATES = 200
@@ -84,31 +83,14 @@ def environment() -> dict[str, Any]:
 
 
 def tests(quick: bool, timeout: float) -> dict[str, Any]:
-    """`pytest -m cuda` in a child process (the command `make test-gpu` runs). Past `timeout`
-    the child is killed and what it printed so far is reported."""
+    """`pytest -m cuda` in a child process (the command `make test-gpu` runs), killed past
+    `timeout` with what it printed so far kept (nmtkit.devtools.report.run_tests)."""
+    from nmtkit.devtools.report import run_tests
+
     target = str(REPO / "tests" / "test_cuda.py") if quick else str(REPO / "tests")
     cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-m", "cuda", "-p", "no:cacheprovider", target]
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    t0 = time.perf_counter()
-    with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True,
-                                env=dict(os.environ, PYTHONPATH=path))
-        try:
-            code: int | None = proc.wait(timeout=max(1.0, timeout))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            code = None
-        log.seek(0)
-        lines = log.read().strip().splitlines()
-    out = {"exit_code": code, "summary": lines[-1] if lines else "",
-           "skipped": sorted({ln.split("] ", 1)[-1] for ln in lines if ln.startswith("SKIPPED")}),
-           "failed": [ln for ln in lines if ln.startswith(("FAILED", "ERROR"))], "seconds": time.perf_counter() - t0}
-    if code is None:
-        out["timed_out"] = f"killed after {timeout:.0f} s; output so far: " + " / ".join(lines[-5:])
-    elif code:
-        out["output_tail"] = "\n".join(lines[-60:])
-    return out
+    return run_tests(cmd, str(REPO), dict(os.environ, PYTHONPATH=path), timeout)
 
 
 def _graphs() -> int:
@@ -124,40 +106,20 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _train_rows(device: str, quick: bool) -> list[dict[str, Any]]:
-    """The table's rows, in its order: preset x precision x batching x fuse."""
-    rows = []
-    for preset in PRESETS[:1] if quick else PRESETS:
-        for precision in ("fp32", "bf16"):
-            for max_tokens in ((None,) if quick else (None, 8000)):
-                for fuse in (("off",) if quick else ("on", "off")):
-                    rows.append({"preset": preset, "precision": precision + ("+tf32" if precision == "fp32"
-                                 and device == "cuda" else ""), "max_tokens": max_tokens,
-                                 "batch": "80 pairs" if max_tokens is None else f"max-tokens {max_tokens}",
-                                 "fuse": fuse})
-    return rows
-
-
-def _priority(row: dict[str, Any]) -> tuple:
-    """The rows the issue's targets name run first (rnnsearch-50, bf16, 8,000 tokens; unfused, the
-    default, before fused), so that a spent budget skips the least wanted ones."""
-    return (row["preset"] != "rnnsearch-50", not row["precision"].startswith("bf16"), row["max_tokens"] is None,
-            row["fuse"] != "off")
-
-
 def train_speed(workdir: Path, device: str, quick: bool, deadline: float) -> list[dict[str, Any]]:
     """Rows: one per preset x precision x batching x fuse (see the module docstring), run in
-    `_priority` order until `deadline`."""
+    `row_priority` order until `deadline`."""
     import gc
 
     import torch
 
     from benchmarks.launches import vocab_size, write_data_dir
+    from nmtkit.devtools.report import row_priority, train_rows
 
     steps = 2 if quick else TIMED_STEPS
-    rows = _train_rows(device, quick)
+    rows = train_rows(device, quick)
     data = {}
-    for row in sorted(rows, key=_priority):
+    for row in sorted(rows, key=row_priority):
         if time.perf_counter() > deadline:
             row["skipped"] = "the report's time budget is spent"
             continue

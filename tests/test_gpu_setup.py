@@ -134,26 +134,23 @@ def test_gpu_report_runs_only_the_sections_asked_for_and_refuses_unknown_ones(tm
     assert bad.returncode == 2 and "--sections" in bad.stderr and not (tmp_path / "x").exists()
 
 
-def test_gpu_report_tests_section_past_its_time_is_killed_and_reported_as_a_problem():
-    sys.path.insert(0, str(REPO))
-    try:
-        from benchmarks.gpu_report import tests
-    finally:
-        sys.path.remove(str(REPO))
-    from nmtkit.devtools.report import problems
+def test_gpu_report_tests_past_their_time_are_killed_with_their_output_kept_and_listed_as_a_problem():
+    from nmtkit.devtools.report import problems, run_tests
 
-    out = tests(quick=True, timeout=0.2)  # pytest cannot even collect in 0.2 s
-    assert out["exit_code"] is None and out["timed_out"].startswith("killed after")
+    slow = [sys.executable, "-c", "import time; print('..s', flush=True); time.sleep(60)"]
+    out = run_tests(slow, str(REPO), dict(os.environ), timeout=2)
+    assert out["exit_code"] is None and out["seconds"] < 30
+    assert out["timed_out"].startswith("killed after") and "..s" in out["timed_out"]
     assert any("did not finish" in p for p in problems({"tests": out}))
+    done = run_tests([sys.executable, "-c", "print('1 passed')"], str(REPO), dict(os.environ), timeout=60)
+    assert done["exit_code"] == 0 and done["summary"] == "1 passed" and "timed_out" not in done
+    assert problems({"tests": done}) == []
 
 
 def test_gpu_report_times_the_rows_the_targets_name_first():
-    sys.path.insert(0, str(REPO))
-    try:
-        from benchmarks.gpu_report import _priority, _train_rows
-    finally:
-        sys.path.remove(str(REPO))
-    rows = sorted(_train_rows("cuda", quick=False), key=_priority)
+    from nmtkit.devtools.report import row_priority, train_rows
+
+    rows = sorted(train_rows("cuda", quick=False), key=row_priority)
     assert len(rows) == 16
     first = [(r["preset"], r["precision"], r["batch"], r["fuse"]) for r in rows[:4]]
     assert first == [("rnnsearch-50", "bf16", "max-tokens 8000", "off"), ("rnnsearch-50", "bf16", "max-tokens 8000", "on"),

@@ -1,8 +1,63 @@
-"""What the GPU report (benchmarks/gpu_report.py) puts first: the problems its sections found.
+"""The rules of the GPU report (benchmarks/gpu_report.py): which training rows it times and in
+what order, how it runs the test suite under a time limit, and the problems it puts first.
 
 Here rather than in the benchmark so that the tests check the rules without importing benchmarks/.
 """
 from __future__ import annotations
+
+import subprocess
+import tempfile
+import time
+from typing import Any
+
+PRESETS = ("small", "rnnsearch-50")
+
+
+def train_rows(device: str, quick: bool) -> list[dict[str, Any]]:
+    """The training-speed table's rows, in its order: preset x precision x batching x fuse."""
+    rows = []
+    for preset in PRESETS[:1] if quick else PRESETS:
+        for precision in ("fp32", "bf16"):
+            for max_tokens in ((None,) if quick else (None, 8000)):
+                for fuse in (("off",) if quick else ("on", "off")):
+                    rows.append({"preset": preset, "precision": precision + ("+tf32" if precision == "fp32"
+                                 and device == "cuda" else ""), "max_tokens": max_tokens,
+                                 "batch": "80 pairs" if max_tokens is None else f"max-tokens {max_tokens}",
+                                 "fuse": fuse})
+    return rows
+
+
+def row_priority(row: dict[str, Any]) -> tuple:
+    """The order the rows are timed in: those the issue's targets name first (rnnsearch-50, bf16,
+    8,000 tokens; unfused, the default, before fused), so that a spent budget skips the least
+    wanted ones."""
+    return (row["preset"] != "rnnsearch-50", not row["precision"].startswith("bf16"), row["max_tokens"] is None,
+            row["fuse"] != "off")
+
+
+def run_tests(cmd: list[str], cwd: str, env: dict[str, str], timeout: float) -> dict[str, Any]:
+    """Run a pytest command line; past `timeout` seconds kill it and keep what it printed so far.
+    Returns its exit code (None when killed), last line, skip reasons, failures and seconds."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
+        try:
+            code: int | None = proc.wait(timeout=max(0.1, timeout))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            code = None
+        log.seek(0)
+        lines = log.read().strip().splitlines()
+    out: dict[str, Any] = {
+        "exit_code": code, "summary": lines[-1] if lines else "",
+        "skipped": sorted({ln.split("] ", 1)[-1] for ln in lines if ln.startswith("SKIPPED")}),
+        "failed": [ln for ln in lines if ln.startswith(("FAILED", "ERROR"))], "seconds": time.perf_counter() - t0}
+    if code is None:
+        out["timed_out"] = f"killed after {timeout:.0f} s; output so far: " + " / ".join(lines[-5:])
+    elif code:
+        out["output_tail"] = "\n".join(lines[-60:])
+    return out
 
 
 def problems(report: dict) -> list[str]:
