@@ -47,7 +47,8 @@ log = logging.getLogger(__name__)
 MAX_GRAPHS_PER_BODY = 6
 
 _COMPILED: dict[Callable, Callable] = {}
-_FELL_BACK: set[Callable] = set()
+_FELL_BACK: set[Callable] = set()  # bodies that met the recompile limit (warned once)
+_UNCOMPILABLE: set[Callable] = set()  # bodies dynamo or inductor failed on: eager from then on
 
 
 def fusion_available(device_type: str) -> tuple[bool, str]:
@@ -111,18 +112,17 @@ def _compile(body: Callable) -> Callable:
     fx_config.use_duck_shape = False
     compiled = torch.compile(body, dynamic=True, fullgraph=True)
 
-    broken: list[str] = []  # why this body cannot be compiled, once it is known
-
     @functools.wraps(body)
     def run(*args, **kwargs):
-        if broken:
+        if body in _UNCOMPILABLE:
             return body(*args, **kwargs)
         try:
             return compiled(*args, **kwargs)
         except (Unsupported, UserError, BackendCompilerFailed) as err:
-            broken.append(str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__)
+            _UNCOMPILABLE.add(body)
+            why = str(err).strip().splitlines()[0] if str(err).strip() else ""
             log.warning("fused step %s cannot be compiled (%s: %s): it runs unfused from now on",
-                        body.__qualname__, type(err).__name__, broken[0])
+                        body.__qualname__, type(err).__name__, why)
             return body(*args, **kwargs)
         except FailOnRecompileLimitHit:
             if body not in _FELL_BACK:
