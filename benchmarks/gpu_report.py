@@ -5,18 +5,21 @@ Writes DIR/gpu-report.md and DIR/gpu-report.json with
   tests        `pytest -m cuda` (what `make test-gpu` runs): its summary line and skip reasons;
   train        training target tokens/s and peak GPU memory of one `train_step` (forward,
                backward, clipping, optimiser) for `small` and `rnnsearch-50`, fp32 (+TF32) and
-               bf16, batches of 80 pairs and of --max-tokens 8000, --fuse on and off: warmed up
-               until no step compiles a new graph (at most WARMUP_MAX steps), then TIMED_STEPS
-               steps timed between two torch.cuda.synchronize(); graphs compiled inside the timed
-               window are counted (they must be 0);
-  run          a real 200-update run (`small`, --max-tokens, varied lengths, --fuse on): graphs
-               compiled per fused step body and host reads per update (nmtkit.devtools.launches.HostReads);
+               bf16, batches of 80 pairs and of --max-tokens 8000, with CUDA graphs (unfused and
+               fused) and without (unfused): warmed up until no step compiles or captures a new
+               graph (at most WARMUP_MAX steps), then TIMED_STEPS steps timed between two
+               torch.cuda.synchronize(); graphs compiled or captured inside the timed window are
+               counted (they must be 0);
+  run          a real 200-update run (`small`, --max-tokens, varied lengths, --fuse on, CUDA graphs
+               where they run): graphs compiled per fused step body, CUDA graphs captured, and host
+               reads per update (nmtkit.devtools.launches.HostReads);
   translate    newstest2014 (3,003 sentences, from DATA, default ../shared/data) at beam 12 with a
                randomly initialised rnnsearch-50 (every sentence runs to the fixed limit of
                TRANSLATE_LIMIT tokens), unfused and (on CUDA) fused: wall seconds, the first batch
                (which compiles, when fused) apart;
-  profile      one rnnsearch-50 bf16 training step (unfused, the default) under torch.profiler:
-               the share of the step's wall time during which the GPU runs kernels.
+  profile      one rnnsearch-50 bf16 training step (unfused, the default) under torch.profiler,
+               with and without CUDA graphs: the share of the step's wall time during which the GPU
+               runs kernels.
 Each section runs on its own: one that fails is reported with its error and the others still
 run. Without CUDA the report says so plainly, runs what it can on the CPU (at the --quick sizes:
 the full ones would take hours there) and exits 0.
@@ -94,9 +97,12 @@ def tests(quick: bool, timeout: float) -> dict[str, Any]:
 
 
 def _graphs() -> int:
+    """Graphs compiled by dynamo plus CUDA graphs captured, in this process so far."""
     import torch._dynamo.utils
 
-    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    from nmtkit.models.graphs import captured
+
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"]) + captured()
 
 
 def _sync(device) -> None:
@@ -107,8 +113,8 @@ def _sync(device) -> None:
 
 
 def train_speed(workdir: Path, device: str, quick: bool, deadline: float) -> list[dict[str, Any]]:
-    """Rows: one per preset x precision x batching x fuse (see the module docstring), run in
-    `row_priority` order until `deadline`."""
+    """Rows: one per preset x precision x batching x (fuse, cuda-graphs) (see the module
+    docstring), run in `row_priority` order until `deadline`."""
     import gc
 
     import torch
@@ -128,7 +134,7 @@ def train_speed(workdir: Path, device: str, quick: bool, deadline: float) -> lis
             data[preset] = write_data_dir(workdir / f"data-{preset}", vocab_size(preset))
         try:
             row.update(_one_train_speed(preset, data[preset], workdir, device, row["precision"].split("+")[0],
-                                        row["max_tokens"], row["fuse"], quick, steps))
+                                        row["max_tokens"], row["fuse"], row["cuda_graphs"], quick, steps))
         except Exception as err:  # noqa: BLE001 - one row's failure is its result
             row["error"] = f"{type(err).__name__}: {err}"
         print(f"gpu-report: train {json.dumps(row)}", file=sys.stderr, flush=True)
@@ -138,7 +144,8 @@ def train_speed(workdir: Path, device: str, quick: bool, deadline: float) -> lis
     return rows
 
 
-def _one_train_speed(preset, data, workdir, device, precision, max_tokens, fuse, quick, steps) -> dict[str, Any]:
+def _one_train_speed(preset, data, workdir, device, precision, max_tokens, fuse, graphs, quick, steps
+                     ) -> dict[str, Any]:
     import torch
     import torch._dynamo
 
@@ -148,7 +155,7 @@ def _one_train_speed(preset, data, workdir, device, precision, max_tokens, fuse,
     torch._dynamo.reset()  # each row compiles its own graphs: no row inherits another's towards the limit
     run = Path(tempfile.mkdtemp(dir=workdir))
     ctx = make_context(preset, data, run, max_tokens, quick, threads=os.cpu_count() or 1, precision=precision,
-                       fuse=fuse, device=device)
+                       fuse=fuse, device=device, cuda_graphs=graphs)
     try:
         batch = fixed_batch(ctx, max_tokens)
         n_tgt = ctx.target_tokens(batch)
@@ -186,13 +193,15 @@ def _one_train_speed(preset, data, workdir, device, precision, max_tokens, fuse,
 
 
 def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
-    """A real run through `run_training`: graphs per fused body and host reads per update."""
+    """A real run through `run_training`: graphs per fused body, CUDA graphs captured, and host
+    reads per update."""
     import torch
     import torch._dynamo
 
     from benchmarks.launches import write_data_dir
     from nmtkit.devtools.launches import HostReads
     from nmtkit.models import fusion
+    from nmtkit.models.graphs import captured
     from nmtkit.models.presets import ModelOverrides
     from nmtkit.train import trainer
     from nmtkit.train.config import TrainOptions
@@ -215,6 +224,7 @@ def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
                 save_every=updates, log_every=max(1, updates // 4), valid_bleu_samples=8, device=device,
                 fuse="on" if device == "cuda" else "off", max_len=60)
     torch._dynamo.reset()  # this run's graphs only
+    captures = captured()
     trainer.train_step = counted  # the loop's step, counted
     t0 = time.perf_counter()
     try:
@@ -226,7 +236,8 @@ def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
             "host_reads_per_update_max": max(reads) if reads else None,
             "host_reads_per_update_mean": round(sum(reads) / len(reads), 3) if reads else None,
             "graphs_per_body": graphs, "graph_bound": fusion.MAX_GRAPHS_PER_BODY,
-            "total_graphs": _graphs(), "fused": torch.cuda.is_available() and device == "cuda"}
+            "total_graphs": _graphs(), "fused": torch.cuda.is_available() and device == "cuda",
+            "cuda_graphs_captured": captured() - captures}
 
 
 def translate(workdir: Path, device: str, quick: bool, deadline: float) -> dict[str, Any]:
@@ -290,23 +301,41 @@ def _translate_once(ckpt: Path, lines: list[str], device: str, beam: int, limit:
 
 
 def profile_step(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
-    """The GPU's busy share of one steady-state rnnsearch-50 bf16 training step."""
+    """The GPU's busy share of one steady-state rnnsearch-50 bf16 training step at 80 pairs,
+    with CUDA graphs (the default) and without."""
     if device != "cuda":
         return {"skipped": "needs CUDA (the share of a step the GPU is busy)"}
+    from benchmarks.launches import vocab_size, write_data_dir
+
+    data = write_data_dir(workdir / "data-rnnsearch-50", vocab_size("rnnsearch-50"))
+    out: dict[str, Any] = {}
+    for graphs in ("on", "off"):
+        try:
+            out[f"cuda-graphs {graphs}"] = _profile_once(workdir, data, device, quick, graphs)
+        except Exception as err:  # noqa: BLE001 - one profile's failure is its result
+            out[f"cuda-graphs {graphs}"] = {"error": f"{type(err).__name__}: {err}"}
+    return out
+
+
+def _profile_once(workdir: Path, data: Path, device: str, quick: bool, graphs: str) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from benchmarks.launches import fixed_batch, make_context, vocab_size, write_data_dir
+    from benchmarks.launches import fixed_batch, make_context
     from nmtkit.train.step import train_step
 
-    data = write_data_dir(workdir / "data-rnnsearch-50", vocab_size("rnnsearch-50"))
     ctx = make_context("rnnsearch-50", data, Path(tempfile.mkdtemp(dir=workdir)), None, quick, threads=1,
-                       precision="bf16", fuse="off", device=device)
+                       precision="bf16", fuse="off", device=device, cuda_graphs=graphs)
     try:
         batch = fixed_batch(ctx, None)
-        for _ in range(5):  # compile and allocate
+        for _ in range(5):  # compile, capture and allocate
             train_step(ctx, [batch])
         torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(10):
+            train_step(ctx, [batch])
+        torch.cuda.synchronize()
+        plain = (time.perf_counter() - t0) / 10
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             t0 = time.perf_counter()
             train_step(ctx, [batch])
@@ -323,7 +352,7 @@ def profile_step(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
             top = prof.key_averages().table(sort_by="self_device_time_total", row_limit=12)
         except (KeyError, AttributeError, ValueError):  # an older torch's name for it
             top = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12)
-        return {"step_ms": round(wall * 1000, 2), "gpu_busy_ms": round(busy / 1000, 2),
+        return {"step_ms_unprofiled": round(plain * 1000, 2), "step_ms": round(wall * 1000, 2), "gpu_busy_ms": round(busy / 1000, 2),
                 "gpu_busy_share": round(busy / 1000 / (wall * 1000), 3), "kernels": len(kernels), "top": top}
     finally:
         ctx.close()
@@ -372,14 +401,16 @@ def markdown(report: dict) -> str:
             if k in ("traceback", "top"):
                 lines += ["", "```", str(v).rstrip(), "```"]
             elif isinstance(v, dict):  # one measurement of several figures (translate: one per --fuse)
-                lines.append(f"- {k}: " + ", ".join(f"{kk} {vv}" for kk, vv in v.items()))
+                lines.append(f"- {k}: " + ", ".join(f"{kk} {vv}" for kk, vv in v.items() if kk != "top"))
+                if "top" in v:
+                    lines += ["", "```", str(v["top"]).rstrip(), "```", ""]
             else:
                 lines.append(f"- {k}: {v}")
         lines.append("")
     rows = report.get("train")
     if isinstance(rows, list):
         lines += ["## Training speed (one step, target tokens/s)", ""]
-        keys = ["preset", "precision", "batch", "fuse", "pairs", "tgt_tokens", "tokens_per_s", "step_ms",
+        keys = ["preset", "precision", "batch", "fuse", "cuda_graphs", "pairs", "tgt_tokens", "tokens_per_s", "step_ms",
                 "peak_gib", "warmup_steps", "compiles_in_window", "error", "skipped"]
         keys = [k for k in keys if any(k in r for r in rows)]
         lines += _fmt_rows(rows, keys) + [""]

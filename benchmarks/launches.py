@@ -152,7 +152,7 @@ def write_data_dir(path: Path, vocab: int, seed: int = 0, lengths: tuple[int, in
 
 
 def make_context(preset: str, data_dir: Path, run_dir: Path, max_tokens: int | None, quick: bool, threads: int,
-                 precision: str = "fp32", fuse: str = "off", device: str = "cpu"):
+                 precision: str = "fp32", fuse: str = "off", device: str = "cpu", cuda_graphs: str = "auto"):
     """The training context `nmtkit train --preset <preset>` builds (its optimiser included)."""
     from nmtkit.models.presets import resolve_model, training_defaults
     from nmtkit.train.config import TrainConfig
@@ -165,7 +165,7 @@ def make_context(preset: str, data_dir: Path, run_dir: Path, max_tokens: int | N
     model_config.update({k: v for k, v in widths.items() if k in model_config})
     values = training_defaults(arch, preset)
     values.update(arch=arch, preset=preset, max_updates=1, valid_bleu_samples=0, device=device, threads=threads,
-                  precision=precision, fuse=fuse)
+                  precision=precision, fuse=fuse, cuda_graphs=cuda_graphs)
     if max_tokens is not None:
         values.update(batch_size=None, max_tokens=max_tokens)
     return TrainContext(TrainConfig.from_dict(values), data, run_dir, arch, model_config)

@@ -29,6 +29,7 @@ PRECISIONS = ("fp32", "bf16", "fp16", "auto")  # autocast dtypes of --precision 
 # (nmtkit.models.quantize), which a model being trained cannot have
 DECODE_PRECISIONS = PRECISIONS + ("int8",)
 FUSE = ("auto", "on", "off")  # --fuse: compile the recurrences' step bodies (nmtkit.models.fusion)
+CUDA_GRAPHS = ("auto", "on", "off")  # --cuda-graphs: replay the training loops as CUDA graphs (nmtkit.models.graphs)
 DEVICE_HELP = ("Where to run: auto (CUDA when available), cpu, cuda (under torchrun: the process's own GPU) "
                "or cuda:N.")
 _DEVICE_NAME = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")

@@ -5,7 +5,6 @@ devices' different random streams do not matter.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -16,7 +15,6 @@ import torch
 
 from nmtkit.checkpoint import load_checkpoint
 from nmtkit.models.presets import ModelOverrides
-from nmtkit.train.config import TrainConfig
 from nmtkit.train.run import run_training
 from tests.conftest import TINY_MODEL, tiny_context, tiny_options, tiny_train_args
 
@@ -35,12 +33,12 @@ def _env(**extra: str) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=path, **extra)
 
 
-def _one_update(data_dir, run_dir, device, precision, fuse="off"):
+def _one_update(data_dir, run_dir, device, precision, fuse="off", cuda_graphs="off"):
     """(parameters before, their change after one `train_step`) on `device`, as CPU tensors."""
     from nmtkit.train.step import train_step
 
     ctx = tiny_context(data_dir, run_dir, model=dict(dropout=0.0), valid_bleu_samples=0, device=device,
-                       precision=precision, optimizer="sgd", lr=1.0, tf32=False, fuse=fuse)
+                       precision=precision, optimizer="sgd", lr=1.0, tf32=False, fuse=fuse, cuda_graphs=cuda_graphs)
     try:
         before = {n: p.detach().cpu().clone() for n, p in ctx.model.named_parameters()}
         assert train_step(ctx, [ctx.epoch_plan(1)[0]])
@@ -49,14 +47,16 @@ def _one_update(data_dir, run_dir, device, precision, fuse="off"):
         ctx.close()
 
 
+@pytest.mark.parametrize("cuda_graphs", ["on", "off"])
 @pytest.mark.parametrize("fuse", ["off", "on"])
 @pytest.mark.parametrize("precision,tol", [("fp32", 1e-3), ("bf16", 3e-2)])
-def test_one_training_step_on_cuda_equals_the_cpu_step(data_dir, tmp_path, precision, tol, fuse):
+def test_one_training_step_on_cuda_equals_the_cpu_step(data_dir, tmp_path, precision, tol, fuse, cuda_graphs):
     # plain SGD at lr 1: the change of the weights is the clipped gradient itself (Adam would
     # turn tiny gradient differences into sign flips). TF32 off: the fp32 step is exact fp32.
     # Unfused on CUDA the encoder is cuDNN's packed GRU; fused, Triton kernels compiled by inductor.
+    # With CUDA graphs the decoder loops replay graphs captured over padded shapes.
     cpu_before, cpu_delta = _one_update(data_dir, tmp_path / "cpu", "cpu", precision)
-    gpu_before, gpu_delta = _one_update(data_dir, tmp_path / "gpu", "cuda", precision, fuse)
+    gpu_before, gpu_delta = _one_update(data_dir, tmp_path / "gpu", "cuda", precision, fuse, cuda_graphs)
     for name in cpu_before:
         assert torch.equal(cpu_before[name], gpu_before[name]), f"{name}: different initial weights"
     a = torch.cat([d.flatten() for d in cpu_delta.values()])
@@ -66,15 +66,21 @@ def test_one_training_step_on_cuda_equals_the_cpu_step(data_dir, tmp_path, preci
 
 
 def test_graph_captured_steps_equal_eager_steps(data_dir, tmp_path):
-    if "cuda_graphs" not in {f.name for f in dataclasses.fields(TrainConfig)}:
-        pytest.skip("no CUDA-graph path: TrainConfig has no cuda_graphs field (--cuda-graphs) yet")
-    opts = tiny_options(device="cuda", max_updates=12, valid_every=6, save_every=6, valid_bleu_samples=0)
-    run_training(data_dir, tmp_path / "eager", opts.replace(cuda_graphs=False), OVERRIDES)
-    run_training(data_dir, tmp_path / "graphs", opts.replace(cuda_graphs=True), OVERRIDES)
+    # 12 SGD updates over batches of varied lengths (and a validation between them), exact fp32:
+    # the graphs, over padded shapes, give the eager run's weights up to rounding
+    from nmtkit.models.graphs import loop_graphs
+
+    runner = loop_graphs(torch.device("cuda"))
+    opts = tiny_options(device="cuda", max_updates=12, valid_every=6, save_every=6, valid_bleu_samples=0,
+                        optimizer="sgd", lr=0.5, tf32=False)
+    run_training(data_dir, tmp_path / "eager", opts.replace(cuda_graphs="off"), OVERRIDES)
+    before = runner.captures
+    run_training(data_dir, tmp_path / "graphs", opts.replace(cuda_graphs="on"), OVERRIDES)
+    assert runner.captures > before, "the run with --cuda-graphs on captured no graph"
     a = load_checkpoint(tmp_path / "eager" / "checkpoint_last.pt")["model_state"]
     b = load_checkpoint(tmp_path / "graphs" / "checkpoint_last.pt")["model_state"]
     for name, tensor in a.items():
-        torch.testing.assert_close(b[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+        torch.testing.assert_close(b[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
 
 
 def resume_runs_child(data_dir: str, out: str) -> None:

@@ -107,14 +107,14 @@ def test_gpu_report_lists_what_went_wrong_first():
 
     report = {"tests": {"exit_code": 1, "summary": "1 failed", "failed": ["FAILED tests/test_cuda.py::x"]},
               "train": [{"preset": "small", "precision": "bf16", "batch": "80 pairs", "fuse": "on",
-                         "compiles_in_window": 2},
+                         "cuda_graphs": "on", "compiles_in_window": 2},
                         {"preset": "small", "precision": "fp32", "batch": "80 pairs", "fuse": "off",
-                         "compiles_in_window": 0}],
+                         "cuda_graphs": "off", "compiles_in_window": 0}],
               "run": {"host_reads_per_update_max": 3, "graphs_per_body": {"_fwd_step": 9}, "graph_bound": 6},
               "profile": {"error": "RuntimeError: boom"}}
     found = problems(report)
     assert len(found) == 5, found
-    assert any("2 graphs compiled inside the timed window" in p for p in found)
+    assert any("2 graphs compiled or captured inside the timed window" in p for p in found)
     assert any("3 host reads" in p for p in found) and any("_fwd_step" in p for p in found)
     assert any("profile failed" in p for p in found) and any("test-gpu failed" in p for p in found)
 
@@ -151,8 +151,10 @@ def test_gpu_report_times_the_rows_the_targets_name_first():
     from nmtkit.devtools.report import row_priority, train_rows
 
     rows = sorted(train_rows("cuda", quick=False), key=row_priority)
-    assert len(rows) == 16
-    first = [(r["preset"], r["precision"], r["batch"], r["fuse"]) for r in rows[:4]]
-    assert first == [("rnnsearch-50", "bf16", "max-tokens 8000", "off"), ("rnnsearch-50", "bf16", "max-tokens 8000", "on"),
-                     ("rnnsearch-50", "bf16", "80 pairs", "off"), ("rnnsearch-50", "bf16", "80 pairs", "on")]
-    assert all(r["preset"] == "small" for r in rows[8:])
+    assert len(rows) == 24
+    first = [(r["preset"], r["precision"], r["batch"], r["fuse"], r["cuda_graphs"]) for r in rows[:4]]
+    assert first == [("rnnsearch-50", "bf16", "max-tokens 8000", "off", "on"),
+                     ("rnnsearch-50", "bf16", "max-tokens 8000", "off", "off"),
+                     ("rnnsearch-50", "bf16", "max-tokens 8000", "on", "on"),
+                     ("rnnsearch-50", "bf16", "80 pairs", "off", "on")]
+    assert all(r["preset"] == "small" for r in rows[12:])

@@ -89,7 +89,7 @@ def test_only_stopping_reporting_and_hardware_options_change_on_resume():
     assert resume_overridable(TrainConfig) == {
         "max_updates", "max_epochs", "max_time", "patience", "valid_every", "valid_bleu_samples", "valid_beam",
         "valid_batch_size", "save_every", "keep_every", "log_every", "on_nan", "tensorboard", "device", "threads",
-        "precision", "fuse", "tf32"}
+        "precision", "fuse", "cuda_graphs", "tf32"}
 
 
 def test_model_overrides_reject_a_choice_outside_the_declared_ones():

@@ -13,26 +13,32 @@ from typing import Any
 PRESETS = ("small", "rnnsearch-50")
 
 
+# (--fuse, --cuda-graphs) of the rows, in the order they are timed: the default on CUDA (graphs,
+# unfused), then without graphs, then fused inside graphs (fused without graphs was measured:
+# benchmarks/GPU.md)
+MODES = (("off", "on"), ("off", "off"), ("on", "on"))
+
+
 def train_rows(device: str, quick: bool) -> list[dict[str, Any]]:
-    """The training-speed table's rows, in its order: preset x precision x batching x fuse."""
+    """The training-speed table's rows, in its order: preset x precision x batching x modes."""
     rows = []
+    modes = MODES if device == "cuda" and not quick else (("off", "off"),)
     for preset in PRESETS[:1] if quick else PRESETS:
         for precision in ("fp32", "bf16"):
             for max_tokens in ((None,) if quick else (None, 8000)):
-                for fuse in (("off",) if quick else ("on", "off")):
+                for fuse, graphs in modes:
                     rows.append({"preset": preset, "precision": precision + ("+tf32" if precision == "fp32"
                                  and device == "cuda" else ""), "max_tokens": max_tokens,
                                  "batch": "80 pairs" if max_tokens is None else f"max-tokens {max_tokens}",
-                                 "fuse": fuse})
+                                 "fuse": fuse, "cuda_graphs": graphs})
     return rows
 
 
 def row_priority(row: dict[str, Any]) -> tuple:
     """The order the rows are timed in: those the issue's targets name first (rnnsearch-50, bf16,
-    8,000 tokens; unfused, the default, before fused), so that a spent budget skips the least
-    wanted ones."""
+    8,000 tokens), each in MODES' order, so that a spent budget skips the least wanted ones."""
     return (row["preset"] != "rnnsearch-50", not row["precision"].startswith("bf16"), row["max_tokens"] is None,
-            row["fuse"] != "off")
+            MODES.index((row["fuse"], row["cuda_graphs"])))
 
 
 def run_tests(cmd: list[str], cwd: str, env: dict[str, str], timeout: float) -> dict[str, Any]:
@@ -74,11 +80,11 @@ def problems(report: dict) -> list[str]:
     if isinstance(t, dict) and t.get("timed_out"):
         out.append(f"make test-gpu did not finish: {t['timed_out']}")
     for r in report.get("train") if isinstance(report.get("train"), list) else []:
-        what = f"{r['preset']} {r['precision']} {r['batch']} fuse {r['fuse']}"
+        what = f"{r['preset']} {r['precision']} {r['batch']} fuse {r['fuse']} cuda-graphs {r['cuda_graphs']}"
         if "error" in r:
             out.append(f"train {what}: {r['error']}")
         elif r.get("compiles_in_window"):
-            out.append(f"train {what}: {r['compiles_in_window']} graphs compiled inside the timed window")
+            out.append(f"train {what}: {r['compiles_in_window']} graphs compiled or captured inside the timed window")
     run = report.get("run")
     if isinstance(run, dict) and "error" not in run:
         if (run.get("host_reads_per_update_max") or 0) > 1:

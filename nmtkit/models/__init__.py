@@ -30,6 +30,11 @@ def config_class(arch: str):
     return _lookup(arch)[0]
 
 
+def model_class(arch: str):
+    """The model class of `arch` (its class attributes say what it supports)."""
+    return _lookup(arch)[1]
+
+
 def make_config(arch: str, values: dict[str, Any]):
     """Rebuild `<Arch>Config(**values)`; unknown keys are an error listing the valid ones."""
     cls = config_class(arch)

@@ -170,6 +170,10 @@ class Seq2Seq(nn.Module):
     # the nn.Linear layers that decoding only calls as modules (never reading their .weight):
     # what `--precision int8` quantises (nmtkit.models.quantize); empty: no int8 decoding
     int8_linears: tuple[str, ...] = ()
+    # True when teacher forcing can run its recurrence as CUDA graphs (nmtkit.models.graphs);
+    # `graph_loops`, set by training (--cuda-graphs), turns them on
+    graph_loops_supported: bool = False
+    graph_loops: bool = False
 
     def __init__(self, fuse_steps: bool = False):
         super().__init__()

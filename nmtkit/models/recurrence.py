@@ -46,21 +46,26 @@ eager float32 on the CPU); the backward recomputes it the same way.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from nmtkit.models.attention import tanh_
 from nmtkit.models.fusion import step_fn
+from nmtkit.models.graphs import bucket, loop_graphs
 
 
 def bahdanau_recurrence(x_gates: Tensor, s0: Tensor, keys: Tensor, values: Tensor, mask: Tensor,
-                        w_q: Tensor, v_a: Tensor, U: Tensor, fuse: bool = False) -> tuple[Tensor, Tensor]:
+                        w_q: Tensor, v_a: Tensor, U: Tensor, fuse: bool = False, graphs: bool = False
+                        ) -> tuple[Tensor, Tensor]:
     """x_gates (B, T, 3d), s0 (B, d), keys (B, S, n'), values (B, S, 3d), mask (B, S) bool,
     w_q (n' + 2d, d), v_a (n',), U (d, d) -> (states s_0..s_T (B, T+1, d), alpha (B, T, S)).
 
-    `fuse` runs the step bodies compiled (see the module docstring); the results are the same
-    up to floating-point rounding."""
+    `fuse` runs the step bodies compiled (see the module docstring); `graphs` runs the training
+    loops (forward and backward) as CUDA graphs over padded shapes (`_Recurrence`). The results
+    are the same up to floating-point rounding."""
     dev = x_gates.device.type
     if torch.is_autocast_enabled(dev):
         mm_dtype = torch.get_autocast_dtype(dev)
@@ -76,7 +81,7 @@ def bahdanau_recurrence(x_gates: Tensor, s0: Tensor, keys: Tensor, values: Tenso
             # rather than O(T B S n') on long validation sentences.
             states, alphas, _ = _forward(*args, mask, w_q, v_a, U, mm_dtype, fuse, keep=False)
             return states.transpose(0, 1), alphas.transpose(0, 1)
-        return _Recurrence.apply(*args, mask, w_q, v_a, U, mm_dtype, fuse)
+        return _Recurrence.apply(*args, mask, w_q, v_a, U, mm_dtype, fuse, graphs)
 
 
 def _scores_tanh(keys: Tensor, qa: Tensor, work: Tensor | None) -> Tensor:
@@ -162,48 +167,108 @@ def _bwd_step(g_next: Tensor, g_s: Tensor, g_alpha: Tensor, z: Tensor, r: Tensor
     return g_s, g_x, g_q, g_keys.add_(g_pre), g_v
 
 
+def _forward_kept(x_gates, s0, keys, values, mask, w_q, v_a, U, *, mm_dtype, fuse):
+    """`_forward` keeping what the backward needs, as one flat tuple (a graphed loop's outputs):
+    (states (T+1, B, d), alphas (T, B, S), queries q_a (T, B, n'), [z; r; cand] (T, B, 3d))."""
+    states, alphas, (qas, zrc) = _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse, keep=True)
+    return states, alphas, qas, zrc
+
+
+def _backward_loop(g_states, g_alphas, zrc, states, alphas, qas, keys, values, w_q, v_a, U, *, mm_dtype, fuse):
+    """The backward loop over the T steps: g_states (T+1, B, d), g_alphas (T, B, S) and the kept
+    forward results -> (dL/ds_0 (B, d), g_x (T, B, 3d), g_q (T, B, n'+2d), the keys' gradient
+    before the factor v_a (B, S, n'), v_a's gradient terms (T, n') from step T-1 down to 0)."""
+    step = step_fn(_bwd_step, fuse)
+    T = alphas.shape[0]
+    zs, rs, cands = zrc.chunk(3, dim=2)
+    wq, Uc = w_q.to(mm_dtype), U.to(mm_dtype)
+    vals_t = values.to(mm_dtype).transpose(1, 2).contiguous()  # (B, 3d, S): a faster bmm below
+    va = v_a.to(states.dtype)
+    g_next = g_states[T].contiguous()  # dL/ds_T: zero unless the caller reads the new states
+    g_keys = torch.zeros_like(keys)
+    work = _workspace(keys, fuse)
+    g_xs, g_qs, g_vs = [], [], []
+    for i in range(T - 1, -1, -1):
+        g_next, g_x, g_q, g_keys, g_v = step(
+            g_next, g_states[i], g_alphas[i], zs[i], rs[i], cands[i], states[i], alphas[i], qas[i], keys,
+            g_keys, vals_t, wq, va, Uc, work)
+        g_xs.append(g_x)
+        g_qs.append(g_q)
+        g_vs.append(g_v)
+    g_x, g_q = (torch.stack(lst[::-1]) for lst in (g_xs, g_qs))  # (T, B, .)
+    return g_next, g_x, g_q, g_keys, torch.stack(g_vs)
+
+
+def _pad_to(t: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """`t` inside zeros of `shape` (t itself when it has that shape)."""
+    if tuple(t.shape) == shape:
+        return t
+    out = t.new_zeros(shape)
+    out[tuple(slice(0, n) for n in t.shape)] = t
+    return out
+
+
 class _Recurrence(torch.autograd.Function):
+    """The recurrence with its hand-written backward. With `graphs`, both loops run as CUDA graphs
+    (models/graphs.py) over inputs padded to BUCKET multiples of the batch size B, the target
+    length T and the source length S: padded steps come after the real ones and padded source
+    positions are masked, so they change nothing the real ones compute; a padded row attends
+    to its first position only (a row with no position would give NaN). The backward pass
+    feeds the padded steps zero gradients, which stay exactly zero through them."""
+
     @staticmethod
-    def forward(ctx, x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse):  # type: ignore[override]
-        states, alphas, (qas, zrc) = _forward(x_gates, s0, keys, values, mask, w_q, v_a, U,
-                                              mm_dtype, fuse, keep=True)
-        ctx.mm_dtype, ctx.fuse = mm_dtype, fuse
+    def forward(ctx, x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse, graphs):  # type: ignore[override]
+        B, T, S = x_gates.size(0), x_gates.size(1), keys.size(1)
+        ctx.mm_dtype, ctx.fuse, ctx.graphs, ctx.sizes = mm_dtype, fuse, graphs, (B, T, S)
+        params = tuple(t.detach() for t in (w_q, v_a, U))
+        if graphs:
+            Bp, Tp, Sp = bucket(B), bucket(T), bucket(S)
+            x_gates = _pad_to(x_gates.detach(), (Bp, Tp, x_gates.size(2)))
+            s0 = _pad_to(s0.detach(), (Bp, s0.size(1)))
+            keys = _pad_to(keys.detach(), (Bp, Sp, keys.size(2)))
+            values = _pad_to(values.detach(), (Bp, Sp, values.size(2)))
+            mask = _pad_to(mask, (Bp, Sp))
+            mask[B:, 0] = True
+            states, alphas, qas, zrc = loop_graphs(x_gates.device).run(
+                ("forward", mm_dtype, fuse), functools.partial(_forward_kept, mm_dtype=mm_dtype, fuse=fuse),
+                (x_gates, s0, keys, values, mask, *params))
+        else:
+            states, alphas, qas, zrc = _forward_kept(x_gates, s0, keys, values, mask, *params,
+                                                     mm_dtype=mm_dtype, fuse=fuse)
         ctx.save_for_backward(keys, values, w_q, v_a, U, states, alphas, qas, zrc)
-        return states.transpose(0, 1), alphas.transpose(0, 1)
+        return states[: T + 1, :B].transpose(0, 1), alphas[:T, :B, :S].transpose(0, 1)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g_states, g_alphas):  # type: ignore[override]
         keys, values, w_q, v_a, U, states, alphas, qas, zrc = (t.detach() for t in ctx.saved_tensors)
-        zs, rs, cands = zrc.chunk(3, dim=2)
         mmd = ctx.mm_dtype
-        step = step_fn(_bwd_step, ctx.fuse)
-        T, B, d = alphas.shape[0], states.size(1), states.size(2)
-        acc = states.dtype
+        B, T, S = ctx.sizes
+        Tp, Bp, d = alphas.shape[0], states.size(1), states.size(2)
         with torch.autocast(states.device.type, enabled=False):
-            wq, Uc = w_q.to(mmd), U.to(mmd)
-            vals_t = values.to(mmd).transpose(1, 2).contiguous()  # (B, 3d, S): a faster bmm below
-            va = v_a.to(acc)
-            g_states = g_states.transpose(0, 1) if g_states is not None else states.new_zeros(T + 1, B, d)
-            g_alphas = g_alphas.transpose(0, 1) if g_alphas is not None else torch.zeros_like(alphas)
-            g_next = g_states[T].contiguous()  # dL/ds_T: zero unless the caller reads the new states
-            states = states[:T]
-            g_keys = torch.zeros_like(keys)
-            work = _workspace(keys, ctx.fuse)
-            g_xs, g_qs, g_vs = [], [], []
-            for i in range(T - 1, -1, -1):
-                g_next, g_x, g_q, g_keys, g_v = step(
-                    g_next, g_states[i], g_alphas[i], zs[i], rs[i], cands[i], states[i], alphas[i], qas[i], keys,
-                    g_keys, vals_t, wq, va, Uc, work)
-                g_xs.append(g_x)
-                g_qs.append(g_q)
-                g_vs.append(g_v)
-            g_x, g_q = (torch.stack(lst[::-1]) for lst in (g_xs, g_qs))  # (T, B, .)
-            g_v = torch.stack(g_vs).sum(0)
-            g_keys = g_keys.mul_(va)
+            if ctx.graphs:  # padded steps and rows: zero gradients
+                g_st, g_al = states.new_zeros(Tp + 1, Bp, d), torch.zeros_like(alphas)
+                if g_states is not None:
+                    g_st[: T + 1, :B] = g_states.transpose(0, 1)
+                if g_alphas is not None:
+                    g_al[:T, :B, :S] = g_alphas.transpose(0, 1)
+            else:
+                g_st = g_states.transpose(0, 1) if g_states is not None else states.new_zeros(T + 1, B, d)
+                g_al = g_alphas.transpose(0, 1) if g_alphas is not None else torch.zeros_like(alphas)
+            args = (g_st, g_al, zrc, states, alphas, qas, keys, values, w_q, v_a, U)
+            if ctx.graphs:
+                g_next, g_x, g_q, g_keys, g_vs = loop_graphs(states.device).run(
+                    ("backward", mmd, ctx.fuse), functools.partial(_backward_loop, mm_dtype=mmd, fuse=ctx.fuse), args)
+            else:
+                g_next, g_x, g_q, g_keys, g_vs = _backward_loop(*args, mm_dtype=mmd, fuse=ctx.fuse)
+            # the real steps, rows and positions (g_vs runs from step Tp-1 down: its last T)
+            g_next, g_x, g_q, g_keys, g_v = g_next[:B], g_x[:T, :B], g_q[:T, :B], g_keys[:B, :S], g_vs[Tp - T :].sum(0)
+            states, alphas, rs = states[:T, :B], alphas[:T, :B, :S], zrc[:T, :B, d : 2 * d]
+            values = values[:B, :S]
+            g_keys = g_keys.mul_(v_a.to(g_keys.dtype))
             # weight gradients: one product over all T*B rows
             g_wq = (g_q.reshape(T * B, -1).t().to(mmd) @ states.reshape(T * B, d).to(mmd)).to(w_q.dtype)
             rs_all = (rs * states).reshape(-1, d)
             g_U = (g_x[:, :, 2 * d :].reshape(-1, d).t().to(mmd) @ rs_all.to(mmd)).to(U.dtype)
             g_values = torch.bmm(alphas.permute(1, 2, 0).to(mmd), g_x.transpose(0, 1).to(mmd)).to(values.dtype)
-        return (g_x.transpose(0, 1), g_next, g_keys, g_values, None, g_wq, g_v.to(v_a.dtype), g_U, None, None)
+        return (g_x.transpose(0, 1), g_next, g_keys, g_values, None, g_wq, g_v.to(v_a.dtype), g_U, None, None, None)

@@ -302,13 +302,14 @@ class RNNSearch(Seq2Seq):
         w_q = torch.cat([self.W_a.weight, self.U_zr.weight], dim=0)
         s = self.init_state(enc)
         states, alpha = bahdanau_recurrence(x_gates, s, enc.keys, enc.values, enc.mask, w_q,
-                                            self.v_a, self.U.weight, fuse=self.fuse_steps)
+                                            self.v_a, self.U.weight, fuse=self.fuse_steps, graphs=self.graph_loops)
         ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations)  # c_i for all i
         return self.deep_output(states[:, :-1], states[:, 1:], emb_out, ctx), alpha
 
     # beam search may pass `enc` with one row per sentence and G = N / B consecutive state rows
     # (hypotheses) per sentence; see `step_features`
     grouped_encoder = True
+    graph_loops_supported = True
     # W_s (once per sentence, its dtype read in init_state) stays float
     int8_linears = ("U_a", "C", "W_in", "W_a", "U_zr", "U", "U_o", "V_o", "C_o", "W_o")
 

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from nmtkit.devices import DECODE_PRECISIONS, DEVICE_HELP, FUSE, PRECISIONS, check_device_name
+from nmtkit.devices import CUDA_GRAPHS, DECODE_PRECISIONS, DEVICE_HELP, FUSE, PRECISIONS, check_device_name
 from nmtkit.errors import ConfigError
 from nmtkit.models import ARCHS
 from nmtkit.options import check_fields, given_options, option
@@ -140,6 +140,11 @@ class TrainConfig:
         help="on: fuse each recurrence step's elementwise work into a few compiled kernels (torch.compile; the "
              "first run compiles for up to a minute, later runs reuse the cache). auto: off; on an H200 a step is "
              "bound by the host either way and fusing did not make it faster (benchmarks/GPU.md).")
+    cuda_graphs: str = option(
+        "auto", choices=CUDA_GRAPHS, resume=True,
+        help="Run the decoder recurrence's loops (forward and backward) as CUDA graphs, over batches padded to "
+             "multiples of 8 pairs and tokens: one launch per loop instead of ~40 per target word. auto: on for "
+             "rnnsearch on CUDA; on: an error where that is impossible.")
     tf32: bool = option(
         True, flag=True, resume=True,
         help="fp32 runs on CUDA: matrix products and convolutions in TF32 (Ampere and newer; about fp32's range "

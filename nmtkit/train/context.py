@@ -20,6 +20,7 @@ from nmtkit.data.batching import BatchingConfig, epoch_batches, keep_pairs, over
 from nmtkit.devices import PRECISIONS, resolve_device, threads_per_process
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.models.fusion import resolve_fuse
+from nmtkit.models.graphs import resolve_cuda_graphs
 from nmtkit.models.precision import FP16_ON_CPU, resolve_precision, set_tf32
 from nmtkit.train import distributed as ddp
 from nmtkit.train.accumulate import Accumulators
@@ -127,6 +128,7 @@ class TrainContext:
         np.random.seed(cfg.seed % 2**32)
         self.model = build_model(self.arch, self.model_config,
                                  fuse_steps=resolve_fuse(cfg.fuse, self.device)).to(self.device)
+        self.model.graph_loops = resolve_cuda_graphs(cfg.cuda_graphs, self.device, self.model)
         self.optimizer = build_optimizer(self.model.parameters(), cfg)
         self.schedule = LRSchedule(self.optimizer, cfg)
         # fp16 needs loss scaling (its range is too small for gradients); bf16 and fp32 do not

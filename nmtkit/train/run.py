@@ -186,7 +186,9 @@ def run_training(
     tb_dir = tensorboard_dir(cfg.tensorboard, save_dir)
     if tb_dir is not None:  # a missing package fails before the run writes anything (new or resumed)
         require_tensorboard()
-    resolve_device(cfg.device, info.local_rank)  # a GPU that is not there fails before anything is written
+    # a GPU that is not there, or --fuse on / --cuda-graphs on where they cannot run, fail
+    # before anything is written
+    _check_hardware(cfg, arch, resolve_device(cfg.device, info.local_rank))
     lock = None
     if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
         check_output_dir(save_dir, "--save-dir run folder")
@@ -198,6 +200,15 @@ def run_training(
     finally:
         if lock is not None:
             lock.release()
+
+
+def _check_hardware(cfg: TrainConfig, arch: str, device) -> None:
+    from nmtkit.models import model_class
+    from nmtkit.models.fusion import resolve_fuse
+    from nmtkit.models.graphs import resolve_cuda_graphs
+
+    resolve_fuse(cfg.fuse, device)
+    resolve_cuda_graphs(cfg.cuda_graphs, device, model_class(arch))
 
 
 def _start_run(save_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[str, Any], tb_dir: Path | None,

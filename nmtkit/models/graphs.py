@@ -1,0 +1,197 @@
+"""CUDA graphs for the recurrences' loops (--cuda-graphs): one launch for a loop of T steps.
+
+On a GPU a training step of RNNsearch is bound by the host: the decoder loop launches about 15
+kernels per target position forward and 25 backward, each costing the host 20-40 us, while
+the GPU needs a few microseconds for most of them (benchmarks/GPU.md: the GPU was busy 20% of a
+step). A CUDA graph records the kernels a loop launches once and replays them all with one call.
+
+`LoopGraphs.run(key, fn, inputs)` runs `fn(*inputs)` (a pure function: tensors in, a tuple of
+tensors out, no host reads) through a graph captured for `key` and the inputs' shapes and
+dtypes. A graph reads and writes fixed addresses, so:
+- every graph's inputs and outputs are views of one device *arena*, shared by all the graphs of
+  the process and sized for the largest: a call copies its inputs in, replays, and returns
+  copies of the outputs (callers may keep them; the next call overwrites the arena). All
+  graphs' temporaries come from one shared memory pool. Memory is then that of the largest
+  loop's inputs and outputs once more, whatever the number of graphs;
+- the first call of a shape runs `fn` eagerly (on the capture stream: this also warms up the
+  libraries' per-stream state, as capturing requires), once more on the arena's views (a fused
+  step body compiles for their storage offsets then, not while capturing), then captures it;
+- a shape the arena cannot hold grows it and drops the graphs made for the old one (they are
+  captured again when next needed); at most MAX_GRAPHS graphs are kept, least recently used
+  first out.
+Callers bound the number of shapes by padding (recurrence.py pads lengths and batch sizes up to
+multiples of `BUCKET`).
+
+The same code runs on a CPU with a stand-in for the graph (`replay_eagerly`) that calls `fn` on
+the arena's views: the tests check the arena, the padding and the results there, and
+tests/test_cuda.py checks real graphs against eager steps on a GPU.
+"""
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from typing import Callable, Hashable
+
+import torch
+from torch import Tensor
+
+from nmtkit.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+BUCKET = 8  # lengths and batch sizes are padded up to multiples of this (recurrence.py)
+MAX_GRAPHS = 128  # graphs kept per device; least recently used first out
+_ALIGN = 256  # bytes: every view of the arena starts at a multiple of this
+
+
+def bucket(n: int) -> int:
+    """n rounded up to a multiple of BUCKET."""
+    return -(-n // BUCKET) * BUCKET
+
+
+def resolve_cuda_graphs(mode: str, device: torch.device, model) -> bool:
+    """--cuda-graphs auto|on|off for training `model` (a model or its class) on `device` ->
+    whether its loops run as CUDA graphs. on is a ConfigError where they cannot (not CUDA; an
+    architecture without graphed loops: only RNNsearch's decoder recurrence has them); auto is on
+    exactly where they can."""
+    cls = model if isinstance(model, type) else type(model)
+    able = device.type == "cuda" and cls.graph_loops_supported
+    if mode == "on" and not able:
+        why = (f"needs a CUDA device (training runs on {device})" if device.type != "cuda"
+               else f"{cls.__name__} has no graphed loop (only rnnsearch's decoder recurrence has one)")
+        raise ConfigError(f"--cuda-graphs on: {why}")
+    return able and mode != "off"
+
+
+class _Entry:
+    """One captured loop: its graph (None: the CPU stand-in), fn, and its views of the arena."""
+
+    def __init__(self, graph, fn: Callable, ins: list[Tensor], outs: list[Tensor]):
+        self.graph, self.fn, self.ins, self.outs = graph, fn, ins, outs
+
+    def replay(self) -> None:
+        if self.graph is not None:
+            self.graph.replay()
+            return
+        with torch.no_grad():
+            for view, r in zip(self.outs, self.fn(*self.ins)):
+                view.copy_(r)
+
+
+class LoopGraphs:
+    """The graphs, arena and memory pool of one device (see the module docstring)."""
+
+    def __init__(self, device: torch.device, replay_eagerly: bool = False):
+        self.device = device
+        self.eager = replay_eagerly or device.type != "cuda"
+        self.entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self.arena: Tensor | None = None
+        self.captures = 0  # graphs captured so far (the report and the tests read it)
+        self._pool = None
+        self._stream = None
+
+    def run(self, key: Hashable, fn: Callable[..., tuple[Tensor, ...]], inputs: tuple[Tensor, ...]
+            ) -> tuple[Tensor, ...]:
+        """fn(*inputs) through the graph of (key, the inputs' shapes and dtypes); `key` must name
+        everything else `fn` depends on. Returns new tensors."""
+        full = (key, tuple((tuple(t.shape), t.dtype) for t in inputs))
+        entry = self.entries.get(full)
+        if entry is None:
+            return self._capture(full, fn, inputs)
+        self.entries.move_to_end(full)
+        with torch.no_grad():
+            for view, t in zip(entry.ins, inputs):
+                view.copy_(t)
+            entry.replay()
+            return tuple(o.clone() for o in entry.outs)
+
+    def clear(self) -> None:
+        """Drop every graph and the arena (their memory returns to the caching allocator)."""
+        self.entries.clear()
+        self.arena = None
+        self._pool = None
+
+    def _capture(self, full: Hashable, fn: Callable, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        with torch.no_grad():
+            outs = self._eager_first(fn, inputs)
+            specs = [(tuple(t.shape), t.dtype) for t in (*inputs, *outs)]
+            offsets, total = _layout(specs)
+            if self.arena is None or self.arena.numel() < total:
+                self.clear()  # the graphs address the old arena
+                # a quarter more than asked: the first batches of a run grow it less often
+                self.arena = torch.empty(total + total // 4, dtype=torch.uint8, device=self.device)
+            views = [_view(self.arena, off, shape, dtype) for off, (shape, dtype) in zip(offsets, specs)]
+            ins, outv = views[: len(inputs)], views[len(inputs):]
+            for view, t in zip(ins, inputs):
+                view.copy_(t)
+            if not self.eager:  # once more on the views: fused bodies guard on storage offsets
+                self._eager_first(fn, tuple(ins))
+            graph = None if self.eager else self._record(fn, ins, outv)
+            while len(self.entries) >= MAX_GRAPHS:
+                self.entries.popitem(last=False)
+            self.entries[full] = _Entry(graph, fn, ins, outv)
+            self.captures += 1
+        return outs
+
+    def _eager_first(self, fn: Callable, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        """The first call of a shape, eagerly; on CUDA on the capture stream (warm-up)."""
+        if self.eager:
+            return tuple(fn(*inputs))
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(self.device)
+        current = torch.cuda.current_stream(self.device)
+        self._stream.wait_stream(current)
+        with torch.cuda.stream(self._stream):
+            outs = tuple(fn(*inputs))
+        current.wait_stream(self._stream)
+        for t in outs:  # made on the side stream, used on the current one
+            t.record_stream(current)
+        return outs
+
+    def _record(self, fn: Callable, ins: list[Tensor], outv: list[Tensor]):
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: other threads (NCCL's watchdog under DDP) may use CUDA meanwhile
+        with torch.cuda.graph(graph, pool=self._pool, stream=self._stream, capture_error_mode="thread_local"):
+            for view, r in zip(outv, fn(*ins)):
+                view.copy_(r)
+        return graph
+
+
+def _layout(specs: list[tuple[tuple[int, ...], torch.dtype]]) -> tuple[list[int], int]:
+    """Byte offsets of consecutive tensors of these shapes and dtypes, and the total size."""
+    offsets, pos = [], 0
+    for shape, dtype in specs:
+        offsets.append(pos)
+        n = 1
+        for s in shape:
+            n *= s
+        pos += -(-n * dtype.itemsize // _ALIGN) * _ALIGN
+    return offsets, max(pos, _ALIGN)
+
+
+def _view(arena: Tensor, offset: int, shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
+    n = 1
+    for s in shape:
+        n *= s
+    return arena[offset : offset + n * dtype.itemsize].view(dtype).view(shape)
+
+
+_RUNNERS: dict[tuple[str, int | None, bool], LoopGraphs] = {}
+
+
+def loop_graphs(device: torch.device, replay_eagerly: bool = False) -> LoopGraphs:
+    """The process's LoopGraphs for `device` (one arena and pool per device)."""
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    key = (device.type, device.index, replay_eagerly)
+    runner = _RUNNERS.get(key)
+    if runner is None:
+        runner = _RUNNERS[key] = LoopGraphs(device, replay_eagerly)
+    return runner
+
+
+def captured() -> int:
+    """CUDA graphs (or their CPU stand-ins) captured in this process so far, on every device."""
+    return sum(r.captures for r in _RUNNERS.values())
