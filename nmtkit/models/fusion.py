@@ -25,7 +25,8 @@ How many graphs a body compiles is bounded, so that a week-long training run or 
   pair, a view at the start of its tensor) and grad mode (training vs decoding): a few graphs per
   body, `MAX_GRAPHS_PER_BODY` at most in the test that drives every case.
 Should a body still reach the limit, the call runs the eager body instead, with one warning per
-body; later calls whose shapes were compiled stay fused. A body that dynamo cannot trace or
+body; later calls whose shapes were compiled stay fused, and the others run eagerly under
+dynamo's "eager_on_recompile" stance (no further attempt, no warning of dynamo's per call). A body that dynamo cannot trace or
 inductor cannot compile (an unsupported construct, a compiler failure on some machine) runs
 eagerly from then on, also with one warning: fusion is a speed-up, never a reason to stop a run.
 """
@@ -116,6 +117,9 @@ def _compile(body: Callable) -> Callable:
     def run(*args, **kwargs):
         if body in _UNCOMPILABLE:
             return body(*args, **kwargs)
+        if body in _FELL_BACK:  # shapes compiled before: fused; others: eager, without asking dynamo again
+            with torch.compiler.set_stance("eager_on_recompile"):
+                return compiled(*args, **kwargs)
         try:
             return compiled(*args, **kwargs)
         except (Unsupported, UserError, BackendCompilerFailed) as err:
@@ -125,7 +129,7 @@ def _compile(body: Callable) -> Callable:
                         body.__qualname__, type(err).__name__, why)
             return body(*args, **kwargs)
         except FailOnRecompileLimitHit:
-            if body not in _FELL_BACK:
+            if body not in _FELL_BACK:  # always so: later calls do not get here
                 _FELL_BACK.add(body)
                 log.warning("fused step %s reached torch.compile's recompile limit (%d graphs): shapes it "
                             "has not compiled run unfused from now on", body.__qualname__,
