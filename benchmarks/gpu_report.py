@@ -12,7 +12,8 @@ Writes DIR/gpu-report.md and DIR/gpu-report.json with
                counted (they must be 0);
   run          a real 200-update run (`small`, --max-tokens, varied lengths, --fuse on, CUDA graphs
                where they run): graphs compiled per fused step body, CUDA graphs captured, and host
-               reads per update (nmtkit.devtools.launches.HostReads);
+               reads per update (nmtkit.devtools.launches.HostReads, in a run of its own), and on
+               CUDA the target tokens/s of real rnnsearch-50 runs with and without CUDA graphs;
   translate    newstest2014 (3,003 sentences, from DATA, default ../shared/data) at beam 12 with a
                randomly initialised rnnsearch-50 (every sentence runs to the fixed limit of
                TRANSLATE_LIMIT tokens), unfused and (on CUDA) fused: wall seconds, the first batch
@@ -193,51 +194,89 @@ def _one_train_speed(preset, data, workdir, device, precision, max_tokens, fuse,
 
 
 def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
-    """A real run through `run_training`: graphs per fused body, CUDA graphs captured, and host
-    reads per update."""
+    """Real runs through `run_training` on varied lengths: (1) RUN_UPDATES updates, fused where
+    CUDA is: graphs per fused body and CUDA graphs captured; (2) a few updates with the device's
+    defaults under HostReads: host reads per update (a separate run: the counting mode is part of
+    what dynamo guards on, so under it every body would compile each graph twice); (3) on CUDA,
+    rnnsearch-50 in bf16 at --max-tokens 8000 with and without CUDA graphs, steady-state target
+    tokens/s of a real run (the last log interval)."""
     import torch
     import torch._dynamo
 
-    from benchmarks.launches import write_data_dir
+    from benchmarks.launches import vocab_size
     from nmtkit.devtools.launches import HostReads
     from nmtkit.models import fusion
     from nmtkit.models.graphs import captured
-    from nmtkit.models.presets import ModelOverrides
     from nmtkit.train import trainer
-    from nmtkit.train.config import TrainOptions
-    from nmtkit.train.run import run_training
 
-    data = write_data_dir(workdir / "data-run", 1000 if quick else 8000, seed=1, lengths=(1, 60),
-                          n_pairs=300 if quick else 2000)
+    cuda = torch.cuda.is_available() and device == "cuda"
+    data = write_data_dir_for_run(workdir / "data-run", 1000 if quick else 8000, 300 if quick else 2000)
     updates = 10 if quick else RUN_UPDATES
+    torch._dynamo.reset()  # this run's graphs only
+    captures = captured()
+    t0 = time.perf_counter()
+    result, speed = _real_run(data, workdir / "run-fused", device, quick, updates, preset="small",
+                              fuse="on" if cuda else "off", max_tokens=300 if quick else 4000, bleu=8)
+    out: dict[str, Any] = {
+        "updates": result.update, "seconds": round(time.perf_counter() - t0, 1), "tgt_tokens_per_s_last": speed,
+        "graphs_per_body": {b.__qualname__: fusion.graphs_compiled(b) for b in fusion.compiled_bodies()},
+        "graph_bound": fusion.MAX_GRAPHS_PER_BODY, "total_graphs": _graphs(), "fused": cuda,
+        "cuda_graphs_captured": captured() - captures}
     reads: list[int] = []
     step = trainer.train_step
 
     def counted(ctx, batches):
-        with HostReads() as r:
-            out = step(ctx, batches)
+        with HostReads(ctx.device.type) as r:
+            ok = step(ctx, batches)
         reads.append(r.count)
-        return out
+        return ok
 
-    sizes = ModelOverrides(emb_dim=32, enc_hidden=32, dec_hidden=32, att_hidden=32, maxout=16) if quick else None
-    opts = TrainOptions(preset="small", max_tokens=300 if quick else 4000, max_updates=updates, valid_every=updates // 2,
-                save_every=updates, log_every=max(1, updates // 4), valid_bleu_samples=8, device=device,
-                fuse="on" if device == "cuda" else "off", max_len=60)
-    torch._dynamo.reset()  # this run's graphs only
-    captures = captured()
     trainer.train_step = counted  # the loop's step, counted
-    t0 = time.perf_counter()
     try:
-        result = run_training(data, workdir / "run-200", opts, sizes, force=True)
+        _real_run(data, workdir / "run-reads", device, quick, 4 if quick else 20, preset="small", fuse="auto",
+                  max_tokens=300 if quick else 4000, bleu=0)
     finally:
         trainer.train_step = step
-    graphs = {b.__qualname__: fusion.graphs_compiled(b) for b in fusion.compiled_bodies()}
-    return {"updates": result.update, "seconds": round(time.perf_counter() - t0, 1),
-            "host_reads_per_update_max": max(reads) if reads else None,
-            "host_reads_per_update_mean": round(sum(reads) / len(reads), 3) if reads else None,
-            "graphs_per_body": graphs, "graph_bound": fusion.MAX_GRAPHS_PER_BODY,
-            "total_graphs": _graphs(), "fused": torch.cuda.is_available() and device == "cuda",
-            "cuda_graphs_captured": captured() - captures}
+    out["host_reads_per_update_max"] = max(reads) if reads else None
+    out["host_reads_per_update_mean"] = round(sum(reads) / len(reads), 3) if reads else None
+    if cuda and not quick:
+        big = write_data_dir_for_run(workdir / "data-run-50", vocab_size("rnnsearch-50"), 2000)
+        for fuse, graphs in (("off", "on"), ("off", "off"), ("on", "on")):
+            t0 = time.perf_counter()
+            _, speed = _real_run(big, workdir / f"run-50-{fuse}-{graphs}", device, quick, RUN_UPDATES, preset="rnnsearch-50",
+                                 fuse=fuse, max_tokens=8000, bleu=0, cuda_graphs=graphs, precision="bf16")
+            out[f"rnnsearch-50 bf16 max-tokens 8000, fuse {fuse}, cuda-graphs {graphs}"] = {
+                "tgt_tokens_per_s_last": speed, "seconds": round(time.perf_counter() - t0, 1),
+                "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
+            torch.cuda.reset_peak_memory_stats()
+    return out
+
+
+def write_data_dir_for_run(path: Path, vocab: int, pairs: int) -> Path:
+    """Pairs of 1-60 tokens (a real run's variety of batch shapes)."""
+    from benchmarks.launches import write_data_dir
+
+    return write_data_dir(path, vocab, seed=1, lengths=(1, 60), n_pairs=pairs)
+
+
+def _real_run(data: Path, run: Path, device: str, quick: bool, updates: int, *, preset: str, fuse: str, max_tokens: int,
+              bleu: int, cuda_graphs: str = "auto", precision: str | None = None):
+    """`run_training` -> (its result, target tokens/s of its last log interval)."""
+    import json as json_
+
+    from nmtkit.models.presets import ModelOverrides
+    from nmtkit.train.config import TrainOptions
+    from nmtkit.train.run import run_training
+
+    sizes = ModelOverrides(emb_dim=32, enc_hidden=32, dec_hidden=32, att_hidden=32, maxout=16) if quick else None
+    extra = {"precision": precision} if precision else {}
+    opts = TrainOptions(preset=preset, max_tokens=max_tokens, max_updates=updates, valid_every=max(1, updates // 2),
+                        save_every=updates, log_every=max(1, updates // 4), valid_bleu_samples=bleu, device=device,
+                        fuse=fuse, cuda_graphs=cuda_graphs, max_len=60, **extra)
+    result = run_training(data, run, opts, sizes, force=True)
+    rec = [json_.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rec if r["kind"] == "train"]
+    return result, round(train[-1]["tgt_tokens_per_s"]) if train else None
 
 
 def translate(workdir: Path, device: str, quick: bool, deadline: float) -> dict[str, Any]:

@@ -83,3 +83,17 @@ def test_ban_unk_never_emits_the_unknown_word():
         assert all(UNK_ID not in h.tokens for nb in banned for h in nb)
     greedy = search.greedy_search(model, src, lens, max_len=5, ban_unk=True)
     assert all(UNK_ID not in h.tokens for h in greedy)
+
+
+def test_host_reads_count_the_reads_of_the_runs_device_only():
+    # on a CUDA run, reading a host tensor waits for nothing: the packed encoder reads its batch
+    # sizes (planned on the host) inside nn.GRU, which a GPU run counted as a second read
+    from nmtkit.models.base import run_packed
+
+    rnn = torch.nn.GRU(4, 5, batch_first=True, bidirectional=True)
+    emb, lens = torch.randn(3, 6, 4), torch.tensor([6, 3, 2])
+    with HostReads() as cpu_run, HostReads("cuda") as cuda_run:
+        run_packed(rnn, emb, lens)
+        assert bool(lens.sum() > 0) and lens[lens > 2].numel() == 2
+    assert cpu_run.count == 3 and cpu_run.calls["__bool__"] == 1 and cpu_run.calls["__getitem__"] == 1
+    assert cuda_run.count == 0

@@ -136,12 +136,16 @@ class HostReads:
     manager; `count` and `calls` after): `.item()`, `.tolist()`, `.cpu()`, `bool/int/float(t)`,
     `nonzero`, and indexing with a
     boolean tensor (an implicit nonzero). On a GPU each is a synchronisation: the host waits for
-    every kernel queued before it. Counted through a TorchFunctionMode, so on any device."""
+    every kernel queued before it. Counted through a TorchFunctionMode, so on any device: the
+    reads of tensors on `device_type`, the run's device. On a CPU run that is every tensor (the
+    CPU stands in for the device); on a CUDA run, reads of host tensors (the packed encoder's
+    batch sizes, planned on the host) wait for nothing and are not counted."""
 
     READS = frozenset({"item", "tolist", "cpu", "__bool__", "__int__", "__float__", "__index__", "nonzero",
                        "argwhere"})
 
-    def __init__(self) -> None:
+    def __init__(self, device_type: str = "cpu") -> None:
+        self.device_type = device_type
         self.count = 0
         self.calls: Counter = Counter()
         self._mode = None
@@ -155,7 +159,8 @@ class HostReads:
         class _Mode(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 name = getattr(func, "__name__", "")
-                if name in HostReads.READS or (name == "__getitem__" and len(args) > 1 and _bool_index(args[1])):
+                read = name in HostReads.READS or (name == "__getitem__" and len(args) > 1 and _bool_index(args[1]))
+                if read and args and isinstance(args[0], torch.Tensor) and args[0].device.type == counter.device_type:
                     counter.count += 1
                     counter.calls[name] += 1
                 return func(*args, **(kwargs or {}))
