@@ -122,6 +122,7 @@ def train_speed(workdir: Path, device: str, quick: bool, deadline: float) -> lis
 
     from benchmarks.launches import vocab_size, write_data_dir
     from nmtkit.devtools.report import row_priority, train_rows
+    from nmtkit.models.graphs import release_all
 
     steps = 2 if quick else TIMED_STEPS
     rows = train_rows(device, quick)
@@ -139,6 +140,7 @@ def train_speed(workdir: Path, device: str, quick: bool, deadline: float) -> lis
         except Exception as err:  # noqa: BLE001 - one row's failure is its result
             row["error"] = f"{type(err).__name__}: {err}"
         print(f"gpu-report: train {json.dumps(row)}", file=sys.stderr, flush=True)
+        release_all()  # each row's peak memory is its own
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -206,7 +208,7 @@ def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
     from benchmarks.launches import vocab_size
     from nmtkit.devtools.launches import HostReads
     from nmtkit.models import fusion
-    from nmtkit.models.graphs import captured
+    from nmtkit.models.graphs import captured, release_all
     from nmtkit.train import trainer
 
     cuda = torch.cuda.is_available() and device == "cuda"
@@ -240,6 +242,9 @@ def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
     out["host_reads_per_update_max"] = max(reads) if reads else None
     out["host_reads_per_update_mean"] = round(sum(reads) / len(reads), 3) if reads else None
     if cuda and not quick:
+        release_all()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
         big = write_data_dir_for_run(workdir / "data-run-50", vocab_size("rnnsearch-50"), 2000)
         for fuse, graphs in (("off", "on"), ("off", "off"), ("on", "on")):
             t0 = time.perf_counter()
@@ -248,6 +253,8 @@ def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
             out[f"rnnsearch-50 bf16 max-tokens 8000, fuse {fuse}, cuda-graphs {graphs}"] = {
                 "tgt_tokens_per_s_last": speed, "seconds": round(time.perf_counter() - t0, 1),
                 "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
+            release_all()  # each run's peak memory is its own
+            torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
     return out
 

@@ -192,6 +192,12 @@ def loop_graphs(device: torch.device, replay_eagerly: bool = False) -> LoopGraph
     return runner
 
 
+def release_all() -> None:
+    """Drop every device's graphs and arena (a benchmark between configurations)."""
+    for runner in _RUNNERS.values():
+        runner.clear()
+
+
 def captured() -> int:
     """CUDA graphs (or their CPU stand-ins) captured in this process so far, on every device."""
     return sum(r.captures for r in _RUNNERS.values())
