@@ -141,3 +141,23 @@ def test_train_with_cuda_graphs_on_a_cpu_is_one_error_line_and_writes_nothing(da
     errors = [ln for ln in res.err.splitlines() if "error" in ln]
     assert errors == ["nmtkit: error: --cuda-graphs on: needs a CUDA device (training runs on cpu)"], res.err
     assert not run.exists() or not any(run.iterdir()), sorted(p.name for p in run.iterdir())
+
+
+def test_a_capture_that_fails_leaves_the_loops_eager_with_one_warning(caplog):
+    runner = LoopGraphs(torch.device("cpu"))
+    runner.eager = False  # as on CUDA, with the capture itself failing (an out-of-memory error)
+    runner._eager_first = lambda fn, inputs: tuple(fn(*inputs))
+
+    def capture_fails(fn, ins, outv):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    runner._record = capture_fails
+    a, b = torch.arange(6.0).reshape(2, 3), torch.ones(4)
+    with caplog.at_level("WARNING", logger="nmtkit.models.graphs"):
+        outs = [runner.run("double", _double, (a * k, b)) for k in range(3)]
+    for k, out in enumerate(outs):
+        torch.testing.assert_close(out[0], a * k * 2)
+        torch.testing.assert_close(out[1], b + 1)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "OutOfMemoryError: CUDA out of memory" in warnings[0], warnings
+    assert runner.entries == {} and runner.arena is None and runner.captures == 0

@@ -18,7 +18,10 @@ dtypes. A graph reads and writes fixed addresses, so:
   step body compiles for their storage offsets then, not while capturing), then captures it;
 - a shape the arena cannot hold grows it and drops the graphs made for the old one (they are
   captured again when next needed); at most MAX_GRAPHS graphs are kept, least recently used
-  first out.
+  first out;
+- a capture that fails (out of memory, an op that cannot be captured) drops the graphs, and
+  every loop runs eagerly from then on, with one warning: graphs are a speed-up, never a reason
+  to stop a run.
 Callers bound the number of shapes by padding (recurrence.py pads lengths and batch sizes up to
 multiples of `BUCKET`).
 
@@ -87,6 +90,7 @@ class LoopGraphs:
         self.entries: OrderedDict[Hashable, _Entry] = OrderedDict()
         self.arena: Tensor | None = None
         self.captures = 0  # graphs captured so far (the report and the tests read it)
+        self.failed: str | None = None  # why a capture failed: every loop runs eagerly since
         self._pool = None
         self._stream = None
 
@@ -94,6 +98,9 @@ class LoopGraphs:
             ) -> tuple[Tensor, ...]:
         """fn(*inputs) through the graph of (key, the inputs' shapes and dtypes); `key` must name
         everything else `fn` depends on. Returns new tensors."""
+        if self.failed is not None:
+            with torch.no_grad():
+                return tuple(fn(*inputs))
         full = (key, tuple((tuple(t.shape), t.dtype) for t in inputs))
         entry = self.entries.get(full)
         if entry is None:
@@ -124,14 +131,28 @@ class LoopGraphs:
             ins, outv = views[: len(inputs)], views[len(inputs):]
             for view, t in zip(ins, inputs):
                 view.copy_(t)
-            if not self.eager:  # once more on the views: fused bodies guard on storage offsets
-                self._eager_first(fn, tuple(ins))
-            graph = None if self.eager else self._record(fn, ins, outv)
+            graph = None
+            if not self.eager:
+                try:
+                    self._eager_first(fn, tuple(ins))  # once more on the views: fused bodies guard on storage offsets
+                    graph = self._record(fn, ins, outv)
+                except Exception as err:  # noqa: BLE001 - graphs are a speed-up, never a reason to stop a run
+                    self._give_up(err)
+                    return outs
             while len(self.entries) >= MAX_GRAPHS:
                 self.entries.popitem(last=False)
             self.entries[full] = _Entry(graph, fn, ins, outv)
             self.captures += 1
         return outs
+
+    def _give_up(self, err: Exception) -> None:
+        """A capture failed (out of memory, an op that cannot be captured): drop the graphs and
+        run every loop eagerly from now on, with one warning."""
+        self.clear()
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        self.failed = f"{type(err).__name__}: {first}"
+        log.warning("capturing a CUDA graph failed (%s): the training loops run without graphs from now on",
+                    self.failed)
 
     def _eager_first(self, fn: Callable, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         """The first call of a shape, eagerly; on CUDA on the capture stream (warm-up)."""
