@@ -38,6 +38,8 @@ backward step three matrix products around a few, whatever the sizes. Per-step r
 collected in lists and stacked once after the loop. The last forward step also computes an
 (unused) state update, and the first backward step runs with a zero incoming gradient, so that
 every step runs the same body.
+On CUDA, training replays each loop as a CUDA graph (models/graphs.py, --cuda-graphs): one launch
+per loop, over the inputs padded to bucketed shapes (`_Recurrence`).
 
 Precision: elementwise work and the softmax run in float32 (float64 if the inputs are); under
 autocast the matrix products take the autocast dtype (bf16 helps only on GPUs and on some CPUs
