@@ -3,7 +3,8 @@
 On a GPU a training step of RNNsearch is bound by the host: the decoder loop launches about 15
 kernels per target position forward and 25 backward, each costing the host 20-40 us, while
 the GPU needs a few microseconds for most of them (benchmarks/GPU.md: the GPU was busy 20% of a
-step). A CUDA graph records the kernels a loop launches once and replays them all with one call.
+step). A CUDA graph records the kernels a loop launches once and replays them all with one call
+(measured on an H200: 1.4-2.2x per step, the GPU then busy 80% of it).
 
 `LoopGraphs.run(key, fn, inputs)` runs `fn(*inputs)` (a pure function: tensors in, a tuple of
 tensors out, no host reads) through a graph captured for `key` and the inputs' shapes and
@@ -12,7 +13,8 @@ dtypes. A graph reads and writes fixed addresses, so:
   the process and sized for the largest: a call copies its inputs in, replays, and returns
   copies of the outputs (callers may keep them; the next call overwrites the arena). All
   graphs' temporaries come from one shared memory pool. Memory is then that of the largest
-  loop's inputs and outputs once more, whatever the number of graphs;
+  loop's inputs and outputs once more, plus its temporaries, whatever the number of graphs
+  (about 0.9 GiB for RNNsearch-50 at 8,000 tokens, benchmarks/GPU.md);
 - the first call of a shape runs `fn` eagerly (on the capture stream: this also warms up the
   libraries' per-stream state, as capturing requires), once more on the arena's views (a fused
   step body compiles for their storage offsets then, not while capturing), then captures it;
