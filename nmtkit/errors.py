@@ -10,6 +10,13 @@ from __future__ import annotations
 import errno
 
 
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message ("" when it has none): a library's long,
+    multi-line message reported in one line."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else ""
+
+
 class NmtkitError(Exception):
     """Base class of every error meant for the user. `exit_code` is the process exit status."""
 

@@ -39,6 +39,8 @@ from typing import Callable, TypeVar
 
 import torch
 
+from nmtkit.errors import ConfigError, first_line
+
 F = TypeVar("F", bound=Callable)
 
 log = logging.getLogger(__name__)
@@ -76,8 +78,6 @@ def resolve_fuse(mode: str, device: torch.device) -> bool:
     On CPUs fusing is about even."""
     ok, why = fusion_available(device.type)
     if mode == "on" and not ok:
-        from nmtkit.errors import ConfigError
-
         raise ConfigError(f"--fuse on: {why}")
     return ok and mode == "on"
 
@@ -124,9 +124,8 @@ def _compile(body: Callable) -> Callable:
             return compiled(*args, **kwargs)
         except (Unsupported, UserError, BackendCompilerFailed) as err:
             _UNCOMPILABLE.add(body)
-            why = str(err).strip().splitlines()[0] if str(err).strip() else ""
             log.warning("fused step %s cannot be compiled (%s: %s): it runs unfused from now on",
-                        body.__qualname__, type(err).__name__, why)
+                        body.__qualname__, type(err).__name__, first_line(err))
             return body(*args, **kwargs)
         except FailOnRecompileLimitHit:
             if body not in _FELL_BACK:  # always so: later calls do not get here

@@ -40,7 +40,7 @@ from typing import Callable, Hashable
 import torch
 from torch import Tensor
 
-from nmtkit.errors import ConfigError
+from nmtkit.errors import ConfigError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -151,8 +151,7 @@ class LoopGraphs:
         """A capture failed (out of memory, an op that cannot be captured): drop the graphs and
         run every loop eagerly from now on, with one warning."""
         self.clear()
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        self.failed = f"{type(err).__name__}: {first}"
+        self.failed = f"{type(err).__name__}: {first_line(err)}"
         log.warning("capturing a CUDA graph failed (%s): the training loops run without graphs from now on",
                     self.failed)
 
