@@ -27,13 +27,13 @@ dtypes. A graph reads and writes fixed addresses, so:
 Callers bound the number of shapes by padding (recurrence.py pads lengths and batch sizes up to
 multiples of `BUCKET`).
 
-The same code runs on a CPU with a stand-in for the graph (`replay_eagerly`) that calls `fn` on
-the arena's views: the tests check the arena, the padding and the results there, and
+The same code runs on a CPU with a stand-in for the graph that calls `fn` on the arena's views: the tests check the arena, the padding and the results there, and
 tests/test_cuda.py checks real graphs against eager steps on a GPU.
 """
 from __future__ import annotations
 
 import logging
+import math
 from collections import OrderedDict
 from typing import Callable, Hashable
 
@@ -49,9 +49,9 @@ MAX_GRAPHS = 128  # graphs kept per device; least recently used first out
 _ALIGN = 256  # bytes: every view of the arena starts at a multiple of this
 
 
-def bucket(n: int) -> int:
-    """n rounded up to a multiple of BUCKET."""
-    return -(-n // BUCKET) * BUCKET
+def bucket(n: int, multiple: int = BUCKET) -> int:
+    """n rounded up to a multiple of `multiple` (BUCKET)."""
+    return -(-n // multiple) * multiple
 
 
 def resolve_cuda_graphs(mode: str, device: torch.device, model) -> bool:
@@ -78,17 +78,16 @@ class _Entry:
         if self.graph is not None:
             self.graph.replay()
             return
-        with torch.no_grad():
-            for view, r in zip(self.outs, self.fn(*self.ins)):
-                view.copy_(r)
+        for view, r in zip(self.outs, self.fn(*self.ins)):
+            view.copy_(r)
 
 
 class LoopGraphs:
     """The graphs, arena and memory pool of one device (see the module docstring)."""
 
-    def __init__(self, device: torch.device, replay_eagerly: bool = False):
+    def __init__(self, device: torch.device):
         self.device = device
-        self.eager = replay_eagerly or device.type != "cuda"
+        self.eager = device.type != "cuda"  # the CPU stand-in: no graph, `fn` called on the views
         self.entries: OrderedDict[Hashable, _Entry] = OrderedDict()
         self.arena: Tensor | None = None
         self.captures = 0  # graphs captured so far (the report and the tests read it)
@@ -186,31 +185,25 @@ def _layout(specs: list[tuple[tuple[int, ...], torch.dtype]]) -> tuple[list[int]
     offsets, pos = [], 0
     for shape, dtype in specs:
         offsets.append(pos)
-        n = 1
-        for s in shape:
-            n *= s
-        pos += -(-n * dtype.itemsize // _ALIGN) * _ALIGN
+        pos += bucket(math.prod(shape) * dtype.itemsize, _ALIGN)
     return offsets, max(pos, _ALIGN)
 
 
 def _view(arena: Tensor, offset: int, shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
-    n = 1
-    for s in shape:
-        n *= s
-    return arena[offset : offset + n * dtype.itemsize].view(dtype).view(shape)
+    return arena[offset : offset + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
 
 
-_RUNNERS: dict[tuple[str, int | None, bool], LoopGraphs] = {}
+_RUNNERS: dict[tuple[str, int | None], LoopGraphs] = {}
 
 
-def loop_graphs(device: torch.device, replay_eagerly: bool = False) -> LoopGraphs:
+def loop_graphs(device: torch.device) -> LoopGraphs:
     """The process's LoopGraphs for `device` (one arena and pool per device)."""
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    key = (device.type, device.index, replay_eagerly)
+    key = (device.type, device.index)
     runner = _RUNNERS.get(key)
     if runner is None:
-        runner = _RUNNERS[key] = LoopGraphs(device, replay_eagerly)
+        runner = _RUNNERS[key] = LoopGraphs(device)
     return runner
 
 
