@@ -127,12 +127,11 @@ def _compile(body: Callable) -> Callable:
             log.warning("fused step %s cannot be compiled (%s: %s): it runs unfused from now on",
                         body.__qualname__, type(err).__name__, first_line(err))
             return body(*args, **kwargs)
-        except FailOnRecompileLimitHit:
-            if body not in _FELL_BACK:  # always so: later calls do not get here
-                _FELL_BACK.add(body)
-                log.warning("fused step %s reached torch.compile's recompile limit (%d graphs): shapes it "
-                            "has not compiled run unfused from now on", body.__qualname__,
-                            torch._dynamo.config.recompile_limit)
+        except FailOnRecompileLimitHit:  # once per body: later calls take the stance above
+            _FELL_BACK.add(body)
+            log.warning("fused step %s reached torch.compile's recompile limit (%d graphs): shapes it "
+                        "has not compiled run unfused from now on", body.__qualname__,
+                        torch._dynamo.config.recompile_limit)
             return body(*args, **kwargs)
 
     return run
