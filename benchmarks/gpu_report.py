@@ -269,8 +269,6 @@ def write_data_dir_for_run(path: Path, vocab: int, pairs: int) -> Path:
 def _real_run(data: Path, run: Path, device: str, quick: bool, updates: int, *, preset: str, fuse: str, max_tokens: int,
               bleu: int, cuda_graphs: str = "auto", precision: str | None = None):
     """`run_training` -> (its result, target tokens/s of its last log interval)."""
-    import json as json_
-
     from nmtkit.models.presets import ModelOverrides
     from nmtkit.train.config import TrainOptions
     from nmtkit.train.run import run_training
@@ -281,7 +279,7 @@ def _real_run(data: Path, run: Path, device: str, quick: bool, updates: int, *, 
                         save_every=updates, log_every=max(1, updates // 4), valid_bleu_samples=bleu, device=device,
                         fuse=fuse, cuda_graphs=cuda_graphs, max_len=60, **extra)
     result = run_training(data, run, opts, sizes, force=True)
-    rec = [json_.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    rec = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rec if r["kind"] == "train"]
     return result, round(train[-1]["tgt_tokens_per_s"]) if train else None
 
