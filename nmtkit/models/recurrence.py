@@ -222,20 +222,19 @@ class _Recurrence(torch.autograd.Function):
     def forward(ctx, x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse, graphs):  # type: ignore[override]
         B, T, S = x_gates.size(0), x_gates.size(1), keys.size(1)
         ctx.mm_dtype, ctx.fuse, ctx.graphs, ctx.sizes = mm_dtype, fuse, graphs, (B, T, S)
-        params = tuple(t.detach() for t in (w_q, v_a, U))
-        if graphs:
+        if graphs:  # (autograd does not record inside forward: no detach needed)
             Bp, Tp, Sp = bucket(B), bucket(T), bucket(S)
-            x_gates = _pad_to(x_gates.detach(), (Bp, Tp, x_gates.size(2)))
-            s0 = _pad_to(s0.detach(), (Bp, s0.size(1)))
-            keys = _pad_to(keys.detach(), (Bp, Sp, keys.size(2)))
-            values = _pad_to(values.detach(), (Bp, Sp, values.size(2)))
+            x_gates = _pad_to(x_gates, (Bp, Tp, x_gates.size(2)))
+            s0 = _pad_to(s0, (Bp, s0.size(1)))
+            keys = _pad_to(keys, (Bp, Sp, keys.size(2)))
+            values = _pad_to(values, (Bp, Sp, values.size(2)))
             mask = _pad_to(mask, (Bp, Sp))
             mask[B:, 0] = True
             states, alphas, qas, zrc = loop_graphs(x_gates.device).run(
                 ("forward", mm_dtype, fuse), functools.partial(_forward_kept, mm_dtype=mm_dtype, fuse=fuse),
-                (x_gates, s0, keys, values, mask, *params))
+                (x_gates, s0, keys, values, mask, w_q, v_a, U))
         else:
-            states, alphas, qas, zrc = _forward_kept(x_gates, s0, keys, values, mask, *params,
+            states, alphas, qas, zrc = _forward_kept(x_gates, s0, keys, values, mask, w_q, v_a, U,
                                                      mm_dtype=mm_dtype, fuse=fuse)
         ctx.save_for_backward(keys, values, w_q, v_a, U, states, alphas, qas, zrc)
         return states[: T + 1, :B].transpose(0, 1), alphas[:T, :B, :S].transpose(0, 1)
