@@ -106,6 +106,22 @@ def _graphs() -> int:
     return int(torch._dynamo.utils.counters["stats"]["unique_graphs"]) + captured()
 
 
+def _release() -> None:
+    """Free what the last measurement held (CUDA graphs and their arena included) and restart the
+    peak-memory count, so that the next measurement's peak is its own."""
+    import gc
+
+    import torch
+
+    from nmtkit.models.graphs import release_all
+
+    release_all()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
 def _sync(device) -> None:
     import torch
 
@@ -116,13 +132,10 @@ def _sync(device) -> None:
 def train_speed(workdir: Path, device: str, quick: bool, deadline: float) -> list[dict[str, Any]]:
     """Rows: one per preset x precision x batching x (fuse, cuda-graphs) (see the module
     docstring), run in `row_priority` order until `deadline`."""
-    import gc
 
-    import torch
 
     from benchmarks.launches import vocab_size, write_data_dir
     from nmtkit.devtools.report import row_priority, train_rows
-    from nmtkit.models.graphs import release_all
 
     steps = 2 if quick else TIMED_STEPS
     rows = train_rows(device, quick)
@@ -140,10 +153,7 @@ def train_speed(workdir: Path, device: str, quick: bool, deadline: float) -> lis
         except Exception as err:  # noqa: BLE001 - one row's failure is its result
             row["error"] = f"{type(err).__name__}: {err}"
         print(f"gpu-report: train {json.dumps(row)}", file=sys.stderr, flush=True)
-        release_all()  # each row's peak memory is its own
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        _release()
     return rows
 
 
@@ -208,11 +218,11 @@ def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
     from benchmarks.launches import vocab_size
     from nmtkit.devtools.launches import HostReads
     from nmtkit.models import fusion
-    from nmtkit.models.graphs import captured, release_all
+    from nmtkit.models.graphs import captured
     from nmtkit.train import trainer
 
     cuda = torch.cuda.is_available() and device == "cuda"
-    data = write_data_dir_for_run(workdir / "data-run", 1000 if quick else 8000, 300 if quick else 2000)
+    data = _run_data(workdir / "data-run", 1000 if quick else 8000, 300 if quick else 2000)
     updates = 10 if quick else RUN_UPDATES
     torch._dynamo.reset()  # this run's graphs only
     captures = captured()
@@ -242,10 +252,8 @@ def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
     out["host_reads_per_update_max"] = max(reads) if reads else None
     out["host_reads_per_update_mean"] = round(sum(reads) / len(reads), 3) if reads else None
     if cuda and not quick:
-        release_all()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-        big = write_data_dir_for_run(workdir / "data-run-50", vocab_size("rnnsearch-50"), 2000)
+        _release()
+        big = _run_data(workdir / "data-run-50", vocab_size("rnnsearch-50"), 2000)
         for fuse, graphs in (("off", "on"), ("off", "off"), ("on", "on")):
             t0 = time.perf_counter()
             _, speed = _real_run(big, workdir / f"run-50-{fuse}-{graphs}", device, quick, RUN_UPDATES, preset="rnnsearch-50",
@@ -253,13 +261,11 @@ def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
             out[f"rnnsearch-50 bf16 max-tokens 8000, fuse {fuse}, cuda-graphs {graphs}"] = {
                 "tgt_tokens_per_s_last": speed, "seconds": round(time.perf_counter() - t0, 1),
                 "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
-            release_all()  # each run's peak memory is its own
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
+            _release()
     return out
 
 
-def write_data_dir_for_run(path: Path, vocab: int, pairs: int) -> Path:
+def _run_data(path: Path, vocab: int, pairs: int) -> Path:
     """Pairs of 1-60 tokens (a real run's variety of batch shapes)."""
     from benchmarks.launches import write_data_dir
 
