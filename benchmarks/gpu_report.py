@@ -132,8 +132,6 @@ def _sync(device) -> None:
 def train_speed(workdir: Path, device: str, quick: bool, deadline: float) -> list[dict[str, Any]]:
     """Rows: one per preset x precision x batching x (fuse, cuda-graphs) (see the module
     docstring), run in `row_priority` order until `deadline`."""
-
-
     from benchmarks.launches import vocab_size, write_data_dir
     from nmtkit.devtools.report import row_priority, train_rows
 
