@@ -25,6 +25,9 @@ the peak RSS. `--trees A,B` runs the same with the nmtkit source trees A and B (
 exported older commit), alternating, so that their ratio is taken under the same load:
 
     python benchmarks/translate_speed.py --cold-start RUN/checkpoint_last.pt --reps 5 --trees /tmp/old,.
+
+A tree that cannot read the other's checkpoint format takes its own copy of the same model:
+`--cold-start OLD.pt,NEW.pt`, one checkpoint per tree, in the order of --trees.
 """
 from __future__ import annotations
 
@@ -76,14 +79,17 @@ def peak_memory(device) -> str:
     return f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB (RSS, process peak)"
 
 
-def cold_start(ckpt: str, trees: list[str], reps: int) -> None:
-    """One-line translations from a fresh process, per source tree (module docstring)."""
+def cold_start(ckpts: list[str], trees: list[str], reps: int) -> None:
+    """One-line translations from a fresh process, per source tree (module docstring); `ckpts`:
+    one checkpoint for every tree, or one per tree."""
     import statistics
     import subprocess
 
+    if len(ckpts) not in (1, len(trees)):
+        raise SystemExit(f"--cold-start: {len(ckpts)} checkpoints for {len(trees)} trees (give one, or one per tree)")
     runs: dict[str, list[tuple[float, float]]] = {t: [] for t in trees}
     for _ in range(reps):
-        for tree in trees:
+        for tree, ckpt in zip(trees, ckpts * len(trees) if len(ckpts) == 1 else ckpts):
             t0 = time.perf_counter()
             proc = subprocess.Popen([sys.executable, "-m", "nmtkit", "translate", "-m", ckpt, "--beam", "5"],
                                     cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
@@ -152,12 +158,12 @@ def main() -> None:
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads [torch's default]")
     ap.add_argument("--quick", action="store_true", help="64 lines, small preset")
-    ap.add_argument("--cold-start", metavar="CKPT", default=None,
+    ap.add_argument("--cold-start", metavar="CKPT[,CKPT]", default=None,
                     help="time one-line translations from a fresh process instead (module docstring)")
     ap.add_argument("--trees", default=str(REPO), help="with --cold-start: comma list of nmtkit source trees")
     args = ap.parse_args()
     if args.cold_start:
-        cold_start(str(Path(args.cold_start).resolve()), args.trees.split(","), args.reps)
+        cold_start([str(Path(c).resolve()) for c in args.cold_start.split(",")], args.trees.split(","), args.reps)
         return
     if os.environ.get("NMTKIT_BENCH_QUICK"):
         args.quick = True

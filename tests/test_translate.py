@@ -262,9 +262,42 @@ def test_a_checkpoint_without_a_usable_pipeline_or_vocabulary_is_refused_naming_
 
 
 def test_checkpoint_of_another_format_version_is_refused(tmp_path):
-    p = make_checkpoint(tmp_path / "v99.pt", format_version=CHECKPOINT_FORMAT + 98)
-    with pytest.raises(CheckpointError, match="format version 99"):
+    p = make_checkpoint(tmp_path / "v99.pt", format_version=99)
+    with pytest.raises(CheckpointError, match="format version 99 is not supported"):
         _translator(str(p))
+
+
+def test_word_lists_are_one_string_each_on_disk_and_lists_when_loaded(tmp_path):
+    """The vocabularies and the truecasing forms unpickle as one opcode each (checkpoint.py),
+    and load back as the lists they were; a list that could not split back stays a list."""
+    from nmtkit.checkpoint import load_checkpoint
+    from nmtkit.text.pipeline import TextPipeline
+
+    forms = {"src": ["Paris", "NATO", "the"], "tgt": ["Paris", ""]}
+    pipe = TextPipeline(src_lang="en", tgt_lang="fr", truecase=forms)
+    p = make_checkpoint(tmp_path / "m.pt", pipeline=pipe)
+    raw = torch.load(p, weights_only=True)
+    assert raw["format_version"] == CHECKPOINT_FORMAT == 2
+    assert isinstance(raw["src_vocab"], str) and raw["src_vocab"].startswith("<pad>\n<unk>\n")
+    assert raw["pipeline"]["truecase"] == {"src": "Paris\nNATO\nthe", "tgt": "Paris\n"}
+    back = load_checkpoint(p)
+    assert back["src_vocab"][:4] == ["<pad>", "<unk>", "<s>", "</s>"] and len(back["src_vocab"]) > 4
+    assert back["pipeline"]["truecase"] == forms
+    odd = dict(back, tgt_vocab=["<pad>", "a\nb"], pipeline=dict(back["pipeline"], truecase={"src": [], "tgt": []}))
+    from nmtkit.checkpoint import save_checkpoint
+
+    save_checkpoint(odd, tmp_path / "odd.pt")
+    again = load_checkpoint(tmp_path / "odd.pt")
+    assert again["tgt_vocab"] == ["<pad>", "a\nb"] and again["pipeline"]["truecase"] == {"src": [], "tgt": []}
+
+
+def test_a_format_1_checkpoint_with_word_lists_translates_as_before(ckpt, tmp_path):
+    from nmtkit.checkpoint import load_checkpoint
+
+    old = dict(load_checkpoint(ckpt), format_version=1)  # lists, as format 1 wrote them
+    torch.save(old, tmp_path / "v1.pt")
+    assert isinstance(torch.load(tmp_path / "v1.pt", weights_only=True)["src_vocab"], list)
+    assert _translator(str(tmp_path / "v1.pt")).translate(LINES) == _translator(ckpt).translate(LINES)
 
 
 def test_truncated_checkpoint_is_refused(ckpt, tmp_path):
