@@ -105,6 +105,41 @@ def test_int8_stacks_give_exactly_the_separate_int8_layers_outputs(arch):
         assert torch.equal(a, b)
 
 
+def test_the_int8_encoder_gives_the_fp32_grus_annotations_closely_and_each_sentence_its_own():
+    """RNNsearch's bidirectional GRU runs in int8 (Int8BiGRU): the annotations stay close to
+    nn.GRU's (both directions, every length, zero at padding), and a sentence's annotations are
+    bit for bit the same alone as beside longer, louder batch-mates."""
+    from nmtkit.models.quantize import Int8BiGRU
+
+    torch.manual_seed(3)
+    model = _model("rnnsearch")
+    src = torch.randint(4, 30, (4, 9))
+    lens = torch.tensor([9, 6, 2, 1])
+    src[1, 6:] = 0
+    src[2, 2:] = 0
+    src[3, 1:] = 0
+    with torch.inference_mode():
+        ref = model.encode_for_steps(src, lens).annotations
+        quantize_for_decoding(model)
+        assert isinstance(model.encoder, Int8BiGRU)
+        got = model.encode_for_steps(src, lens).annotations
+        alone = [model.encode_for_steps(src[i:i + 1, : lens[i]], lens[i:i + 1]).annotations for i in range(4)]
+    assert got.shape == ref.shape
+    assert not torch.equal(got, ref)  # the int8 products did run
+    torch.testing.assert_close(got, ref, atol=0.03, rtol=0)
+    n = model.config.enc_hidden
+    assert ref[:, :, n:].abs().max() > 0.1  # the backward direction is compared too, not zeros
+    for i in range(4):
+        width = int(lens[i]) + 1  # the model's own EOS
+        assert torch.equal(got[i, :width], alone[i][0])
+        assert not got[i, width:].any()
+
+
+def test_an_encoder_int8_cannot_run_stays_float32():
+    model = quantize_for_decoding(_model("lstm-attention"))
+    assert isinstance(model.encoder, torch.nn.LSTM)
+
+
 def test_int8_translation_agrees_with_fp32_through_the_api(tmp_path):
     import nmtkit
 

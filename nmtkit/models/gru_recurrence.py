@@ -167,14 +167,27 @@ def bigru_recurrence(emb: Tensor, lens: Tensor, mask: Tensor, w_ih: Tensor, b_ih
     reversed within each length), then projected for all steps of both directions by one bmm.
     """
     B, S, m = emb.shape
-    # steps[d, t, b]: the source position that direction d reads at step t (an involution)
-    pos = torch.arange(S, device=emb.device).unsqueeze(1).expand(S, B)
-    steps = torch.stack([pos, reversal_index(lens, mask).t()]).unsqueeze(3)  # (2, S, B, 1)
+    steps = step_order(lens, mask)
     e = emb.transpose(0, 1).expand(2, S, B, m).gather(1, steps.expand(-1, -1, -1, m))
     xs = torch.baddbmm(b_ih.unsqueeze(1), e.view(2, S * B, m), w_ih.transpose(1, 2))
     states = gru_recurrence(xs.view(2, S, B, -1), w_hh, b_hh, fuse)  # (2, S, B, n), step order
-    n = states.size(3)
-    out = states.gather(1, steps.expand(-1, -1, -1, n))  # back to source order
+    return source_order(states, steps, mask)
+
+
+def step_order(lens: Tensor, mask: Tensor) -> Tensor:
+    """steps (2, S, B, 1): steps[d, t, b] is the source position that direction d (0 forward,
+    1 backward) of a bidirectional layer reads at step t, for lengths lens (B,) and mask (B, S)
+    (an involution: the same index puts states back in source order)."""
+    B, S = mask.shape
+    pos = torch.arange(S, device=mask.device).unsqueeze(1).expand(S, B)
+    return torch.stack([pos, reversal_index(lens, mask).t()]).unsqueeze(3)
+
+
+def source_order(states: Tensor, steps: Tensor, mask: Tensor) -> Tensor:
+    """Both directions' states (2, S, B, n) in step order (`step_order`) -> annotations
+    [fwd h_j ; bwd h_j] (B, S, 2n) in source order, zero at padded positions."""
+    _, S, B, n = states.shape
+    out = states.gather(1, steps.expand(-1, -1, -1, n))
     out = out * mask.t().unsqueeze(2).to(out.dtype)
     return out.permute(2, 1, 0, 3).reshape(B, S, 2 * n)
 

@@ -36,7 +36,8 @@ attention weights, alpha_i [C h] (one small bmm) and U [r * s] remain. U_o s_{i-
 maxout and W_o run after the loop over all steps. Decoding, which must run them at every step,
 gets [C c_i ; C_o c_i] = sum_j alpha_ij [C h_j ; C_o h_j] from [C; C_o] h_j computed once per
 sentence (`encode_for_steps`), added to [W E y ; V_o E y] in the same batched product; int8
-decoding also runs the products that read the same input as one product each (`int8_stacks`).
+decoding also runs the products that read the same input as one product each (`int8_stacks`),
+and the encoder as an int8 GRU over the token ids (`int8_encoder`, quantize.Int8BiGRU).
 """
 from __future__ import annotations
 
@@ -61,6 +62,7 @@ from nmtkit.models.base import (
 from nmtkit.models.fusion import step_fn
 from nmtkit.models.gru_recurrence import bigru_annotations, reversal_index
 from nmtkit.models.init import INITS, apply_init_, paper_init_
+from nmtkit.models.quantize import Int8BiGRU
 from nmtkit.models.recurrence import bahdanau_recurrence
 
 DROPOUT_SITES = ("src", "tgt", "out")  # source / target embeddings, the deep output t_i
@@ -138,6 +140,9 @@ def encode_bigru(embed: nn.Embedding, rnn: nn.GRU | nn.LSTM, drop: nn.Module, sr
     """
     if src_eos:
         src, src_lens = append_eos(src, src_lens)
+    if isinstance(rnn, Int8BiGRU):  # int8 decoding: the GRU reads the ids (its own int8 embedding rows)
+        mask = length_mask(src_lens, src.size(1))
+        return rnn(src, src_lens, mask), mask, None
     emb = drop(embed(src))
     lens = on_device(src_lens, emb.device)
     mask = length_mask(lens, src.size(1))
@@ -312,6 +317,7 @@ class RNNSearch(Seq2Seq):
     graph_loops_supported = True
     # W_s (once per sentence, its dtype read in init_state) stays float
     int8_linears = ("U_a", "C", "W_in", "W_a", "U_zr", "U", "U_o", "V_o", "C_o", "W_o")
+    int8_encoder = ("encoder", "src_embed")
 
     def int8_stacks(self) -> dict[str, tuple[str | None, tuple[str, ...]]]:
         """A step's products of s_{i-1} ([W_a; U_z; U_r], and U_o with readout "prev") and of
