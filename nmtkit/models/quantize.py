@@ -167,8 +167,10 @@ class Int8BiGRU(nn.Module):
 
     The same equations as nn.GRU (gru_recurrence.py's loop: the backward direction runs over each
     sentence reversed within its length), with both products int8 as in `Int8Linear`: the input
-    products W_ih e_t + b_ih of both directions come from the embedding's rows quantised once
-    (an `Int8Stack` over the embedding, one product for all positions), and each step's
+    products W_ih e_t + b_ih of both directions are one `Int8Stack` product over the batch's
+    embedding rows, quantised as they are looked up (once per batch: quantising a whole
+    30,000-word embedding up front, as the decoder's per-step stacks do, would add a tenth of a
+    second to loading a large model for what a batch does in microseconds), and each step's
     W_hh h_{t-1} quantises the previous states row by row (one row: one sentence and
     direction, so a sentence's annotations do not depend on its batch-mates). The gates stay
     float32. On the peer benchmark's model a batch's encoder took about half the time of
@@ -180,7 +182,8 @@ class Int8BiGRU(nn.Module):
             raise ConfigError("int8 encoders are one-layer bidirectional batch-first GRUs with biases")
         self.hidden_size = n = rnn.hidden_size
         self.inputs = Int8Stack([int8_columns(rnn.weight_ih_l0, rnn.bias_ih_l0),
-                                 int8_columns(rnn.weight_ih_l0_reverse, rnn.bias_ih_l0_reverse)], embedding)
+                                 int8_columns(rnn.weight_ih_l0_reverse, rnn.bias_ih_l0_reverse)])
+        self.embedding_weight = embedding.weight.detach()  # the model's own rows, not a copy (nor a parameter)
         fwd = int8_columns(rnn.weight_hh_l0, rnn.bias_hh_l0)
         bwd = int8_columns(rnn.weight_hh_l0_reverse, rnn.bias_hh_l0_reverse)
         self.register_buffer("weight_t", torch.stack([fwd.weight_t, bwd.weight_t]))  # (2, n, 3n)
@@ -195,7 +198,8 @@ class Int8BiGRU(nn.Module):
         B, S = src.shape
         n = self.hidden_size
         steps = step_order(lens, mask)
-        x = self.inputs(src.reshape(-1)).view(B, S, 2, 3 * n).permute(2, 1, 0, 3)  # (2, S, B, 3n)
+        x = self.inputs(self.embedding_weight.index_select(0, src.reshape(-1)))
+        x = x.view(B, S, 2, 3 * n).permute(2, 1, 0, 3)  # (2, S, B, 3n)
         xs = x.gather(1, steps.expand(-1, -1, -1, 3 * n))
         acc = torch.empty(2, B, 3 * n, dtype=torch.int32)
         gh = acc.view(torch.float32)  # W_hh h_{t-1} + b_hh, written over the int32 products
