@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from nmtkit.errors import CheckpointError
 from nmtkit.outputs import OutputFile
@@ -198,10 +198,19 @@ def _split(words: Any) -> Any:
     return words.split("\n") if isinstance(words, str) else words
 
 
-def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False):
+def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False,
+               prepare: Callable[[Any], Any] | None = None):
     """(model in eval mode on `device`, checkpoint dict) from a checkpoint file; `fuse_steps` as
     in `build_model`. The file is memory-mapped: only the model's tensors are read (copied into
-    the model), not the training state the checkpoint also holds."""
+    the model), not the training state the checkpoint also holds.
+
+    `prepare(model)` (e.g. int8 quantisation) runs while the model's tensors are still the
+    file's mapped ones, so that what it replaces (the float weights of the int8 layers) is read
+    from the file and never copied; then every tensor of the model that is still the file's is
+    copied into memory. No model depends on its file: one overwritten in place (`cp new.pt
+    model.pt`) under a running `translate` or `serve` would otherwise kill it with SIGBUS."""
+    import torch
+
     from nmtkit.models import build_model
     from nmtkit.models.init import uninitialised
 
@@ -214,12 +223,32 @@ def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False):
     except KeyError as err:
         raise CheckpointError(f"checkpoint lacks field {err}", str(path)) from None
     try:
-        model.load_state_dict(state)
+        model.load_state_dict(state, assign=prepare is not None)
     except RuntimeError as err:  # the model's tensors disagree with its config: missing, extra or resized
         detail = "; ".join(line.strip() for line in str(err).splitlines()[1:] if line.strip())
         raise CheckpointError(f"the model's tensors do not fit its config: {detail}", str(path)) from None
-    model.to(device).eval()
+    model.eval()
+    if prepare is not None:
+        prepare(model)
+        mapped = {t.untyped_storage().data_ptr() for t in state.values() if isinstance(t, torch.Tensor)}
+        _copy_tensors_of(model, mapped)
+    model.to(device)
     return model, ckpt
+
+
+def _copy_tensors_of(model: Any, storages: set[int]) -> None:
+    """Replace every parameter and buffer of `model` that lives in one of `storages` (data
+    pointers) by a copy in memory, in place."""
+    import torch
+
+    with torch.no_grad():
+        for module in model.modules():
+            for name, p in module._parameters.items():
+                if p is not None and p.untyped_storage().data_ptr() in storages:
+                    module._parameters[name] = torch.nn.Parameter(p.clone(), requires_grad=p.requires_grad)
+            for name, b in module._buffers.items():
+                if b is not None and b.untyped_storage().data_ptr() in storages:
+                    module._buffers[name] = b.clone()
 
 
 @dataclass(frozen=True)
@@ -257,8 +286,10 @@ def _pipeline_of(ckpt: dict[str, Any], path: str) -> TextPipeline:
         raise CheckpointError(f"cannot rebuild the text pipeline: {err}", path) from None
 
 
-def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bool = False) -> ModelBundle:
-    """The models of `paths` on `device` (`fuse_steps` as in `build_model`) with the first
+def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bool = False,
+                prepare: Callable[[Any], Any] | None = None) -> ModelBundle:
+    """The models of `paths` on `device` (`fuse_steps` as in `build_model`, `prepare` as in
+    `load_model`) with the first
     checkpoint's vocabularies, text pipeline and lexicon. Several paths must be compatible as an
     ensemble (`nmtkit.decode.ensemble.check_compatible`); a missing or broken checkpoint, or
     one that cannot join the others, is a CheckpointError naming its file."""
@@ -268,7 +299,7 @@ def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bo
     from nmtkit.text.vocab import Vocab
 
     names = tuple(str(p) for p in paths)
-    loaded = [load_model(p, device, fuse_steps=fuse_steps) for p in names]
+    loaded = [load_model(p, device, fuse_steps=fuse_steps, prepare=prepare) for p in names]
     ckpts = [ckpt for _, ckpt in loaded]
     check_compatible(list(names), ckpts)
     first = ckpts[0]

@@ -244,6 +244,33 @@ def test_a_loaded_bundle_leaves_its_checkpoint_file_unmapped(tmp_path):
         assert path not in maps.read()
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads the process's mappings (Linux)")
+def test_an_int8_model_quantised_from_the_mapped_file_keeps_nothing_of_the_file(tmp_path):
+    """int8 decoding quantises each model while its tensors are the file's mapped ones
+    (`load_model(prepare=...)`), then copies what it keeps: the file is unmapped afterwards, so
+    overwriting it in place cannot kill a running translator (SIGBUS), and the int8 model
+    translates as one quantised after an ordinary load does."""
+    import gc
+
+    from nmtkit.checkpoint import load_model
+    from nmtkit.models.quantize import quantize_for_decoding
+
+    path = str(make_checkpoint(tmp_path / "m.pt"))
+    translator = _translator(path, precision="int8")
+    gc.collect()
+    with open("/proc/self/maps") as maps:
+        assert path not in maps.read()
+    mapped, _ = load_model(path, prepare=quantize_for_decoding)
+    copied = quantize_for_decoding(load_model(path)[0])
+    assert mapped.state_dict().keys() == copied.state_dict().keys()
+    for key, value in copied.state_dict().items():
+        assert torch.equal(mapped.state_dict()[key], value), key
+    before = translator.translate(LINES)
+    with open(path, "r+b") as f:  # the file overwritten in place: a mapped tensor would now SIGBUS
+        f.truncate(0)
+    assert translator.translate(LINES) == before
+
+
 @pytest.mark.parametrize("field, value, needle", [
     ("pipeline", None, "checkpoint has no text pipeline"),
     ("pipeline", {"no_such_setting": 1}, "cannot rebuild the text pipeline"),

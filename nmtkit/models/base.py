@@ -170,9 +170,9 @@ class Seq2Seq(nn.Module):
     # the nn.Linear layers that decoding only calls as modules (never reading their .weight):
     # what `--precision int8` quantises (nmtkit.models.quantize); empty: no int8 decoding
     int8_linears: tuple[str, ...] = ()
-    # (a one-layer bidirectional nn.GRU encoder, its source embedding) that int8 decoding runs
-    # as `quantize.Int8BiGRU`, or None (the encoder stays float32)
-    int8_encoder: tuple[str, str] | None = None
+    # the one-layer bidirectional nn.GRU encoder that int8 decoding runs as `quantize.Int8BiGRU`
+    # (over the source embedding `encode_bigru` hands it), or None (the encoder stays float32)
+    int8_encoder: str | None = None
     # True when teacher forcing can run its recurrence as CUDA graphs (nmtkit.models.graphs);
     # `graph_loops`, set by training (--cuda-graphs), turns them on
     graph_loops_supported: bool = False

@@ -157,8 +157,7 @@ def quantize_for_decoding(model: Any) -> Any:
         model.decode_stacks[key] = Int8Stack([model.get_submodule(m).rows() for m in members],
                                              model.get_submodule(embedding) if embedding else None)
     if model.int8_encoder is not None:
-        gru, embedding = model.int8_encoder
-        setattr(model, gru, Int8BiGRU(model.get_submodule(gru), model.get_submodule(embedding)))
+        setattr(model, model.int8_encoder, Int8BiGRU(model.get_submodule(model.int8_encoder)))
     return model
 
 
@@ -176,29 +175,28 @@ class Int8BiGRU(nn.Module):
     float32. On the peer benchmark's model a batch's encoder took about half the time of
     PyTorch's float32 nn.GRU (docs/int8.md)."""
 
-    def __init__(self, rnn: nn.GRU, embedding: nn.Embedding):
+    def __init__(self, rnn: nn.GRU):
         super().__init__()
         if not (rnn.bidirectional and rnn.num_layers == 1 and rnn.batch_first and rnn.bias):
             raise ConfigError("int8 encoders are one-layer bidirectional batch-first GRUs with biases")
         self.hidden_size = n = rnn.hidden_size
         self.inputs = Int8Stack([int8_columns(rnn.weight_ih_l0, rnn.bias_ih_l0),
                                  int8_columns(rnn.weight_ih_l0_reverse, rnn.bias_ih_l0_reverse)])
-        self.embedding_weight = embedding.weight.detach()  # the model's own rows, not a copy (nor a parameter)
         fwd = int8_columns(rnn.weight_hh_l0, rnn.bias_hh_l0)
         bwd = int8_columns(rnn.weight_hh_l0_reverse, rnn.bias_hh_l0_reverse)
         self.register_buffer("weight_t", torch.stack([fwd.weight_t, bwd.weight_t]))  # (2, n, 3n)
         self.register_buffer("scale", torch.stack([fwd.scale, bwd.scale]).view(2, 1, 3 * n))
         self.register_buffer("bias", torch.stack([fwd.bias, bwd.bias]).view(2, 1, 3 * n))
 
-    def forward(self, src: Tensor, lens: Tensor, mask: Tensor) -> Tensor:
-        """src (B, S) ids, lens (B,), mask (B, S) -> annotations [fwd h_j ; bwd h_j] (B, S, 2n),
-        zero at padded positions."""
+    def forward(self, embedding: nn.Embedding, src: Tensor, lens: Tensor, mask: Tensor) -> Tensor:
+        """The model's source embedding, src (B, S) ids, lens (B,), mask (B, S) -> annotations
+        [fwd h_j ; bwd h_j] (B, S, 2n), zero at padded positions."""
         from nmtkit.models.gru_recurrence import _gates, source_order, step_order
 
         B, S = src.shape
         n = self.hidden_size
         steps = step_order(lens, mask)
-        x = self.inputs(self.embedding_weight.index_select(0, src.reshape(-1)))
+        x = self.inputs(embedding.weight.index_select(0, src.reshape(-1)))
         x = x.view(B, S, 2, 3 * n).permute(2, 1, 0, 3)  # (2, S, B, 3n)
         xs = x.gather(1, steps.expand(-1, -1, -1, 3 * n))
         acc = torch.empty(2, B, 3 * n, dtype=torch.int32)

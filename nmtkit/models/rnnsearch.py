@@ -142,7 +142,7 @@ def encode_bigru(embed: nn.Embedding, rnn: nn.GRU | nn.LSTM, drop: nn.Module, sr
         src, src_lens = append_eos(src, src_lens)
     if isinstance(rnn, Int8BiGRU):  # int8 decoding: the GRU reads the ids (its own int8 embedding rows)
         mask = length_mask(src_lens, src.size(1))
-        return rnn(src, src_lens, mask), mask, None
+        return rnn(embed, src, src_lens, mask), mask, None
     emb = drop(embed(src))
     lens = on_device(src_lens, emb.device)
     mask = length_mask(lens, src.size(1))
@@ -317,7 +317,7 @@ class RNNSearch(Seq2Seq):
     graph_loops_supported = True
     # W_s (once per sentence, its dtype read in init_state) stays float
     int8_linears = ("U_a", "C", "W_in", "W_a", "U_zr", "U", "U_o", "V_o", "C_o", "W_o")
-    int8_encoder = ("encoder", "src_embed")
+    int8_encoder = "encoder"
 
     def int8_stacks(self) -> dict[str, tuple[str | None, tuple[str, ...]]]:
         """A step's products of s_{i-1} ([W_a; U_z; U_r], and U_o with readout "prev") and of

@@ -75,14 +75,22 @@ class Translator:
         if config.threads:  # before "auto" is resolved: on a CPU it may time a product
             torch.set_num_threads(config.threads)
         self.threads = torch.get_num_threads()  # what --workers share
-        self.bundle = bundle = load_bundle(config.models, self.device, fuse_steps=resolve_fuse(config.fuse, self.device))
-        # auto: int8 on CPUs with int8 dot products, else bf16 where faster (GPUs, some CPUs), else fp32
+        # auto: int8 on CPUs with int8 dot products, else bf16 where faster (GPUs, some CPUs), else fp32;
+        # int8 quantises each model as it loads (in place), reading the float weights it replaces
+        # straight from the checkpoint file (load_model)
+        int8 = resolve_decode_precision(self.device.type, config.precision, True) == "int8"
+
+        def quantize(model: Any) -> None:
+            if model.int8_linears or config.precision == "int8":  # explicit int8 without int8 layers: its error
+                quantize_for_decoding(model)
+
+        self.bundle = bundle = load_bundle(config.models, self.device, fuse_steps=resolve_fuse(config.fuse, self.device),
+                                           prepare=quantize if int8 else None)
         self.precision = precision = resolve_decode_precision(
             self.device.type, config.precision, all(m.int8_linears for m in bundle.models))
-        int8 = precision == "int8"
-        if int8:
-            for m in bundle.models:
-                quantize_for_decoding(m)  # in place: the bundle's models become the int8 ones
+        if int8 and precision != "int8":
+            raise ConfigError("--precision auto: some of the ensemble's models have int8 layers and some do not; "
+                              "give --precision fp32 or bf16")
         # a wider beam than the target vocabulary finds nothing more and costs memory and time:
         # every search is capped at max_beam (n-best lists too)
         self.max_beam = n_tgt = len(self.tgt_vocab.itos)
