@@ -36,8 +36,8 @@ attention weights, alpha_i [C h] (one small bmm) and U [r * s] remain. U_o s_{i-
 maxout and W_o run after the loop over all steps. Decoding, which must run them at every step,
 gets [C c_i ; C_o c_i] = sum_j alpha_ij [C h_j ; C_o h_j] from [C; C_o] h_j computed once per
 sentence (`encode_for_steps`), added to [W E y ; V_o E y] in the same batched product; int8
-decoding also runs the products that read the same input as one product each (`int8_stacks`),
-and the encoder as an int8 GRU over the token ids (`int8_encoder`, quantize.Int8BiGRU).
+decoding runs the products of one input as one product each (`int8_stacks`), and the encoder
+as an int8 GRU (`int8_encoder`, quantize.Int8BiGRU).
 """
 from __future__ import annotations
 
@@ -136,11 +136,10 @@ def encode_bigru(embed: nn.Embedding, rnn: nn.GRU | nn.LSTM, drop: nn.Module, sr
 
     S' = S + 1 when `src_eos` appends EOS. Padded positions of the annotations are zero.
     `fuse_steps` runs a bidirectional GRU as gru_recurrence.py's loop of compiled step bodies
-    (no final state returned then, as on the CPU path); LSTMs ignore it.
-    """
+    (no final state returned then, as on the CPU path and in int8); LSTMs ignore it."""
     if src_eos:
         src, src_lens = append_eos(src, src_lens)
-    if isinstance(rnn, Int8BiGRU):  # int8 decoding: the GRU reads the ids (its own int8 embedding rows)
+    if isinstance(rnn, Int8BiGRU):  # int8 decoding (quantize.py): the GRU quantises the rows it looks up
         mask = length_mask(src_lens, src.size(1))
         return rnn(embed, src, src_lens, mask), mask, None
     emb = drop(embed(src))

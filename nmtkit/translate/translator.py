@@ -62,10 +62,8 @@ class Translator:
         (a config is validated once, when it is built)."""
         import torch
 
-        from nmtkit.checkpoint import load_bundle
-        from nmtkit.models.fusion import resolve_fuse
-        from nmtkit.models.precision import FP16_ON_CPU, autocast, resolve_decode_precision
-        from nmtkit.models.quantize import INT8_ON_CUDA, quantize_for_decoding
+        from nmtkit.models.precision import FP16_ON_CPU, autocast
+        from nmtkit.models.quantize import INT8_ON_CUDA
 
         self.config = config
         self.warn = warn or log.warning
@@ -75,22 +73,8 @@ class Translator:
         if config.threads:  # before "auto" is resolved: on a CPU it may time a product
             torch.set_num_threads(config.threads)
         self.threads = torch.get_num_threads()  # what --workers share
-        # auto: int8 on CPUs with int8 dot products, else bf16 where faster (GPUs, some CPUs), else fp32;
-        # int8 quantises each model as it loads (in place), reading the float weights it replaces
-        # straight from the checkpoint file (load_model)
-        int8 = resolve_decode_precision(self.device.type, config.precision, True) == "int8"
-
-        def quantize(model: Any) -> None:
-            if model.int8_linears or config.precision == "int8":  # explicit int8 without int8 layers: its error
-                quantize_for_decoding(model)
-
-        self.bundle = bundle = load_bundle(config.models, self.device, fuse_steps=resolve_fuse(config.fuse, self.device),
-                                           prepare=quantize if int8 else None)
-        self.precision = precision = resolve_decode_precision(
-            self.device.type, config.precision, all(m.int8_linears for m in bundle.models))
-        if int8 and precision != "int8":
-            raise ConfigError("--precision auto: some of the ensemble's models have int8 layers and some do not; "
-                              "give --precision fp32 or bf16")
+        self.bundle, self.precision = bundle, precision = self._load()
+        int8 = precision == "int8"
         # a wider beam than the target vocabulary finds nothing more and costs memory and time:
         # every search is capped at max_beam (n-best lists too)
         self.max_beam = n_tgt = len(self.tgt_vocab.itos)
@@ -119,6 +103,31 @@ class Translator:
         # (int8: float32 activations into the int8 layers, and float32 everywhere else)
         self.autocast = autocast(self.device.type, "fp32" if int8 else precision)
         self.source_name = "<stdin>"
+
+    def _load(self) -> tuple[Any, str]:
+        """(the ModelBundle of config.models, the decoding precision). auto: int8 on CPUs with
+        int8 dot products, else bf16 where faster (GPUs, some CPUs), else fp32. int8 quantises
+        each model as it loads, in place, reading the float weights it replaces straight from the
+        checkpoint file (`load_model`'s prepare)."""
+        from nmtkit.checkpoint import load_bundle
+        from nmtkit.models.fusion import resolve_fuse
+        from nmtkit.models.precision import resolve_decode_precision
+        from nmtkit.models.quantize import quantize_for_decoding
+
+        config, device = self.config, self.device
+        int8 = resolve_decode_precision(device.type, config.precision, True) == "int8"
+
+        def quantize(model: Any) -> None:
+            if model.int8_linears or config.precision == "int8":  # explicit int8 without int8 layers: its error
+                quantize_for_decoding(model)
+
+        bundle = load_bundle(config.models, device, fuse_steps=resolve_fuse(config.fuse, device),
+                             prepare=quantize if int8 else None)
+        precision = resolve_decode_precision(device.type, config.precision, all(m.int8_linears for m in bundle.models))
+        if int8 and precision != "int8":
+            raise ConfigError("--precision auto: some of the ensemble's models have int8 layers and some do not; "
+                              "give --precision fp32 or bf16")
+        return bundle, precision
 
     @property
     def models(self) -> tuple[Any, ...]:
