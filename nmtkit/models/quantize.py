@@ -77,8 +77,8 @@ def int8_columns(weight: Tensor, bias: Tensor | None) -> Int8Rows:
     """A float weight (V, F) and bias (V,) or None -> Int8Rows: int8 with one scale per output
     channel (max |w_v| -> 127), transposed (F, V); the bias in float32."""
     w = weight.detach().float()
-    scale = w.abs().amax(1).clamp_min(1e-30) / 127.0
-    return Int8Rows(torch.round(w / scale[:, None]).to(torch.int8).t().contiguous(), scale,
+    scale = w.abs().amax(1).clamp_min_(1e-30).div_(127.0)
+    return Int8Rows(torch.div(w, scale[:, None]).round_().to(torch.int8).t().contiguous(), scale,
                     bias.detach().float().clone() if bias is not None else None)
 
 
