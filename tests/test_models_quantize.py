@@ -105,6 +105,23 @@ def test_int8_stacks_give_exactly_the_separate_int8_layers_outputs(arch):
         assert torch.equal(a, b)
 
 
+def test_quantising_a_whole_weight_in_blocks_gives_exactly_the_per_row_quantisation():
+    """Weights and embedding tables are quantised block of rows by block at load
+    (`quantize_rows_at_load`): exactly the int8 values and scales a step's `quantize_rows` of
+    the same rows gives, over several blocks, a last partial one, and rows longer than a block."""
+    from nmtkit.models.quantize import _LOAD_BLOCK, int8_columns, quantize_rows, quantize_rows_at_load
+
+    torch.manual_seed(0)
+    for shape in [(3 * _LOAD_BLOCK // 100 + 7, 100), (4, 2 * _LOAD_BLOCK + 1)]:
+        w = torch.randn(*shape) * torch.rand(shape[0], 1) * 4
+        w[1] = 0.0  # an all-zero row keeps its floor scale
+        q, scale = quantize_rows_at_load(w)
+        want_q, want_scale = quantize_rows(w)
+        assert torch.equal(q, want_q) and torch.equal(scale, want_scale)
+        cols = int8_columns(w, None)
+        assert torch.equal(cols.weight_t, want_q.t()) and torch.equal(cols.scale, want_scale.view(-1))
+
+
 def test_the_int8_encoder_gives_the_fp32_grus_annotations_closely_and_each_sentence_its_own():
     """RNNsearch's bidirectional GRU runs in int8 (Int8BiGRU): the annotations stay close to
     nn.GRU's (both directions, every length, zero at padding), and a sentence's annotations are

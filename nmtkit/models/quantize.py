@@ -60,6 +60,23 @@ def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor]:
     return torch.div(x, x_scale).round_().to(torch.int8), x_scale
 
 
+# rows of a weight or embedding quantised at a time when a model is quantised: each block's
+# passes (abs, max, divide, round, cast) then run in the cache instead of streaming the whole
+# tensor through memory five times (rnnsearch-50's 30,000 x 620 embedding: 0.07 -> 0.03 s)
+_LOAD_BLOCK = 1 << 16  # floats
+
+
+def quantize_rows_at_load(x: Tensor) -> tuple[Tensor, Tensor]:
+    """`quantize_rows` of a whole weight or embedding (float32, (N, F)): the same values,
+    computed block of rows by block of rows."""
+    q = torch.empty(x.shape, dtype=torch.int8)
+    scale = torch.empty(x.size(0), 1)
+    step = max(1, _LOAD_BLOCK // max(1, x.size(1)))
+    for i in range(0, x.size(0), step):
+        q[i : i + step], scale[i : i + step] = quantize_rows(x[i : i + step])
+    return q, scale
+
+
 def int8_rows_matmul(xq: Tensor, x_scale: Tensor, rows: Int8Rows) -> Tensor:
     """Rows quantised by `quantize_rows` (int8 (N, F), scales (N, 1)) -> x W^T + b (N, V) float32.
 
@@ -76,10 +93,8 @@ def int8_rows_matmul(xq: Tensor, x_scale: Tensor, rows: Int8Rows) -> Tensor:
 def int8_columns(weight: Tensor, bias: Tensor | None) -> Int8Rows:
     """A float weight (V, F) and bias (V,) or None -> Int8Rows: int8 with one scale per output
     channel (max |w_v| -> 127), transposed (F, V); the bias in float32."""
-    w = weight.detach().float()
-    scale = w.abs().amax(1).clamp_min_(1e-30).div_(127.0)
-    return Int8Rows(torch.div(w, scale[:, None]).round_().to(torch.int8).t().contiguous(), scale,
-                    bias.detach().float().clone() if bias is not None else None)
+    q, scale = quantize_rows_at_load(weight.detach().float())  # a channel's weights are a row
+    return Int8Rows(q.t().contiguous(), scale.view(-1), bias.detach().float().clone() if bias is not None else None)
 
 
 class Int8Linear(nn.Module):
@@ -123,7 +138,7 @@ class Int8Stack(nn.Module):
             bias = torch.cat([layer.bias if layer.bias is not None else torch.zeros_like(layer.scale)
                               for layer in layers])
         self.register_buffer("bias", bias)
-        table, table_scale = (quantize_rows(embedding.weight.detach().float()) if embedding is not None
+        table, table_scale = (quantize_rows_at_load(embedding.weight.detach().float()) if embedding is not None
                               else (None, None))
         self.register_buffer("table", table)
         self.register_buffer("table_scale", table_scale)
