@@ -31,7 +31,7 @@ from nmtkit.models.fusion import step_fn
 
 
 # ---- step bodies (pure; compiled by fusion.step_fn when fused) -------------------------------
-def _gates(x: Tensor, gh: Tensor, b: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def gru_gates(x: Tensor, gh: Tensor, b: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """x, gh (D, B, 3n), b (D, 1, 3n) -> r, z, candidate c, a_n = W_hn h + b_hn (each (D, B, n))."""
     a = gh.to(x.dtype) + b
     r, z = torch.sigmoid(x[..., : 2 * n] + a[..., : 2 * n]).chunk(2, dim=-1)
@@ -45,7 +45,7 @@ def _forward_step(x: Tensor, h: Tensor, h_mm: Tensor, w_t: Tensor, b: Tensor
     dtype), h_mm the same in w_t's dtype, w_t = W_hh^T (D, n, 3n), b = b_hh (D, 1, 3n)
     -> (h_t, h_t in w_t's dtype, gh = W_hh h_{t-1} (D, B, 3n) in w_t's dtype, kept for backward)."""
     gh = torch.bmm(h_mm, w_t)
-    _, z, c, _ = _gates(x, gh, b, h.size(-1))
+    _, z, c, _ = gru_gates(x, gh, b, h.size(-1))
     h_new = c + z * (h - c)
     return h_new, h_new.to(w_t.dtype), gh
 
@@ -61,7 +61,7 @@ def _backward_step(g_out: Tensor, g_z: Tensor, g_mm: Tensor, x: Tensor, h: Tenso
     """
     n = h.size(-1)
     g = g_out + g_z + g_mm.to(g_out.dtype)
-    r, z, c, a_n = _gates(x, gh, b, n)
+    r, z, c, a_n = gru_gates(x, gh, b, n)
     g_pre_n = (g - g * z) * (1 - c * c)  # through c's tanh
     g_pre_r = g_pre_n * a_n * r * (1 - r)
     g_pre_z = g * (h - c) * z * (1 - z)
