@@ -116,8 +116,10 @@ def save_checkpoint(obj: dict[str, Any], path: str | Path) -> None:
     disk raises OSError(ENOSPC) naming `path` and leaves the previous checkpoint as it was)."""
     import torch
 
-    obj = _word_lists(obj, _join)
+    obj = dict(obj)
     obj.setdefault("format_version", CHECKPOINT_FORMAT)
+    if obj["format_version"] != 1:  # a dict that says format 1 is written as format 1 (lists)
+        obj = _word_lists(obj, _join)
     with OutputFile(path, "wb") as out:
         rec = _WriteRecorder(out.file)
         try:

@@ -319,12 +319,14 @@ def test_word_lists_are_one_string_each_on_disk_and_lists_when_loaded(tmp_path):
 
 
 def test_a_format_1_checkpoint_with_word_lists_translates_as_before(ckpt, tmp_path):
-    from nmtkit.checkpoint import load_checkpoint
+    from nmtkit.checkpoint import load_checkpoint, save_checkpoint
 
     old = dict(load_checkpoint(ckpt), format_version=1)  # lists, as format 1 wrote them
     torch.save(old, tmp_path / "v1.pt")
     assert isinstance(torch.load(tmp_path / "v1.pt", weights_only=True)["src_vocab"], list)
     assert _translator(str(tmp_path / "v1.pt")).translate(LINES) == _translator(ckpt).translate(LINES)
+    save_checkpoint(old, tmp_path / "again.pt")  # a file says the layout it has: format 1 keeps its lists
+    assert isinstance(torch.load(tmp_path / "again.pt", weights_only=True)["src_vocab"], list)
 
 
 def test_truncated_checkpoint_is_refused(ckpt, tmp_path):
