@@ -215,6 +215,7 @@ def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
 
     from benchmarks.launches import vocab_size
     from nmtkit.devtools.launches import HostReads
+    from nmtkit.devtools.report import MODES
     from nmtkit.models import fusion
     from nmtkit.models.graphs import captured
     from nmtkit.train import trainer
@@ -252,7 +253,7 @@ def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
     if cuda and not quick:
         _release()
         big = _run_data(workdir / "data-run-50", vocab_size("rnnsearch-50"), 2000)
-        for fuse, graphs in (("off", "on"), ("off", "off"), ("on", "on")):
+        for fuse, graphs in MODES:  # the training table's (fuse, cuda-graphs) modes, in its order
             t0 = time.perf_counter()
             _, speed = _real_run(big, workdir / f"run-50-{fuse}-{graphs}", device, quick, RUN_UPDATES, preset="rnnsearch-50",
                                  fuse=fuse, max_tokens=8000, bleu=0, cuda_graphs=graphs, precision="bf16")
