@@ -309,6 +309,11 @@ def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bo
         src_vocab, tgt_vocab = Vocab(list(first["src_vocab"])), Vocab(list(first["tgt_vocab"]))
     except (KeyError, ValueError, TypeError) as err:
         raise CheckpointError(f"checkpoint has no usable vocabularies ({err})", names[0]) from None
+    for side, vocab in (("src", src_vocab), ("tgt", tgt_vocab)):  # an id past the embedding or the output layer
+        size = first["model_config"].get(f"{side}_vocab_size")
+        if size is not None and size != len(vocab):
+            raise CheckpointError(f"its {side}_vocab has {len(vocab):,} words, but its model was built for {size:,}",
+                                  names[0])
     lexicon = first.get("lexicon")
     # a copy (about a megabyte): a tensor of the memory-mapped file would keep the whole mapping,
     # with the model's pages that load_state_dict read (the model's size again), resident

@@ -275,6 +275,9 @@ def test_an_int8_model_quantised_from_the_mapped_file_keeps_nothing_of_the_file(
     ("pipeline", None, "checkpoint has no text pipeline"),
     ("pipeline", {"no_such_setting": 1}, "cannot rebuild the text pipeline"),
     ("tgt_vocab", None, "checkpoint has no usable vocabularies"),
+    ("tgt_vocab", ["<pad>", "<unk>", "<s>", "</s>", "le"], "its tgt_vocab has 5 words, but its model was built for"),
+    ("src_vocab", ["<pad>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(996)],
+     "its src_vocab has 1,000 words, but its model was built for"),
 ])
 def test_a_checkpoint_without_a_usable_pipeline_or_vocabulary_is_refused_naming_it(ckpt, tmp_path, field, value,
                                                                                    needle):
