@@ -288,6 +288,29 @@ def _pipeline_of(ckpt: dict[str, Any], path: str) -> TextPipeline:
         raise CheckpointError(f"cannot rebuild the text pipeline: {err}", path) from None
 
 
+def _lexicon_of(ckpt: dict[str, Any], n_src: int, n_tgt: int, path: str) -> Any:
+    """The checkpoint's lexicon (nmtkit.decode.shortlist), None where it has none. A copy (about
+    a megabyte): a tensor of the memory-mapped file would keep the whole mapping, with the
+    model's pages that load_state_dict read (the model's size again), resident. One that does
+    not fit the vocabularies is a CheckpointError: the shortlists would quietly drop its rows
+    and clip its ids, and every translation would change."""
+    import torch
+
+    lex = ckpt.get("lexicon")
+    if lex is None:
+        return None
+    integer = isinstance(lex, torch.Tensor) and not lex.is_floating_point() and not lex.is_complex() \
+        and lex.dtype != torch.bool
+    if integer and lex.dim() == 2 and lex.size(0) == n_src and (
+            lex.numel() == 0 or (int(lex.min()) >= 0 and int(lex.max()) < n_tgt)):
+        return lex.clone()
+    found = f"{tuple(lex.shape)} {lex.dtype}" if isinstance(lex, torch.Tensor) else type(lex).__name__
+    if integer and lex.numel():
+        found += f", ids {int(lex.min()):,} to {int(lex.max()):,}"
+    raise CheckpointError(f"its lexicon does not fit its vocabularies: {found}, where ({n_src:,}, k) integer "
+                          f"target ids below {n_tgt:,} were expected", path)
+
+
 def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bool = False,
                 prepare: Callable[[Any], Any] | None = None) -> ModelBundle:
     """The models of `paths` on `device` (`fuse_steps` as in `build_model`, `prepare` as in
@@ -295,8 +318,6 @@ def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bo
     checkpoint's vocabularies, text pipeline and lexicon. Several paths must be compatible as an
     ensemble (`nmtkit.decode.ensemble.check_compatible`); a missing or broken checkpoint, or
     one that cannot join the others, is a CheckpointError naming its file."""
-    import torch
-
     from nmtkit.decode.ensemble import check_compatible
     from nmtkit.text.vocab import Vocab
 
@@ -314,12 +335,8 @@ def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bo
         if size is not None and size != len(vocab):
             raise CheckpointError(f"its {side}_vocab has {len(vocab):,} words, but its model was built for {size:,}",
                                   names[0])
-    lexicon = first.get("lexicon")
-    # a copy (about a megabyte): a tensor of the memory-mapped file would keep the whole mapping,
-    # with the model's pages that load_state_dict read (the model's size again), resident
-    lexicon = lexicon.clone() if isinstance(lexicon, torch.Tensor) else None
     return ModelBundle(
         paths=names, models=tuple(model for model, _ in loaded), src_vocab=src_vocab, tgt_vocab=tgt_vocab,
         pipeline=_pipeline_of(first, names[0]), arch=first.get("arch"), src_lang=first.get("src_lang"),
-        tgt_lang=first.get("tgt_lang"), lexicon=lexicon,
+        tgt_lang=first.get("tgt_lang"), lexicon=_lexicon_of(first, len(src_vocab), len(tgt_vocab), names[0]),
         trained_max_len=trained_max_len(first))

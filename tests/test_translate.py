@@ -23,7 +23,7 @@ from nmtkit.translate import (
     soft_alignment,
     subword_words,
 )
-from tests.conftest import TGT_WORDS, make_checkpoint, tiny_model
+from tests.conftest import SPECIALS, SRC_WORDS, TGT_WORDS, make_checkpoint, tiny_model
 
 CKPT_SEED = 1  # the `ckpt` fixture's model: one that emits no <unk> on these lines
 LINES = [
@@ -215,7 +215,7 @@ def test_a_loaded_bundle_holds_the_first_checkpoints_vocabularies_pipeline_and_m
     from nmtkit.text.pipeline import TextPipeline
     from nmtkit.text.vocab import Vocab
 
-    lexicon = torch.zeros((4, 2), dtype=torch.int32)
+    lexicon = torch.zeros((len(SPECIALS) + len(SRC_WORDS), 2), dtype=torch.int32)  # a row per source word
     other = str(make_checkpoint(tmp_path / "other.pt", seed=2, lexicon=lexicon))
     bundle = load_bundle([other, ckpt])
     assert isinstance(bundle, ModelBundle) and bundle.paths == (other, ckpt) and len(bundle.models) == 2
@@ -236,10 +236,12 @@ def test_a_loaded_bundle_leaves_its_checkpoint_file_unmapped(tmp_path):
 
     from nmtkit.checkpoint import load_bundle
 
-    path = str(make_checkpoint(tmp_path / "lex.pt", lexicon=torch.arange(8, dtype=torch.int32).view(4, 2)))
+    rows = len(SPECIALS) + len(SRC_WORDS)
+    lexicon = torch.arange(2 * rows, dtype=torch.int32).view(rows, 2) % (len(SPECIALS) + len(TGT_WORDS))
+    path = str(make_checkpoint(tmp_path / "lex.pt", lexicon=lexicon))
     bundle = load_bundle([path])
     gc.collect()
-    assert bundle.lexicon is not None and bundle.lexicon.sum() == 28
+    assert bundle.lexicon is not None and torch.equal(bundle.lexicon, lexicon)
     with open("/proc/self/maps") as maps:
         assert path not in maps.read()
 
@@ -278,12 +280,22 @@ def test_an_int8_model_quantised_from_the_mapped_file_keeps_nothing_of_the_file(
     ("tgt_vocab", ["<pad>", "<unk>", "<s>", "</s>", "le"], "its tgt_vocab has 5 words, but its model was built for"),
     ("src_vocab", ["<pad>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(996)],
      "its src_vocab has 1,000 words, but its model was built for"),
+    ("lexicon", "ids", r"its lexicon does not fit its vocabularies: \(\d+, 3\) torch.int32, ids 0 to 1,000,000"),
+    ("lexicon", "rows", r"its lexicon does not fit its vocabularies: \(2, 3\) torch.int32"),
+    ("lexicon", "floats", r"its lexicon does not fit its vocabularies: \(\d+, 3\) torch.float32"),
+    ("lexicon", "text", "its lexicon does not fit its vocabularies: str"),
 ])
-def test_a_checkpoint_without_a_usable_pipeline_or_vocabulary_is_refused_naming_it(ckpt, tmp_path, field, value,
+def test_a_checkpoint_without_a_usable_pipeline_vocabulary_or_lexicon_is_refused_naming_it(ckpt, tmp_path, field, value,
                                                                                    needle):
     from nmtkit.checkpoint import load_checkpoint, save_checkpoint
 
-    broken = dict(load_checkpoint(ckpt), **{field: value})
+    good = load_checkpoint(ckpt)
+    if field == "lexicon":  # one that would quietly change every shortlist: ids past the vocabulary, rows
+        n = len(good["src_vocab"])  # missing, ids as floats, not a tensor
+        lex = torch.zeros(n, 3, dtype=torch.int32)
+        value = {"ids": lex.index_fill(1, torch.tensor([2]), 10**6), "rows": lex[:2], "floats": lex.float(),
+                 "text": "ids"}[value]
+    broken = dict(good, **{field: value})
     p = tmp_path / "broken.pt"
     save_checkpoint(broken, p)
     with pytest.raises(CheckpointError, match=needle) as err:
