@@ -434,3 +434,17 @@ def test_unwritable_dest_is_one_clean_error(corpus):
     blocker.write_text("not a directory")
     proc = run_cli(["preprocess", *_base_args(corpus, blocker / "d")])
     _assert_clean_failure(proc, "cannot create the data directory")
+
+
+def test_bpe_on_a_corpus_where_no_pair_repeats_learns_no_merges_and_splits_into_characters(tmp_path):
+    """subword-nmt cannot load codes without merges (it printed its error and exited the
+    command); such codes now segment every word into characters, and the summary says how
+    many merges were learned."""
+    en, fr = ["ab"], ["cd"]
+    train, valid = _write(tmp_path / "train", en, fr), _write(tmp_path / "valid", en, fr)
+    r = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", train, "--valid", valid,
+                 "--bpe", "100", "--dest", str(tmp_path / "d")])
+    assert r.code == 0, r.err
+    assert "BPE 0 of 100 merges" in r.out + r.err
+    p = TextPipeline.from_dict(json.loads((tmp_path / "d" / "manifest.json").read_text())["pipeline"])
+    assert p.encode("ab", "src") == ["a@@", "b"]

@@ -66,3 +66,44 @@ def test_dev_bleu_fallback_decoder_joins_bpe_like_join_bpe():
 
     decode = _pipeline_decoder({"not_a_pipeline_field": 1})
     assert decode(["lo@@", "wer", "is", "wi@@", "de@@"]) == "lower is wide"
+
+
+def test_codes_without_merges_split_words_into_characters_as_subword_nmt_would():
+    """A corpus where no pair repeats learns no merges; subword-nmt cannot load such codes (it
+    exits), so `Bpe` splits every word into its characters, as subword-nmt does with a merge that
+    never applies."""
+    import io
+
+    from subword_nmt.apply_bpe import BPE
+
+    codes = learn_codes(Counter({"ab": 1, "cd": 1}), 100, min_frequency=2)
+    assert count_merges(codes) == 0
+    words = ["abc", "a", "déjà", "x-y"]
+    never = BPE(io.StringIO(codes + "\ue000 \ue001\n"))  # one merge of characters none of the words has
+    assert Bpe(codes).apply(words) == never.segment_tokens(words) == ["a@@", "b@@", "c", "a", "d@@", "é@@", "j@@",
+                                                                      "à", "x@@", "-@@", "y"]
+
+
+@pytest.mark.parametrize("codes", [
+    "#version: 0.2\na b\nab c\n", "a b\n", " a b \r\nc d\n", "#version: 0.2\na b\nc\n", "a b\nc d e\n",
+    "a b\n\nc d\n", "#version: x\na b\n", "a\tb\n", "#version: 0.2\na  b\n",
+])
+def test_check_codes_refuses_exactly_the_codes_subword_nmt_cannot_load(codes, capsys):
+    """check_codes says why, with the line; subword-nmt would print it and exit the process."""
+    import io
+
+    from subword_nmt.apply_bpe import BPE
+
+    from nmtkit.text.bpe import check_codes
+
+    try:
+        BPE(io.StringIO(codes))
+        loads = True
+    except (SystemExit, ValueError):
+        loads = False
+    capsys.readouterr()
+    if loads:
+        check_codes(codes)
+    else:
+        with pytest.raises(ValueError, match=r"line \d+ is not"):
+            check_codes(codes)

@@ -54,7 +54,14 @@ def _summary(console, manifest: dict) -> None:
     console.print("dropped from train: " + (", ".join(f"{r} {n:,}" for r, n in dropped.items() if n) or "nothing"))
     v = manifest["vocab"]
     bpe = manifest["pipeline"].get("bpe")
-    kind = f"BPE {bpe['merges']} merges, {'joint' if bpe['joint'] else 'separate'}" if bpe else "words"
+    if bpe:
+        from nmtkit.text.bpe import count_merges
+
+        learned = min(count_merges(c) for c in ([bpe["codes"]] if isinstance(bpe["codes"], str) else bpe["codes"].values()))
+        merges = f"{bpe['merges']:,}" if learned == bpe["merges"] else f"{learned:,} of {bpe['merges']:,}"
+        kind = f"BPE {merges} merges, {'joint' if bpe['joint'] else 'separate'}"
+    else:
+        kind = "words"
     console.print(f"vocabularies ({kind}): {v['src']} {v['src_size']:,}, {v['tgt']} {v['tgt_size']:,} entries")
 
 

@@ -43,6 +43,25 @@ def learn_codes(word_counts: Counter, merges: int, min_frequency: int = 2) -> st
     return out.getvalue()
 
 
+def check_codes(codes: str) -> None:
+    """A ValueError naming the first line of `codes` that subword-nmt cannot read (it would print
+    it and exit the process): an optional "#version: X.Y" line, then one merge a line, two units
+    separated by one space."""
+    import re
+
+    body, line = codes, 1
+    if body.startswith("#version:"):
+        first, _, body = body.partition("\n")
+        if not re.fullmatch(r"#version:\s*\d+(\.\d+)*\s*", first):
+            raise ValueError(f"line 1 is not a version: {first[:60]!r}")
+        line = 2
+    body = body.rstrip("\n")  # none left: no merges (`Bpe` splits words into characters)
+    bad = body and re.search(r"^(?! *[^ \r\n]+ [^ \r\n]+[ \r]*$).*$", body, re.MULTILINE)
+    if bad:
+        line += body.count("\n", 0, bad.start())
+        raise ValueError(f"line {line} is not two units separated by a space: {bad.group()[:60]!r}")
+
+
 def count_merges(codes: str) -> int:
     """Number of merge operations in a codes text."""
     return sum(1 for line in codes.splitlines() if line and not line.startswith("#version"))
@@ -54,8 +73,11 @@ class Bpe:
     def __init__(self, codes: str, vocab: Iterable[str] | None = None, separator: str = SEPARATOR):
         from subword_nmt.apply_bpe import BPE
 
-        self.codes = codes
-        self._bpe = BPE(io.StringIO(codes), separator=separator, vocab=set(vocab) if vocab is not None else None)
+        self.codes, self.separator = codes, separator
+        # codes without merges (learned from a corpus where no pair of symbols repeats) split every
+        # word into its characters, which subword-nmt cannot load (it prints an error and exits)
+        self._bpe = BPE(io.StringIO(codes), separator=separator, vocab=set(vocab) if vocab is not None else None) \
+            if count_merges(codes) else None
         # word -> its pieces: grows with the number of distinct words, like subword-nmt's own
         # cache, but skips subword-nmt's per-word call overhead on the (frequent) repeats.
         self._pieces: dict[str, tuple[str, ...]] = {}
@@ -67,7 +89,8 @@ class Bpe:
         for word in tokens:
             pieces = cache.get(word)
             if pieces is None:
-                pieces = cache[word] = tuple(self._bpe.segment_tokens([word]))
+                pieces = cache[word] = tuple(self._bpe.segment_tokens([word]) if self._bpe is not None
+                                             else [c + self.separator for c in word[:-1]] + [word[-1:]])
             out.extend(pieces)
         return out
 
