@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from nmtkit.errors import CheckpointError
+from nmtkit.errors import CheckpointError, ConfigError
 from nmtkit.outputs import OutputFile
 
 if TYPE_CHECKING:
@@ -284,6 +284,8 @@ def _pipeline_of(ckpt: dict[str, Any], path: str) -> TextPipeline:
         raise CheckpointError("checkpoint has no text pipeline", path)
     try:
         return TextPipeline.from_dict(d)
+    except ConfigError as err:  # a setting of the wrong type or value, named
+        raise CheckpointError(str(err), path) from None
     except Exception as err:  # noqa: BLE001 - a foreign/old pipeline dict
         raise CheckpointError(f"cannot rebuild the text pipeline: {err}", path) from None
 

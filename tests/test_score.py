@@ -549,3 +549,24 @@ def test_score_does_not_import_torch(files, tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["systems"][0]["name"] == "hyp.fr"
+
+
+def test_a_damaged_pipeline_in_a_checkpoint_or_data_dir_is_one_error_naming_its_file(tmp_path):
+    """score's --model and --data read the recorded pipeline: a setting of the wrong type is a
+    one-line error naming the checkpoint or the manifest, not a traceback at the first line."""
+    from nmtkit.checkpoint import load_checkpoint, save_checkpoint
+    from nmtkit.errors import CheckpointError
+    from tests.conftest import make_checkpoint
+
+    ckpt = make_checkpoint(tmp_path / "m.pt")
+    damaged = load_checkpoint(ckpt)
+    damaged["pipeline"] = dict(damaged["pipeline"], lowercase="yes")
+    save_checkpoint(damaged, tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError, match=r"bad\.pt: text pipeline setting lowercase is 'yes'"):
+        S.model_text_from_checkpoint(tmp_path / "bad.pt")
+    data = make_data_dir(tmp_path / "data", n_train=8, n_valid=4)
+    manifest = json.loads((data / "manifest.json").read_text())
+    manifest["pipeline"]["lowercase"] = "no"
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match=r"manifest\.json: text pipeline setting lowercase is 'no'"):
+        S.model_text_from_data_dir(data)

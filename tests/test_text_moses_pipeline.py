@@ -132,3 +132,24 @@ def test_truecaser_learns_the_usual_case_and_detruecase_capitalises_sentence_sta
     p = TextPipeline("en", "fr", truecase={"src": forms, "tgt": forms})
     assert p.encode("The cat saw Paris.", "src") == ["the", "cat", "saw", "Paris", "."]
     assert p.decode(["the", "cat", "saw", "Paris", "."], "src") == "The cat saw Paris."
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"src_lang": 42}, "setting src_lang is 42, not a language code"),
+    ({"lowercase": "yes"}, "setting lowercase is 'yes', not true or false"),
+    ({"truecase": {"src": 5, "tgt": ["a"]}}, "setting truecase is .*, not a list of words for each side"),
+    ({"truecase": "Paris"}, "setting truecase is 'Paris', not a list of words"),
+    ({"bpe": {"joint": True, "codes": 5}}, "setting bpe is .*, not BPE codes for each side"),
+    ({"bpe": {"joint": True, "codes": "#version: 0.2\na b\nfoo\n"}}, r"BPE codes: line 3 is not two units .*'foo'"),
+    ({"bpe": {"joint": False, "codes": {"src": "a b\n", "tgt": "a b c\n"}}}, "BPE codes: line 1 is not two units"),
+    ({"bpe": {"joint": True, "codes": "a b\n", "vocab": {"src": "a", "tgt": ["a"]}}}, "setting bpe is"),
+    ({"protected_patterns": ["(unclosed"]}, r"protected pattern '\(unclosed' does not compile"),
+    ({"version": "1"}, "version '1' is not a number"),
+])
+def test_a_damaged_pipeline_setting_is_refused_when_read_naming_the_setting(change, needle):
+    """A pipeline read from a file (a checkpoint, a manifest) with a setting of the wrong type or
+    unreadable BPE codes fails when it is read, in one line, not at the first line it encodes
+    (a traceback, or subword-nmt exiting the process)."""
+    d = dict(TextPipeline("en", "fr").to_dict(), **change)
+    with pytest.raises(ConfigError, match=needle):
+        TextPipeline.from_dict(d)

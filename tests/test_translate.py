@@ -275,7 +275,9 @@ def test_an_int8_model_quantised_from_the_mapped_file_keeps_nothing_of_the_file(
 
 @pytest.mark.parametrize("field, value, needle", [
     ("pipeline", None, "checkpoint has no text pipeline"),
-    ("pipeline", {"no_such_setting": 1}, "cannot rebuild the text pipeline"),
+    ("pipeline", {"no_such_setting": 1}, "unknown text pipeline keys"),
+    ("pipeline", {"src_lang": "en", "tgt_lang": "fr", "truecase": {"src": 5, "tgt": 6}},
+     "text pipeline setting truecase is"),
     ("tgt_vocab", None, "checkpoint has no usable vocabularies"),
     ("tgt_vocab", ["<pad>", "<unk>", "<s>", "</s>", "le"], "its tgt_vocab has 5 words, but its model was built for"),
     ("src_vocab", ["<pad>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(996)],

@@ -91,6 +91,8 @@ def model_text_from_checkpoint(path: str | Path) -> ModelText:
         return _pipeline_text(ckpt["pipeline"], ckpt["src_vocab"], ckpt["tgt_vocab"], str(path))
     except KeyError as err:
         raise CheckpointError(f"checkpoint lacks field {err}", str(path)) from None
+    except ConfigError as err:  # a damaged pipeline setting, named
+        raise CheckpointError(str(err), str(path)) from None
 
 
 def model_text_from_data_dir(data_dir: str | Path) -> ModelText:
@@ -100,7 +102,10 @@ def model_text_from_data_dir(data_dir: str | Path) -> ModelText:
     m = read_manifest(data_dir)
     if "pipeline" not in m.manifest:
         raise InputError("manifest lacks field 'pipeline'", str(m.file))
-    return _pipeline_text(m.pipeline, m.src_vocab.itos, m.tgt_vocab.itos, str(data_dir))
+    try:
+        return _pipeline_text(m.pipeline, m.src_vocab.itos, m.tgt_vocab.itos, str(data_dir))
+    except ConfigError as err:  # a damaged pipeline setting, named
+        raise InputError(str(err), str(m.file)) from None
 
 
 # --------------------------------------------------------------------------------------------
