@@ -470,3 +470,20 @@ def test_cpu_batches_are_capped_in_padded_source_tokens_unless_a_budget_is_given
     from nmtkit.translate.config import batch_token_cap
 
     assert batch_token_cap(None, "cuda") is None and batch_token_cap(500, "cuda") == 500
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_a_checkpoint_with_a_nan_or_infinite_weight_is_refused_naming_the_tensor(ckpt, tmp_path, value):
+    """One such weight made every score it touches NaN, and the search returned empty translations
+    without a warning."""
+    from nmtkit.checkpoint import load_checkpoint, save_checkpoint
+
+    broken = load_checkpoint(ckpt)
+    name = next(k for k, t in broken["model_state"].items() if t.dim() == 2)
+    weight = broken["model_state"][name].clone()
+    weight[0, 0] = value
+    broken["model_state"] = dict(broken["model_state"], **{name: weight})
+    p = tmp_path / "broken.pt"
+    save_checkpoint(broken, p)
+    with pytest.raises(CheckpointError, match=rf"broken\.pt: its model has weights that are NaN or infinite \(in {name}\)"):
+        _translator(str(p))
