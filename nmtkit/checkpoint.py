@@ -166,7 +166,7 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = Fa
         raise CheckpointError("not an nmtkit checkpoint (no format_version)", str(path))
     if obj["format_version"] not in READABLE_FORMATS:
         raise CheckpointError(
-            f"checkpoint format version {obj['format_version']} is not supported "
+            f"checkpoint format version {obj['format_version']!r} is not supported "
             f"(this nmtkit reads versions {', '.join(map(str, READABLE_FORMATS))})",
             str(path),
         )
@@ -218,12 +218,16 @@ def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False,
 
     ckpt = load_checkpoint(path, map_location="cpu", mmap=True)
     try:
+        config, state = ckpt["model_config"], ckpt["model_state"]
+        if not isinstance(config, dict) or not isinstance(state, dict):
+            raise CheckpointError("its model_config and model_state are not both mappings", str(path))
         # no random initialisation for the strict load to overwrite
         with uninitialised():
-            model = build_model(ckpt["arch"], ckpt["model_config"], fuse_steps=fuse_steps)
-        state = ckpt["model_state"]
+            model = build_model(ckpt["arch"], config, fuse_steps=fuse_steps)
     except KeyError as err:
         raise CheckpointError(f"checkpoint lacks field {err}", str(path)) from None
+    except ConfigError as err:  # an unknown architecture, a config key or value it does not take
+        raise CheckpointError(str(err), str(path)) from None
     try:
         model.load_state_dict(state, assign=prepare is not None)
     except RuntimeError as err:  # the model's tensors disagree with its config: missing, extra or resized

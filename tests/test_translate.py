@@ -286,8 +286,13 @@ def test_an_int8_model_quantised_from_the_mapped_file_keeps_nothing_of_the_file(
     ("lexicon", "rows", r"its lexicon does not fit its vocabularies: \(2, 3\) torch.int32"),
     ("lexicon", "floats", r"its lexicon does not fit its vocabularies: \(\d+, 3\) torch.float32"),
     ("lexicon", "text", "its lexicon does not fit its vocabularies: str"),
+    ("model_config", [1, 2], "its model_config and model_state are not both mappings"),
+    ("model_state", "weights", "its model_config and model_state are not both mappings"),
+    ("model_config", "extra key", r"unknown rnnsearch config keys \['bogus'\]"),
+    ("arch", "transformer", "unknown architecture 'transformer'"),
+    ("format_version", "2", "checkpoint format version '2' is not supported"),
 ])
-def test_a_checkpoint_without_a_usable_pipeline_vocabulary_or_lexicon_is_refused_naming_it(ckpt, tmp_path, field, value,
+def test_a_damaged_checkpoint_field_is_refused_in_one_error_naming_the_file(ckpt, tmp_path, field, value,
                                                                                    needle):
     from nmtkit.checkpoint import load_checkpoint, save_checkpoint
 
@@ -297,6 +302,8 @@ def test_a_checkpoint_without_a_usable_pipeline_vocabulary_or_lexicon_is_refused
         lex = torch.zeros(n, 3, dtype=torch.int32)
         value = {"ids": lex.index_fill(1, torch.tensor([2]), 10**6), "rows": lex[:2], "floats": lex.float(),
                  "text": "ids"}[value]
+    if value == "extra key":
+        value = dict(good["model_config"], bogus=1)
     broken = dict(good, **{field: value})
     p = tmp_path / "broken.pt"
     save_checkpoint(broken, p)
