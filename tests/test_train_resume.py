@@ -171,3 +171,26 @@ def test_resume_reads_the_lexicon_back_instead_of_rebuilding_it(data_dir, tmp_pa
     monkeypatch.setattr(sl, "build_lexicon", lambda *a, **k: built.append(1) or real(*a, **k))
     run_training(data_dir, run, opts.replace(max_updates=9), tiny_overrides(), resume=True)
     assert built == [1] and torch.equal(load_checkpoint(run / "checkpoint_last.pt")["lexicon"], first)
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("model_config", [1], "its model_config is missing or not a mapping: it cannot be resumed"),
+    ("optimizer_state", "adam", "its optimizer_state is missing or not a mapping"),
+    ("trainer", 5, "its trainer is missing or not a mapping"),
+    ("optimizer_state", {"state": {}, "param_groups": []}, r"its training state cannot be restored \(loaded state dict"),
+    ("trainer", {"bogus": 1}, r"its training state cannot be restored \(.*'bogus'"),
+])
+def test_resuming_a_damaged_checkpoint_is_one_error_naming_it_and_keeps_it(data_dir, tmp_path, field, value, needle):
+    """A damaged training state failed as a traceback deep in the restore; the checkpoint stays
+    as it was, so nothing of the run is lost."""
+    from nmtkit.checkpoint import save_checkpoint
+
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=2, valid_every=100, valid_bleu_samples=0)
+    run_training(data_dir, run, opts, tiny_overrides())
+    last = run / "checkpoint_last.pt"
+    save_checkpoint(dict(load_checkpoint(last), **{field: value}), last)
+    before = last.read_bytes()
+    with pytest.raises(CheckpointError, match=needle) as err:
+        run_training(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
+    assert str(last) in str(err.value) and last.read_bytes() == before

@@ -18,7 +18,7 @@ from torch import nn
 
 from nmtkit.data.batching import BatchingConfig, epoch_batches, keep_pairs, over_budget
 from nmtkit.devices import PRECISIONS, resolve_device, threads_per_process
-from nmtkit.errors import ConfigError, InputError
+from nmtkit.errors import CheckpointError, ConfigError, InputError
 from nmtkit.models.fusion import resolve_fuse
 from nmtkit.models.graphs import resolve_cuda_graphs
 from nmtkit.models.precision import FP16_ON_CPU, resolve_precision, set_tf32
@@ -29,6 +29,7 @@ from nmtkit.train.data import DataDir
 from nmtkit.train.events import Callbacks
 from nmtkit.train.optim import LRSchedule, build_optimizer
 from nmtkit.train.rng import restore_rng
+from nmtkit.train.run_files import LAST
 from nmtkit.train.state import TrainState
 
 log = logging.getLogger("nmtkit.train")
@@ -146,14 +147,19 @@ class TrainContext:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
 
     def _load_resume(self, ckpt: dict[str, Any]) -> None:
-        self.model.load_state_dict(ckpt["model_state"])
-        self.optimizer.load_state_dict(ckpt["optimizer_state"])
-        self.schedule.load_state_dict(ckpt["schedule_state"])
-        if self.scaler is not None and ckpt.get("scaler_state"):
-            self.scaler.load_state_dict(ckpt["scaler_state"])
-        tr = dict(ckpt["trainer"])
-        tr.pop("world_size", None)
-        self.state = TrainState(**tr)
+        try:
+            self.model.load_state_dict(ckpt["model_state"])
+            self.optimizer.load_state_dict(ckpt["optimizer_state"])
+            self.schedule.load_state_dict(ckpt["schedule_state"])
+            if self.scaler is not None and ckpt.get("scaler_state"):
+                self.scaler.load_state_dict(ckpt["scaler_state"])
+            tr = dict(ckpt["trainer"])
+            tr.pop("world_size", None)
+            self.state = TrainState(**tr)
+        except (KeyError, TypeError, ValueError, RuntimeError) as err:  # a damaged training state
+            msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise CheckpointError(f"its training state cannot be restored ({msg}): it cannot be resumed",
+                                  str(self.run_dir / LAST)) from None
         lexicon = ckpt.get("lexicon")
         self.resumed_lexicon = lexicon if isinstance(lexicon, torch.Tensor) else None
         restore_rng(ckpt.get("rng") or {}, self.dist.rank, self.cfg.seed, self.state.update, self.device)

@@ -113,6 +113,9 @@ def resume_config(ckpt: dict[str, Any], options: TrainOptions) -> TrainConfig:
 def _resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Path, options: TrainOptions,
                      model: ModelOverrides) -> tuple[TrainConfig, str, dict[str, Any]]:
     """The run's configs from its checkpoint, with the options that may change on resume changed."""
+    for name in ("train_config", "model_config", "model_state", "optimizer_state", "schedule_state", "trainer"):
+        if not isinstance(ckpt.get(name), dict):  # a damaged checkpoint, before anything is written
+            raise CheckpointError(f"its {name} is missing or not a mapping: it cannot be resumed", str(save_dir / LAST))
     cfg = resume_config(ckpt, options)
     arch, model_config = ckpt["arch"], dict(ckpt["model_config"])
     for name, value in model.given().items():
