@@ -118,7 +118,7 @@ def average_checkpoints(paths: Sequence[str | Path], progress: Callable[[str], N
     copied)."""
     import torch
 
-    from nmtkit.checkpoint import load_checkpoint, make_checkpoint
+    from nmtkit.checkpoint import check_finite, load_checkpoint, make_checkpoint
 
     paths = [str(p) for p in paths]
     first_path, first = paths[0], None
@@ -130,6 +130,10 @@ def average_checkpoints(paths: Sequence[str | Path], progress: Callable[[str], N
         for key in ("arch", "model_config", "model_state"):
             if key not in ckpt:
                 raise CheckpointError(f"checkpoint lacks field '{key}'", path)
+        if not isinstance(ckpt["model_config"], dict) or not isinstance(ckpt["model_state"], dict) or not all(
+                isinstance(t, torch.Tensor) for t in ckpt["model_state"].values()):
+            raise CheckpointError("its model_config and model_state are not both mappings (of tensors)", path)
+        check_finite(ckpt["model_state"], path)  # one NaN would make that weight NaN in the mean
         if first is None:
             first = ckpt
             sums = {k: (t.to(torch.float64) if t.is_floating_point() else t.clone())

@@ -233,7 +233,7 @@ def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False,
     except RuntimeError as err:  # the model's tensors disagree with its config: missing, extra or resized
         detail = "; ".join(line.strip() for line in str(err).splitlines()[1:] if line.strip())
         raise CheckpointError(f"the model's tensors do not fit its config: {detail}", str(path)) from None
-    _check_finite(state, str(path))
+    check_finite(state, str(path))
     model.eval()
     if prepare is not None:
         prepare(model)
@@ -243,7 +243,7 @@ def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False,
     return model, ckpt
 
 
-def _check_finite(state: dict[str, Any], path: str) -> None:
+def check_finite(state: dict[str, Any], path: str) -> None:
     """A CheckpointError naming the float tensors of `state` that hold a NaN or an infinity: one
     such weight turns every score it touches into NaN, and the search then returns empty
     translations without a word of warning. A sum per tensor finds them (NaN and infinities
@@ -256,7 +256,7 @@ def _check_finite(state: dict[str, Any], path: str) -> None:
     if bad:
         more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
         raise CheckpointError(f"its model has weights that are NaN or infinite (in {', '.join(bad[:3])}{more}): "
-                              "it cannot translate", path)
+                              "their mean and any translation would be NaN", path)
 
 
 def _copy_tensors_of(model: Any, storages: set[int]) -> None:

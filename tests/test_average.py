@@ -160,6 +160,14 @@ def _changed(tmp_path: Path, name: str, how: str) -> Path:
         make_checkpoint(p, seed=2, pipeline=TextPipeline("en", "fr", lowercase=True))
     elif how == "arch":
         make_checkpoint(p, seed=2, arch="rnnencdec")
+    elif how in ("nan", "config-list"):  # a damaged file: a weight that is NaN, a config that is not a mapping
+        ckpt = load_checkpoint(make_checkpoint(p, seed=2))
+        if how == "nan":
+            k = next(k for k, t in ckpt["model_state"].items() if t.is_floating_point())
+            ckpt["model_state"][k] = ckpt["model_state"][k].clone().fill_(float("nan"))
+        else:
+            ckpt["model_config"] = [1, 2]
+        save_checkpoint(ckpt, p)
     return p
 
 
@@ -169,6 +177,8 @@ def _changed(tmp_path: Path, name: str, how: str) -> Path:
     ("vocab", "tgt vocabulary differs"),
     ("pipeline", "text pipeline"),
     ("arch", "architecture rnnencdec differs"),
+    ("nan", "its model has weights that are NaN or infinite"),
+    ("config-list", "its model_config and model_state are not both mappings"),
 ])
 def test_incompatible_checkpoints_are_refused_with_one_line_naming_the_file(tmp_path, how, needle):
     a = make_checkpoint(tmp_path / "a.pt", seed=1)
