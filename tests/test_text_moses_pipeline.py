@@ -144,6 +144,7 @@ def test_truecaser_learns_the_usual_case_and_detruecase_capitalises_sentence_sta
     ({"bpe": {"joint": False, "codes": {"src": "a b\n", "tgt": "a b c\n"}}}, "BPE codes: line 1 is not two units"),
     ({"bpe": {"joint": True, "codes": "a b\n", "vocab": {"src": "a", "tgt": ["a"]}}}, "setting bpe is"),
     ({"protected_patterns": ["(unclosed"]}, r"protected pattern '\(unclosed' does not compile"),
+    ({"protected_patterns": "https?://\\S+"}, "setting protected_patterns is .*, not a list of regular expressions"),
     ({"version": "1"}, "version '1' is not a number"),
 ])
 def test_a_damaged_pipeline_setting_is_refused_when_read_naming_the_setting(change, needle):

@@ -81,10 +81,12 @@ def _check_read(d: dict[str, Any]) -> None:
             except ValueError as err:
                 raise ConfigError(f"the text pipeline's BPE codes: {err}") from None
     patterns = d.get("protected_patterns") or ()
-    for pattern in patterns if isinstance(patterns, (list, tuple)) else [patterns]:
+    if not (isinstance(patterns, (list, tuple)) and all(isinstance(p, str) for p in patterns)):
+        bad("protected_patterns", "a list of regular expressions")
+    for pattern in patterns:
         try:
             re.compile(pattern, re.IGNORECASE)  # as the tokeniser compiles them
-        except (re.error, TypeError) as err:
+        except re.error as err:
             raise ConfigError(f"text pipeline protected pattern {pattern!r:.60} does not compile: {err}") from None
 
 
