@@ -422,12 +422,28 @@ def test_no_unk_with_a_data_dir_written_by_nmtkit_preprocess(tmp_path):
         sacrebleu.corpus_bleu(kept_h, [kept_r]).score, abs=1e-4)
 
 
+def _edit_manifest(data, **changes):
+    """data's manifest.json with top-level keys replaced (pipeline_X: the pipeline's setting X)."""
+    m = json.loads((data / "manifest.json").read_text())
+    for key, value in changes.items():
+        if key.startswith("pipeline_"):
+            m["pipeline"][key[len("pipeline_"):]] = value
+        else:
+            m[key] = value
+    (data / "manifest.json").write_text(json.dumps(m))
+
+
 @pytest.mark.parametrize("damage", [
     lambda d: (d / "manifest.json").write_text("{not json"),
     lambda d: (d / "manifest.json").write_text('{"src_lang": "en", "vocab": {}}'),
     lambda d: (d / "manifest.json").unlink(),
     lambda d: (d / "vocab.fr.txt").unlink(),
-], ids=["invalid-json", "lacks-tgt-lang", "no-manifest", "no-vocab-file"])
+    lambda d: _edit_manifest(d, splits="train"),
+    lambda d: _edit_manifest(d, settings=5),
+    lambda d: _edit_manifest(d, pipeline=[1]),
+    lambda d: _edit_manifest(d, pipeline_lowercase="yes"),
+], ids=["invalid-json", "lacks-tgt-lang", "no-manifest", "no-vocab-file", "splits-not-object", "settings-not-object",
+        "pipeline-not-object", "pipeline-setting"])
 def test_score_and_train_read_a_data_dir_through_one_manifest_reader(tmp_path, damage):
     """score's --data and train's DataDir.open accept and refuse the same data directories, alike."""
     from nmtkit.train.data import DataDir

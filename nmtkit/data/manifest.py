@@ -80,11 +80,24 @@ def read_manifest(path: str | Path) -> Manifest:
         file, root = real_path(path / name), real_path(path)
         if os.path.isabs(name) or file == root or not is_inside(file, root):
             raise InputError(f"manifest.json vocab.{side} {name!r} is not a file of the data directory", str(mpath))
+    for key in ("pipeline", "splits", "settings"):  # the parts readers index into
+        if not isinstance(manifest.get(key) or {}, dict):
+            raise InputError(f"manifest.json '{key}' must be a JSON object, not {manifest[key]!r:.40}", str(mpath))
+    if not all(isinstance(split, dict) for split in (manifest.get("splits") or {}).values()):
+        raise InputError("manifest.json 'splits' must map each split to a JSON object", str(mpath))
     pipeline = dict(manifest.get("pipeline") or {})
     for key in ("src_lang", "tgt_lang"):
         if key in pipeline and pipeline[key] != manifest[key]:
             raise InputError(f"manifest.json pipeline.{key} {pipeline[key]!r} contradicts its {key} "
                              f"{manifest[key]!r}", str(mpath))
+    if pipeline:  # read as translation will read it from the checkpoints trained on this data
+        from nmtkit.errors import ConfigError
+        from nmtkit.text.pipeline import TextPipeline
+
+        try:
+            TextPipeline.from_dict(pipeline)
+        except ConfigError as err:
+            raise InputError(str(err), str(mpath)) from None
     return Manifest(path, manifest, str(manifest["src_lang"]), str(manifest["tgt_lang"]),
                     Vocab.load(path / vocab["src"]), Vocab.load(path / vocab["tgt"]), pipeline)
 

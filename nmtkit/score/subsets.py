@@ -102,10 +102,7 @@ def model_text_from_data_dir(data_dir: str | Path) -> ModelText:
     m = read_manifest(data_dir)
     if "pipeline" not in m.manifest:
         raise InputError("manifest lacks field 'pipeline'", str(m.file))
-    try:
-        return _pipeline_text(m.pipeline, m.src_vocab.itos, m.tgt_vocab.itos, str(data_dir))
-    except ConfigError as err:  # a damaged pipeline setting, named
-        raise InputError(str(err), str(m.file)) from None
+    return _pipeline_text(m.pipeline, m.src_vocab.itos, m.tgt_vocab.itos, str(data_dir))  # read_manifest checked it
 
 
 # --------------------------------------------------------------------------------------------
