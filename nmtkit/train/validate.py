@@ -62,9 +62,9 @@ def _pipeline_decoder(pipeline: dict[str, Any]) -> Callable[[list[str]], str]:
     try:
         pipe = TextPipeline.from_dict(pipeline)
         return lambda toks: pipe.decode(toks, "tgt")
-    except ImportError:  # a module missing on this machine: not an old pipeline
+    except ImportError:  # a module missing on this machine: not a missing pipeline
         raise
-    except Exception as err:  # an old manifest's pipeline: plain BPE join
+    except Exception as err:  # a data directory that records no pipeline (read_manifest checks any it has)
         log.warning("dev BLEU: cannot rebuild the text pipeline (%s); scoring BPE-joined tokens", err)
         return lambda toks: " ".join(join_bpe(toks))
 
