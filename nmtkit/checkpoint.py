@@ -353,11 +353,12 @@ def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bo
         src_vocab, tgt_vocab = Vocab(list(first["src_vocab"])), Vocab(list(first["tgt_vocab"]))
     except (KeyError, ValueError, TypeError) as err:
         raise CheckpointError(f"checkpoint has no usable vocabularies ({err})", names[0]) from None
-    for side, vocab in (("src", src_vocab), ("tgt", tgt_vocab)):  # an id past the embedding or the output layer
-        size = first["model_config"].get(f"{side}_vocab_size")
-        if size is not None and size != len(vocab):
-            raise CheckpointError(f"its {side}_vocab has {len(vocab):,} words, but its model was built for {size:,}",
-                                  names[0])
+    for name, ckpt in zip(names, ckpts):  # an id past an embedding or an output layer (every member shares them)
+        for side, vocab in (("src", src_vocab), ("tgt", tgt_vocab)):
+            size = ckpt["model_config"].get(f"{side}_vocab_size")
+            if size is not None and size != len(vocab):
+                raise CheckpointError(f"its {side}_vocab has {len(vocab):,} words, but its model was built for "
+                                      f"{size:,}", name)
     return ModelBundle(
         paths=names, models=tuple(model for model, _ in loaded), src_vocab=src_vocab, tgt_vocab=tgt_vocab,
         pipeline=_pipeline_of(first, names[0]), arch=first.get("arch"), src_lang=first.get("src_lang"),

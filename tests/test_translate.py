@@ -494,3 +494,18 @@ def test_a_checkpoint_with_a_nan_or_infinite_weight_is_refused_naming_the_tensor
     save_checkpoint(broken, p)
     with pytest.raises(CheckpointError, match=rf"broken\.pt: its model has weights that are NaN or infinite \(in {name}\)"):
         _translator(str(p))
+
+
+def test_an_ensemble_member_built_for_another_vocabulary_size_is_refused_naming_it(ckpt, tmp_path):
+    """Members share the first checkpoint's vocabularies; one whose model was built for one more
+    target word than they hold (a damaged or hand-made file) is refused, not only the first."""
+    from nmtkit.checkpoint import load_checkpoint, save_checkpoint
+
+    bigger = tiny_model(seed=3, src_vocab=len(SPECIALS) + len(SRC_WORDS), tgt_vocab=len(SPECIALS) + len(TGT_WORDS) + 1)
+    other = load_checkpoint(ckpt)
+    other.update(model_config=dict(other["model_config"], tgt_vocab_size=bigger.config.tgt_vocab_size),
+                 model_state=bigger.state_dict())
+    p = tmp_path / "member.pt"
+    save_checkpoint(other, p)
+    with pytest.raises(CheckpointError, match=r"member\.pt: its tgt_vocab has \d+ words, but its model was built for"):
+        _translator([ckpt, str(p)])
