@@ -297,7 +297,7 @@ class ModelBundle:
     trained_max_len: int | None
 
 
-def _pipeline_of(ckpt: dict[str, Any], path: str) -> TextPipeline:
+def pipeline_of(ckpt: dict[str, Any], path: str) -> TextPipeline:
     from nmtkit.text.pipeline import TextPipeline
 
     d = ckpt.get("pipeline")
@@ -361,6 +361,6 @@ def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bo
                                       f"{size:,}", name)
     return ModelBundle(
         paths=names, models=tuple(model for model, _ in loaded), src_vocab=src_vocab, tgt_vocab=tgt_vocab,
-        pipeline=_pipeline_of(first, names[0]), arch=first.get("arch"), src_lang=first.get("src_lang"),
+        pipeline=pipeline_of(first, names[0]), arch=first.get("arch"), src_lang=first.get("src_lang"),
         tgt_lang=first.get("tgt_lang"), lexicon=_lexicon_of(first, len(src_vocab), len(tgt_vocab), names[0]),
         trained_max_len=trained_max_len(first))

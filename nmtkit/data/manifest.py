@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nmtkit.errors import InputError
+from nmtkit.errors import ConfigError, InputError
 from nmtkit.outputs import is_inside, real_path
 from nmtkit.text.vocab import Vocab
 
@@ -91,7 +91,6 @@ def read_manifest(path: str | Path) -> Manifest:
             raise InputError(f"manifest.json pipeline.{key} {pipeline[key]!r} contradicts its {key} "
                              f"{manifest[key]!r}", str(mpath))
     if pipeline:  # read as translation will read it from the checkpoints trained on this data
-        from nmtkit.errors import ConfigError
         from nmtkit.text.pipeline import TextPipeline
 
         try:

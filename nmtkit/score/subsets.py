@@ -72,37 +72,35 @@ class ModelText:
     origin: str
 
 
-def _pipeline_text(pipeline: dict, src_vocab: list[str], tgt_vocab: list[str], origin: str) -> ModelText:
-    from nmtkit.text.pipeline import TextPipeline
-
-    pipe = TextPipeline.from_dict(pipeline)
-    uses_bpe = bool(pipeline.get("bpe")) or vocab_is_bpe(src_vocab, tgt_vocab)
+def _pipeline_text(pipe: Any, src_vocab: list[str], tgt_vocab: list[str], origin: str) -> ModelText:
+    uses_bpe = bool(pipe.bpe) or vocab_is_bpe(src_vocab, tgt_vocab)
     return ModelText(lambda s: pipe.encode(s, "src"), lambda s: pipe.encode(s, "tgt"),
                      list(src_vocab), list(tgt_vocab), uses_bpe, origin)
 
 
 def model_text_from_checkpoint(path: str | Path) -> ModelText:
-    """Pipeline and vocabularies recorded in a checkpoint (imports torch to read the file)."""
-    from nmtkit.checkpoint import load_checkpoint
+    """Pipeline and vocabularies recorded in a checkpoint (imports torch to read the file); its
+    pipeline read as translation reads it (`nmtkit.checkpoint.pipeline_of`)."""
+    from nmtkit.checkpoint import load_checkpoint, pipeline_of
     from nmtkit.errors import CheckpointError
 
     ckpt = load_checkpoint(path)
     try:
-        return _pipeline_text(ckpt["pipeline"], ckpt["src_vocab"], ckpt["tgt_vocab"], str(path))
+        return _pipeline_text(pipeline_of(ckpt, str(path)), ckpt["src_vocab"], ckpt["tgt_vocab"], str(path))
     except KeyError as err:
         raise CheckpointError(f"checkpoint lacks field {err}", str(path)) from None
-    except ConfigError as err:  # a damaged pipeline setting, named
-        raise CheckpointError(str(err), str(path)) from None
 
 
 def model_text_from_data_dir(data_dir: str | Path) -> ModelText:
     """Pipeline and vocabularies of a `nmtkit preprocess` data directory (data.manifest; torch-free)."""
     from nmtkit.data.manifest import read_manifest
+    from nmtkit.text.pipeline import TextPipeline
 
     m = read_manifest(data_dir)
     if "pipeline" not in m.manifest:
         raise InputError("manifest lacks field 'pipeline'", str(m.file))
-    return _pipeline_text(m.pipeline, m.src_vocab.itos, m.tgt_vocab.itos, str(data_dir))  # read_manifest checked it
+    pipe = TextPipeline.from_dict(m.pipeline)  # read_manifest has checked it
+    return _pipeline_text(pipe, m.src_vocab.itos, m.tgt_vocab.itos, str(data_dir))
 
 
 # --------------------------------------------------------------------------------------------
