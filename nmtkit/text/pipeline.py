@@ -55,11 +55,11 @@ def _check_read(d: dict[str, Any]) -> None:
     import re
 
     def bad(name: str, want: str) -> None:
-        raise ConfigError(f"text pipeline setting {name} is {d[name]!r:.60}, not {want}")
+        raise ConfigError(f"text pipeline setting {name} is {d.get(name)!r:.60}, not {want}")
 
     for name in ("src_lang", "tgt_lang"):
         if not isinstance(d.get(name), str) or not d[name]:
-            raise ConfigError(f"text pipeline setting {name} is {d.get(name)!r:.60}, not a language code")
+            bad(name, "a language code")
     for name in ("normalize_punct", "aggressive_dash_splits", "lowercase"):
         if name in d and not isinstance(d[name], bool):
             bad(name, "true or false")
