@@ -30,6 +30,7 @@ PRECISIONS = ("fp32", "bf16", "fp16", "auto")  # autocast dtypes of --precision 
 DECODE_PRECISIONS = PRECISIONS + ("int8",)
 FUSE = ("auto", "on", "off")  # --fuse: compile the recurrences' step bodies (nmtkit.models.fusion)
 CUDA_GRAPHS = ("auto", "on", "off")  # --cuda-graphs: replay the training loops as CUDA graphs (nmtkit.models.graphs)
+MAX_THREADS = 4096  # --threads: torch takes a C int, and no machine has more cores than this
 DEVICE_HELP = ("Where to run: auto (CUDA when available), cpu, cuda (under torchrun: the process's own GPU) "
                "or cuda:N.")
 _DEVICE_NAME = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")

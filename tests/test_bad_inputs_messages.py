@@ -44,6 +44,16 @@ ROWS = [
     # ---- validation and messages --------------------------------------------------------------------
     Row("translate-lenpen-nan", lambda w: _translate(w, "--lenpen", "nan"), needles=("--lenpen",)),
     Row("translate-max-len-a-negative", lambda w: _translate(w, "--max-len-a", "-1"), needles=("--max-len-a",)),
+    # past these bounds the search overflowed (int64 limits, length^lenpen) or ran out of memory
+    Row("translate-max-len-b-huge", lambda w: _translate(w, "--max-len-b", "1e19"), needles=("--max-len-b", "10000")),
+    Row("translate-max-len-a-huge", lambda w: _translate(w, "--max-len-a", "1e7"), needles=("--max-len-a", "10")),
+    Row("translate-lenpen-huge", lambda w: _translate(w, "--lenpen", "400"), needles=("--lenpen", "[-10, 10]")),
+    Row("translate-lenpen-hugely-negative", lambda w: _translate(w, "--lenpen", "-1e308"), needles=("--lenpen",)),
+    Row("translate-threads-past-a-c-int", lambda w: _translate(w, "--threads", str(2**31)), needles=("--threads",)),
+    Row("train-threads-past-a-c-int", lambda w: _train(w, w.tmp / "r13", "--threads", str(2**31)),
+        needles=("--threads", "4096")),
+    Row("serve-batch-delay-of-days", lambda w: ["serve", "-m", str(w.ckpt), "--batch-delay-ms", "1e9"],
+        needles=("--batch-delay-ms", "10000")),
     Row("translate-plot-limit-negative", lambda w: _translate(w, "--plot-limit", "-1"), needles=("--plot-limit",)),
     Row("train-manifest-format-version-99", lambda w: _train(_w_manifest(w, format_version=99), w.tmp / "r8"),
         needles=("manifest.json", "format_version 99")),

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from nmtkit.options import check_fields, option
 from nmtkit.serve.limits import Limits
 
+# --batch-delay-ms beyond this holds every request (and a shutdown) for longer than a client waits
+MAX_BATCH_DELAY_MS = 10_000.0
+
 
 @dataclass(frozen=True)
 class ServeConfig:
@@ -26,7 +29,9 @@ class ServeConfig:
              "through a visitor's browser (DNS rebinding, cross-site POSTs).")
     port: int = option(8080, min=0, max=65535, help="Port (0: any free port).")
     batch_delay_ms: float = option(
-        5.0, min=0, help="How long a request arriving at an idle server waits for others to share its batch.")
+        5.0, min=0, max=MAX_BATCH_DELAY_MS,
+        help="How long a request arriving at an idle server waits for others to share its batch (at most "
+             f"{MAX_BATCH_DELAY_MS:,.0f} ms: every request in the batch waits this long).")
     body_timeout: float = option(
         30.0, min=0, min_open=True, metavar="SECONDS", message="must be > 0 seconds",
         help="A client that has not sent its whole request body within this time gets a 408.")

@@ -21,7 +21,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from nmtkit.devices import CUDA_GRAPHS, DECODE_PRECISIONS, DEVICE_HELP, FUSE, PRECISIONS, check_device_name
+from nmtkit.devices import (
+    CUDA_GRAPHS,
+    DECODE_PRECISIONS,
+    DEVICE_HELP,
+    FUSE,
+    MAX_THREADS,
+    PRECISIONS,
+    check_device_name,
+)
 from nmtkit.errors import ConfigError
 from nmtkit.models import ARCHS
 from nmtkit.options import check_fields, given_options, option
@@ -149,7 +157,7 @@ class TrainConfig:
         True, flag=True, resume=True,
         help="fp32 runs on CUDA: matrix products and convolutions in TF32 (Ampere and newer; about fp32's range "
              "with a 10-bit mantissa, several times faster). --no-tf32 for exact fp32.")
-    threads: int | None = option(None, min=1, metavar="N", resume=True,
+    threads: int | None = option(None, min=1, max=MAX_THREADS, metavar="N", resume=True,
                                  shown_default="all cores, divided among local ranks", help="torch CPU threads.")
     loss_chunk_tokens: int = option(4096, min=1, cli=False, help="Target tokens per chunk of the output layer's loss.")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nmtkit.devices import DECODE_PRECISIONS, DEVICE_HELP, FUSE, check_device_name
+from nmtkit.devices import DECODE_PRECISIONS, DEVICE_HELP, FUSE, MAX_THREADS, check_device_name
 from nmtkit.errors import ConfigError
 from nmtkit.options import check_fields, option
 from nmtkit.text.pipeline import INPUT_FORMATS
@@ -30,7 +30,14 @@ def batch_token_cap(max_tokens: int | None, device_type: str) -> int | None:
     if max_tokens is not None:
         return max_tokens
     return CPU_MAX_TOKENS if device_type == "cpu" else None
+
+
 DEFAULT_SEED = 1  # the sampling seed when none is given (fairseq's default seed too)
+# bounds of the length options: past them the search's token history, preallocated for
+# a * S + b steps of every beam, exhausts memory, and length^lenpen overflows a float
+MAX_LEN_A = 10
+MAX_LEN_B = 10_000
+MAX_LENPEN = 10
 
 
 @dataclass(frozen=True)
@@ -43,10 +50,13 @@ class DecodeConfig:
     ensemble: bool = option(False, help="Average several -m models (same vocabularies and preprocessing): log of "
                                         "the mean of their probabilities, as Nematus and fairseq do.")
     lenpen: float = option(
-        1.0, help="Length normalisation alpha: hypotheses are ranked by log p / length^alpha (length counts EOS); "
-                  "1 = per-word average, 0 = raw log-probability.")
-    max_len_a: float = option(2.0, min=0, help="Target length limit: at most a * source_length + b tokens.")
-    max_len_b: float = option(10.0, min=0, help="See --max-len-a.")
+        1.0, min=-MAX_LENPEN, max=MAX_LENPEN,
+        help="Length normalisation alpha: hypotheses are ranked by log p / length^alpha (length counts EOS); "
+             f"1 = per-word average, 0 = raw log-probability; between -{MAX_LENPEN} and {MAX_LENPEN}.")
+    max_len_a: float = option(2.0, min=0, max=MAX_LEN_A,
+                              help="Target length limit: at most a * source_length + b tokens "
+                                   f"(a <= {MAX_LEN_A}, b <= {MAX_LEN_B:,}).")
+    max_len_b: float = option(10.0, min=0, max=MAX_LEN_B, help="See --max-len-a.")
     batch_size: int = option(64, min=1, help="Most sentences decoded in one batched beam search (serve: gathered "
                                              "from all waiting requests).")
     max_tokens: int | None = option(
@@ -73,10 +83,11 @@ class DecodeConfig:
         help="auto: where the checkpoint holds a lexicon (nmtkit train stores one), score only a shortlist of "
              "target words per batch, the 1,000 most frequent and the 20 likeliest translations of each source "
              "word (Jean et al. 2015; nmtkit.decode.shortlist): beam search about 20% faster on a CPU, BLEU "
-             "unchanged on the benchmark's dev set; off: the whole vocabulary. In serve, a batch's shortlist (and "
-             "bf16 rounding) depends on the sentences batched together: for answers that never depend on other "
-             "requests, use --shortlist off with --precision int8 or fp32.")
-    threads: int | None = option(None, min=1, metavar="N", shown_default="torch's default",
+             "unchanged on the benchmark's dev set; off: the whole vocabulary. A batch's shortlist (and bf16 "
+             "rounding) depends on the sentences batched together, so a line may translate differently alone: for "
+             "translations that never depend on other lines (in serve, other requests), use --shortlist off with "
+             "--precision int8 or fp32.")
+    threads: int | None = option(None, min=1, max=MAX_THREADS, metavar="N", shown_default="torch's default",
                                  help="torch CPU threads.")
 
     def __post_init__(self) -> None:
