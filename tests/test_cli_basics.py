@@ -113,3 +113,23 @@ def test_the_program_skips_the_interpreters_teardown_only_with_nothing_left_to_r
     assert proc.stdout == "x" * 1_000_000 and proc.stderr == "done"
     assert (tmp_path / "m.atexit").exists()
     assert (tmp_path / "m.teardown").exists() == (case != "alone")
+
+
+@pytest.mark.parametrize("closed", ["<stdin>", "<stdout>"])
+def test_a_standard_stream_the_command_was_started_without_is_one_line_naming_it(tmp_path, closed):
+    """`cmd <&-` and `cmd >&-` leave Python's sys.stdin/stdout None: using it is an error
+    naming the stream, not an AttributeError traceback."""
+    (tmp_path / "in.txt").write_text("Hello, world!\n")
+    redirect = "<&-" if closed == "<stdin>" else f"< {tmp_path / 'in.txt'} >&-"
+    proc = subprocess.run(f"{sys.executable} -m nmtkit tokenize --lang en {redirect}", shell=True,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"nmtkit: error: {closed}: closed: the command was started without it"]
+
+
+def test_a_closed_stdout_is_no_error_for_a_command_that_writes_a_file(tmp_path):
+    (tmp_path / "in.txt").write_text("Hello, world!\n")
+    proc = subprocess.run(f"{sys.executable} -m nmtkit tokenize --lang en -i {tmp_path / 'in.txt'} "
+                          f"-o {tmp_path / 'out.txt'} >&-", shell=True, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out.txt").read_text() == "Hello , world !\n"

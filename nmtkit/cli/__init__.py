@@ -9,6 +9,7 @@ plain library function. Subcommand modules must not import torch at module level
 from __future__ import annotations
 
 import atexit
+import errno
 import importlib
 import os
 import sys
@@ -106,6 +107,24 @@ class _NamedStdout:
         return getattr(self._stream, name)
 
 
+class _ClosedStream:
+    """Stands for a standard stream the process was started without (`nmtkit translate >&-`,
+    `<&-`), which Python leaves as None: using it is one OSError naming it; flushing it (every
+    command does at its end) and asking whether it is a terminal are not uses."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def isatty(self) -> bool:
+        return False
+
+    def flush(self) -> None:
+        pass
+
+    def __getattr__(self, attr):
+        raise OSError(errno.EBADF, "closed: the command was started without it", self._name)
+
+
 def _as_stdout(err: OSError) -> Exception:
     if isinstance(err, BrokenPipeError):
         return _StdoutGone()
@@ -136,9 +155,10 @@ def main(argv: list[str] | None = None) -> None:
     """
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     limit_cpu_caches()  # before torch builds its first product
-    real_stdout = sys.stdout
-    if real_stdout is not None:
-        sys.stdout = _NamedStdout(real_stdout)  # type: ignore[assignment]
+    real_stdin, real_stdout = sys.stdin, sys.stdout
+    sys.stdout = _NamedStdout(real_stdout) if real_stdout is not None else _ClosedStream("<stdout>")  # type: ignore
+    if real_stdin is None:
+        sys.stdin = _ClosedStream("<stdin>")  # type: ignore[assignment]
     try:
         _run(argv, debug)
     except SystemExit as done:
@@ -148,8 +168,10 @@ def main(argv: list[str] | None = None) -> None:
     else:
         code = 0
     finally:
-        if isinstance(sys.stdout, _NamedStdout):
+        if isinstance(sys.stdout, (_NamedStdout, _ClosedStream)):
             sys.stdout = real_stdout
+        if isinstance(sys.stdin, _ClosedStream):
+            sys.stdin = real_stdin
     if argv is None:
         _end_process(code)
 
