@@ -299,14 +299,18 @@ def _same_file(a: str, b: str, real_a: str, real_b: str) -> bool:
         return real_a == real_b
 
 
+def file_path(path: str | Path | None) -> str | None:
+    """The file a file option names, or None where it names a standard stream: not given,
+    empty, or "-" (stdin or stdout, as in most Unix tools)."""
+    if path is None or os.fspath(path) in ("", "-"):
+        return None
+    return os.fspath(path)
+
+
 def _resolved(pairs: Iterable[tuple[str, str | Path | None]]) -> list[tuple[str, str, str]]:
     """The given (option, path) pairs as (option, path, real path), each path resolved once;
-    paths not given (None, "", "-": standard streams) left out."""
-    out = []
-    for opt, p in pairs:
-        if p is not None and os.fspath(p) not in ("", "-"):
-            out.append((opt, os.fspath(p), real_path(p)))
-    return out
+    standard streams (`file_path`) left out."""
+    return [(opt, path, real_path(path)) for opt, p in pairs if (path := file_path(p)) is not None]
 
 
 def check_outputs_vs_inputs(

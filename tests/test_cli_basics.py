@@ -127,6 +127,14 @@ def test_a_standard_stream_the_command_was_started_without_is_one_line_naming_it
     assert proc.stderr.strip().splitlines() == [f"nmtkit: error: {closed}: closed: the command was started without it"]
 
 
+def test_tokenize_reads_and_writes_dash_as_the_standard_streams(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run_cli(["tokenize", "--lang", "en", "-i", "-", "-o", "-"], "Hello, world!\n")
+    assert result.code == 0, result.err
+    assert result.out == "Hello , world !\n"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_closed_stdout_is_no_error_for_a_command_that_writes_a_file(tmp_path):
     (tmp_path / "in.txt").write_text("Hello, world!\n")
     proc = subprocess.run(f"{sys.executable} -m nmtkit tokenize --lang en -i {tmp_path / 'in.txt'} "

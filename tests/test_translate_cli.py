@@ -38,6 +38,22 @@ def test_stdin_to_stdout_one_line_per_line_in_order(ckpt, tmp_path):
     assert out[1] == ""
 
 
+def test_a_dash_is_stdin_and_stdout_not_a_file_named_dash(ckpt, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = ["translate", "-m", ckpt, "--beam", "2", "--max-len-b", "3"]
+    plain = run_cli(args, "\n".join(LINES) + "\n")
+    dashed = run_cli([*args, "-i", "-", "-o", "-"], "\n".join(LINES) + "\n")
+    assert dashed.code == 0 and plain.code == 0, dashed.err
+    assert dashed.out == plain.out and dashed.out.count("\n") == len(LINES)
+    (tmp_path / "in.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    aligned = run_cli([*args, "-i", "in.txt", "-o", "out.txt", "--alignments", "hard", "--alignments-file", "-"])
+    assert aligned.code == 0, aligned.err
+    assert aligned.out.count("\n") == len(LINES) and (tmp_path / "out.txt").read_text() == plain.out
+    both = run_cli([*args, "-i", "in.txt", "--alignments", "hard", "--alignments-file", "-"])
+    assert "cannot both be stdout" in _error_line(both)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.txt"]
+
+
 def test_file_input_and_output_and_overwrite_protection(ckpt, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")

@@ -11,15 +11,16 @@ from typing import Any
 import click
 
 from nmtkit.cli.common import config_options, config_values, quiet_option, quiet_warnings, sigterm_unwinds
+from nmtkit.outputs import file_path
 from nmtkit.translate.config import TranslateConfig
 
 
 @click.command("translate")
 @config_options(TranslateConfig)
-@click.option("-i", "--input", "input_path", metavar="FILE", help="Input text, one sentence a line [stdin].")
+@click.option("-i", "--input", "input_path", metavar="FILE", help="Input text, one sentence a line ('-': stdin) [stdin].")
 @click.option("-o", "--output", "output_path", metavar="FILE",
-              help="Output file, written under a temporary name and renamed at the end [stdout].")
-@click.option("--alignments-file", metavar="FILE", help="Where --alignments go.")
+              help="Output file, written under a temporary name and renamed at the end ('-': stdout) [stdout].")
+@click.option("--alignments-file", metavar="FILE", help="Where --alignments go ('-': stdout, with -o FILE).")
 @click.option("--force", is_flag=True, help="Overwrite existing -o / --alignments-file files (never an input: that is refused).")
 @click.option("--interactive", is_flag=True,
               help="Answer each line at once (implied when stdin is a terminal; same as --buffer-size 1).")
@@ -37,7 +38,7 @@ def translate_cmd(input_path: str | None, output_path: str | None, alignments_fi
     quiet_warnings(quiet)
     from nmtkit.translate import translate_files
 
-    stdin_tty = input_path is None and sys.stdin.isatty()
+    stdin_tty = file_path(input_path) is None and sys.stdin.isatty()
     values = config_values(TranslateConfig, options)
     if interactive or stdin_tty:
         values["buffer_size"] = 1

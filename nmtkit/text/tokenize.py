@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.options import check_fields, option
-from nmtkit.outputs import OutputFile, check_outputs_vs_inputs, write_text, writes_in_place
+from nmtkit.outputs import OutputFile, check_outputs_vs_inputs, file_path, write_text, writes_in_place
 from nmtkit.text.io import read_lines, stream_lines
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import DASH_SPLITS_OPTION, NORMALIZE_PUNCT_OPTION, PROTECT_OPTION, TextPipeline
@@ -39,10 +39,10 @@ class TokenizeConfig:
 
     lang: str = option(required=True, metavar="LANG", help="Language code for sacremoses (en, fr, ...).")
     input_path: str | None = option(None, names=("--input", "-i"), metavar="FILE",
-                                    help="Raw text, one sentence a line (default: stdin).")
+                                    help="Raw text, one sentence a line ('-' or default: stdin).")
     output_path: str | None = option(
         None, names=("--output", "-o"), metavar="FILE",
-        help="Tokenised text, line for line (default: stdout); beside it, FILE.tokinfo.json records the settings, "
+        help="Tokenised text, line for line ('-' or default: stdout); beside it, FILE.tokinfo.json records the settings, "
              "which 'preprocess --input-format tok' checks against its own flags.")
     normalize_punct: bool = option(True, **NORMALIZE_PUNCT_OPTION)
     aggressive_dash_splits: bool = option(False, **DASH_SPLITS_OPTION)
@@ -106,7 +106,7 @@ def _write_tokinfo(output: str, pipeline: TextPipeline) -> None:
 def _lines(path: str | None):
     """Lines of `path` or of stdin (decoded strictly by text.io, not by sys.stdin, which may be set
     to replace or escape bad bytes; UTF-8 errors name file and line)."""
-    if path not in (None, "-"):
+    if file_path(path) is not None:
         return read_lines(path)
     return stream_lines(sys.stdin.buffer, "<stdin>")
 
@@ -115,15 +115,17 @@ def check_tokenize_outputs(input_path: str | None, output_path: str | None, prot
     """Before anything is read: neither the output nor its .tokinfo.json may be the input or a
     --protect file (nmtkit.outputs.check_outputs_vs_inputs)."""
     inputs = [("-i", input_path), *(("--protect", p) for p in protect if os.path.isfile(p))]
+    output_path = file_path(output_path)
     tokinfo_out = output_path + TOKINFO_SUFFIX if output_path else None
     check_outputs_vs_inputs(inputs, files=[("-o", output_path), (f"-o's {TOKINFO_SUFFIX}", tokinfo_out)])
 
 
 def tokenize_file(input_path: str | None, output_path: str | None, pipeline: TextPipeline, workers: int) -> None:
-    """Tokenise `input_path` (None or "-": stdin) into `output_path` (None: stdout) line for
-    line with `pipeline`'s steps 1-3, in `workers` processes; a regular output file gets its
+    """Tokenise `input_path` (None or "-": stdin) into `output_path` (None or "-": stdout) line
+    for line with `pipeline`'s steps 1-3, in `workers` processes; a regular output file gets its
     `.tokinfo.json` record and appears only when complete (nmtkit.outputs)."""
     func = functools.partial(_tok_line, pipeline=pipeline)
+    output_path = file_path(output_path)
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(OutputFile(output_path)).file if output_path else sys.stdout
         for tok in parallel_map(func, _lines(input_path), workers=workers, chunk_size=2000):

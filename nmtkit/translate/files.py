@@ -50,13 +50,17 @@ def check_files(config: TranslateConfig, input_path: str | None, output_path: st
     """The files of `translate_files`, checked before the models load and hours of decoding
     start: the input exists, no output would be overwritten (without `force`), and
     --alignments and --alignments-file come together."""
-    from nmtkit.outputs import check_output, check_outputs_vs_inputs
+    from nmtkit.outputs import check_output, check_outputs_vs_inputs, file_path
     from nmtkit.translate.writers import is_plot_name
 
     if config.alignments and not alignments_file:
         raise ConfigError("--alignments needs --alignments-file FILE")
     if alignments_file and not config.alignments:
         raise ConfigError("--alignments-file needs --alignments hard|soft")
+    input_path, output_path = file_path(input_path), file_path(output_path)
+    if alignments_file == "-" and output_path is None:
+        raise ConfigError("-o and --alignments-file cannot both be stdout: give one of them a file")
+    alignments_file = file_path(alignments_file)
     if input_path and Path(input_path).is_dir():
         raise InputError("is a directory; give a file of sentences, one a line", input_path)
     if input_path and not Path(input_path).exists():  # FIFOs, /dev/stdin and <(cmd) are read as files are
@@ -81,9 +85,9 @@ def translate_files(
     force: bool = False,
     warn: Callable[[str], None] | None = None,
 ) -> int:
-    """`nmtkit translate`: lines of `input_path` (stdin when None) -> translations in
-    `output_path` (stdout when None) and alignments in `alignments_file`; returns the number
-    of lines translated.
+    """`nmtkit translate`: lines of `input_path` (stdin when None or "-") -> translations in
+    `output_path` (stdout when None or "-") and alignments in `alignments_file` (stdout when
+    "-"); returns the number of lines translated.
 
     Files are written under a temporary name and renamed when complete (nmtkit.outputs), so
     a failure never leaves a half-written output looking complete. With a buffer of one line
@@ -92,15 +96,18 @@ def translate_files(
     import contextlib
     import sys
 
-    from nmtkit.outputs import OutputFile
+    from nmtkit.outputs import OutputFile, file_path
 
     check_files(config, input_path, output_path, alignments_file, force)
+    align_stdout = alignments_file == "-"
+    input_path, output_path, alignments_file = file_path(input_path), file_path(output_path), file_path(alignments_file)
     translator = Translator(config, warn=warn)
     translator.source_name = input_path or "<stdin>"
     with contextlib.ExitStack() as stack:
         out_file = stack.enter_context(OutputFile(output_path)) if output_path else None
         align_file = stack.enter_context(OutputFile(alignments_file)) if alignments_file else None
-        writers = Writers(out_file.file if out_file else sys.stdout, align_file.file if align_file else None,
+        writers = Writers(out_file.file if out_file else sys.stdout,
+                          align_file.file if align_file else (sys.stdout if align_stdout else None),
                           config, flush_each=config.buffer_size == 1)
         stream = stack.enter_context(open(input_path, "rb")) if input_path else sys.stdin.buffer
         return translate_stream(translator, read_lines(stream, translator.source_name), writers, config.buffer_size)
