@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 from nmtkit.errors import CheckpointError, ConfigError, InputError
 from nmtkit.options import check_fields, option
-from nmtkit.outputs import check_outputs_vs_inputs
+from nmtkit.outputs import check_outputs_vs_inputs, file_path
 
 
 @dataclass(frozen=True)
@@ -95,9 +95,12 @@ def check_averageable(path: str, ckpt: dict[str, Any], first_path: str, first: d
 
 
 def check_paths(paths: Sequence[str | Path], output: str | Path) -> None:
-    """Refuse a missing input, an input given twice, and an output that is one of the inputs."""
+    """Refuse a missing input, an input given twice, and an output that is one of the inputs or
+    a standard stream (a checkpoint is a file that translate maps, not a stream)."""
     if not paths:
         raise ConfigError("give the checkpoints to average (-m FILE, repeatable) or --last N --save-dir RUN")
+    if file_path(output) is None:
+        raise ConfigError(f"-o {str(output)!r}: the averaged checkpoint is written to a file, give its name")
     seen: dict[str, str] = {}
     for p in paths:
         p = str(p)

@@ -211,8 +211,10 @@ def test_fewer_kept_checkpoints_than_last_n_is_one_line_listing_them(tmp_path):
     ("last-0", "--last must be at least 1"),
     ("nothing", "give the checkpoints to average"),
     ("not-a-checkpoint", "not an nmtkit checkpoint"),
+    ("output-is-stdout", "written to a file"),
 ])
-def test_bad_average_command_lines_are_one_line(tmp_path, case, needle):
+def test_bad_average_command_lines_are_one_line(tmp_path, monkeypatch, case, needle):
+    monkeypatch.chdir(tmp_path)  # where "-o -" used to write a file named "-"
     a = make_checkpoint(tmp_path / "a.pt", seed=1)
     out = tmp_path / "avg.pt"
     argv = {
@@ -226,6 +228,7 @@ def test_bad_average_command_lines_are_one_line(tmp_path, case, needle):
         "last-0": ["--last", "0", "--save-dir", str(tmp_path), "-o", str(out)],
         "nothing": ["-o", str(out)],
         "not-a-checkpoint": ["-m", str(a), "-m", str(tmp_path / "junk.pt"), "-o", str(out)],
+        "output-is-stdout": ["-m", str(a), "-m", str(make_checkpoint(tmp_path / "b.pt", seed=2)), "-o", "-"],
     }[case]
     if case == "output-exists":
         a.with_name("old.pt").write_text("old\n")
