@@ -50,6 +50,22 @@ def test_unknown_option_is_a_clean_error():
     assert "no-such-option" in err
 
 
+@pytest.mark.parametrize("argv, needle, command", [
+    (["translate", "-m", "x.pt", "--beam", "abc"], "'abc' is not a valid integer", "nmtkit translate"),
+    (["translate", "--no-such-option"], "No such option '--no-such-option'", "nmtkit translate"),
+    (["translate"], "Missing option '--model'", "nmtkit translate"),
+    (["score", "--hyp", "h", "-r", "r", "--metrics", "meteor"], "meteor", "nmtkit score"),
+    (["no-such-command"], "No such command 'no-such-command'", "nmtkit"),
+])
+def test_a_bad_command_line_is_one_error_line_pointing_at_help(argv, needle, command):
+    """click's own form is four lines (usage, hint, blank, error): one line, as every other error."""
+    code, out, err = run_cli(argv)
+    assert code == 2 and out == ""
+    [line] = err.strip().splitlines()
+    assert line.startswith("nmtkit: error: ") and needle in line, line
+    assert line.endswith(f"(see '{command} --help')"), line
+
+
 @pytest.mark.parametrize("quiet", [False, True])
 def test_library_log_records_and_python_warnings_share_one_stderr_line_format(capsys, quiet):
     """Both channels a library can warn through end in the CLI's one handler, muted by -q."""

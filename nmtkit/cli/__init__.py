@@ -220,8 +220,8 @@ def _run(argv: list[str] | None, debug: bool) -> None:
             sys.exit(143)
         click.echo("nmtkit: aborted", err=True)
         sys.exit(130)
-    except click.ClickException as err:
-        err.show()
+    except click.ClickException as err:  # a bad command line (status 2) or a file click opened: one line too
+        click.echo(f"nmtkit: error: {_click_error_line(err)}", err=True)
         sys.exit(err.exit_code)
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)
@@ -241,3 +241,13 @@ def _run(argv: list[str] | None, debug: bool) -> None:
     except KeyboardInterrupt:
         click.echo("nmtkit: interrupted", err=True)
         sys.exit(130)
+
+
+def _click_error_line(err: click.ClickException) -> str:
+    """click's message for `err` on one line; a usage error points at its command's --help
+    (click's own form is four lines: usage, a hint, a blank line, the error)."""
+    text = " ".join(err.format_message().split())
+    ctx = getattr(err, "ctx", None)
+    if isinstance(err, click.UsageError) and ctx is not None:
+        return f"{text.rstrip('.')} (see '{ctx.command_path} --help')"
+    return text
