@@ -80,7 +80,26 @@ ROWS = [
         needles=("--dropout",), absent=("Config",)),
     Row("score-tokenize-ja-mecab-without-mecab", lambda w: _score(w, "--tokenize", "ja-mecab"),
         needles=("ja-mecab", "sacrebleu[ja]")),
+    # score used to take a NUL byte as text (BLEU 0 for that line) and a UTF-16 file as a line count
+    Row("score-hyp-with-a-nul-byte", lambda w: _score_hyp(w, "nul.fr", "\n".join(_fr(w)[:2]).encode() + b"\0x\n"
+                                                          + "\n".join(_fr(w)[2:]).encode() + b"\n"),
+        needles=("nul.fr:2:", "binary data")),
+    Row("score-hyp-in-utf16", lambda w: _score_hyp(w, "u16.fr", ("\n".join(_fr(w)) + "\n").encode("utf-16")),
+        needles=("u16.fr", "UTF-16", "iconv")),
+    Row("tokenize-input-with-a-nul-byte", lambda w: ["tokenize", "--lang", "en", "-i",
+                                                     _text(w, "nul.en", b"a cat\nthe\0dog\n")],
+        needles=("nul.en:2:", "binary")),
 ]
+
+
+def _fr(w: World) -> list[str]:
+    return (w.tmp / "corpus.fr").read_text(encoding="utf-8").splitlines()
+
+
+def _score_hyp(w: World, name: str, data: bytes) -> list[str]:
+    argv = _score(w)
+    argv[argv.index("--hyp") + 1] = _text(w, name, data)
+    return argv
 
 
 def _text(w: World, name: str, data: bytes) -> str:

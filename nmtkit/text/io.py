@@ -21,6 +21,7 @@ from nmtkit.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
 BOM = "\ufeff"  # a UTF-8 byte order mark (EF BB BF) decoded
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # little- and big-endian UTF-16 byte order marks
 PARALLEL_WHY = ": a parallel corpus needs equal line counts"
 
 
@@ -73,6 +74,9 @@ def check_text_block(block: bytes, path: str | Path, offset: int = 0, first_line
     if offset == 0 and block[:2] == GZIP_MAGIC and not str(path).endswith(".gz"):
         raise InputError("holds gzip-compressed data: name it with a .gz suffix (read as gzip) or gunzip it",
                          str(path))
+    if offset == 0 and block[:2] in UTF16_BOMS:
+        raise InputError("is UTF-16 text (it starts with a UTF-16 byte order mark): convert it to UTF-8, e.g. "
+                         "iconv -f UTF-16 -t UTF-8", str(path))
     nul = block.find(b"\0")
     if nul >= 0:
         line = 1 + block.count(b"\n", 0, nul)
@@ -183,8 +187,11 @@ def decode_line(raw: bytes, path: str | Path, lineno: int) -> str:
 
 
 def stream_lines(stream: IO[bytes], name: str) -> Iterator[str]:
-    """The lines of an open binary stream (e.g. stdin), decoded one at a time as `decode_line`."""
-    for lineno, raw in enumerate(stream, 1):
+    """The lines of an open binary stream (e.g. stdin), each decoded as `decode_line` as soon
+    as it arrives (a terminal or a pipe is answered without waiting for more input). Invalid
+    UTF-8 and binary data (a NUL byte) are an InputError naming the line."""
+    for lineno, raw in enumerate(iter(stream.readline, b""), 1):
+        check_text_block(raw, name, first_line=lineno)  # binary data is never silently dropped or scored
         yield decode_line(raw, name, lineno)
 
 
@@ -208,6 +215,7 @@ def read_all_lines(path: str | Path) -> list[str]:
                 data = f.read()
     except (OSError, EOFError, zlib.error) as err:
         raise InputError(f"cannot read: {getattr(err, 'strerror', None) or err}", name) from None
+    check_text_block(data, name)
     return decode_lines(data, name)
 
 

@@ -7,7 +7,7 @@ from typing import IO, Callable, Iterable, Iterator
 
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.outputs import check_output_dir
-from nmtkit.text.io import check_text_block, decode_line
+from nmtkit.text.io import stream_lines
 from nmtkit.translate.config import TranslateConfig
 from nmtkit.translate.translator import Translator
 from nmtkit.translate.writers import Writers
@@ -17,9 +17,7 @@ def read_lines(stream: IO[bytes], name: str) -> Iterator[tuple[int, str]]:
     """(line number from 1, text without newline), line by line as they arrive (a terminal or a
     pipe is answered without waiting for more input). Invalid UTF-8 and NUL bytes are an
     InputError naming the line (`nmtkit.text.io`, which also drops a UTF-8 byte order mark)."""
-    for lineno, raw in enumerate(iter(stream.readline, b""), 1):
-        check_text_block(raw, name, first_line=lineno)  # a NUL byte: binary data, never silently dropped
-        yield lineno, decode_line(raw, name, lineno)
+    yield from enumerate(stream_lines(stream, name), 1)
 
 
 def translate_stream(
