@@ -509,3 +509,18 @@ def test_an_ensemble_member_built_for_another_vocabulary_size_is_refused_naming_
     save_checkpoint(other, p)
     with pytest.raises(CheckpointError, match=r"member\.pt: its tgt_vocab has \d+ words, but its model was built for"):
         _translator([ckpt, str(p)])
+
+
+def test_subwords_in_a_vocabulary_whose_pipeline_applies_no_bpe_are_warned_about_unless_input_and_output_are_bpe(
+        ckpt, tmp_path):
+    """A model trained on text BPE'd before preprocess: raw input is not split as in training
+    and its output is not joined, which the user should hear once, at load."""
+    split = make_checkpoint(tmp_path / "split.pt", tgt_words=[f"sub{i}@@" for i in range(25)] + TGT_WORDS)
+    for path, formats, warned in [(split, {}, True), (split, dict(input_format="bpe", output_format="bpe"), False),
+                                  (split, dict(input_format="bpe"), True), (ckpt, {}, False)]:
+        notes: list[str] = []
+        _translator(str(path), warn=notes.append, **formats)
+        hits = [n for n in notes if "subwords ending in '@@'" in n]
+        assert bool(hits) == warned, (path, formats, notes)
+        if hits:
+            assert hits[0].startswith(f"{path}: its target vocabulary has 25 subwords") and "\n" not in hits[0]

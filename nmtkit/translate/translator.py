@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 # lines a worker tokenises at a time when several do (`Translator._prepare_all`)
 PREPARE_CHUNK_LINES = 256
+# `Translator._warn_unrecorded_bpe`: this many target words ending in "@@" say the text was BPE'd
+UNRECORDED_SUBWORDS = 20
 
 
 class Translator:
@@ -103,6 +105,23 @@ class Translator:
         # (int8: float32 activations into the int8 layers, and float32 everywhere else)
         self.autocast = autocast(self.device.type, "fp32" if int8 else precision)
         self.source_name = "<stdin>"
+        self._warn_unrecorded_bpe()
+
+    def _warn_unrecorded_bpe(self) -> None:
+        """Warn when the vocabularies hold BPE subwords (words ending in "@@") that the recorded
+        pipeline does not make: the training text was split before `nmtkit preprocess`, so raw
+        or tokenised input is not split as the model was trained, and its output is not joined."""
+        from nmtkit.text.bpe import SEPARATOR
+
+        c = self.config
+        if self.pipeline.bpe is not None or (c.input_format == "bpe" and c.output_format == "bpe"):
+            return
+        n = sum(w.endswith(SEPARATOR) for w in self.tgt_vocab.itos)
+        if n >= UNRECORDED_SUBWORDS:
+            self.warn(f"{self.config.models[0]}: its target vocabulary has {n:,} subwords ending in "
+                      f"'{SEPARATOR}', but its text pipeline applies no BPE (the text was split before nmtkit "
+                      "preprocess): give BPE'd input with --input-format bpe, and --output-format bpe to join "
+                      "the output yourself")
 
     def _load(self) -> tuple[Any, str]:
         """(the ModelBundle of config.models, the decoding precision). auto: int8 on CPUs with
