@@ -16,7 +16,7 @@ pytest.importorskip("aiohttp")
 
 from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 
-from nmtkit.serve.app import make_app  # noqa: E402
+from nmtkit.serve.app import make_app, server_url  # noqa: E402
 from nmtkit.serve.config import ServeConfig  # noqa: E402
 from nmtkit.serve.limits import Limits  # noqa: E402
 
@@ -267,3 +267,9 @@ def test_the_accepted_host_names_are_built_once_per_server_not_per_request(trans
     assert built == ["[::1]"]
     allowed = original(config)
     assert allowed.hosts == {"localhost", "::1", "mt.example.org"} and allowed.origins == {"mt.example.org"}
+
+
+def test_the_announced_url_brackets_an_ipv6_address():
+    assert server_url("127.0.0.1", 8080) == "http://127.0.0.1:8080"
+    assert server_url("::1", 8080) == "http://[::1]:8080"
+    assert server_url("::", 80) == "http://[::]:80"

@@ -356,6 +356,11 @@ def make_runner(app: web.Application, config: ServeConfig,
                        shutdown_timeout=config.shutdown_timeout, lingering_time=1.0)
 
 
+def server_url(host: str, port: int) -> str:
+    """The URL of a server listening on `host` (an IPv6 address goes in brackets, RFC 3986)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 async def serve(translator: Translator, config: ServeConfig, announce: Callable[[str], None],
                 log_line: Callable[[str], None] | None = None, thread: DecodeThread | None = None) -> None:
     """Serve until SIGTERM or SIGINT, then stop accepting, finish the requests in flight, return.
@@ -376,7 +381,7 @@ async def serve(translator: Translator, config: ServeConfig, announce: Callable[
         if not is_loopback(config.host):
             announce(f"warning: listening on {config.host}: every machine that can reach this one may use this "
                      "server, which has no authentication (--host 127.0.0.1 keeps it to this machine)")
-        announce(f"serving {model_name(translator)} on http://{host}:{port} (Ctrl-C or SIGTERM stops)")
+        announce(f"serving {model_name(translator)} on {server_url(host, port)} (Ctrl-C or SIGTERM stops)")
         await stop.wait()
         announce("stopping: no new requests; finishing those in flight")
     finally:
