@@ -448,3 +448,19 @@ def test_bpe_on_a_corpus_where_no_pair_repeats_learns_no_merges_and_splits_into_
     assert "BPE 0 of 100 merges" in r.out + r.err
     p = TextPipeline.from_dict(json.loads((tmp_path / "d" / "manifest.json").read_text())["pipeline"])
     assert p.encode("ab", "src") == ["a@@", "b"]
+
+
+def test_the_text_of_a_control_token_in_a_corpus_is_an_unknown_word_not_padding_or_a_sentence_end(tmp_path):
+    """Tokenised input can carry "<s>", "</s>" and "<pad>" as words: they used to be stored as
+    the control ids, a sentence end or padding in the middle of a training sentence."""
+    en, fr = _corpus(30)
+    en[0] = "the </s> cat <pad> sat <s> on <unk> the mat"
+    fr[0] = "le </s> chat <s> assis"
+    c = {"train": _write(tmp_path / "train", en, fr), "valid": _write(tmp_path / "valid", *_corpus(5, offset=50))}
+    preprocess(_config(c | {"test": None}, tmp_path / "d", test=(), bpe=None, input_format="tok", max_len=50))
+    src, tgt = _decoded(tmp_path / "d", "train")
+    first = [i for i, s in enumerate(src) if "cat" in s and "mat" in s and len(s) == 10]
+    assert len(first) == 1, src[:3]
+    assert src[first[0]] == ["the", UNK, "cat", UNK, "sat", UNK, "on", UNK, "the", "mat"]
+    assert tgt[first[0]] == ["le", UNK, "chat", UNK, "assis"]
+    assert Vocab(list(SPECIALS) + ["a"]).encode(["</s>", "<pad>", "<s>", "<unk>", "a"]) == [1, 1, 1, 1, 4]

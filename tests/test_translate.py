@@ -524,3 +524,10 @@ def test_subwords_in_a_vocabulary_whose_pipeline_applies_no_bpe_are_warned_about
         assert bool(hits) == warned, (path, formats, notes)
         if hits:
             assert hits[0].startswith(f"{path}: its target vocabulary has 25 subwords") and "\n" not in hits[0]
+
+
+def test_control_tokens_in_bpe_input_are_unknown_words(ckpt):
+    """"</s>" in a line of model tokens used to end the source sentence where it stood."""
+    t = _translator(ckpt, input_format="bpe", output_format="bpe")
+    assert t.translate(["the </s> cat <pad> sat <s>"]) == t.translate(["the <unk> cat <unk> sat <unk>"])
+    assert t.translate(["the </s> cat"]) != t.translate(["the"])

@@ -16,7 +16,7 @@ from nmtkit.text.io import decode_lines, read_lines
 from nmtkit.text.parallel import worker_state
 from nmtkit.text.pipeline import TextPipeline
 from nmtkit.text.truecase import add_weights, new_casing, truecase_weights
-from nmtkit.text.vocab import UNK_ID
+from nmtkit.text.vocab import UNK_ID, token_ids
 
 
 def prepare_state(state: dict[str, Any]) -> dict[str, Any]:
@@ -25,7 +25,7 @@ def prepare_state(state: dict[str, Any]) -> dict[str, Any]:
     out = dict(state)
     out["pipeline"] = TextPipeline.from_dict(state["pipeline"])
     if state.get("vocab") is not None:
-        out["stoi"] = {side: {t: i for i, t in enumerate(itos)} for side, itos in state["vocab"].items()}
+        out["stoi"] = {side: token_ids(itos) for side, itos in state["vocab"].items()}
         # word -> its ids after casing, BPE and vocabulary: built by the main process from the
         # training counts (a fork inherits it for free) and extended here with unseen words.
         out["word_ids"] = state.get("word_ids") or {"src": {}, "tgt": {}}

@@ -190,8 +190,10 @@ def stream_lines(stream: IO[bytes], name: str) -> Iterator[str]:
     """The lines of an open binary stream (e.g. stdin), each decoded as `decode_line` as soon
     as it arrives (a terminal or a pipe is answered without waiting for more input). Invalid
     UTF-8 and binary data (a NUL byte) are an InputError naming the line."""
+    pos = 0  # the line's first byte in the stream: only the first line can start a gzip or UTF-16 file
     for lineno, raw in enumerate(iter(stream.readline, b""), 1):
-        check_text_block(raw, name, first_line=lineno)  # binary data is never silently dropped or scored
+        check_text_block(raw, name, pos, first_line=lineno)  # binary data is never silently dropped or scored
+        pos += len(raw)
         yield decode_line(raw, name, lineno)
 
 

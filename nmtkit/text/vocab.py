@@ -15,11 +15,24 @@ from nmtkit.errors import InputError
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPECIALS = (PAD, UNK, BOS, EOS)
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+CONTROLS = (PAD, BOS, EOS)  # tokens of structure: their text in the input is an unknown word
+
+
+def token_ids(itos: Sequence[str]) -> dict[str, int]:
+    """Token text -> id, the map text is encoded with. The control tokens are left out, so that
+    "<pad>", "<s>" or "</s>" in a corpus or an input line is an unknown word (UNK_ID), never
+    padding or a sentence boundary in the middle of a sentence."""
+    ids = {tok: i for i, tok in enumerate(itos)}
+    for tok in CONTROLS:
+        ids.pop(tok, None)
+    return ids
+
 
 
 @dataclass
 class Vocab:
-    """An ordered list of tokens; `itos[i]` is token i, `stoi` its inverse, `counts` optional."""
+    """An ordered list of tokens; `itos[i]` is token i, `stoi` its inverse for text (`token_ids`:
+    without the control tokens), `counts` optional."""
 
     itos: list[str]
     counts: list[int] = field(default_factory=list)
@@ -27,9 +40,9 @@ class Vocab:
     def __post_init__(self) -> None:
         if tuple(self.itos[:4]) != SPECIALS:
             raise ValueError(f"a vocabulary must start with {SPECIALS}")
-        self.stoi = {tok: i for i, tok in enumerate(self.itos)}
-        if len(self.stoi) != len(self.itos):
+        if len(set(self.itos)) != len(self.itos):
             raise ValueError("duplicate tokens in vocabulary")
+        self.stoi = token_ids(self.itos)
 
     def __len__(self) -> int:
         return len(self.itos)
@@ -52,7 +65,8 @@ class Vocab:
         return cls(list(SPECIALS) + [t for t, _ in items], [0] * len(SPECIALS) + [c for _, c in items])
 
     def encode(self, tokens: Sequence[str]) -> list[int]:
-        """Token ids, unknown tokens mapped to UNK_ID (no BOS/EOS added)."""
+        """Token ids, unknown tokens and the text of control tokens mapped to UNK_ID (no BOS/EOS
+        added)."""
         get = self.stoi.get
         return [get(t, UNK_ID) for t in tokens]
 
