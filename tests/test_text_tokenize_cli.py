@@ -119,3 +119,38 @@ def test_zero_workers_is_refused_with_one_line():
     proc = run_cli(["tokenize", "--lang", "en", "--workers", "0"], b"x\n")
     err = proc.err
     assert proc.code != 0 and "--workers must be at least 1" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("damage, needle", [
+    ("truncated", "ended before the end-of-stream marker"),
+    ("corrupt", "Error -3 while decompressing"),
+    ("not-gzip", "Not a gzipped file"),
+])
+def test_a_damaged_gz_input_is_one_line_naming_it_and_writes_nothing(tmp_path, damage, needle):
+    """gzip's errors surface while the lines stream: an EOFError (which read as Ctrl-C), a
+    zlib.error traceback, or an OSError without a file name that named the output."""
+    import gzip
+
+    whole = gzip.compress(("\n".join(f"Line {i} of a corpus, with words." for i in range(2000)) + "\n").encode())
+    data = {"truncated": whole[: len(whole) // 2], "not-gzip": b"plain text\n",
+            "corrupt": whole[:200] + bytes(40) + whole[240:]}[damage]
+    src, out = tmp_path / "in.en.gz", tmp_path / "out.en"
+    src.write_bytes(data)
+    proc = run_cli(["tokenize", "--lang", "en", "-i", str(src), "-o", str(out), "--workers", "1"])
+    assert proc.code == 1, proc.err
+    [line] = proc.err.strip().splitlines()
+    assert line.startswith(f"nmtkit: error: {src}: cannot read (corrupt or truncated gzip?)") and needle in line, line
+    assert list(tmp_path.iterdir()) == [src]
+
+
+def test_a_pipe_is_read_as_a_file_is(tmp_path):
+    """bash's <(cmd) is a pipe: tokenize reads its input once, so it takes one."""
+    import os
+    import threading
+
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+    threading.Thread(target=lambda: fifo.write_text("Hello, world!\n"), daemon=True).start()
+    proc = run_cli(["tokenize", "--lang", "en", "-i", str(fifo)])
+    assert proc.code == 0, proc.err
+    assert proc.out == "Hello , world !\n"

@@ -25,11 +25,13 @@ UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # little- and big-endian UTF-16 byte or
 PARALLEL_WHY = ": a parallel corpus needs equal line counts"
 
 
-def _check_file(path: str | Path) -> None:
+def _check_file(path: str | Path, pipes: bool = False) -> None:
+    """A readable regular file (or with `pipes`, for a reader that reads it once, also a FIFO
+    or a pipe such as bash's <(cmd)); else an InputError naming it."""
     p = Path(path)
     if not p.exists():
         raise InputError("file not found", str(path))
-    if not p.is_file():
+    if not (p.is_file() or (pipes and p.is_fifo())):
         raise InputError("not a regular file", str(path))
     if not os.access(p, os.R_OK):
         raise InputError("file is not readable", str(path))
@@ -96,12 +98,18 @@ def read_blocks(path: str | Path, block_size: int = 1 << 22) -> Iterator[bytes]:
             try:
                 block = f.read(block_size)
             except (OSError, EOFError, zlib.error) as err:
-                raise InputError(f"cannot read (corrupt or truncated gzip?): {err}", str(path)) from None
+                raise _read_error(err, path) from None
             if not block:
                 break
             check_text_block(block, path, offset)
             offset += len(block)
             yield block
+
+
+def _read_error(err: BaseException, path: str | Path) -> InputError:
+    """What a failed read of a corpus file says (gzip reports a damaged file as an EOFError,
+    a zlib.error or an OSError without a file name)."""
+    return InputError(f"cannot read (corrupt or truncated gzip?): {err}", str(path))
 
 
 def _scan(path: str | Path, block_size: int, h=None) -> tuple[int, int]:
@@ -146,9 +154,17 @@ def read_lines(path: str | Path) -> Iterator[str]:
 
     Raises InputError "path:line: invalid UTF-8 ..." naming the first bad line.
     """
-    _check_file(path)
+    _check_file(path, pipes=True)
     with open_input(path) as f:
-        yield from stream_lines(f, str(path))
+        lines = stream_lines(f, str(path))
+        while True:
+            try:
+                line = next(lines)
+            except StopIteration:
+                return
+            except (OSError, EOFError, zlib.error) as err:
+                raise _read_error(err, path) from None
+            yield line
 
 
 def decode_lines(data: bytes, path: str | Path, first: int = 1, file_start: bool | None = None) -> list[str]:
