@@ -328,11 +328,42 @@ def test_invalid_utf8_names_file_and_line_and_writes_nothing(corpus):
     (["--fraction", "1.5"], "--fraction"),
     (["--lines", "5", "--min-count", "0"], "--min-count"),
     (["--lines", "5", "--workers", "0"], "--workers"),
+    (["--lines", "5", "--workers", "100000"], "--workers must be in [1, 256]"),  # was a fork storm
+    (["--lines", "5", "--seed", "-1"], "--seed must be >= 0"),  # was a numpy traceback
+    (["--lines", "5", "--order", "99999999"], "--order must be in [1, 10]"),  # ran until killed
+    (["--fraction", "0.001"], "--fraction 0.001 of the pool's 200 pairs selects none"),  # selected 0, exit 0
 ])
 def test_bad_options_are_one_line_errors(corpus, extra, needle):
     d, _, _ = corpus
     code, _, err = select(_base(d) + extra)
     _assert_clean_failure(code, err, d, needle)
+
+
+@pytest.mark.parametrize("prefix", ["", "out/"])
+def test_an_output_prefix_without_a_file_name_is_refused(corpus, prefix):
+    """"out/" wrote the hidden files out/.en, out/.fr, out/.scores.tsv and out/.summary.json."""
+    d, _, _ = corpus
+    (d / "out").mkdir()
+    argv = ["--in-domain", str(d / "in"), "--pool", str(d / "pool"), "--output-prefix",
+            f"{d / prefix}/" if prefix else "", "--lines", "5"]
+    code, _, err = select(argv)
+    _assert_clean_failure(code, err, d, "has no file name part")
+    assert list((d / "out").iterdir()) == []
+
+
+def test_pairs_with_an_empty_side_are_never_selected_and_are_counted_in_a_warning(corpus):
+    """An empty line scores as a short, likely sentence: Axelrod's ranking put them first."""
+    d, pool, _ = corpus
+    pairs = pool[:50] + [("", ""), ("", "Un chat."), ("A cat.", "")] + pool[50:]
+    _write(d / "pool", pairs)
+    code, _, err = select(_base(d) + ["--lines", "198"], quiet=False)
+    assert code == 0, err
+    assert "3 of the pool's 203 pairs have an empty side: they are never selected" in err
+    en, fr = ((d / f"sel.{lang}").read_text().split("\n")[:-1] for lang in ("en", "fr"))
+    assert len(en) == 198 and "" not in en and "" not in fr
+    code, _, err = select(_base(d, "all") + ["--lines", "1000"], quiet=False)
+    assert code == 0 and "exceeds the pool's 200 non-empty pairs" in err
+    assert len((d / "all.en").read_text().splitlines()) == 200
 
 
 # ---------------------------------------------------------------------- real data

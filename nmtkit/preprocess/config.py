@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.options import check_fields, option
 from nmtkit.text.io import resolve_input
@@ -74,7 +75,7 @@ class PreprocessConfig:
                                         help="Same as --src-vocab-size for the target.")
     vocab_min_count: int = option(1, min=1, metavar="N",
                                   help="Leave out of the vocabularies tokens seen fewer than N times in training.")
-    workers: int = option(1, min=1, metavar="N", cli_default=None, shown_default="all cores",
+    workers: int = option(1, min=1, max=MAX_WORKERS, metavar="N", cli_default=None, shown_default="all cores",
                           help="Processes for tokenisation/BPE (line order is kept).")
     chunk_size: int = option(500, min=1, metavar="N", help="Lines per work unit sent to a worker.")
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.options import check_fields, option
 from nmtkit.outputs import check_output, check_outputs_vs_inputs
@@ -105,7 +106,7 @@ class ScoreOptions:
         False, help="Paired bootstrap resampling of each --hyp against the first one; prints p-values.")
     bootstrap_samples: int = option(1000, min=1, help="Number of bootstrap resamples.")
     seed: int = option(12345, min=1, help="Seed of the bootstrap resampling.")
-    workers: int = option(1, names=("--workers", "-j"), min=1, cli_default=None, shown_default="all cores",
+    workers: int = option(1, names=("--workers", "-j"), min=1, max=MAX_WORKERS, cli_default=None, shown_default="all cores",
                           help="Processes for Moses tokenisation.")
 
     def __post_init__(self) -> None:

@@ -2,13 +2,16 @@
 generated from these fields). Importing this module imports neither numpy nor torch."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
+from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError
 from nmtkit.options import check_fields, option
 from nmtkit.text.pipeline import CORPUS_FORMATS, DASH_SPLITS_OPTION
 
 METHODS = ("bilingual", "monolingual", "in-domain")
+MAX_ORDER = 10  # n-gram orders past this only cost memory (Axelrod et al. use 4, KenLM builds up to 6)
 
 
 @dataclass(frozen=True)
@@ -30,18 +33,18 @@ class SelectConfig:
     lines: int | None = option(None, min=1, help="Budget: number of pairs to keep.")
     words: int | None = option(None, min=1, help="Budget: source-side tokens to keep.")
     fraction: float | None = option(None, min=0, min_open=True, max=1, help="Budget: fraction of the pool's pairs, in (0, 1].")
-    order: int = option(4, min=1, help="n-gram order of the language models.")
+    order: int = option(4, min=1, max=MAX_ORDER, help="n-gram order of the language models.")
     method: str = option(
         "bilingual", choices=METHODS,
         help="bilingual: [H_in-H_out](src) + [H_in-H_out](tgt) (Axelrod); monolingual: source side only (Moore & "
              "Lewis); in-domain: H_in(src).")
-    workers: int = option(1, min=1, cli_default=None, shown_default="all cores",
+    workers: int = option(1, min=1, max=MAX_WORKERS, cli_default=None, shown_default="all cores",
                           help="Processes for tokenising and scoring.")
     input_format: str = option(
         "raw", choices=CORPUS_FORMATS,
         help="raw: Moses-normalise and tokenise here; tok: text already tokenised (split on spaces).")
     min_count: int = option(1, min=1, help="In-domain words seen fewer times are <unk> in both LMs' shared vocabulary.")
-    seed: int = option(1, help="Seed of the pool sample for H_out.")
+    seed: int = option(1, min=0, help="Seed of the pool sample for H_out.")
     lowercase: bool = option(False, flag=True,
                              help="Lowercase tokens for the language models (the output keeps the original lines).")
     aggressive_dash_splits: bool = option(False, **DASH_SPLITS_OPTION)
@@ -57,3 +60,6 @@ class SelectConfig:
             raise ConfigError("--src-lang and --tgt-lang must differ")
         if not self.in_domain or not self.pool:
             raise ConfigError("need --in-domain and --pool")
+        if not os.path.basename(self.output_prefix):
+            raise ConfigError(f"--output-prefix {self.output_prefix!r} has no file name part: give one, e.g. "
+                              "out/selected for out/selected.{src,tgt}")

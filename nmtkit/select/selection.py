@@ -68,13 +68,15 @@ def method_scores(method: str, h: np.ndarray) -> np.ndarray:
 
 def select_indices(scores: np.ndarray, src_tokens: np.ndarray, lines: int | None = None,
                    words: int | None = None, fraction: float | None = None) -> tuple[np.ndarray, bool]:
-    """Rows to keep, in pool order, and whether the budget exceeded the pool.
+    """Rows to keep, in pool order, and whether the budget exceeded what the pool offers.
 
-    Ranking: lowest score first, ties by pool position (stable sort). `words` counts source
-    tokens and keeps the smallest prefix of the ranking that reaches it.
+    Ranking: lowest score first, ties by pool position (stable sort); a row scored +inf (a pair
+    with an empty side) is never kept. `words` counts source tokens and keeps the smallest
+    prefix of the ranking that reaches it; `fraction` is of all the pool's rows.
     """
-    n = scores.size
-    order = np.argsort(scores, kind="stable")
+    pool = scores.size
+    order = np.argsort(scores, kind="stable")[: int(np.isfinite(scores).sum())]
+    n = order.size
     over = False
     if lines is not None:
         k = lines
@@ -84,7 +86,7 @@ def select_indices(scores: np.ndarray, src_tokens: np.ndarray, lines: int | None
         k = n + 1 if words > total else int(np.searchsorted(cum, words, side="left")) + (1 if words > 0 else 0)
     else:
         assert fraction is not None
-        k = int(round(fraction * n))
+        k = int(round(fraction * pool))
     if k > n:
         over, k = True, n
     keep = np.sort(order[:k])
@@ -209,13 +211,17 @@ def _estimate(opts: TextOpts, src_vocab: LMVocab, tgt_vocab: LMVocab, ind_toks: 
     )
 
 
-def _budget_warnings(cfg: SelectConfig, over: bool, n_pool: int, lens: np.ndarray) -> list[str]:
-    if not over:
-        return []
-    budget = f"--lines {cfg.lines}" if cfg.lines is not None else f"--words {cfg.words}"
-    msg = f"the budget ({budget}) exceeds the pool ({n_pool} pairs, {int(lens[:, 0].sum())} source tokens): selecting all of it"
-    log.warning(msg)
-    return [msg]
+def _budget_warnings(cfg: SelectConfig, over: bool, n_pool: int, lens: np.ndarray, n_empty: int) -> list[str]:
+    msgs = []
+    if n_empty:
+        msgs.append(f"{n_empty} of the pool's {n_pool} pairs have an empty side: they are never selected")
+    if over:
+        budget = f"--lines {cfg.lines}" if cfg.lines is not None else f"--words {cfg.words}"
+        msgs.append(f"the budget ({budget}) exceeds the pool's {n_pool - n_empty} non-empty pairs "
+                    f"({int(lens[:, 0].sum())} source tokens): selecting all of them")
+    for msg in msgs:
+        log.warning(msg)
+    return msgs
 
 
 def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
@@ -228,6 +234,8 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
                                  lowercase=cfg.lowercase), cfg.input_format)
     ind, pool = _open_corpora(cfg)
     n_pool = pool.total
+    if cfg.fraction is not None and round(cfg.fraction * n_pool) == 0:
+        raise ConfigError(f"--fraction {cfg.fraction} of the pool's {n_pool} pairs selects none")
     timings: dict[str, float] = {}
     t = time.perf_counter()
     ind_toks, src_vocab, tgt_vocab = _in_domain(opts, ind, cfg)
@@ -250,8 +258,10 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
         h, lens = score_pool(scorer, pool, cfg.workers, progress)
         timings["score_s"] = time.perf_counter() - t
         scores = method_scores(cfg.method, h)
+        empty = (lens == 0).any(axis=1)
+        scores[empty] = np.inf  # an empty line scores as a short, likely sentence: never a pair to train on
         keep, over = select_indices(scores, lens[:, 0], cfg.lines, cfg.words, cfg.fraction)
-        warnings = _budget_warnings(cfg, over, n_pool, lens)
+        warnings = _budget_warnings(cfg, over, n_pool, lens, int(empty.sum()))
         mask = np.zeros(n_pool, dtype=bool)
         mask[keep] = True
 

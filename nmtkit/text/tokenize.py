@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.options import check_fields, option
 from nmtkit.outputs import OutputFile, check_outputs_vs_inputs, file_path, write_text, writes_in_place
@@ -48,7 +49,7 @@ class TokenizeConfig:
     aggressive_dash_splits: bool = option(False, **DASH_SPLITS_OPTION)
     lowercase: bool = option(False, help="Lowercase all tokens.")
     protect: tuple[str, ...] = option((), **PROTECT_OPTION)
-    workers: int = option(1, min=1, metavar="N", cli_default=None, shown_default="all cores",
+    workers: int = option(1, min=1, max=MAX_WORKERS, metavar="N", cli_default=None, shown_default="all cores",
                           help="Processes (line order is kept).")
 
     def __post_init__(self) -> None:

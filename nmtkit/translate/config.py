@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nmtkit.devices import DECODE_PRECISIONS, DEVICE_HELP, FUSE, MAX_THREADS, check_device_name
+from nmtkit.devices import DECODE_PRECISIONS, DEVICE_HELP, FUSE, MAX_THREADS, MAX_WORKERS, check_device_name
 from nmtkit.errors import ConfigError
 from nmtkit.options import check_fields, option
 from nmtkit.text.pipeline import INPUT_FORMATS
@@ -127,7 +127,7 @@ class TranslateConfig(DecodeConfig):
     seed: int | None = option(None, min=0, max=2**63 - 1, metavar="S", message="must be between 0 and 2^63-1",
                               shown_default=str(DEFAULT_SEED), help="With --sampling: the seed.")
     workers: int | None = option(
-        None, min=1, metavar="N", shown_default="auto: one per thread, at most 4, on the CPU",
+        None, min=1, max=MAX_WORKERS, metavar="N", shown_default="auto: one per thread, at most 4, on the CPU",
         help="Decode N batches at once in N processes (this one and N-1 forked from it after the model loads, "
              "sharing its weights), each on its share of --threads (Marian's --cpu-threads, CTranslate2's "
              "inter_threads): on a CPU, several small batched products gain more from processes than from "
