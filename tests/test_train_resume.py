@@ -61,6 +61,47 @@ def test_refuses_to_overwrite_a_run_unless_resume_or_force(data_dir, tmp_path):
         run_training(data_dir, run, opts.replace(lr=0.5), tiny_overrides(), resume=True)
 
 
+def test_force_puts_the_old_run_back_when_the_new_one_fails_before_its_first_checkpoint(data_dir, tmp_path):
+    """--force used to delete the old run first: a new run that failed at once lost it."""
+    from nmtkit.errors import TrainingError
+    from nmtkit.train.run_files import REPLACED
+
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=4, valid_every=2, save_every=2, keep_every=2, valid_bleu_samples=0)
+    run_training(data_dir, run, opts, tiny_overrides())
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"}
+    assert {"checkpoint_last.pt", "checkpoint_best.pt", "checkpoint_2.pt", "checkpoint_4.pt"} <= set(before)
+
+    def nan(update, loss):
+        return loss * float("nan")
+
+    with pytest.raises(TrainingError, match="non-finite loss"):
+        run_training(data_dir, run, opts.replace(max_updates=8), tiny_overrides(), force=True, loss_hook=nan)
+    after = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"}
+    assert after == before and not (run / REPLACED).exists()
+    # a new run that saves a checkpoint replaces the old one: the old files are gone
+    res = run_training(data_dir, run, opts.replace(max_updates=2, keep_every=0), tiny_overrides(), force=True)
+    assert res.update == 2 and not (run / REPLACED).exists()
+    assert not (run / "checkpoint_4.pt").exists() and not (run / "checkpoint_2.pt").exists()
+
+
+def test_a_run_set_aside_by_a_killed_force_start_is_the_one_kept(data_dir, tmp_path):
+    """kill -9 between --force's start and the new run's first checkpoint leaves the old run in
+    RUN/.replaced-run; the next --force start keeps that one (not the dead start's files)."""
+    from nmtkit.train.run import set_aside_run
+    from nmtkit.train.run_files import REPLACED
+
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
+    run_training(data_dir, run, opts, tiny_overrides())
+    old = (run / "checkpoint_last.pt").read_bytes()
+    set_aside_run(run)  # what the killed start did, before writing its own first files
+    (run / "train.log").write_text("the killed start's log\n")
+    set_aside_run(run)  # the next --force start
+    assert (run / REPLACED / "checkpoint_last.pt").read_bytes() == old
+    assert not (run / "train.log").exists()
+
+
 def test_max_epochs_and_patience_stop_the_run(data_dir, tmp_path):
     res = run_training(data_dir, tmp_path / "a", tiny_options(max_updates=None, max_epochs=2, valid_every=100,
                                                               valid_bleu_samples=0), tiny_overrides())

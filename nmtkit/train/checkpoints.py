@@ -18,7 +18,7 @@ import torch
 from nmtkit.checkpoint import make_checkpoint, save_checkpoint
 from nmtkit.train.context import TrainContext
 from nmtkit.train.rng import gather_rng_states, rng_state
-from nmtkit.train.run_files import BEST, LAST
+from nmtkit.train.run_files import BEST, LAST, discard_replaced
 
 log = logging.getLogger("nmtkit.train")
 
@@ -72,6 +72,7 @@ class RunCheckpoints:
         if self.ctx.dist.is_main:
             save_checkpoint(self.checkpoint(True, rng), self.ctx.run_dir / LAST)
             log.info("saved %s at update %d", LAST, self.ctx.state.update)
+            discard_replaced(self.ctx.run_dir)  # the run --force replaces is gone once this one has a checkpoint
 
     def save_model(self, name: str) -> None:
         """The model as at this update, without optimiser state: checkpoint_best.pt, and

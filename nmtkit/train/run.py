@@ -2,9 +2,11 @@
 
 A run directory holds one run. Starting a new run where one already is (checkpoint_last.pt or
 checkpoint_best.pt present) is refused unless `resume` (continue it exactly from
-checkpoint_last.pt) or `force` (delete the old run's files and start over). The files of a run
-that stopped before its first checkpoint (metrics.jsonl, train.log) hold nothing to continue:
-a fresh start replaces them, with a warning.
+checkpoint_last.pt) or `force` (start over, replacing the old run). `force` moves the old run's
+files into RUN/.replaced-run, deleted when the new run saves its first checkpoint and put back
+when it fails before that: a start that fails (bad data, an option that breaks the model) never
+loses the run it was to replace. The files of a run that stopped before its first checkpoint
+(metrics.jsonl, train.log) hold nothing to continue: a fresh start replaces them, with a warning.
 
 One process at a time trains in a run directory: train and --resume hold an flock on
 `train.lock` there (`nmtkit.output_dirs.DirLock`) and a second process is refused, naming the
@@ -23,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -34,7 +37,7 @@ from nmtkit.options import option_name, resume_overridable
 from nmtkit.output_dirs import DirLock
 from nmtkit.outputs import check_output_dir, check_outputs_vs_inputs, write_text
 from nmtkit.train.config import TrainConfig, TrainOptions
-from nmtkit.train.run_files import BEST, LAST, kept_checkpoints, kept_update
+from nmtkit.train.run_files import BEST, LAST, REPLACED, kept_checkpoints, kept_update
 from nmtkit.train.tensorboard import TensorBoardCallbacks, require_tensorboard, tensorboard_dir
 
 log = logging.getLogger(__name__)
@@ -79,7 +82,7 @@ def stale_run_files(save_dir: Path) -> list[str]:
 
 def is_run_file(name: str) -> bool:
     """Whether a file of this name in a run directory is one the run writes (and --force deletes)."""
-    return name in RUN_FILES or name == "tensorboard" or kept_update(name) is not None
+    return name in RUN_FILES or name in ("tensorboard", REPLACED) or kept_update(name) is not None
 
 
 def run_files_present(save_dir: Path) -> list[str]:
@@ -93,6 +96,32 @@ def clear_run_dir(save_dir: Path) -> None:
     for p in kept_checkpoints(save_dir):
         p.unlink(missing_ok=True)
     shutil.rmtree(save_dir / "tensorboard", ignore_errors=True)
+
+
+def set_aside_run(save_dir: Path) -> None:
+    """`--force`: move the old run's files into RUN/.replaced-run (see the module docstring). A
+    run already set aside by a start that never saved a checkpoint (killed) stays the one kept."""
+    aside = save_dir / REPLACED
+    names = run_files_present(save_dir) + (["tensorboard"] if (save_dir / "tensorboard").exists() else [])
+    if aside.is_dir() and not any(f.startswith("checkpoint_") for f in names):
+        clear_run_dir(save_dir)
+        return
+    shutil.rmtree(aside, ignore_errors=True)
+    aside.mkdir()
+    for name in names:
+        os.replace(save_dir / name, aside / name)
+
+
+def restore_replaced_run(save_dir: Path) -> None:
+    """Put back the run `--force` set aside when the new run failed before its first checkpoint."""
+    aside = save_dir / REPLACED
+    if not aside.is_dir() or (save_dir / LAST).exists():
+        return
+    clear_run_dir(save_dir)
+    for p in aside.iterdir():
+        os.replace(p, save_dir / p.name)
+    aside.rmdir()
+    log.warning("%s: the new run saved no checkpoint; the run --force was to replace is back in place", save_dir)
 
 
 def resume_config(ckpt: dict[str, Any], options: TrainOptions) -> TrainConfig:
@@ -200,6 +229,11 @@ def run_training(
         if lock is not None:
             _start_run(save_dir, cfg, arch, model_config, tb_dir, resume, force, show_config)
         return _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook, tb_dir)
+    except BaseException:
+        if lock is not None and force:
+            with contextlib.suppress(OSError):  # the error that stopped the run is the one to report
+                restore_replaced_run(save_dir)
+        raise
     finally:
         if lock is not None:
             lock.release()
@@ -228,7 +262,7 @@ def _start_run(save_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[s
                         ", ".join(stale_run_files(save_dir)))
             clear_run_dir(save_dir)
         if force:
-            clear_run_dir(save_dir)
+            set_aside_run(save_dir)
     text = config_text(cfg, arch, model_config)
     write_text(save_dir / CONFIG_FILE, text)
     if show_config is not None:
