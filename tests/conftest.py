@@ -194,7 +194,8 @@ def make_data_dir(path: Path, n_train: int = 240, n_valid: int = 24, max_len: in
         from nmtkit.text.pipeline import TextPipeline
 
         pipe = TextPipeline("en", "fr").to_dict()
-    manifest = new_manifest("en", "fr", {"src": "vocab.en.txt", "tgt": "vocab.fr.txt"}, pipeline=pipe, splits=splits,
+    manifest = new_manifest("en", "fr", {"src": "vocab.en.txt", "tgt": "vocab.fr.txt", "src_size": len(src_vocab),
+                                         "tgt_size": len(tgt_vocab)}, pipeline=pipe, splits=splits,
                             settings={})
     (path / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     return path

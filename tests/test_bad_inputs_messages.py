@@ -80,6 +80,31 @@ ROWS = [
         needles=("--dropout",), absent=("Config",)),
     Row("score-tokenize-ja-mecab-without-mecab", lambda w: _score(w, "--tokenize", "ja-mecab"),
         needles=("ja-mecab", "sacrebleu[ja]")),
+    # a damaged array of a data directory: tracebacks in batching, or sentences silently cut wrongly
+    Row("train-offsets-swapped", lambda w: _train(_w_npy(w, "train.en.offsets.npy", _swap56), w.tmp / "ra1"),
+        needles=("train.en.offsets.npy", "do not cut")),
+    Row("train-last-offset-short", lambda w: _train(_w_npy(w, "train.en.offsets.npy", _last_minus_1), w.tmp / "ra2"),
+        needles=("train.en.offsets.npy", "do not cut")),
+    Row("train-first-offset-not-0", lambda w: _train(_w_npy(w, "train.fr.offsets.npy", _first_3), w.tmp / "ra3"),
+        needles=("train.fr.offsets.npy", "do not cut")),
+    Row("train-negative-id", lambda w: _train(_w_npy(w, "train.en.ids.npy", _negative), w.tmp / "ra4"),
+        needles=("train.en.ids.npy", "negative")),
+    Row("train-negative-word-length", lambda w: _train(_w_npy(w, "train.fr.words.npy", _negative), w.tmp / "ra5"),
+        needles=("train.fr.words.npy", "negative")),
+    Row("train-float-ids", lambda w: _train(_w_npy(w, "valid.en.ids.npy", lambda a: a + 0.7), w.tmp / "ra6"),
+        needles=("valid.en.ids.npy", "float64", "1-D integer")),
+    Row("train-2d-ids", lambda w: _train(_w_npy(w, "train.en.ids.npy", lambda a: a[: len(a) // 2 * 2].reshape(2, -1)),
+                                         w.tmp / "ra7"), needles=("train.en.ids.npy", "1-D integer")),
+    # damaged vocabularies: tracebacks, or a model silently trained on another language's words
+    Row("train-src-vocab-of-another-data-directory", lambda w: _train(_w_vocab(w, lambda lines, d: lines[:10]),
+                                                                      w.tmp / "rv1"),
+        needles=("vocab.en.txt", "holds 10 words", "src_size")),
+    Row("train-vocab-word-listed-twice", lambda w: _train(_w_vocab(w, lambda lines, d: lines[:9] + [lines[8]] + lines[10:]),
+                                                          w.tmp / "rv2"), needles=("vocab.en.txt:10:", "listed twice")),
+    Row("train-vocab-without-unk", lambda w: _train(_w_vocab(w, lambda lines, d: lines[:1] + lines[2:]), w.tmp / "rv3"),
+        needles=("vocab.en.txt", "special symbols")),
+    Row("train-vocab-count-not-ascii-digits", lambda w: _train(_w_vocab(w, lambda lines, d: lines + ["foo\t\u00b2"]),
+                                                               w.tmp / "rv4"), needles=("vocab.en.txt:", "token<TAB>count")),
     # score used to take a NUL byte as text (BLEU 0 for that line) and a UTF-16 file as a line count
     Row("score-hyp-with-a-nul-byte", lambda w: _score_hyp(w, "nul.fr", "\n".join(_fr(w)[:2]).encode() + b"\0x\n"
                                                           + "\n".join(_fr(w)[2:]).encode() + b"\n"),
@@ -90,6 +115,49 @@ ROWS = [
                                                      _text(w, "nul.en", b"a cat\nthe\0dog\n")],
         needles=("nul.en:2:", "binary")),
 ]
+
+
+def _w_npy(w: World, name: str, edit) -> World:
+    """A copy of the data directory with array `name` replaced by `edit(array)`."""
+    import numpy as np
+
+    d = _data_copy(w)
+    np.save(d / name, edit(np.load(d / name)))
+    w.data = d
+    return w
+
+
+def _w_vocab(w: World, edit) -> World:
+    """A copy of the data directory with vocab.en.txt's lines replaced by `edit(lines, folder)`."""
+    d = _data_copy(w)
+    p = d / "vocab.en.txt"
+    p.write_text("\n".join(edit(p.read_text(encoding="utf-8").splitlines(), d)) + "\n", encoding="utf-8")
+    w.data = d
+    return w
+
+
+def _swap56(a):
+    a = a.copy()
+    a[5], a[6] = a[6], a[5]
+    return a
+
+
+def _last_minus_1(a):
+    a = a.copy()
+    a[-1] -= 1
+    return a
+
+
+def _first_3(a):
+    a = a.copy()
+    a[0] = 3
+    return a
+
+
+def _negative(a):
+    a = a.copy()
+    a[3] = -1
+    return a
 
 
 def _fr(w: World) -> list[str]:

@@ -99,9 +99,9 @@ class SplitWriter:
 
 
 def check_npy(path: str | Path, expected_len: int | None = None) -> int:
-    """The length of the 1-D .npy at `path`, after checking that the file holds every byte its
-    header promises (a truncated copy would fail later as "mmap length is greater than file
-    size") and, when given, `expected_len` values (the manifest's count)."""
+    """The length of the 1-D integer .npy at `path`, after checking that the file holds every
+    byte its header promises (a truncated copy would fail later as "mmap length is greater than
+    file size") and, when given, `expected_len` values (the manifest's count)."""
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -112,7 +112,10 @@ def check_npy(path: str | Path, expected_len: int | None = None) -> int:
     except (ValueError, EOFError) as err:
         raise InputError(f"not a readable .npy array, truncated or corrupt ({err}); rerun 'nmtkit preprocess'",
                          str(path)) from None
-    n = int(np.prod(shape)) if len(shape) else 1
+    if len(shape) != 1 or dtype.kind not in "iu" or dtype.hasobject:
+        raise InputError(f"holds a {dtype} array of shape {shape}, not the 1-D integer array preprocess writes; "
+                         "rerun 'nmtkit preprocess'", str(path))
+    n = int(shape[0])
     need = data_start + n * dtype.itemsize
     size = path.stat().st_size
     if size < need:
@@ -141,6 +144,20 @@ class BinarizedText:
         self.offsets = np.load(off_path, mmap_mode="r")
         self.lengths = np.diff(np.asarray(self.offsets)).astype(np.int64)
         self.word_lengths = np.load(w_path, mmap_mode="r")
+        self._check(ids_path, off_path, w_path)
+
+    def _check(self, ids_path: Path, off_path: Path, w_path: Path) -> None:
+        """Offsets that cut `ids` into sentences (0 first, never decreasing, len(ids) last),
+        word lengths and ids that are not negative: else sentences would be cut wrongly without
+        a word, or fail as tracebacks in batching. (Ids past the vocabulary: the data directory's check.)"""
+        off = self.offsets
+        if len(off) == 0 or off[0] != 0 or off[-1] != len(self.ids) or (self.lengths < 0).any():
+            raise InputError(f"its offsets do not cut {ids_path.name}'s {len(self.ids)} ids into sentences (they must "
+                             "start at 0, never decrease and end at the number of ids): rerun 'nmtkit preprocess'",
+                             str(off_path))
+        for path, values in ((ids_path, self.ids), (w_path, self.word_lengths)):
+            if len(values) and int(np.min(values)) < 0:
+                raise InputError("holds negative values: rerun 'nmtkit preprocess'", str(path))
 
     def __len__(self) -> int:
         return len(self.offsets) - 1

@@ -97,8 +97,15 @@ def read_manifest(path: str | Path) -> Manifest:
             TextPipeline.from_dict(pipeline)
         except ConfigError as err:
             raise InputError(str(err), str(mpath)) from None
+    vocabs = {side: Vocab.load(path / vocab[side]) for side in ("src", "tgt")}
+    for side, v in vocabs.items():  # a vocabulary of the other language, or of another data directory
+        size = vocab.get(f"{side}_size")
+        if isinstance(size, int) and not isinstance(size, bool) and len(v) != size:
+            raise InputError(f"holds {len(v):,} words where manifest.json's vocab.{side}_size says {size:,}: the "
+                             "vocabulary of another language or data directory; rerun 'nmtkit preprocess'",
+                             str(path / vocab[side]))
     return Manifest(path, manifest, str(manifest["src_lang"]), str(manifest["tgt_lang"]),
-                    Vocab.load(path / vocab["src"]), Vocab.load(path / vocab["tgt"]), pipeline)
+                    vocabs["src"], vocabs["tgt"], pipeline)
 
 
 def owned_files(manifest: dict[str, Any]) -> set[str]:

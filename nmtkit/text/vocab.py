@@ -90,17 +90,26 @@ class Vocab:
 
     @classmethod
     def load(cls, path: str | Path) -> "Vocab":
-        itos, counts = [], []
-        try:
-            with open(path, encoding="utf-8") as f:
-                for lineno, line in enumerate(f, 1):
-                    parts = line.rstrip("\n").split("\t")
-                    if len(parts) != 2 or not parts[1].isdigit():
-                        raise InputError("expected 'token<TAB>count'", str(path), lineno)
-                    itos.append(parts[0])
-                    counts.append(int(parts[1]))
-        except FileNotFoundError:
-            raise InputError("vocabulary file not found", str(path)) from None
+        """The vocabulary file at `path` (see the module docstring); an InputError naming the file
+        (and line) for anything else: bad UTF-8, a line that is not 'token<TAB>count', a word
+        given twice, or the special symbols missing from the first lines."""
+        from nmtkit.text.io import read_lines
+
+        itos, counts, seen = [], [], {}
+        if not Path(path).exists():
+            raise InputError("vocabulary file not found", str(path))
+        for lineno, line in enumerate(read_lines(path), 1):
+            parts = line.split("\t")
+            if len(parts) != 2 or not (parts[1].isascii() and parts[1].isdigit()):
+                raise InputError("expected 'token<TAB>count'", str(path), lineno)
+            if parts[0] in seen:
+                raise InputError(f"{parts[0]!r} is listed twice (first on line {seen[parts[0]]})", str(path), lineno)
+            seen[parts[0]] = lineno
+            itos.append(parts[0])
+            counts.append(int(parts[1]))
+        if tuple(itos[:4]) != SPECIALS:
+            raise InputError(f"does not start with the special symbols {', '.join(SPECIALS)}: not an nmtkit "
+                             "vocabulary, or a damaged one", str(path))
         return cls(itos, counts)
 
     def to_list(self) -> list[str]:

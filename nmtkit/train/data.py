@@ -34,8 +34,8 @@ class DataDir(Manifest):
 
     def check_sizes(self) -> None:
         """Check every binarised file against the manifest's counts before training starts
-        (lines + 1 offsets, lines word lengths, src_tokens / tgt_tokens ids): a truncated or
-        missing file is named."""
+        (lines + 1 offsets, lines word lengths, src_tokens / tgt_tokens ids), and open each split
+        (its structure and ids checked: `split`): a truncated, missing or damaged file is named."""
         splits = self.manifest.get("splits")
         for name, info in (splits.items() if isinstance(splits, dict) else ()):
             if not isinstance(info, dict) or not self.has_split(name):
@@ -50,6 +50,7 @@ class DataDir(Manifest):
                 check_npy(off_path, lines + 1 if isinstance(lines, int) else None)
                 check_npy(w_path, lines if isinstance(lines, int) else None)
                 check_npy(ids_path, tokens if isinstance(tokens, int) else None)
+            self.split(name)  # the arrays' structure and ids, before a run writes anything
 
     def has_split(self, name: str) -> bool:
         return all(p.exists() for lang in (self.src_lang, self.tgt_lang)
