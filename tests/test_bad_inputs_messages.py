@@ -95,6 +95,8 @@ ROWS = [
         needles=("valid.en.ids.npy", "float64", "1-D integer")),
     Row("train-2d-ids", lambda w: _train(_w_npy(w, "train.en.ids.npy", lambda a: a[: len(a) // 2 * 2].reshape(2, -1)),
                                          w.tmp / "ra7"), needles=("train.en.ids.npy", "1-D integer")),
+    Row("train-dev-set-of-empty-sources", lambda w: _train(_w_blank_valid(w), w.tmp / "rb1"),
+        needles=("data-copy", "'valid' split has no pair with a non-empty source")),  # was a dev loss of 0
     # damaged vocabularies: tracebacks, or a model silently trained on another language's words
     Row("train-src-vocab-of-another-data-directory", lambda w: _train(_w_vocab(w, lambda lines, d: lines[:10]),
                                                                       w.tmp / "rv1"),
@@ -123,6 +125,24 @@ def _w_npy(w: World, name: str, edit) -> World:
 
     d = _data_copy(w)
     np.save(d / name, edit(np.load(d / name)))
+    w.data = d
+    return w
+
+
+def _w_blank_valid(w: World) -> World:
+    """A copy of the data directory whose dev sources are all empty lines (as preprocess keeps them)."""
+    import json
+
+    import numpy as np
+
+    d = _data_copy(w)
+    n = len(np.load(d / "valid.en.offsets.npy")) - 1
+    np.save(d / "valid.en.ids.npy", np.zeros(0, np.int32))
+    np.save(d / "valid.en.offsets.npy", np.zeros(n + 1, np.int64))
+    np.save(d / "valid.en.words.npy", np.zeros(n, np.int32))
+    m = json.loads((d / "manifest.json").read_text())
+    m["splits"]["valid"]["src_tokens"] = 0
+    (d / "manifest.json").write_text(json.dumps(m))
     w.data = d
     return w
 

@@ -112,9 +112,7 @@ class TrainContext:
         self.tgt_lens = self.train_data.tgt.lengths
         self._plan_epoch: int | None = None
         self._plan: list[np.ndarray] = []
-        self.valid_data = data.split("valid") if data.has_split("valid") else None
-        if self.valid_data is None:
-            raise InputError("no 'valid' split in the data directory (validation needs a dev set)", str(data.path))
+        self.valid_data = data.valid_split()
         self.bleu_enabled = cfg.valid_bleu_samples > 0
         self.raw_refs = data.raw_references("valid") if self.bleu_enabled else None
 

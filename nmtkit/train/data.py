@@ -66,6 +66,18 @@ class DataDir(Manifest):
             self._splits[name] = data
         return self._splits[name]
 
+    def valid_split(self) -> ParallelData:
+        """The dev set validation scores: the 'valid' split, with at least one pair whose source is
+        not empty (validation skips empty sources, and a dev set of nothing scored a loss of 0,
+        which early stopping and the best checkpoint then acted on)."""
+        if not self.has_split("valid"):
+            raise InputError("no 'valid' split in the data directory (validation needs a dev set)", str(self.path))
+        data = self.split("valid")
+        if not (data.src.lengths > 0).any():
+            raise InputError(f"its 'valid' split has no pair with a non-empty source ({len(data)} pairs): nothing "
+                             "to validate on; give 'nmtkit preprocess --valid' a dev set of sentences", str(self.path))
+        return data
+
     def raw_references(self, name: str = "valid") -> list[str] | None:
         """The raw (untokenised) target side of split `name`, when the manifest says where it
         was read from (`splits[name]["prefix"]` with raw input) and that file still has the

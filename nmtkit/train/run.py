@@ -210,6 +210,7 @@ def run_training(
         run_lock(save_dir).check()
     check_run_dir(save_dir, resume, force)
     data = DataDir.open(data_dir)
+    data.valid_split()  # a dev set to validate on, before anything is written
     ckpt = load_checkpoint(save_dir / LAST) if resume else None
     if ckpt is not None:
         cfg, arch, model_config = _resumed_configs(ckpt, data, data_dir, save_dir, options, model)
