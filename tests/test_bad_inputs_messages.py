@@ -95,6 +95,8 @@ ROWS = [
         needles=("valid.en.ids.npy", "float64", "1-D integer")),
     Row("train-2d-ids", lambda w: _train(_w_npy(w, "train.en.ids.npy", lambda a: a[: len(a) // 2 * 2].reshape(2, -1)),
                                          w.tmp / "ra7"), needles=("train.en.ids.npy", "1-D integer")),
+    Row("train-min-lr-above-lr", lambda w: _train(w, w.tmp / "rl1", "--lr", "0.001", "--min-lr", "1.5"),
+        needles=("--min-lr 1.5 is above --lr 0.001",)),  # every update used to run at 1.5
     Row("train-dev-set-of-empty-sources", lambda w: _train(_w_blank_valid(w), w.tmp / "rb1"),
         needles=("data-copy", "'valid' split has no pair with a non-empty source")),  # was a dev loss of 0
     # damaged vocabularies: tracebacks, or a model silently trained on another language's words

@@ -173,6 +173,8 @@ class TrainConfig:
         check_device_name(self.device)
         if self.batch_size is None and self.max_tokens is None:
             raise ConfigError("need --batch-size or --max-tokens")
+        if self.min_lr > self.lr:  # the floor would replace the learning rate at every update
+            raise ConfigError(f"--min-lr {self.min_lr} is above --lr {self.lr}: it is the floor decay stops at")
         if self.best_metric == "bleu" and self.valid_bleu_samples == 0:
             raise ConfigError("--best-metric bleu needs dev BLEU: --valid-bleu-samples must be > 0")
         if (self.max_updates is None and self.max_epochs is None and self.max_time is None
