@@ -142,7 +142,7 @@ def test_translate_and_serve_share_one_declaration_of_each_decode_option():
     (lambda: TranslateConfig(models=("m.pt",), beam=0), "--beam must be at least 1, got 0"),
     (lambda: TranslateConfig(models=("m.pt",), precision="fp8"), "--precision must be one of fp32, bf16, fp16, auto"),
     (lambda: TranslateConfig(models=("m.pt",), output_format="xml"), "--output-format must be one of raw, tok, bpe"),
-    (lambda: TranslateConfig(models=("m.pt",), max_len_a=-1.0), "--max-len-a must be >= 0, got -1.0"),
+    (lambda: TranslateConfig(models=("m.pt",), max_len_a=-1.0), "--max-len-a must be in [0, 10], got -1.0"),
     (lambda: TranslateConfig(models=("m.pt",), device="gpu"), "--device must be auto, cpu, cuda or cuda:N"),
     (lambda: TranslateConfig(models=("m.pt",), lenpen=float("inf")), "--lenpen must be a finite number, got inf"),
     (lambda: TranslateConfig(models=()), "no model given (-m CHECKPOINT)"),
