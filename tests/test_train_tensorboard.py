@@ -83,6 +83,17 @@ def test_missing_tensorboard_fails_at_start_with_one_line_saying_how_to_install(
     assert not run.exists() and not tb.exists()
 
 
+def test_tensorboard_events_are_never_written_into_the_data_directory(data_dir, tmp_path):
+    """--save-dir DATA was refused, --tensorboard DATA wrote its events among the corpus files."""
+    from nmtkit.errors import OutputError
+
+    before = sorted(p.name for p in data_dir.iterdir())
+    with pytest.raises(OutputError, match="the --tensorboard output is the --data input"):
+        run_training(data_dir, tmp_path / "run", tiny_options(max_updates=2, tensorboard=str(data_dir)),
+                     tiny_overrides())
+    assert sorted(p.name for p in data_dir.iterdir()) == before and not (tmp_path / "run").exists()
+
+
 def test_a_new_run_with_force_hides_the_old_runs_events(data_dir, tmp_path):
     pytest.importorskip("tensorboard", reason="tensorboard is not installed (pip install 'nmtkit[tensorboard]')")
     run, tb = tmp_path / "run", tmp_path / "tb"

@@ -97,15 +97,22 @@ def read_manifest(path: str | Path) -> Manifest:
             TextPipeline.from_dict(pipeline)
         except ConfigError as err:
             raise InputError(str(err), str(mpath)) from None
+    vocabs = _vocabularies(path, vocab)
+    return Manifest(path, manifest, str(manifest["src_lang"]), str(manifest["tgt_lang"]),
+                    vocabs["src"], vocabs["tgt"], pipeline)
+
+
+def _vocabularies(path: Path, vocab: dict[str, Any]) -> dict[str, Vocab]:
+    """The two vocabulary files the manifest's `vocab` names, each of the size it records (when
+    it does): another size is a vocabulary of the other language or of another data directory."""
     vocabs = {side: Vocab.load(path / vocab[side]) for side in ("src", "tgt")}
-    for side, v in vocabs.items():  # a vocabulary of the other language, or of another data directory
+    for side, v in vocabs.items():
         size = vocab.get(f"{side}_size")
         if isinstance(size, int) and not isinstance(size, bool) and len(v) != size:
             raise InputError(f"holds {len(v):,} words where manifest.json's vocab.{side}_size says {size:,}: the "
                              "vocabulary of another language or data directory; rerun 'nmtkit preprocess'",
                              str(path / vocab[side]))
-    return Manifest(path, manifest, str(manifest["src_lang"]), str(manifest["tgt_lang"]),
-                    vocabs["src"], vocabs["tgt"], pipeline)
+    return vocabs
 
 
 def owned_files(manifest: dict[str, Any]) -> set[str]:

@@ -216,12 +216,8 @@ def run_training(
         cfg, arch, model_config = _resumed_configs(ckpt, data, data_dir, save_dir, options, model)
     else:
         cfg, arch, model_config = _new_configs(data, options, model)
-    tb_dir = tensorboard_dir(cfg.tensorboard, save_dir)
-    if tb_dir is not None:  # a missing package fails before the run writes anything (new or resumed)
-        require_tensorboard()
-    # a GPU that is not there, or --fuse on / --cuda-graphs on where they cannot run, fail
-    # before anything is written
-    _check_hardware(cfg, arch, resolve_device(cfg.device, info.local_rank))
+    tb_dir = _checked_tensorboard_dir(cfg, data_dir, save_dir)
+    _check_hardware(cfg, arch, resolve_device(cfg.device, info.local_rank))  # before anything is written
     lock = None
     if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
         check_output_dir(save_dir, "--save-dir run folder")
@@ -240,7 +236,19 @@ def run_training(
             lock.release()
 
 
+def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path, save_dir: Path) -> Path | None:
+    """--tensorboard's folder (None without it), refused inside the data directory as --save-dir
+    is, and with the package there: both fail before the run writes anything (new or resumed)."""
+    tb_dir = tensorboard_dir(cfg.tensorboard, save_dir)
+    if tb_dir is not None:
+        check_outputs_vs_inputs([("--data", data_dir)],
+                                folders=[("--tensorboard", tb_dir, lambda name: name.startswith("events.out.tfevents"))])
+        require_tensorboard()
+    return tb_dir
+
+
 def _check_hardware(cfg: TrainConfig, arch: str, device) -> None:
+    """A GPU that is not there, or --fuse on / --cuda-graphs on where they cannot run: refused."""
     from nmtkit.models import model_class
     from nmtkit.models.fusion import resolve_fuse
     from nmtkit.models.graphs import resolve_cuda_graphs
