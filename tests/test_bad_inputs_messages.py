@@ -95,6 +95,11 @@ ROWS = [
         needles=("valid.en.ids.npy", "float64", "1-D integer")),
     Row("train-2d-ids", lambda w: _train(_w_npy(w, "train.en.ids.npy", lambda a: a[: len(a) // 2 * 2].reshape(2, -1)),
                                          w.tmp / "ra7"), needles=("train.en.ids.npy", "1-D integer")),
+    Row("train-seed-past-int64", lambda w: _train(w, w.tmp / "rs1", "--seed", str(2**64)),
+        needles=("--seed must be between 0 and 2^63-1",)),  # was an overflow traceback in torch
+    Row("tokenize-protect-pattern-repeating-past-the-limit",
+        lambda w: ["tokenize", "--lang", "en", "-i", str(w.src), "--protect", _text(w, "p.txt", b"a{99999999999}\n")],
+        needles=("p.txt:1:", "invalid regular expression", "too large")),  # was an OverflowError traceback
     Row("train-min-lr-above-lr", lambda w: _train(w, w.tmp / "rl1", "--lr", "0.001", "--min-lr", "1.5"),
         needles=("--min-lr 1.5 is above --lr 0.001",)),  # every update used to run at 1.5
     Row("train-dev-set-of-empty-sources", lambda w: _train(_w_blank_valid(w), w.tmp / "rb1"),

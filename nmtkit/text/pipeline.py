@@ -86,7 +86,7 @@ def _check_read(d: dict[str, Any]) -> None:
     for pattern in patterns:
         try:
             re.compile(pattern, re.IGNORECASE)  # as the tokeniser compiles them
-        except re.error as err:
+        except (re.error, OverflowError, RecursionError) as err:
             raise ConfigError(f"text pipeline protected pattern {pattern!r:.60} does not compile: {err}") from None
 
 

@@ -82,6 +82,8 @@ def read_patterns(path: str) -> list[str]:
         except re.error as err:
             raise InputError(f"invalid regular expression {line!r}: {err.msg} at position {err.pos}", path,
                              number) from None
+        except (OverflowError, RecursionError) as err:  # a{99999999999}, or nesting past Python's limit
+            raise InputError(f"invalid regular expression {line!r:.80}: {err}", path, number) from None
         except ValueError as err:
             raise InputError(f"regular expression {line!r} cannot be protected: {err}", path, number) from None
         out.append(line)

@@ -135,7 +135,8 @@ class TrainConfig:
              "TensorBoard scalars into DIR (`tensorboard --logdir DIR`); a resumed run appends to it. Needs pip "
              "install 'nmtkit[tensorboard]'.")
     # reproducibility and hardware
-    seed: int = option(1, min=0, help="Seed of initialisation, data order and dropout.")
+    seed: int = option(1, min=0, max=2**63 - 1, message="must be between 0 and 2^63-1",
+                       help="Seed of initialisation, data order and dropout.")
     device: str = option("auto", metavar="auto|cpu|cuda|cuda:N", resume=True, help=DEVICE_HELP)
     precision: str = option(
         "fp32", choices=DECODE_PRECISIONS, resume=True, shown_default="fp32; the small preset: auto",
