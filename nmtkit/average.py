@@ -101,15 +101,16 @@ def check_paths(paths: Sequence[str | Path], output: str | Path) -> None:
         raise ConfigError("give the checkpoints to average (-m FILE, repeatable) or --last N --save-dir RUN")
     if file_path(output) is None:
         raise ConfigError(f"-o {str(output)!r}: the averaged checkpoint is written to a file, give its name")
-    seen: dict[str, str] = {}
+    seen: dict[tuple[int, int], str] = {}
     for p in paths:
         p = str(p)
         if not os.path.isfile(p):
             raise CheckpointError("checkpoint not found", p)
-        real = os.path.realpath(p)
-        if real in seen:
-            raise ConfigError(f"{p} is given twice (as {seen[real]}); each checkpoint counts once")
-        seen[real] = p
+        st = os.stat(p)
+        key = (st.st_dev, st.st_ino)  # one file, whatever the path: a symlink or a hard link to it included
+        if key in seen:
+            raise ConfigError(f"{p} is given twice (as {seen[key]}); each checkpoint counts once")
+        seen[key] = p
     check_outputs_vs_inputs([("-m", p) for p in paths], files=[("-o", output)])
 
 

@@ -1,6 +1,7 @@
 """`nmtkit average`: the float64 mean of compatible checkpoints, written as an ordinary checkpoint."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -200,11 +201,17 @@ def test_fewer_kept_checkpoints_than_last_n_is_one_line_listing_them(tmp_path):
     assert not (tmp_path / "avg.pt").exists()
 
 
+def _hard_link(target, link):
+    os.link(target, link)
+    return link
+
+
 @pytest.mark.parametrize("case, needle", [
     ("missing", "checkpoint not found"),
     ("output-is-input", "is the same file as the -m input"),
     ("output-exists", "exists (use --force"),
     ("twice", "is given twice"),
+    ("hard-link", "is given twice"),  # a hard link used to be averaged in as a second checkpoint
     ("last-without-save-dir", "--last N and --save-dir RUN go together"),
     ("last-and-m", "not both"),
     ("missing-run-dir", "run directory not found"),
@@ -222,6 +229,7 @@ def test_bad_average_command_lines_are_one_line(tmp_path, monkeypatch, case, nee
         "output-is-input": ["-m", str(a), "-m", str(make_checkpoint(tmp_path / "b.pt", seed=2)), "-o", str(a), "--force"],
         "output-exists": ["-m", str(a), "-o", str(a.with_name("old.pt"))],
         "twice": ["-m", str(a), "-m", str(tmp_path / "." / "a.pt"), "-o", str(out)],
+        "hard-link": ["-m", str(a), "-m", str(_hard_link(a, tmp_path / "linked.pt")), "-o", str(out)],
         "last-without-save-dir": ["--last", "2", "-o", str(out)],
         "last-and-m": ["--last", "2", "--save-dir", str(tmp_path), "-m", str(a), "-o", str(out)],
         "missing-run-dir": ["--last", "2", "--save-dir", str(tmp_path / "norun"), "-o", str(out)],
