@@ -294,6 +294,31 @@ def test_sigterm_to_translate_leaves_no_temp_file(world):
     assert not list(world.tmp.glob("out.txt*")), list(world.tmp.iterdir())
 
 
+def test_sigterm_to_tokenize_with_workers_leaves_no_temp_file_and_no_worker_traceback(tmp_path):
+    """Every command unwinds on SIGTERM as on Ctrl-C (tokenize, select-data and preprocess left
+    their temp files), and the pool's workers end without a traceback each."""
+    import signal
+    import time
+
+    out = tmp_path / "out.tok"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "nmtkit", "tokenize", "--lang", "en", "--workers", "2", "-o",
+                             str(out)], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    with proc.stdin as feed:
+        feed.write("Hello, world!\n" * 5000)
+        feed.flush()
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("out.tok.*.tmp")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert list(tmp_path.glob("out.tok.*.tmp")), "tokenize never started writing"
+        time.sleep(1.0)  # the workers are running
+        proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    err = proc.stderr.read()
+    assert proc.returncode == 143 and "Traceback" not in err and "ForkPoolWorker" not in err, err
+    assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+
+
 def test_wmt14_smoke_honours_work_and_results(tmp_path):
     """`make smoke WORK=... RESULTS=...` writes there, not into the source tree (make -n: what it would run)."""
     if shutil.which("make") is None:

@@ -18,7 +18,7 @@ import threading
 import click
 
 from nmtkit import __version__
-from nmtkit.cli.common import Terminated, setup_warnings
+from nmtkit.cli.common import Terminated, setup_warnings, sigterm_unwinds
 from nmtkit.errors import NmtkitError, describe_os_error
 from nmtkit.memory import limit_cpu_caches
 
@@ -207,7 +207,8 @@ def _end_process(code: int | str | None) -> None:
 
 def _run(argv: list[str] | None, debug: bool) -> None:
     try:
-        cli.main(args=argv, prog_name="nmtkit", standalone_mode=False)
+        with sigterm_unwinds():  # kill, timeout, a scheduler: every command unwinds as on Ctrl-C, leaving no temp file
+            cli.main(args=argv, prog_name="nmtkit", standalone_mode=False)
         sys.stdout.flush()  # a full stdout must fail here, not in the interpreter's exit
     except NmtkitError as err:
         if debug:

@@ -165,10 +165,11 @@ def sigterm_unwinds() -> Iterator[None]:
         return
     try:
         yield
-    except Terminated:
-        from nmtkit.outputs import abort_pending
+    except BaseException as err:
+        if isinstance(err, Terminated) or isinstance(err.__cause__ or err.__context__, Terminated):  # click: Abort
+            from nmtkit.outputs import abort_pending
 
-        abort_pending()  # the signal may have landed inside cleanup code, skipping some `with` exits
+            abort_pending()  # the signal may have landed inside cleanup code, skipping some `with` exits
         raise
     finally:
         signal.signal(signal.SIGTERM, old)

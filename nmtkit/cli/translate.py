@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from nmtkit.cli.common import config_options, config_values, quiet_option, quiet_warnings, sigterm_unwinds
+from nmtkit.cli.common import config_options, config_values, quiet_option, quiet_warnings
 from nmtkit.outputs import file_path
 from nmtkit.translate.config import TranslateConfig
 
@@ -44,7 +44,6 @@ def translate_cmd(input_path: str | None, output_path: str | None, alignments_fi
         values["buffer_size"] = 1
     cfg = TranslateConfig(**values)
 
-    with sigterm_unwinds():  # a killed run leaves no OUT.*.tmp behind, as Ctrl-C does not
-        n = translate_files(cfg, input_path, output_path, alignments_file, force)
+    n = translate_files(cfg, input_path, output_path, alignments_file, force)
     if not quiet and not stdin_tty:
         click.echo(f"nmtkit: translated {n} lines", err=True)

@@ -23,13 +23,16 @@ def worker_state() -> Any:
 
 
 def _start_worker(state: Any, prepare: Callable[[Any], Any] | None) -> None:
-    """Runs once per worker process before any item: installs its state."""
+    """Runs once per worker process before any item: its signals, and its state when given."""
     global _WORKER_STATE
     if mp.current_process().name != "MainProcess":
         # Ctrl-C is handled once, by the main process (which then stops the pool), so the
-        # workers do not each print a KeyboardInterrupt traceback.
+        # workers do not each print a KeyboardInterrupt traceback; the pool stops them with
+        # SIGTERM, which ends them as it ends any process (not as the command's handler would)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _WORKER_STATE = prepare(state) if prepare is not None else state
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if state is not _NO_STATE:
+        _WORKER_STATE = prepare(state) if prepare is not None else state
 
 
 def _apply_chunk(args):
@@ -71,8 +74,7 @@ def parallel_map(func: Callable[[T], R], items: Iterable[T], workers: int = 1, c
             _WORKER_STATE = saved
         return
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-    initializer = _start_worker if state is not _NO_STATE else None
-    with ctx.Pool(workers, initializer=initializer, initargs=(state, prepare)) as pool:
+    with ctx.Pool(workers, initializer=_start_worker, initargs=(state, prepare)) as pool:
         tasks = ((func, c) for c in _chunks(items, chunk_size))
         # imap consumes `tasks` lazily but may run ahead; bound it by feeding in windows.
         window = 2 * workers
