@@ -102,6 +102,21 @@ def test_a_run_set_aside_by_a_killed_force_start_is_the_one_kept(data_dir, tmp_p
     assert not (run / "train.log").exists()
 
 
+def test_resuming_with_other_training_data_of_the_same_vocabularies_is_refused(data_dir, tmp_path):
+    """It resumed, and the 'continued' run trained on another corpus from then on."""
+    from tests.conftest import make_data_dir
+
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
+    run_training(data_dir, run, opts, tiny_overrides())
+    other = make_data_dir(tmp_path / "other", n_train=100)
+    last = (run / "checkpoint_last.pt").read_bytes()
+    with pytest.raises(CheckpointError, match=r"the training data of .*other \(100 pairs.*differs from the run's"):
+        run_training(other, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
+    assert (run / "checkpoint_last.pt").read_bytes() == last
+    assert run_training(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True).update == 4
+
+
 def test_max_epochs_and_patience_stop_the_run(data_dir, tmp_path):
     res = run_training(data_dir, tmp_path / "a", tiny_options(max_updates=None, max_epochs=2, valid_every=100,
                                                               valid_bleu_samples=0), tiny_overrides())

@@ -154,7 +154,20 @@ def _resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: P
     if ckpt["src_vocab"] != data.src_vocab.to_list() or ckpt["tgt_vocab"] != data.tgt_vocab.to_list():
         raise CheckpointError(f"the vocabularies of {data_dir} differ from the run's: resume with the "
                               "data directory the run was started with", str(save_dir / LAST))
+    was, now = _split_sizes(ckpt.get("data_manifest")), _split_sizes(data.manifest)
+    if was and now and was != now:  # same vocabularies, other text: the run would not continue, it would change
+        raise CheckpointError(f"the training data of {data_dir} ({now}) differs from the run's ({was}): resume with "
+                              "the data directory the run was started with", str(save_dir / LAST))
     return cfg, arch, model_config
+
+
+def _split_sizes(manifest: Any) -> str | None:
+    """The train split's pairs and tokens as a data directory's manifest records them (None
+    where it does not)."""
+    train = ((manifest or {}).get("splits") or {}).get("train") if isinstance(manifest, dict) else None
+    if not isinstance(train, dict) or not all(k in train for k in ("lines", "src_tokens", "tgt_tokens")):
+        return None
+    return f"{train['lines']} pairs, {train['src_tokens']} + {train['tgt_tokens']} tokens"
 
 
 def _new_configs(data: Any, options: TrainOptions, model: ModelOverrides) -> tuple[TrainConfig, str, dict[str, Any]]:
