@@ -117,6 +117,48 @@ def test_resuming_with_other_training_data_of_the_same_vocabularies_is_refused(d
     assert run_training(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True).update == 4
 
 
+def test_a_kept_checkpoint_is_written_before_checkpoint_last_at_its_update(data_dir, tmp_path, monkeypatch):
+    """Written after it, a kill between the two lost the kept model for good: the run resumed
+    after that update."""
+    from nmtkit.train.checkpoints import RunCheckpoints
+
+    order: list[tuple[int, str]] = []
+    save_last, save_model = RunCheckpoints.save_last, RunCheckpoints.save_model
+    monkeypatch.setattr(RunCheckpoints, "save_last",
+                        lambda self: (order.append((self.ctx.state.update, "last")), save_last(self))[1])
+    monkeypatch.setattr(RunCheckpoints, "save_model",
+                        lambda self, name: (order.append((self.ctx.state.update, name)), save_model(self, name))[1])
+    run_training(data_dir, tmp_path / "run", tiny_options(max_updates=4, valid_every=2, save_every=2, keep_every=2,
+                                                          valid_bleu_samples=0), tiny_overrides())
+    at_2 = [name for update, name in order if update == 2]
+    assert at_2[0] == "checkpoint_2.pt" and "last" in at_2, order
+
+
+def test_a_resumed_metrics_file_drops_the_validation_its_checkpoint_does_not_hold(tmp_path):
+    """A run killed between a validation's record and the checkpoint saved after it repeats that
+    validation on resume: the file held it twice (and so did the curves)."""
+    import json
+
+    from nmtkit.train.metrics import MetricsLog
+
+    recs = [{"kind": "train", "update": 2}, {"kind": "valid", "update": 2}, {"kind": "train", "update": 4},
+            {"kind": "valid", "update": 4}, {"kind": "train", "update": 6}]
+    (tmp_path / "metrics.jsonl").write_bytes("".join(json.dumps(r) + "\n" for r in recs).encode() + b"\xff{cut")
+    log = MetricsLog(tmp_path, (4, 2))  # checkpoint_last.pt at update 4, saved before its validation
+    log.close()
+    assert log.records == recs[:3]
+    assert [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == recs[:3]
+
+
+def test_a_resumed_run_removes_a_curves_png_write_cut_by_a_kill(data_dir, tmp_path):
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
+    run_training(data_dir, run, opts, tiny_overrides())
+    (run / "curves.png.k3j9x2.tmp").write_bytes(b"half a png")
+    run_training(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
+    assert not list(run.glob("*.tmp"))
+
+
 def test_max_epochs_and_patience_stop_the_run(data_dir, tmp_path):
     res = run_training(data_dir, tmp_path / "a", tiny_options(max_updates=None, max_epochs=2, valid_every=100,
                                                               valid_bleu_samples=0), tiny_overrides())

@@ -3,8 +3,9 @@ scalars of the same records: nmtkit.train.tensorboard).
 
 `metrics.jsonl` has one JSON object per line: `{"kind": "train", ...}` per log interval and
 `{"kind": "valid", ...}` per validation, each with the update number. On resume, the lines
-written after the checkpoint being resumed are dropped, so the file always describes the run
-that the checkpoints continue. `curves.png` (train and dev loss, dev BLEU against updates) is
+written after the checkpoint being resumed are dropped (and a validation the checkpoint does not
+hold, which the resumed run repeats), so the file always describes the run that the checkpoints
+continue. `curves.png` (train and dev loss, dev BLEU against updates) is
 redrawn at each validation with matplotlib's Agg backend and replaced atomically.
 """
 from __future__ import annotations
@@ -23,18 +24,21 @@ log = logging.getLogger(__name__)
 class MetricsLog:
     """metrics.jsonl + curves.png in a run directory."""
 
-    def __init__(self, run_dir: str | Path, resume_update: int | None = None):
+    def __init__(self, run_dir: str | Path, resume: tuple[int, int | None] | None = None):
+        """`resume`: (the update of the checkpoint resumed, the update of its last validation)."""
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "metrics.jsonl"
         self.records: list[dict[str, Any]] = []
-        if resume_update is not None and self.path.exists():
-            for line in self.path.read_text(encoding="utf-8").splitlines():
+        if resume is not None and self.path.exists():
+            update, validated = resume
+            for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
                 try:
                     rec = json.loads(line)
-                except ValueError:
-                    continue  # a line cut by a kill
-                if int(rec.get("update", 0)) <= resume_update:
-                    self.records.append(rec)
+                    last = validated if rec.get("kind") == "valid" else update
+                    if last is not None and int(rec.get("update", 0)) <= last:
+                        self.records.append(rec)
+                except (ValueError, TypeError, AttributeError):
+                    continue  # a line cut by a kill, or damaged
         write_text(self.path, "".join(json.dumps(rec) + "\n" for rec in self.records))
         self._file = open(self.path, "a", encoding="utf-8")
 

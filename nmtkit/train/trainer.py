@@ -65,9 +65,11 @@ class Trainer:
         self._log_handler: logging.Handler | None = None
         if ctx.dist.is_main:  # the run directory (stale temp files of a killed write removed), metrics, log
             ctx.run_dir.mkdir(parents=True, exist_ok=True)
-            for stale in ctx.run_dir.glob("checkpoint_*.pt.*.tmp"):  # a write cut by SIGKILL
-                stale.unlink(missing_ok=True)
-            self.metrics = MetricsLog(ctx.run_dir, ctx.state.update if ctx.resumed else None)
+            for pattern in ("checkpoint_*.pt.*.tmp", "curves.png.*.tmp"):  # writes cut by SIGKILL
+                for stale in ctx.run_dir.glob(pattern):
+                    stale.unlink(missing_ok=True)
+            st = ctx.state
+            self.metrics = MetricsLog(ctx.run_dir, (st.update, st.last_valid_update) if ctx.resumed else None)
             self._log_handler = setup_file_log(ctx.run_dir)
 
     def request_stop(self, signum: int = signal.SIGINT) -> None:
@@ -141,6 +143,8 @@ class Trainer:
             return None
         t0 = time.perf_counter()
         event = None
+        if keep:  # before checkpoint_last.pt: a run killed between the two resumes before this update, not after it
+            self.saver.save_model(kept_name(st.update))
         if st.update % cfg.valid_every == 0:
             # saved first, so an error in validation loses no training; a resume from this
             # checkpoint runs the validation again (see `_pending_validation`)
@@ -148,8 +152,6 @@ class Trainer:
             event = self.validate()
         if st.update % cfg.save_every == 0:
             self._save_progress()  # again after a validation: with its outcome
-        if keep:
-            self.saver.save_model(kept_name(st.update))
         self.ctx.acc.start += time.perf_counter() - t0  # throughput counts training only
         return event
 
