@@ -156,3 +156,29 @@ def test_every_line_count_check_names_both_inputs_and_counts(tmp_path):
             call()
         msg = str(err.value)
         assert msg.startswith("line counts differ: ") and f"{src} has 3 lines" in msg and f"{tgt} has 2 lines" in msg
+
+
+def test_raw_references_are_the_file_preprocess_read_not_one_of_that_name_in_another_folder(tmp_path, monkeypatch):
+    """A relative --valid prefix was looked up from the current folder: any dev file of the same
+    name and length there became the BLEU reference (and so chose the best checkpoint)."""
+    import hashlib
+    import json
+
+    from nmtkit.train.data import DataDir
+    from tests.conftest import make_data_dir
+
+    data = make_data_dir(tmp_path / "data", n_train=8, n_valid=3)
+    ours, other = tmp_path / "ours", tmp_path / "other"
+    ours.mkdir(), other.mkdir()
+    refs = ["le chat", "un chien", "la maison"]
+    text = "\n".join(refs) + "\n"
+    (ours / "dev.fr").write_text(text, encoding="utf-8")
+    (other / "dev.fr").write_text("une\nautre\nchose\n", encoding="utf-8")
+    manifest = json.loads((data / "manifest.json").read_text())
+    manifest["splits"]["valid"]["prefix"] = "dev"  # relative, as preprocess was given it (run in `ours`)
+    manifest["inputs"] = {"dev.en": "0" * 64, "dev.fr": hashlib.sha256(text.encode()).hexdigest()}
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.chdir(ours)
+    assert DataDir.open(data).raw_references("valid") == refs
+    monkeypatch.chdir(other)
+    assert DataDir.open(data).raw_references("valid") is None  # the binarised references, not another text

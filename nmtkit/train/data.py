@@ -14,7 +14,7 @@ import numpy as np
 from nmtkit.data.binarized import ParallelData, check_npy, split_paths, words_path
 from nmtkit.data.manifest import Manifest, read_manifest
 from nmtkit.errors import InputError
-from nmtkit.text.io import read_lines, resolve_input
+from nmtkit.text.io import count_lines_and_hash, read_lines, resolve_input
 
 
 @dataclass
@@ -80,22 +80,26 @@ class DataDir(Manifest):
 
     def raw_references(self, name: str = "valid") -> list[str] | None:
         """The raw (untokenised) target side of split `name`, when the manifest says where it
-        was read from (`splits[name]["prefix"]` with raw input) and that file still has the
-        split's number of lines; else None (BLEU then uses the binarised references)."""
+        was read from (`splits[name]["prefix"]` with raw input, relative to where preprocess ran
+        or to the data directory) and that file is still the one preprocess read (its sha256 in
+        the manifest's "inputs", where recorded, and the split's number of lines); else None
+        (BLEU then uses the binarised references)."""
         info = (self.manifest.get("splits") or {}).get(name) or {}
         settings = self.manifest.get("settings") or {}
         prefix = info.get("prefix")
-        if not prefix or settings.get("input_format", "raw") != "raw":
+        if not isinstance(prefix, str) or not prefix or settings.get("input_format", "raw") != "raw":
             return None
+        inputs = self.manifest.get("inputs")
+        recorded = {h for k, h in (inputs.items() if isinstance(inputs, dict) else ())
+                    if k in (f"{prefix}.{self.tgt_lang}", f"{prefix}.{self.tgt_lang}.gz")}
         bases = [prefix] if Path(prefix).is_absolute() else [prefix, str(self.path / prefix)]
         for base in bases:
             try:
                 path = resolve_input(base, self.tgt_lang)  # .gz input too, as preprocess read it
-            except InputError:
-                continue
-            try:
-                lines = list(read_lines(path))
+                n, digest = count_lines_and_hash(path)
+                if n != len(self.split(name)) or (recorded and digest not in recorded):
+                    continue  # another file of that name (another directory, or edited since)
+                return list(read_lines(path))
             except (OSError, InputError):
-                return None
-            return lines if len(lines) == len(self.split(name)) else None
+                continue
         return None
