@@ -157,3 +157,33 @@ def test_a_closed_stdout_is_no_error_for_a_command_that_writes_a_file(tmp_path):
                           f"-o {tmp_path / 'out.txt'} >&-", shell=True, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out.txt").read_text() == "Hello , world !\n"
+
+
+@pytest.mark.parametrize("error", [
+    RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you tried to "
+                 "allocate 15479999998452 bytes.\nmore"),
+    MemoryError(),
+])
+def test_running_out_of_memory_is_one_error_line(monkeypatch, error):
+    """train --emb-dim 9999999999 was a traceback from torch's allocator."""
+    import nmtkit.cli.tokenize as tokenize_cli
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(tokenize_cli, "tokenize_file", fail)
+    code, _, err = run_cli(["tokenize", "--lang", "en"], "x\n")
+    assert code == 1, err
+    [line] = err.strip().splitlines()
+    assert line.startswith("nmtkit: error: out of memory: ") and "Traceback" not in err, err
+
+
+def test_another_runtime_error_is_not_taken_for_running_out_of_memory(monkeypatch):
+    import nmtkit.cli.tokenize as tokenize_cli
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(tokenize_cli, "tokenize_file", fail)
+    code, _, err = run_cli(["tokenize", "--lang", "en"], "x\n")
+    assert code == 1 and "out of memory" not in err and "RuntimeError: a bug" in err

@@ -242,6 +242,12 @@ def _run(argv: list[str] | None, debug: bool) -> None:
     except KeyboardInterrupt:
         click.echo("nmtkit: interrupted", err=True)
         sys.exit(130)
+    except (MemoryError, RuntimeError) as err:  # torch's OutOfMemoryError is a RuntimeError
+        if debug or not _out_of_memory(err):
+            raise
+        click.echo(f"nmtkit: error: out of memory: {_first_line(err)} (smaller sizes, batches or --max-tokens need "
+                   "less)", err=True)
+        sys.exit(1)
 
 
 def _click_error_line(err: click.ClickException) -> str:
@@ -252,3 +258,18 @@ def _click_error_line(err: click.ClickException) -> str:
     if isinstance(err, click.UsageError) and ctx is not None:
         return f"{text.rstrip('.')} (see '{ctx.command_path} --help')"
     return text
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    """Whether `err` is an allocation that failed: Python's MemoryError, torch's OutOfMemoryError
+    (CUDA) or its CPU allocator's RuntimeError."""
+    if isinstance(err, MemoryError):
+        return True
+    torch = sys.modules.get("torch")
+    oom = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    return (oom is not None and isinstance(err, oom)) or "can't allocate memory" in str(err)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
