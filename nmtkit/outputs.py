@@ -299,9 +299,15 @@ def _same_file(a: str, b: str, real_a: str, real_b: str) -> bool:
         return real_a == real_b
 
 
-def file_path(path: str | Path | None) -> str | None:
-    """The file a file option names, or None where it names a standard stream: not given,
-    empty, or "-" (stdin or stdout, as in most Unix tools)."""
+def file_path(path: str | Path | None, option: str | None = None) -> str | None:
+    """The file a file option names, or None where it names a standard stream: not given, or
+    "-" (stdin or stdout, as in most Unix tools). An empty name is refused for the command-line
+    `option` when given (an unset shell variable, not a request for stdin), else a stream."""
+    if path is not None and os.fspath(path) == "" and option is not None:
+        from nmtkit.errors import ConfigError
+
+        raise ConfigError(f"{option} '' names no file (an unset variable?): give a file, or '-' for the standard "
+                          "stream")
     if path is None or os.fspath(path) in ("", "-"):
         return None
     return os.fspath(path)

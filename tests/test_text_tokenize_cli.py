@@ -156,3 +156,22 @@ def test_a_pipe_is_read_as_a_file_is(tmp_path):
     proc = run_cli(["tokenize", "--lang", "en", "-i", str(fifo)])
     assert proc.code == 0, proc.err
     assert proc.out == "Hello , world !\n"
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("output-is-a-folder", "the -o output is a directory"),  # wrote FOLDER.tokinfo.json, then failed
+    ("output-folder-missing", "its folder does not exist"),  # named the internal temp file
+    ("empty-input-name", "-i '' names no file"),  # read stdin: an unset variable tokenised nothing
+])
+def test_bad_tokenize_paths_are_one_line_before_any_work_and_write_nothing(tmp_path, case, needle):
+    src = tmp_path / "in.en"
+    src.write_text("Hello, world!\n")
+    (tmp_path / "folder.tok").mkdir()
+    argv = {"output-is-a-folder": ["-i", str(src), "-o", str(tmp_path / "folder.tok")],
+            "output-folder-missing": ["-i", str(src), "-o", str(tmp_path / "nodir" / "x.tok")],
+            "empty-input-name": ["-i", "", "-o", str(tmp_path / "x.tok")]}[case]
+    proc = run_cli(["tokenize", "--lang", "en", *argv], "stdin text\n")
+    assert proc.code != 0
+    [line] = proc.err.strip().splitlines()
+    assert line.startswith("nmtkit: error: ") and needle in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.tok", "in.en"]

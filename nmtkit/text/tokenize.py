@@ -23,7 +23,14 @@ from typing import Any, Sequence
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.options import check_fields, option
-from nmtkit.outputs import OutputFile, check_outputs_vs_inputs, file_path, write_text, writes_in_place
+from nmtkit.outputs import (
+    OutputFile,
+    check_output,
+    check_outputs_vs_inputs,
+    file_path,
+    write_text,
+    writes_in_place,
+)
 from nmtkit.text.io import read_lines, stream_lines
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import DASH_SPLITS_OPTION, NORMALIZE_PUNCT_OPTION, PROTECT_OPTION, TextPipeline
@@ -114,11 +121,15 @@ def _lines(path: str | None):
 
 def check_tokenize_outputs(input_path: str | None, output_path: str | None, protect: Sequence[str] = ()) -> None:
     """Before anything is read: neither the output nor its .tokinfo.json may be the input or a
-    --protect file (nmtkit.outputs.check_outputs_vs_inputs)."""
+    --protect file (nmtkit.outputs.check_outputs_vs_inputs), a folder, or in a folder that is
+    missing or read-only; an empty -i or -o is refused."""
+    input_path, output_path = file_path(input_path, "-i"), file_path(output_path, "-o")
     inputs = [("-i", input_path), *(("--protect", p) for p in protect if os.path.isfile(p))]
-    output_path = file_path(output_path)
     tokinfo_out = output_path + TOKINFO_SUFFIX if output_path else None
     check_outputs_vs_inputs(inputs, files=[("-o", output_path), (f"-o's {TOKINFO_SUFFIX}", tokinfo_out)])
+    if output_path is not None and not writes_in_place(output_path):  # a folder, a missing one: before any work
+        check_output(output_path, force=True, what="-o output")
+        check_output(tokinfo_out, force=True, what=f"-o's {TOKINFO_SUFFIX}")
 
 
 def tokenize_file(input_path: str | None, output_path: str | None, pipeline: TextPipeline, workers: int) -> None:

@@ -55,10 +55,10 @@ def check_files(config: TranslateConfig, input_path: str | None, output_path: st
         raise ConfigError("--alignments needs --alignments-file FILE")
     if alignments_file and not config.alignments:
         raise ConfigError("--alignments-file needs --alignments hard|soft")
-    input_path, output_path = file_path(input_path), file_path(output_path)
+    input_path, output_path = file_path(input_path, "-i"), file_path(output_path, "-o")
     if alignments_file == "-" and output_path is None:
         raise ConfigError("-o and --alignments-file cannot both be stdout: give one of them a file")
-    alignments_file = file_path(alignments_file)
+    alignments_file = file_path(alignments_file, "--alignments-file")
     if input_path and Path(input_path).is_dir():
         raise InputError("is a directory; give a file of sentences, one a line", input_path)
     if input_path and not Path(input_path).exists():  # FIFOs, /dev/stdin and <(cmd) are read as files are
