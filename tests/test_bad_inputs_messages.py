@@ -120,6 +120,11 @@ ROWS = [
         needles=("nul.fr:2:", "binary data")),
     Row("score-hyp-in-utf16", lambda w: _score_hyp(w, "u16.fr", ("\n".join(_fr(w)) + "\n").encode("utf-16")),
         needles=("u16.fr", "UTF-16", "iconv")),
+    Row("score-hyp-with-cr-line-ends", lambda w: _score_hyp(w, "cr.fr", ("\r".join(_fr(w)) + "\r").encode()),
+        needles=("cr.fr", "CR alone", "tr ")),  # was read as one line: a line-count error at best
+    Row("tokenize-input-with-cr-line-ends", lambda w: ["tokenize", "--lang", "en", "-i",
+                                                       _text(w, "cr.en", b"One.\rTwo.\rThree.\r")],
+        needles=("cr.en", "CR alone")),  # was one sentence: "One.Two.Three ."
     Row("tokenize-input-with-a-nul-byte", lambda w: ["tokenize", "--lang", "en", "-i",
                                                      _text(w, "nul.en", b"a cat\nthe\0dog\n")],
         needles=("nul.en:2:", "binary")),

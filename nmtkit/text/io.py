@@ -76,6 +76,9 @@ def check_text_block(block: bytes, path: str | Path, offset: int = 0, first_line
     if offset == 0 and block[:2] == GZIP_MAGIC and not str(path).endswith(".gz"):
         raise InputError("holds gzip-compressed data: name it with a .gz suffix (read as gzip) or gunzip it",
                          str(path))
+    if offset == 0 and b"\n" not in block and block.count(b"\r") > 1:
+        raise InputError("ends its lines with CR alone (classic Mac OS), which would read as one line: convert them, "
+                         "e.g. tr '\\r' '\\n'", str(path))
     if offset == 0 and block[:2] in UTF16_BOMS:
         raise InputError("is UTF-16 text (it starts with a UTF-16 byte order mark): convert it to UTF-8, e.g. "
                          "iconv -f UTF-16 -t UTF-8", str(path))
