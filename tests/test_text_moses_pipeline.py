@@ -154,3 +154,31 @@ def test_a_damaged_pipeline_setting_is_refused_when_read_naming_the_setting(chan
     d = dict(TextPipeline("en", "fr").to_dict(), **change)
     with pytest.raises(ConfigError, match=needle):
         TextPipeline.from_dict(d)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["tokenize", "--lang", "FR"], "--lang 'FR': language codes are lower case: give 'fr'"),
+    (["tokenize", "--lang", "../etc"], "--lang '../etc' is not a language code"),
+    (["score", "--hyp", "h", "-r", "r", "--paper-bleu", "--tgt-lang", "EN"], "give 'en'"),
+    (["preprocess", "--src-lang", "en", "--tgt-lang", "Fr", "--train", "t", "--valid", "v", "--dest", "d"],
+     "--tgt-lang 'Fr'"),
+    (["select-data", "--src-lang", "en/", "--tgt-lang", "fr", "--in-domain", "a", "--pool", "b", "--output-prefix",
+      "o", "--lines", "1"], "--src-lang 'en/' is not a language code"),
+])
+def test_a_language_code_in_another_case_or_not_a_code_is_refused_by_every_command(argv, needle):
+    """sacremoses takes any string: 'FR' tokenised with the generic rules, not French ones, and
+    --paper-bleu scored 31.25 instead of 31.34 without a word."""
+    from tests.conftest import run_cli
+
+    code, _, err = run_cli(argv, "x\n")
+    assert code != 0
+    [line] = err.strip().splitlines()
+    assert line.startswith("nmtkit: error: ") and needle in line, line
+
+
+def test_a_language_without_moses_rules_is_tokenised_generically_with_a_warning():
+    from tests.conftest import run_cli
+
+    code, out, err = run_cli(["tokenize", "--lang", "xx"], "C'est l'art.\n")
+    assert code == 0 and out == "C ' est l ' art .\n"
+    assert "--lang xx: sacremoses has no Moses rules for this language" in err and "tokenizer.perl -l xx" in err

@@ -8,6 +8,7 @@ from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.options import check_fields, option
 from nmtkit.text.io import resolve_input
+from nmtkit.text.moses import check_lang
 from nmtkit.text.pipeline import CORPUS_FORMATS, DASH_SPLITS_OPTION, NORMALIZE_PUNCT_OPTION, PROTECT_OPTION
 
 if TYPE_CHECKING:
@@ -87,6 +88,8 @@ class PreprocessConfig:
         check_fields(self)
         if not self.src_lang or not self.tgt_lang:
             raise ConfigError("--src-lang and --tgt-lang are required")
+        check_lang(self.src_lang, "--src-lang")
+        check_lang(self.tgt_lang, "--tgt-lang")
         if self.src_lang == self.tgt_lang:
             raise ConfigError(f"--src-lang and --tgt-lang must differ (both are '{self.src_lang}')")
         if self.lowercase and self.truecase:

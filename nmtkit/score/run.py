@@ -39,6 +39,7 @@ from nmtkit.score.subsets import (
     subset,
 )
 from nmtkit.text.io import check_counts, read_all_lines
+from nmtkit.text.moses import check_lang
 
 TRUNCATE_WHY = " (sacrebleu would silently truncate; fix the files)"
 
@@ -111,6 +112,9 @@ class ScoreOptions:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        for lang, name in ((self.tgt_lang, "--tgt-lang"), (self.src_lang, "--src-lang")):
+            if lang:  # sacremoses tokenises with them (--paper-bleu, --no-unk)
+                check_lang(lang, name)
 
 
 def _system_names(paths: Sequence[str], labels: Sequence[str]) -> list[str]:
@@ -185,6 +189,7 @@ def _read_inputs(o: ScoreOptions) -> _Inputs:
     src_lang = o.src_lang or (guess_lang(o.src_path) if o.src_path else "en")
     inp = _Inputs(systems, refs, src, tgt_lang, src_lang)
     if o.paper_bleu:  # paper-style BLEU needs Moses tokens of everything; tokenise each file once
+        check_lang(tgt_lang, "--tgt-lang")  # also when guessed from a file name: a warning for a code without rules
         inp.refs_tok = [moses_tokenize_lines(r, tgt_lang, o.workers) for r in refs]
         inp.hyps_tok = [moses_tokenize_lines(h, tgt_lang, o.workers) for _, h in systems]
     return inp

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError
 from nmtkit.options import check_fields, option
+from nmtkit.text.moses import check_lang
 from nmtkit.text.pipeline import CORPUS_FORMATS, DASH_SPLITS_OPTION
 
 METHODS = ("bilingual", "monolingual", "in-domain")
@@ -56,6 +57,8 @@ class SelectConfig:
         budgets = [b for b in (self.lines, self.words, self.fraction) if b is not None]
         if len(budgets) != 1:
             raise ConfigError("give exactly one budget: --lines, --words or --fraction")
+        check_lang(self.src_lang, "--src-lang")
+        check_lang(self.tgt_lang, "--tgt-lang")
         if self.src_lang == self.tgt_lang:
             raise ConfigError("--src-lang and --tgt-lang must differ")
         if not self.in_domain or not self.pool:

@@ -5,9 +5,37 @@ so that tokens round-trip to plain text.
 """
 from __future__ import annotations
 
+import logging
+import re
 from functools import lru_cache
 
-from nmtkit.errors import InputError
+from nmtkit.errors import ConfigError, InputError
+
+log = logging.getLogger(__name__)
+
+# a language code: ISO 639 letters, lower case (en, fr, mni), perhaps with subtags (pt-BR, zh_hant)
+_LANG_CODE = re.compile(r"[a-z]{2,3}([-_][A-Za-z0-9]{2,8})*")
+
+
+def check_lang(lang: str, option: str) -> None:
+    """Refuse what is not a language code (a ConfigError naming `option`): the Moses tools take
+    any string and fall back, silently, to their generic rules, so "FR" tokenised otherwise than
+    "fr" and a path went unnoticed. A code the Moses tools have no rules for is warned about
+    once, as tokenizer.perl warns (this imports sacremoses)."""
+    if not _LANG_CODE.fullmatch(lang):
+        if _LANG_CODE.fullmatch(lang[:3].lower() + lang[3:]):
+            raise ConfigError(f"{option} {lang!r}: language codes are lower case: give {lang[:3].lower() + lang[3:]!r}")
+        raise ConfigError(f"{option} {lang!r} is not a language code: two or three lower-case letters (en, fr, ...)")
+    _warn_without_rules(lang, option)
+
+
+@lru_cache(maxsize=None)
+def _warn_without_rules(lang: str, option: str) -> None:
+    from sacremoses.corpus import NonbreakingPrefixes
+
+    if lang not in NonbreakingPrefixes().available_langs.values():
+        log.warning("%s %s: sacremoses has no Moses rules for this language; tokenising with the generic ones and "
+                    "English nonbreaking prefixes, as tokenizer.perl -l %s does", option, lang, lang)
 
 
 @lru_cache(maxsize=None)

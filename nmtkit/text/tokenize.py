@@ -32,6 +32,7 @@ from nmtkit.outputs import (
     writes_in_place,
 )
 from nmtkit.text.io import read_lines, stream_lines
+from nmtkit.text.moses import check_lang
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import DASH_SPLITS_OPTION, NORMALIZE_PUNCT_OPTION, PROTECT_OPTION, TextPipeline
 
@@ -61,6 +62,7 @@ class TokenizeConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        check_lang(self.lang, "--lang")
 
     def pipeline(self) -> TextPipeline:
         """The text pipeline these settings give (reads the --protect files)."""
