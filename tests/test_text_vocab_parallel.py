@@ -60,3 +60,26 @@ def test_a_map_without_workers_restores_the_state_of_an_enclosing_map():
 def test_parallel_map_with_partial_and_no_initializer():
     f = functools.partial(pow, exp=2)
     assert list(parallel_map(f, range(50), workers=2, chunk_size=3)) == [x * x for x in range(50)]
+
+
+def test_a_pool_stopped_as_its_workers_start_ends_them_without_tracebacks_or_a_hang():
+    """Workers fork with the command's SIGTERM handler (nmtkit.cli: SIGTERM unwinds as Ctrl-C).
+    A pool stopped before a worker replaced it (an empty map) had that worker raise in its
+    start-up (a traceback each), or drop the signal and keep the pool's terminate() waiting
+    forever (a hung select-data)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import signal\n"
+        "from nmtkit.text.parallel import parallel_map\n"
+        "def stop(signum, frame):\n    raise KeyboardInterrupt\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "for _ in range(150):\n"
+        "    assert list(parallel_map(abs, [], workers=2)) == []\n"
+        "assert list(parallel_map(abs, [-1, -2, -3], workers=2, chunk_size=1)) == [1, 2, 3]\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]

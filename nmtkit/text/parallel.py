@@ -31,6 +31,8 @@ def _start_worker(state: Any, prepare: Callable[[Any], Any] | None) -> None:
         # SIGTERM, which ends them as it ends any process (not as the command's handler would)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if hasattr(signal, "pthread_sigmask"):  # blocked by `_pool` until now: a SIGTERM that came meanwhile ends it
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     if state is not _NO_STATE:
         _WORKER_STATE = prepare(state) if prepare is not None else state
 
@@ -73,8 +75,7 @@ def parallel_map(func: Callable[[T], R], items: Iterable[T], workers: int = 1, c
         finally:
             _WORKER_STATE = saved
         return
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-    with ctx.Pool(workers, initializer=_start_worker, initargs=(state, prepare)) as pool:
+    with _pool(workers, state, prepare) as pool:
         tasks = ((func, c) for c in _chunks(items, chunk_size))
         # imap consumes `tasks` lazily but may run ahead; bound it by feeding in windows.
         window = 2 * workers
@@ -85,3 +86,20 @@ def parallel_map(func: Callable[[T], R], items: Iterable[T], workers: int = 1, c
                 yield from pending.pop(0).get()
         for res in pending:
             yield from res.get()
+
+
+def _pool(workers: int, state: Any, prepare: Callable[[Any], Any] | None):
+    """A process pool whose workers take SIGTERM's default action (`_start_worker`). Forked
+    workers inherit the command's SIGTERM handler (nmtkit.cli), and a stop that comes before a
+    worker replaces it would be taken by that handler and then dropped with it: the pool's
+    terminate() would wait on that worker forever. So SIGTERM stays blocked from the fork
+    (workers the pool adds later fork from its threads, created blocked) until the worker has
+    the default action; this process's own block ends once the pool is made."""
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+    if not hasattr(signal, "pthread_sigmask"):
+        return ctx.Pool(workers, initializer=_start_worker, initargs=(state, prepare))
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        return ctx.Pool(workers, initializer=_start_worker, initargs=(state, prepare))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
