@@ -83,7 +83,7 @@ def check_averageable(path: str, ckpt: dict[str, Any], first_path: str, first: d
         k = diff[0]
         raise CheckpointError(f"model config differs from {first_path}'s ({k} {b.get(k)} vs {a.get(k)}); "
                               "only checkpoints of one model can be averaged", path)
-    check_compatible([first_path, path], [first, ckpt])
+    check_compatible([first_path, path], [first, ckpt], needs="averaging needs checkpoints")
     sa, sb = first["model_state"], ckpt["model_state"]
     if set(sa) != set(sb):
         k = sorted(set(sa) ^ set(sb))[0]

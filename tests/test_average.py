@@ -175,7 +175,7 @@ def _changed(tmp_path: Path, name: str, how: str) -> Path:
 @pytest.mark.parametrize("how, needle", [
     ("config", "model config differs"),
     ("shape", "parameter"),
-    ("vocab", "tgt vocabulary differs"),
+    ("vocab", "tgt vocabulary differs"),  # and says what needs them alike: averaging, not an ensemble
     ("pipeline", "text pipeline"),
     ("arch", "architecture rnnencdec differs"),
     ("nan", "its model has weights that are NaN or infinite"),
@@ -187,6 +187,7 @@ def test_incompatible_checkpoints_are_refused_with_one_line_naming_the_file(tmp_
     out = tmp_path / "avg.pt"
     line = one_error_line(run_cli(["average", "-m", str(a), "-m", str(b), "-o", str(out)]))
     assert str(b) in line and needle in line, line
+    assert "ensemble" not in line, line
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "b.pt"]
 
 

@@ -23,10 +23,11 @@ def average_log_probs(log_probs: Sequence[Any]) -> Any:
     return torch.logsumexp(torch.stack([lp.float() for lp in log_probs]), dim=0) - math.log(len(log_probs))
 
 
-def check_compatible(paths: Sequence[str], ckpts: Sequence[dict]) -> None:
+def check_compatible(paths: Sequence[str], ckpts: Sequence[dict], needs: str = "an ensemble needs models") -> None:
     """Every checkpoint must have the first one's vocabularies and text pipeline.
 
-    Raises CheckpointError naming the first offending checkpoint and what differs.
+    Raises CheckpointError naming the first offending checkpoint and what differs, and what
+    `needs` them alike (an ensemble; `nmtkit average` says averaging).
     """
     first_path, first = paths[0], ckpts[0]
     for path, ckpt in zip(paths[1:], ckpts[1:]):
@@ -39,11 +40,11 @@ def check_compatible(paths: Sequence[str], ckpts: Sequence[dict]) -> None:
                     i = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
                     detail = f"token {i} is '{b[i]}' vs '{a[i]}'"
                 raise CheckpointError(
-                    f"{side} vocabulary differs from {first_path}'s ({detail}); an ensemble needs models "
-                    "trained on the same vocabularies", path)
+                    f"{side} vocabulary differs from {first_path}'s ({detail}); {needs} trained on the same "
+                    "vocabularies", path)
         if ckpt.get("pipeline") != first.get("pipeline"):
             raise CheckpointError(
-                f"text pipeline (preprocessing) differs from {first_path}'s; an ensemble needs models "
-                "trained on the same preprocessing", path)
+                f"text pipeline (preprocessing) differs from {first_path}'s; {needs} trained on the same "
+                "preprocessing", path)
         if (ckpt.get("src_lang"), ckpt.get("tgt_lang")) != (first.get("src_lang"), first.get("tgt_lang")):
             raise CheckpointError(f"language pair differs from {first_path}'s", path)
