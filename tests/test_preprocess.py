@@ -464,3 +464,12 @@ def test_the_text_of_a_control_token_in_a_corpus_is_an_unknown_word_not_padding_
     assert src[first[0]] == ["the", UNK, "cat", UNK, "sat", UNK, "on", UNK, "the", "mat"]
     assert tgt[first[0]] == ["le", UNK, "chat", UNK, "assis"]
     assert Vocab(list(SPECIALS) + ["a"]).encode(["</s>", "<pad>", "<s>", "<unk>", "a"]) == [1, 1, 1, 1, 4]
+
+
+def test_a_vocabulary_min_count_above_every_token_is_refused_naming_the_most_frequent_count(corpus):
+    """It wrote vocabularies of the special symbols only: every token <unk>, and exit status 0."""
+    dest = corpus["tmp"] / "d"
+    proc = run_cli(["preprocess", *_base_args(corpus, dest), "--vocab-min-count", "1000000"])
+    _assert_clean_failure(proc, "--vocab-min-count 1000000 is above the count of every en token")
+    assert not dest.exists()
+    _no_leftovers(corpus["tmp"])

@@ -7,11 +7,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from nmtkit.errors import ConfigError
 from nmtkit.preprocess.config import PreprocessConfig
 from nmtkit.text.bpe import SEPARATOR, count_merges, learn_codes, subword_vocab
 from nmtkit.text.pipeline import TextPipeline
 from nmtkit.text.truecase import best_forms
-from nmtkit.text.vocab import UNK_ID, Vocab
+from nmtkit.text.vocab import SPECIALS, UNK_ID, Vocab
 
 SIDES = ("src", "tgt")
 
@@ -92,7 +93,11 @@ def learn(config: PreprocessConfig, base: TextPipeline, word_counts: dict[str, C
         report(stage, 1, 1)
     vocabs = {}
     for side in SIDES:
-        vocabs[side] = Vocab.build(_token_counts(pipeline, cased[side], side), max_size=config.vocab_size(side),
-                                   min_count=config.vocab_min_count)
+        counts = _token_counts(pipeline, cased[side], side)
+        vocabs[side] = Vocab.build(counts, max_size=config.vocab_size(side), min_count=config.vocab_min_count)
+        if len(vocabs[side]) == len(SPECIALS) and counts:  # every token would be <unk>: no data worth training on
+            raise ConfigError(f"--vocab-min-count {config.vocab_min_count} is above the count of every "
+                              f"{langs[side]} token (the most frequent is seen {max(counts.values()):,} times): "
+                              "the vocabulary would hold no word")
         vocabs[side].save(out / f"vocab.{langs[side]}.txt")
     return pipeline, vocabs, bpe_info
