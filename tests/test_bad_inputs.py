@@ -281,6 +281,8 @@ ROWS = [
         check=lambda w: (w.tmp / "failed" / "checkpoint_last.pt").is_file() or pytest.fail("no run")),
     Row("train-max-tokens-1-warns", lambda w: _train(w, w.tmp / "r7", "--max-tokens", "1"), ok=True,
         needles=("--max-tokens 1",)),
+    Row("train-sort-pool-below-the-batch-warns", lambda w: _train(w, w.tmp / "r7b", "--sort-pool", "1"), ok=True,
+        needles=("--sort-pool 1 is below --batch-size",)),  # trained one-pair minibatches without a word
     Row("translate-max-tokens-1-warns", lambda w: _translate(w, "--max-tokens", "1"), ok=True,
         needles=("--max-tokens 1",)),
     Row("translate-sampling-temperature-0", lambda w: _translate(w, "--sampling", "--temperature", "0"),
