@@ -313,6 +313,16 @@ def test_missing_files_are_named(corpus):
     _assert_clean_failure(code, err, d, "nope.en", "no such file")
 
 
+def test_a_folder_where_a_corpus_file_should_be_is_named_as_one(corpus):
+    """It said 'no such file' for a path that is there."""
+    d, _, _ = corpus
+    (d / "dirpool.en").mkdir()
+    (d / "dirpool.fr").write_text("Un chat.\n")
+    argv = ["--in-domain", str(d / "in"), "--pool", str(d / "dirpool"), "--output-prefix", str(d / "sel"), "--lines", "5"]
+    code, _, err = select(argv)
+    _assert_clean_failure(code, err, d, "dirpool.en", "is a directory")
+
+
 def test_invalid_utf8_names_file_and_line_and_writes_nothing(corpus):
     d, pool, _ = corpus
     data = "".join(p[1] + "\n" for p in pool).encode("utf-8").split(b"\n")

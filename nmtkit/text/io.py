@@ -42,6 +42,11 @@ def resolve_input(prefix: str, lang: str) -> str:
     for path in input_candidates(prefix, lang):
         if os.path.isfile(path):
             return path
+    for path in input_candidates(prefix, lang):  # there, but what a corpus (read twice) cannot be
+        if os.path.isdir(path):
+            raise InputError("is a directory, expected a text file", path)
+        if os.path.exists(path):
+            raise InputError("not a regular file (a corpus is read more than once: a pipe or FIFO cannot be)", path)
     raise InputError(f"no such file (nor {prefix}.{lang}.gz)", f"{prefix}.{lang}")
 
 
