@@ -47,6 +47,8 @@ ROWS = [
     # past these bounds the search overflowed (int64 limits, length^lenpen) or ran out of memory
     Row("translate-max-len-b-huge", lambda w: _translate(w, "--max-len-b", "1e19"), needles=("--max-len-b", "10000")),
     Row("translate-max-len-a-huge", lambda w: _translate(w, "--max-len-a", "1e7"), needles=("--max-len-a", "10")),
+    Row("translate-length-limit-of-nothing", lambda w: _translate(w, "--max-len-a", "0", "--max-len-b", "0"),
+        needles=("allows no target token",)),  # emitted one word
     Row("translate-lenpen-huge", lambda w: _translate(w, "--lenpen", "400"), needles=("--lenpen", "[-10, 10]")),
     Row("translate-lenpen-hugely-negative", lambda w: _translate(w, "--lenpen", "-1e308"), needles=("--lenpen",)),
     Row("translate-threads-past-a-c-int", lambda w: _translate(w, "--threads", str(2**31)), needles=("--threads",)),

@@ -100,6 +100,9 @@ class DecodeConfig:
         check_device_name(self.device)
         if not self.models:
             raise ConfigError("no model given (-m CHECKPOINT)")
+        if self.max_len_a == 0 and self.max_len_b < 1:  # it was raised to one token without a word
+            raise ConfigError(f"--max-len-a 0 with --max-len-b {self.max_len_b:g} allows no target token: give "
+                              "--max-len-b 1 or more")
         if len(self.models) > 1 and not self.ensemble:
             raise ConfigError(f"{len(self.models)} -m checkpoints given: add --ensemble to average them")
 
