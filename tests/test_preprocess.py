@@ -430,10 +430,13 @@ def test_split_writer_streams_across_block_boundaries_into_the_binarized_format(
 
 
 def test_unwritable_dest_is_one_clean_error(corpus):
+    """A --dest below a file: one line naming the file (it said 'cannot create the data
+    directory here: File exists', after reading every input)."""
     blocker = corpus["tmp"] / "a-file"
     blocker.write_text("not a directory")
-    proc = run_cli(["preprocess", *_base_args(corpus, blocker / "d")])
-    _assert_clean_failure(proc, "cannot create the data directory")
+    proc = run_cli(["preprocess", *_base_args(corpus, blocker / "sub" / "d")])
+    _assert_clean_failure(proc, f"{blocker} is a file, not a folder")
+    _no_leftovers(corpus["tmp"])
 
 
 def test_bpe_on_a_corpus_where_no_pair_repeats_learns_no_merges_and_splits_into_characters(tmp_path):
@@ -473,3 +476,4 @@ def test_a_vocabulary_min_count_above_every_token_is_refused_naming_the_most_fre
     _assert_clean_failure(proc, "--vocab-min-count 1000000 is above the count of every en token")
     assert not dest.exists()
     _no_leftovers(corpus["tmp"])
+

@@ -46,7 +46,11 @@ ProgressFn = Callable[[str, int, "int | None"], None]
 
 def _check_dest(dest: Path, force: bool) -> None:
     """A non-empty --dest is replaced only with `force`, and only when it holds nothing but a
-    data directory's own files (its manifest lists them): nothing else is ever deleted."""
+    data directory's own files (its manifest lists them): nothing else is ever deleted. A --dest
+    below a file is refused by name before any work."""
+    above = next((p for p in dest.absolute().parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise OutputError(f"cannot be made: {above} is a file, not a folder", str(dest))
     if dest.exists():
         if not dest.is_dir():
             raise OutputExistsError("exists and is not a directory; choose another --dest", str(dest))
