@@ -476,4 +476,3 @@ def test_a_vocabulary_min_count_above_every_token_is_refused_naming_the_most_fre
     _assert_clean_failure(proc, "--vocab-min-count 1000000 is above the count of every en token")
     assert not dest.exists()
     _no_leftovers(corpus["tmp"])
-
