@@ -114,10 +114,19 @@ def _number_error(opt: str, spec: OptionSpec, value: Any) -> str | None:
     return f"{opt} must be in {span}, got {value}"
 
 
+_KINDS = {"float": "a finite number", "int": "an integer", "bool": "true or false", "str": "a string"}
+
+
 def _type_error(opt: str, type_name: str, value: Any) -> str | None:
-    """A float field holds a finite number, an int field an int (types as strings: PEP 563)."""
+    """A float field holds a finite number, an int field an int, a bool field True or False,
+    and a field whose type does not admit None is not None (types as strings: PEP 563). The
+    Python API passes values as they come: a "no" for a switch would have turned it on."""
     if value is None:
-        return None
+        if "None" in type_name or type_name == "Any":
+            return None
+        return f"{opt} must be {_KINDS.get(type_name, 'given')}, got None"
+    if type_name in ("bool", "bool | None") and not isinstance(value, bool):
+        return f"{opt} must be true or false, got {value!r}"
     if type_name in ("float", "float | None"):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return f"{opt} must be a finite number, got {value}"
@@ -128,7 +137,7 @@ def _type_error(opt: str, type_name: str, value: Any) -> str | None:
 
 def check_fields(config: Any) -> None:
     """Every field of `config` of the type, choices and range its option declares; else a
-    ConfigError naming the option. None is always accepted (an unset optional field)."""
+    ConfigError naming the option. None is accepted where the field's type admits it."""
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         spec = spec_of(f)

@@ -89,6 +89,12 @@ def test_a_list_of_checkpoints_is_an_ensemble(ckpt, tmp_path):
     (dict(beem=5), "ConfigError", "unknown option(s) beem; valid ones: "),
     (dict(beam=0), "ConfigError", "--beam must be at least 1, got 0"),
     (dict(temperature=0.0, sampling=True), "ConfigError", "--temperature must be > 0"),
+    # a switch given "no" was on (any truthy value), and None for a required option failed deep inside
+    (dict(sampling="no"), "ConfigError", "--sampling must be true or false, got 'no'"),
+    (dict(replace_unk="false"), "ConfigError", "--replace-unk must be true or false, got 'false'"),
+    (dict(beam=None), "ConfigError", "--beam must be an integer, got None"),
+    (dict(lenpen=None), "ConfigError", "--lenpen must be a finite number, got None"),
+    (dict(shortlist=None), "ConfigError", "--shortlist must be a string, got None"),
 ])
 def test_bad_options_raise_one_clear_error(ckpt, kwargs, error, needle):
     import nmtkit
@@ -110,6 +116,32 @@ def test_bad_per_call_values_and_a_missing_checkpoint_are_refused(ckpt, tmp_path
         model.generate("the cat")
     with pytest.raises(CheckpointError):
         nmtkit.load(tmp_path / "missing.pt")
+
+
+@pytest.mark.parametrize("call, error, needle", [
+    (lambda m: m.generate(LINES, beam="3"), "ConfigError", "beam must be an integer, got '3'"),
+    (lambda m: m.generate(LINES, beam=True), "ConfigError", "beam must be an integer, got True"),
+    (lambda m: m.generate(LINES, nbest=2.5), "ConfigError", "nbest must be an integer, got 2.5"),
+    (lambda m: m.generate(LINES, nbest=0), "ConfigError", "nbest must be between 1"),  # was the default, silently
+    (lambda m: m.generate(LINES, alignments="no"), "ConfigError", "alignments must be True or False"),
+    (lambda m: m.translate([b"the cat"]), "TypeError", "line 1 is bytes, not str: decode it first"),
+    (lambda m: m.translate(b"the cat"), "TypeError", "lines must be a list of str, not bytes"),
+    (lambda m: m.translate(["the cat", None]), "TypeError", "line 2 is NoneType, not str"),
+    (lambda m: m.translate({"the cat": 1}), "TypeError", "not dict"),
+    (lambda m: m.translate(None), "TypeError", "not NoneType"),
+])
+def test_per_call_values_and_lines_of_the_wrong_type_are_refused_naming_them(ckpt, call, error, needle):
+    """They were translated into plausible rubbish (bytes, a dict's keys), ignored (nbest=0),
+    or failed deep inside with an AttributeError; the translator stays usable after."""
+    import builtins
+
+    import nmtkit
+    from nmtkit import errors
+
+    model = nmtkit.load(ckpt, **DECODE)
+    with pytest.raises(getattr(errors, error, None) or getattr(builtins, error), match=re.escape(needle)):
+        call(model)
+    assert model.translate(["the cat"]) == nmtkit.load(ckpt, **DECODE).translate(["the cat"])
 
 
 def _readme_snippet() -> str:
