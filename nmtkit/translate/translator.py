@@ -307,21 +307,41 @@ class Translator:
 
         beam, nbest: this call's values instead of the loaded ones (nbest <= beam). Lines are
         raw text (or the loaded input_format); an empty line gets an empty Result."""
-        beam_ = beam or self.config.beam
-        nbest_ = nbest or self.config.nbest
-        if beam is not None and beam < 1:
+        for name, value in (("beam", beam), ("nbest", nbest)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ConfigError(f"{name} must be an integer, got {value!r}")
+        if not isinstance(alignments, bool):
+            raise ConfigError(f"alignments must be True or False, got {alignments!r}")
+        beam_ = self.config.beam if beam is None else beam
+        nbest_ = self.config.nbest if nbest is None else nbest
+        if beam_ < 1:
             raise ConfigError(f"beam must be >= 1, got {beam}")
         if not 1 <= nbest_ <= beam_:
             raise ConfigError(f"nbest must be between 1 and the beam ({beam_}), got {nbest_}")
         if self.config.sampling and nbest_ != 1:
             raise ConfigError("a sampling translator draws one translation per line: nbest must be 1")
-        if isinstance(lines, str):
-            raise TypeError("generate() takes a list of lines; translate() also takes one string")
+        numbered = list(enumerate(_lines_of(lines), 1))
         need_attention = self.need_attention or alignments
-        return self.translate_buffer(list(enumerate(lines, 1)), beam_, nbest_, need_attention)
+        return self.translate_buffer(numbered, beam_, nbest_, need_attention)
 
     def translate(self, lines: str | Iterable[str], *, beam: int | None = None) -> str | list[str]:
         """The best translation of each line (a list for a list, a string for a string)."""
         if isinstance(lines, str):
             return self.generate([lines], beam=beam)[0].text
         return [r.text for r in self.generate(lines, beam=beam)]
+
+
+def _lines_of(lines: Any) -> list[str]:
+    """`generate`'s lines as a list, each a str: anything else is a TypeError naming the line
+    (bytes were read as their character codes, None failed deep in tokenisation, and a dict's
+    keys were translated)."""
+    if isinstance(lines, str):
+        raise TypeError("generate() takes a list of lines; translate() also takes one string")
+    if isinstance(lines, (bytes, bytearray, dict)) or not isinstance(lines, Iterable):
+        raise TypeError(f"lines must be a list of str, not {type(lines).__name__}")
+    out = list(lines)
+    for n, line in enumerate(out, 1):
+        if not isinstance(line, str):
+            raise TypeError(f"line {n} is {type(line).__name__}, not str" +
+                            (": decode it first" if isinstance(line, (bytes, bytearray)) else ""))
+    return out
