@@ -167,13 +167,14 @@ def average_checkpoints(paths: Sequence[str | Path], progress: Callable[[str], N
     )
 
 
-def average(paths: Sequence[str | Path], output: str | Path, force: bool = False,
+def average(paths: str | Path | Sequence[str | Path], output: str | Path, force: bool = False,
             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Average `paths` into the checkpoint file `output` (written atomically); returns its dict.
     Every input and the output are checked before any checkpoint is read."""
-    from nmtkit.checkpoint import save_checkpoint
+    from nmtkit.checkpoint import checkpoint_paths, save_checkpoint
     from nmtkit.outputs import check_output
 
+    paths = checkpoint_paths(paths)  # once: a generator is read one time only
     check_paths(paths, output)
     check_output(output, force, "averaged checkpoint")
     ckpt = average_checkpoints(paths, progress)

@@ -47,6 +47,23 @@ CHECKPOINT_FORMAT = 2
 READABLE_FORMATS = (1, 2)  # 1: the word lists stored as lists
 
 
+def checkpoint_paths(value: Any) -> list[str]:
+    """One checkpoint path or an iterable of them (the Python API's argument) as a list of str.
+    Anything else is a TypeError: a bytes path was taken apart into character codes, and a
+    string given where a list was expected into characters."""
+    import os
+
+    if isinstance(value, (str, os.PathLike)):
+        return [os.fspath(value)]
+    if isinstance(value, (bytes, bytearray)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"checkpoints must be a path or a list of paths, not {type(value).__name__}")
+    paths = list(value)
+    for p in paths:
+        if not isinstance(p, (str, os.PathLike)) or isinstance(p, bytes):
+            raise TypeError(f"checkpoint paths must be str or os.PathLike, not {type(p).__name__} ({p!r:.60})")
+    return [os.fspath(p) for p in paths]
+
+
 def make_checkpoint(
     *,
     arch: str,

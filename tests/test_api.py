@@ -158,3 +158,28 @@ def test_the_readme_snippet_runs_as_shown(ckpt, tmp_path):
     code = _readme_snippet()
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("checkpoints, needle", [
+    (lambda p: str(p).encode(), "checkpoints must be a path or a list of paths, not bytes"),  # was "47: not found"
+    (lambda p: None, "not NoneType"),
+    (lambda p: [str(p), 3], "checkpoint paths must be str or os.PathLike, not int"),
+])
+def test_checkpoints_that_are_not_paths_are_a_type_error_naming_them(ckpt, checkpoints, needle):
+    import nmtkit
+
+    with pytest.raises(TypeError, match=re.escape(needle)):
+        nmtkit.load(checkpoints(ckpt), **DECODE)
+
+
+def test_average_takes_one_path_a_list_or_a_generator_of_paths(tmp_path):
+    """A generator was read twice (an IndexError); a string was taken apart into characters."""
+    from nmtkit.average import average
+
+    a, b = make_checkpoint(tmp_path / "a.pt", seed=1), make_checkpoint(tmp_path / "b.pt", seed=2)
+    average((p for p in [a, b]), tmp_path / "gen.pt")
+    average([a, b], tmp_path / "list.pt")
+    assert (tmp_path / "gen.pt").read_bytes() != b"" and (tmp_path / "list.pt").is_file()
+    average(str(a), tmp_path / "one.pt")
+    with pytest.raises(TypeError, match="not bytes"):
+        average(str(a).encode(), tmp_path / "bytes.pt")

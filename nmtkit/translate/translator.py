@@ -49,7 +49,9 @@ class Translator:
         output_format="tok". An unknown or bad option raises ConfigError naming it; a missing
         or broken checkpoint raises CheckpointError.
         """
-        paths = [checkpoints] if isinstance(checkpoints, (str, os.PathLike)) else list(checkpoints)
+        from nmtkit.checkpoint import checkpoint_paths
+
+        paths = checkpoint_paths(checkpoints)
         valid = sorted(f.name for f in fields(TranslateConfig) if f.name not in ("models", "ensemble"))
         unknown = sorted(set(options) - set(valid))
         if unknown:
