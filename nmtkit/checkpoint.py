@@ -177,7 +177,7 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = Fa
         raise CheckpointError("not an nmtkit checkpoint: it holds objects other than tensors and plain values; it "
                               "was not loaded", str(path)) from None
     except Exception as err:  # truncated zip, not a torch file
-        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        msg = str(err).splitlines()[0].split(". ")[0] if str(err) else type(err).__name__  # torch's first sentence
         raise CheckpointError(f"not a readable nmtkit checkpoint (truncated or corrupt?): {msg}", str(path)) from None
     if not isinstance(obj, dict) or "format_version" not in obj:
         raise CheckpointError("not an nmtkit checkpoint (no format_version)", str(path))
