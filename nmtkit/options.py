@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any, Callable
 
 from nmtkit.errors import ConfigError
@@ -127,6 +128,8 @@ def _type_error(opt: str, type_name: str, value: Any) -> str | None:
         return f"{opt} must be {_KINDS.get(type_name, 'given')}, got None"
     if type_name in ("bool", "bool | None") and not isinstance(value, bool):
         return f"{opt} must be true or false, got {value!r}"
+    if type_name in ("str", "str | None") and not isinstance(value, (str, os.PathLike)):
+        return f"{opt} must be a string, got {value!r}"
     if type_name in ("float", "float | None"):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return f"{opt} must be a finite number, got {value}"

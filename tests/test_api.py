@@ -95,6 +95,7 @@ def test_a_list_of_checkpoints_is_an_ensemble(ckpt, tmp_path):
     (dict(beam=None), "ConfigError", "--beam must be an integer, got None"),
     (dict(lenpen=None), "ConfigError", "--lenpen must be a finite number, got None"),
     (dict(shortlist=None), "ConfigError", "--shortlist must be a string, got None"),
+    (dict(plot_attention=3), "ConfigError", "--plot-attention must be a string, got 3"),  # failed at the first plot
 ])
 def test_bad_options_raise_one_clear_error(ckpt, kwargs, error, needle):
     import nmtkit
@@ -183,3 +184,11 @@ def test_average_takes_one_path_a_list_or_a_generator_of_paths(tmp_path):
     average(str(a), tmp_path / "one.pt")
     with pytest.raises(TypeError, match="not bytes"):
         average(str(a).encode(), tmp_path / "bytes.pt")
+
+
+def test_a_warn_that_cannot_be_called_is_refused_at_load(ckpt):
+    """It was accepted, and the first warning (a line over --max-src-len) raised 'int is not callable'."""
+    import nmtkit
+
+    with pytest.raises(TypeError, match="warn must be a function"):
+        nmtkit.load(ckpt, warn=3, **DECODE)

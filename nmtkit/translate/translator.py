@@ -52,6 +52,8 @@ class Translator:
         from nmtkit.checkpoint import checkpoint_paths
 
         paths = checkpoint_paths(checkpoints)
+        if warn is not None and not callable(warn):
+            raise TypeError(f"warn must be a function taking one message, not {type(warn).__name__}")
         valid = sorted(f.name for f in fields(TranslateConfig) if f.name not in ("models", "ensemble"))
         unknown = sorted(set(options) - set(valid))
         if unknown:
