@@ -122,7 +122,7 @@ def average_checkpoints(paths: Sequence[str | Path], progress: Callable[[str], N
     copied)."""
     import torch
 
-    from nmtkit.checkpoint import check_finite, load_checkpoint, make_checkpoint
+    from nmtkit.checkpoint import check_finite, load_checkpoint, make_checkpoint, model_fields
 
     paths = [str(p) for p in paths]
     first_path, first = paths[0], None
@@ -131,12 +131,7 @@ def average_checkpoints(paths: Sequence[str | Path], progress: Callable[[str], N
     last: dict[str, Any] = {}
     for path in paths:
         ckpt = load_checkpoint(path)
-        for key in ("arch", "model_config", "model_state"):
-            if key not in ckpt:
-                raise CheckpointError(f"checkpoint lacks field '{key}'", path)
-        if not isinstance(ckpt["model_config"], dict) or not isinstance(ckpt["model_state"], dict) or not all(
-                isinstance(t, torch.Tensor) for t in ckpt["model_state"].values()):
-            raise CheckpointError("its model_config and model_state are not both mappings (of tensors)", path)
+        model_fields(ckpt, path)
         check_finite(ckpt["model_state"], path)  # one NaN would make that weight NaN in the mean
         if first is None:
             first = ckpt

@@ -217,6 +217,22 @@ def _split(words: Any) -> Any:
     return words.split("\n") if isinstance(words, str) else words
 
 
+def model_fields(ckpt: dict[str, Any], path: str) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """(arch, model_config, model_state) of a checkpoint, the config and the state mappings and
+    the state's values tensors; else a CheckpointError naming the file. The one check of what
+    loading and `nmtkit average` read of a model."""
+    import torch
+
+    for key in ("arch", "model_config", "model_state"):
+        if key not in ckpt:
+            raise CheckpointError(f"checkpoint lacks field '{key}'", path)
+    config, state = ckpt["model_config"], ckpt["model_state"]
+    if not isinstance(config, dict) or not isinstance(state, dict) or not all(
+            isinstance(t, torch.Tensor) for t in state.values()):
+        raise CheckpointError("its model_config and model_state are not both mappings (of tensors)", path)
+    return ckpt["arch"], config, state
+
+
 def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False,
                prepare: Callable[[Any], Any] | None = None):
     """(model in eval mode on `device`, checkpoint dict) from a checkpoint file; `fuse_steps` as
@@ -234,13 +250,11 @@ def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False,
     from nmtkit.models.init import uninitialised
 
     ckpt = load_checkpoint(path, map_location="cpu", mmap=True)
+    arch, config, state = model_fields(ckpt, str(path))
     try:
-        config, state = ckpt["model_config"], ckpt["model_state"]
-        if not isinstance(config, dict) or not isinstance(state, dict):
-            raise CheckpointError("its model_config and model_state are not both mappings", str(path))
         # no random initialisation for the strict load to overwrite
         with uninitialised():
-            model = build_model(ckpt["arch"], config, fuse_steps=fuse_steps)
+            model = build_model(arch, config, fuse_steps=fuse_steps)
     except KeyError as err:
         raise CheckpointError(f"checkpoint lacks field {err}", str(path)) from None
     except ConfigError as err:  # an unknown architecture, a config key or value it does not take
