@@ -189,7 +189,8 @@ def _read_inputs(o: ScoreOptions) -> _Inputs:
     src_lang = o.src_lang or (guess_lang(o.src_path) if o.src_path else "en")
     inp = _Inputs(systems, refs, src, tgt_lang, src_lang)
     if o.paper_bleu:  # paper-style BLEU needs Moses tokens of everything; tokenise each file once
-        check_lang(tgt_lang, "--tgt-lang")  # also when guessed from a file name: a warning for a code without rules
+        if not o.tgt_lang:  # guessed from the reference's name (a given one is checked with the options)
+            check_lang(tgt_lang, "--tgt-lang")
         inp.refs_tok = [moses_tokenize_lines(r, tgt_lang, o.workers) for r in refs]
         inp.hyps_tok = [moses_tokenize_lines(h, tgt_lang, o.workers) for _, h in systems]
     return inp
