@@ -59,7 +59,7 @@ def checkpoint_paths(value: Any) -> list[str]:
         raise TypeError(f"checkpoints must be a path or a list of paths, not {type(value).__name__}")
     paths = list(value)
     for p in paths:
-        if not isinstance(p, (str, os.PathLike)) or isinstance(p, bytes):
+        if not isinstance(p, (str, os.PathLike)):
             raise TypeError(f"checkpoint paths must be str or os.PathLike, not {type(p).__name__} ({p!r:.60})")
     return [os.fspath(p) for p in paths]
 

@@ -23,8 +23,9 @@ def check_lang(lang: str, option: str) -> None:
     "fr" and a path went unnoticed. A code the Moses tools have no rules for is warned about
     once, as tokenizer.perl warns (this imports sacremoses)."""
     if not _LANG_CODE.fullmatch(lang):
-        if _LANG_CODE.fullmatch(lang[:3].lower() + lang[3:]):
-            raise ConfigError(f"{option} {lang!r}: language codes are lower case: give {lang[:3].lower() + lang[3:]!r}")
+        lower = lang[:3].lower() + lang[3:]  # the primary subtag lower-cased, region subtags as given
+        if _LANG_CODE.fullmatch(lower):
+            raise ConfigError(f"{option} {lang!r}: language codes are lower case: give {lower!r}")
         raise ConfigError(f"{option} {lang!r} is not a language code: two or three lower-case letters (en, fr, ...)")
     _warn_without_rules(lang, option)
 

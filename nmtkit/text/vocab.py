@@ -28,7 +28,6 @@ def token_ids(itos: Sequence[str]) -> dict[str, int]:
     return ids
 
 
-
 @dataclass
 class Vocab:
     """An ordered list of tokens; `itos[i]` is token i, `stoi` its inverse for text (`token_ids`:
