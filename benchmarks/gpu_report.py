@@ -342,8 +342,10 @@ def _translate_once(ckpt: Path, lines: list[str], device: str, beam: int, limit:
     _sync(tr.device)
     secs = time.perf_counter() - t0
     out = {"decoded": done, "precision": cfg.precision, "text_pipeline_s": round(prep, 2),
-           "first_batch_s": round(first, 2), "all_sentences_s": round(secs, 2),
-           "tgt_tokens_per_s": round(n_tgt / secs) if secs else None}
+           "first_batch_s": round(first, 2), "all_sentences_s": round(secs, 2) if done else None,
+           "tgt_tokens_per_s": round(n_tgt / secs) if done and secs else None}
+    if done < len(idx):
+        out["stopped"] = f"the report's time budget was spent after {done} of {len(idx)} sentences"
     if tr.device.type == "cuda":
         out["peak_gib"] = round(torch.cuda.max_memory_allocated(tr.device) / 2**30, 2)
     return out

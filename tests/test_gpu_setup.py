@@ -129,6 +129,13 @@ def test_gpu_report_runs_only_the_sections_asked_for_and_refuses_unknown_ones(tm
     report = json.loads((tmp_path / "gpu-report.json").read_text())
     assert "translate" in report and not {"train", "run", "profile", "tests"} & report.keys()
     assert report["translate"]["fuse off"]["decoded"] == report["translate"]["sentences"] > 0
+    assert "stopped" not in report["translate"]["fuse off"]
+    cut = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_report.py"), "--out", str(tmp_path / "cut"),
+                          "--quick", "--sections", "translate", "--budget", "0.001"], cwd=REPO, capture_output=True,
+                         text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert cut.returncode == 0, cut.stderr[-3000:]
+    off = json.loads((tmp_path / "cut" / "gpu-report.json").read_text())["translate"]["fuse off"]
+    assert off["decoded"] == 0 and off["tgt_tokens_per_s"] is None and "spent after 0 of" in off["stopped"]
     bad = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_report.py"), "--out", str(tmp_path / "x"),
                           "--sections", "train,bogus"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--sections" in bad.stderr and not (tmp_path / "x").exists()
