@@ -182,3 +182,51 @@ def test_a_language_without_moses_rules_is_tokenised_generically_with_a_warning(
     code, out, err = run_cli(["tokenize", "--lang", "xx"], "C'est l'art.\n")
     assert code == 0 and out == "C ' est l ' art .\n"
     assert "--lang xx: sacremoses has no Moses rules for this language" in err and "tokenizer.perl -l xx" in err
+
+
+def test_non_printing_characters_become_spaces_before_tokenising():
+    text = "zero\u200bwidth soft\u00adhyphen \ufeffbom rtl\u202eo tab\tc1\x85end"
+    assert moses.tokenize(text, "en") == ["zero", "width", "soft", "hyphen", "bom", "rtl", "o", "tab", "c1", "end"]
+    kept = moses.tokenize(text, "en", remove_non_printing=False)
+    assert "\u200b" in kept and "\u00ad" in kept  # each a token of its own: a vocabulary entry
+    assert moses.tokenize("\u200b\ufeff\u200e", "en") == []  # a line of format characters is an empty line
+
+
+def _perl_unicode_version() -> str | None:
+    import shutil
+    import subprocess
+
+    if shutil.which("perl") is None:
+        return None
+    proc = subprocess.run(["perl", "-MUnicode::UCD", "-e", "print Unicode::UCD::UnicodeVersion()"],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def test_non_printing_characters_are_those_remove_non_printing_char_perl_replaces():
+    """Every code point up to U+2FFFF (but surrogates and line ends), through the script's own
+    substitution in perl, whose Unicode version must be Python's for the categories to agree."""
+    import subprocess
+    import unicodedata
+
+    if _perl_unicode_version() != unicodedata.unidata_version:
+        pytest.skip(f"perl with Unicode {unicodedata.unidata_version} (Python's) is needed as the oracle")
+    text = "".join(chr(c) for c in range(0x20, 0x30000) if not 0xD800 <= c < 0xE000)
+    perl = subprocess.run(["perl", "-CSD", "-ne", r'chomp; s/\p{C}/ /g; print "$_\n"'], input=text + "\n",
+                          capture_output=True, text=True, check=True).stdout[:-1]
+    ours = moses.space_non_printing(text)
+    assert len(ours) == len(perl) and ours == perl
+    assert ours.count(" ") > 50_000  # private use and unassigned code points among them
+
+
+def test_pipelines_recorded_before_non_printing_removal_still_keep_those_characters():
+    old = {"version": 1, "src_lang": "en", "tgt_lang": "fr", "normalize_punct": True,
+           "aggressive_dash_splits": False, "lowercase": False, "truecase": None, "bpe": None}
+    p = TextPipeline.from_dict(old)
+    assert not p.remove_non_printing and p.tokenize("a\u200bb", "src") == ["a", "\u200b", "b"]
+    assert p.to_dict() == old  # unchanged when carried into a new checkpoint: older nmtkit still reads it
+    new = TextPipeline("en", "fr")
+    assert new.tokenize("a\u200bb", "src") == ["a", "b"]
+    d = new.to_dict()
+    assert d["version"] == 2 and d["remove_non_printing"] is True
+    assert TextPipeline.from_dict(json.loads(json.dumps(d))).to_dict() == d

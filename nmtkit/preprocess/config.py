@@ -9,7 +9,13 @@ from nmtkit.errors import ConfigError, InputError
 from nmtkit.options import check_fields, option
 from nmtkit.text.io import resolve_input
 from nmtkit.text.moses import check_lang
-from nmtkit.text.pipeline import CORPUS_FORMATS, DASH_SPLITS_OPTION, NORMALIZE_PUNCT_OPTION, PROTECT_OPTION
+from nmtkit.text.pipeline import (
+    CORPUS_FORMATS,
+    DASH_SPLITS_OPTION,
+    NON_PRINTING_OPTION,
+    NORMALIZE_PUNCT_OPTION,
+    PROTECT_OPTION,
+)
 
 if TYPE_CHECKING:
     from nmtkit.text.pipeline import TextPipeline
@@ -42,6 +48,7 @@ class PreprocessConfig:
         help="'tok': input is already Moses-tokenised ('nmtkit tokenize' with the same --aggressive-dash-splits); "
              "normalisation/tokenisation are skipped, casing and BPE applied.")
     normalize_punct: bool = option(True, **NORMALIZE_PUNCT_OPTION)
+    remove_non_printing: bool = option(True, **NON_PRINTING_OPTION)
     aggressive_dash_splits: bool = option(False, **DASH_SPLITS_OPTION)
     lowercase: bool = option(False, help="Lowercase all tokens (cannot be undone when translating).")
     protect: tuple[str, ...] = option((), **PROTECT_OPTION)
@@ -124,6 +131,7 @@ class PreprocessConfig:
         from nmtkit.text.protect import resolve_protect
 
         return TextPipeline(self.src_lang, self.tgt_lang, normalize_punct=self.normalize_punct,
+                            remove_non_printing=self.remove_non_printing,
                             aggressive_dash_splits=self.aggressive_dash_splits, lowercase=self.lowercase,
                             protected_patterns=resolve_protect(self.protect))
 

@@ -95,11 +95,26 @@ def normalize(line: str, lang: str) -> str:
     return _normalizer(lang).normalize(line)
 
 
+def space_non_printing(line: str) -> str:
+    """Moses `remove-non-printing-char.perl`: every character of Unicode category C becomes a
+    space: controls (a tab, C1 codes), format characters (a zero-width space, a soft hyphen, a
+    byte-order mark, direction marks), private-use and unassigned code points. Lines without
+    any (`str.isprintable`, which C implies) are returned as they are, at the cost of one scan."""
+    if line.isprintable():
+        return line
+    from unicodedata import category
+
+    return "".join(" " if category(c)[0] == "C" else c for c in line)
+
+
 def tokenize(line: str, lang: str, aggressive_dash_splits: bool = False, lowercase: bool = False,
-             normalize_punct: bool = True, protected_patterns: tuple[str, ...] = ()) -> list[str]:
-    """Normalise punctuation (optional) and tokenise one line into Moses tokens, leaving each
-    match of `protected_patterns` (regexes, nmtkit.text.protect) whole."""
-    return tokenizer_fn(lang, aggressive_dash_splits, lowercase, normalize_punct, protected_patterns)(line)
+             normalize_punct: bool = True, protected_patterns: tuple[str, ...] = (),
+             remove_non_printing: bool = True) -> list[str]:
+    """Normalise punctuation (optional), replace non-printing characters by spaces (optional) and
+    tokenise one line into Moses tokens, leaving each match of `protected_patterns` (regexes,
+    nmtkit.text.protect) whole."""
+    return tokenizer_fn(lang, aggressive_dash_splits, lowercase, normalize_punct, protected_patterns,
+                        remove_non_printing)(line)
 
 
 def detokenize(tokens: list[str], lang: str) -> str:
@@ -134,16 +149,22 @@ def _shielded(fn, patterns: list[str]):
 
 
 def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: bool = False,
-                 normalize_punct: bool = True, protected_patterns: tuple[str, ...] = ()):
-    """`tokenize` with its settings bound once: a `str -> list[str]` for hot loops (same output)."""
+                 normalize_punct: bool = True, protected_patterns: tuple[str, ...] = (),
+                 remove_non_printing: bool = True):
+    """`tokenize` with its settings bound once: a `str -> list[str]` for hot loops (same output).
+    The steps run in the Moses pipeline's order: normalize-punctuation.perl,
+    remove-non-printing-char.perl, tokenizer.perl."""
     norm = _normalizer(lang).normalize if normalize_punct else None
     tok = _tokenizer(lang).tokenize
     protect = list(protected_patterns) or None
     if norm is not None and protect:
         norm = _shielded(norm, protect)
+    clean = space_non_printing if remove_non_printing else None
 
     def run(line: str) -> list[str]:
         text = norm(line) if norm is not None else line
+        if clean is not None:
+            text = clean(text)
         try:
             toks = tok(text, aggressive_dash_splits=aggressive_dash_splits, escape=False, protected_patterns=protect)
         except ValueError as err:  # sacremoses: more protected matches in one line than it can number

@@ -34,12 +34,19 @@ from nmtkit.outputs import (
 from nmtkit.text.io import read_lines, stream_lines
 from nmtkit.text.moses import check_lang
 from nmtkit.text.parallel import parallel_map
-from nmtkit.text.pipeline import DASH_SPLITS_OPTION, NORMALIZE_PUNCT_OPTION, PROTECT_OPTION, TextPipeline
+from nmtkit.text.pipeline import (
+    DASH_SPLITS_OPTION,
+    NON_PRINTING_OPTION,
+    NORMALIZE_PUNCT_OPTION,
+    PROTECT_OPTION,
+    TextPipeline,
+)
 
 TOKINFO_SUFFIX = ".tokinfo.json"
 # pipeline setting -> the flag that sets it (the same flag in this tool and in preprocess)
-_FLAGS = {"normalize_punct": "--no-normalize-punct", "aggressive_dash_splits": "--aggressive-dash-splits",
-          "lowercase": "--lowercase"}
+_FLAGS = {"normalize_punct": "--no-normalize-punct", "remove_non_printing": "--no-remove-non-printing",
+          "aggressive_dash_splits": "--aggressive-dash-splits", "lowercase": "--lowercase"}
+_RECORDED_BEFORE = {"remove_non_printing": False}  # a setting missing from an older record: what that tokeniser did
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,7 @@ class TokenizeConfig:
         help="Tokenised text, line for line ('-' or default: stdout); beside it, FILE.tokinfo.json records the settings, "
              "which 'preprocess --input-format tok' checks against its own flags.")
     normalize_punct: bool = option(True, **NORMALIZE_PUNCT_OPTION)
+    remove_non_printing: bool = option(True, **NON_PRINTING_OPTION)
     aggressive_dash_splits: bool = option(False, **DASH_SPLITS_OPTION)
     lowercase: bool = option(False, help="Lowercase all tokens.")
     protect: tuple[str, ...] = option((), **PROTECT_OPTION)
@@ -69,7 +77,7 @@ class TokenizeConfig:
         from nmtkit.text.protect import resolve_protect
 
         return TextPipeline(self.lang, self.lang, normalize_punct=self.normalize_punct,
-                            aggressive_dash_splits=self.aggressive_dash_splits, lowercase=self.lowercase,
+                            remove_non_printing=self.remove_non_printing, aggressive_dash_splits=self.aggressive_dash_splits, lowercase=self.lowercase,
                             protected_patterns=resolve_protect(self.protect))
 
 
@@ -98,8 +106,9 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline) -> bool:
         raise InputError(f"unreadable tokeniser record: {err}", info_path) from None
     if info.get("lang") != lang:
         raise ConfigError(f"tokenised as language '{info.get('lang')}' ({info_path}), used here as '{lang}'", path)
-    wrong = [f"{k}={info.get(k)} there, {getattr(pipeline, k)} here ({flag})"
-             for k, flag in _FLAGS.items() if info.get(k) != getattr(pipeline, k)]
+    recorded = {**_RECORDED_BEFORE, **info}
+    wrong = [f"{k}={recorded.get(k)} there, {getattr(pipeline, k)} here ({flag})"
+             for k, flag in _FLAGS.items() if recorded.get(k) != getattr(pipeline, k)]
     if list(info.get("protected_patterns") or []) != list(pipeline.protected_patterns):
         wrong.append(f"{len(info.get('protected_patterns') or [])} protected patterns there, "
                      f"{len(pipeline.protected_patterns)} here (--protect)")
