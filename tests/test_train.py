@@ -87,7 +87,7 @@ def test_train_options_are_train_config_fields_each_unset_until_given_and_checke
     assert [f.name for f in dataclasses.fields(TrainOptions)] == [f.name for f in dataclasses.fields(TrainConfig)]
     assert TrainOptions().given() == {}
     assert TrainOptions(lr=0.5).replace(max_updates=3).given() == {"lr": 0.5, "max_updates": 3}
-    for changes in (dict(max_updates=0), dict(optimizer="rmsprop"), dict(lr=float("nan"))):
+    for changes in (dict(max_updates=0), dict(optimizer="rmsprop"), dict(lr=float("nan")), dict(preset="huge")):
         with pytest.raises(ConfigError) as given:
             TrainOptions(**changes)
         with pytest.raises(ConfigError) as full:

@@ -98,7 +98,7 @@ def test_help_documents_every_train_config_option():
 @pytest.mark.parametrize("argv, message", [
     (["--data", "{tmp}/nowhere"], "data directory not found"),
     (["--data", "{tmp}"], "no manifest.json"),
-    (["--preset", "rnnsearch-99"], "unknown preset 'rnnsearch-99'"),
+    (["--preset", "rnnsearch-99"], "'rnnsearch-99' is not one of"),
     (["--arch", "transformer"], "transformer"),
     (["--max-updates", "0"], "--max-updates must be at least 1"),
     (["--max-time", "soon"], "--max-time"),

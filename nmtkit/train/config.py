@@ -32,6 +32,7 @@ from nmtkit.devices import (
 )
 from nmtkit.errors import ConfigError
 from nmtkit.models import ARCHS
+from nmtkit.models.presets import PRESETS
 from nmtkit.options import check_fields, given_options, option
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhd]?)\s*$")
@@ -55,9 +56,9 @@ class TrainConfig:
     # model
     arch: str = option("rnnsearch", choices=tuple(ARCHS), help="Architecture when no --preset is given (the paper's sizes).")
     preset: str | None = option(
-        None, metavar="NAME",
-        help="Model preset: rnnsearch-30, rnnsearch-50, rnnencdec-30, rnnencdec-50 (the paper's sizes and "
-             "training procedure), lstm-attention, small (emb 256, enc 256, dec 512, Adam).")
+        None, choices=tuple(PRESETS),
+        help="Model preset: the paper's rnnsearch and rnnencdec, trained on pairs of up to 30 or 50 words (their "
+             "sizes and training procedure), lstm-attention, small (emb 256, enc 256, dec 512, Adam).")
     # data
     max_len: int | None = option(50, min=1, metavar="N", shown_default="preset: 30 or 50; default 50",
                                  help="Drop training pairs with a side longer than N words (tokens after Moses "
