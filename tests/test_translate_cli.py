@@ -1,6 +1,7 @@
 """`nmtkit translate` through the real entry point: pipes, interactive use, files, errors."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -200,6 +201,41 @@ def test_warnings_reach_stderr_once_through_logging_and_quiet_silences_them(ckpt
         assert err == ""
     else:
         assert len(warnings) == 1 and warnings[0].startswith(f"nmtkit: warning: {src}:1: "), err
+
+
+class _Terminal(io.TextIOWrapper):
+    """A stdin that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+IGNORED_BUFFER = "nmtkit: warning: --buffer-size is ignored with --interactive"
+
+
+@pytest.mark.parametrize("flags,terminal,expected", [
+    (["--interactive", "--buffer-size", "50"], False, [f"{IGNORED_BUFFER}, which translates each line as it arrives"]),
+    (["--buffer-size", "50"], True,
+     [f"{IGNORED_BUFFER} (implied by stdin being a terminal), which translates each line as it arrives"]),
+    (["--interactive", "--buffer-size", "50", "-q"], False, []),
+    (["--interactive", "--buffer-size", "1"], False, []),  # nothing overridden
+    (["--interactive"], False, []),
+    ([], True, []),
+    (["--buffer-size", "50"], False, []),
+])
+def test_a_buffer_size_that_interactive_use_overrides_is_warned_once(ckpt, capsys, monkeypatch, flags, terminal,
+                                                                     expected):
+    """--interactive, or stdin a terminal, translates line by line: an explicit --buffer-size
+    (other than 1) is then not used, which one warning says rather than dropping it silently."""
+    from nmtkit.cli import main
+
+    stdin = (_Terminal if terminal else io.TextIOWrapper)(io.BytesIO(b"the cat\n"), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    capsys.readouterr()
+    main(["translate", "-m", ckpt, "--beam", "2", "--max-len-b", "3", "--device", "cpu", *flags])
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 1
+    assert [line for line in err.splitlines() if "--buffer-size" in line] == expected, err
 
 
 def test_translating_a_line_imports_no_plotting_scoring_or_tensorboard_library_nor_other_subcommands(ckpt):

@@ -5,14 +5,18 @@ Its options are generated from `TranslateConfig`'s fields (the decode options it
 """
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from nmtkit.cli.common import config_options, config_values, quiet_option, quiet_warnings
 from nmtkit.outputs import file_path
 from nmtkit.translate.config import TranslateConfig
+
+log = logging.getLogger(__name__)
 
 
 @click.command("translate")
@@ -40,9 +44,14 @@ def translate_cmd(input_path: str | None, output_path: str | None, alignments_fi
 
     stdin_tty = file_path(input_path) is None and sys.stdin.isatty()
     values = config_values(TranslateConfig, options)
+    given_buffer = click.get_current_context().get_parameter_source("buffer_size") != ParameterSource.DEFAULT
+    ignored_buffer = (interactive or stdin_tty) and given_buffer and values["buffer_size"] != 1
     if interactive or stdin_tty:
         values["buffer_size"] = 1
     cfg = TranslateConfig(**values)
+    if ignored_buffer:
+        implied = "" if interactive else " (implied by stdin being a terminal)"
+        log.warning(f"--buffer-size is ignored with --interactive{implied}, which translates each line as it arrives")
 
     n = translate_files(cfg, input_path, output_path, alignments_file, force)
     if not quiet and not stdin_tty:
