@@ -40,6 +40,15 @@ def test_int8_quantises_exactly_the_listed_layers_and_stays_close_to_fp32(arch):
     assert (got.exp() - ref.exp()).abs().max() < 0.02  # probabilities within 2 points of fp32's
 
 
+def test_every_architecture_has_int8_layers_so_auto_precision_can_choose_int8_before_loading():
+    """translate's --precision auto picks int8 before it reads a checkpoint (Translator._load):
+    right only while every architecture, so every model of an ensemble, can be quantised."""
+    from nmtkit.models import ARCHS, model_class
+
+    assert set(SIZES) == set(ARCHS)  # the test above quantises each of them
+    assert all(model_class(arch).int8_linears for arch in ARCHS)
+
+
 def test_the_shortlists_int8_rows_are_the_int8_output_layers_own_columns():
     from nmtkit.decode.search import _shortlist_rows
 

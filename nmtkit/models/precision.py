@@ -144,11 +144,11 @@ def set_tf32(device_type: str, precision: str, enabled: bool) -> bool:
     return enabled
 
 
-def resolve_decode_precision(device_type: str, precision: str, int8_capable: bool) -> str:
+def resolve_decode_precision(device_type: str, precision: str) -> str:
     """translate's and serve's --precision with "auto" resolved: "int8" on a CPU with int8 dot
-    products when the models can be quantised (`int8_capable`), else what auto means in
-    training (`resolve_precision`). On the peer benchmark's CPU and model, int8 decoded beam 5
-    faster than bf16 and fp32, in the least memory, at their BLEU (docs/int8.md)."""
-    if precision == "auto" and device_type == "cpu" and int8_capable and cpu_has_fast_int8():
+    products (every architecture can be quantised), else what auto means in training
+    (`resolve_precision`). On the peer benchmark's CPU and model, int8 decoded beam 5 faster
+    than bf16 and fp32, in the least memory, at their BLEU (docs/int8.md)."""
+    if precision == "auto" and device_type == "cpu" and cpu_has_fast_int8():
         return "int8"
     return resolve_precision(device_type, precision)

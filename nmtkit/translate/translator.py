@@ -129,27 +129,19 @@ class Translator:
 
     def _load(self) -> tuple[Any, str]:
         """(the ModelBundle of config.models, the decoding precision). auto: int8 on CPUs with
-        int8 dot products, else bf16 where faster (GPUs, some CPUs), else fp32. int8 quantises
-        each model as it loads, in place, reading the float weights it replaces straight from the
-        checkpoint file (`load_model`'s prepare)."""
+        int8 dot products, else bf16 where faster (GPUs, some CPUs), else fp32; it is chosen before
+        loading, as every architecture has int8 layers. int8 quantises each model as it loads, in
+        place, reading the float weights it replaces straight from the checkpoint file
+        (`load_model`'s prepare)."""
         from nmtkit.checkpoint import load_bundle
         from nmtkit.models.fusion import resolve_fuse
         from nmtkit.models.precision import resolve_decode_precision
         from nmtkit.models.quantize import quantize_for_decoding
 
         config, device = self.config, self.device
-        int8 = resolve_decode_precision(device.type, config.precision, True) == "int8"
-
-        def quantize(model: Any) -> None:
-            if model.int8_linears or config.precision == "int8":  # explicit int8 without int8 layers: its error
-                quantize_for_decoding(model)
-
+        precision = resolve_decode_precision(device.type, config.precision)
         bundle = load_bundle(config.models, device, fuse_steps=resolve_fuse(config.fuse, device),
-                             prepare=quantize if int8 else None)
-        precision = resolve_decode_precision(device.type, config.precision, all(m.int8_linears for m in bundle.models))
-        if int8 and precision != "int8":
-            raise ConfigError("--precision auto: some of the ensemble's models have int8 layers and some do not; "
-                              "give --precision fp32 or bf16")
+                             prepare=quantize_for_decoding if precision == "int8" else None)
         return bundle, precision
 
     @property
