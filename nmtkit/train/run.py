@@ -261,7 +261,10 @@ def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path, save_dir: P
 
 
 def _check_hardware(cfg: TrainConfig, arch: str, device) -> None:
-    """A GPU that is not there, or --fuse on / --cuda-graphs on where they cannot run: refused."""
+    """A GPU that is not there, or --fuse on / --cuda-graphs on where they cannot run: refused,
+    before the run folder is written. Only a check: TrainContext resolves both again, from the
+    same config and device, for the model it builds, as it is also built without run_training
+    (`Trainer(TrainContext(...))`, the tests)."""
     from nmtkit.models import model_class
     from nmtkit.models.fusion import resolve_fuse
     from nmtkit.models.graphs import resolve_cuda_graphs
