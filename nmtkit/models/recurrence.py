@@ -247,21 +247,20 @@ class _Recurrence(torch.autograd.Function):
         B, T, S = ctx.sizes
         Tp, Bp, d = alphas.shape[0], states.size(1), states.size(2)
         with torch.autocast(states.device.type, enabled=False):
+            saved = (zrc, states, alphas, qas, keys, values, w_q, v_a, U)
             if ctx.graphs:  # padded steps and rows: zero gradients
                 g_st, g_al = states.new_zeros(Tp + 1, Bp, d), torch.zeros_like(alphas)
                 if g_states is not None:
                     g_st[: T + 1, :B] = g_states.transpose(0, 1)
                 if g_alphas is not None:
                     g_al[:T, :B, :S] = g_alphas.transpose(0, 1)
+                g_next, g_x, g_q, g_keys, g_vs = loop_graphs(states.device).run(
+                    ("backward", mmd, ctx.fuse), functools.partial(_backward_loop, mm_dtype=mmd, fuse=ctx.fuse),
+                    (g_st, g_al, *saved))
             else:
                 g_st = g_states.transpose(0, 1) if g_states is not None else states.new_zeros(T + 1, B, d)
                 g_al = g_alphas.transpose(0, 1) if g_alphas is not None else torch.zeros_like(alphas)
-            args = (g_st, g_al, zrc, states, alphas, qas, keys, values, w_q, v_a, U)
-            if ctx.graphs:
-                g_next, g_x, g_q, g_keys, g_vs = loop_graphs(states.device).run(
-                    ("backward", mmd, ctx.fuse), functools.partial(_backward_loop, mm_dtype=mmd, fuse=ctx.fuse), args)
-            else:
-                g_next, g_x, g_q, g_keys, g_vs = _backward_loop(*args, mm_dtype=mmd, fuse=ctx.fuse)
+                g_next, g_x, g_q, g_keys, g_vs = _backward_loop(g_st, g_al, *saved, mm_dtype=mmd, fuse=ctx.fuse)
             # the real steps, rows and positions (g_vs runs from step Tp-1 down: its last T)
             g_next, g_x, g_q, g_keys, g_v = g_next[:B], g_x[:T, :B], g_q[:T, :B], g_keys[:B, :S], g_vs[Tp - T :].sum(0)
             states, alphas, rs = states[:T, :B], alphas[:T, :B, :S], zrc[:T, :B, d : 2 * d]
