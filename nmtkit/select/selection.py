@@ -39,6 +39,7 @@ import numpy as np
 
 from nmtkit.errors import ConfigError, InputError, OutputExistsError
 from nmtkit.outputs import Staged, check_output, check_outputs_vs_inputs, name_error, writes_in_place
+from nmtkit.select.checks import lm_warnings
 from nmtkit.select.config import SelectConfig
 from nmtkit.select.corpus import Corpus
 from nmtkit.select.lmvocab import LMVocab
@@ -219,6 +220,11 @@ def _budget_warnings(cfg: SelectConfig, over: bool, n_pool: int, lens: np.ndarra
         budget = f"--lines {cfg.lines}" if cfg.lines is not None else f"--words {cfg.words}"
         msgs.append(f"the budget ({budget}) exceeds the pool's {n_pool - n_empty} non-empty pairs "
                     f"({int(lens[:, 0].sum())} source tokens): selecting all of them")
+    return _warn(msgs)
+
+
+def _warn(msgs: list[str]) -> list[str]:
+    """Log each one-line warning and return them all, for the summary."""
     for msg in msgs:
         log.warning(msg)
     return msgs
@@ -247,6 +253,7 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     t = time.perf_counter()
     scorer = _estimate(opts, src_vocab, tgt_vocab, ind_toks, out_sample, cfg.order)
     timings["lm_estimate_s"] = time.perf_counter() - t
+    warnings = _warn(lm_warnings(cfg, ind, ind_sizes, scorer))
     sample_sizes = _sizes(out_sample)
     del ind_toks, out_sample
 
@@ -261,7 +268,7 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
         empty = (lens == 0).any(axis=1)
         scores[empty] = np.inf  # an empty line scores as a short, likely sentence: never a pair to train on
         keep, over = select_indices(scores, lens[:, 0], cfg.lines, cfg.words, cfg.fraction)
-        warnings = _budget_warnings(cfg, over, n_pool, lens, int(empty.sum()))
+        warnings += _budget_warnings(cfg, over, n_pool, lens, int(empty.sum()))
         mask = np.zeros(n_pool, dtype=bool)
         mask[keep] = True
 

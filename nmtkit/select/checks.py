@@ -1,0 +1,72 @@
+"""select-data's checks for inputs that leave its ranking meaningless. Each returns one-line
+warnings naming the files (the caller logs them and lists them in the summary).
+
+- `lm_warnings`: an in-domain side too small for the n-gram order, or with no word left in the
+  LM vocabulary after `--min-count`.
+
+Only the sides a method's score uses are checked: both for bilingual, the source side for
+monolingual and in-domain. numpy only.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from nmtkit.select.config import SelectConfig
+from nmtkit.select.corpus import Corpus
+from nmtkit.select.lmvocab import LM_SPECIALS, LMVocab
+from nmtkit.select.ngram import NgramLM
+from nmtkit.select.scoring import Scorer
+
+
+def scored_sides(method: str) -> tuple[str, ...]:
+    """The sides ("src", "tgt") whose cross-entropies `method`'s score uses."""
+    return ("src", "tgt") if method == "bilingual" else ("src",)
+
+
+def files(paths: Sequence[str]) -> str:
+    """The files of one side of a corpus, as a warning names them (several are read in order)."""
+    return " + ".join(paths)
+
+
+def too_small(name: str, tokens: int, lm: NgramLM) -> str | None:
+    """A warning when the in-domain text `name` (`tokens` tokens, `lm` estimated on it) is too
+    small for the order of `lm`: fewer tokens than the order, or no n-gram of the order seen twice.
+
+    Why that threshold: Kneser-Ney learns an order from its n-grams seen more than once. When
+    none is (count-of-counts n2 = n3 = n4 = 0), the discount estimate is D1 = 1 - 2Y n2/n1 = 1, so
+    every n-gram of the order keeps no probability of its own and its context backs off with
+    weight 1: the order adds nothing. On a text of a handful of tokens the continuation counts
+    below are all 1 too and the model is the uniform distribution over its vocabulary, which
+    gives every sentence the same per-token cross-entropy. Fewer tokens than the order is
+    flagged even when a short sentence repeats (`a` twice at order 3), as no sentence is then
+    long enough to show a word in context.
+    """
+    order = lm.order
+    top = lm.orders[-1].counts if lm.orders else lm.uni_counts  # raw counts at the highest order
+    if tokens >= order and top.size and int(top.max()) >= 2:
+        return None
+    why = f"fewer than --order {order}" if tokens < order else f"no {order}-gram in it occurs twice"
+    return (f"the in-domain text {name} has only {tokens} tokens, {why}: too little for an order-{order} "
+            f"language model, so the ranking is unreliable (use more in-domain text or a lower --order)")
+
+
+def no_vocabulary(name: str, vocab: LMVocab, min_count: int) -> str | None:
+    """A warning when no word of the in-domain text `name` made it into the LM vocabulary: every
+    token is then `<unk>` and both LMs see nothing but sentence lengths."""
+    if len(vocab) > len(LM_SPECIALS):
+        return None
+    return (f"no word of the in-domain text {name} occurs at least --min-count {min_count} times: every token "
+            f"is <unk> to the language models, which then rank pairs by their length alone")
+
+
+def lm_warnings(cfg: SelectConfig, ind: Corpus, sizes: dict[str, int], scorer: Scorer) -> list[str]:
+    """The in-domain warnings of the sides `cfg.method` scores. `sizes`: the in-domain text's
+    token counts ("src_tokens", "tgt_tokens"); `scorer`: its LMs and vocabularies."""
+    out = []
+    for side in scored_sides(cfg.method):
+        name = files(ind.src_paths if side == "src" else ind.tgt_paths)
+        vocab, lm = (scorer.src_vocab, scorer.in_src) if side == "src" else (scorer.tgt_vocab, scorer.in_tgt)
+        msg = no_vocabulary(name, vocab, cfg.min_count) or too_small(name, sizes[f"{side}_tokens"], lm)
+        if msg:
+            out.append(msg)
+    return out

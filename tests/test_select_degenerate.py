@@ -1,0 +1,93 @@
+"""`nmtkit select-data` says so when its ranking would be meaningless: an in-domain text too small
+for the n-gram order or with no word in the LM vocabulary."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.test_select import ANIMALS_EN, ANIMALS_FR, MONEY_EN, MONEY_FR, _base, _sentence, _write, select
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    """In-domain: 60 animal captions. Pool: 40 pairs, one in four an animal caption, the rest finance."""
+    rng = np.random.default_rng(0)
+    _write(tmp_path / "in", [_sentence(rng, ANIMALS_EN, ANIMALS_FR) for _ in range(60)])
+    _write(tmp_path / "pool", [_sentence(rng, *(ANIMALS_EN, ANIMALS_FR) if i % 4 == 1 else (MONEY_EN, MONEY_FR))
+                               for i in range(40)])
+    return tmp_path
+
+
+def _warnings(err: str) -> list[str]:
+    """The warning lines of stderr, without their `nmtkit: warning: ` prefix."""
+    prefix = "nmtkit: warning: "
+    return [line[len(prefix):] for line in err.splitlines() if line.startswith(prefix)]
+
+
+def _run(d: Path, *extra: str, prefix: str = "sel") -> list[str]:
+    """select-data --lines 10 on d/in and d/pool: it must succeed; -> its warnings, checked to be
+    one line each and listed in the summary too."""
+    code, _, err = select(_base(d, prefix) + ["--lines", "10", *extra], quiet=False)
+    assert code == 0, err
+    warnings = _warnings(err)
+    assert json.loads((d / f"{prefix}.summary.json").read_text())["warnings"] == warnings
+    return warnings
+
+
+def test_a_sound_selection_warns_about_nothing(corpus):
+    assert _run(corpus) == []
+    assert _run(corpus, "--method", "monolingual", prefix="mono") == []
+
+
+def test_in_domain_text_shorter_than_the_order_is_named_with_its_token_count(corpus):
+    _write(corpus / "in", [("Cat sits.", "Chat dort.")])
+    in_en, in_fr = corpus / "in.en", corpus / "in.fr"
+    assert _run(corpus) == [
+        f"the in-domain text {side} has only 3 tokens, fewer than --order 4: too little for an order-4 language "
+        "model, so the ranking is unreliable (use more in-domain text or a lower --order)" for side in (in_en, in_fr)]
+    # a repeated sentence shorter than the order shows no word in context, though "<s> Cat </s>" occurs twice
+    _write(corpus / "in", [("Cat", "Chat")] * 2)
+    warnings = _run(corpus, "--order", "3", prefix="o3")
+    assert len(warnings) == 2 and "has only 2 tokens, fewer than --order 3" in warnings[0]
+    assert _run(corpus, "--order", "2", prefix="o2") == []
+
+
+def test_in_domain_text_where_no_ngram_of_the_order_repeats_is_named(corpus):
+    pairs = [("The cat sits on a mat.", "Le chat est sur un tapis."), ("A big dog runs in the garden.",
+             "Un grand chien court dans le jardin."), ("Small brown birds sleep.", "Petits oiseaux bruns dorment.")]
+    _write(corpus / "in", pairs)
+    warnings = _run(corpus)
+    assert [w.split(" has ")[0] for w in warnings] == [f"the in-domain text {corpus / 'in.en'}",
+                                                        f"the in-domain text {corpus / 'in.fr'}"]
+    assert "has only 20 tokens, no 4-gram in it occurs twice: too little for an order-4" in warnings[0]
+    assert _run(corpus, "--order", "2", prefix="o2") == []  # ". </s>" ends every sentence
+
+
+def test_only_the_sides_the_method_scores_are_checked(corpus):
+    rng = np.random.default_rng(1)
+    pairs = [(_sentence(rng, ANIMALS_EN, ANIMALS_FR)[0], f"Mot{i}.") for i in range(30)]  # no 4-gram twice
+    _write(corpus / "in", pairs)
+    assert _run(corpus, "--method", "monolingual", prefix="mono") == []
+    assert _run(corpus, "--method", "in-domain", prefix="ind") == []
+    warnings = _run(corpus)
+    assert len(warnings) == 1 and warnings[0].startswith(f"the in-domain text {corpus / 'in.fr'} has only 60 tokens")
+
+
+def test_several_in_domain_prefixes_are_named_together(corpus):
+    _write(corpus / "in2", [("Dog runs.", "Chien court.")])
+    _write(corpus / "in", [("Cat sits.", "Chat dort.")])
+    code, _, err = select(["--in-domain", str(corpus / "in"), "--in-domain", str(corpus / "in2"), "--pool",
+                           str(corpus / "pool"), "--output-prefix", str(corpus / "sel"), "--lines", "5",
+                           "--workers", "1"], quiet=False)
+    assert code == 0, err
+    assert _warnings(err)[0].startswith(f"the in-domain text {corpus / 'in.en'} + {corpus / 'in2.en'} has only 6 "
+                                        "tokens, no 4-gram in it occurs twice")
+
+
+def test_a_min_count_that_leaves_no_in_domain_word_is_named(corpus):
+    assert _run(corpus, "--method", "in-domain", "--min-count", "1000") == [
+        f"no word of the in-domain text {corpus / 'in.en'} occurs at least --min-count 1000 times: every token is "
+        "<unk> to the language models, which then rank pairs by their length alone"]
