@@ -41,6 +41,10 @@ TINY = [*tiny_train_args(), "--valid-bleu-samples", "0"]
 EN = ["the cat sat on a mat .", "a dog ran in the park", "the big red house", "cat and dog", "the mat is red"] * 4
 FR = ["le chat assis sur un tapis .", "un chien courait dans le parc", "la grande maison rouge", "chat et chien",
       "le tapis est rouge"] * 4
+# select-data's pool: another text than its in-domain "corpus" (the same text is refused)
+POOL_EN = ["the park is big", "a cat ran on the mat .", "shares fell on monday", "the red dog", "a house and a park"] * 4
+POOL_FR = ["le parc est grand", "un chat courait sur le tapis .", "les actions ont baissé lundi", "le chien rouge",
+           "une maison et un parc"] * 4
 
 
 class World:
@@ -51,9 +55,9 @@ class World:
         self.mounts: list[Path] = []
         self.src = tmp / "in.en"
         self.src.write_text("\n".join(EN[:5]) + "\n", encoding="utf-8")
-        for prefix in ("corpus", "pool"):
-            (tmp / f"{prefix}.en").write_text("\n".join(EN) + "\n", encoding="utf-8")
-            (tmp / f"{prefix}.fr").write_text("\n".join(FR) + "\n", encoding="utf-8")
+        for prefix, en, fr in (("corpus", EN, FR), ("pool", POOL_EN, POOL_FR)):
+            (tmp / f"{prefix}.en").write_text("\n".join(en) + "\n", encoding="utf-8")
+            (tmp / f"{prefix}.fr").write_text("\n".join(fr) + "\n", encoding="utf-8")
 
     # ---- special destinations --------------------------------------------------------------
     def _mount(self, path: Path, *args: str) -> Path:

@@ -1,14 +1,27 @@
 """`nmtkit select-data` says so when its ranking would be meaningless: an in-domain text too small
-for the n-gram order or with no word in the LM vocabulary."""
+for the n-gram order or with no word in the LM vocabulary, or the same text as the pool."""
 from __future__ import annotations
 
+import gzip
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.test_select import ANIMALS_EN, ANIMALS_FR, MONEY_EN, MONEY_FR, _base, _sentence, _write, select
+from tests.test_select import (
+    ANIMALS_EN,
+    ANIMALS_FR,
+    MONEY_EN,
+    MONEY_FR,
+    _assert_clean_failure,
+    _base,
+    _scores,
+    _sentence,
+    _write,
+    select,
+)
 
 
 @pytest.fixture
@@ -91,3 +104,58 @@ def test_a_min_count_that_leaves_no_in_domain_word_is_named(corpus):
     assert _run(corpus, "--method", "in-domain", "--min-count", "1000") == [
         f"no word of the in-domain text {corpus / 'in.en'} occurs at least --min-count 1000 times: every token is "
         "<unk> to the language models, which then rank pairs by their length alone"]
+
+
+def _same(d: Path, *extra: str) -> tuple[int, str]:
+    """select-data with d/in as both the in-domain text and the pool -> (exit code, stderr)."""
+    code, _, err = select(["--in-domain", str(d / "in"), "--pool", str(d / "in"), "--output-prefix", str(d / "sel"),
+                           "--lines", "10", "--workers", "1", *extra], quiet=False)
+    return code, err
+
+
+def test_the_same_file_as_in_domain_text_and_pool_is_refused(corpus):
+    """H_out would be estimated on the in-domain text itself: every score 0, the pool's first pairs."""
+    code, err = _same(corpus)
+    _assert_clean_failure(code, err, corpus, f"the in-domain text and the pool are the same text ({corpus / 'in.en'} = "
+                          f"{corpus / 'in.en'}, {corpus / 'in.fr'} = {corpus / 'in.fr'}): H_out would be estimated on "
+                          "the in-domain text itself, every cross-entropy difference would be 0 and the selection the "
+                          "pool's first pairs; give another --pool, or --method in-domain")
+    code, err = _same(corpus, "--method", "monolingual")
+    _assert_clean_failure(code, err, corpus, f"same text ({corpus / 'in.en'} = {corpus / 'in.en'}): H_out")
+
+
+def test_the_same_text_under_other_names_is_refused_gzipped_too(corpus):
+    for lang in ("en", "fr"):
+        with gzip.open(corpus / f"pool.{lang}.gz", "wb") as fh:
+            fh.write((corpus / f"in.{lang}").read_bytes())
+        (corpus / f"pool.{lang}").unlink()
+    code, _, err = select(_base(corpus) + ["--lines", "10"])
+    _assert_clean_failure(code, err, corpus, f"({corpus / 'in.en'} = {corpus / 'pool.en.gz'}, {corpus / 'in.fr'} = "
+                          f"{corpus / 'pool.fr.gz'})")
+
+
+def test_in_domain_method_may_rank_the_in_domain_text_itself(corpus):
+    code, err = _same(corpus, "--method", "in-domain")
+    assert code == 0 and _warnings(err) == [], err
+
+
+def test_one_side_the_same_as_the_pool_is_warned_and_its_differences_are_0(corpus):
+    shutil.copy(corpus / "in.en", corpus / "pool.en")
+    rng = np.random.default_rng(2)
+    _write(corpus / "other", [_sentence(rng, MONEY_EN, MONEY_FR) for _ in range(60)])
+    shutil.copy(corpus / "other.fr", corpus / "pool.fr")
+    assert _run(corpus) == [
+        f"the in-domain text and the pool are the same text on one side ({corpus / 'in.en'} = {corpus / 'pool.en'}): "
+        "that side's H_out is estimated on the in-domain text itself (or a random part of it), so its cross-entropy "
+        "difference ranks nothing and the bilingual score is in effect the other side's alone"]
+    s = _scores(corpus / "sel.scores.tsv")
+    np.testing.assert_array_equal(s["h_in_src"], s["h_out_src"])
+    code, _, err = select(_base(corpus, "mono") + ["--lines", "10", "--method", "monolingual"])
+    assert code == 1 and f"same text ({corpus / 'in.en'} = {corpus / 'pool.en'}): H_out would" in err
+    assert not list(corpus.glob("mono.*"))
+    # the same target side: warned for bilingual; monolingual scores the source side alone
+    shutil.copy(corpus / "other.en", corpus / "pool.en")
+    shutil.copy(corpus / "in.fr", corpus / "pool.fr")
+    warnings = _run(corpus, "--force")
+    assert len(warnings) == 1 and f"one side ({corpus / 'in.fr'} = {corpus / 'pool.fr'})" in warnings[0]
+    assert _run(corpus, "--method", "monolingual", prefix="mono") == []

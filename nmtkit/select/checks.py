@@ -3,19 +3,24 @@ warnings naming the files (the caller logs them and lists them in the summary).
 
 - `lm_warnings`: an in-domain side too small for the n-gram order, or with no word left in the
   LM vocabulary after `--min-count`.
+- `same_text_warnings`: the in-domain text and the pool are the same text on a side; refused
+  (InputError) when that leaves every score of the method without meaning.
 
 Only the sides a method's score uses are checked: both for bilingual, the source side for
 monolingual and in-domain. numpy only.
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Sequence
 
+from nmtkit.errors import InputError
 from nmtkit.select.config import SelectConfig
 from nmtkit.select.corpus import Corpus
 from nmtkit.select.lmvocab import LM_SPECIALS, LMVocab
 from nmtkit.select.ngram import NgramLM
 from nmtkit.select.scoring import Scorer
+from nmtkit.text.io import read_blocks
 
 
 def scored_sides(method: str) -> tuple[str, ...]:
@@ -70,3 +75,54 @@ def lm_warnings(cfg: SelectConfig, ind: Corpus, sizes: dict[str, int], scorer: S
         if msg:
             out.append(msg)
     return out
+
+
+def _digest(paths: Sequence[str]) -> str:
+    """sha256 of the (gunzipped) text of `paths` read in order, each ended by a newline."""
+    h = hashlib.sha256()
+    for path in paths:
+        last = b"\n"
+        for block in read_blocks(path):
+            h.update(block)
+            last = block[-1:]
+        if last != b"\n":
+            h.update(b"\n")
+    return h.hexdigest()
+
+
+def same_text(ind: Corpus, pool: Corpus, side: str) -> bool:
+    """Whether the in-domain text and the pool are the same text on `side` ("src" or "tgt"): as
+    many lines and bytes, then the same sha256. The files are read again only when the sizes
+    agree, which different texts practically never do."""
+    if side == "src":
+        a, b, sizes = ind.src_paths, pool.src_paths, (ind.src_bytes, pool.src_bytes)
+    else:
+        a, b, sizes = ind.tgt_paths, pool.tgt_paths, (ind.tgt_bytes, pool.tgt_bytes)
+    return ind.total == pool.total and sizes[0] == sizes[1] and _digest(a) == _digest(b)
+
+
+def same_text_warnings(ind: Corpus, pool: Corpus, method: str) -> list[str]:
+    """Refuse (InputError) an in-domain text that is the pool itself on every side `method`
+    compares with H_out; warn when it is on one of bilingual's two sides.
+
+    H_out's LM is estimated on a pool sample with as many source tokens as the in-domain text:
+    when the source sides are the same text, that is the whole pool, i.e. the in-domain text,
+    H_in and H_out are one model on each such side and every difference is 0, so the "ranking"
+    is the pool's order. A target side alone may get a random part of the pool, which is still
+    the in-domain text compared with part of itself. in-domain scores H_in alone: no check.
+    """
+    if method == "in-domain":
+        return []
+    sides = scored_sides(method)
+    same = [s for s in sides if same_text(ind, pool, s)]
+    if not same:
+        return []
+    pairs = ", ".join(f"{files(ind.src_paths if s == 'src' else ind.tgt_paths)} = "
+                      f"{files(pool.src_paths if s == 'src' else pool.tgt_paths)}" for s in same)
+    if len(same) == len(sides):
+        raise InputError(f"the in-domain text and the pool are the same text ({pairs}): H_out would be "
+                         f"estimated on the in-domain text itself, every cross-entropy difference would be 0 and "
+                         f"the selection the pool's first pairs; give another --pool, or --method in-domain")
+    return [f"the in-domain text and the pool are the same text on one side ({pairs}): that side's H_out is "
+            f"estimated on the in-domain text itself (or a random part of it), so its cross-entropy difference "
+            f"ranks nothing and the bilingual score is in effect the other side's alone"]

@@ -31,6 +31,7 @@ class Corpus:
     tgt_paths: list[str]
     lines: list[int]      # per part
     src_bytes: int
+    tgt_bytes: int
 
     @property
     def total(self) -> int:
@@ -39,17 +40,18 @@ class Corpus:
     @classmethod
     def open(cls, prefixes: Sequence[str], src_lang: str, tgt_lang: str) -> "Corpus":
         """Resolve the files and check that each pair has as many lines on both sides."""
-        srcs, tgts, counts, nbytes = [], [], [], 0
+        srcs, tgts, counts, nbytes, tbytes = [], [], [], 0, 0
         for prefix in prefixes:
             s, t = resolve(prefix, src_lang), resolve(prefix, tgt_lang)
             check_distinct(s, t)
-            (ns, bs), (nt, _) = count_lines(s), count_lines(t)
+            (ns, bs), (nt, bt) = count_lines(s), count_lines(t)
             check_counts((s, ns), [(t, nt)], PARALLEL_WHY)
             srcs.append(s)
             tgts.append(t)
             counts.append(ns)
             nbytes += bs
-        return cls(srcs, tgts, counts, nbytes)
+            tbytes += bt
+        return cls(srcs, tgts, counts, nbytes, tbytes)
 
     def locate(self, i: int) -> tuple[int, int]:
         """(part, 1-based line) of the 0-based pair number i."""

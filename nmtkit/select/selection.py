@@ -39,7 +39,7 @@ import numpy as np
 
 from nmtkit.errors import ConfigError, InputError, OutputExistsError
 from nmtkit.outputs import Staged, check_output, check_outputs_vs_inputs, name_error, writes_in_place
-from nmtkit.select.checks import lm_warnings
+from nmtkit.select.checks import lm_warnings, same_text_warnings
 from nmtkit.select.config import SelectConfig
 from nmtkit.select.corpus import Corpus
 from nmtkit.select.lmvocab import LMVocab
@@ -239,6 +239,7 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     opts = TextOpts(TextPipeline(cfg.src_lang, cfg.tgt_lang, aggressive_dash_splits=cfg.aggressive_dash_splits,
                                  lowercase=cfg.lowercase), cfg.input_format)
     ind, pool = _open_corpora(cfg)
+    warnings = _warn(same_text_warnings(ind, pool, cfg.method))
     n_pool = pool.total
     if cfg.fraction is not None and round(cfg.fraction * n_pool) == 0:
         raise ConfigError(f"--fraction {cfg.fraction} of the pool's {n_pool} pairs selects none")
@@ -253,7 +254,7 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     t = time.perf_counter()
     scorer = _estimate(opts, src_vocab, tgt_vocab, ind_toks, out_sample, cfg.order)
     timings["lm_estimate_s"] = time.perf_counter() - t
-    warnings = _warn(lm_warnings(cfg, ind, ind_sizes, scorer))
+    warnings += _warn(lm_warnings(cfg, ind, ind_sizes, scorer))
     sample_sizes = _sizes(out_sample)
     del ind_toks, out_sample
 
