@@ -1,5 +1,6 @@
 """`nmtkit select-data` says so when its ranking would be meaningless: an in-domain text too small
-for the n-gram order or with no word in the LM vocabulary, or the same text as the pool."""
+for the n-gram order or with no word in the LM vocabulary, the same text as the pool, or a pool
+whose pairs all score the same."""
 from __future__ import annotations
 
 import gzip
@@ -159,3 +160,21 @@ def test_one_side_the_same_as_the_pool_is_warned_and_its_differences_are_0(corpu
     warnings = _run(corpus, "--force")
     assert len(warnings) == 1 and f"one side ({corpus / 'in.fr'} = {corpus / 'pool.fr'})" in warnings[0]
     assert _run(corpus, "--method", "monolingual", prefix="mono") == []
+
+
+def test_the_same_text_in_another_line_order_is_warned_as_every_score_equal(corpus):
+    """Not the same bytes, so not refused; but the same sentences make the same LMs: every score 0."""
+    for lang in ("en", "fr"):
+        lines = (corpus / f"in.{lang}").read_text().splitlines(keepends=True)
+        (corpus / f"pool.{lang}").write_text("".join(lines[::-1]))
+    assert _run(corpus) == [f"every pair of the pool ({corpus / 'pool.en'}, {corpus / 'pool.fr'}) has the same score, "
+                            "0.000000: nothing ranks one above another and the selection is just the pool's first pairs"]
+    assert (corpus / "sel.en").read_text().splitlines() == (corpus / "pool.en").read_text().splitlines()[:10]
+
+
+def test_a_pool_of_one_repeated_pair_is_warned_once(corpus):
+    _write(corpus / "pool", [("The cat sits on a mat.", "Le chat est sur un tapis.")] * 30 + [("", "")])
+    warnings = _run(corpus, "--method", "monolingual")
+    assert warnings[0] == "1 of the pool's 31 pairs have an empty side: they are never selected"
+    assert len(warnings) == 2 and warnings[1].startswith(f"every pair of the pool ({corpus / 'pool.en'}) has the same "
+                                                         "score, ")

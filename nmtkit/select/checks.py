@@ -5,6 +5,8 @@ warnings naming the files (the caller logs them and lists them in the summary).
   LM vocabulary after `--min-count`.
 - `same_text_warnings`: the in-domain text and the pool are the same text on a side; refused
   (InputError) when that leaves every score of the method without meaning.
+- `flat_score_warnings`: every pool pair scored the same, whatever the cause (the same text
+  in another line order, a pool of one repeated pair, a uniform in-domain LM).
 
 Only the sides a method's score uses are checked: both for bilingual, the source side for
 monolingual and in-domain. numpy only.
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 from typing import Sequence
+
+import numpy as np
 
 from nmtkit.errors import InputError
 from nmtkit.select.config import SelectConfig
@@ -126,3 +130,14 @@ def same_text_warnings(ind: Corpus, pool: Corpus, method: str) -> list[str]:
     return [f"the in-domain text and the pool are the same text on one side ({pairs}): that side's H_out is "
             f"estimated on the in-domain text itself (or a random part of it), so its cross-entropy difference "
             f"ranks nothing and the bilingual score is in effect the other side's alone"]
+
+
+def flat_score_warnings(scores: np.ndarray, pool: Corpus, method: str) -> list[str]:
+    """A warning when every pool pair that can be selected (finite score) has the same score:
+    ties go by line number, so the selection is then just the pool's first pairs."""
+    ranked = scores[np.isfinite(scores)]
+    if ranked.size < 2 or ranked.min() != ranked.max():
+        return []
+    names = ", ".join(files(pool.src_paths if s == "src" else pool.tgt_paths) for s in scored_sides(method))
+    return [f"every pair of the pool ({names}) has the same score, {ranked[0]:.6f}: nothing ranks one above "
+            f"another and the selection is just the pool's first pairs"]

@@ -39,7 +39,7 @@ import numpy as np
 
 from nmtkit.errors import ConfigError, InputError, OutputExistsError
 from nmtkit.outputs import Staged, check_output, check_outputs_vs_inputs, name_error, writes_in_place
-from nmtkit.select.checks import lm_warnings, same_text_warnings
+from nmtkit.select.checks import flat_score_warnings, lm_warnings, same_text_warnings
 from nmtkit.select.config import SelectConfig
 from nmtkit.select.corpus import Corpus
 from nmtkit.select.lmvocab import LMVocab
@@ -270,6 +270,7 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
         scores[empty] = np.inf  # an empty line scores as a short, likely sentence: never a pair to train on
         keep, over = select_indices(scores, lens[:, 0], cfg.lines, cfg.words, cfg.fraction)
         warnings += _budget_warnings(cfg, over, n_pool, lens, int(empty.sum()))
+        warnings += _warn(flat_score_warnings(scores, pool, cfg.method))
         mask = np.zeros(n_pool, dtype=bool)
         mask[keep] = True
 
