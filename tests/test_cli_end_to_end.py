@@ -47,7 +47,7 @@ def _nmtkit(*args: str, stdin: str = "") -> str:
 
 def test_select_preprocess_train_translate_through_a_pipe_and_score(tmp_path):
     t0 = time.perf_counter()
-    in_domain = _write(tmp_path / "in", _pairs(8, 300))
+    in_domain = _write(tmp_path / "in", _pairs(16, 300))  # each sentence twice: some 4-grams repeat, as select-data wants
     pool_pairs = [p for k in range(64) for p in (_pairs(1, k)[0], _pairs(1, k, OUT_EN, OUT_FR)[0])]
     pool = _write(tmp_path / "pool", pool_pairs)
     valid, test = _write(tmp_path / "valid", _pairs(6, 100)), _write(tmp_path / "test", _pairs(5, 200))
