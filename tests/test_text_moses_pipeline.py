@@ -224,9 +224,24 @@ def test_pipelines_recorded_before_non_printing_removal_still_keep_those_charact
            "aggressive_dash_splits": False, "lowercase": False, "truecase": None, "bpe": None}
     p = TextPipeline.from_dict(old)
     assert not p.remove_non_printing and p.tokenize("a\u200bb", "src") == ["a", "\u200b", "b"]
+    assert not p.nfc and p.tokenize("cafe\u0301", "src") == ["cafe", "\u0301"]
     assert p.to_dict() == old  # unchanged when carried into a new checkpoint: older nmtkit still reads it
     new = TextPipeline("en", "fr")
-    assert new.tokenize("a\u200bb", "src") == ["a", "b"]
+    assert new.tokenize("a\u200bb cafe\u0301", "src") == ["a", "b", "caf\u00e9"]
     d = new.to_dict()
-    assert d["version"] == 2 and d["remove_non_printing"] is True
+    assert d["version"] == 2 and d["remove_non_printing"] is True and d["nfc"] is True
     assert TextPipeline.from_dict(json.loads(json.dumps(d))).to_dict() == d
+    one = TextPipeline("en", "fr", remove_non_printing=False).to_dict()  # one new step on: still version 2
+    assert one["version"] == 2 and one["nfc"] is True and one["remove_non_printing"] is False
+
+
+def test_decomposed_text_tokenises_as_its_composed_form_does():
+    import unicodedata
+
+    composed = "Việt Nam : le café , un été à São Paulo , Ångström ."
+    decomposed = unicodedata.normalize("NFD", composed)
+    assert decomposed != composed
+    assert moses.tokenize(decomposed, "fr") == moses.tokenize(composed, "fr") == composed.split()
+    split = moses.tokenize(decomposed, "fr", nfc=False)  # what tokenizer.perl does: each mark a token
+    assert "\u0301" in split and "caf\u00e9" not in split
+    assert moses.compose(composed) is composed  # composed text is returned as it is, not copied

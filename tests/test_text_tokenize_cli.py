@@ -69,7 +69,8 @@ def test_output_records_the_settings_it_tokenised_with(tmp_path):
 
     _tokenise_corpus(tmp_path, "--lowercase", "--aggressive-dash-splits")
     info = json.loads((tmp_path / "tok-train.fr.tokinfo.json").read_text(encoding="utf-8"))
-    assert info == {"tool": "nmtkit tokenize", "lang": "fr", "normalize_punct": True, "remove_non_printing": True,
+    assert info == {"tool": "nmtkit tokenize", "lang": "fr", "nfc": True, "normalize_punct": True,
+                    "remove_non_printing": True,
                     "aggressive_dash_splits": True, "lowercase": True, "protected_patterns": []}
 
 
@@ -177,7 +178,7 @@ def test_bad_tokenize_paths_are_one_line_before_any_work_and_write_nothing(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.tok", "in.en"]
 
 
-def test_text_tokenised_before_non_printing_removal_is_refused_by_a_preprocess_that_removes_them(tmp_path):
+def test_text_tokenised_before_nfc_and_non_printing_removal_is_refused_by_a_preprocess_that_does_them(tmp_path):
     import json
 
     from nmtkit.errors import ConfigError
@@ -188,10 +189,12 @@ def test_text_tokenised_before_non_printing_removal_is_refused_by_a_preprocess_t
         for lang in ("en", "fr"):
             record = tmp_path / f"tok-{split}.{lang}.tokinfo.json"
             info = json.loads(record.read_text(encoding="utf-8"))
-            del info["remove_non_printing"]  # as the tokeniser wrote it before the step existed
+            del info["nfc"], info["remove_non_printing"]  # as the tokeniser wrote it before the steps existed
             record.write_text(json.dumps(info), encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"remove_non_printing=False there, True here \(--no-remove-non-printing\)"):
+    with pytest.raises(ConfigError) as err:
         preprocess(_tok_config(tmp_path, prefix))
-    preprocess(_tok_config(tmp_path, prefix, remove_non_printing=False))
+    assert "nfc=False there, True here (--no-nfc)" in str(err.value)
+    assert "remove_non_printing=False there, True here (--no-remove-non-printing)" in str(err.value)
+    preprocess(_tok_config(tmp_path, prefix, nfc=False, remove_non_printing=False))
     manifest = json.loads((tmp_path / "data" / "manifest.json").read_text(encoding="utf-8"))
-    assert "remove_non_printing" not in manifest["pipeline"] and manifest["pipeline"]["version"] == 1
+    assert not {"nfc", "remove_non_printing"} & manifest["pipeline"].keys() and manifest["pipeline"]["version"] == 1

@@ -12,6 +12,7 @@ from nmtkit.text.moses import check_lang
 from nmtkit.text.pipeline import (
     CORPUS_FORMATS,
     DASH_SPLITS_OPTION,
+    NFC_OPTION,
     NON_PRINTING_OPTION,
     NORMALIZE_PUNCT_OPTION,
     PROTECT_OPTION,
@@ -47,6 +48,7 @@ class PreprocessConfig:
         "raw", choices=CORPUS_FORMATS,
         help="'tok': input is already Moses-tokenised ('nmtkit tokenize' with the same --aggressive-dash-splits); "
              "normalisation/tokenisation are skipped, casing and BPE applied.")
+    nfc: bool = option(True, **NFC_OPTION)
     normalize_punct: bool = option(True, **NORMALIZE_PUNCT_OPTION)
     remove_non_printing: bool = option(True, **NON_PRINTING_OPTION)
     aggressive_dash_splits: bool = option(False, **DASH_SPLITS_OPTION)
@@ -131,7 +133,7 @@ class PreprocessConfig:
         from nmtkit.text.protect import resolve_protect
 
         return TextPipeline(self.src_lang, self.tgt_lang, normalize_punct=self.normalize_punct,
-                            remove_non_printing=self.remove_non_printing,
+                            remove_non_printing=self.remove_non_printing, nfc=self.nfc,
                             aggressive_dash_splits=self.aggressive_dash_splits, lowercase=self.lowercase,
                             protected_patterns=resolve_protect(self.protect))
 

@@ -107,14 +107,23 @@ def space_non_printing(line: str) -> str:
     return "".join(" " if category(c)[0] == "C" else c for c in line)
 
 
+def compose(line: str) -> str:
+    """Unicode NFC: a letter and its combining marks as one character where Unicode has one
+    ("e" + U+0301 -> "é"). Decomposed text (NFD: macOS file names, some web text) would
+    otherwise be tokenised apart, each mark a token ("cafe ́"), as tokenizer.perl does."""
+    from unicodedata import is_normalized, normalize
+
+    return line if is_normalized("NFC", line) else normalize("NFC", line)
+
+
 def tokenize(line: str, lang: str, aggressive_dash_splits: bool = False, lowercase: bool = False,
-             normalize_punct: bool = True, protected_patterns: tuple[str, ...] = (),
-             remove_non_printing: bool = True) -> list[str]:
-    """Normalise punctuation (optional), replace non-printing characters by spaces (optional) and
-    tokenise one line into Moses tokens, leaving each match of `protected_patterns` (regexes,
-    nmtkit.text.protect) whole."""
+             normalize_punct: bool = True, protected_patterns: tuple[str, ...] = (), *,
+             remove_non_printing: bool = True, nfc: bool = True) -> list[str]:
+    """Compose characters (NFC, optional), normalise punctuation (optional), replace
+    non-printing characters by spaces (optional) and tokenise one line into Moses tokens,
+    leaving each match of `protected_patterns` (regexes, nmtkit.text.protect) whole."""
     return tokenizer_fn(lang, aggressive_dash_splits, lowercase, normalize_punct, protected_patterns,
-                        remove_non_printing)(line)
+                        remove_non_printing=remove_non_printing, nfc=nfc)(line)
 
 
 def detokenize(tokens: list[str], lang: str) -> str:
@@ -149,10 +158,10 @@ def _shielded(fn, patterns: list[str]):
 
 
 def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: bool = False,
-                 normalize_punct: bool = True, protected_patterns: tuple[str, ...] = (),
-                 remove_non_printing: bool = True):
+                 normalize_punct: bool = True, protected_patterns: tuple[str, ...] = (), *,
+                 remove_non_printing: bool = True, nfc: bool = True):
     """`tokenize` with its settings bound once: a `str -> list[str]` for hot loops (same output).
-    The steps run in the Moses pipeline's order: normalize-punctuation.perl,
+    NFC first, then the Moses pipeline's order: normalize-punctuation.perl,
     remove-non-printing-char.perl, tokenizer.perl."""
     norm = _normalizer(lang).normalize if normalize_punct else None
     tok = _tokenizer(lang).tokenize
@@ -162,7 +171,8 @@ def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: boo
     clean = space_non_printing if remove_non_printing else None
 
     def run(line: str) -> list[str]:
-        text = norm(line) if norm is not None else line
+        text = compose(line) if nfc else line
+        text = norm(text) if norm is not None else text
         if clean is not None:
             text = clean(text)
         try:

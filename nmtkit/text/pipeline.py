@@ -6,6 +6,7 @@ checkpoint; `translate` rebuilds it with `TextPipeline.from_dict` and applies ex
 same steps to raw input, then the inverse steps to the output.
 
 Forward (`encode`), per side:
+  0. Unicode NFC composition                                         [nfc]
   1. Moses punctuation normalisation (`normalize-punctuation.perl`)  [normalize_punct]
      and non-printing characters to spaces (`remove-non-printing-char.perl`) [remove_non_printing]
   2. Moses tokenisation, escape=False, protected patterns kept whole [aggressive_dash_splits,
@@ -26,7 +27,8 @@ from nmtkit.text.bpe import SEPARATOR, Bpe, check_codes, join_bpe
 from nmtkit.text.protect import PROTECT_HELP
 from nmtkit.text.truecase import Truecaser, detruecase
 
-PIPELINE_VERSION = 2  # 2: remove_non_printing. A pipeline records the oldest version that reads it.
+PIPELINE_VERSION = 2  # 2: nfc, remove_non_printing. A pipeline records the oldest version that reads it.
+VERSION_2_STEPS = ("nfc", "remove_non_printing")  # absent from version 1 pipelines, which did neither
 SIDES = ("src", "tgt")
 INPUT_FORMATS = ("raw", "tok", "bpe")
 CORPUS_FORMATS = INPUT_FORMATS[:2]  # what preprocess and select-data read: raw or Moses-tokenised text
@@ -36,6 +38,9 @@ NORMALIZE_PUNCT_OPTION = dict(flag=True, help="Moses punctuation normalisation b
                                              "(--no-normalize-punct: skip it).")
 DASH_SPLITS_OPTION = dict(help="Split hyphenated words (Moses tokenizer -a): 'a-b' -> 'a @-@ b'.")
 PROTECT_OPTION = dict(multiple=True, metavar="FILE|SET", help=PROTECT_HELP)
+NFC_OPTION = dict(flag=True, help="Compose characters to Unicode NFC first ('e' + combining acute -> 'é'), so that "
+                                   "decomposed text tokenises as composed text does (--no-nfc: leave them; the Moses "
+                                   "scripts have no such step and split the marks off).")
 NON_PRINTING_OPTION = dict(flag=True, help="Replace non-printing characters (Unicode category C: controls, zero-width "
                                           "spaces, soft hyphens, byte-order marks, direction marks) by spaces before "
                                           "tokenising, as Moses' remove-non-printing-char.perl does "
@@ -65,7 +70,7 @@ def _check_read(d: dict[str, Any]) -> None:
     for name in ("src_lang", "tgt_lang"):
         if not isinstance(d.get(name), str) or not d[name]:
             bad(name, "a language code")
-    for name in ("normalize_punct", "remove_non_printing", "aggressive_dash_splits", "lowercase"):
+    for name in ("nfc", "normalize_punct", "remove_non_printing", "aggressive_dash_splits", "lowercase"):
         if name in d and not isinstance(d[name], bool):
             bad(name, "true or false")
     truecase = d.get("truecase")
@@ -111,7 +116,8 @@ class TextPipeline:
     tgt_lang: str
     normalize_punct: bool = True
     aggressive_dash_splits: bool = False
-    remove_non_printing: bool = True  # False in pipelines recorded before the step existed
+    remove_non_printing: bool = True  # this and nfc: False in version 1 pipelines
+    nfc: bool = True
     lowercase: bool = False
     truecase: dict | None = None
     bpe: dict | None = None
@@ -126,8 +132,9 @@ class TextPipeline:
             if f.name.startswith("_"):
                 continue
             d[f.name] = getattr(self, f.name)
-        if not self.remove_non_printing:  # left out, as in version 1 pipelines, which read as False
-            del d["remove_non_printing"]
+        if not any(d[name] for name in VERSION_2_STEPS):  # a version 1 pipeline: as it was written
+            for name in VERSION_2_STEPS:
+                del d[name]
             d["version"] = 1
         if self.protected_patterns:  # left out when empty, so pipelines without it compare equal to older ones
             d["protected_patterns"] = list(self.protected_patterns)
@@ -155,7 +162,8 @@ class TextPipeline:
         if unknown:
             raise ConfigError(f"unknown text pipeline keys {unknown}; valid keys: {valid}")
         _check_read(d)
-        d.setdefault("remove_non_printing", False)  # recorded before the step existed: not applied
+        for name in VERSION_2_STEPS:  # recorded before these steps existed: not applied
+            d.setdefault(name, False)
         if d.get("bpe") is not None:
             bpe = dict(d["bpe"])
             if isinstance(bpe["codes"], str):
@@ -178,15 +186,15 @@ class TextPipeline:
 
     # ---- forward steps ----------------------------------------------------------------
     def tokenize(self, line: str, side: str) -> list[str]:
-        """Steps 1-2: normalise punctuation, replace non-printing characters and Moses-tokenise
-        (no casing change)."""
+        """Steps 0-2: compose, normalise punctuation, replace non-printing characters and
+        Moses-tokenise (no casing change)."""
         key = ("tokenize", side)
         fn = self._cache.get(key)
         if fn is None:
             fn = self._cache[key] = moses.tokenizer_fn(self.lang(side), self.aggressive_dash_splits,
                                                        lowercase=False, normalize_punct=self.normalize_punct,
                                                        protected_patterns=self.protected_patterns,
-                                                       remove_non_printing=self.remove_non_printing)
+                                                       remove_non_printing=self.remove_non_printing, nfc=self.nfc)
         return fn(line)
 
     def case(self, tokens: list[str], side: str) -> list[str]:

@@ -36,6 +36,7 @@ from nmtkit.text.moses import check_lang
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import (
     DASH_SPLITS_OPTION,
+    NFC_OPTION,
     NON_PRINTING_OPTION,
     NORMALIZE_PUNCT_OPTION,
     PROTECT_OPTION,
@@ -44,9 +45,11 @@ from nmtkit.text.pipeline import (
 
 TOKINFO_SUFFIX = ".tokinfo.json"
 # pipeline setting -> the flag that sets it (the same flag in this tool and in preprocess)
-_FLAGS = {"normalize_punct": "--no-normalize-punct", "remove_non_printing": "--no-remove-non-printing",
-          "aggressive_dash_splits": "--aggressive-dash-splits", "lowercase": "--lowercase"}
-_RECORDED_BEFORE = {"remove_non_printing": False}  # a setting missing from an older record: what that tokeniser did
+_FLAGS = {"nfc": "--no-nfc", "normalize_punct": "--no-normalize-punct",
+          "remove_non_printing": "--no-remove-non-printing", "aggressive_dash_splits": "--aggressive-dash-splits",
+          "lowercase": "--lowercase"}
+# a setting missing from an older record: what that tokeniser did
+_RECORDED_BEFORE = {"nfc": False, "remove_non_printing": False}
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class TokenizeConfig:
         None, names=("--output", "-o"), metavar="FILE",
         help="Tokenised text, line for line ('-' or default: stdout); beside it, FILE.tokinfo.json records the settings, "
              "which 'preprocess --input-format tok' checks against its own flags.")
+    nfc: bool = option(True, **NFC_OPTION)
     normalize_punct: bool = option(True, **NORMALIZE_PUNCT_OPTION)
     remove_non_printing: bool = option(True, **NON_PRINTING_OPTION)
     aggressive_dash_splits: bool = option(False, **DASH_SPLITS_OPTION)
@@ -76,8 +80,9 @@ class TokenizeConfig:
         """The text pipeline these settings give (reads the --protect files)."""
         from nmtkit.text.protect import resolve_protect
 
-        return TextPipeline(self.lang, self.lang, normalize_punct=self.normalize_punct,
-                            remove_non_printing=self.remove_non_printing, aggressive_dash_splits=self.aggressive_dash_splits, lowercase=self.lowercase,
+        return TextPipeline(self.lang, self.lang, nfc=self.nfc, normalize_punct=self.normalize_punct,
+                            remove_non_printing=self.remove_non_printing,
+                            aggressive_dash_splits=self.aggressive_dash_splits, lowercase=self.lowercase,
                             protected_patterns=resolve_protect(self.protect))
 
 
