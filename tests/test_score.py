@@ -586,3 +586,25 @@ def test_a_damaged_pipeline_in_a_checkpoint_or_data_dir_is_one_error_naming_its_
     (data / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(InputError, match=r"manifest\.json: text pipeline setting lowercase is 'no'"):
         S.model_text_from_data_dir(data)
+
+
+def test_references_in_another_unicode_form_than_the_hypotheses_are_warned_about_once(tmp_path):
+    import unicodedata
+
+    composed = ["le café est fermé", "un été à São Paulo", "rien"]
+    hyp, ref_nfd, ref_nfc = tmp_path / "hyp.fr", tmp_path / "ref-nfd.fr", tmp_path / "ref-nfc.fr"
+    hyp.write_text("\n".join(composed) + "\n", encoding="utf-8")
+    ref_nfd.write_text("\n".join(unicodedata.normalize("NFD", x) for x in composed) + "\n", encoding="utf-8")
+    ref_nfc.write_text(hyp.read_text(encoding="utf-8"), encoding="utf-8")
+    code, out, err = run_cli(["score", "--hyp", str(hyp), "--ref", str(ref_nfd)])
+    assert code == 0 and "BLEU" in out
+    warnings = [line for line in err.splitlines() if "decomposed" in line]
+    assert warnings == [f"nmtkit: warning: {ref_nfd}: 2 lines hold decomposed accents (not Unicode NFC; line 1 "
+                        f"first), {hyp} none: the metrics count the two forms as different characters; compose "
+                        "both, e.g. with python3 -c 'import sys, unicodedata; "
+                        "sys.stdout.write(unicodedata.normalize(\"NFC\", sys.stdin.read()))'"], err
+    for ref in (ref_nfc,):  # the same form on both sides: nothing to say
+        code, _, err = run_cli(["score", "--hyp", str(hyp), "--ref", str(ref)])
+        assert code == 0 and "decomposed" not in err
+    code, _, err = run_cli(["score", "--hyp", str(ref_nfd), "--ref", str(ref_nfd)])
+    assert code == 0 and "decomposed" not in err

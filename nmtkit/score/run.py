@@ -5,6 +5,7 @@ differ in length; here that is an error naming both files and their counts.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -42,6 +43,8 @@ from nmtkit.text.io import check_counts, read_all_lines
 from nmtkit.text.moses import check_lang
 
 TRUNCATE_WHY = " (sacrebleu would silently truncate; fix the files)"
+
+log = logging.getLogger(__name__)
 
 
 def check_same_length(hyp_path: str, hyps: Sequence[str], others: Iterable[tuple[str, Sequence[str]]],
@@ -196,6 +199,24 @@ def _read_inputs(o: ScoreOptions) -> _Inputs:
     return inp
 
 
+def form_mismatch(files: Sequence[tuple[str, Sequence[str]]]) -> str | None:
+    """A warning when some of `files` (path, lines) hold text that is not in Unicode NFC
+    (decomposed: "e" + a combining accent) and others hold none: sacrebleu compares characters,
+    so a decomposed "é" never matches a composed one, and nmtkit translate writes NFC."""
+    from unicodedata import is_normalized
+
+    decomposed = {path: [i for i, line in enumerate(lines, 1) if not is_normalized("NFC", line)]
+                  for path, lines in files}
+    bad = [path for path, found in decomposed.items() if found]
+    good = [path for path, found in decomposed.items() if not found]
+    if not bad or not good:
+        return None
+    first = decomposed[bad[0]]
+    return (f"{bad[0]}: {len(first)} lines hold decomposed accents (not Unicode NFC; line {first[0]} first), "
+            f"{good[0]} none: the metrics count the two forms as different characters; compose both, e.g. with "
+            "python3 -c 'import sys, unicodedata; sys.stdout.write(unicodedata.normalize(\"NFC\", sys.stdin.read()))'")
+
+
 def run_score(o: ScoreOptions, warn: Callable[[str], None] = lambda msg: None) -> ScoreReport:
     """Everything `nmtkit score` computes, as a ScoreReport (render it with
     `nmtkit.score.report.format_text` or `format_json`).
@@ -204,6 +225,9 @@ def run_score(o: ScoreOptions, warn: Callable[[str], None] = lambda msg: None) -
     """
     _check_options(o)
     inp = _read_inputs(o)
+    mismatch = form_mismatch([*zip(o.hyp_paths, (h for _, h in inp.systems)), *zip(o.ref_paths, inp.refs)])
+    if mismatch:
+        log.warning(mismatch)
     report = ScoreReport(refs=list(o.ref_paths), lines=len(inp.systems[0][1]), systems=[],
                          paper_lang=inp.tgt_lang if o.paper_bleu else None)
     for s, ((name, hyps), path) in enumerate(zip(inp.systems, o.hyp_paths)):
