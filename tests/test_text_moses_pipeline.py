@@ -185,8 +185,9 @@ def test_a_language_without_moses_rules_is_tokenised_generically_with_a_warning(
 
 
 def test_non_printing_characters_become_spaces_before_tokenising():
-    text = "zero\u200bwidth soft\u00adhyphen \ufeffbom rtl\u202eo tab\tc1\x85end"
-    assert moses.tokenize(text, "en") == ["zero", "width", "soft", "hyphen", "bom", "rtl", "o", "tab", "c1", "end"]
+    text = "zero\u200bwidth soft\u00adhyphen \ufeffbom rtl\u202eo tab\tc1\x85end pua\ue000x"
+    assert moses.tokenize(text, "en") == ["zero", "width", "softhyphen", "bom", "rtl", "o", "tab", "c1", "end",
+                                          "pua", "x"]
     kept = moses.tokenize(text, "en", remove_non_printing=False)
     assert "\u200b" in kept and "\u00ad" in kept  # each a token of its own: a vocabulary entry
     assert moses.tokenize("\u200b\ufeff\u200e", "en") == []  # a line of format characters is an empty line
@@ -204,19 +205,32 @@ def _perl_unicode_version() -> str | None:
 
 
 def test_non_printing_characters_are_those_remove_non_printing_char_perl_replaces():
-    """Every code point up to U+2FFFF (but surrogates and line ends), through the script's own
-    substitution in perl, whose Unicode version must be Python's for the categories to agree."""
+    """Every assigned code point up to U+2FFFF (but surrogates and line ends), through the
+    script's own substitution in perl, whose Unicode version must be Python's for the categories
+    to agree; but the characters that sit inside words, which are deleted, and unassigned code
+    points, which are kept (which they are depends on the Unicode version)."""
     import subprocess
     import unicodedata
 
     if _perl_unicode_version() != unicodedata.unidata_version:
         pytest.skip(f"perl with Unicode {unicodedata.unidata_version} (Python's) is needed as the oracle")
-    text = "".join(chr(c) for c in range(0x20, 0x30000) if not 0xD800 <= c < 0xE000)
+    points = [chr(c) for c in range(0x20, 0x30000) if not 0xD800 <= c < 0xE000]
+    text = "".join(c for c in points if unicodedata.category(c) != "Cn" and c not in moses.INSIDE_WORD)
     perl = subprocess.run(["perl", "-CSD", "-ne", r'chomp; s/\p{C}/ /g; print "$_\n"'], input=text + "\n",
                           capture_output=True, text=True, check=True).stdout[:-1]
     ours = moses.space_non_printing(text)
     assert len(ours) == len(perl) and ours == perl
-    assert ours.count(" ") > 50_000  # private use and unassigned code points among them
+    assert ours.count(" ") > 6_000  # private use among them
+    unassigned = "".join(c for c in points if unicodedata.category(c) == "Cn")
+    assert len(unassigned) > 40_000 and moses.space_non_printing(unassigned) == unassigned
+    assert moses.space_non_printing("".join(moses.INSIDE_WORD)) == ""
+
+
+def test_protected_spans_keep_their_non_printing_characters():
+    patterns = (r"\ue000\d+\ue001",)
+    line = "click \ue0001\ue001 now"
+    assert moses.tokenize(line, "en", protected_patterns=patterns) == ["click", "\ue0001\ue001", "now"]
+    assert moses.tokenize(line, "en") == ["click", "1", "now"]
 
 
 def test_pipelines_recorded_before_non_printing_removal_still_keep_those_characters():

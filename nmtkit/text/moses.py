@@ -95,16 +95,26 @@ def normalize(line: str, lang: str) -> str:
     return _normalizer(lang).normalize(line)
 
 
+# Format characters that only ever sit inside a word (a hyphenation point, joining controls, "no
+# break here"): deleted, so that they do not split it; every other non-printing character is a space.
+INSIDE_WORD = frozenset("\u00ad\u200c\u200d\u2060\ufeff")
+NON_PRINTING = frozenset(("Cc", "Cf", "Co", "Cs"))  # Unicode category C but Cn, unassigned
+
+
 def space_non_printing(line: str) -> str:
-    """Moses `remove-non-printing-char.perl`: every character of Unicode category C becomes a
-    space: controls (a tab, C1 codes), format characters (a zero-width space, a soft hyphen, a
-    byte-order mark, direction marks), private-use and unassigned code points. Lines without
-    any (`str.isprintable`, which C implies) are returned as they are, at the cost of one scan."""
+    """Moses `remove-non-printing-char.perl`: controls (a tab, C1 codes), format characters (a
+    zero-width space, direction marks), private-use code points and surrogates become spaces.
+    Two departures, each so that translate replays preprocess exactly and words stay whole:
+    unassigned code points (category Cn) are kept, since which they are depends on the Unicode
+    version of the Python that runs (an emoji newer than it would vanish); the soft hyphen,
+    zero-width (non-)joiners, word joiner and byte-order mark (`INSIDE_WORD`) are deleted, not
+    spaced ("Fuß<SHY>ball" -> "Fußball"). Lines without any (`str.isprintable`, which category C
+    implies) are returned as they are, at the cost of one scan."""
     if line.isprintable():
         return line
     from unicodedata import category
 
-    return "".join(" " if category(c)[0] == "C" else c for c in line)
+    return "".join("" if c in INSIDE_WORD else " " if category(c) in NON_PRINTING else c for c in line)
 
 
 def compose(line: str) -> str:
@@ -133,8 +143,9 @@ def detokenize(tokens: list[str], lang: str) -> str:
 
 def _shielded(fn, patterns: list[str]):
     """`fn` (str -> str) applied with every match of `patterns` hidden behind a letters-only
-    placeholder and put back afterwards: the punctuation normaliser would otherwise change
-    protected spans before the tokeniser protects them ("%(name)s" -> "% (name) s")."""
+    placeholder and put back afterwards: the steps before tokenising would otherwise change
+    protected spans before the tokeniser protects them ("%(name)s" -> "% (name) s" by the
+    punctuation normaliser; a placeholder delimited by private-use characters, spaced out)."""
     import re
 
     regexes = [re.compile(p, re.IGNORECASE) for p in patterns]  # as sacremoses compiles them
@@ -157,24 +168,35 @@ def _shielded(fn, patterns: list[str]):
     return run
 
 
+def _chain(steps: list):
+    """The str -> str functions `steps` applied in order, as one."""
+    if len(steps) == 1:
+        return steps[0]
+
+    def run(line: str) -> str:
+        for step in steps:
+            line = step(line)
+        return line
+
+    return run
+
+
 def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: bool = False,
                  normalize_punct: bool = True, protected_patterns: tuple[str, ...] = (), *,
                  remove_non_printing: bool = True, nfc: bool = True):
     """`tokenize` with its settings bound once: a `str -> list[str]` for hot loops (same output).
     NFC first, then the Moses pipeline's order: normalize-punctuation.perl,
     remove-non-printing-char.perl, tokenizer.perl."""
-    norm = _normalizer(lang).normalize if normalize_punct else None
+    steps = [step for step, on in ((compose, nfc), (_normalizer(lang).normalize, normalize_punct),
+                                   (space_non_printing, remove_non_printing)) if on]
     tok = _tokenizer(lang).tokenize
     protect = list(protected_patterns) or None
-    if norm is not None and protect:
-        norm = _shielded(norm, protect)
-    clean = space_non_printing if remove_non_printing else None
+    prepare = _chain(steps) if steps else None
+    if prepare is not None and protect:  # the steps leave protected spans as they are
+        prepare = _shielded(prepare, protect)
 
     def run(line: str) -> list[str]:
-        text = compose(line) if nfc else line
-        text = norm(text) if norm is not None else text
-        if clean is not None:
-            text = clean(text)
+        text = prepare(line) if prepare is not None else line
         try:
             toks = tok(text, aggressive_dash_splits=aggressive_dash_splits, escape=False, protected_patterns=protect)
         except ValueError as err:  # sacremoses: more protected matches in one line than it can number

@@ -41,10 +41,11 @@ PROTECT_OPTION = dict(multiple=True, metavar="FILE|SET", help=PROTECT_HELP)
 NFC_OPTION = dict(flag=True, help="Compose characters to Unicode NFC first ('e' + combining acute -> 'é'), so that "
                                    "decomposed text tokenises as composed text does (--no-nfc: leave them; the Moses "
                                    "scripts have no such step and split the marks off).")
-NON_PRINTING_OPTION = dict(flag=True, help="Replace non-printing characters (Unicode category C: controls, zero-width "
-                                          "spaces, soft hyphens, byte-order marks, direction marks) by spaces before "
-                                          "tokenising, as Moses' remove-non-printing-char.perl does "
-                                          "(--no-remove-non-printing: keep them).")
+NON_PRINTING_OPTION = dict(flag=True, help="Replace non-printing characters (controls, zero-width spaces, direction "
+                                          "marks, private use) by spaces before tokenising, as Moses' "
+                                          "remove-non-printing-char.perl does, but delete those that sit inside words "
+                                          "(soft hyphens, zero-width joiners, byte-order marks) so that words stay "
+                                          "whole (--no-remove-non-printing: keep them all).")
 
 
 def _check_side(side: str) -> None:
