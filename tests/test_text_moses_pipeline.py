@@ -245,6 +245,7 @@ def test_pipelines_recorded_before_non_printing_removal_still_keep_those_charact
     d = new.to_dict()
     assert d["version"] == 2 and d["remove_non_printing"] is True and d["nfc"] is True
     assert TextPipeline.from_dict(json.loads(json.dumps(d))).to_dict() == d
+    assert TextPipeline("en", "fr", True, False, True).lowercase  # the older fields keep their positions
     one = TextPipeline("en", "fr", remove_non_printing=False).to_dict()  # one new step on: still version 2
     assert one["version"] == 2 and one["nfc"] is True and one["remove_non_printing"] is False
 

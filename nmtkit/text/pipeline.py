@@ -117,12 +117,14 @@ class TextPipeline:
     tgt_lang: str
     normalize_punct: bool = True
     aggressive_dash_splits: bool = False
-    remove_non_printing: bool = True  # this and nfc: False in version 1 pipelines
-    nfc: bool = True
     lowercase: bool = False
     truecase: dict | None = None
     bpe: dict | None = None
     protected_patterns: tuple[str, ...] = ()  # regexes (nmtkit.text.protect) the tokeniser leaves whole
+    # the version 2 steps (False in version 1 pipelines), after the older fields so that positional
+    # arguments keep their meaning
+    nfc: bool = True
+    remove_non_printing: bool = True
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     # ---- construction / serialisation -------------------------------------------------
