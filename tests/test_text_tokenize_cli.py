@@ -195,6 +195,21 @@ def test_text_tokenised_before_nfc_and_non_printing_removal_is_refused_by_a_prep
         preprocess(_tok_config(tmp_path, prefix))
     assert "nfc=False there, True here (--no-nfc)" in str(err.value)
     assert "remove_non_printing=False there, True here (--no-remove-non-printing)" in str(err.value)
+    assert "re-run 'nmtkit tokenize' (the record predates its nfc and remove_non_printing steps)" in str(err.value)
     preprocess(_tok_config(tmp_path, prefix, nfc=False, remove_non_printing=False))
     manifest = json.loads((tmp_path / "data" / "manifest.json").read_text(encoding="utf-8"))
     assert not {"nfc", "remove_non_printing"} & manifest["pipeline"].keys() and manifest["pipeline"]["version"] == 1
+
+
+@pytest.mark.parametrize("record", ["[]", '{"lang": "en", "protected_patterns": 5}'])
+def test_a_damaged_tokeniser_record_is_one_line_naming_it(tmp_path, record):
+    from nmtkit.errors import InputError
+    from nmtkit.text.pipeline import TextPipeline
+    from nmtkit.text.tokenize import check_tokinfo
+
+    tok = tmp_path / "tok.en"
+    tok.write_text("a b\n", encoding="utf-8")
+    (tmp_path / "tok.en.tokinfo.json").write_text(record, encoding="utf-8")
+    with pytest.raises(InputError, match="not a tokeniser record") as err:
+        check_tokinfo(str(tok), "en", TextPipeline("en", "fr"))
+    assert "tok.en.tokinfo.json" in str(err.value) and "\n" not in str(err.value)

@@ -46,7 +46,8 @@ class PreprocessConfig:
                                       "replaced.")
     input_format: str = option(
         "raw", choices=CORPUS_FORMATS,
-        help="'tok': input is already Moses-tokenised ('nmtkit tokenize' with the same --aggressive-dash-splits); "
+        help="'tok': input is already Moses-tokenised ('nmtkit tokenize' with the same flags, which its .tokinfo.json "
+             "records and this command checks); "
              "normalisation/tokenisation are skipped, casing and BPE applied.")
     nfc: bool = option(True, **NFC_OPTION)
     normalize_punct: bool = option(True, **NORMALIZE_PUNCT_OPTION)

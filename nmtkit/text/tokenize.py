@@ -6,7 +6,8 @@ step of both. Same functions and defaults as `preprocess` (escape=False). Reads 
 --input, writes stdout or --output (through nmtkit.outputs: temp name, then rename), line for line.
 
 With an output file it also writes `OUTPUT.tokinfo.json`, the settings it tokenised with
-(language, punctuation normalisation, --aggressive-dash-splits, --lowercase, --protect). `preprocess
+(language, NFC, punctuation normalisation, non-printing characters, --aggressive-dash-splits,
+--lowercase, --protect). `preprocess
 --input-format tok` checks them against its own flags, which it records for `translate`:
 a flag given to the tokeniser only would otherwise be silently missing at translate time.
 """
@@ -87,7 +88,7 @@ class TokenizeConfig:
 
 
 def _tok_line(line: str, pipeline: TextPipeline) -> str:
-    """Preprocess's steps 1-3 (normalise, tokenise, lowercase), one side, as a line."""
+    """Preprocess's steps 0-3 (compose, normalise, tokenise, lowercase), one side, as a line."""
     return " ".join(pipeline.case(pipeline.tokenize(line.rstrip("\r\n"), "src"), "src"))
 
 
@@ -98,7 +99,7 @@ def tokinfo(pipeline: TextPipeline) -> dict[str, Any]:
 
 
 def check_tokinfo(path: str, lang: str, pipeline: TextPipeline) -> bool:
-    """Check that the tokenised file `path` was made with `pipeline`'s steps 1-3, from the
+    """Check that the tokenised file `path` was made with `pipeline`'s steps 0-3, from the
     `path.tokinfo.json` its tokeniser wrote. False when there is no such record (nothing to
     check); a ConfigError naming the file when the settings differ."""
     info_path = path + TOKINFO_SUFFIX
@@ -109,6 +110,9 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline) -> bool:
         return False
     except (OSError, ValueError) as err:
         raise InputError(f"unreadable tokeniser record: {err}", info_path) from None
+    if not isinstance(info, dict) or not isinstance(info.get("protected_patterns", []), list):
+        raise InputError("not a tokeniser record (a JSON object as 'nmtkit tokenize' writes it): re-run 'nmtkit "
+                         "tokenize'", info_path)
     if info.get("lang") != lang:
         raise ConfigError(f"tokenised as language '{info.get('lang')}' ({info_path}), used here as '{lang}'", path)
     recorded = {**_RECORDED_BEFORE, **info}
@@ -118,8 +122,11 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline) -> bool:
         wrong.append(f"{len(info.get('protected_patterns') or [])} protected patterns there, "
                      f"{len(pipeline.protected_patterns)} here (--protect)")
     if wrong:
-        raise ConfigError(f"tokenised with other settings ({info_path}): {'; '.join(wrong)}; give the tokeniser "
-                          "and this command the same flags, since translate replays this command's", path)
+        older = [k for k in _RECORDED_BEFORE if k not in info]
+        redo = (f"re-run 'nmtkit tokenize' (the record predates its {' and '.join(older)} steps) or give this "
+                "command the tokeniser's flags" if older else "give the tokeniser and this command the same flags")
+        raise ConfigError(f"tokenised with other settings ({info_path}): {'; '.join(wrong)}; {redo}, since translate "
+                          "replays this command's", path)
     return True
 
 
