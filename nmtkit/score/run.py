@@ -200,9 +200,10 @@ def _read_inputs(o: ScoreOptions) -> _Inputs:
 
 
 def form_mismatch(files: Sequence[tuple[str, Sequence[str]]]) -> str | None:
-    """A warning when some of `files` (path, lines) hold text that is not in Unicode NFC
-    (decomposed: "e" + a combining accent) and others hold none: sacrebleu compares characters,
-    so a decomposed "é" never matches a composed one, and nmtkit translate writes NFC."""
+    """A warning when some of `files` (path, lines; "-" is stdin) hold text that is not in
+    Unicode NFC (decomposed: "e" + a combining accent; or a compatibility form such as the
+    Ångström sign) and others hold none: sacrebleu compares characters, so a decomposed "é" never
+    matches a composed one, and nmtkit translate writes NFC."""
     from unicodedata import is_normalized
 
     decomposed = {path: [i for i, line in enumerate(lines, 1) if not is_normalized("NFC", line)]
@@ -212,8 +213,10 @@ def form_mismatch(files: Sequence[tuple[str, Sequence[str]]]) -> str | None:
     if not bad or not good:
         return None
     first = decomposed[bad[0]]
-    return (f"{bad[0]}: {len(first)} lines hold decomposed accents (not Unicode NFC; line {first[0]} first), "
-            f"{good[0]} none: the metrics count the two forms as different characters; compose both, e.g. with "
+    name = {path: "stdin" if path == "-" else path for path in (bad[0], good[0])}
+    lines = f"{len(first)} line{'s' if len(first) > 1 else ''}"
+    return (f"{name[bad[0]]}: {lines} not in Unicode NFC (such as decomposed accents; line {first[0]} first), "
+            f"{name[good[0]]} none: the metrics count the two forms as different characters; compose both, e.g. with "
             "python3 -c 'import sys, unicodedata; sys.stdout.write(unicodedata.normalize(\"NFC\", sys.stdin.read()))'")
 
 
