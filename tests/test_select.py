@@ -189,6 +189,24 @@ def test_lowercase_makes_case_variants_score_alike(corpus):
     assert lc["h_in_src"][0] == pytest.approx(lc["h_in_src"][1], abs=1e-6)
 
 
+def test_decomposed_and_soft_hyphenated_pool_lines_score_as_their_clean_forms_unless_switched_off(corpus):
+    import unicodedata
+
+    d, pool, _ = corpus
+    src, tgt = pool[1]
+    words = src.split()
+    messy = " ".join([unicodedata.normalize("NFD", "café"), words[0][:2] + "\u00ad" + words[0][2:], *words[1:]])
+    clean = " ".join(["café", *words])
+    _write(d / "pool", [(messy, tgt), (clean, tgt)] + pool[2:])
+    assert select(_base(d, "on") + ["--lines", "5"])[0] == 0
+    assert select(_base(d, "off") + ["--lines", "5", "--no-nfc", "--no-remove-non-printing"])[0] == 0
+    on, off = _scores(d / "on.scores.tsv"), _scores(d / "off.scores.tsv")
+    assert on["h_in_src"][0] == pytest.approx(on["h_in_src"][1], abs=1e-6)
+    assert off["h_in_src"][0] > off["h_in_src"][1] + 0.1  # the split-off accent and half-words are <unk>
+    settings = json.loads((d / "off.summary.json").read_text())["settings"]
+    assert settings["nfc"] is False and settings["remove_non_printing"] is False
+
+
 def test_words_budget_counts_source_tokens(corpus):
     d, _, _ = corpus
     assert select(_base(d) + ["--words", "300"])[0] == 0

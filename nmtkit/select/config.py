@@ -9,7 +9,7 @@ from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError
 from nmtkit.options import check_fields, option
 from nmtkit.text.moses import check_lang
-from nmtkit.text.pipeline import CORPUS_FORMATS, DASH_SPLITS_OPTION
+from nmtkit.text.pipeline import CORPUS_FORMATS, DASH_SPLITS_OPTION, NFC_OPTION, NON_PRINTING_OPTION
 
 METHODS = ("bilingual", "monolingual", "in-domain")
 MAX_ORDER = 10  # n-gram orders past this only cost memory (Axelrod et al. use 4, KenLM builds up to 6)
@@ -49,6 +49,8 @@ class SelectConfig:
     lowercase: bool = option(False, flag=True,
                              help="Lowercase tokens for the language models (the output keeps the original lines).")
     aggressive_dash_splits: bool = option(False, **DASH_SPLITS_OPTION)
+    nfc: bool = option(True, **NFC_OPTION)
+    remove_non_printing: bool = option(True, **NON_PRINTING_OPTION)
     force: bool = option(False, help="Overwrite existing outputs.")
     write_arpa: bool = option(False, help="Also write the four LMs as PREFIX.{in,out}.{lang}.arpa.")
 

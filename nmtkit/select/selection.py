@@ -237,7 +237,8 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     outputs = _outputs(cfg)
     _check_outputs(cfg, outputs)
     opts = TextOpts(TextPipeline(cfg.src_lang, cfg.tgt_lang, aggressive_dash_splits=cfg.aggressive_dash_splits,
-                                 lowercase=cfg.lowercase), cfg.input_format)
+                                 lowercase=cfg.lowercase, nfc=cfg.nfc, remove_non_printing=cfg.remove_non_printing),
+                    cfg.input_format)
     ind, pool = _open_corpora(cfg)
     warnings = _warn(same_text_warnings(ind, pool, cfg.method))
     n_pool = pool.total
