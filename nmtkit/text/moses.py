@@ -146,8 +146,6 @@ def _shielded(fn, patterns: list[str]):
     placeholder and put back afterwards: the steps before tokenising would otherwise change
     protected spans before the tokeniser protects them ("%(name)s" -> "% (name) s" by the
     punctuation normaliser; a placeholder delimited by private-use characters, spaced out)."""
-    import re
-
     regexes = [re.compile(p, re.IGNORECASE) for p in patterns]  # as sacremoses compiles them
 
     def run(line: str) -> str:
@@ -187,8 +185,11 @@ def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: boo
     """`tokenize` with its settings bound once: a `str -> list[str]` for hot loops (same output).
     NFC first, then the Moses pipeline's order: normalize-punctuation.perl,
     remove-non-printing-char.perl, tokenizer.perl."""
-    steps = [step for step, on in ((compose, nfc), (_normalizer(lang).normalize, normalize_punct),
-                                   (space_non_printing, remove_non_printing)) if on]
+    steps = [compose] if nfc else []
+    if normalize_punct:  # its regular expressions are compiled only when used
+        steps.append(_normalizer(lang).normalize)
+    if remove_non_printing:
+        steps.append(space_non_printing)
     tok = _tokenizer(lang).tokenize
     protect = list(protected_patterns) or None
     prepare = _chain(steps) if steps else None
