@@ -32,11 +32,6 @@ def scored_sides(method: str) -> tuple[str, ...]:
     return ("src", "tgt") if method == "bilingual" else ("src",)
 
 
-def files(paths: Sequence[str]) -> str:
-    """The files of one side of a corpus, as a warning names them (several are read in order)."""
-    return " + ".join(paths)
-
-
 def too_small(name: str, tokens: int, lm: NgramLM) -> str | None:
     """A warning when the in-domain text `name` (`tokens` tokens, `lm` estimated on it) is too
     small for the order of `lm`: fewer tokens than the order, or no n-gram of the order seen twice.
@@ -73,7 +68,7 @@ def lm_warnings(cfg: SelectConfig, ind: Corpus, sizes: dict[str, int], scorer: S
     token counts ("src_tokens", "tgt_tokens"); `scorer`: its LMs and vocabularies."""
     out = []
     for side in scored_sides(cfg.method):
-        name = files(ind.src_paths if side == "src" else ind.tgt_paths)
+        name = ind.name(side)
         vocab, lm = (scorer.src_vocab, scorer.in_src) if side == "src" else (scorer.tgt_vocab, scorer.in_tgt)
         msg = no_vocabulary(name, vocab, cfg.min_count) or too_small(name, sizes[f"{side}_tokens"], lm)
         if msg:
@@ -98,11 +93,8 @@ def same_text(ind: Corpus, pool: Corpus, side: str) -> bool:
     """Whether the in-domain text and the pool are the same text on `side` ("src" or "tgt"): as
     many lines and bytes, then the same sha256. The files are read again only when the sizes
     agree, which different texts practically never do."""
-    if side == "src":
-        a, b, sizes = ind.src_paths, pool.src_paths, (ind.src_bytes, pool.src_bytes)
-    else:
-        a, b, sizes = ind.tgt_paths, pool.tgt_paths, (ind.tgt_bytes, pool.tgt_bytes)
-    return ind.total == pool.total and sizes[0] == sizes[1] and _digest(a) == _digest(b)
+    nbytes = [(c.src_bytes if side == "src" else c.tgt_bytes) for c in (ind, pool)]
+    return ind.total == pool.total and nbytes[0] == nbytes[1] and _digest(ind.paths(side)) == _digest(pool.paths(side))
 
 
 def same_text_warnings(ind: Corpus, pool: Corpus, method: str) -> list[str]:
@@ -121,8 +113,7 @@ def same_text_warnings(ind: Corpus, pool: Corpus, method: str) -> list[str]:
     same = [s for s in sides if same_text(ind, pool, s)]
     if not same:
         return []
-    pairs = ", ".join(f"{files(ind.src_paths if s == 'src' else ind.tgt_paths)} = "
-                      f"{files(pool.src_paths if s == 'src' else pool.tgt_paths)}" for s in same)
+    pairs = ", ".join(f"{ind.name(s)} = {pool.name(s)}" for s in same)
     if len(same) == len(sides):
         raise InputError(f"the in-domain text and the pool are the same text ({pairs}): H_out would be "
                          f"estimated on the in-domain text itself, every cross-entropy difference would be 0 and "
@@ -138,6 +129,6 @@ def flat_score_warnings(scores: np.ndarray, pool: Corpus, method: str) -> list[s
     ranked = scores[np.isfinite(scores)]
     if ranked.size < 2 or ranked.min() != ranked.max():
         return []
-    names = ", ".join(files(pool.src_paths if s == "src" else pool.tgt_paths) for s in scored_sides(method))
+    names = ", ".join(pool.name(s) for s in scored_sides(method))
     return [f"every pair of the pool ({names}) has the same score, {ranked[0]:.6f}: nothing ranks one above "
             f"another and the selection is just the pool's first pairs"]

@@ -37,6 +37,14 @@ class Corpus:
     def total(self) -> int:
         return sum(self.lines)
 
+    def paths(self, side: str) -> list[str]:
+        """The files of one side, "src" or "tgt", in reading order."""
+        return self.src_paths if side == "src" else self.tgt_paths
+
+    def name(self, side: str) -> str:
+        """One side's files as a message names them (several are read in order)."""
+        return " + ".join(self.paths(side))
+
     @classmethod
     def open(cls, prefixes: Sequence[str], src_lang: str, tgt_lang: str) -> "Corpus":
         """Resolve the files and check that each pair has as many lines on both sides."""
