@@ -128,7 +128,7 @@ class PreprocessConfig:
         return cls(**d)
 
     def base_pipeline(self) -> TextPipeline:
-        """The text pipeline's steps 1-3 as these settings give them (BPE and truecasing are
+        """The text pipeline's steps 0-3 as these settings give them (BPE and truecasing are
         learnt later); reads the --protect files, so a bad one fails here."""
         from nmtkit.text.pipeline import TextPipeline
         from nmtkit.text.protect import resolve_protect

@@ -294,7 +294,7 @@ def _manifest(config: PreprocessConfig, pipeline: TextPipeline, vocabs: dict[str
 def _run(config: PreprocessConfig, base: TextPipeline, report: ProgressFn, out: Path, work: Path,
          line_counts: dict[str, int]) -> dict[str, Any]:
     """Pass 1 over train, learning, every split encoded -> the manifest (without "inputs");
-    `base`: the pipeline's steps 1-3 (`config.base_pipeline()`)."""
+    `base`: the pipeline's steps 0-3 (`config.base_pipeline()`)."""
     timings: dict[str, float] = {}  # wall seconds per stage
     cpu: dict[str, float] = {}  # CPU seconds of this (main) process per stage
     _warm_up(base, config)

@@ -22,7 +22,7 @@ Pairs = list[tuple[list[str], list[str]]]  # tokenised (src, tgt) pairs
 
 @dataclass(frozen=True)
 class TextOpts:
-    """How select-data turns a line into LM tokens: the text pipeline's steps 1-3 (Moses
+    """How select-data turns a line into LM tokens: the text pipeline's steps 0-3 (Moses
     normalisation and tokenisation unless the input is "tok", then lowercasing), no BPE."""
 
     pipeline: TextPipeline

@@ -157,7 +157,7 @@ def check_tokenize_outputs(input_path: str | None, output_path: str | None, prot
 
 def tokenize_file(input_path: str | None, output_path: str | None, pipeline: TextPipeline, workers: int) -> None:
     """Tokenise `input_path` (None or "-": stdin) into `output_path` (None or "-": stdout) line
-    for line with `pipeline`'s steps 1-3, in `workers` processes; a regular output file gets its
+    for line with `pipeline`'s steps 0-3, in `workers` processes; a regular output file gets its
     `.tokinfo.json` record and appears only when complete (nmtkit.outputs)."""
     func = functools.partial(_tok_line, pipeline=pipeline)
     output_path = file_path(output_path)
