@@ -91,6 +91,8 @@ ROWS = [
         needles=("train.fr.offsets.npy", "do not cut")),
     Row("train-negative-id", lambda w: _train(_w_npy(w, "train.en.ids.npy", _negative), w.tmp / "ra4"),
         needles=("train.en.ids.npy", "negative")),
+    Row("train-id-beyond-the-vocabulary", lambda w: _train(_w_npy(w, "valid.fr.ids.npy", _past_vocab), w.tmp / "ra8"),
+        needles=("valid.fr.ids.npy", "split 'valid' target", "beyond the vocabulary")),
     Row("train-negative-word-length", lambda w: _train(_w_npy(w, "train.fr.words.npy", _negative), w.tmp / "ra5"),
         needles=("train.fr.words.npy", "negative")),
     Row("train-float-ids", lambda w: _train(_w_npy(w, "valid.en.ids.npy", lambda a: a + 0.7), w.tmp / "ra6"),
@@ -191,6 +193,12 @@ def _first_3(a):
 def _negative(a):
     a = a.copy()
     a[3] = -1
+    return a
+
+
+def _past_vocab(a):
+    a = a.copy()
+    a[-1] = 1_000_000  # past any vocabulary of the fixture's data
     return a
 
 

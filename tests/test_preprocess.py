@@ -476,3 +476,13 @@ def test_a_vocabulary_min_count_above_every_token_is_refused_naming_the_most_fre
     _assert_clean_failure(proc, "--vocab-min-count 1000000 is above the count of every en token")
     assert not dest.exists()
     _no_leftovers(corpus["tmp"])
+
+
+@pytest.mark.parametrize("n", [0, 1, 6, 7, 8, 9, 23])
+def test_value_range_equals_min_and_max_across_block_edges(n):
+    from nmtkit.data.binarized import value_range
+
+    values = np.random.default_rng(n).integers(-50, 50, size=n)
+    want = (int(values.min()), int(values.max())) if n else (0, -1)
+    assert value_range(values, block=4) == want
+    assert value_range(values) == want

@@ -127,9 +127,22 @@ def check_npy(path: str | Path, expected_len: int | None = None) -> int:
     return n
 
 
+def value_range(values: np.ndarray, block: int = 1 << 20) -> tuple[int, int]:
+    """(min, max) of a 1-D array, (0, -1) when empty, in one pass over blocks that stay in the
+    cache: a mapped corpus of hundreds of millions of ids is then read from the page cache once,
+    not once for its minimum and again for its maximum."""
+    lowest, highest = 0, -1
+    for start in range(0, len(values), block):
+        chunk = np.asarray(values[start : start + block])
+        low, high = int(chunk.min()), int(chunk.max())
+        lowest, highest = (low, high) if start == 0 else (min(lowest, low), max(highest, high))
+    return lowest, highest
+
+
 class BinarizedText:
     """One language of one split, memory-mapped. `len(x)`, `x[k]` -> np.ndarray of ids;
-    `x.lengths` (n,) in ids (model tokens), `x.word_lengths` (n,) in words."""
+    `x.lengths` (n,) in ids (model tokens), `x.word_lengths` (n,) in words; `x.max_id` the
+    largest id (-1 when there are none)."""
 
     def __init__(self, data_dir: str | Path, split: str, lang: str):
         ids_path, off_path = split_paths(data_dir, split, lang)
@@ -155,8 +168,9 @@ class BinarizedText:
             raise InputError(f"its offsets do not cut {ids_path.name}'s {len(self.ids)} ids into sentences (they must "
                              "start at 0, never decrease and end at the number of ids): rerun 'nmtkit preprocess'",
                              str(off_path))
-        for path, values in ((ids_path, self.ids), (w_path, self.word_lengths)):
-            if len(values) and int(np.min(values)) < 0:
+        lowest, self.max_id = value_range(self.ids)
+        for path, low in ((ids_path, lowest), (w_path, value_range(self.word_lengths)[0])):
+            if low < 0:
                 raise InputError("holds negative values: rerun 'nmtkit preprocess'", str(path))
 
     def __len__(self) -> int:

@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-import numpy as np
-
 from nmtkit.data.binarized import ParallelData, check_npy, split_paths, words_path
 from nmtkit.data.manifest import Manifest, read_manifest
 from nmtkit.errors import InputError
@@ -59,10 +57,12 @@ class DataDir(Manifest):
     def split(self, name: str) -> ParallelData:
         if name not in self._splits:
             data = ParallelData(self.path, name, self.src_lang, self.tgt_lang)
-            for side, text, vocab in (("source", data.src, self.src_vocab), ("target", data.tgt, self.tgt_vocab)):
-                if len(text.ids) and int(np.max(text.ids)) >= len(vocab):
-                    raise InputError(f"split '{name}' {side} has ids beyond the vocabulary ({len(vocab)})",
-                                     str(self.path))
+            for side, lang, text, vocab in (("source", self.src_lang, data.src, self.src_vocab),
+                                            ("target", self.tgt_lang, data.tgt, self.tgt_vocab)):
+                if text.max_id >= len(vocab):
+                    raise InputError(f"split '{name}' {side} has ids beyond the vocabulary (id {text.max_id}, "
+                                     f"{len(vocab)} words): rerun 'nmtkit preprocess'",
+                                     str(split_paths(self.path, name, lang)[0]))
             self._splits[name] = data
         return self._splits[name]
 
