@@ -146,6 +146,8 @@ def test_truecaser_learns_the_usual_case_and_detruecase_capitalises_sentence_sta
     ({"protected_patterns": ["(unclosed"]}, r"protected pattern '\(unclosed' does not compile"),
     ({"protected_patterns": "https?://\\S+"}, "setting protected_patterns is .*, not a list of regular expressions"),
     ({"version": "1"}, "version '1' is not a number"),
+    ({"version": 1}, r"version 1 records \['nfc', 'remove_non_printing'\], steps of version 2"),
+    ({"version": 1, "nfc": False}, r"version 1 records \['remove_non_printing'\]"),
 ])
 def test_a_damaged_pipeline_setting_is_refused_when_read_naming_the_setting(change, needle):
     """A pipeline read from a file (a checkpoint, a manifest) with a setting of the wrong type or

@@ -165,6 +165,10 @@ class TextPipeline:
         if unknown:
             raise ConfigError(f"unknown text pipeline keys {unknown}; valid keys: {valid}")
         _check_read(d)
+        later = [name for name in VERSION_2_STEPS if d.get(name) and version < 2]
+        if later:
+            raise ConfigError(f"text pipeline version {version} records {later}, steps of version 2: edited or "
+                              "corrupt (version 2 is written whenever one of them is on)")
         for name in VERSION_2_STEPS:  # recorded before these steps existed: not applied
             d.setdefault(name, False)
         if d.get("bpe") is not None:
