@@ -61,6 +61,16 @@ def test_named_sets_keep_their_matches_whole(name, line, whole):
     assert whole in p.tokenize(line, "src")
 
 
+def test_a_pattern_file_saved_with_a_byte_order_mark_keeps_its_first_pattern(tmp_path):
+    """Editors on Windows write a UTF-8 BOM; it made the first pattern '\\ufeffhttp://...', which
+    matched nothing, so URLs were split with no word said."""
+    f = tmp_path / "protect.txt"
+    f.write_bytes(b"\xef\xbb\xbfhttps?://[^ ]+\n")
+    assert read_patterns(str(f)) == ["https?://[^ ]+"]
+    p = TextPipeline("en", "fr", protected_patterns=resolve_protect([str(f)]))
+    assert "http://example.com/a,b" in p.tokenize("Visit http://example.com/a,b now.", "src")
+
+
 def test_a_pattern_file_has_one_regex_a_line_with_comments_and_blank_lines_skipped(tmp_path):
     f = tmp_path / "protect.txt"
     f.write_text("# ids\nID-[0-9]+\n\n  # versions\nv[0-9]+\\.[0-9]+\n", encoding="utf-8")

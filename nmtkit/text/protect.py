@@ -65,7 +65,7 @@ def read_patterns(path: str) -> list[str]:
     """The regexes of a -protected file; InputError naming the file (and line) for a missing
     file, an invalid regex or a file without any."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:  # a leading BOM dropped, as every reader does
             lines = f.read().splitlines()
     except FileNotFoundError:
         raise InputError("protected-patterns file not found", path) from None
