@@ -68,6 +68,8 @@ def corpus(tmp_path: Path) -> dict:
 def _config(c: dict, dest: Path, **kw) -> PreprocessConfig:
     args = dict(src_lang="en", tgt_lang="fr", train=c["train"], valid=c["valid"], test=(c["test"],), dest=str(dest),
                 max_len=20, bpe=40, bpe_min_frequency=1, workers=1, chunk_size=16)
+    if kw.get("bpe", 40) is None:
+        del args["bpe_min_frequency"]  # a BPE option: refused without --bpe
     args.update(kw)
     return PreprocessConfig(**args)
 
@@ -375,7 +377,10 @@ def test_unknown_option_is_rejected(corpus):
 @pytest.mark.parametrize("kw,match", [
     ({"lowercase": True, "truecase": True}, "exclude each other"),
     ({"tgt_lang": "en"}, "must differ"),
-    ({"bpe": None, "bpe_separate": True}, "need --bpe"),
+    ({"bpe": None, "bpe_separate": True}, "^--bpe-separate needs --bpe MERGES"),
+    ({"bpe": None, "bpe_min_frequency": 3}, "^--bpe-min-frequency needs --bpe MERGES"),  # was ignored
+    ({"bpe": None, "bpe_vocab_threshold": 5, "bpe_min_frequency": 1}, "^--bpe-vocab-threshold and "
+                                                                      "--bpe-min-frequency need --bpe"),
     ({"max_len": 0}, "--max-len"),
     ({"src_vocab_size": 3}, "--src-vocab-size"),
     ({"vocab_min_count": 0}, "--vocab-min-count"),

@@ -104,8 +104,14 @@ class PreprocessConfig:
             raise ConfigError(f"--src-lang and --tgt-lang must differ (both are '{self.src_lang}')")
         if self.lowercase and self.truecase:
             raise ConfigError("--lowercase and --truecase exclude each other")
-        if self.bpe is None and (self.bpe_separate or self.bpe_vocab_threshold is not None):
-            raise ConfigError("--bpe-separate and --bpe-vocab-threshold need --bpe MERGES")
+        if self.bpe is None:
+            default_frequency = next(f.default for f in fields(self) if f.name == "bpe_min_frequency")
+            given = [flag for flag, on in (("--bpe-separate", self.bpe_separate),
+                                           ("--bpe-vocab-threshold", self.bpe_vocab_threshold is not None),
+                                           ("--bpe-min-frequency", self.bpe_min_frequency != default_frequency)) if on]
+            if given:
+                raise ConfigError(f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} --bpe MERGES "
+                                  "(without it the vocabularies are words)")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict of every field (manifest["settings"])."""
