@@ -392,6 +392,18 @@ def test_inconsistent_options_are_config_errors(corpus, kw, match):
         preprocess(_config(corpus, corpus["tmp"] / "d", **kw))
 
 
+def test_a_dev_set_of_blank_lines_is_refused_before_training_data_is_read(corpus):
+    """train refuses a dev set without sentences; preprocess wrote it, exit 0, after its whole
+    pass over the training data."""
+    blank = _write(corpus["tmp"] / "blank", ["", "  ", "\t"], ["x", "", "y"])
+    dest = corpus["tmp"] / "d"
+    with pytest.raises(InputError, match=r"blank\.en: the valid split's 3 lines are blank"):
+        preprocess(_config(corpus, dest, valid=blank))
+    assert not dest.exists()
+    one = _write(corpus["tmp"] / "one", ["", "a cat"], ["", "un chat"])  # one sentence is enough
+    assert preprocess(_config(corpus, dest, valid=one))["splits"]["valid"]["lines"] == 2
+
+
 def test_library_errors_are_typed(corpus):
     dest = corpus["tmp"] / "d"
     dest.mkdir()

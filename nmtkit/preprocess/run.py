@@ -30,7 +30,7 @@ from nmtkit.preprocess.workers import (
     tokenize_clean_chunk,
 )
 from nmtkit.text.clean import DROP_REASONS, PairDeduper
-from nmtkit.text.io import check_parallel, input_candidates
+from nmtkit.text.io import check_parallel, input_candidates, read_lines
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import TextPipeline
 from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo
@@ -117,6 +117,8 @@ def _check_inputs(config: PreprocessConfig, base: TextPipeline,
         n, h_src, h_tgt = check_parallel(src, tgt)
         if n == 0:
             raise InputError(f"the {name} split is empty", src)
+        if name == "valid" and not any(line.strip() for line in read_lines(src)):
+            raise InputError(f"the valid split's {n} lines are blank: train validates on its sentences", src)
         if config.input_format == "tok":
             _check_tokenized(config, base, src, tgt)
         inputs[src], inputs[tgt] = h_src, h_tgt
