@@ -326,6 +326,23 @@ def test_non_empty_dest_is_refused_without_force_and_a_data_dir_replaced_with_it
     _no_leftovers(corpus["tmp"])
 
 
+def test_force_says_where_a_replaced_data_dir_it_could_not_delete_is_left(corpus, monkeypatch, caplog):
+    """Deleting the old directory can fail part way (a read-only folder inside it): what is
+    left, under a temporary name, was kept without a word, a copy of the data per run."""
+    import nmtkit.preprocess.run as run
+
+    dest = corpus["tmp"] / "d"
+    preprocess(_config(corpus, dest))
+    rmtree = run.shutil.rmtree
+    monkeypatch.setattr(run.shutil, "rmtree", lambda path, ignore_errors=False:  # the old one stays whole
+                        None if ".old-" in Path(path).name else rmtree(path, ignore_errors=ignore_errors))
+    with caplog.at_level("WARNING", logger=run.log.name):
+        preprocess(_config(corpus, dest, force=True))
+    left = [p for p in corpus["tmp"].iterdir() if p.name.startswith("d.old-")]
+    assert len(left) == 1 and (left[0] / "manifest.json").exists()
+    assert f"what is left of it is {left[0]}: delete it by hand" in caplog.text
+
+
 def test_failure_with_force_keeps_the_old_data_dir(corpus):
     dest = corpus["tmp"] / "d"
     assert run_cli(["preprocess", *_base_args(corpus, dest)]).code == 0

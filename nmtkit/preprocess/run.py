@@ -80,6 +80,9 @@ def _install(tmp: Path, dest: Path, force: bool) -> None:
         os.rename(dest, old)
         os.rename(tmp, dest)
         shutil.rmtree(old, ignore_errors=True)
+        if old.exists():  # e.g. a read-only folder inside it
+            log.warning("the replaced data directory could not be deleted whole; what is left of it is %s: "
+                        "delete it by hand", old)
     else:
         os.rename(tmp, dest)
 
