@@ -201,8 +201,19 @@ def test_text_tokenised_before_nfc_and_non_printing_removal_is_refused_by_a_prep
     assert not {"nfc", "remove_non_printing"} & manifest["pipeline"].keys() and manifest["pipeline"]["version"] == 1
 
 
-@pytest.mark.parametrize("record", ["[]", '{"lang": "en", "protected_patterns": 5}'])
-def test_a_damaged_tokeniser_record_is_one_line_naming_it(tmp_path, record):
+_FULL = '"lang": "en", "normalize_punct": true, "aggressive_dash_splits": false, "lowercase": false'
+
+
+@pytest.mark.parametrize("record, needle", [
+    ("[]", "not a tokeniser record"),
+    ('{"lang": "en", "protected_patterns": 5}', "not a tokeniser record"),
+    # settings missing or mistyped: the messages were "language 'None'" or "lowercase=None there" with flags to give
+    ('{"tool": "nmtkit tokenize"}', r"lacks \['lang', 'normalize_punct', 'aggressive_dash_splits', 'lowercase'\]"),
+    ('{"lang": "en"}', r"lacks \['normalize_punct', 'aggressive_dash_splits', 'lowercase'\]"),
+    ("{" + _FULL.replace('"lowercase": false', '"lowercase": "no"') + "}", "settings of the wrong type"),
+    ("{" + _FULL.replace('"en"', "7") + "}", "settings of the wrong type"),
+])
+def test_a_damaged_tokeniser_record_is_one_line_naming_it(tmp_path, record, needle):
     from nmtkit.errors import InputError
     from nmtkit.text.pipeline import TextPipeline
     from nmtkit.text.tokenize import check_tokinfo
@@ -210,6 +221,16 @@ def test_a_damaged_tokeniser_record_is_one_line_naming_it(tmp_path, record):
     tok = tmp_path / "tok.en"
     tok.write_text("a b\n", encoding="utf-8")
     (tmp_path / "tok.en.tokinfo.json").write_text(record, encoding="utf-8")
-    with pytest.raises(InputError, match="not a tokeniser record") as err:
+    with pytest.raises(InputError, match=needle) as err:
         check_tokinfo(str(tok), "en", TextPipeline("en", "fr"))
     assert "tok.en.tokinfo.json" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_tokeniser_record_of_before_the_version_2_steps_is_still_read(tmp_path):
+    from nmtkit.text.pipeline import TextPipeline
+    from nmtkit.text.tokenize import check_tokinfo
+
+    tok = tmp_path / "tok.en"
+    tok.write_text("a b\n", encoding="utf-8")
+    (tmp_path / "tok.en.tokinfo.json").write_text("{" + _FULL + "}", encoding="utf-8")
+    assert check_tokinfo(str(tok), "en", TextPipeline("en", "fr", nfc=False, remove_non_printing=False))

@@ -113,6 +113,10 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline) -> bool:
     if not isinstance(info, dict) or not isinstance(info.get("protected_patterns", []), list):
         raise InputError("not a tokeniser record (a JSON object as 'nmtkit tokenize' writes it): re-run 'nmtkit "
                          "tokenize'", info_path)
+    missing = [k for k in ("lang", *_FLAGS) if k not in info and k not in _RECORDED_BEFORE]
+    if missing or not isinstance(info["lang"], str) or any(not isinstance(info.get(k, False), bool) for k in _FLAGS):
+        what = f"lacks {missing}" if missing else "has settings of the wrong type"
+        raise InputError(f"a tokeniser record that {what}: edited or damaged; re-run 'nmtkit tokenize'", info_path)
     if info.get("lang") != lang:
         raise ConfigError(f"tokenised as language '{info.get('lang')}' ({info_path}), used here as '{lang}'", path)
     recorded = {**_RECORDED_BEFORE, **info}
