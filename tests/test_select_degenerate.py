@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import run_cli
 from tests.test_select import (
     ANIMALS_EN,
     ANIMALS_FR,
@@ -178,3 +179,59 @@ def test_a_pool_of_one_repeated_pair_is_warned_once(corpus):
     assert warnings[0] == "1 of the pool's 31 pairs have an empty side: they are never selected"
     assert len(warnings) == 2 and warnings[1].startswith(f"every pair of the pool ({corpus / 'pool.en'}) has the same "
                                                          "score, ")
+
+
+def test_a_pool_without_a_pair_with_text_on_both_sides_is_refused_and_writes_nothing(corpus):
+    """It exited 0 with empty outputs and a score of inf on every line (silent with -q)."""
+    _write(corpus / "pool", [("", "")] * 3 + [("a cat", ""), ("", "un chat")])
+    code, _, err = select(_base(corpus) + ["--lines", "2"], quiet=True)
+    _assert_clean_failure(code, err, corpus, "pool.en: none of the pool's 5 pairs has text on both sides")
+
+
+def _tokenize(d: Path, name: str, *flags: str) -> None:
+    for lang in ("en", "fr"):
+        code, _, err = run_cli(["tokenize", "--lang", lang, "-i", f"{d / name}.{lang}", "-o", f"{d / 'tok' / name}.{lang}",
+                                "--workers", "1", *flags])
+        assert code == 0, err
+
+
+def test_tokenised_input_is_checked_against_its_tokeniser_record_as_preprocess_checks_it(corpus):
+    """--input-format tok took text tokenised with other settings, and raw text, without a word,
+    while the summary recorded this command's flags as the text's."""
+    (corpus / "tok").mkdir()
+    # select-data has no --protect: the protected patterns are not compared
+    _tokenize(corpus, "in", "--aggressive-dash-splits", "--no-normalize-punct", "--protect", "printf")
+    _tokenize(corpus, "pool", "--aggressive-dash-splits", "--no-normalize-punct")
+    tok = ["--in-domain", str(corpus / "tok" / "in"), "--pool", str(corpus / "tok" / "pool"), "--input-format", "tok",
+           "--output-prefix", str(corpus / "sel"), "--workers", "1", "--lines", "10"]
+    code, _, err = select(tok + ["--no-normalize-punct"])
+    _assert_clean_failure(code, err, corpus, "tok/in.en", "aggressive_dash_splits=True there, False here "
+                          "(--aggressive-dash-splits)")
+    code, _, err = select(tok + ["--aggressive-dash-splits"])
+    _assert_clean_failure(code, err, corpus, "tok/in.en", "normalize_punct=False there, True here "
+                          "(--no-normalize-punct)", "so that the in-domain text and the pool are tokenised alike")
+    code, _, err = select(tok + ["--aggressive-dash-splits", "--no-normalize-punct"], quiet=False)
+    assert code == 0 and _warnings(err) == [], err
+    for lang in ("en", "fr"):  # the pool's records beside the selection, which preprocess then checks
+        record = (corpus / "tok" / f"pool.{lang}.tokinfo.json").read_text()
+        assert (corpus / f"sel.{lang}.tokinfo.json").read_text() == record
+    code, _, err = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--input-format", "tok", "--train",
+                            str(corpus / "sel"), "--valid", str(corpus / "tok" / "pool"), "--dest", str(corpus / "d"),
+                            "--workers", "1", "--aggressive-dash-splits", "--no-normalize-punct"])
+    assert code == 0 and "warning" not in err, err
+    for f in corpus.glob("sel.*"):
+        f.unlink()
+    (corpus / "tok" / "pool.en.tokinfo.json").write_text("{")
+    code, _, err = select(tok + ["--aggressive-dash-splits", "--no-normalize-punct"])
+    _assert_clean_failure(code, err, corpus, "pool.en.tokinfo.json", "unreadable tokeniser record")
+    (corpus / "tok" / "pool.en.tokinfo.json").unlink()
+    (corpus / "tok" / "in.fr.tokinfo.json").unlink()
+    code, _, err = select(tok + ["--aggressive-dash-splits", "--no-normalize-punct", "--method", "monolingual"],
+                          quiet=False)
+    assert code == 0, err
+    assert _warnings(err) == [f"{corpus / 'tok' / 'pool.en'}: no .tokinfo.json beside it, so its tokeniser settings "
+                              "cannot be checked; they must be this command's"]  # the target side is not scored
+    summary = json.loads((corpus / "sel.summary.json").read_text())
+    assert summary["settings"]["normalize_punct"] is False and summary["warnings"] == _warnings(err)
+    assert not (corpus / "sel.en.tokinfo.json").exists()  # the pool's source side had no record
+    assert (corpus / "sel.fr.tokinfo.json").read_text() == (corpus / "tok" / "pool.fr.tokinfo.json").read_text()

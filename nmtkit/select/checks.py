@@ -7,6 +7,9 @@ warnings naming the files (the caller logs them and lists them in the summary).
   (InputError) when that leaves every score of the method without meaning.
 - `flat_score_warnings`: every pool pair scored the same, whatever the cause (the same text
   in another line order, a pool of one repeated pair, a uniform in-domain LM).
+- `tokinfo_warnings`: with --input-format tok, text tokenised with other settings than this
+  command's is refused (ConfigError), as preprocess refuses it; text without a record is a warning.
+- `check_selectable`: a pool without a pair that has text on both sides is refused.
 
 Only the sides a method's score uses are checked: both for bilingual, the source side for
 monolingual and in-domain. numpy only.
@@ -25,6 +28,8 @@ from nmtkit.select.lmvocab import LM_SPECIALS, LMVocab
 from nmtkit.select.ngram import NgramLM
 from nmtkit.select.scoring import Scorer
 from nmtkit.text.io import read_blocks
+from nmtkit.text.pipeline import TextPipeline
+from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo
 
 
 def scored_sides(method: str) -> tuple[str, ...]:
@@ -132,3 +137,24 @@ def flat_score_warnings(scores: np.ndarray, pool: Corpus, method: str) -> list[s
     names = ", ".join(pool.name(s) for s in scored_sides(method))
     return [f"every pair of the pool ({names}) has the same score, {ranked[0]:.6f}: nothing ranks one above "
             f"another and the selection is just the pool's first pairs"]
+
+
+def tokinfo_warnings(cfg: SelectConfig, corpora: Sequence[Corpus], pipeline: TextPipeline) -> list[str]:
+    """--input-format tok: each scored side's files checked against the `.tokinfo.json` that
+    `nmtkit tokenize` wrote beside them (ConfigError naming the file and the flags that differ);
+    a warning for each file without one."""
+    if cfg.input_format != "tok":
+        return []
+    langs = {"src": cfg.src_lang, "tgt": cfg.tgt_lang}
+    return [f"{path}: no {TOKINFO_SUFFIX} beside it, so its tokeniser settings cannot be checked; they must be "
+            "this command's" for corpus in corpora for side in scored_sides(cfg.method) for path in corpus.paths(side)
+            if not check_tokinfo(path, langs[side], pipeline, protect=False,
+                                 why="so that the in-domain text and the pool are tokenised alike")]
+
+
+def check_selectable(empty: np.ndarray, pool: Corpus) -> None:
+    """`empty` (n_pool,): the pairs with an empty side, which are never selected. InputError
+    when that is every pair: the outputs would be empty files and a score of inf a line."""
+    if empty.all():
+        raise InputError(f"none of the pool's {len(empty)} pairs has text on both sides: nothing to select",
+                         pool.src_paths[0])

@@ -9,7 +9,14 @@ from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError
 from nmtkit.options import check_fields, option
 from nmtkit.text.moses import check_lang
-from nmtkit.text.pipeline import CORPUS_FORMATS, DASH_SPLITS_OPTION, NFC_OPTION, NON_PRINTING_OPTION
+from nmtkit.text.pipeline import (
+    CORPUS_FORMATS,
+    DASH_SPLITS_OPTION,
+    NFC_OPTION,
+    NON_PRINTING_OPTION,
+    NORMALIZE_PUNCT_OPTION,
+    TextPipeline,
+)
 
 METHODS = ("bilingual", "monolingual", "in-domain")
 MAX_ORDER = 10  # n-gram orders past this only cost memory (Axelrod et al. use 4, KenLM builds up to 6)
@@ -50,6 +57,7 @@ class SelectConfig:
                              help="Lowercase tokens for the language models (the output keeps the original lines).")
     aggressive_dash_splits: bool = option(False, **DASH_SPLITS_OPTION)
     nfc: bool = option(True, **NFC_OPTION)
+    normalize_punct: bool = option(True, **NORMALIZE_PUNCT_OPTION)
     remove_non_printing: bool = option(True, **NON_PRINTING_OPTION)
     force: bool = option(False, help="Overwrite existing outputs.")
     write_arpa: bool = option(False, help="Also write the four LMs as PREFIX.{in,out}.{lang}.arpa.")
@@ -68,3 +76,9 @@ class SelectConfig:
         if not os.path.basename(self.output_prefix):
             raise ConfigError(f"--output-prefix {self.output_prefix!r} has no file name part: give one, e.g. "
                               "out/selected for out/selected.{src,tgt}")
+
+    def pipeline(self) -> TextPipeline:
+        """The text pipeline's steps 0-3 with these settings: how a line becomes LM tokens (no BPE)."""
+        return TextPipeline(self.src_lang, self.tgt_lang, nfc=self.nfc, normalize_punct=self.normalize_punct,
+                            remove_non_printing=self.remove_non_printing,
+                            aggressive_dash_splits=self.aggressive_dash_splits, lowercase=self.lowercase)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from nmtkit.errors import InputError
 from nmtkit.text.io import (
@@ -18,6 +18,9 @@ from nmtkit.text.io import (
     open_input,
     resolve_input,
 )
+
+# A progress callback: (stage, done, total) with stage in "count", "sample", "score", "write".
+Progress = Callable[[str, int, int], None]
 
 resolve = resolve_input  # PREFIX.lang, or PREFIX.lang.gz when only that exists (nmtkit.text.io)
 _open_bin = open_input

@@ -30,29 +30,38 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 from dataclasses import asdict
-from typing import Callable
 
 import numpy as np
 
-from nmtkit.errors import ConfigError, InputError, OutputExistsError
-from nmtkit.outputs import Staged, check_output, check_outputs_vs_inputs, name_error, writes_in_place
-from nmtkit.select.checks import flat_score_warnings, lm_warnings, same_text_warnings
+from nmtkit.errors import ConfigError, InputError
+from nmtkit.select.checks import (
+    check_selectable,
+    flat_score_warnings,
+    lm_warnings,
+    same_text_warnings,
+    tokinfo_warnings,
+)
 from nmtkit.select.config import SelectConfig
-from nmtkit.select.corpus import Corpus
+from nmtkit.select.corpus import Corpus, Progress
 from nmtkit.select.lmvocab import LMVocab
 from nmtkit.select.ngram import NgramLM
+from nmtkit.select.outputs import (
+    StagedFiles,
+    check_outputs,
+    output_paths,
+    pool_records,
+    write_arpa,
+    write_records,
+    write_scores,
+    write_selection,
+)
 from nmtkit.select.scoring import Pairs, Scorer, TextOpts, score_pool, tokenize_all
-from nmtkit.text.io import decode_line, input_candidates
-from nmtkit.text.parallel import parallel_map, worker_state
-from nmtkit.text.pipeline import TextPipeline
+from nmtkit.text.io import decode_line
 
 log = logging.getLogger(__name__)
 
-# A progress callback: (stage, done, total) with stage in "count", "sample", "score", "write".
-Progress = Callable[[str, int, int], None]
 
 
 def method_scores(method: str, h: np.ndarray) -> np.ndarray:
@@ -95,43 +104,6 @@ def select_indices(scores: np.ndarray, src_tokens: np.ndarray, lines: int | None
 
 
 # ---------------------------------------------------------------------- the command
-def _outputs(cfg: SelectConfig) -> dict[str, str]:
-    d = cfg.output_prefix
-    out = {"src": f"{d}.{cfg.src_lang}", "tgt": f"{d}.{cfg.tgt_lang}", "scores": f"{d}.scores.tsv",
-           "summary": f"{d}.summary.json"}
-    if cfg.write_arpa:
-        for which in ("in", "out"):
-            for side, lang in (("src", cfg.src_lang), ("tgt", cfg.tgt_lang)):
-                out[f"arpa_{which}_{side}"] = f"{d}.{which}.{lang}.arpa"
-    return out
-
-
-class _AtomicFiles:
-    """One `nmtkit.outputs.Staged` per output: `tmp[k]` is where output k is written now;
-    `commit()` makes them all appear, else (an error) they are removed."""
-
-    def __init__(self, paths: dict[str, str]):
-        self.paths = paths
-        self.staged: dict[str, Staged] = {}
-        for k, p in paths.items():
-            self.staged[k] = Staged(p)
-        self.tmp = {k: st.write_path for k, st in self.staged.items()}
-
-    def __enter__(self) -> "_AtomicFiles":
-        return self
-
-    def commit(self) -> None:
-        for st in self.staged.values():
-            st.commit()
-        self.staged = {}
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        for k, st in self.staged.items():
-            st.abort()
-            if isinstance(exc, OSError):
-                name_error(exc, self.paths[k], self.tmp[k])
-
-
 def _noop(stage: str, done: int, total: int) -> None:
     pass
 
@@ -234,13 +206,12 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     """Run the whole selection and write the outputs. Returns the summary (also written)."""
     progress = progress or _noop
     t0 = time.perf_counter()
-    outputs = _outputs(cfg)
-    _check_outputs(cfg, outputs)
-    opts = TextOpts(TextPipeline(cfg.src_lang, cfg.tgt_lang, aggressive_dash_splits=cfg.aggressive_dash_splits,
-                                 lowercase=cfg.lowercase, nfc=cfg.nfc, remove_non_printing=cfg.remove_non_printing),
-                    cfg.input_format)
+    records = pool_records(cfg)
+    outputs = output_paths(cfg, records)
+    check_outputs(cfg, outputs)
+    opts = TextOpts(cfg.pipeline(), cfg.input_format)
     ind, pool = _open_corpora(cfg)
-    warnings = _warn(same_text_warnings(ind, pool, cfg.method))
+    warnings = _warn(tokinfo_warnings(cfg, (ind, pool), opts.pipeline) + same_text_warnings(ind, pool, cfg.method))
     n_pool = pool.total
     if cfg.fraction is not None and round(cfg.fraction * n_pool) == 0:
         raise ConfigError(f"--fraction {cfg.fraction} of the pool's {n_pool} pairs selects none")
@@ -259,9 +230,9 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     sample_sizes = _sizes(out_sample)
     del ind_toks, out_sample
 
-    with _AtomicFiles(outputs) as files:
+    with StagedFiles(outputs) as files:
         if cfg.write_arpa:
-            _write_arpa(files.tmp, scorer, src_vocab, tgt_vocab)
+            write_arpa(files.tmp, scorer, src_vocab, tgt_vocab)
 
         t = time.perf_counter()
         h, lens = score_pool(scorer, pool, cfg.workers, progress)
@@ -269,6 +240,7 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
         scores = method_scores(cfg.method, h)
         empty = (lens == 0).any(axis=1)
         scores[empty] = np.inf  # an empty line scores as a short, likely sentence: never a pair to train on
+        check_selectable(empty, pool)
         keep, over = select_indices(scores, lens[:, 0], cfg.lines, cfg.words, cfg.fraction)
         warnings += _budget_warnings(cfg, over, n_pool, lens, int(empty.sum()))
         warnings += _warn(flat_score_warnings(scores, pool, cfg.method))
@@ -276,8 +248,9 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
         mask[keep] = True
 
         t = time.perf_counter()
-        _write_selection(files.tmp["src"], files.tmp["tgt"], pool, mask, progress)
-        _write_scores(files.tmp["scores"], scores, h, lens, mask, cfg.workers)
+        write_selection(files.tmp["src"], files.tmp["tgt"], pool, mask, progress)
+        write_records(files.tmp, records)
+        write_scores(files.tmp["scores"], scores, h, lens, mask, cfg.workers)
         progress("write", n_pool, n_pool)
         timings["write_s"] = time.perf_counter() - t
         timings["total_s"] = time.perf_counter() - t0
@@ -289,45 +262,6 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
             fh.write("\n")
         files.commit()
     return summary
-
-
-def _check_outputs(cfg: SelectConfig, outputs: dict[str, str]) -> None:
-    """Refuse, before hours of scoring, outputs that would overwrite an input or an existing
-    file (without --force) or that could not be written."""
-    check_outputs_vs_inputs(
-        inputs=[(f"--{opt}", path) for opt, prefixes in (("in-domain", cfg.in_domain), ("pool", cfg.pool))
-                for prefix in prefixes for lang in (cfg.src_lang, cfg.tgt_lang)
-                for path in input_candidates(prefix, lang)],
-        files=[("--output-prefix", p) for p in outputs.values()])
-    existing = [p for p in outputs.values() if os.path.exists(p) and not writes_in_place(p)]
-    if existing and not cfg.force:
-        raise OutputExistsError("output exists (use --force to overwrite)", existing[0])
-    out_dir = os.path.dirname(os.path.abspath(cfg.output_prefix))
-    if not os.path.isdir(out_dir):
-        raise InputError("the folder of --output-prefix does not exist", out_dir)
-    for p in outputs.values():
-        check_output(p, force=True, what="select-data output")
-
-
-def _write_arpa(tmp: dict[str, str], scorer: Scorer, src_vocab: LMVocab, tgt_vocab: LMVocab) -> None:
-    """The four language models, in ARPA format (--write-arpa)."""
-    for which, side, lm, voc in (("in", "src", scorer.in_src, src_vocab), ("out", "src", scorer.out_src, src_vocab),
-                                 ("in", "tgt", scorer.in_tgt, tgt_vocab), ("out", "tgt", scorer.out_tgt, tgt_vocab)):
-        with open(tmp[f"arpa_{which}_{side}"], "w", encoding="utf-8") as fh:
-            lm.write_arpa(fh, voc.itos)
-
-
-def _write_selection(src_path: str, tgt_path: str, pool: Corpus, mask: np.ndarray, progress: Progress) -> None:
-    """The selected pairs, in pool order, bytes as read (a missing last newline added)."""
-    n_pool = pool.total
-    progress("write", 0, n_pool)
-    with open(src_path, "wb") as fs, open(tgt_path, "wb") as ft:
-        for i, (a, b) in enumerate(pool.raw_pairs()):
-            if mask[i]:
-                fs.write(a if a.endswith(b"\n") else a + b"\n")
-                ft.write(b if b.endswith(b"\n") else b + b"\n")
-            if i % 200_000 == 0:
-                progress("write", i, n_pool)
 
 
 def _summary(cfg: SelectConfig, ind: Corpus, pool: Corpus, scorer: Scorer, outputs: dict[str, str],
@@ -365,29 +299,3 @@ def _summary(cfg: SelectConfig, ind: Corpus, pool: Corpus, scorer: Scorer, outpu
         "timings": {k: round(v, 3) for k, v in timings.items()},
     }
     return summary
-
-
-_SCORE_ROWS = 100_000
-
-
-def _format_rows(lo: int) -> str:
-    """TSV text of rows lo .. lo + _SCORE_ROWS of the map's arrays (runs in workers)."""
-    scores, h, lens, mask = worker_state()
-    hi = min(lo + _SCORE_ROWS, scores.size)
-    rows = zip(range(lo + 1, hi + 1), scores[lo:hi].tolist(), *(h[lo:hi, j].tolist() for j in range(4)),
-               lens[lo:hi, 0].tolist(), lens[lo:hi, 1].tolist(), mask[lo:hi].tolist())
-    return "".join(f"{i}\t{s:.6f}\t{a:.6f}\t{b:.6f}\t{c:.6f}\t{d:.6f}\t{ns}\t{nt}\t{int(m)}\n"
-                   for i, s, a, b, c, d, ns, nt, m in rows)
-
-
-def _write_scores(path: str, scores: np.ndarray, h: np.ndarray, lens: np.ndarray, mask: np.ndarray,
-                  workers: int = 1) -> None:
-    """TSV: line (1-based pool line), score, h_in_src, h_out_src, h_in_tgt, h_out_tgt, src/tgt tokens, selected.
-
-    Formatting (~3 us a row) runs over `workers` processes, which see the arrays by fork.
-    """
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write("line\tscore\th_in_src\th_out_src\th_in_tgt\th_out_tgt\tsrc_tokens\ttgt_tokens\tselected\n")
-        starts = range(0, scores.size, _SCORE_ROWS)
-        for text in parallel_map(_format_rows, starts, workers, 1, state=(scores, h, lens, mask)):
-            fh.write(text)

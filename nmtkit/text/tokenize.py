@@ -98,16 +98,15 @@ def tokinfo(pipeline: TextPipeline) -> dict[str, Any]:
             **{k: getattr(pipeline, k) for k in _FLAGS}, "protected_patterns": list(pipeline.protected_patterns)}
 
 
-def check_tokinfo(path: str, lang: str, pipeline: TextPipeline) -> bool:
-    """Check that the tokenised file `path` was made with `pipeline`'s steps 0-3, from the
-    `path.tokinfo.json` its tokeniser wrote. False when there is no such record (nothing to
-    check); a ConfigError naming the file when the settings differ."""
+def read_tokinfo(path: str) -> dict[str, Any] | None:
+    """The record `nmtkit tokenize` wrote beside the tokenised file `path` (`path.tokinfo.json`):
+    None when there is none; InputError naming it when it is unreadable or damaged."""
     info_path = path + TOKINFO_SUFFIX
     try:
         with open(info_path, encoding="utf-8") as f:
             info = json.load(f)
     except FileNotFoundError:
-        return False
+        return None
     except (OSError, ValueError) as err:
         raise InputError(f"unreadable tokeniser record: {err}", info_path) from None
     if not isinstance(info, dict) or not isinstance(info.get("protected_patterns", []), list):
@@ -117,20 +116,33 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline) -> bool:
     if missing or not isinstance(info["lang"], str) or any(not isinstance(info.get(k, False), bool) for k in _FLAGS):
         what = f"lacks {missing}" if missing else "has settings of the wrong type"
         raise InputError(f"a tokeniser record that {what}: edited or damaged; re-run 'nmtkit tokenize'", info_path)
+    return info
+
+
+def check_tokinfo(path: str, lang: str, pipeline: TextPipeline, protect: bool = True,
+                  why: str = "since translate replays this command's") -> bool:
+    """Check that the tokenised file `path` was made with `pipeline`'s steps 0-3, from the
+    `path.tokinfo.json` its tokeniser wrote (`read_tokinfo`). False when there is no such record
+    (nothing to check); a ConfigError naming the file when the settings differ, ending with `why`
+    they must not. `protect`: compare the protected patterns too (a command without --protect,
+    select-data, does not)."""
+    info = read_tokinfo(path)
+    if info is None:
+        return False
+    info_path = path + TOKINFO_SUFFIX
     if info.get("lang") != lang:
         raise ConfigError(f"tokenised as language '{info.get('lang')}' ({info_path}), used here as '{lang}'", path)
     recorded = {**_RECORDED_BEFORE, **info}
     wrong = [f"{k}={recorded.get(k)} there, {getattr(pipeline, k)} here ({flag})"
              for k, flag in _FLAGS.items() if recorded.get(k) != getattr(pipeline, k)]
-    if list(info.get("protected_patterns") or []) != list(pipeline.protected_patterns):
+    if protect and list(info.get("protected_patterns") or []) != list(pipeline.protected_patterns):
         wrong.append(f"{len(info.get('protected_patterns') or [])} protected patterns there, "
                      f"{len(pipeline.protected_patterns)} here (--protect)")
     if wrong:
         older = [k for k in _RECORDED_BEFORE if k not in info]
         redo = (f"re-run 'nmtkit tokenize' (the record predates its {' and '.join(older)} steps) or give this "
                 "command the tokeniser's flags" if older else "give the tokeniser and this command the same flags")
-        raise ConfigError(f"tokenised with other settings ({info_path}): {'; '.join(wrong)}; {redo}, since translate "
-                          "replays this command's", path)
+        raise ConfigError(f"tokenised with other settings ({info_path}): {'; '.join(wrong)}; {redo}, {why}", path)
     return True
 
 
