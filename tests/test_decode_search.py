@@ -265,3 +265,15 @@ def test_fast_paths_give_the_same_translations_as_the_plain_ones(monkeypatch, re
         assert [h.score for h in f] == pytest.approx([h.score for h in p], abs=1e-5)
         for hf, hp in zip(f, p):
             assert torch.allclose(hf.attention, hp.attention, atol=1e-5)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_a_model_whose_scores_are_not_finite_gives_no_hypothesis_rather_than_a_crash(beam):
+    """A model whose weights overflowed scores every candidate nan, so none ends: `greedy_search`
+    raised IndexError on the empty list (in training's dev BLEU)."""
+    model = tiny_model(seed=0)
+    with torch.no_grad():
+        model.W_o.bias.fill_(float("nan"))
+    src, lens = random_sources(0)
+    assert beam_search(model, src, lens, beam=beam) == [[] for _ in range(src.size(0))]
+    assert greedy_search(model, src, lens, max_len=5) == [None] * src.size(0)

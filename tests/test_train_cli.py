@@ -190,3 +190,11 @@ def test_init_option_overrides_the_presets_initialisation_and_is_recorded(data_d
     code, _, err = run_cli(base + ["--save-dir", str(tmp_path / "b"), "--preset", "small", "--init", "paper"])
     assert code == 0, err
     assert load_checkpoint(tmp_path / "b" / "checkpoint_last.pt")["model_config"]["init"] == "paper"
+
+
+def test_a_diverging_runs_perplexity_is_printed_in_scientific_notation_not_300_digits():
+    from nmtkit.cli.train import _ppl
+    from nmtkit.train.validate import perplexity
+
+    assert [_ppl(25.83, 1), _ppl(25.833, 2), _ppl(999_999.0, 1)] == ["25.8", "25.83", "999999.0"]
+    assert _ppl(perplexity(92291111.29), 1) == "1.01e+304" and _ppl(float("nan"), 2) == "nan"

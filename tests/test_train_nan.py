@@ -27,7 +27,9 @@ def _nan_at(*steps):
 def test_nan_loss_stops_with_message_and_keeps_best_checkpoint(data_dir, tmp_path):
     run = tmp_path / "run"
     opts = tiny_options(max_updates=30, valid_every=5, save_every=5, valid_bleu_samples=0)
-    with pytest.raises(TrainingError, match=r"non-finite loss.*update 8.*checkpoint_last.pt"):
+    # the advice is what train accepts: a resumed run cannot change its --lr
+    with pytest.raises(TrainingError, match=r"non-finite loss.*update 8.*checkpoint_last.pt\) is untouched: resume "
+                                            r"it with --on-nan skip .*, or start a new run with a lower --lr$"):
         run_training(data_dir, run, opts, tiny_overrides(), loss_hook=_nan_at(8))
     best = load_checkpoint(run / "checkpoint_best.pt")
     last = load_checkpoint(run / "checkpoint_last.pt")
@@ -65,3 +67,28 @@ def test_diverged_model_never_becomes_best(data_dir, tmp_path, monkeypatch):
     with pytest.raises(TrainingError, match="in a row"):
         run_training(data_dir, run, opts, tiny_overrides(), loss_hook=hook)
     assert load_checkpoint(run / "checkpoint_best.pt")["trainer"]["update"] == 4
+
+
+def test_weights_that_overflow_stop_the_run_in_one_line_not_a_crash_of_dev_bleu(data_dir, tmp_path):
+    """Plain SGD at lr 30 without clipping: the weights overflow within a few updates, so that
+    every score of the dev set's greedy decoding is nan, it finds no hypothesis, and validation
+    crashed (IndexError) where the run should stop as a diverged one."""
+    opts = tiny_options(max_updates=40, valid_every=1, optimizer="sgd", lr=30.0, clip_norm=0.0, valid_bleu_samples=5)
+    with pytest.raises(TrainingError, match=r"dev loss is nan at update \d+: the model has diverged; start a new "
+                                            r"run with a lower --lr; checkpoint_best.pt \(update \d+\) is the best"):
+        run_training(data_dir, tmp_path / "run", opts, tiny_overrides())
+
+
+def test_a_nan_dev_loss_stops_the_run_after_recording_the_validation(data_dir, tmp_path, monkeypatch):
+    """With --on-nan skip too: every later minibatch of a model whose dev loss is nan would be
+    skipped until the run gave up."""
+    import nmtkit.train.trainer as trainer_mod
+
+    real = trainer_mod.dev_scores
+    monkeypatch.setattr(trainer_mod, "dev_scores",
+                        lambda ctx: (float("nan"), float("nan")) if ctx.state.update >= 6 else real(ctx))
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=20, valid_every=3, on_nan="skip", valid_bleu_samples=0)
+    with pytest.raises(TrainingError, match=r"dev loss is nan at update 6: .* checkpoint_best.pt \(update 3\)"):
+        run_training(data_dir, run, opts, tiny_overrides())
+    assert [r["update"] for r in _records(run, "valid")] == [3, 6]

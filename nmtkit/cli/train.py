@@ -81,6 +81,12 @@ def _show_config(text: str) -> None:
     click.echo(f"nmtkit train: configuration (also in config.json):\n{text}", err=True, nl=False)
 
 
+def _ppl(ppl: float, decimals: int) -> str:
+    """A perplexity with `decimals` decimals, or in scientific notation once it is too large to
+    read so (a diverging model's reaches 1e304: a number of 300 digits)."""
+    return f"{ppl:.{decimals}f}" if ppl < 1e6 else f"{ppl:.3g}"
+
+
 def _fmt_time(seconds: float | None) -> str:
     if seconds is None or seconds != seconds or seconds == float("inf"):
         return "-"
@@ -156,7 +162,7 @@ class Reporter(Callbacks):
             head.add_row(Text("train", style="bold"),
                          Text(f"update {self.update:,}  epoch {self.epoch}  ETA {_fmt_time(self._eta(self.update))}"))
         r = self.last
-        stats = (f"loss {r.loss:.3f}  ppl {r.ppl:.1f}  lr {r.lr:.3g}  "
+        stats = (f"loss {r.loss:.3f}  ppl {_ppl(r.ppl, 1)}  lr {r.lr:.3g}  "
                  f"{r.tgt_tokens_per_s:,.0f} tgt tok/s" if r is not None else "loss -")
         return Group(head, Text("  " + stats), Text(f"  dev {self.dev}"))
 
@@ -179,16 +185,16 @@ class Reporter(Callbacks):
             return
         if self.progress is None:
             click.echo(f"nmtkit train: update {event.update:,} | epoch {event.epoch} | loss {event.loss:.4f} | "
-                       f"ppl {event.ppl:.2f} | lr {event.lr:.3g} | {event.tgt_tokens_per_s:,.0f} tgt tok/s | "
+                       f"ppl {_ppl(event.ppl, 2)} | lr {event.lr:.3g} | {event.tgt_tokens_per_s:,.0f} tgt tok/s | "
                        f"ETA {_fmt_time(self._eta(event.update))}", err=True)
 
     def on_validation(self, event: ValidationEvent) -> None:
         bleu = "" if event.bleu is None else f" BLEU {event.bleu:.2f}"
         best = "  (best)" if event.best else ""
-        self.dev = f"loss {event.loss:.3f}  ppl {event.ppl:.1f}{bleu}  at update {event.update:,}{best}"
+        self.dev = f"loss {event.loss:.3f}  ppl {_ppl(event.ppl, 1)}{bleu}  at update {event.update:,}{best}"
         if self.quiet:
             return
-        line = (f"validation at update {event.update:,}: dev loss {event.loss:.3f} ppl {event.ppl:.1f}{bleu}"
+        line = (f"validation at update {event.update:,}: dev loss {event.loss:.3f} ppl {_ppl(event.ppl, 1)}{bleu}"
                 f"{' (best)' if event.best else ''}")
         if self.progress is not None:
             self.progress.console.print(line)

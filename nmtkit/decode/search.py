@@ -96,16 +96,17 @@ def greedy_search(
     lenpen: float = 1.0,
     need_attention: bool = False,
     ban_unk: bool = False,
-) -> list[Hypothesis]:
+) -> list[Hypothesis | None]:
     """The most probable token at every step: beam search of width 1.
 
     src: (B, S) ids on the model's device, src_lens: (B,); max_len: an int or a (B,) tensor of
-    the most target tokens before EOS. Returns one Hypothesis per sentence, in input order.
+    the most target tokens before EOS. Returns one Hypothesis per sentence, in input order, or
+    None for a sentence whose scores were not finite (see `beam_search`).
     """
     lim = torch.full((src.size(0),), max_len, dtype=torch.long) if isinstance(max_len, int) else max_len
     hyps = beam_search(models_or_model, src, src_lens, beam=1, nbest=1, lenpen=lenpen,
                        need_attention=need_attention, max_len=lim, ban_unk=ban_unk)
-    return [h[0] for h in hyps]
+    return [h[0] if h else None for h in hyps]
 
 
 @torch.inference_mode()
@@ -124,7 +125,8 @@ def beam_search(
     ban_unk: bool = False,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; returns, for each sentence in input order, its `nbest` best
-    hypotheses sorted by score (best first).
+    hypotheses sorted by score (best first): none for a sentence whose every candidate scored
+    nan or -inf (a model whose scores overflow: weights that diverged, or fp16 past its range).
 
     src: (B, S) ids on the models' device, src_lens: (B,). `models_or_model` is one model or a
     list (an ensemble sharing vocabularies). `max_len` (B,) overrides the a*len+b limits.

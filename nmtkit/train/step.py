@@ -110,8 +110,8 @@ def _non_finite(ctx: TrainContext) -> None:
     where = f"update {st.update + 1} (epoch {st.epoch}, minibatch {st.batch_in_epoch})"
     if ctx.cfg.on_nan == "stop":
         last = ctx.run_dir / LAST
-        hint = (f"the last checkpoint ({last}) is untouched; resume with --resume and a lower --lr, "
-                "or with --on-nan skip" if last.exists() else "no checkpoint was written yet")
+        hint = (f"the last checkpoint ({last}) is untouched: resume it with --on-nan skip to skip such minibatches, "
+                "or start a new run with a lower --lr" if last.exists() else "no checkpoint was written yet")
         raise TrainingError(f"non-finite loss or gradient (nan/inf) at {where}: stopped; {hint}")
     st.skipped_batches += 1
     ctx.consecutive_skips += 1
@@ -119,5 +119,5 @@ def _non_finite(ctx: TrainContext) -> None:
     ctx.cb.on_message(f"non-finite loss at {where}: minibatch skipped")
     if ctx.consecutive_skips >= MAX_CONSECUTIVE_SKIPS:
         raise TrainingError(f"{ctx.consecutive_skips} minibatches in a row had a non-finite loss "
-                            f"(last at {where}): the model has diverged; resume from a checkpoint "
-                            "with a lower --lr")
+                            f"(last at {where}): the model has diverged; start a new run with a lower --lr "
+                            "(a resumed run keeps its --lr)")

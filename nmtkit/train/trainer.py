@@ -33,6 +33,7 @@ import time
 import numpy as np
 
 from nmtkit.data.batching import update_batches
+from nmtkit.errors import TrainingError
 from nmtkit.memory import RELEASE_EVERY_UPDATES, release_free_memory
 from nmtkit.train.checkpoints import BEST, LAST, RunCheckpoints, run_lexicon
 from nmtkit.train.context import TrainContext
@@ -237,6 +238,11 @@ class Trainer:
         if ctx.dist.is_main:
             self._record_validation(event)
             ctx.cb.on_validation(event)
+        if not math.isfinite(loss):  # weights that overflow: every later update is nan too, so skipping cannot help
+            best = (f"; {BEST} (update {st.best_update}) is the best model before it" if st.best_update is not None
+                    else "")
+            raise TrainingError(f"dev loss is {loss} at update {st.update}: the model has diverged; start a new run "
+                                f"with a lower --lr{best}")
         return event
 
     def _schedule_lr(self, score: float) -> None:

@@ -74,7 +74,8 @@ def dev_translations(
     model: Any, data: ParallelData, n_samples: int, beam: int, batch_size: int, device: torch.device,
     precision: str = "fp32",
 ) -> list[list[int]]:
-    """Token ids of the translations of the first `n_samples` dev sentences (in order)."""
+    """Token ids of the translations of the first `n_samples` dev sentences (in order); none for
+    a sentence the model gives no finite score (warned)."""
     from nmtkit.decode.search import beam_search, greedy_search
 
     was_training = model.training
@@ -85,6 +86,7 @@ def dev_translations(
     arrays = (np.asarray(data.src.ids), np.asarray(data.src.offsets), np.asarray(data.tgt.ids),
               np.asarray(data.tgt.offsets))
     ok = idx[data.src.lengths[:n] > 0]
+    failed = 0
     try:
         for batch in length_batches(data.src.lengths, batch_size, indices=ok):
             src, src_lens, _, _ = collate(*arrays, batch)
@@ -92,13 +94,17 @@ def dev_translations(
             with autocast(device.type, precision):
                 if beam == 1:
                     max_len = (lens_t * 2 + 10)
-                    hyps = [h.tokens for h in greedy_search(model, src_t, lens_t, max_len=max_len)]
+                    best = greedy_search(model, src_t, lens_t, max_len=max_len)
                 else:
-                    hyps = [nb[0].tokens for nb in beam_search(model, src_t, lens_t, beam=beam)]
-            for k, toks in zip(batch, hyps):
-                out[int(k)] = list(toks)
+                    best = [nb[0] if nb else None for nb in beam_search(model, src_t, lens_t, beam=beam)]
+            for k, hyp in zip(batch, best):
+                out[int(k)] = list(hyp.tokens) if hyp is not None else []
+                failed += hyp is None
     finally:
         model.train(was_training)
+    if failed:
+        log.warning("dev BLEU: %d of %d dev sentences got no translation, the model's scores being nan or infinite: "
+                    "it may have diverged", failed, len(ok))
     return out
 
 
@@ -155,7 +161,7 @@ def dev_scores(ctx: Any) -> tuple[float, float]:
         assert ctx.valid_data is not None
         loss, _ = dev_loss(ctx.model, ctx.valid_data, cfg.valid_batch_size, ctx.device, ctx.precision,
                            cfg.loss_chunk_tokens)
-        if ctx.bleu_enabled:
+        if ctx.bleu_enabled and math.isfinite(loss):  # a model whose loss overflows has no translation to score
             bleu, _, _ = dev_bleu(ctx.model, ctx.valid_data, ctx.data.tgt_vocab, ctx.data.pipeline,
                                   cfg.valid_bleu_samples, cfg.valid_beam, cfg.valid_batch_size, ctx.device,
                                   ctx.raw_refs, ctx.precision)
