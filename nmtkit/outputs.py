@@ -319,6 +319,10 @@ def _resolved(pairs: Iterable[tuple[str, str | Path | None]]) -> list[tuple[str,
     return [(opt, path, real_path(path)) for opt, p in pairs if (path := file_path(p)) is not None]
 
 
+# stdin as an input of `check_outputs_vs_inputs`: `cmd -o f --force < f` would overwrite f
+STDIN = ("stdin", "/dev/stdin")
+
+
 def check_outputs_vs_inputs(
     inputs: Iterable[tuple[str, str | Path | None]],
     files: Iterable[tuple[str, str | Path | None]] = (),
@@ -339,7 +343,9 @@ def check_outputs_vs_inputs(
       (train's run files, translate's plots): refused when an input is the folder itself or
       a file of it that `owns`.
 
-    Nodes written in place (/dev/null, FIFOs, /dev/stdout) destroy nothing and are left out.
+    An output file may not be an output folder either. Nodes written in place (/dev/null, FIFOs,
+    /dev/stdout) destroy nothing and are left out. A command reading stdin names it as an input
+    (`STDIN`): redirected from a file, that file is protected as any input is.
     Raises OutputError naming the output and its option, and the input and its option.
     """
     ins = _resolved(inputs)
@@ -374,3 +380,6 @@ def check_outputs_vs_inputs(
                 refuse(opt, folder, f"is the {in_opt} input")
             if os.path.dirname(real_in) == real_folder and owns(os.path.basename(real_in)):
                 refuse(opt, folder, f"would overwrite the {in_opt} input {inp}")
+        for file_opt, _out, real_out in seen:
+            if real_out == real_folder:
+                refuse(opt, folder, f"is also the {file_opt} output file")

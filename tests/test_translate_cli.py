@@ -253,3 +253,34 @@ def test_translating_a_line_imports_no_plotting_scoring_or_tensorboard_library_n
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("\n") == 1
     assert proc.stderr.strip().splitlines()[-1] == "[]", proc.stderr
+
+
+@pytest.mark.parametrize("command", ["translate", "tokenize"])
+def test_an_input_redirected_from_a_file_is_never_the_output_even_with_force(ckpt, tmp_path, command):
+    """`nmtkit translate -o f --force < f` replaced the text with its translations: -i f was
+    refused, stdin was not compared. tokenize overwrites its -o without --force."""
+    from tests.conftest import REPO
+
+    text = tmp_path / "in.en"
+    text.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    before = text.read_bytes()
+    argv = ["translate", "-m", ckpt, "--force"] if command == "translate" else ["tokenize", "--lang", "en"]
+    with open(text, "rb") as stdin:
+        proc = subprocess.run([sys.executable, "-m", "nmtkit", *argv, "-o", str(text)], stdin=stdin,
+                              capture_output=True, text=True, cwd=REPO,
+                              env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1"))
+    line = _error_line(CliResult(proc.returncode, proc.stdout, proc.stderr))
+    assert f"{text}: the -o output is the same file as the stdin input" in line
+    assert text.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]
+
+
+def test_the_plot_folder_cannot_be_the_output_file_checked_before_decoding(ckpt, tmp_path):
+    """It failed at the end, with the plots written and the translations lost, in a message
+    naming neither option."""
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    both = tmp_path / "both"
+    for outputs in (["-o", str(both)], ["--alignments", "hard", "--alignments-file", str(both)]):
+        line = _error_line(run_cli(["translate", "-m", ckpt, "-i", str(src), *outputs, "--plot-attention", str(both)]))
+        assert f"{both}: the --plot-attention output is also the {outputs[-2]} output file; nothing was written" in line
+        assert not both.exists()

@@ -25,6 +25,7 @@ from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.options import check_fields, option
 from nmtkit.outputs import (
+    STDIN,
     OutputFile,
     check_output,
     check_outputs_vs_inputs,
@@ -163,7 +164,7 @@ def check_tokenize_outputs(input_path: str | None, output_path: str | None, prot
     --protect file (nmtkit.outputs.check_outputs_vs_inputs), a folder, or in a folder that is
     missing or read-only; an empty -i or -o is refused."""
     input_path, output_path = file_path(input_path, "-i"), file_path(output_path, "-o")
-    inputs = [("-i", input_path), *(("--protect", p) for p in protect if os.path.isfile(p))]
+    inputs = [("-i", input_path) if input_path else STDIN, *(("--protect", p) for p in protect if os.path.isfile(p))]
     tokinfo_out = output_path + TOKINFO_SUFFIX if output_path else None
     check_outputs_vs_inputs(inputs, files=[("-o", output_path), (f"-o's {TOKINFO_SUFFIX}", tokinfo_out)])
     if output_path is not None and not writes_in_place(output_path):  # a folder, a missing one: before any work

@@ -48,7 +48,7 @@ def check_files(config: TranslateConfig, input_path: str | None, output_path: st
     """The files of `translate_files`, checked before the models load and hours of decoding
     start: the input exists, no output would be overwritten (without `force`), and
     --alignments and --alignments-file come together."""
-    from nmtkit.outputs import check_output, check_outputs_vs_inputs, file_path
+    from nmtkit.outputs import STDIN, check_output, check_outputs_vs_inputs, file_path
     from nmtkit.translate.writers import is_plot_name
 
     if config.alignments and not alignments_file:
@@ -64,7 +64,8 @@ def check_files(config: TranslateConfig, input_path: str | None, output_path: st
     if input_path and not Path(input_path).exists():  # FIFOs, /dev/stdin and <(cmd) are read as files are
         raise InputError("input file not found", input_path)
     check_outputs_vs_inputs(
-        inputs=[("-i", input_path), *(("-m", m) for m in config.models), ("--unk-dict", config.unk_dict)],
+        inputs=[("-i", input_path) if input_path else STDIN, *(("-m", m) for m in config.models),
+                ("--unk-dict", config.unk_dict)],
         files=[("-o", output_path), ("--alignments-file", alignments_file)],
         folders=[("--plot-attention", config.plot_attention, is_plot_name)])
     if output_path:
