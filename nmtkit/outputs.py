@@ -134,6 +134,16 @@ def _probe_folder(folder: str, name: str, what: str) -> None:
 _PENDING: "weakref.WeakSet[Staged]" = weakref.WeakSet()
 
 
+# The outputs whose temp file was removed unfinished, so that a command stopped by its stdout
+# going away (`... | head`) can say which of its other outputs it did not write.
+_ABANDONED: list[str] = []
+
+
+def abandoned_outputs() -> list[str]:
+    """The paths of the outputs given up unfinished so far in this process (`Staged.abort`)."""
+    return list(_ABANDONED)
+
+
 def abort_pending() -> None:
     """Remove every temp file still being written (see `sigterm_unwinds` in nmtkit.cli.common)."""
     for staged in list(_PENDING):
@@ -189,6 +199,7 @@ class Staged:
             except FileNotFoundError:
                 pass
             self.tmp = None
+            _ABANDONED.append(self.path)
         _PENDING.discard(self)
 
     def __enter__(self) -> "Staged":

@@ -86,6 +86,21 @@ def test_reader_that_goes_away_is_not_an_error(ckpt, tmp_path):
     assert "Traceback" not in proc.stderr and "Exception" not in proc.stderr and "Broken" not in proc.stderr
 
 
+def test_a_reader_that_goes_away_while_other_outputs_are_written_is_an_error_naming_them(ckpt, tmp_path):
+    """The translations to -o, the alignments to stdout, read by head: the run stopped at the
+    broken pipe with status 0, and the -o file it had not written was never mentioned."""
+    big = tmp_path / "big.txt"
+    big.write_text("the cat sat on a mat .\n" * 3000, encoding="utf-8")
+    out = tmp_path / "out.txt"
+    cmd = f"{sys.executable} -m nmtkit translate -m {ckpt} --beam 1 --max-len-a 0 --max-len-b 2 --buffer-size 50 " \
+          f"-i {big} -o {out} --alignments hard --alignments-file - | head -n 2"
+    proc = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and len(proc.stdout.splitlines()) == 2
+    assert proc.stderr.strip() == (f"nmtkit: error: stdout was closed before the end (by its reader, such as head), "
+                                   f"so {out} was not written")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.txt"]
+
+
 def test_interactive_answers_each_line_before_the_next_arrives(ckpt):
     proc = subprocess.Popen([sys.executable, "-m", "nmtkit", "translate", "-m", ckpt, "--beam", "2", "--interactive",
                              "--max-len-b", "3"],

@@ -21,6 +21,7 @@ from nmtkit import __version__
 from nmtkit.cli.common import Terminated, setup_warnings, sigterm_unwinds
 from nmtkit.errors import NmtkitError, describe_os_error
 from nmtkit.memory import limit_cpu_caches
+from nmtkit.outputs import abandoned_outputs
 
 # name -> "module:command", in pipeline order. A subcommand's module (its configs, click options
 # and what they import) loads only when that subcommand runs or lists its help: all of them
@@ -229,9 +230,14 @@ def _run(argv: list[str] | None, debug: bool) -> None:
     except _StdoutGone:
         # `nmtkit translate ... | head`: the reader went away; that is not an error. Exit with
         # status 0 (status 1 would fail `set -o pipefail` scripts), stdout pointed at /dev/null
-        # so that the interpreter's final flush has nothing to complain about.
+        # so that the interpreter's final flush has nothing to complain about. Unless the
+        # command had other outputs, which it then left unwritten: that is said, with status 1.
         _silence_stdout()
-        sys.exit(0)
+        lost = abandoned_outputs()
+        if lost:
+            click.echo(f"nmtkit: error: stdout was closed before the end (by its reader, such as head), so "
+                       f"{' and '.join(lost)} {'was' if len(lost) == 1 else 'were'} not written", err=True)
+        sys.exit(1 if lost else 0)
     except OSError as err:
         if debug:
             raise
