@@ -29,6 +29,9 @@ ROWS = [
     # ---- inputs and resources ---------------------------------------------------------------------
     Row("translate-beam-above-the-vocabulary-is-capped", lambda w: _translate(w, "--beam", "10000"), ok=True,
         needles=("--beam 10000", "target vocabulary")),
+    Row("translate-nbest-above-the-vocabulary-is-capped-and-said", lambda w: _translate(w, "--beam", "10000", "--nbest",
+                                                                                         "10000"), ok=True,
+        needles=("--nbest 10000 lists of at most",)),
     Row("translate-i-fifo", lambda w: _with_input(w, _fifo_input(w), "-o", str(w.tmp / "o.txt")), ok=True,
         check=lambda w: _lines(w.tmp / "o.txt", 5)),
     Row("translate-i-process-substitution", lambda w: _with_input(w, _pipe_input(w), "-o", str(w.tmp / "o.txt")),

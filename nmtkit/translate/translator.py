@@ -85,8 +85,9 @@ class Translator:
         # every search is capped at max_beam (n-best lists too)
         self.max_beam = n_tgt = len(self.tgt_vocab.itos)
         if config.beam > n_tgt:
+            nbest = f" and --nbest {config.nbest} lists of at most {n_tgt}" if config.nbest > n_tgt else ""
             self.warn(f"--beam {config.beam} is above the target vocabulary's {n_tgt} entries: searching with "
-                      f"a beam of {n_tgt}, which finds the same translations")
+                      f"a beam of {n_tgt}, which finds the same translations{nbest}")
         # Jean et al. (2015)'s candidate list: with the lexicon the trainer stores (older
         # checkpoints have none), each batch scores only its shortlist of target words
         # (sampling draws from the whole vocabulary: a shortlist would change its distribution)
