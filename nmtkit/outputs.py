@@ -153,9 +153,10 @@ def abort_pending() -> None:
 class Staged:
     """Where the bytes for `path` go now (`write_path`) and how they appear there (`commit`).
 
-    For a regular destination `write_path` is an empty temp file beside it (with the final
-    permissions already); `commit()` fsyncs it and renames it over the destination, `abort()`
-    removes it. For a node written in place `write_path` is `path` itself and both are no-ops.
+    For a regular destination `write_path` is an empty temp file beside it, writable by its
+    owner; `commit()` fsyncs it, gives it the final permissions (those of the file it replaces:
+    a read-only one stays read-only, as `mv` keeps the new file's) and renames it over the
+    destination, `abort()` removes it. For a node written in place `write_path` is `path` itself and both are no-ops.
     Use it for libraries that write by file name; `OutputFile` wraps it for file objects.
     """
 
@@ -168,11 +169,11 @@ class Staged:
             return
         target = os.path.realpath(self.path)  # write through a symlink, as open() does
         self.target = target
-        mode = _new_file_mode(target)
+        self.mode = _new_file_mode(target)
         folder, name = os.path.split(target)
         fd, self.tmp = tempfile.mkstemp(prefix=name + ".", suffix=".tmp", dir=folder)
-        try:
-            os.fchmod(fd, mode)
+        try:  # the final mode, writable by us until the commit: a library reopens it by name to write
+            os.fchmod(fd, self.mode | stat.S_IRUSR | stat.S_IWUSR)
         finally:
             os.close(fd)
         self.write_path = self.tmp
@@ -188,6 +189,7 @@ class Staged:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+        os.chmod(self.tmp, self.mode)
         os.replace(self.tmp, self.target)
         self.tmp = None
         _PENDING.discard(self)

@@ -86,6 +86,22 @@ def test_a_regular_file_is_replaced_atomically_with_open_w_permissions(tmp_path)
     assert sorted(os.listdir(tmp_path)) == ["new.txt", "old.txt"]
 
 
+def test_a_read_only_file_is_replaced_by_writing_a_temp_file_its_owner_can_write(tmp_path):
+    """The temp file got the final mode at once, so a library writing it by name (torch.save of
+    checkpoint_last.pt) was refused for a read-only file: after the run's updates, in a message
+    naming the temp file. The new file keeps the old one's mode, as `mv` would give it."""
+    old = tmp_path / "checkpoint_last.pt"
+    old.write_text("x\n")
+    os.chmod(old, 0o444)
+    st = Staged(old)
+    assert os.stat(st.write_path).st_mode & stat.S_IWUSR
+    with open(st.write_path, "w") as f:
+        f.write("new\n")
+    st.commit()
+    assert old.read_text() == "new\n" and stat.S_IMODE(os.stat(old).st_mode) == 0o444
+    assert os.listdir(tmp_path) == ["checkpoint_last.pt"]
+
+
 def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path):
     old = tmp_path / "old.txt"
     old.write_text("keep\n")
