@@ -120,8 +120,9 @@ def average_checkpoints(paths: Sequence[str | Path], progress: Callable[[str], N
     Each tensor of the result: sum_m theta_m / M computed in float64, then cast to the dtype
     stored in the checkpoints (non-floating tensors, e.g. counters, must be equal and are
     copied)."""
-    import torch
+    from nmtkit.devices import import_torch
 
+    torch = import_torch()
     from nmtkit.checkpoint import check_finite, load_checkpoint, make_checkpoint, model_fields
 
     paths = [str(p) for p in paths]

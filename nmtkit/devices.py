@@ -7,8 +7,33 @@ from __future__ import annotations
 
 import os
 import re
+import sys
+from typing import Any
 
 from nmtkit.errors import ConfigError
+
+
+def import_torch() -> Any:
+    """`import torch`, with Ctrl-C and SIGTERM held until it is done (then they act). torch's C
+    code imports numpy and clears whatever error that raises, so an interrupt landing there was
+    lost (the command went on) or left numpy half-imported (a traceback later). Called where a
+    command first needs torch; once torch is imported it is only a lookup."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"]
+    import signal
+
+    held = {signal.SIGINT, signal.SIGTERM}
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    except (AttributeError, ValueError, OSError):  # no pthread_sigmask here: import as it comes
+        import torch
+
+        return torch
+    try:
+        import torch
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    return torch
 
 
 def available_cores() -> int:

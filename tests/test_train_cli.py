@@ -198,3 +198,36 @@ def test_a_diverging_runs_perplexity_is_printed_in_scientific_notation_not_300_d
 
     assert [_ppl(25.83, 1), _ppl(25.833, 2), _ppl(999_999.0, 1)] == ["25.8", "25.83", "999999.0"]
     assert _ppl(perplexity(92291111.29), 1) == "1.01e+304" and _ppl(float("nan"), 2) == "nan"
+
+
+# Sends this process a SIGINT when `import numpy` starts, which torch's C code does (and clears
+# whatever error it raises), then runs `nmtkit ARGS`.
+_INTERRUPT_IN_NUMPY = """
+import importlib.abc, os, signal, sys
+class Hook(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "numpy":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, Hook())
+from nmtkit.cli import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("command", ["train", "translate", "average"])
+def test_ctrl_c_while_torch_imports_ends_the_command_instead_of_being_lost(data_dir, ckpt, tmp_path, command):
+    """Interrupted there, training went on (the interrupt lost inside torch's import of numpy)
+    or failed later with a traceback from a half-imported numpy."""
+    from tests.conftest import REPO
+
+    argv = {"train": ["train", "--data", str(data_dir), "--save-dir", str(tmp_path / "run"), *TINY,
+                      "--max-updates", "3", "-q"],
+            "translate": ["translate", "-m", ckpt, "-o", str(tmp_path / "out.txt")],
+            "average": ["average", "-m", ckpt, "-o", str(tmp_path / "avg.pt")]}[command]
+    proc = subprocess.run([sys.executable, "-c", _INTERRUPT_IN_NUMPY, *argv], input="the cat\n", capture_output=True,
+                          text=True, timeout=120, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.returncode == 130 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "nmtkit: aborted"
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]

@@ -57,6 +57,9 @@ def train_cmd(ctx: click.Context, data_dir: str, save_dir: str, resume: bool, fo
     train_options = TrainOptions(**config_values(TrainConfig, options, given_only=True))
     model_overrides = ModelOverrides(**config_values(ModelOverrides, options, given_only=True))
 
+    from nmtkit.devices import import_torch
+
+    import_torch()  # before the modules that import it, with interrupts held (see there)
     from nmtkit.train import distributed as ddp
     from nmtkit.train.run import run_training
 

@@ -66,8 +66,9 @@ class Translator:
     def __init__(self, config: TranslateConfig, warn: Callable[[str], None] | None = None):
         """Load `config.models` (a `ModelBundle`, `self.bundle`) for decoding as `config` says
         (a config is validated once, when it is built)."""
-        import torch
+        from nmtkit.devices import import_torch
 
+        torch = import_torch()
         from nmtkit.models.precision import FP16_ON_CPU, autocast
         from nmtkit.models.quantize import INT8_ON_CUDA
 
