@@ -176,7 +176,7 @@ def _changed(tmp_path: Path, name: str, how: str) -> Path:
     ("config", "model config differs"),
     ("shape", "parameter"),
     ("vocab", "tgt vocabulary differs"),  # and says what needs them alike: averaging, not an ensemble
-    ("pipeline", "text pipeline"),
+    ("pipeline", "(lowercase True vs False); averaging needs checkpoints trained on the same preprocessing"),
     ("arch", "architecture rnnencdec differs"),
     ("nan", "its model has weights that are NaN or infinite"),
     ("config-list", "its model_config and model_state are not both mappings"),

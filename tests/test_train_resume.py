@@ -117,6 +117,34 @@ def test_resuming_with_other_training_data_of_the_same_vocabularies_is_refused(d
     assert run_training(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True).update == 4
 
 
+@pytest.mark.parametrize("changes, needle", [
+    (dict(protected_patterns=(r"https?://\S+",)), r"\(protected_patterns\)"),
+    (dict(nfc=False), r"\(nfc False vs True\)"),
+], ids=["protect", "no-nfc"])
+def test_resuming_with_a_data_directory_preprocessed_otherwise_is_refused(data_dir, tmp_path, changes, needle):
+    """Same vocabularies and sizes, another text pipeline: the resumed checkpoints recorded the
+    new one, so translate preprocessed otherwise than the run's first updates were trained, and
+    averaging the run's own kept checkpoints was refused."""
+    import json
+
+    from nmtkit.text.pipeline import TextPipeline
+    from tests.conftest import make_data_dir
+
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
+    run_training(data_dir, run, opts, tiny_overrides())
+    other = make_data_dir(tmp_path / "other")
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["pipeline"] = TextPipeline("en", "fr", **changes).to_dict()
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"}
+    with pytest.raises(CheckpointError, match=r"text pipeline \(preprocessing\) of .*other differs from the run's "
+                       + needle) as err:
+        run_training(other, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
+    assert str(run / "checkpoint_last.pt") in str(err.value)
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"} == before
+
+
 def test_a_kept_checkpoint_is_written_before_checkpoint_last_at_its_update(data_dir, tmp_path, monkeypatch):
     """Written after it, a kill between the two lost the kept model for good: the run resumed
     after that update."""

@@ -12,6 +12,7 @@ import math
 from typing import Any, Sequence
 
 from nmtkit.errors import CheckpointError
+from nmtkit.text.pipeline import pipeline_differences
 
 
 def average_log_probs(log_probs: Sequence[Any]) -> Any:
@@ -42,9 +43,10 @@ def check_compatible(paths: Sequence[str], ckpts: Sequence[dict], needs: str = "
                 raise CheckpointError(
                     f"{side} vocabulary differs from {first_path}'s ({detail}); {needs} trained on the same "
                     "vocabularies", path)
-        if ckpt.get("pipeline") != first.get("pipeline"):
+        differs = pipeline_differences(first.get("pipeline"), ckpt.get("pipeline"))
+        if differs:
             raise CheckpointError(
-                f"text pipeline (preprocessing) differs from {first_path}'s; {needs} trained on the same "
-                "preprocessing", path)
+                f"text pipeline (preprocessing) differs from {first_path}'s ({', '.join(differs)}); {needs} "
+                "trained on the same preprocessing", path)
         if (ckpt.get("src_lang"), ckpt.get("tgt_lang")) != (first.get("src_lang"), first.get("tgt_lang")):
             raise CheckpointError(f"language pair differs from {first_path}'s", path)

@@ -271,3 +271,22 @@ class TextPipeline:
                 words = detruecase(words)
             return moses.detokenize(words, self.lang(side))
         raise ValueError(f"output_format must be one of {INPUT_FORMATS}, not {output_format!r}")
+
+
+def pipeline_differences(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[str]:
+    """The settings in which the recorded pipeline `b` differs from `a` (`to_dict`'s dicts, as
+    manifests and checkpoints hold them; None: none recorded), in field order: a switch or a
+    language with both values ("nfc False vs True", `b`'s first), BPE, truecasing and protected
+    patterns by name. Empty exactly when the two are equal (None as {}): the same preprocessing."""
+    a, b = a or {}, b or {}
+    if not (isinstance(a, dict) and isinstance(b, dict)):  # a damaged record: nothing to compare setting by setting
+        return [] if a == b else ["the whole record"]
+    names = [f.name for f in fields(TextPipeline) if not f.name.startswith("_")]
+    names += sorted((set(a) | set(b)) - set(names), key=str)  # "version", and any key no pipeline has
+    out = []
+    for name in names:
+        x, y = a.get(name), b.get(name)
+        if x != y:
+            scalar = all(v is None or isinstance(v, (bool, int, str)) for v in (x, y))
+            out.append(f"{name} {y} vs {x}" if scalar else name)
+    return out

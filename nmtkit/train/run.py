@@ -15,7 +15,8 @@ nothing behind.
 
 On resume the checkpoint's configs are used; only the TrainConfig fields marked `resume` (stopping
 criteria, reporting, hardware) may be changed, and a different value for any other is an error
-(it would silently make the run a different experiment).
+(it would silently make the run a different experiment). The data directory must be the run's:
+its text pipeline, vocabularies and training-data sizes those the checkpoint records.
 
 Every run writes its resolved configuration (architecture, model config, train config) to
 RUN/config.json, readable and complete, and hands the same text to `show_config` at the start.
@@ -36,6 +37,7 @@ from nmtkit.models.presets import ModelOverrides, resolve_model, training_defaul
 from nmtkit.options import option_name, resume_overridable
 from nmtkit.output_dirs import DirLock
 from nmtkit.outputs import check_output_dir, check_outputs_vs_inputs, write_text
+from nmtkit.text.pipeline import pipeline_differences
 from nmtkit.train.config import TrainConfig, TrainOptions
 from nmtkit.train.run_files import BEST, LAST, REPLACED, kept_checkpoints, kept_update
 from nmtkit.train.tensorboard import TensorBoardCallbacks, require_tensorboard, tensorboard_dir
@@ -151,6 +153,11 @@ def _resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: P
         if model_config.get(name) != value:
             raise ConfigError(f"{option_name(name)} {value} differs from the run being resumed "
                               f"({model_config.get(name)})")
+    differs = pipeline_differences(ckpt.get("pipeline"), data.pipeline)
+    if differs:  # the run's later updates would see text preprocessed otherwise than its first ones
+        raise CheckpointError(f"the text pipeline (preprocessing) of {data_dir} differs from the run's "
+                              f"({', '.join(differs)}): resume with the data directory the run was started with",
+                              str(save_dir / LAST))
     if ckpt["src_vocab"] != data.src_vocab.to_list() or ckpt["tgt_vocab"] != data.tgt_vocab.to_list():
         raise CheckpointError(f"the vocabularies of {data_dir} differ from the run's: resume with the "
                               "data directory the run was started with", str(save_dir / LAST))
