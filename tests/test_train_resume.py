@@ -7,7 +7,7 @@ import torch
 from nmtkit.checkpoint import load_checkpoint
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
 from nmtkit.models.presets import ModelOverrides
-from nmtkit.train.config import TrainConfig
+from nmtkit.train.config import TrainConfig, TrainOptions
 from nmtkit.train.run import run_training
 from tests.conftest import TINY_MODEL, tiny_options, tiny_overrides
 from tests.conftest import records as _records
@@ -143,6 +143,38 @@ def test_resuming_with_a_data_directory_preprocessed_otherwise_is_refused(data_d
         run_training(other, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
     assert str(run / "checkpoint_last.pt") in str(err.value)
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"} == before
+
+
+def test_resume_refuses_another_runs_checkpoint_last_by_the_runs_config_json(data_dir, tmp_path):
+    """Another run's checkpoint_last.pt copied into a run directory was resumed: that run went on
+    there, over this run's kept checkpoints, checkpoint_best.pt, metrics and config.json. What
+    resume may change, and a config.json that is gone, still resume."""
+    import json
+    import shutil
+
+    from tests.conftest import SIZES
+
+    run, other = tmp_path / "run", tmp_path / "other"
+    opts = tiny_options(max_updates=4, valid_every=2, save_every=2, keep_every=2, valid_bleu_samples=0)
+    run_training(data_dir, run, opts, tiny_overrides())
+    run_training(data_dir, other, opts.replace(arch="rnnencdec", max_updates=2),
+                 ModelOverrides(**SIZES["rnnencdec"], init="default"))
+    own_last = (run / "checkpoint_last.pt").read_bytes()
+    shutil.copy(other / "checkpoint_last.pt", run / "checkpoint_last.pt")
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"}
+    with pytest.raises(CheckpointError, match=r"checkpoint_last\.pt: not this run's checkpoint: its arch rnnencdec "
+                       r"differs from rnnsearch in .*run/config\.json"):  # resumed as `train --resume` is, no --arch
+        run_training(data_dir, run, TrainOptions(max_updates=6, threads=1, device="cpu"), resume=True)
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"} == before
+
+    (run / "checkpoint_last.pt").write_bytes(own_last)
+    config = json.loads((run / "config.json").read_text())
+    config["train_config"].update(max_updates=100, valid_every=3)  # a resume with these, killed before a checkpoint
+    (run / "config.json").write_text(json.dumps(config))
+    assert run_training(data_dir, run, opts.replace(max_updates=6), tiny_overrides(), resume=True).update == 6
+    (run / "config.json").unlink()
+    assert run_training(data_dir, run, opts.replace(max_updates=8), tiny_overrides(), resume=True).update == 8
+    assert json.loads((run / "config.json").read_text())["train_config"]["max_updates"] == 8
 
 
 def test_a_kept_checkpoint_is_written_before_checkpoint_last_at_its_update(data_dir, tmp_path, monkeypatch):

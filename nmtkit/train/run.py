@@ -20,6 +20,8 @@ its text pipeline, vocabularies and training-data sizes those the checkpoint rec
 
 Every run writes its resolved configuration (architecture, model config, train config) to
 RUN/config.json, readable and complete, and hands the same text to `show_config` at the start.
+A resume checks checkpoint_last.pt against it, so that another run's checkpoint copied in is
+refused instead of continuing that run over this one's files.
 """
 from __future__ import annotations
 
@@ -165,7 +167,35 @@ def _resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: P
     if was and now and was != now:  # same vocabularies, other text: the run would not continue, it would change
         raise CheckpointError(f"the training data of {data_dir} ({now}) differs from the run's ({was}): resume with "
                               "the data directory the run was started with", str(save_dir / LAST))
+    _check_run_record(save_dir, cfg, arch, model_config)
     return cfg, arch, model_config
+
+
+def _check_run_record(save_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[str, Any]) -> None:
+    """checkpoint_last.pt's configs (`cfg` as resumed) against config.json, the record the run
+    wrote at its start: another run's checkpoint copied in would continue that run here, over this
+    one's kept checkpoints, checkpoint_best.pt and metrics. Not compared: the settings resume may
+    change, those one side lacks (another nmtkit version), and a config.json that is missing or
+    unreadable (resume writes it again)."""
+    try:
+        record = json.loads((save_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if not isinstance(record, dict):
+        return
+    ours = json.loads(config_text(cfg, arch, model_config))  # as config.json holds it (lists, not tuples)
+    overridable = resume_overridable(TrainConfig)
+    settings = [("arch", record["arch"], arch)] if "arch" in record else []
+    for part in ("model_config", "train_config"):
+        theirs = record.get(part)
+        settings += [(k, theirs[k], v) for k, v in ours[part].items() if isinstance(theirs, dict) and k in theirs
+                     and not (part == "train_config" and k in overridable)]
+    for name, was, now in settings:
+        if was != now:
+            raise CheckpointError(f"not this run's checkpoint: its {name} {now} differs from {was} in "
+                                  f"{save_dir / CONFIG_FILE}, the record the run wrote at its start; put the run's "
+                                  "own checkpoint_last.pt back, or resume the other run in its own --save-dir",
+                                  str(save_dir / LAST))
 
 
 def _split_sizes(manifest: Any) -> str | None:
