@@ -231,3 +231,25 @@ def test_ctrl_c_while_torch_imports_ends_the_command_instead_of_being_lost(data_
     assert proc.returncode == 130 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == "nmtkit: aborted"
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+def test_a_new_run_that_fails_before_its_first_checkpoint_leaves_only_its_lock_file(data_dir, tmp_path):
+    """config.json and train.log stayed, so that the folder looked like a run's. A run that fails
+    after its first checkpoint keeps everything."""
+    from nmtkit.train.run import run_training
+    from tests.conftest import tiny_options, tiny_overrides
+
+    def fail_at(update):
+        def hook(at, loss):
+            if at == update:
+                raise MemoryError("as a model too large for memory would")
+            return loss
+        return hook
+
+    run = tmp_path / "run"
+    with pytest.raises(MemoryError):
+        run_training(data_dir, run, tiny_options(save_every=4), tiny_overrides(), loss_hook=fail_at(0))
+    assert os.listdir(run) == ["train.lock"]
+    with pytest.raises(MemoryError):
+        run_training(data_dir, run, tiny_options(save_every=4), tiny_overrides(), loss_hook=fail_at(6))
+    assert {"checkpoint_last.pt", "config.json", "metrics.jsonl", "train.log"} <= set(os.listdir(run))

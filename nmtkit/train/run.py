@@ -128,6 +128,15 @@ def restore_replaced_run(save_dir: Path) -> None:
     log.warning("%s: the new run saved no checkpoint; the run --force was to replace is back in place", save_dir)
 
 
+def discard_unstarted_run(save_dir: Path, resume: bool) -> None:
+    """A new run that failed before its first checkpoint (a model too large for memory, data that
+    --max-len leaves empty): the files it wrote (config.json, train.log, ...) go, so that the folder
+    does not look like a run's. A fresh start found no run files here (`check_run_dir`), so
+    they are all its own. The lock file stays (see DirLock)."""
+    if not resume and not (save_dir / LAST).exists() and not kept_checkpoints(save_dir):
+        clear_run_dir(save_dir)
+
+
 def resume_config(ckpt: dict[str, Any], options: TrainOptions) -> TrainConfig:
     """The checkpoint's TrainConfig with the overridable options the user gave changed."""
     old = TrainConfig.from_dict(ckpt["train_config"])
@@ -277,9 +286,12 @@ def run_training(
             _start_run(save_dir, cfg, arch, model_config, tb_dir, resume, force, show_config)
         return _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook, tb_dir)
     except BaseException:
-        if lock is not None and force:
+        if lock is not None:
             with contextlib.suppress(OSError):  # the error that stopped the run is the one to report
-                restore_replaced_run(save_dir)
+                if force:
+                    restore_replaced_run(save_dir)
+                else:
+                    discard_unstarted_run(save_dir, resume)
         raise
     finally:
         if lock is not None:
