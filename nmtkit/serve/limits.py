@@ -92,6 +92,9 @@ def check_lines(lines: Any, field: str, limits: Limits) -> tuple[str, ...]:
                                f"{err.start}), which is no Unicode text") from None
         if "\n" in line or "\r" in line:
             raise RequestError(f"'{field}'[{i}] holds a line break: send one sentence per list item")
+        nul = line.find("\0")
+        if nul >= 0:  # binary data, which `nmtkit translate` refuses in its input too
+            raise RequestError(f"'{field}'[{i}] holds binary data (a NUL character at character {nul}); expected text")
         if len(line) > limits.max_line_chars:
             raise RequestError(f"'{field}'[{i}] has {len(line)} characters, over the limit of "
                                f"{limits.max_line_chars}", 413)
