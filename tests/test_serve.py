@@ -110,6 +110,19 @@ def test_per_request_beam_and_nbest_narrow_the_servers_and_mixed_requests_stay_c
             assert [n["score"] for n in t["nbest"]] == sorted((n["score"] for n in t["nbest"]), reverse=True)
 
 
+def test_an_empty_line_has_one_empty_nbest_entry_as_nmtkit_translate_writes(translator):
+    """A client reading nbest[0] finds the line's top translation, an empty line's included."""
+    async def body(client):
+        return await post(client, "/translate", {"text": ["", "a cat"], "nbest": 2})
+
+    status, text = serve(translator, body)
+    assert status == 200, text
+    empty, other = json.loads(text)["translations"]
+    assert empty["nbest"] == [{"text": "", "score": 0.0, "log_prob": 0.0}]
+    assert (empty["nbest"][0]["text"], empty["nbest"][0]["score"]) == (empty["text"], empty["score"])
+    assert other["nbest"][0]["text"] == other["text"]
+
+
 def test_alignments_give_an_attention_row_per_target_token_over_the_source_tokens(translator):
     async def body(client):
         return await post(client, "/translate", {"text": LINES, "alignments": True})

@@ -91,8 +91,8 @@ def translation_json(result: Result, alignments: bool, nbest: int) -> dict[str, 
         item: dict[str, Any] = {"text": "", "score": 0.0, "alignment": None}
         if alignments:
             item["alignment"] = {"src": [], "tgt": [], "attention": [], "hard": ""}
-        if nbest > 1:
-            item["nbest"] = []
+        if nbest > 1:  # one entry, as `nmtkit translate --nbest` writes for it
+            item["nbest"] = [{"text": "", "score": 0.0, "log_prob": 0.0}]
         return item
     top = result.hyps[0]
     item = {"text": result.texts[0], "score": top.score, "alignment": None}
