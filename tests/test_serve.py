@@ -123,6 +123,27 @@ def test_an_empty_line_has_one_empty_nbest_entry_as_nmtkit_translate_writes(tran
     assert other["nbest"][0]["text"] == other["text"]
 
 
+def test_a_line_over_max_src_len_is_marked_truncated_on_both_routes_and_only_it(ckpt):
+    """The client learns that a translation covers only the first --max-src-len source tokens
+    (the server's stderr warning never reaches it); a line of exactly that many is whole."""
+    from nmtkit.translate import TranslateConfig, Translator
+
+    short = Translator(TranslateConfig(models=(ckpt,), beam=4, max_src_len=3, **DECODE))
+    lines = ["the cat sat on a mat .", "a dog ran", "cat", ""]
+
+    async def body(client):
+        return (await post(client, "/translate", {"text": lines}),
+                await post(client, "/translator/translate", [{"src": line} for line in lines]))
+
+    (s1, native), (s2, onmt) = serve(short, body)
+    assert s1 == s2 == 200, (native, onmt)
+    items, (onmt_items,) = json.loads(native)["translations"], json.loads(onmt)
+    assert [t.get("truncated") for t in items] == [True, None, None, None]
+    assert [t.get("truncated") for t in onmt_items] == [True, None, None, None]
+    assert items[0]["text"] == onmt_items[0]["tgt"] == short.translate("the cat sat")
+    assert set(onmt_items[1]) == {"src", "tgt", "n_best", "pred_score"}
+
+
 def test_alignments_give_an_attention_row_per_target_token_over_the_source_tokens(translator):
     async def body(client):
         return await post(client, "/translate", {"text": LINES, "alignments": True})

@@ -7,11 +7,15 @@ load benchmark use.
 
 Routes:
 - `POST /translate`: {"text": [...], "beam", "nbest", "alignments"} ->
-  {"translations": [{"text", "score", "alignment", ("nbest")}], "model", "took_ms"}
+  {"translations": [{"text", "score", "alignment", ("nbest"), ("truncated")}], "model", "took_ms"}
 - `POST /translator/translate`: OpenNMT-py's REST shape, [{"src", "id"}] -> [[{"src", "tgt",
-  "n_best", "pred_score"}]] (one inner list per n-best rank), so its clients need a new URL only.
+  "n_best", "pred_score", ("truncated")}]] (one inner list per n-best rank), so its clients need
+  a new URL only.
 - `GET /health`, `GET /info` (languages, architecture, vocabularies, pipeline, checksums),
   `GET /` (the page: nmtkit/serve/page.html).
+
+A field in brackets is there only when asked for ("nbest") or when it holds ("truncated": true,
+the line had more source tokens than --max-src-len; `nmtkit.serve.answers`).
 
 The model is loaded on, and runs in, one worker thread (`DecodeThread`) fed by the `Batcher`;
 the event loop only parses, checks (`limits`) and answers. Every refusal is a 4xx with
@@ -35,12 +39,12 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from nmtkit.errors import OutputError
+from nmtkit.serve.answers import mark_truncated, onmt_json, translation_json
 from nmtkit.serve.batcher import Batcher, ClientGone, DecodeThread
 from nmtkit.serve.config import ServeConfig
 from nmtkit.serve.limits import RequestError, check_onmt_request, check_request, parse_json_body
 
 if TYPE_CHECKING:
-    from nmtkit.translate.results import Result
     from nmtkit.translate.translator import Translator
 
 BATCHER = web.AppKey("batcher", Batcher)
@@ -83,29 +87,6 @@ def batch_size(translator: Translator, config: ServeConfig) -> int:
     return config.batch_size or translator.config.batch_size
 
 
-def translation_json(result: Result, alignments: bool, nbest: int) -> dict[str, Any]:
-    """One input line's answer: top text and score, its alignment when asked, the n-best list."""
-    from nmtkit.translate import attention_table, hard_alignment
-
-    if not result.hyps:  # an empty line: an empty translation, as `nmtkit translate` writes
-        item: dict[str, Any] = {"text": "", "score": 0.0, "alignment": None}
-        if alignments:
-            item["alignment"] = {"src": [], "tgt": [], "attention": [], "hard": ""}
-        if nbest > 1:  # one entry, as `nmtkit translate --nbest` writes for it
-            item["nbest"] = [{"text": "", "score": 0.0, "log_prob": 0.0}]
-        return item
-    top = result.hyps[0]
-    item = {"text": result.texts[0], "score": top.score, "alignment": None}
-    if alignments:
-        table = attention_table(top.attention, result.src_tokens, result.tgt_tokens[0], top.source_eos_attention)
-        table["hard"] = hard_alignment(top.attention, len(result.tgt_tokens[0]))
-        item["alignment"] = table
-    if nbest > 1:
-        item["nbest"] = [{"text": text, "score": hyp.score, "log_prob": hyp.log_prob}
-                         for text, hyp in zip(result.texts, result.hyps)]
-    return item
-
-
 async def _checked(request: web.Request, check: Callable) -> Any:
     """The request's body, read within the limits (size from the header first, then the bytes;
     time) and checked by `check` (`limits.check_request` or `check_onmt_request`)."""
@@ -145,8 +126,7 @@ async def onmt_route(request: web.Request) -> web.Response:
     """OpenNMT-py's `/translator/translate`: a list per n-best rank (here one), items in input order."""
     req = await _checked(request, check_onmt_request)
     results = await request.app[BATCHER].submit(req.lines, req.beam, 1, False, _gone(request))
-    out = [{"src": src, "tgt": r.text, "n_best": 1, "pred_score": r.score} for src, r in zip(req.lines, results)]
-    return _json([out])
+    return _json([[onmt_json(src, r) for src, r in zip(req.lines, results)]])
 
 
 def _gone(request: web.Request) -> Callable[[], bool]:
@@ -283,7 +263,8 @@ def make_app(translator: Translator, config: ServeConfig,
                           client_max_size=config.limits.max_body_bytes)
 
     def translate(lines, beam, nbest, attention):
-        return translator.generate(lines, beam=beam, nbest=nbest, alignments=attention)
+        return mark_truncated(translator, lines, translator.generate(lines, beam=beam, nbest=nbest,
+                                                                     alignments=attention))
 
     app[BATCHER] = Batcher(translate, batch_size(translator, config), config.batch_delay_ms / 1000, thread)
     app[STATE] = {"config": config, "model": model_name(translator), "info": model_info(translator, config),
