@@ -227,6 +227,33 @@ def test_unknown_metric_is_a_usage_error_naming_it(files):
     assert code == USAGE and out == "" and "meteor" in err and "Traceback" not in err
 
 
+def test_tokenize_spm_leaves_stderr_to_nmtkits_own_lines(files, monkeypatch):
+    """sacrebleu logs a deprecation line for its old name "spm" (its "flores101": the same model and
+    signature), which reached stderr before nmtkit's one error line, and on every run that scores."""
+    import types
+
+    args = ["--hyp", "{hyp}", "--ref", "{ref}", "--metrics", "bleu", "-tok", "spm", "--json"]
+    monkeypatch.setitem(sys.modules, "sentencepiece", None)  # not installed: an ImportError
+    code, out, err = score(args, files)
+    assert code == CONFIG and out == "", err
+    assert len(err.splitlines()) == 1 and err.startswith("nmtkit: error: cannot use BLEU tokenizer 'spm'"), err
+
+    class Pieces:  # a stand-in for sentencepiece and its model file: whitespace tokens
+        def Load(self, path):
+            pass
+
+        def EncodeAsPieces(self, line):
+            return line.split()
+
+    monkeypatch.setitem(sys.modules, "sentencepiece", types.SimpleNamespace(SentencePieceProcessor=Pieces))
+    from sacrebleu.tokenizers import tokenizer_spm
+
+    monkeypatch.setattr(tokenizer_spm, "download_file", lambda url, path: None)
+    code, out, err = score(args, files)
+    assert code == 0 and err == "", err
+    assert "|tok:flores101|" in json.loads(out)["systems"][0]["scores"][0]["signature"]
+
+
 # ---------------------------------------------------------------------------------------------
 # Paper-style BLEU (multi-bleu.perl on Moses tokens)
 

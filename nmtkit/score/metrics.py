@@ -17,6 +17,9 @@ from nmtkit.text.io import check_counts
 
 METRICS = ("bleu", "chrf", "ter")
 BLEU_TOKENIZERS = ("13a", "intl", "none", "char", "zh", "ja-mecab", "ko-mecab", "spm", "flores101", "flores200")
+# sacrebleu's old names of its tokenisers, given under the current one: "spm" is "flores101" (the
+# same SentencePiece model and signature), and sacrebleu logs a deprecation line for the old name
+SACREBLEU_TOKENIZER_NAMES = {"spm": "flores101"}
 PAPER_BLEU_LABEL = "BLEU (paper-style: multi-bleu.perl on Moses-tokenised text, case-sensitive)"
 
 
@@ -63,7 +66,7 @@ def make_metric(key: str, tokenize: str | None = None, lowercase: bool = False):
 
     if key == "bleu":
         try:
-            return BLEU(tokenize=tokenize, lowercase=lowercase)
+            return BLEU(tokenize=SACREBLEU_TOKENIZER_NAMES.get(tokenize, tokenize), lowercase=lowercase)
         except Exception as err:  # e.g. a tokenizer whose optional dependency is missing
             # sacrebleu's message spans lines ("...\n\n    pip install sacrebleu[ja]"): one line of it
             reason = " ".join(str(err).split()) or type(err).__name__
