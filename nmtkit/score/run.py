@@ -6,13 +6,13 @@ differ in length; here that is an error naming both files and their counts.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
-from nmtkit.options import check_fields, option
+from nmtkit.options import check_fields, cli_names, field_default, option, spec_of
 from nmtkit.outputs import check_output, check_outputs_vs_inputs
 from nmtkit.score.metrics import (
     BLEU_TOKENIZERS,
@@ -101,22 +101,22 @@ class ScoreOptions:
         None, names=("--data",), metavar="DIR",
         help="Or: an 'nmtkit preprocess' data directory (manifest + vocab files) for --no-unk.")
     by_length: bool = option(False, help="BLEU per source-length bucket (paper Figure 2). Needs --src.")
-    bucket_width: int = option(10, min=1, help="Width of a length bucket in source words.")
-    max_length: int = option(60, min=1, help="Longer source sentences share one last bucket.")
+    bucket_width: int = option(10, min=1, help="With --by-length: the width of a length bucket in source words.")
+    max_length: int = option(60, min=1, help="With --by-length: longer source sentences share one last bucket.")
     plot_path: str | None = option(
         None, names=("--plot",), metavar="FILE.png",
         help="Draw BLEU by length (one line per system) to this PNG (implies --by-length).")
     significance: bool = option(
         False, help="Paired bootstrap resampling of each --hyp against the first one; prints p-values.")
-    bootstrap_samples: int = option(1000, min=1, help="Number of bootstrap resamples.")
-    seed: int = option(12345, min=1, help="Seed of the bootstrap resampling.")
+    bootstrap_samples: int = option(1000, min=1, help="With --significance: the number of bootstrap resamples.")
+    seed: int = option(12345, min=1, help="With --significance: the seed of the bootstrap resampling.")
     workers: int = option(1, names=("--workers", "-j"), min=1, max=MAX_WORKERS, cli_default=None, shown_default="all cores",
                           help="Processes for Moses tokenisation.")
 
     def __post_init__(self) -> None:
         check_fields(self)
         for lang, name in ((self.tgt_lang, "--tgt-lang"), (self.src_lang, "--src-lang")):
-            if lang:  # sacremoses tokenises with them (--paper-bleu, --no-unk)
+            if lang:  # sacremoses tokenises with them (--paper-bleu, --by-length)
                 check_lang(lang, name)
 
 
@@ -134,7 +134,23 @@ def _system_names(paths: Sequence[str], labels: Sequence[str]) -> list[str]:
     return names
 
 
+def _check_unused(o: ScoreOptions) -> None:
+    """Refuse a setting given without the option it acts with (given: other than its default), as
+    translate refuses --seed without --sampling: it would change nothing, without a word.
+    --src-lang and --tgt-lang say which languages the text is in, as in every command, and are
+    accepted alone."""
+    acts_with = (("--significance", o.significance, ("seed", "bootstrap_samples")),
+                 ("--by-length or --plot", o.by_length, ("bucket_width", "max_length")))
+    fields_ = {f.name: f for f in fields(o)}
+    for needed, on, names in acts_with:
+        given = [cli_names(fields_[n], spec_of(fields_[n]))[0] for n in names
+                 if getattr(o, n) != field_default(fields_[n])]
+        if given and not on:
+            raise ConfigError(f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} {needed}")
+
+
 def _check_options(o: ScoreOptions) -> None:
+    _check_unused(o)
     if o.no_unk:
         if not o.src_path:
             raise ConfigError("--no-unk needs --src (the source sentences)")
