@@ -146,12 +146,15 @@ def test_bad_sampling_values_are_refused(kw, needle):
         TranslateConfig(models=("m.pt",), sampling=True, **kw).validate()
 
 
-@pytest.mark.parametrize("kw", [dict(temperature=0.7), dict(sampling_topk=5), dict(seed=1)])
-def test_sampling_options_without_sampling_are_refused(kw):
+@pytest.mark.parametrize("kw, message", [
+    (dict(temperature=0.7), "--temperature needs --sampling"), (dict(sampling_topk=5), "--sampling-topk needs --sampling"),
+    (dict(seed=1), "--seed needs --sampling"), (dict(seed=1, temperature=0.7), "--temperature and --seed need --sampling"),
+])
+def test_sampling_options_without_sampling_are_refused_in_a_grammatical_line(kw, message):
     from nmtkit.errors import ConfigError
     from nmtkit.translate import TranslateConfig
 
-    with pytest.raises(ConfigError, match="need --sampling"):
+    with pytest.raises(ConfigError, match=f"^{message}$"):
         TranslateConfig(models=("m.pt",), **kw).validate()
 
 

@@ -180,6 +180,6 @@ class TranslateConfig(DecodeConfig):
                                            ("--temperature", self.temperature != 1.0),
                                            ("--seed", self.seed is not None)) if on]
             if given:
-                raise ConfigError(f"{' and '.join(given)} need --sampling")
+                raise ConfigError(f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} --sampling")
         elif self.nbest != 1:
             raise ConfigError("--sampling draws one translation per line: --nbest must be 1")
