@@ -136,6 +136,7 @@ def write_data_dir(path: Path, vocab: int, seed: int = 0, lengths: tuple[int, in
 
     from nmtkit.data.binarized import write_split
     from nmtkit.data.manifest import new_manifest
+    from nmtkit.text.pipeline import TextPipeline
     from nmtkit.text.vocab import SPECIALS, Vocab
 
     path.mkdir(parents=True, exist_ok=True)
@@ -146,7 +147,8 @@ def write_data_dir(path: Path, vocab: int, seed: int = 0, lengths: tuple[int, in
         for lang in ("src", "tgt"):
             lens = rng.integers(lengths[0], lengths[1] + 1, size=n)
             write_split(path, split, lang, [rng.integers(len(SPECIALS), vocab, size=int(k)).tolist() for k in lens])
-    manifest = new_manifest("src", "tgt", {"src": "vocab.src.txt", "tgt": "vocab.tgt.txt"}, pipeline={}, settings={})
+    manifest = new_manifest("src", "tgt", {"src": "vocab.src.txt", "tgt": "vocab.tgt.txt"},
+                            pipeline=TextPipeline("src", "tgt").to_dict(), settings={})
     (path / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     return path
 

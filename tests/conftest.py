@@ -170,7 +170,7 @@ def make_varied_pairs(n: int, seed: int, max_len: int = 10, n_long: int = 0, lon
 
 
 def make_data_dir(path: Path, n_train: int = 240, n_valid: int = 24, max_len: int = 6,
-                  pipeline: bool = True, pairs: dict[str, list] | None = None) -> Path:
+                  pairs: dict[str, list] | None = None) -> Path:
     """A data directory as `nmtkit preprocess` writes it (manifest, vocabularies, splits);
     `pairs` ({"train": [...], "valid": [...]}) replaces the reversal task's pairs."""
     from nmtkit.data.binarized import write_split
@@ -189,11 +189,9 @@ def make_data_dir(path: Path, n_train: int = 240, n_valid: int = 24, max_len: in
         write_split(path, name, "fr", [t for _, t in split])
         splits[name] = {"lines": len(split), "src_tokens": sum(len(s) for s, _ in split),
                         "tgt_tokens": sum(len(t) for _, t in split)}
-    pipe = {}
-    if pipeline:
-        from nmtkit.text.pipeline import TextPipeline
+    from nmtkit.text.pipeline import TextPipeline
 
-        pipe = TextPipeline("en", "fr").to_dict()
+    pipe = TextPipeline("en", "fr").to_dict()
     manifest = new_manifest("en", "fr", {"src": "vocab.en.txt", "tgt": "vocab.fr.txt", "src_size": len(src_vocab),
                                          "tgt_size": len(tgt_vocab)}, pipeline=pipe, splits=splits,
                             settings={})

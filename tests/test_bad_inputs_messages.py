@@ -74,6 +74,13 @@ ROWS = [
         w, vocab={"src": "vocab.en.txt", "tgt": "../data/vocab.fr.txt"}), w.tmp / "r10"), needles=("vocab.tgt",)),
     Row("train-manifest-pipeline-language-contradicts",
         lambda w: _train(_w_manifest(w, pipeline_src_lang="de"), w.tmp / "r11"), needles=("pipeline.src_lang",)),
+    # a model trained on these could not translate raw text, or output subwords ("@@")
+    Row("train-manifest-without-a-pipeline", lambda w: _train(_w_manifest(w, pipeline=None), w.tmp / "r11b"),
+        needles=("manifest.json", "'pipeline' is null", "rerun 'nmtkit preprocess'")),
+    Row("train-manifest-bpe-record-with-a-pipeline-without-bpe",
+        lambda w: _train(_w_manifest(w, bpe={"codes_files": {"src": "bpe.codes", "tgt": "bpe.codes"},
+                                             "merges_learned": {"src": 200, "tgt": 200}}), w.tmp / "r11c"),
+        needles=("manifest.json", "segmented with BPE", "pipeline.bpe is null")),
     Row("translate-random-bytes-named-pt", lambda w: ["translate", "-m", _text(w, "r.pt", random.Random(0).randbytes(4000)), "-i",
                                                       str(w.src)], needles=("r.pt", "not an nmtkit checkpoint"),
         absent=("weights_only", "arbitrary code")),

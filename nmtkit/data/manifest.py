@@ -48,7 +48,8 @@ def read_manifest(path: str | Path) -> Manifest:
     """Read and check `path/manifest.json` and its vocabulary files.
 
     InputError naming the directory or the manifest when the directory is missing, holds no
-    manifest, or the manifest is not a JSON object with src_lang, tgt_lang and vocab.{src,tgt}.
+    manifest, or the manifest is not a JSON object with src_lang, tgt_lang, vocab.{src,tgt} and
+    a text pipeline that agrees with them and with its BPE record.
     """
     path = Path(path)
     if not path.exists():
@@ -80,26 +81,40 @@ def read_manifest(path: str | Path) -> Manifest:
         file, root = real_path(path / name), real_path(path)
         if os.path.isabs(name) or file == root or not is_inside(file, root):
             raise InputError(f"manifest.json vocab.{side} {name!r} is not a file of the data directory", str(mpath))
-    for key in ("pipeline", "splits", "settings"):  # the parts readers index into
+    for key in ("splits", "settings"):  # the parts readers index into
         if not isinstance(manifest.get(key) or {}, dict):
             raise InputError(f"manifest.json '{key}' must be a JSON object, not {manifest[key]!r:.40}", str(mpath))
     if not all(isinstance(split, dict) for split in (manifest.get("splits") or {}).values()):
         raise InputError("manifest.json 'splits' must map each split to a JSON object", str(mpath))
-    pipeline = dict(manifest.get("pipeline") or {})
+    pipeline = _pipeline(manifest, mpath)
+    vocabs = _vocabularies(path, vocab)
+    return Manifest(path, manifest, str(manifest["src_lang"]), str(manifest["tgt_lang"]),
+                    vocabs["src"], vocabs["tgt"], pipeline)
+
+
+def _pipeline(manifest: dict[str, Any], mpath: Path) -> dict[str, Any]:
+    """The manifest's text pipeline, checked as translation will read it from the checkpoints
+    trained on this data: a model trained without it cannot translate raw text, and one whose
+    pipeline leaves out the BPE its data was segmented with outputs subwords ("@@")."""
+    pipeline = manifest.get("pipeline")
+    if not isinstance(pipeline, dict) or not pipeline:
+        raise InputError(f"manifest.json 'pipeline' is {json.dumps(pipeline)[:40]}, not the text pipeline preprocess records: "
+                         "damaged or edited; rerun 'nmtkit preprocess'", str(mpath))
     for key in ("src_lang", "tgt_lang"):
         if key in pipeline and pipeline[key] != manifest[key]:
             raise InputError(f"manifest.json pipeline.{key} {pipeline[key]!r} contradicts its {key} "
                              f"{manifest[key]!r}", str(mpath))
-    if pipeline:  # read as translation will read it from the checkpoints trained on this data
-        from nmtkit.text.pipeline import TextPipeline
+    if "bpe" in manifest and bool(manifest["bpe"]) != (pipeline.get("bpe") is not None):
+        says = ("'bpe' record says the data was segmented with BPE, but its pipeline.bpe is null" if manifest["bpe"]
+                else "'bpe' record is null, but its pipeline.bpe holds BPE codes")
+        raise InputError(f"manifest.json's {says} (damaged or edited): rerun 'nmtkit preprocess'", str(mpath))
+    from nmtkit.text.pipeline import TextPipeline
 
-        try:
-            TextPipeline.from_dict(pipeline)
-        except ConfigError as err:
-            raise InputError(str(err), str(mpath)) from None
-    vocabs = _vocabularies(path, vocab)
-    return Manifest(path, manifest, str(manifest["src_lang"]), str(manifest["tgt_lang"]),
-                    vocabs["src"], vocabs["tgt"], pipeline)
+    try:
+        TextPipeline.from_dict(pipeline)
+    except ConfigError as err:
+        raise InputError(str(err), str(mpath)) from None
+    return dict(pipeline)
 
 
 def _vocabularies(path: Path, vocab: dict[str, Any]) -> dict[str, Vocab]:

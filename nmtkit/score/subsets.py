@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from nmtkit.errors import ConfigError, InputError
+from nmtkit.errors import ConfigError
 from nmtkit.score.metrics import make_metric, multibleu
 from nmtkit.text.bpe import SEPARATOR
 from nmtkit.text.io import check_counts
@@ -97,8 +97,6 @@ def model_text_from_data_dir(data_dir: str | Path) -> ModelText:
     from nmtkit.text.pipeline import TextPipeline
 
     m = read_manifest(data_dir)
-    if "pipeline" not in m.manifest:
-        raise InputError("manifest lacks field 'pipeline'", str(m.file))
     pipe = TextPipeline.from_dict(m.pipeline)  # read_manifest has checked it
     return _pipeline_text(pipe, m.src_vocab.itos, m.tgt_vocab.itos, str(data_dir))
 
