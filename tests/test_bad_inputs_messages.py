@@ -105,6 +105,11 @@ ROWS = [
         needles=("valid.fr.ids.npy", "split 'valid' target", "beyond the vocabulary")),
     Row("train-negative-word-length", lambda w: _train(_w_npy(w, "train.fr.words.npy", _negative), w.tmp / "ra5"),
         needles=("train.fr.words.npy", "negative")),
+    # was "no training pair has both sides within --max-len 50"
+    Row("train-word-lengths-all-zero", lambda w: _train(_w_npy(w, "train.en.words.npy", lambda a: a * 0), w.tmp / "ra9"),
+        needles=("train.en.words.npy", "0 words but", "rerun 'nmtkit preprocess'")),
+    Row("train-more-words-than-ids", lambda w: _train(_w_npy(w, "valid.fr.words.npy", lambda a: a + 100), w.tmp / "ra10"),
+        needles=("valid.fr.words.npy", "words but", "rerun 'nmtkit preprocess'")),
     Row("train-float-ids", lambda w: _train(_w_npy(w, "valid.en.ids.npy", lambda a: a + 0.7), w.tmp / "ra6"),
         needles=("valid.en.ids.npy", "float64", "1-D integer")),
     Row("train-2d-ids", lambda w: _train(_w_npy(w, "train.en.ids.npy", lambda a: a[: len(a) // 2 * 2].reshape(2, -1)),

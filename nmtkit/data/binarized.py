@@ -161,17 +161,27 @@ class BinarizedText:
 
     def _check(self, ids_path: Path, off_path: Path, w_path: Path) -> None:
         """Offsets that cut `ids` into sentences (0 first, never decreasing, len(ids) last),
-        word lengths and ids that are not negative: else sentences would be cut wrongly without
-        a word, or fail as tracebacks in batching. (Ids past the vocabulary: the data directory's check.)"""
+        word lengths and ids that are not negative, and word lengths that fit the ids: else
+        sentences would be cut wrongly without a word, fail as tracebacks in batching, or be
+        dropped by --max-len for a length they do not have. (Ids past the vocabulary: the data
+        directory's check.)"""
         off = self.offsets
         if len(off) == 0 or off[0] != 0 or off[-1] != len(self.ids) or (self.lengths < 0).any():
             raise InputError(f"its offsets do not cut {ids_path.name}'s {len(self.ids)} ids into sentences (they must "
                              "start at 0, never decrease and end at the number of ids): rerun 'nmtkit preprocess'",
                              str(off_path))
         lowest, self.max_id = value_range(self.ids)
-        for path, low in ((ids_path, lowest), (w_path, value_range(self.word_lengths)[0])):
+        words = np.asarray(self.word_lengths)
+        for path, low in ((ids_path, lowest), (w_path, value_range(words)[0])):
             if low < 0:
                 raise InputError("holds negative values: rerun 'nmtkit preprocess'", str(path))
+        # each word is one id or more (BPE splits it), so a sentence has words exactly when it has ids
+        bad = np.flatnonzero((words > self.lengths) | ((words == 0) & (self.lengths > 0)))
+        if len(bad):
+            k = int(bad[0])
+            raise InputError(f"sentence {k + 1} has {int(words[k])} words but {int(self.lengths[k])} ids in "
+                             f"{ids_path.name} (every word is one id or more; {len(bad)} sentences disagree): "
+                             "corrupt; rerun 'nmtkit preprocess'", str(w_path))
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
