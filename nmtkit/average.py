@@ -50,12 +50,20 @@ class AverageConfig:
         """The checkpoints to average: the -m files, or the run's --last N kept ones."""
         return list(self.models) if self.last is None else [str(p) for p in last_checkpoints(self.save_dir, self.last)]
 
+    @property
+    def input_option(self) -> str:
+        """The option that gave the checkpoints (-m or --last), as messages name them."""
+        return "-m" if self.last is None else "--last"
+
 
 def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
     """The `n` newest kept checkpoints of a run, oldest first; an error when there are fewer."""
     if n < 1:
         raise ConfigError(f"--last must be at least 1 (got {n})")
     save_dir = Path(save_dir)
+    if save_dir.exists() and not save_dir.is_dir():
+        raise InputError("not a directory: --save-dir is the run directory whose checkpoint_<update>.pt files "
+                         "--last averages", str(save_dir))
     if not save_dir.is_dir():
         raise InputError("run directory not found", str(save_dir))
     from nmtkit.train.run_files import kept_checkpoints
@@ -94,9 +102,10 @@ def check_averageable(path: str, ckpt: dict[str, Any], first_path: str, first: d
                                   f"{sa[k].dtype} {tuple(sa[k].shape)}", path)
 
 
-def check_paths(paths: Sequence[str | Path], output: str | Path) -> None:
+def check_paths(paths: Sequence[str | Path], output: str | Path, input_option: str = "-m") -> None:
     """Refuse a missing input, an input given twice, and an output that is one of the inputs or
-    a standard stream (a checkpoint is a file that translate maps, not a stream)."""
+    a standard stream (a checkpoint is a file that translate maps, not a stream). Messages name
+    the inputs as given by `input_option` (-m, or --last for a run's kept checkpoints)."""
     if not paths:
         raise ConfigError("give the checkpoints to average (-m FILE, repeatable) or --last N --save-dir RUN")
     if file_path(output) is None:
@@ -104,6 +113,9 @@ def check_paths(paths: Sequence[str | Path], output: str | Path) -> None:
     seen: dict[tuple[int, int], str] = {}
     for p in paths:
         p = str(p)
+        if os.path.isdir(p):
+            raise CheckpointError("is a directory, not a checkpoint file (e.g. RUN/checkpoint_best.pt); to average a "
+                                  "run's newest kept checkpoints give --last N --save-dir RUN", p)
         if not os.path.isfile(p):
             raise CheckpointError("checkpoint not found", p)
         st = os.stat(p)
@@ -111,7 +123,7 @@ def check_paths(paths: Sequence[str | Path], output: str | Path) -> None:
         if key in seen:
             raise ConfigError(f"{p} is given twice (as {seen[key]}); each checkpoint counts once")
         seen[key] = p
-    check_outputs_vs_inputs([("-m", p) for p in paths], files=[("-o", output)])
+    check_outputs_vs_inputs([(input_option, p) for p in paths], files=[("-o", output)])
 
 
 def average_checkpoints(paths: Sequence[str | Path], progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -164,14 +176,15 @@ def average_checkpoints(paths: Sequence[str | Path], progress: Callable[[str], N
 
 
 def average(paths: str | Path | Sequence[str | Path], output: str | Path, force: bool = False,
-            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+            progress: Callable[[str], None] | None = None, input_option: str = "-m") -> dict[str, Any]:
     """Average `paths` into the checkpoint file `output` (written atomically); returns its dict.
-    Every input and the output are checked before any checkpoint is read."""
+    Every input and the output are checked before any checkpoint is read; messages name the
+    inputs by `input_option`, the option that gave them (`check_paths`)."""
     from nmtkit.checkpoint import checkpoint_paths, save_checkpoint
     from nmtkit.outputs import check_output
 
     paths = checkpoint_paths(paths)  # once: a generator is read one time only
-    check_paths(paths, output)
+    check_paths(paths, output, input_option)
     check_output(output, force, "averaged checkpoint")
     ckpt = average_checkpoints(paths, progress)
     save_checkpoint(ckpt, output)

@@ -315,6 +315,13 @@ ROWS = [
                                                   str(w.tmp / "avg.pt")], needles=("--last 5", "kept 0")),
     Row("average-output-is-an-input", lambda w: ["average", "-m", str(w.ckpt), "-o", str(w.ckpt), "--force"],
         needles=("-o output is the same file as the -m input",)),
+    Row("average-m-directory", lambda w: ["average", "-m", str(w.run_dir()), "-o", str(w.tmp / "avg.pt")],
+        needles=("run:", "is a directory", "--last N --save-dir RUN"), absent=("not found",)),
+    Row("average-save-dir-a-file", lambda w: ["average", "--last", "1", "--save-dir", str(w.ckpt), "-o",
+                                              str(w.tmp / "avg.pt")], needles=("model.pt", "not a directory")),
+    Row("average-last-output-is-an-input-names-last",
+        lambda w: ["average", "--last", "1", "--save-dir", str(_kept_run(w)), "-o", str(w.tmp / "kept" / "checkpoint_2.pt"),
+                   "--force"], needles=("-o output is the same file as the --last input",), absent=("-m input",)),
     Row("average-o-readonly", lambda w: ["average", "-m", str(w.ckpt), "-o", str(w.readonly() / "avg.pt")],
         needles=("avg.pt", "Read-only file system")),
     Row("preprocess-protect-invalid-regex", lambda w: _preprocess(w, w.tmp / "pp-p", "corpus", "--protect",
@@ -335,6 +342,14 @@ ROWS = [
 
 def _other_vocab_ckpt(w: World) -> Path:
     return make_checkpoint(w.tmp / "other.pt", seed=3, tgt_words=list(reversed(TGT_WORDS)))
+
+
+def _kept_run(w: World) -> Path:
+    """A finished two-update run that kept checkpoint_2.pt (train --keep-every)."""
+    run = w.tmp / "kept"
+    code, _, err = run_cli(_train(w, run, "--keep-every", "2"))
+    assert code == 0, err
+    return run
 
 
 def _patterns(w: World, text: str) -> Path:

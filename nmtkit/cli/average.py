@@ -29,6 +29,6 @@ def average_cmd(quiet: bool, **options: Any) -> None:
     config = AverageConfig(**config_values(AverageConfig, options))
     paths, output = config.paths(), config.output
     report = (lambda path: click.echo(f"nmtkit average: read {path}", err=True)) if progress_enabled(quiet) else None
-    average(paths, output, force=config.force, progress=report)
+    average(paths, output, force=config.force, progress=report, input_option=config.input_option)
     if not quiet:
         click.echo(f"nmtkit average: wrote {output}, the mean of {len(paths)} checkpoints", err=True)
