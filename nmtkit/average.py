@@ -29,14 +29,14 @@ from nmtkit.outputs import check_outputs_vs_inputs, file_path
 class AverageConfig:
     """Every option of `nmtkit average` (its click options are generated from these fields)."""
 
-    output: str = option(names=("--output", "-o"), required=True, metavar="FILE",
+    output: str = option(names=("--output", "-o"), required=True, metavar="FILE", path="file",
                          help="The averaged checkpoint to write (not one of the inputs); translate and serve read it "
                               "like any other.")
-    models: tuple[str, ...] = option((), names=("--model", "-m"), multiple=True, metavar="FILE",
+    models: tuple[str, ...] = option((), names=("--model", "-m"), multiple=True, metavar="FILE", path="file",
                                      help="A checkpoint to average (repeatable, at least one).")
     last: int | None = option(None, metavar="N", help="Average the run's N newest checkpoint_<update>.pt (kept by "
                                                        "train --keep-every); needs --save-dir.")
-    save_dir: str | None = option(None, metavar="RUN", help="The run directory whose kept checkpoints --last takes.")
+    save_dir: str | None = option(None, metavar="RUN", path="directory", help="The run directory whose kept checkpoints --last takes.")
     force: bool = option(False, help="Overwrite an existing --output.")
 
     def __post_init__(self) -> None:

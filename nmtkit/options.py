@@ -40,6 +40,7 @@ class OptionSpec:
     multiple: bool = False  # repeatable; the field holds a list
     required: bool = False
     cli_default: Any = _AS_FIELD  # the CLI's default when not the field's (text, or None: resolved later)
+    path: str | None = None  # what a path option names ("file", "directory"): an empty value is refused
 
 
 def option(default: Any = _MISSING, *, help: str, default_factory: Any = _MISSING, **spec: Any) -> Any:
@@ -98,6 +99,20 @@ def help_text(field: dataclasses.Field, spec: OptionSpec) -> str:
     return f"{spec.help} [{shown}]" if shown else spec.help
 
 
+def empty_path_message(opt: str, what: str = "file", stream: bool = False) -> str:
+    """The one-line refusal of an empty path given to option `opt`: an unset shell variable,
+    never a request for the current directory (which is what an empty path opens) or a stream.
+    `stream`: the option also takes '-' for a standard stream."""
+    give = f"give a {what}, or '-' for the standard stream" if stream else f"give a {what}"
+    return f"{opt} '' names no {what} (an unset variable?): {give}"
+
+
+def _empty_path(value: Any) -> bool:
+    """Whether a path option's value (one path, or the list of a repeatable option) holds ''."""
+    values = value if isinstance(value, (list, tuple)) else (value,)
+    return any(isinstance(v, (str, os.PathLike)) and os.fspath(v) == "" for v in values)
+
+
 def _number_error(opt: str, spec: OptionSpec, value: Any) -> str | None:
     """The message for a number outside the spec's range (option `opt`), or None when it is inside."""
     lo, hi = spec.min, spec.max
@@ -147,7 +162,9 @@ def check_fields(config: Any) -> None:
         opt = cli_names(f, spec)[0] if spec is not None else option_name(f.name)
         error = _type_error(opt, str(f.type), value)
         if error is None and spec is not None and value is not None:
-            if spec.choices is not None and value not in spec.choices:
+            if spec.path is not None and _empty_path(value):
+                error = empty_path_message(opt, spec.path)
+            elif spec.choices is not None and value not in spec.choices:
                 error = f"{opt} must be one of {', '.join(spec.choices)}, got '{value}'"
             elif (spec.min is not None or spec.max is not None) and isinstance(value, (int, float)):
                 error = _number_error(opt, spec, value)

@@ -30,7 +30,8 @@ import weakref
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable
 
-from nmtkit.errors import OutputError, OutputExistsError
+from nmtkit.errors import ConfigError, OutputError, OutputExistsError
+from nmtkit.options import empty_path_message
 
 _SPECIAL_ROOTS = ("/dev/", "/proc/")
 
@@ -317,10 +318,7 @@ def file_path(path: str | Path | None, option: str | None = None) -> str | None:
     "-" (stdin or stdout, as in most Unix tools). An empty name is refused for the command-line
     `option` when given (an unset shell variable, not a request for stdin), else a stream."""
     if path is not None and os.fspath(path) == "" and option is not None:
-        from nmtkit.errors import ConfigError
-
-        raise ConfigError(f"{option} '' names no file (an unset variable?): give a file, or '-' for the standard "
-                          "stream")
+        raise ConfigError(empty_path_message(option, stream=True))
     if path is None or os.fspath(path) in ("", "-"):
         return None
     return os.fspath(path)

@@ -372,6 +372,30 @@ def test_bad_input_table(row: Row, world: World):
     check_row(row, world)
 
 
+EMPTY_PATHS = [  # (command, option, command line): an unset shell variable, e.g. --save-dir "$RUN"
+    ("train", "--save-dir", lambda w: _train(w, "")),
+    ("train", "--tensorboard", lambda w: _train(w, w.tmp / "run-e", "--tensorboard", "")),
+    ("train", "--data", lambda w: ["train", "--data", "", "--save-dir", str(w.tmp / "run-e"), *TINY]),
+    ("preprocess", "--dest", lambda w: _preprocess(w, "")),
+    ("average", "--save-dir", lambda w: ["average", "--last", "1", "--save-dir", "", "-o", str(w.tmp / "avg.pt")]),
+    ("translate", "--plot-attention", lambda w: _translate(w, "--plot-attention", "")),
+    ("score", "--plot", lambda w: _score(w, "--plot", "")),
+    ("select-data", "--pool", lambda w: [a if a != str(w.tmp / "pool") else "" for a in _select(w, w.tmp / "sel-e")]),
+]
+
+
+@pytest.mark.parametrize("command, option, argv", EMPTY_PATHS, ids=[f"{c}{o}" for c, o, _ in EMPTY_PATHS])
+def test_an_empty_path_is_refused_and_never_taken_for_the_current_directory(command, option, argv, world,
+                                                                            monkeypatch):
+    """An empty path opens the current directory: train --save-dir "" trained into it, and
+    --tensorboard "" wrote its event files there, where average -o "" was refused."""
+    cwd = world.tmp / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    check_row(Row(f"empty-{option}", argv, needles=(f"{option} '' names no",)), world)
+    assert list(cwd.iterdir()) == [] and not (world.tmp / "run-e").exists()
+
+
 def check_row(row: Row, world: World) -> None:
     """Run one row and check what it must do (the table's one judge; sibling tables use it too)."""
     argv = row.argv(world)

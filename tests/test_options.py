@@ -105,6 +105,31 @@ def test_score_options_are_checked_once_whatever_builds_them():
         ScoreOptions(hyp_paths=["h"], ref_paths=["r"], tokenize="moses")
 
 
+# path options that also take '-' (a standard stream): refused when empty by outputs.file_path
+STREAM_PATHS = {(TokenizeConfig, "input_path"), (TokenizeConfig, "output_path")}
+PATH_METAVARS = {"FILE", "FILE.png", "DIR", "RUN", "PREFIX", "CHECKPOINT"}
+
+
+@pytest.mark.parametrize("command", sorted(CONVERTED))
+def test_every_path_option_refuses_an_empty_path(command):
+    """Declared as a path (`option(path=...)`): an empty value, which opens the current
+    directory, is one line naming the option (the command line's callback, `check_fields`)."""
+    classes, _ = CONVERTED[command]
+    for cls in classes:
+        for f, spec in option_fields(cls):
+            if spec.metavar in PATH_METAVARS and (cls, f.name) not in STREAM_PATHS:
+                assert spec.path is not None, f"{cls.__name__}.{f.name}"
+
+
+def test_an_empty_path_is_refused_by_the_python_api_too():
+    from nmtkit.train.config import TrainOptions
+
+    with pytest.raises(ConfigError, match="--tensorboard '' names no directory"):
+        TrainOptions(tensorboard="")
+    with pytest.raises(ConfigError, match="--ref '' names no file"):
+        ScoreOptions(hyp_paths=["h"], ref_paths=["r", ""])
+
+
 @pytest.mark.parametrize("command", sorted(CONVERTED))
 def test_a_converted_command_has_no_hand_written_config_option(command):
     classes, _ = CONVERTED[command]

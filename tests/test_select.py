@@ -367,15 +367,16 @@ def test_bad_options_are_one_line_errors(corpus, extra, needle):
     _assert_clean_failure(code, err, d, needle)
 
 
-@pytest.mark.parametrize("prefix", ["", "out/"])
-def test_an_output_prefix_without_a_file_name_is_refused(corpus, prefix):
+@pytest.mark.parametrize("prefix, needle", [("", "--output-prefix '' names no file prefix"),
+                                            ("out/", "has no file name part")], ids=["empty", "a-folder"])
+def test_an_output_prefix_without_a_file_name_is_refused(corpus, prefix, needle):
     """"out/" wrote the hidden files out/.en, out/.fr, out/.scores.tsv and out/.summary.json."""
     d, _, _ = corpus
     (d / "out").mkdir()
     argv = ["--in-domain", str(d / "in"), "--pool", str(d / "pool"), "--output-prefix",
             f"{d / prefix}/" if prefix else "", "--lines", "5"]
     code, _, err = select(argv)
-    _assert_clean_failure(code, err, d, "has no file name part")
+    _assert_clean_failure(code, err, d, needle)
     assert list((d / "out").iterdir()) == []
 
 

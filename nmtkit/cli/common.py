@@ -12,9 +12,23 @@ import click
 
 from nmtkit.devices import available_cores
 from nmtkit.errors import ConfigError
-from nmtkit.options import OptionSpec, cli_default, cli_names, help_text, option_fields
+from nmtkit.options import OptionSpec, cli_default, cli_names, empty_path_message, help_text, option_fields
 
 _CLICK_TYPES = {"int": int, "int | None": int, "float": float, "float | None": float}
+
+
+def path_callback(what: str = "directory", then: Callable | None = None) -> Callable:
+    """A click callback refusing an empty path (`empty_path_message`) before it becomes the
+    current directory (`os.path.abspath("")`, `Path("")`), then running the callback `then`:
+    the options of config fields declared with `path`, and path options that are no field."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        values = value if isinstance(value, tuple) else (value,)
+        if "" in values:
+            raise ConfigError(empty_path_message(param.opts[0], what))  # the name check_fields gives it
+        return value if then is None else then(ctx, param, value)
+
+    return callback
 
 
 def _converter(name: str, convert: Callable[[Any], Any]) -> Callable:
@@ -44,6 +58,8 @@ def _click_option(field: dataclasses.Field, spec: OptionSpec, unset: bool) -> Ca
         return click.option(*names, field.name, is_flag=True, **kwargs)
     if spec.convert is not None:
         kwargs["callback"] = _converter(names[0], spec.convert)
+    if spec.path is not None:  # refused before a convert makes it the current directory
+        kwargs["callback"] = path_callback(spec.path, kwargs.get("callback"))
     if spec.multiple:
         kwargs.update(multiple=True, default=() if default is None else default)
     if spec.choices is not None:

@@ -14,7 +14,14 @@ from typing import Any
 
 import click
 
-from nmtkit.cli.common import config_options, config_values, progress_enabled, quiet_option, quiet_warnings
+from nmtkit.cli.common import (
+    config_options,
+    config_values,
+    path_callback,
+    progress_enabled,
+    quiet_option,
+    quiet_warnings,
+)
 from nmtkit.models.presets import ModelOverrides
 from nmtkit.train.config import TrainConfig, TrainOptions
 from nmtkit.train.events import Callbacks, LogEvent, StartEvent, ValidationEvent
@@ -29,9 +36,9 @@ Examples:
 
 
 @click.command("train", epilog=EPILOG)
-@click.option("--data", "data_dir", required=True, type=click.Path(), metavar="DIR",
+@click.option("--data", "data_dir", required=True, type=click.Path(), metavar="DIR", callback=path_callback(),
               help="Data directory written by 'nmtkit preprocess' (manifest.json, vocabularies, train/valid splits).")
-@click.option("--save-dir", required=True, type=click.Path(), metavar="RUN",
+@click.option("--save-dir", required=True, type=click.Path(), metavar="RUN", callback=path_callback(),
               help="Run directory: checkpoint_best.pt, checkpoint_last.pt, config.json, metrics.jsonl, curves.png, "
                    "train.log.")
 @click.option("--resume", is_flag=True,

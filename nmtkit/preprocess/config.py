@@ -32,14 +32,14 @@ class PreprocessConfig:
     src_lang: str = option(required=True, metavar="LANG",
                            help="Source language code; files are PREFIX.LANG (e.g. en).")
     tgt_lang: str = option(required=True, metavar="LANG", help="Target language code (e.g. fr).")
-    train: str = option(required=True, metavar="PREFIX",
+    train: str = option(required=True, metavar="PREFIX", path="file prefix",
                         help="Training files PREFIX.SRC / PREFIX.TGT (raw text, one sentence a line, UTF-8). "
                              "Cleaned, and used to learn truecasing, BPE and vocabularies.")
-    valid: str = option(required=True, metavar="PREFIX", help="Validation files PREFIX.SRC / PREFIX.TGT (not cleaned).")
-    dest: str = option(required=True, metavar="DIR",
+    valid: str = option(required=True, metavar="PREFIX", path="file prefix", help="Validation files PREFIX.SRC / PREFIX.TGT (not cleaned).")
+    dest: str = option(required=True, metavar="DIR", path="directory",
                        help="Data directory to write (manifest.json, vocab.LANG.txt, bpe.codes, binarised splits).")
     test: tuple[str, ...] = option(
-        (), multiple=True, metavar="PREFIX",
+        (), multiple=True, metavar="PREFIX", path="file prefix",
         help="Test files (repeatable): binarised as splits test, test1, test2, ... (not cleaned).")
     force: bool = option(False, help="Replace an existing non-empty --dest (only once the new one is complete), and "
                                       "only when it holds nothing but a data directory's own files; an input is never "

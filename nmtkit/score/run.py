@@ -69,10 +69,10 @@ class ScoreOptions:
     generated from these fields)."""
 
     hyp_paths: list[str] = option(
-        names=("--hyp",), multiple=True, required=True, metavar="FILE",
+        names=("--hyp",), multiple=True, required=True, metavar="FILE", path="file",
         help="System output, one detokenised sentence a line ('-' = stdin). Repeat for several systems.")
     ref_paths: list[str] = option(
-        names=("--ref", "-r"), multiple=True, required=True, metavar="FILE",
+        names=("--ref", "-r"), multiple=True, required=True, metavar="FILE", path="file",
         help="Reference translation(s), as many lines as each --hyp. Repeat for multiple references.")
     labels: list[str] = option(default_factory=list, names=("--label",), multiple=True, metavar="NAME",
                                help="Name of each --hyp system, in the same order (default: the file names).")
@@ -88,23 +88,23 @@ class ScoreOptions:
     tgt_lang: str | None = option(
         None, metavar="LANG",
         help="Target language for Moses tokenisation (default: from the --ref file suffix, else en).")
-    src_path: str | None = option(None, names=("--src",), metavar="FILE",
+    src_path: str | None = option(None, names=("--src",), metavar="FILE", path="file",
                                   help="Source sentences (raw), for --no-unk and --by-length.")
     src_lang: str | None = option(None, metavar="LANG",
                                   help="Source language (default: from the --src file suffix, else en).")
     no_unk: bool = option(
         False, help="Also score the paper's 'No UNK' subset: sentences whose source and reference are covered by "
                     "the model's vocabularies. Needs --src and -m or --data.")
-    model_path: str | None = option(None, names=("--model", "-m"), metavar="CHECKPOINT",
+    model_path: str | None = option(None, names=("--model", "-m"), metavar="CHECKPOINT", path="file",
                                     help="Checkpoint whose pipeline and vocabularies define --no-unk.")
     data_dir: str | None = option(
-        None, names=("--data",), metavar="DIR",
+        None, names=("--data",), metavar="DIR", path="directory",
         help="Or: an 'nmtkit preprocess' data directory (manifest + vocab files) for --no-unk.")
     by_length: bool = option(False, help="BLEU per source-length bucket (paper Figure 2). Needs --src.")
     bucket_width: int = option(10, min=1, help="With --by-length: the width of a length bucket in source words.")
     max_length: int = option(60, min=1, help="With --by-length: longer source sentences share one last bucket.")
     plot_path: str | None = option(
-        None, names=("--plot",), metavar="FILE.png",
+        None, names=("--plot",), metavar="FILE.png", path="file",
         help="Draw BLEU by length (one line per system) to this PNG (implies --by-length).")
     significance: bool = option(
         False, help="Paired bootstrap resampling of each --hyp against the first one; prints p-values.")

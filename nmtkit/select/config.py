@@ -29,13 +29,13 @@ class SelectConfig:
     src_lang: str = option(required=True, help="Source language code (file suffix), e.g. en.")
     tgt_lang: str = option(required=True, help="Target language code (file suffix), e.g. fr.")
     in_domain: tuple[str, ...] = option(
-        required=True, multiple=True, metavar="PREFIX",
+        required=True, multiple=True, metavar="PREFIX", path="file prefix",
         help="In-domain parallel text PREFIX.{src,tgt}[.gz]; repeat to concatenate.")
     pool: tuple[str, ...] = option(
-        required=True, multiple=True, metavar="PREFIX",
+        required=True, multiple=True, metavar="PREFIX", path="file prefix",
         help="General-domain pool PREFIX.{src,tgt}[.gz]; repeat to concatenate (line numbers run on).")
     output_prefix: str = option(
-        required=True, metavar="PREFIX",
+        required=True, metavar="PREFIX", path="file prefix",
         help="Writes PREFIX.{src,tgt} (selected pairs, pool order, lines as in the pool), PREFIX.scores.tsv and "
              "PREFIX.summary.json.")
     lines: int | None = option(None, min=1, help="Budget: number of pairs to keep.")

@@ -131,7 +131,7 @@ class TrainConfig:
     on_nan: str = option("stop", choices=("stop", "skip"), resume=True,
                          help="On a non-finite loss: stop with a message or skip the minibatch.")
     tensorboard: str | None = option(
-        None, metavar="DIR", resume=True, convert=os.path.abspath,
+        None, metavar="DIR", resume=True, convert=os.path.abspath, path="directory",
         help="Also write metrics.jsonl's records (train loss, dev loss and BLEU, lr, gradient norm, tokens/s) as "
              "TensorBoard scalars into DIR (`tensorboard --logdir DIR`); a resumed run appends to it. Needs pip "
              "install 'nmtkit[tensorboard]'.")

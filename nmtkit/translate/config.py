@@ -45,7 +45,7 @@ class DecodeConfig:
     """The options `nmtkit translate` and `nmtkit serve` share (see their --help)."""
 
     models: tuple[str, ...] = option(
-        (), names=("--model", "-m"), multiple=True, required=True, metavar="CHECKPOINT",
+        (), names=("--model", "-m"), multiple=True, required=True, metavar="CHECKPOINT", path="file",
         help="Checkpoint to translate with (e.g. RUN/checkpoint_best.pt). Give several with --ensemble.")
     ensemble: bool = option(False, help="Average several -m models (same vocabularies and preprocessing): log of "
                                         "the mean of their probabilities, as Nematus and fairseq do.")
@@ -151,7 +151,7 @@ class TranslateConfig(DecodeConfig):
         False, help="Never emit the unknown word: its probability is 0 at every step (the decoding of the paper's "
                     "no-UNK column, Bahdanau et al. 2015, Table 1).")
     unk_dict: str | None = option(
-        None, metavar="FILE",
+        None, metavar="FILE", path="file",
         help="With --replace-unk: a 'source<TAB>target' dictionary the source word goes through.")
     alignments: str | None = option(
         None, choices=("hard", "soft"),
@@ -159,7 +159,7 @@ class TranslateConfig(DecodeConfig):
              "i, target j, model tokens counted from 0); soft = JSON lines {\"src\": [...], \"tgt\": [...], "
              "\"attention\": [[...]]} (rows = target tokens + </s>).")
     plot_attention: str | None = option(
-        None, metavar="DIR",
+        None, metavar="DIR", path="directory",
         help="Draw each sentence's attention (the paper's Figure 3) as DIR/NNNNNN.png (line number).")
     plot_limit: int = option(100, min=0, help="Plot at most this many sentences.")
 
