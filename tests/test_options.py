@@ -130,6 +130,17 @@ def test_an_empty_path_is_refused_by_the_python_api_too():
         ScoreOptions(hyp_paths=["h"], ref_paths=["r", ""])
 
 
+def test_run_training_refuses_an_empty_data_or_run_directory_as_its_command_line_does(tmp_path, monkeypatch):
+    """They are arguments of run_training, not config fields: Path("") trained into the current directory."""
+    from nmtkit.train.run import run_training
+
+    monkeypatch.chdir(tmp_path)
+    for data, run, opt in (("", "run", "--data"), (str(tmp_path), "", "--save-dir")):
+        with pytest.raises(ConfigError, match=f"{opt} '' names no directory"):
+            run_training(data, run)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("command", sorted(CONVERTED))
 def test_a_converted_command_has_no_hand_written_config_option(command):
     classes, _ = CONVERTED[command]

@@ -36,7 +36,7 @@ from typing import Any, Callable
 from nmtkit.devices import resolve_device
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
 from nmtkit.models.presets import ModelOverrides, resolve_model, training_defaults
-from nmtkit.options import option_name, resume_overridable
+from nmtkit.options import empty_path_message, option_name, resume_overridable
 from nmtkit.output_dirs import DirLock
 from nmtkit.outputs import check_output_dir, check_outputs_vs_inputs, write_text
 from nmtkit.text.pipeline import pipeline_differences
@@ -261,6 +261,9 @@ def run_training(
     model = ModelOverrides() if model is None else model
     if not isinstance(options, TrainOptions) or not isinstance(model, ModelOverrides):
         raise TypeError("run_training takes a TrainOptions and a ModelOverrides")
+    for opt, path in (("--data", data_dir), ("--save-dir", save_dir)):
+        if os.fspath(path) == "":  # Path("") is the current directory
+            raise ConfigError(empty_path_message(opt, "directory"))
     save_dir = Path(save_dir)
     info = ddp.env_info()
     # everything is checked before anything is written: a refused start leaves nothing behind
