@@ -60,14 +60,6 @@ def test_vocabulary_threshold_splits_rare_subwords_like_subword_nmt():
     assert all(p in vocab or len(p.rstrip("@")) == 1 for p in pieces)
 
 
-def test_dev_bleu_fallback_decoder_joins_bpe_like_join_bpe():
-    """An unrebuildable manifest pipeline: dev BLEU still joins subwords through text.bpe.join_bpe."""
-    from nmtkit.train.validate import _pipeline_decoder
-
-    decode = _pipeline_decoder({"not_a_pipeline_field": 1})
-    assert decode(["lo@@", "wer", "is", "wi@@", "de@@"]) == "lower is wide"
-
-
 def test_codes_without_merges_split_words_into_characters_as_subword_nmt_would():
     """A corpus where no pair repeats learns no merges; subword-nmt cannot load such codes (it
     exits), so `Bpe` splits every word into its characters, as subword-nmt does with a merge that
