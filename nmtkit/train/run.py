@@ -128,6 +128,24 @@ def restore_replaced_run(save_dir: Path) -> None:
     log.warning("%s: the new run saved no checkpoint; the run --force was to replace is back in place", save_dir)
 
 
+def _check_not_empty(data_dir: str | Path, save_dir: str | Path) -> None:
+    """run_training's two folders, which are arguments rather than config fields: an empty path
+    is refused as the command line refuses it (Path("") is the current directory)."""
+    for opt, path in (("--data", data_dir), ("--save-dir", save_dir)):
+        if os.fspath(path) == "":
+            raise ConfigError(empty_path_message(opt, "directory"))
+
+
+def _undo_failed_start(save_dir: Path, resume: bool, force: bool) -> None:
+    """After a run that failed: the run --force was to replace back in place, or a new run's
+    files gone, when no checkpoint was saved (see the two functions)."""
+    with contextlib.suppress(OSError):  # the error that stopped the run is the one to report
+        if force:
+            restore_replaced_run(save_dir)
+        else:
+            discard_unstarted_run(save_dir, resume)
+
+
 def discard_unstarted_run(save_dir: Path, resume: bool) -> None:
     """A new run that failed before its first checkpoint (a model too large for memory, data that
     --max-len leaves empty): the files it wrote (config.json, train.log, ...) go, so that the folder
@@ -261,9 +279,7 @@ def run_training(
     model = ModelOverrides() if model is None else model
     if not isinstance(options, TrainOptions) or not isinstance(model, ModelOverrides):
         raise TypeError("run_training takes a TrainOptions and a ModelOverrides")
-    for opt, path in (("--data", data_dir), ("--save-dir", save_dir)):
-        if os.fspath(path) == "":  # Path("") is the current directory
-            raise ConfigError(empty_path_message(opt, "directory"))
+    _check_not_empty(data_dir, save_dir)
     save_dir = Path(save_dir)
     info = ddp.env_info()
     # everything is checked before anything is written: a refused start leaves nothing behind
@@ -290,11 +306,7 @@ def run_training(
         return _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook, tb_dir)
     except BaseException:
         if lock is not None:
-            with contextlib.suppress(OSError):  # the error that stopped the run is the one to report
-                if force:
-                    restore_replaced_run(save_dir)
-                else:
-                    discard_unstarted_run(save_dir, resume)
+            _undo_failed_start(save_dir, resume, force)
         raise
     finally:
         if lock is not None:
