@@ -645,3 +645,22 @@ def test_references_in_another_unicode_form_than_the_hypotheses_are_warned_about
     assert code == 0 and "decomposed" not in err
     code, _, err = run_cli(["score", "--hyp", "-", "--ref", str(ref_nfd)], hyp.read_text(encoding="utf-8"))
     assert code == 0 and f"{ref_nfd}: 2 lines not in Unicode NFC" in err and "), stdin none:" in err
+
+
+def test_tokenised_hypotheses_get_one_warning_line_not_sacrebleus_three(tmp_path):
+    """sacrebleu printed its three lines ("That's 100 lines that end in a tokenized period...")
+    bare on stderr, past -q; the score and signature stay sacrebleu's."""
+    hyps = [f"sentence number {i} ." for i in range(120)]
+    refs = [f"sentence number {i}." for i in range(120)]
+    (tmp_path / "hyp").write_text("\n".join(hyps) + "\n")
+    (tmp_path / "ref").write_text("\n".join(refs) + "\n")
+    code, out, err = run_cli(["score", "--hyp", str(tmp_path / "hyp"), "--ref", str(tmp_path / "ref"), "--metrics",
+                              "bleu", "--json"])
+    assert code == 0 and err.splitlines() == [
+        "nmtkit: warning: 120 hypothesis lines end in a tokenised period (' .'): BLEU expects detokenised text "
+        "(what 'nmtkit translate' writes); detokenise it, or use --paper-bleu for tokenised text"]
+    want = sacrebleu.metrics.BLEU()
+    (got,) = json.loads(out)["systems"][0]["scores"]
+    assert got["score"] == round(want.corpus_score(hyps, [refs]).score, 4)
+    assert got["signature"] == want.get_signature().format()
+    assert run_cli(["score", "-q", "--hyp", str(tmp_path / "hyp"), "--ref", str(tmp_path / "ref")]).err == ""

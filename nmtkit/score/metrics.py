@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -15,11 +16,14 @@ from typing import Any, Iterable, Sequence
 from nmtkit.errors import ConfigError
 from nmtkit.text.io import check_counts
 
+log = logging.getLogger(__name__)
+
 METRICS = ("bleu", "chrf", "ter")
 BLEU_TOKENIZERS = ("13a", "intl", "none", "char", "zh", "ja-mecab", "ko-mecab", "spm", "flores101", "flores200")
 # sacrebleu's old names of its tokenisers, given under the current one: "spm" is "flores101" (the
 # same SentencePiece model and signature), and sacrebleu logs a deprecation line for the old name
 SACREBLEU_TOKENIZER_NAMES = {"spm": "flores101"}
+TOKENISED_PERIODS = 100  # hypotheses ending in " ." from which sacrebleu warns that they look tokenised
 PAPER_BLEU_LABEL = "BLEU (paper-style: multi-bleu.perl on Moses-tokenised text, case-sensitive)"
 
 
@@ -60,13 +64,15 @@ def make_metric(key: str, tokenize: str | None = None, lowercase: bool = False):
     """A fresh sacrebleu metric object for "bleu", "chrf" or "ter".
 
     `tokenize` and `lowercase` apply to BLEU (and `lowercase` to chrF) as in sacrebleu's CLI;
-    TER keeps sacrebleu's defaults (it is case-insensitive by default).
+    TER keeps sacrebleu's defaults (it is case-insensitive by default). BLEU is made with
+    sacrebleu's `force`: its check for tokenised hypotheses (three lines on stderr) is
+    `corpus_scores`' one-line warning here.
     """
     from sacrebleu.metrics import BLEU, CHRF, TER
 
     if key == "bleu":
         try:
-            return BLEU(tokenize=SACREBLEU_TOKENIZER_NAMES.get(tokenize, tokenize), lowercase=lowercase)
+            return BLEU(tokenize=SACREBLEU_TOKENIZER_NAMES.get(tokenize, tokenize), lowercase=lowercase, force=True)
         except Exception as err:  # e.g. a tokenizer whose optional dependency is missing
             # sacrebleu's message spans lines ("...\n\n    pip install sacrebleu[ja]"): one line of it
             reason = " ".join(str(err).split()) or type(err).__name__
@@ -103,6 +109,10 @@ def corpus_scores(hyps: Sequence[str], refs: Sequence[Sequence[str]], metrics: S
     Returns one MetricScore per entry of `metrics`, in that order.
     """
     _check_streams(hyps, refs)
+    tokenised = sum(h.endswith(" .") for h in hyps)
+    if "bleu" in metrics and tokenised >= TOKENISED_PERIODS:  # sacrebleu's own test, as one line
+        log.warning("%d hypothesis lines end in a tokenised period (' .'): BLEU expects detokenised text (what "
+                    "'nmtkit translate' writes); detokenise it, or use --paper-bleu for tokenised text", tokenised)
     out = []
     for key in metrics:
         metric = make_metric(key, tokenize=tokenize, lowercase=lowercase)
