@@ -534,3 +534,11 @@ def test_control_tokens_in_bpe_input_are_unknown_words(ckpt):
     t = _translator(ckpt, input_format="bpe", output_format="bpe")
     assert t.translate(["the </s> cat <pad> sat <s>"]) == t.translate(["the <unk> cat <unk> sat <unk>"])
     assert t.translate(["the </s> cat"]) != t.translate(["the"])
+
+
+def test_a_result_says_whether_its_line_was_cut_to_max_src_len(ckpt):
+    """What serve's "truncated" reads (it tokenised a line cut to exactly --max-src-len again to tell)."""
+    t = Translator(TranslateConfig(models=(ckpt,), beam=1, max_src_len=3, max_len_b=2), warn=lambda msg: None)
+    long, exact, empty = t.generate(["the cat sat on a mat", "the cat sat", ""])
+    assert (long.truncated, exact.truncated, empty.truncated) == (True, False, False)
+    assert len(long.src_tokens) == len(exact.src_tokens) == 3

@@ -93,11 +93,11 @@ def test_worker_processes_tokenise_in_chunks_and_warn_in_line_order(ckpt, tmp_pa
         t = Translator(TranslateConfig(models=(ckpt,), beam=2, max_len_a=1.0, max_len_b=3, batch_size=3,
                                        workers=n, max_src_len=6), warn=warned.append)
         if n == 3:
-            def prepare(*a, real=t.prepare):
+            def prepare(*a, real=t._prepare):
                 _note_pid(pids)
                 time.sleep(0.01)  # every process takes chunks
                 return real(*a)
-            monkeypatch.setattr(t, "prepare", prepare)
+            monkeypatch.setattr(t, "_prepare", prepare)
         out[n] = ([r.texts for r in t.translate_buffer(list(enumerate(LINES, 1)))], warned)
     assert calls[0] == 5  # 20 lines in chunks of 4, then the batches
     assert len(set(pids.read_text().split())) == 3  # each process tokenised lines

@@ -39,7 +39,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from nmtkit.errors import OutputError
-from nmtkit.serve.answers import mark_truncated, onmt_json, translation_json
+from nmtkit.serve.answers import onmt_json, translation_json
 from nmtkit.serve.batcher import Batcher, ClientGone, DecodeThread
 from nmtkit.serve.config import ServeConfig
 from nmtkit.serve.limits import RequestError, check_onmt_request, check_request, parse_json_body
@@ -263,8 +263,7 @@ def make_app(translator: Translator, config: ServeConfig,
                           client_max_size=config.limits.max_body_bytes)
 
     def translate(lines, beam, nbest, attention):
-        return mark_truncated(translator, lines, translator.generate(lines, beam=beam, nbest=nbest,
-                                                                     alignments=attention))
+        return translator.generate(lines, beam=beam, nbest=nbest, alignments=attention)
 
     app[BATCHER] = Batcher(translate, batch_size(translator, config), config.batch_delay_ms / 1000, thread)
     app[STATE] = {"config": config, "model": model_name(translator), "info": model_info(translator, config),

@@ -46,8 +46,9 @@ class Result:
     index: the line's number (from 1); src_tokens: the model's source tokens (subwords), as
     strings (before UNK mapping). hyps: the n-best hypotheses (`nmtkit.decode.hypothesis.Hypothesis`;
     empty for an empty line); tgt_tokens: their target tokens (after UNK replacement); texts:
-    their output strings in the requested output format. `text`, `score` and `nbest` give the
-    same as plain values and `Translation`s.
+    their output strings in the requested output format; truncated: the line had more source
+    tokens than --max-src-len and was translated from its first ones. `text`, `score` and
+    `nbest` give the same as plain values and `Translation`s.
     """
 
     index: int
@@ -55,6 +56,7 @@ class Result:
     hyps: list[Any] = field(default_factory=list)
     tgt_tokens: list[list[str]] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
+    truncated: bool = False
 
     @property
     def text(self) -> str:

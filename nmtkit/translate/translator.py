@@ -166,16 +166,18 @@ class Translator:
     def prepare(self, line: str, lineno: int, warn: Callable[[str], None] | None = None) -> list[str]:
         """The model's source tokens for one input line (truncated to --max-src-len, warned
         through `warn`, by default the translator's)."""
+        return self._prepare(line, lineno, warn)[0]
+
+    def _prepare(self, line: str, lineno: int, warn: Callable[[str], None] | None = None) -> tuple[list[str], bool]:
+        """`prepare`'s tokens, and whether --max-src-len cut them."""
         if not line.strip():
-            return []
+            return [], False
         toks = self.pipeline.encode_from(line, "src", self.config.input_format)
-        if len(toks) > self.max_src_len:
-            (warn or self.warn)(
-                f"{self.source_name}:{lineno}: {len(toks)} source tokens, translating only the first "
-                f"{self.max_src_len} (--max-src-len)"
-            )
-            toks = toks[: self.max_src_len]
-        return list(toks)
+        if len(toks) <= self.max_src_len:
+            return list(toks), False
+        (warn or self.warn)(f"{self.source_name}:{lineno}: {len(toks)} source tokens, translating only the first "
+                            f"{self.max_src_len} (--max-src-len)")
+        return list(toks[: self.max_src_len]), True
 
     def decode_batch(self, src_token_lists: Sequence[list[str]], beam: int | None = None, nbest: int | None = None,
                      need_attention: bool | None = None, keys: Sequence[int] | None = None) -> list[list[Any]]:
@@ -251,7 +253,8 @@ class Translator:
         from nmtkit.translate.workers import map_batches, resolve_workers
 
         workers = resolve_workers(self.config.workers, self.threads, self.device.type)
-        results = [Result(index=n, src_tokens=toks) for (n, _), toks in zip(lines, self._prepare_all(lines, workers))]
+        results = [Result(index=n, src_tokens=toks, truncated=cut)
+                   for (n, _), (toks, cut) in zip(lines, self._prepare_all(lines, workers))]
         todo = [i for i, r in enumerate(results) if r.src_tokens]
         cap = self.max_tokens
         over = [i for i in todo if cap is not None and len(results[i].src_tokens) > cap]
@@ -277,21 +280,21 @@ class Translator:
         decoded = set(todo)  # finished by `decode`; the empty lines are finished here
         return [r if i in decoded else self.finish(r) for i, r in enumerate(results)]
 
-    def _prepare_all(self, lines: Sequence[tuple[int, str]], workers: int) -> list[list[str]]:
-        """`prepare` of every line, in order; with several workers and text to tokenise, chunk by
+    def _prepare_all(self, lines: Sequence[tuple[int, str]], workers: int) -> list[tuple[list[str], bool]]:
+        """`_prepare` of every line, in order; with several workers and text to tokenise, chunk by
         chunk in the workers (their warnings given here, in line order)."""
         size = PREPARE_CHUNK_LINES
         if workers == 1 or self.config.input_format == "bpe" or len(lines) <= size:
-            return [self.prepare(text, n) for n, text in lines]
+            return [self._prepare(text, n) for n, text in lines]
         from nmtkit.translate.workers import map_batches
 
         chunks = [lines[k:k + size] for k in range(0, len(lines), size)]
 
-        def prepare_chunk(j: int) -> tuple[list[list[str]], list[str]]:
+        def prepare_chunk(j: int) -> tuple[list[tuple[list[str], bool]], list[str]]:
             notes: list[str] = []
-            return [self.prepare(text, n, notes.append) for n, text in chunks[j]], notes
+            return [self._prepare(text, n, notes.append) for n, text in chunks[j]], notes
 
-        prepared: list[list[str]] = []
+        prepared: list[tuple[list[str], bool]] = []
         for toks, notes in map_batches(prepare_chunk, len(chunks), workers, self.threads):
             prepared += toks
             for note in notes:
