@@ -210,6 +210,9 @@ def test_tokenised_input_is_checked_against_its_tokeniser_record_as_preprocess_c
     code, _, err = select(tok + ["--aggressive-dash-splits"])
     _assert_clean_failure(code, err, corpus, "tok/in.en", "normalize_punct=False there, True here "
                           "(--no-normalize-punct)", "so that the in-domain text and the pool are tokenised alike")
+    code, _, err = select(tok + ["--aggressive-dash-splits", "--no-normalize-punct", "--lowercase", "--output-prefix",
+                                 str(corpus / "lc")], quiet=False)
+    assert code == 0 and _warnings(err) == [], err  # --lowercase lowercases the LMs' tokens, whatever the records say
     code, _, err = select(tok + ["--aggressive-dash-splits", "--no-normalize-punct"], quiet=False)
     assert code == 0 and _warnings(err) == [], err
     for lang in ("en", "fr"):  # the pool's records beside the selection, which preprocess then checks

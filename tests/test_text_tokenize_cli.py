@@ -90,6 +90,22 @@ def test_preprocess_refuses_tok_input_made_with_flags_it_was_not_given(tmp_path)
         preprocess(_tok_config(tmp_path, prefix, lowercase=True, aggressive_dash_splits=True))
 
 
+def test_text_tokenised_with_its_case_may_be_lowercased_by_preprocess(tmp_path):
+    """The records' lowercasing was compared both ways, so preprocess --lowercase refused text
+    that kept its case (and, once select-data passed records on, its selections): translate
+    then tokenises and lowercases, as preprocess does."""
+    import json
+
+    from nmtkit.preprocess import preprocess
+    from nmtkit.text.pipeline import TextPipeline
+
+    prefix = _tokenise_corpus(tmp_path)
+    preprocess(_tok_config(tmp_path, prefix, lowercase=True))
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text(encoding="utf-8"))
+    replay = TextPipeline.from_dict(manifest["pipeline"])
+    assert replay.lowercase and replay.case(replay.tokenize(EN[0], "src"), "src") == replay.encode(EN[0], "src")
+
+
 def test_tokeniser_flags_given_to_preprocess_too_are_replayed_at_translate_time(tmp_path):
     import json
 

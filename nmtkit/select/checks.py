@@ -142,13 +142,14 @@ def flat_score_warnings(scores: np.ndarray, pool: Corpus, method: str) -> list[s
 def tokinfo_warnings(cfg: SelectConfig, corpora: Sequence[Corpus], pipeline: TextPipeline) -> list[str]:
     """--input-format tok: each scored side's files checked against the `.tokinfo.json` that
     `nmtkit tokenize` wrote beside them (ConfigError naming the file and the flags that differ);
-    a warning for each file without one."""
+    a warning for each file without one. Lowercasing is not compared: --lowercase only
+    lowercases the LMs' tokens, whatever case the text has."""
     if cfg.input_format != "tok":
         return []
     langs = {"src": cfg.src_lang, "tgt": cfg.tgt_lang}
     return [f"{path}: no {TOKINFO_SUFFIX} beside it, so its tokeniser settings cannot be checked; they must be "
             "this command's" for corpus in corpora for side in scored_sides(cfg.method) for path in corpus.paths(side)
-            if not check_tokinfo(path, langs[side], pipeline, protect=False,
+            if not check_tokinfo(path, langs[side], pipeline.with_(lowercase=True), protect=False,
                                  why="so that the in-domain text and the pool are tokenised alike")]
 
 

@@ -125,8 +125,10 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline, protect: bool = 
     """Check that the tokenised file `path` was made with `pipeline`'s steps 0-3, from the
     `path.tokinfo.json` its tokeniser wrote (`read_tokinfo`). False when there is no such record
     (nothing to check); a ConfigError naming the file when the settings differ, ending with `why`
-    they must not. `protect`: compare the protected patterns too (a command without --protect,
-    select-data, does not)."""
+    they must not. Lowercasing differs only one way: text the tokeniser lowercased must be
+    lowercased here too, while text that kept its case may be lowercased here (as translate
+    then does after tokenising). `protect`: compare the protected patterns too (a command
+    without --protect, select-data, does not)."""
     info = read_tokinfo(path)
     if info is None:
         return False
@@ -135,7 +137,8 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline, protect: bool = 
         raise ConfigError(f"tokenised as language '{info.get('lang')}' ({info_path}), used here as '{lang}'", path)
     recorded = {**_RECORDED_BEFORE, **info}
     wrong = [f"{k}={recorded.get(k)} there, {getattr(pipeline, k)} here ({flag})"
-             for k, flag in _FLAGS.items() if recorded.get(k) != getattr(pipeline, k)]
+             for k, flag in _FLAGS.items() if recorded.get(k) != getattr(pipeline, k)
+             and not (k == "lowercase" and pipeline.lowercase)]
     if protect and list(info.get("protected_patterns") or []) != list(pipeline.protected_patterns):
         wrong.append(f"{len(info.get('protected_patterns') or [])} protected patterns there, "
                      f"{len(pipeline.protected_patterns)} here (--protect)")
