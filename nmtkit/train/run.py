@@ -136,23 +136,37 @@ def _check_not_empty(data_dir: str | Path, save_dir: str | Path) -> None:
             raise ConfigError(empty_path_message(opt, "directory"))
 
 
-def _undo_failed_start(save_dir: Path, resume: bool, force: bool) -> None:
+def _undo_failed_start(save_dir: Path, resume: bool, force: bool, before: set[str]) -> None:
     """After a run that failed: the run --force was to replace back in place, or a new run's
-    files gone, when no checkpoint was saved (see the two functions)."""
+    files gone, when no checkpoint was saved (see the two functions). `before`: the names in
+    the folder before the run started."""
     with contextlib.suppress(OSError):  # the error that stopped the run is the one to report
         if force:
             restore_replaced_run(save_dir)
         else:
-            discard_unstarted_run(save_dir, resume)
+            discard_unstarted_run(save_dir, resume, before)
 
 
-def discard_unstarted_run(save_dir: Path, resume: bool) -> None:
+def discard_unstarted_run(save_dir: Path, resume: bool, before: set[str]) -> None:
     """A new run that failed before its first checkpoint (a model too large for memory, data that
-    --max-len leaves empty): the files it wrote (config.json, train.log, ...) go, so that the folder
-    does not look like a run's. A fresh start found no run files here (`check_run_dir`), so
-    they are all its own. The lock file stays (see DirLock)."""
-    if not resume and not (save_dir / LAST).exists() and not kept_checkpoints(save_dir):
-        clear_run_dir(save_dir)
+    --max-len leaves empty): the run files it wrote (config.json, train.log, ...) go, so that the
+    folder does not look like a run's; what was there before it started (`before`: names) stays.
+    The lock file stays too (see DirLock)."""
+    if resume or (save_dir / LAST).exists() or kept_checkpoints(save_dir):
+        return
+    for name in sorted(_names(save_dir) - before, reverse=True):
+        path = save_dir / name
+        if name in RUN_FILES or name.startswith("tensorboard"):
+            if path.is_dir():
+                path.rmdir()  # its new files, named after it, went first
+            else:
+                path.unlink(missing_ok=True)
+
+
+def _names(save_dir: Path) -> set[str]:
+    """The names in a run folder, and those in its tensorboard/ folder as tensorboard/NAME."""
+    tb = save_dir / "tensorboard"
+    return set(os.listdir(save_dir)) | ({f"tensorboard/{n}" for n in os.listdir(tb)} if tb.is_dir() else set())
 
 
 def resume_config(ckpt: dict[str, Any], options: TrainOptions) -> TrainConfig:
@@ -300,13 +314,14 @@ def run_training(
     if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
         check_output_dir(save_dir, "--save-dir run folder")
         lock = run_lock(save_dir).acquire()
+    before = _names(save_dir) if lock is not None else set()
     try:
         if lock is not None:
             _start_run(save_dir, cfg, arch, model_config, tb_dir, resume, force, show_config)
         return _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook, tb_dir)
     except BaseException:
         if lock is not None:
-            _undo_failed_start(save_dir, resume, force)
+            _undo_failed_start(save_dir, resume, force, before)
         raise
     finally:
         if lock is not None:
