@@ -299,3 +299,18 @@ def test_the_plot_folder_cannot_be_the_output_file_checked_before_decoding(ckpt,
         line = _error_line(run_cli(["translate", "-m", ckpt, "-i", str(src), *outputs, "--plot-attention", str(both)]))
         assert f"{both}: the --plot-attention output is also the {outputs[-2]} output file; nothing was written" in line
         assert not both.exists()
+
+
+def test_the_outputs_an_earlier_command_of_the_process_gave_up_are_not_blamed_on_a_later_one(tmp_path):
+    """The record of abandoned outputs lasts the process: a later command whose stdout reader
+    went away named an earlier command's output as its own, with status 1."""
+    from tests.conftest import REPO
+
+    script = ("import sys; from nmtkit.outputs import Staged; Staged(sys.argv[1]).abort(); "
+              "from nmtkit.cli import main; main(['tokenize', '--lang', 'en'])")
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "earlier.txt")], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    proc.stdout.close()  # the reader is gone before the first line
+    _, err = proc.communicate(("Hello, world.\n" * 20000).encode(), timeout=120)
+    assert proc.returncode == 0 and b"earlier.txt" not in err, err

@@ -207,6 +207,7 @@ def _end_process(code: int | str | None) -> None:
 
 
 def _run(argv: list[str] | None, debug: bool) -> None:
+    earlier = len(abandoned_outputs())  # another command's, run before in this process
     try:
         with sigterm_unwinds():  # kill, timeout, a scheduler: every command unwinds as on Ctrl-C, leaving no temp file
             cli.main(args=argv, prog_name="nmtkit", standalone_mode=False)
@@ -233,7 +234,7 @@ def _run(argv: list[str] | None, debug: bool) -> None:
         # so that the interpreter's final flush has nothing to complain about. Unless the
         # command had other outputs, which it then left unwritten: that is said, with status 1.
         _silence_stdout()
-        lost = abandoned_outputs()
+        lost = abandoned_outputs()[earlier:]
         if lost:
             click.echo(f"nmtkit: error: stdout was closed before the end (by its reader, such as head), so "
                        f"{' and '.join(lost)} {'was' if len(lost) == 1 else 'were'} not written", err=True)
