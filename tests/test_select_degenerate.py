@@ -222,6 +222,14 @@ def test_tokenised_input_is_checked_against_its_tokeniser_record_as_preprocess_c
                             str(corpus / "sel"), "--valid", str(corpus / "tok" / "pool"), "--dest", str(corpus / "d"),
                             "--workers", "1", "--aggressive-dash-splits", "--no-normalize-punct"])
     assert code == 0 and "warning" not in err, err
+    # the same prefix again from raw text: the records beside it would describe text they do not
+    for f in corpus.glob("sel.*"):
+        if not f.name.endswith(".tokinfo.json"):
+            f.unlink()
+    raw = _base(corpus) + ["--lines", "10"]
+    code, _, err = select(raw)
+    assert code != 0 and "sel.en.tokinfo.json: output exists (use --force" in err, err
+    assert select(raw + ["--force"])[0] == 0 and not list(corpus.glob("sel.*.tokinfo.json"))
     for f in corpus.glob("sel.*"):
         f.unlink()
     (corpus / "tok" / "pool.en.tokinfo.json").write_text("{")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -49,8 +49,7 @@ def output_paths(cfg: SelectConfig, records: dict[str, dict[str, Any]]) -> dict[
     d = cfg.output_prefix
     out = {"src": f"{d}.{cfg.src_lang}", "tgt": f"{d}.{cfg.tgt_lang}", "scores": f"{d}.scores.tsv",
            "summary": f"{d}.summary.json"}
-    langs = {"src": cfg.src_lang, "tgt": cfg.tgt_lang}
-    out.update({f"{side}_tokinfo": f"{d}.{langs[side]}{TOKINFO_SUFFIX}" for side in records})
+    out.update({f"{side}_tokinfo": path for side, path in _record_paths(cfg).items() if side in records})
     if cfg.write_arpa:
         for which in ("in", "out"):
             for side, lang in (("src", cfg.src_lang), ("tgt", cfg.tgt_lang)):
@@ -58,12 +57,26 @@ def output_paths(cfg: SelectConfig, records: dict[str, dict[str, Any]]) -> dict[
     return out
 
 
+def _record_paths(cfg: SelectConfig) -> dict[str, str]:
+    """Where each side's tokeniser record goes: beside its selection."""
+    return {side: f"{cfg.output_prefix}.{lang}{TOKINFO_SUFFIX}" for side, lang in (("src", cfg.src_lang),
+                                                                                   ("tgt", cfg.tgt_lang))}
+
+
+def stale_records(cfg: SelectConfig, records: dict[str, dict[str, Any]]) -> list[str]:
+    """The tokeniser records beside the selection of a side that gets none this time (say, an
+    earlier run on tokenised text, replaced by one on raw text): left, they would describe text
+    they do not describe, so they are outputs too, removed when the others are written."""
+    return [path for side, path in _record_paths(cfg).items() if side not in records and os.path.lexists(path)]
+
+
 class StagedFiles:
     """One `nmtkit.outputs.Staged` per output: `tmp[k]` is where output k is written now;
-    `commit()` makes them all appear, else (an error) they are removed."""
+    `commit()` makes them all appear and removes the `stale` files, else (an error) they are
+    removed and the stale files stay."""
 
-    def __init__(self, paths: dict[str, str]):
-        self.paths = paths
+    def __init__(self, paths: dict[str, str], stale: Sequence[str] = ()):
+        self.paths, self.stale = paths, list(stale)
         self.staged: dict[str, Staged] = {}
         for k, p in paths.items():
             self.staged[k] = Staged(p)
@@ -76,6 +89,8 @@ class StagedFiles:
         for st in self.staged.values():
             st.commit()
         self.staged = {}
+        for path in self.stale:
+            os.unlink(path)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         for k, st in self.staged.items():
@@ -84,15 +99,15 @@ class StagedFiles:
                 name_error(exc, self.paths[k], self.tmp[k])
 
 
-def check_outputs(cfg: SelectConfig, outputs: dict[str, str]) -> None:
+def check_outputs(cfg: SelectConfig, outputs: dict[str, str], stale: Sequence[str] = ()) -> None:
     """Refuse, before hours of scoring, outputs that would overwrite an input or an existing
-    file (without --force) or that could not be written."""
+    file (without --force; a `stale` record counts as one) or that could not be written."""
     check_outputs_vs_inputs(
         inputs=[(f"--{opt}", path) for opt, prefixes in (("in-domain", cfg.in_domain), ("pool", cfg.pool))
                 for prefix in prefixes for lang in (cfg.src_lang, cfg.tgt_lang)
                 for path in input_candidates(prefix, lang)],
         files=[("--output-prefix", p) for p in outputs.values()])
-    existing = [p for p in outputs.values() if os.path.exists(p) and not writes_in_place(p)]
+    existing = [p for p in outputs.values() if os.path.exists(p) and not writes_in_place(p)] + list(stale)
     if existing and not cfg.force:
         raise OutputExistsError("output exists (use --force to overwrite)", existing[0])
     out_dir = os.path.dirname(os.path.abspath(cfg.output_prefix))

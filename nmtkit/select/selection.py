@@ -52,6 +52,7 @@ from nmtkit.select.outputs import (
     check_outputs,
     output_paths,
     pool_records,
+    stale_records,
     write_arpa,
     write_records,
     write_scores,
@@ -207,8 +208,8 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     progress = progress or _noop
     t0 = time.perf_counter()
     records = pool_records(cfg)
-    outputs = output_paths(cfg, records)
-    check_outputs(cfg, outputs)
+    outputs, stale = output_paths(cfg, records), stale_records(cfg, records)
+    check_outputs(cfg, outputs, stale)
     opts = TextOpts(cfg.pipeline(), cfg.input_format)
     ind, pool = _open_corpora(cfg)
     warnings = _warn(tokinfo_warnings(cfg, (ind, pool), opts.pipeline) + same_text_warnings(ind, pool, cfg.method))
@@ -230,7 +231,7 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     sample_sizes = _sizes(out_sample)
     del ind_toks, out_sample
 
-    with StagedFiles(outputs) as files:
+    with StagedFiles(outputs, stale) as files:
         if cfg.write_arpa:
             write_arpa(files.tmp, scorer, src_vocab, tgt_vocab)
 
