@@ -80,6 +80,13 @@ def option_fields(cls: type) -> list[tuple[dataclasses.Field, OptionSpec]]:
     return out
 
 
+def refuse_without(given: list[str], needed: str, why: str = "") -> None:
+    """ConfigError "--a needs --c" ("--a and --b need --c") when options that act only with
+    `needed` were `given` without it: they would change nothing, without a word."""
+    if given:
+        raise ConfigError(f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} {needed}{why}")
+
+
 def field_default(field: dataclasses.Field) -> Any:
     if field.default is not _MISSING:
         return field.default

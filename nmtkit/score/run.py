@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Sequence
 
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
-from nmtkit.options import check_fields, cli_names, field_default, option, spec_of
+from nmtkit.options import check_fields, cli_names, field_default, option, refuse_without, spec_of
 from nmtkit.outputs import check_output, check_outputs_vs_inputs
 from nmtkit.score.metrics import (
     BLEU_TOKENIZERS,
@@ -145,8 +145,8 @@ def _check_unused(o: ScoreOptions) -> None:
     for needed, on, names in acts_with:
         given = [cli_names(fields_[n], spec_of(fields_[n]))[0] for n in names
                  if getattr(o, n) != field_default(fields_[n])]
-        if given and not on:
-            raise ConfigError(f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} {needed}")
+        if not on:
+            refuse_without(given, needed)
 
 
 def _check_options(o: ScoreOptions) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from nmtkit.devices import DECODE_PRECISIONS, DEVICE_HELP, FUSE, MAX_THREADS, MAX_WORKERS, check_device_name
 from nmtkit.errors import ConfigError
-from nmtkit.options import check_fields, option
+from nmtkit.options import check_fields, option, refuse_without
 from nmtkit.text.pipeline import INPUT_FORMATS
 
 DEFAULT_MAX_SRC_LEN = 250
@@ -179,7 +179,6 @@ class TranslateConfig(DecodeConfig):
             given = [name for name, on in (("--sampling-topk", self.sampling_topk != 0),
                                            ("--temperature", self.temperature != 1.0),
                                            ("--seed", self.seed is not None)) if on]
-            if given:
-                raise ConfigError(f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} --sampling")
+            refuse_without(given, "--sampling")
         elif self.nbest != 1:
             raise ConfigError("--sampling draws one translation per line: --nbest must be 1")
