@@ -156,8 +156,9 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = Fa
     import pickle
     import warnings
 
-    import torch
+    from nmtkit.devices import import_torch
 
+    torch = import_torch()  # often the command's first use of torch
     path = Path(path)
     if path.is_dir():
         raise CheckpointError("is a directory, not a checkpoint file (e.g. RUN/checkpoint_best.pt)", str(path))

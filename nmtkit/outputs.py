@@ -155,9 +155,9 @@ class Staged:
     """Where the bytes for `path` go now (`write_path`) and how they appear there (`commit`).
 
     For a regular destination `write_path` is an empty temp file beside it, writable by its
-    owner; `commit()` fsyncs it, gives it the final permissions (those of the file it replaces:
-    a read-only one stays read-only, as `mv` keeps the new file's) and renames it over the
-    destination, `abort()` removes it. For a node written in place `write_path` is `path` itself and both are no-ops.
+    owner; `commit()` fsyncs it, gives it the final permissions (those of the file it replaces,
+    a read-only one staying read-only, as writing over it in place would leave them) and renames
+    it over the destination, `abort()` removes it. For a node written in place `write_path` is `path` itself and both are no-ops.
     Use it for libraries that write by file name; `OutputFile` wraps it for file objects.
     """
 

@@ -89,7 +89,7 @@ def test_a_regular_file_is_replaced_atomically_with_open_w_permissions(tmp_path)
 def test_a_read_only_file_is_replaced_by_writing_a_temp_file_its_owner_can_write(tmp_path):
     """The temp file got the final mode at once, so a library writing it by name (torch.save of
     checkpoint_last.pt) was refused for a read-only file: after the run's updates, in a message
-    naming the temp file. The new file keeps the old one's mode, as `mv` would give it."""
+    naming the temp file. The new file keeps the old one's mode."""
     old = tmp_path / "checkpoint_last.pt"
     old.write_text("x\n")
     os.chmod(old, 0o444)

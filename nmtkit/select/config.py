@@ -37,7 +37,7 @@ class SelectConfig:
     output_prefix: str = option(
         required=True, metavar="PREFIX", path="file prefix",
         help="Writes PREFIX.{src,tgt} (selected pairs, pool order, lines as in the pool), PREFIX.scores.tsv and "
-             "PREFIX.summary.json.")
+             "PREFIX.summary.json; with --input-format tok, the pool's tokeniser records as PREFIX.{src,tgt}.tokinfo.json.")
     lines: int | None = option(None, min=1, help="Budget: number of pairs to keep.")
     words: int | None = option(None, min=1, help="Budget: source-side tokens to keep.")
     fraction: float | None = option(None, min=0, min_open=True, max=1, help="Budget: fraction of the pool's pairs, in (0, 1].")

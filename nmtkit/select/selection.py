@@ -18,7 +18,8 @@ everything else is `<unk>`.
 Pairs are ranked by score, lowest first, ties by pool line number, and taken until the
 budget is met: `lines` pairs, `words` SOURCE-side tokens (the smallest prefix of the ranking
 reaching it), or a `fraction` of the pool's pairs. The selection is written in pool order,
-each line byte for byte as in the pool (raw text in, raw text out).
+each line byte for byte as in the pool (raw text in, raw text out; tokenised text in, the
+pool's tokeniser records beside it: nmtkit.select.outputs).
 
 The pool is streamed (the text is never held; per pair we keep 4 float32 cross-entropies and
 2 int32 lengths) and scored in blocks of lines over `workers` processes: the parent only
