@@ -412,9 +412,9 @@ def test_inconsistent_options_are_config_errors(corpus, kw, match):
 def test_a_dev_set_of_blank_lines_is_refused_before_training_data_is_read(corpus):
     """train refuses a dev set without sentences; preprocess wrote it, exit 0, after its whole
     pass over the training data."""
-    blank = _write(corpus["tmp"] / "blank", ["", "  ", "\t"], ["x", "", "y"])
+    blank = _write(corpus["tmp"] / "blank", ["", "  ", "\t", "\u200b\u00ad"], ["x", "", "y", "z"])
     dest = corpus["tmp"] / "d"
-    with pytest.raises(InputError, match=r"blank\.en: the valid split's 3 lines are blank"):
+    with pytest.raises(InputError, match=r"blank\.en: the valid split's 4 lines hold no word"):
         preprocess(_config(corpus, dest, valid=blank))
     assert not dest.exists()
     one = _write(corpus["tmp"] / "one", ["", "a cat"], ["", "un chat"])  # one sentence is enough

@@ -120,8 +120,10 @@ def _check_inputs(config: PreprocessConfig, base: TextPipeline,
         n, h_src, h_tgt = check_parallel(src, tgt)
         if n == 0:
             raise InputError(f"the {name} split is empty", src)
-        if name == "valid" and not any(line.strip() for line in read_lines(src)):
-            raise InputError(f"the valid split's {n} lines are blank: train validates on its sentences", src)
+        if name == "valid" and not any(base.tokenize_from(line, "src", config.input_format)
+                                       for line in read_lines(src) if line.strip()):  # stops at the first sentence
+            raise InputError(f"the valid split's {n} lines hold no word (blank, or only spaces and invisible "
+                             "characters): train validates on its sentences", src)
         if config.input_format == "tok":
             _check_tokenized(config, base, src, tgt)
         inputs[src], inputs[tgt] = h_src, h_tgt
