@@ -114,7 +114,7 @@ def empty_path_message(opt: str, what: str = "file", stream: bool = False) -> st
     return f"{opt} '' names no {what} (an unset variable?): {give}"
 
 
-def _empty_path(value: Any) -> bool:
+def is_empty_path(value: Any) -> bool:
     """Whether a path option's value (one path, or the list of a repeatable option) holds ''."""
     values = value if isinstance(value, (list, tuple)) else (value,)
     return any(isinstance(v, (str, os.PathLike)) and os.fspath(v) == "" for v in values)
@@ -169,7 +169,7 @@ def check_fields(config: Any) -> None:
         opt = cli_names(f, spec)[0] if spec is not None else option_name(f.name)
         error = _type_error(opt, str(f.type), value)
         if error is None and spec is not None and value is not None:
-            if spec.path is not None and _empty_path(value):
+            if spec.path is not None and is_empty_path(value):
                 error = empty_path_message(opt, spec.path)
             elif spec.choices is not None and value not in spec.choices:
                 error = f"{opt} must be one of {', '.join(spec.choices)}, got '{value}'"

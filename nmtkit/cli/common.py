@@ -12,7 +12,15 @@ import click
 
 from nmtkit.devices import available_cores
 from nmtkit.errors import ConfigError
-from nmtkit.options import OptionSpec, cli_default, cli_names, empty_path_message, help_text, option_fields
+from nmtkit.options import (
+    OptionSpec,
+    cli_default,
+    cli_names,
+    empty_path_message,
+    help_text,
+    is_empty_path,
+    option_fields,
+)
 
 _CLICK_TYPES = {"int": int, "int | None": int, "float": float, "float | None": float}
 
@@ -23,8 +31,7 @@ def path_callback(what: str = "directory", then: Callable | None = None) -> Call
     the options of config fields declared with `path`, and path options that are no field."""
 
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-        values = value if isinstance(value, tuple) else (value,)
-        if "" in values:
+        if is_empty_path(value):
             raise ConfigError(empty_path_message(param.opts[0], what))  # the name check_fields gives it
         return value if then is None else then(ctx, param, value)
 

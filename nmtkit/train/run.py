@@ -36,7 +36,7 @@ from typing import Any, Callable
 from nmtkit.devices import resolve_device
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
 from nmtkit.models.presets import ModelOverrides, resolve_model, training_defaults
-from nmtkit.options import empty_path_message, option_name, resume_overridable
+from nmtkit.options import empty_path_message, is_empty_path, option_name, resume_overridable
 from nmtkit.output_dirs import DirLock
 from nmtkit.outputs import check_output_dir, check_outputs_vs_inputs, write_text
 from nmtkit.text.pipeline import pipeline_differences
@@ -132,7 +132,7 @@ def _check_not_empty(data_dir: str | Path, save_dir: str | Path) -> None:
     """run_training's two folders, which are arguments rather than config fields: an empty path
     is refused as the command line refuses it (Path("") is the current directory)."""
     for opt, path in (("--data", data_dir), ("--save-dir", save_dir)):
-        if os.fspath(path) == "":
+        if is_empty_path(path):
             raise ConfigError(empty_path_message(opt, "directory"))
 
 
