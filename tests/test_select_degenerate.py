@@ -246,3 +246,21 @@ def test_tokenised_input_is_checked_against_its_tokeniser_record_as_preprocess_c
     assert summary["settings"]["normalize_punct"] is False and summary["warnings"] == _warnings(err)
     assert not (corpus / "sel.en.tokinfo.json").exists()  # the pool's source side had no record
     assert (corpus / "sel.fr.tokinfo.json").read_text() == (corpus / "tok" / "pool.fr.tokinfo.json").read_text()
+
+
+def test_a_gzipped_tokenised_pool_is_checked_against_the_record_tokenize_wrote_before_gzip(corpus):
+    """Its record was looked for as pool.en.gz.tokinfo.json only: gzipping nmtkit tokenize's
+    output left it unchecked (a warning) and not passed on."""
+    (corpus / "tok").mkdir()
+    _tokenize(corpus, "in")
+    _tokenize(corpus, "pool")
+    for lang in ("en", "fr"):
+        plain = corpus / "tok" / f"pool.{lang}"
+        with open(plain, "rb") as f, gzip.open(f"{plain}.gz", "wb") as g:
+            g.write(f.read())
+        plain.unlink()
+    code, _, err = select(["--in-domain", str(corpus / "tok" / "in"), "--pool", str(corpus / "tok" / "pool"),
+                           "--input-format", "tok", "--output-prefix", str(corpus / "sel"), "--workers", "1",
+                           "--lines", "10"], quiet=False)
+    assert code == 0 and _warnings(err) == [], err
+    assert (corpus / "sel.en.tokinfo.json").read_text() == (corpus / "tok" / "pool.en.tokinfo.json").read_text()

@@ -99,10 +99,20 @@ def tokinfo(pipeline: TextPipeline) -> dict[str, Any]:
             **{k: getattr(pipeline, k) for k in _FLAGS}, "protected_patterns": list(pipeline.protected_patterns)}
 
 
-def read_tokinfo(path: str) -> dict[str, Any] | None:
-    """The record `nmtkit tokenize` wrote beside the tokenised file `path` (`path.tokinfo.json`):
-    None when there is none; InputError naming it when it is unreadable or damaged."""
+def tokinfo_path(path: str) -> str:
+    """Where the record of the tokenised file `path` is: `path.tokinfo.json`, or for a gzipped
+    `FILE.gz` without one, FILE's (`nmtkit tokenize` wrote FILE and its record, then FILE was
+    gzipped)."""
     info_path = path + TOKINFO_SUFFIX
+    if path.endswith(".gz") and not os.path.lexists(info_path):
+        return path[: -len(".gz")] + TOKINFO_SUFFIX
+    return info_path
+
+
+def read_tokinfo(path: str) -> dict[str, Any] | None:
+    """The record `nmtkit tokenize` wrote beside the tokenised file `path` (`tokinfo_path`):
+    None when there is none; InputError naming it when it is unreadable or damaged."""
+    info_path = tokinfo_path(path)
     try:
         with open(info_path, encoding="utf-8") as f:
             info = json.load(f)
@@ -132,7 +142,7 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline, protect: bool = 
     info = read_tokinfo(path)
     if info is None:
         return False
-    info_path = path + TOKINFO_SUFFIX
+    info_path = tokinfo_path(path)
     if info.get("lang") != lang:
         raise ConfigError(f"tokenised as language '{info.get('lang')}' ({info_path}), used here as '{lang}'", path)
     recorded = {**_RECORDED_BEFORE, **info}
