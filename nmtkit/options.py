@@ -160,12 +160,30 @@ def _type_error(opt: str, type_name: str, value: Any) -> str | None:
     return None
 
 
+def _as_path_strings(config: Any, f: dataclasses.Field, spec: OptionSpec) -> None:
+    """A field given from Python as a `Path` becomes its string (configs are stored as JSON,
+    which has no Path); a repeatable one given one string or path becomes a list of it, not of
+    its characters."""
+    value = getattr(config, f.name)
+    if spec.multiple and isinstance(value, (str, os.PathLike)):
+        value = (value,)
+    if spec.multiple and isinstance(value, (list, tuple)):
+        value = tuple(os.fspath(v) if isinstance(v, os.PathLike) else v for v in value)
+    elif isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    object.__setattr__(config, f.name, value)
+
+
 def check_fields(config: Any) -> None:
     """Every field of `config` of the type, choices and range its option declares; else a
-    ConfigError naming the option. None is accepted where the field's type admits it."""
+    ConfigError naming the option. None is accepted where the field's type admits it. Paths
+    given as `Path`s, and one string for a list, are made what the command line gives first
+    (`_as_path_strings`)."""
     for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
         spec = spec_of(f)
+        if spec is not None and (spec.path is not None or spec.multiple):
+            _as_path_strings(config, f, spec)
+        value = getattr(config, f.name)
         opt = cli_names(f, spec)[0] if spec is not None else option_name(f.name)
         error = _type_error(opt, str(f.type), value)
         if error is None and spec is not None and value is not None:

@@ -240,3 +240,27 @@ def test_a_serve_run_validates_each_config_once(tmp_path, validations, monkeypat
     assert code == 0, err
     assert served == [(3, 3, 0)]
     assert validations == {"TranslateConfig": 1, "ServeConfig": 1, "Limits": 1}
+
+
+def test_paths_given_from_python_become_strings_and_one_string_for_a_list_a_list_of_it(tmp_path):
+    """A Path passed the checks and failed at the end, in the json.dump of the manifest, summary
+    or config (the work done, TypeError naming nothing); one string for a list was a list of
+    its characters ('/.en: file not found', '22 -m checkpoints given')."""
+    import json
+    from dataclasses import asdict
+
+    from nmtkit.preprocess.config import PreprocessConfig
+    from nmtkit.select.config import SelectConfig
+    from nmtkit.train.config import TrainOptions
+    from nmtkit.translate import TranslateConfig
+
+    pre = PreprocessConfig(src_lang="en", tgt_lang="fr", train=tmp_path / "train", valid="dev", test="test",
+                           dest=tmp_path / "d", protect="printf")
+    assert (pre.train, pre.dest, pre.test, pre.protect) == (str(tmp_path / "train"), str(tmp_path / "d"), ("test",),
+                                                            ("printf",))
+    sel = SelectConfig(src_lang="en", tgt_lang="fr", in_domain="in", pool=[tmp_path / "a", "b"],
+                       output_prefix=tmp_path / "o", lines=3)
+    assert (sel.in_domain, sel.pool, sel.output_prefix) == (("in",), (str(tmp_path / "a"), "b"), str(tmp_path / "o"))
+    assert TranslateConfig(models=tmp_path / "m.pt").models == (str(tmp_path / "m.pt"),)
+    assert TrainOptions(tensorboard=tmp_path / "tb").tensorboard == str(tmp_path / "tb")
+    json.dumps([pre.to_dict(), asdict(sel)])
