@@ -664,3 +664,17 @@ def test_tokenised_hypotheses_get_one_warning_line_not_sacrebleus_three(tmp_path
     assert got["score"] == round(want.corpus_score(hyps, [refs]).score, 4)
     assert got["signature"] == want.get_signature().format()
     assert run_cli(["score", "-q", "--hyp", str(tmp_path / "hyp"), "--ref", str(tmp_path / "ref")]).err == ""
+
+
+@pytest.mark.parametrize("kw, needle", [
+    ({"n_samples": 0}, "bootstrap samples must be a positive integer, got 0"),  # sacrebleu ran 1000 instead
+    ({"n_samples": -5}, "got -5"),
+    ({"n_samples": 2.5}, "got 2.5"),
+    ({"seed": "1"}, "seed must be a positive integer, got '1'"),  # a TypeError inside sacrebleu
+    ({"seed": 1.5}, "got 1.5"),
+])
+def test_paired_bootstrap_refuses_a_sample_count_or_seed_it_would_not_use_as_given(kw, needle):
+    hyps = ["the cat sat on the mat .", "a dog ran ."] * 10
+    refs = ["the cat sat on a mat .", "the dog ran ."] * 10
+    with pytest.raises(ConfigError, match=needle):
+        S.paired_bootstrap([("a", hyps), ("b", refs)], [refs], **kw)

@@ -57,8 +57,10 @@ def paired_bootstrap(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequenc
 
     if len(systems) < 2:
         raise ConfigError("--significance needs at least two --hyp files (the first is the baseline)")
-    if seed < 1:
-        raise ConfigError("the bootstrap seed must be a positive integer")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 1:
+        raise ConfigError(f"the bootstrap seed must be a positive integer, got {seed!r}")
+    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:  # sacrebleu takes <= 0 as 1000
+        raise ConfigError(f"the number of bootstrap samples must be a positive integer, got {n_samples!r}")
     for _name, hyps in systems:
         _check_streams(hyps, refs)
     metric_objs = {key: make_metric(key, tokenize=tokenize, lowercase=lowercase) for key in metrics}
