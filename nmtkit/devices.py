@@ -5,10 +5,11 @@ threads). Importing this module does not import torch.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
-from typing import Any
+from typing import Any, Iterator
 
 from nmtkit.errors import ConfigError
 
@@ -34,6 +35,36 @@ def import_torch() -> Any:
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
     return torch
+
+
+_DEFAULT_THREADS: list[int] = []  # torch's thread count when nmtkit first asked for it
+
+
+def default_threads() -> int:
+    """torch's own thread count, as it was before nmtkit set any (the default of --threads in
+    translate and serve): a translator loaded after another with --threads 1 does not inherit 1."""
+    if not _DEFAULT_THREADS:
+        _DEFAULT_THREADS.append(import_torch().get_num_threads())
+    return _DEFAULT_THREADS[0]
+
+
+def use_threads(n: int) -> None:
+    """torch's threads (a setting of the process) set to `n` unless they are."""
+    torch = import_torch()
+    default_threads()  # noted before the first change
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+
+
+@contextlib.contextmanager
+def threads_restored() -> Iterator[None]:
+    """Within, torch's threads may change (a training run sets its --threads); after, they are
+    as before, so that a run called from Python leaves the process's setting as it found it."""
+    before = import_torch().get_num_threads()
+    try:
+        yield
+    finally:
+        use_threads(before)
 
 
 def available_cores() -> int:

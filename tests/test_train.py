@@ -279,3 +279,15 @@ def test_cpu_training_gives_free_memory_back_every_few_updates(data_dir, tmp_pat
     run_training(data_dir, tmp_path / "run", tiny_options(max_updates=updates, valid_every=1000,
                                                           valid_bleu_samples=0), tiny_overrides())
     assert len(calls) == updates // RELEASE_EVERY_UPDATES
+
+
+def test_a_training_run_leaves_torchs_thread_count_as_it_found_it(data_dir, tmp_path):
+    """run_training(threads=1) left the process at 1 thread for whatever it did next."""
+    import torch
+
+    from nmtkit.train.run import run_training
+    from tests.conftest import tiny_options, tiny_overrides
+
+    before = torch.get_num_threads()
+    run_training(data_dir, tmp_path / "run", tiny_options(max_updates=2, threads=before + 1), tiny_overrides())
+    assert torch.get_num_threads() == before

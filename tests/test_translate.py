@@ -542,3 +542,23 @@ def test_a_result_says_whether_its_line_was_cut_to_max_src_len(ckpt):
     long, exact, empty = t.generate(["the cat sat on a mat", "the cat sat", ""])
     assert (long.truncated, exact.truncated, empty.truncated) == (True, False, False)
     assert len(long.src_tokens) == len(exact.src_tokens) == 3
+
+
+def test_a_translator_without_threads_uses_torchs_default_not_the_last_translators(ckpt):
+    """torch's thread count is the process's: a translator loaded after one with threads=1
+    took 1 as "torch's default", and its --workers with it."""
+    import torch
+
+    from nmtkit.devices import default_threads
+
+    before = torch.get_num_threads()
+    try:
+        one = Translator(TranslateConfig(models=(ckpt,), beam=1, threads=1), warn=lambda m: None)
+        other = Translator(TranslateConfig(models=(ckpt,), beam=1), warn=lambda m: None)
+        assert one.threads == 1 and other.threads == default_threads()
+        other.generate(["the cat"])
+        assert torch.get_num_threads() == default_threads()
+        one.generate(["the cat"])  # each translator's own, set again when another changed it
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -376,6 +376,7 @@ def _start_run(save_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[s
 def _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook, tb_dir):
     """Build the Trainer and run it, closing it (its log and metrics files) and the
     TensorBoard writer either way."""
+    from nmtkit.devices import threads_restored
     from nmtkit.train.context import TrainContext
     from nmtkit.train.trainer import Trainer
 
@@ -384,16 +385,17 @@ def _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_
         start = int(ckpt["trainer"]["update"]) if ckpt is not None else 0
         callbacks = tb = TensorBoardCallbacks(tb_dir, callbacks, start_update=start)
     try:
-        ctx = TrainContext(cfg, data, save_dir, arch, model_config, resume=ckpt, callbacks=callbacks,
-                           dist_info=info, loss_hook=loss_hook)
-        trainer = Trainer(ctx)
-        try:
-            result = trainer.train()
-        except BaseException:
-            with contextlib.suppress(OSError):  # e.g. a full disk: the first error is the one to report
-                trainer.close()
-            raise
-        trainer.close()
+        with threads_restored():  # the run sets torch's threads (its --threads) for the process
+            ctx = TrainContext(cfg, data, save_dir, arch, model_config, resume=ckpt, callbacks=callbacks,
+                               dist_info=info, loss_hook=loss_hook)
+            trainer = Trainer(ctx)
+            try:
+                result = trainer.train()
+            except BaseException:
+                with contextlib.suppress(OSError):  # e.g. a full disk: the first error is the one to report
+                    trainer.close()
+                raise
+            trainer.close()
     finally:
         if tb is not None:
             tb.close()

@@ -66,9 +66,9 @@ class Translator:
     def __init__(self, config: TranslateConfig, warn: Callable[[str], None] | None = None):
         """Load `config.models` (a `ModelBundle`, `self.bundle`) for decoding as `config` says
         (a config is validated once, when it is built)."""
-        from nmtkit.devices import import_torch
+        from nmtkit.devices import default_threads, import_torch, use_threads
 
-        torch = import_torch()
+        import_torch()  # before the modules that import it, with interrupts held (see there)
         from nmtkit.models.precision import FP16_ON_CPU, autocast
         from nmtkit.models.quantize import INT8_ON_CUDA
 
@@ -77,9 +77,11 @@ class Translator:
         self.device = resolve_device(config.device)
         if config.precision == "int8" and self.device.type != "cpu":
             raise ConfigError(INT8_ON_CUDA)
-        if config.threads:  # before "auto" is resolved: on a CPU it may time a product
-            torch.set_num_threads(config.threads)
-        self.threads = torch.get_num_threads()  # what --workers share
+        # torch's threads are the process's: this translator's are set before it loads ("auto" may
+        # time a product on them) and again before a call finds them changed (by another
+        # translator), never put back after each call (resizing torch's pool costs ~4 ms)
+        self.threads = config.threads or default_threads()  # what --workers share
+        use_threads(self.threads)
         self.bundle, self.precision = bundle, precision = self._load()
         int8 = precision == "int8"
         # a wider beam than the target vocabulary finds nothing more and costs memory and time:
@@ -250,8 +252,10 @@ class Translator:
         share the batches, each decoding and finishing whole ones, and the tokenising of text
         (nmtkit.translate.workers)."""
         from nmtkit.data.batching import length_batches
+        from nmtkit.devices import use_threads
         from nmtkit.translate.workers import map_batches, resolve_workers
 
+        use_threads(self.threads)
         workers = resolve_workers(self.config.workers, self.threads, self.device.type)
         results = [Result(index=n, src_tokens=toks, truncated=cut)
                    for (n, _), (toks, cut) in zip(lines, self._prepare_all(lines, workers))]
