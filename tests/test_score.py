@@ -678,3 +678,15 @@ def test_paired_bootstrap_refuses_a_sample_count_or_seed_it_would_not_use_as_giv
     refs = ["the cat sat on a mat .", "the dog ran ."] * 10
     with pytest.raises(ConfigError, match=needle):
         S.paired_bootstrap([("a", hyps), ("b", refs)], [refs], **kw)
+
+
+@pytest.mark.parametrize("hyps, refs, needle", [
+    ("abc", [["a", "b", "c"]], "not strings"),  # was scored as three lines: chrF 100
+    (["a b", "c d"], ["ab"], "not strings"),  # flat references of a matching length: scored silently
+    ([], [[]], "no hypotheses"),  # IndexError inside sacrebleu
+    (["a", None], [["a", "b"]], "hypothesis line 2 is NoneType"),  # AttributeError
+    (["a", "b"], [["a", 3]], "reference line 2 is int"),
+])
+def test_corpus_scores_refuses_what_is_not_lists_of_lines(hyps, refs, needle):
+    with pytest.raises(ConfigError, match=needle):
+        S.corpus_scores(hyps, refs)

@@ -128,10 +128,20 @@ def corpus_scores(hyps: Sequence[str], refs: Sequence[Sequence[str]], metrics: S
 
 
 def _check_streams(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> None:
+    """The API's guard (the command checks files first): a list of lines, and a list of such
+    lists for the references, as long as it; a string is not taken as its characters."""
+    if isinstance(hyps, str) or isinstance(refs, str) or any(isinstance(r, str) for r in refs):
+        raise ConfigError("the hypotheses are a list of lines, and the references a list of such lists (one per "
+                          "reference), not strings")
     if not refs:
         raise ConfigError("at least one reference is needed")
-    # internal callers check files first; this guards the API
+    if not hyps:
+        raise ConfigError("there are no hypotheses to score")
     check_counts(("the hypotheses", len(hyps)), [("the references", len(r)) for r in refs])
+    for what, lines in (("hypothesis", hyps), *(("reference", r) for r in refs)):
+        bad = next((k for k, line in enumerate(lines) if not isinstance(line, str)), None)
+        if bad is not None:
+            raise ConfigError(f"{what} line {bad + 1} is {type(lines[bad]).__name__}, not a string")
 
 
 def moses_tokenize_lines(lines: Iterable[str], lang: str, workers: int = 1) -> list[str]:
