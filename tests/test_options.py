@@ -264,3 +264,25 @@ def test_paths_given_from_python_become_strings_and_one_string_for_a_list_a_list
     assert TranslateConfig(models=tmp_path / "m.pt").models == (str(tmp_path / "m.pt"),)
     assert TrainOptions(tensorboard=tmp_path / "tb").tensorboard == str(tmp_path / "tb")
     json.dumps([pre.to_dict(), asdict(sel)])
+
+
+def test_the_python_entry_points_name_an_argument_of_the_wrong_kind(tmp_path):
+    """preprocess(dict) was an AttributeError from inside it, run_training(None, ...) a TypeError
+    from os, resume="yes" was taken as True, and translate() of a set gave its results in an
+    arbitrary order."""
+    from nmtkit.preprocess import preprocess
+    from nmtkit.select.selection import run_selection
+    from nmtkit.train.run import run_training
+    from nmtkit.translate.translator import _lines_of
+
+    with pytest.raises(TypeError, match="preprocess takes a PreprocessConfig, not dict"):
+        preprocess({"src_lang": "en"})
+    with pytest.raises(TypeError, match="run_selection takes a SelectConfig, not NoneType"):
+        run_selection(None)
+    with pytest.raises(TypeError, match="folder for --data is a path, not NoneType"):
+        run_training(None, tmp_path / "run")
+    with pytest.raises(TypeError, match="resume is True or False, not 'yes'"):
+        run_training(tmp_path, tmp_path / "run", resume="yes")
+    with pytest.raises(TypeError, match="not set"):
+        _lines_of({"the cat", "the dog"})
+    assert list(tmp_path.iterdir()) == []

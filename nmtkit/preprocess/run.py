@@ -138,6 +138,8 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
     Raises NmtkitError subclasses for user mistakes; on any failure nothing is left at DEST
     (an existing DEST is untouched) and the temp directory is removed.
     """
+    if not isinstance(config, PreprocessConfig):
+        raise TypeError(f"preprocess takes a PreprocessConfig, not {type(config).__name__}")
     base = config.base_pipeline()  # a bad --protect fails before anything is read or written
     report: ProgressFn = progress or (lambda stage, done, total: None)
     dest = Path(config.dest)

@@ -206,6 +206,8 @@ def _warn(msgs: list[str]) -> list[str]:
 
 def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     """Run the whole selection and write the outputs. Returns the summary (also written)."""
+    if not isinstance(cfg, SelectConfig):
+        raise TypeError(f"run_selection takes a SelectConfig, not {type(cfg).__name__}")
     progress = progress or _noop
     t0 = time.perf_counter()
     records = pool_records(cfg)

@@ -128,10 +128,16 @@ def restore_replaced_run(save_dir: Path) -> None:
     log.warning("%s: the new run saved no checkpoint; the run --force was to replace is back in place", save_dir)
 
 
-def _check_not_empty(data_dir: str | Path, save_dir: str | Path) -> None:
-    """run_training's two folders, which are arguments rather than config fields: an empty path
-    is refused as the command line refuses it (Path("") is the current directory)."""
+def _check_arguments(data_dir: str | Path, save_dir: str | Path, resume: Any, force: Any) -> None:
+    """run_training's arguments that are no config fields: paths for the two folders (an empty
+    one refused as the command line refuses it: Path("") is the current directory), and
+    true or false for resume and force (a string was taken as true)."""
+    for name, value in (("resume", resume), ("force", force)):
+        if not isinstance(value, bool):
+            raise TypeError(f"run_training's {name} is True or False, not {value!r}")
     for opt, path in (("--data", data_dir), ("--save-dir", save_dir)):
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"run_training's folder for {opt} is a path, not {type(path).__name__}")
         if is_empty_path(path):
             raise ConfigError(empty_path_message(opt, "directory"))
 
@@ -293,7 +299,7 @@ def run_training(
     model = ModelOverrides() if model is None else model
     if not isinstance(options, TrainOptions) or not isinstance(model, ModelOverrides):
         raise TypeError("run_training takes a TrainOptions and a ModelOverrides")
-    _check_not_empty(data_dir, save_dir)
+    _check_arguments(data_dir, save_dir, resume, force)
     save_dir = Path(save_dir)
     info = ddp.env_info()
     # everything is checked before anything is written: a refused start leaves nothing behind

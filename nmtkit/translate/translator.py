@@ -339,10 +339,10 @@ class Translator:
 def _lines_of(lines: Any) -> list[str]:
     """`generate`'s lines as a list, each a str: anything else is a TypeError naming the line
     (bytes were read as their character codes, None failed deep in tokenisation, and a dict's
-    keys were translated)."""
+    keys were translated; a set's order is arbitrary, so its results could not be matched)."""
     if isinstance(lines, str):
         raise TypeError("generate() takes a list of lines; translate() also takes one string")
-    if isinstance(lines, (bytes, bytearray, dict)) or not isinstance(lines, Iterable):
+    if isinstance(lines, (bytes, bytearray, dict, set, frozenset)) or not isinstance(lines, Iterable):
         raise TypeError(f"lines must be a list of str, not {type(lines).__name__}")
     out = list(lines)
     for n, line in enumerate(out, 1):
