@@ -250,8 +250,7 @@ def test_bad_average_command_lines_are_one_line(tmp_path, monkeypatch, case, nee
 
 
 def test_kept_checkpoint_names_are_parsed_one_way():
-    from nmtkit.train.run import is_run_file
-    from nmtkit.train.run_files import kept_name, kept_update
+    from nmtkit.train.run_files import is_run_file, kept_name, kept_update
 
     assert [kept_update(kept_name(n)) for n in (0, 7, 12000)] == [0, 7, 12000]
     for other in ("checkpoint_last.pt", "checkpoint_best.pt", "checkpoint_12.pt.x.tmp", "checkpoint_-1.pt",

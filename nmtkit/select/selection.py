@@ -233,11 +233,9 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     warnings += _warn(lm_warnings(cfg, ind, ind_sizes, scorer))
     sample_sizes = _sizes(out_sample)
     del ind_toks, out_sample
-
     with StagedFiles(outputs, stale) as files:
         if cfg.write_arpa:
             write_arpa(files.tmp, scorer, src_vocab, tgt_vocab)
-
         t = time.perf_counter()
         h, lens = score_pool(scorer, pool, cfg.workers, progress)
         timings["score_s"] = time.perf_counter() - t
@@ -250,7 +248,6 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
         warnings += _warn(flat_score_warnings(scores, pool, cfg.method))
         mask = np.zeros(n_pool, dtype=bool)
         mask[keep] = True
-
         t = time.perf_counter()
         write_selection(files.tmp["src"], files.tmp["tgt"], pool, mask, progress)
         write_records(files.tmp, records)

@@ -29,7 +29,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -41,12 +40,20 @@ from nmtkit.output_dirs import DirLock
 from nmtkit.outputs import check_output_dir, check_outputs_vs_inputs, write_text
 from nmtkit.text.pipeline import pipeline_differences
 from nmtkit.train.config import TrainConfig, TrainOptions
-from nmtkit.train.run_files import BEST, LAST, REPLACED, kept_checkpoints, kept_update
+from nmtkit.train.run_files import (
+    LAST,
+    clear_run_dir,
+    is_run_file,
+    run_dir_names,
+    run_files_present,
+    set_aside_run,
+    stale_run_files,
+    undo_failed_start,
+)
 from nmtkit.train.tensorboard import TensorBoardCallbacks, require_tensorboard, tensorboard_dir
 
 log = logging.getLogger(__name__)
 
-RUN_FILES = (LAST, BEST, "metrics.jsonl", "curves.png", "train.log", "config.json")
 CONFIG_FILE = "config.json"
 
 
@@ -77,57 +84,6 @@ def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
                                 "or --force to start over", str(save_dir))
 
 
-def stale_run_files(save_dir: Path) -> list[str]:
-    """The files of a run that stopped before its first checkpoint: nothing in them can be
-    continued, so a fresh start replaces them (instead of demanding --force)."""
-    present = run_files_present(save_dir)
-    return [] if any(f.startswith("checkpoint_") for f in present) else present
-
-
-def is_run_file(name: str) -> bool:
-    """Whether a file of this name in a run directory is one the run writes (and --force deletes)."""
-    return name in RUN_FILES or name in ("tensorboard", REPLACED) or kept_update(name) is not None
-
-
-def run_files_present(save_dir: Path) -> list[str]:
-    """The names of a run's files (RUN_FILES and kept checkpoints) present in `save_dir`."""
-    return [f for f in RUN_FILES if (save_dir / f).exists()] + [p.name for p in kept_checkpoints(save_dir)]
-
-
-def clear_run_dir(save_dir: Path) -> None:
-    for f in RUN_FILES:
-        (save_dir / f).unlink(missing_ok=True)
-    for p in kept_checkpoints(save_dir):
-        p.unlink(missing_ok=True)
-    shutil.rmtree(save_dir / "tensorboard", ignore_errors=True)
-
-
-def set_aside_run(save_dir: Path) -> None:
-    """`--force`: move the old run's files into RUN/.replaced-run (see the module docstring). A
-    run already set aside by a start that never saved a checkpoint (killed) stays the one kept."""
-    aside = save_dir / REPLACED
-    names = run_files_present(save_dir) + (["tensorboard"] if (save_dir / "tensorboard").exists() else [])
-    if aside.is_dir() and not any(f.startswith("checkpoint_") for f in names):
-        clear_run_dir(save_dir)
-        return
-    shutil.rmtree(aside, ignore_errors=True)
-    aside.mkdir()
-    for name in names:
-        os.replace(save_dir / name, aside / name)
-
-
-def restore_replaced_run(save_dir: Path) -> None:
-    """Put back the run `--force` set aside when the new run failed before its first checkpoint."""
-    aside = save_dir / REPLACED
-    if not aside.is_dir() or (save_dir / LAST).exists():
-        return
-    clear_run_dir(save_dir)
-    for p in aside.iterdir():
-        os.replace(p, save_dir / p.name)
-    aside.rmdir()
-    log.warning("%s: the new run saved no checkpoint; the run --force was to replace is back in place", save_dir)
-
-
 def _check_arguments(data_dir: str | Path, save_dir: str | Path, resume: Any, force: Any) -> None:
     """run_training's arguments that are no config fields: paths for the two folders (an empty
     one refused as the command line refuses it: Path("") is the current directory), and
@@ -140,39 +96,6 @@ def _check_arguments(data_dir: str | Path, save_dir: str | Path, resume: Any, fo
             raise TypeError(f"run_training's folder for {opt} is a path, not {type(path).__name__}")
         if is_empty_path(path):
             raise ConfigError(empty_path_message(opt, "directory"))
-
-
-def _undo_failed_start(save_dir: Path, resume: bool, force: bool, before: set[str]) -> None:
-    """After a run that failed: the run --force was to replace back in place, or a new run's
-    files gone, when no checkpoint was saved (see the two functions). `before`: the names in
-    the folder before the run started."""
-    with contextlib.suppress(OSError):  # the error that stopped the run is the one to report
-        if force:
-            restore_replaced_run(save_dir)
-        else:
-            discard_unstarted_run(save_dir, resume, before)
-
-
-def discard_unstarted_run(save_dir: Path, resume: bool, before: set[str]) -> None:
-    """A new run that failed before its first checkpoint (a model too large for memory, data that
-    --max-len leaves empty): the run files it wrote (config.json, train.log, ...) go, so that the
-    folder does not look like a run's; what was there before it started (`before`: names) stays.
-    The lock file stays too (see DirLock)."""
-    if resume or (save_dir / LAST).exists() or kept_checkpoints(save_dir):
-        return
-    for name in sorted(_names(save_dir) - before, reverse=True):
-        path = save_dir / name
-        if name in RUN_FILES or name.startswith("tensorboard"):
-            if path.is_dir():
-                path.rmdir()  # its new files, named after it, went first
-            else:
-                path.unlink(missing_ok=True)
-
-
-def _names(save_dir: Path) -> set[str]:
-    """The names in a run folder, and those in its tensorboard/ folder as tensorboard/NAME."""
-    tb = save_dir / "tensorboard"
-    return set(os.listdir(save_dir)) | ({f"tensorboard/{n}" for n in os.listdir(tb)} if tb.is_dir() else set())
 
 
 def resume_config(ckpt: dict[str, Any], options: TrainOptions) -> TrainConfig:
@@ -320,14 +243,14 @@ def run_training(
     if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
         check_output_dir(save_dir, "--save-dir run folder")
         lock = run_lock(save_dir).acquire()
-    before = _names(save_dir) if lock is not None else set()
+    before = run_dir_names(save_dir) if lock is not None else set()
     try:
         if lock is not None:
             _start_run(save_dir, cfg, arch, model_config, tb_dir, resume, force, show_config)
         return _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook, tb_dir)
     except BaseException:
         if lock is not None:
-            _undo_failed_start(save_dir, resume, force, before)
+            undo_failed_start(save_dir, resume, force, before)
         raise
     finally:
         if lock is not None:
