@@ -20,6 +20,7 @@ from nmtkit.serve.limits import Limits
 from nmtkit.text.tokenize import TokenizeConfig
 from nmtkit.train.config import TrainConfig
 from nmtkit.translate.config import DecodeConfig, TranslateConfig
+from tests.conftest import tiny_options
 
 # command -> (config classes its options are generated from, whether every default is "not given")
 CONVERTED = {"train": ((TrainConfig, ModelOverrides), True), "score": ((ScoreOptions,), False),
@@ -286,3 +287,26 @@ def test_the_python_entry_points_name_an_argument_of_the_wrong_kind(tmp_path):
     with pytest.raises(TypeError, match="not set"):
         _lines_of({"the cat", "the dog"})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_run_training_refuses_callbacks_and_hooks_that_are_not_so_before_the_run_folder(data_dir, tmp_path):
+    """callbacks=3 failed as an AttributeError from inside the trainer, once config.json and
+    train.log were written; a hook that is no function failed at its first call."""
+    from nmtkit.train.events import Callbacks
+    from nmtkit.train.run import run_training
+
+    class Partial:  # duck-typed callbacks missing two methods
+        def on_start(self, event): ...
+        def on_update(self, update, epoch): ...
+        def on_log(self, event): ...
+
+    run = tmp_path / "run"
+    with pytest.raises(TypeError, match="callbacks lack on_validation, on_message"):
+        run_training(data_dir, run, tiny_options(max_updates=1), callbacks=Partial())
+    with pytest.raises(TypeError, match="callbacks lack on_start"):
+        run_training(data_dir, run, tiny_options(max_updates=1), callbacks=3)
+    with pytest.raises(TypeError, match="loss_hook is a function or None, not 'x'"):
+        run_training(data_dir, run, tiny_options(max_updates=1), loss_hook="x")
+    assert not run.exists()
+    run_training(data_dir, run, tiny_options(max_updates=1), callbacks=Callbacks())  # the base class is accepted
+    assert (run / "checkpoint_last.pt").exists()

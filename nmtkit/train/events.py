@@ -67,8 +67,12 @@ class ValidationEvent:
         return {"kind": "valid", **asdict(self)}
 
 
+CALLBACK_METHODS = ("on_start", "on_update", "on_log", "on_validation", "on_message")
+
+
 class Callbacks:
-    """What the trainer tells its caller; every method does nothing unless overridden."""
+    """What the trainer tells its caller; every method does nothing unless overridden
+    (`CALLBACK_METHODS` names them all)."""
 
     def on_start(self, event: StartEvent) -> None: ...
 

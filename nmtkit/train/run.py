@@ -40,6 +40,7 @@ from nmtkit.output_dirs import DirLock
 from nmtkit.outputs import check_output_dir, check_outputs_vs_inputs, write_text
 from nmtkit.text.pipeline import pipeline_differences
 from nmtkit.train.config import TrainConfig, TrainOptions
+from nmtkit.train.events import CALLBACK_METHODS
 from nmtkit.train.run_files import (
     LAST,
     clear_run_dir,
@@ -84,13 +85,22 @@ def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
                                 "or --force to start over", str(save_dir))
 
 
-def _check_arguments(data_dir: str | Path, save_dir: str | Path, resume: Any, force: Any) -> None:
+def _check_arguments(data_dir: str | Path, save_dir: str | Path, resume: Any, force: Any, hooks: dict[str, Any],
+                     callbacks: Any) -> None:
     """run_training's arguments that are no config fields: paths for the two folders (an empty
-    one refused as the command line refuses it: Path("") is the current directory), and
-    true or false for resume and force (a string was taken as true)."""
+    one refused as the command line refuses it: Path("") is the current directory), true or
+    false for resume and force (a string was taken as true), functions for the hooks, and
+    callbacks with every method of `Callbacks` (found missing only once the run had started)."""
     for name, value in (("resume", resume), ("force", force)):
         if not isinstance(value, bool):
             raise TypeError(f"run_training's {name} is True or False, not {value!r}")
+    for name, value in hooks.items():
+        if value is not None and not callable(value):
+            raise TypeError(f"run_training's {name} is a function or None, not {value!r}")
+    missing = [m for m in CALLBACK_METHODS if not callable(getattr(callbacks, m, None))] if callbacks is not None else []
+    if missing:
+        raise TypeError(f"run_training's callbacks lack {', '.join(missing)}: pass a nmtkit.train.events.Callbacks "
+                        "(its methods do nothing unless overridden) or None")
     for opt, path in (("--data", data_dir), ("--save-dir", save_dir)):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"run_training's folder for {opt} is a path, not {type(path).__name__}")
@@ -222,7 +232,7 @@ def run_training(
     model = ModelOverrides() if model is None else model
     if not isinstance(options, TrainOptions) or not isinstance(model, ModelOverrides):
         raise TypeError("run_training takes a TrainOptions and a ModelOverrides")
-    _check_arguments(data_dir, save_dir, resume, force)
+    _check_arguments(data_dir, save_dir, resume, force, {"loss_hook": loss_hook, "show_config": show_config}, callbacks)
     save_dir = Path(save_dir)
     info = ddp.env_info()
     # everything is checked before anything is written: a refused start leaves nothing behind
