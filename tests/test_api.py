@@ -130,6 +130,9 @@ def test_bad_per_call_values_and_a_missing_checkpoint_are_refused(ckpt, tmp_path
     (lambda m: m.translate(["the cat", None]), "TypeError", "line 2 is NoneType, not str"),
     (lambda m: m.translate({"the cat": 1}), "TypeError", "not dict"),
     (lambda m: m.translate(None), "TypeError", "not NoneType"),
+    (lambda m: m.translate(["the cat", "a\x00dog"]), "InputError", "line 2 holds binary data (a NUL character at "
+                                                                    "character 1)"),  # the CLI refuses it in a file
+    (lambda m: m.translate(["the cat\na dog"]), "InputError", "line 1 holds a line break"),
 ])
 def test_per_call_values_and_lines_of_the_wrong_type_are_refused_naming_them(ckpt, call, error, needle):
     """They were translated into plausible rubbish (bytes, a dict's keys), ignored (nbest=0),
@@ -143,6 +146,20 @@ def test_per_call_values_and_lines_of_the_wrong_type_are_refused_naming_them(ckp
     with pytest.raises(getattr(errors, error, None) or getattr(builtins, error), match=re.escape(needle)):
         call(model)
     assert model.translate(["the cat"]) == nmtkit.load(ckpt, **DECODE).translate(["the cat"])
+
+
+def test_a_leading_byte_order_mark_is_no_word_even_under_a_version_1_pipeline(tmp_path):
+    """Text read with encoding="utf-8" keeps a file's BOM on its first line; `nmtkit translate`
+    drops it, and version 2 pipelines delete it, but a version 1 pipeline kept it as a word."""
+    import nmtkit
+    from nmtkit.text.pipeline import TextPipeline
+
+    v1 = TextPipeline(src_lang="en", tgt_lang="fr", nfc=False, remove_non_printing=False)
+    assert v1.to_dict()["version"] == 1
+    model = nmtkit.load(str(make_checkpoint(tmp_path / "v1.pt", seed=3, pipeline=v1)), **DECODE)
+    [with_bom, without] = model.generate(["\ufeffthe cat", "the cat"])
+    assert with_bom.nbest[0].src_tokens == without.nbest[0].src_tokens == ["the", "cat"]
+    assert with_bom.text == without.text
 
 
 def _readme_snippet() -> str:

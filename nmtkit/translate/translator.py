@@ -19,7 +19,8 @@ from dataclasses import fields
 from typing import Any, Callable, Iterable, Sequence
 
 from nmtkit.devices import resolve_device
-from nmtkit.errors import ConfigError
+from nmtkit.errors import ConfigError, InputError
+from nmtkit.text.io import BOM
 from nmtkit.text.vocab import UNK
 from nmtkit.translate.alignment import read_unk_dict, replace_unks
 from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, TranslateConfig, batch_token_cap
@@ -339,7 +340,11 @@ class Translator:
 def _lines_of(lines: Any) -> list[str]:
     """`generate`'s lines as a list, each a str: anything else is a TypeError naming the line
     (bytes were read as their character codes, None failed deep in tokenisation, and a dict's
-    keys were translated; a set's order is arbitrary, so its results could not be matched)."""
+    keys were translated; a set's order is arbitrary, so its results could not be matched).
+    Each line is taken as `nmtkit translate` takes a line of its input file: a line break or a
+    NUL character (binary data) is an InputError naming the line, and a leading byte order mark
+    (text read as "utf-8" rather than "utf-8-sig") is dropped, where a version 1 text pipeline
+    would have kept it as a word."""
     if isinstance(lines, str):
         raise TypeError("generate() takes a list of lines; translate() also takes one string")
     if isinstance(lines, (bytes, bytearray, dict, set, frozenset)) or not isinstance(lines, Iterable):
@@ -349,4 +354,11 @@ def _lines_of(lines: Any) -> list[str]:
         if not isinstance(line, str):
             raise TypeError(f"line {n} is {type(line).__name__}, not str" +
                             (": decode it first" if isinstance(line, (bytes, bytearray)) else ""))
+        if "\n" in line:
+            raise InputError(f"line {n} holds a line break: pass one sentence per list item")
+        if "\0" in line:
+            raise InputError(f"line {n} holds binary data (a NUL character at character {line.index(chr(0))}); "
+                             "expected text")
+        if line.startswith(BOM):
+            out[n - 1] = line[1:]
     return out
