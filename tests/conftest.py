@@ -326,8 +326,13 @@ def shared_data() -> Path:
 @pytest.fixture(autouse=True)
 def _one_torch_thread(monkeypatch):
     """One torch thread per test (2-core machines; tiny tensors gain nothing from more), without
-    importing torch into tests that do not use it. Subprocesses get OMP_NUM_THREADS=1."""
+    importing torch into tests that do not use it. Subprocesses get OMP_NUM_THREADS=1. nmtkit's
+    note of torch's own count (`devices.default_threads`, taken once per process) is 1 as well, so
+    that no test's translator forks --workers because an earlier test first imported torch."""
+    import nmtkit.devices
+
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setattr(nmtkit.devices, "_DEFAULT_THREADS", [1])
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(1)

@@ -544,20 +544,21 @@ def test_a_result_says_whether_its_line_was_cut_to_max_src_len(ckpt):
     assert len(long.src_tokens) == len(exact.src_tokens) == 3
 
 
-def test_a_translator_without_threads_uses_torchs_default_not_the_last_translators(ckpt):
+def test_a_translator_without_threads_uses_torchs_default_not_the_last_translators(ckpt, monkeypatch):
     """torch's thread count is the process's: a translator loaded after one with threads=1
     took 1 as "torch's default", and its --workers with it."""
     import torch
 
-    from nmtkit.devices import default_threads
+    import nmtkit.devices
 
+    monkeypatch.setattr(nmtkit.devices, "_DEFAULT_THREADS", [2])  # as a 2-core machine notes it
     before = torch.get_num_threads()
     try:
-        one = Translator(TranslateConfig(models=(ckpt,), beam=1, threads=1), warn=lambda m: None)
-        other = Translator(TranslateConfig(models=(ckpt,), beam=1), warn=lambda m: None)
-        assert one.threads == 1 and other.threads == default_threads()
+        one = Translator(TranslateConfig(models=(ckpt,), beam=1, threads=1, workers=1), warn=lambda m: None)
+        other = Translator(TranslateConfig(models=(ckpt,), beam=1, workers=1), warn=lambda m: None)
+        assert one.threads == 1 and other.threads == 2
         other.generate(["the cat"])
-        assert torch.get_num_threads() == default_threads()
+        assert torch.get_num_threads() == 2
         one.generate(["the cat"])  # each translator's own, set again when another changed it
         assert torch.get_num_threads() == 1
     finally:
