@@ -179,6 +179,14 @@ def test_raw_references_are_the_file_preprocess_read_not_one_of_that_name_in_ano
     manifest["inputs"] = {"dev.en": "0" * 64, "dev.fr": hashlib.sha256(text.encode()).hexdigest()}
     (data / "manifest.json").write_text(json.dumps(manifest))
     monkeypatch.chdir(ours)
-    assert DataDir.open(data).raw_references("valid") == refs
+    import nmtkit.text.io
+
+    opened = []
+    monkeypatch.setattr(nmtkit.text.io, "open_input", lambda p, real=nmtkit.text.io.open_input: opened.append(p)
+                        or real(p))
+    data_dir = DataDir.open(data)
+    opened.clear()
+    assert data_dir.raw_references("valid") == refs
+    assert opened == ["dev.fr"]  # read once, for its hash and its lines
     monkeypatch.chdir(other)
     assert DataDir.open(data).raw_references("valid") is None  # the binarised references, not another text

@@ -147,6 +147,13 @@ def count_lines_and_hash(path: str | Path, block_size: int = 1 << 22) -> tuple[i
     return n, h.hexdigest()
 
 
+def read_lines_and_hash(path: str | Path) -> tuple[list[str], str]:
+    """All lines of a (small) text file, as `read_lines` gives them, and the sha256 of its
+    (gunzipped) text, as `count_lines_and_hash` gives it, from one read."""
+    data = b"".join(read_blocks(path))
+    return decode_lines(data, str(path)), hashlib.sha256(data).hexdigest()
+
+
 def check_counts(first: tuple[str, int], others: Iterable[tuple[str, int]], why: str = "") -> None:
     """The one line-count check of parallel inputs: each (name, lines) in `others` must have as many
     lines as `first`. InputError "line counts differ: A has N lines, B has M lines{why}" otherwise

@@ -12,7 +12,7 @@ from pathlib import Path
 from nmtkit.data.binarized import ParallelData, check_npy, split_paths, words_path
 from nmtkit.data.manifest import Manifest, read_manifest
 from nmtkit.errors import InputError
-from nmtkit.text.io import count_lines_and_hash, read_lines, resolve_input
+from nmtkit.text.io import read_lines_and_hash, resolve_input
 
 
 @dataclass
@@ -96,10 +96,10 @@ class DataDir(Manifest):
         for base in bases:
             try:
                 path = resolve_input(base, self.tgt_lang)  # .gz input too, as preprocess read it
-                n, digest = count_lines_and_hash(path)
-                if n != len(self.split(name)) or (recorded and digest not in recorded):
+                lines, digest = read_lines_and_hash(path)
+                if len(lines) != len(self.split(name)) or (recorded and digest not in recorded):
                     continue  # another file of that name (another directory, or edited since)
-                return list(read_lines(path))
+                return lines
             except (OSError, InputError):
                 continue
         return None
