@@ -44,10 +44,11 @@ def translate_stream(
 
 
 def check_files(config: TranslateConfig, input_path: str | None, output_path: str | None,
-                alignments_file: str | None, force: bool) -> None:
+                alignments_file: str | None, force: bool) -> tuple[str | None, str | None, str | None]:
     """The files of `translate_files`, checked before the models load and hours of decoding
     start: the input exists, no output would be overwritten (without `force`), and
-    --alignments and --alignments-file come together."""
+    --alignments and --alignments-file come together. Returns the three as files to open
+    (`outputs.file_path`: None for a standard stream)."""
     from nmtkit.outputs import STDIN, check_output, check_outputs_vs_inputs, file_path
     from nmtkit.translate.writers import is_plot_name
 
@@ -74,6 +75,7 @@ def check_files(config: TranslateConfig, input_path: str | None, output_path: st
         check_output(alignments_file, force, "--alignments-file")
     if config.plot_attention:
         check_output_dir(config.plot_attention, "--plot-attention folder")
+    return input_path, output_path, alignments_file
 
 
 def translate_files(
@@ -95,11 +97,10 @@ def translate_files(
     import contextlib
     import sys
 
-    from nmtkit.outputs import OutputFile, file_path
+    from nmtkit.outputs import OutputFile
 
-    check_files(config, input_path, output_path, alignments_file, force)
     align_stdout = alignments_file == "-"
-    input_path, output_path, alignments_file = file_path(input_path), file_path(output_path), file_path(alignments_file)
+    input_path, output_path, alignments_file = check_files(config, input_path, output_path, alignments_file, force)
     translator = Translator(config, warn=warn)
     translator.source_name = input_path or "<stdin>"
     with contextlib.ExitStack() as stack:
