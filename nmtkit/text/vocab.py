@@ -28,6 +28,19 @@ def token_ids(itos: Sequence[str]) -> dict[str, int]:
     return ids
 
 
+def tokens_problem(itos: Sequence[str]) -> tuple[str, int | None] | None:
+    """What keeps a token list from being a vocabulary, and the index of the token at fault
+    (None where it is the list's start): the special symbols not first, or a token listed twice."""
+    if tuple(itos[:4]) != SPECIALS:
+        return f"does not start with the special symbols {', '.join(SPECIALS)}", None
+    seen: dict[str, int] = {}
+    for i, token in enumerate(itos):
+        if token in seen:
+            return f"{token!r} is listed twice (first on line {seen[token] + 1})", i
+        seen[token] = i
+    return None
+
+
 @dataclass
 class Vocab:
     """An ordered list of tokens; `itos[i]` is token i, `stoi` its inverse for text (`token_ids`:
@@ -37,10 +50,9 @@ class Vocab:
     counts: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if tuple(self.itos[:4]) != SPECIALS:
-            raise ValueError(f"a vocabulary must start with {SPECIALS}")
-        if len(set(self.itos)) != len(self.itos):
-            raise ValueError("duplicate tokens in vocabulary")
+        problem = tokens_problem(self.itos)
+        if problem:
+            raise ValueError(f"not a vocabulary: {problem[0]}")
         self.stoi = token_ids(self.itos)
 
     def __len__(self) -> int:
@@ -94,21 +106,20 @@ class Vocab:
         given twice, or the special symbols missing from the first lines."""
         from nmtkit.text.io import read_lines
 
-        itos, counts, seen = [], [], {}
+        itos, counts = [], []
         if not Path(path).exists():
             raise InputError("vocabulary file not found", str(path))
         for lineno, line in enumerate(read_lines(path), 1):
             parts = line.split("\t")
             if len(parts) != 2 or not (parts[1].isascii() and parts[1].isdigit()):
                 raise InputError("expected 'token<TAB>count'", str(path), lineno)
-            if parts[0] in seen:
-                raise InputError(f"{parts[0]!r} is listed twice (first on line {seen[parts[0]]})", str(path), lineno)
-            seen[parts[0]] = lineno
             itos.append(parts[0])
             counts.append(int(parts[1]))
-        if tuple(itos[:4]) != SPECIALS:
-            raise InputError(f"does not start with the special symbols {', '.join(SPECIALS)}: not an nmtkit "
-                             "vocabulary, or a damaged one", str(path))
+        problem = tokens_problem(itos)
+        if problem:
+            message, index = problem
+            raise InputError(message if index is not None else f"{message}: not an nmtkit vocabulary, or a damaged one",
+                             str(path), None if index is None else index + 1)
         return cls(itos, counts)
 
     def to_list(self) -> list[str]:
