@@ -146,8 +146,9 @@ def test_resuming_with_a_data_directory_preprocessed_otherwise_is_refused(data_d
 
 def test_resume_refuses_another_runs_checkpoint_last_by_the_runs_config_json(data_dir, tmp_path):
     """Another run's checkpoint_last.pt copied into a run directory was resumed: that run went on
-    there, over this run's kept checkpoints, checkpoint_best.pt, metrics and config.json. What
-    resume may change, and a config.json that is gone, still resume."""
+    there, over this run's kept checkpoints, checkpoint_best.pt, metrics and config.json; with
+    config.json gone, checkpoint_best.pt tells. What resume may change, and a config.json that is
+    gone, still resume."""
     import json
     import shutil
 
@@ -165,6 +166,13 @@ def test_resume_refuses_another_runs_checkpoint_last_by_the_runs_config_json(dat
                        r"differs from rnnsearch in .*run/config\.json"):  # resumed as `train --resume` is, no --arch
         run_training(data_dir, run, TrainOptions(max_updates=6, threads=1, device="cpu"), resume=True)
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"} == before
+    config_json = (run / "config.json").read_bytes()
+    (run / "config.json").unlink()  # then checkpoint_best.pt is the record
+    with pytest.raises(CheckpointError, match=r"its arch rnnencdec differs from rnnsearch in .*run/checkpoint_best\.pt, "
+                       r"the run's best checkpoint \(config\.json is missing\)"):
+        run_training(data_dir, run, TrainOptions(max_updates=6, threads=1, device="cpu"), resume=True)
+    assert not (run / "config.json").exists()
+    (run / "config.json").write_bytes(config_json)
 
     (run / "checkpoint_last.pt").write_bytes(own_last)
     config = json.loads((run / "config.json").read_text())

@@ -42,6 +42,7 @@ from nmtkit.text.pipeline import pipeline_differences
 from nmtkit.train.config import TrainConfig, TrainOptions
 from nmtkit.train.events import CALLBACK_METHODS
 from nmtkit.train.run_files import (
+    BEST,
     LAST,
     clear_run_dir,
     is_run_file,
@@ -152,17 +153,16 @@ def _resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: P
 
 
 def _check_run_record(save_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[str, Any]) -> None:
-    """checkpoint_last.pt's configs (`cfg` as resumed) against config.json, the record the run
-    wrote at its start: another run's checkpoint copied in would continue that run here, over this
-    one's kept checkpoints, checkpoint_best.pt and metrics. Not compared: the settings resume may
-    change, those one side lacks (another nmtkit version), and a config.json that is missing or
-    unreadable (resume writes it again)."""
-    try:
-        record = json.loads((save_dir / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    """checkpoint_last.pt's configs (`cfg` as resumed) against the run's record of them:
+    another run's checkpoint copied in would continue that run here, over this one's kept
+    checkpoints, checkpoint_best.pt and metrics. The record is config.json, which the run wrote
+    at its start, or where that is missing or unreadable (resume writes it again)
+    checkpoint_best.pt's configs. Not compared: the settings resume may change, and those one
+    side lacks (another nmtkit version)."""
+    found = _run_record(save_dir)
+    if found is None:
         return
-    if not isinstance(record, dict):
-        return
+    record, source = found
     ours = json.loads(config_text(cfg, arch, model_config))  # as config.json holds it (lists, not tuples)
     overridable = resume_overridable(TrainConfig)
     settings = [("arch", record["arch"], arch)] if "arch" in record else []
@@ -172,10 +172,28 @@ def _check_run_record(save_dir: Path, cfg: TrainConfig, arch: str, model_config:
                      and not (part == "train_config" and k in overridable)]
     for name, was, now in settings:
         if was != now:
-            raise CheckpointError(f"not this run's checkpoint: its {name} {now} differs from {was} in "
-                                  f"{save_dir / CONFIG_FILE}, the record the run wrote at its start; put the run's "
-                                  "own checkpoint_last.pt back, or resume the other run in its own --save-dir",
+            raise CheckpointError(f"not this run's checkpoint: its {name} {now} differs from {was} in {source}; put "
+                                  "the run's own checkpoint_last.pt back, or resume the other run in its own --save-dir",
                                   str(save_dir / LAST))
+
+
+def _run_record(save_dir: Path) -> tuple[dict[str, Any], str] | None:
+    """The run's configs as config.json records them, else as checkpoint_best.pt does (as JSON
+    would hold them), and where they were read; None where neither can be read."""
+    from nmtkit.checkpoint import load_checkpoint
+
+    try:
+        record = json.loads((save_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+        if isinstance(record, dict):
+            return record, f"{save_dir / CONFIG_FILE}, the record the run wrote at its start"
+    except (OSError, ValueError):
+        pass
+    try:
+        best = load_checkpoint(save_dir / BEST, mmap=True)
+        record = json.loads(json.dumps({k: best[k] for k in ("arch", "model_config", "train_config") if k in best}))
+    except (CheckpointError, TypeError, ValueError):
+        return None
+    return record, f"{save_dir / BEST}, the run's best checkpoint ({CONFIG_FILE} is missing)"
 
 
 def _split_sizes(manifest: Any) -> str | None:
