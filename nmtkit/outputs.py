@@ -8,7 +8,9 @@ checkpoints, metrics, selections, tokenised text, the preprocess data directory)
   or a full disk never leaves a truncated file that looks complete.
 * Anything else that already exists (a FIFO, a character device such as /dev/null, a socket,
   /dev/stdout or /proc/self/fd/N) is opened and written in place and never renamed over:
-  replacing /dev/null with a regular file would break the whole machine.
+  replacing /dev/null with a regular file would break the whole machine. /dev/stdout (or
+  /dev/stderr) naming the file the stream was redirected to is written through the stream's
+  descriptor, after what it holds, as `-` is.
 * Files get the permissions a plain `open(path, "w")` would give: 0666 minus the umask for a
   new file, the old file's mode when an existing file is overwritten (`--force`). Directories
   get 0777 minus the umask.
@@ -73,6 +75,26 @@ def writes_in_place(path: str | Path) -> bool:
     except FileNotFoundError:
         return False
     return not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode)
+
+
+def standard_stream_fd(path: str | Path) -> int | None:
+    """1 or 2 where `path` (e.g. /dev/stdout, /proc/self/fd/1) names the regular file this
+    process's stdout or stderr was redirected to, else None. Such a file is written through that
+    descriptor: opened again by name it would be truncated and written from its start, over what
+    the shell or an earlier command had written there (`{ echo x; nmtkit ... -o /dev/stdout; } > f`)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):  # a pipe, a terminal, /dev/null: opened again, nothing is lost
+        return None
+    for fd in (1, 2):
+        try:
+            if os.path.samestat(st, os.fstat(fd)):
+                return fd
+        except OSError:
+            continue
+    return None
 
 
 def _new_file_mode(target: str) -> int:
@@ -243,8 +265,18 @@ class OutputFile:
         self.path = os.fspath(path)
         self._staged = Staged(self.path)
         binary = "b" in mode
+        fd = standard_stream_fd(self.path) if self._staged.in_place else None
         try:
-            self.file: IO[Any] = open(self._staged.write_path, mode, encoding=None if binary else encoding,
+            if fd is not None:  # after what the stream holds, never over it
+                import sys
+
+                for stream in (sys.stdout, sys.stderr):
+                    if stream is not None:
+                        stream.flush()
+                target: Any = os.dup(fd)
+            else:
+                target = self._staged.write_path
+            self.file: IO[Any] = open(target, mode, encoding=None if binary else encoding,
                                       newline=None if binary else newline)
         except BaseException:
             self._staged.abort()

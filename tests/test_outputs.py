@@ -71,6 +71,22 @@ def test_dev_stdout_style_paths_are_written_in_place():
     assert writes_in_place("/dev/stdout") and writes_in_place("/proc/self/fd/1") and writes_in_place("/dev/null")
 
 
+@pytest.mark.parametrize("name", ["/dev/stdout", "/proc/self/fd/1"])
+def test_dev_stdout_redirected_to_a_file_is_written_after_what_the_file_holds(tmp_path, name):
+    """`{ echo header; nmtkit ... -o /dev/stdout; echo footer; } > f` lost the header: opened
+    again by name, the file was truncated and written from its start (`-o -` kept it)."""
+    out = tmp_path / "f"
+    with open(out, "wb") as f:
+        f.write(b"header\n")
+        f.flush()
+        proc = subprocess.run([sys.executable, "-m", "nmtkit", "tokenize", "--lang", "en", "-o", name],
+                              input=b"Hello, world!\n", stdout=f, stderr=subprocess.PIPE, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        f.write(b"footer\n")
+    assert out.read_bytes() == b"header\nHello , world !\nfooter\n"
+    assert os.listdir(tmp_path) == ["f"]
+
+
 def test_a_regular_file_is_replaced_atomically_with_open_w_permissions(tmp_path):
     new = tmp_path / "new.txt"
     with OutputFile(new) as out:
