@@ -41,7 +41,9 @@ def _basic() -> tuple[str, ...]:
 PROTECT_HELP = (
     "Keep the matches of these regular expressions whole when tokenising (tokenizer.perl -protected): a FILE "
     "with one regex a line, or a named set: printf (%s, %d, %1$s, %(name)s), url, email, xml (tags), basic (Moses' "
-    "basic-protected-patterns). Repeatable; recorded in the data directory, so translate and serve protect the same.")
+    "basic-protected-patterns). Repeatable; recorded with the output (preprocess: in the data directory, so "
+    "translate and serve protect the same; tokenize: in FILE.tokinfo.json, which preprocess --input-format tok "
+    "checks).")
 
 NAMED_SETS = {
     "printf": lambda: PRINTF,
