@@ -572,6 +572,18 @@ def test_paired_bootstrap_gives_p_values_in_unit_interval_and_is_seeded():
     assert rows2[1].p_value > 0.05
 
 
+def test_a_system_against_itself_is_not_significantly_different(files):
+    """sacrebleu counts only resampled differences larger than the real one, so a difference of
+    exactly 0 got its smallest p (1/1001) and a star; Moses' script counts >=, giving p = 1."""
+    sigs, rows = S.paired_bootstrap([("a", HYP * 4), ("b", HYP * 4)], [REF * 4], ["bleu", "chrf"], 200, 7)
+    assert [r.p_value for r in rows if r.system == "b"] == [1.0, 1.0]
+    code, out, err = score(["--hyp", "{hyp}", "--hyp", "{hyp}", "--label", "a", "--label", "b", "--ref", "{ref}",
+                            "--significance", "--bootstrap-samples", "100", "--metrics", "bleu"], files)
+    assert code == 0, err
+    [row] = [line for line in out.splitlines() if line.lstrip().startswith("b ")]
+    assert "1.0000" in row and "*" not in row
+
+
 def test_significance_cli_prints_p_values_and_json(files):
     args = ["--hyp", "{hyp}", "--hyp", "{ref2}", "--ref", "{ref}", "--significance", "--bootstrap-samples", "100",
             "--metrics", "bleu"]

@@ -50,7 +50,9 @@ def paired_bootstrap(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequenc
 
     Calls sacrebleu's `PairedTest(test_type='bs')`, which replicates Moses'
     `bootstrap-hypothesis-difference-significance.pl`: the same `n_samples` resampled sentence
-    sets for all systems; p = (#{|diff*| - mean >= |diff|} + 1) / (n + 1). Deterministic for a
+    sets for all systems; p = (#{|diff*| - mean > |diff|} + 1) / (n + 1), where Moses counts >=.
+    The two differ only for a difference of exactly 0 (a system against itself, or one whose
+    every sentence scores the same), which gets p = 1 here, as in Moses. Deterministic for a
     given `seed` (>= 1; sacrebleu treats 0 as "unseeded"). Returns (signature per metric, rows).
     """
     from sacrebleu.significance import PairedTest
@@ -73,7 +75,13 @@ def paired_bootstrap(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequenc
     for metric_name, results in scores.items():
         if metric_name == "System":
             continue
+        baseline = float(results[0].score)
         for name, res in zip(names, results):
-            rows.append(SignificanceRow(name, metric_name, float(res.score), res.mean, res.ci, res.p_value))
+            p = res.p_value
+            if p is not None and float(res.score) == baseline:
+                # no difference: every resample's is at least as large (Moses' >=), so p = 1. sacrebleu
+                # counts only larger ones, which made a system scored against itself "significant"
+                p = 1.0
+            rows.append(SignificanceRow(name, metric_name, float(res.score), res.mean, res.ci, p))
     return {k: v.format() for k, v in sigs.items()}, rows
 
