@@ -2,6 +2,7 @@
 runs end to end on the local corpora (slow)."""
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -34,15 +35,14 @@ def _dry_run(folder: Path, *args: str) -> str:
               "sacrebleu -t wmt14/full"]),
     ("tok", ["nmtkit tokenize", "--lang en", "--lang fr"]),
     ("select", ["nmtkit select-data", "--words 348000000", "--in-domain work/tok/news", "--output-prefix"]),
-    ("prep-30", ["nmtkit preprocess", "--src-vocab-size 30000", "--max-len 30"]),
-    ("prep-50", ["--max-len 50"]),
+    ("prep-50", ["nmtkit preprocess", "--src-vocab-size 30000", "--max-len 50"]),
     ("prep-bpe", ["--bpe 30000"]),
-    ("rnnencdec-30", ["--preset rnnencdec-30", "--data work/data-30"]),
+    ("rnnencdec-30", ["--preset rnnencdec-30", "--data work/data-50"]),  # the paper's one vocabulary
     ("rnnsearch-30", ["--preset rnnsearch-30"]),
     ("rnnencdec-50", ["--preset rnnencdec-50", "--data work/data-50"]),
     ("rnnsearch-50", ["--preset rnnsearch-50"]),
     ("rnnsearch-50star", ["--preset rnnsearch-50", "--patience 10", "--save-dir work/runs/rnnsearch-50star"]),
-    ("modern", ["--data work/data-bpe", "--optimizer adam", "--dropout"]),
+    ("modern", ["--data work/data-bpe", "--optimizer adam", "--dropout", "--max-len 80"]),  # as its data
     ("eval", ["nmtkit translate", "--beam 12", "--paper-bleu --no-unk", "make_table.py", "--by-length",
               "--plot-attention", "--ban-unk -i work/corpus/test.en -o work/eval/rnnsearch-50star.nounk.hyp",
               "--hyp work/eval/rnnsearch-50star.nounk.hyp"]),
@@ -138,5 +138,30 @@ def test_wmt14_smoke_chain_produces_table_plot_and_attention(shared_data, tmp_pa
     results = WMT / "results-smoke"
     table = (results / "table1.md").read_text()
     assert "RNNsearch-50*" in table and "33.30" in table
+    assert "which every system shares" in table  # one No-UNK subset: one vocabulary for the five systems
+    assert len(list((WMT / "work-smoke" / "eval").glob("*.nounk.hyp"))) == 5  # kept, not deleted as intermediate
     assert (results / "bleu-by-length.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert list((results / "attention").glob("*.png"))
+
+
+def _score_json(path: Path, kept: int, total: int = 300) -> None:
+    scores = [{"metric": "paper_bleu", "score": 20.0}, {"metric": "bleu", "score": 19.0}]
+    path.write_text(json.dumps({"systems": [{"scores": scores}],
+                                "no_unk": {"kept": kept, "total": total, "systems": [{"scores": scores}]}}))
+
+
+def test_table1_names_the_no_unk_subset_it_scores_and_each_systems_where_they_differ(tmp_path):
+    """Its footnote named one subset "shared" by the -30 and -50 systems, whose vocabularies (and
+    so subsets: 10 and 9 of 300 sentences) differed."""
+    for shared in (True, False):
+        for name, kept in (("rnnsearch-30", 9 if shared else 10), ("rnnsearch-50", 9)):
+            _score_json(tmp_path / f"{name}.json", kept)
+        out = tmp_path / "table1.md"
+        proc = subprocess.run([sys.executable, str(WMT / "make_table.py"), "--eval", str(tmp_path), "--systems",
+                               "rnnsearch-30", "rnnsearch-50", "-o", str(out)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        note = " ".join(out.read_text().split())
+        if shared:
+            assert "the 9 of 300 sentences" in note and "which every system shares" in note
+        else:
+            assert "rnnsearch-30: 10 of 300, rnnsearch-50: 9 of 300" in note and "they differ" in note

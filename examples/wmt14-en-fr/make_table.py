@@ -33,6 +33,21 @@ def _fmt(x: float | None) -> str:
     return "–" if x is None else f"{x:.2f}"
 
 
+def _no_unk_note(subsets: dict[str, tuple]) -> list[str]:
+    """The footnote on the No-UNK column: which sentences it scores, one subset for all the
+    systems where they share their vocabularies (as the recipe's do), else each system's."""
+    if len(set(subsets.values())) == 1:
+        (kept, total), = set(subsets.values())
+        which = f"the {kept} of {total} sentences"
+        whose = "the systems' word vocabularies (one pair, which every system shares)"
+    else:
+        which = "the sentences (" + ", ".join(f"{n}: {k} of {t}" for n, (k, t) in subsets.items()) + ")"
+        whose = "each system's word vocabularies (they differ, so the subsets differ)"
+    return [f"No UNK: {which} whose source and reference have no word outside",
+            f"{whose}, decoded with the unknown word disallowed",
+            "(`nmtkit translate --ban-unk`), as in the paper."]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--eval", required=True, help="folder with SYSTEM.json files")
@@ -41,7 +56,7 @@ def main() -> None:
     args = ap.parse_args()
 
     rows = []
-    kept = total = None
+    subsets = {}  # system -> (kept, total) of its No-UNK subset
     for name in args.systems:
         with open(os.path.join(args.eval, f"{name}.json"), encoding="utf-8") as f:
             report = json.load(f)
@@ -52,7 +67,7 @@ def main() -> None:
             with open(banned, encoding="utf-8") as f:
                 no_unk = json.load(f).get("no_unk", {})
         nu_scores = no_unk.get("systems", [{}])[0].get("scores", [])
-        kept, total = no_unk.get("kept"), no_unk.get("total")
+        subsets[name] = (no_unk.get("kept"), no_unk.get("total"))
         label, paper_all, paper_nounk = PAPER.get(name, (name, None, None))
         rows.append((label, _score(scores, "paper_bleu"), _score(nu_scores, "paper_bleu"),
                      _score(scores, "bleu"), _score(nu_scores, "bleu"), paper_all, paper_nounk))
@@ -71,9 +86,7 @@ def main() -> None:
         "",
         "\"ours\" is paper-style BLEU (multi-bleu.perl on Moses-tokenised, case-sensitive text), the",
         "measure the paper reports; sacreBLEU (detokenised, 13a) is given for comparison with later work.",
-        f"No UNK: the {kept} of {total} sentences whose source and reference have no word outside the",
-        "model's word vocabularies (those of the last system listed; the -30 and -50 data share them),",
-        "decoded with the unknown word disallowed (`nmtkit translate --ban-unk`), as in the paper.",
+        *_no_unk_note(subsets),
     ]
     tmp = args.output + ".part"
     with open(tmp, "w", encoding="utf-8") as f:
