@@ -62,7 +62,7 @@ one per sentence per step); "reads": host reads (see above).
   lstm-attention  train, max-tokens 8000     235    7274  5228     3 3201    769    0.72    278,271    139,135
 
 With the recurrences' step bodies compiled (`--quick --fuse on`, i.e. `nmtkit train --fuse on`;
-the default on CUDA):
+not the default on any device: `--fuse auto` runs the eager step bodies):
 
   preset          what                     pairs tgt tok   ops reads  bwd rnn fwd ops/tok  tok/s@5us tok/s@10us
   small           beam 12 step, 80 sents      80      80   193   101    -      -    2.41     82,851     41,426
@@ -77,6 +77,10 @@ the default on CUDA):
   lstm-attention  beam 12 step, 80 sents      80      80   169   101    -      -    2.11     94,724     47,362
   lstm-attention  train, batch 80             80    2469  4882     3 3201    769    1.98    101,147     50,574
   lstm-attention  train, max-tokens 8000     235    7274  4900     3 3201    769    0.67    296,898    148,449
+
+Later, at 4d846c8 (`--quick --presets rnnsearch-50 --no-beam --top 0`), training steps of
+rnnsearch-50, batch 80 / max-tokens 8000: fp32 eager 4,320 / 4,368, fp32 fused 617 / 635,
+bf16 eager 5,452 / 5,984, bf16 fused 833 / 1,061 (`--precision bf16`).
 
 rnnsearch-50 at batch 80: 4,178 -> 579 launches (7.2x fewer by this count). Per decoder step,
 forward: s W_q, one fused attention+gates kernel, U (r s), one fused update kernel; backward:
