@@ -192,7 +192,25 @@ def test_torchrun_variables_give_the_process_its_place_and_its_share_of_cores(mo
     with pytest.raises(ConfigError, match="LOCAL_WORLD_SIZE"):
         ddp.env_info()
     monkeypatch.setenv("WORLD_SIZE", "1")  # a single process ignores the local count
+    monkeypatch.setenv("RANK", "0")
     assert ddp.env_info().local_world_size == 1
+
+
+@pytest.mark.parametrize("env, needle", [
+    ({"WORLD_SIZE": "-1"}, "WORLD_SIZE=-1: it counts the job's processes"),  # trained nothing, forever
+    ({"WORLD_SIZE": "0"}, "WORLD_SIZE=0: it counts"),  # a ZeroDivisionError
+    ({"RANK": "1"}, "RANK=1 outside WORLD_SIZE=1"),  # an AssertionError: rank 1 of 1 got no minibatches
+])
+def test_impossible_torchrun_variables_are_one_line_errors(monkeypatch, env, needle):
+    from nmtkit.errors import ConfigError
+    from nmtkit.train import distributed as ddp
+
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=needle):
+        ddp.env_info()
 
 
 @pytest.fixture(autouse=True)

@@ -82,8 +82,9 @@ def train_cmd(ctx: click.Context, data_dir: str, save_dir: str, resume: bool, fo
         click.echo(f"nmtkit train: stopped ({result.reason}) at update {result.update}, epoch {result.epoch}; "
                    f"best dev: {best}; run: {save_dir}", err=True)
     if result.interrupted:
-        click.echo(f"nmtkit: {result.reason}: checkpoint saved to {save_dir}/checkpoint_last.pt; "
-                   "continue with --resume", err=True)
+        if info.is_main:  # one line for the job, not one a process
+            click.echo(f"nmtkit: {result.reason}: checkpoint saved to {save_dir}/checkpoint_last.pt; "
+                       "continue with --resume", err=True)
         sys.exit(130 if result.reason == "SIGINT" else 143)
 
 

@@ -51,8 +51,10 @@ def env_info() -> DistInfo:
     except ValueError:
         raise ConfigError("WORLD_SIZE, RANK, LOCAL_RANK and LOCAL_WORLD_SIZE must be integers (set by torchrun)") \
             from None
-    if world > 1 and not 0 <= rank < world:
-        raise ConfigError(f"RANK={rank} outside WORLD_SIZE={world}")
+    if world < 1:  # -1 trained nothing, forever, deaf to signals; 0 divided by zero
+        raise ConfigError(f"WORLD_SIZE={world}: it counts the job's processes, at least 1 (set by torchrun)")
+    if not 0 <= rank < world:  # RANK=1 alone got no minibatches (an AssertionError)
+        raise ConfigError(f"RANK={rank} outside WORLD_SIZE={world} (set both, or start with torchrun)")
     return DistInfo(rank, local, world, local_world)
 
 
