@@ -11,13 +11,13 @@ import pytest
 
 from nmtkit.errors import OutputError, OutputExistsError
 from nmtkit.output_dirs import clean_stale_temp_dirs, make_temp_dir
+from nmtkit.output_nodes import writes_in_place
 from nmtkit.outputs import (
     OutputFile,
     Staged,
     check_output,
     check_output_dir,
     umask,
-    writes_in_place,
 )
 
 

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.options import check_fields, option
+from nmtkit.output_nodes import writes_in_place
 from nmtkit.outputs import (
     STDIN,
     OutputFile,
@@ -31,7 +32,6 @@ from nmtkit.outputs import (
     check_outputs_vs_inputs,
     file_path,
     write_text,
-    writes_in_place,
 )
 from nmtkit.text.io import read_lines, stream_lines
 from nmtkit.text.moses import check_lang
