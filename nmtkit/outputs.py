@@ -27,6 +27,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
 import tempfile
 import weakref
 from pathlib import Path
@@ -222,8 +223,6 @@ class OutputFile:
         fd = standard_stream_fd(self.path) if self._staged.in_place else None
         try:
             if fd is not None:  # after what the stream holds, never over it
-                import sys
-
                 for stream in (sys.stdout, sys.stderr):
                     if stream is not None:
                         stream.flush()

@@ -356,9 +356,9 @@ def _lines_of(lines: Any) -> list[str]:
                             (": decode it first" if isinstance(line, (bytes, bytearray)) else ""))
         if "\n" in line:
             raise InputError(f"line {n} holds a line break: pass one sentence per list item")
-        if "\0" in line:
-            raise InputError(f"line {n} holds binary data (a NUL character at character {line.index(chr(0))}); "
-                             "expected text")
+        nul = line.find("\0")
+        if nul >= 0:
+            raise InputError(f"line {n} holds binary data (a NUL character at character {nul}); expected text")
         if line.startswith(BOM):
             out[n - 1] = line[1:]
     return out
