@@ -23,12 +23,12 @@ def _train_cmd(data_dir, run, *extra):
     return [sys.executable, "-m", "nmtkit", "train", "--data", str(data_dir), "--save-dir", str(run), *TINY, *extra]
 
 
-def _start_training(data_dir, run, save_every: int, logged: int, **popen) -> subprocess.Popen:
+def _start_training(data_dir, run, save_every: int, logged: int, *extra: str, **popen) -> subprocess.Popen:
     """`nmtkit train` in a subprocess, logging every update, returned once metrics.jsonl holds
     `logged` records (or the process ended, or 120 s passed)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     proc = subprocess.Popen(_train_cmd(data_dir, run, "--max-updates", "1000000", "--log-every", "1",
-                                       "--valid-every", "1000000", "--save-every", str(save_every)),
+                                       "--valid-every", "1000000", "--save-every", str(save_every), *extra),
                             env=env, cwd=REPO, **popen)
     metrics = run / "metrics.jsonl"
     deadline = time.time() + 120
@@ -179,6 +179,29 @@ def test_sigkill_loses_only_work_since_last_checkpoint(data_dir, tmp_path):
     for kind in ("train", "valid"):
         updates = [r["update"] for r in records if r["kind"] == kind]
         assert updates == sorted(updates) and len(updates) == len(set(updates))  # no lines from the lost work
+
+
+def test_a_run_that_a_killed_force_start_set_aside_is_put_back_and_resumes(data_dir, tmp_path):
+    """kill -9 of `train --force` before its first checkpoint left the old run in RUN/.replaced-run:
+    --resume said there was nothing to resume, and a new start deleted it at its first checkpoint."""
+    run = tmp_path / "run"
+    code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), *TINY, "--max-updates", "2"])
+    assert code == 0, err
+    old = (run / "checkpoint_last.pt").read_bytes()
+    proc = _start_training(data_dir, run, 1000000, 3, "--force", stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    proc.kill()
+    proc.wait(timeout=60)
+    assert (run / ".replaced-run" / "checkpoint_last.pt").read_bytes() == old  # what the kill left
+    assert not (run / "checkpoint_last.pt").exists()
+    code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), *TINY, "--max-updates", "4"])
+    assert code != 0 and "already holds a run" in err, err  # a new start: refused, as over any run
+    assert "the run it was to replace is back in place" in err
+    assert (run / "checkpoint_last.pt").read_bytes() == old and not (run / ".replaced-run").exists()
+    code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), "--resume",
+                            "--max-updates", "4"])
+    assert code == 0, err
+    assert "from update 2" in err
+    assert load_checkpoint(run / "checkpoint_last.pt")["trainer"]["update"] == 4
 
 
 def test_init_option_overrides_the_presets_initialisation_and_is_recorded(data_dir, tmp_path):

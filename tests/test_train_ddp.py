@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from tests.conftest import TINY_MODEL, make_data_dir, tiny_options
+from tests.conftest import TINY_MODEL, make_data_dir, tiny_options, tiny_overrides
 
 UPDATES = 6
 
@@ -261,3 +261,36 @@ def test_ranks_whose_auto_precision_timings_disagree_all_train_in_rank_0s_precis
     data_dir = make_data_dir(tmp_path / "data")
     _start_ranks(_precision_worker, (2, _free_port(), data_dir, tmp_path, tmp_path))
     assert [(tmp_path / f"rank{r}.txt").read_text() for r in (0, 1)] == ["bf16", "bf16"]
+
+
+def _plain_run_worker(rank, world, port, data_dir, run_dir, opts):
+    from nmtkit.train.run import run_training
+
+    _as_rank(rank, world, port)
+    torch.set_num_threads(1)
+    run_training(data_dir, run_dir, opts, tiny_overrides(dropout=0.0))
+
+
+def test_a_two_rank_run_resumes_in_one_process_only_with_the_update_freq_that_keeps_its_updates(tmp_path):
+    from nmtkit.errors import ConfigError
+    from nmtkit.train.run import run_training
+
+    data_dir = make_data_dir(tmp_path / "data")
+    # plain SGD without dropout: 2 ranks x 1 minibatch and 1 process x --update-freq 2 make the same update
+    opts = tiny_options(max_updates=6, valid_every=3, save_every=3, optimizer="sgd", lr=0.5, valid_bleu_samples=0)
+    run = tmp_path / "run"
+    _start_ranks(_plain_run_worker, (2, _free_port(), data_dir, run, opts.replace(max_updates=3)))
+    saved = (run / "checkpoint_last.pt").read_bytes()
+    with pytest.raises(ConfigError, match=r"1 process\(es\) x --update-freq 1 make 1 minibatches per update; the run "
+                                          r"being resumed made 2 \(2 x --update-freq 1\): resume with --update-freq 2"):
+        run_training(data_dir, run, opts, tiny_overrides(dropout=0.0), resume=True)
+    assert (run / "checkpoint_last.pt").read_bytes() == saved  # refused before anything was written
+    run_training(data_dir, run, opts.replace(update_freq=2), tiny_overrides(dropout=0.0), resume=True)
+    single = tmp_path / "single"  # one process at --update-freq 2 from the start
+    run_training(data_dir, single, opts.replace(update_freq=2), tiny_overrides(dropout=0.0))
+    a = torch.load(run / "checkpoint_last.pt", weights_only=True)
+    b = torch.load(single / "checkpoint_last.pt", weights_only=True)
+    assert a["trainer"]["update"] == b["trainer"]["update"] == 6
+    assert a["trainer"]["world_size"] == 1 and a["train_config"]["update_freq"] == 2
+    for name, t in b["model_state"].items():
+        torch.testing.assert_close(a["model_state"][name], t, rtol=1e-4, atol=1e-5, msg=name)

@@ -359,3 +359,32 @@ def test_resuming_a_damaged_checkpoint_is_one_error_naming_it_and_keeps_it(data_
     with pytest.raises(CheckpointError, match=needle) as err:
         run_training(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
     assert str(last) in str(err.value) and last.read_bytes() == before
+
+
+@pytest.mark.parametrize("was, was_world, world, given, expected", [
+    (1, 1, 1, None, 1),  # the same job
+    (1, 4, 2, 2, 2),  # 4 processes -> 2, each summing 2 minibatches: 4 per update still
+    (2, 1, 2, 1, 1),  # 1 process at --update-freq 2 -> 2 processes
+    (3, None, 2, None, 3),  # a checkpoint without the process count: --update-freq stays
+])
+def test_resuming_on_another_number_of_processes_keeps_the_minibatches_per_update(was, was_world, world, given,
+                                                                                    expected):
+    from nmtkit.train.resume import resumed_update_freq
+
+    assert resumed_update_freq(was, was_world, world, given) == expected
+
+
+@pytest.mark.parametrize("was, was_world, world, given, needle", [
+    (1, 2, 1, None, "make 1 minibatches per update; the run being resumed made 2 (2 x --update-freq 1): resume with "
+                    "--update-freq 2"),
+    (1, 1, 1, 2, "resume with --update-freq 1"),  # the global batch changed on the same job
+    (1, 2, 3, None, "resume with a number of processes that divides 2, or start a new run"),
+    (3, None, 1, 2, "--update-freq 2 differs from the run being resumed (3)"),
+])
+def test_resuming_with_a_global_batch_that_changes_is_refused(was, was_world, world, given, needle):
+    from nmtkit.errors import ConfigError
+    from nmtkit.train.resume import resumed_update_freq
+
+    with pytest.raises(ConfigError) as err:
+        resumed_update_freq(was, was_world, world, given)
+    assert needle in str(err.value)

@@ -13,10 +13,11 @@ One process at a time trains in a run directory: train and --resume hold an floc
 first's PID. Everything is checked before the directory is created, so a refused start leaves
 nothing behind.
 
-On resume the checkpoint's configs are used; only the TrainConfig fields marked `resume` (stopping
-criteria, reporting, hardware) may be changed, and a different value for any other is an error
-(it would silently make the run a different experiment). The data directory must be the run's:
-its text pipeline, vocabularies and training-data sizes those the checkpoint records.
+On resume the checkpoint's configs are used, checked first as `nmtkit.train.resume` says: only
+the TrainConfig fields marked `resume` (stopping criteria, reporting, hardware) may be changed,
+and --update-freq where the number of processes changes so that an update sums as many
+minibatches as before; a different value for any other is an error (it would silently make the
+run a different experiment). The data directory must be the run's.
 
 Every run writes its resolved configuration (architecture, model config, train config) to
 RUN/config.json, readable and complete, and hands the same text to `show_config` at the start.
@@ -26,26 +27,29 @@ refused instead of continuing that run over this one's files.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
 from nmtkit.devices import resolve_device
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
 from nmtkit.models.presets import ModelOverrides, resolve_model, training_defaults
-from nmtkit.options import empty_path_message, is_empty_path, option_name, resume_overridable
+from nmtkit.options import empty_path_message, is_empty_path
 from nmtkit.output_dirs import DirLock
 from nmtkit.outputs import check_output_dir, check_outputs_vs_inputs, write_text
-from nmtkit.text.pipeline import pipeline_differences
 from nmtkit.train.config import TrainConfig, TrainOptions
 from nmtkit.train.events import CALLBACK_METHODS
+from nmtkit.train.resume import resumed_configs
 from nmtkit.train.run_files import (
-    BEST,
+    CONFIG_FILE,
     LAST,
     clear_run_dir,
+    config_text,
     is_run_file,
+    killed_force_start,
+    restore_replaced_run,
     run_dir_names,
     run_files_present,
     set_aside_run,
@@ -56,9 +60,6 @@ from nmtkit.train.tensorboard import TensorBoardCallbacks, require_tensorboard, 
 
 log = logging.getLogger(__name__)
 
-CONFIG_FILE = "config.json"
-
-
 LOCK_FILE = "train.lock"
 
 
@@ -66,6 +67,26 @@ def run_lock(save_dir: Path) -> DirLock:
     """The lock of `save_dir` (one training process per run directory): `acquire` or `check`
     raise an OutputError naming the holder's PID when another live `nmtkit train` holds it."""
     return DirLock(save_dir, LOCK_FILE, "run directory (one training run at a time)")
+
+
+def _put_back_killed_force_start(save_dir: Path, main: bool, wait_s: float = 10.0) -> None:
+    """The run that a killed `--force` start set aside back in RUN, before any check reads RUN:
+    `--resume` continues it, a new start is refused as over any run, `--force` sets it aside
+    again. Without this a new start deleted it at its first checkpoint. Rank 0 moves the files,
+    holding the run's lock; the other ranks wait for it (they read RUN next)."""
+    if not killed_force_start(save_dir):
+        return
+    if not main:
+        deadline = time.monotonic() + wait_s
+        while killed_force_start(save_dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return
+    lock = run_lock(save_dir).acquire()
+    try:
+        if killed_force_start(save_dir):  # again, holding the lock
+            restore_replaced_run(save_dir)
+    finally:
+        lock.release()
 
 
 def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
@@ -109,102 +130,6 @@ def _check_arguments(data_dir: str | Path, save_dir: str | Path, resume: Any, fo
             raise ConfigError(empty_path_message(opt, "directory"))
 
 
-def resume_config(ckpt: dict[str, Any], options: TrainOptions) -> TrainConfig:
-    """The checkpoint's TrainConfig with the overridable options the user gave changed."""
-    old = TrainConfig.from_dict(ckpt["train_config"])
-    overridable = resume_overridable(TrainConfig)
-    changes = {}
-    for name, value in options.given().items():
-        if getattr(old, name) == value:
-            continue
-        if name not in overridable:
-            raise ConfigError(f"{option_name(name)} {value} differs from the run being resumed "
-                              f"({getattr(old, name)}); start a new run to change it")
-        changes[name] = value
-    return old.replace(**changes)
-
-
-def _resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Path, options: TrainOptions,
-                     model: ModelOverrides) -> tuple[TrainConfig, str, dict[str, Any]]:
-    """The run's configs from its checkpoint, with the options that may change on resume changed."""
-    for name in ("train_config", "model_config", "model_state", "optimizer_state", "schedule_state", "trainer"):
-        if not isinstance(ckpt.get(name), dict):  # a damaged checkpoint, before anything is written
-            raise CheckpointError(f"its {name} is missing or not a mapping: it cannot be resumed", str(save_dir / LAST))
-    cfg = resume_config(ckpt, options)
-    arch, model_config = ckpt["arch"], dict(ckpt["model_config"])
-    for name, value in model.given().items():
-        if model_config.get(name) != value:
-            raise ConfigError(f"{option_name(name)} {value} differs from the run being resumed "
-                              f"({model_config.get(name)})")
-    differs = pipeline_differences(ckpt.get("pipeline"), data.pipeline)
-    if differs:  # the run's later updates would see text preprocessed otherwise than its first ones
-        raise CheckpointError(f"the text pipeline (preprocessing) of {data_dir} differs from the run's "
-                              f"({', '.join(differs)}): resume with the data directory the run was started with",
-                              str(save_dir / LAST))
-    if ckpt["src_vocab"] != data.src_vocab.to_list() or ckpt["tgt_vocab"] != data.tgt_vocab.to_list():
-        raise CheckpointError(f"the vocabularies of {data_dir} differ from the run's: resume with the "
-                              "data directory the run was started with", str(save_dir / LAST))
-    was, now = _split_sizes(ckpt.get("data_manifest")), _split_sizes(data.manifest)
-    if was and now and was != now:  # same vocabularies, other text: the run would not continue, it would change
-        raise CheckpointError(f"the training data of {data_dir} ({now}) differs from the run's ({was}): resume with "
-                              "the data directory the run was started with", str(save_dir / LAST))
-    _check_run_record(save_dir, cfg, arch, model_config)
-    return cfg, arch, model_config
-
-
-def _check_run_record(save_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[str, Any]) -> None:
-    """checkpoint_last.pt's configs (`cfg` as resumed) against the run's record of them:
-    another run's checkpoint copied in would continue that run here, over this one's kept
-    checkpoints, checkpoint_best.pt and metrics. The record is config.json, which the run wrote
-    at its start, or where that is missing or unreadable (resume writes it again)
-    checkpoint_best.pt's configs. Not compared: the settings resume may change, and those one
-    side lacks (another nmtkit version)."""
-    found = _run_record(save_dir)
-    if found is None:
-        return
-    record, source = found
-    ours = json.loads(config_text(cfg, arch, model_config))  # as config.json holds it (lists, not tuples)
-    overridable = resume_overridable(TrainConfig)
-    settings = [("arch", record["arch"], arch)] if "arch" in record else []
-    for part in ("model_config", "train_config"):
-        theirs = record.get(part)
-        settings += [(k, theirs[k], v) for k, v in ours[part].items() if isinstance(theirs, dict) and k in theirs
-                     and not (part == "train_config" and k in overridable)]
-    for name, was, now in settings:
-        if was != now:
-            raise CheckpointError(f"not this run's checkpoint: its {name} {now} differs from {was} in {source}; put "
-                                  "the run's own checkpoint_last.pt back, or resume the other run in its own --save-dir",
-                                  str(save_dir / LAST))
-
-
-def _run_record(save_dir: Path) -> tuple[dict[str, Any], str] | None:
-    """The run's configs as config.json records them, else as checkpoint_best.pt does (as JSON
-    would hold them), and where they were read; None where neither can be read."""
-    from nmtkit.checkpoint import load_checkpoint
-
-    try:
-        record = json.loads((save_dir / CONFIG_FILE).read_text(encoding="utf-8"))
-        if isinstance(record, dict):
-            return record, f"{save_dir / CONFIG_FILE}, the record the run wrote at its start"
-    except (OSError, ValueError):
-        pass
-    try:
-        best = load_checkpoint(save_dir / BEST, mmap=True)
-        record = json.loads(json.dumps({k: best[k] for k in ("arch", "model_config", "train_config") if k in best}))
-    except (CheckpointError, TypeError, ValueError):
-        return None
-    return record, f"{save_dir / BEST}, the run's best checkpoint ({CONFIG_FILE} is missing)"
-
-
-def _split_sizes(manifest: Any) -> str | None:
-    """The train split's pairs and tokens as a data directory's manifest records them (None
-    where it does not)."""
-    train = ((manifest or {}).get("splits") or {}).get("train") if isinstance(manifest, dict) else None
-    if not isinstance(train, dict) or not all(k in train for k in ("lines", "src_tokens", "tgt_tokens")):
-        return None
-    return f"{train['lines']} pairs, {train['src_tokens']} + {train['tgt_tokens']} tokens"
-
-
 def _new_configs(data: Any, options: TrainOptions, model: ModelOverrides) -> tuple[TrainConfig, str, dict[str, Any]]:
     """A new run's configs: the given options over the preset's defaults over TrainConfig's."""
     arch, model_config = resolve_model(options.arch, options.preset, model.given(), len(data.src_vocab),
@@ -215,12 +140,6 @@ def _new_configs(data: Any, options: TrainOptions, model: ModelOverrides) -> tup
     if options.max_tokens is not None and options.batch_size is None:
         values["batch_size"] = None  # a token budget replaces the preset's pair count
     return TrainConfig.from_dict(values), arch, model_config
-
-
-def config_text(cfg: TrainConfig, arch: str, model_config: dict[str, Any]) -> str:
-    """A run's resolved configuration as indented JSON (RUN/config.json)."""
-    return json.dumps({"arch": arch, "model_config": model_config, "train_config": cfg.to_dict()},
-                      indent=2, sort_keys=False) + "\n"
 
 
 def run_training(
@@ -257,12 +176,13 @@ def run_training(
     check_outputs_vs_inputs([("--data", data_dir)], folders=[("--save-dir", save_dir, is_run_file)])
     if info.is_main:
         run_lock(save_dir).check()
+    _put_back_killed_force_start(save_dir, info.is_main)
     check_run_dir(save_dir, resume, force)
     data = DataDir.open(data_dir)
     data.valid_split()  # a dev set to validate on, before anything is written
     ckpt = load_checkpoint(save_dir / LAST) if resume else None
     if ckpt is not None:
-        cfg, arch, model_config = _resumed_configs(ckpt, data, data_dir, save_dir, options, model)
+        cfg, arch, model_config = resumed_configs(ckpt, data, data_dir, save_dir, options, model, info.world_size)
     else:
         cfg, arch, model_config = _new_configs(data, options, model)
     tb_dir = _checked_tensorboard_dir(cfg, data_dir, save_dir)

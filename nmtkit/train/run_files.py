@@ -6,22 +6,34 @@ checks and `nmtkit average --last N` read them without loading torch."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nmtkit.train.config import TrainConfig
 
 log = logging.getLogger(__name__)
 
 LAST = "checkpoint_last.pt"
+CONFIG_FILE = "config.json"  # the run's resolved configuration, written at its start (`config_text`)
 BEST = "checkpoint_best.pt"
 # `train --force` moves the run it replaces here, until the new run saves its first checkpoint
 # (then it is deleted) or fails before it (then it is put back): nmtkit.train.run
 REPLACED = ".replaced-run"
-RUN_FILES = (LAST, BEST, "metrics.jsonl", "curves.png", "train.log", "config.json")
+RUN_FILES = (LAST, BEST, "metrics.jsonl", "curves.png", "train.log", CONFIG_FILE)
 
 _KEPT = re.compile(r"checkpoint_([0-9]+)\.pt")
+
+
+def config_text(cfg: TrainConfig, arch: str, model_config: dict[str, Any]) -> str:
+    """A run's resolved configuration as indented JSON (RUN/config.json)."""
+    return json.dumps({"arch": arch, "model_config": model_config, "train_config": cfg.to_dict()},
+                      indent=2, sort_keys=False) + "\n"
 
 
 def kept_name(update: int) -> str:
@@ -96,7 +108,14 @@ def restore_replaced_run(save_dir: Path) -> None:
     for p in aside.iterdir():
         os.replace(p, save_dir / p.name)
     aside.rmdir()
-    log.warning("%s: the new run saved no checkpoint; the run --force was to replace is back in place", save_dir)
+    log.warning("%s: the --force start saved no checkpoint; the run it was to replace is back in place", save_dir)
+
+
+def killed_force_start(save_dir: Path) -> bool:
+    """Whether RUN/.replaced-run holds a run that a `--force` start set aside and then died
+    (SIGKILL, a lost machine) before saving a checkpoint of its own: a start that fails puts the
+    run back itself, and one that saves a checkpoint deletes it."""
+    return (save_dir / REPLACED).is_dir() and not any(f.startswith("checkpoint_") for f in run_files_present(save_dir))
 
 
 def undo_failed_start(save_dir: Path, resume: bool, force: bool, before: set[str]) -> None:

@@ -1,0 +1,149 @@
+"""What a resumed run takes from its checkpoint, and what it checks first: the configs (only the
+TrainConfig fields marked `resume` may change, and --update-freq where the number of processes
+changes with it, see `resumed_update_freq`), the data directory (its text pipeline, vocabularies
+and training-data sizes those the checkpoint records) and the run's record of itself (another
+run's checkpoint copied in is refused). Nothing here writes: `nmtkit.train.run` resumes."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from nmtkit.errors import CheckpointError, ConfigError
+from nmtkit.models.presets import ModelOverrides
+from nmtkit.options import option_name, resume_overridable
+from nmtkit.text.pipeline import pipeline_differences
+from nmtkit.train.config import TrainConfig, TrainOptions
+from nmtkit.train.run_files import BEST, CONFIG_FILE, LAST, config_text
+
+log = logging.getLogger(__name__)
+
+
+def resume_config(ckpt: dict[str, Any], options: TrainOptions, world_size: int = 1) -> TrainConfig:
+    """The checkpoint's TrainConfig with the overridable options the user gave changed, and
+    --update-freq as `resumed_update_freq` decides for `world_size` processes."""
+    old = TrainConfig.from_dict(ckpt["train_config"])
+    overridable = resume_overridable(TrainConfig)
+    changes = {}
+    update_freq = resumed_update_freq(old.update_freq, (ckpt.get("trainer") or {}).get("world_size"), world_size,
+                                      options.update_freq)
+    if update_freq != old.update_freq:
+        changes["update_freq"] = update_freq
+    for name, value in options.given().items():
+        if getattr(old, name) == value or name == "update_freq":
+            continue
+        if name not in overridable:
+            raise ConfigError(f"{option_name(name)} {value} differs from the run being resumed "
+                              f"({getattr(old, name)}); start a new run to change it")
+        changes[name] = value
+    return old.replace(**changes)
+
+
+def resumed_update_freq(was: int, was_world: Any, world: int, given: int | None) -> int:
+    """--update-freq of a run resumed with `world` processes: an update sums `world` x
+    --update-freq minibatches, consecutive in the epoch's plan, so a run saved by `was_world`
+    processes at --update-freq `was` continues with the same updates at any process count whose
+    --update-freq keeps that product (the data, the global batch and the learning dynamics stay;
+    only the summation order and new processes' dropout masks differ). A product that changes is
+    refused: it would make the run another experiment. A checkpoint without a process count
+    (older nmtkit) keeps --update-freq fixed."""
+    now = was if given is None else given
+    if not isinstance(was_world, int) or isinstance(was_world, bool) or was_world < 1:
+        if now != was:
+            raise ConfigError(f"--update-freq {now} differs from the run being resumed ({was}); start a new run to "
+                              "change it")
+        return was
+    per_update = was_world * was
+    if world * now == per_update:
+        if world != was_world:
+            log.warning("resuming a run of %d process(es) with %d: --update-freq %d keeps its %d minibatches per "
+                        "update; the run continues with the same updates, not bit for bit", was_world, world, now,
+                        per_update)
+        return now
+    hint = (f"resume with --update-freq {per_update // world}" if per_update % world == 0 else
+            f"resume with a number of processes that divides {per_update}, or start a new run")
+    raise ConfigError(f"{world} process(es) x --update-freq {now} make {world * now} minibatches per update; the run "
+                      f"being resumed made {per_update} ({was_world} x --update-freq {was}): {hint}")
+
+
+def resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Path, options: TrainOptions,
+                     model: ModelOverrides, world_size: int) -> tuple[TrainConfig, str, dict[str, Any]]:
+    """The run's configs from its checkpoint, with the options that may change on resume changed."""
+    for name in ("train_config", "model_config", "model_state", "optimizer_state", "schedule_state", "trainer"):
+        if not isinstance(ckpt.get(name), dict):  # a damaged checkpoint, before anything is written
+            raise CheckpointError(f"its {name} is missing or not a mapping: it cannot be resumed", str(save_dir / LAST))
+    cfg = resume_config(ckpt, options, world_size)
+    arch, model_config = ckpt["arch"], dict(ckpt["model_config"])
+    for name, value in model.given().items():
+        if model_config.get(name) != value:
+            raise ConfigError(f"{option_name(name)} {value} differs from the run being resumed "
+                              f"({model_config.get(name)})")
+    differs = pipeline_differences(ckpt.get("pipeline"), data.pipeline)
+    if differs:  # the run's later updates would see text preprocessed otherwise than its first ones
+        raise CheckpointError(f"the text pipeline (preprocessing) of {data_dir} differs from the run's "
+                              f"({', '.join(differs)}): resume with the data directory the run was started with",
+                              str(save_dir / LAST))
+    if ckpt["src_vocab"] != data.src_vocab.to_list() or ckpt["tgt_vocab"] != data.tgt_vocab.to_list():
+        raise CheckpointError(f"the vocabularies of {data_dir} differ from the run's: resume with the "
+                              "data directory the run was started with", str(save_dir / LAST))
+    was, now = _split_sizes(ckpt.get("data_manifest")), _split_sizes(data.manifest)
+    if was and now and was != now:  # same vocabularies, other text: the run would not continue, it would change
+        raise CheckpointError(f"the training data of {data_dir} ({now}) differs from the run's ({was}): resume with "
+                              "the data directory the run was started with", str(save_dir / LAST))
+    # the checkpoint's own configs: --update-freq may have changed with the process count
+    _check_run_record(save_dir, TrainConfig.from_dict(ckpt["train_config"]), arch, model_config)
+    return cfg, arch, model_config
+
+
+def _check_run_record(save_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[str, Any]) -> None:
+    """checkpoint_last.pt's configs against the run's record of them:
+    another run's checkpoint copied in would continue that run here, over this one's kept
+    checkpoints, checkpoint_best.pt and metrics. The record is config.json, which the run wrote
+    at its start, or where that is missing or unreadable (resume writes it again)
+    checkpoint_best.pt's configs. Not compared: the settings resume may change, and those one
+    side lacks (another nmtkit version)."""
+    found = _run_record(save_dir)
+    if found is None:
+        return
+    record, source = found
+    ours = json.loads(config_text(cfg, arch, model_config))  # as config.json holds it (lists, not tuples)
+    overridable = resume_overridable(TrainConfig)
+    settings = [("arch", record["arch"], arch)] if "arch" in record else []
+    for part in ("model_config", "train_config"):
+        theirs = record.get(part)
+        settings += [(k, theirs[k], v) for k, v in ours[part].items() if isinstance(theirs, dict) and k in theirs
+                     and not (part == "train_config" and k in overridable)]
+    for name, was, now in settings:
+        if was != now:
+            raise CheckpointError(f"not this run's checkpoint: its {name} {now} differs from {was} in {source}; put "
+                                  "the run's own checkpoint_last.pt back, or resume the other run in its own --save-dir",
+                                  str(save_dir / LAST))
+
+
+def _run_record(save_dir: Path) -> tuple[dict[str, Any], str] | None:
+    """The run's configs as config.json records them, else as checkpoint_best.pt does (as JSON
+    would hold them), and where they were read; None where neither can be read."""
+    from nmtkit.checkpoint import load_checkpoint
+
+    try:
+        record = json.loads((save_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+        if isinstance(record, dict):
+            return record, f"{save_dir / CONFIG_FILE}, the record the run wrote at its start"
+    except (OSError, ValueError):
+        pass
+    try:
+        best = load_checkpoint(save_dir / BEST, mmap=True)
+        record = json.loads(json.dumps({k: best[k] for k in ("arch", "model_config", "train_config") if k in best}))
+    except (CheckpointError, TypeError, ValueError):
+        return None
+    return record, f"{save_dir / BEST}, the run's best checkpoint ({CONFIG_FILE} is missing)"
+
+
+def _split_sizes(manifest: Any) -> str | None:
+    """The train split's pairs and tokens as a data directory's manifest records them (None
+    where it does not)."""
+    train = ((manifest or {}).get("splits") or {}).get("train") if isinstance(manifest, dict) else None
+    if not isinstance(train, dict) or not all(k in train for k in ("lines", "src_tokens", "tgt_tokens")):
+        return None
+    return f"{train['lines']} pairs, {train['src_tokens']} + {train['tgt_tokens']} tokens"
