@@ -294,3 +294,48 @@ def test_a_two_rank_run_resumes_in_one_process_only_with_the_update_freq_that_ke
     assert a["trainer"]["world_size"] == 1 and a["train_config"]["update_freq"] == 2
     for name, t in b["model_state"].items():
         torch.testing.assert_close(a["model_state"][name], t, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def _losing_worker(rank, world, port, data_dir, run_dir, out_dir, opts):
+    """Rank 1 dies (as kill -9 or the OOM killer would end it) in its 6th update; rank 0 writes
+    down the error it stops with."""
+    import os
+
+    from nmtkit.train.run import run_training
+
+    def die(update, loss):
+        if rank == 1 and update == 5:
+            os._exit(0)
+        return loss
+
+    _as_rank(rank, world, port)
+    torch.set_num_threads(1)
+    try:
+        run_training(data_dir, run_dir, opts, tiny_overrides(dropout=0.0), loss_hook=die)
+    except Exception as err:  # noqa: BLE001 - what rank 0 reports is the result
+        (out_dir / f"rank{rank}.txt").write_text(f"{type(err).__name__}: {err}")
+
+
+def test_a_process_of_the_job_that_dies_stops_the_others_with_one_line_and_a_train_log_record(tmp_path):
+    data_dir = make_data_dir(tmp_path / "data")
+    opts = tiny_options(max_updates=1000, valid_every=3, save_every=3, valid_bleu_samples=0)
+    run = tmp_path / "run"
+    _start_ranks(_losing_worker, (2, _free_port(), data_dir, run, tmp_path, opts))
+    said = (tmp_path / "rank0.txt").read_text()
+    assert said.startswith("TrainingError: another process of the job stopped or lost its connection during update 6 ("), said
+    assert said.endswith("the run continues from checkpoint_last.pt (update 3) with --resume") and "\n" not in said
+    assert said.splitlines()[0] in (run / "train.log").read_text().splitlines()[-1]
+
+
+def test_only_a_failed_collective_is_taken_for_a_lost_process():
+    from nmtkit.train.distributed import lost_process_error
+
+    gloo = RuntimeError("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+                        "[127.0.0.1]:26775: Connection reset by peer. This is typically caused by a remote worker "
+                        "hanging or bugs in the app")
+    err = lost_process_error(gloo, 12, None)
+    assert str(err) == ("another process of the job stopped or lost its connection during update 12 (Read error "
+                        "[127.0.0.1]:26775: Connection reset by peer): the run continues from checkpoint_last.pt "
+                        "with --resume")
+    assert lost_process_error(RuntimeError("CUDA out of memory"), 12, 10) is None
+    assert lost_process_error(ValueError("Connection reset by peer"), 12, 10) is None

@@ -35,6 +35,9 @@ def test_nan_loss_stops_with_message_and_keeps_best_checkpoint(data_dir, tmp_pat
     last = load_checkpoint(run / "checkpoint_last.pt")
     assert best["trainer"]["update"] == 5 and last["trainer"]["update"] == 5
     assert all(torch.isfinite(t).all() for t in best["model_state"].values())
+    # train.log says why the run ended, as its last line
+    assert " ERROR stopped by an error after update 7: TrainingError: non-finite loss" in \
+        (run / "train.log").read_text().splitlines()[-1]
 
 
 def test_nan_loss_skipped_with_on_nan_skip(data_dir, tmp_path):

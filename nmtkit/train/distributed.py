@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from nmtkit.errors import ConfigError
+from nmtkit.errors import ConfigError, TrainingError
 
 # How long a rank waits in a collective before the job is declared hung. Rank 0 validates alone
 # (dev loss and dev BLEU, the first one also compiling the decoding graphs) while the others wait
@@ -98,6 +98,30 @@ def any_flag(flag: bool, info: DistInfo, device: torch.device) -> bool:
     t = torch.tensor([1.0 if flag else 0.0], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item() > 0)
+
+
+# what gloo and NCCL say when a peer is gone (gloo raises a plain RuntimeError)
+_LOST_PEER = ("Connection reset by peer", "Connection closed by peer", "gloo/transport", "NCCL error",
+              "ProcessGroupNCCL", "ProcessGroupGloo")
+
+
+def lost_process_error(err: BaseException, update: int, saved_update: int | None) -> TrainingError | None:
+    """One line for a collective that failed because another process of the job stopped (killed,
+    out of memory, its machine lost), in place of the backend's traceback; None for any other
+    error. `update`: the update under way (1 after the first); `saved_update`: the update
+    checkpoint_last.pt holds, where known."""
+    if not isinstance(err, RuntimeError):
+        return None
+    text = str(err)
+    if not (isinstance(err, dist.DistError) or any(mark in text for mark in _LOST_PEER)):
+        return None
+    detail = text.splitlines()[0] if text else type(err).__name__
+    if detail.startswith("[") and "] " in detail:  # gloo's "[/path/pair.cc:537] Read error ..."
+        detail = detail.split("] ", 1)[1]
+    detail = detail.split(". This is typically", 1)[0]
+    saved = f" (update {saved_update})" if saved_update is not None else ""
+    return TrainingError(f"another process of the job stopped or lost its connection during update {update} ({detail}): "
+                         f"the run continues from checkpoint_last.pt{saved} with --resume")
 
 
 class LossModule(nn.Module):

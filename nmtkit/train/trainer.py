@@ -25,6 +25,7 @@ equal N/2 updates + resume + N/2 updates bit for bit on the CPU.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import signal
@@ -35,6 +36,7 @@ import numpy as np
 from nmtkit.data.batching import update_batches
 from nmtkit.errors import TrainingError
 from nmtkit.memory import RELEASE_EVERY_UPDATES, release_free_memory
+from nmtkit.train import distributed as ddp
 from nmtkit.train.checkpoints import BEST, LAST, RunCheckpoints, run_lexicon
 from nmtkit.train.context import TrainContext
 from nmtkit.train.events import LogEvent, StartEvent, ValidationEvent
@@ -62,6 +64,7 @@ class Trainer:
         self.saver = RunCheckpoints(ctx, run_lexicon(ctx))
         self._session_start = time.perf_counter()
         self._saved_update: tuple[int, int | None] | None = None
+        self._last_saved = ctx.state.update if ctx.resumed else None  # the update checkpoint_last.pt holds
         self.metrics: MetricsLog | None = None
         self._log_handler: logging.Handler | None = None
         if ctx.dist.is_main:  # the run directory (stale temp files of a killed write removed), metrics, log
@@ -79,7 +82,30 @@ class Trainer:
 
     # ---- the loop -----------------------------------------------------------------------
     def train(self) -> TrainResult:
-        """Train until a stopping criterion; always leaves checkpoint_last.pt of the final state."""
+        """Train until a stopping criterion; always leaves checkpoint_last.pt of the final state.
+        An error that stops the run is recorded in train.log too; a collective that fails because
+        another process of the job stopped becomes one line (`ddp.lost_process_error`)."""
+        try:
+            return self._train()
+        except Exception as err:
+            st = self.ctx.state
+            lost = ddp.lost_process_error(err, st.update + 1, self._last_saved) if self.ctx.dist.enabled else None
+            self._record_error(lost or err)
+            if lost is not None:
+                raise lost from None
+            raise
+
+    def _record_error(self, err: BaseException) -> None:
+        """The error that stopped the run, as train.log's last line (rank 0; not on stderr, where
+        the caller reports it)."""
+        if self._log_handler is None:
+            return
+        first = str(err).splitlines()[0] if str(err) else ""
+        msg = f"stopped by an error after update {self.ctx.state.update}: {type(err).__name__}: {first}"
+        with contextlib.suppress(Exception):  # the error that stopped the run is the one to report
+            self._log_handler.handle(log.makeRecord(log.name, logging.ERROR, __file__, 0, msg, None, None))
+
+    def _train(self) -> TrainResult:
         ctx, cfg, st = self.ctx, self.ctx.cfg, self.ctx.state
         self._session_start = time.perf_counter()
         ctx.acc.reset()
@@ -180,6 +206,7 @@ class Trainer:
         st.elapsed = self._elapsed()
         self._session_start = time.perf_counter()
         self.saver.save_last()
+        self._last_saved = st.update
 
     # ---- reports ------------------------------------------------------------------------
     def _announce_start(self) -> None:
