@@ -339,3 +339,36 @@ def test_only_a_failed_collective_is_taken_for_a_lost_process():
                         "with --resume")
     assert lost_process_error(RuntimeError("CUDA out of memory"), 12, 10) is None
     assert lost_process_error(ValueError("Connection reset by peer"), 12, 10) is None
+
+
+def test_sigterm_ends_a_rank_still_waiting_for_the_others_to_join(tmp_path):
+    """torchrun stops the other ranks with SIGTERM when one rank's start is refused (a run folder
+    in use, say); a rank waiting in the group's join heard it only at torchrun's SIGKILL, 30 s on."""
+    import datetime
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import torch.distributed as dist
+
+    port = _free_port()
+    store = dist.TCPStore("127.0.0.1", port, 2, True, timeout=datetime.timedelta(seconds=60),
+                          wait_for_workers=False)  # torchrun's store, rank 0 never joining
+    code = ("import torch; from nmtkit.cli.common import sigterm_unwinds; from nmtkit.train import distributed as "
+            "ddp\nwith sigterm_unwinds():\n    print('joining', flush=True)\n"
+            "    ddp.init(ddp.env_info(), torch.device('cpu'))\n")
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="1", LOCAL_RANK="1", WORLD_SIZE="2",
+               LOCAL_WORLD_SIZE="2")
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "joining\n"
+        time.sleep(2)  # inside the join
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
+        del store
