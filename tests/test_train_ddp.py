@@ -372,3 +372,74 @@ def test_sigterm_ends_a_rank_still_waiting_for_the_others_to_join(tmp_path):
         proc.kill()
         proc.wait()
         del store
+
+
+def _children(pid: int) -> list[int]:
+    from pathlib import Path
+
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """A process that runs (not ended, nor a zombie waiting for whoever adopted it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_ranks_save_and_exit_when_torchrun_is_killed(tmp_path):
+    """kill -9 of torchrun left its ranks (each in a session of its own) training on, orphaned,
+    holding the run's lock; now they stop as on SIGTERM: checkpoint_last.pt saved, then exit."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import tiny_train_args
+
+    data_dir = make_data_dir(tmp_path / "data")
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
+           "-m", "nmtkit", "train", "--data", str(data_dir), "--save-dir", str(run), *tiny_train_args(),
+           "--max-updates", "1000000", "--valid-every", "1000000", "--save-every", "1000000", "--log-every", "1"]
+    launcher = subprocess.Popen(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    ranks: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and launcher.poll() is None:
+            metrics = run / "metrics.jsonl"
+            if metrics.exists() and metrics.read_text().count("\n") >= 3:
+                break
+            time.sleep(0.1)
+        ranks = _children(launcher.pid)
+        assert len(ranks) == 2 and not (run / "checkpoint_last.pt").exists()
+        launcher.kill()
+        launcher.wait()
+        deadline = time.monotonic() + 60
+        while any(map(_alive, ranks)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(map(_alive, ranks)), "the ranks outlived torchrun"
+        from nmtkit.checkpoint import load_checkpoint
+
+        assert load_checkpoint(run / "checkpoint_last.pt")["trainer"]["update"] >= 3
+        assert "SIGTERM" in (run / "train.log").read_text()
+    finally:
+        launcher.kill()
+        for pid in ranks:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

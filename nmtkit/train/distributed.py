@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -70,9 +71,31 @@ def init(info: DistInfo, device: torch.device) -> None:
         if var not in os.environ:
             raise ConfigError(f"WORLD_SIZE={info.world_size} but {var} is not set (start with torchrun)")
     backend = "nccl" if device.type == "cuda" else "gloo"
+    _end_with_the_launcher()
     with _stop_signals_end_the_process():
         dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size,
                                 timeout=PROCESS_GROUP_TIMEOUT)
+
+
+def _end_with_the_launcher() -> None:
+    """Under torchrun on Linux: SIGTERM when torchrun itself dies (kill -9, a closed login), as
+    when it stops the job, so the ranks save checkpoint_last.pt and exit. torchrun starts each
+    rank in a session of its own, so without this they trained on, orphaned, holding the run's
+    lock. (The kernel sends the signal when the thread that started the process ends: torchrun
+    starts its ranks from its main thread.)"""
+    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):  # no prctl: the ranks outlive torchrun, as before
+        return
+    if os.getppid() == 1:  # torchrun died before the signal was asked for
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 @contextlib.contextmanager
