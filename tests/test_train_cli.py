@@ -195,7 +195,7 @@ def test_a_run_that_a_killed_force_start_set_aside_is_put_back_and_resumes(data_
     assert not (run / "checkpoint_last.pt").exists()
     code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), *TINY, "--max-updates", "4"])
     assert code != 0 and "already holds a run" in err, err  # a new start: refused, as over any run
-    assert "the run it was to replace is back in place" in err
+    assert "the run --force was to replace is back in place (a --force start that was killed" in err
     assert (run / "checkpoint_last.pt").read_bytes() == old and not (run / ".replaced-run").exists()
     code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), "--resume",
                             "--max-updates", "4"])

@@ -322,8 +322,9 @@ def test_a_process_of_the_job_that_dies_stops_the_others_with_one_line_and_a_tra
     run = tmp_path / "run"
     _start_ranks(_losing_worker, (2, _free_port(), data_dir, run, tmp_path, opts))
     said = (tmp_path / "rank0.txt").read_text()
-    assert said.startswith("TrainingError: another process of the job stopped or lost its connection during update 6 ("), said
-    assert said.endswith("the run continues from checkpoint_last.pt (update 3) with --resume") and "\n" not in said
+    assert said.startswith("TrainingError: a collective of the job failed after update 5 ("), said
+    assert said.endswith("another process stopped or lost its connection; the run continues from "
+                         "checkpoint_last.pt (update 3) with --resume") and "\n" not in said
     assert said.splitlines()[0] in (run / "train.log").read_text().splitlines()[-1]
 
 
@@ -334,9 +335,9 @@ def test_only_a_failed_collective_is_taken_for_a_lost_process():
                         "[127.0.0.1]:26775: Connection reset by peer. This is typically caused by a remote worker "
                         "hanging or bugs in the app")
     err = lost_process_error(gloo, 12, None)
-    assert str(err) == ("another process of the job stopped or lost its connection during update 12 (Read error "
-                        "[127.0.0.1]:26775: Connection reset by peer): the run continues from checkpoint_last.pt "
-                        "with --resume")
+    assert str(err) == ("a collective of the job failed after update 12 (Read error [127.0.0.1]:26775: Connection "
+                        "reset by peer): another process stopped or lost its connection; the run continues from "
+                        "checkpoint_last.pt with --resume")
     assert lost_process_error(RuntimeError("CUDA out of memory"), 12, 10) is None
     assert lost_process_error(ValueError("Connection reset by peer"), 12, 10) is None
 
@@ -443,3 +444,22 @@ def test_the_ranks_save_and_exit_when_torchrun_is_killed(tmp_path):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_joining_leaves_an_ignored_signal_ignored_and_restores_the_handlers():
+    import signal
+
+    from nmtkit.train.distributed import _stop_signals_end_the_process
+
+    def handler(signum, frame):
+        pass
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, handler)
+    try:
+        with _stop_signals_end_the_process():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # nohup's: a background job stays so
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])

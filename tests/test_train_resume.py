@@ -388,3 +388,26 @@ def test_resuming_with_a_global_batch_that_changes_is_refused(was, was_world, wo
     with pytest.raises(ConfigError) as err:
         resumed_update_freq(was, was_world, world, given)
     assert needle in str(err.value)
+
+
+def test_a_resume_on_fewer_processes_that_stops_before_saving_leaves_the_run_resumable(data_dir, tmp_path):
+    """The resume rewrote config.json with the new --update-freq before its first save; the
+    checkpoint still held the old one, and every later resume was refused as another run's."""
+    from nmtkit.checkpoint import save_checkpoint
+
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=2, valid_every=2, save_every=2, valid_bleu_samples=0)
+    run_training(data_dir, run, opts, tiny_overrides())
+    ckpt = load_checkpoint(run / "checkpoint_last.pt")
+    ckpt["trainer"]["world_size"] = 2  # as saved by a run of two processes
+    save_checkpoint(ckpt, run / "checkpoint_last.pt")
+
+    def stop(update, loss):
+        raise RuntimeError("stopped before the first save")
+
+    more = opts.replace(max_updates=4, update_freq=2)
+    with pytest.raises(RuntimeError, match="before the first save"):
+        run_training(data_dir, run, more, tiny_overrides(), resume=True, loss_hook=stop)
+    result = run_training(data_dir, run, more, tiny_overrides(), resume=True)
+    assert result.update == 4
+    assert load_checkpoint(run / "checkpoint_last.pt")["train_config"]["update_freq"] == 2

@@ -108,7 +108,11 @@ def _stop_signals_end_the_process() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = {sig: signal.signal(sig, signal.SIG_DFL) for sig in (signal.SIGTERM, signal.SIGINT)}
+    # a signal ignored stays ignored; one whose handler Python did not set (None) is left alone
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    old = {sig: handler for sig, handler in old.items() if handler not in (None, signal.SIG_IGN)}
+    for sig in old:
+        signal.signal(sig, signal.SIG_DFL)
     try:
         yield
     finally:
@@ -152,9 +156,9 @@ _LOST_PEER = ("Connection reset by peer", "Connection closed by peer", "gloo/tra
 
 
 def lost_process_error(err: BaseException, update: int, saved_update: int | None) -> TrainingError | None:
-    """One line for a collective that failed because another process of the job stopped (killed,
-    out of memory, its machine lost), in place of the backend's traceback; None for any other
-    error. `update`: the update under way (1 after the first); `saved_update`: the update
+    """One line for a collective that failed, most often because another process of the job
+    stopped (killed, out of memory, its machine lost), in place of the backend's traceback; None
+    for any other error. `update`: the updates done; `saved_update`: the update
     checkpoint_last.pt holds, where known."""
     if not isinstance(err, RuntimeError):
         return None
@@ -166,8 +170,8 @@ def lost_process_error(err: BaseException, update: int, saved_update: int | None
         detail = detail.split("] ", 1)[1]
     detail = detail.split(". This is typically", 1)[0]
     saved = f" (update {saved_update})" if saved_update is not None else ""
-    return TrainingError(f"another process of the job stopped or lost its connection during update {update} ({detail}): "
-                         f"the run continues from checkpoint_last.pt{saved} with --resume")
+    return TrainingError(f"a collective of the job failed after update {update} ({detail}): another process stopped "
+                         f"or lost its connection; the run continues from checkpoint_last.pt{saved} with --resume")
 
 
 class LossModule(nn.Module):

@@ -45,7 +45,8 @@ def resumed_update_freq(was: int, was_world: Any, world: int, given: int | None)
     --update-freq minibatches, consecutive in the epoch's plan, so a run saved by `was_world`
     processes at --update-freq `was` continues with the same updates at any process count whose
     --update-freq keeps that product (the data, the global batch and the learning dynamics stay;
-    only the summation order and new processes' dropout masks differ). A product that changes is
+    only the summation order, new processes' dropout masks and the last update of an epoch that
+    ends between two whole rounds differ). A product that changes is
     refused: it would make the run another experiment. A checkpoint without a process count
     (older nmtkit) keeps --update-freq fixed."""
     now = was if given is None else given
@@ -58,7 +59,7 @@ def resumed_update_freq(was: int, was_world: Any, world: int, given: int | None)
     if world * now == per_update:
         if world != was_world:
             log.warning("resuming a run of %d process(es) with %d: --update-freq %d keeps its %d minibatches per "
-                        "update; the run continues with the same updates, not bit for bit", was_world, world, now,
+                        "update; the run continues with the same updates within each epoch, not bit for bit", was_world, world, now,
                         per_update)
         return now
     hint = (f"resume with --update-freq {per_update // world}" if per_update % world == 0 else
@@ -101,8 +102,10 @@ def _check_run_record(save_dir: Path, cfg: TrainConfig, arch: str, model_config:
     another run's checkpoint copied in would continue that run here, over this one's kept
     checkpoints, checkpoint_best.pt and metrics. The record is config.json, which the run wrote
     at its start, or where that is missing or unreadable (resume writes it again)
-    checkpoint_best.pt's configs. Not compared: the settings resume may change, and those one
-    side lacks (another nmtkit version)."""
+    checkpoint_best.pt's configs. Not compared: the settings resume may change, --update-freq
+    (checked against the checkpoint by `resumed_update_freq`; a resume that changed it and stopped
+    before its first save left config.json with the new value), and the settings one side lacks
+    (another nmtkit version)."""
     found = _run_record(save_dir)
     if found is None:
         return
@@ -113,7 +116,7 @@ def _check_run_record(save_dir: Path, cfg: TrainConfig, arch: str, model_config:
     for part in ("model_config", "train_config"):
         theirs = record.get(part)
         settings += [(k, theirs[k], v) for k, v in ours[part].items() if isinstance(theirs, dict) and k in theirs
-                     and not (part == "train_config" and k in overridable)]
+                     and not (part == "train_config" and (k in overridable or k == "update_freq"))]
     for name, was, now in settings:
         if was != now:
             raise CheckpointError(f"not this run's checkpoint: its {name} {now} differs from {was} in {source}; put "

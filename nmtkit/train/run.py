@@ -45,6 +45,7 @@ from nmtkit.train.resume import resumed_configs
 from nmtkit.train.run_files import (
     CONFIG_FILE,
     LAST,
+    REPLACED,
     clear_run_dir,
     config_text,
     is_run_file,
@@ -73,18 +74,22 @@ def _put_back_killed_force_start(save_dir: Path, main: bool, wait_s: float = 10.
     """The run that a killed `--force` start set aside back in RUN, before any check reads RUN:
     `--resume` continues it, a new start is refused as over any run, `--force` sets it aside
     again. Without this a new start deleted it at its first checkpoint. Rank 0 moves the files,
-    holding the run's lock; the other ranks wait for it (they read RUN next)."""
+    holding the run's lock; the other ranks wait for it (they read RUN next). Rank 0 first
+    refuses a folder that a live `nmtkit train` holds."""
+    if main:
+        run_lock(save_dir).check()
     if not killed_force_start(save_dir):
         return
-    if not main:
+    if not main:  # until rank 0 has moved the last file back (it removes the folder last)
         deadline = time.monotonic() + wait_s
-        while killed_force_start(save_dir) and time.monotonic() < deadline:
+        while (save_dir / REPLACED).is_dir() and time.monotonic() < deadline:
             time.sleep(0.05)
         return
     lock = run_lock(save_dir).acquire()
     try:
         if killed_force_start(save_dir):  # again, holding the lock
-            restore_replaced_run(save_dir)
+            restore_replaced_run(save_dir, "a --force start that was killed before its first checkpoint had set "
+                                           "it aside; that start's files are removed")
     finally:
         lock.release()
 
@@ -174,8 +179,8 @@ def run_training(
     info = ddp.env_info()
     # everything is checked before anything is written: a refused start leaves nothing behind
     check_outputs_vs_inputs([("--data", data_dir)], folders=[("--save-dir", save_dir, is_run_file)])
-    if info.is_main:
-        run_lock(save_dir).check()
+    if resume and force:
+        raise ConfigError("--resume and --force exclude each other")
     _put_back_killed_force_start(save_dir, info.is_main)
     check_run_dir(save_dir, resume, force)
     data = DataDir.open(data_dir)

@@ -99,8 +99,9 @@ def set_aside_run(save_dir: Path) -> None:
         os.replace(save_dir / name, aside / name)
 
 
-def restore_replaced_run(save_dir: Path) -> None:
-    """Put back the run `--force` set aside when the new run failed before its first checkpoint."""
+def restore_replaced_run(save_dir: Path, why: str = "the --force start saved no checkpoint") -> None:
+    """Put back the run `--force` set aside when the new run failed before its first checkpoint
+    (`why`: for the warning)."""
     aside = save_dir / REPLACED
     if not aside.is_dir() or (save_dir / LAST).exists():
         return
@@ -108,7 +109,7 @@ def restore_replaced_run(save_dir: Path) -> None:
     for p in aside.iterdir():
         os.replace(p, save_dir / p.name)
     aside.rmdir()
-    log.warning("%s: the --force start saved no checkpoint; the run it was to replace is back in place", save_dir)
+    log.warning("%s: the run --force was to replace is back in place (%s)", save_dir, why)
 
 
 def killed_force_start(save_dir: Path) -> bool:

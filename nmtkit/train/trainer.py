@@ -89,7 +89,7 @@ class Trainer:
             return self._train()
         except Exception as err:
             st = self.ctx.state
-            lost = ddp.lost_process_error(err, st.update + 1, self._last_saved) if self.ctx.dist.enabled else None
+            lost = ddp.lost_process_error(err, st.update, self._last_saved) if self.ctx.dist.enabled else None
             self._record_error(lost or err)
             if lost is not None:
                 raise lost from None
