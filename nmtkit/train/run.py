@@ -96,8 +96,6 @@ def _put_back_killed_force_start(save_dir: Path, main: bool, wait_s: float = 10.
 
 def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
     """Refuse to mix two runs in one directory (see the module docstring)."""
-    if resume and force:
-        raise ConfigError("--resume and --force exclude each other")
     if save_dir.exists() and not save_dir.is_dir():
         raise ConfigError(f"--save-dir {save_dir} exists and is not a directory")
     present = run_files_present(save_dir)
@@ -116,11 +114,14 @@ def _check_arguments(data_dir: str | Path, save_dir: str | Path, resume: Any, fo
                      callbacks: Any) -> None:
     """run_training's arguments that are no config fields: paths for the two folders (an empty
     one refused as the command line refuses it: Path("") is the current directory), true or
-    false for resume and force (a string was taken as true), functions for the hooks, and
+    false for resume and force (a string was taken as true; both together refused), functions for
+    the hooks, and
     callbacks with every method of `Callbacks` (found missing only once the run had started)."""
     for name, value in (("resume", resume), ("force", force)):
         if not isinstance(value, bool):
             raise TypeError(f"run_training's {name} is True or False, not {value!r}")
+    if resume and force:
+        raise ConfigError("--resume and --force exclude each other")
     for name, value in hooks.items():
         if value is not None and not callable(value):
             raise TypeError(f"run_training's {name} is a function or None, not {value!r}")
@@ -179,8 +180,6 @@ def run_training(
     info = ddp.env_info()
     # everything is checked before anything is written: a refused start leaves nothing behind
     check_outputs_vs_inputs([("--data", data_dir)], folders=[("--save-dir", save_dir, is_run_file)])
-    if resume and force:
-        raise ConfigError("--resume and --force exclude each other")
     _put_back_killed_force_start(save_dir, info.is_main)
     check_run_dir(save_dir, resume, force)
     data = DataDir.open(data_dir)
