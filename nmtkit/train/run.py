@@ -114,9 +114,9 @@ def _check_arguments(data_dir: str | Path, save_dir: str | Path, resume: Any, fo
                      callbacks: Any) -> None:
     """run_training's arguments that are no config fields: paths for the two folders (an empty
     one refused as the command line refuses it: Path("") is the current directory), true or
-    false for resume and force (a string was taken as true; both together refused), functions for
-    the hooks, and
-    callbacks with every method of `Callbacks` (found missing only once the run had started)."""
+    false for resume and force (a string was taken as true; both together refused), functions
+    for the hooks, and callbacks with every method of `Callbacks` (found missing only once the
+    run had started)."""
     for name, value in (("resume", resume), ("force", force)):
         if not isinstance(value, bool):
             raise TypeError(f"run_training's {name} is True or False, not {value!r}")
