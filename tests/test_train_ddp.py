@@ -281,7 +281,7 @@ def test_a_two_rank_run_resumes_in_one_process_only_with_the_update_freq_that_ke
     run = tmp_path / "run"
     _start_ranks(_plain_run_worker, (2, _free_port(), data_dir, run, opts.replace(max_updates=3)))
     saved = (run / "checkpoint_last.pt").read_bytes()
-    with pytest.raises(ConfigError, match=r"1 process\(es\) x --update-freq 1 make 1 minibatches per update; the run "
+    with pytest.raises(ConfigError, match=r"1 process\(es\) x --update-freq 1 = 1 minibatch\(es\) per update; the run "
                                           r"being resumed made 2 \(2 x --update-freq 1\): resume with --update-freq 2"):
         run_training(data_dir, run, opts, tiny_overrides(dropout=0.0), resume=True)
     assert (run / "checkpoint_last.pt").read_bytes() == saved  # refused before anything was written

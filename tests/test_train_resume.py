@@ -375,7 +375,7 @@ def test_resuming_on_another_number_of_processes_keeps_the_minibatches_per_updat
 
 
 @pytest.mark.parametrize("was, was_world, world, given, needle", [
-    (1, 2, 1, None, "make 1 minibatches per update; the run being resumed made 2 (2 x --update-freq 1): resume with "
+    (1, 2, 1, None, "= 1 minibatch(es) per update; the run being resumed made 2 (2 x --update-freq 1): resume with "
                     "--update-freq 2"),
     (1, 1, 1, 2, "resume with --update-freq 1"),  # the global batch changed on the same job
     (1, 2, 3, None, "resume with a number of processes that divides 2, or start a new run"),

@@ -58,13 +58,13 @@ def resumed_update_freq(was: int, was_world: Any, world: int, given: int | None)
     per_update = was_world * was
     if world * now == per_update:
         if world != was_world:
-            log.warning("resuming a run of %d process(es) with %d: --update-freq %d keeps its %d minibatches per "
-                        "update; the run continues with the same updates within each epoch, not bit for bit", was_world, world, now,
-                        per_update)
+            log.warning("resuming a run of %d process(es) with %d: --update-freq %d keeps its %d minibatch(es) per "
+                        "update; the run continues with the same updates within each epoch, not bit for bit",
+                        was_world, world, now, per_update)
         return now
     hint = (f"resume with --update-freq {per_update // world}" if per_update % world == 0 else
             f"resume with a number of processes that divides {per_update}, or start a new run")
-    raise ConfigError(f"{world} process(es) x --update-freq {now} make {world * now} minibatches per update; the run "
+    raise ConfigError(f"{world} process(es) x --update-freq {now} = {world * now} minibatch(es) per update; the run "
                       f"being resumed made {per_update} ({was_world} x --update-freq {was}): {hint}")
 
 
