@@ -334,10 +334,11 @@ def test_only_a_failed_collective_is_taken_for_a_lost_process():
     gloo = RuntimeError("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
                         "[127.0.0.1]:26775: Connection reset by peer. This is typically caused by a remote worker "
                         "hanging or bugs in the app")
-    err = lost_process_error(gloo, 12, None)
+    err = lost_process_error(gloo, 12, 10)
     assert str(err) == ("a collective of the job failed after update 12 (Read error [127.0.0.1]:26775: Connection "
                         "reset by peer): another process stopped or lost its connection; the run continues from "
-                        "checkpoint_last.pt with --resume")
+                        "checkpoint_last.pt (update 10) with --resume")
+    assert str(lost_process_error(gloo, 12, None)).endswith("; the run had saved no checkpoint: start it again")
     assert lost_process_error(RuntimeError("CUDA out of memory"), 12, 10) is None
     assert lost_process_error(ValueError("Connection reset by peer"), 12, 10) is None
 
@@ -463,3 +464,43 @@ def test_joining_leaves_an_ignored_signal_ignored_and_restores_the_handlers():
     finally:
         signal.signal(signal.SIGINT, before[0])
         signal.signal(signal.SIGTERM, before[1])
+
+
+def test_sigterm_while_a_failed_run_cleans_up_is_held_off():
+    import os
+    import signal
+
+    from nmtkit.train.stopping import signals_held
+
+    def handler(signum, frame):
+        raise AssertionError("SIGTERM reached the command's handler during the cleanup")
+
+    before = signal.signal(signal.SIGTERM, handler)
+    try:
+        with signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)  # torchrun's, as soon as another rank failed
+        assert signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_a_sigterm_that_lands_while_an_error_unwinds_the_command_reports_the_error(monkeypatch, tmp_path):
+    """torchrun SIGTERMs every rank when one fails; landing in a rank's cleanup after its own
+    error (a collective that lost that rank), it printed only "nmtkit: terminated"."""
+    import nmtkit.train.run
+    from nmtkit.cli.common import Terminated
+    from nmtkit.errors import TrainingError
+    from tests.conftest import run_cli
+
+    def failing(*args, **kwargs):
+        try:
+            raise TrainingError("a collective of the job failed after update 5 (Connection reset by peer)")
+        finally:
+            raise Terminated()  # the SIGTERM handler's, raised inside the cleanup
+
+    monkeypatch.setattr(nmtkit.train.run, "run_training", failing)
+    data_dir = make_data_dir(tmp_path / "data")
+    code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(tmp_path / "run")])
+    assert err.strip().splitlines()[-1] == ("nmtkit: error: a collective of the job failed after update 5 "
+                                            "(Connection reset by peer)"), err
+    assert code == TrainingError.exit_code

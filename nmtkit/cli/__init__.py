@@ -218,7 +218,12 @@ def _run(argv: list[str] | None, debug: bool) -> None:
         click.echo(f"nmtkit: error: {err}", err=True)
         sys.exit(err.exit_code)
     except click.exceptions.Abort as err:  # click's form of KeyboardInterrupt, SIGTERM's included
-        if isinstance(err.__cause__ or err.__context__, Terminated):
+        stop = err.__cause__ or err.__context__
+        if isinstance(stop, Terminated):
+            unwinding = _error_unwinding(stop)
+            if unwinding is not None and not debug:  # the error is what ended the command, not the SIGTERM
+                click.echo(f"nmtkit: error: {unwinding}", err=True)
+                sys.exit(unwinding.exit_code)
             click.echo("nmtkit: terminated", err=True)
             sys.exit(143)
         click.echo("nmtkit: aborted", err=True)
@@ -255,6 +260,18 @@ def _run(argv: list[str] | None, debug: bool) -> None:
         click.echo(f"nmtkit: error: out of memory: {_first_line(err)} (smaller sizes, batches or --max-tokens need "
                    "less)", err=True)
         sys.exit(1)
+
+
+def _error_unwinding(stop: BaseException) -> NmtkitError | None:
+    """The nmtkit error that was unwinding the command when SIGTERM arrived, if any: torchrun
+    stops every rank with SIGTERM as soon as one fails, while the others are still cleaning up
+    after their own error (a collective that lost that rank)."""
+    seen = stop.__context__
+    while seen is not None:
+        if isinstance(seen, NmtkitError):
+            return seen
+        seen = seen.__context__
+    return None
 
 
 def _click_error_line(err: click.ClickException) -> str:

@@ -159,7 +159,7 @@ def lost_process_error(err: BaseException, update: int, saved_update: int | None
     """One line for a collective that failed, most often because another process of the job
     stopped (killed, out of memory, its machine lost), in place of the backend's traceback; None
     for any other error. `update`: the updates done; `saved_update`: the update
-    checkpoint_last.pt holds, where known."""
+    checkpoint_last.pt holds, None where the run has saved none."""
     if not isinstance(err, RuntimeError):
         return None
     text = str(err)
@@ -169,9 +169,10 @@ def lost_process_error(err: BaseException, update: int, saved_update: int | None
     if detail.startswith("[") and "] " in detail:  # gloo's "[/path/pair.cc:537] Read error ..."
         detail = detail.split("] ", 1)[1]
     detail = detail.split(". This is typically", 1)[0]
-    saved = f" (update {saved_update})" if saved_update is not None else ""
+    then = (f"the run continues from checkpoint_last.pt (update {saved_update}) with --resume"
+            if saved_update is not None else "the run had saved no checkpoint: start it again")
     return TrainingError(f"a collective of the job failed after update {update} ({detail}): another process stopped "
-                         f"or lost its connection; the run continues from checkpoint_last.pt{saved} with --resume")
+                         f"or lost its connection; {then}")
 
 
 class LossModule(nn.Module):

@@ -202,7 +202,10 @@ def run_training(
         return _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook, tb_dir)
     except BaseException:
         if lock is not None:
-            undo_failed_start(save_dir, resume, force, before)
+            from nmtkit.train.stopping import signals_held
+
+            with signals_held():
+                undo_failed_start(save_dir, resume, force, before)
         raise
     finally:
         if lock is not None:
@@ -259,6 +262,7 @@ def _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_
     TensorBoard writer either way."""
     from nmtkit.devices import threads_restored
     from nmtkit.train.context import TrainContext
+    from nmtkit.train.stopping import signals_held
     from nmtkit.train.trainer import Trainer
 
     tb = None
@@ -273,7 +277,7 @@ def _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_
             try:
                 result = trainer.train()
             except BaseException:
-                with contextlib.suppress(OSError):  # e.g. a full disk: the first error is the one to report
+                with signals_held(), contextlib.suppress(OSError):  # e.g. a full disk: the first error is the one to report
                     trainer.close()
                 raise
             trainer.close()

@@ -4,8 +4,10 @@ Ctrl-C aborts at once (the checkpoints on disk stay intact). Distributed ranks a
 update they stop at."""
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import torch
@@ -39,6 +41,30 @@ class StopSignals:
     def restore(old: dict[int, Any]) -> None:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGTERM and a first SIGINT held off while a run that failed cleans up (the process group,
+    its files, a --force run put back): torchrun sends SIGTERM to every rank as soon as one
+    fails, and raised in that cleanup it replaced the error that stopped the run with
+    "terminated", or was lost with a traceback inside a garbage-collection callback. A second
+    SIGINT still interrupts. From the main thread only (elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    seen: list[int] = []
+
+    def note(signum: int, frame: Any) -> None:
+        if signum == signal.SIGINT and signal.SIGINT in seen:
+            raise KeyboardInterrupt
+        seen.append(signum)
+
+    old = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        StopSignals.restore(old)
 
 
 def count_patience(state: TrainState, improved: bool) -> None:
