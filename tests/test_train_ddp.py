@@ -504,3 +504,24 @@ def test_a_sigterm_that_lands_while_an_error_unwinds_the_command_reports_the_err
     assert err.strip().splitlines()[-1] == ("nmtkit: error: a collective of the job failed after update 5 "
                                             "(Connection reset by peer)"), err
     assert code == TrainingError.exit_code
+
+
+def test_a_torchrun_job_warns_once_not_once_per_rank(tmp_path):
+    """A one-process run continued by two processes under torchrun: the warning that says so
+    came from every rank."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import run_cli, tiny_train_args
+
+    data_dir = make_data_dir(tmp_path / "data")
+    run = tmp_path / "run"
+    common = ["--data", str(data_dir), "--save-dir", str(run), "--valid-bleu-samples", "0"]
+    code, _, err = run_cli(["train", *common, *tiny_train_args(), "--max-updates", "2", "--update-freq", "2"])
+    assert code == 0, err
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
+           "-m", "nmtkit", "train", *common, "--resume", "--max-updates", "3", "--update-freq", "1"]
+    done = subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("resuming a run of 1 process(es) with 2: --update-freq 1 keeps its 2 minibatch(es)") == 1

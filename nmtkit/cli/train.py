@@ -71,6 +71,7 @@ def train_cmd(ctx: click.Context, data_dir: str, save_dir: str, resume: bool, fo
     from nmtkit.train.run import run_training
 
     info = ddp.env_info()
+    quiet_warnings(not info.is_main)  # the job's warnings once, from rank 0 (errors: every rank's)
     reporter = Reporter(quiet=quiet or not info.is_main)
     try:
         result = run_training(data_dir, save_dir, train_options, model_overrides, resume=resume, force=force,
