@@ -202,14 +202,20 @@ def run_training(
         return _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook, tb_dir)
     except BaseException:
         if lock is not None:
-            from nmtkit.train.stopping import signals_held
-
-            with signals_held():
-                undo_failed_start(save_dir, resume, force, before)
+            _undo_failed_start(save_dir, resume, force, before)
         raise
     finally:
         if lock is not None:
             lock.release()
+
+
+def _undo_failed_start(save_dir: Path, resume: bool, force: bool, before: set[str]) -> None:
+    """`run_files.undo_failed_start`, with SIGTERM held off (`stopping.signals_held`): torchrun's,
+    sent to every rank once one has failed, must not cut a --force run's putting back short."""
+    from nmtkit.train.stopping import signals_held
+
+    with signals_held():
+        undo_failed_start(save_dir, resume, force, before)
 
 
 def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path, save_dir: Path) -> Path | None:
