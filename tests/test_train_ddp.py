@@ -400,7 +400,8 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-def test_the_ranks_save_and_exit_when_torchrun_is_killed(tmp_path):
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_the_ranks_save_and_exit_when_torchrun_is_killed(tmp_path, nproc):
     """kill -9 of torchrun left its ranks (each in a session of its own) training on, orphaned,
     holding the run's lock; now they stop as on SIGTERM: checkpoint_last.pt saved, then exit."""
     import os
@@ -413,8 +414,8 @@ def test_the_ranks_save_and_exit_when_torchrun_is_killed(tmp_path):
 
     data_dir = make_data_dir(tmp_path / "data")
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
-           "-m", "nmtkit", "train", "--data", str(data_dir), "--save-dir", str(run), *tiny_train_args(),
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
+           str(_free_port()), "-m", "nmtkit", "train", "--data", str(data_dir), "--save-dir", str(run), *tiny_train_args(),
            "--max-updates", "1000000", "--valid-every", "1000000", "--save-every", "1000000", "--log-every", "1"]
     launcher = subprocess.Popen(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
@@ -427,7 +428,7 @@ def test_the_ranks_save_and_exit_when_torchrun_is_killed(tmp_path):
                 break
             time.sleep(0.1)
         ranks = _children(launcher.pid)
-        assert len(ranks) == 2 and not (run / "checkpoint_last.pt").exists()
+        assert len(ranks) == nproc and not (run / "checkpoint_last.pt").exists()
         launcher.kill()
         launcher.wait()
         deadline = time.monotonic() + 60

@@ -64,14 +64,15 @@ def env_info() -> DistInfo:
 
 
 def init(info: DistInfo, device: torch.device) -> None:
-    """Join the process group (no-op for a single process)."""
+    """Join the process group (no-op for a single process). Under torchrun, at any world size,
+    the process first asks to end with torchrun (`_end_with_the_launcher`)."""
+    _end_with_the_launcher()
     if not info.enabled or dist.is_initialized():
         return
     for var in ("MASTER_ADDR", "MASTER_PORT"):
         if var not in os.environ:
             raise ConfigError(f"WORLD_SIZE={info.world_size} but {var} is not set (start with torchrun)")
     backend = "nccl" if device.type == "cuda" else "gloo"
-    _end_with_the_launcher()
     with _stop_signals_end_the_process():
         dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size,
                                 timeout=PROCESS_GROUP_TIMEOUT)
