@@ -451,14 +451,14 @@ def test_the_ranks_save_and_exit_when_torchrun_is_killed(tmp_path, nproc):
 def test_joining_leaves_an_ignored_signal_ignored_and_restores_the_handlers():
     import signal
 
-    from nmtkit.train.distributed import _stop_signals_end_the_process
+    from nmtkit.train.stopping import stop_signals_handled_by
 
     def handler(signum, frame):
         pass
 
     before = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, handler)
     try:
-        with _stop_signals_end_the_process():
+        with stop_signals_handled_by(signal.SIG_DFL):  # as ddp.init joins the group
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # nohup's: a background job stays so
             assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is handler

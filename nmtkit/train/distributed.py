@@ -9,12 +9,9 @@ validates and writes files; what it decides (dev score, stop) is broadcast.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -73,7 +70,14 @@ def init(info: DistInfo, device: torch.device) -> None:
         if var not in os.environ:
             raise ConfigError(f"WORLD_SIZE={info.world_size} but {var} is not set (start with torchrun)")
     backend = "nccl" if device.type == "cuda" else "gloo"
-    with _stop_signals_end_the_process():
+    from nmtkit.train.stopping import stop_signals_handled_by  # it imports this module
+
+    # SIGTERM and SIGINT end the process at once while it joins the group. The join waits in C++
+    # for the other ranks, where Python's handlers do not run: when another rank's start was
+    # refused, torchrun's SIGTERM went unheard until its SIGKILL 30 s later. Nothing is lost: the
+    # other ranks have written nothing yet, and rank 0's new run is put right at the next start
+    # (`nmtkit.train.run`).
+    with stop_signals_handled_by(signal.SIG_DFL):
         dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size,
                                 timeout=PROCESS_GROUP_TIMEOUT)
 
@@ -97,28 +101,6 @@ def _end_with_the_launcher() -> None:
         return
     if os.getppid() == 1:  # torchrun died before the signal was asked for
         os.kill(os.getpid(), signal.SIGTERM)
-
-
-@contextlib.contextmanager
-def _stop_signals_end_the_process() -> Iterator[None]:
-    """SIGTERM and SIGINT end the process at once while it joins the group. The join waits in C++
-    for the other ranks, where Python's handlers do not run: when another rank's start was
-    refused, torchrun's SIGTERM went unheard until its SIGKILL 30 s later. Nothing is lost: the
-    other ranks have written nothing yet, and rank 0's new run is put right at the next start
-    (`nmtkit.train.run`)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    # a signal ignored stays ignored; one whose handler Python did not set (None) is left alone
-    old = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    old = {sig: handler for sig, handler in old.items() if handler not in (None, signal.SIG_IGN)}
-    for sig in old:
-        signal.signal(sig, signal.SIG_DFL)
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
 
 
 def shutdown(info: DistInfo) -> None:

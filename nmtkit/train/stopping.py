@@ -44,15 +44,31 @@ class StopSignals:
 
 
 @contextlib.contextmanager
+def stop_signals_handled_by(handler: Any) -> Iterator[None]:
+    """Within: SIGINT and SIGTERM go to `handler` (a function, or signal.SIG_DFL), their
+    handlers restored after. A signal that is ignored (nohup, a background job) stays ignored,
+    and one whose handler Python did not set is left alone. From the main thread only
+    (elsewhere a no-op: only it may set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    old = {sig: was for sig, was in old.items() if was not in (None, signal.SIG_IGN)}
+    for sig in old:
+        signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        StopSignals.restore(old)
+
+
+@contextlib.contextmanager
 def signals_held() -> Iterator[None]:
     """SIGTERM and a first SIGINT held off while a run that failed cleans up (the process group,
     its files, a --force run put back): torchrun sends SIGTERM to every rank as soon as one
     fails, and raised in that cleanup it replaced the error that stopped the run with
     "terminated", or was lost with a traceback inside a garbage-collection callback. A second
-    SIGINT still interrupts. From the main thread only (elsewhere a no-op)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    SIGINT still interrupts."""
     seen: list[int] = []
 
     def note(signum: int, frame: Any) -> None:
@@ -60,11 +76,8 @@ def signals_held() -> Iterator[None]:
             raise KeyboardInterrupt
         seen.append(signum)
 
-    old = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with stop_signals_handled_by(note):
         yield
-    finally:
-        StopSignals.restore(old)
 
 
 def count_patience(state: TrainState, improved: bool) -> None:
