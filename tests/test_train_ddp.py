@@ -296,15 +296,15 @@ def test_a_two_rank_run_resumes_in_one_process_only_with_the_update_freq_that_ke
         torch.testing.assert_close(a["model_state"][name], t, rtol=1e-4, atol=1e-5, msg=name)
 
 
-def _losing_worker(rank, world, port, data_dir, run_dir, out_dir, opts):
-    """Rank 1 dies (as kill -9 or the OOM killer would end it) in its 6th update; rank 0 writes
-    down the error it stops with."""
+def _losing_worker(rank, world, port, data_dir, run_dir, out_dir, opts, dying):
+    """Rank `dying` dies (as kill -9 or the OOM killer would end it) in its 6th update; the
+    other writes down the error it stops with."""
     import os
 
     from nmtkit.train.run import run_training
 
     def die(update, loss):
-        if rank == 1 and update == 5:
+        if rank == dying and update == 5:
             os._exit(0)
         return loss
 
@@ -312,20 +312,41 @@ def _losing_worker(rank, world, port, data_dir, run_dir, out_dir, opts):
     torch.set_num_threads(1)
     try:
         run_training(data_dir, run_dir, opts, tiny_overrides(dropout=0.0), loss_hook=die)
-    except Exception as err:  # noqa: BLE001 - what rank 0 reports is the result
+    except Exception as err:  # noqa: BLE001 - what the survivor reports is the result
         (out_dir / f"rank{rank}.txt").write_text(f"{type(err).__name__}: {err}")
 
 
-def test_a_process_of_the_job_that_dies_stops_the_others_with_one_line_and_a_train_log_record(tmp_path):
+@pytest.mark.parametrize("dying", [1, 0], ids=["a worker", "rank 0 the writer"])
+def test_a_process_of_the_job_that_dies_stops_the_others_with_one_line_and_a_train_log_record(tmp_path, dying):
     data_dir = make_data_dir(tmp_path / "data")
     opts = tiny_options(max_updates=1000, valid_every=3, save_every=3, valid_bleu_samples=0)
     run = tmp_path / "run"
-    _start_ranks(_losing_worker, (2, _free_port(), data_dir, run, tmp_path, opts))
-    said = (tmp_path / "rank0.txt").read_text()
+    _start_ranks(_losing_worker, (2, _free_port(), data_dir, run, tmp_path, opts, dying))
+    survivor = 1 - dying
+    said = (tmp_path / f"rank{survivor}.txt").read_text()
     assert said.startswith("TrainingError: a collective of the job failed after update 5 ("), said
     assert said.endswith("another process stopped or lost its connection; the run continues from "
                          "checkpoint_last.pt (update 3) with --resume") and "\n" not in said
-    assert said.splitlines()[0] in (run / "train.log").read_text().splitlines()[-1]
+    last = (run / "train.log").read_text().splitlines()[-1]
+    by = " (written by rank 1: rank 0 had stopped)" if dying == 0 else ""
+    assert f" ERROR stopped by an error after update 5{by}: {said}" in last, last
+
+
+def test_train_log_gets_a_lost_writers_record_only_from_one_rank_and_only_once_rank_0_is_gone(tmp_path):
+    """Rank 0 holds the run's lock while it lives (and writes its own record); once it is gone,
+    the first other rank writes the record and the next finds it there."""
+    from nmtkit.train.metrics import record_for_a_lost_writer
+    from nmtkit.train.run_files import run_lock
+
+    (tmp_path / "train.log").write_text("2026-11-27 00:00:00 INFO update 5\n")
+    rank0 = run_lock(tmp_path).acquire()
+    assert not record_for_a_lost_writer(tmp_path, "stopped by an error after update 5 (by rank 1): E: x")
+    rank0.release()  # the kernel's doing when rank 0 dies
+    assert record_for_a_lost_writer(tmp_path, "stopped by an error after update 5 (by rank 1): E: x")
+    assert not record_for_a_lost_writer(tmp_path, "stopped by an error after update 5 (by rank 2): E: x")
+    lines = (tmp_path / "train.log").read_text().splitlines()
+    assert len(lines) == 2 and lines[1].endswith(" ERROR stopped by an error after update 5 (by rank 1): E: x")
+    assert not record_for_a_lost_writer(tmp_path / "elsewhere", "x")  # a machine without the run folder
 
 
 def test_only_a_failed_collective_is_taken_for_a_lost_process():

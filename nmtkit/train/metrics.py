@@ -16,9 +16,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nmtkit.errors import NmtkitError
 from nmtkit.outputs import name_error, save_figure, write_text
+from nmtkit.train.run_files import RUN_LOG, run_lock
 
 log = logging.getLogger(__name__)
+
+_STOPPED = "stopped by an error after update"
 
 
 class MetricsLog:
@@ -107,13 +111,58 @@ class _RunLog(logging.FileHandler):
             raise name_error(err, self.baseFilename) from None
 
 
+def _run_log(run_dir: Path) -> logging.Handler:
+    handler = _RunLog(run_dir / RUN_LOG, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+    return handler
+
+
 def setup_file_log(run_dir: Path) -> logging.Handler:
     """Send the `nmtkit` loggers' INFO records to run_dir/train.log (appending on resume)."""
-    handler = _RunLog(run_dir / "train.log", encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+    handler = _run_log(run_dir)
     handler.setLevel(logging.INFO)
     logger = logging.getLogger("nmtkit")
     logger.addHandler(handler)
     if logger.level == logging.NOTSET or logger.level > logging.INFO:
         logger.setLevel(logging.INFO)
     return handler
+
+
+def error_record(update: int, err: BaseException, by: str = "") -> str:
+    """train.log's record of the error that stopped a run (its last line); `by` names a writer
+    other than rank 0."""
+    first = str(err).splitlines()[0] if str(err) else ""
+    return f"{_STOPPED} {update}{by}: {type(err).__name__}: {first}"
+
+
+def record_for_a_lost_writer(run_dir: Path, record: str) -> bool:
+    """Append `record` (`error_record`) to train.log from a rank other than 0, when rank 0, the
+    log's one writer, is the process of the job that is gone. Whether it is gone is the run's
+    lock (`run_files.run_lock`): rank 0 holds it while it lives, and the kernel released it when
+    rank 0 died. While rank 0 lives it writes its own record, and nothing is written here; nor
+    where the log already ends with one (rank 0 wrote it and ended, or another rank did), nor on a
+    machine without the run folder. Returns whether the record was written."""
+    try:
+        lock = run_lock(run_dir).acquire()
+    except (NmtkitError, OSError):
+        return False
+    try:
+        path = run_dir / RUN_LOG
+        if not path.is_file() or f" ERROR {_STOPPED} " in _last_line(path):
+            return False
+        handler = _run_log(run_dir)
+        try:
+            handler.handle(logging.makeLogRecord({"name": log.name, "levelno": logging.ERROR,
+                                                  "levelname": "ERROR", "msg": record}))
+        finally:
+            handler.close()
+        return True
+    finally:
+        lock.release()
+
+
+def _last_line(path: Path, tail: int = 4096) -> str:
+    with open(path, "rb") as f:
+        f.seek(max(0, f.seek(0, 2) - tail))
+        lines = f.read().decode("utf-8", "replace").splitlines()
+    return lines[-1] if lines else ""

@@ -37,7 +37,6 @@ from nmtkit.devices import resolve_device
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
 from nmtkit.models.presets import ModelOverrides, resolve_model, training_defaults
 from nmtkit.options import empty_path_message, is_empty_path
-from nmtkit.output_dirs import DirLock
 from nmtkit.outputs import check_output_dir, check_outputs_vs_inputs, write_text
 from nmtkit.train.config import TrainConfig, TrainOptions
 from nmtkit.train.events import CALLBACK_METHODS
@@ -53,6 +52,7 @@ from nmtkit.train.run_files import (
     restore_replaced_run,
     run_dir_names,
     run_files_present,
+    run_lock,
     set_aside_run,
     stale_run_files,
     undo_failed_start,
@@ -60,15 +60,6 @@ from nmtkit.train.run_files import (
 from nmtkit.train.tensorboard import TensorBoardCallbacks, require_tensorboard, tensorboard_dir
 
 log = logging.getLogger(__name__)
-
-LOCK_FILE = "train.lock"
-
-
-def run_lock(save_dir: Path) -> DirLock:
-    """The lock of `save_dir` (one training process per run directory): `acquire` or `check`
-    raise an OutputError naming the holder's PID when another live `nmtkit train` holds it."""
-    return DirLock(save_dir, LOCK_FILE, "run directory (one training run at a time)")
-
 
 def _put_back_killed_force_start(save_dir: Path, main: bool, wait_s: float = 10.0) -> None:
     """The run that a killed `--force` start set aside back in RUN, before any check reads RUN:

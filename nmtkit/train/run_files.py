@@ -14,6 +14,8 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nmtkit.output_dirs import DirLock
+
 if TYPE_CHECKING:
     from nmtkit.train.config import TrainConfig
 
@@ -25,7 +27,17 @@ BEST = "checkpoint_best.pt"
 # `train --force` moves the run it replaces here, until the new run saves its first checkpoint
 # (then it is deleted) or fails before it (then it is put back): nmtkit.train.run
 REPLACED = ".replaced-run"
-RUN_FILES = (LAST, BEST, "metrics.jsonl", "curves.png", "train.log", CONFIG_FILE)
+RUN_LOG = "train.log"  # nmtkit.train.metrics
+RUN_FILES = (LAST, BEST, "metrics.jsonl", "curves.png", RUN_LOG, CONFIG_FILE)
+
+LOCK_FILE = "train.lock"
+
+
+def run_lock(save_dir: str | Path) -> DirLock:
+    """The lock of `save_dir` (one training process per run directory): `acquire` or `check`
+    raise an OutputError naming the holder's PID when another live `nmtkit train` holds it."""
+    return DirLock(save_dir, LOCK_FILE, "run directory (one training run at a time)")
+
 
 _KEPT = re.compile(r"checkpoint_([0-9]+)\.pt")
 

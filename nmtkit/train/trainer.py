@@ -40,11 +40,11 @@ from nmtkit.train import distributed as ddp
 from nmtkit.train.checkpoints import BEST, LAST, RunCheckpoints, run_lexicon
 from nmtkit.train.context import TrainContext
 from nmtkit.train.events import LogEvent, StartEvent, ValidationEvent
-from nmtkit.train.metrics import MetricsLog, setup_file_log
+from nmtkit.train.metrics import MetricsLog, error_record, record_for_a_lost_writer, setup_file_log
 from nmtkit.train.run_files import kept_name
 from nmtkit.train.state import TrainResult
 from nmtkit.train.step import train_step
-from nmtkit.train.stopping import StopSignals, count_patience, stop_reason
+from nmtkit.train.stopping import StopSignals, count_patience, signals_held, stop_reason
 from nmtkit.train.validate import check_dev_bleu, dev_scores, perplexity
 
 __all__ = ["LAST", "BEST", "Trainer"]
@@ -90,20 +90,24 @@ class Trainer:
         except Exception as err:
             st = self.ctx.state
             lost = ddp.lost_process_error(err, st.update, self._last_saved) if self.ctx.dist.enabled else None
-            self._record_error(lost or err)
+            self._record_error(lost or err, lost is not None)
             if lost is not None:
                 raise lost from None
             raise
 
-    def _record_error(self, err: BaseException) -> None:
-        """The error that stopped the run, as train.log's last line (rank 0; not on stderr, where
-        the caller reports it)."""
-        if self._log_handler is None:
-            return
-        first = str(err).splitlines()[0] if str(err) else ""
-        msg = f"stopped by an error after update {self.ctx.state.update}: {type(err).__name__}: {first}"
+    def _record_error(self, err: BaseException, lost: bool) -> None:
+        """The error that stopped the run, as train.log's last line (not on stderr, where the
+        caller reports it): written by rank 0, or, when the job `lost` a process and that was
+        rank 0, by the first other rank to find it gone (`metrics.record_for_a_lost_writer`)."""
+        update = self.ctx.state.update
         with contextlib.suppress(Exception):  # the error that stopped the run is the one to report
-            self._log_handler.handle(log.makeRecord(log.name, logging.ERROR, __file__, 0, msg, None, None))
+            if self._log_handler is not None:
+                msg = error_record(update, err)
+                self._log_handler.handle(log.makeRecord(log.name, logging.ERROR, __file__, 0, msg, None, None))
+            elif lost:
+                with signals_held():  # torchrun's SIGTERM to the survivors, in the middle of the write
+                    by = f" (written by rank {self.ctx.dist.rank}: rank 0 had stopped)"
+                    record_for_a_lost_writer(self.ctx.run_dir, error_record(update, err, by))
 
     def _train(self) -> TrainResult:
         ctx, cfg, st = self.ctx, self.ctx.cfg, self.ctx.state
