@@ -411,3 +411,26 @@ def test_a_resume_on_fewer_processes_that_stops_before_saving_leaves_the_run_res
     result = run_training(data_dir, run, more, tiny_overrides(), resume=True)
     assert result.update == 4
     assert load_checkpoint(run / "checkpoint_last.pt")["train_config"]["update_freq"] == 2
+
+
+def test_an_ignored_sigint_stays_ignored_while_training(data_dir, tmp_path):
+    """A script's background job runs with SIGINT ignored; training must not take it back and
+    stop at a Ctrl-C meant for the script's foreground."""
+    import os
+    import signal
+
+    from nmtkit.train.run import run_training
+
+    def interrupt(update, loss):
+        if update == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return loss
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        res = run_training(data_dir, tmp_path / "run", tiny_options(max_updates=5, valid_bleu_samples=0),
+                           loss_hook=interrupt)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert res.reason == "max-updates" and res.update == 5

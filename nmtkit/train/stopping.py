@@ -32,15 +32,22 @@ class StopSignals:
                         "(Ctrl-C again to abort at once)")
 
     def install(self) -> dict[int, Any]:
-        """Handle SIGINT and SIGTERM (from the main thread only); returns the old handlers."""
+        """Handle SIGINT and SIGTERM (from the main thread only); returns the old handlers. A
+        signal that is ignored (SIGINT of a job a script started in the background) stays
+        ignored, as `stop_signals_handled_by` leaves it."""
         if threading.current_thread() is not threading.main_thread():
             return {}
-        return {sig: signal.signal(sig, self.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return {sig: signal.signal(sig, self.handle) for sig in _handled_signals()}
 
     @staticmethod
     def restore(old: dict[int, Any]) -> None:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+
+
+def _handled_signals() -> list[int]:
+    """SIGINT and SIGTERM, but for one that is ignored or whose handler Python did not set."""
+    return [sig for sig in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(sig) not in (None, signal.SIG_IGN)]
 
 
 @contextlib.contextmanager
@@ -52,10 +59,7 @@ def stop_signals_handled_by(handler: Any) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    old = {sig: was for sig, was in old.items() if was not in (None, signal.SIG_IGN)}
-    for sig in old:
-        signal.signal(sig, handler)
+    old = {sig: signal.signal(sig, handler) for sig in _handled_signals()}
     try:
         yield
     finally:
