@@ -94,6 +94,16 @@ def test_tensorboard_events_are_never_written_into_the_data_directory(data_dir, 
     assert sorted(p.name for p in data_dir.iterdir()) == before and not (tmp_path / "run").exists()
 
 
+def test_a_tensorboard_path_that_is_a_file_is_refused_before_the_run_folder_is_made(data_dir, tmp_path):
+    from nmtkit.errors import OutputError
+
+    (tmp_path / "file").write_text("mine\n")
+    with pytest.raises(OutputError, match="the --tensorboard folder exists and is not a directory"):
+        run_training(data_dir, tmp_path / "run", tiny_options(max_updates=2, tensorboard=str(tmp_path / "file")),
+                     tiny_overrides())
+    assert not (tmp_path / "run").exists() and (tmp_path / "file").read_text() == "mine\n"
+
+
 def test_a_new_run_with_force_hides_the_old_runs_events(data_dir, tmp_path):
     pytest.importorskip("tensorboard", reason="tensorboard is not installed (pip install 'nmtkit[tensorboard]')")
     run, tb = tmp_path / "run", tmp_path / "tb"

@@ -211,11 +211,14 @@ def _undo_failed_start(save_dir: Path, resume: bool, force: bool, before: set[st
 
 def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path, save_dir: Path) -> Path | None:
     """--tensorboard's folder (None without it), refused inside the data directory as --save-dir
-    is, and with the package there: both fail before the run writes anything (new or resumed)."""
+    is, and when it exists, unless a writable folder; and the package there: all fail before the
+    run writes anything (new or resumed). A folder to create is created under the run's lock."""
     tb_dir = tensorboard_dir(cfg.tensorboard, save_dir)
     if tb_dir is not None:
         check_outputs_vs_inputs([("--data", data_dir)],
                                 folders=[("--tensorboard", tb_dir, lambda name: name.startswith("events.out.tfevents"))])
+        if tb_dir.exists():
+            check_output_dir(tb_dir, "--tensorboard folder", create=False)
         require_tensorboard()
     return tb_dir
 
