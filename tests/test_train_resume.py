@@ -116,6 +116,34 @@ def test_resuming_with_other_training_data_of_the_same_vocabularies_is_refused(d
     assert run_training(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True).update == 4
 
 
+def test_resuming_with_training_text_of_the_same_sizes_but_other_content_is_refused(tmp_path):
+    """A corpus whose pairs were reordered (or a word changed) and preprocessed again keeps the
+    vocabularies and sizes: the run resumed on misaligned pairs. The manifests' sha256 of the
+    text preprocess read tell; the same text read from another path is the same."""
+    import json
+
+    from tests.conftest import make_data_dir
+
+    def data(name: str, folder: str, tgt_digest: str):
+        path = make_data_dir(tmp_path / name)
+        manifest = json.loads((path / "manifest.json").read_text())
+        manifest["splits"]["train"]["prefix"] = f"/{folder}/train"
+        manifest["inputs"] = {f"/{folder}/train.en": "a1", f"/{folder}/train.fr": tgt_digest, f"/{folder}/dev.fr": "d"}
+        (path / "manifest.json").write_text(json.dumps(manifest))
+        return path
+
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
+    run_training(data("first", "corpus", "b2"), run, opts, tiny_overrides())
+    last = (run / "checkpoint_last.pt").read_bytes()
+    with pytest.raises(CheckpointError, match=r"the training text of .*reordered differs from the run's"):
+        run_training(data("reordered", "corpus", "c3"), run, opts.replace(max_updates=4), tiny_overrides(),
+                     resume=True)
+    assert (run / "checkpoint_last.pt").read_bytes() == last
+    moved = data("moved", "elsewhere", "b2")
+    assert run_training(moved, run, opts.replace(max_updates=4), tiny_overrides(), resume=True).update == 4
+
+
 @pytest.mark.parametrize("changes, needle", [
     (dict(protected_patterns=(r"https?://\S+",)), r"\(protected_patterns\)"),
     (dict(nfc=False), r"\(nfc False vs True\)"),

@@ -92,6 +92,11 @@ def resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Pa
     if was and now and was != now:  # same vocabularies, other text: the run would not continue, it would change
         raise CheckpointError(f"the training data of {data_dir} ({now}) differs from the run's ({was}): resume with "
                               "the data directory the run was started with", str(save_dir / LAST))
+    was, now = _train_digests(ckpt.get("data_manifest")), _train_digests(data.manifest)
+    if was and now and was != now:  # the same sizes, other text (pairs reordered, a word changed)
+        raise CheckpointError(f"the training text of {data_dir} differs from the run's (the sha256 of the files "
+                              "preprocess read): resume with the data directory the run was started with",
+                              str(save_dir / LAST))
     # the checkpoint's own configs: --update-freq may have changed with the process count
     _check_run_record(save_dir, TrainConfig.from_dict(ckpt["train_config"]), arch, model_config)
     return cfg, arch, model_config
@@ -150,3 +155,17 @@ def _split_sizes(manifest: Any) -> str | None:
     if not isinstance(train, dict) or not all(k in train for k in ("lines", "src_tokens", "tgt_tokens")):
         return None
     return f"{train['lines']} pairs, {train['src_tokens']} + {train['tgt_tokens']} tokens"
+
+
+def _train_digests(manifest: Any) -> list[str] | None:
+    """The sha256 of the train split's two text files, as preprocess recorded them in the
+    manifest's "inputs" (None where it did not): the same text read from another path counts
+    as the same."""
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("inputs"), dict):
+        return None
+    prefix = ((manifest.get("splits") or {}).get("train") or {}).get("prefix")
+    if not isinstance(prefix, str):
+        return None
+    names = {f"{prefix}.{manifest.get(side)}{gz}" for side in ("src_lang", "tgt_lang") for gz in ("", ".gz")}
+    digests = sorted(str(h) for name, h in manifest["inputs"].items() if name in names)
+    return digests if len(digests) == 2 else None
