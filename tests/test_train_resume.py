@@ -447,8 +447,6 @@ def test_an_ignored_sigint_stays_ignored_while_training(data_dir, tmp_path):
     import os
     import signal
 
-    from nmtkit.train.run import run_training
-
     def interrupt(update, loss):
         if update == 2:
             os.kill(os.getpid(), signal.SIGINT)
@@ -462,3 +460,13 @@ def test_an_ignored_sigint_stays_ignored_while_training(data_dir, tmp_path):
     finally:
         signal.signal(signal.SIGINT, before)
     assert res.reason == "max-updates" and res.update == 5
+
+
+def test_a_resume_with_max_epochs_below_the_current_epoch_stops_at_once(data_dir, tmp_path):
+    """It trained on to the end of the epoch it was in, as a lower --max-updates does not."""
+    run = tmp_path / "run"
+    first = run_training(data_dir, run, tiny_options(max_updates=20, valid_bleu_samples=0), tiny_overrides())
+    assert first.epoch == 2
+    again = run_training(data_dir, run, tiny_options(max_updates=100, max_epochs=1, valid_bleu_samples=0),
+                         tiny_overrides(), resume=True)
+    assert (again.reason, again.update) == ("max-epochs", 20)
