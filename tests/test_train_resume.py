@@ -470,3 +470,18 @@ def test_a_resume_with_max_epochs_below_the_current_epoch_stops_at_once(data_dir
     again = run_training(data_dir, run, tiny_options(max_updates=100, max_epochs=1, valid_bleu_samples=0),
                          tiny_overrides(), resume=True)
     assert (again.reason, again.update) == ("max-epochs", 20)
+
+
+def test_a_run_stopped_between_validations_resumes_to_the_same_early_stop(data_dir, tmp_path):
+    """The validation a run makes when it stops between two scheduled ones (here --max-updates
+    38) set the best score that --patience counts against: the resumed run stopped early at
+    another update than the run that was never stopped."""
+    opts = tiny_options(lr=0.1, seed=2, max_updates=60, valid_every=10, save_every=10, log_every=10,
+                        valid_bleu_samples=0, patience=2)
+    whole = run_training(data_dir, tmp_path / "whole", opts, tiny_overrides())
+    run_training(data_dir, tmp_path / "parts", opts.replace(max_updates=38), tiny_overrides())
+    parts = run_training(data_dir, tmp_path / "parts", opts, tiny_overrides(), resume=True)
+    assert (parts.reason, parts.update) == (whole.reason, whole.update)
+    a = load_checkpoint(tmp_path / "whole" / "checkpoint_last.pt")["model_state"]
+    b = load_checkpoint(tmp_path / "parts" / "checkpoint_last.pt")["model_state"]
+    assert all(torch.equal(a[k], b[k]) for k in a)

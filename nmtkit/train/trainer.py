@@ -251,14 +251,15 @@ class Trainer:
     def validate(self, final: bool = False) -> ValidationEvent:
         """Dev loss (and BLEU); keeps checkpoint_best.pt. A `final` validation, run when training
         stops between two scheduled ones, may update the best checkpoint but leaves the learning-rate
-        schedule and the early-stopping counter alone, so a later --resume continues exactly."""
+        schedule and early stopping (its count and the best score it counts against) alone, so a
+        later --resume continues exactly."""
         ctx, cfg, st = self.ctx, self.ctx.cfg, self.ctx.state
         t0 = time.perf_counter()
         loss, bleu = dev_scores(ctx)
         score = bleu if cfg.best_metric == "bleu" else loss
         improved = st.record_best(score, cfg.best_metric == "bleu")
         if not final:
-            count_patience(st, improved)
+            count_patience(st, st.record_scheduled(score, cfg.best_metric == "bleu"))
             self._schedule_lr(score)
         event = ValidationEvent(
             update=st.update, epoch=st.epoch, loss=loss, ppl=perplexity(loss),
