@@ -520,3 +520,21 @@ def test_value_range_equals_min_and_max_across_block_edges(n):
     want = (int(values.min()), int(values.max())) if n else (0, -1)
     assert value_range(values, block=4) == want
     assert value_range(values) == want
+
+
+@pytest.mark.parametrize("lowercase", [False, True], ids=["cased", "lowercase"])
+def test_dev_bleu_references_are_the_raw_dev_text_from_any_folder_and_cased_as_the_model_writes(
+        corpus, tmp_path, monkeypatch, lowercase):
+    """Preprocessed with relative paths, the raw references were found only from the folder
+    preprocess ran in (elsewhere BLEU silently scored against the binarised text); and with
+    --lowercase, the model's lowercase output was scored against the cased text."""
+    from nmtkit.train.data import DataDir
+
+    monkeypatch.chdir(corpus["tmp"])
+    c = {**corpus, "train": "train", "valid": "valid", "test": "test"}
+    preprocess(_config(c, tmp_path / "data", lowercase=lowercase))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    fr = (corpus["tmp"] / "valid.fr").read_text(encoding="utf-8").splitlines()
+    assert DataDir.open(tmp_path / "data").raw_references("valid") == ([x.lower() for x in fr] if lowercase else fr)

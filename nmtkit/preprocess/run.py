@@ -126,7 +126,7 @@ def _check_inputs(config: PreprocessConfig, base: TextPipeline,
                              "characters): train validates on its sentences", src)
         if config.input_format == "tok":
             _check_tokenized(config, base, src, tgt)
-        inputs[src], inputs[tgt] = h_src, h_tgt
+        inputs[os.path.abspath(src)], inputs[os.path.abspath(tgt)] = h_src, h_tgt  # as the prefixes (_encode_split)
         line_counts[name] = n
         report("check inputs", k, len(splits))
     return inputs, line_counts
@@ -268,7 +268,7 @@ def _encode_split(config: PreprocessConfig, report: ProgressFn, name: str, prefi
         w.close()
     n_tok = {side: writers[side].n_tokens for side in SIDES}
     return {
-        "prefix": prefix,
+        "prefix": os.path.abspath(prefix),  # train finds its raw dev references from any folder
         "lines_in": n_lines,
         "lines": writers["src"].n_lines,
         "src_tokens": n_tok["src"],

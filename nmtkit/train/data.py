@@ -80,10 +80,11 @@ class DataDir(Manifest):
 
     def raw_references(self, name: str = "valid") -> list[str] | None:
         """The raw (untokenised) target side of split `name`, when the manifest says where it
-        was read from (`splits[name]["prefix"]` with raw input, relative to where preprocess ran
-        or to the data directory) and that file is still the one preprocess read (its sha256 in
-        the manifest's "inputs", where recorded, and the split's number of lines); else None
-        (BLEU then uses the binarised references)."""
+        was read from (`splits[name]["prefix"]` with raw input: absolute, or in data directories
+        of older nmtkit relative to where preprocess ran or to the data directory) and that file
+        is still the one preprocess read (its sha256 in the manifest's "inputs", where recorded,
+        and the split's number of lines); else None (BLEU then uses the binarised references).
+        Lowercased where the pipeline lowercases."""
         info = (self.manifest.get("splits") or {}).get(name) or {}
         settings = self.manifest.get("settings") or {}
         prefix = info.get("prefix")
@@ -99,7 +100,8 @@ class DataDir(Manifest):
                 lines, digest = read_lines_and_hash(path)
                 if len(lines) != len(self.split(name)) or (recorded and digest not in recorded):
                     continue  # another file of that name (another directory, or edited since)
-                return lines
+                # a lowercasing pipeline's model writes lowercase: scored as such, not as errors of case
+                return [line.lower() for line in lines] if self.pipeline.get("lowercase") else lines
             except (OSError, InputError):
                 continue
         return None
