@@ -64,6 +64,22 @@ def test_topk_1_is_greedy_search():
     assert [h[0].log_prob for h in drawn] == pytest.approx([g.log_prob for g in greedy], abs=1e-4)
 
 
+@pytest.mark.parametrize("temperature", [1e-3, 1e-39, 1e-45, 1e-300])
+def test_a_tiny_temperature_is_greedy_search_not_empty_or_other_output(temperature):
+    """lp / T overflowed in fp32 (-inf everywhere, then NaN): 1e-45 drew empty translations,
+    1e-39 other words than greedy search, with exit 0."""
+    from nmtkit.decode.sampling import sample
+    from nmtkit.decode.search import greedy_search
+    from nmtkit.decode.steps import max_lengths
+
+    model = tiny_model(seed=1)
+    src, lens = _batch()
+    drawn = sample(model, src, lens, seed=3, temperature=temperature, max_len_a=1.0, max_len_b=4.0)
+    greedy = greedy_search(model, src, lens, max_len=max_lengths(lens, 1.0, 4.0))
+    assert [h[0].tokens for h in drawn] == [g.tokens for g in greedy]
+    assert [h[0].log_prob for h in drawn] == pytest.approx([g.log_prob for g in greedy], abs=1e-4)
+
+
 def test_reported_log_prob_is_the_models_and_lengths_stay_within_the_limit():
     import torch
 

@@ -57,7 +57,10 @@ def _draw(lp: Tensor, u: Tensor, topk: int, temperature: float) -> Tensor:
 
     lp: (n, V) fp32 log-probabilities (-inf where forbidden); u: (n,) uniforms. Returns (n,) ids.
     """
-    logits = lp / temperature if temperature != 1.0 else lp
+    logits = lp
+    if temperature != 1.0:  # from each row's best, in float64: a tiny T sends the others to -inf, never the best
+        logits = lp.double()
+        logits = (logits - logits.amax(dim=1, keepdim=True)) / temperature
     cols = None
     if 0 < topk < logits.size(1):
         logits, cols = logits.topk(topk, dim=1)  # (n, k), best first
