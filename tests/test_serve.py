@@ -162,6 +162,21 @@ def test_alignments_give_an_attention_row_per_target_token_over_the_source_token
         assert len(al["hard"].split()) == len(al["tgt"]) - 1
 
 
+def test_alignments_from_a_model_without_attention_are_refused_with_a_400(tmp_path):
+    """RNNencdec's all-zero weights were sent as alignments (every word on the first source word)."""
+    from nmtkit.translate import TranslateConfig, Translator
+    from tests.conftest import make_checkpoint
+
+    encdec = Translator(TranslateConfig(models=(str(make_checkpoint(tmp_path / "c.pt", arch="rnnencdec")),),
+                                        beam=4, **DECODE))
+
+    async def body(client):
+        return [await post(client, "/translate", {"text": LINES[:2], "alignments": a}) for a in (True, False)]
+
+    (refused, text), (status, _) = serve(encdec, body)
+    assert refused == 400 and "needs attention" in json.loads(text)["error"] and status == 200
+
+
 def test_opennmt_route_takes_and_gives_opennmt_shapes(translator, ckpt):
     async def body(client):
         return await post(client, "/translator/translate", [{"src": line, "id": 100} for line in LINES])

@@ -145,6 +145,26 @@ def test_bad_checkpoints_give_one_clear_line(ckpt, tmp_path):
     assert "--alignments-file" in _error_line(run_cli(["translate", "-m", ckpt, "--alignments", "hard"]))
 
 
+def test_alignments_plots_and_unk_replacement_are_refused_for_a_model_without_attention(ckpt, tmp_path):
+    """RNNencdec's all-zero weights became alignments of every target word to the first source
+    word (and --replace-unk copied it), with exit 0; an ensemble with it too."""
+    from nmtkit.errors import ConfigError
+    from nmtkit.translate import TranslateConfig, Translator
+
+    encdec = str(make_checkpoint(tmp_path / "encdec.pt", arch="rnnencdec"))
+    for extra in (["--alignments", "hard", "--alignments-file", str(tmp_path / "al")], ["--replace-unk"],
+                  ["--plot-attention", str(tmp_path / "plots")]):
+        line = _error_line(run_cli(["translate", "-m", encdec, "-o", str(tmp_path / "out"), *extra], "the cat\n"))
+        assert f"{extra[0]} needs attention, and {encdec} is a model without it (RNNEncDec)" in line
+        assert not (tmp_path / "out").exists() and not (tmp_path / "al").exists()
+    assert "needs attention" in _error_line(run_cli(["translate", "-m", ckpt, "-m", encdec, "--ensemble",
+                                                     "--replace-unk"], "the cat\n"))
+    model = Translator(TranslateConfig(models=(encdec,), device="cpu"))
+    assert model.translate("the cat") is not None
+    with pytest.raises(ConfigError, match="alignments=True needs attention"):
+        model.generate(["the cat"], alignments=True)
+
+
 def test_invalid_utf8_input_names_the_line(ckpt, tmp_path):
     src = tmp_path / "bad.txt"
     src.write_bytes(b"the cat\nthe \xff dog\n")

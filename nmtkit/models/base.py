@@ -177,6 +177,9 @@ class Seq2Seq(nn.Module):
     # `graph_loops`, set by training (--cuda-graphs), turns them on
     graph_loops_supported: bool = False
     graph_loops: bool = False
+    # False for a model without attention (RNNencdec): its all-zero weights align nothing, so
+    # alignments, attention plots and <unk> replacement are refused for it
+    has_attention: bool = True
 
     def __init__(self, fuse_steps: bool = False):
         super().__init__()

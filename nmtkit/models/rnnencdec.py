@@ -60,6 +60,7 @@ class RNNEncDec(Seq2Seq):
 
     # V_s (its dtype read in init_state) stays float
     int8_linears = ("V", "W_in", "U_zr", "U", "C", "U_o", "V_o", "C_o", "W_o")
+    has_attention = False
 
     def __init__(self, config: RNNEncDecConfig, fuse_steps: bool = False):
         super().__init__(fuse_steps)

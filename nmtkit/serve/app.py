@@ -114,6 +114,8 @@ async def _checked(request: web.Request, check: Callable) -> Any:
 async def translate_route(request: web.Request) -> web.Response:
     t0 = time.perf_counter()
     req = await _checked(request, check_request)
+    if req.alignments and not request.app[STATE]["attention"]:
+        raise RequestError("'alignments' needs attention, and this server's model has none (RNNencdec)")
     results = await request.app[BATCHER].submit(req.lines, req.beam, req.nbest, req.alignments, _gone(request))
     return _json({
         "translations": [translation_json(r, req.alignments, req.nbest) for r in results],
@@ -268,7 +270,7 @@ def make_app(translator: Translator, config: ServeConfig,
     app[BATCHER] = Batcher(translate, batch_size(translator, config), config.batch_delay_ms / 1000, thread)
     app[STATE] = {"config": config, "model": model_name(translator), "info": model_info(translator, config),
                   "page": resources.files("nmtkit.serve").joinpath("page.html").read_text(encoding="utf-8"),
-                  "started": time.monotonic()}
+                  "started": time.monotonic(), "attention": translator.has_attention}
 
     async def start_batcher(app: web.Application) -> None:
         await app[BATCHER].start()

@@ -107,6 +107,10 @@ class Translator:
         self.warned_budget = False
         self.batches_decoded = 0
         self.need_attention = bool(config.replace_unk or config.alignments or config.plot_attention)
+        asked = [o for o, on in (("--replace-unk", config.replace_unk), ("--alignments", config.alignments),
+                                 ("--plot-attention", config.plot_attention)) if on]
+        if asked:
+            self._check_attention(asked[0])
         if precision == "fp16" and self.device.type != "cuda":
             log.warning(FP16_ON_CPU)
         # autocast keeps the fp32 weights and runs matrix products in 16 bits; log-softmax and
@@ -115,6 +119,19 @@ class Translator:
         self.autocast = autocast(self.device.type, "fp32" if int8 else precision)
         self.source_name = "<stdin>"
         self._warn_unrecorded_bpe()
+
+    @property
+    def has_attention(self) -> bool:
+        """Whether every model attends (alignments, attention plots and <unk> replacement work)."""
+        return all(model.has_attention for model in self.bundle.models)
+
+    def _check_attention(self, option: str) -> None:
+        """Refuse `option` (alignments, attention plots, <unk> replacement) for a model without
+        attention: its all-zero weights would align every target word to the first source word."""
+        for path, model in zip(self.bundle.paths, self.bundle.models):
+            if not model.has_attention:
+                raise ConfigError(f"{option} needs attention, and {path} is a model without it "
+                                  f"({type(model).__name__})")
 
     def _warn_unrecorded_bpe(self) -> None:
         """Warn when the vocabularies hold BPE subwords (words ending in "@@") that the recorded
@@ -326,6 +343,8 @@ class Translator:
             raise ConfigError(f"nbest must be between 1 and the beam ({beam_}), got {nbest_}")
         if self.config.sampling and nbest_ != 1:
             raise ConfigError("a sampling translator draws one translation per line: nbest must be 1")
+        if alignments:
+            self._check_attention("alignments=True")
         numbered = list(enumerate(_lines_of(lines), 1))
         need_attention = self.need_attention or alignments
         return self.translate_buffer(numbered, beam_, nbest_, need_attention)
