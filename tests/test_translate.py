@@ -153,6 +153,18 @@ def test_bad_unk_dictionary_line_is_named(tmp_path):
         read_unk_dict(str(p))
 
 
+def test_an_unk_dictionary_is_read_as_every_text_input_bom_dropped_bad_lines_named(tmp_path):
+    """A byte order mark stayed in the first entry's key (which then never matched), a NUL byte
+    was taken as text, and invalid UTF-8 was reported without its line."""
+    p = tmp_path / "d.tsv"
+    p.write_bytes(b"\xef\xbb\xbfw1\tD1\nw2\tD2\n")
+    assert read_unk_dict(str(p)) == {"w1": "D1", "w2": "D2"}
+    for data, needle in ((b"w1\tD1\nw2\t\x00D2\n", r"d.tsv:2: .*NUL"), (b"w1\tD1\nw2\t\xffD2\n", r"d.tsv:2: invalid UTF-8")):
+        p.write_bytes(data)
+        with pytest.raises(InputError, match=needle):
+            read_unk_dict(str(p))
+
+
 # ---- alignments, n-best, plots --------------------------------------------------------------
 
 def test_hard_alignment_is_pharaoh_with_one_link_per_target_token():

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from nmtkit.errors import InputError
 from nmtkit.text.bpe import SEPARATOR, join_bpe
+from nmtkit.text.io import read_lines
 from nmtkit.text.vocab import UNK
 
 
@@ -111,20 +112,14 @@ def soft_alignment(attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequen
 
 
 def read_unk_dict(path: str) -> dict[str, str]:
-    """`src<TAB>tgt` lines (first entry wins)."""
+    """`src<TAB>tgt` lines (first entry wins), read as every text input is (`text.io.read_lines`:
+    a byte order mark dropped, invalid UTF-8 or binary data an InputError naming the line)."""
     table: dict[str, str] = {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                line = line.rstrip("\n")
-                if not line.strip():
-                    continue
-                parts = line.split("\t")
-                if len(parts) != 2 or not parts[0] or not parts[1]:
-                    raise InputError("expected 'source<TAB>target'", path, lineno)
-                table.setdefault(parts[0], parts[1])
-    except FileNotFoundError:
-        raise InputError("unk dictionary not found", path) from None
-    except UnicodeDecodeError:
-        raise InputError("not UTF-8 text", path) from None
+    for lineno, line in enumerate(read_lines(path), 1):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) != 2 or not parts[0] or not parts[1]:
+            raise InputError("expected 'source<TAB>target'", path, lineno)
+        table.setdefault(parts[0], parts[1])
     return table
