@@ -248,3 +248,19 @@ def test_no_worker_outlives_a_command_killed_with_sigkill(tmp_path):
     while not all(gone(pid) for pid in children) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert all(gone(pid) for pid in children)
+
+
+def test_translate_without_workers_is_auto_not_every_core(monkeypatch):
+    """The CLI gave translate one worker per core (64 processes on a 64-core machine at
+    --threads 1), the rule of the text commands, where its help says one per thread, at most 4."""
+    import nmtkit.cli.common as common
+    from nmtkit.preprocess.config import PreprocessConfig
+    from nmtkit.translate import TranslateConfig
+    from nmtkit.translate.workers import resolve_workers
+
+    monkeypatch.setattr(common, "available_cores", lambda: 64)
+    values = common.config_values(TranslateConfig, {"workers": None})
+    assert values["workers"] is None and resolve_workers(values["workers"], 1, "cpu") == 1
+    assert common.config_values(PreprocessConfig, {"workers": None})["workers"] == 64
+    assert "workers" not in common.config_values(PreprocessConfig, {"workers": None}, given_only=True)
+    assert common.config_values(TranslateConfig, {"workers": 3})["workers"] == 3

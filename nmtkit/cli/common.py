@@ -95,16 +95,20 @@ def config_options(*classes: type, unset: bool = False) -> Callable:
 
 def config_values(cls: type, options: dict[str, Any], given_only: bool = False) -> dict[str, Any]:
     """The values of `cls`'s option fields among click's `options` (`given_only`: leave out the
-    options not given, None). A `workers` option not given means all cores."""
+    options not given, None). A `workers` option not given means all cores where its config
+    says so (a CLI default of None over a number); translate's own default (None) is its auto."""
     out = {}
+    all_cores = False
     for field, spec in option_fields(cls):
         value = options.get(field.name)
+        if field.name == "workers":
+            all_cores = value is None and spec.cli_default is None and field.default is not None
         if value is None and given_only:
             continue
         if spec.multiple:
             value = (tuple if str(field.type).startswith("tuple") else list)(value or ())
         out[field.name] = value
-    if "workers" in out and out["workers"] is None:
+    if all_cores and "workers" in out:
         out["workers"] = available_cores()
     return out
 
