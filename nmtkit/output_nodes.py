@@ -54,3 +54,16 @@ def standard_stream_fd(path: str | Path) -> int | None:
         except OSError:
             continue
     return None
+
+
+def is_stdout(path: str | Path | None) -> bool:
+    """Whether `path` ("-" or None included) writes where this process's stdout goes (/dev/stdout,
+    /proc/self/fd/1, the file or pipe stdout was redirected to); /dev/null never counts, where
+    two outputs mix harmlessly."""
+    if path is None or os.fspath(path) == "-":
+        return True
+    try:
+        st = os.stat(path)
+        return os.path.samestat(st, os.fstat(1)) and not os.path.samestat(st, os.stat(os.devnull))
+    except OSError:
+        return False

@@ -337,7 +337,7 @@ def check_outputs_vs_inputs(
       the folder or lies inside it.
     * `folders`: folders written into, with `owns(name)` telling the names written there
       (train's run files, translate's plots): refused when an input is the folder itself or
-      a file of it that `owns`.
+      a file of it that `owns`, and when an output file is one of those.
 
     An output file may not be an output folder either. Nodes written in place (/dev/null, FIFOs,
     /dev/stdout) destroy nothing and are left out. A command reading stdin names it as an input
@@ -376,6 +376,8 @@ def check_outputs_vs_inputs(
                 refuse(opt, folder, f"is the {in_opt} input")
             if os.path.dirname(real_in) == real_folder and owns(os.path.basename(real_in)):
                 refuse(opt, folder, f"would overwrite the {in_opt} input {inp}")
-        for file_opt, _out, real_out in seen:
+        for file_opt, out, real_out in seen:
             if real_out == real_folder:
                 refuse(opt, folder, f"is also the {file_opt} output file")
+            if os.path.dirname(real_out) == real_folder and owns(os.path.basename(real_out)):
+                refuse(file_opt, out, f"is a file the {opt} folder writes")

@@ -145,6 +145,25 @@ def test_bad_checkpoints_give_one_clear_line(ckpt, tmp_path):
     assert "--alignments-file" in _error_line(run_cli(["translate", "-m", ckpt, "--alignments", "hard"]))
 
 
+def test_alignments_through_dev_stdout_into_stdout_and_an_output_among_the_plots_are_refused(ckpt, tmp_path):
+    """--alignments-file /dev/stdout mixed the alignments into the translations on stdout, and
+    an -o file named as a plot in the --plot-attention folder replaced that plot, exit 0."""
+    src = tmp_path / "in.txt"
+    src.write_text("the cat\n", encoding="utf-8")
+    args = ["translate", "-m", ckpt, "-i", str(src), "--alignments", "hard"]
+    mixed = run_cli([*args, "--alignments-file", "/dev/stdout"], process=True)
+    assert "-o and --alignments-file cannot both be stdout" in _error_line(mixed) and mixed.out == ""
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    (plots / "000001.png").write_bytes(b"PNG")
+    line = _error_line(run_cli(["translate", "-m", ckpt, "-i", str(src), "--plot-attention", str(plots), "-o",
+                                str(plots / "000001.png"), "--force"]))
+    assert "the -o output is a file the --plot-attention folder writes" in line
+    assert (plots / "000001.png").read_bytes() == b"PNG"
+    ok = run_cli(["translate", "-m", ckpt, "-i", str(src), "--plot-attention", str(plots), "-o", str(plots / "out.txt")])
+    assert ok.code == 0, ok.err
+
+
 def test_alignments_plots_and_unk_replacement_are_refused_for_a_model_without_attention(ckpt, tmp_path):
     """RNNencdec's all-zero weights became alignments of every target word to the first source
     word (and --replace-unk copied it), with exit 0; an ensemble with it too."""

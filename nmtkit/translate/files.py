@@ -49,6 +49,7 @@ def check_files(config: TranslateConfig, input_path: str | None, output_path: st
     start: the input exists, no output would be overwritten (without `force`), and
     --alignments and --alignments-file come together. Returns the three as files to open
     (`outputs.file_path`: None for a standard stream)."""
+    from nmtkit.output_nodes import is_stdout
     from nmtkit.outputs import STDIN, check_output, check_outputs_vs_inputs, file_path
     from nmtkit.translate.writers import is_plot_name
 
@@ -57,8 +58,9 @@ def check_files(config: TranslateConfig, input_path: str | None, output_path: st
     if alignments_file and not config.alignments:
         raise ConfigError("--alignments-file needs --alignments hard|soft")
     input_path, output_path = file_path(input_path, "-i"), file_path(output_path, "-o")
-    if alignments_file == "-" and output_path is None:
-        raise ConfigError("-o and --alignments-file cannot both be stdout: give one of them a file")
+    if alignments_file is not None and is_stdout(alignments_file) and is_stdout(output_path):
+        raise ConfigError("-o and --alignments-file cannot both be stdout (/dev/stdout, or the file stdout is "
+                          "redirected to, is stdout too): give one of them a file")
     alignments_file = file_path(alignments_file, "--alignments-file")
     if input_path and Path(input_path).is_dir():
         raise InputError("is a directory; give a file of sentences, one a line", input_path)
