@@ -345,10 +345,6 @@ def check_outputs_vs_inputs(
     Raises OutputError naming the output and its option, and the input and its option.
     """
     ins = _resolved(inputs)
-
-    def refuse(out_opt: str, out: str, why: str) -> None:
-        raise OutputError(f"the {out_opt} output {why}; nothing was written", out)
-
     seen: list[tuple[str, str, str]] = []
     for opt, out, real_out in _resolved(files):
         if writes_in_place(out):
@@ -356,28 +352,38 @@ def check_outputs_vs_inputs(
         out_exists = os.path.exists(out)
         for in_opt, inp, real_in in ins:
             if real_out == real_in and os.path.isdir(inp):
-                refuse(opt, out, f"is the {in_opt} input folder")
+                _refuse(opt, out, f"is the {in_opt} input folder")
             if out_exists and os.path.exists(inp) and _same_file(out, inp, real_out, real_in):
-                refuse(opt, out, f"is the same file as the {in_opt} input {inp}")
+                _refuse(opt, out, f"is the same file as the {in_opt} input {inp}")
         for other_opt, other, real_other in seen:
             if _same_file(out, other, real_out, real_other):
-                refuse(opt, out, f"is also the {other_opt} output")
+                _refuse(opt, out, f"is also the {other_opt} output")
         seen.append((opt, out, real_out))
     for opt, folder, real_folder in _resolved(replaced_dirs):
         for in_opt, inp, real_in in ins:
             if real_in == real_folder:
-                refuse(opt, folder, f"is the {in_opt} input")
+                _refuse(opt, folder, f"is the {in_opt} input")
             if is_inside(real_in, real_folder):
-                refuse(opt, folder, f"would replace the folder holding the {in_opt} input {inp}")
+                _refuse(opt, folder, f"would replace the folder holding the {in_opt} input {inp}")
     for opt, folder, owns in [(o, os.fspath(p), f) for o, p, f in folders if p is not None]:
-        real_folder = real_path(folder)
-        for in_opt, inp, real_in in ins:
-            if real_in == real_folder:
-                refuse(opt, folder, f"is the {in_opt} input")
-            if os.path.dirname(real_in) == real_folder and owns(os.path.basename(real_in)):
-                refuse(opt, folder, f"would overwrite the {in_opt} input {inp}")
-        for file_opt, out, real_out in seen:
-            if real_out == real_folder:
-                refuse(opt, folder, f"is also the {file_opt} output file")
-            if os.path.dirname(real_out) == real_folder and owns(os.path.basename(real_out)):
-                refuse(file_opt, out, f"is a file the {opt} folder writes")
+        _check_folder(opt, folder, owns, ins, seen)
+
+
+def _refuse(out_opt: str, out: str, why: str) -> None:
+    raise OutputError(f"the {out_opt} output {why}; nothing was written", out)
+
+
+def _check_folder(opt: str, folder: str, owns: Callable[[str], bool], ins: list[tuple[str, str, str]],
+                  files: list[tuple[str, str, str]]) -> None:
+    """`check_outputs_vs_inputs` for a folder written into, against the inputs and output files."""
+    real_folder = real_path(folder)
+    for in_opt, inp, real_in in ins:
+        if real_in == real_folder:
+            _refuse(opt, folder, f"is the {in_opt} input")
+        if os.path.dirname(real_in) == real_folder and owns(os.path.basename(real_in)):
+            _refuse(opt, folder, f"would overwrite the {in_opt} input {inp}")
+    for file_opt, out, real_out in files:
+        if real_out == real_folder:
+            _refuse(opt, folder, f"is also the {file_opt} output file")
+        if os.path.dirname(real_out) == real_folder and owns(os.path.basename(real_out)):
+            _refuse(file_opt, out, f"is a file the {opt} folder writes")
