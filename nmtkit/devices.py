@@ -21,19 +21,10 @@ def import_torch() -> Any:
     command first needs torch; once torch is imported it is only a lookup."""
     if "torch" in sys.modules:
         return sys.modules["torch"]
-    import signal
+    from nmtkit.interrupts import interrupts_blocked
 
-    held = {signal.SIGINT, signal.SIGTERM}
-    try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    except (AttributeError, ValueError, OSError):  # no pthread_sigmask here: import as it comes
+    with interrupts_blocked():
         import torch
-
-        return torch
-    try:
-        import torch
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
     return torch
 
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from nmtkit.checkpoint import CHECKPOINT_FORMAT
-from tests.conftest import TGT_WORDS, CliResult, make_checkpoint, run_cli
+from tests.conftest import REPO, TGT_WORDS, CliResult, make_checkpoint, run_cli
 
 LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat"]
 
@@ -162,6 +162,32 @@ def test_alignments_through_dev_stdout_into_stdout_and_an_output_among_the_plots
     assert (plots / "000001.png").read_bytes() == b"PNG"
     ok = run_cli(["translate", "-m", ckpt, "-i", str(src), "--plot-attention", str(plots), "-o", str(plots / "out.txt")])
     assert ok.code == 0, ok.err
+
+
+def test_a_sigterm_between_the_two_outputs_commits_leaves_both_new_never_a_mismatched_pair(ckpt, tmp_path):
+    """SIGTERM landing after --alignments-file was renamed into place and before -o was left the
+    new alignments beside the old translations (exit 143)."""
+    src, out, al = tmp_path / "in.txt", tmp_path / "p.txt", tmp_path / "p.al"
+    src.write_text("the cat\na dog\n", encoding="utf-8")
+    out.write_text("OLD-OUT\n")
+    al.write_text("OLD-AL\n")
+    code = ("import os, signal, sys\n"
+            "import nmtkit.outputs as o\n"
+            "real = o.Staged.commit\n"
+            "def commit(self, synced=False):\n"
+            "    real(self, synced)\n"
+            "    if self.path.endswith('.al'):\n"
+            "        os.kill(os.getpid(), signal.SIGTERM)\n"
+            "o.Staged.commit = commit\n"
+            "from nmtkit.cli import main\n"
+            "main(sys.argv[1:])\n")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-c", code, "translate", "-m", ckpt, "-i", str(src), "-o", str(out),
+                           "--alignments", "hard", "--alignments-file", str(al), "--force"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 143, proc.stderr
+    assert al.read_text() != "OLD-AL\n" and out.read_text() != "OLD-OUT\n"
+    assert len(out.read_text().splitlines()) == len(al.read_text().splitlines()) == 2
 
 
 def test_alignments_plots_and_unk_replacement_are_refused_for_a_model_without_attention(ckpt, tmp_path):

@@ -7,6 +7,8 @@ import multiprocessing as mp
 import signal
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
+from nmtkit.interrupts import interrupts_blocked
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -96,10 +98,5 @@ def _pool(workers: int, state: Any, prepare: Callable[[Any], Any] | None):
     (workers the pool adds later fork from its threads, created blocked) until the worker has
     the default action; this process's own block ends once the pool is made."""
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-    if not hasattr(signal, "pthread_sigmask"):
+    with interrupts_blocked(frozenset({signal.SIGTERM})):
         return ctx.Pool(workers, initializer=_start_worker, initargs=(state, prepare))
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    try:
-        return ctx.Pool(workers, initializer=_start_worker, initargs=(state, prepare))
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)

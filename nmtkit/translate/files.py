@@ -99,6 +99,7 @@ def translate_files(
     import contextlib
     import sys
 
+    from nmtkit.interrupts import interrupts_blocked
     from nmtkit.outputs import OutputFile
 
     align_stdout = alignments_file == "-"
@@ -112,4 +113,7 @@ def translate_files(
                           align_file.file if align_file else (sys.stdout if align_stdout else None),
                           config, flush_each=config.buffer_size == 1)
         stream = stack.enter_context(open(input_path, "rb")) if input_path else sys.stdin.buffer
-        return translate_stream(translator, read_lines(stream, translator.source_name), writers, config.buffer_size)
+        n = translate_stream(translator, read_lines(stream, translator.source_name), writers, config.buffer_size)
+        with interrupts_blocked():  # both files committed, or (a signal before) neither: never a mismatched pair
+            stack.close()
+        return n
