@@ -128,6 +128,13 @@ def abort_pending() -> None:
         staged.abort()
 
 
+def _temp_prefix(name: str, name_max: int = 255) -> str:
+    """`name.`, the start of the temp file written beside `name`, cut where the temp file's name
+    (8 random characters and ".tmp" follow) would pass the 255 bytes a file name may have."""
+    raw = os.fsencode(name)[: name_max - len(".12345678.tmp")]
+    return os.fsdecode(raw) + "."
+
+
 class Staged:
     """Where the bytes for `path` go now (`write_path`) and how they appear there (`commit`).
 
@@ -149,7 +156,7 @@ class Staged:
         self.target = target
         self.mode = _new_file_mode(target)
         folder, name = os.path.split(target)
-        fd, self.tmp = tempfile.mkstemp(prefix=name + ".", suffix=".tmp", dir=folder)
+        fd, self.tmp = tempfile.mkstemp(prefix=_temp_prefix(name), suffix=".tmp", dir=folder)
         try:  # the final mode, writable by us until the commit: a library reopens it by name to write
             os.fchmod(fd, self.mode | stat.S_IRUSR | stat.S_IWUSR)
         finally:

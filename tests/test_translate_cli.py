@@ -379,3 +379,14 @@ def test_the_outputs_an_earlier_command_of_the_process_gave_up_are_not_blamed_on
     proc.stdout.close()  # the reader is gone before the first line
     _, err = proc.communicate(("Hello, world.\n" * 20000).encode(), timeout=120)
     assert proc.returncode == 0 and b"earlier.txt" not in err, err
+
+
+def test_an_output_name_of_the_longest_length_a_file_name_may_have_is_written(ckpt, tmp_path):
+    """The temp file beside it took the name plus 13 characters: names from ~243 bytes failed
+    with "File name too long", naming the temp file, after the model had loaded."""
+    for name in ("x" * 255, "é" * 127):
+        out = tmp_path / name
+        proc = run_cli(["translate", "-m", ckpt, "-o", str(out)], "the cat\n")
+        assert proc.code == 0, proc.err
+        assert out.read_text(encoding="utf-8").count("\n") == 1
+    assert sorted(len(os.fsencode(p.name)) for p in tmp_path.iterdir()) == [254, 255]
