@@ -1,6 +1,7 @@
 """`nmtkit serve` as a real process: loopback by default, graceful stop, same output as `nmtkit translate`."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -54,6 +55,27 @@ def test_signal_stops_accepting_finishes_the_request_in_flight_and_exits_0(ckpt,
 
     expected = Translator(TranslateConfig(models=(ckpt,), beam=3, max_len_a=1, max_len_b=3)).translate(LINES)
     assert [t["text"] for t in answer["translations"]] == expected
+
+
+def test_a_second_ctrl_c_stops_at_once_a_server_finishing_its_requests(ckpt):
+    """The first signal lets the requests in flight finish (up to a minute); a second was ignored."""
+    # the lone request waits --batch-delay-ms for company: 10 s in flight unless the second signal ends it
+    with ServerProcess("-m", ckpt, *DECODE, "--batch-delay-ms", "10000") as server:
+        def post() -> None:
+            with contextlib.suppress(OSError):  # the server is stopped before it answers
+                server.post("/translate", {"text": LINES})
+
+        client = threading.Thread(target=post, daemon=True)
+        client.start()
+        time.sleep(0.6)
+        server.proc.send_signal(signal.SIGINT)
+        time.sleep(1.0)
+        assert server.proc.poll() is None, "the request in flight did not hold the stop: nothing to test"
+        t0 = time.monotonic()
+        server.proc.send_signal(signal.SIGINT)
+        status, stderr = server.stop(send=False, timeout=30)
+    assert time.monotonic() - t0 < 5 and status == 130, stderr
+    assert "Ctrl-C again stops at once" in stderr and "Traceback" not in stderr
 
 
 def test_served_translations_equal_nmtkit_translate_through_both_routes(ckpt):

@@ -345,8 +345,9 @@ def server_url(host: str, port: int) -> str:
 
 async def serve(translator: Translator, config: ServeConfig, announce: Callable[[str], None],
                 log_line: Callable[[str], None] | None = None, thread: DecodeThread | None = None) -> None:
-    """Serve until SIGTERM or SIGINT, then stop accepting, finish the requests in flight, return.
-    `thread`: the `DecodeThread` the translator was loaded on."""
+    """Serve until SIGTERM or SIGINT, then stop accepting, finish the requests in flight, return;
+    a second SIGINT or SIGTERM meanwhile acts as it would without the server (KeyboardInterrupt,
+    the default end). `thread`: the `DecodeThread` the translator was loaded on."""
     app = make_app(translator, config, log_line, thread)
     runner = make_runner(app, config, log_line)
     await runner.setup()
@@ -365,7 +366,9 @@ async def serve(translator: Translator, config: ServeConfig, announce: Callable[
                      "server, which has no authentication (--host 127.0.0.1 keeps it to this machine)")
         announce(f"serving {model_name(translator)} on {server_url(host, port)} (Ctrl-C or SIGTERM stops)")
         await stop.wait()
-        announce("stopping: no new requests; finishing those in flight")
+        for sig in (signal.SIGTERM, signal.SIGINT):  # a second signal acts at once (a stalled client may hold the stop)
+            loop.remove_signal_handler(sig)
+        announce("stopping: no new requests; finishing those in flight (Ctrl-C again stops at once)")
     finally:
         await runner.cleanup()
         for sig in (signal.SIGTERM, signal.SIGINT):
