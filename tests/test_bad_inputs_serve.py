@@ -48,6 +48,8 @@ def _get(path: str, host: str = "{host}", extra: str = "") -> bytes:
 
 SURROGATE = b'{"text": ["x \\ud800 y"]}'
 DEEP = b"[" * 100_000 + b"]" * 100_000
+HUGE_BEAM = b'{"text": ["a"], "beam": ' + b"9" * 5000 + b"}"  # Python parses no int over 4300 digits
+HUGE_ID = b'[{"src": "a", "id": ' + b"9" * 5000 + b"}]"
 
 
 @dataclass
@@ -65,6 +67,8 @@ ROWS = [
     HttpRow("lone-surrogate-onmt", _post("/translator/translate", b'[{"src": "x \\udfff y", "id": 1}]'), 400,
             "lone surrogate"),
     HttpRow("json-nested-100000-deep", _post("/translate", DEEP), 400, "nested too deeply"),
+    HttpRow("integer-of-5000-digits-translate", _post("/translate", HUGE_BEAM), 400, "more than 4300 digits"),
+    HttpRow("integer-of-5000-digits-onmt", _post("/translator/translate", HUGE_ID), 400, "more than 4300 digits"),
     HttpRow("negative-content-length", b"POST /translate HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json"
             b"\r\nContent-Length: -5\r\n\r\n{}", 400, "malformed HTTP request", logs=1),
     HttpRow("duplicate-content-length", b"POST /translate HTTP/1.1\r\nHost: {host}\r\nContent-Length: 2\r\n"

@@ -8,6 +8,7 @@ own settings: a request's beam is at most the server's `--beam`, and its n-best 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +66,8 @@ def parse_json_body(body: bytes, limits: Limits) -> Any:
         raise RequestError(f"malformed JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
     except RecursionError:
         raise RequestError("malformed JSON: nested too deeply") from None
+    except ValueError:  # Python refuses to convert integers over sys.get_int_max_str_digits() digits
+        raise RequestError(f"malformed JSON: an integer of more than {sys.get_int_max_str_digits()} digits") from None
 
 
 def _int_option(obj: dict, name: str, default: int, lowest: int, highest: int, limit_name: str) -> int:
