@@ -260,6 +260,9 @@ def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False,
         raise CheckpointError(f"checkpoint lacks field {err}", str(path)) from None
     except ConfigError as err:  # an unknown architecture, a config key or value it does not take
         raise CheckpointError(str(err), str(path)) from None
+    if prepare is not None:  # assign keeps the file's dtypes: a float16 file's weights become float32 here
+        own = model.state_dict()
+        state = {k: v.to(own[k].dtype) if k in own and v.dtype != own[k].dtype else v for k, v in state.items()}
     try:
         model.load_state_dict(state, assign=prepare is not None)
     except RuntimeError as err:  # the model's tensors disagree with its config: missing, extra or resized
@@ -369,10 +372,9 @@ def _lexicon_of(ckpt: dict[str, Any], n_src: int, n_tgt: int, path: str) -> Any:
 def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bool = False,
                 prepare: Callable[[Any], Any] | None = None) -> ModelBundle:
     """The models of `paths` on `device` (`fuse_steps` as in `build_model`, `prepare` as in
-    `load_model`) with the first
-    checkpoint's vocabularies, text pipeline and lexicon. Several paths must be compatible as an
-    ensemble (`nmtkit.decode.ensemble.check_compatible`); a missing or broken checkpoint, or
-    one that cannot join the others, is a CheckpointError naming its file."""
+    `load_model`) with the first checkpoint's vocabularies, text pipeline and lexicon. Several
+    paths must be compatible as an ensemble (`nmtkit.decode.ensemble.check_compatible`); a
+    missing or broken checkpoint, or one that cannot join the others, is a CheckpointError naming its file."""
     from nmtkit.decode.ensemble import check_compatible
     from nmtkit.text.vocab import Vocab
 

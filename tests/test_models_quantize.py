@@ -180,6 +180,25 @@ def test_int8_translation_agrees_with_fp32_through_the_api(tmp_path):
         assert a.score == pytest.approx(b.score, abs=0.05)
 
 
+def test_a_checkpoint_of_fp16_weights_decodes_in_int8_with_float32_weights_as_fp32_does(tmp_path):
+    """A checkpoint may store its weights in float16: int8 decoding gives the layers it keeps
+    float the float32 weights the other precisions load, and translates as fp32 does."""
+    import nmtkit
+
+    ckpt = torch.load(make_checkpoint(tmp_path / "m.pt"), weights_only=True)
+    ckpt["model_state"] = {k: v.half() for k, v in ckpt["model_state"].items()}
+    torch.save(ckpt, tmp_path / "half.pt")
+    lines = ["the cat sat on a mat .", "a dog ran in the park", "the big red house"]
+    fp32 = nmtkit.load(tmp_path / "half.pt", device="cpu", beam=3, precision="fp32")
+    int8 = nmtkit.load(tmp_path / "half.pt", device="cpu", beam=3, precision="int8")
+    assert is_quantized(int8.models[0].W_o)
+    assert {t.dtype for t in int8.models[0].state_dict().values() if t.is_floating_point()} == {torch.float32}
+    ref, got = fp32.generate(lines), int8.generate(lines)
+    assert [r.text for r in got] == [r.text for r in ref]
+    for a, b in zip(got, ref):
+        assert a.score == pytest.approx(b.score, abs=0.05)
+
+
 def test_int8_on_cuda_is_refused_before_any_model_is_loaded(tmp_path, monkeypatch):
     import nmtkit.translate.translator as translator_mod
     from nmtkit.translate.config import TranslateConfig
