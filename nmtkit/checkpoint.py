@@ -16,8 +16,7 @@ A checkpoint is a dict of primitives and tensors only, loadable with `weights_on
   ...training state (optimizer, step, rng, data position, best score) as the trainer needs.
   averaged_from   list of {"path", "update"}: only in a checkpoint `nmtkit average` wrote (the
                   mean of those checkpoints' parameters; no optimiser state, so not resumable)
-`make_checkpoint` builds this dict (the trainer and the test fixtures alike) and
-`load_checkpoint` reads it back;
+`make_checkpoint` builds this dict (the trainer and the test fixtures alike) and `load_checkpoint` reads it back.
 
 Word lists on disk (format 2): the vocabularies and the truecasing model's lists of best forms
 (pipeline["truecase"]["src" | "tgt"]) are each written as one string, their words joined by
@@ -162,8 +161,9 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = Fa
     path = Path(path)
     if path.is_dir():
         raise CheckpointError("is a directory, not a checkpoint file (e.g. RUN/checkpoint_best.pt)", str(path))
-    if not path.is_file():
-        raise CheckpointError("checkpoint not found", str(path))
+    if not path.is_file():  # a device or a FIFO: reading it could block or never end
+        raise CheckpointError("is not a regular file, so not a checkpoint" if path.exists() else "checkpoint not found",
+                              str(path))
     with open(path, "rb") as f:
         if f.read(4) != b"PK\x03\x04":  # torch.save writes a zip archive; anything else is not read at all
             raise CheckpointError("not an nmtkit checkpoint: it is not a torch checkpoint (no zip archive); it was "

@@ -337,7 +337,17 @@ ROWS = [
     Row("train-precision-int8-is-for-decoding", lambda w: _train(w, w.tmp / "run-int8", "--precision", "int8"),
         needles=("--precision int8", "decoding")),
     Row("translate-precision-int8", lambda w: _translate(w, "--precision", "int8", "--device", "cpu"), ok=True),
+    Row("translate-m-char-device-is-named-not-a-regular-file", lambda w: ["translate", "-m", "/dev/zero"],
+        needles=("/dev/zero", "not a regular file"), absent=("not found",)),
+    Row("translate-m-fifo-is-named-not-a-regular-file", lambda w: ["translate", "-m", str(_fifo(w))],
+        needles=("model-fifo.pt", "not a regular file"), absent=("not found",)),
 ]
+
+
+def _fifo(w: World) -> Path:
+    """A FIFO with a checkpoint's name, which nothing writes to: opening it would block."""
+    os.mkfifo(w.tmp / "model-fifo.pt")
+    return w.tmp / "model-fifo.pt"
 
 
 def _other_vocab_ckpt(w: World) -> Path:
