@@ -119,9 +119,7 @@ def sacrebleu_score(metric: str, hyps: list[str], refs: list[list[str]], tokeniz
     """The metric straight from sacrebleu's functional API."""
     if metric == "bleu":
         return sacrebleu.corpus_bleu(hyps, refs, tokenize=tokenize, lowercase=lowercase).score
-    low = str.lower if lowercase else str
-    hyps, refs = [low(h) for h in hyps], [[low(r) for r in rs] for rs in refs]
-    return {"chrf": sacrebleu.corpus_chrf, "ter": sacrebleu.corpus_ter}[metric](hyps, refs).score
+    return {"chrf": sacrebleu.corpus_chrf, "ter": sacrebleu.corpus_ter}[metric](hyps, refs).score  # -lc is BLEU's
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,6 +159,19 @@ def test_scores_equal_direct_sacrebleu_calls(files, args, stdin, systems, refs, 
             assert got[metric]["score"] == pytest.approx(want, abs=1e-4), metric
             assert all(f"|{f}" in "|" + got[metric]["signature"] for f in fields), got[metric]["signature"]
         assert 0 < got["bleu"]["score"] <= 100
+
+
+def test_lowercase_makes_bleu_case_insensitive_and_leaves_chrf_case_sensitive_as_sacrebleu_lc(files):
+    """sacrebleu's -lc is BLEU's option; its chrF has its own (--chrf-lowercase)."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    got = by_metric(score_json(["--hyp", "{upper}", "--ref", "{ref}", "-lc", "--metrics", "bleu,chrf"],
+                               files)["systems"][0]["scores"])
+    assert got["bleu"]["score"] == pytest.approx(BLEU(lowercase=True).corpus_score(UPPER, [REF]).score, abs=1e-4)
+    chrf = CHRF().corpus_score(UPPER, [REF]).score
+    assert chrf != pytest.approx(CHRF(lowercase=True).corpus_score(UPPER, [REF]).score, abs=1)  # case matters here
+    assert got["chrf"]["score"] == pytest.approx(chrf, abs=1e-4)
+    assert "case:lc" in got["bleu"]["signature"] and "lc" not in got["chrf"]["signature"]
 
 
 @pytest.mark.slow

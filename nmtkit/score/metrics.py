@@ -63,8 +63,8 @@ class MetricScore:
 def make_metric(key: str, tokenize: str | None = None, lowercase: bool = False):
     """A fresh sacrebleu metric object for "bleu", "chrf" or "ter".
 
-    `tokenize` and `lowercase` apply to BLEU (and `lowercase` to chrF) as in sacrebleu's CLI;
-    TER keeps sacrebleu's defaults (it is case-insensitive by default). BLEU is made with
+    `tokenize` and `lowercase` apply to BLEU only, as sacrebleu's -tok and -lc do; chrF and
+    TER keep sacrebleu's defaults (chrF case-sensitive, TER case-insensitive). BLEU is made with
     sacrebleu's `force`: its check for tokenised hypotheses (three lines on stderr) is
     `corpus_scores`' one-line warning here.
     """
@@ -78,7 +78,7 @@ def make_metric(key: str, tokenize: str | None = None, lowercase: bool = False):
             reason = " ".join(str(err).split()) or type(err).__name__
             raise ConfigError(f"cannot use BLEU tokenizer {tokenize!r}: {reason}") from None
     if key == "chrf":
-        return CHRF(lowercase=lowercase)
+        return CHRF()
     if key == "ter":
         return TER()
     raise ConfigError(f"unknown metric {key!r}; choose from {', '.join(METRICS)}")

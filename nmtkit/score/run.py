@@ -81,7 +81,7 @@ class ScoreOptions:
     tokenize: str | None = option(None, names=("--tokenize", "-tok"), choices=BLEU_TOKENIZERS, shown_default="13a",
                                   help="sacrebleu BLEU tokeniser.")
     lowercase: bool = option(False, names=("--lowercase", "-lc"),
-                             help="Case-insensitive BLEU and chrF (as sacrebleu -lc).")
+                             help="Case-insensitive BLEU (as sacrebleu -lc); chrF stays case-sensitive.")
     as_json: bool = option(False, names=("--json",), help="Write one JSON object on stdout instead of text.")
     paper_bleu: bool = option(
         False, help="Also the BLEU of the 2014-15 papers: multi-bleu.perl on Moses-tokenised, case-sensitive text.")
