@@ -218,6 +218,22 @@ def test_invalid_utf8_input_names_the_line(ckpt, tmp_path):
     assert not (tmp_path / "o.txt").exists()
 
 
+def test_a_gz_input_is_gunzipped_as_the_other_commands_do_and_a_damaged_one_named_in_one_line(ckpt, tmp_path):
+    import gzip
+
+    text = ("\n".join(LINES) + "\n").encode()
+    (tmp_path / "in.txt").write_bytes(text)
+    (tmp_path / "in.txt.gz").write_bytes(gzip.compress(text))
+    (tmp_path / "cut.txt.gz").write_bytes(gzip.compress(text * 50)[:-30])
+    args = ["translate", "-m", ckpt, "--beam", "2", "--max-len-b", "3", "-i"]
+    plain, gz = run_cli([*args, str(tmp_path / "in.txt")]), run_cli([*args, str(tmp_path / "in.txt.gz")])
+    assert plain.code == 0 and gz.code == 0, gz.err
+    assert gz.out == plain.out and gz.out.count("\n") == len(LINES)
+    cut = _error_line(run_cli([*args, str(tmp_path / "cut.txt.gz"), "-o", str(tmp_path / "out.txt")]))
+    assert "cut.txt.gz" in cut and "gzip" in cut
+    assert not (tmp_path / "out.txt").exists()
+
+
 def test_help_documents_the_nbest_and_alignment_formats():
     proc = run_cli(["translate", "--help"], process=True)
     assert proc.code == 0

@@ -1,7 +1,8 @@
 """Reading text corpora: UTF-8 lines with `file:line` errors, line counts and checksums.
 
 Every reader here streams (one line at a time) so a corpus of any size costs no memory. A
-file whose name ends in .gz is gunzipped on the fly (preprocess and select-data read both);
+file whose name ends in .gz is gunzipped on the fly (preprocess, select-data, score and
+translate read both);
 gzip or binary bytes in a file given as plain text are refused with one clear line.
 Lines end at `\\n` only (a stray `\\r` or U+2028 inside a line does not split it), so line
 numbers agree with `wc -l` and with the parallel file. A UTF-8 byte order mark at the start of
@@ -106,7 +107,7 @@ def read_blocks(path: str | Path, block_size: int = 1 << 22) -> Iterator[bytes]:
             try:
                 block = f.read(block_size)
             except (OSError, EOFError, zlib.error) as err:
-                raise _read_error(err, path) from None
+                raise read_error(err, path) from None
             if not block:
                 break
             check_text_block(block, path, offset)
@@ -114,7 +115,7 @@ def read_blocks(path: str | Path, block_size: int = 1 << 22) -> Iterator[bytes]:
             yield block
 
 
-def _read_error(err: BaseException, path: str | Path) -> InputError:
+def read_error(err: BaseException, path: str | Path) -> InputError:
     """What a failed read of a corpus file says (gzip reports a damaged file as an EOFError,
     a zlib.error or an OSError without a file name)."""
     return InputError(f"cannot read (corrupt or truncated gzip?): {err}", str(path))
@@ -178,7 +179,7 @@ def read_lines(path: str | Path) -> Iterator[str]:
             except StopIteration:
                 return
             except (OSError, EOFError, zlib.error) as err:
-                raise _read_error(err, path) from None
+                raise read_error(err, path) from None
             yield line
 
 

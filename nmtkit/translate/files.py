@@ -2,12 +2,14 @@
 and `translate_files`, the whole command without its option parsing."""
 from __future__ import annotations
 
+import gzip
+import zlib
 from pathlib import Path
 from typing import IO, Callable, Iterable, Iterator
 
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.outputs import check_output_dir
-from nmtkit.text.io import stream_lines
+from nmtkit.text.io import open_input, read_error, stream_lines
 from nmtkit.translate.config import TranslateConfig
 from nmtkit.translate.translator import Translator
 from nmtkit.translate.writers import Writers
@@ -16,8 +18,12 @@ from nmtkit.translate.writers import Writers
 def read_lines(stream: IO[bytes], name: str) -> Iterator[tuple[int, str]]:
     """(line number from 1, text without newline), line by line as they arrive (a terminal or a
     pipe is answered without waiting for more input). Invalid UTF-8 and NUL bytes are an
-    InputError naming the line (`nmtkit.text.io`, which also drops a UTF-8 byte order mark)."""
-    yield from enumerate(stream_lines(stream, name), 1)
+    InputError naming the line (`nmtkit.text.io`, which also drops a UTF-8 byte order mark), and
+    so is a damaged .gz file (`open_input` gunzips one)."""
+    try:
+        yield from enumerate(stream_lines(stream, name), 1)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        raise read_error(err, name) from None
 
 
 def translate_stream(
@@ -112,7 +118,7 @@ def translate_files(
         writers = Writers(out_file.file if out_file else sys.stdout,
                           align_file.file if align_file else (sys.stdout if align_stdout else None),
                           config, flush_each=config.buffer_size == 1)
-        stream = stack.enter_context(open(input_path, "rb")) if input_path else sys.stdin.buffer
+        stream = stack.enter_context(open_input(input_path)) if input_path else sys.stdin.buffer
         n = translate_stream(translator, read_lines(stream, translator.source_name), writers, config.buffer_size)
         with interrupts_blocked():  # both files committed, or (a signal before) neither: never a mismatched pair
             stack.close()
