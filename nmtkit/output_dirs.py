@@ -69,18 +69,22 @@ def glob_escape(name: str) -> str:
 
 def check_replaceable_dir(path: str | Path, owned: Callable[[str], bool], what: str) -> None:
     """`--force` replaces the folder `path` only when it holds nothing but what nmtkit wrote
-    there: `owned(relative path)` says which files those are. Otherwise OutputError naming a
-    file that replacing it would have deleted."""
+    there: `owned(relative path)` says which files those are (an empty folder counts as a
+    file: one nmtkit did not write is the user's). Otherwise OutputError naming a file or
+    folder that replacing it would have deleted."""
     root = Path(path)
     if not root.is_dir():
         return
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
-        for name in sorted(filenames) + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+        names = sorted(filenames) + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+        if not dirnames and not filenames and os.path.normpath(dirpath) != os.path.normpath(root):
+            names.append("")  # the empty folder itself
+        for name in names:
             rel = os.path.relpath(os.path.join(dirpath, name), root)
             if not owned(rel):
                 raise OutputError(f"--force would delete {rel}, which nmtkit did not write there: refusing to "
-                                  f"replace the {what}; move that file or choose another destination", str(root))
+                                  f"replace the {what}; move it or choose another destination", str(root))
 
 
 # ---- one process per directory ------------------------------------------------------------------

@@ -1,0 +1,31 @@
+"""`nmtkit preprocess --dest`: where the data directory lands (symlinks, the current folder),
+what a failed run leaves (nothing), what --force may delete, and names that are not UTF-8."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from nmtkit.preprocess import preprocess
+from nmtkit.train.data import DataDir
+from tests.conftest import run_cli
+from tests.test_preprocess import _assert_clean_failure, _base_args, _config, _corpus, _no_leftovers, _write
+
+
+@pytest.fixture()
+def corpus(tmp_path: Path) -> dict:
+    """Clean train, valid and test files in tmp_path."""
+    return {"train": _write(tmp_path / "train", *_corpus(40)), "valid": _write(tmp_path / "valid", *_corpus(10, 100)),
+            "test": _write(tmp_path / "test", *_corpus(7, 200)), "tmp": tmp_path}
+
+
+def test_force_refuses_to_delete_an_empty_folder_of_the_user_in_dest(corpus):
+    dest = corpus["tmp"] / "data"
+    preprocess(_config(corpus, dest))
+    (dest / "mynotes" / "inner").mkdir(parents=True)
+    proc = run_cli(["preprocess", *_base_args(corpus, dest), "--force"])
+    _assert_clean_failure(proc, str(dest), "mynotes")
+    assert (dest / "mynotes" / "inner").is_dir()
