@@ -22,6 +22,21 @@ def corpus(tmp_path: Path) -> dict:
             "test": _write(tmp_path / "test", *_corpus(7, 200)), "tmp": tmp_path}
 
 
+def test_input_names_that_are_not_utf8_are_recorded_so_that_train_finds_the_dev_references(corpus):
+    tmp = corpus["tmp"]
+    for split in ("train", "valid"):
+        for lang in ("en", "fr"):
+            shutil.copy(f"{corpus[split]}.{lang}", os.fsdecode(os.fsencode(str(tmp / split)) + b"\xff." + lang.encode()))
+    c = {**corpus, "train": os.fsdecode(os.fsencode(str(tmp / "train")) + b"\xff"),
+         "valid": os.fsdecode(os.fsencode(str(tmp / "valid")) + b"\xff")}
+    dest = Path(os.fsdecode(os.fsencode(str(tmp / "data")) + b"\xfe"))
+    proc = run_cli(["preprocess", *_base_args(c, dest)])
+    assert proc.code == 0, proc.err
+    assert json.loads((dest / "manifest.json").read_text(encoding="utf-8"))["splits"]["valid"]["prefix"] == c["valid"]
+    fr = Path(f"{corpus['valid']}.fr").read_text(encoding="utf-8").splitlines()
+    assert DataDir.open(dest).raw_references("valid") == fr
+
+
 def test_force_refuses_to_delete_an_empty_folder_of_the_user_in_dest(corpus):
     dest = corpus["tmp"] / "data"
     preprocess(_config(corpus, dest))

@@ -162,9 +162,7 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
         shutil.rmtree(work)
         manifest["files"] = sorted([str(p.relative_to(tmp)) for p in tmp.rglob("*") if not p.is_dir()]
                                    + ["manifest.json"])
-        with open(tmp / "manifest.json", "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=1, ensure_ascii=False)
-            f.write("\n")
+        _write_manifest(tmp / "manifest.json", manifest)
         _install(tmp, dest, config.force)
     except OSError as err:  # disk full, permissions...: a user-facing error, not a traceback
         shutil.rmtree(tmp, ignore_errors=True)
@@ -174,6 +172,17 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest
+
+
+def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
+    """manifest.json as readable UTF-8; where a file name is not UTF-8 (Python holds its bytes as
+    lone surrogates, which UTF-8 cannot encode) as ASCII JSON, whose escapes read back as the same
+    name (train finds the dev references by it)."""
+    try:
+        data = json.dumps(manifest, indent=1, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        data = json.dumps(manifest, indent=1).encode("ascii")
+    path.write_bytes(data + b"\n")
 
 
 
