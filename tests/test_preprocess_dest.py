@@ -22,6 +22,22 @@ def corpus(tmp_path: Path) -> dict:
             "test": _write(tmp_path / "test", *_corpus(7, 200)), "tmp": tmp_path}
 
 
+def test_a_dest_given_as_a_symlink_fills_the_directory_it_points_to(corpus):
+    big = corpus["tmp"] / "big"
+    big.mkdir()
+    link = corpus["tmp"] / "data"
+    link.symlink_to(big)
+    proc = run_cli(["preprocess", *_base_args(corpus, link)])
+    assert proc.code == 0, proc.err
+    assert link.is_symlink() and (big / "manifest.json").is_file()
+    assert "delete it by hand" not in proc.err
+    _no_leftovers(corpus["tmp"])
+    proc = run_cli(["preprocess", *_base_args(corpus, link), "--force"])  # replaced: the link still points there
+    assert proc.code == 0, proc.err
+    assert link.is_symlink() and (big / "manifest.json").is_file()
+    _no_leftovers(corpus["tmp"])
+
+
 def test_input_names_that_are_not_utf8_are_recorded_so_that_train_finds_the_dev_references(corpus):
     tmp = corpus["tmp"]
     for split in ("train", "valid"):

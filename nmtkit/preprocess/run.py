@@ -19,7 +19,7 @@ from nmtkit.data.binarized import SplitWriter
 from nmtkit.data.manifest import new_manifest, owned_files
 from nmtkit.errors import InputError, OutputError, OutputExistsError
 from nmtkit.output_dirs import check_replaceable_dir, clean_stale_temp_dirs, make_temp_dir
-from nmtkit.outputs import check_outputs_vs_inputs
+from nmtkit.outputs import check_outputs_vs_inputs, real_path
 from nmtkit.preprocess.config import PreprocessConfig
 from nmtkit.preprocess.learn import SIDES, learn, word_ids
 from nmtkit.preprocess.workers import (
@@ -42,6 +42,17 @@ log = logging.getLogger("nmtkit.preprocess")
 
 ProgressFn = Callable[[str, int, "int | None"], None]
 """progress(stage, done, total): called with done=0 when a stage starts, then as it advances."""
+
+
+def _dest_path(dest: str) -> Path:
+    """The folder --dest names, as preprocess writes it: a symlink to a folder is followed (that
+    folder receives the data and the link stays)."""
+    path = Path(dest)
+    if path.is_symlink():
+        if not path.is_dir():
+            raise OutputError("is a symlink that leads to no folder; choose another --dest", dest)
+        path = Path(real_path(path))
+    return path
 
 
 def _check_dest(dest: Path, force: bool) -> None:
@@ -142,7 +153,7 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
         raise TypeError(f"preprocess takes a PreprocessConfig, not {type(config).__name__}")
     base = config.base_pipeline()  # a bad --protect fails before anything is read or written
     report: ProgressFn = progress or (lambda stage, done, total: None)
-    dest = Path(config.dest)
+    dest = _dest_path(config.dest)
     _check_outputs(config)
     _check_dest(dest, config.force)
 
