@@ -53,6 +53,17 @@ def test_input_names_that_are_not_utf8_are_recorded_so_that_train_finds_the_dev_
     assert DataDir.open(dest).raw_references("valid") == fr
 
 
+def test_a_dest_naming_the_current_folder_is_refused_before_any_work(corpus, monkeypatch):
+    here = corpus["tmp"] / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    for dest in (".", str(here), "./"):
+        proc = run_cli(["preprocess", *_base_args(corpus, dest)])
+        _assert_clean_failure(proc, "current folder")
+        assert list(here.iterdir()) == []
+        _no_leftovers(corpus["tmp"])
+
+
 def test_force_refuses_to_delete_an_empty_folder_of_the_user_in_dest(corpus):
     dest = corpus["tmp"] / "data"
     preprocess(_config(corpus, dest))

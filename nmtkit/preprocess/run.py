@@ -19,7 +19,7 @@ from nmtkit.data.binarized import SplitWriter
 from nmtkit.data.manifest import new_manifest, owned_files
 from nmtkit.errors import InputError, OutputError, OutputExistsError
 from nmtkit.output_dirs import check_replaceable_dir, clean_stale_temp_dirs, make_temp_dir
-from nmtkit.outputs import check_outputs_vs_inputs, real_path
+from nmtkit.outputs import check_outputs_vs_inputs, is_inside, real_path
 from nmtkit.preprocess.config import PreprocessConfig
 from nmtkit.preprocess.learn import SIDES, learn, word_ids
 from nmtkit.preprocess.workers import (
@@ -46,12 +46,17 @@ ProgressFn = Callable[[str, int, "int | None"], None]
 
 def _dest_path(dest: str) -> Path:
     """The folder --dest names, as preprocess writes it: a symlink to a folder is followed (that
-    folder receives the data and the link stays)."""
+    folder receives the data and the link stays). The current folder, or one holding it, is refused:
+    the data directory is built beside --dest and renamed into place, which would leave the shell
+    in a deleted folder."""
     path = Path(dest)
     if path.is_symlink():
         if not path.is_dir():
             raise OutputError("is a symlink that leads to no folder; choose another --dest", dest)
         path = Path(real_path(path))
+    if is_inside(real_path(os.getcwd()), real_path(path)):
+        raise OutputError("is the current folder or holds it, which preprocess would replace; give the name of "
+                          "a folder to create, e.g. --dest data", dest)
     return path
 
 
