@@ -37,6 +37,24 @@ def make_temp_dir(dest: str | Path) -> Path:
     return tmp
 
 
+def make_parents(path: str | Path) -> list[Path]:
+    """Create the missing folders above `path`; returns those created, the outermost first, for
+    `remove_folders` to take back when the run fails."""
+    missing = [p for p in Path(path).absolute().parents if not p.exists()]
+    for p in reversed(missing):
+        p.mkdir()
+    return list(reversed(missing))
+
+
+def remove_folders(created: list[Path]) -> None:
+    """Remove the folders `make_parents` created, innermost first, as far as they are empty."""
+    for p in reversed(created):
+        try:
+            p.rmdir()
+        except OSError:
+            return
+
+
 def clean_stale_temp_dirs(dest: str | Path, warn: Callable[[str], None]) -> list[Path]:
     """Remove the `DEST.tmp-*` directories left by a killed run of this host (their pid is
     dead); `warn` about the others (another host's, a live process's, an old name). Returns

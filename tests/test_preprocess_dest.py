@@ -64,6 +64,13 @@ def test_a_dest_naming_the_current_folder_is_refused_before_any_work(corpus, mon
         _no_leftovers(corpus["tmp"])
 
 
+def test_a_failed_run_leaves_no_parent_folder_it_created(corpus):
+    dest = corpus["tmp"] / "a" / "b" / "data"
+    proc = run_cli(["preprocess", *_base_args(corpus, dest), "--max-len", "1"])
+    _assert_clean_failure(proc, "no training pairs left")
+    assert not (corpus["tmp"] / "a").exists()
+
+
 def test_force_refuses_to_delete_an_empty_folder_of_the_user_in_dest(corpus):
     dest = corpus["tmp"] / "data"
     preprocess(_config(corpus, dest))

@@ -18,7 +18,13 @@ from nmtkit import __version__
 from nmtkit.data.binarized import SplitWriter
 from nmtkit.data.manifest import new_manifest, owned_files
 from nmtkit.errors import InputError, OutputError, OutputExistsError
-from nmtkit.output_dirs import check_replaceable_dir, clean_stale_temp_dirs, make_temp_dir
+from nmtkit.output_dirs import (
+    check_replaceable_dir,
+    clean_stale_temp_dirs,
+    make_parents,
+    make_temp_dir,
+    remove_folders,
+)
 from nmtkit.outputs import check_outputs_vs_inputs, is_inside, real_path
 from nmtkit.preprocess.config import PreprocessConfig
 from nmtkit.preprocess.learn import SIDES, learn, word_ids
@@ -163,12 +169,14 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
     _check_dest(dest, config.force)
 
     inputs, line_counts = _check_inputs(config, base, report)
+    created: list[Path] = []  # the folders above dest this run made, removed again if it fails
     try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        created = make_parents(dest)
         for stale in clean_stale_temp_dirs(dest, log.warning):
             log.warning("removed %s, left by an interrupted run", stale)
         tmp = make_temp_dir(dest)
     except OSError as err:
+        remove_folders(created)
         raise OutputError(f"cannot create the data directory here: {err.strerror}", str(dest)) from None
     try:
         work = tmp / "work"
@@ -182,10 +190,12 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
         _install(tmp, dest, config.force)
     except OSError as err:  # disk full, permissions...: a user-facing error, not a traceback
         shutil.rmtree(tmp, ignore_errors=True)
+        remove_folders(created)
         raise OutputError(f"cannot write the data directory: {err.strerror or err}",
                           err.filename or str(dest)) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        remove_folders(created)
         raise
     return manifest
 
