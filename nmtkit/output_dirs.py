@@ -39,11 +39,18 @@ def make_temp_dir(dest: str | Path) -> Path:
 
 def make_parents(path: str | Path) -> list[Path]:
     """Create the missing folders above `path`; returns those created, the outermost first, for
-    `remove_folders` to take back when the run fails."""
-    missing = [p for p in Path(path).absolute().parents if not p.exists()]
-    for p in reversed(missing):
-        p.mkdir()
-    return list(reversed(missing))
+    `remove_folders` to take back when the run fails. One that another process creates meanwhile
+    (two runs of a parallel make into the same new folder) is used, not counted as created."""
+    created = []
+    for p in reversed([p for p in Path(path).absolute().parents if not p.exists()]):
+        try:
+            p.mkdir()
+        except FileExistsError:
+            if not p.is_dir():
+                raise
+            continue
+        created.append(p)
+    return created
 
 
 def remove_folders(created: list[Path]) -> None:

@@ -78,3 +78,17 @@ def test_force_refuses_to_delete_an_empty_folder_of_the_user_in_dest(corpus):
     proc = run_cli(["preprocess", *_base_args(corpus, dest), "--force"])
     _assert_clean_failure(proc, str(dest), "mynotes")
     assert (dest / "mynotes" / "inner").is_dir()
+
+
+def test_a_parent_folder_another_run_makes_meanwhile_is_used_not_an_error_nor_taken_back(tmp_path, monkeypatch):
+    """Two preprocess runs of a parallel make into one new folder: the second found it missing,
+    then failed to create it (FileExistsError), and would have removed it on failure."""
+    from pathlib import Path
+
+    from nmtkit.output_dirs import make_parents
+
+    (tmp_path / "a").mkdir()  # made by the other run between this one's look and its mkdir
+    real = Path.exists
+    monkeypatch.setattr(Path, "exists", lambda p: False if p == tmp_path / "a" else real(p))
+    assert make_parents(tmp_path / "a" / "b" / "data") == [tmp_path / "a" / "b"]
+    assert (tmp_path / "a" / "b").is_dir()
