@@ -11,6 +11,7 @@ checkpoints, metrics, selections, tokenised text, the preprocess data directory)
   replacing /dev/null with a regular file would break the whole machine. /dev/stdout (or
   /dev/stderr) naming the file the stream was redirected to is written through the stream's
   descriptor, after what it holds, as `-` is.
+* A name ending in .gz is written gzip-compressed (every reader gunzips it).
 * Files get the permissions a plain `open(path, "w")` would give: 0666 minus the umask for a
   new file, the old file's mode when an existing file is overwritten (`--force`). Directories
   get 0777 minus the umask.
@@ -25,6 +26,8 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import errno
+import gzip
+import io
 import os
 import stat
 import sys
@@ -83,8 +86,7 @@ def check_output(path: str | Path, force: bool, what: str = "output") -> None:
 
 
 def check_output_dir(path: str | Path, what: str = "output folder", create: bool = True) -> None:
-    """Refuse a directory output that could not be written: create it (with `create`) and
-    probe it by creating and removing a file in it."""
+    """Refuse a directory output that could not be written (created with `create`, probed)."""
     path = os.fspath(path)
     if os.path.exists(path) and not os.path.isdir(path):
         raise OutputError(f"the {what} exists and is not a directory", path)
@@ -107,13 +109,11 @@ def _probe_folder(folder: str, name: str, what: str) -> None:
     os.unlink(probe)
 
 
-# The temp files being written now, so that a signal that lands inside cleanup code (where
-# raising skips the `with` blocks still to exit) can still remove them: `abort_pending`.
+# The temp files being written now, for `abort_pending` (a signal inside cleanup code).
 _PENDING: "weakref.WeakSet[Staged]" = weakref.WeakSet()
 
 
-# The outputs whose temp file was removed unfinished, so that a command stopped by its stdout
-# going away (`... | head`) can say which of its other outputs it did not write.
+# The outputs removed unfinished, so that a command whose stdout went away can name them.
 _ABANDONED: list[str] = []
 
 
@@ -123,14 +123,12 @@ def abandoned_outputs() -> list[str]:
 
 
 def abort_pending() -> None:
-    """Remove every temp file still being written (see `sigterm_unwinds` in nmtkit.cli.common)."""
     for staged in list(_PENDING):
         staged.abort()
 
 
 def _temp_prefix(name: str, name_max: int = 255) -> str:
-    """`name.`, the start of the temp file written beside `name`, cut where the temp file's name
-    (8 random characters and ".tmp" follow) would pass the 255 bytes a file name may have."""
+    """`name.`, the temp file's prefix, cut so the temp name stays within 255 bytes."""
     raw = os.fsencode(name)[: name_max - len(".12345678.tmp")]
     return os.fsdecode(raw) + "."
 
@@ -141,8 +139,8 @@ class Staged:
     For a regular destination `write_path` is an empty temp file beside it, writable by its
     owner; `commit()` fsyncs it, gives it the final permissions (those of the file it replaces,
     a read-only one staying read-only, as writing over it in place would leave them) and renames
-    it over the destination, `abort()` removes it. For a node written in place `write_path` is `path` itself and both are no-ops.
-    Use it for libraries that write by file name; `OutputFile` wraps it for file objects.
+    it over the destination, `abort()` removes it. For a node written in place `write_path` is
+    `path` itself and both are no-ops. `OutputFile` wraps it for file objects.
     """
 
     def __init__(self, path: str | Path):
@@ -236,24 +234,32 @@ class OutputFile:
                 target: Any = os.dup(fd)
             else:
                 target = self._staged.write_path
-            self.file: IO[Any] = open(target, mode, encoding=None if binary else encoding,
-                                      newline=None if binary else newline)
+            if self.path.endswith(".gz"):  # compressed, as every reader gunzips a .gz name
+                self._raw: IO[Any] = open(target, "wb")
+                gz: Any = gzip.GzipFile(os.path.basename(self.path), "wb", fileobj=self._raw)
+                self.file: IO[Any] = gz if binary else io.TextIOWrapper(gz, encoding, newline=newline)
+            else:
+                self.file = self._raw = open(target, mode, encoding=None if binary else encoding,
+                                             newline=None if binary else newline)
         except BaseException:
             self._staged.abort()
             raise
 
     def commit(self) -> None:
-        self.file.flush()
+        if self.file is not self._raw:
+            self.file.close()  # writes the gzip trailer into the raw file
+        self._raw.flush()
         if not self._staged.in_place:
-            os.fsync(self.file.fileno())
-        self.file.close()
+            os.fsync(self._raw.fileno())
+        self._raw.close()
         self._staged.commit(synced=True)
 
     def abort(self) -> None:
-        try:
-            self.file.close()
-        except OSError:
-            pass  # e.g. the final flush of a full disk: the temp file goes anyway
+        for f in (self.file, self._raw):
+            try:
+                f.close()
+            except (OSError, ValueError):
+                pass  # e.g. the final flush of a full disk: the temp file goes anyway
         self._staged.abort()
 
     def __enter__(self) -> "OutputFile":
@@ -273,7 +279,6 @@ class OutputFile:
 
 
 def write_text(path: str | Path, text: str) -> None:
-    """Write a whole text file through `OutputFile`."""
     with OutputFile(path, "w") as out:
         out.file.write(text)
 
@@ -293,7 +298,6 @@ def real_path(path: str | Path) -> str:
 
 
 def is_inside(child: str, folder: str) -> bool:
-    """Whether the real path `child` is the real path `folder` or lies under it."""
     return child == folder or child.startswith(folder.rstrip(os.sep) + os.sep)
 
 

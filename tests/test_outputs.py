@@ -168,3 +168,30 @@ def test_temp_dirs_get_mkdir_permissions_and_stale_ones_are_removed(tmp_path):
     removed = clean_stale_temp_dirs(dest, warnings.append)
     assert removed == [stale] and not stale.exists()
     assert other.exists() and len(warnings) == 1 and str(other) in warnings[0]
+
+
+def test_gz_output_is_written_gzip_compressed(tmp_path):
+    """A .gz output name gets gzip data (every reader gunzips .gz), text and binary alike,
+    still staged and renamed into place; other names stay plain."""
+    import gzip
+    for mode, data in (("w", "a b\nc\n"), ("wb", b"\x00\x01")):
+        path = tmp_path / f"out-{mode}.gz"
+        with OutputFile(path, mode) as out:
+            out.file.write(data)
+        with open(path, "rb") as f:
+            assert f.read(2) == b"\x1f\x8b"
+        with gzip.open(path, "rt" if mode == "w" else "rb", encoding=None if mode == "wb" else "utf-8") as f:
+            assert f.read() == data
+    with OutputFile(tmp_path / "plain.txt") as out:
+        out.file.write("x\n")
+    assert (tmp_path / "plain.txt").read_text() == "x\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out-w.gz", "out-wb.gz", "plain.txt"]
+
+
+def test_gz_output_aborted_leaves_nothing(tmp_path):
+    path = tmp_path / "out.gz"
+    with pytest.raises(RuntimeError):
+        with OutputFile(path) as out:
+            out.file.write("half")
+            raise RuntimeError("stop")
+    assert list(tmp_path.iterdir()) == []
