@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from nmtkit.errors import CheckpointError, ConfigError, InputError
+from nmtkit.errors import CheckpointError, ConfigError, InputError, OutputError
 from nmtkit.options import check_fields, option
 from nmtkit.outputs import check_outputs_vs_inputs, file_path
 
@@ -108,8 +108,7 @@ def check_paths(paths: Sequence[str | Path], output: str | Path, input_option: s
     the inputs as given by `input_option` (-m, or --last for a run's kept checkpoints)."""
     if not paths:
         raise ConfigError("give the checkpoints to average (-m FILE, repeatable) or --last N --save-dir RUN")
-    if file_path(output) is None:
-        raise ConfigError(f"-o {str(output)!r}: the averaged checkpoint is written to a file, give its name")
+    _check_output_name(output)
     seen: dict[tuple[int, int], str] = {}
     for p in paths:
         p = str(p)
@@ -124,6 +123,22 @@ def check_paths(paths: Sequence[str | Path], output: str | Path, input_option: s
             raise ConfigError(f"{p} is given twice (as {seen[key]}); each checkpoint counts once")
         seen[key] = p
     check_outputs_vs_inputs([(input_option, p) for p in paths], files=[("-o", output)])
+
+
+def _check_output_name(output: str | Path) -> None:
+    """Refuse -o naming stdout under any name ("-", /dev/stdout, /proc/self/fd/1: a checkpoint is
+    a file translate maps) or a run's own checkpoint (checkpoint_last.pt, checkpoint_best.pt,
+    checkpoint_N.pt in a run directory: replaced by one without optimiser state, the run could
+    no longer resume)."""
+    from nmtkit.output_nodes import is_stdout
+    from nmtkit.train.run_files import BEST, LAST, kept_update, run_files_present
+
+    if file_path(output) is None or is_stdout(output):
+        raise ConfigError(f"-o {str(output)!r}: the averaged checkpoint is written to a file, give its name")
+    folder, name = os.path.split(os.path.realpath(output))
+    if (name in (LAST, BEST) or kept_update(name) is not None) and run_files_present(Path(folder)):
+        raise OutputError(f"is a file of the training run in {folder}, which it would replace; "
+                          "give the averaged checkpoint another name (e.g. averaged.pt)", str(output))
 
 
 def average_checkpoints(paths: Sequence[str | Path], progress: Callable[[str], None] | None = None) -> dict[str, Any]:

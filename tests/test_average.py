@@ -265,3 +265,36 @@ def test_kept_checkpoints_come_oldest_update_first(tmp_path):
     for name in ("checkpoint_100.pt", "checkpoint_9.pt", "checkpoint_last.pt", "checkpoint_20.pt", "notes.txt"):
         (tmp_path / name).write_bytes(b"")
     assert [p.name for p in kept_checkpoints(tmp_path)] == ["checkpoint_9.pt", "checkpoint_20.pt", "checkpoint_100.pt"]
+
+
+@pytest.mark.parametrize("alias", ["/dev/stdout", "/proc/self/fd/1"])
+def test_average_never_writes_a_checkpoint_to_stdout_under_another_name(tmp_path, alias):
+    """-o /dev/stdout is stdout as -o - is: refused before any checkpoint is read."""
+    import subprocess
+    import sys
+    a = make_checkpoint(tmp_path / "a.pt", seed=1)
+    b = make_checkpoint(tmp_path / "b.pt", seed=2)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    res = subprocess.run([sys.executable, "-m", "nmtkit", "average", "-m", str(a), "-m", str(b), "-o", alias],
+                         capture_output=True, env=env)
+    assert res.returncode != 0 and res.stdout == b""
+    err = res.stderr.decode().strip().splitlines()
+    assert len(err) == 1 and "written to a file" in err[0], res.stderr
+
+
+@pytest.mark.parametrize("name", ["checkpoint_last.pt", "checkpoint_best.pt", "checkpoint_50.pt"])
+def test_average_never_replaces_a_runs_own_checkpoint(tmp_path, name):
+    """A run's resumable checkpoint replaced by an averaged one (no optimiser state) could no
+    longer be resumed: -o naming a run file in a run directory is refused, even with --force."""
+    run_dir = tmp_path / "run"
+    kept(run_dir, 100, seed=1)
+    kept(run_dir, 200, seed=2)
+    for f in ("checkpoint_last.pt", "checkpoint_best.pt", "checkpoint_50.pt"):
+        make_checkpoint(run_dir / f, seed=9, trainer={"update": 300})
+    before = (run_dir / name).read_bytes()
+    line = one_error_line(run_cli(["average", "--last", "2", "--save-dir", str(run_dir), "-o",
+                                   str(run_dir / name), "--force"]))
+    assert name in line and "another name" in line
+    assert (run_dir / name).read_bytes() == before
+    code, _, err = run_cli(["average", "--last", "2", "--save-dir", str(run_dir), "-o", str(run_dir / "averaged.pt")])
+    assert code == 0, err
