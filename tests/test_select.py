@@ -160,6 +160,25 @@ def test_several_pool_prefixes_are_concatenated_and_counted_per_part(corpus):
     assert [p["selected"] for p in parts] == [int(sel[:120].sum()), int(sel[120:].sum())]
 
 
+def test_a_pool_parts_byte_order_mark_never_lands_inside_the_selection(corpus):
+    """Each part's leading BOM is dropped, as the readers drop it: the selection of BOM-led
+    parts is byte for byte that of the same text without them."""
+    d, pool, _ = corpus
+    for name, part in (("p1", pool[:120]), ("p2", pool[120:])):
+        _write(d / name, part)
+        for lang in ("en", "fr"):
+            path = d / f"{name}.{lang}"
+            path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    argv = ["--in-domain", str(d / "in"), "--pool", str(d / "p1"), "--pool", str(d / "p2"),
+            "--output-prefix", str(d / "parts"), "--lines", "200"]
+    assert select(argv)[0] == 0
+    assert select(_base(d) + ["--lines", "200"])[0] == 0
+    for lang in ("en", "fr"):
+        got = (d / f"parts.{lang}").read_bytes()
+        assert b"\xef\xbb\xbf" not in got
+        assert got == (d / f"sel.{lang}").read_bytes()
+
+
 def test_pretokenised_input_scores_like_raw_input(corpus):
     d, pool, _ = corpus
     tok = d / "tok"

@@ -9,6 +9,7 @@ from typing import Callable, Iterator, Sequence
 
 from nmtkit.errors import InputError
 from nmtkit.text.io import (
+    BOM,
     PARALLEL_WHY,
     check_counts,
     check_distinct,
@@ -24,6 +25,7 @@ Progress = Callable[[str, int, int], None]
 
 resolve = resolve_input  # PREFIX.lang, or PREFIX.lang.gz when only that exists (nmtkit.text.io)
 _open_bin = open_input
+_BOM = BOM.encode("utf-8")
 
 
 @dataclass
@@ -73,12 +75,13 @@ class Corpus:
         raise IndexError(i)
 
     def raw_pairs(self) -> Iterator[tuple[bytes, bytes]]:
-        """Every (src, tgt) line as bytes, newline included."""
+        """Every (src, tgt) line as bytes, newline included; a file's leading byte order mark is
+        left out, as every reader drops it (copied, it would land inside a selection's text)."""
         for s, t in zip(self.src_paths, self.tgt_paths):
             with _open_bin(s) as fs, _open_bin(t) as ft:
                 n = 0
                 for n, (a, b) in enumerate(zip(fs, ft), start=1):  # noqa: B007
-                    yield a, b
+                    yield (a.removeprefix(_BOM), b.removeprefix(_BOM)) if n == 1 else (a, b)
                 # the counts were checked up front; a file changed under us is still an error
                 if fs.readline() or ft.readline():
                     raise InputError(f"{s} and {t} changed while reading (line counts differ)")
