@@ -126,7 +126,7 @@ def check_paths(paths: Sequence[str | Path], output: str | Path, input_option: s
 
 
 def _check_output_name(output: str | Path) -> None:
-    """Refuse -o naming stdout under any name ("-", /dev/stdout, /proc/self/fd/1: a checkpoint is
+    """Refuse -o naming a .gz file, stdout under any name ("-", /dev/stdout, /proc/self/fd/1: a checkpoint is
     a file translate maps) or a run's own checkpoint (checkpoint_last.pt, checkpoint_best.pt,
     checkpoint_N.pt in a run directory: replaced by one without optimiser state, the run could
     no longer resume)."""
@@ -135,6 +135,9 @@ def _check_output_name(output: str | Path) -> None:
 
     if file_path(output) is None or is_stdout(output):
         raise ConfigError(f"-o {str(output)!r}: the averaged checkpoint is written to a file, give its name")
+    if str(output).endswith(".gz"):  # a .gz output would be compressed, which no checkpoint reader undoes
+        raise ConfigError(f"-o {str(output)!r}: a checkpoint is never gzip-compressed (translate maps it); "
+                          "give a name without .gz")
     folder, name = os.path.split(os.path.realpath(output))
     if (name in (LAST, BEST) or kept_update(name) is not None) and run_files_present(Path(folder)):
         raise OutputError(f"is a file of the training run in {folder}, which it would replace; "

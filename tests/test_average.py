@@ -298,3 +298,13 @@ def test_average_never_replaces_a_runs_own_checkpoint(tmp_path, name):
     assert (run_dir / name).read_bytes() == before
     code, _, err = run_cli(["average", "--last", "2", "--save-dir", str(run_dir), "-o", str(run_dir / "averaged.pt")])
     assert code == 0, err
+
+
+def test_average_refuses_a_gz_output_that_no_checkpoint_reader_would_gunzip(tmp_path):
+    """A .gz output is written gzip-compressed (nmtkit.outputs), which load_checkpoint never
+    undoes: -o avg.pt.gz is refused before any checkpoint is read."""
+    a = make_checkpoint(tmp_path / "a.pt", seed=1)
+    b = make_checkpoint(tmp_path / "b.pt", seed=2)
+    line = one_error_line(run_cli(["average", "-m", str(a), "-m", str(b), "-o", str(tmp_path / "avg.pt.gz")]))
+    assert "avg.pt.gz" in line and "without .gz" in line
+    assert not (tmp_path / "avg.pt.gz").exists()
