@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 from nmtkit.errors import CheckpointError, ConfigError, InputError, OutputError
 from nmtkit.options import check_fields, option
-from nmtkit.outputs import check_outputs_vs_inputs, file_path
+from nmtkit.output_checks import check_outputs_vs_inputs, file_path
 
 
 @dataclass(frozen=True)

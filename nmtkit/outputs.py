@@ -17,9 +17,9 @@ checkpoints, metrics, selections, tokenised text, the preprocess data directory)
   get 0777 minus the umask.
 
 `check_output` and `check_output_dir` let a command refuse an unwritable destination before
-it spends hours decoding or training. `check_outputs_vs_inputs` is where every command
-declares its inputs and outputs, so that no output can overwrite or replace what the command
-reads (with or without --force). Whole directories as outputs (built under a temporary name,
+it spends hours decoding or training. Where every command declares its inputs and outputs,
+so that no output can overwrite or replace what the command reads (with or without --force),
+is `nmtkit.output_checks`. Whole directories as outputs (built under a temporary name,
 replaced only when nmtkit wrote them, locked to one process) are `nmtkit.output_dirs`'.
 Nothing here imports torch.
 """
@@ -34,10 +34,9 @@ import sys
 import tempfile
 import weakref
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable
+from typing import IO, Any
 
-from nmtkit.errors import ConfigError, OutputError, OutputExistsError
-from nmtkit.options import empty_path_message
+from nmtkit.errors import OutputError, OutputExistsError
 from nmtkit.output_nodes import standard_stream_fd, writes_in_place
 
 
@@ -86,7 +85,8 @@ def check_output(path: str | Path, force: bool, what: str = "output") -> None:
 
 
 def check_output_dir(path: str | Path, what: str = "output folder", create: bool = True) -> None:
-    """Refuse a directory output that could not be written (created with `create`, probed)."""
+    """Refuse a directory output that could not be written: create it (with `create`) and
+    probe it by creating and removing a file in it."""
     path = os.fspath(path)
     if os.path.exists(path) and not os.path.isdir(path):
         raise OutputError(f"the {what} exists and is not a directory", path)
@@ -109,11 +109,13 @@ def _probe_folder(folder: str, name: str, what: str) -> None:
     os.unlink(probe)
 
 
-# The temp files being written now, for `abort_pending` (a signal inside cleanup code).
+# The temp files being written now, so that a signal that lands inside cleanup code (where
+# raising skips the `with` blocks still to exit) can still remove them: `abort_pending`.
 _PENDING: "weakref.WeakSet[Staged]" = weakref.WeakSet()
 
 
-# The outputs removed unfinished, so that a command whose stdout went away can name them.
+# The outputs whose temp file was removed unfinished, so that a command stopped by its stdout
+# going away (`... | head`) can say which of its other outputs it did not write.
 _ABANDONED: list[str] = []
 
 
@@ -123,6 +125,7 @@ def abandoned_outputs() -> list[str]:
 
 
 def abort_pending() -> None:
+    """Remove every temp file still being written (see `sigterm_unwinds` in nmtkit.cli.common)."""
     for staged in list(_PENDING):
         staged.abort()
 
@@ -279,6 +282,7 @@ class OutputFile:
 
 
 def write_text(path: str | Path, text: str) -> None:
+    """Write a whole text file through `OutputFile`."""
     with OutputFile(path, "w") as out:
         out.file.write(text)
 
@@ -288,113 +292,3 @@ def save_figure(fig: Any, path: str | Path, **savefig_kwargs: Any) -> None:
     savefig_kwargs.setdefault("format", Path(path).suffix.lstrip(".").lower() or "png")
     with OutputFile(path, "wb") as out:
         fig.savefig(out.file, **savefig_kwargs)
-
-
-# ---- outputs against inputs: the one check that no output destroys what a command reads ---------
-
-def real_path(path: str | Path) -> str:
-    """The path a write would reach: symlinks resolved, also for a name that does not exist yet."""
-    return os.path.realpath(os.path.abspath(path))
-
-
-def is_inside(child: str, folder: str) -> bool:
-    return child == folder or child.startswith(folder.rstrip(os.sep) + os.sep)
-
-
-def _same_file(a: str, b: str, real_a: str, real_b: str) -> bool:
-    """Whether `a` and `b` (whose real paths are given) are one file, hard links included."""
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return real_a == real_b
-
-
-def file_path(path: str | Path | None, option: str | None = None) -> str | None:
-    """The file a file option names, or None where it names a standard stream: not given, or
-    "-" (stdin or stdout, as in most Unix tools). An empty name is refused for the command-line
-    `option` when given (an unset shell variable, not a request for stdin), else a stream."""
-    if path is not None and os.fspath(path) == "" and option is not None:
-        raise ConfigError(empty_path_message(option, stream=True))
-    if path is None or os.fspath(path) in ("", "-"):
-        return None
-    return os.fspath(path)
-
-
-def _resolved(pairs: Iterable[tuple[str, str | Path | None]]) -> list[tuple[str, str, str]]:
-    """The given (option, path) pairs as (option, path, real path), each path resolved once;
-    standard streams (`file_path`) left out."""
-    return [(opt, path, real_path(path)) for opt, p in pairs if (path := file_path(p)) is not None]
-
-
-# stdin as an input of `check_outputs_vs_inputs`: `cmd -o f --force < f` would overwrite f
-STDIN = ("stdin", "/dev/stdin")
-
-
-def check_outputs_vs_inputs(
-    inputs: Iterable[tuple[str, str | Path | None]],
-    files: Iterable[tuple[str, str | Path | None]] = (),
-    replaced_dirs: Iterable[tuple[str, str | Path | None]] = (),
-    folders: Iterable[tuple[str, str | Path | None, Callable[[str], bool]]] = (),
-) -> None:
-    """Refuse, with or without --force, outputs that would destroy what the command reads.
-
-    Every command declares here, before any work, its `inputs` (option, path: corpora,
-    checkpoints, data directories) and its outputs, as pairs (option, path; None = not given):
-
-    * `files`: written whole (an output file or an output prefix's files). Refused when it is
-      the same file as an input (`os.path.samefile`, so through symlinks and hard links), when
-      it is an input's folder, or when it is the same file as another output.
-    * `replaced_dirs`: folders replaced whole (preprocess --dest). Refused when an input is
-      the folder or lies inside it.
-    * `folders`: folders written into, with `owns(name)` telling the names written there
-      (train's run files, translate's plots): refused when an input is the folder itself or
-      a file of it that `owns`, and when an output file is one of those.
-
-    An output file may not be an output folder either. Nodes written in place (/dev/null, FIFOs,
-    /dev/stdout) destroy nothing and are left out. A command reading stdin names it as an input
-    (`STDIN`): redirected from a file, that file is protected as any input is.
-    Raises OutputError naming the output and its option, and the input and its option.
-    """
-    ins = _resolved(inputs)
-    seen: list[tuple[str, str, str]] = []
-    for opt, out, real_out in _resolved(files):
-        if writes_in_place(out):
-            continue
-        out_exists = os.path.exists(out)
-        for in_opt, inp, real_in in ins:
-            if real_out == real_in and os.path.isdir(inp):
-                _refuse(opt, out, f"is the {in_opt} input folder")
-            if out_exists and os.path.exists(inp) and _same_file(out, inp, real_out, real_in):
-                _refuse(opt, out, f"is the same file as the {in_opt} input {inp}")
-        for other_opt, other, real_other in seen:
-            if _same_file(out, other, real_out, real_other):
-                _refuse(opt, out, f"is also the {other_opt} output")
-        seen.append((opt, out, real_out))
-    for opt, folder, real_folder in _resolved(replaced_dirs):
-        for in_opt, inp, real_in in ins:
-            if real_in == real_folder:
-                _refuse(opt, folder, f"is the {in_opt} input")
-            if is_inside(real_in, real_folder):
-                _refuse(opt, folder, f"would replace the folder holding the {in_opt} input {inp}")
-    for opt, folder, owns in [(o, os.fspath(p), f) for o, p, f in folders if p is not None]:
-        _check_folder(opt, folder, owns, ins, seen)
-
-
-def _refuse(out_opt: str, out: str, why: str) -> None:
-    raise OutputError(f"the {out_opt} output {why}; nothing was written", out)
-
-
-def _check_folder(opt: str, folder: str, owns: Callable[[str], bool], ins: list[tuple[str, str, str]],
-                  files: list[tuple[str, str, str]]) -> None:
-    """`check_outputs_vs_inputs` for a folder written into, against the inputs and output files."""
-    real_folder = real_path(folder)
-    for in_opt, inp, real_in in ins:
-        if real_in == real_folder:
-            _refuse(opt, folder, f"is the {in_opt} input")
-        if os.path.dirname(real_in) == real_folder and owns(os.path.basename(real_in)):
-            _refuse(opt, folder, f"would overwrite the {in_opt} input {inp}")
-    for file_opt, out, real_out in files:
-        if real_out == real_folder:
-            _refuse(opt, folder, f"is also the {file_opt} output file")
-        if os.path.dirname(real_out) == real_folder and owns(os.path.basename(real_out)):
-            _refuse(file_opt, out, f"is a file the {opt} folder writes")

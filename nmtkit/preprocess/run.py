@@ -18,6 +18,7 @@ from nmtkit import __version__
 from nmtkit.data.binarized import SplitWriter
 from nmtkit.data.manifest import new_manifest, owned_files
 from nmtkit.errors import InputError, OutputError, OutputExistsError
+from nmtkit.output_checks import check_outputs_vs_inputs, is_inside, real_path
 from nmtkit.output_dirs import (
     check_replaceable_dir,
     clean_stale_temp_dirs,
@@ -25,7 +26,6 @@ from nmtkit.output_dirs import (
     make_temp_dir,
     remove_folders,
 )
-from nmtkit.outputs import check_outputs_vs_inputs, is_inside, real_path
 from nmtkit.preprocess.config import PreprocessConfig
 from nmtkit.preprocess.learn import SIDES, learn, word_ids
 from nmtkit.preprocess.workers import (

@@ -13,7 +13,8 @@ from typing import Callable, Iterable, Sequence
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.options import check_fields, cli_names, field_default, option, refuse_without, spec_of
-from nmtkit.outputs import check_output, check_outputs_vs_inputs
+from nmtkit.output_checks import check_outputs_vs_inputs
+from nmtkit.outputs import check_output
 from nmtkit.score.metrics import (
     BLEU_TOKENIZERS,
     METRICS,

@@ -13,8 +13,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from nmtkit.errors import InputError, OutputExistsError
+from nmtkit.output_checks import check_outputs_vs_inputs
 from nmtkit.output_nodes import writes_in_place
-from nmtkit.outputs import Staged, check_output, check_outputs_vs_inputs, name_error
+from nmtkit.outputs import Staged, check_output, name_error
 from nmtkit.select.config import SelectConfig
 from nmtkit.select.corpus import Corpus, Progress
 from nmtkit.select.lmvocab import LMVocab

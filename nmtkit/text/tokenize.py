@@ -24,15 +24,9 @@ from typing import Any, Sequence
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.options import check_fields, option
+from nmtkit.output_checks import STDIN, check_outputs_vs_inputs, file_path
 from nmtkit.output_nodes import writes_in_place
-from nmtkit.outputs import (
-    STDIN,
-    OutputFile,
-    check_output,
-    check_outputs_vs_inputs,
-    file_path,
-    write_text,
-)
+from nmtkit.outputs import OutputFile, check_output, write_text
 from nmtkit.text.io import read_lines, stream_lines
 from nmtkit.text.moses import check_lang
 from nmtkit.text.parallel import parallel_map
@@ -174,7 +168,7 @@ def _lines(path: str | None):
 
 def check_tokenize_outputs(input_path: str | None, output_path: str | None, protect: Sequence[str] = ()) -> None:
     """Before anything is read: neither the output nor its .tokinfo.json may be the input or a
-    --protect file (nmtkit.outputs.check_outputs_vs_inputs), a folder, or in a folder that is
+    --protect file (nmtkit.output_checks.check_outputs_vs_inputs), a folder, or in a folder that is
     missing or read-only; an empty -i or -o is refused."""
     input_path, output_path = file_path(input_path, "-i"), file_path(output_path, "-o")
     inputs = [("-i", input_path) if input_path else STDIN, *(("--protect", p) for p in protect if os.path.isfile(p))]

@@ -37,7 +37,8 @@ from nmtkit.devices import resolve_device
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
 from nmtkit.models.presets import ModelOverrides, resolve_model, training_defaults
 from nmtkit.options import empty_path_message, is_empty_path
-from nmtkit.outputs import check_output_dir, check_outputs_vs_inputs, write_text
+from nmtkit.output_checks import check_outputs_vs_inputs
+from nmtkit.outputs import check_output_dir, write_text
 from nmtkit.train.config import TrainConfig, TrainOptions
 from nmtkit.train.events import CALLBACK_METHODS
 from nmtkit.train.resume import resumed_configs

@@ -54,9 +54,10 @@ def check_files(config: TranslateConfig, input_path: str | None, output_path: st
     """The files of `translate_files`, checked before the models load and hours of decoding
     start: the input exists, no output would be overwritten (without `force`), and
     --alignments and --alignments-file come together. Returns the three as files to open
-    (`outputs.file_path`: None for a standard stream)."""
+    (`output_checks.file_path`: None for a standard stream)."""
+    from nmtkit.output_checks import STDIN, check_outputs_vs_inputs, file_path
     from nmtkit.output_nodes import is_stdout
-    from nmtkit.outputs import STDIN, check_output, check_outputs_vs_inputs, file_path
+    from nmtkit.outputs import check_output
     from nmtkit.translate.writers import is_plot_name
 
     if config.alignments and not alignments_file:

@@ -1,0 +1,120 @@
+"""Outputs against inputs: the one check that no output destroys what a command reads
+(`check_outputs_vs_inputs`, where every command declares both before any work), and the path
+helpers it rests on. Nothing here imports torch."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Iterable
+
+from nmtkit.errors import ConfigError, OutputError
+from nmtkit.options import empty_path_message
+from nmtkit.output_nodes import writes_in_place
+
+
+def real_path(path: str | Path) -> str:
+    """The path a write would reach: symlinks resolved, also for a name that does not exist yet."""
+    return os.path.realpath(os.path.abspath(path))
+
+
+def is_inside(child: str, folder: str) -> bool:
+    return child == folder or child.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _same_file(a: str, b: str, real_a: str, real_b: str) -> bool:
+    """Whether `a` and `b` (whose real paths are given) are one file, hard links included."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return real_a == real_b
+
+
+def file_path(path: str | Path | None, option: str | None = None) -> str | None:
+    """The file a file option names, or None where it names a standard stream: not given, or
+    "-" (stdin or stdout, as in most Unix tools). An empty name is refused for the command-line
+    `option` when given (an unset shell variable, not a request for stdin), else a stream."""
+    if path is not None and os.fspath(path) == "" and option is not None:
+        raise ConfigError(empty_path_message(option, stream=True))
+    if path is None or os.fspath(path) in ("", "-"):
+        return None
+    return os.fspath(path)
+
+
+def _resolved(pairs: Iterable[tuple[str, str | Path | None]]) -> list[tuple[str, str, str]]:
+    """The given (option, path) pairs as (option, path, real path), each path resolved once;
+    standard streams (`file_path`) left out."""
+    return [(opt, path, real_path(path)) for opt, p in pairs if (path := file_path(p)) is not None]
+
+
+# stdin as an input of `check_outputs_vs_inputs`: `cmd -o f --force < f` would overwrite f
+STDIN = ("stdin", "/dev/stdin")
+
+
+def check_outputs_vs_inputs(
+    inputs: Iterable[tuple[str, str | Path | None]],
+    files: Iterable[tuple[str, str | Path | None]] = (),
+    replaced_dirs: Iterable[tuple[str, str | Path | None]] = (),
+    folders: Iterable[tuple[str, str | Path | None, Callable[[str], bool]]] = (),
+) -> None:
+    """Refuse, with or without --force, outputs that would destroy what the command reads.
+
+    Every command declares here, before any work, its `inputs` (option, path: corpora,
+    checkpoints, data directories) and its outputs, as pairs (option, path; None = not given):
+
+    * `files`: written whole (an output file or an output prefix's files). Refused when it is
+      the same file as an input (`os.path.samefile`, so through symlinks and hard links), when
+      it is an input's folder, or when it is the same file as another output.
+    * `replaced_dirs`: folders replaced whole (preprocess --dest). Refused when an input is
+      the folder or lies inside it.
+    * `folders`: folders written into, with `owns(name)` telling the names written there
+      (train's run files, translate's plots): refused when an input is the folder itself or
+      a file of it that `owns`, and when an output file is one of those.
+
+    An output file may not be an output folder either. Nodes written in place (/dev/null, FIFOs,
+    /dev/stdout) destroy nothing and are left out. A command reading stdin names it as an input
+    (`STDIN`): redirected from a file, that file is protected as any input is.
+    Raises OutputError naming the output and its option, and the input and its option.
+    """
+    ins = _resolved(inputs)
+    seen: list[tuple[str, str, str]] = []
+    for opt, out, real_out in _resolved(files):
+        if writes_in_place(out):
+            continue
+        out_exists = os.path.exists(out)
+        for in_opt, inp, real_in in ins:
+            if real_out == real_in and os.path.isdir(inp):
+                _refuse(opt, out, f"is the {in_opt} input folder")
+            if out_exists and os.path.exists(inp) and _same_file(out, inp, real_out, real_in):
+                _refuse(opt, out, f"is the same file as the {in_opt} input {inp}")
+        for other_opt, other, real_other in seen:
+            if _same_file(out, other, real_out, real_other):
+                _refuse(opt, out, f"is also the {other_opt} output")
+        seen.append((opt, out, real_out))
+    for opt, folder, real_folder in _resolved(replaced_dirs):
+        for in_opt, inp, real_in in ins:
+            if real_in == real_folder:
+                _refuse(opt, folder, f"is the {in_opt} input")
+            if is_inside(real_in, real_folder):
+                _refuse(opt, folder, f"would replace the folder holding the {in_opt} input {inp}")
+    for opt, folder, owns in [(o, os.fspath(p), f) for o, p, f in folders if p is not None]:
+        _check_folder(opt, folder, owns, ins, seen)
+
+
+def _refuse(out_opt: str, out: str, why: str) -> None:
+    raise OutputError(f"the {out_opt} output {why}; nothing was written", out)
+
+
+def _check_folder(opt: str, folder: str, owns: Callable[[str], bool], ins: list[tuple[str, str, str]],
+                  files: list[tuple[str, str, str]]) -> None:
+    """`check_outputs_vs_inputs` for a folder written into, against the inputs and output files."""
+    real_folder = real_path(folder)
+    for in_opt, inp, real_in in ins:
+        if real_in == real_folder:
+            _refuse(opt, folder, f"is the {in_opt} input")
+        if os.path.dirname(real_in) == real_folder and owns(os.path.basename(real_in)):
+            _refuse(opt, folder, f"would overwrite the {in_opt} input {inp}")
+    for file_opt, out, real_out in files:
+        if real_out == real_folder:
+            _refuse(opt, folder, f"is also the {file_opt} output file")
+        if os.path.dirname(real_out) == real_folder and owns(os.path.basename(real_out)):
+            _refuse(file_opt, out, f"is a file the {opt} folder writes")
