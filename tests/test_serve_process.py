@@ -57,7 +57,9 @@ def test_signal_stops_accepting_finishes_the_request_in_flight_and_exits_0(ckpt,
     assert [t["text"] for t in answer["translations"]] == expected
 
 
-def test_a_second_ctrl_c_stops_at_once_a_server_finishing_its_requests(ckpt):
+@pytest.mark.parametrize("sig, status, said", [(signal.SIGINT, 130, "aborted"), (signal.SIGTERM, 143, "terminated")],
+                         ids=["SIGINT", "SIGTERM"])
+def test_a_second_signal_stops_at_once_a_server_finishing_its_requests(ckpt, sig, status, said):
     """The first signal lets the requests in flight finish (up to a minute); a second was ignored."""
     # the lone request waits --batch-delay-ms for company: 10 s in flight unless the second signal ends it
     with ServerProcess("-m", ckpt, *DECODE, "--batch-delay-ms", "10000") as server:
@@ -68,14 +70,15 @@ def test_a_second_ctrl_c_stops_at_once_a_server_finishing_its_requests(ckpt):
         client = threading.Thread(target=post, daemon=True)
         client.start()
         time.sleep(0.6)
-        server.proc.send_signal(signal.SIGINT)
+        server.proc.send_signal(sig)
         time.sleep(1.0)
         assert server.proc.poll() is None, "the request in flight did not hold the stop: nothing to test"
         t0 = time.monotonic()
-        server.proc.send_signal(signal.SIGINT)
-        status, stderr = server.stop(send=False, timeout=30)
-    assert time.monotonic() - t0 < 5 and status == 130, stderr
+        server.proc.send_signal(sig)
+        code, stderr = server.stop(send=False, timeout=30)
+    assert time.monotonic() - t0 < 5 and code == status, stderr
     assert "Ctrl-C again stops at once" in stderr and "Traceback" not in stderr
+    assert stderr.rstrip().endswith(f"nmtkit: {said}")
 
 
 def test_served_translations_equal_nmtkit_translate_through_both_routes(ckpt):

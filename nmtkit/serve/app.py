@@ -27,7 +27,9 @@ import asyncio
 import contextvars
 import hashlib
 import json
+import os
 import signal
+import sys
 import time
 from dataclasses import asdict, dataclass
 from http import HTTPStatus
@@ -338,6 +340,17 @@ def make_runner(app: web.Application, config: ServeConfig,
                        shutdown_timeout=config.shutdown_timeout, lingering_time=1.0)
 
 
+def _end_now(sig: int, announce: Callable[[str], None]) -> None:
+    """The second SIGINT or SIGTERM of a stopping server: the process ends here, with the status
+    the signal gives a command (130, 143). Unwinding the event loop instead would interrupt the
+    aiohttp shutdown under way, which then reports errors of its own; nothing is written that
+    could be left half done."""
+    announce("aborted" if sig == signal.SIGINT else "terminated")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130 if sig == signal.SIGINT else 143)
+
+
 def server_url(host: str, port: int) -> str:
     """The URL of a server listening on `host` (an IPv6 address goes in brackets, RFC 3986)."""
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
@@ -346,8 +359,7 @@ def server_url(host: str, port: int) -> str:
 async def serve(translator: Translator, config: ServeConfig, announce: Callable[[str], None],
                 log_line: Callable[[str], None] | None = None, thread: DecodeThread | None = None) -> None:
     """Serve until SIGTERM or SIGINT, then stop accepting, finish the requests in flight, return;
-    a second SIGINT or SIGTERM meanwhile acts as it would without the server (KeyboardInterrupt,
-    the default end). `thread`: the `DecodeThread` the translator was loaded on."""
+    a second SIGINT or SIGTERM meanwhile ends the process at once (`_end_now`). `thread`: the `DecodeThread` the translator was loaded on."""
     app = make_app(translator, config, log_line, thread)
     runner = make_runner(app, config, log_line)
     await runner.setup()
@@ -366,8 +378,8 @@ async def serve(translator: Translator, config: ServeConfig, announce: Callable[
                      "server, which has no authentication (--host 127.0.0.1 keeps it to this machine)")
         announce(f"serving {model_name(translator)} on {server_url(host, port)} (Ctrl-C or SIGTERM stops)")
         await stop.wait()
-        for sig in (signal.SIGTERM, signal.SIGINT):  # a second signal acts at once (a stalled client may hold the stop)
-            loop.remove_signal_handler(sig)
+        for sig in (signal.SIGTERM, signal.SIGINT):  # a second signal ends the process (a slow request may hold the stop)
+            loop.add_signal_handler(sig, _end_now, sig, announce)
         announce("stopping: no new requests; finishing those in flight (Ctrl-C again stops at once)")
     finally:
         await runner.cleanup()
