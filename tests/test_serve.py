@@ -171,10 +171,12 @@ def test_alignments_from_a_model_without_attention_are_refused_with_a_400(tmp_pa
                                         beam=4, **DECODE))
 
     async def body(client):
-        return [await post(client, "/translate", {"text": LINES[:2], "alignments": a}) for a in (True, False)]
+        info = await (await client.get("/info")).json()
+        return info, [await post(client, "/translate", {"text": LINES[:2], "alignments": a}) for a in (True, False)]
 
-    (refused, text), (status, _) = serve(encdec, body)
+    info, ((refused, text), (status, _)) = serve(encdec, body)
     assert refused == 400 and "needs attention" in json.loads(text)["error"] and status == 200
+    assert info["attention"] is False  # what the page at / reads before it asks for alignments
 
 
 def test_opennmt_route_takes_and_gives_opennmt_shapes(translator, ckpt):

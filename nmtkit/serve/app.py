@@ -70,6 +70,7 @@ def model_info(translator: Translator, config: ServeConfig) -> dict[str, Any]:
         "model": model_name(translator),
         "checkpoints": [{"path": p, "sha256": file_sha256(p)} for p in bundle.paths],
         "src_lang": bundle.src_lang, "tgt_lang": bundle.tgt_lang, "arch": bundle.arch,
+        "attention": translator.has_attention,  # false: requests may not ask for alignments
         "src_vocab_size": len(bundle.src_vocab.itos), "tgt_vocab_size": len(bundle.tgt_vocab.itos),
         "pipeline": bundle.pipeline.to_dict(),
         "decoding": {"beam": tc.beam, "lenpen": tc.lenpen, "max_len_a": tc.max_len_a, "max_len_b": tc.max_len_b,
