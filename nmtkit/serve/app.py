@@ -117,7 +117,7 @@ async def _checked(request: web.Request, check: Callable) -> Any:
 async def translate_route(request: web.Request) -> web.Response:
     t0 = time.perf_counter()
     req = await _checked(request, check_request)
-    if req.alignments and not request.app[STATE]["attention"]:
+    if req.alignments and not request.app[STATE]["info"]["attention"]:
         raise RequestError("'alignments' needs attention, and this server's model has none (RNNencdec)")
     results = await request.app[BATCHER].submit(req.lines, req.beam, req.nbest, req.alignments, _gone(request))
     return _json({
@@ -273,7 +273,7 @@ def make_app(translator: Translator, config: ServeConfig,
     app[BATCHER] = Batcher(translate, batch_size(translator, config), config.batch_delay_ms / 1000, thread)
     app[STATE] = {"config": config, "model": model_name(translator), "info": model_info(translator, config),
                   "page": resources.files("nmtkit.serve").joinpath("page.html").read_text(encoding="utf-8"),
-                  "started": time.monotonic(), "attention": translator.has_attention}
+                  "started": time.monotonic()}
 
     async def start_batcher(app: web.Application) -> None:
         await app[BATCHER].start()
@@ -360,7 +360,8 @@ def server_url(host: str, port: int) -> str:
 async def serve(translator: Translator, config: ServeConfig, announce: Callable[[str], None],
                 log_line: Callable[[str], None] | None = None, thread: DecodeThread | None = None) -> None:
     """Serve until SIGTERM or SIGINT, then stop accepting, finish the requests in flight, return;
-    a second SIGINT or SIGTERM meanwhile ends the process at once (`_end_now`). `thread`: the `DecodeThread` the translator was loaded on."""
+    a second SIGINT or SIGTERM meanwhile ends the process at once (`_end_now`). `thread`: the
+    `DecodeThread` the translator was loaded on."""
     app = make_app(translator, config, log_line, thread)
     runner = make_runner(app, config, log_line)
     await runner.setup()

@@ -107,7 +107,7 @@ def read_blocks(path: str | Path, block_size: int = 1 << 22) -> Iterator[bytes]:
             try:
                 block = f.read(block_size)
             except (OSError, EOFError, zlib.error) as err:
-                raise read_error(err, path) from None
+                raise _read_error(err, path) from None
             if not block:
                 break
             check_text_block(block, path, offset)
@@ -115,7 +115,7 @@ def read_blocks(path: str | Path, block_size: int = 1 << 22) -> Iterator[bytes]:
             yield block
 
 
-def read_error(err: BaseException, path: str | Path) -> InputError:
+def _read_error(err: BaseException, path: str | Path) -> InputError:
     """What a failed read of a corpus file says (gzip reports a damaged file as an EOFError,
     a zlib.error or an OSError without a file name)."""
     return InputError(f"cannot read (corrupt or truncated gzip?): {err}", str(path))
@@ -179,7 +179,7 @@ def read_lines(path: str | Path) -> Iterator[str]:
             except StopIteration:
                 return
             except (OSError, EOFError, zlib.error) as err:
-                raise read_error(err, path) from None
+                raise _read_error(err, path) from None
             yield line
 
 

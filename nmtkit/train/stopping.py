@@ -94,8 +94,9 @@ def stop_reason(cfg: TrainConfig, state: TrainState, received: int | None, elaps
                 dist_info: ddp.DistInfo, device: torch.device, check_collective: bool) -> str | None:
     """Why training stops after this update (max-updates, patience, SIGINT, SIGTERM, max-time;
     max-epochs where the run is past it, as a resume with a lower --max-epochs finds it: the
-    loop stops at the end of the last epoch itself), or None. Signals and time are checked only where `check_collective` (in DDP a collective
-    every few updates, so that every rank stops at the same update)."""
+    loop stops at the end of the last epoch itself), or None. Signals and time are checked only
+    where `check_collective` (in DDP a collective every few updates, so that every rank stops
+    at the same update)."""
     if cfg.max_updates is not None and state.update >= cfg.max_updates:
         return "max-updates"
     if cfg.max_epochs is not None and state.epoch > cfg.max_epochs:  # a run resumed with a lower --max-epochs

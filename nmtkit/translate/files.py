@@ -2,14 +2,13 @@
 and `translate_files`, the whole command without its option parsing."""
 from __future__ import annotations
 
-import gzip
-import zlib
 from pathlib import Path
 from typing import IO, Callable, Iterable, Iterator
 
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.outputs import check_output_dir
-from nmtkit.text.io import open_input, read_error, stream_lines
+from nmtkit.text.io import read_lines as read_text_lines
+from nmtkit.text.io import stream_lines
 from nmtkit.translate.config import TranslateConfig
 from nmtkit.translate.translator import Translator
 from nmtkit.translate.writers import Writers
@@ -18,12 +17,8 @@ from nmtkit.translate.writers import Writers
 def read_lines(stream: IO[bytes], name: str) -> Iterator[tuple[int, str]]:
     """(line number from 1, text without newline), line by line as they arrive (a terminal or a
     pipe is answered without waiting for more input). Invalid UTF-8 and NUL bytes are an
-    InputError naming the line (`nmtkit.text.io`, which also drops a UTF-8 byte order mark), and
-    so is a damaged .gz file (`open_input` gunzips one)."""
-    try:
-        yield from enumerate(stream_lines(stream, name), 1)
-    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
-        raise read_error(err, name) from None
+    InputError naming the line (`nmtkit.text.io`, which also drops a UTF-8 byte order mark)."""
+    yield from enumerate(stream_lines(stream, name), 1)
 
 
 def translate_stream(
@@ -119,8 +114,10 @@ def translate_files(
         writers = Writers(out_file.file if out_file else sys.stdout,
                           align_file.file if align_file else (sys.stdout if align_stdout else None),
                           config, flush_each=config.buffer_size == 1)
-        stream = stack.enter_context(open_input(input_path)) if input_path else sys.stdin.buffer
-        n = translate_stream(translator, read_lines(stream, translator.source_name), writers, config.buffer_size)
+        # a file as every reader reads one (text.io.read_lines: .gz gunzipped, a damaged one named)
+        lines = (enumerate(read_text_lines(input_path), 1) if input_path
+                 else read_lines(sys.stdin.buffer, translator.source_name))
+        n = translate_stream(translator, lines, writers, config.buffer_size)
         with interrupts_blocked():  # both files committed, or (a signal before) neither: never a mismatched pair
             stack.close()
         return n

@@ -106,9 +106,9 @@ class Translator:
         self.unk_dict = read_unk_dict(config.unk_dict) if config.unk_dict else None
         self.warned_budget = False
         self.batches_decoded = 0
-        self.need_attention = bool(config.replace_unk or config.alignments or config.plot_attention)
         asked = [o for o, on in (("--replace-unk", config.replace_unk), ("--alignments", config.alignments),
                                  ("--plot-attention", config.plot_attention)) if on]
+        self.need_attention = bool(asked)
         if asked:
             self._check_attention(asked[0])
         if precision == "fp16" and self.device.type != "cuda":
