@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from nmtkit.data.binarized import ParallelData, check_npy, split_paths, words_path
-from nmtkit.data.manifest import Manifest, read_manifest
+from nmtkit.data.manifest import Manifest, read_manifest, recorded_digests
 from nmtkit.errors import InputError
 from nmtkit.text.io import read_lines_and_hash, resolve_input
 
@@ -90,9 +90,7 @@ class DataDir(Manifest):
         prefix = info.get("prefix")
         if not isinstance(prefix, str) or not prefix or settings.get("input_format", "raw") != "raw":
             return None
-        inputs = self.manifest.get("inputs")
-        recorded = {h for k, h in (inputs.items() if isinstance(inputs, dict) else ())
-                    if k in (f"{prefix}.{self.tgt_lang}", f"{prefix}.{self.tgt_lang}.gz")}
+        recorded = recorded_digests(self.manifest, prefix, self.tgt_lang)
         bases = [prefix] if Path(prefix).is_absolute() else [prefix, str(self.path / prefix)]
         for base in bases:
             try:

@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from nmtkit.data.manifest import recorded_digests
 from nmtkit.errors import CheckpointError, ConfigError
 from nmtkit.models.presets import ModelOverrides
 from nmtkit.options import option_name, resume_overridable
@@ -157,15 +158,12 @@ def _split_sizes(manifest: Any) -> str | None:
     return f"{train['lines']} pairs, {train['src_tokens']} + {train['tgt_tokens']} tokens"
 
 
-def _train_digests(manifest: Any) -> list[str] | None:
-    """The sha256 of the train split's two text files, as preprocess recorded them in the
-    manifest's "inputs" (None where it did not): the same text read from another path counts
-    as the same."""
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("inputs"), dict):
-        return None
-    prefix = ((manifest.get("splits") or {}).get("train") or {}).get("prefix")
+def _train_digests(manifest: Any) -> tuple[list[str], list[str]] | None:
+    """The sha256 of the train split's two text files, as preprocess recorded them
+    (`data.manifest.recorded_digests`; None where it did not): the same text read from another
+    path counts as the same."""
+    prefix = ((manifest.get("splits") or {}).get("train") or {}).get("prefix") if isinstance(manifest, dict) else None
     if not isinstance(prefix, str):
         return None
-    names = {f"{prefix}.{manifest.get(side)}{gz}" for side in ("src_lang", "tgt_lang") for gz in ("", ".gz")}
-    digests = sorted(str(h) for name, h in manifest["inputs"].items() if name in names)
-    return digests if len(digests) == 2 else None
+    src, tgt = (sorted(recorded_digests(manifest, prefix, manifest.get(side))) for side in ("src_lang", "tgt_lang"))
+    return (src, tgt) if src and tgt else None
