@@ -21,9 +21,9 @@ def import_torch() -> Any:
     command first needs torch; once torch is imported it is only a lookup."""
     if "torch" in sys.modules:
         return sys.modules["torch"]
-    from nmtkit.interrupts import interrupts_blocked
+    from nmtkit.signals import blocked
 
-    with interrupts_blocked():
+    with blocked():
         import torch
     return torch
 

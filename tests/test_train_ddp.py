@@ -472,14 +472,14 @@ def test_the_ranks_save_and_exit_when_torchrun_is_killed(tmp_path, nproc):
 def test_joining_leaves_an_ignored_signal_ignored_and_restores_the_handlers():
     import signal
 
-    from nmtkit.train.stopping import stop_signals_handled_by
+    from nmtkit.signals import handled_by
 
     def handler(signum, frame):
         pass
 
     before = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, handler)
     try:
-        with stop_signals_handled_by(signal.SIG_DFL):  # as ddp.init joins the group
+        with handled_by(signal.SIG_DFL):  # as ddp.init joins the group
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # nohup's: a background job stays so
             assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is handler
@@ -492,14 +492,14 @@ def test_sigterm_while_a_failed_run_cleans_up_is_held_off():
     import os
     import signal
 
-    from nmtkit.train.stopping import signals_held
+    from nmtkit.signals import held
 
     def handler(signum, frame):
         raise AssertionError("SIGTERM reached the command's handler during the cleanup")
 
     before = signal.signal(signal.SIGTERM, handler)
     try:
-        with signals_held():
+        with held():
             os.kill(os.getpid(), signal.SIGTERM)  # torchrun's, as soon as another rank failed
         assert signal.getsignal(signal.SIGTERM) is handler
     finally:
@@ -510,8 +510,8 @@ def test_a_sigterm_that_lands_while_an_error_unwinds_the_command_reports_the_err
     """torchrun SIGTERMs every rank when one fails; landing in a rank's cleanup after its own
     error (a collective that lost that rank), it printed only "nmtkit: terminated"."""
     import nmtkit.train.run
-    from nmtkit.cli.common import Terminated
     from nmtkit.errors import TrainingError
+    from nmtkit.signals import Terminated
     from tests.conftest import run_cli
 
     def failing(*args, **kwargs):

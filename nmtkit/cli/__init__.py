@@ -18,10 +18,11 @@ import threading
 import click
 
 from nmtkit import __version__
-from nmtkit.cli.common import Terminated, setup_warnings, sigterm_unwinds
+from nmtkit.cli.common import setup_warnings, sigterm_unwinds
 from nmtkit.errors import NmtkitError, describe_os_error
 from nmtkit.memory import limit_cpu_caches
 from nmtkit.outputs import abandoned_outputs
+from nmtkit.signals import Terminated
 
 # name -> "module:command", in pipeline order. A subcommand's module (its configs, click options
 # and what they import) loads only when that subcommand runs or lists its help: all of them

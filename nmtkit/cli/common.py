@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterator
 
 import click
 
+from nmtkit import signals
 from nmtkit.devices import available_cores
 from nmtkit.errors import ConfigError
 from nmtkit.options import (
@@ -21,6 +22,7 @@ from nmtkit.options import (
     is_empty_path,
     option_fields,
 )
+from nmtkit.signals import Terminated
 
 _CLICK_TYPES = {"int": int, "int | None": int, "float": float, "float | None": float}
 
@@ -172,34 +174,19 @@ def stage_progress(quiet: bool, make_bars: Callable[[], StageBars]) -> Iterator[
         yield bars
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the command is, so that it unwinds as Ctrl-C does."""
-
-
 @contextlib.contextmanager
 def sigterm_unwinds() -> Iterator[None]:
-    """Within: SIGTERM ends the command as Ctrl-C does, removing the outputs being written
-    (nmtkit.outputs aborts them on any exception); `main` exits with 143."""
-    import signal
+    """Within: SIGTERM ends the command as Ctrl-C does (`signals.sigterm_interrupts`), removing
+    the outputs being written (nmtkit.outputs aborts them on any exception); `main` exits with 143."""
+    with signals.sigterm_interrupts():
+        try:
+            yield
+        except BaseException as err:
+            if isinstance(err, Terminated) or isinstance(err.__cause__ or err.__context__, Terminated):  # click: Abort
+                from nmtkit.outputs import abort_pending
 
-    def handler(signum, frame):
-        raise Terminated()
-
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    except BaseException as err:
-        if isinstance(err, Terminated) or isinstance(err.__cause__ or err.__context__, Terminated):  # click: Abort
-            from nmtkit.outputs import abort_pending
-
-            abort_pending()  # the signal may have landed inside cleanup code, skipping some `with` exits
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, old)
+                abort_pending()  # the signal may have landed inside cleanup code, skipping some `with` exits
+            raise
 
 
 class _StderrHandler(logging.StreamHandler):

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from nmtkit import signals
 from nmtkit.errors import OutputError
 from nmtkit.serve.answers import onmt_json, translation_json
 from nmtkit.serve.batcher import Batcher, ClientGone, DecodeThread
@@ -349,7 +350,7 @@ def _end_now(sig: int, announce: Callable[[str], None]) -> None:
     announce("aborted" if sig == signal.SIGINT else "terminated")
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(130 if sig == signal.SIGINT else 143)
+    os._exit(signals.exit_status(sig))
 
 
 def server_url(host: str, port: int) -> str:
@@ -367,7 +368,7 @@ async def serve(translator: Translator, config: ServeConfig, announce: Callable[
     await runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in signals.STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     try:
         try:
@@ -380,11 +381,11 @@ async def serve(translator: Translator, config: ServeConfig, announce: Callable[
                      "server, which has no authentication (--host 127.0.0.1 keeps it to this machine)")
         announce(f"serving {model_name(translator)} on {server_url(host, port)} (Ctrl-C or SIGTERM stops)")
         await stop.wait()
-        for sig in (signal.SIGTERM, signal.SIGINT):  # a second signal ends the process (a slow request may hold the stop)
+        for sig in signals.STOP_SIGNALS:  # a second signal ends the process (a slow request may hold the stop)
             loop.add_signal_handler(sig, _end_now, sig, announce)
         announce("stopping: no new requests; finishing those in flight (Ctrl-C again stops at once)")
     finally:
         await runner.cleanup()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in signals.STOP_SIGNALS:
             loop.remove_signal_handler(sig)
     announce("stopped")

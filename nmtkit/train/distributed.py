@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -19,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from nmtkit import signals
 from nmtkit.errors import ConfigError, TrainingError
 
 # How long a rank waits in a collective before the job is declared hung. Rank 0 validates alone
@@ -70,14 +70,12 @@ def init(info: DistInfo, device: torch.device) -> None:
         if var not in os.environ:
             raise ConfigError(f"WORLD_SIZE={info.world_size} but {var} is not set (start with torchrun)")
     backend = "nccl" if device.type == "cuda" else "gloo"
-    from nmtkit.train.stopping import stop_signals_handled_by  # it imports this module
-
     # SIGTERM and SIGINT end the process at once while it joins the group. The join waits in C++
     # for the other ranks, where Python's handlers do not run: when another rank's start was
     # refused, torchrun's SIGTERM went unheard until its SIGKILL 30 s later. Nothing is lost: the
     # other ranks have written nothing yet, and rank 0's new run is put right at the next start
     # (`nmtkit.train.run`).
-    with stop_signals_handled_by(signal.SIG_DFL):
+    with signals.handled_by(signal.SIG_DFL):
         dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size,
                                 timeout=PROCESS_GROUP_TIMEOUT)
 
@@ -88,19 +86,8 @@ def _end_with_the_launcher() -> None:
     rank in a session of its own, so without this they trained on, orphaned, holding the run's
     lock. (The kernel sends the signal when the thread that started the process ends: torchrun
     starts its ranks from its main thread.)"""
-    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0) != 0:
-            return
-    except (OSError, AttributeError):  # no prctl: the ranks outlive torchrun, as before
-        return
-    if os.getppid() == 1:  # torchrun died before the signal was asked for
-        os.kill(os.getpid(), signal.SIGTERM)
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        signals.die_with_parent(signal.SIGTERM, os.getppid())
 
 
 def shutdown(info: DistInfo) -> None:

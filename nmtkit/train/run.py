@@ -202,11 +202,11 @@ def run_training(
 
 
 def _undo_failed_start(save_dir: Path, resume: bool, force: bool, before: set[str]) -> None:
-    """`run_files.undo_failed_start`, with SIGTERM held off (`stopping.signals_held`): torchrun's,
+    """`run_files.undo_failed_start`, with SIGTERM held off (`nmtkit.signals.held`): torchrun's,
     sent to every rank once one has failed, must not cut a --force run's putting back short."""
-    from nmtkit.train.stopping import signals_held
+    from nmtkit import signals
 
-    with signals_held():
+    with signals.held():
         undo_failed_start(save_dir, resume, force, before)
 
 
@@ -261,9 +261,9 @@ def _start_run(save_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[s
 def _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_hook, tb_dir):
     """Build the Trainer and run it, closing it (its log and metrics files) and the
     TensorBoard writer either way."""
+    from nmtkit import signals
     from nmtkit.devices import threads_restored
     from nmtkit.train.context import TrainContext
-    from nmtkit.train.stopping import signals_held
     from nmtkit.train.trainer import Trainer
 
     tb = None
@@ -278,7 +278,7 @@ def _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, loss_
             try:
                 result = trainer.train()
             except BaseException:
-                with signals_held(), contextlib.suppress(OSError):  # e.g. a full disk: the first error is the one to report
+                with signals.held(), contextlib.suppress(OSError):  # e.g. a full disk: the first error is the one to report
                     trainer.close()
                 raise
             trainer.close()

@@ -4,10 +4,7 @@ Ctrl-C aborts at once (the checkpoints on disk stay intact). Distributed ranks a
 update they stop at."""
 from __future__ import annotations
 
-import contextlib
 import signal
-import threading
-from collections.abc import Iterator
 from typing import Any, Callable
 
 import torch
@@ -18,7 +15,8 @@ from nmtkit.train.state import TrainState
 
 
 class StopSignals:
-    """The stop signal received (`received`, None until one arrives), and the handlers that note it."""
+    """The stop signal received (`received`, None until one arrives), and `handle`, the handler
+    that notes it (installed with `nmtkit.signals.handled_by`)."""
 
     def __init__(self, on_message: Callable[[str], None]):
         self.on_message = on_message
@@ -30,58 +28,6 @@ class StopSignals:
         self.received = signum
         self.on_message(f"{signal.Signals(signum).name}: saving a checkpoint after this update "
                         "(Ctrl-C again to abort at once)")
-
-    def install(self) -> dict[int, Any]:
-        """Handle SIGINT and SIGTERM (from the main thread only); returns the old handlers. A
-        signal that is ignored (SIGINT of a job a script started in the background) stays
-        ignored, as `stop_signals_handled_by` leaves it."""
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        return {sig: signal.signal(sig, self.handle) for sig in _handled_signals()}
-
-    @staticmethod
-    def restore(old: dict[int, Any]) -> None:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-
-
-def _handled_signals() -> list[int]:
-    """SIGINT and SIGTERM, but for one that is ignored or whose handler Python did not set."""
-    return [sig for sig in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(sig) not in (None, signal.SIG_IGN)]
-
-
-@contextlib.contextmanager
-def stop_signals_handled_by(handler: Any) -> Iterator[None]:
-    """Within: SIGINT and SIGTERM go to `handler` (a function, or signal.SIG_DFL), their
-    handlers restored after. A signal that is ignored (nohup, a background job) stays ignored,
-    and one whose handler Python did not set is left alone. From the main thread only
-    (elsewhere a no-op: only it may set handlers)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {sig: signal.signal(sig, handler) for sig in _handled_signals()}
-    try:
-        yield
-    finally:
-        StopSignals.restore(old)
-
-
-@contextlib.contextmanager
-def signals_held() -> Iterator[None]:
-    """SIGTERM and a first SIGINT held off while a run that failed cleans up (the process group,
-    its files, a --force run put back): torchrun sends SIGTERM to every rank as soon as one
-    fails, and raised in that cleanup it replaced the error that stopped the run with
-    "terminated", or was lost with a traceback inside a garbage-collection callback. A second
-    SIGINT still interrupts."""
-    seen: list[int] = []
-
-    def note(signum: int, frame: Any) -> None:
-        if signum == signal.SIGINT and signal.SIGINT in seen:
-            raise KeyboardInterrupt
-        seen.append(signum)
-
-    with stop_signals_handled_by(note):
-        yield
 
 
 def count_patience(state: TrainState, improved: bool) -> None:

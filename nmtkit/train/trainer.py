@@ -33,6 +33,7 @@ import time
 
 import numpy as np
 
+from nmtkit import signals
 from nmtkit.data.batching import update_batches
 from nmtkit.errors import TrainingError
 from nmtkit.memory import RELEASE_EVERY_UPDATES, release_free_memory
@@ -44,7 +45,7 @@ from nmtkit.train.metrics import MetricsLog, error_record, record_for_a_lost_wri
 from nmtkit.train.run_files import kept_name
 from nmtkit.train.state import TrainResult
 from nmtkit.train.step import train_step
-from nmtkit.train.stopping import StopSignals, count_patience, signals_held, stop_reason
+from nmtkit.train.stopping import StopSignals, count_patience, stop_reason
 from nmtkit.train.validate import check_dev_bleu, dev_scores, perplexity
 
 __all__ = ["LAST", "BEST", "Trainer"]
@@ -105,7 +106,7 @@ class Trainer:
                 msg = error_record(update, err)
                 self._log_handler.handle(log.makeRecord(log.name, logging.ERROR, __file__, 0, msg, None, None))
             elif lost:
-                with signals_held():  # torchrun's SIGTERM to the survivors, in the middle of the write
+                with signals.held():  # torchrun's SIGTERM to the survivors, in the middle of the write
                     by = f" (written by rank {self.ctx.dist.rank}: rank 0 had stopped)"
                     record_for_a_lost_writer(self.ctx.run_dir, error_record(update, err, by))
 
@@ -115,9 +116,8 @@ class Trainer:
         ctx.acc.reset()
         self._announce_start()
         self._check_validation_needs()
-        handlers = self.signals.install()
         last_valid: ValidationEvent | None = None
-        try:
+        with signals.handled_by(self.signals.handle):  # a signal that is ignored stays ignored
             if self._pending_validation():
                 last_valid = self.validate()
                 self._save_progress()
@@ -138,8 +138,6 @@ class Trainer:
                 self._save_progress()
                 last_valid = self.validate(final=True)
             self._save_progress()
-        finally:
-            self.signals.restore(handlers)
         log.info("stopped (%s) at update %d, epoch %d; best dev %s %s at update %s", reason, st.update, st.epoch,
                  cfg.best_metric, st.best_score, st.best_update)
         return TrainResult(reason, st.update, st.epoch, st.best_score, st.best_update, last_valid)

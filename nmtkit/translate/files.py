@@ -101,7 +101,7 @@ def translate_files(
     import contextlib
     import sys
 
-    from nmtkit.interrupts import interrupts_blocked
+    from nmtkit import signals
     from nmtkit.outputs import OutputFile
 
     align_stdout = alignments_file == "-"
@@ -118,6 +118,6 @@ def translate_files(
         lines = (enumerate(read_text_lines(input_path), 1) if input_path
                  else read_lines(sys.stdin.buffer, translator.source_name))
         n = translate_stream(translator, lines, writers, config.buffer_size)
-        with interrupts_blocked():  # both files committed, or (a signal before) neither: never a mismatched pair
+        with signals.blocked():  # both files committed, or (a signal before) neither: never a mismatched pair
             stack.close()
         return n

@@ -1,0 +1,128 @@
+"""SIGINT and SIGTERM, for every command: blocked around work a signal must not cut in two
+(`blocked`), sent to another handler for a while (`handled_by`, `held`), SIGTERM unwinding a
+command as Ctrl-C does (`sigterm_interrupts`), and the set-up of a worker process
+(`as_worker`: the parent handles Ctrl-C; the worker dies with its parent, `die_with_parent`)."""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def exit_status(sig: int) -> int:
+    """The status a command stopped by `sig` exits with, as a shell reports it (130, 143)."""
+    return 128 + int(sig)
+
+
+@contextlib.contextmanager
+def blocked(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
+    """Within: `signals` blocked for this thread (`pthread_sigmask`), the mask restored after; a
+    signal that came meanwhile is delivered then. Where the platform cannot block signals, the
+    work runs as it comes."""
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    except (AttributeError, ValueError, OSError):
+        old = None
+    try:
+        yield
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _handled_signals() -> list[int]:
+    """SIGINT and SIGTERM, but for one that is ignored or whose handler Python did not set."""
+    return [sig for sig in STOP_SIGNALS if signal.getsignal(sig) not in (None, signal.SIG_IGN)]
+
+
+@contextlib.contextmanager
+def handled_by(handler: Any) -> Iterator[None]:
+    """Within: SIGINT and SIGTERM go to `handler` (a function, or signal.SIG_DFL), their
+    handlers restored after. A signal that is ignored (nohup, a background job) stays ignored,
+    and one whose handler Python did not set is left alone. From the main thread only
+    (elsewhere a no-op: only it may set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, handler) for sig in _handled_signals()}
+    try:
+        yield
+    finally:
+        for sig, before in old.items():
+            signal.signal(sig, before)
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """SIGTERM and a first SIGINT held off while a run that failed cleans up (the process group,
+    its files, a --force run put back): torchrun sends SIGTERM to every rank as soon as one
+    fails, and raised in that cleanup it replaced the error that stopped the run with
+    "terminated", or was lost with a traceback inside a garbage-collection callback. A second
+    SIGINT still interrupts."""
+    seen: list[int] = []
+
+    def note(signum: int, frame: Any) -> None:
+        if signum == signal.SIGINT and signal.SIGINT in seen:
+            raise KeyboardInterrupt
+        seen.append(signum)
+
+    with handled_by(note):
+        yield
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, so that it unwinds as Ctrl-C does."""
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within: SIGTERM raises `Terminated` (a KeyboardInterrupt) wherever the main thread is;
+    elsewhere than in the main thread a no-op."""
+    def handler(signum, frame):
+        raise Terminated()
+
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def die_with_parent(sig: int, parent: int) -> None:
+    """Have Linux send `sig` to this process when its parent (pid `parent`) dies (prctl
+    PR_SET_PDEATHSIG; the kernel sends it when the thread that started the process ends), and
+    send it now if that parent is already gone. Elsewhere nothing happens."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        if ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(sig), 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os.kill(os.getpid(), sig)
+
+
+def as_worker(parent: int) -> None:
+    """In a worker process forked (with STOP_SIGNALS blocked) from `parent`: Ctrl-C ignored
+    (it reaches the whole process group, and the parent, which handles it once, stops its
+    workers), SIGTERM's default action instead of the handler inherited from the command, the
+    signals unblocked, and SIGKILL when the parent dies."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with_parent(signal.SIGKILL, parent)
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)

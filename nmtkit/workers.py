@@ -1,0 +1,150 @@
+"""Worker processes, one mechanism for every command that has them (the text commands'
+`text.parallel.parallel_map`, translate's decoding workers): children forked from this process,
+which share its memory (copy on write) and so need nothing pickled but their tasks and replies.
+
+A worker starts with the signals of `signals.as_worker` (Ctrl-C is the parent's; it dies with
+its parent), answers each task sent to it with the result or the exception, and leaves with
+os._exit: it never returns into the caller, never flushes the parent's buffered output and never
+runs its exit handlers. Leaving a `Workers` block in any way kills (SIGKILL) and reaps every
+worker still there: a command stopped by a signal ends at once, whatever its workers are doing.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+from multiprocessing.connection import Connection, Pipe, wait
+from typing import Any, Callable
+
+from nmtkit import signals
+from nmtkit.errors import WorkerError
+
+
+def can_fork() -> bool:
+    """Whether worker processes can be forked here (a POSIX system)."""
+    return hasattr(os, "fork")
+
+
+class Worker:
+    """One worker process: `send` it a task, read its `reply`; `pid`, and `conn` to wait on."""
+
+    def __init__(self, pid: int, conn: Connection, died: str):
+        self.pid, self.conn, self._died = pid, conn, died
+        self.reaped = False
+
+    def send(self, task: Any) -> None:
+        self.conn.send(task)
+
+    def reply(self) -> Any:
+        """The result of the task sent last, or the worker's exception raised here (as a
+        RuntimeError naming it where it cannot be pickled); a WorkerError where the worker died
+        without answering (killed, out of memory)."""
+        try:
+            kind, value = self.conn.recv()
+        except EOFError:
+            status = self.stop(kill=False)
+            how = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+                   else f"exit status {os.waitstatus_to_exitcode(status)}")
+            raise WorkerError(self._died.format(how=how)) from None
+        if kind == "error":
+            raise value
+        return value
+
+    def stop(self, kill: bool = True) -> int:
+        """End the worker (SIGKILL unless `kill` is false: it ends by itself) and reap it; its
+        wait status (0 where it was reaped before)."""
+        if self.reaped:
+            return 0
+        if kill:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.conn.close()
+        self.reaped = True
+        try:
+            return os.waitpid(self.pid, 0)[1]
+        except ChildProcessError:
+            return 0
+
+
+class Workers:
+    """A block of worker processes: `start` forks one; leaving the block kills and reaps those
+    still there. `died`: the WorkerError message of a worker that died without answering, with
+    `{how}` for the way it ended."""
+
+    def __init__(self, died: str):
+        self._died = died
+        self.started: list[Worker] = []
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for worker in self.started:
+            worker.stop()
+
+    def start(self, handle: Callable[[Any], Any], setup: Callable[[], Any] | None = None) -> Worker:
+        """A new worker that runs `setup()` (when given) and then answers each task sent to it
+        with `handle(task)`, until it fails or its connection is closed."""
+        for stream in (sys.stdout, sys.stderr):  # nothing buffered twice
+            if stream is not None:
+                stream.flush()
+        ours, theirs = Pipe()
+        parent = os.getpid()
+        with signals.blocked():  # until the worker has its own signals, and it is registered here
+            pid = os.fork()
+            if pid == 0:  # the worker: never returns
+                ours.close()
+                for other in self.started:
+                    other.conn.close()
+                _serve(theirs, handle, setup, parent)
+            theirs.close()
+            worker = Worker(pid, ours, self._died)
+            self.started.append(worker)
+        return worker
+
+    def ready(self, workers: list[Worker]) -> list[Worker]:
+        """Those of `workers` that have a reply to read (or have died): waits for one at least."""
+        conns = wait([w.conn for w in workers])
+        return [w for w in workers if w.conn in conns]
+
+
+def _serve(conn: Connection, handle: Callable[[Any], Any], setup: Callable[[], Any] | None, parent: int) -> None:
+    """A worker's life: answer tasks until the connection closes or a task fails, exit."""
+    code = 0
+    try:
+        signals.as_worker(parent)
+        failed: BaseException | None = None
+        try:
+            if setup is not None:
+                setup()
+        except BaseException as err:  # noqa: BLE001 - the answer to the first task
+            failed = err
+        while True:
+            try:
+                task = conn.recv()
+            except EOFError:
+                break
+            if failed is not None:
+                raise failed
+            conn.send_bytes(pickle.dumps(("ok", handle(task)), protocol=pickle.HIGHEST_PROTOCOL))
+    except BaseException as err:  # noqa: BLE001 - everything goes back to the parent
+        code = 1
+        try:
+            conn.send_bytes(_error_payload(err))
+        except BaseException:  # noqa: BLE001 - the parent is gone or has stopped listening
+            pass
+    finally:
+        os._exit(code)
+
+
+def _error_payload(err: BaseException) -> bytes:
+    """`err` pickled, or where it cannot be (or be read back), a RuntimeError with its text."""
+    try:
+        payload = pickle.dumps(("error", err), protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.loads(payload)
+        return payload
+    except Exception:  # noqa: BLE001 - an exception that does not pickle: its text
+        return pickle.dumps(("error", RuntimeError(f"{type(err).__name__}: {err}")))

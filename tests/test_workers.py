@@ -1,0 +1,215 @@
+"""Worker processes (nmtkit.workers): a command with busy workers ends within seconds of SIGINT
+or SIGTERM, leaving no output, temp file or worker behind; replies, errors and deaths."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nmtkit.errors import WorkerError
+from nmtkit.workers import Workers
+from tests.conftest import REPO
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+EVIL = r"(a+)+$"  # catastrophic backtracking: minutes inside the regex engine's C code
+EVIL_LINE = "a" * 41 + "!"
+SECONDS = 10  # from the signal to the exit: a few seconds, with room for a loaded machine
+
+# `nmtkit ARGV` whose workers each spend their first task inside EVIL, whatever the command
+HANGING_WORKERS = (
+    "import re, sys\n"
+    "import nmtkit.workers as w\n"
+    "real = w.Workers.start\n"
+    "def start(self, handle, setup=None):\n"
+    f"    return real(self, lambda task: re.match({EVIL!r}, {EVIL_LINE!r}), setup)\n"
+    "w.Workers.start = start\n"
+    "from nmtkit.cli import main\n"
+    "main(sys.argv[1:])\n")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or a zombie that nobody has reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _stop_busy_command(argv: list[str], sig: int, cwd: Path, hang: bool = False) -> tuple[int, str, float]:
+    """Run `nmtkit ARGV` in a session of its own; once its workers have been busy a while, send
+    `sig` (SIGINT to the whole group, as Ctrl-C does; SIGTERM to the command alone, as kill
+    does). (exit status, stderr, seconds from the signal to the exit); no worker is left."""
+    command = [sys.executable, "-c", HANGING_WORKERS] if hang else [sys.executable, "-m", "nmtkit"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([*command, *argv], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not workers and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+            workers = _children(proc.pid)
+        assert workers, f"no worker started: {proc.poll()} {proc.stderr.read() if proc.poll() is not None else ''}"
+        time.sleep(1.0)  # inside their tasks
+        assert proc.poll() is None
+        start = time.monotonic()
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout=60)
+        finally:
+            took = time.monotonic() - start
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    deadline = time.monotonic() + 5
+    while not all(_gone(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(_gone(pid) for pid in workers), "a worker outlived its command"
+    return proc.returncode, err, took
+
+
+def _assert_stopped(result: tuple[int, str, float], sig: int) -> None:
+    code, err, took = result
+    assert took < SECONDS, f"{took:.1f} s from the signal to the exit"
+    assert code == (130 if sig == signal.SIGINT else 143), (code, err)
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == ("nmtkit: aborted" if sig == signal.SIGINT else "nmtkit: terminated"), err
+
+
+SIGNALS = pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+
+
+@linux_only
+@SIGNALS
+def test_tokenize_with_workers_stuck_in_a_protect_pattern_ends_at_once_on_a_signal_leaving_nothing(tmp_path, sig):
+    (tmp_path / "evil.re").write_text(EVIL + "\n")
+    (tmp_path / "in.txt").write_text((EVIL_LINE + "\n") * 2001)  # two chunks: both workers stuck
+    result = _stop_busy_command(["tokenize", "--lang", "en", "--protect", "evil.re", "--workers", "2",
+                                 "-i", "in.txt", "-o", "out.txt"], sig, tmp_path)
+    _assert_stopped(result, sig)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["evil.re", "in.txt"]
+
+
+@linux_only
+@SIGNALS
+def test_preprocess_with_workers_stuck_in_a_protect_pattern_ends_at_once_on_a_signal_leaving_nothing(tmp_path, sig):
+    (tmp_path / "evil.re").write_text(EVIL + "\n")
+    for lang in ("en", "fr"):
+        (tmp_path / f"train.{lang}").write_text((EVIL_LINE + "\n") * 50)
+        (tmp_path / f"valid.{lang}").write_text("hello world\n")  # checked in the main process
+    result = _stop_busy_command(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", "train",
+                                 "--valid", "valid", "--dest", "d", "--protect", "evil.re", "--workers", "2",
+                                 "--quiet"], sig, tmp_path)
+    _assert_stopped(result, sig)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["evil.re", "train.en", "train.fr", "valid.en", "valid.fr"]
+
+
+@linux_only
+@SIGNALS
+def test_select_data_with_busy_workers_ends_at_once_on_a_signal_leaving_nothing(tmp_path, sig):
+    for name, words in (("in", ("cat", "chat")), ("pool", ("dog", "chien"))):
+        for lang, word in zip(("en", "fr"), words):
+            (tmp_path / f"{name}.{lang}").write_text("".join(f"the {word} {i}\n" for i in range(300)))
+    result = _stop_busy_command(["select-data", "--src-lang", "en", "--tgt-lang", "fr", "--in-domain", "in",
+                                 "--pool", "pool", "--output-prefix", "sel", "--lines", "10", "--workers", "2",
+                                 "--quiet"], sig, tmp_path, hang=True)
+    _assert_stopped(result, sig)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en", "in.fr", "pool.en", "pool.fr"]
+
+
+@linux_only
+@SIGNALS
+def test_translate_with_busy_workers_ends_at_once_on_a_signal_leaving_nothing(tmp_path, sig, ckpt):
+    (tmp_path / "in.txt").write_text("the cat sat on a mat\n" * 8)
+    result = _stop_busy_command(["translate", "-m", ckpt, "-i", "in.txt", "-o", "out.txt", "--workers", "2",
+                                 "--batch-size", "1", "--device", "cpu"], sig, tmp_path, hang=True)
+    _assert_stopped(result, sig)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+# ---- the mechanism itself ---------------------------------------------------------------------
+def _sleep_forever(task):
+    time.sleep(600)
+
+
+def test_leaving_the_block_kills_and_reaps_busy_workers_at_once():
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), Workers("died ({how})") as pool:
+        workers = [pool.start(_sleep_forever) for _ in range(2)]
+        for w in workers:
+            w.send(None)
+        raise KeyboardInterrupt
+    assert time.monotonic() - start < SECONDS
+    for w in workers:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(w.pid, os.WNOHANG)  # reaped
+
+
+def test_a_reply_is_the_result_or_the_workers_exception_and_a_death_is_a_worker_error():
+    def handle(task):
+        if task == "die":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if task == "fail":
+            raise ValueError("bad task")
+        if task == "unpicklable":
+            raise _Unpicklable()
+        return task * 2
+
+    with Workers("a worker died ({how})") as pool:
+        w = pool.start(handle)
+        w.send(21)
+        assert w.reply() == 42
+        w.send("fail")
+        with pytest.raises(ValueError, match="bad task"):
+            w.reply()
+        w = pool.start(handle)
+        w.send("unpicklable")
+        with pytest.raises(RuntimeError, match="_Unpicklable: no pickling"):
+            w.reply()
+        w = pool.start(handle)
+        w.send("die")
+        with pytest.raises(WorkerError, match=r"^a worker died \(killed by signal 9\)$"):
+            w.reply()
+
+
+def test_a_failed_setup_is_the_reply_to_the_first_task():
+    def setup():
+        raise OSError("no table")
+
+    with Workers("died ({how})") as pool:
+        w = pool.start(lambda task: task, setup)
+        w.send(1)
+        with pytest.raises(OSError, match="no table"):
+            w.reply()
+
+
+class _Unpicklable(Exception):
+    def __init__(self):
+        super().__init__("no pickling")
+
+    def __reduce__(self):
+        raise TypeError("not today")
