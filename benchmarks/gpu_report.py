@@ -101,7 +101,7 @@ def _graphs() -> int:
     """Graphs compiled by dynamo plus CUDA graphs captured, in this process so far."""
     import torch._dynamo.utils
 
-    from nmtkit.models.graphs import captured
+    from nmtkit.models.fast.graphs import captured
 
     return int(torch._dynamo.utils.counters["stats"]["unique_graphs"]) + captured()
 
@@ -113,7 +113,7 @@ def _release() -> None:
 
     import torch
 
-    from nmtkit.models.graphs import release_all
+    from nmtkit.models.fast.graphs import release_all
 
     release_all()
     gc.collect()
@@ -216,8 +216,8 @@ def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
     from benchmarks.launches import vocab_size
     from nmtkit.devtools.launches import HostReads
     from nmtkit.devtools.report import MODES
-    from nmtkit.models import fusion
-    from nmtkit.models.graphs import captured
+    from nmtkit.models.fast import fusion
+    from nmtkit.models.fast.graphs import captured
     from nmtkit.train import trainer
 
     cuda = torch.cuda.is_available() and device == "cuda"
@@ -274,8 +274,8 @@ def _run_data(path: Path, vocab: int, pairs: int) -> Path:
 def _real_run(data: Path, run: Path, device: str, quick: bool, updates: int, *, preset: str, fuse: str, max_tokens: int,
               bleu: int, cuda_graphs: str = "auto", precision: str | None = None):
     """`run_training` -> (its result, target tokens/s of its last log interval)."""
-    from nmtkit.models.presets import ModelOverrides
     from nmtkit.train.config import TrainOptions
+    from nmtkit.train.presets import ModelOverrides
     from nmtkit.train.run import run_training
 
     sizes = ModelOverrides(emb_dim=32, enc_hidden=32, dec_hidden=32, att_hidden=32, maxout=16) if quick else None

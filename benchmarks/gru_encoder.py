@@ -88,7 +88,7 @@ def fwd_bwd(model, src, lens) -> None:
 
 def variants(emb: int, hidden: int, dropout: float):
     """name -> (model, run) for the three ways; 'eager' runs the loop with uncompiled bodies."""
-    from nmtkit.models import gru_recurrence
+    from nmtkit.models.fast import gru_recurrence
 
     def eager(model, src, lens):
         real = gru_recurrence.step_fn

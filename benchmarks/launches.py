@@ -125,7 +125,7 @@ WIDTH_KEYS = ("emb_dim", "enc_hidden", "dec_hidden", "att_hidden", "maxout")
 
 
 def vocab_size(preset: str) -> int:
-    from nmtkit.models.presets import preset as get_preset
+    from nmtkit.train.presets import preset as get_preset
 
     return get_preset(preset)[1]["tgt_vocab_size"]
 
@@ -160,10 +160,10 @@ def write_data_dir(path: Path, vocab: int, seed: int = 0, lengths: tuple[int, in
 def make_context(preset: str, data_dir: Path, run_dir: Path, max_tokens: int | None, quick: bool, threads: int,
                  precision: str = "fp32", fuse: str = "off", device: str = "cpu", cuda_graphs: str = "auto"):
     """The training context `nmtkit train --preset <preset>` builds (its optimiser included)."""
-    from nmtkit.models.presets import resolve_model, training_defaults
-    from nmtkit.train.config import TrainConfig
+    from nmtkit.train.config import TrainConfig, training_defaults
     from nmtkit.train.context import TrainContext
     from nmtkit.train.data import DataDir
+    from nmtkit.train.presets import resolve_model
 
     data = DataDir.open(data_dir)
     widths = {k: QUICK_WIDTH for k in WIDTH_KEYS} if quick else {}

@@ -44,7 +44,7 @@ WORKLOADS = {
 def make_model(w: dict):
     """The workload's model: nmtkit's own, or the naive step-by-step baseline."""
     from nmtkit.models import build_model
-    from nmtkit.models.presets import preset
+    from nmtkit.train.presets import preset
 
     arch, cfg = preset(w["preset"])
     cfg.update(src_vocab_size=w["vocab"][0], tgt_vocab_size=w["vocab"][1])
@@ -91,7 +91,7 @@ def measure(name: str, precision: str, device: str, steps: int, threads: int, fu
     """One measurement, in this process: tokens/s and peak memory. `fuse` as `nmtkit train --fuse`."""
     import torch
 
-    from nmtkit.models.fusion import resolve_fuse
+    from nmtkit.models.fast.fusion import resolve_fuse
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

@@ -53,9 +53,9 @@ def random_checkpoint(preset_name: str, lines: list[str], out: Path) -> Path:
 
     from nmtkit.checkpoint import save_checkpoint
     from nmtkit.models import build_model
-    from nmtkit.models.presets import preset
     from nmtkit.text.pipeline import TextPipeline
     from nmtkit.text.vocab import SPECIALS
+    from nmtkit.train.presets import preset
 
     arch, cfg = preset(preset_name)
     pipe = TextPipeline(src_lang="en", tgt_lang="fr")

@@ -35,8 +35,8 @@ TINY_MODEL = dict(SIZES["rnnsearch"], init="default")  # the model overrides of 
 
 
 def tiny_overrides(**changes):
-    """TINY_MODEL as `nmtkit train`'s model options (nmtkit.models.presets.ModelOverrides)."""
-    from nmtkit.models.presets import ModelOverrides
+    """TINY_MODEL as `nmtkit train`'s model options (nmtkit.train.presets.ModelOverrides)."""
+    from nmtkit.train.presets import ModelOverrides
 
     return ModelOverrides(**{**TINY_MODEL, **changes})
 

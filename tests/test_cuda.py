@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from nmtkit.checkpoint import load_checkpoint
-from nmtkit.models.presets import ModelOverrides
+from nmtkit.train.presets import ModelOverrides
 from nmtkit.train.run import run_training
 from tests.conftest import TINY_MODEL, tiny_context, tiny_options, tiny_train_args
 
@@ -68,7 +68,7 @@ def test_one_training_step_on_cuda_equals_the_cpu_step(data_dir, tmp_path, preci
 def test_graph_captured_steps_equal_eager_steps(data_dir, tmp_path):
     # 12 SGD updates over batches of varied lengths (and a validation between them), exact fp32:
     # the graphs, over padded shapes, give the eager run's weights up to rounding
-    from nmtkit.models.graphs import loop_graphs
+    from nmtkit.models.fast.graphs import loop_graphs
 
     runner = loop_graphs(torch.device("cuda"))
     opts = tiny_options(device="cuda", max_updates=12, valid_every=6, save_every=6, valid_bleu_samples=0,

@@ -1,4 +1,4 @@
-"""Fused (compiled) recurrence steps compute what the eager reference computes (models/fusion.py)."""
+"""Fused (compiled) recurrence steps compute what the eager reference computes (models/fast/fusion.py)."""
 from __future__ import annotations
 
 import pytest
@@ -6,7 +6,8 @@ import torch
 
 from nmtkit.devtools.launches import count_launches, enable_inductor_kernel_profile
 from nmtkit.errors import ConfigError
-from nmtkit.models import build_model, fusion
+from nmtkit.models import build_model
+from nmtkit.models.fast import fusion
 from nmtkit.train.config import TrainConfig
 from tests.conftest import TINY, random_batch
 
@@ -194,7 +195,7 @@ def test_host_reads_are_counted_through_fused_bodies_without_breaking_them(caplo
 
     torch._dynamo.reset()  # graphs of earlier tests would count towards the recompile limit
     a, b, c = (torch.randn(3, 5, 8) for _ in range(3))
-    with caplog.at_level("WARNING", logger="nmtkit.models.fusion"), HostReads() as reads:
+    with caplog.at_level("WARNING", logger="nmtkit.models.fast.fusion"), HostReads() as reads:
         got = fusion.step_fn(maxout_of_sum, True)(a, b, c)
     torch.testing.assert_close(got, maxout_of_sum(a, b, c))
     assert reads.count == 0
@@ -216,7 +217,7 @@ def test_a_body_that_cannot_be_compiled_runs_eager_with_one_warning(body, caplog
     from nmtkit.devtools.launches import HostReads
 
     fused = fusion.step_fn(body, True)
-    with caplog.at_level("WARNING", logger="nmtkit.models.fusion"), HostReads():
+    with caplog.at_level("WARNING", logger="nmtkit.models.fast.fusion"), HostReads():
         for x in (torch.ones(3), -torch.ones(2), torch.ones(4)):
             torch.testing.assert_close(fused(x), body(x))
     warnings = [r.getMessage() for r in caplog.records if "cannot be compiled" in r.getMessage()]

@@ -5,9 +5,9 @@ import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from nmtkit.models import gru_recurrence
 from nmtkit.models.base import length_mask
-from nmtkit.models.gru_recurrence import bigru_annotations, gru_states, reversal_index
+from nmtkit.models.fast import gru_recurrence
+from nmtkit.models.fast.gru_recurrence import bigru_annotations, gru_states, reversal_index
 from tests.conftest import random_batch, tiny_model
 
 LENS = (6, 1, 3, 6, 4, 1, 5)  # includes length 1 and several at the maximum
@@ -128,7 +128,7 @@ def test_compiled_step_bodies_match_eager_in_float32():
     """The one compiled test (tens of seconds): fuse=True through RNNSearch.encode, outputs and
     encoder gradients against the eager nn.GRU path, at tiny sizes."""
     pytest.importorskip("torch._inductor")
-    from nmtkit.models.fusion import fusion_available
+    from nmtkit.models.fast.fusion import fusion_available
 
     ok, why = fusion_available("cpu")
     if not ok:

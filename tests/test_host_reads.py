@@ -8,7 +8,7 @@ import torch
 
 from nmtkit.decode import search
 from nmtkit.devtools.launches import HostReads
-from nmtkit.models import fusion
+from nmtkit.models.fast import fusion
 from nmtkit.text.vocab import UNK_ID
 from tests.conftest import random_sources, tiny_context, tiny_model
 
@@ -28,7 +28,7 @@ def test_a_training_update_reads_the_device_once(data_dir, tmp_path, update_freq
                        valid_bleu_samples=0, fuse=fuse)
     try:
         plan = ctx.epoch_plan(1)
-        with caplog.at_level("WARNING", logger="nmtkit.models.fusion"):
+        with caplog.at_level("WARNING", logger="nmtkit.models.fast.fusion"):
             for u in range(4):
                 with HostReads() as reads:
                     assert train_step(ctx, plan[u * update_freq : (u + 1) * update_freq])

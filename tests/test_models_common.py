@@ -9,7 +9,7 @@ import torch
 
 from nmtkit.errors import ConfigError
 from nmtkit.models import ARCHS, build_model, make_config
-from nmtkit.models.presets import PRESETS, TRAIN_DEFAULTS, preset, train_defaults
+from nmtkit.train.presets import PRESETS, TRAIN_DEFAULTS, preset, train_defaults
 from tests.conftest import TINY, random_batch, tiny_model
 from tests.reference_models import plain_chunked_loss, rnnsearch_autograd_features
 
@@ -296,7 +296,7 @@ def test_rnnsearch_handwritten_recurrence_matches_autograd_loop(tgt_lens, readou
 def test_rnnsearch_recurrence_without_grad_keeps_no_per_step_activations(monkeypatch):
     """Dev loss runs under no_grad on long sentences: the forward-only path gives the training
     path's numbers and never allocates the (T, B, S, n') tanh activations backward would need."""
-    import nmtkit.models.recurrence as rec
+    import nmtkit.models.fast.recurrence as rec
 
     model = tiny_model("rnnsearch", seed=3, exact=True)
     src, src_lens, tgt_in, _, _ = random_batch(tgt_lens=(5, 2, 4, 3))
@@ -321,7 +321,7 @@ def test_rnnsearch_recurrence_keeps_for_backward_nothing_of_size_steps_by_source
     """The hand-written backward recomputes the attention's tanh activations: what the
     recurrence saves grows like T + S, never like the (T, B, S, n') activations themselves
     (kept, they set the peak memory of training on long sentences)."""
-    from nmtkit.models.recurrence import bahdanau_recurrence
+    from nmtkit.models.fast.recurrence import bahdanau_recurrence
 
     torch.manual_seed(0)
     B, T, S, d, na = 3, 40, 40, 8, 64
@@ -350,7 +350,7 @@ def test_eager_rnnsearch_recurrence_allocates_its_source_by_attention_activation
     about a hole per step: a 64 x 64 batch held 790 MB resident for 340 MB of live data)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from nmtkit.models.recurrence import bahdanau_recurrence
+    from nmtkit.models.fast.recurrence import bahdanau_recurrence
 
     torch.manual_seed(0)
     B, T, S, d, na = 3, 40, 40, 8, 64

@@ -1,4 +1,4 @@
-"""`--precision int8` (nmtkit.models.quantize): which layers become int8, that decoding with them
+"""`--precision int8` (nmtkit.models.fast.quantize): which layers become int8, that decoding with them
 stays close to float32, that the shortlist's int8 rows are the int8 layer's own columns, and
 where int8 is refused (CUDA, training)."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from nmtkit.errors import ConfigError
-from nmtkit.models.quantize import INT8_ON_CUDA, is_quantized, quantize_for_decoding
+from nmtkit.models.fast.quantize import INT8_ON_CUDA, is_quantized, quantize_for_decoding
 from tests.conftest import SIZES, make_checkpoint, tiny_model
 
 
@@ -68,7 +68,7 @@ def test_the_shortlists_int8_rows_are_the_int8_output_layers_own_columns():
 def test_an_int8_layers_output_rows_do_not_depend_on_the_other_rows_of_its_input():
     """Each input row is quantised on its own scale: a sentence decodes the same whatever its
     batch-mates (one scale per input tensor, as in torch's dynamic quantisation, does not)."""
-    from nmtkit.models.quantize import Int8Linear
+    from nmtkit.models.fast.quantize import Int8Linear
 
     torch.manual_seed(0)
     linear = torch.nn.Linear(24, 10)
@@ -118,7 +118,7 @@ def test_quantising_a_whole_weight_in_blocks_gives_exactly_the_per_row_quantisat
     """Weights and embedding tables are quantised block of rows by block at load
     (`quantize_rows_at_load`): exactly the int8 values and scales a step's `quantize_rows` of
     the same rows gives, over several blocks, a last partial one, and rows longer than a block."""
-    from nmtkit.models.quantize import _LOAD_BLOCK, int8_columns, quantize_rows, quantize_rows_at_load
+    from nmtkit.models.fast.quantize import _LOAD_BLOCK, int8_columns, quantize_rows, quantize_rows_at_load
 
     torch.manual_seed(0)
     for shape in [(3 * _LOAD_BLOCK // 100 + 7, 100), (4, 2 * _LOAD_BLOCK + 1)]:
@@ -135,7 +135,7 @@ def test_the_int8_encoder_gives_the_fp32_grus_annotations_closely_and_each_sente
     """RNNsearch's bidirectional GRU runs in int8 (Int8BiGRU): the annotations stay close to
     nn.GRU's (both directions, every length, zero at padding), and a sentence's annotations are
     bit for bit the same alone as beside longer, louder batch-mates."""
-    from nmtkit.models.quantize import Int8BiGRU
+    from nmtkit.models.fast.quantize import Int8BiGRU
 
     torch.manual_seed(3)
     model = _model("rnnsearch")

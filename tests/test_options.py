@@ -10,7 +10,6 @@ from nmtkit.cli import cli
 from nmtkit.cli import command as cli_command
 from nmtkit.devices import check_device_name
 from nmtkit.errors import ConfigError
-from nmtkit.models.presets import ModelOverrides
 from nmtkit.options import cli_default, cli_names, help_text, option_fields, resume_overridable
 from nmtkit.preprocess.config import PreprocessConfig
 from nmtkit.score.run import ScoreOptions
@@ -19,6 +18,7 @@ from nmtkit.serve.config import ServeConfig
 from nmtkit.serve.limits import Limits
 from nmtkit.text.tokenize import TokenizeConfig
 from nmtkit.train.config import TrainConfig
+from nmtkit.train.presets import ModelOverrides
 from nmtkit.translate.config import DecodeConfig, TranslateConfig
 from tests.conftest import tiny_options
 

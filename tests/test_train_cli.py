@@ -83,8 +83,8 @@ def test_signal_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path, sig, co
 
 
 def test_help_documents_every_train_config_option():
-    from nmtkit.models.presets import ModelOverrides
     from nmtkit.options import option_fields
+    from nmtkit.train.presets import ModelOverrides
 
     code, out, _ = run_cli(["train", "--help"])
     assert code == 0

@@ -154,7 +154,7 @@ def test_update_freq_2_at_batch_40_and_two_gloo_ranks_at_40_each_equal_one_updat
 
 
 def _run_worker(rank, world, port, data_dir, run_dir, opts, resume):
-    from nmtkit.models.presets import ModelOverrides
+    from nmtkit.train.presets import ModelOverrides
     from nmtkit.train.run import run_training
 
     _as_rank(rank, world, port)

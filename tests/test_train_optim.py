@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nmtkit.models.presets import training_defaults as train_defaults
 from nmtkit.train.config import TrainConfig
+from nmtkit.train.config import training_defaults as train_defaults
 from nmtkit.train.optim import LRSchedule, build_optimizer
 
 

@@ -6,8 +6,8 @@ import torch
 
 from nmtkit.checkpoint import load_checkpoint
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
-from nmtkit.models.presets import ModelOverrides
 from nmtkit.train.config import TrainConfig, TrainOptions
+from nmtkit.train.presets import ModelOverrides
 from nmtkit.train.run import run_training
 from tests.conftest import TINY_MODEL, tiny_options, tiny_overrides
 from tests.conftest import records as _records

@@ -267,7 +267,7 @@ def test_an_int8_model_quantised_from_the_mapped_file_keeps_nothing_of_the_file(
     import gc
 
     from nmtkit.checkpoint import load_model
-    from nmtkit.models.quantize import quantize_for_decoding
+    from nmtkit.models.fast.quantize import quantize_for_decoding
 
     path = str(make_checkpoint(tmp_path / "m.pt"))
     translator = _translator(path, precision="int8")
@@ -402,7 +402,7 @@ def test_auto_precision_decodes_in_int8_on_vnni_cpus_else_as_training_would(ckpt
     leaner than bf16 and fp32 at their BLEU); elsewhere what auto means for training, bf16 on
     CPUs where bf16 pays off and fp32 on other CPUs."""
     import nmtkit.models.precision as prec
-    from nmtkit.models.quantize import is_quantized
+    from nmtkit.models.fast.quantize import is_quantized
 
     monkeypatch.setattr(prec, "cpu_bf16_pays_off", lambda: native_bf16)
     monkeypatch.setattr(prec, "cpu_has_fast_int8", lambda cpuinfo=None: native_int8)

@@ -22,9 +22,9 @@ from nmtkit.cli.common import (
     quiet_option,
     quiet_warnings,
 )
-from nmtkit.models.presets import ModelOverrides
 from nmtkit.train.config import TrainConfig, TrainOptions
 from nmtkit.train.events import Callbacks, LogEvent, StartEvent, ValidationEvent
+from nmtkit.train.presets import ModelOverrides
 
 EPILOG = """\b
 Examples:

@@ -51,7 +51,7 @@ from nmtkit.decode.hypothesis import Hypothesis, finished
 from nmtkit.decode.steps import as_models, force_eos, mask_specials, max_lengths, step_all
 from nmtkit.decode.topk import sentence_topk
 from nmtkit.models.base import EncoderOut, Seq2Seq
-from nmtkit.models.quantize import is_quantized, shortlist_rows
+from nmtkit.models.fast.quantize import is_quantized, shortlist_rows
 from nmtkit.text.vocab import BOS_ID, EOS_ID
 
 __all__ = ["Hypothesis", "greedy_search", "beam_search"]

@@ -47,7 +47,7 @@ def make_config(arch: str, values: dict[str, Any]):
 
 def build_model(arch: str, config: Any, fuse_steps: bool = False):
     """A freshly initialised model from a config dataclass or a plain dict of its fields;
-    `fuse_steps` runs its step bodies compiled (models/fusion.py)."""
+    `fuse_steps` runs its step bodies compiled (models/fast/fusion.py)."""
     cfg_cls, model_cls = _lookup(arch)
     if isinstance(config, dict):
         config = make_config(arch, config)

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmtkit.models.chunked_loss import linear_cross_entropy
-from nmtkit.models.fusion import step_fn
+from nmtkit.models.fast.chunked_loss import linear_cross_entropy
+from nmtkit.models.fast.fusion import step_fn
 from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401 (re-exported)
 
 State = Any  # a Tensor or a tuple of Tensors, each with the batch on dim 0
@@ -158,7 +158,7 @@ class Seq2Seq(nn.Module):
     never materialised for a whole batch at once during training.
 
     `fuse_steps`, fixed at construction, runs the recurrences' step bodies and the decoding step
-    compiled (models/fusion.py): fewer, fused kernels, the same equations. `with_fused_steps`
+    compiled (models/fast/fusion.py): fewer, fused kernels, the same equations. `with_fused_steps`
     gives a copy of a built or loaded model with the other choice.
     """
 
@@ -168,12 +168,12 @@ class Seq2Seq(nn.Module):
     # encoder outputs K times (see nmtkit.decode.search)
     grouped_encoder: bool = False
     # the nn.Linear layers that decoding only calls as modules (never reading their .weight):
-    # what `--precision int8` quantises (nmtkit.models.quantize); empty: no int8 decoding
+    # what `--precision int8` quantises (nmtkit.models.fast.quantize); empty: no int8 decoding
     int8_linears: tuple[str, ...] = ()
     # the one-layer bidirectional nn.GRU encoder that int8 decoding runs as `quantize.Int8BiGRU`
     # (over the source embedding `encode_bigru` hands it), or None (the encoder stays float32)
     int8_encoder: str | None = None
-    # True when teacher forcing can run its recurrence as CUDA graphs (nmtkit.models.graphs);
+    # True when teacher forcing can run its recurrence as CUDA graphs (nmtkit.models.fast.graphs);
     # `graph_loops`, set by training (--cuda-graphs), turns them on
     graph_loops_supported: bool = False
     graph_loops: bool = False
@@ -184,7 +184,7 @@ class Seq2Seq(nn.Module):
     def __init__(self, fuse_steps: bool = False):
         super().__init__()
         self._fuse_steps = bool(fuse_steps)
-        # what `int8_stacks` names, built by int8 decoding (nmtkit.models.quantize.Int8Stack);
+        # what `int8_stacks` names, built by int8 decoding (nmtkit.models.fast.quantize.Int8Stack);
         # a plain dict: no part of the model's state_dict
         self.decode_stacks: dict[str, nn.Module] = {}
 
@@ -197,7 +197,7 @@ class Seq2Seq(nn.Module):
 
     @property
     def fuse_steps(self) -> bool:
-        """Whether the step bodies run compiled (models/fusion.py); chosen at construction."""
+        """Whether the step bodies run compiled (models/fast/fusion.py); chosen at construction."""
         return self._fuse_steps
 
     def with_fused_steps(self, fuse_steps: bool = True) -> "Seq2Seq":
@@ -256,7 +256,7 @@ class Seq2Seq(nn.Module):
         `out` = (weight (L, F), bias (L,) or None): the rows of `output_projection()` for a
         shortlist of L target ids (nmtkit.decode.shortlist); the log-probabilities are then
         (B, L), normalised over the shortlist. With `fuse_steps`, the whole step (attention,
-        state update, output layer, log-softmax) runs as one compiled body (models/fusion.py):
+        state update, output layer, log-softmax) runs as one compiled body (models/fast/fusion.py):
         a handful of kernels instead of dozens."""
         return step_fn(Seq2Seq._step, self.fuse_steps)(self, prev_tokens, state, enc, out)
 
@@ -291,7 +291,7 @@ class Seq2Seq(nn.Module):
         `loss_sum`; `nll_sum` is for reporting.
 
         The vocabulary projection (`output_projection()`), log-softmax and loss are computed
-        chunk by chunk together with their gradients (models/chunked_loss.py): no (N, V) tensor
+        chunk by chunk together with their gradients (models/fast/chunked_loss.py): no (N, V) tensor
         is kept for the backward pass, and a chunk holds at most MAX_CHUNK_LOGITS (2^26) logits
         (CPU_CHUNK_LOGITS, 2^23, in bf16/fp16 on the CPU).
         """
@@ -315,10 +315,10 @@ class Seq2Seq(nn.Module):
 
 def _rows_logits(feats: Tensor, out: tuple[Any, Tensor | None]) -> Tensor:
     """feats (N, F) -> logits (N, L) over a shortlist's output rows: float (weight (L, F), bias)
-    or, from an int8 output layer, (its int8 columns, None) (nmtkit.models.quantize)."""
+    or, from an int8 output layer, (its int8 columns, None) (nmtkit.models.fast.quantize)."""
     if isinstance(out[0], Tensor):
         return F.linear(feats, out[0], out[1])
-    from nmtkit.models.quantize import project
+    from nmtkit.models.fast.quantize import project
 
     return project(feats, out[0])
 

@@ -32,8 +32,8 @@ from torch import Tensor, nn
 
 from nmtkit.models.attention import masked_softmax, multiplicative_scores
 from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, dropout
+from nmtkit.models.fast.quantize import is_quantized
 from nmtkit.models.init import apply_init_, paper_init_
-from nmtkit.models.quantize import is_quantized
 from nmtkit.models.rnnsearch import check_common, encode_bigru
 
 

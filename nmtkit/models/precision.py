@@ -62,7 +62,7 @@ def cpu_bf16_pays_off() -> bool:
 
 def cpu_has_fast_int8(cpuinfo: str | None = None) -> bool:
     """True when the CPU flags include int8 dot products (VNNI, AMX): where `--precision int8`
-    is known to be the fastest way to decode (nmtkit.models.quantize)."""
+    is known to be the fastest way to decode (nmtkit.models.fast.quantize)."""
     return _cpu_has_any_flag(FAST_INT8_FLAGS, cpuinfo)
 
 

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, append_eos, dropout, length_mask, on_device
-from nmtkit.models.gru_recurrence import gru_states, last_states
+from nmtkit.models.fast.gru_recurrence import gru_states, last_states
 from nmtkit.models.init import apply_init_, paper_init_
 from nmtkit.models.rnnsearch import check_common, maxout_pairs
 

@@ -59,11 +59,11 @@ from nmtkit.models.base import (
     on_device,
     run_packed,
 )
-from nmtkit.models.fusion import step_fn
-from nmtkit.models.gru_recurrence import bigru_annotations, reversal_index
+from nmtkit.models.fast.fusion import step_fn
+from nmtkit.models.fast.gru_recurrence import bigru_annotations, reversal_index
+from nmtkit.models.fast.quantize import Int8BiGRU
+from nmtkit.models.fast.recurrence import bahdanau_recurrence
 from nmtkit.models.init import INITS, apply_init_, paper_init_
-from nmtkit.models.quantize import Int8BiGRU
-from nmtkit.models.recurrence import bahdanau_recurrence
 
 DROPOUT_SITES = ("src", "tgt", "out")  # source / target embeddings, the deep output t_i
 READOUTS = ("prev", "new")  # the deep output reads s_{i-1} (appendix A.2.2) or s_i (section 3.1)

@@ -5,7 +5,7 @@ it may change on `--resume` (stopping criteria, reporting, hardware). `nmtkit tr
 options are generated from these fields, and `__post_init__` validates them once.
 
 The defaults for the paper's presets follow Bahdanau et al. 2015, section 4.2 / appendix B.2
-(nmtkit.models.presets owns every preset's settings): Adadelta (epsilon 1e-6, rho 0.95, lr 1.0),
+(nmtkit.train.presets owns every preset's settings): Adadelta (epsilon 1e-6, rho 0.95, lr 1.0),
 gradient L2 norm rescaled to at most 1, minibatches of 80 pairs, 1600 pairs read, sorted by length
 and split at a time, pairs longer than 30 or 50 words dropped. Other presets default to Adam
 (lr 1e-3) with the same clipping.
@@ -32,8 +32,8 @@ from nmtkit.devices import (
 )
 from nmtkit.errors import ConfigError
 from nmtkit.models import ARCHS
-from nmtkit.models.presets import PRESETS
 from nmtkit.options import check_fields, given_options, option
+from nmtkit.train.presets import PAPER_PRESETS, PRESETS, TRAIN_DEFAULTS, train_defaults
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhd]?)\s*$")
 
@@ -201,6 +201,20 @@ class TrainConfig:
 TrainOptions = given_options(
     TrainConfig, "TrainOptions",
     """The TrainConfig fields a user gave (`nmtkit train`'s options; None: not given): a new run
-    resolves them over its preset's defaults (`nmtkit.models.presets.training_defaults`), a
+    resolves them over its preset's defaults (`training_defaults`), a
     resumed run over its checkpoint's TrainConfig. Each given value is checked as TrainConfig
     checks it.""")
+
+
+def training_defaults(arch: str, preset_name: str | None) -> dict[str, Any]:
+    """TrainConfig defaults implied by the model preset (the paper's procedure for its presets;
+    rnnsearch-50's for a bare architecture)."""
+    name = preset_name if preset_name is not None else (arch if arch in TRAIN_DEFAULTS else None)
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    d = train_defaults(name if name is not None else "rnnsearch-50")
+    out = {k: v for k, v in d.items() if k in fields}
+    if "sort_batches" in d:
+        out["sort_pool"] = int(d["sort_batches"]) * int(d.get("batch_size", 80))
+    paper = name is None or name in PAPER_PRESETS
+    out["normalize_loss"] = "sentences" if paper else "tokens"
+    return out

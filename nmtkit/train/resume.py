@@ -12,10 +12,10 @@ from typing import Any
 
 from nmtkit.data.manifest import recorded_digests
 from nmtkit.errors import CheckpointError, ConfigError
-from nmtkit.models.presets import ModelOverrides
 from nmtkit.options import option_name, resume_overridable
 from nmtkit.text.pipeline import pipeline_differences
 from nmtkit.train.config import TrainConfig, TrainOptions
+from nmtkit.train.presets import ModelOverrides
 from nmtkit.train.run_files import BEST, CONFIG_FILE, LAST, config_text
 
 log = logging.getLogger(__name__)

@@ -35,12 +35,12 @@ from typing import Any, Callable
 
 from nmtkit.devices import resolve_device
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
-from nmtkit.models.presets import ModelOverrides, resolve_model, training_defaults
 from nmtkit.options import empty_path_message, is_empty_path
 from nmtkit.output_checks import check_outputs_vs_inputs
 from nmtkit.outputs import check_output_dir, write_text
-from nmtkit.train.config import TrainConfig, TrainOptions
+from nmtkit.train.config import TrainConfig, TrainOptions, training_defaults
 from nmtkit.train.events import CALLBACK_METHODS
+from nmtkit.train.presets import ModelOverrides, resolve_model
 from nmtkit.train.resume import resumed_configs
 from nmtkit.train.run_files import (
     CONFIG_FILE,
@@ -230,8 +230,8 @@ def _check_hardware(cfg: TrainConfig, arch: str, device) -> None:
     same config and device, for the model it builds, as it is also built without run_training
     (`Trainer(TrainContext(...))`, the tests)."""
     from nmtkit.models import model_class
-    from nmtkit.models.fusion import resolve_fuse
-    from nmtkit.models.graphs import resolve_cuda_graphs
+    from nmtkit.models.fast.fusion import resolve_fuse
+    from nmtkit.models.fast.graphs import resolve_cuda_graphs
 
     resolve_fuse(cfg.fuse, device)
     resolve_cuda_graphs(cfg.cuda_graphs, device, model_class(arch))

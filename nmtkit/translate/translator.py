@@ -70,8 +70,8 @@ class Translator:
         from nmtkit.devices import default_threads, import_torch, use_threads
 
         import_torch()  # before the modules that import it, with interrupts held (see there)
+        from nmtkit.models.fast.quantize import INT8_ON_CUDA
         from nmtkit.models.precision import FP16_ON_CPU, autocast
-        from nmtkit.models.quantize import INT8_ON_CUDA
 
         self.config = config
         self.warn = warn or log.warning
@@ -156,9 +156,9 @@ class Translator:
         place, reading the float weights it replaces straight from the checkpoint file
         (`load_model`'s prepare)."""
         from nmtkit.checkpoint import load_bundle
-        from nmtkit.models.fusion import resolve_fuse
+        from nmtkit.models.fast.fusion import resolve_fuse
+        from nmtkit.models.fast.quantize import quantize_for_decoding
         from nmtkit.models.precision import resolve_decode_precision
-        from nmtkit.models.quantize import quantize_for_decoding
 
         config, device = self.config, self.device
         precision = resolve_decode_precision(device.type, config.precision)

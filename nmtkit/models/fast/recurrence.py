@@ -38,7 +38,7 @@ backward step three matrix products around a few, whatever the sizes. Per-step r
 collected in lists and stacked once after the loop. The last forward step also computes an
 (unused) state update, and the first backward step runs with a zero incoming gradient, so that
 every step runs the same body.
-On CUDA, training replays each loop as a CUDA graph (models/graphs.py, --cuda-graphs): one launch
+On CUDA, training replays each loop as a CUDA graph (models/fast/graphs.py, --cuda-graphs): one launch
 per loop, over the inputs padded to bucketed shapes (`_Recurrence`).
 
 Precision: elementwise work and the softmax run in float32 (float64 if the inputs are); under
@@ -55,8 +55,8 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from nmtkit.models.attention import tanh_
-from nmtkit.models.fusion import step_fn
-from nmtkit.models.graphs import bucket, loop_graphs
+from nmtkit.models.fast.fusion import step_fn
+from nmtkit.models.fast.graphs import bucket, loop_graphs
 
 
 def bahdanau_recurrence(x_gates: Tensor, s0: Tensor, keys: Tensor, values: Tensor, mask: Tensor,
@@ -212,7 +212,7 @@ def _pad_to(t: Tensor, shape: tuple[int, ...]) -> Tensor:
 
 class _Recurrence(torch.autograd.Function):
     """The recurrence with its hand-written backward. With `graphs`, both loops run as CUDA graphs
-    (models/graphs.py) over inputs padded to BUCKET multiples of the batch size B, the target
+    (models/fast/graphs.py) over inputs padded to BUCKET multiples of the batch size B, the target
     length T and the source length S: padded steps come after the real ones and padded source
     positions are masked, so they change nothing the real ones compute; a padded row attends
     to its first position only (a row with no position would give NaN). The backward pass

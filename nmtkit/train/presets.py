@@ -3,8 +3,8 @@
 This module owns what a preset means. `PRESETS[name] = (arch, model config dict)`;
 `TRAIN_DEFAULTS[name]` holds the training settings that belong to the preset's definition
 (maximum sentence length for the -30/-50 models, the paper's optimiser and batch size);
-`training_defaults` turns them into TrainConfig defaults and `resolve_model` builds a run's model
-config from a preset or an architecture and the `ModelOverrides` of `nmtkit train`. Vocabulary
+`train.config.training_defaults` turns them into TrainConfig defaults; `resolve_model` builds a run's
+model config from a preset or an architecture and the `ModelOverrides` of `nmtkit train`. Vocabulary
 sizes here are the paper's (30,000); the trainer replaces them with the data's.
 
 Sources: Bahdanau et al. (2015) section 4.2 and appendix B (m=620, n=1000, n'=1000, l=500,
@@ -83,22 +83,6 @@ def train_defaults(name: str) -> dict[str, Any]:
     if name not in TRAIN_DEFAULTS:
         raise ConfigError(f"unknown preset '{name}' (choose from {', '.join(TRAIN_DEFAULTS)})")
     return copy.deepcopy(TRAIN_DEFAULTS[name])
-
-
-def training_defaults(arch: str, preset_name: str | None) -> dict[str, Any]:
-    """TrainConfig defaults implied by the model preset (the paper's procedure for its presets;
-    rnnsearch-50's for a bare architecture)."""
-    from nmtkit.train.config import TrainConfig
-
-    name = preset_name if preset_name is not None else (arch if arch in TRAIN_DEFAULTS else None)
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    d = train_defaults(name if name is not None else "rnnsearch-50")
-    out = {k: v for k, v in d.items() if k in fields}
-    if "sort_batches" in d:
-        out["sort_pool"] = int(d["sort_batches"]) * int(d.get("batch_size", 80))
-    paper = name is None or name in PAPER_PRESETS
-    out["normalize_loss"] = "sentences" if paper else "tokens"
-    return out
 
 
 @dataclass(frozen=True)

@@ -206,7 +206,7 @@ class Int8BiGRU(nn.Module):
     def forward(self, embedding: nn.Embedding, src: Tensor, lens: Tensor, mask: Tensor) -> Tensor:
         """The model's source embedding, src (B, S) ids, lens (B,), mask (B, S) -> annotations
         [fwd h_j ; bwd h_j] (B, S, 2n), zero at padded positions."""
-        from nmtkit.models.gru_recurrence import gru_gates, source_order, step_order
+        from nmtkit.models.fast.gru_recurrence import gru_gates, source_order, step_order
 
         B, S = src.shape
         n = self.hidden_size

@@ -7,7 +7,7 @@ d loss / d W_o, d loss / d b_o) are computed right away, in the forward pass. Th
 Function's backward then only scales the stored gradients by the incoming gradient. Memory is
 O(chunk * V) whatever N is, with no recomputation.
 
-The per-chunk arithmetic `_lce_chunk` is a pure step body (models/fusion.py): with `fuse` it runs
+The per-chunk arithmetic `_lce_chunk` is a pure step body (models/fast/fusion.py): with `fuse` it runs
 compiled, like the recurrences' bodies.
 
 Shapes: in bf16/fp16 the rows of each chunk's matrix products are padded with zero rows to a
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from nmtkit.models.fusion import step_fn
+from nmtkit.models.fast.fusion import step_fn
 
 # Logits held at once by the chunked loss, per device type. On a GPU 2^26 (256 MB in float32)
 # keeps memory bounded while a paper-sized batch (80 pairs, ~2,500 target tokens, 30k words)
@@ -53,7 +53,7 @@ def linear_cross_entropy(
     The loss with label smoothing ls is (1 - ls) * nll + ls * mean_v(-log p_v), as in
     `Seq2Seq.loss`. Gradients (for loss_sum only) are computed in the forward pass chunk by
     chunk (module docstring). Under autocast the matrix products run in the autocast dtype;
-    softmax and sums run in float32. `fuse` compiles the per-chunk body (models/fusion.py).
+    softmax and sums run in float32. `fuse` compiles the per-chunk body (models/fast/fusion.py).
     """
     device_type = feats.device.type
     if torch.is_autocast_enabled(device_type):
@@ -76,7 +76,7 @@ def _lce_chunk(f: Tensor, w: Tensor, b: Tensor, g: Tensor, label_smoothing: floa
     g (n, 1) gold ids of the first n <= m rows of f (the rest are padding) -> (nll sum, loss
     sum, d loss / d logits (m, V) whose padding rows are to be ignored, or None; the column sums
     of its n real rows or None), sums in float32 (float64 for float64 inputs). A pure step body
-    (models/fusion.py)."""
+    (models/fast/fusion.py)."""
     acc = torch.float64 if f.dtype == torch.float64 else torch.float32
     V, n = w.size(0), g.size(0)
     padded = F.linear(f, w, b).to(acc)  # (m, V)

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from nmtkit.models.fusion import step_fn
+from nmtkit.models.fast.fusion import step_fn
 
 
 # ---- step bodies (pure; compiled by fusion.step_fn when fused) -------------------------------
