@@ -63,11 +63,11 @@ def launched_ops(prof) -> dict[str, int]:
 
 
 def build(emb: int, hidden: int, dropout: float, fuse_steps: bool):
-    from nmtkit.models.rnnsearch import RNNSearch, RNNSearchConfig
+    from nmtkit.models.fast.rnnsearch import FastRNNSearch, RNNSearchConfig
 
     cfg = RNNSearchConfig(src_vocab_size=8000, tgt_vocab_size=8000, emb_dim=emb, enc_hidden=hidden,
                           dec_hidden=16, att_hidden=16, maxout=8, dropout=dropout, init="default")
-    return RNNSearch(cfg, fuse_steps=fuse_steps).train()
+    return FastRNNSearch(cfg, fuse_steps=fuse_steps).train()
 
 
 def batch(B: int, S: int, seed: int = 0):
@@ -79,7 +79,7 @@ def batch(B: int, S: int, seed: int = 0):
 
 
 def fwd_bwd(model, src, lens) -> None:
-    from nmtkit.models.rnnsearch import encode_bigru
+    from nmtkit.models.fast.rnnsearch import encode_bigru
 
     ann, _, _ = encode_bigru(model.src_embed, model.encoder, model.drop, src, lens, True,
                              model.fuse_steps)

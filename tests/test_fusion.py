@@ -191,7 +191,7 @@ def test_host_reads_are_counted_through_fused_bodies_without_breaking_them(caplo
     import torch._dynamo
 
     from nmtkit.devtools.launches import HostReads
-    from nmtkit.models.rnnsearch import maxout_of_sum
+    from nmtkit.models.fast.rnnsearch import maxout_of_sum
 
     torch._dynamo.reset()  # graphs of earlier tests would count towards the recompile limit
     a, b, c = (torch.randn(3, 5, 8) for _ in range(3))

@@ -12,7 +12,7 @@ from typing import Any
 from nmtkit.errors import ConfigError
 
 ARCHS: dict[str, tuple[str, str, str]] = {
-    "rnnsearch": ("nmtkit.models.rnnsearch", "RNNSearchConfig", "RNNSearch"),
+    "rnnsearch": ("nmtkit.models.fast.rnnsearch", "RNNSearchConfig", "FastRNNSearch"),
     "rnnencdec": ("nmtkit.models.rnnencdec", "RNNEncDecConfig", "RNNEncDec"),
     "lstm-attention": ("nmtkit.models.lstm_attention", "LSTMAttentionConfig", "LSTMAttention"),
 }
@@ -46,8 +46,8 @@ def make_config(arch: str, values: dict[str, Any]):
 
 
 def build_model(arch: str, config: Any, fuse_steps: bool = False):
-    """A freshly initialised model from a config dataclass or a plain dict of its fields;
-    `fuse_steps` runs its step bodies compiled (models/fast/fusion.py)."""
+    """A freshly initialised model from a config dataclass or a plain dict of its fields, with
+    the fast paths (models/fast/accelerated.py); `fuse_steps` runs its step bodies compiled."""
     cfg_cls, model_cls = _lookup(arch)
     if isinstance(config, dict):
         config = make_config(arch, config)

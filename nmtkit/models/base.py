@@ -11,7 +11,6 @@ steps at once outside the recurrent loop (docs/design.md, 4).
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any
@@ -20,8 +19,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmtkit.models.fast.chunked_loss import linear_cross_entropy
-from nmtkit.models.fast.fusion import step_fn
 from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401 (re-exported)
 
 State = Any  # a Tensor or a tuple of Tensors, each with the batch on dim 0
@@ -154,12 +151,8 @@ class Seq2Seq(nn.Module):
     Subclasses implement `encode`, `init_state`, `decode_features` (teacher forcing up to the
     layer before the vocabulary projection), `step_features` (one step of the same) and
     `output_layer` (the final projection to vocabulary logits, e.g. W_o). The base class derives
-    `forward`, `step` and a chunked `loss` from those, so the softmax over the vocabulary is
-    never materialised for a whole batch at once during training.
-
-    `fuse_steps`, fixed at construction, runs the recurrences' step bodies and the decoding step
-    compiled (models/fast/fusion.py): fewer, fused kernels, the same equations. `with_fused_steps`
-    gives a copy of a built or loaded model with the other choice.
+    `forward`, `step` and `loss` from those, plainly; the built models add the fast paths
+    (models/fast/accelerated.py: fused steps, int8 decoding, the chunked loss).
     """
 
     config: Any  # the architecture's <Arch>Config dataclass
@@ -167,44 +160,9 @@ class Seq2Seq(nn.Module):
     # sentence, consecutive rows, share its encoder row): beam search then never copies the
     # encoder outputs K times (see nmtkit.decode.search)
     grouped_encoder: bool = False
-    # the nn.Linear layers that decoding only calls as modules (never reading their .weight):
-    # what `--precision int8` quantises (nmtkit.models.fast.quantize); empty: no int8 decoding
-    int8_linears: tuple[str, ...] = ()
-    # the one-layer bidirectional nn.GRU encoder that int8 decoding runs as `quantize.Int8BiGRU`
-    # (over the source embedding `encode_bigru` hands it), or None (the encoder stays float32)
-    int8_encoder: str | None = None
-    # True when teacher forcing can run its recurrence as CUDA graphs (nmtkit.models.fast.graphs);
-    # `graph_loops`, set by training (--cuda-graphs), turns them on
-    graph_loops_supported: bool = False
-    graph_loops: bool = False
     # False for a model without attention (RNNencdec): its all-zero weights align nothing, so
     # alignments, attention plots and <unk> replacement are refused for it
     has_attention: bool = True
-
-    def __init__(self, fuse_steps: bool = False):
-        super().__init__()
-        self._fuse_steps = bool(fuse_steps)
-        # what `int8_stacks` names, built by int8 decoding (nmtkit.models.fast.quantize.Int8Stack);
-        # a plain dict: no part of the model's state_dict
-        self.decode_stacks: dict[str, nn.Module] = {}
-
-    def int8_stacks(self) -> dict[str, tuple[str | None, tuple[str, ...]]]:
-        """Groups of `int8_linears` that a decoding step applies to the same input, by the name
-        the step looks them up under in `decode_stacks`: (embedding or None, layers). With an
-        embedding, the input is that embedding's rows. Int8 decoding runs each group as one
-        product; the step falls back to the layers themselves where a group is not built."""
-        return {}
-
-    @property
-    def fuse_steps(self) -> bool:
-        """Whether the step bodies run compiled (models/fast/fusion.py); chosen at construction."""
-        return self._fuse_steps
-
-    def with_fused_steps(self, fuse_steps: bool = True) -> "Seq2Seq":
-        """A copy of this model (same weights, dtype, device and mode) with `fuse_steps` set."""
-        clone = copy.deepcopy(self)
-        clone._fuse_steps = bool(fuse_steps)
-        return clone
 
     # ---- to implement -------------------------------------------------------------------
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
@@ -255,10 +213,8 @@ class Seq2Seq(nn.Module):
 
         `out` = (weight (L, F), bias (L,) or None): the rows of `output_projection()` for a
         shortlist of L target ids (nmtkit.decode.shortlist); the log-probabilities are then
-        (B, L), normalised over the shortlist. With `fuse_steps`, the whole step (attention,
-        state update, output layer, log-softmax) runs as one compiled body (models/fast/fusion.py):
-        a handful of kernels instead of dozens."""
-        return step_fn(Seq2Seq._step, self.fuse_steps)(self, prev_tokens, state, enc, out)
+        (B, L), normalised over the shortlist."""
+        return Seq2Seq._step(self, prev_tokens, state, enc, out)
 
     def _step(self, prev_tokens: Tensor, state: State, enc: EncoderOut,
               out: tuple[Tensor, Tensor | None] | None = None) -> tuple[Tensor, State, Tensor]:
@@ -270,57 +226,28 @@ class Seq2Seq(nn.Module):
         """Select/reorder batch rows of the state for beam search."""
         return reorder_state(state, index)
 
-    def loss(
-        self,
-        src: Tensor,
-        src_lens: Tensor,
-        tgt_in: Tensor,
-        tgt_out: Tensor,
-        label_smoothing: float = 0.0,
-        chunk_tokens: int = 4096,
-        n_tokens: int | None = None,
-    ) -> tuple[Tensor, Tensor, int]:
-        """Summed token losses over non-pad targets, computed in chunks of target tokens.
-
-        `n_tokens`: the number of non-pad targets when the caller knows it (the trainer does,
-        from the lengths on the host); the real positions are then picked without reading
-        the device (a boolean mask's nonzero is a host synchronisation on a GPU).
-
-        Returns (loss_sum, nll_sum, n_tokens): the training objective (with label smoothing)
-        and the plain negative log-likelihood, both summed (not averaged). Differentiate
-        `loss_sum`; `nll_sum` is for reporting.
-
-        The vocabulary projection (`output_projection()`), log-softmax and loss are computed
-        chunk by chunk together with their gradients (models/fast/chunked_loss.py): no (N, V) tensor
-        is kept for the backward pass, and a chunk holds at most MAX_CHUNK_LOGITS (2^26) logits
-        (CPU_CHUNK_LOGITS, 2^23, in bf16/fp16 on the CPU).
-        """
+    def loss(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor,
+             label_smoothing: float = 0.0, chunk_tokens: int = 4096, n_tokens: int | None = None
+             ) -> tuple[Tensor, Tensor, int]:
+        """(loss_sum, nll_sum, n_tokens) over the non-pad targets: the training objective (with
+        label smoothing: (1 - ls) nll + ls mean_v(-log p_v)) and the plain negative
+        log-likelihood, both summed. Differentiate `loss_sum`. `chunk_tokens` and `n_tokens`
+        serve the chunked loss of the built models; here the logits are made all at once."""
         feats, _ = self.decode_features(self.encode(src, src_lens), tgt_in)
         mask = tgt_out.ne(PAD_ID)
-        if n_tokens is None:
-            feats = feats[mask]  # (N, F): only real target positions
-            gold = tgt_out[mask]
-        else:
-            idx = torch.nonzero_static(mask.reshape(-1), size=n_tokens).squeeze(1)  # (N,), row-major
-            feats = feats.reshape(-1, feats.size(-1)).index_select(0, idx)
-            gold = tgt_out.reshape(-1).index_select(0, idx)
-        proj = self.output_projection()
-        if proj is None:
-            raise ValueError(f"{type(self).__name__} has no single output projection for the chunked loss")
-        loss_sum, nll_sum = linear_cross_entropy(
-            feats, proj.weight, proj.bias, gold, label_smoothing, chunk_tokens, self.fuse_steps
-        )
-        return loss_sum, nll_sum, int(gold.numel())
+        gold = tgt_out[mask]
+        lp = _log_softmax(self.output_layer(feats[mask]))
+        nll = -lp.gather(1, gold.unsqueeze(1)).squeeze(1)
+        loss = (1 - label_smoothing) * nll + label_smoothing * -lp.mean(dim=-1)
+        return loss.sum(), nll.sum(), int(gold.numel())
 
 
 def _rows_logits(feats: Tensor, out: tuple[Any, Tensor | None]) -> Tensor:
     """feats (N, F) -> logits (N, L) over a shortlist's output rows: float (weight (L, F), bias)
-    or, from an int8 output layer, (its int8 columns, None) (nmtkit.models.fast.quantize)."""
+    or, from an int8 output layer, (its int8 columns, which project themselves, None)."""
     if isinstance(out[0], Tensor):
         return F.linear(feats, out[0], out[1])
-    from nmtkit.models.fast.quantize import project
-
-    return project(feats, out[0])
+    return out[0].project(feats)
 
 
 def dropout(p: float) -> nn.Module:

@@ -30,11 +30,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmtkit.models.attention import masked_softmax, multiplicative_scores
-from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, dropout
+from nmtkit.models.base import PAD_ID, EncoderOut, dropout
+from nmtkit.models.fast.accelerated import Accelerated
 from nmtkit.models.fast.quantize import is_quantized
+from nmtkit.models.fast.rnnsearch import encode_bigru
 from nmtkit.models.init import apply_init_, paper_init_
-from nmtkit.models.rnnsearch import check_common, encode_bigru
+from nmtkit.models.rnnsearch import check_common, masked_softmax
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class LSTMAttentionConfig:
         return asdict(self)
 
 
-class LSTMAttention(Seq2Seq):
+class LSTMAttention(Accelerated):
     """BiLSTM encoder, input-feeding LSTM decoder with multiplicative attention."""
 
     # W_h (dtype read) and W_u (its weight read in slices) stay float; W_fo and W_hh are read
@@ -65,7 +66,7 @@ class LSTMAttention(Seq2Seq):
     int8_linears = ("W_c", "W_att", "W_y", "W_fo", "W_hh", "W_vocab")
 
     def __init__(self, config: LSTMAttentionConfig, fuse_steps: bool = False):
-        super().__init__(fuse_steps)
+        super().__init__(fuse_steps=fuse_steps)
         self.config = config
         m, n, d = config.emb_dim, config.enc_hidden, config.dec_hidden
         self.src_embed = nn.Embedding(config.src_vocab_size, m, padding_idx=PAD_ID)
@@ -124,7 +125,8 @@ class LSTMAttention(Seq2Seq):
         g, og = torch.tanh(gates[:, 2 * d : 3 * d]), torch.sigmoid(gates[:, 3 * d :])
         c = f * c + i * g
         h = og * torch.tanh(c)
-        alpha = masked_softmax(multiplicative_scores(h.to(enc.keys.dtype), enc.keys), enc.mask)
+        e = torch.bmm(enc.keys, h.to(enc.keys.dtype).unsqueeze(2)).squeeze(2)  # h_t . (W_attProj h_i)
+        alpha = masked_softmax(e, enc.mask)
         ua = torch.bmm(alpha.unsqueeze(1).to(enc.values.dtype), enc.values).squeeze(1)  # W_u[:, :2n] a_t
         uh = F.linear(h, self.W_u.weight[:, 2 * self.config.enc_hidden :])
         o = self.drop(torch.tanh(ua + uh))

@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor, nn
 
-from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, append_eos, dropout, length_mask, on_device
+from nmtkit.models.base import PAD_ID, EncoderOut, append_eos, dropout, length_mask, on_device
+from nmtkit.models.fast.accelerated import Accelerated
 from nmtkit.models.fast.gru_recurrence import gru_states, last_states
 from nmtkit.models.init import apply_init_, paper_init_
 from nmtkit.models.rnnsearch import check_common, maxout_pairs
@@ -55,7 +56,7 @@ class RNNEncDecConfig:
         return asdict(self)
 
 
-class RNNEncDec(Seq2Seq):
+class RNNEncDec(Accelerated):
     """Cho et al. (2014) encoder-decoder with a fixed-length summary c."""
 
     # V_s (its dtype read in init_state) stays float
@@ -63,7 +64,7 @@ class RNNEncDec(Seq2Seq):
     has_attention = False
 
     def __init__(self, config: RNNEncDecConfig, fuse_steps: bool = False):
-        super().__init__(fuse_steps)
+        super().__init__(fuse_steps=fuse_steps)
         self.config = config
         m, n, d, lo = config.emb_dim, config.enc_hidden, config.dec_hidden, config.maxout
         self.drop = dropout(config.dropout)

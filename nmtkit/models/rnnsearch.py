@@ -1,43 +1,15 @@
 """RNNsearch: Bahdanau, Cho & Bengio (ICLR 2015), "Neural Machine Translation by Jointly
-Learning to Align and Translate", section 3 and appendix A; sizes and init of appendix B.
+Learning to Align and Translate", as the paper writes it (docs/paper-notes.md has the equations).
 
-Equations (docs/paper-notes.md), with i the target position, y_0 = BOS:
-  encoder   h_j = [fwd h_j ; bwd h_j]      bidirectional GRU over the shared embedding E x_j
-  start     s_0 = tanh(W_s bwd h_1)
-  align     e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j),  alpha_ij = softmax_j(e_ij),  c_i = sum_j alpha_ij h_j
-  decoder   z_i = sig(W_z E y_{i-1} + U_z s_{i-1} + C_z c_i),  r_i likewise (W_r, U_r, C_r)
-            s~_i = tanh(W E y_{i-1} + U [r_i * s_{i-1}] + C c_i),  s_i = (1 - z_i) s_{i-1} + z_i s~_i
-  output    t~_i = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i (2l),  t_i = max over pairs (l),
-            p(y_i | y_<i, x) = softmax(W_o t_i)
-The output for y_i uses the state *before* the update (s_{i-1}) and c_i, as the appendix writes
-(readout "prev", the paper presets). Section 3.1 writes p(y_i | ...) = g(y_{i-1}, s_i, c_i), the
-state *after* it: readout "new" puts s_i in the place of s_{i-1} in t~_i (the small preset; it
-learns more per update, presets.py). The recurrence computes s_T either way.
-With tgt_in = [BOS, y_1..y_T] and tgt_out = [y_1..y_T, EOS], step i reads tgt_in[i] = y_{i-1}
-and state s_{i-1}, gives the distribution of tgt_out[i], and moves the state to s_i.
-
-Choices the paper leaves open, made here and kept consistent everywhere:
-- The model appends EOS to every source sentence itself (`src_eos`, as GroundHog did); source
-  batches from the data carry no EOS. Attention therefore has one column per source token
-  plus one for EOS.
-- The encoder is PyTorch's packed `nn.GRU` (cuDNN-capable), or with `fuse_steps` the same
-  equations and weights as gru_recurrence.py's loop of fused step bodies. Its candidate state
-  is tanh(W x + r * (U h + b)), i.e. the reset gate is applied after U (cuDNN's form); the
-  decoder is hand-written and follows the paper exactly: U [r * s].
-- Biases (the paper omits them "to make the equations less cluttered", all zero-initialised)
-  are used in the GRU gates, W_s, the deep output (U_o) and W_o; the alignment model has none.
-- Dropout (0 in the paper presets) is applied to source and target embeddings and to t_i
-  (`dropout_sites` can leave some of them out).
-
-Speed (docs/design.md, 4): target embeddings, their projections into the gates (W, W_z, W_r) and into
-the deep output (V_o), the keys U_a h_j and the values [C; C_z; C_r] h_j are computed for all
-positions at once; inside the loop only s_{i-1} [W_a; U_z; U_r] (one stacked product), the
-attention weights, alpha_i [C h] (one small bmm) and U [r * s] remain. U_o s_{i-1}, C_o c_i, the
-maxout and W_o run after the loop over all steps. Decoding, which must run them at every step,
-gets [C c_i ; C_o c_i] = sum_j alpha_ij [C h_j ; C_o h_j] from [C; C_o] h_j computed once per
-sentence (`encode_for_steps`), added to [W E y ; V_o E y] in the same batched product; int8
-decoding runs the products of one input as one product each (`int8_stacks`), and the encoder
-as an int8 GRU (`int8_encoder`, quantize.Int8BiGRU).
+The model as plain eager PyTorch, one decoder step at a time: the bidirectional GRU encoder, the
+alignment model (additive attention), the decoder GRU fed with the context, and the deep output
+with maxout. Training and decoding build `models.fast.rnnsearch.FastRNNSearch`, the same
+parameters and equations computed faster, which the equation tests hold to this one.
+Choices the paper leaves open: EOS is appended to every source sentence inside the model
+(`src_eos`); the encoder is nn.GRU (candidate tanh(W x + r (U h + b)), cuDNN's form) and the
+decoder the paper's U [r s]; biases in the GRU gates, W_s, U_o and W_o; dropout on the source
+and target embeddings and on t_i (`dropout_sites`); readout "prev" reads s_{i-1} in the deep
+output (appendix A.2.2), "new" s_i (section 3.1).
 """
 from __future__ import annotations
 
@@ -48,7 +20,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmtkit.errors import ConfigError
-from nmtkit.models.attention import additive_scores, additive_scores_grouped, masked_softmax, tanh_
 from nmtkit.models.base import (
     PAD_ID,
     EncoderOut,
@@ -59,10 +30,6 @@ from nmtkit.models.base import (
     on_device,
     run_packed,
 )
-from nmtkit.models.fast.fusion import step_fn
-from nmtkit.models.fast.gru_recurrence import bigru_annotations, reversal_index
-from nmtkit.models.fast.quantize import Int8BiGRU
-from nmtkit.models.fast.recurrence import bahdanau_recurrence
 from nmtkit.models.init import INITS, apply_init_, paper_init_
 
 DROPOUT_SITES = ("src", "tgt", "out")  # source / target embeddings, the deep output t_i
@@ -124,61 +91,23 @@ def maxout_pairs(x: Tensor) -> Tensor:
     return torch.maximum(pairs[..., 0], pairs[..., 1])
 
 
-def maxout_of_sum(a: Tensor, b: Tensor, c: Tensor) -> Tensor:
-    """maxout_pairs(a + b + c): the deep output's elementwise part, a step body (fusion.py) so
-    that with fusion its forward and backward are one kernel each."""
-    return maxout_pairs(a + b + c)
+def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
+    """scores (..., S), mask (..., S) bool (True = real position) -> weights (..., S).
 
-
-def encode_bigru(embed: nn.Embedding, rnn: nn.GRU | nn.LSTM, drop: nn.Module, src: Tensor,
-                 src_lens: Tensor, src_eos: bool, fuse_steps: bool = False):
-    """Shared by the attention models: (annotations (B, S', 2n), mask (B, S'), final rnn state).
-
-    S' = S + 1 when `src_eos` appends EOS. Padded positions of the annotations are zero.
-    `fuse_steps` runs a bidirectional GRU as gru_recurrence.py's loop of compiled step bodies
-    (no final state returned then, as on the CPU path and in int8); LSTMs ignore it."""
-    if src_eos:
-        src, src_lens = append_eos(src, src_lens)
-    if isinstance(rnn, Int8BiGRU):  # int8 decoding (quantize.py): the GRU quantises the rows it looks up
-        mask = length_mask(src_lens, src.size(1))
-        return rnn(embed, src, src_lens, mask), mask, None
-    emb = drop(embed(src))
-    lens = on_device(src_lens, emb.device)
-    mask = length_mask(lens, src.size(1))
-    if fuse_steps and isinstance(rnn, nn.GRU) and rnn.bidirectional:
-        return bigru_annotations(rnn, emb, lens, mask, fuse=True), mask, None
-    if isinstance(rnn, nn.GRU) and emb.device.type == "cpu" and rnn.bidirectional:
-        return _bigru_cpu(rnn, emb, lens, mask), mask, None
-    ann, final = run_packed(rnn, emb, src_lens)
-    return ann, mask, final
-
-
-def _bigru_cpu(rnn: nn.GRU, emb: Tensor, lens: Tensor, mask: Tensor) -> Tensor:
-    """The annotations of a packed bidirectional nn.GRU, computed without packing (CPU only).
-
-    PyTorch's CPU kernel precomputes the input projections for all time steps only for padded
-    (unpacked) input; packed input costs about 1.4x more time (fwd+bwd, measured). Padding
-    after the end does not affect the forward direction at real positions; the backward
-    direction runs forward over each sentence reversed within its own length (padding stays at
-    the end), then is reversed back. Same weights, same results as the packed call (tested);
-    the final states are not returned (RNNsearch reads bwd h_1 from the annotations).
+    Computed in float32 at least (float64 stays float64, also under bf16 autocast), so every
+    row sums to one; padding gets weight exactly 0; every row must have a real position.
     """
-    rev = reversal_index(lens, mask)
-    idx = rev.unsqueeze(2).expand(-1, -1, emb.size(2))
-    h0 = emb.new_zeros(1, emb.size(0), rnn.hidden_size)
-    args = (1, 0.0, rnn.training, False, True)  # layers, dropout, train, bidirectional, batch_first
-    out_f, _ = torch.gru(emb, h0, (rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0, rnn.bias_hh_l0), True, *args)
-    out_r, _ = torch.gru(emb.gather(1, idx), h0, (rnn.weight_ih_l0_reverse, rnn.weight_hh_l0_reverse,
-                                                   rnn.bias_ih_l0_reverse, rnn.bias_hh_l0_reverse), True, *args)
-    out_b = out_r.gather(1, rev.unsqueeze(2).expand(-1, -1, out_r.size(2)))
-    return torch.cat([out_f, out_b], dim=2) * mask.unsqueeze(2).to(out_f.dtype)
+    if scores.dtype not in (torch.float32, torch.float64):
+        scores = scores.float()
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return F.softmax(scores, dim=-1)
 
 
 class RNNSearch(Seq2Seq):
     """Bahdanau et al. (2015) attention-based encoder-decoder. See the module docstring."""
 
-    def __init__(self, config: RNNSearchConfig, fuse_steps: bool = False):
-        super().__init__(fuse_steps)
+    def __init__(self, config: RNNSearchConfig):
+        super().__init__()
         self.config = config
         m, n, d = config.emb_dim, config.enc_hidden, config.dec_hidden
         na, lo = config.att_hidden, config.maxout
@@ -223,174 +152,65 @@ class RNNSearch(Seq2Seq):
 
     # ---- encoder --------------------------------------------------------------------------
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
-        """src (B, S), src_lens (B,) -> annotations (B, S', 2n), keys U_a h (B, S', n'),
-        values [C_z; C_r; C] h (B, S', 3d), init = bwd h_1 (B, n); S' = S + 1 with `src_eos`."""
-        ann, mask = self._annotate(src, src_lens)
-        return self._encoder_out(ann, mask, self.U_a(ann), values=self.C(ann))
-
-    def encode_for_steps(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
-        """`encode`, with step_values [C; C_z; C_r; C_o] h_j (B, S', 3d + 2l) in the place of
-        values: a step's context terms C c_i and C_o c_i are then one weighted sum over S'
-        positions, instead of a weighted sum and a (2n x 2l) product per hypothesis and step.
-        Int8 decoding makes the keys and step_values in one product of the annotations
-        (`int8_stacks`)."""
-        ann, mask = self._annotate(src, src_lens)
-        stack = self.decode_stacks.get("annotations")
-        if stack is None:
-            keys, step_values = self.U_a(ann), torch.cat([self.C(ann), self.C_o(ann)], dim=2)
-        else:
-            keys, step_values = stack(ann).split([self.config.att_hidden, sum(stack.sizes[1:])], dim=2)
-        return self._encoder_out(ann, mask, keys, step_values=step_values)
-
-    def _annotate(self, src: Tensor, src_lens: Tensor) -> tuple[Tensor, Tensor]:
-        """(annotations h_j (B, S', 2n), mask (B, S'))."""
-        ann, mask, _ = encode_bigru(self.src_embed, self.encoder, self.drop_src, src, src_lens,
-                                    self.config.src_eos, self.fuse_steps)
-        return ann, mask
-
-    def _encoder_out(self, ann: Tensor, mask: Tensor, keys: Tensor, **projections: Tensor) -> EncoderOut:
-        """The EncoderOut of annotations `ann` with their keys and `projections` (values or
-        step_values); init = bwd h_1."""
-        return EncoderOut(annotations=ann, keys=keys, mask=mask, init=ann[:, 0, self.config.enc_hidden:],
-                          src_eos=self.config.src_eos, **projections)
+        """src (B, S), src_lens (B,) -> annotations h_j = [fwd h_j ; bwd h_j] (B, S', 2n), zero
+        at padding, keys U_a h_j (B, S', n') (they do not depend on i: made once per sentence),
+        init = bwd h_1 (B, n); S' = S + 1 with `src_eos`."""
+        if self.config.src_eos:
+            src, src_lens = append_eos(src, src_lens)
+        emb = self.drop_src(self.src_embed(src))
+        mask = length_mask(on_device(src_lens, emb.device), src.size(1))
+        ann, _ = run_packed(self.encoder, emb, src_lens)
+        return EncoderOut(annotations=ann, keys=self.U_a(ann), mask=mask, init=ann[:, 0, self.config.enc_hidden:],
+                          src_eos=self.config.src_eos)
 
     def init_state(self, enc: EncoderOut) -> Tensor:
         """s_0 = tanh(W_s bwd h_1): (B, d)."""
         return torch.tanh(self.W_s(enc.init)).to(self.W_s.weight.dtype)
 
     # ---- decoder --------------------------------------------------------------------------
-    def attend_and_update(self, s: Tensor, x_gates: Tensor, enc: EncoderOut, w_q: Tensor | None,
-                           update: bool = True) -> tuple[Tensor, Tensor]:
-        """From s_{i-1} (B, d) and W[z,r,cand] E y_{i-1} (B, 3d): (alpha_i (B, S), s_i (B, d)).
+    def attend(self, s: Tensor, enc: EncoderOut) -> tuple[Tensor, Tensor]:
+        """The alignment model: s_{i-1} (B, d) -> (alpha_i (B, S'), c_i (B, 2n)), with
+        e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j), alpha_ij = softmax_j(e_ij), c_i = sum_j alpha_ij h_j."""
+        e = torch.tanh(self.W_a(s).unsqueeze(1) + enc.keys).matmul(self.v_a)
+        alpha = masked_softmax(e, enc.mask)
+        c = torch.bmm(alpha.unsqueeze(1).to(enc.annotations.dtype), enc.annotations).squeeze(1)
+        return alpha, c
 
-        w_q is [W_a; U_z; U_r] (n' + 2d, d): the three products of s_{i-1} in one matmul
-        (teacher forcing builds it once per batch); None uses W_a and U_zr directly.
-        """
-        na, d = self.config.att_hidden, self.config.dec_hidden
-        if w_q is None:  # one step (decoding): two products, no weight concatenation per step
-            q_a, q_zr = self.W_a(s), self.U_zr(s)
-        else:  # split, not slicing: the backward of a slice zero-fills a full-size gradient
-            q_a, q_zr = F.linear(s, w_q).split([na, 2 * d], dim=1)
-        alpha = masked_softmax(additive_scores(q_a, enc.keys, self.v_a), enc.mask)
-        if not update:
-            return alpha, s
-        cg = torch.bmm(alpha.unsqueeze(1).to(enc.values.dtype), enc.values).squeeze(1)  # C c_i
-        return alpha, self._gru_update(s, x_gates + cg, q_zr)
-
-    def _gru_update(self, s: Tensor, x: Tensor, q_zr: Tensor) -> Tensor:
-        """s_i from s_{i-1} (B, d), x = W[z,r,cand] E y_{i-1} + C[z,r,cand] c_i (B, 3d) and
-        q_zr = U[z,r] s_{i-1} (B, 2d): z, r = sigmoid(.), s~ = tanh(W E y + U (r o s) + C c),
-        s_i = (1 - z) o s_{i-1} + z o s~. Without autograd, x is overwritten (the gate sums are
-        made in place)."""
+    def gru(self, s: Tensor, emb: Tensor, c: Tensor) -> Tensor:
+        """s_i from s_{i-1} (B, d), E y_{i-1} (B, m) and c_i: z, r = sigmoid(W_{z,r} E y +
+        U_{z,r} s + C_{z,r} c), s~ = tanh(W E y + U [r * s] + C c), s_i = (1 - z) s + z s~."""
         d = self.config.dec_hidden
-        x_zr, x_h = x.split([2 * d, d], dim=1)
-        if torch.is_grad_enabled():
-            z, r = torch.sigmoid(x_zr + q_zr).chunk(2, dim=1)
-            return s + z * (torch.tanh(x_h + self.U(r * s)) - s)
-        z, r = torch.sigmoid_(x_zr.add_(q_zr)).chunk(2, dim=1)
-        cand = tanh_(x_h.add_(self.U(r * s)))
-        return torch.lerp(s, cand.to(s.dtype), z.to(s.dtype))  # s + z (s~ - s) in one pass
+        x_zr, x_h = (self.W_in(emb) + self.C(c)).split([2 * d, d], dim=-1)
+        z, r = torch.sigmoid(x_zr + self.U_zr(s)).chunk(2, dim=-1)
+        return (1 - z) * s + z * torch.tanh(x_h + self.U(r * s))
 
-    def deep_output(self, s_prev: Tensor, s_new: Tensor, emb_out: Tensor, ctx: Tensor) -> Tensor:
-        """t_i = maxout(U_o s + V_o E y_{i-1} + C_o c_i) with s = s_{i-1} (readout "prev") or s_i
-        ("new"); any leading shape (..., l)."""
-        s = s_new if self.config.readout == "new" else s_prev
-        return self.drop(step_fn(maxout_of_sum, self.fuse_steps)(self.U_o(s), emb_out, self.C_o(ctx)))
-
-    def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
-        """Teacher forcing. tgt_in (B, T) -> (t (B, T, l), alpha (B, T, S')), through the
-        recurrence with a hand-written backward (recurrence.py)."""
-        emb = self.drop_tgt(self.tgt_embed(tgt_in))
-        x_gates = self.W_in(emb)  # (B, T, 3d), all steps at once
-        emb_out = self.V_o(emb)  # (B, T, 2l)
-        w_q = torch.cat([self.W_a.weight, self.U_zr.weight], dim=0)
-        s = self.init_state(enc)
-        states, alpha = bahdanau_recurrence(x_gates, s, enc.keys, enc.values, enc.mask, w_q,
-                                            self.v_a, self.U.weight, fuse=self.fuse_steps, graphs=self.graph_loops)
-        ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations)  # c_i for all i
-        return self.deep_output(states[:, :-1], states[:, 1:], emb_out, ctx), alpha
-
-    # beam search may pass `enc` with one row per sentence and G = N / B consecutive state rows
-    # (hypotheses) per sentence; see `step_features`
-    grouped_encoder = True
-    graph_loops_supported = True
-    # W_s (once per sentence, its dtype read in init_state) stays float
-    int8_linears = ("U_a", "C", "W_in", "W_a", "U_zr", "U", "U_o", "V_o", "C_o", "W_o")
-    int8_encoder = "encoder"
-
-    def int8_stacks(self) -> dict[str, tuple[str | None, tuple[str, ...]]]:
-        """A step's products of s_{i-1} ([W_a; U_z; U_r], and U_o with readout "prev") and of
-        E y_{i-1} ([W; W_z; W_r; V_o]); the keys and step_values of h_j ([U_a; C; C_o])."""
-        return {"state": (None, self._state_layers()), "embedding": ("tgt_embed", ("W_in", "V_o")),
-                "annotations": (None, ("U_a", "C", "C_o"))}
+    def maxout_layer(self, s: Tensor, emb: Tensor, c: Tensor) -> Tensor:
+        """t_i = maxout(U_o s + V_o E y_{i-1} + C_o c_i) (..., l): the deep output with one
+        maxout layer; s is s_{i-1} (readout "prev") or s_i ("new")."""
+        return self.drop(maxout_pairs(self.U_o(s) + self.V_o(emb) + self.C_o(c)))
 
     def step_features(self, prev_tokens: Tensor, state: Tensor, enc: EncoderOut
                       ) -> tuple[Tensor, Tensor, Tensor]:
-        """prev_tokens y_{i-1} (N,), state s_{i-1} (N, d) -> (t_i (N, l), s_i, alpha_i (N, S')).
+        """prev_tokens y_{i-1} (B,), state s_{i-1} (B, d) -> (t_i (B, l), s_i, alpha_i (B, S'))."""
+        return self._decoder_step(self.drop_tgt(self.tgt_embed(prev_tokens)), state, enc)
 
-        Normally N = B, the rows of `enc`. With N = B * G (beam search, `grouped_encoder`),
-        rows g*G .. g*G+G-1 of the state all attend over sentence g of `enc`: the keys and
-        values are read once per sentence instead of once per hypothesis. Over `encode_for_steps`
-        (decoding) the step runs as `_step_grouped`; over `encode` (N = B), as teacher forcing
-        does (the equation tests compare the two).
-        """
-        if enc.step_values is not None:
-            return self._step_grouped(prev_tokens, state, enc)
-        emb = self.drop_tgt(self.tgt_embed(prev_tokens))
-        alpha, s_new = self.attend_and_update(state, self.W_in(emb), enc, None)
-        ctx = torch.bmm(alpha.unsqueeze(1).to(enc.annotations.dtype), enc.annotations).squeeze(1)
-        return self.deep_output(state, s_new, self.V_o(emb), ctx), s_new, alpha
+    def _decoder_step(self, emb: Tensor, s: Tensor, enc: EncoderOut) -> tuple[Tensor, Tensor, Tensor]:
+        alpha, c = self.attend(s, enc)
+        s_new = self.gru(s, emb, c)
+        t = self.maxout_layer(s_new if self.config.readout == "new" else s, emb, c)
+        return t, s_new, alpha
 
-    def _state_products(self, s: Tensor) -> tuple[Tensor, ...]:
-        """(W_a s, [U_z; U_r] s), and U_o s + b_o with readout "prev": one int8 product where
-        int8 decoding stacked them (`int8_stacks`)."""
-        stack = self.decode_stacks.get("state")
-        if stack is not None:
-            return stack(s).split(stack.sizes, dim=1)
-        return tuple(getattr(self, name)(s) for name in self._state_layers())
-
-    def _state_layers(self) -> tuple[str, ...]:
-        """The layers a decoding step applies to s_{i-1}: W_a, [U_z; U_r], and U_o with readout
-        "prev"."""
-        return ("W_a", "U_zr") + (("U_o",) if self.config.readout == "prev" else ())
-
-    def _embedding_products(self, prev_tokens: Tensor) -> Tensor:
-        """[W; W_z; W_r] E y + b and V_o E y side by side (N, 3d + 2l)."""
-        stack = self.decode_stacks.get("embedding")
-        if stack is not None:
-            return stack(prev_tokens)
-        emb = self.drop_tgt(self.tgt_embed(prev_tokens))
-        return torch.cat([self.W_in(emb), self.V_o(emb)], dim=1)
-
-    def _step_grouped(self, prev_tokens: Tensor, s: Tensor, enc: EncoderOut
-                      ) -> tuple[Tensor, Tensor, Tensor]:
-        """`step_features` for N = B * G state rows (G >= 1) over the B sentences of an
-        `encode_for_steps` output (decoding only).
-
-        The same equations as `attend_and_update` + the deep output, with the attention and the
-        weighted sum done as (B, G, S) batched products against the (B, S, .) encoder tensors
-        instead of against G copies of them; the weighted sum of step_values adds
-        [C c_i ; C_o c_i] to [W E y ; V_o E y] in the same product (baddbmm).
-        """
-        B, S = enc.mask.shape
-        N = s.size(0)
-        if N % B:
-            raise ValueError(f"{N} state rows cannot be grouped over {B} sentences")
-        G = N // B
-        d = self.config.dec_hidden
-        q = self._state_products(s)
-        e = additive_scores_grouped(q[0].view(B, G, -1), enc.keys, self.v_a, enc.mask)  # (B, G, S)
-        alpha = masked_softmax(e, enc.mask.unsqueeze(1))  # (B, G, S)
-        x = self._embedding_products(prev_tokens).view(B, G, -1)
-        alpha_v = alpha.to(enc.step_values.dtype)
-        if x.dtype == enc.step_values.dtype:  # a fresh tensor: the sum goes into it (no copy of it)
-            x = x.baddbmm_(alpha_v, enc.step_values).view(N, -1)
-        else:  # 16-bit autocast: baddbmm casts its operands
-            x = torch.baddbmm(x, alpha_v, enc.step_values).view(N, -1)
-        x_gates, x_out = x.split([3 * d, x.size(1) - 3 * d], dim=1)
-        s_new = self._gru_update(s, x_gates, q[1])
-        u_o = q[2] if self.config.readout == "prev" else self.U_o(s_new)
-        return self.drop(maxout_pairs(x_out.add_(u_o))), s_new, alpha.view(N, S)
+    def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
+        """Teacher forcing, a loop of decoder steps: tgt_in = [BOS, y_1..y_T-1] (B, T) ->
+        (t (B, T, l), alpha (B, T, S'))."""
+        emb = self.drop_tgt(self.tgt_embed(tgt_in))
+        s = self.init_state(enc)
+        feats, alphas = [], []
+        for e in emb.unbind(1):
+            t, s, alpha = self._decoder_step(e, s, enc)
+            feats.append(t)
+            alphas.append(alpha)
+        return torch.stack(feats, dim=1), torch.stack(alphas, dim=1)
 
     def output_layer(self, features: Tensor) -> Tensor:
         """t (..., l) -> logits W_o t (..., V)."""

@@ -45,6 +45,11 @@ class Int8Rows(NamedTuple):
     scale: Tensor
     bias: Tensor | None
 
+    def project(self, features: Tensor) -> Tensor:
+        """features (N, F) float32 through these columns -> (N, L) float32, as the int8 layer
+        itself computes them (a shortlist's `Seq2Seq.step`)."""
+        return int8_matmul(features, self)
+
 
 def int8_matmul(x: Tensor, rows: Int8Rows) -> Tensor:
     """x (..., F) float -> x W^T + b (..., V) float32, with each row of x quantised to int8 on its
@@ -242,9 +247,3 @@ def shortlist_rows(proj: Int8Linear, vocab: Tensor) -> tuple[Int8Rows, None]:
     (F, L), None), the form `Seq2Seq.step`'s `out` takes; `project` applies it."""
     bias = proj.bias.index_select(0, vocab) if proj.bias is not None else None
     return Int8Rows(proj.weight_t.index_select(1, vocab), proj.scale.index_select(0, vocab), bias), None
-
-
-def project(features: Tensor, rows: Int8Rows) -> Tensor:
-    """features (N, F) float32 through int8 columns `rows` -> (N, L) float32, as the int8 layer
-    itself computes them."""
-    return int8_matmul(features, rows)

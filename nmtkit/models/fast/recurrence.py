@@ -54,7 +54,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from nmtkit.models.attention import tanh_
+from nmtkit.models.fast.attention import tanh_
 from nmtkit.models.fast.fusion import step_fn
 from nmtkit.models.fast.graphs import bucket, loop_graphs
 

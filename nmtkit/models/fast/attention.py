@@ -1,39 +1,18 @@
-"""Attention, stateless: the parameters live in the model, the keys in `EncoderOut`.
+"""The additive attention's scores v^T tanh(q + K), fast: blocked on the CPU, tanh through sigmoid.
 
-- Additive ("alignment model") attention of Bahdanau et al. (2015), section 3.1:
-  e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j); the caller precomputes U_a h_j once per sentence
-  (`EncoderOut.keys`) and W_a s_{i-1} once per step (stacked with the other products of s_{i-1}).
-- Multiplicative attention of the LSTM seed (Luong-style "general"):
-  e_{t,i} = h_t^dec . (W_attProj h_i^enc), with W_attProj h_i^enc precomputed as the keys.
-
-Scores are turned into weights by `masked_softmax` in float32 (also under bf16 autocast), so
-every row sums to one and padded source positions get exactly zero weight.
-
-The additive score's tanh: in eager float32 on the CPU it is computed as 2 sigmoid(2x) - 1
-(`tanh_`), the same function through a kernel about 10x faster than PyTorch's CPU tanh (32
-against 300 us for 2^18 floats on 2 threads); the tanh over (B, beam, S, n') was the largest single
-cost of beam search and a fifth of a training step. The two forms differ by float32 rounding
-(scores to about 1e-6). Float64 (the equation tests' exact reference), other devices and
-compiled bodies keep tanh itself.
+Without autograd on the CPU, `additive_scores` and `additive_scores_grouped` (G queries per
+sentence: beam search's hypotheses, against the sentence's keys, never copied) compute the
+(B, [G,] S, K) tanh block by block, so that it stays in the cache, and each block only up to
+its longest sentence. In eager float32 on the CPU, tanh is computed as 2 sigmoid(2x) - 1
+(`tanh_`), the same function through a kernel about 10x faster than PyTorch's CPU tanh; the two
+forms differ by float32 rounding (scores to about 1e-6). Float64 (the equation tests' exact
+reference), other devices and compiled bodies keep tanh itself. The plain form is
+`models.rnnsearch.RNNSearch.attend`.
 """
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
-
-
-def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
-    """scores (B, S), mask (B, S) bool (True = real position) -> weights (B, S).
-
-    Computed in float32 at least (float64 stays float64). Padding gets weight 0; every row
-    must have at least one real position.
-    """
-    if scores.dtype not in (torch.float32, torch.float64):
-        scores = scores.float()
-    scores = scores.masked_fill(~mask, float("-inf"))
-    return F.softmax(scores, dim=-1)
-
 
 # Without autograd (decoding), the (B, S, K) tanh intermediate is computed in row blocks of about
 # this many elements, so that it stays in the CPU cache instead of streaming through memory:
@@ -119,13 +98,3 @@ def additive_scores_grouped(query_proj: Tensor, keys: Tensor, v: Tensor, mask: T
         out[i : i + rows, :, :w] = scorer.block(keys[i : i + rows, :w].unsqueeze(1),
                                                 scorer.query[i : i + rows].unsqueeze(2))
     return scorer.finish(out)
-
-
-def multiplicative_scores(query: Tensor, keys: Tensor) -> Tensor:
-    """e = keys . query. query: (B, K); keys: (B, S, K) -> scores (B, S)."""
-    return torch.bmm(keys, query.unsqueeze(2)).squeeze(2)
-
-
-def context(weights: Tensor, annotations: Tensor) -> Tensor:
-    """c = sum_j alpha_j h_j. weights (B, S), annotations (B, S, A) -> (B, A)."""
-    return torch.bmm(weights.unsqueeze(1).to(annotations.dtype), annotations).squeeze(1)
