@@ -1,22 +1,12 @@
 """Weight initialisation: Bahdanau et al. (2015), appendix B.1, and the non-paper choices.
 
-`INITS` names the choices every architecture accepts (its config's `init`):
-- "paper": the appendix (below);
-- "default": PyTorch's own (nn.Embedding N(0, 1), nn.Linear / nn.GRU U(+-1/sqrt(fan_in)));
-- "uniform": every parameter U(-0.1, 0.1), OpenNMT-py's `param_init 0.1`;
-- "uniform-emb": PyTorch's own, except the embeddings U(-0.1, 0.1) (N(0, 1) embeddings are ~17x
-  larger than everything else, and Adam moves each weight by about lr per update).
-
-The appendix:
-
-- recurrent matrices (U, U_z, U_r of each encoder direction and of the decoder): random
-  orthogonal, one square block per gate;
-- the alignment model's W_a and U_a: N(0, 0.001^2);
-- v_a and every bias: zero;
-- every other weight matrix (embeddings included): N(0, 0.01^2).
-
-Each model lists its recurrent blocks and its alignment matrices; everything else falls under
-the default rule, so a new parameter cannot be forgotten.
+`INITS` names the choices every architecture accepts (its config's `init`): "paper" (recurrent
+matrices random orthogonal per gate block; W_a, U_a N(0, 0.001^2); v_a and biases zero; every
+other weight, embeddings included, N(0, 0.01^2)); "default" (PyTorch's own); "uniform" (every
+parameter U(-0.1, 0.1), OpenNMT-py's `param_init 0.1`); "uniform-emb" (PyTorch's, embeddings
+U(-0.1, 0.1)). Each model lists its recurrent blocks and alignment matrices; everything else
+falls under the default rule, so a new parameter cannot be forgotten. `uninitialised` skips it
+all for a model whose every tensor a checkpoint then fills.
 """
 from __future__ import annotations
 

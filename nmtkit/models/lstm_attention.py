@@ -1,26 +1,12 @@
 """LSTM encoder-decoder with multiplicative attention and input feeding: the model of seed
 `003_...` (the Stanford CS224n NMT assignment; Luong et al. 2015 "general" attention).
 
-Equations (docs/paper-notes.md), t the target position, y_1 = BOS, o_0 = 0:
-  encoder   h_i^enc = [fwd h_i ; bwd h_i]     bidirectional LSTM over E x_i
-  start     h_0^dec = W_h [bwd h_1 ; fwd h_m],  c_0^dec = W_c [bwd c_1 ; fwd c_m]
-  decoder   h_t, c_t = LSTM([E y_t ; o_{t-1}], h_{t-1}, c_{t-1})        (input feeding)
-  attention e_{t,i} = h_t . (W_attProj h_i^enc),  alpha_t = softmax(e_t),  a_t = sum_i alpha_{t,i} h_i^enc
-  output    o_t = dropout(tanh(W_u [a_t ; h_t])),  P_t = softmax(W_vocab o_t)
-Unlike RNNsearch, the output for the next token comes from the *updated* state: step t reads
-tgt_in[t] (y_t, BOS first) and o_{t-1}, updates (h, c), attends with h_t, and gives the
-distribution of tgt_out[t]. The decoder state is the tuple (h, c, o).
-
-Choices: the model appends EOS to the source (`src_eos`, as the other models); the seed's
-matrices W_h, W_c, W_attProj, W_u and W_vocab have no bias, the LSTMs have PyTorch's biases;
-dropout applies where the seed puts it (on o_t). `init="default"` keeps PyTorch's
-initialisation; `init="paper"` applies Bahdanau et al.'s appendix B.1 by analogy (orthogonal
-recurrent blocks, N(0, 0.001^2) for W_attProj, N(0, 0.01^2) elsewhere, zero biases).
-
-Speed: because of input feeding the recurrence contains the attention and W_u, so only the
-target-embedding projection into the LSTM gates, the keys W_attProj h^enc and the values
-W_u[:, :2n] h^enc (so that W_u's context half becomes one small bmm with alpha) are computed
-before the loop; W_vocab and the softmax run after it over all steps.
+Equations in docs/paper-notes.md: a bidirectional LSTM encoder; h_0, c_0 = W_h, W_c [bwd ; fwd]
+final states; the decoder LSTM reads [E y_t ; o_{t-1}] (input feeding), attends with the new
+h_t (e_{t,i} = h_t . W_attProj h_i), and o_t = dropout(tanh(W_u [a_t ; h_t])), P_t =
+softmax(W_vocab o_t). The decoder state is (h, c, o). EOS is appended to the source (`src_eos`);
+W_h, W_c, W_attProj, W_u, W_vocab have no bias. Before the loop: W_y E y for all steps, the
+keys W_attProj h and the values W_u[:, :2n] h; W_vocab runs after it.
 """
 from __future__ import annotations
 

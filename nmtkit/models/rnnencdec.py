@@ -1,23 +1,12 @@
 """RNNencdec: the encoder-decoder of Cho et al. (EMNLP 2014), "Learning Phrase Representations
 using RNN Encoder-Decoder for Statistical Machine Translation", as the baseline of Bahdanau et al.
-(2015) (same sizes, same initialisation, same maxout deep output).
+(2015): same sizes, initialisation and maxout deep output (docs/paper-notes.md).
 
-Equations (docs/paper-notes.md), i the target position, y_0 = BOS:
-  encoder   h_j = GRU(h_{j-1}, E x_j) (one direction),  c = tanh(V h_T)
-  start     s_0 = tanh(V' c)
-  decoder   z_i = sig(W_z E y_{i-1} + U_z s_{i-1} + C_z c),  r_i likewise,
-            s~_i = tanh(W E y_{i-1} + U [r_i * s_{i-1}] + C c),  s_i = (1 - z_i) s_{i-1} + z_i s~_i
-  output    t~_i = U_o s_{i-1} + V_o E y_{i-1} + C_o c,  t_i = maxout pairs,  softmax(W_o t_i)
-Like RNNsearch (see rnnsearch.py for the shared conventions: EOS appended to the source inside
-the model, packed cuDNN-form nn.GRU encoder, paper-form decoder GRU, biases in the gates, V, V',
-U_o and W_o), the output for y_i uses s_{i-1}; the decoder differs only in its fixed context c.
-There is no attention: `step` and `decode_features` return all-zero weights (B, S') / (B, T, S')
-in its place, so that code written for attention models (beam search, ensembles, attention
-plots) needs no special case; the rows sum to 0, not 1, which marks "no attention".
-
-Speed: c does not change over time, so [W; W_z; W_r] E y + [C; C_z; C_r] c and V_o E y + C_o c
-are computed for all steps before the loop; the loop is the bare GRU recurrence. Decoding, one
-step at a time, gets C c and C_o c once per sentence (`encode_for_steps`).
+A one-direction GRU encoder, c = tanh(V h_T), s_0 = tanh(V' c); c enters every decoder gate
+and the deep output, which reads s_{i-1}. No attention: `step` and `decode_features` return
+all-zero weights in its place (rows sum to 0, which marks "no attention"), so that beam search,
+ensembles and plots need no special case. c does not change over time: its gate and output
+terms are computed once, before the loop (once per sentence when decoding, `encode_for_steps`).
 """
 from __future__ import annotations
 

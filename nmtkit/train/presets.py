@@ -1,31 +1,13 @@
 """Named model presets: the paper's configurations and a small one for CPUs.
 
-This module owns what a preset means. `PRESETS[name] = (arch, model config dict)`;
-`TRAIN_DEFAULTS[name]` holds the training settings that belong to the preset's definition
-(maximum sentence length for the -30/-50 models, the paper's optimiser and batch size);
-`train.config.training_defaults` turns them into TrainConfig defaults; `resolve_model` builds a run's
-model config from a preset or an architecture and the `ModelOverrides` of `nmtkit train`. Vocabulary
-sizes here are the paper's (30,000); the trainer replaces them with the data's.
-
-Sources: Bahdanau et al. (2015) section 4.2 and appendix B (m=620, n=1000, n'=1000, l=500,
-30k vocabularies, Adadelta eps 1e-6 rho 0.95, batches of 80, gradient norm 1, sentences up to
-30 or 50 words); Cho et al. (2014) for RNNencdec at the same sizes (docs/paper-notes.md).
-"small" is the CPU peer benchmark's setup (embeddings 256, encoder 256 per direction, decoder
-512, dropout 0.2, Adam 1e-3, batches of 64); its alignment (512) and maxout (256) sizes are our
-choice, and so are its initialisation and the place of its dropout, chosen by the ablation
-recorded in docs/experiments.md:
-`init="uniform"`, every weight U(-0.1, 0.1) (OpenNMT-py's `param_init 0.1`), rather than the
-paper's N(0, 0.01^2) (with Adam its tiny weights cost the first thousand updates: dev BLEU 5.5 vs
-18.4 at update 900 against PyTorch's defaults) or PyTorch's defaults (N(0, 1) embeddings, ~17x
-the scale of every other weight); dropout on the deep output t_i only
-(`dropout_sites="out"`), not on the embeddings; and the deep output reads the new decoder state
-s_i, as section 3.1 writes p(y_i | ...) = g(y_{i-1}, s_i, c_i), not the appendix's s_{i-1}
-(`readout="new"`: one more GRU transition between y_{i-1} and the prediction of y_i, at no cost).
-
-Precision: the small preset trains with `precision="auto"`, i.e. bf16 autocast (fp32 master
-weights) on GPUs and on CPUs whose native BF16 (AVX512-BF16, AMX) products are faster than float32
-(nmtkit.models.precision), fp32 elsewhere. There bf16 halves the CPU time of a step and learns as
-much per update (docs/experiments.md).
+`PRESETS[name] = (arch, model config dict)`; `TRAIN_DEFAULTS[name]` holds the training settings
+that belong to the preset (maximum sentence length, the paper's optimiser and batch size);
+`train.config.training_defaults` turns them into TrainConfig defaults; `resolve_model` builds a
+run's model config from a preset or an architecture and `nmtkit train`'s `ModelOverrides`.
+The paper presets follow Bahdanau et al. (2015) section 4.2 and appendix B, RNNencdec Cho et al.
+(2014) at the same sizes (docs/paper-notes.md). "small" is the CPU peer benchmark's setup; its
+alignment and maxout sizes, `init="uniform"`, `dropout_sites="out"`, `readout="new"` and bf16
+`precision="auto"` are our choices, by the ablations in docs/experiments.md.
 """
 from __future__ import annotations
 

@@ -1,22 +1,12 @@
 """The training loss over the vocabulary, computed chunk by chunk with a hand-written backward.
 
 `linear_cross_entropy` takes the features before the output projection W_o and returns the summed
-cross-entropy. It never holds the (N, V) logits of a whole batch: each chunk of target positions
-is projected, normalised and scored, and the gradients of that chunk (d loss / d features,
-d loss / d W_o, d loss / d b_o) are computed right away, in the forward pass. The autograd
-Function's backward then only scales the stored gradients by the incoming gradient. Memory is
-O(chunk * V) whatever N is, with no recomputation.
-
-The per-chunk arithmetic `_lce_chunk` is a pure step body (models/fast/fusion.py): with `fuse` it runs
-compiled, like the recurrences' bodies.
-
-Shapes: in bf16/fp16 the rows of each chunk's matrix products are padded with zero rows to a
-multiple of ROW_MULTIPLE. The number of target tokens N differs from batch to batch, and on
-the CPU oneDNN builds and caches a primitive (with its own buffers) for every distinct 16-bit
-product shape, so unpadded the process grows by megabytes with each new N for the whole run
-(benchmarks/MEMORY.md). Padded rows have zero features and take no part in any sum: the loss
-and every gradient are those of the N real rows. float32 and float64 are not padded (their
-products do not go through oneDNN's cache, and the float64 equation tests stay bit-exact).
+cross-entropy without ever holding the (N, V) logits of a whole batch: each chunk of target
+positions is projected, normalised and scored, and its gradients (features, W_o, b_o) are made
+right away, in the forward pass; the backward only scales them. Memory is O(chunk * V), with no
+recomputation. The per-chunk body `_lce_chunk` runs compiled with `fuse` (fusion.py). In
+bf16/fp16, chunks are padded with zero rows to a multiple of ROW_MULTIPLE, so that oneDNN caches
+few product shapes on the CPU (benchmarks/MEMORY.md); float32 and float64 are not padded.
 """
 from __future__ import annotations
 

@@ -1,34 +1,13 @@
 """Fused step bodies: the one place that decides whether a step body runs eagerly or compiled.
 
-A recurrent step at the paper's sizes does about a microsecond of arithmetic per elementwise op,
-while every op launched costs 5-10 us of dispatch and kernel launch on a GPU (docs/design.md, 10). The
-recurrences (recurrence.py, gru_recurrence.py) are therefore written as loops over small, pure
-*step bodies* (tensors in, tensors out, no Python state), and this module hands each loop either
-the body itself (eager: the reference, and the default) or, with --fuse on, the body compiled
-by torch.compile's inductor backend, which fuses all of a step's elementwise work and reductions
-into one or two kernels around its matrix products (C++/OpenMP on CPUs, Triton on GPUs). Fewer
-launches did not make a GPU step faster where it was measured (`resolve_fuse`): each call of a
-compiled body costs the host about what the eager ops it replaces cost.
-
-Compiled bodies use dynamic shapes (one compilation serves every batch size and sentence length)
-and are cached per body for the process; inductor also caches the generated code on disk, so a
-second process pays seconds, not the first compilation's tens of seconds.
-
-How many graphs a body compiles is bounded, so that a week-long training run or a long-lived
-`serve` process never meets dynamo's recompile limit (`torch._dynamo.config.recompile_limit`,
-8 per body), which `fullgraph=True` turns into an error:
-- duck shaping is off (`use_duck_shape`): two sizes that happen to be equal (T == S, an offset
-  equal to a size) get their own symbols instead of one shared symbol that a later batch breaks;
-- callers pass detached tensors (the bodies run inside autograd Functions that do their own
-  backward), so requires-grad flags do not split graphs;
-- what remains is dynamo's specialisation of sizes and storage offsets 0 and 1 (a batch of one
-  pair, a view at the start of its tensor) and grad mode (training vs decoding): a few graphs per
-  body, `MAX_GRAPHS_PER_BODY` at most in the test that drives every case.
-Should a body still reach the limit, the call runs the eager body instead, with one warning per
-body; later calls whose shapes were compiled stay fused, and the others run eagerly under
-dynamo's "eager_on_recompile" stance (no further attempt, no warning of dynamo's per call). A body that dynamo cannot trace or
-inductor cannot compile (an unsupported construct, a compiler failure on some machine) runs
-eagerly from then on, also with one warning: fusion is a speed-up, never a reason to stop a run.
+The recurrences are loops over small, pure step bodies (tensors in, tensors out); `step_fn`
+hands a loop the body itself (eager: the reference and the default) or, with --fuse on, the body
+compiled by inductor, which fuses a step's elementwise work into one or two kernels around its
+matrix products. Compiled bodies use dynamic shapes without duck shaping and take detached
+tensors, so that each compiles a few graphs (`MAX_GRAPHS_PER_BODY`), never dynamo's recompile
+limit; a body that still reaches it, or that cannot be traced or compiled, runs eagerly from
+then on with one warning: fusion is a speed-up, never a reason to stop a run.
+See docs/experiments.md ("Notes from the model code") for the measurements.
 """
 from __future__ import annotations
 

@@ -1,34 +1,13 @@
 """CUDA graphs for the recurrences' loops (--cuda-graphs): one launch for a loop of T steps.
 
-On a GPU a training step of RNNsearch is bound by the host: the decoder loop launches about 15
-kernels per target position forward and 25 backward, each costing the host 20-40 us, while
-the GPU needs a few microseconds for most of them (benchmarks/GPU.md: the GPU was busy 20% of a
-step). A CUDA graph records the kernels a loop launches once and replays them all with one call
-(measured on an H200: 1.4-2.2x per step, the GPU then busy 80% of it).
-
-`LoopGraphs.run(key, fn, inputs)` runs `fn(*inputs)` (a pure function: tensors in, a tuple of
-tensors out, no host reads) through a graph captured for `key` and the inputs' shapes and
-dtypes. A graph reads and writes fixed addresses, so:
-- every graph's inputs and outputs are views of one device *arena*, shared by all the graphs of
-  the process and sized for the largest: a call copies its inputs in, replays, and returns
-  copies of the outputs (callers may keep them; the next call overwrites the arena). All
-  graphs' temporaries come from one shared memory pool. Memory is then that of the largest
-  loop's inputs and outputs once more, plus its temporaries, whatever the number of graphs
-  (about 0.9 GiB for RNNsearch-50 at 8,000 tokens, benchmarks/GPU.md);
-- the first call of a shape runs `fn` eagerly (on the capture stream: this also warms up the
-  libraries' per-stream state, as capturing requires), once more on the arena's views (a fused
-  step body compiles for their storage offsets then, not while capturing), then captures it;
-- a shape the arena cannot hold grows it and drops the graphs made for the old one (they are
-  captured again when next needed); at most MAX_GRAPHS graphs are kept, least recently used
-  first out;
-- a capture that fails (out of memory, an op that cannot be captured) drops the graphs, and
-  every loop runs eagerly from then on, with one warning: graphs are a speed-up, never a reason
-  to stop a run.
-Callers bound the number of shapes by padding (recurrence.py pads lengths and batch sizes up to
-multiples of `BUCKET`).
-
-The same code runs on a CPU with a stand-in for the graph that calls `fn` on the arena's views: the tests check the arena, the padding and the results there, and
-tests/test_cuda.py checks real graphs against eager steps on a GPU.
+`LoopGraphs.run(key, fn, inputs)` runs `fn(*inputs)` (pure: tensors in, a tuple of tensors
+out, no host reads) through a graph captured for `key` and the inputs' shapes and dtypes. Every
+graph's inputs and outputs are views of one device arena shared by all graphs (sized for the
+largest; a call copies inputs in and returns copies of the outputs), temporaries come from one
+pool; the first call of a shape runs eagerly, then captures; at most MAX_GRAPHS are kept. A
+failed capture drops the graphs and every loop runs eagerly from then on, with one warning.
+Callers bound the shapes by padding to multiples of `BUCKET`. On a CPU a stand-in calls `fn` on
+the arena's views (the tests check arena, padding and results there).
 """
 from __future__ import annotations
 

@@ -1,24 +1,12 @@
 """GRU encoders (one direction or both) as a loop over pure step bodies, with a hand-written
-backward pass, so that each time step is one batched matrix product plus one fusable body.
+backward pass: each time step is one batched matrix product plus one fusable body.
 
-Equations: exactly nn.GRU's (PyTorch gate order r, z, n; cuDNN's candidate form), per direction,
-with x_t = W_ih e_t + b_ih precomputed for all t outside the loop (one matmul) and h_0 = 0:
-  r = sigmoid(x_r + W_hr h + b_hr),  z = sigmoid(x_z + W_hz h + b_hz)
-  c = tanh(x_n + r * (W_hn h + b_hn)),  h' = (1 - z) * c + z * h
-The D directions are stacked on a leading dim: each step is one torch.bmm of h (D, B, n) with
-W_hh^T (D, n, 3n) and one step body for the gates; the backward loop is one body plus one bmm
-with W_hh per step, and the gradients of W_hh and b_hh are computed once after it over all
-S*B rows. The step bodies are module-level pure functions that `fusion.step_fn` runs eagerly or
-compiled (inductor fuses each body's elementwise work into one kernel around the bmm).
-
-The backward direction runs forward over each sentence reversed within its own length (padding
-stays at the end), then its states are reversed back, so padded steps come after the real ones
-in both directions and change nothing at real positions; padded outputs are zeroed. The result
-equals a packed bidirectional nn.GRU (tests compare outputs and gradients in float64).
-
-Precision: elementwise work in float32 (float64 if the inputs are); under autocast the matrix
-products take the autocast dtype, and each body also returns the new state in that dtype so that
-the next product needs no cast of its own.
+The equations are nn.GRU's (gate order r, z, n; cuDNN's candidate form), x_t = W_ih e_t + b_ih
+precomputed for all t, h_0 = 0. The D directions are stacked on a leading dim (one bmm per step);
+the weight gradients are computed once after the backward loop over all S*B rows. The backward
+direction runs over each sentence reversed within its own length, so padded steps come last in
+both directions; the result equals a packed bidirectional nn.GRU (tested in float64).
+Elementwise work runs in float32 (float64 if the inputs are); products take the autocast dtype.
 """
 from __future__ import annotations
 

@@ -1,28 +1,13 @@
 """int8 decoding on the CPU (`--precision int8`): the projections as int8 products.
 
-Each architecture lists in `Seq2Seq.int8_linears` the nn.Linear layers that decoding only ever
-calls as modules (never reading `.weight`): the attention's query and key projections, the gate
-inputs and recurrent products of the decoder step, the deep output and the output layer.
-`quantize_for_decoding` replaces them by `Int8Linear`: the weight in int8 with one scale per
-output channel (symmetric, max |w| -> 127), and at every call each *row* of the input quantised
-to int8 with its own scale (max |x_row| -> 127); the product runs in int8 with exact int32
-accumulation (`torch._int_mm`: oneDNN's VNNI/AMX kernels on x86), then comes back to float32
-times the row's and the channel's scales, plus the float32 bias. A model's bidirectional GRU
-encoder (`Seq2Seq.int8_encoder`) becomes an `Int8BiGRU`, whose products are int8 the same way.
-Everything else stays float32: the embeddings, LSTM encoders, the attention's
-tanh/softmax/weighted sums, the elementwise gate arithmetic, log-softmax.
-
-Why per row: an input row's int8 values, and so its result, depend on that row alone, so a
-sentence translates the same whatever else is in its batch (the file around it, the server's
-other requests). PyTorch's dynamic quantisation (`torch.ao.quantization.quantize_dynamic`, which
-nmtkit used before) takes one scale for the whole input tensor: a sentence's translation could
-change with its batch-mates. The per-row products are also as fast (320 x 512 x 7,161, 2 threads:
-1.9 ms against quantize_dynamic's 2.1 ms, bf16's 3.2 ms and fp32's 13.4 ms; docs/int8.md), and
-they use no deprecated API.
-
-Shortlist decoding (nmtkit.decode.shortlist) takes a batch's columns of the int8 output layer
-once per batch (`shortlist_rows`), so the shortlisted output layer runs in int8 too, and gives
-exactly the int8 layer's own columns.
+`quantize_for_decoding` replaces a model's `int8_linears` (the layers decoding only calls as
+modules) by `Int8Linear`: the weight in int8 with one scale per output channel, and at every
+call each row of the input quantised with its own scale, multiplied with exact int32
+accumulation (`torch._int_mm`) and scaled back to float32, plus the float32 bias. Per row, a
+sentence translates the same whatever else is in its batch. A bidirectional GRU encoder
+(`int8_encoder`) becomes an `Int8BiGRU`. Everything else stays float32. Shortlist decoding takes
+a batch's columns of the int8 output layer once per batch (`shortlist_rows`). docs/int8.md has
+the measurements.
 """
 from __future__ import annotations
 

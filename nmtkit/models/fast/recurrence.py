@@ -1,50 +1,14 @@
-"""The RNNsearch decoder recurrence (Bahdanau et al. 2015, appendix A.2) with a hand-written
-backward pass, for teacher-forced training.
+"""The RNNsearch decoder recurrence (appendix A.2) with a hand-written backward pass, for
+teacher-forced training: `RNNSearch.attend_and_update` in a loop, held to it in float64 by tests.
 
-Only the recurrence runs step by step; everything that does not depend on s_{i-1} comes in
-precomputed (docs/design.md, 4). For i = 0..T-1 (s_0 given; x_i = [W_z; W_r; W] E y_{i-1} + biases):
-  [q_a; q_z; q_r] = [W_a; U_z; U_r] s_i                      (one matmul: w_q)
-  alpha_i = masked_softmax_j(v_a . tanh(q_a + K_j))            (K = U_a h, precomputed keys)
-  g_i = x_i + sum_j alpha_ij V_j                               (V = [C_z; C_r; C] h, precomputed values)
-  z, r = sigmoid(g_i[:2d] + [q_z; q_r]);  cand = tanh(g_i[2d:] + U (r * s_i))
-  s_{i+1} = s_i + z * (cand - s_i)
-Outputs: the states s_0..s_T (B, T+1, d) and the weights alpha (B, T, S). The paper's deep
-output for y_{i+1} reads s_i (appendix A.2.2: states[:, :-1]); section 3.1's g(y_i, s_{i+1}, c)
-reads the new state (states[:, 1:]). Whichever is unused gets a zero gradient.
-
-Why by hand: autograd would, at every step, compute the weight gradients of w_q and U with thin
-(B-row) matrix products and accumulate full (B, S, 3d) gradients into the values; here the
-backward loop keeps only what truly recurs, and the weight gradients (one matmul each over all
-T*B rows) and the value gradient (one bmm of alpha^T with the gate gradients) are computed once
-after it. The equations are the same as `RNNSearch.attend_and_update`, which the tests use to
-check this function's outputs and gradients in float64.
-
-Memory: the attention's tanh activations th_i = tanh(q_a,i + K), (B, S, n') per step, are not
-kept for the backward pass: it recomputes each from the kept (B, n') query, one add and one tanh.
-Kept, they were T (B, S, n') float32 tensors, the largest thing a training step holds (64
-sentences of 50 words, n' = 512: 420 MB, then as much again for the keys' gradient), and they
-set the peak RSS of a CPU run. The keys' gradient and v_a's are summed step by step in the same
-pass, so the backward does about the elementwise work it did when it read them.
-Eager loops compute every step's th_i in one (B, S, n') buffer allocated before the loop. A new
-tensor per step (8 MB for 64 sentences of 64 tokens) is what fragments glibc's heap: the
-step's small results kept for the backward land in the hole the last step's activations left,
-the next step's no longer fits there, and the heap grows by about a hole per step (a 64 x 64
-batch: +790 MB resident against +340 MB of live allocations).
-
-Launches (docs/design.md, 10): each direction of the loop calls one pure step body per time step
-(`_fwd_step`, `_bwd_step`), which `fusion.step_fn` hands over as it is (eager) or compiled by
-inductor (`fuse=True`): then a forward step is two matrix products around two fused kernels and a
-backward step three matrix products around a few, whatever the sizes. Per-step results are
-collected in lists and stacked once after the loop. The last forward step also computes an
-(unused) state update, and the first backward step runs with a zero incoming gradient, so that
-every step runs the same body.
-On CUDA, training replays each loop as a CUDA graph (models/fast/graphs.py, --cuda-graphs): one launch
-per loop, over the inputs padded to bucketed shapes (`_Recurrence`).
-
-Precision: elementwise work and the softmax run in float32 (float64 if the inputs are); under
-autocast the matrix products take the autocast dtype (bf16 helps only on GPUs and on some CPUs
-with native BF16: nmtkit.models.precision). th_i's tanh is attention.tanh_ (through sigmoid in
-eager float32 on the CPU); the backward recomputes it the same way.
+Everything that does not depend on s_{i-1} comes in precomputed; a step is [q_a; q_z; q_r] =
+[W_a; U_z; U_r] s_i (one product), the attention over the keys, the weighted sum of the values
+[C_z; C_r; C] h, and the GRU update. The backward keeps only what recurs; the weight gradients
+(one product over all T*B rows) and the values' gradient are made once after it. The attention's
+tanh activations are recomputed in the backward, not kept, and eager steps compute them in one
+buffer (no heap growth). Each direction is a loop of one pure step body (`_fwd_step`,
+`_bwd_step`, compiled with `fuse`); with `graphs` each loop replays as a CUDA graph over
+inputs padded to BUCKET multiples (`_Recurrence`). docs/experiments.md has the measurements.
 """
 from __future__ import annotations
 
