@@ -83,3 +83,18 @@ def test_every_test_the_docs_name_exists():
                 rows += re.findall(r"`([\w-]+)`", group)
             for row in rows:
                 assert any(f'"{row}"' in src for src in sources.values()), f"{page}: no table row {row}"
+
+
+def test_the_training_examples_imports_resolve():
+    """tests/test_train.py runs docs/python-api.md's training example, but only among the slow
+    tests: its imports at least must follow the modules wherever they move."""
+    import re
+    import subprocess
+    import sys
+
+    text = (REPO / "docs" / "python-api.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "run_training(" in b]
+    imports = [line for b in blocks for line in b.splitlines() if line.startswith(("from ", "import "))]
+    assert imports
+    proc = subprocess.run([sys.executable, "-c", "\n".join(imports)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
