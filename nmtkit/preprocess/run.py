@@ -18,8 +18,8 @@ from nmtkit import __version__
 from nmtkit.data.binarized import SplitWriter
 from nmtkit.data.manifest import new_manifest, owned_files
 from nmtkit.errors import InputError, OutputError, OutputExistsError
-from nmtkit.output_checks import check_outputs_vs_inputs, is_inside, real_path
-from nmtkit.output_dirs import (
+from nmtkit.io.checks import check_outputs_vs_inputs, is_inside, real_path
+from nmtkit.io.dirs import (
     check_replaceable_dir,
     clean_stale_temp_dirs,
     make_parents,

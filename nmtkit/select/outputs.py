@@ -13,9 +13,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from nmtkit.errors import InputError, OutputExistsError
-from nmtkit.output_checks import check_outputs_vs_inputs
-from nmtkit.output_nodes import writes_in_place
-from nmtkit.outputs import Staged, check_output, name_error
+from nmtkit.io.checks import check_outputs_vs_inputs
+from nmtkit.io.files import Staged, check_output, name_error, writes_in_place
 from nmtkit.select.config import SelectConfig
 from nmtkit.select.corpus import Corpus, Progress
 from nmtkit.select.lmvocab import LMVocab
@@ -73,7 +72,7 @@ def stale_records(cfg: SelectConfig, records: dict[str, dict[str, Any]]) -> list
 
 
 class StagedFiles:
-    """One `nmtkit.outputs.Staged` per output: `tmp[k]` is where output k is written now;
+    """One `nmtkit.io.files.Staged` per output: `tmp[k]` is where output k is written now;
     `commit()` makes them all appear and removes the `stale` files, else (an error) they are
     removed and the stale files stay."""
 

@@ -9,7 +9,7 @@ loses the run it was to replace. The files of a run that stopped before its firs
 (metrics.jsonl, train.log) hold nothing to continue: a fresh start replaces them, with a warning.
 
 One process at a time trains in a run directory: train and --resume hold an flock on
-`train.lock` there (`nmtkit.output_dirs.DirLock`) and a second process is refused, naming the
+`train.lock` there (`nmtkit.io.dirs.DirLock`) and a second process is refused, naming the
 first's PID. Everything is checked before the directory is created, so a refused start leaves
 nothing behind.
 
@@ -35,19 +35,12 @@ from typing import Any, Callable
 
 from nmtkit.devices import resolve_device
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
-from nmtkit.models.presets import ModelOverrides, resolve_model, training_defaults
-from nmtkit.options import empty_path_message, is_empty_path
-from nmtkit.output_checks import check_outputs_vs_inputs
-from nmtkit.outputs import check_output_dir, write_text
-from nmtkit.train.config import TrainConfig, TrainOptions
-from nmtkit.train.events import CALLBACK_METHODS
-from nmtkit.train.resume import resumed_configs
-from nmtkit.train.run_files import (
+from nmtkit.io.checks import check_outputs_vs_inputs
+from nmtkit.io.dirs import (
     CONFIG_FILE,
     LAST,
     REPLACED,
     clear_run_dir,
-    config_text,
     is_run_file,
     killed_force_start,
     restore_replaced_run,
@@ -58,6 +51,12 @@ from nmtkit.train.run_files import (
     stale_run_files,
     undo_failed_start,
 )
+from nmtkit.io.files import check_output_dir, write_text
+from nmtkit.models.presets import ModelOverrides, resolve_model, training_defaults
+from nmtkit.options import empty_path_message, is_empty_path
+from nmtkit.train.config import TrainConfig, TrainOptions
+from nmtkit.train.events import CALLBACK_METHODS
+from nmtkit.train.resume import config_text, resumed_configs
 from nmtkit.train.tensorboard import TensorBoardCallbacks, require_tensorboard, tensorboard_dir
 
 log = logging.getLogger(__name__)
@@ -202,7 +201,7 @@ def run_training(
 
 
 def _undo_failed_start(save_dir: Path, resume: bool, force: bool, before: set[str]) -> None:
-    """`run_files.undo_failed_start`, with SIGTERM held off (`nmtkit.signals.held`): torchrun's,
+    """`nmtkit.io.dirs.undo_failed_start`, with SIGTERM held off (`nmtkit.signals.held`): torchrun's,
     sent to every rank once one has failed, must not cut a --force run's putting back short."""
     from nmtkit import signals
 
