@@ -2,6 +2,7 @@
 file under a temporary name beside it, fsyncs it and renames it over the destination; a FIFO,
 a device, a socket or /dev/stdout is written in place, never replaced (`writes_in_place`); a
 name ending in .gz is written gzip-compressed; the mode is what `open(path, "w")` would give.
+`commit_all` makes several staged files appear together with SIGINT/SIGTERM blocked.
 `check_output` and `check_output_dir` refuse an unwritable destination before any work.
 Outputs against inputs: `nmtkit.io.checks`; folders as outputs: `nmtkit.io.dirs`. No torch.
 """
@@ -16,8 +17,9 @@ import sys
 import tempfile
 import weakref
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Sequence
 
+from nmtkit import signals
 from nmtkit.errors import OutputError, OutputExistsError
 
 _SPECIAL_ROOTS = ("/dev/", "/proc/")
@@ -267,6 +269,7 @@ class OutputFile:
     def __init__(self, path: str | Path, mode: str = "w", encoding: str | None = "utf-8",
                  newline: str | None = "\n"):
         self.path = os.fspath(path)
+        self._committed = False
         self._staged = Staged(self.path)
         binary = "b" in mode
         fd = standard_stream_fd(self.path) if self._staged.in_place else None
@@ -289,7 +292,14 @@ class OutputFile:
             self._staged.abort()
             raise
 
+    @property
+    def write_path(self) -> str:
+        return self._staged.write_path
+
     def commit(self) -> None:
+        if self._committed:
+            return
+        self._committed = True
         if self.file is not self._raw:
             self.file.close()  # writes the gzip trailer into the raw file
         self._raw.flush()
@@ -320,6 +330,52 @@ class OutputFile:
             self.abort()
             if isinstance(exc, OSError):
                 name_error(exc, self.path, self._staged.write_path)
+
+
+class StagedFiles:
+    """One `Staged` per output of a command that writes several (`paths`: key -> path): `tmp[k]` is
+    where output k is written now; `commit()` makes them all appear and removes the `stale` files
+    (`commit_all`), else (an error) they are removed and the stale files stay."""
+
+    def __init__(self, paths: dict[str, str], stale: Sequence[str] = ()):
+        self.paths, self.stale = paths, list(stale)
+        self.staged: dict[str, Staged] = {}
+        for k, p in paths.items():
+            self.staged[k] = Staged(p)
+        self.tmp = {k: st.write_path for k, st in self.staged.items()}
+
+    def __enter__(self) -> "StagedFiles":
+        return self
+
+    def commit(self) -> None:
+        staged, self.staged = list(self.staged.values()), {}
+        commit_all(staged, remove=self.stale)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        for k, st in self.staged.items():
+            st.abort()
+            if isinstance(exc, OSError):
+                name_error(exc, self.paths[k], self.tmp[k])
+
+
+def commit_all(outputs: Sequence[Staged | OutputFile], remove: Sequence[str] = ()) -> None:
+    """Make `outputs` appear, in order, then delete the `remove` files, with SIGINT and SIGTERM
+    blocked (`nmtkit.signals.blocked`): a signal lands before all of it or after, never between
+    two outputs. An output that fails to commit is removed with those after it, and its OSError
+    names it (not its temp name)."""
+    with signals.blocked():
+        for i, out in enumerate(outputs):
+            tmp = out.write_path
+            try:
+                out.commit()
+            except BaseException as err:
+                for rest in outputs[i:]:
+                    rest.abort()
+                if isinstance(err, OSError):
+                    raise name_error(err, out.path, tmp) from None
+                raise
+        for path in remove:
+            os.unlink(path)
 
 
 def write_text(path: str | Path, text: str) -> None:

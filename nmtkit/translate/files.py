@@ -100,8 +100,7 @@ def translate_files(
     import contextlib
     import sys
 
-    from nmtkit import signals
-    from nmtkit.io.files import OutputFile
+    from nmtkit.io.files import OutputFile, commit_all
 
     align_stdout = alignments_file == "-"
     input_path, output_path, alignments_file = check_files(config, input_path, output_path, alignments_file, force)
@@ -117,6 +116,6 @@ def translate_files(
         lines = (enumerate(read_text_lines(input_path), 1) if input_path
                  else read_lines(sys.stdin.buffer, translator.source_name))
         n = translate_stream(translator, lines, writers, config.buffer_size)
-        with signals.blocked():  # both files committed, or (a signal before) neither: never a mismatched pair
-            stack.close()
+        # both files committed, or (a signal before) neither: never a mismatched pair
+        commit_all([f for f in (align_file, out_file) if f is not None])
         return n
