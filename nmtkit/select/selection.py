@@ -52,9 +52,8 @@ from nmtkit.select.config import SelectConfig
 from nmtkit.select.corpus import Corpus, Progress
 from nmtkit.select.lmvocab import LMVocab
 from nmtkit.select.ngram import NgramLM
-from nmtkit.select.scoring import Pairs, Scorer, TextOpts, score_pool, tokenize_all
+from nmtkit.select.scoring import Pairs, Scorer, TextOpts, score_pool, tokenize_all, write_scores
 from nmtkit.text.io import decode_line, input_candidates, resolve_input
-from nmtkit.text.parallel import parallel_map, worker_state
 from nmtkit.text.tokenize import TOKINFO_SUFFIX, read_tokinfo
 
 log = logging.getLogger(__name__)
@@ -386,29 +385,3 @@ def write_selection(src_path: str, tgt_path: str, pool: Corpus, mask: np.ndarray
                 ft.write(b if b.endswith(b"\n") else b + b"\n")
             if i % 200_000 == 0:
                 progress("write", i, n_pool)
-
-
-_SCORE_ROWS = 100_000
-
-
-def _format_rows(lo: int) -> str:
-    """TSV text of rows lo .. lo + _SCORE_ROWS of the map's arrays (runs in workers)."""
-    scores, h, lens, mask = worker_state()
-    hi = min(lo + _SCORE_ROWS, scores.size)
-    rows = zip(range(lo + 1, hi + 1), scores[lo:hi].tolist(), *(h[lo:hi, j].tolist() for j in range(4)),
-               lens[lo:hi, 0].tolist(), lens[lo:hi, 1].tolist(), mask[lo:hi].tolist())
-    return "".join(f"{i}\t{s:.6f}\t{a:.6f}\t{b:.6f}\t{c:.6f}\t{d:.6f}\t{ns}\t{nt}\t{int(m)}\n"
-                   for i, s, a, b, c, d, ns, nt, m in rows)
-
-
-def write_scores(path: str, scores: np.ndarray, h: np.ndarray, lens: np.ndarray, mask: np.ndarray,
-                  workers: int = 1) -> None:
-    """TSV: line (1-based pool line), score, h_in_src, h_out_src, h_in_tgt, h_out_tgt, src/tgt tokens, selected.
-
-    Formatting (~3 us a row) runs over `workers` processes, which see the arrays by fork.
-    """
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write("line\tscore\th_in_src\th_out_src\th_in_tgt\th_out_tgt\tsrc_tokens\ttgt_tokens\tselected\n")
-        starts = range(0, scores.size, _SCORE_ROWS)
-        for text in parallel_map(_format_rows, starts, workers, 1, state=(scores, h, lens, mask)):
-            fh.write(text)
