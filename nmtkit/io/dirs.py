@@ -95,6 +95,22 @@ def glob_escape(name: str) -> str:
     return glob.escape(name)
 
 
+def swap_in_dir(tmp: str | Path, dest: str | Path) -> Path | None:
+    """Put the finished folder `tmp` at `dest`: a folder already there is renamed aside first, and
+    deleted only once `tmp` has taken its place. Returns what is left of the old one when it could
+    not be deleted whole (e.g. a read-only folder inside it), else None."""
+    tmp, dest = Path(tmp), Path(dest)
+    if not dest.exists():
+        os.rename(tmp, dest)
+        return None
+    old = Path(tempfile.mkdtemp(prefix=dest.name + ".old-", dir=dest.parent))
+    os.rmdir(old)
+    os.rename(dest, old)
+    os.rename(tmp, dest)
+    shutil.rmtree(old, ignore_errors=True)
+    return old if old.exists() else None
+
+
 def check_replaceable_dir(path: str | Path, owned: Callable[[str], bool], what: str) -> None:
     """`--force` replaces the folder `path` only when it holds nothing but what nmtkit wrote
     there: `owned(relative path)` says which files those are (an empty folder counts as a
@@ -226,11 +242,16 @@ def discard_replaced(save_dir: str | Path) -> None:
     shutil.rmtree(Path(save_dir) / REPLACED, ignore_errors=True)
 
 
+def has_checkpoint(names: list[str]) -> bool:
+    """Whether a run directory's file `names` (`run_files_present`) include a checkpoint."""
+    return any(f.startswith("checkpoint_") for f in names)
+
+
 def stale_run_files(save_dir: Path) -> list[str]:
     """The files of a run that stopped before its first checkpoint: nothing in them can be
     continued, so a fresh start replaces them (instead of demanding --force)."""
     present = run_files_present(save_dir)
-    return [] if any(f.startswith("checkpoint_") for f in present) else present
+    return [] if has_checkpoint(present) else present
 
 
 def is_run_file(name: str) -> bool:
@@ -256,7 +277,7 @@ def set_aside_run(save_dir: Path) -> None:
     run already set aside by a start that never saved a checkpoint (killed) stays the one kept."""
     aside = save_dir / REPLACED
     names = run_files_present(save_dir) + (["tensorboard"] if (save_dir / "tensorboard").exists() else [])
-    if aside.is_dir() and not any(f.startswith("checkpoint_") for f in names):
+    if aside.is_dir() and not has_checkpoint(names):
         clear_run_dir(save_dir)
         return
     shutil.rmtree(aside, ignore_errors=True)
@@ -282,7 +303,7 @@ def killed_force_start(save_dir: Path) -> bool:
     """Whether RUN/.replaced-run holds a run that a `--force` start set aside and then died
     (SIGKILL, a lost machine) before saving a checkpoint of its own: a start that fails puts the
     run back itself, and one that saves a checkpoint deletes it."""
-    return (save_dir / REPLACED).is_dir() and not any(f.startswith("checkpoint_") for f in run_files_present(save_dir))
+    return (save_dir / REPLACED).is_dir() and not has_checkpoint(run_files_present(save_dir))
 
 
 def undo_failed_start(save_dir: Path, resume: bool, force: bool, before: set[str]) -> None:

@@ -41,6 +41,7 @@ from nmtkit.io.dirs import (
     LAST,
     REPLACED,
     clear_run_dir,
+    has_checkpoint,
     is_run_file,
     killed_force_start,
     restore_replaced_run,
@@ -95,8 +96,7 @@ def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
             raise CheckpointError("nothing to resume: no checkpoint_last.pt (start a new run without --resume)",
                                   str(save_dir))
         return
-    has_checkpoint = any(f.startswith("checkpoint_") for f in present)
-    if present and has_checkpoint and not force:
+    if present and has_checkpoint(present) and not force:
         raise OutputExistsError(f"already holds a run ({', '.join(present)}): pass --resume to continue it "
                                 "or --force to start over", str(save_dir))
 
