@@ -26,7 +26,7 @@ vocabularies took 0.15 s of a 0.15 s load, and a WMT truecasing model's hundreds
 forms would take seconds. One string is one opcode. `save_checkpoint` joins them and
 `load_checkpoint` splits them, so the dict in memory always holds lists; format 1 files (lists on
 disk) still load. `load_bundle` reads what translation needs from one checkpoint
-or a compatible ensemble as a typed `ModelBundle`. Written atomically through nmtkit.outputs: temp file in the
+or a compatible ensemble as a typed `ModelBundle`. Written atomically through nmtkit.io.files: temp file in the
 same directory, fsync, os.replace.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from nmtkit.errors import CheckpointError, ConfigError
-from nmtkit.outputs import OutputFile
+from nmtkit.io.files import OutputFile
 
 if TYPE_CHECKING:
     from nmtkit.text.pipeline import TextPipeline

@@ -64,7 +64,7 @@ def test_refuses_to_overwrite_a_run_unless_resume_or_force(data_dir, tmp_path):
 def test_force_puts_the_old_run_back_when_the_new_one_fails_before_its_first_checkpoint(data_dir, tmp_path):
     """--force used to delete the old run first: a new run that failed at once lost it."""
     from nmtkit.errors import TrainingError
-    from nmtkit.train.run_files import REPLACED
+    from nmtkit.io.dirs import REPLACED
 
     run = tmp_path / "run"
     opts = tiny_options(max_updates=4, valid_every=2, save_every=2, keep_every=2, valid_bleu_samples=0)
@@ -88,7 +88,7 @@ def test_force_puts_the_old_run_back_when_the_new_one_fails_before_its_first_che
 def test_a_run_set_aside_by_a_killed_force_start_is_the_one_kept(data_dir, tmp_path):
     """kill -9 between --force's start and the new run's first checkpoint leaves the old run in
     RUN/.replaced-run; the next --force start keeps that one (not the dead start's files)."""
-    from nmtkit.train.run_files import REPLACED, set_aside_run
+    from nmtkit.io.dirs import REPLACED, set_aside_run
 
     run = tmp_path / "run"
     opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nmtkit.errors import ConfigError, InputError
-from nmtkit.output_checks import is_inside, real_path
+from nmtkit.io.checks import is_inside, real_path
 from nmtkit.text.vocab import Vocab
 
 # The format of the data directory this nmtkit writes and reads: manifest.json and the binarised

@@ -15,7 +15,7 @@ Sennrich et al. 2016 replaced the word vocabularies with BPE):
 Memory stays bounded: lines stream through `parallel_map` in chunks (order kept), the
 word/subword counts grow with the number of distinct types only, ids are appended to raw
 files and turned into .npy arrays block by block. Only `dedup=True` keeps one 64-bit hash
-per distinct training pair. Everything is written under `DEST.tmp-HOST-PID-XXXX` (nmtkit.outputs), which replaces
+per distinct training pair. Everything is written under `DEST.tmp-HOST-PID-XXXX` (nmtkit.io.dirs), which replaces
 DEST only when complete (with `force`), so a failure never leaves a data directory that
 looks complete; the next run removes such a directory left by a killed run. No torch here.
 

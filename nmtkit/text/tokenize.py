@@ -3,7 +3,7 @@
 Recipes tokenise a large corpus once and feed the result to both `nmtkit select-data
 --input-format tok` and `nmtkit preprocess --input-format tok`, since sacremoses is the slow
 step of both. Same functions and defaults as `preprocess` (escape=False). Reads stdin or
---input, writes stdout or --output (through nmtkit.outputs: temp name, then rename), line for line.
+--input, writes stdout or --output (through nmtkit.io.files: temp name, then rename), line for line.
 
 With an output file it also writes `OUTPUT.tokinfo.json`, the settings it tokenised with
 (language, NFC, punctuation normalisation, non-printing characters, --aggressive-dash-splits,
@@ -23,10 +23,9 @@ from typing import Any, Sequence
 
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
+from nmtkit.io.checks import STDIN, check_outputs_vs_inputs, file_path
+from nmtkit.io.files import OutputFile, check_output, write_text, writes_in_place
 from nmtkit.options import check_fields, option
-from nmtkit.output_checks import STDIN, check_outputs_vs_inputs, file_path
-from nmtkit.output_nodes import writes_in_place
-from nmtkit.outputs import OutputFile, check_output, write_text
 from nmtkit.text.io import read_lines, stream_lines
 from nmtkit.text.moses import check_lang
 from nmtkit.text.parallel import parallel_map
@@ -168,7 +167,7 @@ def _lines(path: str | None):
 
 def check_tokenize_outputs(input_path: str | None, output_path: str | None, protect: Sequence[str] = ()) -> None:
     """Before anything is read: neither the output nor its .tokinfo.json may be the input or a
-    --protect file (nmtkit.output_checks.check_outputs_vs_inputs), a folder, or in a folder that is
+    --protect file (nmtkit.io.checks.check_outputs_vs_inputs), a folder, or in a folder that is
     missing or read-only; an empty -i or -o is refused."""
     input_path, output_path = file_path(input_path, "-i"), file_path(output_path, "-o")
     inputs = [("-i", input_path) if input_path else STDIN, *(("--protect", p) for p in protect if os.path.isfile(p))]
@@ -182,7 +181,7 @@ def check_tokenize_outputs(input_path: str | None, output_path: str | None, prot
 def tokenize_file(input_path: str | None, output_path: str | None, pipeline: TextPipeline, workers: int) -> None:
     """Tokenise `input_path` (None or "-": stdin) into `output_path` (None or "-": stdout) line
     for line with `pipeline`'s steps 0-3, in `workers` processes; a regular output file gets its
-    `.tokinfo.json` record and appears only when complete (nmtkit.outputs)."""
+    `.tokinfo.json` record and appears only when complete (nmtkit.io.files)."""
     func = functools.partial(_tok_line, pipeline=pipeline)
     output_path = file_path(output_path)
     with contextlib.ExitStack() as stack:

@@ -19,6 +19,7 @@ from torch import nn
 from nmtkit.data.batching import BatchingConfig, epoch_batches, keep_pairs, over_budget
 from nmtkit.devices import PRECISIONS, resolve_device, threads_per_process
 from nmtkit.errors import CheckpointError, ConfigError, InputError
+from nmtkit.io.dirs import LAST
 from nmtkit.models.fusion import resolve_fuse
 from nmtkit.models.graphs import resolve_cuda_graphs
 from nmtkit.models.precision import FP16_ON_CPU, resolve_precision, set_tf32
@@ -29,7 +30,6 @@ from nmtkit.train.data import DataDir
 from nmtkit.train.events import Callbacks
 from nmtkit.train.optim import LRSchedule, build_optimizer
 from nmtkit.train.rng import restore_rng
-from nmtkit.train.run_files import LAST
 from nmtkit.train.state import TrainState
 
 log = logging.getLogger("nmtkit.train")

@@ -12,13 +12,19 @@ from typing import Any
 
 from nmtkit.data.manifest import recorded_digests
 from nmtkit.errors import CheckpointError, ConfigError
+from nmtkit.io.dirs import BEST, CONFIG_FILE, LAST
 from nmtkit.models.presets import ModelOverrides
 from nmtkit.options import option_name, resume_overridable
 from nmtkit.text.pipeline import pipeline_differences
 from nmtkit.train.config import TrainConfig, TrainOptions
-from nmtkit.train.run_files import BEST, CONFIG_FILE, LAST, config_text
 
 log = logging.getLogger(__name__)
+
+
+def config_text(cfg: TrainConfig, arch: str, model_config: dict[str, Any]) -> str:
+    """A run's resolved configuration as indented JSON (RUN/config.json)."""
+    return json.dumps({"arch": arch, "model_config": model_config, "train_config": cfg.to_dict()},
+                      indent=2, sort_keys=False) + "\n"
 
 
 def resume_config(ckpt: dict[str, Any], options: TrainOptions, world_size: int = 1) -> TrainConfig:
