@@ -1,18 +1,13 @@
 """Checkpoint averaging (`nmtkit average`): the element-wise mean of compatible models' parameters.
 
 Averaging the last few checkpoints of a run (Vaswani et al. 2017, section 6.1; fairseq's
-`scripts/average_checkpoints.py`, Marian's `average.py`, OpenNMT-py's `-average_models`) smooths
-the noise of the last updates, much like Polyak averaging, and costs nothing at translation
-time, unlike an ensemble. Every checkpoint must share the first one's architecture, model config,
-vocabularies, text pipeline, language pair and parameter names, shapes and dtypes: anything else
-is refused with one line naming the file.
-
-The mean is taken in float64, one checkpoint in memory at a time besides the running sums, and
-cast back to each tensor's stored dtype. The result is an ordinary model checkpoint
-(`nmtkit.checkpoint.make_checkpoint`, no optimiser state): configs, vocabularies, text pipeline
-and decoding lexicon come from the last checkpoint given (the newest, for `--last N`), and
-"averaged_from" lists the inputs with their update numbers.
-"""
+`average_checkpoints.py`, OpenNMT-py's `-average_models`) smooths the noise of the last updates at
+no cost at translation time. Every checkpoint must share the first one's architecture, model
+config, vocabularies, text pipeline, language pair and parameter names, shapes and dtypes:
+anything else is refused with one line naming the file. The mean is taken in float64, one
+checkpoint in memory at a time, and cast back to each tensor's stored dtype. The result is a
+model checkpoint without optimiser state whose configs, vocabularies, pipeline and lexicon come
+from the last checkpoint given; "averaged_from" lists the inputs with their update numbers."""
 from __future__ import annotations
 
 import os
