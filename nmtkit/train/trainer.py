@@ -26,9 +26,8 @@ from nmtkit.memory import RELEASE_EVERY_UPDATES, release_free_memory
 from nmtkit.train import distributed as ddp
 from nmtkit.train.checkpoints import BEST, LAST, RunCheckpoints, run_lexicon
 from nmtkit.train.context import TrainContext
-from nmtkit.train.events import LogEvent, StartEvent, ValidationEvent
+from nmtkit.train.events import LogEvent, StartEvent, TrainResult, ValidationEvent
 from nmtkit.train.metrics import MetricsLog, error_record, record_for_a_lost_writer, setup_file_log
-from nmtkit.train.state import TrainResult
 from nmtkit.train.step import train_step
 from nmtkit.train.stopping import StopSignals, count_patience, stop_reason
 from nmtkit.train.validate import check_dev_bleu, dev_scores, perplexity
