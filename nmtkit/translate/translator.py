@@ -92,8 +92,8 @@ class Translator:
             nbest = f" and --nbest {config.nbest} lists of at most {n_tgt}" if config.nbest > n_tgt else ""
             self.warn(f"--beam {config.beam} is above the target vocabulary's {n_tgt} entries: searching with "
                       f"a beam of {n_tgt}, which finds the same translations{nbest}")
-        # Jean et al. (2015)'s candidate list: with the lexicon the trainer stores (older
-        # checkpoints have none), each batch scores only its shortlist of target words
+        # Jean et al. (2015)'s candidate list: with the lexicon the trainer stores (a checkpoint
+        # made otherwise may have none), each batch scores only its shortlist of target words
         # (sampling draws from the whole vocabulary: a shortlist would change its distribution)
         use_shortlist = config.shortlist == "auto" and not config.sampling
         self.lexicon = bundle.lexicon if use_shortlist else None
