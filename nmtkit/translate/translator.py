@@ -362,8 +362,8 @@ def _lines_of(lines: Any) -> list[str]:
     keys were translated; a set's order is arbitrary, so its results could not be matched).
     Each line is taken as `nmtkit translate` takes a line of its input file: a line break or a
     NUL character (binary data) is an InputError naming the line, and a leading byte order mark
-    (text read as "utf-8" rather than "utf-8-sig") is dropped, where a version 1 text pipeline
-    would have kept it as a word."""
+    (text read as "utf-8" rather than "utf-8-sig") is dropped, where a text pipeline without
+    remove_non_printing would keep it as a word."""
     if isinstance(lines, str):
         raise TypeError("generate() takes a list of lines; translate() also takes one string")
     if isinstance(lines, (bytes, bytearray, dict, set, frozenset)) or not isinstance(lines, Iterable):
