@@ -340,6 +340,18 @@ def test_checkpoint_of_another_format_is_refused_with_what_to_rerun(ckpt, tmp_pa
     assert "re-run 'nmtkit train'" in line
 
 
+def test_a_checkpoint_with_a_text_pipeline_of_another_version_is_refused_with_what_to_rerun(ckpt, tmp_path):
+    from nmtkit.checkpoint import load_checkpoint, save_checkpoint
+
+    good = load_checkpoint(ckpt)
+    p = tmp_path / "v1-pipeline.pt"
+    save_checkpoint(dict(good, pipeline=dict(good["pipeline"], version=1)), p)
+    with pytest.raises(CheckpointError) as err:
+        _translator(str(p))
+    assert str(err.value) == (f"{p}: text pipeline version 1 is not one this nmtkit reads (2); re-run 'nmtkit "
+                              "preprocess' and 'nmtkit train' with this nmtkit to write it again")
+
+
 def test_word_lists_are_one_string_each_on_disk_and_lists_when_loaded(tmp_path):
     """The vocabularies and the truecasing forms unpickle as one opcode each (checkpoint.py),
     and load back as the lists they were; a list that could not split back stays a list."""
