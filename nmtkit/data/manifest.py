@@ -149,7 +149,7 @@ def owned_files(manifest: dict[str, Any]) -> set[str]:
 
 def recorded_digests(manifest: Any, prefix: str, lang: str) -> set[str]:
     """The sha256 preprocess recorded in the manifest's "inputs" for the file PREFIX.lang (or
-    PREFIX.lang.gz) it read; empty where it recorded none (older nmtkit)."""
+    PREFIX.lang.gz) it read; empty where it recorded none (a hand-made manifest)."""
     inputs = manifest.get("inputs") if isinstance(manifest, dict) else None
     names = (f"{prefix}.{lang}", f"{prefix}.{lang}.gz")
     return {str(h) for k, h in inputs.items() if k in names} if isinstance(inputs, dict) else set()

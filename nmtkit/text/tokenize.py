@@ -43,8 +43,6 @@ TOKINFO_SUFFIX = ".tokinfo.json"
 _FLAGS = {"nfc": "--no-nfc", "normalize_punct": "--no-normalize-punct",
           "remove_non_printing": "--no-remove-non-printing", "aggressive_dash_splits": "--aggressive-dash-splits",
           "lowercase": "--lowercase"}
-# a setting missing from an older record: what that tokeniser did
-_RECORDED_BEFORE = {"nfc": False, "remove_non_printing": False}
 
 
 @dataclass(frozen=True)
@@ -116,10 +114,11 @@ def read_tokinfo(path: str) -> dict[str, Any] | None:
     if not isinstance(info, dict) or not isinstance(info.get("protected_patterns", []), list):
         raise InputError("not a tokeniser record (a JSON object as 'nmtkit tokenize' writes it): re-run 'nmtkit "
                          "tokenize'", info_path)
-    missing = [k for k in ("lang", *_FLAGS) if k not in info and k not in _RECORDED_BEFORE]
+    missing = [k for k in ("lang", *_FLAGS) if k not in info]
     if missing or not isinstance(info["lang"], str) or any(not isinstance(info.get(k, False), bool) for k in _FLAGS):
         what = f"lacks {missing}" if missing else "has settings of the wrong type"
-        raise InputError(f"a tokeniser record that {what}: edited or damaged; re-run 'nmtkit tokenize'", info_path)
+        raise InputError(f"a tokeniser record that {what}: from another nmtkit, edited or damaged; re-run "
+                         "'nmtkit tokenize'", info_path)
     return info
 
 
@@ -138,18 +137,15 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline, protect: bool = 
     info_path = tokinfo_path(path)
     if info.get("lang") != lang:
         raise ConfigError(f"tokenised as language '{info.get('lang')}' ({info_path}), used here as '{lang}'", path)
-    recorded = {**_RECORDED_BEFORE, **info}
-    wrong = [f"{k}={recorded.get(k)} there, {getattr(pipeline, k)} here ({flag})"
-             for k, flag in _FLAGS.items() if recorded.get(k) != getattr(pipeline, k)
+    wrong = [f"{k}={info.get(k)} there, {getattr(pipeline, k)} here ({flag})"
+             for k, flag in _FLAGS.items() if info.get(k) != getattr(pipeline, k)
              and not (k == "lowercase" and pipeline.lowercase)]
     if protect and list(info.get("protected_patterns") or []) != list(pipeline.protected_patterns):
         wrong.append(f"{len(info.get('protected_patterns') or [])} protected patterns there, "
                      f"{len(pipeline.protected_patterns)} here (--protect)")
     if wrong:
-        older = [k for k in _RECORDED_BEFORE if k not in info]
-        redo = (f"re-run 'nmtkit tokenize' (the record predates its {' and '.join(older)} steps) or give this "
-                "command the tokeniser's flags" if older else "give the tokeniser and this command the same flags")
-        raise ConfigError(f"tokenised with other settings ({info_path}): {'; '.join(wrong)}; {redo}, {why}", path)
+        raise ConfigError(f"tokenised with other settings ({info_path}): {'; '.join(wrong)}; give the tokeniser and "
+                          f"this command the same flags, {why}", path)
     return True
 
 

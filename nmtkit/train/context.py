@@ -155,7 +155,6 @@ class TrainContext:
                 self.scaler.load_state_dict(ckpt["scaler_state"])
             tr = dict(ckpt["trainer"])
             tr.pop("world_size", None)
-            tr.setdefault("scheduled_best", tr.get("best_score"))  # older nmtkit: the same score
             self.state = TrainState(**tr)
         except (KeyError, TypeError, ValueError, RuntimeError) as err:  # a damaged training state
             msg = str(err).splitlines()[0] if str(err) else type(err).__name__

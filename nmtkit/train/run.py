@@ -58,7 +58,7 @@ from nmtkit.options import empty_path_message, is_empty_path
 from nmtkit.train.config import TrainConfig, TrainOptions
 from nmtkit.train.events import CALLBACK_METHODS
 from nmtkit.train.resume import config_text, resumed_configs
-from nmtkit.train.tensorboard import TensorBoardCallbacks, require_tensorboard, tensorboard_dir
+from nmtkit.train.tensorboard import TensorBoardCallbacks, require_tensorboard
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ def run_training(
         cfg, arch, model_config = resumed_configs(ckpt, data, data_dir, save_dir, options, model, info.world_size)
     else:
         cfg, arch, model_config = _new_configs(data, options, model)
-    tb_dir = _checked_tensorboard_dir(cfg, data_dir, save_dir)
+    tb_dir = _checked_tensorboard_dir(cfg, data_dir)
     _check_hardware(cfg, arch, resolve_device(cfg.device, info.local_rank))  # before anything is written
     lock = None
     if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
@@ -209,11 +209,11 @@ def _undo_failed_start(save_dir: Path, resume: bool, force: bool, before: set[st
         undo_failed_start(save_dir, resume, force, before)
 
 
-def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path, save_dir: Path) -> Path | None:
+def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path) -> Path | None:
     """--tensorboard's folder (None without it), refused inside the data directory as --save-dir
     is, and when it exists, unless a writable folder; and the package there: all fail before the
     run writes anything (new or resumed). A folder to create is created under the run's lock."""
-    tb_dir = tensorboard_dir(cfg.tensorboard, save_dir)
+    tb_dir = None if cfg.tensorboard is None else Path(cfg.tensorboard)
     if tb_dir is not None:
         check_outputs_vs_inputs([("--data", data_dir)],
                                 folders=[("--tensorboard", tb_dir, lambda name: name.startswith("events.out.tfevents"))])
