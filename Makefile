@@ -25,7 +25,7 @@ QUICK  ?=
 # a folder with {train,valid,test}.{en,fr} to use instead of the message catalogs.
 DATA   ?=
 
-.PHONY: install test test-slow test-browser test-gpu gpu-report demo bench wheelhouse lint clean
+.PHONY: install test test-slow test-browser test-gpu gpu-report demo bench wheelhouse lint docs clean
 
 install: $(STAMP)
 
@@ -75,6 +75,10 @@ bench: $(STAMP)
 # nmtkit and its runtime dependencies except torch, as wheels, for nodes without internet
 wheelhouse: $(STAMP)
 	$(BIN)/python tools/wheelhouse.py --out dist/wheelhouse
+
+# docs/options.md from the commands' own options (tests/test_docs.py checks it is current)
+docs: $(STAMP)
+	$(BIN)/python tools/options_doc.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check nmtkit tests benchmarks tools

@@ -9,7 +9,7 @@ CPU-second (user + system time of the process, the measure that other load distu
 (wait4's ru_maxrss), sacrebleu BLEU against dev.fr, and how many lines differ from fp32's.
 The speed figures are meant as ratios within one run: on a shared machine absolute figures move.
 
-The rule it decides (README, "int8 decoding"): int8 is worth offering only when it is faster
+The rule it decides (docs/int8.md): int8 is worth offering only when it is faster
 than fp32 and its BLEU is within 0.3 of fp32's.
 
     python benchmarks/precisions.py --model RUN/checkpoint_best.pt

@@ -1,18 +1,13 @@
 """Checkpoint averaging (`nmtkit average`): the element-wise mean of compatible models' parameters.
 
 Averaging the last few checkpoints of a run (Vaswani et al. 2017, section 6.1; fairseq's
-`scripts/average_checkpoints.py`, Marian's `average.py`, OpenNMT-py's `-average_models`) smooths
-the noise of the last updates, much like Polyak averaging, and costs nothing at translation
-time, unlike an ensemble. Every checkpoint must share the first one's architecture, model config,
-vocabularies, text pipeline, language pair and parameter names, shapes and dtypes: anything else
-is refused with one line naming the file.
-
-The mean is taken in float64, one checkpoint in memory at a time besides the running sums, and
-cast back to each tensor's stored dtype. The result is an ordinary model checkpoint
-(`nmtkit.checkpoint.make_checkpoint`, no optimiser state): configs, vocabularies, text pipeline
-and decoding lexicon come from the last checkpoint given (the newest, for `--last N`), and
-"averaged_from" lists the inputs with their update numbers.
-"""
+`average_checkpoints.py`, OpenNMT-py's `-average_models`) smooths the noise of the last updates at
+no cost at translation time. Every checkpoint must share the first one's architecture, model
+config, vocabularies, text pipeline, language pair and parameter names, shapes and dtypes:
+anything else is refused with one line naming the file. The mean is taken in float64, one
+checkpoint in memory at a time, and cast back to each tensor's stored dtype. The result is a
+model checkpoint without optimiser state whose configs, vocabularies, pipeline and lexicon come
+from the last checkpoint given; "averaged_from" lists the inputs with their update numbers."""
 from __future__ import annotations
 
 import os
@@ -21,8 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from nmtkit.errors import CheckpointError, ConfigError, InputError, OutputError
+from nmtkit.io.checks import check_outputs_vs_inputs, file_path
 from nmtkit.options import check_fields, option
-from nmtkit.output_checks import check_outputs_vs_inputs, file_path
 
 
 @dataclass(frozen=True)
@@ -66,7 +61,7 @@ def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
                          "--last averages", str(save_dir))
     if not save_dir.is_dir():
         raise InputError("run directory not found", str(save_dir))
-    from nmtkit.train.run_files import kept_checkpoints
+    from nmtkit.io.dirs import kept_checkpoints
 
     kept = kept_checkpoints(save_dir)
     if len(kept) < n:
@@ -130,8 +125,8 @@ def _check_output_name(output: str | Path) -> None:
     a file translate maps) or a run's own checkpoint (checkpoint_last.pt, checkpoint_best.pt,
     checkpoint_N.pt in a run directory: replaced by one without optimiser state, the run could
     no longer resume)."""
-    from nmtkit.output_nodes import is_stdout
-    from nmtkit.train.run_files import BEST, LAST, kept_update, run_files_present
+    from nmtkit.io.dirs import BEST, LAST, kept_update, run_files_present
+    from nmtkit.io.files import is_stdout
 
     if file_path(output) is None or is_stdout(output):
         raise ConfigError(f"-o {str(output)!r}: the averaged checkpoint is written to a file, give its name")
@@ -199,7 +194,7 @@ def average(paths: str | Path | Sequence[str | Path], output: str | Path, force:
     Every input and the output are checked before any checkpoint is read; messages name the
     inputs by `input_option`, the option that gave them (`check_paths`)."""
     from nmtkit.checkpoint import checkpoint_paths, save_checkpoint
-    from nmtkit.outputs import check_output
+    from nmtkit.io.files import check_output
 
     paths = checkpoint_paths(paths)  # once: a generator is read one time only
     check_paths(paths, output, input_option)

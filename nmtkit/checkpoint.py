@@ -7,26 +7,26 @@ A checkpoint is a dict of primitives and tensors only, loadable with `weights_on
   model_state     state_dict
   pipeline        dict, the text pipeline recorded by preprocess (see nmtkit.text.pipeline)
   src_lang, tgt_lang  str
-  src_vocab, tgt_vocab  list[str] (on disk, from format 2 on, one string: see below)
+  src_vocab, tgt_vocab  list[str] (on disk one string: see below)
   train_config    dict, nmtkit.train.config.TrainConfig as a dict; its "max_len" (int or None)
                   is the longest training sentence in words, which translation reads (`trained_max_len`)
   data_manifest   dict, the data directory's manifest.json (None where there was none)
   lexicon         int32 tensor (src vocab, k) or None: each source id's likeliest target ids,
-                  for decoding shortlists (nmtkit.decode.shortlist); absent in older checkpoints
+                  for decoding shortlists (nmtkit.decode.shortlist)
   ...training state (optimizer, step, rng, data position, best score) as the trainer needs.
   averaged_from   list of {"path", "update"}: only in a checkpoint `nmtkit average` wrote (the
                   mean of those checkpoints' parameters; no optimiser state, so not resumable)
 `make_checkpoint` builds this dict (the trainer and the test fixtures alike) and `load_checkpoint` reads it back.
 
-Word lists on disk (format 2): the vocabularies and the truecasing model's lists of best forms
+Word lists on disk: the vocabularies and the truecasing model's lists of best forms
 (pipeline["truecase"]["src" | "tgt"]) are each written as one string, their words joined by
 newlines (words never hold a newline: they are whitespace-split tokens). torch's weights-only
 unpickler, which every load goes through, runs in Python, one opcode at a time: two 30,000-word
 vocabularies took 0.15 s of a 0.15 s load, and a WMT truecasing model's hundreds of thousands of
 forms would take seconds. One string is one opcode. `save_checkpoint` joins them and
-`load_checkpoint` splits them, so the dict in memory always holds lists; format 1 files (lists on
-disk) still load. `load_bundle` reads what translation needs from one checkpoint
-or a compatible ensemble as a typed `ModelBundle`. Written atomically through nmtkit.outputs: temp file in the
+`load_checkpoint` splits them, so the dict in memory always holds lists. Another format_version
+is refused (docs/design.md, Compatibility). `load_bundle` reads what translation needs from one checkpoint
+or a compatible ensemble as a typed `ModelBundle`. Written atomically through nmtkit.io.files: temp file in the
 same directory, fsync, os.replace.
 """
 from __future__ import annotations
@@ -36,14 +36,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from nmtkit.errors import CheckpointError, ConfigError
-from nmtkit.outputs import OutputFile
+from nmtkit.io.files import OutputFile
 
 if TYPE_CHECKING:
     from nmtkit.text.pipeline import TextPipeline
     from nmtkit.text.vocab import Vocab
 
 CHECKPOINT_FORMAT = 2
-READABLE_FORMATS = (1, 2)  # 1: the word lists stored as lists
 
 
 def checkpoint_paths(value: Any) -> list[str]:
@@ -134,8 +133,7 @@ def save_checkpoint(obj: dict[str, Any], path: str | Path) -> None:
 
     obj = dict(obj)
     obj.setdefault("format_version", CHECKPOINT_FORMAT)
-    if obj["format_version"] != 1:  # a dict that says format 1 is written as format 1 (lists)
-        obj = _word_lists(obj, _join)
+    obj = _word_lists(obj, _join)
     with OutputFile(path, "wb") as out:
         rec = _WriteRecorder(out.file)
         try:
@@ -182,12 +180,10 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = Fa
         raise CheckpointError(f"not a readable nmtkit checkpoint (truncated or corrupt?): {msg}", str(path)) from None
     if not isinstance(obj, dict) or "format_version" not in obj:
         raise CheckpointError("not an nmtkit checkpoint (no format_version)", str(path))
-    if obj["format_version"] not in READABLE_FORMATS:
-        raise CheckpointError(
-            f"checkpoint format version {obj['format_version']!r} is not supported "
-            f"(this nmtkit reads versions {', '.join(map(str, READABLE_FORMATS))})",
-            str(path),
-        )
+    if obj["format_version"] != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"checkpoint format version {obj['format_version']!r:.40} is not one this nmtkit reads "
+                              f"({CHECKPOINT_FORMAT}); re-run 'nmtkit train' with this nmtkit to write the checkpoint "
+                              "again", str(path))
     return _word_lists(obj, _split)
 
 
@@ -339,7 +335,7 @@ def pipeline_of(ckpt: dict[str, Any], path: str) -> TextPipeline:
     if not isinstance(d, dict):
         raise CheckpointError("checkpoint has no text pipeline", path)
     try:
-        return TextPipeline.from_dict(d)
+        return TextPipeline.from_dict(d, rerun="'nmtkit preprocess' and 'nmtkit train'")
     except ConfigError as err:  # a setting of the wrong type or value, named
         raise CheckpointError(str(err), path) from None
     except Exception as err:  # noqa: BLE001 - a foreign/old pipeline dict

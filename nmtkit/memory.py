@@ -1,29 +1,12 @@
 """Keeping the CPU footprint bounded: the caches behind PyTorch's bf16 products and glibc's free heap.
 
-PyTorch's CPU bf16 products go through ideep to oneDNN, and each layer caches per product shape:
-- oneDNN builds a primitive for every distinct shape and keeps up to
-  ONEDNN_PRIMITIVE_CACHE_CAPACITY of them (1,024 by default), each with its own buffers:
-  decoding, whose shapes change with every batch (source width, live beam rows, shortlist
-  size), held hundreds of megabytes in them;
-- ideep keeps its own least-recently-used cache of computations with their buffers,
-  LRU_CACHE_CAPACITY entries (1,024 by default): in bf16 training on the benchmark's data it held
-  ~150 MB of live allocations after 100 updates and grew with every new batch shape (malloc's
-  in-use bytes 352 -> 448 MB over updates 100-500; with a capacity of 1, 208 MB, flat), and it
-  set bf16 decoding's footprint (peak 635 -> 350 MB on the benchmark's beam-5 run), at no
-  measurable cost in speed either way (benchmarks/MEMORY.md).
-`limit_cpu_caches` sets both capacities in the environment. Each library reads its variable
-once, when it first builds a product, so this must run before the first product (the CLI
-calls it at start-up). A capacity the user has set is kept.
-
-On Linux with glibc, memory that PyTorch frees (oneDNN's buffers for a product shape, the
-activations of a batch) mostly stays in malloc's arenas: the process keeps it resident, and
-when the next batch's buffers have other sizes they do not fit the holes, so the resident size
-grows with the variety of shapes a run meets. `malloc_trim(0)` returns every free page of every
-arena to the system (benchmarks/MEMORY.md has the figures). It costs a few milliseconds (about
-5 after a beam-5 batch) and the pages it returns fault back in, so callers do it every few
-batches or updates, never between steps. Elsewhere (macOS, musl, Windows) this is a
-no-op.
-"""
+oneDNN keeps a primitive (with buffers) for each product shape and ideep an LRU cache of
+computations, 1,024 entries each by default; decoding and training meet many shapes, so both
+grew by hundreds of megabytes (figures in benchmarks/MEMORY.md). `limit_cpu_caches` sets both
+capacities in the environment before the first product (a capacity the user set is kept).
+Memory PyTorch frees mostly stays in glibc's malloc arenas, and the resident size grows with the
+variety of shapes: `release_free_memory` (`malloc_trim(0)`, a few milliseconds) returns the free pages; callers
+do it every few batches or updates, never between steps. Elsewhere than glibc it is a no-op."""
 from __future__ import annotations
 
 import ctypes

@@ -1,6 +1,6 @@
 """The Python API (`nmtkit.load` -> `Translator`): what `nmtkit translate` writes, from Python;
-n-best lists and alignments as typed values; `import nmtkit` stays free of torch; the README's
-snippet runs as shown."""
+n-best lists and alignments as typed values; `import nmtkit` stays free of torch; the Python
+examples of the README and docs/python-api.md run as shown."""
 from __future__ import annotations
 
 import os
@@ -148,32 +148,39 @@ def test_per_call_values_and_lines_of_the_wrong_type_are_refused_naming_them(ckp
     assert model.translate(["the cat"]) == nmtkit.load(ckpt, **DECODE).translate(["the cat"])
 
 
-def test_a_leading_byte_order_mark_is_no_word_even_under_a_version_1_pipeline(tmp_path):
+def test_a_leading_byte_order_mark_is_no_word_even_without_non_printing_removal(tmp_path):
     """Text read with encoding="utf-8" keeps a file's BOM on its first line; `nmtkit translate`
-    drops it, and version 2 pipelines delete it, but a version 1 pipeline kept it as a word."""
+    drops it, and --remove-non-printing deletes it, but a pipeline without that step kept it as a word."""
     import nmtkit
     from nmtkit.text.pipeline import TextPipeline
 
-    v1 = TextPipeline(src_lang="en", tgt_lang="fr", nfc=False, remove_non_printing=False)
-    assert v1.to_dict()["version"] == 1
-    model = nmtkit.load(str(make_checkpoint(tmp_path / "v1.pt", seed=3, pipeline=v1)), **DECODE)
+    plain = TextPipeline(src_lang="en", tgt_lang="fr", nfc=False, remove_non_printing=False)
+    model = nmtkit.load(str(make_checkpoint(tmp_path / "plain.pt", seed=3, pipeline=plain)), **DECODE)
     [with_bom, without] = model.generate(["\ufeffthe cat", "the cat"])
     assert with_bom.nbest[0].src_tokens == without.nbest[0].src_tokens == ["the", "cat"]
     assert with_bom.text == without.text
 
 
-def _readme_snippet() -> str:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    [block] = [b for b in blocks if "nmtkit.load(" in b]
-    return block
+def _python_examples() -> list[tuple[str, str]]:
+    """Every ```python block of the README and docs/python-api.md, as (where, code); the training
+    examples (`run_training(`) are run by tests/test_train.py instead."""
+    examples = []
+    for page in ("README.md", "docs/python-api.md"):
+        blocks = re.findall(r"```python\n(.*?)```", (REPO / page).read_text(encoding="utf-8"), flags=re.S)
+        examples += [(f"{page}#{i}", b) for i, b in enumerate(blocks, 1) if "run_training(" not in b]
+    return examples
 
 
-def test_the_readme_snippet_runs_as_shown(ckpt, tmp_path):
-    """The README's Python example, run against a tiny checkpoint at its path."""
+def test_the_docs_have_python_examples_of_nmtkit_load():
+    pages = {where.split("#")[0] for where, code in _python_examples() if "nmtkit.load(" in code}
+    assert pages == {"README.md", "docs/python-api.md"}
+
+
+@pytest.mark.parametrize("code", [c for _, c in _python_examples()], ids=[w for w, _ in _python_examples()])
+def test_the_readme_snippet_runs_as_shown(ckpt, tmp_path, code):
+    """The README's and docs/python-api.md's Python examples, run against a tiny checkpoint at their path."""
     (tmp_path / "work" / "run").mkdir(parents=True)
     os.link(ckpt, tmp_path / "work" / "run" / "checkpoint_best.pt")
-    code = _readme_snippet()
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
 

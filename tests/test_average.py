@@ -250,7 +250,7 @@ def test_bad_average_command_lines_are_one_line(tmp_path, monkeypatch, case, nee
 
 
 def test_kept_checkpoint_names_are_parsed_one_way():
-    from nmtkit.train.run_files import is_run_file, kept_name, kept_update
+    from nmtkit.io.dirs import is_run_file, kept_name, kept_update
 
     assert [kept_update(kept_name(n)) for n in (0, 7, 12000)] == [0, 7, 12000]
     for other in ("checkpoint_last.pt", "checkpoint_best.pt", "checkpoint_12.pt.x.tmp", "checkpoint_-1.pt",
@@ -260,7 +260,7 @@ def test_kept_checkpoint_names_are_parsed_one_way():
 
 
 def test_kept_checkpoints_come_oldest_update_first(tmp_path):
-    from nmtkit.train.run_files import kept_checkpoints
+    from nmtkit.io.dirs import kept_checkpoints
 
     for name in ("checkpoint_100.pt", "checkpoint_9.pt", "checkpoint_last.pt", "checkpoint_20.pt", "notes.txt"):
         (tmp_path / name).write_bytes(b"")
@@ -301,7 +301,7 @@ def test_average_never_replaces_a_runs_own_checkpoint(tmp_path, name):
 
 
 def test_average_refuses_a_gz_output_that_no_checkpoint_reader_would_gunzip(tmp_path):
-    """A .gz output is written gzip-compressed (nmtkit.outputs), which load_checkpoint never
+    """A .gz output is written gzip-compressed (nmtkit.io.files), which load_checkpoint never
     undoes: -o avg.pt.gz is refused before any checkpoint is read."""
     a = make_checkpoint(tmp_path / "a.pt", seed=1)
     b = make_checkpoint(tmp_path / "b.pt", seed=2)

@@ -268,7 +268,7 @@ def _hold_lock(run: Path):
     import subprocess
     import sys
 
-    code = ("import sys, time; from nmtkit.train.run_files import run_lock; from pathlib import Path; "
+    code = ("import sys, time; from nmtkit.io.dirs import run_lock; from pathlib import Path; "
             "run_lock(Path(sys.argv[1])).acquire(); print('held', flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"

@@ -106,7 +106,7 @@ def test_score_options_are_checked_once_whatever_builds_them():
         ScoreOptions(hyp_paths=["h"], ref_paths=["r"], tokenize="moses")
 
 
-# path options that also take '-' (a standard stream): refused when empty by output_checks.file_path
+# path options that also take '-' (a standard stream): refused when empty by nmtkit.io.checks.file_path
 STREAM_PATHS = {(TokenizeConfig, "input_path"), (TokenizeConfig, "output_path")}
 PATH_METAVARS = {"FILE", "FILE.png", "DIR", "RUN", "PREFIX", "CHECKPOINT"}
 

@@ -1,4 +1,4 @@
-"""nmtkit.outputs: atomic for regular files, in place for nodes, open()'s permissions."""
+"""nmtkit.io.files: atomic for regular files, in place for nodes, open()'s permissions."""
 from __future__ import annotations
 
 import os
@@ -10,14 +10,14 @@ import threading
 import pytest
 
 from nmtkit.errors import OutputError, OutputExistsError
-from nmtkit.output_dirs import clean_stale_temp_dirs, make_temp_dir
-from nmtkit.output_nodes import writes_in_place
-from nmtkit.outputs import (
+from nmtkit.io.dirs import clean_stale_temp_dirs, make_temp_dir
+from nmtkit.io.files import (
     OutputFile,
     Staged,
     check_output,
     check_output_dir,
     umask,
+    writes_in_place,
 )
 
 

@@ -85,7 +85,7 @@ def test_a_parent_folder_another_run_makes_meanwhile_is_used_not_an_error_nor_ta
     then failed to create it (FileExistsError), and would have removed it on failure."""
     from pathlib import Path
 
-    from nmtkit.output_dirs import make_parents
+    from nmtkit.io.dirs import make_parents
 
     (tmp_path / "a").mkdir()  # made by the other run between this one's look and its mkdir
     real = Path.exists

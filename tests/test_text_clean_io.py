@@ -129,6 +129,7 @@ def test_every_line_reader_names_the_line_of_invalid_utf8(tmp_path):
 
 
 def test_raw_references_split_on_newline_not_u2028(tmp_path):
+    import hashlib
     import json
 
     from nmtkit.train.data import DataDir
@@ -139,6 +140,7 @@ def test_raw_references_split_on_newline_not_u2028(tmp_path):
     (tmp_path / "dev.fr").write_text("\n".join(refs) + "\n", encoding="utf-8")
     manifest = json.loads((data / "manifest.json").read_text())
     manifest["splits"]["valid"]["prefix"] = str(tmp_path / "dev")
+    manifest["inputs"] = {str(tmp_path / "dev.fr"): hashlib.sha256((tmp_path / "dev.fr").read_bytes()).hexdigest()}
     (data / "manifest.json").write_text(json.dumps(manifest))
     assert DataDir.open(data).raw_references("valid") == refs
 
@@ -158,9 +160,10 @@ def test_every_line_count_check_names_both_inputs_and_counts(tmp_path):
         assert msg.startswith("line counts differ: ") and f"{src} has 3 lines" in msg and f"{tgt} has 2 lines" in msg
 
 
-def test_raw_references_are_the_file_preprocess_read_not_one_of_that_name_in_another_folder(tmp_path, monkeypatch):
-    """A relative --valid prefix was looked up from the current folder: any dev file of the same
-    name and length there became the BLEU reference (and so chose the best checkpoint)."""
+def test_raw_references_are_the_file_preprocess_read_not_one_edited_since(tmp_path, monkeypatch):
+    """The dev file at the absolute path preprocess recorded, when its sha256 is the recorded one:
+    an edited file of the same length, or a file of that name found otherwise (a relative
+    prefix), would become the BLEU reference (and so choose the best checkpoint)."""
     import hashlib
     import json
 
@@ -168,17 +171,15 @@ def test_raw_references_are_the_file_preprocess_read_not_one_of_that_name_in_ano
     from tests.conftest import make_data_dir
 
     data = make_data_dir(tmp_path / "data", n_train=8, n_valid=3)
-    ours, other = tmp_path / "ours", tmp_path / "other"
-    ours.mkdir(), other.mkdir()
+    ours = tmp_path / "ours"
+    ours.mkdir()
     refs = ["le chat", "un chien", "la maison"]
     text = "\n".join(refs) + "\n"
     (ours / "dev.fr").write_text(text, encoding="utf-8")
-    (other / "dev.fr").write_text("une\nautre\nchose\n", encoding="utf-8")
     manifest = json.loads((data / "manifest.json").read_text())
-    manifest["splits"]["valid"]["prefix"] = "dev"  # relative, as preprocess was given it (run in `ours`)
-    manifest["inputs"] = {"dev.en": "0" * 64, "dev.fr": hashlib.sha256(text.encode()).hexdigest()}
+    manifest["splits"]["valid"]["prefix"] = str(ours / "dev")
+    manifest["inputs"] = {str(ours / "dev.en"): "0" * 64, str(ours / "dev.fr"): hashlib.sha256(text.encode()).hexdigest()}
     (data / "manifest.json").write_text(json.dumps(manifest))
-    monkeypatch.chdir(ours)
     import nmtkit.text.io
 
     opened = []
@@ -187,6 +188,11 @@ def test_raw_references_are_the_file_preprocess_read_not_one_of_that_name_in_ano
     data_dir = DataDir.open(data)
     opened.clear()
     assert data_dir.raw_references("valid") == refs
-    assert opened == ["dev.fr"]  # read once, for its hash and its lines
-    monkeypatch.chdir(other)
+    assert opened == [str(ours / "dev.fr")]  # read once, for its hash and its lines
+    (ours / "dev.fr").write_text("une\nautre\nchose\n", encoding="utf-8")
     assert DataDir.open(data).raw_references("valid") is None  # the binarised references, not another text
+    manifest["splits"]["valid"]["prefix"] = "dev"  # relative: no file preprocess recorded
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    (ours / "dev.fr").write_text(text, encoding="utf-8")
+    monkeypatch.chdir(ours)
+    assert DataDir.open(data).raw_references("valid") is None

@@ -194,10 +194,12 @@ def test_bad_tokenize_paths_are_one_line_before_any_work_and_write_nothing(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.tok", "in.en"]
 
 
-def test_text_tokenised_before_nfc_and_non_printing_removal_is_refused_by_a_preprocess_that_does_them(tmp_path):
+def test_a_tokeniser_record_of_another_nmtkit_is_refused_with_what_to_rerun(tmp_path):
+    """A record written before the nfc and non-printing steps existed lacks their settings: one
+    line naming the record and the command to re-run, whatever flags preprocess is given."""
     import json
 
-    from nmtkit.errors import ConfigError
+    from nmtkit.errors import InputError
     from nmtkit.preprocess import preprocess
 
     prefix = _tokenise_corpus(tmp_path)
@@ -207,25 +209,26 @@ def test_text_tokenised_before_nfc_and_non_printing_removal_is_refused_by_a_prep
             info = json.loads(record.read_text(encoding="utf-8"))
             del info["nfc"], info["remove_non_printing"]  # as the tokeniser wrote it before the steps existed
             record.write_text(json.dumps(info), encoding="utf-8")
-    with pytest.raises(ConfigError) as err:
-        preprocess(_tok_config(tmp_path, prefix))
-    assert "nfc=False there, True here (--no-nfc)" in str(err.value)
-    assert "remove_non_printing=False there, True here (--no-remove-non-printing)" in str(err.value)
-    assert "re-run 'nmtkit tokenize' (the record predates its nfc and remove_non_printing steps)" in str(err.value)
-    preprocess(_tok_config(tmp_path, prefix, nfc=False, remove_non_printing=False))
-    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text(encoding="utf-8"))
-    assert not {"nfc", "remove_non_printing"} & manifest["pipeline"].keys() and manifest["pipeline"]["version"] == 1
+    for flags in ({}, dict(nfc=False, remove_non_printing=False)):
+        with pytest.raises(InputError) as err:
+            preprocess(_tok_config(tmp_path, prefix, **flags))
+        line = str(err.value)
+        assert "\n" not in line and "tokinfo.json" in line and "lacks ['nfc', 'remove_non_printing']" in line
+        assert line.endswith("re-run 'nmtkit tokenize'")
 
 
-_FULL = '"lang": "en", "normalize_punct": true, "aggressive_dash_splits": false, "lowercase": false'
+_FULL = ('"lang": "en", "nfc": true, "normalize_punct": true, "remove_non_printing": true, '
+         '"aggressive_dash_splits": false, "lowercase": false')
 
 
 @pytest.mark.parametrize("record, needle", [
     ("[]", "not a tokeniser record"),
     ('{"lang": "en", "protected_patterns": 5}', "not a tokeniser record"),
     # settings missing or mistyped: the messages were "language 'None'" or "lowercase=None there" with flags to give
-    ('{"tool": "nmtkit tokenize"}', r"lacks \['lang', 'normalize_punct', 'aggressive_dash_splits', 'lowercase'\]"),
-    ('{"lang": "en"}', r"lacks \['normalize_punct', 'aggressive_dash_splits', 'lowercase'\]"),
+    ('{"tool": "nmtkit tokenize"}', r"lacks \['lang', 'nfc', 'normalize_punct', 'remove_non_printing', "
+                                    r"'aggressive_dash_splits', 'lowercase'\]"),
+    ('{"lang": "en"}', r"lacks \['nfc', 'normalize_punct', 'remove_non_printing', 'aggressive_dash_splits', "
+                       r"'lowercase'\]"),
     ("{" + _FULL.replace('"lowercase": false', '"lowercase": "no"') + "}", "settings of the wrong type"),
     ("{" + _FULL.replace('"en"', "7") + "}", "settings of the wrong type"),
 ])
@@ -240,13 +243,3 @@ def test_a_damaged_tokeniser_record_is_one_line_naming_it(tmp_path, record, need
     with pytest.raises(InputError, match=needle) as err:
         check_tokinfo(str(tok), "en", TextPipeline("en", "fr"))
     assert "tok.en.tokinfo.json" in str(err.value) and "\n" not in str(err.value)
-
-
-def test_a_tokeniser_record_of_before_the_version_2_steps_is_still_read(tmp_path):
-    from nmtkit.text.pipeline import TextPipeline
-    from nmtkit.text.tokenize import check_tokinfo
-
-    tok = tmp_path / "tok.en"
-    tok.write_text("a b\n", encoding="utf-8")
-    (tmp_path / "tok.en.tokinfo.json").write_text("{" + _FULL + "}", encoding="utf-8")
-    assert check_tokinfo(str(tok), "en", TextPipeline("en", "fr", nfc=False, remove_non_printing=False))

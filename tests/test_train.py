@@ -246,8 +246,8 @@ def test_callbacks_receive_typed_events_that_are_the_metrics_records(data_dir, t
 
 
 @pytest.mark.slow  # the small preset's 4M parameters: 10-30 s on a shared 2-core machine
-def test_the_readme_training_snippet_runs_with_a_smaller_budget(tmp_path):
-    """The README's `run_training` example, on a tiny data directory at its path, with its
+def test_the_docs_training_snippet_runs_with_a_smaller_budget(tmp_path):
+    """docs/python-api.md's `run_training` example, on a tiny data directory at its path, with its
     1000 updates cut to 2 (the only change)."""
     import re
     import subprocess
@@ -256,7 +256,7 @@ def test_the_readme_training_snippet_runs_with_a_smaller_budget(tmp_path):
 
     from tests.conftest import make_data_dir
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parent.parent / "docs" / "python-api.md").read_text(encoding="utf-8")
     [code] = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "run_training(" in b]
     assert "max_updates=1000" in code
     make_data_dir(tmp_path / "work" / "tatoeba", n_train=48, n_valid=8)

@@ -335,8 +335,8 @@ def test_a_process_of_the_job_that_dies_stops_the_others_with_one_line_and_a_tra
 def test_train_log_gets_a_lost_writers_record_only_from_one_rank_and_only_once_rank_0_is_gone(tmp_path):
     """Rank 0 holds the run's lock while it lives (and writes its own record); once it is gone,
     the first other rank writes the record and the next finds it there."""
+    from nmtkit.io.dirs import run_lock
     from nmtkit.train.metrics import record_for_a_lost_writer
-    from nmtkit.train.run_files import run_lock
 
     (tmp_path / "train.log").write_text("2026-11-27 00:00:00 INFO update 5\n")
     rank0 = run_lock(tmp_path).acquire()

@@ -64,7 +64,7 @@ def test_refuses_to_overwrite_a_run_unless_resume_or_force(data_dir, tmp_path):
 def test_force_puts_the_old_run_back_when_the_new_one_fails_before_its_first_checkpoint(data_dir, tmp_path):
     """--force used to delete the old run first: a new run that failed at once lost it."""
     from nmtkit.errors import TrainingError
-    from nmtkit.train.run_files import REPLACED
+    from nmtkit.io.dirs import REPLACED
 
     run = tmp_path / "run"
     opts = tiny_options(max_updates=4, valid_every=2, save_every=2, keep_every=2, valid_bleu_samples=0)
@@ -88,7 +88,7 @@ def test_force_puts_the_old_run_back_when_the_new_one_fails_before_its_first_che
 def test_a_run_set_aside_by_a_killed_force_start_is_the_one_kept(data_dir, tmp_path):
     """kill -9 between --force's start and the new run's first checkpoint leaves the old run in
     RUN/.replaced-run; the next --force start keeps that one (not the dead start's files)."""
-    from nmtkit.train.run_files import REPLACED, set_aside_run
+    from nmtkit.io.dirs import REPLACED, set_aside_run
 
     run = tmp_path / "run"
     opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
@@ -328,14 +328,47 @@ def test_each_rank_saves_and_restores_its_own_gpus_rng_state(monkeypatch):
     assert cuda.set == [(0, 0), (1, 1), (2, 2), (3, 3)]
 
 
-def test_a_checkpoint_of_every_visible_gpu_resumes_on_a_node_with_fewer(monkeypatch):
-    from nmtkit.train.rng import restore_rng, rng_state
+@pytest.mark.parametrize("drop", [("scheduled_best",), ("world_size",), ("scheduled_best", "world_size")])
+def test_a_checkpoint_of_another_nmtkits_training_state_is_refused_with_what_to_rerun(data_dir, tmp_path, drop):
+    """A training state without what this nmtkit writes into it (the best scheduled score, the
+    number of processes) is refused in one line naming checkpoint_last.pt and saying to start the
+    run again, before anything of the run is written."""
+    import torch
 
-    old = rng_state()
-    old["cuda"] = [torch.full((4,), i, dtype=torch.uint8) for i in range(4)]  # saved on a 4-GPU node
-    cuda = _FakeCuda(monkeypatch, 1)
-    restore_rng({"ranks": [old]}, 0, seed=1, update=10, device=torch.device("cuda", 0))
-    assert cuda.set == [(0, 0)]
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
+    run_training(data_dir, run, opts, tiny_overrides())
+    last = run / "checkpoint_last.pt"
+    ckpt = torch.load(last, map_location="cpu", weights_only=True)
+    for key in drop:
+        del ckpt["trainer"][key]
+    torch.save(ckpt, last)
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"}
+    with pytest.raises(CheckpointError) as err:
+        run_training(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
+    line = str(err.value)
+    assert "\n" not in line and line.startswith(f"{last}: its training state lacks {sorted(drop)}")
+    assert line.endswith("re-run 'nmtkit train' with this nmtkit to start the run again")
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"} == before
+
+
+def test_a_run_record_of_another_nmtkit_is_refused_with_what_to_rerun(data_dir, tmp_path):
+    """config.json without a setting this nmtkit records (another nmtkit wrote it): one line
+    naming it and saying to start the run again; its settings are not compared one by one."""
+    import json
+
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
+    run_training(data_dir, run, opts, tiny_overrides())
+    config = json.loads((run / "config.json").read_text())
+    del config["train_config"]["label_smoothing"]
+    (run / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError) as err:
+        run_training(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
+    line = str(err.value)
+    assert "\n" not in line and line.startswith(f"{run / 'config.json'}: the run's record lacks the settings "
+                                                 "['label_smoothing']")
+    assert line.endswith("re-run 'nmtkit train' with this nmtkit to start the run again")
 
 
 def test_resume_reads_the_lexicon_back_instead_of_rebuilding_it(data_dir, tmp_path, monkeypatch):
@@ -371,7 +404,7 @@ def test_resume_reads_the_lexicon_back_instead_of_rebuilding_it(data_dir, tmp_pa
     ("optimizer_state", "adam", "its optimizer_state is missing or not a mapping"),
     ("trainer", 5, "its trainer is missing or not a mapping"),
     ("optimizer_state", {"state": {}, "param_groups": []}, r"its training state cannot be restored \(loaded state dict"),
-    ("trainer", {"bogus": 1}, r"its training state cannot be restored \(.*'bogus'"),
+    ("trainer", "bogus", r"its training state cannot be restored \(.*'bogus'"),  # its own state and bogus=1
 ])
 def test_resuming_a_damaged_checkpoint_is_one_error_naming_it_and_keeps_it(data_dir, tmp_path, field, value, needle):
     """A damaged training state failed as a traceback deep in the restore; the checkpoint stays
@@ -382,7 +415,9 @@ def test_resuming_a_damaged_checkpoint_is_one_error_naming_it_and_keeps_it(data_
     opts = tiny_options(max_updates=2, valid_every=100, valid_bleu_samples=0)
     run_training(data_dir, run, opts, tiny_overrides())
     last = run / "checkpoint_last.pt"
-    save_checkpoint(dict(load_checkpoint(last), **{field: value}), last)
+    good = load_checkpoint(last)
+    value = dict(good["trainer"], bogus=1) if value == "bogus" else value
+    save_checkpoint(dict(good, **{field: value}), last)
     before = last.read_bytes()
     with pytest.raises(CheckpointError, match=needle) as err:
         run_training(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
@@ -393,7 +428,6 @@ def test_resuming_a_damaged_checkpoint_is_one_error_naming_it_and_keeps_it(data_
     (1, 1, 1, None, 1),  # the same job
     (1, 4, 2, 2, 2),  # 4 processes -> 2, each summing 2 minibatches: 4 per update still
     (2, 1, 2, 1, 1),  # 1 process at --update-freq 2 -> 2 processes
-    (3, None, 2, None, 3),  # a checkpoint without the process count: --update-freq stays
 ])
 def test_resuming_on_another_number_of_processes_keeps_the_minibatches_per_update(was, was_world, world, given,
                                                                                     expected):
@@ -407,7 +441,6 @@ def test_resuming_on_another_number_of_processes_keeps_the_minibatches_per_updat
                     "--update-freq 2"),
     (1, 1, 1, 2, "resume with --update-freq 1"),  # the global batch changed on the same job
     (1, 2, 3, None, "resume with a number of processes that divides 2, or start a new run"),
-    (3, None, 1, 2, "--update-freq 2 differs from the run being resumed (3)"),
 ])
 def test_resuming_with_a_global_batch_that_changes_is_refused(was, was_world, world, given, needle):
     from nmtkit.errors import ConfigError

@@ -122,8 +122,7 @@ def test_only_rank_0_writes_tensorboard_events(data_dir, tmp_path, monkeypatch):
     from nmtkit.train import context as context_module
     from nmtkit.train import distributed as ddp
     from nmtkit.train import trainer as trainer_module
-    from nmtkit.train.events import Callbacks
-    from nmtkit.train.state import TrainResult
+    from nmtkit.train.events import Callbacks, TrainResult
     from nmtkit.train.tensorboard import TensorBoardCallbacks
 
     given = []

@@ -302,7 +302,7 @@ def test_an_int8_model_quantised_from_the_mapped_file_keeps_nothing_of_the_file(
     ("model_state", "weights", "its model_config and model_state are not both mappings"),
     ("model_config", "extra key", r"unknown rnnsearch config keys \['bogus'\]"),
     ("arch", "transformer", "unknown architecture 'transformer'"),
-    ("format_version", "2", "checkpoint format version '2' is not supported"),
+    ("format_version", "2", "checkpoint format version '2' is not one this nmtkit reads"),
 ])
 def test_a_damaged_checkpoint_field_is_refused_in_one_error_naming_the_file(ckpt, tmp_path, field, value,
                                                                                    needle):
@@ -324,10 +324,32 @@ def test_a_damaged_checkpoint_field_is_refused_in_one_error_naming_the_file(ckpt
     assert str(p) in str(err.value)
 
 
-def test_checkpoint_of_another_format_version_is_refused(tmp_path):
-    p = make_checkpoint(tmp_path / "v99.pt", format_version=99)
-    with pytest.raises(CheckpointError, match="format version 99 is not supported"):
+@pytest.mark.parametrize("version", [1, 99])
+def test_checkpoint_of_another_format_is_refused_with_what_to_rerun(ckpt, tmp_path, version):
+    """Format 1 (the word lists stored as lists) and a future format alike: one line naming the
+    file, the two versions and the command that writes a readable checkpoint again."""
+    from nmtkit.checkpoint import load_checkpoint
+
+    p = tmp_path / f"v{version}.pt"
+    torch.save(dict(load_checkpoint(ckpt), format_version=version), p)
+    with pytest.raises(CheckpointError) as err:
         _translator(str(p))
+    line = str(err.value)
+    assert "\n" not in line and str(p) in line
+    assert f"checkpoint format version {version} is not one this nmtkit reads ({CHECKPOINT_FORMAT})" in line
+    assert "re-run 'nmtkit train'" in line
+
+
+def test_a_checkpoint_with_a_text_pipeline_of_another_version_is_refused_with_what_to_rerun(ckpt, tmp_path):
+    from nmtkit.checkpoint import load_checkpoint, save_checkpoint
+
+    good = load_checkpoint(ckpt)
+    p = tmp_path / "v1-pipeline.pt"
+    save_checkpoint(dict(good, pipeline=dict(good["pipeline"], version=1)), p)
+    with pytest.raises(CheckpointError) as err:
+        _translator(str(p))
+    assert str(err.value) == (f"{p}: text pipeline version 1 is not one this nmtkit reads (2); re-run 'nmtkit "
+                              "preprocess' and 'nmtkit train' with this nmtkit to write it again")
 
 
 def test_word_lists_are_one_string_each_on_disk_and_lists_when_loaded(tmp_path):
@@ -352,17 +374,6 @@ def test_word_lists_are_one_string_each_on_disk_and_lists_when_loaded(tmp_path):
     save_checkpoint(odd, tmp_path / "odd.pt")
     again = load_checkpoint(tmp_path / "odd.pt")
     assert again["tgt_vocab"] == ["<pad>", "a\nb"] and again["pipeline"]["truecase"] == {"src": [], "tgt": []}
-
-
-def test_a_format_1_checkpoint_with_word_lists_translates_as_before(ckpt, tmp_path):
-    from nmtkit.checkpoint import load_checkpoint, save_checkpoint
-
-    old = dict(load_checkpoint(ckpt), format_version=1)  # lists, as format 1 wrote them
-    torch.save(old, tmp_path / "v1.pt")
-    assert isinstance(torch.load(tmp_path / "v1.pt", weights_only=True)["src_vocab"], list)
-    assert _translator(str(tmp_path / "v1.pt")).translate(LINES) == _translator(ckpt).translate(LINES)
-    save_checkpoint(old, tmp_path / "again.pt")  # a file says the layout it has: format 1 keeps its lists
-    assert isinstance(torch.load(tmp_path / "again.pt", weights_only=True)["src_vocab"], list)
 
 
 @pytest.mark.parametrize("keep", ["half", "1000 bytes"])

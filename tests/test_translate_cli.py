@@ -172,7 +172,7 @@ def test_a_sigterm_between_the_two_outputs_commits_leaves_both_new_never_a_misma
     out.write_text("OLD-OUT\n")
     al.write_text("OLD-AL\n")
     code = ("import os, signal, sys\n"
-            "import nmtkit.outputs as o\n"
+            "import nmtkit.io.files as o\n"
             "real = o.Staged.commit\n"
             "def commit(self, synced=False):\n"
             "    real(self, synced)\n"
@@ -387,7 +387,7 @@ def test_the_outputs_an_earlier_command_of_the_process_gave_up_are_not_blamed_on
     went away named an earlier command's output as its own, with status 1."""
     from tests.conftest import REPO
 
-    script = ("import sys; from nmtkit.outputs import Staged; Staged(sys.argv[1]).abort(); "
+    script = ("import sys; from nmtkit.io.files import Staged; Staged(sys.argv[1]).abort(); "
               "from nmtkit.cli import main; main(['tokenize', '--lang', 'en'])")
     proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "earlier.txt")], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,

@@ -20,8 +20,8 @@ import click
 from nmtkit import __version__
 from nmtkit.cli.common import setup_warnings, sigterm_unwinds
 from nmtkit.errors import NmtkitError, describe_os_error
+from nmtkit.io.files import abandoned_outputs
 from nmtkit.memory import limit_cpu_caches
-from nmtkit.outputs import abandoned_outputs
 from nmtkit.signals import Terminated
 
 # name -> "module:command", in pipeline order. A subcommand's module (its configs, click options
@@ -185,7 +185,7 @@ def _end_process(code: int | str | None) -> None:
     objects, then libtorch's static destructors) takes about a quarter of a second on a 2-core
     CPU: as long as torch's import takes to run all of nmtkit's translate modules, and an
     eighth of a one-line translation. By the time a command returns, its outputs are complete
-    (files are renamed into place when written, `nmtkit.outputs`); what is left is flushing
+    (files are renamed into place when written, `nmtkit.io.files`); what is left is flushing
     stdout and stderr and the atexit handlers (logging's and multiprocessing's among them),
     done here before `os._exit`. With another live thread that is not a daemon (the
     interpreter would wait for it), a non-integer code, without torch (nothing to save), or

@@ -177,13 +177,13 @@ def stage_progress(quiet: bool, make_bars: Callable[[], StageBars]) -> Iterator[
 @contextlib.contextmanager
 def sigterm_unwinds() -> Iterator[None]:
     """Within: SIGTERM ends the command as Ctrl-C does (`signals.sigterm_interrupts`), removing
-    the outputs being written (nmtkit.outputs aborts them on any exception); `main` exits with 143."""
+    the outputs being written (nmtkit.io.files aborts them on any exception); `main` exits with 143."""
     with signals.sigterm_interrupts():
         try:
             yield
         except BaseException as err:
             if isinstance(err, Terminated) or isinstance(err.__cause__ or err.__context__, Terminated):  # click: Abort
-                from nmtkit.outputs import abort_pending
+                from nmtkit.io.files import abort_pending
 
                 abort_pending()  # the signal may have landed inside cleanup code, skipping some `with` exits
             raise

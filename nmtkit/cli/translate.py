@@ -13,7 +13,7 @@ import click
 from click.core import ParameterSource
 
 from nmtkit.cli.common import config_options, config_values, quiet_option, quiet_warnings
-from nmtkit.output_checks import file_path
+from nmtkit.io.checks import file_path
 from nmtkit.translate.config import TranslateConfig
 
 log = logging.getLogger(__name__)

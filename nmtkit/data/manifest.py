@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nmtkit.errors import ConfigError, InputError
-from nmtkit.output_checks import is_inside, real_path
+from nmtkit.io.checks import is_inside, real_path
 from nmtkit.text.vocab import Vocab
 
 # The format of the data directory this nmtkit writes and reads: manifest.json and the binarised
@@ -149,7 +149,7 @@ def owned_files(manifest: dict[str, Any]) -> set[str]:
 
 def recorded_digests(manifest: Any, prefix: str, lang: str) -> set[str]:
     """The sha256 preprocess recorded in the manifest's "inputs" for the file PREFIX.lang (or
-    PREFIX.lang.gz) it read; empty where it recorded none (older nmtkit)."""
+    PREFIX.lang.gz) it read; empty where it recorded none (a hand-made manifest)."""
     inputs = manifest.get("inputs") if isinstance(manifest, dict) else None
     names = (f"{prefix}.{lang}", f"{prefix}.{lang}.gz")
     return {str(h) for k, h in inputs.items() if k in names} if isinstance(inputs, dict) else set()

@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -18,13 +17,14 @@ from nmtkit import __version__
 from nmtkit.data.binarized import SplitWriter
 from nmtkit.data.manifest import new_manifest, owned_files
 from nmtkit.errors import InputError, OutputError, OutputExistsError
-from nmtkit.output_checks import check_outputs_vs_inputs, is_inside, real_path
-from nmtkit.output_dirs import (
+from nmtkit.io.checks import check_outputs_vs_inputs, is_inside, real_path
+from nmtkit.io.dirs import (
     check_replaceable_dir,
     clean_stale_temp_dirs,
     make_parents,
     make_temp_dir,
     remove_folders,
+    swap_in_dir,
 )
 from nmtkit.preprocess.config import PreprocessConfig
 from nmtkit.preprocess.learn import SIDES, learn, word_ids
@@ -96,17 +96,10 @@ def _check_outputs(config: PreprocessConfig) -> None:
 def _install(tmp: Path, dest: Path, force: bool) -> None:
     """Move the finished temp directory to `dest`, replacing an old one only now."""
     _check_dest(dest, force)
-    if dest.exists():
-        old = Path(tempfile.mkdtemp(prefix=dest.name + ".old-", dir=dest.parent))
-        os.rmdir(old)
-        os.rename(dest, old)
-        os.rename(tmp, dest)
-        shutil.rmtree(old, ignore_errors=True)
-        if old.exists():  # e.g. a read-only folder inside it
-            log.warning("the replaced data directory could not be deleted whole; what is left of it is %s: "
-                        "delete it by hand", old)
-    else:
-        os.rename(tmp, dest)
+    old = swap_in_dir(tmp, dest)
+    if old is not None:
+        log.warning("the replaced data directory could not be deleted whole; what is left of it is %s: "
+                    "delete it by hand", old)
 
 
 def _warm_up(p: TextPipeline, config: PreprocessConfig) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from nmtkit.outputs import save_figure
+from nmtkit.io.files import save_figure
 from nmtkit.score.subsets import LengthBucket
 
 

@@ -12,9 +12,9 @@ from typing import Callable, Iterable, Sequence
 
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
+from nmtkit.io.checks import check_outputs_vs_inputs
+from nmtkit.io.files import check_output
 from nmtkit.options import check_fields, cli_names, field_default, option, refuse_without, spec_of
-from nmtkit.output_checks import check_outputs_vs_inputs
-from nmtkit.outputs import check_output
 from nmtkit.score.metrics import (
     BLEU_TOKENIZERS,
     METRICS,

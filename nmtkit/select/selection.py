@@ -19,7 +19,7 @@ Pairs are ranked by score, lowest first, ties by pool line number, and taken unt
 budget is met: `lines` pairs, `words` SOURCE-side tokens (the smallest prefix of the ranking
 reaching it), or a `fraction` of the pool's pairs. The selection is written in pool order,
 each line byte for byte as in the pool (raw text in, raw text out; tokenised text in, the
-pool's tokeniser records beside it: nmtkit.select.outputs).
+pool's tokeniser records beside it: `pool_records`).
 
 The pool is streamed (the text is never held; per pair we keep 4 float32 cross-entropies and
 2 int32 lengths) and scored in blocks of lines over `workers` processes: the parent only
@@ -31,12 +31,16 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 from dataclasses import asdict
+from typing import Any, Sequence
 
 import numpy as np
 
-from nmtkit.errors import ConfigError, InputError
+from nmtkit.errors import ConfigError, InputError, OutputExistsError
+from nmtkit.io.checks import check_outputs_vs_inputs
+from nmtkit.io.files import StagedFiles, check_output, writes_in_place
 from nmtkit.select.checks import (
     check_selectable,
     flat_score_warnings,
@@ -48,19 +52,9 @@ from nmtkit.select.config import SelectConfig
 from nmtkit.select.corpus import Corpus, Progress
 from nmtkit.select.lmvocab import LMVocab
 from nmtkit.select.ngram import NgramLM
-from nmtkit.select.outputs import (
-    StagedFiles,
-    check_outputs,
-    output_paths,
-    pool_records,
-    stale_records,
-    write_arpa,
-    write_records,
-    write_scores,
-    write_selection,
-)
-from nmtkit.select.scoring import Pairs, Scorer, TextOpts, score_pool, tokenize_all
-from nmtkit.text.io import decode_line
+from nmtkit.select.scoring import Pairs, Scorer, TextOpts, score_pool, tokenize_all, write_scores
+from nmtkit.text.io import decode_line, input_candidates, resolve_input
+from nmtkit.text.tokenize import TOKINFO_SUFFIX, read_tokinfo
 
 log = logging.getLogger(__name__)
 
@@ -300,3 +294,94 @@ def _summary(cfg: SelectConfig, ind: Corpus, pool: Corpus, scorer: Scorer, outpu
         "timings": {k: round(v, 3) for k, v in timings.items()},
     }
     return summary
+
+
+# ---- what select-data writes: PREFIX.{src,tgt} (the selected pairs, lines as in the pool),
+# PREFIX.scores.tsv, PREFIX.summary.json, with --write-arpa the four LMs, and with --input-format
+# tok each side's tokeniser record beside its selection (`StagedFiles`: all appear, or none)
+
+
+def pool_records(cfg: SelectConfig) -> dict[str, dict[str, Any]]:
+    """--input-format tok: for each side ("src", "tgt"), the tokeniser record that every pool
+    file of that side has: the selected lines, the pool's, were tokenised so. A side whose files
+    lack one or disagree is left out (its selection then has no record, as its input had none)."""
+    if cfg.input_format != "tok":
+        return {}
+    records = {}
+    for side, lang in (("src", cfg.src_lang), ("tgt", cfg.tgt_lang)):
+        found = [read_tokinfo(resolve_input(prefix, lang)) for prefix in cfg.pool]
+        if found[0] is not None and all(r == found[0] for r in found):
+            records[side] = found[0]
+    return records
+
+
+def write_records(tmp: dict[str, str], records: dict[str, dict[str, Any]]) -> None:
+    """Each side's tokeniser record (`pool_records`) beside its selection, as `nmtkit tokenize` writes it."""
+    for side, record in records.items():
+        with open(tmp[f"{side}_tokinfo"], "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, indent=1) + "\n")
+
+
+def output_paths(cfg: SelectConfig, records: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Each output's path by its key; `records`: the sides with a tokeniser record to write."""
+    d = cfg.output_prefix
+    out = {"src": f"{d}.{cfg.src_lang}", "tgt": f"{d}.{cfg.tgt_lang}", "scores": f"{d}.scores.tsv",
+           "summary": f"{d}.summary.json"}
+    out.update({f"{side}_tokinfo": path for side, path in _record_paths(cfg).items() if side in records})
+    if cfg.write_arpa:
+        for which in ("in", "out"):
+            for side, lang in (("src", cfg.src_lang), ("tgt", cfg.tgt_lang)):
+                out[f"arpa_{which}_{side}"] = f"{d}.{which}.{lang}.arpa"
+    return out
+
+
+def _record_paths(cfg: SelectConfig) -> dict[str, str]:
+    """Where each side's tokeniser record goes: beside its selection."""
+    return {side: f"{cfg.output_prefix}.{lang}{TOKINFO_SUFFIX}" for side, lang in (("src", cfg.src_lang),
+                                                                                   ("tgt", cfg.tgt_lang))}
+
+
+def stale_records(cfg: SelectConfig, records: dict[str, dict[str, Any]]) -> list[str]:
+    """The tokeniser records beside the selection of a side that gets none this time (say, an
+    earlier run on tokenised text, replaced by one on raw text): left, they would describe text
+    they do not describe, so they are outputs too, removed when the others are written."""
+    return [path for side, path in _record_paths(cfg).items() if side not in records and os.path.lexists(path)]
+
+
+def check_outputs(cfg: SelectConfig, outputs: dict[str, str], stale: Sequence[str] = ()) -> None:
+    """Refuse, before hours of scoring, outputs that would overwrite an input or an existing
+    file (without --force; a `stale` record counts as one) or that could not be written."""
+    check_outputs_vs_inputs(
+        inputs=[(f"--{opt}", path) for opt, prefixes in (("in-domain", cfg.in_domain), ("pool", cfg.pool))
+                for prefix in prefixes for lang in (cfg.src_lang, cfg.tgt_lang)
+                for path in input_candidates(prefix, lang)],
+        files=[("--output-prefix", p) for p in outputs.values()])
+    existing = [p for p in outputs.values() if os.path.exists(p) and not writes_in_place(p)] + list(stale)
+    if existing and not cfg.force:
+        raise OutputExistsError("output exists (use --force to overwrite)", existing[0])
+    out_dir = os.path.dirname(os.path.abspath(cfg.output_prefix))
+    if not os.path.isdir(out_dir):
+        raise InputError("the folder of --output-prefix does not exist", out_dir)
+    for p in outputs.values():
+        check_output(p, force=True, what="select-data output")
+
+
+def write_arpa(tmp: dict[str, str], scorer: Scorer, src_vocab: LMVocab, tgt_vocab: LMVocab) -> None:
+    """The four language models, in ARPA format (--write-arpa)."""
+    for which, side, lm, voc in (("in", "src", scorer.in_src, src_vocab), ("out", "src", scorer.out_src, src_vocab),
+                                 ("in", "tgt", scorer.in_tgt, tgt_vocab), ("out", "tgt", scorer.out_tgt, tgt_vocab)):
+        with open(tmp[f"arpa_{which}_{side}"], "w", encoding="utf-8") as fh:
+            lm.write_arpa(fh, voc.itos)
+
+
+def write_selection(src_path: str, tgt_path: str, pool: Corpus, mask: np.ndarray, progress: Progress) -> None:
+    """The selected pairs, in pool order, bytes as read (a missing last newline added)."""
+    n_pool = pool.total
+    progress("write", 0, n_pool)
+    with open(src_path, "wb") as fs, open(tgt_path, "wb") as ft:
+        for i, (a, b) in enumerate(pool.raw_pairs()):
+            if mask[i]:
+                fs.write(a if a.endswith(b"\n") else a + b"\n")
+                ft.write(b if b.endswith(b"\n") else b + b"\n")
+            if i % 200_000 == 0:
+                progress("write", i, n_pool)

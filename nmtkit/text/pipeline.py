@@ -27,8 +27,7 @@ from nmtkit.text.bpe import SEPARATOR, Bpe, check_codes, join_bpe
 from nmtkit.text.protect import PROTECT_HELP
 from nmtkit.text.truecase import Truecaser, detruecase
 
-PIPELINE_VERSION = 2  # 2: nfc, remove_non_printing. A pipeline records the oldest version that reads it.
-VERSION_2_STEPS = ("nfc", "remove_non_printing")  # absent from version 1 pipelines, which did neither
+PIPELINE_VERSION = 2  # the one version read; another is refused (docs/design.md, Compatibility)
 SIDES = ("src", "tgt")
 INPUT_FORMATS = ("raw", "tok", "bpe")
 CORPUS_FORMATS = INPUT_FORMATS[:2]  # what preprocess and select-data read: raw or Moses-tokenised text
@@ -121,8 +120,7 @@ class TextPipeline:
     truecase: dict | None = None
     bpe: dict | None = None
     protected_patterns: tuple[str, ...] = ()  # regexes (nmtkit.text.protect) the tokeniser leaves whole
-    # the version 2 steps (False in version 1 pipelines), after the older fields so that positional
-    # arguments keep their meaning
+    # after the fields above so that positional arguments keep their meaning
     nfc: bool = True
     remove_non_printing: bool = True
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -135,11 +133,7 @@ class TextPipeline:
             if f.name.startswith("_"):
                 continue
             d[f.name] = getattr(self, f.name)
-        if not any(d[name] for name in VERSION_2_STEPS):  # a version 1 pipeline: as it was written
-            for name in VERSION_2_STEPS:
-                del d[name]
-            d["version"] = 1
-        if self.protected_patterns:  # left out when empty, so pipelines without it compare equal to older ones
+        if self.protected_patterns:  # left out when empty
             d["protected_patterns"] = list(self.protected_patterns)
         else:
             del d["protected_patterns"]
@@ -152,25 +146,21 @@ class TextPipeline:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TextPipeline":
-        """Inverse of `to_dict`; unknown keys or a newer version are a ConfigError."""
+    def from_dict(cls, d: dict[str, Any], rerun: str = "'nmtkit preprocess'") -> "TextPipeline":
+        """Inverse of `to_dict`; unknown keys or another version are a ConfigError, whose
+        message says to re-run `rerun` (the command that wrote the file holding `d`)."""
         d = dict(d)
         version = d.pop("version", PIPELINE_VERSION)
         if not isinstance(version, int) or isinstance(version, bool):
             raise ConfigError(f"text pipeline version {version!r:.40} is not a number")
-        if version > PIPELINE_VERSION:
-            raise ConfigError(f"text pipeline version {version} is newer than this nmtkit ({PIPELINE_VERSION})")
+        if version != PIPELINE_VERSION:
+            raise ConfigError(f"text pipeline version {version} is not one this nmtkit reads ({PIPELINE_VERSION}); "
+                              f"re-run {rerun} with this nmtkit to write it again")
         valid = [f.name for f in fields(cls) if not f.name.startswith("_")]
         unknown = sorted(set(d) - set(valid))
         if unknown:
             raise ConfigError(f"unknown text pipeline keys {unknown}; valid keys: {valid}")
         _check_read(d)
-        later = [name for name in VERSION_2_STEPS if d.get(name) and version < 2]
-        if later:
-            raise ConfigError(f"text pipeline version {version} records {later}, steps of version 2: edited or "
-                              "corrupt (version 2 is written whenever one of them is on)")
-        for name in VERSION_2_STEPS:  # recorded before these steps existed: not applied
-            d.setdefault(name, False)
         if d.get("bpe") is not None:
             bpe = dict(d["bpe"])
             if isinstance(bpe["codes"], str):

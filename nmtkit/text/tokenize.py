@@ -3,7 +3,7 @@
 Recipes tokenise a large corpus once and feed the result to both `nmtkit select-data
 --input-format tok` and `nmtkit preprocess --input-format tok`, since sacremoses is the slow
 step of both. Same functions and defaults as `preprocess` (escape=False). Reads stdin or
---input, writes stdout or --output (through nmtkit.outputs: temp name, then rename), line for line.
+--input, writes stdout or --output (through nmtkit.io.files: temp name, then rename), line for line.
 
 With an output file it also writes `OUTPUT.tokinfo.json`, the settings it tokenised with
 (language, NFC, punctuation normalisation, non-printing characters, --aggressive-dash-splits,
@@ -23,10 +23,9 @@ from typing import Any, Sequence
 
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
+from nmtkit.io.checks import STDIN, check_outputs_vs_inputs, file_path
+from nmtkit.io.files import OutputFile, check_output, write_text, writes_in_place
 from nmtkit.options import check_fields, option
-from nmtkit.output_checks import STDIN, check_outputs_vs_inputs, file_path
-from nmtkit.output_nodes import writes_in_place
-from nmtkit.outputs import OutputFile, check_output, write_text
 from nmtkit.text.io import read_lines, stream_lines
 from nmtkit.text.moses import check_lang
 from nmtkit.text.parallel import parallel_map
@@ -44,8 +43,6 @@ TOKINFO_SUFFIX = ".tokinfo.json"
 _FLAGS = {"nfc": "--no-nfc", "normalize_punct": "--no-normalize-punct",
           "remove_non_printing": "--no-remove-non-printing", "aggressive_dash_splits": "--aggressive-dash-splits",
           "lowercase": "--lowercase"}
-# a setting missing from an older record: what that tokeniser did
-_RECORDED_BEFORE = {"nfc": False, "remove_non_printing": False}
 
 
 @dataclass(frozen=True)
@@ -117,10 +114,11 @@ def read_tokinfo(path: str) -> dict[str, Any] | None:
     if not isinstance(info, dict) or not isinstance(info.get("protected_patterns", []), list):
         raise InputError("not a tokeniser record (a JSON object as 'nmtkit tokenize' writes it): re-run 'nmtkit "
                          "tokenize'", info_path)
-    missing = [k for k in ("lang", *_FLAGS) if k not in info and k not in _RECORDED_BEFORE]
+    missing = [k for k in ("lang", *_FLAGS) if k not in info]
     if missing or not isinstance(info["lang"], str) or any(not isinstance(info.get(k, False), bool) for k in _FLAGS):
         what = f"lacks {missing}" if missing else "has settings of the wrong type"
-        raise InputError(f"a tokeniser record that {what}: edited or damaged; re-run 'nmtkit tokenize'", info_path)
+        raise InputError(f"a tokeniser record that {what}: from another nmtkit, edited or damaged; re-run "
+                         "'nmtkit tokenize'", info_path)
     return info
 
 
@@ -139,18 +137,15 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline, protect: bool = 
     info_path = tokinfo_path(path)
     if info.get("lang") != lang:
         raise ConfigError(f"tokenised as language '{info.get('lang')}' ({info_path}), used here as '{lang}'", path)
-    recorded = {**_RECORDED_BEFORE, **info}
-    wrong = [f"{k}={recorded.get(k)} there, {getattr(pipeline, k)} here ({flag})"
-             for k, flag in _FLAGS.items() if recorded.get(k) != getattr(pipeline, k)
+    wrong = [f"{k}={info.get(k)} there, {getattr(pipeline, k)} here ({flag})"
+             for k, flag in _FLAGS.items() if info.get(k) != getattr(pipeline, k)
              and not (k == "lowercase" and pipeline.lowercase)]
     if protect and list(info.get("protected_patterns") or []) != list(pipeline.protected_patterns):
         wrong.append(f"{len(info.get('protected_patterns') or [])} protected patterns there, "
                      f"{len(pipeline.protected_patterns)} here (--protect)")
     if wrong:
-        older = [k for k in _RECORDED_BEFORE if k not in info]
-        redo = (f"re-run 'nmtkit tokenize' (the record predates its {' and '.join(older)} steps) or give this "
-                "command the tokeniser's flags" if older else "give the tokeniser and this command the same flags")
-        raise ConfigError(f"tokenised with other settings ({info_path}): {'; '.join(wrong)}; {redo}, {why}", path)
+        raise ConfigError(f"tokenised with other settings ({info_path}): {'; '.join(wrong)}; give the tokeniser and "
+                          f"this command the same flags, {why}", path)
     return True
 
 
@@ -168,7 +163,7 @@ def _lines(path: str | None):
 
 def check_tokenize_outputs(input_path: str | None, output_path: str | None, protect: Sequence[str] = ()) -> None:
     """Before anything is read: neither the output nor its .tokinfo.json may be the input or a
-    --protect file (nmtkit.output_checks.check_outputs_vs_inputs), a folder, or in a folder that is
+    --protect file (nmtkit.io.checks.check_outputs_vs_inputs), a folder, or in a folder that is
     missing or read-only; an empty -i or -o is refused."""
     input_path, output_path = file_path(input_path, "-i"), file_path(output_path, "-o")
     inputs = [("-i", input_path) if input_path else STDIN, *(("--protect", p) for p in protect if os.path.isfile(p))]
@@ -182,7 +177,7 @@ def check_tokenize_outputs(input_path: str | None, output_path: str | None, prot
 def tokenize_file(input_path: str | None, output_path: str | None, pipeline: TextPipeline, workers: int) -> None:
     """Tokenise `input_path` (None or "-": stdin) into `output_path` (None or "-": stdout) line
     for line with `pipeline`'s steps 0-3, in `workers` processes; a regular output file gets its
-    `.tokinfo.json` record and appears only when complete (nmtkit.outputs)."""
+    `.tokinfo.json` record and appears only when complete (nmtkit.io.files)."""
     func = functools.partial(_tok_line, pipeline=pipeline)
     output_path = file_path(output_path)
     with contextlib.ExitStack() as stack:

@@ -16,9 +16,9 @@ from typing import Any
 import torch
 
 from nmtkit.checkpoint import make_checkpoint, save_checkpoint
+from nmtkit.io.dirs import BEST, LAST, discard_replaced
 from nmtkit.train.context import TrainContext
 from nmtkit.train.rng import gather_rng_states, rng_state
-from nmtkit.train.run_files import BEST, LAST, discard_replaced
 
 log = logging.getLogger("nmtkit.train")
 

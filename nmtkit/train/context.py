@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import logging
 import random
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,18 +20,16 @@ from torch import nn
 from nmtkit.data.batching import BatchingConfig, epoch_batches, keep_pairs, over_budget
 from nmtkit.devices import PRECISIONS, resolve_device, threads_per_process
 from nmtkit.errors import CheckpointError, ConfigError, InputError
+from nmtkit.io.dirs import LAST
 from nmtkit.models.fast.fusion import resolve_fuse
 from nmtkit.models.fast.graphs import resolve_cuda_graphs
 from nmtkit.models.precision import FP16_ON_CPU, resolve_precision, set_tf32
 from nmtkit.train import distributed as ddp
-from nmtkit.train.accumulate import Accumulators
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.data import DataDir
-from nmtkit.train.events import Callbacks
+from nmtkit.train.events import Callbacks, TrainState
 from nmtkit.train.optim import LRSchedule, build_optimizer
 from nmtkit.train.rng import restore_rng
-from nmtkit.train.run_files import LAST
-from nmtkit.train.state import TrainState
 
 log = logging.getLogger("nmtkit.train")
 
@@ -156,7 +155,6 @@ class TrainContext:
                 self.scaler.load_state_dict(ckpt["scaler_state"])
             tr = dict(ckpt["trainer"])
             tr.pop("world_size", None)
-            tr.setdefault("scheduled_best", tr.get("best_score"))  # older nmtkit: the same score
             self.state = TrainState(**tr)
         except (KeyError, TypeError, ValueError, RuntimeError) as err:  # a damaged training state
             msg = str(err).splitlines()[0] if str(err) else type(err).__name__
@@ -192,3 +190,46 @@ class TrainContext:
             self.loss_module = self.loss_module.module
             gc.collect()  # DDP's hooks make cycles: free the reducer now, not at some later collection
         ddp.shutdown(self.dist)
+
+
+class Accumulators:
+    # Training statistics between two log records, accumulated on the device: no host
+    # synchronisation per update; read (and summed over ranks) at log intervals only.
+    """Sums since the last `reset`: objective, NLL and gradient norm (device tensors), target
+    tokens (this rank's and the global minibatches'), sentences, updates; `start` is the wall
+    time they cover from (the trainer moves it past validations)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.reset()
+
+    def reset(self) -> None:
+        z = torch.zeros((), device=self.device)
+        self.obj, self.nll, self.gnorm = z.clone(), z.clone(), z.clone()
+        self.tokens_local = 0
+        self.tokens_global = 0
+        self.sents = 0
+        self.updates = 0
+        self.start = time.perf_counter()
+
+    def add(self, loss_sum: torch.Tensor, nll_sum: torch.Tensor, gnorm: torch.Tensor, tokens_local: int,
+            tokens_global: int, sents: int) -> None:
+        self.obj += loss_sum.detach().float()
+        self.nll += nll_sum.detach().float()
+        self.gnorm += gnorm.detach().float()
+        self.tokens_local += tokens_local
+        self.tokens_global += tokens_global
+        self.sents += sents
+        self.updates += 1
+
+    def read(self, dist_info: ddp.DistInfo) -> tuple[float, float, float, float]:
+        """(objective, NLL, gradient-norm sums, target tokens), summed over ranks: the only host
+        reads of the losses."""
+        stats = torch.stack([self.obj, self.nll, self.gnorm,
+                             torch.tensor(float(self.tokens_local), device=self.device)]).double()
+        if dist_info.enabled:
+            import torch.distributed as dist
+
+            dist.all_reduce(stats)
+        obj, nll, gnorm_sum, tokens = stats.tolist()
+        return obj, nll, gnorm_sum, tokens

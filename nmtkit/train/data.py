@@ -80,26 +80,22 @@ class DataDir(Manifest):
 
     def raw_references(self, name: str = "valid") -> list[str] | None:
         """The raw (untokenised) target side of split `name`, when the manifest says where it
-        was read from (`splits[name]["prefix"]` with raw input: absolute, or in data directories
-        of older nmtkit relative to where preprocess ran or to the data directory) and that file
-        is still the one preprocess read (its sha256 in the manifest's "inputs", where recorded,
-        and the split's number of lines); else None (BLEU then uses the binarised references).
+        was read from (`splits[name]["prefix"]`, an absolute path, with raw input) and that file
+        is still the one preprocess read (its sha256 in the manifest's "inputs" and the split's
+        number of lines); else None (BLEU then uses the binarised references).
         Lowercased where the pipeline lowercases."""
         info = (self.manifest.get("splits") or {}).get(name) or {}
         settings = self.manifest.get("settings") or {}
         prefix = info.get("prefix")
-        if not isinstance(prefix, str) or not prefix or settings.get("input_format", "raw") != "raw":
+        if not isinstance(prefix, str) or not Path(prefix).is_absolute() or settings.get("input_format",
+                                                                                           "raw") != "raw":
             return None
-        recorded = recorded_digests(self.manifest, prefix, self.tgt_lang)
-        bases = [prefix] if Path(prefix).is_absolute() else [prefix, str(self.path / prefix)]
-        for base in bases:
-            try:
-                path = resolve_input(base, self.tgt_lang)  # .gz input too, as preprocess read it
-                lines, digest = read_lines_and_hash(path)
-                if len(lines) != len(self.split(name)) or (recorded and digest not in recorded):
-                    continue  # another file of that name (another directory, or edited since)
-                # a lowercasing pipeline's model writes lowercase: scored as such, not as errors of case
-                return [line.lower() for line in lines] if self.pipeline.get("lowercase") else lines
-            except (OSError, InputError):
-                continue
-        return None
+        try:
+            path = resolve_input(prefix, self.tgt_lang)  # .gz input too, as preprocess read it
+            lines, digest = read_lines_and_hash(path)
+        except (OSError, InputError):
+            return None
+        if len(lines) != len(self.split(name)) or digest not in recorded_digests(self.manifest, prefix, self.tgt_lang):
+            return None  # edited since preprocess read it
+        # a lowercasing pipeline's model writes lowercase: scored as such, not as errors of case
+        return [line.lower() for line in lines] if self.pipeline.get("lowercase") else lines

@@ -1,8 +1,10 @@
-"""What a training run tells its caller: typed events, and the `Callbacks` that receive them
-(the CLI's progress display, the TensorBoard writer). A log and a validation event are also the
-records of metrics.jsonl (`record()`: the fields in order, under "kind")."""
+"""What a training run tells its caller and remembers: typed events, the `Callbacks` that receive
+them (the CLI's progress display, the TensorBoard writer), the `TrainState` saved in every
+checkpoint and the `TrainResult` a run returns. A log and a validation event are also the records
+of metrics.jsonl (`record()`: the fields in order, under "kind")."""
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -83,3 +85,56 @@ class Callbacks:
     def on_validation(self, event: ValidationEvent) -> None: ...
 
     def on_message(self, msg: str) -> None: ...
+
+
+@dataclass
+class TrainState:
+    """Where the run is; saved in every checkpoint under "trainer"."""
+
+    update: int = 0
+    epoch: int = 1
+    batch_in_epoch: int = 0  # index of the next minibatch in the epoch's plan
+    best_score: float | None = None  # the best dev score of all validations: checkpoint_best.pt's
+    best_update: int | None = None
+    bad_validations: int = 0
+    # the best of the scheduled validations (every --valid-every updates) only: what --patience
+    # counts against, so that the validation of a run stopping in between (by --max-updates,
+    # --max-time, a signal) does not change when a resumed run stops early
+    scheduled_best: float | None = None
+    last_valid_update: int | None = None
+    elapsed: float = 0.0  # training seconds over all sessions of the run
+    skipped_batches: int = 0
+
+    def record_best(self, score: float, higher_is_better: bool) -> bool:
+        """Note a dev score at this update; True when it is the best so far (never a non-finite
+        one). The early-stopping count is `stopping.count_patience`'s."""
+        improved = _better(score, self.best_score, higher_is_better)
+        self.last_valid_update = self.update
+        if improved:
+            self.best_score, self.best_update = score, self.update
+        return improved
+
+    def record_scheduled(self, score: float, higher_is_better: bool) -> bool:
+        """Note the dev score of a scheduled validation; True when it is the best of them."""
+        improved = _better(score, self.scheduled_best, higher_is_better)
+        if improved:
+            self.scheduled_best = score
+        return improved
+
+
+def _better(score: float, best: float | None, higher_is_better: bool) -> bool:
+    return math.isfinite(score) and (best is None or (score > best if higher_is_better else score < best))
+
+
+@dataclass
+class TrainResult:
+    reason: str  # max-updates | max-epochs | max-time | patience | SIGINT | SIGTERM
+    update: int
+    epoch: int
+    best_score: float | None
+    best_update: int | None
+    last_valid: ValidationEvent | None
+
+    @property
+    def interrupted(self) -> bool:
+        return self.reason in ("SIGINT", "SIGTERM")

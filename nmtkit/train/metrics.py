@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from nmtkit.errors import NmtkitError
-from nmtkit.outputs import name_error, save_figure, write_text
-from nmtkit.train.run_files import RUN_LOG, run_lock
+from nmtkit.io.dirs import RUN_LOG, run_lock
+from nmtkit.io.files import name_error, save_figure, write_text
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ def error_record(update: int, err: BaseException, by: str = "") -> str:
 def record_for_a_lost_writer(run_dir: Path, record: str) -> bool:
     """Append `record` (`error_record`) to train.log from a rank other than 0, when rank 0, the
     log's one writer, is the process of the job that is gone. Whether it is gone is the run's
-    lock (`run_files.run_lock`): rank 0 holds it while it lives, and the kernel released it when
+    lock (`nmtkit.io.dirs.run_lock`): rank 0 holds it while it lives, and the kernel released it when
     rank 0 died. While rank 0 lives it writes its own record, and nothing is written here; nor
     where the log already ends with one (rank 0 wrote it and ended, or another rank did), nor on a
     machine without the run folder. Returns whether the record was written."""

@@ -7,18 +7,26 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from nmtkit.data.manifest import recorded_digests
 from nmtkit.errors import CheckpointError, ConfigError
+from nmtkit.io.dirs import BEST, CONFIG_FILE, LAST
 from nmtkit.options import option_name, resume_overridable
 from nmtkit.text.pipeline import pipeline_differences
 from nmtkit.train.config import TrainConfig, TrainOptions
+from nmtkit.train.events import TrainState
 from nmtkit.train.presets import ModelOverrides
-from nmtkit.train.run_files import BEST, CONFIG_FILE, LAST, config_text
 
 log = logging.getLogger(__name__)
+
+
+def config_text(cfg: TrainConfig, arch: str, model_config: dict[str, Any]) -> str:
+    """A run's resolved configuration as indented JSON (RUN/config.json)."""
+    return json.dumps({"arch": arch, "model_config": model_config, "train_config": cfg.to_dict()},
+                      indent=2, sort_keys=False) + "\n"
 
 
 def resume_config(ckpt: dict[str, Any], options: TrainOptions, world_size: int = 1) -> TrainConfig:
@@ -27,8 +35,7 @@ def resume_config(ckpt: dict[str, Any], options: TrainOptions, world_size: int =
     old = TrainConfig.from_dict(ckpt["train_config"])
     overridable = resume_overridable(TrainConfig)
     changes = {}
-    update_freq = resumed_update_freq(old.update_freq, (ckpt.get("trainer") or {}).get("world_size"), world_size,
-                                      options.update_freq)
+    update_freq = resumed_update_freq(old.update_freq, ckpt["trainer"]["world_size"], world_size, options.update_freq)
     if update_freq != old.update_freq:
         changes["update_freq"] = update_freq
     for name, value in options.given().items():
@@ -41,21 +48,15 @@ def resume_config(ckpt: dict[str, Any], options: TrainOptions, world_size: int =
     return old.replace(**changes)
 
 
-def resumed_update_freq(was: int, was_world: Any, world: int, given: int | None) -> int:
+def resumed_update_freq(was: int, was_world: int, world: int, given: int | None) -> int:
     """--update-freq of a run resumed with `world` processes: an update sums `world` x
     --update-freq minibatches, consecutive in the epoch's plan, so a run saved by `was_world`
     processes at --update-freq `was` continues with the same updates at any process count whose
     --update-freq keeps that product (the data, the global batch and the learning dynamics stay;
     only the summation order, new processes' dropout masks and the last update of an epoch that
     ends between two whole rounds differ). A product that changes is
-    refused: it would make the run another experiment. A checkpoint without a process count
-    (older nmtkit) keeps --update-freq fixed."""
+    refused: it would make the run another experiment."""
     now = was if given is None else given
-    if not isinstance(was_world, int) or isinstance(was_world, bool) or was_world < 1:
-        if now != was:
-            raise ConfigError(f"--update-freq {now} differs from the run being resumed ({was}); start a new run to "
-                              "change it")
-        return was
     per_update = was_world * was
     if world * now == per_update:
         if world != was_world:
@@ -75,6 +76,14 @@ def resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Pa
     for name in ("train_config", "model_config", "model_state", "optimizer_state", "schedule_state", "trainer"):
         if not isinstance(ckpt.get(name), dict):  # a damaged checkpoint, before anything is written
             raise CheckpointError(f"its {name} is missing or not a mapping: it cannot be resumed", str(save_dir / LAST))
+    missing = sorted(({f.name for f in fields(TrainState)} | {"world_size"}) - set(ckpt["trainer"]))
+    if missing:  # what another nmtkit wrote (or a damaged file), before anything is written
+        raise CheckpointError(f"its training state lacks {missing}, which this nmtkit writes, so it cannot be resumed; "
+                              "re-run 'nmtkit train' with this nmtkit to start the run again", str(save_dir / LAST))
+    procs = ckpt["trainer"]["world_size"]
+    if not isinstance(procs, int) or isinstance(procs, bool) or procs < 1:
+        raise CheckpointError(f"its training state's world_size {procs!r:.40} is not a number of processes: it cannot "
+                              "be resumed", str(save_dir / LAST))
     cfg = resume_config(ckpt, options, world_size)
     arch, model_config = ckpt["arch"], dict(ckpt["model_config"])
     for name, value in model.given().items():
@@ -110,19 +119,25 @@ def _check_run_record(save_dir: Path, cfg: TrainConfig, arch: str, model_config:
     at its start, or where that is missing or unreadable (resume writes it again)
     checkpoint_best.pt's configs. Not compared: the settings resume may change, --update-freq
     (checked against the checkpoint by `resumed_update_freq`; a resume that changed it and stopped
-    before its first save left config.json with the new value), and the settings one side lacks
-    (another nmtkit version)."""
+    before its first save left config.json with the new value). A record that lacks a setting
+    (another nmtkit's) is refused."""
     found = _run_record(save_dir)
     if found is None:
         return
-    record, source = found
+    record, source, file = found
     ours = json.loads(config_text(cfg, arch, model_config))  # as config.json holds it (lists, not tuples)
     overridable = resume_overridable(TrainConfig)
-    settings = [("arch", record["arch"], arch)] if "arch" in record else []
+    lacking = object()
+    settings = [("arch", record.get("arch", lacking), arch)]
     for part in ("model_config", "train_config"):
-        theirs = record.get(part)
-        settings += [(k, theirs[k], v) for k, v in ours[part].items() if isinstance(theirs, dict) and k in theirs
-                     and not (part == "train_config" and (k in overridable or k == "update_freq"))]
+        theirs = record.get(part) if isinstance(record.get(part), dict) else {}
+        settings += [(k, theirs.get(k, lacking), v) for k, v in ours[part].items()
+                     if not (part == "train_config" and (k in overridable or k == "update_freq"))]
+    lacks = [name for name, was, _ in settings if was is lacking]
+    if lacks:
+        raise CheckpointError(f"the run's record lacks the settings {lacks}, which this nmtkit writes, so the run "
+                              "cannot be resumed; re-run 'nmtkit train' with this nmtkit to start the run again",
+                              str(file))
     for name, was, now in settings:
         if was != now:
             raise CheckpointError(f"not this run's checkpoint: its {name} {now} differs from {was} in {source}; put "
@@ -130,15 +145,15 @@ def _check_run_record(save_dir: Path, cfg: TrainConfig, arch: str, model_config:
                                   str(save_dir / LAST))
 
 
-def _run_record(save_dir: Path) -> tuple[dict[str, Any], str] | None:
+def _run_record(save_dir: Path) -> tuple[dict[str, Any], str, Path] | None:
     """The run's configs as config.json records them, else as checkpoint_best.pt does (as JSON
-    would hold them), and where they were read; None where neither can be read."""
+    would hold them), where they were read (in words) and that file; None where neither can be read."""
     from nmtkit.checkpoint import load_checkpoint
 
     try:
         record = json.loads((save_dir / CONFIG_FILE).read_text(encoding="utf-8"))
         if isinstance(record, dict):
-            return record, f"{save_dir / CONFIG_FILE}, the record the run wrote at its start"
+            return record, f"{save_dir / CONFIG_FILE}, the record the run wrote at its start", save_dir / CONFIG_FILE
     except (OSError, ValueError):
         pass
     try:
@@ -146,7 +161,7 @@ def _run_record(save_dir: Path) -> tuple[dict[str, Any], str] | None:
         record = json.loads(json.dumps({k: best[k] for k in ("arch", "model_config", "train_config") if k in best}))
     except (CheckpointError, TypeError, ValueError):
         return None
-    return record, f"{save_dir / BEST}, the run's best checkpoint ({CONFIG_FILE} is missing)"
+    return record, f"{save_dir / BEST}, the run's best checkpoint ({CONFIG_FILE} is missing)", save_dir / BEST
 
 
 def _split_sizes(manifest: Any) -> str | None:

@@ -27,9 +27,7 @@ def rng_state(device: torch.device | None = None) -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any], device: torch.device | None = None) -> None:
-    """Restore `state` (from `rng_state`); its CUDA generator goes to `device`. A checkpoint of an
-    older format holds every visible GPU's state ("cuda"): the entry of `device`'s index is
-    used, when the saving machine had that many GPUs."""
+    """Restore `state` (from `rng_state`); its CUDA generator goes to `device`."""
     version, values, gauss = state["python"]
     random.setstate((version, tuple(values), gauss))
     name, keys, pos, has_gauss, cached = state["numpy"]
@@ -39,10 +37,6 @@ def set_rng_state(state: dict[str, Any], device: torch.device | None = None) -> 
         return
     if "cuda_device" in state:
         torch.cuda.set_rng_state(state["cuda_device"], device)
-    elif state.get("cuda"):
-        index = device.index or 0
-        if index < len(state["cuda"]):
-            torch.cuda.set_rng_state(state["cuda"][index], device)
 
 
 def gather_rng_states(dist_info: ddp.DistInfo, device: torch.device | None = None) -> list[dict[str, Any]]:
@@ -65,5 +59,5 @@ def restore_rng(saved: dict[str, Any], rank: int, seed: int, update: int,
     if rank < len(per_rank):
         set_rng_state(per_rank[rank], device)
     elif per_rank:  # more ranks than when saved: derive a state for the new ones
-        set_rng_state({k: v for k, v in per_rank[0].items() if k not in ("cuda", "cuda_device")})
+        set_rng_state({k: v for k, v in per_rank[0].items() if k != "cuda_device"})
         torch.manual_seed(seed + 7919 * rank + update)  # seeds this rank's GPU too

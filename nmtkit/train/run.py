@@ -9,7 +9,7 @@ loses the run it was to replace. The files of a run that stopped before its firs
 (metrics.jsonl, train.log) hold nothing to continue: a fresh start replaces them, with a warning.
 
 One process at a time trains in a run directory: train and --resume hold an flock on
-`train.lock` there (`nmtkit.output_dirs.DirLock`) and a second process is refused, naming the
+`train.lock` there (`nmtkit.io.dirs.DirLock`) and a second process is refused, naming the
 first's PID. Everything is checked before the directory is created, so a refused start leaves
 nothing behind.
 
@@ -35,19 +35,13 @@ from typing import Any, Callable
 
 from nmtkit.devices import resolve_device
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
-from nmtkit.options import empty_path_message, is_empty_path
-from nmtkit.output_checks import check_outputs_vs_inputs
-from nmtkit.outputs import check_output_dir, write_text
-from nmtkit.train.config import TrainConfig, TrainOptions, training_defaults
-from nmtkit.train.events import CALLBACK_METHODS
-from nmtkit.train.presets import ModelOverrides, resolve_model
-from nmtkit.train.resume import resumed_configs
-from nmtkit.train.run_files import (
+from nmtkit.io.checks import check_outputs_vs_inputs
+from nmtkit.io.dirs import (
     CONFIG_FILE,
     LAST,
     REPLACED,
     clear_run_dir,
-    config_text,
+    has_checkpoint,
     is_run_file,
     killed_force_start,
     restore_replaced_run,
@@ -58,7 +52,13 @@ from nmtkit.train.run_files import (
     stale_run_files,
     undo_failed_start,
 )
-from nmtkit.train.tensorboard import TensorBoardCallbacks, require_tensorboard, tensorboard_dir
+from nmtkit.io.files import check_output_dir, write_text
+from nmtkit.options import empty_path_message, is_empty_path
+from nmtkit.train.config import TrainConfig, TrainOptions, training_defaults
+from nmtkit.train.events import CALLBACK_METHODS
+from nmtkit.train.presets import ModelOverrides, resolve_model
+from nmtkit.train.resume import config_text, resumed_configs
+from nmtkit.train.tensorboard import TensorBoardCallbacks, require_tensorboard
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +96,7 @@ def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
             raise CheckpointError("nothing to resume: no checkpoint_last.pt (start a new run without --resume)",
                                   str(save_dir))
         return
-    has_checkpoint = any(f.startswith("checkpoint_") for f in present)
-    if present and has_checkpoint and not force:
+    if present and has_checkpoint(present) and not force:
         raise OutputExistsError(f"already holds a run ({', '.join(present)}): pass --resume to continue it "
                                 "or --force to start over", str(save_dir))
 
@@ -181,7 +180,7 @@ def run_training(
         cfg, arch, model_config = resumed_configs(ckpt, data, data_dir, save_dir, options, model, info.world_size)
     else:
         cfg, arch, model_config = _new_configs(data, options, model)
-    tb_dir = _checked_tensorboard_dir(cfg, data_dir, save_dir)
+    tb_dir = _checked_tensorboard_dir(cfg, data_dir)
     _check_hardware(cfg, arch, resolve_device(cfg.device, info.local_rank))  # before anything is written
     lock = None
     if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
@@ -202,7 +201,7 @@ def run_training(
 
 
 def _undo_failed_start(save_dir: Path, resume: bool, force: bool, before: set[str]) -> None:
-    """`run_files.undo_failed_start`, with SIGTERM held off (`nmtkit.signals.held`): torchrun's,
+    """`nmtkit.io.dirs.undo_failed_start`, with SIGTERM held off (`nmtkit.signals.held`): torchrun's,
     sent to every rank once one has failed, must not cut a --force run's putting back short."""
     from nmtkit import signals
 
@@ -210,11 +209,11 @@ def _undo_failed_start(save_dir: Path, resume: bool, force: bool, before: set[st
         undo_failed_start(save_dir, resume, force, before)
 
 
-def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path, save_dir: Path) -> Path | None:
+def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path) -> Path | None:
     """--tensorboard's folder (None without it), refused inside the data directory as --save-dir
     is, and when it exists, unless a writable folder; and the package there: all fail before the
     run writes anything (new or resumed). A folder to create is created under the run's lock."""
-    tb_dir = tensorboard_dir(cfg.tensorboard, save_dir)
+    tb_dir = None if cfg.tensorboard is None else Path(cfg.tensorboard)
     if tb_dir is not None:
         check_outputs_vs_inputs([("--data", data_dir)],
                                 folders=[("--tensorboard", tb_dir, lambda name: name.startswith("events.out.tfevents"))])

@@ -1,17 +1,11 @@
 """One training update: `train_step(context, batches)`.
 
-Forward and backward over the update's minibatches (gradients summed), the gradient L2 norm
-clipped to --clip-norm, one optimiser step. A non-finite loss or gradient (nan/inf) applies no
-step: --on-nan stop raises, --on-nan skip drops the update (giving up after
-MAX_CONSECUTIVE_SKIPS in a row, when the model itself has gone bad).
-
-Hot path: one host synchronisation per update (the finiteness check of the gradient norm,
-needed to skip or stop before a bad step is applied; tests/test_host_reads.py counts them);
-losses are accumulated on the device (`context.acc`) and read at log intervals only, and the
-loss picks the real target positions by the token count known on the host, not by a boolean mask.
-The source lengths stay on the host, where the models plan their packed recurrences
-(`models.base.run_packed`) without reading the device.
-"""
+Forward and backward over the update's minibatches (gradients summed), the gradient norm clipped
+to --clip-norm, one optimiser step. A non-finite loss or gradient applies no step: --on-nan stop
+raises, --on-nan skip drops the update (giving up after MAX_CONSECUTIVE_SKIPS in a row).
+Hot path: one host synchronisation per update (the finiteness check of the gradient norm;
+tests/test_host_reads.py counts them); losses accumulate on the device and are read at log
+intervals only; source lengths stay on the host, where the packed recurrences are planned."""
 from __future__ import annotations
 
 import contextlib

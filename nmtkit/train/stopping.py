@@ -11,7 +11,7 @@ import torch
 
 from nmtkit.train import distributed as ddp
 from nmtkit.train.config import TrainConfig
-from nmtkit.train.state import TrainState
+from nmtkit.train.events import TrainState
 
 
 class StopSignals:

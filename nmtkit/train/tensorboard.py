@@ -40,16 +40,6 @@ def require_tensorboard() -> Any:
     return SummaryWriter
 
 
-def tensorboard_dir(value: str | bool | None, save_dir: str | Path) -> Path | None:
-    """The folder TrainConfig.tensorboard names: None for none; a boolean True (the option's
-    older flag form, still read from old checkpoints) means the run's own tensorboard/ folder."""
-    if value is None or value is False:
-        return None
-    if value is True:
-        return Path(save_dir) / "tensorboard"
-    return Path(value)
-
-
 class TensorBoardCallbacks(Callbacks):
     """Writes log and validation events as scalars; forwards every callback to `inner`."""
 

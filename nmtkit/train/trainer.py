@@ -1,28 +1,13 @@
 """The training loop: updates, validation, checkpoints, exact resume, signals, DDP.
 
-Procedure (Bahdanau et al. 2015, section 4.2 / appendix B.2, the default for the paper's
-presets): minibatches of 80 pairs cut from pools of 1600 pairs sorted by length
-(`nmtkit.data.batching`), Adadelta, gradient L2 norm rescaled to at most 1.
-
-The pieces: a `TrainContext` (`nmtkit.train.context`: model, optimiser, data, state, built at
-construction), `train_step(context, batches)` (`nmtkit.train.step`: one update), and the loop
-here, which feeds the step its minibatches, validates, saves and stops. A validation's jobs each
-have their place: dev scores (`validate.dev_scores`), the best score (`TrainState.record_best`),
-early stopping (`stopping.count_patience`, `stopping.stop_reason`), the learning-rate schedule
-(`LRSchedule.on_validation`), checkpoint_best.pt (`checkpoints.RunCheckpoints`), metrics.jsonl
-and curves.png (`metrics.MetricsLog`) and the caller's callbacks (`events.Callbacks`).
-
-The loop knows nothing of the CLI: it reports through typed events (`nmtkit.train.events`) and
-the `nmtkit` logger, and writes into the run directory (rank 0 only): the checkpoints (see
-`nmtkit.train.checkpoints`: checkpoint_last.pt every --save-every updates, before each
-validation (an error in it loses no update), at the end and on SIGINT/SIGTERM), metrics.jsonl,
-curves.png and train.log (see `nmtkit.train.metrics`).
-
-Exact resume: a checkpoint holds the model, optimiser, schedule and grad-scaler states, the RNG
-states (python, numpy, torch, cuda) and the position in the data (epoch, index of the next
-minibatch in the epoch's plan, which is a pure function of the seed and the epoch), so N updates
-equal N/2 updates + resume + N/2 updates bit for bit on the CPU.
-"""
+Procedure (Bahdanau et al. 2015, section 4.2 / appendix B.2, the paper presets' default):
+minibatches of 80 pairs cut from pools of 1600 sorted by length, Adadelta, gradient norm <= 1.
+A `TrainContext` (model, optimiser, data, state) and `train_step` (one update) are driven here:
+the loop validates, saves and stops, reports through typed events (`nmtkit.train.events`) and
+the `nmtkit` logger, and writes the run directory on rank 0 (checkpoints, metrics.jsonl,
+curves.png, train.log). Exact resume: a checkpoint holds the model, optimiser, schedule and
+scaler states, the RNG states and the position in the data (a pure function of seed and epoch),
+so N updates equal N/2 + resume + N/2 bit for bit on the CPU."""
 from __future__ import annotations
 
 import contextlib
@@ -36,14 +21,13 @@ import numpy as np
 from nmtkit import signals
 from nmtkit.data.batching import update_batches
 from nmtkit.errors import TrainingError
+from nmtkit.io.dirs import kept_name
 from nmtkit.memory import RELEASE_EVERY_UPDATES, release_free_memory
 from nmtkit.train import distributed as ddp
 from nmtkit.train.checkpoints import BEST, LAST, RunCheckpoints, run_lexicon
 from nmtkit.train.context import TrainContext
-from nmtkit.train.events import LogEvent, StartEvent, ValidationEvent
+from nmtkit.train.events import LogEvent, StartEvent, TrainResult, ValidationEvent
 from nmtkit.train.metrics import MetricsLog, error_record, record_for_a_lost_writer, setup_file_log
-from nmtkit.train.run_files import kept_name
-from nmtkit.train.state import TrainResult
 from nmtkit.train.step import train_step
 from nmtkit.train.stopping import StopSignals, count_patience, stop_reason
 from nmtkit.train.validate import check_dev_bleu, dev_scores, perplexity

@@ -70,7 +70,7 @@ class DecodeConfig:
     precision: str = option(
         "auto", choices=DECODE_PRECISIONS,
         help="int8 (CPU only): the projections and the output layer run as int8 products, each input row on its own "
-             "scale (README, 'int8 decoding'). auto = int8 on CPUs with int8 dot products (VNNI, AMX: there the "
+             "scale (docs/int8.md). auto = int8 on CPUs with int8 dot products (VNNI, AMX: there the "
              "fastest and leanest, at fp32's BLEU); else bf16 autocast on GPUs and on CPUs where bf16 products "
              "are faster (native BF16, timed once), fp32 on other CPUs. fp16 is meant for GPUs (it runs on a CPU, slowly).")
     fuse: str = option(

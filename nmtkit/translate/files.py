@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import IO, Callable, Iterable, Iterator
 
 from nmtkit.errors import ConfigError, InputError
-from nmtkit.outputs import check_output_dir
+from nmtkit.io.files import check_output_dir
 from nmtkit.text.io import read_lines as read_text_lines
 from nmtkit.text.io import stream_lines
 from nmtkit.translate.config import TranslateConfig
@@ -49,10 +49,9 @@ def check_files(config: TranslateConfig, input_path: str | None, output_path: st
     """The files of `translate_files`, checked before the models load and hours of decoding
     start: the input exists, no output would be overwritten (without `force`), and
     --alignments and --alignments-file come together. Returns the three as files to open
-    (`output_checks.file_path`: None for a standard stream)."""
-    from nmtkit.output_checks import STDIN, check_outputs_vs_inputs, file_path
-    from nmtkit.output_nodes import is_stdout
-    from nmtkit.outputs import check_output
+    (`nmtkit.io.checks.file_path`: None for a standard stream)."""
+    from nmtkit.io.checks import STDIN, check_outputs_vs_inputs, file_path
+    from nmtkit.io.files import check_output, is_stdout
     from nmtkit.translate.writers import is_plot_name
 
     if config.alignments and not alignments_file:
@@ -94,15 +93,14 @@ def translate_files(
     `output_path` (stdout when None or "-") and alignments in `alignments_file` (stdout when
     "-"); returns the number of lines translated.
 
-    Files are written under a temporary name and renamed when complete (nmtkit.outputs), so
+    Files are written under a temporary name and renamed when complete (nmtkit.io.files), so
     a failure never leaves a half-written output looking complete. With a buffer of one line
     every answer is flushed at once (interactive use).
     """
     import contextlib
     import sys
 
-    from nmtkit import signals
-    from nmtkit.outputs import OutputFile
+    from nmtkit.io.files import OutputFile, commit_all
 
     align_stdout = alignments_file == "-"
     input_path, output_path, alignments_file = check_files(config, input_path, output_path, alignments_file, force)
@@ -118,6 +116,6 @@ def translate_files(
         lines = (enumerate(read_text_lines(input_path), 1) if input_path
                  else read_lines(sys.stdin.buffer, translator.source_name))
         n = translate_stream(translator, lines, writers, config.buffer_size)
-        with signals.blocked():  # both files committed, or (a signal before) neither: never a mismatched pair
-            stack.close()
+        # both files committed, or (a signal before) neither: never a mismatched pair
+        commit_all([f for f in (align_file, out_file) if f is not None])
         return n

@@ -92,8 +92,8 @@ class Translator:
             nbest = f" and --nbest {config.nbest} lists of at most {n_tgt}" if config.nbest > n_tgt else ""
             self.warn(f"--beam {config.beam} is above the target vocabulary's {n_tgt} entries: searching with "
                       f"a beam of {n_tgt}, which finds the same translations{nbest}")
-        # Jean et al. (2015)'s candidate list: with the lexicon the trainer stores (older
-        # checkpoints have none), each batch scores only its shortlist of target words
+        # Jean et al. (2015)'s candidate list: with the lexicon the trainer stores (a checkpoint
+        # made otherwise may have none), each batch scores only its shortlist of target words
         # (sampling draws from the whole vocabulary: a shortlist would change its distribution)
         use_shortlist = config.shortlist == "auto" and not config.sampling
         self.lexicon = bundle.lexicon if use_shortlist else None
@@ -362,8 +362,8 @@ def _lines_of(lines: Any) -> list[str]:
     keys were translated; a set's order is arbitrary, so its results could not be matched).
     Each line is taken as `nmtkit translate` takes a line of its input file: a line break or a
     NUL character (binary data) is an InputError naming the line, and a leading byte order mark
-    (text read as "utf-8" rather than "utf-8-sig") is dropped, where a version 1 text pipeline
-    would have kept it as a word."""
+    (text read as "utf-8" rather than "utf-8-sig") is dropped, where a text pipeline without
+    remove_non_printing would keep it as a word."""
     if isinstance(lines, str):
         raise TypeError("generate() takes a list of lines; translate() also takes one string")
     if isinstance(lines, (bytes, bytearray, dict, set, frozenset)) or not isinstance(lines, Iterable):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import IO, Any, Sequence
 
-from nmtkit.outputs import check_output_dir, save_figure
+from nmtkit.io.files import check_output_dir, save_figure
 from nmtkit.translate.alignment import attention_labels, attention_matrix, hard_alignment, soft_alignment
 from nmtkit.translate.config import TranslateConfig
 from nmtkit.translate.results import Result

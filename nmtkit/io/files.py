@@ -1,27 +1,10 @@
-"""Writing output files: the one owner of "nothing half-written ever looks complete".
-
-Every command writes its outputs through this module (translations, alignments, plots,
-checkpoints, metrics, selections, tokenised text, the preprocess data directory):
-
-* A regular file (or a path that does not exist yet) is written under a temporary name in
-  the same directory, fsynced and renamed over the destination with `os.replace`, so a kill
-  or a full disk never leaves a truncated file that looks complete.
-* Anything else that already exists (a FIFO, a character device such as /dev/null, a socket,
-  /dev/stdout or /proc/self/fd/N) is opened and written in place and never renamed over:
-  replacing /dev/null with a regular file would break the whole machine. /dev/stdout (or
-  /dev/stderr) naming the file the stream was redirected to is written through the stream's
-  descriptor, after what it holds, as `-` is.
-* A name ending in .gz is written gzip-compressed (every reader gunzips it).
-* Files get the permissions a plain `open(path, "w")` would give: 0666 minus the umask for a
-  new file, the old file's mode when an existing file is overwritten (`--force`). Directories
-  get 0777 minus the umask.
-
-`check_output` and `check_output_dir` let a command refuse an unwritable destination before
-it spends hours decoding or training. Where every command declares its inputs and outputs,
-so that no output can overwrite or replace what the command reads (with or without --force),
-is `nmtkit.output_checks`. Whole directories as outputs (built under a temporary name,
-replaced only when nmtkit wrote them, locked to one process) are `nmtkit.output_dirs`'.
-Nothing here imports torch.
+"""One output file, whole or not at all: `OutputFile` (and `Staged` under it) writes a regular
+file under a temporary name beside it, fsyncs it and renames it over the destination; a FIFO,
+a device, a socket or /dev/stdout is written in place, never replaced (`writes_in_place`); a
+name ending in .gz is written gzip-compressed; the mode is what `open(path, "w")` would give.
+`commit_all` makes several staged files appear together with SIGINT/SIGTERM blocked.
+`check_output` and `check_output_dir` refuse an unwritable destination before any work.
+Outputs against inputs: `nmtkit.io.checks`; folders as outputs: `nmtkit.io.dirs`. No torch.
 """
 from __future__ import annotations
 
@@ -34,10 +17,70 @@ import sys
 import tempfile
 import weakref
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Sequence
 
+from nmtkit import signals
 from nmtkit.errors import OutputError, OutputExistsError
-from nmtkit.output_nodes import standard_stream_fd, writes_in_place
+
+_SPECIAL_ROOTS = ("/dev/", "/proc/")
+
+
+def _link_chain_special(path: str) -> bool:
+    """True when `path` is, or is a symlink chain through, /dev or /proc (e.g. /dev/stdout)."""
+    p = os.path.abspath(path)
+    for _ in range(40):
+        if p.startswith(_SPECIAL_ROOTS):
+            return True
+        if not os.path.islink(p):
+            return False
+        p = os.path.normpath(os.path.join(os.path.dirname(p), os.readlink(p)))
+    return False
+
+
+def writes_in_place(path: str | Path) -> bool:
+    """True when `path` must be opened and written in place, never replaced: an existing
+    FIFO, character or block device, socket, or a /dev or /proc path such as /dev/stdout."""
+    path = os.fspath(path)
+    if _link_chain_special(path):
+        return True
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    return not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode)
+
+
+def standard_stream_fd(path: str | Path) -> int | None:
+    """1 or 2 where `path` (e.g. /dev/stdout, /proc/self/fd/1) names the regular file this
+    process's stdout or stderr was redirected to, else None. Such a file is written through that
+    descriptor: opened again by name it would be truncated and written from its start, over what
+    the shell or an earlier command had written there (`{ echo x; nmtkit ... -o /dev/stdout; } > f`)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):  # a pipe, a terminal, /dev/null: opened again, nothing is lost
+        return None
+    for fd in (1, 2):
+        try:
+            if os.path.samestat(st, os.fstat(fd)):
+                return fd
+        except OSError:
+            continue
+    return None
+
+
+def is_stdout(path: str | Path | None) -> bool:
+    """Whether `path` ("-" or None included) writes where this process's stdout goes (/dev/stdout,
+    /proc/self/fd/1, the file or pipe stdout was redirected to); /dev/null never counts, where
+    two outputs mix harmlessly."""
+    if path is None or os.fspath(path) == "-":
+        return True
+    try:
+        st = os.stat(path)
+        return os.path.samestat(st, os.fstat(1)) and not os.path.samestat(st, os.stat(os.devnull))
+    except OSError:
+        return False
 
 
 def umask() -> int:
@@ -226,6 +269,7 @@ class OutputFile:
     def __init__(self, path: str | Path, mode: str = "w", encoding: str | None = "utf-8",
                  newline: str | None = "\n"):
         self.path = os.fspath(path)
+        self._committed = False
         self._staged = Staged(self.path)
         binary = "b" in mode
         fd = standard_stream_fd(self.path) if self._staged.in_place else None
@@ -248,7 +292,14 @@ class OutputFile:
             self._staged.abort()
             raise
 
+    @property
+    def write_path(self) -> str:
+        return self._staged.write_path
+
     def commit(self) -> None:
+        if self._committed:
+            return
+        self._committed = True
         if self.file is not self._raw:
             self.file.close()  # writes the gzip trailer into the raw file
         self._raw.flush()
@@ -279,6 +330,52 @@ class OutputFile:
             self.abort()
             if isinstance(exc, OSError):
                 name_error(exc, self.path, self._staged.write_path)
+
+
+class StagedFiles:
+    """One `Staged` per output of a command that writes several (`paths`: key -> path): `tmp[k]` is
+    where output k is written now; `commit()` makes them all appear and removes the `stale` files
+    (`commit_all`), else (an error) they are removed and the stale files stay."""
+
+    def __init__(self, paths: dict[str, str], stale: Sequence[str] = ()):
+        self.paths, self.stale = paths, list(stale)
+        self.staged: dict[str, Staged] = {}
+        for k, p in paths.items():
+            self.staged[k] = Staged(p)
+        self.tmp = {k: st.write_path for k, st in self.staged.items()}
+
+    def __enter__(self) -> "StagedFiles":
+        return self
+
+    def commit(self) -> None:
+        staged, self.staged = list(self.staged.values()), {}
+        commit_all(staged, remove=self.stale)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        for k, st in self.staged.items():
+            st.abort()
+            if isinstance(exc, OSError):
+                name_error(exc, self.paths[k], self.tmp[k])
+
+
+def commit_all(outputs: Sequence[Staged | OutputFile], remove: Sequence[str] = ()) -> None:
+    """Make `outputs` appear, in order, then delete the `remove` files, with SIGINT and SIGTERM
+    blocked (`nmtkit.signals.blocked`): a signal lands before all of it or after, never between
+    two outputs. An output that fails to commit is removed with those after it, and its OSError
+    names it (not its temp name)."""
+    with signals.blocked():
+        for i, out in enumerate(outputs):
+            tmp = out.write_path
+            try:
+                out.commit()
+            except BaseException as err:
+                for rest in outputs[i:]:
+                    rest.abort()
+                if isinstance(err, OSError):
+                    raise name_error(err, out.path, tmp) from None
+                raise
+        for path in remove:
+            os.unlink(path)
 
 
 def write_text(path: str | Path, text: str) -> None:

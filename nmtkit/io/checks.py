@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from nmtkit.errors import ConfigError, OutputError
+from nmtkit.io.files import writes_in_place
 from nmtkit.options import empty_path_message
-from nmtkit.output_nodes import writes_in_place
 
 
 def real_path(path: str | Path) -> str:
