@@ -77,7 +77,7 @@ wheelhouse: $(STAMP)
 	$(BIN)/python tools/wheelhouse.py --out dist/wheelhouse
 
 lint: $(STAMP)
-	$(BIN)/ruff check nmtkit tests benchmarks tools
+	$(BIN)/ruff check nmtkit tests benchmarks tools devtools
 
 clean:
 	rm -rf $(VENV) $(DEPS) build dist *.egg-info .pytest_cache

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nmtkit.devtools.launches import count_launches, enable_inductor_kernel_profile
+from devtools.launches import count_launches, enable_inductor_kernel_profile
 from nmtkit.errors import ConfigError
 from nmtkit.models import build_model, fusion
 from nmtkit.train.config import TrainConfig
@@ -64,7 +64,7 @@ def test_unknown_fuse_mode_is_rejected_by_the_train_config():
 @needs_compiler
 def test_fused_training_step_launches_a_fraction_of_the_eager_ops():
     """docs/design.md, section 10: with fused step bodies a training step launches at most a quarter of the
-    eager step's ops (counted as nmtkit/devtools/launches.py counts them)."""
+    eager step's ops (counted as devtools/launches.py counts them)."""
     torch.manual_seed(0)
     model = build_model("rnnsearch", dict(TINY["rnnsearch"], init="default")).float()
     src, src_lens, tgt_in, tgt_out, _ = random_batch(src_lens=(7, 5, 6, 3), tgt_lens=(9, 4, 8, 6))
@@ -189,7 +189,7 @@ def test_host_reads_are_counted_through_fused_bodies_without_breaking_them(caplo
     # of the host-read tests must not make a body untraceable (Tensor.unflatten was)
     import torch._dynamo
 
-    from nmtkit.devtools.launches import HostReads
+    from devtools.launches import HostReads
     from nmtkit.models.rnnsearch import maxout_of_sum
 
     torch._dynamo.reset()  # graphs of earlier tests would count towards the recompile limit
@@ -213,7 +213,7 @@ def _python_method_under_a_mode(a: torch.Tensor) -> torch.Tensor:
 @needs_compiler
 @pytest.mark.parametrize("body", [_data_dependent, _python_method_under_a_mode])
 def test_a_body_that_cannot_be_compiled_runs_eager_with_one_warning(body, caplog):
-    from nmtkit.devtools.launches import HostReads
+    from devtools.launches import HostReads
 
     fused = fusion.step_fn(body, True)
     with caplog.at_level("WARNING", logger="nmtkit.models.fusion"), HostReads():

@@ -1,4 +1,4 @@
-"""Host synchronisation budget (counted by nmtkit.devtools.launches.HostReads on the CPU; on a GPU
+"""Host synchronisation budget (counted by devtools.launches.HostReads on the CPU; on a GPU
 each read waits for every kernel queued before it): one read per training update, whatever the
 architecture, and one per beam step."""
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from devtools.launches import HostReads
 from nmtkit.decode import search
-from nmtkit.devtools.launches import HostReads
 from nmtkit.models import fusion
 from nmtkit.text.vocab import UNK_ID
 from tests.conftest import random_sources, tiny_context, tiny_model
