@@ -42,6 +42,8 @@ $(STAMP): setup.py
 	touch $(STAMP)
 endif
 
+# the quick suite (a few minutes on two cores); test-slow: the tests marked `slow`, the long runs
+# on real data (DATA) and the ones that compile with torch.compile. .ci/run runs both.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" tests
 

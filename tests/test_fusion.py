@@ -17,6 +17,7 @@ needs_compiler = pytest.mark.skipif(not fusion.fusion_available("cpu")[0],
                                     reason="no C++ compiler: torch.compile cannot fuse on this CPU")
 
 
+@pytest.mark.slow  # compiles the training step bodies: ~40 s on a cold cache
 @needs_compiler
 def test_fused_rnnsearch_step_gives_the_eager_loss_and_gradients():
     """One compilation (dynamic shapes) serves several batch and sentence sizes, T = 1 included,
@@ -61,6 +62,7 @@ def test_unknown_fuse_mode_is_rejected_by_the_train_config():
         TrainConfig(fuse="always", max_updates=1)
 
 
+@pytest.mark.slow  # compiles the training step bodies: ~40 s on a cold cache
 @needs_compiler
 def test_fused_training_step_launches_a_fraction_of_the_eager_ops():
     """docs/design.md, section 10: with fused step bodies a training step launches at most a quarter of the
@@ -83,6 +85,7 @@ def test_fused_training_step_launches_a_fraction_of_the_eager_ops():
     assert counts[True] > 20, counts  # the generated kernels are counted too
 
 
+@pytest.mark.slow  # compiles the decoding step: ~100 s on a cold cache
 @needs_compiler
 def test_fused_beam_search_finds_the_eager_hypotheses():
     """The whole decoding step compiled (Seq2Seq.step with fuse_steps, the deep output's body
@@ -109,6 +112,7 @@ def test_translate_and_serve_refuse_an_unknown_fuse_mode():
         TranslateConfig(models=("m.pt",), fuse="sometimes").validate()
 
 
+@pytest.mark.slow  # compiles the bf16 training step bodies: ~25 s on a cold cache
 @needs_compiler
 def test_fused_step_under_bf16_autocast_keeps_every_gradient_finite():
     """bf16 makes ties in the maxout frequent; the compiled deep output's backward must still be

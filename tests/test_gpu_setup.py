@@ -76,6 +76,7 @@ def test_make_test_gpu_runs_on_the_interpreters_torch_from_the_wheelhouse_withou
     assert "CUDA is unavailable" in (out / "gpu-report.md").read_text()
 
 
+@pytest.mark.slow  # every section, the fused 200-update run's compiling included: 10-45 s
 def test_gpu_report_without_cuda_runs_what_it_can_says_so_and_exits_0(tmp_path):
     """benchmarks/gpu_report.py --quick (the CPU mode of `make gpu-report`): both files, every
     section present, the CPU's figures filled in, the GPU-only ones skipped with the reason."""

@@ -14,8 +14,9 @@ from tests.conftest import random_sources, tiny_context, tiny_model
 
 
 @pytest.mark.parametrize("arch,fuse", [("rnnsearch", "off"), ("rnnencdec", "off"), ("lstm-attention", "off"),
-                                       pytest.param("rnnsearch", "on", marks=pytest.mark.skipif(
-                                           not fusion.fusion_available("cpu")[0], reason="no C++ compiler"))])
+                                       pytest.param("rnnsearch", "on", marks=[pytest.mark.skipif(
+                                           not fusion.fusion_available("cpu")[0], reason="no C++ compiler"),
+                                           pytest.mark.slow])])  # compiling: 10-15 s each
 @pytest.mark.parametrize("update_freq", [1, 3])
 def test_a_training_update_reads_the_device_once(data_dir, tmp_path, update_freq, arch, fuse, caplog):
     # fused too: the counting mode must not stop the compiled step bodies from compiling
