@@ -42,6 +42,8 @@ $(STAMP): setup.py
 	touch $(STAMP)
 endif
 
+# the quick suite (a few minutes on two cores); test-slow: the tests marked `slow`, the long runs
+# on real data (DATA) and the ones that compile with torch.compile. .ci/run runs both.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" tests
 
@@ -81,7 +83,7 @@ docs: $(STAMP)
 	$(BIN)/python tools/options_doc.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check nmtkit tests benchmarks tools
+	$(BIN)/ruff check nmtkit tests benchmarks tools devtools
 
 clean:
 	rm -rf $(VENV) $(DEPS) build dist *.egg-info .pytest_cache

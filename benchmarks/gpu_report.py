@@ -12,7 +12,7 @@ Writes DIR/gpu-report.md and DIR/gpu-report.json with
                counted (they must be 0);
   run          a real 200-update run (`small`, --max-tokens, varied lengths, --fuse on, CUDA graphs
                where they run): graphs compiled per fused step body, CUDA graphs captured, and host
-               reads per update (nmtkit.devtools.launches.HostReads, in a run of its own), and on
+               reads per update (devtools.launches.HostReads, in a run of its own), and on
                CUDA the target tokens/s of real rnnsearch-50 runs with and without CUDA graphs;
   translate    newstest2014 (3,003 sentences, from DATA, default ../shared/data) at beam 12 with a
                randomly initialised rnnsearch-50 (every sentence runs to the fixed limit of
@@ -88,8 +88,8 @@ def environment() -> dict[str, Any]:
 
 def tests(quick: bool, timeout: float) -> dict[str, Any]:
     """`pytest -m cuda` in a child process (the command `make test-gpu` runs), killed past
-    `timeout` with what it printed so far kept (nmtkit.devtools.report.run_tests)."""
-    from nmtkit.devtools.report import run_tests
+    `timeout` with what it printed so far kept (devtools.report.run_tests)."""
+    from devtools.report import run_tests
 
     target = str(REPO / "tests" / "test_cuda.py") if quick else str(REPO / "tests")
     cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-m", "cuda", "-p", "no:cacheprovider", target]
@@ -133,7 +133,7 @@ def train_speed(workdir: Path, device: str, quick: bool, deadline: float) -> lis
     """Rows: one per preset x precision x batching x (fuse, cuda-graphs) (see the module
     docstring), run in `row_priority` order until `deadline`."""
     from benchmarks.launches import vocab_size, write_data_dir
-    from nmtkit.devtools.report import row_priority, train_rows
+    from devtools.report import row_priority, train_rows
 
     steps = 2 if quick else TIMED_STEPS
     rows = train_rows(device, quick)
@@ -214,8 +214,8 @@ def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
     import torch._dynamo
 
     from benchmarks.launches import vocab_size
-    from nmtkit.devtools.launches import HostReads
-    from nmtkit.devtools.report import MODES
+    from devtools.launches import HostReads
+    from devtools.report import MODES
     from nmtkit.models.fast import fusion
     from nmtkit.models.fast.graphs import captured
     from nmtkit.train import trainer
@@ -432,7 +432,7 @@ def _fmt_rows(rows: list[dict], keys: list[str]) -> list[str]:
 
 
 def markdown(report: dict) -> str:
-    from nmtkit.devtools.report import problems
+    from devtools.report import problems
 
     env = report["environment"]
     lines = ["# nmtkit GPU report", ""]
@@ -507,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def save() -> None:  # after every section: a report killed later still has what was done
         report["seconds"] = time.perf_counter() - t_start
-        from nmtkit.devtools.report import problems
+        from devtools.report import problems
 
         report["problems"] = problems(report)
         _write(out / "gpu-report.json", json.dumps(report, indent=1, default=str) + "\n")

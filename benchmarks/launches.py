@@ -5,7 +5,7 @@ whatever its size. A step that launches thousands of small ops is bounded by lau
 arithmetic: its ceiling is about tokens_per_step / (ops_per_step * launch_cost). This benchmark
 counts those ops with torch.profiler on the CPU, so it runs on any machine.
 
-What counts as a kernel-launching op: see nmtkit/devtools/launches.py, which counts them.
+What counts as a kernel-launching op: see devtools/launches.py, which counts them.
 CPU caveat: on the CPU, nn.GRU / nn.LSTM (the packed encoders) run as a loop of aten ops per
 time step, while on a GPU cuDNN runs each layer in a few kernels. The column "rnn fwd" gives
 the leaf ops inside aten::gru / aten::lstm in the forward pass (their backward is not
@@ -104,16 +104,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from nmtkit.devtools.launches import (
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # the repo root: nmtkit, devtools/ and benchmarks/ import from it
+
+from devtools.launches import (  # noqa: E402
     LAUNCH_US,
     SCALAR_READ,
     Launches,
     count_launches,
     enable_inductor_kernel_profile,
 )
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
 
 # ---- the workloads ---------------------------------------------------------------------------
 PRESETS = ("small", "rnnsearch-50", "rnnencdec-50", "lstm-attention")

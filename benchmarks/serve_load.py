@@ -1,6 +1,6 @@
 """Load on `nmtkit serve`: throughput, latency and memory with 1, 8 and 64 concurrent clients.
 
-Starts the server (nmtkit.devtools' ServerProcess) on 127.0.0.1 and a free port, then for each
+Starts the server (devtools' ServerProcess) on 127.0.0.1 and a free port, then for each
 client count runs that many clients at once, each sending --requests requests of
 --sentences-per-request sentences of --src (default: Tatoeba's English dev set), drawn with a
 fixed seed, one after the other.
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tatoeba_model import REPO, TATOEBA, nmtkit, train_small_model  # noqa: E402 - the benchmarks' one model
 
 sys.path.insert(0, str(REPO))
-from nmtkit.devtools.server import ServerProcess  # noqa: E402 - the one launcher of a server subprocess
+from devtools.server import ServerProcess  # noqa: E402 - the one launcher of a server subprocess
 
 
 def peak_rss_mb(pid: int) -> float:

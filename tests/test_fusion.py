@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nmtkit.devtools.launches import count_launches, enable_inductor_kernel_profile
+from devtools.launches import count_launches, enable_inductor_kernel_profile
 from nmtkit.errors import ConfigError
 from nmtkit.models import build_model
 from nmtkit.models.fast import fusion
@@ -18,6 +18,7 @@ needs_compiler = pytest.mark.skipif(not fusion.fusion_available("cpu")[0],
                                     reason="no C++ compiler: torch.compile cannot fuse on this CPU")
 
 
+@pytest.mark.slow  # compiles the training step bodies: ~40 s on a cold cache
 @needs_compiler
 def test_fused_rnnsearch_step_gives_the_eager_loss_and_gradients():
     """One compilation (dynamic shapes) serves several batch and sentence sizes, T = 1 included,
@@ -62,10 +63,11 @@ def test_unknown_fuse_mode_is_rejected_by_the_train_config():
         TrainConfig(fuse="always", max_updates=1)
 
 
+@pytest.mark.slow  # compiles the training step bodies: ~40 s on a cold cache
 @needs_compiler
 def test_fused_training_step_launches_a_fraction_of_the_eager_ops():
     """docs/design.md, section 10: with fused step bodies a training step launches at most a quarter of the
-    eager step's ops (counted as nmtkit/devtools/launches.py counts them)."""
+    eager step's ops (counted as devtools/launches.py counts them)."""
     torch.manual_seed(0)
     model = build_model("rnnsearch", dict(TINY["rnnsearch"], init="default")).float()
     src, src_lens, tgt_in, tgt_out, _ = random_batch(src_lens=(7, 5, 6, 3), tgt_lens=(9, 4, 8, 6))
@@ -84,6 +86,7 @@ def test_fused_training_step_launches_a_fraction_of_the_eager_ops():
     assert counts[True] > 20, counts  # the generated kernels are counted too
 
 
+@pytest.mark.slow  # compiles the decoding step: ~100 s on a cold cache
 @needs_compiler
 def test_fused_beam_search_finds_the_eager_hypotheses():
     """The whole decoding step compiled (Seq2Seq.step with fuse_steps, the deep output's body
@@ -110,6 +113,7 @@ def test_translate_and_serve_refuse_an_unknown_fuse_mode():
         TranslateConfig(models=("m.pt",), fuse="sometimes").validate()
 
 
+@pytest.mark.slow  # compiles the bf16 training step bodies: ~25 s on a cold cache
 @needs_compiler
 def test_fused_step_under_bf16_autocast_keeps_every_gradient_finite():
     """bf16 makes ties in the maxout frequent; the compiled deep output's backward must still be
@@ -190,7 +194,7 @@ def test_host_reads_are_counted_through_fused_bodies_without_breaking_them(caplo
     # of the host-read tests must not make a body untraceable (Tensor.unflatten was)
     import torch._dynamo
 
-    from nmtkit.devtools.launches import HostReads
+    from devtools.launches import HostReads
     from nmtkit.models.fast.rnnsearch import maxout_of_sum
 
     torch._dynamo.reset()  # graphs of earlier tests would count towards the recompile limit
@@ -214,7 +218,7 @@ def _python_method_under_a_mode(a: torch.Tensor) -> torch.Tensor:
 @needs_compiler
 @pytest.mark.parametrize("body", [_data_dependent, _python_method_under_a_mode])
 def test_a_body_that_cannot_be_compiled_runs_eager_with_one_warning(body, caplog):
-    from nmtkit.devtools.launches import HostReads
+    from devtools.launches import HostReads
 
     fused = fusion.step_fn(body, True)
     with caplog.at_level("WARNING", logger="nmtkit.models.fast.fusion"), HostReads():

@@ -76,6 +76,7 @@ def test_make_test_gpu_runs_on_the_interpreters_torch_from_the_wheelhouse_withou
     assert "CUDA is unavailable" in (out / "gpu-report.md").read_text()
 
 
+@pytest.mark.slow  # every section, the fused 200-update run's compiling included: 10-45 s
 def test_gpu_report_without_cuda_runs_what_it_can_says_so_and_exits_0(tmp_path):
     """benchmarks/gpu_report.py --quick (the CPU mode of `make gpu-report`): both files, every
     section present, the CPU's figures filled in, the GPU-only ones skipped with the reason."""
@@ -103,7 +104,7 @@ def test_gpu_report_without_cuda_runs_what_it_can_says_so_and_exits_0(tmp_path):
 
 
 def test_gpu_report_lists_what_went_wrong_first():
-    from nmtkit.devtools.report import problems
+    from devtools.report import problems
 
     report = {"tests": {"exit_code": 1, "summary": "1 failed", "failed": ["FAILED tests/test_cuda.py::x"]},
               "train": [{"preset": "small", "precision": "bf16", "batch": "80 pairs", "fuse": "on",
@@ -142,7 +143,7 @@ def test_gpu_report_runs_only_the_sections_asked_for_and_refuses_unknown_ones(tm
 
 
 def test_gpu_report_tests_past_their_time_are_killed_with_their_output_kept_and_listed_as_a_problem():
-    from nmtkit.devtools.report import problems, run_tests
+    from devtools.report import problems, run_tests
 
     slow = [sys.executable, "-c", "import time; print('..s', flush=True); time.sleep(60)"]
     out = run_tests(slow, str(REPO), dict(os.environ), timeout=2)
@@ -155,7 +156,7 @@ def test_gpu_report_tests_past_their_time_are_killed_with_their_output_kept_and_
 
 
 def test_gpu_report_times_the_rows_the_targets_name_first():
-    from nmtkit.devtools.report import row_priority, train_rows
+    from devtools.report import row_priority, train_rows
 
     rows = sorted(train_rows("cuda", quick=False), key=row_priority)
     assert len(rows) == 24

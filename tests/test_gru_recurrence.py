@@ -150,7 +150,7 @@ def test_compiled_step_bodies_match_eager_in_float32():
 def test_run_packed_equals_torchs_pack_and_pad_exactly_with_host_lengths(kind):
     """base.run_packed (the packing planned on the host, no device read) gives what
     pack_padded_sequence -> rnn -> pad_packed_sequence gives: outputs, final states, gradients."""
-    from nmtkit.devtools.launches import HostReads
+    from devtools.launches import HostReads
     from nmtkit.models.base import run_packed
 
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""Host synchronisation budget (counted by nmtkit.devtools.launches.HostReads on the CPU; on a GPU
+"""Host synchronisation budget (counted by devtools.launches.HostReads on the CPU; on a GPU
 each read waits for every kernel queued before it): one read per training update, whatever the
 architecture, and one per beam step."""
 from __future__ import annotations
@@ -6,16 +6,17 @@ from __future__ import annotations
 import pytest
 import torch
 
+from devtools.launches import HostReads
 from nmtkit.decode import search
-from nmtkit.devtools.launches import HostReads
 from nmtkit.models.fast import fusion
 from nmtkit.text.vocab import UNK_ID
 from tests.conftest import random_sources, tiny_context, tiny_model
 
 
 @pytest.mark.parametrize("arch,fuse", [("rnnsearch", "off"), ("rnnencdec", "off"), ("lstm-attention", "off"),
-                                       pytest.param("rnnsearch", "on", marks=pytest.mark.skipif(
-                                           not fusion.fusion_available("cpu")[0], reason="no C++ compiler"))])
+                                       pytest.param("rnnsearch", "on", marks=[pytest.mark.skipif(
+                                           not fusion.fusion_available("cpu")[0], reason="no C++ compiler"),
+                                           pytest.mark.slow])])  # compiling: 10-15 s each
 @pytest.mark.parametrize("update_freq", [1, 3])
 def test_a_training_update_reads_the_device_once(data_dir, tmp_path, update_freq, arch, fuse, caplog):
     # fused too: the counting mode must not stop the compiled step bodies from compiling

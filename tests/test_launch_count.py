@@ -1,11 +1,11 @@
-"""nmtkit/devtools/launches.py counts kernel-launching ops: known tiny functions give known counts."""
+"""devtools/launches.py counts kernel-launching ops: known tiny functions give known counts."""
 from __future__ import annotations
 
 import threading
 
 import torch
 
-from nmtkit.devtools.launches import count_launches
+from devtools.launches import count_launches
 
 
 def test_elementwise_ops_count_one_launch_each_and_views_none():

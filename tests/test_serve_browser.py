@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from nmtkit.devtools.server import ServerProcess
+from devtools.server import ServerProcess
 from tests.conftest import make_checkpoint
 
 pytestmark = pytest.mark.browser

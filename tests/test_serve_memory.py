@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nmtkit.devtools.server import ServerProcess
+from devtools.server import ServerProcess
 from tests.conftest import SRC_WORDS, make_checkpoint
 
 REQUESTS, WARM_UP, CLIENTS = 5000, 1000, 16

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from nmtkit.devtools.server import ServerProcess
+from devtools.server import ServerProcess
 from tests.conftest import run_cli
 
 LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat"]

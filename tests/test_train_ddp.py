@@ -162,6 +162,7 @@ def _run_worker(rank, world, port, data_dir, run_dir, opts, resume):
     run_training(data_dir, run_dir, opts, ModelOverrides(**TINY_MODEL, dropout=0.2), resume=resume)
 
 
+@pytest.mark.slow  # three two-rank runs, six interpreters importing torch: 13-40 s
 def test_two_rank_run_resumed_halfway_equals_the_uninterrupted_two_rank_run(tmp_path):
     # dropout draws from each rank's own RNG, and the data order from the shared one: the
     # checkpoint must carry both ranks' RNG states and the position in the data exactly

@@ -11,8 +11,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+import nmtkit
+
 # the directory that holds the nmtkit package: the child imports the same nmtkit as its parent
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+PACKAGE_ROOT = Path(nmtkit.__file__).resolve().parents[1]
 
 
 def free_port() -> int:
