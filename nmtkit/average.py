@@ -75,7 +75,7 @@ def check_averageable(path: str, ckpt: dict[str, Any], first_path: str, first: d
     """CheckpointError (one line, naming `path`) unless `ckpt` can be averaged with `first`:
     same vocabularies, text pipeline and languages (as an ensemble needs), same architecture,
     model config and parameter names, shapes and dtypes."""
-    from nmtkit.decode.ensemble import check_compatible
+    from nmtkit.checkpoint import check_compatible
 
     if ckpt.get("arch") != first.get("arch"):
         raise CheckpointError(f"architecture {ckpt.get('arch')} differs from {first_path}'s ({first.get('arch')}); "

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from nmtkit.errors import CheckpointError, ConfigError
 from nmtkit.io.files import OutputFile
+from nmtkit.text.pipeline import pipeline_differences
 
 if TYPE_CHECKING:
     from nmtkit.text.pipeline import TextPipeline
@@ -369,9 +370,8 @@ def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bo
                 prepare: Callable[[Any], Any] | None = None) -> ModelBundle:
     """The models of `paths` on `device` (`fuse_steps` as in `build_model`, `prepare` as in
     `load_model`) with the first checkpoint's vocabularies, text pipeline and lexicon. Several
-    paths must be compatible as an ensemble (`nmtkit.decode.ensemble.check_compatible`); a
+    paths must be compatible as an ensemble (`check_compatible`); a
     missing or broken checkpoint, or one that cannot join the others, is a CheckpointError naming its file."""
-    from nmtkit.decode.ensemble import check_compatible
     from nmtkit.text.vocab import Vocab
 
     names = tuple(str(p) for p in paths)
@@ -394,3 +394,31 @@ def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bo
         pipeline=pipeline_of(first, names[0]), arch=first.get("arch"), src_lang=first.get("src_lang"),
         tgt_lang=first.get("tgt_lang"), lexicon=_lexicon_of(first, len(src_vocab), len(tgt_vocab), names[0]),
         trained_max_len=trained_max_len(first))
+
+
+def check_compatible(paths: Sequence[str], ckpts: Sequence[dict], needs: str = "an ensemble needs models") -> None:
+    """Every checkpoint must have the first one's vocabularies and text pipeline.
+
+    Raises CheckpointError naming the first offending checkpoint and what differs, and what
+    `needs` them alike (an ensemble; `nmtkit average` says averaging).
+    """
+    first_path, first = paths[0], ckpts[0]
+    for path, ckpt in zip(paths[1:], ckpts[1:]):
+        for side in ("src", "tgt"):
+            a, b = first.get(f"{side}_vocab"), ckpt.get(f"{side}_vocab")
+            if a != b:
+                a, b = a or [], b or []
+                detail = f"{len(b)} vs {len(a)} tokens"
+                if len(a) == len(b):
+                    i = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+                    detail = f"token {i} is '{b[i]}' vs '{a[i]}'"
+                raise CheckpointError(
+                    f"{side} vocabulary differs from {first_path}'s ({detail}); {needs} trained on the same "
+                    "vocabularies", path)
+        differs = pipeline_differences(first.get("pipeline"), ckpt.get("pipeline"))
+        if differs:
+            raise CheckpointError(
+                f"text pipeline (preprocessing) differs from {first_path}'s ({', '.join(differs)}); {needs} "
+                "trained on the same preprocessing", path)
+        if (ckpt.get("src_lang"), ckpt.get("tgt_lang")) != (first.get("src_lang"), first.get("tgt_lang")):
+            raise CheckpointError(f"language pair differs from {first_path}'s", path)

@@ -1,7 +1,7 @@
-"""Size limits of the package's code: no module over 400 lines, no function over 60.
+"""Size limits of the package's code: no module over 600 lines, no function over 60.
 
-A module past 400 lines holds more than one concept, and a function past 60 does more than one
-job; either is split along its seams. Lines are counted as the file has them (docstrings and
+A module is sized by its concept: one past 600 lines holds more than one, and a function past 60
+does more than one job; either is split along its seams (slivers are folded, not split further). Lines are counted as the file has them (docstrings and
 comments included); a function counts from its `def` line to its last line.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "nmtkit"
-MAX_MODULE_LINES = 400
+MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 60
 
 
@@ -32,7 +32,7 @@ def oversized(root: Path = PACKAGE) -> tuple[list[str], list[str]]:
     return modules, functions
 
 
-def test_no_module_is_over_400_lines():
+def test_no_module_is_over_600_lines():
     modules, _ = oversized()
     assert not modules, f"modules over {MAX_MODULE_LINES} lines: " + "; ".join(modules)
 

@@ -26,7 +26,7 @@ def _reference_greedy(models, src, lens, lim, lenpen):
     """The textbook greedy loop, one sentence at a time and no batching tricks: at each step the
     most probable token of the models' mean distribution (PAD/BOS never, EOS forced at the
     limit). Returns (tokens, log_prob, score, attention (T+1, S_i)) per sentence."""
-    from nmtkit.decode.ensemble import average_log_probs
+    from nmtkit.decode.steps import average_log_probs
     from nmtkit.text.vocab import PAD_ID
 
     out = []

@@ -75,7 +75,11 @@ def _flat(text: str | None) -> str:
 
 def _options(cmd: click.Command, ctx: click.Context) -> list[str]:
     lines = []
-    for param in cmd.get_params(ctx):
+    # click caches a command's help option the first time it is built, with the names of the
+    # context it was built in; the page always shows the names `nmtkit` gives it (-h, --help)
+    params = [p for p in cmd.params] + [click.Option(ctx.help_option_names, is_flag=True,
+                                                     help="Show this message and exit.")]
+    for param in params:
         if getattr(param, "hidden", False):
             continue
         kind = _type(param)

@@ -33,7 +33,7 @@ to a sorted list of target ids that starts with the specials: the search then wo
 list's columns (PAD, UNK, BOS and EOS keep theirs) and maps each chosen column back to its id.
 
 Ensembles average the models' probabilities: log p = log(mean_m p_m) (as Nematus and fairseq
-do; see nmtkit.decode.ensemble). The attention reported is the models' mean, over each
+do; see nmtkit.decode.steps.average_log_probs). The attention reported is the models' mean, over each
 sentence's own source tokens (its source EOS apart: `Hypothesis`).
 
 Shapes: B sentences, K beam, N = B*K rows, V target vocabulary, S source length (as the model's

@@ -1,5 +1,5 @@
 """One decoding step over the `Seq2Seq` interface, shared by beam search and sampling: every
-model's step combined (ensembles average probabilities, nmtkit.decode.ensemble), the specials
+model's step combined (ensembles average probabilities: `average_log_probs`), the specials
 that are never generated masked, and EOS forced at each sentence's length limit.
 
 Length limits: a sentence of `src_len` tokens gets at most `floor(max_len_a * src_len +
@@ -10,17 +10,27 @@ Shapes: N rows (hypotheses or sentences), V target vocabulary, S source position
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from nmtkit.decode.ensemble import average_log_probs
 from nmtkit.models.base import EncoderOut, Seq2Seq
 from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 __all__ = ["as_models", "force_eos", "mask_specials", "max_lengths", "step_all"]
+
+
+def average_log_probs(log_probs: Sequence[Tensor]) -> Tensor:
+    """[(N, V)] * M log-probabilities -> (N, V) log of their mean probability (fp32).
+
+    An ensemble's distribution is the mean of its members' probabilities, as in Nematus and
+    fairseq: log p = logsumexp_m(log p_m) - log M (not a product of experts)."""
+    if len(log_probs) == 1:
+        return log_probs[0]
+    return torch.logsumexp(torch.stack([lp.float() for lp in log_probs]), dim=0) - math.log(len(log_probs))
 
 
 def max_lengths(src_lens: Tensor, max_len_a: float, max_len_b: float) -> Tensor:
