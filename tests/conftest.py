@@ -34,6 +34,19 @@ TINY = {arch: dict(sizes, src_vocab_size=len(SPECIALS) + len(SRC_WORDS), tgt_voc
 TINY_MODEL = dict(SIZES["rnnsearch"], init="default")  # the model overrides of a tiny training run
 
 
+def child_pids(pid: int) -> list[int]:
+    """The pids of `pid`'s children, read from /proc (Linux)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
 def tiny_overrides(**changes):
     """TINY_MODEL as `nmtkit train`'s model options (nmtkit.train.presets.ModelOverrides)."""
     from nmtkit.train.presets import ModelOverrides

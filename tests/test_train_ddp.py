@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from tests.conftest import TINY_MODEL, make_data_dir, tiny_options, tiny_overrides
+from tests.conftest import TINY_MODEL, child_pids, make_data_dir, tiny_options, tiny_overrides
 
 UPDATES = 6
 
@@ -398,20 +398,6 @@ def test_sigterm_ends_a_rank_still_waiting_for_the_others_to_join(tmp_path):
         del store
 
 
-def _children(pid: int) -> list[int]:
-    from pathlib import Path
-
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
-
-
 def _alive(pid: int) -> bool:
     """A process that runs (not ended, nor a zombie waiting for whoever adopted it)."""
     try:
@@ -449,7 +435,7 @@ def test_the_ranks_save_and_exit_when_torchrun_is_killed(tmp_path, nproc):
             if metrics.exists() and metrics.read_text().count("\n") >= 3:
                 break
             time.sleep(0.1)
-        ranks = _children(launcher.pid)
+        ranks = child_pids(launcher.pid)
         assert len(ranks) == nproc and not (run / "checkpoint_last.pt").exists()
         launcher.kill()
         launcher.wait()

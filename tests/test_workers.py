@@ -13,7 +13,7 @@ import pytest
 
 from nmtkit.errors import WorkerError
 from nmtkit.workers import Workers
-from tests.conftest import REPO
+from tests.conftest import REPO, child_pids
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -31,18 +31,6 @@ HANGING_WORKERS = (
     "w.Workers.start = start\n"
     "from nmtkit.cli import main\n"
     "main(sys.argv[1:])\n")
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
 
 
 def _gone(pid: int) -> bool:
@@ -67,7 +55,7 @@ def _stop_busy_command(argv: list[str], sig: int, cwd: Path, hang: bool = False)
         deadline = time.monotonic() + 120
         while not workers and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
-            workers = _children(proc.pid)
+            workers = child_pids(proc.pid)
         assert workers, f"no worker started: {proc.poll()} {proc.stderr.read() if proc.poll() is not None else ''}"
         time.sleep(1.0)  # inside their tasks
         assert proc.poll() is None
