@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -135,17 +136,26 @@ def error_record(update: int, err: BaseException, by: str = "") -> str:
     return f"{_STOPPED} {update}{by}: {type(err).__name__}: {first}"
 
 
-def record_for_a_lost_writer(run_dir: Path, record: str) -> bool:
+def record_for_a_lost_writer(run_dir: Path, record: str, wait_s: float = 3.0) -> bool:
     """Append `record` (`error_record`) to train.log from a rank other than 0, when rank 0, the
     log's one writer, is the process of the job that is gone. Whether it is gone is the run's
     lock (`nmtkit.io.dirs.run_lock`): rank 0 holds it while it lives, and the kernel released it when
     rank 0 died. While rank 0 lives it writes its own record, and nothing is written here; nor
     where the log already ends with one (rank 0 wrote it and ended, or another rank did), nor on a
-    machine without the run folder. Returns whether the record was written."""
-    try:
-        lock = run_lock(run_dir).acquire()
-    except (NmtkitError, OSError):
-        return False
+    machine without the run folder. Returns whether the record was written. A rank 0 that has
+    just died may release its lock a moment after its peers see its connection close: the lock
+    is tried for up to `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            lock = run_lock(run_dir).acquire()
+            break
+        except NmtkitError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        except OSError:
+            return False
     try:
         path = run_dir / RUN_LOG
         if not path.is_file() or f" ERROR {_STOPPED} " in _last_line(path):
