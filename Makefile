@@ -48,7 +48,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" tests
 
 test-slow: $(STAMP)
-	DATA="$(DATA)" $(BIN)/python -m pytest -q -m slow tests
+	$(if $(DATA),DATA="$(DATA)") $(BIN)/python -m pytest -q -m slow tests
 
 # the nmtkit serve page in headless chromium (Debian's package; installing it needs root)
 test-browser: $(STAMP)

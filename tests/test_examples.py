@@ -22,9 +22,17 @@ BACKTRANSLATION = REPO / "examples" / "backtranslation"
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make not installed")
 
 
+def _recipe_env() -> dict[str, str]:
+    """This interpreter's `nmtkit` first on PATH, and no DATA: the suite's DATA names the corpora
+    folder, a recipe's DATA its own data folder (an empty DATA from `make test-slow` emptied it)."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    env.pop("DATA", None)
+    return env
+
+
 def _dry_run(folder: Path, *args: str) -> str:
     """`make -n -B`: every command of the chain, whatever outputs a local run left behind."""
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    env = _recipe_env()
     proc = subprocess.run(["make", "-n", "-B", *args], cwd=folder, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
@@ -93,7 +101,7 @@ def test_backtranslation_recipe_samples_the_french_side_only_and_gives_both_syst
 
 @pytest.mark.slow
 def test_backtranslation_smoke_chain_writes_results(shared_data):
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    env = _recipe_env()
     proc = subprocess.run(["make", "smoke", f"SHARED={shared_data}", "THREADS=1"], cwd=BACKTRANSLATION,
                           capture_output=True, text=True, env=env, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -131,7 +139,7 @@ def test_every_wmt14_training_target_starts_with_its_real_flags(target, data_dir
 
 @pytest.mark.slow
 def test_wmt14_smoke_chain_produces_table_plot_and_attention(shared_data, tmp_path):
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    env = _recipe_env()
     proc = subprocess.run(["make", "smoke", f"DATA={shared_data}"], cwd=WMT,
                           capture_output=True, text=True, env=env, timeout=3600)
     assert proc.returncode == 0, proc.stderr[-3000:]
