@@ -22,6 +22,7 @@ from nmtkit.options import (
     is_empty_path,
     option_fields,
 )
+from nmtkit.progress import NOTE
 from nmtkit.signals import Terminated
 
 _CLICK_TYPES = {"int": int, "int | None": int, "float": float, "float | None": float}
@@ -215,8 +216,8 @@ WARNING_LOGGERS = ("nmtkit", "py.warnings")
 
 
 def setup_warnings() -> None:
-    """Make the logging module the one channel of warnings to the user: the `nmtkit` loggers'
-    records at WARNING and above and Python's warnings go through one stderr handler. Called by
+    """Make the logging module the one channel of warnings and notes to the user: the `nmtkit`
+    loggers' records at NOTE and above and Python's warnings go through one stderr handler. Called by
     the `nmtkit` group before any subcommand; idempotent; `quiet_warnings` mutes it."""
     logging.captureWarnings(True)
     for name in WARNING_LOGGERS:
@@ -225,7 +226,9 @@ def setup_warnings() -> None:
         if not handlers:
             handlers = [_StderrHandler()]
             logger.addHandler(handlers[0])
-        handlers[0].setLevel(logging.WARNING)
+        handlers[0].setLevel(NOTE)
+        if logger.level == logging.NOTSET or logger.level > NOTE:
+            logger.setLevel(NOTE)
 
 
 def quiet_warnings(quiet: bool) -> None:
