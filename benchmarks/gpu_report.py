@@ -101,7 +101,7 @@ def _graphs() -> int:
     """Graphs compiled by dynamo plus CUDA graphs captured, in this process so far."""
     import torch._dynamo.utils
 
-    from nmtkit.models.fast.graphs import captured
+    from nmtkit.models.fast.fusion import captured
 
     return int(torch._dynamo.utils.counters["stats"]["unique_graphs"]) + captured()
 
@@ -113,7 +113,7 @@ def _release() -> None:
 
     import torch
 
-    from nmtkit.models.fast.graphs import release_all
+    from nmtkit.models.fast.fusion import release_all
 
     release_all()
     gc.collect()
@@ -217,7 +217,7 @@ def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
     from devtools.launches import HostReads
     from devtools.report import MODES
     from nmtkit.models.fast import fusion
-    from nmtkit.models.fast.graphs import captured
+    from nmtkit.models.fast.fusion import captured
     from nmtkit.train import trainer
 
     cuda = torch.cuda.is_available() and device == "cuda"
@@ -312,7 +312,7 @@ def _translate_once(ckpt: Path, lines: list[str], device: str, beam: int, limit:
                     deadline: float) -> dict[str, Any]:
     import torch
 
-    from nmtkit.data.batching import length_batches
+    from nmtkit.data.binarized import length_batches
     from nmtkit.translate import TranslateConfig, Translator
 
     cfg = TranslateConfig(models=(str(ckpt),), beam=beam, max_len_a=0.0, max_len_b=float(limit), batch_size=64,

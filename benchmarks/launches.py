@@ -204,7 +204,7 @@ def beam_step_launches(model, data, n: int = 80) -> tuple[float, int]:
     import numpy as np
     import torch
 
-    from nmtkit.data.batching import collate
+    from nmtkit.data.binarized import collate
     from nmtkit.decode.search import beam_search
 
     src_a, src_o = np.asarray(data.src.ids), np.asarray(data.src.offsets)

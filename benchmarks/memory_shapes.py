@@ -2,9 +2,9 @@
 alone, in bf16, for 300 batches of random target token counts N (300..900).
 
 Each batch runs the loss's forward product (N, F) x (F, V), d loss / d features (N, V) x (V, F)
-and d loss / d W (V, N) x (N, F) in bf16, as `models/fast/chunked_loss.py` does under autocast.
+and d loss / d W (V, N) x (N, F) in bf16, as `models/fast/accelerated.py` does under autocast.
 Modes: "plain" (every N its own shape), "trim" (plain, glibc's malloc_trim every 20 batches),
-"pad" (N padded to a multiple of 64 rows, as chunked_loss.ROW_MULTIPLE does), "pad+trim".
+"pad" (N padded to a multiple of 64 rows, as accelerated.ROW_MULTIPLE does), "pad+trim".
 Prints the RSS after batches 100 and 300 and the seconds taken. oneDNN's cache capacity can
 be set with ONEDNN_PRIMITIVE_CACHE_CAPACITY in the environment.
 

@@ -110,7 +110,7 @@ def cold_start(ckpts: list[str], trees: list[str], reps: int) -> None:
 def run_one(ckpt: str, lines: list[str], beam: int, device: str, args, batch_size: int) -> dict:
     import torch
 
-    from nmtkit.data.batching import length_batches
+    from nmtkit.data.binarized import length_batches
     from nmtkit.translate import TranslateConfig, Translator
 
     cfg = TranslateConfig(models=(ckpt,), beam=beam, lenpen=1.0, max_len_a=args.max_len_a, max_len_b=args.max_len_b,

@@ -245,7 +245,7 @@ def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False,
     import torch
 
     from nmtkit.models import build_model
-    from nmtkit.models.init import uninitialised
+    from nmtkit.models.base import uninitialised
 
     ckpt = load_checkpoint(path, map_location="cpu", mmap=True)
     arch, config, state = model_fields(ckpt, str(path))

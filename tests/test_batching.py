@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nmtkit.data.batching import (
+from nmtkit.data.binarized import (
     BatchingConfig,
     collate,
     epoch_batches,

@@ -68,7 +68,7 @@ def test_one_training_step_on_cuda_equals_the_cpu_step(data_dir, tmp_path, preci
 def test_graph_captured_steps_equal_eager_steps(data_dir, tmp_path):
     # 12 SGD updates over batches of varied lengths (and a validation between them), exact fp32:
     # the graphs, over padded shapes, give the eager run's weights up to rounding
-    from nmtkit.models.fast.graphs import loop_graphs
+    from nmtkit.models.fast.fusion import loop_graphs
 
     runner = loop_graphs(torch.device("cuda"))
     opts = tiny_options(device="cuda", max_updates=12, valid_every=6, save_every=6, valid_bleu_samples=0,

@@ -1,4 +1,4 @@
-"""--cuda-graphs: the recurrence's loops through models/fast/graphs.py, checked on the CPU.
+"""--cuda-graphs: the recurrence's loops through models/fast/fusion.py, checked on the CPU.
 
 On a CPU `LoopGraphs` replays a loop by calling it on the arena's views instead of a CUDA graph,
 so everything but the capture itself runs here: the padding of batch, target and source to
@@ -12,7 +12,7 @@ import torch
 
 from nmtkit.errors import ConfigError
 from nmtkit.models import build_model
-from nmtkit.models.fast.graphs import BUCKET, LoopGraphs, bucket, loop_graphs, resolve_cuda_graphs
+from nmtkit.models.fast.fusion import BUCKET, LoopGraphs, bucket, loop_graphs, resolve_cuda_graphs
 from nmtkit.models.fast.recurrence import bahdanau_recurrence
 from tests.conftest import TINY, random_batch
 
@@ -153,7 +153,7 @@ def test_a_capture_that_fails_leaves_the_loops_eager_with_one_warning(caplog):
 
     runner._record = capture_fails
     a, b = torch.arange(6.0).reshape(2, 3), torch.ones(4)
-    with caplog.at_level("WARNING", logger="nmtkit.models.fast.graphs"):
+    with caplog.at_level("WARNING", logger="nmtkit.models.fast.fusion"):
         outs = [runner.run("double", _double, (a * k, b)) for k in range(3)]
     for k, out in enumerate(outs):
         torch.testing.assert_close(out[0], a * k * 2)

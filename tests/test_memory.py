@@ -29,7 +29,7 @@ def _rss_mb() -> float:
 def test_rss_after_update_300_is_within_10_percent_of_rss_after_update_100():
     """bf16 autocast training, 300 updates of batches whose target token counts all differ
     (what made the footprint grow by megabytes per new shape): RSS at update 300 is within
-    10% of RSS at update 100. Without the loss's row padding (chunked_loss.ROW_MULTIPLE = 1)
+    10% of RSS at update 100. Without the loss's row padding (accelerated.ROW_MULTIPLE = 1)
     this run grew from 598 MB to 755 MB; with it, 420 MB and 405 MB (12 s on the quiet 2-core
     machine, 150 s on a loaded one)."""
     torch.manual_seed(0)

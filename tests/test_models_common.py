@@ -471,7 +471,7 @@ def test_blocked_inference_attention_scores_are_v_dot_tanh_of_query_plus_keys(dt
     """The CPU inference paths (row blocks; float32 through sigmoid, a faster kernel than tanh)
     give v^T tanh(q + k_j) to float32 rounding, and float64 through tanh itself (to float64 rounding:
     blocks sum in another order)."""
-    from nmtkit.models.fast import attention
+    from nmtkit.models.fast import recurrence as attention
 
     torch.manual_seed(0)
     B, G, S, K = 40, 5, 30, 64

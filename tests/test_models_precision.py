@@ -91,7 +91,7 @@ def test_tf32_is_on_for_cuda_fp32_runs_unless_switched_off_and_untouched_elsewhe
 def test_bf16_chunked_loss_with_padded_rows_equals_the_unpadded_one(monkeypatch, n_rows):
     """The zero rows that pad a 16-bit chunk to a multiple of ROW_MULTIPLE change neither the
     loss nor any gradient (up to bf16 rounding of a differently blocked product)."""
-    from nmtkit.models.fast import chunked_loss
+    from nmtkit.models.fast import accelerated as chunked_loss
 
     g = torch.Generator().manual_seed(n_rows)
     feats = torch.randn(n_rows, 24, generator=g)

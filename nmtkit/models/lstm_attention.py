@@ -16,11 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmtkit.models.base import PAD_ID, EncoderOut, dropout
+from nmtkit.models.base import PAD_ID, EncoderOut, apply_init_, dropout, paper_init_
 from nmtkit.models.fast.accelerated import Accelerated
 from nmtkit.models.fast.quantize import is_quantized
 from nmtkit.models.fast.rnnsearch import encode_bigru
-from nmtkit.models.init import apply_init_, paper_init_
 from nmtkit.models.rnnsearch import check_common, masked_softmax
 
 

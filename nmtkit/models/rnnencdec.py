@@ -16,10 +16,18 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor, nn
 
-from nmtkit.models.base import PAD_ID, EncoderOut, append_eos, dropout, length_mask, on_device
+from nmtkit.models.base import (
+    PAD_ID,
+    EncoderOut,
+    append_eos,
+    apply_init_,
+    dropout,
+    length_mask,
+    on_device,
+    paper_init_,
+)
 from nmtkit.models.fast.accelerated import Accelerated
 from nmtkit.models.fast.gru_recurrence import gru_states, last_states
-from nmtkit.models.init import apply_init_, paper_init_
 from nmtkit.models.rnnsearch import check_common, maxout_pairs
 
 

@@ -21,16 +21,18 @@ from torch import Tensor, nn
 
 from nmtkit.errors import ConfigError
 from nmtkit.models.base import (
+    INITS,
     PAD_ID,
     EncoderOut,
     Seq2Seq,
     append_eos,
+    apply_init_,
     dropout,
     length_mask,
     on_device,
+    paper_init_,
     run_packed,
 )
-from nmtkit.models.init import INITS, apply_init_, paper_init_
 
 DROPOUT_SITES = ("src", "tgt", "out")  # source / target embeddings, the deep output t_i
 READOUTS = ("prev", "new")  # the deep output reads s_{i-1} (appendix A.2.2) or s_i (section 3.1)
@@ -60,7 +62,7 @@ class RNNSearchConfig:
     att_hidden: int = 1000  # n', alignment model
     maxout: int = 500  # l (the deep output has 2l pre-maxout units)
     dropout: float = 0.0
-    init: str = "paper"  # one of models.init.INITS: "paper" (appendix B.1), "default" (PyTorch's), ...
+    init: str = "paper"  # one of models.base.INITS: "paper" (appendix B.1), "default" (PyTorch's), ...
     src_eos: bool = True  # append EOS to each source sentence inside the model
     dropout_sites: str = "src,tgt,out"  # where `dropout` applies: comma-separated DROPOUT_SITES
     readout: str = "prev"  # the deep output's state: one of READOUTS (module docstring)

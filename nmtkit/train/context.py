@@ -17,12 +17,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from nmtkit.data.batching import BatchingConfig, epoch_batches, keep_pairs, over_budget
+from nmtkit.data.binarized import BatchingConfig, epoch_batches, keep_pairs, over_budget
 from nmtkit.devices import PRECISIONS, resolve_device, threads_per_process
 from nmtkit.errors import CheckpointError, ConfigError, InputError
 from nmtkit.io.dirs import LAST
-from nmtkit.models.fast.fusion import resolve_fuse
-from nmtkit.models.fast.graphs import resolve_cuda_graphs
+from nmtkit.models.fast.fusion import resolve_cuda_graphs, resolve_fuse
 from nmtkit.models.precision import FP16_ON_CPU, resolve_precision, set_tf32
 from nmtkit.train import distributed as ddp
 from nmtkit.train.config import TrainConfig

@@ -2,7 +2,7 @@
 
 `torchrun --nproc_per_node N -m nmtkit train ...` starts N processes with RANK, LOCAL_RANK,
 WORLD_SIZE, MASTER_ADDR and MASTER_PORT set; `init()` joins them into a process group (NCCL on
-CUDA, gloo on CPU). Every rank computes the same epoch plan (`nmtkit.data.batching`) and trains
+CUDA, gloo on CPU). Every rank computes the same epoch plan (`nmtkit.data.binarized`) and trains
 on its own minibatches of each update (--batch-size and --max-tokens are per rank; --update-freq
 sums several per rank), so N ranks see N times the pairs of one per update. Only rank 0
 validates and writes files; what it decides (dev score, stop) is broadcast.

@@ -229,8 +229,7 @@ def _check_hardware(cfg: TrainConfig, arch: str, device) -> None:
     same config and device, for the model it builds, as it is also built without run_training
     (`Trainer(TrainContext(...))`, the tests)."""
     from nmtkit.models import model_class
-    from nmtkit.models.fast.fusion import resolve_fuse
-    from nmtkit.models.fast.graphs import resolve_cuda_graphs
+    from nmtkit.models.fast.fusion import resolve_cuda_graphs, resolve_fuse
 
     resolve_fuse(cfg.fuse, device)
     resolve_cuda_graphs(cfg.cuda_graphs, device, model_class(arch))

@@ -14,7 +14,7 @@ import logging
 import numpy as np
 import torch
 
-from nmtkit.data.batching import collate
+from nmtkit.data.binarized import collate
 from nmtkit.errors import TrainingError
 from nmtkit.models.precision import autocast
 from nmtkit.train import distributed as ddp

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from nmtkit import signals
-from nmtkit.data.batching import update_batches
+from nmtkit.data.binarized import update_batches
 from nmtkit.errors import TrainingError
 from nmtkit.io.dirs import kept_name
 from nmtkit.memory import RELEASE_EVERY_UPDATES, release_free_memory

@@ -16,8 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from nmtkit.data.batching import collate, length_batches
-from nmtkit.data.binarized import ParallelData
+from nmtkit.data.binarized import ParallelData, collate, length_batches
 from nmtkit.models.precision import autocast
 from nmtkit.text.vocab import Vocab
 from nmtkit.train import distributed as ddp

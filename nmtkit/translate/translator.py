@@ -209,7 +209,7 @@ class Translator:
         line number, which seeds its sample (`nmtkit.decode.sampling`; default 1, 2, ...)."""
         import torch
 
-        from nmtkit.data.batching import pad_rows
+        from nmtkit.data.binarized import pad_rows
         from nmtkit.memory import RELEASE_EVERY_BATCHES, release_free_memory
 
         ids = [self.src_vocab.encode(t) for t in src_token_lists]
@@ -269,7 +269,7 @@ class Translator:
         on the buffer or batch the line falls in). With several `--workers`, forked processes
         share the batches, each decoding and finishing whole ones, and the tokenising of text
         (nmtkit.translate.workers)."""
-        from nmtkit.data.batching import length_batches
+        from nmtkit.data.binarized import length_batches
         from nmtkit.devices import use_threads
         from nmtkit.translate.workers import map_batches, resolve_workers
 

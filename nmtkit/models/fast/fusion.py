@@ -1,22 +1,25 @@
-"""Fused step bodies: the one place that decides whether a step body runs eagerly or compiled.
+"""How the recurrences' loops run: eagerly, as compiled step bodies (--fuse), or as CUDA graphs.
 
-The recurrences are loops over small, pure step bodies (tensors in, tensors out); `step_fn`
-hands a loop the body itself (eager: the reference and the default) or, with --fuse on, the body
-compiled by inductor, which fuses a step's elementwise work into one or two kernels around its
-matrix products. Compiled bodies use dynamic shapes without duck shaping and take detached
-tensors, so that each compiles a few graphs (`MAX_GRAPHS_PER_BODY`), never dynamo's recompile
-limit; a body that still reaches it, or that cannot be traced or compiled, runs eagerly from
-then on with one warning: fusion is a speed-up, never a reason to stop a run.
-See docs/experiments.md ("Notes from the model code") for the measurements.
+`step_fn` hands a loop its pure step body itself (the reference) or, with --fuse on, compiled by
+inductor with dynamic shapes and without duck shaping, so that each body compiles a few graphs
+(`MAX_GRAPHS_PER_BODY`); a body that reaches dynamo's recompile limit or cannot be compiled runs
+eagerly from then on, with one warning. `LoopGraphs.run(key, fn, inputs)` runs a pure loop through
+a CUDA graph captured per key and input shapes (--cuda-graphs): inputs and outputs are views of
+one device arena shared by all graphs, the first call of a shape runs eagerly, at most MAX_GRAPHS
+are kept, callers pad shapes to BUCKET multiples, and a failed capture makes every loop eager
+with one warning. On a CPU a stand-in calls `fn` on the arena's views (the tests check it there).
 """
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import shutil
-from typing import Callable, TypeVar
+from collections import OrderedDict
+from typing import Callable, Hashable, TypeVar
 
 import torch
+from torch import Tensor
 
 from nmtkit.errors import ConfigError, first_line
 
@@ -114,3 +117,178 @@ def _compile(body: Callable) -> Callable:
             return body(*args, **kwargs)
 
     return run
+
+
+# ---- CUDA graphs of whole loops ----------------------------------------------------------
+BUCKET = 8  # lengths and batch sizes are padded up to multiples of this (recurrence.py)
+MAX_GRAPHS = 128  # graphs kept per device; least recently used first out
+_ALIGN = 256  # bytes: every view of the arena starts at a multiple of this
+
+
+def bucket(n: int, multiple: int = BUCKET) -> int:
+    """n rounded up to a multiple of `multiple` (BUCKET)."""
+    return -(-n // multiple) * multiple
+
+
+def resolve_cuda_graphs(mode: str, device: torch.device, model) -> bool:
+    """--cuda-graphs auto|on|off for training `model` (a model or its class) on `device` ->
+    whether its loops run as CUDA graphs. on is a ConfigError where they cannot (not CUDA; an
+    architecture without graphed loops: only RNNsearch's decoder recurrence has them); auto is on
+    exactly where they can."""
+    cls = model if isinstance(model, type) else type(model)
+    able = device.type == "cuda" and cls.graph_loops_supported
+    if mode == "on" and not able:
+        why = (f"needs a CUDA device (training runs on {device})" if device.type != "cuda"
+               else f"{cls.__name__} has no graphed loop (only rnnsearch's decoder recurrence has one)")
+        raise ConfigError(f"--cuda-graphs on: {why}")
+    return able and mode != "off"
+
+
+class _Entry:
+    """One captured loop: its graph (None: the CPU stand-in), fn, and its views of the arena."""
+
+    def __init__(self, graph, fn: Callable, ins: list[Tensor], outs: list[Tensor]):
+        self.graph, self.fn, self.ins, self.outs = graph, fn, ins, outs
+
+    def replay(self) -> None:
+        if self.graph is not None:
+            self.graph.replay()
+            return
+        for view, r in zip(self.outs, self.fn(*self.ins)):
+            view.copy_(r)
+
+
+class LoopGraphs:
+    """The graphs, arena and memory pool of one device (see the module docstring)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.eager = device.type != "cuda"  # the CPU stand-in: no graph, `fn` called on the views
+        self.entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self.arena: Tensor | None = None
+        self.captures = 0  # graphs captured so far (the report and the tests read it)
+        self.failed: str | None = None  # why a capture failed: every loop runs eagerly since
+        self._pool = None
+        self._stream = None
+
+    def run(self, key: Hashable, fn: Callable[..., tuple[Tensor, ...]], inputs: tuple[Tensor, ...]
+            ) -> tuple[Tensor, ...]:
+        """fn(*inputs) through the graph of (key, the inputs' shapes and dtypes); `key` must name
+        everything else `fn` depends on. Returns new tensors."""
+        if self.failed is not None:
+            with torch.no_grad():
+                return tuple(fn(*inputs))
+        full = (key, tuple((tuple(t.shape), t.dtype) for t in inputs))
+        entry = self.entries.get(full)
+        if entry is None:
+            return self._capture(full, fn, inputs)
+        self.entries.move_to_end(full)
+        with torch.no_grad():
+            for view, t in zip(entry.ins, inputs):
+                view.copy_(t)
+            entry.replay()
+            return tuple(o.clone() for o in entry.outs)
+
+    def clear(self) -> None:
+        """Drop every graph and the arena (their memory returns to the caching allocator)."""
+        self.entries.clear()
+        self.arena = None
+        self._pool = None
+
+    def _capture(self, full: Hashable, fn: Callable, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        with torch.no_grad():
+            outs = self._eager_first(fn, inputs)
+            specs = [(tuple(t.shape), t.dtype) for t in (*inputs, *outs)]
+            offsets, total = _layout(specs)
+            if self.arena is None or self.arena.numel() < total:
+                self.clear()  # the graphs address the old arena
+                # a quarter more than asked: the first batches of a run grow it less often
+                self.arena = torch.empty(total + total // 4, dtype=torch.uint8, device=self.device)
+            views = [_view(self.arena, off, shape, dtype) for off, (shape, dtype) in zip(offsets, specs)]
+            ins, outv = views[: len(inputs)], views[len(inputs):]
+            for view, t in zip(ins, inputs):
+                view.copy_(t)
+            graph = None
+            if not self.eager:
+                try:
+                    self._eager_first(fn, tuple(ins))  # once more on the views: fused bodies guard on storage offsets
+                    graph = self._record(fn, ins, outv)
+                except Exception as err:  # noqa: BLE001 - graphs are a speed-up, never a reason to stop a run
+                    self._give_up(err)
+                    return outs
+            while len(self.entries) >= MAX_GRAPHS:
+                self.entries.popitem(last=False)
+            self.entries[full] = _Entry(graph, fn, ins, outv)
+            self.captures += 1
+        return outs
+
+    def _give_up(self, err: Exception) -> None:
+        """A capture failed (out of memory, an op that cannot be captured): drop the graphs and
+        run every loop eagerly from now on, with one warning."""
+        self.clear()
+        self.failed = f"{type(err).__name__}: {first_line(err)}"
+        log.warning("capturing a CUDA graph failed (%s): the training loops run without graphs from now on",
+                    self.failed)
+
+    def _eager_first(self, fn: Callable, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        """The first call of a shape, eagerly; on CUDA on the capture stream (warm-up)."""
+        if self.eager:
+            return tuple(fn(*inputs))
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(self.device)
+        current = torch.cuda.current_stream(self.device)
+        self._stream.wait_stream(current)
+        with torch.cuda.stream(self._stream):
+            outs = tuple(fn(*inputs))
+        current.wait_stream(self._stream)
+        for t in outs:  # made on the side stream, used on the current one
+            t.record_stream(current)
+        return outs
+
+    def _record(self, fn: Callable, ins: list[Tensor], outv: list[Tensor]):
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: other threads (NCCL's watchdog under DDP) may use CUDA meanwhile
+        with torch.cuda.graph(graph, pool=self._pool, stream=self._stream, capture_error_mode="thread_local"):
+            for view, r in zip(outv, fn(*ins)):
+                view.copy_(r)
+        return graph
+
+
+def _layout(specs: list[tuple[tuple[int, ...], torch.dtype]]) -> tuple[list[int], int]:
+    """Byte offsets of consecutive tensors of these shapes and dtypes, and the total size."""
+    offsets, pos = [], 0
+    for shape, dtype in specs:
+        offsets.append(pos)
+        pos += bucket(math.prod(shape) * dtype.itemsize, _ALIGN)
+    return offsets, max(pos, _ALIGN)
+
+
+def _view(arena: Tensor, offset: int, shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
+    return arena[offset : offset + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
+
+
+_RUNNERS: dict[tuple[str, int | None], LoopGraphs] = {}
+
+
+def loop_graphs(device: torch.device) -> LoopGraphs:
+    """The process's LoopGraphs for `device` (one arena and pool per device)."""
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    key = (device.type, device.index)
+    runner = _RUNNERS.get(key)
+    if runner is None:
+        runner = _RUNNERS[key] = LoopGraphs(device)
+    return runner
+
+
+def release_all() -> None:
+    """Drop every device's graphs and arena (a benchmark between configurations)."""
+    for runner in _RUNNERS.values():
+        runner.clear()
+
+
+def captured() -> int:
+    """CUDA graphs (or their CPU stand-ins) captured in this process so far, on every device."""
+    return sum(r.captures for r in _RUNNERS.values())

@@ -1,14 +1,14 @@
-"""The RNNsearch decoder recurrence (appendix A.2) with a hand-written backward pass, for
-teacher-forced training: `RNNSearch.attend_and_update` in a loop, held to it in float64 by tests.
+"""RNNsearch's additive attention and decoder recurrence (appendix A.2), fast.
 
-Everything that does not depend on s_{i-1} comes in precomputed; a step is [q_a; q_z; q_r] =
-[W_a; U_z; U_r] s_i (one product), the attention over the keys, the weighted sum of the values
-[C_z; C_r; C] h, and the GRU update. The backward keeps only what recurs; the weight gradients
-(one product over all T*B rows) and the values' gradient are made once after it. The attention's
-tanh activations are recomputed in the backward, not kept, and eager steps compute them in one
-buffer (no heap growth). Each direction is a loop of one pure step body (`_fwd_step`,
-`_bwd_step`, compiled with `fuse`); with `graphs` each loop replays as a CUDA graph over
-inputs padded to BUCKET multiples (`_Recurrence`). docs/experiments.md has the measurements.
+`additive_scores` and `additive_scores_grouped` (G queries per sentence, keys never copied)
+compute v^T tanh(q + K); without autograd on the CPU block by block, so that the tanh stays in
+the cache, and in eager float32 on the CPU with tanh as 2 sigmoid(2x) - 1 (`tanh_`, a faster
+kernel; scores differ by float32 rounding). `bahdanau_recurrence` is `RNNSearch.attend_and_update`
+in a loop with a hand-written backward for teacher forcing, held to it in float64 by tests: what
+does not depend on s_{i-1} comes precomputed, the backward keeps only what recurs and recomputes
+the tanh activations, and the weight gradients are one product over all T*B rows. Each direction
+is a loop of a pure step body (compiled with `fuse`); with `graphs` each loop replays as a CUDA
+graph over inputs padded to BUCKET multiples (`_Recurrence`).
 """
 from __future__ import annotations
 
@@ -18,9 +18,92 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from nmtkit.models.fast.attention import tanh_
-from nmtkit.models.fast.fusion import step_fn
-from nmtkit.models.fast.graphs import bucket, loop_graphs
+from nmtkit.models.fast.fusion import bucket, loop_graphs, step_fn
+
+# Without autograd (decoding), the (B, S, K) tanh intermediate is computed in row blocks of about
+# this many elements, so that it stays in the CPU cache instead of streaming through memory:
+# 4-5x faster for beam search, whose B*K rows make it tens of MB (same values, row by row).
+_SCORE_BLOCK = 1 << 18
+
+
+def sigmoid_form(x: Tensor) -> bool:
+    """Whether tanh(x) is computed as 2 sigmoid(2x) - 1 (module docstring): eager float32 on the CPU."""
+    return x.dtype == torch.float32 and x.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+def tanh_(x: Tensor) -> Tensor:
+    """tanh(x), in place (module docstring: through sigmoid in eager float32 on the CPU)."""
+    if sigmoid_form(x):
+        return torch.sigmoid_(x.mul_(2)).mul_(2).sub_(1)
+    return x.tanh_()
+
+
+class _BlockScores:
+    """v^T tanh(keys + query) block by block (the CPU inference paths below), with what every
+    block shares computed once per call. In the sigmoid form (`sigmoid_form`) a block is
+    sigmoid(2 query + 2 keys) . 2v, one pass over the block fewer than tanh_'s, and `finish`
+    subtracts sum(v) from all the scores at once: 2 sigmoid(2x) - 1 = tanh(x), so
+    v^T tanh(x) = 2 v^T sigmoid(2x) - sum(v). Doubling is exact in floating point, so
+    2 query + 2 keys rounds as 2 (query + keys) does."""
+
+    def __init__(self, query_proj: Tensor, keys: Tensor, v: Tensor):
+        self.sigmoid = sigmoid_form(keys) and sigmoid_form(query_proj)
+        self.query, self.v = (query_proj * 2, v * 2) if self.sigmoid else (query_proj, v)
+        self.shift = v.sum() if self.sigmoid else None
+
+    def block(self, keys: Tensor, query: Tensor) -> Tensor:
+        """keys and `self.query`'s rows `query` (broadcastable against keys) -> scores before
+        `finish`."""
+        if self.sigmoid:
+            return torch.sigmoid_(torch.add(query, keys, alpha=2)).matmul(self.v)
+        return (keys + query).tanh_().matmul(self.v)
+
+    def finish(self, scores: Tensor) -> Tensor:
+        return scores.sub_(self.shift) if self.sigmoid else scores
+
+
+def additive_scores(query_proj: Tensor, keys: Tensor, v: Tensor) -> Tensor:
+    """e = v^T tanh(query_proj + keys).
+
+    query_proj: (B, K) W_a s_{i-1}; keys: (B, S, K) U_a h_j; v: (K,) -> scores (B, S).
+    """
+    B, S, K = keys.shape
+    rows = max(1, _SCORE_BLOCK // max(1, S * K))
+    if torch.is_grad_enabled() or keys.device.type != "cpu" or rows >= B or torch.compiler.is_compiling():
+        return torch.tanh(keys + query_proj.unsqueeze(1)).matmul(v)
+    out = keys.new_empty((B, S), dtype=torch.result_type(keys, query_proj))
+    scorer = _BlockScores(query_proj, keys, v)
+    for i in range(0, B, rows):
+        out[i : i + rows] = scorer.block(keys[i : i + rows], scorer.query[i : i + rows].unsqueeze(1))
+    return scorer.finish(out)
+
+
+def additive_scores_grouped(query_proj: Tensor, keys: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """e = v^T tanh(query_proj + keys) for G queries per sentence (beam search's hypotheses).
+
+    query_proj: (B, G, K); keys: (B, S, K), shared by the G queries of a sentence;
+    v: (K,); mask: (B, S) bool, True at real positions -> scores (B, G, S), with a placeholder
+    (the caller masks them) beyond a block's longest sentence. The same values at
+    real positions as `additive_scores` on keys repeated G times, without materialising those
+    copies (they are memory traffic that dominates a batched beam search step). On the CPU,
+    blocks of sentences are done one after the other (the (., G, S, K) tanh intermediate then
+    stays in the cache) and each block only up to its longest sentence, so short sentences do
+    not pay for the padding of a long one. Inference only.
+    """
+    B, G, K = query_proj.shape
+    S = keys.size(1)
+    if torch.is_grad_enabled() or keys.device.type != "cpu" or torch.compiler.is_compiling():
+        # (compiled, the tanh and the product with v fuse into one kernel: no intermediate)
+        return torch.tanh(keys.unsqueeze(1) + query_proj.unsqueeze(2)).matmul(v)
+    rows = max(1, _SCORE_BLOCK // max(1, G * S * K))
+    lens = mask.sum(dim=1).numpy()  # a CPU tensor here: a view, not a device read
+    out = keys.new_zeros((B, G, S), dtype=torch.result_type(keys, query_proj))
+    scorer = _BlockScores(query_proj, keys, v)
+    for i in range(0, B, rows):
+        w = int(lens[i : i + rows].max())
+        out[i : i + rows, :, :w] = scorer.block(keys[i : i + rows, :w].unsqueeze(1),
+                                                scorer.query[i : i + rows].unsqueeze(2))
+    return scorer.finish(out)
 
 
 def bahdanau_recurrence(x_gates: Tensor, s0: Tensor, keys: Tensor, values: Tensor, mask: Tensor,
@@ -176,7 +259,7 @@ def _pad_to(t: Tensor, shape: tuple[int, ...]) -> Tensor:
 
 class _Recurrence(torch.autograd.Function):
     """The recurrence with its hand-written backward. With `graphs`, both loops run as CUDA graphs
-    (models/fast/graphs.py) over inputs padded to BUCKET multiples of the batch size B, the target
+    (models/fast/fusion.py) over inputs padded to BUCKET multiples of the batch size B, the target
     length T and the source length S: padded steps come after the real ones and padded source
     positions are masked, so they change nothing the real ones compute; a padded row attends
     to its first position only (a row with no position would give NaN). The backward pass

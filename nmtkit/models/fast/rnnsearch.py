@@ -18,11 +18,10 @@ from torch import Tensor, nn
 
 from nmtkit.models.base import EncoderOut, append_eos, length_mask, on_device, run_packed
 from nmtkit.models.fast.accelerated import Accelerated
-from nmtkit.models.fast.attention import additive_scores, additive_scores_grouped, tanh_
 from nmtkit.models.fast.fusion import step_fn
 from nmtkit.models.fast.gru_recurrence import bigru_annotations, reversal_index
 from nmtkit.models.fast.quantize import Int8BiGRU
-from nmtkit.models.fast.recurrence import bahdanau_recurrence
+from nmtkit.models.fast.recurrence import additive_scores, additive_scores_grouped, bahdanau_recurrence, tanh_
 from nmtkit.models.rnnsearch import RNNSearch, RNNSearchConfig, masked_softmax, maxout_pairs
 
 
