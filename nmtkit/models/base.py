@@ -36,24 +36,14 @@ class EncoderOut:
     mask:        (B, S) bool, True at real (non-pad) source positions.
     summary:     (B, D) a fixed sentence summary (RNNencdec's c), or None.
     init:        whatever `init_state` needs (e.g. backward h_1), a Tensor/tuple or None.
-    values:      (B, S, G) other per-position projections of h_j that the decoder averages
-                 with the attention weights (RNNsearch: [C; C_z; C_r] h_j, so that
-                 sum_j alpha_ij (C h_j) = C c_i costs S*G per step instead of A*G), or None.
-    step_values: (B, S, O) per-position projections of h_j that a decoding step averages with
-                 the attention weights, made for decoding steps only (`encode_for_steps`;
-                 RNNsearch: [C; C_z; C_r; C_o] h_j, so that all of a step's context terms are
-                 one weighted sum, and C_o c_i is no product of its own), or None.
-    summary_out: a tuple of (B, .) projections of `summary` that every decoding step adds,
-                 made once per sentence by `encode_for_steps` (RNNencdec: (C c, C_o c)), or
-                 None.
-
+    values:      (B, S, G) per-position projections of h_j that the decoder averages with the
+                 attention weights (RNNsearch: [C; C_z; C_r] h_j), or None.
+    step_values: (B, S, O) the same for decoding steps only (`encode_for_steps`; RNNsearch:
+                 [C; C_z; C_r; C_o] h_j), or None.
+    summary_out: (B, .) projections of `summary` every decoding step adds, made once per
+                 sentence by `encode_for_steps` (RNNencdec: (C c, C_o c)), or None.
     src_eos:     True when the model appended EOS to every source sentence (at position
-                 src_lens[b] of sentence b): S then counts that position too, and attention
-                 rows have one more real column than the sentence has tokens.
-
-    The encoder output is the one place that knows the source-EOS column: `positions` and
-    `split_attention` give it to decoding, which hands out attention over the source tokens
-    only (and the EOS column apart).
+                 src_lens[b]): S counts it, and `positions` and `split_attention` tell decoding.
     """
 
     annotations: Tensor
@@ -120,15 +110,9 @@ def length_mask(lens: Tensor, max_len: int) -> Tensor:
 
 def run_packed(rnn: nn.RNNBase, emb: Tensor, lens: Tensor) -> tuple[Tensor, Any]:
     """A batch_first nn.GRU/nn.LSTM over each sentence of emb (B, S, m) up to its length, as on
-    a packed batch: (outputs (B, S, H), zero at padded positions; the final state, as the module
-    returns it, of each sentence).
-
-    The packing is planned on the host from `lens` (B,): free when they are on the host, as in
-    training; one read when they are on a device. torch's pack_padded_sequence and
-    pad_packed_sequence would also copy their index tensors between host and device with a
-    blocking copy each way. The packed data (time-major, sentences by decreasing length) is what
-    pack_padded_sequence builds, so the results are the same.
-    """
+    a packed batch: (outputs (B, S, H), zero at padded positions; each sentence's final state).
+    The packing is planned on the host from `lens` (B,), without pack_padded_sequence's blocking
+    copies between host and device; the packed data is the same."""
     host = (lens if lens.device.type == "cpu" else lens.cpu()).to(torch.int64)
     host, order = torch.sort(host, descending=True)
     B, S = emb.shape[:2]
@@ -143,20 +127,11 @@ def run_packed(rnn: nn.RNNBase, emb: Tensor, lens: Tensor) -> tuple[Tensor, Any]
     return padded.view(B, S, -1), final
 
 
-def reorder_state(state: State, index: Tensor) -> State:
-    """Rows `index` of a decoder state (Tensor or nested tuple of Tensors)."""
-    return _index(state, index)
-
-
 class Seq2Seq(nn.Module):
-    """Base class of the encoder-decoder models.
-
-    Subclasses implement `encode`, `init_state`, `decode_features` (teacher forcing up to the
-    layer before the vocabulary projection), `step_features` (one step of the same) and
-    `output_layer` (the final projection to vocabulary logits, e.g. W_o). The base class derives
-    `forward`, `step` and `loss` from those, plainly; the built models add the fast paths
-    (models/fast/accelerated.py: fused steps, int8 decoding, the chunked loss).
-    """
+    """Base class of the encoder-decoder models: subclasses implement `encode`, `init_state`,
+    `decode_features` (teacher forcing up to the layer before the vocabulary projection),
+    `step_features` (one step of it) and `output_layer` (to vocabulary logits); `forward`, `step`
+    and `loss` are derived plainly (the fast paths: models/fast/accelerated.py)."""
 
     config: Any  # the architecture's <Arch>Config dataclass
     # True when `step` accepts N = B * G state rows over B encoder rows (the G hypotheses of a
@@ -202,21 +177,14 @@ class Seq2Seq(nn.Module):
 
     # ---- derived ------------------------------------------------------------------------
     def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> Tensor:
-        """Teacher forcing: log-probabilities (B, T, V) in float32 (or float64).
-
-        Training does not come through here but through `loss` (under DistributedDataParallel,
-        wrapped as the forward of `nmtkit.train.distributed.LossModule`).
-        """
+        """Teacher forcing: log-probabilities (B, T, V) in float32 (or float64); training uses `loss`."""
         feats, _ = self.decode_features(self.encode(src, src_lens), tgt_in)
         return _log_softmax(self.output_layer(feats))
 
     def step(self, prev_tokens: Tensor, state: State, enc: EncoderOut,
              out: tuple[Tensor, Tensor | None] | None = None) -> tuple[Tensor, State, Tensor]:
-        """One decoding step: (log_probs (B, V), new state, attention (B, S)).
-
-        `out` = (weight (L, F), bias (L,) or None): the rows of `output_projection()` for a
-        shortlist of L target ids (nmtkit.decode.shortlist); the log-probabilities are then
-        (B, L), normalised over the shortlist."""
+        """One decoding step: (log_probs (B, V), new state, attention (B, S)). `out` = (weight
+        (L, F), bias (L,) or None), the output rows of a shortlist of L ids, gives (B, L)."""
         return Seq2Seq._step(self, prev_tokens, state, enc, out)
 
     def _step(self, prev_tokens: Tensor, state: State, enc: EncoderOut,
@@ -227,15 +195,14 @@ class Seq2Seq(nn.Module):
 
     def reorder(self, state: State, index: Tensor) -> State:
         """Select/reorder batch rows of the state for beam search."""
-        return reorder_state(state, index)
+        return _index(state, index)
 
     def loss(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor,
              label_smoothing: float = 0.0, chunk_tokens: int = 4096, n_tokens: int | None = None
              ) -> tuple[Tensor, Tensor, int]:
-        """(loss_sum, nll_sum, n_tokens) over the non-pad targets: the training objective (with
-        label smoothing: (1 - ls) nll + ls mean_v(-log p_v)) and the plain negative
-        log-likelihood, both summed. Differentiate `loss_sum`. `chunk_tokens` and `n_tokens`
-        serve the chunked loss of the built models; here the logits are made all at once."""
+        """(loss_sum, nll_sum, n_tokens) over the non-pad targets: the objective (label smoothing:
+        (1 - ls) nll + ls mean_v(-log p_v)) and the plain NLL, summed; differentiate `loss_sum`.
+        `chunk_tokens` and `n_tokens` serve the chunked loss of the built models."""
         feats, _ = self.decode_features(self.encode(src, src_lens), tgt_in)
         mask = tgt_out.ne(PAD_ID)
         gold = tgt_out[mask]
@@ -246,8 +213,7 @@ class Seq2Seq(nn.Module):
 
 
 def _rows_logits(feats: Tensor, out: tuple[Any, Tensor | None]) -> Tensor:
-    """feats (N, F) -> logits (N, L) over a shortlist's output rows: float (weight (L, F), bias)
-    or, from an int8 output layer, (its int8 columns, which project themselves, None)."""
+    """feats (N, F) -> logits (N, L) over a shortlist's rows: (weight, bias) or (int8 columns, None)."""
     if isinstance(out[0], Tensor):
         return F.linear(feats, out[0], out[1])
     return out[0].project(feats)
@@ -288,13 +254,9 @@ def paper_init_(
     align: Iterable[Tensor],
     zero: Iterable[Tensor] = (),
 ) -> None:
-    """Initialise `model` as in the paper's appendix B.1.
-
-    recurrent: (weight, block size) pairs whose square blocks become orthogonal.
-    align: weight matrices drawn from N(0, 0.001^2) (W_a, U_a).
-    zero: extra parameters set to zero (v_a); every parameter named `*bias*` is zeroed too.
-    Every other parameter is drawn from N(0, 0.01^2).
-    """
+    """Initialise `model` as in the paper's appendix B.1: the square blocks of the `recurrent`
+    (weight, block size) pairs orthogonal, `align` (W_a, U_a) from N(0, 0.001^2), `zero` (v_a)
+    and every `*bias*` zero, every other parameter from N(0, 0.01^2)."""
     done: set[int] = set()
     for weight, block in recurrent:
         orthogonal_blocks_(weight, block)
@@ -316,10 +278,7 @@ def paper_init_(
 
 @torch.no_grad()
 def uniform_init_(model: nn.Module, scale: float = UNIFORM_SCALE, embeddings_only: bool = False) -> None:
-    """Draw every parameter (or only the nn.Embedding weights) from U(-scale, scale).
-
-    The rows of padding indices stay zero, as nn.Embedding initialises them.
-    """
+    """Draw every parameter (or only the nn.Embedding weights) from U(-scale, scale); padding rows stay zero."""
     for module in model.modules():
         if isinstance(module, nn.Embedding):
             module.weight.uniform_(-scale, scale)
@@ -334,12 +293,9 @@ def uniform_init_(model: nn.Module, scale: float = UNIFORM_SCALE, embeddings_onl
 
 
 def apply_init_(model: nn.Module, init: str, paper: Callable[[], None], default: Callable[[], None] = lambda: None) -> None:
-    """Initialise `model` by the name `init` (one of `INITS`; the config has validated it).
-
-    `paper`: the model's appendix-B.1 initialisation; `default`: what the model adds to
-    PyTorch's own (e.g. a scale for a bare nn.Parameter), also run before "uniform-emb".
-    Under `uninitialised()` it does nothing.
-    """
+    """Initialise `model` by the name `init` (one of `INITS`): `paper` is the model's appendix-B.1
+    initialisation, `default` what it adds to PyTorch's own (also before "uniform-emb"). Under
+    `uninitialised()` it does nothing."""
     if _skipping.get():
         return
     if init == "paper":
@@ -370,10 +326,9 @@ class _SkipFills(TorchFunctionMode):
 
 @contextlib.contextmanager
 def uninitialised() -> Iterator[None]:
-    """Models built inside are left uninitialised (their tensors hold whatever memory they were
-    given): neither `apply_init_` nor PyTorch's module initialisers run. For a model whose every
-    parameter and buffer is then filled by a strict `load_state_dict`: the random initialisation
-    of a paper-size RNNsearch takes a second or more (its orthogonal blocks above all)."""
+    """Models built inside are left uninitialised (neither `apply_init_` nor PyTorch's module
+    initialisers run), for a model a strict `load_state_dict` then fills: the random
+    initialisation of a paper-size RNNsearch takes a second or more."""
     token = _skipping.set(True)
     try:
         with _SkipFills():

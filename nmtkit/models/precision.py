@@ -1,14 +1,8 @@
 """Which precision pays off on a device (`--precision auto` of training and of decoding).
 
-bf16 autocast doubles matrix-product throughput on GPUs and on some CPUs with native BF16
-instructions (AVX512-BF16, AMX), but on CPUs without them PyTorch emulates bf16 products and
-they run about 4x *slower* than float32 (measured on this project's 2-core Xeon without
-avx512_bf16: 130 vs 30 GFLOP/s per core). Native instructions are not enough either: a 2-core
-Xeon with avx512_bf16 (no AMX) ran oneDNN's bf16 products at 165 GFLOP/s against 290 in
-float32 and trained 0.58x as fast in bf16, where a 2-core EPYC with the same flag trained about
-1.7x faster in bf16. Hence: bf16 on CUDA when supported; on a CPU, bf16 only when it advertises
-native BF16 and one bf16 product of a training step's size, timed once per process, beats
-float32 by `BF16_MIN_SPEEDUP`.
+bf16 on CUDA when supported; on a CPU, bf16 only when it advertises native BF16 and one bf16
+product of a training step's size, timed once per process, beats float32 by `BF16_MIN_SPEEDUP`
+(emulated or slow bf16 products are common on CPUs: docs/experiments.md has the measurements).
 """
 from __future__ import annotations
 
@@ -32,9 +26,8 @@ def cpu_has_fast_bf16(cpuinfo: str | None = None) -> bool:
 
 @lru_cache(maxsize=None)
 def cpu_bf16_speedup() -> float:
-    """float32 time / bf16 time of one (256, 512) x (512, 1024) matrix product on this CPU with
-    the current threads (the size of a training step's projections), best of 5 after a warm-up
-    that builds oneDNN's kernels; measured once per process (~25 ms)."""
+    """float32 time / bf16 time of one (256, 512) x (512, 1024) matrix product on this CPU (a
+    training step's projections), best of 5 after a warm-up; measured once per process."""
     import time
 
     import torch
@@ -55,8 +48,7 @@ def cpu_bf16_speedup() -> float:
 
 
 def cpu_bf16_pays_off() -> bool:
-    """True when this CPU has native BF16 and its bf16 products beat float32 by
-    `BF16_MIN_SPEEDUP` (module docstring): what `--precision auto` means on a CPU."""
+    """What `--precision auto` means on a CPU: native BF16 that beats float32 by `BF16_MIN_SPEEDUP`."""
     return cpu_has_fast_bf16() and cpu_bf16_speedup() >= BF16_MIN_SPEEDUP
 
 
@@ -101,9 +93,7 @@ def autocast_dtype(device: str, precision: str = "auto"):
 
 def resolve_precision(device_type: str, precision: str) -> str:
     """`precision` with "auto" replaced by what it means on `device_type` for training and
-    decoding alike: "bf16", "fp16" or "fp32". On a CPU where bf16 pays off, bf16 decoding was
-    about 1.8x as fast as fp32 and changed few outputs (beam 5 on the peer benchmark's dev set:
-    124 of 2,000 lines differ, BLEU 26.36 vs 26.47)."""
+    decoding alike: "bf16", "fp16" or "fp32"."""
     if precision != "auto":
         return precision
     import torch
@@ -112,11 +102,8 @@ def resolve_precision(device_type: str, precision: str) -> str:
 
 
 def autocast(device_type: str, precision: str):
-    """The autocast context for `precision` on `device_type` (a no-op for plain float32).
-
-    The model's weights stay float32; matrix products run in the 16-bit dtype, while the
-    models keep softmax and losses in float32.
-    """
+    """The autocast context for `precision` on `device_type` (a no-op for plain float32): weights
+    stay float32, matrix products run in the 16-bit dtype, softmax and losses in float32."""
     from contextlib import nullcontext
 
     import torch
@@ -126,10 +113,8 @@ def autocast(device_type: str, precision: str):
 
 
 def set_tf32(device_type: str, precision: str, enabled: bool) -> bool:
-    """Let an fp32 run on CUDA do its matrix products and cuDNN work in TF32 (Ampere and newer:
-    fp32's range, a 10-bit mantissa, several times the fp32 throughput), or forbid it
-    (`enabled` False: exact fp32). Only CUDA fp32 runs are touched (bf16/fp16 autocast already
-    runs its products in 16 bits). Returns whether TF32 is now on for this run."""
+    """Let a CUDA fp32 run do its matrix products and cuDNN work in TF32, or forbid it (`enabled`
+    False: exact fp32); other runs are untouched. Returns whether TF32 is now on for this run."""
     if device_type != "cuda" or precision != "fp32":
         return False
     import torch
@@ -146,9 +131,7 @@ def set_tf32(device_type: str, precision: str, enabled: bool) -> bool:
 
 def resolve_decode_precision(device_type: str, precision: str) -> str:
     """translate's and serve's --precision with "auto" resolved: "int8" on a CPU with int8 dot
-    products (every architecture can be quantised), else what auto means in training
-    (`resolve_precision`). On the peer benchmark's CPU and model, int8 decoded beam 5 faster
-    than bf16 and fp32, in the least memory, at their BLEU (docs/int8.md)."""
+    products (the fastest there, docs/int8.md), else what auto means in training."""
     if precision == "auto" and device_type == "cpu" and cpu_has_fast_int8():
         return "int8"
     return resolve_precision(device_type, precision)

@@ -1,13 +1,10 @@
 """int8 decoding on the CPU (`--precision int8`): the projections as int8 products.
 
-`quantize_for_decoding` replaces a model's `int8_linears` (the layers decoding only calls as
-modules) by `Int8Linear`: the weight in int8 with one scale per output channel, and at every
-call each row of the input quantised with its own scale, multiplied with exact int32
-accumulation (`torch._int_mm`) and scaled back to float32, plus the float32 bias. Per row, a
-sentence translates the same whatever else is in its batch. A bidirectional GRU encoder
-(`int8_encoder`) becomes an `Int8BiGRU`. Everything else stays float32. Shortlist decoding takes
-a batch's columns of the int8 output layer once per batch (`shortlist_rows`). docs/int8.md has
-the measurements.
+`quantize_for_decoding` replaces a model's `int8_linears` by `Int8Linear`: the weight in int8
+with one scale per output channel; at every call each input row quantised on its own scale (so a
+sentence translates the same whatever its batch), multiplied with exact int32 accumulation
+(`torch._int_mm`), scaled back to float32, plus the float32 bias. A bidirectional GRU encoder
+(`int8_encoder`) becomes an `Int8BiGRU`; everything else stays float32 (docs/int8.md).
 """
 from __future__ import annotations
 
@@ -31,14 +28,12 @@ class Int8Rows(NamedTuple):
     bias: Tensor | None
 
     def project(self, features: Tensor) -> Tensor:
-        """features (N, F) float32 through these columns -> (N, L) float32, as the int8 layer
-        itself computes them (a shortlist's `Seq2Seq.step`)."""
+        """features (N, F) float32 through these columns -> (N, L) float32."""
         return int8_matmul(features, self)
 
 
 def int8_matmul(x: Tensor, rows: Int8Rows) -> Tensor:
-    """x (..., F) float -> x W^T + b (..., V) float32, with each row of x quantised to int8 on its
-    own scale (module docstring)."""
+    """x (..., F) float -> x W^T + b (..., V) float32, each row of x quantised on its own scale."""
     shape = x.shape
     y = int8_rows_matmul(*quantize_rows(x.reshape(-1, shape[-1]).float()), rows)
     return y.reshape(*shape[:-1], y.size(1))
@@ -50,15 +45,12 @@ def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor]:
     return torch.div(x, x_scale).round_().to(torch.int8), x_scale
 
 
-# rows of a weight or embedding quantised at a time when a model is quantised: each block's
-# passes (abs, max, divide, round, cast) then run in the cache instead of streaming the whole
-# tensor through memory five times (rnnsearch-50's 30,000 x 620 embedding: 0.07 -> 0.03 s)
+# floats of a weight or embedding quantised at a time, so that each block's passes run in the cache
 _LOAD_BLOCK = 1 << 16  # floats
 
 
 def quantize_rows_at_load(x: Tensor) -> tuple[Tensor, Tensor]:
-    """`quantize_rows` of a whole weight or embedding (float32, (N, F)): the same values,
-    computed block of rows by block of rows."""
+    """`quantize_rows` of a whole weight or embedding (float32, (N, F)), block by block of rows."""
     q = torch.empty(x.shape, dtype=torch.int8)
     scale = torch.empty(x.size(0), 1, dtype=x.dtype)
     step = max(1, _LOAD_BLOCK // max(1, x.size(1)))
@@ -68,10 +60,8 @@ def quantize_rows_at_load(x: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def int8_rows_matmul(xq: Tensor, x_scale: Tensor, rows: Int8Rows) -> Tensor:
-    """Rows quantised by `quantize_rows` (int8 (N, F), scales (N, 1)) -> x W^T + b (N, V) float32.
-
-    The float32 result is written over the int32 one (the same size), and the channel scales and
-    the bias are applied in one pass: per product, two passes over the output instead of four."""
+    """Rows quantised by `quantize_rows` (int8 (N, F), scales (N, 1)) -> x W^T + b (N, V) float32,
+    written over the int32 product, with scales and bias applied in one pass."""
     acc = torch._int_mm(xq, rows.weight_t)
     y = acc.view(torch.float32)
     y.copy_(acc).mul_(x_scale)
@@ -81,8 +71,7 @@ def int8_rows_matmul(xq: Tensor, x_scale: Tensor, rows: Int8Rows) -> Tensor:
 
 
 def int8_columns(weight: Tensor, bias: Tensor | None) -> Int8Rows:
-    """A float weight (V, F) and bias (V,) or None -> Int8Rows: int8 with one scale per output
-    channel (max |w_v| -> 127), transposed (F, V); the bias in float32."""
+    """A float weight (V, F) and bias (V,) or None -> Int8Rows (one scale per output channel)."""
     q, scale = quantize_rows_at_load(weight.detach().float())  # a channel's weights are a row
     return Int8Rows(q.t().contiguous(), scale.view(-1), bias.detach().float().clone() if bias is not None else None)
 
@@ -109,14 +98,10 @@ class Int8Linear(nn.Module):
 
 
 class Int8Stack(nn.Module):
-    """Int8 layers that a decoding step applies to the same input, as one product: their int8
-    columns side by side (each output channel keeps its own scale, so every column is exactly
-    its layer's), one quantisation of the input and one `_int_mm` instead of one each. Returns
-    the layers' outputs side by side (N, sum of `sizes`).
-
-    With `embedding`, the input is token ids (N,): the embedding's rows are quantised once,
-    here, exactly as a step would quantise the rows it looks up, and a step only looks up their
-    int8 values and scales."""
+    """Int8 layers a decoding step applies to the same input, as one product of their columns side
+    by side (every column exactly its layer's): the layers' outputs side by side (N, sum of
+    `sizes`). With `embedding`, the input is token ids (N,) and the embedding's rows are quantised
+    once, here, as a step would quantise the rows it looks up."""
 
     def __init__(self, layers: list[Int8Rows], embedding: nn.Embedding | None = None):
         super().__init__()
@@ -144,10 +129,9 @@ class Int8Stack(nn.Module):
 
 
 def quantize_for_decoding(model: Any) -> Any:
-    """The model (eval mode, CPU, float32) with its `int8_linears` replaced by `Int8Linear`
-    layers and the groups of its `int8_stacks()` built as `Int8Stack`s in its `decode_stacks`,
-    in place; returns it. Not for training: the int8 layers have no gradients. A model
-    that names no such layer is a ConfigError."""
+    """The model (eval mode, CPU, float32) with its `int8_linears` replaced by `Int8Linear`, its
+    `int8_stacks()` built in `decode_stacks` and its `int8_encoder` made an `Int8BiGRU`, in place;
+    returns it. A model that names no such layer is a ConfigError."""
     names = tuple(getattr(model, "int8_linears", ()))
     if not names:
         raise ConfigError(f"--precision int8: {type(model).__name__} has no layers to quantise")
@@ -169,16 +153,10 @@ def quantize_for_decoding(model: Any) -> Any:
 class Int8BiGRU(nn.Module):
     """A one-layer bidirectional nn.GRU (batch_first) for decoding, in int8, over token ids.
 
-    The same equations as nn.GRU (gru_recurrence.py's loop: the backward direction runs over each
-    sentence reversed within its length), with both products int8 as in `Int8Linear`: the input
-    products W_ih e_t + b_ih of both directions are one `Int8Stack` product over the batch's
-    embedding rows, quantised as they are looked up (once per batch: quantising a whole
-    30,000-word embedding up front, as the decoder's per-step stacks do, would add a tenth of a
-    second to loading a large model for what a batch does in microseconds), and each step's
-    W_hh h_{t-1} quantises the previous states row by row (one row: one sentence and
-    direction, so a sentence's annotations do not depend on its batch-mates). The gates stay
-    float32. On the peer benchmark's model the encoder's share of a beam-5 decode went from
-    0.65 to 0.48-0.50 s against PyTorch's float32 nn.GRU (docs/int8.md)."""
+    gru_recurrence.py's equations with both products int8 as in `Int8Linear`: the input products
+    of both directions are one `Int8Stack` product over the batch's embedding rows, quantised as
+    they are looked up, and each step's W_hh h_{t-1} quantises the previous states row by row (a
+    sentence's annotations do not depend on its batch-mates). The gates stay float32."""
 
     def __init__(self, rnn: nn.GRU):
         super().__init__()
@@ -228,7 +206,6 @@ def is_quantized(module: Any) -> bool:
 
 
 def shortlist_rows(proj: Int8Linear, vocab: Tensor) -> tuple[Int8Rows, None]:
-    """The columns `vocab` (L,) of an int8 output layer (V outputs): (Int8Rows with weight_t
-    (F, L), None), the form `Seq2Seq.step`'s `out` takes; `project` applies it."""
+    """The columns `vocab` (L,) of an int8 output layer: (Int8Rows, None), as `Seq2Seq.step`'s `out`."""
     bias = proj.bias.index_select(0, vocab) if proj.bias is not None else None
     return Int8Rows(proj.weight_t.index_select(1, vocab), proj.scale.index_select(0, vocab), bias), None

@@ -20,9 +20,7 @@ from torch.autograd.function import once_differentiable
 
 from nmtkit.models.fast.fusion import bucket, loop_graphs, step_fn
 
-# Without autograd (decoding), the (B, S, K) tanh intermediate is computed in row blocks of about
-# this many elements, so that it stays in the CPU cache instead of streaming through memory:
-# 4-5x faster for beam search, whose B*K rows make it tens of MB (same values, row by row).
+# elements of the (B, S, K) tanh intermediate computed at once without autograd on the CPU (cache-sized)
 _SCORE_BLOCK = 1 << 18
 
 
@@ -39,12 +37,9 @@ def tanh_(x: Tensor) -> Tensor:
 
 
 class _BlockScores:
-    """v^T tanh(keys + query) block by block (the CPU inference paths below), with what every
-    block shares computed once per call. In the sigmoid form (`sigmoid_form`) a block is
-    sigmoid(2 query + 2 keys) . 2v, one pass over the block fewer than tanh_'s, and `finish`
-    subtracts sum(v) from all the scores at once: 2 sigmoid(2x) - 1 = tanh(x), so
-    v^T tanh(x) = 2 v^T sigmoid(2x) - sum(v). Doubling is exact in floating point, so
-    2 query + 2 keys rounds as 2 (query + keys) does."""
+    """v^T tanh(keys + query) block by block (the CPU inference paths below). In the sigmoid form
+    a block is sigmoid(2 query + 2 keys) . 2v and `finish` subtracts sum(v) from all the scores:
+    v^T tanh(x) = 2 v^T sigmoid(2x) - sum(v) (doubling is exact in floating point)."""
 
     def __init__(self, query_proj: Tensor, keys: Tensor, v: Tensor):
         self.sigmoid = sigmoid_form(keys) and sigmoid_form(query_proj)
@@ -63,10 +58,8 @@ class _BlockScores:
 
 
 def additive_scores(query_proj: Tensor, keys: Tensor, v: Tensor) -> Tensor:
-    """e = v^T tanh(query_proj + keys).
-
-    query_proj: (B, K) W_a s_{i-1}; keys: (B, S, K) U_a h_j; v: (K,) -> scores (B, S).
-    """
+    """e = v^T tanh(query_proj + keys): query_proj (B, K) W_a s_{i-1}, keys (B, S, K) U_a h_j,
+    v (K,) -> scores (B, S)."""
     B, S, K = keys.shape
     rows = max(1, _SCORE_BLOCK // max(1, S * K))
     if torch.is_grad_enabled() or keys.device.type != "cpu" or rows >= B or torch.compiler.is_compiling():
@@ -81,14 +74,10 @@ def additive_scores(query_proj: Tensor, keys: Tensor, v: Tensor) -> Tensor:
 def additive_scores_grouped(query_proj: Tensor, keys: Tensor, v: Tensor, mask: Tensor) -> Tensor:
     """e = v^T tanh(query_proj + keys) for G queries per sentence (beam search's hypotheses).
 
-    query_proj: (B, G, K); keys: (B, S, K), shared by the G queries of a sentence;
-    v: (K,); mask: (B, S) bool, True at real positions -> scores (B, G, S), with a placeholder
-    (the caller masks them) beyond a block's longest sentence. The same values at
-    real positions as `additive_scores` on keys repeated G times, without materialising those
-    copies (they are memory traffic that dominates a batched beam search step). On the CPU,
-    blocks of sentences are done one after the other (the (., G, S, K) tanh intermediate then
-    stays in the cache) and each block only up to its longest sentence, so short sentences do
-    not pay for the padding of a long one. Inference only.
+    query_proj (B, G, K); keys (B, S, K), shared by a sentence's G queries, never copied; v (K,);
+    mask (B, S) bool, True at real positions -> scores (B, G, S), with a placeholder the caller
+    masks beyond a block's longest sentence (on the CPU each block of sentences is scored only
+    up to its longest one). Inference only.
     """
     B, G, K = query_proj.shape
     S = keys.size(1)
@@ -111,10 +100,7 @@ def bahdanau_recurrence(x_gates: Tensor, s0: Tensor, keys: Tensor, values: Tenso
                         ) -> tuple[Tensor, Tensor]:
     """x_gates (B, T, 3d), s0 (B, d), keys (B, S, n'), values (B, S, 3d), mask (B, S) bool,
     w_q (n' + 2d, d), v_a (n',), U (d, d) -> (states s_0..s_T (B, T+1, d), alpha (B, T, S)).
-
-    `fuse` runs the step bodies compiled (see the module docstring); `graphs` runs the training
-    loops (forward and backward) as CUDA graphs over padded shapes (`_Recurrence`). The results
-    are the same up to floating-point rounding."""
+    `fuse` and `graphs`: module docstring (the same results up to floating-point rounding)."""
     dev = x_gates.device.type
     if torch.is_autocast_enabled(dev):
         mm_dtype = torch.get_autocast_dtype(dev)
@@ -134,8 +120,7 @@ def bahdanau_recurrence(x_gates: Tensor, s0: Tensor, keys: Tensor, values: Tenso
 
 
 def _scores_tanh(keys: Tensor, qa: Tensor, work: Tensor | None) -> Tensor:
-    """tanh(q_a + K): keys (B, S, n'), qa (B, n') -> (B, S, n'), in `work` when given, else in one
-    new tensor (the add's result, made tanh in place by attention.tanh_)."""
+    """tanh(q_a + K): keys (B, S, n'), qa (B, n') -> (B, S, n'), in `work` when given."""
     return tanh_(keys + qa.unsqueeze(1) if work is None else torch.add(keys, qa.unsqueeze(1), out=work))
 
 
@@ -144,7 +129,7 @@ def _fwd_step(s: Tensor, x: Tensor, keys: Tensor, vals: Tensor, pad: Tensor, wq:
     """One step from s_i (B, d), x_i (B, 3d); keys (B, S, n') in the accumulation dtype, vals
     (B, S, 3d) in the matmul dtype, pad (B, S) bool, wq (n' + 2d, d) and Uc (d, d) in the matmul dtype, va (n',)
     -> (s_{i+1}, alpha_i (B, S), attention query q_a (B, n'), [z; r; cand] (B, 3d)). `work`: an
-    optional (B, S, n') buffer like keys for the tanh activations (module docstring, Memory)."""
+    optional (B, S, n') buffer like keys for the tanh activations."""
     acc, mmd = s.dtype, wq.dtype
     na, d = keys.size(2), s.size(1)
     q = (s.to(mmd) @ wq.t()).to(acc)
@@ -158,8 +143,7 @@ def _fwd_step(s: Tensor, x: Tensor, keys: Tensor, vals: Tensor, pad: Tensor, wq:
 
 
 def _workspace(keys: Tensor, fuse: bool) -> Tensor | None:
-    """The (B, S, n') buffer every eager step computes its tanh activations in (None when fused:
-    the compiled body keeps no such intermediate)."""
+    """The (B, S, n') buffer every eager step computes its tanh activations in (None when fused)."""
     return None if fuse else torch.empty_like(keys)
 
 
@@ -192,12 +176,10 @@ def _bwd_step(g_next: Tensor, g_s: Tensor, g_alpha: Tensor, z: Tensor, r: Tensor
               wq: Tensor, va: Tensor, Uc: Tensor, work: Tensor | None = None
               ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The gradients through step i. g_next = dL/ds_{i+1} (B, d), g_s and g_alpha the direct
-    gradients of s_i (B, d) and alpha_i (B, S); z, r, cand, s (B, d), alpha (B, S), the
-    attention query qa (B, n') from the forward step; keys (B, S, n'); g_keys (B, S, n'), the sum
-    over the later steps of (1 - th^2) g_e (the keys' gradient before the factor v_a); vals_t
-    (B, 3d, S), wq, Uc in the matmul dtype -> (dL/ds_i, g_x (B, 3d), g_q (B, n'+2d), g_keys
-    with step i added, this step's term of v_a's gradient (n',)). th_i is recomputed here, in
-    `work` when given (module docstring)."""
+    gradients of s_i (B, d) and alpha_i (B, S); z, r, cand, s, alpha and qa (B, n') from the
+    forward step; g_keys (B, S, n'), the keys' gradient of the later steps before the factor v_a;
+    vals_t (B, 3d, S), wq, Uc in the matmul dtype -> (dL/ds_i, g_x (B, 3d), g_q (B, n'+2d),
+    g_keys with step i added, this step's term of v_a's gradient (n',)). th_i is recomputed."""
     acc, mmd = s.dtype, wq.dtype
     d = s.size(1)
     g_z = g_next * (cand - s)
@@ -259,11 +241,9 @@ def _pad_to(t: Tensor, shape: tuple[int, ...]) -> Tensor:
 
 class _Recurrence(torch.autograd.Function):
     """The recurrence with its hand-written backward. With `graphs`, both loops run as CUDA graphs
-    (models/fast/fusion.py) over inputs padded to BUCKET multiples of the batch size B, the target
-    length T and the source length S: padded steps come after the real ones and padded source
-    positions are masked, so they change nothing the real ones compute; a padded row attends
-    to its first position only (a row with no position would give NaN). The backward pass
-    feeds the padded steps zero gradients, which stay exactly zero through them."""
+    over B, T and S padded to BUCKET multiples: padded steps come after the real ones, padded
+    positions are masked, a padded row attends to its first position only (not NaN), and the
+    backward feeds padded steps zero gradients, which stay zero."""
 
     @staticmethod
     def forward(ctx, x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse, graphs):  # type: ignore[override]

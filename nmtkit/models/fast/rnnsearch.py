@@ -1,14 +1,11 @@
 """RNNsearch's fast paths: `FastRNNSearch` computes what `models.rnnsearch.RNNSearch` does, faster.
 
-Everything that does not depend on s_{i-1} is computed for all positions at once: target
-embeddings and their products W_in E y, V_o E y; the keys U_a h_j and values [C; C_z; C_r] h_j.
-Teacher forcing runs the decoder as recurrence.py's loop with a hand-written backward (CUDA
-graphs with `graph_loops`); U_o s, C_o c, the maxout and W_o run after the loop over all steps.
-Decoding gets [C c_i ; C_o c_i] = sum_j alpha_ij [C h_j ; C_o h_j] from [C; C_o] h_j made once
-per sentence (`encode_for_steps`) and reads each sentence's keys once for its G hypotheses
-(`_step_grouped`). The encoder is a packed nn.GRU (cuDNN), unpacked torch.gru on the CPU,
-gru_recurrence.py's loop with `fuse_steps`, or an int8 GRU (quantize.Int8BiGRU); int8 decoding
-runs the products of one input as one product each (`int8_stacks`).
+What does not depend on s_{i-1} is computed for all positions at once (W_in E y, V_o E y, the keys
+U_a h_j, the values [C; C_z; C_r] h_j). Teacher forcing runs the decoder as recurrence.py's loop;
+the deep output and W_o run after it over all steps. Decoding averages [C h_j ; C_o h_j], made once
+per sentence, with the attention weights, and reads each sentence's keys once for its G hypotheses
+(`_step_grouped`). The encoder is a packed nn.GRU, unpacked torch.gru on the CPU, gru_recurrence.py's
+loop with `fuse_steps`, or an int8 GRU.
 """
 from __future__ import annotations
 
@@ -26,18 +23,14 @@ from nmtkit.models.rnnsearch import RNNSearch, RNNSearchConfig, masked_softmax, 
 
 
 def maxout_of_sum(a: Tensor, b: Tensor, c: Tensor) -> Tensor:
-    """maxout_pairs(a + b + c): the deep output's elementwise part, a step body (fusion.py) so
-    that with fusion its forward and backward are one kernel each."""
+    """maxout_pairs(a + b + c): the deep output's elementwise part, as a fusable step body."""
     return maxout_pairs(a + b + c)
 
 
 def encode_bigru(embed: nn.Embedding, rnn: nn.GRU | nn.LSTM, drop: nn.Module, src: Tensor,
                  src_lens: Tensor, src_eos: bool, fuse_steps: bool = False):
-    """Shared by the attention models: (annotations (B, S', 2n), mask (B, S'), final rnn state).
-
-    S' = S + 1 when `src_eos` appends EOS. Padded positions of the annotations are zero.
-    `fuse_steps` runs a bidirectional GRU as gru_recurrence.py's loop of compiled step bodies
-    (no final state returned then, as on the CPU path and in int8); LSTMs ignore it."""
+    """Shared by the attention models: (annotations (B, S', 2n), zero at padding; mask (B, S');
+    the final rnn state, or None on the fused, CPU and int8 GRU paths). S' = S + 1 with `src_eos`."""
     if src_eos:
         src, src_lens = append_eos(src, src_lens)
     if isinstance(rnn, Int8BiGRU):  # int8 decoding (quantize.py): the GRU quantises the rows it looks up
@@ -55,15 +48,9 @@ def encode_bigru(embed: nn.Embedding, rnn: nn.GRU | nn.LSTM, drop: nn.Module, sr
 
 
 def _bigru_cpu(rnn: nn.GRU, emb: Tensor, lens: Tensor, mask: Tensor) -> Tensor:
-    """The annotations of a packed bidirectional nn.GRU, computed without packing (CPU only).
-
-    PyTorch's CPU kernel precomputes the input projections for all time steps only for padded
-    (unpacked) input; packed input costs about 1.4x more time (fwd+bwd, measured). Padding
-    after the end does not affect the forward direction at real positions; the backward
-    direction runs forward over each sentence reversed within its own length (padding stays at
-    the end), then is reversed back. Same weights, same results as the packed call (tested);
-    the final states are not returned (RNNsearch reads bwd h_1 from the annotations).
-    """
+    """The annotations of a packed bidirectional nn.GRU, computed without packing (faster on the
+    CPU): the backward direction runs over each sentence reversed within its own length, then is
+    reversed back. The same results as the packed call (tested)."""
     rev = reversal_index(lens, mask)
     idx = rev.unsqueeze(2).expand(-1, -1, emb.size(2))
     h0 = emb.new_zeros(1, emb.size(0), rnn.hidden_size)
@@ -89,10 +76,7 @@ class FastRNNSearch(Accelerated, RNNSearch):
 
     def encode_for_steps(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
         """`encode`, with step_values [C; C_z; C_r; C_o] h_j (B, S', 3d + 2l) in the place of
-        values: a step's context terms C c_i and C_o c_i are then one weighted sum over S'
-        positions, instead of a weighted sum and a (2n x 2l) product per hypothesis and step.
-        Int8 decoding makes the keys and step_values in one product of the annotations
-        (`int8_stacks`)."""
+        values: a step's context terms are then one weighted sum over S' positions."""
         ann, mask = self._annotate(src, src_lens)
         stack = self.decode_stacks.get("annotations")
         if stack is None:
@@ -108,8 +92,7 @@ class FastRNNSearch(Accelerated, RNNSearch):
         return ann, mask
 
     def _encoder_out(self, ann: Tensor, mask: Tensor, keys: Tensor, **projections: Tensor) -> EncoderOut:
-        """The EncoderOut of annotations `ann` with their keys and `projections` (values or
-        step_values); init = bwd h_1."""
+        """The EncoderOut of `ann` with its keys and `projections`; init = bwd h_1."""
         return EncoderOut(annotations=ann, keys=keys, mask=mask, init=ann[:, 0, self.config.enc_hidden:],
                           src_eos=self.config.src_eos, **projections)
 
@@ -117,10 +100,7 @@ class FastRNNSearch(Accelerated, RNNSearch):
     def attend_and_update(self, s: Tensor, x_gates: Tensor, enc: EncoderOut, w_q: Tensor | None,
                            update: bool = True) -> tuple[Tensor, Tensor]:
         """From s_{i-1} (B, d) and W[z,r,cand] E y_{i-1} (B, 3d): (alpha_i (B, S), s_i (B, d)).
-
-        w_q is [W_a; U_z; U_r] (n' + 2d, d): the three products of s_{i-1} in one matmul
-        (teacher forcing builds it once per batch); None uses W_a and U_zr directly.
-        """
+        w_q is [W_a; U_z; U_r] (n' + 2d, d) as one matmul, or None to use W_a and U_zr."""
         na, d = self.config.att_hidden, self.config.dec_hidden
         if w_q is None:  # one step (decoding): two products, no weight concatenation per step
             q_a, q_zr = self.W_a(s), self.U_zr(s)
@@ -134,9 +114,7 @@ class FastRNNSearch(Accelerated, RNNSearch):
 
     def _gru_update(self, s: Tensor, x: Tensor, q_zr: Tensor) -> Tensor:
         """s_i from s_{i-1} (B, d), x = W[z,r,cand] E y_{i-1} + C[z,r,cand] c_i (B, 3d) and
-        q_zr = U[z,r] s_{i-1} (B, 2d): z, r = sigmoid(.), s~ = tanh(W E y + U (r o s) + C c),
-        s_i = (1 - z) o s_{i-1} + z o s~. Without autograd, x is overwritten (the gate sums are
-        made in place)."""
+        q_zr = U[z,r] s_{i-1} (B, 2d). Without autograd, x is overwritten in place."""
         d = self.config.dec_hidden
         x_zr, x_h = x.split([2 * d, d], dim=1)
         if torch.is_grad_enabled():
@@ -153,8 +131,7 @@ class FastRNNSearch(Accelerated, RNNSearch):
         return self.drop(step_fn(maxout_of_sum, self.fuse_steps)(self.U_o(s), emb_out, self.C_o(ctx)))
 
     def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
-        """Teacher forcing. tgt_in (B, T) -> (t (B, T, l), alpha (B, T, S')), through the
-        recurrence with a hand-written backward (recurrence.py)."""
+        """Teacher forcing. tgt_in (B, T) -> (t (B, T, l), alpha (B, T, S')), through recurrence.py."""
         emb = self.drop_tgt(self.tgt_embed(tgt_in))
         x_gates = self.W_in(emb)  # (B, T, 3d), all steps at once
         emb_out = self.V_o(emb)  # (B, T, 2l)
@@ -183,11 +160,8 @@ class FastRNNSearch(Accelerated, RNNSearch):
                       ) -> tuple[Tensor, Tensor, Tensor]:
         """prev_tokens y_{i-1} (N,), state s_{i-1} (N, d) -> (t_i (N, l), s_i, alpha_i (N, S')).
 
-        Normally N = B, the rows of `enc`. With N = B * G (beam search, `grouped_encoder`),
-        rows g*G .. g*G+G-1 of the state all attend over sentence g of `enc`: the keys and
-        values are read once per sentence instead of once per hypothesis. Over `encode_for_steps`
-        (decoding) the step runs as `_step_grouped`; over `encode` (N = B), as teacher forcing
-        does (the equation tests compare the two).
+        N = B, or N = B * G (beam search, `grouped_encoder`): rows g*G .. g*G+G-1 attend over
+        sentence g of `enc`. Over `encode_for_steps` the step runs as `_step_grouped`.
         """
         if enc.step_values is not None:
             return self._step_grouped(prev_tokens, state, enc)
@@ -197,16 +171,14 @@ class FastRNNSearch(Accelerated, RNNSearch):
         return self.deep_output(state, s_new, self.V_o(emb), ctx), s_new, alpha
 
     def _state_products(self, s: Tensor) -> tuple[Tensor, ...]:
-        """(W_a s, [U_z; U_r] s), and U_o s + b_o with readout "prev": one int8 product where
-        int8 decoding stacked them (`int8_stacks`)."""
+        """(W_a s, [U_z; U_r] s), and U_o s + b_o with readout "prev"."""
         stack = self.decode_stacks.get("state")
         if stack is not None:
             return stack(s).split(stack.sizes, dim=1)
         return tuple(getattr(self, name)(s) for name in self._state_layers())
 
     def _state_layers(self) -> tuple[str, ...]:
-        """The layers a decoding step applies to s_{i-1}: W_a, [U_z; U_r], and U_o with readout
-        "prev"."""
+        """The layers a decoding step applies to s_{i-1}."""
         return ("W_a", "U_zr") + (("U_o",) if self.config.readout == "prev" else ())
 
     def _embedding_products(self, prev_tokens: Tensor) -> Tensor:
@@ -220,13 +192,8 @@ class FastRNNSearch(Accelerated, RNNSearch):
     def _step_grouped(self, prev_tokens: Tensor, s: Tensor, enc: EncoderOut
                       ) -> tuple[Tensor, Tensor, Tensor]:
         """`step_features` for N = B * G state rows (G >= 1) over the B sentences of an
-        `encode_for_steps` output (decoding only).
-
-        The same equations as `attend_and_update` + the deep output, with the attention and the
-        weighted sum done as (B, G, S) batched products against the (B, S, .) encoder tensors
-        instead of against G copies of them; the weighted sum of step_values adds
-        [C c_i ; C_o c_i] to [W E y ; V_o E y] in the same product (baddbmm).
-        """
+        `encode_for_steps` output: the attention and weighted sum as (B, G, S) batched products
+        against the encoder tensors, never G copies of them (decoding only)."""
         B, S = enc.mask.shape
         N = s.size(0)
         if N % B:
