@@ -34,50 +34,40 @@ def words_path(data_dir: str | Path, split: str, lang: str) -> Path:
 
 
 class SplitWriter:
-    """Streams one side's ids to raw files in `work_dir`, then writes the three .npy files above
-    block by block (int32 ids, int64 offsets n+1, int32 word lengths n), without holding the split
-    in memory.
-
-    `add(ids, lens, words)` takes a block of sentences: their ids concatenated (N,), their lengths
-    in ids (n,) and in words (n,); `close()` writes `{split}.{lang}.ids.npy` / `.offsets.npy` /
-    `.words.npy` in `out_dir`.
-    """
+    """Streams one side's ids to raw files in `work_dir`, then writes the three .npy files in
+    `out_dir` block by block, never holding the split in memory. `add(ids, lens, words)` takes a
+    block of sentences: their ids concatenated (N,), their lengths in ids (n,) and in words (n,)."""
 
     BLOCK = 1 << 20  # values per block when converting raw files to .npy
 
     def __init__(self, out_dir: str | Path, work_dir: str | Path, split: str, lang: str):
         self.ids_path, self.offsets_path = split_paths(out_dir, split, lang)
         self.words_path = words_path(out_dir, split, lang)
-        self._ids_raw = Path(work_dir) / f"{split}.{lang}.ids.raw"
-        self._lens_raw = Path(work_dir) / f"{split}.{lang}.lens.raw"
-        self._words_raw = Path(work_dir) / f"{split}.{lang}.words.raw"
-        self._fi = open(self._ids_raw, "wb")
-        self._fl = open(self._lens_raw, "wb")
-        self._fw = open(self._words_raw, "wb")
+        self._raw = [Path(work_dir) / f"{split}.{lang}.{kind}.raw" for kind in ("ids", "lens", "words")]
+        self._files = [open(raw, "wb") for raw in self._raw]
         self.n_tokens = 0
         self.n_lines = 0
 
     def add(self, ids: np.ndarray, lens: np.ndarray, words: np.ndarray) -> None:
         assert len(words) == len(lens), (len(words), len(lens))
-        self._fi.write(np.ascontiguousarray(ids, dtype=np.int32).tobytes())
-        self._fl.write(np.ascontiguousarray(lens, dtype=np.int64).tobytes())
-        self._fw.write(np.ascontiguousarray(words, dtype=np.int32).tobytes())
+        for f, values, dtype in zip(self._files, (ids, lens, words), (np.int32, np.int64, np.int32)):
+            f.write(np.ascontiguousarray(values, dtype=dtype).tobytes())
         self.n_tokens += len(ids)
         self.n_lines += len(lens)
 
     def close(self) -> None:
-        for f in (self._fi, self._fl, self._fw):
+        for f in self._files:
             f.close()
-        self._copy(self._ids_raw, self.ids_path, np.int32, self.n_tokens, cumulative=False)
-        self._copy(self._lens_raw, self.offsets_path, np.int64, self.n_lines + 1, cumulative=True)
-        self._copy(self._words_raw, self.words_path, np.int32, self.n_lines, cumulative=False)
-        for raw in (self._ids_raw, self._lens_raw, self._words_raw):
+        ids_raw, lens_raw, words_raw = self._raw
+        self._copy(ids_raw, self.ids_path, np.int32, self.n_tokens, cumulative=False)
+        self._copy(lens_raw, self.offsets_path, np.int64, self.n_lines + 1, cumulative=True)
+        self._copy(words_raw, self.words_path, np.int32, self.n_lines, cumulative=False)
+        for raw in self._raw:
             raw.unlink()
 
     def _copy(self, raw: Path, path: Path, dtype, n: int, cumulative: bool) -> None:
         """Write `raw` (native-endian values) as a 1-D .npy of length n, BLOCK values at a time;
-        with `cumulative`, as [0, running sums...] (lengths -> offsets). Plain file writes, no
-        memory map, so the resident memory stays at one block whatever the corpus size."""
+        with `cumulative`, as [0, running sums...] (lengths -> offsets)."""
         dtype = np.dtype(dtype)
         header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (n,)}
         written = 0
@@ -103,8 +93,7 @@ class SplitWriter:
 
 def check_npy(path: str | Path, expected_len: int | None = None) -> int:
     """The length of the 1-D integer .npy at `path`, after checking that the file holds every
-    byte its header promises (a truncated copy would fail later as "mmap length is greater than
-    file size") and, when given, `expected_len` values (the manifest's count)."""
+    byte its header promises and, when given, `expected_len` values."""
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -131,9 +120,7 @@ def check_npy(path: str | Path, expected_len: int | None = None) -> int:
 
 
 def value_range(values: np.ndarray, block: int = 1 << 20) -> tuple[int, int]:
-    """(min, max) of a 1-D array, (0, -1) when empty, in one pass over blocks that stay in the
-    cache: a mapped corpus of hundreds of millions of ids is then read from the page cache once,
-    not once for its minimum and again for its maximum."""
+    """(min, max) of a 1-D array, (0, -1) when empty, in one pass over cache-sized blocks."""
     lowest, highest = 0, -1
     for start in range(0, len(values), block):
         chunk = np.asarray(values[start : start + block])
@@ -143,9 +130,8 @@ def value_range(values: np.ndarray, block: int = 1 << 20) -> tuple[int, int]:
 
 
 class BinarizedText:
-    """One language of one split, memory-mapped. `len(x)`, `x[k]` -> np.ndarray of ids;
-    `x.lengths` (n,) in ids (model tokens), `x.word_lengths` (n,) in words; `x.max_id` the
-    largest id (-1 when there are none)."""
+    """One language of one split, memory-mapped: `x[k]` the ids of sentence k, `lengths` (n,) in ids,
+    `word_lengths` (n,) in words, `max_id` the largest id (-1 when there are none)."""
 
     def __init__(self, data_dir: str | Path, split: str, lang: str):
         ids_path, off_path = split_paths(data_dir, split, lang)
@@ -163,11 +149,8 @@ class BinarizedText:
         self._check(ids_path, off_path, w_path)
 
     def _check(self, ids_path: Path, off_path: Path, w_path: Path) -> None:
-        """Offsets that cut `ids` into sentences (0 first, never decreasing, len(ids) last),
-        word lengths and ids that are not negative, and word lengths that fit the ids: else
-        sentences would be cut wrongly without a word, fail as tracebacks in batching, or be
-        dropped by --max-len for a length they do not have. (Ids past the vocabulary: the data
-        directory's check.)"""
+        """Offsets that cut `ids` into sentences (0 first, never decreasing, len(ids) last), ids
+        and word lengths that are not negative, and word lengths that fit the ids."""
         off = self.offsets
         if len(off) == 0 or off[0] != 0 or off[-1] != len(self.ids) or (self.lengths < 0).any():
             raise InputError(f"its offsets do not cut {ids_path.name}'s {len(self.ids)} ids into sentences (they must "
@@ -200,10 +183,8 @@ class ParallelData:
         self.src = BinarizedText(data_dir, split, src_lang)
         self.tgt = BinarizedText(data_dir, split, tgt_lang)
         if len(self.src) != len(self.tgt):
-            raise InputError(
-                f"split '{split}' has {len(self.src)} source but {len(self.tgt)} target sentences",
-                str(data_dir),
-            )
+            raise InputError(f"split '{split}' has {len(self.src)} source but {len(self.tgt)} target sentences",
+                             str(data_dir))
 
     def __len__(self) -> int:
         return len(self.src)
@@ -211,8 +192,7 @@ class ParallelData:
 
 def write_split(out_dir: str | Path, split: str, lang: str, sentences: list[list[int]],
                 words: list[int] | None = None) -> None:
-    """One side of a split held in memory (tests, benchmarks), through `SplitWriter`; `words`:
-    each sentence's length in words (default: its length in ids, every id a word)."""
+    """One side of a split held in memory (tests, benchmarks); `words` defaults to the lengths in ids."""
     w = SplitWriter(out_dir, out_dir, split, lang)
     lens = np.asarray([len(s) for s in sentences], dtype=np.int64)
     w.add(np.asarray([i for s in sentences for i in s], dtype=np.int32), lens,
@@ -223,14 +203,10 @@ def write_split(out_dir: str | Path, split: str, lang: str, sentences: list[list
 # ---- minibatches ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BatchingConfig:
-    """How one epoch is cut into minibatches.
-
-    batch_size:  at most this many pairs per minibatch (None: no limit; needs max_tokens).
-    max_tokens:  at most this many padded tokens per minibatch, counted as
-                 n_pairs * max(longest source, longest target + 1); None: no token budget.
-    pool_size:   pairs read, sorted by length and split at once (the paper: 1600 = 20 x 80).
-    shuffle:     shuffle the corpus order and the minibatch order inside each pool.
-    """
+    """How one epoch is cut into minibatches: at most `batch_size` pairs (None: no limit) and at
+    most `max_tokens` padded tokens, n_pairs * max(longest source, longest target + 1) (None: no
+    budget); `pool_size` pairs sorted and split at once; `shuffle` the corpus and each pool's
+    minibatches."""
 
     batch_size: int | None = 80
     max_tokens: int | None = None
@@ -248,11 +224,6 @@ class BatchingConfig:
             raise ConfigError(f"--sort-pool must be at least 1, got {self.pool_size}")
 
 
-def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
-    """The generator that orders epoch `epoch` (independent of every other RNG in the run)."""
-    return np.random.default_rng([int(seed), int(epoch), 0x6E6D74])
-
-
 def keep_pairs(src_lens: np.ndarray, tgt_lens: np.ndarray, max_len: int | None) -> np.ndarray:
     """Indices of the pairs used for training: both sides non-empty and at most `max_len` tokens."""
     src_lens = np.asarray(src_lens)
@@ -263,21 +234,13 @@ def keep_pairs(src_lens: np.ndarray, tgt_lens: np.ndarray, max_len: int | None) 
     return np.flatnonzero(ok).astype(np.int64)
 
 
-def _cost(src_len: int, tgt_len: int) -> int:
-    """Padded tokens one pair adds to a batch: the longer of source and target (+EOS)."""
-    return max(int(src_len), int(tgt_len) + 1)
-
-
 def over_budget(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int) -> tuple[int, int]:
-    """(pairs whose padded size exceeds `max_tokens`, the largest padded size): each such pair
-    forms a one-pair minibatch over the budget."""
+    """(pairs whose padded size exceeds `max_tokens`, the largest padded size)."""
     cost = np.maximum(np.asarray(src_lens), np.asarray(tgt_lens) + 1)
     return int((cost > max_tokens).sum()), int(cost.max()) if cost.size else 0
 
 
-def _split_pool(
-    pool: np.ndarray, src_lens: np.ndarray, tgt_lens: np.ndarray, cfg: BatchingConfig
-) -> list[np.ndarray]:
+def _split_pool(pool: np.ndarray, src_lens: np.ndarray, tgt_lens: np.ndarray, cfg: BatchingConfig) -> list[np.ndarray]:
     """Sort one pool by length (target, then source) and cut it into minibatches."""
     order = np.lexsort((src_lens[pool], tgt_lens[pool]))  # last key is the primary one
     pool = pool[order]
@@ -287,7 +250,7 @@ def _split_pool(
     batches: list[np.ndarray] = []
     start, longest = 0, 0
     for i, k in enumerate(pool):
-        cost = _cost(src_lens[k], tgt_lens[k])
+        cost = max(int(src_lens[k]), int(tgt_lens[k]) + 1)  # the longer of source and target (+EOS)
         n = i - start + 1
         too_many = cfg.batch_size is not None and n > cfg.batch_size
         if n > 1 and (too_many or max(longest, cost) * n > cfg.max_tokens):
@@ -300,26 +263,16 @@ def _split_pool(
     return batches
 
 
-def epoch_batches(
-    src_lens: np.ndarray,
-    tgt_lens: np.ndarray,
-    cfg: BatchingConfig,
-    seed: int,
-    epoch: int,
-    indices: np.ndarray | None = None,
-) -> list[np.ndarray]:
-    """The minibatches (arrays of pair indices) of one epoch, in training order.
-
-    `indices` restricts the epoch to those pairs (e.g. `keep_pairs(...)`); every one of them
-    appears in exactly one minibatch. A single pair longer than the token budget still forms
-    a minibatch of its own (it is never silently dropped).
-    """
+def epoch_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, cfg: BatchingConfig, seed: int, epoch: int,
+                  indices: np.ndarray | None = None) -> list[np.ndarray]:
+    """The minibatches (arrays of pair indices) of one epoch, in training order: each of
+    `indices` (default: all pairs) in exactly one, a pair over the token budget alone."""
     src_lens = np.asarray(src_lens)
     tgt_lens = np.asarray(tgt_lens)
     if indices is None:
         indices = np.arange(len(src_lens), dtype=np.int64)
     indices = np.asarray(indices, dtype=np.int64)
-    rng = epoch_rng(seed, epoch)
+    rng = np.random.default_rng([int(seed), int(epoch), 0x6E6D74])  # independent of every other RNG in the run
     order = rng.permutation(indices) if cfg.shuffle else indices
     out: list[np.ndarray] = []
     for p in range(0, len(order), cfg.pool_size):
@@ -332,27 +285,17 @@ def epoch_batches(
 
 def update_batches(plan: list[np.ndarray], start: int, world_size: int, update_freq: int) -> list[np.ndarray]:
     """The minibatches of the update that starts at `plan[start]`: `update_freq` rounds of one
-    minibatch per rank (rank r trains on `batches[r::world_size]`); at the end of an epoch as
-    many whole rounds as remain, and [] when fewer minibatches than ranks remain (they are left
-    out of that epoch; the next epoch's plan is shuffled anew)."""
+    minibatch per rank (rank r trains on `batches[r::world_size]`), as many whole rounds as
+    remain at the end of an epoch ([] when fewer minibatches than ranks remain)."""
     rounds = min(update_freq, (len(plan) - start) // world_size)
     return plan[start : start + max(0, rounds) * world_size]
 
 
-def length_batches(
-    lengths: Sequence[int] | np.ndarray,
-    batch_size: int,
-    max_tokens: int | None = None,
-    indices: np.ndarray | None = None,
-    longest_first: bool = False,
-) -> list[np.ndarray]:
-    """Sentence indices in batches of similar length, for decoding and evaluation (no shuffling).
-
-    The `indices` (default: all) are sorted by length (stable: ties keep their order), shortest
-    first or `longest_first`, and cut into batches of at most `batch_size` sentences and, with
-    `max_tokens`, at most that many padded tokens (sentences x the longest one); a single
-    longer sentence gets a batch of its own.
-    """
+def length_batches(lengths: Sequence[int] | np.ndarray, batch_size: int, max_tokens: int | None = None,
+                   indices: np.ndarray | None = None, longest_first: bool = False) -> list[np.ndarray]:
+    """Sentence indices in batches of similar length, for decoding and evaluation: `indices`
+    (default: all) stably sorted by length (or `longest_first`), cut into batches of at most
+    `batch_size` sentences and `max_tokens` padded tokens (a longer sentence alone)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     if indices is None:
         indices = np.arange(len(lengths), dtype=np.int64)
@@ -384,21 +327,11 @@ def pad_rows(rows: Sequence[Sequence[int] | np.ndarray], pad: int = PAD_ID, widt
     return out
 
 
-def collate(
-    src_ids: np.ndarray,
-    src_offsets: np.ndarray,
-    tgt_ids: np.ndarray,
-    tgt_offsets: np.ndarray,
-    batch: np.ndarray,
-    bos: int = BOS_ID,
-    eos: int = EOS_ID,
-    pad: int = PAD_ID,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Padded arrays for one minibatch of pair indices.
-
-    Returns (src (B, S) int64, src_lens (B,) int64, tgt_in (B, T+1) = [BOS] + y,
-    tgt_out (B, T+1) = y + [EOS]), padded with `pad` (`pad_rows`). Sources carry no BOS/EOS.
-    """
+def collate(src_ids: np.ndarray, src_offsets: np.ndarray, tgt_ids: np.ndarray, tgt_offsets: np.ndarray,
+            batch: np.ndarray, bos: int = BOS_ID, eos: int = EOS_ID, pad: int = PAD_ID
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Padded arrays for one minibatch of pair indices: (src (B, S) int64, src_lens (B,) int64,
+    tgt_in (B, T+1) = [BOS] + y, tgt_out (B, T+1) = y + [EOS]); sources carry no BOS/EOS."""
     b = len(batch)
     s0, s1 = src_offsets[batch], src_offsets[batch + 1]
     t0, t1 = tgt_offsets[batch], tgt_offsets[batch + 1]

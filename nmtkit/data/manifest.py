@@ -39,18 +39,10 @@ class Manifest:
     tgt_vocab: Vocab
     pipeline: dict[str, Any]
 
-    @property
-    def file(self) -> Path:
-        return self.path / "manifest.json"
-
 
 def read_manifest(path: str | Path) -> Manifest:
-    """Read and check `path/manifest.json` and its vocabulary files.
-
-    InputError naming the directory or the manifest when the directory is missing, holds no
-    manifest, or the manifest is not a JSON object with src_lang, tgt_lang, vocab.{src,tgt} and
-    a text pipeline that agrees with them and with its BPE record.
-    """
+    """Read and check `path/manifest.json` and its vocabulary files (InputError naming the
+    directory or the file when anything is missing or does not agree)."""
     path = Path(path)
     if not path.exists():
         raise InputError("data directory not found (create it with 'nmtkit preprocess')", str(path))
@@ -94,8 +86,7 @@ def read_manifest(path: str | Path) -> Manifest:
 
 def _pipeline(manifest: dict[str, Any], mpath: Path) -> dict[str, Any]:
     """The manifest's text pipeline, checked as translation will read it from the checkpoints
-    trained on this data: a model trained without it cannot translate raw text, and one whose
-    pipeline leaves out the BPE its data was segmented with outputs subwords ("@@")."""
+    trained on this data (without it, or without its BPE, a model cannot translate raw text)."""
     pipeline = manifest.get("pipeline")
     if not isinstance(pipeline, dict) or not pipeline:
         raise InputError(f"manifest.json 'pipeline' is {json.dumps(pipeline)[:40]}, not the text pipeline preprocess records: "
@@ -118,8 +109,7 @@ def _pipeline(manifest: dict[str, Any], mpath: Path) -> dict[str, Any]:
 
 
 def _vocabularies(path: Path, vocab: dict[str, Any]) -> dict[str, Vocab]:
-    """The two vocabulary files the manifest's `vocab` names, each of the size it records (when
-    it does): another size is a vocabulary of the other language or of another data directory."""
+    """The two vocabulary files the manifest's `vocab` names, each of the size it records, if any."""
     vocabs = {side: Vocab.load(path / vocab[side]) for side in ("src", "tgt")}
     for side, v in vocabs.items():
         size = vocab.get(f"{side}_size")
@@ -131,9 +121,8 @@ def _vocabularies(path: Path, vocab: dict[str, Any]) -> dict[str, Vocab]:
 
 
 def owned_files(manifest: dict[str, Any]) -> set[str]:
-    """The files (relative paths) `nmtkit preprocess` wrote into the data directory of
-    `manifest`: its "files" list, or for a manifest without one the names its vocabularies,
-    BPE codes and splits imply. `preprocess --force` replaces a directory holding only these."""
+    """The files (relative paths) `nmtkit preprocess` wrote into the data directory of `manifest`:
+    its "files" list, or the names its vocabularies, BPE codes and splits imply."""
     if isinstance(manifest.get("files"), list):
         return {str(f) for f in manifest["files"]} | {"manifest.json"}
     langs = [str(manifest.get("src_lang")), str(manifest.get("tgt_lang"))]
@@ -144,7 +133,6 @@ def owned_files(manifest: dict[str, Any]) -> set[str]:
     for split in manifest.get("splits") or {}:
         files |= {f"{split}.{lang}.{kind}.npy" for lang in langs for kind in ("ids", "offsets", "words")}
     return files
-
 
 
 def recorded_digests(manifest: Any, prefix: str, lang: str) -> set[str]:

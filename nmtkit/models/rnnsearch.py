@@ -1,15 +1,13 @@
 """RNNsearch: Bahdanau, Cho & Bengio (ICLR 2015), "Neural Machine Translation by Jointly
-Learning to Align and Translate", as the paper writes it (docs/paper-notes.md has the equations).
+Learning to Align and Translate", as plain eager PyTorch, one decoder step at a time
+(docs/paper-notes.md has the equations). Training and decoding build
+`models.fast.rnnsearch.FastRNNSearch`, the same parameters computed faster, held to this one.
 
-The model as plain eager PyTorch, one decoder step at a time: the bidirectional GRU encoder, the
-alignment model (additive attention), the decoder GRU fed with the context, and the deep output
-with maxout. Training and decoding build `models.fast.rnnsearch.FastRNNSearch`, the same
-parameters and equations computed faster, which the equation tests hold to this one.
 Choices the paper leaves open: EOS is appended to every source sentence inside the model
-(`src_eos`); the encoder is nn.GRU (candidate tanh(W x + r (U h + b)), cuDNN's form) and the
-decoder the paper's U [r s]; biases in the GRU gates, W_s, U_o and W_o; dropout on the source
-and target embeddings and on t_i (`dropout_sites`); readout "prev" reads s_{i-1} in the deep
-output (appendix A.2.2), "new" s_i (section 3.1).
+(`src_eos`); the encoder is nn.GRU (cuDNN's candidate tanh(W x + r (U h + b))), the decoder the
+paper's U [r s]; biases in the GRU gates, W_s, U_o and W_o; dropout on the embeddings and on t_i
+(`dropout_sites`); readout "prev" reads s_{i-1} in the deep output (appendix A.2.2), "new" s_i
+(section 3.1).
 """
 from __future__ import annotations
 
@@ -82,23 +80,16 @@ class RNNSearchConfig:
 
 
 def maxout_pairs(x: Tensor) -> Tensor:
-    """(..., 2l) -> (..., l): t_j = max(x_{2j-1}, x_{2j}) over adjacent pairs.
-
-    torch.maximum, not amax over the pair: the same values and gradients (a tie splits the
-    gradient in halves either way), and its backward is also sound when compiled under bf16
-    autocast, where ties are frequent (inductor's amax backward gave NaN there). torch.unflatten,
-    not the method: Tensor.unflatten is Python that calls super(), which dynamo cannot trace when
-    a TorchFunctionMode (devtools.launches.HostReads) routes the call through it."""
+    """(..., 2l) -> (..., l): t_j = max(x_{2j-1}, x_{2j}) over adjacent pairs. torch.maximum, not
+    amax: inductor's amax backward gave NaN on bf16 ties; torch.unflatten, not the method, which
+    dynamo cannot trace under a TorchFunctionMode."""
     pairs = torch.unflatten(x, -1, (-1, 2))
     return torch.maximum(pairs[..., 0], pairs[..., 1])
 
 
 def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
-    """scores (..., S), mask (..., S) bool (True = real position) -> weights (..., S).
-
-    Computed in float32 at least (float64 stays float64, also under bf16 autocast), so every
-    row sums to one; padding gets weight exactly 0; every row must have a real position.
-    """
+    """scores (..., S), mask (..., S) bool (True = real position) -> weights (..., S), in
+    float32 at least; padding gets weight exactly 0; every row must have a real position."""
     if scores.dtype not in (torch.float32, torch.float64):
         scores = scores.float()
     scores = scores.masked_fill(~mask, float("-inf"))

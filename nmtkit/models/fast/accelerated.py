@@ -1,14 +1,11 @@
 """The fast paths every built model has on top of the plain `Seq2Seq` interface, and the chunked loss.
 
-`Accelerated` comes first in a built model's bases (`models.build_model` builds only such
-classes): `fuse_steps`, fixed at construction, runs the step bodies compiled and `graph_loops`
-(--cuda-graphs) replays the teacher-forcing loops as CUDA graphs (both fusion.py);
+`Accelerated` comes first in a built model's bases: `fuse_steps` runs the step bodies compiled and
+`graph_loops` (--cuda-graphs) the teacher-forcing loops as CUDA graphs (both fusion.py);
 `decode_stacks` holds what int8 decoding builds (quantize.py). `loss` is `linear_cross_entropy`,
 which never holds the (N, V) logits of a batch: each chunk of positions is projected, normalised
-and scored, and its gradients are made right away in the forward pass (the backward only scales
-them; memory O(chunk * V), no recomputation). In bf16/fp16, chunks are padded with zero rows to a
-multiple of ROW_MULTIPLE (few product shapes for oneDNN). The plain `Seq2Seq` methods are what
-these are held to.
+and scored, and its gradients made right away in the forward pass (the backward only scales them).
+In bf16/fp16, chunks are padded with zero rows to a multiple of ROW_MULTIPLE (few product shapes).
 """
 from __future__ import annotations
 
@@ -25,29 +22,23 @@ from nmtkit.models.fast.fusion import step_fn
 class Accelerated(Seq2Seq):
     """A model with the fast paths (module docstring); `fuse_steps` is a keyword argument."""
 
-    # the nn.Linear layers that decoding only calls as modules (never reading their .weight):
-    # what `--precision int8` quantises (nmtkit.models.fast.quantize); empty: no int8 decoding
+    # the nn.Linear layers decoding only calls as modules: what `--precision int8` quantises
     int8_linears: tuple[str, ...] = ()
-    # the one-layer bidirectional nn.GRU encoder that int8 decoding runs as `quantize.Int8BiGRU`
-    # (over the source embedding `encode_bigru` hands it), or None (the encoder stays float32)
+    # the bidirectional nn.GRU encoder int8 decoding runs as `quantize.Int8BiGRU`, or None
     int8_encoder: str | None = None
-    # True when teacher forcing can run its recurrence as CUDA graphs (nmtkit.models.fast.fusion);
-    # `graph_loops`, set by training (--cuda-graphs), turns them on
+    # True when teacher forcing can run as CUDA graphs; `graph_loops` (--cuda-graphs) turns them on
     graph_loops_supported: bool = False
     graph_loops: bool = False
 
     def __init__(self, *args, fuse_steps: bool = False):
         super().__init__(*args)
         self._fuse_steps = bool(fuse_steps)
-        # what `int8_stacks` names, built by int8 decoding (nmtkit.models.fast.quantize.Int8Stack);
-        # a plain dict: no part of the model's state_dict
+        # what `int8_stacks` names, built by int8 decoding; no part of the state_dict
         self.decode_stacks: dict[str, nn.Module] = {}
 
     def int8_stacks(self) -> dict[str, tuple[str | None, tuple[str, ...]]]:
-        """Groups of `int8_linears` that a decoding step applies to the same input, by the name
-        the step looks them up under in `decode_stacks`: (embedding or None, layers). With an
-        embedding, the input is that embedding's rows. Int8 decoding runs each group as one
-        product; the step falls back to the layers themselves where a group is not built."""
+        """Groups of `int8_linears` a decoding step applies to the same input (embedding rows with
+        an embedding), by their name in `decode_stacks`: (embedding or None, layers)."""
         return {}
 
     @property
@@ -63,20 +54,15 @@ class Accelerated(Seq2Seq):
 
     def step(self, prev_tokens: Tensor, state: State, enc: EncoderOut,
              out: tuple[Tensor, Tensor | None] | None = None) -> tuple[Tensor, State, Tensor]:
-        """`Seq2Seq.step`; with `fuse_steps`, the whole step (attention, state update, output
-        layer, log-softmax) runs as one compiled body: a handful of kernels instead of dozens."""
+        """`Seq2Seq.step`; with `fuse_steps`, the whole step runs as one compiled body."""
         return step_fn(Seq2Seq._step, self.fuse_steps)(self, prev_tokens, state, enc, out)
 
     def loss(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor,
              label_smoothing: float = 0.0, chunk_tokens: int = 4096, n_tokens: int | None = None
              ) -> tuple[Tensor, Tensor, int]:
-        """`Seq2Seq.loss`, with the vocabulary projection (`output_projection()`), log-softmax
-        and loss computed chunk by chunk together with their gradients (`linear_cross_entropy`).
-
-        `n_tokens`: the number of non-pad targets when the caller knows it (the trainer does,
-        from the lengths on the host); the real positions are then picked without reading
-        the device (a boolean mask's nonzero is a host synchronisation on a GPU).
-        """
+        """`Seq2Seq.loss` through `linear_cross_entropy` over `output_projection()`. `n_tokens`, the
+        number of non-pad targets when the caller knows it, picks the real positions without a
+        host synchronisation."""
         feats, _ = self.decode_features(self.encode(src, src_lens), tgt_in)
         mask = tgt_out.ne(PAD_ID)
         if n_tokens is None:
@@ -95,12 +81,7 @@ class Accelerated(Seq2Seq):
         return loss_sum, nll_sum, int(gold.numel())
 
 
-# Logits held at once by the chunked loss, per device type. On a GPU 2^26 (256 MB in float32)
-# keeps memory bounded while a paper-sized batch (80 pairs, ~2,500 target tokens, 30k words)
-# takes 2 chunks, not 5 (fewer launches per step; benchmarks/launches.py). In bf16/fp16 on the
-# CPU, where launches cost nothing, the budget is memory: such a chunk holds about 8 bytes a
-# logit (the 16-bit product, its float32 copy turned into the gradient, that gradient in 16
-# bits), so 2^23 logits are about 64 MB (benchmarks/MEMORY.md).
+# logits held at once by the chunked loss: in general, and in bf16/fp16 on the CPU (~8 bytes a logit)
 MAX_CHUNK_LOGITS = 1 << 26
 CPU_CHUNK_LOGITS = 1 << 23
 # 16-bit chunks are padded to a multiple of this many rows (few distinct product shapes)
@@ -116,14 +97,10 @@ def linear_cross_entropy(
     chunk_tokens: int = 4096,
     fuse: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """sum_n CE(softmax(weight feats_n + bias), gold_n), and the plain NLL sum.
-
-    feats (N, F), weight (V, F), bias (V,) or None, gold (N,) -> (loss_sum, nll_sum) scalars.
-    The loss with label smoothing ls is (1 - ls) * nll + ls * mean_v(-log p_v), as in
-    `Seq2Seq.loss`. Gradients (for loss_sum only) are computed in the forward pass chunk by
-    chunk (module docstring). Under autocast the matrix products run in the autocast dtype;
-    softmax and sums run in float32. `fuse` compiles the per-chunk body (models/fast/fusion.py).
-    """
+    """sum_n CE(softmax(weight feats_n + bias), gold_n) with label smoothing as in `Seq2Seq.loss`,
+    and the plain NLL sum: feats (N, F), weight (V, F), bias (V,) or None, gold (N,) -> (loss_sum,
+    nll_sum). Products run in the autocast dtype, softmax and sums in float32; `fuse` compiles
+    the per-chunk body."""
     device_type = feats.device.type
     if torch.is_autocast_enabled(device_type):
         compute_dtype = torch.get_autocast_dtype(device_type)
@@ -141,11 +118,10 @@ def linear_cross_entropy(
 
 def _lce_chunk(f: Tensor, w: Tensor, b: Tensor, g: Tensor, label_smoothing: float, need_grad: bool
                ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
-    """One chunk of `linear_cross_entropy`: f (m, F), w (V, F), b (V,) in the compute dtype,
-    g (n, 1) gold ids of the first n <= m rows of f (the rest are padding) -> (nll sum, loss
-    sum, d loss / d logits (m, V) whose padding rows are to be ignored, or None; the column sums
-    of its n real rows or None), sums in float32 (float64 for float64 inputs). A pure step body
-    (models/fast/fusion.py)."""
+    """One chunk of `linear_cross_entropy` (a pure step body): f (m, F), w (V, F), b (V,) in the
+    compute dtype, g (n, 1) gold ids of the first n <= m rows of f -> (nll sum, loss sum,
+    d loss / d logits (m, V) or None (padding rows to be ignored), its n real rows' column sums
+    or None), sums in float32 (float64 for float64 inputs)."""
     acc = torch.float64 if f.dtype == torch.float64 else torch.float32
     V, n = w.size(0), g.size(0)
     padded = F.linear(f, w, b).to(acc)  # (m, V)

@@ -27,8 +27,7 @@ F = TypeVar("F", bound=Callable)
 
 log = logging.getLogger(__name__)
 
-# What the test driving every shape case (tests/test_fusion.py) holds each body to; dynamo's
-# own limit is 8 graphs per body.
+# what tests/test_fusion.py holds each body to (dynamo's own limit is 8 graphs per body)
 MAX_GRAPHS_PER_BODY = 6
 
 _COMPILED: dict[Callable, Callable] = {}
@@ -52,12 +51,8 @@ def fusion_available(device_type: str) -> tuple[bool, str]:
 
 
 def resolve_fuse(mode: str, device: torch.device) -> bool:
-    """--fuse auto|on|off on `device` -> whether to fuse. on asks for it and is a ConfigError
-    where it is unavailable. auto does not fuse, on any device, as measured (benchmarks/GPU.md):
-    on an H200 a training step is bound by the host either way, and the unfused step was faster
-    in 5 of 9 settings (by up to 25%), the fused one in 4 (by up to 6%), after 30-40 s of
-    compiling; fused decoding saved ~3.5 s on newstest2014 at beam 12 after ~60 s of compiling.
-    On CPUs fusing is about even."""
+    """--fuse auto|on|off on `device` -> whether to fuse: on is a ConfigError where fusion is
+    unavailable; auto does not fuse on any device (it did not pay off: benchmarks/GPU.md)."""
     ok, why = fusion_available(device.type)
     if mode == "on" and not ok:
         raise ConfigError(f"--fuse on: {why}")
@@ -132,8 +127,7 @@ def bucket(n: int, multiple: int = BUCKET) -> int:
 
 def resolve_cuda_graphs(mode: str, device: torch.device, model) -> bool:
     """--cuda-graphs auto|on|off for training `model` (a model or its class) on `device` ->
-    whether its loops run as CUDA graphs. on is a ConfigError where they cannot (not CUDA; an
-    architecture without graphed loops: only RNNsearch's decoder recurrence has them); auto is on
+    whether its loops run as CUDA graphs: on is a ConfigError where they cannot, auto is on
     exactly where they can."""
     cls = model if isinstance(model, type) else type(model)
     able = device.type == "cuda" and cls.graph_loops_supported
@@ -159,7 +153,7 @@ class _Entry:
 
 
 class LoopGraphs:
-    """The graphs, arena and memory pool of one device (see the module docstring)."""
+    """The graphs, arena and memory pool of one device (module docstring)."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -223,8 +217,7 @@ class LoopGraphs:
         return outs
 
     def _give_up(self, err: Exception) -> None:
-        """A capture failed (out of memory, an op that cannot be captured): drop the graphs and
-        run every loop eagerly from now on, with one warning."""
+        """A capture failed: drop the graphs and run every loop eagerly from now on, with one warning."""
         self.clear()
         self.failed = f"{type(err).__name__}: {first_line(err)}"
         log.warning("capturing a CUDA graph failed (%s): the training loops run without graphs from now on",

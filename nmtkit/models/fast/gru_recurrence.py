@@ -1,12 +1,8 @@
-"""GRU encoders (one direction or both) as a loop over pure step bodies, with a hand-written
-backward pass: each time step is one batched matrix product plus one fusable body.
-
-The equations are nn.GRU's (gate order r, z, n; cuDNN's candidate form), x_t = W_ih e_t + b_ih
-precomputed for all t, h_0 = 0. The D directions are stacked on a leading dim (one bmm per step);
-the weight gradients are computed once after the backward loop over all S*B rows. The backward
-direction runs over each sentence reversed within its own length, so padded steps come last in
-both directions; the result equals a packed bidirectional nn.GRU (tested in float64).
-Elementwise work runs in float32 (float64 if the inputs are); products take the autocast dtype.
+"""GRU encoders (one direction or both) as a loop over pure step bodies with a hand-written
+backward: nn.GRU's equations (gate order r, z, n), x_t = W_ih e_t + b_ih precomputed for all t,
+the D directions stacked (one bmm per step), weight gradients once over all S*B rows. The backward
+direction runs over each sentence reversed within its length, so the result equals a packed
+bidirectional nn.GRU (tested in float64). Products take the autocast dtype, the rest float32.
 """
 from __future__ import annotations
 
@@ -40,13 +36,9 @@ def _forward_step(x: Tensor, h: Tensor, h_mm: Tensor, w_t: Tensor, b: Tensor
 
 def _backward_step(g_out: Tensor, g_z: Tensor, g_mm: Tensor, x: Tensor, h: Tensor, gh: Tensor,
                    w: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The backward of `_forward_step` at step t, recomputing its gates from x, gh and h = h_{t-1}.
-
-    dL/dh_t = g_out (from the outputs) + g_z + g_mm, where g_z = z_{t+1} dL/dh_{t+1} and
-    g_mm = dgh_{t+1} W_hh are its parts through step t+1 (zeros at the last step); w = W_hh
-    (D, 3n, n). Returns the same two parts for step t-1, dL/dx_t and dgh_t = dL/d(W_hh h_{t-1})
-    (D, B, 3n) for the weight gradients.
-    """
+    """The backward of `_forward_step` at step t, recomputing its gates from x, gh and h = h_{t-1}:
+    dL/dh_t = g_out + g_z + g_mm, with g_z = z_{t+1} dL/dh_{t+1} and g_mm = dgh_{t+1} W_hh (zeros
+    at the last step), w = W_hh (D, 3n, n) -> (g_z, g_mm for step t-1, dL/dx_t, dgh_t (D, B, 3n))."""
     n = h.size(-1)
     g = g_out + g_z + g_mm.to(g_out.dtype)
     r, z, c, a_n = gru_gates(x, gh, b, n)
@@ -60,12 +52,9 @@ def _backward_step(g_out: Tensor, g_z: Tensor, g_mm: Tensor, x: Tensor, h: Tenso
 
 # ---- the recurrence -------------------------------------------------------------------------
 def gru_recurrence(xs: Tensor, w_hh: Tensor, b_hh: Tensor, fuse: bool = False) -> Tensor:
-    """D independent GRUs over S steps from h_0 = 0, all directions in one loop.
-
-    xs (D, S, B, 3n) = W_ih x_t + b_ih, w_hh (D, 3n, n), b_hh (D, 3n) -> states h_1..h_S
-    (D, S, B, n), float32 under autocast (else the promoted dtype of xs and w_hh).
-    `fuse` runs the step bodies compiled (fusion.step_fn); False is the eager reference.
-    """
+    """D independent GRUs over S steps from h_0 = 0: xs (D, S, B, 3n) = W_ih x_t + b_ih, w_hh
+    (D, 3n, n), b_hh (D, 3n) -> states h_1..h_S (D, S, B, n), float32 under autocast; `fuse`
+    runs the step bodies compiled."""
     dev = xs.device.type
     if torch.is_autocast_enabled(dev):
         mm_dtype, acc = torch.get_autocast_dtype(dev), torch.float32
@@ -146,14 +135,9 @@ def reversal_index(lens: Tensor, mask: Tensor) -> Tensor:
 
 def bigru_recurrence(emb: Tensor, lens: Tensor, mask: Tensor, w_ih: Tensor, b_ih: Tensor,
                      w_hh: Tensor, b_hh: Tensor, fuse: bool = False) -> Tensor:
-    """A bidirectional GRU layer's outputs, equal to a packed bidirectional nn.GRU's.
-
-    emb (B, S, m) the inputs; lens (B,), mask (B, S) bool (True at real positions); weights of
-    the forward (0) and backward (1) direction stacked: w_ih (2, 3n, m), b_ih (2, 3n),
-    w_hh (2, 3n, n), b_hh (2, 3n) -> annotations [fwd h_j ; bwd h_j] (B, S, 2n), zero at
-    padded positions. The inputs are put in step order by one gather (the backward direction
-    reversed within each length), then projected for all steps of both directions by one bmm.
-    """
+    """A bidirectional GRU layer's outputs, equal to a packed bidirectional nn.GRU's: emb (B, S, m),
+    lens (B,), mask (B, S) bool, the two directions' weights stacked (w_ih (2, 3n, m), b_ih (2, 3n),
+    w_hh (2, 3n, n), b_hh (2, 3n)) -> annotations [fwd h_j ; bwd h_j] (B, S, 2n), zero at padding."""
     B, S, m = emb.shape
     steps = step_order(lens, mask)
     e = emb.transpose(0, 1).expand(2, S, B, m).gather(1, steps.expand(-1, -1, -1, m))
