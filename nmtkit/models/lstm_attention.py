@@ -10,7 +10,7 @@ keys W_attProj h and the values W_u[:, :2n] h; W_vocab runs after it.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -38,9 +38,6 @@ class LSTMAttentionConfig:
 
     def __post_init__(self) -> None:
         check_common(self, ("src_vocab_size", "tgt_vocab_size", "emb_dim", "enc_hidden", "dec_hidden"))
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class LSTMAttention(Accelerated):
@@ -95,11 +92,8 @@ class LSTMAttention(Accelerated):
         return h0.to(dtype), c0.to(dtype), h0.new_zeros(h0.shape, dtype=dtype)
 
     def _step(self, x_gates: Tensor, state, enc: EncoderOut, w_rec: Tensor | None):
-        """x_gates = W_y E y_t (B, 4d) -> (o_t (B, d), (h_t, c_t, o_t), alpha_t (B, S')).
-
-        w_rec: [W_fo W_hh] (4d, 2d), one product of [o_{t-1}; h_{t-1}] (teacher forcing builds
-        it once per batch); None: W_fo o_{t-1} + W_hh h_{t-1} through the two layers (int8
-        decoding, where they are int8 layers)."""
+        """x_gates = W_y E y_t (B, 4d) -> (o_t (B, d), (h_t, c_t, o_t), alpha_t (B, S')). w_rec:
+        [W_fo W_hh] (4d, 2d) as one product, or None to call the two layers (int8 decoding)."""
         h, c, o_prev = state
         d = self.config.dec_hidden
         if w_rec is None:

@@ -6,8 +6,12 @@ product of a training step's size, timed once per process, beats float32 by `BF1
 """
 from __future__ import annotations
 
+import time
+from contextlib import nullcontext
 from functools import lru_cache
 from pathlib import Path
+
+import torch
 
 FAST_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 FAST_INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
@@ -28,10 +32,6 @@ def cpu_has_fast_bf16(cpuinfo: str | None = None) -> bool:
 def cpu_bf16_speedup() -> float:
     """float32 time / bf16 time of one (256, 512) x (512, 1024) matrix product on this CPU (a
     training step's projections), best of 5 after a warm-up; measured once per process."""
-    import time
-
-    import torch
-
     gen = torch.Generator().manual_seed(0)
     a, b = torch.randn(256, 512, generator=gen), torch.randn(512, 1024, generator=gen)
 
@@ -76,8 +76,6 @@ def autocast_dtype(device: str, precision: str = "auto"):
 
     precision: "fp32" | "bf16" | "fp16" | "auto" (bf16 where it is faster, else float32).
     """
-    import torch
-
     if precision == "fp32":
         return None
     if precision == "bf16":
@@ -96,18 +94,12 @@ def resolve_precision(device_type: str, precision: str) -> str:
     decoding alike: "bf16", "fp16" or "fp32"."""
     if precision != "auto":
         return precision
-    import torch
-
     return {torch.bfloat16: "bf16", torch.float16: "fp16", None: "fp32"}[autocast_dtype(device_type, "auto")]
 
 
 def autocast(device_type: str, precision: str):
     """The autocast context for `precision` on `device_type` (a no-op for plain float32): weights
     stay float32, matrix products run in the 16-bit dtype, softmax and losses in float32."""
-    from contextlib import nullcontext
-
-    import torch
-
     dtype = autocast_dtype(device_type, precision)
     return torch.autocast(device_type=device_type, dtype=dtype) if dtype is not None else nullcontext()
 
@@ -117,8 +109,6 @@ def set_tf32(device_type: str, precision: str, enabled: bool) -> bool:
     False: exact fp32); other runs are untouched. Returns whether TF32 is now on for this run."""
     if device_type != "cuda" or precision != "fp32":
         return False
-    import torch
-
     mode = "tf32" if enabled else "ieee"
     if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # torch >= 2.9; mixing the APIs is an error
         torch.backends.cuda.matmul.fp32_precision = mode

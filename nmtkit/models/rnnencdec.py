@@ -11,7 +11,7 @@ terms are computed once, before the loop (once per sentence when decoding, `enco
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -49,9 +49,6 @@ class RNNEncDecConfig:
         check_common(self, ("src_vocab_size", "tgt_vocab_size", "emb_dim", "enc_hidden",
                             "dec_hidden", "maxout"))
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 class RNNEncDec(Accelerated):
     """Cho et al. (2014) encoder-decoder with a fixed-length summary c."""
@@ -86,12 +83,8 @@ class RNNEncDec(Accelerated):
             self, recurrent=[(self.encoder.weight_hh_l0, n), (self.U_zr.weight, d), (self.U.weight, d)], align=[]))
 
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
-        """src (B, S) -> summary c (B, n).
-
-        The decoder reads only c; the encoder states (B, S', n) and their mask are returned as
-        `annotations` and `mask` anyway, so that code written for attention models (beam search
-        trimming source positions, S' = S + 1 with `src_eos`) sees the usual shapes.
-        """
+        """src (B, S) -> summary c (B, n); the encoder states (B, S', n) and their mask too, so
+        that code written for attention models sees the usual shapes."""
         if self.config.src_eos:
             src, src_lens = append_eos(src, src_lens)
         emb = self.drop(self.src_embed(src))
@@ -106,8 +99,7 @@ class RNNEncDec(Accelerated):
         return EncoderOut(annotations=states, keys=None, mask=mask, summary=c, src_eos=self.config.src_eos)
 
     def encode_for_steps(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
-        """`encode`, plus summary_out (C c (B, 3d), C_o c (B, 2l)): the summary's terms of the
-        gate and deep-output inputs, which are the same at every step, once per sentence."""
+        """`encode`, plus summary_out (C c (B, 3d), C_o c (B, 2l)), the same at every step."""
         enc = self.encode(src, src_lens)
         return dataclasses.replace(enc, summary_out=(self.C(enc.summary), self.C_o(enc.summary)))
 

@@ -11,7 +11,7 @@ paper's U [r s]; biases in the GRU gates, W_s, U_o and W_o; dropout on the embed
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -74,9 +74,6 @@ class RNNSearchConfig:
                               f"{DROPOUT_SITES}, got {self.dropout_sites!r}")
         if self.readout not in READOUTS:
             raise ConfigError(f"RNNSearchConfig.readout must be one of {READOUTS}, got {self.readout!r}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def maxout_pairs(x: Tensor) -> Tensor:
