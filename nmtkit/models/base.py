@@ -31,19 +31,12 @@ State = Any  # a Tensor or a tuple of Tensors, each with the batch on dim 0
 class EncoderOut:
     """What `encode` returns; every tensor has the batch on dim 0.
 
-    annotations: (B, S, A)  h_j, the vectors attention averages over.
-    keys:        (B, S, K)  precomputed attention keys (U_a h_j), or None.
-    mask:        (B, S) bool, True at real (non-pad) source positions.
-    summary:     (B, D) a fixed sentence summary (RNNencdec's c), or None.
-    init:        whatever `init_state` needs (e.g. backward h_1), a Tensor/tuple or None.
-    values:      (B, S, G) per-position projections of h_j that the decoder averages with the
-                 attention weights (RNNsearch: [C; C_z; C_r] h_j), or None.
-    step_values: (B, S, O) the same for decoding steps only (`encode_for_steps`; RNNsearch:
-                 [C; C_z; C_r; C_o] h_j), or None.
-    summary_out: (B, .) projections of `summary` every decoding step adds, made once per
-                 sentence by `encode_for_steps` (RNNencdec: (C c, C_o c)), or None.
-    src_eos:     True when the model appended EOS to every source sentence (at position
-                 src_lens[b]): S counts it, and `positions` and `split_attention` tell decoding.
+    annotations (B, S, A) h_j; keys (B, S, K) attention keys U_a h_j or None; mask (B, S) bool,
+    True at real positions; summary (B, D) a fixed sentence summary (RNNencdec's c) or None;
+    init what `init_state` needs; values (B, S, G) projections of h_j the decoder averages with
+    the attention weights, and step_values (B, S, O) the same for decoding steps only
+    (`encode_for_steps`), or None; summary_out (B, .) projections of `summary` every decoding
+    step adds, or None; src_eos: the model appended EOS at position src_lens[b] (S counts it).
     """
 
     annotations: Tensor
@@ -160,9 +153,7 @@ class Seq2Seq(nn.Module):
         """Teacher forcing. tgt_in: (B, T) -> (features (B, T, F), attention (B, T, S))."""
         raise NotImplementedError
 
-    def step_features(
-        self, prev_tokens: Tensor, state: State, enc: EncoderOut
-    ) -> tuple[Tensor, State, Tensor]:
+    def step_features(self, prev_tokens: Tensor, state: State, enc: EncoderOut) -> tuple[Tensor, State, Tensor]:
         """One step. prev_tokens: (B,) -> (features (B, F), new state, attention (B, S))."""
         raise NotImplementedError
 
@@ -248,12 +239,8 @@ def orthogonal_blocks_(weight: Tensor, block: int) -> None:
 
 
 @torch.no_grad()
-def paper_init_(
-    model: nn.Module,
-    recurrent: Iterable[tuple[Tensor, int]],
-    align: Iterable[Tensor],
-    zero: Iterable[Tensor] = (),
-) -> None:
+def paper_init_(model: nn.Module, recurrent: Iterable[tuple[Tensor, int]], align: Iterable[Tensor],
+                zero: Iterable[Tensor] = ()) -> None:
     """Initialise `model` as in the paper's appendix B.1: the square blocks of the `recurrent`
     (weight, block size) pairs orthogonal, `align` (W_a, U_a) from N(0, 0.001^2), `zero` (v_a)
     and every `*bias*` zero, every other parameter from N(0, 0.01^2)."""

@@ -88,15 +88,8 @@ CPU_CHUNK_LOGITS = 1 << 23
 ROW_MULTIPLE = 64
 
 
-def linear_cross_entropy(
-    feats: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    gold: Tensor,
-    label_smoothing: float = 0.0,
-    chunk_tokens: int = 4096,
-    fuse: bool = False,
-) -> tuple[Tensor, Tensor]:
+def linear_cross_entropy(feats: Tensor, weight: Tensor, bias: Tensor | None, gold: Tensor, label_smoothing: float = 0.0,
+                         chunk_tokens: int = 4096, fuse: bool = False) -> tuple[Tensor, Tensor]:
     """sum_n CE(softmax(weight feats_n + bias), gold_n) with label smoothing as in `Seq2Seq.loss`,
     and the plain NLL sum: feats (N, F), weight (V, F), bias (V,) or None, gold (N,) -> (loss_sum,
     nll_sum). Products run in the autocast dtype, softmax and sums in float32; `fuse` compiles
