@@ -133,19 +133,6 @@ def reversal_index(lens: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask, lens.unsqueeze(1) - 1 - pos, pos)
 
 
-def bigru_recurrence(emb: Tensor, lens: Tensor, mask: Tensor, w_ih: Tensor, b_ih: Tensor,
-                     w_hh: Tensor, b_hh: Tensor, fuse: bool = False) -> Tensor:
-    """A bidirectional GRU layer's outputs, equal to a packed bidirectional nn.GRU's: emb (B, S, m),
-    lens (B,), mask (B, S) bool, the two directions' weights stacked (w_ih (2, 3n, m), b_ih (2, 3n),
-    w_hh (2, 3n, n), b_hh (2, 3n)) -> annotations [fwd h_j ; bwd h_j] (B, S, 2n), zero at padding."""
-    B, S, m = emb.shape
-    steps = step_order(lens, mask)
-    e = emb.transpose(0, 1).expand(2, S, B, m).gather(1, steps.expand(-1, -1, -1, m))
-    xs = torch.baddbmm(b_ih.unsqueeze(1), e.view(2, S * B, m), w_ih.transpose(1, 2))
-    states = gru_recurrence(xs.view(2, S, B, -1), w_hh, b_hh, fuse)  # (2, S, B, n), step order
-    return source_order(states, steps, mask)
-
-
 def step_order(lens: Tensor, mask: Tensor) -> Tensor:
     """steps (2, S, B, 1): steps[d, t, b] is the source position that direction d (0 forward,
     1 backward) of a bidirectional layer reads at step t, for lengths lens (B,) and mask (B, S)
@@ -164,13 +151,18 @@ def source_order(states: Tensor, steps: Tensor, mask: Tensor) -> Tensor:
     return out.permute(2, 1, 0, 3).reshape(B, S, 2 * n)
 
 
-def bigru_annotations(rnn: nn.GRU, emb: Tensor, lens: Tensor, mask: Tensor, fuse: bool = False
-                      ) -> Tensor:
-    """`bigru_recurrence` with the weights of a one-layer bidirectional nn.GRU (batch_first):
-    emb (B, S, m) -> (B, S, 2n)."""
-    w = [torch.stack([getattr(rnn, name), getattr(rnn, name + "_reverse")])
-         for name in ("weight_ih_l0", "bias_ih_l0", "weight_hh_l0", "bias_hh_l0")]
-    return bigru_recurrence(emb, lens, mask, *w, fuse=fuse)
+def bigru_annotations(rnn: nn.GRU, emb: Tensor, lens: Tensor, mask: Tensor, fuse: bool = False) -> Tensor:
+    """The outputs of a one-layer bidirectional nn.GRU (batch_first), equal to the packed module's:
+    emb (B, S, m), lens (B,), mask (B, S) bool -> annotations [fwd h_j ; bwd h_j] (B, S, 2n), zero
+    at padding. The directions' weights are stacked: one gather and one bmm for all inputs."""
+    w_ih, b_ih, w_hh, b_hh = (torch.stack([getattr(rnn, name), getattr(rnn, name + "_reverse")])
+                              for name in ("weight_ih_l0", "bias_ih_l0", "weight_hh_l0", "bias_hh_l0"))
+    B, S, m = emb.shape
+    steps = step_order(lens, mask)
+    e = emb.transpose(0, 1).expand(2, S, B, m).gather(1, steps.expand(-1, -1, -1, m))
+    xs = torch.baddbmm(b_ih.unsqueeze(1), e.view(2, S * B, m), w_ih.transpose(1, 2))
+    states = gru_recurrence(xs.view(2, S, B, -1), w_hh, b_hh, fuse)  # (2, S, B, n), step order
+    return source_order(states, steps, mask)
 
 
 def gru_states(rnn: nn.GRU, emb: Tensor, lens: Tensor, mask: Tensor, fuse: bool = False

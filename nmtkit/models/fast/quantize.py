@@ -76,27 +76,6 @@ def int8_columns(weight: Tensor, bias: Tensor | None) -> Int8Rows:
     return Int8Rows(q.t().contiguous(), scale.view(-1), bias.detach().float().clone() if bias is not None else None)
 
 
-class Int8Linear(nn.Module):
-    """An nn.Linear for decoding: int8 weight per output channel, int8 input per row."""
-
-    def __init__(self, linear: nn.Linear):
-        super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        rows = int8_columns(linear.weight, linear.bias)
-        self.register_buffer("weight_t", rows.weight_t)
-        self.register_buffer("scale", rows.scale)
-        self.register_buffer("bias", rows.bias)
-
-    def rows(self) -> Int8Rows:
-        return Int8Rows(self.weight_t, self.scale, self.bias)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return int8_matmul(x, self.rows())
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
-
-
 class Int8Stack(nn.Module):
     """Int8 layers a decoding step applies to the same input, as one product of their columns side
     by side (every column exactly its layer's): the layers' outputs side by side (N, sum of
@@ -118,14 +97,27 @@ class Int8Stack(nn.Module):
         self.register_buffer("table", table)
         self.register_buffer("table_scale", table_scale)
 
+    def rows(self) -> Int8Rows:
+        return Int8Rows(self.weight_t, self.scale, self.bias)
+
     def forward(self, x: Tensor) -> Tensor:
-        rows = Int8Rows(self.weight_t, self.scale, self.bias)
         if self.table is not None:
-            return int8_rows_matmul(self.table.index_select(0, x), self.table_scale.index_select(0, x), rows)
-        return int8_matmul(x, rows)
+            return int8_rows_matmul(self.table.index_select(0, x), self.table_scale.index_select(0, x), self.rows())
+        return int8_matmul(x, self.rows())
 
     def extra_repr(self) -> str:
         return f"sizes={self.sizes}, int8" + (", from embedding rows" if self.table is not None else "")
+
+
+class Int8Linear(Int8Stack):
+    """An nn.Linear for decoding: int8 weight per output channel, int8 input per row."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__([int8_columns(linear.weight, linear.bias)])
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
 def quantize_for_decoding(model: Any) -> Any:
