@@ -9,8 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from nmtkit.score.metrics import PAPER_BLEU_LABEL, MetricScore
-from nmtkit.score.significance import SignificanceRow
+from nmtkit.score.metrics import PAPER_BLEU_LABEL, MetricScore, SignificanceRow
 from nmtkit.score.subsets import BPE_NO_UNK_NOTE, LengthBucket
 
 WORD_NO_UNK_DEFINITION = ("sentences whose source and reference(s) have no word "

@@ -1,44 +1,132 @@
-"""Interpolated modified Kneser-Ney n-gram language models, estimated with numpy.
+"""Interpolated modified Kneser-Ney n-gram LMs (Chen & Goodman 1998, section 3), estimated with
+numpy, with the conventions of SRILM/KenLM (see `NgramLM`), and their vocabulary and flat batches.
 
-Follows Chen & Goodman (1998), "An Empirical Study of Smoothing Techniques for Language
-Modeling", section 3 (interpolated Kneser-Ney with three discounts D1, D2, D3+ per order),
-with the conventions of SRILM/KenLM:
-
-- every sentence is `<s> w1 ... wL </s>` with ONE `<s>`; `<s>` is only ever context, `</s>` is
-  predicted. The predicted vocabulary is every id except `<s>` (words, `<unk>` and `</s>`), and
-  for any context the probabilities over it sum to 1.
-- the highest order uses raw counts; a lower-order n-gram uses its continuation count
-  N1+(. g) (the number of distinct words seen before it), except n-grams that start with `<s>`,
-  which cannot be extended to the left and keep their raw count (as in KenLM).
-- the unigram level is interpolated with the uniform distribution over the predicted
-  vocabulary, so a word of the vocabulary never seen in training (often `<unk>`) still gets
-  mass.
-
-    p_k(w | h) = max(a(hw) - D_k(a(hw)), 0) / a(h.) + gamma_k(h) p_{k-1}(w | h')
-    gamma_k(h) = (D_k1 N1(h.) + D_k2 N2(h.) + D_k3+ N3+(h.)) / a(h.)
-    D_k1 = 1 - 2Y n2/n1,  D_k2 = 2 - 3Y n3/n2,  D_k3+ = 3 - 4Y n4/n3,  Y = n1 / (n1 + 2 n2)
-
-where a() is the adjusted count above, a(h.) its sum over the words following h, and
-n_j the number of order-k n-grams with adjusted count j. A context h never seen at order k
-backs off with weight 1.
-
-Storage (no Python dict per n-gram): ids are small ints (`LM_BOS_ID`, `LM_EOS_ID`,
-`LM_UNK_ID` of nmtkit.select.lmvocab, then words). The unigram table is indexed by word id. An
-order-k n-gram (k >= 2) is the int64 key `ctx * V + w`, where `ctx` is the row of its
-(k-1)-gram context in the order-(k-1) table (a trie flattened into sorted arrays), so keys
-never collide whatever V and the order are (`ctx < #n-grams`, so keys stay far below 2**63).
-Counts come from `np.unique`; look-ups are `np.searchsorted` over the sorted keys, one call per
-order for a whole batch of sentences.
+`LMVocab` maps tokens to the LM's own small ids (`LM_BOS_ID`, `LM_EOS_ID`, `LM_UNK_ID`, then
+words); `FlatBatch` lays out a batch of sentences as one `<s> ids </s>` array. Storage has no
+Python dict per n-gram: the unigram table is indexed by word id; an order-k n-gram (k >= 2) is the
+int64 key `ctx * V + w`, where `ctx` is the row of its (k-1)-gram context in the order-(k-1) table
+(a trie flattened into sorted arrays), so keys never collide (`ctx < #n-grams`, far below 2**63).
+Counts come from `np.unique`; look-ups are one `np.searchsorted` per order for a whole batch.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Sequence, TextIO
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import chain, repeat
+from typing import Iterable, Sequence, TextIO
 
 import numpy as np
 
-from nmtkit.select.lmvocab import LM_BOS_ID, FlatBatch, flatten
+from nmtkit.text.vocab import BOS, EOS, UNK
+
+# The LM's own ids: its vocabulary has no <pad> and puts <s>, </s>, <unk> first in this order, so
+# they are NOT the ids of nmtkit.text.vocab (PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0-3); the
+# LM_ prefix keeps the two sets apart. The symbols themselves are the same strings.
+LM_BOS_ID, LM_EOS_ID, LM_UNK_ID = 0, 1, 2
+LM_SPECIALS = (BOS, EOS, UNK)
+
+
+@dataclass
+class LMVocab:
+    """Token <-> id map shared by the in-domain and the out-of-domain LM of one language.
+
+    Ids: 0 `<s>`, 1 `</s>`, 2 `<unk>`, then the words in order of decreasing count (ties by
+    string). Any token not in it maps to `<unk>`.
+    """
+
+    itos: list[str]
+    stoi: dict[str, int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        assert tuple(self.itos[:3]) == LM_SPECIALS
+        self.stoi = {t: i for i, t in enumerate(self.itos)}
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    @classmethod
+    def build(cls, sentences: Iterable[Sequence[str]], min_count: int = 1) -> "LMVocab":
+        """Words seen at least `min_count` times in `sentences` (the in-domain text)."""
+        counts: Counter[str] = Counter()
+        for toks in sentences:
+            counts.update(toks)
+        for special in LM_SPECIALS:
+            counts.pop(special, None)
+        words = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+        return cls(list(LM_SPECIALS) + words)
+
+    def encode(self, tokens: Sequence[str]) -> list[int]:
+        get = self.stoi.get
+        return [get(t, LM_UNK_ID) for t in tokens]
+
+    def _flat_lookup(self) -> dict[str, int]:
+        # A literal "<s>" or "</s>" in the text is an ordinary (unknown) word.
+        lk = getattr(self, "_lookup", None)
+        if lk is None:
+            lk = dict(self.stoi)
+            lk[BOS] = lk[EOS] = LM_UNK_ID
+            self._lookup = lk
+        return lk
+
+    def encode_batch(self, sentences: Sequence[Sequence[str]]) -> "FlatBatch":
+        """Token lists -> one FlatBatch (one dict look-up pass over the whole batch)."""
+        lens = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
+        words = list(chain.from_iterable(sentences))
+        get = self._flat_lookup().get
+        ids = np.fromiter(map(get, words, repeat(LM_UNK_ID)), dtype=np.int64, count=len(words))
+        toks, dist, starts = _assemble(ids, lens)
+        return FlatBatch(toks, dist, starts, lens + 1)
+
+    def encode_lines(self, lines: Sequence[str], lowercase: bool = False) -> "FlatBatch":
+        """Already tokenised lines (tokens separated by whitespace) -> one FlatBatch."""
+        if lowercase:
+            return self.encode_batch([line.lower().split() for line in lines])
+        return self.encode_batch([line.split() for line in lines])
+
+
+@dataclass
+class FlatBatch:
+    """A batch of sentences as one array, `<s> ids </s>` each, for vectorised scoring.
+
+    toks (T,) int64 ids; dist (T,) int64 position in the sentence (0 at `<s>`);
+    starts (N,) int64 index of each `<s>`; lens (N,) int64 predicted tokens (words + `</s>`).
+    """
+
+    toks: np.ndarray
+    dist: np.ndarray
+    starts: np.ndarray
+    lens: np.ndarray
+
+
+def flatten(sentences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sentences of ids -> (toks, dist, sent_starts).
+
+    toks (T,) int64: every sentence as `<s> ids </s>`, concatenated.
+    dist (T,) int64: position within its sentence (0 at `<s>`), i.e. how many tokens of
+        history a position has; an order-k n-gram ends at p iff dist[p] >= k - 1.
+    sent_starts (N,) int64: index of each sentence's `<s>` in toks.
+    """
+    lens = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
+    ids = np.fromiter(chain.from_iterable(sentences), dtype=np.int64, count=int(lens.sum()))
+    return _assemble(ids, lens)
+
+
+def _assemble(ids: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Word ids (W,) of sentences of lengths lens (N,) -> (toks, dist, starts) as in `flatten`."""
+    sizes = lens + 2
+    starts = np.zeros(lens.size, dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    toks = np.empty(int(sizes.sum()), dtype=np.int64)
+    is_word = np.ones(toks.size, dtype=bool)
+    is_word[starts] = False
+    is_word[starts + lens + 1] = False
+    toks[starts] = LM_BOS_ID
+    toks[starts + lens + 1] = LM_EOS_ID
+    toks[is_word] = ids
+    dist = np.arange(toks.size, dtype=np.int64) - np.repeat(starts, sizes)
+    return toks, dist, starts
+
 
 # Discounts used when the count-of-counts of an order cannot give valid ones (tiny corpora).
 DEFAULT_DISCOUNTS = (0.5, 1.0, 1.5)
@@ -183,6 +271,19 @@ class NgramLM:
 
     Build with `NgramLM.estimate(sentences, vocab_size, order)`; score with
     `sentence_logprobs` (batched, vectorised) or `prob` / `context_distribution` (one context).
+
+    Every sentence is `<s> w1 ... wL </s>` with one `<s>`, only ever context; the predicted
+    vocabulary is every id but `<s>`, and for any context its probabilities sum to 1. The highest
+    order uses raw counts; a lower-order n-gram its continuation count N1+(. g), except n-grams
+    starting with `<s>`, which keep their raw count (as in KenLM). The unigram level is
+    interpolated with the uniform distribution over the predicted vocabulary:
+
+        p_k(w | h) = max(a(hw) - D_k(a(hw)), 0) / a(h.) + gamma_k(h) p_{k-1}(w | h')
+        gamma_k(h) = (D_k1 N1(h.) + D_k2 N2(h.) + D_k3+ N3+(h.)) / a(h.)
+        D_k1 = 1 - 2Y n2/n1,  D_k2 = 2 - 3Y n3/n2,  D_k3+ = 3 - 4Y n4/n3,  Y = n1 / (n1 + 2 n2)
+
+    a(): the adjusted count above; n_j: the number of order-k n-grams with a() = j. A context
+    never seen at order k backs off with weight 1.
     """
 
     def __init__(self, order: int, vocab_size: int, unigram: np.ndarray, uni_counts: np.ndarray,
