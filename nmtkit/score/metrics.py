@@ -9,12 +9,11 @@ paired bootstrap resampling between systems (Koehn 2004, through `sacrebleu.sign
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Sequence
 
 from nmtkit.errors import ConfigError
 from nmtkit.text.io import check_counts
@@ -199,20 +198,6 @@ def guess_lang(path: str | Path, default: str = "en") -> str:
     return suffix if len(suffix) == 2 and suffix.isalpha() else default
 
 
-@contextlib.contextmanager
-def _sacrebleu_seed(seed: int) -> Iterator[None]:
-    """sacrebleu reads its resampling seed from $SACREBLEU_SEED; set it only for this call."""
-    old = os.environ.get("SACREBLEU_SEED")
-    os.environ["SACREBLEU_SEED"] = str(seed)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("SACREBLEU_SEED", None)
-        else:
-            os.environ["SACREBLEU_SEED"] = old
-
-
 @dataclass
 class SignificanceRow:
     """One system in a paired test: its score, bootstrap mean ± 95% CI, and p-value vs the baseline."""
@@ -244,6 +229,8 @@ def paired_bootstrap(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequenc
     every sentence scores the same), which gets p = 1 here, as in Moses. Deterministic for a
     given `seed` (>= 1; sacrebleu treats 0 as "unseeded"). Returns (signature per metric, rows).
     """
+    from unittest import mock
+
     from sacrebleu.significance import PairedTest
 
     if len(systems) < 2:
@@ -255,7 +242,7 @@ def paired_bootstrap(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequenc
     for _name, hyps in systems:
         _check_streams(hyps, refs)
     metric_objs = {key: make_metric(key, tokenize=tokenize, lowercase=lowercase) for key in metrics}
-    with _sacrebleu_seed(seed):
+    with mock.patch.dict(os.environ, {"SACREBLEU_SEED": str(seed)}):  # its seed, for this call only
         test = PairedTest([(n, list(h)) for n, h in systems], metric_objs, [list(r) for r in refs],
                           test_type="bs", n_samples=n_samples, n_jobs=1)
         sigs, scores = test()

@@ -204,12 +204,10 @@ def plot_by_length(rows: Sequence[LengthBucket], names: Sequence[str], path: str
     try:
         markers = "os^vDx*+"
         for k, name in enumerate(names):
-            ys = [r.bleu.get(name) for r in rows]
-            ys = [float("nan") if y is None else y for y in ys]
+            ys = [float("nan") if r.bleu.get(name) is None else r.bleu[name] for r in rows]
             (line,) = ax.plot(x, ys, marker=markers[k % len(markers)], label=name)
             if paper:
-                ps = [r.paper_bleu.get(name) for r in rows]
-                ps = [float("nan") if y is None else y for y in ps]
+                ps = [float("nan") if r.paper_bleu.get(name) is None else r.paper_bleu[name] for r in rows]
                 ax.plot(x, ps, marker=markers[k % len(markers)], linestyle="--", color=line.get_color(),
                         label=f"{name} (paper-style BLEU)")
         ax.set_xticks(x)

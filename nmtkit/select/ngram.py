@@ -75,8 +75,7 @@ class LMVocab:
         words = list(chain.from_iterable(sentences))
         get = self._flat_lookup().get
         ids = np.fromiter(map(get, words, repeat(LM_UNK_ID)), dtype=np.int64, count=len(words))
-        toks, dist, starts = _assemble(ids, lens)
-        return FlatBatch(toks, dist, starts, lens + 1)
+        return _assemble(ids, lens)
 
     def encode_lines(self, lines: Sequence[str], lowercase: bool = False) -> "FlatBatch":
         """Already tokenised lines (tokens separated by whitespace) -> one FlatBatch."""
@@ -87,9 +86,10 @@ class LMVocab:
 
 @dataclass
 class FlatBatch:
-    """A batch of sentences as one array, `<s> ids </s>` each, for vectorised scoring.
+    """A batch of sentences as one array, `<s> ids </s>` each, for vectorised counting and scoring.
 
-    toks (T,) int64 ids; dist (T,) int64 position in the sentence (0 at `<s>`);
+    toks (T,) int64 ids; dist (T,) int64 position in the sentence (0 at `<s>`), i.e. how many
+    tokens of history a position has (an order-k n-gram ends at p iff dist[p] >= k - 1);
     starts (N,) int64 index of each `<s>`; lens (N,) int64 predicted tokens (words + `</s>`).
     """
 
@@ -99,21 +99,15 @@ class FlatBatch:
     lens: np.ndarray
 
 
-def flatten(sentences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sentences of ids -> (toks, dist, sent_starts).
-
-    toks (T,) int64: every sentence as `<s> ids </s>`, concatenated.
-    dist (T,) int64: position within its sentence (0 at `<s>`), i.e. how many tokens of
-        history a position has; an order-k n-gram ends at p iff dist[p] >= k - 1.
-    sent_starts (N,) int64: index of each sentence's `<s>` in toks.
-    """
+def flatten(sentences: Sequence[Sequence[int]]) -> FlatBatch:
+    """Sentences of ids (without `<s>`, `</s>`) -> one FlatBatch."""
     lens = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
     ids = np.fromiter(chain.from_iterable(sentences), dtype=np.int64, count=int(lens.sum()))
     return _assemble(ids, lens)
 
 
-def _assemble(ids: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Word ids (W,) of sentences of lengths lens (N,) -> (toks, dist, starts) as in `flatten`."""
+def _assemble(ids: np.ndarray, lens: np.ndarray) -> FlatBatch:
+    """Word ids (W,) of sentences of lengths lens (N,) -> their FlatBatch."""
     sizes = lens + 2
     starts = np.zeros(lens.size, dtype=np.int64)
     np.cumsum(sizes[:-1], out=starts[1:])
@@ -125,7 +119,7 @@ def _assemble(ids: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray
     toks[starts + lens + 1] = LM_EOS_ID
     toks[is_word] = ids
     dist = np.arange(toks.size, dtype=np.int64) - np.repeat(starts, sizes)
-    return toks, dist, starts
+    return FlatBatch(toks, dist, starts, lens + 1)
 
 
 # Discounts used when the count-of-counts of an order cannot give valid ones (tiny corpora).
@@ -308,7 +302,8 @@ class NgramLM:
         if order < 1:
             raise ValueError("order must be >= 1")
         V = int(vocab_size)
-        toks, dist, _ = flatten(sentences)
+        flat = flatten(sentences)
+        toks, dist = flat.toks, flat.dist
         if toks.size and (toks.min() < 0 or toks.max() >= V):
             raise ValueError("token id out of range")
         if not (dist > 0).any():
@@ -411,11 +406,10 @@ class NgramLM:
         Returns (logp, sent) where logp (P,) float64 follows the sentences in order, and
         sent (P,) int64 is the sentence index of each value (P = sum(len + 1)).
         """
-        toks, dist, starts = flatten(sentences)
-        batch = FlatBatch(toks, dist, starts, np.diff(np.append(starts, toks.size)) - 1)
+        batch = flatten(sentences)
         logp = self.batch_logprobs(batch)
-        pred = dist > 0
-        sent = np.cumsum(dist == 0) - 1
+        pred = batch.dist > 0
+        sent = np.cumsum(batch.dist == 0) - 1
         return logp[pred], sent[pred]
 
     def cross_entropies(self, sentences: Sequence[Sequence[int]]) -> np.ndarray:
@@ -423,10 +417,7 @@ class NgramLM:
 
         The `+ 1` counts `</s>`, which the model predicts like a word.
         """
-        if len(sentences) == 0:
-            return np.zeros(0)
-        toks, dist, starts = flatten(sentences)
-        return self.batch_cross_entropies(FlatBatch(toks, dist, starts, np.diff(np.append(starts, toks.size)) - 1))
+        return self.batch_cross_entropies(flatten(sentences))
 
     def sizes(self) -> list[int]:
         """Number of n-grams per order (order 1: words with a count, incl. `</s>`)."""

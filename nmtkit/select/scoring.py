@@ -9,13 +9,13 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
 from nmtkit.errors import InputError
 from nmtkit.progress import Progress
-from nmtkit.select.ngram import LMVocab, NgramLM
+from nmtkit.select.ngram import FlatBatch, LMVocab, NgramLM
 from nmtkit.text.io import (
     BOM,
     PARALLEL_WHY,
@@ -150,13 +150,13 @@ class TextOpts:
         return p.case(p.tokenize_from(line, side, self.input_format), side)
 
 
-def _tokenize_chunk(opts: TextOpts, chunk: list[tuple[str, str]]) -> list[tuple[list[str], list[str]]]:
-    return [(opts.tokens(s, "src"), opts.tokens(t, "tgt")) for s, t in chunk]
+def _tokenize_pair(opts: TextOpts, pair: tuple[str, str]) -> tuple[list[str], list[str]]:
+    return opts.tokens(pair[0], "src"), opts.tokens(pair[1], "tgt")
 
 
 @dataclass
 class Scorer:
-    """The four LMs and their two vocabularies; `score_chunk` turns pairs into cross-entropies."""
+    """The four LMs and their two vocabularies; `score_lines` turns pairs into cross-entropies."""
 
     opts: TextOpts
     src_vocab: LMVocab
@@ -166,12 +166,8 @@ class Scorer:
     in_tgt: NgramLM
     out_tgt: NgramLM
 
-    def score_tokens(self, toks: list[tuple[list[str], list[str]]]) -> np.ndarray:
+    def _score(self, src: FlatBatch, tgt: FlatBatch) -> np.ndarray:
         """(N, 6) float64: H_in(src), H_out(src), H_in(tgt), H_out(tgt), src tokens, tgt tokens."""
-        return self._score(self.src_vocab.encode_batch([s for s, _ in toks]),
-                           self.tgt_vocab.encode_batch([t for _, t in toks]))
-
-    def _score(self, src, tgt) -> np.ndarray:
         out = np.empty((src.lens.size, 6))
         out[:, 0] = self.in_src.batch_cross_entropies(src)
         out[:, 1] = self.out_src.batch_cross_entropies(src)
@@ -182,43 +178,26 @@ class Scorer:
         return out
 
     def score_lines(self, src: list[str], tgt: list[str]) -> np.ndarray:
-        """(N, 6) as `score_tokens`, from lines in the configured input format."""
+        """(N, 6) as `_score`, from lines in the configured input format."""
         o = self.opts
         if o.input_format == "tok":  # fast path: split and look up the whole chunk at once
             return self._score(self.src_vocab.encode_lines(src, o.lowercase),
                                self.tgt_vocab.encode_lines(tgt, o.lowercase))
-        return self.score_tokens(_tokenize_chunk(o, list(zip(src, tgt))))
-
-    def score_chunk(self, chunk: list[tuple[str, str]]) -> np.ndarray:
-        return self.score_lines([s for s, _ in chunk], [t for _, t in chunk])
-
-    def score_block(self, block: Block) -> np.ndarray:
-        return self.score_lines(*block.lines())
+        toks = [_tokenize_pair(o, pair) for pair in zip(src, tgt)]
+        return self._score(self.src_vocab.encode_batch([s for s, _ in toks]),
+                           self.tgt_vocab.encode_batch([t for _, t in toks]))
 
 
-def score_block(chunk: list[tuple[str, str]] | Block) -> np.ndarray:
-    """(n, 6) cross-entropies and lengths of a block of pool lines (or of decoded pairs), by the
-    map's scorer: a forked worker gets the LMs from its parent's memory, not pickled with each block."""
+def score_block(block: Block) -> np.ndarray:
+    """(n, 6) cross-entropies and lengths of a block of pool lines, by the map's scorer: a forked
+    worker gets the LMs from its parent's memory, not pickled with each block."""
     scorer: Scorer = worker_state()
-    return scorer.score_block(chunk) if isinstance(chunk, Block) else scorer.score_chunk(chunk)
+    return scorer.score_lines(*block.lines())
 
 
-def _chunks(items, size: int):
-    buf = []
-    for x in items:
-        buf.append(x)
-        if len(buf) >= size:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
-
-
-def tokenize_all(opts: TextOpts, pairs, workers: int) -> list[tuple[list[str], list[str]]]:
-    out: list[tuple[list[str], list[str]]] = []
-    for res in parallel_map(functools.partial(_tokenize_chunk, opts), _chunks(pairs, CHUNK_PAIRS), workers, 1):
-        out.extend(res)
-    return out
+def tokenize_all(opts: TextOpts, pairs: Iterable[tuple[str, str]], workers: int) -> Pairs:
+    """Every (src, tgt) line pair as LM tokens, over `workers` processes in chunks of CHUNK_PAIRS."""
+    return list(parallel_map(functools.partial(_tokenize_pair, opts), pairs, workers, CHUNK_PAIRS))
 
 
 def score_pool(scorer: Scorer, pool: Corpus, workers: int,
