@@ -31,12 +31,8 @@ PAPER_BLEU_LABEL = "BLEU (paper-style: multi-bleu.perl on Moses-tokenised text, 
 
 @dataclass
 class MetricScore:
-    """One corpus-level score with everything needed to reproduce it.
-
-    `name` is sacrebleu's metric name ("BLEU", "chrF2", "TER"), `label` a human description
-    that says which BLEU this is, `signature` sacrebleu's signature string, `details` extra
-    figures (n-gram precisions, brevity penalty, lengths for BLEU).
-    """
+    """One corpus-level score with everything needed to reproduce it: `name` is sacrebleu's ("BLEU",
+    "chrF2", "TER"), `label` says which BLEU this is, `details` holds BLEU's precisions, BP, lengths."""
 
     key: str
     name: str

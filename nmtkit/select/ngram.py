@@ -37,10 +37,12 @@ class LMVocab:
 
     itos: list[str]
     stoi: dict[str, int] = field(init=False, repr=False)
+    flat_stoi: dict[str, int] = field(init=False, repr=False)  # `encode_batch`'s: a literal <s>, </s> is a word
 
     def __post_init__(self) -> None:
         assert tuple(self.itos[:3]) == LM_SPECIALS
         self.stoi = {t: i for i, t in enumerate(self.itos)}
+        self.flat_stoi = {**self.stoi, BOS: LM_UNK_ID, EOS: LM_UNK_ID}
 
     def __len__(self) -> int:
         return len(self.itos)
@@ -60,20 +62,11 @@ class LMVocab:
         get = self.stoi.get
         return [get(t, LM_UNK_ID) for t in tokens]
 
-    def _flat_lookup(self) -> dict[str, int]:
-        # A literal "<s>" or "</s>" in the text is an ordinary (unknown) word.
-        lk = getattr(self, "_lookup", None)
-        if lk is None:
-            lk = dict(self.stoi)
-            lk[BOS] = lk[EOS] = LM_UNK_ID
-            self._lookup = lk
-        return lk
-
     def encode_batch(self, sentences: Sequence[Sequence[str]]) -> "FlatBatch":
         """Token lists -> one FlatBatch (one dict look-up pass over the whole batch)."""
         lens = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
         words = list(chain.from_iterable(sentences))
-        get = self._flat_lookup().get
+        get = self.flat_stoi.get
         ids = np.fromiter(map(get, words, repeat(LM_UNK_ID)), dtype=np.int64, count=len(words))
         return _assemble(ids, lens)
 
