@@ -238,7 +238,7 @@ def write_scores(path: str, scores: np.ndarray, h: np.ndarray, lens: np.ndarray,
                   workers: int = 1) -> None:
     """TSV: line (1-based pool line), score, h_in_src, h_out_src, h_in_tgt, h_out_tgt, src/tgt tokens, selected.
 
-    Formatting (~3 us a row) runs over `workers` processes, which see the arrays by fork.
+    Formatting runs over `workers` processes, which see the arrays by fork.
     """
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("line\tscore\th_in_src\th_out_src\th_in_tgt\th_out_tgt\tsrc_tokens\ttgt_tokens\tselected\n")
