@@ -436,16 +436,10 @@ class NgramLM:
         fh.write("\n")
         for k in range(1, self.order + 1):
             fh.write(f"\\{k}-grams:\n")
-            if k == 1:
-                prob = self.unigram
-                rows = np.arange(V)
-            else:
-                o = self.orders[k - 2]
-                prob = o.prob
-                rows = np.arange(o.keys.size)
+            prob = self.unigram if k == 1 else self.orders[k - 2].prob  # one row per n-gram of order k
             bow = self.orders[k - 1].gamma if k < self.order else None
             w = words[k - 1]
-            for r in rows:
+            for r in range(prob.size):
                 lp = -99.0 if prob[r] <= 0 else math.log10(prob[r])
                 text = " ".join(itos[i] for i in w[r])
                 if bow is not None:

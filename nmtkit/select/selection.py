@@ -336,7 +336,7 @@ def run(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     del ind_toks, out_sample
     with StagedFiles(outputs, stale) as files:
         if cfg.write_arpa:
-            write_arpa(files.tmp, scorer, src_vocab, tgt_vocab)
+            write_arpa(files.tmp, scorer)
         t = time.perf_counter()
         h, lens = score_pool(scorer, pool, cfg.workers, progress)
         timings["score_s"] = time.perf_counter() - t
@@ -473,10 +473,10 @@ def check_outputs(cfg: SelectConfig, outputs: dict[str, str], stale: Sequence[st
         check_output(p, force=True, what="select-data output")
 
 
-def write_arpa(tmp: dict[str, str], scorer: Scorer, src_vocab: LMVocab, tgt_vocab: LMVocab) -> None:
+def write_arpa(tmp: dict[str, str], s: Scorer) -> None:
     """The four language models, in ARPA format (--write-arpa)."""
-    for which, side, lm, voc in (("in", "src", scorer.in_src, src_vocab), ("out", "src", scorer.out_src, src_vocab),
-                                 ("in", "tgt", scorer.in_tgt, tgt_vocab), ("out", "tgt", scorer.out_tgt, tgt_vocab)):
+    for which, side, lm, voc in (("in", "src", s.in_src, s.src_vocab), ("out", "src", s.out_src, s.src_vocab),
+                                 ("in", "tgt", s.in_tgt, s.tgt_vocab), ("out", "tgt", s.out_tgt, s.tgt_vocab)):
         with open(tmp[f"arpa_{which}_{side}"], "w", encoding="utf-8") as fh:
             lm.write_arpa(fh, voc.itos)
 
