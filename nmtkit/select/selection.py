@@ -228,16 +228,14 @@ def _open_corpora(cfg: SelectConfig) -> tuple[Corpus, Corpus]:
     return ind, pool
 
 
-def _in_domain(opts: TextOpts, ind: Corpus, cfg: SelectConfig) -> tuple[Pairs, LMVocab, LMVocab]:
-    """The tokenised in-domain text and the two LM vocabularies built on it."""
+def _in_domain(opts: TextOpts, ind: Corpus, cfg: SelectConfig) -> tuple[Pairs, dict[str, int]]:
+    """The tokenised in-domain text and its `_sizes`; neither side may be without tokens."""
     ind_toks = tokenize_all(opts, ind.pairs(), cfg.workers)
     sizes = _sizes(ind_toks)
     if sizes["src_tokens"] == 0 or sizes["tgt_tokens"] == 0:
         side = ind.src_paths[0] if sizes["src_tokens"] == 0 else ind.tgt_paths[0]
         raise InputError("the in-domain text has no tokens", side)
-    src_vocab = LMVocab.build((s for s, _ in ind_toks), cfg.min_count)
-    tgt_vocab = LMVocab.build((t_ for _, t_ in ind_toks), cfg.min_count)
-    return ind_toks, src_vocab, tgt_vocab
+    return ind_toks, sizes
 
 
 def _out_sample(opts: TextOpts, ind: Corpus, pool: Corpus, src_tokens_in: int, cfg: SelectConfig,
@@ -275,9 +273,12 @@ def _out_sample(opts: TextOpts, ind: Corpus, pool: Corpus, src_tokens_in: int, c
     return out_sample
 
 
-def _estimate(opts: TextOpts, src_vocab: LMVocab, tgt_vocab: LMVocab, ind_toks: Pairs, out_sample: Pairs,
-              order: int) -> Scorer:
-    """The four LMs: H_in's on the in-domain text, H_out's on the pool sample, per language."""
+def _estimate(opts: TextOpts, ind_toks: Pairs, out_sample: Pairs, cfg: SelectConfig) -> Scorer:
+    """The four LMs: H_in's on the in-domain text, H_out's on the pool sample, per language, over
+    the vocabularies of the in-domain words seen at least `cfg.min_count` times."""
+    src_vocab = LMVocab.build((s for s, _ in ind_toks), cfg.min_count)
+    tgt_vocab = LMVocab.build((t_ for _, t_ in ind_toks), cfg.min_count)
+    order = cfg.order
     return Scorer(
         opts, src_vocab, tgt_vocab,
         in_src=NgramLM.estimate([src_vocab.encode(s) for s, _ in ind_toks], len(src_vocab), order),
@@ -322,14 +323,13 @@ def run(cfg: SelectConfig, progress: Progress | None = None) -> dict:
         raise ConfigError(f"--fraction {cfg.fraction} of the pool's {n_pool} pairs selects none")
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    ind_toks, src_vocab, tgt_vocab = _in_domain(opts, ind, cfg)
+    ind_toks, ind_sizes = _in_domain(opts, ind, cfg)
     timings["in_domain_tokenize_s"] = time.perf_counter() - t
-    ind_sizes = _sizes(ind_toks)
     t = time.perf_counter()
     out_sample = _out_sample(opts, ind, pool, ind_sizes["src_tokens"], cfg, progress)
     timings["out_sample_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    scorer = _estimate(opts, src_vocab, tgt_vocab, ind_toks, out_sample, cfg.order)
+    scorer = _estimate(opts, ind_toks, out_sample, cfg)
     timings["lm_estimate_s"] = time.perf_counter() - t
     warnings += _warn(lm_warnings(cfg, ind, ind_sizes, scorer))
     sample_sizes = _sizes(out_sample)
