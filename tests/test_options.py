@@ -271,15 +271,15 @@ def test_the_python_entry_points_name_an_argument_of_the_wrong_kind(tmp_path):
     """preprocess(dict) was an AttributeError from inside it, run_training(None, ...) a TypeError
     from os, resume="yes" was taken as True, and translate() of a set gave its results in an
     arbitrary order."""
+    from nmtkit import select
     from nmtkit.preprocess import preprocess
-    from nmtkit.select import run as run_selection
     from nmtkit.train.run import run_training
     from nmtkit.translate.translator import _lines_of
 
     with pytest.raises(TypeError, match="preprocess takes a PreprocessConfig, not dict"):
         preprocess({"src_lang": "en"})
     with pytest.raises(TypeError, match="nmtkit.select.run takes a SelectConfig, not NoneType"):
-        run_selection(None)
+        select.run(None)
     with pytest.raises(TypeError, match="folder for --data is a path, not NoneType"):
         run_training(None, tmp_path / "run")
     with pytest.raises(TypeError, match="resume is True or False, not 'yes'"):

@@ -1,6 +1,6 @@
 """What `nmtkit score` found, as one object, and its two renderings: plain text and JSON.
 
-`run_score` (nmtkit.score.run) fills a `ScoreReport`; `format_text` and `format_json` turn it
+`nmtkit.score.run` fills a `ScoreReport`; `format_text` and `format_json` turn it
 into the command's stdout. Neither formatter computes anything: both read the same report.
 """
 from __future__ import annotations
