@@ -33,9 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from nmtkit.select import scoring
-from nmtkit.select.corpus import Block
-from nmtkit.select.lmvocab import LMVocab
-from nmtkit.select.ngram import NgramLM
+from nmtkit.select.ngram import LMVocab, NgramLM
+from nmtkit.select.scoring import Block
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import TextPipeline
 

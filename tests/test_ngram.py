@@ -8,8 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from nmtkit.select.lmvocab import LM_BOS_ID, LM_EOS_ID, LM_UNK_ID, LMVocab
-from nmtkit.select.ngram import NgramLM, kn_discounts
+from nmtkit.select.ngram import LM_BOS_ID, LM_EOS_ID, LM_UNK_ID, LMVocab, NgramLM, kn_discounts
 
 FIXED = (0.5, 1.0, 1.5)
 

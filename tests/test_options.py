@@ -12,8 +12,8 @@ from nmtkit.devices import check_device_name
 from nmtkit.errors import ConfigError
 from nmtkit.options import cli_default, cli_names, help_text, option_fields, resume_overridable
 from nmtkit.preprocess.config import PreprocessConfig
-from nmtkit.score.run import ScoreOptions
-from nmtkit.select.config import SelectConfig
+from nmtkit.score import ScoreConfig
+from nmtkit.select import SelectConfig
 from nmtkit.serve.config import ServeConfig
 from nmtkit.serve.limits import Limits
 from nmtkit.text.tokenize import TokenizeConfig
@@ -23,7 +23,7 @@ from nmtkit.translate.config import DecodeConfig, TranslateConfig
 from tests.conftest import tiny_options
 
 # command -> (config classes its options are generated from, whether every default is "not given")
-CONVERTED = {"train": ((TrainConfig, ModelOverrides), True), "score": ((ScoreOptions,), False),
+CONVERTED = {"train": ((TrainConfig, ModelOverrides), True), "score": ((ScoreConfig,), False),
              "preprocess": ((PreprocessConfig,), False), "select-data": ((SelectConfig,), False),
              "tokenize": ((TokenizeConfig,), False), "average": ((AverageConfig,), False),
              "translate": ((TranslateConfig,), False), "serve": ((DecodeConfig, Limits, ServeConfig), False)}
@@ -101,9 +101,9 @@ def test_model_overrides_reject_a_choice_outside_the_declared_ones():
 
 def test_score_options_are_checked_once_whatever_builds_them():
     with pytest.raises(ConfigError, match="--bucket-width must be at least 1, got 0"):
-        ScoreOptions(hyp_paths=["h"], ref_paths=["r"], bucket_width=0)
+        ScoreConfig(hyp_paths=["h"], ref_paths=["r"], bucket_width=0)
     with pytest.raises(ConfigError, match="--tokenize must be one of 13a"):
-        ScoreOptions(hyp_paths=["h"], ref_paths=["r"], tokenize="moses")
+        ScoreConfig(hyp_paths=["h"], ref_paths=["r"], tokenize="moses")
 
 
 # path options that also take '-' (a standard stream): refused when empty by nmtkit.io.checks.file_path
@@ -128,7 +128,7 @@ def test_an_empty_path_is_refused_by_the_python_api_too():
     with pytest.raises(ConfigError, match="--tensorboard '' names no directory"):
         TrainOptions(tensorboard="")
     with pytest.raises(ConfigError, match="--ref '' names no file"):
-        ScoreOptions(hyp_paths=["h"], ref_paths=["r", ""])
+        ScoreConfig(hyp_paths=["h"], ref_paths=["r", ""])
 
 
 def test_run_training_refuses_an_empty_data_or_run_directory_as_its_command_line_does(tmp_path, monkeypatch):
@@ -251,7 +251,7 @@ def test_paths_given_from_python_become_strings_and_one_string_for_a_list_a_list
     from dataclasses import asdict
 
     from nmtkit.preprocess.config import PreprocessConfig
-    from nmtkit.select.config import SelectConfig
+    from nmtkit.select import SelectConfig
     from nmtkit.train.config import TrainOptions
     from nmtkit.translate import TranslateConfig
 
@@ -271,15 +271,15 @@ def test_the_python_entry_points_name_an_argument_of_the_wrong_kind(tmp_path):
     """preprocess(dict) was an AttributeError from inside it, run_training(None, ...) a TypeError
     from os, resume="yes" was taken as True, and translate() of a set gave its results in an
     arbitrary order."""
+    from nmtkit import select
     from nmtkit.preprocess import preprocess
-    from nmtkit.select.selection import run_selection
     from nmtkit.train.run import run_training
     from nmtkit.translate.translator import _lines_of
 
     with pytest.raises(TypeError, match="preprocess takes a PreprocessConfig, not dict"):
         preprocess({"src_lang": "en"})
-    with pytest.raises(TypeError, match="run_selection takes a SelectConfig, not NoneType"):
-        run_selection(None)
+    with pytest.raises(TypeError, match="nmtkit.select.run takes a SelectConfig, not NoneType"):
+        select.run(None)
     with pytest.raises(TypeError, match="folder for --data is a path, not NoneType"):
         run_training(None, tmp_path / "run")
     with pytest.raises(TypeError, match="resume is True or False, not 'yes'"):

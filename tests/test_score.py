@@ -17,9 +17,18 @@ from pathlib import Path
 import pytest
 import sacrebleu
 
-from nmtkit import score as S
 from nmtkit.data.manifest import new_manifest
 from nmtkit.errors import ConfigError, InputError
+from nmtkit.score.metrics import corpus_scores, moses_tokenize_lines, paired_bootstrap, paper_bleu
+from nmtkit.score.report import format_length_table
+from nmtkit.score.subsets import (
+    bleu_by_length,
+    bucket_labels,
+    bucket_of,
+    model_text_from_checkpoint,
+    model_text_from_data_dir,
+    no_unk_indices,
+)
 from nmtkit.text.moses import tokenize as moses_tokenize
 from nmtkit.text.pipeline import TextPipeline
 from nmtkit.text.vocab import SPECIALS
@@ -326,18 +335,18 @@ PAPER = [
 
 @pytest.mark.parametrize("hyps, refs, lang, want", [r[1:] for r in PAPER], ids=[r[0] for r in PAPER])
 def test_paper_bleu_equals_its_expected_value(hyps, refs, lang, want):
-    assert S.paper_bleu(hyps, refs, lang).score == pytest.approx(want, abs=1e-6)
+    assert paper_bleu(hyps, refs, lang).score == pytest.approx(want, abs=1e-6)
 
 
 def test_paper_bleu_details_and_what_sets_it_apart_from_sacrebleu(files, tmp_path):
-    got = S.paper_bleu(HAND_HYP, [HAND_REF], "en")
+    got = paper_bleu(HAND_HYP, [HAND_REF], "en")
     assert got.details["counts"] == [9, 6, 3, 1] and got.details["totals"] == [11, 9, 7, 5]
     assert (got.details["hyp_len"], got.details["ref_len"]) == (11, 12)
     assert sacrebleu.corpus_bleu(HAND_HYP[:1], [HAND_REF[:1]]).score > 0  # smoothed, unlike multi-bleu
     assert "aujourd' hui" in _moses(REF, "fr")[1] or "aujourd'hui" in _moses(REF, "fr")[1]  # Moses, not 13a
-    assert S.paper_bleu(HYP, [REF, REF2], "fr").score != pytest.approx(
+    assert paper_bleu(HYP, [REF, REF2], "fr").score != pytest.approx(
         sacrebleu.corpus_bleu(HYP, [REF, REF2]).score, abs=1e-3)
-    assert S.paper_bleu(["hello , world ! how are you ?"], [["Hello , world ! How are you ?"]], "en").score < 100.0
+    assert paper_bleu(["hello , world ! how are you ?"], [["Hello , world ! How are you ?"]], "en").score < 100.0
     paths = dict(files, h=write(tmp_path / "h.en", HAND_HYP), r=write(tmp_path / "r.en", HAND_REF))
     scores = by_metric(score_json(["--hyp", "{h}", "--ref", "{r}", "--paper-bleu", "--metrics", "bleu"],
                                   paths)["systems"][0]["scores"])
@@ -361,7 +370,7 @@ MOSES_FR = [
 
 
 def test_paper_bleu_tokenises_exactly_as_tokenizer_perl():
-    got = S.moses_tokenize_lines([raw for raw, _ in MOSES_FR], "fr")
+    got = moses_tokenize_lines([raw for raw, _ in MOSES_FR], "fr")
     assert got == [tok for _, tok in MOSES_FR]
 
 
@@ -390,7 +399,7 @@ def test_paper_bleu_equals_the_moses_scripts_on_tatoeba_dev(shared_data, tmp_pat
                          ids=["one-reference", "an-oov-in-a-second-reference-drops-its-sentence"])
 def test_no_unk_subset_keeps_only_fully_covered_sentences(second_ref, kept):
     refs = [NU_REF] if second_ref is None else [NU_REF, NU_REF[:5] + [second_ref]]
-    assert S.no_unk_indices(NU_SRC, refs, lambda s: moses_tokenize(s, "en"), lambda s: moses_tokenize(s, "fr"),
+    assert no_unk_indices(NU_SRC, refs, lambda s: moses_tokenize(s, "en"), lambda s: moses_tokenize(s, "fr"),
                             SRC_VOCAB, TGT_VOCAB) == kept
 
 
@@ -402,7 +411,7 @@ def test_no_unk_cli_with_data_dir_scores_the_subset_like_sacrebleu(files):
     scores = by_metric(nu["systems"][0]["scores"])
     sub_h, sub_r = [NU_HYP[i] for i in NU_KEPT], [NU_REF[i] for i in NU_KEPT]
     assert scores["bleu"]["score"] == pytest.approx(sacrebleu.corpus_bleu(sub_h, [sub_r]).score, abs=1e-4)
-    assert scores["paper_bleu"]["score"] == pytest.approx(S.paper_bleu(sub_h, [sub_r], "fr").score, abs=1e-4)
+    assert scores["paper_bleu"]["score"] == pytest.approx(paper_bleu(sub_h, [sub_r], "fr").score, abs=1e-4)
     full = by_metric(out["systems"][0]["scores"])["bleu"]["score"]
     assert full != pytest.approx(scores["bleu"]["score"], abs=1e-3)
 
@@ -495,11 +504,11 @@ def test_score_and_train_read_a_data_dir_through_one_manifest_reader(tmp_path, d
     from nmtkit.train.data import DataDir
 
     data = make_data_dir(tmp_path / "data", n_train=8, n_valid=4)
-    model, opened = S.model_text_from_data_dir(data), DataDir.open(data)
+    model, opened = model_text_from_data_dir(data), DataDir.open(data)
     assert model.src_vocab == opened.src_vocab.itos and model.tgt_vocab == opened.tgt_vocab.itos
     damage(data)
     with pytest.raises(InputError) as from_score:
-        S.model_text_from_data_dir(data)
+        model_text_from_data_dir(data)
     with pytest.raises(InputError) as from_train:
         DataDir.open(data)
     assert str(from_score.value) == str(from_train.value)
@@ -515,12 +524,12 @@ def test_score_and_train_read_a_data_dir_through_one_manifest_reader(tmp_path, d
     (10, 55, ["0-10", "11-20", "21-30", "31-40", "41-50", "51-55", ">55"], {55: 5, 56: 6}),
 ])
 def test_bucket_boundaries_follow_the_labels(width, max_length, labels, buckets):
-    assert S.bucket_labels(width, max_length) == labels
-    assert {n: S.bucket_of(n, width, max_length) for n in buckets} == buckets
+    assert bucket_labels(width, max_length) == labels
+    assert {n: bucket_of(n, width, max_length) for n in buckets} == buckets
 
 
 def test_by_length_buckets_and_bleu_equal_sacrebleu_on_each_subset():
-    rows = S.bleu_by_length([("A", HYP[:7]), ("B", REF2[:7])], [REF[:7]],
+    rows = bleu_by_length([("A", HYP[:7]), ("B", REF2[:7])], [REF[:7]],
                             [len(moses_tokenize(s, "en")) for s in BL_SRC], width=2, max_length=4)
     assert [r.label for r in rows] == ["0-2", "3-4", ">4"]
     assert [r.indices for r in rows] == [[0, 3], [1, 4, 5], [2, 6]]
@@ -545,10 +554,10 @@ def test_by_length_cli_prints_an_aligned_table_and_json(files):
 
 
 def test_empty_bucket_is_listed_without_a_score():
-    rows = S.bleu_by_length([("A", ["a b c d e"])], [["a b c d e"]], [25], width=10, max_length=60)
+    rows = bleu_by_length([("A", ["a b c d e"])], [["a b c d e"]], [25], width=10, max_length=60)
     assert [len(r.indices) for r in rows] == [0, 0, 1, 0, 0, 0, 0]
     assert rows[0].bleu["A"] is None and rows[2].bleu["A"] == pytest.approx(100.0)
-    assert "-" in S.format_length_table(rows, ["A"]).splitlines()[1].split()
+    assert "-" in format_length_table(rows, ["A"]).splitlines()[1].split()
 
 
 def test_plot_is_a_png_with_one_line_per_system(files, tmp_path):
@@ -571,22 +580,22 @@ def test_plot_is_a_png_with_one_line_per_system(files, tmp_path):
 def test_paired_bootstrap_gives_p_values_in_unit_interval_and_is_seeded():
     worse = [" ".join(h.split()[: max(1, len(h.split()) // 2)]) for h in HYP]
     systems = [("base", HYP * 4), ("worse", worse * 4)]
-    sigs, rows = S.paired_bootstrap(systems, [REF * 4], ["bleu", "chrf"], n_samples=200, seed=7)
+    sigs, rows = paired_bootstrap(systems, [REF * 4], ["bleu", "chrf"], n_samples=200, seed=7)
     assert {r.metric for r in rows} == {"BLEU", "chrF2"} and "bs:200" in sigs["BLEU"] and "seed:7" in sigs["BLEU"]
     assert all(r.p_value is None for r in rows if r.system == "base")
     assert all(0.0 <= r.p_value < 0.05 for r in rows if r.system == "worse")  # halving every sentence matters
-    _, again = S.paired_bootstrap(systems, [REF * 4], ["bleu", "chrf"], n_samples=200, seed=7)
+    _, again = paired_bootstrap(systems, [REF * 4], ["bleu", "chrf"], n_samples=200, seed=7)
     assert [r.to_dict() for r in again] == [r.to_dict() for r in rows]
     close = HYP * 4  # one changed sentence out of 32 is not significant
     close = close[:-1] + ["Les enfants jouent dans un jardin depuis ce matin."]
-    _, rows2 = S.paired_bootstrap([("base", HYP * 4), ("close", close)], [REF * 4], ["bleu"], 200, 7)
+    _, rows2 = paired_bootstrap([("base", HYP * 4), ("close", close)], [REF * 4], ["bleu"], 200, 7)
     assert rows2[1].p_value > 0.05
 
 
 def test_a_system_against_itself_is_not_significantly_different(files):
     """sacrebleu counts only resampled differences larger than the real one, so a difference of
     exactly 0 got its smallest p (1/1001) and a star; Moses' script counts >=, giving p = 1."""
-    sigs, rows = S.paired_bootstrap([("a", HYP * 4), ("b", HYP * 4)], [REF * 4], ["bleu", "chrf"], 200, 7)
+    sigs, rows = paired_bootstrap([("a", HYP * 4), ("b", HYP * 4)], [REF * 4], ["bleu", "chrf"], 200, 7)
     assert [r.p_value for r in rows if r.system == "b"] == [1.0, 1.0]
     code, out, err = score(["--hyp", "{hyp}", "--hyp", "{hyp}", "--label", "a", "--label", "b", "--ref", "{ref}",
                             "--significance", "--bootstrap-samples", "100", "--metrics", "bleu"], files)
@@ -637,13 +646,13 @@ def test_a_damaged_pipeline_in_a_checkpoint_or_data_dir_is_one_error_naming_its_
     damaged["pipeline"] = dict(damaged["pipeline"], lowercase="yes")
     save_checkpoint(damaged, tmp_path / "bad.pt")
     with pytest.raises(CheckpointError, match=r"bad\.pt: text pipeline setting lowercase is 'yes'"):
-        S.model_text_from_checkpoint(tmp_path / "bad.pt")
+        model_text_from_checkpoint(tmp_path / "bad.pt")
     data = make_data_dir(tmp_path / "data", n_train=8, n_valid=4)
     manifest = json.loads((data / "manifest.json").read_text())
     manifest["pipeline"]["lowercase"] = "no"
     (data / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(InputError, match=r"manifest\.json: text pipeline setting lowercase is 'no'"):
-        S.model_text_from_data_dir(data)
+        model_text_from_data_dir(data)
 
 
 def test_references_in_another_unicode_form_than_the_hypotheses_are_warned_about_once(tmp_path):
@@ -700,7 +709,7 @@ def test_paired_bootstrap_refuses_a_sample_count_or_seed_it_would_not_use_as_giv
     hyps = ["the cat sat on the mat .", "a dog ran ."] * 10
     refs = ["the cat sat on a mat .", "the dog ran ."] * 10
     with pytest.raises(ConfigError, match=needle):
-        S.paired_bootstrap([("a", hyps), ("b", refs)], [refs], **kw)
+        paired_bootstrap([("a", hyps), ("b", refs)], [refs], **kw)
 
 
 @pytest.mark.parametrize("hyps, refs, needle", [
@@ -712,4 +721,4 @@ def test_paired_bootstrap_refuses_a_sample_count_or_seed_it_would_not_use_as_giv
 ])
 def test_corpus_scores_refuses_what_is_not_lists_of_lines(hyps, refs, needle):
     with pytest.raises(ConfigError, match=needle):
-        S.corpus_scores(hyps, refs)
+        corpus_scores(hyps, refs)

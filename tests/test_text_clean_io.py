@@ -146,8 +146,8 @@ def test_raw_references_split_on_newline_not_u2028(tmp_path):
 
 
 def test_every_line_count_check_names_both_inputs_and_counts(tmp_path):
-    from nmtkit.score.run import check_same_length
-    from nmtkit.select.corpus import Corpus
+    from nmtkit.score import check_same_length
+    from nmtkit.select.scoring import Corpus
 
     (tmp_path / "c.en").write_text("a\nb\nc\n", encoding="utf-8")
     (tmp_path / "c.fr").write_text("a\nb\n", encoding="utf-8")

@@ -1,7 +1,7 @@
 """`nmtkit score`: BLEU/chrF/TER with signatures, paper-style BLEU, No-UNK subset, BLEU by length.
 
-Only click here: the options are generated from `ScoreOptions`; the work is done by plain
-functions in `nmtkit.score`. Torch is imported only for `--no-unk -m CHECKPOINT`.
+Only click here: the options are generated from `ScoreConfig`; the work is done by
+`nmtkit.score.run`. Torch is imported only for `--no-unk -m CHECKPOINT`.
 """
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 import click
 
 from nmtkit.cli.common import config_options, config_values, quiet_option, quiet_warnings
-from nmtkit.score.run import ScoreOptions
+from nmtkit.score import ScoreConfig
 
 
 @click.command("score")
-@config_options(ScoreOptions)
+@config_options(ScoreConfig)
 @quiet_option("No notes or warnings on stderr; the scores on stdout are unchanged")
 def score_cmd(quiet: bool, **options: Any) -> None:
     """Score translations with BLEU, chrF and TER (sacrebleu), with signatures.
@@ -31,11 +31,8 @@ def score_cmd(quiet: bool, **options: Any) -> None:
     Every --hyp must have as many lines as every --ref (and --src): a mismatch is an error.
     """
     quiet_warnings(quiet)
-    from nmtkit.score import render, run_score
+    from nmtkit.score import run
+    from nmtkit.score.report import render
 
-    values = config_values(ScoreOptions, options)
-    values["by_length"] = values["by_length"] or values["plot_path"] is not None
-    opts = ScoreOptions(**values)
-    warn = (lambda msg: None) if quiet else (lambda msg: click.echo(f"nmtkit: note: {msg}", err=True))
-    report = run_score(opts, warn=warn)
-    click.echo(render(report, opts.as_json), nl=False)
+    config = ScoreConfig(**config_values(ScoreConfig, options))
+    click.echo(render(run(config), config.as_json), nl=False)

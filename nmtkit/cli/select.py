@@ -14,7 +14,7 @@ from nmtkit.cli.common import (
     quiet_warnings,
     stage_progress,
 )
-from nmtkit.select.config import SelectConfig
+from nmtkit.select import SelectConfig
 
 
 @click.command("select-data")
@@ -27,12 +27,12 @@ def select_data_cmd(quiet: bool, **options: Any) -> None:
     --words, --fraction) is met. Cross-entropies are per token in bits with </s> counted.
     """
     quiet_warnings(quiet)
-    from nmtkit.select.selection import run_selection
+    from nmtkit.select import run
 
     values = config_values(SelectConfig, options)
     cfg = SelectConfig(**values)
     with stage_progress(quiet, lambda: _bars(make_console())) as progress:
-        summary = run_selection(cfg, progress)
+        summary = run(cfg, progress)
     if not quiet:
         sel = summary["selected"]
         click.echo(f"selected {sel['pairs']} of {summary['pool']['pairs']} pairs "

@@ -1,60 +1,305 @@
-"""Scoring translations: sacrebleu metrics, paper-style BLEU, the "No UNK" subset, BLEU by length.
+"""`nmtkit score`: `ScoreConfig` (every option) and `run(config, progress=None) -> ScoreReport`.
 
-What `nmtkit score` computes, as plain functions over lists of lines (no torch here, except
-`model_text_from_checkpoint`, which reads a checkpoint):
-
-* `metrics`: BLEU, chrF and TER through sacrebleu's metric classes (Post 2018, "A Call for
-  Clarity in Reporting BLEU Scores"), each with its reproducibility signature; the BLEU that
-  the 2014-15 NMT papers reported (Bahdanau et al. 2015, Table 1; Cho et al. 2014): Moses'
-  `multi-bleu.perl` on Moses-tokenised, case-sensitive text. multi-bleu is plain corpus BLEU
-  (clipped n-gram precisions for n = 1..4, geometric mean, brevity penalty against the closest
-  reference length, shorter on ties, no smoothing), which is exactly sacrebleu's BLEU with
-  `tokenize='none'` and `smooth_method='none'` applied to whitespace-joined Moses tokens.
-* `subsets`: the paper's "No UNK" column (BLEU on the sentences whose source and reference(s)
-  contain no token outside the model's vocabularies) and BLEU per source-length bucket (the
-  paper's Figure 2); `plot` draws the latter as a matplotlib chart.
-* `significance`: paired bootstrap resampling between systems (Koehn 2004) through
-  `sacrebleu.significance`.
-* `run`: the whole `nmtkit score` run (`ScoreOptions` -> `run_score` -> a `ScoreReport`);
-  `report`: the report object and its two renderings, `format_text` and `format_json`.
+Plain functions over lists of lines, torch-free except `subsets.model_text_from_checkpoint`, which
+reads a checkpoint. Modules: `metrics` (sacrebleu's BLEU, chrF and TER with signatures, the 2014-15
+papers' BLEU, paired bootstrap resampling), `subsets` (the paper's "No UNK" subset, BLEU by source
+length and its chart), `report` (the `ScoreReport` and its text and JSON renderings).
 
 Line counts are always checked: sacrebleu truncates silently when hypothesis and reference
 differ in length; here that is an error naming both files and their counts.
 """
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from nmtkit.devices import MAX_WORKERS
+from nmtkit.errors import ConfigError, InputError
+from nmtkit.io.checks import check_outputs_vs_inputs
+from nmtkit.io.files import check_output
+from nmtkit.options import check_fields, cli_names, field_default, option, refuse_without, spec_of
+from nmtkit.progress import Progress, note
 from nmtkit.score.metrics import (
     BLEU_TOKENIZERS,
     METRICS,
-    PAPER_BLEU_LABEL,
     MetricScore,
     corpus_scores,
     guess_lang,
-    make_metric,
     moses_tokenize_lines,
     multibleu,
-    paper_bleu,
+    paired_bootstrap,
 )
-from nmtkit.score.plot import plot_by_length
-from nmtkit.score.report import ScoreReport, format_json, format_length_table, format_significance, render
-from nmtkit.score.run import ScoreOptions, run_score
-from nmtkit.score.significance import SignificanceRow, paired_bootstrap
+from nmtkit.score.report import (
+    ByLengthResult,
+    NoUnkResult,
+    ScoreReport,
+    SignificanceResult,
+    SystemScores,
+)
 from nmtkit.score.subsets import (
-    LengthBucket,
-    ModelText,
+    BPE_NO_UNK_NOTE,
     bleu_by_length,
-    bucket_labels,
-    bucket_of,
     model_text_from_checkpoint,
     model_text_from_data_dir,
     no_unk_indices,
+    plot_by_length,
     subset,
-    vocab_is_bpe,
 )
+from nmtkit.text.io import check_counts, read_all_lines
+from nmtkit.text.moses import check_lang
 
-__all__ = [
-    "BLEU_TOKENIZERS", "METRICS", "PAPER_BLEU_LABEL", "LengthBucket", "MetricScore", "ModelText", "ScoreOptions",
-    "ScoreReport", "SignificanceRow", "bleu_by_length", "bucket_labels", "bucket_of", "corpus_scores",
-    "format_json", "format_length_table", "format_significance", "guess_lang", "make_metric",
-    "model_text_from_checkpoint", "model_text_from_data_dir", "moses_tokenize_lines", "multibleu",
-    "no_unk_indices", "paired_bootstrap", "paper_bleu", "plot_by_length", "render", "run_score", "subset",
-    "vocab_is_bpe",
-]
+TRUNCATE_WHY = " (sacrebleu would silently truncate; fix the files)"
+
+log = logging.getLogger(__name__)
+
+
+def check_same_length(hyp_path: str, hyps: Sequence[str], others: Iterable[tuple[str, Sequence[str]]],
+                      what: str = "reference") -> None:
+    """Raise InputError unless every (path, lines) in `others` has as many lines as `hyps`."""
+    check_counts((f"hypothesis {hyp_path}", len(hyps)), [(f"{what} {p}", len(lines)) for p, lines in others],
+                 TRUNCATE_WHY)
+
+
+def metric_list(value: str) -> list[str]:
+    """'bleu, CHRF' -> ['bleu', 'chrf']: the --metrics option's comma-separated subset of METRICS."""
+    keys = [k.strip().lower() for k in value.split(",") if k.strip()]
+    bad = [k for k in keys if k not in METRICS]
+    if bad or not keys:
+        raise ConfigError(f"--metrics: {', '.join(bad) or 'nothing'}: choose from bleu, chrf, ter (comma-separated)")
+    return list(dict.fromkeys(keys))
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    """Every option of `nmtkit score` (one field per CLI option; `nmtkit score`'s options are
+    generated from these fields)."""
+
+    hyp_paths: list[str] = option(
+        names=("--hyp",), multiple=True, required=True, metavar="FILE", path="file",
+        help="System output, one detokenised sentence a line ('-' = stdin). Repeat for several systems.")
+    ref_paths: list[str] = option(
+        names=("--ref", "-r"), multiple=True, required=True, metavar="FILE", path="file",
+        help="Reference translation(s), as many lines as each --hyp. Repeat for multiple references.")
+    labels: list[str] = option(default_factory=list, names=("--label",), multiple=True, metavar="NAME",
+                               help="Name of each --hyp system, in the same order (default: the file names).")
+    metrics: list[str] = option(default_factory=lambda: list(METRICS), cli_default=",".join(METRICS),
+                                convert=metric_list, help="Comma-separated subset of bleu,chrf,ter.")
+    tokenize: str | None = option(None, names=("--tokenize", "-tok"), choices=BLEU_TOKENIZERS, shown_default="13a",
+                                  help="sacrebleu BLEU tokeniser.")
+    lowercase: bool = option(False, names=("--lowercase", "-lc"),
+                             help="Case-insensitive BLEU (as sacrebleu -lc); chrF stays case-sensitive.")
+    as_json: bool = option(False, names=("--json",), help="Write one JSON object on stdout instead of text.")
+    paper_bleu: bool = option(
+        False, help="Also the BLEU of the 2014-15 papers: multi-bleu.perl on Moses-tokenised, case-sensitive text.")
+    tgt_lang: str | None = option(
+        None, metavar="LANG",
+        help="Target language for Moses tokenisation (default: from the --ref file suffix, else en).")
+    src_path: str | None = option(None, names=("--src",), metavar="FILE", path="file",
+                                  help="Source sentences (raw), for --no-unk and --by-length.")
+    src_lang: str | None = option(None, metavar="LANG",
+                                  help="Source language (default: from the --src file suffix, else en).")
+    no_unk: bool = option(
+        False, help="Also score the paper's 'No UNK' subset: sentences whose source and reference are covered by "
+                    "the model's vocabularies. Needs --src and -m or --data.")
+    model_path: str | None = option(None, names=("--model", "-m"), metavar="CHECKPOINT", path="file",
+                                    help="Checkpoint whose pipeline and vocabularies define --no-unk.")
+    data_dir: str | None = option(
+        None, names=("--data",), metavar="DIR", path="directory",
+        help="Or: an 'nmtkit preprocess' data directory (manifest + vocab files) for --no-unk.")
+    by_length: bool = option(False, help="BLEU per source-length bucket (paper Figure 2). Needs --src.")
+    bucket_width: int = option(10, min=1, help="With --by-length: the width of a length bucket in source words.")
+    max_length: int = option(60, min=1, help="With --by-length: longer source sentences share one last bucket.")
+    plot_path: str | None = option(
+        None, names=("--plot",), metavar="FILE.png", path="file",
+        help="Draw BLEU by length (one line per system) to this PNG (implies --by-length).")
+    significance: bool = option(
+        False, help="Paired bootstrap resampling of each --hyp against the first one; prints p-values.")
+    bootstrap_samples: int = option(1000, min=1, help="With --significance: the number of bootstrap resamples.")
+    seed: int = option(12345, min=1, help="With --significance: the seed of the bootstrap resampling.")
+    workers: int = option(1, names=("--workers", "-j"), min=1, max=MAX_WORKERS, cli_default=None, shown_default="all cores",
+                          help="Processes for Moses tokenisation.")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.plot_path is not None:  # --plot implies --by-length
+            object.__setattr__(self, "by_length", True)
+        for lang, name in ((self.tgt_lang, "--tgt-lang"), (self.src_lang, "--src-lang")):
+            if lang:  # sacremoses tokenises with them (--paper-bleu, --by-length)
+                check_lang(lang, name)
+
+
+def _system_names(paths: Sequence[str], labels: Sequence[str]) -> list[str]:
+    if labels:
+        if len(labels) != len(paths):
+            raise ConfigError(f"{len(labels)} --label given for {len(paths)} --hyp files: give one per --hyp")
+        names = list(labels)
+    else:
+        names = [Path(p).name if p != "-" else "stdin" for p in paths]
+        if len(set(names)) < len(names):
+            names = list(paths)
+    if len(set(names)) < len(names):
+        raise ConfigError("system names must be distinct (use --label)")
+    return names
+
+
+def _check_unused(o: ScoreConfig) -> None:
+    """Refuse a setting given without the option it acts with (given: other than its default), as
+    translate refuses --seed without --sampling: it would change nothing, without a word.
+    --src-lang and --tgt-lang say which languages the text is in, as in every command, and are
+    accepted alone."""
+    acts_with = (("--significance", o.significance, ("seed", "bootstrap_samples")),
+                 ("--by-length or --plot", o.by_length, ("bucket_width", "max_length")))
+    fields_ = {f.name: f for f in fields(o)}
+    for needed, on, names in acts_with:
+        given = [cli_names(fields_[n], spec_of(fields_[n]))[0] for n in names
+                 if getattr(o, n) != field_default(fields_[n])]
+        if not on:
+            refuse_without(given, needed)
+
+
+def _check_options(o: ScoreConfig) -> None:
+    _check_unused(o)
+    if o.no_unk:
+        if not o.src_path:
+            raise ConfigError("--no-unk needs --src (the source sentences)")
+        if bool(o.model_path) == bool(o.data_dir):
+            raise ConfigError("--no-unk needs the model's vocabularies: give either -m CHECKPOINT or --data DIR")
+    elif o.model_path or o.data_dir:
+        raise ConfigError("-m/--data are only used with --no-unk")
+    if o.by_length and not o.src_path:
+        raise ConfigError("--by-length/--plot need --src (lengths are source sentence lengths)")
+    if o.significance and len(o.hyp_paths) < 2:
+        raise ConfigError("--significance needs at least two --hyp files (the first is the baseline)")
+    if sum(p == "-" for p in list(o.hyp_paths) + list(o.ref_paths) + [o.src_path or ""]) > 1:
+        raise ConfigError("only one input can be read from stdin ('-')")
+    if o.plot_path and not o.plot_path.lower().endswith(".png"):
+        raise ConfigError(f"--plot writes a PNG: give a file name ending in .png, not {o.plot_path!r}")
+    if o.plot_path:  # before any scoring: score has no --force, a plot is redrawn in place
+        check_outputs_vs_inputs(
+            inputs=[*(("--hyp", p) for p in o.hyp_paths), *(("--ref", p) for p in o.ref_paths), ("--src", o.src_path),
+                    ("-m", o.model_path), ("--data", o.data_dir)],
+            files=[("--plot", o.plot_path)])
+        check_output(o.plot_path, force=True, what="--plot file")
+
+
+@dataclass
+class _Inputs:
+    """The files of one run, read and checked: systems as (name, lines), Moses tokens when
+    --paper-bleu needs them (`hyps_tok` per system, `refs_tok` per reference)."""
+
+    systems: list[tuple[str, list[str]]]
+    refs: list[list[str]]
+    src: list[str] | None
+    tgt_lang: str
+    src_lang: str
+    hyps_tok: list[list[str]] | None = None
+    refs_tok: list[list[str]] | None = None
+
+
+def _read_inputs(o: ScoreConfig) -> _Inputs:
+    names = _system_names(o.hyp_paths, o.labels)
+    refs = [read_all_lines(p) for p in o.ref_paths]
+    systems = [(n, read_all_lines(p)) for n, p in zip(names, o.hyp_paths)]
+    for (_name, hyps), path in zip(systems, o.hyp_paths):
+        check_same_length(path, hyps, zip(o.ref_paths, refs))
+    for (_name, hyps), path in zip(systems[1:], o.hyp_paths[1:]):
+        check_same_length(o.hyp_paths[0], systems[0][1], [(path, hyps)], what="hypothesis")
+    src = None
+    if o.src_path:
+        src = read_all_lines(o.src_path)
+        check_same_length(o.hyp_paths[0], systems[0][1], [(o.src_path, src)], what="source")
+    if not systems[0][1]:
+        raise InputError("empty file: nothing to score", o.hyp_paths[0])
+    tgt_lang = o.tgt_lang or guess_lang(o.ref_paths[0])
+    src_lang = o.src_lang or (guess_lang(o.src_path) if o.src_path else "en")
+    inp = _Inputs(systems, refs, src, tgt_lang, src_lang)
+    if o.paper_bleu:  # paper-style BLEU needs Moses tokens of everything; tokenise each file once
+        if not o.tgt_lang:  # guessed from the reference's name (a given one is checked with the options)
+            check_lang(tgt_lang, "--tgt-lang")
+        inp.refs_tok = [moses_tokenize_lines(r, tgt_lang, o.workers) for r in refs]
+        inp.hyps_tok = [moses_tokenize_lines(h, tgt_lang, o.workers) for _, h in systems]
+    return inp
+
+
+def form_mismatch(files: Sequence[tuple[str, Sequence[str]]]) -> str | None:
+    """A warning when some of `files` (path, lines; "-" is stdin) hold text that is not in
+    Unicode NFC (decomposed: "e" + a combining accent; or a compatibility form such as the
+    Ångström sign) and others hold none: sacrebleu compares characters, so a decomposed "é" never
+    matches a composed one, and nmtkit translate writes NFC."""
+    from unicodedata import is_normalized
+
+    decomposed = {path: [i for i, line in enumerate(lines, 1) if not is_normalized("NFC", line)]
+                  for path, lines in files}
+    bad = [path for path, found in decomposed.items() if found]
+    good = [path for path, found in decomposed.items() if not found]
+    if not bad or not good:
+        return None
+    first = decomposed[bad[0]]
+    name = {path: "stdin" if path == "-" else path for path in (bad[0], good[0])}
+    lines = f"{len(first)} line{'s' if len(first) > 1 else ''}"
+    return (f"{name[bad[0]]}: {lines} not in Unicode NFC (such as decomposed accents; line {first[0]} first), "
+            f"{name[good[0]]} none: the metrics count the two forms as different characters; compose both, e.g. with "
+            "python3 -c 'import sys, unicodedata; sys.stdout.write(unicodedata.normalize(\"NFC\", sys.stdin.read()))'")
+
+
+def run(o: ScoreConfig, progress: Progress | None = None) -> ScoreReport:
+    """Everything `nmtkit score` computes, as a ScoreReport (render it with
+    `nmtkit.score.report.render`). Notes for the user (what "No UNK" means for BPE, where the plot
+    went) go through `nmtkit.progress.note`; `progress` is accepted for the one command shape."""
+    _check_options(o)
+    inp = _read_inputs(o)
+    mismatch = form_mismatch([*zip(o.hyp_paths, (h for _, h in inp.systems)), *zip(o.ref_paths, inp.refs)])
+    if mismatch:
+        log.warning(mismatch)
+    report = ScoreReport(refs=list(o.ref_paths), lines=len(inp.systems[0][1]), systems=[],
+                         paper_lang=inp.tgt_lang if o.paper_bleu else None)
+    for s, ((name, hyps), path) in enumerate(zip(inp.systems, o.hyp_paths)):
+        scores = corpus_scores(hyps, inp.refs, o.metrics, o.tokenize, o.lowercase)
+        if o.paper_bleu:
+            scores.append(multibleu(inp.hyps_tok[s], inp.refs_tok, inp.tgt_lang))
+        report.systems.append(SystemScores(name, path, scores))
+    if o.no_unk:
+        report.no_unk = _no_unk(o, inp)
+    if o.by_length:
+        report.by_length = _by_length(o, inp)
+    if o.significance:
+        sigs, rows = paired_bootstrap(inp.systems, inp.refs, o.metrics, o.bootstrap_samples, o.seed,
+                                      o.tokenize, o.lowercase)
+        report.significance = SignificanceResult(inp.systems[0][0], o.bootstrap_samples, o.seed, sigs, rows)
+    return report
+
+
+def _no_unk(o: ScoreConfig, inp: _Inputs) -> NoUnkResult:
+    assert inp.src is not None
+    model = model_text_from_checkpoint(o.model_path) if o.model_path else model_text_from_data_dir(o.data_dir)
+    kept = no_unk_indices(inp.src, inp.refs, model.encode_src, model.encode_tgt, model.src_vocab, model.tgt_vocab)
+    if model.is_bpe:
+        note(log, BPE_NO_UNK_NOTE)
+    systems = []
+    for s, ((name, hyps), path) in enumerate(zip(inp.systems, o.hyp_paths)):
+        scores: list[MetricScore] = []
+        if kept:
+            sub_refs = [subset(r, kept) for r in inp.refs]
+            scores = corpus_scores(subset(hyps, kept), sub_refs, ["bleu"], o.tokenize, o.lowercase)
+            if o.paper_bleu:
+                scores.append(multibleu(subset(inp.hyps_tok[s], kept), [subset(r, kept) for r in inp.refs_tok],
+                                        inp.tgt_lang))
+            for m in scores:
+                m.label = f"No UNK {m.label}"
+        systems.append(SystemScores(name, path, scores))
+    return NoUnkResult(model.origin, model.is_bpe, len(kept), len(inp.src), systems)
+
+
+def _by_length(o: ScoreConfig, inp: _Inputs) -> ByLengthResult:
+    assert inp.src is not None and o.src_path
+    lengths = [len(t.split()) for t in moses_tokenize_lines(inp.src, inp.src_lang, o.workers)]
+    rows = bleu_by_length(inp.systems, inp.refs, lengths, o.bucket_width, o.max_length, o.tokenize, o.lowercase,
+                          paper_tok=(inp.hyps_tok, inp.refs_tok) if o.paper_bleu else None)
+    result = ByLengthResult(o.src_path, inp.src_lang, o.bucket_width, o.max_length, o.paper_bleu, rows)
+    if o.plot_path:
+        plot_by_length(rows, [n for n, _ in inp.systems], o.plot_path)
+        result.plot = o.plot_path
+        note(log, f"wrote {o.plot_path}")
+    return result

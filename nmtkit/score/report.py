@@ -1,6 +1,6 @@
 """What `nmtkit score` found, as one object, and its two renderings: plain text and JSON.
 
-`run_score` (nmtkit.score.run) fills a `ScoreReport`; `format_text` and `format_json` turn it
+`nmtkit.score.run` fills a `ScoreReport`; `format_text` and `format_json` turn it
 into the command's stdout. Neither formatter computes anything: both read the same report.
 """
 from __future__ import annotations
@@ -9,8 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from nmtkit.score.metrics import PAPER_BLEU_LABEL, MetricScore
-from nmtkit.score.significance import SignificanceRow
+from nmtkit.score.metrics import PAPER_BLEU_LABEL, MetricScore, SignificanceRow
 from nmtkit.score.subsets import BPE_NO_UNK_NOTE, LengthBucket
 
 WORD_NO_UNK_DEFINITION = ("sentences whose source and reference(s) have no word "
@@ -177,13 +176,14 @@ def format_length_table(rows: Sequence[LengthBucket], names: Sequence[str]) -> s
         if paper:
             cells += [fmt(r.paper_bleu.get(n)) for n in names]
         body.append(cells)
-    widths = [max(len(row[c]) for row in [header] + body) for c in range(len(header))]
-    lines = []
-    for row in [header] + body:
-        lines.append("  ".join(cell.ljust(w) if c == 0 else cell.rjust(w)
-                               for c, (cell, w) in enumerate(zip(row, widths))).rstrip())
-    return "\n".join(lines)
+    return "\n".join(_aligned([header] + body))
 
+
+def _aligned(rows: list[list[str]]) -> list[str]:
+    """Rows of cells as lines of aligned columns: the first left-aligned, the others right-aligned."""
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) if c == 0 else cell.rjust(w) for c, (cell, w) in enumerate(zip(row, widths))).rstrip()
+            for row in rows]
 
 
 def format_significance(rows: Sequence[SignificanceRow], n_samples: int, seed: int, alpha: float = 0.05) -> str:
@@ -203,9 +203,6 @@ def format_significance(rows: Sequence[SignificanceRow], n_samples: int, seed: i
             else:
                 p = f"{r.p_value:.4f}" + (" *" if r.p_value < alpha else "")
             body.append([r.system, f"{r.score:.2f}", ci, p])
-        widths = [max(len(row[c]) for row in [header] + body) for c in range(4)]
-        for row in [header] + body:
-            out.append("  ".join(cell.ljust(w) if c == 0 else cell.rjust(w)
-                                 for c, (cell, w) in enumerate(zip(row, widths))).rstrip())
+        out.extend(_aligned([header] + body))
     return "\n".join(out)
 

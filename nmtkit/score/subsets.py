@@ -2,7 +2,7 @@
 
 "No UNK": the sentences whose source and reference(s) contain no token outside the model's
 vocabularies (Bahdanau et al. 2015, Table 1). By length: corpus BLEU of each system on the
-sentences of each source-length bucket.
+sentences of each source-length bucket, as a table or a matplotlib chart (`plot_by_length`).
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from nmtkit.errors import ConfigError
+from nmtkit.io.files import save_figure
 from nmtkit.score.metrics import make_metric, multibleu
 from nmtkit.text.bpe import SEPARATOR
 from nmtkit.text.io import check_counts
@@ -182,3 +183,41 @@ def bleu_by_length(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequence[
     return rows
 
 
+def plot_by_length(rows: Sequence[LengthBucket], names: Sequence[str], path: str | Path,
+                   title: str = "BLEU by source sentence length") -> None:
+    """Draw BLEU against source-length bucket, one line per system (paper Figure 2), to a PNG.
+
+    Solid lines: sacrebleu BLEU. When the rows carry paper-style BLEU, each system also gets a
+    dashed line of the same colour for it.
+
+    Written to a temporary name and renamed, so a failed run leaves no partial file.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    paper = any(r.paper_bleu for r in rows)
+    x = list(range(len(rows)))
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
+    try:
+        markers = "os^vDx*+"
+        for k, name in enumerate(names):
+            ys = [float("nan") if r.bleu.get(name) is None else r.bleu[name] for r in rows]
+            (line,) = ax.plot(x, ys, marker=markers[k % len(markers)], label=name)
+            if paper:
+                ps = [float("nan") if r.paper_bleu.get(name) is None else r.paper_bleu[name] for r in rows]
+                ax.plot(x, ps, marker=markers[k % len(markers)], linestyle="--", color=line.get_color(),
+                        label=f"{name} (paper-style BLEU)")
+        ax.set_xticks(x)
+        ax.set_xticklabels([r.label for r in rows])
+        ax.set_xlabel("source sentence length (words)")
+        ax.set_ylabel("BLEU (solid: sacrebleu, dashed: paper-style)" if paper else "BLEU (sacrebleu)")
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        save_figure(fig, path, format="png")
+    finally:
+        plt.close(fig)

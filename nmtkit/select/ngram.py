@@ -1,44 +1,119 @@
-"""Interpolated modified Kneser-Ney n-gram language models, estimated with numpy.
+"""Interpolated modified Kneser-Ney n-gram LMs (Chen & Goodman 1998, section 3), estimated with
+numpy, with the conventions of SRILM/KenLM (see `NgramLM`), and their vocabulary and flat batches.
 
-Follows Chen & Goodman (1998), "An Empirical Study of Smoothing Techniques for Language
-Modeling", section 3 (interpolated Kneser-Ney with three discounts D1, D2, D3+ per order),
-with the conventions of SRILM/KenLM:
-
-- every sentence is `<s> w1 ... wL </s>` with ONE `<s>`; `<s>` is only ever context, `</s>` is
-  predicted. The predicted vocabulary is every id except `<s>` (words, `<unk>` and `</s>`), and
-  for any context the probabilities over it sum to 1.
-- the highest order uses raw counts; a lower-order n-gram uses its continuation count
-  N1+(. g) (the number of distinct words seen before it), except n-grams that start with `<s>`,
-  which cannot be extended to the left and keep their raw count (as in KenLM).
-- the unigram level is interpolated with the uniform distribution over the predicted
-  vocabulary, so a word of the vocabulary never seen in training (often `<unk>`) still gets
-  mass.
-
-    p_k(w | h) = max(a(hw) - D_k(a(hw)), 0) / a(h.) + gamma_k(h) p_{k-1}(w | h')
-    gamma_k(h) = (D_k1 N1(h.) + D_k2 N2(h.) + D_k3+ N3+(h.)) / a(h.)
-    D_k1 = 1 - 2Y n2/n1,  D_k2 = 2 - 3Y n3/n2,  D_k3+ = 3 - 4Y n4/n3,  Y = n1 / (n1 + 2 n2)
-
-where a() is the adjusted count above, a(h.) its sum over the words following h, and
-n_j the number of order-k n-grams with adjusted count j. A context h never seen at order k
-backs off with weight 1.
-
-Storage (no Python dict per n-gram): ids are small ints (`LM_BOS_ID`, `LM_EOS_ID`,
-`LM_UNK_ID` of nmtkit.select.lmvocab, then words). The unigram table is indexed by word id. An
-order-k n-gram (k >= 2) is the int64 key `ctx * V + w`, where `ctx` is the row of its
-(k-1)-gram context in the order-(k-1) table (a trie flattened into sorted arrays), so keys
-never collide whatever V and the order are (`ctx < #n-grams`, so keys stay far below 2**63).
-Counts come from `np.unique`; look-ups are `np.searchsorted` over the sorted keys, one call per
-order for a whole batch of sentences.
+`LMVocab` maps tokens to the LM's own small ids (`LM_BOS_ID`, `LM_EOS_ID`, `LM_UNK_ID`, then
+words); `FlatBatch` lays out a batch of sentences as one `<s> ids </s>` array. Storage has no
+Python dict per n-gram: the unigram table is indexed by word id; an order-k n-gram (k >= 2) is the
+int64 key `ctx * V + w`, where `ctx` is the row of its (k-1)-gram context in the order-(k-1) table
+(a trie flattened into sorted arrays), so keys never collide (`ctx < #n-grams`, far below 2**63).
+Counts come from `np.unique`; look-ups are one `np.searchsorted` per order for a whole batch.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Sequence, TextIO
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import chain, repeat
+from typing import Iterable, Sequence, TextIO
 
 import numpy as np
 
-from nmtkit.select.lmvocab import LM_BOS_ID, FlatBatch, flatten
+from nmtkit.text.vocab import BOS, EOS, UNK
+
+# The LM's own ids: its vocabulary has no <pad> and puts <s>, </s>, <unk> first in this order, so
+# they are NOT the ids of nmtkit.text.vocab (PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0-3); the
+# LM_ prefix keeps the two sets apart. The symbols themselves are the same strings.
+LM_BOS_ID, LM_EOS_ID, LM_UNK_ID = 0, 1, 2
+LM_SPECIALS = (BOS, EOS, UNK)
+
+
+@dataclass
+class LMVocab:
+    """Token <-> id map shared by the in-domain and the out-of-domain LM of one language.
+
+    Ids: 0 `<s>`, 1 `</s>`, 2 `<unk>`, then the words in order of decreasing count (ties by
+    string). Any token not in it maps to `<unk>`.
+    """
+
+    itos: list[str]
+    stoi: dict[str, int] = field(init=False, repr=False)
+    flat_stoi: dict[str, int] = field(init=False, repr=False)  # `encode_batch`'s: a literal <s>, </s> is a word
+
+    def __post_init__(self) -> None:
+        assert tuple(self.itos[:3]) == LM_SPECIALS
+        self.stoi = {t: i for i, t in enumerate(self.itos)}
+        self.flat_stoi = {**self.stoi, BOS: LM_UNK_ID, EOS: LM_UNK_ID}
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    @classmethod
+    def build(cls, sentences: Iterable[Sequence[str]], min_count: int = 1) -> "LMVocab":
+        """Words seen at least `min_count` times in `sentences` (the in-domain text)."""
+        counts: Counter[str] = Counter()
+        for toks in sentences:
+            counts.update(toks)
+        for special in LM_SPECIALS:
+            counts.pop(special, None)
+        words = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+        return cls(list(LM_SPECIALS) + words)
+
+    def encode(self, tokens: Sequence[str]) -> list[int]:
+        get = self.stoi.get
+        return [get(t, LM_UNK_ID) for t in tokens]
+
+    def encode_batch(self, sentences: Sequence[Sequence[str]]) -> "FlatBatch":
+        """Token lists -> one FlatBatch (one dict look-up pass over the whole batch)."""
+        lens = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
+        words = list(chain.from_iterable(sentences))
+        get = self.flat_stoi.get
+        ids = np.fromiter(map(get, words, repeat(LM_UNK_ID)), dtype=np.int64, count=len(words))
+        return _assemble(ids, lens)
+
+    def encode_lines(self, lines: Sequence[str], lowercase: bool = False) -> "FlatBatch":
+        """Already tokenised lines (tokens separated by whitespace) -> one FlatBatch."""
+        if lowercase:
+            return self.encode_batch([line.lower().split() for line in lines])
+        return self.encode_batch([line.split() for line in lines])
+
+
+@dataclass
+class FlatBatch:
+    """A batch of sentences as one array, `<s> ids </s>` each, for vectorised counting and scoring.
+
+    toks (T,) int64 ids; dist (T,) int64 position in the sentence (0 at `<s>`), i.e. how many
+    tokens of history a position has (an order-k n-gram ends at p iff dist[p] >= k - 1);
+    starts (N,) int64 index of each `<s>`; lens (N,) int64 predicted tokens (words + `</s>`).
+    """
+
+    toks: np.ndarray
+    dist: np.ndarray
+    starts: np.ndarray
+    lens: np.ndarray
+
+
+def flatten(sentences: Sequence[Sequence[int]]) -> FlatBatch:
+    """Sentences of ids (without `<s>`, `</s>`) -> one FlatBatch."""
+    lens = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
+    ids = np.fromiter(chain.from_iterable(sentences), dtype=np.int64, count=int(lens.sum()))
+    return _assemble(ids, lens)
+
+
+def _assemble(ids: np.ndarray, lens: np.ndarray) -> FlatBatch:
+    """Word ids (W,) of sentences of lengths lens (N,) -> their FlatBatch."""
+    sizes = lens + 2
+    starts = np.zeros(lens.size, dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    toks = np.empty(int(sizes.sum()), dtype=np.int64)
+    is_word = np.ones(toks.size, dtype=bool)
+    is_word[starts] = False
+    is_word[starts + lens + 1] = False
+    toks[starts] = LM_BOS_ID
+    toks[starts + lens + 1] = LM_EOS_ID
+    toks[is_word] = ids
+    dist = np.arange(toks.size, dtype=np.int64) - np.repeat(starts, sizes)
+    return FlatBatch(toks, dist, starts, lens + 1)
+
 
 # Discounts used when the count-of-counts of an order cannot give valid ones (tiny corpora).
 DEFAULT_DISCOUNTS = (0.5, 1.0, 1.5)
@@ -183,6 +258,19 @@ class NgramLM:
 
     Build with `NgramLM.estimate(sentences, vocab_size, order)`; score with
     `sentence_logprobs` (batched, vectorised) or `prob` / `context_distribution` (one context).
+
+    Every sentence is `<s> w1 ... wL </s>` with one `<s>`, only ever context; the predicted
+    vocabulary is every id but `<s>`, and for any context its probabilities sum to 1. The highest
+    order uses raw counts; a lower-order n-gram its continuation count N1+(. g), except n-grams
+    starting with `<s>`, which keep their raw count (as in KenLM). The unigram level is
+    interpolated with the uniform distribution over the predicted vocabulary:
+
+        p_k(w | h) = max(a(hw) - D_k(a(hw)), 0) / a(h.) + gamma_k(h) p_{k-1}(w | h')
+        gamma_k(h) = (D_k1 N1(h.) + D_k2 N2(h.) + D_k3+ N3+(h.)) / a(h.)
+        D_k1 = 1 - 2Y n2/n1,  D_k2 = 2 - 3Y n3/n2,  D_k3+ = 3 - 4Y n4/n3,  Y = n1 / (n1 + 2 n2)
+
+    a(): the adjusted count above; n_j: the number of order-k n-grams with a() = j. A context
+    never seen at order k backs off with weight 1.
     """
 
     def __init__(self, order: int, vocab_size: int, unigram: np.ndarray, uni_counts: np.ndarray,
@@ -207,7 +295,8 @@ class NgramLM:
         if order < 1:
             raise ValueError("order must be >= 1")
         V = int(vocab_size)
-        toks, dist, _ = flatten(sentences)
+        flat = flatten(sentences)
+        toks, dist = flat.toks, flat.dist
         if toks.size and (toks.min() < 0 or toks.max() >= V):
             raise ValueError("token id out of range")
         if not (dist > 0).any():
@@ -310,11 +399,10 @@ class NgramLM:
         Returns (logp, sent) where logp (P,) float64 follows the sentences in order, and
         sent (P,) int64 is the sentence index of each value (P = sum(len + 1)).
         """
-        toks, dist, starts = flatten(sentences)
-        batch = FlatBatch(toks, dist, starts, np.diff(np.append(starts, toks.size)) - 1)
+        batch = flatten(sentences)
         logp = self.batch_logprobs(batch)
-        pred = dist > 0
-        sent = np.cumsum(dist == 0) - 1
+        pred = batch.dist > 0
+        sent = np.cumsum(batch.dist == 0) - 1
         return logp[pred], sent[pred]
 
     def cross_entropies(self, sentences: Sequence[Sequence[int]]) -> np.ndarray:
@@ -322,10 +410,7 @@ class NgramLM:
 
         The `+ 1` counts `</s>`, which the model predicts like a word.
         """
-        if len(sentences) == 0:
-            return np.zeros(0)
-        toks, dist, starts = flatten(sentences)
-        return self.batch_cross_entropies(FlatBatch(toks, dist, starts, np.diff(np.append(starts, toks.size)) - 1))
+        return self.batch_cross_entropies(flatten(sentences))
 
     def sizes(self) -> list[int]:
         """Number of n-grams per order (order 1: words with a count, incl. `</s>`)."""
@@ -351,16 +436,10 @@ class NgramLM:
         fh.write("\n")
         for k in range(1, self.order + 1):
             fh.write(f"\\{k}-grams:\n")
-            if k == 1:
-                prob = self.unigram
-                rows = np.arange(V)
-            else:
-                o = self.orders[k - 2]
-                prob = o.prob
-                rows = np.arange(o.keys.size)
+            prob = self.unigram if k == 1 else self.orders[k - 2].prob  # one row per n-gram of order k
             bow = self.orders[k - 1].gamma if k < self.order else None
             w = words[k - 1]
-            for r in rows:
+            for r in range(prob.size):
                 lp = -99.0 if prob[r] <= 0 else math.log10(prob[r])
                 text = " ".join(itos[i] for i in w[r])
                 if bow is not None:

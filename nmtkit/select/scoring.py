@@ -1,23 +1,136 @@
-"""select-data's scoring: lines -> LM tokens (`TextOpts`), and tokens -> the four
-cross-entropies per pair (`Scorer`), in parallel over blocks of the pool (`score_pool`), each
-worker process holding the scorer `parallel_map` gave it (`worker_state`).
+"""select-data's reading and scoring: the parallel corpora (`Corpus`: one or more
+PREFIX.{src,tgt}[.gz] read in order, as raw lines, undecoded blocks for the workers or decoded
+pairs), lines -> LM tokens (`TextOpts`), and tokens -> the four cross-entropies per pair
+(`Scorer`), in parallel over blocks of the pool (`score_pool`), each worker process holding the
+scorer `parallel_map` gave it (`worker_state`).
 """
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass
-from typing import Callable
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from nmtkit.select.corpus import Block, Corpus
-from nmtkit.select.lmvocab import LMVocab
-from nmtkit.select.ngram import NgramLM
+from nmtkit.errors import InputError
+from nmtkit.progress import Progress
+from nmtkit.select.ngram import FlatBatch, LMVocab, NgramLM
+from nmtkit.text.io import (
+    BOM,
+    PARALLEL_WHY,
+    check_counts,
+    check_distinct,
+    count_lines,
+    decode_line,
+    decode_lines,
+    open_input,
+    resolve_input,
+)
 from nmtkit.text.parallel import parallel_map, worker_state
 from nmtkit.text.pipeline import TextPipeline
 
 CHUNK_PAIRS = 2000  # pairs per block sent to a worker
 Pairs = list[tuple[list[str], list[str]]]  # tokenised (src, tgt) pairs
+_BOM = BOM.encode("utf-8")
+
+
+@dataclass
+class Corpus:
+    """A parallel corpus made of one or more prefixes, read in order."""
+
+    src_paths: list[str]
+    tgt_paths: list[str]
+    lines: list[int]      # per part
+    src_bytes: int
+    tgt_bytes: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.lines)
+
+    def paths(self, side: str) -> list[str]:
+        """The files of one side, "src" or "tgt", in reading order."""
+        return self.src_paths if side == "src" else self.tgt_paths
+
+    def name(self, side: str) -> str:
+        """One side's files as a message names them (several are read in order)."""
+        return " + ".join(self.paths(side))
+
+    @classmethod
+    def open(cls, prefixes: Sequence[str], src_lang: str, tgt_lang: str) -> "Corpus":
+        """Resolve the files and check that each pair has as many lines on both sides."""
+        srcs, tgts, counts, nbytes, tbytes = [], [], [], 0, 0
+        for prefix in prefixes:
+            s, t = resolve_input(prefix, src_lang), resolve_input(prefix, tgt_lang)
+            check_distinct(s, t)
+            (ns, bs), (nt, bt) = count_lines(s), count_lines(t)
+            check_counts((s, ns), [(t, nt)], PARALLEL_WHY)
+            srcs.append(s)
+            tgts.append(t)
+            counts.append(ns)
+            nbytes += bs
+            tbytes += bt
+        return cls(srcs, tgts, counts, nbytes, tbytes)
+
+    def locate(self, i: int) -> tuple[int, int]:
+        """(part, 1-based line) of the 0-based pair number i."""
+        for part, n in enumerate(self.lines):
+            if i < n:
+                return part, i + 1
+            i -= n
+        raise IndexError(i)
+
+    def raw_pairs(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every (src, tgt) line as bytes, newline included; a file's leading byte order mark is
+        left out, as every reader drops it (copied, it would land inside a selection's text)."""
+        for s, t in zip(self.src_paths, self.tgt_paths):
+            with open_input(s) as fs, open_input(t) as ft:
+                n = 0
+                for n, (a, b) in enumerate(zip(fs, ft), start=1):  # noqa: B007
+                    yield (a.removeprefix(_BOM), b.removeprefix(_BOM)) if n == 1 else (a, b)
+                # the counts were checked up front; a file changed under us is still an error
+                if fs.readline() or ft.readline():
+                    raise InputError(f"{s} and {t} changed while reading (line counts differ)")
+
+    def blocks(self, size: int) -> Iterator["Block"]:
+        """The pairs in blocks of `size` lines, undecoded: the parent only reads, workers decode."""
+        for s, t in zip(self.src_paths, self.tgt_paths):
+            with open_input(s) as fs, open_input(t) as ft:
+                first = 1
+                while True:
+                    a = list(itertools.islice(fs, size))
+                    b = list(itertools.islice(ft, size))
+                    if len(a) != len(b):
+                        raise InputError(f"{s} and {t} changed while reading (line counts differ)")
+                    if not a:
+                        break
+                    yield Block(s, t, first, len(a), b"".join(a), b"".join(b))
+                    first += len(a)
+
+    def pairs(self) -> Iterator[tuple[str, str]]:
+        """Every pair decoded (invalid UTF-8 is an error naming file:line)."""
+        for s, t in zip(self.src_paths, self.tgt_paths):
+            with open_input(s) as fs, open_input(t) as ft:
+                for n, (a, b) in enumerate(zip(fs, ft), start=1):
+                    yield decode_line(a, s, n), decode_line(b, t, n)
+
+
+@dataclass
+class Block:
+    """`n` consecutive pairs from lines `first`.. of `src_path`/`tgt_path`, as raw bytes."""
+
+    src_path: str
+    tgt_path: str
+    first: int
+    n: int
+    src: bytes
+    tgt: bytes
+
+    def lines(self) -> tuple[list[str], list[str]]:
+        src, tgt = decode_lines(self.src, self.src_path, self.first), decode_lines(self.tgt, self.tgt_path, self.first)
+        assert len(src) == len(tgt) == self.n
+        return src, tgt
 
 
 @dataclass(frozen=True)
@@ -37,13 +150,13 @@ class TextOpts:
         return p.case(p.tokenize_from(line, side, self.input_format), side)
 
 
-def _tokenize_chunk(opts: TextOpts, chunk: list[tuple[str, str]]) -> list[tuple[list[str], list[str]]]:
-    return [(opts.tokens(s, "src"), opts.tokens(t, "tgt")) for s, t in chunk]
+def _tokenize_pair(opts: TextOpts, pair: tuple[str, str]) -> tuple[list[str], list[str]]:
+    return opts.tokens(pair[0], "src"), opts.tokens(pair[1], "tgt")
 
 
 @dataclass
 class Scorer:
-    """The four LMs and their two vocabularies; `score_chunk` turns pairs into cross-entropies."""
+    """The four LMs and their two vocabularies; `score_lines` turns pairs into cross-entropies."""
 
     opts: TextOpts
     src_vocab: LMVocab
@@ -53,12 +166,8 @@ class Scorer:
     in_tgt: NgramLM
     out_tgt: NgramLM
 
-    def score_tokens(self, toks: list[tuple[list[str], list[str]]]) -> np.ndarray:
+    def _score(self, src: FlatBatch, tgt: FlatBatch) -> np.ndarray:
         """(N, 6) float64: H_in(src), H_out(src), H_in(tgt), H_out(tgt), src tokens, tgt tokens."""
-        return self._score(self.src_vocab.encode_batch([s for s, _ in toks]),
-                           self.tgt_vocab.encode_batch([t for _, t in toks]))
-
-    def _score(self, src, tgt) -> np.ndarray:
         out = np.empty((src.lens.size, 6))
         out[:, 0] = self.in_src.batch_cross_entropies(src)
         out[:, 1] = self.out_src.batch_cross_entropies(src)
@@ -69,47 +178,30 @@ class Scorer:
         return out
 
     def score_lines(self, src: list[str], tgt: list[str]) -> np.ndarray:
-        """(N, 6) as `score_tokens`, from lines in the configured input format."""
+        """(N, 6) as `_score`, from lines in the configured input format."""
         o = self.opts
         if o.input_format == "tok":  # fast path: split and look up the whole chunk at once
             return self._score(self.src_vocab.encode_lines(src, o.lowercase),
                                self.tgt_vocab.encode_lines(tgt, o.lowercase))
-        return self.score_tokens(_tokenize_chunk(o, list(zip(src, tgt))))
-
-    def score_chunk(self, chunk: list[tuple[str, str]]) -> np.ndarray:
-        return self.score_lines([s for s, _ in chunk], [t for _, t in chunk])
-
-    def score_block(self, block: Block) -> np.ndarray:
-        return self.score_lines(*block.lines())
+        toks = [_tokenize_pair(o, pair) for pair in zip(src, tgt)]
+        return self._score(self.src_vocab.encode_batch([s for s, _ in toks]),
+                           self.tgt_vocab.encode_batch([t for _, t in toks]))
 
 
-def score_block(chunk: list[tuple[str, str]] | Block) -> np.ndarray:
-    """(n, 6) cross-entropies and lengths of a block of pool lines (or of decoded pairs), by the
-    map's scorer: a forked worker gets the LMs from its parent's memory, not pickled with each block."""
+def score_block(block: Block) -> np.ndarray:
+    """(n, 6) cross-entropies and lengths of a block of pool lines, by the map's scorer: a forked
+    worker gets the LMs from its parent's memory, not pickled with each block."""
     scorer: Scorer = worker_state()
-    return scorer.score_block(chunk) if isinstance(chunk, Block) else scorer.score_chunk(chunk)
+    return scorer.score_lines(*block.lines())
 
 
-def _chunks(items, size: int):
-    buf = []
-    for x in items:
-        buf.append(x)
-        if len(buf) >= size:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
-
-
-def tokenize_all(opts: TextOpts, pairs, workers: int) -> list[tuple[list[str], list[str]]]:
-    out: list[tuple[list[str], list[str]]] = []
-    for res in parallel_map(functools.partial(_tokenize_chunk, opts), _chunks(pairs, CHUNK_PAIRS), workers, 1):
-        out.extend(res)
-    return out
+def tokenize_all(opts: TextOpts, pairs: Iterable[tuple[str, str]], workers: int) -> Pairs:
+    """Every (src, tgt) line pair as LM tokens, over `workers` processes in chunks of CHUNK_PAIRS."""
+    return list(parallel_map(functools.partial(_tokenize_pair, opts), pairs, workers, CHUNK_PAIRS))
 
 
 def score_pool(scorer: Scorer, pool: Corpus, workers: int,
-               progress: Callable[[str, int, int], None]) -> tuple[np.ndarray, np.ndarray]:
+               progress: Progress) -> tuple[np.ndarray, np.ndarray]:
     """Score the pool, streaming blocks of lines over `workers` processes: (h (n, 4) float32
     cross-entropies in_src, out_src, in_tgt, out_tgt; lens (n, 2) int32 src/tgt tokens)."""
     n_pool = pool.total
@@ -146,7 +238,7 @@ def write_scores(path: str, scores: np.ndarray, h: np.ndarray, lens: np.ndarray,
                   workers: int = 1) -> None:
     """TSV: line (1-based pool line), score, h_in_src, h_out_src, h_in_tgt, h_out_tgt, src/tgt tokens, selected.
 
-    Formatting (~3 us a row) runs over `workers` processes, which see the arrays by fork.
+    Formatting runs over `workers` processes, which see the arrays by fork.
     """
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("line\tscore\th_in_src\th_out_src\th_in_tgt\th_out_tgt\tsrc_tokens\ttgt_tokens\tselected\n")

@@ -1,33 +1,18 @@
-"""Cross-entropy-difference data selection from a general-domain pool of sentence pairs.
+"""Cross-entropy-difference selection (Axelrod, He & Gao 2011; Moore & Lewis 2010): `run`.
 
-Follows Axelrod, He & Gao (EMNLP 2011), "Domain Adaptation via Pseudo In-Domain Data
-Selection", and Moore & Lewis (ACL 2010). For each pool pair (s, t):
-
-    bilingual   (Axelrod):      [H_in(s) - H_out(s)] + [H_in(t) - H_out(t)]
-    monolingual (Moore-Lewis):   H_in(s) - H_out(s)
-    in-domain   (baseline):      H_in(s)
-
-as in the paper's comparison, both baselines use the source side only. H is the per-token
-cross-entropy in bits of a sentence under a 4-gram interpolated modified Kneser-Ney LM
-(`ngram.NgramLM`), with `</s>` counted as a token (-log2 p(s) / (len(s) + 1)). H_in's LM is
-estimated on the in-domain side; H_out's on a seeded random sample of the pool with about
-as many source tokens as the in-domain text (the same pairs give the target sample). The two
-LMs of a language share one vocabulary: the in-domain words seen at least `min_count` times;
-everything else is `<unk>`.
-
-Pairs are ranked by score, lowest first, ties by pool line number, and taken until the
-budget is met: `lines` pairs, `words` SOURCE-side tokens (the smallest prefix of the ranking
-reaching it), or a `fraction` of the pool's pairs. The selection is written in pool order,
-each line byte for byte as in the pool (raw text in, raw text out; tokenised text in, the
-pool's tokeniser records beside it: `pool_records`).
-
-The pool is streamed (the text is never held; per pair we keep 4 float32 cross-entropies and
-2 int32 lengths) and scored in blocks of lines over `workers` processes: the parent only
-reads undecoded blocks, workers decode, tokenise and score them; the LMs reach the workers
-by fork, not by pickling.
+Per pool pair (s, t): bilingual [H_in(s) - H_out(s)] + [H_in(t) - H_out(t)], monolingual
+H_in(s) - H_out(s), in-domain H_in(s); H is the per-token cross-entropy in bits under an
+`ngram.NgramLM`, `</s>` counted as a token. H_in's LM is estimated on the in-domain text, H_out's
+on a seeded random pool sample with about as many source tokens (its pairs give the target
+sample); both LMs of a language share the in-domain words seen at least `min_count` times. Pairs
+are ranked lowest first, ties by line number, and taken until the budget is met; the selection is
+written in pool order, each line byte for byte as in the pool. The pool is streamed (per pair 4
+float32 cross-entropies and 2 int32 lengths are kept) and scored in blocks over `workers`
+processes, which get the LMs by fork.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -41,23 +26,15 @@ import numpy as np
 from nmtkit.errors import ConfigError, InputError, OutputExistsError
 from nmtkit.io.checks import check_outputs_vs_inputs
 from nmtkit.io.files import StagedFiles, check_output, writes_in_place
-from nmtkit.select.checks import (
-    check_selectable,
-    flat_score_warnings,
-    lm_warnings,
-    same_text_warnings,
-    tokinfo_warnings,
-)
+from nmtkit.progress import Progress, no_progress
 from nmtkit.select.config import SelectConfig
-from nmtkit.select.corpus import Corpus, Progress
-from nmtkit.select.lmvocab import LMVocab
-from nmtkit.select.ngram import NgramLM
-from nmtkit.select.scoring import Pairs, Scorer, TextOpts, score_pool, tokenize_all, write_scores
-from nmtkit.text.io import decode_line, input_candidates, resolve_input
-from nmtkit.text.tokenize import TOKINFO_SUFFIX, read_tokinfo
+from nmtkit.select.ngram import LM_SPECIALS, LMVocab, NgramLM
+from nmtkit.select.scoring import Corpus, Pairs, Scorer, TextOpts, score_pool, tokenize_all, write_scores
+from nmtkit.text.io import decode_line, input_candidates, read_blocks, resolve_input
+from nmtkit.text.pipeline import TextPipeline
+from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo, read_tokinfo
 
 log = logging.getLogger(__name__)
-
 
 
 def method_scores(method: str, h: np.ndarray) -> np.ndarray:
@@ -99,11 +76,141 @@ def select_indices(scores: np.ndarray, src_tokens: np.ndarray, lines: int | None
     return keep, over
 
 
+# ---- checks of inputs that leave the ranking meaningless: each returns one-line warnings naming
+# the files (logged and listed in the summary), or refuses the input; only the sides a method's
+# score uses are checked (both for bilingual, the source side otherwise)
+
+
+def scored_sides(method: str) -> tuple[str, ...]:
+    """The sides ("src", "tgt") whose cross-entropies `method`'s score uses."""
+    return ("src", "tgt") if method == "bilingual" else ("src",)
+
+
+def too_small(name: str, tokens: int, lm: NgramLM) -> str | None:
+    """A warning when the in-domain text `name` (`tokens` tokens, `lm` estimated on it) is too
+    small for the order of `lm`: fewer tokens than the order, or no n-gram of the order seen twice.
+
+    Why that threshold: Kneser-Ney learns an order from its n-grams seen more than once. When
+    none is (count-of-counts n2 = n3 = n4 = 0), the discount estimate is D1 = 1 - 2Y n2/n1 = 1, so
+    every n-gram of the order keeps no probability of its own and its context backs off with
+    weight 1: the order adds nothing. On a text of a handful of tokens the continuation counts
+    below are all 1 too and the model is the uniform distribution over its vocabulary, which
+    gives every sentence the same per-token cross-entropy. Fewer tokens than the order is
+    flagged even when a short sentence repeats (`a` twice at order 3), as no sentence is then
+    long enough to show a word in context.
+    """
+    order = lm.order
+    top = lm.orders[-1].counts if lm.orders else lm.uni_counts  # raw counts at the highest order
+    if tokens >= order and top.size and int(top.max()) >= 2:
+        return None
+    why = f"fewer than --order {order}" if tokens < order else f"no {order}-gram in it occurs twice"
+    return (f"the in-domain text {name} has only {tokens} tokens, {why}: too little for an order-{order} "
+            f"language model, so the ranking is unreliable (use more in-domain text or a lower --order)")
+
+
+def no_vocabulary(name: str, vocab: LMVocab, min_count: int) -> str | None:
+    """A warning when no word of the in-domain text `name` made it into the LM vocabulary: every
+    token is then `<unk>` and both LMs see nothing but sentence lengths."""
+    if len(vocab) > len(LM_SPECIALS):
+        return None
+    return (f"no word of the in-domain text {name} occurs at least --min-count {min_count} times: every token "
+            f"is <unk> to the language models, which then rank pairs by their length alone")
+
+
+def lm_warnings(cfg: SelectConfig, ind: Corpus, sizes: dict[str, int], scorer: Scorer) -> list[str]:
+    """The in-domain warnings of the sides `cfg.method` scores. `sizes`: the in-domain text's
+    token counts ("src_tokens", "tgt_tokens"); `scorer`: its LMs and vocabularies."""
+    out = []
+    for side in scored_sides(cfg.method):
+        name = ind.name(side)
+        vocab, lm = (scorer.src_vocab, scorer.in_src) if side == "src" else (scorer.tgt_vocab, scorer.in_tgt)
+        msg = no_vocabulary(name, vocab, cfg.min_count) or too_small(name, sizes[f"{side}_tokens"], lm)
+        if msg:
+            out.append(msg)
+    return out
+
+
+def _digest(paths: Sequence[str]) -> str:
+    """sha256 of the (gunzipped) text of `paths` read in order, each ended by a newline."""
+    h = hashlib.sha256()
+    for path in paths:
+        last = b"\n"
+        for block in read_blocks(path):
+            h.update(block)
+            last = block[-1:]
+        if last != b"\n":
+            h.update(b"\n")
+    return h.hexdigest()
+
+
+def same_text(ind: Corpus, pool: Corpus, side: str) -> bool:
+    """Whether the in-domain text and the pool are the same text on `side` ("src" or "tgt"): as
+    many lines and bytes, then the same sha256. The files are read again only when the sizes
+    agree, which different texts practically never do."""
+    nbytes = [(c.src_bytes if side == "src" else c.tgt_bytes) for c in (ind, pool)]
+    return ind.total == pool.total and nbytes[0] == nbytes[1] and _digest(ind.paths(side)) == _digest(pool.paths(side))
+
+
+def same_text_warnings(ind: Corpus, pool: Corpus, method: str) -> list[str]:
+    """Refuse (InputError) an in-domain text that is the pool itself on every side `method`
+    compares with H_out; warn when it is on one of bilingual's two sides.
+
+    H_out's LM is estimated on a pool sample with as many source tokens as the in-domain text:
+    when the source sides are the same text, that is the whole pool, i.e. the in-domain text,
+    H_in and H_out are one model on each such side and every difference is 0, so the "ranking"
+    is the pool's order. A target side alone may get a random part of the pool, which is still
+    the in-domain text compared with part of itself. in-domain scores H_in alone: no check.
+    """
+    if method == "in-domain":
+        return []
+    sides = scored_sides(method)
+    same = [s for s in sides if same_text(ind, pool, s)]
+    if not same:
+        return []
+    pairs = ", ".join(f"{ind.name(s)} = {pool.name(s)}" for s in same)
+    if len(same) == len(sides):
+        raise InputError(f"the in-domain text and the pool are the same text ({pairs}): H_out would be "
+                         f"estimated on the in-domain text itself, every cross-entropy difference would be 0 and "
+                         f"the selection the pool's first pairs; give another --pool, or --method in-domain")
+    return [f"the in-domain text and the pool are the same text on one side ({pairs}): that side's H_out is "
+            f"estimated on the in-domain text itself (or a random part of it), so its cross-entropy difference "
+            f"ranks nothing and the bilingual score is in effect the other side's alone"]
+
+
+def flat_score_warnings(scores: np.ndarray, pool: Corpus, method: str) -> list[str]:
+    """A warning when every pool pair that can be selected (finite score) has the same score:
+    ties go by line number, so the selection is then just the pool's first pairs."""
+    ranked = scores[np.isfinite(scores)]
+    if ranked.size < 2 or ranked.min() != ranked.max():
+        return []
+    names = ", ".join(pool.name(s) for s in scored_sides(method))
+    return [f"every pair of the pool ({names}) has the same score, {ranked[0]:.6f}: nothing ranks one above "
+            f"another and the selection is just the pool's first pairs"]
+
+
+def tokinfo_warnings(cfg: SelectConfig, corpora: Sequence[Corpus], pipeline: TextPipeline) -> list[str]:
+    """--input-format tok: each scored side's files checked against the `.tokinfo.json` that
+    `nmtkit tokenize` wrote beside them (ConfigError naming the file and the flags that differ);
+    a warning for each file without one. Lowercasing is not compared: --lowercase only
+    lowercases the LMs' tokens, whatever case the text has."""
+    if cfg.input_format != "tok":
+        return []
+    langs = {"src": cfg.src_lang, "tgt": cfg.tgt_lang}
+    return [f"{path}: no {TOKINFO_SUFFIX} beside it, so its tokeniser settings cannot be checked; they must be "
+            "this command's" for corpus in corpora for side in scored_sides(cfg.method) for path in corpus.paths(side)
+            if not check_tokinfo(path, langs[side], pipeline.with_(lowercase=True), protect=False,
+                                 why="so that the in-domain text and the pool are tokenised alike")]
+
+
+def check_selectable(empty: np.ndarray, pool: Corpus) -> None:
+    """`empty` (n_pool,): the pairs with an empty side, which are never selected. InputError
+    when that is every pair: the outputs would be empty files and a score of inf a line."""
+    if empty.all():
+        raise InputError(f"none of the pool's {len(empty)} pairs has text on both sides: nothing to select",
+                         pool.src_paths[0])
+
+
 # ---------------------------------------------------------------------- the command
-def _noop(stage: str, done: int, total: int) -> None:
-    pass
-
-
 def _sizes(pairs: Pairs) -> dict[str, int]:
     """Pairs and tokens per side of a tokenised text (as the summary reports them)."""
     return {"pairs": len(pairs), "src_tokens": sum(len(s) for s, _ in pairs),
@@ -121,16 +228,14 @@ def _open_corpora(cfg: SelectConfig) -> tuple[Corpus, Corpus]:
     return ind, pool
 
 
-def _in_domain(opts: TextOpts, ind: Corpus, cfg: SelectConfig) -> tuple[Pairs, LMVocab, LMVocab]:
-    """The tokenised in-domain text and the two LM vocabularies built on it."""
+def _in_domain(opts: TextOpts, ind: Corpus, cfg: SelectConfig) -> tuple[Pairs, dict[str, int]]:
+    """The tokenised in-domain text and its `_sizes`; neither side may be without tokens."""
     ind_toks = tokenize_all(opts, ind.pairs(), cfg.workers)
     sizes = _sizes(ind_toks)
     if sizes["src_tokens"] == 0 or sizes["tgt_tokens"] == 0:
         side = ind.src_paths[0] if sizes["src_tokens"] == 0 else ind.tgt_paths[0]
         raise InputError("the in-domain text has no tokens", side)
-    src_vocab = LMVocab.build((s for s, _ in ind_toks), cfg.min_count)
-    tgt_vocab = LMVocab.build((t_ for _, t_ in ind_toks), cfg.min_count)
-    return ind_toks, src_vocab, tgt_vocab
+    return ind_toks, sizes
 
 
 def _out_sample(opts: TextOpts, ind: Corpus, pool: Corpus, src_tokens_in: int, cfg: SelectConfig,
@@ -168,9 +273,12 @@ def _out_sample(opts: TextOpts, ind: Corpus, pool: Corpus, src_tokens_in: int, c
     return out_sample
 
 
-def _estimate(opts: TextOpts, src_vocab: LMVocab, tgt_vocab: LMVocab, ind_toks: Pairs, out_sample: Pairs,
-              order: int) -> Scorer:
-    """The four LMs: H_in's on the in-domain text, H_out's on the pool sample, per language."""
+def _estimate(opts: TextOpts, ind_toks: Pairs, out_sample: Pairs, cfg: SelectConfig) -> Scorer:
+    """The four LMs: H_in's on the in-domain text, H_out's on the pool sample, per language, over
+    the vocabularies of the in-domain words seen at least `cfg.min_count` times."""
+    src_vocab = LMVocab.build((s for s, _ in ind_toks), cfg.min_count)
+    tgt_vocab = LMVocab.build((t_ for _, t_ in ind_toks), cfg.min_count)
+    order = cfg.order
     return Scorer(
         opts, src_vocab, tgt_vocab,
         in_src=NgramLM.estimate([src_vocab.encode(s) for s, _ in ind_toks], len(src_vocab), order),
@@ -198,11 +306,11 @@ def _warn(msgs: list[str]) -> list[str]:
     return msgs
 
 
-def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
+def run(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     """Run the whole selection and write the outputs. Returns the summary (also written)."""
     if not isinstance(cfg, SelectConfig):
-        raise TypeError(f"run_selection takes a SelectConfig, not {type(cfg).__name__}")
-    progress = progress or _noop
+        raise TypeError(f"nmtkit.select.run takes a SelectConfig, not {type(cfg).__name__}")
+    progress = progress or no_progress
     t0 = time.perf_counter()
     records = pool_records(cfg)
     outputs, stale = output_paths(cfg, records), stale_records(cfg, records)
@@ -215,21 +323,20 @@ def run_selection(cfg: SelectConfig, progress: Progress | None = None) -> dict:
         raise ConfigError(f"--fraction {cfg.fraction} of the pool's {n_pool} pairs selects none")
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    ind_toks, src_vocab, tgt_vocab = _in_domain(opts, ind, cfg)
+    ind_toks, ind_sizes = _in_domain(opts, ind, cfg)
     timings["in_domain_tokenize_s"] = time.perf_counter() - t
-    ind_sizes = _sizes(ind_toks)
     t = time.perf_counter()
     out_sample = _out_sample(opts, ind, pool, ind_sizes["src_tokens"], cfg, progress)
     timings["out_sample_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    scorer = _estimate(opts, src_vocab, tgt_vocab, ind_toks, out_sample, cfg.order)
+    scorer = _estimate(opts, ind_toks, out_sample, cfg)
     timings["lm_estimate_s"] = time.perf_counter() - t
     warnings += _warn(lm_warnings(cfg, ind, ind_sizes, scorer))
     sample_sizes = _sizes(out_sample)
     del ind_toks, out_sample
     with StagedFiles(outputs, stale) as files:
         if cfg.write_arpa:
-            write_arpa(files.tmp, scorer, src_vocab, tgt_vocab)
+            write_arpa(files.tmp, scorer)
         t = time.perf_counter()
         h, lens = score_pool(scorer, pool, cfg.workers, progress)
         timings["score_s"] = time.perf_counter() - t
@@ -366,10 +473,10 @@ def check_outputs(cfg: SelectConfig, outputs: dict[str, str], stale: Sequence[st
         check_output(p, force=True, what="select-data output")
 
 
-def write_arpa(tmp: dict[str, str], scorer: Scorer, src_vocab: LMVocab, tgt_vocab: LMVocab) -> None:
+def write_arpa(tmp: dict[str, str], s: Scorer) -> None:
     """The four language models, in ARPA format (--write-arpa)."""
-    for which, side, lm, voc in (("in", "src", scorer.in_src, src_vocab), ("out", "src", scorer.out_src, src_vocab),
-                                 ("in", "tgt", scorer.in_tgt, tgt_vocab), ("out", "tgt", scorer.out_tgt, tgt_vocab)):
+    for which, side, lm, voc in (("in", "src", s.in_src, s.src_vocab), ("out", "src", s.out_src, s.src_vocab),
+                                 ("in", "tgt", s.in_tgt, s.tgt_vocab), ("out", "tgt", s.out_tgt, s.tgt_vocab)):
         with open(tmp[f"arpa_{which}_{side}"], "w", encoding="utf-8") as fh:
             lm.write_arpa(fh, voc.itos)
 
