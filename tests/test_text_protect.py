@@ -174,7 +174,7 @@ def test_translate_and_serve_apply_the_checkpoints_protected_patterns(tmp_path):
 
 def test_nmtkit_tokenize_records_protect_and_preprocess_tok_checks_it(tmp_path):
     from nmtkit.cli import main
-    from nmtkit.preprocess.config import PreprocessConfig
+    from nmtkit.preprocess import PreprocessConfig
     from nmtkit.text.tokenize import check_tokinfo
 
     src = tmp_path / "raw.en"

@@ -32,6 +32,11 @@ def prepare_state(state: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def word_ids(p: TextPipeline, stoi: dict[str, int], word: str, side: str) -> tuple[int, ...]:
+    """A word's ids after casing, BPE and the vocabulary (each acts word by word)."""
+    return tuple(stoi.get(t, UNK_ID) for t in p.apply_bpe(p.case([word], side), side))
+
+
 def tokenize_clean_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     """Pass 1 of the train split: tokenise, clean, count words and casing evidence."""
     state = worker_state()
@@ -85,7 +90,7 @@ def encode_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
             for w in toks:
                 wid = known.get(w)
                 if wid is None:
-                    wid = known[w] = tuple(stoi.get(t, UNK_ID) for t in p.apply_bpe(p.case([w], side), side))
+                    wid = known[w] = word_ids(p, stoi, w, side)
                 ids.extend(wid)
             lens[j] = len(ids) - n0
         arr = np.asarray(ids, dtype=np.int32)

@@ -11,12 +11,12 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from nmtkit import __version__
 from nmtkit.data.binarized import SplitWriter
 from nmtkit.data.manifest import new_manifest, owned_files
-from nmtkit.errors import InputError, OutputError, OutputExistsError
+from nmtkit.errors import ConfigError, InputError, OutputError, OutputExistsError
 from nmtkit.io.checks import check_outputs_vs_inputs, is_inside, real_path
 from nmtkit.io.dirs import (
     check_replaceable_dir,
@@ -26,28 +26,109 @@ from nmtkit.io.dirs import (
     remove_folders,
     swap_in_dir,
 )
-from nmtkit.preprocess.config import PreprocessConfig
-from nmtkit.preprocess.learn import SIDES, learn, word_ids
+from nmtkit.preprocess import PreprocessConfig
 from nmtkit.preprocess.workers import (
     encode_chunk,
     encode_ranges,
     pair_chunks,
     prepare_state,
     tokenize_clean_chunk,
+    word_ids,
 )
+from nmtkit.progress import Progress, no_progress
+from nmtkit.text.bpe import SEPARATOR, count_merges, learn_codes, subword_vocab
 from nmtkit.text.clean import DROP_REASONS, PairDeduper
 from nmtkit.text.io import check_parallel, input_candidates, read_lines
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import TextPipeline
 from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo
-from nmtkit.text.truecase import new_casing, truecase_weights
-from nmtkit.text.vocab import Vocab
+from nmtkit.text.truecase import best_forms, new_casing, truecase_weights
+from nmtkit.text.vocab import SPECIALS, Vocab
 
 log = logging.getLogger("nmtkit.preprocess")
+SIDES = ("src", "tgt")
 
 
-ProgressFn = Callable[[str, int, "int | None"], None]
-"""progress(stage, done, total): called with done=0 when a stage starts, then as it advances."""
+def _cased_counts(p: TextPipeline, counts: Counter, side: str) -> Counter:
+    """Word counts after lowercasing/truecasing (both act word by word)."""
+    if not p.lowercase and p.truecase is None:
+        return counts
+    out: Counter = Counter()
+    for w, c in counts.items():
+        out[p.case([w], side)[0]] += c
+    return out
+
+
+def _token_counts(p: TextPipeline, word_counts: Counter, side: str) -> Counter:
+    """Counts of the final (BPE) tokens of a side, from its word counts (BPE acts per word)."""
+    if p.bpe is None:
+        return word_counts
+    out: Counter = Counter()
+    for w, c in word_counts.items():
+        for piece in p.apply_bpe([w], side):
+            out[piece] += c
+    return out
+
+
+def _training_word_ids(p: TextPipeline, word_counts: dict[str, Counter],
+                       vocabs: dict[str, Vocab]) -> dict[str, dict]:
+    """{side: {training word: its ids}}, so that encoding is one lookup per word; the words were
+    already segmented once for the vocabulary (the pipeline's BPE cache), and forked workers
+    inherit this map without copying it."""
+    return {side: {w: word_ids(p, vocabs[side].stoi, w, side) for w in word_counts[side]} for side in SIDES}
+
+
+def _learn_bpe(config: PreprocessConfig, cased: dict[str, Counter], out: Path,
+               langs: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the pipeline's BPE setting, the manifest's "bpe" record); writes the codes file(s)."""
+    if config.bpe_separate:
+        codes = {side: learn_codes(cased[side], config.bpe, config.bpe_min_frequency) for side in SIDES}
+    else:
+        joint = learn_codes(cased["src"] + cased["tgt"], config.bpe, config.bpe_min_frequency)
+        codes = {"src": joint, "tgt": joint}
+    vocab_filter = None
+    if config.bpe_vocab_threshold is not None:
+        vocab_filter = {side: subword_vocab(codes[side], cased[side], config.bpe_vocab_threshold) for side in SIDES}
+    setting = {"joint": not config.bpe_separate, "codes": codes, "vocab": vocab_filter,
+               "vocab_threshold": config.bpe_vocab_threshold, "merges": config.bpe, "separator": SEPARATOR}
+    info: dict[str, Any] = {}
+    if config.bpe_separate:
+        for side in SIDES:
+            (out / f"bpe.codes.{langs[side]}").write_text(codes[side], encoding="utf-8")
+        info["codes_files"] = {side: f"bpe.codes.{langs[side]}" for side in SIDES}
+    else:
+        (out / "bpe.codes").write_text(codes["src"], encoding="utf-8")
+        info["codes_files"] = {"src": "bpe.codes", "tgt": "bpe.codes"}
+    info["merges_learned"] = {side: count_merges(codes[side]) for side in SIDES}
+    return setting, info
+
+
+def learn(config: PreprocessConfig, base: TextPipeline, word_counts: dict[str, Counter],
+          casing: dict[str, Any] | None, out: Path, report: Progress) -> tuple[TextPipeline, dict[str, Vocab], dict]:
+    """(the full pipeline, the vocabularies, the manifest's "bpe" record) learned from the
+    training word counts (and casing evidence); writes the codes and vocabulary files to `out`."""
+    langs = {"src": config.src_lang, "tgt": config.tgt_lang}
+    pipeline = base
+    if casing is not None:
+        pipeline = pipeline.with_(truecase={side: best_forms(casing[side]) for side in SIDES})
+    cased = {side: _cased_counts(pipeline, word_counts[side], side) for side in SIDES}
+    bpe_info: dict[str, Any] = {}
+    if config.bpe is not None:
+        stage = "learn BPE"
+        report(stage, 0, None)
+        setting, bpe_info = _learn_bpe(config, cased, out, langs)
+        pipeline = pipeline.with_(bpe=setting)
+        report(stage, 1, 1)
+    vocabs = {}
+    for side in SIDES:
+        counts = _token_counts(pipeline, cased[side], side)
+        vocabs[side] = Vocab.build(counts, max_size=config.vocab_size(side), min_count=config.vocab_min_count)
+        if len(vocabs[side]) == len(SPECIALS) and counts:  # every token would be <unk>: no data worth training on
+            raise ConfigError(f"--vocab-min-count {config.vocab_min_count} is above the count of every "
+                              f"{langs[side]} token (the most frequent is seen {max(counts.values()):,} times): "
+                              "the vocabulary would hold no word")
+        vocabs[side].save(out / f"vocab.{langs[side]}.txt")
+    return pipeline, vocabs, bpe_info
 
 
 def _dest_path(dest: str) -> Path:
@@ -123,7 +204,7 @@ def _check_tokenized(config: PreprocessConfig, base: TextPipeline, src: str, tgt
 
 
 def _check_inputs(config: PreprocessConfig, base: TextPipeline,
-                  report: ProgressFn) -> tuple[dict[str, str], dict[str, int]]:
+                  report: Progress) -> tuple[dict[str, str], dict[str, int]]:
     """Every input checked first (existence, equal line counts; cheap, one pass of bytes):
     ({file: sha256}, {split: lines})."""
     inputs: dict[str, str] = {}
@@ -147,7 +228,7 @@ def _check_inputs(config: PreprocessConfig, base: TextPipeline,
     return inputs, line_counts
 
 
-def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> dict[str, Any]:
+def run(config: PreprocessConfig, progress: Progress | None = None) -> dict[str, Any]:
     """Run the whole preprocessing; returns the manifest (also written to DEST/manifest.json).
 
     Raises NmtkitError subclasses for user mistakes; on any failure nothing is left at DEST
@@ -156,7 +237,7 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
     if not isinstance(config, PreprocessConfig):
         raise TypeError(f"preprocess takes a PreprocessConfig, not {type(config).__name__}")
     base = config.base_pipeline()  # a bad --protect fails before anything is read or written
-    report: ProgressFn = progress or (lambda stage, done, total: None)
+    report = progress or no_progress
     dest = _dest_path(config.dest)
     _check_outputs(config)
     _check_dest(dest, config.force)
@@ -174,7 +255,7 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
     try:
         work = tmp / "work"
         work.mkdir()
-        manifest = _run(config, base, report, tmp, work, line_counts)
+        manifest = _build(config, base, report, tmp, work, line_counts)
         manifest["inputs"] = inputs
         shutil.rmtree(work)
         manifest["files"] = sorted([str(p.relative_to(tmp)) for p in tmp.rglob("*") if not p.is_dir()]
@@ -228,7 +309,7 @@ class _TrainPass:
     tok_ranges: list[tuple[int, int, int, int]]
 
 
-def _tokenize_train(config: PreprocessConfig, report: ProgressFn, base: TextPipeline, n_train: int,
+def _tokenize_train(config: PreprocessConfig, report: Progress, base: TextPipeline, n_train: int,
                     work: Path) -> _TrainPass:
     """Pass 1 over train: tokenise + clean + count, in parallel; writes work/train.tok.{src,tgt}."""
     stage = "tokenise + clean train"
@@ -264,7 +345,7 @@ def _tokenize_train(config: PreprocessConfig, report: ProgressFn, base: TextPipe
     return res_all
 
 
-def _encode_split(config: PreprocessConfig, report: ProgressFn, name: str, prefix: str, state: dict[str, Any],
+def _encode_split(config: PreprocessConfig, report: Progress, name: str, prefix: str, state: dict[str, Any],
                   train: _TrainPass, n_lines: int, out: Path, work: Path) -> dict[str, Any]:
     """One split -> ids: {split}.{lang}.ids/offsets/words.npy in `out`; returns its manifest record.
     Train is read from pass 1's tokenised files (workers read their own byte ranges)."""
@@ -328,7 +409,7 @@ def _manifest(config: PreprocessConfig, pipeline: TextPipeline, vocabs: dict[str
     )
 
 
-def _run(config: PreprocessConfig, base: TextPipeline, report: ProgressFn, out: Path, work: Path,
+def _build(config: PreprocessConfig, base: TextPipeline, report: Progress, out: Path, work: Path,
          line_counts: dict[str, int]) -> dict[str, Any]:
     """Pass 1 over train, learning, every split encoded -> the manifest (without "inputs");
     `base`: the pipeline's steps 0-3 (`config.base_pipeline()`)."""
@@ -344,7 +425,7 @@ def _run(config: PreprocessConfig, base: TextPipeline, report: ProgressFn, out: 
     with _timed("learn", timings, cpu):
         pipeline, vocabs, bpe_info = learn(config, base, train.word_counts, train.casing, out, report)
     state = {"pipeline": pipeline.to_dict(), "vocab": {s: v.itos for s, v in vocabs.items()},
-             "word_ids": word_ids(pipeline, train.word_counts, vocabs)}
+             "word_ids": _training_word_ids(pipeline, train.word_counts, vocabs)}
     split_stats: dict[str, Any] = {}
     for name, prefix in config.splits():
         with _timed(f"encode + binarise {name}", timings, cpu):
