@@ -7,8 +7,8 @@ import json
 import pytest
 
 from nmtkit.errors import ConfigError, InputError
+from nmtkit.text.moses import PRINTF, read_patterns, resolve_protect
 from nmtkit.text.pipeline import TextPipeline
-from nmtkit.text.protect import PRINTF, read_patterns, resolve_protect
 from tests.conftest import run_cli
 
 MESSAGES = [

@@ -1,13 +1,17 @@
-"""Moses punctuation normalisation, tokenisation and detokenisation through sacremoses.
+"""The Moses scripts through sacremoses: punctuation normalisation, tokenisation (with
+tokenizer.perl's protected patterns), detokenisation, and corpus cleaning (clean-corpus-n.perl).
 
 Always `escape=False`: we keep `&`, `'`, `"` as they are rather than Moses' XML entities,
 so that tokens round-trip to plain text.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import re
 from functools import lru_cache
+from typing import Sequence
 
 from nmtkit.errors import ConfigError, InputError
 
@@ -131,7 +135,7 @@ def tokenize(line: str, lang: str, aggressive_dash_splits: bool = False, lowerca
              remove_non_printing: bool = True, nfc: bool = True) -> list[str]:
     """Compose characters (NFC, optional), normalise punctuation (optional), replace
     non-printing characters by spaces (optional) and tokenise one line into Moses tokens,
-    leaving each match of `protected_patterns` (regexes, nmtkit.text.protect) whole."""
+    leaving each match of `protected_patterns` (regexes, `resolve_protect`) whole."""
     return tokenizer_fn(lang, aggressive_dash_splits, lowercase, normalize_punct, protected_patterns,
                         remove_non_printing=remove_non_printing, nfc=nfc)(line)
 
@@ -205,3 +209,141 @@ def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: boo
         return [t.lower() for t in toks] if lowercase else toks
 
     return run
+
+
+# ---- protected patterns: spans the tokeniser must leave whole (tokenizer.perl's -protected) ----
+# `--protect` takes regular-expression files (one regex a line, as tokenizer.perl's -protected FILE;
+# blank lines and lines starting with "#" skipped) and the named sets below. The expanded list is
+# recorded in the text pipeline (`TextPipeline.protected_patterns`), so translate and serve protect
+# exactly what preprocess did; sacremoses replaces every match by a placeholder before tokenising and
+# restores it as one token, which detokenisation joins like a word (`%s` comes back as `%s`, not
+# `% s`). sacremoses matches case-insensitively, so the patterns are checked that way here. As in
+# tokenizer.perl, a match is not split from letters touching it ("one<br/>two" stays one token) and
+# whitespace inside a match still separates tokens.
+# C and POSIX printf conversions (%s, %d, %5.2f, %-10s, %1$s, %lu, %.*s, %%) and Python's %(name)s.
+# No space flag: "% s" in running text ("100 % sure") is not a placeholder.
+PRINTF = (
+    r"%(?:\d+\$)?[-+#0']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|q|j|z|t)?[diouxefgacspnm%]",
+    r"%\([A-Za-z_][A-Za-z0-9_]*\)[-+#0]*\d*(?:\.\d+)?[diouxefgcrsa]",
+)
+URL = (r"(?:(?:https?|ftp|rsync)://|www\.)[^\s<>\"']*[^\s<>\"'.,;:!?)\]}]",)
+EMAIL = (r"[\w\-\.]+@(?:[\w\-]+\.)+[a-zA-Z]{2,}",)
+XML = (r"</?[A-Za-z][\w:\-]*(?:\s+[\w:\-]+\s*=\s*(?:\"[^\"]*\"|'[^']*'))*\s*/?>",)
+
+
+def _basic() -> tuple[str, ...]:
+    """Moses' own scripts/tokenizer/basic-protected-patterns (XML tags, e-mail addresses, URLs)."""
+    from sacremoses import MosesTokenizer
+
+    return tuple(MosesTokenizer.BASIC_PROTECTED_PATTERNS)
+
+
+PROTECT_HELP = (
+    "Keep the matches of these regular expressions whole when tokenising (tokenizer.perl -protected): a FILE "
+    "with one regex a line, or a named set: printf (%s, %d, %1$s, %(name)s), url, email, xml (tags), basic (Moses' "
+    "basic-protected-patterns). Repeatable; recorded with the output (preprocess: in the data directory, so "
+    "translate and serve protect the same; tokenize: in FILE.tokinfo.json, which preprocess --input-format tok "
+    "checks).")
+
+NAMED_SETS = {
+    "printf": lambda: PRINTF,
+    "url": lambda: URL,
+    "email": lambda: EMAIL,
+    "xml": lambda: XML,
+    "basic": _basic,
+}
+
+
+def compile_pattern(pattern: str) -> re.Pattern:
+    """The regex as sacremoses compiles it; ValueError for one that matches the empty string
+    (sacremoses would insert its placeholder between every two characters)."""
+    rx = re.compile(pattern, re.IGNORECASE)
+    if rx.search("") is not None:
+        raise ValueError("it matches the empty string")
+    return rx
+
+
+def read_patterns(path: str) -> list[str]:
+    """The regexes of a -protected file; InputError naming the file (and line) for a missing
+    file, an invalid regex or a file without any."""
+    try:
+        with open(path, encoding="utf-8-sig") as f:  # a leading BOM dropped, as every reader does
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        raise InputError("protected-patterns file not found", path) from None
+    except UnicodeDecodeError as err:
+        raise InputError(f"protected-patterns file is not UTF-8 ({err.reason})", path) from None
+    except OSError as err:
+        raise InputError(f"cannot read the protected-patterns file: {err.strerror}", path) from None
+    out = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            compile_pattern(line)
+        except re.error as err:
+            raise InputError(f"invalid regular expression {line!r}: {err.msg} at position {err.pos}", path,
+                             number) from None
+        except (OverflowError, RecursionError) as err:  # a{99999999999}, or nesting past Python's limit
+            raise InputError(f"invalid regular expression {line!r:.80}: {err}", path, number) from None
+        except ValueError as err:
+            raise InputError(f"regular expression {line!r} cannot be protected: {err}", path, number) from None
+        out.append(line)
+    if not out:
+        raise InputError("protected-patterns file holds no pattern (one regular expression a line)", path)
+    return out
+
+
+def resolve_protect(specs: Sequence[str]) -> tuple[str, ...]:
+    """`--protect` values -> the regexes, in order, without repeats. A value is a named set
+    (NAMED_SETS) unless it names an existing file or contains a path separator (write ./url for
+    a file called url)."""
+    out: list[str] = []
+    for spec in specs:
+        if spec in NAMED_SETS and not os.path.exists(spec):
+            patterns = list(NAMED_SETS[spec]())
+        elif os.sep in spec or os.path.exists(spec) or "." in spec:
+            patterns = read_patterns(spec)
+        else:
+            raise ConfigError(f"--protect {spec}: not a file, nor a named set ({', '.join(NAMED_SETS)})")
+        out += [p for p in patterns if p not in out]
+    return tuple(out)
+
+
+# ---- corpus cleaning, after clean-corpus-n.perl: a pair is dropped for the first reason that applies,
+# in this order: "duplicate" (the same raw pair seen already, only with dedup on), "empty" (a side has
+# no tokens), "too_long" (a side has more than max_len tokens), "ratio" (one side more than max_ratio
+# times longer). Lengths are in Moses tokens (after tokenisation, before BPE), as clean-corpus-n counts.
+DROP_REASONS = ("duplicate", "empty", "too_long", "ratio")
+
+
+def drop_reason(src_len: int, tgt_len: int, max_len: int, max_ratio: float) -> str | None:
+    """Why clean-corpus-n would drop a pair with these token counts, or None to keep it."""
+    if src_len == 0 or tgt_len == 0:
+        return "empty"
+    if src_len > max_len or tgt_len > max_len:
+        return "too_long"
+    if src_len / tgt_len > max_ratio or tgt_len / src_len > max_ratio:
+        return "ratio"
+    return None
+
+
+class PairDeduper:
+    """Remembers 64-bit hashes of the pairs seen so far (about 70 bytes per distinct pair).
+
+    This is the one part of preprocessing whose memory grows with the corpus; it is off
+    unless asked for.
+    """
+
+    def __init__(self) -> None:
+        self._seen: set[int] = set()
+
+    def seen_before(self, src: str, tgt: str) -> bool:
+        """True when this exact pair (surrounding whitespace ignored) was seen already."""
+        key = int.from_bytes(
+            hashlib.blake2b(f"{src.strip()}\x00{tgt.strip()}".encode("utf-8"), digest_size=8).digest(), "little"
+        )
+        if key in self._seen:
+            return True
+        self._seen.add(key)
+        return False

@@ -18,14 +18,14 @@ detokenisation. Lowercasing cannot be undone. No torch here.
 """
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
 from typing import Any
 
 from nmtkit.errors import ConfigError
 from nmtkit.text import moses
 from nmtkit.text.bpe import SEPARATOR, Bpe, check_codes, join_bpe
-from nmtkit.text.protect import PROTECT_HELP
-from nmtkit.text.truecase import Truecaser, detruecase
 
 PIPELINE_VERSION = 2  # the one version read; another is refused (docs/design.md, Compatibility)
 SIDES = ("src", "tgt")
@@ -36,7 +36,7 @@ CORPUS_FORMATS = INPUT_FORMATS[:2]  # what preprocess and select-data read: raw 
 NORMALIZE_PUNCT_OPTION = dict(flag=True, help="Moses punctuation normalisation before tokenising "
                                              "(--no-normalize-punct: skip it).")
 DASH_SPLITS_OPTION = dict(help="Split hyphenated words (Moses tokenizer -a): 'a-b' -> 'a @-@ b'.")
-PROTECT_OPTION = dict(multiple=True, metavar="FILE|SET", help=PROTECT_HELP)
+PROTECT_OPTION = dict(multiple=True, metavar="FILE|SET", help=moses.PROTECT_HELP)
 NFC_OPTION = dict(flag=True, help="Compose characters to Unicode NFC first ('e' + combining acute -> 'é'), so that "
                                    "decomposed text tokenises as composed text does (--no-nfc: leave them; the Moses "
                                    "scripts have no such step and split the marks off).")
@@ -45,6 +45,69 @@ NON_PRINTING_OPTION = dict(flag=True, help="Replace non-printing characters (con
                                           "remove-non-printing-char.perl does, but delete those that sit inside words "
                                           "(soft hyphens, zero-width joiners, byte-order marks) so that words stay "
                                           "whole (--no-remove-non-printing: keep them all).")
+
+
+# ---- Moses truecasing (train-truecaser.perl / truecase.perl / detruecaser.perl): training counts,
+# for every lowercased word, the surface forms seen where case is informative (not sentence-initial,
+# sacremoses' `learn_truecase_weights`); the model is the most frequent form of each word, kept as a
+# plain list (primitives, for manifests and checkpoints). Applying it replaces every word that has a
+# best form by that form; unknown words are left alone; tokens are never split at `|` (Moses factors),
+# unlike sacremoses' `truecase`. Detruecasing uppercases the first letter of each sentence.
+SENT_END = frozenset({".", ":", "?", "!"})
+DELAYED_SENT_START = frozenset({"(", "[", '"', "'", "&apos;", "&quot;", "&#91;", "&#93;"})
+
+
+@lru_cache(maxsize=None)
+def _trainer():
+    from sacremoses import MosesTruecaser
+
+    return MosesTruecaser()
+
+
+def truecase_weights(tokens: list[str]) -> list[tuple[str, str, float]]:
+    """(lowercase, surface form, weight) observations from one tokenised sentence."""
+    return _trainer().learn_truecase_weights(tokens)
+
+
+def add_weights(casing: dict[str, Counter], weights: list[tuple[str, str, float]]) -> None:
+    """Accumulate observations into `casing[lower][surface] += weight`."""
+    for lower, surface, w in weights:
+        casing[lower][surface] += w
+
+
+def new_casing() -> dict[str, Counter]:
+    return defaultdict(Counter)
+
+
+def best_forms(casing: dict[str, Counter]) -> list[str]:
+    """The model: the most frequent surface form of each word (ties: first seen), sorted."""
+    return sorted(c.most_common(1)[0][0] for c in casing.values() if c)
+
+
+class Truecaser:
+    """Applies a model given as a list of best forms."""
+
+    def __init__(self, forms: list[str]):
+        self.best = {f.lower(): f for f in forms}
+
+    def __call__(self, tokens: list[str]) -> list[str]:
+        get = self.best.get
+        return [get(t.lower(), t) for t in tokens]
+
+
+def detruecase(tokens: list[str]) -> list[str]:
+    """Uppercase the first letter of each sentence start (after . : ? ! and opening quotes)."""
+    out = []
+    start = True
+    for tok in tokens:
+        if start:
+            tok = tok[:1].upper() + tok[1:]
+        out.append(tok)
+        if tok in SENT_END:
+            start = True
+        elif tok not in DELAYED_SENT_START:
+            start = False
+    return out
 
 
 def _check_side(side: str) -> None:
@@ -104,9 +167,9 @@ def _check_read(d: dict[str, Any]) -> None:
 class TextPipeline:
     """Every setting needed to turn raw text into vocabulary tokens and back.
 
-    truecase: None, or {"src": [best forms], "tgt": [best forms]} (see nmtkit.text.truecase).
+    truecase: None, or {"src": [best forms], "tgt": [best forms]} (see `Truecaser`).
     protected_patterns: regexes whose matches Moses tokenisation keeps as one token
-         (`preprocess --protect`, nmtkit.text.protect), stored expanded.
+         (`preprocess --protect`, nmtkit.text.moses), stored expanded.
     bpe: None, or {"joint": bool, "codes": {"src": codes text, "tgt": codes text},
          "vocab": None | {"src": [subwords], "tgt": [subwords]}, "vocab_threshold": int | None,
          "merges": int (requested), "separator": "@@"}.
@@ -119,7 +182,7 @@ class TextPipeline:
     lowercase: bool = False
     truecase: dict | None = None
     bpe: dict | None = None
-    protected_patterns: tuple[str, ...] = ()  # regexes (nmtkit.text.protect) the tokeniser leaves whole
+    protected_patterns: tuple[str, ...] = ()  # regexes (`resolve_protect`) the tokeniser leaves whole
     # after the fields above so that positional arguments keep their meaning
     nfc: bool = True
     remove_non_printing: bool = True

@@ -72,7 +72,7 @@ class TokenizeConfig:
 
     def pipeline(self) -> TextPipeline:
         """The text pipeline these settings give (reads the --protect files)."""
-        from nmtkit.text.protect import resolve_protect
+        from nmtkit.text.moses import resolve_protect
 
         return TextPipeline(self.lang, self.lang, nfc=self.nfc, normalize_punct=self.normalize_punct,
                             remove_non_printing=self.remove_non_printing,
