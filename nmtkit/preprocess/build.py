@@ -5,6 +5,7 @@ worker processes (`prepare_state` builds each one's state once, read back with `
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -33,16 +34,15 @@ from nmtkit.io.dirs import (
 )
 from nmtkit.preprocess.config import PreprocessConfig
 from nmtkit.progress import Progress, no_progress
-from nmtkit.text.bpe import SEPARATOR, count_merges, learn_codes, subword_vocab
+from nmtkit.text.bpe import SEPARATOR, count_merges, learn_codes, piece_counts, subword_vocab
 from nmtkit.text.io import check_parallel, decode_lines, input_candidates, read_lines
 from nmtkit.text.moses import DROP_REASONS, PairDeduper, drop_reason
 from nmtkit.text.parallel import parallel_map, worker_state
-from nmtkit.text.pipeline import TextPipeline, add_weights, best_forms, new_casing, truecase_weights
+from nmtkit.text.pipeline import SIDES, TextPipeline, add_weights, best_forms, new_casing, truecase_weights
 from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo
 from nmtkit.text.vocab import SPECIALS, UNK_ID, Vocab, token_ids
 
 log = logging.getLogger("nmtkit.preprocess")
-SIDES = ("src", "tgt")
 
 
 # ---- the worker side: chunks of pairs tokenised and cleaned (pass 1 of train) or encoded into ids
@@ -161,27 +161,6 @@ def pair_chunks(src: str, tgt: str, size: int, read: list[int],
         yield chunk
 
 
-def _cased_counts(p: TextPipeline, counts: Counter, side: str) -> Counter:
-    """Word counts after lowercasing/truecasing (both act word by word)."""
-    if not p.lowercase and p.truecase is None:
-        return counts
-    out: Counter = Counter()
-    for w, c in counts.items():
-        out[p.case([w], side)[0]] += c
-    return out
-
-
-def _token_counts(p: TextPipeline, word_counts: Counter, side: str) -> Counter:
-    """Counts of the final (BPE) tokens of a side, from its word counts (BPE acts per word)."""
-    if p.bpe is None:
-        return word_counts
-    out: Counter = Counter()
-    for w, c in word_counts.items():
-        for piece in p.apply_bpe([w], side):
-            out[piece] += c
-    return out
-
-
 def _training_word_ids(p: TextPipeline, word_counts: dict[str, Counter],
                        vocabs: dict[str, Vocab]) -> dict[str, dict]:
     """{side: {training word: its ids}}, so that encoding is one lookup per word; the words were
@@ -203,16 +182,10 @@ def _learn_bpe(config: PreprocessConfig, cased: dict[str, Counter], out: Path,
         vocab_filter = {side: subword_vocab(codes[side], cased[side], config.bpe_vocab_threshold) for side in SIDES}
     setting = {"joint": not config.bpe_separate, "codes": codes, "vocab": vocab_filter,
                "vocab_threshold": config.bpe_vocab_threshold, "merges": config.bpe, "separator": SEPARATOR}
-    info: dict[str, Any] = {}
-    if config.bpe_separate:
-        for side in SIDES:
-            (out / f"bpe.codes.{langs[side]}").write_text(codes[side], encoding="utf-8")
-        info["codes_files"] = {side: f"bpe.codes.{langs[side]}" for side in SIDES}
-    else:
-        (out / "bpe.codes").write_text(codes["src"], encoding="utf-8")
-        info["codes_files"] = {"src": "bpe.codes", "tgt": "bpe.codes"}
-    info["merges_learned"] = {side: count_merges(codes[side]) for side in SIDES}
-    return setting, info
+    files = {side: f"bpe.codes.{langs[side]}" if config.bpe_separate else "bpe.codes" for side in SIDES}
+    for side in SIDES:
+        (out / files[side]).write_text(codes[side], encoding="utf-8")
+    return setting, {"codes_files": files, "merges_learned": {side: count_merges(codes[side]) for side in SIDES}}
 
 
 def learn(config: PreprocessConfig, base: TextPipeline, word_counts: dict[str, Counter],
@@ -223,7 +196,7 @@ def learn(config: PreprocessConfig, base: TextPipeline, word_counts: dict[str, C
     pipeline = base
     if casing is not None:
         pipeline = pipeline.with_(truecase={side: best_forms(casing[side]) for side in SIDES})
-    cased = {side: _cased_counts(pipeline, word_counts[side], side) for side in SIDES}
+    cased = {side: piece_counts(word_counts[side], functools.partial(pipeline.case, side=side)) for side in SIDES}
     bpe_info: dict[str, Any] = {}
     if config.bpe is not None:
         stage = "learn BPE"
@@ -233,7 +206,7 @@ def learn(config: PreprocessConfig, base: TextPipeline, word_counts: dict[str, C
         report(stage, 1, 1)
     vocabs = {}
     for side in SIDES:
-        counts = _token_counts(pipeline, cased[side], side)
+        counts = piece_counts(cased[side], functools.partial(pipeline.apply_bpe, side=side))
         vocabs[side] = Vocab.build(counts, max_size=config.vocab_size(side), min_count=config.vocab_min_count)
         if len(vocabs[side]) == len(SPECIALS) and counts:  # every token would be <unk>: no data worth training on
             raise ConfigError(f"--vocab-min-count {config.vocab_min_count} is above the count of every "
@@ -305,16 +278,6 @@ def _warm_up(p: TextPipeline, config: PreprocessConfig) -> None:
         truecase_weights(["Warm", "up", "."])
 
 
-def _check_tokenized(config: PreprocessConfig, base: TextPipeline, src: str, tgt: str) -> None:
-    """--input-format tok: the files must have been tokenised with this command's settings,
-    which the manifest records and translate replays on raw text (see `nmtkit tokenize`, nmtkit.text.tokenize),
-    against `base`, the pipeline those settings give."""
-    for path, lang in ((src, config.src_lang), (tgt, config.tgt_lang)):
-        if not check_tokinfo(path, lang, base):
-            log.warning("%s: no %s beside it, so its tokeniser settings cannot be checked; they must be this "
-                        "command's (translate replays them)", path, TOKINFO_SUFFIX)
-
-
 def _check_inputs(config: PreprocessConfig, base: TextPipeline,
                   report: Progress) -> tuple[dict[str, str], dict[str, int]]:
     """Every input checked first (existence, equal line counts; cheap, one pass of bytes):
@@ -332,8 +295,10 @@ def _check_inputs(config: PreprocessConfig, base: TextPipeline,
                                        for line in read_lines(src) if line.strip()):  # stops at the first sentence
             raise InputError(f"the valid split's {n} lines hold no word (blank, or only spaces and invisible "
                              "characters): train validates on its sentences", src)
-        if config.input_format == "tok":
-            _check_tokenized(config, base, src, tgt)
+        for path, lang in ((src, config.src_lang), (tgt, config.tgt_lang)):
+            if config.input_format == "tok" and not check_tokinfo(path, lang, base):  # translate replays the settings
+                log.warning("%s: no %s beside it, so its tokeniser settings cannot be checked; they must be this "
+                            "command's (translate replays them)", path, TOKINFO_SUFFIX)
         inputs[os.path.abspath(src)], inputs[os.path.abspath(tgt)] = h_src, h_tgt  # as the prefixes (_encode_split)
         line_counts[name] = n
         report("check inputs", k, len(splits))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import io
 from collections import Counter
-from typing import Iterable
+from typing import Callable, Iterable
 
 SEPARATOR = "@@"
 
@@ -114,16 +114,18 @@ def join_bpe(tokens: list[str], separator: str = SEPARATOR) -> list[str]:
     return out
 
 
-def subword_vocab(codes: str, word_counts: Counter, threshold: int, separator: str = SEPARATOR) -> list[str]:
-    """Subwords whose frequency in the BPE-segmented `word_counts` is >= `threshold`.
-
-    Computed from the word counts (each word segmented once, weighted by its count), which
-    equals segmenting the whole training side as learn-joint-bpe-and-vocab does.
-    """
-    bpe = Bpe(codes, separator=separator)
-    sub_counts: Counter = Counter()
+def piece_counts(word_counts: Counter, segment: Callable[[list[str]], list[str]]) -> Counter:
+    """Counts of the pieces that `segment` (casing, BPE: word by word) makes of the counted words,
+    each weighted by its word's count."""
+    out: Counter = Counter()
     for word, count in word_counts.items():
-        if count > 0:
-            for piece in bpe.apply([word]):
-                sub_counts[piece] += count
-    return sorted(w for w, c in sub_counts.items() if c >= threshold)
+        for piece in segment([word]):
+            out[piece] += count
+    return out
+
+
+def subword_vocab(codes: str, word_counts: Counter, threshold: int, separator: str = SEPARATOR) -> list[str]:
+    """Subwords whose frequency in the BPE-segmented `word_counts` is >= `threshold` (each word
+    segmented once, weighted by its count: as learn-joint-bpe-and-vocab segmenting the whole side)."""
+    counts = piece_counts(word_counts, Bpe(codes, separator=separator).apply)
+    return sorted(w for w, c in counts.items() if c >= threshold)

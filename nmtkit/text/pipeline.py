@@ -1,20 +1,14 @@
-"""The text pipeline as plain functions: raw line -> model tokens, and model tokens -> raw.
+"""The text pipeline: raw line -> model tokens, and model tokens -> raw, as plain functions.
 
-`preprocess` builds a `TextPipeline` and records it (`to_dict()`, primitives only, BPE
-codes and truecasing model inlined) in manifest.json; `train` copies that dict into the
-checkpoint; `translate` rebuilds it with `TextPipeline.from_dict` and applies exactly the
-same steps to raw input, then the inverse steps to the output.
-
-Forward (`encode`), per side:
-  0. Unicode NFC composition                                         [nfc]
-  1. Moses punctuation normalisation (`normalize-punctuation.perl`)  [normalize_punct]
-     and non-printing characters to spaces (`remove-non-printing-char.perl`) [remove_non_printing]
-  2. Moses tokenisation, escape=False, protected patterns kept whole [aggressive_dash_splits,
-                                                                      protected_patterns]
-  3. lowercasing or Moses truecasing                                 [lowercase | truecase]
-  4. BPE (subword-nmt), joint or per side, optional vocabulary filter [bpe]
-Inverse (`decode`): join BPE ("@@ "), detruecase (sentence-initial capital), Moses
-detokenisation. Lowercasing cannot be undone. No torch here.
+`preprocess` records a `TextPipeline` (`to_dict()`: primitives, BPE codes and truecasing model
+inlined) in manifest.json, `train` copies it into the checkpoint, and `translate` rebuilds it
+(`from_dict`) to apply exactly the same steps. Forward (`encode`), per side, with its settings:
+  0. Unicode NFC composition [nfc]; 1. Moses punctuation normalisation [normalize_punct] and
+  non-printing characters to spaces [remove_non_printing]; 2. Moses tokenisation, escape=False,
+  protected patterns kept whole [aggressive_dash_splits, protected_patterns]; 3. lowercasing or
+  Moses truecasing [lowercase | truecase]; 4. BPE (subword-nmt), optional vocabulary filter [bpe].
+Inverse (`decode`): join BPE, detruecase (sentence-initial capital), Moses detokenisation.
+Lowercasing cannot be undone. No torch here.
 """
 from __future__ import annotations
 
@@ -47,12 +41,8 @@ NON_PRINTING_OPTION = dict(flag=True, help="Replace non-printing characters (con
                                           "whole (--no-remove-non-printing: keep them all).")
 
 
-# ---- Moses truecasing (train-truecaser.perl / truecase.perl / detruecaser.perl): training counts,
-# for every lowercased word, the surface forms seen where case is informative (not sentence-initial,
-# sacremoses' `learn_truecase_weights`); the model is the most frequent form of each word, kept as a
-# plain list (primitives, for manifests and checkpoints). Applying it replaces every word that has a
-# best form by that form; unknown words are left alone; tokens are never split at `|` (Moses factors),
-# unlike sacremoses' `truecase`. Detruecasing uppercases the first letter of each sentence.
+# ---- Moses truecasing (train-truecaser.perl, truecase.perl, detruecaser.perl): the model is each
+# word's most frequent surface form where case is informative (not sentence-initial), a plain list.
 SENT_END = frozenset({".", ":", "?", "!"})
 DELAYED_SENT_START = frozenset({"(", "[", '"', "'", "&apos;", "&quot;", "&#91;", "&#93;"})
 
@@ -85,7 +75,8 @@ def best_forms(casing: dict[str, Counter]) -> list[str]:
 
 
 class Truecaser:
-    """Applies a model given as a list of best forms."""
+    """Applies a model given as a list of best forms: a word that has one becomes it, others stay
+    as they are; `|` is an ordinary character (sacremoses' `truecase` splits Moses factors there)."""
 
     def __init__(self, forms: list[str]):
         self.best = {f.lower(): f for f in forms}
