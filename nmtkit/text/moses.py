@@ -22,10 +22,9 @@ _LANG_CODE = re.compile(r"[a-z]{2,3}([-_][A-Za-z0-9]{2,8})*")
 
 
 def check_lang(lang: str, option: str) -> None:
-    """Refuse what is not a language code (a ConfigError naming `option`): the Moses tools take
-    any string and fall back, silently, to their generic rules, so "FR" tokenised otherwise than
-    "fr" and a path went unnoticed. A code the Moses tools have no rules for is warned about
-    once, as tokenizer.perl warns (this imports sacremoses)."""
+    """Refuse what is not a language code (a ConfigError naming `option`): the Moses tools would
+    silently fall back to their generic rules. A code they have no rules for is warned about once,
+    as tokenizer.perl warns (this imports sacremoses)."""
     if not _LANG_CODE.fullmatch(lang):
         lower = lang[:3].lower() + lang[3:]  # the primary subtag lower-cased, region subtags as given
         if _LANG_CODE.fullmatch(lower):
@@ -63,8 +62,6 @@ def _perl_tokenizer(lang: str):
     sacremoses 0.2 lacks: a line's last word ending in "." is always split ("un art." ->
     "art ."), since it is unlikely to be a nonbreaking prefix (tokenizer.perl, "split last
     words independently")."""
-    import re
-
     from sacremoses import MosesTokenizer
 
     last_period = re.compile(r"^(\S+)\.$")
@@ -106,14 +103,10 @@ NON_PRINTING = frozenset(("Cc", "Cf", "Co", "Cs"))  # Unicode category C but Cn,
 
 
 def space_non_printing(line: str) -> str:
-    """Moses `remove-non-printing-char.perl`: controls (a tab, C1 codes), format characters (a
-    zero-width space, direction marks), private-use code points and surrogates become spaces.
-    Two departures, each so that translate replays preprocess exactly and words stay whole:
-    unassigned code points (category Cn) are kept, since which they are depends on the Unicode
-    version of the Python that runs (an emoji newer than it would vanish); the soft hyphen,
-    zero-width (non-)joiners, word joiner and byte-order mark (`INSIDE_WORD`) are deleted, not
-    spaced ("Fuß<SHY>ball" -> "Fußball"). Lines without any (`str.isprintable`, which category C
-    implies) are returned as they are, at the cost of one scan."""
+    """Moses `remove-non-printing-char.perl`: controls, format characters, private-use code points
+    and surrogates become spaces. Two departures: unassigned code points (Cn) are kept, since which
+    they are depends on Python's Unicode version (translate must replay preprocess exactly), and
+    `INSIDE_WORD` characters are deleted, not spaced ("Fuß<SHY>ball" -> "Fußball")."""
     if line.isprintable():
         return line
     from unicodedata import category
@@ -122,9 +115,8 @@ def space_non_printing(line: str) -> str:
 
 
 def compose(line: str) -> str:
-    """Unicode NFC: a letter and its combining marks as one character where Unicode has one
-    ("e" + U+0301 -> "é"). Decomposed text (NFD: macOS file names, some web text) would
-    otherwise be tokenised apart, each mark a token ("cafe ́"), as tokenizer.perl does."""
+    """Unicode NFC ("e" + U+0301 -> "é"): decomposed text (macOS file names, some web text) would
+    otherwise be tokenised apart, each mark a token, as tokenizer.perl does."""
     from unicodedata import is_normalized, normalize
 
     return line if is_normalized("NFC", line) else normalize("NFC", line)
@@ -133,9 +125,8 @@ def compose(line: str) -> str:
 def tokenize(line: str, lang: str, aggressive_dash_splits: bool = False, lowercase: bool = False,
              normalize_punct: bool = True, protected_patterns: tuple[str, ...] = (), *,
              remove_non_printing: bool = True, nfc: bool = True) -> list[str]:
-    """Compose characters (NFC, optional), normalise punctuation (optional), replace
-    non-printing characters by spaces (optional) and tokenise one line into Moses tokens,
-    leaving each match of `protected_patterns` (regexes, `resolve_protect`) whole."""
+    """One line -> Moses tokens, after the optional NFC, punctuation normalisation and non-printing
+    steps, each match of `protected_patterns` (regexes, `resolve_protect`) left whole."""
     return tokenizer_fn(lang, aggressive_dash_splits, lowercase, normalize_punct, protected_patterns,
                         remove_non_printing=remove_non_printing, nfc=nfc)(line)
 
@@ -147,9 +138,8 @@ def detokenize(tokens: list[str], lang: str) -> str:
 
 def _shielded(fn, patterns: list[str]):
     """`fn` (str -> str) applied with every match of `patterns` hidden behind a letters-only
-    placeholder and put back afterwards: the steps before tokenising would otherwise change
-    protected spans before the tokeniser protects them ("%(name)s" -> "% (name) s" by the
-    punctuation normaliser; a placeholder delimited by private-use characters, spaced out)."""
+    placeholder: the steps before tokenising would otherwise change protected spans ("%(name)s" ->
+    "% (name) s" by the punctuation normaliser)."""
     regexes = [re.compile(p, re.IGNORECASE) for p in patterns]  # as sacremoses compiles them
 
     def run(line: str) -> str:
@@ -186,9 +176,8 @@ def _chain(steps: list):
 def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: bool = False,
                  normalize_punct: bool = True, protected_patterns: tuple[str, ...] = (), *,
                  remove_non_printing: bool = True, nfc: bool = True):
-    """`tokenize` with its settings bound once: a `str -> list[str]` for hot loops (same output).
-    NFC first, then the Moses pipeline's order: normalize-punctuation.perl,
-    remove-non-printing-char.perl, tokenizer.perl."""
+    """`tokenize` with its settings bound once: a `str -> list[str]` for hot loops. NFC first, then
+    the Moses order: normalize-punctuation.perl, remove-non-printing-char.perl, tokenizer.perl."""
     steps = [compose] if nfc else []
     if normalize_punct:  # its regular expressions are compiled only when used
         steps.append(_normalizer(lang).normalize)
@@ -211,15 +200,9 @@ def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: boo
     return run
 
 
-# ---- protected patterns: spans the tokeniser must leave whole (tokenizer.perl's -protected) ----
-# `--protect` takes regular-expression files (one regex a line, as tokenizer.perl's -protected FILE;
-# blank lines and lines starting with "#" skipped) and the named sets below. The expanded list is
-# recorded in the text pipeline (`TextPipeline.protected_patterns`), so translate and serve protect
-# exactly what preprocess did; sacremoses replaces every match by a placeholder before tokenising and
-# restores it as one token, which detokenisation joins like a word (`%s` comes back as `%s`, not
-# `% s`). sacremoses matches case-insensitively, so the patterns are checked that way here. As in
-# tokenizer.perl, a match is not split from letters touching it ("one<br/>two" stays one token) and
-# whitespace inside a match still separates tokens.
+# ---- protected patterns (tokenizer.perl's -protected): `--protect` takes regex files and the named sets
+# below; the expanded list is recorded in the pipeline, so translate protects what preprocess did.
+# sacremoses keeps each match (case-insensitive) as one token, which detokenisation joins like a word.
 # C and POSIX printf conversions (%s, %d, %5.2f, %-10s, %1$s, %lu, %.*s, %%) and Python's %(name)s.
 # No space flag: "% s" in running text ("100 % sure") is not a placeholder.
 PRINTF = (
@@ -245,13 +228,8 @@ PROTECT_HELP = (
     "translate and serve protect the same; tokenize: in FILE.tokinfo.json, which preprocess --input-format tok "
     "checks).")
 
-NAMED_SETS = {
-    "printf": lambda: PRINTF,
-    "url": lambda: URL,
-    "email": lambda: EMAIL,
-    "xml": lambda: XML,
-    "basic": _basic,
-}
+NAMED_SETS = {"printf": lambda: PRINTF, "url": lambda: URL, "email": lambda: EMAIL, "xml": lambda: XML,
+              "basic": _basic}
 
 
 def compile_pattern(pattern: str) -> re.Pattern:
@@ -329,20 +307,16 @@ def drop_reason(src_len: int, tgt_len: int, max_len: int, max_ratio: float) -> s
 
 
 class PairDeduper:
-    """Remembers 64-bit hashes of the pairs seen so far (about 70 bytes per distinct pair).
-
-    This is the one part of preprocessing whose memory grows with the corpus; it is off
-    unless asked for.
-    """
+    """Remembers 64-bit hashes of the pairs seen so far (about 70 bytes per distinct pair): the one
+    part of preprocessing whose memory grows with the corpus, off unless asked for."""
 
     def __init__(self) -> None:
         self._seen: set[int] = set()
 
     def seen_before(self, src: str, tgt: str) -> bool:
         """True when this exact pair (surrounding whitespace ignored) was seen already."""
-        key = int.from_bytes(
-            hashlib.blake2b(f"{src.strip()}\x00{tgt.strip()}".encode("utf-8"), digest_size=8).digest(), "little"
-        )
+        pair = f"{src.strip()}\x00{tgt.strip()}".encode("utf-8")
+        key = int.from_bytes(hashlib.blake2b(pair, digest_size=8).digest(), "little")
         if key in self._seen:
             return True
         self._seen.add(key)

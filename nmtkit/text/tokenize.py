@@ -1,15 +1,11 @@
-"""Moses-normalise and tokenise a file once, in parallel (`nmtkit tokenize`).
+"""`nmtkit tokenize` as `run(config, progress)`: Moses-normalise and tokenise a file once, in parallel.
 
-Recipes tokenise a large corpus once and feed the result to both `nmtkit select-data
---input-format tok` and `nmtkit preprocess --input-format tok`, since sacremoses is the slow
-step of both. Same functions and defaults as `preprocess` (escape=False). Reads stdin or
---input, writes stdout or --output (through nmtkit.io.files: temp name, then rename), line for line.
-
-With an output file it also writes `OUTPUT.tokinfo.json`, the settings it tokenised with
-(language, NFC, punctuation normalisation, non-printing characters, --aggressive-dash-splits,
---lowercase, --protect). `preprocess
---input-format tok` checks them against its own flags, which it records for `translate`:
-a flag given to the tokeniser only would otherwise be silently missing at translate time.
+Recipes tokenise a large corpus once and feed the result to both `select-data --input-format tok`
+and `preprocess --input-format tok`, since sacremoses is the slow step of both; same functions and
+defaults as `preprocess` (escape=False). Reads stdin or --input, writes stdout or --output (temp
+name, then rename), line for line. Beside an output file, `OUTPUT.tokinfo.json` records the
+settings it tokenised with, which `preprocess --input-format tok` checks against its own flags
+(which it records for `translate`: a flag given to the tokeniser only would be missing there).
 """
 from __future__ import annotations
 
@@ -92,9 +88,8 @@ def tokinfo(pipeline: TextPipeline) -> dict[str, Any]:
 
 
 def tokinfo_path(path: str) -> str:
-    """Where the record of the tokenised file `path` is: `path.tokinfo.json`, or for a gzipped
-    `FILE.gz` without one, FILE's (`nmtkit tokenize` wrote FILE and its record, then FILE was
-    gzipped)."""
+    """Where the record of the tokenised file `path` is: `path.tokinfo.json`, or for a `FILE.gz`
+    without one, FILE's (tokenised, then gzipped)."""
     info_path = path + TOKINFO_SUFFIX
     if path.endswith(".gz") and not os.path.lexists(info_path):
         return path[: -len(".gz")] + TOKINFO_SUFFIX
@@ -125,13 +120,10 @@ def read_tokinfo(path: str) -> dict[str, Any] | None:
 
 def check_tokinfo(path: str, lang: str, pipeline: TextPipeline, protect: bool = True,
                   why: str = "since translate replays this command's") -> bool:
-    """Check that the tokenised file `path` was made with `pipeline`'s steps 0-3, from the
-    `path.tokinfo.json` its tokeniser wrote (`read_tokinfo`). False when there is no such record
-    (nothing to check); a ConfigError naming the file when the settings differ, ending with `why`
-    they must not. Lowercasing differs only one way: text the tokeniser lowercased must be
-    lowercased here too, while text that kept its case may be lowercased here (as translate
-    then does after tokenising). `protect`: compare the protected patterns too (a command
-    without --protect, select-data, does not)."""
+    """Check that the tokenised file `path` was made with `pipeline`'s steps 0-3, from its record
+    (`read_tokinfo`): False when there is none; a ConfigError naming the file when the settings
+    differ, ending with `why` they must not. Text that kept its case may be lowercased here (as
+    translate then does), not the reverse. `protect`: compare the protected patterns too."""
     info = read_tokinfo(path)
     if info is None:
         return False
