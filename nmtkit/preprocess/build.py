@@ -72,10 +72,9 @@ def tokenize_clean_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     p: TextPipeline = state["pipeline"]
     fmt = state["input_format"]
     max_len, max_ratio = state["max_len"], state["max_ratio"]
-    want_casing = state["truecase"]
     out = {"src": [], "tgt": []}
     counts = {"src": Counter(), "tgt": Counter()}
-    casing = {"src": new_casing(), "tgt": new_casing()} if want_casing else None
+    casing = {"src": new_casing(), "tgt": new_casing()} if state["truecase"] else None
     drops: Counter = Counter()
     for s, t in pairs:
         st, tt = p.tokenize_from(s, "src", fmt), p.tokenize_from(t, "tgt", fmt)
@@ -95,12 +94,8 @@ def tokenize_clean_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
 
 def encode_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     """Raw (or tokenised) pairs -> per side: the ids concatenated, each sentence's length in ids
-    (`lens`) and in words (`word_lens`: tokens before BPE, the unit of --max-len), and the
-    word and UNK totals.
-
-    Casing, BPE and the vocabulary act word by word, so each distinct word is mapped to its
-    ids once (`word_ids`, pre-filled from the training words) and then looked up.
-    """
+    (`lens`) and in words (`word_lens`: tokens before BPE, the unit of --max-len), and the word and
+    UNK totals. Each distinct word is mapped to its ids once (`word_ids`), then looked up."""
     state = worker_state()
     p: TextPipeline = state["pipeline"]
     fmt = state["input_format"]
@@ -137,8 +132,6 @@ def encode_ranges(task: tuple[str, str, list[tuple[int, int, int, int]]]) -> dic
         ft.seek(ranges[0][2])
         s_lines = decode_lines(fs.read(ranges[-1][1] - ranges[0][0]), src, file_start=ranges[0][0] == 0)
         t_lines = decode_lines(ft.read(ranges[-1][3] - ranges[0][2]), tgt, file_start=ranges[0][2] == 0)
-    if len(s_lines) != len(t_lines):  # pragma: no cover - pass 1 writes pairs
-        raise AssertionError(f"tokenised training files out of step: {len(s_lines)} vs {len(t_lines)} lines")
     return encode_chunk(list(zip(s_lines, t_lines)))
 
 
@@ -161,14 +154,6 @@ def pair_chunks(src: str, tgt: str, size: int, read: list[int],
         yield chunk
 
 
-def _training_word_ids(p: TextPipeline, word_counts: dict[str, Counter],
-                       vocabs: dict[str, Vocab]) -> dict[str, dict]:
-    """{side: {training word: its ids}}, so that encoding is one lookup per word; the words were
-    already segmented once for the vocabulary (the pipeline's BPE cache), and forked workers
-    inherit this map without copying it."""
-    return {side: {w: word_ids(p, vocabs[side].stoi, w, side) for w in word_counts[side]} for side in SIDES}
-
-
 def _learn_bpe(config: PreprocessConfig, cased: dict[str, Counter], out: Path,
                langs: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the pipeline's BPE setting, the manifest's "bpe" record); writes the codes file(s)."""
@@ -188,7 +173,7 @@ def _learn_bpe(config: PreprocessConfig, cased: dict[str, Counter], out: Path,
     return setting, {"codes_files": files, "merges_learned": {side: count_merges(codes[side]) for side in SIDES}}
 
 
-def learn(config: PreprocessConfig, base: TextPipeline, word_counts: dict[str, Counter],
+def _learn(config: PreprocessConfig, base: TextPipeline, word_counts: dict[str, Counter],
           casing: dict[str, Any] | None, out: Path, report: Progress) -> tuple[TextPipeline, dict[str, Vocab], dict]:
     """(the full pipeline, the vocabularies, the manifest's "bpe" record) learned from the
     training word counts (and casing evidence); writes the codes and vocabulary files to `out`."""
@@ -217,10 +202,9 @@ def learn(config: PreprocessConfig, base: TextPipeline, word_counts: dict[str, C
 
 
 def _dest_path(dest: str) -> Path:
-    """The folder --dest names, as preprocess writes it: a symlink to a folder is followed (that
-    folder receives the data and the link stays). The current folder, or one holding it, is refused:
-    the data directory is built beside --dest and renamed into place, which would leave the shell
-    in a deleted folder."""
+    """The folder --dest names: a symlink to a folder is followed (the link stays). The current
+    folder, or one holding it, is refused: renaming the new data directory into place would leave
+    the shell in a deleted folder."""
     path = Path(dest)
     if path.is_symlink():
         if not path.is_dir():
@@ -233,9 +217,8 @@ def _dest_path(dest: str) -> Path:
 
 
 def _check_dest(dest: Path, force: bool) -> None:
-    """A non-empty --dest is replaced only with `force`, and only when it holds nothing but a
-    data directory's own files (its manifest lists them): nothing else is ever deleted. A --dest
-    below a file is refused by name before any work."""
+    """A non-empty --dest is replaced only with `force`, and only when it holds nothing but the
+    files its manifest lists: nothing else is ever deleted. A --dest below a file is refused."""
     above = next((p for p in dest.absolute().parents if p.exists()), None)
     if above is not None and not above.is_dir():
         raise OutputError(f"cannot be made: {above} is a file, not a folder", str(dest))
@@ -269,10 +252,10 @@ def _install(tmp: Path, dest: Path, force: bool) -> None:
 
 
 def _warm_up(p: TextPipeline, config: PreprocessConfig) -> None:
-    """Build sacremoses' tokenisers (and their regexes) once here, before workers fork, instead
-    of in every worker of every stage (about half a second each)."""
+    """Build sacremoses' tokenisers (and their regexes) once, before workers fork, instead of in
+    every worker of every stage."""
     if config.input_format == "raw":
-        for side in ("src", "tgt"):
+        for side in SIDES:
             p.tokenize("Warm-up: it's 3.5 \"quoted\" (e.g. U.S.A.) -- l'homme « dit » !", side)
     if config.truecase:
         truecase_weights(["Warm", "up", "."])
@@ -362,7 +345,6 @@ def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
     path.write_bytes(data + b"\n")
 
 
-
 @contextlib.contextmanager
 def _timed(stage: str, timings: dict[str, float], cpu: dict[str, float]) -> Iterator[None]:
     """Wall and main-process CPU seconds of a stage, into `timings` and `cpu`."""
@@ -375,8 +357,7 @@ def _timed(stage: str, timings: dict[str, float], cpu: dict[str, float]) -> Iter
 @dataclass
 class _TrainPass:
     """What pass 1 over the train split leaves: pairs kept and dropped, word counts, casing
-    evidence, the tokenised files and the byte ranges of their chunks (so that pass 2's workers
-    read their own lines instead of the main process reading and pickling them)."""
+    evidence, the tokenised files and their chunks' byte ranges (pass 2's workers read their own)."""
 
     kept: int
     drops: Counter
@@ -469,7 +450,7 @@ def _encode_split(config: PreprocessConfig, report: Progress, name: str, prefix:
 
 def _manifest(config: PreprocessConfig, pipeline: TextPipeline, vocabs: dict[str, Vocab], bpe_info: dict,
               split_stats: dict[str, Any], timings: dict[str, float], cpu: dict[str, float]) -> dict[str, Any]:
-    """manifest.json (without "inputs", which `preprocess` adds)."""
+    """manifest.json (without "inputs", which `run` adds)."""
     return new_manifest(
         config.src_lang, config.tgt_lang,
         {"src": f"vocab.{config.src_lang}.txt", "tgt": f"vocab.{config.tgt_lang}.txt",
@@ -487,7 +468,7 @@ def _manifest(config: PreprocessConfig, pipeline: TextPipeline, vocabs: dict[str
 
 
 def _build(config: PreprocessConfig, base: TextPipeline, report: Progress, out: Path, work: Path,
-         line_counts: dict[str, int]) -> dict[str, Any]:
+           line_counts: dict[str, int]) -> dict[str, Any]:
     """Pass 1 over train, learning, every split encoded -> the manifest (without "inputs");
     `base`: the pipeline's steps 0-3 (`config.base_pipeline()`)."""
     timings: dict[str, float] = {}  # wall seconds per stage
@@ -500,9 +481,12 @@ def _build(config: PreprocessConfig, base: TextPipeline, report: Progress, out: 
         raise InputError(f"no training pairs left after cleaning ({summary}); check --max-len/--max-ratio "
                          f"or the input", config.files(config.train)[0])
     with _timed("learn", timings, cpu):
-        pipeline, vocabs, bpe_info = learn(config, base, train.word_counts, train.casing, out, report)
-    state = {"pipeline": pipeline.to_dict(), "vocab": {s: v.itos for s, v in vocabs.items()},
-             "word_ids": _training_word_ids(pipeline, train.word_counts, vocabs)}
+        pipeline, vocabs, bpe_info = _learn(config, base, train.word_counts, train.casing, out, report)
+    # every training word's ids, segmented once already for the vocabulary (the pipeline's BPE cache):
+    # encoding is then one lookup per word, and forked workers inherit the map without copying it
+    known = {side: {w: word_ids(pipeline, vocabs[side].stoi, w, side) for w in train.word_counts[side]}
+             for side in SIDES}
+    state = {"pipeline": pipeline.to_dict(), "vocab": {s: v.itos for s, v in vocabs.items()}, "word_ids": known}
     split_stats: dict[str, Any] = {}
     for name, prefix in config.splits():
         with _timed(f"encode + binarise {name}", timings, cpu):
