@@ -24,7 +24,7 @@ from nmtkit.io.files import OutputFile, check_output, write_text, writes_in_plac
 from nmtkit.options import check_fields, option
 from nmtkit.progress import Progress, no_progress
 from nmtkit.text.io import read_lines, stream_lines
-from nmtkit.text.moses import check_lang
+from nmtkit.text.moses import check_lang, resolve_protect
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import (
     DASH_SPLITS_OPTION,
@@ -68,8 +68,6 @@ class TokenizeConfig:
 
     def pipeline(self) -> TextPipeline:
         """The text pipeline these settings give (reads the --protect files)."""
-        from nmtkit.text.moses import resolve_protect
-
         return TextPipeline(self.lang, self.lang, nfc=self.nfc, normalize_punct=self.normalize_punct,
                             remove_non_printing=self.remove_non_printing,
                             aggressive_dash_splits=self.aggressive_dash_splits, lowercase=self.lowercase,
