@@ -58,10 +58,8 @@ def _tokenizer(lang: str):
 
 @lru_cache(maxsize=None)
 def _perl_tokenizer(lang: str):
-    """sacremoses' tokeniser with tokenizer.perl's rule for the last word of a line, which
-    sacremoses 0.2 lacks: a line's last word ending in "." is always split ("un art." ->
-    "art ."), since it is unlikely to be a nonbreaking prefix (tokenizer.perl, "split last
-    words independently")."""
+    """sacremoses' tokeniser with tokenizer.perl's rule for the last word of a line, which sacremoses
+    0.2 lacks: a line's last word ending in "." is always split ("un art." -> "art .")."""
     from sacremoses import MosesTokenizer
 
     last_period = re.compile(r"^(\S+)\.$")

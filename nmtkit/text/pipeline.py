@@ -316,10 +316,9 @@ class TextPipeline:
 
 
 def pipeline_differences(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[str]:
-    """The settings in which the recorded pipeline `b` differs from `a` (`to_dict`'s dicts, as
-    manifests and checkpoints hold them; None: none recorded), in field order: a switch or a
-    language with both values ("nfc False vs True", `b`'s first), BPE, truecasing and protected
-    patterns by name. Empty exactly when the two are equal (None as {}): the same preprocessing."""
+    """The settings in which the recorded pipeline `b` differs from `a` (`to_dict`'s dicts; None:
+    none recorded), in field order: a switch or a language with both values ("nfc False vs True",
+    `b`'s first), the others by name. Empty exactly when the two are equal (None as {})."""
     a, b = a or {}, b or {}
     if not (isinstance(a, dict) and isinstance(b, dict)):  # a damaged record: nothing to compare setting by setting
         return [] if a == b else ["the whole record"]
