@@ -43,9 +43,10 @@ _RUNNER = r"""
 import time
 t0 = time.perf_counter()
 import json, resource, sys
-from nmtkit.preprocess import PreprocessConfig, preprocess
+from nmtkit import preprocess
+from nmtkit.preprocess import PreprocessConfig
 cfg = PreprocessConfig(**json.loads(sys.argv[1]))
-m = preprocess(cfg)
+m = preprocess.run(cfg)
 wall = time.perf_counter() - t0
 ru_s, ru_c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"wall": wall, "timings": m["timings_s"], "main_cpu_s": m["main_cpu_s"],
@@ -124,14 +125,15 @@ def warm_comparison(tmp: Path, reps: int = 3) -> tuple[float, float]:
     imports and the neighbours' load changes between runs taken out."""
     from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
-    from nmtkit.preprocess import PreprocessConfig, preprocess
+    from nmtkit import preprocess
+    from nmtkit.preprocess import PreprocessConfig
 
     lines = {lang: (tmp / f"train.{lang}").read_text(encoding="utf-8").splitlines() for lang in ("en", "fr")}
     funcs = {lang: (MosesPunctNormalizer(lang=lang).normalize, MosesTokenizer(lang=lang).tokenize)
              for lang in ("en", "fr")}
     cfg = PreprocessConfig("en", "fr", str(tmp / "train"), str(tmp / "valid"), str(tmp / "warm"), force=True,
                            workers=1, max_len=80)
-    preprocess(cfg)  # warm-up: imports, regex caches
+    preprocess.run(cfg)  # warm-up: imports, regex caches
     plain, pipe = [], []
     for _ in range(reps):
         c0 = time.process_time()
@@ -141,7 +143,7 @@ def warm_comparison(tmp: Path, reps: int = 3) -> tuple[float, float]:
                 " ".join(t(n(line), escape=False))
         plain.append(time.process_time() - c0)
         c0 = time.process_time()
-        preprocess(cfg)
+        preprocess.run(cfg)
         pipe.append(time.process_time() - c0)
     return min(plain), min(pipe)
 

@@ -171,7 +171,7 @@ def test_running_out_of_memory_is_one_error_line(monkeypatch, error):
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(tokenize_cli, "tokenize_file", fail)
+    monkeypatch.setattr(tokenize_cli, "run", fail)
     code, _, err = run_cli(["tokenize", "--lang", "en"], "x\n")
     assert code == 1, err
     [line] = err.strip().splitlines()
@@ -184,6 +184,6 @@ def test_another_runtime_error_is_not_taken_for_running_out_of_memory(monkeypatc
     def fail(*args, **kwargs):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(tokenize_cli, "tokenize_file", fail)
+    monkeypatch.setattr(tokenize_cli, "run", fail)
     code, _, err = run_cli(["tokenize", "--lang", "en"], "x\n")
     assert code == 1 and "out of memory" not in err and "RuntimeError: a bug" in err

@@ -11,7 +11,7 @@ from nmtkit.cli import command as cli_command
 from nmtkit.devices import check_device_name
 from nmtkit.errors import ConfigError
 from nmtkit.options import cli_default, cli_names, help_text, option_fields, resume_overridable
-from nmtkit.preprocess.config import PreprocessConfig
+from nmtkit.preprocess import PreprocessConfig
 from nmtkit.score import ScoreConfig
 from nmtkit.select import SelectConfig
 from nmtkit.serve.config import ServeConfig
@@ -250,7 +250,7 @@ def test_paths_given_from_python_become_strings_and_one_string_for_a_list_a_list
     import json
     from dataclasses import asdict
 
-    from nmtkit.preprocess.config import PreprocessConfig
+    from nmtkit.preprocess import PreprocessConfig
     from nmtkit.select import SelectConfig
     from nmtkit.train.config import TrainOptions
     from nmtkit.translate import TranslateConfig
@@ -271,13 +271,12 @@ def test_the_python_entry_points_name_an_argument_of_the_wrong_kind(tmp_path):
     """preprocess(dict) was an AttributeError from inside it, run_training(None, ...) a TypeError
     from os, resume="yes" was taken as True, and translate() of a set gave its results in an
     arbitrary order."""
-    from nmtkit import select
-    from nmtkit.preprocess import preprocess
+    from nmtkit import preprocess, select
     from nmtkit.train.run import run_training
     from nmtkit.translate.translator import _lines_of
 
     with pytest.raises(TypeError, match="preprocess takes a PreprocessConfig, not dict"):
-        preprocess({"src_lang": "en"})
+        preprocess.run({"src_lang": "en"})
     with pytest.raises(TypeError, match="nmtkit.select.run takes a SelectConfig, not NoneType"):
         select.run(None)
     with pytest.raises(TypeError, match="folder for --data is a path, not NoneType"):

@@ -11,11 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from nmtkit import preprocess
 from nmtkit.cli import command as cli_command
 from nmtkit.data.binarized import ParallelData
 from nmtkit.data.manifest import MANIFEST_VERSION
 from nmtkit.errors import ConfigError, InputError, OutputExistsError
-from nmtkit.preprocess import PreprocessConfig, preprocess
+from nmtkit.preprocess import PreprocessConfig
 from nmtkit.text.pipeline import TextPipeline
 from nmtkit.text.vocab import SPECIALS, UNK, Vocab
 from tests.conftest import run_cli
@@ -104,7 +105,7 @@ def test_cli_writes_a_complete_data_dir_and_nothing_on_stdout(corpus):
 
 
 def test_cleaning_drops_each_bad_pair_for_its_reason_and_counts_it(corpus):
-    m = preprocess(_config(corpus, corpus["tmp"] / "d", dedup=True))
+    m = preprocess.run(_config(corpus, corpus["tmp"] / "d", dedup=True))
     train = m["splits"]["train"]
     expected = {"duplicate": 2, "empty": 2, "too_long": 1, "ratio": 1}
     assert train["dropped"] == expected
@@ -114,7 +115,7 @@ def test_cleaning_drops_each_bad_pair_for_its_reason_and_counts_it(corpus):
 
 
 def test_without_dedup_duplicates_are_kept(corpus):
-    m = preprocess(_config(corpus, corpus["tmp"] / "d"))
+    m = preprocess.run(_config(corpus, corpus["tmp"] / "d"))
     assert m["splits"]["train"]["dropped"]["duplicate"] == 0
     assert m["splits"]["train"]["lines"] == corpus["n_train"] - 4
 
@@ -123,7 +124,7 @@ def test_without_dedup_duplicates_are_kept(corpus):
                                 {"bpe_separate": True, "bpe_vocab_threshold": 3, "workers": 2}])
 def test_binarised_ids_decode_to_the_recorded_pipelines_tokens(corpus, kw):
     dest = corpus["tmp"] / "d"
-    m = preprocess(_config(corpus, dest, **kw))
+    m = preprocess.run(_config(corpus, dest, **kw))
     p = TextPipeline.from_dict(json.loads((dest / "manifest.json").read_text())["pipeline"])
     ve, vf = Vocab.load(dest / "vocab.en.txt"), Vocab.load(dest / "vocab.fr.txt")
     for split in ("valid", "test"):
@@ -144,7 +145,7 @@ def test_binarised_ids_decode_to_the_recorded_pipelines_tokens(corpus, kw):
 
 def test_pretokenised_input_gives_the_same_data_as_raw_input(corpus):
     raw = corpus["tmp"] / "raw"
-    preprocess(_config(corpus, raw))
+    preprocess.run(_config(corpus, raw))
     p = TextPipeline("en", "fr")
     for split in ("train", "valid", "test"):
         for lang, side in (("en", "src"), ("fr", "tgt")):
@@ -152,7 +153,7 @@ def test_pretokenised_input_gives_the_same_data_as_raw_input(corpus):
             tok = corpus["tmp"] / f"tok-{split}.{lang}"
             tok.write_text("".join(" ".join(p.tokenize(x, side)) + "\n" for x in lines), encoding="utf-8")
     tokd = corpus["tmp"] / "tokd"
-    preprocess(_config(corpus, tokd, input_format="tok", train=str(corpus["tmp"] / "tok-train"),
+    preprocess.run(_config(corpus, tokd, input_format="tok", train=str(corpus["tmp"] / "tok-train"),
                        valid=str(corpus["tmp"] / "tok-valid"), test=(str(corpus["tmp"] / "tok-test"),)))
     for name in sorted(x.name for x in raw.iterdir() if x.suffix == ".npy" or x.name.startswith("vocab")):
         assert (raw / name).read_bytes() == (tokd / name).read_bytes(), name
@@ -161,7 +162,7 @@ def test_pretokenised_input_gives_the_same_data_as_raw_input(corpus):
 def test_manifest_records_settings_checksums_counts_and_vocab_sizes(corpus):
     dest = corpus["tmp"] / "d"
     cfg = _config(corpus, dest, truecase=True)
-    preprocess(cfg)
+    preprocess.run(cfg)
     m = json.loads((dest / "manifest.json").read_text(encoding="utf-8"))
     assert m["format_version"] == MANIFEST_VERSION and (m["src_lang"], m["tgt_lang"]) == ("en", "fr")
     for field in ("train", "valid", "test", "max_len", "max_ratio", "dedup", "bpe", "bpe_separate",
@@ -195,7 +196,7 @@ def test_manifest_records_settings_checksums_counts_and_vocab_sizes(corpus):
 
 def test_word_vocabulary_keeps_the_most_frequent_words_and_counts_unks(corpus):
     dest = corpus["tmp"] / "d"
-    m = preprocess(_config(corpus, dest, bpe=None, src_vocab_size=12, tgt_vocab_size=15))
+    m = preprocess.run(_config(corpus, dest, bpe=None, src_vocab_size=12, tgt_vocab_size=15))
     ve, vf = Vocab.load(dest / "vocab.en.txt"), Vocab.load(dest / "vocab.fr.txt")
     assert len(ve) == 12 and len(vf) == 15 and ve.itos[:4] == list(SPECIALS)
     assert ve.counts[4:] == sorted(ve.counts[4:], reverse=True)
@@ -215,7 +216,7 @@ def test_default_word_vocabulary_is_the_papers_30000():
 
 def test_separate_bpe_and_lowercase_write_one_codes_file_per_language(corpus):
     dest = corpus["tmp"] / "d"
-    m = preprocess(_config(corpus, dest, bpe_separate=True, lowercase=True, bpe_vocab_threshold=2))
+    m = preprocess.run(_config(corpus, dest, bpe_separate=True, lowercase=True, bpe_vocab_threshold=2))
     assert (dest / "bpe.codes.en").exists() and (dest / "bpe.codes.fr").exists()
     p = TextPipeline.from_dict(m["pipeline"])
     assert p.bpe["codes"]["src"] != p.bpe["codes"]["tgt"]
@@ -226,14 +227,14 @@ def test_two_workers_give_byte_identical_output(corpus):
     outs = []
     for workers in (1, 2):
         dest = corpus["tmp"] / f"d{workers}"
-        preprocess(_config(corpus, dest, workers=workers, chunk_size=5, dedup=True))
+        preprocess.run(_config(corpus, dest, workers=workers, chunk_size=5, dedup=True))
         outs.append({p.name: p.read_bytes() for p in dest.iterdir() if p.name != "manifest.json"})
     assert outs[0] == outs[1]
 
 
 def test_progress_callback_reports_every_stage(corpus):
     calls = []
-    preprocess(_config(corpus, corpus["tmp"] / "d"), lambda stage, done, total: calls.append((stage, done, total)))
+    preprocess.run(_config(corpus, corpus["tmp"] / "d"), lambda stage, done, total: calls.append((stage, done, total)))
     stages = list(dict.fromkeys(s for s, _, _ in calls))
     assert stages == ["check inputs", "tokenise + clean train", "learn BPE", "encode + binarise train",
                       "encode + binarise valid", "encode + binarise test"]
@@ -243,7 +244,7 @@ def test_progress_callback_reports_every_stage(corpus):
 
 def test_streaming_writer_output_matches_numpy_save_format(corpus):
     dest = corpus["tmp"] / "d"
-    preprocess(_config(corpus, dest))
+    preprocess.run(_config(corpus, dest))
     ids = np.load(dest / "valid.en.ids.npy")
     offsets = np.load(dest / "valid.en.offsets.npy")
     assert ids.dtype == np.int32 and offsets.dtype == np.int64
@@ -329,15 +330,15 @@ def test_non_empty_dest_is_refused_without_force_and_a_data_dir_replaced_with_it
 def test_force_says_where_a_replaced_data_dir_it_could_not_delete_is_left(corpus, monkeypatch, caplog):
     """Deleting the old directory can fail part way (a read-only folder inside it): what is
     left, under a temporary name, was kept without a word, a copy of the data per run."""
-    import nmtkit.preprocess.run as run
+    import nmtkit.preprocess.build as run
 
     dest = corpus["tmp"] / "d"
-    preprocess(_config(corpus, dest))
+    preprocess.run(_config(corpus, dest))
     rmtree = run.shutil.rmtree
     monkeypatch.setattr(run.shutil, "rmtree", lambda path, ignore_errors=False:  # the old one stays whole
                         None if ".old-" in Path(path).name else rmtree(path, ignore_errors=ignore_errors))
     with caplog.at_level("WARNING", logger=run.log.name):
-        preprocess(_config(corpus, dest, force=True))
+        preprocess.run(_config(corpus, dest, force=True))
     left = [p for p in corpus["tmp"].iterdir() if p.name.startswith("d.old-")]
     assert len(left) == 1 and (left[0] / "manifest.json").exists()
     assert f"what is left of it is {left[0]}: delete it by hand" in caplog.text
@@ -380,7 +381,7 @@ def test_ctrl_c_stops_cleanly_and_leaves_nothing(tmp_path):
 def test_empty_existing_dest_is_fine(corpus):
     dest = corpus["tmp"] / "d"
     dest.mkdir()
-    preprocess(_config(corpus, dest))
+    preprocess.run(_config(corpus, dest))
     assert (dest / "manifest.json").exists()
 
 
@@ -406,7 +407,7 @@ def test_unknown_option_is_rejected(corpus):
 ])
 def test_inconsistent_options_are_config_errors(corpus, kw, match):
     with pytest.raises(ConfigError, match=match):
-        preprocess(_config(corpus, corpus["tmp"] / "d", **kw))
+        preprocess.run(_config(corpus, corpus["tmp"] / "d", **kw))
 
 
 def test_a_dev_set_of_blank_lines_is_refused_before_training_data_is_read(corpus):
@@ -415,10 +416,10 @@ def test_a_dev_set_of_blank_lines_is_refused_before_training_data_is_read(corpus
     blank = _write(corpus["tmp"] / "blank", ["", "  ", "\t", "\u200b\u00ad"], ["x", "", "y", "z"])
     dest = corpus["tmp"] / "d"
     with pytest.raises(InputError, match=r"blank\.en: the valid split's 4 lines hold no word"):
-        preprocess(_config(corpus, dest, valid=blank))
+        preprocess.run(_config(corpus, dest, valid=blank))
     assert not dest.exists()
     one = _write(corpus["tmp"] / "one", ["", "a cat"], ["", "un chat"])  # one sentence is enough
-    assert preprocess(_config(corpus, dest, valid=one))["splits"]["valid"]["lines"] == 2
+    assert preprocess.run(_config(corpus, dest, valid=one))["splits"]["valid"]["lines"] == 2
 
 
 def test_library_errors_are_typed(corpus):
@@ -426,9 +427,9 @@ def test_library_errors_are_typed(corpus):
     dest.mkdir()
     (dest / "x").write_text("x")
     with pytest.raises(OutputExistsError):
-        preprocess(_config(corpus, dest))
+        preprocess.run(_config(corpus, dest))
     with pytest.raises(InputError, match="file not found"):
-        preprocess(_config(corpus, corpus["tmp"] / "e", train=str(corpus["tmp"] / "missing")))
+        preprocess.run(_config(corpus, corpus["tmp"] / "e", train=str(corpus["tmp"] / "missing")))
 
 
 def test_help_documents_every_option():
@@ -494,7 +495,7 @@ def test_the_text_of_a_control_token_in_a_corpus_is_an_unknown_word_not_padding_
     en[0] = "the </s> cat <pad> sat <s> on <unk> the mat"
     fr[0] = "le </s> chat <s> assis"
     c = {"train": _write(tmp_path / "train", en, fr), "valid": _write(tmp_path / "valid", *_corpus(5, offset=50))}
-    preprocess(_config(c | {"test": None}, tmp_path / "d", test=(), bpe=None, input_format="tok", max_len=50))
+    preprocess.run(_config(c | {"test": None}, tmp_path / "d", test=(), bpe=None, input_format="tok", max_len=50))
     src, tgt = _decoded(tmp_path / "d", "train")
     first = [i for i, s in enumerate(src) if "cat" in s and "mat" in s and len(s) == 10]
     assert len(first) == 1, src[:3]
@@ -532,7 +533,7 @@ def test_dev_bleu_references_are_the_raw_dev_text_from_any_folder_and_cased_as_t
 
     monkeypatch.chdir(corpus["tmp"])
     c = {**corpus, "train": "train", "valid": "valid", "test": "test"}
-    preprocess(_config(c, tmp_path / "data", lowercase=lowercase))
+    preprocess.run(_config(c, tmp_path / "data", lowercase=lowercase))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nmtkit.preprocess import preprocess
+from nmtkit import preprocess
 from nmtkit.train.data import DataDir
 from tests.conftest import run_cli
 from tests.test_preprocess import _assert_clean_failure, _base_args, _config, _corpus, _no_leftovers, _write
@@ -73,7 +73,7 @@ def test_a_failed_run_leaves_no_parent_folder_it_created(corpus):
 
 def test_force_refuses_to_delete_an_empty_folder_of_the_user_in_dest(corpus):
     dest = corpus["tmp"] / "data"
-    preprocess(_config(corpus, dest))
+    preprocess.run(_config(corpus, dest))
     (dest / "mynotes" / "inner").mkdir(parents=True)
     proc = run_cli(["preprocess", *_base_args(corpus, dest), "--force"])
     _assert_clean_failure(proc, str(dest), "mynotes")

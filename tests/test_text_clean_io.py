@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from nmtkit.errors import InputError
-from nmtkit.text.clean import PairDeduper, drop_reason
 from nmtkit.text.io import check_parallel, count_lines_and_hash, read_lines
+from nmtkit.text.moses import PairDeduper, drop_reason
 
 
 @pytest.mark.parametrize("src_len,tgt_len,reason", [

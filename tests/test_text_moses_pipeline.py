@@ -8,8 +8,15 @@ import pytest
 from nmtkit.errors import ConfigError
 from nmtkit.text import moses
 from nmtkit.text.bpe import learn_codes
-from nmtkit.text.pipeline import TextPipeline
-from nmtkit.text.truecase import Truecaser, add_weights, best_forms, detruecase, new_casing, truecase_weights
+from nmtkit.text.pipeline import (
+    TextPipeline,
+    Truecaser,
+    add_weights,
+    best_forms,
+    detruecase,
+    new_casing,
+    truecase_weights,
+)
 
 ROUND_TRIPS = [
     ("en", "Hello, world!", ["Hello", ",", "world", "!"]),

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from nmtkit.errors import ConfigError, InputError
+from nmtkit.text.moses import PRINTF, read_patterns, resolve_protect
 from nmtkit.text.pipeline import TextPipeline
-from nmtkit.text.protect import PRINTF, read_patterns, resolve_protect
 from tests.conftest import run_cli
 
 MESSAGES = [
@@ -174,7 +174,7 @@ def test_translate_and_serve_apply_the_checkpoints_protected_patterns(tmp_path):
 
 def test_nmtkit_tokenize_records_protect_and_preprocess_tok_checks_it(tmp_path):
     from nmtkit.cli import main
-    from nmtkit.preprocess.config import PreprocessConfig
+    from nmtkit.preprocess import PreprocessConfig
     from nmtkit.text.tokenize import check_tokinfo
 
     src = tmp_path / "raw.en"

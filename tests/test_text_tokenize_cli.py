@@ -75,19 +75,19 @@ def test_output_records_the_settings_it_tokenised_with(tmp_path):
 
 
 def test_preprocess_refuses_tok_input_made_with_flags_it_was_not_given(tmp_path):
+    from nmtkit import preprocess
     from nmtkit.errors import ConfigError
-    from nmtkit.preprocess import preprocess
 
     prefix = _tokenise_corpus(tmp_path, "--lowercase", "--aggressive-dash-splits")
     with pytest.raises(ConfigError) as err:
-        preprocess(_tok_config(tmp_path, prefix))
+        preprocess.run(_tok_config(tmp_path, prefix))
     msg = str(err.value)
     assert "tok-train.en" in msg and "lowercase=True there, False here" in msg and "aggressive_dash_splits" in msg
     assert not (tmp_path / "data").exists()
     # French tokenised with the English rules (--lang en): refused too
     (tmp_path / "tok-valid.fr.tokinfo.json").write_bytes((tmp_path / "tok-valid.en.tokinfo.json").read_bytes())
     with pytest.raises(ConfigError, match="tok-valid.fr: tokenised as language 'en'"):
-        preprocess(_tok_config(tmp_path, prefix, lowercase=True, aggressive_dash_splits=True))
+        preprocess.run(_tok_config(tmp_path, prefix, lowercase=True, aggressive_dash_splits=True))
 
 
 def test_text_tokenised_with_its_case_may_be_lowercased_by_preprocess(tmp_path):
@@ -96,11 +96,11 @@ def test_text_tokenised_with_its_case_may_be_lowercased_by_preprocess(tmp_path):
     then tokenises and lowercases, as preprocess does."""
     import json
 
-    from nmtkit.preprocess import preprocess
+    from nmtkit import preprocess
     from nmtkit.text.pipeline import TextPipeline
 
     prefix = _tokenise_corpus(tmp_path)
-    preprocess(_tok_config(tmp_path, prefix, lowercase=True))
+    preprocess.run(_tok_config(tmp_path, prefix, lowercase=True))
     manifest = json.loads((tmp_path / "data" / "manifest.json").read_text(encoding="utf-8"))
     replay = TextPipeline.from_dict(manifest["pipeline"])
     assert replay.lowercase and replay.case(replay.tokenize(EN[0], "src"), "src") == replay.encode(EN[0], "src")
@@ -109,11 +109,11 @@ def test_text_tokenised_with_its_case_may_be_lowercased_by_preprocess(tmp_path):
 def test_tokeniser_flags_given_to_preprocess_too_are_replayed_at_translate_time(tmp_path):
     import json
 
-    from nmtkit.preprocess import preprocess
+    from nmtkit import preprocess
     from nmtkit.text.pipeline import TextPipeline
 
     prefix = _tokenise_corpus(tmp_path, "--lowercase", "--aggressive-dash-splits")
-    preprocess(_tok_config(tmp_path, prefix, lowercase=True, aggressive_dash_splits=True))
+    preprocess.run(_tok_config(tmp_path, prefix, lowercase=True, aggressive_dash_splits=True))
     manifest = json.loads((tmp_path / "data" / "manifest.json").read_text(encoding="utf-8"))
     replay = TextPipeline.from_dict(manifest["pipeline"])  # what translate applies to raw input
     tokenised = (tmp_path / "tok-train.en").read_text(encoding="utf-8").splitlines()
@@ -199,8 +199,8 @@ def test_a_tokeniser_record_of_another_nmtkit_is_refused_with_what_to_rerun(tmp_
     line naming the record and the command to re-run, whatever flags preprocess is given."""
     import json
 
+    from nmtkit import preprocess
     from nmtkit.errors import InputError
-    from nmtkit.preprocess import preprocess
 
     prefix = _tokenise_corpus(tmp_path)
     for split in ("train", "valid"):
@@ -211,7 +211,7 @@ def test_a_tokeniser_record_of_another_nmtkit_is_refused_with_what_to_rerun(tmp_
             record.write_text(json.dumps(info), encoding="utf-8")
     for flags in ({}, dict(nfc=False, remove_non_printing=False)):
         with pytest.raises(InputError) as err:
-            preprocess(_tok_config(tmp_path, prefix, **flags))
+            preprocess.run(_tok_config(tmp_path, prefix, **flags))
         line = str(err.value)
         assert "\n" not in line and "tokinfo.json" in line and "lacks ['nfc', 'remove_non_printing']" in line
         assert line.endswith("re-run 'nmtkit tokenize'")

@@ -254,7 +254,7 @@ def test_translate_without_workers_is_auto_not_every_core(monkeypatch):
     """The CLI gave translate one worker per core (64 processes on a 64-core machine at
     --threads 1), the rule of the text commands, where its help says one per thread, at most 4."""
     import nmtkit.cli.common as common
-    from nmtkit.preprocess.config import PreprocessConfig
+    from nmtkit.preprocess import PreprocessConfig
     from nmtkit.translate import TranslateConfig
     from nmtkit.translate.workers import resolve_workers
 

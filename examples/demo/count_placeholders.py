@@ -8,7 +8,7 @@ at most as often as the source has it). --ref counts the same for the reference 
 (what a perfect system would keep); --data DIR also sends the reference through the text
 pipeline recorded in DIR/manifest.json and back (tokenise, BPE, join, detokenise), the most any
 model trained on that data directory could keep. The placeholders are those of nmtkit's printf
-set (nmtkit.text.protect.PRINTF), matched as the tokeniser matches them.
+set (nmtkit.text.moses.PRINTF), matched as the tokeniser matches them.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from nmtkit.text.io import read_lines
-from nmtkit.text.protect import PRINTF
+from nmtkit.text.moses import PRINTF
 
 # Python's %(name)s first, so that it is not read as "%(" ... ; case-insensitive like sacremoses
 PLACEHOLDER = re.compile("|".join(f"(?:{p})" for p in reversed(PRINTF)), re.IGNORECASE)

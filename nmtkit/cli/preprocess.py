@@ -1,5 +1,5 @@
 """`nmtkit preprocess`: options (generated from PreprocessConfig's fields) -> PreprocessConfig ->
-nmtkit.preprocess.preprocess.
+nmtkit.preprocess.run.
 
 Progress bars (one per stage) and the summary table go to stderr; stdout stays empty.
 """
@@ -18,7 +18,7 @@ from nmtkit.cli.common import (
     quiet_warnings,
     stage_progress,
 )
-from nmtkit.preprocess.config import PreprocessConfig
+from nmtkit.preprocess import PreprocessConfig
 
 
 def _bars(console) -> StageBars:
@@ -77,12 +77,12 @@ def preprocess_cmd(quiet: bool, **options: Any) -> None:
         --test data/test --bpe 30000 --max-len 50 --dest work/data
     """
     quiet_warnings(quiet)
-    from nmtkit.preprocess import preprocess
+    from nmtkit import preprocess
 
     values = config_values(PreprocessConfig, options)
     config = PreprocessConfig(**values)
     console = make_console()
     with stage_progress(quiet, lambda: _bars(console)) as progress:
-        manifest = preprocess(config, progress)
+        manifest = preprocess.run(config, progress)
     if not quiet:
         _summary(console, manifest)

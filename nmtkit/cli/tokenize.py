@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from nmtkit.cli.common import config_options, config_values, quiet_option, quiet_warnings
-from nmtkit.text.tokenize import TokenizeConfig, check_tokenize_outputs, tokenize_file
+from nmtkit.text.tokenize import TokenizeConfig, run
 
 
 @click.command("tokenize")
@@ -22,7 +22,4 @@ def tokenize_cmd(quiet: bool, **options: Any) -> None:
       zcat news.fr.gz | nmtkit tokenize --lang fr > news.tok.fr
     """
     quiet_warnings(quiet)
-    values = config_values(TokenizeConfig, options)
-    config = TokenizeConfig(**values)
-    check_tokenize_outputs(config.input_path, config.output_path, config.protect)
-    tokenize_file(config.input_path, config.output_path, config.pipeline(), config.workers)
+    run(TokenizeConfig(**config_values(TokenizeConfig, options)))

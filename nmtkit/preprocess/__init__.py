@@ -1,4 +1,4 @@
-"""`nmtkit preprocess` as a plain function: raw parallel text -> a binarised data directory.
+"""`nmtkit preprocess`: raw parallel text -> a binarised data directory, as `run(config, progress)`.
 
 The classic Moses + subword-nmt recipe (Bahdanau et al. 2015: tokenised text, sentences up to 50
 words, 30k vocabularies; Sennrich et al. 2016: BPE). The train split takes two parallel passes
@@ -6,20 +6,19 @@ words, 30k vocabularies; Sennrich et al. 2016: BPE). The train split takes two p
 vocabularies learnt from the counts in between; valid and test take one pass, uncleaned. Memory
 stays bounded: lines stream through `parallel_map` in chunks, counts grow with the types only.
 Everything is built under a temporary folder that replaces DEST only when complete
-(nmtkit.io.dirs). No torch here. Modules: `config`, `workers` (worker-process code), `learn`
-(truecaser, BPE, vocabularies from the counts), `run` (the phases in order)."""
+(nmtkit.io.dirs). No torch here. Modules: `config` (every option, recorded in the manifest) and
+`build` (the phases in order, and the code their worker processes run).
+"""
 from nmtkit.preprocess.config import DEFAULT_WORD_VOCAB, PreprocessConfig
 
-_RUN_NAMES = ("ProgressFn", "preprocess")
+__all__ = ["DEFAULT_WORD_VOCAB", "PreprocessConfig", "run"]
 
 
 def __getattr__(name: str):
-    """The names of `run` on first use, so that importing the config (as the CLI does to build
-    its options) does not import numpy."""
-    if name in _RUN_NAMES:
-        from nmtkit.preprocess import run
+    """`run` on first use, so that importing the config (as the CLI does to build its options)
+    does not import numpy."""
+    if name == "run":
+        from nmtkit.preprocess.build import run
 
-        return getattr(run, name)
+        return run
     raise AttributeError(f"module 'nmtkit.preprocess' has no attribute {name!r}")
-
-__all__ = ["DEFAULT_WORD_VOCAB", "PreprocessConfig", "ProgressFn", "preprocess"]

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.options import check_fields, field_default, option, refuse_without
 from nmtkit.text.io import resolve_input
-from nmtkit.text.moses import check_lang
+from nmtkit.text.moses import check_lang, resolve_protect
 from nmtkit.text.pipeline import (
     CORPUS_FORMATS,
     DASH_SPLITS_OPTION,
@@ -16,10 +16,8 @@ from nmtkit.text.pipeline import (
     NON_PRINTING_OPTION,
     NORMALIZE_PUNCT_OPTION,
     PROTECT_OPTION,
+    TextPipeline,
 )
-
-if TYPE_CHECKING:
-    from nmtkit.text.pipeline import TextPipeline
 
 DEFAULT_WORD_VOCAB = 30000  # the paper's vocabulary size, used without --bpe
 
@@ -91,9 +89,6 @@ class PreprocessConfig:
     chunk_size: int = option(500, min=1, metavar="N", help="Lines per work unit sent to a worker.")
 
     def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
         """Raise ConfigError for out-of-range or inconsistent settings."""
         check_fields(self)
         if not self.src_lang or not self.tgt_lang:
@@ -134,9 +129,6 @@ class PreprocessConfig:
     def base_pipeline(self) -> TextPipeline:
         """The text pipeline's steps 0-3 as these settings give them (BPE and truecasing are
         learnt later); reads the --protect files, so a bad one fails here."""
-        from nmtkit.text.pipeline import TextPipeline
-        from nmtkit.text.protect import resolve_protect
-
         return TextPipeline(self.src_lang, self.tgt_lang, normalize_punct=self.normalize_punct,
                             remove_non_printing=self.remove_non_printing, nfc=self.nfc,
                             aggressive_dash_splits=self.aggressive_dash_splits, lowercase=self.lowercase,

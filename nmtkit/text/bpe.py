@@ -1,32 +1,24 @@
 """Byte-pair encoding (Sennrich et al. 2016) through subword-nmt's Python API.
 
-- `learn_codes` learns merge operations from word counts (what `subword-nmt learn-bpe
-  --dict-input` does; joint BPE simply sums the two sides' counts first, as
-  `learn-joint-bpe-and-vocab` does).
-- `subword_vocab` is the vocabulary-threshold filter of `learn-joint-bpe-and-vocab` +
-  `apply-bpe --vocabulary V --vocabulary-threshold T`: the subwords (with their `@@`
-  separator) whose frequency in the BPE-segmented training side is at least T; applying
-  BPE with it splits rarer subwords back into known ones.
-- `Bpe` applies codes to a token list; `join_bpe` undoes the segmentation.
-The codes are plain text ("#version: 0.2" then one merge per line), stored inline in the
-manifest and checkpoint so that translation needs no side file.
+`learn_codes` is `subword-nmt learn-bpe --dict-input` (joint BPE sums the two sides' counts
+first, as `learn-joint-bpe-and-vocab` does); `subword_vocab` is the filter of `apply-bpe
+--vocabulary V --vocabulary-threshold T`, with which rarer subwords split back into known ones;
+`Bpe` applies codes to a token list and `join_bpe` undoes it. The codes are plain text, stored
+inline in the manifest and checkpoint so that translation needs no side file.
 """
 from __future__ import annotations
 
 import contextlib
 import io
 from collections import Counter
-from typing import Iterable
+from typing import Callable, Iterable
 
 SEPARATOR = "@@"
 
 
 def learn_codes(word_counts: Counter, merges: int, min_frequency: int = 2) -> str:
-    """BPE codes text learned from `word_counts` (token -> count, tokens without spaces).
-
-    Learning stops early (with fewer merges) when no pair occurs `min_frequency` times,
-    like subword-nmt does. subword-nmt's own progress output and messages are silenced.
-    """
+    """BPE codes text learned from `word_counts` (token -> count), with fewer merges when no pair
+    occurs `min_frequency` times, as subword-nmt does (its own output silenced)."""
     from subword_nmt import learn_bpe
 
     vocab_lines = [f"{w} {c}" for w, c in word_counts.items() if c > 0 and w]
@@ -96,10 +88,8 @@ class Bpe:
 
 
 def join_bpe(tokens: list[str], separator: str = SEPARATOR) -> list[str]:
-    """Undo BPE: glue every piece ending in `@@` to the next one ("lo@@ wer" -> "lower").
-
-    A dangling separator at the end (possible in a model's output) is dropped.
-    """
+    """Undo BPE: glue every piece ending in `@@` to the next one ("lo@@ wer" -> "lower"); a
+    dangling separator at the end (possible in a model's output) is dropped."""
     out: list[str] = []
     pending = ""
     n = len(separator)
@@ -114,16 +104,18 @@ def join_bpe(tokens: list[str], separator: str = SEPARATOR) -> list[str]:
     return out
 
 
-def subword_vocab(codes: str, word_counts: Counter, threshold: int, separator: str = SEPARATOR) -> list[str]:
-    """Subwords whose frequency in the BPE-segmented `word_counts` is >= `threshold`.
-
-    Computed from the word counts (each word segmented once, weighted by its count), which
-    equals segmenting the whole training side as learn-joint-bpe-and-vocab does.
-    """
-    bpe = Bpe(codes, separator=separator)
-    sub_counts: Counter = Counter()
+def piece_counts(word_counts: Counter, segment: Callable[[list[str]], list[str]]) -> Counter:
+    """Counts of the pieces that `segment` (casing, BPE: word by word) makes of the counted words,
+    each weighted by its word's count."""
+    out: Counter = Counter()
     for word, count in word_counts.items():
-        if count > 0:
-            for piece in bpe.apply([word]):
-                sub_counts[piece] += count
-    return sorted(w for w, c in sub_counts.items() if c >= threshold)
+        for piece in segment([word]):
+            out[piece] += count
+    return out
+
+
+def subword_vocab(codes: str, word_counts: Counter, threshold: int, separator: str = SEPARATOR) -> list[str]:
+    """Subwords whose frequency in the BPE-segmented `word_counts` is >= `threshold` (each word
+    segmented once, weighted by its count: as learn-joint-bpe-and-vocab segmenting the whole side)."""
+    counts = piece_counts(word_counts, Bpe(codes, separator=separator).apply)
+    return sorted(w for w, c in counts.items() if c >= threshold)

@@ -1,12 +1,9 @@
 """Reading text corpora: UTF-8 lines with `file:line` errors, line counts and checksums.
 
-Every reader here streams (one line at a time) so a corpus of any size costs no memory. A
-file whose name ends in .gz is gunzipped on the fly (preprocess, select-data, score and
-translate read both);
-gzip or binary bytes in a file given as plain text are refused with one clear line.
-Lines end at `\\n` only (a stray `\\r` or U+2028 inside a line does not split it), so line
-numbers agree with `wc -l` and with the parallel file. A UTF-8 byte order mark at the start of
-a file (some editors write one) is not text and is dropped, by every reader (`decode_lines`).
+Every reader streams, so a corpus of any size costs no memory. A file named .gz is gunzipped on
+the fly; gzip or binary bytes in a file given as plain text are refused with one clear line.
+Lines end at `\\n` only (a stray `\\r` or U+2028 does not split one), so line numbers agree with
+`wc -l` and with the parallel file. A UTF-8 byte order mark at a file's start is dropped.
 """
 from __future__ import annotations
 
@@ -136,13 +133,12 @@ def _scan(path: str | Path, block_size: int, h=None) -> tuple[int, int]:
 
 
 def count_lines(path: str | Path, block_size: int = 1 << 22) -> tuple[int, int]:
-    """(number of lines, number of bytes) of a file's text (for a .gz file: of the gunzipped text)."""
+    """(number of lines, number of bytes) of a file's (gunzipped) text."""
     return _scan(path, block_size)
 
 
 def count_lines_and_hash(path: str | Path, block_size: int = 1 << 22) -> tuple[int, str]:
-    """(number of lines, sha256 hex digest) of a file's text, in one pass over its bytes
-    (for a .gz file: of the gunzipped text)."""
+    """(number of lines, sha256 hex digest) of a file's (gunzipped) text, in one pass."""
     h = hashlib.sha256()
     n, _ = _scan(path, block_size, h)
     return n, h.hexdigest()
@@ -166,10 +162,8 @@ def check_counts(first: tuple[str, int], others: Iterable[tuple[str, int]], why:
 
 
 def read_lines(path: str | Path) -> Iterator[str]:
-    """Lines of a UTF-8 file without their line ending (`\\n` or `\\r\\n`), streamed; .gz gunzipped.
-
-    Raises InputError "path:line: invalid UTF-8 ..." naming the first bad line.
-    """
+    """Lines of a UTF-8 file without their line ending (`\\n` or `\\r\\n`), streamed; .gz gunzipped;
+    InputError "path:line: invalid UTF-8 ..." naming the first bad line."""
     _check_file(path, pipes=True)
     with open_input(path) as f:
         lines = stream_lines(f, str(path))
@@ -185,14 +179,9 @@ def read_lines(path: str | Path) -> Iterator[str]:
 
 def decode_lines(data: bytes, path: str | Path, first: int = 1, file_start: bool | None = None) -> list[str]:
     """A block of whole lines read as bytes -> the lines without their `\\n` (and one `\\r` before
-    it). The one UTF-8 line decoder: every reader of text lines calls it (or `read_lines`).
-
-    `first` is the block's first line number in `path`, for the error naming the line that is
-    not valid UTF-8 (a worker can decode what the parent only read). Lines split on `\\n` only,
-    never on U+2028 and the other separators `str.splitlines` honours. No bytes, no lines.
-    `file_start`: whether the block begins at the file's first byte (default: first == 1);
-    a UTF-8 byte order mark there is dropped.
-    """
+    it): the one UTF-8 line decoder of every reader. `first`: the block's first line number in
+    `path`, for the error naming a line that is not valid UTF-8; `file_start`: whether the block
+    begins at the file's first byte (default: first == 1), where a byte order mark is dropped."""
     if not data:
         return []
     try:
@@ -230,12 +219,9 @@ def stream_lines(stream: IO[bytes], name: str) -> Iterator[str]:
 
 
 def read_all_lines(path: str | Path) -> list[str]:
-    """All lines of a UTF-8 text file at once, without their line ends ("\\n", "\\r\\n").
-
-    "-" reads standard input; pipes (`<(cmd)`) work, .gz is gunzipped. The count equals
-    `wc -l` (plus one for a last line without newline). Raises InputError for a missing file,
-    a directory, or invalid UTF-8 (file:line).
-    """
+    """All lines of a UTF-8 text file at once, without their line ends; "-" reads standard input,
+    pipes (`<(cmd)`) work, .gz is gunzipped. InputError for a missing file, a directory, or
+    invalid UTF-8 (file:line)."""
     name = str(path)
     if name != "-" and not os.path.exists(name):
         raise InputError("file not found", name)
@@ -254,11 +240,8 @@ def read_all_lines(path: str | Path) -> list[str]:
 
 
 def check_parallel(src: str | Path, tgt: str | Path) -> tuple[int, str, str]:
-    """Check two parallel files have the same number of lines (`check_counts`).
-
-    Returns (lines, sha256 of src, sha256 of tgt); raises InputError naming both files and
-    both counts when they differ.
-    """
+    """(lines, sha256 of src, sha256 of tgt) of two parallel files, which must have as many lines
+    (`check_counts`) and be different files (`check_distinct`)."""
     check_distinct(src, tgt)
     n_src, h_src = count_lines_and_hash(src)
     n_tgt, h_tgt = count_lines_and_hash(tgt)

@@ -1,13 +1,17 @@
-"""Moses punctuation normalisation, tokenisation and detokenisation through sacremoses.
+"""The Moses scripts through sacremoses: punctuation normalisation, tokenisation (with
+tokenizer.perl's protected patterns), detokenisation, and corpus cleaning (clean-corpus-n.perl).
 
 Always `escape=False`: we keep `&`, `'`, `"` as they are rather than Moses' XML entities,
 so that tokens round-trip to plain text.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import re
 from functools import lru_cache
+from typing import Sequence
 
 from nmtkit.errors import ConfigError, InputError
 
@@ -18,10 +22,9 @@ _LANG_CODE = re.compile(r"[a-z]{2,3}([-_][A-Za-z0-9]{2,8})*")
 
 
 def check_lang(lang: str, option: str) -> None:
-    """Refuse what is not a language code (a ConfigError naming `option`): the Moses tools take
-    any string and fall back, silently, to their generic rules, so "FR" tokenised otherwise than
-    "fr" and a path went unnoticed. A code the Moses tools have no rules for is warned about
-    once, as tokenizer.perl warns (this imports sacremoses)."""
+    """Refuse what is not a language code (a ConfigError naming `option`): the Moses tools would
+    silently fall back to their generic rules. A code they have no rules for is warned about once,
+    as tokenizer.perl warns (this imports sacremoses)."""
     if not _LANG_CODE.fullmatch(lang):
         lower = lang[:3].lower() + lang[3:]  # the primary subtag lower-cased, region subtags as given
         if _LANG_CODE.fullmatch(lower):
@@ -55,12 +58,8 @@ def _tokenizer(lang: str):
 
 @lru_cache(maxsize=None)
 def _perl_tokenizer(lang: str):
-    """sacremoses' tokeniser with tokenizer.perl's rule for the last word of a line, which
-    sacremoses 0.2 lacks: a line's last word ending in "." is always split ("un art." ->
-    "art ."), since it is unlikely to be a nonbreaking prefix (tokenizer.perl, "split last
-    words independently")."""
-    import re
-
+    """sacremoses' tokeniser with tokenizer.perl's rule for the last word of a line, which sacremoses
+    0.2 lacks: a line's last word ending in "." is always split ("un art." -> "art .")."""
     from sacremoses import MosesTokenizer
 
     last_period = re.compile(r"^(\S+)\.$")
@@ -102,14 +101,10 @@ NON_PRINTING = frozenset(("Cc", "Cf", "Co", "Cs"))  # Unicode category C but Cn,
 
 
 def space_non_printing(line: str) -> str:
-    """Moses `remove-non-printing-char.perl`: controls (a tab, C1 codes), format characters (a
-    zero-width space, direction marks), private-use code points and surrogates become spaces.
-    Two departures, each so that translate replays preprocess exactly and words stay whole:
-    unassigned code points (category Cn) are kept, since which they are depends on the Unicode
-    version of the Python that runs (an emoji newer than it would vanish); the soft hyphen,
-    zero-width (non-)joiners, word joiner and byte-order mark (`INSIDE_WORD`) are deleted, not
-    spaced ("Fuß<SHY>ball" -> "Fußball"). Lines without any (`str.isprintable`, which category C
-    implies) are returned as they are, at the cost of one scan."""
+    """Moses `remove-non-printing-char.perl`: controls, format characters, private-use code points
+    and surrogates become spaces. Two departures: unassigned code points (Cn) are kept, since which
+    they are depends on Python's Unicode version (translate must replay preprocess exactly), and
+    `INSIDE_WORD` characters are deleted, not spaced ("Fuß<SHY>ball" -> "Fußball")."""
     if line.isprintable():
         return line
     from unicodedata import category
@@ -118,9 +113,8 @@ def space_non_printing(line: str) -> str:
 
 
 def compose(line: str) -> str:
-    """Unicode NFC: a letter and its combining marks as one character where Unicode has one
-    ("e" + U+0301 -> "é"). Decomposed text (NFD: macOS file names, some web text) would
-    otherwise be tokenised apart, each mark a token ("cafe ́"), as tokenizer.perl does."""
+    """Unicode NFC ("e" + U+0301 -> "é"): decomposed text (macOS file names, some web text) would
+    otherwise be tokenised apart, each mark a token, as tokenizer.perl does."""
     from unicodedata import is_normalized, normalize
 
     return line if is_normalized("NFC", line) else normalize("NFC", line)
@@ -129,9 +123,8 @@ def compose(line: str) -> str:
 def tokenize(line: str, lang: str, aggressive_dash_splits: bool = False, lowercase: bool = False,
              normalize_punct: bool = True, protected_patterns: tuple[str, ...] = (), *,
              remove_non_printing: bool = True, nfc: bool = True) -> list[str]:
-    """Compose characters (NFC, optional), normalise punctuation (optional), replace
-    non-printing characters by spaces (optional) and tokenise one line into Moses tokens,
-    leaving each match of `protected_patterns` (regexes, nmtkit.text.protect) whole."""
+    """One line -> Moses tokens, after the optional NFC, punctuation normalisation and non-printing
+    steps, each match of `protected_patterns` (regexes, `resolve_protect`) left whole."""
     return tokenizer_fn(lang, aggressive_dash_splits, lowercase, normalize_punct, protected_patterns,
                         remove_non_printing=remove_non_printing, nfc=nfc)(line)
 
@@ -143,9 +136,8 @@ def detokenize(tokens: list[str], lang: str) -> str:
 
 def _shielded(fn, patterns: list[str]):
     """`fn` (str -> str) applied with every match of `patterns` hidden behind a letters-only
-    placeholder and put back afterwards: the steps before tokenising would otherwise change
-    protected spans before the tokeniser protects them ("%(name)s" -> "% (name) s" by the
-    punctuation normaliser; a placeholder delimited by private-use characters, spaced out)."""
+    placeholder: the steps before tokenising would otherwise change protected spans ("%(name)s" ->
+    "% (name) s" by the punctuation normaliser)."""
     regexes = [re.compile(p, re.IGNORECASE) for p in patterns]  # as sacremoses compiles them
 
     def run(line: str) -> str:
@@ -182,9 +174,8 @@ def _chain(steps: list):
 def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: bool = False,
                  normalize_punct: bool = True, protected_patterns: tuple[str, ...] = (), *,
                  remove_non_printing: bool = True, nfc: bool = True):
-    """`tokenize` with its settings bound once: a `str -> list[str]` for hot loops (same output).
-    NFC first, then the Moses pipeline's order: normalize-punctuation.perl,
-    remove-non-printing-char.perl, tokenizer.perl."""
+    """`tokenize` with its settings bound once: a `str -> list[str]` for hot loops. NFC first, then
+    the Moses order: normalize-punctuation.perl, remove-non-printing-char.perl, tokenizer.perl."""
     steps = [compose] if nfc else []
     if normalize_punct:  # its regular expressions are compiled only when used
         steps.append(_normalizer(lang).normalize)
@@ -205,3 +196,126 @@ def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: boo
         return [t.lower() for t in toks] if lowercase else toks
 
     return run
+
+
+# ---- protected patterns (tokenizer.perl's -protected): `--protect` takes regex files and the named sets
+# below; the expanded list is recorded in the pipeline, so translate protects what preprocess did.
+# sacremoses keeps each match (case-insensitive) as one token, which detokenisation joins like a word.
+# C and POSIX printf conversions (%s, %d, %5.2f, %-10s, %1$s, %lu, %.*s, %%) and Python's %(name)s.
+# No space flag: "% s" in running text ("100 % sure") is not a placeholder.
+PRINTF = (
+    r"%(?:\d+\$)?[-+#0']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|q|j|z|t)?[diouxefgacspnm%]",
+    r"%\([A-Za-z_][A-Za-z0-9_]*\)[-+#0]*\d*(?:\.\d+)?[diouxefgcrsa]",
+)
+URL = (r"(?:(?:https?|ftp|rsync)://|www\.)[^\s<>\"']*[^\s<>\"'.,;:!?)\]}]",)
+EMAIL = (r"[\w\-\.]+@(?:[\w\-]+\.)+[a-zA-Z]{2,}",)
+XML = (r"</?[A-Za-z][\w:\-]*(?:\s+[\w:\-]+\s*=\s*(?:\"[^\"]*\"|'[^']*'))*\s*/?>",)
+
+
+def _basic() -> tuple[str, ...]:
+    """Moses' own scripts/tokenizer/basic-protected-patterns (XML tags, e-mail addresses, URLs)."""
+    from sacremoses import MosesTokenizer
+
+    return tuple(MosesTokenizer.BASIC_PROTECTED_PATTERNS)
+
+
+PROTECT_HELP = (
+    "Keep the matches of these regular expressions whole when tokenising (tokenizer.perl -protected): a FILE "
+    "with one regex a line, or a named set: printf (%s, %d, %1$s, %(name)s), url, email, xml (tags), basic (Moses' "
+    "basic-protected-patterns). Repeatable; recorded with the output (preprocess: in the data directory, so "
+    "translate and serve protect the same; tokenize: in FILE.tokinfo.json, which preprocess --input-format tok "
+    "checks).")
+
+NAMED_SETS = {"printf": lambda: PRINTF, "url": lambda: URL, "email": lambda: EMAIL, "xml": lambda: XML,
+              "basic": _basic}
+
+
+def compile_pattern(pattern: str) -> re.Pattern:
+    """The regex as sacremoses compiles it; ValueError for one that matches the empty string
+    (sacremoses would insert its placeholder between every two characters)."""
+    rx = re.compile(pattern, re.IGNORECASE)
+    if rx.search("") is not None:
+        raise ValueError("it matches the empty string")
+    return rx
+
+
+def read_patterns(path: str) -> list[str]:
+    """The regexes of a -protected file; InputError naming the file (and line) for a missing
+    file, an invalid regex or a file without any."""
+    try:
+        with open(path, encoding="utf-8-sig") as f:  # a leading BOM dropped, as every reader does
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        raise InputError("protected-patterns file not found", path) from None
+    except UnicodeDecodeError as err:
+        raise InputError(f"protected-patterns file is not UTF-8 ({err.reason})", path) from None
+    except OSError as err:
+        raise InputError(f"cannot read the protected-patterns file: {err.strerror}", path) from None
+    out = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            compile_pattern(line)
+        except re.error as err:
+            raise InputError(f"invalid regular expression {line!r}: {err.msg} at position {err.pos}", path,
+                             number) from None
+        except (OverflowError, RecursionError) as err:  # a{99999999999}, or nesting past Python's limit
+            raise InputError(f"invalid regular expression {line!r:.80}: {err}", path, number) from None
+        except ValueError as err:
+            raise InputError(f"regular expression {line!r} cannot be protected: {err}", path, number) from None
+        out.append(line)
+    if not out:
+        raise InputError("protected-patterns file holds no pattern (one regular expression a line)", path)
+    return out
+
+
+def resolve_protect(specs: Sequence[str]) -> tuple[str, ...]:
+    """`--protect` values -> the regexes, in order, without repeats. A value is a named set
+    (NAMED_SETS) unless it names an existing file or contains a path separator (write ./url for
+    a file called url)."""
+    out: list[str] = []
+    for spec in specs:
+        if spec in NAMED_SETS and not os.path.exists(spec):
+            patterns = list(NAMED_SETS[spec]())
+        elif os.sep in spec or os.path.exists(spec) or "." in spec:
+            patterns = read_patterns(spec)
+        else:
+            raise ConfigError(f"--protect {spec}: not a file, nor a named set ({', '.join(NAMED_SETS)})")
+        out += [p for p in patterns if p not in out]
+    return tuple(out)
+
+
+# ---- corpus cleaning, after clean-corpus-n.perl: a pair is dropped for the first reason that applies,
+# in this order: "duplicate" (the same raw pair seen already, only with dedup on), "empty" (a side has
+# no tokens), "too_long" (a side has more than max_len tokens), "ratio" (one side more than max_ratio
+# times longer). Lengths are in Moses tokens (after tokenisation, before BPE), as clean-corpus-n counts.
+DROP_REASONS = ("duplicate", "empty", "too_long", "ratio")
+
+
+def drop_reason(src_len: int, tgt_len: int, max_len: int, max_ratio: float) -> str | None:
+    """Why clean-corpus-n would drop a pair with these token counts, or None to keep it."""
+    if src_len == 0 or tgt_len == 0:
+        return "empty"
+    if src_len > max_len or tgt_len > max_len:
+        return "too_long"
+    if src_len / tgt_len > max_ratio or tgt_len / src_len > max_ratio:
+        return "ratio"
+    return None
+
+
+class PairDeduper:
+    """Remembers 64-bit hashes of the pairs seen so far (about 70 bytes per distinct pair): the one
+    part of preprocessing whose memory grows with the corpus, off unless asked for."""
+
+    def __init__(self) -> None:
+        self._seen: set[int] = set()
+
+    def seen_before(self, src: str, tgt: str) -> bool:
+        """True when this exact pair (surrounding whitespace ignored) was seen already."""
+        pair = f"{src.strip()}\x00{tgt.strip()}".encode("utf-8")
+        key = int.from_bytes(hashlib.blake2b(pair, digest_size=8).digest(), "little")
+        if key in self._seen:
+            return True
+        self._seen.add(key)
+        return False

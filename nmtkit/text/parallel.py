@@ -36,17 +36,11 @@ def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
 
 def parallel_map(func: Callable[[T], R], items: Iterable[T], workers: int = 1, chunk_size: int = 1000,
                  state: Any = _NO_STATE, prepare: Callable[[Any], Any] | None = None) -> Iterator[R]:
-    """`map(func, items)` over `workers` processes, in input order, streaming.
-
-    The workers are forked: they inherit `func` (any function) and `state` from this process's
-    memory; only the items and results are pickled. At most 2 * workers chunks are in flight,
-    so memory stays bounded on any input size.
-
-    `state`, if given, is what `worker_state()` returns inside `func`: large shared data (LMs,
-    BPE tables, score arrays). `prepare(state)`, if given, runs once per worker and its result
-    becomes the worker's state (the place to build per-process tables). Without workers
-    (`workers <= 1`, or no fork) both happen in this process, for the duration of the map.
-    """
+    """`map(func, items)` over `workers` forked processes, in input order, streaming: the workers
+    inherit `func` and `state`, only items and results are pickled, and at most 2 * workers chunks
+    are in flight, so memory stays bounded. `state` is what `worker_state()` returns inside `func`
+    (large shared data); `prepare(state)`, if given, runs once per worker and its result becomes the
+    worker's state. Without workers (`workers <= 1`, or no fork) both happen in this process."""
     global _WORKER_STATE
     if workers > 1 and can_fork():
         yield from _forked_map(func, items, workers, chunk_size, state, prepare)

@@ -1,31 +1,25 @@
-"""The text pipeline as plain functions: raw line -> model tokens, and model tokens -> raw.
+"""The text pipeline: raw line -> model tokens, and model tokens -> raw, as plain functions.
 
-`preprocess` builds a `TextPipeline` and records it (`to_dict()`, primitives only, BPE
-codes and truecasing model inlined) in manifest.json; `train` copies that dict into the
-checkpoint; `translate` rebuilds it with `TextPipeline.from_dict` and applies exactly the
-same steps to raw input, then the inverse steps to the output.
-
-Forward (`encode`), per side:
-  0. Unicode NFC composition                                         [nfc]
-  1. Moses punctuation normalisation (`normalize-punctuation.perl`)  [normalize_punct]
-     and non-printing characters to spaces (`remove-non-printing-char.perl`) [remove_non_printing]
-  2. Moses tokenisation, escape=False, protected patterns kept whole [aggressive_dash_splits,
-                                                                      protected_patterns]
-  3. lowercasing or Moses truecasing                                 [lowercase | truecase]
-  4. BPE (subword-nmt), joint or per side, optional vocabulary filter [bpe]
-Inverse (`decode`): join BPE ("@@ "), detruecase (sentence-initial capital), Moses
-detokenisation. Lowercasing cannot be undone. No torch here.
+`preprocess` records a `TextPipeline` (`to_dict()`: primitives, BPE codes and truecasing model
+inlined) in manifest.json, `train` copies it into the checkpoint, and `translate` rebuilds it
+(`from_dict`) to apply exactly the same steps. Forward (`encode`), per side, with its settings:
+  0. Unicode NFC composition [nfc]; 1. Moses punctuation normalisation [normalize_punct] and
+  non-printing characters to spaces [remove_non_printing]; 2. Moses tokenisation, escape=False,
+  protected patterns kept whole [aggressive_dash_splits, protected_patterns]; 3. lowercasing or
+  Moses truecasing [lowercase | truecase]; 4. BPE (subword-nmt), optional vocabulary filter [bpe].
+Inverse (`decode`): join BPE, detruecase (sentence-initial capital), Moses detokenisation.
+Lowercasing cannot be undone. No torch here.
 """
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
 from typing import Any
 
 from nmtkit.errors import ConfigError
 from nmtkit.text import moses
 from nmtkit.text.bpe import SEPARATOR, Bpe, check_codes, join_bpe
-from nmtkit.text.protect import PROTECT_HELP
-from nmtkit.text.truecase import Truecaser, detruecase
 
 PIPELINE_VERSION = 2  # the one version read; another is refused (docs/design.md, Compatibility)
 SIDES = ("src", "tgt")
@@ -36,7 +30,7 @@ CORPUS_FORMATS = INPUT_FORMATS[:2]  # what preprocess and select-data read: raw 
 NORMALIZE_PUNCT_OPTION = dict(flag=True, help="Moses punctuation normalisation before tokenising "
                                              "(--no-normalize-punct: skip it).")
 DASH_SPLITS_OPTION = dict(help="Split hyphenated words (Moses tokenizer -a): 'a-b' -> 'a @-@ b'.")
-PROTECT_OPTION = dict(multiple=True, metavar="FILE|SET", help=PROTECT_HELP)
+PROTECT_OPTION = dict(multiple=True, metavar="FILE|SET", help=moses.PROTECT_HELP)
 NFC_OPTION = dict(flag=True, help="Compose characters to Unicode NFC first ('e' + combining acute -> 'é'), so that "
                                    "decomposed text tokenises as composed text does (--no-nfc: leave them; the Moses "
                                    "scripts have no such step and split the marks off).")
@@ -47,21 +41,79 @@ NON_PRINTING_OPTION = dict(flag=True, help="Replace non-printing characters (con
                                           "whole (--no-remove-non-printing: keep them all).")
 
 
+# ---- Moses truecasing (train-truecaser.perl, truecase.perl, detruecaser.perl): the model is each
+# word's most frequent surface form where case is informative (not sentence-initial), a plain list.
+SENT_END = frozenset({".", ":", "?", "!"})
+DELAYED_SENT_START = frozenset({"(", "[", '"', "'", "&apos;", "&quot;", "&#91;", "&#93;"})
+
+
+@lru_cache(maxsize=None)
+def _trainer():
+    from sacremoses import MosesTruecaser
+
+    return MosesTruecaser()
+
+
+def truecase_weights(tokens: list[str]) -> list[tuple[str, str, float]]:
+    """(lowercase, surface form, weight) observations from one tokenised sentence."""
+    return _trainer().learn_truecase_weights(tokens)
+
+
+def add_weights(casing: dict[str, Counter], weights: list[tuple[str, str, float]]) -> None:
+    """Accumulate observations into `casing[lower][surface] += weight`."""
+    for lower, surface, w in weights:
+        casing[lower][surface] += w
+
+
+def new_casing() -> dict[str, Counter]:
+    return defaultdict(Counter)
+
+
+def best_forms(casing: dict[str, Counter]) -> list[str]:
+    """The model: the most frequent surface form of each word (ties: first seen), sorted."""
+    return sorted(c.most_common(1)[0][0] for c in casing.values() if c)
+
+
+class Truecaser:
+    """Applies a model given as a list of best forms: a word that has one becomes it, others stay
+    as they are; `|` is an ordinary character (sacremoses' `truecase` splits Moses factors there)."""
+
+    def __init__(self, forms: list[str]):
+        self.best = {f.lower(): f for f in forms}
+
+    def __call__(self, tokens: list[str]) -> list[str]:
+        get = self.best.get
+        return [get(t.lower(), t) for t in tokens]
+
+
+def detruecase(tokens: list[str]) -> list[str]:
+    """Uppercase the first letter of each sentence start (after . : ? ! and opening quotes)."""
+    out = []
+    start = True
+    for tok in tokens:
+        if start:
+            tok = tok[:1].upper() + tok[1:]
+        out.append(tok)
+        if tok in SENT_END:
+            start = True
+        elif tok not in DELAYED_SENT_START:
+            start = False
+    return out
+
+
 def _check_side(side: str) -> None:
     if side not in SIDES:
         raise ValueError(f"side must be 'src' or 'tgt', not {side!r}")
 
 
 def _words(value: Any) -> bool:
-    """A list of strings (its types gathered in C: a million forms in under 20 ms)."""
+    """A list of strings (its types gathered in C: fast on a million forms)."""
     return isinstance(value, list) and set(map(type, value)) <= {str}
 
 
 def _check_read(d: dict[str, Any]) -> None:
-    """The settings of a pipeline read from a file (a checkpoint, a manifest), each of the type
-    it is used as: a damaged one is refused when it is read (a ConfigError naming the setting)
-    instead of failing at the first line it processes. BPE codes are checked as subword-nmt
-    reads them (it would print the bad line and exit the process)."""
+    """The settings of a pipeline read from a file (a checkpoint, a manifest) each of the type it is
+    used as, else a ConfigError naming it, rather than a failure at the first line processed."""
     import re
 
     def bad(name: str, want: str) -> None:
@@ -104,9 +156,9 @@ def _check_read(d: dict[str, Any]) -> None:
 class TextPipeline:
     """Every setting needed to turn raw text into vocabulary tokens and back.
 
-    truecase: None, or {"src": [best forms], "tgt": [best forms]} (see nmtkit.text.truecase).
+    truecase: None, or {"src": [best forms], "tgt": [best forms]} (see `Truecaser`).
     protected_patterns: regexes whose matches Moses tokenisation keeps as one token
-         (`preprocess --protect`, nmtkit.text.protect), stored expanded.
+         (`preprocess --protect`, nmtkit.text.moses), stored expanded.
     bpe: None, or {"joint": bool, "codes": {"src": codes text, "tgt": codes text},
          "vocab": None | {"src": [subwords], "tgt": [subwords]}, "vocab_threshold": int | None,
          "merges": int (requested), "separator": "@@"}.
@@ -119,7 +171,7 @@ class TextPipeline:
     lowercase: bool = False
     truecase: dict | None = None
     bpe: dict | None = None
-    protected_patterns: tuple[str, ...] = ()  # regexes (nmtkit.text.protect) the tokeniser leaves whole
+    protected_patterns: tuple[str, ...] = ()  # regexes (`resolve_protect`) the tokeniser leaves whole
     # after the fields above so that positional arguments keep their meaning
     nfc: bool = True
     remove_non_printing: bool = True
@@ -264,10 +316,9 @@ class TextPipeline:
 
 
 def pipeline_differences(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[str]:
-    """The settings in which the recorded pipeline `b` differs from `a` (`to_dict`'s dicts, as
-    manifests and checkpoints hold them; None: none recorded), in field order: a switch or a
-    language with both values ("nfc False vs True", `b`'s first), BPE, truecasing and protected
-    patterns by name. Empty exactly when the two are equal (None as {}): the same preprocessing."""
+    """The settings in which the recorded pipeline `b` differs from `a` (`to_dict`'s dicts; None:
+    none recorded), in field order: a switch or a language with both values ("nfc False vs True",
+    `b`'s first), the others by name. Empty exactly when the two are equal (None as {})."""
     a, b = a or {}, b or {}
     if not (isinstance(a, dict) and isinstance(b, dict)):  # a damaged record: nothing to compare setting by setting
         return [] if a == b else ["the whole record"]

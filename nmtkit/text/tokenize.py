@@ -1,15 +1,11 @@
-"""Moses-normalise and tokenise a file once, in parallel (`nmtkit tokenize`).
+"""`nmtkit tokenize` as `run(config, progress)`: Moses-normalise and tokenise a file once, in parallel.
 
-Recipes tokenise a large corpus once and feed the result to both `nmtkit select-data
---input-format tok` and `nmtkit preprocess --input-format tok`, since sacremoses is the slow
-step of both. Same functions and defaults as `preprocess` (escape=False). Reads stdin or
---input, writes stdout or --output (through nmtkit.io.files: temp name, then rename), line for line.
-
-With an output file it also writes `OUTPUT.tokinfo.json`, the settings it tokenised with
-(language, NFC, punctuation normalisation, non-printing characters, --aggressive-dash-splits,
---lowercase, --protect). `preprocess
---input-format tok` checks them against its own flags, which it records for `translate`:
-a flag given to the tokeniser only would otherwise be silently missing at translate time.
+Recipes tokenise a large corpus once and feed the result to both `select-data --input-format tok`
+and `preprocess --input-format tok`, since sacremoses is the slow step of both; same functions and
+defaults as `preprocess` (escape=False). Reads stdin or --input, writes stdout or --output (temp
+name, then rename), line for line. Beside an output file, `OUTPUT.tokinfo.json` records the
+settings it tokenised with, which `preprocess --input-format tok` checks against its own flags
+(which it records for `translate`: a flag given to the tokeniser only would be missing there).
 """
 from __future__ import annotations
 
@@ -19,15 +15,16 @@ import json
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.io.checks import STDIN, check_outputs_vs_inputs, file_path
 from nmtkit.io.files import OutputFile, check_output, write_text, writes_in_place
 from nmtkit.options import check_fields, option
+from nmtkit.progress import Progress, no_progress
 from nmtkit.text.io import read_lines, stream_lines
-from nmtkit.text.moses import check_lang
+from nmtkit.text.moses import check_lang, resolve_protect
 from nmtkit.text.parallel import parallel_map
 from nmtkit.text.pipeline import (
     DASH_SPLITS_OPTION,
@@ -71,8 +68,6 @@ class TokenizeConfig:
 
     def pipeline(self) -> TextPipeline:
         """The text pipeline these settings give (reads the --protect files)."""
-        from nmtkit.text.protect import resolve_protect
-
         return TextPipeline(self.lang, self.lang, nfc=self.nfc, normalize_punct=self.normalize_punct,
                             remove_non_printing=self.remove_non_printing,
                             aggressive_dash_splits=self.aggressive_dash_splits, lowercase=self.lowercase,
@@ -91,9 +86,8 @@ def tokinfo(pipeline: TextPipeline) -> dict[str, Any]:
 
 
 def tokinfo_path(path: str) -> str:
-    """Where the record of the tokenised file `path` is: `path.tokinfo.json`, or for a gzipped
-    `FILE.gz` without one, FILE's (`nmtkit tokenize` wrote FILE and its record, then FILE was
-    gzipped)."""
+    """Where the record of the tokenised file `path` is: `path.tokinfo.json`, or for a `FILE.gz`
+    without one, FILE's (tokenised, then gzipped)."""
     info_path = path + TOKINFO_SUFFIX
     if path.endswith(".gz") and not os.path.lexists(info_path):
         return path[: -len(".gz")] + TOKINFO_SUFFIX
@@ -124,13 +118,10 @@ def read_tokinfo(path: str) -> dict[str, Any] | None:
 
 def check_tokinfo(path: str, lang: str, pipeline: TextPipeline, protect: bool = True,
                   why: str = "since translate replays this command's") -> bool:
-    """Check that the tokenised file `path` was made with `pipeline`'s steps 0-3, from the
-    `path.tokinfo.json` its tokeniser wrote (`read_tokinfo`). False when there is no such record
-    (nothing to check); a ConfigError naming the file when the settings differ, ending with `why`
-    they must not. Lowercasing differs only one way: text the tokeniser lowercased must be
-    lowercased here too, while text that kept its case may be lowercased here (as translate
-    then does after tokenising). `protect`: compare the protected patterns too (a command
-    without --protect, select-data, does not)."""
+    """Check that the tokenised file `path` was made with `pipeline`'s steps 0-3, from its record
+    (`read_tokinfo`): False when there is none; a ConfigError naming the file when the settings
+    differ, ending with `why` they must not. Text that kept its case may be lowercased here (as
+    translate then does), not the reverse. `protect`: compare the protected patterns too."""
     info = read_tokinfo(path)
     if info is None:
         return False
@@ -149,10 +140,6 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline, protect: bool = 
     return True
 
 
-def _write_tokinfo(output: str, pipeline: TextPipeline) -> None:
-    write_text(output + TOKINFO_SUFFIX, json.dumps(tokinfo(pipeline), indent=1) + "\n")
-
-
 def _lines(path: str | None):
     """Lines of `path` or of stdin (decoded strictly by text.io, not by sys.stdin, which may be set
     to replace or escape bad bytes; UTF-8 errors name file and line)."""
@@ -161,12 +148,13 @@ def _lines(path: str | None):
     return stream_lines(sys.stdin.buffer, "<stdin>")
 
 
-def check_tokenize_outputs(input_path: str | None, output_path: str | None, protect: Sequence[str] = ()) -> None:
+def _check_outputs(config: TokenizeConfig) -> None:
     """Before anything is read: neither the output nor its .tokinfo.json may be the input or a
     --protect file (nmtkit.io.checks.check_outputs_vs_inputs), a folder, or in a folder that is
     missing or read-only; an empty -i or -o is refused."""
-    input_path, output_path = file_path(input_path, "-i"), file_path(output_path, "-o")
-    inputs = [("-i", input_path) if input_path else STDIN, *(("--protect", p) for p in protect if os.path.isfile(p))]
+    input_path, output_path = file_path(config.input_path, "-i"), file_path(config.output_path, "-o")
+    inputs = [("-i", input_path) if input_path else STDIN,
+              *(("--protect", p) for p in config.protect if os.path.isfile(p))]
     tokinfo_out = output_path + TOKINFO_SUFFIX if output_path else None
     check_outputs_vs_inputs(inputs, files=[("-o", output_path), (f"-o's {TOKINFO_SUFFIX}", tokinfo_out)])
     if output_path is not None and not writes_in_place(output_path):  # a folder, a missing one: before any work
@@ -174,15 +162,25 @@ def check_tokenize_outputs(input_path: str | None, output_path: str | None, prot
         check_output(tokinfo_out, force=True, what=f"-o's {TOKINFO_SUFFIX}")
 
 
-def tokenize_file(input_path: str | None, output_path: str | None, pipeline: TextPipeline, workers: int) -> None:
-    """Tokenise `input_path` (None or "-": stdin) into `output_path` (None or "-": stdout) line
-    for line with `pipeline`'s steps 0-3, in `workers` processes; a regular output file gets its
-    `.tokinfo.json` record and appears only when complete (nmtkit.io.files)."""
+def run(config: TokenizeConfig, progress: Progress | None = None) -> dict[str, Any]:
+    """Tokenise `config.input_path` (None or "-": stdin) into `config.output_path` (None or "-":
+    stdout) line for line with the pipeline's steps 0-3, in `config.workers` processes; a regular
+    output file gets its `.tokinfo.json` record and appears only when complete (nmtkit.io.files).
+    Returns {"lines": lines written, "tokinfo": the record's path or None}."""
+    _check_outputs(config)
+    pipeline = config.pipeline()
+    report = progress or no_progress
     func = functools.partial(_tok_line, pipeline=pipeline)
-    output_path = file_path(output_path)
+    output_path = file_path(config.output_path)
+    tokinfo_out = None
+    lines = 0
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(OutputFile(output_path)).file if output_path else sys.stdout
-        for tok in parallel_map(func, _lines(input_path), workers=workers, chunk_size=2000):
+        for tok in parallel_map(func, _lines(config.input_path), workers=config.workers, chunk_size=2000):
             out.write(tok + "\n")
+            lines += 1
+            report("tokenize", lines, None)
         if output_path and not writes_in_place(output_path):
-            _write_tokinfo(output_path, pipeline)  # before the output itself is renamed into place
+            tokinfo_out = output_path + TOKINFO_SUFFIX  # written before the output itself is renamed into place
+            write_text(tokinfo_out, json.dumps(tokinfo(pipeline), indent=1) + "\n")
+    return {"lines": lines, "tokinfo": tokinfo_out}

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from nmtkit.errors import InputError
+from nmtkit.text.io import read_lines
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPECIALS = (PAD, UNK, BOS, EOS)
@@ -62,9 +63,7 @@ class Vocab:
         return token in self.stoi
 
     @classmethod
-    def build(
-        cls, counter: Counter, max_size: int | None = None, min_count: int = 1
-    ) -> "Vocab":
+    def build(cls, counter: Counter, max_size: int | None = None, min_count: int = 1) -> "Vocab":
         """The most frequent tokens (ties broken alphabetically, so builds are deterministic).
 
         `max_size` counts the special symbols too (the paper's 30,000 includes UNK).
@@ -104,8 +103,6 @@ class Vocab:
         """The vocabulary file at `path` (see the module docstring); an InputError naming the file
         (and line) for anything else: bad UTF-8, a line that is not 'token<TAB>count', a word
         given twice, or the special symbols missing from the first lines."""
-        from nmtkit.text.io import read_lines
-
         itos, counts = [], []
         if not Path(path).exists():
             raise InputError("vocabulary file not found", str(path))

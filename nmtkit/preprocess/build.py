@@ -1,8 +1,12 @@
-"""`preprocess`: the phases of `nmtkit preprocess` in order (see the package docstring): input
-checks, pass 1 over train, learning, encoding of every split, the manifest, installation."""
+"""`run`: the phases of `nmtkit preprocess` in order (see the package docstring): input checks,
+pass 1 over train, learning (truecaser, BPE codes, vocabularies, from the word counts: casing and
+BPE act word by word), encoding of every split, the manifest, installation; and the code of the
+worker processes (`prepare_state` builds each one's state once, read back with `worker_state`)."""
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import json
 import logging
 import os
@@ -11,12 +15,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
+
+import numpy as np
 
 from nmtkit import __version__
 from nmtkit.data.binarized import SplitWriter
 from nmtkit.data.manifest import new_manifest, owned_files
-from nmtkit.errors import InputError, OutputError, OutputExistsError
+from nmtkit.errors import ConfigError, InputError, OutputError, OutputExistsError
 from nmtkit.io.checks import check_outputs_vs_inputs, is_inside, real_path
 from nmtkit.io.dirs import (
     check_replaceable_dir,
@@ -27,34 +33,178 @@ from nmtkit.io.dirs import (
     swap_in_dir,
 )
 from nmtkit.preprocess.config import PreprocessConfig
-from nmtkit.preprocess.learn import SIDES, learn, word_ids
-from nmtkit.preprocess.workers import (
-    encode_chunk,
-    encode_ranges,
-    pair_chunks,
-    prepare_state,
-    tokenize_clean_chunk,
-)
-from nmtkit.text.clean import DROP_REASONS, PairDeduper
-from nmtkit.text.io import check_parallel, input_candidates, read_lines
-from nmtkit.text.parallel import parallel_map
-from nmtkit.text.pipeline import TextPipeline
+from nmtkit.progress import Progress, no_progress
+from nmtkit.text.bpe import SEPARATOR, count_merges, learn_codes, piece_counts, subword_vocab
+from nmtkit.text.io import check_parallel, decode_lines, input_candidates, read_lines
+from nmtkit.text.moses import DROP_REASONS, PairDeduper, drop_reason
+from nmtkit.text.parallel import parallel_map, worker_state
+from nmtkit.text.pipeline import SIDES, TextPipeline, add_weights, best_forms, new_casing, truecase_weights
 from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo
-from nmtkit.text.truecase import new_casing, truecase_weights
-from nmtkit.text.vocab import Vocab
+from nmtkit.text.vocab import SPECIALS, UNK_ID, Vocab, token_ids
 
 log = logging.getLogger("nmtkit.preprocess")
 
 
-ProgressFn = Callable[[str, int, "int | None"], None]
-"""progress(stage, done, total): called with done=0 when a stage starts, then as it advances."""
+# ---- the worker side: chunks of pairs tokenised and cleaned (pass 1 of train) or encoded into ids
+# (pass 2, valid, test) in `parallel_map` workers, whose state `prepare_state` builds once per process.
+
+def prepare_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A worker's state from the plain settings `state`: the pipeline (BPE tables built lazily
+    once per process), and with vocabularies their token -> id maps."""
+    out = dict(state)
+    out["pipeline"] = TextPipeline.from_dict(state["pipeline"])
+    if state.get("vocab") is not None:
+        out["stoi"] = {side: token_ids(itos) for side, itos in state["vocab"].items()}
+        # word -> its ids after casing, BPE and vocabulary: built by the main process from the
+        # training counts (a fork inherits it for free) and extended here with unseen words.
+        out["word_ids"] = state.get("word_ids") or {"src": {}, "tgt": {}}
+    return out
+
+
+def word_ids(p: TextPipeline, stoi: dict[str, int], word: str, side: str) -> tuple[int, ...]:
+    """A word's ids after casing, BPE and the vocabulary (each acts word by word)."""
+    return tuple(stoi.get(t, UNK_ID) for t in p.apply_bpe(p.case([word], side), side))
+
+
+def tokenize_clean_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    """Pass 1 of the train split: tokenise, clean, count words and casing evidence."""
+    state = worker_state()
+    p: TextPipeline = state["pipeline"]
+    fmt = state["input_format"]
+    max_len, max_ratio = state["max_len"], state["max_ratio"]
+    out = {"src": [], "tgt": []}
+    counts = {"src": Counter(), "tgt": Counter()}
+    casing = {"src": new_casing(), "tgt": new_casing()} if state["truecase"] else None
+    drops: Counter = Counter()
+    for s, t in pairs:
+        st, tt = p.tokenize_from(s, "src", fmt), p.tokenize_from(t, "tgt", fmt)
+        reason = drop_reason(len(st), len(tt), max_len, max_ratio)
+        if reason is not None:
+            drops[reason] += 1
+            continue
+        for side, toks in (("src", st), ("tgt", tt)):
+            out[side].append(" ".join(toks))
+            counts[side].update(toks)
+            if casing is not None:
+                add_weights(casing[side], truecase_weights(toks))
+    return {"n_in": len(pairs), "kept": len(out["src"]), "src": "\n".join(out["src"]),
+            "tgt": "\n".join(out["tgt"]), "drops": drops, "counts": counts,
+            "casing": {k: dict(v) for k, v in casing.items()} if casing else None}
+
+
+def encode_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    """Raw (or tokenised) pairs -> per side: the ids concatenated, each sentence's length in ids
+    (`lens`) and in words (`word_lens`: tokens before BPE, the unit of --max-len), and the word and
+    UNK totals. Each distinct word is mapped to its ids once (`word_ids`), then looked up."""
+    state = worker_state()
+    p: TextPipeline = state["pipeline"]
+    fmt = state["input_format"]
+    res: dict[str, Any] = {"n_in": len(pairs)}
+    for k, side in enumerate(("src", "tgt")):
+        stoi = state["stoi"][side]
+        known: dict[str, tuple[int, ...]] = state["word_ids"][side]
+        ids: list[int] = []
+        lens = np.empty(len(pairs), dtype=np.int64)
+        word_lens = np.empty(len(pairs), dtype=np.int32)
+        for j, pair in enumerate(pairs):
+            line = pair[k]
+            toks = p.tokenize_from(line, side, fmt)
+            word_lens[j] = len(toks)
+            n0 = len(ids)
+            for w in toks:
+                wid = known.get(w)
+                if wid is None:
+                    wid = known[w] = word_ids(p, stoi, w, side)
+                ids.extend(wid)
+            lens[j] = len(ids) - n0
+        arr = np.asarray(ids, dtype=np.int32)
+        res[side] = {"ids": arr, "lens": lens, "word_lens": word_lens, "words": int(word_lens.sum()),
+                     "unk": int(np.count_nonzero(arr == UNK_ID))}
+    return res
+
+
+def encode_ranges(task: tuple[str, str, list[tuple[int, int, int, int]]]) -> dict[str, Any]:
+    """`encode_chunk` over consecutive byte ranges (src start, end, tgt start, end) of the
+    tokenised training files that pass 1 wrote (valid UTF-8, one pair per line)."""
+    src, tgt, ranges = task
+    with open(src, "rb") as fs, open(tgt, "rb") as ft:
+        fs.seek(ranges[0][0])
+        ft.seek(ranges[0][2])
+        s_lines = decode_lines(fs.read(ranges[-1][1] - ranges[0][0]), src, file_start=ranges[0][0] == 0)
+        t_lines = decode_lines(ft.read(ranges[-1][3] - ranges[0][2]), tgt, file_start=ranges[0][2] == 0)
+    return encode_chunk(list(zip(s_lines, t_lines)))
+
+
+def pair_chunks(src: str, tgt: str, size: int, read: list[int],
+                 dedup: PairDeduper | None = None, drops: Counter | None = None) -> Iterator[list[tuple[str, str]]]:
+    """Chunks of (src line, tgt line); `read[0]` counts lines read (for progress)."""
+    chunk: list[tuple[str, str]] = []
+    for lineno, (s, t) in enumerate(itertools.zip_longest(read_lines(src), read_lines(tgt)), 1):
+        if s is None or t is None:  # the file changed since it was counted
+            raise InputError(f"parallel files differ in length: {src} and {tgt} part at line {lineno}")
+        read[0] = lineno
+        if dedup is not None and dedup.seen_before(s, t):
+            drops["duplicate"] += 1  # type: ignore[index]
+            continue
+        chunk.append((s, t))
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _learn_bpe(config: PreprocessConfig, cased: dict[str, Counter], out: Path,
+               langs: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the pipeline's BPE setting, the manifest's "bpe" record); writes the codes file(s)."""
+    if config.bpe_separate:
+        codes = {side: learn_codes(cased[side], config.bpe, config.bpe_min_frequency) for side in SIDES}
+    else:
+        joint = learn_codes(cased["src"] + cased["tgt"], config.bpe, config.bpe_min_frequency)
+        codes = {"src": joint, "tgt": joint}
+    vocab_filter = None
+    if config.bpe_vocab_threshold is not None:
+        vocab_filter = {side: subword_vocab(codes[side], cased[side], config.bpe_vocab_threshold) for side in SIDES}
+    setting = {"joint": not config.bpe_separate, "codes": codes, "vocab": vocab_filter,
+               "vocab_threshold": config.bpe_vocab_threshold, "merges": config.bpe, "separator": SEPARATOR}
+    files = {side: f"bpe.codes.{langs[side]}" if config.bpe_separate else "bpe.codes" for side in SIDES}
+    for side in SIDES:
+        (out / files[side]).write_text(codes[side], encoding="utf-8")
+    return setting, {"codes_files": files, "merges_learned": {side: count_merges(codes[side]) for side in SIDES}}
+
+
+def _learn(config: PreprocessConfig, base: TextPipeline, word_counts: dict[str, Counter],
+          casing: dict[str, Any] | None, out: Path, report: Progress) -> tuple[TextPipeline, dict[str, Vocab], dict]:
+    """(the full pipeline, the vocabularies, the manifest's "bpe" record) learned from the
+    training word counts (and casing evidence); writes the codes and vocabulary files to `out`."""
+    langs = {"src": config.src_lang, "tgt": config.tgt_lang}
+    pipeline = base
+    if casing is not None:
+        pipeline = pipeline.with_(truecase={side: best_forms(casing[side]) for side in SIDES})
+    cased = {side: piece_counts(word_counts[side], functools.partial(pipeline.case, side=side)) for side in SIDES}
+    bpe_info: dict[str, Any] = {}
+    if config.bpe is not None:
+        stage = "learn BPE"
+        report(stage, 0, None)
+        setting, bpe_info = _learn_bpe(config, cased, out, langs)
+        pipeline = pipeline.with_(bpe=setting)
+        report(stage, 1, 1)
+    vocabs = {}
+    for side in SIDES:
+        counts = piece_counts(cased[side], functools.partial(pipeline.apply_bpe, side=side))
+        vocabs[side] = Vocab.build(counts, max_size=config.vocab_size(side), min_count=config.vocab_min_count)
+        if len(vocabs[side]) == len(SPECIALS) and counts:  # every token would be <unk>: no data worth training on
+            raise ConfigError(f"--vocab-min-count {config.vocab_min_count} is above the count of every "
+                              f"{langs[side]} token (the most frequent is seen {max(counts.values()):,} times): "
+                              "the vocabulary would hold no word")
+        vocabs[side].save(out / f"vocab.{langs[side]}.txt")
+    return pipeline, vocabs, bpe_info
 
 
 def _dest_path(dest: str) -> Path:
-    """The folder --dest names, as preprocess writes it: a symlink to a folder is followed (that
-    folder receives the data and the link stays). The current folder, or one holding it, is refused:
-    the data directory is built beside --dest and renamed into place, which would leave the shell
-    in a deleted folder."""
+    """The folder --dest names: a symlink to a folder is followed (the link stays). The current
+    folder, or one holding it, is refused: renaming the new data directory into place would leave
+    the shell in a deleted folder."""
     path = Path(dest)
     if path.is_symlink():
         if not path.is_dir():
@@ -67,9 +217,8 @@ def _dest_path(dest: str) -> Path:
 
 
 def _check_dest(dest: Path, force: bool) -> None:
-    """A non-empty --dest is replaced only with `force`, and only when it holds nothing but a
-    data directory's own files (its manifest lists them): nothing else is ever deleted. A --dest
-    below a file is refused by name before any work."""
+    """A non-empty --dest is replaced only with `force`, and only when it holds nothing but the
+    files its manifest lists: nothing else is ever deleted. A --dest below a file is refused."""
     above = next((p for p in dest.absolute().parents if p.exists()), None)
     if above is not None and not above.is_dir():
         raise OutputError(f"cannot be made: {above} is a file, not a folder", str(dest))
@@ -103,27 +252,17 @@ def _install(tmp: Path, dest: Path, force: bool) -> None:
 
 
 def _warm_up(p: TextPipeline, config: PreprocessConfig) -> None:
-    """Build sacremoses' tokenisers (and their regexes) once here, before workers fork, instead
-    of in every worker of every stage (about half a second each)."""
+    """Build sacremoses' tokenisers (and their regexes) once, before workers fork, instead of in
+    every worker of every stage."""
     if config.input_format == "raw":
-        for side in ("src", "tgt"):
+        for side in SIDES:
             p.tokenize("Warm-up: it's 3.5 \"quoted\" (e.g. U.S.A.) -- l'homme « dit » !", side)
     if config.truecase:
         truecase_weights(["Warm", "up", "."])
 
 
-def _check_tokenized(config: PreprocessConfig, base: TextPipeline, src: str, tgt: str) -> None:
-    """--input-format tok: the files must have been tokenised with this command's settings,
-    which the manifest records and translate replays on raw text (see `nmtkit tokenize`, nmtkit.text.tokenize),
-    against `base`, the pipeline those settings give."""
-    for path, lang in ((src, config.src_lang), (tgt, config.tgt_lang)):
-        if not check_tokinfo(path, lang, base):
-            log.warning("%s: no %s beside it, so its tokeniser settings cannot be checked; they must be this "
-                        "command's (translate replays them)", path, TOKINFO_SUFFIX)
-
-
 def _check_inputs(config: PreprocessConfig, base: TextPipeline,
-                  report: ProgressFn) -> tuple[dict[str, str], dict[str, int]]:
+                  report: Progress) -> tuple[dict[str, str], dict[str, int]]:
     """Every input checked first (existence, equal line counts; cheap, one pass of bytes):
     ({file: sha256}, {split: lines})."""
     inputs: dict[str, str] = {}
@@ -139,15 +278,17 @@ def _check_inputs(config: PreprocessConfig, base: TextPipeline,
                                        for line in read_lines(src) if line.strip()):  # stops at the first sentence
             raise InputError(f"the valid split's {n} lines hold no word (blank, or only spaces and invisible "
                              "characters): train validates on its sentences", src)
-        if config.input_format == "tok":
-            _check_tokenized(config, base, src, tgt)
+        for path, lang in ((src, config.src_lang), (tgt, config.tgt_lang)):
+            if config.input_format == "tok" and not check_tokinfo(path, lang, base):  # translate replays the settings
+                log.warning("%s: no %s beside it, so its tokeniser settings cannot be checked; they must be this "
+                            "command's (translate replays them)", path, TOKINFO_SUFFIX)
         inputs[os.path.abspath(src)], inputs[os.path.abspath(tgt)] = h_src, h_tgt  # as the prefixes (_encode_split)
         line_counts[name] = n
         report("check inputs", k, len(splits))
     return inputs, line_counts
 
 
-def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> dict[str, Any]:
+def run(config: PreprocessConfig, progress: Progress | None = None) -> dict[str, Any]:
     """Run the whole preprocessing; returns the manifest (also written to DEST/manifest.json).
 
     Raises NmtkitError subclasses for user mistakes; on any failure nothing is left at DEST
@@ -156,7 +297,7 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
     if not isinstance(config, PreprocessConfig):
         raise TypeError(f"preprocess takes a PreprocessConfig, not {type(config).__name__}")
     base = config.base_pipeline()  # a bad --protect fails before anything is read or written
-    report: ProgressFn = progress or (lambda stage, done, total: None)
+    report = progress or no_progress
     dest = _dest_path(config.dest)
     _check_outputs(config)
     _check_dest(dest, config.force)
@@ -174,7 +315,7 @@ def preprocess(config: PreprocessConfig, progress: ProgressFn | None = None) -> 
     try:
         work = tmp / "work"
         work.mkdir()
-        manifest = _run(config, base, report, tmp, work, line_counts)
+        manifest = _build(config, base, report, tmp, work, line_counts)
         manifest["inputs"] = inputs
         shutil.rmtree(work)
         manifest["files"] = sorted([str(p.relative_to(tmp)) for p in tmp.rglob("*") if not p.is_dir()]
@@ -204,7 +345,6 @@ def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
     path.write_bytes(data + b"\n")
 
 
-
 @contextlib.contextmanager
 def _timed(stage: str, timings: dict[str, float], cpu: dict[str, float]) -> Iterator[None]:
     """Wall and main-process CPU seconds of a stage, into `timings` and `cpu`."""
@@ -217,8 +357,7 @@ def _timed(stage: str, timings: dict[str, float], cpu: dict[str, float]) -> Iter
 @dataclass
 class _TrainPass:
     """What pass 1 over the train split leaves: pairs kept and dropped, word counts, casing
-    evidence, the tokenised files and the byte ranges of their chunks (so that pass 2's workers
-    read their own lines instead of the main process reading and pickling them)."""
+    evidence, the tokenised files and their chunks' byte ranges (pass 2's workers read their own)."""
 
     kept: int
     drops: Counter
@@ -228,7 +367,7 @@ class _TrainPass:
     tok_ranges: list[tuple[int, int, int, int]]
 
 
-def _tokenize_train(config: PreprocessConfig, report: ProgressFn, base: TextPipeline, n_train: int,
+def _tokenize_train(config: PreprocessConfig, report: Progress, base: TextPipeline, n_train: int,
                     work: Path) -> _TrainPass:
     """Pass 1 over train: tokenise + clean + count, in parallel; writes work/train.tok.{src,tgt}."""
     stage = "tokenise + clean train"
@@ -264,7 +403,7 @@ def _tokenize_train(config: PreprocessConfig, report: ProgressFn, base: TextPipe
     return res_all
 
 
-def _encode_split(config: PreprocessConfig, report: ProgressFn, name: str, prefix: str, state: dict[str, Any],
+def _encode_split(config: PreprocessConfig, report: Progress, name: str, prefix: str, state: dict[str, Any],
                   train: _TrainPass, n_lines: int, out: Path, work: Path) -> dict[str, Any]:
     """One split -> ids: {split}.{lang}.ids/offsets/words.npy in `out`; returns its manifest record.
     Train is read from pass 1's tokenised files (workers read their own byte ranges)."""
@@ -311,7 +450,7 @@ def _encode_split(config: PreprocessConfig, report: ProgressFn, name: str, prefi
 
 def _manifest(config: PreprocessConfig, pipeline: TextPipeline, vocabs: dict[str, Vocab], bpe_info: dict,
               split_stats: dict[str, Any], timings: dict[str, float], cpu: dict[str, float]) -> dict[str, Any]:
-    """manifest.json (without "inputs", which `preprocess` adds)."""
+    """manifest.json (without "inputs", which `run` adds)."""
     return new_manifest(
         config.src_lang, config.tgt_lang,
         {"src": f"vocab.{config.src_lang}.txt", "tgt": f"vocab.{config.tgt_lang}.txt",
@@ -328,8 +467,8 @@ def _manifest(config: PreprocessConfig, pipeline: TextPipeline, vocabs: dict[str
     )
 
 
-def _run(config: PreprocessConfig, base: TextPipeline, report: ProgressFn, out: Path, work: Path,
-         line_counts: dict[str, int]) -> dict[str, Any]:
+def _build(config: PreprocessConfig, base: TextPipeline, report: Progress, out: Path, work: Path,
+           line_counts: dict[str, int]) -> dict[str, Any]:
     """Pass 1 over train, learning, every split encoded -> the manifest (without "inputs");
     `base`: the pipeline's steps 0-3 (`config.base_pipeline()`)."""
     timings: dict[str, float] = {}  # wall seconds per stage
@@ -342,9 +481,12 @@ def _run(config: PreprocessConfig, base: TextPipeline, report: ProgressFn, out: 
         raise InputError(f"no training pairs left after cleaning ({summary}); check --max-len/--max-ratio "
                          f"or the input", config.files(config.train)[0])
     with _timed("learn", timings, cpu):
-        pipeline, vocabs, bpe_info = learn(config, base, train.word_counts, train.casing, out, report)
-    state = {"pipeline": pipeline.to_dict(), "vocab": {s: v.itos for s, v in vocabs.items()},
-             "word_ids": word_ids(pipeline, train.word_counts, vocabs)}
+        pipeline, vocabs, bpe_info = _learn(config, base, train.word_counts, train.casing, out, report)
+    # every training word's ids, segmented once already for the vocabulary (the pipeline's BPE cache):
+    # encoding is then one lookup per word, and forked workers inherit the map without copying it
+    known = {side: {w: word_ids(pipeline, vocabs[side].stoi, w, side) for w in train.word_counts[side]}
+             for side in SIDES}
+    state = {"pipeline": pipeline.to_dict(), "vocab": {s: v.itos for s, v in vocabs.items()}, "word_ids": known}
     split_stats: dict[str, Any] = {}
     for name, prefix in config.splits():
         with _timed(f"encode + binarise {name}", timings, cpu):
