@@ -13,11 +13,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from nmtkit.errors import CheckpointError, ConfigError, InputError, OutputError
 from nmtkit.io.checks import check_outputs_vs_inputs, file_path
 from nmtkit.options import check_fields, option
+from nmtkit.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,10 @@ class AverageConfig:
     force: bool = option(False, help="Overwrite an existing --output.")
 
     def __post_init__(self) -> None:
+        from nmtkit.checkpoint import checkpoint_paths
+
+        # one path or any iterable of them (read once) from Python; bytes are a TypeError
+        object.__setattr__(self, "models", tuple(checkpoint_paths(self.models)))
         check_fields(self)
         if (self.last is None) != (self.save_dir is None):
             raise ConfigError("--last N and --save-dir RUN go together")
@@ -139,7 +144,7 @@ def _check_output_name(output: str | Path) -> None:
                           "give the averaged checkpoint another name (e.g. averaged.pt)", str(output))
 
 
-def average_checkpoints(paths: Sequence[str | Path], progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def average_checkpoints(paths: Sequence[str], progress: Progress | None = None) -> dict[str, Any]:
     """The checkpoint dict of the parameter mean of `paths` (see the module docstring).
 
     Each tensor of the result: sum_m theta_m / M computed in float64, then cast to the dtype
@@ -150,7 +155,6 @@ def average_checkpoints(paths: Sequence[str | Path], progress: Callable[[str], N
     torch = import_torch()
     from nmtkit.checkpoint import check_finite, load_checkpoint, make_checkpoint, model_fields
 
-    paths = [str(p) for p in paths]
     first_path, first = paths[0], None
     sums: dict[str, Any] = {}
     sources = []
@@ -174,7 +178,7 @@ def average_checkpoints(paths: Sequence[str | Path], progress: Callable[[str], N
         sources.append({"path": path, "update": (ckpt.get("trainer") or {}).get("update")})
         last = ckpt
         if progress is not None:
-            progress(path)
+            progress(path, len(sources), len(paths))
     assert first is not None
     n = len(paths)
     state = {k: ((s / n).to(first["model_state"][k].dtype) if first["model_state"][k].is_floating_point() else s)
@@ -188,17 +192,18 @@ def average_checkpoints(paths: Sequence[str | Path], progress: Callable[[str], N
     )
 
 
-def average(paths: str | Path | Sequence[str | Path], output: str | Path, force: bool = False,
-            progress: Callable[[str], None] | None = None, input_option: str = "-m") -> dict[str, Any]:
-    """Average `paths` into the checkpoint file `output` (written atomically); returns its dict.
+def run(config: AverageConfig, progress: Progress | None = None) -> dict[str, Any]:
+    """Average the config's checkpoints into the file `config.output` (written atomically).
+
     Every input and the output are checked before any checkpoint is read; messages name the
-    inputs by `input_option`, the option that gave them (`check_paths`)."""
-    from nmtkit.checkpoint import checkpoint_paths, save_checkpoint
+    inputs by the option that gave them. `progress(path, i, n)` follows the i-th of n checkpoints
+    read. The report: "output", "inputs" (the checkpoints averaged) and "checkpoint" (the dict written)."""
+    from nmtkit.checkpoint import save_checkpoint
     from nmtkit.io.files import check_output
 
-    paths = checkpoint_paths(paths)  # once: a generator is read one time only
-    check_paths(paths, output, input_option)
-    check_output(output, force, "averaged checkpoint")
+    paths = config.paths()
+    check_paths(paths, config.output, config.input_option)
+    check_output(config.output, config.force, "averaged checkpoint")
     ckpt = average_checkpoints(paths, progress)
-    save_checkpoint(ckpt, output)
-    return ckpt
+    save_checkpoint(ckpt, config.output)
+    return {"output": config.output, "inputs": paths, "checkpoint": ckpt}
