@@ -1,14 +1,22 @@
-"""Where work runs: CPU cores available to this process and the torch device to use.
+"""Where work runs and what it keeps: the CPU cores available to this process, the torch device
+and threads to use, and the CPU footprint bounded. Importing this module does not import torch.
 
-Shared by preprocess/select-data/score (worker counts), train and translate (devices,
-threads). Importing this module does not import torch.
+oneDNN keeps a primitive for each product shape and ideep an LRU cache of computations, 1,024
+entries each by default, and decoding and training meet many shapes: `limit_cpu_caches` caps both
+before the first product (a capacity the user set is kept). Memory PyTorch frees mostly stays in
+glibc's malloc arenas: `release_free_memory` (`malloc_trim(0)`, a few milliseconds) returns the
+free pages, every few batches or updates, never between steps. Elsewhere than glibc it is a no-op.
+Figures: benchmarks/MEMORY.md.
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import re
 import sys
+from functools import lru_cache
 from typing import Any, Iterator
 
 from nmtkit.errors import ConfigError
@@ -115,3 +123,47 @@ def resolve_device(name: str, local_rank: int = 0):
             raise ConfigError(f"--device {name}: there are {torch.cuda.device_count()} CUDA device(s)")
     torch.cuda.set_device(device)
     return device
+
+
+# oneDNN primitives kept: enough for the distinct shapes of a training update or a decoding batch
+ONEDNN_CACHE_CAPACITY = 64
+# ideep computations kept: oneDNN's own cache above already makes rebuilding one cheap
+IDEEP_CACHE_CAPACITY = 1
+
+# CPU training gives malloc's free pages back every this many updates (untrimmed, bf16 training's
+# resident size kept growing with the variety of batch shapes)
+RELEASE_EVERY_UPDATES = 10
+
+# Decoding trims every this many batches: the next batch faults the returned pages back in, so a
+# trim per batch cost time and saved no peak memory
+RELEASE_EVERY_BATCHES = 8
+
+
+def limit_cpu_caches(onednn: int = ONEDNN_CACHE_CAPACITY, ideep: int = IDEEP_CACHE_CAPACITY) -> None:
+    """Cap oneDNN's primitive cache and ideep's computation cache (module docstring), each unless
+    the user set it (ONEDNN_PRIMITIVE_CACHE_CAPACITY, LRU_CACHE_CAPACITY)."""
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(onednn))
+    os.environ.setdefault("LRU_CACHE_CAPACITY", str(ideep))
+
+
+@lru_cache(maxsize=1)
+def _malloc_trim():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+def release_free_memory() -> bool:
+    """Return malloc's free pages to the OS; True where that was possible (glibc)."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True

@@ -21,7 +21,7 @@ from nmtkit import __version__
 from nmtkit.cli.common import setup_warnings, sigterm_unwinds
 from nmtkit.errors import NmtkitError, describe_os_error
 from nmtkit.io.files import abandoned_outputs
-from nmtkit.memory import limit_cpu_caches
+from nmtkit.devices import limit_cpu_caches
 from nmtkit.signals import Terminated
 
 # name -> "module:command", in pipeline order. A subcommand's module (its configs, click options

@@ -22,7 +22,7 @@ from nmtkit import signals
 from nmtkit.data.batching import update_batches
 from nmtkit.errors import TrainingError
 from nmtkit.io.dirs import kept_name
-from nmtkit.memory import RELEASE_EVERY_UPDATES, release_free_memory
+from nmtkit.devices import RELEASE_EVERY_UPDATES, release_free_memory
 from nmtkit.train import distributed as ddp
 from nmtkit.train.checkpoints import BEST, LAST, RunCheckpoints, run_lexicon
 from nmtkit.train.context import TrainContext
