@@ -32,7 +32,8 @@ class AverageConfig:
                                      help="A checkpoint to average (repeatable, at least one).")
     last: int | None = option(None, metavar="N", help="Average the run's N newest checkpoint_<update>.pt (kept by "
                                                        "train --keep-every); needs --save-dir.")
-    save_dir: str | None = option(None, metavar="RUN", path="directory", help="The run directory whose kept checkpoints --last takes.")
+    save_dir: str | None = option(None, metavar="RUN", path="directory",
+                                  help="The run directory whose kept checkpoints --last takes.")
     force: bool = option(False, help="Overwrite an existing --output.")
 
     def __post_init__(self) -> None:

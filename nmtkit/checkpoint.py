@@ -174,7 +174,8 @@ def _word_lists(obj: dict[str, Any], convert: Any) -> dict[str, Any]:
             out[key] = convert(out[key])
     pipeline = out.get("pipeline")
     if isinstance(pipeline, dict) and isinstance(pipeline.get("truecase"), dict):
-        out["pipeline"] = {**pipeline, "truecase": {side: convert(forms) for side, forms in pipeline["truecase"].items()}}
+        forms = {side: convert(words) for side, words in pipeline["truecase"].items()}
+        out["pipeline"] = {**pipeline, "truecase": forms}
     return out
 
 

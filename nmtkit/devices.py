@@ -81,7 +81,7 @@ PRECISIONS = ("fp32", "bf16", "fp16", "auto")  # autocast dtypes of --precision 
 # (nmtkit.models.fast.quantize), which a model being trained cannot have
 DECODE_PRECISIONS = PRECISIONS + ("int8",)
 FUSE = ("auto", "on", "off")  # --fuse: compile the recurrences' step bodies (nmtkit.models.fast.fusion)
-CUDA_GRAPHS = ("auto", "on", "off")  # --cuda-graphs: replay the training loops as CUDA graphs (nmtkit.models.fast.graphs)
+CUDA_GRAPHS = ("auto", "on", "off")  # --cuda-graphs: replay the training loops as CUDA graphs (models.fast.graphs)
 MAX_THREADS = 4096  # --threads: torch takes a C int, and no machine has more cores than this
 MAX_WORKERS = 256  # --workers: processes past this are a fork storm, not a speed-up
 DEVICE_HELP = ("Where to run: auto (CUDA when available), cpu, cuda (under torchrun: the process's own GPU) "

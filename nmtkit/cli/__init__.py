@@ -61,16 +61,13 @@ def command(name: str) -> click.Command:
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "--version", "-V", prog_name="nmtkit")
-@click.option("--debug", is_flag=True, help="Show full tracebacks for errors.")
-@click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
+@click.option("--debug", is_flag=True, help="Show full tracebacks for errors.")  # read by `main` from argv
+def cli(debug: bool) -> None:
     """nmtkit: neural machine translation in the style of the classic MT toolkits.
 
     A pipeline of plain-text files: preprocess -> train -> translate -> score,
     with select-data before preprocess to pick in-domain training data.
     """
-    ctx.ensure_object(dict)
-    ctx.obj["debug"] = debug
     setup_warnings()
 
 
@@ -237,8 +234,9 @@ def _run(argv: list[str] | None, debug: bool) -> None:
     except (MemoryError, RuntimeError) as err:  # torch's OutOfMemoryError is a RuntimeError
         if debug or not _out_of_memory(err):
             raise
-        click.echo(f"nmtkit: error: out of memory: {first_line(err) or type(err).__name__} (smaller sizes, batches or --max-tokens need "
-                   "less)", err=True)
+        reason = first_line(err) or type(err).__name__
+        click.echo(f"nmtkit: error: out of memory: {reason} (smaller sizes, batches or --max-tokens need less)",
+                   err=True)
         sys.exit(1)
 
 
@@ -254,8 +252,8 @@ def _error_unwinding(stop: BaseException) -> NmtkitError | None:
 
 
 def _click_error_line(err: click.ClickException) -> str:
-    """click's message for `err` on one line; a usage error points at its command's --help
-    (click's own form is four lines: usage, a hint, a blank line, the error)."""
+    """click's message for `err` on one line (click's own is four); a usage error points at its
+    command's --help."""
     text = " ".join(err.format_message().split())
     ctx = getattr(err, "ctx", None)
     if isinstance(err, click.UsageError) and ctx is not None:
