@@ -47,15 +47,6 @@ class AverageConfig:
         if self.last is not None and self.models:
             raise ConfigError("give either -m FILE ... or --last N --save-dir RUN, not both")
 
-    def paths(self) -> list[str]:
-        """The checkpoints to average: the -m files, or the run's --last N kept ones."""
-        return list(self.models) if self.last is None else [str(p) for p in last_checkpoints(self.save_dir, self.last)]
-
-    @property
-    def input_option(self) -> str:
-        """The option that gave the checkpoints (-m or --last), as messages name them."""
-        return "-m" if self.last is None else "--last"
-
 
 def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
     """The `n` newest kept checkpoints of a run, oldest first; an error when there are fewer."""
@@ -78,9 +69,8 @@ def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
 
 
 def check_averageable(path: str, ckpt: dict[str, Any], first_path: str, first: dict[str, Any]) -> None:
-    """CheckpointError (one line, naming `path`) unless `ckpt` can be averaged with `first`:
-    same vocabularies, text pipeline and languages (as an ensemble needs), same architecture,
-    model config and parameter names, shapes and dtypes."""
+    """CheckpointError naming `path` unless `ckpt` can be averaged with `first`: what an ensemble
+    needs alike, and the same architecture, model config and parameter names, shapes and dtypes."""
     from nmtkit.checkpoint import check_compatible
 
     if ckpt.get("arch") != first.get("arch"):
@@ -105,8 +95,7 @@ def check_averageable(path: str, ckpt: dict[str, Any], first_path: str, first: d
 
 def check_paths(paths: Sequence[str | Path], output: str | Path, input_option: str = "-m") -> None:
     """Refuse a missing input, an input given twice, and an output that is one of the inputs or
-    a standard stream (a checkpoint is a file that translate maps, not a stream). Messages name
-    the inputs as given by `input_option` (-m, or --last for a run's kept checkpoints)."""
+    not a file (`_check_output_name`); messages name the inputs by `input_option` (-m or --last)."""
     if not paths:
         raise ConfigError("give the checkpoints to average (-m FILE, repeatable) or --last N --save-dir RUN")
     _check_output_name(output)
@@ -127,10 +116,8 @@ def check_paths(paths: Sequence[str | Path], output: str | Path, input_option: s
 
 
 def _check_output_name(output: str | Path) -> None:
-    """Refuse -o naming a .gz file, stdout under any name ("-", /dev/stdout, /proc/self/fd/1: a checkpoint is
-    a file translate maps) or a run's own checkpoint (checkpoint_last.pt, checkpoint_best.pt,
-    checkpoint_N.pt in a run directory: replaced by one without optimiser state, the run could
-    no longer resume)."""
+    """Refuse -o naming stdout under any name or a .gz file (translate maps a checkpoint), or a
+    run's own checkpoint (without optimiser state in its place, the run could no longer resume)."""
     from nmtkit.io.dirs import BEST, LAST, kept_update, run_files_present
     from nmtkit.io.files import is_stdout
 
@@ -146,11 +133,8 @@ def _check_output_name(output: str | Path) -> None:
 
 
 def average_checkpoints(paths: Sequence[str], progress: Progress | None = None) -> dict[str, Any]:
-    """The checkpoint dict of the parameter mean of `paths` (see the module docstring).
-
-    Each tensor of the result: sum_m theta_m / M computed in float64, then cast to the dtype
-    stored in the checkpoints (non-floating tensors, e.g. counters, must be equal and are
-    copied)."""
+    """The checkpoint dict of the parameter mean of `paths`: each tensor sum_m theta_m / M in
+    float64, cast to its stored dtype (non-floating tensors, e.g. counters, must be equal)."""
     from nmtkit.devices import import_torch
 
     torch = import_torch()
@@ -202,8 +186,11 @@ def run(config: AverageConfig, progress: Progress | None = None) -> dict[str, An
     from nmtkit.checkpoint import save_checkpoint
     from nmtkit.io.files import check_output
 
-    paths = config.paths()
-    check_paths(paths, config.output, config.input_option)
+    if config.last is None:
+        paths, given_by = list(config.models), "-m"
+    else:
+        paths, given_by = [str(p) for p in last_checkpoints(config.save_dir, config.last)], "--last"
+    check_paths(paths, config.output, given_by)
     check_output(config.output, config.force, "averaged checkpoint")
     ckpt = average_checkpoints(paths, progress)
     save_checkpoint(ckpt, config.output)

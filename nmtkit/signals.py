@@ -35,11 +35,6 @@ def blocked(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _handled_signals() -> list[int]:
-    """SIGINT and SIGTERM, but for one that is ignored or whose handler Python did not set."""
-    return [sig for sig in STOP_SIGNALS if signal.getsignal(sig) not in (None, signal.SIG_IGN)]
-
-
 @contextlib.contextmanager
 def handled_by(handler: Any) -> Iterator[None]:
     """Within: SIGINT and SIGTERM go to `handler`, their handlers restored after; one that is
@@ -48,7 +43,8 @@ def handled_by(handler: Any) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = {sig: signal.signal(sig, handler) for sig in _handled_signals()}
+    handled = [sig for sig in STOP_SIGNALS if signal.getsignal(sig) not in (None, signal.SIG_IGN)]
+    old = {sig: signal.signal(sig, handler) for sig in handled}
     try:
         yield
     finally:
