@@ -15,8 +15,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from nmtkit.checkpoint import (
+    check_compatible,
+    check_finite,
+    checkpoint_paths,
+    load_checkpoint,
+    make_checkpoint,
+    model_fields,
+    save_checkpoint,
+)
+from nmtkit.devices import import_torch
 from nmtkit.errors import CheckpointError, ConfigError, InputError, OutputError
 from nmtkit.io.checks import check_outputs_vs_inputs, file_path
+from nmtkit.io.dirs import BEST, LAST, kept_checkpoints, kept_update, run_files_present
+from nmtkit.io.files import check_output, is_stdout
 from nmtkit.options import check_fields, option
 from nmtkit.progress import Progress
 
@@ -37,8 +49,6 @@ class AverageConfig:
     force: bool = option(False, help="Overwrite an existing --output.")
 
     def __post_init__(self) -> None:
-        from nmtkit.checkpoint import checkpoint_paths
-
         # one path or any iterable of them (read once) from Python; bytes are a TypeError
         object.__setattr__(self, "models", tuple(checkpoint_paths(self.models)))
         check_fields(self)
@@ -58,8 +68,6 @@ def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
                          "--last averages", str(save_dir))
     if not save_dir.is_dir():
         raise InputError("run directory not found", str(save_dir))
-    from nmtkit.io.dirs import kept_checkpoints
-
     kept = kept_checkpoints(save_dir)
     if len(kept) < n:
         have = ", ".join(p.name for p in kept) or "none"
@@ -71,8 +79,6 @@ def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
 def check_averageable(path: str, ckpt: dict[str, Any], first_path: str, first: dict[str, Any]) -> None:
     """CheckpointError naming `path` unless `ckpt` can be averaged with `first`: what an ensemble
     needs alike, and the same architecture, model config and parameter names, shapes and dtypes."""
-    from nmtkit.checkpoint import check_compatible
-
     if ckpt.get("arch") != first.get("arch"):
         raise CheckpointError(f"architecture {ckpt.get('arch')} differs from {first_path}'s ({first.get('arch')}); "
                               "only checkpoints of one model can be averaged", path)
@@ -118,9 +124,6 @@ def check_paths(paths: Sequence[str | Path], output: str | Path, input_option: s
 def _check_output_name(output: str | Path) -> None:
     """Refuse -o naming stdout under any name or a .gz file (translate maps a checkpoint), or a
     run's own checkpoint (without optimiser state in its place, the run could no longer resume)."""
-    from nmtkit.io.dirs import BEST, LAST, kept_update, run_files_present
-    from nmtkit.io.files import is_stdout
-
     if file_path(output) is None or is_stdout(output):
         raise ConfigError(f"-o {str(output)!r}: the averaged checkpoint is written to a file, give its name")
     if str(output).endswith(".gz"):  # a .gz output would be compressed, which no checkpoint reader undoes
@@ -135,11 +138,7 @@ def _check_output_name(output: str | Path) -> None:
 def average_checkpoints(paths: Sequence[str], progress: Progress | None = None) -> dict[str, Any]:
     """The checkpoint dict of the parameter mean of `paths`: each tensor sum_m theta_m / M in
     float64, cast to its stored dtype (non-floating tensors, e.g. counters, must be equal)."""
-    from nmtkit.devices import import_torch
-
     torch = import_torch()
-    from nmtkit.checkpoint import check_finite, load_checkpoint, make_checkpoint, model_fields
-
     first_path, first = paths[0], None
     sums: dict[str, Any] = {}
     sources = []
@@ -183,9 +182,6 @@ def run(config: AverageConfig, progress: Progress | None = None) -> dict[str, An
     Every input and the output are checked before any checkpoint is read; messages name the
     inputs by the option that gave them. `progress(path, i, n)` follows the i-th of n checkpoints
     read. The report: "output", "inputs" (the checkpoints averaged) and "checkpoint" (the dict written)."""
-    from nmtkit.checkpoint import save_checkpoint
-    from nmtkit.io.files import check_output
-
     if config.last is None:
         paths, given_by = list(config.models), "-m"
     else:

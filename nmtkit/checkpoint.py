@@ -13,10 +13,14 @@ gives translation a typed `ModelBundle` of one checkpoint or a compatible ensemb
 from __future__ import annotations
 
 import os
+import pickle
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from nmtkit import __version__
+from nmtkit.devices import import_torch
 from nmtkit.errors import CheckpointError, ConfigError
 from nmtkit.io.files import OutputFile
 from nmtkit.text.pipeline import TextPipeline, pipeline_differences
@@ -56,8 +60,6 @@ def make_checkpoint(
 ) -> dict[str, Any]:
     """The checkpoint dict of the schema above; `training`: the trainer's own state (trainer,
     schedule, rng, optimiser and grad-scaler states), appended as is."""
-    from nmtkit import __version__
-
     return {
         "format_version": CHECKPOINT_FORMAT,
         "nmtkit_version": __version__,
@@ -126,11 +128,6 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = Fa
     `mmap`: map the file's tensors instead of reading them, so that a tensor nobody touches
     (e.g. the optimiser's moments, twice the model's size, when only the model is wanted)
     costs neither reading time nor memory."""
-    import pickle
-    import warnings
-
-    from nmtkit.devices import import_torch
-
     torch = import_torch()  # often the command's first use of torch
     path = Path(path)
     if path.is_dir():
