@@ -5,6 +5,7 @@ command as Ctrl-C does (`sigterm_interrupts`), and the set-up of a worker proces
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import sys
@@ -95,8 +96,6 @@ def die_with_parent(sig: int, parent: int) -> None:
     PR_SET_PDEATHSIG), and send it now if that parent is already gone."""
     if not sys.platform.startswith("linux"):
         return
-    import ctypes
-
     pr_set_pdeathsig = 1
     try:
         if ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(sig), 0, 0, 0) != 0:

@@ -13,6 +13,7 @@ import click
 from nmtkit import signals
 from nmtkit.devices import available_cores
 from nmtkit.errors import ConfigError
+from nmtkit.io.files import abort_pending
 from nmtkit.options import (
     OptionSpec,
     cli_default,
@@ -177,8 +178,6 @@ def sigterm_unwinds() -> Iterator[None]:
             yield
         except BaseException as err:
             if isinstance(err, Terminated) or isinstance(err.__cause__ or err.__context__, Terminated):  # click: Abort
-                from nmtkit.io.files import abort_pending
-
                 abort_pending()  # the signal may have landed inside cleanup code, skipping some `with` exits
             raise
 
