@@ -124,10 +124,8 @@ def save_checkpoint(obj: dict[str, Any], path: str | Path) -> None:
 
 def load_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = False) -> dict[str, Any]:
     """Load and validate a checkpoint; clear errors for missing, truncated or foreign files.
-
-    `mmap`: map the file's tensors instead of reading them, so that a tensor nobody touches
-    (e.g. the optimiser's moments, twice the model's size, when only the model is wanted)
-    costs neither reading time nor memory."""
+    `mmap`: map the file's tensors, so that one nobody touches (the optimiser's moments when only
+    the model is wanted) costs neither reading time nor memory."""
     torch = import_torch()  # often the command's first use of torch
     path = Path(path)
     if path.is_dir():

@@ -194,13 +194,10 @@ class _Output:
 
 
 class Staged(_Output):
-    """Where the bytes for `path` go now (`write_path`) and how they appear there (`commit`).
-
-    For a regular destination `write_path` is an empty temp file beside it; `commit()` fsyncs it,
-    gives it the final mode (the replaced file's, as writing in place would leave it) and renames
-    it over the destination, `abort()` removes it. For a node written in place `write_path` is
-    `path` itself and both are no-ops.
-    """
+    """Where the bytes for `path` go now (`write_path`) and how they appear there. For a regular
+    destination `write_path` is an empty temp file beside it; `commit()` fsyncs it, gives it the
+    final mode (the replaced file's) and renames it over the destination, `abort()` removes it.
+    For a node written in place `write_path` is `path` itself and both are no-ops."""
 
     def __init__(self, path: str | Path):
         self.path = os.fspath(path)
@@ -335,9 +332,8 @@ class StagedFiles:
 
 def commit_all(outputs: Sequence[Staged | OutputFile], remove: Sequence[str] = ()) -> None:
     """Make `outputs` appear, in order, then delete the `remove` files, with SIGINT and SIGTERM
-    blocked (`nmtkit.signals.blocked`): a signal lands before all of it or after, never between
-    two outputs. An output that fails to commit is removed with those after it, and its OSError
-    names it (not its temp name)."""
+    blocked (never between two outputs). An output that fails to commit is removed with those
+    after it, and its OSError names it."""
     with signals.blocked():
         for i, out in enumerate(outputs):
             tmp = out.write_path
