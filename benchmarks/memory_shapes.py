@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from nmtkit.memory import release_free_memory  # noqa: E402
+from nmtkit.devices import release_free_memory  # noqa: E402
 
 
 def rss_mb() -> int:

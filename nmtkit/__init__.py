@@ -1,11 +1,8 @@
-"""nmtkit: a neural machine translation toolkit.
-
-Reproduces Bahdanau et al. (2015) RNNsearch, the Cho et al. (2014) RNNencdec baseline and an
-LSTM with multiplicative attention, with Moses-style preprocessing, Axelrod data selection,
-batched beam search and sacrebleu scoring.
+"""nmtkit: a neural machine translation toolkit. Reproduces Bahdanau et al. (2015) RNNsearch, the
+Cho et al. (2014) RNNencdec baseline and an LSTM with multiplicative attention, with Moses-style
+preprocessing, Axelrod data selection, batched beam search and sacrebleu scoring.
 
 From Python (`nmtkit translate` without the command line):
-
     import nmtkit
     model = nmtkit.load("run/checkpoint_best.pt", device="cpu", beam=5)
     model.translate(["Hello, world!"])          # -> ["Bonjour, le monde !"]

@@ -13,11 +13,24 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
+from nmtkit.checkpoint import (
+    check_compatible,
+    check_finite,
+    checkpoint_paths,
+    load_checkpoint,
+    make_checkpoint,
+    model_fields,
+    save_checkpoint,
+)
+from nmtkit.devices import import_torch
 from nmtkit.errors import CheckpointError, ConfigError, InputError, OutputError
 from nmtkit.io.checks import check_outputs_vs_inputs, file_path
+from nmtkit.io.dirs import BEST, LAST, kept_checkpoints, kept_update, run_files_present
+from nmtkit.io.files import check_output, is_stdout
 from nmtkit.options import check_fields, option
+from nmtkit.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -31,24 +44,18 @@ class AverageConfig:
                                      help="A checkpoint to average (repeatable, at least one).")
     last: int | None = option(None, metavar="N", help="Average the run's N newest checkpoint_<update>.pt (kept by "
                                                        "train --keep-every); needs --save-dir.")
-    save_dir: str | None = option(None, metavar="RUN", path="directory", help="The run directory whose kept checkpoints --last takes.")
+    save_dir: str | None = option(None, metavar="RUN", path="directory",
+                                  help="The run directory whose kept checkpoints --last takes.")
     force: bool = option(False, help="Overwrite an existing --output.")
 
     def __post_init__(self) -> None:
+        # one path or any iterable of them (read once) from Python; bytes are a TypeError
+        object.__setattr__(self, "models", tuple(checkpoint_paths(self.models)))
         check_fields(self)
         if (self.last is None) != (self.save_dir is None):
             raise ConfigError("--last N and --save-dir RUN go together")
         if self.last is not None and self.models:
             raise ConfigError("give either -m FILE ... or --last N --save-dir RUN, not both")
-
-    def paths(self) -> list[str]:
-        """The checkpoints to average: the -m files, or the run's --last N kept ones."""
-        return list(self.models) if self.last is None else [str(p) for p in last_checkpoints(self.save_dir, self.last)]
-
-    @property
-    def input_option(self) -> str:
-        """The option that gave the checkpoints (-m or --last), as messages name them."""
-        return "-m" if self.last is None else "--last"
 
 
 def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
@@ -61,8 +68,6 @@ def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
                          "--last averages", str(save_dir))
     if not save_dir.is_dir():
         raise InputError("run directory not found", str(save_dir))
-    from nmtkit.io.dirs import kept_checkpoints
-
     kept = kept_checkpoints(save_dir)
     if len(kept) < n:
         have = ", ".join(p.name for p in kept) or "none"
@@ -72,11 +77,8 @@ def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
 
 
 def check_averageable(path: str, ckpt: dict[str, Any], first_path: str, first: dict[str, Any]) -> None:
-    """CheckpointError (one line, naming `path`) unless `ckpt` can be averaged with `first`:
-    same vocabularies, text pipeline and languages (as an ensemble needs), same architecture,
-    model config and parameter names, shapes and dtypes."""
-    from nmtkit.checkpoint import check_compatible
-
+    """CheckpointError naming `path` unless `ckpt` can be averaged with `first`: what an ensemble
+    needs alike, and the same architecture, model config and parameter names, shapes and dtypes."""
     if ckpt.get("arch") != first.get("arch"):
         raise CheckpointError(f"architecture {ckpt.get('arch')} differs from {first_path}'s ({first.get('arch')}); "
                               "only checkpoints of one model can be averaged", path)
@@ -99,8 +101,7 @@ def check_averageable(path: str, ckpt: dict[str, Any], first_path: str, first: d
 
 def check_paths(paths: Sequence[str | Path], output: str | Path, input_option: str = "-m") -> None:
     """Refuse a missing input, an input given twice, and an output that is one of the inputs or
-    a standard stream (a checkpoint is a file that translate maps, not a stream). Messages name
-    the inputs as given by `input_option` (-m, or --last for a run's kept checkpoints)."""
+    not a file (`_check_output_name`); messages name the inputs by `input_option` (-m or --last)."""
     if not paths:
         raise ConfigError("give the checkpoints to average (-m FILE, repeatable) or --last N --save-dir RUN")
     _check_output_name(output)
@@ -121,13 +122,8 @@ def check_paths(paths: Sequence[str | Path], output: str | Path, input_option: s
 
 
 def _check_output_name(output: str | Path) -> None:
-    """Refuse -o naming a .gz file, stdout under any name ("-", /dev/stdout, /proc/self/fd/1: a checkpoint is
-    a file translate maps) or a run's own checkpoint (checkpoint_last.pt, checkpoint_best.pt,
-    checkpoint_N.pt in a run directory: replaced by one without optimiser state, the run could
-    no longer resume)."""
-    from nmtkit.io.dirs import BEST, LAST, kept_update, run_files_present
-    from nmtkit.io.files import is_stdout
-
+    """Refuse -o naming stdout under any name or a .gz file (translate maps a checkpoint), or a
+    run's own checkpoint (without optimiser state in its place, the run could no longer resume)."""
     if file_path(output) is None or is_stdout(output):
         raise ConfigError(f"-o {str(output)!r}: the averaged checkpoint is written to a file, give its name")
     if str(output).endswith(".gz"):  # a .gz output would be compressed, which no checkpoint reader undoes
@@ -139,18 +135,10 @@ def _check_output_name(output: str | Path) -> None:
                           "give the averaged checkpoint another name (e.g. averaged.pt)", str(output))
 
 
-def average_checkpoints(paths: Sequence[str | Path], progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """The checkpoint dict of the parameter mean of `paths` (see the module docstring).
-
-    Each tensor of the result: sum_m theta_m / M computed in float64, then cast to the dtype
-    stored in the checkpoints (non-floating tensors, e.g. counters, must be equal and are
-    copied)."""
-    from nmtkit.devices import import_torch
-
+def average_checkpoints(paths: Sequence[str], progress: Progress | None = None) -> dict[str, Any]:
+    """The checkpoint dict of the parameter mean of `paths`: each tensor sum_m theta_m / M in
+    float64, cast to its stored dtype (non-floating tensors, e.g. counters, must be equal)."""
     torch = import_torch()
-    from nmtkit.checkpoint import check_finite, load_checkpoint, make_checkpoint, model_fields
-
-    paths = [str(p) for p in paths]
     first_path, first = paths[0], None
     sums: dict[str, Any] = {}
     sources = []
@@ -174,7 +162,7 @@ def average_checkpoints(paths: Sequence[str | Path], progress: Callable[[str], N
         sources.append({"path": path, "update": (ckpt.get("trainer") or {}).get("update")})
         last = ckpt
         if progress is not None:
-            progress(path)
+            progress(path, len(sources), len(paths))
     assert first is not None
     n = len(paths)
     state = {k: ((s / n).to(first["model_state"][k].dtype) if first["model_state"][k].is_floating_point() else s)
@@ -188,17 +176,18 @@ def average_checkpoints(paths: Sequence[str | Path], progress: Callable[[str], N
     )
 
 
-def average(paths: str | Path | Sequence[str | Path], output: str | Path, force: bool = False,
-            progress: Callable[[str], None] | None = None, input_option: str = "-m") -> dict[str, Any]:
-    """Average `paths` into the checkpoint file `output` (written atomically); returns its dict.
-    Every input and the output are checked before any checkpoint is read; messages name the
-    inputs by `input_option`, the option that gave them (`check_paths`)."""
-    from nmtkit.checkpoint import checkpoint_paths, save_checkpoint
-    from nmtkit.io.files import check_output
+def run(config: AverageConfig, progress: Progress | None = None) -> dict[str, Any]:
+    """Average the config's checkpoints into the file `config.output` (written atomically).
 
-    paths = checkpoint_paths(paths)  # once: a generator is read one time only
-    check_paths(paths, output, input_option)
-    check_output(output, force, "averaged checkpoint")
+    Every input and the output are checked before any checkpoint is read; messages name the
+    inputs by the option that gave them. `progress(path, i, n)` follows the i-th of n checkpoints
+    read. The report: "output", "inputs" (the checkpoints averaged) and "checkpoint" (the dict written)."""
+    if config.last is None:
+        paths, given_by = list(config.models), "-m"
+    else:
+        paths, given_by = [str(p) for p in last_checkpoints(config.save_dir, config.last)], "--last"
+    check_paths(paths, config.output, given_by)
+    check_output(config.output, config.force, "averaged checkpoint")
     ckpt = average_checkpoints(paths, progress)
-    save_checkpoint(ckpt, output)
-    return ckpt
+    save_checkpoint(ckpt, config.output)
+    return {"output": config.output, "inputs": paths, "checkpoint": ckpt}

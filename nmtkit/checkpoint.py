@@ -1,57 +1,37 @@
 """Checkpoint format: one self-describing file per model (docs/design.md, convention 2).
 
-A checkpoint is a dict of primitives and tensors only, loadable with `weights_only=True`:
-  format_version  int, CHECKPOINT_FORMAT
-  arch            str, e.g. "rnnsearch"
-  model_config    dict, the architecture's config dataclass as a dict
-  model_state     state_dict
-  pipeline        dict, the text pipeline recorded by preprocess (see nmtkit.text.pipeline)
-  src_lang, tgt_lang  str
-  src_vocab, tgt_vocab  list[str] (on disk one string: see below)
-  train_config    dict, nmtkit.train.config.TrainConfig as a dict; its "max_len" (int or None)
-                  is the longest training sentence in words, which translation reads (`trained_max_len`)
-  data_manifest   dict, the data directory's manifest.json (None where there was none)
-  lexicon         int32 tensor (src vocab, k) or None: each source id's likeliest target ids,
-                  for decoding shortlists (nmtkit.decode.shortlist)
-  ...training state (optimizer, step, rng, data position, best score) as the trainer needs.
-  averaged_from   list of {"path", "update"}: only in a checkpoint `nmtkit average` wrote (the
-                  mean of those checkpoints' parameters; no optimiser state, so not resumable)
-`make_checkpoint` builds this dict (the trainer and the test fixtures alike) and `load_checkpoint` reads it back.
-
-Word lists on disk: the vocabularies and the truecasing model's lists of best forms
-(pipeline["truecase"]["src" | "tgt"]) are each written as one string, their words joined by
-newlines (words never hold a newline: they are whitespace-split tokens). torch's weights-only
-unpickler, which every load goes through, runs in Python, one opcode at a time: two 30,000-word
-vocabularies took 0.15 s of a 0.15 s load, and a WMT truecasing model's hundreds of thousands of
-forms would take seconds. One string is one opcode. `save_checkpoint` joins them and
-`load_checkpoint` splits them, so the dict in memory always holds lists. Another format_version
-is refused (docs/design.md, Compatibility). `load_bundle` reads what translation needs from one checkpoint
-or a compatible ensemble as a typed `ModelBundle`. Written atomically through nmtkit.io.files: temp file in the
-same directory, fsync, os.replace.
+A dict of primitives and tensors only, loadable with `weights_only=True`: format_version
+(CHECKPOINT_FORMAT; another is refused), arch, model_config and model_state, pipeline (the text
+pipeline), src_lang, tgt_lang, src_vocab, tgt_vocab (list[str]), train_config (TrainConfig as a
+dict; its max_len is read by translation, `trained_max_len`), data_manifest (or None), lexicon
+(int32 (src vocab, k) likeliest target ids for nmtkit.decode.shortlist, or None), the trainer's
+state, and in an `nmtkit average` output averaged_from ([{"path", "update"}], not resumable).
+`make_checkpoint` builds it, `save_checkpoint` writes it atomically (nmtkit.io.files) with each
+word list as one string (`_word_lists`), `load_checkpoint` reads and checks it, and `load_bundle`
+gives translation a typed `ModelBundle` of one checkpoint or a compatible ensemble.
 """
 from __future__ import annotations
 
+import os
+import pickle
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
+from nmtkit import __version__
+from nmtkit.devices import import_torch
 from nmtkit.errors import CheckpointError, ConfigError
 from nmtkit.io.files import OutputFile
-from nmtkit.text.pipeline import pipeline_differences
-
-if TYPE_CHECKING:
-    from nmtkit.text.pipeline import TextPipeline
-    from nmtkit.text.vocab import Vocab
+from nmtkit.text.pipeline import TextPipeline, pipeline_differences
+from nmtkit.text.vocab import Vocab
 
 CHECKPOINT_FORMAT = 2
 
 
 def checkpoint_paths(value: Any) -> list[str]:
-    """One checkpoint path or an iterable of them (the Python API's argument) as a list of str.
-    Anything else is a TypeError: a bytes path was taken apart into character codes, and a
-    string given where a list was expected into characters."""
-    import os
-
+    """One checkpoint path or an iterable of them (the Python API's argument) as a list of str;
+    anything else (bytes included, which would be taken apart into character codes) a TypeError."""
     if isinstance(value, (str, os.PathLike)):
         return [os.fspath(value)]
     if isinstance(value, (bytes, bytearray)) or not hasattr(value, "__iter__"):
@@ -80,8 +60,6 @@ def make_checkpoint(
 ) -> dict[str, Any]:
     """The checkpoint dict of the schema above; `training`: the trainer's own state (trainer,
     schedule, rng, optimiser and grad-scaler states), appended as is."""
-    from nmtkit import __version__
-
     return {
         "format_version": CHECKPOINT_FORMAT,
         "nmtkit_version": __version__,
@@ -109,8 +87,7 @@ def trained_max_len(ckpt: dict[str, Any]) -> int | None:
 
 class _WriteRecorder:
     """A file wrapper that remembers the OSError of a failed write: torch.save reports a full
-    disk as "RuntimeError: [enforce fail at inline_container.cc] unexpected pos", which names
-    neither the file nor the reason."""
+    disk as a RuntimeError that names neither the file nor the reason."""
 
     def __init__(self, file: Any):
         self.file = file
@@ -147,15 +124,8 @@ def save_checkpoint(obj: dict[str, Any], path: str | Path) -> None:
 
 def load_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = False) -> dict[str, Any]:
     """Load and validate a checkpoint; clear errors for missing, truncated or foreign files.
-
-    `mmap`: map the file's tensors instead of reading them, so that a tensor nobody touches
-    (e.g. the optimiser's moments, twice the model's size, when only the model is wanted)
-    costs neither reading time nor memory."""
-    import pickle
-    import warnings
-
-    from nmtkit.devices import import_torch
-
+    `mmap`: map the file's tensors, so that one nobody touches (the optimiser's moments when only
+    the model is wanted) costs neither reading time nor memory."""
     torch = import_torch()  # often the command's first use of torch
     path = Path(path)
     if path.is_dir():
@@ -189,8 +159,9 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = Fa
 
 
 def _word_lists(obj: dict[str, Any], convert: Any) -> dict[str, Any]:
-    """`obj` with `convert` applied to its word lists (module docstring): the vocabularies and
-    the truecasing model's forms. Returns a new dict where something changed; `obj` itself is
+    """`obj` with `convert` applied to its word lists: the vocabularies and the truecasing model's
+    forms (pipeline["truecase"][side]). On disk each is one newline-joined string: the weights-only
+    unpickler runs one opcode at a time, and one string is one opcode. A new dict; `obj` itself is
     never modified (it may be the trainer's live checkpoint dict)."""
     out = dict(obj)
     for key in ("src_vocab", "tgt_vocab"):
@@ -198,7 +169,8 @@ def _word_lists(obj: dict[str, Any], convert: Any) -> dict[str, Any]:
             out[key] = convert(out[key])
     pipeline = out.get("pipeline")
     if isinstance(pipeline, dict) and isinstance(pipeline.get("truecase"), dict):
-        out["pipeline"] = {**pipeline, "truecase": {side: convert(forms) for side, forms in pipeline["truecase"].items()}}
+        forms = {side: convert(words) for side, words in pipeline["truecase"].items()}
+        out["pipeline"] = {**pipeline, "truecase": forms}
     return out
 
 
@@ -216,9 +188,8 @@ def _split(words: Any) -> Any:
 
 
 def model_fields(ckpt: dict[str, Any], path: str) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """(arch, model_config, model_state) of a checkpoint, the config and the state mappings and
-    the state's values tensors; else a CheckpointError naming the file. The one check of what
-    loading and `nmtkit average` read of a model."""
+    """(arch, model_config, model_state) of a checkpoint, checked to be mappings (the state's of
+    tensors); else a CheckpointError naming the file."""
     import torch
 
     for key in ("arch", "model_config", "model_state"):
@@ -233,15 +204,12 @@ def model_fields(ckpt: dict[str, Any], path: str) -> tuple[Any, dict[str, Any], 
 
 def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False,
                prepare: Callable[[Any], Any] | None = None):
-    """(model in eval mode on `device`, checkpoint dict) from a checkpoint file; `fuse_steps` as
-    in `build_model`. The file is memory-mapped: only the model's tensors are read (copied into
-    the model), not the training state the checkpoint also holds.
+    """(model in eval mode on `device`, checkpoint dict) from a memory-mapped checkpoint file, so
+    that the training state is never read; `fuse_steps` as in `build_model`.
 
     `prepare(model)` (e.g. int8 quantisation) runs while the model's tensors are still the
-    file's mapped ones, so that what it replaces (the float weights of the int8 layers) is read
-    from the file and never copied; then every tensor of the model that is still the file's is
-    copied into memory. No model depends on its file: one overwritten in place (`cp new.pt
-    model.pt`) under a running `translate` or `serve` would otherwise kill it with SIGBUS."""
+    file's, so that the weights it replaces are never copied; then the model's tensors still
+    mapped are copied: a file overwritten in place under `translate` or `serve` would SIGBUS it."""
     import torch
 
     from nmtkit.models import build_model
@@ -276,11 +244,9 @@ def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False,
 
 
 def check_finite(state: dict[str, Any], path: str) -> None:
-    """A CheckpointError naming the float tensors of `state` that hold a NaN or an infinity: one
-    such weight turns every score it touches into NaN, and the search then returns empty
-    translations without a word of warning. A sum per tensor finds them (NaN and infinities
-    survive a sum; a float32 sum of sane weights cannot overflow): rnnsearch-50's 80 million
-    weights in 11-21 ms, against ~250 ms for `isfinite().all()`."""
+    """A CheckpointError naming the float tensors of `state` that hold a NaN or an infinity (one
+    such weight makes every translation silently empty). A float32 sum per tensor finds them, far
+    faster than `isfinite().all()`: NaN and infinities survive a sum, sane weights cannot overflow."""
     import torch
 
     bad = [name for name, t in state.items() if isinstance(t, torch.Tensor) and t.is_floating_point()
@@ -308,14 +274,9 @@ def _copy_tensors_of(model: Any, storages: set[int]) -> None:
 
 @dataclass(frozen=True)
 class ModelBundle:
-    """What translation needs from one checkpoint, or from several that form an ensemble.
-
-    paths: the checkpoint files; models: their Seq2Seq models, in eval mode on the device;
-    src_vocab, tgt_vocab, pipeline, arch, src_lang, tgt_lang: the first checkpoint's (an
-    ensemble shares them); lexicon: its int32 (source vocab, k) tensor of likeliest target ids
-    (nmtkit.decode.shortlist), None where it has none; trained_max_len: its longest training
-    sentence (`trained_max_len`), None where unlimited or not recorded.
-    """
+    """What translation needs from one checkpoint, or from several that form an ensemble: the
+    files and their models (eval mode, on the device); the rest is the first checkpoint's (an
+    ensemble shares it), lexicon and trained_max_len None where it has none."""
 
     paths: tuple[str, ...]
     models: tuple[Any, ...]
@@ -330,8 +291,6 @@ class ModelBundle:
 
 
 def pipeline_of(ckpt: dict[str, Any], path: str) -> TextPipeline:
-    from nmtkit.text.pipeline import TextPipeline
-
     d = ckpt.get("pipeline")
     if not isinstance(d, dict):
         raise CheckpointError("checkpoint has no text pipeline", path)
@@ -344,11 +303,9 @@ def pipeline_of(ckpt: dict[str, Any], path: str) -> TextPipeline:
 
 
 def _lexicon_of(ckpt: dict[str, Any], n_src: int, n_tgt: int, path: str) -> Any:
-    """The checkpoint's lexicon (nmtkit.decode.shortlist), None where it has none. A copy (about
-    a megabyte): a tensor of the memory-mapped file would keep the whole mapping, with the
-    model's pages that load_state_dict read (the model's size again), resident. One that does
-    not fit the vocabularies is a CheckpointError: the shortlists would quietly drop its rows
-    and clip its ids, and every translation would change."""
+    """The checkpoint's lexicon (nmtkit.decode.shortlist) copied out of the file's mapping (which
+    it would keep resident), None where it has none. One that does not fit the vocabularies is a
+    CheckpointError: the shortlists would quietly drop its rows and clip its ids."""
     import torch
 
     lex = ckpt.get("lexicon")
@@ -368,12 +325,9 @@ def _lexicon_of(ckpt: dict[str, Any], n_src: int, n_tgt: int, path: str) -> Any:
 
 def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bool = False,
                 prepare: Callable[[Any], Any] | None = None) -> ModelBundle:
-    """The models of `paths` on `device` (`fuse_steps` as in `build_model`, `prepare` as in
-    `load_model`) with the first checkpoint's vocabularies, text pipeline and lexicon. Several
-    paths must be compatible as an ensemble (`check_compatible`); a
-    missing or broken checkpoint, or one that cannot join the others, is a CheckpointError naming its file."""
-    from nmtkit.text.vocab import Vocab
-
+    """The models of `paths` on `device` (`fuse_steps`, `prepare` as in `load_model`) with the
+    first checkpoint's vocabularies, text pipeline and lexicon. A missing or broken checkpoint, or
+    one that cannot join the others (`check_compatible`), is a CheckpointError naming its file."""
     names = tuple(str(p) for p in paths)
     loaded = [load_model(p, device, fuse_steps=fuse_steps, prepare=prepare) for p in names]
     ckpts = [ckpt for _, ckpt in loaded]
@@ -397,11 +351,8 @@ def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bo
 
 
 def check_compatible(paths: Sequence[str], ckpts: Sequence[dict], needs: str = "an ensemble needs models") -> None:
-    """Every checkpoint must have the first one's vocabularies and text pipeline.
-
-    Raises CheckpointError naming the first offending checkpoint and what differs, and what
-    `needs` them alike (an ensemble; `nmtkit average` says averaging).
-    """
+    """A CheckpointError naming the first checkpoint whose vocabularies, text pipeline or
+    languages differ from the first one's, what differs, and what `needs` them alike."""
     first_path, first = paths[0], ckpts[0]
     for path, ckpt in zip(paths[1:], ckpts[1:]):
         for side in ("src", "tgt"):

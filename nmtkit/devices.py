@@ -1,24 +1,30 @@
-"""Where work runs: CPU cores available to this process and the torch device to use.
+"""Where work runs and what it keeps: the CPU cores available to this process, the torch device
+and threads to use, and the CPU footprint bounded. Importing this module does not import torch.
 
-Shared by preprocess/select-data/score (worker counts), train and translate (devices,
-threads). Importing this module does not import torch.
+oneDNN keeps a primitive for each product shape and ideep an LRU cache of computations, 1,024
+entries each by default, and decoding and training meet many shapes: `limit_cpu_caches` caps both
+before the first product (a capacity the user set is kept). Memory PyTorch frees mostly stays in
+glibc's malloc arenas: `release_free_memory` (`malloc_trim(0)`, a few milliseconds) returns the
+free pages, every few batches or updates, never between steps. Elsewhere than glibc it is a no-op.
+Figures: benchmarks/MEMORY.md.
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import re
 import sys
+from functools import lru_cache
 from typing import Any, Iterator
 
 from nmtkit.errors import ConfigError
 
 
 def import_torch() -> Any:
-    """`import torch`, with Ctrl-C and SIGTERM held until it is done (then they act). torch's C
-    code imports numpy and clears whatever error that raises, so an interrupt landing there was
-    lost (the command went on) or left numpy half-imported (a traceback later). Called where a
-    command first needs torch; once torch is imported it is only a lookup."""
+    """`import torch`, with Ctrl-C and SIGTERM held until it is done: torch's C code imports numpy
+    and clears whatever error that raises, so an interrupt there was lost or left numpy half-imported."""
     if "torch" in sys.modules:
         return sys.modules["torch"]
     from nmtkit.signals import blocked
@@ -32,8 +38,8 @@ _DEFAULT_THREADS: list[int] = []  # torch's thread count when nmtkit first asked
 
 
 def default_threads() -> int:
-    """torch's own thread count, as it was before nmtkit set any (the default of --threads in
-    translate and serve): a translator loaded after another with --threads 1 does not inherit 1."""
+    """torch's own thread count before nmtkit set any (the default of translate's --threads), so
+    that a translator loaded after one with --threads 1 does not inherit 1."""
     if not _DEFAULT_THREADS:
         _DEFAULT_THREADS.append(import_torch().get_num_threads())
     return _DEFAULT_THREADS[0]
@@ -49,8 +55,7 @@ def use_threads(n: int) -> None:
 
 @contextlib.contextmanager
 def threads_restored() -> Iterator[None]:
-    """Within, torch's threads may change (a training run sets its --threads); after, they are
-    as before, so that a run called from Python leaves the process's setting as it found it."""
+    """Within, torch's threads may change (a training run's --threads); after, they are as before."""
     before = import_torch().get_num_threads()
     try:
         yield
@@ -85,19 +90,17 @@ _DEVICE_NAME = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 
 
 def check_device_name(name: str) -> str:
-    """`name` if it is a device name of the --device options (auto, cpu, cuda, cuda:N), else a
-    ConfigError; whether the device exists is `resolve_device`'s question."""
+    """`name` if it is a --device name (auto, cpu, cuda, cuda:N), else a ConfigError; whether the
+    device exists is `resolve_device`'s question."""
     if not isinstance(name, str) or not _DEVICE_NAME.match(name):
         raise ConfigError(f"--device must be auto, cpu, cuda or cuda:N, not '{name}'")
     return name
 
 
 def resolve_device(name: str, local_rank: int = 0):
-    """`auto`, `cpu`, `cuda` or `cuda:N` -> a torch.device (and make it the current CUDA device).
-
-    `cuda` picks GPU `local_rank` (modulo the GPU count), as each torchrun process should.
-    Asking for CUDA where there is none is a ConfigError, not a torch traceback.
-    """
+    """`auto`, `cpu`, `cuda` or `cuda:N` -> a torch.device, made the current CUDA device; `cuda`
+    is GPU `local_rank` (modulo the GPU count), as each torchrun process should use. CUDA where
+    there is none is a ConfigError."""
     import torch
 
     check_device_name(name)
@@ -115,3 +118,47 @@ def resolve_device(name: str, local_rank: int = 0):
             raise ConfigError(f"--device {name}: there are {torch.cuda.device_count()} CUDA device(s)")
     torch.cuda.set_device(device)
     return device
+
+
+# oneDNN primitives kept: enough for the distinct shapes of a training update or a decoding batch
+ONEDNN_CACHE_CAPACITY = 64
+# ideep computations kept: oneDNN's own cache above already makes rebuilding one cheap
+IDEEP_CACHE_CAPACITY = 1
+
+# CPU training gives malloc's free pages back every this many updates (untrimmed, bf16 training's
+# resident size kept growing with the variety of batch shapes)
+RELEASE_EVERY_UPDATES = 10
+
+# Decoding trims every this many batches: the next batch faults the returned pages back in, so a
+# trim per batch cost time and saved no peak memory
+RELEASE_EVERY_BATCHES = 8
+
+
+def limit_cpu_caches(onednn: int = ONEDNN_CACHE_CAPACITY, ideep: int = IDEEP_CACHE_CAPACITY) -> None:
+    """Cap oneDNN's primitive cache and ideep's computation cache, each unless the user set it
+    (ONEDNN_PRIMITIVE_CACHE_CAPACITY, LRU_CACHE_CAPACITY)."""
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(onednn))
+    os.environ.setdefault("LRU_CACHE_CAPACITY", str(ideep))
+
+
+@lru_cache(maxsize=1)
+def _malloc_trim():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+def release_free_memory() -> bool:
+    """Return malloc's free pages to the OS; True where that was possible (glibc)."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True

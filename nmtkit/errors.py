@@ -63,11 +63,8 @@ class TrainingError(NmtkitError):
 
 
 def describe_os_error(err: OSError, stream: str | None = None) -> str:
-    """One line for an OSError met at the file-system boundary: `path: reason`.
-
-    `strerror` is the reason ("No space left on device", "Read-only file system"); a failed
-    write names no file, so `stream` (e.g. "<stdout>") stands in for it when given.
-    """
+    """One line for an OSError met at the file-system boundary: `path: strerror`; `stream` (e.g.
+    "<stdout>") stands in for the path of a failed write, which names no file."""
     reason = err.strerror or (errno.errorcode.get(err.errno, "") if err.errno else "") or str(err) or type(err).__name__
     where = err.filename if err.filename is not None else stream
     if where is None:

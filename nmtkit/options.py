@@ -1,10 +1,9 @@
 """Options declared once: a config dataclass field carries its help, choices, range and CLI name.
 
 `option(default, help=..., choices=..., min=..., ...)` is a `dataclasses.field` whose metadata
-says everything a command-line option needs. The click options of a command are generated from
-it (`nmtkit.cli.common.config_options`), and `check_fields` validates every field against it in
-one way, with one-line messages that name the option (`--max-updates must be at least 1, got 0`).
-Importing this module imports neither click nor torch.
+says everything a command-line option needs: a command's click options are generated from it
+(`nmtkit.cli.common.config_options`), and `check_fields` validates every field against it, with
+one-line messages that name the option. Imports neither click nor torch.
 """
 from __future__ import annotations
 
@@ -72,17 +71,12 @@ def cli_default(field: dataclasses.Field, spec: OptionSpec) -> Any:
 
 def option_fields(cls: type) -> list[tuple[dataclasses.Field, OptionSpec]]:
     """The fields of config class `cls` that are command-line options, in declaration order."""
-    out = []
-    for f in dataclasses.fields(cls):
-        spec = spec_of(f)
-        if spec is not None and spec.cli:
-            out.append((f, spec))
-    return out
+    return [(f, spec) for f in dataclasses.fields(cls) if (spec := spec_of(f)) is not None and spec.cli]
 
 
 def refuse_without(given: list[str], needed: str, why: str = "") -> None:
     """ConfigError "--a needs --c" ("--a and --b need --c") when options that act only with
-    `needed` were `given` without it: they would change nothing, without a word."""
+    `needed` were `given` without it (they would silently change nothing)."""
     if given:
         raise ConfigError(f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} {needed}{why}")
 
@@ -107,9 +101,8 @@ def help_text(field: dataclasses.Field, spec: OptionSpec) -> str:
 
 
 def empty_path_message(opt: str, what: str = "file", stream: bool = False) -> str:
-    """The one-line refusal of an empty path given to option `opt`: an unset shell variable,
-    never a request for the current directory (which is what an empty path opens) or a stream.
-    `stream`: the option also takes '-' for a standard stream."""
+    """The one-line refusal of an empty path given to option `opt` (an unset shell variable, not
+    the current directory); `stream`: the option also takes '-' for a standard stream."""
     give = f"give a {what}, or '-' for the standard stream" if stream else f"give a {what}"
     return f"{opt} '' names no {what} (an unset variable?): {give}"
 
@@ -141,9 +134,9 @@ _KINDS = {"float": "a finite number", "int": "an integer", "bool": "true or fals
 
 
 def _type_error(opt: str, type_name: str, value: Any) -> str | None:
-    """A float field holds a finite number, an int field an int, a bool field True or False,
-    and a field whose type does not admit None is not None (types as strings: PEP 563). The
-    Python API passes values as they come: a "no" for a switch would have turned it on."""
+    """The message for a value not of its field's type (as a string: PEP 563), None where it is: a
+    float finite, an int an int, a bool True or False (a "no" would turn a switch on), and None
+    only where the type admits it."""
     if value is None:
         if "None" in type_name or type_name == "Any":
             return None
@@ -161,9 +154,8 @@ def _type_error(opt: str, type_name: str, value: Any) -> str | None:
 
 
 def _as_path_strings(config: Any, f: dataclasses.Field, spec: OptionSpec) -> None:
-    """A field given from Python as a `Path` becomes its string (configs are stored as JSON,
-    which has no Path); a repeatable one given one string or path becomes a list of it, not of
-    its characters."""
+    """A path given from Python as a `Path` becomes its string (configs are stored as JSON); a
+    repeatable field given one string or path becomes a tuple of it, not of its characters."""
     value = getattr(config, f.name)
     if spec.multiple and isinstance(value, (str, os.PathLike)):
         value = (value,)
@@ -175,10 +167,8 @@ def _as_path_strings(config: Any, f: dataclasses.Field, spec: OptionSpec) -> Non
 
 
 def check_fields(config: Any) -> None:
-    """Every field of `config` of the type, choices and range its option declares; else a
-    ConfigError naming the option. None is accepted where the field's type admits it. Paths
-    given as `Path`s, and one string for a list, are made what the command line gives first
-    (`_as_path_strings`)."""
+    """A ConfigError naming the option unless every field of `config` has the type, choices and
+    range its option declares; paths are first made what the command line gives (`_as_path_strings`)."""
     for f in dataclasses.fields(config):
         spec = spec_of(f)
         if spec is not None and (spec.path is not None or spec.multiple):
@@ -203,11 +193,9 @@ def resume_overridable(cls: type) -> frozenset[str]:
 
 
 def given_options(cls: type, name: str, doc: str) -> type:
-    """A frozen dataclass named `name` with the fields of config class `cls`, each defaulting to
-    None, "not given" (for a command whose defaults come from elsewhere too: a preset, a
-    checkpoint). Its fields keep their option metadata, so a given value is checked by
-    `check_fields` as `cls` checks it; `given()` is the fields that were set, `replace(**changes)`
-    a copy with some changed."""
+    """A frozen dataclass `name` with the fields (and option metadata, so the same checks) of config
+    class `cls`, each defaulting to None, "not given" (where defaults come from elsewhere too: a
+    preset, a checkpoint); `given()` is the fields that were set, `replace(**changes)` a copy."""
     fields = []
     for f in dataclasses.fields(cls):
         type_name = str(f.type)

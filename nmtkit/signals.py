@@ -5,6 +5,7 @@ command as Ctrl-C does (`sigterm_interrupts`), and the set-up of a worker proces
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import sys
@@ -22,9 +23,8 @@ def exit_status(sig: int) -> int:
 
 @contextlib.contextmanager
 def blocked(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
-    """Within: `signals` blocked for this thread (`pthread_sigmask`), the mask restored after; a
-    signal that came meanwhile is delivered then. Where the platform cannot block signals, the
-    work runs as it comes."""
+    """Within: `signals` blocked for this thread (`pthread_sigmask`, where the platform has it);
+    one that came meanwhile is delivered after."""
     try:
         old = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
     except (AttributeError, ValueError, OSError):
@@ -36,21 +36,16 @@ def blocked(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _handled_signals() -> list[int]:
-    """SIGINT and SIGTERM, but for one that is ignored or whose handler Python did not set."""
-    return [sig for sig in STOP_SIGNALS if signal.getsignal(sig) not in (None, signal.SIG_IGN)]
-
-
 @contextlib.contextmanager
 def handled_by(handler: Any) -> Iterator[None]:
-    """Within: SIGINT and SIGTERM go to `handler` (a function, or signal.SIG_DFL), their
-    handlers restored after. A signal that is ignored (nohup, a background job) stays ignored,
-    and one whose handler Python did not set is left alone. From the main thread only
-    (elsewhere a no-op: only it may set handlers)."""
+    """Within: SIGINT and SIGTERM go to `handler`, their handlers restored after; one that is
+    ignored (nohup) or whose handler Python did not set is left alone. A no-op but in the main
+    thread (only it may set handlers)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = {sig: signal.signal(sig, handler) for sig in _handled_signals()}
+    handled = [sig for sig in STOP_SIGNALS if signal.getsignal(sig) not in (None, signal.SIG_IGN)]
+    old = {sig: signal.signal(sig, handler) for sig in handled}
     try:
         yield
     finally:
@@ -60,11 +55,9 @@ def handled_by(handler: Any) -> Iterator[None]:
 
 @contextlib.contextmanager
 def held() -> Iterator[None]:
-    """SIGTERM and a first SIGINT held off while a run that failed cleans up (the process group,
-    its files, a --force run put back): torchrun sends SIGTERM to every rank as soon as one
-    fails, and raised in that cleanup it replaced the error that stopped the run with
-    "terminated", or was lost with a traceback inside a garbage-collection callback. A second
-    SIGINT still interrupts."""
+    """SIGTERM and a first SIGINT held off while a run that failed cleans up: torchrun sends
+    SIGTERM to every rank as soon as one fails, which would replace the run's own error with
+    "terminated". A second SIGINT still interrupts."""
     seen: list[int] = []
 
     def note(signum: int, frame: Any) -> None:
@@ -99,13 +92,10 @@ def sigterm_interrupts() -> Iterator[None]:
 
 
 def die_with_parent(sig: int, parent: int) -> None:
-    """Have Linux send `sig` to this process when its parent (pid `parent`) dies (prctl
-    PR_SET_PDEATHSIG; the kernel sends it when the thread that started the process ends), and
-    send it now if that parent is already gone. Elsewhere nothing happens."""
+    """On Linux, have `sig` sent to this process when its parent (pid `parent`) dies (prctl
+    PR_SET_PDEATHSIG), and send it now if that parent is already gone."""
     if not sys.platform.startswith("linux"):
         return
-    import ctypes
-
     pr_set_pdeathsig = 1
     try:
         if ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(sig), 0, 0, 0) != 0:
@@ -117,10 +107,9 @@ def die_with_parent(sig: int, parent: int) -> None:
 
 
 def as_worker(parent: int) -> None:
-    """In a worker process forked (with STOP_SIGNALS blocked) from `parent`: Ctrl-C ignored
-    (it reaches the whole process group, and the parent, which handles it once, stops its
-    workers), SIGTERM's default action instead of the handler inherited from the command, the
-    signals unblocked, and SIGKILL when the parent dies."""
+    """In a worker process forked (with STOP_SIGNALS blocked) from `parent`: Ctrl-C ignored (the
+    parent handles it and stops its workers), SIGTERM's default action, the signals unblocked,
+    and SIGKILL when the parent dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     die_with_parent(signal.SIGKILL, parent)

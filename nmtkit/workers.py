@@ -1,13 +1,8 @@
-"""Worker processes, one mechanism for every command that has them (the text commands'
-`text.parallel.parallel_map`, translate's decoding workers): children forked from this process,
-which share its memory (copy on write) and so need nothing pickled but their tasks and replies.
-
-A worker starts with the signals of `signals.as_worker` (Ctrl-C is the parent's; it dies with
-its parent), answers each task sent to it with the result or the exception, and leaves with
-os._exit: it never returns into the caller, never flushes the parent's buffered output and never
-runs its exit handlers. Leaving a `Workers` block in any way kills (SIGKILL) and reaps every
-worker still there: a command stopped by a signal ends at once, whatever its workers are doing.
-"""
+"""Worker processes, one mechanism for every command that has them (`text.parallel.parallel_map`,
+translate's decoding workers): forked children, sharing this process's memory, so only tasks and
+replies are pickled. A worker has the signals of `signals.as_worker`, answers each task with the
+result or the exception, and leaves with os._exit (never into the caller's code, buffers or exit
+handlers). Leaving a `Workers` block in any way kills and reaps every worker still there."""
 from __future__ import annotations
 
 import os
@@ -37,9 +32,8 @@ class Worker:
         self.conn.send(task)
 
     def reply(self) -> Any:
-        """The result of the task sent last, or the worker's exception raised here (as a
-        RuntimeError naming it where it cannot be pickled); a WorkerError where the worker died
-        without answering (killed, out of memory)."""
+        """The result of the task sent last, or the worker's exception raised here; a WorkerError
+        where the worker died without answering (killed, out of memory)."""
         try:
             kind, value = self.conn.recv()
         except EOFError:

@@ -199,15 +199,15 @@ def test_checkpoints_that_are_not_paths_are_a_type_error_naming_them(ckpt, check
 
 def test_average_takes_one_path_a_list_or_a_generator_of_paths(tmp_path):
     """A generator was read twice (an IndexError); a string was taken apart into characters."""
-    from nmtkit.average import average
+    from nmtkit.average import AverageConfig, run
 
     a, b = make_checkpoint(tmp_path / "a.pt", seed=1), make_checkpoint(tmp_path / "b.pt", seed=2)
-    average((p for p in [a, b]), tmp_path / "gen.pt")
-    average([a, b], tmp_path / "list.pt")
+    run(AverageConfig(models=(p for p in [a, b]), output=tmp_path / "gen.pt"))
+    run(AverageConfig(models=[a, b], output=tmp_path / "list.pt"))
     assert (tmp_path / "gen.pt").read_bytes() != b"" and (tmp_path / "list.pt").is_file()
-    average(str(a), tmp_path / "one.pt")
+    run(AverageConfig(models=str(a), output=tmp_path / "one.pt"))
     with pytest.raises(TypeError, match="not bytes"):
-        average(str(a).encode(), tmp_path / "bytes.pt")
+        AverageConfig(models=str(a).encode(), output=tmp_path / "bytes.pt")
 
 
 def test_a_warn_that_cannot_be_called_is_refused_at_load(ckpt):

@@ -44,13 +44,13 @@ def test_average_is_the_float64_mean_cast_back_to_the_stored_dtype(tmp_path):
 
 
 def test_bf16_parameters_are_averaged_in_float64_and_stored_as_bf16(tmp_path):
-    from nmtkit.average import average
+    from nmtkit.average import AverageConfig, run
 
     paths = []
     for s in (1, 2):
         model = tiny_model(seed=s)
         paths.append(make_checkpoint(tmp_path / f"b{s}.pt", model=model.to(torch.bfloat16)))
-    ckpt = average(paths, tmp_path / "avg.pt")
+    ckpt = run(AverageConfig(models=paths, output=tmp_path / "avg.pt"))["checkpoint"]
     a, b = (load_checkpoint(p)["model_state"] for p in paths)
     for k, t in ckpt["model_state"].items():
         assert t.dtype == torch.bfloat16
@@ -88,14 +88,14 @@ def test_averaged_checkpoint_translates_through_the_cli(tmp_path):
 
 
 def test_averaged_checkpoint_keeps_pipeline_vocabularies_lexicon_and_names_its_sources(tmp_path):
-    from nmtkit.average import average
+    from nmtkit.average import AverageConfig, run
     from nmtkit.text.pipeline import TextPipeline
 
     pipe = TextPipeline("en", "fr", lowercase=True)
     lexicon = torch.arange(12, dtype=torch.int32).reshape(-1, 1)
     run_dir = tmp_path / "run"
     paths = [kept(run_dir, u, seed=u, pipeline=pipe, lexicon=lexicon) for u in (100, 200)]
-    ckpt = average(paths, tmp_path / "avg.pt")
+    ckpt = run(AverageConfig(models=paths, output=tmp_path / "avg.pt"))["checkpoint"]
     back = load_checkpoint(tmp_path / "avg.pt")
     newest = load_checkpoint(paths[-1])
     for key in ("arch", "model_config", "pipeline", "src_vocab", "tgt_vocab", "src_lang", "tgt_lang", "train_config"):

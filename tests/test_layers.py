@@ -2,7 +2,7 @@
 
 The layers, top to bottom (docs/design.md): cli > the package's API (`nmtkit/__init__.py`) > serve >
 the verbs {train, translate, score, select, preprocess, average} > {decode, checkpoint} > models >
-data > text > the leaves (errors, options, devices, signals, workers, io, memory). Every import
+data > text > the leaves (errors, options, devices, signals, workers, io). Every import
 counts, those inside functions and under TYPE_CHECKING too: a deferred import is still a
 dependency, only a later one.
 """

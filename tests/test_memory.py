@@ -1,5 +1,5 @@
 """Resident memory stays flat over a training run whose batches keep changing shape, and the
-levers that keep it so (nmtkit.memory)."""
+levers that keep it so (nmtkit.devices)."""
 from __future__ import annotations
 
 import os
@@ -59,7 +59,7 @@ def test_rss_after_update_300_is_within_10_percent_of_rss_after_update_100():
 
 
 def test_the_cpu_cache_caps_keep_a_capacity_the_user_set(monkeypatch):
-    from nmtkit.memory import limit_cpu_caches
+    from nmtkit.devices import limit_cpu_caches
 
     monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "500")
     monkeypatch.setenv("LRU_CACHE_CAPACITY", "300")
@@ -86,7 +86,7 @@ def test_the_cli_caps_the_cpu_caches_before_torch_builds_a_product():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim is Linux only")
 def test_freed_heap_memory_goes_back_to_the_os():
-    from nmtkit.memory import release_free_memory
+    from nmtkit.devices import release_free_memory
 
     blocks = [bytearray(64 * 1024) for _ in range(3000)]  # ~190 MB in small malloc chunks
     del blocks[:-1]  # all but the topmost: the heap cannot shrink from its top alone

@@ -5,7 +5,7 @@ fp32, int8 and bf16 autocast (the default on CPUs with native BF16) all hold; on
 after the warm-up and after each later 1,000 requests: fp32 258 / 260 MB, int8 266 / 264-266 MB,
 bf16 286 / 290-300 MB. bf16 used to grow (263 -> 1,096 MB over the warm-up, 1,225 MB by the end):
 oneDNN and ideep each kept a cached computation per batch shape, until the CLI capped their
-caches (nmtkit.memory.limit_cpu_caches)."""
+caches (nmtkit.devices.limit_cpu_caches)."""
 from __future__ import annotations
 
 import asyncio

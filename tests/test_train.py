@@ -269,8 +269,8 @@ def test_the_docs_training_snippet_runs_with_a_smaller_budget(tmp_path):
 
 def test_cpu_training_gives_free_memory_back_every_few_updates(data_dir, tmp_path, monkeypatch):
     """Batches of ever new shapes leave freed buffers in malloc's arenas; without a periodic
-    trim a bf16 CPU run's resident size grew through the run (nmtkit.memory)."""
-    from nmtkit.memory import RELEASE_EVERY_UPDATES
+    trim a bf16 CPU run's resident size grew through the run (nmtkit.devices)."""
+    from nmtkit.devices import RELEASE_EVERY_UPDATES
     from nmtkit.train import trainer
 
     calls = []

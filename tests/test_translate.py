@@ -470,13 +470,13 @@ def test_translator_and_writers_do_not_import_each_other():
 
 
 def test_decoding_gives_free_memory_back_every_few_batches(ckpt, monkeypatch):
-    """Each batch's shapes leave freed buffers behind (nmtkit.memory); trimming after every
+    """Each batch's shapes leave freed buffers behind (nmtkit.devices); trimming after every
     batch cost more time than it saved memory, so it runs every RELEASE_EVERY_BATCHES."""
-    import nmtkit.memory as memory
+    import nmtkit.devices as devices
 
     calls = []
-    monkeypatch.setattr(memory, "release_free_memory", lambda: calls.append(1) or True)
-    lines = [f"the cat sat {'on a mat ' * (i % 3)}." for i in range(2 * memory.RELEASE_EVERY_BATCHES + 3)]
+    monkeypatch.setattr(devices, "release_free_memory", lambda: calls.append(1) or True)
+    lines = [f"the cat sat {'on a mat ' * (i % 3)}." for i in range(2 * devices.RELEASE_EVERY_BATCHES + 3)]
     assert len(_translator(ckpt, batch_size=1).translate(lines)) == len(lines)
     assert len(calls) == 2
 

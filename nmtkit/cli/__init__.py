@@ -1,10 +1,9 @@
-"""The `nmtkit` command: a click group over the subcommands (the five pipeline steps, then serve
-and the recipes' one-off tokeniser, and average).
+"""The `nmtkit` command: a click group over the subcommands, and `main`, which turns every error
+into one line on stderr and an exit status.
 
-This package is the only place that knows click, rich consoles and exit codes. Each
-subcommand lives in its own module here, parses its options, builds one config and calls a
-plain library function. Subcommand modules must not import torch at module level, so that
-`nmtkit --help` starts in well under a second.
+This package is the only place that knows click, rich consoles and exit codes. Each subcommand's
+module parses its options into one config and calls its verb's `run`; none imports torch at
+module level, so that `nmtkit --help` starts in well under a second.
 """
 from __future__ import annotations
 
@@ -19,14 +18,13 @@ import click
 
 from nmtkit import __version__
 from nmtkit.cli.common import setup_warnings, sigterm_unwinds
-from nmtkit.errors import NmtkitError, describe_os_error
+from nmtkit.devices import limit_cpu_caches
+from nmtkit.errors import NmtkitError, describe_os_error, first_line
 from nmtkit.io.files import abandoned_outputs
-from nmtkit.memory import limit_cpu_caches
 from nmtkit.signals import Terminated
 
 # name -> "module:command", in pipeline order. A subcommand's module (its configs, click options
-# and what they import) loads only when that subcommand runs or lists its help: all of them
-# took about a tenth of a second of every `nmtkit translate` start.
+# and what they import) loads only when that subcommand runs or lists its help.
 SUBCOMMANDS = {
     "preprocess": "nmtkit.cli.preprocess:preprocess_cmd",
     "select-data": "nmtkit.cli.select:select_data_cmd",
@@ -63,16 +61,13 @@ def command(name: str) -> click.Command:
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "--version", "-V", prog_name="nmtkit")
-@click.option("--debug", is_flag=True, help="Show full tracebacks for errors.")
-@click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
+@click.option("--debug", is_flag=True, help="Show full tracebacks for errors.")  # read by `main` from argv
+def cli(debug: bool) -> None:
     """nmtkit: neural machine translation in the style of the classic MT toolkits.
 
     A pipeline of plain-text files: preprocess -> train -> translate -> score,
     with select-data before preprocess to pick in-domain training data.
     """
-    ctx.ensure_object(dict)
-    ctx.obj["debug"] = debug
     setup_warnings()
 
 
@@ -82,9 +77,8 @@ class _StdoutGone(Exception):
 
 
 class _NamedStdout:
-    """sys.stdout, but an OSError from writing it names "<stdout>" (a failed write names no
-    file), so that `> /dev/full` or a full disk behind `> FILE` reads as one clear line; a
-    broken pipe becomes `_StdoutGone` (a broken pipe elsewhere stays an error)."""
+    """sys.stdout, but an OSError from writing it names "<stdout>" (a failed write names no file),
+    and a broken pipe becomes `_StdoutGone` (elsewhere it stays an error)."""
 
     def __init__(self, stream):
         self._stream = stream
@@ -110,9 +104,8 @@ class _NamedStdout:
 
 
 class _ClosedStream:
-    """Stands for a standard stream the process was started without (`nmtkit translate >&-`,
-    `<&-`), which Python leaves as None: using it is one OSError naming it; flushing it (every
-    command does at its end) and asking whether it is a terminal are not uses."""
+    """Stands for a standard stream the process was started without (`>&-`, `<&-`; Python leaves
+    None): using it is an OSError naming it; flushing it and `isatty` are not uses."""
 
     def __init__(self, name: str):
         self._name = name
@@ -145,16 +138,10 @@ def _silence_stdout() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the group, turning user errors into one line on stderr.
-
-    Every OSError that reaches here (a read-only or full disk, a missing folder, a full
-    stdout) becomes one line, `nmtkit: error: PATH: REASON`, and exit status 1: the one
-    mechanism for the file-system boundary, so no command can show a traceback for it.
-
-    `argv` None is the program itself (the `nmtkit` executable, `python -m nmtkit`): it reads
-    sys.argv and ends the process when the command is done (`_end_process`). A list of
-    arguments runs the command in the caller's process and returns (or raises SystemExit).
-    """
+    """Entry point: run the group, turning user errors (an OSError included: `nmtkit: error: PATH:
+    REASON`, status 1) into one line on stderr. `argv` None is the program itself: it reads
+    sys.argv and ends the process (`_end_process`); a list runs the command and returns (or
+    raises SystemExit)."""
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     limit_cpu_caches()  # before torch builds its first product
     real_stdin, real_stdout = sys.stdin, sys.stdout
@@ -179,19 +166,10 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _end_process(code: int | str | None) -> None:
-    """Exit with `code` without tearing the interpreter down, when that is safe.
-
-    With torch imported, the interpreter's teardown (collecting and freeing every module's
-    objects, then libtorch's static destructors) takes about a quarter of a second on a 2-core
-    CPU: as long as torch's import takes to run all of nmtkit's translate modules, and an
-    eighth of a one-line translation. By the time a command returns, its outputs are complete
-    (files are renamed into place when written, `nmtkit.io.files`); what is left is flushing
-    stdout and stderr and the atexit handlers (logging's and multiprocessing's among them),
-    done here before `os._exit`. With another live thread that is not a daemon (the
-    interpreter would wait for it), a non-integer code, without torch (nothing to save), or
-    under a profiler or tracer (`python -m cProfile -m nmtkit ...` writes its results after
-    the program returns), the ordinary exit runs.
-    """
+    """Exit with `code` without the interpreter's teardown, slow with torch imported, when that is
+    safe: the outputs are complete, and stdout, stderr and the atexit handlers are flushed and run
+    here before `os._exit`. With a live non-daemon thread, a non-integer code, without torch, or
+    under a profiler or tracer, the ordinary exit runs."""
     if not isinstance(code, int) and code is not None:
         raise SystemExit(code)
     others = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
@@ -235,10 +213,8 @@ def _run(argv: list[str] | None, debug: bool) -> None:
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)
     except _StdoutGone:
-        # `nmtkit translate ... | head`: the reader went away; that is not an error. Exit with
-        # status 0 (status 1 would fail `set -o pipefail` scripts), stdout pointed at /dev/null
-        # so that the interpreter's final flush has nothing to complain about. Unless the
-        # command had other outputs, which it then left unwritten: that is said, with status 1.
+        # `nmtkit translate ... | head`: not an error (status 0, for `set -o pipefail` scripts),
+        # unless the command had other outputs, which it then left unwritten (status 1)
         _silence_stdout()
         lost = abandoned_outputs()[earlier:]
         if lost:
@@ -258,15 +234,15 @@ def _run(argv: list[str] | None, debug: bool) -> None:
     except (MemoryError, RuntimeError) as err:  # torch's OutOfMemoryError is a RuntimeError
         if debug or not _out_of_memory(err):
             raise
-        click.echo(f"nmtkit: error: out of memory: {_first_line(err)} (smaller sizes, batches or --max-tokens need "
-                   "less)", err=True)
+        reason = first_line(err) or type(err).__name__
+        click.echo(f"nmtkit: error: out of memory: {reason} (smaller sizes, batches or --max-tokens need less)",
+                   err=True)
         sys.exit(1)
 
 
 def _error_unwinding(stop: BaseException) -> NmtkitError | None:
-    """The nmtkit error that was unwinding the command when SIGTERM arrived, if any: torchrun
-    stops every rank with SIGTERM as soon as one fails, while the others are still cleaning up
-    after their own error (a collective that lost that rank)."""
+    """The nmtkit error that was unwinding the command when SIGTERM arrived, if any (torchrun
+    stops every rank as soon as one fails, while the others clean up after their own error)."""
     seen = stop.__context__
     while seen is not None:
         if isinstance(seen, NmtkitError):
@@ -276,8 +252,8 @@ def _error_unwinding(stop: BaseException) -> NmtkitError | None:
 
 
 def _click_error_line(err: click.ClickException) -> str:
-    """click's message for `err` on one line; a usage error points at its command's --help
-    (click's own form is four lines: usage, a hint, a blank line, the error)."""
+    """click's message for `err` on one line (click's own is four); a usage error points at its
+    command's --help."""
     text = " ".join(err.format_message().split())
     ctx = getattr(err, "ctx", None)
     if isinstance(err, click.UsageError) and ctx is not None:
@@ -293,8 +269,3 @@ def _out_of_memory(err: BaseException) -> bool:
     torch = sys.modules.get("torch")
     oom = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
     return (oom is not None and isinstance(err, oom)) or "can't allocate memory" in str(err)
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__

@@ -1,4 +1,4 @@
-"""`nmtkit average`: options -> the checkpoint list -> nmtkit.average.average."""
+"""`nmtkit average`: options -> AverageConfig -> nmtkit.average.run -> its summary."""
 from __future__ import annotations
 
 from typing import Any
@@ -24,11 +24,12 @@ def average_cmd(quiet: bool, **options: Any) -> None:
       nmtkit average --last 5 --save-dir run -o run/checkpoint_avg5.pt
     """
     quiet_warnings(quiet)
-    from nmtkit.average import average
+    from nmtkit.average import run
 
     config = AverageConfig(**config_values(AverageConfig, options))
-    paths, output = config.paths(), config.output
-    report = (lambda path: click.echo(f"nmtkit average: read {path}", err=True)) if progress_enabled(quiet) else None
-    average(paths, output, force=config.force, progress=report, input_option=config.input_option)
+    shown = (lambda path, done, total: click.echo(f"nmtkit average: read {path}", err=True)) \
+        if progress_enabled(quiet) else None
+    report = run(config, progress=shown)
     if not quiet:
-        click.echo(f"nmtkit average: wrote {output}, the mean of {len(paths)} checkpoints", err=True)
+        click.echo(f"nmtkit average: wrote {report['output']}, the mean of {len(report['inputs'])} checkpoints",
+                   err=True)

@@ -1,5 +1,5 @@
-"""Helpers shared by the subcommand modules (options generated from config classes, warnings and
-progress on stderr); worker counts live in nmtkit.devices."""
+"""Helpers shared by the subcommand modules: options generated from config classes, warnings and
+progress on stderr."""
 from __future__ import annotations
 
 import contextlib
@@ -13,6 +13,7 @@ import click
 from nmtkit import signals
 from nmtkit.devices import available_cores
 from nmtkit.errors import ConfigError
+from nmtkit.io.files import abort_pending
 from nmtkit.options import (
     OptionSpec,
     cli_default,
@@ -30,8 +31,7 @@ _CLICK_TYPES = {"int": int, "int | None": int, "float": float, "float | None": f
 
 def path_callback(what: str = "directory", then: Callable | None = None) -> Callable:
     """A click callback refusing an empty path (`empty_path_message`) before it becomes the
-    current directory (`os.path.abspath("")`, `Path("")`), then running the callback `then`:
-    the options of config fields declared with `path`, and path options that are no field."""
+    current directory, then running the callback `then`."""
 
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         if is_empty_path(value):
@@ -42,8 +42,8 @@ def path_callback(what: str = "directory", then: Callable | None = None) -> Call
 
 
 def _converter(name: str, convert: Callable[[Any], Any]) -> Callable:
-    """A click callback applying a field's `convert` to the option's text; its ConfigError
-    becomes click's usage error for the option."""
+    """A click callback applying a field's `convert` to the option's text (a ConfigError becomes
+    click's usage error)."""
 
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         if value is None:
@@ -83,9 +83,7 @@ def _click_option(field: dataclasses.Field, spec: OptionSpec, unset: bool) -> Ca
 
 def config_options(*classes: type, unset: bool = False) -> Callable:
     """Decorate a click command with one option per option field of each config class, in
-    declaration order. `unset`: every default is None ("not given"; help still shows the
-    field's default), for commands whose defaults come from elsewhere too (a preset, a
-    checkpoint)."""
+    declaration order. `unset`: every default is None, "not given" (help still shows the field's)."""
 
     def decorate(fn: Callable) -> Callable:
         for cls in reversed(classes):
@@ -97,9 +95,8 @@ def config_options(*classes: type, unset: bool = False) -> Callable:
 
 
 def config_values(cls: type, options: dict[str, Any], given_only: bool = False) -> dict[str, Any]:
-    """The values of `cls`'s option fields among click's `options` (`given_only`: leave out the
-    options not given, None). A `workers` option not given means all cores where its config
-    says so (a CLI default of None over a number); translate's own default (None) is its auto."""
+    """The values of `cls`'s option fields among click's `options` (`given_only`: those given). A
+    `workers` option not given is all cores where its CLI default is None over a number default."""
     out = {}
     all_cores = False
     for field, spec in option_fields(cls):
@@ -117,8 +114,7 @@ def config_values(cls: type, options: dict[str, Any], given_only: bool = False) 
 
 
 def quiet_option(silences: str) -> Callable:
-    """Every command's -q/--quiet flag; `silences` says what it keeps off stderr for this command
-    (never the data on stdout, never errors)."""
+    """Every command's -q/--quiet flag; `silences` says what it keeps off stderr for this command."""
     return click.option("--quiet", "-q", is_flag=True, help=f"{silences} (errors are still shown).")
 
 
@@ -135,10 +131,9 @@ def make_console():
 
 
 class StageBars:
-    """rich progress bars, one per stage, fed by a library's `progress(stage, done, total)`
-    callback (preprocess, select-data): `with StageBars(...) as progress: run(cfg, progress)`.
-    `columns`: the bars' rich columns; `labels`: a stage's shown name (default: the stage);
-    `rate`: also fill a `{task.fields[rate]}` column with the stage's items per second."""
+    """rich progress bars, one per stage, as a verb's `nmtkit.progress.Progress`: `with
+    StageBars(...) as progress: run(cfg, progress)`. `labels`: a stage's shown name (default: the
+    stage); `rate`: also fill a `{task.fields[rate]}` column with the stage's items per second."""
 
     def __init__(self, console, columns: list, labels: dict[str, str] | None = None, rate: bool = False):
         from rich.progress import Progress
@@ -177,22 +172,18 @@ def stage_progress(quiet: bool, make_bars: Callable[[], StageBars]) -> Iterator[
 
 @contextlib.contextmanager
 def sigterm_unwinds() -> Iterator[None]:
-    """Within: SIGTERM ends the command as Ctrl-C does (`signals.sigterm_interrupts`), removing
-    the outputs being written (nmtkit.io.files aborts them on any exception); `main` exits with 143."""
+    """Within: SIGTERM ends the command as Ctrl-C does, removing the outputs being written."""
     with signals.sigterm_interrupts():
         try:
             yield
         except BaseException as err:
             if isinstance(err, Terminated) or isinstance(err.__cause__ or err.__context__, Terminated):  # click: Abort
-                from nmtkit.io.files import abort_pending
-
                 abort_pending()  # the signal may have landed inside cleanup code, skipping some `with` exits
             raise
 
 
 class _StderrHandler(logging.StreamHandler):
-    """One line per record on whatever sys.stderr is when the record is emitted (click's test
-    runner swaps it per call), as `nmtkit: warning: MESSAGE`."""
+    """`nmtkit: warning: MESSAGE` on whatever sys.stderr is at the time (click's test runner swaps it)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -216,9 +207,8 @@ WARNING_LOGGERS = ("nmtkit", "py.warnings")
 
 
 def setup_warnings() -> None:
-    """Make the logging module the one channel of warnings and notes to the user: the `nmtkit`
-    loggers' records at NOTE and above and Python's warnings go through one stderr handler. Called by
-    the `nmtkit` group before any subcommand; idempotent; `quiet_warnings` mutes it."""
+    """The `nmtkit` loggers' records at NOTE and above and Python's warnings through one stderr
+    handler (idempotent; `quiet_warnings` mutes it)."""
     logging.captureWarnings(True)
     for name in WARNING_LOGGERS:
         logger = logging.getLogger(name)

@@ -1,6 +1,5 @@
 """Outputs against inputs: the one check that no output destroys what a command reads
-(`check_outputs_vs_inputs`, where every command declares both before any work), and the path
-helpers it rests on. Nothing here imports torch."""
+(`check_outputs_vs_inputs`), and the path helpers it rests on."""
 from __future__ import annotations
 
 import os
@@ -30,9 +29,8 @@ def _same_file(a: str, b: str, real_a: str, real_b: str) -> bool:
 
 
 def file_path(path: str | Path | None, option: str | None = None) -> str | None:
-    """The file a file option names, or None where it names a standard stream: not given, or
-    "-" (stdin or stdout, as in most Unix tools). An empty name is refused for the command-line
-    `option` when given (an unset shell variable, not a request for stdin), else a stream."""
+    """The file a file option names, or None for a standard stream (not given, or "-"). An empty
+    name is refused for the command-line `option` when given, else a stream."""
     if path is not None and os.fspath(path) == "" and option is not None:
         raise ConfigError(empty_path_message(option, stream=True))
     if path is None or os.fspath(path) in ("", "-"):
@@ -41,8 +39,7 @@ def file_path(path: str | Path | None, option: str | None = None) -> str | None:
 
 
 def _resolved(pairs: Iterable[tuple[str, str | Path | None]]) -> list[tuple[str, str, str]]:
-    """The given (option, path) pairs as (option, path, real path), each path resolved once;
-    standard streams (`file_path`) left out."""
+    """The (option, path) pairs as (option, path, real path), leaving out standard streams."""
     return [(opt, path, real_path(path)) for opt, p in pairs if (path := file_path(p)) is not None]
 
 
@@ -56,25 +53,15 @@ def check_outputs_vs_inputs(
     replaced_dirs: Iterable[tuple[str, str | Path | None]] = (),
     folders: Iterable[tuple[str, str | Path | None, Callable[[str], bool]]] = (),
 ) -> None:
-    """Refuse, with or without --force, outputs that would destroy what the command reads.
-
-    Every command declares here, before any work, its `inputs` (option, path: corpora,
-    checkpoints, data directories) and its outputs, as pairs (option, path; None = not given):
-
-    * `files`: written whole (an output file or an output prefix's files). Refused when it is
-      the same file as an input (`os.path.samefile`, so through symlinks and hard links), when
-      it is an input's folder, or when it is the same file as another output.
-    * `replaced_dirs`: folders replaced whole (preprocess --dest). Refused when an input is
-      the folder or lies inside it.
-    * `folders`: folders written into, with `owns(name)` telling the names written there
-      (train's run files, translate's plots): refused when an input is the folder itself or
-      a file of it that `owns`, and when an output file is one of those.
-
-    An output file may not be an output folder either. Nodes written in place (/dev/null, FIFOs,
-    /dev/stdout) destroy nothing and are left out. A command reading stdin names it as an input
-    (`STDIN`): redirected from a file, that file is protected as any input is.
-    Raises OutputError naming the output and its option, and the input and its option.
-    """
+    """An OutputError (naming both options and paths), with or without --force, where an output
+    would destroy what the command reads. Every command declares here, before any work, its
+    `inputs` and outputs as (option, path or None) pairs; stdin is the input `STDIN`:
+    * `files`, written whole: not the same file as an input (through symlinks and hard links) or
+      another output, nor an input's folder.
+    * `replaced_dirs` (preprocess --dest): holding no input.
+    * `folders` written into, with `owns(name)` telling the names written there: not an input,
+      nor holding an input or an output file that it `owns`.
+    Nodes written in place (/dev/null, FIFOs, /dev/stdout) destroy nothing and are left out."""
     ins = _resolved(inputs)
     seen: list[tuple[str, str, str]] = []
     for opt, out, real_out in _resolved(files):

@@ -1,10 +1,9 @@
 """One output file, whole or not at all: `OutputFile` (and `Staged` under it) writes a regular
-file under a temporary name beside it, fsyncs it and renames it over the destination; a FIFO,
-a device, a socket or /dev/stdout is written in place, never replaced (`writes_in_place`); a
-name ending in .gz is written gzip-compressed; the mode is what `open(path, "w")` would give.
-`commit_all` makes several staged files appear together with SIGINT/SIGTERM blocked.
-`check_output` and `check_output_dir` refuse an unwritable destination before any work.
-Outputs against inputs: `nmtkit.io.checks`; folders as outputs: `nmtkit.io.dirs`. No torch.
+file under a temporary name beside it, fsyncs it and renames it over the destination with the
+mode `open(path, "w")` would give; a FIFO, a device, a socket or /dev/stdout is written in place
+(`writes_in_place`); a .gz name is gzip-compressed. `commit_all` makes several appear together
+with SIGINT/SIGTERM blocked; `check_output` and `check_output_dir` refuse an unwritable
+destination before any work.
 """
 from __future__ import annotations
 
@@ -51,10 +50,9 @@ def writes_in_place(path: str | Path) -> bool:
 
 
 def standard_stream_fd(path: str | Path) -> int | None:
-    """1 or 2 where `path` (e.g. /dev/stdout, /proc/self/fd/1) names the regular file this
-    process's stdout or stderr was redirected to, else None. Such a file is written through that
-    descriptor: opened again by name it would be truncated and written from its start, over what
-    the shell or an earlier command had written there (`{ echo x; nmtkit ... -o /dev/stdout; } > f`)."""
+    """1 or 2 where `path` (e.g. /dev/stdout) names the regular file this process's stdout or
+    stderr was redirected to, else None: written through that descriptor, not reopened by name,
+    which would truncate what the shell had written there (`{ echo x; nmtkit ... -o /dev/stdout; } > f`)."""
     try:
         st = os.stat(path)
     except OSError:
@@ -106,12 +104,9 @@ def _new_file_mode(target: str) -> int:
 
 
 def check_output(path: str | Path, force: bool, what: str = "output") -> None:
-    """Refuse, before any work starts, an output file that could not be written at the end.
-
-    OutputExistsError for an existing regular file without `force`; OutputError for a
-    directory, a missing or unwritable folder (probed by creating a file there, which also
-    catches read-only mounts, where root's permission checks would pass).
-    """
+    """Refuse, before any work starts, an output file that could not be written at the end:
+    OutputExistsError for an existing regular file without `force`; OutputError for a directory,
+    a missing or unwritable folder (probed by creating a file there: a read-only mount too)."""
     path = os.fspath(path)
     if writes_in_place(path):
         if os.path.exists(path) and not os.access(path, os.W_OK):
@@ -152,13 +147,9 @@ def _probe_folder(folder: str, name: str, what: str) -> None:
     os.unlink(probe)
 
 
-# The temp files being written now, so that a signal that lands inside cleanup code (where
-# raising skips the `with` blocks still to exit) can still remove them: `abort_pending`.
+# The temp files being written now, for `abort_pending` (a signal in cleanup code skips `with` exits)
 _PENDING: "weakref.WeakSet[Staged]" = weakref.WeakSet()
-
-
-# The outputs whose temp file was removed unfinished, so that a command stopped by its stdout
-# going away (`... | head`) can say which of its other outputs it did not write.
+# The outputs whose temp file was removed unfinished: a command whose stdout went away says so
 _ABANDONED: list[str] = []
 
 
@@ -179,15 +170,34 @@ def _temp_prefix(name: str, name_max: int = 255) -> str:
     return os.fsdecode(raw) + "."
 
 
-class Staged:
-    """Where the bytes for `path` go now (`write_path`) and how they appear there (`commit`).
+class _Output:
+    """An output as a context manager: committed on success, aborted on an exception, whose
+    OSError then names `path` rather than the temp file (`name_error`)."""
 
-    For a regular destination `write_path` is an empty temp file beside it, writable by its
-    owner; `commit()` fsyncs it, gives it the final permissions (those of the file it replaces,
-    a read-only one staying read-only, as writing over it in place would leave them) and renames
-    it over the destination, `abort()` removes it. For a node written in place `write_path` is
-    `path` itself and both are no-ops. `OutputFile` wraps it for file objects.
-    """
+    path: str
+    write_path: str
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            try:
+                self.commit()
+            except OSError as err:
+                self.abort()
+                raise name_error(err, self.path, self.write_path) from None
+        else:
+            self.abort()
+            if isinstance(exc, OSError):
+                name_error(exc, self.path, self.write_path)
+
+
+class Staged(_Output):
+    """Where the bytes for `path` go now (`write_path`) and how they appear there. For a regular
+    destination `write_path` is an empty temp file beside it; `commit()` fsyncs it, gives it the
+    final mode (the replaced file's) and renames it over the destination, `abort()` removes it.
+    For a node written in place `write_path` is `path` itself and both are no-ops."""
 
     def __init__(self, path: str | Path):
         self.path = os.fspath(path)
@@ -233,22 +243,6 @@ class Staged:
             _ABANDONED.append(self.path)
         _PENDING.discard(self)
 
-    def __enter__(self) -> "Staged":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        tmp = self.tmp
-        if exc_type is None:
-            try:
-                self.commit()
-            except OSError as err:
-                self.abort()
-                raise name_error(err, self.path, tmp) from None
-        else:
-            self.abort()
-            if isinstance(exc, OSError):
-                name_error(exc, self.path, tmp)
-
 
 def name_error(err: OSError, path: str, tmp: str | None = None) -> OSError:
     """Let an OSError met while writing `path` name it (a failed write() names no file; a
@@ -258,13 +252,8 @@ def name_error(err: OSError, path: str, tmp: str | None = None) -> OSError:
     return err
 
 
-class OutputFile:
-    """An output file object for `path` (see the module docstring for what commit/abort do).
-
-    As a context manager it commits on success and aborts on an exception:
-        with OutputFile(path, "w") as out:
-            out.file.write(text)
-    """
+class OutputFile(_Output):
+    """An output file object for `path`: `with OutputFile(path, "w") as out: out.file.write(text)`."""
 
     def __init__(self, path: str | Path, mode: str = "w", encoding: str | None = "utf-8",
                  newline: str | None = "\n"):
@@ -316,21 +305,6 @@ class OutputFile:
                 pass  # e.g. the final flush of a full disk: the temp file goes anyway
         self._staged.abort()
 
-    def __enter__(self) -> "OutputFile":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            try:
-                self.commit()
-            except OSError as err:
-                self.abort()
-                raise name_error(err, self.path, self._staged.write_path) from None
-        else:
-            self.abort()
-            if isinstance(exc, OSError):
-                name_error(exc, self.path, self._staged.write_path)
-
 
 class StagedFiles:
     """One `Staged` per output of a command that writes several (`paths`: key -> path): `tmp[k]` is
@@ -339,9 +313,7 @@ class StagedFiles:
 
     def __init__(self, paths: dict[str, str], stale: Sequence[str] = ()):
         self.paths, self.stale = paths, list(stale)
-        self.staged: dict[str, Staged] = {}
-        for k, p in paths.items():
-            self.staged[k] = Staged(p)
+        self.staged = {k: Staged(p) for k, p in paths.items()}
         self.tmp = {k: st.write_path for k, st in self.staged.items()}
 
     def __enter__(self) -> "StagedFiles":
@@ -360,9 +332,8 @@ class StagedFiles:
 
 def commit_all(outputs: Sequence[Staged | OutputFile], remove: Sequence[str] = ()) -> None:
     """Make `outputs` appear, in order, then delete the `remove` files, with SIGINT and SIGTERM
-    blocked (`nmtkit.signals.blocked`): a signal lands before all of it or after, never between
-    two outputs. An output that fails to commit is removed with those after it, and its OSError
-    names it (not its temp name)."""
+    blocked (never between two outputs). An output that fails to commit is removed with those
+    after it, and its OSError names it."""
     with signals.blocked():
         for i, out in enumerate(outputs):
             tmp = out.write_path

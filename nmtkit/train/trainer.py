@@ -20,9 +20,9 @@ import numpy as np
 
 from nmtkit import signals
 from nmtkit.data.binarized import update_batches
+from nmtkit.devices import RELEASE_EVERY_UPDATES, release_free_memory
 from nmtkit.errors import TrainingError
 from nmtkit.io.dirs import kept_name
-from nmtkit.memory import RELEASE_EVERY_UPDATES, release_free_memory
 from nmtkit.train import distributed as ddp
 from nmtkit.train.checkpoints import BEST, LAST, RunCheckpoints, run_lexicon
 from nmtkit.train.context import TrainContext

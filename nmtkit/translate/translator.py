@@ -210,7 +210,7 @@ class Translator:
         import torch
 
         from nmtkit.data.binarized import pad_rows
-        from nmtkit.memory import RELEASE_EVERY_BATCHES, release_free_memory
+        from nmtkit.devices import RELEASE_EVERY_BATCHES, release_free_memory
 
         ids = [self.src_vocab.encode(t) for t in src_token_lists]
         lens = torch.tensor([len(x) for x in ids], dtype=torch.long)
