@@ -28,7 +28,7 @@ from nmtkit.decode.steps import (
     max_lengths,
     step_all,
 )
-from nmtkit.models.base import EncoderOut, Seq2Seq
+from nmtkit.models.base import Seq2Seq
 from nmtkit.models.fast.quantize import is_quantized, shortlist_rows
 from nmtkit.text.vocab import BOS_ID, EOS_ID
 
@@ -74,19 +74,6 @@ def sentence_topk(lp: Tensor, scores: Tensor, nb: int, K: int, k: int) -> tuple[
     top_beam = beam.gather(1, torch.div(j, g, rounding_mode="floor"))
     return top_s, top_beam, cols.view(nb, k * g).gather(1, j)
 
-
-
-def _keep(enc: EncoderOut, rows: Tensor, width: int) -> EncoderOut:
-    """Rows `rows` of `enc`, with source positions beyond `width` (padding for every kept row)
-    dropped first, so that attention over long-gone long sentences' padding stops costing."""
-    return enc.narrow(width).index_select(rows)
-
-
-def _should_compact(n_dead: int, n: int) -> bool:
-    """Copy the surviving rows out (encoder outputs included) once a quarter of the sentences
-    are done: their rows cost compute until then, but copying the encoder outputs after every
-    finished sentence costs more (it is memory-bound and about one step's worth of traffic)."""
-    return n_dead > 0 and 4 * n_dead >= n
 
 
 def _shortlist_rows(model: Seq2Seq, vocab: Tensor) -> tuple[Tensor, Tensor | None]:
@@ -295,9 +282,10 @@ class _BeamSearch:
             if not any(alive):
                 return None
             self.dead_dev = torch.tensor([not a for a in alive], device=self.device)
-            # grouped: the state rows are reordered every step anyway and the encoder outputs
-            # are one row per sentence, so dropping done sentences at once costs next to nothing
-            if self.grouped or _should_compact(alive.count(False), len(alive)):
+            # the surviving rows are copied out once a quarter of the sentences are done (copying
+            # the encoder outputs costs about a step's memory traffic); grouped models' encoder
+            # outputs are one row per sentence, so they drop done sentences at once
+            if self.grouped or 4 * alive.count(False) >= len(alive):
                 new = self._compact(new)
         return new
 
@@ -310,7 +298,8 @@ class _BeamSearch:
         keep_rows = (ks_dev.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
         width = int(self.lens_host[[self.active[i] for i in keep_slots]].max())
         rows = ks_dev if self.grouped else keep_rows
-        self.encs = [_keep(e, rows, e.positions(width)) for e in self.encs]
+        # positions beyond `width` are padding for every kept row: attending over them stops costing
+        self.encs = [e.narrow(e.positions(width)).index_select(rows) for e in self.encs]
         self.active = [self.active[i] for i in keep_slots]
         self.active_lim = self.active_lim[keep_slots]
         self.alive = [True] * len(keep_slots)

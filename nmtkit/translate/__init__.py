@@ -10,8 +10,9 @@ Alignment positions count the model's tokens (BPE subwords) from 0, EOS excluded
 translator and the writers do not import each other; this module holds the files and `run`."""
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
-from typing import IO, Iterable, Iterator
+from typing import Iterable
 
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.io.files import check_output_dir
@@ -34,34 +35,18 @@ from nmtkit.translate.writers import Writers, nbest_line, plot_attention
 
 __all__ = [
     "DEFAULT_MAX_SRC_LEN", "DecodeConfig", "Result", "TranslateConfig", "Translation", "Translator", "Writers",
-    "attention_table", "check_files", "hard_alignment", "nbest_line", "plot_attention", "read_lines",
+    "attention_table", "check_files", "hard_alignment", "nbest_line", "plot_attention",
     "read_unk_dict", "replace_unks", "run", "soft_alignment", "subword_words", "translate_stream",
 ]
-
-
-def read_lines(stream: IO[bytes], name: str) -> Iterator[tuple[int, str]]:
-    """(line number from 1, text without newline), line by line as they arrive (a terminal or a
-    pipe is answered without waiting for more input). Invalid UTF-8 and NUL bytes are an
-    InputError naming the line (`nmtkit.text.io`, which also drops a UTF-8 byte order mark)."""
-    yield from enumerate(stream_lines(stream, name), 1)
 
 
 def translate_stream(translator: Translator, lines: Iterable[tuple[int, str]], writers: Writers, buffer_size: int,
                      progress: Progress = no_progress) -> int:
     """Translate numbered lines buffer by buffer, writing each buffer in input order; returns
     the number of lines translated."""
-    buf: list[tuple[int, str]] = []
     n = 0
-    for item in lines:
-        buf.append(item)
-        if len(buf) >= buffer_size:
-            for r in translator.translate_buffer(buf):
-                writers.write(r)
-            writers.flush()
-            n += len(buf)
-            progress("translate", n, None)
-            buf = []
-    if buf:
+    it = iter(lines)
+    while buf := list(itertools.islice(it, buffer_size)):  # takes no line beyond the buffer
         for r in translator.translate_buffer(buf):
             writers.write(r)
         writers.flush()
@@ -134,8 +119,9 @@ def run(config: TranslateConfig, progress: Progress | None = None) -> dict[str, 
                           align_file.file if align_file else (sys.stdout if align_stdout else None),
                           config, flush_each=config.buffer_size == 1)
         # a file as every reader reads one (text.io.read_lines: .gz gunzipped, a damaged one named)
-        lines = (enumerate(read_text_lines(input_path), 1) if input_path
-                 else read_lines(sys.stdin.buffer, translator.source_name))
+        # stdin line by line as lines arrive (a terminal or a pipe is answered without waiting)
+        lines = enumerate(read_text_lines(input_path) if input_path
+                          else stream_lines(sys.stdin.buffer, translator.source_name), 1)
         n = translate_stream(translator, lines, writers, config.buffer_size, progress)
         # both files committed, or (a signal before) neither: never a mismatched pair
         commit_all([f for f in (align_file, out_file) if f is not None])
