@@ -99,8 +99,8 @@ def run(config: TranslateConfig, progress: Progress | None = None) -> dict[str, 
     ("translate", lines done, None) after every buffer.
 
     Files are written under a temporary name and renamed when complete (nmtkit.io.files), so
-    a failure never leaves a half-written output looking complete. With a buffer of one line
-    every answer is flushed at once (interactive use).
+    a failure never leaves a half-written output looking complete. `config.interactive` (or a
+    buffer of one line) translates, writes and flushes each line as it arrives.
     """
     import contextlib
     import sys
@@ -108,6 +108,7 @@ def run(config: TranslateConfig, progress: Progress | None = None) -> dict[str, 
     from nmtkit.io.files import OutputFile, commit_all
 
     progress = progress or no_progress
+    buffer_size = 1 if config.interactive else config.buffer_size  # each line answered as it arrives
     align_stdout = config.alignments_file == "-"
     input_path, output_path, alignments_file = check_files(config)
     translator = Translator(config)
@@ -117,12 +118,12 @@ def run(config: TranslateConfig, progress: Progress | None = None) -> dict[str, 
         align_file = stack.enter_context(OutputFile(alignments_file)) if alignments_file else None
         writers = Writers(out_file.file if out_file else sys.stdout,
                           align_file.file if align_file else (sys.stdout if align_stdout else None),
-                          config, flush_each=config.buffer_size == 1)
+                          config, flush_each=buffer_size == 1)
         # a file as every reader reads one (text.io.read_lines: .gz gunzipped, a damaged one named)
         # stdin line by line as lines arrive (a terminal or a pipe is answered without waiting)
         lines = enumerate(read_text_lines(input_path) if input_path
                           else stream_lines(sys.stdin.buffer, translator.source_name), 1)
-        n = translate_stream(translator, lines, writers, config.buffer_size, progress)
+        n = translate_stream(translator, lines, writers, buffer_size, progress)
         # both files committed, or (a signal before) neither: never a mismatched pair
         commit_all([f for f in (align_file, out_file) if f is not None])
         return {"lines": n}

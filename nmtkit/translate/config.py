@@ -167,7 +167,7 @@ class TranslateConfig(DecodeConfig):
     output_path: str | None = None
     alignments_file: str | None = None
     force: bool = False  # overwrite existing outputs
-    interactive: bool = False  # answer each line at once (the command then gives buffer_size 1)
+    interactive: bool = False  # answer each line at once: a buffer of one line, whatever buffer_size says
 
     @property
     def sampling_seed(self) -> int:
