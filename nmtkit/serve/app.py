@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hashlib
+import ipaddress
 import json
 import os
 import signal
@@ -299,26 +300,18 @@ def _error(status: int, message: str, close: bool = False) -> web.Response:
     return response
 
 
-def _is_ip(host: str) -> bool:
-    import ipaddress
-
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The IP address `host` (brackets allowed) is, or None for a name."""
     try:
-        ipaddress.ip_address(host.strip("[]"))
+        return ipaddress.ip_address(host.strip("[]"))
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def is_loopback(host: str) -> bool:
     """Whether listening on `host` answers this machine only."""
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+    ip = _ip(host)
+    return host == "localhost" or (ip is not None and ip.is_loopback)
 
 
 def _host_name(value: str) -> str:
@@ -352,7 +345,7 @@ def check_origin(request: web.Request, allowed: AllowedHosts) -> None:
     host = request.headers.get("Host")
     if host is not None:
         name = _host_name(host)
-        if not (_is_ip(name) or name in allowed.hosts):
+        if not (_ip(name) is not None or name in allowed.hosts):
             raise RequestError(f"Host {host!r} is not this server's (give --allow-host {name} to accept it)", 403)
     origin = request.headers.get("Origin")
     if origin is not None:
