@@ -16,7 +16,7 @@ import os
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
-    from nmtkit.translate.results import Result, Translation
+    from nmtkit.translate.alignment import Result, Translation
     from nmtkit.translate.translator import Translator
 
 __version__ = "0.1.0"
@@ -44,7 +44,7 @@ def __getattr__(name: str) -> Any:
 
         return Translator
     if name in ("Result", "Translation"):
-        from nmtkit.translate import results
+        from nmtkit.translate import alignment
 
-        return getattr(results, name)
+        return getattr(alignment, name)
     raise AttributeError(f"module 'nmtkit' has no attribute '{name}'")

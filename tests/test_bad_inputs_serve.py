@@ -18,10 +18,9 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
+from nmtkit.serve import Limits, ServeConfig  # noqa: E402
 from nmtkit.serve.app import make_app, make_runner, serve  # noqa: E402
 from nmtkit.serve.batcher import Batcher, ClientGone  # noqa: E402
-from nmtkit.serve.config import ServeConfig  # noqa: E402
-from nmtkit.serve.limits import Limits  # noqa: E402
 from tests.conftest import make_checkpoint  # noqa: E402
 
 CONFIG = ServeConfig(limits=Limits(max_beam=2, max_body_bytes=1 << 20), body_timeout=0.5,

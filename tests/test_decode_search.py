@@ -221,7 +221,7 @@ def test_nbest_larger_than_beam_is_refused():
 def test_sentence_topk_equals_a_plain_topk_over_each_sentences_candidates():
     """The grouped top-k of beam search (group maxima, then the chosen groups' columns) picks
     exactly the k best of each sentence's K*V candidates, -inf rows and forced-EOS rows included."""
-    from nmtkit.decode.topk import TOPK_GROUP, sentence_topk
+    from nmtkit.decode.search import TOPK_GROUP, sentence_topk
 
     g = torch.Generator().manual_seed(3)
     nb, K, V, k = 5, 4, 40 * TOPK_GROUP, 8
@@ -250,7 +250,7 @@ def test_fast_paths_give_the_same_translations_as_the_plain_ones(monkeypatch, re
     (`grouped_encoder`) and the grouped top-k finds the same hypotheses as with K copies of
     the encoder outputs and a plain per-row top-k (a vocabulary large enough for the grouped
     top-k: V / TOPK_GROUP >= 2K)."""
-    import nmtkit.decode.topk as topk
+    import nmtkit.decode.search as topk
 
     model = tiny_model(seed=11, tgt_vocab=40 * topk.TOPK_GROUP, readout=readout)
     _sharp(model, 3.0)

@@ -14,8 +14,7 @@ from nmtkit.options import cli_default, cli_names, help_text, option_fields, res
 from nmtkit.preprocess import PreprocessConfig
 from nmtkit.score import ScoreConfig
 from nmtkit.select import SelectConfig
-from nmtkit.serve.config import ServeConfig
-from nmtkit.serve.limits import Limits
+from nmtkit.serve import Limits, ServeConfig
 from nmtkit.text.tokenize import TokenizeConfig
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.presets import ModelOverrides
@@ -200,8 +199,7 @@ def validations(monkeypatch):
     """How many times each config of translate and serve was validated (check_fields calls)."""
     from collections import Counter
 
-    import nmtkit.serve.config
-    import nmtkit.serve.limits
+    import nmtkit.serve.batcher
     import nmtkit.translate.config
     from nmtkit.options import check_fields
 
@@ -211,7 +209,7 @@ def validations(monkeypatch):
         counts[type(config).__name__] += 1
         check_fields(config)
 
-    for module in (nmtkit.translate.config, nmtkit.serve.config, nmtkit.serve.limits):
+    for module in (nmtkit.translate.config, nmtkit.serve.batcher):
         monkeypatch.setattr(module, "check_fields", counted)
     return counts
 

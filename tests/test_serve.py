@@ -16,9 +16,8 @@ pytest.importorskip("aiohttp")
 
 from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 
+from nmtkit.serve import Limits, ServeConfig  # noqa: E402
 from nmtkit.serve.app import make_app, server_url  # noqa: E402
-from nmtkit.serve.config import ServeConfig  # noqa: E402
-from nmtkit.serve.limits import Limits  # noqa: E402
 
 LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat", "is a small dog ."]
 DECODE = dict(precision="fp32", max_len_a=1.0, max_len_b=3.0)

@@ -1,4 +1,4 @@
-"""--workers: a buffer's batches decoded by forked processes (nmtkit.translate.workers)."""
+"""--workers: a buffer's batches decoded by forked processes (nmtkit.translate.translator)."""
 from __future__ import annotations
 
 import os
@@ -13,7 +13,13 @@ import torch
 
 from nmtkit.errors import WorkerError
 from nmtkit.translate import TranslateConfig, Translator
-from nmtkit.translate.workers import MAX_AUTO_WORKERS, can_fork, map_batches, resolve_workers, thread_shares
+from nmtkit.translate.translator import (
+    MAX_AUTO_WORKERS,
+    can_fork,
+    map_batches,
+    resolve_workers,
+    thread_shares,
+)
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="workers fork")
 
@@ -76,17 +82,16 @@ def test_worker_processes_tokenise_in_chunks_and_warn_in_line_order(ckpt, tmp_pa
     """Text to tokenise is prepared chunk by chunk in the workers; the warnings of truncated
     lines come back to the translator's `warn`, in line order."""
     import nmtkit.translate.translator as translator
-    import nmtkit.translate.workers as workers
 
     monkeypatch.setattr(translator, "PREPARE_CHUNK_LINES", 4)
     pids, calls = tmp_path / "pids", []
-    real = workers.map_batches
+    real = translator.map_batches
 
     def map_batches(decode, n_jobs, *a):
         calls.append(n_jobs)
         return real(decode, n_jobs, *a)
 
-    monkeypatch.setattr(workers, "map_batches", map_batches)
+    monkeypatch.setattr(translator, "map_batches", map_batches)
     out = {}
     for n in (3, 1):
         warned: list[str] = []
@@ -158,7 +163,7 @@ def test_a_worker_never_returns_into_the_caller_nor_writes_its_output_twice(tmp_
     """A child leaves with os._exit once its batches are done: were it to return, the caller's
     code would run twice, and its exit would flush its copy of the parent's buffers."""
     code = ("import os, sys, time\n"
-            "from nmtkit.translate.workers import map_batches\n"
+            "from nmtkit.translate.translator import map_batches\n"
             "def decode(j):\n"
             "    time.sleep(0.05)  # every process takes batches\n"
             "    sys.stdout.write(f'{os.getpid()} '); sys.stdout.flush()\n"
@@ -173,7 +178,7 @@ def test_a_worker_never_returns_into_the_caller_nor_writes_its_output_twice(tmp_
 
 
 def test_auto_workers_are_one_per_cpu_thread_up_to_a_limit_and_one_beside_other_threads(monkeypatch):
-    import nmtkit.translate.workers as workers
+    import nmtkit.translate.translator as workers
 
     with monkeypatch.context() as m:  # as in a process of one thread (other tests may leave threads)
         m.setattr(workers.threading, "active_count", lambda: 1)
@@ -222,7 +227,7 @@ def test_a_worker_killed_mid_translation_is_one_error_line_and_leaves_no_output(
 def test_no_worker_outlives_a_command_killed_with_sigkill(tmp_path):
     pids = tmp_path / "pids"
     code = ("import os, signal, time\n"
-            "from nmtkit.translate.workers import map_batches\n"
+            "from nmtkit.translate.translator import map_batches\n"
             "parent = os.getpid()\n"
             "def decode(j):\n"
             f"    open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
@@ -256,7 +261,7 @@ def test_translate_without_workers_is_auto_not_every_core(monkeypatch):
     import nmtkit.cli.common as common
     from nmtkit.preprocess import PreprocessConfig
     from nmtkit.translate import TranslateConfig
-    from nmtkit.translate.workers import resolve_workers
+    from nmtkit.translate.translator import resolve_workers
 
     monkeypatch.setattr(common, "available_cores", lambda: 64)
     values = common.config_values(TranslateConfig, {"workers": None})

@@ -11,8 +11,7 @@ from typing import Any
 import click
 
 from nmtkit.cli.common import config_options, config_values, quiet_warnings
-from nmtkit.serve.config import ServeConfig
-from nmtkit.serve.limits import Limits
+from nmtkit.serve import Limits, ServeConfig
 from nmtkit.translate.config import DecodeConfig
 
 
@@ -31,31 +30,16 @@ def serve_cmd(**options: Any) -> None:
         nmtkit serve -m run/checkpoint_best.pt --port 8080
     """
     quiet_warnings(options["quiet"])
-    import asyncio
-
-    from nmtkit.serve.app import serve
-    from nmtkit.serve.batcher import DecodeThread
-    from nmtkit.translate import TranslateConfig, Translator
+    from nmtkit.serve import run
+    from nmtkit.translate import TranslateConfig
 
     limits = Limits(**config_values(Limits, options))
-    config = ServeConfig(**config_values(ServeConfig, options), limits=limits)
-    # a request's beam is at most the server's --beam, which is also its default
-    tcfg = TranslateConfig(**config_values(DecodeConfig, options), beam=limits.max_beam, workers=1)  # decodes on one thread
+    # a request's beam is at most the server's --beam, which is also its default; decodes on one thread
+    translate = TranslateConfig(**config_values(DecodeConfig, options), beam=limits.max_beam, workers=1)
+    config = ServeConfig(**config_values(ServeConfig, options), limits=limits, translate=translate)
 
     def say(msg: str) -> None:
         click.echo(f"nmtkit: {msg}", err=True)
 
-    def load() -> Translator:
-        translator = Translator(tcfg)
-        translator.source_name = "<request>"
-        translator.translate("warm up .")  # the first decoder call is slow; pay it before the first client
-        return translator
-
-    thread = DecodeThread()  # every torch operation on one thread (nmtkit.serve.batcher)
-    try:
-        translator = thread.call(load)
-    except BaseException:
-        thread.close()
-        raise
-    asyncio.run(serve(translator, config, announce=say, log_line=say, thread=thread))
+    run(config, announce=say)
     sys.stdout.flush()

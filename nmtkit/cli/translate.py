@@ -41,19 +41,18 @@ def translate_cmd(input_path: str | None, output_path: str | None, alignments_fi
         nmtkit translate -m run/checkpoint_best.pt < test.en > test.hyp.fr
     """
     quiet_warnings(quiet)
-    from nmtkit.translate import translate_files
+    from nmtkit.translate import run
 
     stdin_tty = file_path(input_path) is None and sys.stdin.isatty()
     values = config_values(TranslateConfig, options)
     given_buffer = click.get_current_context().get_parameter_source("buffer_size") != ParameterSource.DEFAULT
     ignored_buffer = (interactive or stdin_tty) and given_buffer and values["buffer_size"] != 1
-    if interactive or stdin_tty:
-        values["buffer_size"] = 1
-    cfg = TranslateConfig(**values)
+    cfg = TranslateConfig(**values, input_path=input_path, output_path=output_path, alignments_file=alignments_file,
+                          force=force, interactive=interactive or stdin_tty)
     if ignored_buffer:
         implied = "" if interactive else " (implied by stdin being a terminal)"
         log.warning(f"--buffer-size is ignored with --interactive{implied}, which translates each line as it arrives")
 
-    n = translate_files(cfg, input_path, output_path, alignments_file, force)
+    report = run(cfg)
     if not quiet and not stdin_tty:
-        click.echo(f"nmtkit: translated {n} lines", err=True)
+        click.echo(f"nmtkit: translated {report['lines']} lines", err=True)

@@ -1,32 +1,14 @@
-"""Batched ancestral sampling over the `Seq2Seq` interface: one translation drawn per sentence
-from the model's distribution instead of searched for, as for back-translation (Edunov et al.
-2018, "Understanding Back-Translation at Scale": unrestricted sampling, or sampling from the k
-most likely words at every step, gives better synthetic sources than beam search).
-
-At step t every unfinished sentence draws its next token from
-
-    p_T(y_t | y_<t, x) proportional to p(y_t | y_<t, x)^(1/T)
-
-restricted to the `topk` most likely tokens when topk > 0 (renormalised). PAD and BOS (and with
-`ban_unk` the unknown word) are never drawn; EOS is forced at the length limit, as in beam
-search (`nmtkit.decode.steps`).
-T must be > 0, as in fairseq (`--temperature must be greater than 0`): greedy decoding is beam
-search of width 1.
-
-Reproducibility: a draw is an inverse-CDF lookup of one uniform number, and sentence `key`'s
-uniform numbers come from its own generator seeded with (seed, key) (numpy's SeedSequence and
-PCG64). A sentence's sample therefore depends on the seed, its key (the caller passes its line
-number) and the model's probabilities only: not on the batch it shares, the batch size, the
-order of the batches or the device's random state. (The probabilities themselves can differ in
-their last bits between batch shapes, more so under bf16 autocast; a draw changes only where a
-uniform number falls within that rounding of a boundary between two tokens.)
-
-The reported `log_prob` of a sample is its log-probability under the model (T = 1, whole
-vocabulary), EOS included, so that samples can be compared and filtered; `score` is it length-
+"""Batched ancestral sampling over the `Seq2Seq` interface: one translation drawn per sentence,
+as for back-translation (Edunov et al. 2018). At step t an unfinished sentence draws from
+p(y_t | y_<t, x)^(1/T), renormalised, over the `topk` likeliest tokens when topk > 0. PAD and BOS
+(and with `ban_unk` UNK) are never drawn; EOS is forced at the length limit. T must be > 0, as
+in fairseq. A draw is an inverse-CDF lookup of one uniform number from sentence `key`'s own
+generator, seeded with (seed, key): a sample depends on the seed, its key (the line number) and
+the model's probabilities only, not on its batch or the device's random state. A sample's
+`log_prob` is under the model (T = 1, whole vocabulary), EOS included; `score` is it length-
 normalised as in beam search.
 
-Shapes: B sentences, n unfinished ones, V target vocabulary, S source length (as the model's
-attention sees it), T steps.
+Shapes: B sentences, n unfinished ones, V target vocabulary, S source length, T steps.
 """
 from __future__ import annotations
 
@@ -36,8 +18,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nmtkit.decode.hypothesis import Hypothesis, finished
-from nmtkit.decode.steps import as_models, force_eos, mask_specials, max_lengths, step_all
+from nmtkit.decode.steps import (
+    Hypothesis,
+    as_models,
+    finished,
+    force_eos,
+    mask_specials,
+    max_lengths,
+    step_all,
+)
 from nmtkit.models.base import Seq2Seq
 from nmtkit.text.vocab import BOS_ID, EOS_ID
 

@@ -1,40 +1,12 @@
-"""Batched beam search over the `Seq2Seq` interface (and ensembles of models); greedy search is
-beam search of width 1.
-
-Bahdanau et al. (2015), section 3 / appendix: "we use a beam search to find a translation that
-approximately maximizes the conditional probability". The paper gives no beam width; we default
-to 12 (Sutskever et al. 2014 used 12). Hypotheses are ranked by their length-normalised score
-(`nmtkit.decode.hypothesis.length_normalise`).
-
-Batched beam search keeps all K hypotheses of all B sentences of a batch in one tensor of B*K
-rows, on the model's device. One step (`_BeamSearch.step`) is: one `step()` per model, the
-exact top-2K of each sentence's (K*V) candidates (`nmtkit.decode.topk`: a strided max over groups of columns,
-then top-k over group maxima and over the chosen groups' columns, instead of a top-k of every row), and
-index_selects that reorder the decoder state and the token / attention history.
-Hypotheses that emit EOS are set aside (their tokens copied on the device, brought to the host
-once, when the search ends); a sentence is done when it has K finished hypotheses (as in
-fairseq) or reaches its length limit, and done sentences are dropped from the tensors so they
-stop costing compute. One host read per step: which of each sentence's K best candidates end
-in EOS, with their scores (`_finish`); the rest of the bookkeeping (limits, done sentences)
-lives in numpy and Python on the host.
-
-Models with `grouped_encoder = True` (RNNsearch) keep the encoder outputs at one row per
-sentence: the K hypotheses of a sentence (K consecutive state rows) attend over that row, so
-the encoder outputs are neither copied K times nor streamed K times per step, and dropping a
-done sentence copies B-sized, not B*K-sized, encoder tensors (so it is done at once). Other
-models get K copies (`EncoderOut.index_select`).
-
-Length limits (`nmtkit.decode.steps.max_lengths`): EOS is forced at a sentence's limit, so every
-hypothesis ends with EOS. `ban_unk` never lets a hypothesis emit the unknown word (the paper's
-"no UNK" decoding, Table 1's footnote).
-
-A shortlist (`vocab`, nmtkit.decode.shortlist) restricts every step's output layer and softmax
-to a sorted list of target ids that starts with the specials: the search then works in the
-list's columns (PAD, UNK, BOS and EOS keep theirs) and maps each chosen column back to its id.
-
-Ensembles average the models' probabilities: log p = log(mean_m p_m) (as Nematus and fairseq
-do; see nmtkit.decode.steps.average_log_probs). The attention reported is the models' mean, over each
-sentence's own source tokens (its source EOS apart: `Hypothesis`).
+"""Batched beam search over the `Seq2Seq` interface (and ensembles); greedy search is beam
+search of width 1. All K hypotheses of all B sentences live in one (B*K)-row tensor on the
+device. A step: one `step()` per model, the exact top-2K of each sentence's K*V candidates
+(`sentence_topk`), and index_selects that reorder the states and histories. Hypotheses that
+emit EOS are set aside on the device; a sentence is done with K finished hypotheses (as in
+fairseq) or at its length limit, and done sentences leave the tensors. One host read per step.
+Models with `grouped_encoder` (RNNsearch) keep one encoder row per sentence, not K copies.
+A shortlist (`vocab`, nmtkit.decode.shortlist) restricts every step's output layer to a sorted
+id list starting with the specials; the search works in its columns and maps them back.
 
 Shapes: B sentences, K beam, N = B*K rows, V target vocabulary, S source length (as the model's
 attention sees it: it may include an EOS the model appends), T steps.
@@ -47,27 +19,61 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nmtkit.decode.hypothesis import Hypothesis, finished
-from nmtkit.decode.steps import as_models, force_eos, mask_specials, max_lengths, step_all
-from nmtkit.decode.topk import sentence_topk
-from nmtkit.models.base import EncoderOut, Seq2Seq
+from nmtkit.decode.steps import (
+    Hypothesis,
+    as_models,
+    finished,
+    force_eos,
+    mask_specials,
+    max_lengths,
+    step_all,
+)
+from nmtkit.models.base import Seq2Seq
 from nmtkit.models.fast.quantize import is_quantized, shortlist_rows
 from nmtkit.text.vocab import BOS_ID, EOS_ID
 
-__all__ = ["Hypothesis", "greedy_search", "beam_search"]
+__all__ = ["TOPK_GROUP", "Hypothesis", "beam_search", "greedy_search", "sentence_topk"]
+
+# vocabulary columns per group in `sentence_topk` (columns c, c + V/16, c + 2V/16, ...); the
+# decoding shortlist pads its length to a multiple of it (nmtkit.decode.shortlist)
+TOPK_GROUP = 16
 
 
-def _keep(enc: EncoderOut, rows: Tensor, width: int) -> EncoderOut:
-    """Rows `rows` of `enc`, with source positions beyond `width` (padding for every kept row)
-    dropped first, so that attention over long-gone long sentences' padding stops costing."""
-    return enc.narrow(width).index_select(rows)
+def sentence_topk(lp: Tensor, scores: Tensor, nb: int, K: int, k: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The k best of each sentence's K*V candidates lp[r, v] + scores[r].
 
+    lp: (N, V) log-probabilities, N = nb*K rows (K consecutive rows per sentence); scores: (N,).
+    Returns (values (nb, k) best first, beam (nb, k) row within the sentence, token (nb, k)).
 
-def _should_compact(n_dead: int, n: int) -> bool:
-    """Copy the surviving rows out (encoder outputs included) once a quarter of the sentences
-    are done: their rows cost compute until then, but copying the encoder outputs after every
-    finished sentence costs more (it is memory-bound and about one step's worth of traffic)."""
-    return n_dead > 0 and 4 * n_dead >= n
+    Exact top-k (only the order of exactly equal candidates may differ from a plain top-k),
+    without a sort-like pass over all N*V candidates: the columns are split into V/g groups of
+    g = TOPK_GROUP (group c holds columns c, c + V/g, ...; a strided max is a vectorised pass);
+    the k best groups of a sentence by (group max + row score) contain its k best candidates
+    (each of those lies in a group whose max is at least the k-th best value, and at most k
+    groups can have a max that high), so a top-k over (nb, K*V/g) group maxima and one over
+    the (nb, k*g) candidates of the chosen groups give the answer.
+    """
+    N, V = lp.shape
+    g = TOPK_GROUP
+    device = lp.device
+    if V % g or V // g < k:  # small or odd vocabularies: per row, then per sentence
+        k1 = min(k, V)
+        row_s, row_tok = lp.topk(k1, dim=1)  # (N, k1)
+        cand = (row_s + scores.unsqueeze(1)).view(nb, K * k1)
+        top_s, top_i = cand.topk(k, dim=1)
+        top_beam = torch.div(top_i, k1, rounding_mode="floor")
+        return top_s, top_beam, row_tok.view(nb, K * k1).gather(1, top_i)
+    nc = V // g
+    gmax = lp.view(N, g, nc).amax(dim=1)  # (N, nc): max of group c over columns c + nc*j
+    gi = (gmax + scores.unsqueeze(1)).view(nb, K * nc).topk(k, dim=1).indices  # (nb, k)
+    beam = torch.div(gi, nc, rounding_mode="floor")
+    rows = beam + (torch.arange(nb, device=device) * K).unsqueeze(1)  # (nb, k) rows of N
+    cols = (gi - beam * nc).unsqueeze(2) + nc * torch.arange(g, device=device)  # (nb, k, g)
+    cand = lp[rows.unsqueeze(2), cols] + scores[rows].unsqueeze(2)  # (nb, k, g)
+    top_s, j = cand.view(nb, k * g).topk(k, dim=1)
+    top_beam = beam.gather(1, torch.div(j, g, rounding_mode="floor"))
+    return top_s, top_beam, cols.view(nb, k * g).gather(1, j)
+
 
 
 def _shortlist_rows(model: Seq2Seq, vocab: Tensor) -> tuple[Tensor, Tensor | None]:
@@ -276,9 +282,10 @@ class _BeamSearch:
             if not any(alive):
                 return None
             self.dead_dev = torch.tensor([not a for a in alive], device=self.device)
-            # grouped: the state rows are reordered every step anyway and the encoder outputs
-            # are one row per sentence, so dropping done sentences at once costs next to nothing
-            if self.grouped or _should_compact(alive.count(False), len(alive)):
+            # the surviving rows are copied out once a quarter of the sentences are done (copying
+            # the encoder outputs costs about a step's memory traffic); grouped models' encoder
+            # outputs are one row per sentence, so they drop done sentences at once
+            if self.grouped or 4 * alive.count(False) >= len(alive):
                 new = self._compact(new)
         return new
 
@@ -291,7 +298,8 @@ class _BeamSearch:
         keep_rows = (ks_dev.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
         width = int(self.lens_host[[self.active[i] for i in keep_slots]].max())
         rows = ks_dev if self.grouped else keep_rows
-        self.encs = [_keep(e, rows, e.positions(width)) for e in self.encs]
+        # positions beyond `width` are padding for every kept row: attending over them stops costing
+        self.encs = [e.narrow(e.positions(width)).index_select(rows) for e in self.encs]
         self.active = [self.active[i] for i in keep_slots]
         self.active_lim = self.active_lim[keep_slots]
         self.alive = [True] * len(keep_slots)

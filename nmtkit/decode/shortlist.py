@@ -1,20 +1,10 @@
-"""Vocabulary shortlists for decoding (Jean et al. 2015, "On Using Very Large Target Vocabulary
-for Neural Machine Translation", section 3.2): the output layer of a batch is computed over a
-candidate list only, the M most frequent target words plus the K' likeliest translations of
-each source word in the batch, instead of over the whole target vocabulary.
-
-The likeliest translations come from a lexicon built once, from the training data, when a run
-starts (`build_lexicon`) and stored in its checkpoints: for each source word s, the k target words
-t with the highest Dice coefficient 2 c(s, t) / (c(s) + c(t)), where c(s, t) counts the (s, t)
-token pairs of the same sentence pair (Jean et al. used an alignment model; co-occurrence keeps
-it to about a second of numpy over a sample of the corpus).
-
-`shortlist_ids` gives a batch's candidate ids: sorted, always starting with the special ids
-0..3 (PAD, UNK, BOS, EOS), so those keep their columns, and padded with more frequent words to a
-multiple of 16 (beam search's grouped top-k). Beam search works in the columns of that list and
-maps the chosen columns back to vocabulary ids (nmtkit.decode.search).
-
-No torch at build time: the lexicon is a numpy array; `shortlist_ids` takes and gives tensors.
+"""Vocabulary shortlists for decoding (Jean et al. 2015, section 3.2): a batch's output layer is
+computed over the M most frequent target words plus the K' likeliest translations of each of its
+source words. The translations come from a lexicon built once from the training data when a
+run starts (`build_lexicon`, stored in its checkpoints): for each source word s the k target
+words t of highest Dice coefficient 2 c(s, t) / (c(s) + c(t)) over same-sentence-pair token
+co-occurrences. `shortlist_ids` gives a batch's sorted candidate ids, starting with the specials
+0..3 and padded to a multiple of beam search's top-k group (16). No torch at build time.
 """
 from __future__ import annotations
 
@@ -76,7 +66,7 @@ def shortlist_ids(lexicon: Any, src: Any, vocab_size: int, frequent: int = FREQU
     that is not longer."""
     import torch
 
-    from nmtkit.decode.topk import TOPK_GROUP
+    from nmtkit.decode.search import TOPK_GROUP
     from nmtkit.text.vocab import SPECIALS
 
     lex = torch.as_tensor(lexicon)

@@ -1,16 +1,17 @@
-"""One decoding step over the `Seq2Seq` interface, shared by beam search and sampling: every
-model's step combined (ensembles average probabilities: `average_log_probs`), the specials
-that are never generated masked, and EOS forced at each sentence's length limit.
+"""What beam search and sampling share: one decoding step over every model (an ensemble
+averages probabilities: `average_log_probs`), the specials never generated masked, EOS forced
+at each sentence's length limit (at most floor(max_len_a * src_len + max_len_b) tokens before
+EOS, so every hypothesis ends with EOS), and the `Hypothesis` they hand out, ranked by
 
-Length limits: a sentence of `src_len` tokens gets at most `floor(max_len_a * src_len +
-max_len_b)` target tokens before EOS; at that step EOS is forced, so every hypothesis ends
-with EOS and its log-probability includes EOS's.
+    score(y) = log p(y | x) / |y|^alpha      (|y| counts the final EOS)
 
+alpha = 1 is the plain per-word average, alpha = 0 the raw log-probability.
 Shapes: N rows (hypotheses or sentences), V target vocabulary, S source positions.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -20,7 +21,46 @@ from torch import Tensor
 from nmtkit.models.base import EncoderOut, Seq2Seq
 from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
-__all__ = ["as_models", "force_eos", "mask_specials", "max_lengths", "step_all"]
+__all__ = ["Hypothesis", "as_models", "finished", "force_eos", "length_normalise", "mask_specials", "max_lengths",
+           "step_all"]
+
+
+@dataclass
+class Hypothesis:
+    """One translation.
+
+    tokens:    target ids without BOS/EOS.
+    score:     the length-normalised score used for ranking, log_prob / (len(tokens)+1)^alpha.
+    log_prob:  the raw sum of the token log-probabilities, EOS included.
+    attention: (len(tokens)+1, n) float tensor on the CPU over the sentence's n source tokens,
+               one row per target token and a last row for EOS; None unless asked for.
+    source_eos_attention: (len(tokens)+1,) the weights on the source EOS the model appends
+               (`EncoderOut.src_eos`), or None (no attention asked for, or no source EOS).
+    """
+
+    tokens: list[int]
+    score: float
+    log_prob: float
+    attention: Tensor | None = None
+    source_eos_attention: Tensor | None = None
+
+
+def length_normalise(log_prob: float, length: int, lenpen: float) -> float:
+    """score = log_prob / length^lenpen (length counts EOS, so it is never 0)."""
+    if lenpen == 0:
+        return log_prob
+    return log_prob / (max(1, length) ** lenpen)
+
+
+def finished(tokens: list[int], log_prob: float, lenpen: float, attention: Tensor | None,
+             enc: EncoderOut, src_len: int) -> Hypothesis:
+    """A finished hypothesis of a sentence of `src_len` source tokens: `tokens` (ids before EOS),
+    its `log_prob` (EOS included), and its attention (len(tokens)+1, >= S') as decoding kept it,
+    cut to the sentence's source tokens and its source EOS by the encoder output that knows them."""
+    att, eos = enc.split_attention(attention, src_len) if attention is not None else (None, None)
+    return Hypothesis(tokens=tokens, score=length_normalise(log_prob, len(tokens) + 1, lenpen), log_prob=log_prob,
+                      attention=att, source_eos_attention=eos)
+
 
 
 def average_log_probs(log_probs: Sequence[Tensor]) -> Tensor:

@@ -1,11 +1,51 @@
 """`nmtkit serve`: a translation server that loads the model once and batches across requests.
 
-- `config`:  ServeConfig, the server's options beyond decoding (pure Python);
-- `limits`:  the request limits and the checking of request bodies (pure Python);
-- `batcher`: dynamic batching of concurrent requests into one batched beam search;
-- `app`:     the aiohttp routes, JSON errors, request logs, graceful stop;
+- this module: `run`, the whole command without its option parsing;
+- `batcher`: `ServeConfig`, the request `Limits` (no torch, no aiohttp) and the dynamic batching
+  of concurrent requests into one batched beam search;
+- `app`:     the aiohttp routes, request checks, answers, JSON errors, request logs, graceful stop;
 - `page.html`: the static page at `GET /` that draws the attention of each translation.
 
 The translation itself is `nmtkit.translate.Translator.generate`, the path (and object) that
 `nmtkit translate` uses.
 """
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+from nmtkit.serve.batcher import Limits, ServeConfig
+
+__all__ = ["Limits", "ServeConfig", "run"]
+
+
+def _say(message: str) -> None:
+    print(f"nmtkit: {message}", file=sys.stderr, flush=True)
+
+
+def run(config: ServeConfig, announce: Callable[[str], None] = _say) -> None:
+    """`nmtkit serve`: load `config.translate`'s models on the decoding thread, warm them up,
+    and serve until SIGTERM or SIGINT (`nmtkit.serve.app.serve`). `announce` hears the server's
+    start and stop and, unless quiet, a line per request."""
+    import asyncio
+
+    from nmtkit.serve.app import serve
+    from nmtkit.serve.batcher import DecodeThread
+    from nmtkit.translate import Translator
+
+    if config.translate is None:
+        raise ValueError("ServeConfig.translate is needed to serve")
+
+    def load() -> Translator:
+        translator = Translator(config.translate)
+        translator.source_name = "<request>"
+        translator.translate("warm up .")  # the first decoder call is slow; pay it before the first client
+        return translator
+
+    thread = DecodeThread()  # every torch operation on one thread (nmtkit.serve.batcher)
+    try:
+        translator = thread.call(load)
+    except BaseException:
+        thread.close()
+        raise
+    asyncio.run(serve(translator, config, announce=announce, log_line=announce, thread=thread))

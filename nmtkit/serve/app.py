@@ -1,31 +1,22 @@
-"""The HTTP side of `nmtkit serve`: routes, JSON errors, request logs, start and graceful stop.
+"""The HTTP side of `nmtkit serve` (aiohttp): request checks, routes, answers, JSON errors,
+request logs, start and graceful stop.
 
-Built on aiohttp: one well-kept library gives the asyncio HTTP server (no separate ASGI server
-process to run and configure, as uvicorn + starlette would need), its body-size limit and
-signal-safe shutdown, and the HTTP and websocket client the tests, the browser test and the
-load benchmark use.
-
-Routes:
 - `POST /translate`: {"text": [...], "beam", "nbest", "alignments"} ->
   {"translations": [{"text", "score", "alignment", ("nbest"), ("truncated")}], "model", "took_ms"}
 - `POST /translator/translate`: OpenNMT-py's REST shape, [{"src", "id"}] -> [[{"src", "tgt",
-  "n_best", "pred_score", ("truncated")}]] (one inner list per n-best rank), so its clients need
-  a new URL only.
-- `GET /health`, `GET /info` (languages, architecture, vocabularies, pipeline, checksums),
-  `GET /` (the page: nmtkit/serve/page.html).
-
-A field in brackets is there only when asked for ("nbest") or when it holds ("truncated": true,
-the line had more source tokens than --max-src-len; `nmtkit.serve.answers`).
-
-The model is loaded on, and runs in, one worker thread (`DecodeThread`) fed by the `Batcher`;
-the event loop only parses, checks (`limits`) and answers. Every refusal is a 4xx with
-`{"error": "one line"}`.
+  "n_best", "pred_score", ("truncated")}]] (one inner list per n-best rank);
+- `GET /health`, `GET /info`, `GET /` (the page: nmtkit/serve/page.html).
+A bracketed field is there only when asked for or when it holds ("truncated": the line was cut
+to --max-src-len). The event loop only parses, checks and answers; the model runs on the
+`DecodeThread`. A refusal is a 4xx with `{"error": "one line"}`; per-request options may only
+narrow the server's own (a request's beam is at most --beam, its n-best at most its beam).
 """
 from __future__ import annotations
 
 import asyncio
 import contextvars
 import hashlib
+import ipaddress
 import json
 import os
 import signal
@@ -42,18 +33,160 @@ from aiohttp.web_protocol import RequestHandler
 
 from nmtkit import signals
 from nmtkit.errors import OutputError
-from nmtkit.serve.answers import onmt_json, translation_json
-from nmtkit.serve.batcher import Batcher, ClientGone, DecodeThread
-from nmtkit.serve.config import ServeConfig
-from nmtkit.serve.limits import RequestError, check_onmt_request, check_request, parse_json_body
+from nmtkit.serve.batcher import Batcher, ClientGone, DecodeThread, Limits, ServeConfig
 
 if TYPE_CHECKING:
+    from nmtkit.translate.alignment import Result
     from nmtkit.translate.translator import Translator
 
+NATIVE_FIELDS = {"text", "beam", "nbest", "alignments"}
+ONMT_FIELDS = {"src", "id"}  # OpenNMT-py's REST server: [{"src": "...", "id": 100}, ...]
 BATCHER = web.AppKey("batcher", Batcher)
 STATE = web.AppKey("state", dict)
 # the current request's size for its log line: {"lines": n, "bytes": n}, set by the middleware
 REQUEST_SIZE: contextvars.ContextVar[dict] = contextvars.ContextVar("nmtkit_request_size")
+
+
+@dataclass(frozen=True)
+class TranslateRequest:
+    """One checked request: its lines and decoding options (already within the limits)."""
+
+    lines: tuple[str, ...]
+    beam: int
+    nbest: int = 1
+    alignments: bool = False
+
+
+class RequestError(Exception):
+    """A request the server refuses: `status` is the HTTP status, str(self) the one-line reason."""
+
+    def __init__(self, message: str, status: int = 400, close: bool = False):
+        super().__init__(" ".join(message.split()))  # one line, whatever the cause said
+        self.status = status
+        self.close = close  # the body was not read: close the connection after answering
+
+
+def parse_json_body(body: bytes, limits: Limits) -> Any:
+    """The JSON value of a request body: size checked, strict UTF-8, well-formed JSON."""
+    if len(body) > limits.max_body_bytes:
+        raise RequestError(f"request body of {len(body)} bytes is over the limit of {limits.max_body_bytes}", 413)
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise RequestError(f"request body is not valid UTF-8 (byte {err.start})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise RequestError(f"malformed JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
+    except RecursionError:
+        raise RequestError("malformed JSON: nested too deeply") from None
+    except ValueError:  # Python refuses to convert integers over sys.get_int_max_str_digits() digits
+        raise RequestError(f"malformed JSON: an integer of more than {sys.get_int_max_str_digits()} digits") from None
+
+
+def _int_option(obj: dict, name: str, default: int, lowest: int, highest: int, limit_name: str) -> int:
+    value = obj.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RequestError(f"'{name}' must be an integer, got {json.dumps(value)}")
+    if value < lowest:
+        raise RequestError(f"'{name}' must be >= {lowest}, got {value}")
+    if value > highest:
+        raise RequestError(f"'{name}' {value} is above {limit_name} ({highest})")
+    return value
+
+
+def check_lines(lines: Any, field: str, limits: Limits) -> tuple[str, ...]:
+    """A list of strings within the line-count and line-length limits."""
+    if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
+        raise RequestError(f"'{field}' must be a list of strings")
+    if len(lines) > limits.max_lines:
+        raise RequestError(f"{len(lines)} lines in one request, over the limit of {limits.max_lines}", 413)
+    for i, line in enumerate(lines):
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError as err:  # JSON's \ud800 escapes decode to lone surrogates
+            raise RequestError(f"'{field}'[{i}] holds a lone surrogate (\\u{ord(line[err.start]):04x} at character "
+                               f"{err.start}), which is no Unicode text") from None
+        if "\n" in line or "\r" in line:
+            raise RequestError(f"'{field}'[{i}] holds a line break: send one sentence per list item")
+        nul = line.find("\0")
+        if nul >= 0:  # binary data, which `nmtkit translate` refuses in its input too
+            raise RequestError(f"'{field}'[{i}] holds binary data (a NUL character at character {nul}); expected text")
+        if len(line) > limits.max_line_chars:
+            raise RequestError(f"'{field}'[{i}] has {len(line)} characters, over the limit of "
+                               f"{limits.max_line_chars}", 413)
+    return tuple(lines)
+
+
+def check_request(obj: Any, limits: Limits) -> TranslateRequest:
+    """`POST /translate`: {"text": [...], "beam": 5, "nbest": 1, "alignments": false}."""
+    if not isinstance(obj, dict):
+        raise RequestError("request must be a JSON object with a 'text' list")
+    unknown = sorted(set(obj) - NATIVE_FIELDS)
+    if unknown:
+        raise RequestError(f"unknown field(s) {', '.join(unknown)}; valid: {', '.join(sorted(NATIVE_FIELDS))}")
+    if "text" not in obj:
+        raise RequestError("missing field 'text' (a list of sentences)")
+    lines = check_lines(obj["text"], "text", limits)
+    beam = _int_option(obj, "beam", limits.max_beam, 1, limits.max_beam, "the server's --beam")
+    nbest = _int_option(obj, "nbest", 1, 1, beam, "the beam")
+    alignments = obj.get("alignments", False)
+    if not isinstance(alignments, bool):
+        raise RequestError(f"'alignments' must be true or false, got {json.dumps(alignments)}")
+    return TranslateRequest(lines, beam, nbest, alignments)
+
+
+def check_onmt_request(obj: Any, limits: Limits) -> TranslateRequest:
+    """`POST /translator/translate`, OpenNMT-py's shape: [{"src": "sentence", "id": 100}, ...]."""
+    if not isinstance(obj, list) or not all(isinstance(x, dict) for x in obj):
+        raise RequestError('request must be a JSON list of {"src": ..., "id": ...} objects')
+    for i, item in enumerate(obj):
+        unknown = sorted(set(item) - ONMT_FIELDS)
+        if unknown:
+            raise RequestError(f"item {i}: unknown field(s) {', '.join(unknown)}; valid: id, src")
+        if "src" not in item:
+            raise RequestError(f"item {i}: missing field 'src'")
+        if not isinstance(item["src"], str):
+            raise RequestError(f"item {i}: 'src' must be a string")
+        if "id" in item and (isinstance(item["id"], bool) or not isinstance(item["id"], int)):
+            raise RequestError(f"item {i}: 'id' must be an integer")
+    lines = check_lines([item["src"] for item in obj], "src", limits)
+    return TranslateRequest(lines, limits.max_beam, 1, False)
+
+
+def translation_json(result: Result, alignments: bool, nbest: int) -> dict[str, Any]:
+    """`POST /translate`'s item for one line: top text and score, its alignment when asked, the
+    n-best list when asked, and "truncated": true when the line was."""
+    from nmtkit.translate.alignment import attention_table, hard_alignment
+
+    if not result.hyps:  # an empty line: an empty translation, as `nmtkit translate` writes
+        item: dict[str, Any] = {"text": "", "score": 0.0, "alignment": None}
+        if alignments:
+            item["alignment"] = {"src": [], "tgt": [], "attention": [], "hard": ""}
+        if nbest > 1:  # one entry, as `nmtkit translate --nbest` writes for it
+            item["nbest"] = [{"text": "", "score": 0.0, "log_prob": 0.0}]
+        return item
+    top = result.hyps[0]
+    item = {"text": result.texts[0], "score": top.score, "alignment": None}
+    if alignments:
+        table = attention_table(top.attention, result.src_tokens, result.tgt_tokens[0], top.source_eos_attention)
+        table["hard"] = hard_alignment(top.attention, len(result.tgt_tokens[0]))
+        item["alignment"] = table
+    if nbest > 1:
+        item["nbest"] = [{"text": text, "score": hyp.score, "log_prob": hyp.log_prob}
+                         for text, hyp in zip(result.texts, result.hyps)]
+    if result.truncated:
+        item["truncated"] = True
+    return item
+
+
+def onmt_json(src: str, result: Result) -> dict[str, Any]:
+    """`POST /translator/translate`'s item, OpenNMT-py's fields, and "truncated": true when the
+    line was (a field OpenNMT-py's clients, which read the fields they know, pass over)."""
+    item: dict[str, Any] = {"src": src, "tgt": result.text, "n_best": 1, "pred_score": result.score}
+    if result.truncated:
+        item["truncated"] = True
+    return item
 
 
 def file_sha256(path: str | Path) -> str:
@@ -167,26 +300,18 @@ def _error(status: int, message: str, close: bool = False) -> web.Response:
     return response
 
 
-def _is_ip(host: str) -> bool:
-    import ipaddress
-
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The IP address `host` (brackets allowed) is, or None for a name."""
     try:
-        ipaddress.ip_address(host.strip("[]"))
+        return ipaddress.ip_address(host.strip("[]"))
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def is_loopback(host: str) -> bool:
     """Whether listening on `host` answers this machine only."""
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+    ip = _ip(host)
+    return host == "localhost" or (ip is not None and ip.is_loopback)
 
 
 def _host_name(value: str) -> str:
@@ -220,7 +345,7 @@ def check_origin(request: web.Request, allowed: AllowedHosts) -> None:
     host = request.headers.get("Host")
     if host is not None:
         name = _host_name(host)
-        if not (_is_ip(name) or name in allowed.hosts):
+        if not (_ip(name) is not None or name in allowed.hosts):
             raise RequestError(f"Host {host!r} is not this server's (give --allow-host {name} to accept it)", 403)
     origin = request.headers.get("Origin")
     if origin is not None:

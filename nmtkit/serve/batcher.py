@@ -1,23 +1,14 @@
-"""Dynamic batching: sentences from concurrent requests share one batched beam search.
+"""The server's options (`ServeConfig`, the request `Limits`) and dynamic batching: sentences
+from concurrent requests share one batched beam search.
 
-Requests put their lines on a queue and wait. One worker task takes the first waiting request,
-then every request that arrives within `delay` seconds (or is already waiting) and decodes with
-the same options, until `batch_size` sentences are gathered; it hands all their lines, in
-order, to one call of the translate function (`Translator.generate`: length sorting and
-batched beam search, the very path `nmtkit translate` takes) in a worker thread, so that the
-event loop keeps accepting requests while the model runs. The results are cut back into the
-requests' own slices, in order. A request with other options (beam, n-best) waits for the next
-round; a request larger than `batch_size` goes alone (the translate function splits it).
-The lines of a client that has closed its connection are dropped before they are decoded.
-
-Beam search treats every sentence of a batch independently (`nmtkit.decode.search`), so a
-request's translations do not depend on which requests it was batched with.
-
-Every torch operation of a server runs on one thread, `DecodeThread`, model loading included:
-PyTorch's CPU parallelism (OpenMP) builds a team of worker threads for each thread that starts
-parallel work, and once two threads had (the model loaded and warmed up on the main thread,
-batches decoded on the worker), decoding ran at half speed for the rest of the process on
-2 cores (the benchmark's model: 560-570 sentences/s all on one thread, 280-290 after).
+One worker task takes the first waiting request, then every request that arrives within `delay`
+seconds (or is already waiting) with the same options, up to `batch_size` sentences, and hands
+their lines to one call of the translate function (`Translator.generate`) on the decoding
+thread; the results are cut back into each request's slice. A request with other options
+waits for the next round; the lines of a client that has gone are dropped before decoding.
+Every sentence of a batch is searched independently, so a request's translations do not
+depend on its batch mates. Every torch operation runs on one thread, `DecodeThread`, model
+loading included: a second thread that starts parallel work halves PyTorch's CPU speed.
 """
 from __future__ import annotations
 
@@ -25,7 +16,64 @@ import asyncio
 import collections
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from nmtkit.options import check_fields, option
+
+if TYPE_CHECKING:
+    from nmtkit.translate.config import TranslateConfig
+
+@dataclass(frozen=True)
+class Limits:
+    """Sizes a request may have; the server refuses anything larger with a 4xx. Each field is an
+    option of `nmtkit serve`."""
+
+    max_lines: int = option(100, min=1, help="Most lines in one request.")
+    max_line_chars: int = option(1000, min=1, help="Most characters in one line of a request.")
+    max_body_bytes: int = option(1 << 20, min=1, help="Largest request body.")
+    max_beam: int = option(5, min=1, names=("--beam", "-k"),
+                           help="Beam width: the default and the most a request may ask for.")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+# --batch-delay-ms beyond this holds every request (and a shutdown) for longer than a client waits
+MAX_BATCH_DELAY_MS = 10_000.0
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Every option of `nmtkit serve` beyond the translator's own (TranslateConfig) and the
+    request limits (Limits)."""
+
+    host: str = option("127.0.0.1", help="Address to listen on. The default answers this machine only; 0.0.0.0 "
+                                         "opens the server to the network (it has no authentication).")
+    allow_hosts: tuple[str, ...] = option(
+        (), names=("--allow-host",), multiple=True, metavar="NAME",
+        help="Also accept requests whose Host header (or a browser's Origin) names NAME (repeatable). Without it "
+             "only IP addresses, localhost and --host are accepted, so that no web page can reach the server "
+             "through a visitor's browser (DNS rebinding, cross-site POSTs).")
+    port: int = option(8080, min=0, max=65535, help="Port (0: any free port).")
+    batch_delay_ms: float = option(
+        5.0, min=0, max=MAX_BATCH_DELAY_MS,
+        help="How long a request arriving at an idle server waits for others to share its batch (at most "
+             f"{MAX_BATCH_DELAY_MS:,.0f} ms: every request in the batch waits this long).")
+    body_timeout: float = option(
+        30.0, min=0, min_open=True, metavar="SECONDS", message="must be > 0 seconds",
+        help="A client that has not sent its whole request body within this time gets a 408.")
+    quiet: bool = option(False, names=("--quiet", "-q"), help="No per-request log lines or warnings on stderr (errors are still shown).")
+    limits: Limits = field(default_factory=Limits)  # its fields are options of their own
+    batch_size: int | None = option(None, min=1, cli=False,
+                                    help="Most sentences gathered into one decoder call (None: the translator's).")
+    shutdown_timeout: float = option(60.0, min=0, cli=False,
+                                     help="Seconds in-flight requests get to finish on SIGTERM or SIGINT.")
+    # what `run` loads and decodes with (the command builds it from the decode options and --beam)
+    translate: TranslateConfig | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
 
 # (lines, beam, nbest, need_attention) -> one result per line, in order
 TranslateFn = Callable[[Sequence[str], int, int, bool], list[Any]]

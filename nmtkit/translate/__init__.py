@@ -1,4 +1,4 @@
-"""Text in, text out: `nmtkit translate` without the command line (`translate_files`).
+"""Text in, text out: `nmtkit translate` without the command line (`run`).
 
 The checkpoint alone is enough: it records the text pipeline and the vocabularies. A
 `Translator` (also the Python API, `nmtkit.load`) applies the pipeline to raw lines, decodes
@@ -6,9 +6,22 @@ them with batched beam search or sampling, replaces UNKs from the attention if a
 al. 2015), joins BPE and detokenises. Streaming: lines are read into a buffer, sorted by length
 into batches, decoded, put back in input order and written before the next buffer is read.
 Alignment positions count the model's tokens (BPE subwords) from 0, EOS excluded. Modules:
-`config`, `translator`, `results` (Result, Translation), `alignment`, `writers` (every output),
-`files` (streams and files); the translator and the writers do not import each other."""
+`config`, `translator`, `alignment` (also Result, Translation), `writers` (every output); the
+translator and the writers do not import each other; this module holds the files and `run`."""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Iterable
+
+from nmtkit.errors import ConfigError, InputError
+from nmtkit.io.files import check_output_dir
+from nmtkit.progress import Progress, no_progress
+from nmtkit.text.io import read_lines as read_text_lines
+from nmtkit.text.io import stream_lines
 from nmtkit.translate.alignment import (
+    Result,
+    Translation,
     attention_table,
     hard_alignment,
     read_unk_dict,
@@ -17,13 +30,100 @@ from nmtkit.translate.alignment import (
     subword_words,
 )
 from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, DecodeConfig, TranslateConfig
-from nmtkit.translate.files import check_files, read_lines, translate_files, translate_stream
-from nmtkit.translate.results import Result, Translation
 from nmtkit.translate.translator import Translator
 from nmtkit.translate.writers import Writers, nbest_line, plot_attention
 
 __all__ = [
-    "DEFAULT_MAX_SRC_LEN", "DecodeConfig", "Result", "TranslateConfig", "Translation", "Translator", "Writers", "attention_table",
-    "check_files", "hard_alignment", "nbest_line", "plot_attention", "read_lines",
-    "read_unk_dict", "replace_unks", "soft_alignment", "subword_words", "translate_files", "translate_stream",
+    "DEFAULT_MAX_SRC_LEN", "DecodeConfig", "Result", "TranslateConfig", "Translation", "Translator", "Writers",
+    "attention_table", "check_files", "hard_alignment", "nbest_line", "plot_attention",
+    "read_unk_dict", "replace_unks", "run", "soft_alignment", "subword_words", "translate_stream",
 ]
+
+
+def translate_stream(translator: Translator, lines: Iterable[tuple[int, str]], writers: Writers, buffer_size: int,
+                     progress: Progress = no_progress) -> int:
+    """Translate numbered lines buffer by buffer, writing each buffer in input order; returns
+    the number of lines translated."""
+    n = 0
+    it = iter(lines)
+    while buf := list(itertools.islice(it, buffer_size)):  # takes no line beyond the buffer
+        for r in translator.translate_buffer(buf):
+            writers.write(r)
+        writers.flush()
+        n += len(buf)
+        progress("translate", n, None)
+    return n
+
+
+def check_files(config: TranslateConfig) -> tuple[str | None, str | None, str | None]:
+    """The files of `run`, checked before the models load and hours of decoding
+    start: the input exists, no output would be overwritten (without `config.force`), and
+    --alignments and --alignments-file come together. Returns the three as files to open
+    (`nmtkit.io.checks.file_path`: None for a standard stream)."""
+    from nmtkit.io.checks import STDIN, check_outputs_vs_inputs, file_path
+    from nmtkit.io.files import check_output, is_stdout
+    from nmtkit.translate.writers import is_plot_name
+
+    input_path, output_path, alignments_file = config.input_path, config.output_path, config.alignments_file
+    if config.alignments and not alignments_file:
+        raise ConfigError("--alignments needs --alignments-file FILE")
+    if alignments_file and not config.alignments:
+        raise ConfigError("--alignments-file needs --alignments hard|soft")
+    input_path, output_path = file_path(input_path, "-i"), file_path(output_path, "-o")
+    if alignments_file is not None and is_stdout(alignments_file) and is_stdout(output_path):
+        raise ConfigError("-o and --alignments-file cannot both be stdout (/dev/stdout, or the file stdout is "
+                          "redirected to, is stdout too): give one of them a file")
+    alignments_file = file_path(alignments_file, "--alignments-file")
+    if input_path and Path(input_path).is_dir():
+        raise InputError("is a directory; give a file of sentences, one a line", input_path)
+    if input_path and not Path(input_path).exists():  # FIFOs, /dev/stdin and <(cmd) are read as files are
+        raise InputError("input file not found", input_path)
+    check_outputs_vs_inputs(
+        inputs=[("-i", input_path) if input_path else STDIN, *(("-m", m) for m in config.models),
+                ("--unk-dict", config.unk_dict)],
+        files=[("-o", output_path), ("--alignments-file", alignments_file)],
+        folders=[("--plot-attention", config.plot_attention, is_plot_name)])
+    if output_path:
+        check_output(output_path, config.force, "-o output")
+    if alignments_file:
+        check_output(alignments_file, config.force, "--alignments-file")
+    if config.plot_attention:
+        check_output_dir(config.plot_attention, "--plot-attention folder")
+    return input_path, output_path, alignments_file
+
+
+def run(config: TranslateConfig, progress: Progress | None = None) -> dict[str, int]:
+    """`nmtkit translate`: lines of `config.input_path` (stdin when None or "-") -> translations
+    in `config.output_path` (stdout when None or "-") and alignments in `config.alignments_file`
+    (stdout when "-"); returns the report {"lines": lines translated}. `progress` hears
+    ("translate", lines done, None) after every buffer.
+
+    Files are written under a temporary name and renamed when complete (nmtkit.io.files), so
+    a failure never leaves a half-written output looking complete. `config.interactive` (or a
+    buffer of one line) translates, writes and flushes each line as it arrives.
+    """
+    import contextlib
+    import sys
+
+    from nmtkit.io.files import OutputFile, commit_all
+
+    progress = progress or no_progress
+    buffer_size = 1 if config.interactive else config.buffer_size  # each line answered as it arrives
+    align_stdout = config.alignments_file == "-"
+    input_path, output_path, alignments_file = check_files(config)
+    translator = Translator(config)
+    translator.source_name = input_path or "<stdin>"
+    with contextlib.ExitStack() as stack:
+        out_file = stack.enter_context(OutputFile(output_path)) if output_path else None
+        align_file = stack.enter_context(OutputFile(alignments_file)) if alignments_file else None
+        writers = Writers(out_file.file if out_file else sys.stdout,
+                          align_file.file if align_file else (sys.stdout if align_stdout else None),
+                          config, flush_each=buffer_size == 1)
+        # a file as every reader reads one (text.io.read_lines: .gz gunzipped, a damaged one named)
+        # stdin line by line as lines arrive (a terminal or a pipe is answered without waiting)
+        lines = enumerate(read_text_lines(input_path) if input_path
+                          else stream_lines(sys.stdin.buffer, translator.source_name), 1)
+        n = translate_stream(translator, lines, writers, buffer_size, progress)
+        # both files committed, or (a signal before) neither: never a mismatched pair
+        commit_all([f for f in (align_file, out_file) if f is not None])
+        return {"lines": n}

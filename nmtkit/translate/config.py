@@ -18,9 +18,8 @@ from nmtkit.text.pipeline import INPUT_FORMATS
 
 DEFAULT_MAX_SRC_LEN = 250
 # padded source tokens per batch on the CPU when --max-tokens is not given: a batch's encoder
-# outputs (kept for all its steps) grow with sentences x longest sentence, and 64 of the longest
-# lines set a run's peak memory; on the peer benchmark's model and dev set (2,000 lines, beam 5)
-# the cap took int8 decoding's peak RSS from 360 to 325 MB at the same speed (2.70 / 2.73 s)
+# outputs (kept for all its steps) grow with sentences x longest sentence, so the longest lines
+# set a run's peak memory
 CPU_MAX_TOKENS = 1536
 
 
@@ -162,6 +161,13 @@ class TranslateConfig(DecodeConfig):
         None, metavar="DIR", path="directory",
         help="Draw each sentence's attention (the paper's Figure 3) as DIR/NNNNNN.png (line number).")
     plot_limit: int = option(100, min=0, help="Plot at most this many sentences.")
+    # the files of `nmtkit.translate.run` (no option metadata: the command declares -i, -o,
+    # --alignments-file, --force and --interactive itself); None or "-" is a standard stream
+    input_path: str | None = None
+    output_path: str | None = None
+    alignments_file: str | None = None
+    force: bool = False  # overwrite existing outputs
+    interactive: bool = False  # answer each line at once: a buffer of one line, whatever buffer_size says
 
     @property
     def sampling_seed(self) -> int:

@@ -1,10 +1,8 @@
 """`Translator`: loaded checkpoint(s) + the recorded text pipeline; raw lines -> Results
-(prepare, batch by length, beam search or sampling, UNK replacement, BPE join, detokenisation).
-It writes nothing: the outputs (translations, n-best lists, alignments, attention plots) are
-`nmtkit.translate.writers`'.
-
-It is nmtkit's Python API (`nmtkit.load` builds one) and the one path from raw lines to
-translations behind `nmtkit translate`, `nmtkit serve` and the tests:
+(prepare, batch by length, beam search or sampling, UNK replacement, BPE join, detokenisation),
+a buffer's batches shared by forked worker processes on the CPU (`map_batches`). It writes
+nothing: the outputs are `nmtkit.translate.writers`'. It is nmtkit's Python API (`nmtkit.load`)
+and the one path from raw lines to translations behind `nmtkit translate` and `nmtkit serve`:
 
     model = nmtkit.load("run/checkpoint_best.pt", device="cpu", beam=5)
     model.translate(["Hello, world!"])               # -> ["Bonjour, le monde !"]
@@ -13,18 +11,21 @@ translations behind `nmtkit translate`, `nmtkit serve` and the tests:
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import sys
+import threading
 from dataclasses import fields
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from nmtkit.devices import resolve_device
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.text.io import BOM
 from nmtkit.text.vocab import UNK
-from nmtkit.translate.alignment import read_unk_dict, replace_unks
+from nmtkit.translate.alignment import Result, read_unk_dict, replace_unks
 from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, TranslateConfig, batch_token_cap
-from nmtkit.translate.results import Result
+from nmtkit.workers import Workers
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,8 @@ class Translator:
         paths = checkpoint_paths(checkpoints)
         if warn is not None and not callable(warn):
             raise TypeError(f"warn must be a function taking one message, not {type(warn).__name__}")
-        valid = sorted(f.name for f in fields(TranslateConfig) if f.name not in ("models", "ensemble"))
+        valid = sorted(f.name for f in fields(TranslateConfig)
+                       if "option" in f.metadata and f.name not in ("models", "ensemble"))
         unknown = sorted(set(options) - set(valid))
         if unknown:
             raise ConfigError(f"unknown option(s) {', '.join(unknown)}; valid ones: {', '.join(valid)}")
@@ -268,10 +270,9 @@ class Translator:
         A line's number names it in warnings and keys its sample (so a sample does not depend
         on the buffer or batch the line falls in). With several `--workers`, forked processes
         share the batches, each decoding and finishing whole ones, and the tokenising of text
-        (nmtkit.translate.workers)."""
+        (`map_batches`)."""
         from nmtkit.data.binarized import length_batches
         from nmtkit.devices import use_threads
-        from nmtkit.translate.workers import map_batches, resolve_workers
 
         use_threads(self.threads)
         workers = resolve_workers(self.config.workers, self.threads, self.device.type)
@@ -308,8 +309,6 @@ class Translator:
         size = PREPARE_CHUNK_LINES
         if workers == 1 or self.config.input_format == "bpe" or len(lines) <= size:
             return [self._prepare(text, n) for n, text in lines]
-        from nmtkit.translate.workers import map_batches
-
         chunks = [lines[k:k + size] for k in range(0, len(lines), size)]
 
         def prepare_chunk(j: int) -> tuple[list[tuple[list[str], bool]], list[str]]:
@@ -381,3 +380,88 @@ def _lines_of(lines: Any) -> list[str]:
         if line.startswith(BOM):
             out[n - 1] = line[1:]
     return out
+
+
+# -- `--workers`: a buffer's batches decoded by W processes (this one and W-1 children forked once
+# the model is loaded, sharing its weights), each on its share of the threads, as Marian's
+# --cpu-threads and CTranslate2's inter_threads do: small products scale poorly over threads, and
+# Python threads serialise their per-step work. Each batch decodes as it would in one process.
+T = TypeVar("T")
+
+# `--workers` auto: at most this many workers (each one holds its batch's activations)
+MAX_AUTO_WORKERS = 4
+
+_DIED = ("a decoding worker process died without answering ({how}; out of memory? "
+         "--workers 1 decodes in one process)")
+
+
+def can_fork() -> bool:
+    """Whether worker processes can be forked here: a POSIX system other than macOS (where
+    forking a process that has loaded system frameworks is unsafe)."""
+    return hasattr(os, "fork") and sys.platform != "darwin"
+
+
+def resolve_workers(workers: int | None, threads: int, device_type: str) -> int:
+    """--workers for a decode: the number given, or for auto (None) one per thread up to
+    MAX_AUTO_WORKERS on the CPU, while this process runs no other Python thread (forking a
+    process with threads can copy a lock another thread holds; a server decodes on a thread of
+    its own and so stays in one process). GPUs and systems without fork: 1."""
+    if device_type != "cpu" or not can_fork():
+        return 1
+    if workers is not None:
+        return workers
+    if threading.active_count() > 1:
+        return 1
+    return max(1, min(threads, MAX_AUTO_WORKERS))
+
+
+def thread_shares(threads: int, workers: int) -> list[int]:
+    """Torch threads of each worker: `threads` split as evenly as possible, at least 1 each."""
+    base, extra = divmod(threads, workers)
+    return [max(1, base + (i < extra)) for i in range(workers)]
+
+
+def map_batches(decode: Callable[[int], T], n_jobs: int, workers: int, threads: int) -> list[T]:
+    """[decode(0), ..., decode(n_jobs - 1)], decoded by `workers` processes (this one and
+    workers-1 forked children, nmtkit.workers) with `threads` torch threads between them; in
+    order.
+
+    A child's exception is raised here (as a RuntimeError naming it where it cannot be
+    pickled), and a child that dies without answering (killed, out of memory) is a
+    WorkerError saying so (one line on the command line). If this process fails or is
+    interrupted, its children are killed and reaped before the exception goes on."""
+    workers = min(workers, n_jobs)
+    if workers <= 1:
+        return [decode(j) for j in range(n_jobs)]
+    import multiprocessing
+
+    import torch
+
+    counter = multiprocessing.get_context("fork").Value("q", 0)  # the next batch to take
+
+    def take() -> int:
+        with counter.get_lock():
+            j = counter.value
+            counter.value = j + 1
+        return j
+
+    def decode_taken(_: object) -> dict[int, T]:
+        out = {}
+        while (j := take()) < n_jobs:
+            out[j] = decode(j)
+        return out
+
+    before = torch.get_num_threads()
+    try:
+        with Workers(_DIED) as pool:
+            children = [pool.start(decode_taken, functools.partial(torch.set_num_threads, share))
+                        for share in thread_shares(threads, workers)[1:]]
+            for child in children:
+                child.send(None)
+            torch.set_num_threads(thread_shares(threads, workers)[0])
+            results = decode_taken(None)
+            for child in children:
+                results.update(child.reply())
+    finally:
+        torch.set_num_threads(before)
+    return [results[j] for j in range(n_jobs)]

@@ -7,9 +7,14 @@ from pathlib import Path
 from typing import IO, Any, Sequence
 
 from nmtkit.io.files import check_output_dir, save_figure
-from nmtkit.translate.alignment import attention_labels, attention_matrix, hard_alignment, soft_alignment
+from nmtkit.translate.alignment import (
+    Result,
+    attention_labels,
+    attention_matrix,
+    hard_alignment,
+    soft_alignment,
+)
 from nmtkit.translate.config import TranslateConfig
-from nmtkit.translate.results import Result
 
 
 def nbest_line(index: int, text: str, log_prob: float, length: int, score: float) -> str:
