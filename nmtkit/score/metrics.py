@@ -20,6 +20,7 @@ from nmtkit.text.io import check_counts
 
 log = logging.getLogger(__name__)
 
+TER_MAX_WORDS = 1000  # a real 1,000-word translation: ~2 s; unrelated text of that length: ~30 s
 METRICS = ("bleu", "chrf", "ter")
 BLEU_TOKENIZERS = ("13a", "intl", "none", "char", "zh", "ja-mecab", "ko-mecab", "spm", "flores101", "flores200")
 # sacrebleu's old names of its tokenisers, given under the current one: "spm" is "flores101" (the
