@@ -18,7 +18,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from nmtkit.devices import (
@@ -32,8 +33,8 @@ from nmtkit.devices import (
 )
 from nmtkit.errors import ConfigError
 from nmtkit.models import ARCHS
-from nmtkit.options import check_fields, given_options, option
-from nmtkit.train.presets import PAPER_PRESETS, PRESETS, TRAIN_DEFAULTS, train_defaults
+from nmtkit.options import check_fields, empty_path_message, given_options, is_empty_path, option
+from nmtkit.train.presets import PAPER_PRESETS, PRESETS, TRAIN_DEFAULTS, ModelOverrides, train_defaults
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhd]?)\s*$")
 
@@ -204,6 +205,37 @@ TrainOptions = given_options(
     resolves them over its preset's defaults (`training_defaults`), a
     resumed run over its checkpoint's TrainConfig. Each given value is checked as TrainConfig
     checks it.""")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything `nmtkit.train.run` takes: the data directory, the run directory, the options
+    given (`TrainOptions`, `ModelOverrides`: the rest from the preset, or on `resume` from the
+    run's checkpoint), and whether to continue the run there (`resume`) or replace it (`force`)."""
+
+    data_dir: str | Path
+    save_dir: str | Path
+    options: TrainOptions = field(default_factory=TrainOptions)
+    model: ModelOverrides = field(default_factory=ModelOverrides)
+    resume: bool = False
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        """Paths for the two folders (an empty one refused as the command line refuses it:
+        Path("") is the current directory), True or False for resume and force (a string was
+        taken as true; both together refused), and typed options."""
+        if not isinstance(self.options, TrainOptions) or not isinstance(self.model, ModelOverrides):
+            raise TypeError("nmtkit.train.run takes a TrainOptions and a ModelOverrides")
+        for name in ("resume", "force"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"nmtkit.train.run's {name} is True or False, not {getattr(self, name)!r}")
+        if self.resume and self.force:
+            raise ConfigError("--resume and --force exclude each other")
+        for opt, path in (("--data", self.data_dir), ("--save-dir", self.save_dir)):
+            if not isinstance(path, (str, os.PathLike)):
+                raise TypeError(f"nmtkit.train.run's folder for {opt} is a path, not {type(path).__name__}")
+            if is_empty_path(path):
+                raise ConfigError(empty_path_message(opt, "directory"))
 
 
 def training_defaults(arch: str, preset_name: str | None) -> dict[str, Any]:

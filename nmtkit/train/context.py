@@ -11,7 +11,7 @@ import logging
 import random
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,8 +38,6 @@ class TrainContext:
     """One model training on one data directory (see the module docstring).
 
     `resume`: a checkpoint dict (from checkpoint_last.pt) to continue from, or None.
-    `loss_hook(update, loss_sum) -> loss_sum`: test hook applied to each minibatch's loss (e.g.
-    to inject a NaN); None in normal use.
     """
 
     def __init__(
@@ -53,7 +51,6 @@ class TrainContext:
         resume: dict[str, Any] | None = None,
         callbacks: Callbacks | None = None,
         dist_info: ddp.DistInfo | None = None,
-        loss_hook: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
     ):
         self.cfg = cfg
         self.data = data
@@ -62,7 +59,6 @@ class TrainContext:
         self.model_config = dict(model_config)
         self.cb = callbacks or Callbacks()
         self.dist = dist_info or ddp.DistInfo()
-        self.loss_hook = loss_hook
         self.state = TrainState()
         self.resumed = resume is not None
         # the resumed checkpoint's decode lexicon, read back rather than built again

@@ -74,5 +74,8 @@ class TensorBoardCallbacks(Callbacks):
     def on_message(self, msg: str) -> None:
         self.inner.on_message(msg)
 
+    def on_config(self, text: str) -> None:
+        self.inner.on_config(text)
+
     def close(self) -> None:
         self.writer.close()
