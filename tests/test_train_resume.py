@@ -214,7 +214,7 @@ def test_resume_refuses_another_runs_checkpoint_last_by_the_runs_config_json(dat
 def test_a_kept_checkpoint_is_written_before_checkpoint_last_at_its_update(data_dir, tmp_path, monkeypatch):
     """Written after it, a kill between the two lost the kept model for good: the run resumed
     after that update."""
-    from nmtkit.train.checkpoints import RunCheckpoints
+    from nmtkit.train.trainer import RunCheckpoints
 
     order: list[tuple[int, str]] = []
     save_last, save_model = RunCheckpoints.save_last, RunCheckpoints.save_model
@@ -316,7 +316,7 @@ class _FakeCuda:
 
 
 def test_each_rank_saves_and_restores_its_own_gpus_rng_state(monkeypatch):
-    from nmtkit.train.rng import restore_rng, rng_state
+    from nmtkit.train.context import restore_rng, rng_state
 
     cuda = _FakeCuda(monkeypatch, 4)
     states = [rng_state(torch.device("cuda", r)) for r in range(4)]  # what four ranks save

@@ -122,7 +122,7 @@ def test_only_rank_0_writes_tensorboard_events(data_dir, tmp_path, monkeypatch):
     from nmtkit.train import distributed as ddp
     from nmtkit.train import trainer as trainer_module
     from nmtkit.train.events import Callbacks, TrainResult
-    from nmtkit.train.tensorboard import TensorBoardCallbacks
+    from nmtkit.train.metrics import TensorBoardCallbacks
 
     given = []
 

@@ -39,9 +39,9 @@ from nmtkit.io.dirs import (
 from nmtkit.io.files import check_output_dir, write_text
 from nmtkit.train.config import RunConfig, TrainConfig, TrainOptions, training_defaults
 from nmtkit.train.events import CALLBACK_METHODS, Callbacks, FanOut, TrainResult
+from nmtkit.train.metrics import TensorBoardCallbacks, require_tensorboard
 from nmtkit.train.presets import ModelOverrides, resolve_model
 from nmtkit.train.resume import config_text, resumed_configs
-from nmtkit.train.tensorboard import TensorBoardCallbacks, require_tensorboard
 
 __all__ = ["RunConfig", "TrainResult", "run"]
 

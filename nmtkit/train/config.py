@@ -5,11 +5,8 @@ it may change on `--resume` (stopping criteria, reporting, hardware). `nmtkit tr
 options are generated from these fields, and `__post_init__` validates them once.
 
 The defaults for the paper's presets follow Bahdanau et al. 2015, section 4.2 / appendix B.2
-(nmtkit.train.presets owns every preset's settings): Adadelta (epsilon 1e-6, rho 0.95, lr 1.0),
-gradient L2 norm rescaled to at most 1, minibatches of 80 pairs, 1600 pairs read, sorted by length
-and split at a time, pairs longer than 30 or 50 words dropped. Other presets default to Adam
-(lr 1e-3) with the same clipping.
-
+(`nmtkit.train.presets` owns every preset's settings); other presets default to Adam (lr 1e-3).
+`RunConfig` holds everything `nmtkit.train.run` takes: the folders, the options given, resume, force.
 The config is saved as a plain dict in every checkpoint and rebuilt with `TrainConfig.from_dict`;
 unknown keys are an error that lists the valid ones (docs/design.md, convention 1).
 """
@@ -46,7 +43,6 @@ def parse_duration(text: str) -> float:
         raise ConfigError(f"--max-time: expected a duration like 3600, 90m, 12h or 2d, got '{text}'")
     value = float(m.group(1))
     return value * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
-
 
 
 

@@ -16,9 +16,9 @@ import torch
 
 from nmtkit.data.batching import collate
 from nmtkit.errors import TrainingError
+from nmtkit.io.dirs import LAST
 from nmtkit.models.precision import autocast
 from nmtkit.train import distributed as ddp
-from nmtkit.train.checkpoints import LAST
 from nmtkit.train.context import TrainContext
 
 log = logging.getLogger("nmtkit.train")
