@@ -25,6 +25,7 @@ from nmtkit.io.dirs import (
     LAST,
     REPLACED,
     clear_run_dir,
+    discard_unstarted_run,
     has_checkpoint,
     is_run_file,
     killed_force_start,
@@ -34,7 +35,6 @@ from nmtkit.io.dirs import (
     run_lock,
     set_aside_run,
     stale_run_files,
-    undo_failed_start,
 )
 from nmtkit.io.files import check_output_dir, write_text
 from nmtkit.train.config import RunConfig, TrainConfig, TrainOptions, training_defaults
@@ -157,12 +157,17 @@ def run(config: RunConfig, callbacks: Any = ()) -> TrainResult:
 
 
 def _undo_failed_start(save_dir: Path, resume: bool, force: bool, before: set[str]) -> None:
-    """`nmtkit.io.dirs.undo_failed_start`, with SIGTERM held off (`nmtkit.signals.held`): torchrun's,
-    sent to every rank once one has failed, must not cut a --force run's putting back short."""
+    """After a run that failed before its first checkpoint: the run --force was to replace back in
+    place, or the new run's files gone (`before`: the names in the folder before it started). With
+    SIGTERM held off (`nmtkit.signals.held`): torchrun's, sent to every rank once one has failed,
+    must not cut a --force run's putting back short."""
     from nmtkit import signals
 
-    with signals.held():
-        undo_failed_start(save_dir, resume, force, before)
+    with signals.held(), contextlib.suppress(OSError):  # the error that stopped the run is the one to report
+        if force:
+            restore_replaced_run(save_dir)
+        else:
+            discard_unstarted_run(save_dir, resume, before)
 
 
 def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path) -> Path | None:
