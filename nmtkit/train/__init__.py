@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from nmtkit.devices import resolve_device
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
@@ -111,7 +111,7 @@ def _new_configs(data: Any, options: TrainOptions, model: ModelOverrides) -> tup
     return TrainConfig.from_dict(values), arch, model_config
 
 
-def run(config: RunConfig, callbacks: Any = ()) -> TrainResult:
+def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> TrainResult:
     """Train (or resume) a model as `config` says; `callbacks` (a `Callbacks`, or a sequence of
     them) receive the run's events on rank 0: its configuration, start, updates, logs, validations."""
     from nmtkit.checkpoint import load_checkpoint
@@ -121,8 +121,7 @@ def run(config: RunConfig, callbacks: Any = ()) -> TrainResult:
     if not isinstance(config, RunConfig):
         raise TypeError(f"nmtkit.train.run takes a RunConfig, not {type(config).__name__}")
     callbacks = _checked_callbacks(callbacks)
-    data_dir, resume, force, options, model = (config.data_dir, config.resume, config.force, config.options,
-                                               config.model)
+    data_dir, resume, force = config.data_dir, config.resume, config.force
     save_dir = Path(config.save_dir)
     info = ddp.env_info()
     # everything is checked before anything is written: a refused start leaves nothing behind
@@ -133,9 +132,10 @@ def run(config: RunConfig, callbacks: Any = ()) -> TrainResult:
     data.valid_split()  # a dev set to validate on, before anything is written
     ckpt = load_checkpoint(save_dir / LAST) if resume else None
     if ckpt is not None:
-        cfg, arch, model_config = resumed_configs(ckpt, data, data_dir, save_dir, options, model, info.world_size)
+        cfg, arch, model_config = resumed_configs(ckpt, data, data_dir, save_dir, config.options, config.model,
+                                                   info.world_size)
     else:
-        cfg, arch, model_config = _new_configs(data, options, model)
+        cfg, arch, model_config = _new_configs(data, config.options, config.model)
     tb_dir = _checked_tensorboard_dir(cfg, data_dir)
     _check_hardware(cfg, arch, resolve_device(cfg.device, info.local_rank))  # before anything is written
     lock = None

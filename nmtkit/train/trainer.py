@@ -1,15 +1,14 @@
 """The training loop: updates, validation, checkpoints, exact resume, signals, DDP.
-Procedure (Bahdanau et al. 2015, section 4.2 / appendix B.2, the paper presets' default):
-minibatches of 80 pairs cut from pools of 1600 sorted by length, Adadelta, gradient norm <= 1.
+
 A `TrainContext` (model, optimiser, data, state) and `train_step` (one update) are driven here:
 the loop validates, saves and stops, reports through typed events (`nmtkit.train.events`) and
-the `nmtkit` logger, and writes the run directory on rank 0 (checkpoints, metrics.jsonl,
-curves.png, train.log). Exact resume: a checkpoint holds the model, optimiser, schedule and
-scaler states, the RNG states and the position in the data (a pure function of seed and epoch),
-so N updates equal N/2 + resume + N/2 bit for bit on the CPU. Rank 0 writes checkpoint_last.pt
-(all of that), checkpoint_best.pt and checkpoint_N.pt (the model only), each with what decoding
-needs. SIGINT / SIGTERM save a checkpoint after the current update and stop (a second Ctrl-C
-aborts at once); distributed ranks agree on the update they stop at."""
+the `nmtkit` logger, and writes the run directory on rank 0: metrics.jsonl, curves.png,
+train.log, checkpoint_last.pt (model, optimiser, schedule, scaler and RNG states, the position in
+the data: N updates equal N/2 + resume + N/2 bit for bit on the CPU), checkpoint_best.pt and
+checkpoint_N.pt (the model only), each with what decoding needs. SIGINT / SIGTERM save a
+checkpoint after the current update and stop (a second Ctrl-C aborts at once); distributed
+ranks agree on the update they stop at.
+"""
 from __future__ import annotations
 
 import contextlib
