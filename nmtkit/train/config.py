@@ -45,7 +45,6 @@ def parse_duration(text: str) -> float:
     return value * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
 
 
-
 @dataclass(frozen=True)
 class TrainConfig:
     """How to train. Field names match the `nmtkit train` options (`--max-len` -> max_len)."""

@@ -128,7 +128,7 @@ class TrainState:
 
     def record_best(self, score: float, higher_is_better: bool) -> bool:
         """Note a dev score at this update; True when it is the best so far (never a non-finite
-        one). The early-stopping count is `stopping.count_patience`'s."""
+        one). The early-stopping count is the trainer's."""
         improved = _better(score, self.best_score, higher_is_better)
         self.last_valid_update = self.update
         if improved:

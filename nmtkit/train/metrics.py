@@ -196,7 +196,9 @@ def require_tensorboard() -> Any:
 
 
 class TensorBoardCallbacks(Callbacks):
-    """Writes log and validation events as scalars; forwards every callback to `inner`."""
+    """Writes log and validation events as scalars (rank 0 only); forwards every callback to `inner`.
+    The writer purges from the resumed update + 1 (1 for a new run), so TensorBoard drops what a
+    killed session logged after the checkpoint being resumed, as metrics.jsonl does."""
 
     def __init__(self, log_dir: str | Path, inner: Callbacks | None = None, start_update: int = 0):
         writer_class = require_tensorboard()

@@ -29,9 +29,8 @@ from nmtkit.errors import TrainingError
 from nmtkit.io.dirs import BEST, LAST, discard_replaced, kept_name
 from nmtkit.memory import RELEASE_EVERY_UPDATES, release_free_memory
 from nmtkit.train import distributed as ddp
-from nmtkit.train.config import TrainConfig
 from nmtkit.train.context import TrainContext, gather_rng_states, rng_state
-from nmtkit.train.events import LogEvent, StartEvent, TrainResult, TrainState, ValidationEvent
+from nmtkit.train.events import LogEvent, StartEvent, TrainResult, ValidationEvent
 from nmtkit.train.metrics import MetricsLog, error_record, record_for_a_lost_writer, setup_file_log
 from nmtkit.train.step import train_step
 from nmtkit.train.validate import check_dev_bleu, dev_scores, perplexity
@@ -176,9 +175,35 @@ class Trainer:
         return self.ctx.state.elapsed + (time.perf_counter() - self._session_start)
 
     def _stop_reason(self, check_collective: bool) -> str | None:
-        ctx = self.ctx
-        return stop_reason(ctx.cfg, ctx.state, self.signals.received, self._elapsed(), ctx.dist, ctx.device,
-                           check_collective)
+        """Why training stops after this update (max-updates, patience, SIGINT, SIGTERM, max-time;
+        max-epochs where the run is past it, as a resume with a lower --max-epochs finds it: the
+        loop stops at the end of the last epoch itself), or None. Signals and time are checked only
+        where `check_collective` (in DDP a collective every few updates, so that every rank stops
+        at the same update)."""
+        cfg, state = self.ctx.cfg, self.ctx.state
+        if cfg.max_updates is not None and state.update >= cfg.max_updates:
+            return "max-updates"
+        if cfg.max_epochs is not None and state.epoch > cfg.max_epochs:  # a run resumed with a lower --max-epochs
+            return "max-epochs"
+        if cfg.patience is not None and state.bad_validations >= cfg.patience:
+            return "patience"
+        if not check_collective:
+            return None
+        sig = self.signals.received
+        timed_out = cfg.max_time is not None and self._elapsed() >= cfg.max_time
+        if self.ctx.dist.enabled:  # every rank must stop at the same update
+            code = (sig or 0) * 2 + (1 if timed_out else 0)
+            t = torch.tensor([float(code)], device=self.ctx.device)
+            import torch.distributed as dist
+
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            code = int(t.item())
+            sig, timed_out = (code // 2) or None, bool(code % 2)
+        if sig is not None:
+            return signal.Signals(sig).name
+        if timed_out:
+            return "max-time"
+        return None
 
     def _pending_validation(self) -> bool:
         """True when the run resumes from the checkpoint saved just before a scheduled validation
@@ -245,7 +270,9 @@ class Trainer:
         score = bleu if cfg.best_metric == "bleu" else loss
         improved = st.record_best(score, cfg.best_metric == "bleu")
         if not final:
-            count_patience(st, st.record_scheduled(score, cfg.best_metric == "bleu"))
+            # --patience counts scheduled validations in a row without a new best dev score
+            improved_scheduled = st.record_scheduled(score, cfg.best_metric == "bleu")
+            st.bad_validations = 0 if improved_scheduled else st.bad_validations + 1
             self._schedule_lr(score)
         event = ValidationEvent(
             update=st.update, epoch=st.epoch, loss=loss, ppl=perplexity(loss),
@@ -315,44 +342,6 @@ class StopSignals:
         self.received = signum
         self.on_message(f"{signal.Signals(signum).name}: saving a checkpoint after this update "
                         "(Ctrl-C again to abort at once)")
-
-
-def count_patience(state: TrainState, improved: bool) -> None:
-    """The early-stopping count (--patience) after a scheduled validation: validations in a row
-    without a new best dev score."""
-    state.bad_validations = 0 if improved else state.bad_validations + 1
-
-
-def stop_reason(cfg: TrainConfig, state: TrainState, received: int | None, elapsed: float,
-                dist_info: ddp.DistInfo, device: torch.device, check_collective: bool) -> str | None:
-    """Why training stops after this update (max-updates, patience, SIGINT, SIGTERM, max-time;
-    max-epochs where the run is past it, as a resume with a lower --max-epochs finds it: the
-    loop stops at the end of the last epoch itself), or None. Signals and time are checked only
-    where `check_collective` (in DDP a collective every few updates, so that every rank stops
-    at the same update)."""
-    if cfg.max_updates is not None and state.update >= cfg.max_updates:
-        return "max-updates"
-    if cfg.max_epochs is not None and state.epoch > cfg.max_epochs:  # a run resumed with a lower --max-epochs
-        return "max-epochs"
-    if cfg.patience is not None and state.bad_validations >= cfg.patience:
-        return "patience"
-    if not check_collective:
-        return None
-    sig = received
-    timed_out = cfg.max_time is not None and elapsed >= cfg.max_time
-    if dist_info.enabled:  # every rank must stop at the same update
-        code = (sig or 0) * 2 + (1 if timed_out else 0)
-        t = torch.tensor([float(code)], device=device)
-        import torch.distributed as dist
-
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        code = int(t.item())
-        sig, timed_out = (code // 2) or None, bool(code % 2)
-    if sig is not None:
-        return signal.Signals(sig).name
-    if timed_out:
-        return "max-time"
-    return None
 
 
 def run_lexicon(ctx: TrainContext) -> torch.Tensor | None:
