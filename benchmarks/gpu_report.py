@@ -204,7 +204,7 @@ def _one_train_speed(preset, data, workdir, device, precision, max_tokens, fuse,
 
 
 def training_run(workdir: Path, device: str, quick: bool) -> dict[str, Any]:
-    """Real runs through `run_training` on varied lengths: (1) RUN_UPDATES updates, fused where
+    """Real runs through `nmtkit.train.run` on varied lengths: (1) RUN_UPDATES updates, fused where
     CUDA is: graphs per fused body and CUDA graphs captured; (2) a few updates with the device's
     defaults under HostReads: host reads per update (a separate run: the counting mode is part of
     what dynamo guards on, so under it every body would compile each graph twice); (3) on CUDA,
@@ -273,17 +273,17 @@ def _run_data(path: Path, vocab: int, pairs: int) -> Path:
 
 def _real_run(data: Path, run: Path, device: str, quick: bool, updates: int, *, preset: str, fuse: str, max_tokens: int,
               bleu: int, cuda_graphs: str = "auto", precision: str | None = None):
-    """`run_training` -> (its result, target tokens/s of its last log interval)."""
-    from nmtkit.train.config import TrainOptions
+    """`nmtkit.train.run` -> (its result, target tokens/s of its last log interval)."""
+    from nmtkit import train
+    from nmtkit.train.config import RunConfig, TrainOptions
     from nmtkit.train.presets import ModelOverrides
-    from nmtkit.train.run import run_training
 
-    sizes = ModelOverrides(emb_dim=32, enc_hidden=32, dec_hidden=32, att_hidden=32, maxout=16) if quick else None
+    sizes = ModelOverrides(emb_dim=32, enc_hidden=32, dec_hidden=32, att_hidden=32, maxout=16) if quick else ModelOverrides()
     extra = {"precision": precision} if precision else {}
     opts = TrainOptions(preset=preset, max_tokens=max_tokens, max_updates=updates, valid_every=max(1, updates // 2),
                         save_every=updates, log_every=max(1, updates // 4), valid_bleu_samples=bleu, device=device,
                         fuse=fuse, cuda_graphs=cuda_graphs, max_len=60, **extra)
-    result = run_training(data, run, opts, sizes, force=True)
+    result = train.run(RunConfig(data, run, opts, sizes, force=True))
     rec = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rec if r["kind"] == "train"]
     return result, round(train[-1]["tgt_tokens_per_s"]) if train else None

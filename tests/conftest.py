@@ -230,9 +230,24 @@ def tiny_options(**changes):
     return TrainOptions(**opts)
 
 
+def train_run(data_dir, save_dir, options=None, model=None, *, callbacks=(), loss_hook=None, **flags):
+    """`nmtkit.train.run` on the RunConfig of these arguments (`flags`: resume, force); meanwhile
+    `loss_hook(update, loss_sum) -> loss_sum` changes each minibatch's loss (e.g. to a NaN)."""
+    from nmtkit import train
+    from nmtkit.train import step
+
+    given = {k: v for k, v in (("options", options), ("model", model)) if v is not None}
+    config = train.RunConfig(data_dir, save_dir, **given, **flags)
+    step._loss_hook = loss_hook
+    try:
+        return train.run(config, callbacks)
+    finally:
+        step._loss_hook = None
+
+
 def tiny_config(**changes):
     """The TrainConfig of `tiny_options` with `changes` (None unsets a field), for the tests that
-    build a trainer themselves instead of through `run_training`."""
+    build a trainer themselves instead of through `nmtkit.train.run`."""
     from nmtkit.train.config import TrainConfig
 
     return TrainConfig.from_dict({**tiny_options().given(), **changes})
@@ -243,7 +258,7 @@ def tiny_context(data_dir: Path, run_dir: Path, arch: str = "rnnsearch", model: 
     tiny data, with `tiny_config(**changes)`; `model` changes model fields. Close it after use."""
     from nmtkit.train.context import TrainContext
     from nmtkit.train.data import DataDir
-    from nmtkit.train.run import resolve_model
+    from nmtkit.train.presets import resolve_model
 
     data = DataDir.open(data_dir)
     sizes = dict(SIZES[arch], init="default", **(model or {}))

@@ -121,11 +121,10 @@ def test_last_n_takes_the_newest_kept_checkpoints_by_update_number(tmp_path):
 
 def test_average_of_a_real_training_runs_kept_checkpoints(data_dir, tmp_path):
     """train --keep-every leaves checkpoint_<update>.pt that `average --last` takes and translate reads."""
-    from nmtkit.train.run import run_training
-    from tests.conftest import tiny_options, tiny_overrides
+    from tests.conftest import tiny_options, tiny_overrides, train_run
 
     run_dir = tmp_path / "run"
-    run_training(data_dir, run_dir, tiny_options(max_updates=4, keep_every=1, valid_every=4, save_every=4),
+    train_run(data_dir, run_dir, tiny_options(max_updates=4, keep_every=1, valid_every=4, save_every=4),
                  tiny_overrides())
     out = tmp_path / "avg.pt"
     code, _, err = run_cli(["average", "--last", "3", "--save-dir", str(run_dir), "-o", str(out)])

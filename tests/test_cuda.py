@@ -15,8 +15,7 @@ import torch
 
 from nmtkit.checkpoint import load_checkpoint
 from nmtkit.train.presets import ModelOverrides
-from nmtkit.train.run import run_training
-from tests.conftest import TINY_MODEL, tiny_context, tiny_options, tiny_train_args
+from tests.conftest import TINY_MODEL, tiny_context, tiny_options, tiny_train_args, train_run
 
 REPO = Path(__file__).resolve().parent.parent
 NO_CUDA = "CUDA is not available: these tests need an NVIDIA GPU and a CUDA build of torch (make test-gpu)"
@@ -73,9 +72,9 @@ def test_graph_captured_steps_equal_eager_steps(data_dir, tmp_path):
     runner = loop_graphs(torch.device("cuda"))
     opts = tiny_options(device="cuda", max_updates=12, valid_every=6, save_every=6, valid_bleu_samples=0,
                         optimizer="sgd", lr=0.5, tf32=False)
-    run_training(data_dir, tmp_path / "eager", opts.replace(cuda_graphs="off"), OVERRIDES)
+    train_run(data_dir, tmp_path / "eager", opts.replace(cuda_graphs="off"), OVERRIDES)
     before = runner.captures
-    run_training(data_dir, tmp_path / "graphs", opts.replace(cuda_graphs="on"), OVERRIDES)
+    train_run(data_dir, tmp_path / "graphs", opts.replace(cuda_graphs="on"), OVERRIDES)
     assert runner.captures > before, "the run with --cuda-graphs on captured no graph"
     a = load_checkpoint(tmp_path / "eager" / "checkpoint_last.pt")["model_state"]
     b = load_checkpoint(tmp_path / "graphs" / "checkpoint_last.pt")["model_state"]
@@ -90,9 +89,9 @@ def resume_runs_child(data_dir: str, out: str) -> None:
     opts = tiny_options(device="cuda", max_updates=12, valid_every=4, save_every=4, lr=0.02,
                         lr_schedule="plateau", warmup_updates=3, valid_bleu_samples=0)
     out_dir = Path(out)
-    run_training(data_dir, out_dir / "full", opts, OVERRIDES)
-    run_training(data_dir, out_dir / "half", opts.replace(max_updates=6), OVERRIDES)
-    run_training(data_dir, out_dir / "half", opts, OVERRIDES, resume=True)
+    train_run(data_dir, out_dir / "full", opts, OVERRIDES)
+    train_run(data_dir, out_dir / "half", opts.replace(max_updates=6), OVERRIDES)
+    train_run(data_dir, out_dir / "half", opts, OVERRIDES, resume=True)
 
 
 def test_resume_on_cuda_equals_the_uninterrupted_run(data_dir, tmp_path):

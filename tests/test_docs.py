@@ -93,7 +93,7 @@ def test_the_training_examples_imports_resolve():
     import sys
 
     text = (REPO / "docs" / "python-api.md").read_text(encoding="utf-8")
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "run_training(" in b]
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "train.run(" in b]
     imports = [line for b in blocks for line in b.splitlines() if line.startswith(("from ", "import "))]
     assert imports
     proc = subprocess.run([sys.executable, "-c", "\n".join(imports)], capture_output=True, text=True, timeout=120)

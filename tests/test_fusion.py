@@ -145,8 +145,14 @@ def test_fused_training_over_every_shape_case_stays_within_the_graph_bound(tmp_p
     fusion.MAX_GRAPHS_PER_BODY graphs (dynamo's cache entries per body; its limit is 8)."""
     import torch._dynamo
 
-    from nmtkit.train.run import run_training
-    from tests.conftest import make_data_dir, make_varied_pairs, records, tiny_options, tiny_overrides
+    from tests.conftest import (
+        make_data_dir,
+        make_varied_pairs,
+        records,
+        tiny_options,
+        tiny_overrides,
+        train_run,
+    )
 
     torch._dynamo.reset()  # count this run's graphs only
     pairs = {"train": make_varied_pairs(200, 1, n_long=3), "valid": make_varied_pairs(13, 2)}
@@ -154,7 +160,7 @@ def test_fused_training_over_every_shape_case_stays_within_the_graph_bound(tmp_p
     opts = tiny_options(max_updates=200, valid_every=50, save_every=1000, log_every=50, max_tokens=40,
                         batch_size=None, loss_chunk_tokens=24, fuse="on", max_len=30, valid_bleu_samples=13,
                         valid_batch_size=4, valid_beam=2)
-    result = run_training(data, tmp_path / "run", opts, tiny_overrides())
+    result = train_run(data, tmp_path / "run", opts, tiny_overrides())
     assert result.update == 200
     assert [r["update"] for r in records(tmp_path / "run", "valid")] == [50, 100, 150, 200]
     graphs = {body.__qualname__: fusion.graphs_compiled(body) for body in fusion.compiled_bodies()}

@@ -171,18 +171,17 @@ def test_training_with_graph_loops_gives_the_eager_runs_weights(data_dir, tmp_pa
     from nmtkit.checkpoint import load_checkpoint
     from nmtkit.train import context
     from nmtkit.train.presets import ModelOverrides
-    from nmtkit.train.run import run_training
-    from tests.conftest import TINY_MODEL, tiny_options
+    from tests.conftest import TINY_MODEL, tiny_options, train_run
 
     runner = loop_graphs(torch.device("cpu"))
     runner.clear()  # graphs of earlier tests would serve this run without a capture
     opts = tiny_options(max_updates=8, valid_every=4, save_every=4, valid_bleu_samples=0, optimizer="sgd", lr=0.5,
                         update_freq=update_freq)
     sizes = ModelOverrides(**dict(TINY_MODEL, dropout=0.0))
-    run_training(data_dir, tmp_path / "eager", opts, sizes)
+    train_run(data_dir, tmp_path / "eager", opts, sizes)
     before = runner.captures
     monkeypatch.setattr(context, "resolve_cuda_graphs", lambda mode, device, model: True)
-    run_training(data_dir, tmp_path / "graphs", opts, sizes)
+    train_run(data_dir, tmp_path / "graphs", opts, sizes)
     assert runner.captures > before, "the run did not go through the graph loops"
     a = load_checkpoint(tmp_path / "eager" / "checkpoint_last.pt")["model_state"]
     b = load_checkpoint(tmp_path / "graphs" / "checkpoint_last.pt")["model_state"]

@@ -130,14 +130,14 @@ def test_an_empty_path_is_refused_by_the_python_api_too():
         ScoreConfig(hyp_paths=["h"], ref_paths=["r", ""])
 
 
-def test_run_training_refuses_an_empty_data_or_run_directory_as_its_command_line_does(tmp_path, monkeypatch):
-    """They are arguments of run_training, not config fields: Path("") trained into the current directory."""
-    from nmtkit.train.run import run_training
+def test_train_run_refuses_an_empty_data_or_run_directory_as_its_command_line_does(tmp_path, monkeypatch):
+    """They are RunConfig fields, as the command line's options are: Path("") trained into the current directory."""
+    from tests.conftest import train_run
 
     monkeypatch.chdir(tmp_path)
     for data, run, opt in (("", "run", "--data"), (str(tmp_path), "", "--save-dir")):
         with pytest.raises(ConfigError, match=f"{opt} '' names no directory"):
-            run_training(data, run)
+            train_run(data, run)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -266,31 +266,31 @@ def test_paths_given_from_python_become_strings_and_one_string_for_a_list_a_list
 
 
 def test_the_python_entry_points_name_an_argument_of_the_wrong_kind(tmp_path):
-    """preprocess(dict) was an AttributeError from inside it, run_training(None, ...) a TypeError
+    """preprocess(dict) was an AttributeError from inside it, train_run(None, ...) a TypeError
     from os, resume="yes" was taken as True, and translate() of a set gave its results in an
     arbitrary order."""
     from nmtkit import preprocess, select
-    from nmtkit.train.run import run_training
     from nmtkit.translate.translator import _lines_of
+    from tests.conftest import train_run
 
     with pytest.raises(TypeError, match="preprocess takes a PreprocessConfig, not dict"):
         preprocess.run({"src_lang": "en"})
     with pytest.raises(TypeError, match="nmtkit.select.run takes a SelectConfig, not NoneType"):
         select.run(None)
     with pytest.raises(TypeError, match="folder for --data is a path, not NoneType"):
-        run_training(None, tmp_path / "run")
+        train_run(None, tmp_path / "run")
     with pytest.raises(TypeError, match="resume is True or False, not 'yes'"):
-        run_training(tmp_path, tmp_path / "run", resume="yes")
+        train_run(tmp_path, tmp_path / "run", resume="yes")
     with pytest.raises(TypeError, match="not set"):
         _lines_of({"the cat", "the dog"})
     assert list(tmp_path.iterdir()) == []
 
 
-def test_run_training_refuses_callbacks_and_hooks_that_are_not_so_before_the_run_folder(data_dir, tmp_path):
+def test_train_run_refuses_callbacks_that_are_not_so_before_the_run_folder(data_dir, tmp_path):
     """callbacks=3 failed as an AttributeError from inside the trainer, once config.json and
-    train.log were written; a hook that is no function failed at its first call."""
+    train.log were written."""
     from nmtkit.train.events import Callbacks
-    from nmtkit.train.run import run_training
+    from tests.conftest import train_run
 
     class Partial:  # duck-typed callbacks missing two methods
         def on_start(self, event): ...
@@ -299,11 +299,9 @@ def test_run_training_refuses_callbacks_and_hooks_that_are_not_so_before_the_run
 
     run = tmp_path / "run"
     with pytest.raises(TypeError, match="callbacks lack on_validation, on_message"):
-        run_training(data_dir, run, tiny_options(max_updates=1), callbacks=Partial())
+        train_run(data_dir, run, tiny_options(max_updates=1), callbacks=Partial())
     with pytest.raises(TypeError, match="callbacks lack on_start"):
-        run_training(data_dir, run, tiny_options(max_updates=1), callbacks=3)
-    with pytest.raises(TypeError, match="loss_hook is a function or None, not 'x'"):
-        run_training(data_dir, run, tiny_options(max_updates=1), loss_hook="x")
+        train_run(data_dir, run, tiny_options(max_updates=1), callbacks=3)
     assert not run.exists()
-    run_training(data_dir, run, tiny_options(max_updates=1), callbacks=Callbacks())  # the base class is accepted
+    train_run(data_dir, run, tiny_options(max_updates=1), callbacks=Callbacks())  # the base class is accepted
     assert (run / "checkpoint_last.pt").exists()

@@ -94,12 +94,11 @@ def test_beam_search_with_a_shortlist_emits_only_its_words_and_maps_them_back_to
 
 def test_trained_checkpoints_carry_a_lexicon_that_translate_uses_unless_told_off(data_dir, tmp_path, monkeypatch):
     from nmtkit.checkpoint import load_checkpoint
-    from nmtkit.train.run import run_training
     from nmtkit.translate import TranslateConfig, Translator
-    from tests.conftest import tiny_options, tiny_overrides
+    from tests.conftest import tiny_options, tiny_overrides, train_run
 
     run = tmp_path / "run"
-    run_training(data_dir, run, tiny_options(max_updates=3, valid_every=100), tiny_overrides())
+    train_run(data_dir, run, tiny_options(max_updates=3, valid_every=100), tiny_overrides())
     ckpt = load_checkpoint(run / "checkpoint_best.pt")
     assert ckpt["lexicon"].shape == (len(ckpt["src_vocab"]), 20) and ckpt["lexicon"].dtype == torch.int32
     calls = []

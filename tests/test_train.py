@@ -9,14 +9,13 @@ import torch
 from nmtkit.checkpoint import load_checkpoint, load_model
 from nmtkit.errors import ConfigError, OutputExistsError
 from nmtkit.train.config import TrainConfig, parse_duration
-from nmtkit.train.run import run_training
-from tests.conftest import TINY_MODEL, tiny_config, tiny_options, tiny_overrides
+from tests.conftest import TINY_MODEL, tiny_config, tiny_options, tiny_overrides, train_run
 from tests.conftest import records as _records
 
 
 def test_dev_loss_decreases_on_tiny_data(data_dir, tmp_path):
     run = tmp_path / "run"
-    res = run_training(data_dir, run, tiny_options(max_updates=60, valid_every=20, lr=0.03), tiny_overrides())
+    res = train_run(data_dir, run, tiny_options(max_updates=60, valid_every=20, lr=0.03), tiny_overrides())
     assert res.reason == "max-updates" and res.update == 60
     valid = _records(run, "valid")
     assert len(valid) == 3
@@ -30,7 +29,7 @@ def test_dev_loss_decreases_on_tiny_data(data_dir, tmp_path):
 
 def test_checkpoint_is_self_contained_and_loads_with_weights_only(data_dir, tmp_path):
     run = tmp_path / "run"
-    run_training(data_dir, run, tiny_options(max_updates=10, valid_every=5), tiny_overrides())
+    train_run(data_dir, run, tiny_options(max_updates=10, valid_every=5), tiny_overrides())
     for name in ("checkpoint_last.pt", "checkpoint_best.pt"):
         torch.load(run / name, map_location="cpu", weights_only=True)  # no code, no classes
         ckpt = load_checkpoint(run / name)
@@ -52,14 +51,14 @@ def test_checkpoint_is_self_contained_and_loads_with_weights_only(data_dir, tmp_
 
 
 def test_max_time_stops_the_run(data_dir, tmp_path):
-    res = run_training(data_dir, tmp_path / "run", tiny_options(max_updates=None, max_time=0.5, valid_every=1000,
+    res = train_run(data_dir, tmp_path / "run", tiny_options(max_updates=None, max_time=0.5, valid_every=1000,
                                                                 valid_bleu_samples=0), tiny_overrides())
     assert res.reason == "max-time" and res.update > 0
 
 
 def test_token_budget_batches_and_bf16_on_cpu(data_dir, tmp_path):
     run = tmp_path / "run"
-    res = run_training(data_dir, run, tiny_options(max_updates=6, batch_size=None, max_tokens=60, valid_every=3,
+    res = train_run(data_dir, run, tiny_options(max_updates=6, batch_size=None, max_tokens=60, valid_every=3,
                                                    precision="bf16", valid_bleu_samples=4), tiny_overrides())
     assert res.update == 6
     assert load_checkpoint(run / "checkpoint_last.pt")["train_config"]["max_tokens"] == 60
@@ -95,9 +94,9 @@ def test_train_options_are_train_config_fields_each_unset_until_given_and_checke
         assert str(given.value) == str(full.value)
 
 
-def test_run_training_takes_typed_options_not_a_dict(data_dir, tmp_path):
+def test_train_run_takes_typed_options_not_a_dict(data_dir, tmp_path):
     with pytest.raises(TypeError, match="TrainOptions"):
-        run_training(data_dir, tmp_path / "run", dict(max_updates=1))
+        train_run(data_dir, tmp_path / "run", dict(max_updates=1))
     assert not (tmp_path / "run").exists()
 
 
@@ -110,7 +109,7 @@ def test_parse_duration():
 
 def test_a_budget_stop_between_validations_still_leaves_a_best_checkpoint(data_dir, tmp_path):
     run = tmp_path / "run"
-    res = run_training(data_dir, run, tiny_options(max_updates=7, valid_every=100), tiny_overrides())
+    res = train_run(data_dir, run, tiny_options(max_updates=7, valid_every=100), tiny_overrides())
     assert res.reason == "max-updates" and res.update == 7
     valid = _records(run, "valid")
     assert [(v["update"], v["final"]) for v in valid] == [(7, True)]
@@ -125,7 +124,7 @@ def test_keep_every_keeps_the_model_at_those_updates_and_force_clears_them(data_
     each the model as it was then; a run directory holding only those refuses a new run without
     --force, and --force removes them."""
     run = tmp_path / "run"
-    run_training(data_dir, run, tiny_options(max_updates=9, valid_every=100, keep_every=4), tiny_overrides())
+    train_run(data_dir, run, tiny_options(max_updates=9, valid_every=100, keep_every=4), tiny_overrides())
     kept = sorted(p.name for p in run.glob("checkpoint_*.pt"))
     assert kept == ["checkpoint_4.pt", "checkpoint_8.pt", "checkpoint_best.pt", "checkpoint_last.pt"]
     c4, c8 = load_checkpoint(run / "checkpoint_4.pt"), load_checkpoint(run / "checkpoint_8.pt")
@@ -135,8 +134,8 @@ def test_keep_every_keeps_the_model_at_those_updates_and_force_clears_them(data_
     for name in ("checkpoint_last.pt", "checkpoint_best.pt"):
         (run / name).unlink()
     with pytest.raises(OutputExistsError, match="checkpoint_4.pt"):
-        run_training(data_dir, run, tiny_options(max_updates=2, valid_every=100), tiny_overrides())
-    run_training(data_dir, run, tiny_options(max_updates=2, valid_every=100), tiny_overrides(), force=True)
+        train_run(data_dir, run, tiny_options(max_updates=2, valid_every=100), tiny_overrides())
+    train_run(data_dir, run, tiny_options(max_updates=2, valid_every=100), tiny_overrides(), force=True)
     assert not (run / "checkpoint_4.pt").exists() and not (run / "checkpoint_8.pt").exists()
 
 
@@ -152,7 +151,7 @@ def test_a_failing_validation_loses_no_update_before_it(data_dir, tmp_path, monk
     import nmtkit.train.validate as validate_mod
 
     opts = tiny_options(max_updates=20, valid_every=10, save_every=20, lr_schedule="plateau", lr_patience=0)
-    run_training(data_dir, tmp_path / "full", opts, tiny_overrides())
+    train_run(data_dir, tmp_path / "full", opts, tiny_overrides())
 
     real = validate_mod.dev_loss
 
@@ -161,10 +160,10 @@ def test_a_failing_validation_loses_no_update_before_it(data_dir, tmp_path, monk
 
     monkeypatch.setattr(validate_mod, "dev_loss", broken)
     with pytest.raises(RuntimeError, match="validation broke"):
-        run_training(data_dir, tmp_path / "half", opts, tiny_overrides())
+        train_run(data_dir, tmp_path / "half", opts, tiny_overrides())
     assert load_checkpoint(tmp_path / "half" / "checkpoint_last.pt")["trainer"]["update"] == 10
     monkeypatch.setattr(validate_mod, "dev_loss", real)
-    run_training(data_dir, tmp_path / "half", opts, tiny_overrides(), resume=True)
+    train_run(data_dir, tmp_path / "half", opts, tiny_overrides(), resume=True)
     a = load_checkpoint(tmp_path / "full" / "checkpoint_last.pt")
     b = load_checkpoint(tmp_path / "half" / "checkpoint_last.pt")
     wall = ("elapsed",)
@@ -182,10 +181,10 @@ def test_a_module_dev_bleu_needs_but_lacks_stops_the_run_before_its_first_update
 
     monkeypatch.setitem(sys.modules, "sacrebleu", None)  # `import sacrebleu` now fails
     with pytest.raises(ConfigError, match="dev BLEU needs the module 'sacrebleu'.*--valid-bleu-samples 0"):
-        run_training(data_dir, tmp_path / "run", tiny_options(max_updates=20, valid_every=10), tiny_overrides())
+        train_run(data_dir, tmp_path / "run", tiny_options(max_updates=20, valid_every=10), tiny_overrides())
     assert not (tmp_path / "run" / "checkpoint_last.pt").exists()
     # without dev BLEU the run does not need it
-    res = run_training(data_dir, tmp_path / "run", tiny_options(max_updates=2, valid_every=10, valid_bleu_samples=0),
+    res = train_run(data_dir, tmp_path / "run", tiny_options(max_updates=2, valid_every=10, valid_bleu_samples=0),
                        tiny_overrides())
     assert res.update == 2
 
@@ -195,11 +194,11 @@ def test_the_public_train_step_on_a_fresh_context_makes_the_loops_updates(data_d
     reaches the weights the training loop saves after as many updates."""
     from nmtkit.train.context import TrainContext
     from nmtkit.train.data import DataDir
-    from nmtkit.train.run import resolve_model
+    from nmtkit.train.presets import resolve_model
     from nmtkit.train.step import train_step
 
     opts = tiny_options(max_updates=6, valid_every=100, valid_bleu_samples=0)
-    run_training(data_dir, tmp_path / "loop", opts, tiny_overrides())
+    train_run(data_dir, tmp_path / "loop", opts, tiny_overrides())
     data = DataDir.open(data_dir)
     arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
     ctx = TrainContext(TrainConfig.from_dict(opts.given()), data, tmp_path / "step", arch, mcfg)
@@ -236,7 +235,7 @@ def test_callbacks_receive_typed_events_that_are_the_metrics_records(data_dir, t
 
     keep = Keep()
     run = tmp_path / "run"
-    run_training(data_dir, run, tiny_options(max_updates=10, valid_every=5, log_every=5), tiny_overrides(), callbacks=keep)
+    train_run(data_dir, run, tiny_options(max_updates=10, valid_every=5, log_every=5), tiny_overrides(), callbacks=keep)
     start, *rest = keep.events
     assert isinstance(start, StartEvent) and (start.update, start.max_updates, start.dropped_pairs) == (0, 10, 0)
     assert [type(e) for e in rest] == [LogEvent, ValidationEvent] * 2
@@ -247,7 +246,7 @@ def test_callbacks_receive_typed_events_that_are_the_metrics_records(data_dir, t
 
 @pytest.mark.slow  # the small preset's 4M parameters: 10-30 s on a shared 2-core machine
 def test_the_docs_training_snippet_runs_with_a_smaller_budget(tmp_path):
-    """docs/python-api.md's `run_training` example, on a tiny data directory at its path, with its
+    """docs/python-api.md's `train.run` example, on a tiny data directory at its path, with its
     1000 updates cut to 2 (the only change)."""
     import re
     import subprocess
@@ -257,7 +256,7 @@ def test_the_docs_training_snippet_runs_with_a_smaller_budget(tmp_path):
     from tests.conftest import make_data_dir
 
     readme = (Path(__file__).resolve().parent.parent / "docs" / "python-api.md").read_text(encoding="utf-8")
-    [code] = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "run_training(" in b]
+    [code] = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "train.run(" in b]
     assert "max_updates=1000" in code
     make_data_dir(tmp_path / "work" / "tatoeba", n_train=48, n_valid=8)
     proc = subprocess.run([sys.executable, "-c", code.replace("max_updates=1000", "max_updates=2")], cwd=tmp_path,
@@ -276,18 +275,17 @@ def test_cpu_training_gives_free_memory_back_every_few_updates(data_dir, tmp_pat
     calls = []
     monkeypatch.setattr(trainer, "release_free_memory", lambda: calls.append(1) or True)
     updates = 3 * RELEASE_EVERY_UPDATES
-    run_training(data_dir, tmp_path / "run", tiny_options(max_updates=updates, valid_every=1000,
+    train_run(data_dir, tmp_path / "run", tiny_options(max_updates=updates, valid_every=1000,
                                                           valid_bleu_samples=0), tiny_overrides())
     assert len(calls) == updates // RELEASE_EVERY_UPDATES
 
 
 def test_a_training_run_leaves_torchs_thread_count_as_it_found_it(data_dir, tmp_path):
-    """run_training(threads=1) left the process at 1 thread for whatever it did next."""
+    """train_run(threads=1) left the process at 1 thread for whatever it did next."""
     import torch
 
-    from nmtkit.train.run import run_training
-    from tests.conftest import tiny_options, tiny_overrides
+    from tests.conftest import tiny_options, tiny_overrides, train_run
 
     before = torch.get_num_threads()
-    run_training(data_dir, tmp_path / "run", tiny_options(max_updates=2, threads=before + 1), tiny_overrides())
+    train_run(data_dir, tmp_path / "run", tiny_options(max_updates=2, threads=before + 1), tiny_overrides())
     assert torch.get_num_threads() == before

@@ -259,8 +259,7 @@ def test_ctrl_c_while_torch_imports_ends_the_command_instead_of_being_lost(data_
 def test_a_new_run_that_fails_before_its_first_checkpoint_leaves_only_its_lock_file(data_dir, tmp_path):
     """config.json and train.log stayed, so that the folder looked like a run's. A run that fails
     after its first checkpoint keeps everything."""
-    from nmtkit.train.run import run_training
-    from tests.conftest import tiny_options, tiny_overrides
+    from tests.conftest import tiny_options, tiny_overrides, train_run
 
     def fail_at(update):
         def hook(at, loss):
@@ -271,16 +270,16 @@ def test_a_new_run_that_fails_before_its_first_checkpoint_leaves_only_its_lock_f
 
     run = tmp_path / "run"
     with pytest.raises(MemoryError):
-        run_training(data_dir, run, tiny_options(save_every=4), tiny_overrides(), loss_hook=fail_at(0))
+        train_run(data_dir, run, tiny_options(save_every=4), tiny_overrides(), loss_hook=fail_at(0))
     assert os.listdir(run) == ["train.lock"]
     (run / "tensorboard").mkdir()  # an earlier run's curves and the user's notes, which a start allows, stay
     (run / "tensorboard" / "events.out.tfevents.1.host").write_text("x")
     (run / "notes.txt").write_text("x")
     with pytest.raises(MemoryError):
-        run_training(data_dir, run, tiny_options(save_every=4, tensorboard=str(run / "tensorboard")), tiny_overrides(),
+        train_run(data_dir, run, tiny_options(save_every=4, tensorboard=str(run / "tensorboard")), tiny_overrides(),
                      loss_hook=fail_at(0))
     assert sorted(os.listdir(run)) == ["notes.txt", "tensorboard", "train.lock"]
     assert os.listdir(run / "tensorboard") == ["events.out.tfevents.1.host"]
     with pytest.raises(MemoryError):
-        run_training(data_dir, run, tiny_options(save_every=4), tiny_overrides(), loss_hook=fail_at(6))
+        train_run(data_dir, run, tiny_options(save_every=4), tiny_overrides(), loss_hook=fail_at(6))
     assert {"checkpoint_last.pt", "config.json", "metrics.jsonl", "train.log"} <= set(os.listdir(run))

@@ -56,7 +56,7 @@ def _train(data_dir, run_dir, out_path, opts):
     from nmtkit.train.config import TrainConfig
     from nmtkit.train.context import TrainContext
     from nmtkit.train.data import DataDir
-    from nmtkit.train.run import resolve_model
+    from nmtkit.train.presets import resolve_model
     from nmtkit.train.trainer import Trainer
 
     torch.set_num_threads(1)
@@ -113,7 +113,7 @@ def _one_update(data_dir, run_dir, batch_size, update_freq, halves):
     from nmtkit.train.config import TrainConfig
     from nmtkit.train.context import TrainContext
     from nmtkit.train.data import DataDir
-    from nmtkit.train.run import resolve_model
+    from nmtkit.train.presets import resolve_model
     from nmtkit.train.step import train_step
 
     torch.set_num_threads(1)
@@ -155,11 +155,11 @@ def test_update_freq_2_at_batch_40_and_two_gloo_ranks_at_40_each_equal_one_updat
 
 def _run_worker(rank, world, port, data_dir, run_dir, opts, resume):
     from nmtkit.train.presets import ModelOverrides
-    from nmtkit.train.run import run_training
+    from tests.conftest import train_run
 
     _as_rank(rank, world, port)
     torch.set_num_threads(1)
-    run_training(data_dir, run_dir, opts, ModelOverrides(**TINY_MODEL, dropout=0.2), resume=resume)
+    train_run(data_dir, run_dir, opts, ModelOverrides(**TINY_MODEL, dropout=0.2), resume=resume)
 
 
 @pytest.mark.slow  # three two-rank runs, six interpreters importing torch: 13-40 s
@@ -243,7 +243,7 @@ def _precision_worker(rank, world, port, data_dir, run_dir, out_dir):
     from nmtkit.train.config import TrainConfig
     from nmtkit.train.context import TrainContext
     from nmtkit.train.data import DataDir
-    from nmtkit.train.run import resolve_model
+    from nmtkit.train.presets import resolve_model
 
     _as_rank(rank, world, port)
     prec.cpu_bf16_pays_off = lambda: rank == 0
@@ -265,16 +265,16 @@ def test_ranks_whose_auto_precision_timings_disagree_all_train_in_rank_0s_precis
 
 
 def _plain_run_worker(rank, world, port, data_dir, run_dir, opts):
-    from nmtkit.train.run import run_training
+    from tests.conftest import train_run
 
     _as_rank(rank, world, port)
     torch.set_num_threads(1)
-    run_training(data_dir, run_dir, opts, tiny_overrides(dropout=0.0))
+    train_run(data_dir, run_dir, opts, tiny_overrides(dropout=0.0))
 
 
 def test_a_two_rank_run_resumes_in_one_process_only_with_the_update_freq_that_keeps_its_updates(tmp_path):
     from nmtkit.errors import ConfigError
-    from nmtkit.train.run import run_training
+    from tests.conftest import train_run
 
     data_dir = make_data_dir(tmp_path / "data")
     # plain SGD without dropout: 2 ranks x 1 minibatch and 1 process x --update-freq 2 make the same update
@@ -284,11 +284,11 @@ def test_a_two_rank_run_resumes_in_one_process_only_with_the_update_freq_that_ke
     saved = (run / "checkpoint_last.pt").read_bytes()
     with pytest.raises(ConfigError, match=r"1 process\(es\) x --update-freq 1 = 1 minibatch\(es\) per update; the run "
                                           r"being resumed made 2 \(2 x --update-freq 1\): resume with --update-freq 2"):
-        run_training(data_dir, run, opts, tiny_overrides(dropout=0.0), resume=True)
+        train_run(data_dir, run, opts, tiny_overrides(dropout=0.0), resume=True)
     assert (run / "checkpoint_last.pt").read_bytes() == saved  # refused before anything was written
-    run_training(data_dir, run, opts.replace(update_freq=2), tiny_overrides(dropout=0.0), resume=True)
+    train_run(data_dir, run, opts.replace(update_freq=2), tiny_overrides(dropout=0.0), resume=True)
     single = tmp_path / "single"  # one process at --update-freq 2 from the start
-    run_training(data_dir, single, opts.replace(update_freq=2), tiny_overrides(dropout=0.0))
+    train_run(data_dir, single, opts.replace(update_freq=2), tiny_overrides(dropout=0.0))
     a = torch.load(run / "checkpoint_last.pt", weights_only=True)
     b = torch.load(single / "checkpoint_last.pt", weights_only=True)
     assert a["trainer"]["update"] == b["trainer"]["update"] == 6
@@ -302,7 +302,7 @@ def _losing_worker(rank, world, port, data_dir, run_dir, out_dir, opts, dying):
     other writes down the error it stops with."""
     import os
 
-    from nmtkit.train.run import run_training
+    from tests.conftest import train_run
 
     def die(update, loss):
         if rank == dying and update == 5:
@@ -312,7 +312,7 @@ def _losing_worker(rank, world, port, data_dir, run_dir, out_dir, opts, dying):
     _as_rank(rank, world, port)
     torch.set_num_threads(1)
     try:
-        run_training(data_dir, run_dir, opts, tiny_overrides(dropout=0.0), loss_hook=die)
+        train_run(data_dir, run_dir, opts, tiny_overrides(dropout=0.0), loss_hook=die)
     except Exception as err:  # noqa: BLE001 - what the survivor reports is the result
         (out_dir / f"rank{rank}.txt").write_text(f"{type(err).__name__}: {err}")
 
@@ -496,7 +496,7 @@ def test_sigterm_while_a_failed_run_cleans_up_is_held_off():
 def test_a_sigterm_that_lands_while_an_error_unwinds_the_command_reports_the_error(monkeypatch, tmp_path):
     """torchrun SIGTERMs every rank when one fails; landing in a rank's cleanup after its own
     error (a collective that lost that rank), it printed only "nmtkit: terminated"."""
-    import nmtkit.train.run
+    import nmtkit.train
     from nmtkit.errors import TrainingError
     from nmtkit.signals import Terminated
     from tests.conftest import run_cli
@@ -507,7 +507,7 @@ def test_a_sigterm_that_lands_while_an_error_unwinds_the_command_reports_the_err
         finally:
             raise Terminated()  # the SIGTERM handler's, raised inside the cleanup
 
-    monkeypatch.setattr(nmtkit.train.run, "run_training", failing)
+    monkeypatch.setattr(nmtkit.train, "run", failing)
     data_dir = make_data_dir(tmp_path / "data")
     code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(tmp_path / "run")])
     assert err.strip().splitlines()[-1] == ("nmtkit: error: a collective of the job failed after update 5 "

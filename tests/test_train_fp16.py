@@ -10,18 +10,17 @@ import torch
 
 from nmtkit.checkpoint import load_checkpoint
 from nmtkit.models import build_model
-from nmtkit.train.run import run_training
 from tests.conftest import records as _records
-from tests.conftest import tiny_options, tiny_overrides
+from tests.conftest import tiny_options, tiny_overrides, train_run
 
 
 def test_fp16_training_lowers_the_loss_and_resumes_exactly(data_dir, tmp_path, caplog):
     opts = tiny_options(precision="fp16", max_updates=12, valid_every=6, save_every=6, valid_bleu_samples=0)
     full, half = tmp_path / "full", tmp_path / "half"
-    run_training(data_dir, full, opts, tiny_overrides())
+    train_run(data_dir, full, opts, tiny_overrides())
     assert "emulated and slow" in caplog.text  # fp16 on the CPU says it is meant for GPUs
-    run_training(data_dir, half, opts.replace(max_updates=6), tiny_overrides())
-    run_training(data_dir, half, opts, tiny_overrides(), resume=True)
+    train_run(data_dir, half, opts.replace(max_updates=6), tiny_overrides())
+    train_run(data_dir, half, opts, tiny_overrides(), resume=True)
     a, b = load_checkpoint(full / "checkpoint_last.pt"), load_checkpoint(half / "checkpoint_last.pt")
     assert a["scaler_state"] is not None and a["scaler_state"] == b["scaler_state"]
     for name, t in a["model_state"].items():
@@ -36,7 +35,7 @@ def test_fp16_overflow_skips_the_step_and_halves_the_scale(data_dir, tmp_path):
     opts = tiny_options(precision="fp16", max_updates=1, valid_every=1, valid_bleu_samples=0, on_nan="stop")
     run = tmp_path / "run"
     # finite in fp32, but times the initial scale 65536 the backward pass overflows
-    run_training(data_dir, run, opts, tiny_overrides(), loss_hook=lambda update, loss: loss * 1e34)
+    train_run(data_dir, run, opts, tiny_overrides(), loss_hook=lambda update, loss: loss * 1e34)
     ckpt = load_checkpoint(run / "checkpoint_last.pt")
     assert ckpt["scaler_state"]["scale"] == 65536.0 / 2
     torch.manual_seed(opts.seed)

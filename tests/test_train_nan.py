@@ -8,9 +8,8 @@ import torch
 
 from nmtkit.checkpoint import load_checkpoint
 from nmtkit.errors import TrainingError
-from nmtkit.train.run import run_training
 from tests.conftest import records as _records
-from tests.conftest import tiny_options, tiny_overrides
+from tests.conftest import tiny_options, tiny_overrides, train_run
 
 
 def _nan_at(*steps):
@@ -30,7 +29,7 @@ def test_nan_loss_stops_with_message_and_keeps_best_checkpoint(data_dir, tmp_pat
     # the advice is what train accepts: a resumed run cannot change its --lr
     with pytest.raises(TrainingError, match=r"non-finite loss.*update 8.*checkpoint_last.pt\) is untouched: resume "
                                             r"it with --on-nan skip .*, or start a new run with a lower --lr$"):
-        run_training(data_dir, run, opts, tiny_overrides(), loss_hook=_nan_at(8))
+        train_run(data_dir, run, opts, tiny_overrides(), loss_hook=_nan_at(8))
     best = load_checkpoint(run / "checkpoint_best.pt")
     last = load_checkpoint(run / "checkpoint_last.pt")
     assert best["trainer"]["update"] == 5 and last["trainer"]["update"] == 5
@@ -43,7 +42,7 @@ def test_nan_loss_stops_with_message_and_keeps_best_checkpoint(data_dir, tmp_pat
 def test_nan_loss_skipped_with_on_nan_skip(data_dir, tmp_path):
     run = tmp_path / "run"
     opts = tiny_options(max_updates=12, valid_every=4, on_nan="skip", valid_bleu_samples=0)
-    res = run_training(data_dir, run, opts, tiny_overrides(), loss_hook=_nan_at(3, 7))
+    res = train_run(data_dir, run, opts, tiny_overrides(), loss_hook=_nan_at(3, 7))
     assert res.update == 12
     last = load_checkpoint(run / "checkpoint_last.pt")
     assert last["trainer"]["skipped_batches"] == 2
@@ -68,7 +67,7 @@ def test_diverged_model_never_becomes_best(data_dir, tmp_path, monkeypatch):
 
     monkeypatch.setattr(step_mod, "MAX_CONSECUTIVE_SKIPS", 5)
     with pytest.raises(TrainingError, match="in a row"):
-        run_training(data_dir, run, opts, tiny_overrides(), loss_hook=hook)
+        train_run(data_dir, run, opts, tiny_overrides(), loss_hook=hook)
     assert load_checkpoint(run / "checkpoint_best.pt")["trainer"]["update"] == 4
 
 
@@ -79,7 +78,7 @@ def test_weights_that_overflow_stop_the_run_in_one_line_not_a_crash_of_dev_bleu(
     opts = tiny_options(max_updates=40, valid_every=1, optimizer="sgd", lr=30.0, clip_norm=0.0, valid_bleu_samples=5)
     with pytest.raises(TrainingError, match=r"dev loss is nan at update \d+: the model has diverged; start a new "
                                             r"run with a lower --lr; checkpoint_best.pt \(update \d+\) is the best"):
-        run_training(data_dir, tmp_path / "run", opts, tiny_overrides())
+        train_run(data_dir, tmp_path / "run", opts, tiny_overrides())
 
 
 def test_a_nan_dev_loss_stops_the_run_after_recording_the_validation(data_dir, tmp_path, monkeypatch):
@@ -93,5 +92,5 @@ def test_a_nan_dev_loss_stops_the_run_after_recording_the_validation(data_dir, t
     run = tmp_path / "run"
     opts = tiny_options(max_updates=20, valid_every=3, on_nan="skip", valid_bleu_samples=0)
     with pytest.raises(TrainingError, match=r"dev loss is nan at update 6: .* checkpoint_best.pt \(update 3\)"):
-        run_training(data_dir, run, opts, tiny_overrides())
+        train_run(data_dir, run, opts, tiny_overrides())
     assert [r["update"] for r in _records(run, "valid")] == [3, 6]

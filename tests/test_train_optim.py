@@ -6,7 +6,7 @@ import torch
 
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.config import training_defaults as train_defaults
-from nmtkit.train.optim import LRSchedule, build_optimizer
+from nmtkit.train.context import LRSchedule, build_optimizer
 
 
 def _cfg(**kw):

@@ -8,8 +8,7 @@ from nmtkit.checkpoint import load_checkpoint
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
 from nmtkit.train.config import TrainConfig, TrainOptions
 from nmtkit.train.presets import ModelOverrides
-from nmtkit.train.run import run_training
-from tests.conftest import TINY_MODEL, tiny_options, tiny_overrides
+from tests.conftest import TINY_MODEL, tiny_options, tiny_overrides, train_run
 from tests.conftest import records as _records
 
 
@@ -20,11 +19,11 @@ def test_resume_equals_uninterrupted_run(data_dir, tmp_path):
                         warmup_updates=5, label_smoothing=0.1, valid_bleu_samples=0)
     model = ModelOverrides(**TINY_MODEL, dropout=0.2)
     full, half = tmp_path / "full", tmp_path / "half"
-    run_training(data_dir, full, opts, model)
-    run_training(data_dir, half, opts.replace(max_updates=10), model)
+    train_run(data_dir, full, opts, model)
+    train_run(data_dir, half, opts.replace(max_updates=10), model)
     mid = load_checkpoint(half / "checkpoint_last.pt")
     assert mid["trainer"]["update"] == 10 and mid["trainer"]["epoch"] == 1
-    res = run_training(data_dir, half, opts, model, resume=True)
+    res = train_run(data_dir, half, opts, model, resume=True)
     assert res.update == 20 and res.epoch == 2
     a = load_checkpoint(full / "checkpoint_last.pt")
     b = load_checkpoint(half / "checkpoint_last.pt")
@@ -50,15 +49,15 @@ def test_refuses_to_overwrite_a_run_unless_resume_or_force(data_dir, tmp_path):
     run = tmp_path / "run"
     opts = tiny_options(max_updates=4, valid_every=2, valid_bleu_samples=0)
     with pytest.raises(CheckpointError, match="nothing to resume"):
-        run_training(data_dir, run, opts, tiny_overrides(), resume=True)
-    run_training(data_dir, run, opts, tiny_overrides())
+        train_run(data_dir, run, opts, tiny_overrides(), resume=True)
+    train_run(data_dir, run, opts, tiny_overrides())
     with pytest.raises(OutputExistsError, match="--resume.*--force"):
-        run_training(data_dir, run, opts, tiny_overrides())
-    res = run_training(data_dir, run, opts.replace(max_updates=2), tiny_overrides(), force=True)
+        train_run(data_dir, run, opts, tiny_overrides())
+    res = train_run(data_dir, run, opts.replace(max_updates=2), tiny_overrides(), force=True)
     assert res.update == 2
     assert [r["update"] for r in _records(run, "valid")] == [2]
     with pytest.raises(ConfigError, match="--lr .* differs from the run being resumed"):
-        run_training(data_dir, run, opts.replace(lr=0.5), tiny_overrides(), resume=True)
+        train_run(data_dir, run, opts.replace(lr=0.5), tiny_overrides(), resume=True)
 
 
 def test_force_puts_the_old_run_back_when_the_new_one_fails_before_its_first_checkpoint(data_dir, tmp_path):
@@ -68,7 +67,7 @@ def test_force_puts_the_old_run_back_when_the_new_one_fails_before_its_first_che
 
     run = tmp_path / "run"
     opts = tiny_options(max_updates=4, valid_every=2, save_every=2, keep_every=2, valid_bleu_samples=0)
-    run_training(data_dir, run, opts, tiny_overrides())
+    train_run(data_dir, run, opts, tiny_overrides())
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"}
     assert {"checkpoint_last.pt", "checkpoint_best.pt", "checkpoint_2.pt", "checkpoint_4.pt"} <= set(before)
 
@@ -76,11 +75,11 @@ def test_force_puts_the_old_run_back_when_the_new_one_fails_before_its_first_che
         return loss * float("nan")
 
     with pytest.raises(TrainingError, match="non-finite loss"):
-        run_training(data_dir, run, opts.replace(max_updates=8), tiny_overrides(), force=True, loss_hook=nan)
+        train_run(data_dir, run, opts.replace(max_updates=8), tiny_overrides(), force=True, loss_hook=nan)
     after = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"}
     assert after == before and not (run / REPLACED).exists()
     # a new run that saves a checkpoint replaces the old one: the old files are gone
-    res = run_training(data_dir, run, opts.replace(max_updates=2, keep_every=0), tiny_overrides(), force=True)
+    res = train_run(data_dir, run, opts.replace(max_updates=2, keep_every=0), tiny_overrides(), force=True)
     assert res.update == 2 and not (run / REPLACED).exists()
     assert not (run / "checkpoint_4.pt").exists() and not (run / "checkpoint_2.pt").exists()
 
@@ -92,7 +91,7 @@ def test_a_run_set_aside_by_a_killed_force_start_is_the_one_kept(data_dir, tmp_p
 
     run = tmp_path / "run"
     opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
-    run_training(data_dir, run, opts, tiny_overrides())
+    train_run(data_dir, run, opts, tiny_overrides())
     old = (run / "checkpoint_last.pt").read_bytes()
     set_aside_run(run)  # what the killed start did, before writing its own first files
     (run / "train.log").write_text("the killed start's log\n")
@@ -107,13 +106,13 @@ def test_resuming_with_other_training_data_of_the_same_vocabularies_is_refused(d
 
     run = tmp_path / "run"
     opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
-    run_training(data_dir, run, opts, tiny_overrides())
+    train_run(data_dir, run, opts, tiny_overrides())
     other = make_data_dir(tmp_path / "other", n_train=100)
     last = (run / "checkpoint_last.pt").read_bytes()
     with pytest.raises(CheckpointError, match=r"the training data of .*other \(100 pairs.*differs from the run's"):
-        run_training(other, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
+        train_run(other, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
     assert (run / "checkpoint_last.pt").read_bytes() == last
-    assert run_training(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True).update == 4
+    assert train_run(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True).update == 4
 
 
 def test_resuming_with_training_text_of_the_same_sizes_but_other_content_is_refused(tmp_path):
@@ -134,14 +133,14 @@ def test_resuming_with_training_text_of_the_same_sizes_but_other_content_is_refu
 
     run = tmp_path / "run"
     opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
-    run_training(data("first", "corpus", "b2"), run, opts, tiny_overrides())
+    train_run(data("first", "corpus", "b2"), run, opts, tiny_overrides())
     last = (run / "checkpoint_last.pt").read_bytes()
     with pytest.raises(CheckpointError, match=r"the training text of .*reordered differs from the run's"):
-        run_training(data("reordered", "corpus", "c3"), run, opts.replace(max_updates=4), tiny_overrides(),
+        train_run(data("reordered", "corpus", "c3"), run, opts.replace(max_updates=4), tiny_overrides(),
                      resume=True)
     assert (run / "checkpoint_last.pt").read_bytes() == last
     moved = data("moved", "elsewhere", "b2")
-    assert run_training(moved, run, opts.replace(max_updates=4), tiny_overrides(), resume=True).update == 4
+    assert train_run(moved, run, opts.replace(max_updates=4), tiny_overrides(), resume=True).update == 4
 
 
 @pytest.mark.parametrize("changes, needle", [
@@ -159,7 +158,7 @@ def test_resuming_with_a_data_directory_preprocessed_otherwise_is_refused(data_d
 
     run = tmp_path / "run"
     opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
-    run_training(data_dir, run, opts, tiny_overrides())
+    train_run(data_dir, run, opts, tiny_overrides())
     other = make_data_dir(tmp_path / "other")
     manifest = json.loads((other / "manifest.json").read_text())
     manifest["pipeline"] = TextPipeline("en", "fr", **changes).to_dict()
@@ -167,7 +166,7 @@ def test_resuming_with_a_data_directory_preprocessed_otherwise_is_refused(data_d
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"}
     with pytest.raises(CheckpointError, match=r"text pipeline \(preprocessing\) of .*other differs from the run's "
                        + needle) as err:
-        run_training(other, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
+        train_run(other, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
     assert str(run / "checkpoint_last.pt") in str(err.value)
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"} == before
 
@@ -184,21 +183,21 @@ def test_resume_refuses_another_runs_checkpoint_last_by_the_runs_config_json(dat
 
     run, other = tmp_path / "run", tmp_path / "other"
     opts = tiny_options(max_updates=4, valid_every=2, save_every=2, keep_every=2, valid_bleu_samples=0)
-    run_training(data_dir, run, opts, tiny_overrides())
-    run_training(data_dir, other, opts.replace(arch="rnnencdec", max_updates=2),
+    train_run(data_dir, run, opts, tiny_overrides())
+    train_run(data_dir, other, opts.replace(arch="rnnencdec", max_updates=2),
                  ModelOverrides(**SIZES["rnnencdec"], init="default"))
     own_last = (run / "checkpoint_last.pt").read_bytes()
     shutil.copy(other / "checkpoint_last.pt", run / "checkpoint_last.pt")
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"}
     with pytest.raises(CheckpointError, match=r"checkpoint_last\.pt: not this run's checkpoint: its arch rnnencdec "
                        r"differs from rnnsearch in .*run/config\.json"):  # resumed as `train --resume` is, no --arch
-        run_training(data_dir, run, TrainOptions(max_updates=6, threads=1, device="cpu"), resume=True)
+        train_run(data_dir, run, TrainOptions(max_updates=6, threads=1, device="cpu"), resume=True)
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"} == before
     config_json = (run / "config.json").read_bytes()
     (run / "config.json").unlink()  # then checkpoint_best.pt is the record
     with pytest.raises(CheckpointError, match=r"its arch rnnencdec differs from rnnsearch in .*run/checkpoint_best\.pt, "
                        r"the run's best checkpoint \(config\.json is missing\)"):
-        run_training(data_dir, run, TrainOptions(max_updates=6, threads=1, device="cpu"), resume=True)
+        train_run(data_dir, run, TrainOptions(max_updates=6, threads=1, device="cpu"), resume=True)
     assert not (run / "config.json").exists()
     (run / "config.json").write_bytes(config_json)
 
@@ -206,16 +205,16 @@ def test_resume_refuses_another_runs_checkpoint_last_by_the_runs_config_json(dat
     config = json.loads((run / "config.json").read_text())
     config["train_config"].update(max_updates=100, valid_every=3)  # a resume with these, killed before a checkpoint
     (run / "config.json").write_text(json.dumps(config))
-    assert run_training(data_dir, run, opts.replace(max_updates=6), tiny_overrides(), resume=True).update == 6
+    assert train_run(data_dir, run, opts.replace(max_updates=6), tiny_overrides(), resume=True).update == 6
     (run / "config.json").unlink()
-    assert run_training(data_dir, run, opts.replace(max_updates=8), tiny_overrides(), resume=True).update == 8
+    assert train_run(data_dir, run, opts.replace(max_updates=8), tiny_overrides(), resume=True).update == 8
     assert json.loads((run / "config.json").read_text())["train_config"]["max_updates"] == 8
 
 
 def test_a_kept_checkpoint_is_written_before_checkpoint_last_at_its_update(data_dir, tmp_path, monkeypatch):
     """Written after it, a kill between the two lost the kept model for good: the run resumed
     after that update."""
-    from nmtkit.train.checkpoints import RunCheckpoints
+    from nmtkit.train.trainer import RunCheckpoints
 
     order: list[tuple[int, str]] = []
     save_last, save_model = RunCheckpoints.save_last, RunCheckpoints.save_model
@@ -223,7 +222,7 @@ def test_a_kept_checkpoint_is_written_before_checkpoint_last_at_its_update(data_
                         lambda self: (order.append((self.ctx.state.update, "last")), save_last(self))[1])
     monkeypatch.setattr(RunCheckpoints, "save_model",
                         lambda self, name: (order.append((self.ctx.state.update, name)), save_model(self, name))[1])
-    run_training(data_dir, tmp_path / "run", tiny_options(max_updates=4, valid_every=2, save_every=2, keep_every=2,
+    train_run(data_dir, tmp_path / "run", tiny_options(max_updates=4, valid_every=2, save_every=2, keep_every=2,
                                                           valid_bleu_samples=0), tiny_overrides())
     at_2 = [name for update, name in order if update == 2]
     assert at_2[0] == "checkpoint_2.pt" and "last" in at_2, order
@@ -248,18 +247,18 @@ def test_a_resumed_metrics_file_drops_the_validation_its_checkpoint_does_not_hol
 def test_a_resumed_run_removes_a_curves_png_write_cut_by_a_kill(data_dir, tmp_path):
     run = tmp_path / "run"
     opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
-    run_training(data_dir, run, opts, tiny_overrides())
+    train_run(data_dir, run, opts, tiny_overrides())
     (run / "curves.png.k3j9x2.tmp").write_bytes(b"half a png")
-    run_training(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
+    train_run(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
     assert not list(run.glob("*.tmp"))
 
 
 def test_max_epochs_and_patience_stop_the_run(data_dir, tmp_path):
-    res = run_training(data_dir, tmp_path / "a", tiny_options(max_updates=None, max_epochs=2, valid_every=100,
+    res = train_run(data_dir, tmp_path / "a", tiny_options(max_updates=None, max_epochs=2, valid_every=100,
                                                               valid_bleu_samples=0), tiny_overrides())
     assert (res.reason, res.epoch, res.update) == ("max-epochs", 2, 30)  # 240 pairs / 16 = 15 per epoch
     # lr 0 is refused, so make no progress with a huge warm-up instead: dev loss never improves
-    res = run_training(data_dir, tmp_path / "b", tiny_options(max_updates=200, valid_every=2, patience=3,
+    res = train_run(data_dir, tmp_path / "b", tiny_options(max_updates=200, valid_every=2, patience=3,
                                                               warmup_updates=10**9, valid_bleu_samples=0),
                        tiny_overrides())
     assert res.reason == "patience" and res.update == 8
@@ -270,7 +269,7 @@ def test_request_stop_saves_checkpoint(data_dir, tmp_path):
     from nmtkit.train.context import TrainContext
     from nmtkit.train.data import DataDir
     from nmtkit.train.events import Callbacks
-    from nmtkit.train.run import resolve_model
+    from nmtkit.train.presets import resolve_model
     from nmtkit.train.trainer import Trainer
 
     data = DataDir.open(data_dir)
@@ -317,7 +316,7 @@ class _FakeCuda:
 
 
 def test_each_rank_saves_and_restores_its_own_gpus_rng_state(monkeypatch):
-    from nmtkit.train.rng import restore_rng, rng_state
+    from nmtkit.train.context import restore_rng, rng_state
 
     cuda = _FakeCuda(monkeypatch, 4)
     states = [rng_state(torch.device("cuda", r)) for r in range(4)]  # what four ranks save
@@ -337,7 +336,7 @@ def test_a_checkpoint_of_another_nmtkits_training_state_is_refused_with_what_to_
 
     run = tmp_path / "run"
     opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
-    run_training(data_dir, run, opts, tiny_overrides())
+    train_run(data_dir, run, opts, tiny_overrides())
     last = run / "checkpoint_last.pt"
     ckpt = torch.load(last, map_location="cpu", weights_only=True)
     for key in drop:
@@ -345,7 +344,7 @@ def test_a_checkpoint_of_another_nmtkits_training_state_is_refused_with_what_to_
     torch.save(ckpt, last)
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"}
     with pytest.raises(CheckpointError) as err:
-        run_training(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
+        train_run(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
     line = str(err.value)
     assert "\n" not in line and line.startswith(f"{last}: its training state lacks {sorted(drop)}")
     assert line.endswith("re-run 'nmtkit train' with this nmtkit to start the run again")
@@ -359,12 +358,12 @@ def test_a_run_record_of_another_nmtkit_is_refused_with_what_to_rerun(data_dir, 
 
     run = tmp_path / "run"
     opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
-    run_training(data_dir, run, opts, tiny_overrides())
+    train_run(data_dir, run, opts, tiny_overrides())
     config = json.loads((run / "config.json").read_text())
     del config["train_config"]["label_smoothing"]
     (run / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError) as err:
-        run_training(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
+        train_run(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
     line = str(err.value)
     assert "\n" not in line and line.startswith(f"{run / 'config.json'}: the run's record lacks the settings "
                                                  "['label_smoothing']")
@@ -378,7 +377,7 @@ def test_resume_reads_the_lexicon_back_instead_of_rebuilding_it(data_dir, tmp_pa
 
     run = tmp_path / "run"
     opts = tiny_options(max_updates=3, valid_every=100, valid_bleu_samples=0)
-    run_training(data_dir, run, opts, tiny_overrides())
+    train_run(data_dir, run, opts, tiny_overrides())
     first = load_checkpoint(run / "checkpoint_last.pt")["lexicon"]
     assert isinstance(first, torch.Tensor)
     real = sl.build_lexicon
@@ -387,7 +386,7 @@ def test_resume_reads_the_lexicon_back_instead_of_rebuilding_it(data_dir, tmp_pa
         raise AssertionError("the lexicon was rebuilt on resume")
 
     monkeypatch.setattr(sl, "build_lexicon", no_build)
-    run_training(data_dir, run, opts.replace(max_updates=6), tiny_overrides(), resume=True)
+    train_run(data_dir, run, opts.replace(max_updates=6), tiny_overrides(), resume=True)
     assert torch.equal(load_checkpoint(run / "checkpoint_last.pt")["lexicon"], first)
 
     ckpt = torch.load(run / "checkpoint_last.pt", map_location="cpu", weights_only=True)
@@ -395,7 +394,7 @@ def test_resume_reads_the_lexicon_back_instead_of_rebuilding_it(data_dir, tmp_pa
     torch.save(ckpt, run / "checkpoint_last.pt")
     built = []
     monkeypatch.setattr(sl, "build_lexicon", lambda *a, **k: built.append(1) or real(*a, **k))
-    run_training(data_dir, run, opts.replace(max_updates=9), tiny_overrides(), resume=True)
+    train_run(data_dir, run, opts.replace(max_updates=9), tiny_overrides(), resume=True)
     assert built == [1] and torch.equal(load_checkpoint(run / "checkpoint_last.pt")["lexicon"], first)
 
 
@@ -413,14 +412,14 @@ def test_resuming_a_damaged_checkpoint_is_one_error_naming_it_and_keeps_it(data_
 
     run = tmp_path / "run"
     opts = tiny_options(max_updates=2, valid_every=100, valid_bleu_samples=0)
-    run_training(data_dir, run, opts, tiny_overrides())
+    train_run(data_dir, run, opts, tiny_overrides())
     last = run / "checkpoint_last.pt"
     good = load_checkpoint(last)
     value = dict(good["trainer"], bogus=1) if value == "bogus" else value
     save_checkpoint(dict(good, **{field: value}), last)
     before = last.read_bytes()
     with pytest.raises(CheckpointError, match=needle) as err:
-        run_training(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
+        train_run(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
     assert str(last) in str(err.value) and last.read_bytes() == before
 
 
@@ -458,7 +457,7 @@ def test_a_resume_on_fewer_processes_that_stops_before_saving_leaves_the_run_res
 
     run = tmp_path / "run"
     opts = tiny_options(max_updates=2, valid_every=2, save_every=2, valid_bleu_samples=0)
-    run_training(data_dir, run, opts, tiny_overrides())
+    train_run(data_dir, run, opts, tiny_overrides())
     ckpt = load_checkpoint(run / "checkpoint_last.pt")
     ckpt["trainer"]["world_size"] = 2  # as saved by a run of two processes
     save_checkpoint(ckpt, run / "checkpoint_last.pt")
@@ -468,8 +467,8 @@ def test_a_resume_on_fewer_processes_that_stops_before_saving_leaves_the_run_res
 
     more = opts.replace(max_updates=4, update_freq=2)
     with pytest.raises(RuntimeError, match="before the first save"):
-        run_training(data_dir, run, more, tiny_overrides(), resume=True, loss_hook=stop)
-    result = run_training(data_dir, run, more, tiny_overrides(), resume=True)
+        train_run(data_dir, run, more, tiny_overrides(), resume=True, loss_hook=stop)
+    result = train_run(data_dir, run, more, tiny_overrides(), resume=True)
     assert result.update == 4
     assert load_checkpoint(run / "checkpoint_last.pt")["train_config"]["update_freq"] == 2
 
@@ -487,7 +486,7 @@ def test_an_ignored_sigint_stays_ignored_while_training(data_dir, tmp_path):
 
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        res = run_training(data_dir, tmp_path / "run", tiny_options(max_updates=5, valid_bleu_samples=0),
+        res = train_run(data_dir, tmp_path / "run", tiny_options(max_updates=5, valid_bleu_samples=0),
                            loss_hook=interrupt)
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
@@ -498,9 +497,9 @@ def test_an_ignored_sigint_stays_ignored_while_training(data_dir, tmp_path):
 def test_a_resume_with_max_epochs_below_the_current_epoch_stops_at_once(data_dir, tmp_path):
     """It trained on to the end of the epoch it was in, as a lower --max-updates does not."""
     run = tmp_path / "run"
-    first = run_training(data_dir, run, tiny_options(max_updates=20, valid_bleu_samples=0), tiny_overrides())
+    first = train_run(data_dir, run, tiny_options(max_updates=20, valid_bleu_samples=0), tiny_overrides())
     assert first.epoch == 2
-    again = run_training(data_dir, run, tiny_options(max_updates=100, max_epochs=1, valid_bleu_samples=0),
+    again = train_run(data_dir, run, tiny_options(max_updates=100, max_epochs=1, valid_bleu_samples=0),
                          tiny_overrides(), resume=True)
     assert (again.reason, again.update) == ("max-epochs", 20)
 
@@ -511,9 +510,9 @@ def test_a_run_stopped_between_validations_resumes_to_the_same_early_stop(data_d
     another update than the run that was never stopped."""
     opts = tiny_options(lr=0.1, seed=2, max_updates=60, valid_every=10, save_every=10, log_every=10,
                         valid_bleu_samples=0, patience=2)
-    whole = run_training(data_dir, tmp_path / "whole", opts, tiny_overrides())
-    run_training(data_dir, tmp_path / "parts", opts.replace(max_updates=38), tiny_overrides())
-    parts = run_training(data_dir, tmp_path / "parts", opts, tiny_overrides(), resume=True)
+    whole = train_run(data_dir, tmp_path / "whole", opts, tiny_overrides())
+    train_run(data_dir, tmp_path / "parts", opts.replace(max_updates=38), tiny_overrides())
+    parts = train_run(data_dir, tmp_path / "parts", opts, tiny_overrides(), resume=True)
     assert (parts.reason, parts.update) == (whole.reason, whole.update)
     a = load_checkpoint(tmp_path / "whole" / "checkpoint_last.pt")["model_state"]
     b = load_checkpoint(tmp_path / "parts" / "checkpoint_last.pt")["model_state"]

@@ -24,7 +24,7 @@ def test_small_preset_dev_loss_falls_well_below_start_on_tatoeba(shared_data, tm
     # the dev loss of the untrained model (same seed, same initialisation as the run)
     from nmtkit.models import build_model
     from nmtkit.train.data import DataDir
-    from nmtkit.train.run import resolve_model
+    from nmtkit.train.presets import resolve_model
     from nmtkit.train.validate import dev_loss
 
     d = DataDir.open(data)

@@ -7,9 +7,8 @@ import sys
 import pytest
 
 from nmtkit.train.config import TrainOptions
-from nmtkit.train.run import run_training
 from tests.conftest import records as _records
-from tests.conftest import tiny_options, tiny_overrides
+from tests.conftest import tiny_options, tiny_overrides, train_run
 
 
 def _scalars(log_dir) -> dict[str, list[tuple[int, float]]]:
@@ -34,7 +33,7 @@ def _same(got: list[tuple[int, float]], want: list[tuple[int, float]]) -> None:
 def test_event_files_hold_the_metrics_jsonl_records(data_dir, tmp_path):
     pytest.importorskip("tensorboard", reason="tensorboard is not installed (pip install 'nmtkit[tensorboard]')")
     run, tb = tmp_path / "run", tmp_path / "tb"
-    run_training(data_dir, run, tiny_options(max_updates=6, log_every=2, valid_every=3, valid_bleu_samples=8,
+    train_run(data_dir, run, tiny_options(max_updates=6, log_every=2, valid_every=3, valid_bleu_samples=8,
                                              tensorboard=str(tb)), tiny_overrides())
     got = _scalars(tb)
     for key in ("loss", "ppl", "lr", "grad_norm", "tgt_tokens_per_s"):
@@ -52,12 +51,12 @@ def test_a_resumed_run_appends_to_the_same_run_without_the_killed_sessions_extra
     run, tb = tmp_path / "run", tmp_path / "tb"
     opts = tiny_options(max_updates=4, log_every=1, valid_every=2, save_every=2, valid_bleu_samples=0,
                         tensorboard=str(tb))
-    run_training(data_dir, run, opts, tiny_overrides())
+    train_run(data_dir, run, opts, tiny_overrides())
     saved = tmp_path / "at4.pt"
     shutil.copy(run / "checkpoint_last.pt", saved)
-    run_training(data_dir, run, opts.replace(max_updates=6), tiny_overrides(), resume=True)  # logs 5, 6
+    train_run(data_dir, run, opts.replace(max_updates=6), tiny_overrides(), resume=True)  # logs 5, 6
     shutil.copy(saved, run / "checkpoint_last.pt")  # as if killed after logging 5 and 6 past the update-4 checkpoint
-    run_training(data_dir, run, TrainOptions(max_updates=8), tiny_overrides(), resume=True)  # --tensorboard comes from the checkpoint
+    train_run(data_dir, run, TrainOptions(max_updates=8), tiny_overrides(), resume=True)  # --tensorboard comes from the checkpoint
     assert len(list(tb.glob("events.out.tfevents.*"))) == 3
     got = _scalars(tb)
     _same(got["train/loss"], _expected(run, "train", "loss"))
@@ -89,7 +88,7 @@ def test_tensorboard_events_are_never_written_into_the_data_directory(data_dir, 
 
     before = sorted(p.name for p in data_dir.iterdir())
     with pytest.raises(OutputError, match="the --tensorboard output is the --data input"):
-        run_training(data_dir, tmp_path / "run", tiny_options(max_updates=2, tensorboard=str(data_dir)),
+        train_run(data_dir, tmp_path / "run", tiny_options(max_updates=2, tensorboard=str(data_dir)),
                      tiny_overrides())
     assert sorted(p.name for p in data_dir.iterdir()) == before and not (tmp_path / "run").exists()
 
@@ -99,7 +98,7 @@ def test_a_tensorboard_path_that_is_a_file_is_refused_before_the_run_folder_is_m
 
     (tmp_path / "file").write_text("mine\n")
     with pytest.raises(OutputError, match="the --tensorboard folder exists and is not a directory"):
-        run_training(data_dir, tmp_path / "run", tiny_options(max_updates=2, tensorboard=str(tmp_path / "file")),
+        train_run(data_dir, tmp_path / "run", tiny_options(max_updates=2, tensorboard=str(tmp_path / "file")),
                      tiny_overrides())
     assert not (tmp_path / "run").exists() and (tmp_path / "file").read_text() == "mine\n"
 
@@ -108,8 +107,8 @@ def test_a_new_run_with_force_hides_the_old_runs_events(data_dir, tmp_path):
     pytest.importorskip("tensorboard", reason="tensorboard is not installed (pip install 'nmtkit[tensorboard]')")
     run, tb = tmp_path / "run", tmp_path / "tb"
     opts = tiny_options(max_updates=4, log_every=1, valid_every=4, valid_bleu_samples=0, tensorboard=str(tb))
-    run_training(data_dir, run, opts, tiny_overrides())
-    run_training(data_dir, run, opts.replace(max_updates=2, lr=0.001), tiny_overrides(), force=True)
+    train_run(data_dir, run, opts, tiny_overrides())
+    train_run(data_dir, run, opts.replace(max_updates=2, lr=0.001), tiny_overrides(), force=True)
     got = _scalars(tb)
     _same(got["train/loss"], _expected(run, "train", "loss"))
     assert [s for s, _ in got["train/loss"]] == [1, 2]
@@ -123,11 +122,11 @@ def test_only_rank_0_writes_tensorboard_events(data_dir, tmp_path, monkeypatch):
     from nmtkit.train import distributed as ddp
     from nmtkit.train import trainer as trainer_module
     from nmtkit.train.events import Callbacks, TrainResult
-    from nmtkit.train.tensorboard import TensorBoardCallbacks
+    from nmtkit.train.metrics import TensorBoardCallbacks
 
     given = []
 
-    class FakeContext:  # records the callbacks run_training builds the context with; builds nothing
+    class FakeContext:  # records the callbacks nmtkit.train.run builds the context with; builds nothing
         def __init__(self, *args, callbacks=None, **kwargs):
             given.append(callbacks)
 
@@ -148,7 +147,7 @@ def test_only_rank_0_writes_tensorboard_events(data_dir, tmp_path, monkeypatch):
         monkeypatch.setattr(ddp, "env_info", lambda rank=rank: ddp.DistInfo(rank=rank, local_rank=rank, world_size=2,
                                                                              local_world_size=2))
         tb = tmp_path / f"tb{rank}"
-        run_training(data_dir, tmp_path / f"run{rank}", tiny_options(max_updates=2, tensorboard=str(tb)), tiny_overrides(),
+        train_run(data_dir, tmp_path / f"run{rank}", tiny_options(max_updates=2, tensorboard=str(tb)), tiny_overrides(),
                      callbacks=mine)
     assert given[0] is mine and not (tmp_path / "tb1").exists()
     assert isinstance(given[1], TensorBoardCallbacks) and given[1].inner is mine

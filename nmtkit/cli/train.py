@@ -1,4 +1,4 @@
-"""`nmtkit train`: options -> TrainOptions and ModelOverrides (the fields given) -> `nmtkit.train.run`.
+"""`nmtkit train`: options -> RunConfig (TrainOptions, ModelOverrides: the fields given) -> `nmtkit.train.run`.
 
 The options are generated from the fields of TrainConfig and ModelOverrides, which declare
 each one's help, choices and range. Every option defaults to "not given" (None) so that the
@@ -67,15 +67,15 @@ def train_cmd(ctx: click.Context, data_dir: str, save_dir: str, resume: bool, fo
     from nmtkit.devices import import_torch
 
     import_torch()  # before the modules that import it, with interrupts held (see there)
+    from nmtkit import train
     from nmtkit.train import distributed as ddp
-    from nmtkit.train.run import run_training
 
     info = ddp.env_info()
     quiet_warnings(not info.is_main)  # the job's warnings once, from rank 0 (errors: every rank's)
     reporter = Reporter(quiet=quiet or not info.is_main)
     try:
-        result = run_training(data_dir, save_dir, train_options, model_overrides, resume=resume, force=force,
-                              callbacks=reporter, show_config=None if reporter.quiet else _show_config)
+        config = train.RunConfig(data_dir, save_dir, train_options, model_overrides, resume=resume, force=force)
+        result = train.run(config, reporter)
     finally:
         reporter.close()
     if info.is_main and not quiet:
@@ -87,10 +87,6 @@ def train_cmd(ctx: click.Context, data_dir: str, save_dir: str, resume: bool, fo
             click.echo(f"nmtkit: {result.reason}: checkpoint saved to {save_dir}/checkpoint_last.pt; "
                        "continue with --resume", err=True)
         sys.exit(130 if result.reason == "SIGINT" else 143)
-
-
-def _show_config(text: str) -> None:
-    click.echo(f"nmtkit train: configuration (also in config.json):\n{text}", err=True, nl=False)
 
 
 def _ppl(ppl: float, decimals: int) -> str:
@@ -212,6 +208,10 @@ class Reporter(Callbacks):
             self.progress.console.print(line)
         else:
             click.echo(f"nmtkit train: {line}", err=True)
+
+    def on_config(self, text: str) -> None:
+        if not self.quiet:
+            click.echo(f"nmtkit train: configuration (also in config.json):\n{text}", err=True, nl=False)
 
     def on_message(self, msg: str) -> None:
         if self.quiet:

@@ -6,7 +6,7 @@ a failed start's files removed). Files are `nmtkit.io.files`'. Nothing here impo
 """
 from __future__ import annotations
 
-import contextlib
+import glob
 import logging
 import os
 import re
@@ -74,7 +74,7 @@ def clean_stale_temp_dirs(dest: str | Path, warn: Callable[[str], None]) -> list
     if not dest.parent.is_dir():
         return removed
     host = socket.gethostname()
-    for p in sorted(dest.parent.glob(f"{glob_escape(dest.name)}.tmp-*")):
+    for p in sorted(dest.parent.glob(f"{glob.escape(dest.name)}.tmp-*")):
         if not p.is_dir():
             continue
         m = _TMP_DIR.search(p.name)
@@ -86,13 +86,6 @@ def clean_stale_temp_dirs(dest: str | Path, warn: Callable[[str], None]) -> list
         else:
             warn(f"{p} looks like the temp directory of an interrupted run; remove it if no run is using it")
     return removed
-
-
-def glob_escape(name: str) -> str:
-    """`name` with glob metacharacters escaped."""
-    import glob
-
-    return glob.escape(name)
 
 
 def swap_in_dir(tmp: str | Path, dest: str | Path) -> Path | None:
@@ -187,12 +180,6 @@ class DirLock:
         if self.fd is not None:
             os.close(self.fd)  # closing the last descriptor releases the flock
             self.fd = None
-
-    def __enter__(self) -> "DirLock":
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 # ---- the files of a training run directory ---------------------------------------------------------
@@ -304,17 +291,6 @@ def killed_force_start(save_dir: Path) -> bool:
     (SIGKILL, a lost machine) before saving a checkpoint of its own: a start that fails puts the
     run back itself, and one that saves a checkpoint deletes it."""
     return (save_dir / REPLACED).is_dir() and not has_checkpoint(run_files_present(save_dir))
-
-
-def undo_failed_start(save_dir: Path, resume: bool, force: bool, before: set[str]) -> None:
-    """After a run that failed: the run --force was to replace back in place, or a new run's
-    files gone, when no checkpoint was saved (see the two functions). `before`: the names in
-    the folder before the run started."""
-    with contextlib.suppress(OSError):  # the error that stopped the run is the one to report
-        if force:
-            restore_replaced_run(save_dir)
-        else:
-            discard_unstarted_run(save_dir, resume, before)
 
 
 def discard_unstarted_run(save_dir: Path, resume: bool, before: set[str]) -> None:

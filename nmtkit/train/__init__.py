@@ -1,0 +1,247 @@
+"""`nmtkit train` as a plain function: `run(RunConfig, callbacks) -> TrainResult`.
+
+A run directory holds one run: a new start over one (checkpoint_last.pt or checkpoint_best.pt
+present) is refused unless `resume` (continue exactly from checkpoint_last.pt, only the
+TrainConfig fields marked `resume` may change: `nmtkit.train.resume`) or `force` (start over; the
+old run is put back if the new one fails before its first checkpoint). Files of a run that saved
+no checkpoint are replaced with a warning. One process at a time trains in a folder (an flock on
+train.lock); everything is checked before the folder is written, so a refused start leaves nothing.
+Every run writes its resolved configuration to RUN/config.json and hands the same text to the
+callbacks' `on_config`; a resume checks checkpoint_last.pt against it.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from nmtkit.devices import resolve_device
+from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
+from nmtkit.io.checks import check_outputs_vs_inputs
+from nmtkit.io.dirs import (
+    CONFIG_FILE,
+    LAST,
+    REPLACED,
+    clear_run_dir,
+    discard_unstarted_run,
+    has_checkpoint,
+    is_run_file,
+    killed_force_start,
+    restore_replaced_run,
+    run_dir_names,
+    run_files_present,
+    run_lock,
+    set_aside_run,
+    stale_run_files,
+)
+from nmtkit.io.files import check_output_dir, write_text
+from nmtkit.train.config import RunConfig, TrainConfig, TrainOptions, training_defaults
+from nmtkit.train.events import CALLBACK_METHODS, Callbacks, FanOut, TrainResult
+from nmtkit.train.metrics import TensorBoardCallbacks, require_tensorboard
+from nmtkit.train.presets import ModelOverrides, resolve_model
+from nmtkit.train.resume import config_text, resumed_configs
+
+__all__ = ["RunConfig", "TrainResult", "run"]
+
+log = logging.getLogger(__name__)
+
+
+def _put_back_killed_force_start(save_dir: Path, main: bool, wait_s: float = 10.0) -> None:
+    """The run that a killed `--force` start set aside back in RUN, before any check reads RUN:
+    `--resume` continues it, a new start is refused as over any run, `--force` sets it aside
+    again. Without this a new start deleted it at its first checkpoint. Rank 0 moves the files,
+    holding the run's lock; the other ranks wait for it (they read RUN next). Rank 0 first
+    refuses a folder that a live `nmtkit train` holds."""
+    if main:
+        run_lock(save_dir).check()
+    if not killed_force_start(save_dir):
+        return
+    if not main:  # until rank 0 has moved the last file back (it removes the folder last)
+        deadline = time.monotonic() + wait_s
+        while (save_dir / REPLACED).is_dir() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return
+    lock = run_lock(save_dir).acquire()
+    try:
+        if killed_force_start(save_dir):  # again, holding the lock
+            restore_replaced_run(save_dir, "a --force start that was killed before its first checkpoint had set "
+                                           "it aside; that start's files are removed")
+    finally:
+        lock.release()
+
+
+def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
+    """Refuse to mix two runs in one directory (see the module docstring)."""
+    if save_dir.exists() and not save_dir.is_dir():
+        raise ConfigError(f"--save-dir {save_dir} exists and is not a directory")
+    present = run_files_present(save_dir)
+    if resume:
+        if not (save_dir / LAST).exists():
+            raise CheckpointError("nothing to resume: no checkpoint_last.pt (start a new run without --resume)",
+                                  str(save_dir))
+        return
+    if present and has_checkpoint(present) and not force:
+        raise OutputExistsError(f"already holds a run ({', '.join(present)}): pass --resume to continue it "
+                                "or --force to start over", str(save_dir))
+
+
+def _checked_callbacks(callbacks: Any) -> Callbacks | None:
+    """One Callbacks of `callbacks` (one, or a sequence of them), each with every method of
+    `Callbacks` (found missing only once the run had started)."""
+    many = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+    for one in many:
+        missing = [m for m in CALLBACK_METHODS if not callable(getattr(one, m, None))]
+        if missing:
+            raise TypeError(f"nmtkit.train.run's callbacks lack {', '.join(missing)}: pass nmtkit.train.events."
+                            "Callbacks (its methods do nothing unless overridden)")
+    return None if not many else many[0] if len(many) == 1 else FanOut(many)
+
+
+def _new_configs(data: Any, options: TrainOptions, model: ModelOverrides) -> tuple[TrainConfig, str, dict[str, Any]]:
+    """A new run's configs: the given options over the preset's defaults over TrainConfig's."""
+    arch, model_config = resolve_model(options.arch, options.preset, model.given(), len(data.src_vocab),
+                                       len(data.tgt_vocab))
+    values = training_defaults(arch, options.preset)
+    values.update(options.given())
+    values.update(arch=arch, preset=options.preset)
+    if options.max_tokens is not None and options.batch_size is None:
+        values["batch_size"] = None  # a token budget replaces the preset's pair count
+    return TrainConfig.from_dict(values), arch, model_config
+
+
+def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> TrainResult:
+    """Train (or resume) a model as `config` says; `callbacks` (a `Callbacks`, or a sequence of
+    them) receive the run's events on rank 0: its configuration, start, updates, logs, validations."""
+    from nmtkit.checkpoint import load_checkpoint
+    from nmtkit.train import distributed as ddp
+    from nmtkit.train.data import DataDir
+
+    if not isinstance(config, RunConfig):
+        raise TypeError(f"nmtkit.train.run takes a RunConfig, not {type(config).__name__}")
+    callbacks = _checked_callbacks(callbacks)
+    data_dir, resume, force = config.data_dir, config.resume, config.force
+    save_dir = Path(config.save_dir)
+    info = ddp.env_info()
+    # everything is checked before anything is written: a refused start leaves nothing behind
+    check_outputs_vs_inputs([("--data", data_dir)], folders=[("--save-dir", save_dir, is_run_file)])
+    _put_back_killed_force_start(save_dir, info.is_main)
+    check_run_dir(save_dir, resume, force)
+    data = DataDir.open(data_dir)
+    data.valid_split()  # a dev set to validate on, before anything is written
+    ckpt = load_checkpoint(save_dir / LAST) if resume else None
+    if ckpt is not None:
+        cfg, arch, model_config = resumed_configs(ckpt, data, data_dir, save_dir, config.options, config.model,
+                                                   info.world_size)
+    else:
+        cfg, arch, model_config = _new_configs(data, config.options, config.model)
+    tb_dir = _checked_tensorboard_dir(cfg, data_dir)
+    _check_hardware(cfg, arch, resolve_device(cfg.device, info.local_rank))  # before anything is written
+    lock = None
+    if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
+        check_output_dir(save_dir, "--save-dir run folder")
+        lock = run_lock(save_dir).acquire()
+    before = run_dir_names(save_dir) if lock is not None else set()
+    try:
+        if lock is not None:
+            _start_run(save_dir, cfg, arch, model_config, tb_dir, resume, force, callbacks)
+        return _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, tb_dir)
+    except BaseException:
+        if lock is not None:
+            _undo_failed_start(save_dir, resume, force, before)
+        raise
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _undo_failed_start(save_dir: Path, resume: bool, force: bool, before: set[str]) -> None:
+    """After a run that failed before its first checkpoint: the run --force was to replace back in
+    place, or the new run's files gone (`before`: the names in the folder before it started). With
+    SIGTERM held off (`nmtkit.signals.held`): torchrun's, sent to every rank once one has failed,
+    must not cut a --force run's putting back short."""
+    from nmtkit import signals
+
+    with signals.held(), contextlib.suppress(OSError):  # the error that stopped the run is the one to report
+        if force:
+            restore_replaced_run(save_dir)
+        else:
+            discard_unstarted_run(save_dir, resume, before)
+
+
+def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path) -> Path | None:
+    """--tensorboard's folder (None without it), refused inside the data directory as --save-dir
+    is, and when it exists, unless a writable folder; and the package there: all fail before the
+    run writes anything (new or resumed). A folder to create is created under the run's lock."""
+    tb_dir = None if cfg.tensorboard is None else Path(cfg.tensorboard)
+    if tb_dir is not None:
+        check_outputs_vs_inputs([("--data", data_dir)],
+                                folders=[("--tensorboard", tb_dir, lambda name: name.startswith("events.out.tfevents"))])
+        if tb_dir.exists():
+            check_output_dir(tb_dir, "--tensorboard folder", create=False)
+        require_tensorboard()
+    return tb_dir
+
+
+def _check_hardware(cfg: TrainConfig, arch: str, device) -> None:
+    """A GPU that is not there, or --fuse on / --cuda-graphs on where they cannot run: refused,
+    before the run folder is written. Only a check: TrainContext resolves both again, from the
+    same config and device, for the model it builds, as it is also built without `run`
+    (`Trainer(TrainContext(...))`, the tests)."""
+    from nmtkit.models import model_class
+    from nmtkit.models.fast.fusion import resolve_cuda_graphs, resolve_fuse
+
+    resolve_fuse(cfg.fuse, device)
+    resolve_cuda_graphs(cfg.cuda_graphs, device, model_class(arch))
+
+
+def _start_run(save_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[str, Any], tb_dir: Path | None,
+               resume: bool, force: bool, callbacks: Callbacks | None) -> None:
+    """On rank 0, holding the run's lock: check the run directory again (no other process can
+    change it now) and the TensorBoard folder, clear an old run's files (a new run), write
+    config.json and hand it to the callbacks."""
+    check_run_dir(save_dir, resume, force)
+    if tb_dir is not None:  # an unwritable folder fails before the run writes anything
+        check_output_dir(tb_dir, "--tensorboard folder")
+    if not resume:
+        if not force and stale_run_files(save_dir):
+            log.warning("%s: replacing %s of a run that saved no checkpoint", save_dir,
+                        ", ".join(stale_run_files(save_dir)))
+            clear_run_dir(save_dir)
+        if force:
+            set_aside_run(save_dir)
+    text = config_text(cfg, arch, model_config)
+    write_text(save_dir / CONFIG_FILE, text)
+    if callbacks is not None:
+        callbacks.on_config(text)
+
+
+def _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, tb_dir):
+    """Build the Trainer and run it, closing it (its log and metrics files) and the
+    TensorBoard writer either way."""
+    from nmtkit import signals
+    from nmtkit.devices import threads_restored
+    from nmtkit.train.context import TrainContext
+    from nmtkit.train.trainer import Trainer
+
+    tb = None
+    if tb_dir is not None and info.is_main:
+        start = int(ckpt["trainer"]["update"]) if ckpt is not None else 0
+        callbacks = tb = TensorBoardCallbacks(tb_dir, callbacks, start_update=start)
+    try:
+        with threads_restored():  # the run sets torch's threads (its --threads) for the process
+            ctx = TrainContext(cfg, data, save_dir, arch, model_config, resume=ckpt, callbacks=callbacks,
+                               dist_info=info)
+            trainer = Trainer(ctx)
+            try:
+                result = trainer.train()
+            except BaseException:
+                with signals.held(), contextlib.suppress(OSError):  # e.g. a full disk: the first error is the one to report
+                    trainer.close()
+                raise
+            trainer.close()
+    finally:
+        if tb is not None:
+            tb.close()
+    return result

@@ -5,11 +5,8 @@ it may change on `--resume` (stopping criteria, reporting, hardware). `nmtkit tr
 options are generated from these fields, and `__post_init__` validates them once.
 
 The defaults for the paper's presets follow Bahdanau et al. 2015, section 4.2 / appendix B.2
-(nmtkit.train.presets owns every preset's settings): Adadelta (epsilon 1e-6, rho 0.95, lr 1.0),
-gradient L2 norm rescaled to at most 1, minibatches of 80 pairs, 1600 pairs read, sorted by length
-and split at a time, pairs longer than 30 or 50 words dropped. Other presets default to Adam
-(lr 1e-3) with the same clipping.
-
+(`nmtkit.train.presets` owns every preset's settings); other presets default to Adam (lr 1e-3).
+`RunConfig` holds everything `nmtkit.train.run` takes: the folders, the options given, resume, force.
 The config is saved as a plain dict in every checkpoint and rebuilt with `TrainConfig.from_dict`;
 unknown keys are an error that lists the valid ones (docs/design.md, convention 1).
 """
@@ -18,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from nmtkit.devices import (
@@ -32,8 +30,8 @@ from nmtkit.devices import (
 )
 from nmtkit.errors import ConfigError
 from nmtkit.models import ARCHS
-from nmtkit.options import check_fields, given_options, option
-from nmtkit.train.presets import PAPER_PRESETS, PRESETS, TRAIN_DEFAULTS, train_defaults
+from nmtkit.options import check_fields, empty_path_message, given_options, is_empty_path, option
+from nmtkit.train.presets import PAPER_PRESETS, PRESETS, TRAIN_DEFAULTS, ModelOverrides, train_defaults
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhd]?)\s*$")
 
@@ -45,8 +43,6 @@ def parse_duration(text: str) -> float:
         raise ConfigError(f"--max-time: expected a duration like 3600, 90m, 12h or 2d, got '{text}'")
     value = float(m.group(1))
     return value * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
-
-
 
 
 @dataclass(frozen=True)
@@ -204,6 +200,37 @@ TrainOptions = given_options(
     resolves them over its preset's defaults (`training_defaults`), a
     resumed run over its checkpoint's TrainConfig. Each given value is checked as TrainConfig
     checks it.""")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything `nmtkit.train.run` takes: the data directory, the run directory, the options
+    given (`TrainOptions`, `ModelOverrides`: the rest from the preset, or on `resume` from the
+    run's checkpoint), and whether to continue the run there (`resume`) or replace it (`force`)."""
+
+    data_dir: str | Path
+    save_dir: str | Path
+    options: TrainOptions = field(default_factory=TrainOptions)
+    model: ModelOverrides = field(default_factory=ModelOverrides)
+    resume: bool = False
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        """Paths for the two folders (an empty one refused as the command line refuses it:
+        Path("") is the current directory), True or False for resume and force (a string was
+        taken as true; both together refused), and typed options."""
+        if not isinstance(self.options, TrainOptions) or not isinstance(self.model, ModelOverrides):
+            raise TypeError("nmtkit.train.run takes a TrainOptions and a ModelOverrides")
+        for name in ("resume", "force"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"nmtkit.train.run's {name} is True or False, not {getattr(self, name)!r}")
+        if self.resume and self.force:
+            raise ConfigError("--resume and --force exclude each other")
+        for opt, path in (("--data", self.data_dir), ("--save-dir", self.save_dir)):
+            if not isinstance(path, (str, os.PathLike)):
+                raise TypeError(f"nmtkit.train.run's folder for {opt} is a path, not {type(path).__name__}")
+            if is_empty_path(path):
+                raise ConfigError(empty_path_message(opt, "directory"))
 
 
 def training_defaults(arch: str, preset_name: str | None) -> dict[str, Any]:

@@ -3,15 +3,18 @@ the training data and its batching, the model, optimiser, schedule and grad scal
 from a checkpoint on resume), the run's `TrainState` and the statistics accumulated on the
 device. `nmtkit.train.step.train_step(context, batches)` runs one update on it, from a fresh
 context as well as inside the loop (`nmtkit.train.trainer`), so benchmarks and tests drive the
-same step that training runs."""
+same step that training runs. Also here: the optimisers (the paper's Adadelta, epsilon 1e-6, rho
+0.95; or Adam, SGD) and the lr schedule, whose `state_dict` a resumed run continues exactly, and
+the RNG states (python, numpy, torch, the rank's GPU) checkpoints save per rank."""
 from __future__ import annotations
 
 import gc
 import logging
+import math
 import random
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Iterable
 
 import numpy as np
 import torch
@@ -27,8 +30,6 @@ from nmtkit.train import distributed as ddp
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.data import DataDir
 from nmtkit.train.events import Callbacks, TrainState
-from nmtkit.train.optim import LRSchedule, build_optimizer
-from nmtkit.train.rng import restore_rng
 
 log = logging.getLogger("nmtkit.train")
 
@@ -37,8 +38,6 @@ class TrainContext:
     """One model training on one data directory (see the module docstring).
 
     `resume`: a checkpoint dict (from checkpoint_last.pt) to continue from, or None.
-    `loss_hook(update, loss_sum) -> loss_sum`: test hook applied to each minibatch's loss (e.g.
-    to inject a NaN); None in normal use.
     """
 
     def __init__(
@@ -52,7 +51,6 @@ class TrainContext:
         resume: dict[str, Any] | None = None,
         callbacks: Callbacks | None = None,
         dist_info: ddp.DistInfo | None = None,
-        loss_hook: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
     ):
         self.cfg = cfg
         self.data = data
@@ -61,7 +59,6 @@ class TrainContext:
         self.model_config = dict(model_config)
         self.cb = callbacks or Callbacks()
         self.dist = dist_info or ddp.DistInfo()
-        self.loss_hook = loss_hook
         self.state = TrainState()
         self.resumed = resume is not None
         # the resumed checkpoint's decode lexicon, read back rather than built again
@@ -232,3 +229,137 @@ class Accumulators:
             dist.all_reduce(stats)
         obj, nll, gnorm_sum, tokens = stats.tolist()
         return obj, nll, gnorm_sum, tokens
+
+
+def rng_state(device: torch.device | None = None) -> dict[str, Any]:
+    """Every RNG the run uses, as weights_only-safe primitives and tensors: python, numpy, torch
+    and, on a CUDA `device`, that device's generator only (each rank draws on its own GPU)."""
+    version, state, gauss = random.getstate()
+    np_state = np.random.get_state()
+    out: dict[str, Any] = {
+        "python": [version, list(state), gauss],
+        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+        "torch": torch.get_rng_state(),
+    }
+    if device is not None and device.type == "cuda" and torch.cuda.is_initialized():
+        out["cuda_device"] = torch.cuda.get_rng_state(device)
+    return out
+
+
+def set_rng_state(state: dict[str, Any], device: torch.device | None = None) -> None:
+    """Restore `state` (from `rng_state`); its CUDA generator goes to `device`."""
+    version, values, gauss = state["python"]
+    random.setstate((version, tuple(values), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if device is None or device.type != "cuda" or not torch.cuda.is_available():
+        return
+    if "cuda_device" in state:
+        torch.cuda.set_rng_state(state["cuda_device"], device)
+
+
+def gather_rng_states(dist_info: ddp.DistInfo, device: torch.device | None = None) -> list[dict[str, Any]]:
+    """Every rank's RNG states, its own GPU's included (on rank 0), so a resumed DDP run continues
+    exactly; a collective: every rank calls it."""
+    mine = rng_state(device)
+    if not dist_info.enabled:
+        return [mine]
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * dist_info.world_size
+    dist.all_gather_object(gathered, mine)  # CPU tensors: every backend can carry them
+    return gathered
+
+
+def restore_rng(saved: dict[str, Any], rank: int, seed: int, update: int,
+                device: torch.device | None = None) -> None:
+    """This rank's saved states; a rank the run did not have when saved derives its own."""
+    per_rank = saved.get("ranks") or []
+    if rank < len(per_rank):
+        set_rng_state(per_rank[rank], device)
+    elif per_rank:  # more ranks than when saved: derive a state for the new ones
+        set_rng_state({k: v for k, v in per_rank[0].items() if k != "cuda_device"})
+        torch.manual_seed(seed + 7919 * rank + update)  # seeds this rank's GPU too
+
+
+def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
+    """The optimiser named by `cfg.optimizer`, at the base learning rate.
+
+    Adam and SGD use PyTorch's one-kernel implementations (`fused=True`) where available (CPU
+    and CUDA: one pass over all parameters, several times faster than the per-tensor loop);
+    Adadelta the multi-tensor path.
+    """
+    params = [p for p in params if p.requires_grad]
+    if cfg.optimizer == "adadelta":
+        return torch.optim.Adadelta(params, lr=cfg.lr, rho=cfg.adadelta_rho, eps=cfg.adadelta_eps,
+                                    weight_decay=cfg.weight_decay, foreach=True)
+    if cfg.optimizer == "adam":
+        kw = dict(lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+        return _one_kernel_or_foreach(torch.optim.Adam, params, kw)
+    if cfg.optimizer == "sgd":
+        return _one_kernel_or_foreach(torch.optim.SGD, params, dict(lr=cfg.lr, weight_decay=cfg.weight_decay))
+    raise AssertionError(cfg.optimizer)  # TrainConfig.validate rejects others
+
+
+def _one_kernel_or_foreach(cls, params: list, kw: dict) -> torch.optim.Optimizer:
+    try:
+        return cls(params, fused=True, **kw)
+    except (RuntimeError, TypeError, ValueError):  # device or dtype without a one-kernel implementation
+        return cls(params, foreach=True, **kw)
+
+
+class LRSchedule:
+    """lr(update) = base_lr * warm-up(update) * decay, where decay shrinks on dev plateaus.
+
+    warm-up: linear from base_lr / warmup_updates to base_lr over the first `warmup_updates`.
+    plateau: after each validation, if the dev metric did not improve for more than
+    `lr_patience` validations in a row, decay *= lr_decay (never below `min_lr`).
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, cfg: TrainConfig):
+        self.optimizer = optimizer
+        self.base_lr = cfg.lr
+        self.warmup = cfg.warmup_updates
+        self.plateau = cfg.lr_schedule == "plateau"
+        self.decay_factor = cfg.lr_decay
+        self.patience = cfg.lr_patience
+        self.min_lr = cfg.min_lr
+        self.higher_is_better = cfg.best_metric == "bleu"
+        self.decay = 1.0
+        self.best: float | None = None
+        self.bad = 0
+
+    def lr_at(self, update: int) -> float:
+        """The learning rate for update number `update` (0-based)."""
+        warm = min(1.0, (update + 1) / self.warmup) if self.warmup > 0 else 1.0
+        return max(self.base_lr * warm * self.decay, self.min_lr if update >= self.warmup else 0.0)
+
+    def set_update(self, update: int) -> float:
+        lr = self.lr_at(update)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def on_validation(self, metric: float) -> bool:
+        """Record a dev score; return True when the learning rate was decayed."""
+        if not self.plateau or math.isnan(metric):
+            return False
+        improved = self.best is None or (metric > self.best if self.higher_is_better else metric < self.best)
+        if improved:
+            self.best, self.bad = metric, 0
+            return False
+        self.bad += 1
+        if self.bad > self.patience and self.base_lr * self.decay > self.min_lr:
+            self.decay *= self.decay_factor
+            self.bad = 0
+            return True
+        return False
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"decay": self.decay, "best": self.best, "bad": self.bad}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.decay = float(state["decay"])
+        self.best = None if state["best"] is None else float(state["best"])
+        self.bad = int(state["bad"])

@@ -69,7 +69,7 @@ class ValidationEvent:
         return {"kind": "valid", **asdict(self)}
 
 
-CALLBACK_METHODS = ("on_start", "on_update", "on_log", "on_validation", "on_message")
+CALLBACK_METHODS = ("on_start", "on_update", "on_log", "on_validation", "on_message", "on_config")
 
 
 class Callbacks:
@@ -85,6 +85,27 @@ class Callbacks:
     def on_validation(self, event: ValidationEvent) -> None: ...
 
     def on_message(self, msg: str) -> None: ...
+
+    def on_config(self, text: str) -> None:
+        """The run's resolved configuration, as written to config.json."""
+
+
+class FanOut(Callbacks):
+    """Several callbacks as one: each event goes to each, in order."""
+
+    def __init__(self, many: list[Any]):
+        self.many = many
+
+
+def _fan_out(name: str) -> Any:
+    def method(self: FanOut, *args: Any) -> None:
+        for one in self.many:
+            getattr(one, name)(*args)
+    return method
+
+
+for _name in CALLBACK_METHODS:
+    setattr(FanOut, _name, _fan_out(_name))
 
 
 @dataclass
@@ -107,7 +128,7 @@ class TrainState:
 
     def record_best(self, score: float, higher_is_better: bool) -> bool:
         """Note a dev score at this update; True when it is the best so far (never a non-finite
-        one). The early-stopping count is `stopping.count_patience`'s."""
+        one). The early-stopping count is the trainer's."""
         improved = _better(score, self.best_score, higher_is_better)
         self.last_valid_update = self.update
         if improved:

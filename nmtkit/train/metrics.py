@@ -1,5 +1,5 @@
-"""What a run writes for people to read: metrics.jsonl, curves.png, train.log (TensorBoard
-scalars of the same records: nmtkit.train.tensorboard).
+"""What a run writes for people to read: metrics.jsonl, curves.png, train.log, and with
+--tensorboard the same records as TensorBoard scalars (`TensorBoardCallbacks`).
 
 `metrics.jsonl` has one JSON object per line: `{"kind": "train", ...}` per log interval and
 `{"kind": "valid", ...}` per validation, each with the update number. On resume, the lines
@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from nmtkit.errors import NmtkitError
+from nmtkit.errors import ConfigError, NmtkitError
 from nmtkit.io.dirs import RUN_LOG, run_lock
 from nmtkit.io.files import name_error, save_figure, write_text
+from nmtkit.train.events import Callbacks, LogEvent, StartEvent, ValidationEvent
 
 log = logging.getLogger(__name__)
 
@@ -176,3 +178,61 @@ def _last_line(path: Path, tail: int = 4096) -> str:
         f.seek(max(0, f.seek(0, 2) - tail))
         lines = f.read().decode("utf-8", "replace").splitlines()
     return lines[-1] if lines else ""
+
+
+INSTALL = "pip install 'nmtkit[tensorboard]' (or pip install tensorboard)"
+TRAIN_SCALARS = ("loss", "ppl", "objective", "grad_norm", "lr", "tgt_tokens_per_s", "sents_per_s", "updates_per_s",
+                 "skipped")
+VALID_SCALARS = ("loss", "ppl", "bleu", "best_score")
+
+
+def require_tensorboard() -> Any:
+    """torch's SummaryWriter class, or a one-line ConfigError saying how to install tensorboard."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ConfigError(f"--tensorboard needs the tensorboard package: {INSTALL}") from None
+    return SummaryWriter
+
+
+class TensorBoardCallbacks(Callbacks):
+    """Writes log and validation events as scalars (rank 0 only); forwards every callback to `inner`.
+    The writer purges from the resumed update + 1 (1 for a new run), so TensorBoard drops what a
+    killed session logged after the checkpoint being resumed, as metrics.jsonl does."""
+
+    def __init__(self, log_dir: str | Path, inner: Callbacks | None = None, start_update: int = 0):
+        writer_class = require_tensorboard()
+        self.inner = inner or Callbacks()
+        self.log_dir = Path(log_dir)
+        self.writer = writer_class(log_dir=str(self.log_dir), purge_step=start_update + 1)
+
+    def _scalars(self, prefix: str, names: tuple[str, ...], event: LogEvent | ValidationEvent) -> None:
+        step = int(event.update)
+        for name in names:
+            value = getattr(event, name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                self.writer.add_scalar(f"{prefix}/{name}", value, step)
+        self.writer.flush()
+
+    def on_start(self, event: StartEvent) -> None:
+        self.inner.on_start(event)
+
+    def on_update(self, update: int, epoch: int) -> None:
+        self.inner.on_update(update, epoch)
+
+    def on_log(self, event: LogEvent) -> None:
+        self._scalars("train", TRAIN_SCALARS, event)
+        self.inner.on_log(event)
+
+    def on_validation(self, event: ValidationEvent) -> None:
+        self._scalars("valid", VALID_SCALARS, event)
+        self.inner.on_validation(event)
+
+    def on_message(self, msg: str) -> None:
+        self.inner.on_message(msg)
+
+    def on_config(self, text: str) -> None:
+        self.inner.on_config(text)
+
+    def close(self) -> None:
+        self.writer.close()

@@ -16,14 +16,16 @@ import torch
 
 from nmtkit.data.binarized import collate
 from nmtkit.errors import TrainingError
+from nmtkit.io.dirs import LAST
 from nmtkit.models.precision import autocast
 from nmtkit.train import distributed as ddp
-from nmtkit.train.checkpoints import LAST
 from nmtkit.train.context import TrainContext
 
 log = logging.getLogger("nmtkit.train")
 
 MAX_CONSECUTIVE_SKIPS = 50  # --on-nan skip gives up when the model itself has gone bad
+# tests set this to `(update, loss_sum) -> loss_sum`, applied to each minibatch's loss (e.g. to inject a NaN)
+_loss_hook = None
 
 
 def train_step(ctx: TrainContext, batches: list[np.ndarray]) -> bool:
@@ -83,8 +85,8 @@ def _forward_backward(ctx: TrainContext, mine: list[np.ndarray], scale: float
         with contextlib.nullcontext() if last or not ctx.dist.enabled else ctx.loss_module.no_sync():
             with autocast(ctx.device.type, ctx.precision):
                 loss_sum, nll_sum, _ = ctx.loss_module(src, src_lens, tgt_in, tgt_out, n_batch)
-            if ctx.loss_hook is not None:
-                loss_sum = ctx.loss_hook(ctx.state.update, loss_sum)
+            if _loss_hook is not None:
+                loss_sum = _loss_hook(ctx.state.update, loss_sum)
             loss = loss_sum * scale
             if ctx.scaler is not None:
                 ctx.scaler.scale(loss).backward()

@@ -1,13 +1,14 @@
 """The training loop: updates, validation, checkpoints, exact resume, signals, DDP.
 
-Procedure (Bahdanau et al. 2015, section 4.2 / appendix B.2, the paper presets' default):
-minibatches of 80 pairs cut from pools of 1600 sorted by length, Adadelta, gradient norm <= 1.
 A `TrainContext` (model, optimiser, data, state) and `train_step` (one update) are driven here:
 the loop validates, saves and stops, reports through typed events (`nmtkit.train.events`) and
-the `nmtkit` logger, and writes the run directory on rank 0 (checkpoints, metrics.jsonl,
-curves.png, train.log). Exact resume: a checkpoint holds the model, optimiser, schedule and
-scaler states, the RNG states and the position in the data (a pure function of seed and epoch),
-so N updates equal N/2 + resume + N/2 bit for bit on the CPU."""
+the `nmtkit` logger, and writes the run directory on rank 0: metrics.jsonl, curves.png,
+train.log, checkpoint_last.pt (model, optimiser, schedule, scaler and RNG states, the position in
+the data: N updates equal N/2 + resume + N/2 bit for bit on the CPU), checkpoint_best.pt and
+checkpoint_N.pt (the model only), each with what decoding needs. SIGINT / SIGTERM save a
+checkpoint after the current update and stop (a second Ctrl-C aborts at once); distributed
+ranks agree on the update they stop at.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -15,24 +16,26 @@ import logging
 import math
 import signal
 import time
+from dataclasses import asdict
+from typing import Any, Callable
 
 import numpy as np
+import torch
 
 from nmtkit import signals
+from nmtkit.checkpoint import make_checkpoint, save_checkpoint
 from nmtkit.data.binarized import update_batches
 from nmtkit.devices import RELEASE_EVERY_UPDATES, release_free_memory
 from nmtkit.errors import TrainingError
-from nmtkit.io.dirs import kept_name
+from nmtkit.io.dirs import BEST, LAST, discard_replaced, kept_name
 from nmtkit.train import distributed as ddp
-from nmtkit.train.checkpoints import BEST, LAST, RunCheckpoints, run_lexicon
-from nmtkit.train.context import TrainContext
+from nmtkit.train.context import TrainContext, gather_rng_states, rng_state
 from nmtkit.train.events import LogEvent, StartEvent, TrainResult, ValidationEvent
 from nmtkit.train.metrics import MetricsLog, error_record, record_for_a_lost_writer, setup_file_log
 from nmtkit.train.step import train_step
-from nmtkit.train.stopping import StopSignals, count_patience, stop_reason
 from nmtkit.train.validate import check_dev_bleu, dev_scores, perplexity
 
-__all__ = ["LAST", "BEST", "Trainer"]
+__all__ = ["BEST", "LAST", "RunCheckpoints", "Trainer", "run_lexicon"]
 
 log = logging.getLogger("nmtkit.train")
 
@@ -172,9 +175,35 @@ class Trainer:
         return self.ctx.state.elapsed + (time.perf_counter() - self._session_start)
 
     def _stop_reason(self, check_collective: bool) -> str | None:
-        ctx = self.ctx
-        return stop_reason(ctx.cfg, ctx.state, self.signals.received, self._elapsed(), ctx.dist, ctx.device,
-                           check_collective)
+        """Why training stops after this update (max-updates, patience, SIGINT, SIGTERM, max-time;
+        max-epochs where the run is past it, as a resume with a lower --max-epochs finds it: the
+        loop stops at the end of the last epoch itself), or None. Signals and time are checked only
+        where `check_collective` (in DDP a collective every few updates, so that every rank stops
+        at the same update)."""
+        cfg, state = self.ctx.cfg, self.ctx.state
+        if cfg.max_updates is not None and state.update >= cfg.max_updates:
+            return "max-updates"
+        if cfg.max_epochs is not None and state.epoch > cfg.max_epochs:  # a run resumed with a lower --max-epochs
+            return "max-epochs"
+        if cfg.patience is not None and state.bad_validations >= cfg.patience:
+            return "patience"
+        if not check_collective:
+            return None
+        sig = self.signals.received
+        timed_out = cfg.max_time is not None and self._elapsed() >= cfg.max_time
+        if self.ctx.dist.enabled:  # every rank must stop at the same update
+            code = (sig or 0) * 2 + (1 if timed_out else 0)
+            t = torch.tensor([float(code)], device=self.ctx.device)
+            import torch.distributed as dist
+
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            code = int(t.item())
+            sig, timed_out = (code // 2) or None, bool(code % 2)
+        if sig is not None:
+            return signal.Signals(sig).name
+        if timed_out:
+            return "max-time"
+        return None
 
     def _pending_validation(self) -> bool:
         """True when the run resumes from the checkpoint saved just before a scheduled validation
@@ -241,7 +270,9 @@ class Trainer:
         score = bleu if cfg.best_metric == "bleu" else loss
         improved = st.record_best(score, cfg.best_metric == "bleu")
         if not final:
-            count_patience(st, st.record_scheduled(score, cfg.best_metric == "bleu"))
+            # --patience counts scheduled validations in a row without a new best dev score
+            improved_scheduled = st.record_scheduled(score, cfg.best_metric == "bleu")
+            st.bad_validations = 0 if improved_scheduled else st.bad_validations + 1
             self._schedule_lr(score)
         event = ValidationEvent(
             update=st.update, epoch=st.epoch, loss=loss, ppl=perplexity(loss),
@@ -295,3 +326,76 @@ class Trainer:
             self._log_handler.close()
             self._log_handler = None
         self.ctx.close()
+
+
+class StopSignals:
+    """The stop signal received (`received`, None until one arrives), and `handle`, the handler
+    that notes it (installed with `nmtkit.signals.handled_by`)."""
+
+    def __init__(self, on_message: Callable[[str], None]):
+        self.on_message = on_message
+        self.received: int | None = None
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if self.received is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C aborts at once (checkpoints stay intact)
+        self.received = signum
+        self.on_message(f"{signal.Signals(signum).name}: saving a checkpoint after this update "
+                        "(Ctrl-C again to abort at once)")
+
+
+def run_lexicon(ctx: TrainContext) -> torch.Tensor | None:
+    """The lexicon the run's checkpoints carry (rank 0 only; None on other ranks): the resumed
+    checkpoint's, else built from the training split (about a second of numpy)."""
+    if not ctx.dist.is_main:
+        return None
+    if ctx.resumed_lexicon is not None:
+        return ctx.resumed_lexicon
+    from nmtkit.decode.shortlist import build_lexicon
+
+    data = ctx.data
+    return torch.from_numpy(build_lexicon(*ctx.arrays, len(data.src_vocab), len(data.tgt_vocab), seed=ctx.cfg.seed))
+
+
+class RunCheckpoints:
+    """Writes the run's checkpoints from the context's current state."""
+
+    def __init__(self, ctx: TrainContext, lexicon: torch.Tensor | None):
+        self.ctx = ctx
+        self.lexicon = lexicon
+
+    def checkpoint(self, with_optimizer: bool = True, rng_states: list[dict[str, Any]] | None = None
+                   ) -> dict[str, Any]:
+        """The dict saved to checkpoint_*.pt (primitives and tensors only)."""
+        ctx = self.ctx
+        training: dict[str, Any] = {
+            "trainer": {**asdict(ctx.state), "world_size": ctx.dist.world_size},
+            "schedule_state": ctx.schedule.state_dict(),
+            "rng": {"ranks": rng_states if rng_states is not None else [rng_state(ctx.device)]},
+        }
+        if with_optimizer:
+            training["optimizer_state"] = ctx.optimizer.state_dict()
+            training["scaler_state"] = ctx.scaler.state_dict() if ctx.scaler is not None else None
+        data = ctx.data
+        return make_checkpoint(
+            arch=ctx.arch, model_config=ctx.model_config, model_state=ctx.model.state_dict(),
+            pipeline=data.pipeline, src_lang=data.src_lang, tgt_lang=data.tgt_lang,
+            src_vocab=data.src_vocab.to_list(), tgt_vocab=data.tgt_vocab.to_list(),
+            train_config=ctx.cfg.to_dict(), data_manifest=data.manifest, training=training,
+            lexicon=self.lexicon,
+        )
+
+    def save_last(self) -> None:
+        """checkpoint_last.pt (a collective: every rank calls it, for its RNG states)."""
+        rng = gather_rng_states(self.ctx.dist, self.ctx.device)
+        if self.ctx.dist.is_main:
+            save_checkpoint(self.checkpoint(True, rng), self.ctx.run_dir / LAST)
+            log.info("saved %s at update %d", LAST, self.ctx.state.update)
+            discard_replaced(self.ctx.run_dir)  # the run --force replaces is gone once this one has a checkpoint
+
+    def save_model(self, name: str) -> None:
+        """The model as at this update, without optimiser state: checkpoint_best.pt, and
+        checkpoint_<update>.pt every --keep-every updates."""
+        if self.ctx.dist.is_main:
+            save_checkpoint(self.checkpoint(False), self.ctx.run_dir / name)
+            log.info("saved %s at update %d", name, self.ctx.state.update)
