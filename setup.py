@@ -20,6 +20,7 @@ setup(
         "click>=8.1",
         "torch>=2.1",
         "sacremoses>=0.1",
+        "regex>=2022.1",  # protected patterns matched with a time limit (also a sacremoses dependency)
         "subword-nmt>=0.3.8",
         "sacrebleu>=2.3",
         "rich>=13",

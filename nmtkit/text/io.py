@@ -25,11 +25,11 @@ PARALLEL_WHY = ": a parallel corpus needs equal line counts"
 
 def _check_file(path: str | Path, pipes: bool = False) -> None:
     """A readable regular file (or with `pipes`, for a reader that reads it once, also a FIFO
-    or a pipe such as bash's <(cmd)); else an InputError naming it."""
+    or a pipe such as bash's <(cmd), or a device such as /dev/null); else an InputError naming it."""
     p = Path(path)
     if not p.exists():
         raise InputError("file not found", str(path))
-    if not (p.is_file() or (pipes and p.is_fifo())):
+    if not (p.is_file() or (pipes and (p.is_fifo() or p.is_char_device()))):
         raise InputError("not a regular file", str(path))
     if not os.access(p, os.R_OK):
         raise InputError("file is not readable", str(path))

@@ -10,6 +10,7 @@ import hashlib
 import logging
 import os
 import re
+import time
 from functools import lru_cache
 from typing import Sequence
 
@@ -134,28 +135,56 @@ def detokenize(tokens: list[str], lang: str) -> str:
     return _detokenizer(lang).detokenize(tokens)
 
 
-def _shielded(fn, patterns: list[str]):
-    """`fn` (str -> str) applied with every match of `patterns` hidden behind a letters-only
-    placeholder: the steps before tokenising would otherwise change protected spans ("%(name)s" ->
-    "% (name) s" by the punctuation normaliser)."""
-    regexes = [re.compile(p, re.IGNORECASE) for p in patterns]  # as sacremoses compiles them
+PROTECT_SECONDS = 1.0  # the most the protected patterns may take on one line, together
 
-    def run(line: str) -> str:
-        spans = sorted({m.group() for rx in regexes for m in rx.finditer(line) if m.group()}, key=len, reverse=True)
-        if not spans:
-            return fn(line)
-        marker = "NMTKITSHIELD"
-        while marker in line:
-            marker += "Q"
-        names = [marker + "".join("ABCDEFGHIJ"[int(c)] for c in str(i).zfill(4)) + "Z" for i in range(len(spans))]
-        for span, name in zip(spans, names):  # longest first, so a span inside another stays inside
-            line = line.replace(span, name)
-        line = fn(line)
-        for span, name in zip(spans, names):
-            line = line.replace(name, span)
-        return line
 
-    return run
+class Protector:
+    """Every match of the protected patterns in a line, each pattern compiled once and matched
+    within PROTECT_SECONDS a line (the `regex` engine's time limit): a pattern that backtracks
+    without end, from a user or from a checkpoint, is a one-line InputError, not a hang."""
+
+    def __init__(self, patterns: Sequence[str]):
+        self.patterns = tuple(patterns)
+        self.regexes = [compile_pattern(p) for p in self.patterns]
+
+    def spans(self, line: str) -> list[str]:
+        """The distinct non-empty matches, longest first (a span inside another stays inside)."""
+        deadline = time.monotonic() + PROTECT_SECONDS
+        found: set[str] = set()
+        for pattern, rx in zip(self.patterns, self.regexes):
+            try:
+                found.update(m.group() for m in rx.finditer(line, timeout=max(deadline - time.monotonic(), 1e-3)))
+            except TimeoutError:
+                raise InputError(f"the protected pattern {pattern!r:.80} takes over {PROTECT_SECONDS:g} s on this "
+                                 f"line of {len(line):,} characters (it backtracks without end on it): fix or drop the "
+                                 "pattern (--protect)") from None
+        found.discard("")
+        return sorted(found, key=len, reverse=True)
+
+    def shielded(self, tokenize, prepare=None):
+        """`tokenize` (str -> tokens, sacremoses' with its `protected_patterns`) of `prepare(line)`
+        with every match hidden behind a letters-only name throughout, so that neither the steps
+        before tokenising ("%(name)s" -> "% (name) s") nor sacremoses' own matching touch it, and
+        sacremoses protects the names as it protected the matches. Whitespace in a match still
+        separates tokens, as in tokenizer.perl."""
+
+        def run(line: str) -> list[str]:
+            spans = self.spans(line)
+            if not spans:
+                return tokenize(prepare(line) if prepare is not None else line, None)
+            marker = "NMTKITSHIELD"
+            while marker in line:
+                marker += "Q"
+            names = [marker + "".join("ABCDEFGHIJ"[int(c)] for c in str(i).zfill(4)) + "Z" for i in range(len(spans))]
+            for span, name in zip(spans, names):
+                line = line.replace(span, name)
+            toks = tokenize(prepare(line) if prepare is not None else line, [re.escape(marker) + "[A-J]{4}Z"])
+            text = " ".join(toks)
+            for span, name in zip(spans, names):
+                text = text.replace(name, span)
+            return text.split()
+
+        return run
 
 
 def _chain(steps: list):
@@ -181,18 +210,23 @@ def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: boo
         steps.append(_normalizer(lang).normalize)
     if remove_non_printing:
         steps.append(space_non_printing)
-    tok = _tokenizer(lang).tokenize
-    protect = list(protected_patterns) or None
+    moses = _tokenizer(lang).tokenize
     prepare = _chain(steps) if steps else None
-    if prepare is not None and protect:  # the steps leave protected spans as they are
-        prepare = _shielded(prepare, protect)
 
-    def run(line: str) -> list[str]:
-        text = prepare(line) if prepare is not None else line
+    def tok(text: str, protect: list[str] | None) -> list[str]:
         try:
-            toks = tok(text, aggressive_dash_splits=aggressive_dash_splits, escape=False, protected_patterns=protect)
+            return moses(text, aggressive_dash_splits=aggressive_dash_splits, escape=False, protected_patterns=protect)
         except ValueError as err:  # sacremoses: more protected matches in one line than it can number
             raise InputError(f"cannot tokenise a line with protected patterns: {err}") from None
+
+    if protected_patterns:
+        protected = Protector(protected_patterns).shielded(tok, prepare)
+    else:
+        def protected(line: str) -> list[str]:
+            return tok(prepare(line) if prepare is not None else line, None)
+
+    def run(line: str) -> list[str]:
+        toks = protected(line)
         return [t.lower() for t in toks] if lowercase else toks
 
     return run
@@ -230,10 +264,18 @@ NAMED_SETS = {"printf": lambda: PRINTF, "url": lambda: URL, "email": lambda: EMA
               "basic": _basic}
 
 
-def compile_pattern(pattern: str) -> re.Pattern:
-    """The regex as sacremoses compiles it; ValueError for one that matches the empty string
-    (sacremoses would insert its placeholder between every two characters)."""
-    rx = re.compile(pattern, re.IGNORECASE)
+def compile_pattern(pattern: str):
+    """The regex as `Protector` matches it (case-insensitively, as tokenizer.perl and sacremoses do):
+    checked by `re` first (its error messages), then compiled by `regex`, whose matching takes a
+    time limit; ValueError for one that matches the empty string (a placeholder would go between
+    every two characters)."""
+    import regex
+
+    re.compile(pattern, re.IGNORECASE)
+    try:
+        rx = regex.compile(pattern, regex.IGNORECASE | regex.VERSION0)
+    except regex.error as err:
+        raise re.error(err.msg, pattern, err.pos) from None
     if rx.search("") is not None:
         raise ValueError("it matches the empty string")
     return rx
@@ -271,12 +313,15 @@ def read_patterns(path: str) -> list[str]:
 
 
 def resolve_protect(specs: Sequence[str]) -> tuple[str, ...]:
-    """`--protect` values -> the regexes, in order, without repeats. A value is a named set
-    (NAMED_SETS) unless it names an existing file or contains a path separator (write ./url for
-    a file called url)."""
+    """`--protect` values -> the regexes, in order, without repeats. A name of NAMED_SETS is that
+    set, even where a file of that name is here (a warning says to write ./url for the file);
+    anything else is a file."""
     out: list[str] = []
     for spec in specs:
-        if spec in NAMED_SETS and not os.path.exists(spec):
+        if spec in NAMED_SETS:
+            if os.path.exists(spec):
+                log.warning(f"--protect {spec} is the named set; the file {spec} in this folder is not read (write "
+                            f"./{spec} for the file)")
             patterns = list(NAMED_SETS[spec]())
         elif os.sep in spec or os.path.exists(spec) or "." in spec:
             patterns = read_patterns(spec)

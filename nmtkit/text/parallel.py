@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
+from nmtkit.errors import NmtkitError
 from nmtkit.workers import Worker, Workers, can_fork
 
 T = TypeVar("T")
@@ -23,6 +24,16 @@ def worker_state() -> Any:
     if _WORKER_STATE is _NO_STATE:
         raise RuntimeError("worker_state() called outside parallel_map(..., state=...)")
     return _WORKER_STATE
+
+
+def _numbered(func: Callable[[T], R], x: T, i: int) -> R:
+    """`func(x)`; an NmtkitError it raises learns `item`, the position of `x` (so that the caller,
+    which knows the file, can name the line)."""
+    try:
+        return func(x)
+    except NmtkitError as err:
+        err.item = i
+        raise
 
 
 def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
@@ -49,8 +60,8 @@ def parallel_map(func: Callable[[T], R], items: Iterable[T], workers: int = 1, c
     if state is not _NO_STATE:
         _WORKER_STATE = prepare(state) if prepare is not None else state
     try:
-        for x in items:
-            yield func(x)
+        for i, x in enumerate(items):
+            yield _numbered(func, x, i)
     finally:
         _WORKER_STATE = saved
 
@@ -65,7 +76,7 @@ def _forked_map(func: Callable[[T], R], items: Iterable[T], workers: int, chunk_
             _WORKER_STATE = prepare(state) if prepare is not None else state
 
     def handle(chunk: list[T]) -> list[R]:
-        return [func(x) for x in chunk]
+        return [_numbered(func, x, i) for i, x in enumerate(chunk)]
 
     chunks = _chunks(items, chunk_size)
     window = 2 * workers
@@ -93,5 +104,10 @@ def _forked_map(func: Callable[[T], R], items: Iterable[T], workers: int, chunk_
                     return
                 continue
             for worker in pool.ready(list(busy)):
-                results[busy.pop(worker)] = worker.reply()
+                number = busy.pop(worker)
+                try:
+                    results[number] = worker.reply()
+                except NmtkitError as err:
+                    err.item = number * chunk_size + getattr(err, "item", 0)
+                    raise
                 idle.append(worker)

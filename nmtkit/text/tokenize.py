@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nmtkit.devices import MAX_WORKERS
-from nmtkit.errors import ConfigError, InputError
+from nmtkit.errors import ConfigError, InputError, NmtkitError
 from nmtkit.io.checks import STDIN, check_outputs_vs_inputs, file_path
 from nmtkit.io.files import OutputFile, check_output, write_text, writes_in_place
 from nmtkit.options import check_fields, option
@@ -61,6 +61,7 @@ class TokenizeConfig:
     protect: tuple[str, ...] = option((), **PROTECT_OPTION)
     workers: int = option(1, min=1, max=MAX_WORKERS, metavar="N", cli_default=None, shown_default="all cores",
                           help="Processes (line order is kept).")
+    force: bool = option(False, help="Overwrite an existing -o file (never an input: that is refused).")
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -158,7 +159,7 @@ def _check_outputs(config: TokenizeConfig) -> None:
     tokinfo_out = output_path + TOKINFO_SUFFIX if output_path else None
     check_outputs_vs_inputs(inputs, files=[("-o", output_path), (f"-o's {TOKINFO_SUFFIX}", tokinfo_out)])
     if output_path is not None and not writes_in_place(output_path):  # a folder, a missing one: before any work
-        check_output(output_path, force=True, what="-o output")
+        check_output(output_path, force=config.force, what="-o output")
         check_output(tokinfo_out, force=True, what=f"-o's {TOKINFO_SUFFIX}")
 
 
@@ -176,10 +177,15 @@ def run(config: TokenizeConfig, progress: Progress | None = None) -> dict[str, A
     lines = 0
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(OutputFile(output_path)).file if output_path else sys.stdout
-        for tok in parallel_map(func, _lines(config.input_path), workers=config.workers, chunk_size=2000):
-            out.write(tok + "\n")
-            lines += 1
-            report("tokenize", lines, None)
+        try:
+            for tok in parallel_map(func, _lines(config.input_path), workers=config.workers, chunk_size=2000):
+                out.write(tok + "\n")
+                lines += 1
+                report("tokenize", lines, None)
+        except NmtkitError as err:
+            if err.path is not None or getattr(err, "item", None) is None:
+                raise
+            raise InputError(err.bare_message, file_path(config.input_path) or "<stdin>", err.item + 1) from None
         if output_path and not writes_in_place(output_path):
             tokinfo_out = output_path + TOKINFO_SUFFIX  # written before the output itself is renamed into place
             write_text(tokinfo_out, json.dumps(tokinfo(pipeline), indent=1) + "\n")

@@ -194,7 +194,12 @@ class Translator:
         """`prepare`'s tokens, and whether --max-src-len cut them."""
         if not line.strip():
             return [], False
-        toks = self.pipeline.encode_from(line, "src", self.config.input_format)
+        try:
+            toks = self.pipeline.encode_from(line, "src", self.config.input_format)
+        except InputError as err:  # a protected pattern past its time limit
+            if err.path is not None:
+                raise
+            raise InputError(err.bare_message, self.source_name, lineno) from None
         if len(toks) <= self.max_src_len:
             return list(toks), False
         (warn or self.warn)(f"{self.source_name}:{lineno}: {len(toks)} source tokens, translating only the first "

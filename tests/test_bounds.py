@@ -1,0 +1,136 @@
+"""Bounded on every input: no line or pattern makes a command grow without limit in time or memory.
+
+Each resource case runs the real command in a child process under a memory limit
+(`resource.setrlimit(RLIMIT_AS)`) and a time limit, and shows the bounded behaviour: the work is done
+within them, or refused with one line naming the file and line.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import make_checkpoint, run_cli
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _bounded(argv: list[str], *, mem_gb: float, seconds: float, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    """`python -m nmtkit ARGV` with at most `mem_gb` GiB of address space, killed past `seconds`."""
+    limit = int(mem_gb * 2**30)
+
+    def limits() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    return subprocess.run([sys.executable, "-m", "nmtkit", *argv], input=stdin, capture_output=True, env=env,
+                          cwd=REPO, timeout=seconds, preexec_fn=limits)
+
+
+def _one_error_line(proc: subprocess.CompletedProcess) -> str:
+    err = proc.stderr.decode("utf-8", "replace")
+    lines = [x for x in err.strip().splitlines() if not x.startswith("nmtkit: warning")]
+    assert proc.returncode not in (0, -9), err
+    assert "Traceback" not in err and len(lines) == 1 and lines[0].startswith("nmtkit: error: "), err
+    return lines[0]
+
+
+def test_ter_refuses_a_line_past_its_bound_with_one_line_naming_the_file_and_line(tmp_path):
+    words = " ".join(f"w{i % 977}" for i in range(60_000))  # ~400 KB: TER's shift search would take hours
+    hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
+    hyp.write_text("a short line\n" + words + "\n")
+    ref.write_text("a short line\n" + words[::-1] + "\n")
+    proc = _bounded(["score", "--hyp", str(hyp), "--ref", str(ref)], mem_gb=2, seconds=60)
+    line = _one_error_line(proc)
+    assert "hyp.txt:2:" in line and "--metrics" in line, line
+
+
+def test_bleu_and_chrf_still_score_a_line_past_ters_bound(tmp_path):
+    words = " ".join(f"w{i % 977}" for i in range(60_000))
+    hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
+    hyp.write_text(words + "\n")
+    ref.write_text(words + "\n")
+    proc = _bounded(["score", "--hyp", str(hyp), "--ref", str(ref), "--metrics", "bleu,chrf"], mem_gb=2, seconds=60)
+    assert proc.returncode == 0, proc.stderr
+    assert b"BLEU" in proc.stdout
+
+
+EVIL = r"(a|aa)+$"  # catastrophic backtracking: time doubles with each "a"
+
+
+def test_a_catastrophic_protect_pattern_cannot_hang_tokenize(tmp_path):
+    pats = tmp_path / "evil.re"
+    pats.write_text(EVIL + "\n")
+    src = tmp_path / "in.en"
+    src.write_text("hello world\n" + "a" * 60 + "!\n")
+    proc = _bounded(["tokenize", "--lang", "en", "--protect", str(pats), "-i", str(src), "-o", str(tmp_path / "o")],
+                    mem_gb=4, seconds=60)
+    line = _one_error_line(proc)
+    assert "in.en:2: the protected pattern" in line, line
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_checkpoint_with_a_catastrophic_protect_pattern_cannot_hang_translate(tmp_path):
+    from nmtkit.text.pipeline import TextPipeline
+
+    pipe = TextPipeline(src_lang="en", tgt_lang="fr", protected_patterns=(EVIL,))
+    model = make_checkpoint(tmp_path / "m.pt", pipeline=pipe)
+    proc = _bounded(["translate", "-m", str(model)], mem_gb=6, seconds=120, stdin=b"a" * 60 + b"!\n")
+    line = _one_error_line(proc)
+    assert "<stdin>:1: the protected pattern" in line, line
+
+
+def test_protect_patterns_match_as_they_did_one_by_one(tmp_path):
+    """Many patterns are matched as one engine's work; what they protect is what each protected."""
+    from nmtkit.text.moses import tokenize
+
+    patterns = (r"%\d+\$s", r"<[a-z]+/?>", r"https?://\S+", r"\d+(?:\.\d+)+")
+    lines = ["see http://x.org/a?b=1 now", "one<br/>two %1$s and %2$s", "version 1.2.3 of 4.5", "plain text"]
+    got = [tokenize(line, "en", protected_patterns=patterns) for line in lines]
+    assert got[0] == ["see", "http://x.org/a?b=1", "now"]
+    assert got[1][0] == "one<br/>two" and "%1$s" in got[1] and "%2$s" in got[1]
+    assert "1.2.3" in got[2] and "4.5" in got[2]
+
+
+def test_a_lock_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_path, data_dir):
+    from tests.conftest import tiny_train_args
+
+    run = tmp_path / "run"
+    run.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (run / "train.lock").symlink_to(victim)
+    code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), *tiny_train_args()])
+    assert code != 0 and "train.lock" in err and "Traceback" not in err, err
+    assert victim.read_text() == "precious\n"
+
+
+def test_tokenize_keeps_an_existing_output_without_force(tmp_path):
+    src, out = tmp_path / "in.en", tmp_path / "out.en"
+    src.write_text("Hello, world!\n")
+    out.write_text("keep me\n")
+    code, _, err = run_cli(["tokenize", "--lang", "en", "-i", str(src), "-o", str(out)])
+    assert code != 0 and "--force" in err and out.read_text() == "keep me\n", err
+    code, _, err = run_cli(["tokenize", "--lang", "en", "-i", str(src), "-o", str(out), "--force"])
+    assert code == 0 and out.read_text() == "Hello , world !\n", err
+
+
+def test_tokenize_reads_dev_null_as_an_empty_input(tmp_path):
+    out = tmp_path / "out.en"
+    code, _, err = run_cli(["tokenize", "--lang", "en", "-i", "/dev/null", "-o", str(out)])
+    assert code == 0 and out.read_text() == "", err
+
+
+def test_a_protect_name_that_is_also_a_file_here_is_the_named_set_with_a_warning(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "url").write_text("foo\n")
+    src = tmp_path / "in.en"
+    src.write_text("see www.x.org/a-b and foo-bar\n")
+    out = tmp_path / "o"
+    code, _, err = run_cli(["tokenize", "--lang", "en", "--aggressive-dash-splits", "--protect", "url", "-i", str(src),
+                            "-o", str(out)])
+    assert code == 0 and "./url" in err and "nmtkit: warning:" in err, err
+    assert out.read_text() == "see www.x.org/a-b and foo @-@ bar\n"
