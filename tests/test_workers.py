@@ -93,27 +93,25 @@ SIGNALS = pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["
 
 @linux_only
 @SIGNALS
-def test_tokenize_with_workers_stuck_in_a_protect_pattern_ends_at_once_on_a_signal_leaving_nothing(tmp_path, sig):
-    (tmp_path / "evil.re").write_text(EVIL + "\n")
-    (tmp_path / "in.txt").write_text((EVIL_LINE + "\n") * 2001)  # two chunks: both workers stuck
-    result = _stop_busy_command(["tokenize", "--lang", "en", "--protect", "evil.re", "--workers", "2",
-                                 "-i", "in.txt", "-o", "out.txt"], sig, tmp_path)
+def test_tokenize_with_workers_stuck_in_a_regex_ends_at_once_on_a_signal_leaving_nothing(tmp_path, sig):
+    (tmp_path / "in.txt").write_text("hello world\n" * 2001)  # two chunks: both workers stuck
+    result = _stop_busy_command(["tokenize", "--lang", "en", "--workers", "2", "-i", "in.txt", "-o", "out.txt"],
+                                sig, tmp_path, hang=True)
     _assert_stopped(result, sig)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["evil.re", "in.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 
 @linux_only
 @SIGNALS
-def test_preprocess_with_workers_stuck_in_a_protect_pattern_ends_at_once_on_a_signal_leaving_nothing(tmp_path, sig):
-    (tmp_path / "evil.re").write_text(EVIL + "\n")
+def test_preprocess_with_workers_stuck_in_a_regex_ends_at_once_on_a_signal_leaving_nothing(tmp_path, sig):
     for lang in ("en", "fr"):
-        (tmp_path / f"train.{lang}").write_text((EVIL_LINE + "\n") * 50)
+        (tmp_path / f"train.{lang}").write_text("hello world\n" * 50)
         (tmp_path / f"valid.{lang}").write_text("hello world\n")  # checked in the main process
     result = _stop_busy_command(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", "train",
-                                 "--valid", "valid", "--dest", "d", "--protect", "evil.re", "--workers", "2",
-                                 "--quiet"], sig, tmp_path)
+                                 "--valid", "valid", "--dest", "d", "--workers", "2", "--quiet"], sig, tmp_path,
+                                hang=True)
     _assert_stopped(result, sig)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["evil.re", "train.en", "train.fr", "valid.en", "valid.fr"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.en", "train.fr", "valid.en", "valid.fr"]
 
 
 @linux_only
