@@ -6,12 +6,14 @@ a failed start's files removed). Files are `nmtkit.io.files`'. Nothing here impo
 """
 from __future__ import annotations
 
+import errno
 import glob
 import logging
 import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -126,6 +128,23 @@ def check_replaceable_dir(path: str | Path, owned: Callable[[str], bool], what: 
 
 # ---- one process per directory ------------------------------------------------------------------
 
+def open_in_place(path: str | Path, flags: int) -> int:
+    """`os.open(path, flags)` for a file written in place (not by rename: a lock, a log appended to),
+    refusing what would redirect the write: a symbolic link (the file it points to would be
+    truncated or appended to), a FIFO or a device. OutputError naming the file; FileNotFoundError
+    as os.open raises it."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666 & ~umask())
+    except OSError as err:
+        if err.errno != errno.ELOOP:
+            raise
+        raise OutputError("is a symbolic link, where nmtkit writes a file of its own: remove it", str(path)) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OutputError("is not a regular file, where nmtkit writes a file of its own: remove it", str(path))
+    return fd
+
+
 class DirLock:
     """An exclusive lock on a directory (`fcntl.flock` on `path/name`, holding the holder's PID),
     so that one process at a time writes there (one training run per run directory).
@@ -144,14 +163,14 @@ class DirLock:
     def check(self) -> None:
         """Refuse now (as `acquire` would) when a live process holds the lock, creating nothing."""
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-        except OSError:
-            return  # no lock file (or none readable): `acquire` decides
+            fd = open_in_place(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            return  # no lock file: `acquire` decides
         self._lock(fd)
         os.close(fd)
 
     def acquire(self) -> "DirLock":
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666 & ~umask())
+        fd = open_in_place(self.path, os.O_RDWR | os.O_CREAT)
         self._lock(fd)
         self.fd = fd
         try:
