@@ -134,3 +134,16 @@ def test_a_protect_name_that_is_also_a_file_here_is_the_named_set_with_a_warning
                             "-o", str(out)])
     assert code == 0 and "./url" in err and "nmtkit: warning:" in err, err
     assert out.read_text() == "see www.x.org/a-b and foo @-@ bar\n"
+
+
+def test_a_corpus_present_both_plain_and_gzipped_is_refused_naming_both(tmp_path):
+    import gzip
+
+    for lang, text in (("en", "a cat\n"), ("fr", "un chat\n")):
+        (tmp_path / f"amb.{lang}").write_text(text)
+        with gzip.open(tmp_path / f"amb.{lang}.gz", "wt") as f:
+            f.write("something else\n")
+    code, _, err = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", str(tmp_path / "amb"),
+                            "--valid", str(tmp_path / "amb"), "--dest", str(tmp_path / "d")])
+    assert code != 0 and "amb.en: both it and" in err and "amb.en.gz exist" in err, err
+    assert not (tmp_path / "d").exists()

@@ -36,11 +36,15 @@ def _check_file(path: str | Path, pipes: bool = False) -> None:
 
 
 def resolve_input(prefix: str, lang: str) -> str:
-    """PREFIX.lang, or PREFIX.lang.gz when only that exists (InputError when neither does)."""
-    for path in input_candidates(prefix, lang):
+    """PREFIX.lang, or PREFIX.lang.gz when only that exists (InputError when neither or both do:
+    which of two was read would otherwise go unsaid)."""
+    plain, gz = input_candidates(prefix, lang)
+    if os.path.exists(plain) and os.path.exists(gz):
+        raise InputError(f"both it and {gz} exist: remove or rename the one not to read", plain)
+    for path in (plain, gz):
         if os.path.isfile(path):
             return path
-    for path in input_candidates(prefix, lang):  # there, but what a corpus (read twice) cannot be
+    for path in (plain, gz):  # there, but what a corpus (read twice) cannot be
         if os.path.isdir(path):
             raise InputError("is a directory, expected a text file", path)
         if os.path.exists(path):
