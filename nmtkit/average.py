@@ -27,7 +27,13 @@ from nmtkit.checkpoint import (
 from nmtkit.devices import import_torch
 from nmtkit.errors import CheckpointError, ConfigError, InputError, OutputError
 from nmtkit.io.checks import check_outputs_vs_inputs, file_path
-from nmtkit.io.dirs import BEST, LAST, kept_checkpoints, kept_update, run_files_present
+from nmtkit.io.dirs import (
+    LOCK_FILE,
+    is_run_file,
+    kept_checkpoints,
+    kept_update,
+    run_files_present,
+)
 from nmtkit.io.files import check_output, is_stdout
 from nmtkit.options import check_fields, option
 from nmtkit.progress import Progress
@@ -122,22 +128,25 @@ def check_paths(paths: Sequence[str | Path], output: str | Path, input_option: s
 
 
 def _check_output_name(output: str | Path) -> None:
-    """Refuse -o naming stdout under any name or a .gz file (translate maps a checkpoint), or a
-    run's own checkpoint (without optimiser state in its place, the run could no longer resume)."""
+    """Refuse -o naming stdout under any name or a .gz file (translate maps a checkpoint), or any
+    file of a training run (its checkpoints, metrics.jsonl, config.json, ...): they are the run's."""
     if file_path(output) is None or is_stdout(output):
         raise ConfigError(f"-o {str(output)!r}: the averaged checkpoint is written to a file, give its name")
     if str(output).endswith(".gz"):  # a .gz output would be compressed, which no checkpoint reader undoes
         raise ConfigError(f"-o {str(output)!r}: a checkpoint is never gzip-compressed (translate maps it); "
                           "give a name without .gz")
     folder, name = os.path.split(os.path.realpath(output))
-    if (name in (LAST, BEST) or kept_update(name) is not None) and run_files_present(Path(folder)):
+    if (is_run_file(name) or name == LOCK_FILE) and run_files_present(Path(folder)):
         raise OutputError(f"is a file of the training run in {folder}, which it would replace; "
                           "give the averaged checkpoint another name (e.g. averaged.pt)", str(output))
 
 
-def average_checkpoints(paths: Sequence[str], progress: Progress | None = None) -> dict[str, Any]:
+def average_checkpoints(paths: Sequence[str], progress: Progress | None = None,
+                        by_name: bool = False) -> dict[str, Any]:
     """The checkpoint dict of the parameter mean of `paths`: each tensor sum_m theta_m / M in
-    float64, cast to its stored dtype (non-floating tensors, e.g. counters, must be equal)."""
+    float64, cast to its stored dtype (non-floating tensors, e.g. counters, must be equal). Two
+    checkpoints of one update are refused; `by_name` (--last): so is a checkpoint_N.pt that does
+    not hold update N."""
     torch = import_torch()
     first_path, first = paths[0], None
     sums: dict[str, Any] = {}
@@ -159,7 +168,16 @@ def average_checkpoints(paths: Sequence[str], progress: Progress | None = None) 
                 elif not torch.equal(t, sums[k]):
                     raise CheckpointError(f"integer tensor {k} differs from {first_path}'s; it cannot be averaged",
                                           path)
-        sources.append({"path": path, "update": (ckpt.get("trainer") or {}).get("update")})
+        update = (ckpt.get("trainer") or {}).get("update")
+        twin = next((src["path"] for src in sources if update is not None and src["update"] == update), None)
+        if twin is not None:
+            raise CheckpointError(f"holds update {update}, as {twin} does: the same weights would count twice in the "
+                                  "mean", path)
+        named = kept_update(os.path.basename(path)) if by_name else None
+        if named is not None and named != update:
+            raise CheckpointError(f"is named for update {named} but holds update {update}: --last picks checkpoints "
+                                  "by the update they hold", path)
+        sources.append({"path": path, "update": update})
         last = ckpt
         if progress is not None:
             progress(path, len(sources), len(paths))
@@ -188,6 +206,6 @@ def run(config: AverageConfig, progress: Progress | None = None) -> dict[str, An
         paths, given_by = [str(p) for p in last_checkpoints(config.save_dir, config.last)], "--last"
     check_paths(paths, config.output, given_by)
     check_output(config.output, config.force, "averaged checkpoint")
-    ckpt = average_checkpoints(paths, progress)
+    ckpt = average_checkpoints(paths, progress, by_name=given_by == "--last")
     save_checkpoint(ckpt, config.output)
     return {"output": config.output, "inputs": paths, "checkpoint": ckpt}

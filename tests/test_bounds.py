@@ -147,3 +147,41 @@ def test_a_corpus_present_both_plain_and_gzipped_is_refused_naming_both(tmp_path
                             "--valid", str(tmp_path / "amb"), "--dest", str(tmp_path / "d")])
     assert code != 0 and "amb.en: both it and" in err and "amb.en.gz exist" in err, err
     assert not (tmp_path / "d").exists()
+
+
+def test_the_same_pool_given_twice_is_refused(tmp_path):
+    for name in ("in", "pool"):
+        for lang, word in (("en", "cat"), ("fr", "chat")):
+            (tmp_path / f"{name}.{lang}").write_text("".join(f"the {word} {name} {i}\n" for i in range(20)))
+    pool = str(tmp_path / "pool")
+    code, _, err = run_cli(["select-data", "--src-lang", "en", "--tgt-lang", "fr", "--in-domain", str(tmp_path / "in"),
+                            "--pool", pool, "--pool", pool, "--output-prefix",
+                            str(tmp_path / "sel"), "--lines", "5"])
+    assert code == 2 and "selected twice" in err and "Traceback" not in err, err
+    assert not list(tmp_path.glob("sel*"))
+
+
+def test_average_refuses_two_files_of_one_update_and_a_kept_checkpoint_named_for_another(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    make_checkpoint(run / "checkpoint_4.pt", seed=1, trainer={"update": 4})
+    make_checkpoint(run / "checkpoint_6.pt", seed=2, trainer={"update": 6})
+    copy = tmp_path / "copy.pt"
+    copy.write_bytes((run / "checkpoint_6.pt").read_bytes())
+    code, _, err = run_cli(["average", "-m", str(run / "checkpoint_6.pt"), "-m", str(copy), "-o", str(tmp_path / "a.pt")])
+    assert code != 0 and "copy.pt: holds update 6, as" in err and "twice" in err, err
+    (run / "checkpoint_6.pt").rename(run / "checkpoint_9.pt")  # renamed: --last would trust the name
+    code, _, err = run_cli(["average", "--last", "2", "--save-dir", str(run), "-o", str(tmp_path / "a.pt")])
+    assert code != 0 and "checkpoint_9.pt: is named for update 9 but holds update 6" in err, err
+    assert not (tmp_path / "a.pt").exists()
+
+
+def test_average_never_writes_over_a_file_of_a_run(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    make_checkpoint(run / "checkpoint_last.pt", seed=1, trainer={"update": 4})
+    (run / "metrics.jsonl").write_text('{"kind": "train"}\n')
+    code, _, err = run_cli(["average", "-m", str(run / "checkpoint_last.pt"), "-o", str(run / "metrics.jsonl"),
+                            "--force"])
+    assert code != 0 and "metrics.jsonl: is a file of the training run in" in err, err
+    assert (run / "metrics.jsonl").read_text() == '{"kind": "train"}\n'

@@ -73,6 +73,12 @@ class SelectConfig:
             raise ConfigError("--src-lang and --tgt-lang must differ")
         if not self.in_domain or not self.pool:
             raise ConfigError("need --in-domain and --pool")
+        seen: dict[str, str] = {}
+        for prefix in self.pool:
+            if os.path.realpath(prefix) in seen:
+                raise ConfigError(f"--pool {prefix} is the pool {seen[os.path.realpath(prefix)]} again: its pairs "
+                                  "would be selected twice")
+            seen[os.path.realpath(prefix)] = prefix
         if not os.path.basename(self.output_prefix):
             raise ConfigError(f"--output-prefix {self.output_prefix!r} has no file name part: give one, e.g. "
                               "out/selected for out/selected.{src,tgt}")
