@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import make_checkpoint, run_cli
 
 REPO = Path(__file__).resolve().parent.parent
@@ -185,3 +187,32 @@ def test_average_never_writes_over_a_file_of_a_run(tmp_path):
                             "--force"])
     assert code != 0 and "metrics.jsonl: is a file of the training run in" in err, err
     assert (run / "metrics.jsonl").read_text() == '{"kind": "train"}\n'
+
+
+@pytest.mark.parametrize("name", ["train.log", "metrics.jsonl", "checkpoint_last.pt"])
+def test_a_run_file_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_path, data_dir, name):
+    from tests.conftest import tiny_train_args
+
+    run = tmp_path / "run"
+    run.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (run / name).symlink_to(victim)
+    code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), *tiny_train_args(), "--force"])
+    assert code != 0 and f"{name}: is a symbolic link" in err and "Traceback" not in err, err
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_run_folder_holding_an_earlier_runs_files_but_no_checkpoint_needs_force(tmp_path, data_dir):
+    from tests.conftest import tiny_train_args
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("metrics.jsonl", "train.log"):
+        (run / name).write_text("an earlier run's\n")
+    code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), *tiny_train_args()])
+    assert code != 0 and "saved no checkpoint" in err and "--force" in err, err
+    assert (run / "metrics.jsonl").read_text() == "an earlier run's\n"
+    code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), *tiny_train_args(), "--force",
+                            "--max-updates", "1"])
+    assert code == 0 and (run / "checkpoint_last.pt").exists(), err

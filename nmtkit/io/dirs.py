@@ -253,11 +253,16 @@ def has_checkpoint(names: list[str]) -> bool:
     return any(f.startswith("checkpoint_") for f in names)
 
 
-def stale_run_files(save_dir: Path) -> list[str]:
-    """The files of a run that stopped before its first checkpoint: nothing in them can be
-    continued, so a fresh start replaces them (instead of demanding --force)."""
-    present = run_files_present(save_dir)
-    return [] if has_checkpoint(present) else present
+def check_run_files_are_files(save_dir: Path) -> None:
+    """OutputError naming the first of a run's own files (and its lock) in `save_dir` that is a
+    symbolic link or not a regular file: the run would write through it (truncating, appending to
+    or replacing what it points to)."""
+    for name in (*RUN_FILES, LOCK_FILE):
+        path = save_dir / name
+        if path.is_symlink():
+            raise OutputError("is a symbolic link, where nmtkit writes a file of its own: remove it", str(path))
+        if path.exists() and not path.is_file():
+            raise OutputError("is not a regular file, where nmtkit writes a file of its own: remove it", str(path))
 
 
 def is_run_file(name: str) -> bool:

@@ -24,7 +24,7 @@ from nmtkit.io.dirs import (
     CONFIG_FILE,
     LAST,
     REPLACED,
-    clear_run_dir,
+    check_run_files_are_files,
     discard_unstarted_run,
     has_checkpoint,
     is_run_file,
@@ -34,7 +34,6 @@ from nmtkit.io.dirs import (
     run_files_present,
     run_lock,
     set_aside_run,
-    stale_run_files,
 )
 from nmtkit.io.files import check_output_dir, write_text
 from nmtkit.train.config import RunConfig, TrainConfig, TrainOptions, training_defaults
@@ -76,6 +75,7 @@ def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
     """Refuse to mix two runs in one directory (see the module docstring)."""
     if save_dir.exists() and not save_dir.is_dir():
         raise ConfigError(f"--save-dir {save_dir} exists and is not a directory")
+    check_run_files_are_files(save_dir)
     present = run_files_present(save_dir)
     if resume:
         if not (save_dir / LAST).exists():
@@ -85,6 +85,9 @@ def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
     if present and has_checkpoint(present) and not force:
         raise OutputExistsError(f"already holds a run ({', '.join(present)}): pass --resume to continue it "
                                 "or --force to start over", str(save_dir))
+    if present and not force:
+        raise OutputExistsError(f"holds the files of a run that saved no checkpoint ({', '.join(present)}): pass "
+                                "--force to replace them", str(save_dir))
 
 
 def _checked_callbacks(callbacks: Any) -> Callbacks | None:
@@ -205,10 +208,6 @@ def _start_run(save_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[s
     if tb_dir is not None:  # an unwritable folder fails before the run writes anything
         check_output_dir(tb_dir, "--tensorboard folder")
     if not resume:
-        if not force and stale_run_files(save_dir):
-            log.warning("%s: replacing %s of a run that saved no checkpoint", save_dir,
-                        ", ".join(stale_run_files(save_dir)))
-            clear_run_dir(save_dir)
         if force:
             set_aside_run(save_dir)
     text = config_text(cfg, arch, model_config)
