@@ -216,3 +216,54 @@ def test_a_run_folder_holding_an_earlier_runs_files_but_no_checkpoint_needs_forc
     code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), *tiny_train_args(), "--force",
                             "--max-updates", "1"])
     assert code == 0 and (run / "checkpoint_last.pt").exists(), err
+
+
+def _evil_translator(tmp_path):
+    from nmtkit.text.pipeline import TextPipeline
+    from nmtkit.translate import TranslateConfig, Translator
+
+    pipe = TextPipeline(src_lang="en", tgt_lang="fr", protected_patterns=(EVIL,))
+    model = make_checkpoint(tmp_path / "m.pt", pipeline=pipe)
+    return Translator(TranslateConfig(models=(str(model),), beam=2, precision="fp32"))
+
+
+def test_serve_answers_a_line_past_the_protect_bound_with_a_400_and_only_that_request_fails(tmp_path):
+    import asyncio
+    import json
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from nmtkit.serve import Limits, ServeConfig
+    from nmtkit.serve.app import make_app
+
+    translator = _evil_translator(tmp_path)
+    config = ServeConfig(limits=Limits(max_beam=2, max_lines=10, max_line_chars=200, max_body_bytes=4096))
+
+    async def main():
+        app = make_app(translator, config)
+        async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+            async def post(lines):
+                resp = await client.post("/translate", data=json.dumps({"text": lines}),
+                                         headers={"Content-Type": "application/json"})
+                return resp.status, await resp.text()
+            return await asyncio.gather(post(["a" * 60 + "!"]), post(["the cat"]), post(["a dog"]))
+
+    (bad_status, bad), (ok1, _), (ok2, _) = asyncio.run(main())
+    assert bad_status == 400 and "the protected pattern" in json.loads(bad)["error"], bad
+    assert ok1 == 200 and ok2 == 200
+
+
+def test_a_carriage_return_inside_a_line_separates_words_in_translate_the_api_and_serve(tmp_path, ckpt):
+    import nmtkit
+
+    model = nmtkit.load(ckpt, beam=2, precision="fp32")
+    spaced = model.translate(["the cat sat"])
+    assert model.translate(["the cat\rsat"]) == spaced
+    src = tmp_path / "in.en"
+    src.write_bytes(b"the cat\rsat\n")
+    code, out, err = run_cli(["translate", "-m", ckpt, "--beam", "2", "--precision", "fp32", "-i", str(src)])
+    assert code == 0 and out.splitlines() == spaced, err
+    from nmtkit.serve import Limits
+    from nmtkit.serve.app import check_lines
+
+    assert check_lines(["the cat\rsat"], "text", Limits()) == ("the cat\rsat",)

@@ -32,7 +32,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from nmtkit import signals
-from nmtkit.errors import OutputError
+from nmtkit.errors import NmtkitError, OutputError
 from nmtkit.serve.batcher import Batcher, ClientGone, DecodeThread, Limits, ServeConfig
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def check_lines(lines: Any, field: str, limits: Limits) -> tuple[str, ...]:
         except UnicodeEncodeError as err:  # JSON's \ud800 escapes decode to lone surrogates
             raise RequestError(f"'{field}'[{i}] holds a lone surrogate (\\u{ord(line[err.start]):04x} at character "
                                f"{err.start}), which is no Unicode text") from None
-        if "\n" in line or "\r" in line:
+        if "\n" in line:
             raise RequestError(f"'{field}'[{i}] holds a line break: send one sentence per list item")
         nul = line.find("\0")
         if nul >= 0:  # binary data, which `nmtkit translate` refuses in its input too
@@ -369,6 +369,8 @@ def _middleware(log_line: Callable[[str], None] | None, allowed: AllowedHosts):
             response = await handler(request)
         except RequestError as err:
             response = _error(err.status, str(err), err.close)
+        except NmtkitError as err:  # a line the text pipeline refuses (a protected pattern past its time limit)
+            response = _error(400, str(err))
         except ClientGone as err:  # nobody reads the answer; the status is for the log line
             response = _error(499, str(err), close=True)
         except web.HTTPException as err:  # aiohttp's own: 404, 405, 413

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from nmtkit.errors import NmtkitError
 from nmtkit.options import check_fields, option
 
 if TYPE_CHECKING:
@@ -229,21 +230,39 @@ class Batcher:
             group = [job for job in group if not job.dropped()]  # clients that went away
             if not group:
                 continue
-            lines = [line for job in group for line in job.lines]
-            attention = any(job.attention for job in group)
             try:
-                results = await self._thread.run(self.translate, lines, group[0].beam, group[0].nbest, attention)
+                await self._serve_group(group)
+            except NmtkitError:  # one request's line (a protected pattern past its time limit): only it fails
+                for job in group:
+                    try:
+                        await self._serve_group([job])
+                    except Exception as err:  # noqa: BLE001 - handed to the request
+                        if not job.future.done():
+                            job.future.set_exception(err)
             except Exception as err:  # noqa: BLE001 - handed to every waiting request
                 for job in group:
                     if not job.future.done():
                         job.future.set_exception(err)
-                continue
-            self.stats.batches += 1
-            self.stats.requests += len(group)
-            self.stats.sentences += len(lines)
-            self.stats.largest = max(self.stats.largest, len(lines))
-            start = 0
-            for job in group:
-                if not job.future.done():
-                    job.future.set_result(results[start : start + len(job.lines)])
-                start += len(job.lines)
+
+    async def _serve_group(self, group: list) -> None:
+        """Translate the lines of `group`'s requests as one batch and answer each its own; an
+        NmtkitError from a line of a group of several requests is raised, answered by the caller."""
+        lines = [line for job in group for line in job.lines]
+        attention = any(job.attention for job in group)
+        try:
+            results = await self._thread.run(self.translate, lines, group[0].beam, group[0].nbest, attention)
+        except NmtkitError as err:
+            if len(group) > 1:
+                raise
+            if not group[0].future.done():
+                group[0].future.set_exception(err)
+            return
+        self.stats.batches += 1
+        self.stats.requests += len(group)
+        self.stats.sentences += len(lines)
+        self.stats.largest = max(self.stats.largest, len(lines))
+        start = 0
+        for job in group:
+            if not job.future.done():
+                job.future.set_result(results[start : start + len(job.lines)])
+            start += len(job.lines)

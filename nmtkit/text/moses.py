@@ -113,6 +113,13 @@ def space_non_printing(line: str) -> str:
     return "".join("" if c in INSIDE_WORD else " " if category(c) in NON_PRINTING else c for c in line)
 
 
+def _cr_as_space(line: str) -> str:
+    """A carriage return inside a line separates words, as the other line and page separators do
+    (normalize-punctuation.perl deletes it, merging the words around it); translate, the Python
+    API and serve take it alike."""
+    return line.replace("\r", " ") if "\r" in line else line
+
+
 def compose(line: str) -> str:
     """Unicode NFC ("e" + U+0301 -> "é"): decomposed text (macOS file names, some web text) would
     otherwise be tokenised apart, each mark a token, as tokenizer.perl does."""
@@ -205,7 +212,7 @@ def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: boo
                  remove_non_printing: bool = True, nfc: bool = True):
     """`tokenize` with its settings bound once: a `str -> list[str]` for hot loops. NFC first, then
     the Moses order: normalize-punctuation.perl, remove-non-printing-char.perl, tokenizer.perl."""
-    steps = [compose] if nfc else []
+    steps = [_cr_as_space] + ([compose] if nfc else [])
     if normalize_punct:  # its regular expressions are compiled only when used
         steps.append(_normalizer(lang).normalize)
     if remove_non_printing:
