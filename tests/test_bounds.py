@@ -267,3 +267,14 @@ def test_a_carriage_return_inside_a_line_separates_words_in_translate_the_api_an
     from nmtkit.serve.app import check_lines
 
     assert check_lines(["the cat\rsat"], "text", Limits()) == ("the cat\rsat",)
+
+
+def test_an_update_freq_above_the_minibatches_of_an_epoch_is_warned_once(tmp_path, data_dir):
+    from tests.conftest import tiny_train_args
+
+    run = tmp_path / "run"
+    code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), *tiny_train_args(),
+                            "--max-updates", "2", "--update-freq", "1000"])
+    assert code == 0, err
+    warnings = [x for x in err.splitlines() if "--update-freq 1000 is above the" in x]
+    assert len(warnings) == 1 and warnings[0].startswith("nmtkit: warning: "), err

@@ -235,6 +235,10 @@ class Trainer:
         log.info("training %s (%d parameters) on %s x%d: %d pairs (%d over --max-len %s dropped), "
                  "%d minibatches per epoch, from update %d", ctx.arch, ctx.parameter_count(), ctx.device,
                  ctx.dist.world_size, len(ctx.keep), ctx.dropped, cfg.max_len, plan_len, st.update)
+        per_rank = plan_len // ctx.dist.world_size
+        if cfg.update_freq > per_rank and ctx.dist.is_main:
+            log.warning("--update-freq %d is above the %d minibatches an epoch gives each process: every update "
+                        "takes %d (an update ends with its epoch)", cfg.update_freq, per_rank, max(per_rank, 1))
 
     def _log_interval(self) -> None:
         """Read the accumulated statistics (the only host reads of losses) and report them."""
