@@ -278,3 +278,23 @@ def test_an_update_freq_above_the_minibatches_of_an_epoch_is_warned_once(tmp_pat
     assert code == 0, err
     warnings = [x for x in err.splitlines() if "--update-freq 1000 is above the" in x]
     assert len(warnings) == 1 and warnings[0].startswith("nmtkit: warning: "), err
+
+
+def test_one_very_long_dev_line_is_left_out_of_validation_within_bounded_memory(tmp_path):
+    from tests.conftest import tiny_train_args
+
+    en = ["the cat sat on a mat .", "a dog ran in the park", "the big red house", "cat and dog"] * 10
+    fr = ["le chat assis sur un tapis .", "un chien courait dans le parc", "la grande maison rouge",
+          "chat et chien"] * 10
+    for lang, lines in (("en", en), ("fr", fr)):
+        (tmp_path / f"train.{lang}").write_text("\n".join(lines) + "\n")
+        long = " ".join(lines[:4]) + " "
+        (tmp_path / f"dev.{lang}").write_text("\n".join(lines[:3] + [long * 4000]) + "\n")  # ~80k tokens
+    code, _, err = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", str(tmp_path / "train"),
+                            "--valid", str(tmp_path / "dev"), "--dest", str(tmp_path / "d"), "--quiet"])
+    assert code == 0, err
+    proc = _bounded(["train", "--data", str(tmp_path / "d"), "--save-dir", str(tmp_path / "run"), *tiny_train_args(),
+                     "--max-updates", "2", "--valid-every", "1"], mem_gb=6, seconds=240)
+    err = proc.stderr.decode()
+    assert proc.returncode == 0, err
+    assert "1 dev pairs have a side over 250 tokens: validation leaves them out" in err, err

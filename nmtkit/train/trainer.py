@@ -33,7 +33,7 @@ from nmtkit.train.context import TrainContext, gather_rng_states, rng_state
 from nmtkit.train.events import LogEvent, StartEvent, TrainResult, ValidationEvent
 from nmtkit.train.metrics import MetricsLog, error_record, record_for_a_lost_writer, setup_file_log
 from nmtkit.train.step import train_step
-from nmtkit.train.validate import check_dev_bleu, dev_scores, perplexity
+from nmtkit.train.validate import check_dev_bleu, dev_scores, perplexity, warn_unvalidated
 
 __all__ = ["BEST", "LAST", "RunCheckpoints", "Trainer", "run_lexicon"]
 
@@ -316,6 +316,8 @@ class Trainer:
         sacrebleu) runs on one dev sentence, so a module missing on this machine stops the run now,
         not at the first validation hours later."""
         ctx = self.ctx
+        if ctx.dist.is_main and ctx.valid_data is not None:
+            warn_unvalidated(ctx.valid_data)
         if ctx.dist.is_main and ctx.bleu_enabled:
             assert ctx.valid_data is not None
             check_dev_bleu(ctx.model, ctx.valid_data, ctx.data.tgt_vocab, ctx.data.pipeline, ctx.cfg.valid_beam,

@@ -23,6 +23,26 @@ from nmtkit.train import distributed as ddp
 
 log = logging.getLogger(__name__)
 
+# the most tokens either side of a dev pair may have to be validated, as translate's --max-src-len
+# default bounds what it decodes: a longer pair's cost grows with the square of its length (one
+# dev line of a million characters filled 22 GB), and preprocess does not clean the valid split
+VALID_MAX_TOKENS = 250
+
+
+def validated(data: ParallelData, n: int | None = None) -> np.ndarray:
+    """Indices of the first `n` (all) dev pairs that validation scores: a non-empty source (an
+    empty one cannot be encoded) and both sides within VALID_MAX_TOKENS."""
+    src, tgt = data.src.lengths[:n], data.tgt.lengths[:n]
+    return np.flatnonzero((src > 0) & (src <= VALID_MAX_TOKENS) & (tgt <= VALID_MAX_TOKENS))
+
+
+def warn_unvalidated(data: ParallelData) -> None:
+    """One warning, before training, naming how many dev pairs validation leaves out for their length."""
+    long = int(((data.src.lengths > VALID_MAX_TOKENS) | (data.tgt.lengths > VALID_MAX_TOKENS)).sum())
+    if long:
+        log.warning("%d dev pairs have a side over %d tokens: validation leaves them out (dev loss and BLEU are "
+                    "on the other %d)", long, VALID_MAX_TOKENS, len(data) - long)
+
 
 def _to_device(arrays: Sequence[np.ndarray], device: torch.device) -> list[torch.Tensor]:
     return [torch.from_numpy(a).to(device, non_blocking=True) for a in arrays]
@@ -38,7 +58,7 @@ def dev_loss(
     model.eval()
     arrays = (np.asarray(data.src.ids), np.asarray(data.src.offsets), np.asarray(data.tgt.ids),
               np.asarray(data.tgt.offsets))
-    ok = np.flatnonzero(data.src.lengths > 0)  # an empty source cannot be encoded
+    ok = validated(data)
     total = torch.zeros((), dtype=torch.float64, device=device)
     n_tokens = 0
     try:
@@ -74,11 +94,10 @@ def dev_translations(
     was_training = model.training
     model.eval()
     n = min(n_samples, len(data))
-    idx = np.arange(n, dtype=np.int64)
     out: list[list[int]] = [[] for _ in range(n)]
     arrays = (np.asarray(data.src.ids), np.asarray(data.src.offsets), np.asarray(data.tgt.ids),
               np.asarray(data.tgt.offsets))
-    ok = idx[data.src.lengths[:n] > 0]
+    ok = validated(data, n)
     failed = 0
     try:
         for batch in length_batches(data.src.lengths, batch_size, indices=ok):
@@ -118,11 +137,12 @@ def dev_bleu(
 
     ids = dev_translations(model, data, n_samples, beam, batch_size, device, precision)
     decode = _pipeline_decoder(pipeline)
-    hyps = [decode(tgt_vocab.decode(t)) for t in ids]
+    kept = set(validated(data, len(ids)).tolist()) | {k for k in range(len(ids)) if data.src.lengths[k] == 0}
+    hyps = [decode(tgt_vocab.decode(t)) for k, t in enumerate(ids) if k in kept]
     if raw_refs is not None:
-        refs = list(raw_refs[: len(hyps)])
+        refs = [raw_refs[k] for k in range(len(ids)) if k in kept]
     else:
-        refs = [decode(tgt_vocab.decode(data.tgt[k].tolist())) for k in range(len(hyps))]
+        refs = [decode(tgt_vocab.decode(data.tgt[k].tolist())) for k in range(len(ids)) if k in kept]
     bleu = sacrebleu.corpus_bleu(hyps, [refs]).score if hyps else float("nan")
     return float(bleu), hyps, refs
 
