@@ -298,3 +298,13 @@ def test_one_very_long_dev_line_is_left_out_of_validation_within_bounded_memory(
     err = proc.stderr.decode()
     assert proc.returncode == 0, err
     assert "1 dev pairs have a side over 250 tokens: validation leaves them out" in err, err
+
+
+@pytest.mark.parametrize("name", ["*", "http://mt.example.org", "", "mt.example.org:8080", "*.example.org"])
+def test_an_allow_host_that_could_never_match_is_refused(name):
+    from nmtkit.errors import ConfigError
+    from nmtkit.serve import ServeConfig
+
+    with pytest.raises(ConfigError, match="--allow-host"):
+        ServeConfig(allow_hosts=(name,))
+    assert ServeConfig(allow_hosts=("mt.example.org", "[::1]")).allow_hosts == ("mt.example.org", "[::1]")

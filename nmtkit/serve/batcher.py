@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from nmtkit.errors import NmtkitError
+from nmtkit.errors import ConfigError, NmtkitError
 from nmtkit.options import check_fields, option
 
 if TYPE_CHECKING:
@@ -74,6 +75,10 @@ class ServeConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        for name in self.allow_hosts:
+            if not re.fullmatch(r"[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]", name):
+                raise ConfigError(f"--allow-host {name!r}: give a host name as a Host header names it (e.g. "
+                                  "mt.example.org), not a pattern, URL, port or empty name, which would never match")
 
 
 # (lines, beam, nbest, need_attention) -> one result per line, in order
