@@ -12,12 +12,13 @@ gives translation a typed `ModelBundle` of one checkpoint or a compatible ensemb
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from nmtkit import __version__
 from nmtkit.devices import import_torch
@@ -138,9 +139,9 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = Fa
             raise CheckpointError("not an nmtkit checkpoint: it is not a torch checkpoint (no zip archive); it was "
                                   "not loaded", str(path))
     try:
-        with warnings.catch_warnings():  # torch's notes on foreign pickles: the error below says it all
-            warnings.simplefilter("ignore")
-            obj = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+        with warnings.catch_warnings(), _utf8_name(path) as name:  # torch's notes on foreign pickles: the
+            warnings.simplefilter("ignore")                           # error below says it all
+            obj = torch.load(name, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError:
         # torch's message advises weights_only=False, i.e. running whatever code the file holds:
         # never pass that on
@@ -156,6 +157,22 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = Fa
                               f"({CHECKPOINT_FORMAT}); re-run 'nmtkit train' with this nmtkit to write the checkpoint "
                               "again", str(path))
     return _word_lists(obj, _split)
+
+
+@contextlib.contextmanager
+def _utf8_name(path: Path) -> Iterator[str | Path]:
+    """`path`, or where its name holds bytes that are not UTF-8 (which torch's file reader cannot
+    encode), the same file as /proc/self/fd/N, open meanwhile."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    yield path
 
 
 def _word_lists(obj: dict[str, Any], convert: Any) -> dict[str, Any]:

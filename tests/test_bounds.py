@@ -308,3 +308,10 @@ def test_an_allow_host_that_could_never_match_is_refused(name):
     with pytest.raises(ConfigError, match="--allow-host"):
         ServeConfig(allow_hosts=(name,))
     assert ServeConfig(allow_hosts=("mt.example.org", "[::1]")).allow_hosts == ("mt.example.org", "[::1]")
+
+
+def test_a_checkpoint_whose_path_is_not_utf8_is_read_by_translate(tmp_path):
+    path = os.fsdecode(os.fsencode(str(tmp_path)) + b"/mod\xffel.pt")
+    make_checkpoint(Path(path))
+    code, out, err = run_cli(["translate", "-m", path, "--beam", "2"], "the cat\n")
+    assert code == 0 and len(out.splitlines()) == 1, err
