@@ -315,3 +315,18 @@ def test_a_checkpoint_whose_path_is_not_utf8_is_read_by_translate(tmp_path):
     make_checkpoint(Path(path))
     code, out, err = run_cli(["translate", "-m", path, "--beam", "2"], "the cat\n")
     assert code == 0 and len(out.splitlines()) == 1, err
+
+
+def test_select_data_refuses_an_in_domain_text_and_pool_tokenised_with_other_protected_patterns(tmp_path):
+    for name, protect, word in (("in", ["--protect", "url"], "cat"), ("pool", [], "dog")):
+        for lang in ("en", "fr"):
+            raw = tmp_path / f"{name}.raw.{lang}"
+            raw.write_text("".join(f"the {word} {i} www.x.org\n" for i in range(30)))
+            code, _, err = run_cli(["tokenize", "--lang", lang, *protect, "-i", str(raw), "-o",
+                                    str(tmp_path / f"{name}.{lang}")])
+            assert code == 0, err
+    code, _, err = run_cli(["select-data", "--src-lang", "en", "--tgt-lang", "fr", "--in-domain", str(tmp_path / "in"),
+                            "--pool", str(tmp_path / "pool"), "--input-format", "tok", "--output-prefix",
+                            str(tmp_path / "sel"), "--lines", "5"])
+    assert code != 0 and "pool.en: tokenised with 0 protected patterns" in err and "same --protect" in err, err
+    assert not list(tmp_path.glob("sel*"))

@@ -199,9 +199,9 @@ def test_tokenised_input_is_checked_against_its_tokeniser_record_as_preprocess_c
     """--input-format tok took text tokenised with other settings, and raw text, without a word,
     while the summary recorded this command's flags as the text's."""
     (corpus / "tok").mkdir()
-    # select-data has no --protect: the protected patterns are not compared
+    # select-data has no --protect: the files' protected patterns must agree among themselves
     _tokenize(corpus, "in", "--aggressive-dash-splits", "--no-normalize-punct", "--protect", "printf")
-    _tokenize(corpus, "pool", "--aggressive-dash-splits", "--no-normalize-punct")
+    _tokenize(corpus, "pool", "--aggressive-dash-splits", "--no-normalize-punct", "--protect", "printf")
     tok = ["--in-domain", str(corpus / "tok" / "in"), "--pool", str(corpus / "tok" / "pool"), "--input-format", "tok",
            "--output-prefix", str(corpus / "sel"), "--workers", "1", "--lines", "10"]
     code, _, err = select(tok + ["--no-normalize-punct"])
@@ -220,7 +220,7 @@ def test_tokenised_input_is_checked_against_its_tokeniser_record_as_preprocess_c
         assert (corpus / f"sel.{lang}.tokinfo.json").read_text() == record
     code, _, err = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--input-format", "tok", "--train",
                             str(corpus / "sel"), "--valid", str(corpus / "tok" / "pool"), "--dest", str(corpus / "d"),
-                            "--workers", "1", "--aggressive-dash-splits", "--no-normalize-punct"])
+                            "--workers", "1", "--aggressive-dash-splits", "--no-normalize-punct", "--protect", "printf"])
     assert code == 0 and "warning" not in err, err
     # the same prefix again from raw text: the records beside it would describe text they do not
     for f in corpus.glob("sel.*"):

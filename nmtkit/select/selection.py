@@ -196,10 +196,19 @@ def tokinfo_warnings(cfg: SelectConfig, corpora: Sequence[Corpus], pipeline: Tex
     if cfg.input_format != "tok":
         return []
     langs = {"src": cfg.src_lang, "tgt": cfg.tgt_lang}
-    return [f"{path}: no {TOKINFO_SUFFIX} beside it, so its tokeniser settings cannot be checked; they must be "
-            "this command's" for corpus in corpora for side in scored_sides(cfg.method) for path in corpus.paths(side)
-            if not check_tokinfo(path, langs[side], pipeline.with_(lowercase=True), protect=False,
-                                 why="so that the in-domain text and the pool are tokenised alike")]
+    out = [f"{path}: no {TOKINFO_SUFFIX} beside it, so its tokeniser settings cannot be checked; they must be "
+           "this command's" for corpus in corpora for side in scored_sides(cfg.method) for path in corpus.paths(side)
+           if not check_tokinfo(path, langs[side], pipeline.with_(lowercase=True), protect=False,
+                                why="so that the in-domain text and the pool are tokenised alike")]
+    for side in scored_sides(cfg.method):  # select-data has no --protect: the files must agree among themselves
+        recorded = [(path, info.get("protected_patterns") or []) for corpus in corpora for path in corpus.paths(side)
+                    if (info := read_tokinfo(path)) is not None]
+        for path, patterns in recorded[1:]:
+            if patterns != recorded[0][1]:
+                raise ConfigError(f"tokenised with {len(patterns)} protected patterns, {recorded[0][0]} with "
+                                  f"{len(recorded[0][1])} other ones ({TOKINFO_SUFFIX}): tokenise the in-domain text "
+                                  "and the pool with the same --protect", path)
+    return out
 
 
 def check_selectable(empty: np.ndarray, pool: Corpus) -> None:
