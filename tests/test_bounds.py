@@ -330,3 +330,51 @@ def test_select_data_refuses_an_in_domain_text_and_pool_tokenised_with_other_pro
                             str(tmp_path / "sel"), "--lines", "5"])
     assert code != 0 and "pool.en: tokenised with 0 protected patterns" in err and "same --protect" in err, err
     assert not list(tmp_path.glob("sel*"))
+
+
+def test_serve_closes_silent_and_slow_header_connections_after_the_idle_timeout(tmp_path, ckpt):
+    import asyncio
+    import time
+
+    from aiohttp import web
+
+    from nmtkit.serve import Limits, ServeConfig
+    from nmtkit.serve.app import make_app, make_runner
+    from nmtkit.translate import TranslateConfig, Translator
+
+    translator = Translator(TranslateConfig(models=(ckpt,), beam=2, precision="fp32"))
+    config = ServeConfig(idle_timeout=1.0, limits=Limits(max_beam=2))
+
+    async def main():
+        runner = make_runner(make_app(translator, config), config)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        port = runner.addresses[0][1]
+        try:
+            conns = [await asyncio.open_connection("127.0.0.1", port) for _ in range(20)]
+            for _, writer in conns[10:]:  # inside their headers, a byte now and then
+                writer.write(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            t0 = time.monotonic()
+
+            async def trickle(writer):
+                for _ in range(20):
+                    await asyncio.sleep(0.25)
+                    if writer.is_closing():
+                        return
+                    try:
+                        writer.write(b"X-Slow: 1\r\n")
+                        await writer.drain()
+                    except (ConnectionError, OSError):
+                        return
+
+            trickles = [asyncio.create_task(trickle(w)) for _, w in conns[10:]]
+            closed = [await asyncio.wait_for(reader.read(), 10) for reader, _ in conns]
+            took = time.monotonic() - t0
+            for t in trickles:
+                t.cancel()
+            return closed, took
+        finally:
+            await runner.cleanup()
+
+    closed, took = asyncio.run(main())
+    assert all(c == b"" for c in closed) and took < 5, (took, closed[:2])

@@ -64,6 +64,10 @@ class ServeConfig:
     body_timeout: float = option(
         30.0, min=0, min_open=True, metavar="SECONDS", message="must be > 0 seconds",
         help="A client that has not sent its whole request body within this time gets a 408.")
+    idle_timeout: float = option(
+        15.0, min=0, min_open=True, metavar="SECONDS", message="must be > 0 seconds",
+        help="A connection that sends no complete request line and headers within this time (silent, too slow, "
+             "or idle between requests) is closed.")
     quiet: bool = option(False, names=("--quiet", "-q"), help="No per-request log lines or warnings on stderr (errors are still shown).")
     limits: Limits = field(default_factory=Limits)  # its fields are options of their own
     batch_size: int | None = option(None, min=1, cli=False,
