@@ -378,3 +378,39 @@ def test_serve_closes_silent_and_slow_header_connections_after_the_idle_timeout(
 
     closed, took = asyncio.run(main())
     assert all(c == b"" for c in closed) and took < 5, (took, closed[:2])
+
+
+def test_serve_logs_a_client_that_vanishes_inside_its_body_as_gone_not_500(ckpt):
+    import asyncio
+
+    from aiohttp import web
+
+    from nmtkit.serve import Limits, ServeConfig
+    from nmtkit.serve.app import make_app, make_runner
+    from nmtkit.translate import TranslateConfig, Translator
+
+    translator = Translator(TranslateConfig(models=(ckpt,), beam=2, precision="fp32"))
+    config = ServeConfig(limits=Limits(max_beam=2))
+    logs: list[str] = []
+
+    async def main():
+        runner = make_runner(make_app(translator, config, log_line=logs.append), config, logs.append)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        port = runner.addresses[0][1]
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 1000\r\n\r\n{\"text\": [")
+            await writer.drain()
+            await asyncio.sleep(0.3)
+            writer.close()
+            for _ in range(50):
+                if logs:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(main())
+    assert logs and " 499 " in logs[0] and " 500 " not in logs[0], logs

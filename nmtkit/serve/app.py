@@ -241,6 +241,8 @@ async def _checked(request: web.Request, check: Callable) -> Any:
         raise RequestError(f"request body over the limit of {limits.max_body_bytes} bytes", 413, close=True) from None
     except asyncio.TimeoutError:
         raise RequestError(f"request body not received within {config.body_timeout:g} s", 408, close=True) from None
+    except ConnectionError as err:  # the client went away while sending its body
+        raise ClientGone(f"the client went away while sending its request ({err})") from None
     size = REQUEST_SIZE.get({})
     size["bytes"] = len(body)
     req = check(parse_json_body(body, limits), limits)
