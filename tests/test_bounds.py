@@ -414,3 +414,31 @@ def test_serve_logs_a_client_that_vanishes_inside_its_body_as_gone_not_500(ckpt)
 
     asyncio.run(main())
     assert logs and " 499 " in logs[0] and " 500 " not in logs[0], logs
+
+
+def test_a_stop_signal_ends_a_validation_at_its_next_batch_and_resume_runs_it_again(data_dir, tmp_path, monkeypatch):
+    import signal
+
+    import nmtkit.train.validate as validate_mod
+    from nmtkit.checkpoint import load_checkpoint
+    from tests.conftest import records, tiny_options, tiny_overrides, train_run
+
+    real, calls = validate_mod.collate, []
+
+    def collate(*args):
+        calls.append(1)
+        handler = signal.getsignal(signal.SIGTERM)
+        if len(calls) == 2 and type(getattr(handler, "__self__", None)).__name__ == "StopSignals":
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives in the middle of the validation at update 10
+        return real(*args)
+
+    opts = tiny_options(max_updates=20, valid_every=10, save_every=20, valid_batch_size=2, valid_bleu_samples=0)
+    monkeypatch.setattr(validate_mod, "collate", collate)
+    result = train_run(data_dir, tmp_path / "run", opts, tiny_overrides())
+    assert result.reason == "SIGTERM" and result.update == 10, result
+    assert len(calls) == 2  # the validation's other batches (a dozen) were never run
+    assert load_checkpoint(tmp_path / "run" / "checkpoint_last.pt")["trainer"]["update"] == 10
+    assert records(tmp_path / "run", "valid") == []
+    monkeypatch.setattr(validate_mod, "collate", real)
+    train_run(data_dir, tmp_path / "run", opts, tiny_overrides(), resume=True)
+    assert [r["update"] for r in records(tmp_path / "run", "valid")] == [10, 20]

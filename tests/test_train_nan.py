@@ -88,7 +88,7 @@ def test_a_nan_dev_loss_stops_the_run_after_recording_the_validation(data_dir, t
 
     real = trainer_mod.dev_scores
     monkeypatch.setattr(trainer_mod, "dev_scores",
-                        lambda ctx: (float("nan"), float("nan")) if ctx.state.update >= 6 else real(ctx))
+                        lambda ctx, stop=None: (float("nan"), float("nan")) if ctx.state.update >= 6 else real(ctx, stop))
     run = tmp_path / "run"
     opts = tiny_options(max_updates=20, valid_every=3, on_nan="skip", valid_bleu_samples=0)
     with pytest.raises(TrainingError, match=r"dev loss is nan at update 6: .* checkpoint_best.pt \(update 3\)"):

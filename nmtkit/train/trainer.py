@@ -33,7 +33,7 @@ from nmtkit.train.context import TrainContext, gather_rng_states, rng_state
 from nmtkit.train.events import LogEvent, StartEvent, TrainResult, ValidationEvent
 from nmtkit.train.metrics import MetricsLog, error_record, record_for_a_lost_writer, setup_file_log
 from nmtkit.train.step import train_step
-from nmtkit.train.validate import check_dev_bleu, dev_scores, perplexity, warn_unvalidated
+from nmtkit.train.validate import ValidationStopped, check_dev_bleu, dev_scores, perplexity, warn_unvalidated
 
 __all__ = ["BEST", "LAST", "RunCheckpoints", "Trainer", "run_lexicon"]
 
@@ -106,7 +106,7 @@ class Trainer:
         last_valid: ValidationEvent | None = None
         with signals.handled_by(self.signals.handle):  # a signal that is ignored stays ignored
             if self._pending_validation():
-                last_valid = self.validate()
+                last_valid = self.validate() or last_valid
                 self._save_progress()
             reason = self._stop_reason(check_collective=True)
             while reason is None:
@@ -123,7 +123,7 @@ class Trainer:
             if reason in ("max-updates", "max-epochs", "max-time") and st.last_valid_update != st.update:
                 # Users expect checkpoint_best.pt after a run that stopped on a budget.
                 self._save_progress()
-                last_valid = self.validate(final=True)
+                last_valid = self.validate(final=True) or last_valid
             self._save_progress()
         log.info("stopped (%s) at update %d, epoch %d; best dev %s %s at update %s", reason, st.update, st.epoch,
                  cfg.best_metric, st.best_score, st.best_update)
@@ -263,14 +263,18 @@ class Trainer:
             ctx.cb.on_log(event)
 
     # ---- validation ---------------------------------------------------------------------
-    def validate(self, final: bool = False) -> ValidationEvent:
+    def validate(self, final: bool = False) -> ValidationEvent | None:
         """Dev loss (and BLEU); keeps checkpoint_best.pt. A `final` validation, run when training
         stops between two scheduled ones, may update the best checkpoint but leaves the learning-rate
         schedule and early stopping (its count and the best score it counts against) alone, so a
-        later --resume continues exactly."""
+        later --resume continues exactly. None when a stop signal ended it unfinished."""
         ctx, cfg, st = self.ctx, self.ctx.cfg, self.ctx.state
         t0 = time.perf_counter()
-        loss, bleu = dev_scores(ctx)
+        try:
+            loss, bleu = dev_scores(ctx, None if ctx.dist.enabled else lambda: self.signals.received is not None)
+        except ValidationStopped:  # a --resume runs it again (`_pending_validation`)
+            log.info("validation at update %d stopped by a signal, unfinished", st.update)
+            return None
         score = bleu if cfg.best_metric == "bleu" else loss
         improved = st.record_best(score, cfg.best_metric == "bleu")
         if not final:

@@ -29,6 +29,15 @@ log = logging.getLogger(__name__)
 VALID_MAX_TOKENS = 250
 
 
+class ValidationStopped(Exception):
+    """A stop signal arrived during a validation, which was left unfinished."""
+
+
+def _check_stop(stop: Callable[[], bool] | None) -> None:
+    if stop is not None and stop():
+        raise ValidationStopped
+
+
 def validated(data: ParallelData, n: int | None = None) -> np.ndarray:
     """Indices of the first `n` (all) dev pairs that validation scores: a non-empty source (an
     empty one cannot be encoded) and both sides within VALID_MAX_TOKENS."""
@@ -51,9 +60,10 @@ def _to_device(arrays: Sequence[np.ndarray], device: torch.device) -> list[torch
 @torch.inference_mode()  # as decoding: compiled step bodies then share their graphs
 def dev_loss(
     model: Any, data: ParallelData, batch_size: int, device: torch.device, precision: str = "fp32",
-    chunk_tokens: int = 4096,
+    chunk_tokens: int = 4096, stop: Callable[[], bool] | None = None,
 ) -> tuple[float, int]:
-    """(mean NLL per target token, number of target tokens) over the whole split."""
+    """(mean NLL per target token, number of target tokens) over the whole split; `stop()` true
+    between two batches raises ValidationStopped."""
     was_training = model.training
     model.eval()
     arrays = (np.asarray(data.src.ids), np.asarray(data.src.offsets), np.asarray(data.tgt.ids),
@@ -63,6 +73,7 @@ def dev_loss(
     n_tokens = 0
     try:
         for batch in length_batches(data.src.lengths, batch_size, indices=ok):
+            _check_stop(stop)
             src, src_lens, tgt_in, tgt_out = _to_device(collate(*arrays, batch), device)
             with autocast(device.type, precision):
                 _, nll_sum, n = model.loss(src, src_lens, tgt_in, tgt_out, 0.0, chunk_tokens)
@@ -85,10 +96,10 @@ def _pipeline_decoder(pipeline: dict[str, Any]) -> Callable[[list[str]], str]:
 @torch.no_grad()
 def dev_translations(
     model: Any, data: ParallelData, n_samples: int, beam: int, batch_size: int, device: torch.device,
-    precision: str = "fp32",
+    precision: str = "fp32", stop: Callable[[], bool] | None = None,
 ) -> list[list[int]]:
     """Token ids of the translations of the first `n_samples` dev sentences (in order); none for
-    a sentence the model gives no finite score (warned)."""
+    a sentence the model gives no finite score (warned); `stop` as in `dev_loss`."""
     from nmtkit.decode.search import beam_search, greedy_search
 
     was_training = model.training
@@ -101,6 +112,7 @@ def dev_translations(
     failed = 0
     try:
         for batch in length_batches(data.src.lengths, batch_size, indices=ok):
+            _check_stop(stop)
             src, src_lens, _, _ = collate(*arrays, batch)
             src_t, lens_t = _to_device((src, src_lens), device)
             with autocast(device.type, precision):
@@ -131,11 +143,12 @@ def dev_bleu(
     device: torch.device,
     raw_refs: list[str] | None = None,
     precision: str = "fp32",
+    stop: Callable[[], bool] | None = None,
 ) -> tuple[float, list[str], list[str]]:
     """(BLEU, hypotheses, references) on the first `n_samples` dev sentences, detokenised."""
     import sacrebleu
 
-    ids = dev_translations(model, data, n_samples, beam, batch_size, device, precision)
+    ids = dev_translations(model, data, n_samples, beam, batch_size, device, precision, stop)
     decode = _pipeline_decoder(pipeline)
     kept = set(validated(data, len(ids)).tolist()) | {k for k in range(len(ids)) if data.src.lengths[k] == 0}
     hyps = [decode(tgt_vocab.decode(t)) for k, t in enumerate(ids) if k in kept]
@@ -165,18 +178,19 @@ def perplexity(loss: float) -> float:
     return math.exp(min(loss, 700.0))
 
 
-def dev_scores(ctx: Any) -> tuple[float, float]:
+def dev_scores(ctx: Any, stop: Callable[[], bool] | None = None) -> tuple[float, float]:
     """(dev loss, dev BLEU) of a `nmtkit.train.context.TrainContext`'s model, computed on rank 0
-    and broadcast to every rank; BLEU is nan where --valid-bleu-samples is 0."""
+    and broadcast to every rank; BLEU is nan where --valid-bleu-samples is 0. `stop` (one process
+    only: the ranks of a job agree on stopping at updates) as in `dev_loss`."""
     cfg = ctx.cfg
     loss, bleu = float("nan"), float("nan")
     if ctx.dist.is_main:
         assert ctx.valid_data is not None
         loss, _ = dev_loss(ctx.model, ctx.valid_data, cfg.valid_batch_size, ctx.device, ctx.precision,
-                           cfg.loss_chunk_tokens)
+                           cfg.loss_chunk_tokens, stop)
         if ctx.bleu_enabled and math.isfinite(loss):  # a model whose loss overflows has no translation to score
             bleu, _, _ = dev_bleu(ctx.model, ctx.valid_data, ctx.data.tgt_vocab, ctx.data.pipeline,
                                   cfg.valid_bleu_samples, cfg.valid_beam, cfg.valid_batch_size, ctx.device,
-                                  ctx.raw_refs, ctx.precision)
+                                  ctx.raw_refs, ctx.precision, stop)
     loss, bleu = ddp.broadcast_floats([loss, bleu], ctx.dist, ctx.device)
     return loss, bleu
