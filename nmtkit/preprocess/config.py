@@ -1,14 +1,13 @@
 """`PreprocessConfig`: every option of `nmtkit preprocess`, recorded in manifest["settings"]."""
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.options import check_fields, field_default, option, refuse_without
-from nmtkit.text.io import input_candidates, resolve_input
+from nmtkit.text.io import resolve_input
 from nmtkit.text.moses import check_lang, resolve_protect
 from nmtkit.text.pipeline import (
     CORPUS_FORMATS,
@@ -154,8 +153,6 @@ class PreprocessConfig:
 
 
 def _input_file(prefix: str, lang: str) -> str:
-    if all(os.path.exists(p) for p in input_candidates(prefix, lang)):
-        return resolve_input(prefix, lang)  # the error naming both
     try:
         return resolve_input(prefix, lang)
     except InputError:

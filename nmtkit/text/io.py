@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import logging
 import os
 import sys
 import zlib
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import IO, Iterable, Iterator
 
 from nmtkit.errors import InputError
+
+log = logging.getLogger(__name__)
 
 GZIP_MAGIC = b"\x1f\x8b"
 BOM = "\ufeff"  # a UTF-8 byte order mark (EF BB BF) decoded
@@ -35,12 +38,16 @@ def _check_file(path: str | Path, pipes: bool = False) -> None:
         raise InputError("file is not readable", str(path))
 
 
+_WARNED_BOTH: set[str] = set()
+
+
 def resolve_input(prefix: str, lang: str) -> str:
-    """PREFIX.lang, or PREFIX.lang.gz when only that exists (InputError when neither or both do:
-    which of two was read would otherwise go unsaid)."""
+    """PREFIX.lang, or PREFIX.lang.gz when only that exists (InputError when neither does); where
+    both do, PREFIX.lang, with a warning (once a process) naming both."""
     plain, gz = input_candidates(prefix, lang)
-    if os.path.exists(plain) and os.path.exists(gz):
-        raise InputError(f"both it and {gz} exist: remove or rename the one not to read", plain)
+    if os.path.exists(plain) and os.path.exists(gz) and plain not in _WARNED_BOTH:
+        _WARNED_BOTH.add(plain)
+        log.warning(f"{plain} and {gz} both exist: reading {plain}")
     for path in (plain, gz):
         if os.path.isfile(path):
             return path
