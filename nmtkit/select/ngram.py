@@ -14,7 +14,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import chain, repeat
-from typing import Iterable, Sequence, TextIO
+from typing import Iterable, Mapping, Sequence, TextIO
 
 import numpy as np
 
@@ -53,9 +53,13 @@ class LMVocab:
         counts: Counter[str] = Counter()
         for toks in sentences:
             counts.update(toks)
-        for special in LM_SPECIALS:
-            counts.pop(special, None)
-        words = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+        return cls.from_counts(counts, min_count)
+
+    @classmethod
+    def from_counts(cls, counts: Mapping[str, int], min_count: int = 1) -> "LMVocab":
+        """Words of `counts` (word -> count) seen at least `min_count` times, the specials left out."""
+        words = sorted((w for w, c in counts.items() if c >= min_count and w not in LM_SPECIALS),
+                       key=lambda w: (-counts[w], w))
         return cls(list(LM_SPECIALS) + words)
 
     def encode(self, tokens: Sequence[str]) -> list[int]:
@@ -97,6 +101,11 @@ def flatten(sentences: Sequence[Sequence[int]]) -> FlatBatch:
     lens = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
     ids = np.fromiter(chain.from_iterable(sentences), dtype=np.int64, count=int(lens.sum()))
     return _assemble(ids, lens)
+
+
+def flat_batch(ids: np.ndarray, lens: np.ndarray) -> FlatBatch:
+    """Word ids (W,) of sentences of lengths lens (N,), of any integer dtype -> their FlatBatch."""
+    return _assemble(np.asarray(ids, dtype=np.int64), np.asarray(lens, dtype=np.int64))
 
 
 def _assemble(ids: np.ndarray, lens: np.ndarray) -> FlatBatch:
@@ -284,9 +293,10 @@ class NgramLM:
 
     # ------------------------------------------------------------------ estimation
     @classmethod
-    def estimate(cls, sentences: Sequence[Sequence[int]], vocab_size: int, order: int = 4,
+    def estimate(cls, sentences: Sequence[Sequence[int]] | FlatBatch, vocab_size: int, order: int = 4,
                  discounts: Sequence[tuple[float, float, float]] | None = None) -> "NgramLM":
-        """Count and smooth. `sentences`: id lists without `<s>`/`</s>`, ids < vocab_size.
+        """Count and smooth. `sentences`: id lists without `<s>`/`</s>`, ids < vocab_size (or
+        their FlatBatch).
 
         `discounts` (one triple per order 1..n) overrides the count-of-counts estimate (tests).
         Phases: `_count` (raw counts per order), `_adjusted_counts` (Kneser-Ney continuation
@@ -295,7 +305,7 @@ class NgramLM:
         if order < 1:
             raise ValueError("order must be >= 1")
         V = int(vocab_size)
-        flat = flatten(sentences)
+        flat = sentences if isinstance(sentences, FlatBatch) else flatten(sentences)
         toks, dist = flat.toks, flat.dist
         if toks.size and (toks.min() < 0 or toks.max() >= V):
             raise ValueError("token id out of range")

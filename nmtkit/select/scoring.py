@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import functools
 import itertools
+from array import array
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from nmtkit.errors import InputError
 from nmtkit.progress import Progress
-from nmtkit.select.ngram import FlatBatch, LMVocab, NgramLM
+from nmtkit.select.ngram import FlatBatch, LMVocab, NgramLM, flat_batch
 from nmtkit.text.io import (
     BOM,
     PARALLEL_WHY,
@@ -31,7 +32,6 @@ from nmtkit.text.parallel import parallel_map, worker_state
 from nmtkit.text.pipeline import TextPipeline
 
 CHUNK_PAIRS = 2000  # pairs per block sent to a worker
-Pairs = list[tuple[list[str], list[str]]]  # tokenised (src, tgt) pairs
 _BOM = BOM.encode("utf-8")
 
 
@@ -195,9 +195,45 @@ def score_block(block: Block) -> np.ndarray:
     return scorer.score_lines(*block.lines())
 
 
-def tokenize_all(opts: TextOpts, pairs: Iterable[tuple[str, str]], workers: int) -> Pairs:
-    """Every (src, tgt) line pair as LM tokens, over `workers` processes in chunks of CHUNK_PAIRS."""
-    return list(parallel_map(functools.partial(_tokenize_pair, opts), pairs, workers, CHUNK_PAIRS))
+@dataclass
+class IdPairs:
+    """Tokenised (src, tgt) pairs held as ids, not text (4 bytes a token): per side (0 src, 1 tgt)
+    a flat int32 array of ids and each pair's length in tokens."""
+
+    ids: tuple[np.ndarray, np.ndarray]
+    lens: tuple[np.ndarray, np.ndarray]
+
+    def sizes(self) -> dict[str, int]:
+        return {"pairs": len(self.lens[0]), "src_tokens": int(self.lens[0].sum()),
+                "tgt_tokens": int(self.lens[1].sum())}
+
+    def batch(self, side: int) -> FlatBatch:
+        """One side's sentences as a FlatBatch (what `NgramLM.estimate` counts)."""
+        return flat_batch(self.ids[side], self.lens[side])
+
+    def take(self, order: np.ndarray) -> "IdPairs":
+        """The pairs `order` (indices), in that order."""
+        ids, lens = [], []
+        for side in (0, 1):
+            ends = np.cumsum(self.lens[side], dtype=np.int64)
+            starts = ends - self.lens[side]
+            parts = [self.ids[side][starts[r]:ends[r]] for r in order]
+            ids.append(np.concatenate(parts) if parts else np.zeros(0, np.int32))
+            lens.append(self.lens[side][order])
+        return IdPairs((ids[0], ids[1]), (lens[0], lens[1]))
+
+
+def tokenize_ids(opts: TextOpts, pairs: Iterable[tuple[str, str]], workers: int,
+                 encode: Sequence[Callable[[list[str]], list[int]]]) -> IdPairs:
+    """Every (src, tgt) line pair as LM tokens, over `workers` processes in chunks of CHUNK_PAIRS,
+    each side's tokens turned into ids by `encode[side]` as they come: the text is never held."""
+    ids, lens = (array("i"), array("i")), (array("i"), array("i"))
+    for pair in parallel_map(functools.partial(_tokenize_pair, opts), pairs, workers, CHUNK_PAIRS):
+        for side in (0, 1):
+            ids[side].extend(encode[side](pair[side]))
+            lens[side].append(len(pair[side]))
+    as_np = [np.frombuffer(a, dtype=np.int32) if len(a) else np.zeros(0, np.int32) for a in (*ids, *lens)]
+    return IdPairs((as_np[0], as_np[1]), (as_np[2], as_np[3]))
 
 
 def score_pool(scorer: Scorer, pool: Corpus, workers: int,

@@ -12,6 +12,7 @@ processes, which get the LMs by fork.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -28,8 +29,8 @@ from nmtkit.io.checks import check_outputs_vs_inputs
 from nmtkit.io.files import StagedFiles, check_output, writes_in_place
 from nmtkit.progress import Progress, no_progress
 from nmtkit.select.config import SelectConfig
-from nmtkit.select.ngram import LM_SPECIALS, LMVocab, NgramLM
-from nmtkit.select.scoring import Corpus, Pairs, Scorer, TextOpts, score_pool, tokenize_all, write_scores
+from nmtkit.select.ngram import LM_SPECIALS, LM_UNK_ID, LMVocab, NgramLM
+from nmtkit.select.scoring import Corpus, IdPairs, Scorer, TextOpts, score_pool, tokenize_ids, write_scores
 from nmtkit.text.io import decode_line, input_candidates, read_blocks, resolve_input
 from nmtkit.text.pipeline import TextPipeline
 from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo, read_tokinfo
@@ -220,10 +221,20 @@ def check_selectable(empty: np.ndarray, pool: Corpus) -> None:
 
 
 # ---------------------------------------------------------------------- the command
-def _sizes(pairs: Pairs) -> dict[str, int]:
-    """Pairs and tokens per side of a tokenised text (as the summary reports them)."""
-    return {"pairs": len(pairs), "src_tokens": sum(len(s) for s, _ in pairs),
-            "tgt_tokens": sum(len(t) for _, t in pairs)}
+def _type_id(types: dict[str, int], tokens: list[str]) -> list[int]:
+    """Each token's number in `types`, a new token getting the next one."""
+    return [types.setdefault(t, len(types)) for t in tokens]
+
+
+def _vocab_and_ids(types: dict[str, int], ids: np.ndarray, min_count: int) -> tuple[LMVocab, np.ndarray]:
+    """The LM vocabulary of one side of the in-domain text held as type numbers (as `LMVocab.build`
+    makes it of the tokens) and the text as LM ids (as `LMVocab.encode` gives them)."""
+    counts = np.bincount(ids, minlength=len(types)).tolist()
+    vocab = LMVocab.from_counts({w: counts[i] for w, i in types.items()}, min_count)
+    remap = np.full(len(types), LM_UNK_ID, dtype=np.int32)
+    for w, i in types.items():
+        remap[i] = vocab.stoi.get(w, LM_UNK_ID)
+    return vocab, remap[ids]
 
 
 def _open_corpora(cfg: SelectConfig) -> tuple[Corpus, Corpus]:
@@ -237,21 +248,25 @@ def _open_corpora(cfg: SelectConfig) -> tuple[Corpus, Corpus]:
     return ind, pool
 
 
-def _in_domain(opts: TextOpts, ind: Corpus, cfg: SelectConfig) -> tuple[Pairs, dict[str, int]]:
-    """The tokenised in-domain text and its `_sizes`; neither side may be without tokens."""
-    ind_toks = tokenize_all(opts, ind.pairs(), cfg.workers)
-    sizes = _sizes(ind_toks)
+def _in_domain(opts: TextOpts, ind: Corpus, cfg: SelectConfig) -> tuple[IdPairs, tuple[LMVocab, LMVocab]]:
+    """The in-domain text as LM ids, and the two LM vocabularies (the in-domain words seen at least
+    `cfg.min_count` times); neither side may be without tokens."""
+    types: tuple[dict[str, int], dict[str, int]] = ({}, {})
+    typed = tokenize_ids(opts, ind.pairs(), cfg.workers, [functools.partial(_type_id, t) for t in types])
+    sizes = typed.sizes()
     if sizes["src_tokens"] == 0 or sizes["tgt_tokens"] == 0:
         side = ind.src_paths[0] if sizes["src_tokens"] == 0 else ind.tgt_paths[0]
         raise InputError("the in-domain text has no tokens", side)
-    return ind_toks, sizes
+    (src_vocab, src_ids), (tgt_vocab, tgt_ids) = (_vocab_and_ids(types[k], typed.ids[k], cfg.min_count)
+                                                  for k in (0, 1))
+    return IdPairs((src_ids, tgt_ids), typed.lens), (src_vocab, tgt_vocab)
 
 
 def _out_sample(opts: TextOpts, ind: Corpus, pool: Corpus, src_tokens_in: int, cfg: SelectConfig,
-                progress: Progress) -> Pairs:
-    """Out-of-domain sample: random pool pairs (seeded) with about as many source tokens as
-    the in-domain text. Twice the in-domain bytes' worth of lines is drawn and tokenised, then
-    taken in a random order until the token count is reached."""
+                vocabs: tuple[LMVocab, LMVocab], progress: Progress) -> IdPairs:
+    """Out-of-domain sample, as LM ids: random pool pairs (seeded) with about as many source
+    tokens as the in-domain text. Twice the in-domain bytes' worth of lines is drawn and
+    tokenised, then taken in a random order until the token count is reached."""
     n_pool = pool.total
     rng = np.random.default_rng(cfg.seed)
     in_bytes = ind.src_bytes
@@ -269,31 +284,24 @@ def _out_sample(opts: TextOpts, ind: Corpus, pool: Corpus, src_tokens_in: int, c
         if i % 100_000 == 0:
             progress("sample", i, n_pool)
     progress("sample", n_pool, n_pool)  # the pass stops at the last sampled line
-    sample_toks = tokenize_all(opts, sample_lines, cfg.workers)
+    sample = tokenize_ids(opts, sample_lines, cfg.workers, [v.encode for v in vocabs])
     del sample_lines
-    perm = rng.permutation(len(sample_toks))
-    out_sample: Pairs = []
-    got = 0
-    for r in perm:
-        if got >= src_tokens_in:
-            break
-        out_sample.append(sample_toks[r])
-        got += len(sample_toks[r][0])
-    return out_sample
+    perm = rng.permutation(len(sample.lens[0]))
+    before = np.cumsum(sample.lens[0][perm], dtype=np.int64) - sample.lens[0][perm]  # source tokens taken before
+    return sample.take(perm[:int(np.searchsorted(before, src_tokens_in, side="left"))])
 
 
-def _estimate(opts: TextOpts, ind_toks: Pairs, out_sample: Pairs, cfg: SelectConfig) -> Scorer:
-    """The four LMs: H_in's on the in-domain text, H_out's on the pool sample, per language, over
-    the vocabularies of the in-domain words seen at least `cfg.min_count` times."""
-    src_vocab = LMVocab.build((s for s, _ in ind_toks), cfg.min_count)
-    tgt_vocab = LMVocab.build((t_ for _, t_ in ind_toks), cfg.min_count)
+def _estimate(opts: TextOpts, ind: IdPairs, out_sample: IdPairs, vocabs: tuple[LMVocab, LMVocab],
+              cfg: SelectConfig) -> Scorer:
+    """The four LMs: H_in's on the in-domain text, H_out's on the pool sample, per language."""
     order = cfg.order
+    (src_vocab, tgt_vocab), V = vocabs, [len(v) for v in vocabs]
     return Scorer(
         opts, src_vocab, tgt_vocab,
-        in_src=NgramLM.estimate([src_vocab.encode(s) for s, _ in ind_toks], len(src_vocab), order),
-        out_src=NgramLM.estimate([src_vocab.encode(s) for s, _ in out_sample], len(src_vocab), order),
-        in_tgt=NgramLM.estimate([tgt_vocab.encode(t_) for _, t_ in ind_toks], len(tgt_vocab), order),
-        out_tgt=NgramLM.estimate([tgt_vocab.encode(t_) for _, t_ in out_sample], len(tgt_vocab), order),
+        in_src=NgramLM.estimate(ind.batch(0), V[0], order),
+        out_src=NgramLM.estimate(out_sample.batch(0), V[0], order),
+        in_tgt=NgramLM.estimate(ind.batch(1), V[1], order),
+        out_tgt=NgramLM.estimate(out_sample.batch(1), V[1], order),
     )
 
 
@@ -332,17 +340,18 @@ def run(cfg: SelectConfig, progress: Progress | None = None) -> dict:
         raise ConfigError(f"--fraction {cfg.fraction} of the pool's {n_pool} pairs selects none")
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    ind_toks, ind_sizes = _in_domain(opts, ind, cfg)
+    ind_ids, vocabs = _in_domain(opts, ind, cfg)
+    ind_sizes = ind_ids.sizes()
     timings["in_domain_tokenize_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    out_sample = _out_sample(opts, ind, pool, ind_sizes["src_tokens"], cfg, progress)
+    out_sample = _out_sample(opts, ind, pool, ind_sizes["src_tokens"], cfg, vocabs, progress)
     timings["out_sample_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    scorer = _estimate(opts, ind_toks, out_sample, cfg)
+    scorer = _estimate(opts, ind_ids, out_sample, vocabs, cfg)
     timings["lm_estimate_s"] = time.perf_counter() - t
     warnings += _warn(lm_warnings(cfg, ind, ind_sizes, scorer))
-    sample_sizes = _sizes(out_sample)
-    del ind_toks, out_sample
+    sample_sizes = out_sample.sizes()
+    del ind_ids, out_sample
     with StagedFiles(outputs, stale) as files:
         if cfg.write_arpa:
             write_arpa(files.tmp, scorer)
