@@ -2,7 +2,7 @@
 
 Builds, from ../shared/data (or $DATA), an in-domain text of about --in-tokens tokens a side (giga-fren
 sample and Multi30k train, repeated) and a pool of --pool-pairs pairs (Tatoeba, giga-fren and Multi30k
-train, repeated), whitespace-tokenised, and runs `select-data --input-format tok` on them with each
+train, repeated), whitespace-tokenised, and runs `select-data --input-format tok` (--raw: raw) on them with each
 --tree given (a checkout's root; default: this one), printing wall time and peak RSS per tree and
 whether the selections are byte for byte the same.
 
@@ -61,10 +61,10 @@ def build(work: Path, in_tokens: int, pool_pairs: int) -> None:
     print(f"in-domain: {len(out):,} pairs, {n:,} source tokens; pool: {pool_pairs:,} pairs", flush=True)
 
 
-def run(tree: Path, work: Path, name: str, workers: int) -> tuple[float, float, str]:
+def run(tree: Path, work: Path, name: str, workers: int, raw: bool = False) -> tuple[float, float, str]:
     prefix = work / f"sel-{name}"
     argv = [sys.executable, "-m", "nmtkit", "select-data", "--src-lang", "en", "--tgt-lang", "fr",
-            "--in-domain", str(work / "in"), "--pool", str(work / "pool"), "--input-format", "tok",
+            "--in-domain", str(work / "in"), "--pool", str(work / "pool"), "--input-format", "raw" if raw else "tok",
             "--output-prefix", str(prefix), "--fraction", "0.1", "--workers", str(workers), "--quiet"]
     env = dict(os.environ, PYTHONPATH=str(tree))
     # a wrapper process per run, so that its children's peak RSS is this run's alone
@@ -84,6 +84,7 @@ def main() -> None:
     ap.add_argument("--pool-pairs", type=int, default=1_600_000)
     ap.add_argument("--tree", action="append", type=Path, help="checkout root to run (repeatable)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--raw", action="store_true", help="Moses-tokenise the text (--input-format raw), not split it")
     ns = ap.parse_args()
     trees = ns.tree or [REPO]
     with tempfile.TemporaryDirectory(prefix="nmtkit-selmem-") as tmp:
@@ -91,7 +92,7 @@ def main() -> None:
         build(work, ns.in_tokens, ns.pool_pairs)
         digests = set()
         for i, tree in enumerate(trees):
-            wall, peak_mb, digest = run(tree.resolve(), work, str(i), ns.workers)
+            wall, peak_mb, digest = run(tree.resolve(), work, str(i), ns.workers, ns.raw)
             digests.add(digest)
             print(f"{tree}: {wall:.1f} s, peak RSS {peak_mb:,.0f} MB (the largest process), selection {digest[:12]}",
                   flush=True)
