@@ -71,8 +71,9 @@ def _put_back_killed_force_start(save_dir: Path, main: bool, wait_s: float = 10.
         lock.release()
 
 
-def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
-    """Refuse to mix two runs in one directory (see the module docstring)."""
+def check_run_dir(save_dir: Path, resume: bool, force: bool, main: bool = True) -> None:
+    """Refuse to mix two runs in one directory (see the module docstring). `main`: this is the
+    process that writes the run (rank 0), not one that may see what rank 0 has just begun writing."""
     if save_dir.exists() and not save_dir.is_dir():
         raise ConfigError(f"--save-dir {save_dir} exists and is not a directory")
     check_run_files_are_files(save_dir)
@@ -85,7 +86,7 @@ def check_run_dir(save_dir: Path, resume: bool, force: bool) -> None:
     if present and has_checkpoint(present) and not force:
         raise OutputExistsError(f"already holds a run ({', '.join(present)}): pass --resume to continue it "
                                 "or --force to start over", str(save_dir))
-    if present and not force:
+    if present and not force and main:
         raise OutputExistsError(f"holds the files of a run that saved no checkpoint ({', '.join(present)}): pass "
                                 "--force to replace them", str(save_dir))
 
@@ -130,7 +131,7 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
     # everything is checked before anything is written: a refused start leaves nothing behind
     check_outputs_vs_inputs([("--data", data_dir)], folders=[("--save-dir", save_dir, is_run_file)])
     _put_back_killed_force_start(save_dir, info.is_main)
-    check_run_dir(save_dir, resume, force)
+    check_run_dir(save_dir, resume, force, info.is_main)
     data = DataDir.open(data_dir)
     data.valid_split()  # a dev set to validate on, before anything is written
     ckpt = load_checkpoint(save_dir / LAST) if resume else None
