@@ -443,3 +443,15 @@ def test_a_stop_signal_ends_a_validation_at_its_next_batch_and_resume_runs_it_ag
     monkeypatch.setattr(validate_mod, "collate", real)
     train_run(data_dir, tmp_path / "run", opts, tiny_overrides(), resume=True)
     assert [r["update"] for r in records(tmp_path / "run", "valid")] == [10, 20]
+
+
+def test_a_catastrophic_protect_pattern_in_preprocess_names_the_file_and_line(tmp_path):
+    (tmp_path / "evil.re").write_text(EVIL + "\n")
+    for lang in ("en", "fr"):
+        (tmp_path / f"train.{lang}").write_text("hello world\n" * 3 + "a" * 60 + "!\n")
+        (tmp_path / f"dev.{lang}").write_text("hello\n")
+    code, _, err = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", str(tmp_path / "train"),
+                            "--valid", str(tmp_path / "dev"), "--dest", str(tmp_path / "d"), "--protect",
+                            str(tmp_path / "evil.re"), "--quiet", "--workers", "2"])
+    assert code != 0 and "train.en:4: the protected pattern" in err and "Traceback" not in err, err
+    assert not (tmp_path / "d").exists()

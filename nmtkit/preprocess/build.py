@@ -22,7 +22,7 @@ import numpy as np
 from nmtkit import __version__
 from nmtkit.data.binarized import SplitWriter
 from nmtkit.data.manifest import new_manifest, owned_files
-from nmtkit.errors import ConfigError, InputError, OutputError, OutputExistsError
+from nmtkit.errors import ConfigError, InputError, NmtkitError, OutputError, OutputExistsError
 from nmtkit.io.checks import check_outputs_vs_inputs, is_inside, real_path
 from nmtkit.io.dirs import (
     check_replaceable_dir,
@@ -76,8 +76,8 @@ def tokenize_clean_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     counts = {"src": Counter(), "tgt": Counter()}
     casing = {"src": new_casing(), "tgt": new_casing()} if state["truecase"] else None
     drops: Counter = Counter()
-    for s, t in pairs:
-        st, tt = p.tokenize_from(s, "src", fmt), p.tokenize_from(t, "tgt", fmt)
+    for j, (s, t) in enumerate(pairs):
+        st, tt = _tokens(p, s, "src", fmt, pairs, j), _tokens(p, t, "tgt", fmt, pairs, j)
         reason = drop_reason(len(st), len(tt), max_len, max_ratio)
         if reason is not None:
             drops[reason] += 1
@@ -107,8 +107,7 @@ def encode_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
         lens = np.empty(len(pairs), dtype=np.int64)
         word_lens = np.empty(len(pairs), dtype=np.int32)
         for j, pair in enumerate(pairs):
-            line = pair[k]
-            toks = p.tokenize_from(line, side, fmt)
+            toks = _tokens(p, pair[k], side, fmt, pairs, j)
             word_lens[j] = len(toks)
             n0 = len(ids)
             for w in toks:
@@ -135,10 +134,37 @@ def encode_ranges(task: tuple[str, str, list[tuple[int, int, int, int]]]) -> dic
     return encode_chunk(list(zip(s_lines, t_lines)))
 
 
+class _Chunk(list):
+    """(src line, tgt line) pairs, with `numbers`: each pair's line number in its files."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.numbers: list[int] = []
+
+
+def _tokens(p: TextPipeline, line: str, side: str, fmt: str, pairs: list, j: int) -> list[str]:
+    """`p.tokenize_from` of the j-th pair's `side`; an NmtkitError it raises learns the side and the
+    line number (`_Chunk.numbers`), which the parent turns into the file and line (`_named`)."""
+    try:
+        return p.tokenize_from(line, side, fmt)
+    except NmtkitError as err:
+        numbers = getattr(pairs, "numbers", None)
+        err.side, err.line_number = side, numbers[j] if numbers else None
+        raise
+
+
+def _named(err: NmtkitError, paths: dict[str, str]) -> NmtkitError:
+    """`err` naming the file and line `_tokens` recorded, where it did."""
+    side, number = getattr(err, "side", None), getattr(err, "line_number", None)
+    if err.path is not None or side is None or number is None:
+        return err
+    return InputError(err.bare_message, paths[side], number)
+
+
 def pair_chunks(src: str, tgt: str, size: int, read: list[int],
-                 dedup: PairDeduper | None = None, drops: Counter | None = None) -> Iterator[list[tuple[str, str]]]:
-    """Chunks of (src line, tgt line); `read[0]` counts lines read (for progress)."""
-    chunk: list[tuple[str, str]] = []
+                dedup: PairDeduper | None = None, drops: Counter | None = None) -> Iterator[list[tuple[str, str]]]:
+    """Chunks (`_Chunk`) of (src line, tgt line); `read[0]` counts lines read (for progress)."""
+    chunk = _Chunk()
     for lineno, (s, t) in enumerate(itertools.zip_longest(read_lines(src), read_lines(tgt)), 1):
         if s is None or t is None:  # the file changed since it was counted
             raise InputError(f"parallel files differ in length: {src} and {tgt} part at line {lineno}")
@@ -147,9 +173,10 @@ def pair_chunks(src: str, tgt: str, size: int, read: list[int],
             drops["duplicate"] += 1  # type: ignore[index]
             continue
         chunk.append((s, t))
+        chunk.numbers.append(lineno)
         if len(chunk) >= size:
             yield chunk
-            chunk = []
+            chunk = _Chunk()
     if chunk:
         yield chunk
 
@@ -383,23 +410,26 @@ def _tokenize_train(config: PreprocessConfig, report: Progress, base: TextPipeli
     with open(res_all.tok_paths["src"], "wb") as fs, open(res_all.tok_paths["tgt"], "wb") as ft:
         chunks = pair_chunks(train_src, train_tgt, config.chunk_size, read,
                              PairDeduper() if config.dedup else None, res_all.drops)
-        for res in parallel_map(tokenize_clean_chunk, chunks, config.workers, chunk_size=1,
-                                state=state, prepare=prepare_state):
-            if res["kept"]:
-                bs, bt = (res["src"] + "\n").encode("utf-8"), (res["tgt"] + "\n").encode("utf-8")
-                fs.write(bs)
-                ft.write(bt)
-                res_all.tok_ranges.append((pos[0], pos[0] + len(bs), pos[1], pos[1] + len(bt)))
-                pos[0] += len(bs)
-                pos[1] += len(bt)
-            res_all.kept += res["kept"]
-            res_all.drops.update(res["drops"])
-            for side in SIDES:
-                res_all.word_counts[side].update(res["counts"][side])
-                if res_all.casing is not None:
-                    for lower, forms in res["casing"][side].items():
-                        res_all.casing[side][lower].update(forms)
-            report(stage, read[0], n_train)
+        try:
+            for res in parallel_map(tokenize_clean_chunk, chunks, config.workers, chunk_size=1,
+                                    state=state, prepare=prepare_state):
+                if res["kept"]:
+                    bs, bt = (res["src"] + "\n").encode("utf-8"), (res["tgt"] + "\n").encode("utf-8")
+                    fs.write(bs)
+                    ft.write(bt)
+                    res_all.tok_ranges.append((pos[0], pos[0] + len(bs), pos[1], pos[1] + len(bt)))
+                    pos[0] += len(bs)
+                    pos[1] += len(bt)
+                res_all.kept += res["kept"]
+                res_all.drops.update(res["drops"])
+                for side in SIDES:
+                    res_all.word_counts[side].update(res["counts"][side])
+                    if res_all.casing is not None:
+                        for lower, forms in res["casing"][side].items():
+                            res_all.casing[side][lower].update(forms)
+                report(stage, read[0], n_train)
+        except NmtkitError as err:
+            raise _named(err, {"src": train_src, "tgt": train_tgt}) from None
     return res_all
 
 
@@ -422,15 +452,18 @@ def _encode_split(config: PreprocessConfig, report: Progress, name: str, prefix:
     words = {"src": 0, "tgt": 0}
     unk = {"src": 0, "tgt": 0}
     done = 0
-    for res in parallel_map(func, tasks, config.workers, chunk_size=1,
-                            state={**state, "input_format": fmt}, prepare=prepare_state):
-        for side in SIDES:
-            r = res[side]
-            writers[side].add(r["ids"], r["lens"], r["word_lens"])
-            words[side] += r["words"]
-            unk[side] += r["unk"]
-        done += res["n_in"]
-        report(stage, done, total)
+    try:
+        for res in parallel_map(func, tasks, config.workers, chunk_size=1,
+                                state={**state, "input_format": fmt}, prepare=prepare_state):
+            for side in SIDES:
+                r = res[side]
+                writers[side].add(r["ids"], r["lens"], r["word_lens"])
+                words[side] += r["words"]
+                unk[side] += r["unk"]
+            done += res["n_in"]
+            report(stage, done, total)
+    except NmtkitError as err:
+        raise _named(err, {"src": src, "tgt": tgt}) from None
     for w in writers.values():
         w.close()
     n_tok = {side: writers[side].n_tokens for side in SIDES}
