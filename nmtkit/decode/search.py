@@ -7,7 +7,6 @@ fairseq) or at its length limit, and done sentences leave the tensors. One host 
 Models with `grouped_encoder` (RNNsearch) keep one encoder row per sentence, not K copies.
 A shortlist (`vocab`, nmtkit.decode.shortlist) restricts every step's output layer to a sorted
 id list starting with the specials; the search works in its columns and maps them back.
-
 Shapes: B sentences, K beam, N = B*K rows, V target vocabulary, S source length (as the model's
 attention sees it: it may include an EOS the model appends), T steps.
 """

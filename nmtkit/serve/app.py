@@ -1,6 +1,5 @@
 """The HTTP side of `nmtkit serve` (aiohttp): request checks, routes, answers, JSON errors,
 request logs, start and graceful stop.
-
 - `POST /translate`: {"text": [...], "beam", "nbest", "alignments"} ->
   {"translations": [{"text", "score", "alignment", ("nbest"), ("truncated")}], "model", "took_ms"}
 - `POST /translator/translate`: OpenNMT-py's REST shape, [{"src", "id"}] -> [[{"src", "tgt",
