@@ -1,4 +1,4 @@
-"""Size limits of the package's code: no module over 600 lines, no function over 60.
+"""Size limits of the package's code: no module over 600 lines, no function over 60, no module docstring over 12.
 
 A module is sized by its concept: one past 600 lines holds more than one, and a function past 60
 does more than one job; either is split along its seams (slivers are folded, not split further). Lines are counted as the file has them (docstrings and
@@ -51,3 +51,32 @@ def test_the_walk_finds_an_oversized_module_and_function(tmp_path):
     modules, functions = oversized(pkg)
     assert modules == [f"pkg/big.py: {MAX_MODULE_LINES + MAX_FUNCTION_LINES + 1} lines"]
     assert functions == [f"pkg/big.py:1 long_one: {MAX_FUNCTION_LINES + 1} lines"]
+
+
+MAX_MODULE_DOCSTRING_LINES = 12
+
+
+def long_module_docstrings(root: Path = PACKAGE) -> list[str]:
+    """'path: N lines' for each module whose docstring runs past MAX_MODULE_DOCSTRING_LINES: what
+    the module is and why fits in a dozen lines; figures go to docs/, history to the commit log."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        doc = ast.parse(path.read_text(encoding="utf-8")).body[:1]
+        if doc and isinstance(doc[0], ast.Expr) and isinstance(doc[0].value, ast.Constant) \
+                and isinstance(doc[0].value.value, str):
+            n = doc[0].end_lineno - doc[0].lineno + 1
+            if n > MAX_MODULE_DOCSTRING_LINES:
+                out.append(f"{path.relative_to(root.parent)}: {n} lines")
+    return out
+
+
+def test_no_module_docstring_is_over_12_lines():
+    long = long_module_docstrings()
+    assert not long, "module docstrings over 12 lines: " + "; ".join(long)
+
+
+def test_the_walk_finds_a_long_module_docstring(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text('"""' + "line\n" * 13 + '"""\n')
+    (tmp_path / "pkg" / "ok.py").write_text('"""' + "line\n" * 11 + '"""\n')
+    assert long_module_docstrings(tmp_path / "pkg") == ["pkg/m.py: 14 lines"]
