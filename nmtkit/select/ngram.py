@@ -155,21 +155,20 @@ class _Order:
     """Tables of one order k >= 2, all aligned with the sorted `keys`.
 
     keys (n_k,) int64: ctx * V + w, sorted. ctx = row of the context in order k-1.
-    counts (n_k,) int64: adjusted counts a().
     disc_prob (n_k,) float64: max(a - D(a), 0) / a(ctx .)
     gamma (n_{k-1},) float64: interpolation weight of each order-(k-1) row used as context
         (1.0 for rows never seen as context).
     prob (n_k,) float64: the full interpolated p_k(w | ctx), for ARPA output.
-    suffix (n_k,) int64: row of the (k-1)-gram suffix, for ARPA output.
+    (The counts and suffix rows estimation used are not kept: a model is held by every scoring
+    worker, and scoring reads keys, disc_prob and gamma.)
     """
 
     keys: np.ndarray
-    counts: np.ndarray
     disc_prob: np.ndarray
     gamma: np.ndarray
     prob: np.ndarray
-    suffix: np.ndarray
     discounts: tuple[float, float, float]
+    max_count: int  # the largest adjusted count (the raw count at the highest order)
 
 
 @dataclass
@@ -257,7 +256,7 @@ def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[Sequence[floa
         gamma[seen] = mass[seen] / denom[seen]
         disc_prob = np.maximum(a - _discount(a, dk), 0.0) / denom[ctx]
         prob = disc_prob + gamma[ctx] * prev_prob[c.suffix[k - 2]]
-        orders.append(_Order(keys, a, disc_prob, gamma, prob, c.suffix[k - 2], dk))  # type: ignore[arg-type]
+        orders.append(_Order(keys, disc_prob, gamma, prob, dk, int(a.max()) if a.size else 0))  # type: ignore[arg-type]
         prev_prob = prob
     return orders
 

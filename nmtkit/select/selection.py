@@ -101,8 +101,8 @@ def too_small(name: str, tokens: int, lm: NgramLM) -> str | None:
     long enough to show a word in context.
     """
     order = lm.order
-    top = lm.orders[-1].counts if lm.orders else lm.uni_counts  # raw counts at the highest order
-    if tokens >= order and top.size and int(top.max()) >= 2:
+    top = lm.orders[-1].max_count if lm.orders else int(lm.uni_counts.max(initial=0))  # raw, at the highest order
+    if tokens >= order and top >= 2:
         return None
     why = f"fewer than --order {order}" if tokens < order else f"no {order}-gram in it occurs twice"
     return (f"the in-domain text {name} has only {tokens} tokens, {why}: too little for an order-{order} "
