@@ -38,16 +38,21 @@ def _check_stop(stop: Callable[[], bool] | None) -> None:
         raise ValidationStopped
 
 
+def within_bound(data: ParallelData, n: int | None = None) -> np.ndarray:
+    """(min(n, len),) bool: which of the first `n` (all) dev pairs have both sides within
+    VALID_MAX_TOKENS, the pairs validation scores."""
+    return (data.src.lengths[:n] <= VALID_MAX_TOKENS) & (data.tgt.lengths[:n] <= VALID_MAX_TOKENS)
+
+
 def validated(data: ParallelData, n: int | None = None) -> np.ndarray:
-    """Indices of the first `n` (all) dev pairs that validation scores: a non-empty source (an
-    empty one cannot be encoded) and both sides within VALID_MAX_TOKENS."""
-    src, tgt = data.src.lengths[:n], data.tgt.lengths[:n]
-    return np.flatnonzero((src > 0) & (src <= VALID_MAX_TOKENS) & (tgt <= VALID_MAX_TOKENS))
+    """Indices of the first `n` (all) dev pairs that are decoded and scored: `within_bound`, with a
+    non-empty source (an empty one cannot be encoded)."""
+    return np.flatnonzero(within_bound(data, n) & (data.src.lengths[:n] > 0))
 
 
 def warn_unvalidated(data: ParallelData) -> None:
     """One warning, before training, naming how many dev pairs validation leaves out for their length."""
-    long = int(((data.src.lengths > VALID_MAX_TOKENS) | (data.tgt.lengths > VALID_MAX_TOKENS)).sum())
+    long = int((~within_bound(data)).sum())
     if long:
         log.warning("%d dev pairs have a side over %d tokens: validation leaves them out (dev loss and BLEU are "
                     "on the other %d)", long, VALID_MAX_TOKENS, len(data) - long)
@@ -150,12 +155,12 @@ def dev_bleu(
 
     ids = dev_translations(model, data, n_samples, beam, batch_size, device, precision, stop)
     decode = _pipeline_decoder(pipeline)
-    kept = set(validated(data, len(ids)).tolist()) | {k for k in range(len(ids)) if data.src.lengths[k] == 0}
-    hyps = [decode(tgt_vocab.decode(t)) for k, t in enumerate(ids) if k in kept]
+    kept = np.flatnonzero(within_bound(data, len(ids))).tolist()  # an empty source scores as an empty translation
+    hyps = [decode(tgt_vocab.decode(ids[k])) for k in kept]
     if raw_refs is not None:
-        refs = [raw_refs[k] for k in range(len(ids)) if k in kept]
+        refs = [raw_refs[k] for k in kept]
     else:
-        refs = [decode(tgt_vocab.decode(data.tgt[k].tolist())) for k in range(len(ids)) if k in kept]
+        refs = [decode(tgt_vocab.decode(data.tgt[k].tolist())) for k in kept]
     bleu = sacrebleu.corpus_bleu(hyps, [refs]).score if hyps else float("nan")
     return float(bleu), hyps, refs
 
