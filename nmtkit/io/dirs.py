@@ -128,6 +128,10 @@ def check_replaceable_dir(path: str | Path, owned: Callable[[str], bool], what: 
 
 # ---- one process per directory ------------------------------------------------------------------
 
+_A_LINK = "is a symbolic link, where nmtkit writes a file of its own: remove it"
+_NOT_A_FILE = "is not a regular file, where nmtkit writes a file of its own: remove it"
+
+
 def open_in_place(path: str | Path, flags: int) -> int:
     """`os.open(path, flags)` for a file written in place (not by rename: a lock, a log appended to),
     refusing what would redirect the write: a symbolic link (the file it points to would be
@@ -138,10 +142,10 @@ def open_in_place(path: str | Path, flags: int) -> int:
     except OSError as err:
         if err.errno != errno.ELOOP:
             raise
-        raise OutputError("is a symbolic link, where nmtkit writes a file of its own: remove it", str(path)) from None
+        raise OutputError(_A_LINK, str(path)) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise OutputError("is not a regular file, where nmtkit writes a file of its own: remove it", str(path))
+        raise OutputError(_NOT_A_FILE, str(path))
     return fd
 
 
@@ -260,9 +264,9 @@ def check_run_files_are_files(save_dir: Path) -> None:
     for name in (*RUN_FILES, LOCK_FILE):
         path = save_dir / name
         if path.is_symlink():
-            raise OutputError("is a symbolic link, where nmtkit writes a file of its own: remove it", str(path))
+            raise OutputError(_A_LINK, str(path))
         if path.exists() and not path.is_file():
-            raise OutputError("is not a regular file, where nmtkit writes a file of its own: remove it", str(path))
+            raise OutputError(_NOT_A_FILE, str(path))
 
 
 def is_run_file(name: str) -> bool:
