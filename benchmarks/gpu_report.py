@@ -313,22 +313,23 @@ def _translate_once(ckpt: Path, lines: list[str], device: str, beam: int, limit:
     import torch
 
     from nmtkit.data.binarized import length_batches
-    from nmtkit.translate import TranslateConfig, Translator
+    from nmtkit.translate import DecodeConfig, Translator
+    from nmtkit.translate.config import SearchConfig
 
-    cfg = TranslateConfig(models=(str(ckpt),), beam=beam, max_len_a=0.0, max_len_b=float(limit), batch_size=64,
-                          device=device, precision="bf16" if device == "cuda" else "fp32", shortlist="off",
-                          fuse=fuse)
+    cfg = DecodeConfig(models=(str(ckpt),), batch_size=64, device=device,
+                       precision="bf16" if device == "cuda" else "fp32", fuse=fuse)
+    search = SearchConfig(beam=beam, max_len_a=0.0, max_len_b=float(limit), shortlist="off")
     tr = Translator(cfg, warn=lambda m: None)
     if tr.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(tr.device)
     t0 = time.perf_counter()
-    toks = [tr.prepare(line, i) for i, line in enumerate(lines, 1)]
+    toks = [tr._prepare(line, i, "<input>")[0] for i, line in enumerate(lines, 1)]
     prep = time.perf_counter() - t0
     idx = [i for i, t in enumerate(toks) if t]
     batches = length_batches([len(toks[i]) for i in idx], 64, longest_first=True)
     _sync(tr.device)
     t0 = time.perf_counter()
-    tr.decode_batch([toks[idx[j]] for j in batches[0]])  # the first batch compiles (fused)
+    tr._decode_batch([toks[idx[j]] for j in batches[0]], search, False, batches[0])  # the first batch compiles (fused)
     _sync(tr.device)
     first = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -337,7 +338,7 @@ def _translate_once(ckpt: Path, lines: list[str], device: str, beam: int, limit:
         if time.perf_counter() > deadline:
             break
         done += len(b)
-        for hyps in tr.decode_batch([toks[idx[j]] for j in b]):
+        for hyps in tr._decode_batch([toks[idx[j]] for j in b], search, False, b):
             n_tgt += len(hyps[0].tokens) + 1
     _sync(tr.device)
     secs = time.perf_counter() - t0

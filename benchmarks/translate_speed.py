@@ -111,13 +111,15 @@ def run_one(ckpt: str, lines: list[str], beam: int, device: str, args, batch_siz
     import torch
 
     from nmtkit.data.binarized import length_batches
-    from nmtkit.translate import TranslateConfig, Translator
+    from nmtkit.translate import DecodeConfig, Translator
+    from nmtkit.translate.config import SearchConfig
 
-    cfg = TranslateConfig(models=(ckpt,), beam=beam, lenpen=1.0, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
-                          batch_size=batch_size, device=device, precision=args.precision, max_src_len=args.max_src_len)
+    cfg = DecodeConfig(models=(ckpt,), batch_size=batch_size, device=device, precision=args.precision,
+                       max_src_len=args.max_src_len)
+    search = SearchConfig(beam=beam, lenpen=1.0, max_len_a=args.max_len_a, max_len_b=args.max_len_b)
     tr = Translator(cfg, warn=lambda m: None)
     t0 = time.perf_counter()
-    toks = [tr.prepare(line, i) for i, line in enumerate(lines, 1)]
+    toks = [tr._prepare(line, i, "<input>")[0] for i, line in enumerate(lines, 1)]
     prep = time.perf_counter() - t0
     idx = [i for i, t in enumerate(toks) if t]
     batches = length_batches([len(toks[i]) for i in idx], batch_size, longest_first=True)
@@ -128,7 +130,7 @@ def run_one(ckpt: str, lines: list[str], beam: int, device: str, args, batch_siz
     cpu0 = time.process_time()
     t0 = time.perf_counter()
     for b in batches:
-        for hyps in tr.decode_batch([toks[idx[j]] for j in b]):
+        for hyps in tr._decode_batch([toks[idx[j]] for j in b], search, False, b):
             n_tgt += len(hyps[0].tokens) + 1
     if tr.device.type == "cuda":
         torch.cuda.synchronize()

@@ -382,3 +382,47 @@ def world(tmp_path, bad_input_files):
     w = World(tmp_path, *bad_input_files)
     yield w
     w.cleanup()
+
+
+def load_translator(models, warn=None, **options):
+    """(a Translator over `models` loaded with the `DecodeConfig` options among `options`, the
+    `SearchConfig` options among them, for its calls): a test's one place that splits the two."""
+    from dataclasses import fields
+
+    from nmtkit.translate.config import DecodeConfig, SearchConfig
+    from nmtkit.translate.translator import Translator
+
+    models = (models,) if isinstance(models, (str, Path)) else tuple(models)
+    search = {f.name for f in fields(SearchConfig)}
+    load = {k: v for k, v in options.items() if k not in search}
+    load.setdefault("ensemble", len(models) > 1)
+    config = DecodeConfig(models=tuple(str(m) for m in models), **load)
+    return Translator(config, warn=warn), {k: v for k, v in options.items() if k in search}
+
+
+def translate_lines(models, lines, **options):
+    """`lines` translated by `models` as `options` (load and search options together) say."""
+    translator, search = load_translator(models, **options)
+    return translator.translate(lines, **search)
+
+
+class BoundTranslator:
+    """A Translator with its calls' search options bound (a test that translates alike many times);
+    a call's own options win, and every other attribute is the translator's."""
+
+    def __init__(self, translator, search: dict):
+        self.translator, self.search = translator, search
+
+    def translate(self, lines, **search):
+        return self.translator.translate(lines, **{**self.search, **search})
+
+    def generate(self, lines, **search):
+        return self.translator.generate(lines, **{**self.search, **search})
+
+    def __getattr__(self, name):
+        return getattr(self.translator, name)
+
+
+def bound_translator(models, warn=None, **options) -> BoundTranslator:
+    """`load_translator`'s translator with its search options bound."""
+    return BoundTranslator(*load_translator(models, warn, **options))

@@ -1,5 +1,6 @@
-"""The Python API (`nmtkit.load` -> `Translator`): what `nmtkit translate` writes, from Python;
-n-best lists and alignments as typed values; `import nmtkit` stays free of torch; the Python
+"""The Python API (`nmtkit.load` -> `Translator`): what `nmtkit translate` writes, from Python,
+with the search options of each call; n-best lists and alignments as frozen values; forced-
+decoding scores; a small public surface; `import nmtkit` stays free of torch; the Python
 examples of the README and docs/python-api.md run as shown."""
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ from tests.conftest import make_checkpoint, run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat"]
-DECODE = dict(device="cpu", beam=3, max_len_a=1.0, max_len_b=3.0)
+LOAD = dict(device="cpu")
+SEARCH = dict(beam=3, max_len_a=1.0, max_len_b=3.0)
 
 
 def test_import_nmtkit_does_not_import_torch():
-    code = ("import sys, nmtkit; nmtkit.load; nmtkit.Translator; nmtkit.Translation; "
-            "import nmtkit.translate; print('torch' in sys.modules)")
+    code = ("import sys, nmtkit; nmtkit.load; nmtkit.Translator; nmtkit.Translation; nmtkit.SearchConfig; "
+            "nmtkit.presets(); import nmtkit.translate; print('torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
@@ -33,33 +35,60 @@ def test_load_translates_as_the_cli_does(ckpt, tmp_path):
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     align = tmp_path / "align.txt"
     proc = run_cli(["translate", "-m", ckpt, "--beam", "3", "--max-len-a", "1", "--max-len-b", "3", "-i", str(src),
-               "--alignments", "hard", "--alignments-file", str(align), "--quiet"], process=True)
+                    "--alignments", "hard", "--alignments-file", str(align), "--quiet"], process=True)
     assert proc.code == 0, proc.err
-    model = nmtkit.load(ckpt, **DECODE)
+    model = nmtkit.load(ckpt, **LOAD)
     assert isinstance(model, nmtkit.Translator)
-    assert model.translate(LINES) == proc.out.split("\n")[:-1]
-    assert model.translate(LINES[0]) == proc.out.split("\n")[0]  # a string in, a string out
-    results = model.generate(LINES, alignments=True)
+    assert model.translate(LINES, **SEARCH) == proc.out.split("\n")[:-1]
+    assert model.translate(LINES[0], **SEARCH) == proc.out.split("\n")[0]  # a string in, a string out
+    results = model.generate(LINES, alignments=True, **SEARCH)
     pharaoh = [" ".join(f"{i}-{j}" for i, j in r.nbest[0].alignment()) if r.nbest else "" for r in results]
     assert pharaoh == align.read_text(encoding="utf-8").split("\n")[:-1]
 
 
-def test_generate_gives_the_nbest_list_best_first_with_scores_and_tokens(ckpt, tmp_path):
+def test_one_loaded_model_searches_each_call_as_that_calls_options_say(ckpt, monkeypatch):
+    """Beam 1 is what `nmtkit translate --beam 1` gives, beam search and sampling come from one
+    load (loads counted), and a seed reproduces its samples."""
+    import nmtkit
+    import nmtkit.checkpoint
+
+    loads = []
+    real = nmtkit.checkpoint.load_bundle
+    monkeypatch.setattr(nmtkit.checkpoint, "load_bundle", lambda *a, **k: loads.append(1) or real(*a, **k))
+    model = nmtkit.load(ckpt, **LOAD)
+    proc = run_cli(["translate", "-m", ckpt, "--beam", "1", "--max-len-a", "1", "--max-len-b", "3", "-q"],
+                   "\n".join(LINES) + "\n", process=True)
+    assert model.translate(LINES, beam=1, max_len_a=1.0, max_len_b=3.0) == proc.out.split("\n")[:-1]
+    wide = model.translate(LINES, **SEARCH)
+    sampled = model.translate(LINES * 2, sampling=True, seed=5, max_len_b=6.0)
+    assert model.translate(LINES * 2, sampling=True, seed=5, max_len_b=6.0) == sampled
+    assert model.translate(LINES * 2, sampling=True, seed=6, max_len_b=6.0) != sampled
+    assert model.translate(LINES, **SEARCH) == wide  # sampling changed nothing for the next search
+    assert len(loads) == 1
+
+
+def test_generate_gives_frozen_results_the_nbest_list_best_first_with_scores_and_tokens(ckpt, tmp_path):
+    import dataclasses
+
     import nmtkit
 
-    model = nmtkit.load(ckpt, **DECODE)
-    results = model.generate(LINES, nbest=3)
+    model = nmtkit.load(ckpt, **LOAD)
+    results = model.generate(LINES, nbest=3, **SEARCH)
     assert [r.index for r in results] == [1, 2, 3, 4, 5]
-    assert results[1].nbest == [] and results[1].text == "" and results[1].score == 0.0
+    assert results[1].nbest == () and results[1].text == "" and results[1].score == 0.0
     first = results[0]
-    assert len(first.nbest) == 3 and first.text == first.nbest[0].text == model.translate(LINES[0])
+    assert len(first.nbest) == 3 and first.text == first.nbest[0].text == model.translate(LINES[0], **SEARCH)
     scores = [t.score for t in first.nbest]
     assert scores == sorted(scores, reverse=True) and first.score == scores[0]
     for t in first.nbest:
         assert t.score == pytest.approx(t.log_prob / (len(t.tokens) + 1))
-        assert t.src_tokens == ["the", "cat", "sat", "on", "a", "mat", "."]
+        assert t.src_tokens == ("the", "cat", "sat", "on", "a", "mat", ".")
         with pytest.raises(ValueError, match="alignments=True"):
             t.alignment()
+    for obj, name in ((first, "nbest"), (first.nbest[0], "text"), (first.nbest[0], "score")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(obj, name, None)
+    assert isinstance(first.nbest, tuple) and isinstance(first.nbest[0].tokens, tuple)
     # the CLI's n-best list holds the same hypotheses
     proc = run_cli(["translate", "-m", ckpt, "--beam", "3", "--nbest", "3", "--max-len-a", "1", "--max-len-b", "3"],
                    LINES[0] + "\n", process=True)
@@ -67,37 +96,146 @@ def test_generate_gives_the_nbest_list_best_first_with_scores_and_tokens(ckpt, t
     assert texts == [t.text for t in first.nbest]
 
 
-def test_per_call_beam_and_load_options_reach_the_search(ckpt):
-    import nmtkit
-
-    model = nmtkit.load(ckpt, **DECODE)
-    wide = nmtkit.load(ckpt, **dict(DECODE, beam=1))
-    assert model.translate(LINES, beam=1) == wide.translate(LINES)
-    assert nmtkit.load(ckpt, **dict(DECODE, output_format="bpe")).config.output_format == "bpe"
-
-
 def test_a_list_of_checkpoints_is_an_ensemble(ckpt, tmp_path):
     import nmtkit
 
     other = str(make_checkpoint(tmp_path / "other.pt", seed=4))
-    pair = nmtkit.load([ckpt, other], **DECODE)
-    assert pair.config.ensemble and len(pair.models) == 2
-    assert len(pair.translate(LINES)) == len(LINES)
+    pair = nmtkit.load([ckpt, other], **LOAD)
+    assert pair.config.ensemble and len(pair.bundle.models) == 2
+    assert len(pair.translate(LINES, **SEARCH)) == len(LINES)
+
+
+# ---- forced decoding ------------------------------------------------------------------------
+
+def _tokens_model(ckpt, **load):
+    """A model that reads and writes its own tokens, so that its output can be scored as is."""
+    import nmtkit
+
+    return nmtkit.load(ckpt, precision="fp32", input_format="bpe", output_format="bpe", **LOAD, **load)
+
+
+def test_score_of_the_models_own_beam_output_is_its_log_probability_and_beats_shuffled_pairs(ckpt):
+    model = _tokens_model(ckpt)
+    src = [line for line in LINES if line]
+    best = [r.nbest[0] for r in model.generate(src, beam=4, shortlist="off")]
+    own = model.score(src, [t.text for t in best])
+    for s, t in zip(own, best):
+        assert s == pytest.approx(t.log_prob, abs=1e-5)
+        assert s / (len(t.tokens) + 1) == pytest.approx(t.score, abs=1e-5)  # lenpen 1
+    shuffled = model.score(src, [t.text for t in best[1:] + best[:1]])
+    assert sum(own) > sum(shuffled)
+    detail = model.score(src, [t.text for t in best], per_token=True)
+    for d, t, s in zip(detail, best, own):
+        assert d.tokens == t.tokens and len(d.token_log_probs) == len(t.tokens) + 1
+        assert d.log_prob == s and sum(d.token_log_probs) == pytest.approx(s, abs=1e-4)
+        assert all(lp <= 0 for lp in d.token_log_probs)
+
+
+def test_an_ensemble_scores_with_the_mean_of_its_members_probabilities(ckpt, tmp_path):
+    import math
+
+    other = str(make_checkpoint(tmp_path / "other.pt", seed=4))
+    src, tgt = ["the cat sat", "a dog"], ["le chat", "un chien"]
+    a = _tokens_model(ckpt).score(src, tgt, per_token=True)
+    b = _tokens_model(other).score(src, tgt, per_token=True)
+    both = _tokens_model([ckpt, other]).score(src, tgt, per_token=True)
+    for x, y, xy in zip(a, b, both):
+        mean = [math.log((math.exp(p) + math.exp(q)) / 2) for p, q in zip(x.token_log_probs, y.token_log_probs)]
+        assert xy.token_log_probs == pytest.approx(mean, abs=1e-5)
+    assert _tokens_model([ckpt, ckpt]).score(src, tgt) == pytest.approx([s.log_prob for s in a], abs=1e-5)
+
+
+def test_score_and_the_command_lines_score_reference_agree(ckpt, tmp_path):
+    import nmtkit
+
+    src, ref = tmp_path / "in.en", tmp_path / "ref.fr"
+    src.write_text("the cat sat on a mat .\na dog ran\nthe big red house\n", encoding="utf-8")
+    ref.write_text("le chat est assis .\nun chien\nla grande maison\n", encoding="utf-8")
+    proc = run_cli(["translate", "-m", ckpt, "--precision", "fp32", "-i", str(src), "--score-reference", str(ref),
+                    "--buffer-size", "2"], process=True)
+    assert proc.code == 0, proc.err
+    assert "scored 3 lines" in proc.err
+    api = nmtkit.load(ckpt, precision="fp32", **LOAD).score(src.read_text().splitlines(), ref.read_text().splitlines())
+    assert [float(x) for x in proc.out.split()] == pytest.approx(api, abs=1e-5)
+
+
+@pytest.mark.parametrize("sources, targets, error, needle", [
+    (["the cat", "a dog"], ["le chat"], "InputError", "2 sources but 1 targets"),
+    (["the cat", "a dog"], ["le chat", " "], "InputError", "<input>:2: empty translation"),
+    (["the cat", ""], ["le chat", "un chien"], "InputError", "<input>:2: empty source line"),
+    (["the cat"], ["le chat\nun chien"], "InputError", "targets line 1 holds a line break"),
+    (["the cat"], "le chat", "TypeError", "targets must be a list of lines"),
+])
+def test_bad_score_input_is_one_clear_error(ckpt, sources, targets, error, needle):
+    import builtins
+
+    import nmtkit
+    from nmtkit import errors
+
+    model = nmtkit.load(ckpt, **LOAD)
+    with pytest.raises(getattr(errors, error, None) or getattr(builtins, error), match=re.escape(needle)):
+        model.score(sources, targets)
+
+
+@pytest.mark.parametrize("refs, extra, needle", [
+    ("le chat\n", [], "line counts differ: -i {src} has 2 lines, --score-reference {ref} has 1 lines"),
+    ("le chat\n\n", [], "{ref}:2: empty translation"),
+    ("le chat\nun chien\n", ["--nbest", "2", "--beam", "2"], "--score-reference scores given translations: --nbest"),
+    ("le chat\nun chien\n", ["--sampling"], "--score-reference scores given translations: --sampling"),
+])
+def test_bad_score_reference_input_is_one_error_line_and_writes_nothing(ckpt, tmp_path, refs, extra, needle):
+    src, ref, out = tmp_path / "in.en", tmp_path / "ref.fr", tmp_path / "out"
+    src.write_text("the cat\na dog\n", encoding="utf-8")
+    ref.write_text(refs, encoding="utf-8")
+    code, _, err = run_cli(["translate", "-m", ckpt, "-i", str(src), "--score-reference", str(ref), "-o", str(out),
+                            *extra])
+    assert code != 0 and needle.format(src=src, ref=ref) in err, err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_score_reference_from_a_pipe_stops_at_a_missing_translation_naming_its_line(ckpt, tmp_path):
+    ref = tmp_path / "ref.fr"
+    ref.write_text("le chat\n", encoding="utf-8")
+    code, out, err = run_cli(["translate", "-m", ckpt, "--score-reference", str(ref)], "the cat\na dog\n")
+    assert code == 1 and f"{ref}:2: has fewer lines (1) than <stdin>" in err and out == ""
+
+
+# ---- options and the public surface ---------------------------------------------------------
+
+def test_the_public_surface_is_what_all_lists():
+    import nmtkit
+
+    assert set(nmtkit.__all__) == {
+        "load", "train", "presets", "Translator", "Result", "Translation", "TokenScores", "DecodeConfig",
+        "SearchConfig", "NmtkitError", "ConfigError", "InputError", "CheckpointError", "OutputError", "__version__"}
+    for name in nmtkit.__all__:
+        assert getattr(nmtkit, name) is not None
+    public = {n for n in dir(nmtkit.Translator) if not n.startswith("_")}
+    assert public == {"load", "translate", "generate", "score", "has_attention"}
+    assert "small" in nmtkit.presets() and nmtkit.presets()["small"]["arch"] == "rnnsearch"
+
+
+def test_generates_keywords_are_the_search_options_declared_once():
+    """`generate` names each SearchConfig field, and nothing else but the lines and alignments."""
+    import inspect
+    from dataclasses import fields
+
+    import nmtkit
+
+    params = set(inspect.signature(nmtkit.Translator.generate).parameters) - {"self", "lines", "alignments"}
+    assert params == {f.name for f in fields(nmtkit.SearchConfig)}
 
 
 @pytest.mark.parametrize("kwargs,error,needle", [
-    (dict(beem=5), "ConfigError", "unknown option(s) beem; valid ones: "),
-    (dict(beam=0), "ConfigError", "--beam must be at least 1, got 0"),
-    (dict(temperature=0.0, sampling=True), "ConfigError", "--temperature must be > 0"),
-    # a switch given "no" was on (any truthy value), and None for a required option failed deep inside
-    (dict(sampling="no"), "ConfigError", "--sampling must be true or false, got 'no'"),
-    (dict(replace_unk="false"), "ConfigError", "--replace-unk must be true or false, got 'false'"),
-    (dict(beam=None), "ConfigError", "--beam must be an integer, got None"),
-    (dict(lenpen=None), "ConfigError", "--lenpen must be a finite number, got None"),
-    (dict(shortlist=None), "ConfigError", "--shortlist must be a string, got None"),
-    (dict(plot_attention=3), "ConfigError", "--plot-attention must be a string, got 3"),  # failed at the first plot
+    (dict(beem=5), "ConfigError", "unknown option(s) beem for load; valid ones: "),
+    (dict(beam=5), "ConfigError", "beam: an option of each call: translate(..., beam=5)"),
+    (dict(buffer_size=10), "ConfigError", "unknown option(s) buffer_size for load"),  # a file-writing option
+    (dict(plot_attention="d"), "ConfigError", "unknown option(s) plot_attention for load"),
+    (dict(batch_size=0), "ConfigError", "--batch-size must be at least 1, got 0"),
+    (dict(precision="fp8"), "ConfigError", "--precision must be one of"),
+    (dict(input_format=None), "ConfigError", "--input-format must be a string, got None"),
 ])
-def test_bad_options_raise_one_clear_error(ckpt, kwargs, error, needle):
+def test_bad_load_options_raise_one_clear_error(ckpt, kwargs, error, needle):
     import nmtkit
     from nmtkit import errors
 
@@ -106,25 +244,18 @@ def test_bad_options_raise_one_clear_error(ckpt, kwargs, error, needle):
     assert needle in str(exc.value)
 
 
-def test_bad_per_call_values_and_a_missing_checkpoint_are_refused(ckpt, tmp_path):
-    import nmtkit
-    from nmtkit.errors import CheckpointError, ConfigError
-
-    model = nmtkit.load(ckpt, **DECODE)
-    with pytest.raises(ConfigError, match="nbest must be between 1 and the beam"):
-        model.generate(LINES, nbest=4)
-    with pytest.raises(TypeError, match="list of lines"):
-        model.generate("the cat")
-    with pytest.raises(CheckpointError):
-        nmtkit.load(tmp_path / "missing.pt")
-
-
 @pytest.mark.parametrize("call, error, needle", [
-    (lambda m: m.generate(LINES, beam="3"), "ConfigError", "beam must be an integer, got '3'"),
-    (lambda m: m.generate(LINES, beam=True), "ConfigError", "beam must be an integer, got True"),
-    (lambda m: m.generate(LINES, nbest=2.5), "ConfigError", "nbest must be an integer, got 2.5"),
-    (lambda m: m.generate(LINES, nbest=0), "ConfigError", "nbest must be between 1"),  # was the default, silently
+    (lambda m: m.generate(LINES, beam="3"), "ConfigError", "--beam must be an integer, got '3'"),
+    (lambda m: m.generate(LINES, beam=True), "ConfigError", "--beam must be an integer, got True"),
+    (lambda m: m.generate(LINES, beam=0), "ConfigError", "--beam must be at least 1, got 0"),
+    (lambda m: m.generate(LINES, nbest=2.5), "ConfigError", "--nbest must be an integer, got 2.5"),
+    (lambda m: m.generate(LINES, nbest=0), "ConfigError", "--nbest must be at least 1"),  # was the default, silently
+    (lambda m: m.generate(LINES, beam=3, nbest=4), "ConfigError", "--nbest must be between 1 and --beam (3)"),
+    (lambda m: m.generate(LINES, temperature=0.0, sampling=True), "ConfigError", "--temperature must be > 0"),
+    (lambda m: m.generate(LINES, seed=3), "ConfigError", "--seed needs --sampling"),
+    (lambda m: m.generate(LINES, sampling="no"), "ConfigError", "--sampling must be true or false, got 'no'"),
     (lambda m: m.generate(LINES, alignments="no"), "ConfigError", "alignments must be True or False"),
+    (lambda m: m.translate(LINES, device="cpu"), "TypeError", "unexpected keyword argument 'device'"),
     (lambda m: m.translate([b"the cat"]), "TypeError", "line 1 is bytes, not str: decode it first"),
     (lambda m: m.translate(b"the cat"), "TypeError", "lines must be a list of str, not bytes"),
     (lambda m: m.translate(["the cat", None]), "TypeError", "line 2 is NoneType, not str"),
@@ -142,10 +273,18 @@ def test_per_call_values_and_lines_of_the_wrong_type_are_refused_naming_them(ckp
     import nmtkit
     from nmtkit import errors
 
-    model = nmtkit.load(ckpt, **DECODE)
+    model = nmtkit.load(ckpt, **LOAD)
     with pytest.raises(getattr(errors, error, None) or getattr(builtins, error), match=re.escape(needle)):
         call(model)
-    assert model.translate(["the cat"]) == nmtkit.load(ckpt, **DECODE).translate(["the cat"])
+    assert model.translate(["the cat"], **SEARCH) == nmtkit.load(ckpt, **LOAD).translate(["the cat"], **SEARCH)
+
+
+def test_a_missing_checkpoint_is_refused(tmp_path):
+    import nmtkit
+    from nmtkit.errors import CheckpointError
+
+    with pytest.raises(CheckpointError):
+        nmtkit.load(tmp_path / "missing.pt")
 
 
 def test_a_leading_byte_order_mark_is_no_word_even_without_non_printing_removal(tmp_path):
@@ -155,9 +294,9 @@ def test_a_leading_byte_order_mark_is_no_word_even_without_non_printing_removal(
     from nmtkit.text.pipeline import TextPipeline
 
     plain = TextPipeline(src_lang="en", tgt_lang="fr", nfc=False, remove_non_printing=False)
-    model = nmtkit.load(str(make_checkpoint(tmp_path / "plain.pt", seed=3, pipeline=plain)), **DECODE)
-    [with_bom, without] = model.generate(["\ufeffthe cat", "the cat"])
-    assert with_bom.nbest[0].src_tokens == without.nbest[0].src_tokens == ["the", "cat"]
+    model = nmtkit.load(str(make_checkpoint(tmp_path / "plain.pt", seed=3, pipeline=plain)), **LOAD)
+    [with_bom, without] = model.generate(["\ufeffthe cat", "the cat"], **SEARCH)
+    assert with_bom.src_tokens == without.src_tokens == ("the", "cat")
     assert with_bom.text == without.text
 
 
@@ -194,7 +333,7 @@ def test_checkpoints_that_are_not_paths_are_a_type_error_naming_them(ckpt, check
     import nmtkit
 
     with pytest.raises(TypeError, match=re.escape(needle)):
-        nmtkit.load(checkpoints(ckpt), **DECODE)
+        nmtkit.load(checkpoints(ckpt), **LOAD)
 
 
 def test_average_takes_one_path_a_list_or_a_generator_of_paths(tmp_path):
@@ -215,4 +354,4 @@ def test_a_warn_that_cannot_be_called_is_refused_at_load(ckpt):
     import nmtkit
 
     with pytest.raises(TypeError, match="warn must be a function"):
-        nmtkit.load(ckpt, warn=3, **DECODE)
+        nmtkit.load(ckpt, warn=3, **LOAD)

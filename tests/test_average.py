@@ -58,7 +58,7 @@ def test_bf16_parameters_are_averaged_in_float64_and_stored_as_bf16(tmp_path):
 
 
 def test_average_of_copies_of_one_model_translates_exactly_as_that_model(tmp_path):
-    from nmtkit.translate import TranslateConfig, Translator
+    import nmtkit
 
     base = make_checkpoint(tmp_path / "base.pt", seed=5)
     copy = tmp_path / "copy.pt"
@@ -67,7 +67,7 @@ def test_average_of_copies_of_one_model_translates_exactly_as_that_model(tmp_pat
     assert code == 0, err
 
     def translate(path):
-        return Translator(TranslateConfig(models=(str(path),), beam=3, max_len_b=5)).translate(LINES)
+        return nmtkit.load(path).translate(LINES, beam=3, max_len_b=5)
 
     assert translate(tmp_path / "avg.pt") == translate(base)
 

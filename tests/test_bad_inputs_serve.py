@@ -21,18 +21,18 @@ pytest.importorskip("aiohttp")
 from nmtkit.serve import Limits, ServeConfig  # noqa: E402
 from nmtkit.serve.app import make_app, make_runner, serve  # noqa: E402
 from nmtkit.serve.batcher import Batcher, ClientGone  # noqa: E402
-from tests.conftest import make_checkpoint  # noqa: E402
+from nmtkit.translate.config import SearchConfig  # noqa: E402
+from tests.conftest import load_translator, make_checkpoint  # noqa: E402
 
+SEARCH = SearchConfig(max_len_b=3.0)
 CONFIG = ServeConfig(limits=Limits(max_beam=2, max_body_bytes=1 << 20), body_timeout=0.5,
-                     allow_hosts=("mt.example.org",))
+                     allow_hosts=("mt.example.org",), search=SEARCH)
 
 
 @pytest.fixture(scope="module")
 def translator(tmp_path_factory):
-    from nmtkit.translate import TranslateConfig, Translator
-
     ckpt = make_checkpoint(tmp_path_factory.mktemp("serve-bad") / "model.pt", seed=3)
-    return Translator(TranslateConfig(models=(str(ckpt),), beam=2, precision="fp32", max_len_b=3.0))
+    return load_translator(ckpt, precision="fp32")[0]
 
 
 def _post(path: str, body: bytes, ctype: str = "application/json", extra: str = "", host: str = "{host}") -> bytes:
@@ -197,10 +197,10 @@ def test_64_concurrent_clients_each_get_what_nmtkit_translate_gives(translator):
 
     words = ["the cat", "a dog ran", "the big red house", "cat and dog .", "", "is a mat"]
     requests = [[words[(i + k) % len(words)] for k in range(1 + i % 4)] for i in range(64)]
-    want = {line: out for line, out in zip(words, translator.translate(words))}
+    want = {line: out for line, out in zip(words, translator.translate(words, beam=2, max_len_b=3.0))}
 
     async def main():
-        app = make_app(translator, ServeConfig(batch_size=32, limits=Limits(max_beam=2)))
+        app = make_app(translator, ServeConfig(batch_size=32, limits=Limits(max_beam=2), search=SEARCH))
         runner = make_runner(app, ServeConfig())
         await runner.setup()
         from aiohttp import web
@@ -228,14 +228,14 @@ def test_a_client_that_disconnects_while_queued_is_dropped_and_logged_once(trans
 
     seen: list[list[str]] = []
     busy = threading.Event()
-    real = translator.translate_buffer
+    real = translator._translate_buffer
 
     def slow(lines, *args, **kw):
         seen.append([text for _, text in lines])
         busy.wait(10)
         return real(lines, *args, **kw)
 
-    monkeypatch.setattr(translator, "translate_buffer", slow)
+    monkeypatch.setattr(translator, "_translate_buffer", slow)
 
     async def main():
         logs: list[str] = []

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_checkpoint, run_cli
+from tests.conftest import load_translator, make_checkpoint, run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -221,11 +221,9 @@ def test_a_run_folder_holding_an_earlier_runs_files_but_no_checkpoint_needs_forc
 
 def _evil_translator(tmp_path):
     from nmtkit.text.pipeline import TextPipeline
-    from nmtkit.translate import TranslateConfig, Translator
-
     pipe = TextPipeline(src_lang="en", tgt_lang="fr", protected_patterns=(EVIL,))
     model = make_checkpoint(tmp_path / "m.pt", pipeline=pipe)
-    return Translator(TranslateConfig(models=(str(model),), beam=2, precision="fp32"))
+    return load_translator(model, precision="fp32")[0]
 
 
 def test_serve_answers_a_line_past_the_protect_bound_with_a_400_and_only_that_request_fails(tmp_path):
@@ -257,9 +255,9 @@ def test_serve_answers_a_line_past_the_protect_bound_with_a_400_and_only_that_re
 def test_a_carriage_return_inside_a_line_separates_words_in_translate_the_api_and_serve(tmp_path, ckpt):
     import nmtkit
 
-    model = nmtkit.load(ckpt, beam=2, precision="fp32")
-    spaced = model.translate(["the cat sat"])
-    assert model.translate(["the cat\rsat"]) == spaced
+    model = nmtkit.load(ckpt, precision="fp32")
+    spaced = model.translate(["the cat sat"], beam=2)
+    assert model.translate(["the cat\rsat"], beam=2) == spaced
     src = tmp_path / "in.en"
     src.write_bytes(b"the cat\rsat\n")
     code, out, err = run_cli(["translate", "-m", ckpt, "--beam", "2", "--precision", "fp32", "-i", str(src)])
@@ -341,9 +339,7 @@ def test_serve_closes_silent_and_slow_header_connections_after_the_idle_timeout(
 
     from nmtkit.serve import Limits, ServeConfig
     from nmtkit.serve.app import make_app, make_runner
-    from nmtkit.translate import TranslateConfig, Translator
-
-    translator = Translator(TranslateConfig(models=(ckpt,), beam=2, precision="fp32"))
+    translator = load_translator(ckpt, precision="fp32")[0]
     config = ServeConfig(idle_timeout=1.0, limits=Limits(max_beam=2))
 
     async def main():
@@ -388,9 +384,7 @@ def test_serve_logs_a_client_that_vanishes_inside_its_body_as_gone_not_500(ckpt)
 
     from nmtkit.serve import Limits, ServeConfig
     from nmtkit.serve.app import make_app, make_runner
-    from nmtkit.translate import TranslateConfig, Translator
-
-    translator = Translator(TranslateConfig(models=(ckpt,), beam=2, precision="fp32"))
+    translator = load_translator(ckpt, precision="fp32")[0]
     config = ServeConfig(limits=Limits(max_beam=2))
     logs: list[str] = []
 

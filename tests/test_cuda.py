@@ -112,16 +112,15 @@ def test_resume_on_cuda_equals_the_uninterrupted_run(data_dir, tmp_path):
 
 @pytest.mark.parametrize("fuse", ["off", "on"])
 def test_translate_on_cuda_gives_the_cpu_output(tmp_path, fuse):
-    from nmtkit.translate import TranslateConfig, Translator
+    import nmtkit
     from tests.conftest import make_checkpoint
 
     ckpt = str(make_checkpoint(tmp_path / "model.pt", seed=4))
     lines = ["the cat sat on a mat .", "a big red dog ran in the park", "the house is small , and red .", ""]
     outs = {}
     for device in ("cpu", "cuda"):
-        cfg = TranslateConfig(models=(ckpt,), beam=4, device=device, precision="fp32", batch_size=2,
-                              fuse=fuse if device == "cuda" else "off")
-        outs[device] = Translator(cfg).translate(lines)
+        model = nmtkit.load(ckpt, device=device, precision="fp32", batch_size=2, fuse=fuse if device == "cuda" else "off")
+        outs[device] = model.translate(lines, beam=4)
     assert outs["cuda"] == outs["cpu"]
     assert any(outs["cpu"])
 

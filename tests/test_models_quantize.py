@@ -171,10 +171,10 @@ def test_int8_translation_agrees_with_fp32_through_the_api(tmp_path):
 
     ckpt = make_checkpoint(tmp_path / "m.pt")
     lines = ["the cat sat on a mat .", "a dog ran in the park", "the big red house"]
-    fp32 = nmtkit.load(ckpt, device="cpu", beam=3, precision="fp32")
-    int8 = nmtkit.load(ckpt, device="cpu", beam=3, precision="int8")
-    assert int8.precision == "int8" and is_quantized(int8.models[0].W_o)
-    ref, got = fp32.generate(lines), int8.generate(lines)
+    fp32 = nmtkit.load(ckpt, device="cpu", precision="fp32")
+    int8 = nmtkit.load(ckpt, device="cpu", precision="int8")
+    assert int8.precision == "int8" and is_quantized(int8.bundle.models[0].W_o)
+    ref, got = fp32.generate(lines, beam=3), int8.generate(lines, beam=3)
     assert [r.text for r in got] == [r.text for r in ref]
     for a, b in zip(got, ref):
         assert a.score == pytest.approx(b.score, abs=0.05)
@@ -189,11 +189,11 @@ def test_a_checkpoint_of_fp16_weights_decodes_in_int8_with_float32_weights_as_fp
     ckpt["model_state"] = {k: v.half() for k, v in ckpt["model_state"].items()}
     torch.save(ckpt, tmp_path / "half.pt")
     lines = ["the cat sat on a mat .", "a dog ran in the park", "the big red house"]
-    fp32 = nmtkit.load(tmp_path / "half.pt", device="cpu", beam=3, precision="fp32")
-    int8 = nmtkit.load(tmp_path / "half.pt", device="cpu", beam=3, precision="int8")
-    assert is_quantized(int8.models[0].W_o)
-    assert {t.dtype for t in int8.models[0].state_dict().values() if t.is_floating_point()} == {torch.float32}
-    ref, got = fp32.generate(lines), int8.generate(lines)
+    fp32 = nmtkit.load(tmp_path / "half.pt", device="cpu", precision="fp32")
+    int8 = nmtkit.load(tmp_path / "half.pt", device="cpu", precision="int8")
+    assert is_quantized(int8.bundle.models[0].W_o)
+    assert {t.dtype for t in int8.bundle.models[0].state_dict().values() if t.is_floating_point()} == {torch.float32}
+    ref, got = fp32.generate(lines, beam=3), int8.generate(lines, beam=3)
     assert [r.text for r in got] == [r.text for r in ref]
     for a, b in zip(got, ref):
         assert a.score == pytest.approx(b.score, abs=0.05)
@@ -201,11 +201,11 @@ def test_a_checkpoint_of_fp16_weights_decodes_in_int8_with_float32_weights_as_fp
 
 def test_int8_on_cuda_is_refused_before_any_model_is_loaded(tmp_path, monkeypatch):
     import nmtkit.translate.translator as translator_mod
-    from nmtkit.translate.config import TranslateConfig
+    from nmtkit.translate.config import DecodeConfig
 
     monkeypatch.setattr(translator_mod, "resolve_device", lambda name: torch.device("cuda", 0))
     with pytest.raises(ConfigError) as err:
-        translator_mod.Translator(TranslateConfig(models=(str(tmp_path / "never-read.pt"),), precision="int8"))
+        translator_mod.Translator(DecodeConfig(models=(str(tmp_path / "never-read.pt"),), precision="int8"))
     assert str(err.value) == INT8_ON_CUDA and "\n" not in INT8_ON_CUDA
 
 

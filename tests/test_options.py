@@ -8,6 +8,7 @@ import pytest
 from nmtkit.average import AverageConfig
 from nmtkit.cli import cli
 from nmtkit.cli import command as cli_command
+from nmtkit.cli.serve import NOT_SERVED
 from nmtkit.devices import check_device_name
 from nmtkit.errors import ConfigError
 from nmtkit.options import cli_default, cli_names, help_text, option_fields, resume_overridable
@@ -18,14 +19,16 @@ from nmtkit.serve import Limits, ServeConfig
 from nmtkit.text.tokenize import TokenizeConfig
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.presets import ModelOverrides
-from nmtkit.translate.config import DecodeConfig, TranslateConfig
+from nmtkit.translate.config import DecodeConfig, SearchConfig, TranslateConfig
 from tests.conftest import tiny_options
 
 # command -> (config classes its options are generated from, whether every default is "not given")
 CONVERTED = {"train": ((TrainConfig, ModelOverrides), True), "score": ((ScoreConfig,), False),
              "preprocess": ((PreprocessConfig,), False), "select-data": ((SelectConfig,), False),
              "tokenize": ((TokenizeConfig,), False), "average": ((AverageConfig,), False),
-             "translate": ((TranslateConfig,), False), "serve": ((DecodeConfig, Limits, ServeConfig), False)}
+             "translate": ((TranslateConfig,), False), "serve": ((DecodeConfig, SearchConfig, Limits, ServeConfig), False)}
+# the fields of those classes that a command leaves out
+EXCLUDED = {"serve": NOT_SERVED}
 
 
 # the options of converted commands that are not config fields: where the run goes, and how loud it is
@@ -43,7 +46,8 @@ def test_every_command_generates_its_options_from_config_classes():
 def test_each_generated_option_takes_its_help_and_default_from_its_config_field(command):
     classes, unset = CONVERTED[command]
     params = {p.name: p for p in cli_command(command).params if isinstance(p, click.Option)}
-    fields = [(f, spec) for cls in classes for f, spec in option_fields(cls)]
+    fields = [(f, spec) for cls in classes for f, spec in option_fields(cls)
+              if f.name not in EXCLUDED.get(command, ())]
     assert fields
     for field, spec in fields:
         param = params[field.name]
@@ -144,7 +148,7 @@ def test_train_run_refuses_an_empty_data_or_run_directory_as_its_command_line_do
 @pytest.mark.parametrize("command", sorted(CONVERTED))
 def test_a_converted_command_has_no_hand_written_config_option(command):
     classes, _ = CONVERTED[command]
-    generated = {f.name for cls in classes for f, _ in option_fields(cls)}
+    generated = {f.name for cls in classes for f, _ in option_fields(cls)} - EXCLUDED.get(command, set())
     options = {p.name for p in cli_command(command).params if isinstance(p, click.Option)} - {"help"}
     assert options - generated == COMMAND_OPTIONS[command]
 
@@ -159,13 +163,14 @@ def test_a_converted_option_takes_its_text_form():
 
 
 def test_translate_and_serve_share_one_declaration_of_each_decode_option():
-    """Both commands' decode options come from DecodeConfig: same names, help, default, choices.
-    --beam is two fields: translate's beam width, serve's request limit (Limits.max_beam)."""
+    """Both commands' load and search options come from DecodeConfig and SearchConfig: same names,
+    help, default, choices. --beam is two fields: translate's beam width, serve's request limit
+    (Limits.max_beam)."""
     translate, serve = ({p.name: p for p in cli_command(c).params if isinstance(p, click.Option)}
                         for c in ("translate", "serve"))
-    shared = [f.name for f, _ in option_fields(DecodeConfig)]
+    shared = [f.name for cls in (DecodeConfig, SearchConfig) for f, _ in option_fields(cls) if f.name not in NOT_SERVED]
     assert {"lenpen", "max_len_a", "max_len_b", "batch_size", "max_tokens", "max_src_len", "device", "precision",
-            "fuse", "shortlist", "threads", "models", "ensemble"} <= set(shared)
+            "fuse", "shortlist", "threads", "models", "ensemble"} == set(shared)
     for name in shared:
         a, b = translate[name], serve[name]
         assert (a.opts, a.help, a.default, a.type.name) == (b.opts, b.help, b.default, b.type.name)
@@ -230,15 +235,15 @@ def test_a_serve_run_validates_each_config_once(tmp_path, validations, monkeypat
     served = []
 
     async def no_server(translator, config, announce, log_line=None, thread=None):
-        served.append((translator.config.beam, config.limits.max_beam, config.port))
+        served.append((config.search.beam, config.limits.max_beam, config.port, config.search.max_len_b))
         thread.close()
 
     monkeypatch.setattr(nmtkit.serve.app, "serve", no_server)
     ckpt = str(make_checkpoint(tmp_path / "m.pt", seed=1))
     code, _, err = run_cli(["serve", "-m", ckpt, "--beam", "3", "--port", "0", "--max-len-b", "2"])
     assert code == 0, err
-    assert served == [(3, 3, 0)]
-    assert validations == {"TranslateConfig": 1, "ServeConfig": 1, "Limits": 1}
+    assert served == [(3, 3, 0, 2)]
+    assert validations == {"DecodeConfig": 1, "SearchConfig": 1, "ServeConfig": 1, "Limits": 1}
 
 
 def test_paths_given_from_python_become_strings_and_one_string_for_a_list_a_list_of_it(tmp_path):

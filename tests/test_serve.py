@@ -18,27 +18,26 @@ from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 
 from nmtkit.serve import Limits, ServeConfig  # noqa: E402
 from nmtkit.serve.app import make_app, server_url  # noqa: E402
+from nmtkit.translate.config import SearchConfig  # noqa: E402
+from tests.conftest import load_translator, translate_lines  # noqa: E402
 
 LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat", "is a small dog ."]
 DECODE = dict(precision="fp32", max_len_a=1.0, max_len_b=3.0)
+SEARCH = SearchConfig(max_len_a=1.0, max_len_b=3.0)  # the server's search (a request gives beam and n-best)
 
 
 @pytest.fixture(scope="module")
 def translator(ckpt):
-    from nmtkit.translate import TranslateConfig, Translator
-
-    return Translator(TranslateConfig(models=(ckpt,), beam=4, batch_size=8, **DECODE))
+    return load_translator(ckpt, batch_size=8, precision="fp32")[0]
 
 
 def expected(ckpt, lines, beam=4):
-    from nmtkit.translate import TranslateConfig, Translator
-
-    return Translator(TranslateConfig(models=(ckpt,), beam=beam, **DECODE)).translate(lines)
+    return translate_lines(ckpt, lines, beam=beam, **DECODE)
 
 
 def serve(translator, body, config: ServeConfig | None = None, logs: list | None = None):
     """Run `body(client)` against a fresh server; returns its result."""
-    config = config or ServeConfig(limits=Limits(max_beam=4, max_lines=10, max_line_chars=200, max_body_bytes=4096))
+    config = config or ServeConfig(search=SEARCH, limits=Limits(max_beam=4, max_lines=10, max_line_chars=200, max_body_bytes=4096))
 
     async def main():
         app = make_app(translator, config, log_line=logs.append if logs is not None else None)
@@ -69,7 +68,7 @@ def test_translate_route_answers_every_line_in_order_as_nmtkit_translate_would(t
 
 def test_concurrent_requests_share_batches_and_each_gets_what_it_gets_alone(translator, ckpt):
     requests = [LINES[i % len(LINES): i % len(LINES) + 1 + i % 3] for i in range(12)]
-    config = ServeConfig(batch_size=16, batch_delay_ms=100, limits=Limits(max_beam=4))
+    config = ServeConfig(batch_size=16, batch_delay_ms=100, limits=Limits(max_beam=4), search=SEARCH)
 
     async def body(client):
         alone = [await post(client, "/translate", {"text": r, "nbest": 2}) for r in requests]
@@ -125,9 +124,7 @@ def test_an_empty_line_has_one_empty_nbest_entry_as_nmtkit_translate_writes(tran
 def test_a_line_over_max_src_len_is_marked_truncated_on_both_routes_and_only_it(ckpt):
     """The client learns that a translation covers only the first --max-src-len source tokens
     (the server's stderr warning never reaches it); a line of exactly that many is whole."""
-    from nmtkit.translate import TranslateConfig, Translator
-
-    short = Translator(TranslateConfig(models=(ckpt,), beam=4, max_src_len=3, **DECODE))
+    short = load_translator(ckpt, max_src_len=3, precision="fp32")[0]
     lines = ["the cat sat on a mat .", "a dog ran", "cat", ""]
 
     async def body(client):
@@ -139,7 +136,8 @@ def test_a_line_over_max_src_len_is_marked_truncated_on_both_routes_and_only_it(
     items, (onmt_items,) = json.loads(native)["translations"], json.loads(onmt)
     assert [t.get("truncated") for t in items] == [True, None, None, None]
     assert [t.get("truncated") for t in onmt_items] == [True, None, None, None]
-    assert items[0]["text"] == onmt_items[0]["tgt"] == short.translate("the cat sat")
+    assert items[0]["text"] == onmt_items[0]["tgt"] == short.translate("the cat sat", beam=4, max_len_a=1.0,
+                                                                        max_len_b=3.0)
     assert set(onmt_items[1]) == {"src", "tgt", "n_best", "pred_score"}
 
 
@@ -163,11 +161,9 @@ def test_alignments_give_an_attention_row_per_target_token_over_the_source_token
 
 def test_alignments_from_a_model_without_attention_are_refused_with_a_400(tmp_path):
     """RNNencdec's all-zero weights were sent as alignments (every word on the first source word)."""
-    from nmtkit.translate import TranslateConfig, Translator
     from tests.conftest import make_checkpoint
 
-    encdec = Translator(TranslateConfig(models=(str(make_checkpoint(tmp_path / "c.pt", arch="rnnencdec")),),
-                                        beam=4, **DECODE))
+    encdec = load_translator(make_checkpoint(tmp_path / "c.pt", arch="rnnencdec"), precision="fp32")[0]
 
     async def body(client):
         info = await (await client.get("/info")).json()
@@ -197,7 +193,7 @@ def test_health_and_info_describe_the_model(translator, ckpt):
     health, info = serve(translator, body)
     assert health["status"] == "ok" and health["model"] == "model.pt"
     assert (info["src_lang"], info["tgt_lang"], info["arch"]) == ("en", "fr", "rnnsearch")
-    assert info["src_vocab_size"] == len(translator.src_vocab.itos)
+    assert info["src_vocab_size"] == len(translator.bundle.src_vocab.itos)
     assert info["pipeline"]["src_lang"] == "en"
     with open(ckpt, "rb") as f:
         assert info["checkpoints"] == [{"path": ckpt, "sha256": hashlib.sha256(f.read()).hexdigest()}]
@@ -266,7 +262,7 @@ def test_each_request_is_logged_in_one_line_with_its_size_and_latency_unless_qui
     assert "POST /translate 200 lines=3 bytes=" in logs[0] and logs[0].endswith("ms")
     assert "POST /translate 400" in logs[1]
     quiet: list[str] = []
-    serve(translator, body, ServeConfig(quiet=True), logs=quiet)
+    serve(translator, body, ServeConfig(quiet=True, search=SEARCH), logs=quiet)
     assert quiet == []
 
 
@@ -282,14 +278,14 @@ def test_the_page_is_one_self_contained_html_file(translator):
 
 
 def test_a_decoder_failure_is_a_json_500_and_the_server_keeps_serving(translator, ckpt, monkeypatch):
-    real = translator.translate_buffer
+    real = translator._translate_buffer
 
-    def failing(lines, *args):
+    def failing(lines, *args, **kwargs):
         if any(text == "boom" for _, text in lines):
             raise RuntimeError("out of memory")
-        return real(lines, *args)
+        return real(lines, *args, **kwargs)
 
-    monkeypatch.setattr(translator, "translate_buffer", failing)
+    monkeypatch.setattr(translator, "_translate_buffer", failing)
 
     async def body(client):
         return await post(client, "/translate", {"text": ["boom"]}), await post(client, "/translate", {"text": ["cat"]})

@@ -162,7 +162,7 @@ def test_nmtkit_serve_loads_its_model_on_the_thread_that_decodes(monkeypatch):
         def __init__(self, config):
             built_on.append(threading.get_ident())
 
-        def translate(self, text):
+        def _translate_buffer(self, lines, search, source):
             assert threading.get_ident() == built_on[0]
 
     served: list[int] = []

@@ -51,9 +51,9 @@ def test_signal_stops_accepting_finishes_the_request_in_flight_and_exits_0(ckpt,
         status, stderr = server.stop(send=False)
     assert status == 0, stderr
     assert "stopped" in stderr and "Traceback" not in stderr
-    from nmtkit.translate import TranslateConfig, Translator
+    import nmtkit
 
-    expected = Translator(TranslateConfig(models=(ckpt,), beam=3, max_len_a=1, max_len_b=3)).translate(LINES)
+    expected = nmtkit.load(ckpt).translate(LINES, beam=3, max_len_a=1, max_len_b=3)
     assert [t["text"] for t in answer["translations"]] == expected
 
 

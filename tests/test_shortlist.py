@@ -6,6 +6,7 @@ import copy
 import numpy as np
 import torch
 
+import nmtkit
 from nmtkit.decode.search import beam_search
 from nmtkit.decode.shortlist import build_lexicon, shortlist_ids
 from tests.conftest import run_cli, tiny_model
@@ -94,7 +95,6 @@ def test_beam_search_with_a_shortlist_emits_only_its_words_and_maps_them_back_to
 
 def test_trained_checkpoints_carry_a_lexicon_that_translate_uses_unless_told_off(data_dir, tmp_path, monkeypatch):
     from nmtkit.checkpoint import load_checkpoint
-    from nmtkit.translate import TranslateConfig, Translator
     from tests.conftest import tiny_options, tiny_overrides, train_run
 
     run = tmp_path / "run"
@@ -107,10 +107,9 @@ def test_trained_checkpoints_carry_a_lexicon_that_translate_uses_unless_told_off
     real = sl.shortlist_ids
     monkeypatch.setattr(sl, "shortlist_ids", lambda *a, **k: calls.append(1) or real(*a, **k))
     for mode in ("auto", "off"):
-        tr = Translator(TranslateConfig(models=(str(run / "checkpoint_best.pt"),), beam=2, input_format="tok",
-                                        output_format="tok", shortlist=mode))
-        assert len(tr.translate(["w4 w5 w6", "w7"])) == 2
-        assert (tr.lexicon is not None) == (mode == "auto")
+        tr = nmtkit.load(run / "checkpoint_best.pt", input_format="tok", output_format="tok")
+        assert len(tr.translate(["w4 w5 w6", "w7"], beam=2, shortlist=mode)) == 2
+        assert tr.bundle.lexicon is not None
     assert calls == [1]  # one batch, shortlisted under auto only
 
 

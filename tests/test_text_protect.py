@@ -158,18 +158,18 @@ def test_preprocess_bad_protect_is_one_line_and_writes_nothing(tmp_path, protect
 
 
 def test_translate_and_serve_apply_the_checkpoints_protected_patterns(tmp_path):
-    from nmtkit.translate import TranslateConfig, Translator
+    import nmtkit
     from tests.conftest import make_checkpoint
 
     words = "invalid mode : %s the cat".split()
     ckpt = make_checkpoint(tmp_path / "m.pt", seed=1, src_words=words,
                            pipeline=TextPipeline("en", "fr", protected_patterns=PRINTF))
     plain = make_checkpoint(tmp_path / "p.pt", seed=1, src_words=words)
-    tr = Translator(TranslateConfig(models=(str(ckpt),), beam=2, max_len_b=3))
-    assert tr.prepare("invalid mode : %s", 1) == ["invalid", "mode", ":", "%s"]
-    assert tr.pipeline.decode(["mode", ":", "%s", "(", "%d", ")"]) == "mode : %s (%d)"
-    untouched = Translator(TranslateConfig(models=(str(plain),), beam=2, max_len_b=3))
-    assert untouched.prepare("invalid mode : %s", 1)[-2:] == ["%", "s"]
+    tr = nmtkit.load(ckpt)
+    assert tr.generate(["invalid mode : %s"], beam=2, max_len_b=3)[0].src_tokens == ("invalid", "mode", ":", "%s")
+    assert tr.bundle.pipeline.decode(["mode", ":", "%s", "(", "%d", ")"]) == "mode : %s (%d)"
+    untouched = nmtkit.load(plain)
+    assert untouched.generate(["invalid mode : %s"], beam=2, max_len_b=3)[0].src_tokens[-2:] == ("%", "s")
 
 
 def test_nmtkit_tokenize_records_protect_and_preprocess_tok_checks_it(tmp_path):

@@ -10,11 +10,11 @@ from collections import Counter
 import pytest
 import torch
 
+import nmtkit
 from nmtkit.checkpoint import CHECKPOINT_FORMAT
 from nmtkit.errors import CheckpointError, ConfigError, InputError
 from nmtkit.translate import (
     TranslateConfig,
-    Translator,
     Writers,
     hard_alignment,
     nbest_line,
@@ -23,7 +23,7 @@ from nmtkit.translate import (
     soft_alignment,
     subword_words,
 )
-from tests.conftest import SPECIALS, SRC_WORDS, TGT_WORDS, make_checkpoint, tiny_model
+from tests.conftest import SPECIALS, SRC_WORDS, TGT_WORDS, bound_translator, make_checkpoint, tiny_model
 
 CKPT_SEED = 1  # the `ckpt` fixture's model: one that emits no <unk> on these lines
 LINES = [
@@ -41,8 +41,7 @@ def _translator(ckpt, warn=None, **kw):
     kw.setdefault("beam", 3)
     kw.setdefault("max_len_a", 1.0)
     kw.setdefault("max_len_b", 3)
-    models = (ckpt,) if isinstance(ckpt, str) else tuple(ckpt)
-    return Translator(TranslateConfig(models=models, ensemble=len(models) > 1, **kw), warn=warn)
+    return bound_translator(ckpt, warn, **kw)
 
 
 def test_output_order_is_the_input_order_after_length_sorting(ckpt):
@@ -83,8 +82,8 @@ def test_output_formats_skip_stages(ckpt):
     assert raw == detokenize(tok.split(), "fr")
     # --input-format bpe: already the model's tokens, no tokenisation ("cat." stays one, unknown token)
     t = _translator(ckpt, input_format="bpe")
-    assert t.prepare("the cat.", 1) == ["the", "cat."]
-    assert _translator(ckpt).prepare("the cat.", 1) == ["the", "cat", "."]
+    assert t.generate(["the cat."])[0].src_tokens == ("the", "cat.")
+    assert _translator(ckpt).generate(["the cat."])[0].src_tokens == ("the", "cat", ".")
 
 
 def test_input_and_output_formats_with_bpe(tmp_path):
@@ -101,7 +100,7 @@ def test_input_and_output_formats_with_bpe(tmp_path):
     tgt = ["lo@@", "w@@", "est", "new"]
     path = make_checkpoint(tmp_path / "bpe.pt", src_words=sorted(set(src_tokens)), tgt_words=tgt, pipeline=pipe)
     t = _translator(str(path), output_format="bpe")
-    assert t.prepare("lowest wider", 1) == src_tokens
+    assert t.generate(["lowest wider"])[0].src_tokens == tuple(src_tokens)
     out = t.translate(["lowest wider"])[0].split()
     assert out and all(tok in tgt for tok in out)
     joined = _translator(str(path), output_format="tok").translate(["lowest wider"])[0]
@@ -174,19 +173,19 @@ def test_hard_alignment_is_pharaoh_with_one_link_per_target_token():
 
 
 def test_alignments_from_the_translator_are_well_formed(ckpt):
-    t = _translator(ckpt, alignments="hard")
-    results = t.translate_buffer(list(enumerate(["the cat sat on a mat .", "", "a dog"], 1)))
+    t = _translator(ckpt)
+    results = t.generate(["the cat sat on a mat .", "", "a dog"], alignments=True)
     for r in results:
-        if not r.hyps:
+        if not r.nbest:
             continue
-        line = hard_alignment(r.hyps[0].attention, len(r.tgt_tokens[0]))
+        best = r.nbest[0]
+        line = hard_alignment(best.attention, len(best.tokens))
         assert re.fullmatch(r"\d+-\d+( \d+-\d+)*", line)
         links = [tuple(map(int, p.split("-"))) for p in line.split()]
-        assert [j for _, j in links] == list(range(len(r.tgt_tokens[0])))
+        assert [j for _, j in links] == list(range(len(best.tokens)))
         assert all(0 <= i < len(r.src_tokens) for i, _ in links)
-        soft = json.loads(soft_alignment(r.hyps[0].attention, r.src_tokens, r.tgt_tokens[0],
-                                         r.hyps[0].source_eos_attention))
-        assert soft["src"] == r.src_tokens + ["</s>"] and soft["tgt"] == r.tgt_tokens[0] + ["</s>"]
+        soft = json.loads(soft_alignment(best.attention, r.src_tokens, best.tokens, best.source_eos_attention))
+        assert soft["src"] == [*r.src_tokens, "</s>"] and soft["tgt"] == [*best.tokens, "</s>"]
         assert len(soft["attention"]) == len(soft["tgt"])
         for row in soft["attention"]:
             assert len(row) == len(soft["src"]) and sum(row) == pytest.approx(1.0, abs=1e-3)
@@ -198,10 +197,11 @@ def test_nbest_line_is_moses_format():
 
 def test_attention_plot_is_a_png_per_sentence_up_to_the_limit(ckpt, tmp_path):
     d = tmp_path / "plots"
-    t = _translator(ckpt, plot_attention=str(d), plot_limit=2)
-    results = t.translate_buffer(list(enumerate(["the cat sat", "", "a dog ran", "the mat"], 1)))
+    t = _translator(ckpt)
+    results = t.generate(["the cat sat", "", "a dog ran", "the mat"], alignments=True)
     assert not d.exists()  # the translator writes nothing: the writers own every output
-    writers = Writers(io.StringIO(), None, t.config, flush_each=False)
+    config = TranslateConfig(models=(ckpt,), plot_attention=str(d), plot_limit=2)
+    writers = Writers(io.StringIO(), None, config, flush_each=False)
     for r in results:
         writers.write(r)
     files = sorted(p.name for p in d.iterdir())
@@ -237,7 +237,7 @@ def test_a_loaded_bundle_holds_the_first_checkpoints_vocabularies_pipeline_and_m
     assert not any(m.training for m in bundle.models)
     assert load_bundle([ckpt]).lexicon is None  # a checkpoint without a lexicon
     translator = _translator(ckpt)
-    assert translator.bundle.paths == (ckpt,) and translator.src_vocab is translator.bundle.src_vocab
+    assert translator.bundle.paths == (ckpt,) and translator.bundle.src_vocab.itos[-len(SRC_WORDS):] == SRC_WORDS
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads the process's mappings (Linux)")
@@ -389,9 +389,11 @@ def test_truncated_checkpoint_is_refused(ckpt, tmp_path, keep):
 
 def test_bad_options_are_config_errors(ckpt):
     with pytest.raises(ConfigError):
-        _translator(ckpt, beam=2, nbest=3)
+        TranslateConfig(models=(ckpt,), beam=2, nbest=3)
     with pytest.raises(ConfigError):
-        _translator(ckpt, unk_dict="x.tsv")
+        TranslateConfig(models=(ckpt,), unk_dict="x.tsv")
+    with pytest.raises(ConfigError, match="nbest must be between 1 and --beam"):
+        _translator(ckpt).translate(["the cat"], beam=2, nbest=3)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
@@ -421,7 +423,7 @@ def test_auto_precision_decodes_in_int8_on_vnni_cpus_else_as_training_would(ckpt
     trained = "bf16" if native_bf16 else "fp32"
     assert prec.resolve_precision("cpu", "auto") == trained
     assert tr.precision == ("int8" if native_int8 else trained)
-    assert is_quantized(tr.models[0].W_o) == native_int8
+    assert is_quantized(tr.bundle.models[0].W_o) == native_int8
     assert tr.translate(["the cat sat"])[0]
     assert _translator(ckpt, precision="fp32").precision == "fp32"
 
@@ -492,11 +494,12 @@ def test_cpu_batches_are_capped_in_padded_source_tokens_unless_a_budget_is_given
     sizes = []
     for kw, capped in (({}, True), ({"max_tokens": 10 ** 6}, False)):
         t = _translator(ckpt, batch_size=64, max_len_a=0.0, max_len_b=1, **kw)
-        monkeypatch.setattr(t, "decode_batch", lambda src, *a, real=t.decode_batch, **k:
+        monkeypatch.setattr(t.translator, "_decode_batch", lambda src, *a, real=t._decode_batch, **k:
                             sizes.append(len(src)) or real(src, *a, **k))
         sizes.clear()
         t.translate([line] * n)
-        width = len(t.prepare(line, 1))
+        width = len(t.translator.generate([line], beam=1, max_len_b=1)[0].src_tokens)
+        sizes.pop()  # that line's batch
         assert sum(sizes) == n
         assert (max(sizes) * width <= CPU_MAX_TOKENS) if capped else sizes == [n]
         assert t.max_tokens == (CPU_MAX_TOKENS if capped else 10 ** 6)
@@ -561,8 +564,8 @@ def test_control_tokens_in_bpe_input_are_unknown_words(ckpt):
 
 def test_a_result_says_whether_its_line_was_cut_to_max_src_len(ckpt):
     """What serve's "truncated" reads (it tokenised a line cut to exactly --max-src-len again to tell)."""
-    t = Translator(TranslateConfig(models=(ckpt,), beam=1, max_src_len=3, max_len_b=2), warn=lambda msg: None)
-    long, exact, empty = t.generate(["the cat sat on a mat", "the cat sat", ""])
+    t = nmtkit.load(ckpt, max_src_len=3, warn=lambda msg: None)
+    long, exact, empty = t.generate(["the cat sat on a mat", "the cat sat", ""], beam=1, max_len_b=2)
     assert (long.truncated, exact.truncated, empty.truncated) == (True, False, False)
     assert len(long.src_tokens) == len(exact.src_tokens) == 3
 
@@ -577,12 +580,12 @@ def test_a_translator_without_threads_uses_torchs_default_not_the_last_translato
     monkeypatch.setattr(nmtkit.devices, "_DEFAULT_THREADS", [2])  # as a 2-core machine notes it
     before = torch.get_num_threads()
     try:
-        one = Translator(TranslateConfig(models=(ckpt,), beam=1, threads=1, workers=1), warn=lambda m: None)
-        other = Translator(TranslateConfig(models=(ckpt,), beam=1, workers=1), warn=lambda m: None)
-        assert one.threads == 1 and other.threads == 2
-        other.generate(["the cat"])
+        one = nmtkit.load(ckpt, threads=1, workers=1, warn=lambda m: None)
+        other = nmtkit.load(ckpt, workers=1, warn=lambda m: None)
+        assert one._threads == 1 and other._threads == 2
+        other.generate(["the cat"], beam=1)
         assert torch.get_num_threads() == 2
-        one.generate(["the cat"])  # each translator's own, set again when another changed it
+        one.generate(["the cat"], beam=1)  # each translator's own, set again when another changed it
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)

@@ -27,14 +27,14 @@ def _error_line(proc: CliResult) -> str:
 
 
 def test_stdin_to_stdout_one_line_per_line_in_order(ckpt, tmp_path):
-    from nmtkit.translate import TranslateConfig, Translator
+    import nmtkit
 
     proc = run_cli(["translate", "-m", ckpt, "--beam", "3", "--batch-size", "2", "--buffer-size", "3",
                   "--max-len-a", "1", "--max-len-b", "3"], "\n".join(LINES) + "\n", process=True)
     assert proc.code == 0, proc.err
     out = proc.out.split("\n")
     assert out[-1] == "" and len(out) - 1 == len(LINES)
-    expected = Translator(TranslateConfig(models=(ckpt,), beam=3, max_len_a=1, max_len_b=3)).translate(LINES)
+    expected = nmtkit.load(ckpt).translate(LINES, beam=3, max_len_a=1, max_len_b=3)
     assert out[:-1] == expected
     assert out[1] == ""
 
@@ -193,8 +193,8 @@ def test_a_sigterm_between_the_two_outputs_commits_leaves_both_new_never_a_misma
 def test_alignments_plots_and_unk_replacement_are_refused_for_a_model_without_attention(ckpt, tmp_path):
     """RNNencdec's all-zero weights became alignments of every target word to the first source
     word (and --replace-unk copied it), with exit 0; an ensemble with it too."""
+    import nmtkit
     from nmtkit.errors import ConfigError
-    from nmtkit.translate import TranslateConfig, Translator
 
     encdec = str(make_checkpoint(tmp_path / "encdec.pt", arch="rnnencdec"))
     for extra in (["--alignments", "hard", "--alignments-file", str(tmp_path / "al")], ["--replace-unk"],
@@ -204,10 +204,12 @@ def test_alignments_plots_and_unk_replacement_are_refused_for_a_model_without_at
         assert not (tmp_path / "out").exists() and not (tmp_path / "al").exists()
     assert "needs attention" in _error_line(run_cli(["translate", "-m", ckpt, "-m", encdec, "--ensemble",
                                                      "--replace-unk"], "the cat\n"))
-    model = Translator(TranslateConfig(models=(encdec,), device="cpu"))
+    model = nmtkit.load(encdec, device="cpu")
     assert model.translate("the cat") is not None
     with pytest.raises(ConfigError, match="alignments=True needs attention"):
         model.generate(["the cat"], alignments=True)
+    with pytest.raises(ConfigError, match="replace_unk=True needs attention"):
+        model.generate(["the cat"], replace_unk=True)
 
 
 def test_invalid_utf8_input_names_the_line(ckpt, tmp_path):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from nmtkit.errors import WorkerError
-from nmtkit.translate import TranslateConfig, Translator
+from nmtkit.translate import Translator
 from nmtkit.translate.translator import (
     MAX_AUTO_WORKERS,
     can_fork,
@@ -20,6 +20,7 @@ from nmtkit.translate.translator import (
     resolve_workers,
     thread_shares,
 )
+from tests.conftest import bound_translator
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="workers fork")
 
@@ -46,18 +47,17 @@ def _note_pid(pids_file) -> None:
 
 
 def _results(ckpt, workers, pids_file=None, monkeypatch=None, **kw):
-    t = Translator(TranslateConfig(models=(ckpt,), beam=3, max_len_a=1.0, max_len_b=3, batch_size=3,
-                                   workers=workers, **kw))
+    t = bound_translator(ckpt, beam=3, max_len_a=1.0, max_len_b=3, batch_size=3, workers=workers, **kw)
     if pids_file is not None:
-        def decode_batch(src, *a, real=t.decode_batch, **k):
+        def decode_batch(src, *a, real=t._decode_batch, **k):
             _note_pid(pids_file)
             time.sleep(0.02)  # every process takes batches
             return real(src, *a, **k)
-        monkeypatch.setattr(t, "decode_batch", decode_batch)
-    return t.translate_buffer(list(enumerate(LINES, 1)))
+        monkeypatch.setattr(t.translator, "_decode_batch", decode_batch)
+    return t.generate(LINES, alignments=True)
 
 
-@pytest.mark.parametrize("kw", [dict(precision="fp32", nbest=2, alignments="soft"),
+@pytest.mark.parametrize("kw", [dict(precision="fp32", nbest=2),
                                 dict(precision="int8"),
                                 dict(precision="fp32", sampling=True, nbest=1)],
                          ids=["fp32-nbest-attention", "int8", "sampling"])
@@ -68,8 +68,8 @@ def test_worker_processes_translate_exactly_as_one_process(ckpt, tmp_path, monke
     assert len(set(pids.read_text().split())) == 3  # three processes decoded batches
     assert len(pids.read_text().split()) == 7  # each of the 7 batches once
     for a, b in zip(together, alone, strict=True):
-        assert a.texts == b.texts and a.index == b.index
-        for ha, hb in zip(a.hyps, b.hyps, strict=True):
+        assert a.text == b.text and a.index == b.index
+        for ha, hb in zip(a.nbest, b.nbest, strict=True):
             assert (ha.tokens, ha.score, ha.log_prob) == (hb.tokens, hb.score, hb.log_prob)
             assert (ha.attention is None) == (hb.attention is None)
             if ha.attention is not None:
@@ -95,15 +95,15 @@ def test_worker_processes_tokenise_in_chunks_and_warn_in_line_order(ckpt, tmp_pa
     out = {}
     for n in (3, 1):
         warned: list[str] = []
-        t = Translator(TranslateConfig(models=(ckpt,), beam=2, max_len_a=1.0, max_len_b=3, batch_size=3,
-                                       workers=n, max_src_len=6), warn=warned.append)
+        t = bound_translator(ckpt, warned.append, beam=2, max_len_a=1.0, max_len_b=3, batch_size=3, workers=n,
+                             max_src_len=6)
         if n == 3:
             def prepare(*a, real=t._prepare):
                 _note_pid(pids)
                 time.sleep(0.01)  # every process takes chunks
                 return real(*a)
-            monkeypatch.setattr(t, "_prepare", prepare)
-        out[n] = ([r.texts for r in t.translate_buffer(list(enumerate(LINES, 1)))], warned)
+            monkeypatch.setattr(t.translator, "_prepare", prepare)
+        out[n] = ([[h.text for h in r.nbest] for r in t.generate(LINES)], warned)
     assert calls[0] == 5  # 20 lines in chunks of 4, then the batches
     assert len(set(pids.read_text().split())) == 3  # each process tokenised lines
     assert out[3] == out[1]
@@ -205,7 +205,7 @@ def test_a_worker_killed_mid_translation_is_one_error_line_and_leaves_no_output(
     from tests.conftest import run_cli
 
     parent = os.getpid()
-    real = Translator.decode_batch
+    real = Translator._decode_batch
 
     def decode_batch(self, *a, **k):
         if os.getpid() != parent:
@@ -213,7 +213,7 @@ def test_a_worker_killed_mid_translation_is_one_error_line_and_leaves_no_output(
         time.sleep(0.02)
         return real(self, *a, **k)
 
-    monkeypatch.setattr(Translator, "decode_batch", decode_batch)
+    monkeypatch.setattr(Translator, "_decode_batch", decode_batch)
     src, out = tmp_path / "in.txt", tmp_path / "out.txt"
     src.write_text("\n".join(LINES) + "\n")
     res = run_cli(["translate", "-m", ckpt, "-i", str(src), "-o", str(out), "--workers", "2", "--batch-size", "2"])

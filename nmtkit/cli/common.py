@@ -81,25 +81,30 @@ def _click_option(field: dataclasses.Field, spec: OptionSpec, unset: bool) -> Ca
     return click.option(*names, field.name, **kwargs)
 
 
-def config_options(*classes: type, unset: bool = False) -> Callable:
+def config_options(*classes: type, unset: bool = False, exclude: frozenset[str] = frozenset()) -> Callable:
     """Decorate a click command with one option per option field of each config class, in
-    declaration order. `unset`: every default is None, "not given" (help still shows the field's)."""
+    declaration order, but those named in `exclude`. `unset`: every default is None, "not
+    given" (help still shows the field's)."""
 
     def decorate(fn: Callable) -> Callable:
         for cls in reversed(classes):
             for field, spec in reversed(option_fields(cls)):
-                fn = _click_option(field, spec, unset)(fn)
+                if field.name not in exclude:
+                    fn = _click_option(field, spec, unset)(fn)
         return fn
 
     return decorate
 
 
 def config_values(cls: type, options: dict[str, Any], given_only: bool = False) -> dict[str, Any]:
-    """The values of `cls`'s option fields among click's `options` (`given_only`: those given). A
-    `workers` option not given is all cores where its CLI default is None over a number default."""
+    """The values of `cls`'s option fields among click's `options` (`given_only`: those given; a
+    field the command does not have is left out). A `workers` option not given is all cores
+    where its CLI default is None over a number default."""
     out = {}
     all_cores = False
     for field, spec in option_fields(cls):
+        if field.name not in options:
+            continue
         value = options.get(field.name)
         if field.name == "workers":
             all_cores = value is None and spec.cli_default is None and field.default is not None

@@ -1,7 +1,8 @@
 """`nmtkit serve`: an HTTP translation server over one loaded model (library: nmtkit.serve).
 
-Its options are generated from the decode options it shares with `nmtkit translate`
-(`DecodeConfig`), `ServeConfig` and the request `Limits` (whose max_beam is `--beam`).
+Its options are generated from the load and search options it shares with `nmtkit translate`
+(`DecodeConfig`, `SearchConfig`; those a server does not take are left out), `ServeConfig` and
+the request `Limits` (whose max_beam is `--beam`).
 """
 from __future__ import annotations
 
@@ -12,11 +13,16 @@ import click
 
 from nmtkit.cli.common import config_options, config_values, quiet_warnings
 from nmtkit.serve import Limits, ServeConfig
-from nmtkit.translate.config import DecodeConfig
+from nmtkit.translate.config import DecodeConfig, SearchConfig
+
+# translate's options a server does not take: a request gives its beam and n-best (within
+# Limits), decodes on one thread, and answers raw text with beam search
+NOT_SERVED = frozenset({"workers", "input_format", "output_format", "unk_dict", "beam", "nbest", "ban_unk",
+                        "replace_unk", "sampling", "sampling_topk", "temperature", "seed"})
 
 
 @click.command("serve")
-@config_options(DecodeConfig, Limits, ServeConfig)
+@config_options(DecodeConfig, SearchConfig, Limits, ServeConfig, exclude=NOT_SERVED)
 def serve_cmd(**options: Any) -> None:
     """Serve translations over HTTP, batching sentences across concurrent requests.
 
@@ -31,12 +37,11 @@ def serve_cmd(**options: Any) -> None:
     """
     quiet_warnings(options["quiet"])
     from nmtkit.serve import run
-    from nmtkit.translate import TranslateConfig
-
     limits = Limits(**config_values(Limits, options))
     # a request's beam is at most the server's --beam, which is also its default; decodes on one thread
-    translate = TranslateConfig(**config_values(DecodeConfig, options), beam=limits.max_beam, workers=1)
-    config = ServeConfig(**config_values(ServeConfig, options), limits=limits, translate=translate)
+    config = ServeConfig(**config_values(ServeConfig, options), limits=limits,
+                         decode=DecodeConfig(**config_values(DecodeConfig, options), workers=1),
+                         search=SearchConfig(**config_values(SearchConfig, options), beam=limits.max_beam))
 
     def say(msg: str) -> None:
         click.echo(f"nmtkit: {msg}", err=True)

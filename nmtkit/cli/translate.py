@@ -55,4 +55,5 @@ def translate_cmd(input_path: str | None, output_path: str | None, alignments_fi
 
     report = run(cfg)
     if not quiet and not stdin_tty:
-        click.echo(f"nmtkit: translated {report['lines']} lines", err=True)
+        done = "scored" if cfg.score_reference else "translated"
+        click.echo(f"nmtkit: {done} {report['lines']} lines", err=True)

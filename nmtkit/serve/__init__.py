@@ -24,7 +24,7 @@ def _say(message: str) -> None:
 
 
 def run(config: ServeConfig, announce: Callable[[str], None] = _say) -> None:
-    """`nmtkit serve`: load `config.translate`'s models on the decoding thread, warm them up,
+    """`nmtkit serve`: load `config.decode`'s models on the decoding thread, warm them up,
     and serve until SIGTERM or SIGINT (`nmtkit.serve.app.serve`). `announce` hears the server's
     start and stop and, unless quiet, a line per request."""
     import asyncio
@@ -33,13 +33,13 @@ def run(config: ServeConfig, announce: Callable[[str], None] = _say) -> None:
     from nmtkit.serve.batcher import DecodeThread
     from nmtkit.translate import Translator
 
-    if config.translate is None:
-        raise ValueError("ServeConfig.translate is needed to serve")
+    if config.decode is None:
+        raise ValueError("ServeConfig.decode is needed to serve")
 
     def load() -> Translator:
-        translator = Translator(config.translate)
-        translator.source_name = "<request>"
-        translator.translate("warm up .")  # the first decoder call is slow; pay it before the first client
+        translator = Translator(config.decode)
+        # the first decoder call is slow: pay it, as requests will search, before the first client
+        translator._translate_buffer([(1, "warm up .")], config.search, source="<warm-up>")
         return translator
 
     thread = DecodeThread()  # every torch operation on one thread (nmtkit.serve.batcher)

@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from http import HTTPStatus
 from importlib import resources
 from pathlib import Path
@@ -158,22 +158,21 @@ def translation_json(result: Result, alignments: bool, nbest: int) -> dict[str, 
     n-best list when asked, and "truncated": true when the line was."""
     from nmtkit.translate.alignment import attention_table, hard_alignment
 
-    if not result.hyps:  # an empty line: an empty translation, as `nmtkit translate` writes
+    if not result.nbest:  # an empty line: an empty translation, as `nmtkit translate` writes
         item: dict[str, Any] = {"text": "", "score": 0.0, "alignment": None}
         if alignments:
             item["alignment"] = {"src": [], "tgt": [], "attention": [], "hard": ""}
         if nbest > 1:  # one entry, as `nmtkit translate --nbest` writes for it
             item["nbest"] = [{"text": "", "score": 0.0, "log_prob": 0.0}]
         return item
-    top = result.hyps[0]
-    item = {"text": result.texts[0], "score": top.score, "alignment": None}
+    top = result.nbest[0]
+    item = {"text": top.text, "score": top.score, "alignment": None}
     if alignments:
-        table = attention_table(top.attention, result.src_tokens, result.tgt_tokens[0], top.source_eos_attention)
-        table["hard"] = hard_alignment(top.attention, len(result.tgt_tokens[0]))
+        table = attention_table(top.attention, result.src_tokens, top.tokens, top.source_eos_attention)
+        table["hard"] = hard_alignment(top.attention, len(top.tokens))
         item["alignment"] = table
     if nbest > 1:
-        item["nbest"] = [{"text": text, "score": hyp.score, "log_prob": hyp.log_prob}
-                         for text, hyp in zip(result.texts, result.hyps)]
+        item["nbest"] = [{"text": hyp.text, "score": hyp.score, "log_prob": hyp.log_prob} for hyp in result.nbest]
     if result.truncated:
         item["truncated"] = True
     return item
@@ -198,7 +197,7 @@ def file_sha256(path: str | Path) -> str:
 
 def model_info(translator: Translator, config: ServeConfig) -> dict[str, Any]:
     """`GET /info`: what is being served and under which limits."""
-    tc, bundle = translator.config, translator.bundle
+    s, bundle = config.search, translator.bundle
     return {
         "model": model_name(translator),
         "checkpoints": [{"path": p, "sha256": file_sha256(p)} for p in bundle.paths],
@@ -206,7 +205,7 @@ def model_info(translator: Translator, config: ServeConfig) -> dict[str, Any]:
         "attention": translator.has_attention,  # false: requests may not ask for alignments
         "src_vocab_size": len(bundle.src_vocab.itos), "tgt_vocab_size": len(bundle.tgt_vocab.itos),
         "pipeline": bundle.pipeline.to_dict(),
-        "decoding": {"beam": tc.beam, "lenpen": tc.lenpen, "max_len_a": tc.max_len_a, "max_len_b": tc.max_len_b,
+        "decoding": {"beam": config.limits.max_beam, "lenpen": s.lenpen, "max_len_a": s.max_len_a, "max_len_b": s.max_len_b,
                      "max_src_len": translator.max_src_len, "device": str(translator.device)},
         "batching": {"batch_size": batch_size(translator, config), "max_tokens": translator.max_tokens,
                      "batch_delay_ms": config.batch_delay_ms},
@@ -396,8 +395,11 @@ def make_app(translator: Translator, config: ServeConfig,
     app = web.Application(middlewares=[_middleware(None if config.quiet else log_line, AllowedHosts.of(config))],
                           client_max_size=config.limits.max_body_bytes)
 
-    def translate(lines, beam, nbest, attention):
-        return translator.generate(lines, beam=beam, nbest=nbest, alignments=attention)
+    search = config.search
+
+    def translate(lines, beam, nbest, attention):  # a request's lines, as "<request>:N" in warnings
+        return translator._translate_buffer(list(enumerate(lines, 1)), replace(search, beam=beam, nbest=nbest),
+                                            attention, source="<request>")
 
     app[BATCHER] = Batcher(translate, batch_size(translator, config), config.batch_delay_ms / 1000, thread)
     app[STATE] = {"config": config, "model": model_name(translator), "info": model_info(translator, config),

@@ -17,13 +17,12 @@ import collections
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from nmtkit.errors import ConfigError, NmtkitError
 from nmtkit.options import check_fields, option
+from nmtkit.translate.config import DecodeConfig, SearchConfig
 
-if TYPE_CHECKING:
-    from nmtkit.translate.config import TranslateConfig
 
 @dataclass(frozen=True)
 class Limits:
@@ -46,8 +45,8 @@ MAX_BATCH_DELAY_MS = 10_000.0
 
 @dataclass(frozen=True)
 class ServeConfig:
-    """Every option of `nmtkit serve` beyond the translator's own (TranslateConfig) and the
-    request limits (Limits)."""
+    """Every option of `nmtkit serve` beyond the translator's own (DecodeConfig, SearchConfig) and
+    the request limits (Limits)."""
 
     host: str = option("127.0.0.1", help="Address to listen on. The default answers this machine only; 0.0.0.0 "
                                          "opens the server to the network (it has no authentication).")
@@ -74,8 +73,9 @@ class ServeConfig:
                                     help="Most sentences gathered into one decoder call (None: the translator's).")
     shutdown_timeout: float = option(60.0, min=0, cli=False,
                                      help="Seconds in-flight requests get to finish on SIGTERM or SIGINT.")
-    # what `run` loads and decodes with (the command builds it from the decode options and --beam)
-    translate: TranslateConfig | None = None
+    # what `run` loads, and how every request searches (its beam and n-best are the request's)
+    decode: DecodeConfig | None = None
+    search: SearchConfig = field(default_factory=SearchConfig)
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -67,6 +67,12 @@ def train_defaults(name: str) -> dict[str, Any]:
     return copy.deepcopy(TRAIN_DEFAULTS[name])
 
 
+def preset_table() -> dict[str, dict[str, Any]]:
+    """Every preset as one dict: {"arch": ..., its model sizes ..., its training settings ...}
+    (vocabulary sizes are the data's when a run starts)."""
+    return {name: {"arch": preset(name)[0], **preset(name)[1], **train_defaults(name)} for name in PRESETS}
+
+
 @dataclass(frozen=True)
 class ModelOverrides:
     """The model sizes and choices `nmtkit train` may set over the preset's (None: the preset's)."""

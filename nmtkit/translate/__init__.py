@@ -36,23 +36,55 @@ from nmtkit.translate.writers import Writers, nbest_line, plot_attention
 __all__ = [
     "DEFAULT_MAX_SRC_LEN", "DecodeConfig", "Result", "TranslateConfig", "Translation", "Translator", "Writers",
     "attention_table", "check_files", "hard_alignment", "nbest_line", "plot_attention",
-    "read_unk_dict", "replace_unks", "run", "soft_alignment", "subword_words", "translate_stream",
+    "read_unk_dict", "replace_unks", "run", "score_stream", "soft_alignment", "subword_words", "translate_stream",
 ]
 
 
-def translate_stream(translator: Translator, lines: Iterable[tuple[int, str]], writers: Writers, buffer_size: int,
-                     progress: Progress = no_progress) -> int:
-    """Translate numbered lines buffer by buffer, writing each buffer in input order; returns
-    the number of lines translated."""
+def translate_stream(translator: Translator, lines: Iterable[tuple[int, str]], writers: Writers,
+                     config: TranslateConfig, source: str, progress: Progress = no_progress) -> int:
+    """Translate numbered lines buffer by buffer as `config` says, writing each buffer in input
+    order; returns the number of lines translated."""
+    search = config.search_config()
+    alignments = bool(config.alignments or config.plot_attention)
+    buffer_size = 1 if config.interactive else config.buffer_size  # each line answered as it arrives
     n = 0
     it = iter(lines)
     while buf := list(itertools.islice(it, buffer_size)):  # takes no line beyond the buffer
-        for r in translator.translate_buffer(buf):
+        for r in translator._translate_buffer(buf, search, alignments, source):
             writers.write(r)
         writers.flush()
         n += len(buf)
         progress("translate", n, None)
     return n
+
+
+def score_stream(translator: Translator, pairs: Iterable[tuple[int, str, str]], writers: Writers,
+                 config: TranslateConfig, source: str, reference: str, progress: Progress = no_progress) -> int:
+    """`--score-reference`: score numbered (source, translation) pairs buffer by buffer, writing
+    each pair's log-probability in input order; returns the number of pairs scored."""
+    buffer_size = 1 if config.interactive else config.buffer_size
+    n = 0
+    it = iter(pairs)
+    while buf := list(itertools.islice(it, buffer_size)):
+        for s in translator._score_buffer(buf, source, reference):
+            writers.write_score(s.log_prob)
+        writers.flush()
+        n += len(buf)
+        progress("translate", n, None)
+    return n
+
+
+def paired_lines(sources: Iterable[str], references: Iterable[str], source: str,
+                 reference: str) -> Iterable[tuple[int, str, str]]:
+    """(line number, source, translation) of two files read in step; an InputError naming the
+    shorter file's end where one has more lines than the other."""
+    end = object()
+    for n, (src, ref) in enumerate(itertools.zip_longest(sources, references, fillvalue=end), 1):
+        if src is end:
+            raise InputError(f"has more lines than {source} ({n - 1}): one translation per source line", reference, n)
+        if ref is end:
+            raise InputError(f"has fewer lines ({n - 1}) than {source}: one translation per source line", reference, n)
+        yield n, src, ref  # type: ignore[misc]
 
 
 def check_files(config: TranslateConfig) -> tuple[str | None, str | None, str | None]:
@@ -89,7 +121,25 @@ def check_files(config: TranslateConfig) -> tuple[str | None, str | None, str | 
         check_output(alignments_file, config.force, "--alignments-file")
     if config.plot_attention:
         check_output_dir(config.plot_attention, "--plot-attention folder")
+    if config.score_reference:
+        _check_reference(config.score_reference, input_path)
     return input_path, output_path, alignments_file
+
+
+def _check_reference(reference: str, input_path: str | None) -> None:
+    """--score-reference's file exists and, where both are regular files, has as many lines as
+    the input (checked before the models load; a stream is checked as it is read)."""
+    from nmtkit.text.io import check_counts, count_lines
+
+    path = Path(reference)
+    if path.is_dir():
+        raise InputError("is a directory; give a file of translations, one a line", reference)
+    if not path.exists():
+        raise InputError("--score-reference file not found", reference)
+    if input_path and Path(input_path).is_file() and path.is_file():
+        check_counts((f"-i {input_path}", count_lines(input_path)[0]),
+                     [(f"--score-reference {reference}", count_lines(reference)[0])],
+                     ": give one translation per source line")
 
 
 def run(config: TranslateConfig, progress: Progress | None = None) -> dict[str, int]:
@@ -108,22 +158,26 @@ def run(config: TranslateConfig, progress: Progress | None = None) -> dict[str, 
     from nmtkit.io.files import OutputFile, commit_all
 
     progress = progress or no_progress
-    buffer_size = 1 if config.interactive else config.buffer_size  # each line answered as it arrives
     align_stdout = config.alignments_file == "-"
     input_path, output_path, alignments_file = check_files(config)
-    translator = Translator(config)
-    translator.source_name = input_path or "<stdin>"
+    translator = Translator(config.decode_config())
+    if config.wants_attention:
+        translator._check_attention(config.wants_attention)
+    source = input_path or "<stdin>"
     with contextlib.ExitStack() as stack:
         out_file = stack.enter_context(OutputFile(output_path)) if output_path else None
         align_file = stack.enter_context(OutputFile(alignments_file)) if alignments_file else None
         writers = Writers(out_file.file if out_file else sys.stdout,
                           align_file.file if align_file else (sys.stdout if align_stdout else None),
-                          config, flush_each=buffer_size == 1)
+                          config, flush_each=config.interactive or config.buffer_size == 1)
         # a file as every reader reads one (text.io.read_lines: .gz gunzipped, a damaged one named)
         # stdin line by line as lines arrive (a terminal or a pipe is answered without waiting)
-        lines = enumerate(read_text_lines(input_path) if input_path
-                          else stream_lines(sys.stdin.buffer, translator.source_name), 1)
-        n = translate_stream(translator, lines, writers, buffer_size, progress)
+        texts = read_text_lines(input_path) if input_path else stream_lines(sys.stdin.buffer, source)
+        if config.score_reference:
+            pairs = paired_lines(texts, read_text_lines(config.score_reference), source, config.score_reference)
+            n = score_stream(translator, pairs, writers, config, source, config.score_reference, progress)
+        else:
+            n = translate_stream(translator, enumerate(texts, 1), writers, config, source, progress)
         # both files committed, or (a signal before) neither: never a mismatched pair
         commit_all([f for f in (align_file, out_file) if f is not None])
         return {"lines": n}

@@ -130,24 +130,25 @@ def read_unk_dict(path: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Translation:
-    """One hypothesis of a line.
+    """One translation of a line (immutable).
 
     text: the output string (in the translator's output format); tokens: the model's target
     tokens (subwords, after UNK replacement); score: log_prob / (len(tokens)+1)^lenpen, the
-    ranking score; log_prob: the model's log-probability, EOS included; src_tokens: the model's
-    source tokens; attention: (len(tokens)+1, len(src_tokens)) weights (a torch tensor; rows:
-    target tokens then EOS, columns: source tokens), None unless asked for;
-    source_eos_attention: (len(tokens)+1,) the weights on the source EOS the model appends
-    (each row of attention and it together sums to 1), None without one.
+    ranking score; log_prob: the model's log-probability, EOS included (what
+    `Translator.score` gives for this pair); src_tokens: the model's source tokens; attention:
+    (len(tokens)+1, len(src_tokens)) weights (a torch tensor; rows: target tokens then EOS,
+    columns: source tokens), None unless asked for; source_eos_attention: (len(tokens)+1,) the
+    weights on the source EOS the model appends (each row of attention and it together sums
+    to 1), None without one.
     """
 
     text: str
-    tokens: list[str]
+    tokens: tuple[str, ...]
     score: float
     log_prob: float
-    src_tokens: list[str]
-    attention: Any = field(default=None, repr=False)
-    source_eos_attention: Any = field(default=None, repr=False)
+    src_tokens: tuple[str, ...]
+    attention: Any = field(default=None, repr=False, compare=False)
+    source_eos_attention: Any = field(default=None, repr=False, compare=False)
 
     def alignment(self) -> list[tuple[int, int]]:
         """[(source i, target j)]: each target token's most attended source token (model
@@ -158,37 +159,26 @@ class Translation:
         return hard_pairs(self.attention, len(self.tokens))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Result:
-    """One input line's translation(s).
+    """One input line's translations (immutable).
 
-    index: the line's number (from 1); src_tokens: the model's source tokens (subwords), as
-    strings (before UNK mapping). hyps: the n-best hypotheses (`nmtkit.decode.steps.Hypothesis`;
-    empty for an empty line); tgt_tokens: their target tokens (after UNK replacement); texts:
-    their output strings in the requested output format; truncated: the line had more source
-    tokens than --max-src-len and was translated from its first ones. `text`, `score` and
-    `nbest` give the same as plain values and `Translation`s.
+    index: the line's number (from 1); src_tokens: the model's source tokens (subwords);
+    nbest: its translations, best first (none for an empty line); truncated: the line had more
+    source tokens than --max-src-len and was translated from its first ones.
     """
 
     index: int
-    src_tokens: list[str]
-    hyps: list[Any] = field(default_factory=list)
-    tgt_tokens: list[list[str]] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
+    src_tokens: tuple[str, ...]
+    nbest: tuple[Translation, ...] = ()
     truncated: bool = False
 
     @property
     def text(self) -> str:
         """The best translation ("" for an empty line)."""
-        return self.texts[0] if self.texts else ""
+        return self.nbest[0].text if self.nbest else ""
 
     @property
     def score(self) -> float:
         """The best translation's score (0.0 for an empty line)."""
-        return self.hyps[0].score if self.hyps else 0.0
-
-    @property
-    def nbest(self) -> list[Translation]:
-        """The hypotheses, best first (none for an empty line)."""
-        return [Translation(text, toks, h.score, h.log_prob, self.src_tokens, h.attention, h.source_eos_attention)
-                for text, toks, h in zip(self.texts, self.tgt_tokens, self.hyps)]
+        return self.nbest[0].score if self.nbest else 0.0

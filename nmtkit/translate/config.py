@@ -1,15 +1,16 @@
-"""The options of `nmtkit translate` and `nmtkit serve`, each declared once.
+"""The options of `nmtkit translate`, `nmtkit serve` and the Python API, each declared once.
 
-`DecodeConfig` holds what both commands decode with (checkpoints, length limits, batching,
-hardware); `TranslateConfig` adds translate's own options and is what a `Translator` runs on
-(`nmtkit serve` builds one from its decode options and its `--beam`). Each field declares its
-option (`nmtkit.options.option`): help, choices, range; the click options of both commands are
-generated from these fields, and `__post_init__` validates a config once, when it is built.
-Importing this module imports neither click nor torch.
+`DecodeConfig` is what a `Translator` loads with: the checkpoints, the hardware, batching and
+the text formats (`nmtkit.load`'s arguments). `SearchConfig` is how each call searches: beam,
+lengths, sampling, <unk> handling (`Translator.translate`'s arguments; `nmtkit serve` keeps one
+and takes beam and n-best per request). `TranslateConfig` is both plus the files and outputs of
+`nmtkit translate`. Each field declares its option (`nmtkit.options.option`): help, choices,
+range; the click options are generated from these fields, and `__post_init__` validates a
+config once, when it is built. Importing this module imports neither click nor torch.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from nmtkit.devices import DECODE_PRECISIONS, DEVICE_HELP, FUSE, MAX_THREADS, MAX_WORKERS, check_device_name
 from nmtkit.errors import ConfigError
@@ -41,21 +42,13 @@ MAX_LENPEN = 10
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """The options `nmtkit translate` and `nmtkit serve` share (see their --help)."""
+    """What a `Translator` is loaded with: checkpoints, hardware, batching, text formats."""
 
     models: tuple[str, ...] = option(
         (), names=("--model", "-m"), multiple=True, required=True, metavar="CHECKPOINT", path="file",
         help="Checkpoint to translate with (e.g. RUN/checkpoint_best.pt). Give several with --ensemble.")
     ensemble: bool = option(False, help="Average several -m models (same vocabularies and preprocessing): log of "
                                         "the mean of their probabilities, as Nematus and fairseq do.")
-    lenpen: float = option(
-        1.0, min=-MAX_LENPEN, max=MAX_LENPEN,
-        help="Length normalisation alpha: hypotheses are ranked by log p / length^alpha (length counts EOS); "
-             f"1 = per-word average, 0 = raw log-probability; between -{MAX_LENPEN} and {MAX_LENPEN}.")
-    max_len_a: float = option(2.0, min=0, max=MAX_LEN_A,
-                              help="Target length limit: at most a * source_length + b tokens "
-                                   f"(a <= {MAX_LEN_A}, b <= {MAX_LEN_B:,}).")
-    max_len_b: float = option(10.0, min=0, max=MAX_LEN_B, help="See --max-len-a.")
     batch_size: int = option(64, min=1, help="Most sentences decoded in one batched beam search (serve: gathered "
                                              "from all waiting requests).")
     max_tokens: int | None = option(
@@ -77,6 +70,60 @@ class DecodeConfig:
         help="on: compile the decoding step into a few fused kernels (torch.compile). On an H200 that decoded "
              "newstest2014 at beam 12 in 4.4 s against 8.0 s unfused, after ~60 s of compiling on a fresh machine "
              "(later runs reuse inductor's cache): worth it for long inputs or a long-lived serve. auto: off.")
+    threads: int | None = option(None, min=1, max=MAX_THREADS, metavar="N", shown_default="torch's default",
+                                 help="torch CPU threads.")
+    workers: int | None = option(
+        None, min=1, max=MAX_WORKERS, metavar="N", shown_default="auto: one per thread, at most 4, on the CPU",
+        help="Decode N batches at once in N processes (this one and N-1 forked from it after the model loads, "
+             "sharing its weights), each on its share of --threads (Marian's --cpu-threads, CTranslate2's "
+             "inter_threads): on a CPU, several small batched products gain more from processes than from "
+             "threads. The translations are the same as --workers 1's at the same threads per batch. CPU and "
+             "Linux only (elsewhere 1); auto is 1 in a process that runs other Python threads.")
+    input_format: str = option(
+        "raw", choices=INPUT_FORMATS,
+        help="raw: apply the recorded normalisation, tokenisation and BPE; tok: input is already tokenised (BPE "
+             "still applied); bpe: input is the model's tokens.")
+    output_format: str = option("raw", choices=INPUT_FORMATS,
+                                help="raw: join BPE and detokenise; tok: join BPE only; bpe: the model's tokens.")
+    unk_dict: str | None = option(
+        None, metavar="FILE", path="file",
+        help="With --replace-unk: a 'source<TAB>target' dictionary the source word goes through.")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        self.validate()
+
+    def validate(self) -> None:
+        """The rules between fields (each field's own range was checked by `check_fields`); one
+        clear line otherwise. Called once, when the config is built."""
+        check_device_name(self.device)
+        if not self.models:
+            raise ConfigError("no model given (-m CHECKPOINT)")
+        if len(self.models) > 1 and not self.ensemble:
+            raise ConfigError(f"{len(self.models)} -m checkpoints given: add --ensemble to average them")
+
+    def decode_config(self) -> DecodeConfig:
+        """This config's `DecodeConfig` fields, as one (what a Translator loads with)."""
+        return _project(self, DecodeConfig)
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """How one call searches: beam search (or sampling), length limits and normalisation, <unk>."""
+
+    beam: int = option(12, min=1, names=("--beam", "-k"), help="Beam width (1 = greedy).")
+    nbest: int = option(
+        1, min=1, help="Write the N best translations of each sentence in Moses n-best format: "
+                       "'i ||| translation ||| LogProb= lp Length= n ||| score' (i counts sentences from 0, lp is "
+                       "the raw log-probability, n the token count with EOS, score = lp / n^lenpen).")
+    lenpen: float = option(
+        1.0, min=-MAX_LENPEN, max=MAX_LENPEN,
+        help="Length normalisation alpha: hypotheses are ranked by log p / length^alpha (length counts EOS); "
+             f"1 = per-word average, 0 = raw log-probability; between -{MAX_LENPEN} and {MAX_LENPEN}.")
+    max_len_a: float = option(2.0, min=0, max=MAX_LEN_A,
+                              help="Target length limit: at most a * source_length + b tokens "
+                                   f"(a <= {MAX_LEN_A}, b <= {MAX_LEN_B:,}).")
+    max_len_b: float = option(10.0, min=0, max=MAX_LEN_B, help="See --max-len-a.")
     shortlist: str = option(
         "auto", choices=("auto", "off"),
         help="auto: where the checkpoint holds a lexicon (nmtkit train stores one), score only a shortlist of "
@@ -86,35 +133,12 @@ class DecodeConfig:
              "rounding) depends on the sentences batched together, so a line may translate differently alone: for "
              "translations that never depend on other lines (in serve, other requests), use --shortlist off with "
              "--precision int8 or fp32.")
-    threads: int | None = option(None, min=1, max=MAX_THREADS, metavar="N", shown_default="torch's default",
-                                 help="torch CPU threads.")
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Every field within its declared choices and range, and the rules between fields; one
-        clear line otherwise. Called once, when the config is built."""
-        check_fields(self)
-        check_device_name(self.device)
-        if not self.models:
-            raise ConfigError("no model given (-m CHECKPOINT)")
-        if self.max_len_a == 0 and self.max_len_b < 1:  # it was raised to one token without a word
-            raise ConfigError(f"--max-len-a 0 with --max-len-b {self.max_len_b:g} allows no target token: give "
-                              "--max-len-b 1 or more")
-        if len(self.models) > 1 and not self.ensemble:
-            raise ConfigError(f"{len(self.models)} -m checkpoints given: add --ensemble to average them")
-
-
-@dataclass(frozen=True)
-class TranslateConfig(DecodeConfig):
-    """Every option of `nmtkit translate` that shapes its translations (see its --help)."""
-
-    beam: int = option(12, min=1, names=("--beam", "-k"), help="Beam width (1 = greedy).")
-    nbest: int = option(
-        1, min=1, help="Write the N best translations of each sentence in Moses n-best format: "
-                       "'i ||| translation ||| LogProb= lp Length= n ||| score' (i counts sentences from 0, lp is "
-                       "the raw log-probability, n the token count with EOS, score = lp / n^lenpen).")
+    ban_unk: bool = option(
+        False, help="Never emit the unknown word: its probability is 0 at every step (the decoding of the paper's "
+                    "no-UNK column, Bahdanau et al. 2015, Table 1).")
+    replace_unk: bool = option(
+        False, help="Replace each <unk> in the output by the source word it attends to most (Luong et al. 2015; "
+                    "Jean et al. 2015); with BPE, the whole word of that subword.")
     sampling: bool = option(
         False, help="Draw one translation per line from the model's distribution instead of beam search "
                     "(back-translation, Edunov et al. 2018). Reproducible: a line's sample depends on --seed, its "
@@ -128,30 +152,43 @@ class TranslateConfig(DecodeConfig):
              "decoding use --beam 1).")
     seed: int | None = option(None, min=0, max=2**63 - 1, metavar="S", message="must be between 0 and 2^63-1",
                               shown_default=str(DEFAULT_SEED), help="With --sampling: the seed.")
-    workers: int | None = option(
-        None, min=1, max=MAX_WORKERS, metavar="N", shown_default="auto: one per thread, at most 4, on the CPU",
-        help="Decode N batches at once in N processes (this one and N-1 forked from it after the model loads, "
-             "sharing its weights), each on its share of --threads (Marian's --cpu-threads, CTranslate2's "
-             "inter_threads): on a CPU, several small batched products gain more from processes than from "
-             "threads. The translations are the same as --workers 1's at the same threads per batch. CPU and "
-             "Linux only (elsewhere 1); auto is 1 in a process that runs other Python threads.")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        self.validate()
+
+    @property
+    def sampling_seed(self) -> int:
+        return DEFAULT_SEED if self.seed is None else self.seed
+
+    def validate(self) -> None:
+        if self.max_len_a == 0 and self.max_len_b < 1:  # it was raised to one token without a word
+            raise ConfigError(f"--max-len-a 0 with --max-len-b {self.max_len_b:g} allows no target token: give "
+                              "--max-len-b 1 or more")
+        if self.ban_unk and self.replace_unk:
+            raise ConfigError("--ban-unk and --replace-unk exclude each other (a banned <unk> is never replaced)")
+        if self.nbest > self.beam:
+            raise ConfigError(f"--nbest must be between 1 and --beam ({self.beam}), got {self.nbest}")
+        if not self.sampling:
+            given = [name for name, on in (("--sampling-topk", self.sampling_topk != 0),
+                                           ("--temperature", self.temperature != 1.0),
+                                           ("--seed", self.seed is not None)) if on]
+            refuse_without(given, "--sampling")
+        elif self.nbest != 1:
+            raise ConfigError("--sampling draws one translation per line: --nbest must be 1")
+
+    def search_config(self) -> SearchConfig:
+        """This config's `SearchConfig` fields, as one."""
+        return _project(self, SearchConfig)
+
+
+@dataclass(frozen=True)
+class TranslateConfig(SearchConfig, DecodeConfig):
+    """Every option of `nmtkit translate` (see its --help): how to load, how to search, and the
+    files and outputs."""
+
     buffer_size: int = option(
         2000, min=1, help="Lines read, sorted by length and translated together before being written in order.")
-    input_format: str = option(
-        "raw", choices=INPUT_FORMATS,
-        help="raw: apply the recorded normalisation, tokenisation and BPE; tok: input is already tokenised (BPE "
-             "still applied); bpe: input is the model's tokens.")
-    output_format: str = option("raw", choices=INPUT_FORMATS,
-                                help="raw: join BPE and detokenise; tok: join BPE only; bpe: the model's tokens.")
-    replace_unk: bool = option(
-        False, help="Replace each <unk> in the output by the source word it attends to most (Luong et al. 2015; "
-                    "Jean et al. 2015); with BPE, the whole word of that subword.")
-    ban_unk: bool = option(
-        False, help="Never emit the unknown word: its probability is 0 at every step (the decoding of the paper's "
-                    "no-UNK column, Bahdanau et al. 2015, Table 1).")
-    unk_dict: str | None = option(
-        None, metavar="FILE", path="file",
-        help="With --replace-unk: a 'source<TAB>target' dictionary the source word goes through.")
     alignments: str | None = option(
         None, choices=("hard", "soft"),
         help="Write alignments to --alignments-file, one line per output line: hard = Pharaoh 'i-j' pairs (source "
@@ -161,6 +198,11 @@ class TranslateConfig(DecodeConfig):
         None, metavar="DIR", path="directory",
         help="Draw each sentence's attention (the paper's Figure 3) as DIR/NNNNNN.png (line number).")
     plot_limit: int = option(100, min=0, help="Plot at most this many sentences.")
+    score_reference: str | None = option(
+        None, metavar="FILE", path="file",
+        help="Score the translations in FILE, one per input line, instead of searching (forced decoding, as "
+             "fairseq's --score-reference, OpenNMT-py's -tgt and marian-scorer): write each pair's "
+             "log-probability log p(y | x), the target's EOS included, one per line.")
     # the files of `nmtkit.translate.run` (no option metadata: the command declares -i, -o,
     # --alignments-file, --force and --interactive itself); None or "-" is a standard stream
     input_path: str | None = None
@@ -169,22 +211,33 @@ class TranslateConfig(DecodeConfig):
     force: bool = False  # overwrite existing outputs
     interactive: bool = False  # answer each line at once: a buffer of one line, whatever buffer_size says
 
-    @property
-    def sampling_seed(self) -> int:
-        return DEFAULT_SEED if self.seed is None else self.seed
+    def __post_init__(self) -> None:
+        check_fields(self)
+        DecodeConfig.validate(self)
+        SearchConfig.validate(self)
+        self.validate()
 
     def validate(self) -> None:
-        super().validate()
-        if self.ban_unk and self.replace_unk:
-            raise ConfigError("--ban-unk and --replace-unk exclude each other (a banned <unk> is never replaced)")
-        if self.nbest > self.beam:
-            raise ConfigError(f"--nbest must be between 1 and --beam ({self.beam}), got {self.nbest}")
         if self.unk_dict and not self.replace_unk:
             raise ConfigError("--unk-dict needs --replace-unk")
-        if not self.sampling:
-            given = [name for name, on in (("--sampling-topk", self.sampling_topk != 0),
-                                           ("--temperature", self.temperature != 1.0),
-                                           ("--seed", self.seed is not None)) if on]
-            refuse_without(given, "--sampling")
-        elif self.nbest != 1:
-            raise ConfigError("--sampling draws one translation per line: --nbest must be 1")
+        if self.score_reference is not None:
+            given = [name for name, on in (("--sampling", self.sampling), ("--nbest", self.nbest != 1),
+                                           ("--replace-unk", self.replace_unk), ("--alignments", self.alignments),
+                                           ("--plot-attention", self.plot_attention)) if on]
+            if given:
+                raise ConfigError(f"--score-reference scores given translations: {' and '.join(given)} "
+                                  "would change nothing")
+
+    @property
+    def wants_attention(self) -> str | None:
+        """The first option given that needs the models' attention, or None."""
+        return next((o for o, on in (("--replace-unk", self.replace_unk), ("--alignments", self.alignments),
+                                     ("--plot-attention", self.plot_attention)) if on), None)
+
+
+def _project(config: object, cls: type) -> object:
+    """`config`'s fields of `cls`, as a `cls`, not validated again: they were when `config` was."""
+    part = object.__new__(cls)
+    for f in fields(cls):
+        object.__setattr__(part, f.name, getattr(config, f.name))
+    return part

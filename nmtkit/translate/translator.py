@@ -1,13 +1,14 @@
-"""`Translator`: loaded checkpoint(s) + the recorded text pipeline; raw lines -> Results
-(prepare, batch by length, beam search or sampling, UNK replacement, BPE join, detokenisation),
-a buffer's batches shared by forked worker processes on the CPU (`map_batches`). It writes
-nothing: the outputs are `nmtkit.translate.writers`'. It is nmtkit's Python API (`nmtkit.load`)
-and the one path from raw lines to translations behind `nmtkit translate` and `nmtkit serve`:
+"""`Translator`: loaded checkpoint(s) + the recorded text pipeline; raw lines -> `Result`s
+(prepare, batch by length, beam search or sampling, UNK replacement, BPE join, detokenisation)
+or, with their translations, -> forced-decoding scores; a buffer's batches shared by forked CPU
+worker processes (`map_batches`). It writes nothing (`nmtkit.translate.writers` does). It is
+nmtkit's Python API (`nmtkit.load`) and the one path behind `nmtkit translate` and `nmtkit
+serve`. What it loads with (`DecodeConfig`) is fixed; how it searches (`SearchConfig`) is each call's:
 
-    model = nmtkit.load("run/checkpoint_best.pt", device="cpu", beam=5)
-    model.translate(["Hello, world!"])               # -> ["Bonjour, le monde !"]
-    [r] = model.generate(["Hello, world!"], nbest=3, alignments=True)
-    r.text, r.nbest[1].text, r.nbest[0].alignment()  # 1-best, 2nd best, [(src i, tgt j), ...]
+    model = nmtkit.load("run/checkpoint_best.pt", device="cpu")
+    model.translate(["Hello, world!"], beam=5)       # -> ["Bonjour, le monde !"]
+    [r] = model.generate(["Hello, world!"], beam=5, nbest=3, alignments=True)
+    model.score(["Hello, world!"], ["Bonjour, le monde !"])   # -> [log p(y | x)]
 """
 from __future__ import annotations
 
@@ -16,15 +17,15 @@ import logging
 import os
 import sys
 import threading
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from nmtkit.devices import resolve_device
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.text.io import BOM
 from nmtkit.text.vocab import UNK
-from nmtkit.translate.alignment import Result, read_unk_dict, replace_unks
-from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, TranslateConfig, batch_token_cap
+from nmtkit.translate.alignment import Result, Translation, read_unk_dict, replace_unks
+from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, DecodeConfig, SearchConfig, batch_token_cap
 from nmtkit.workers import Workers
 
 log = logging.getLogger(__name__)
@@ -33,12 +34,29 @@ log = logging.getLogger(__name__)
 PREPARE_CHUNK_LINES = 256
 # `Translator._warn_unrecorded_bpe`: this many target words ending in "@@" say the text was BPE'd
 UNRECORDED_SUBWORDS = 20
+# the name of the lines given to the Python API in warnings and errors ("<input>:N", N from 1)
+API_INPUT = "<input>"
+
+
+@dataclass(frozen=True)
+class TokenScores:
+    """A forced decoding of one (source, translation) pair (`Translator.score(per_token=True)`).
+
+    log_prob: log p(y | x), the sum of token_log_probs; tokens: the model's target tokens;
+    token_log_probs: one per token, then the EOS's (len(tokens) + 1 values)."""
+
+    log_prob: float
+    tokens: tuple[str, ...]
+    token_log_probs: tuple[float, ...]
 
 
 class Translator:
-    """Loaded checkpoint(s) + pipeline; translates lists of lines or a stream of lines.
+    """Loaded checkpoint(s) + pipeline: `translate`, `generate` and `score` lists of lines, each
+    call with its own search options. Build one with `nmtkit.load`.
 
-    Build one with `nmtkit.load` (or `Translator.load`), or from a `TranslateConfig`.
+    Public attributes: `config` (the `DecodeConfig` it was loaded with), `device`, `precision`
+    (the decoding precision chosen), `bundle` (the loaded `ModelBundle`: models, vocabularies,
+    text pipeline, languages), `max_src_len` and `max_tokens` (resolved limits).
     """
 
     @classmethod
@@ -46,80 +64,57 @@ class Translator:
              warn: Callable[[str], None] | None = None, **options: Any) -> Translator:
         """A translator over one checkpoint, or an ensemble of several (a list).
 
-        `options` are `nmtkit translate`'s options as `TranslateConfig` fields, e.g. device="cpu",
-        beam=5, lenpen=1.0, nbest=3, replace_unk=True, sampling=True, temperature=0.8, seed=7,
-        output_format="tok". An unknown or bad option raises ConfigError naming it; a missing
-        or broken checkpoint raises CheckpointError.
+        `options` are `DecodeConfig` fields: device, precision, threads, workers, fuse, batch_size,
+        max_tokens, max_src_len, input_format, output_format, unk_dict. An unknown or bad option
+        raises ConfigError naming it; a missing or broken checkpoint raises CheckpointError.
         """
         from nmtkit.checkpoint import checkpoint_paths
 
         paths = checkpoint_paths(checkpoints)
         if warn is not None and not callable(warn):
             raise TypeError(f"warn must be a function taking one message, not {type(warn).__name__}")
-        valid = sorted(f.name for f in fields(TranslateConfig)
-                       if "option" in f.metadata and f.name not in ("models", "ensemble"))
-        unknown = sorted(set(options) - set(valid))
-        if unknown:
-            raise ConfigError(f"unknown option(s) {', '.join(unknown)}; valid ones: {', '.join(valid)}")
-        config = TranslateConfig(models=tuple(str(p) for p in paths), ensemble=len(paths) > 1, **options)
-        translator = cls(config, warn=warn)
-        translator.source_name = "<input>"  # warnings name the line as "<input>:N" (N from 1)
-        return translator
+        _refuse_unknown(options, [f.name for f in fields(DecodeConfig) if f.name not in ("models", "ensemble")],
+                        "load", SearchConfig)
+        return cls(DecodeConfig(models=tuple(str(p) for p in paths), ensemble=len(paths) > 1, **options), warn=warn)
 
-    def __init__(self, config: TranslateConfig, warn: Callable[[str], None] | None = None):
-        """Load `config.models` (a `ModelBundle`, `self.bundle`) for decoding as `config` says
-        (a config is validated once, when it is built)."""
+    def __init__(self, config: DecodeConfig, warn: Callable[[str], None] | None = None):
+        """Load `config.models` (`self.bundle`) on the device and in the precision `config` says
+        (a config is validated once, when it is built; a `TranslateConfig` gives its decode part)."""
         from nmtkit.devices import default_threads, import_torch, use_threads
 
         import_torch()  # before the modules that import it, with interrupts held (see there)
         from nmtkit.models.fast.quantize import INT8_ON_CUDA
         from nmtkit.models.precision import FP16_ON_CPU, autocast
 
+        if isinstance(config, SearchConfig):  # a TranslateConfig: its search options would be dropped here
+            raise TypeError("a Translator is built from a DecodeConfig (config.decode_config()); search options "
+                            "are each call's")
         self.config = config
-        self.warn = warn or log.warning
+        self._warn = warn or log.warning
         self.device = resolve_device(config.device)
         if config.precision == "int8" and self.device.type != "cpu":
             raise ConfigError(INT8_ON_CUDA)
         # torch's threads are the process's: this translator's are set before it loads ("auto" may
         # time a product on them) and again before a call finds them changed (by another
         # translator), never put back after each call (resizing torch's pool costs ~4 ms)
-        self.threads = config.threads or default_threads()  # what --workers share
-        use_threads(self.threads)
-        self.bundle, self.precision = bundle, precision = self._load()
-        int8 = precision == "int8"
-        # a wider beam than the target vocabulary finds nothing more and costs memory and time:
-        # every search is capped at max_beam (n-best lists too)
-        self.max_beam = n_tgt = len(self.tgt_vocab.itos)
-        if config.beam > n_tgt:
-            nbest = f" and --nbest {config.nbest} lists of at most {n_tgt}" if config.nbest > n_tgt else ""
-            self.warn(f"--beam {config.beam} is above the target vocabulary's {n_tgt} entries: searching with "
-                      f"a beam of {n_tgt}, which finds the same translations{nbest}")
-        # Jean et al. (2015)'s candidate list: with the lexicon the trainer stores (a checkpoint
-        # made otherwise may have none), each batch scores only its shortlist of target words
-        # (sampling draws from the whole vocabulary: a shortlist would change its distribution)
-        use_shortlist = config.shortlist == "auto" and not config.sampling
-        self.lexicon = bundle.lexicon if use_shortlist else None
+        self._threads = config.threads or default_threads()  # what --workers share
+        use_threads(self._threads)
+        self.bundle, self.precision = self._load()
         if config.max_src_len is not None:
             self.max_src_len = config.max_src_len
         else:
-            trained = bundle.trained_max_len
+            trained = self.bundle.trained_max_len
             self.max_src_len = max(DEFAULT_MAX_SRC_LEN, 4 * trained) if trained else DEFAULT_MAX_SRC_LEN
         self.max_tokens = batch_token_cap(config.max_tokens, self.device.type)  # None: no cap
-        self.unk_dict = read_unk_dict(config.unk_dict) if config.unk_dict else None
-        self.warned_budget = False
-        self.batches_decoded = 0
-        asked = [o for o, on in (("--replace-unk", config.replace_unk), ("--alignments", config.alignments),
-                                 ("--plot-attention", config.plot_attention)) if on]
-        self.need_attention = bool(asked)
-        if asked:
-            self._check_attention(asked[0])
-        if precision == "fp16" and self.device.type != "cuda":
+        self._unk_dict = read_unk_dict(config.unk_dict) if config.unk_dict else None
+        self._warned: set[str] = set()  # warnings given once per translator
+        self._batches_decoded = 0
+        if self.precision == "fp16" and self.device.type != "cuda":
             log.warning(FP16_ON_CPU)
         # autocast keeps the fp32 weights and runs matrix products in 16 bits; log-softmax and
         # the beam scores stay in fp32 (Seq2Seq.step returns fp32 log-probabilities)
         # (int8: float32 activations into the int8 layers, and float32 everywhere else)
-        self.autocast = autocast(self.device.type, "fp32" if int8 else precision)
-        self.source_name = "<stdin>"
+        self._autocast = autocast(self.device.type, "fp32" if self.precision == "int8" else self.precision)
         self._warn_unrecorded_bpe()
 
     @property
@@ -135,6 +130,11 @@ class Translator:
                 raise ConfigError(f"{option} needs attention, and {path} is a model without it "
                                   f"({type(model).__name__})")
 
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            self._warn(message)
+
     def _warn_unrecorded_bpe(self) -> None:
         """Warn when the vocabularies hold BPE subwords (words ending in "@@") that the recorded
         pipeline does not make: the training text was split before `nmtkit preprocess`, so raw
@@ -142,14 +142,14 @@ class Translator:
         from nmtkit.text.bpe import SEPARATOR
 
         c = self.config
-        if self.pipeline.bpe is not None or (c.input_format == "bpe" and c.output_format == "bpe"):
+        if self.bundle.pipeline.bpe is not None or (c.input_format == "bpe" and c.output_format == "bpe"):
             return
-        n = sum(w.endswith(SEPARATOR) for w in self.tgt_vocab.itos)
+        n = sum(w.endswith(SEPARATOR) for w in self.bundle.tgt_vocab.itos)
         if n >= UNRECORDED_SUBWORDS:
-            self.warn(f"{self.config.models[0]}: its target vocabulary has {n:,} subwords ending in "
-                      f"'{SEPARATOR}', but its text pipeline applies no BPE (the text was split before nmtkit "
-                      "preprocess): give BPE'd input with --input-format bpe, and --output-format bpe to join "
-                      "the output yourself")
+            self._warn(f"{c.models[0]}: its target vocabulary has {n:,} subwords ending in "
+                       f"'{SEPARATOR}', but its text pipeline applies no BPE (the text was split before nmtkit "
+                       "preprocess): give BPE'd input with --input-format bpe, and --output-format bpe to join "
+                       "the output yourself")
 
     def _load(self) -> tuple[Any, str]:
         """(the ModelBundle of config.models, the decoding precision). auto: int8 on CPUs with
@@ -168,200 +168,288 @@ class Translator:
                              prepare=quantize_for_decoding if precision == "int8" else None)
         return bundle, precision
 
-    @property
-    def models(self) -> tuple[Any, ...]:
-        return self.bundle.models
+    # -- the public calls
+    def generate(self, lines: Iterable[str], *, alignments: bool = False, beam: int | None = None,
+                 nbest: int | None = None, lenpen: float | None = None, max_len_a: float | None = None,
+                 max_len_b: float | None = None, shortlist: str | None = None, ban_unk: bool | None = None,
+                 replace_unk: bool | None = None, sampling: bool | None = None, sampling_topk: int | None = None,
+                 temperature: float | None = None, seed: int | None = None) -> list[Result]:
+        """One frozen `Result` per line, in order: its `nbest` best translations (`Result.nbest`,
+        with scores, tokens and, with alignments=True, the attention and `Translation.alignment()`).
 
-    @property
-    def src_vocab(self) -> Any:
-        return self.bundle.src_vocab
+        The search options are `nmtkit translate`'s (`SearchConfig`, checked as the command line
+        checks them); one not given takes its default there (beam 12). Lines are raw text (or
+        the loaded input_format); an empty line gets a Result without translations."""
+        given = {k: v for k, v in locals().items() if k in _SEARCH_FIELDS and v is not None}
+        search = search_config(given)
+        if not isinstance(alignments, bool):
+            raise ConfigError(f"alignments must be True or False, got {alignments!r}")
+        for option, on in (("alignments=True", alignments), ("replace_unk=True", search.replace_unk)):
+            if on:
+                self._check_attention(option)
+        return self._translate_buffer(list(enumerate(_lines_of(lines), 1)), search, alignments)
 
-    @property
-    def tgt_vocab(self) -> Any:
-        return self.bundle.tgt_vocab
+    def translate(self, lines: str | Iterable[str], **search: Any) -> str | list[str]:
+        """The best translation of each line (a list for a list, a string for a string); `search`
+        as in `generate`."""
+        if isinstance(lines, str):
+            return self.generate([lines], **search)[0].text
+        return [r.text for r in self.generate(lines, **search)]
 
-    @property
-    def pipeline(self) -> Any:
-        return self.bundle.pipeline
+    def score(self, sources: Iterable[str], targets: Iterable[str], *,
+              per_token: bool = False) -> list[float] | list[TokenScores]:
+        """Forced decoding: log p(target | source) of each pair (the target's EOS included), on the
+        text pipeline translation uses, over the whole target vocabulary (an ensemble: its mean
+        probabilities). per_token=True gives `TokenScores` (each token's log-probability).
+        For a translation this model found, the log-probability is `Translation.log_prob`, and
+        `Translation.score` is it divided by (len(tokens) + 1)^lenpen."""
+        if not isinstance(per_token, bool):
+            raise ConfigError(f"per_token must be True or False, got {per_token!r}")
+        srcs, tgts = _lines_of(sources, "sources"), _lines_of(targets, "targets")
+        if len(srcs) != len(tgts):
+            raise InputError(f"{len(srcs)} sources but {len(tgts)} targets: give one target per source")
+        scored = self._score_buffer([(n, s, t) for n, (s, t) in enumerate(zip(srcs, tgts), 1)])
+        return scored if per_token else [s.log_prob for s in scored]
 
     # -- per line
-    def prepare(self, line: str, lineno: int, warn: Callable[[str], None] | None = None) -> list[str]:
-        """The model's source tokens for one input line (truncated to --max-src-len, warned
-        through `warn`, by default the translator's)."""
-        return self._prepare(line, lineno, warn)[0]
-
-    def _prepare(self, line: str, lineno: int, warn: Callable[[str], None] | None = None) -> tuple[list[str], bool]:
-        """`prepare`'s tokens, and whether --max-src-len cut them."""
+    def _prepare(self, line: str, lineno: int, source: str,
+                 warn: Callable[[str], None] | None = None) -> tuple[list[str], bool]:
+        """The model's source tokens for one input line, and whether --max-src-len cut them
+        (warned through `warn`, by default the translator's)."""
         if not line.strip():
             return [], False
         try:
-            toks = self.pipeline.encode_from(line, "src", self.config.input_format)
+            toks = self.bundle.pipeline.encode_from(line, "src", self.config.input_format)
         except InputError as err:  # a protected pattern past its time limit
             if err.path is not None:
                 raise
-            raise InputError(err.bare_message, self.source_name, lineno) from None
+            raise InputError(err.bare_message, source, lineno) from None
         if len(toks) <= self.max_src_len:
             return list(toks), False
-        (warn or self.warn)(f"{self.source_name}:{lineno}: {len(toks)} source tokens, translating only the first "
-                            f"{self.max_src_len} (--max-src-len)")
+        (warn or self._warn)(f"{source}:{lineno}: {len(toks)} source tokens, translating only the first "
+                             f"{self.max_src_len} (--max-src-len)")
         return list(toks[: self.max_src_len]), True
 
-    def decode_batch(self, src_token_lists: Sequence[list[str]], beam: int | None = None, nbest: int | None = None,
-                     need_attention: bool | None = None, keys: Sequence[int] | None = None) -> list[list[Any]]:
-        """Beam search (or, with config.sampling, one sample each) over non-empty token lists of
-        similar lengths -> n-best Hypotheses each.
-
-        beam, nbest, need_attention: per-call values (the server's per-request options); None
-        takes the config's (and the translator's need for attention). keys: each sentence's
-        line number, which seeds its sample (`nmtkit.decode.sampling`; default 1, 2, ...)."""
-        import torch
-
-        from nmtkit.data.binarized import pad_rows
-        from nmtkit.devices import RELEASE_EVERY_BATCHES, release_free_memory
-
-        ids = [self.src_vocab.encode(t) for t in src_token_lists]
-        lens = torch.tensor([len(x) for x in ids], dtype=torch.long)
-        src = torch.from_numpy(pad_rows(ids))
-        need_attention = self.need_attention if need_attention is None else need_attention
-        with torch.inference_mode(), self.autocast:
-            if self.config.sampling:
-                results = self._sample(src, lens, need_attention, keys)
-            else:
-                results = self._beam_search(src, lens, beam, nbest, need_attention)
-        self.batches_decoded += 1
-        if self.batches_decoded % RELEASE_EVERY_BATCHES == 0:
-            release_free_memory()  # past batches' buffers, which the next batches' shapes would not reuse
-        return results
-
-    def _beam_search(self, src: Any, lens: Any, beam: int | None, nbest: int | None, need_attention: bool):
-        from nmtkit.decode.search import beam_search
-        from nmtkit.decode.shortlist import shortlist_ids
-
-        c = self.config
-        vocab = None
-        if self.lexicon is not None:
-            vocab = shortlist_ids(self.lexicon, src, len(self.tgt_vocab.itos))
-            vocab = vocab if len(vocab) < len(self.tgt_vocab.itos) else None  # beam_search moves it
-        return beam_search(
-            self.models, src.to(self.device), lens.to(self.device), beam=min(beam or c.beam, self.max_beam),
-            lenpen=c.lenpen, max_len_a=c.max_len_a, max_len_b=c.max_len_b, nbest=min(nbest or c.nbest, self.max_beam),
-            need_attention=need_attention, vocab=vocab, ban_unk=c.ban_unk,
-        )
-
-    def _sample(self, src: Any, lens: Any, need_attention: bool, keys: Sequence[int] | None):
-        from nmtkit.decode.sampling import sample
-
-        c = self.config
-        return sample(self.models, src.to(self.device), lens.to(self.device), c.sampling_seed, keys, topk=c.sampling_topk,
-                      temperature=c.temperature, max_len_a=c.max_len_a, max_len_b=c.max_len_b, lenpen=c.lenpen,
-                      need_attention=need_attention, ban_unk=c.ban_unk)
-
-    def finish(self, res: Result) -> Result:
-        """Tokens and output strings for a decoded line (UNK replacement, BPE join, detok)."""
-        itos = self.tgt_vocab.itos
-        for hyp in res.hyps:
-            toks = [itos[i] for i in hyp.tokens]
-            if self.config.replace_unk and hyp.attention is not None:
-                toks = replace_unks(toks, res.src_tokens, hyp.attention, UNK, self.unk_dict)
-            res.tgt_tokens.append(toks)
-            res.texts.append(self.pipeline.decode_to(toks, "tgt", self.config.output_format))
-        return res
-
-    def translate_buffer(self, lines: Sequence[tuple[int, str]], beam: int | None = None, nbest: int | None = None,
-                         need_attention: bool | None = None) -> list[Result]:
-        """[(line number, text)] -> Results in the same order: prepare, batch by length, decode,
-        finish. The one path from raw lines to hypotheses, under `generate` and `translate` and
-        the buffers of `nmtkit translate`; beam, nbest, need_attention as in `decode_batch`.
-        A line's number names it in warnings and keys its sample (so a sample does not depend
-        on the buffer or batch the line falls in). With several `--workers`, forked processes
-        share the batches, each decoding and finishing whole ones, and the tokenising of text
-        (`map_batches`)."""
-        from nmtkit.data.binarized import length_batches
-        from nmtkit.devices import use_threads
-
-        use_threads(self.threads)
-        workers = resolve_workers(self.config.workers, self.threads, self.device.type)
-        results = [Result(index=n, src_tokens=toks, truncated=cut)
-                   for (n, _), (toks, cut) in zip(lines, self._prepare_all(lines, workers))]
-        todo = [i for i, r in enumerate(results) if r.src_tokens]
-        cap = self.max_tokens
-        over = [i for i in todo if cap is not None and len(results[i].src_tokens) > cap]
-        if over and not self.warned_budget:
-            self.warned_budget = True
-            self.warn(f"--max-tokens {cap} is below the length of line {results[over[0]].index} "
-                      f"({len(results[over[0]].src_tokens)} tokens): such lines are translated one per batch, "
-                      "over the budget")
-        batches = [[todo[b] for b in batch] for batch in length_batches(
-            [len(results[i].src_tokens) for i in todo], self.config.batch_size, self.max_tokens, longest_first=True)]
-
-        def decode(j: int) -> list[Result]:  # a batch, decoded and finished (BPE joined, detokenised)
-            idx = batches[j]
-            keys = [results[i].index for i in idx]
-            for i, hyps in zip(idx, self.decode_batch([results[i].src_tokens for i in idx], beam, nbest,
-                                                      need_attention, keys)):
-                results[i].hyps = hyps
-            return [self.finish(results[i]) for i in idx]
-
-        for idx, done in zip(batches, map_batches(decode, len(batches), workers, self.threads)):
-            for i, r in zip(idx, done):
-                results[i] = r
-        decoded = set(todo)  # finished by `decode`; the empty lines are finished here
-        return [r if i in decoded else self.finish(r) for i, r in enumerate(results)]
-
-    def _prepare_all(self, lines: Sequence[tuple[int, str]], workers: int) -> list[tuple[list[str], bool]]:
+    def _prepare_all(self, lines: Sequence[tuple[int, str]], workers: int,
+                     source: str) -> list[tuple[list[str], bool]]:
         """`_prepare` of every line, in order; with several workers and text to tokenise, chunk by
         chunk in the workers (their warnings given here, in line order)."""
         size = PREPARE_CHUNK_LINES
         if workers == 1 or self.config.input_format == "bpe" or len(lines) <= size:
-            return [self._prepare(text, n) for n, text in lines]
+            return [self._prepare(text, n, source) for n, text in lines]
         chunks = [lines[k:k + size] for k in range(0, len(lines), size)]
 
         def prepare_chunk(j: int) -> tuple[list[tuple[list[str], bool]], list[str]]:
             notes: list[str] = []
-            return [self._prepare(text, n, notes.append) for n, text in chunks[j]], notes
+            return [self._prepare(text, n, source, notes.append) for n, text in chunks[j]], notes
 
         prepared: list[tuple[list[str], bool]] = []
-        for toks, notes in map_batches(prepare_chunk, len(chunks), workers, self.threads):
+        for toks, notes in map_batches(prepare_chunk, len(chunks), workers, self._threads):
             prepared += toks
             for note in notes:
-                self.warn(note)
+                self._warn(note)
         return prepared
 
-    def generate(self, lines: Iterable[str], *, beam: int | None = None, nbest: int | None = None,
-                 alignments: bool = False) -> list[Result]:
-        """One `Result` per line, in order: the `nbest` best translations (`Result.nbest`, with
-        scores, tokens and, with alignments=True, the attention and `Translation.alignment()`).
+    def _batches(self, lengths: Sequence[int]) -> list[list[int]]:
+        """The batches (positions in `lengths`, zeros left out) of the non-empty lines, by length."""
+        from nmtkit.data.binarized import length_batches
 
-        beam, nbest: this call's values instead of the loaded ones (nbest <= beam). Lines are
-        raw text (or the loaded input_format); an empty line gets an empty Result."""
-        for name, value in (("beam", beam), ("nbest", nbest)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise ConfigError(f"{name} must be an integer, got {value!r}")
-        if not isinstance(alignments, bool):
-            raise ConfigError(f"alignments must be True or False, got {alignments!r}")
-        beam_ = self.config.beam if beam is None else beam
-        nbest_ = self.config.nbest if nbest is None else nbest
-        if beam_ < 1:
-            raise ConfigError(f"beam must be >= 1, got {beam}")
-        if not 1 <= nbest_ <= beam_:
-            raise ConfigError(f"nbest must be between 1 and the beam ({beam_}), got {nbest_}")
-        if self.config.sampling and nbest_ != 1:
-            raise ConfigError("a sampling translator draws one translation per line: nbest must be 1")
-        if alignments:
-            self._check_attention("alignments=True")
-        numbered = list(enumerate(_lines_of(lines), 1))
-        need_attention = self.need_attention or alignments
-        return self.translate_buffer(numbered, beam_, nbest_, need_attention)
+        todo = [i for i, n in enumerate(lengths) if n]
+        cap = self.max_tokens
+        over = [i for i in todo if cap is not None and lengths[i] > cap]
+        if over:
+            self._warn_once("budget", f"--max-tokens {cap} is below the length of a line ({lengths[over[0]]} "
+                                      "tokens): such lines are translated one per batch, over the budget")
+        return [[todo[b] for b in batch] for batch in length_batches(
+            [lengths[i] for i in todo], self.config.batch_size, cap, longest_first=True)]
 
-    def translate(self, lines: str | Iterable[str], *, beam: int | None = None) -> str | list[str]:
-        """The best translation of each line (a list for a list, a string for a string)."""
-        if isinstance(lines, str):
-            return self.generate([lines], beam=beam)[0].text
-        return [r.text for r in self.generate(lines, beam=beam)]
+    def _translate_buffer(self, lines: Sequence[tuple[int, str]], search: SearchConfig, alignments: bool = False,
+                          source: str = API_INPUT) -> list[Result]:
+        """[(line number, text)] -> Results in the same order: prepare, batch by length, decode,
+        finish. The one path from raw lines to translations, under `generate` and the buffers of
+        `nmtkit translate` and `nmtkit serve`; alignments: keep the attention. A line's number
+        names it in warnings (as `source`:N) and keys its sample (so a sample does not depend on
+        the buffer or batch the line falls in). With several `--workers`, forked processes share
+        the batches, each decoding and finishing whole ones, and the tokenising of text
+        (`map_batches`)."""
+        from nmtkit.devices import use_threads
+
+        use_threads(self._threads)
+        workers = resolve_workers(self.config.workers, self._threads, self.device.type)
+        prepared = self._prepare_all(lines, workers, source)
+        need_attention = alignments or search.replace_unk
+        batches = self._batches([len(toks) for toks, _ in prepared])
+
+        def decode(j: int) -> list[Result]:  # a batch, decoded and finished (BPE joined, detokenised)
+            idx = batches[j]
+            keys = [lines[i][0] for i in idx]
+            nbests = self._decode_batch([prepared[i][0] for i in idx], search, need_attention, keys)
+            return [self._finish(lines[i][0], *prepared[i], hyps, search) for i, hyps in zip(idx, nbests)]
+
+        results: list[Result | None] = [None] * len(lines)
+        for idx, done in zip(batches, map_batches(decode, len(batches), workers, self._threads)):
+            for i, r in zip(idx, done):
+                results[i] = r
+        return [r if r is not None else Result(index=n, src_tokens=(), truncated=prepared[i][1])
+                for i, ((n, _), r) in enumerate(zip(lines, results))]
+
+    def _decode_batch(self, src_token_lists: Sequence[list[str]], search: SearchConfig, need_attention: bool,
+                      keys: Sequence[int]) -> list[list[Any]]:
+        """Beam search (or, with search.sampling, one sample each) over non-empty token lists of
+        similar lengths -> n-best `Hypothesis` lists. keys: each sentence's line number, which
+        seeds its sample (`nmtkit.decode.sampling`)."""
+        import torch
+
+        src, lens = self._source_tensors(src_token_lists)
+        with torch.inference_mode(), self._autocast:
+            if search.sampling:
+                results = self._sample(src, lens, search, need_attention, keys)
+            else:
+                results = self._beam_search(src, lens, search, need_attention)
+        self._after_batch()
+        return results
+
+    def _source_tensors(self, src_token_lists: Sequence[list[str]]) -> tuple[Any, Any]:
+        """(padded source ids (B, S), lengths (B,)) on the CPU."""
+        import torch
+
+        from nmtkit.data.binarized import pad_rows
+
+        ids = [self.bundle.src_vocab.encode(t) for t in src_token_lists]
+        return torch.from_numpy(pad_rows(ids)), torch.tensor([len(x) for x in ids], dtype=torch.long)
+
+    def _after_batch(self) -> None:
+        from nmtkit.devices import RELEASE_EVERY_BATCHES, release_free_memory
+
+        self._batches_decoded += 1
+        if self._batches_decoded % RELEASE_EVERY_BATCHES == 0:
+            release_free_memory()  # past batches' buffers, which the next batches' shapes would not reuse
+
+    def _beam_search(self, src: Any, lens: Any, s: SearchConfig, need_attention: bool):
+        from nmtkit.decode.search import beam_search
+        from nmtkit.decode.shortlist import shortlist_ids
+
+        n_tgt = len(self.bundle.tgt_vocab.itos)
+        # a wider beam than the target vocabulary finds nothing more and costs memory and time:
+        # every search is capped at the vocabulary (n-best lists too)
+        if s.beam > n_tgt:
+            nbest = f" and --nbest {s.nbest} lists of at most {n_tgt}" if s.nbest > n_tgt else ""
+            self._warn_once(f"beam {s.beam} {s.nbest}", f"--beam {s.beam} is above the target vocabulary's {n_tgt} "
+                                                        f"entries: searching with a beam of {n_tgt}, which finds the "
+                                                        f"same translations{nbest}")
+        # Jean et al. (2015)'s candidate list: with the lexicon the trainer stores (a checkpoint
+        # made otherwise may have none), each batch scores only its shortlist of target words
+        vocab = None
+        if s.shortlist == "auto" and self.bundle.lexicon is not None:
+            vocab = shortlist_ids(self.bundle.lexicon, src, n_tgt)
+            vocab = vocab if len(vocab) < n_tgt else None  # beam_search moves it
+        return beam_search(
+            self.bundle.models, src.to(self.device), lens.to(self.device), beam=min(s.beam, n_tgt),
+            lenpen=s.lenpen, max_len_a=s.max_len_a, max_len_b=s.max_len_b, nbest=min(s.nbest, n_tgt),
+            need_attention=need_attention, vocab=vocab, ban_unk=s.ban_unk,
+        )
+
+    def _sample(self, src: Any, lens: Any, s: SearchConfig, need_attention: bool, keys: Sequence[int]):
+        """One sample per sentence, from the whole vocabulary (a shortlist would change the
+        distribution sampled)."""
+        from nmtkit.decode.sampling import sample
+
+        return sample(self.bundle.models, src.to(self.device), lens.to(self.device), s.sampling_seed, keys,
+                      topk=s.sampling_topk, temperature=s.temperature, max_len_a=s.max_len_a,
+                      max_len_b=s.max_len_b, lenpen=s.lenpen, need_attention=need_attention, ban_unk=s.ban_unk)
+
+    def _finish(self, index: int, src_tokens: list[str], truncated: bool, hyps: Sequence[Any],
+                search: SearchConfig) -> Result:
+        """The Result of a decoded line: each hypothesis's tokens (after UNK replacement) and
+        output string (BPE joined, detokenised), built once."""
+        itos, src = self.bundle.tgt_vocab.itos, tuple(src_tokens)
+        nbest = []
+        for hyp in hyps:
+            toks = [itos[i] for i in hyp.tokens]
+            if search.replace_unk and hyp.attention is not None:
+                toks = replace_unks(toks, src, hyp.attention, UNK, self._unk_dict)
+            text = self.bundle.pipeline.decode_to(toks, "tgt", self.config.output_format)
+            nbest.append(Translation(text, tuple(toks), hyp.score, hyp.log_prob, src, hyp.attention,
+                                     hyp.source_eos_attention))
+        return Result(index=index, src_tokens=src, nbest=tuple(nbest), truncated=truncated)
+
+    def _score_buffer(self, pairs: Sequence[tuple[int, str, str]], source: str = API_INPUT,
+                      reference: str = API_INPUT) -> list[TokenScores]:
+        """[(line number, source text, target text)] -> each pair's forced decoding, in order;
+        batched by source length as translation is, the batches shared by the workers. An empty
+        source or target is an InputError naming its line (`source`:N, `reference`:N)."""
+        import torch
+
+        from nmtkit.data.binarized import pad_rows
+        from nmtkit.decode.forced import forced_log_probs
+        from nmtkit.devices import use_threads
+        from nmtkit.text.vocab import EOS_ID
+
+        use_threads(self._threads)
+        workers = resolve_workers(self.config.workers, self._threads, self.device.type)
+        for n, src_text, tgt_text in pairs:
+            if not src_text.strip():
+                raise InputError("empty source line: there is nothing to score a translation against", source, n)
+            if not tgt_text.strip():
+                raise InputError("empty translation: give the translation to score", reference, n)
+        prepared = self._prepare_all([(n, s) for n, s, _ in pairs], workers, source)
+        targets = []
+        for n, _, tgt_text in pairs:
+            try:
+                targets.append(self.bundle.pipeline.encode_from(tgt_text, "tgt", self.config.input_format))
+            except InputError as err:
+                if err.path is not None:
+                    raise
+                raise InputError(err.bare_message, reference, n) from None
+        batches = self._batches([len(toks) for toks, _ in prepared])
+
+        def score(j: int) -> list[TokenScores]:
+            idx = batches[j]
+            src, lens = self._source_tensors([prepared[i][0] for i in idx])
+            tgt = torch.from_numpy(pad_rows([self.bundle.tgt_vocab.encode(targets[i]) + [EOS_ID] for i in idx]))
+            with torch.inference_mode(), self._autocast:
+                lps = forced_log_probs(self.bundle.models, src.to(self.device), lens.to(self.device),
+                                       tgt.to(self.device)).cpu()
+            self._after_batch()
+            out = []
+            totals = lps.cumsum(1)  # in fp32, token by token, as beam search adds up its scores
+            for row, total, i in zip(lps, totals, idx):
+                n = len(targets[i]) + 1
+                out.append(TokenScores(float(total[n - 1]), tuple(targets[i]), tuple(row[:n].tolist())))
+            return out
+
+        results: list[TokenScores | None] = [None] * len(pairs)
+        for idx, done in zip(batches, map_batches(score, len(batches), workers, self._threads)):
+            for i, r in zip(idx, done):
+                results[i] = r
+        return results  # type: ignore[return-value]
 
 
-def _lines_of(lines: Any) -> list[str]:
-    """`generate`'s lines as a list, each a str: anything else is a TypeError naming the line
+_SEARCH_FIELDS = frozenset(f.name for f in fields(SearchConfig))
+
+
+def search_config(options: dict[str, Any]) -> SearchConfig:
+    """A `SearchConfig` of the options given by name (a ConfigError naming an unknown one)."""
+    _refuse_unknown(options, sorted(_SEARCH_FIELDS), "a translation call", DecodeConfig)
+    return SearchConfig(**options)
+
+
+def _refuse_unknown(options: dict[str, Any], valid: Sequence[str], where: str, other: type) -> None:
+    """ConfigError naming the options that `where` does not take (saying where one belongs when
+    it is an option of `other`: a search option given to load, a load option given to a call)."""
+    unknown = sorted(set(options) - set(valid))
+    if not unknown:
+        return
+    elsewhere = [o for o in unknown if o in {f.name for f in fields(other)}]
+    hint = ""
+    if elsewhere:
+        hint = (f" ({', '.join(elsewhere)}: " + ("an option of each call: translate(..., beam=5)" if other is SearchConfig
+                                                 else "an option of nmtkit.load") + ")")
+    raise ConfigError(f"unknown option(s) {', '.join(unknown)} for {where}{hint}; valid ones: {', '.join(sorted(valid))}")
+
+
+def _lines_of(lines: Any, what: str = "lines") -> list[str]:
+    """A call's lines as a list, each a str: anything else is a TypeError naming the line
     (bytes were read as their character codes, None failed deep in tokenisation, and a dict's
     keys were translated; a set's order is arbitrary, so its results could not be matched).
     Each line is taken as `nmtkit translate` takes a line of its input file: a line break or a
@@ -369,19 +457,20 @@ def _lines_of(lines: Any) -> list[str]:
     (text read as "utf-8" rather than "utf-8-sig") is dropped, where a text pipeline without
     remove_non_printing would keep it as a word."""
     if isinstance(lines, str):
-        raise TypeError("generate() takes a list of lines; translate() also takes one string")
+        raise TypeError(f"{what} must be a list of lines; translate() also takes one string")
     if isinstance(lines, (bytes, bytearray, dict, set, frozenset)) or not isinstance(lines, Iterable):
-        raise TypeError(f"lines must be a list of str, not {type(lines).__name__}")
+        raise TypeError(f"{what} must be a list of str, not {type(lines).__name__}")
     out = list(lines)
+    name = "line" if what == "lines" else f"{what} line"
     for n, line in enumerate(out, 1):
         if not isinstance(line, str):
-            raise TypeError(f"line {n} is {type(line).__name__}, not str" +
+            raise TypeError(f"{name} {n} is {type(line).__name__}, not str" +
                             (": decode it first" if isinstance(line, (bytes, bytearray)) else ""))
         if "\n" in line:
-            raise InputError(f"line {n} holds a line break: pass one sentence per list item")
+            raise InputError(f"{name} {n} holds a line break: pass one sentence per list item")
         nul = line.find("\0")
         if nul >= 0:
-            raise InputError(f"line {n} holds binary data (a NUL character at character {nul}); expected text")
+            raise InputError(f"{name} {n} holds binary data (a NUL character at character {nul}); expected text")
         if line.startswith(BOM):
             out[n - 1] = line[1:]
     return out

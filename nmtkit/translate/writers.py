@@ -81,11 +81,11 @@ class Writers:
             self.out.write(r.text + "\n")
             self._align(r, 0)
         else:
-            if not r.hyps:
+            if not r.nbest:
                 self.out.write(nbest_line(self.sent, "", 0.0, 0, 0.0) + "\n")
                 self._align(r, None)
-            for k, hyp in enumerate(r.hyps):
-                self.out.write(nbest_line(self.sent, r.texts[k], hyp.log_prob, len(hyp.tokens) + 1, hyp.score) + "\n")
+            for k, hyp in enumerate(r.nbest):
+                self.out.write(nbest_line(self.sent, hyp.text, hyp.log_prob, len(hyp.tokens) + 1, hyp.score) + "\n")
                 self._align(r, k)
         self.sent += 1
         if self.flush_each:
@@ -94,13 +94,13 @@ class Writers:
     def _align(self, r: Result, k: int | None) -> None:
         if self.align is None:
             return
-        has = k is not None and k < len(r.hyps)
-        att = r.hyps[k].attention if has else None
-        tgt = r.tgt_tokens[k] if has else []
+        has = k is not None and k < len(r.nbest)
+        att = r.nbest[k].attention if has else None
+        tgt = r.nbest[k].tokens if has else ()
         if self.config.alignments == "hard":
             line = hard_alignment(att, len(tgt)) if has else ""
         else:
-            eos = r.hyps[k].source_eos_attention if has else None
+            eos = r.nbest[k].source_eos_attention if has else None
             line = soft_alignment(att, r.src_tokens if has else [], tgt, eos)
         self.align.write(line + "\n")
 
@@ -108,12 +108,18 @@ class Writers:
         """The best translation's attention, as `plot_name(line number)` (a translated line's
         hypotheses carry attention whenever config.plot_attention asks for plots)."""
         c = self.config
-        if not c.plot_attention or not r.hyps or self.plotted >= c.plot_limit:
+        if not c.plot_attention or not r.nbest or self.plotted >= c.plot_limit:
             return
-        best = r.hyps[0]
-        plot_attention(Path(c.plot_attention) / plot_name(r.index), best.attention, r.src_tokens, r.tgt_tokens[0],
+        best = r.nbest[0]
+        plot_attention(Path(c.plot_attention) / plot_name(r.index), best.attention, r.src_tokens, best.tokens,
                        best.source_eos_attention)
         self.plotted += 1
+
+    def write_score(self, log_prob: float) -> None:
+        """One line of `--score-reference`: a pair's log-probability."""
+        self.out.write(f"{log_prob:.6f}\n")
+        if self.flush_each:
+            self.flush()
 
     def flush(self) -> None:
         self.out.flush()
