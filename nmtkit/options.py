@@ -166,11 +166,13 @@ def _as_path_strings(config: Any, f: dataclasses.Field, spec: OptionSpec) -> Non
     object.__setattr__(config, f.name, value)
 
 
-def check_fields(config: Any) -> None:
+def check_fields(config: Any, like: type | None = None) -> None:
     """A ConfigError naming the option unless every field of `config` has the type, choices and
-    range its option declares; paths are first made what the command line gives (`_as_path_strings`)."""
+    range its option declares (`like`: as the same-named field of class `like` declares it);
+    paths are first made what the command line gives (`_as_path_strings`)."""
+    declared = {f.name: f for f in dataclasses.fields(like)} if like is not None else {}
     for f in dataclasses.fields(config):
-        spec = spec_of(f)
+        spec = spec_of(declared.get(f.name, f))
         if spec is not None and (spec.path is not None or spec.multiple):
             _as_path_strings(config, f, spec)
         value = getattr(config, f.name)
@@ -190,24 +192,3 @@ def check_fields(config: Any) -> None:
 def resume_overridable(cls: type) -> frozenset[str]:
     """The fields of `cls` that may change when a run is resumed."""
     return frozenset(f.name for f in dataclasses.fields(cls) if (spec_of(f) or OptionSpec("")).resume)
-
-
-def given_options(cls: type, name: str, doc: str) -> type:
-    """A frozen dataclass `name` with the fields (and option metadata, so the same checks) of config
-    class `cls`, each defaulting to None, "not given" (where defaults come from elsewhere too: a
-    preset, a checkpoint); `given()` is the fields that were set, `replace(**changes)` a copy."""
-    fields = []
-    for f in dataclasses.fields(cls):
-        type_name = str(f.type)
-        optional = type_name if type_name.endswith("| None") else f"{type_name} | None"
-        fields.append((f.name, optional, dataclasses.field(default=None, metadata=f.metadata)))
-
-    def given(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
-
-    def replace(self, **changes: Any):
-        return dataclasses.replace(self, **changes)
-
-    namespace = {"__doc__": doc, "__post_init__": check_fields, "given": given, "replace": replace,
-                 "__module__": cls.__module__}
-    return dataclasses.make_dataclass(name, fields, frozen=True, namespace=namespace)

@@ -302,11 +302,11 @@ def test_a_leading_byte_order_mark_is_no_word_even_without_non_printing_removal(
 
 def _python_examples() -> list[tuple[str, str]]:
     """Every ```python block of the README and docs/python-api.md, as (where, code); the training
-    examples (`train.run(`) are run by tests/test_train.py instead."""
+    example (`nmtkit.train(`) is run by tests/test_train.py instead."""
     examples = []
     for page in ("README.md", "docs/python-api.md"):
         blocks = re.findall(r"```python\n(.*?)```", (REPO / page).read_text(encoding="utf-8"), flags=re.S)
-        examples += [(f"{page}#{i}", b) for i, b in enumerate(blocks, 1) if "train.run(" not in b]
+        examples += [(f"{page}#{i}", b) for i, b in enumerate(blocks, 1) if "nmtkit.train(" not in b]
     return examples
 
 

@@ -93,8 +93,9 @@ def test_the_training_examples_imports_resolve():
     import sys
 
     text = (REPO / "docs" / "python-api.md").read_text(encoding="utf-8")
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "train.run(" in b]
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "nmtkit.train(" in b]
     imports = [line for b in blocks for line in b.splitlines() if line.startswith(("from ", "import "))]
     assert imports
-    proc = subprocess.run([sys.executable, "-c", "\n".join(imports)], capture_output=True, text=True, timeout=120)
+    check = "\n".join([*imports, "assert callable(nmtkit.train) and nmtkit.presets()"])
+    proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -1,6 +1,7 @@
 """Training loop properties on a tiny synthetic task (CPU, one thread, a few seconds each)."""
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -84,6 +85,9 @@ def test_train_options_are_train_config_fields_each_unset_until_given_and_checke
     from nmtkit.train.config import TrainOptions
 
     assert [f.name for f in dataclasses.fields(TrainOptions)] == [f.name for f in dataclasses.fields(TrainConfig)]
+    for given, full in zip(dataclasses.fields(TrainOptions), dataclasses.fields(TrainConfig)):
+        assert given.type in (full.type, f"{full.type} | None") and given.default is None, given.name
+    assert "max_updates: int | None = None" in inspect.getsource(TrainOptions)  # static: an editor sees it
     assert TrainOptions().given() == {}
     assert TrainOptions(lr=0.5).replace(max_updates=3).given() == {"lr": 0.5, "max_updates": 3}
     for changes in (dict(max_updates=0), dict(optimizer="rmsprop"), dict(lr=float("nan")), dict(preset="huge")):
@@ -92,6 +96,21 @@ def test_train_options_are_train_config_fields_each_unset_until_given_and_checke
         with pytest.raises(ConfigError) as full:
             tiny_config(**changes)
         assert str(given.value) == str(full.value)
+
+
+def test_nmtkit_train_takes_the_options_by_their_long_names_and_refuses_unknown_ones(data_dir, tmp_path):
+    import nmtkit
+    from tests.conftest import TINY_MODEL
+
+    with pytest.raises(ConfigError, match="unknown option.s. max_update for nmtkit.train; valid ones: .*max_updates"):
+        nmtkit.train(data_dir, tmp_path / "run", max_update=3)
+    with pytest.raises(ConfigError, match="--max-updates must be at least 1, got 0"):
+        nmtkit.train(data_dir, tmp_path / "run", max_updates=0)
+    assert not (tmp_path / "run").exists()
+    result = nmtkit.train(data_dir, tmp_path / "run", arch="rnnsearch", max_updates=2, device="cpu", threads=1,
+                          valid_every=100, valid_bleu_samples=0, **TINY_MODEL)
+    assert result.update == 2 and (tmp_path / "run" / "checkpoint_last.pt").is_file()
+    assert nmtkit.train(data_dir, tmp_path / "run", resume=True, max_updates=3).update == 3
 
 
 def test_train_run_takes_typed_options_not_a_dict(data_dir, tmp_path):
@@ -246,7 +265,7 @@ def test_callbacks_receive_typed_events_that_are_the_metrics_records(data_dir, t
 
 @pytest.mark.slow  # the small preset's 4M parameters: 10-30 s on a shared 2-core machine
 def test_the_docs_training_snippet_runs_with_a_smaller_budget(tmp_path):
-    """docs/python-api.md's `train.run` example, on a tiny data directory at its path, with its
+    """docs/python-api.md's `nmtkit.train` example, on a tiny data directory at its path, with its
     1000 updates cut to 2 (the only change)."""
     import re
     import subprocess
@@ -256,7 +275,7 @@ def test_the_docs_training_snippet_runs_with_a_smaller_budget(tmp_path):
     from tests.conftest import make_data_dir
 
     readme = (Path(__file__).resolve().parent.parent / "docs" / "python-api.md").read_text(encoding="utf-8")
-    [code] = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "train.run(" in b]
+    [code] = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "nmtkit.train(" in b]
     assert "max_updates=1000" in code
     make_data_dir(tmp_path / "work" / "tatoeba", n_train=48, n_valid=8)
     proc = subprocess.run([sys.executable, "-c", code.replace("max_updates=1000", "max_updates=2")], cwd=tmp_path,

@@ -1,4 +1,5 @@
-"""`nmtkit train` as a plain function: `run(RunConfig, callbacks) -> TrainResult`.
+"""`nmtkit train` as a plain function: `run(RunConfig, callbacks) -> TrainResult`, and from Python
+`nmtkit.train(data_dir, run_dir, preset=..., **options)` (this package, callable: `train`).
 
 A run directory holds one run: a new start over one (checkpoint_last.pt or checkpoint_best.pt
 present) is refused unless `resume` (continue exactly from checkpoint_last.pt, only the
@@ -12,8 +13,12 @@ callbacks' `on_config`; a resume checks checkpoint_last.pt against it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import os
+import sys
 import time
+import types
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -42,9 +47,38 @@ from nmtkit.train.metrics import TensorBoardCallbacks, require_tensorboard
 from nmtkit.train.presets import ModelOverrides, resolve_model
 from nmtkit.train.resume import config_text, resumed_configs
 
-__all__ = ["RunConfig", "TrainResult", "run"]
+__all__ = ["RunConfig", "TrainOptions", "TrainResult", "run", "train"]
 
 log = logging.getLogger(__name__)
+
+
+def train(data_dir: str | os.PathLike, run_dir: str | os.PathLike, *, preset: str | None = None,
+          resume: bool = False, force: bool = False, callbacks: Callbacks | Sequence[Callbacks] = (),
+          **options: Any) -> TrainResult:
+    """`nmtkit train --data DATA_DIR --save-dir RUN_DIR ...` from Python: `options` are its options by
+    their long names (`TrainOptions`'s and `ModelOverrides`' fields: max_updates=1000,
+    dropout=0.3, ...), checked as the command line checks them; an unknown one is a ConfigError
+    listing the valid ones. Returns the run's `TrainResult`."""
+    train_names = {f.name for f in dataclasses.fields(TrainOptions)}
+    model_names = {f.name for f in dataclasses.fields(ModelOverrides)}
+    unknown = sorted(set(options) - train_names - model_names)
+    if unknown:
+        raise ConfigError(f"unknown option(s) {', '.join(unknown)} for nmtkit.train; valid ones: "
+                          f"{', '.join(sorted(train_names | model_names))}")
+    given = TrainOptions(preset=preset, **{k: v for k, v in options.items() if k in train_names})
+    model = ModelOverrides(**{k: v for k, v in options.items() if k in model_names})
+    return run(RunConfig(data_dir, run_dir, given, model, resume=resume, force=force), callbacks)
+
+
+class _CallableModule(types.ModuleType):
+    """This package's type: `nmtkit.train(...)` calls `train` (importing nmtkit.train binds the
+    package, not a function, to that name)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> TrainResult:
+        return train(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 
 def _put_back_killed_force_start(save_dir: Path, main: bool, wait_s: float = 10.0) -> None:

@@ -30,7 +30,7 @@ from nmtkit.devices import (
 )
 from nmtkit.errors import ConfigError
 from nmtkit.models import ARCHS
-from nmtkit.options import check_fields, empty_path_message, given_options, is_empty_path, option
+from nmtkit.options import check_fields, empty_path_message, is_empty_path, option
 from nmtkit.train.presets import PAPER_PRESETS, PRESETS, TRAIN_DEFAULTS, ModelOverrides, train_defaults
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhd]?)\s*$")
@@ -194,12 +194,68 @@ class TrainConfig:
         return dataclasses.replace(self, **changes)
 
 
-TrainOptions = given_options(
-    TrainConfig, "TrainOptions",
-    """The TrainConfig fields a user gave (`nmtkit train`'s options; None: not given): a new run
-    resolves them over its preset's defaults (`training_defaults`), a
+@dataclass(frozen=True)
+class TrainOptions:
+    """The TrainConfig fields a user gave (`nmtkit train`'s options, by their long names; None:
+    not given): a new run resolves them over its preset's defaults (`training_defaults`), a
     resumed run over its checkpoint's TrainConfig. Each given value is checked as TrainConfig
-    checks it.""")
+    checks it (its declaration there: help, choices, range); a test holds the two field lists equal."""
+
+    arch: str | None = None
+    preset: str | None = None
+    max_len: int | None = None
+    batch_size: int | None = None
+    max_tokens: int | None = None
+    sort_pool: int | None = None
+    update_freq: int | None = None
+    optimizer: str | None = None
+    lr: float | None = None
+    adadelta_rho: float | None = None
+    adadelta_eps: float | None = None
+    adam_beta1: float | None = None
+    adam_beta2: float | None = None
+    adam_eps: float | None = None
+    weight_decay: float | None = None
+    clip_norm: float | None = None
+    label_smoothing: float | None = None
+    normalize_loss: str | None = None
+    lr_schedule: str | None = None
+    warmup_updates: int | None = None
+    lr_decay: float | None = None
+    lr_patience: int | None = None
+    min_lr: float | None = None
+    max_updates: int | None = None
+    max_epochs: int | None = None
+    max_time: float | None = None
+    patience: int | None = None
+    valid_every: int | None = None
+    valid_bleu_samples: int | None = None
+    valid_beam: int | None = None
+    valid_batch_size: int | None = None
+    best_metric: str | None = None
+    save_every: int | None = None
+    keep_every: int | None = None
+    log_every: int | None = None
+    on_nan: str | None = None
+    tensorboard: str | None = None
+    seed: int | None = None
+    device: str | None = None
+    precision: str | None = None
+    fuse: str | None = None
+    cuda_graphs: str | None = None
+    tf32: bool | None = None
+    threads: int | None = None
+    loss_chunk_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self, like=TrainConfig)
+
+    def given(self) -> dict[str, Any]:
+        """{name: value} of the options given."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+
+    def replace(self, **changes: Any) -> TrainOptions:
+        return dataclasses.replace(self, **changes)
 
 
 @dataclass(frozen=True)
