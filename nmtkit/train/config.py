@@ -30,7 +30,7 @@ from nmtkit.devices import (
 )
 from nmtkit.errors import ConfigError
 from nmtkit.models import ARCHS
-from nmtkit.options import check_fields, empty_path_message, is_empty_path, option
+from nmtkit.options import check_fields, empty_path_message, is_empty_path, option, refuse_without
 from nmtkit.train.presets import PAPER_PRESETS, PRESETS, TRAIN_DEFAULTS, ModelOverrides, train_defaults
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhd]?)\s*$")
@@ -101,6 +101,14 @@ class TrainConfig:
     lr_decay: float = option(0.5, min=0, min_open=True, max=1, help="Plateau decay factor.")
     lr_patience: int = option(0, min=0, metavar="N", help="Validations without improvement before a decay.")
     min_lr: float = option(0.0, min=0, help="Never decay the lr below this.")
+    ema_decay: float | None = option(
+        None, min=0, max=1, min_open=True, max_open=True, metavar="D",
+        help="Keep an exponential moving average of the weights (ema = D * ema + (1 - D) * weights after each "
+             "update; Marian's --exponential-smoothing, fairseq's --ema-decay): validation, early stopping and "
+             "checkpoint_best.pt use it, every checkpoint holds it as the model (what translate and average "
+             "read), and checkpoint_last.pt keeps the raw weights for --resume. E.g. 0.999.")
+    ema_start: int = option(0, min=0, metavar="N",
+                            help="With --ema-decay: the average is a copy of the weights until update N.")
     # stopping
     max_updates: int | None = option(None, min=1, metavar="N", resume=True, help="Stop after N updates.")
     max_epochs: int | None = option(None, min=1, metavar="N", resume=True, help="Stop after N epochs.")
@@ -171,6 +179,8 @@ class TrainConfig:
         check_device_name(self.device)
         if self.batch_size is None and self.max_tokens is None:
             raise ConfigError("need --batch-size or --max-tokens")
+        if self.ema_start and self.ema_decay is None:
+            refuse_without(["--ema-start"], "--ema-decay")
         if self.min_lr > self.lr:  # the floor would replace the learning rate at every update
             raise ConfigError(f"--min-lr {self.min_lr} is above --lr {self.lr}: it is the floor decay stops at")
         if self.best_metric == "bleu" and self.valid_bleu_samples == 0:
@@ -224,6 +234,8 @@ class TrainOptions:
     lr_decay: float | None = None
     lr_patience: int | None = None
     min_lr: float | None = None
+    ema_decay: float | None = None
+    ema_start: int | None = None
     max_updates: int | None = None
     max_epochs: int | None = None
     max_time: float | None = None

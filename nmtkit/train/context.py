@@ -29,6 +29,7 @@ from nmtkit.models.precision import FP16_ON_CPU, resolve_precision, set_tf32
 from nmtkit.train import distributed as ddp
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.data import DataDir
+from nmtkit.train.ema import WeightAverage
 from nmtkit.train.events import Callbacks, TrainState
 
 log = logging.getLogger("nmtkit.train")
@@ -130,6 +131,7 @@ class TrainContext:
         self.schedule = LRSchedule(self.optimizer, cfg)
         # fp16 needs loss scaling (its range is too small for gradients); bf16 and fp32 do not
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
+        self.ema = WeightAverage(self.model, cfg.ema_decay, cfg.ema_start) if cfg.ema_decay is not None else None
         if resume is not None:
             self._load_resume(resume)
         elif self.dist.rank > 0:
@@ -144,7 +146,11 @@ class TrainContext:
 
     def _load_resume(self, ckpt: dict[str, Any]) -> None:
         try:
-            self.model.load_state_dict(ckpt["model_state"])
+            if self.ema is not None:  # the checkpoint's model is the average; the raw weights train on
+                self.model.load_state_dict(ckpt["raw_model_state"])
+                self.ema.load(ckpt["model_state"])
+            else:
+                self.model.load_state_dict(ckpt["model_state"])
             self.optimizer.load_state_dict(ckpt["optimizer_state"])
             self.schedule.load_state_dict(ckpt["schedule_state"])
             if self.scaler is not None and ckpt.get("scaler_state"):

@@ -61,6 +61,8 @@ def train_step(ctx: TrainContext, batches: list[np.ndarray]) -> bool:
     ctx.acc.add(loss_total, nll_total, gnorm, tokens_local, n_tgt, len(pairs))
     ctx.lr = lr
     ctx.state.update += 1
+    if ctx.ema is not None:
+        ctx.ema.update(ctx.state.update)
     return True
 
 

@@ -271,7 +271,8 @@ class Trainer:
         ctx, cfg, st = self.ctx, self.ctx.cfg, self.ctx.state
         t0 = time.perf_counter()
         try:
-            loss, bleu = dev_scores(ctx, None if ctx.dist.enabled else lambda: self.signals.received is not None)
+            with ctx.ema.swapped_in() if ctx.ema is not None else contextlib.nullcontext():  # the average's scores
+                loss, bleu = dev_scores(ctx, None if ctx.dist.enabled else lambda: self.signals.received is not None)
         except ValidationStopped:  # a --resume runs it again (`_pending_validation`)
             log.info("validation at update %d stopped by a signal, unfinished", st.update)
             return None
@@ -384,11 +385,14 @@ class RunCheckpoints:
             "rng": {"ranks": rng_states if rng_states is not None else [rng_state(ctx.device)]},
         }
         if with_optimizer:
+            if ctx.ema is not None:  # what --resume trains on; model_state is the average
+                training["raw_model_state"] = ctx.model.state_dict()
             training["optimizer_state"] = ctx.optimizer.state_dict()
             training["scaler_state"] = ctx.scaler.state_dict() if ctx.scaler is not None else None
         data = ctx.data
         return make_checkpoint(
-            arch=ctx.arch, model_config=ctx.model_config, model_state=ctx.model.state_dict(),
+            arch=ctx.arch, model_config=ctx.model_config,
+            model_state=ctx.ema.state_dict() if ctx.ema is not None else ctx.model.state_dict(),
             pipeline=data.pipeline, src_lang=data.src_lang, tgt_lang=data.tgt_lang,
             src_vocab=data.src_vocab.to_list(), tgt_vocab=data.tgt_vocab.to_list(),
             train_config=ctx.cfg.to_dict(), data_manifest=data.manifest, training=training,

@@ -1,0 +1,67 @@
+"""An exponential moving average of the weights (Polyak averaging; Marian's
+--exponential-smoothing, fairseq's --ema-decay, OpenNMT-py's -average_decay), kept in float32
+beside the model (float64 for a float64 model). After update u (counted from 1), with decay d and start update s:
+
+    ema_u = theta_u                                   (u <= s)
+    ema_u = d * ema_{u-1} + (1 - d) * theta_u         (u > s)
+
+One fused `lerp` over all tensors per update. With --ema-decay a run validates, stops early and
+keeps checkpoint_best.pt on the average; every checkpoint's model_state is the average (what
+`translate` and `average` read) and checkpoint_last.pt keeps the raw weights for --resume.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+from torch import nn
+
+
+class WeightAverage:
+    """The moving average of `model`'s floating-point parameters, in float32 or wider (the
+    model's other state is the model's)."""
+
+    def __init__(self, model: nn.Module, decay: float, start: int):
+        self.model, self.decay, self.start = model, decay, start
+        self.names = [n for n, p in model.named_parameters() if p.is_floating_point()]
+        params = dict(model.named_parameters())
+        self.tensors = [params[n].detach().to(torch.promote_types(params[n].dtype, torch.float32)).clone()
+                        for n in self.names]
+
+    def update(self, update: int) -> None:
+        """Fold in the weights after update `update` (copy them up to the start update)."""
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            new = [params[n].detach().to(t.dtype) for n, t in zip(self.names, self.tensors)]
+            if update <= self.start:
+                torch._foreach_copy_(self.tensors, new)
+            else:
+                torch._foreach_lerp_(self.tensors, new, 1.0 - self.decay)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The model's state_dict with the averaged parameters in place of the raw ones."""
+        state = self.model.state_dict()
+        for n, t in zip(self.names, self.tensors):
+            state[n] = t.to(state[n].dtype, copy=True)
+        return state
+
+    def load(self, state: dict[str, torch.Tensor]) -> None:
+        """Take the average from a checkpoint's model_state (as `state_dict` wrote it)."""
+        for n, t in zip(self.names, self.tensors):
+            t.copy_(state[n])
+
+    @contextlib.contextmanager
+    def swapped_in(self) -> Iterator[None]:
+        """The model holds the average inside the block (validation), its raw weights after."""
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            raw = [params[n].detach().clone() for n in self.names]
+            for n, t in zip(self.names, self.tensors):
+                params[n].copy_(t)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for n, t in zip(self.names, raw):
+                    params[n].copy_(t)
