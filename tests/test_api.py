@@ -193,6 +193,16 @@ def test_bad_score_reference_input_is_one_error_line_and_writes_nothing(ckpt, tm
     assert len(err.strip().splitlines()) == 1 and not out.exists()
 
 
+def test_the_output_can_never_be_the_score_reference_file_even_with_force(ckpt, tmp_path):
+    src, ref = tmp_path / "in.en", tmp_path / "ref.fr"
+    src.write_text("the cat\n", encoding="utf-8")
+    ref.write_text("le chat\n", encoding="utf-8")
+    code, _, err = run_cli(["translate", "-m", ckpt, "-i", str(src), "--score-reference", str(ref), "-o", str(ref),
+                            "--force"])
+    assert code != 0 and "--score-reference" in err and len(err.strip().splitlines()) == 1, err
+    assert ref.read_text(encoding="utf-8") == "le chat\n"
+
+
 def test_score_reference_from_a_pipe_stops_at_a_missing_translation_naming_its_line(ckpt, tmp_path):
     ref = tmp_path / "ref.fr"
     ref.write_text("le chat\n", encoding="utf-8")

@@ -408,3 +408,12 @@ def test_an_output_name_of_the_longest_length_a_file_name_may_have_is_written(ck
         assert proc.code == 0, proc.err
         assert out.read_text(encoding="utf-8").count("\n") == 1
     assert sorted(len(os.fsencode(p.name)) for p in tmp_path.iterdir()) == [254, 255]
+
+
+def test_a_line_over_max_tokens_is_named_by_its_number_in_one_warning(ckpt):
+    code, out, err = run_cli(["translate", "-m", ckpt, "--beam", "2", "--max-tokens", "3", "--max-len-b", "2"],
+                             "the cat\nthe cat sat on a mat\na dog ran in the park\n")
+    assert code == 0 and len(out.splitlines()) == 3, err
+    warnings = [line for line in err.splitlines() if "--max-tokens" in line]
+    assert warnings == ["nmtkit: warning: --max-tokens 3 is below the length of line 2 (6 tokens): such lines are "
+                        "translated one per batch, over the budget"], err

@@ -36,38 +36,27 @@ from nmtkit.translate.writers import Writers, nbest_line, plot_attention
 __all__ = [
     "DEFAULT_MAX_SRC_LEN", "DecodeConfig", "Result", "TranslateConfig", "Translation", "Translator", "Writers",
     "attention_table", "check_files", "hard_alignment", "nbest_line", "plot_attention",
-    "read_unk_dict", "replace_unks", "run", "score_stream", "soft_alignment", "subword_words", "translate_stream",
+    "read_unk_dict", "replace_unks", "run", "soft_alignment", "subword_words", "translate_stream",
 ]
 
 
-def translate_stream(translator: Translator, lines: Iterable[tuple[int, str]], writers: Writers,
-                     config: TranslateConfig, source: str, progress: Progress = no_progress) -> int:
-    """Translate numbered lines buffer by buffer as `config` says, writing each buffer in input
-    order; returns the number of lines translated."""
+def translate_stream(translator: Translator, items: Iterable[tuple], writers: Writers, config: TranslateConfig,
+                     source: str, progress: Progress = no_progress) -> int:
+    """Translate numbered lines (line number, text) buffer by buffer as `config` says, or with
+    --score-reference score numbered pairs (line number, text, translation); each buffer's
+    outputs are written in input order. Returns the number of lines done."""
     search = config.search_config()
     alignments = bool(config.alignments or config.plot_attention)
     buffer_size = 1 if config.interactive else config.buffer_size  # each line answered as it arrives
     n = 0
-    it = iter(lines)
+    it = iter(items)
     while buf := list(itertools.islice(it, buffer_size)):  # takes no line beyond the buffer
-        for r in translator._translate_buffer(buf, search, alignments, source):
-            writers.write(r)
-        writers.flush()
-        n += len(buf)
-        progress("translate", n, None)
-    return n
-
-
-def score_stream(translator: Translator, pairs: Iterable[tuple[int, str, str]], writers: Writers,
-                 config: TranslateConfig, source: str, reference: str, progress: Progress = no_progress) -> int:
-    """`--score-reference`: score numbered (source, translation) pairs buffer by buffer, writing
-    each pair's log-probability in input order; returns the number of pairs scored."""
-    buffer_size = 1 if config.interactive else config.buffer_size
-    n = 0
-    it = iter(pairs)
-    while buf := list(itertools.islice(it, buffer_size)):
-        for s in translator._score_buffer(buf, source, reference):
-            writers.write_score(s.log_prob)
+        if config.score_reference:
+            for s in translator._score_buffer(buf, source, config.score_reference):
+                writers.write_score(s.log_prob)
+        else:
+            for r in translator._translate_buffer(buf, search, alignments, source):
+                writers.write(r)
         writers.flush()
         n += len(buf)
         progress("translate", n, None)
@@ -112,7 +101,7 @@ def check_files(config: TranslateConfig) -> tuple[str | None, str | None, str | 
         raise InputError("input file not found", input_path)
     check_outputs_vs_inputs(
         inputs=[("-i", input_path) if input_path else STDIN, *(("-m", m) for m in config.models),
-                ("--unk-dict", config.unk_dict)],
+                ("--unk-dict", config.unk_dict), ("--score-reference", config.score_reference)],
         files=[("-o", output_path), ("--alignments-file", alignments_file)],
         folders=[("--plot-attention", config.plot_attention, is_plot_name)])
     if output_path:
@@ -173,11 +162,9 @@ def run(config: TranslateConfig, progress: Progress | None = None) -> dict[str, 
         # a file as every reader reads one (text.io.read_lines: .gz gunzipped, a damaged one named)
         # stdin line by line as lines arrive (a terminal or a pipe is answered without waiting)
         texts = read_text_lines(input_path) if input_path else stream_lines(sys.stdin.buffer, source)
-        if config.score_reference:
-            pairs = paired_lines(texts, read_text_lines(config.score_reference), source, config.score_reference)
-            n = score_stream(translator, pairs, writers, config, source, config.score_reference, progress)
-        else:
-            n = translate_stream(translator, enumerate(texts, 1), writers, config, source, progress)
+        items = (paired_lines(texts, read_text_lines(config.score_reference), source, config.score_reference)
+                 if config.score_reference else enumerate(texts, 1))
+        n = translate_stream(translator, items, writers, config, source, progress)
         # both files committed, or (a signal before) neither: never a mismatched pair
         commit_all([f for f in (align_file, out_file) if f is not None])
         return {"lines": n}

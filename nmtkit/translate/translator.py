@@ -250,16 +250,18 @@ class Translator:
                 self._warn(note)
         return prepared
 
-    def _batches(self, lengths: Sequence[int]) -> list[list[int]]:
-        """The batches (positions in `lengths`, zeros left out) of the non-empty lines, by length."""
+    def _batches(self, lengths: Sequence[int], numbers: Sequence[int]) -> list[list[int]]:
+        """The batches (positions in `lengths`, zeros left out) of the non-empty lines, by length;
+        `numbers`: the lines' numbers, for the warning about a line over --max-tokens."""
         from nmtkit.data.binarized import length_batches
 
         todo = [i for i, n in enumerate(lengths) if n]
         cap = self.max_tokens
         over = [i for i in todo if cap is not None and lengths[i] > cap]
         if over:
-            self._warn_once("budget", f"--max-tokens {cap} is below the length of a line ({lengths[over[0]]} "
-                                      "tokens): such lines are translated one per batch, over the budget")
+            self._warn_once("budget", f"--max-tokens {cap} is below the length of line {numbers[over[0]]} "
+                                      f"({lengths[over[0]]} tokens): such lines are translated one per batch, "
+                                      "over the budget")
         return [[todo[b] for b in batch] for batch in length_batches(
             [lengths[i] for i in todo], self.config.batch_size, cap, longest_first=True)]
 
@@ -278,7 +280,7 @@ class Translator:
         workers = resolve_workers(self.config.workers, self._threads, self.device.type)
         prepared = self._prepare_all(lines, workers, source)
         need_attention = alignments or search.replace_unk
-        batches = self._batches([len(toks) for toks, _ in prepared])
+        batches = self._batches([len(toks) for toks, _ in prepared], [n for n, _ in lines])
 
         def decode(j: int) -> list[Result]:  # a batch, decoded and finished (BPE joined, detokenised)
             idx = batches[j]
@@ -401,7 +403,7 @@ class Translator:
                 if err.path is not None:
                     raise
                 raise InputError(err.bare_message, reference, n) from None
-        batches = self._batches([len(toks) for toks, _ in prepared])
+        batches = self._batches([len(toks) for toks, _ in prepared], [n for n, _, _ in pairs])
 
         def score(j: int) -> list[TokenScores]:
             idx = batches[j]
