@@ -150,6 +150,10 @@ def test_a_corpus_present_both_plain_and_gzipped_is_read_plain_with_a_warning_na
     assert code == 0, err
     warned = [x for x in err.splitlines() if "amb.en and " in x and "amb.en.gz both exist: reading" in x]
     assert len(warned) == 1 and warned[0].startswith("nmtkit: warning: "), err
+    # a second command in the same process warns again (once a command, not once a process)
+    code, _, err = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", str(tmp_path / "amb"),
+                            "--valid", str(tmp_path / "amb"), "--dest", str(tmp_path / "d"), "--force"])
+    assert code == 0 and sum("amb.fr.gz both exist" in x for x in err.splitlines()) == 1, err
 
 
 def test_the_same_pool_given_twice_is_refused(tmp_path):

@@ -35,7 +35,7 @@ from nmtkit.io.dirs import (
 from nmtkit.preprocess.config import PreprocessConfig
 from nmtkit.progress import Progress, no_progress
 from nmtkit.text.bpe import SEPARATOR, count_merges, learn_codes, piece_counts, subword_vocab
-from nmtkit.text.io import check_parallel, decode_lines, input_candidates, read_lines
+from nmtkit.text.io import check_parallel, decode_lines, input_candidates, read_lines, warn_both_exist
 from nmtkit.text.moses import DROP_REASONS, PairDeduper, drop_reason
 from nmtkit.text.parallel import parallel_map, worker_state
 from nmtkit.text.pipeline import SIDES, TextPipeline, add_weights, best_forms, new_casing, truecase_weights
@@ -324,6 +324,7 @@ def run(config: PreprocessConfig, progress: Progress | None = None) -> dict[str,
     if not isinstance(config, PreprocessConfig):
         raise TypeError(f"preprocess takes a PreprocessConfig, not {type(config).__name__}")
     base = config.base_pipeline()  # a bad --protect fails before anything is read or written
+    warn_both_exist([prefix for _, prefix in config.splits()], (config.src_lang, config.tgt_lang))
     report = progress or no_progress
     dest = _dest_path(config.dest)
     _check_outputs(config)

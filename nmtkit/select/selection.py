@@ -31,7 +31,7 @@ from nmtkit.progress import Progress, no_progress
 from nmtkit.select.config import SelectConfig
 from nmtkit.select.ngram import LM_SPECIALS, LM_UNK_ID, LMVocab, NgramLM
 from nmtkit.select.scoring import Corpus, IdPairs, Scorer, TextOpts, score_pool, tokenize_ids, write_scores
-from nmtkit.text.io import decode_line, input_candidates, read_blocks, resolve_input
+from nmtkit.text.io import decode_line, input_candidates, read_blocks, resolve_input, warn_both_exist
 from nmtkit.text.pipeline import TextPipeline
 from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo, read_tokinfo
 
@@ -329,6 +329,7 @@ def run(cfg: SelectConfig, progress: Progress | None = None) -> dict:
         raise TypeError(f"nmtkit.select.run takes a SelectConfig, not {type(cfg).__name__}")
     progress = progress or no_progress
     t0 = time.perf_counter()
+    warn_both_exist([*cfg.in_domain, *cfg.pool], (cfg.src_lang, cfg.tgt_lang))
     records = pool_records(cfg)
     outputs, stale = output_paths(cfg, records), stale_records(cfg, records)
     check_outputs(cfg, outputs, stale)

@@ -38,16 +38,21 @@ def _check_file(path: str | Path, pipes: bool = False) -> None:
         raise InputError("file is not readable", str(path))
 
 
-_WARNED_BOTH: set[str] = set()
+def warn_both_exist(prefixes: Iterable[str], langs: Iterable[str]) -> None:
+    """One warning for each PREFIX.lang with a PREFIX.lang.gz beside it (`resolve_input` reads the
+    plain one): a command calls this once, for the corpora it reads."""
+    langs = list(langs)
+    for prefix in dict.fromkeys(p for p in prefixes if p):
+        for lang in langs:
+            plain, gz = input_candidates(prefix, lang)
+            if os.path.exists(plain) and os.path.exists(gz):
+                log.warning(f"{plain} and {gz} both exist: reading {plain}")
 
 
 def resolve_input(prefix: str, lang: str) -> str:
     """PREFIX.lang, or PREFIX.lang.gz when only that exists (InputError when neither does); where
-    both do, PREFIX.lang, with a warning (once a process) naming both."""
+    both do, PREFIX.lang (`warn_both_exist` says so)."""
     plain, gz = input_candidates(prefix, lang)
-    if os.path.exists(plain) and os.path.exists(gz) and plain not in _WARNED_BOTH:
-        _WARNED_BOTH.add(plain)
-        log.warning(f"{plain} and {gz} both exist: reading {plain}")
     for path in (plain, gz):
         if os.path.isfile(path):
             return path
