@@ -1,7 +1,8 @@
 """`nmtkit translate`: raw text in, translations out (library: nmtkit.translate).
 
-Its options are generated from `TranslateConfig`'s fields (the decode options it shares with
-`nmtkit serve` come from `DecodeConfig`); the files it reads and writes are its own options.
+Its options are generated from `TranslateConfig`'s fields (the load and search options it shares
+with `nmtkit serve` and the Python API come from `DecodeConfig` and `SearchConfig`); the files it
+reads and writes are its own options.
 """
 from __future__ import annotations
 

@@ -6,8 +6,8 @@
 - `app`:     the aiohttp routes, request checks, answers, JSON errors, request logs, graceful stop;
 - `page.html`: the static page at `GET /` that draws the attention of each translation.
 
-The translation itself is `nmtkit.translate.Translator.generate`, the path (and object) that
-`nmtkit translate` uses.
+The translation itself is a `nmtkit.translate.Translator`'s, the path (and object) that
+`nmtkit translate` and `nmtkit.load` use, searching as `ServeConfig.search` and each request say.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ from concurrent requests share one batched beam search.
 
 One worker task takes the first waiting request, then every request that arrives within `delay`
 seconds (or is already waiting) with the same options, up to `batch_size` sentences, and hands
-their lines to one call of the translate function (`Translator.generate`) on the decoding
+their lines to one call of the translate function (the `Translator`'s) on the decoding
 thread; the results are cut back into each request's slice. A request with other options
 waits for the next round; the lines of a client that has gone are dropped before decoding.
 Every sentence of a batch is searched independently, so a request's translations do not

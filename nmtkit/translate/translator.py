@@ -79,7 +79,8 @@ class Translator:
 
     def __init__(self, config: DecodeConfig, warn: Callable[[str], None] | None = None):
         """Load `config.models` (`self.bundle`) on the device and in the precision `config` says
-        (a config is validated once, when it is built; a `TranslateConfig` gives its decode part)."""
+        (a config is validated once, when it is built; a `TranslateConfig`'s part is its
+        `decode_config()`)."""
         from nmtkit.devices import default_threads, import_torch, use_threads
 
         import_torch()  # before the modules that import it, with interrupts held (see there)
