@@ -24,16 +24,16 @@ class WeightAverage:
 
     def __init__(self, model: nn.Module, decay: float, start: int):
         self.model, self.decay, self.start = model, decay, start
-        self.names = [n for n, p in model.named_parameters() if p.is_floating_point()]
-        params = dict(model.named_parameters())
-        self.tensors = [params[n].detach().to(torch.promote_types(params[n].dtype, torch.float32)).clone()
-                        for n in self.names]
+        named = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
+        self.names = [n for n, _ in named]
+        # the parameters' storage, read in place (the optimiser and load_state_dict write into it)
+        self.params = [p.detach() for _, p in named]
+        self.tensors = [p.to(torch.promote_types(p.dtype, torch.float32), copy=True) for p in self.params]
 
     def update(self, update: int) -> None:
         """Fold in the weights after update `update` (copy them up to the start update)."""
-        params = dict(self.model.named_parameters())
         with torch.no_grad():
-            new = [params[n].detach().to(t.dtype) for n, t in zip(self.names, self.tensors)]
+            new = [p.to(t.dtype) for p, t in zip(self.params, self.tensors)]  # no copy where the dtypes agree
             if update <= self.start:
                 torch._foreach_copy_(self.tensors, new)
             else:
@@ -54,14 +54,11 @@ class WeightAverage:
     @contextlib.contextmanager
     def swapped_in(self) -> Iterator[None]:
         """The model holds the average inside the block (validation), its raw weights after."""
-        params = dict(self.model.named_parameters())
         with torch.no_grad():
-            raw = [params[n].detach().clone() for n in self.names]
-            for n, t in zip(self.names, self.tensors):
-                params[n].copy_(t)
+            raw = [p.clone() for p in self.params]
+            torch._foreach_copy_(self.params, self.tensors)
         try:
             yield
         finally:
             with torch.no_grad():
-                for n, t in zip(self.names, raw):
-                    params[n].copy_(t)
+                torch._foreach_copy_(self.params, raw)
