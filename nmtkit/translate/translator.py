@@ -73,8 +73,7 @@ class Translator:
         paths = checkpoint_paths(checkpoints)
         if warn is not None and not callable(warn):
             raise TypeError(f"warn must be a function taking one message, not {type(warn).__name__}")
-        _refuse_unknown(options, [f.name for f in fields(DecodeConfig) if f.name not in ("models", "ensemble")],
-                        "load", SearchConfig)
+        _refuse_unknown_load_options(options)
         return cls(DecodeConfig(models=tuple(str(p) for p in paths), ensemble=len(paths) > 1, **options), warn=warn)
 
     def __init__(self, config: DecodeConfig, warn: Callable[[str], None] | None = None):
@@ -182,7 +181,7 @@ class Translator:
         checks them); one not given takes its default there (beam 12). Lines are raw text (or
         the loaded input_format); an empty line gets a Result without translations."""
         given = {k: v for k, v in locals().items() if k in _SEARCH_FIELDS and v is not None}
-        search = search_config(given)
+        search = SearchConfig(**given)
         if not isinstance(alignments, bool):
             raise ConfigError(f"alignments must be True or False, got {alignments!r}")
         for option, on in (("alignments=True", alignments), ("replace_unk=True", search.replace_unk)):
@@ -219,17 +218,23 @@ class Translator:
         (warned through `warn`, by default the translator's)."""
         if not line.strip():
             return [], False
-        try:
-            toks = self.bundle.pipeline.encode_from(line, "src", self.config.input_format)
-        except InputError as err:  # a protected pattern past its time limit
-            if err.path is not None:
-                raise
-            raise InputError(err.bare_message, source, lineno) from None
+        toks = self._encode(line, "src", source, lineno)
         if len(toks) <= self.max_src_len:
             return list(toks), False
         (warn or self._warn)(f"{source}:{lineno}: {len(toks)} source tokens, translating only the first "
                              f"{self.max_src_len} (--max-src-len)")
         return list(toks[: self.max_src_len]), True
+
+    def _encode(self, line: str, side: str, name: str, lineno: int) -> list[str]:
+        """`side`'s tokens of one line as the recorded pipeline makes them from the loaded
+        input_format; an InputError of the pipeline (a protected pattern past its time limit)
+        names the line as `name`:`lineno`."""
+        try:
+            return self.bundle.pipeline.encode_from(line, side, self.config.input_format)
+        except InputError as err:
+            if err.path is not None:
+                raise
+            raise InputError(err.bare_message, name, lineno) from None
 
     def _prepare_all(self, lines: Sequence[tuple[int, str]], workers: int,
                      source: str) -> list[tuple[list[str], bool]]:
@@ -289,12 +294,19 @@ class Translator:
             nbests = self._decode_batch([prepared[i][0] for i in idx], search, need_attention, keys)
             return [self._finish(lines[i][0], *prepared[i], hyps, search) for i, hyps in zip(idx, nbests)]
 
-        results: list[Result | None] = [None] * len(lines)
-        for idx, done in zip(batches, map_batches(decode, len(batches), workers, self._threads)):
-            for i, r in zip(idx, done):
-                results[i] = r
+        results = self._in_line_order(len(lines), batches, decode, workers)
         return [r if r is not None else Result(index=n, src_tokens=(), truncated=prepared[i][1])
                 for i, ((n, _), r) in enumerate(zip(lines, results))]
+
+    def _in_line_order(self, n_lines: int, batches: list[list[int]], run: Callable[[int], list[T]],
+                       workers: int) -> list[T | None]:
+        """`run(j)` of every batch j (its lines' results, in the batch's order), shared by the
+        workers, put back in line order; None at a line in no batch (an empty one)."""
+        results: list[T | None] = [None] * n_lines
+        for idx, done in zip(batches, map_batches(run, len(batches), workers, self._threads)):
+            for i, r in zip(idx, done):
+                results[i] = r
+        return results
 
     def _decode_batch(self, src_token_lists: Sequence[list[str]], search: SearchConfig, need_attention: bool,
                       keys: Sequence[int]) -> list[list[Any]]:
@@ -396,14 +408,7 @@ class Translator:
             if not tgt_text.strip():
                 raise InputError("empty translation: give the translation to score", reference, n)
         prepared = self._prepare_all([(n, s) for n, s, _ in pairs], workers, source)
-        targets = []
-        for n, _, tgt_text in pairs:
-            try:
-                targets.append(self.bundle.pipeline.encode_from(tgt_text, "tgt", self.config.input_format))
-            except InputError as err:
-                if err.path is not None:
-                    raise
-                raise InputError(err.bare_message, reference, n) from None
+        targets = [self._encode(tgt_text, "tgt", reference, n) for n, _, tgt_text in pairs]
         batches = self._batches([len(toks) for toks, _ in prepared], [n for n, _, _ in pairs])
 
         def score(j: int) -> list[TokenScores]:
@@ -421,34 +426,22 @@ class Translator:
                 out.append(TokenScores(float(total[n - 1]), tuple(targets[i]), tuple(row[:n].tolist())))
             return out
 
-        results: list[TokenScores | None] = [None] * len(pairs)
-        for idx, done in zip(batches, map_batches(score, len(batches), workers, self._threads)):
-            for i, r in zip(idx, done):
-                results[i] = r
-        return results  # type: ignore[return-value]
+        return self._in_line_order(len(pairs), batches, score, workers)  # type: ignore[return-value]
 
 
 _SEARCH_FIELDS = frozenset(f.name for f in fields(SearchConfig))
 
 
-def search_config(options: dict[str, Any]) -> SearchConfig:
-    """A `SearchConfig` of the options given by name (a ConfigError naming an unknown one)."""
-    _refuse_unknown(options, sorted(_SEARCH_FIELDS), "a translation call", DecodeConfig)
-    return SearchConfig(**options)
-
-
-def _refuse_unknown(options: dict[str, Any], valid: Sequence[str], where: str, other: type) -> None:
-    """ConfigError naming the options that `where` does not take (saying where one belongs when
-    it is an option of `other`: a search option given to load, a load option given to a call)."""
+def _refuse_unknown_load_options(options: dict[str, Any]) -> None:
+    """ConfigError naming the options `load` does not take, saying so of a search option (each
+    call's). A call's unknown keyword is Python's TypeError: `generate` names its options."""
+    valid = sorted(f.name for f in fields(DecodeConfig) if f.name not in ("models", "ensemble"))
     unknown = sorted(set(options) - set(valid))
     if not unknown:
         return
-    elsewhere = [o for o in unknown if o in {f.name for f in fields(other)}]
-    hint = ""
-    if elsewhere:
-        hint = (f" ({', '.join(elsewhere)}: " + ("an option of each call: translate(..., beam=5)" if other is SearchConfig
-                                                 else "an option of nmtkit.load") + ")")
-    raise ConfigError(f"unknown option(s) {', '.join(unknown)} for {where}{hint}; valid ones: {', '.join(sorted(valid))}")
+    elsewhere = [o for o in unknown if o in _SEARCH_FIELDS]
+    hint = f" ({', '.join(elsewhere)}: an option of each call: translate(..., beam=5))" if elsewhere else ""
+    raise ConfigError(f"unknown option(s) {', '.join(unknown)} for load{hint}; valid ones: {', '.join(valid)}")
 
 
 def _lines_of(lines: Any, what: str = "lines") -> list[str]:
