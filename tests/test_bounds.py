@@ -97,6 +97,61 @@ def test_protect_patterns_match_as_they_did_one_by_one(tmp_path):
     assert "1.2.3" in got[2] and "4.5" in got[2]
 
 
+def _one_by_one(patterns, line):
+    """The distinct matches of each pattern alone, as tokenizer.perl finds them: the oracle."""
+    import regex
+
+    found = {m.group() for p in patterns for m in regex.finditer(p, line, regex.IGNORECASE | regex.VERSION0)}
+    return sorted(found - {""}, key=len, reverse=True)
+
+
+def test_protect_patterns_as_one_alternation_protect_what_each_protected_alone(monkeypatch):
+    from nmtkit.text.moses import Protector, resolve_protect, tokenizer_fn
+
+    patterns = resolve_protect(["basic", "url", "email", "xml", "printf"]) + (
+        r"(a)\1b", r"(?P<n>q)(?P=n)", r"(c)(d)\2", "New York", "New York City", "York City Hall")
+    lines = ["see http://x.org/a?b=1 or www.x.fr now", "<b class='x'>bold</b> and <br/>", "mail me@x.com, %1$s",
+             "aab cdd qq ab cd", "%(name)s and %d items at https://a.b/c_d-e#f", "plain text, nothing here",
+             "New York City's mayor, in New York, at York City Hall."]
+    assert len(Protector(patterns).groups) == 1
+    got = [tokenizer_fn("en", protected_patterns=patterns)(line) for line in lines]
+    monkeypatch.setattr(Protector, "spans", lambda self, line: _one_by_one(patterns, line))
+    assert got == [tokenizer_fn("en", protected_patterns=patterns)(line) for line in lines]
+    assert "http://x.org/a?b=1" in got[0] and "me@x.com" in got[2]
+
+
+def test_patterns_with_their_own_global_flags_are_matched_under_them():
+    from nmtkit.text.moses import Protector
+
+    protector = Protector([r"(?x) id \d+ ", r"a b"])
+    assert len(protector.groups) == 2
+    assert sorted(protector.spans("id42 and a b, not id 42")) == ["a b", "id42"]
+
+
+def test_five_thousand_protect_patterns_tokenise_two_thousand_lines_within_the_time_limit(tmp_path):
+    pats, src = tmp_path / "pats.re", tmp_path / "in.en"
+    pats.write_text("".join(f"ID{i}![0-9]+\n" for i in range(5000)))
+    src.write_text("".join(f"line {i} names ID{i * 7 % 6000}!42 among other words, as text does.\n"
+                           for i in range(2000)))
+    proc = _bounded(["tokenize", "--lang", "en", "--protect", str(pats), "-i", str(src), "-o", str(tmp_path / "o")],
+                    mem_gb=4, seconds=10)  # one scan a line: ~1.5 s; a scan per pattern: ~18 s
+    assert proc.returncode == 0, proc.stderr
+    out = (tmp_path / "o").read_text().splitlines()
+    assert out[7] == "line 7 names ID49!42 among other words , as text does ."
+    assert out[857] == "line 857 names ID5999 ! 42 among other words , as text does ."  # past the patterns
+
+
+def test_a_catastrophic_protect_pattern_among_many_is_the_one_named(tmp_path):
+    pats, src = tmp_path / "pats.re", tmp_path / "in.en"
+    pats.write_text("".join(f"ID{i}-[0-9]+\n" for i in range(500)) + EVIL + "\n")
+    src.write_text("fine\n" + "a" * 41 + "b\n")
+    proc = _bounded(["tokenize", "--lang", "en", "--protect", str(pats), "-i", str(src), "-o", str(tmp_path / "o")],
+                    mem_gb=4, seconds=60)
+    line = _one_error_line(proc)
+    assert "in.en:2: the protected pattern '(a|aa)+$'" in line, line
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_lock_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_path, data_dir):
     from tests.conftest import tiny_train_args
 

@@ -143,30 +143,64 @@ def detokenize(tokens: list[str], lang: str) -> str:
 
 
 PROTECT_SECONDS = 1.0  # the most the protected patterns may take on one line, together
+_GLOBAL_FLAGS = re.compile(r"(?:\(\?[aiLmsux]+\))*")
 
 
 class Protector:
-    """Every match of the protected patterns in a line, each pattern compiled once and matched
-    within PROTECT_SECONDS a line (the `regex` engine's time limit): a pattern that backtracks
-    without end, from a user or from a checkpoint, is a one-line InputError, not a hang."""
+    """Every match of the protected patterns in a line, matched as one alternation (the patterns
+    in their order, each in a branch reset so its own group numbers hold; one per set of global
+    inline flags), so that many patterns cost one scan a line, not one each. At a position the
+    first listed pattern that matches wins and matches do not overlap; where no two patterns'
+    matches overlap this finds what matching them one by one finds. Within PROTECT_SECONDS a
+    line (the `regex` engine's time limit): a pattern that backtracks without end, from a user or
+    from a checkpoint, is a one-line InputError naming it, not a hang."""
 
     def __init__(self, patterns: Sequence[str]):
+        import regex
+
         self.patterns = tuple(patterns)
-        self.regexes = [compile_pattern(p) for p in self.patterns]
+        by_flags: dict[str, list[str]] = {}  # by their leading global flags, "(?x)" and the like
+        for pattern in self.patterns:
+            by_flags.setdefault(_GLOBAL_FLAGS.match(pattern).group(), []).append(pattern)
+        self.groups = []
+        for group in by_flags.values():
+            try:
+                rx = regex.compile("(?|" + "|".join(f"(?:{p})" for p in group) + ")",
+                                   regex.IGNORECASE | regex.VERSION0 | regex.POSIX)
+                if rx.search("") is not None:
+                    raise ValueError
+                self.groups.append((group, rx))
+            except (regex.error, ValueError):  # one by one: the error names its pattern, or the branch
+                self.groups.extend(([p], compile_pattern(p)) for p in group)  # reset could not number them
 
     def spans(self, line: str) -> list[str]:
         """The distinct non-empty matches, longest first (a span inside another stays inside)."""
         deadline = time.monotonic() + PROTECT_SECONDS
         found: set[str] = set()
-        for pattern, rx in zip(self.patterns, self.regexes):
+        for group, rx in self.groups:
             try:
                 found.update(m.group() for m in rx.finditer(line, timeout=max(deadline - time.monotonic(), 1e-3)))
             except TimeoutError:
-                raise InputError(f"the protected pattern {pattern!r:.80} takes over {PROTECT_SECONDS:g} s on this "
-                                 f"line of {len(line):,} characters (it backtracks without end on it): fix or drop the "
-                                 "pattern (--protect)") from None
+                raise InputError(f"the protected pattern {self._slow(group, line)!r:.80} takes over "
+                                 f"{PROTECT_SECONDS:g} s on this line of {len(line):,} characters (it backtracks "
+                                 "without end on it): fix or drop the pattern (--protect)") from None
         found.discard("")
         return sorted(found, key=len, reverse=True)
+
+    @staticmethod
+    def _slow(group: list[str], line: str) -> str:
+        """The first pattern of `group` that alone takes over PROTECT_SECONDS on `line` (else the
+        slowest), to name in the error."""
+        times = []
+        for pattern in group:
+            start = time.monotonic()
+            try:
+                for _ in compile_pattern(pattern).finditer(line, timeout=PROTECT_SECONDS):
+                    pass
+            except TimeoutError:
+                return pattern
+            times.append((time.monotonic() - start, pattern))
+        return max(times)[1]
 
     def shielded(self, tokenize, prepare=None):
         """`tokenize` (str -> tokens, sacremoses' with its `protected_patterns`) of `prepare(line)`
