@@ -7,6 +7,7 @@ train, repeated), whitespace-tokenised, and runs `select-data --input-format tok
 whether the selections are byte for byte the same.
 
     python benchmarks/select_memory.py                                   # 7M tokens, 1.6M pairs
+    python benchmarks/select_memory.py --vary     # repeats shuffled: as many distinct n-grams as fresh text
     python benchmarks/select_memory.py --in-tokens 1000000 --pool-pairs 200000 --tree /old/checkout --tree .
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import gzip
 import hashlib
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -45,19 +47,35 @@ def _write(prefix: Path, pairs: list[tuple[str, str]]) -> None:
             f.writelines(p[k] + "\n" for p in pairs)
 
 
-def build(work: Path, in_tokens: int, pool_pairs: int) -> None:
+def _varied(pair: tuple[str, str], copy: int) -> tuple[str, str]:
+    """Copy `copy` of a pair: the first as it is, later ones with the words of each side shuffled
+    (seeded by the copy and the text), so that a repeat brings new n-grams as fresh text would
+    (more of them than fresh text does: a pessimistic corpus for the LMs' tables)."""
+    if copy == 0:
+        return pair
+    out = []
+    for side in pair:
+        words = side.split()
+        random.Random(f"{copy}:{side}").shuffle(words)
+        out.append(" ".join(words))
+    return out[0], out[1]
+
+
+def build(work: Path, in_tokens: int, pool_pairs: int, vary: bool = False) -> None:
     ind = _pairs((DATA / "giga-fren-sample", "train"), (DATA / "multi30k-en-fr", "train"))
     pool = _pairs((DATA / "tatoeba-eng-fra", "train"), (DATA / "giga-fren-sample", "train"),
                   (DATA / "multi30k-en-fr", "train"))
-    out, n = [], 0
+    out, n, copy = [], 0, 0
     while n < in_tokens:
         for p in ind:
-            out.append(p)
+            out.append(_varied(p, copy) if vary else p)
             n += len(p[0].split())
             if n >= in_tokens:
                 break
+        copy += 1
     _write(work / "in", out)
-    _write(work / "pool", [pool[i % len(pool)] for i in range(pool_pairs)])
+    _write(work / "pool", [_varied(pool[i % len(pool)], i // len(pool)) if vary else pool[i % len(pool)]
+                           for i in range(pool_pairs)])
     print(f"in-domain: {len(out):,} pairs, {n:,} source tokens; pool: {pool_pairs:,} pairs", flush=True)
 
 
@@ -71,7 +89,9 @@ def run(tree: Path, work: Path, name: str, workers: int, raw: bool = False) -> t
     wrapper = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
                "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", wrapper, *argv], env=env, check=True, capture_output=True, text=True)
+    # run from the work folder: from a checkout, `-m` would import the checkout's nmtkit before PYTHONPATH's
+    done = subprocess.run([sys.executable, "-c", wrapper, *argv], env=env, check=True, capture_output=True, text=True,
+                          cwd=work)
     wall = time.perf_counter() - t0
     peak = int(done.stdout.split()[-1])
     digest = hashlib.sha256(b"".join(Path(f"{prefix}.{lang}").read_bytes() for lang in ("en", "fr"))).hexdigest()
@@ -85,11 +105,13 @@ def main() -> None:
     ap.add_argument("--tree", action="append", type=Path, help="checkout root to run (repeatable)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--raw", action="store_true", help="Moses-tokenise the text (--input-format raw), not split it")
+    ap.add_argument("--vary", action="store_true",
+                    help="shuffle the words of each repeat of the data, so that repeats bring new n-grams")
     ns = ap.parse_args()
     trees = ns.tree or [REPO]
     with tempfile.TemporaryDirectory(prefix="nmtkit-selmem-") as tmp:
         work = Path(tmp)
-        build(work, ns.in_tokens, ns.pool_pairs)
+        build(work, ns.in_tokens, ns.pool_pairs, ns.vary)
         digests = set()
         for i, tree in enumerate(trees):
             wall, peak_mb, digest = run(tree.resolve(), work, str(i), ns.workers, ns.raw)
