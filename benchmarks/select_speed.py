@@ -20,6 +20,7 @@ cost depends on the token count, not on how the tokens were made).
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import json
 import os
@@ -50,6 +51,15 @@ def read(prefix: str, lang: str) -> list[str]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as fh:
         return [line.rstrip("\n") for line in fh]
+
+
+def _tokenize_pair(opts: scoring.TextOpts, pair: tuple[str, str]) -> tuple[list[str], list[str]]:
+    return opts.tokens(pair[0], "src"), opts.tokens(pair[1], "tgt")
+
+
+def tokenize_all(opts: scoring.TextOpts, pairs: list[tuple[str, str]], workers: int) -> list:
+    """Both sides of `pairs` as tokens, over `workers` processes as select-data tokenises."""
+    return list(parallel_map(functools.partial(_tokenize_pair, opts), pairs, workers, scoring.CHUNK_PAIRS))
 
 
 def cpu() -> float:
@@ -104,14 +114,14 @@ def main() -> int:
     raw = scoring.TextOpts(TextPipeline("en", "fr"), "raw")
     sub = [pairs[i] for i in rng.choice(len(pairs), n_tok, replace=False)]
     for workers in (1, 2):
-        toks, wall, cpus = timed(lambda w=workers: scoring.tokenize_all(raw, sub, w))
+        toks, wall, cpus = timed(lambda w=workers: tokenize_all(raw, sub, w))
         ntoks = sum(len(a) + len(b) for a, b in toks)
         print(f"tokenise  workers={workers}: {n_tok / wall:8.0f} pairs/s {ntoks / wall:9.0f} tokens/s wall"
               + (f" | {n_tok / cpus:8.0f} pairs/cpu-s" if workers == 1 else ""))
 
     # LM estimation: the four selection LMs (in-domain and an equal-size pool sample) ...
     ind = list(zip(read(IN_DOMAIN, "en"), read(IN_DOMAIN, "fr")))
-    ind_toks = scoring.tokenize_all(raw, ind, 2)
+    ind_toks = tokenize_all(raw, ind, 2)
     ntarget = sum(len(s) for s, _ in ind_toks)
     sample, got = [], 0
     for i in rng.permutation(len(pairs)):
@@ -140,26 +150,27 @@ def main() -> int:
     print(f"estimate  4-gram on {len(ids)} pool sentences ({ntoks} tokens, V={len(big_vocab)}): {wall:.2f} s, "
           f"{ntoks / wall:,.0f} tokens/s, n-grams {big.sizes()}, peak RSS now {rss1 / 1024:.0f} MiB (+{(rss1 - rss0) / 1024:.0f})")
 
-    # Scoring tokenised text, through the same chunking and worker path as the command.
-    # lms: in_src, in_tgt, out_src, out_tgt
-    scorer = scoring.Scorer(scoring.TextOpts(TextPipeline("en", "fr"), "tok"), vs, vt,
-                        in_src=lms[0], out_src=lms[2], in_tgt=lms[1], out_tgt=lms[3])
+    # Scoring tokenised text, through the same chunking and worker path as the command: the source
+    # side with its two LMs, then the target side with its two. lms: in_src, in_tgt, out_src, out_tgt
+    opts = scoring.TextOpts(TextPipeline("en", "fr"), "tok")
+    scorers = (scoring.Scorer(opts, "src", vs, lms[0], lms[2]), scoring.Scorer(opts, "tgt", vt, lms[1], lms[3]))
     score_pairs = [pairs[i] for i in np.sort(rng.choice(len(pairs), n_score, replace=False))]
     ntoks = sum(len(a.split()) + len(b.split()) for a, b in score_pairs)
 
     # Undecoded blocks of lines, as the command's reader hands them to the workers.
-    block_list = []
+    blocks: tuple[list[Block], list[Block]] = ([], [])
     for i in range(0, n_score, scoring.CHUNK_PAIRS):
         part = score_pairs[i:i + scoring.CHUNK_PAIRS]
-        block_list.append(Block("pool.en", "pool.fr", i + 1, len(part), "".join(a + "\n" for a, _ in part).encode(),
-                                    "".join(b + "\n" for _, b in part).encode()))
+        for side, name in ((0, "pool.en"), (1, "pool.fr")):
+            blocks[side].append(Block(name, i + 1, len(part), "".join(p[side] + "\n" for p in part).encode()))
 
     for workers in (1, 2):
         def go(w=workers):
             n = 0
-            for res in parallel_map(scoring.score_block, iter(block_list), w, 1, state=scorer):
-                n += res.shape[0]
-            return n
+            for side in (0, 1):
+                for res in parallel_map(scoring.score_block, iter(blocks[side]), w, 1, state=scorers[side]):
+                    n += res.shape[0]
+            return n // 2
         self0 = resource.getrusage(resource.RUSAGE_SELF)
         n, wall, cpus = timed(go)
         self1 = resource.getrusage(resource.RUSAGE_SELF)

@@ -485,3 +485,43 @@ def test_crlf_and_a_missing_final_newline_are_read_like_plain_lines(corpus):
         np.testing.assert_array_equal(lf[col], crlf[col])
     lines = (d / "crlf.en").read_bytes().split(b"\n")
     assert lines[0].endswith(b"\r") and lines[-1] == b""   # lines as in the pool, each ended by a newline
+
+
+def test_select_data_holds_two_of_its_four_language_models_at_once(corpus, monkeypatch):
+    """The pool is scored a side at a time, so that a side's LMs are freed before the next side's
+    are estimated: at the WMT'14 recipe's size each LM holds hundreds of MB."""
+    import gc
+    import weakref
+
+    from nmtkit.select.ngram import NgramLM
+
+    live: weakref.WeakSet = weakref.WeakSet()
+    most = []
+    estimate = NgramLM.estimate.__func__
+
+    def counted(cls, *args, **kwargs):
+        gc.collect()
+        lm = estimate(cls, *args, **kwargs)
+        live.add(lm)
+        most.append(len(live))
+        return lm
+
+    monkeypatch.setattr(NgramLM, "estimate", classmethod(counted))
+    d, _, _ = corpus
+    code, _, err = select(_base(d) + ["--lines", "20", "--write-arpa"])
+    assert code == 0, err
+    assert most == [1, 2, 1, 2]
+    assert all((d / f"sel.{w}.{lang}.arpa").stat().st_size > 0 for w in ("in", "out") for lang in ("en", "fr"))
+
+
+def test_the_lean_unique_equals_numpys():
+    from nmtkit.select.ngram import _unique
+
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 7, 5000):
+        keys = rng.integers(0, 60, n).astype(np.int64)
+        got = _unique(keys.copy())
+        want = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w.reshape(-1))
+        assert got[2].dtype == got[3].dtype == np.int32

@@ -147,7 +147,8 @@ def kn_discounts(adjusted_counts: np.ndarray) -> tuple[float, float, float]:
 
 
 def _discount(a: np.ndarray, d: tuple[float, float, float]) -> np.ndarray:
-    return np.where(a >= 3, d[2], np.where(a == 2, d[1], np.where(a == 1, d[0], 0.0)))
+    """D(a) of each adjusted count: 0, D1, D2, D3+ for a = 0, 1, 2, >= 3 (float64, one temporary)."""
+    return np.array([0.0, d[0], d[1], d[2]])[np.minimum(a, 3)]
 
 
 @dataclass
@@ -158,15 +159,13 @@ class _Order:
     disc_prob (n_k,) float64: max(a - D(a), 0) / a(ctx .)
     gamma (n_{k-1},) float64: interpolation weight of each order-(k-1) row used as context
         (1.0 for rows never seen as context).
-    prob (n_k,) float64: the full interpolated p_k(w | ctx), for ARPA output.
-    (The counts and suffix rows estimation used are not kept: a model is held by every scoring
-    worker, and scoring reads keys, disc_prob and gamma.)
+    (Only what scoring reads is kept: a model is held by every scoring worker. The interpolated
+    p_k that ARPA output writes is computed again from these, `NgramLM.interpolated`.)
     """
 
     keys: np.ndarray
     disc_prob: np.ndarray
     gamma: np.ndarray
-    prob: np.ndarray
     discounts: tuple[float, float, float]
     max_count: int  # the largest adjusted count (the raw count at the highest order)
 
@@ -175,8 +174,8 @@ class _Order:
 class _Counts:
     """Raw counts of orders 2..n, each list indexed by k - 2, aligned with the sorted `keys`.
 
-    keys (n_k,) int64 ctx * V + w; raw (n_k,) int64 raw counts; bos (n_k,) bool: the n-gram
-    starts with `<s>`; suffix (n_k,) int64: row of its (k-1)-gram suffix in order k-1.
+    keys (n_k,) int64 ctx * V + w; raw (n_k,) int32 raw counts; bos (n_k,) bool: the n-gram
+    starts with `<s>`; suffix (n_k,) int32: row of its (k-1)-gram suffix in order k-1.
     """
 
     keys: list[np.ndarray]
@@ -185,32 +184,73 @@ class _Counts:
     suffix: list[np.ndarray]
 
 
+def _unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`np.unique(keys, return_index=True, return_inverse=True, return_counts=True)` with the
+    inverse and the counts in int32, in about half its temporary memory (pass `keys` without
+    keeping a reference: it is dropped once sorted): (uniq (u,) sorted, first (u,) int64 index of
+    each one's first occurrence, inv (n,) int32, cnt (u,) int32)."""
+    n = keys.size
+    perm = np.argsort(keys, kind="stable")
+    ordered = keys[perm]
+    del keys
+    new = np.empty(n, dtype=bool)
+    new[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    starts = np.flatnonzero(new)
+    uniq = ordered[starts]
+    del ordered
+    rows = np.cumsum(new, dtype=np.int32)
+    rows -= 1
+    del new
+    inv = np.empty(n, dtype=np.int32)
+    inv[perm] = rows
+    del rows
+    first = perm[starts]
+    cnt = np.diff(starts, append=n).astype(np.int32)
+    return uniq, first, inv, cnt
+
+
+def _keys(prev_idx: np.ndarray, toks: np.ndarray, at: np.ndarray, V: int) -> np.ndarray:
+    """(m,) int64 key ctx * V + w of the n-gram ending at each position where `at` (bool) holds,
+    ctx the row of the context, which ends one position earlier."""
+    keys = prev_idx[:-1][at[1:]].astype(np.int64)
+    keys *= V
+    keys += toks[at]
+    return keys
+
+
 def _count(toks: np.ndarray, dist: np.ndarray, V: int, order: int) -> _Counts:
     """Pass up the orders: raw counts, first occurrence, and the row of each position's
-    k-gram (idx[p], -1 where the sentence is too short), all in int64."""
+    k-gram (idx[p], -1 where the sentence is too short). Rows and counts are int32 (a table
+    holds fewer than 2**31 n-grams) and each order's temporaries are dropped before the sort,
+    which is what sets the peak memory."""
+    assert toks.size < 2**31, "too many tokens for int32 rows"
     c = _Counts([], [], [], [])
     prev_idx = toks  # order-1 row = the id itself
     for k in range(2, order + 1):
-        pv = np.flatnonzero(dist >= k - 1)
-        ctx = prev_idx[pv - 1]
+        at = dist >= k - 1  # never at position 0, a <s>
         n_prev = V if k == 2 else c.keys[-1].size
         assert n_prev * V < 2**62, "n-gram key would overflow int64"
-        keys = ctx * V + toks[pv]
-        uniq, first, inv, cnt = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
-        idx = np.full(toks.size, -1, dtype=np.int64)
-        idx[pv] = inv.reshape(-1)
-        first_pos = pv[first]
+        uniq, first, inv, cnt = _unique(_keys(prev_idx, toks, at, V))
+        first_pos = np.flatnonzero(at)[first]
+        del first
         c.keys.append(uniq)
-        c.raw.append(cnt.astype(np.int64))
-        c.bos.append(dist[first_pos] == k - 1)          # starts with <s>
-        c.suffix.append(prev_idx[first_pos])            # row of the (k-1)-gram suffix
-        prev_idx = idx
+        c.raw.append(cnt)
+        del cnt
+        c.bos.append(dist[first_pos] == k - 1)                   # starts with <s>
+        c.suffix.append(prev_idx[first_pos].astype(np.int32))    # row of the (k-1)-gram suffix
+        del first_pos
+        if k < order:
+            idx = np.full(toks.size, -1, dtype=np.int32)
+            idx[at] = inv
+            prev_idx = idx
+        del inv, at
     return c
 
 
 def _adjusted_counts(c: _Counts, toks: np.ndarray, dist: np.ndarray, V: int, order: int) -> list[np.ndarray]:
-    """a() per order (index k; index 0 unused): raw at the top order and for n-grams starting
-    with <s>, continuation counts N1+(. g) otherwise."""
+    """a() per order (index k; index 0 unused), int64 at order 1 and int32 above: raw at the top
+    order and for n-grams starting with <s>, continuation counts N1+(. g) otherwise."""
     adj: list[np.ndarray] = [np.zeros(0)] * (order + 1)
     if order == 1:
         adj[1] = np.bincount(toks[dist > 0], minlength=V).astype(np.int64)
@@ -218,7 +258,7 @@ def _adjusted_counts(c: _Counts, toks: np.ndarray, dist: np.ndarray, V: int, ord
         adj[order] = c.raw[-1]
         for k in range(order - 1, 1, -1):
             cont = np.bincount(c.suffix[k - 1], minlength=c.keys[k - 2].size)  # from order k+1
-            adj[k] = np.where(c.bos[k - 2], c.raw[k - 2], cont).astype(np.int64)
+            adj[k] = np.where(c.bos[k - 2], c.raw[k - 2], cont).astype(np.int32)
         adj[1] = np.bincount(c.suffix[0], minlength=V).astype(np.int64)
     adj[1][LM_BOS_ID] = 0
     return adj
@@ -238,7 +278,8 @@ def _unigram_probs(a1: np.ndarray, d1: tuple[float, ...], V: int) -> np.ndarray:
 
 def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[Sequence[float]], unigram: np.ndarray,
                  V: int, order: int) -> list["_Order"]:
-    """The tables of orders 2..n: discounted probabilities, gammas and interpolated p_k."""
+    """The tables of orders 2..n: discounted probabilities and gammas. `c` and `adj` are emptied
+    as they are used, so that an order's temporaries replace the counts they came from."""
     orders: list[_Order] = []
     prev_prob = unigram
     for k in range(2, order + 1):
@@ -246,18 +287,31 @@ def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[Sequence[floa
         a = adj[k]
         dk = tuple(float(x) for x in disc[k - 1])
         n_prev = V if k == 2 else c.keys[k - 3].size
-        ctx = keys // V
+        ctx = np.empty(keys.size, dtype=np.int32)  # the context's row
+        np.floor_divide(keys, V, out=ctx, casting="unsafe")
         denom = np.bincount(ctx, weights=a, minlength=n_prev)
-        mass = (dk[0] * np.bincount(ctx[a == 1], minlength=n_prev)
-                + dk[1] * np.bincount(ctx[a == 2], minlength=n_prev)
-                + dk[2] * np.bincount(ctx[a >= 3], minlength=n_prev))
+        mass = dk[0] * np.bincount(ctx[a == 1], minlength=n_prev)  # D1 N1(h.) + D2 N2(h.) + D3+ N3+(h.),
+        mass += dk[1] * np.bincount(ctx[a == 2], minlength=n_prev)  # added in this order
+        mass += dk[2] * np.bincount(ctx[a >= 3], minlength=n_prev)
         seen = denom > 0
         gamma = np.ones(n_prev)
-        gamma[seen] = mass[seen] / denom[seen]
-        disc_prob = np.maximum(a - _discount(a, dk), 0.0) / denom[ctx]
-        prob = disc_prob + gamma[ctx] * prev_prob[c.suffix[k - 2]]
-        orders.append(_Order(keys, disc_prob, gamma, prob, dk, int(a.max()) if a.size else 0))  # type: ignore[arg-type]
-        prev_prob = prob
+        np.divide(mass, denom, out=gamma, where=seen)
+        del mass, seen
+        disc_prob = _discount(a, dk)
+        np.subtract(a, disc_prob, out=disc_prob)
+        np.maximum(disc_prob, 0.0, out=disc_prob)
+        disc_prob /= denom[ctx]
+        del denom
+        max_count = int(a.max()) if a.size else 0
+        adj[k] = c.raw[k - 2] = c.bos[k - 2] = a = None  # type: ignore[assignment,call-overload]
+        if k < order:  # the next order interpolates with this one's p_k: disc_prob + gamma(h) p_{k-1}
+            p_k = gamma[ctx]
+            p_k *= prev_prob[c.suffix[k - 2]]
+            p_k += disc_prob
+            prev_prob = p_k
+        c.suffix[k - 2] = None  # type: ignore[call-overload]
+        del ctx
+        orders.append(_Order(keys, disc_prob, gamma, dk, max_count))  # type: ignore[arg-type]
     return orders
 
 
@@ -426,6 +480,20 @@ class NgramLM:
         return [int(np.count_nonzero(self.uni_counts))] + [int(o.keys.size) for o in self.orders]
 
     # ------------------------------------------------------------------ ARPA
+    def interpolated(self, words: list[np.ndarray]) -> list[np.ndarray]:
+        """The full interpolated p_k(w | h) of every stored n-gram, order by order (index k - 1),
+        as estimation computed them: disc_prob + gamma(h) p_{k-1}(w | h'), h' the row of the
+        n-gram's suffix. `words[k - 1]` (n_k, k): each order-k n-gram's word ids."""
+        V = self.vocab_size
+        probs = [self.unigram]
+        for k, o in enumerate(self.orders, start=2):
+            w = words[k - 1]
+            suffix = w[:, 1]  # the suffix's row, looked up an order at a time
+            for j in range(2, k):
+                suffix = np.searchsorted(self.orders[j - 2].keys, suffix * V + w[:, j])
+            probs.append(o.disc_prob + o.gamma[o.keys // V] * probs[-1][suffix])
+        return probs
+
     def write_arpa(self, fh: TextIO, itos: Sequence[str]) -> None:
         """Write the model in ARPA back-off format (exactly the same distribution).
 
@@ -438,6 +506,7 @@ class NgramLM:
         for o in self.orders:
             ctx = o.keys // V
             words.append(np.concatenate([words[-1][ctx], (o.keys % V)[:, None]], axis=1))
+        probs = self.interpolated(words)
         fh.write("\\data\\\n")
         fh.write(f"ngram 1={V}\n")
         for k, o in enumerate(self.orders, start=2):
@@ -445,7 +514,7 @@ class NgramLM:
         fh.write("\n")
         for k in range(1, self.order + 1):
             fh.write(f"\\{k}-grams:\n")
-            prob = self.unigram if k == 1 else self.orders[k - 2].prob  # one row per n-gram of order k
+            prob = probs[k - 1]  # one row per n-gram of order k
             bow = self.orders[k - 1].gamma if k < self.order else None
             w = words[k - 1]
             for r in range(prob.size):

@@ -1,8 +1,8 @@
 """select-data's reading and scoring: the parallel corpora (`Corpus`: one or more
 PREFIX.{src,tgt}[.gz] read in order, as raw lines, undecoded blocks for the workers or decoded
-pairs), lines -> LM tokens (`TextOpts`), and tokens -> the four cross-entropies per pair
-(`Scorer`), in parallel over blocks of the pool (`score_pool`), each worker process holding the
-scorer `parallel_map` gave it (`worker_state`).
+pairs), lines -> LM tokens (`TextOpts`), and one side's tokens -> its in- and out-of-domain
+cross-entropies (`Scorer`), in parallel over blocks of the pool (`score_pool`), each worker process
+holding the scorer `parallel_map` gave it (`worker_state`).
 """
 from __future__ import annotations
 
@@ -93,20 +93,16 @@ class Corpus:
                 if fs.readline() or ft.readline():
                     raise InputError(f"{s} and {t} changed while reading (line counts differ)")
 
-    def blocks(self, size: int) -> Iterator["Block"]:
-        """The pairs in blocks of `size` lines, undecoded: the parent only reads, workers decode."""
-        for s, t in zip(self.src_paths, self.tgt_paths):
-            with open_input(s) as fs, open_input(t) as ft:
+    def blocks(self, size: int, side: str) -> Iterator["Block"]:
+        """One side's lines in blocks of `size`, undecoded: the parent only reads, workers decode."""
+        for path, counted in zip(self.paths(side), self.lines):
+            with open_input(path) as fh:
                 first = 1
-                while True:
-                    a = list(itertools.islice(fs, size))
-                    b = list(itertools.islice(ft, size))
-                    if len(a) != len(b):
-                        raise InputError(f"{s} and {t} changed while reading (line counts differ)")
-                    if not a:
-                        break
-                    yield Block(s, t, first, len(a), b"".join(a), b"".join(b))
+                while a := list(itertools.islice(fh, size)):
+                    yield Block(path, first, len(a), b"".join(a))
                     first += len(a)
+            if first - 1 != counted:  # the counts were checked up front; a file changed under us is still an error
+                raise InputError(f"changed while reading ({first - 1} lines, not {counted})", path)
 
     def pairs(self) -> Iterator[tuple[str, str]]:
         """Every pair decoded (invalid UTF-8 is an error naming file:line)."""
@@ -118,19 +114,17 @@ class Corpus:
 
 @dataclass
 class Block:
-    """`n` consecutive pairs from lines `first`.. of `src_path`/`tgt_path`, as raw bytes."""
+    """`n` consecutive lines from line `first` of `path`, as raw bytes."""
 
-    src_path: str
-    tgt_path: str
+    path: str
     first: int
     n: int
-    src: bytes
-    tgt: bytes
+    text: bytes
 
-    def lines(self) -> tuple[list[str], list[str]]:
-        src, tgt = decode_lines(self.src, self.src_path, self.first), decode_lines(self.tgt, self.tgt_path, self.first)
-        assert len(src) == len(tgt) == self.n
-        return src, tgt
+    def lines(self) -> list[str]:
+        lines = decode_lines(self.text, self.path, self.first)
+        assert len(lines) == self.n
+        return lines
 
 
 @dataclass(frozen=True)
@@ -156,43 +150,34 @@ def _tokenize_pair(opts: TextOpts, pair: tuple[str, str]) -> tuple[list[str], li
 
 @dataclass
 class Scorer:
-    """The four LMs and their two vocabularies; `score_lines` turns pairs into cross-entropies."""
+    """One side's two LMs (in-domain and out-of-domain) and vocabulary: lines -> cross-entropies.
+    The pool is scored a side at a time, so that only two of the four LMs are ever held."""
 
     opts: TextOpts
-    src_vocab: LMVocab
-    tgt_vocab: LMVocab
-    in_src: NgramLM
-    out_src: NgramLM
-    in_tgt: NgramLM
-    out_tgt: NgramLM
+    side: str  # "src" or "tgt"
+    vocab: LMVocab
+    lm_in: NgramLM
+    lm_out: NgramLM
 
-    def _score(self, src: FlatBatch, tgt: FlatBatch) -> np.ndarray:
-        """(N, 6) float64: H_in(src), H_out(src), H_in(tgt), H_out(tgt), src tokens, tgt tokens."""
-        out = np.empty((src.lens.size, 6))
-        out[:, 0] = self.in_src.batch_cross_entropies(src)
-        out[:, 1] = self.out_src.batch_cross_entropies(src)
-        out[:, 2] = self.in_tgt.batch_cross_entropies(tgt)
-        out[:, 3] = self.out_tgt.batch_cross_entropies(tgt)
-        out[:, 4] = src.lens - 1
-        out[:, 5] = tgt.lens - 1
-        return out
-
-    def score_lines(self, src: list[str], tgt: list[str]) -> np.ndarray:
-        """(N, 6) as `_score`, from lines in the configured input format."""
+    def score_lines(self, lines: list[str]) -> np.ndarray:
+        """(N, 3) float64 of lines in the configured input format: H_in, H_out, tokens."""
         o = self.opts
         if o.input_format == "tok":  # fast path: split and look up the whole chunk at once
-            return self._score(self.src_vocab.encode_lines(src, o.lowercase),
-                               self.tgt_vocab.encode_lines(tgt, o.lowercase))
-        toks = [_tokenize_pair(o, pair) for pair in zip(src, tgt)]
-        return self._score(self.src_vocab.encode_batch([s for s, _ in toks]),
-                           self.tgt_vocab.encode_batch([t for _, t in toks]))
+            batch = self.vocab.encode_lines(lines, o.lowercase)
+        else:
+            batch = self.vocab.encode_batch([o.tokens(line, self.side) for line in lines])
+        out = np.empty((batch.lens.size, 3))
+        out[:, 0] = self.lm_in.batch_cross_entropies(batch)
+        out[:, 1] = self.lm_out.batch_cross_entropies(batch)
+        out[:, 2] = batch.lens - 1
+        return out
 
 
 def score_block(block: Block) -> np.ndarray:
-    """(n, 6) cross-entropies and lengths of a block of pool lines, by the map's scorer: a forked
+    """(n, 3) cross-entropies and lengths of a block of pool lines, by the map's scorer: a forked
     worker gets the LMs from its parent's memory, not pickled with each block."""
     scorer: Scorer = worker_state()
-    return scorer.score_lines(*block.lines())
+    return scorer.score_lines(block.lines())
 
 
 @dataclass
@@ -236,23 +221,21 @@ def tokenize_ids(opts: TextOpts, pairs: Iterable[tuple[str, str]], workers: int,
     return IdPairs((as_np[0], as_np[1]), (as_np[2], as_np[3]))
 
 
-def score_pool(scorer: Scorer, pool: Corpus, workers: int,
-               progress: Progress) -> tuple[np.ndarray, np.ndarray]:
-    """Score the pool, streaming blocks of lines over `workers` processes: (h (n, 4) float32
-    cross-entropies in_src, out_src, in_tgt, out_tgt; lens (n, 2) int32 src/tgt tokens)."""
+def score_pool(scorer: Scorer, pool: Corpus, workers: int, progress: Progress,
+               h: np.ndarray, lens: np.ndarray) -> None:
+    """Score the pool's `scorer.side`, streaming blocks of lines over `workers` processes, into
+    h (n, 2) float32 (H_in, H_out) and lens (n,) int32 tokens. Progress counts both sides' passes."""
     n_pool = pool.total
-    h = np.empty((n_pool, 4), dtype=np.float32)
-    lens = np.empty((n_pool, 2), dtype=np.int32)
+    before = 0 if scorer.side == "src" else n_pool
     done = 0
-    progress("score", 0, n_pool)
-    for res in parallel_map(score_block, pool.blocks(CHUNK_PAIRS), workers, 1, state=scorer):
+    progress("score", before, 2 * n_pool)
+    for res in parallel_map(score_block, pool.blocks(CHUNK_PAIRS, scorer.side), workers, 1, state=scorer):
         m = res.shape[0]
-        h[done:done + m] = res[:, :4]
-        lens[done:done + m] = res[:, 4:]
+        h[done:done + m] = res[:, :2]
+        lens[done:done + m] = res[:, 2]
         done += m
-        progress("score", done, n_pool)
+        progress("score", before + done, 2 * n_pool)
     assert done == n_pool
-    return h, lens
 
 
 # ---- PREFIX.scores.tsv, formatted over the same worker processes

@@ -119,16 +119,14 @@ def no_vocabulary(name: str, vocab: LMVocab, min_count: int) -> str | None:
 
 
 def lm_warnings(cfg: SelectConfig, ind: Corpus, sizes: dict[str, int], scorer: Scorer) -> list[str]:
-    """The in-domain warnings of the sides `cfg.method` scores. `sizes`: the in-domain text's
-    token counts ("src_tokens", "tgt_tokens"); `scorer`: its LMs and vocabularies."""
-    out = []
-    for side in scored_sides(cfg.method):
-        name = ind.name(side)
-        vocab, lm = (scorer.src_vocab, scorer.in_src) if side == "src" else (scorer.tgt_vocab, scorer.in_tgt)
-        msg = no_vocabulary(name, vocab, cfg.min_count) or too_small(name, sizes[f"{side}_tokens"], lm)
-        if msg:
-            out.append(msg)
-    return out
+    """The in-domain warnings of `scorer.side` when `cfg.method` scores it. `sizes`: the in-domain
+    text's token counts ("src_tokens", "tgt_tokens")."""
+    side = scorer.side
+    if side not in scored_sides(cfg.method):
+        return []
+    name = ind.name(side)
+    msg = no_vocabulary(name, scorer.vocab, cfg.min_count) or too_small(name, sizes[f"{side}_tokens"], scorer.lm_in)
+    return [msg] if msg else []
 
 
 def _digest(paths: Sequence[str]) -> str:
@@ -292,17 +290,17 @@ def _out_sample(opts: TextOpts, ind: Corpus, pool: Corpus, src_tokens_in: int, c
 
 
 def _estimate(opts: TextOpts, ind: IdPairs, out_sample: IdPairs, vocabs: tuple[LMVocab, LMVocab],
-              cfg: SelectConfig) -> Scorer:
-    """The four LMs: H_in's on the in-domain text, H_out's on the pool sample, per language."""
-    order = cfg.order
-    (src_vocab, tgt_vocab), V = vocabs, [len(v) for v in vocabs]
-    return Scorer(
-        opts, src_vocab, tgt_vocab,
-        in_src=NgramLM.estimate(ind.batch(0), V[0], order),
-        out_src=NgramLM.estimate(out_sample.batch(0), V[0], order),
-        in_tgt=NgramLM.estimate(ind.batch(1), V[1], order),
-        out_tgt=NgramLM.estimate(out_sample.batch(1), V[1], order),
-    )
+              cfg: SelectConfig, side: str) -> Scorer:
+    """One side's two LMs: H_in's on the in-domain text, H_out's on the pool sample."""
+    s = ("src", "tgt").index(side)
+    V = len(vocabs[s])
+    return Scorer(opts, side, vocabs[s], lm_in=NgramLM.estimate(ind.batch(s), V, cfg.order),
+                  lm_out=NgramLM.estimate(out_sample.batch(s), V, cfg.order))
+
+
+def _lm_summary(lm: NgramLM) -> dict[str, Any]:
+    return {"order": lm.order, "ngrams": lm.sizes(),
+            "discounts": [list(lm.uni_discounts)] + [list(o.discounts) for o in lm.orders]}
 
 
 def _budget_warnings(cfg: SelectConfig, over: bool, n_pool: int, lens: np.ndarray, n_empty: int) -> list[str]:
@@ -347,18 +345,25 @@ def run(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     t = time.perf_counter()
     out_sample = _out_sample(opts, ind, pool, ind_sizes["src_tokens"], cfg, vocabs, progress)
     timings["out_sample_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    scorer = _estimate(opts, ind_ids, out_sample, vocabs, cfg)
-    timings["lm_estimate_s"] = time.perf_counter() - t
-    warnings += _warn(lm_warnings(cfg, ind, ind_sizes, scorer))
-    sample_sizes = out_sample.sizes()
-    del ind_ids, out_sample
+    h = np.empty((n_pool, 4), dtype=np.float32)  # H_in(src), H_out(src), H_in(tgt), H_out(tgt)
+    lens = np.empty((n_pool, 2), dtype=np.int32)  # src, tgt tokens
+    lms: dict[str, dict[str, Any]] = {}
+    timings["lm_estimate_s"] = timings["score_s"] = 0.0
     with StagedFiles(outputs, stale) as files:
-        if cfg.write_arpa:
-            write_arpa(files.tmp, scorer)
-        t = time.perf_counter()
-        h, lens = score_pool(scorer, pool, cfg.workers, progress)
-        timings["score_s"] = time.perf_counter() - t
+        for s, side in enumerate(("src", "tgt")):  # a side at a time: two of the four LMs held at once
+            t = time.perf_counter()
+            scorer = _estimate(opts, ind_ids, out_sample, vocabs, cfg, side)
+            timings["lm_estimate_s"] += time.perf_counter() - t
+            warnings += _warn(lm_warnings(cfg, ind, ind_sizes, scorer))
+            lms[f"in_{side}"], lms[f"out_{side}"] = _lm_summary(scorer.lm_in), _lm_summary(scorer.lm_out)
+            if cfg.write_arpa:
+                write_arpa(files.tmp, scorer)
+            t = time.perf_counter()
+            score_pool(scorer, pool, cfg.workers, progress, h[:, 2 * s:2 * s + 2], lens[:, s])
+            timings["score_s"] += time.perf_counter() - t
+            del scorer
+        sample_sizes = out_sample.sizes()
+        del ind_ids, out_sample
         scores = method_scores(cfg.method, h)
         empty = (lens == 0).any(axis=1)
         scores[empty] = np.inf  # an empty line scores as a short, likely sentence: never a pair to train on
@@ -376,7 +381,7 @@ def run(cfg: SelectConfig, progress: Progress | None = None) -> dict:
         timings["write_s"] = time.perf_counter() - t
         timings["total_s"] = time.perf_counter() - t0
 
-        summary = _summary(cfg, ind, pool, scorer, outputs, warnings, timings, scores, lens, keep, mask,
+        summary = _summary(cfg, ind, pool, vocabs, lms, outputs, warnings, timings, scores, lens, keep, mask,
                            sizes=(ind_sizes, sample_sizes))
         with open(files.tmp["summary"], "w", encoding="utf-8") as fh:
             json.dump(summary, fh, indent=2)
@@ -385,12 +390,13 @@ def run(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     return summary
 
 
-def _summary(cfg: SelectConfig, ind: Corpus, pool: Corpus, scorer: Scorer, outputs: dict[str, str],
-             warnings: list[str], timings: dict[str, float], scores: np.ndarray, lens: np.ndarray,
+def _summary(cfg: SelectConfig, ind: Corpus, pool: Corpus, vocabs: tuple[LMVocab, LMVocab],
+             lms: dict[str, dict[str, Any]], outputs: dict[str, str], warnings: list[str], timings: dict[str, float], scores: np.ndarray, lens: np.ndarray,
              keep: np.ndarray, mask: np.ndarray, sizes: tuple[dict[str, int], dict[str, int]]) -> dict:
     """PREFIX.summary.json: settings, corpus and sample sizes, the LMs, the selection, timings.
-    `sizes`: `_sizes` of the in-domain text and of the out-of-domain sample."""
-    src_vocab, tgt_vocab, n_pool = scorer.src_vocab, scorer.tgt_vocab, pool.total
+    `lms`: `_lm_summary` of each LM by name; `sizes`: the in-domain text's and the out-of-domain
+    sample's sizes."""
+    (src_vocab, tgt_vocab), n_pool = vocabs, pool.total
     part_sel, start = [], 0
     for n in pool.lines:
         part_sel.append(int(mask[start:start + n].sum()))
@@ -404,10 +410,7 @@ def _summary(cfg: SelectConfig, ind: Corpus, pool: Corpus, scorer: Scorer, outpu
         "in_domain": {"files": ind.src_paths + ind.tgt_paths, **sizes[0]},
         "out_domain_sample": {**sizes[1], "seed": cfg.seed},
         "vocab": {"src": len(src_vocab), "tgt": len(tgt_vocab), "min_count": cfg.min_count},
-        "lm": {name: {"order": lm.order, "ngrams": lm.sizes(),
-                      "discounts": [list(lm.uni_discounts)] + [list(o.discounts) for o in lm.orders]}
-               for name, lm in (("in_src", scorer.in_src), ("out_src", scorer.out_src),
-                                ("in_tgt", scorer.in_tgt), ("out_tgt", scorer.out_tgt))},
+        "lm": {name: lms[name] for name in ("in_src", "out_src", "in_tgt", "out_tgt")},
         "pool": {"parts": [{"src": s, "tgt": t_, "pairs": n, "selected": k}
                            for s, t_, n, k in zip(pool.src_paths, pool.tgt_paths, pool.lines, part_sel)],
                  "pairs": n_pool, "src_tokens": int(lens[:, 0].sum()), "tgt_tokens": int(lens[:, 1].sum())},
@@ -493,11 +496,10 @@ def check_outputs(cfg: SelectConfig, outputs: dict[str, str], stale: Sequence[st
 
 
 def write_arpa(tmp: dict[str, str], s: Scorer) -> None:
-    """The four language models, in ARPA format (--write-arpa)."""
-    for which, side, lm, voc in (("in", "src", s.in_src, s.src_vocab), ("out", "src", s.out_src, s.src_vocab),
-                                 ("in", "tgt", s.in_tgt, s.tgt_vocab), ("out", "tgt", s.out_tgt, s.tgt_vocab)):
-        with open(tmp[f"arpa_{which}_{side}"], "w", encoding="utf-8") as fh:
-            lm.write_arpa(fh, voc.itos)
+    """One side's two language models, in ARPA format (--write-arpa)."""
+    for which, lm in (("in", s.lm_in), ("out", s.lm_out)):
+        with open(tmp[f"arpa_{which}_{s.side}"], "w", encoding="utf-8") as fh:
+            lm.write_arpa(fh, s.vocab.itos)
 
 
 def write_selection(src_path: str, tgt_path: str, pool: Corpus, mask: np.ndarray, progress: Progress) -> None:
