@@ -178,6 +178,21 @@ def test_running_out_of_memory_is_one_error_line(monkeypatch, error):
     assert line.startswith("nmtkit: error: out of memory: ") and "Traceback" not in err, err
 
 
+def test_out_of_memory_advises_only_options_the_command_has(monkeypatch):
+    import nmtkit.score
+    import nmtkit.translate
+
+    def fail(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(nmtkit.score, "run", fail)
+    monkeypatch.setattr(nmtkit.translate, "run", fail)
+    code, _, err = run_cli(["score", "--hyp", "-", "--ref", "-"], "x\n")
+    assert code == 1 and err.startswith("nmtkit: error: out of memory: MemoryError") and "--" not in err, err
+    code, _, err = run_cli(["translate", "-m", "x.pt"], "x\n")
+    assert code == 1 and "out of memory" in err and "--max-tokens" in err, err
+
+
 def test_another_runtime_error_is_not_taken_for_running_out_of_memory(monkeypatch):
     import nmtkit.cli.tokenize as tokenize_cli
 

@@ -235,9 +235,17 @@ def _run(argv: list[str] | None, debug: bool) -> None:
         if debug or not _out_of_memory(err):
             raise
         reason = first_line(err) or type(err).__name__
-        click.echo(f"nmtkit: error: out of memory: {reason} (smaller sizes, batches or --max-tokens need less)",
-                   err=True)
+        names = cli.list_commands(click.Context(cli))
+        command = next((a for a in (sys.argv[1:] if argv is None else argv) if a in names), "")
+        advice = _MEMORY_ADVICE.get(command)
+        click.echo(f"nmtkit: error: out of memory: {reason}" + (f" ({advice})" if advice else ""), err=True)
         sys.exit(1)
+
+
+# what needs less memory, for the commands whose options size their batches
+_MEMORY_ADVICE = {"train": "smaller model sizes, --batch-size or --max-tokens need less",
+                  "translate": "a smaller --batch-size or --max-tokens needs less",
+                  "serve": "a smaller --batch-size or --max-tokens needs less"}
 
 
 def _error_unwinding(stop: BaseException) -> NmtkitError | None:
