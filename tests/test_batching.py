@@ -52,6 +52,18 @@ def test_token_budget_respected_and_single_long_pair_kept():
     assert np.mean([len(b) for b in batches]) > 5
 
 
+def test_a_pool_of_0_sorts_the_whole_corpus_into_fuller_budgets_than_pools_of_1600():
+    src, tgt = _lengths(20_000, seed=6, hi=50)
+    whole = epoch_batches(src, tgt, BatchingConfig(batch_size=None, max_tokens=2000, pool_size=0), seed=1, epoch=1)
+    pools = epoch_batches(src, tgt, BatchingConfig(batch_size=None, max_tokens=2000, pool_size=1600), seed=1, epoch=1)
+    by_min = sorted(whole, key=lambda b: (tgt[b].min(), tgt[b].max()))  # one sorted run, cut into batches
+    assert all(tgt[a].max() <= tgt[b].min() for a, b in zip(by_min, by_min[1:]))
+
+    assert len(whole) < 0.8 * len(pools)  # each pool of 1600 ends in a part-filled budget
+    mins = [int(tgt[b].min()) for b in whole[:20]]
+    assert mins != sorted(mins)  # the batches' order is shuffled
+
+
 def test_token_budget_with_pair_cap():
     src, tgt = np.full(500, 2), np.full(500, 2)
     batches = epoch_batches(src, tgt, BatchingConfig(batch_size=10, max_tokens=10_000), seed=1, epoch=1)
@@ -59,7 +71,8 @@ def test_token_budget_with_pair_cap():
 
 
 @pytest.mark.parametrize("cfg", [BatchingConfig(batch_size=80), BatchingConfig(batch_size=None, max_tokens=300),
-                                 BatchingConfig(batch_size=7, pool_size=50)])
+                                 BatchingConfig(batch_size=7, pool_size=50),
+                                 BatchingConfig(batch_size=None, max_tokens=300, pool_size=0)])
 def test_every_kept_pair_exactly_once_per_epoch(cfg):
     src, tgt = _lengths(2345, seed=4)
     keep = keep_pairs(src, tgt, max_len=40)
@@ -127,7 +140,7 @@ def test_collate_adds_bos_eos_and_pads():
 
 
 @pytest.mark.parametrize("kwargs", [dict(batch_size=None, max_tokens=None), dict(batch_size=0),
-                                    dict(max_tokens=-1), dict(pool_size=0)])
+                                    dict(max_tokens=-1), dict(pool_size=-1)])
 def test_bad_batching_settings_are_config_errors(kwargs):
     with pytest.raises(ConfigError):
         BatchingConfig(**kwargs)

@@ -63,3 +63,16 @@ def test_paper_presets_default_to_the_papers_procedure(preset, max_len):
 def test_small_preset_defaults_to_adam():
     cfg = TrainConfig(**train_defaults("rnnsearch", "small"), max_updates=1)
     assert (cfg.optimizer, cfg.lr, cfg.batch_size, cfg.normalize_loss) == ("adam", 1e-3, 64, "tokens")
+
+
+def test_a_token_budget_sorts_the_whole_corpus_unless_sort_pool_is_given(tmp_path, data_dir):
+    import json
+
+    from tests.conftest import run_cli, tiny_train_args
+
+    for extra, pool in (([], 0), (["--sort-pool", "400"], 400)):
+        run = tmp_path / f"run{pool}"
+        code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), *tiny_train_args(),
+                                "--max-tokens", "300", *extra, "--max-updates", "1", "-q"])
+        assert code == 0, err
+        assert json.loads((run / "config.json").read_text())["train_config"]["sort_pool"] == pool

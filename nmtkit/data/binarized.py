@@ -205,8 +205,8 @@ def write_split(out_dir: str | Path, split: str, lang: str, sentences: list[list
 class BatchingConfig:
     """How one epoch is cut into minibatches: at most `batch_size` pairs (None: no limit) and at
     most `max_tokens` padded tokens, n_pairs * max(longest source, longest target + 1) (None: no
-    budget); `pool_size` pairs sorted and split at once; `shuffle` the corpus and each pool's
-    minibatches."""
+    budget); `pool_size` pairs sorted and split at once (0: all of them); `shuffle` the corpus and
+    each pool's minibatches."""
 
     batch_size: int | None = 80
     max_tokens: int | None = None
@@ -220,8 +220,8 @@ class BatchingConfig:
             raise ConfigError(f"--batch-size must be at least 1, got {self.batch_size}")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ConfigError(f"--max-tokens must be at least 1, got {self.max_tokens}")
-        if self.pool_size < 1:
-            raise ConfigError(f"--sort-pool must be at least 1, got {self.pool_size}")
+        if self.pool_size < 0:
+            raise ConfigError(f"--sort-pool must be at least 0 (the whole corpus), got {self.pool_size}")
 
 
 def keep_pairs(src_lens: np.ndarray, tgt_lens: np.ndarray, max_len: int | None) -> np.ndarray:
@@ -275,8 +275,9 @@ def epoch_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, cfg: BatchingConfi
     rng = np.random.default_rng([int(seed), int(epoch), 0x6E6D74])  # independent of every other RNG in the run
     order = rng.permutation(indices) if cfg.shuffle else indices
     out: list[np.ndarray] = []
-    for p in range(0, len(order), cfg.pool_size):
-        batches = _split_pool(order[p : p + cfg.pool_size], src_lens, tgt_lens, cfg)
+    pool_size = cfg.pool_size or max(len(order), 1)
+    for p in range(0, len(order), pool_size):
+        batches = _split_pool(order[p : p + pool_size], src_lens, tgt_lens, cfg)
         if cfg.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         out.extend(batches)

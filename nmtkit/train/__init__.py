@@ -146,6 +146,8 @@ def _new_configs(data: Any, options: TrainOptions, model: ModelOverrides) -> tup
     values.update(arch=arch, preset=options.preset)
     if options.max_tokens is not None and options.batch_size is None:
         values["batch_size"] = None  # a token budget replaces the preset's pair count
+    if options.max_tokens is not None and options.sort_pool is None:
+        values["sort_pool"] = 0  # and batches the whole corpus sorted (docs/experiments.md)
     return TrainConfig.from_dict(values), arch, model_config
 
 

@@ -68,8 +68,11 @@ class TrainConfig:
         None, min=1, metavar="N",
         help="Batch by a token budget instead: at most N padded tokens (pairs x longest side) per minibatch "
              "and GPU/process.")
-    sort_pool: int = option(1600, min=1, metavar="N", shown_default="paper: 1600 = 20 x 80; the preset's",
-                            help="Pairs read, sorted by length and split into minibatches at a time.")
+    sort_pool: int = option(1600, min=0, metavar="N",
+                            shown_default="1600 (the paper's 20 x 80); with --max-tokens 0",
+                            help="Pairs read, sorted by length and split into minibatches at a time; 0: the whole "
+                                 "corpus each epoch (fairseq's way: the least padding, and the fewest shapes for "
+                                 "--cuda-graphs).")
     update_freq: int = option(
         1, min=1, metavar="N",
         help="Sum the gradients of N minibatches per process into each update (N x the batch at the memory of "

@@ -103,7 +103,7 @@ class TrainContext:
             log.warning("--max-tokens %d is below the padded size of %d of the %d training pairs (up to %d "
                         "tokens): each forms a one-pair minibatch over the budget", cfg.max_tokens, over,
                         len(self.keep), largest)
-        if cfg.batch_size is not None and cfg.sort_pool < cfg.batch_size and self.dist.is_main:
+        if cfg.batch_size is not None and 0 < cfg.sort_pool < cfg.batch_size and self.dist.is_main:
             log.warning("--sort-pool %d is below --batch-size %d: minibatches are cut from pools of %d pairs, so "
                         "they hold at most %d", cfg.sort_pool, cfg.batch_size, cfg.sort_pool, cfg.sort_pool)
         self.arrays = (np.asarray(self.train_data.src.ids), np.asarray(self.train_data.src.offsets),
