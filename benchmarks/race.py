@@ -175,18 +175,29 @@ def _rss_mb(pids: list[int]) -> float:
     return total / 1024
 
 
-def _gpu_mb(pids: list[int]) -> float:
+def _smi(query: str) -> list[str]:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=10).stdout
+        return subprocess.run(["nvidia-smi", f"--query-{query}", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=10).stdout.splitlines()
     except (OSError, subprocess.TimeoutExpired):
-        return 0.0
+        return []
+
+
+def _gpu_used_mb() -> float:
+    """Memory in use on the first GPU, all processes (nvidia-smi)."""
+    lines = _smi("gpu=memory.used")
+    return float(lines[0]) if lines else 0.0
+
+
+def _gpu_mb(pids: list[int], baseline: float) -> float:
+    """The GPU memory of these processes; where nvidia-smi cannot see them (a container's own
+    PID namespace), the GPU's memory in use above `baseline`."""
     used = 0.0
-    for line in out.splitlines():
+    for line in _smi("compute-apps=pid,used_memory"):
         pid, _, mb = line.partition(",")
         if pid.strip().isdigit() and int(pid) in pids:
             used += float(mb)
-    return used
+    return used or max(_gpu_used_mb() - baseline, 0.0)
 
 
 class Watch(threading.Thread):
@@ -195,11 +206,12 @@ class Watch(threading.Thread):
     def __init__(self, pid: int, device: str):
         super().__init__(daemon=True)
         self.pid, self.device, self.peak, self.done = pid, device, 0.0, threading.Event()
+        self.baseline = _gpu_used_mb() if device == "cuda" else 0.0
 
     def run(self) -> None:
         while not self.done.wait(0.5):
             pids = _tree(self.pid)
-            self.peak = max(self.peak, _gpu_mb(pids) if self.device == "cuda" else _rss_mb(pids))
+            self.peak = max(self.peak, _gpu_mb(pids, self.baseline) if self.device == "cuda" else _rss_mb(pids))
 
 
 def _default_signals() -> None:
