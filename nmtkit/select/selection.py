@@ -298,6 +298,33 @@ def _estimate(opts: TextOpts, ind: IdPairs, out_sample: IdPairs, vocabs: tuple[L
                   lm_out=NgramLM.estimate(out_sample.batch(s), V, cfg.order))
 
 
+def _score_pool(cfg: SelectConfig, opts: TextOpts, corpora: tuple[Corpus, Corpus], ids: tuple[IdPairs, IdPairs],
+                vocabs: tuple[LMVocab, LMVocab], tmp: dict[str, str], progress: Progress, timings: dict[str, float],
+                warnings: list[str]) -> tuple[np.ndarray, np.ndarray, dict[str, dict[str, Any]]]:
+    """The pool's cross-entropies h (n, 4) float32 (H_in(src), H_out(src), H_in(tgt), H_out(tgt)) and
+    tokens lens (n, 2) int32, a side at a time (two of the four LMs held at once), with each LM's
+    summary by name; `ids` are the in-domain text's and the out-of-domain sample's. Adds to
+    `timings` and `warnings`, and writes the ARPA files into `tmp` with --write-arpa."""
+    (ind, pool), n_pool = corpora, corpora[1].total
+    h = np.empty((n_pool, 4), dtype=np.float32)
+    lens = np.empty((n_pool, 2), dtype=np.int32)
+    lms: dict[str, dict[str, Any]] = {}
+    timings["lm_estimate_s"] = timings["score_s"] = 0.0
+    for s, side in enumerate(("src", "tgt")):
+        t = time.perf_counter()
+        scorer = _estimate(opts, ids[0], ids[1], vocabs, cfg, side)
+        timings["lm_estimate_s"] += time.perf_counter() - t
+        warnings += _warn(lm_warnings(cfg, ind, ids[0].sizes(), scorer))
+        lms[f"in_{side}"], lms[f"out_{side}"] = _lm_summary(scorer.lm_in), _lm_summary(scorer.lm_out)
+        if cfg.write_arpa:
+            write_arpa(tmp, scorer)
+        t = time.perf_counter()
+        score_pool(scorer, pool, cfg.workers, progress, h[:, 2 * s:2 * s + 2], lens[:, s])
+        timings["score_s"] += time.perf_counter() - t
+        del scorer
+    return h, lens, lms
+
+
 def _lm_summary(lm: NgramLM) -> dict[str, Any]:
     return {"order": lm.order, "ngrams": lm.sizes(),
             "discounts": [list(lm.uni_discounts)] + [list(o.discounts) for o in lm.orders]}
@@ -345,24 +372,10 @@ def run(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     t = time.perf_counter()
     out_sample = _out_sample(opts, ind, pool, ind_sizes["src_tokens"], cfg, vocabs, progress)
     timings["out_sample_s"] = time.perf_counter() - t
-    h = np.empty((n_pool, 4), dtype=np.float32)  # H_in(src), H_out(src), H_in(tgt), H_out(tgt)
-    lens = np.empty((n_pool, 2), dtype=np.int32)  # src, tgt tokens
-    lms: dict[str, dict[str, Any]] = {}
-    timings["lm_estimate_s"] = timings["score_s"] = 0.0
+    sample_sizes = out_sample.sizes()
     with StagedFiles(outputs, stale) as files:
-        for s, side in enumerate(("src", "tgt")):  # a side at a time: two of the four LMs held at once
-            t = time.perf_counter()
-            scorer = _estimate(opts, ind_ids, out_sample, vocabs, cfg, side)
-            timings["lm_estimate_s"] += time.perf_counter() - t
-            warnings += _warn(lm_warnings(cfg, ind, ind_sizes, scorer))
-            lms[f"in_{side}"], lms[f"out_{side}"] = _lm_summary(scorer.lm_in), _lm_summary(scorer.lm_out)
-            if cfg.write_arpa:
-                write_arpa(files.tmp, scorer)
-            t = time.perf_counter()
-            score_pool(scorer, pool, cfg.workers, progress, h[:, 2 * s:2 * s + 2], lens[:, s])
-            timings["score_s"] += time.perf_counter() - t
-            del scorer
-        sample_sizes = out_sample.sizes()
+        h, lens, lms = _score_pool(cfg, opts, (ind, pool), (ind_ids, out_sample), vocabs, files.tmp, progress,
+                                   timings, warnings)
         del ind_ids, out_sample
         scores = method_scores(cfg.method, h)
         empty = (lens == 0).any(axis=1)
