@@ -269,7 +269,7 @@ def nmtkit_run(name: str, data: Path, work: Path, device: str, budget: float, ke
     ckpts = sorted((int(m.group(1)), p) for p in (work / "run").glob("checkpoint_*.pt")
                    if (m := re.fullmatch(r"checkpoint_(\d+)\.pt", p.name)))
     last = work / "run" / "checkpoint_last.pt"
-    points = [(u, p.stat().st_mtime - res["start"], p) for u, p in ckpts]
+    points = [(u, min(p.stat().st_mtime - res["start"], budget), p) for u, p in ckpts]  # saved at the stop: its time
     if last.exists() and updates and (not ckpts or updates[-1] > ckpts[-1][0]):
         points.append((updates[-1], min(last.stat().st_mtime - res["start"], budget), last))
     res.update(prep_s=round(prep_s, 1), updates=updates[-1] if updates else 0, tok_s=_steady(rates))
@@ -346,7 +346,7 @@ def onmt_run(py: str, data: Path, work: Path, device: str, budget: float, keep_e
     prep_s = time.time() - t
     res = train_for([py, "-m", "onmt.bin.train", "-config", cfg], work / "train.log", budget, device, dict(os.environ))
     found = [(int(m.group(1)), float(m.group(3))) for m in ONMT_STEP.finditer((work / "train.log").read_text())]
-    points = sorted((int(m.group(1)), p.stat().st_mtime - res["start"], p) for p in work.glob("model_step_*.pt")
+    points = sorted((int(m.group(1)), min(p.stat().st_mtime - res["start"], budget), p) for p in work.glob("model_step_*.pt")
                     if (m := re.fullmatch(r"model_step_(\d+)\.pt", p.name)) and zipfile.is_zipfile(p))  # whole ones
     res.update(prep_s=round(prep_s, 1), updates=max([u for u, _ in found] + [u for u, _, _ in points] + [0]),
                tok_s=_steady([r for _, r in found]))
