@@ -248,6 +248,9 @@ def _nmtkit(*args) -> list:
     return [sys.executable, "-m", "nmtkit", *args]
 
 
+NMTKIT_STEP = re.compile(r"update ([\d,]+) \|.*?\| ([\d,]+) tgt tok/s")  # its progress line
+
+
 def nmtkit_run(name: str, data: Path, work: Path, device: str, budget: float, keep_every: int) -> tuple[dict, list]:
     """nmtkit preprocess, then nmtkit train at the spec (`nmtkit`) or its best settings there."""
     t = time.time()
@@ -263,9 +266,9 @@ def nmtkit_run(name: str, data: Path, work: Path, device: str, budget: float, ke
                   "--valid-bleu-samples", "0", "--save-every", "100000000", "--keep-every", keep_every,
                   "--log-every", "20", "--max-epochs", "1000")
     res = train_for(cmd, work / "train.log", budget, device, dict(os.environ))
-    rates = [float(m.group(2).replace(",", "")) for m in
-             re.finditer(r"update ([\d,]+) \|.*?\| ([\d,]+) tgt tok/s", (work / "train.log").read_text())]
-    updates = [int(m.group(1).replace(",", "")) for m in re.finditer(r"update ([\d,]+) \|", (work / "train.log").read_text())]
+    found = [(int(m.group(1).replace(",", "")), float(m.group(2).replace(",", "")))
+             for m in NMTKIT_STEP.finditer((work / "train.log").read_text())]
+    updates, rates = [u for u, _ in found], [r for _, r in found]
     ckpts = sorted((int(m.group(1)), p) for p in (work / "run").glob("checkpoint_*.pt")
                    if (m := re.fullmatch(r"checkpoint_(\d+)\.pt", p.name)))
     last = work / "run" / "checkpoint_last.pt"
@@ -346,7 +349,8 @@ def onmt_run(py: str, data: Path, work: Path, device: str, budget: float, keep_e
     prep_s = time.time() - t
     res = train_for([py, "-m", "onmt.bin.train", "-config", cfg], work / "train.log", budget, device, dict(os.environ))
     found = [(int(m.group(1)), float(m.group(3))) for m in ONMT_STEP.finditer((work / "train.log").read_text())]
-    points = sorted((int(m.group(1)), min(p.stat().st_mtime - res["start"], budget), p) for p in work.glob("model_step_*.pt")
+    points = sorted((int(m.group(1)), min(p.stat().st_mtime - res["start"], budget), p)
+                    for p in work.glob("model_step_*.pt")
                     if (m := re.fullmatch(r"model_step_(\d+)\.pt", p.name)) and zipfile.is_zipfile(p))  # whole ones
     res.update(prep_s=round(prep_s, 1), updates=max([u for u, _ in found] + [u for u, _, _ in points] + [0]),
                tok_s=_steady([r for _, r in found]))
@@ -485,7 +489,8 @@ def main() -> None:
     r.add_argument("--keep-every-onmt", type=int, default=200, help="OpenNMT-py: the same")
     r.add_argument("--work", help="where the runs' folders go (default: the system's temporary folder)")
     r.add_argument("--curve-lines", type=int, default=500, help="dev pairs each checkpoint is scored on")
-    r.add_argument("--quick", action="store_true", help="the tests' smoke run: 10 s a run, a checkpoint every 5 updates")
+    r.add_argument("--quick", action="store_true",
+                   help="the tests' smoke run: 10 s a run, a checkpoint every 5 updates")
     s = sub.add_parser("report", help="OUT/race.md and OUT/race.png from OUT/*.json")
     s.add_argument("out")
     w = sub.add_parser("wheels", help="the wheels a GPU node needs for the race (from tools/wheelhouse.py's)")

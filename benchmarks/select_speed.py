@@ -53,13 +53,9 @@ def read(prefix: str, lang: str) -> list[str]:
         return [line.rstrip("\n") for line in fh]
 
 
-def _tokenize_pair(opts: scoring.TextOpts, pair: tuple[str, str]) -> tuple[list[str], list[str]]:
-    return opts.tokens(pair[0], "src"), opts.tokens(pair[1], "tgt")
-
-
 def tokenize_all(opts: scoring.TextOpts, pairs: list[tuple[str, str]], workers: int) -> list:
     """Both sides of `pairs` as tokens, over `workers` processes as select-data tokenises."""
-    return list(parallel_map(functools.partial(_tokenize_pair, opts), pairs, workers, scoring.CHUNK_PAIRS))
+    return list(parallel_map(functools.partial(scoring._tokenize_pair, opts), pairs, workers, scoring.CHUNK_PAIRS))
 
 
 def cpu() -> float:

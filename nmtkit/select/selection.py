@@ -404,8 +404,9 @@ def run(cfg: SelectConfig, progress: Progress | None = None) -> dict:
 
 
 def _summary(cfg: SelectConfig, ind: Corpus, pool: Corpus, vocabs: tuple[LMVocab, LMVocab],
-             lms: dict[str, dict[str, Any]], outputs: dict[str, str], warnings: list[str], timings: dict[str, float], scores: np.ndarray, lens: np.ndarray,
-             keep: np.ndarray, mask: np.ndarray, sizes: tuple[dict[str, int], dict[str, int]]) -> dict:
+             lms: dict[str, dict[str, Any]], outputs: dict[str, str], warnings: list[str],
+             timings: dict[str, float], scores: np.ndarray, lens: np.ndarray, keep: np.ndarray, mask: np.ndarray,
+             sizes: tuple[dict[str, int], dict[str, int]]) -> dict:
     """PREFIX.summary.json: settings, corpus and sample sizes, the LMs, the selection, timings.
     `lms`: `_lm_summary` of each LM by name; `sizes`: the in-domain text's and the out-of-domain
     sample's sizes."""
