@@ -23,17 +23,18 @@ def _train_cmd(data_dir, run, *extra):
     return [sys.executable, "-m", "nmtkit", "train", "--data", str(data_dir), "--save-dir", str(run), *TINY, *extra]
 
 
-def _start_training(data_dir, run, save_every: int, logged: int, *extra: str, **popen) -> subprocess.Popen:
-    """`nmtkit train` in a subprocess, logging every update, returned once metrics.jsonl holds
-    `logged` records (or the process ended, or 120 s passed)."""
+def _start_training(data_dir, run, save_every: int, logged: int, *extra: str,
+                    metrics: tuple[str, ...] = ("metrics.jsonl", ".run.tmp-*/metrics.jsonl"), **popen) -> subprocess.Popen:
+    """`nmtkit train` in a subprocess, logging every update, returned once its metrics.jsonl (one
+    of the globs `metrics` in RUN: a new run's is staged until its first checkpoint) holds `logged`
+    records (or the process ended, or 120 s passed)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     proc = subprocess.Popen(_train_cmd(data_dir, run, "--max-updates", "1000000", "--log-every", "1",
                                        "--valid-every", "1000000", "--save-every", str(save_every), *extra),
                             env=env, cwd=REPO, **popen)
-    metrics = run / "metrics.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
-        if metrics.exists() and metrics.read_text().count("\n") >= logged:
+        if any(p.read_text().count("\n") >= logged for glob in metrics for p in run.glob(glob)):
             break
         time.sleep(0.05)
     return proc
@@ -181,27 +182,28 @@ def test_sigkill_loses_only_work_since_last_checkpoint(data_dir, tmp_path):
         assert updates == sorted(updates) and len(updates) == len(set(updates))  # no lines from the lost work
 
 
-def test_a_run_that_a_killed_force_start_set_aside_is_put_back_and_resumes(data_dir, tmp_path):
-    """kill -9 of `train --force` before its first checkpoint left the old run in RUN/.replaced-run:
-    --resume said there was nothing to resume, and a new start deleted it at its first checkpoint."""
+def test_a_killed_force_start_leaves_the_old_run_in_place_to_resume(data_dir, tmp_path):
+    """kill -9 of `train --force` before its first checkpoint: the old run was set aside in
+    RUN/.replaced-run, where --resume found nothing to resume. Now the new run is staged, and the
+    next start under the lock removes the dead start's staging folder."""
     run = tmp_path / "run"
     code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), *TINY, "--max-updates", "2"])
     assert code == 0, err
-    old = (run / "checkpoint_last.pt").read_bytes()
-    proc = _start_training(data_dir, run, 1000000, 3, "--force", stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    old = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"}
+    proc = _start_training(data_dir, run, 1000000, 3, "--force", metrics=(".run.tmp-*/metrics.jsonl",),
+                           stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     proc.kill()
     proc.wait(timeout=60)
-    assert (run / ".replaced-run" / "checkpoint_last.pt").read_bytes() == old  # what the kill left
-    assert not (run / "checkpoint_last.pt").exists()
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"} == old
+    assert [p.name for p in run.iterdir() if p.name.startswith(".run.tmp-")]  # what the kill left
     code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), *TINY, "--max-updates", "4"])
     assert code != 0 and "already holds a run" in err, err  # a new start: refused, as over any run
-    assert "the run --force was to replace is back in place (a --force start that was killed" in err
-    assert (run / "checkpoint_last.pt").read_bytes() == old and not (run / ".replaced-run").exists()
     code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), "--resume",
                             "--max-updates", "4"])
     assert code == 0, err
     assert "from update 2" in err
     assert load_checkpoint(run / "checkpoint_last.pt")["trainer"]["update"] == 4
+    assert not [p for p in run.iterdir() if p.name.startswith(".run")]
 
 
 def test_init_option_overrides_the_presets_initialisation_and_is_recorded(data_dir, tmp_path):

@@ -431,8 +431,8 @@ def test_the_ranks_save_and_exit_when_torchrun_is_killed(tmp_path, nproc):
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and launcher.poll() is None:
-            metrics = run / "metrics.jsonl"
-            if metrics.exists() and metrics.read_text().count("\n") >= 3:
+            # a new run's metrics.jsonl is in its staging folder until its first checkpoint
+            if any(p.read_text().count("\n") >= 3 for p in run.glob(".run.tmp-*/metrics.jsonl")):
                 break
             time.sleep(0.1)
         ranks = child_pids(launcher.pid)

@@ -1,6 +1,8 @@
 """Resume, run-directory safety and stopping criteria of the training loop (tiny task, CPU)."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -60,10 +62,10 @@ def test_refuses_to_overwrite_a_run_unless_resume_or_force(data_dir, tmp_path):
         train_run(data_dir, run, opts.replace(lr=0.5), tiny_overrides(), resume=True)
 
 
-def test_force_puts_the_old_run_back_when_the_new_one_fails_before_its_first_checkpoint(data_dir, tmp_path):
-    """--force used to delete the old run first: a new run that failed at once lost it."""
+def test_force_keeps_the_old_run_when_the_new_one_fails_before_its_first_checkpoint(data_dir, tmp_path):
+    """--force used to delete the old run first: a new run that failed at once lost it. The new
+    run is staged inside RUN and replaces the old one only at its first checkpoint."""
     from nmtkit.errors import TrainingError
-    from nmtkit.io.dirs import REPLACED
 
     run = tmp_path / "run"
     opts = tiny_options(max_updates=4, valid_every=2, save_every=2, keep_every=2, valid_bleu_samples=0)
@@ -76,28 +78,27 @@ def test_force_puts_the_old_run_back_when_the_new_one_fails_before_its_first_che
 
     with pytest.raises(TrainingError, match="non-finite loss"):
         train_run(data_dir, run, opts.replace(max_updates=8), tiny_overrides(), force=True, loss_hook=nan)
-    after = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "train.lock"}
-    assert after == before and not (run / REPLACED).exists()
+    after = {p.name: p.read_bytes() for p in run.iterdir() if p.name != "train.lock"}
+    assert after == before  # no staging folder left either
     # a new run that saves a checkpoint replaces the old one: the old files are gone
     res = train_run(data_dir, run, opts.replace(max_updates=2, keep_every=0), tiny_overrides(), force=True)
-    assert res.update == 2 and not (run / REPLACED).exists()
-    assert not (run / "checkpoint_4.pt").exists() and not (run / "checkpoint_2.pt").exists()
+    assert res.update == 2
+    assert sorted(os.listdir(run)) == ["checkpoint_best.pt", "checkpoint_last.pt", "config.json", "curves.png",
+                                       "metrics.jsonl", "train.lock", "train.log"]
+    assert "saved checkpoint_last.pt at update 2" in (run / "train.log").read_text()  # its log, moved in while open
+    assert [r["update"] for r in _records(run, "valid")] == [2]
 
 
-def test_a_run_set_aside_by_a_killed_force_start_is_the_one_kept(data_dir, tmp_path):
-    """kill -9 between --force's start and the new run's first checkpoint leaves the old run in
-    RUN/.replaced-run; the next --force start keeps that one (not the dead start's files)."""
-    from nmtkit.io.dirs import REPLACED, set_aside_run
-
+def test_a_new_run_writes_its_log_and_metrics_in_the_run_folder_after_its_first_checkpoint(data_dir, tmp_path):
+    """The staged run's open train.log and metrics.jsonl follow it into RUN at the first checkpoint,
+    and what it writes later lands there, not in the removed staging folder."""
     run = tmp_path / "run"
-    opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
-    train_run(data_dir, run, opts, tiny_overrides())
-    old = (run / "checkpoint_last.pt").read_bytes()
-    set_aside_run(run)  # what the killed start did, before writing its own first files
-    (run / "train.log").write_text("the killed start's log\n")
-    set_aside_run(run)  # the next --force start
-    assert (run / REPLACED / "checkpoint_last.pt").read_bytes() == old
-    assert not (run / "train.log").exists()
+    train_run(data_dir, run, tiny_options(max_updates=6, valid_every=2, save_every=2, valid_bleu_samples=0),
+              tiny_overrides())
+    assert [r["update"] for r in _records(run, "valid")] == [2, 4, 6]
+    log = (run / "train.log").read_text()
+    assert all(f"saved checkpoint_last.pt at update {u}" in log for u in (2, 4, 6))
+    assert not [p for p in run.iterdir() if p.name.startswith(".run")]
 
 
 def test_resuming_with_other_training_data_of_the_same_vocabularies_is_refused(data_dir, tmp_path):

@@ -131,7 +131,7 @@ def test_only_rank_0_writes_tensorboard_events(data_dir, tmp_path, monkeypatch):
             given.append(callbacks)
 
     class FakeTrainer:  # trains nothing
-        def __init__(self, ctx):
+        def __init__(self, ctx, commit=None):
             assert isinstance(ctx, FakeContext)
 
         def train(self):

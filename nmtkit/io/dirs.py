@@ -1,14 +1,13 @@
 """Folders as outputs: built whole under a temporary name and renamed into place (preprocess's
 data directory), replaced by --force only when nmtkit wrote everything in them, written by one
 process at a time (`DirLock`: one training run per run directory), and the files of a training
-run directory (checkpoint names, `train --force` setting the old run aside and putting it back,
-a failed start's files removed). Files are `nmtkit.io.files`'. Nothing here imports torch.
+run directory (checkpoint names; a new run staged in RUN and committed at its first checkpoint,
+replacing the old one with --force). Files are `nmtkit.io.files`'. Nothing here imports torch.
 """
 from __future__ import annotations
 
 import errno
 import glob
-import logging
 import os
 import re
 import shutil
@@ -18,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from nmtkit import signals
 from nmtkit.errors import OutputError
 from nmtkit.io.files import name_error, umask
 
@@ -207,14 +207,12 @@ class DirLock:
 
 # ---- the files of a training run directory ---------------------------------------------------------
 
-log = logging.getLogger("nmtkit.train")
-
 LAST = "checkpoint_last.pt"
 CONFIG_FILE = "config.json"  # the run's resolved configuration, written at its start (`config_text`)
 BEST = "checkpoint_best.pt"
-# `train --force` moves the run it replaces here, until the new run saves its first checkpoint
-# (then it is deleted) or fails before it (then it is put back): nmtkit.train.run
-REPLACED = ".replaced-run"
+# a new run is built in RUN/.run.tmp-HOST-PID-XXXX (`make_temp_dir(RUN / STAGING)`: inside RUN,
+# on its file system) until its first checkpoint (`commit_run`); an old run is untouched till then
+STAGING = ".run"
 RUN_LOG = "train.log"  # nmtkit.train.metrics
 RUN_FILES = (LAST, BEST, "metrics.jsonl", "curves.png", RUN_LOG, CONFIG_FILE)
 
@@ -247,11 +245,6 @@ def kept_checkpoints(save_dir: str | Path) -> list[Path]:
     return [p for update, p in sorted((u, p) for u, p in kept if u is not None)]
 
 
-def discard_replaced(save_dir: str | Path) -> None:
-    """Delete the run that `train --force` set aside, once the new run has a checkpoint."""
-    shutil.rmtree(Path(save_dir) / REPLACED, ignore_errors=True)
-
-
 def has_checkpoint(names: list[str]) -> bool:
     """Whether a run directory's file `names` (`run_files_present`) include a checkpoint."""
     return any(f.startswith("checkpoint_") for f in names)
@@ -271,7 +264,8 @@ def check_run_files_are_files(save_dir: Path) -> None:
 
 def is_run_file(name: str) -> bool:
     """Whether a file of this name in a run directory is one the run writes (and --force deletes)."""
-    return name in RUN_FILES or name in ("tensorboard", REPLACED) or kept_update(name) is not None
+    return (name in RUN_FILES or name == "tensorboard" or name.startswith(f"{STAGING}.tmp-")
+            or kept_update(name) is not None)
 
 
 def run_files_present(save_dir: Path) -> list[str]:
@@ -279,65 +273,23 @@ def run_files_present(save_dir: Path) -> list[str]:
     return [f for f in RUN_FILES if (save_dir / f).exists()] + [p.name for p in kept_checkpoints(save_dir)]
 
 
-def clear_run_dir(save_dir: Path) -> None:
-    for f in RUN_FILES:
-        (save_dir / f).unlink(missing_ok=True)
-    for p in kept_checkpoints(save_dir):
-        p.unlink(missing_ok=True)
-    shutil.rmtree(save_dir / "tensorboard", ignore_errors=True)
-
-
-def set_aside_run(save_dir: Path) -> None:
-    """`--force`: move the old run's files into RUN/.replaced-run (see the module docstring). A
-    run already set aside by a start that never saved a checkpoint (killed) stays the one kept."""
-    aside = save_dir / REPLACED
-    names = run_files_present(save_dir) + (["tensorboard"] if (save_dir / "tensorboard").exists() else [])
-    if aside.is_dir() and not has_checkpoint(names):
-        clear_run_dir(save_dir)
-        return
-    shutil.rmtree(aside, ignore_errors=True)
-    aside.mkdir()
-    for name in names:
-        os.replace(save_dir / name, aside / name)
-
-
-def restore_replaced_run(save_dir: Path, why: str = "the --force start saved no checkpoint") -> None:
-    """Put back the run `--force` set aside when the new run failed before its first checkpoint
-    (`why`: for the warning)."""
-    aside = save_dir / REPLACED
-    if not aside.is_dir() or (save_dir / LAST).exists():
-        return
-    clear_run_dir(save_dir)
-    for p in aside.iterdir():
-        os.replace(p, save_dir / p.name)
-    aside.rmdir()
-    log.warning("%s: the run --force was to replace is back in place (%s)", save_dir, why)
-
-
-def killed_force_start(save_dir: Path) -> bool:
-    """Whether RUN/.replaced-run holds a run that a `--force` start set aside and then died
-    (SIGKILL, a lost machine) before saving a checkpoint of its own: a start that fails puts the
-    run back itself, and one that saves a checkpoint deletes it."""
-    return (save_dir / REPLACED).is_dir() and not has_checkpoint(run_files_present(save_dir))
-
-
-def discard_unstarted_run(save_dir: Path, resume: bool, before: set[str]) -> None:
-    """A new run that failed before its first checkpoint (a model too large for memory, data that
-    --max-len leaves empty): the run files it wrote (config.json, train.log, ...) go, so that the
-    folder does not look like a run's; what was there before it started (`before`: names) stays.
-    The lock file stays too (see DirLock)."""
-    if resume or (save_dir / LAST).exists() or kept_checkpoints(save_dir):
-        return
-    for name in sorted(run_dir_names(save_dir) - before, reverse=True):
-        path = save_dir / name
-        if name in RUN_FILES or name.startswith("tensorboard"):
-            if path.is_dir():
-                path.rmdir()  # its new files, named after it, went first
+def commit_run(staging: Path, save_dir: Path, replace: bool) -> Path:
+    """The new run's first checkpoint is saved in `staging`: its files are renamed into `save_dir`,
+    with SIGINT/SIGTERM blocked; with `replace` (--force), the old run's files, kept checkpoints and
+    tensorboard/ folder are deleted first. The files the run holds open follow the renames. Returns
+    `save_dir`, where the run writes from now on."""
+    with signals.blocked():
+        new = sorted(os.listdir(staging))
+        if replace:
+            for name in run_files_present(save_dir):
+                (save_dir / name).unlink(missing_ok=True)
+            shutil.rmtree(save_dir / "tensorboard", ignore_errors=True)
+        for name in new:
+            if name == "tensorboard" and (save_dir / name).is_dir():  # an earlier run's curves a start allows
+                for event_file in os.listdir(staging / name):
+                    os.replace(staging / name / event_file, save_dir / name / event_file)
+                (staging / name).rmdir()
             else:
-                path.unlink(missing_ok=True)
-
-
-def run_dir_names(save_dir: Path) -> set[str]:
-    """The names in a run folder, and those in its tensorboard/ folder as tensorboard/NAME."""
-    tb = save_dir / "tensorboard"
-    return set(os.listdir(save_dir)) | ({f"tensorboard/{n}" for n in os.listdir(tb)} if tb.is_dir() else set())
+                os.replace(staging / name, save_dir / name)
+        staging.rmdir()
+    return save_dir

@@ -3,9 +3,9 @@
 
 A run directory holds one run: a new start over one (checkpoint_last.pt or checkpoint_best.pt
 present) is refused unless `resume` (continue exactly from checkpoint_last.pt, only the
-TrainConfig fields marked `resume` may change: `nmtkit.train.resume`) or `force` (start over; the
-old run is put back if the new one fails before its first checkpoint). Files of a run that saved
-no checkpoint are replaced with a warning. One process at a time trains in a folder (an flock on
+TrainConfig fields marked `resume` may change: `nmtkit.train.resume`) or `force` (start over). A new
+run is built in a staging folder inside RUN and committed at its first checkpoint, replacing the old
+run only then (`nmtkit.io.dirs.commit_run`). One process at a time trains in a folder (an flock on
 train.lock); everything is checked before the folder is written, so a refused start leaves nothing.
 Every run writes its resolved configuration to RUN/config.json and hands the same text to the
 callbacks' `on_config`; a resume checks checkpoint_last.pt against it.
@@ -14,31 +14,30 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
+import shutil
 import sys
-import time
 import types
 from pathlib import Path
 from typing import Any, Sequence
 
 from nmtkit.devices import resolve_device
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
-from nmtkit.io.checks import check_outputs_vs_inputs
+from nmtkit.io.checks import check_outputs_vs_inputs, real_path
 from nmtkit.io.dirs import (
     CONFIG_FILE,
     LAST,
-    REPLACED,
+    STAGING,
     check_run_files_are_files,
-    discard_unstarted_run,
+    clean_stale_temp_dirs,
+    commit_run,
     has_checkpoint,
     is_run_file,
-    killed_force_start,
-    restore_replaced_run,
-    run_dir_names,
+    make_temp_dir,
     run_files_present,
     run_lock,
-    set_aside_run,
 )
 from nmtkit.io.files import check_output_dir, write_text
 from nmtkit.train.config import RunConfig, TrainConfig, TrainOptions, training_defaults
@@ -79,30 +78,6 @@ class _CallableModule(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _CallableModule
-
-
-def _put_back_killed_force_start(save_dir: Path, main: bool, wait_s: float = 10.0) -> None:
-    """The run that a killed `--force` start set aside back in RUN, before any check reads RUN:
-    `--resume` continues it, a new start is refused as over any run, `--force` sets it aside
-    again. Without this a new start deleted it at its first checkpoint. Rank 0 moves the files,
-    holding the run's lock; the other ranks wait for it (they read RUN next). Rank 0 first
-    refuses a folder that a live `nmtkit train` holds."""
-    if main:
-        run_lock(save_dir).check()
-    if not killed_force_start(save_dir):
-        return
-    if not main:  # until rank 0 has moved the last file back (it removes the folder last)
-        deadline = time.monotonic() + wait_s
-        while (save_dir / REPLACED).is_dir() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return
-    lock = run_lock(save_dir).acquire()
-    try:
-        if killed_force_start(save_dir):  # again, holding the lock
-            restore_replaced_run(save_dir, "a --force start that was killed before its first checkpoint had set "
-                                           "it aside; that start's files are removed")
-    finally:
-        lock.release()
 
 
 def check_run_dir(save_dir: Path, resume: bool, force: bool, main: bool = True) -> None:
@@ -166,7 +141,8 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
     info = ddp.env_info()
     # everything is checked before anything is written: a refused start leaves nothing behind
     check_outputs_vs_inputs([("--data", data_dir)], folders=[("--save-dir", save_dir, is_run_file)])
-    _put_back_killed_force_start(save_dir, info.is_main)
+    if info.is_main:
+        run_lock(save_dir).check()
     check_run_dir(save_dir, resume, force, info.is_main)
     data = DataDir.open(data_dir)
     data.valid_split()  # a dev set to validate on, before anything is written
@@ -178,36 +154,34 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
         cfg, arch, model_config = _new_configs(data, config.options, config.model)
     tb_dir = _checked_tensorboard_dir(cfg, data_dir)
     _check_hardware(cfg, arch, resolve_device(cfg.device, info.local_rank))  # before anything is written
-    lock = None
+    lock = staging = None
     if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
         check_output_dir(save_dir, "--save-dir run folder")
         lock = run_lock(save_dir).acquire()
-    before = run_dir_names(save_dir) if lock is not None else set()
     try:
         if lock is not None:
-            _start_run(save_dir, cfg, arch, model_config, tb_dir, resume, force, callbacks)
-        return _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, tb_dir)
+            staging = _start_run(save_dir, cfg, arch, model_config, tb_dir, resume, force, callbacks)
+        commit = None if staging is None else functools.partial(commit_run, staging, save_dir, force)
+        if staging is not None and tb_dir is not None and real_path(tb_dir) == real_path(save_dir / "tensorboard"):
+            tb_dir = staging / "tensorboard"  # committed with the run's files
+        return _train(cfg, data, staging or save_dir, commit, arch, model_config, ckpt, callbacks, info, tb_dir)
     except BaseException:
-        if lock is not None:
-            _undo_failed_start(save_dir, resume, force, before)
+        if staging is not None:
+            _discard(staging)
         raise
     finally:
         if lock is not None:
             lock.release()
 
 
-def _undo_failed_start(save_dir: Path, resume: bool, force: bool, before: set[str]) -> None:
-    """After a run that failed before its first checkpoint: the run --force was to replace back in
-    place, or the new run's files gone (`before`: the names in the folder before it started). With
-    SIGTERM held off (`nmtkit.signals.held`): torchrun's, sent to every rank once one has failed,
-    must not cut a --force run's putting back short."""
+def _discard(staging: Path) -> None:
+    """A new run that failed before its first checkpoint: its staging folder goes, and the folder
+    is as it was. With SIGTERM held off (`nmtkit.signals.held`): torchrun's, sent to every rank
+    once one has failed, must not leave it half deleted."""
     from nmtkit import signals
 
     with signals.held(), contextlib.suppress(OSError):  # the error that stopped the run is the one to report
-        if force:
-            restore_replaced_run(save_dir)
-        else:
-            discard_unstarted_run(save_dir, resume, before)
+        shutil.rmtree(staging)
 
 
 def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path) -> Path | None:
@@ -237,25 +211,25 @@ def _check_hardware(cfg: TrainConfig, arch: str, device) -> None:
 
 
 def _start_run(save_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[str, Any], tb_dir: Path | None,
-               resume: bool, force: bool, callbacks: Callbacks | None) -> None:
+               resume: bool, force: bool, callbacks: Callbacks | None) -> Path | None:
     """On rank 0, holding the run's lock: check the run directory again (no other process can
-    change it now) and the TensorBoard folder, clear an old run's files (a new run), write
+    change it now) and the TensorBoard folder, stage a new run (its folder returned), write
     config.json and hand it to the callbacks."""
     check_run_dir(save_dir, resume, force)
     if tb_dir is not None:  # an unwritable folder fails before the run writes anything
         check_output_dir(tb_dir, "--tensorboard folder")
-    if not resume:
-        if force:
-            set_aside_run(save_dir)
+    clean_stale_temp_dirs(save_dir / STAGING, log.warning)  # a killed start's staging folder
+    staging = None if resume else make_temp_dir(save_dir / STAGING)
     text = config_text(cfg, arch, model_config)
-    write_text(save_dir / CONFIG_FILE, text)
+    write_text((staging or save_dir) / CONFIG_FILE, text)
     if callbacks is not None:
         callbacks.on_config(text)
+    return staging
 
 
-def _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, tb_dir):
-    """Build the Trainer and run it, closing it (its log and metrics files) and the
-    TensorBoard writer either way."""
+def _train(cfg, data, run_dir, commit, arch, model_config, ckpt, callbacks, info, tb_dir):
+    """Build the Trainer (writing in `run_dir`, committed by `commit` at the first checkpoint) and
+    run it, closing it (its log and metrics files) and the TensorBoard writer either way."""
     from nmtkit import signals
     from nmtkit.devices import threads_restored
     from nmtkit.train.context import TrainContext
@@ -267,9 +241,9 @@ def _train(cfg, data, save_dir, arch, model_config, ckpt, callbacks, info, tb_di
         callbacks = tb = TensorBoardCallbacks(tb_dir, callbacks, start_update=start)
     try:
         with threads_restored():  # the run sets torch's threads (its --threads) for the process
-            ctx = TrainContext(cfg, data, save_dir, arch, model_config, resume=ckpt, callbacks=callbacks,
+            ctx = TrainContext(cfg, data, run_dir, arch, model_config, resume=ckpt, callbacks=callbacks,
                                dist_info=info)
-            trainer = Trainer(ctx)
+            trainer = Trainer(ctx, commit)
             try:
                 result = trainer.train()
             except BaseException:

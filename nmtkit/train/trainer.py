@@ -17,6 +17,7 @@ import math
 import signal
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -27,7 +28,7 @@ from nmtkit.checkpoint import make_checkpoint, save_checkpoint
 from nmtkit.data.binarized import update_batches
 from nmtkit.devices import RELEASE_EVERY_UPDATES, release_free_memory
 from nmtkit.errors import TrainingError
-from nmtkit.io.dirs import BEST, LAST, discard_replaced, kept_name
+from nmtkit.io.dirs import BEST, LAST, RUN_LOG, kept_name
 from nmtkit.train import distributed as ddp
 from nmtkit.train.context import TrainContext, gather_rng_states, rng_state
 from nmtkit.train.events import LogEvent, StartEvent, TrainResult, ValidationEvent
@@ -44,10 +45,13 @@ DDP_SYNC_EVERY = 10  # updates between the collective checks of stop signals / t
 
 class Trainer:
     """Trains one model on one data directory into one run directory: the loop in `train()`
-    driving a `TrainContext` built beforehand (`Trainer(TrainContext(cfg, data, run_dir, ...))`)."""
+    driving a `TrainContext` built beforehand (`Trainer(TrainContext(cfg, data, run_dir, ...))`).
+    `commit`, for a new run staged by `nmtkit.train.run`: called once the first checkpoint is saved,
+    it moves the run's files to the run directory it returns, where the run writes from then on."""
 
-    def __init__(self, ctx: TrainContext):
+    def __init__(self, ctx: TrainContext, commit: Callable[[], Path] | None = None):
         self.ctx = ctx
+        self._commit = commit
         self.signals = StopSignals(ctx.cb.on_message)
         self.saver = RunCheckpoints(ctx, run_lexicon(ctx))
         self._session_start = time.perf_counter()
@@ -92,7 +96,7 @@ class Trainer:
             if self._log_handler is not None:
                 msg = error_record(update, err)
                 self._log_handler.handle(log.makeRecord(log.name, logging.ERROR, __file__, 0, msg, None, None))
-            elif lost:
+            elif lost and self._last_saved is not None:  # before, rank 0's log was in its staging folder
                 with signals.held():  # torchrun's SIGTERM to the survivors, in the middle of the write
                     by = f" (written by rank {self.ctx.dist.rank}: rank 0 had stopped)"
                     record_for_a_lost_writer(self.ctx.run_dir, error_record(update, err, by))
@@ -222,6 +226,17 @@ class Trainer:
         self._session_start = time.perf_counter()
         self.saver.save_last()
         self._last_saved = st.update
+        if self._commit is not None and self.ctx.dist.is_main:
+            self._moved_to(self._commit())
+            self._commit = None
+
+    def _moved_to(self, run_dir: Path) -> None:
+        """The run's files are now in `run_dir`: its open log and metrics files went with them."""
+        self.ctx.run_dir = run_dir
+        if self.metrics is not None:
+            self.metrics.run_dir, self.metrics.path = run_dir, run_dir / self.metrics.path.name
+        if isinstance(self._log_handler, logging.FileHandler):
+            self._log_handler.baseFilename = str(run_dir / RUN_LOG)
 
     # ---- reports ------------------------------------------------------------------------
     def _announce_start(self) -> None:
@@ -405,7 +420,6 @@ class RunCheckpoints:
         if self.ctx.dist.is_main:
             save_checkpoint(self.checkpoint(True, rng), self.ctx.run_dir / LAST)
             log.info("saved %s at update %d", LAST, self.ctx.state.update)
-            discard_replaced(self.ctx.run_dir)  # the run --force replaces is gone once this one has a checkpoint
 
     def save_model(self, name: str) -> None:
         """The model as at this update, without optimiser state: checkpoint_best.pt, and
