@@ -26,7 +26,7 @@ from nmtkit.checkpoint import (
 )
 from nmtkit.devices import import_torch
 from nmtkit.errors import CheckpointError, ConfigError, InputError, OutputError
-from nmtkit.io.checks import check_outputs_vs_inputs, file_path
+from nmtkit.io.checks import Output, check_outputs_vs_inputs, file_path
 from nmtkit.io.dirs import (
     LOCK_FILE,
     is_run_file,
@@ -34,7 +34,7 @@ from nmtkit.io.dirs import (
     kept_update,
     run_files_present,
 )
-from nmtkit.io.files import check_output, is_stdout
+from nmtkit.io.files import is_stdout
 from nmtkit.options import check_fields, option
 from nmtkit.progress import Progress
 
@@ -105,9 +105,9 @@ def check_averageable(path: str, ckpt: dict[str, Any], first_path: str, first: d
                                   f"{sa[k].dtype} {tuple(sa[k].shape)}", path)
 
 
-def check_paths(paths: Sequence[str | Path], output: str | Path, input_option: str = "-m") -> None:
-    """Refuse a missing input, an input given twice, and an output that is one of the inputs or
-    not a file (`_check_output_name`); messages name the inputs by `input_option` (-m or --last)."""
+def check_paths(paths: Sequence[str | Path], output: str | Path, force: bool, input_option: str = "-m") -> None:
+    """Refuse a missing input, an input given twice, and an output that is one of the inputs, not
+    a file (`_check_output_name`) or not writable; messages name the inputs by `input_option`."""
     if not paths:
         raise ConfigError("give the checkpoints to average (-m FILE, repeatable) or --last N --save-dir RUN")
     _check_output_name(output)
@@ -124,7 +124,7 @@ def check_paths(paths: Sequence[str | Path], output: str | Path, input_option: s
         if key in seen:
             raise ConfigError(f"{p} is given twice (as {seen[key]}); each checkpoint counts once")
         seen[key] = p
-    check_outputs_vs_inputs([(input_option, p) for p in paths], files=[("-o", output)])
+    check_outputs_vs_inputs([(input_option, p) for p in paths], files=[Output("-o", output, "averaged checkpoint", force)])
 
 
 def _check_output_name(output: str | Path) -> None:
@@ -204,8 +204,7 @@ def run(config: AverageConfig, progress: Progress | None = None) -> dict[str, An
         paths, given_by = list(config.models), "-m"
     else:
         paths, given_by = [str(p) for p in last_checkpoints(config.save_dir, config.last)], "--last"
-    check_paths(paths, config.output, given_by)
-    check_output(config.output, config.force, "averaged checkpoint")
+    check_paths(paths, config.output, config.force, given_by)
     ckpt = average_checkpoints(paths, progress, by_name=given_by == "--last")
     save_checkpoint(ckpt, config.output)
     return {"output": config.output, "inputs": paths, "checkpoint": ckpt}

@@ -1,13 +1,15 @@
-"""Outputs against inputs: the one check that no output destroys what a command reads
-(`check_outputs_vs_inputs`), and the path helpers it rests on."""
+"""Outputs against inputs: the one check, where each command declares its inputs and outputs
+(`check_outputs_vs_inputs`), that no output destroys what the command reads and that every
+output file can be written; and the path helpers it rests on."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
 from nmtkit.errors import ConfigError, OutputError
-from nmtkit.io.files import writes_in_place
+from nmtkit.io.files import check_output, writes_in_place
 from nmtkit.options import empty_path_message
 
 
@@ -47,24 +49,36 @@ def _resolved(pairs: Iterable[tuple[str, str | Path | None]]) -> list[tuple[str,
 STDIN = ("stdin", "/dev/stdin")
 
 
+@dataclass(frozen=True)
+class Output:
+    """An output file declared to `check_outputs_vs_inputs`: the option that names it, its path
+    (None or "-": a standard stream), what messages call it, and whether an existing file may be
+    replaced (--force)."""
+    option: str
+    path: str | Path | None
+    what: str
+    force: bool
+
+
 def check_outputs_vs_inputs(
     inputs: Iterable[tuple[str, str | Path | None]],
-    files: Iterable[tuple[str, str | Path | None]] = (),
+    files: Iterable[Output] = (),
     replaced_dirs: Iterable[tuple[str, str | Path | None]] = (),
     folders: Iterable[tuple[str, str | Path | None, Callable[[str], bool]]] = (),
 ) -> None:
     """An OutputError (naming both options and paths), with or without --force, where an output
     would destroy what the command reads. Every command declares here, before any work, its
-    `inputs` and outputs as (option, path or None) pairs; stdin is the input `STDIN`:
+    `inputs` as (option, path or None) pairs (stdin is the input `STDIN`) and its outputs:
     * `files`, written whole: not the same file as an input (through symlinks and hard links) or
-      another output, nor an input's folder.
+      another output, nor an input's folder; then each is refused if it could not be written
+      (`nmtkit.io.files.check_output`: a folder, an unwritable one, an existing file without force).
     * `replaced_dirs` (preprocess --dest): holding no input.
     * `folders` written into, with `owns(name)` telling the names written there: not an input,
       nor holding an input or an output file that it `owns`.
     Nodes written in place (/dev/null, FIFOs, /dev/stdout) destroy nothing and are left out."""
-    ins = _resolved(inputs)
+    ins, files = _resolved(inputs), list(files)
     seen: list[tuple[str, str, str]] = []
-    for opt, out, real_out in _resolved(files):
+    for opt, out, real_out in _resolved((f.option, f.path) for f in files):
         if writes_in_place(out):
             continue
         out_exists = os.path.exists(out)
@@ -85,6 +99,9 @@ def check_outputs_vs_inputs(
                 _refuse(opt, folder, f"would replace the folder holding the {in_opt} input {inp}")
     for opt, folder, owns in [(o, os.fspath(p), f) for o, p, f in folders if p is not None]:
         _check_folder(opt, folder, owns, ins, seen)
+    for f in files:
+        if (path := file_path(f.path)) is not None:
+            check_output(path, f.force, f.what)
 
 
 def _refuse(out_opt: str, out: str, why: str) -> None:

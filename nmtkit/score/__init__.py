@@ -17,8 +17,7 @@ from typing import Iterable, Sequence
 
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
-from nmtkit.io.checks import check_outputs_vs_inputs
-from nmtkit.io.files import check_output
+from nmtkit.io.checks import Output, check_outputs_vs_inputs
 from nmtkit.options import check_fields, cli_names, field_default, option, refuse_without, spec_of
 from nmtkit.progress import Progress, note
 from nmtkit.score.metrics import (
@@ -181,8 +180,7 @@ def _check_options(o: ScoreConfig) -> None:
         check_outputs_vs_inputs(
             inputs=[*(("--hyp", p) for p in o.hyp_paths), *(("--ref", p) for p in o.ref_paths), ("--src", o.src_path),
                     ("-m", o.model_path), ("--data", o.data_dir)],
-            files=[("--plot", o.plot_path)])
-        check_output(o.plot_path, force=True, what="--plot file")
+            files=[Output("--plot", o.plot_path, "--plot file", True)])
 
 
 @dataclass

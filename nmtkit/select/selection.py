@@ -25,8 +25,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from nmtkit.errors import ConfigError, InputError, OutputExistsError
-from nmtkit.io.checks import check_outputs_vs_inputs
-from nmtkit.io.files import StagedFiles, check_output, writes_in_place
+from nmtkit.io.checks import Output, check_outputs_vs_inputs
+from nmtkit.io.files import StagedFiles, writes_in_place
 from nmtkit.progress import Progress, no_progress
 from nmtkit.select.config import SelectConfig
 from nmtkit.select.ngram import LM_SPECIALS, LM_UNK_ID, LMVocab, NgramLM
@@ -494,19 +494,17 @@ def stale_records(cfg: SelectConfig, records: dict[str, dict[str, Any]]) -> list
 def check_outputs(cfg: SelectConfig, outputs: dict[str, str], stale: Sequence[str] = ()) -> None:
     """Refuse, before hours of scoring, outputs that would overwrite an input or an existing
     file (without --force; a `stale` record counts as one) or that could not be written."""
+    out_dir = os.path.dirname(os.path.abspath(cfg.output_prefix))
+    if not os.path.isdir(out_dir):
+        raise InputError("the folder of --output-prefix does not exist", out_dir)
     check_outputs_vs_inputs(
         inputs=[(f"--{opt}", path) for opt, prefixes in (("in-domain", cfg.in_domain), ("pool", cfg.pool))
                 for prefix in prefixes for lang in (cfg.src_lang, cfg.tgt_lang)
                 for path in input_candidates(prefix, lang)],
-        files=[("--output-prefix", p) for p in outputs.values()])
+        files=[Output("--output-prefix", p, "select-data output", True) for p in outputs.values()])
     existing = [p for p in outputs.values() if os.path.exists(p) and not writes_in_place(p)] + list(stale)
     if existing and not cfg.force:
         raise OutputExistsError("output exists (use --force to overwrite)", existing[0])
-    out_dir = os.path.dirname(os.path.abspath(cfg.output_prefix))
-    if not os.path.isdir(out_dir):
-        raise InputError("the folder of --output-prefix does not exist", out_dir)
-    for p in outputs.values():
-        check_output(p, force=True, what="select-data output")
 
 
 def write_arpa(tmp: dict[str, str], s: Scorer) -> None:

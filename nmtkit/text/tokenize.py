@@ -19,8 +19,8 @@ from typing import Any
 
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError, NmtkitError
-from nmtkit.io.checks import STDIN, check_outputs_vs_inputs, file_path
-from nmtkit.io.files import OutputFile, check_output, write_text, writes_in_place
+from nmtkit.io.checks import STDIN, Output, check_outputs_vs_inputs, file_path
+from nmtkit.io.files import OutputFile, write_text, writes_in_place
 from nmtkit.options import check_fields, option
 from nmtkit.progress import Progress, no_progress
 from nmtkit.text.io import read_lines, stream_lines
@@ -156,11 +156,9 @@ def _check_outputs(config: TokenizeConfig) -> None:
     input_path, output_path = file_path(config.input_path, "-i"), file_path(config.output_path, "-o")
     inputs = [("-i", input_path) if input_path else STDIN,
               *(("--protect", p) for p in config.protect if os.path.isfile(p))]
-    tokinfo_out = output_path + TOKINFO_SUFFIX if output_path else None
-    check_outputs_vs_inputs(inputs, files=[("-o", output_path), (f"-o's {TOKINFO_SUFFIX}", tokinfo_out)])
-    if output_path is not None and not writes_in_place(output_path):  # a folder, a missing one: before any work
-        check_output(output_path, force=config.force, what="-o output")
-        check_output(tokinfo_out, force=True, what=f"-o's {TOKINFO_SUFFIX}")
+    tokinfo_out = output_path + TOKINFO_SUFFIX if output_path and not writes_in_place(output_path) else None
+    check_outputs_vs_inputs(inputs, files=[Output("-o", output_path, "-o output", config.force),
+                                           Output(f"-o's {TOKINFO_SUFFIX}", tokinfo_out, f"-o's {TOKINFO_SUFFIX}", True)])
 
 
 def run(config: TokenizeConfig, progress: Progress | None = None) -> dict[str, Any]:

@@ -81,8 +81,8 @@ def check_files(config: TranslateConfig) -> tuple[str | None, str | None, str | 
     start: the input exists, no output would be overwritten (without `config.force`), and
     --alignments and --alignments-file come together. Returns the three as files to open
     (`nmtkit.io.checks.file_path`: None for a standard stream)."""
-    from nmtkit.io.checks import STDIN, check_outputs_vs_inputs, file_path
-    from nmtkit.io.files import check_output, is_stdout
+    from nmtkit.io.checks import STDIN, Output, check_outputs_vs_inputs, file_path
+    from nmtkit.io.files import is_stdout
     from nmtkit.translate.writers import is_plot_name
 
     input_path, output_path, alignments_file = config.input_path, config.output_path, config.alignments_file
@@ -102,12 +102,9 @@ def check_files(config: TranslateConfig) -> tuple[str | None, str | None, str | 
     check_outputs_vs_inputs(
         inputs=[("-i", input_path) if input_path else STDIN, *(("-m", m) for m in config.models),
                 ("--unk-dict", config.unk_dict), ("--score-reference", config.score_reference)],
-        files=[("-o", output_path), ("--alignments-file", alignments_file)],
+        files=[Output("-o", output_path, "-o output", config.force),
+               Output("--alignments-file", alignments_file, "--alignments-file", config.force)],
         folders=[("--plot-attention", config.plot_attention, is_plot_name)])
-    if output_path:
-        check_output(output_path, config.force, "-o output")
-    if alignments_file:
-        check_output(alignments_file, config.force, "--alignments-file")
     if config.plot_attention:
         check_output_dir(config.plot_attention, "--plot-attention folder")
     if config.score_reference:
