@@ -341,7 +341,7 @@ def test_train_log_gets_a_lost_writers_record_only_from_one_rank_and_only_once_r
 
     (tmp_path / "train.log").write_text("2026-11-27 00:00:00 INFO update 5\n")
     rank0 = run_lock(tmp_path).acquire()
-    assert not record_for_a_lost_writer(tmp_path, "stopped by an error after update 5 (by rank 1): E: x")
+    assert not record_for_a_lost_writer(tmp_path, "stopped by an error after update 5 (by rank 1): E: x", wait_s=0.2)
     rank0.release()  # the kernel's doing when rank 0 dies
     assert record_for_a_lost_writer(tmp_path, "stopped by an error after update 5 (by rank 1): E: x")
     assert not record_for_a_lost_writer(tmp_path, "stopped by an error after update 5 (by rank 2): E: x")
