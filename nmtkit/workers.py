@@ -17,8 +17,9 @@ from nmtkit.errors import WorkerError
 
 
 def can_fork() -> bool:
-    """Whether worker processes can be forked here (a POSIX system)."""
-    return hasattr(os, "fork")
+    """Whether worker processes can be forked here: a POSIX system other than macOS (where
+    forking a process that has loaded system frameworks is unsafe, and Python spawns instead)."""
+    return hasattr(os, "fork") and sys.platform != "darwin"
 
 
 class Worker:

@@ -13,13 +13,8 @@ import torch
 
 from nmtkit.errors import WorkerError
 from nmtkit.translate import Translator
-from nmtkit.translate.translator import (
-    MAX_AUTO_WORKERS,
-    can_fork,
-    map_batches,
-    resolve_workers,
-    thread_shares,
-)
+from nmtkit.translate.translator import MAX_AUTO_WORKERS, map_batches, resolve_workers, thread_shares
+from nmtkit.workers import can_fork
 from tests.conftest import bound_translator
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="workers fork")

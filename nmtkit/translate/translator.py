@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import sys
 import threading
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable, Sequence, TypeVar
@@ -26,7 +25,7 @@ from nmtkit.text.io import BOM
 from nmtkit.text.vocab import UNK
 from nmtkit.translate.alignment import Result, Translation, read_unk_dict, replace_unks
 from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, DecodeConfig, SearchConfig, batch_token_cap
-from nmtkit.workers import Workers
+from nmtkit.workers import Workers, can_fork
 
 log = logging.getLogger(__name__)
 
@@ -483,12 +482,6 @@ MAX_AUTO_WORKERS = 4
 
 _DIED = ("a decoding worker process died without answering ({how}; out of memory? "
          "--workers 1 decodes in one process)")
-
-
-def can_fork() -> bool:
-    """Whether worker processes can be forked here: a POSIX system other than macOS (where
-    forking a process that has loaded system frameworks is unsafe)."""
-    return hasattr(os, "fork") and sys.platform != "darwin"
 
 
 def resolve_workers(workers: int | None, threads: int, device_type: str) -> int:
