@@ -101,6 +101,21 @@ def test_a_new_run_writes_its_log_and_metrics_in_the_run_folder_after_its_first_
     assert not [p for p in run.iterdir() if p.name.startswith(".run")]
 
 
+def test_a_start_that_fails_as_it_writes_its_config_leaves_no_staging_folder(data_dir, tmp_path):
+    """The staging folder is made before config.json is written and handed to the callbacks:
+    a failure there, too, leaves the folder as it was."""
+    from nmtkit.train.events import Callbacks
+
+    class Failing(Callbacks):
+        def on_config(self, text):
+            raise RuntimeError("callback failed")
+
+    run = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="callback failed"):
+        train_run(data_dir, run, tiny_options(max_updates=1), tiny_overrides(), callbacks=Failing())
+    assert os.listdir(run) == ["train.lock"]
+
+
 def test_resuming_with_other_training_data_of_the_same_vocabularies_is_refused(data_dir, tmp_path):
     """It resumed, and the 'continued' run trained on another corpus from then on."""
     from tests.conftest import make_data_dir

@@ -160,7 +160,8 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
         lock = run_lock(save_dir).acquire()
     try:
         if lock is not None:
-            staging = _start_run(save_dir, cfg, arch, model_config, tb_dir, resume, force, callbacks)
+            staging = _stage_run(save_dir, tb_dir, resume, force)
+            _write_config(staging or save_dir, cfg, arch, model_config, callbacks)
         commit = None if staging is None else functools.partial(commit_run, staging, save_dir, force)
         if staging is not None and tb_dir is not None and real_path(tb_dir) == real_path(save_dir / "tensorboard"):
             tb_dir = staging / "tensorboard"  # committed with the run's files
@@ -210,21 +211,24 @@ def _check_hardware(cfg: TrainConfig, arch: str, device) -> None:
     resolve_cuda_graphs(cfg.cuda_graphs, device, model_class(arch))
 
 
-def _start_run(save_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[str, Any], tb_dir: Path | None,
-               resume: bool, force: bool, callbacks: Callbacks | None) -> Path | None:
+def _stage_run(save_dir: Path, tb_dir: Path | None, resume: bool, force: bool) -> Path | None:
     """On rank 0, holding the run's lock: check the run directory again (no other process can
-    change it now) and the TensorBoard folder, stage a new run (its folder returned), write
-    config.json and hand it to the callbacks."""
+    change it now) and the TensorBoard folder, remove a killed start's staging folder, and stage
+    a new run (its folder returned; None for a resumed run, which writes in RUN)."""
     check_run_dir(save_dir, resume, force)
     if tb_dir is not None:  # an unwritable folder fails before the run writes anything
         check_output_dir(tb_dir, "--tensorboard folder")
-    clean_stale_temp_dirs(save_dir / STAGING, log.warning)  # a killed start's staging folder
-    staging = None if resume else make_temp_dir(save_dir / STAGING)
+    clean_stale_temp_dirs(save_dir / STAGING, log.warning)
+    return None if resume else make_temp_dir(save_dir / STAGING)
+
+
+def _write_config(run_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[str, Any],
+                  callbacks: Callbacks | None) -> None:
+    """config.json in the folder the run writes, and the same text to the callbacks."""
     text = config_text(cfg, arch, model_config)
-    write_text((staging or save_dir) / CONFIG_FILE, text)
+    write_text(run_dir / CONFIG_FILE, text)
     if callbacks is not None:
         callbacks.on_config(text)
-    return staging
 
 
 def _train(cfg, data, run_dir, commit, arch, model_config, ckpt, callbacks, info, tb_dir):
