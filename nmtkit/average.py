@@ -124,7 +124,8 @@ def check_paths(paths: Sequence[str | Path], output: str | Path, force: bool, in
         if key in seen:
             raise ConfigError(f"{p} is given twice (as {seen[key]}); each checkpoint counts once")
         seen[key] = p
-    check_outputs_vs_inputs([(input_option, p) for p in paths], files=[Output("-o", output, "averaged checkpoint", force)])
+    check_outputs_vs_inputs([(input_option, p) for p in paths],
+                            files=[Output("-o", output, "averaged checkpoint", force)])
 
 
 def _check_output_name(output: str | Path) -> None:

@@ -24,7 +24,8 @@ def _train_cmd(data_dir, run, *extra):
 
 
 def _start_training(data_dir, run, save_every: int, logged: int, *extra: str,
-                    metrics: tuple[str, ...] = ("metrics.jsonl", ".run.tmp-*/metrics.jsonl"), **popen) -> subprocess.Popen:
+                    metrics: tuple[str, ...] = ("metrics.jsonl", ".run.tmp-*/metrics.jsonl"),
+                    **popen) -> subprocess.Popen:
     """`nmtkit train` in a subprocess, logging every update, returned once its metrics.jsonl (one
     of the globs `metrics` in RUN: a new run's is staged until its first checkpoint) holds `logged`
     records (or the process ended, or 120 s passed)."""

@@ -44,8 +44,9 @@ Examples:
 @click.option("--resume", is_flag=True,
               help="Continue the run in --save-dir exactly from checkpoint_last.pt (model, optimiser, schedule, "
                    "RNG states, position in the data). Only stopping, reporting and hardware options may change.")
-@click.option("--force", is_flag=True, help="Start over in a --save-dir that already holds a run: it is replaced when the new run "
-                   "saves its first checkpoint, and kept if the new run fails before that.")
+@click.option("--force", is_flag=True,
+              help="Start over in a --save-dir that already holds a run: it is replaced when the new run saves "
+                   "its first checkpoint, and kept if the new run fails before that.")
 @config_options(TrainConfig, ModelOverrides, unset=True)
 @quiet_option("No progress display, log lines or warnings on stderr; the run's files are still written")
 @click.pass_context

@@ -157,8 +157,9 @@ def _check_outputs(config: TokenizeConfig) -> None:
     inputs = [("-i", input_path) if input_path else STDIN,
               *(("--protect", p) for p in config.protect if os.path.isfile(p))]
     tokinfo_out = output_path + TOKINFO_SUFFIX if output_path and not writes_in_place(output_path) else None
+    tokinfo = f"-o's {TOKINFO_SUFFIX}"
     check_outputs_vs_inputs(inputs, files=[Output("-o", output_path, "-o output", config.force),
-                                           Output(f"-o's {TOKINFO_SUFFIX}", tokinfo_out, f"-o's {TOKINFO_SUFFIX}", True)])
+                                           Output(tokinfo, tokinfo_out, tokinfo, True)])
 
 
 def run(config: TokenizeConfig, progress: Progress | None = None) -> dict[str, Any]:
