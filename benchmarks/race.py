@@ -35,6 +35,9 @@ import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+from rss import rss_kb, tree_pids  # noqa: E402 - a sibling script
+
 PEERS = Path(os.environ.get("PEERS", REPO.parent / "shared" / "peers-bench"))
 DATA = Path(os.environ.get("DATA", REPO.parent / "shared" / "data"))
 SPEC = {"emb": 256, "enc_per_direction": 256, "dec": 512, "dropout": 0.2, "lr": 0.001, "betas": (0.9, 0.999),
@@ -145,36 +148,6 @@ def install(wheel_dir: Path, dest: Path) -> None:
 
 # ---- watching a run ---------------------------------------------------------------------------
 
-def _tree(pid: int) -> list[int]:
-    """`pid` and its descendants (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(d.name))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo += children.get(p, [])
-    return out
-
-
-def _rss_mb(pids: list[int]) -> float:
-    total = 0
-    for p in pids:
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total / 1024
-
-
 def _smi(query: str) -> list[str]:
     try:
         return subprocess.run(["nvidia-smi", f"--query-{query}", "--format=csv,noheader,nounits"],
@@ -210,8 +183,8 @@ class Watch(threading.Thread):
 
     def run(self) -> None:
         while not self.done.wait(0.5):
-            pids = _tree(self.pid)
-            self.peak = max(self.peak, _gpu_mb(pids, self.baseline) if self.device == "cuda" else _rss_mb(pids))
+            pids = tree_pids(self.pid)
+            self.peak = max(self.peak, _gpu_mb(pids, self.baseline) if self.device == "cuda" else rss_kb(pids) / 1024)
 
 
 def _default_signals() -> None:

@@ -26,21 +26,35 @@ from pathlib import Path
 UPDATE_RE = re.compile(r"update ([\d,]+) \|")
 
 
-def tree_rss_kb(pid: int) -> int:
-    """VmRSS (kB) of `pid` and its descendants, 0 for a process already gone."""
-    total, todo = 0, [pid]
+def tree_pids(pid: int) -> list[int]:
+    """`pid` and its descendants (the /proc children lists of their threads), those still running."""
+    out, todo = [], [pid]
     while todo:
         p = todo.pop()
+        try:
+            todo += [int(c) for t in Path(f"/proc/{p}/task").iterdir() for c in (t / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+        out.append(p)
+    return out
+
+
+def rss_kb(pids: list[int]) -> int:
+    """The VmRSS (kB) of these processes together; 0 for one already gone."""
+    total = 0
+    for p in pids:
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1])
-            for t in Path(f"/proc/{p}/task").iterdir():
-                children = (t / "children").read_text().split()
-                todo.extend(int(c) for c in children)
         except (OSError, ValueError):
             continue
     return total
+
+
+def tree_rss_kb(pid: int) -> int:
+    """VmRSS (kB) of `pid` and its descendants, 0 for a process already gone."""
+    return rss_kb(tree_pids(pid))
 
 
 def main() -> None:
