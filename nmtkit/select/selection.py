@@ -299,12 +299,13 @@ def _estimate(opts: TextOpts, ind: IdPairs, out_sample: IdPairs, vocabs: tuple[L
 
 
 def _score_pool(cfg: SelectConfig, opts: TextOpts, corpora: tuple[Corpus, Corpus], ids: tuple[IdPairs, IdPairs],
-                vocabs: tuple[LMVocab, LMVocab], tmp: dict[str, str], progress: Progress, timings: dict[str, float],
-                warnings: list[str]) -> tuple[np.ndarray, np.ndarray, dict[str, dict[str, Any]]]:
+                ind_sizes: dict[str, int], vocabs: tuple[LMVocab, LMVocab], tmp: dict[str, str], progress: Progress,
+                timings: dict[str, float], warnings: list[str]) -> tuple[np.ndarray, np.ndarray, dict[str, dict[str, Any]]]:
     """The pool's cross-entropies h (n, 4) float32 (H_in(src), H_out(src), H_in(tgt), H_out(tgt)) and
     tokens lens (n, 2) int32, a side at a time (two of the four LMs held at once), with each LM's
-    summary by name; `ids` are the in-domain text's and the out-of-domain sample's. Adds to
-    `timings` and `warnings`, and writes the ARPA files into `tmp` with --write-arpa."""
+    summary by name; `ids` are the in-domain text's and the out-of-domain sample's, `ind_sizes` the
+    former's `sizes()`. Adds to `timings` and `warnings`, and writes the ARPA files into `tmp` with
+    --write-arpa."""
     (ind, pool), n_pool = corpora, corpora[1].total
     h = np.empty((n_pool, 4), dtype=np.float32)
     lens = np.empty((n_pool, 2), dtype=np.int32)
@@ -314,7 +315,7 @@ def _score_pool(cfg: SelectConfig, opts: TextOpts, corpora: tuple[Corpus, Corpus
         t = time.perf_counter()
         scorer = _estimate(opts, ids[0], ids[1], vocabs, cfg, side)
         timings["lm_estimate_s"] += time.perf_counter() - t
-        warnings += _warn(lm_warnings(cfg, ind, ids[0].sizes(), scorer))
+        warnings += _warn(lm_warnings(cfg, ind, ind_sizes, scorer))
         lms[f"in_{side}"], lms[f"out_{side}"] = _lm_summary(scorer.lm_in), _lm_summary(scorer.lm_out)
         if cfg.write_arpa:
             write_arpa(tmp, scorer)
@@ -374,8 +375,8 @@ def run(cfg: SelectConfig, progress: Progress | None = None) -> dict:
     timings["out_sample_s"] = time.perf_counter() - t
     sample_sizes = out_sample.sizes()
     with StagedFiles(outputs, stale) as files:
-        h, lens, lms = _score_pool(cfg, opts, (ind, pool), (ind_ids, out_sample), vocabs, files.tmp, progress,
-                                   timings, warnings)
+        h, lens, lms = _score_pool(cfg, opts, (ind, pool), (ind_ids, out_sample), ind_sizes, vocabs, files.tmp,
+                                   progress, timings, warnings)
         del ind_ids, out_sample
         scores = method_scores(cfg.method, h)
         empty = (lens == 0).any(axis=1)
