@@ -246,13 +246,14 @@ def test_presets_match_the_paper_and_build():
 
 def test_small_preset_takes_the_ablations_choices_and_the_paper_presets_stay_the_papers():
     """The ablation in docs/experiments.md: the small preset initialises every weight
-    U(-0.1, 0.1), drops out only the deep output and reads s_i in it; the paper presets keep the
+    U(-0.1, 0.1), drops out only the deep output, reads s_i in it and keeps a moving average of
+    its weights (decay 0.998); the paper presets keep the
     appendix's equations, initialisation and procedure."""
     arch, cfg = preset("small")
     assert (arch, cfg["init"], cfg["dropout"], cfg["maxout"], cfg["att_hidden"]) == ("rnnsearch", "uniform", 0.2, 256, 512)
     assert (cfg["dropout_sites"], cfg["readout"]) == ("out", "new")
     assert train_defaults("small") == dict(optimizer="adam", lr=1e-3, batch_size=64, clip_norm=1.0, max_len=50,
-                                           precision="auto")
+                                           precision="auto", ema_decay=0.998)
     for name in ("rnnsearch-30", "rnnsearch-50", "rnnencdec-30", "rnnencdec-50"):
         cfg = preset(name)[1]
         assert (cfg["init"], cfg["dropout"], cfg["emb_dim"], cfg["maxout"]) == ("paper", 0.0, 620, 500), name

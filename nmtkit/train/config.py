@@ -105,11 +105,12 @@ class TrainConfig:
     lr_patience: int = option(0, min=0, metavar="N", help="Validations without improvement before a decay.")
     min_lr: float = option(0.0, min=0, help="Never decay the lr below this.")
     ema_decay: float | None = option(
-        None, min=0, max=1, min_open=True, max_open=True, metavar="D",
-        help="Keep an exponential moving average of the weights (ema = D * ema + (1 - D) * weights after each "
-             "update; Marian's --exponential-smoothing, fairseq's --ema-decay): validation, early stopping and "
-             "checkpoint_best.pt use it, every checkpoint holds it as the model (what translate and average "
-             "read), and checkpoint_last.pt keeps the raw weights for --resume. E.g. 0.999.")
+        None, min=0, max=1, max_open=True, metavar="D",
+        help="Keep an exponential moving average of the weights (ema = d * ema + (1 - d) * weights after each "
+             "update, d = min(D, (1 + k) / (10 + k)) at the k-th; Marian's --exponential-smoothing, fairseq's "
+             "--ema-decay): validation, early stopping and checkpoint_best.pt use it, every checkpoint holds it "
+             "as the model (what translate and average read), and checkpoint_last.pt keeps the raw weights for "
+             "--resume. E.g. 0.999; 0: none [the small preset: 0.998].")
     ema_start: int = option(0, min=0, metavar="N",
                             help="With --ema-decay: the average is a copy of the weights until update N.")
     # stopping
@@ -182,7 +183,7 @@ class TrainConfig:
         check_device_name(self.device)
         if self.batch_size is None and self.max_tokens is None:
             raise ConfigError("need --batch-size or --max-tokens")
-        if self.ema_start and self.ema_decay is None:
+        if self.ema_start and not self.ema_decay:
             refuse_without(["--ema-start"], "--ema-decay")
         if self.min_lr > self.lr:  # the floor would replace the learning rate at every update
             raise ConfigError(f"--min-lr {self.min_lr} is above --lr {self.lr}: it is the floor decay stops at")

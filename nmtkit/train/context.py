@@ -131,7 +131,7 @@ class TrainContext:
         self.schedule = LRSchedule(self.optimizer, cfg)
         # fp16 needs loss scaling (its range is too small for gradients); bf16 and fp32 do not
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
-        self.ema = WeightAverage(self.model, cfg.ema_decay, cfg.ema_start) if cfg.ema_decay is not None else None
+        self.ema = WeightAverage(self.model, cfg.ema_decay, cfg.ema_start) if cfg.ema_decay else None
         if resume is not None:
             self._load_resume(resume)
         elif self.dist.rank > 0:

@@ -1,13 +1,14 @@
-"""An exponential moving average of the weights (Polyak averaging; Marian's
---exponential-smoothing, fairseq's --ema-decay, OpenNMT-py's -average_decay), kept in float32
-beside the model (float64 for a float64 model). After update u (counted from 1), with decay d and start update s:
+"""An exponential moving average of the weights (Polyak averaging; Marian's --exponential-smoothing,
+fairseq's --ema-decay, OpenNMT-py's -average_decay), in float32 beside the model (float64 for a
+float64 model). After update u (from 1), with decay D, start update s and k = u - s:
 
     ema_u = theta_u                                   (u <= s)
-    ema_u = d * ema_{u-1} + (1 - d) * theta_u         (u > s)
+    ema_u = d_k * ema_{u-1} + (1 - d_k) * theta_u     (u > s), d_k = min(D, (1 + k) / (10 + k))
 
-One fused `lerp` over all tensors per update. With --ema-decay a run validates, stops early and
-keeps checkpoint_best.pt on the average; every checkpoint's model_state is the average (what
-`translate` and `average` read) and checkpoint_last.pt keeps the raw weights for --resume.
+d_k is Marian's warm-up: early on the average spans the last ~k/9 updates, not the initial
+weights. One fused `lerp` per update. A run validates, stops early and keeps checkpoint_best.pt
+on the average; every checkpoint's model_state is the average (what `translate` and `average`
+read) and checkpoint_last.pt keeps the raw weights for --resume.
 """
 from __future__ import annotations
 
@@ -37,7 +38,12 @@ class WeightAverage:
             if update <= self.start:
                 torch._foreach_copy_(self.tensors, new)
             else:
-                torch._foreach_lerp_(self.tensors, new, 1.0 - self.decay)
+                torch._foreach_lerp_(self.tensors, new, 1.0 - self.decay_at(update))
+
+    def decay_at(self, update: int) -> float:
+        """The decay applied after `update` (> start): D, or less during the warm-up."""
+        k = update - self.start
+        return min(self.decay, (1 + k) / (10 + k))
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The model's state_dict with the averaged parameters in place of the raw ones."""

@@ -6,8 +6,8 @@ that belong to the preset (maximum sentence length, the paper's optimiser and ba
 run's model config from a preset or an architecture and `nmtkit train`'s `ModelOverrides`.
 The paper presets follow Bahdanau et al. (2015) section 4.2 and appendix B, RNNencdec Cho et al.
 (2014) at the same sizes (docs/paper-notes.md). "small" is the CPU peer benchmark's setup; its
-alignment and maxout sizes, `init="uniform"`, `dropout_sites="out"`, `readout="new"` and bf16
-`precision="auto"` are our choices, by the ablations in docs/experiments.md.
+alignment and maxout sizes, `init="uniform"`, `dropout_sites="out"`, `readout="new"`, bf16
+`precision="auto"` and `ema_decay=0.998` are our choices, by the ablations in docs/experiments.md.
 """
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
     "rnnencdec-30": dict(_PAPER_TRAIN, max_len=30),
     "rnnencdec-50": dict(_PAPER_TRAIN, max_len=50),
     "lstm-attention": dict(optimizer="adam", lr=1e-3, batch_size=64, clip_norm=5.0, max_len=50),
-    "small": dict(optimizer="adam", lr=1e-3, batch_size=64, clip_norm=1.0, max_len=50, precision="auto"),
+    "small": dict(optimizer="adam", lr=1e-3, batch_size=64, clip_norm=1.0, max_len=50, precision="auto",
+                  ema_decay=0.998),
 }
 
 
