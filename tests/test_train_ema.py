@@ -98,7 +98,7 @@ def test_validation_and_the_best_checkpoint_use_the_average(data_dir, tmp_path, 
     (dict(ema_decay=1.0), "--ema-decay must be in [0, 1), got 1.0"),
     (dict(ema_decay=-0.5), "--ema-decay must be in [0, 1), got -0.5"),
     (dict(ema_start=5), "--ema-start needs --ema-decay"),
-    (dict(ema_start=5, ema_decay=0.0), "--ema-start needs --ema-decay"),
+    (dict(ema_start=5, ema_decay=0.0), "--ema-start needs --ema-decay above 0"),
 ])
 def test_bad_ema_options_are_one_clear_error(changes, message):
     with pytest.raises(ConfigError, match=re.escape(message)):

@@ -184,7 +184,7 @@ class TrainConfig:
         if self.batch_size is None and self.max_tokens is None:
             raise ConfigError("need --batch-size or --max-tokens")
         if self.ema_start and not self.ema_decay:
-            refuse_without(["--ema-start"], "--ema-decay")
+            refuse_without(["--ema-start"], "--ema-decay", " above 0" if self.ema_decay == 0 else "")
         if self.min_lr > self.lr:  # the floor would replace the learning rate at every update
             raise ConfigError(f"--min-lr {self.min_lr} is above --lr {self.lr}: it is the floor decay stops at")
         if self.best_metric == "bleu" and self.valid_bleu_samples == 0:
