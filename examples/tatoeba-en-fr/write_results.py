@@ -1,15 +1,20 @@
 """Write results.md for the Tatoeba recipe from the run's metrics.jsonl and the score JSON.
 
 usage: python write_results.py --run work/run --scores results/scores.json [--dev-scores results/dev.scores.json]
-       --translate-seconds results/translate.seconds --attention results/attention
-       --command CMD ... -o results/results.md
+       --seconds results/seconds --attention results/attention --command CMD ... -o results/results.md
+
+--seconds: a folder with one file per step the Makefile timed (preprocess, train, average,
+translate-test, score-test, translate-dev, score-dev), each holding the step's wall seconds.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 from pathlib import Path
+
+STEPS = ("preprocess", "train", "average", "translate-test", "score-test", "translate-dev", "score-dev")
 
 
 def main() -> None:
@@ -17,7 +22,7 @@ def main() -> None:
     ap.add_argument("--run", required=True)
     ap.add_argument("--scores", required=True)
     ap.add_argument("--dev-scores", help="nmtkit score --json of the dev split's translation")
-    ap.add_argument("--translate-seconds", required=True)
+    ap.add_argument("--seconds", required=True, help="the folder of the steps' wall seconds")
     ap.add_argument("--attention", required=True)
     ap.add_argument("--command", action="append", default=[])
     ap.add_argument("-o", "--output", required=True)
@@ -30,7 +35,9 @@ def main() -> None:
             (train if rec.get("kind") == "train" else valid if rec.get("kind") == "valid" else []).append(rec)
     report = json.loads(Path(args.scores).read_text(encoding="utf-8"))
     scores = {s["metric"]: s for s in report["systems"][0]["scores"]}
-    seconds = float(Path(args.translate_seconds).read_text().strip())
+    timed = {step: float((Path(args.seconds) / step).read_text().strip())
+             for step in STEPS if (Path(args.seconds) / step).exists()}
+    seconds = timed["translate-test"]
     n_lines = report["lines"]
 
     last = train[-1] if train else {}
@@ -38,7 +45,7 @@ def main() -> None:
     best = min((v for v in valid if v.get("loss") is not None), key=lambda v: v["loss"], default=None)
     pics = sorted(p.name for p in Path(args.attention).glob("*.png"))
 
-    out = ["# Tatoeba English→French: a small RNNsearch trained on CPU", ""]
+    out = [f"# Tatoeba English→French: a small RNNsearch trained on {_device(Path(args.run))}", ""]
     out += ["| measure | value |", "|---|---|"]
     for key in ("bleu", "chrf", "ter"):
         if key in scores:
@@ -57,6 +64,7 @@ def main() -> None:
         if best.get("bleu") is not None:
             out.append(f"| dev BLEU at that checkpoint (greedy, sample) | {best['bleu']:.2f} |")
     out.append(f"| translating the test split | {seconds:.1f} s ({n_lines / max(seconds, 1e-9):.1f} sentences/s, start-up included) |")
+    out += [f"| wall time of `{step}` (start-up included) | {t:.1f} s |" for step, t in timed.items()]
     out += ["", "Signatures:", ""]
     out += [f"- {s['label']}: `{s['signature']}`" for s in scores.values()]
     out += ["", "Commands:", "", "```sh"] + args.command + ["```", ""]
@@ -66,6 +74,15 @@ def main() -> None:
     tmp = args.output + ".part"
     Path(tmp).write_text("\n".join(out) + "\n", encoding="utf-8")
     os.replace(tmp, args.output)
+
+
+def _device(run: Path) -> str:
+    """The device the run trained on, from train.log's first line ("... on cuda x1: ...")."""
+    log = run / "train.log"
+    m = re.search(r" on (\S+) x(\d+):", log.read_text(encoding="utf-8")) if log.exists() else None
+    if not m:
+        return "an unknown device"
+    return m.group(1) if m.group(2) == "1" else f"{m.group(2)} x {m.group(1)}"
 
 
 if __name__ == "__main__":
