@@ -87,6 +87,34 @@ def test_tatoeba_recipe_chains_preprocess_train_translate_score():
     assert "translate -m work/run/checkpoint_best.pt" in plain
 
 
+
+def test_tatoeba_results_name_the_training_device_and_every_timed_step(tmp_path):
+    """results.md says where the run trained (train.log's first line) and each step's wall time,
+    so that a GPU run of the recipe reports its own figures."""
+    run, seconds, attention = tmp_path / "run", tmp_path / "seconds", tmp_path / "attention"
+    for d in (run, seconds, attention):
+        d.mkdir()
+    (run / "train.log").write_text("2026-11-29 11:29:18 INFO training rnnsearch (9 parameters) on cuda x1: 160123 "
+                                   "pairs (0 over --max-len 50 dropped), 2502 minibatches per epoch, from update 0\n")
+    (run / "metrics.jsonl").write_text(json.dumps({"kind": "train", "update": 7, "epoch": 1, "elapsed": 60.0,
+                                                   "tgt_tokens_per_s": 1000.0}) + "\n")
+    score = {"metric": "bleu", "name": "BLEU", "label": "BLEU", "score": 12.5, "signature": "sig"}
+    (tmp_path / "scores.json").write_text(json.dumps({"lines": 2, "systems": [{"scores": [score]}]}))
+    for step, t in (("preprocess", 21.7), ("train", 366.0), ("translate-test", 3.3)):
+        (seconds / step).write_text(f"{t}\n")
+    out = tmp_path / "results.md"
+    proc = subprocess.run([sys.executable, str(TATOEBA / "write_results.py"), "--run", str(run), "--scores",
+                           str(tmp_path / "scores.json"), "--seconds", str(seconds), "--attention", str(attention),
+                           "-o", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert text.startswith("# Tatoeba English→French: a small RNNsearch trained on cuda\n")
+    for row in ("| wall time of `preprocess` (start-up included) | 21.7 s |",
+                "| wall time of `train` (start-up included) | 366.0 s |",
+                "| translating the test split | 3.3 s (0.6 sentences/s, start-up included) |"):
+        assert row in text, row
+    assert "`average`" not in text  # a step that did not run has no row
+
 def test_backtranslation_recipe_samples_the_french_side_only_and_gives_both_systems_equal_updates():
     out = _dry_run(BACKTRANSLATION, "UPDATES=77")
     for piece in ("--src-lang fr --tgt-lang en", "giga-fren-sample/train.fr > work/bt/mono.fr",
