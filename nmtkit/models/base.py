@@ -123,8 +123,8 @@ def run_packed(rnn: nn.RNNBase, emb: Tensor, lens: Tensor) -> tuple[Tensor, Any]
 class Seq2Seq(nn.Module):
     """Base class of the encoder-decoder models: subclasses implement `encode`, `init_state`,
     `decode_features` (teacher forcing up to the layer before the vocabulary projection),
-    `step_features` (one step of it) and `output_layer` (to vocabulary logits); `forward`, `step`
-    and `loss` are derived plainly (the fast paths: models/fast/accelerated.py)."""
+    `step_features` (one step of it) and `output_projection` or `output_layer` (to vocabulary logits);
+    `forward`, `step` and `loss` are derived plainly (the fast paths: models/fast/accelerated.py)."""
 
     config: Any  # the architecture's <Arch>Config dataclass
     # True when `step` accepts N = B * G state rows over B encoder rows (the G hypotheses of a
@@ -158,8 +158,8 @@ class Seq2Seq(nn.Module):
         raise NotImplementedError
 
     def output_layer(self, features: Tensor) -> Tensor:
-        """(..., F) -> logits (..., V)."""
-        raise NotImplementedError
+        """(..., F) -> logits (..., V); by default `output_projection()`."""
+        return self.output_projection()(features)
 
     def output_projection(self) -> nn.Linear | None:
         """The nn.Linear that `output_layer` is, if it is exactly one (the chunked loss and the
@@ -181,7 +181,12 @@ class Seq2Seq(nn.Module):
     def _step(self, prev_tokens: Tensor, state: State, enc: EncoderOut,
               out: tuple[Tensor, Tensor | None] | None = None) -> tuple[Tensor, State, Tensor]:
         feats, state, attn = self.step_features(prev_tokens, state, enc)
-        logits = self.output_layer(feats) if out is None else _rows_logits(feats, out)
+        if out is None:
+            logits = self.output_layer(feats)
+        elif isinstance(out[0], Tensor):  # a shortlist's rows: (weight, bias) or (int8 columns, None)
+            logits = F.linear(feats, out[0], out[1])
+        else:
+            logits = out[0].project(feats)
         return _log_softmax(logits), state, attn
 
     def reorder(self, state: State, index: Tensor) -> State:
@@ -201,13 +206,6 @@ class Seq2Seq(nn.Module):
         nll = -lp.gather(1, gold.unsqueeze(1)).squeeze(1)
         loss = (1 - label_smoothing) * nll + label_smoothing * -lp.mean(dim=-1)
         return loss.sum(), nll.sum(), int(gold.numel())
-
-
-def _rows_logits(feats: Tensor, out: tuple[Any, Tensor | None]) -> Tensor:
-    """feats (N, F) -> logits (N, L) over a shortlist's rows: (weight, bias) or (int8 columns, None)."""
-    if isinstance(out[0], Tensor):
-        return F.linear(feats, out[0], out[1])
-    return out[0].project(feats)
 
 
 def dropout(p: float) -> nn.Module:
@@ -230,23 +228,16 @@ UNIFORM_SCALE = 0.1
 
 
 @torch.no_grad()
-def orthogonal_blocks_(weight: Tensor, block: int) -> None:
-    """Fill each (block, block) row-block of `weight` (k*block, block) with a random orthogonal matrix."""
-    rows, cols = weight.shape
-    assert rows % block == 0 and cols == block, (weight.shape, block)
-    for i in range(0, rows, block):
-        nn.init.orthogonal_(weight[i : i + block])
-
-
-@torch.no_grad()
 def paper_init_(model: nn.Module, recurrent: Iterable[tuple[Tensor, int]], align: Iterable[Tensor],
                 zero: Iterable[Tensor] = ()) -> None:
     """Initialise `model` as in the paper's appendix B.1: the square blocks of the `recurrent`
     (weight, block size) pairs orthogonal, `align` (W_a, U_a) from N(0, 0.001^2), `zero` (v_a)
     and every `*bias*` zero, every other parameter from N(0, 0.01^2)."""
     done: set[int] = set()
-    for weight, block in recurrent:
-        orthogonal_blocks_(weight, block)
+    for weight, block in recurrent:  # weight (k*block, block): each row-block a random orthogonal matrix
+        assert weight.size(0) % block == 0 and weight.size(1) == block, (weight.shape, block)
+        for i in range(0, weight.size(0), block):
+            nn.init.orthogonal_(weight[i : i + block])
         done.add(id(weight))
     for weight in align:
         weight.normal_(0.0, PAPER_ALIGN_STD)

@@ -80,8 +80,7 @@ class LSTMAttention(Accelerated):
         # h_n[0]: forward direction at the last real token; h_n[1]: backward direction at j=1
         h0 = self.W_h(torch.cat([h_n[1], h_n[0]], dim=-1))
         c0 = self.W_c(torch.cat([c_n[1], c_n[0]], dim=-1))
-        n2 = 2 * self.config.enc_hidden
-        values = F.linear(ann, self.W_u.weight[:, :n2])
+        values = F.linear(ann, self.W_u.weight[:, : 2 * self.config.enc_hidden])
         return EncoderOut(annotations=ann, keys=self.W_att(ann), mask=mask, init=(h0, c0), values=values,
                           src_eos=self.config.src_eos)
 
@@ -135,9 +134,6 @@ class LSTMAttention(Accelerated):
     def int8_stacks(self) -> dict[str, tuple[str | None, tuple[str, ...]]]:
         """W_y E y_t from the embedding's rows quantised once (W_fo and W_hh read different inputs)."""
         return {"embedding": ("tgt_embed", ("W_y",))}
-
-    def output_layer(self, features: Tensor) -> Tensor:
-        return self.W_vocab(features)
 
     def output_projection(self) -> nn.Linear:
         return self.W_vocab

@@ -72,16 +72,11 @@ def _cpu_has_any_flag(wanted: tuple[str, ...], cpuinfo: str | None) -> bool:
 
 
 def autocast_dtype(device: str, precision: str = "auto"):
-    """torch dtype to autocast to, or None for plain float32.
-
-    precision: "fp32" | "bf16" | "fp16" | "auto" (bf16 where it is faster, else float32).
-    """
-    if precision == "fp32":
-        return None
-    if precision == "bf16":
-        return torch.bfloat16
-    if precision == "fp16":
-        return torch.float16
+    """torch dtype to autocast to, or None for plain float32. precision: "fp32" | "bf16" | "fp16" |
+    "auto" (bf16 where it is faster, else float32)."""
+    fixed = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+    if precision in fixed:
+        return fixed[precision]
     if precision != "auto":
         raise ValueError(f"unknown precision {precision!r}")
     if device.startswith("cuda"):

@@ -157,8 +157,5 @@ class RNNEncDec(Accelerated):
         no_attn = state.new_zeros(state.size(0), enc.mask.size(1))
         return feats, self._update(state, x_gates, q_zr), no_attn
 
-    def output_layer(self, features: Tensor) -> Tensor:
-        return self.W_o(features)
-
     def output_projection(self) -> nn.Linear:
         return self.W_o

@@ -192,9 +192,8 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss, grad_nll):  # type: ignore[override]
         grad_feats, grad_w, grad_b = ctx.saved_tensors
-        gf = grad_feats * grad_loss.to(grad_feats.dtype) if ctx.has_feats_grad else None
         return (
-            gf,
+            grad_feats * grad_loss.to(grad_feats.dtype) if ctx.has_feats_grad else None,
             grad_w * grad_loss.to(grad_w.dtype) if ctx.needs_input_grad[1] else None,
             grad_b * grad_loss.to(grad_b.dtype) if ctx.needs_input_grad[2] else None,
             None, None, None, None, None,

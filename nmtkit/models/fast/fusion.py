@@ -63,10 +63,9 @@ def step_fn(body: F, fuse: bool) -> F:
     """`body` itself, or (with `fuse`) its compiled version, built once per process."""
     if not fuse or torch.compiler.is_compiling():  # inside a compiled body: inline it
         return body
-    compiled = _COMPILED.get(body)
-    if compiled is None:
-        compiled = _COMPILED[body] = _compile(body)
-    return compiled  # type: ignore[return-value]
+    if body not in _COMPILED:
+        _COMPILED[body] = _compile(body)
+    return _COMPILED[body]  # type: ignore[return-value]
 
 
 def graphs_compiled(body: Callable) -> int:
@@ -138,27 +137,14 @@ def resolve_cuda_graphs(mode: str, device: torch.device, model) -> bool:
     return able and mode != "off"
 
 
-class _Entry:
-    """One captured loop: its graph (None: the CPU stand-in), fn, and its views of the arena."""
-
-    def __init__(self, graph, fn: Callable, ins: list[Tensor], outs: list[Tensor]):
-        self.graph, self.fn, self.ins, self.outs = graph, fn, ins, outs
-
-    def replay(self) -> None:
-        if self.graph is not None:
-            self.graph.replay()
-            return
-        for view, r in zip(self.outs, self.fn(*self.ins)):
-            view.copy_(r)
-
-
 class LoopGraphs:
     """The graphs, arena and memory pool of one device (module docstring)."""
 
     def __init__(self, device: torch.device):
         self.device = device
         self.eager = device.type != "cuda"  # the CPU stand-in: no graph, `fn` called on the views
-        self.entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        # one captured loop per key: (its graph (None: the CPU stand-in), fn, its views of the arena: ins, outs)
+        self.entries: OrderedDict[Hashable, tuple] = OrderedDict()
         self.arena: Tensor | None = None
         self.captures = 0  # graphs captured so far (the report and the tests read it)
         self.failed: str | None = None  # why a capture failed: every loop runs eagerly since
@@ -177,11 +163,16 @@ class LoopGraphs:
         if entry is None:
             return self._capture(full, fn, inputs)
         self.entries.move_to_end(full)
+        graph, captured_fn, ins, outs = entry
         with torch.no_grad():
-            for view, t in zip(entry.ins, inputs):
+            for view, t in zip(ins, inputs):
                 view.copy_(t)
-            entry.replay()
-            return tuple(o.clone() for o in entry.outs)
+            if graph is not None:
+                graph.replay()
+            else:
+                for view, r in zip(outs, captured_fn(*ins)):
+                    view.copy_(r)
+            return tuple(o.clone() for o in outs)
 
     def clear(self) -> None:
         """Drop every graph and the arena (their memory returns to the caching allocator)."""
@@ -198,7 +189,8 @@ class LoopGraphs:
                 self.clear()  # the graphs address the old arena
                 # a quarter more than asked: the first batches of a run grow it less often
                 self.arena = torch.empty(total + total // 4, dtype=torch.uint8, device=self.device)
-            views = [_view(self.arena, off, shape, dtype) for off, (shape, dtype) in zip(offsets, specs)]
+            views = [self.arena[off : off + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
+                     for off, (shape, dtype) in zip(offsets, specs)]
             ins, outv = views[: len(inputs)], views[len(inputs):]
             for view, t in zip(ins, inputs):
                 view.copy_(t)
@@ -208,20 +200,17 @@ class LoopGraphs:
                     self._eager_first(fn, tuple(ins))  # once more on the views: fused bodies guard on storage offsets
                     graph = self._record(fn, ins, outv)
                 except Exception as err:  # noqa: BLE001 - graphs are a speed-up, never a reason to stop a run
-                    self._give_up(err)
+                    # every loop runs eagerly from now on, with one warning
+                    self.clear()
+                    self.failed = f"{type(err).__name__}: {first_line(err)}"
+                    log.warning("capturing a CUDA graph failed (%s): the training loops run without graphs "
+                                "from now on", self.failed)
                     return outs
             while len(self.entries) >= MAX_GRAPHS:
                 self.entries.popitem(last=False)
-            self.entries[full] = _Entry(graph, fn, ins, outv)
+            self.entries[full] = (graph, fn, ins, outv)
             self.captures += 1
         return outs
-
-    def _give_up(self, err: Exception) -> None:
-        """A capture failed: drop the graphs and run every loop eagerly from now on, with one warning."""
-        self.clear()
-        self.failed = f"{type(err).__name__}: {first_line(err)}"
-        log.warning("capturing a CUDA graph failed (%s): the training loops run without graphs from now on",
-                    self.failed)
 
     def _eager_first(self, fn: Callable, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         """The first call of a shape, eagerly; on CUDA on the capture stream (warm-up)."""
@@ -258,10 +247,6 @@ def _layout(specs: list[tuple[tuple[int, ...], torch.dtype]]) -> tuple[list[int]
     return offsets, max(pos, _ALIGN)
 
 
-def _view(arena: Tensor, offset: int, shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
-    return arena[offset : offset + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
-
-
 _RUNNERS: dict[tuple[str, int | None], LoopGraphs] = {}
 
 
@@ -270,10 +255,9 @@ def loop_graphs(device: torch.device) -> LoopGraphs:
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     key = (device.type, device.index)
-    runner = _RUNNERS.get(key)
-    if runner is None:
-        runner = _RUNNERS[key] = LoopGraphs(device)
-    return runner
+    if key not in _RUNNERS:
+        _RUNNERS[key] = LoopGraphs(device)
+    return _RUNNERS[key]
 
 
 def release_all() -> None:

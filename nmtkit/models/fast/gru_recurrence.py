@@ -116,13 +116,11 @@ class _GRURecurrence(torch.autograd.Function):
                                             ghs[:, t], w, b)
                 g_xs.append(g_x)
                 g_ghs.append(g_gh)
-            g_xs.reverse()
-            g_ghs.reverse()
-            g_gh_all = torch.stack(g_ghs, dim=1).reshape(D, S * B, 3 * n)
+            g_gh_all = torch.stack(g_ghs[::-1], dim=1).reshape(D, S * B, 3 * n)
             # weight gradients: one product over all S*B rows per direction
             g_w = torch.bmm(g_gh_all.transpose(1, 2).to(mmd), h_prev.reshape(D, S * B, n).to(mmd))
             g_b = g_gh_all.sum(dim=1)
-        return torch.stack(g_xs, dim=1), g_w.to(w_hh.dtype), g_b.to(b_hh.dtype), None, None
+        return torch.stack(g_xs[::-1], dim=1), g_w.to(w_hh.dtype), g_b.to(b_hh.dtype), None, None
 
 
 # ---- nn.GRU front ends ----------------------------------------------------------------------

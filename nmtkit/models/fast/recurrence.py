@@ -47,8 +47,7 @@ class _BlockScores:
         self.shift = v.sum() if self.sigmoid else None
 
     def block(self, keys: Tensor, query: Tensor) -> Tensor:
-        """keys and `self.query`'s rows `query` (broadcastable against keys) -> scores before
-        `finish`."""
+        """keys and `self.query`'s rows `query` (broadcastable against keys) -> scores before `finish`."""
         if self.sigmoid:
             return torch.sigmoid_(torch.add(query, keys, alpha=2)).matmul(self.v)
         return (keys + query).tanh_().matmul(self.v)
@@ -72,13 +71,10 @@ def additive_scores(query_proj: Tensor, keys: Tensor, v: Tensor) -> Tensor:
 
 
 def additive_scores_grouped(query_proj: Tensor, keys: Tensor, v: Tensor, mask: Tensor) -> Tensor:
-    """e = v^T tanh(query_proj + keys) for G queries per sentence (beam search's hypotheses).
-
-    query_proj (B, G, K); keys (B, S, K), shared by a sentence's G queries, never copied; v (K,);
-    mask (B, S) bool, True at real positions -> scores (B, G, S), with a placeholder the caller
-    masks beyond a block's longest sentence (on the CPU each block of sentences is scored only
-    up to its longest one). Inference only.
-    """
+    """e = v^T tanh(query_proj + keys) for G queries per sentence (beam search's hypotheses), inference
+    only: query_proj (B, G, K); keys (B, S, K), shared by a sentence's G queries, never copied; v (K,);
+    mask (B, S) bool, True at real positions -> scores (B, G, S), with a placeholder the caller masks
+    beyond a block's longest sentence (on the CPU each block of sentences is scored up to its longest)."""
     B, G, K = query_proj.shape
     S = keys.size(1)
     if torch.is_grad_enabled() or keys.device.type != "cpu" or torch.compiler.is_compiling():
@@ -103,18 +99,16 @@ def bahdanau_recurrence(x_gates: Tensor, s0: Tensor, keys: Tensor, values: Tenso
     `fuse` and `graphs`: module docstring (the same results up to floating-point rounding)."""
     dev = x_gates.device.type
     if torch.is_autocast_enabled(dev):
-        mm_dtype = torch.get_autocast_dtype(dev)
-        acc = torch.float32
+        mm_dtype, acc = torch.get_autocast_dtype(dev), torch.float32
     else:
-        acc = torch.promote_types(x_gates.dtype, w_q.dtype)
-        mm_dtype = acc
+        acc = mm_dtype = torch.promote_types(x_gates.dtype, w_q.dtype)
     with torch.autocast(dev, enabled=False):
         args = [t.to(acc) for t in (x_gates, s0, keys, values)]
         if not torch.is_grad_enabled() or not any(
                 t.requires_grad for t in (x_gates, s0, keys, values, w_q, v_a, U)):
             # No backward (dev loss, scoring): keep nothing per step, so memory is O(B S n')
             # rather than O(T B S n') on long validation sentences.
-            states, alphas, _ = _forward(*args, mask, w_q, v_a, U, mm_dtype, fuse, keep=False)
+            states, alphas = _forward(*args, mask, w_q, v_a, U, mm_dtype, fuse, keep=False)
             return states.transpose(0, 1), alphas.transpose(0, 1)
         return _Recurrence.apply(*args, mask, w_q, v_a, U, mm_dtype, fuse, graphs)
 
@@ -142,21 +136,16 @@ def _fwd_step(s: Tensor, x: Tensor, keys: Tensor, vals: Tensor, pad: Tensor, wq:
     return torch.lerp(s, cand, z), alpha, q[:, :na], torch.cat([z, r, cand], dim=1)
 
 
-def _workspace(keys: Tensor, fuse: bool) -> Tensor | None:
-    """The (B, S, n') buffer every eager step computes its tanh activations in (None when fused)."""
-    return None if fuse else torch.empty_like(keys)
-
-
 def _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse: bool, keep: bool):
-    """The recurrence loop. Returns states (T+1, B, d), alphas (T, B, S) and, when `keep`, what the
-    backward pass needs: (queries q_a (T, B, n'), [z; r; cand] (T, B, 3d))."""
+    """The recurrence loop: states (T+1, B, d), alphas (T, B, S) and, when `keep`, what the backward
+    pass needs, in one flat tuple (a graphed loop's outputs): queries q_a (T, B, n'), [z; r; cand] (T, B, 3d)."""
     step = step_fn(_fwd_step, fuse)
     # detached: the autograd Function does the backward; a requires-grad flag would split graphs
     x_gates, s0, keys, values, w_q, v_a, U = (t.detach() for t in (x_gates, s0, keys, values, w_q, v_a, U))
     acc = x_gates.dtype
     wq, Uc, vals, va = w_q.to(mm_dtype), U.to(mm_dtype), values.to(mm_dtype), v_a.to(acc)
     pad = ~mask
-    work = _workspace(keys, fuse)
+    work = None if fuse else torch.empty_like(keys)  # where each eager step computes its tanh activations
     states, alphas, kept = [], [], ([], [])
     s = s0
     for x in x_gates.unbind(1):
@@ -167,8 +156,8 @@ def _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse: bool,
             for lst, t in zip(kept, rest):
                 lst.append(t)
     states.append(s)
-    stacked = tuple(torch.stack(lst) for lst in kept) if keep else None
-    return torch.stack(states), torch.stack(alphas), stacked
+    stacked = tuple(torch.stack(lst) for lst in kept) if keep else ()
+    return torch.stack(states), torch.stack(alphas), *stacked
 
 
 def _bwd_step(g_next: Tensor, g_s: Tensor, g_alpha: Tensor, z: Tensor, r: Tensor, cand: Tensor,
@@ -198,13 +187,6 @@ def _bwd_step(g_next: Tensor, g_s: Tensor, g_alpha: Tensor, z: Tensor, r: Tensor
     return g_s, g_x, g_q, g_keys.add_(g_pre), g_v
 
 
-def _forward_kept(x_gates, s0, keys, values, mask, w_q, v_a, U, *, mm_dtype, fuse):
-    """`_forward` keeping what the backward needs, as one flat tuple (a graphed loop's outputs):
-    (states (T+1, B, d), alphas (T, B, S), queries q_a (T, B, n'), [z; r; cand] (T, B, 3d))."""
-    states, alphas, (qas, zrc) = _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse, keep=True)
-    return states, alphas, qas, zrc
-
-
 def _backward_loop(g_states, g_alphas, zrc, states, alphas, qas, keys, values, w_q, v_a, U, *, mm_dtype, fuse):
     """The backward loop over the T steps: g_states (T+1, B, d), g_alphas (T, B, S) and the kept
     forward results -> (dL/ds_0 (B, d), g_x (T, B, 3d), g_q (T, B, n'+2d), the keys' gradient
@@ -217,7 +199,7 @@ def _backward_loop(g_states, g_alphas, zrc, states, alphas, qas, keys, values, w
     va = v_a.to(states.dtype)
     g_next = g_states[T].contiguous()  # dL/ds_T: zero unless the caller reads the new states
     g_keys = torch.zeros_like(keys)
-    work = _workspace(keys, fuse)
+    work = None if fuse else torch.empty_like(keys)
     g_xs, g_qs, g_vs = [], [], []
     for i in range(T - 1, -1, -1):
         g_next, g_x, g_q, g_keys, g_v = step(
@@ -258,11 +240,10 @@ class _Recurrence(torch.autograd.Function):
             mask = _pad_to(mask, (Bp, Sp))
             mask[B:, 0] = True
             states, alphas, qas, zrc = loop_graphs(x_gates.device).run(
-                ("forward", mm_dtype, fuse), functools.partial(_forward_kept, mm_dtype=mm_dtype, fuse=fuse),
+                ("forward", mm_dtype, fuse), functools.partial(_forward, mm_dtype=mm_dtype, fuse=fuse, keep=True),
                 (x_gates, s0, keys, values, mask, w_q, v_a, U))
         else:
-            states, alphas, qas, zrc = _forward_kept(x_gates, s0, keys, values, mask, w_q, v_a, U,
-                                                     mm_dtype=mm_dtype, fuse=fuse)
+            states, alphas, qas, zrc = _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse, keep=True)
         ctx.save_for_backward(keys, values, w_q, v_a, U, states, alphas, qas, zrc)
         return states[: T + 1, :B].transpose(0, 1), alphas[:T, :B, :S].transpose(0, 1)
 

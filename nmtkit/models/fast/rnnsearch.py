@@ -39,10 +39,9 @@ def encode_bigru(embed: nn.Embedding, rnn: nn.GRU | nn.LSTM, drop: nn.Module, sr
     emb = drop(embed(src))
     lens = on_device(src_lens, emb.device)
     mask = length_mask(lens, src.size(1))
-    if fuse_steps and isinstance(rnn, nn.GRU) and rnn.bidirectional:
-        return bigru_annotations(rnn, emb, lens, mask, fuse=True), mask, None
-    if isinstance(rnn, nn.GRU) and emb.device.type == "cpu" and rnn.bidirectional:
-        return _bigru_cpu(rnn, emb, lens, mask), mask, None
+    if isinstance(rnn, nn.GRU) and rnn.bidirectional and (fuse_steps or emb.device.type == "cpu"):
+        ann = bigru_annotations(rnn, emb, lens, mask, fuse=True) if fuse_steps else _bigru_cpu(rnn, emb, lens, mask)
+        return ann, mask, None
     ann, final = run_packed(rnn, emb, src_lens)
     return ann, mask, final
 
@@ -142,9 +141,7 @@ class FastRNNSearch(Accelerated, RNNSearch):
         ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations)  # c_i for all i
         return self.deep_output(states[:, :-1], states[:, 1:], emb_out, ctx), alpha
 
-    # beam search may pass `enc` with one row per sentence and G = N / B consecutive state rows
-    # (hypotheses) per sentence; see `step_features`
-    grouped_encoder = True
+    grouped_encoder = True  # see `step_features`
     graph_loops_supported = True
     # W_s (once per sentence, its dtype read in init_state) stays float
     int8_linears = ("U_a", "C", "W_in", "W_a", "U_zr", "U", "U_o", "V_o", "C_o", "W_o")
@@ -170,24 +167,9 @@ class FastRNNSearch(Accelerated, RNNSearch):
         ctx = torch.bmm(alpha.unsqueeze(1).to(enc.annotations.dtype), enc.annotations).squeeze(1)
         return self.deep_output(state, s_new, self.V_o(emb), ctx), s_new, alpha
 
-    def _state_products(self, s: Tensor) -> tuple[Tensor, ...]:
-        """(W_a s, [U_z; U_r] s), and U_o s + b_o with readout "prev"."""
-        stack = self.decode_stacks.get("state")
-        if stack is not None:
-            return stack(s).split(stack.sizes, dim=1)
-        return tuple(getattr(self, name)(s) for name in self._state_layers())
-
     def _state_layers(self) -> tuple[str, ...]:
         """The layers a decoding step applies to s_{i-1}."""
         return ("W_a", "U_zr") + (("U_o",) if self.config.readout == "prev" else ())
-
-    def _embedding_products(self, prev_tokens: Tensor) -> Tensor:
-        """[W; W_z; W_r] E y + b and V_o E y side by side (N, 3d + 2l)."""
-        stack = self.decode_stacks.get("embedding")
-        if stack is not None:
-            return stack(prev_tokens)
-        emb = self.drop_tgt(self.tgt_embed(prev_tokens))
-        return torch.cat([self.W_in(emb), self.V_o(emb)], dim=1)
 
     def _step_grouped(self, prev_tokens: Tensor, s: Tensor, enc: EncoderOut
                       ) -> tuple[Tensor, Tensor, Tensor]:
@@ -200,10 +182,20 @@ class FastRNNSearch(Accelerated, RNNSearch):
             raise ValueError(f"{N} state rows cannot be grouped over {B} sentences")
         G = N // B
         d = self.config.dec_hidden
-        q = self._state_products(s)
+        stack = self.decode_stacks.get("state")
+        if stack is not None:  # q: (W_a s, [U_z; U_r] s), and U_o s + b_o with readout "prev"
+            q = stack(s).split(stack.sizes, dim=1)
+        else:
+            q = tuple(getattr(self, name)(s) for name in self._state_layers())
         e = additive_scores_grouped(q[0].view(B, G, -1), enc.keys, self.v_a, enc.mask)  # (B, G, S)
         alpha = masked_softmax(e, enc.mask.unsqueeze(1))  # (B, G, S)
-        x = self._embedding_products(prev_tokens).view(B, G, -1)
+        stack = self.decode_stacks.get("embedding")
+        if stack is not None:  # x: [W; W_z; W_r] E y + b and V_o E y side by side (N, 3d + 2l)
+            x = stack(prev_tokens)
+        else:
+            emb = self.drop_tgt(self.tgt_embed(prev_tokens))
+            x = torch.cat([self.W_in(emb), self.V_o(emb)], dim=1)
+        x = x.view(B, G, -1)
         alpha_v = alpha.to(enc.step_values.dtype)
         if x.dtype == enc.step_values.dtype:  # a fresh tensor: the sum goes into it (no copy of it)
             x = x.baddbmm_(alpha_v, enc.step_values).view(N, -1)
