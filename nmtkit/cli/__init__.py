@@ -199,8 +199,12 @@ def _run(argv: list[str] | None, debug: bool) -> None:
     except click.exceptions.Abort as err:  # click's form of KeyboardInterrupt, SIGTERM's included
         stop = err.__cause__ or err.__context__
         if isinstance(stop, Terminated):
-            unwinding = _error_unwinding(stop)
-            if unwinding is not None and not debug:  # the error is what ended the command, not the SIGTERM
+            # an nmtkit error unwinding the command when SIGTERM arrived (torchrun stops every rank as
+            # soon as one fails, while the others clean up after their own error) is what ended it
+            unwinding = stop.__context__
+            while unwinding is not None and not isinstance(unwinding, NmtkitError):
+                unwinding = unwinding.__context__
+            if unwinding is not None and not debug:
                 click.echo(f"nmtkit: error: {unwinding}", err=True)
                 sys.exit(unwinding.exit_code)
             click.echo("nmtkit: terminated", err=True)
@@ -235,8 +239,7 @@ def _run(argv: list[str] | None, debug: bool) -> None:
         if debug or not _out_of_memory(err):
             raise
         reason = first_line(err) or type(err).__name__
-        names = cli.list_commands(click.Context(cli))
-        command = next((a for a in (sys.argv[1:] if argv is None else argv) if a in names), "")
+        command = next((a for a in (sys.argv[1:] if argv is None else argv) if a in SUBCOMMANDS), "")
         advice = _MEMORY_ADVICE.get(command)
         click.echo(f"nmtkit: error: out of memory: {reason}" + (f" ({advice})" if advice else ""), err=True)
         sys.exit(1)
@@ -246,17 +249,6 @@ def _run(argv: list[str] | None, debug: bool) -> None:
 _MEMORY_ADVICE = {"train": "smaller model sizes, --batch-size or --max-tokens need less",
                   "translate": "a smaller --batch-size or --max-tokens needs less",
                   "serve": "a smaller --batch-size or --max-tokens needs less"}
-
-
-def _error_unwinding(stop: BaseException) -> NmtkitError | None:
-    """The nmtkit error that was unwinding the command when SIGTERM arrived, if any (torchrun
-    stops every rank as soon as one fails, while the others clean up after their own error)."""
-    seen = stop.__context__
-    while seen is not None:
-        if isinstance(seen, NmtkitError):
-            return seen
-        seen = seen.__context__
-    return None
 
 
 def _click_error_line(err: click.ClickException) -> str:
@@ -274,6 +266,5 @@ def _out_of_memory(err: BaseException) -> bool:
     (CUDA) or its CPU allocator's RuntimeError."""
     if isinstance(err, MemoryError):
         return True
-    torch = sys.modules.get("torch")
-    oom = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    oom = getattr(sys.modules.get("torch"), "OutOfMemoryError", None)
     return (oom is not None and isinstance(err, oom)) or "can't allocate memory" in str(err)

@@ -51,8 +51,7 @@ def _converter(name: str, convert: Callable[[Any], Any]) -> Callable:
         try:
             return convert(value)
         except ConfigError as err:
-            text = str(err)
-            raise click.BadParameter(text[len(name) + 2:] if text.startswith(f"{name}: ") else text) from None
+            raise click.BadParameter(str(err).removeprefix(f"{name}: ")) from None
 
     return callback
 
@@ -101,20 +100,17 @@ def config_values(cls: type, options: dict[str, Any], given_only: bool = False) 
     field the command does not have is left out). A `workers` option not given is all cores
     where its CLI default is None over a number default."""
     out = {}
-    all_cores = False
     for field, spec in option_fields(cls):
         if field.name not in options:
             continue
-        value = options.get(field.name)
-        if field.name == "workers":
-            all_cores = value is None and spec.cli_default is None and field.default is not None
+        value = options[field.name]
         if value is None and given_only:
             continue
+        if field.name == "workers" and value is None and spec.cli_default is None and field.default is not None:
+            value = available_cores()
         if spec.multiple:
             value = (tuple if str(field.type).startswith("tuple") else list)(value or ())
         out[field.name] = value
-    if all_cores and "workers" in out:
-        out["workers"] = available_cores()
     return out
 
 
@@ -165,14 +161,9 @@ class StageBars:
         return self.progress.__exit__(*exc)
 
 
-@contextlib.contextmanager
-def stage_progress(quiet: bool, make_bars: Callable[[], StageBars]) -> Iterator[StageBars | None]:
+def stage_progress(quiet: bool, make_bars: Callable[[], StageBars]) -> contextlib.AbstractContextManager:
     """The progress callback of a run: `make_bars()` where `progress_enabled(quiet)`, else None."""
-    if not progress_enabled(quiet):
-        yield None
-        return
-    with make_bars() as bars:
-        yield bars
+    return make_bars() if progress_enabled(quiet) else contextlib.nullcontext()
 
 
 @contextlib.contextmanager

@@ -79,8 +79,7 @@ def preprocess_cmd(quiet: bool, **options: Any) -> None:
     quiet_warnings(quiet)
     from nmtkit import preprocess
 
-    values = config_values(PreprocessConfig, options)
-    config = PreprocessConfig(**values)
+    config = PreprocessConfig(**config_values(PreprocessConfig, options))
     console = make_console()
     with stage_progress(quiet, lambda: _bars(console)) as progress:
         manifest = preprocess.run(config, progress)

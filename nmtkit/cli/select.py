@@ -29,8 +29,7 @@ def select_data_cmd(quiet: bool, **options: Any) -> None:
     quiet_warnings(quiet)
     from nmtkit.select import run
 
-    values = config_values(SelectConfig, options)
-    cfg = SelectConfig(**values)
+    cfg = SelectConfig(**config_values(SelectConfig, options))
     with stage_progress(quiet, lambda: _bars(make_console())) as progress:
         summary = run(cfg, progress)
     if not quiet:

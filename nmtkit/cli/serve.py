@@ -6,7 +6,6 @@ the request `Limits` (whose max_beam is `--beam`).
 """
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
@@ -42,9 +41,4 @@ def serve_cmd(**options: Any) -> None:
     config = ServeConfig(**config_values(ServeConfig, options), limits=limits,
                          decode=DecodeConfig(**config_values(DecodeConfig, options), workers=1),
                          search=SearchConfig(**config_values(SearchConfig, options), beam=limits.max_beam))
-
-    def say(msg: str) -> None:
-        click.echo(f"nmtkit: {msg}", err=True)
-
-    run(config, announce=say)
-    sys.stdout.flush()
+    run(config, announce=lambda msg: click.echo(f"nmtkit: {msg}", err=True))

@@ -17,6 +17,7 @@ import click
 from nmtkit.cli.common import (
     config_options,
     config_values,
+    make_console,
     path_callback,
     progress_enabled,
     quiet_option,
@@ -99,8 +100,7 @@ def _ppl(ppl: float, decimals: int) -> str:
 def _fmt_time(seconds: float | None) -> str:
     if seconds is None or seconds != seconds or seconds == float("inf"):
         return "-"
-    seconds = int(seconds)
-    h, rem = divmod(seconds, 3600)
+    h, rem = divmod(int(seconds), 3600)
     m, s = divmod(rem, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
@@ -137,21 +137,16 @@ class Reporter(Callbacks):
                 f"{event.batches_per_epoch:,} minibatches per epoch, from update {event.update:,}")
         if event.fused:  # else the first update looks hung on a fresh GPU machine
             line += "; the first updates compile the fused steps (up to a minute where nothing is cached)"
-        if self.quiet:
+        if not self.live:  # quiet, or stderr is no terminal: a log line unless quiet
+            self.on_message(line)
             return
-        if self.live:
-            from rich.live import Live
+        from rich.live import Live
 
-            from nmtkit.cli.common import make_console
-
-            console = make_console()
-            console.print(line)
-            self.update, self.epoch = event.update, event.epoch
-            self.progress = Live(get_renderable=self._render, console=console, refresh_per_second=4,
-                                 transient=False)
-            self.progress.start()
-        else:
-            click.echo(f"nmtkit train: {line}", err=True)
+        console = make_console()
+        console.print(line)
+        self.update, self.epoch = event.update, event.epoch
+        self.progress = Live(get_renderable=self._render, console=console, refresh_per_second=4, transient=False)
+        self.progress.start()
 
     def _render(self):
         """Three lines: progress and ETA, training statistics, last dev score."""
@@ -161,15 +156,10 @@ class Reporter(Callbacks):
         from rich.text import Text
 
         head = Table.grid(padding=(0, 1))
-        total = f"/{self.total:,}" if self.total else ""
-        pct = f" ({100 * self.update / self.total:.0f}%)" if self.total else ""
-        if self.total:
-            head.add_row(Text("train", style="bold"), ProgressBar(total=self.total, completed=self.update, width=24),
-                         Text(f"update {self.update:,}{total}{pct}  epoch {self.epoch}  "
-                              f"ETA {_fmt_time(self._eta(self.update))}"))
-        else:
-            head.add_row(Text("train", style="bold"),
-                         Text(f"update {self.update:,}  epoch {self.epoch}  ETA {_fmt_time(self._eta(self.update))}"))
+        total = f"/{self.total:,} ({100 * self.update / self.total:.0f}%)" if self.total else ""
+        bar = [ProgressBar(total=self.total, completed=self.update, width=24)] if self.total else []
+        head.add_row(Text("train", style="bold"), *bar, Text(f"update {self.update:,}{total}  epoch {self.epoch}  "
+                                                             f"ETA {_fmt_time(self._eta(self.update))}"))
         r = self.last
         stats = (f"loss {r.loss:.3f}  ppl {_ppl(r.ppl, 1)}  lr {r.lr:.3g}  "
                  f"{r.tgt_tokens_per_s:,.0f} tgt tok/s" if r is not None else "loss -")
@@ -190,9 +180,7 @@ class Reporter(Callbacks):
 
     def on_log(self, event: LogEvent) -> None:
         self.last = event
-        if self.quiet:
-            return
-        if self.progress is None:
+        if not self.quiet and self.progress is None:
             click.echo(f"nmtkit train: update {event.update:,} | epoch {event.epoch} | loss {event.loss:.4f} | "
                        f"ppl {_ppl(event.ppl, 2)} | lr {event.lr:.3g} | {event.tgt_tokens_per_s:,.0f} tgt tok/s | "
                        f"ETA {_fmt_time(self._eta(event.update))}", err=True)
@@ -201,14 +189,8 @@ class Reporter(Callbacks):
         bleu = "" if event.bleu is None else f" BLEU {event.bleu:.2f}"
         best = "  (best)" if event.best else ""
         self.dev = f"loss {event.loss:.3f}  ppl {_ppl(event.ppl, 1)}{bleu}  at update {event.update:,}{best}"
-        if self.quiet:
-            return
-        line = (f"validation at update {event.update:,}: dev loss {event.loss:.3f} ppl {_ppl(event.ppl, 1)}{bleu}"
-                f"{' (best)' if event.best else ''}")
-        if self.progress is not None:
-            self.progress.console.print(line)
-        else:
-            click.echo(f"nmtkit train: {line}", err=True)
+        self.on_message(f"validation at update {event.update:,}: dev loss {event.loss:.3f} "
+                        f"ppl {_ppl(event.ppl, 1)}{bleu}{' (best)' if event.best else ''}")
 
     def on_config(self, text: str) -> None:
         if not self.quiet:

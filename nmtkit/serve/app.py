@@ -224,7 +224,7 @@ def batch_size(translator: Translator, config: ServeConfig) -> int:
 
 async def _checked(request: web.Request, check: Callable) -> Any:
     """The request's body, read within the limits (size from the header first, then the bytes;
-    time) and checked by `check` (`limits.check_request` or `check_onmt_request`)."""
+    time) and checked by `check` (`check_request` or `check_onmt_request`)."""
     config: ServeConfig = request.app[STATE]["config"]
     limits = config.limits
     if request.content_type != "application/json":
@@ -395,25 +395,16 @@ def make_app(translator: Translator, config: ServeConfig,
     app = web.Application(middlewares=[_middleware(None if config.quiet else log_line, AllowedHosts.of(config))],
                           client_max_size=config.limits.max_body_bytes)
 
-    search = config.search
-
     def translate(lines, beam, nbest, attention):  # a request's lines, as "<request>:N" in warnings
-        return translator._translate_buffer(list(enumerate(lines, 1)), replace(search, beam=beam, nbest=nbest),
+        return translator._translate_buffer(list(enumerate(lines, 1)), replace(config.search, beam=beam, nbest=nbest),
                                             attention, source="<request>")
 
-    app[BATCHER] = Batcher(translate, batch_size(translator, config), config.batch_delay_ms / 1000, thread)
+    batcher = app[BATCHER] = Batcher(translate, batch_size(translator, config), config.batch_delay_ms / 1000, thread)
     app[STATE] = {"config": config, "model": model_name(translator), "info": model_info(translator, config),
                   "page": resources.files("nmtkit.serve").joinpath("page.html").read_text(encoding="utf-8"),
                   "started": time.monotonic()}
-
-    async def start_batcher(app: web.Application) -> None:
-        await app[BATCHER].start()
-
-    async def stop_batcher(app: web.Application) -> None:
-        await app[BATCHER].stop()
-
-    app.on_startup.append(start_batcher)
-    app.on_cleanup.append(stop_batcher)  # after in-flight requests are answered (runner.cleanup)
+    app.on_startup.append(lambda app: batcher.start())
+    app.on_cleanup.append(lambda app: batcher.stop())  # after in-flight requests are answered (runner.cleanup)
     app.router.add_post("/translate", translate_route)
     app.router.add_post("/translator/translate", onmt_route)
     app.router.add_get("/health", health_route)

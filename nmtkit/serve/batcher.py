@@ -108,10 +108,6 @@ class _Job:
             self.future.cancel()
         return self.future.done()
 
-    @property
-    def key(self) -> tuple[int, int]:
-        return self.beam, self.nbest
-
 
 @dataclass
 class BatchStats:
@@ -224,7 +220,7 @@ class Batcher:
                 break
             if job.dropped():
                 continue
-            if job.key != first.key or size + len(job.lines) > self.batch_size:
+            if (job.beam, job.nbest) != (first.beam, first.nbest) or size + len(job.lines) > self.batch_size:
                 skipped.append(job)
                 continue
             group.append(job)
@@ -235,36 +231,26 @@ class Batcher:
     async def _run(self) -> None:
         assert self._thread is not None
         while True:
-            group = await self._gather()
-            group = [job for job in group if not job.dropped()]  # clients that went away
-            if not group:
-                continue
-            try:
+            group = [job for job in await self._gather() if not job.dropped()]  # clients that went away
+            if group:
                 await self._serve_group(group)
-            except NmtkitError:  # one request's line (a protected pattern past its time limit): only it fails
-                for job in group:
-                    try:
-                        await self._serve_group([job])
-                    except Exception as err:  # noqa: BLE001 - handed to the request
-                        if not job.future.done():
-                            job.future.set_exception(err)
-            except Exception as err:  # noqa: BLE001 - handed to every waiting request
-                for job in group:
-                    if not job.future.done():
-                        job.future.set_exception(err)
 
-    async def _serve_group(self, group: list) -> None:
-        """Translate the lines of `group`'s requests as one batch and answer each its own; an
-        NmtkitError from a line of a group of several requests is raised, answered by the caller."""
+    async def _serve_group(self, group: list[_Job]) -> None:
+        """Translate the lines of `group`'s requests as one batch and answer each its own. An
+        NmtkitError (one request's line: a protected pattern past its time limit) fails only that
+        request: a group of several is then served one request at a time."""
         lines = [line for job in group for line in job.lines]
         attention = any(job.attention for job in group)
         try:
             results = await self._thread.run(self.translate, lines, group[0].beam, group[0].nbest, attention)
-        except NmtkitError as err:
-            if len(group) > 1:
-                raise
-            if not group[0].future.done():
-                group[0].future.set_exception(err)
+        except Exception as err:  # noqa: BLE001 - handed to every waiting request
+            if isinstance(err, NmtkitError) and len(group) > 1:
+                for job in group:
+                    await self._serve_group([job])
+                return
+            for job in group:
+                if not job.future.done():
+                    job.future.set_exception(err)
             return
         self.stats.batches += 1
         self.stats.requests += len(group)
