@@ -73,8 +73,7 @@ def metric_list(value: str) -> list[str]:
 
 @dataclass(frozen=True)
 class ScoreConfig:
-    """Every option of `nmtkit score` (one field per CLI option; `nmtkit score`'s options are
-    generated from these fields)."""
+    """Every option of `nmtkit score`, one field each (its click options are generated from them)."""
 
     hyp_paths: list[str] = option(
         names=("--hyp",), multiple=True, required=True, metavar="FILE", path="file",
@@ -174,9 +173,9 @@ def _check_options(o: ScoreConfig) -> None:
         raise ConfigError("--significance needs at least two --hyp files (the first is the baseline)")
     if sum(p == "-" for p in list(o.hyp_paths) + list(o.ref_paths) + [o.src_path or ""]) > 1:
         raise ConfigError("only one input can be read from stdin ('-')")
-    if o.plot_path and not o.plot_path.lower().endswith(".png"):
-        raise ConfigError(f"--plot writes a PNG: give a file name ending in .png, not {o.plot_path!r}")
-    if o.plot_path:  # before any scoring: score has no --force, a plot is redrawn in place
+    if o.plot_path:  # checked before any scoring: score has no --force, a plot is redrawn in place
+        if not o.plot_path.lower().endswith(".png"):
+            raise ConfigError(f"--plot writes a PNG: give a file name ending in .png, not {o.plot_path!r}")
         check_outputs_vs_inputs(
             inputs=[*(("--hyp", p) for p in o.hyp_paths), *(("--ref", p) for p in o.ref_paths), ("--src", o.src_path),
                     ("-m", o.model_path), ("--data", o.data_dir)],
@@ -226,8 +225,7 @@ def _read_inputs(o: ScoreConfig) -> _Inputs:
 
 def _check_ter_bound(files: Sequence[tuple[str, Sequence[str]]]) -> None:
     """An InputError naming the first line of `files` longer than TER is computed for: its shift
-    search grows faster than the square of a line's length (one 10 KB line took 52 s, a 1 MB one
-    filled 23 GB)."""
+    search grows faster than the square of a line's length."""
     for path, lines in files:
         for number, line in enumerate(lines, 1):
             if len(line) > TER_MAX_WORDS and len(line.split()) > TER_MAX_WORDS:

@@ -45,10 +45,8 @@ class MetricScore:
 
     def format(self) -> str:
         """One line: `LABEL|signature = score verbose`, sacrebleu's own layout."""
-        text = f"{self.label} = {self.score:.2f}"
-        if self.verbose:
-            text += f" {self.verbose}"
-        return f"{text}  [{self.signature}]"
+        verbose = f" {self.verbose}" if self.verbose else ""
+        return f"{self.label} = {self.score:.2f}{verbose}  [{self.signature}]"
 
     def to_dict(self) -> dict[str, Any]:
         d = {"metric": self.key, "name": self.name, "label": self.label, "score": round(self.score, 4),
@@ -60,13 +58,10 @@ class MetricScore:
 
 
 def make_metric(key: str, tokenize: str | None = None, lowercase: bool = False):
-    """A fresh sacrebleu metric object for "bleu", "chrf" or "ter".
-
-    `tokenize` and `lowercase` apply to BLEU only, as sacrebleu's -tok and -lc do; chrF and
-    TER keep sacrebleu's defaults (chrF case-sensitive, TER case-insensitive). BLEU is made with
-    sacrebleu's `force`: its check for tokenised hypotheses (three lines on stderr) is
-    `corpus_scores`' one-line warning here.
-    """
+    """A fresh sacrebleu metric object for "bleu", "chrf" or "ter". `tokenize` and `lowercase` apply
+    to BLEU only, as sacrebleu's -tok and -lc do; chrF and TER keep sacrebleu's defaults (chrF
+    case-sensitive, TER case-insensitive). BLEU is made with sacrebleu's `force`: its check for
+    tokenised hypotheses (three lines on stderr) is `corpus_scores`' one-line warning here."""
     from sacrebleu.metrics import BLEU, CHRF, TER
 
     if key == "bleu":
@@ -76,10 +71,8 @@ def make_metric(key: str, tokenize: str | None = None, lowercase: bool = False):
             # sacrebleu's message spans lines ("...\n\n    pip install sacrebleu[ja]"): one line of it
             reason = " ".join(str(err).split()) or type(err).__name__
             raise ConfigError(f"cannot use BLEU tokenizer {tokenize!r}: {reason}") from None
-    if key == "chrf":
-        return CHRF()
-    if key == "ter":
-        return TER()
+    if key in ("chrf", "ter"):
+        return CHRF() if key == "chrf" else TER()
     raise ConfigError(f"unknown metric {key!r}; choose from {', '.join(METRICS)}")
 
 
@@ -102,11 +95,8 @@ def _verbose(score) -> str:
 
 def corpus_scores(hyps: Sequence[str], refs: Sequence[Sequence[str]], metrics: Sequence[str] = METRICS,
                   tokenize: str | None = None, lowercase: bool = False) -> list[MetricScore]:
-    """sacrebleu corpus scores of `hyps` against the reference streams `refs`.
-
-    `refs` is a list of streams, each as long as `hyps` (several references per sentence).
-    Returns one MetricScore per entry of `metrics`, in that order.
-    """
+    """sacrebleu corpus scores of `hyps` against the reference streams `refs` (each as long as `hyps`:
+    several references per sentence), one MetricScore per entry of `metrics`, in that order."""
     _check_streams(hyps, refs)
     tokenised = sum(h.endswith(" .") for h in hyps)
     if "bleu" in metrics and tokenised >= TOKENISED_PERIODS:  # sacrebleu's own test, as one line
@@ -150,10 +140,8 @@ def moses_tokenize_lines(lines: Iterable[str], lang: str, workers: int = 1) -> l
 
     from nmtkit.text.parallel import parallel_map
 
-    lines = list(lines)
-    if len(lines) < 2000:  # one chunk anyway: a process pool would only add start-up time
-        workers = 1
-    return list(parallel_map(partial(_moses_line, lang=lang), lines, workers=workers))
+    lines = list(lines)  # under 2,000 lines, one chunk anyway: a process pool would only add start-up time
+    return list(parallel_map(partial(_moses_line, lang=lang), lines, workers=workers if len(lines) >= 2000 else 1))
 
 
 def _moses_line(line: str, lang: str) -> str:
@@ -163,13 +151,11 @@ def _moses_line(line: str, lang: str) -> str:
 
 
 def multibleu(hyps_tok: Sequence[str], refs_tok: Sequence[Sequence[str]], lang: str | None = None) -> MetricScore:
-    """multi-bleu.perl on already tokenised text: whitespace tokens, case-sensitive, no smoothing.
-
-    Same figures as `multi-bleu.perl REF < HYP`: clipped n-gram precisions (n = 1..4) summed over
-    the corpus, their geometric mean (0 when any is 0), brevity penalty exp(1 - r/c) when c < r
-    with r the sum of the closest reference lengths (the shorter on ties). `lang` (the Moses
-    tokeniser's language, when known) goes into the signature.
-    """
+    """multi-bleu.perl on already tokenised text: whitespace tokens, case-sensitive, no smoothing. Same
+    figures as `multi-bleu.perl REF < HYP`: clipped n-gram precisions (n = 1..4) summed over the
+    corpus, their geometric mean (0 when any is 0), brevity penalty exp(1 - r/c) when c < r with r
+    the sum of the closest reference lengths (the shorter on ties). `lang` (the Moses tokeniser's
+    language, when known) goes into the signature."""
     from sacrebleu.metrics import BLEU
 
     _check_streams(hyps_tok, refs_tok)
@@ -218,14 +204,12 @@ def paired_bootstrap(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequenc
                      tokenize: str | None = None, lowercase: bool = False
                      ) -> tuple[dict[str, str], list[SignificanceRow]]:
     """Paired bootstrap resampling (Koehn 2004) of every system against the first (the baseline).
-
     Calls sacrebleu's `PairedTest(test_type='bs')`, which replicates Moses'
     `bootstrap-hypothesis-difference-significance.pl`: the same `n_samples` resampled sentence
     sets for all systems; p = (#{|diff*| - mean > |diff|} + 1) / (n + 1), where Moses counts >=.
     The two differ only for a difference of exactly 0 (a system against itself, or one whose
     every sentence scores the same), which gets p = 1 here, as in Moses. Deterministic for a
-    given `seed` (>= 1; sacrebleu treats 0 as "unseeded"). Returns (signature per metric, rows).
-    """
+    given `seed` (>= 1; sacrebleu treats 0 as "unseeded"). Returns (signature per metric, rows)."""
     from unittest import mock
 
     from sacrebleu.significance import PairedTest
@@ -244,10 +228,8 @@ def paired_bootstrap(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequenc
                           test_type="bs", n_samples=n_samples, n_jobs=1)
         sigs, scores = test()
     rows = []
-    names = scores["System"]
+    names = scores.pop("System")
     for metric_name, results in scores.items():
-        if metric_name == "System":
-            continue
         baseline = float(results[0].score)
         for name, res in zip(names, results):
             p = res.p_value

@@ -73,10 +73,6 @@ class ScoreReport:
     by_length: ByLengthResult | None = None
     significance: SignificanceResult | None = None
 
-    @property
-    def names(self) -> list[str]:
-        return [s.name for s in self.systems]
-
 
 def render(report: ScoreReport, as_json: bool) -> str:
     """The command's stdout: `format_json` or `format_text`."""
@@ -137,15 +133,13 @@ def format_text(report: ScoreReport) -> str:
         b = report.by_length
         text.append(f"BLEU by source sentence length (Moses tokens of {b.src}; sacrebleu BLEU"
                     f"{', and paper-style BLEU' if b.paper_bleu else ''})")
-        text.append(format_length_table(b.rows, report.names))
+        text.append(format_length_table(b.rows, [s.name for s in report.systems]))
         text.append("")
     if report.significance is not None:
         g = report.significance
         text.append(format_significance(g.rows, g.samples, g.seed))
         text.append("")
-    while text and text[-1] == "":
-        text.pop()
-    return "\n".join(text) + "\n"
+    return "\n".join(text).rstrip("\n") + "\n"  # no blank line at the end
 
 
 def _no_unk_text(u: NoUnkResult, multi: bool) -> list[str]:
@@ -190,19 +184,13 @@ def format_significance(rows: Sequence[SignificanceRow], n_samples: int, seed: i
     """A plain table per metric: system, score, bootstrap mean ± 95% CI, p-value vs baseline."""
     out = [f"Paired bootstrap resampling: {n_samples} samples, seed {seed}; "
            f"baseline = first system; * = p < {alpha}"]
-    metrics = list(dict.fromkeys(r.metric for r in rows))
-    for m in metrics:
-        mrows = [r for r in rows if r.metric == m]
+    for m in dict.fromkeys(r.metric for r in rows):
         out.append("")
-        header = ["system", m, "mean ± 95% CI", "p-value"]
-        body = []
-        for r in mrows:
+        body = [["system", m, "mean ± 95% CI", "p-value"]]
+        for r in [x for x in rows if x.metric == m]:
             ci = "-" if r.mean is None else f"{r.mean:.2f} ± {r.ci:.2f}"
-            if r.p_value is None:
-                p = "(baseline)"
-            else:
-                p = f"{r.p_value:.4f}" + (" *" if r.p_value < alpha else "")
+            p = "(baseline)" if r.p_value is None else f"{r.p_value:.4f}" + (" *" if r.p_value < alpha else "")
             body.append([r.system, f"{r.score:.2f}", ci, p])
-        out.extend(_aligned([header] + body))
+        out.extend(_aligned(body))
     return "\n".join(out)
 

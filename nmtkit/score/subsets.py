@@ -37,28 +37,16 @@ def no_unk_indices(src: Sequence[str], refs: Sequence[Sequence[str]],
                    encode_src: Callable[[str], list[str]], encode_tgt: Callable[[str], list[str]],
                    src_vocab: Iterable[str] | set[str], tgt_vocab: Iterable[str] | set[str]) -> list[int]:
     """Indices of sentences whose source and every reference have no out-of-vocabulary token.
-
     `encode_src` / `encode_tgt` turn a raw line into the tokens the vocabulary sees (the model's
     pipeline: normalise, tokenise, case, BPE). The special symbols (<unk>, <pad>, ...) count as
-    unknown: a literal "<unk>" in the text is the model's UNK too.
-    """
+    unknown: a literal "<unk>" in the text is the model's UNK too."""
     from nmtkit.text.vocab import SPECIALS
 
     src_known = set(src_vocab) - set(SPECIALS)
     tgt_known = set(tgt_vocab) - set(SPECIALS)
     check_counts(("the source", len(src)), [("the references", len(r)) for r in refs])
-    kept = []
-    for i, line in enumerate(src):
-        if not all(t in src_known for t in encode_src(line)):
-            continue
-        if all(all(t in tgt_known for t in encode_tgt(r[i])) for r in refs):
-            kept.append(i)
-    return kept
-
-
-def vocab_is_bpe(*vocabs: Iterable[str]) -> bool:
-    """True when a vocabulary holds subword-nmt continuation tokens ("xx@@")."""
-    return any(tok.endswith(SEPARATOR) for v in vocabs for tok in v)
+    return [i for i, line in enumerate(src) if all(t in src_known for t in encode_src(line))
+            and all(all(t in tgt_known for t in encode_tgt(r[i])) for r in refs)]
 
 
 @dataclass
@@ -74,7 +62,8 @@ class ModelText:
 
 
 def _pipeline_text(pipe: Any, src_vocab: list[str], tgt_vocab: list[str], origin: str) -> ModelText:
-    uses_bpe = bool(pipe.bpe) or vocab_is_bpe(src_vocab, tgt_vocab)
+    # a vocabulary with subword-nmt continuation tokens ("xx@@") is BPE too
+    uses_bpe = bool(pipe.bpe) or any(tok.endswith(SEPARATOR) for v in (src_vocab, tgt_vocab) for tok in v)
     return ModelText(lambda s: pipe.encode(s, "src"), lambda s: pipe.encode(s, "tgt"),
                      list(src_vocab), list(tgt_vocab), uses_bpe, origin)
 
@@ -107,11 +96,8 @@ def model_text_from_data_dir(data_dir: str | Path) -> ModelText:
 
 
 def bucket_of(length: int, width: int, max_length: int) -> int:
-    """Bucket index of a sentence of `length` words: (0, w] -> 0, (w, 2w] -> 1, ..., > max -> last.
-
-    Empty sentences fall in the first bucket. With width 10 and max 60 the buckets are
-    1-10, 11-20, ..., 51-60, >60 (seven buckets).
-    """
+    """Bucket index of a sentence of `length` words: (0, w] -> 0, (w, 2w] -> 1, ..., > max -> last;
+    empty sentences fall in the first. Width 10, max 60: 1-10, 11-20, ..., 51-60, >60 (seven buckets)."""
     if length > max_length:
         return (max_length + width - 1) // width
     return max(0, (length - 1) // width)
@@ -149,12 +135,9 @@ def bleu_by_length(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequence[
                    tokenize: str | None = None, lowercase: bool = False,
                    paper_tok: tuple[Sequence[Sequence[str]], Sequence[Sequence[str]]] | None = None
                    ) -> list[LengthBucket]:
-    """Corpus BLEU of each system on the sentences of each source-length bucket.
-
-    `systems` is a list of (name, hypotheses); `src_lengths[i]` the length of source sentence i
-    in words. `paper_tok = (hyps_tok per system, refs_tok)` adds paper-style BLEU per bucket.
-    Every bucket is listed, empty ones with BLEU None.
-    """
+    """Corpus BLEU of each system, (name, hypotheses), on the sentences of each source-length bucket
+    (`src_lengths[i]`: source sentence i's length in words); every bucket is listed, empty ones with
+    BLEU None. `paper_tok = (hyps_tok per system, refs_tok)` adds paper-style BLEU per bucket."""
     if width < 1 or max_length < 1:
         raise ConfigError("--bucket-width and --max-length must be positive")
     check_counts(("the source", len(src_lengths)), [(name, len(hyps)) for name, hyps in systems])
@@ -166,14 +149,9 @@ def bleu_by_length(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequence[
     for b, (label, idx) in enumerate(zip(labels, members)):
         lo = 0 if b == 0 else b * width + 1
         hi = None if b == len(labels) - 1 else min((b + 1) * width, max_length)
-        bleu: dict[str, float | None] = {}
-        pbleu: dict[str, float | None] = {}
-        for s, (name, hyps) in enumerate(systems):
-            if not idx:
-                bleu[name] = None
-                if paper_tok is not None:
-                    pbleu[name] = None
-                continue
+        bleu: dict[str, float | None] = {name: None for name, _ in systems}  # None stays for an empty bucket
+        pbleu: dict[str, float | None] = dict(bleu) if paper_tok is not None else {}
+        for s, (name, hyps) in enumerate(systems if idx else ()):
             metric = make_metric("bleu", tokenize=tokenize, lowercase=lowercase)
             bleu[name] = float(metric.corpus_score(subset(hyps, idx), [subset(r, idx) for r in refs]).score)
             if paper_tok is not None:
@@ -185,13 +163,9 @@ def bleu_by_length(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequence[
 
 def plot_by_length(rows: Sequence[LengthBucket], names: Sequence[str], path: str | Path,
                    title: str = "BLEU by source sentence length") -> None:
-    """Draw BLEU against source-length bucket, one line per system (paper Figure 2), to a PNG.
-
-    Solid lines: sacrebleu BLEU. When the rows carry paper-style BLEU, each system also gets a
-    dashed line of the same colour for it.
-
-    Written to a temporary name and renamed, so a failed run leaves no partial file.
-    """
+    """Draw BLEU against source-length bucket, one solid line per system (paper Figure 2), to a PNG;
+    paper-style BLEU, when the rows carry it, as a dashed line of the same colour. Written to a
+    temporary name and renamed, so a failed run leaves no partial file."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)

@@ -29,11 +29,8 @@ LM_SPECIALS = (BOS, EOS, UNK)
 
 @dataclass
 class LMVocab:
-    """Token <-> id map shared by the in-domain and the out-of-domain LM of one language.
-
-    Ids: 0 `<s>`, 1 `</s>`, 2 `<unk>`, then the words in order of decreasing count (ties by
-    string). Any token not in it maps to `<unk>`.
-    """
+    """Token <-> id map shared by the in-domain and the out-of-domain LM of one language. Ids: 0 `<s>`,
+    1 `</s>`, 2 `<unk>`, then the words by decreasing count (ties by string); any other token is `<unk>`."""
 
     itos: list[str]
     stoi: dict[str, int] = field(init=False, repr=False)
@@ -72,13 +69,11 @@ class LMVocab:
         words = list(chain.from_iterable(sentences))
         get = self.flat_stoi.get
         ids = np.fromiter(map(get, words, repeat(LM_UNK_ID)), dtype=np.int64, count=len(words))
-        return _assemble(ids, lens)
+        return flat_batch(ids, lens)
 
     def encode_lines(self, lines: Sequence[str], lowercase: bool = False) -> "FlatBatch":
         """Already tokenised lines (tokens separated by whitespace) -> one FlatBatch."""
-        if lowercase:
-            return self.encode_batch([line.lower().split() for line in lines])
-        return self.encode_batch([line.split() for line in lines])
+        return self.encode_batch([(line.lower() if lowercase else line).split() for line in lines])
 
 
 @dataclass
@@ -100,16 +95,12 @@ def flatten(sentences: Sequence[Sequence[int]]) -> FlatBatch:
     """Sentences of ids (without `<s>`, `</s>`) -> one FlatBatch."""
     lens = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
     ids = np.fromiter(chain.from_iterable(sentences), dtype=np.int64, count=int(lens.sum()))
-    return _assemble(ids, lens)
+    return flat_batch(ids, lens)
 
 
 def flat_batch(ids: np.ndarray, lens: np.ndarray) -> FlatBatch:
     """Word ids (W,) of sentences of lengths lens (N,), of any integer dtype -> their FlatBatch."""
-    return _assemble(np.asarray(ids, dtype=np.int64), np.asarray(lens, dtype=np.int64))
-
-
-def _assemble(ids: np.ndarray, lens: np.ndarray) -> FlatBatch:
-    """Word ids (W,) of sentences of lengths lens (N,) -> their FlatBatch."""
+    ids, lens = np.asarray(ids, dtype=np.int64), np.asarray(lens, dtype=np.int64)
     sizes = lens + 2
     starts = np.zeros(lens.size, dtype=np.int64)
     np.cumsum(sizes[:-1], out=starts[1:])
@@ -129,13 +120,9 @@ DEFAULT_DISCOUNTS = (0.5, 1.0, 1.5)
 
 
 def kn_discounts(adjusted_counts: np.ndarray) -> tuple[float, float, float]:
-    """(D1, D2, D3+) from the count-of-counts n1..n4 of one order (Chen & Goodman eq. 26).
-
-    Falls back to DEFAULT_DISCOUNTS, discount by discount, where the estimate is undefined or
-    outside (0, j] (which happens on tiny corpora).
-    """
-    n = np.bincount(np.minimum(adjusted_counts, 5).astype(np.int64), minlength=6)[1:5].astype(np.float64)
-    n1, n2, n3, n4 = n
+    """(D1, D2, D3+) from the count-of-counts n1..n4 of one order (Chen & Goodman eq. 26), each falling
+    back to its DEFAULT_DISCOUNTS where the estimate is undefined or outside (0, j] (tiny corpora)."""
+    n1, n2, n3, n4 = np.bincount(np.minimum(adjusted_counts, 5).astype(np.int64), minlength=6)[1:5].astype(np.float64)
     out = []
     y = n1 / (n1 + 2 * n2) if n1 + 2 * n2 > 0 else float("nan")
     for j, (num, den) in enumerate(((n2, n1), (n3, n2), (n4, n3)), start=1):
@@ -268,10 +255,9 @@ def _unigram_probs(a1: np.ndarray, d1: tuple[float, ...], V: int) -> np.ndarray:
     """(V,) p_1: discounted unigrams interpolated with the uniform distribution over the
     predicted vocabulary (every id but `<s>`)."""
     total = float(a1.sum())
-    nn = [np.count_nonzero(a1 == 1), np.count_nonzero(a1 == 2), np.count_nonzero(a1 >= 3)]
-    gamma1 = (d1[0] * nn[0] + d1[1] * nn[1] + d1[2] * nn[2]) / total
-    n_pred = V - 1
-    unigram = np.maximum(a1 - _discount(a1, d1), 0.0) / total + gamma1 / n_pred
+    gamma1 = (d1[0] * np.count_nonzero(a1 == 1) + d1[1] * np.count_nonzero(a1 == 2)
+              + d1[2] * np.count_nonzero(a1 >= 3)) / total
+    unigram = np.maximum(a1 - _discount(a1, d1), 0.0) / total + gamma1 / (V - 1)
     unigram[LM_BOS_ID] = 0.0
     return unigram
 
@@ -319,7 +305,7 @@ class NgramLM:
     """An interpolated modified Kneser-Ney LM over ids of one `LMVocab` (size V).
 
     Build with `NgramLM.estimate(sentences, vocab_size, order)`; score with
-    `sentence_logprobs` (batched, vectorised) or `prob` / `context_distribution` (one context).
+    `batch_cross_entropies` (batched, vectorised) or `prob` / `context_distribution` (one context).
 
     Every sentence is `<s> w1 ... wL </s>` with one `<s>`, only ever context; the predicted
     vocabulary is every id but `<s>`, and for any context its probabilities sum to 1. The highest
@@ -348,13 +334,10 @@ class NgramLM:
     @classmethod
     def estimate(cls, sentences: Sequence[Sequence[int]] | FlatBatch, vocab_size: int, order: int = 4,
                  discounts: Sequence[tuple[float, float, float]] | None = None) -> "NgramLM":
-        """Count and smooth. `sentences`: id lists without `<s>`/`</s>`, ids < vocab_size (or
-        their FlatBatch).
-
-        `discounts` (one triple per order 1..n) overrides the count-of-counts estimate (tests).
-        Phases: `_count` (raw counts per order), `_adjusted_counts` (Kneser-Ney continuation
-        counts), the discounts, `_unigram_probs`, `_interpolate` (orders 2..n).
-        """
+        """Count and smooth `sentences`: id lists without `<s>`/`</s>`, ids < vocab_size (or their
+        FlatBatch). `discounts` (one triple per order 1..n) overrides the count-of-counts estimate
+        (tests). Phases: `_count` (raw counts per order), `_adjusted_counts` (Kneser-Ney
+        continuation counts), the discounts, `_unigram_probs`, `_interpolate` (orders 2..n)."""
         if order < 1:
             raise ValueError("order must be >= 1")
         V = int(vocab_size)
@@ -388,22 +371,25 @@ class NgramLM:
             row = pos
         return row
 
-    def _history(self, context: Sequence[int]) -> list[int]:
+    def _context_rows(self, context: Sequence[int]) -> list[tuple[_Order, int]]:
+        """(order-k table, row of the context's last k - 1 ids in order k - 1) for k = 2, 3, ... while
+        that suffix of the context was seen: an unseen one and every longer one back off with weight 1."""
         ctx = list(context)[-(self.order - 1):] if self.order > 1 else []
         if LM_BOS_ID in ctx[1:]:
             raise ValueError("<s> may only start a context")
-        return ctx
+        rows = []
+        for k in range(2, len(ctx) + 2):
+            row = self._row(ctx[len(ctx) - (k - 1):])
+            if row < 0:
+                break
+            rows.append((self.orders[k - 2], row))
+        return rows
 
     def prob(self, context: Sequence[int], word: int) -> float:
         """p(word | context) by the recursive definition, one n-gram at a time (reference path)."""
-        ctx = self._history(context)
+        rows = self._context_rows(context)
         p = float(self.unigram[word])
-        for k in range(2, len(ctx) + 2):
-            h = ctx[len(ctx) - (k - 1):]
-            row = self._row(h)
-            if row < 0:
-                break  # unseen context: this and every longer one back off with weight 1
-            o = self.orders[k - 2]
+        for o, row in rows:
             key = row * self.vocab_size + int(word)
             pos = int(np.searchsorted(o.keys, key))
             found = pos < o.keys.size and o.keys[pos] == key
@@ -412,14 +398,9 @@ class NgramLM:
 
     def context_distribution(self, context: Sequence[int]) -> np.ndarray:
         """(V,) p(w | context) for every id at once (0 for `<s>`); sums to 1."""
-        ctx = self._history(context)
         p = self.unigram.copy()
         V = self.vocab_size
-        for k in range(2, len(ctx) + 2):
-            row = self._row(ctx[len(ctx) - (k - 1):])
-            if row < 0:
-                break
-            o = self.orders[k - 2]
+        for o, row in self._context_rows(context):
             lo, hi = np.searchsorted(o.keys, [row * V, (row + 1) * V])
             p *= o.gamma[row]
             p[o.keys[lo:hi] % V] += o.disc_prob[lo:hi]
@@ -457,11 +438,8 @@ class NgramLM:
         return -total / batch.lens / math.log(2.0)
 
     def token_logprobs(self, sentences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-        """Natural-log probability of every predicted token (words and `</s>`), batched.
-
-        Returns (logp, sent) where logp (P,) float64 follows the sentences in order, and
-        sent (P,) int64 is the sentence index of each value (P = sum(len + 1)).
-        """
+        """Natural-log p of every predicted token (words and `</s>`), batched: (logp (P,) float64 in
+        sentence order, sent (P,) int64 the sentence of each), P = sum(len + 1)."""
         batch = flatten(sentences)
         logp = self.batch_logprobs(batch)
         pred = batch.dist > 0
@@ -469,10 +447,7 @@ class NgramLM:
         return logp[pred], sent[pred]
 
     def cross_entropies(self, sentences: Sequence[Sequence[int]]) -> np.ndarray:
-        """(N,) per-token cross-entropy in bits of each sentence: -log2 p(s) / (len(s) + 1).
-
-        The `+ 1` counts `</s>`, which the model predicts like a word.
-        """
+        """`batch_cross_entropies` of id lists (without `<s>`, `</s>`)."""
         return self.batch_cross_entropies(flatten(sentences))
 
     def sizes(self) -> list[int]:
@@ -495,23 +470,17 @@ class NgramLM:
         return probs
 
     def write_arpa(self, fh: TextIO, itos: Sequence[str]) -> None:
-        """Write the model in ARPA back-off format (exactly the same distribution).
-
-        For an interpolated model the ARPA probability of a stored n-gram is its interpolated
-        probability and the back-off weight of an n-gram is its gamma as a context; every
-        stored n-gram's prefix and suffix are stored too, so back-off reproduces p exactly.
-        """
+        """Write the model in ARPA back-off format, exactly the same distribution: a stored n-gram's
+        ARPA probability is its interpolated one and its back-off weight its gamma as a context;
+        every stored n-gram's prefix and suffix are stored too, so back-off reproduces p exactly."""
         V = self.vocab_size
         words = [np.arange(V, dtype=np.int64)[:, None]]
         for o in self.orders:
             ctx = o.keys // V
             words.append(np.concatenate([words[-1][ctx], (o.keys % V)[:, None]], axis=1))
         probs = self.interpolated(words)
-        fh.write("\\data\\\n")
-        fh.write(f"ngram 1={V}\n")
-        for k, o in enumerate(self.orders, start=2):
-            fh.write(f"ngram {k}={o.keys.size}\n")
-        fh.write("\n")
+        sizes = [V] + [o.keys.size for o in self.orders]
+        fh.write("\\data\\\n" + "".join(f"ngram {k}={n}\n" for k, n in enumerate(sizes, start=1)) + "\n")
         for k in range(1, self.order + 1):
             fh.write(f"\\{k}-grams:\n")
             prob = probs[k - 1]  # one row per n-gram of order k
@@ -520,9 +489,7 @@ class NgramLM:
             for r in range(prob.size):
                 lp = -99.0 if prob[r] <= 0 else math.log10(prob[r])
                 text = " ".join(itos[i] for i in w[r])
-                if bow is not None:
-                    fh.write(f"{lp:.7f}\t{text}\t{math.log10(bow[r]):.7f}\n")
-                else:
-                    fh.write(f"{lp:.7f}\t{text}\n")
+                tail = "" if bow is None else f"\t{math.log10(bow[r]):.7f}"
+                fh.write(f"{lp:.7f}\t{text}{tail}\n")
             fh.write("\n")
         fh.write("\\end\\\n")

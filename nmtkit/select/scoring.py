@@ -60,18 +60,15 @@ class Corpus:
     @classmethod
     def open(cls, prefixes: Sequence[str], src_lang: str, tgt_lang: str) -> "Corpus":
         """Resolve the files and check that each pair has as many lines on both sides."""
-        srcs, tgts, counts, nbytes, tbytes = [], [], [], 0, 0
+        parts = []
         for prefix in prefixes:
             s, t = resolve_input(prefix, src_lang), resolve_input(prefix, tgt_lang)
             check_distinct(s, t)
             (ns, bs), (nt, bt) = count_lines(s), count_lines(t)
             check_counts((s, ns), [(t, nt)], PARALLEL_WHY)
-            srcs.append(s)
-            tgts.append(t)
-            counts.append(ns)
-            nbytes += bs
-            tbytes += bt
-        return cls(srcs, tgts, counts, nbytes, tbytes)
+            parts.append((s, t, ns, bs, bt))
+        srcs, tgts, counts, sbytes, tbytes = zip(*parts)
+        return cls(list(srcs), list(tgts), list(counts), sum(sbytes), sum(tbytes))
 
     def locate(self, i: int) -> tuple[int, int]:
         """(part, 1-based line) of the 0-based pair number i."""
@@ -135,10 +132,6 @@ class TextOpts:
     pipeline: TextPipeline
     input_format: str
 
-    @property
-    def lowercase(self) -> bool:
-        return self.pipeline.lowercase
-
     def tokens(self, line: str, side: str) -> list[str]:
         p = self.pipeline
         return p.case(p.tokenize_from(line, side, self.input_format), side)
@@ -163,14 +156,11 @@ class Scorer:
         """(N, 3) float64 of lines in the configured input format: H_in, H_out, tokens."""
         o = self.opts
         if o.input_format == "tok":  # fast path: split and look up the whole chunk at once
-            batch = self.vocab.encode_lines(lines, o.lowercase)
+            batch = self.vocab.encode_lines(lines, o.pipeline.lowercase)
         else:
             batch = self.vocab.encode_batch([o.tokens(line, self.side) for line in lines])
-        out = np.empty((batch.lens.size, 3))
-        out[:, 0] = self.lm_in.batch_cross_entropies(batch)
-        out[:, 1] = self.lm_out.batch_cross_entropies(batch)
-        out[:, 2] = batch.lens - 1
-        return out
+        return np.stack([self.lm_in.batch_cross_entropies(batch), self.lm_out.batch_cross_entropies(batch),
+                         batch.lens - 1], axis=1)
 
 
 def score_block(block: Block) -> np.ndarray:
@@ -255,10 +245,8 @@ def _format_rows(lo: int) -> str:
 
 def write_scores(path: str, scores: np.ndarray, h: np.ndarray, lens: np.ndarray, mask: np.ndarray,
                   workers: int = 1) -> None:
-    """TSV: line (1-based pool line), score, h_in_src, h_out_src, h_in_tgt, h_out_tgt, src/tgt tokens, selected.
-
-    Formatting runs over `workers` processes, which see the arrays by fork.
-    """
+    """TSV: line (1-based pool line), score, h_in_src, h_out_src, h_in_tgt, h_out_tgt, src/tgt tokens,
+    selected; formatted over `workers` processes, which see the arrays by fork."""
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("line\tscore\th_in_src\th_out_src\th_in_tgt\th_out_tgt\tsrc_tokens\ttgt_tokens\tselected\n")
         starts = range(0, scores.size, _SCORE_ROWS)

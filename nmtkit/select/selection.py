@@ -52,12 +52,10 @@ def method_scores(method: str, h: np.ndarray) -> np.ndarray:
 
 def select_indices(scores: np.ndarray, src_tokens: np.ndarray, lines: int | None = None,
                    words: int | None = None, fraction: float | None = None) -> tuple[np.ndarray, bool]:
-    """Rows to keep, in pool order, and whether the budget exceeded what the pool offers.
-
-    Ranking: lowest score first, ties by pool position (stable sort); a row scored +inf (a pair
-    with an empty side) is never kept. `words` counts source tokens and keeps the smallest
-    prefix of the ranking that reaches it; `fraction` is of all the pool's rows.
-    """
+    """Rows to keep, in pool order, and whether the budget exceeded what the pool offers. Ranking:
+    lowest score first, ties by pool position (stable sort); a row scored +inf (a pair with an empty
+    side) is never kept. `words` counts source tokens and keeps the smallest prefix of the ranking
+    that reaches it; `fraction` is of all the pool's rows."""
     pool = scores.size
     order = np.argsort(scores, kind="stable")[: int(np.isfinite(scores).sum())]
     n = order.size
@@ -210,14 +208,6 @@ def tokinfo_warnings(cfg: SelectConfig, corpora: Sequence[Corpus], pipeline: Tex
     return out
 
 
-def check_selectable(empty: np.ndarray, pool: Corpus) -> None:
-    """`empty` (n_pool,): the pairs with an empty side, which are never selected. InputError
-    when that is every pair: the outputs would be empty files and a score of inf a line."""
-    if empty.all():
-        raise InputError(f"none of the pool's {len(empty)} pairs has text on both sides: nothing to select",
-                         pool.src_paths[0])
-
-
 # ---------------------------------------------------------------------- the command
 def _type_id(types: dict[str, int], tokens: list[str]) -> list[int]:
     """Each token's number in `types`, a new token getting the next one."""
@@ -237,12 +227,10 @@ def _vocab_and_ids(types: dict[str, int], ids: np.ndarray, min_count: int) -> tu
 
 def _open_corpora(cfg: SelectConfig) -> tuple[Corpus, Corpus]:
     """The in-domain corpus and the pool, line counts checked, neither empty."""
-    ind = Corpus.open(cfg.in_domain, cfg.src_lang, cfg.tgt_lang)
-    pool = Corpus.open(cfg.pool, cfg.src_lang, cfg.tgt_lang)
-    if ind.total == 0:
-        raise InputError("the in-domain text is empty", ind.src_paths[0])
-    if pool.total == 0:
-        raise InputError("the pool is empty", pool.src_paths[0])
+    ind, pool = (Corpus.open(prefixes, cfg.src_lang, cfg.tgt_lang) for prefixes in (cfg.in_domain, cfg.pool))
+    for corpus, what in ((ind, "the in-domain text"), (pool, "the pool")):
+        if corpus.total == 0:
+            raise InputError(f"{what} is empty", corpus.src_paths[0])
     return ind, pool
 
 
@@ -267,8 +255,7 @@ def _out_sample(opts: TextOpts, ind: Corpus, pool: Corpus, src_tokens_in: int, c
     tokenised, then taken in a random order until the token count is reached."""
     n_pool = pool.total
     rng = np.random.default_rng(cfg.seed)
-    in_bytes = ind.src_bytes
-    want = min(n_pool, int(math.ceil(2.0 * in_bytes / max(pool.src_bytes / n_pool, 1.0))) + 16)
+    want = min(n_pool, int(math.ceil(2.0 * ind.src_bytes / max(pool.src_bytes / n_pool, 1.0))) + 16)
     picked = np.sort(rng.choice(n_pool, size=want, replace=False))
     sample_lines: list[tuple[str, str]] = []
     j = 0
@@ -289,15 +276,6 @@ def _out_sample(opts: TextOpts, ind: Corpus, pool: Corpus, src_tokens_in: int, c
     return sample.take(perm[:int(np.searchsorted(before, src_tokens_in, side="left"))])
 
 
-def _estimate(opts: TextOpts, ind: IdPairs, out_sample: IdPairs, vocabs: tuple[LMVocab, LMVocab],
-              cfg: SelectConfig, side: str) -> Scorer:
-    """One side's two LMs: H_in's on the in-domain text, H_out's on the pool sample."""
-    s = ("src", "tgt").index(side)
-    V = len(vocabs[s])
-    return Scorer(opts, side, vocabs[s], lm_in=NgramLM.estimate(ind.batch(s), V, cfg.order),
-                  lm_out=NgramLM.estimate(out_sample.batch(s), V, cfg.order))
-
-
 def _score_pool(cfg: SelectConfig, opts: TextOpts, corpora: tuple[Corpus, Corpus], ids: tuple[IdPairs, IdPairs],
                 ind_sizes: dict[str, int], vocabs: tuple[LMVocab, LMVocab], tmp: dict[str, str], progress: Progress,
                 timings: dict[str, float], warnings: list[str]) -> tuple[np.ndarray, np.ndarray, dict[str, dict[str, Any]]]:
@@ -312,8 +290,8 @@ def _score_pool(cfg: SelectConfig, opts: TextOpts, corpora: tuple[Corpus, Corpus
     lms: dict[str, dict[str, Any]] = {}
     timings["lm_estimate_s"] = timings["score_s"] = 0.0
     for s, side in enumerate(("src", "tgt")):
-        t = time.perf_counter()
-        scorer = _estimate(opts, ids[0], ids[1], vocabs, cfg, side)
+        t = time.perf_counter()  # H_in's LM on the in-domain text, H_out's on the pool sample
+        scorer = Scorer(opts, side, vocabs[s], *(NgramLM.estimate(i.batch(s), len(vocabs[s]), cfg.order) for i in ids))
         timings["lm_estimate_s"] += time.perf_counter() - t
         warnings += _warn(lm_warnings(cfg, ind, ind_sizes, scorer))
         lms[f"in_{side}"], lms[f"out_{side}"] = _lm_summary(scorer.lm_in), _lm_summary(scorer.lm_out)
@@ -381,7 +359,9 @@ def run(cfg: SelectConfig, progress: Progress | None = None) -> dict:
         scores = method_scores(cfg.method, h)
         empty = (lens == 0).any(axis=1)
         scores[empty] = np.inf  # an empty line scores as a short, likely sentence: never a pair to train on
-        check_selectable(empty, pool)
+        if empty.all():  # the outputs would be empty files and a score of inf a line
+            raise InputError(f"none of the pool's {n_pool} pairs has text on both sides: nothing to select",
+                             pool.src_paths[0])
         keep, over = select_indices(scores, lens[:, 0], cfg.lines, cfg.words, cfg.fraction)
         warnings += _budget_warnings(cfg, over, n_pool, lens, int(empty.sum()))
         warnings += _warn(flat_score_warnings(scores, pool, cfg.method))
@@ -412,12 +392,9 @@ def _summary(cfg: SelectConfig, ind: Corpus, pool: Corpus, vocabs: tuple[LMVocab
     `lms`: `_lm_summary` of each LM by name; `sizes`: the in-domain text's and the out-of-domain
     sample's sizes."""
     (src_vocab, tgt_vocab), n_pool = vocabs, pool.total
-    part_sel, start = [], 0
-    for n in pool.lines:
-        part_sel.append(int(mask[start:start + n].sum()))
-        start += n
+    part_sel = [int(part.sum()) for part in np.split(mask, np.cumsum(pool.lines)[:-1])]
     sel_scores = scores[mask]
-    summary = {
+    return {
         "method": cfg.method,
         "settings": asdict(cfg),
         "cross_entropy": "per-token bits, -log2 p(sentence) / (tokens + 1): </s> counts as a token",
@@ -437,7 +414,6 @@ def _summary(cfg: SelectConfig, ind: Corpus, pool: Corpus, vocabs: tuple[LMVocab
         "warnings": warnings,
         "timings": {k: round(v, 3) for k, v in timings.items()},
     }
-    return summary
 
 
 # ---- what select-data writes: PREFIX.{src,tgt} (the selected pairs, lines as in the pool),
@@ -473,9 +449,8 @@ def output_paths(cfg: SelectConfig, records: dict[str, dict[str, Any]]) -> dict[
            "summary": f"{d}.summary.json"}
     out.update({f"{side}_tokinfo": path for side, path in _record_paths(cfg).items() if side in records})
     if cfg.write_arpa:
-        for which in ("in", "out"):
-            for side, lang in (("src", cfg.src_lang), ("tgt", cfg.tgt_lang)):
-                out[f"arpa_{which}_{side}"] = f"{d}.{which}.{lang}.arpa"
+        out.update({f"arpa_{which}_{side}": f"{d}.{which}.{lang}.arpa" for which in ("in", "out")
+                    for side, lang in (("src", cfg.src_lang), ("tgt", cfg.tgt_lang))})
     return out
 
 
