@@ -70,25 +70,19 @@ class SplitWriter:
         with `cumulative`, as [0, running sums...] (lengths -> offsets)."""
         dtype = np.dtype(dtype)
         header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (n,)}
-        written = 0
         with open(path, "wb") as out, open(raw, "rb") as f:
             np.lib.format.write_array_header_1_0(out, header)
+            start = out.tell()
             if not cumulative:
                 shutil.copyfileobj(f, out, self.BLOCK * dtype.itemsize)
-                written = n
             else:
-                out.write(np.zeros(1, dtype=dtype).tobytes())
-                written, running = 1, 0
-                while True:
-                    block = np.fromfile(f, dtype=dtype, count=self.BLOCK)
-                    if not len(block):
-                        break
-                    sums = np.cumsum(block, dtype=dtype)
-                    sums += running
-                    running = int(sums[-1])
+                sums = np.zeros(1, dtype=dtype)
+                out.write(sums.tobytes())
+                while len(block := np.fromfile(f, dtype=dtype, count=self.BLOCK)):
+                    sums = np.cumsum(block, dtype=dtype) + sums[-1]
                     out.write(sums.tobytes())
-                    written += len(block)
-        assert written == n and path.stat().st_size >= n * dtype.itemsize, (path, written, n)
+            written = (out.tell() - start) // dtype.itemsize
+        assert written == n, (path, written, n)
 
 
 def check_npy(path: str | Path, expected_len: int | None = None) -> int:
@@ -226,8 +220,7 @@ class BatchingConfig:
 
 def keep_pairs(src_lens: np.ndarray, tgt_lens: np.ndarray, max_len: int | None) -> np.ndarray:
     """Indices of the pairs used for training: both sides non-empty and at most `max_len` tokens."""
-    src_lens = np.asarray(src_lens)
-    tgt_lens = np.asarray(tgt_lens)
+    src_lens, tgt_lens = np.asarray(src_lens), np.asarray(tgt_lens)
     ok = (src_lens > 0) & (tgt_lens > 0)
     if max_len is not None:
         ok &= (src_lens <= max_len) & (tgt_lens <= max_len)
@@ -242,24 +235,29 @@ def over_budget(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int) -> 
 
 def _split_pool(pool: np.ndarray, src_lens: np.ndarray, tgt_lens: np.ndarray, cfg: BatchingConfig) -> list[np.ndarray]:
     """Sort one pool by length (target, then source) and cut it into minibatches."""
-    order = np.lexsort((src_lens[pool], tgt_lens[pool]))  # last key is the primary one
-    pool = pool[order]
+    pool = pool[np.lexsort((src_lens[pool], tgt_lens[pool]))]  # last key is the primary one
     if cfg.max_tokens is None:
         bs = int(cfg.batch_size)  # type: ignore[arg-type]
         return [pool[i : i + bs] for i in range(0, len(pool), bs)]
+    # the longer of source and target (+EOS)
+    costs = np.maximum(src_lens[pool].astype(np.int64), tgt_lens[pool].astype(np.int64) + 1)
+    return _cut(pool, costs, cfg.batch_size, cfg.max_tokens)
+
+
+def _cut(order: np.ndarray, costs: np.ndarray, batch_size: int | None, max_tokens: int) -> list[np.ndarray]:
+    """`order` cut in turn into batches of at most `batch_size` items (None: any number) whose number
+    times their largest cost (`costs`, one per item) is at most `max_tokens` (an item over it alone)."""
     batches: list[np.ndarray] = []
     start, longest = 0, 0
-    for i, k in enumerate(pool):
-        cost = max(int(src_lens[k]), int(tgt_lens[k]) + 1)  # the longer of source and target (+EOS)
+    for i, cost in enumerate(costs.tolist()):
         n = i - start + 1
-        too_many = cfg.batch_size is not None and n > cfg.batch_size
-        if n > 1 and (too_many or max(longest, cost) * n > cfg.max_tokens):
-            batches.append(pool[start:i])
+        if n > 1 and ((batch_size is not None and n > batch_size) or max(longest, cost) * n > max_tokens):
+            batches.append(order[start:i])
             start, longest = i, cost
         else:
             longest = max(longest, cost)
-    if start < len(pool):
-        batches.append(pool[start:])
+    if start < len(order):
+        batches.append(order[start:])
     return batches
 
 
@@ -267,11 +265,8 @@ def epoch_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, cfg: BatchingConfi
                   indices: np.ndarray | None = None) -> list[np.ndarray]:
     """The minibatches (arrays of pair indices) of one epoch, in training order: each of
     `indices` (default: all pairs) in exactly one, a pair over the token budget alone."""
-    src_lens = np.asarray(src_lens)
-    tgt_lens = np.asarray(tgt_lens)
-    if indices is None:
-        indices = np.arange(len(src_lens), dtype=np.int64)
-    indices = np.asarray(indices, dtype=np.int64)
+    src_lens, tgt_lens = np.asarray(src_lens), np.asarray(tgt_lens)
+    indices = np.arange(len(src_lens), dtype=np.int64) if indices is None else np.asarray(indices, dtype=np.int64)
     rng = np.random.default_rng([int(seed), int(epoch), 0x6E6D74])  # independent of every other RNG in the run
     order = rng.permutation(indices) if cfg.shuffle else indices
     out: list[np.ndarray] = []
@@ -304,18 +299,7 @@ def length_batches(lengths: Sequence[int] | np.ndarray, batch_size: int, max_tok
     order = indices[np.argsort(-keys if longest_first else keys, kind="stable")]
     if max_tokens is None:
         return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    batches: list[np.ndarray] = []
-    start, longest = 0, 0
-    for k, i in enumerate(order):
-        n = k - start  # sentences already in the batch
-        width = max(longest, int(lengths[i]))
-        if n and (n >= batch_size or (n + 1) * width > max_tokens):
-            batches.append(order[start:k])
-            start, width = k, int(lengths[i])
-        longest = width
-    if start < len(order):
-        batches.append(order[start:])
-    return batches
+    return _cut(order, lengths[order], batch_size, max_tokens)
 
 
 def pad_rows(rows: Sequence[Sequence[int] | np.ndarray], pad: int = PAD_ID, width: int | None = None) -> np.ndarray:

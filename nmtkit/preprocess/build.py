@@ -126,12 +126,12 @@ def encode_ranges(task: tuple[str, str, list[tuple[int, int, int, int]]]) -> dic
     """`encode_chunk` over consecutive byte ranges (src start, end, tgt start, end) of the
     tokenised training files that pass 1 wrote (valid UTF-8, one pair per line)."""
     src, tgt, ranges = task
-    with open(src, "rb") as fs, open(tgt, "rb") as ft:
-        fs.seek(ranges[0][0])
-        ft.seek(ranges[0][2])
-        s_lines = decode_lines(fs.read(ranges[-1][1] - ranges[0][0]), src, file_start=ranges[0][0] == 0)
-        t_lines = decode_lines(ft.read(ranges[-1][3] - ranges[0][2]), tgt, file_start=ranges[0][2] == 0)
-    return encode_chunk(list(zip(s_lines, t_lines)))
+    sides = []
+    for path, k in ((src, 0), (tgt, 2)):
+        with open(path, "rb") as f:
+            f.seek(ranges[0][k])
+            sides.append(decode_lines(f.read(ranges[-1][k + 1] - ranges[0][k]), path, file_start=ranges[0][k] == 0))
+    return encode_chunk(list(zip(*sides)))
 
 
 class _Chunk(list):
@@ -211,11 +211,10 @@ def _learn(config: PreprocessConfig, base: TextPipeline, word_counts: dict[str, 
     cased = {side: piece_counts(word_counts[side], functools.partial(pipeline.case, side=side)) for side in SIDES}
     bpe_info: dict[str, Any] = {}
     if config.bpe is not None:
-        stage = "learn BPE"
-        report(stage, 0, None)
+        report("learn BPE", 0, None)
         setting, bpe_info = _learn_bpe(config, cased, out, langs)
         pipeline = pipeline.with_(bpe=setting)
-        report(stage, 1, 1)
+        report("learn BPE", 1, 1)
     vocabs = {}
     for side in SIDES:
         counts = piece_counts(cased[side], functools.partial(pipeline.apply_bpe, side=side))
@@ -269,15 +268,6 @@ def _check_outputs(config: PreprocessConfig) -> None:
     check_outputs_vs_inputs(inputs, replaced_dirs=[("--dest", config.dest)])
 
 
-def _install(tmp: Path, dest: Path, force: bool) -> None:
-    """Move the finished temp directory to `dest`, replacing an old one only now."""
-    _check_dest(dest, force)
-    old = swap_in_dir(tmp, dest)
-    if old is not None:
-        log.warning("the replaced data directory could not be deleted whole; what is left of it is %s: "
-                    "delete it by hand", old)
-
-
 def _warm_up(p: TextPipeline, config: PreprocessConfig) -> None:
     """Build sacremoses' tokenisers (and their regexes) once, before workers fork, instead of in
     every worker of every stage."""
@@ -316,11 +306,8 @@ def _check_inputs(config: PreprocessConfig, base: TextPipeline,
 
 
 def run(config: PreprocessConfig, progress: Progress | None = None) -> dict[str, Any]:
-    """Run the whole preprocessing; returns the manifest (also written to DEST/manifest.json).
-
-    Raises NmtkitError subclasses for user mistakes; on any failure nothing is left at DEST
-    (an existing DEST is untouched) and the temp directory is removed.
-    """
+    """Run the whole preprocessing; returns the manifest (also written to DEST/manifest.json). Raises
+    NmtkitError subclasses for user mistakes; on any failure DEST is as it was and the temp directory removed."""
     if not isinstance(config, PreprocessConfig):
         raise TypeError(f"preprocess takes a PreprocessConfig, not {type(config).__name__}")
     base = config.base_pipeline()  # a bad --protect fails before anything is read or written
@@ -349,16 +336,18 @@ def run(config: PreprocessConfig, progress: Progress | None = None) -> dict[str,
         manifest["files"] = sorted([str(p.relative_to(tmp)) for p in tmp.rglob("*") if not p.is_dir()]
                                    + ["manifest.json"])
         _write_manifest(tmp / "manifest.json", manifest)
-        _install(tmp, dest, config.force)
-    except OSError as err:  # disk full, permissions...: a user-facing error, not a traceback
+        _check_dest(dest, config.force)  # the finished directory replaces an old one only now
+        old = swap_in_dir(tmp, dest)
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
         remove_folders(created)
-        raise OutputError(f"cannot write the data directory: {err.strerror or err}",
-                          err.filename or str(dest)) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        remove_folders(created)
+        if isinstance(err, OSError):  # disk full, permissions...: a user-facing error, not a traceback
+            raise OutputError(f"cannot write the data directory: {err.strerror or err}",
+                              err.filename or str(dest)) from None
         raise
+    if old is not None:
+        log.warning("the replaced data directory could not be deleted whole; what is left of it is %s: "
+                    "delete it by hand", old)
     return manifest
 
 
@@ -406,7 +395,6 @@ def _tokenize_train(config: PreprocessConfig, report: Progress, base: TextPipeli
     read = [0]
     state = {"pipeline": base.to_dict(), "input_format": config.input_format, "max_len": config.max_len,
              "max_ratio": config.max_ratio, "truecase": config.truecase}
-    pos = [0, 0]
     train_src, train_tgt = config.files(config.train)
     with open(res_all.tok_paths["src"], "wb") as fs, open(res_all.tok_paths["tgt"], "wb") as ft:
         chunks = pair_chunks(train_src, train_tgt, config.chunk_size, read,
@@ -415,12 +403,10 @@ def _tokenize_train(config: PreprocessConfig, report: Progress, base: TextPipeli
             for res in parallel_map(tokenize_clean_chunk, chunks, config.workers, chunk_size=1,
                                     state=state, prepare=prepare_state):
                 if res["kept"]:
-                    bs, bt = (res["src"] + "\n").encode("utf-8"), (res["tgt"] + "\n").encode("utf-8")
-                    fs.write(bs)
-                    ft.write(bt)
-                    res_all.tok_ranges.append((pos[0], pos[0] + len(bs), pos[1], pos[1] + len(bt)))
-                    pos[0] += len(bs)
-                    pos[1] += len(bt)
+                    start = (fs.tell(), ft.tell())
+                    fs.write((res["src"] + "\n").encode("utf-8"))
+                    ft.write((res["tgt"] + "\n").encode("utf-8"))
+                    res_all.tok_ranges.append((start[0], fs.tell(), start[1], ft.tell()))
                 res_all.kept += res["kept"]
                 res_all.drops.update(res["drops"])
                 for side in SIDES:
@@ -450,8 +436,7 @@ def _encode_split(config: PreprocessConfig, report: Progress, name: str, prefix:
     stage = f"encode + binarise {name}"
     report(stage, 0, total)
     writers = {side: SplitWriter(out, work, name, langs[side]) for side in SIDES}
-    words = {"src": 0, "tgt": 0}
-    unk = {"src": 0, "tgt": 0}
+    words, unk = dict.fromkeys(SIDES, 0), dict.fromkeys(SIDES, 0)
     done = 0
     try:
         for res in parallel_map(func, tasks, config.workers, chunk_size=1,
@@ -482,28 +467,9 @@ def _encode_split(config: PreprocessConfig, report: Progress, name: str, prefix:
     }
 
 
-def _manifest(config: PreprocessConfig, pipeline: TextPipeline, vocabs: dict[str, Vocab], bpe_info: dict,
-              split_stats: dict[str, Any], timings: dict[str, float], cpu: dict[str, float]) -> dict[str, Any]:
-    """manifest.json (without "inputs", which `run` adds)."""
-    return new_manifest(
-        config.src_lang, config.tgt_lang,
-        {"src": f"vocab.{config.src_lang}.txt", "tgt": f"vocab.{config.tgt_lang}.txt",
-         "src_size": len(vocabs["src"]), "tgt_size": len(vocabs["tgt"]),
-         "size_cap": {side: config.vocab_size(side) for side in SIDES}},
-        nmtkit_version=__version__,
-        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        pipeline=pipeline.to_dict(),
-        bpe=bpe_info or None,
-        splits=split_stats,
-        settings=config.to_dict(),
-        timings_s={k: round(v, 3) for k, v in timings.items()},
-        main_cpu_s={k: round(v, 3) for k, v in cpu.items()},
-    )
-
-
 def _build(config: PreprocessConfig, base: TextPipeline, report: Progress, out: Path, work: Path,
            line_counts: dict[str, int]) -> dict[str, Any]:
-    """Pass 1 over train, learning, every split encoded -> the manifest (without "inputs");
+    """Pass 1 over train, learning, every split encoded -> the manifest (without "inputs", which `run` adds);
     `base`: the pipeline's steps 0-3 (`config.base_pipeline()`)."""
     timings: dict[str, float] = {}  # wall seconds per stage
     cpu: dict[str, float] = {}  # CPU seconds of this (main) process per stage
@@ -526,4 +492,17 @@ def _build(config: PreprocessConfig, base: TextPipeline, report: Progress, out: 
         with _timed(f"encode + binarise {name}", timings, cpu):
             split_stats[name] = _encode_split(config, report, name, prefix, state, train, line_counts[name], out,
                                               work)
-    return _manifest(config, pipeline, vocabs, bpe_info, split_stats, timings, cpu)
+    return new_manifest(
+        config.src_lang, config.tgt_lang,
+        {"src": f"vocab.{config.src_lang}.txt", "tgt": f"vocab.{config.tgt_lang}.txt",
+         "src_size": len(vocabs["src"]), "tgt_size": len(vocabs["tgt"]),
+         "size_cap": {side: config.vocab_size(side) for side in SIDES}},
+        nmtkit_version=__version__,
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        pipeline=pipeline.to_dict(),
+        bpe=bpe_info or None,
+        splits=split_stats,
+        settings=config.to_dict(),
+        timings_s={k: round(v, 3) for k, v in timings.items()},
+        main_cpu_s={k: round(v, 3) for k, v in cpu.items()},
+    )

@@ -108,10 +108,7 @@ class PreprocessConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict of every field (manifest["settings"])."""
-        d = asdict(self)
-        d["test"] = list(self.test)
-        d["protect"] = list(self.protect)
-        return d
+        return {**asdict(self), "test": list(self.test), "protect": list(self.protect)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "PreprocessConfig":
@@ -137,9 +134,7 @@ class PreprocessConfig:
     def vocab_size(self, side: str) -> int | None:
         """Effective cap: the given size, else 30000 for words and no cap for BPE."""
         v = self.src_vocab_size if side == "src" else self.tgt_vocab_size
-        if v is None and self.bpe is None:
-            return DEFAULT_WORD_VOCAB
-        return v
+        return DEFAULT_WORD_VOCAB if v is None and self.bpe is None else v
 
     def splits(self) -> list[tuple[str, str]]:
         """(split name, file prefix): train, valid, then test, test1, test2, ..."""

@@ -134,7 +134,7 @@ def _read_error(err: BaseException, path: str | Path) -> InputError:
     return InputError(f"cannot read (corrupt or truncated gzip?): {err}", str(path))
 
 
-def _scan(path: str | Path, block_size: int, h=None) -> tuple[int, int]:
+def count_lines(path: str | Path, block_size: int = 1 << 22, h=None) -> tuple[int, int]:
     """(lines, bytes) of a file's (gunzipped) text in one pass, feeding `h` (a hashlib object) if given.
     A last line without a final newline still counts as a line (unlike `wc -l`)."""
     n = nbytes = 0
@@ -148,16 +148,10 @@ def _scan(path: str | Path, block_size: int, h=None) -> tuple[int, int]:
     return n + (last != b"\n"), nbytes
 
 
-def count_lines(path: str | Path, block_size: int = 1 << 22) -> tuple[int, int]:
-    """(number of lines, number of bytes) of a file's (gunzipped) text."""
-    return _scan(path, block_size)
-
-
 def count_lines_and_hash(path: str | Path, block_size: int = 1 << 22) -> tuple[int, str]:
     """(number of lines, sha256 hex digest) of a file's (gunzipped) text, in one pass."""
     h = hashlib.sha256()
-    n, _ = _scan(path, block_size, h)
-    return n, h.hexdigest()
+    return count_lines(path, block_size, h)[0], h.hexdigest()
 
 
 def read_lines_and_hash(path: str | Path) -> tuple[list[str], str]:
@@ -182,15 +176,10 @@ def read_lines(path: str | Path) -> Iterator[str]:
     InputError "path:line: invalid UTF-8 ..." naming the first bad line."""
     _check_file(path, pipes=True)
     with open_input(path) as f:
-        lines = stream_lines(f, str(path))
-        while True:
-            try:
-                line = next(lines)
-            except StopIteration:
-                return
-            except (OSError, EOFError, zlib.error) as err:
-                raise _read_error(err, path) from None
-            yield line
+        try:
+            yield from stream_lines(f, str(path))
+        except (OSError, EOFError, zlib.error) as err:
+            raise _read_error(err, path) from None
 
 
 def decode_lines(data: bytes, path: str | Path, first: int = 1, file_start: bool | None = None) -> list[str]:

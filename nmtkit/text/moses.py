@@ -44,17 +44,11 @@ def _warn_without_rules(lang: str, option: str) -> None:
 
 
 @lru_cache(maxsize=None)
-def _normalizer(lang: str):
-    from sacremoses import MosesPunctNormalizer
+def _moses(kind: str, lang: str):
+    """sacremoses' `kind` (MosesPunctNormalizer, MosesTokenizer, MosesDetokenizer) for `lang`, built once."""
+    import sacremoses
 
-    return MosesPunctNormalizer(lang=lang)
-
-
-@lru_cache(maxsize=None)
-def _tokenizer(lang: str):
-    from sacremoses import MosesTokenizer
-
-    return MosesTokenizer(lang=lang)
+    return getattr(sacremoses, kind)(lang=lang)
 
 
 @lru_cache(maxsize=None)
@@ -68,10 +62,8 @@ def _perl_tokenizer(lang: str):
     class PerlTokenizer(MosesTokenizer):
         def handles_nonbreaking_prefixes(self, text: str) -> str:
             tokens = text.split()
-            if tokens:
-                m = last_period.search(tokens[-1])
-                if m:
-                    tokens[-1] = m.group(1) + " ."
+            if tokens and (m := last_period.search(tokens[-1])):
+                tokens[-1] = m.group(1) + " ."
             return super().handles_nonbreaking_prefixes(" ".join(tokens))
 
     return PerlTokenizer(lang=lang)
@@ -81,18 +73,6 @@ def tokenize_like_perl(line: str, lang: str) -> list[str]:
     """Exactly `tokenizer.perl -l LANG -no-escape` (no punctuation normalisation, no -a): the
     tokenisation of the papers' BLEU (multi-bleu.perl on Moses-tokenised text)."""
     return _perl_tokenizer(lang).tokenize(line, escape=False)
-
-
-@lru_cache(maxsize=None)
-def _detokenizer(lang: str):
-    from sacremoses import MosesDetokenizer
-
-    return MosesDetokenizer(lang=lang)
-
-
-def normalize(line: str, lang: str) -> str:
-    """Moses `normalize-punctuation.perl`."""
-    return _normalizer(lang).normalize(line)
 
 
 # Format characters that only ever sit inside a word (a hyphenation point, joining controls, "no
@@ -139,7 +119,7 @@ def tokenize(line: str, lang: str, aggressive_dash_splits: bool = False, lowerca
 
 def detokenize(tokens: list[str], lang: str) -> str:
     """Moses detokenisation (the inverse of `tokenize` up to normalisation)."""
-    return _detokenizer(lang).detokenize(tokens)
+    return _moses("MosesDetokenizer", lang).detokenize(tokens)
 
 
 PROTECT_SECONDS = 1.0  # the most the protected patterns may take on one line, together
@@ -195,14 +175,13 @@ class Protector:
         for pattern in group:
             start = time.monotonic()
             try:
-                for _ in compile_pattern(pattern).finditer(line, timeout=PROTECT_SECONDS):
-                    pass
+                list(compile_pattern(pattern).finditer(line, timeout=PROTECT_SECONDS))
             except TimeoutError:
                 return pattern
             times.append((time.monotonic() - start, pattern))
         return max(times)[1]
 
-    def shielded(self, tokenize, prepare=None):
+    def shielded(self, tokenize, prepare):
         """`tokenize` (str -> tokens, sacremoses' with its `protected_patterns`) of `prepare(line)`
         with every match hidden behind a letters-only name throughout, so that neither the steps
         before tokenising ("%(name)s" -> "% (name) s") nor sacremoses' own matching touch it, and
@@ -212,33 +191,20 @@ class Protector:
         def run(line: str) -> list[str]:
             spans = self.spans(line)
             if not spans:
-                return tokenize(prepare(line) if prepare is not None else line, None)
+                return tokenize(prepare(line), None)
             marker = "NMTKITSHIELD"
             while marker in line:
                 marker += "Q"
             names = [marker + "".join("ABCDEFGHIJ"[int(c)] for c in str(i).zfill(4)) + "Z" for i in range(len(spans))]
             for span, name in zip(spans, names):
                 line = line.replace(span, name)
-            toks = tokenize(prepare(line) if prepare is not None else line, [re.escape(marker) + "[A-J]{4}Z"])
+            toks = tokenize(prepare(line), [re.escape(marker) + "[A-J]{4}Z"])
             text = " ".join(toks)
             for span, name in zip(spans, names):
                 text = text.replace(name, span)
             return text.split()
 
         return run
-
-
-def _chain(steps: list):
-    """The str -> str functions `steps` applied in order, as one."""
-    if len(steps) == 1:
-        return steps[0]
-
-    def run(line: str) -> str:
-        for step in steps:
-            line = step(line)
-        return line
-
-    return run
 
 
 def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: bool = False,
@@ -248,11 +214,15 @@ def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: boo
     the Moses order: normalize-punctuation.perl, remove-non-printing-char.perl, tokenizer.perl."""
     steps = [_cr_as_space] + ([compose] if nfc else [])
     if normalize_punct:  # its regular expressions are compiled only when used
-        steps.append(_normalizer(lang).normalize)
+        steps.append(_moses("MosesPunctNormalizer", lang).normalize)
     if remove_non_printing:
         steps.append(space_non_printing)
-    moses = _tokenizer(lang).tokenize
-    prepare = _chain(steps) if steps else None
+    moses = _moses("MosesTokenizer", lang).tokenize
+
+    def prepare(line: str) -> str:
+        for step in steps:
+            line = step(line)
+        return line
 
     def tok(text: str, protect: list[str] | None) -> list[str]:
         try:
@@ -264,7 +234,7 @@ def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: boo
         protected = Protector(protected_patterns).shielded(tok, prepare)
     else:
         def protected(line: str) -> list[str]:
-            return tok(prepare(line) if prepare is not None else line, None)
+            return tok(prepare(line), None)
 
     def run(line: str) -> list[str]:
         toks = protected(line)

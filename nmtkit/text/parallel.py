@@ -36,15 +36,6 @@ def _numbered(func: Callable[[T], R], x: T, i: int) -> R:
         raise
 
 
-def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
-    it = iter(items)
-    while True:
-        chunk = list(itertools.islice(it, size))
-        if not chunk:
-            return
-        yield chunk
-
-
 def parallel_map(func: Callable[[T], R], items: Iterable[T], workers: int = 1, chunk_size: int = 1000,
                  state: Any = _NO_STATE, prepare: Callable[[Any], Any] | None = None) -> Iterator[R]:
     """`map(func, items)` over `workers` forked processes, in input order, streaming: the workers
@@ -78,7 +69,8 @@ def _forked_map(func: Callable[[T], R], items: Iterable[T], workers: int, chunk_
     def handle(chunk: list[T]) -> list[R]:
         return [_numbered(func, x, i) for i, x in enumerate(chunk)]
 
-    chunks = _chunks(items, chunk_size)
+    it = iter(items)
+    chunks = iter(lambda: list(itertools.islice(it, chunk_size)), [])  # lists of chunk_size items, till none are left
     window = 2 * workers
     busy: dict[Worker, int] = {}  # a worker -> the number of the chunk it holds
     idle: list[Worker] = []

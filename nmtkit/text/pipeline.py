@@ -94,10 +94,7 @@ def detruecase(tokens: list[str]) -> list[str]:
         if start:
             tok = tok[:1].upper() + tok[1:]
         out.append(tok)
-        if tok in SENT_END:
-            start = True
-        elif tok not in DELAYED_SENT_START:
-            start = False
+        start = tok in SENT_END or (start and tok in DELAYED_SENT_START)
     return out
 
 
@@ -181,20 +178,15 @@ class TextPipeline:
     def to_dict(self) -> dict[str, Any]:
         """Plain primitives (JSON- and weights_only-safe), BPE codes text included."""
         d: dict[str, Any] = {"version": PIPELINE_VERSION}
-        for f in fields(self):
-            if f.name.startswith("_"):
-                continue
-            d[f.name] = getattr(self, f.name)
+        d.update((f.name, getattr(self, f.name)) for f in fields(self) if not f.name.startswith("_"))
         if self.protected_patterns:  # left out when empty
             d["protected_patterns"] = list(self.protected_patterns)
         else:
             del d["protected_patterns"]
         if self.bpe is not None:
-            bpe = dict(self.bpe)
-            codes = bpe["codes"]
-            if bpe.get("joint") and codes["src"] == codes["tgt"]:
-                bpe["codes"] = codes["src"]  # stored once for joint BPE
-            d["bpe"] = bpe
+            codes = self.bpe["codes"]
+            joint = self.bpe.get("joint") and codes["src"] == codes["tgt"]
+            d["bpe"] = {**self.bpe, "codes": codes["src"] if joint else codes}  # stored once for joint BPE
         return d
 
     @classmethod
@@ -214,10 +206,8 @@ class TextPipeline:
             raise ConfigError(f"unknown text pipeline keys {unknown}; valid keys: {valid}")
         _check_read(d)
         if d.get("bpe") is not None:
-            bpe = dict(d["bpe"])
-            if isinstance(bpe["codes"], str):
-                bpe["codes"] = {"src": bpe["codes"], "tgt": bpe["codes"]}
-            d["bpe"] = bpe
+            codes = d["bpe"]["codes"]
+            d["bpe"] = {**d["bpe"], "codes": dict.fromkeys(SIDES, codes) if isinstance(codes, str) else codes}
         d["protected_patterns"] = tuple(d.get("protected_patterns") or ())
         return cls(**d)
 

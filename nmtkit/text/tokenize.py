@@ -141,14 +141,6 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline, protect: bool = 
     return True
 
 
-def _lines(path: str | None):
-    """Lines of `path` or of stdin (decoded strictly by text.io, not by sys.stdin, which may be set
-    to replace or escape bad bytes; UTF-8 errors name file and line)."""
-    if file_path(path) is not None:
-        return read_lines(path)
-    return stream_lines(sys.stdin.buffer, "<stdin>")
-
-
 def _check_outputs(config: TokenizeConfig) -> None:
     """Before anything is read: neither the output nor its .tokinfo.json may be the input or a
     --protect file (nmtkit.io.checks.check_outputs_vs_inputs), a folder, or in a folder that is
@@ -172,20 +164,23 @@ def run(config: TokenizeConfig, progress: Progress | None = None) -> dict[str, A
     report = progress or no_progress
     func = functools.partial(_tok_line, pipeline=pipeline)
     output_path = file_path(config.output_path)
+    input_path = file_path(config.input_path)
+    # decoded strictly by text.io, not by sys.stdin, which may be set to replace or escape bad bytes
+    lines = read_lines(input_path) if input_path else stream_lines(sys.stdin.buffer, "<stdin>")
     tokinfo_out = None
-    lines = 0
+    n = 0
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(OutputFile(output_path)).file if output_path else sys.stdout
         try:
-            for tok in parallel_map(func, _lines(config.input_path), workers=config.workers, chunk_size=2000):
+            for tok in parallel_map(func, lines, workers=config.workers, chunk_size=2000):
                 out.write(tok + "\n")
-                lines += 1
-                report("tokenize", lines, None)
+                n += 1
+                report("tokenize", n, None)
         except NmtkitError as err:
             if err.path is not None or getattr(err, "item", None) is None:
                 raise
-            raise InputError(err.bare_message, file_path(config.input_path) or "<stdin>", err.item + 1) from None
+            raise InputError(err.bare_message, input_path or "<stdin>", err.item + 1) from None
         if output_path and not writes_in_place(output_path):
             tokinfo_out = output_path + TOKINFO_SUFFIX  # written before the output itself is renamed into place
             write_text(tokinfo_out, json.dumps(tokinfo(pipeline), indent=1) + "\n")
-    return {"lines": lines, "tokinfo": tokinfo_out}
+    return {"lines": n, "tokinfo": tokinfo_out}

@@ -64,10 +64,8 @@ class Vocab:
 
     @classmethod
     def build(cls, counter: Counter, max_size: int | None = None, min_count: int = 1) -> "Vocab":
-        """The most frequent tokens (ties broken alphabetically, so builds are deterministic).
-
-        `max_size` counts the special symbols too (the paper's 30,000 includes UNK).
-        """
+        """The most frequent tokens (ties broken alphabetically, so builds are deterministic);
+        `max_size` counts the special symbols too (the paper's 30,000 includes UNK)."""
         items = [(t, c) for t, c in counter.items() if c >= min_count and t not in SPECIALS]
         items.sort(key=lambda tc: (-tc[1], tc[0]))
         if max_size is not None:
@@ -75,8 +73,7 @@ class Vocab:
         return cls(list(SPECIALS) + [t for t, _ in items], [0] * len(SPECIALS) + [c for _, c in items])
 
     def encode(self, tokens: Sequence[str]) -> list[int]:
-        """Token ids, unknown tokens and the text of control tokens mapped to UNK_ID (no BOS/EOS
-        added)."""
+        """Token ids, unknown tokens and the text of control tokens mapped to UNK_ID (no BOS/EOS added)."""
         get = self.stoi.get
         return [get(t, UNK_ID) for t in tokens]
 
