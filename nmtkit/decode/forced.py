@@ -20,11 +20,8 @@ from nmtkit.text.vocab import BOS_ID, PAD_ID
 def forced_log_probs(models_or_model: Seq2Seq | Sequence[Seq2Seq], src: Tensor, src_lens: Tensor,
                      tgt: Tensor) -> Tensor:
     """(B, T) fp32: log p(tgt[b, t] | tgt[b, :t], src[b]) over the whole target vocabulary, 0 at
-    padding.
-
-    src: (B, S) ids, src_lens: (B,); tgt: (B, T) target ids each ending with EOS, padded with
-    PAD; all on the models' device. A padded row keeps stepping on PAD (its values are dropped).
-    """
+    padding. src: (B, S) ids, src_lens: (B,); tgt: (B, T) target ids each ending with EOS, padded
+    with PAD; all on the models' device. A padded row keeps stepping on PAD (its values dropped)."""
     models = as_models(models_or_model)
     encs = [m.encode_for_steps(src, src_lens) for m in models]
     states = [m.init_state(e) for m, e in zip(models, encs)]

@@ -42,10 +42,8 @@ def sampling_uniforms(seed: int, keys: Sequence[int], steps: int) -> Tensor:
 
 
 def _draw(lp: Tensor, u: Tensor, topk: int, temperature: float) -> Tensor:
-    """One token per row: the inverse CDF of p^(1/T) (over the topk best when topk > 0) at u.
-
-    lp: (n, V) fp32 log-probabilities (-inf where forbidden); u: (n,) uniforms. Returns (n,) ids.
-    """
+    """(n,) ids: the inverse CDF of p^(1/T) (over the topk best when topk > 0) at u (n,), one per
+    row of lp (n, V) fp32 log-probabilities (-inf where forbidden)."""
     logits = lp
     if temperature != 1.0:  # from each row's best, in float64: a tiny T sends the others to -inf, never the best
         logits = lp.double()
@@ -77,16 +75,12 @@ def sample(
     need_attention: bool = False,
     ban_unk: bool = False,
 ) -> list[list[Hypothesis]]:
-    """Draw one translation per sentence; returns [[Hypothesis]] in input order (the shape of
-    `beam_search`'s n-best lists with n = 1).
-
-    src: (B, S) ids on the models' device, src_lens: (B,). seed, keys: sentence b's draws come
-    from `sampling_uniforms(seed, keys)` row b (keys: one per sentence, its line number;
-    default 1..B). topk: sample among the k most likely tokens (0: the whole vocabulary);
-    temperature > 0; ban_unk: never draw the unknown word.
-    Finished sentences leave the batch, so the batch shrinks as it goes (one host
-    synchronisation per step, to learn which sentences finished).
-    """
+    """Draw one translation per sentence: [[Hypothesis]] in input order (`beam_search`'s n-best
+    lists with n = 1). src: (B, S) ids on the models' device, src_lens: (B,). Sentence b draws
+    `sampling_uniforms(seed, keys)` row b (keys: one per sentence, its line number; default
+    1..B). topk: sample among the k most likely tokens (0: all); temperature > 0; ban_unk: never
+    draw the unknown word. Finished sentences leave the batch (one host synchronisation per step,
+    to learn which finished)."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if topk < 0:
@@ -102,13 +96,9 @@ def sample(
                                                    need_attention, ban_unk)
     toks_cpu, lp_cpu = tokens.cpu(), lp_sum.cpu()
     att_cpu = attn_hist.cpu() if attn_hist is not None else None
-    lens_host = src_lens.tolist()
-    out = []
-    for b in range(src.size(0)):
-        n = int(lengths[b])
-        att = att_cpu[b, : n + 1] if att_cpu is not None else None
-        out.append([finished(toks_cpu[b, :n].tolist(), float(lp_cpu[b]), lenpen, att, encs[0], int(lens_host[b]))])
-    return out
+    return [[finished(toks_cpu[b, :n].tolist(), float(lp_cpu[b]), lenpen,
+                      att_cpu[b, : n + 1] if att_cpu is not None else None, encs[0], src_len)]
+            for b, (n, src_len) in enumerate(zip(lengths.tolist(), src_lens.tolist()))]
 
 
 def _draw_all(models: list[Seq2Seq], encs: list, lim: Tensor, u: Tensor, topk: int, temperature: float,

@@ -74,7 +74,6 @@ def sentence_topk(lp: Tensor, scores: Tensor, nb: int, K: int, k: int) -> tuple[
     return top_s, top_beam, cols.view(nb, k * g).gather(1, j)
 
 
-
 def _shortlist_rows(model: Seq2Seq, vocab: Tensor) -> tuple[Tensor, Tensor | None]:
     """The output projection's rows for the shortlist `vocab`, once per batch (in the autocast
     dtype under autocast, so that no step casts them again)."""
@@ -102,12 +101,9 @@ def greedy_search(
     need_attention: bool = False,
     ban_unk: bool = False,
 ) -> list[Hypothesis | None]:
-    """The most probable token at every step: beam search of width 1.
-
-    src: (B, S) ids on the model's device, src_lens: (B,); max_len: an int or a (B,) tensor of
-    the most target tokens before EOS. Returns one Hypothesis per sentence, in input order, or
-    None for a sentence whose scores were not finite (see `beam_search`).
-    """
+    """The most probable token at every step (beam search of width 1). src: (B, S) ids on the
+    model's device, src_lens: (B,); max_len: an int or a (B,) tensor of the most target tokens
+    before EOS. One Hypothesis per sentence, in input order; None where the scores were not finite."""
     lim = torch.full((src.size(0),), max_len, dtype=torch.long) if isinstance(max_len, int) else max_len
     hyps = beam_search(models_or_model, src, src_lens, beam=1, nbest=1, lenpen=lenpen,
                        need_attention=need_attention, max_len=lim, ban_unk=ban_unk)
@@ -129,16 +125,13 @@ def beam_search(
     vocab: Tensor | None = None,
     ban_unk: bool = False,
 ) -> list[list[Hypothesis]]:
-    """Batched beam search; returns, for each sentence in input order, its `nbest` best
-    hypotheses sorted by score (best first): none for a sentence whose every candidate scored
-    nan or -inf (a model whose scores overflow: weights that diverged, or fp16 past its range).
-
-    src: (B, S) ids on the models' device, src_lens: (B,). `models_or_model` is one model or a
-    list (an ensemble sharing vocabularies). `max_len` (B,) overrides the a*len+b limits.
-    `vocab` (L,): a sorted shortlist of target ids starting with the specials 0..3
-    (nmtkit.decode.shortlist): only those are scored, the softmax is over them. `ban_unk`:
-    the unknown word is never emitted.
-    """
+    """Batched beam search: each sentence's `nbest` best hypotheses, best first, in input order;
+    none for a sentence whose every candidate scored nan or -inf (a model whose scores overflow:
+    weights that diverged, or fp16 past its range). src: (B, S) ids on the models' device,
+    src_lens: (B,); one model or an ensemble (sharing vocabularies). `max_len` (B,) overrides the
+    a*len+b limits. `vocab` (L,): a sorted shortlist of target ids starting with the specials 0..3
+    (nmtkit.decode.shortlist): only those are scored, the softmax is over them. `ban_unk`: the
+    unknown word is never emitted."""
     if beam < 1:
         raise ValueError("beam must be >= 1")
     if not 1 <= nbest <= beam:
@@ -197,12 +190,9 @@ class _BeamSearch:
         self.attn_hist: Tensor | None = None
 
     def step(self, t: int) -> bool:
-        """Extend every live sentence by one token; False once every sentence is done.
-
-        Keeps the exact top-2K candidates of each sentence (`sentence_topk`), sets aside
-        those among the K best that end in EOS (`_finish`), continues with the K best that do
-        not, and retires done sentences (`_retire`).
-        """
+        """Extend every live sentence by one token; False once every sentence is done. Keeps each
+        sentence's exact top-2K candidates (`sentence_topk`), sets aside those among the K best that
+        end in EOS (`_finish`), continues with the K best that do not, retires done sentences."""
         K, nb = self.K, len(self.active)
         lp, attn = self._log_probs(t)  # (N, V), (N, S)
         k2 = min(2 * K, K * lp.size(1))
@@ -324,14 +314,7 @@ class _BeamSearch:
         done: list[list[Hypothesis]] = [[] for _ in self.n_finished]
         enc = self.encs[0]  # the models of an ensemble attend over the same positions
         for sents, scores, toks, att in self.pending:
-            toks_host = toks.cpu().tolist()
-            att_host = att.cpu() if att is not None else None
-            for j, (sent, lp_sum) in enumerate(zip(sents, scores)):
-                done[sent].append(finished(toks_host[j], lp_sum, self.lenpen,
-                                           att_host[j] if att_host is not None else None, enc,
-                                           int(self.lens_host[sent])))
-        out: list[list[Hypothesis]] = []
-        for hyps in done:
-            hyps.sort(key=lambda h: h.score, reverse=True)
-            out.append(hyps[:nbest])
-        return out
+            atts = att.cpu() if att is not None else [None] * len(sents)
+            for sent, lp_sum, tok, a in zip(sents, scores, toks.cpu().tolist(), atts):
+                done[sent].append(finished(tok, lp_sum, self.lenpen, a, enc, int(self.lens_host[sent])))
+        return [sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest] for hyps in done]

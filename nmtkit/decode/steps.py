@@ -21,8 +21,7 @@ from torch import Tensor
 from nmtkit.models.base import EncoderOut, Seq2Seq
 from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
-__all__ = ["Hypothesis", "as_models", "finished", "force_eos", "length_normalise", "mask_specials", "max_lengths",
-           "step_all"]
+__all__ = ["Hypothesis", "as_models", "finished", "force_eos", "mask_specials", "max_lengths", "step_all"]
 
 
 @dataclass
@@ -45,22 +44,15 @@ class Hypothesis:
     source_eos_attention: Tensor | None = None
 
 
-def length_normalise(log_prob: float, length: int, lenpen: float) -> float:
-    """score = log_prob / length^lenpen (length counts EOS, so it is never 0)."""
-    if lenpen == 0:
-        return log_prob
-    return log_prob / (max(1, length) ** lenpen)
-
-
 def finished(tokens: list[int], log_prob: float, lenpen: float, attention: Tensor | None,
              enc: EncoderOut, src_len: int) -> Hypothesis:
     """A finished hypothesis of a sentence of `src_len` source tokens: `tokens` (ids before EOS),
     its `log_prob` (EOS included), and its attention (len(tokens)+1, >= S') as decoding kept it,
     cut to the sentence's source tokens and its source EOS by the encoder output that knows them."""
     att, eos = enc.split_attention(attention, src_len) if attention is not None else (None, None)
-    return Hypothesis(tokens=tokens, score=length_normalise(log_prob, len(tokens) + 1, lenpen), log_prob=log_prob,
+    # score = log_prob / length^lenpen: the length counts EOS, so it is never 0
+    return Hypothesis(tokens=tokens, score=log_prob / (len(tokens) + 1) ** lenpen, log_prob=log_prob,
                       attention=att, source_eos_attention=eos)
-
 
 
 def average_log_probs(log_probs: Sequence[Tensor]) -> Tensor:
@@ -75,8 +67,7 @@ def average_log_probs(log_probs: Sequence[Tensor]) -> Tensor:
 
 def max_lengths(src_lens: Tensor, max_len_a: float, max_len_b: float) -> Tensor:
     """(B,) the most target tokens (before EOS) each sentence may get: floor(a * src_len + b), >= 1."""
-    lim = torch.floor(src_lens.double() * max_len_a + max_len_b).long()
-    return lim.clamp(min=1)
+    return torch.floor(src_lens.double() * max_len_a + max_len_b).long().clamp(min=1)
 
 
 def as_models(models_or_model: Seq2Seq | Sequence[Seq2Seq]) -> list[Seq2Seq]:
@@ -95,17 +86,12 @@ def step_all(
     """One decoding step of every model: (combined log_probs (N, V) fp32, new states, attn (N, S));
     `outs`: each model's shortlist output rows (`Seq2Seq.step`), V then the shortlist's length.
     The attention of an ensemble is the models' mean."""
-    lps, attns, new_states = [], [], []
-    for i, (model, state, enc) in enumerate(zip(models, states, encs)):
-        lp, state, attn = model.step(prev, state, enc, outs[i] if outs is not None else None)
-        lps.append(lp.float())
-        attns.append(attn)
-        new_states.append(state)
+    steps = [m.step(prev, st, e, out) for m, st, e, out in zip(models, states, encs, outs or [None] * len(models))]
+    new_states = [st for _, st, _ in steps]
     if len(models) == 1:
-        return lps[0], new_states, attns[0]
-    lp = average_log_probs(lps)
-    attn = torch.stack([a.float() for a in attns]).mean(dim=0)
-    return lp, new_states, attn
+        return steps[0][0].float(), new_states, steps[0][2]
+    attn = torch.stack([a.float() for _, _, a in steps]).mean(dim=0)
+    return average_log_probs([lp.float() for lp, _, _ in steps]), new_states, attn
 
 
 def mask_specials(lp: Tensor, ban_unk: bool = False) -> None:

@@ -131,13 +131,11 @@ def _check_reference(reference: str, input_path: str | None) -> None:
 def run(config: TranslateConfig, progress: Progress | None = None) -> dict[str, int]:
     """`nmtkit translate`: lines of `config.input_path` (stdin when None or "-") -> translations
     in `config.output_path` (stdout when None or "-") and alignments in `config.alignments_file`
-    (stdout when "-"); returns the report {"lines": lines translated}. `progress` hears
-    ("translate", lines done, None) after every buffer.
-
-    Files are written under a temporary name and renamed when complete (nmtkit.io.files), so
-    a failure never leaves a half-written output looking complete. `config.interactive` (or a
-    buffer of one line) translates, writes and flushes each line as it arrives.
-    """
+    (stdout when "-"); returns {"lines": lines translated}. `progress` hears ("translate", lines
+    done, None) after every buffer. Files are written under a temporary name and renamed when
+    complete (nmtkit.io.files): a failure never leaves a half-written output looking complete.
+    `config.interactive` (or a buffer of one line) translates, writes and flushes each line as it
+    arrives."""
     import contextlib
     import sys
 

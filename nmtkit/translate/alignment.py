@@ -20,11 +20,8 @@ from nmtkit.text.vocab import UNK
 
 
 def subword_words(tokens: Sequence[str], sep: str = SEPARATOR) -> tuple[list[int], list[str]]:
-    """Map subword positions to words: (word index of each token, the words).
-
-    "lo@@ wer is" -> ([0, 0, 1], ["lower", "is"]). Tokens without separators are words; the
-    words are `join_bpe`'s.
-    """
+    """Map subword positions to words: (word index of each token, the words, `join_bpe`'s).
+    "lo@@ wer is" -> ([0, 0, 1], ["lower", "is"])."""
     index, n = [], 0
     for tok in tokens:
         index.append(n)
@@ -43,21 +40,18 @@ def replace_unks(
     """Replace each `unk` target token by the source word it attends to most.
 
     attention: (T, len(src_tokens)) weights, rows for the target tokens (an extra EOS row is
-    ignored), columns for the source tokens. With BPE the best source
-    subword is mapped to its whole word. The word goes through `unk_dict` when it has an entry
-    (Luong et al. 2015, Jean et al. 2015), and is copied as is otherwise.
+    ignored), columns for the source tokens. With BPE the best source subword is mapped to its
+    whole word, which goes through `unk_dict` when it has an entry (Luong et al. 2015, Jean et
+    al. 2015) and is copied as is otherwise.
     """
     out = list(tgt_tokens)
     if unk not in out or not src_tokens:
         return out
     word_of, words = subword_words(src_tokens)
-    for j, tok in enumerate(out):
-        if tok != unk:
-            continue
-        row = [float(x) for x in attention[j]]
-        i = max(range(len(row)), key=row.__getitem__)
-        word = words[word_of[i]]
-        out[j] = unk_dict.get(word, word) if unk_dict else word
+    for i, j in hard_pairs(attention, len(out)):
+        if out[j] == unk:
+            word = words[word_of[i]]
+            out[j] = unk_dict.get(word, word) if unk_dict else word
     return out
 
 
@@ -77,7 +71,8 @@ def hard_alignment(attention: Any, n_tgt: int) -> str:
     return " ".join(f"{i}-{j}" for i, j in hard_pairs(attention, n_tgt))
 
 
-def attention_labels(src_tokens: Sequence[str], tgt_tokens: Sequence[str], source_eos: Any = None) -> tuple[list[str], list[str]]:
+def attention_labels(src_tokens: Sequence[str], tgt_tokens: Sequence[str],
+                     source_eos: Any = None) -> tuple[list[str], list[str]]:
     """The column and row labels of a hypothesis's whole attention matrix: the source tokens
     (then "</s>" for the model's source EOS, when `source_eos` weights are given), the target
     tokens then "</s>"."""
@@ -96,11 +91,9 @@ def attention_matrix(attention: Any, source_eos: Any = None) -> list[list[float]
 
 def attention_table(attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str],
                     source_eos: Any = None) -> dict[str, list]:
-    """{"src": [...], "tgt": [...], "attention": [[...], ...]}: the soft alignment of one hypothesis.
-
-    Rows are the target tokens then "</s>", columns the source tokens (then "</s>" when the
-    model attends to a source EOS: `source_eos`, its weights); weights rounded to 4 decimals.
-    """
+    """{"src": [...], "tgt": [...], "attention": [[...], ...]}: the soft alignment of one hypothesis;
+    rows: the target tokens then "</s>", columns: the source tokens (then "</s>" when the model
+    attends to a source EOS: `source_eos`, its weights); weights rounded to 4 decimals."""
     if attention is None or not len(attention):
         return {"src": list(src_tokens), "tgt": list(tgt_tokens), "attention": []}
     src, tgt = attention_labels(src_tokens, tgt_tokens, source_eos)
@@ -134,12 +127,11 @@ class Translation:
 
     text: the output string (in the translator's output format); tokens: the model's target
     tokens (subwords, after UNK replacement); score: log_prob / (len(tokens)+1)^lenpen, the
-    ranking score; log_prob: the model's log-probability, EOS included (what
-    `Translator.score` gives for this pair); src_tokens: the model's source tokens; attention:
-    (len(tokens)+1, len(src_tokens)) weights (a torch tensor; rows: target tokens then EOS,
-    columns: source tokens), None unless asked for; source_eos_attention: (len(tokens)+1,) the
-    weights on the source EOS the model appends (each row of attention and it together sums
-    to 1), None without one.
+    ranking score; log_prob: the model's log-probability, EOS included (what `Translator.score`
+    gives for this pair); src_tokens: the model's source tokens; attention: (len(tokens)+1,
+    len(src_tokens)) torch weights (rows: target tokens then EOS), None unless asked for;
+    source_eos_attention: (len(tokens)+1,) the weights on the source EOS the model appends
+    (each attention row and it sum to 1), None without one.
     """
 
     text: str
@@ -161,12 +153,9 @@ class Translation:
 
 @dataclass(frozen=True)
 class Result:
-    """One input line's translations (immutable).
-
-    index: the line's number (from 1); src_tokens: the model's source tokens (subwords);
-    nbest: its translations, best first (none for an empty line); truncated: the line had more
-    source tokens than --max-src-len and was translated from its first ones.
-    """
+    """One input line's translations (immutable). index: the line's number (from 1); src_tokens:
+    the model's source tokens (subwords); nbest: its translations, best first (none for an empty
+    line); truncated: it had more source tokens than --max-src-len, translated from the first."""
 
     index: int
     src_tokens: tuple[str, ...]

@@ -27,9 +27,7 @@ CPU_MAX_TOKENS = 1536
 def batch_token_cap(max_tokens: int | None, device_type: str) -> int | None:
     """--max-tokens, or its default on `device_type`: CPU_MAX_TOKENS on the CPU, no cap on GPUs
     (where larger batches are faster and memory is no concern at these sizes)."""
-    if max_tokens is not None:
-        return max_tokens
-    return CPU_MAX_TOKENS if device_type == "cpu" else None
+    return CPU_MAX_TOKENS if max_tokens is None and device_type == "cpu" else max_tokens
 
 
 DEFAULT_SEED = 1  # the sampling seed when none is given (fairseq's default seed too)
@@ -64,7 +62,8 @@ class DecodeConfig:
         help="int8 (CPU only): the projections and the output layer run as int8 products, each input row on its own "
              "scale (docs/int8.md). auto = int8 on CPUs with int8 dot products (VNNI, AMX: there the "
              "fastest and leanest, at fp32's BLEU); else bf16 autocast on GPUs and on CPUs where bf16 products "
-             "are faster (native BF16, timed once), fp32 on other CPUs. fp16 is meant for GPUs (it runs on a CPU, slowly).")
+             "are faster (native BF16, timed once), fp32 on other CPUs. fp16 is meant for GPUs (it runs on a CPU, "
+             "slowly).")
     fuse: str = option(
         "auto", choices=FUSE,
         help="on: compile the decoding step into a few fused kernels (torch.compile). On an H200 that decoded "
@@ -211,13 +210,9 @@ class TranslateConfig(SearchConfig, DecodeConfig):
     force: bool = False  # overwrite existing outputs
     interactive: bool = False  # answer each line at once: a buffer of one line, whatever buffer_size says
 
-    def __post_init__(self) -> None:
-        check_fields(self)
+    def validate(self) -> None:  # the inherited __post_init__ checks the fields, then this
         DecodeConfig.validate(self)
         SearchConfig.validate(self)
-        self.validate()
-
-    def validate(self) -> None:
         if self.unk_dict and not self.replace_unk:
             raise ConfigError("--unk-dict needs --replace-unk")
         if self.score_reference is not None:

@@ -51,34 +51,35 @@ class TokenScores:
 
 class Translator:
     """Loaded checkpoint(s) + pipeline: `translate`, `generate` and `score` lists of lines, each
-    call with its own search options. Build one with `nmtkit.load`.
-
-    Public attributes: `config` (the `DecodeConfig` it was loaded with), `device`, `precision`
-    (the decoding precision chosen), `bundle` (the loaded `ModelBundle`: models, vocabularies,
-    text pipeline, languages), `max_src_len` and `max_tokens` (resolved limits).
-    """
+    call with its own search options. Build one with `nmtkit.load`. Public attributes: `config`
+    (the `DecodeConfig` it was loaded with), `device`, `precision` (the one chosen), `bundle` (the
+    loaded `ModelBundle`: models, vocabularies, text pipeline, languages), `max_src_len` and
+    `max_tokens` (resolved limits)."""
 
     @classmethod
     def load(cls, checkpoints: str | os.PathLike | Sequence[str | os.PathLike], *,
              warn: Callable[[str], None] | None = None, **options: Any) -> Translator:
-        """A translator over one checkpoint, or an ensemble of several (a list).
-
-        `options` are `DecodeConfig` fields: device, precision, threads, workers, fuse, batch_size,
-        max_tokens, max_src_len, input_format, output_format, unk_dict. An unknown or bad option
-        raises ConfigError naming it; a missing or broken checkpoint raises CheckpointError.
-        """
+        """A translator over one checkpoint, or an ensemble of several (a list). `options` are
+        `DecodeConfig` fields: device, precision, threads, workers, fuse, batch_size, max_tokens,
+        max_src_len, input_format, output_format, unk_dict. An unknown or bad option raises
+        ConfigError naming it; a missing or broken checkpoint raises CheckpointError."""
         from nmtkit.checkpoint import checkpoint_paths
 
         paths = checkpoint_paths(checkpoints)
         if warn is not None and not callable(warn):
             raise TypeError(f"warn must be a function taking one message, not {type(warn).__name__}")
-        _refuse_unknown_load_options(options)
+        # a search option is each call's; a call's unknown keyword is Python's TypeError
+        valid = sorted(f.name for f in fields(DecodeConfig) if f.name not in ("models", "ensemble"))
+        unknown = sorted(set(options) - set(valid))
+        if unknown:
+            elsewhere = [o for o in unknown if o in _SEARCH_FIELDS]
+            hint = f" ({', '.join(elsewhere)}: an option of each call: translate(..., beam=5))" if elsewhere else ""
+            raise ConfigError(f"unknown option(s) {', '.join(unknown)} for load{hint}; valid ones: {', '.join(valid)}")
         return cls(DecodeConfig(models=tuple(str(p) for p in paths), ensemble=len(paths) > 1, **options), warn=warn)
 
     def __init__(self, config: DecodeConfig, warn: Callable[[str], None] | None = None):
         """Load `config.models` (`self.bundle`) on the device and in the precision `config` says
-        (a config is validated once, when it is built; a `TranslateConfig`'s part is its
-        `decode_config()`)."""
+        (validated when it was built; a `TranslateConfig` gives its `decode_config()`)."""
         from nmtkit.devices import default_threads, import_torch, use_threads
 
         import_torch()  # before the modules that import it, with interrupts held (see there)
@@ -93,26 +94,20 @@ class Translator:
         self.device = resolve_device(config.device)
         if config.precision == "int8" and self.device.type != "cpu":
             raise ConfigError(INT8_ON_CUDA)
-        # torch's threads are the process's: this translator's are set before it loads ("auto" may
-        # time a product on them) and again before a call finds them changed (by another
-        # translator), never put back after each call (resizing torch's pool costs ~4 ms)
+        # torch's threads are the process's: set before loading ("auto" may time a product on them) and
+        # by each call that finds them changed (by another translator), never put back (resizing costs ~4 ms)
         self._threads = config.threads or default_threads()  # what --workers share
         use_threads(self._threads)
         self.bundle, self.precision = self._load()
-        if config.max_src_len is not None:
-            self.max_src_len = config.max_src_len
-        else:
-            trained = self.bundle.trained_max_len
-            self.max_src_len = max(DEFAULT_MAX_SRC_LEN, 4 * trained) if trained else DEFAULT_MAX_SRC_LEN
+        self.max_src_len = config.max_src_len or max(DEFAULT_MAX_SRC_LEN, 4 * (self.bundle.trained_max_len or 0))
         self.max_tokens = batch_token_cap(config.max_tokens, self.device.type)  # None: no cap
         self._unk_dict = read_unk_dict(config.unk_dict) if config.unk_dict else None
         self._warned: set[str] = set()  # warnings given once per translator
         self._batches_decoded = 0
         if self.precision == "fp16" and self.device.type != "cuda":
             log.warning(FP16_ON_CPU)
-        # autocast keeps the fp32 weights and runs matrix products in 16 bits; log-softmax and
-        # the beam scores stay in fp32 (Seq2Seq.step returns fp32 log-probabilities)
-        # (int8: float32 activations into the int8 layers, and float32 everywhere else)
+        # autocast keeps the fp32 weights and runs matrix products in 16 bits; log-softmax and the beam
+        # scores stay in fp32 (Seq2Seq.step's); int8: float32 activations into the int8 layers, fp32 elsewhere
         self._autocast = autocast(self.device.type, "fp32" if self.precision == "int8" else self.precision)
         self._warn_unrecorded_bpe()
 
@@ -151,11 +146,10 @@ class Translator:
                        "the output yourself")
 
     def _load(self) -> tuple[Any, str]:
-        """(the ModelBundle of config.models, the decoding precision). auto: int8 on CPUs with
-        int8 dot products, else bf16 where faster (GPUs, some CPUs), else fp32; it is chosen before
-        loading, as every architecture has int8 layers. int8 quantises each model as it loads, in
-        place, reading the float weights it replaces straight from the checkpoint file
-        (`load_model`'s prepare)."""
+        """(the ModelBundle of config.models, the decoding precision). auto: int8 on CPUs with int8 dot
+        products, else bf16 where faster (GPUs, some CPUs), else fp32, chosen before loading (every
+        architecture has int8 layers). int8 quantises each model in place as it loads, reading the
+        float weights it replaces straight from the checkpoint file (`load_model`'s prepare)."""
         from nmtkit.checkpoint import load_bundle
         from nmtkit.models.fast.fusion import resolve_fuse
         from nmtkit.models.fast.quantize import quantize_for_decoding
@@ -163,9 +157,8 @@ class Translator:
 
         config, device = self.config, self.device
         precision = resolve_decode_precision(device.type, config.precision)
-        bundle = load_bundle(config.models, device, fuse_steps=resolve_fuse(config.fuse, device),
-                             prepare=quantize_for_decoding if precision == "int8" else None)
-        return bundle, precision
+        return load_bundle(config.models, device, fuse_steps=resolve_fuse(config.fuse, device),
+                           prepare=quantize_for_decoding if precision == "int8" else None), precision
 
     # -- the public calls
     def generate(self, lines: Iterable[str], *, alignments: bool = False, beam: int | None = None,
@@ -179,8 +172,7 @@ class Translator:
         The search options are `nmtkit translate`'s (`SearchConfig`, checked as the command line
         checks them); one not given takes its default there (beam 12). Lines are raw text (or
         the loaded input_format); an empty line gets a Result without translations."""
-        given = {k: v for k, v in locals().items() if k in _SEARCH_FIELDS and v is not None}
-        search = SearchConfig(**given)
+        search = SearchConfig(**{k: v for k, v in locals().items() if k in _SEARCH_FIELDS and v is not None})
         if not isinstance(alignments, bool):
             raise ConfigError(f"alignments must be True or False, got {alignments!r}")
         for option, on in (("alignments=True", alignments), ("replace_unk=True", search.replace_unk)):
@@ -225,9 +217,8 @@ class Translator:
         return list(toks[: self.max_src_len]), True
 
     def _encode(self, line: str, side: str, name: str, lineno: int) -> list[str]:
-        """`side`'s tokens of one line as the recorded pipeline makes them from the loaded
-        input_format; an InputError of the pipeline (a protected pattern past its time limit)
-        names the line as `name`:`lineno`."""
+        """`side`'s tokens of one line (in the loaded input_format) by the recorded pipeline; its
+        InputError (a protected pattern past its time limit) names the line as `name`:`lineno`."""
         try:
             return self.bundle.pipeline.encode_from(line, side, self.config.input_format)
         except InputError as err:
@@ -272,13 +263,11 @@ class Translator:
 
     def _translate_buffer(self, lines: Sequence[tuple[int, str]], search: SearchConfig, alignments: bool = False,
                           source: str = API_INPUT) -> list[Result]:
-        """[(line number, text)] -> Results in the same order: prepare, batch by length, decode,
-        finish. The one path from raw lines to translations, under `generate` and the buffers of
-        `nmtkit translate` and `nmtkit serve`; alignments: keep the attention. A line's number
-        names it in warnings (as `source`:N) and keys its sample (so a sample does not depend on
-        the buffer or batch the line falls in). With several `--workers`, forked processes share
-        the batches, each decoding and finishing whole ones, and the tokenising of text
-        (`map_batches`)."""
+        """[(line number, text)] -> Results in the same order: prepare, batch by length, decode, finish;
+        the one path under `generate`, `nmtkit translate` and `nmtkit serve`. alignments: keep the
+        attention. A line's number names it in warnings (`source`:N) and keys its sample (which so
+        depends on neither buffer nor batch). Several `--workers` share the tokenising and the
+        batches, each decoding and finishing whole ones (`map_batches`)."""
         from nmtkit.devices import use_threads
 
         use_threads(self._threads)
@@ -314,10 +303,15 @@ class Translator:
         seeds its sample (`nmtkit.decode.sampling`)."""
         import torch
 
+        from nmtkit.decode.sampling import sample
+
         src, lens = self._source_tensors(src_token_lists)
         with torch.inference_mode(), self._autocast:
-            if search.sampling:
-                results = self._sample(src, lens, search, need_attention, keys)
+            if search.sampling:  # from the whole vocabulary (a shortlist would change the distribution sampled)
+                results = sample(self.bundle.models, src.to(self.device), lens.to(self.device), search.sampling_seed,
+                                 keys, topk=search.sampling_topk, temperature=search.temperature,
+                                 max_len_a=search.max_len_a, max_len_b=search.max_len_b, lenpen=search.lenpen,
+                                 need_attention=need_attention, ban_unk=search.ban_unk)
             else:
                 results = self._beam_search(src, lens, search, need_attention)
         self._after_batch()
@@ -362,15 +356,6 @@ class Translator:
             lenpen=s.lenpen, max_len_a=s.max_len_a, max_len_b=s.max_len_b, nbest=min(s.nbest, n_tgt),
             need_attention=need_attention, vocab=vocab, ban_unk=s.ban_unk,
         )
-
-    def _sample(self, src: Any, lens: Any, s: SearchConfig, need_attention: bool, keys: Sequence[int]):
-        """One sample per sentence, from the whole vocabulary (a shortlist would change the
-        distribution sampled)."""
-        from nmtkit.decode.sampling import sample
-
-        return sample(self.bundle.models, src.to(self.device), lens.to(self.device), s.sampling_seed, keys,
-                      topk=s.sampling_topk, temperature=s.temperature, max_len_a=s.max_len_a,
-                      max_len_b=s.max_len_b, lenpen=s.lenpen, need_attention=need_attention, ban_unk=s.ban_unk)
 
     def _finish(self, index: int, src_tokens: list[str], truncated: bool, hyps: Sequence[Any],
                 search: SearchConfig) -> Result:
@@ -418,12 +403,9 @@ class Translator:
                 lps = forced_log_probs(self.bundle.models, src.to(self.device), lens.to(self.device),
                                        tgt.to(self.device)).cpu()
             self._after_batch()
-            out = []
             totals = lps.cumsum(1)  # in fp32, token by token, as beam search adds up its scores
-            for row, total, i in zip(lps, totals, idx):
-                n = len(targets[i]) + 1
-                out.append(TokenScores(float(total[n - 1]), tuple(targets[i]), tuple(row[:n].tolist())))
-            return out
+            return [TokenScores(float(total[len(targets[i])]), tuple(targets[i]),
+                                tuple(row[: len(targets[i]) + 1].tolist())) for row, total, i in zip(lps, totals, idx)]
 
         return self._in_line_order(len(pairs), batches, score, workers)  # type: ignore[return-value]
 
@@ -431,26 +413,12 @@ class Translator:
 _SEARCH_FIELDS = frozenset(f.name for f in fields(SearchConfig))
 
 
-def _refuse_unknown_load_options(options: dict[str, Any]) -> None:
-    """ConfigError naming the options `load` does not take, saying so of a search option (each
-    call's). A call's unknown keyword is Python's TypeError: `generate` names its options."""
-    valid = sorted(f.name for f in fields(DecodeConfig) if f.name not in ("models", "ensemble"))
-    unknown = sorted(set(options) - set(valid))
-    if not unknown:
-        return
-    elsewhere = [o for o in unknown if o in _SEARCH_FIELDS]
-    hint = f" ({', '.join(elsewhere)}: an option of each call: translate(..., beam=5))" if elsewhere else ""
-    raise ConfigError(f"unknown option(s) {', '.join(unknown)} for load{hint}; valid ones: {', '.join(valid)}")
-
-
 def _lines_of(lines: Any, what: str = "lines") -> list[str]:
-    """A call's lines as a list, each a str: anything else is a TypeError naming the line
-    (bytes were read as their character codes, None failed deep in tokenisation, and a dict's
-    keys were translated; a set's order is arbitrary, so its results could not be matched).
-    Each line is taken as `nmtkit translate` takes a line of its input file: a line break or a
-    NUL character (binary data) is an InputError naming the line, and a leading byte order mark
-    (text read as "utf-8" rather than "utf-8-sig") is dropped, where a text pipeline without
-    remove_non_printing would keep it as a word."""
+    """A call's lines as a list of str; anything else is a TypeError naming the line (bytes were
+    read as character codes, None failed deep in tokenisation, a dict's keys were translated, a
+    set's order could not be matched). Each line is taken as `nmtkit translate` takes one of its
+    input: a line break or a NUL (binary data) is an InputError naming the line; a leading byte
+    order mark (text read as "utf-8", not "utf-8-sig") is dropped, not kept as a word."""
     if isinstance(lines, str):
         raise TypeError(f"{what} must be a list of lines; translate() also takes one string")
     if isinstance(lines, (bytes, bytearray, dict, set, frozenset)) or not isinstance(lines, Iterable):
@@ -493,9 +461,7 @@ def resolve_workers(workers: int | None, threads: int, device_type: str) -> int:
         return 1
     if workers is not None:
         return workers
-    if threading.active_count() > 1:
-        return 1
-    return max(1, min(threads, MAX_AUTO_WORKERS))
+    return 1 if threading.active_count() > 1 else max(1, min(threads, MAX_AUTO_WORKERS))
 
 
 def thread_shares(threads: int, workers: int) -> list[int]:
@@ -505,14 +471,12 @@ def thread_shares(threads: int, workers: int) -> list[int]:
 
 
 def map_batches(decode: Callable[[int], T], n_jobs: int, workers: int, threads: int) -> list[T]:
-    """[decode(0), ..., decode(n_jobs - 1)], decoded by `workers` processes (this one and
-    workers-1 forked children, nmtkit.workers) with `threads` torch threads between them; in
-    order.
-
-    A child's exception is raised here (as a RuntimeError naming it where it cannot be
-    pickled), and a child that dies without answering (killed, out of memory) is a
-    WorkerError saying so (one line on the command line). If this process fails or is
-    interrupted, its children are killed and reaped before the exception goes on."""
+    """[decode(0), ..., decode(n_jobs - 1)], in order, decoded by `workers` processes (this one and
+    workers-1 forked children, nmtkit.workers) with `threads` torch threads between them. A
+    child's exception is raised here (a RuntimeError naming it where it cannot be pickled); a
+    child that dies without answering (killed, out of memory) is a WorkerError saying so (one
+    line on the command line). If this process fails or is interrupted, its children are killed
+    and reaped before the exception goes on."""
     workers = min(workers, n_jobs)
     if workers <= 1:
         return [decode(j) for j in range(n_jobs)]
@@ -522,26 +486,25 @@ def map_batches(decode: Callable[[int], T], n_jobs: int, workers: int, threads: 
 
     counter = multiprocessing.get_context("fork").Value("q", 0)  # the next batch to take
 
-    def take() -> int:
-        with counter.get_lock():
-            j = counter.value
-            counter.value = j + 1
-        return j
-
     def decode_taken(_: object) -> dict[int, T]:
         out = {}
-        while (j := take()) < n_jobs:
+        while True:
+            with counter.get_lock():
+                j = counter.value
+                counter.value = j + 1
+            if j >= n_jobs:
+                return out
             out[j] = decode(j)
-        return out
 
     before = torch.get_num_threads()
+    shares = thread_shares(threads, workers)
     try:
         with Workers(_DIED) as pool:
             children = [pool.start(decode_taken, functools.partial(torch.set_num_threads, share))
-                        for share in thread_shares(threads, workers)[1:]]
+                        for share in shares[1:]]
             for child in children:
                 child.send(None)
-            torch.set_num_threads(thread_shares(threads, workers)[0])
+            torch.set_num_threads(shares[0])
             results = decode_taken(None)
             for child in children:
                 results.update(child.reply())

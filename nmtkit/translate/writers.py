@@ -9,6 +9,7 @@ from typing import IO, Any, Sequence
 from nmtkit.io.files import check_output_dir, save_figure
 from nmtkit.translate.alignment import (
     Result,
+    Translation,
     attention_labels,
     attention_matrix,
     hard_alignment,
@@ -22,13 +23,9 @@ def nbest_line(index: int, text: str, log_prob: float, length: int, score: float
     return f"{index} ||| {text} ||| LogProb= {log_prob:.4f} Length= {length} ||| {score:.4f}"
 
 
-def plot_name(lineno: int) -> str:
-    """The file name of input line `lineno`'s attention plot in the --plot-attention folder."""
-    return f"{lineno:06d}.png"
-
-
 def is_plot_name(name: str) -> bool:
-    """Whether `name` is one `plot_name` gives (a file --plot-attention may overwrite)."""
+    """Whether `name` is an attention plot's (the line number, NNNNNN.png: `Writers._plot`), a
+    file --plot-attention may overwrite."""
     return len(name) >= 10 and name.endswith(".png") and name[:-4].isdigit()
 
 
@@ -45,16 +42,12 @@ def plot_attention(path: str | Path, attention: Any, src_tokens: Sequence[str], 
 
     att = np.asarray(attention_matrix(attention, source_eos), dtype=float)
     src, tgt = attention_labels(src_tokens, tgt_tokens, source_eos)
-    w = max(3.0, 0.35 * len(src) + 1.5)
-    h = max(3.0, 0.35 * len(tgt) + 1.5)
-    fig, ax = plt.subplots(figsize=(w, h))
+    fig, ax = plt.subplots(figsize=tuple(max(3.0, 0.35 * len(labels) + 1.5) for labels in (src, tgt)))
     try:
         ax.imshow(att, cmap="gray", vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
         ax.xaxis.tick_top()
-        ax.set_xticks(range(len(src)))
-        ax.set_xticklabels(src, rotation=90)
-        ax.set_yticks(range(len(tgt)))
-        ax.set_yticklabels(tgt)
+        ax.set_xticks(range(len(src)), labels=src, rotation=90)
+        ax.set_yticks(range(len(tgt)), labels=tgt)
         fig.tight_layout()
         save_figure(fig, path, format="png", dpi=100)
     finally:
@@ -75,43 +68,41 @@ class Writers:
 
     def write(self, r: Result) -> None:
         """One input line's outputs: its translation line(s), alignment line(s) and plot."""
-        c = self.config
         self._plot(r)
-        if c.nbest == 1:
+        if self.config.nbest == 1:
             self.out.write(r.text + "\n")
-            self._align(r, 0)
+            self._align(r, r.nbest[0] if r.nbest else None)
         else:
             if not r.nbest:
                 self.out.write(nbest_line(self.sent, "", 0.0, 0, 0.0) + "\n")
                 self._align(r, None)
-            for k, hyp in enumerate(r.nbest):
+            for hyp in r.nbest:
                 self.out.write(nbest_line(self.sent, hyp.text, hyp.log_prob, len(hyp.tokens) + 1, hyp.score) + "\n")
-                self._align(r, k)
+                self._align(r, hyp)
         self.sent += 1
         if self.flush_each:
             self.flush()
 
-    def _align(self, r: Result, k: int | None) -> None:
+    def _align(self, r: Result, hyp: Translation | None) -> None:
+        """The alignment line of `hyp`, one of r's translations (None: an empty line's)."""
         if self.align is None:
             return
-        has = k is not None and k < len(r.nbest)
-        att = r.nbest[k].attention if has else None
-        tgt = r.nbest[k].tokens if has else ()
-        if self.config.alignments == "hard":
-            line = hard_alignment(att, len(tgt)) if has else ""
+        if hyp is None:
+            line = "" if self.config.alignments == "hard" else soft_alignment(None, [], [])
+        elif self.config.alignments == "hard":
+            line = hard_alignment(hyp.attention, len(hyp.tokens))
         else:
-            eos = r.nbest[k].source_eos_attention if has else None
-            line = soft_alignment(att, r.src_tokens if has else [], tgt, eos)
+            line = soft_alignment(hyp.attention, r.src_tokens, hyp.tokens, hyp.source_eos_attention)
         self.align.write(line + "\n")
 
     def _plot(self, r: Result) -> None:
-        """The best translation's attention, as `plot_name(line number)` (a translated line's
+        """The best translation's attention, as NNNNNN.png (the line number; a translated line's
         hypotheses carry attention whenever config.plot_attention asks for plots)."""
         c = self.config
         if not c.plot_attention or not r.nbest or self.plotted >= c.plot_limit:
             return
         best = r.nbest[0]
-        plot_attention(Path(c.plot_attention) / plot_name(r.index), best.attention, r.src_tokens, best.tokens,
+        plot_attention(Path(c.plot_attention) / f"{r.index:06d}.png", best.attention, r.src_tokens, best.tokens,
                        best.source_eos_attention)
         self.plotted += 1
 
