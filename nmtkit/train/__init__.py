@@ -129,6 +129,7 @@ def _new_configs(data: Any, options: TrainOptions, model: ModelOverrides) -> tup
 def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> TrainResult:
     """Train (or resume) a model as `config` says; `callbacks` (a `Callbacks`, or a sequence of
     them) receive the run's events on rank 0: its configuration, start, updates, logs, validations."""
+    from nmtkit import signals
     from nmtkit.checkpoint import load_checkpoint
     from nmtkit.train import distributed as ddp
     from nmtkit.train.data import DataDir
@@ -167,22 +168,15 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
             tb_dir = staging / "tensorboard"  # committed with the run's files
         return _train(cfg, data, staging or save_dir, commit, arch, model_config, ckpt, callbacks, info, tb_dir)
     except BaseException:
+        # a new run that failed before its first checkpoint: its staging folder goes, and the folder is as
+        # it was, with torchrun's SIGTERM (sent to every rank once one has failed) held off, not half deleted
         if staging is not None:
-            _discard(staging)
+            with signals.held(), contextlib.suppress(OSError):  # the error that stopped the run is the one to report
+                shutil.rmtree(staging)
         raise
     finally:
         if lock is not None:
             lock.release()
-
-
-def _discard(staging: Path) -> None:
-    """A new run that failed before its first checkpoint: its staging folder goes, and the folder
-    is as it was. With SIGTERM held off (`nmtkit.signals.held`): torchrun's, sent to every rank
-    once one has failed, must not leave it half deleted."""
-    from nmtkit import signals
-
-    with signals.held(), contextlib.suppress(OSError):  # the error that stopped the run is the one to report
-        shutil.rmtree(staging)
 
 
 def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path) -> Path | None:

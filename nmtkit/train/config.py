@@ -189,8 +189,7 @@ class TrainConfig:
             raise ConfigError(f"--min-lr {self.min_lr} is above --lr {self.lr}: it is the floor decay stops at")
         if self.best_metric == "bleu" and self.valid_bleu_samples == 0:
             raise ConfigError("--best-metric bleu needs dev BLEU: --valid-bleu-samples must be > 0")
-        if (self.max_updates is None and self.max_epochs is None and self.max_time is None
-                and self.patience is None):
+        if all(v is None for v in (self.max_updates, self.max_epochs, self.max_time, self.patience)):
             raise ConfigError("no stopping criterion: give --max-updates, --max-epochs, --max-time or --patience")
 
     def to_dict(self) -> dict[str, Any]:
@@ -314,6 +313,5 @@ def training_defaults(arch: str, preset_name: str | None) -> dict[str, Any]:
     out = {k: v for k, v in d.items() if k in fields}
     if "sort_batches" in d:
         out["sort_pool"] = int(d["sort_batches"]) * int(d.get("batch_size", 80))
-    paper = name is None or name in PAPER_PRESETS
-    out["normalize_loss"] = "sentences" if paper else "tokens"
+    out["normalize_loss"] = "sentences" if name is None or name in PAPER_PRESETS else "tokens"
     return out

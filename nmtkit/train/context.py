@@ -36,10 +36,8 @@ log = logging.getLogger("nmtkit.train")
 
 
 class TrainContext:
-    """One model training on one data directory (see the module docstring).
-
-    `resume`: a checkpoint dict (from checkpoint_last.pt) to continue from, or None.
-    """
+    """One model training on one data directory (see the module docstring); `resume`: a
+    checkpoint dict (from checkpoint_last.pt) to continue from, or None."""
 
     def __init__(
         self,
@@ -195,11 +193,10 @@ class TrainContext:
 
 
 class Accumulators:
-    # Training statistics between two log records, accumulated on the device: no host
-    # synchronisation per update; read (and summed over ranks) at log intervals only.
-    """Sums since the last `reset`: objective, NLL and gradient norm (device tensors), target
-    tokens (this rank's and the global minibatches'), sentences, updates; `start` is the wall
-    time they cover from (the trainer moves it past validations)."""
+    """Sums since the last `reset`: objective, NLL and gradient norm (device tensors: no host
+    synchronisation per update), target tokens (this rank's and the global minibatches'),
+    sentences, updates; `start` is the wall time they cover from (the trainer moves it past
+    validations)."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -208,10 +205,7 @@ class Accumulators:
     def reset(self) -> None:
         z = torch.zeros((), device=self.device)
         self.obj, self.nll, self.gnorm = z.clone(), z.clone(), z.clone()
-        self.tokens_local = 0
-        self.tokens_global = 0
-        self.sents = 0
-        self.updates = 0
+        self.tokens_local = self.tokens_global = self.sents = self.updates = 0
         self.start = time.perf_counter()
 
     def add(self, loss_sum: torch.Tensor, nll_sum: torch.Tensor, gnorm: torch.Tensor, tokens_local: int,
@@ -233,8 +227,7 @@ class Accumulators:
             import torch.distributed as dist
 
             dist.all_reduce(stats)
-        obj, nll, gnorm_sum, tokens = stats.tolist()
-        return obj, nll, gnorm_sum, tokens
+        return tuple(stats.tolist())
 
 
 def rng_state(device: torch.device | None = None) -> dict[str, Any]:
@@ -259,9 +252,7 @@ def set_rng_state(state: dict[str, Any], device: torch.device | None = None) -> 
     name, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
-    if device is None or device.type != "cuda" or not torch.cuda.is_available():
-        return
-    if "cuda_device" in state:
+    if device is not None and device.type == "cuda" and torch.cuda.is_available() and "cuda_device" in state:
         torch.cuda.set_rng_state(state["cuda_device"], device)
 
 
@@ -290,12 +281,9 @@ def restore_rng(saved: dict[str, Any], rank: int, seed: int, update: int,
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
-    """The optimiser named by `cfg.optimizer`, at the base learning rate.
-
-    Adam and SGD use PyTorch's one-kernel implementations (`fused=True`) where available (CPU
-    and CUDA: one pass over all parameters, several times faster than the per-tensor loop);
-    Adadelta the multi-tensor path.
-    """
+    """The optimiser named by `cfg.optimizer`, at the base learning rate. Adam and SGD use PyTorch's
+    one-kernel implementations (`fused=True`) where available (CPU and CUDA: one pass over all
+    parameters, several times faster than the per-tensor loop); Adadelta the multi-tensor path."""
     params = [p for p in params if p.requires_grad]
     if cfg.optimizer == "adadelta":
         return torch.optim.Adadelta(params, lr=cfg.lr, rho=cfg.adadelta_rho, eps=cfg.adadelta_eps,
@@ -316,30 +304,21 @@ def _one_kernel_or_foreach(cls, params: list, kw: dict) -> torch.optim.Optimizer
 
 
 class LRSchedule:
-    """lr(update) = base_lr * warm-up(update) * decay, where decay shrinks on dev plateaus.
-
-    warm-up: linear from base_lr / warmup_updates to base_lr over the first `warmup_updates`.
-    plateau: after each validation, if the dev metric did not improve for more than
-    `lr_patience` validations in a row, decay *= lr_decay (never below `min_lr`).
-    """
+    """lr(update) = base_lr * warm-up(update) * decay. warm-up: linear from base_lr / warmup_updates
+    to base_lr over the first `warmup_updates`. plateau: after each validation, if the dev metric did
+    not improve for more than `lr_patience` validations in a row, decay *= lr_decay (never below `min_lr`)."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, cfg: TrainConfig):
-        self.optimizer = optimizer
-        self.base_lr = cfg.lr
-        self.warmup = cfg.warmup_updates
-        self.plateau = cfg.lr_schedule == "plateau"
-        self.decay_factor = cfg.lr_decay
-        self.patience = cfg.lr_patience
-        self.min_lr = cfg.min_lr
-        self.higher_is_better = cfg.best_metric == "bleu"
+        self.optimizer, self.cfg = optimizer, cfg
         self.decay = 1.0
         self.best: float | None = None
         self.bad = 0
 
     def lr_at(self, update: int) -> float:
         """The learning rate for update number `update` (0-based)."""
-        warm = min(1.0, (update + 1) / self.warmup) if self.warmup > 0 else 1.0
-        return max(self.base_lr * warm * self.decay, self.min_lr if update >= self.warmup else 0.0)
+        warmup = self.cfg.warmup_updates
+        warm = min(1.0, (update + 1) / warmup) if warmup > 0 else 1.0
+        return max(self.cfg.lr * warm * self.decay, self.cfg.min_lr if update >= warmup else 0.0)
 
     def set_update(self, update: int) -> float:
         lr = self.lr_at(update)
@@ -349,15 +328,16 @@ class LRSchedule:
 
     def on_validation(self, metric: float) -> bool:
         """Record a dev score; return True when the learning rate was decayed."""
-        if not self.plateau or math.isnan(metric):
+        cfg = self.cfg
+        if cfg.lr_schedule != "plateau" or math.isnan(metric):
             return False
-        improved = self.best is None or (metric > self.best if self.higher_is_better else metric < self.best)
+        improved = self.best is None or (metric > self.best if cfg.best_metric == "bleu" else metric < self.best)
         if improved:
             self.best, self.bad = metric, 0
             return False
         self.bad += 1
-        if self.bad > self.patience and self.base_lr * self.decay > self.min_lr:
-            self.decay *= self.decay_factor
+        if self.bad > cfg.lr_patience and cfg.lr * self.decay > cfg.min_lr:
+            self.decay *= cfg.lr_decay
             self.bad = 0
             return True
         return False

@@ -61,33 +61,27 @@ def env_info() -> DistInfo:
 
 
 def init(info: DistInfo, device: torch.device) -> None:
-    """Join the process group (no-op for a single process). Under torchrun, at any world size,
-    the process first asks to end with torchrun (`_end_with_the_launcher`)."""
-    _end_with_the_launcher()
+    """Join the process group (no-op for a single process). Under torchrun on Linux, at any world
+    size, the process first asks for SIGTERM when torchrun itself dies (kill -9, a closed login), as
+    when it stops the job, so the ranks save checkpoint_last.pt and exit. torchrun starts each rank
+    in a session of its own, so without this they trained on, orphaned, holding the run's lock. (The
+    kernel sends the signal when the thread that started the process ends: torchrun starts its
+    ranks from its main thread.)"""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        signals.die_with_parent(signal.SIGTERM, os.getppid())
     if not info.enabled or dist.is_initialized():
         return
     for var in ("MASTER_ADDR", "MASTER_PORT"):
         if var not in os.environ:
             raise ConfigError(f"WORLD_SIZE={info.world_size} but {var} is not set (start with torchrun)")
     backend = "nccl" if device.type == "cuda" else "gloo"
-    # SIGTERM and SIGINT end the process at once while it joins the group. The join waits in C++
-    # for the other ranks, where Python's handlers do not run: when another rank's start was
-    # refused, torchrun's SIGTERM went unheard until its SIGKILL 30 s later. Nothing is lost: the
-    # other ranks have written nothing yet, and rank 0's new run is put right at the next start
-    # (`nmtkit.train.run`).
+    # SIGTERM and SIGINT end the process at once while it joins the group: the join waits in C++ for
+    # the other ranks, where Python's handlers do not run (when another rank's start was refused,
+    # torchrun's SIGTERM went unheard until its SIGKILL). Nothing is lost: the other ranks have
+    # written nothing yet, and rank 0's new run is put right at the next start (`nmtkit.train.run`).
     with signals.handled_by(signal.SIG_DFL):
         dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size,
                                 timeout=PROCESS_GROUP_TIMEOUT)
-
-
-def _end_with_the_launcher() -> None:
-    """Under torchrun on Linux: SIGTERM when torchrun itself dies (kill -9, a closed login), as
-    when it stops the job, so the ranks save checkpoint_last.pt and exit. torchrun starts each
-    rank in a session of its own, so without this they trained on, orphaned, holding the run's
-    lock. (The kernel sends the signal when the thread that started the process ends: torchrun
-    starts its ranks from its main thread.)"""
-    if "TORCHELASTIC_RUN_ID" in os.environ:
-        signals.die_with_parent(signal.SIGTERM, os.getppid())
 
 
 def shutdown(info: DistInfo) -> None:
@@ -111,13 +105,18 @@ def rank0_choice(value: str, choices: tuple[str, ...], info: DistInfo, device: t
     return choices[int(index)]
 
 
+def all_max(value: float, info: DistInfo, device: torch.device) -> float:
+    """The largest of the ranks' values, on every rank (one small collective)."""
+    if not info.enabled:
+        return value
+    t = torch.tensor([float(value)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
 def any_flag(flag: bool, info: DistInfo, device: torch.device) -> bool:
     """True on every rank when any rank's flag is set."""
-    if not info.enabled:
-        return flag
-    t = torch.tensor([1.0 if flag else 0.0], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item() > 0)
+    return all_max(float(flag), info, device) > 0
 
 
 # what gloo and NCCL say when a peer is gone (gloo raises a plain RuntimeError)

@@ -21,7 +21,7 @@ from typing import Any
 from nmtkit.errors import ConfigError, NmtkitError
 from nmtkit.io.dirs import RUN_LOG, run_lock
 from nmtkit.io.files import name_error, save_figure, write_text
-from nmtkit.train.events import Callbacks, LogEvent, StartEvent, ValidationEvent
+from nmtkit.train.events import Callbacks, FanOut, LogEvent, ValidationEvent
 
 log = logging.getLogger(__name__)
 
@@ -139,14 +139,12 @@ def error_record(update: int, err: BaseException, by: str = "") -> str:
 
 
 def record_for_a_lost_writer(run_dir: Path, record: str, wait_s: float = 3.0) -> bool:
-    """Append `record` (`error_record`) to train.log from a rank other than 0, when rank 0, the
-    log's one writer, is the process of the job that is gone. Whether it is gone is the run's
-    lock (`nmtkit.io.dirs.run_lock`): rank 0 holds it while it lives, and the kernel released it when
-    rank 0 died. While rank 0 lives it writes its own record, and nothing is written here; nor
-    where the log already ends with one (rank 0 wrote it and ended, or another rank did), nor on a
-    machine without the run folder. Returns whether the record was written. A rank 0 that has
-    just died may release its lock a moment after its peers see its connection close: the lock
-    is tried for up to `wait_s`."""
+    """Append `record` (`error_record`) to train.log from a rank other than 0 when rank 0, the log's
+    one writer, is gone: the run's lock (`nmtkit.io.dirs.run_lock`), which rank 0 holds while it lives,
+    is free. The kernel releases it when rank 0 dies, maybe a moment after its peers see its connection
+    close: it is tried for up to `wait_s`. Nothing is written where the log already ends with such a
+    record (rank 0's, or another rank's) or the run folder is not on this machine. Returns whether
+    the record was written."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -195,7 +193,7 @@ def require_tensorboard() -> Any:
     return SummaryWriter
 
 
-class TensorBoardCallbacks(Callbacks):
+class TensorBoardCallbacks(FanOut):
     """Writes log and validation events as scalars (rank 0 only); forwards every callback to `inner`.
     The writer purges from the resumed update + 1 (1 for a new run), so TensorBoard drops what a
     killed session logged after the checkpoint being resumed, as metrics.jsonl does."""
@@ -203,8 +201,8 @@ class TensorBoardCallbacks(Callbacks):
     def __init__(self, log_dir: str | Path, inner: Callbacks | None = None, start_update: int = 0):
         writer_class = require_tensorboard()
         self.inner = inner or Callbacks()
-        self.log_dir = Path(log_dir)
-        self.writer = writer_class(log_dir=str(self.log_dir), purge_step=start_update + 1)
+        super().__init__([self.inner])
+        self.writer = writer_class(log_dir=str(Path(log_dir)), purge_step=start_update + 1)
 
     def _scalars(self, prefix: str, names: tuple[str, ...], event: LogEvent | ValidationEvent) -> None:
         step = int(event.update)
@@ -214,12 +212,6 @@ class TensorBoardCallbacks(Callbacks):
                 self.writer.add_scalar(f"{prefix}/{name}", value, step)
         self.writer.flush()
 
-    def on_start(self, event: StartEvent) -> None:
-        self.inner.on_start(event)
-
-    def on_update(self, update: int, epoch: int) -> None:
-        self.inner.on_update(update, epoch)
-
     def on_log(self, event: LogEvent) -> None:
         self._scalars("train", TRAIN_SCALARS, event)
         self.inner.on_log(event)
@@ -227,12 +219,6 @@ class TensorBoardCallbacks(Callbacks):
     def on_validation(self, event: ValidationEvent) -> None:
         self._scalars("valid", VALID_SCALARS, event)
         self.inner.on_validation(event)
-
-    def on_message(self, msg: str) -> None:
-        self.inner.on_message(msg)
-
-    def on_config(self, text: str) -> None:
-        self.inner.on_config(text)
 
     def close(self) -> None:
         self.writer.close()

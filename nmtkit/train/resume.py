@@ -34,10 +34,8 @@ def resume_config(ckpt: dict[str, Any], options: TrainOptions, world_size: int =
     --update-freq as `resumed_update_freq` decides for `world_size` processes."""
     old = TrainConfig.from_dict(ckpt["train_config"])
     overridable = resume_overridable(TrainConfig)
-    changes = {}
-    update_freq = resumed_update_freq(old.update_freq, ckpt["trainer"]["world_size"], world_size, options.update_freq)
-    if update_freq != old.update_freq:
-        changes["update_freq"] = update_freq
+    changes = {"update_freq": resumed_update_freq(old.update_freq, ckpt["trainer"]["world_size"], world_size,
+                                                  options.update_freq)}
     for name, value in options.given().items():
         if getattr(old, name) == value or name == "update_freq":
             continue
@@ -73,51 +71,47 @@ def resumed_update_freq(was: int, was_world: int, world: int, given: int | None)
 def resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Path, options: TrainOptions,
                      model: ModelOverrides, world_size: int) -> tuple[TrainConfig, str, dict[str, Any]]:
     """The run's configs from its checkpoint, with the options that may change on resume changed."""
+    last = str(save_dir / LAST)
     for name in ("train_config", "model_config", "model_state", "optimizer_state", "schedule_state", "trainer"):
         if not isinstance(ckpt.get(name), dict):  # a damaged checkpoint, before anything is written
-            raise CheckpointError(f"its {name} is missing or not a mapping: it cannot be resumed", str(save_dir / LAST))
+            raise CheckpointError(f"its {name} is missing or not a mapping: it cannot be resumed", last)
     missing = sorted(({f.name for f in fields(TrainState)} | {"world_size"}) - set(ckpt["trainer"]))
     if missing:  # what another nmtkit wrote (or a damaged file), before anything is written
         raise CheckpointError(f"its training state lacks {missing}, which this nmtkit writes, so it cannot be resumed; "
-                              "re-run 'nmtkit train' with this nmtkit to start the run again", str(save_dir / LAST))
+                              "re-run 'nmtkit train' with this nmtkit to start the run again", last)
     procs = ckpt["trainer"]["world_size"]
     if not isinstance(procs, int) or isinstance(procs, bool) or procs < 1:
         raise CheckpointError(f"its training state's world_size {procs!r:.40} is not a number of processes: it cannot "
-                              "be resumed", str(save_dir / LAST))
+                              "be resumed", last)
     cfg = resume_config(ckpt, options, world_size)
     arch, model_config = ckpt["arch"], dict(ckpt["model_config"])
     for name, value in model.given().items():
         if model_config.get(name) != value:
             raise ConfigError(f"{option_name(name)} {value} differs from the run being resumed "
                               f"({model_config.get(name)})")
+    same = "resume with the data directory the run was started with"
     differs = pipeline_differences(ckpt.get("pipeline"), data.pipeline)
     if differs:  # the run's later updates would see text preprocessed otherwise than its first ones
         raise CheckpointError(f"the text pipeline (preprocessing) of {data_dir} differs from the run's "
-                              f"({', '.join(differs)}): resume with the data directory the run was started with",
-                              str(save_dir / LAST))
+                              f"({', '.join(differs)}): {same}", last)
     if ckpt["src_vocab"] != data.src_vocab.to_list() or ckpt["tgt_vocab"] != data.tgt_vocab.to_list():
-        raise CheckpointError(f"the vocabularies of {data_dir} differ from the run's: resume with the "
-                              "data directory the run was started with", str(save_dir / LAST))
+        raise CheckpointError(f"the vocabularies of {data_dir} differ from the run's: {same}", last)
     was, now = _split_sizes(ckpt.get("data_manifest")), _split_sizes(data.manifest)
     if was and now and was != now:  # same vocabularies, other text: the run would not continue, it would change
-        raise CheckpointError(f"the training data of {data_dir} ({now}) differs from the run's ({was}): resume with "
-                              "the data directory the run was started with", str(save_dir / LAST))
+        raise CheckpointError(f"the training data of {data_dir} ({now}) differs from the run's ({was}): {same}", last)
     was, now = _train_digests(ckpt.get("data_manifest")), _train_digests(data.manifest)
     if was and now and was != now:  # the same sizes, other text (pairs reordered, a word changed)
         raise CheckpointError(f"the training text of {data_dir} differs from the run's (the sha256 of the files "
-                              "preprocess read): resume with the data directory the run was started with",
-                              str(save_dir / LAST))
+                              f"preprocess read): {same}", last)
     # the checkpoint's own configs: --update-freq may have changed with the process count
     _check_run_record(save_dir, TrainConfig.from_dict(ckpt["train_config"]), arch, model_config)
     return cfg, arch, model_config
 
 
 def _check_run_record(save_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[str, Any]) -> None:
-    """checkpoint_last.pt's configs against the run's record of them:
-    another run's checkpoint copied in would continue that run here, over this one's kept
-    checkpoints, checkpoint_best.pt and metrics. The record is config.json, which the run wrote
-    at its start, or where that is missing or unreadable (resume writes it again)
-    checkpoint_best.pt's configs. Not compared: the settings resume may change, --update-freq
+    """checkpoint_last.pt's configs against the run's record of them (`_run_record`): another run's
+    checkpoint copied in would continue that run here, over this one's kept checkpoints,
+    checkpoint_best.pt and metrics. Not compared: the settings resume may change, --update-freq
     (checked against the checkpoint by `resumed_update_freq`; a resume that changed it and stopped
     before its first save left config.json with the new value). A record that lacks a setting
     (another nmtkit's) is refused."""
@@ -146,8 +140,9 @@ def _check_run_record(save_dir: Path, cfg: TrainConfig, arch: str, model_config:
 
 
 def _run_record(save_dir: Path) -> tuple[dict[str, Any], str, Path] | None:
-    """The run's configs as config.json records them, else as checkpoint_best.pt does (as JSON
-    would hold them), where they were read (in words) and that file; None where neither can be read."""
+    """The run's configs as config.json (written at its start) records them, else, where that is
+    missing or unreadable (resume writes it again), as checkpoint_best.pt does (as JSON would hold
+    them); where they were read (in words) and that file; None where neither can be read."""
     from nmtkit.checkpoint import load_checkpoint
 
     try:

@@ -41,8 +41,7 @@ def train_step(ctx: TrainContext, batches: list[np.ndarray]) -> bool:
     loss_total, nll_total, tokens_local = _forward_backward(ctx, batches[ctx.dist.rank :: world], world / denom)
     if ctx.scaler is not None:
         ctx.scaler.unscale_(ctx.optimizer)
-    max_norm = cfg.clip_norm if cfg.clip_norm > 0 else float("inf")
-    gnorm = torch.nn.utils.clip_grad_norm_(ctx.params, max_norm)
+    gnorm = torch.nn.utils.clip_grad_norm_(ctx.params, cfg.clip_norm if cfg.clip_norm > 0 else float("inf"))
     if ctx.scaler is not None:  # fp16: inf gradients are overflows the scaler handles
         bad = ddp.any_flag(not bool(torch.isfinite(loss_total)), ctx.dist, ctx.device)
     else:  # after DDP's all-reduce the norm is the same on every rank

@@ -196,12 +196,7 @@ class Trainer:
         sig = self.signals.received
         timed_out = cfg.max_time is not None and self._elapsed() >= cfg.max_time
         if self.ctx.dist.enabled:  # every rank must stop at the same update
-            code = (sig or 0) * 2 + (1 if timed_out else 0)
-            t = torch.tensor([float(code)], device=self.ctx.device)
-            import torch.distributed as dist
-
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            code = int(t.item())
+            code = int(ddp.all_max((sig or 0) * 2 + (1 if timed_out else 0), self.ctx.dist, self.ctx.device))
             sig, timed_out = (code // 2) or None, bool(code % 2)
         if sig is not None:
             return signal.Signals(sig).name
@@ -227,16 +222,13 @@ class Trainer:
         self.saver.save_last()
         self._last_saved = st.update
         if self._commit is not None and self.ctx.dist.is_main:
-            self._moved_to(self._commit())
+            # the run's files are now in the run directory: its open log and metrics files went with them
+            self.ctx.run_dir = run_dir = self._commit()
+            if self.metrics is not None:
+                self.metrics.run_dir, self.metrics.path = run_dir, run_dir / self.metrics.path.name
+            if isinstance(self._log_handler, logging.FileHandler):
+                self._log_handler.baseFilename = str(run_dir / RUN_LOG)
             self._commit = None
-
-    def _moved_to(self, run_dir: Path) -> None:
-        """The run's files are now in `run_dir`: its open log and metrics files went with them."""
-        self.ctx.run_dir = run_dir
-        if self.metrics is not None:
-            self.metrics.run_dir, self.metrics.path = run_dir, run_dir / self.metrics.path.name
-        if isinstance(self._log_handler, logging.FileHandler):
-            self._log_handler.baseFilename = str(run_dir / RUN_LOG)
 
     # ---- reports ------------------------------------------------------------------------
     def _announce_start(self) -> None:
@@ -265,8 +257,7 @@ class Trainer:
         loss = nll / max(1.0, tokens)
         event = LogEvent(
             update=ctx.state.update, epoch=ctx.state.epoch, loss=loss, ppl=perplexity(loss),
-            objective=obj / max(1.0, tokens),
-            grad_norm=gnorm_sum / acc.updates / (ctx.dist.world_size if ctx.dist.enabled else 1),
+            objective=obj / max(1.0, tokens), grad_norm=gnorm_sum / acc.updates / ctx.dist.world_size,
             lr=ctx.lr, tgt_tokens_per_s=acc.tokens_global / seconds, sents_per_s=acc.sents / seconds,
             updates_per_s=acc.updates / seconds, elapsed=self._elapsed(), skipped=ctx.state.skipped_batches)
         acc.reset()
@@ -297,15 +288,23 @@ class Trainer:
             # --patience counts scheduled validations in a row without a new best dev score
             improved_scheduled = st.record_scheduled(score, cfg.best_metric == "bleu")
             st.bad_validations = 0 if improved_scheduled else st.bad_validations + 1
-            self._schedule_lr(score)
+            if ctx.schedule.on_validation(score):
+                msg = (f"dev {cfg.best_metric} did not improve: learning rate decayed to "
+                       f"{ctx.schedule.lr_at(st.update):.3g}")
+                log.info(msg)
+                ctx.cb.on_message(msg)
         event = ValidationEvent(
             update=st.update, epoch=st.epoch, loss=loss, ppl=perplexity(loss),
             bleu=bleu if math.isfinite(bleu) else None, best=improved, best_score=st.best_score,
             best_update=st.best_update, seconds=time.perf_counter() - t0, elapsed=self._elapsed(), final=final)
         if improved:
             self.saver.save_model(BEST)
-        if ctx.dist.is_main:
-            self._record_validation(event)
+        if ctx.dist.is_main:  # metrics.jsonl, curves.png and train.log
+            assert self.metrics is not None
+            self.metrics.write(event.record())
+            self.metrics.draw_curves()
+            log.info("validation at update %d: dev loss %.4f ppl %.2f bleu %s%s", event.update, event.loss, event.ppl,
+                     "-" if event.bleu is None else f"{event.bleu:.2f}", " (best)" if event.best else "")
             ctx.cb.on_validation(event)
         if not math.isfinite(loss):  # weights that overflow: every later update is nan too, so skipping cannot help
             best = (f"; {BEST} (update {st.best_update}) is the best model before it" if st.best_update is not None
@@ -314,32 +313,14 @@ class Trainer:
                                 f"with a lower --lr{best}")
         return event
 
-    def _schedule_lr(self, score: float) -> None:
-        """The learning-rate schedule's turn at a scheduled validation (a decay is reported)."""
-        ctx = self.ctx
-        if ctx.schedule.on_validation(score):
-            msg = (f"dev {ctx.cfg.best_metric} did not improve: learning rate decayed to "
-                   f"{ctx.schedule.lr_at(ctx.state.update):.3g}")
-            log.info(msg)
-            ctx.cb.on_message(msg)
-
-    def _record_validation(self, event: ValidationEvent) -> None:
-        """metrics.jsonl, curves.png and train.log (rank 0)."""
-        assert self.metrics is not None
-        self.metrics.write(event.record())
-        self.metrics.draw_curves()
-        log.info("validation at update %d: dev loss %.4f ppl %.2f bleu %s%s", event.update, event.loss, event.ppl,
-                 "-" if event.bleu is None else f"{event.bleu:.2f}", " (best)" if event.best else "")
-
     def _check_validation_needs(self) -> None:
         """Before the first update: dev BLEU (decoding, the text pipeline's detokeniser and BPE,
         sacrebleu) runs on one dev sentence, so a module missing on this machine stops the run now,
         not at the first validation hours later."""
         ctx = self.ctx
-        if ctx.dist.is_main and ctx.valid_data is not None:
+        if ctx.dist.is_main:
             warn_unvalidated(ctx.valid_data)
         if ctx.dist.is_main and ctx.bleu_enabled:
-            assert ctx.valid_data is not None
             check_dev_bleu(ctx.model, ctx.valid_data, ctx.data.tgt_vocab, ctx.data.pipeline, ctx.cfg.valid_beam,
                            ctx.device, ctx.raw_refs, ctx.precision)
 

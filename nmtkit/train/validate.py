@@ -89,15 +89,6 @@ def dev_loss(
     return (float(total) / max(1, n_tokens)), n_tokens
 
 
-def _pipeline_decoder(pipeline: dict[str, Any]) -> Callable[[list[str]], str]:
-    """tokens -> detokenised text, with the data directory's recorded pipeline (which
-    `read_manifest` has checked: every data directory records one)."""
-    from nmtkit.text.pipeline import TextPipeline
-
-    pipe = TextPipeline.from_dict(pipeline)
-    return lambda toks: pipe.decode(toks, "tgt")
-
-
 @torch.no_grad()
 def dev_translations(
     model: Any, data: ParallelData, n_samples: int, beam: int, batch_size: int, device: torch.device,
@@ -122,8 +113,7 @@ def dev_translations(
             src_t, lens_t = _to_device((src, src_lens), device)
             with autocast(device.type, precision):
                 if beam == 1:
-                    max_len = (lens_t * 2 + 10)
-                    best = greedy_search(model, src_t, lens_t, max_len=max_len)
+                    best = greedy_search(model, src_t, lens_t, max_len=lens_t * 2 + 10)
                 else:
                     best = [nb[0] if nb else None for nb in beam_search(model, src_t, lens_t, beam=beam)]
             for k, hyp in zip(batch, best):
@@ -153,14 +143,16 @@ def dev_bleu(
     """(BLEU, hypotheses, references) on the first `n_samples` dev sentences, detokenised."""
     import sacrebleu
 
+    from nmtkit.text.pipeline import TextPipeline
+
     ids = dev_translations(model, data, n_samples, beam, batch_size, device, precision, stop)
-    decode = _pipeline_decoder(pipeline)
+    pipe = TextPipeline.from_dict(pipeline)  # the data directory's, which `read_manifest` has checked
     kept = np.flatnonzero(within_bound(data, len(ids))).tolist()  # an empty source scores as an empty translation
-    hyps = [decode(tgt_vocab.decode(ids[k])) for k in kept]
+    hyps = [pipe.decode(tgt_vocab.decode(ids[k]), "tgt") for k in kept]
     if raw_refs is not None:
         refs = [raw_refs[k] for k in kept]
     else:
-        refs = [decode(tgt_vocab.decode(data.tgt[k].tolist())) for k in kept]
+        refs = [pipe.decode(tgt_vocab.decode(data.tgt[k].tolist()), "tgt") for k in kept]
     bleu = sacrebleu.corpus_bleu(hyps, [refs]).score if hyps else float("nan")
     return float(bleu), hyps, refs
 
@@ -190,7 +182,6 @@ def dev_scores(ctx: Any, stop: Callable[[], bool] | None = None) -> tuple[float,
     cfg = ctx.cfg
     loss, bleu = float("nan"), float("nan")
     if ctx.dist.is_main:
-        assert ctx.valid_data is not None
         loss, _ = dev_loss(ctx.model, ctx.valid_data, cfg.valid_batch_size, ctx.device, ctx.precision,
                            cfg.loss_chunk_tokens, stop)
         if ctx.bleu_enabled and math.isfinite(loss):  # a model whose loss overflows has no translation to score
