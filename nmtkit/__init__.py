@@ -58,12 +58,10 @@ def presets() -> dict[str, dict[str, Any]]:
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
+    import importlib
 
+    if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     if name == "train":  # the training package, callable as nmtkit.train(data_dir, run_dir, ...)
-        import importlib
-
         return importlib.import_module("nmtkit.train")
     raise AttributeError(f"module 'nmtkit' has no attribute '{name}'")

@@ -144,15 +144,13 @@ def _check_output_name(output: str | Path) -> None:
 
 def average_checkpoints(paths: Sequence[str], progress: Progress | None = None,
                         by_name: bool = False) -> dict[str, Any]:
-    """The checkpoint dict of the parameter mean of `paths`: each tensor sum_m theta_m / M in
-    float64, cast to its stored dtype (non-floating tensors, e.g. counters, must be equal). Two
-    checkpoints of one update are refused; `by_name` (--last): so is a checkpoint_N.pt that does
-    not hold update N."""
+    """The checkpoint dict of the parameter mean of `paths` (non-floating tensors, e.g. counters, must
+    be equal). Two checkpoints of one update are refused; `by_name` (--last): so is a checkpoint_N.pt
+    that does not hold update N."""
     torch = import_torch()
     first_path, first = paths[0], None
     sums: dict[str, Any] = {}
     sources = []
-    last: dict[str, Any] = {}
     for path in paths:
         ckpt = load_checkpoint(path)
         model_fields(ckpt, path)
@@ -179,11 +177,10 @@ def average_checkpoints(paths: Sequence[str], progress: Progress | None = None,
             raise CheckpointError(f"is named for update {named} but holds update {update}: --last picks checkpoints "
                                   "by the update they hold", path)
         sources.append({"path": path, "update": update})
-        last = ckpt
         if progress is not None:
             progress(path, len(sources), len(paths))
     assert first is not None
-    n = len(paths)
+    last, n = ckpt, len(paths)  # the result's configs, vocabularies, pipeline and lexicon are the last one's
     state = {k: ((s / n).to(first["model_state"][k].dtype) if first["model_state"][k].is_floating_point() else s)
              for k, s in sums.items()}
     return make_checkpoint(

@@ -80,8 +80,7 @@ def make_checkpoint(
 
 
 def trained_max_len(ckpt: dict[str, Any]) -> int | None:
-    """The longest training sentence the run allowed, in words (train_config["max_len"]), None if
-    unlimited."""
+    """The longest training sentence the run allowed, in words (train_config["max_len"]); None: unlimited."""
     v = (ckpt.get("train_config") or {}).get("max_len")
     return v if isinstance(v, int) and v > 0 else None
 
@@ -110,9 +109,8 @@ def save_checkpoint(obj: dict[str, Any], path: str | Path) -> None:
     disk raises OSError(ENOSPC) naming `path` and leaves the previous checkpoint as it was)."""
     import torch
 
-    obj = dict(obj)
+    obj = _word_lists(obj, _join)  # a new dict
     obj.setdefault("format_version", CHECKPOINT_FORMAT)
-    obj = _word_lists(obj, _join)
     with OutputFile(path, "wb") as out:
         rec = _WriteRecorder(out.file)
         try:

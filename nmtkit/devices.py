@@ -146,8 +146,7 @@ def _malloc_trim():
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
     except (OSError, AttributeError):  # not glibc
         return None
     trim.argtypes = [ctypes.c_size_t]

@@ -23,12 +23,8 @@ class NmtkitError(Exception):
     exit_code = 1
 
     def __init__(self, message: str, path: str | None = None, line: int | None = None):
-        self.path = path
-        self.line = line
-        self.bare_message = message
-        where = ""
-        if path is not None:
-            where = f"{path}:{line}: " if line is not None else f"{path}: "
+        self.path, self.line, self.bare_message = path, line, message
+        where = "" if path is None else f"{path}: " if line is None else f"{path}:{line}: "
         super().__init__(where + message)
 
 

@@ -44,10 +44,8 @@ class OptionSpec:
 
 def option(default: Any = _MISSING, *, help: str, default_factory: Any = _MISSING, **spec: Any) -> Any:
     """A dataclass field with its option's description in its metadata (`OptionSpec`'s fields)."""
-    meta = {"option": OptionSpec(help=help, **spec)}
-    if default_factory is not _MISSING:
-        return dataclasses.field(default_factory=default_factory, metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
+    return dataclasses.field(default=default, default_factory=default_factory,
+                             metadata={"option": OptionSpec(help=help, **spec)})
 
 
 def spec_of(field: dataclasses.Field) -> OptionSpec | None:

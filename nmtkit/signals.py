@@ -96,9 +96,8 @@ def die_with_parent(sig: int, parent: int) -> None:
     PR_SET_PDEATHSIG), and send it now if that parent is already gone."""
     if not sys.platform.startswith("linux"):
         return
-    pr_set_pdeathsig = 1
-    try:
-        if ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(sig), 0, 0, 0) != 0:
+    try:  # prctl option 1: PR_SET_PDEATHSIG
+        if ctypes.CDLL(None, use_errno=True).prctl(1, int(sig), 0, 0, 0) != 0:
             return
     except (OSError, AttributeError):
         return

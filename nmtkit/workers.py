@@ -5,6 +5,7 @@ result or the exception, and leaves with os._exit (never into the caller's code,
 handlers). Leaving a `Workers` block in any way kills and reaps every worker still there."""
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
@@ -52,10 +53,8 @@ class Worker:
         if self.reaped:
             return 0
         if kill:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self.conn.close()
         self.reaped = True
         try:
@@ -127,10 +126,8 @@ def _serve(conn: Connection, handle: Callable[[Any], Any], setup: Callable[[], A
             conn.send_bytes(pickle.dumps(("ok", handle(task)), protocol=pickle.HIGHEST_PROTOCOL))
     except BaseException as err:  # noqa: BLE001 - everything goes back to the parent
         code = 1
-        try:
+        with contextlib.suppress(BaseException):  # the parent is gone or has stopped listening
             conn.send_bytes(_error_payload(err))
-        except BaseException:  # noqa: BLE001 - the parent is gone or has stopped listening
-            pass
     finally:
         os._exit(code)
 

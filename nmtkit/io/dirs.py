@@ -68,9 +68,8 @@ def remove_folders(created: list[Path]) -> None:
 
 
 def clean_stale_temp_dirs(dest: str | Path, warn: Callable[[str], None]) -> list[Path]:
-    """Remove the `DEST.tmp-*` directories left by a killed run of this host (their pid is
-    dead); `warn` about the others (another host's, a live process's, an old name). Returns
-    the directories removed."""
+    """Remove (and return) the `DEST.tmp-*` directories left by a killed run of this host (their pid
+    is dead); `warn` about the others (another host's, a live process's, an old name)."""
     dest = Path(dest)
     removed: list[Path] = []
     if not dest.parent.is_dir():
@@ -133,10 +132,9 @@ _NOT_A_FILE = "is not a regular file, where nmtkit writes a file of its own: rem
 
 
 def open_in_place(path: str | Path, flags: int) -> int:
-    """`os.open(path, flags)` for a file written in place (not by rename: a lock, a log appended to),
-    refusing what would redirect the write: a symbolic link (the file it points to would be
-    truncated or appended to), a FIFO or a device. OutputError naming the file; FileNotFoundError
-    as os.open raises it."""
+    """`os.open(path, flags)` for a file written in place (a lock, a log appended to), refusing with
+    an OutputError what would redirect the write: a symbolic link (its target would be truncated or
+    appended to), a FIFO or a device. FileNotFoundError as os.open raises it."""
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666 & ~umask())
     except OSError as err:
@@ -150,14 +148,10 @@ def open_in_place(path: str | Path, flags: int) -> int:
 
 
 class DirLock:
-    """An exclusive lock on a directory (`fcntl.flock` on `path/name`, holding the holder's PID),
-    so that one process at a time writes there (one training run per run directory).
-
-    The kernel releases the lock when its process dies, so a lock file left by a killed
-    process never blocks. `acquire` raises OutputError naming the holder's PID when another
-    live process holds it. The file itself stays (removing it would race with a process that
-    has just opened it).
-    """
+    """An exclusive lock on a directory (`fcntl.flock` on `path/name`, holding the holder's PID), so
+    that one process at a time writes there. The kernel releases it when its process dies, so the
+    file of a killed process never blocks; `acquire` raises OutputError naming the PID of a live
+    holder. The file itself stays (removing it would race with a process that has just opened it)."""
 
     def __init__(self, path: str | Path, name: str, what: str):
         self.path = Path(path) / name

@@ -7,6 +7,7 @@ destination before any work.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import gzip
 import io
@@ -60,11 +61,9 @@ def standard_stream_fd(path: str | Path) -> int | None:
     if not stat.S_ISREG(st.st_mode):  # a pipe, a terminal, /dev/null: opened again, nothing is lost
         return None
     for fd in (1, 2):
-        try:
+        with contextlib.suppress(OSError):
             if os.path.samestat(st, os.fstat(fd)):
                 return fd
-        except OSError:
-            continue
     return None
 
 
@@ -83,24 +82,13 @@ def is_stdout(path: str | Path | None) -> bool:
 
 def umask() -> int:
     """The process umask, read without changing it where /proc allows (no race with threads)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
     old = os.umask(0o022)
     os.umask(old)
     return old
-
-
-def _new_file_mode(target: str) -> int:
-    """The mode `open(target, "w")` would leave: the old file's, else 0666 minus the umask."""
-    try:
-        return stat.S_IMODE(os.stat(target).st_mode)
-    except FileNotFoundError:
-        return 0o666 & ~umask()
 
 
 def check_output(path: str | Path, force: bool, what: str = "output") -> None:
@@ -164,12 +152,6 @@ def abort_pending() -> None:
         staged.abort()
 
 
-def _temp_prefix(name: str, name_max: int = 255) -> str:
-    """`name.`, the temp file's prefix, cut so the temp name stays within 255 bytes."""
-    raw = os.fsencode(name)[: name_max - len(".12345678.tmp")]
-    return os.fsdecode(raw) + "."
-
-
 class _Output:
     """An output as a context manager: committed on success, aborted on an exception, whose
     OSError then names `path` rather than the temp file (`name_error`)."""
@@ -206,11 +188,14 @@ class Staged(_Output):
         if self.in_place:
             self.write_path = self.path
             return
-        target = os.path.realpath(self.path)  # write through a symlink, as open() does
-        self.target = target
-        self.mode = _new_file_mode(target)
-        folder, name = os.path.split(target)
-        fd, self.tmp = tempfile.mkstemp(prefix=_temp_prefix(name), suffix=".tmp", dir=folder)
+        self.target = os.path.realpath(self.path)  # write through a symlink, as open() does
+        try:  # the mode `open(target, "w")` would leave: the old file's, else 0666 minus the umask
+            self.mode = stat.S_IMODE(os.stat(self.target).st_mode)
+        except FileNotFoundError:
+            self.mode = 0o666 & ~umask()
+        folder, name = os.path.split(self.target)
+        prefix = os.fsdecode(os.fsencode(name)[: 255 - len(".12345678.tmp")]) + "."  # the temp name within 255 bytes
+        fd, self.tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
         try:  # the final mode, writable by us until the commit: a library reopens it by name to write
             os.fchmod(fd, self.mode | stat.S_IRUSR | stat.S_IWUSR)
         finally:
@@ -223,11 +208,8 @@ class Staged(_Output):
         if self.tmp is None:
             return
         if not synced:
-            fd = os.open(self.tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            with open(self.tmp, "rb") as f:
+                os.fsync(f.fileno())
         os.chmod(self.tmp, self.mode)
         os.replace(self.tmp, self.target)
         self.tmp = None
@@ -235,10 +217,8 @@ class Staged(_Output):
 
     def abort(self) -> None:
         if self.tmp is not None:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.tmp)
-            except FileNotFoundError:
-                pass
             self.tmp = None
             _ABANDONED.append(self.path)
         _PENDING.discard(self)
@@ -260,6 +240,7 @@ class OutputFile(_Output):
         self.path = os.fspath(path)
         self._committed = False
         self._staged = Staged(self.path)
+        self.write_path = self._staged.write_path
         binary = "b" in mode
         fd = standard_stream_fd(self.path) if self._staged.in_place else None
         try:
@@ -269,7 +250,7 @@ class OutputFile(_Output):
                         stream.flush()
                 target: Any = os.dup(fd)
             else:
-                target = self._staged.write_path
+                target = self.write_path
             if self.path.endswith(".gz"):  # compressed, as every reader gunzips a .gz name
                 self._raw: IO[Any] = open(target, "wb")
                 gz: Any = gzip.GzipFile(os.path.basename(self.path), "wb", fileobj=self._raw)
@@ -280,10 +261,6 @@ class OutputFile(_Output):
         except BaseException:
             self._staged.abort()
             raise
-
-    @property
-    def write_path(self) -> str:
-        return self._staged.write_path
 
     def commit(self) -> None:
         if self._committed:
@@ -299,10 +276,8 @@ class OutputFile(_Output):
 
     def abort(self) -> None:
         for f in (self.file, self._raw):
-            try:
+            with contextlib.suppress(OSError, ValueError):  # e.g. a full disk's final flush: the temp file goes anyway
                 f.close()
-            except (OSError, ValueError):
-                pass  # e.g. the final flush of a full disk: the temp file goes anyway
         self._staged.abort()
 
 
@@ -336,14 +311,13 @@ def commit_all(outputs: Sequence[Staged | OutputFile], remove: Sequence[str] = (
     after it, and its OSError names it."""
     with signals.blocked():
         for i, out in enumerate(outputs):
-            tmp = out.write_path
             try:
                 out.commit()
             except BaseException as err:
                 for rest in outputs[i:]:
                     rest.abort()
                 if isinstance(err, OSError):
-                    raise name_error(err, out.path, tmp) from None
+                    raise name_error(err, out.path, out.write_path) from None
                 raise
         for path in remove:
             os.unlink(path)
