@@ -76,6 +76,7 @@ def _worker(rank, world, port, data_dir, run_dir, out_dir, opts):
     _train(data_dir, run_dir, out_dir / f"rank{rank}.pt", opts)
 
 
+@pytest.mark.slow  # ranks in processes of their own, each importing torch: 3-6 s
 def test_two_gloo_ranks_stay_identical_and_match_a_single_process(tmp_path):
     data_dir = make_data_dir(tmp_path / "data")
     # plain SGD: the update is linear in the gradient, so the two-rank run (each rank its own
@@ -141,6 +142,7 @@ def _one_update_worker(rank, world, port, data_dir, out_dir):
     torch.save(_one_update(data_dir, out_dir / f"run{rank}", 40, 1, True), out_dir / f"step{rank}.pt")
 
 
+@pytest.mark.slow  # ranks in processes of their own, each importing torch: 3-6 s
 def test_update_freq_2_at_batch_40_and_two_gloo_ranks_at_40_each_equal_one_update_at_batch_80(tmp_path):
     data_dir = make_data_dir(tmp_path / "data")
     whole = _one_update(data_dir, tmp_path / "whole", 80, 1, False)
@@ -258,6 +260,7 @@ def _precision_worker(rank, world, port, data_dir, run_dir, out_dir):
         ctx.close()
 
 
+@pytest.mark.slow  # ranks in processes of their own, each importing torch: 3-6 s
 def test_ranks_whose_auto_precision_timings_disagree_all_train_in_rank_0s_precision(tmp_path):
     data_dir = make_data_dir(tmp_path / "data")
     _start_ranks(_precision_worker, (2, _free_port(), data_dir, tmp_path, tmp_path))
@@ -272,6 +275,7 @@ def _plain_run_worker(rank, world, port, data_dir, run_dir, opts):
     train_run(data_dir, run_dir, opts, tiny_overrides(dropout=0.0))
 
 
+@pytest.mark.slow  # ranks in processes of their own, each importing torch: 3-6 s
 def test_a_two_rank_run_resumes_in_one_process_only_with_the_update_freq_that_keeps_its_updates(tmp_path):
     from nmtkit.errors import ConfigError
     from tests.conftest import train_run
@@ -317,6 +321,7 @@ def _losing_worker(rank, world, port, data_dir, run_dir, out_dir, opts, dying):
         (out_dir / f"rank{rank}.txt").write_text(f"{type(err).__name__}: {err}")
 
 
+@pytest.mark.slow  # ranks in processes of their own, each importing torch: 3-6 s
 @pytest.mark.parametrize("dying", [1, 0], ids=["a worker", "rank 0 the writer"])
 def test_a_process_of_the_job_that_dies_stops_the_others_with_one_line_and_a_train_log_record(tmp_path, dying):
     data_dir = make_data_dir(tmp_path / "data")
@@ -365,6 +370,7 @@ def test_only_a_failed_collective_is_taken_for_a_lost_process():
     assert lost_process_error(ValueError("Connection reset by peer"), 12, 10) is None
 
 
+@pytest.mark.slow  # ranks in processes of their own, each importing torch: 3-6 s
 def test_sigterm_ends_a_rank_still_waiting_for_the_others_to_join(tmp_path):
     """torchrun stops the other ranks with SIGTERM when one rank's start is refused (a run folder
     in use, say); a rank waiting in the group's join heard it only at torchrun's SIGKILL, 30 s on."""
@@ -407,6 +413,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow  # ranks in processes of their own, each importing torch: 3-6 s
 @pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_the_ranks_save_and_exit_when_torchrun_is_killed(tmp_path, nproc):
@@ -515,6 +522,7 @@ def test_a_sigterm_that_lands_while_an_error_unwinds_the_command_reports_the_err
     assert code == TrainingError.exit_code
 
 
+@pytest.mark.slow  # ranks in processes of their own, each importing torch: 3-6 s
 def test_a_torchrun_job_warns_once_not_once_per_rank(tmp_path):
     """A one-process run continued by two processes under torchrun: the warning that says so
     came from every rank."""
