@@ -87,7 +87,6 @@ def test_tatoeba_recipe_chains_preprocess_train_translate_score():
     assert "translate -m work/run/checkpoint_best.pt" in plain
 
 
-
 def test_tatoeba_results_name_the_training_device_and_every_timed_step(tmp_path):
     """results.md says where the run trained (train.log's first line) and each step's wall time,
     so that a GPU run of the recipe reports its own figures."""
@@ -114,6 +113,8 @@ def test_tatoeba_results_name_the_training_device_and_every_timed_step(tmp_path)
                 "| translating the test split | 3.3 s (0.6 sentences/s, start-up included) |"):
         assert row in text, row
     assert "`average`" not in text  # a step that did not run has no row
+    assert "`translate-test`" not in text  # its own row above, with the rate, not twice
+
 
 def test_backtranslation_recipe_samples_the_french_side_only_and_gives_both_systems_equal_updates():
     out = _dry_run(BACKTRANSLATION, "UPDATES=77")

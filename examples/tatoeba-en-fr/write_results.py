@@ -35,9 +35,9 @@ def main() -> None:
             (train if rec.get("kind") == "train" else valid if rec.get("kind") == "valid" else []).append(rec)
     report = json.loads(Path(args.scores).read_text(encoding="utf-8"))
     scores = {s["metric"]: s for s in report["systems"][0]["scores"]}
-    timed = {step: float((Path(args.seconds) / step).read_text().strip())
-             for step in STEPS if (Path(args.seconds) / step).exists()}
-    seconds = timed["translate-test"]
+    files = {step: Path(args.seconds) / step for step in STEPS}
+    timed = {step: float(f.read_text().strip()) for step, f in files.items() if f.exists()}
+    seconds = timed.pop("translate-test")  # its own row below, with the rate
     n_lines = report["lines"]
 
     last = train[-1] if train else {}

@@ -75,5 +75,6 @@ def shortlist_ids(lexicon: Any, src: Any, vocab_size: int, frequent: int = FREQU
     src = torch.as_tensor(src).reshape(-1).cpu()
     src = src[(src >= 0) & (src < lex.size(0))]
     mask[lex.index_select(0, src.unique()).reshape(-1).long().clamp_(0, vocab_size - 1)] = True
-    mask[(~mask).nonzero().squeeze(1)[: (-int(mask.sum())) % TOPK_GROUP]] = True  # pad: next free ids
+    need = (-int(mask.sum())) % TOPK_GROUP  # padded to a whole number of groups with the next free ids
+    mask[(~mask).nonzero().squeeze(1)[:need]] = True
     return mask.nonzero().squeeze(1)

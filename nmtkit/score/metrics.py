@@ -71,8 +71,10 @@ def make_metric(key: str, tokenize: str | None = None, lowercase: bool = False):
             # sacrebleu's message spans lines ("...\n\n    pip install sacrebleu[ja]"): one line of it
             reason = " ".join(str(err).split()) or type(err).__name__
             raise ConfigError(f"cannot use BLEU tokenizer {tokenize!r}: {reason}") from None
-    if key in ("chrf", "ter"):
-        return CHRF() if key == "chrf" else TER()
+    if key == "chrf":
+        return CHRF()
+    if key == "ter":
+        return TER()
     raise ConfigError(f"unknown metric {key!r}; choose from {', '.join(METRICS)}")
 
 

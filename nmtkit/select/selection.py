@@ -290,8 +290,10 @@ def _score_pool(cfg: SelectConfig, opts: TextOpts, corpora: tuple[Corpus, Corpus
     lms: dict[str, dict[str, Any]] = {}
     timings["lm_estimate_s"] = timings["score_s"] = 0.0
     for s, side in enumerate(("src", "tgt")):
-        t = time.perf_counter()  # H_in's LM on the in-domain text, H_out's on the pool sample
-        scorer = Scorer(opts, side, vocabs[s], *(NgramLM.estimate(i.batch(s), len(vocabs[s]), cfg.order) for i in ids))
+        t = time.perf_counter()
+        V = len(vocabs[s])
+        scorer = Scorer(opts, side, vocabs[s], lm_in=NgramLM.estimate(ids[0].batch(s), V, cfg.order),  # in-domain
+                        lm_out=NgramLM.estimate(ids[1].batch(s), V, cfg.order))  # the pool sample
         timings["lm_estimate_s"] += time.perf_counter() - t
         warnings += _warn(lm_warnings(cfg, ind, ind_sizes, scorer))
         lms[f"in_{side}"], lms[f"out_{side}"] = _lm_summary(scorer.lm_in), _lm_summary(scorer.lm_out)
