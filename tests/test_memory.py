@@ -71,17 +71,19 @@ def test_the_cpu_cache_caps_keep_a_capacity_the_user_set(monkeypatch):
     assert (os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"], os.environ["LRU_CACHE_CAPACITY"]) == ("64", "1")
 
 
-def test_the_cli_caps_the_cpu_caches_before_torch_builds_a_product():
-    """Both capacities are in the environment of a CLI run by the time translation starts
-    (oneDNN and ideep read them once, at their first product)."""
+@pytest.mark.parametrize("argv, onednn", [(["translate", "-m", "x.pt"], "64"),
+                                           (["train", "--data", "d", "--save-dir", "r"], "1024")])
+def test_the_cli_caps_the_cpu_caches_before_torch_builds_a_product(argv, onednn):
+    """Both capacities are in the environment of a CLI run by the time its command starts (oneDNN
+    and ideep read them once, at their first product); training keeps more of oneDNN's primitives."""
     names = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
     code = ("import os, sys\nfrom nmtkit import cli\nseen = []\n"
-            f"cli.command('translate').callback = lambda **kw: seen.extend(os.environ.get(n) for n in {names!r})\n"
-            "try:\n    cli.main(['translate', '-m', 'x.pt'])\nexcept SystemExit:\n    pass\n"
+            f"cli.command({argv[0]!r}).callback = lambda **kw: seen.extend(os.environ.get(n) for n in {names!r})\n"
+            f"try:\n    cli.main({argv!r})\nexcept SystemExit:\n    pass\n"
             "print(seen, 'torch' in sys.modules)\n")
     env = {k: v for k, v in os.environ.items() if k not in names}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
-    assert proc.stdout.split() == ["['64',", "'1']", "False"], proc.stdout + proc.stderr
+    assert proc.stdout.split() == [f"['{onednn}',", "'1']", "False"], proc.stdout + proc.stderr
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim is Linux only")

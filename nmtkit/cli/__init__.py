@@ -18,7 +18,7 @@ import click
 
 from nmtkit import __version__
 from nmtkit.cli.common import setup_warnings, sigterm_unwinds
-from nmtkit.devices import limit_cpu_caches
+from nmtkit.devices import ONEDNN_CACHE_CAPACITY, TRAIN_ONEDNN_CACHE_CAPACITY, limit_cpu_caches
 from nmtkit.errors import NmtkitError, describe_os_error, first_line
 from nmtkit.io.files import abandoned_outputs
 from nmtkit.signals import Terminated
@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> None:
     sys.argv and ends the process (`_end_process`); a list runs the command and returns (or
     raises SystemExit)."""
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
-    limit_cpu_caches()  # before torch builds its first product
+    # before torch builds its first product
+    limit_cpu_caches(TRAIN_ONEDNN_CACHE_CAPACITY if _command_name(argv) == "train" else ONEDNN_CACHE_CAPACITY)
     real_stdin, real_stdout = sys.stdin, sys.stdout
     sys.stdout = _NamedStdout(real_stdout) if real_stdout is not None else _ClosedStream("<stdout>")  # type: ignore
     if real_stdin is None:
@@ -239,8 +240,7 @@ def _run(argv: list[str] | None, debug: bool) -> None:
         if debug or not _out_of_memory(err):
             raise
         reason = first_line(err) or type(err).__name__
-        command = next((a for a in (sys.argv[1:] if argv is None else argv) if a in SUBCOMMANDS), "")
-        advice = _MEMORY_ADVICE.get(command)
+        advice = _MEMORY_ADVICE.get(_command_name(argv))
         click.echo(f"nmtkit: error: out of memory: {reason}" + (f" ({advice})" if advice else ""), err=True)
         sys.exit(1)
 
@@ -249,6 +249,11 @@ def _run(argv: list[str] | None, debug: bool) -> None:
 _MEMORY_ADVICE = {"train": "smaller model sizes, --batch-size or --max-tokens need less",
                   "translate": "a smaller --batch-size or --max-tokens needs less",
                   "serve": "a smaller --batch-size or --max-tokens needs less"}
+
+
+def _command_name(argv: list[str] | None) -> str:
+    """The subcommand `argv` (None: sys.argv) runs, or ""."""
+    return next((a for a in (sys.argv[1:] if argv is None else argv) if a in SUBCOMMANDS), "")
 
 
 def _click_error_line(err: click.ClickException) -> str:
