@@ -111,3 +111,39 @@ def test_bf16_chunked_loss_with_padded_rows_equals_the_unpadded_one(monkeypatch,
     for a, b in zip(padded, plain):
         assert torch.isfinite(a).all()
         torch.testing.assert_close(a, b, atol=2e-2, rtol=2e-2)
+
+
+def test_cpu_bf16_training_runs_the_products_of_both_lengths_in_float32():
+    """Under CPU bf16 autocast, the products of a training step whose shapes hold both the target
+    length T and the source length S' (the contexts c_i, their two gradients, the values'
+    gradient) run in float32, since oneDNN would build a primitive for every (T, S') pair; the
+    step's other products stay bf16."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from nmtkit.models import build_model
+    from tests.conftest import random_batch
+
+    products = {torch.ops.aten.mm.default, torch.ops.aten.bmm.default, torch.ops.aten.addmm.default,
+                torch.ops.aten.baddbmm.default}
+    seen = []
+
+    class Products(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func in products:
+                tensors = [a for a in args if isinstance(a, torch.Tensor)]
+                seen.append(({n for t in tensors for n in t.shape}, {t.dtype for t in tensors}))
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    model = build_model("rnnsearch", dict(src_vocab_size=50, tgt_vocab_size=60, emb_dim=16, enc_hidden=8,
+                                          dec_hidden=12, att_hidden=10, maxout=4, dropout=0.0))
+    src, lens, tgt_in, tgt_out, _ = random_batch(50, 60, src_lens=(5, 3), tgt_lens=(10, 4))
+    S, T = src.size(1) + 1, tgt_in.size(1)  # S' counts the source EOS
+    assert (S, T) == (6, 11)
+    with Products():
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # the trainer's backward runs outside it too
+            loss, _, n = model.loss(src, lens, tgt_in, tgt_out, n_tokens=int(tgt_out.ne(0).sum()))
+        (loss / n).backward()
+    pairs = [dtypes for dims, dtypes in seen if {S, T} <= dims]
+    assert len(pairs) == 4 and all(dtypes == {torch.float32} for dtypes in pairs), pairs
+    assert any(torch.bfloat16 in dtypes for dims, dtypes in seen if not {S, T} <= dims)

@@ -9,6 +9,8 @@ loop with `fuse_steps`, or an int8 GRU.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -18,7 +20,13 @@ from nmtkit.models.fast.accelerated import Accelerated
 from nmtkit.models.fast.fusion import step_fn
 from nmtkit.models.fast.gru_recurrence import bigru_annotations, reversal_index
 from nmtkit.models.fast.quantize import Int8BiGRU
-from nmtkit.models.fast.recurrence import additive_scores, additive_scores_grouped, bahdanau_recurrence, tanh_
+from nmtkit.models.fast.recurrence import (
+    additive_scores,
+    additive_scores_grouped,
+    bahdanau_recurrence,
+    pair_product_dtype,
+    tanh_,
+)
 from nmtkit.models.rnnsearch import RNNSearch, RNNSearchConfig, masked_softmax, maxout_pairs
 
 
@@ -138,7 +146,11 @@ class FastRNNSearch(Accelerated, RNNSearch):
         s = self.init_state(enc)
         states, alpha = bahdanau_recurrence(x_gates, s, enc.keys, enc.values, enc.mask, w_q,
                                             self.v_a, self.U.weight, fuse=self.fuse_steps, graphs=self.graph_loops)
-        ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations)  # c_i for all i
+        dev = tgt_in.device.type
+        in_float32 = torch.is_autocast_enabled(dev) and pair_product_dtype(torch.get_autocast_dtype(dev), dev) == (
+            torch.float32)
+        with torch.autocast(dev, enabled=False) if in_float32 else contextlib.nullcontext():
+            ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations)  # c_i for all i
         return self.deep_output(states[:, :-1], states[:, 1:], emb_out, ctx), alpha
 
     grouped_encoder = True  # see `step_features`
