@@ -147,10 +147,10 @@ class FastRNNSearch(Accelerated, RNNSearch):
         states, alpha = bahdanau_recurrence(x_gates, s, enc.keys, enc.values, enc.mask, w_q,
                                             self.v_a, self.U.weight, fuse=self.fuse_steps, graphs=self.graph_loops)
         dev = tgt_in.device.type
-        in_float32 = torch.is_autocast_enabled(dev) and pair_product_dtype(torch.get_autocast_dtype(dev), dev) == (
-            torch.float32)
-        with torch.autocast(dev, enabled=False) if in_float32 else contextlib.nullcontext():
-            ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations)  # c_i for all i
+        mmd = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
+        # c_i for all i, outside a 16-bit autocast on the CPU (pair_product_dtype)
+        with torch.autocast(dev, enabled=False) if mmd and pair_product_dtype(mmd, dev) != mmd else contextlib.nullcontext():
+            ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations)
         return self.deep_output(states[:, :-1], states[:, 1:], emb_out, ctx), alpha
 
     grouped_encoder = True  # see `step_features`
