@@ -9,8 +9,6 @@ loop with `fuse_steps`, or an int8 GRU.
 """
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -147,10 +145,10 @@ class FastRNNSearch(Accelerated, RNNSearch):
         states, alpha = bahdanau_recurrence(x_gates, s, enc.keys, enc.values, enc.mask, w_q,
                                             self.v_a, self.U.weight, fuse=self.fuse_steps, graphs=self.graph_loops)
         dev = tgt_in.device.type
-        mmd = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
-        # c_i for all i, outside a 16-bit autocast on the CPU (pair_product_dtype)
-        with torch.autocast(dev, enabled=False) if mmd and pair_product_dtype(mmd, dev) != mmd else contextlib.nullcontext():
-            ctx = torch.bmm(alpha.to(enc.annotations.dtype), enc.annotations)
+        mmd = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else enc.annotations.dtype
+        pmd = pair_product_dtype(mmd, dev)
+        with torch.autocast(dev, enabled=False):  # c_i for all i, in pmd as the recurrence's g_values
+            ctx = torch.bmm(alpha.to(pmd), enc.annotations.to(pmd))
         return self.deep_output(states[:, :-1], states[:, 1:], emb_out, ctx), alpha
 
     grouped_encoder = True  # see `step_features`
