@@ -42,10 +42,12 @@ $(STAMP): setup.py
 	touch $(STAMP)
 endif
 
-# the quick suite (a few minutes on two cores); test-slow: the tests marked `slow`, the long runs
+# the quick suite (a few minutes on two cores), in one pytest process a core (pytest-xdist; each
+# test runs on one thread), TEST_WORKERS at most; test-slow: the tests marked `slow`, the long runs
 # on real data (DATA) and the ones that compile with torch.compile. .ci/run runs both.
+TEST_WORKERS ?= 4
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" tests
+	$(BIN)/python -m pytest -q -n auto --maxprocesses $(TEST_WORKERS) -m "not slow" tests
 
 test-slow: $(STAMP)
 	$(if $(DATA),DATA="$(DATA)") $(BIN)/python -m pytest -q -m slow tests

@@ -30,7 +30,7 @@ setup(
     ],
     extras_require={
         "tensorboard": ["tensorboard>=2.10"],  # nmtkit train --tensorboard DIR
-        "dev": ["pytest>=7", "ruff>=0.4", "tensorboard>=2.10"],
+        "dev": ["pytest>=7", "pytest-xdist>=3", "ruff>=0.4", "tensorboard>=2.10"],
     },
     entry_points={"console_scripts": ["nmtkit=nmtkit.cli:main"]},
 )
