@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,15 @@ from typing import NamedTuple
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config):
+    """The suite runs as from a terminal, however it was started: SIGINT at Python's default, so
+    that the commands the tests start take a SIGINT as Ctrl-C (a background job of a
+    non-interactive shell ignores SIGINT, its children inherit that, and nmtkit keeps an ignored
+    SIGINT ignored)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 SHARED_DATA = Path(os.environ.get("DATA") or REPO.parent / "shared" / "data")
 
 # ---- the tiny model -----------------------------------------------------------------------------
