@@ -19,6 +19,7 @@ from typing import NamedTuple
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = Path(os.environ.get("DATA") or REPO.parent / "shared" / "data")
 
 
 def pytest_configure(config):
@@ -28,7 +29,7 @@ def pytest_configure(config):
     SIGINT ignored)."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-SHARED_DATA = Path(os.environ.get("DATA") or REPO.parent / "shared" / "data")
+
 
 # ---- the tiny model -----------------------------------------------------------------------------
 SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]

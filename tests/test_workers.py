@@ -48,8 +48,7 @@ def _stop_busy_command(argv: list[str], sig: int, cwd: Path, hang: bool = False)
     command = [sys.executable, "-c", HANGING_WORKERS] if hang else [sys.executable, "-m", "nmtkit"]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     proc = subprocess.Popen([*command, *argv], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            text=True, start_new_session=True)
     workers: list[int] = []
     try:
         deadline = time.monotonic() + 120
