@@ -3,10 +3,10 @@ and threads to use, and the CPU footprint bounded. Importing this module does no
 
 oneDNN keeps a primitive for each product shape and ideep an LRU cache of computations, 1,024
 entries each by default, and decoding and training meet many shapes: `limit_cpu_caches` caps both
-before the first product (oneDNN's loosely for training; a capacity the user set is kept). Memory
-PyTorch frees mostly stays in glibc's malloc arenas: `release_free_memory` (`malloc_trim(0)`, a
-few milliseconds) returns the free pages, every few batches or updates, never between steps.
-Elsewhere than glibc it is a no-op.
+before the first product (`nmtkit train` keeps oneDNN's at its default; a capacity the user set is
+kept). Memory PyTorch frees mostly stays in glibc's malloc arenas: `release_free_memory`
+(`malloc_trim(0)`, a few milliseconds) returns the free pages, every few batches or updates,
+never between steps. Elsewhere than glibc it is a no-op.
 Figures: benchmarks/MEMORY.md.
 """
 from __future__ import annotations
