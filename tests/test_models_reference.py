@@ -57,3 +57,45 @@ def test_loss_sum_equals_reference_nll(arch):
     assert n == sum(len(y) + 1 for _, y in sents)
     torch.testing.assert_close(loss.detach(), want, atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(nll, want, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("readout,src_eos", [("prev", True), ("new", False)])
+def test_readable_rnnsearch_is_what_the_fast_model_computes(readout, src_eos):
+    """models/rnnsearch.py's plain RNNSearch (the paper's model, one eager step at a time) and the
+    FastRNNSearch that training and decoding build, on the same float64 weights: equal
+    log-likelihoods (and both equal the equation reference), equal loss gradients for every
+    parameter, and equal decoding steps (log-probabilities, state, attention)."""
+    from nmtkit.models.rnnsearch import RNNSearch
+
+    torch.set_num_threads(1)
+    fast = tiny_model("rnnsearch", seed=6, readout=readout, src_eos=src_eos, exact=True)
+    plain = RNNSearch(fast.config).to(torch.float64).eval()
+    plain.load_state_dict(fast.state_dict())
+    assert type(plain) is RNNSearch and type(fast) is not RNNSearch
+    src, src_lens, tgt_in, tgt_out, sents = random_batch(seed=7)
+    with torch.no_grad():
+        got = model_logliks(plain, src, src_lens, tgt_in, tgt_out)
+        want = torch.stack([ref.rnnsearch_loglik(plain, x, y) for x, y in sents])
+        torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
+        torch.testing.assert_close(model_logliks(fast, src, src_lens, tgt_in, tgt_out), got, atol=1e-10, rtol=1e-10)
+
+    for model in (plain, fast):
+        model.zero_grad()
+        model.loss(src, src_lens, tgt_in, tgt_out)[0].backward()
+    grads = dict(fast.named_parameters())
+    for name, p in plain.named_parameters():
+        torch.testing.assert_close(p.grad, grads[name].grad, atol=1e-10, rtol=1e-10, msg=name)
+
+    with torch.no_grad():
+        states = []
+        for model in (plain, fast):
+            enc = model.encode_for_steps(src, src_lens)
+            state, steps = model.init_state(enc), []
+            for tokens in tgt_in.unbind(1):
+                log_probs, state, attention = model.step(tokens, state, enc)
+                steps.append((log_probs, state, attention))
+            states.append(steps)
+    for (lp_a, s_a, att_a), (lp_b, s_b, att_b) in zip(*states):
+        torch.testing.assert_close(lp_a, lp_b, atol=1e-10, rtol=1e-10)
+        torch.testing.assert_close(s_a, s_b, atol=1e-10, rtol=1e-10)
+        torch.testing.assert_close(att_a, att_b, atol=1e-10, rtol=1e-10)
