@@ -467,7 +467,7 @@ def _end_now(sig: int, announce: Callable[[str], None]) -> None:
     announce("aborted" if sig == signal.SIGINT else "terminated")
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(signals.exit_status(sig))
+    os._exit(128 + sig)  # as a shell reports a command the signal stopped
 
 
 def server_url(host: str, port: int) -> str:
