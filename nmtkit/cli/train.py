@@ -120,7 +120,6 @@ class Reporter(Callbacks):
         self.max_time: float | None = None
         self.elapsed0 = 0.0
 
-    # callbacks
     def on_start(self, event: StartEvent) -> None:
         self.start_update = event.update
         self.max_time = event.max_time
