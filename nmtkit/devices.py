@@ -123,9 +123,8 @@ def resolve_device(name: str, local_rank: int = 0):
 
 # oneDNN primitives kept: enough for the distinct shapes of a decoding batch
 ONEDNN_CACHE_CAPACITY = 64
-# ... and by `nmtkit train`: oneDNN's own default. A batch's lengths give its products new shapes,
-# and building a primitive costs ~1.4 ms on a CPU with AMX: capped at 64, training spent more time
-# building primitives than running them (benchmarks/MEMORY.md)
+# ... and by `nmtkit train`: oneDNN's own default, as a batch's lengths give its products new shapes
+# (capped at 64, training spent more time building primitives than running them: benchmarks/MEMORY.md)
 TRAIN_ONEDNN_CACHE_CAPACITY = 1024
 # ideep computations kept: oneDNN's own cache above already makes rebuilding one cheap
 IDEEP_CACHE_CAPACITY = 1

@@ -58,14 +58,12 @@ class TrainingError(NmtkitError):
     """Training cannot continue (e.g. a NaN/inf loss)."""
 
 
-def describe_os_error(err: OSError, stream: str | None = None) -> str:
-    """One line for an OSError met at the file-system boundary: `path: strerror`; `stream` (e.g.
-    "<stdout>") stands in for the path of a failed write, which names no file."""
+def describe_os_error(err: OSError) -> str:
+    """One line for an OSError met at the file-system boundary: `path: strerror`."""
     reason = err.strerror or (errno.errorcode.get(err.errno, "") if err.errno else "") or str(err) or type(err).__name__
-    where = err.filename if err.filename is not None else stream
-    if where is None:
+    if err.filename is None:
         return f"cannot read or write a file: {reason}"
-    text = f"{where}: {reason}"
+    text = f"{err.filename}: {reason}"
     if err.filename2 is not None:
         text += f" (with {err.filename2})"
     return text

@@ -16,11 +16,6 @@ from typing import Any
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def exit_status(sig: int) -> int:
-    """The status a command stopped by `sig` exits with, as a shell reports it (130, 143)."""
-    return 128 + int(sig)
-
-
 @contextlib.contextmanager
 def blocked(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
     """Within: `signals` blocked for this thread (`pthread_sigmask`, where the platform has it);

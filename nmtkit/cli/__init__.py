@@ -13,6 +13,7 @@ import importlib
 import os
 import sys
 import threading
+from typing import NoReturn
 
 import click
 
@@ -44,19 +45,13 @@ class _LazyGroup(click.Group):
         return list(SUBCOMMANDS)
 
     def get_command(self, ctx: click.Context | None, cmd_name: str) -> click.Command | None:
-        spec = SUBCOMMANDS.get(cmd_name)
-        if spec is None:
-            return None
-        module, attr = spec.split(":")
-        return getattr(importlib.import_module(module), attr)
+        return command(cmd_name) if cmd_name in SUBCOMMANDS else None
 
 
 def command(name: str) -> click.Command:
-    """The click command of subcommand `name` (imported on first use)."""
-    cmd = cli.get_command(None, name)
-    if cmd is None:
-        raise KeyError(name)
-    return cmd
+    """The click command of subcommand `name` (imported on first use); KeyError for no subcommand."""
+    module, attr = SUBCOMMANDS[name].split(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -88,10 +83,6 @@ class _NamedStdout:
             return self._stream.write(text)
         except OSError as err:
             raise _as_stdout(err)  # noqa: B904 (the same error, named)
-
-    def writelines(self, lines):
-        for line in lines:
-            self.write(line)
 
     def flush(self):
         try:
@@ -195,8 +186,7 @@ def _run(argv: list[str] | None, debug: bool) -> None:
     except NmtkitError as err:
         if debug:
             raise
-        click.echo(f"nmtkit: error: {err}", err=True)
-        sys.exit(err.exit_code)
+        _end(f"error: {err}", err.exit_code)
     except click.exceptions.Abort as err:  # click's form of KeyboardInterrupt, SIGTERM's included
         stop = err.__cause__ or err.__context__
         if isinstance(stop, Terminated):
@@ -206,15 +196,11 @@ def _run(argv: list[str] | None, debug: bool) -> None:
             while unwinding is not None and not isinstance(unwinding, NmtkitError):
                 unwinding = unwinding.__context__
             if unwinding is not None and not debug:
-                click.echo(f"nmtkit: error: {unwinding}", err=True)
-                sys.exit(unwinding.exit_code)
-            click.echo("nmtkit: terminated", err=True)
-            sys.exit(143)
-        click.echo("nmtkit: aborted", err=True)
-        sys.exit(130)
+                _end(f"error: {unwinding}", unwinding.exit_code)
+            _end("terminated", 143)
+        _end("aborted", 130)
     except click.ClickException as err:  # a bad command line (status 2) or a file click opened: one line too
-        click.echo(f"nmtkit: error: {_click_error_line(err)}", err=True)
-        sys.exit(err.exit_code)
+        _end(f"error: {_click_error_line(err)}", err.exit_code)
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)
     except _StdoutGone:
@@ -223,26 +209,29 @@ def _run(argv: list[str] | None, debug: bool) -> None:
         _silence_stdout()
         lost = abandoned_outputs()[earlier:]
         if lost:
-            click.echo(f"nmtkit: error: stdout was closed before the end (by its reader, such as head), so "
-                       f"{' and '.join(lost)} {'was' if len(lost) == 1 else 'were'} not written", err=True)
-        sys.exit(1 if lost else 0)
+            _end(f"error: stdout was closed before the end (by its reader, such as head), so "
+                 f"{' and '.join(lost)} {'was' if len(lost) == 1 else 'were'} not written", 1)
+        sys.exit(0)
     except OSError as err:
         if debug:
             raise
         if err.filename == "<stdout>":
             _silence_stdout()
-        click.echo(f"nmtkit: error: {describe_os_error(err)}", err=True)
-        sys.exit(1)
+        _end(f"error: {describe_os_error(err)}", 1)
     except KeyboardInterrupt:
-        click.echo("nmtkit: interrupted", err=True)
-        sys.exit(130)
+        _end("interrupted", 130)
     except (MemoryError, RuntimeError) as err:  # torch's OutOfMemoryError is a RuntimeError
         if debug or not _out_of_memory(err):
             raise
         reason = first_line(err) or type(err).__name__
         advice = _MEMORY_ADVICE.get(_command_name(argv))
-        click.echo(f"nmtkit: error: out of memory: {reason}" + (f" ({advice})" if advice else ""), err=True)
-        sys.exit(1)
+        _end(f"error: out of memory: {reason}" + (f" ({advice})" if advice else ""), 1)
+
+
+def _end(message: str, status: int) -> NoReturn:
+    """`nmtkit: MESSAGE` on stderr, then exit with `status`."""
+    click.echo(f"nmtkit: {message}", err=True)
+    sys.exit(status)
 
 
 # what needs less memory, for the commands whose options size their batches

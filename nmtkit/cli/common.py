@@ -202,9 +202,9 @@ class _StderrHandler(logging.StreamHandler):
 WARNING_LOGGERS = ("nmtkit", "py.warnings")
 
 
-def setup_warnings() -> None:
+def setup_warnings(muted: bool = False) -> None:
     """The `nmtkit` loggers' records at NOTE and above and Python's warnings through one stderr
-    handler (idempotent; `quiet_warnings` mutes it)."""
+    handler (idempotent); `muted`: the handler lets none through (`quiet_warnings`)."""
     logging.captureWarnings(True)
     for name in WARNING_LOGGERS:
         logger = logging.getLogger(name)
@@ -212,16 +212,12 @@ def setup_warnings() -> None:
         if not handlers:
             handlers = [_StderrHandler()]
             logger.addHandler(handlers[0])
-        handlers[0].setLevel(NOTE)
+        handlers[0].setLevel(logging.ERROR if muted else NOTE)
         if logger.level == logging.NOTSET or logger.level > NOTE:
             logger.setLevel(NOTE)
 
 
 def quiet_warnings(quiet: bool) -> None:
     """With -q/--quiet, no warnings on stderr (errors still are, by `nmtkit.cli.main`)."""
-    if not quiet:
-        return
-    for name in WARNING_LOGGERS:
-        for h in logging.getLogger(name).handlers:
-            if isinstance(h, _StderrHandler):
-                h.setLevel(logging.ERROR)
+    if quiet:
+        setup_warnings(muted=True)

@@ -1,8 +1,5 @@
-"""`nmtkit preprocess`: options (generated from PreprocessConfig's fields) -> PreprocessConfig ->
-nmtkit.preprocess.run.
-
-Progress bars (one per stage) and the summary table go to stderr; stdout stays empty.
-"""
+"""`nmtkit preprocess`: options -> PreprocessConfig -> nmtkit.preprocess.run. Progress bars (one per
+stage) and the summary table go to stderr; stdout stays empty."""
 from __future__ import annotations
 
 from typing import Any

@@ -1,8 +1,4 @@
-"""`nmtkit score`: BLEU/chrF/TER with signatures, paper-style BLEU, No-UNK subset, BLEU by length.
-
-Only click here: the options are generated from `ScoreConfig`; the work is done by
-`nmtkit.score.run`. Torch is imported only for `--no-unk -m CHECKPOINT`.
-"""
+"""`nmtkit score`: options -> ScoreConfig -> `nmtkit.score.run` -> its report on stdout."""
 from __future__ import annotations
 
 from typing import Any

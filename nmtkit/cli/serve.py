@@ -1,9 +1,5 @@
-"""`nmtkit serve`: an HTTP translation server over one loaded model (library: nmtkit.serve).
-
-Its options are generated from the load and search options it shares with `nmtkit translate`
-(`DecodeConfig`, `SearchConfig`; those a server does not take are left out), `ServeConfig` and
-the request `Limits` (whose max_beam is `--beam`).
-"""
+"""`nmtkit serve`: an HTTP translation server over one loaded model (library: nmtkit.serve). Its
+options: `DecodeConfig`'s and `SearchConfig`'s but those it does not take, `ServeConfig`'s, `Limits`'."""
 from __future__ import annotations
 
 from typing import Any

@@ -1,10 +1,8 @@
 """`nmtkit train`: options -> RunConfig (TrainOptions, ModelOverrides: the fields given) -> `nmtkit.train.run`.
 
-The options are generated from the fields of TrainConfig and ModelOverrides, which declare
-each one's help, choices and range. Every option defaults to "not given" (None) so that the
-preset's training defaults (the paper's procedure for the paper's presets) and, on --resume,
-the checkpoint's settings apply unless the user says otherwise; the help text states each
-effective default.
+Every option defaults to "not given" (None), so that the preset's training defaults and, on
+--resume, the checkpoint's settings apply unless the user says otherwise; the help text states
+each effective default.
 """
 from __future__ import annotations
 
@@ -122,7 +120,6 @@ class Reporter(Callbacks):
         self.max_time: float | None = None
         self.elapsed0 = 0.0
 
-    # callbacks
     def on_start(self, event: StartEvent) -> None:
         self.start_update = event.update
         self.max_time = event.max_time

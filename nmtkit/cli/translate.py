@@ -1,9 +1,5 @@
-"""`nmtkit translate`: raw text in, translations out (library: nmtkit.translate).
-
-Its options are generated from `TranslateConfig`'s fields (the load and search options it shares
-with `nmtkit serve` and the Python API come from `DecodeConfig` and `SearchConfig`); the files it
-reads and writes are its own options.
-"""
+"""`nmtkit translate`: raw text in, translations out (library: nmtkit.translate). Its options are
+`TranslateConfig`'s fields; the files it reads and writes are options of its own."""
 from __future__ import annotations
 
 import logging

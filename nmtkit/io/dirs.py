@@ -71,9 +71,7 @@ def clean_stale_temp_dirs(dest: str | Path, warn: Callable[[str], None]) -> list
     """Remove (and return) the `DEST.tmp-*` directories left by a killed run of this host (their pid
     is dead); `warn` about the others (another host's, a live process's, an old name)."""
     dest = Path(dest)
-    removed: list[Path] = []
-    if not dest.parent.is_dir():
-        return removed
+    removed: list[Path] = []  # a missing parent globs nothing
     host = socket.gethostname()
     for p in sorted(dest.parent.glob(f"{glob.escape(dest.name)}.tmp-*")):
         if not p.is_dir():

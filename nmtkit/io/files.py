@@ -235,8 +235,7 @@ def name_error(err: OSError, path: str, tmp: str | None = None) -> OSError:
 class OutputFile(_Output):
     """An output file object for `path`: `with OutputFile(path, "w") as out: out.file.write(text)`."""
 
-    def __init__(self, path: str | Path, mode: str = "w", encoding: str | None = "utf-8",
-                 newline: str | None = "\n"):
+    def __init__(self, path: str | Path, mode: str = "w"):  # text: UTF-8, "\n" line ends
         self.path = os.fspath(path)
         self._committed = False
         self._staged = Staged(self.path)
@@ -254,10 +253,10 @@ class OutputFile(_Output):
             if self.path.endswith(".gz"):  # compressed, as every reader gunzips a .gz name
                 self._raw: IO[Any] = open(target, "wb")
                 gz: Any = gzip.GzipFile(os.path.basename(self.path), "wb", fileobj=self._raw)
-                self.file: IO[Any] = gz if binary else io.TextIOWrapper(gz, encoding, newline=newline)
+                self.file: IO[Any] = gz if binary else io.TextIOWrapper(gz, "utf-8", newline="\n")
             else:
-                self.file = self._raw = open(target, mode, encoding=None if binary else encoding,
-                                             newline=None if binary else newline)
+                self.file = self._raw = open(target, mode, encoding=None if binary else "utf-8",
+                                             newline=None if binary else "\n")
         except BaseException:
             self._staged.abort()
             raise

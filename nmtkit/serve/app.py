@@ -156,23 +156,17 @@ def check_onmt_request(obj: Any, limits: Limits) -> TranslateRequest:
 def translation_json(result: Result, alignments: bool, nbest: int) -> dict[str, Any]:
     """`POST /translate`'s item for one line: top text and score, its alignment when asked, the
     n-best list when asked, and "truncated": true when the line was."""
-    from nmtkit.translate.alignment import attention_table, hard_alignment
+    from nmtkit.translate.alignment import Translation, attention_table, hard_alignment
 
-    if not result.nbest:  # an empty line: an empty translation, as `nmtkit translate` writes
-        item: dict[str, Any] = {"text": "", "score": 0.0, "alignment": None}
-        if alignments:
-            item["alignment"] = {"src": [], "tgt": [], "attention": [], "hard": ""}
-        if nbest > 1:  # one entry, as `nmtkit translate --nbest` writes for it
-            item["nbest"] = [{"text": "", "score": 0.0, "log_prob": 0.0}]
-        return item
-    top = result.nbest[0]
-    item = {"text": top.text, "score": top.score, "alignment": None}
+    # an empty line: one empty translation, as `nmtkit translate` (--nbest too) writes for it
+    hyps = result.nbest or (Translation("", (), 0.0, 0.0, ()),)
+    top = hyps[0]
+    item: dict[str, Any] = {"text": top.text, "score": top.score, "alignment": None}
     if alignments:
         table = attention_table(top.attention, result.src_tokens, top.tokens, top.source_eos_attention)
-        table["hard"] = hard_alignment(top.attention, len(top.tokens))
-        item["alignment"] = table
+        item["alignment"] = {**table, "hard": hard_alignment(top.attention, len(top.tokens))}
     if nbest > 1:
-        item["nbest"] = [{"text": hyp.text, "score": hyp.score, "log_prob": hyp.log_prob} for hyp in result.nbest]
+        item["nbest"] = [{"text": hyp.text, "score": hyp.score, "log_prob": hyp.log_prob} for hyp in hyps]
     if result.truncated:
         item["truncated"] = True
     return item
@@ -218,7 +212,6 @@ def model_name(translator: Translator) -> str:
 
 
 def batch_size(translator: Translator, config: ServeConfig) -> int:
-    """Most sentences gathered into one decoder call: the config's, else the translator's."""
     return config.batch_size or translator.config.batch_size
 
 
@@ -276,8 +269,8 @@ def _gone(request: web.Request) -> Callable[[], bool]:
 async def health_route(request: web.Request) -> web.Response:
     state = request.app[STATE]
     return _json({"status": "ok", "model": state["model"],
-                              "uptime_s": round(time.monotonic() - state["started"], 1),
-                              "batching": asdict(request.app[BATCHER].stats)})
+                  "uptime_s": round(time.monotonic() - state["started"], 1),
+                  "batching": asdict(request.app[BATCHER].stats)})
 
 
 async def info_route(request: web.Request) -> web.Response:
@@ -474,7 +467,7 @@ def _end_now(sig: int, announce: Callable[[str], None]) -> None:
     announce("aborted" if sig == signal.SIGINT else "terminated")
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(signals.exit_status(sig))
+    os._exit(128 + sig)  # as a shell reports a command the signal stopped
 
 
 def server_url(host: str, port: int) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -100,7 +101,7 @@ class _Job:
     nbest: int
     attention: bool
     future: asyncio.Future = field(repr=False)
-    gone: Callable[[], bool] = field(default=lambda: False, repr=False)  # the client closed its connection
+    gone: Callable[[], bool] = field(repr=False)  # the client closed its connection
 
     def dropped(self) -> bool:
         """True when nobody waits for this job any more (its future is cancelled if so)."""
@@ -162,10 +163,8 @@ class Batcher:
         """Stop the worker (call once no request is waiting any more)."""
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
         if self._thread is not None:
             self._thread.close()
@@ -193,13 +192,11 @@ class Batcher:
         if self._held:
             return self._held.popleft()
         assert self._queue is not None
-        if timeout is None:
-            return await self._queue.get()
         if not self._queue.empty():
             return self._queue.get_nowait()
-        if timeout <= 0:
+        if timeout is not None and timeout <= 0:
             return None
-        try:
+        try:  # None: no time limit
             return await asyncio.wait_for(self._queue.get(), timeout)
         except asyncio.TimeoutError:
             return None
