@@ -47,10 +47,7 @@ class LMVocab:
     @classmethod
     def build(cls, sentences: Iterable[Sequence[str]], min_count: int = 1) -> "LMVocab":
         """Words seen at least `min_count` times in `sentences` (the in-domain text)."""
-        counts: Counter[str] = Counter()
-        for toks in sentences:
-            counts.update(toks)
-        return cls.from_counts(counts, min_count)
+        return cls.from_counts(Counter(chain.from_iterable(sentences)), min_count)
 
     @classmethod
     def from_counts(cls, counts: Mapping[str, int], min_count: int = 1) -> "LMVocab":
@@ -65,15 +62,8 @@ class LMVocab:
 
     def encode_batch(self, sentences: Sequence[Sequence[str]]) -> "FlatBatch":
         """Token lists -> one FlatBatch (one dict look-up pass over the whole batch)."""
-        lens = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
-        words = list(chain.from_iterable(sentences))
-        get = self.flat_stoi.get
-        ids = np.fromiter(map(get, words, repeat(LM_UNK_ID)), dtype=np.int64, count=len(words))
-        return flat_batch(ids, lens)
-
-    def encode_lines(self, lines: Sequence[str], lowercase: bool = False) -> "FlatBatch":
-        """Already tokenised lines (tokens separated by whitespace) -> one FlatBatch."""
-        return self.encode_batch([(line.lower() if lowercase else line).split() for line in lines])
+        ids = map(self.flat_stoi.get, chain.from_iterable(sentences), repeat(LM_UNK_ID))
+        return flat_batch(np.fromiter(ids, dtype=np.int64), list(map(len, sentences)))
 
 
 @dataclass
@@ -93,9 +83,7 @@ class FlatBatch:
 
 def flatten(sentences: Sequence[Sequence[int]]) -> FlatBatch:
     """Sentences of ids (without `<s>`, `</s>`) -> one FlatBatch."""
-    lens = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
-    ids = np.fromiter(chain.from_iterable(sentences), dtype=np.int64, count=int(lens.sum()))
-    return flat_batch(ids, lens)
+    return flat_batch(np.fromiter(chain.from_iterable(sentences), dtype=np.int64), list(map(len, sentences)))
 
 
 def flat_batch(ids: np.ndarray, lens: np.ndarray) -> FlatBatch:
@@ -147,7 +135,7 @@ class _Order:
     gamma (n_{k-1},) float64: interpolation weight of each order-(k-1) row used as context
         (1.0 for rows never seen as context).
     (Only what scoring reads is kept: a model is held by every scoring worker. The interpolated
-    p_k that ARPA output writes is computed again from these, `NgramLM.interpolated`.)
+    p_k that ARPA output writes is computed again from these, in `NgramLM.write_arpa`.)
     """
 
     keys: np.ndarray
@@ -386,15 +374,8 @@ class NgramLM:
         return rows
 
     def prob(self, context: Sequence[int], word: int) -> float:
-        """p(word | context) by the recursive definition, one n-gram at a time (reference path)."""
-        rows = self._context_rows(context)
-        p = float(self.unigram[word])
-        for o, row in rows:
-            key = row * self.vocab_size + int(word)
-            pos = int(np.searchsorted(o.keys, key))
-            found = pos < o.keys.size and o.keys[pos] == key
-            p = float(o.gamma[row]) * p + (float(o.disc_prob[pos]) if found else 0.0)
-        return p
+        """p(word | context), one context at a time (the reference the batched path is tested against)."""
+        return float(self.context_distribution(context)[word])
 
     def context_distribution(self, context: Sequence[int]) -> np.ndarray:
         """(V,) p(w | context) for every id at once (0 for `<s>`); sums to 1."""
@@ -432,8 +413,6 @@ class NgramLM:
 
     def batch_cross_entropies(self, batch: FlatBatch) -> np.ndarray:
         """(N,) per-token cross-entropy in bits: -log2 p(s) / (len(s) + 1), `</s>` counted."""
-        if batch.starts.size == 0:
-            return np.zeros(0)
         total = np.add.reduceat(self.batch_logprobs(batch), batch.starts)
         return -total / batch.lens / math.log(2.0)
 
@@ -455,30 +434,24 @@ class NgramLM:
         return [int(np.count_nonzero(self.uni_counts))] + [int(o.keys.size) for o in self.orders]
 
     # ------------------------------------------------------------------ ARPA
-    def interpolated(self, words: list[np.ndarray]) -> list[np.ndarray]:
-        """The full interpolated p_k(w | h) of every stored n-gram, order by order (index k - 1),
-        as estimation computed them: disc_prob + gamma(h) p_{k-1}(w | h'), h' the row of the
-        n-gram's suffix. `words[k - 1]` (n_k, k): each order-k n-gram's word ids."""
-        V = self.vocab_size
-        probs = [self.unigram]
-        for k, o in enumerate(self.orders, start=2):
-            w = words[k - 1]
-            suffix = w[:, 1]  # the suffix's row, looked up an order at a time
-            for j in range(2, k):
-                suffix = np.searchsorted(self.orders[j - 2].keys, suffix * V + w[:, j])
-            probs.append(o.disc_prob + o.gamma[o.keys // V] * probs[-1][suffix])
-        return probs
-
     def write_arpa(self, fh: TextIO, itos: Sequence[str]) -> None:
         """Write the model in ARPA back-off format, exactly the same distribution: a stored n-gram's
         ARPA probability is its interpolated one and its back-off weight its gamma as a context;
-        every stored n-gram's prefix and suffix are stored too, so back-off reproduces p exactly."""
+        every stored n-gram's prefix and suffix are stored too, so back-off reproduces p exactly.
+        The interpolated p_k(w | h) is computed again as estimation computed it: disc_prob +
+        gamma(h) p_{k-1}(w | h'), h' the row of the n-gram's suffix; `words[k - 1]` (n_k, k) holds
+        each order-k n-gram's word ids."""
         V = self.vocab_size
         words = [np.arange(V, dtype=np.int64)[:, None]]
-        for o in self.orders:
+        probs = [self.unigram]
+        for k, o in enumerate(self.orders, start=2):
             ctx = o.keys // V
-            words.append(np.concatenate([words[-1][ctx], (o.keys % V)[:, None]], axis=1))
-        probs = self.interpolated(words)
+            w = np.concatenate([words[-1][ctx], (o.keys % V)[:, None]], axis=1)
+            suffix = w[:, 1]  # the suffix's row, looked up an order at a time
+            for j in range(2, k):
+                suffix = np.searchsorted(self.orders[j - 2].keys, suffix * V + w[:, j])
+            probs.append(o.disc_prob + o.gamma[ctx] * probs[-1][suffix])
+            words.append(w)
         sizes = [V] + [o.keys.size for o in self.orders]
         fh.write("\\data\\\n" + "".join(f"ngram {k}={n}\n" for k, n in enumerate(sizes, start=1)) + "\n")
         for k in range(1, self.order + 1):
