@@ -114,16 +114,28 @@ def kn_discounts(adjusted_counts: np.ndarray) -> tuple[float, float, float]:
     out = []
     y = n1 / (n1 + 2 * n2) if n1 + 2 * n2 > 0 else float("nan")
     for j, (num, den) in enumerate(((n2, n1), (n3, n2), (n4, n3)), start=1):
-        d = j - (j + 1) * y * num / den if den > 0 and not math.isnan(y) else float("nan")
-        if not (math.isfinite(d) and 0.0 < d <= j):
-            d = DEFAULT_DISCOUNTS[j - 1]
-        out.append(float(d))
+        d = j - (j + 1) * y * num / den if den > 0 else float("nan")  # nan too when y is
+        out.append(float(d) if math.isfinite(d) and 0.0 < d <= j else DEFAULT_DISCOUNTS[j - 1])
     return out[0], out[1], out[2]
 
 
-def _discount(a: np.ndarray, d: tuple[float, float, float]) -> np.ndarray:
-    """D(a) of each adjusted count: 0, D1, D2, D3+ for a = 0, 1, 2, >= 3 (float64, one temporary)."""
-    return np.array([0.0, d[0], d[1], d[2]])[np.minimum(a, 3)]
+def _smooth(a: np.ndarray, d: tuple[float, float, float], ctx: np.ndarray, n_ctx: int) -> tuple[np.ndarray, np.ndarray]:
+    """Kneser-Ney's two terms for n-grams of adjusted counts `a` (m,) in the contexts of rows `ctx`
+    (m,) < n_ctx: disc_prob (m,) max(a - D(a), 0) / a(h.), D(a) = 0, D1, D2, D3+ for a = 0, 1, 2,
+    >= 3; and gamma (n_ctx,) (D1 N1(h.) + D2 N2(h.) + D3+ N3+(h.)) / a(h.), 1.0 for a context
+    never seen. float64, each built in place in one temporary."""
+    denom = np.bincount(ctx, weights=a, minlength=n_ctx)
+    mass = d[0] * np.bincount(ctx[a == 1], minlength=n_ctx)  # added in this order
+    mass += d[1] * np.bincount(ctx[a == 2], minlength=n_ctx)
+    mass += d[2] * np.bincount(ctx[a >= 3], minlength=n_ctx)
+    gamma = np.ones(n_ctx)
+    np.divide(mass, denom, out=gamma, where=denom > 0)
+    del mass
+    disc_prob = np.array([0.0, *d])[np.minimum(a, 3)]
+    np.subtract(a, disc_prob, out=disc_prob)
+    np.maximum(disc_prob, 0.0, out=disc_prob)
+    disc_prob /= denom[ctx]
+    return disc_prob, gamma
 
 
 @dataclass
@@ -239,18 +251,7 @@ def _adjusted_counts(c: _Counts, toks: np.ndarray, dist: np.ndarray, V: int, ord
     return adj
 
 
-def _unigram_probs(a1: np.ndarray, d1: tuple[float, ...], V: int) -> np.ndarray:
-    """(V,) p_1: discounted unigrams interpolated with the uniform distribution over the
-    predicted vocabulary (every id but `<s>`)."""
-    total = float(a1.sum())
-    gamma1 = (d1[0] * np.count_nonzero(a1 == 1) + d1[1] * np.count_nonzero(a1 == 2)
-              + d1[2] * np.count_nonzero(a1 >= 3)) / total
-    unigram = np.maximum(a1 - _discount(a1, d1), 0.0) / total + gamma1 / (V - 1)
-    unigram[LM_BOS_ID] = 0.0
-    return unigram
-
-
-def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[Sequence[float]], unigram: np.ndarray,
+def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[tuple[float, float, float]], unigram: np.ndarray,
                  V: int, order: int) -> list["_Order"]:
     """The tables of orders 2..n: discounted probabilities and gammas. `c` and `adj` are emptied
     as they are used, so that an order's temporaries replace the counts they came from."""
@@ -259,23 +260,10 @@ def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[Sequence[floa
     for k in range(2, order + 1):
         keys = c.keys[k - 2]
         a = adj[k]
-        dk = tuple(float(x) for x in disc[k - 1])
         n_prev = V if k == 2 else c.keys[k - 3].size
         ctx = np.empty(keys.size, dtype=np.int32)  # the context's row
         np.floor_divide(keys, V, out=ctx, casting="unsafe")
-        denom = np.bincount(ctx, weights=a, minlength=n_prev)
-        mass = dk[0] * np.bincount(ctx[a == 1], minlength=n_prev)  # D1 N1(h.) + D2 N2(h.) + D3+ N3+(h.),
-        mass += dk[1] * np.bincount(ctx[a == 2], minlength=n_prev)  # added in this order
-        mass += dk[2] * np.bincount(ctx[a >= 3], minlength=n_prev)
-        seen = denom > 0
-        gamma = np.ones(n_prev)
-        np.divide(mass, denom, out=gamma, where=seen)
-        del mass, seen
-        disc_prob = _discount(a, dk)
-        np.subtract(a, disc_prob, out=disc_prob)
-        np.maximum(disc_prob, 0.0, out=disc_prob)
-        disc_prob /= denom[ctx]
-        del denom
+        disc_prob, gamma = _smooth(a, disc[k - 1], ctx, n_prev)
         max_count = int(a.max()) if a.size else 0
         adj[k] = c.raw[k - 2] = c.bos[k - 2] = a = None  # type: ignore[assignment,call-overload]
         if k < order:  # the next order interpolates with this one's p_k: disc_prob + gamma(h) p_{k-1}
@@ -285,7 +273,7 @@ def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[Sequence[floa
             prev_prob = p_k
         c.suffix[k - 2] = None  # type: ignore[call-overload]
         del ctx
-        orders.append(_Order(keys, disc_prob, gamma, dk, max_count))  # type: ignore[arg-type]
+        orders.append(_Order(keys, disc_prob, gamma, disc[k - 1], max_count))  # type: ignore[arg-type]
     return orders
 
 
@@ -341,10 +329,14 @@ class NgramLM:
             kn_discounts(adj[1][adj[1] > 0])] + [kn_discounts(adj[k]) for k in range(2, order + 1)]
         if len(disc) != order:
             raise ValueError("need one discount triple per order")
-        d1 = tuple(float(x) for x in disc[0])
-        unigram = _unigram_probs(adj[1], d1, V)
+        disc = [tuple(float(x) for x in d) for d in disc]
+        # the unigram level: one context, interpolated with the uniform distribution over the
+        # predicted vocabulary (every id but <s>)
+        disc_prob, gamma = _smooth(adj[1], disc[0], np.zeros(V, dtype=np.int32), 1)
+        unigram = disc_prob + gamma[0] / (V - 1)
+        unigram[LM_BOS_ID] = 0.0
         orders = _interpolate(counts, adj, disc, unigram, V, order)
-        return cls(order, V, unigram, adj[1], d1, orders)
+        return cls(order, V, unigram, adj[1], disc[0], orders)
 
     # ------------------------------------------------------------------ look-ups
     def _row(self, ngram: Sequence[int]) -> int:
