@@ -87,7 +87,7 @@ def _bleu_details(score) -> dict[str, Any]:
         "counts": list(score.counts),
         "totals": list(score.totals),
         "bp": round(score.bp, 4),
-        "ratio": round(score.sys_len / score.ref_len, 4) if score.ref_len else 0.0,
+        "ratio": round(float(score.ratio), 4),  # sacrebleu gives an int 0 for an empty reference
         "hyp_len": score.sys_len,
         "ref_len": score.ref_len,
     }

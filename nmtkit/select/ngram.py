@@ -277,6 +277,7 @@ def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[tuple[float, 
     return orders
 
 
+@dataclass(eq=False)
 class NgramLM:
     """An interpolated modified Kneser-Ney LM over ids of one `LMVocab` (size V).
 
@@ -297,14 +298,12 @@ class NgramLM:
     never seen at order k backs off with weight 1.
     """
 
-    def __init__(self, order: int, vocab_size: int, unigram: np.ndarray, uni_counts: np.ndarray,
-                 uni_discounts: tuple[float, float, float], orders: list[_Order]):
-        self.order = order
-        self.vocab_size = vocab_size
-        self.unigram = unigram          # (V,) p_1(w); 0 for <s>
-        self.uni_counts = uni_counts    # (V,) adjusted unigram counts
-        self.uni_discounts = uni_discounts
-        self.orders = orders            # orders[k - 2] is order k
+    order: int
+    vocab_size: int
+    unigram: np.ndarray  # (V,) p_1(w); 0 for <s>
+    uni_counts: np.ndarray  # (V,) adjusted unigram counts
+    uni_discounts: tuple[float, float, float]
+    orders: list[_Order]  # orders[k - 2] is order k
 
     # ------------------------------------------------------------------ estimation
     @classmethod
