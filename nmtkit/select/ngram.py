@@ -119,7 +119,8 @@ def kn_discounts(adjusted_counts: np.ndarray) -> tuple[float, float, float]:
     return out[0], out[1], out[2]
 
 
-def _smooth(a: np.ndarray, d: tuple[float, float, float], ctx: np.ndarray, n_ctx: int) -> tuple[np.ndarray, np.ndarray]:
+def _smooth(a: np.ndarray, d: tuple[float, float, float], ctx: np.ndarray,
+            n_ctx: int) -> tuple[np.ndarray, np.ndarray]:
     """Kneser-Ney's two terms for n-grams of adjusted counts `a` (m,) in the contexts of rows `ctx`
     (m,) < n_ctx: disc_prob (m,) max(a - D(a), 0) / a(h.), D(a) = 0, D1, D2, D3+ for a = 0, 1, 2,
     >= 3; and gamma (n_ctx,) (D1 N1(h.) + D2 N2(h.) + D3+ N3+(h.)) / a(h.), 1.0 for a context
@@ -251,8 +252,8 @@ def _adjusted_counts(c: _Counts, toks: np.ndarray, dist: np.ndarray, V: int, ord
     return adj
 
 
-def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[tuple[float, float, float]], unigram: np.ndarray,
-                 V: int, order: int) -> list["_Order"]:
+def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[tuple[float, float, float]],
+                 unigram: np.ndarray, V: int, order: int) -> list["_Order"]:
     """The tables of orders 2..n: discounted probabilities and gammas. `c` and `adj` are emptied
     as they are used, so that an order's temporaries replace the counts they came from."""
     orders: list[_Order] = []
@@ -312,7 +313,7 @@ class NgramLM:
         """Count and smooth `sentences`: id lists without `<s>`/`</s>`, ids < vocab_size (or their
         FlatBatch). `discounts` (one triple per order 1..n) overrides the count-of-counts estimate
         (tests). Phases: `_count` (raw counts per order), `_adjusted_counts` (Kneser-Ney
-        continuation counts), the discounts, `_unigram_probs`, `_interpolate` (orders 2..n)."""
+        continuation counts), the discounts, `_smooth` of the unigrams, `_interpolate` (orders 2..n)."""
         if order < 1:
             raise ValueError("order must be >= 1")
         V = int(vocab_size)
