@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Iterable, Sequence
+from unicodedata import is_normalized
 
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
@@ -239,8 +240,6 @@ def form_mismatch(files: Sequence[tuple[str, Sequence[str]]]) -> str | None:
     Unicode NFC (decomposed: "e" + a combining accent; or a compatibility form such as the
     Ångström sign) and others hold none: sacrebleu compares characters, so a decomposed "é" never
     matches a composed one, and nmtkit translate writes NFC."""
-    from unicodedata import is_normalized
-
     decomposed = {path: [i for i, line in enumerate(lines, 1) if not is_normalized("NFC", line)]
                   for path, lines in files}
     bad = [path for path, found in decomposed.items() if found]

@@ -12,11 +12,14 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from nmtkit.errors import ConfigError
 from nmtkit.text.io import check_counts
+from nmtkit.text.moses import tokenize_like_perl
+from nmtkit.text.parallel import parallel_map
 
 log = logging.getLogger(__name__)
 
@@ -84,15 +87,10 @@ def _bleu_details(score) -> dict[str, Any]:
         "counts": list(score.counts),
         "totals": list(score.totals),
         "bp": round(score.bp, 4),
-        "ratio": round(score.sys_len / score.ref_len, 4) if score.ref_len else 0.0,
+        "ratio": round(float(score.ratio), 4),  # sacrebleu gives an int 0 for an empty reference
         "hyp_len": score.sys_len,
         "ref_len": score.ref_len,
     }
-
-
-def _verbose(score) -> str:
-    # sacrebleu's own verbose string (BLEU: precisions, BP, ratio, lengths).
-    return getattr(score, "_verbose", "") or ""
 
 
 def corpus_scores(hyps: Sequence[str], refs: Sequence[Sequence[str]], metrics: Sequence[str] = METRICS,
@@ -114,7 +112,7 @@ def corpus_scores(hyps: Sequence[str], refs: Sequence[Sequence[str]], metrics: S
             tok = metric.tokenizer_signature
             label = f"BLEU (sacrebleu on detokenised text, tok {tok}{', lowercased' if lowercase else ''})"
         details = _bleu_details(score) if key == "bleu" else {}
-        out.append(MetricScore(key, score.name, label, float(score.score), sig, _verbose(score), details))
+        out.append(MetricScore(key, score.name, label, float(score.score), sig, score._verbose, details))
     return out
 
 
@@ -138,17 +136,11 @@ def _check_streams(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> None:
 def moses_tokenize_lines(lines: Iterable[str], lang: str, workers: int = 1) -> list[str]:
     """Moses-tokenise each line exactly as `tokenizer.perl -l LANG -no-escape` (no punctuation
     normalisation, case kept); tokens joined by spaces."""
-    from functools import partial
-
-    from nmtkit.text.parallel import parallel_map
-
     lines = list(lines)  # under 2,000 lines, one chunk anyway: a process pool would only add start-up time
     return list(parallel_map(partial(_moses_line, lang=lang), lines, workers=workers if len(lines) >= 2000 else 1))
 
 
 def _moses_line(line: str, lang: str) -> str:
-    from nmtkit.text.moses import tokenize_like_perl
-
     return " ".join(tokenize_like_perl(line, lang))
 
 
@@ -166,7 +158,7 @@ def multibleu(hyps_tok: Sequence[str], refs_tok: Sequence[Sequence[str]], lang: 
     sig = metric.get_signature()
     sig.update("tok", f"moses-{lang}" if lang else "moses")
     return MetricScore("paper_bleu", "BLEU", PAPER_BLEU_LABEL, float(score.score),
-                       sig.format() + "|multi-bleu.perl", _verbose(score), _bleu_details(score))
+                       sig.format() + "|multi-bleu.perl", score._verbose, _bleu_details(score))
 
 
 def paper_bleu(hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str, workers: int = 1) -> MetricScore:

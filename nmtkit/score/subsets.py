@@ -10,11 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from nmtkit.errors import ConfigError
+from nmtkit.data.manifest import read_manifest
+from nmtkit.errors import CheckpointError, ConfigError
 from nmtkit.io.files import save_figure
 from nmtkit.score.metrics import make_metric, multibleu
 from nmtkit.text.bpe import SEPARATOR
 from nmtkit.text.io import check_counts
+from nmtkit.text.pipeline import TextPipeline
+from nmtkit.text.vocab import SPECIALS
 
 BPE_NO_UNK_NOTE = (
     "this model uses BPE subwords, so almost every sentence decomposes into known subwords; "
@@ -40,8 +43,6 @@ def no_unk_indices(src: Sequence[str], refs: Sequence[Sequence[str]],
     `encode_src` / `encode_tgt` turn a raw line into the tokens the vocabulary sees (the model's
     pipeline: normalise, tokenise, case, BPE). The special symbols (<unk>, <pad>, ...) count as
     unknown: a literal "<unk>" in the text is the model's UNK too."""
-    from nmtkit.text.vocab import SPECIALS
-
     src_known = set(src_vocab) - set(SPECIALS)
     tgt_known = set(tgt_vocab) - set(SPECIALS)
     check_counts(("the source", len(src)), [("the references", len(r)) for r in refs])
@@ -72,7 +73,6 @@ def model_text_from_checkpoint(path: str | Path) -> ModelText:
     """Pipeline and vocabularies recorded in a checkpoint (imports torch to read the file); its
     pipeline read as translation reads it (`nmtkit.checkpoint.pipeline_of`)."""
     from nmtkit.checkpoint import load_checkpoint, pipeline_of
-    from nmtkit.errors import CheckpointError
 
     ckpt = load_checkpoint(path)
     try:
@@ -83,9 +83,6 @@ def model_text_from_checkpoint(path: str | Path) -> ModelText:
 
 def model_text_from_data_dir(data_dir: str | Path) -> ModelText:
     """Pipeline and vocabularies of a `nmtkit preprocess` data directory (data.manifest; torch-free)."""
-    from nmtkit.data.manifest import read_manifest
-    from nmtkit.text.pipeline import TextPipeline
-
     m = read_manifest(data_dir)
     pipe = TextPipeline.from_dict(m.pipeline)  # read_manifest has checked it
     return _pipeline_text(pipe, m.src_vocab.itos, m.tgt_vocab.itos, str(data_dir))

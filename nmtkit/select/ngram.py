@@ -47,10 +47,7 @@ class LMVocab:
     @classmethod
     def build(cls, sentences: Iterable[Sequence[str]], min_count: int = 1) -> "LMVocab":
         """Words seen at least `min_count` times in `sentences` (the in-domain text)."""
-        counts: Counter[str] = Counter()
-        for toks in sentences:
-            counts.update(toks)
-        return cls.from_counts(counts, min_count)
+        return cls.from_counts(Counter(chain.from_iterable(sentences)), min_count)
 
     @classmethod
     def from_counts(cls, counts: Mapping[str, int], min_count: int = 1) -> "LMVocab":
@@ -65,15 +62,8 @@ class LMVocab:
 
     def encode_batch(self, sentences: Sequence[Sequence[str]]) -> "FlatBatch":
         """Token lists -> one FlatBatch (one dict look-up pass over the whole batch)."""
-        lens = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
-        words = list(chain.from_iterable(sentences))
-        get = self.flat_stoi.get
-        ids = np.fromiter(map(get, words, repeat(LM_UNK_ID)), dtype=np.int64, count=len(words))
-        return flat_batch(ids, lens)
-
-    def encode_lines(self, lines: Sequence[str], lowercase: bool = False) -> "FlatBatch":
-        """Already tokenised lines (tokens separated by whitespace) -> one FlatBatch."""
-        return self.encode_batch([(line.lower() if lowercase else line).split() for line in lines])
+        ids = map(self.flat_stoi.get, chain.from_iterable(sentences), repeat(LM_UNK_ID))
+        return flat_batch(np.fromiter(ids, dtype=np.int64), list(map(len, sentences)))
 
 
 @dataclass
@@ -93,9 +83,7 @@ class FlatBatch:
 
 def flatten(sentences: Sequence[Sequence[int]]) -> FlatBatch:
     """Sentences of ids (without `<s>`, `</s>`) -> one FlatBatch."""
-    lens = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
-    ids = np.fromiter(chain.from_iterable(sentences), dtype=np.int64, count=int(lens.sum()))
-    return flat_batch(ids, lens)
+    return flat_batch(np.fromiter(chain.from_iterable(sentences), dtype=np.int64), list(map(len, sentences)))
 
 
 def flat_batch(ids: np.ndarray, lens: np.ndarray) -> FlatBatch:
@@ -126,16 +114,29 @@ def kn_discounts(adjusted_counts: np.ndarray) -> tuple[float, float, float]:
     out = []
     y = n1 / (n1 + 2 * n2) if n1 + 2 * n2 > 0 else float("nan")
     for j, (num, den) in enumerate(((n2, n1), (n3, n2), (n4, n3)), start=1):
-        d = j - (j + 1) * y * num / den if den > 0 and not math.isnan(y) else float("nan")
-        if not (math.isfinite(d) and 0.0 < d <= j):
-            d = DEFAULT_DISCOUNTS[j - 1]
-        out.append(float(d))
+        d = j - (j + 1) * y * num / den if den > 0 else float("nan")  # nan too when y is
+        out.append(float(d) if math.isfinite(d) and 0.0 < d <= j else DEFAULT_DISCOUNTS[j - 1])
     return out[0], out[1], out[2]
 
 
-def _discount(a: np.ndarray, d: tuple[float, float, float]) -> np.ndarray:
-    """D(a) of each adjusted count: 0, D1, D2, D3+ for a = 0, 1, 2, >= 3 (float64, one temporary)."""
-    return np.array([0.0, d[0], d[1], d[2]])[np.minimum(a, 3)]
+def _smooth(a: np.ndarray, d: tuple[float, float, float], ctx: np.ndarray,
+            n_ctx: int) -> tuple[np.ndarray, np.ndarray]:
+    """Kneser-Ney's two terms for n-grams of adjusted counts `a` (m,) in the contexts of rows `ctx`
+    (m,) < n_ctx: disc_prob (m,) max(a - D(a), 0) / a(h.), D(a) = 0, D1, D2, D3+ for a = 0, 1, 2,
+    >= 3; and gamma (n_ctx,) (D1 N1(h.) + D2 N2(h.) + D3+ N3+(h.)) / a(h.), 1.0 for a context
+    never seen. float64, each built in place in one temporary."""
+    denom = np.bincount(ctx, weights=a, minlength=n_ctx)
+    mass = d[0] * np.bincount(ctx[a == 1], minlength=n_ctx)  # added in this order
+    mass += d[1] * np.bincount(ctx[a == 2], minlength=n_ctx)
+    mass += d[2] * np.bincount(ctx[a >= 3], minlength=n_ctx)
+    gamma = np.ones(n_ctx)
+    np.divide(mass, denom, out=gamma, where=denom > 0)
+    del mass
+    disc_prob = np.array([0.0, *d])[np.minimum(a, 3)]
+    np.subtract(a, disc_prob, out=disc_prob)
+    np.maximum(disc_prob, 0.0, out=disc_prob)
+    disc_prob /= denom[ctx]
+    return disc_prob, gamma
 
 
 @dataclass
@@ -147,7 +148,7 @@ class _Order:
     gamma (n_{k-1},) float64: interpolation weight of each order-(k-1) row used as context
         (1.0 for rows never seen as context).
     (Only what scoring reads is kept: a model is held by every scoring worker. The interpolated
-    p_k that ARPA output writes is computed again from these, `NgramLM.interpolated`.)
+    p_k that ARPA output writes is computed again from these, in `NgramLM.write_arpa`.)
     """
 
     keys: np.ndarray
@@ -251,19 +252,8 @@ def _adjusted_counts(c: _Counts, toks: np.ndarray, dist: np.ndarray, V: int, ord
     return adj
 
 
-def _unigram_probs(a1: np.ndarray, d1: tuple[float, ...], V: int) -> np.ndarray:
-    """(V,) p_1: discounted unigrams interpolated with the uniform distribution over the
-    predicted vocabulary (every id but `<s>`)."""
-    total = float(a1.sum())
-    gamma1 = (d1[0] * np.count_nonzero(a1 == 1) + d1[1] * np.count_nonzero(a1 == 2)
-              + d1[2] * np.count_nonzero(a1 >= 3)) / total
-    unigram = np.maximum(a1 - _discount(a1, d1), 0.0) / total + gamma1 / (V - 1)
-    unigram[LM_BOS_ID] = 0.0
-    return unigram
-
-
-def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[Sequence[float]], unigram: np.ndarray,
-                 V: int, order: int) -> list["_Order"]:
+def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[tuple[float, float, float]],
+                 unigram: np.ndarray, V: int, order: int) -> list["_Order"]:
     """The tables of orders 2..n: discounted probabilities and gammas. `c` and `adj` are emptied
     as they are used, so that an order's temporaries replace the counts they came from."""
     orders: list[_Order] = []
@@ -271,23 +261,10 @@ def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[Sequence[floa
     for k in range(2, order + 1):
         keys = c.keys[k - 2]
         a = adj[k]
-        dk = tuple(float(x) for x in disc[k - 1])
         n_prev = V if k == 2 else c.keys[k - 3].size
         ctx = np.empty(keys.size, dtype=np.int32)  # the context's row
         np.floor_divide(keys, V, out=ctx, casting="unsafe")
-        denom = np.bincount(ctx, weights=a, minlength=n_prev)
-        mass = dk[0] * np.bincount(ctx[a == 1], minlength=n_prev)  # D1 N1(h.) + D2 N2(h.) + D3+ N3+(h.),
-        mass += dk[1] * np.bincount(ctx[a == 2], minlength=n_prev)  # added in this order
-        mass += dk[2] * np.bincount(ctx[a >= 3], minlength=n_prev)
-        seen = denom > 0
-        gamma = np.ones(n_prev)
-        np.divide(mass, denom, out=gamma, where=seen)
-        del mass, seen
-        disc_prob = _discount(a, dk)
-        np.subtract(a, disc_prob, out=disc_prob)
-        np.maximum(disc_prob, 0.0, out=disc_prob)
-        disc_prob /= denom[ctx]
-        del denom
+        disc_prob, gamma = _smooth(a, disc[k - 1], ctx, n_prev)
         max_count = int(a.max()) if a.size else 0
         adj[k] = c.raw[k - 2] = c.bos[k - 2] = a = None  # type: ignore[assignment,call-overload]
         if k < order:  # the next order interpolates with this one's p_k: disc_prob + gamma(h) p_{k-1}
@@ -297,10 +274,11 @@ def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[Sequence[floa
             prev_prob = p_k
         c.suffix[k - 2] = None  # type: ignore[call-overload]
         del ctx
-        orders.append(_Order(keys, disc_prob, gamma, dk, max_count))  # type: ignore[arg-type]
+        orders.append(_Order(keys, disc_prob, gamma, disc[k - 1], max_count))  # type: ignore[arg-type]
     return orders
 
 
+@dataclass(eq=False)
 class NgramLM:
     """An interpolated modified Kneser-Ney LM over ids of one `LMVocab` (size V).
 
@@ -321,14 +299,12 @@ class NgramLM:
     never seen at order k backs off with weight 1.
     """
 
-    def __init__(self, order: int, vocab_size: int, unigram: np.ndarray, uni_counts: np.ndarray,
-                 uni_discounts: tuple[float, float, float], orders: list[_Order]):
-        self.order = order
-        self.vocab_size = vocab_size
-        self.unigram = unigram          # (V,) p_1(w); 0 for <s>
-        self.uni_counts = uni_counts    # (V,) adjusted unigram counts
-        self.uni_discounts = uni_discounts
-        self.orders = orders            # orders[k - 2] is order k
+    order: int
+    vocab_size: int
+    unigram: np.ndarray  # (V,) p_1(w); 0 for <s>
+    uni_counts: np.ndarray  # (V,) adjusted unigram counts
+    uni_discounts: tuple[float, float, float]
+    orders: list[_Order]  # orders[k - 2] is order k
 
     # ------------------------------------------------------------------ estimation
     @classmethod
@@ -337,7 +313,7 @@ class NgramLM:
         """Count and smooth `sentences`: id lists without `<s>`/`</s>`, ids < vocab_size (or their
         FlatBatch). `discounts` (one triple per order 1..n) overrides the count-of-counts estimate
         (tests). Phases: `_count` (raw counts per order), `_adjusted_counts` (Kneser-Ney
-        continuation counts), the discounts, `_unigram_probs`, `_interpolate` (orders 2..n)."""
+        continuation counts), the discounts, `_smooth` of the unigrams, `_interpolate` (orders 2..n)."""
         if order < 1:
             raise ValueError("order must be >= 1")
         V = int(vocab_size)
@@ -353,10 +329,14 @@ class NgramLM:
             kn_discounts(adj[1][adj[1] > 0])] + [kn_discounts(adj[k]) for k in range(2, order + 1)]
         if len(disc) != order:
             raise ValueError("need one discount triple per order")
-        d1 = tuple(float(x) for x in disc[0])
-        unigram = _unigram_probs(adj[1], d1, V)
+        disc = [tuple(float(x) for x in d) for d in disc]
+        # the unigram level: one context, interpolated with the uniform distribution over the
+        # predicted vocabulary (every id but <s>)
+        disc_prob, gamma = _smooth(adj[1], disc[0], np.zeros(V, dtype=np.int32), 1)
+        unigram = disc_prob + gamma[0] / (V - 1)
+        unigram[LM_BOS_ID] = 0.0
         orders = _interpolate(counts, adj, disc, unigram, V, order)
-        return cls(order, V, unigram, adj[1], d1, orders)
+        return cls(order, V, unigram, adj[1], disc[0], orders)
 
     # ------------------------------------------------------------------ look-ups
     def _row(self, ngram: Sequence[int]) -> int:
@@ -386,15 +366,8 @@ class NgramLM:
         return rows
 
     def prob(self, context: Sequence[int], word: int) -> float:
-        """p(word | context) by the recursive definition, one n-gram at a time (reference path)."""
-        rows = self._context_rows(context)
-        p = float(self.unigram[word])
-        for o, row in rows:
-            key = row * self.vocab_size + int(word)
-            pos = int(np.searchsorted(o.keys, key))
-            found = pos < o.keys.size and o.keys[pos] == key
-            p = float(o.gamma[row]) * p + (float(o.disc_prob[pos]) if found else 0.0)
-        return p
+        """p(word | context), one context at a time (the reference the batched path is tested against)."""
+        return float(self.context_distribution(context)[word])
 
     def context_distribution(self, context: Sequence[int]) -> np.ndarray:
         """(V,) p(w | context) for every id at once (0 for `<s>`); sums to 1."""
@@ -432,8 +405,6 @@ class NgramLM:
 
     def batch_cross_entropies(self, batch: FlatBatch) -> np.ndarray:
         """(N,) per-token cross-entropy in bits: -log2 p(s) / (len(s) + 1), `</s>` counted."""
-        if batch.starts.size == 0:
-            return np.zeros(0)
         total = np.add.reduceat(self.batch_logprobs(batch), batch.starts)
         return -total / batch.lens / math.log(2.0)
 
@@ -455,30 +426,24 @@ class NgramLM:
         return [int(np.count_nonzero(self.uni_counts))] + [int(o.keys.size) for o in self.orders]
 
     # ------------------------------------------------------------------ ARPA
-    def interpolated(self, words: list[np.ndarray]) -> list[np.ndarray]:
-        """The full interpolated p_k(w | h) of every stored n-gram, order by order (index k - 1),
-        as estimation computed them: disc_prob + gamma(h) p_{k-1}(w | h'), h' the row of the
-        n-gram's suffix. `words[k - 1]` (n_k, k): each order-k n-gram's word ids."""
-        V = self.vocab_size
-        probs = [self.unigram]
-        for k, o in enumerate(self.orders, start=2):
-            w = words[k - 1]
-            suffix = w[:, 1]  # the suffix's row, looked up an order at a time
-            for j in range(2, k):
-                suffix = np.searchsorted(self.orders[j - 2].keys, suffix * V + w[:, j])
-            probs.append(o.disc_prob + o.gamma[o.keys // V] * probs[-1][suffix])
-        return probs
-
     def write_arpa(self, fh: TextIO, itos: Sequence[str]) -> None:
         """Write the model in ARPA back-off format, exactly the same distribution: a stored n-gram's
         ARPA probability is its interpolated one and its back-off weight its gamma as a context;
-        every stored n-gram's prefix and suffix are stored too, so back-off reproduces p exactly."""
+        every stored n-gram's prefix and suffix are stored too, so back-off reproduces p exactly.
+        The interpolated p_k(w | h) is computed again as estimation computed it: disc_prob +
+        gamma(h) p_{k-1}(w | h'), h' the row of the n-gram's suffix; `words[k - 1]` (n_k, k) holds
+        each order-k n-gram's word ids."""
         V = self.vocab_size
         words = [np.arange(V, dtype=np.int64)[:, None]]
-        for o in self.orders:
+        probs = [self.unigram]
+        for k, o in enumerate(self.orders, start=2):
             ctx = o.keys // V
-            words.append(np.concatenate([words[-1][ctx], (o.keys % V)[:, None]], axis=1))
-        probs = self.interpolated(words)
+            w = np.concatenate([words[-1][ctx], (o.keys % V)[:, None]], axis=1)
+            suffix = w[:, 1]  # the suffix's row, looked up an order at a time
+            for j in range(2, k):
+                suffix = np.searchsorted(self.orders[j - 2].keys, suffix * V + w[:, j])
+            probs.append(o.disc_prob + o.gamma[ctx] * probs[-1][suffix])
+            words.append(w)
         sizes = [V] + [o.keys.size for o in self.orders]
         fh.write("\\data\\\n" + "".join(f"ngram {k}={n}\n" for k, n in enumerate(sizes, start=1)) + "\n")
         for k in range(1, self.order + 1):

@@ -155,10 +155,11 @@ class Scorer:
     def score_lines(self, lines: list[str]) -> np.ndarray:
         """(N, 3) float64 of lines in the configured input format: H_in, H_out, tokens."""
         o = self.opts
-        if o.input_format == "tok":  # fast path: split and look up the whole chunk at once
-            batch = self.vocab.encode_lines(lines, o.pipeline.lowercase)
+        if o.input_format == "tok":  # fast path: split the whole chunk at once
+            toks = [(line.lower() if o.pipeline.lowercase else line).split() for line in lines]
         else:
-            batch = self.vocab.encode_batch([o.tokens(line, self.side) for line in lines])
+            toks = [o.tokens(line, self.side) for line in lines]
+        batch = self.vocab.encode_batch(toks)
         return np.stack([self.lm_in.batch_cross_entropies(batch), self.lm_out.batch_cross_entropies(batch),
                          batch.lens - 1], axis=1)
 

@@ -56,23 +56,16 @@ def select_indices(scores: np.ndarray, src_tokens: np.ndarray, lines: int | None
     lowest score first, ties by pool position (stable sort); a row scored +inf (a pair with an empty
     side) is never kept. `words` counts source tokens and keeps the smallest prefix of the ranking
     that reaches it; `fraction` is of all the pool's rows."""
-    pool = scores.size
     order = np.argsort(scores, kind="stable")[: int(np.isfinite(scores).sum())]
-    n = order.size
-    over = False
     if lines is not None:
         k = lines
     elif words is not None:
-        cum = np.cumsum(src_tokens[order].astype(np.int64))
-        total = int(cum[-1]) if n else 0
-        k = n + 1 if words > total else int(np.searchsorted(cum, words, side="left")) + (1 if words > 0 else 0)
+        cum = np.cumsum(src_tokens[order].astype(np.int64))  # past the total, k = n + 1
+        k = int(np.searchsorted(cum, words, side="left")) + (1 if words > 0 else 0)
     else:
         assert fraction is not None
-        k = int(round(fraction * pool))
-    if k > n:
-        over, k = True, n
-    keep = np.sort(order[:k])
-    return keep, over
+        k = int(round(fraction * scores.size))
+    return np.sort(order[:k]), k > order.size
 
 
 # ---- checks of inputs that leave the ranking meaningless: each returns one-line warnings naming
@@ -217,11 +210,9 @@ def _type_id(types: dict[str, int], tokens: list[str]) -> list[int]:
 def _vocab_and_ids(types: dict[str, int], ids: np.ndarray, min_count: int) -> tuple[LMVocab, np.ndarray]:
     """The LM vocabulary of one side of the in-domain text held as type numbers (as `LMVocab.build`
     makes it of the tokens) and the text as LM ids (as `LMVocab.encode` gives them)."""
-    counts = np.bincount(ids, minlength=len(types)).tolist()
-    vocab = LMVocab.from_counts({w: counts[i] for w, i in types.items()}, min_count)
-    remap = np.full(len(types), LM_UNK_ID, dtype=np.int32)
-    for w, i in types.items():
-        remap[i] = vocab.stoi.get(w, LM_UNK_ID)
+    counts = np.bincount(ids, minlength=len(types)).tolist()  # types are numbered in insertion order
+    vocab = LMVocab.from_counts(dict(zip(types, counts)), min_count)
+    remap = np.array([vocab.stoi.get(w, LM_UNK_ID) for w in types], dtype=np.int32)
     return vocab, remap[ids]
 
 
