@@ -6,7 +6,7 @@ product of a training step's size, timed once per process, beats float32 by `BF1
 """
 from __future__ import annotations
 
-import time
+import timeit
 from contextlib import nullcontext
 from functools import lru_cache
 from pathlib import Path
@@ -37,12 +37,7 @@ def cpu_bf16_speedup() -> float:
 
     def best(x, y) -> float:
         torch.mm(x, y)
-        times = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            torch.mm(x, y)
-            times.append(time.perf_counter() - t0)
-        return min(times)
+        return min(timeit.repeat(lambda: torch.mm(x, y), repeat=5, number=1))
 
     return best(a, b) / best(a.bfloat16(), b.bfloat16())
 

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from nmtkit.errors import ConfigError
+from nmtkit.models.fast.gru_recurrence import gru_gates, source_order, step_order
 
 INT8_ON_CUDA = ("--precision int8 runs on the CPU only (its int8 products are CPU kernels): "
                 "use --device cpu, or --precision bf16/fp16 on a GPU")
@@ -166,8 +167,6 @@ class Int8BiGRU(nn.Module):
     def forward(self, embedding: nn.Embedding, src: Tensor, lens: Tensor, mask: Tensor) -> Tensor:
         """The model's source embedding, src (B, S) ids, lens (B,), mask (B, S) -> annotations
         [fwd h_j ; bwd h_j] (B, S, 2n), zero at padded positions."""
-        from nmtkit.models.fast.gru_recurrence import gru_gates, source_order, step_order
-
         B, S = src.shape
         n = self.hidden_size
         steps = step_order(lens, mask)
