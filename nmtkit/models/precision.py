@@ -13,8 +13,6 @@ from pathlib import Path
 
 import torch
 
-FAST_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-FAST_INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 # how much faster than float32 a bf16 product must be for `auto` to choose bf16 on a CPU: bf16
 # also rounds, and casts activations back and forth, so a near tie is not worth it
 BF16_MIN_SPEEDUP = 1.2
@@ -25,7 +23,7 @@ FP16_ON_CPU = ("--precision fp16 on the CPU works but is emulated and slow; it i
 
 def cpu_has_fast_bf16(cpuinfo: str | None = None) -> bool:
     """True when the CPU flags (Linux /proc/cpuinfo, or the text given) include native BF16."""
-    return _cpu_has_any_flag(FAST_BF16_FLAGS, cpuinfo)
+    return _cpu_has_any_flag(("avx512_bf16", "amx_bf16"), cpuinfo)
 
 
 @lru_cache(maxsize=None)
@@ -50,7 +48,7 @@ def cpu_bf16_pays_off() -> bool:
 def cpu_has_fast_int8(cpuinfo: str | None = None) -> bool:
     """True when the CPU flags include int8 dot products (VNNI, AMX): where `--precision int8`
     is known to be the fastest way to decode (nmtkit.models.fast.quantize)."""
-    return _cpu_has_any_flag(FAST_INT8_FLAGS, cpuinfo)
+    return _cpu_has_any_flag(("avx512_vnni", "avx_vnni", "amx_int8"), cpuinfo)
 
 
 def _cpu_has_any_flag(wanted: tuple[str, ...], cpuinfo: str | None) -> bool:
