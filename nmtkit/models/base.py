@@ -2,12 +2,11 @@
 weight initialisations they share.
 
 Shapes: B batch, S source length, T target length, V target vocabulary, A annotation size.
-Token ids come from `nmtkit.text.vocab` (PAD_ID=0, UNK_ID=1, BOS_ID=2, EOS_ID=3). Sources carry
-no BOS/EOS unless the model adds them; `tgt_in` starts with BOS, `tgt_out` ends with EOS. `forward`
-(teacher forcing) must equal a loop of `step`, and what does not depend on the previous decoder
-state is computed for all steps at once (docs/design.md, 3-4). `INITS` names the initialisations
-a config's `init` accepts: "paper" (appendix B.1), "default" (PyTorch's), "uniform" (every
-parameter U(-0.1, 0.1)), "uniform-emb" (PyTorch's, embeddings U(-0.1, 0.1)).
+Token ids are `nmtkit.text.vocab`'s. Sources carry no BOS/EOS unless the model adds them; `tgt_in`
+starts with BOS, `tgt_out` ends with EOS; `forward` must equal a loop of `step` (docs/design.md,
+3-4). `INITS` names the initialisations a config's `init` accepts: "paper" (appendix B.1),
+"default" (PyTorch's), "uniform" (every parameter U(-0.1, 0.1)), "uniform-emb" (PyTorch's,
+embeddings U(-0.1, 0.1)).
 """
 from __future__ import annotations
 

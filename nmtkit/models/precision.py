@@ -6,15 +6,13 @@ product of a training step's size, timed once per process, beats float32 by `BF1
 """
 from __future__ import annotations
 
-import time
+import timeit
 from contextlib import nullcontext
 from functools import lru_cache
 from pathlib import Path
 
 import torch
 
-FAST_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-FAST_INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 # how much faster than float32 a bf16 product must be for `auto` to choose bf16 on a CPU: bf16
 # also rounds, and casts activations back and forth, so a near tie is not worth it
 BF16_MIN_SPEEDUP = 1.2
@@ -25,7 +23,7 @@ FP16_ON_CPU = ("--precision fp16 on the CPU works but is emulated and slow; it i
 
 def cpu_has_fast_bf16(cpuinfo: str | None = None) -> bool:
     """True when the CPU flags (Linux /proc/cpuinfo, or the text given) include native BF16."""
-    return _cpu_has_any_flag(FAST_BF16_FLAGS, cpuinfo)
+    return _cpu_has_any_flag(("avx512_bf16", "amx_bf16"), cpuinfo)
 
 
 @lru_cache(maxsize=None)
@@ -37,12 +35,7 @@ def cpu_bf16_speedup() -> float:
 
     def best(x, y) -> float:
         torch.mm(x, y)
-        times = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            torch.mm(x, y)
-            times.append(time.perf_counter() - t0)
-        return min(times)
+        return min(timeit.repeat(lambda: torch.mm(x, y), repeat=5, number=1))
 
     return best(a, b) / best(a.bfloat16(), b.bfloat16())
 
@@ -55,7 +48,7 @@ def cpu_bf16_pays_off() -> bool:
 def cpu_has_fast_int8(cpuinfo: str | None = None) -> bool:
     """True when the CPU flags include int8 dot products (VNNI, AMX): where `--precision int8`
     is known to be the fastest way to decode (nmtkit.models.fast.quantize)."""
-    return _cpu_has_any_flag(FAST_INT8_FLAGS, cpuinfo)
+    return _cpu_has_any_flag(("avx512_vnni", "avx_vnni", "amx_int8"), cpuinfo)
 
 
 def _cpu_has_any_flag(wanted: tuple[str, ...], cpuinfo: str | None) -> bool:

@@ -202,9 +202,6 @@ class RNNSearch(Seq2Seq):
             alphas.append(alpha)
         return torch.stack(feats, dim=1), torch.stack(alphas, dim=1)
 
-    def output_layer(self, features: Tensor) -> Tensor:
-        """t (..., l) -> logits W_o t (..., V)."""
-        return self.W_o(features)
-
     def output_projection(self) -> nn.Linear:
+        """W_o: t (..., l) -> logits W_o t (..., V)."""
         return self.W_o

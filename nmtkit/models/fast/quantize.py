@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from nmtkit.errors import ConfigError
+from nmtkit.models.fast.gru_recurrence import gru_gates, source_order, step_order
 
 INT8_ON_CUDA = ("--precision int8 runs on the CPU only (its int8 products are CPU kernels): "
                 "use --device cpu, or --precision bf16/fp16 on a GPU")
@@ -27,16 +28,11 @@ class Int8Rows(NamedTuple):
     scale: Tensor
     bias: Tensor | None
 
-    def project(self, features: Tensor) -> Tensor:
-        """features (N, F) float32 through these columns -> (N, L) float32."""
-        return int8_matmul(features, self)
-
-
-def int8_matmul(x: Tensor, rows: Int8Rows) -> Tensor:
-    """x (..., F) float -> x W^T + b (..., V) float32, each row of x quantised on its own scale."""
-    shape = x.shape
-    y = int8_rows_matmul(*quantize_rows(x.reshape(-1, shape[-1]).float()), rows)
-    return y.reshape(*shape[:-1], y.size(1))
+    def project(self, x: Tensor) -> Tensor:
+        """x (..., F) float -> x W^T + b (..., V) float32, each row of x quantised on its own scale."""
+        shape = x.shape
+        y = int8_rows_matmul(*quantize_rows(x.reshape(-1, shape[-1]).float()), self)
+        return y.reshape(*shape[:-1], y.size(1))
 
 
 def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor]:
@@ -103,7 +99,7 @@ class Int8Stack(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if self.table is not None:
             return int8_rows_matmul(self.table.index_select(0, x), self.table_scale.index_select(0, x), self.rows())
-        return int8_matmul(x, self.rows())
+        return self.rows().project(x)
 
     def extra_repr(self) -> str:
         return f"sizes={self.sizes}, int8" + (", from embedding rows" if self.table is not None else "")
@@ -166,8 +162,6 @@ class Int8BiGRU(nn.Module):
     def forward(self, embedding: nn.Embedding, src: Tensor, lens: Tensor, mask: Tensor) -> Tensor:
         """The model's source embedding, src (B, S) ids, lens (B,), mask (B, S) -> annotations
         [fwd h_j ; bwd h_j] (B, S, 2n), zero at padded positions."""
-        from nmtkit.models.fast.gru_recurrence import gru_gates, source_order, step_order
-
         B, S = src.shape
         n = self.hidden_size
         steps = step_order(lens, mask)

@@ -72,10 +72,8 @@ class FastRNNSearch(Accelerated, RNNSearch):
 
     config: RNNSearchConfig
 
-    # ---- encoder --------------------------------------------------------------------------
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
-        """src (B, S), src_lens (B,) -> annotations (B, S', 2n), keys U_a h (B, S', n'),
-        values [C_z; C_r; C] h (B, S', 3d), init = bwd h_1 (B, n); S' = S + 1 with `src_eos`."""
+        """`RNNSearch.encode`, plus values [C_z; C_r; C] h_j (B, S', 3d)."""
         ann, mask = self._annotate(src, src_lens)
         return self._encoder_out(ann, mask, self.U_a(ann), values=self.C(ann))
 
@@ -101,7 +99,6 @@ class FastRNNSearch(Accelerated, RNNSearch):
         return EncoderOut(annotations=ann, keys=keys, mask=mask, init=ann[:, 0, self.config.enc_hidden:],
                           src_eos=self.config.src_eos, **projections)
 
-    # ---- decoder --------------------------------------------------------------------------
     def attend_and_update(self, s: Tensor, x_gates: Tensor, enc: EncoderOut, w_q: Tensor | None,
                            update: bool = True) -> tuple[Tensor, Tensor]:
         """From s_{i-1} (B, d) and W[z,r,cand] E y_{i-1} (B, 3d): (alpha_i (B, S), s_i (B, d)).
@@ -130,8 +127,7 @@ class FastRNNSearch(Accelerated, RNNSearch):
         return torch.lerp(s, cand.to(s.dtype), z.to(s.dtype))  # s + z (s~ - s) in one pass
 
     def deep_output(self, s_prev: Tensor, s_new: Tensor, emb_out: Tensor, ctx: Tensor) -> Tensor:
-        """t_i = maxout(U_o s + V_o E y_{i-1} + C_o c_i) with s = s_{i-1} (readout "prev") or s_i
-        ("new"); any leading shape (..., l)."""
+        """`RNNSearch.maxout_layer` from s_{i-1}, s_i and V_o E y_{i-1}, any leading shape (..., l)."""
         s = s_new if self.config.readout == "new" else s_prev
         return self.drop(step_fn(maxout_of_sum, self.fuse_steps)(self.U_o(s), emb_out, self.C_o(ctx)))
 
@@ -165,11 +161,8 @@ class FastRNNSearch(Accelerated, RNNSearch):
 
     def step_features(self, prev_tokens: Tensor, state: Tensor, enc: EncoderOut
                       ) -> tuple[Tensor, Tensor, Tensor]:
-        """prev_tokens y_{i-1} (N,), state s_{i-1} (N, d) -> (t_i (N, l), s_i, alpha_i (N, S')).
-
-        N = B, or N = B * G (beam search, `grouped_encoder`): rows g*G .. g*G+G-1 attend over
-        sentence g of `enc`. Over `encode_for_steps` the step runs as `_step_grouped`.
-        """
+        """prev_tokens y_{i-1} (N,), state s_{i-1} (N, d) -> (t_i (N, l), s_i, alpha_i (N, S')): N = B,
+        or over `encode_for_steps` N = B * G (`grouped_encoder`), as `_step_grouped`."""
         if enc.step_values is not None:
             return self._step_grouped(prev_tokens, state, enc)
         emb = self.drop_tgt(self.tgt_embed(prev_tokens))
