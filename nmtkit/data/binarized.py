@@ -45,8 +45,7 @@ class SplitWriter:
         self.words_path = words_path(out_dir, split, lang)
         self._raw = [Path(work_dir) / f"{split}.{lang}.{kind}.raw" for kind in ("ids", "lens", "words")]
         self._files = [open(raw, "wb") for raw in self._raw]
-        self.n_tokens = 0
-        self.n_lines = 0
+        self.n_tokens = self.n_lines = 0
 
     def add(self, ids: np.ndarray, lens: np.ndarray, words: np.ndarray) -> None:
         assert len(words) == len(lens), (len(words), len(lens))
@@ -236,17 +235,17 @@ def over_budget(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int) -> 
 def _split_pool(pool: np.ndarray, src_lens: np.ndarray, tgt_lens: np.ndarray, cfg: BatchingConfig) -> list[np.ndarray]:
     """Sort one pool by length (target, then source) and cut it into minibatches."""
     pool = pool[np.lexsort((src_lens[pool], tgt_lens[pool]))]  # last key is the primary one
-    if cfg.max_tokens is None:
-        bs = int(cfg.batch_size)  # type: ignore[arg-type]
-        return [pool[i : i + bs] for i in range(0, len(pool), bs)]
     # the longer of source and target (+EOS)
     costs = np.maximum(src_lens[pool].astype(np.int64), tgt_lens[pool].astype(np.int64) + 1)
     return _cut(pool, costs, cfg.batch_size, cfg.max_tokens)
 
 
-def _cut(order: np.ndarray, costs: np.ndarray, batch_size: int | None, max_tokens: int) -> list[np.ndarray]:
+def _cut(order: np.ndarray, costs: np.ndarray, batch_size: int | None, max_tokens: int | None) -> list[np.ndarray]:
     """`order` cut in turn into batches of at most `batch_size` items (None: any number) whose number
-    times their largest cost (`costs`, one per item) is at most `max_tokens` (an item over it alone)."""
+    times their largest cost (`costs`, one per item) is at most `max_tokens` (None: no budget; an item
+    over it alone)."""
+    if max_tokens is None:
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     batches: list[np.ndarray] = []
     start, longest = 0, 0
     for i, cost in enumerate(costs.tolist()):
@@ -297,8 +296,6 @@ def length_batches(lengths: Sequence[int] | np.ndarray, batch_size: int, max_tok
         indices = np.arange(len(lengths), dtype=np.int64)
     keys = lengths[indices]
     order = indices[np.argsort(-keys if longest_first else keys, kind="stable")]
-    if max_tokens is None:
-        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     return _cut(order, lengths[order], batch_size, max_tokens)
 
 
@@ -313,8 +310,7 @@ def pad_rows(rows: Sequence[Sequence[int] | np.ndarray], pad: int = PAD_ID, widt
 
 
 def collate(src_ids: np.ndarray, src_offsets: np.ndarray, tgt_ids: np.ndarray, tgt_offsets: np.ndarray,
-            batch: np.ndarray, bos: int = BOS_ID, eos: int = EOS_ID, pad: int = PAD_ID
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            batch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Padded arrays for one minibatch of pair indices: (src (B, S) int64, src_lens (B,) int64,
     tgt_in (B, T+1) = [BOS] + y, tgt_out (B, T+1) = y + [EOS]); sources carry no BOS/EOS."""
     b = len(batch)
@@ -322,10 +318,9 @@ def collate(src_ids: np.ndarray, src_offsets: np.ndarray, tgt_ids: np.ndarray, t
     t0, t1 = tgt_offsets[batch], tgt_offsets[batch + 1]
     src_lens = (s1 - s0).astype(np.int64)
     tgt_lens = (t1 - t0).astype(np.int64)
-    src = pad_rows([src_ids[s0[i] : s1[i]] for i in range(b)], pad, int(src_lens.max(initial=0)))
-    y = pad_rows([tgt_ids[t0[i] : t1[i]] for i in range(b)], pad, int(tgt_lens.max(initial=0)))
-    column = np.full((b, 1), pad, dtype=np.int64)
-    tgt_in = np.concatenate([column + (bos - pad), y], axis=1)
-    tgt_out = np.concatenate([y, column], axis=1)
-    tgt_out[np.arange(b), tgt_lens] = eos
+    src = pad_rows([src_ids[s0[i] : s1[i]] for i in range(b)], width=int(src_lens.max(initial=0)))
+    y = pad_rows([tgt_ids[t0[i] : t1[i]] for i in range(b)], width=int(tgt_lens.max(initial=0)))
+    tgt_in = np.concatenate([np.full((b, 1), BOS_ID, dtype=np.int64), y], axis=1)
+    tgt_out = np.concatenate([y, np.full((b, 1), PAD_ID, dtype=np.int64)], axis=1)
+    tgt_out[np.arange(b), tgt_lens] = EOS_ID
     return src, src_lens, tgt_in, tgt_out
