@@ -46,18 +46,13 @@ log = logging.getLogger("nmtkit.preprocess")
 
 
 # ---- the worker side: chunks of pairs tokenised and cleaned (pass 1 of train) or encoded into ids
-# (pass 2, valid, test) in `parallel_map` workers, whose state `prepare_state` builds once per process.
 
 def prepare_state(state: dict[str, Any]) -> dict[str, Any]:
     """A worker's state from the plain settings `state`: the pipeline (BPE tables built lazily
     once per process), and with vocabularies their token -> id maps."""
-    out = dict(state)
-    out["pipeline"] = TextPipeline.from_dict(state["pipeline"])
+    out = dict(state, pipeline=TextPipeline.from_dict(state["pipeline"]))
     if state.get("vocab") is not None:
         out["stoi"] = {side: token_ids(itos) for side, itos in state["vocab"].items()}
-        # word -> its ids after casing, BPE and vocabulary: built by the main process from the
-        # training counts (a fork inherits it for free) and extended here with unseen words.
-        out["word_ids"] = state.get("word_ids") or {"src": {}, "tgt": {}}
     return out
 
 
@@ -187,8 +182,7 @@ def _learn_bpe(config: PreprocessConfig, cased: dict[str, Counter], out: Path,
     if config.bpe_separate:
         codes = {side: learn_codes(cased[side], config.bpe, config.bpe_min_frequency) for side in SIDES}
     else:
-        joint = learn_codes(cased["src"] + cased["tgt"], config.bpe, config.bpe_min_frequency)
-        codes = {"src": joint, "tgt": joint}
+        codes = dict.fromkeys(SIDES, learn_codes(cased["src"] + cased["tgt"], config.bpe, config.bpe_min_frequency))
     vocab_filter = None
     if config.bpe_vocab_threshold is not None:
         vocab_filter = {side: subword_vocab(codes[side], cased[side], config.bpe_vocab_threshold) for side in SIDES}
