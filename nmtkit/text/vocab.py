@@ -55,6 +55,9 @@ class Vocab:
     def __len__(self) -> int:
         return len(self.itos)
 
+    def __contains__(self, token: str) -> bool:
+        return token in self.stoi
+
     @classmethod
     def build(cls, counter: Counter, max_size: int | None = None, min_count: int = 1) -> "Vocab":
         """The most frequent tokens (ties broken alphabetically, so builds are deterministic);
