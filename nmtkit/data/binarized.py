@@ -23,14 +23,10 @@ from nmtkit.errors import ConfigError, InputError
 from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
-def split_paths(data_dir: str | Path, split: str, lang: str) -> tuple[Path, Path]:
+def split_paths(data_dir: str | Path, split: str, lang: str) -> tuple[Path, Path, Path]:
+    """The ids, offsets and word lengths files of one side of a split."""
     d = Path(data_dir)
-    return d / f"{split}.{lang}.ids.npy", d / f"{split}.{lang}.offsets.npy"
-
-
-def words_path(data_dir: str | Path, split: str, lang: str) -> Path:
-    """The per-sentence word lengths of one side of a split."""
-    return Path(data_dir) / f"{split}.{lang}.words.npy"
+    return d / f"{split}.{lang}.ids.npy", d / f"{split}.{lang}.offsets.npy", d / f"{split}.{lang}.words.npy"
 
 
 class SplitWriter:
@@ -41,8 +37,7 @@ class SplitWriter:
     BLOCK = 1 << 20  # values per block when converting raw files to .npy
 
     def __init__(self, out_dir: str | Path, work_dir: str | Path, split: str, lang: str):
-        self.ids_path, self.offsets_path = split_paths(out_dir, split, lang)
-        self.words_path = words_path(out_dir, split, lang)
+        self.ids_path, self.offsets_path, self.words_path = split_paths(out_dir, split, lang)
         self._raw = [Path(work_dir) / f"{split}.{lang}.{kind}.raw" for kind in ("ids", "lens", "words")]
         self._files = [open(raw, "wb") for raw in self._raw]
         self.n_tokens = self.n_lines = 0
@@ -127,8 +122,7 @@ class BinarizedText:
     `word_lengths` (n,) in words, `max_id` the largest id (-1 when there are none)."""
 
     def __init__(self, data_dir: str | Path, split: str, lang: str):
-        ids_path, off_path = split_paths(data_dir, split, lang)
-        w_path = words_path(data_dir, split, lang)
+        ids_path, off_path, w_path = split_paths(data_dir, split, lang)
         for p in (ids_path, off_path, w_path):
             if not p.exists():
                 raise InputError(f"binarised split '{split}.{lang}' not found (run 'nmtkit preprocess')", str(p))
