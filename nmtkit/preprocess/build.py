@@ -13,7 +13,7 @@ import os
 import shutil
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -191,13 +191,13 @@ def _learn(config: PreprocessConfig, base: TextPipeline, word_counts: dict[str, 
     langs = {"src": config.src_lang, "tgt": config.tgt_lang}
     pipeline = base
     if casing is not None:
-        pipeline = pipeline.with_(truecase={side: best_forms(casing[side]) for side in SIDES})
+        pipeline = replace(pipeline, truecase={side: best_forms(casing[side]) for side in SIDES})
     cased = {side: piece_counts(word_counts[side], functools.partial(pipeline.case, side=side)) for side in SIDES}
     bpe_info: dict[str, Any] = {}
     if config.bpe is not None:
         report("learn BPE", 0, None)
         setting, bpe_info = _learn_bpe(config, cased, out, langs)
-        pipeline = pipeline.with_(bpe=setting)
+        pipeline = replace(pipeline, bpe=setting)
         report("learn BPE", 1, 1)
     vocabs = {}
     for side in SIDES:

@@ -13,7 +13,7 @@ Lowercasing cannot be undone. No torch here.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any, Callable
 
@@ -172,7 +172,7 @@ class TextPipeline:
     # after the fields above so that positional arguments keep their meaning
     nfc: bool = True
     remove_non_printing: bool = True
-    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # a copy (dataclasses.replace) starts empty
 
     # ---- construction / serialisation -------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -214,10 +214,6 @@ class TextPipeline:
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (e.g. to worker processes) without its caches, which hold closures."""
         return {**self.__dict__, "_cache": {}}
-
-    def with_(self, **changes: Any) -> "TextPipeline":
-        """A copy with some settings changed (fresh caches)."""
-        return replace(self, **changes)
 
     def lang(self, side: str) -> str:
         _check_side(side)
