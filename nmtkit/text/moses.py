@@ -362,7 +362,6 @@ class PairDeduper:
         """True when this exact pair (surrounding whitespace ignored) was seen already."""
         pair = f"{src.strip()}\x00{tgt.strip()}".encode("utf-8")
         key = int.from_bytes(hashlib.blake2b(pair, digest_size=8).digest(), "little")
-        if key in self._seen:
-            return True
+        seen = key in self._seen
         self._seen.add(key)
-        return False
+        return seen
