@@ -234,7 +234,8 @@ def _split_pool(pool: np.ndarray, src_lens: np.ndarray, tgt_lens: np.ndarray, cf
     return _cut(pool, costs, cfg.batch_size, cfg.max_tokens)
 
 
-def _cut(order: np.ndarray, costs: np.ndarray, batch_size: int | None, max_tokens: int | None) -> list[np.ndarray]:
+def _cut(order: np.ndarray, costs: np.ndarray, batch_size: int | None,
+         max_tokens: int | None) -> list[np.ndarray]:
     """`order` cut in turn into batches of at most `batch_size` items (None: any number) whose number
     times their largest cost (`costs`, one per item) is at most `max_tokens` (None: no budget; an item
     over it alone)."""

@@ -88,9 +88,9 @@ def tokenize_clean_chunk(pairs: list[tuple[str, str, int | None]]) -> dict[str, 
 
 
 def encode_chunk(pairs: list[tuple[str, str, int | None]]) -> dict[str, Any]:
-    """Raw (or tokenised) pairs (`pair_chunks`) -> per side: the ids concatenated, each sentence's length in ids
-    (`lens`) and in words (`word_lens`: tokens before BPE, the unit of --max-len), and the word and
-    UNK totals. Each distinct word is mapped to its ids once (`word_ids`), then looked up."""
+    """Raw (or tokenised) pairs (`pair_chunks`) -> per side: the ids concatenated, each sentence's
+    length in ids (`lens`) and in words (`word_lens`: tokens before BPE, the unit of --max-len), and
+    the word and UNK totals. Each distinct word is mapped to its ids once (`word_ids`), then looked up."""
     state = worker_state()
     p: TextPipeline = state["pipeline"]
     fmt = state["input_format"]
@@ -147,8 +147,8 @@ def _named(err: NmtkitError, paths: dict[str, str]) -> NmtkitError:
     return InputError(err.bare_message, paths[side], number)
 
 
-def pair_chunks(src: str, tgt: str, size: int, read: list[int],
-                dedup: PairDeduper | None = None, drops: Counter | None = None) -> Iterator[list[tuple[str, str, int]]]:
+def pair_chunks(src: str, tgt: str, size: int, read: list[int], dedup: PairDeduper | None = None,
+                drops: Counter | None = None) -> Iterator[list[tuple[str, str, int]]]:
     """Chunks of (src line, tgt line, its line number); `read[0]` counts lines read (for progress)."""
     chunk = []
     for lineno, (s, t) in enumerate(itertools.zip_longest(read_lines(src), read_lines(tgt)), 1):
@@ -172,7 +172,8 @@ def _learn_bpe(config: PreprocessConfig, cased: dict[str, Counter], out: Path,
     if config.bpe_separate:
         codes = {side: learn_codes(cased[side], config.bpe, config.bpe_min_frequency) for side in SIDES}
     else:
-        codes = dict.fromkeys(SIDES, learn_codes(cased["src"] + cased["tgt"], config.bpe, config.bpe_min_frequency))
+        joint = learn_codes(cased["src"] + cased["tgt"], config.bpe, config.bpe_min_frequency)
+        codes = {"src": joint, "tgt": joint}
     vocab_filter = None
     if config.bpe_vocab_threshold is not None:
         vocab_filter = {side: subword_vocab(codes[side], cased[side], config.bpe_vocab_threshold) for side in SIDES}

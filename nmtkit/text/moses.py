@@ -192,7 +192,8 @@ class Protector:
         marker = "NMTKITSHIELD"
         while marker in line:
             marker += "Q"
-        names = [marker + "".join("ABCDEFGHIJ"[int(c)] for c in str(i).zfill(4)) + "Z" for i in range(len(spans))]
+        names = [marker + "".join("ABCDEFGHIJ"[int(c)] for c in str(i).zfill(4)) + "Z"
+                 for i in range(len(spans))]
         for span, name in zip(spans, names):
             line = line.replace(span, name)
         toks = tokenize(prepare(line), [re.escape(marker) + "[A-J]{4}Z"])

@@ -172,7 +172,7 @@ class TextPipeline:
     # after the fields above so that positional arguments keep their meaning
     nfc: bool = True
     remove_non_printing: bool = True
-    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # a copy (dataclasses.replace) starts empty
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # fresh in each copy
 
     # ---- construction / serialisation -------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -233,9 +233,9 @@ class TextPipeline:
         """Steps 0-2: compose, normalise punctuation, replace non-printing characters and
         Moses-tokenise (no casing change)."""
         return self._cached("tokenize", side, lambda: moses.tokenizer_fn(
-            self.lang(side), self.aggressive_dash_splits, lowercase=False, normalize_punct=self.normalize_punct,
-            protected_patterns=self.protected_patterns, remove_non_printing=self.remove_non_printing, nfc=self.nfc
-        ))(line)
+            self.lang(side), self.aggressive_dash_splits, lowercase=False,
+            normalize_punct=self.normalize_punct, protected_patterns=self.protected_patterns,
+            remove_non_printing=self.remove_non_printing, nfc=self.nfc))(line)
 
     def case(self, tokens: list[str], side: str) -> list[str]:
         """Step 3: lowercase or truecase (identity when neither is set)."""
@@ -250,8 +250,9 @@ class TextPipeline:
         if self.bpe is None:
             return tokens
         vocab = self.bpe.get("vocab")
-        return self._cached("bpe", side, lambda: Bpe(self.bpe["codes"][side], vocab=vocab[side] if vocab else None,
-                                                      separator=self.bpe.get("separator", SEPARATOR))).apply(tokens)
+        return self._cached("bpe", side, lambda: Bpe(
+            self.bpe["codes"][side], vocab=vocab[side] if vocab else None,
+            separator=self.bpe.get("separator", SEPARATOR))).apply(tokens)
 
     def encode(self, line: str, side: str) -> list[str]:
         """Raw line -> the tokens the vocabulary sees."""
