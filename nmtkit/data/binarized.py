@@ -23,14 +23,10 @@ from nmtkit.errors import ConfigError, InputError
 from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
-def split_paths(data_dir: str | Path, split: str, lang: str) -> tuple[Path, Path]:
+def split_paths(data_dir: str | Path, split: str, lang: str) -> tuple[Path, Path, Path]:
+    """The ids, offsets and word lengths files of one side of a split."""
     d = Path(data_dir)
-    return d / f"{split}.{lang}.ids.npy", d / f"{split}.{lang}.offsets.npy"
-
-
-def words_path(data_dir: str | Path, split: str, lang: str) -> Path:
-    """The per-sentence word lengths of one side of a split."""
-    return Path(data_dir) / f"{split}.{lang}.words.npy"
+    return d / f"{split}.{lang}.ids.npy", d / f"{split}.{lang}.offsets.npy", d / f"{split}.{lang}.words.npy"
 
 
 class SplitWriter:
@@ -41,12 +37,10 @@ class SplitWriter:
     BLOCK = 1 << 20  # values per block when converting raw files to .npy
 
     def __init__(self, out_dir: str | Path, work_dir: str | Path, split: str, lang: str):
-        self.ids_path, self.offsets_path = split_paths(out_dir, split, lang)
-        self.words_path = words_path(out_dir, split, lang)
+        self.ids_path, self.offsets_path, self.words_path = split_paths(out_dir, split, lang)
         self._raw = [Path(work_dir) / f"{split}.{lang}.{kind}.raw" for kind in ("ids", "lens", "words")]
         self._files = [open(raw, "wb") for raw in self._raw]
-        self.n_tokens = 0
-        self.n_lines = 0
+        self.n_tokens = self.n_lines = 0
 
     def add(self, ids: np.ndarray, lens: np.ndarray, words: np.ndarray) -> None:
         assert len(words) == len(lens), (len(words), len(lens))
@@ -128,8 +122,7 @@ class BinarizedText:
     `word_lengths` (n,) in words, `max_id` the largest id (-1 when there are none)."""
 
     def __init__(self, data_dir: str | Path, split: str, lang: str):
-        ids_path, off_path = split_paths(data_dir, split, lang)
-        w_path = words_path(data_dir, split, lang)
+        ids_path, off_path, w_path = split_paths(data_dir, split, lang)
         for p in (ids_path, off_path, w_path):
             if not p.exists():
                 raise InputError(f"binarised split '{split}.{lang}' not found (run 'nmtkit preprocess')", str(p))
@@ -236,17 +229,18 @@ def over_budget(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int) -> 
 def _split_pool(pool: np.ndarray, src_lens: np.ndarray, tgt_lens: np.ndarray, cfg: BatchingConfig) -> list[np.ndarray]:
     """Sort one pool by length (target, then source) and cut it into minibatches."""
     pool = pool[np.lexsort((src_lens[pool], tgt_lens[pool]))]  # last key is the primary one
-    if cfg.max_tokens is None:
-        bs = int(cfg.batch_size)  # type: ignore[arg-type]
-        return [pool[i : i + bs] for i in range(0, len(pool), bs)]
     # the longer of source and target (+EOS)
     costs = np.maximum(src_lens[pool].astype(np.int64), tgt_lens[pool].astype(np.int64) + 1)
     return _cut(pool, costs, cfg.batch_size, cfg.max_tokens)
 
 
-def _cut(order: np.ndarray, costs: np.ndarray, batch_size: int | None, max_tokens: int) -> list[np.ndarray]:
+def _cut(order: np.ndarray, costs: np.ndarray, batch_size: int | None,
+         max_tokens: int | None) -> list[np.ndarray]:
     """`order` cut in turn into batches of at most `batch_size` items (None: any number) whose number
-    times their largest cost (`costs`, one per item) is at most `max_tokens` (an item over it alone)."""
+    times their largest cost (`costs`, one per item) is at most `max_tokens` (None: no budget; an item
+    over it alone)."""
+    if max_tokens is None:
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     batches: list[np.ndarray] = []
     start, longest = 0, 0
     for i, cost in enumerate(costs.tolist()):
@@ -297,8 +291,6 @@ def length_batches(lengths: Sequence[int] | np.ndarray, batch_size: int, max_tok
         indices = np.arange(len(lengths), dtype=np.int64)
     keys = lengths[indices]
     order = indices[np.argsort(-keys if longest_first else keys, kind="stable")]
-    if max_tokens is None:
-        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     return _cut(order, lengths[order], batch_size, max_tokens)
 
 
@@ -313,8 +305,7 @@ def pad_rows(rows: Sequence[Sequence[int] | np.ndarray], pad: int = PAD_ID, widt
 
 
 def collate(src_ids: np.ndarray, src_offsets: np.ndarray, tgt_ids: np.ndarray, tgt_offsets: np.ndarray,
-            batch: np.ndarray, bos: int = BOS_ID, eos: int = EOS_ID, pad: int = PAD_ID
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            batch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Padded arrays for one minibatch of pair indices: (src (B, S) int64, src_lens (B,) int64,
     tgt_in (B, T+1) = [BOS] + y, tgt_out (B, T+1) = y + [EOS]); sources carry no BOS/EOS."""
     b = len(batch)
@@ -322,10 +313,9 @@ def collate(src_ids: np.ndarray, src_offsets: np.ndarray, tgt_ids: np.ndarray, t
     t0, t1 = tgt_offsets[batch], tgt_offsets[batch + 1]
     src_lens = (s1 - s0).astype(np.int64)
     tgt_lens = (t1 - t0).astype(np.int64)
-    src = pad_rows([src_ids[s0[i] : s1[i]] for i in range(b)], pad, int(src_lens.max(initial=0)))
-    y = pad_rows([tgt_ids[t0[i] : t1[i]] for i in range(b)], pad, int(tgt_lens.max(initial=0)))
-    column = np.full((b, 1), pad, dtype=np.int64)
-    tgt_in = np.concatenate([column + (bos - pad), y], axis=1)
-    tgt_out = np.concatenate([y, column], axis=1)
-    tgt_out[np.arange(b), tgt_lens] = eos
+    src = pad_rows([src_ids[s0[i] : s1[i]] for i in range(b)], width=int(src_lens.max(initial=0)))
+    y = pad_rows([tgt_ids[t0[i] : t1[i]] for i in range(b)], width=int(tgt_lens.max(initial=0)))
+    tgt_in = np.concatenate([np.full((b, 1), BOS_ID, dtype=np.int64), y], axis=1)
+    tgt_out = np.concatenate([y, np.full((b, 1), PAD_ID, dtype=np.int64)], axis=1)
+    tgt_out[np.arange(b), tgt_lens] = EOS_ID
     return src, src_lens, tgt_in, tgt_out

@@ -14,6 +14,7 @@ from typing import Any
 
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.io.checks import is_inside, real_path
+from nmtkit.text.io import input_candidates
 from nmtkit.text.vocab import Vocab
 
 # The format of the data directory this nmtkit writes and reads: manifest.json and the binarised
@@ -139,5 +140,5 @@ def recorded_digests(manifest: Any, prefix: str, lang: str) -> set[str]:
     """The sha256 preprocess recorded in the manifest's "inputs" for the file PREFIX.lang (or
     PREFIX.lang.gz) it read; empty where it recorded none (a hand-made manifest)."""
     inputs = manifest.get("inputs") if isinstance(manifest, dict) else None
-    names = (f"{prefix}.{lang}", f"{prefix}.{lang}.gz")
+    names = input_candidates(prefix, lang)
     return {str(h) for k, h in inputs.items() if k in names} if isinstance(inputs, dict) else set()

@@ -13,7 +13,7 @@ import os
 import shutil
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -46,18 +46,13 @@ log = logging.getLogger("nmtkit.preprocess")
 
 
 # ---- the worker side: chunks of pairs tokenised and cleaned (pass 1 of train) or encoded into ids
-# (pass 2, valid, test) in `parallel_map` workers, whose state `prepare_state` builds once per process.
 
 def prepare_state(state: dict[str, Any]) -> dict[str, Any]:
     """A worker's state from the plain settings `state`: the pipeline (BPE tables built lazily
     once per process), and with vocabularies their token -> id maps."""
-    out = dict(state)
-    out["pipeline"] = TextPipeline.from_dict(state["pipeline"])
+    out = dict(state, pipeline=TextPipeline.from_dict(state["pipeline"]))
     if state.get("vocab") is not None:
         out["stoi"] = {side: token_ids(itos) for side, itos in state["vocab"].items()}
-        # word -> its ids after casing, BPE and vocabulary: built by the main process from the
-        # training counts (a fork inherits it for free) and extended here with unseen words.
-        out["word_ids"] = state.get("word_ids") or {"src": {}, "tgt": {}}
     return out
 
 
@@ -66,7 +61,7 @@ def word_ids(p: TextPipeline, stoi: dict[str, int], word: str, side: str) -> tup
     return tuple(stoi.get(t, UNK_ID) for t in p.apply_bpe(p.case([word], side), side))
 
 
-def tokenize_clean_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
+def tokenize_clean_chunk(pairs: list[tuple[str, str, int | None]]) -> dict[str, Any]:
     """Pass 1 of the train split: tokenise, clean, count words and casing evidence."""
     state = worker_state()
     p: TextPipeline = state["pipeline"]
@@ -76,8 +71,8 @@ def tokenize_clean_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     counts = {"src": Counter(), "tgt": Counter()}
     casing = {"src": new_casing(), "tgt": new_casing()} if state["truecase"] else None
     drops: Counter = Counter()
-    for j, (s, t) in enumerate(pairs):
-        st, tt = _tokens(p, s, "src", fmt, pairs, j), _tokens(p, t, "tgt", fmt, pairs, j)
+    for s, t, number in pairs:
+        st, tt = _tokens(p, s, "src", fmt, number), _tokens(p, t, "tgt", fmt, number)
         reason = drop_reason(len(st), len(tt), max_len, max_ratio)
         if reason is not None:
             drops[reason] += 1
@@ -92,10 +87,10 @@ def tokenize_clean_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
             "casing": {k: dict(v) for k, v in casing.items()} if casing else None}
 
 
-def encode_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
-    """Raw (or tokenised) pairs -> per side: the ids concatenated, each sentence's length in ids
-    (`lens`) and in words (`word_lens`: tokens before BPE, the unit of --max-len), and the word and
-    UNK totals. Each distinct word is mapped to its ids once (`word_ids`), then looked up."""
+def encode_chunk(pairs: list[tuple[str, str, int | None]]) -> dict[str, Any]:
+    """Raw (or tokenised) pairs (`pair_chunks`) -> per side: the ids concatenated, each sentence's
+    length in ids (`lens`) and in words (`word_lens`: tokens before BPE, the unit of --max-len), and
+    the word and UNK totals. Each distinct word is mapped to its ids once (`word_ids`), then looked up."""
     state = worker_state()
     p: TextPipeline = state["pipeline"]
     fmt = state["input_format"]
@@ -107,7 +102,7 @@ def encode_chunk(pairs: list[tuple[str, str]]) -> dict[str, Any]:
         lens = np.empty(len(pairs), dtype=np.int64)
         word_lens = np.empty(len(pairs), dtype=np.int32)
         for j, pair in enumerate(pairs):
-            toks = _tokens(p, pair[k], side, fmt, pairs, j)
+            toks = _tokens(p, pair[k], side, fmt, pair[2])
             word_lens[j] = len(toks)
             n0 = len(ids)
             for w in toks:
@@ -131,25 +126,16 @@ def encode_ranges(task: tuple[str, str, list[tuple[int, int, int, int]]]) -> dic
         with open(path, "rb") as f:
             f.seek(ranges[0][k])
             sides.append(decode_lines(f.read(ranges[-1][k + 1] - ranges[0][k]), path, file_start=ranges[0][k] == 0))
-    return encode_chunk(list(zip(*sides)))
+    return encode_chunk([(s, t, None) for s, t in zip(*sides)])
 
 
-class _Chunk(list):
-    """(src line, tgt line) pairs, with `numbers`: each pair's line number in its files."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.numbers: list[int] = []
-
-
-def _tokens(p: TextPipeline, line: str, side: str, fmt: str, pairs: list, j: int) -> list[str]:
-    """`p.tokenize_from` of the j-th pair's `side`; an NmtkitError it raises learns the side and the
-    line number (`_Chunk.numbers`), which the parent turns into the file and line (`_named`)."""
+def _tokens(p: TextPipeline, line: str, side: str, fmt: str, number: int | None) -> list[str]:
+    """`p.tokenize_from` of one `side` of a pair; an NmtkitError it raises learns the side and the
+    pair's line `number`, which the parent turns into the file and line (`_named`)."""
     try:
         return p.tokenize_from(line, side, fmt)
     except NmtkitError as err:
-        numbers = getattr(pairs, "numbers", None)
-        err.side, err.line_number = side, numbers[j] if numbers else None
+        err.side, err.line_number = side, number
         raise
 
 
@@ -161,10 +147,10 @@ def _named(err: NmtkitError, paths: dict[str, str]) -> NmtkitError:
     return InputError(err.bare_message, paths[side], number)
 
 
-def pair_chunks(src: str, tgt: str, size: int, read: list[int],
-                dedup: PairDeduper | None = None, drops: Counter | None = None) -> Iterator[list[tuple[str, str]]]:
-    """Chunks (`_Chunk`) of (src line, tgt line); `read[0]` counts lines read (for progress)."""
-    chunk = _Chunk()
+def pair_chunks(src: str, tgt: str, size: int, read: list[int], dedup: PairDeduper | None = None,
+                drops: Counter | None = None) -> Iterator[list[tuple[str, str, int]]]:
+    """Chunks of (src line, tgt line, its line number); `read[0]` counts lines read (for progress)."""
+    chunk = []
     for lineno, (s, t) in enumerate(itertools.zip_longest(read_lines(src), read_lines(tgt)), 1):
         if s is None or t is None:  # the file changed since it was counted
             raise InputError(f"parallel files differ in length: {src} and {tgt} part at line {lineno}")
@@ -172,11 +158,10 @@ def pair_chunks(src: str, tgt: str, size: int, read: list[int],
         if dedup is not None and dedup.seen_before(s, t):
             drops["duplicate"] += 1  # type: ignore[index]
             continue
-        chunk.append((s, t))
-        chunk.numbers.append(lineno)
+        chunk.append((s, t, lineno))
         if len(chunk) >= size:
             yield chunk
-            chunk = _Chunk()
+            chunk = []
     if chunk:
         yield chunk
 
@@ -207,13 +192,13 @@ def _learn(config: PreprocessConfig, base: TextPipeline, word_counts: dict[str, 
     langs = {"src": config.src_lang, "tgt": config.tgt_lang}
     pipeline = base
     if casing is not None:
-        pipeline = pipeline.with_(truecase={side: best_forms(casing[side]) for side in SIDES})
+        pipeline = replace(pipeline, truecase={side: best_forms(casing[side]) for side in SIDES})
     cased = {side: piece_counts(word_counts[side], functools.partial(pipeline.case, side=side)) for side in SIDES}
     bpe_info: dict[str, Any] = {}
     if config.bpe is not None:
         report("learn BPE", 0, None)
         setting, bpe_info = _learn_bpe(config, cased, out, langs)
-        pipeline = pipeline.with_(bpe=setting)
+        pipeline = replace(pipeline, bpe=setting)
         report("learn BPE", 1, 1)
     vocabs = {}
     for side in SIDES:

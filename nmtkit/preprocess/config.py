@@ -138,9 +138,8 @@ class PreprocessConfig:
 
     def splits(self) -> list[tuple[str, str]]:
         """(split name, file prefix): train, valid, then test, test1, test2, ..."""
-        out = [("train", self.train), ("valid", self.valid)]
-        out += [("test" if i == 0 else f"test{i}", p) for i, p in enumerate(self.test)]
-        return out
+        return [("train", self.train), ("valid", self.valid),
+                *(("test" if i == 0 else f"test{i}", p) for i, p in enumerate(self.test))]
 
     def files(self, prefix: str) -> tuple[str, str]:
         """PREFIX.lang for both languages, or PREFIX.lang.gz where only that exists (as select-data)."""

@@ -19,7 +19,7 @@ import logging
 import math
 import os
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -188,7 +188,7 @@ def tokinfo_warnings(cfg: SelectConfig, corpora: Sequence[Corpus], pipeline: Tex
     langs = {"src": cfg.src_lang, "tgt": cfg.tgt_lang}
     out = [f"{path}: no {TOKINFO_SUFFIX} beside it, so its tokeniser settings cannot be checked; they must be "
            "this command's" for corpus in corpora for side in scored_sides(cfg.method) for path in corpus.paths(side)
-           if not check_tokinfo(path, langs[side], pipeline.with_(lowercase=True), protect=False,
+           if not check_tokinfo(path, langs[side], replace(pipeline, lowercase=True), protect=False,
                                 why="so that the in-domain text and the pool are tokenised alike")]
     for side in scored_sides(cfg.method):  # select-data has no --protect: the files must agree among themselves
         recorded = [(path, info.get("protected_patterns") or []) for corpus in corpora for path in corpus.paths(side)

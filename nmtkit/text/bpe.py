@@ -65,7 +65,7 @@ class Bpe:
     def __init__(self, codes: str, vocab: Iterable[str] | None = None, separator: str = SEPARATOR):
         from subword_nmt.apply_bpe import BPE
 
-        self.codes, self.separator = codes, separator
+        self.separator = separator
         # codes without merges (learned from a corpus where no pair of symbols repeats) split every
         # word into its characters, which subword-nmt cannot load (it prints an error and exits)
         self._bpe = BPE(io.StringIO(codes), separator=separator, vocab=set(vocab) if vocab is not None else None) \

@@ -138,9 +138,8 @@ class Protector:
     def __init__(self, patterns: Sequence[str]):
         import regex
 
-        self.patterns = tuple(patterns)
         by_flags: dict[str, list[str]] = {}  # by their leading global flags, "(?x)" and the like
-        for pattern in self.patterns:
+        for pattern in patterns:
             by_flags.setdefault(_GLOBAL_FLAGS.match(pattern).group(), []).append(pattern)
         self.groups = []
         for group in by_flags.values():
@@ -181,30 +180,27 @@ class Protector:
             times.append((time.monotonic() - start, pattern))
         return max(times)[1]
 
-    def shielded(self, tokenize, prepare):
+    def shielded(self, line: str, tokenize, prepare) -> list[str]:
         """`tokenize` (str -> tokens, sacremoses' with its `protected_patterns`) of `prepare(line)`
         with every match hidden behind a letters-only name throughout, so that neither the steps
         before tokenising ("%(name)s" -> "% (name) s") nor sacremoses' own matching touch it, and
         sacremoses protects the names as it protected the matches. Whitespace in a match still
         separates tokens, as in tokenizer.perl."""
-
-        def run(line: str) -> list[str]:
-            spans = self.spans(line)
-            if not spans:
-                return tokenize(prepare(line), None)
-            marker = "NMTKITSHIELD"
-            while marker in line:
-                marker += "Q"
-            names = [marker + "".join("ABCDEFGHIJ"[int(c)] for c in str(i).zfill(4)) + "Z" for i in range(len(spans))]
-            for span, name in zip(spans, names):
-                line = line.replace(span, name)
-            toks = tokenize(prepare(line), [re.escape(marker) + "[A-J]{4}Z"])
-            text = " ".join(toks)
-            for span, name in zip(spans, names):
-                text = text.replace(name, span)
-            return text.split()
-
-        return run
+        spans = self.spans(line)
+        if not spans:
+            return tokenize(prepare(line), None)
+        marker = "NMTKITSHIELD"
+        while marker in line:
+            marker += "Q"
+        names = [marker + "".join("ABCDEFGHIJ"[int(c)] for c in str(i).zfill(4)) + "Z"
+                 for i in range(len(spans))]
+        for span, name in zip(spans, names):
+            line = line.replace(span, name)
+        toks = tokenize(prepare(line), [re.escape(marker) + "[A-J]{4}Z"])
+        text = " ".join(toks)
+        for span, name in zip(spans, names):
+            text = text.replace(name, span)
+        return text.split()
 
 
 def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: bool = False,
@@ -230,14 +226,10 @@ def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: boo
         except ValueError as err:  # sacremoses: more protected matches in one line than it can number
             raise InputError(f"cannot tokenise a line with protected patterns: {err}") from None
 
-    if protected_patterns:
-        protected = Protector(protected_patterns).shielded(tok, prepare)
-    else:
-        def protected(line: str) -> list[str]:
-            return tok(prepare(line), None)
+    protector = Protector(protected_patterns) if protected_patterns else None
 
     def run(line: str) -> list[str]:
-        toks = protected(line)
+        toks = protector.shielded(line, tok, prepare) if protector else tok(prepare(line), None)
         return [t.lower() for t in toks] if lowercase else toks
 
     return run
@@ -371,7 +363,6 @@ class PairDeduper:
         """True when this exact pair (surrounding whitespace ignored) was seen already."""
         pair = f"{src.strip()}\x00{tgt.strip()}".encode("utf-8")
         key = int.from_bytes(hashlib.blake2b(pair, digest_size=8).digest(), "little")
-        if key in self._seen:
-            return True
+        seen = key in self._seen
         self._seen.add(key)
-        return False
+        return seen

@@ -13,9 +13,9 @@ Lowercasing cannot be undone. No torch here.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 from nmtkit.errors import ConfigError
 from nmtkit.text import moses
@@ -172,7 +172,7 @@ class TextPipeline:
     # after the fields above so that positional arguments keep their meaning
     nfc: bool = True
     remove_non_printing: bool = True
-    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # fresh in each copy
 
     # ---- construction / serialisation -------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -215,52 +215,44 @@ class TextPipeline:
         """Pickled (e.g. to worker processes) without its caches, which hold closures."""
         return {**self.__dict__, "_cache": {}}
 
-    def with_(self, **changes: Any) -> "TextPipeline":
-        """A copy with some settings changed (fresh caches)."""
-        return replace(self, **changes)
-
     def lang(self, side: str) -> str:
         _check_side(side)
         return self.src_lang if side == "src" else self.tgt_lang
+
+    def _cached(self, kind: str, side: str, build: Callable[[], Any]) -> Any:
+        """`build()` for `side`, made once and kept: the tokeniser, the truecaser, the BPE tables."""
+        key = (kind, side)
+        made = self._cache.get(key)
+        if made is None:
+            _check_side(side)
+            made = self._cache[key] = build()
+        return made
 
     # ---- forward steps ----------------------------------------------------------------
     def tokenize(self, line: str, side: str) -> list[str]:
         """Steps 0-2: compose, normalise punctuation, replace non-printing characters and
         Moses-tokenise (no casing change)."""
-        key = ("tokenize", side)
-        fn = self._cache.get(key)
-        if fn is None:
-            fn = self._cache[key] = moses.tokenizer_fn(self.lang(side), self.aggressive_dash_splits,
-                                                       lowercase=False, normalize_punct=self.normalize_punct,
-                                                       protected_patterns=self.protected_patterns,
-                                                       remove_non_printing=self.remove_non_printing, nfc=self.nfc)
-        return fn(line)
+        return self._cached("tokenize", side, lambda: moses.tokenizer_fn(
+            self.lang(side), self.aggressive_dash_splits, lowercase=False,
+            normalize_punct=self.normalize_punct, protected_patterns=self.protected_patterns,
+            remove_non_printing=self.remove_non_printing, nfc=self.nfc))(line)
 
     def case(self, tokens: list[str], side: str) -> list[str]:
         """Step 3: lowercase or truecase (identity when neither is set)."""
         if self.lowercase:
             return [t.lower() for t in tokens]
         if self.truecase is not None:
-            key = ("truecase", side)
-            tc = self._cache.get(key)
-            if tc is None:
-                _check_side(side)
-                tc = self._cache[key] = Truecaser(self.truecase[side])
-            return tc(tokens)
+            return self._cached("truecase", side, lambda: Truecaser(self.truecase[side]))(tokens)
         return tokens
 
     def apply_bpe(self, tokens: list[str], side: str) -> list[str]:
         """Step 4: BPE segmentation (identity without BPE)."""
         if self.bpe is None:
             return tokens
-        key = ("bpe", side)
-        bpe = self._cache.get(key)
-        if bpe is None:
-            _check_side(side)
-            vocab = self.bpe.get("vocab")
-            bpe = self._cache[key] = Bpe(self.bpe["codes"][side], vocab=vocab[side] if vocab else None,
-                                         separator=self.bpe.get("separator", SEPARATOR))
-        return bpe.apply(tokens)
+        vocab = self.bpe.get("vocab")
+        return self._cached("bpe", side, lambda: Bpe(
+            self.bpe["codes"][side], vocab=vocab[side] if vocab else None,
+            separator=self.bpe.get("separator", SEPARATOR))).apply(tokens)
 
     def encode(self, line: str, side: str) -> list[str]:
         """Raw line -> the tokens the vocabulary sees."""

@@ -141,10 +141,11 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline, protect: bool = 
     return True
 
 
-def _check_outputs(config: TokenizeConfig) -> None:
+def _check_outputs(config: TokenizeConfig) -> tuple[str | None, str | None, str | None]:
     """Before anything is read: neither the output nor its .tokinfo.json may be the input or a
     --protect file (nmtkit.io.checks.check_outputs_vs_inputs), a folder, or in a folder that is
-    missing or read-only; an empty -i or -o is refused."""
+    missing or read-only; an empty -i or -o is refused. Returns the input's, the output's and the
+    record's paths (None: stdin, stdout, no record)."""
     input_path, output_path = file_path(config.input_path, "-i"), file_path(config.output_path, "-o")
     inputs = [("-i", input_path) if input_path else STDIN,
               *(("--protect", p) for p in config.protect if os.path.isfile(p))]
@@ -152,6 +153,7 @@ def _check_outputs(config: TokenizeConfig) -> None:
     tokinfo = f"-o's {TOKINFO_SUFFIX}"
     check_outputs_vs_inputs(inputs, files=[Output("-o", output_path, "-o output", config.force),
                                            Output(tokinfo, tokinfo_out, tokinfo, True)])
+    return input_path, output_path, tokinfo_out
 
 
 def run(config: TokenizeConfig, progress: Progress | None = None) -> dict[str, Any]:
@@ -159,28 +161,23 @@ def run(config: TokenizeConfig, progress: Progress | None = None) -> dict[str, A
     stdout) line for line with the pipeline's steps 0-3, in `config.workers` processes; a regular
     output file gets its `.tokinfo.json` record and appears only when complete (nmtkit.io.files).
     Returns {"lines": lines written, "tokinfo": the record's path or None}."""
-    _check_outputs(config)
+    input_path, output_path, tokinfo_out = _check_outputs(config)
     pipeline = config.pipeline()
     report = progress or no_progress
     func = functools.partial(_tok_line, pipeline=pipeline)
-    output_path = file_path(config.output_path)
-    input_path = file_path(config.input_path)
     # decoded strictly by text.io, not by sys.stdin, which may be set to replace or escape bad bytes
     lines = read_lines(input_path) if input_path else stream_lines(sys.stdin.buffer, "<stdin>")
-    tokinfo_out = None
     n = 0
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(OutputFile(output_path)).file if output_path else sys.stdout
         try:
-            for tok in parallel_map(func, lines, workers=config.workers, chunk_size=2000):
+            for n, tok in enumerate(parallel_map(func, lines, workers=config.workers, chunk_size=2000), 1):
                 out.write(tok + "\n")
-                n += 1
                 report("tokenize", n, None)
         except NmtkitError as err:
             if err.path is not None or getattr(err, "item", None) is None:
                 raise
             raise InputError(err.bare_message, input_path or "<stdin>", err.item + 1) from None
-        if output_path and not writes_in_place(output_path):
-            tokinfo_out = output_path + TOKINFO_SUFFIX  # written before the output itself is renamed into place
+        if tokinfo_out is not None:  # written before the output itself is renamed into place
             write_text(tokinfo_out, json.dumps(tokinfo(pipeline), indent=1) + "\n")
     return {"lines": n, "tokinfo": tokinfo_out}

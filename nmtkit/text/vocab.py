@@ -23,10 +23,7 @@ def token_ids(itos: Sequence[str]) -> dict[str, int]:
     """Token text -> id, the map text is encoded with. The control tokens are left out, so that
     "<pad>", "<s>" or "</s>" in a corpus or an input line is an unknown word (UNK_ID), never
     padding or a sentence boundary in the middle of a sentence."""
-    ids = {tok: i for i, tok in enumerate(itos)}
-    for tok in CONTROLS:
-        ids.pop(tok, None)
-    return ids
+    return {tok: i for i, tok in enumerate(itos) if tok not in CONTROLS}
 
 
 def tokens_problem(itos: Sequence[str]) -> tuple[str, int | None] | None:
@@ -51,8 +48,7 @@ class Vocab:
     counts: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        problem = tokens_problem(self.itos)
-        if problem:
+        if problem := tokens_problem(self.itos):
             raise ValueError(f"not a vocabulary: {problem[0]}")
         self.stoi = token_ids(self.itos)
 
@@ -109,8 +105,7 @@ class Vocab:
                 raise InputError("expected 'token<TAB>count'", str(path), lineno)
             itos.append(parts[0])
             counts.append(int(parts[1]))
-        problem = tokens_problem(itos)
-        if problem:
+        if problem := tokens_problem(itos):
             message, index = problem
             raise InputError(message if index is not None else f"{message}: not an nmtkit vocabulary, or a damaged one",
                              str(path), None if index is None else index + 1)

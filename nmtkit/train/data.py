@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from nmtkit.data.binarized import ParallelData, check_npy, split_paths, words_path
+from nmtkit.data.binarized import ParallelData, check_npy, split_paths
 from nmtkit.data.manifest import Manifest, read_manifest, recorded_digests
 from nmtkit.errors import InputError
 from nmtkit.text.io import read_lines_and_hash, resolve_input
@@ -39,8 +39,7 @@ class DataDir(Manifest):
             if not isinstance(info, dict) or not self.has_split(name):
                 continue
             for side, lang in (("src", self.src_lang), ("tgt", self.tgt_lang)):
-                ids_path, off_path = split_paths(self.path, name, lang)
-                w_path = words_path(self.path, name, lang)
+                ids_path, off_path, w_path = split_paths(self.path, name, lang)
                 if not w_path.exists():
                     raise InputError("missing (the word lengths --max-len reads): re-run 'nmtkit preprocess'",
                                      str(w_path))
@@ -50,9 +49,9 @@ class DataDir(Manifest):
                 check_npy(ids_path, tokens if isinstance(tokens, int) else None)
             self.split(name)  # the arrays' structure and ids, before a run writes anything
 
-    def has_split(self, name: str) -> bool:
+    def has_split(self, name: str) -> bool:  # its ids and offsets: check_sizes names missing word lengths
         return all(p.exists() for lang in (self.src_lang, self.tgt_lang)
-                   for p in split_paths(self.path, name, lang))
+                   for p in split_paths(self.path, name, lang)[:2])
 
     def split(self, name: str) -> ParallelData:
         if name not in self._splits:
