@@ -36,7 +36,7 @@ from nmtkit.train.metrics import MetricsLog, error_record, record_for_a_lost_wri
 from nmtkit.train.step import train_step
 from nmtkit.train.validate import ValidationStopped, check_dev_bleu, dev_scores, perplexity, warn_unvalidated
 
-__all__ = ["BEST", "LAST", "RunCheckpoints", "Trainer", "run_lexicon"]
+__all__ = ["BEST", "LAST", "RunCheckpoints", "Trainer"]
 
 log = logging.getLogger("nmtkit.train")
 
@@ -53,7 +53,7 @@ class Trainer:
         self.ctx = ctx
         self._commit = commit
         self.signals = StopSignals(ctx.cb.on_message)
-        self.saver = RunCheckpoints(ctx, run_lexicon(ctx))
+        self.saver = RunCheckpoints(ctx)
         self._session_start = time.perf_counter()
         self._saved_update: tuple[int, int | None] | None = None
         self._last_saved = ctx.state.update if ctx.resumed else None  # the update checkpoint_last.pt holds
@@ -351,25 +351,20 @@ class StopSignals:
                         "(Ctrl-C again to abort at once)")
 
 
-def run_lexicon(ctx: TrainContext) -> torch.Tensor | None:
-    """The lexicon the run's checkpoints carry (rank 0 only; None on other ranks): the resumed
-    checkpoint's, else built from the training split (about a second of numpy)."""
-    if not ctx.dist.is_main:
-        return None
-    if ctx.resumed_lexicon is not None:
-        return ctx.resumed_lexicon
-    from nmtkit.decode.shortlist import build_lexicon
-
-    data = ctx.data
-    return torch.from_numpy(build_lexicon(*ctx.arrays, len(data.src_vocab), len(data.tgt_vocab), seed=ctx.cfg.seed))
-
-
 class RunCheckpoints:
-    """Writes the run's checkpoints from the context's current state."""
+    """Writes the run's checkpoints from the context's current state, with the decode lexicon they
+    carry (rank 0 only): the resumed checkpoint's, else built from the training split (about a
+    second of numpy)."""
 
-    def __init__(self, ctx: TrainContext, lexicon: torch.Tensor | None):
+    def __init__(self, ctx: TrainContext):
         self.ctx = ctx
-        self.lexicon = lexicon
+        self.lexicon = ctx.resumed_lexicon if ctx.dist.is_main else None
+        if ctx.dist.is_main and self.lexicon is None:
+            from nmtkit.decode.shortlist import build_lexicon
+
+            data = ctx.data
+            self.lexicon = torch.from_numpy(build_lexicon(*ctx.arrays, len(data.src_vocab), len(data.tgt_vocab),
+                                                          seed=ctx.cfg.seed))
 
     def checkpoint(self, with_optimizer: bool = True, rng_states: list[dict[str, Any]] | None = None
                    ) -> dict[str, Any]:
