@@ -30,10 +30,9 @@ from nmtkit.devices import RELEASE_EVERY_UPDATES, release_free_memory
 from nmtkit.errors import TrainingError
 from nmtkit.io.dirs import BEST, LAST, RUN_LOG, kept_name
 from nmtkit.train import distributed as ddp
-from nmtkit.train.context import TrainContext, gather_rng_states, rng_state
+from nmtkit.train.context import TrainContext, gather_rng_states, rng_state, train_step
 from nmtkit.train.events import LogEvent, StartEvent, TrainResult, ValidationEvent
 from nmtkit.train.metrics import MetricsLog, error_record, record_for_a_lost_writer, setup_file_log
-from nmtkit.train.step import train_step
 from nmtkit.train.validate import ValidationStopped, check_dev_bleu, dev_scores, perplexity, warn_unvalidated
 
 __all__ = ["BEST", "LAST", "RunCheckpoints", "Trainer"]
