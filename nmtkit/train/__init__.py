@@ -140,7 +140,6 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
     data_dir, resume, force = config.data_dir, config.resume, config.force
     save_dir = Path(config.save_dir)
     info = ddp.env_info()
-    # everything is checked before anything is written: a refused start leaves nothing behind
     check_outputs_vs_inputs([("--data", data_dir)], folders=[("--save-dir", save_dir, is_run_file)])
     if info.is_main:
         run_lock(save_dir).check()

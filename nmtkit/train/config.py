@@ -273,9 +273,8 @@ class TrainOptions:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything `nmtkit.train.run` takes: the data directory, the run directory, the options
-    given (`TrainOptions`, `ModelOverrides`: the rest from the preset, or on `resume` from the
-    run's checkpoint), and whether to continue the run there (`resume`) or replace it (`force`)."""
+    """Everything `nmtkit.train.run` takes: the data directory, the run directory, the options given
+    (`TrainOptions`, `ModelOverrides`), and whether to continue the run there (`resume`) or replace it (`force`)."""
 
     data_dir: str | Path
     save_dir: str | Path

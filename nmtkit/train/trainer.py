@@ -313,9 +313,8 @@ class Trainer:
         return event
 
     def _check_validation_needs(self) -> None:
-        """Before the first update: dev BLEU (decoding, the text pipeline's detokeniser and BPE,
-        sacrebleu) runs on one dev sentence, so a module missing on this machine stops the run now,
-        not at the first validation hours later."""
+        """Before the first update: the dev pairs validation leaves out, and dev BLEU tried once
+        (`check_dev_bleu`), so a module missing on this machine stops the run now."""
         ctx = self.ctx
         if ctx.dist.is_main:
             warn_unvalidated(ctx.valid_data)

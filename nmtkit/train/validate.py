@@ -23,9 +23,9 @@ from nmtkit.train import distributed as ddp
 
 log = logging.getLogger(__name__)
 
-# the most tokens either side of a dev pair may have to be validated, as translate's --max-src-len
-# default bounds what it decodes: a longer pair's cost grows with the square of its length (one
-# dev line of a million characters filled 22 GB), and preprocess does not clean the valid split
+# the most tokens either side of a dev pair may have to be validated, as translate's --max-src-len default
+# bounds what it decodes: a longer pair's cost grows with the square of its length, and preprocess does
+# not clean the valid split
 VALID_MAX_TOKENS = 250
 
 
