@@ -161,7 +161,7 @@ def _one_train_speed(preset, data, workdir, device, precision, max_tokens, fuse,
     import torch._dynamo
 
     from benchmarks.launches import fixed_batch, make_context
-    from nmtkit.train.step import train_step
+    from nmtkit.train.context import train_step
 
     torch._dynamo.reset()  # each row compiles its own graphs: no row inherits another's towards the limit
     run = Path(tempfile.mkdtemp(dir=workdir))
@@ -374,7 +374,7 @@ def _profile_once(workdir: Path, data: Path, device: str, quick: bool, graphs: s
     from torch.profiler import ProfilerActivity, profile
 
     from benchmarks.launches import fixed_batch, make_context
-    from nmtkit.train.step import train_step
+    from nmtkit.train.context import train_step
 
     ctx = make_context("rnnsearch-50", data, Path(tempfile.mkdtemp(dir=workdir)), None, quick, threads=1,
                        precision="bf16", fuse="off", device=device, cuda_graphs=graphs)

@@ -190,7 +190,7 @@ def fixed_batch(ctx, max_tokens: int | None):
 
 def train_step_launches(ctx, batch) -> tuple[Launches, int]:
     """(launches of one steady-state `train_step`, target tokens of the batch incl. EOS)."""
-    from nmtkit.train.step import train_step
+    from nmtkit.train.context import train_step
 
     for _ in range(2):  # the first step allocates the optimiser state; count the second
         launches, ok = count_launches(train_step, ctx, [batch])

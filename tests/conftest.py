@@ -245,15 +245,15 @@ def train_run(data_dir, save_dir, options=None, model=None, *, callbacks=(), los
     """`nmtkit.train.run` on the RunConfig of these arguments (`flags`: resume, force); meanwhile
     `loss_hook(update, loss_sum) -> loss_sum` changes each minibatch's loss (e.g. to a NaN)."""
     from nmtkit import train
-    from nmtkit.train import step
+    from nmtkit.train import context
 
     given = {k: v for k, v in (("options", options), ("model", model)) if v is not None}
     config = train.RunConfig(data_dir, save_dir, **given, **flags)
-    step._loss_hook = loss_hook
+    context._loss_hook = loss_hook
     try:
         return train.run(config, callbacks)
     finally:
-        step._loss_hook = None
+        context._loss_hook = None
 
 
 def tiny_config(**changes):

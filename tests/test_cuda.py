@@ -34,7 +34,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _one_update(data_dir, run_dir, device, precision, fuse="off", cuda_graphs="off"):
     """(parameters before, their change after one `train_step`) on `device`, as CPU tensors."""
-    from nmtkit.train.step import train_step
+    from nmtkit.train.context import train_step
 
     ctx = tiny_context(data_dir, run_dir, model=dict(dropout=0.0), valid_bleu_samples=0, device=device,
                        precision=precision, optimizer="sgd", lr=1.0, tf32=False, fuse=fuse, cuda_graphs=cuda_graphs)

@@ -22,7 +22,7 @@ def test_a_training_update_reads_the_device_once(data_dir, tmp_path, update_freq
     # fused too: the counting mode must not stop the compiled step bodies from compiling
     import torch._dynamo
 
-    from nmtkit.train.step import train_step
+    from nmtkit.train.context import train_step
 
     torch._dynamo.reset()  # this test's graphs only: earlier tests' graphs count towards the recompile limit
     ctx = tiny_context(data_dir, tmp_path / "run", arch, update_freq=update_freq, label_smoothing=0.1,

@@ -211,10 +211,9 @@ def test_a_module_dev_bleu_needs_but_lacks_stops_the_run_before_its_first_update
 def test_the_public_train_step_on_a_fresh_context_makes_the_loops_updates(data_dir, tmp_path):
     """A context straight from its constructor, driven by `train_step` over the epoch's plan,
     reaches the weights the training loop saves after as many updates."""
-    from nmtkit.train.context import TrainContext
+    from nmtkit.train.context import TrainContext, train_step
     from nmtkit.train.data import DataDir
     from nmtkit.train.presets import resolve_model
-    from nmtkit.train.step import train_step
 
     opts = tiny_options(max_updates=6, valid_every=100, valid_bleu_samples=0)
     train_run(data_dir, tmp_path / "loop", opts, tiny_overrides())

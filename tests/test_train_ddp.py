@@ -112,10 +112,9 @@ def _one_update(data_dir, run_dir, batch_size, update_freq, halves):
     else both summed by --update-freq."""
     from nmtkit.train import distributed as ddp
     from nmtkit.train.config import TrainConfig
-    from nmtkit.train.context import TrainContext
+    from nmtkit.train.context import TrainContext, train_step
     from nmtkit.train.data import DataDir
     from nmtkit.train.presets import resolve_model
-    from nmtkit.train.step import train_step
 
     torch.set_num_threads(1)
     data = DataDir.open(data_dir)

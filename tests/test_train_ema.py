@@ -9,7 +9,7 @@ import torch
 
 from nmtkit.checkpoint import load_checkpoint
 from nmtkit.errors import ConfigError
-from nmtkit.train.ema import WeightAverage
+from nmtkit.train.context import WeightAverage
 from tests.conftest import run_cli, tiny_config, tiny_options, tiny_overrides, train_run
 
 

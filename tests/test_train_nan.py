@@ -53,7 +53,7 @@ def test_nan_loss_skipped_with_on_nan_skip(data_dir, tmp_path):
 def test_diverged_model_never_becomes_best(data_dir, tmp_path, monkeypatch):
     """Parameters turned to NaN: every minibatch is skipped until the run gives up; the best
     checkpoint stays the last finite one."""
-    import nmtkit.train.step as step_mod
+    import nmtkit.train.context as context_mod
 
     run = tmp_path / "run"
     opts = tiny_options(max_updates=60, valid_every=2, on_nan="skip", valid_bleu_samples=0)
@@ -65,7 +65,7 @@ def test_diverged_model_never_becomes_best(data_dir, tmp_path, monkeypatch):
             return loss * float("inf")
         return loss if update < 4 else loss * float("nan")
 
-    monkeypatch.setattr(step_mod, "MAX_CONSECUTIVE_SKIPS", 5)
+    monkeypatch.setattr(context_mod, "MAX_CONSECUTIVE_SKIPS", 5)
     with pytest.raises(TrainingError, match="in a row"):
         train_run(data_dir, run, opts, tiny_overrides(), loss_hook=hook)
     assert load_checkpoint(run / "checkpoint_best.pt")["trainer"]["update"] == 4

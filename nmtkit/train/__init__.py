@@ -140,7 +140,6 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
     data_dir, resume, force = config.data_dir, config.resume, config.force
     save_dir = Path(config.save_dir)
     info = ddp.env_info()
-    # everything is checked before anything is written: a refused start leaves nothing behind
     check_outputs_vs_inputs([("--data", data_dir)], folders=[("--save-dir", save_dir, is_run_file)])
     if info.is_main:
         run_lock(save_dir).check()
@@ -162,7 +161,10 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
     try:
         if lock is not None:
             staging = _stage_run(save_dir, tb_dir, resume, force)
-            _write_config(staging or save_dir, cfg, arch, model_config, callbacks)
+            text = config_text(cfg, arch, model_config)  # config.json in the folder the run writes, and the callbacks
+            write_text((staging or save_dir) / CONFIG_FILE, text)
+            if callbacks is not None:
+                callbacks.on_config(text)
         commit = None if staging is None else functools.partial(commit_run, staging, save_dir, force)
         if staging is not None and tb_dir is not None and real_path(tb_dir) == real_path(save_dir / "tensorboard"):
             tb_dir = staging / "tensorboard"  # committed with the run's files
@@ -214,15 +216,6 @@ def _stage_run(save_dir: Path, tb_dir: Path | None, resume: bool, force: bool) -
         check_output_dir(tb_dir, "--tensorboard folder")
     clean_stale_temp_dirs(save_dir / STAGING, log.warning)
     return None if resume else make_temp_dir(save_dir / STAGING)
-
-
-def _write_config(run_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[str, Any],
-                  callbacks: Callbacks | None) -> None:
-    """config.json in the folder the run writes, and the same text to the callbacks."""
-    text = config_text(cfg, arch, model_config)
-    write_text(run_dir / CONFIG_FILE, text)
-    if callbacks is not None:
-        callbacks.on_config(text)
 
 
 def _train(cfg, data, run_dir, commit, arch, model_config, ckpt, callbacks, info, tb_dir):

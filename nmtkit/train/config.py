@@ -6,9 +6,7 @@ options are generated from these fields, and `__post_init__` validates them once
 
 The defaults for the paper's presets follow Bahdanau et al. 2015, section 4.2 / appendix B.2
 (`nmtkit.train.presets` owns every preset's settings); other presets default to Adam (lr 1e-3).
-`RunConfig` holds everything `nmtkit.train.run` takes: the folders, the options given, resume, force.
-The config is saved as a plain dict in every checkpoint and rebuilt with `TrainConfig.from_dict`;
-unknown keys are an error that lists the valid ones (docs/design.md, convention 1).
+The config is saved as a plain dict in every checkpoint and rebuilt with `TrainConfig.from_dict`.
 """
 from __future__ import annotations
 
@@ -275,9 +273,8 @@ class TrainOptions:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything `nmtkit.train.run` takes: the data directory, the run directory, the options
-    given (`TrainOptions`, `ModelOverrides`: the rest from the preset, or on `resume` from the
-    run's checkpoint), and whether to continue the run there (`resume`) or replace it (`force`)."""
+    """Everything `nmtkit.train.run` takes: the data directory, the run directory, the options given
+    (`TrainOptions`, `ModelOverrides`), and whether to continue the run there (`resume`) or replace it (`force`)."""
 
     data_dir: str | Path
     save_dir: str | Path
@@ -287,9 +284,8 @@ class RunConfig:
     force: bool = False
 
     def __post_init__(self) -> None:
-        """Paths for the two folders (an empty one refused as the command line refuses it:
-        Path("") is the current directory), True or False for resume and force (a string was
-        taken as true; both together refused), and typed options."""
+        """An empty folder is refused as the command line refuses it (Path("") is the current
+        directory), and a resume or force other than True or False (a string would read as true)."""
         if not isinstance(self.options, TrainOptions) or not isinstance(self.model, ModelOverrides):
             raise TypeError("nmtkit.train.run takes a TrainOptions and a ModelOverrides")
         for name in ("resume", "force"):
@@ -308,10 +304,8 @@ def training_defaults(arch: str, preset_name: str | None) -> dict[str, Any]:
     """TrainConfig defaults implied by the model preset (the paper's procedure for its presets;
     rnnsearch-50's for a bare architecture)."""
     name = preset_name if preset_name is not None else (arch if arch in TRAIN_DEFAULTS else None)
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    d = train_defaults(name if name is not None else "rnnsearch-50")
-    out = {k: v for k, v in d.items() if k in fields}
-    if "sort_batches" in d:
-        out["sort_pool"] = int(d["sort_batches"]) * int(d.get("batch_size", 80))
+    out = train_defaults(name if name is not None else "rnnsearch-50")
+    if "sort_batches" in out:  # a pool of `sort_batches` minibatches, in pairs
+        out["sort_pool"] = int(out.pop("sort_batches")) * int(out.get("batch_size", 80))
     out["normalize_loss"] = "sentences" if name is None or name in PAPER_PRESETS else "tokens"
     return out

@@ -1,56 +1,52 @@
 """Everything a training update needs, fully built at construction: the device and precision,
 the training data and its batching, the model, optimiser, schedule and grad scaler (restored
 from a checkpoint on resume), the run's `TrainState` and the statistics accumulated on the
-device. `nmtkit.train.step.train_step(context, batches)` runs one update on it, from a fresh
-context as well as inside the loop (`nmtkit.train.trainer`), so benchmarks and tests drive the
-same step that training runs. Also here: the optimisers (the paper's Adadelta, epsilon 1e-6, rho
-0.95; or Adam, SGD) and the lr schedule, whose `state_dict` a resumed run continues exactly, and
-the RNG states (python, numpy, torch, the rank's GPU) checkpoints save per rank."""
+device; and the update itself, `train_step(context, batches)`, run on a fresh context as well as
+inside the loop (`nmtkit.train.trainer`), so benchmarks and tests drive the same step that
+training runs. Also here: the optimisers (the paper's Adadelta, epsilon 1e-6, rho 0.95; or Adam,
+SGD) and the lr schedule, whose `state_dict` a resumed run continues exactly, the moving average
+of the weights (--ema-decay), and the RNG states (python, numpy, torch, the rank's GPU)
+checkpoints save per rank."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import math
 import random
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import torch
 from torch import nn
 
-from nmtkit.data.binarized import BatchingConfig, epoch_batches, keep_pairs, over_budget
+from nmtkit.data.binarized import BatchingConfig, collate, epoch_batches, keep_pairs, over_budget
 from nmtkit.devices import PRECISIONS, resolve_device, threads_per_process
-from nmtkit.errors import CheckpointError, ConfigError, InputError
+from nmtkit.errors import CheckpointError, ConfigError, InputError, TrainingError
 from nmtkit.io.dirs import LAST
 from nmtkit.models.fast.fusion import resolve_cuda_graphs, resolve_fuse
-from nmtkit.models.precision import FP16_ON_CPU, resolve_precision, set_tf32
+from nmtkit.models.precision import FP16_ON_CPU, autocast, resolve_precision, set_tf32
 from nmtkit.train import distributed as ddp
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.data import DataDir
-from nmtkit.train.ema import WeightAverage
 from nmtkit.train.events import Callbacks, TrainState
 
 log = logging.getLogger("nmtkit.train")
+
+MAX_CONSECUTIVE_SKIPS = 50  # --on-nan skip gives up when the model itself has gone bad
+# tests set this to `(update, loss_sum) -> loss_sum`, applied to each minibatch's loss (e.g. to inject a NaN)
+_loss_hook = None
 
 
 class TrainContext:
     """One model training on one data directory (see the module docstring); `resume`: a
     checkpoint dict (from checkpoint_last.pt) to continue from, or None."""
 
-    def __init__(
-        self,
-        cfg: TrainConfig,
-        data: DataDir,
-        run_dir: str | Path,
-        arch: str,
-        model_config: dict[str, Any],
-        *,
-        resume: dict[str, Any] | None = None,
-        callbacks: Callbacks | None = None,
-        dist_info: ddp.DistInfo | None = None,
-    ):
+    def __init__(self, cfg: TrainConfig, data: DataDir, run_dir: str | Path, arch: str, model_config: dict[str, Any],
+                 *, resume: dict[str, Any] | None = None, callbacks: Callbacks | None = None,
+                 dist_info: ddp.DistInfo | None = None):
         self.cfg = cfg
         self.data = data
         self.run_dir = Path(run_dir)
@@ -153,9 +149,7 @@ class TrainContext:
             self.schedule.load_state_dict(ckpt["schedule_state"])
             if self.scaler is not None and ckpt.get("scaler_state"):
                 self.scaler.load_state_dict(ckpt["scaler_state"])
-            tr = dict(ckpt["trainer"])
-            tr.pop("world_size", None)
-            self.state = TrainState(**tr)
+            self.state = TrainState(**{k: v for k, v in dict(ckpt["trainer"]).items() if k != "world_size"})
         except (KeyError, TypeError, ValueError, RuntimeError) as err:  # a damaged training state
             msg = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise CheckpointError(f"its training state cannot be restored ({msg}): it cannot be resumed",
@@ -228,6 +222,103 @@ class Accumulators:
 
             dist.all_reduce(stats)
         return tuple(stats.tolist())
+
+
+def train_step(ctx: TrainContext, batches: list[np.ndarray]) -> bool:
+    """One update on the minibatches of `update_batches` (this rank trains on every
+    world_size-th, `update_freq` of them at most): forward and backward (gradients summed over all
+    of them), the gradient norm clipped to --clip-norm, one optimiser step; on success
+    `ctx.state.update` counts it. A non-finite loss or gradient applies no step and returns False:
+    --on-nan stop raises, --on-nan skip drops the update (giving up after MAX_CONSECUTIVE_SKIPS in
+    a row). Hot path: one host read per update (the finiteness check of the gradient norm;
+    tests/test_host_reads.py counts them); losses accumulate on the device, read at log intervals
+    only; source lengths stay on the host, where the packed recurrences are planned."""
+    cfg, world = ctx.cfg, ctx.dist.world_size
+    pairs = np.concatenate(batches)
+    n_tgt = ctx.target_tokens(pairs)  # the update's target tokens (EOS included)
+    denom = n_tgt if cfg.normalize_loss == "tokens" else len(pairs)
+    lr = ctx.schedule.set_update(ctx.state.update)
+    loss_total, nll_total, tokens_local = _forward_backward(ctx, batches[ctx.dist.rank :: world], world / denom)
+    if ctx.scaler is not None:
+        ctx.scaler.unscale_(ctx.optimizer)
+    gnorm = torch.nn.utils.clip_grad_norm_(ctx.params, cfg.clip_norm if cfg.clip_norm > 0 else float("inf"))
+    if ctx.scaler is not None:  # fp16: inf gradients are overflows the scaler handles
+        bad = ddp.any_flag(not bool(torch.isfinite(loss_total)), ctx.dist, ctx.device)
+    else:  # after DDP's all-reduce the norm is the same on every rank
+        bad = not bool(torch.isfinite(gnorm))
+    if bad:
+        ctx.optimizer.zero_grad(set_to_none=True)
+        _non_finite(ctx)
+        return False
+    ctx.consecutive_skips = 0
+    if ctx.scaler is not None:
+        ctx.scaler.step(ctx.optimizer)
+        ctx.scaler.update()
+    else:
+        ctx.optimizer.step()
+    ctx.optimizer.zero_grad(set_to_none=True)
+    ctx.acc.add(loss_total, nll_total, gnorm, tokens_local, n_tgt, len(pairs))
+    ctx.lr = lr
+    ctx.state.update += 1
+    if ctx.ema is not None:
+        ctx.ema.update(ctx.state.update)
+    return True
+
+
+def _forward_backward(ctx: TrainContext, mine: list[np.ndarray], scale: float
+                      ) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Forward and backward over this rank's minibatches `mine`, each loss sum multiplied by
+    `scale` (world size / the update's denominator: DDP averages gradients over ranks, so the
+    result is d(sum over the update)/denominator). Returns the summed loss and NLL (device
+    scalars, detached) and this rank's target tokens."""
+    non_blocking = ctx.device.type == "cuda"
+    loss_total = nll_total = None
+    tokens_local = 0
+    for k, batch in enumerate(mine):
+        src, src_lens, tgt_in, tgt_out = collate(*ctx.arrays, batch)
+        # the lengths stay on the host: the models plan their packed recurrences there
+        src, tgt_in, tgt_out = (torch.from_numpy(a).to(ctx.device, non_blocking=non_blocking)
+                                for a in (src, tgt_in, tgt_out))
+        src_lens = torch.from_numpy(src_lens)
+        n_batch = ctx.target_tokens(batch)
+        # DDP all-reduces the gradients once, in the last minibatch's backward
+        last = k == len(mine) - 1
+        with contextlib.nullcontext() if last or not ctx.dist.enabled else ctx.loss_module.no_sync():
+            with autocast(ctx.device.type, ctx.precision):
+                loss_sum, nll_sum, _ = ctx.loss_module(src, src_lens, tgt_in, tgt_out, n_batch)
+            if _loss_hook is not None:
+                loss_sum = _loss_hook(ctx.state.update, loss_sum)
+            loss = loss_sum * scale
+            if ctx.scaler is not None:
+                ctx.scaler.scale(loss).backward()
+            else:
+                loss.backward()
+        loss_total = loss_sum.detach() if loss_total is None else loss_total + loss_sum.detach()
+        nll_total = nll_sum.detach() if nll_total is None else nll_total + nll_sum.detach()
+        tokens_local += n_batch
+    assert loss_total is not None and nll_total is not None
+    return loss_total, nll_total, tokens_local
+
+
+def _non_finite(ctx: TrainContext) -> None:
+    """--on-nan stop: raise. --on-nan skip: count the skipped update, and raise after
+    MAX_CONSECUTIVE_SKIPS in a row."""
+    st = ctx.state
+    where = f"update {st.update + 1} (epoch {st.epoch}, minibatch {st.batch_in_epoch})"
+    if ctx.cfg.on_nan == "stop":
+        last = ctx.run_dir / LAST
+        hint = (f"the last checkpoint ({last}) is untouched: resume it with --on-nan skip to skip such minibatches, "
+                "or start a new run with a lower --lr" if last.exists() else "no checkpoint was written yet")
+        raise TrainingError(f"non-finite loss or gradient (nan/inf) at {where}: stopped; {hint}")
+    st.skipped_batches += 1
+    ctx.consecutive_skips += 1
+    log.warning("non-finite loss or gradient at %s: minibatch skipped", where)
+    ctx.cb.on_message(f"non-finite loss at {where}: minibatch skipped")
+    if ctx.consecutive_skips >= MAX_CONSECUTIVE_SKIPS:
+        raise TrainingError(f"{ctx.consecutive_skips} minibatches in a row had a non-finite loss "
+                            f"(last at {where}): the model has diverged; start a new run with a lower --lr "
+                            "(a resumed run keeps its --lr)")
+
 
 
 def rng_state(device: torch.device | None = None) -> dict[str, Any]:
@@ -349,3 +440,62 @@ class LRSchedule:
         self.decay = float(state["decay"])
         self.best = None if state["best"] is None else float(state["best"])
         self.bad = int(state["bad"])
+
+
+class WeightAverage:
+    """The exponential moving average of `model`'s floating-point parameters (Polyak averaging;
+    Marian's --exponential-smoothing, fairseq's --ema-decay), in float32 beside the model (float64
+    for a float64 model; the model's other state is the model's). After update u (from 1), with
+    decay D, start update s and k = u - s:
+
+        ema_u = theta_u                                   (u <= s)
+        ema_u = d_k * ema_{u-1} + (1 - d_k) * theta_u     (u > s), d_k = min(D, (1 + k) / (10 + k))
+
+    d_k is Marian's warm-up: early on the average spans the last ~k/9 updates, not the initial
+    weights. One fused `lerp` per update."""
+
+    def __init__(self, model: nn.Module, decay: float, start: int):
+        self.model, self.decay, self.start = model, decay, start
+        named = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
+        self.names = [n for n, _ in named]
+        # the parameters' storage, read in place (the optimiser and load_state_dict write into it)
+        self.params = [p.detach() for _, p in named]
+        self.tensors = [p.to(torch.promote_types(p.dtype, torch.float32), copy=True) for p in self.params]
+
+    def update(self, update: int) -> None:
+        """Fold in the weights after update `update` (copy them up to the start update)."""
+        with torch.no_grad():
+            new = [p.to(t.dtype) for p, t in zip(self.params, self.tensors)]  # no copy where the dtypes agree
+            if update <= self.start:
+                torch._foreach_copy_(self.tensors, new)
+            else:
+                torch._foreach_lerp_(self.tensors, new, 1.0 - self.decay_at(update))
+
+    def decay_at(self, update: int) -> float:
+        """The decay applied after `update` (> start): D, or less during the warm-up."""
+        k = update - self.start
+        return min(self.decay, (1 + k) / (10 + k))
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The model's state_dict with the averaged parameters in place of the raw ones."""
+        state = self.model.state_dict()
+        for n, t in zip(self.names, self.tensors):
+            state[n] = t.to(state[n].dtype, copy=True)
+        return state
+
+    def load(self, state: dict[str, torch.Tensor]) -> None:
+        """Take the average from a checkpoint's model_state (as `state_dict` wrote it)."""
+        for n, t in zip(self.names, self.tensors):
+            t.copy_(state[n])
+
+    @contextlib.contextmanager
+    def swapped_in(self) -> Iterator[None]:
+        """The model holds the average inside the block (validation), its raw weights after."""
+        with torch.no_grad():
+            raw = [p.clone() for p in self.params]
+            torch._foreach_copy_(self.params, self.tensors)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                torch._foreach_copy_(self.params, raw)

@@ -23,23 +23,18 @@ class DataDir(Manifest):
 
     @classmethod
     def open(cls, path: str | Path) -> "DataDir":
-        """The data directory at `path` (its manifest read by `data.manifest.read_manifest`), with every
-        binarised file checked against the manifest's counts."""
+        """The data directory at `path` (its manifest read by `data.manifest.read_manifest`), every
+        binarised file checked against the manifest's counts before training starts (lines + 1
+        offsets, lines word lengths, src_tokens / tgt_tokens ids) and each split opened (its
+        structure and ids checked: `split`): a truncated, missing or damaged file is named."""
         m = read_manifest(path)
         data = cls(**{f.name: getattr(m, f.name) for f in fields(Manifest)})
-        data.check_sizes()
-        return data
-
-    def check_sizes(self) -> None:
-        """Check every binarised file against the manifest's counts before training starts
-        (lines + 1 offsets, lines word lengths, src_tokens / tgt_tokens ids), and open each split
-        (its structure and ids checked: `split`): a truncated, missing or damaged file is named."""
-        splits = self.manifest.get("splits")
+        splits = data.manifest.get("splits")
         for name, info in (splits.items() if isinstance(splits, dict) else ()):
-            if not isinstance(info, dict) or not self.has_split(name):
+            if not isinstance(info, dict) or not data.has_split(name):
                 continue
-            for side, lang in (("src", self.src_lang), ("tgt", self.tgt_lang)):
-                ids_path, off_path, w_path = split_paths(self.path, name, lang)
+            for side, lang in (("src", data.src_lang), ("tgt", data.tgt_lang)):
+                ids_path, off_path, w_path = split_paths(data.path, name, lang)
                 if not w_path.exists():
                     raise InputError("missing (the word lengths --max-len reads): re-run 'nmtkit preprocess'",
                                      str(w_path))
@@ -47,9 +42,10 @@ class DataDir(Manifest):
                 check_npy(off_path, lines + 1 if isinstance(lines, int) else None)
                 check_npy(w_path, lines if isinstance(lines, int) else None)
                 check_npy(ids_path, tokens if isinstance(tokens, int) else None)
-            self.split(name)  # the arrays' structure and ids, before a run writes anything
+            data.split(name)  # the arrays' structure and ids, before a run writes anything
+        return data
 
-    def has_split(self, name: str) -> bool:  # its ids and offsets: check_sizes names missing word lengths
+    def has_split(self, name: str) -> bool:  # its ids and offsets: `open` names missing word lengths
         return all(p.exists() for lang in (self.src_lang, self.tgt_lang)
                    for p in split_paths(self.path, name, lang)[:2])
 

@@ -76,8 +76,7 @@ def init(info: DistInfo, device: torch.device) -> None:
             raise ConfigError(f"WORLD_SIZE={info.world_size} but {var} is not set (start with torchrun)")
     backend = "nccl" if device.type == "cuda" else "gloo"
     # SIGTERM and SIGINT end the process at once while it joins the group: the join waits in C++ for
-    # the other ranks, where Python's handlers do not run (when another rank's start was refused,
-    # torchrun's SIGTERM went unheard until its SIGKILL). Nothing is lost: the other ranks have
+    # the other ranks, where Python's handlers do not run. Nothing is lost: the other ranks have
     # written nothing yet, and rank 0's new run is put right at the next start (`nmtkit.train.run`).
     with signals.handled_by(signal.SIG_DFL):
         dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size,

@@ -101,6 +101,10 @@ class _RunLog(logging.FileHandler):
     """train.log: a write that fails (a full disk) stops the run with one line naming the
     file, instead of logging's "--- Logging error ---" traceback on stderr at every record."""
 
+    def __init__(self, run_dir: Path):
+        super().__init__(run_dir / RUN_LOG, encoding="utf-8")
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+
     def handleError(self, record: logging.LogRecord) -> None:
         err = sys.exc_info()[1]
         if isinstance(err, OSError):
@@ -114,15 +118,9 @@ class _RunLog(logging.FileHandler):
             raise name_error(err, self.baseFilename) from None
 
 
-def _run_log(run_dir: Path) -> logging.Handler:
-    handler = _RunLog(run_dir / RUN_LOG, encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))
-    return handler
-
-
 def setup_file_log(run_dir: Path) -> logging.Handler:
     """Send the `nmtkit` loggers' INFO records to run_dir/train.log (appending on resume)."""
-    handler = _run_log(run_dir)
+    handler = _RunLog(run_dir)
     handler.setLevel(logging.INFO)
     logger = logging.getLogger("nmtkit")
     logger.addHandler(handler)
@@ -160,7 +158,7 @@ def record_for_a_lost_writer(run_dir: Path, record: str, wait_s: float = 3.0) ->
         path = run_dir / RUN_LOG
         if not path.is_file() or f" ERROR {_STOPPED} " in _last_line(path):
             return False
-        handler = _run_log(run_dir)
+        handler = _RunLog(run_dir)
         try:
             handler.handle(logging.makeLogRecord({"name": log.name, "levelno": logging.ERROR,
                                                   "levelname": "ERROR", "msg": record}))

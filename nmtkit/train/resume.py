@@ -52,8 +52,8 @@ def resumed_update_freq(was: int, was_world: int, world: int, given: int | None)
     processes at --update-freq `was` continues with the same updates at any process count whose
     --update-freq keeps that product (the data, the global batch and the learning dynamics stay;
     only the summation order, new processes' dropout masks and the last update of an epoch that
-    ends between two whole rounds differ). A product that changes is
-    refused: it would make the run another experiment."""
+    ends between two whole rounds differ). A product that changes is refused: it would make the
+    run another experiment."""
     now = was if given is None else given
     per_update = was_world * was
     if world * now == per_update:

@@ -30,13 +30,12 @@ from nmtkit.devices import RELEASE_EVERY_UPDATES, release_free_memory
 from nmtkit.errors import TrainingError
 from nmtkit.io.dirs import BEST, LAST, RUN_LOG, kept_name
 from nmtkit.train import distributed as ddp
-from nmtkit.train.context import TrainContext, gather_rng_states, rng_state
+from nmtkit.train.context import TrainContext, gather_rng_states, rng_state, train_step
 from nmtkit.train.events import LogEvent, StartEvent, TrainResult, ValidationEvent
 from nmtkit.train.metrics import MetricsLog, error_record, record_for_a_lost_writer, setup_file_log
-from nmtkit.train.step import train_step
 from nmtkit.train.validate import ValidationStopped, check_dev_bleu, dev_scores, perplexity, warn_unvalidated
 
-__all__ = ["BEST", "LAST", "RunCheckpoints", "Trainer", "run_lexicon"]
+__all__ = ["BEST", "LAST", "RunCheckpoints", "Trainer"]
 
 log = logging.getLogger("nmtkit.train")
 
@@ -53,7 +52,7 @@ class Trainer:
         self.ctx = ctx
         self._commit = commit
         self.signals = StopSignals(ctx.cb.on_message)
-        self.saver = RunCheckpoints(ctx, run_lexicon(ctx))
+        self.saver = RunCheckpoints(ctx)
         self._session_start = time.perf_counter()
         self._saved_update: tuple[int, int | None] | None = None
         self._last_saved = ctx.state.update if ctx.resumed else None  # the update checkpoint_last.pt holds
@@ -314,9 +313,8 @@ class Trainer:
         return event
 
     def _check_validation_needs(self) -> None:
-        """Before the first update: dev BLEU (decoding, the text pipeline's detokeniser and BPE,
-        sacrebleu) runs on one dev sentence, so a module missing on this machine stops the run now,
-        not at the first validation hours later."""
+        """Before the first update: the dev pairs validation leaves out, and dev BLEU tried once
+        (`check_dev_bleu`), so a module missing on this machine stops the run now."""
         ctx = self.ctx
         if ctx.dist.is_main:
             warn_unvalidated(ctx.valid_data)
@@ -351,25 +349,20 @@ class StopSignals:
                         "(Ctrl-C again to abort at once)")
 
 
-def run_lexicon(ctx: TrainContext) -> torch.Tensor | None:
-    """The lexicon the run's checkpoints carry (rank 0 only; None on other ranks): the resumed
-    checkpoint's, else built from the training split (about a second of numpy)."""
-    if not ctx.dist.is_main:
-        return None
-    if ctx.resumed_lexicon is not None:
-        return ctx.resumed_lexicon
-    from nmtkit.decode.shortlist import build_lexicon
-
-    data = ctx.data
-    return torch.from_numpy(build_lexicon(*ctx.arrays, len(data.src_vocab), len(data.tgt_vocab), seed=ctx.cfg.seed))
-
-
 class RunCheckpoints:
-    """Writes the run's checkpoints from the context's current state."""
+    """Writes the run's checkpoints from the context's current state, with the decode lexicon they
+    carry (rank 0 only): the resumed checkpoint's, else built from the training split (about a
+    second of numpy)."""
 
-    def __init__(self, ctx: TrainContext, lexicon: torch.Tensor | None):
+    def __init__(self, ctx: TrainContext):
         self.ctx = ctx
-        self.lexicon = lexicon
+        self.lexicon = ctx.resumed_lexicon if ctx.dist.is_main else None
+        if ctx.dist.is_main and self.lexicon is None:
+            from nmtkit.decode.shortlist import build_lexicon
+
+            data = ctx.data
+            self.lexicon = torch.from_numpy(build_lexicon(*ctx.arrays, len(data.src_vocab), len(data.tgt_vocab),
+                                                          seed=ctx.cfg.seed))
 
     def checkpoint(self, with_optimizer: bool = True, rng_states: list[dict[str, Any]] | None = None
                    ) -> dict[str, Any]:

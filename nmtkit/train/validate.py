@@ -23,9 +23,9 @@ from nmtkit.train import distributed as ddp
 
 log = logging.getLogger(__name__)
 
-# the most tokens either side of a dev pair may have to be validated, as translate's --max-src-len
-# default bounds what it decodes: a longer pair's cost grows with the square of its length (one
-# dev line of a million characters filled 22 GB), and preprocess does not clean the valid split
+# the most tokens either side of a dev pair may have to be validated, as translate's --max-src-len default
+# bounds what it decodes: a longer pair's cost grows with the square of its length, and preprocess does
+# not clean the valid split
 VALID_MAX_TOKENS = 250
 
 
@@ -63,10 +63,8 @@ def _to_device(arrays: Sequence[np.ndarray], device: torch.device) -> list[torch
 
 
 @torch.inference_mode()  # as decoding: compiled step bodies then share their graphs
-def dev_loss(
-    model: Any, data: ParallelData, batch_size: int, device: torch.device, precision: str = "fp32",
-    chunk_tokens: int = 4096, stop: Callable[[], bool] | None = None,
-) -> tuple[float, int]:
+def dev_loss(model: Any, data: ParallelData, batch_size: int, device: torch.device, precision: str = "fp32",
+             chunk_tokens: int = 4096, stop: Callable[[], bool] | None = None) -> tuple[float, int]:
     """(mean NLL per target token, number of target tokens) over the whole split; `stop()` true
     between two batches raises ValidationStopped."""
     was_training = model.training
@@ -90,10 +88,9 @@ def dev_loss(
 
 
 @torch.no_grad()
-def dev_translations(
-    model: Any, data: ParallelData, n_samples: int, beam: int, batch_size: int, device: torch.device,
-    precision: str = "fp32", stop: Callable[[], bool] | None = None,
-) -> list[list[int]]:
+def dev_translations(model: Any, data: ParallelData, n_samples: int, beam: int, batch_size: int,
+                     device: torch.device, precision: str = "fp32",
+                     stop: Callable[[], bool] | None = None) -> list[list[int]]:
     """Token ids of the translations of the first `n_samples` dev sentences (in order); none for
     a sentence the model gives no finite score (warned); `stop` as in `dev_loss`."""
     from nmtkit.decode.search import beam_search, greedy_search
@@ -127,19 +124,9 @@ def dev_translations(
     return out
 
 
-def dev_bleu(
-    model: Any,
-    data: ParallelData,
-    tgt_vocab: Vocab,
-    pipeline: dict[str, Any],
-    n_samples: int,
-    beam: int,
-    batch_size: int,
-    device: torch.device,
-    raw_refs: list[str] | None = None,
-    precision: str = "fp32",
-    stop: Callable[[], bool] | None = None,
-) -> tuple[float, list[str], list[str]]:
+def dev_bleu(model: Any, data: ParallelData, tgt_vocab: Vocab, pipeline: dict[str, Any], n_samples: int, beam: int,
+             batch_size: int, device: torch.device, raw_refs: list[str] | None = None, precision: str = "fp32",
+             stop: Callable[[], bool] | None = None) -> tuple[float, list[str], list[str]]:
     """(BLEU, hypotheses, references) on the first `n_samples` dev sentences, detokenised."""
     import sacrebleu
 
