@@ -107,8 +107,9 @@ class ModelOverrides:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
-def resolve_model(arch: str | None, preset_name: str | None, overrides: dict[str, Any], src_vocab: int,
-                  tgt_vocab: int) -> tuple[str, dict[str, Any]]:
+def resolve_model(
+    arch: str | None, preset_name: str | None, overrides: dict[str, Any], src_vocab: int, tgt_vocab: int
+) -> tuple[str, dict[str, Any]]:
     """(arch, model config dict) from a preset and/or an arch, size overrides and the vocab sizes."""
     from nmtkit.models import ARCHS, config_class, make_config
 

@@ -63,8 +63,10 @@ def _to_device(arrays: Sequence[np.ndarray], device: torch.device) -> list[torch
 
 
 @torch.inference_mode()  # as decoding: compiled step bodies then share their graphs
-def dev_loss(model: Any, data: ParallelData, batch_size: int, device: torch.device, precision: str = "fp32",
-             chunk_tokens: int = 4096, stop: Callable[[], bool] | None = None) -> tuple[float, int]:
+def dev_loss(
+    model: Any, data: ParallelData, batch_size: int, device: torch.device, precision: str = "fp32",
+    chunk_tokens: int = 4096, stop: Callable[[], bool] | None = None,
+) -> tuple[float, int]:
     """(mean NLL per target token, number of target tokens) over the whole split; `stop()` true
     between two batches raises ValidationStopped."""
     was_training = model.training
@@ -88,9 +90,10 @@ def dev_loss(model: Any, data: ParallelData, batch_size: int, device: torch.devi
 
 
 @torch.no_grad()
-def dev_translations(model: Any, data: ParallelData, n_samples: int, beam: int, batch_size: int,
-                     device: torch.device, precision: str = "fp32",
-                     stop: Callable[[], bool] | None = None) -> list[list[int]]:
+def dev_translations(
+    model: Any, data: ParallelData, n_samples: int, beam: int, batch_size: int, device: torch.device,
+    precision: str = "fp32", stop: Callable[[], bool] | None = None,
+) -> list[list[int]]:
     """Token ids of the translations of the first `n_samples` dev sentences (in order); none for
     a sentence the model gives no finite score (warned); `stop` as in `dev_loss`."""
     from nmtkit.decode.search import beam_search, greedy_search
