@@ -44,9 +44,18 @@ class TrainContext:
     """One model training on one data directory (see the module docstring); `resume`: a
     checkpoint dict (from checkpoint_last.pt) to continue from, or None."""
 
-    def __init__(self, cfg: TrainConfig, data: DataDir, run_dir: str | Path, arch: str, model_config: dict[str, Any],
-                 *, resume: dict[str, Any] | None = None, callbacks: Callbacks | None = None,
-                 dist_info: ddp.DistInfo | None = None):
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        data: DataDir,
+        run_dir: str | Path,
+        arch: str,
+        model_config: dict[str, Any],
+        *,
+        resume: dict[str, Any] | None = None,
+        callbacks: Callbacks | None = None,
+        dist_info: ddp.DistInfo | None = None,
+    ):
         self.cfg = cfg
         self.data = data
         self.run_dir = Path(run_dir)

@@ -127,9 +127,19 @@ def dev_translations(
     return out
 
 
-def dev_bleu(model: Any, data: ParallelData, tgt_vocab: Vocab, pipeline: dict[str, Any], n_samples: int, beam: int,
-             batch_size: int, device: torch.device, raw_refs: list[str] | None = None, precision: str = "fp32",
-             stop: Callable[[], bool] | None = None) -> tuple[float, list[str], list[str]]:
+def dev_bleu(
+    model: Any,
+    data: ParallelData,
+    tgt_vocab: Vocab,
+    pipeline: dict[str, Any],
+    n_samples: int,
+    beam: int,
+    batch_size: int,
+    device: torch.device,
+    raw_refs: list[str] | None = None,
+    precision: str = "fp32",
+    stop: Callable[[], bool] | None = None,
+) -> tuple[float, list[str], list[str]]:
     """(BLEU, hypotheses, references) on the first `n_samples` dev sentences, detokenised."""
     import sacrebleu
 
