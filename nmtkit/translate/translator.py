@@ -19,10 +19,12 @@ import threading
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
-from nmtkit.devices import resolve_device
+from nmtkit.checkpoint import checkpoint_paths
+from nmtkit.devices import default_threads, import_torch, resolve_device, use_threads
 from nmtkit.errors import ConfigError, InputError
+from nmtkit.text.bpe import SEPARATOR
 from nmtkit.text.io import BOM
-from nmtkit.text.vocab import UNK
+from nmtkit.text.vocab import EOS_ID, UNK
 from nmtkit.translate.alignment import Result, Translation, read_unk_dict, replace_unks
 from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, DecodeConfig, SearchConfig, batch_token_cap
 from nmtkit.workers import Workers, can_fork
@@ -63,8 +65,6 @@ class Translator:
         `DecodeConfig` fields: device, precision, threads, workers, fuse, batch_size, max_tokens,
         max_src_len, input_format, output_format, unk_dict. An unknown or bad option raises
         ConfigError naming it; a missing or broken checkpoint raises CheckpointError."""
-        from nmtkit.checkpoint import checkpoint_paths
-
         paths = checkpoint_paths(checkpoints)
         if warn is not None and not callable(warn):
             raise TypeError(f"warn must be a function taking one message, not {type(warn).__name__}")
@@ -80,8 +80,6 @@ class Translator:
     def __init__(self, config: DecodeConfig, warn: Callable[[str], None] | None = None):
         """Load `config.models` (`self.bundle`) on the device and in the precision `config` says
         (validated when it was built; a `TranslateConfig` gives its `decode_config()`)."""
-        from nmtkit.devices import default_threads, import_torch, use_threads
-
         import_torch()  # before the modules that import it, with interrupts held (see there)
         from nmtkit.models.fast.quantize import INT8_ON_CUDA
         from nmtkit.models.precision import FP16_ON_CPU, autocast
@@ -133,8 +131,6 @@ class Translator:
         """Warn when the vocabularies hold BPE subwords (words ending in "@@") that the recorded
         pipeline does not make: the training text was split before `nmtkit preprocess`, so raw
         or tokenised input is not split as the model was trained, and its output is not joined."""
-        from nmtkit.text.bpe import SEPARATOR
-
         c = self.config
         if self.bundle.pipeline.bpe is not None or (c.input_format == "bpe" and c.output_format == "bpe"):
             return
@@ -268,8 +264,6 @@ class Translator:
         attention. A line's number names it in warnings (`source`:N) and keys its sample (which so
         depends on neither buffer nor batch). Several `--workers` share the tokenising and the
         batches, each decoding and finishing whole ones (`map_batches`)."""
-        from nmtkit.devices import use_threads
-
         use_threads(self._threads)
         workers = resolve_workers(self.config.workers, self._threads, self.device.type)
         prepared = self._prepare_all(lines, workers, source)
@@ -380,9 +374,7 @@ class Translator:
         import torch
 
         from nmtkit.data.binarized import pad_rows
-        from nmtkit.decode.forced import forced_log_probs
-        from nmtkit.devices import use_threads
-        from nmtkit.text.vocab import EOS_ID
+        from nmtkit.decode.steps import forced_log_probs
 
         use_threads(self._threads)
         workers = resolve_workers(self.config.workers, self._threads, self.device.type)
