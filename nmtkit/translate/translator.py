@@ -12,12 +12,13 @@ serve`. What it loads with (`DecodeConfig`) is fixed; how it searches (`SearchCo
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import threading
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from nmtkit.checkpoint import checkpoint_paths
 from nmtkit.devices import default_threads, import_torch, resolve_device, use_threads
@@ -295,61 +296,52 @@ class Translator:
         """Beam search (or, with search.sampling, one sample each) over non-empty token lists of
         similar lengths -> n-best `Hypothesis` lists. keys: each sentence's line number, which
         seeds its sample (`nmtkit.decode.sampling`)."""
-        import torch
-
         from nmtkit.decode.sampling import sample
-
-        src, lens = self._source_tensors(src_token_lists)
-        with torch.inference_mode(), self._autocast:
-            if search.sampling:  # from the whole vocabulary (a shortlist would change the distribution sampled)
-                results = sample(self.bundle.models, src.to(self.device), lens.to(self.device), search.sampling_seed,
-                                 keys, topk=search.sampling_topk, temperature=search.temperature,
-                                 max_len_a=search.max_len_a, max_len_b=search.max_len_b, lenpen=search.lenpen,
-                                 need_attention=need_attention, ban_unk=search.ban_unk)
-            else:
-                results = self._beam_search(src, lens, search, need_attention)
-        self._after_batch()
-        return results
-
-    def _source_tensors(self, src_token_lists: Sequence[list[str]]) -> tuple[Any, Any]:
-        """(padded source ids (B, S), lengths (B,)) on the CPU."""
-        import torch
-
-        from nmtkit.data.binarized import pad_rows
-
-        ids = [self.bundle.src_vocab.encode(t) for t in src_token_lists]
-        return torch.from_numpy(pad_rows(ids)), torch.tensor([len(x) for x in ids], dtype=torch.long)
-
-    def _after_batch(self) -> None:
-        from nmtkit.devices import RELEASE_EVERY_BATCHES, release_free_memory
-
-        self._batches_decoded += 1
-        if self._batches_decoded % RELEASE_EVERY_BATCHES == 0:
-            release_free_memory()  # past batches' buffers, which the next batches' shapes would not reuse
-
-    def _beam_search(self, src: Any, lens: Any, s: SearchConfig, need_attention: bool):
         from nmtkit.decode.search import beam_search
         from nmtkit.decode.shortlist import shortlist_ids
 
-        n_tgt = len(self.bundle.tgt_vocab.itos)
-        # a wider beam than the target vocabulary finds nothing more and costs memory and time:
-        # every search is capped at the vocabulary (n-best lists too)
-        if s.beam > n_tgt:
-            nbest = f" and --nbest {s.nbest} lists of at most {n_tgt}" if s.nbest > n_tgt else ""
-            self._warn_once(f"beam {s.beam} {s.nbest}", f"--beam {s.beam} is above the target vocabulary's {n_tgt} "
-                                                        f"entries: searching with a beam of {n_tgt}, which finds the "
-                                                        f"same translations{nbest}")
-        # Jean et al. (2015)'s candidate list: with the lexicon the trainer stores (a checkpoint
-        # made otherwise may have none), each batch scores only its shortlist of target words
-        vocab = None
-        if s.shortlist == "auto" and self.bundle.lexicon is not None:
-            vocab = shortlist_ids(self.bundle.lexicon, src, n_tgt)
-            vocab = vocab if len(vocab) < n_tgt else None  # beam_search moves it
-        return beam_search(
-            self.bundle.models, src.to(self.device), lens.to(self.device), beam=min(s.beam, n_tgt),
-            lenpen=s.lenpen, max_len_a=s.max_len_a, max_len_b=s.max_len_b, nbest=min(s.nbest, n_tgt),
-            need_attention=need_attention, vocab=vocab, ban_unk=s.ban_unk,
-        )
+        s, n_tgt = search, len(self.bundle.tgt_vocab.itos)
+        with self._batch_tensors(src_token_lists) as (src, lens):
+            if s.sampling:  # from the whole vocabulary (a shortlist would change the distribution sampled)
+                return sample(self.bundle.models, src.to(self.device), lens.to(self.device), s.sampling_seed, keys,
+                              topk=s.sampling_topk, temperature=s.temperature, max_len_a=s.max_len_a,
+                              max_len_b=s.max_len_b, lenpen=s.lenpen, need_attention=need_attention,
+                              ban_unk=s.ban_unk)
+            # a wider beam than the target vocabulary finds nothing more and costs memory and time:
+            # every search is capped at the vocabulary (n-best lists too)
+            if s.beam > n_tgt:
+                nbest = f" and --nbest {s.nbest} lists of at most {n_tgt}" if s.nbest > n_tgt else ""
+                self._warn_once(f"beam {s.beam} {s.nbest}", f"--beam {s.beam} is above the target vocabulary's "
+                                                            f"{n_tgt} entries: searching with a beam of {n_tgt}, "
+                                                            f"which finds the same translations{nbest}")
+            # Jean et al. (2015)'s candidate list: with the lexicon the trainer stores (a checkpoint
+            # made otherwise may have none), each batch scores only its shortlist of target words
+            vocab = None
+            if s.shortlist == "auto" and self.bundle.lexicon is not None:
+                vocab = shortlist_ids(self.bundle.lexicon, src, n_tgt)
+                vocab = vocab if len(vocab) < n_tgt else None  # beam_search moves it
+            return beam_search(
+                self.bundle.models, src.to(self.device), lens.to(self.device), beam=min(s.beam, n_tgt),
+                lenpen=s.lenpen, max_len_a=s.max_len_a, max_len_b=s.max_len_b, nbest=min(s.nbest, n_tgt),
+                need_attention=need_attention, vocab=vocab, ban_unk=s.ban_unk,
+            )
+
+    @contextlib.contextmanager
+    def _batch_tensors(self, src_token_lists: Sequence[list[str]]) -> Iterator[tuple[Any, Any]]:
+        """A batch's (padded source ids (B, S), lengths (B,)) on the CPU, decoded in inference mode
+        under the translator's autocast; every RELEASE_EVERY_BATCHES batches, the past batches'
+        buffers, which the next batches' shapes would not reuse, are given back."""
+        import torch
+
+        from nmtkit.data.binarized import pad_rows
+        from nmtkit.devices import RELEASE_EVERY_BATCHES, release_free_memory
+
+        ids = [self.bundle.src_vocab.encode(t) for t in src_token_lists]
+        with torch.inference_mode(), self._autocast:
+            yield torch.from_numpy(pad_rows(ids)), torch.tensor([len(x) for x in ids], dtype=torch.long)
+        self._batches_decoded += 1
+        if self._batches_decoded % RELEASE_EVERY_BATCHES == 0:
+            release_free_memory()
 
     def _finish(self, index: int, src_tokens: list[str], truncated: bool, hyps: Sequence[Any],
                 search: SearchConfig) -> Result:
@@ -389,12 +381,10 @@ class Translator:
 
         def score(j: int) -> list[TokenScores]:
             idx = batches[j]
-            src, lens = self._source_tensors([prepared[i][0] for i in idx])
             tgt = torch.from_numpy(pad_rows([self.bundle.tgt_vocab.encode(targets[i]) + [EOS_ID] for i in idx]))
-            with torch.inference_mode(), self._autocast:
+            with self._batch_tensors([prepared[i][0] for i in idx]) as (src, lens):
                 lps = forced_log_probs(self.bundle.models, src.to(self.device), lens.to(self.device),
                                        tgt.to(self.device)).cpu()
-            self._after_batch()
             totals = lps.cumsum(1)  # in fp32, token by token, as beam search adds up its scores
             return [TokenScores(float(total[len(targets[i])]), tuple(targets[i]),
                                 tuple(row[: len(targets[i]) + 1].tolist())) for row, total, i in zip(lps, totals, idx)]
