@@ -19,25 +19,20 @@ from nmtkit.text.io import read_lines
 from nmtkit.text.vocab import UNK
 
 
-def subword_words(tokens: Sequence[str], sep: str = SEPARATOR) -> tuple[list[int], list[str]]:
+def subword_words(tokens: Sequence[str]) -> tuple[list[int], list[str]]:
     """Map subword positions to words: (word index of each token, the words, `join_bpe`'s).
     "lo@@ wer is" -> ([0, 0, 1], ["lower", "is"])."""
     index, n = [], 0
     for tok in tokens:
         index.append(n)
-        if not tok.endswith(sep):
+        if not tok.endswith(SEPARATOR):
             n += 1
-    return index, join_bpe(list(tokens), sep)
+    return index, join_bpe(list(tokens))
 
 
-def replace_unks(
-    tgt_tokens: Sequence[str],
-    src_tokens: Sequence[str],
-    attention: Any,
-    unk: str = UNK,
-    unk_dict: dict[str, str] | None = None,
-) -> list[str]:
-    """Replace each `unk` target token by the source word it attends to most.
+def replace_unks(tgt_tokens: Sequence[str], src_tokens: Sequence[str], attention: Any,
+                 unk_dict: dict[str, str] | None = None) -> list[str]:
+    """Replace each <unk> target token by the source word it attends to most.
 
     attention: (T, len(src_tokens)) weights, rows for the target tokens (an extra EOS row is
     ignored), columns for the source tokens. With BPE the best source subword is mapped to its
@@ -45,11 +40,11 @@ def replace_unks(
     al. 2015) and is copied as is otherwise.
     """
     out = list(tgt_tokens)
-    if unk not in out or not src_tokens:
+    if UNK not in out or not src_tokens:
         return out
     word_of, words = subword_words(src_tokens)
     for i, j in hard_pairs(attention, len(out)):
-        if out[j] == unk:
+        if out[j] == UNK:
             word = words[word_of[i]]
             out[j] = unk_dict.get(word, word) if unk_dict else word
     return out

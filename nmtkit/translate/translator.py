@@ -25,7 +25,7 @@ from nmtkit.devices import default_threads, import_torch, resolve_device, use_th
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.text.bpe import SEPARATOR
 from nmtkit.text.io import BOM
-from nmtkit.text.vocab import EOS_ID, UNK
+from nmtkit.text.vocab import EOS_ID
 from nmtkit.translate.alignment import Result, Translation, read_unk_dict, replace_unks
 from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, DecodeConfig, SearchConfig, batch_token_cap
 from nmtkit.workers import Workers, can_fork
@@ -352,7 +352,7 @@ class Translator:
         for hyp in hyps:
             toks = [itos[i] for i in hyp.tokens]
             if search.replace_unk and hyp.attention is not None:
-                toks = replace_unks(toks, src, hyp.attention, UNK, self._unk_dict)
+                toks = replace_unks(toks, src, hyp.attention, self._unk_dict)
             text = self.bundle.pipeline.decode_to(toks, "tgt", self.config.output_format)
             nbest.append(Translation(text, tuple(toks), hyp.score, hyp.log_prob, src, hyp.attention,
                                      hyp.source_eos_attention))
