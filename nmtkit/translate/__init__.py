@@ -1,13 +1,10 @@
 """Text in, text out: `nmtkit translate` without the command line (`run`).
 
-The checkpoint alone is enough: it records the text pipeline and the vocabularies. A
-`Translator` (also the Python API, `nmtkit.load`) applies the pipeline to raw lines, decodes
-them with batched beam search or sampling, replaces UNKs from the attention if asked (Luong et
-al. 2015), joins BPE and detokenises. Streaming: lines are read into a buffer, sorted by length
-into batches, decoded, put back in input order and written before the next buffer is read.
-Alignment positions count the model's tokens (BPE subwords) from 0, EOS excluded. Modules:
-`config`, `translator`, `alignment` (also Result, Translation), `writers` (every output); the
-translator and the writers do not import each other; this module holds the files and `run`."""
+The checkpoint alone is enough: it records the text pipeline and the vocabularies. Streaming:
+lines are read into a buffer, translated by a `Translator` (translator.py, also the Python API,
+`nmtkit.load`), put back in input order and written (writers.py) before the next buffer is read.
+Modules: `config`, `translator`, `alignment` (also Result, Translation), `writers` (every output);
+the translator and the writers do not import each other; this module holds the files and `run`."""
 from __future__ import annotations
 
 import contextlib
@@ -23,23 +20,19 @@ from nmtkit.progress import Progress, no_progress
 from nmtkit.text.io import check_counts, count_lines, stream_lines
 from nmtkit.text.io import read_lines as read_text_lines
 from nmtkit.translate.alignment import (
-    Result,
-    Translation,
-    attention_table,
     hard_alignment,
     read_unk_dict,
     replace_unks,
     soft_alignment,
     subword_words,
 )
-from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, DecodeConfig, TranslateConfig
+from nmtkit.translate.config import TranslateConfig
 from nmtkit.translate.translator import Translator
-from nmtkit.translate.writers import Writers, is_plot_name, nbest_line, plot_attention
+from nmtkit.translate.writers import Writers, is_plot_name, nbest_line
 
 __all__ = [
-    "DEFAULT_MAX_SRC_LEN", "DecodeConfig", "Result", "TranslateConfig", "Translation", "Translator", "Writers",
-    "attention_table", "check_files", "hard_alignment", "nbest_line", "plot_attention",
-    "read_unk_dict", "replace_unks", "run", "soft_alignment", "subword_words", "translate_stream",
+    "TranslateConfig", "Translator", "Writers", "check_files", "hard_alignment", "nbest_line", "read_unk_dict",
+    "replace_unks", "run", "soft_alignment", "subword_words", "translate_stream",
 ]
 
 
