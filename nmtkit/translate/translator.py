@@ -82,8 +82,10 @@ class Translator:
         """Load `config.models` (`self.bundle`) on the device and in the precision `config` says
         (validated when it was built; a `TranslateConfig` gives its `decode_config()`)."""
         import_torch()  # before the modules that import it, with interrupts held (see there)
-        from nmtkit.models.fast.quantize import INT8_ON_CUDA
-        from nmtkit.models.precision import FP16_ON_CPU, autocast
+        from nmtkit.checkpoint import load_bundle
+        from nmtkit.models.fast.fusion import resolve_fuse
+        from nmtkit.models.fast.quantize import INT8_ON_CUDA, quantize_for_decoding
+        from nmtkit.models.precision import FP16_ON_CPU, autocast, resolve_decode_precision
 
         if isinstance(config, SearchConfig):  # a TranslateConfig: its search options would be dropped here
             raise TypeError("a Translator is built from a DecodeConfig (config.decode_config()); search options "
@@ -97,7 +99,12 @@ class Translator:
         # by each call that finds them changed (by another translator), never put back (resizing costs ~4 ms)
         self._threads = config.threads or default_threads()  # what --workers share
         use_threads(self._threads)
-        self.bundle, self.precision = self._load()
+        # auto: int8 on CPUs with int8 dot products, else bf16 where faster (GPUs, some CPUs), else fp32,
+        # chosen before loading (every architecture has int8 layers). int8 quantises each model in place as
+        # it loads, reading the float weights it replaces straight from the file (`load_model`'s prepare)
+        self.precision = resolve_decode_precision(self.device.type, config.precision)
+        self.bundle = load_bundle(config.models, self.device, fuse_steps=resolve_fuse(config.fuse, self.device),
+                                  prepare=quantize_for_decoding if self.precision == "int8" else None)
         self.max_src_len = config.max_src_len or max(DEFAULT_MAX_SRC_LEN, 4 * (self.bundle.trained_max_len or 0))
         self.max_tokens = batch_token_cap(config.max_tokens, self.device.type)  # None: no cap
         self._unk_dict = read_unk_dict(config.unk_dict) if config.unk_dict else None
@@ -141,21 +148,6 @@ class Translator:
                        f"'{SEPARATOR}', but its text pipeline applies no BPE (the text was split before nmtkit "
                        "preprocess): give BPE'd input with --input-format bpe, and --output-format bpe to join "
                        "the output yourself")
-
-    def _load(self) -> tuple[Any, str]:
-        """(the ModelBundle of config.models, the decoding precision). auto: int8 on CPUs with int8 dot
-        products, else bf16 where faster (GPUs, some CPUs), else fp32, chosen before loading (every
-        architecture has int8 layers). int8 quantises each model in place as it loads, reading the
-        float weights it replaces straight from the checkpoint file (`load_model`'s prepare)."""
-        from nmtkit.checkpoint import load_bundle
-        from nmtkit.models.fast.fusion import resolve_fuse
-        from nmtkit.models.fast.quantize import quantize_for_decoding
-        from nmtkit.models.precision import resolve_decode_precision
-
-        config, device = self.config, self.device
-        precision = resolve_decode_precision(device.type, config.precision)
-        return load_bundle(config.models, device, fuse_steps=resolve_fuse(config.fuse, device),
-                           prepare=quantize_for_decoding if precision == "int8" else None), precision
 
     # -- the public calls
     def generate(self, lines: Iterable[str], *, alignments: bool = False, beam: int | None = None,
