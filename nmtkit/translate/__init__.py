@@ -26,13 +26,13 @@ from nmtkit.translate.alignment import (
     soft_alignment,
     subword_words,
 )
-from nmtkit.translate.config import TranslateConfig
+from nmtkit.translate.config import DecodeConfig, TranslateConfig
 from nmtkit.translate.translator import Translator
 from nmtkit.translate.writers import Writers, is_plot_name, nbest_line
 
 __all__ = [
-    "TranslateConfig", "Translator", "Writers", "check_files", "hard_alignment", "nbest_line", "read_unk_dict",
-    "replace_unks", "run", "soft_alignment", "subword_words", "translate_stream",
+    "DecodeConfig", "TranslateConfig", "Translator", "Writers", "check_files", "hard_alignment", "nbest_line",
+    "read_unk_dict", "replace_unks", "run", "soft_alignment", "subword_words", "translate_stream",
 ]
 
 

@@ -103,7 +103,8 @@ class Translator:
         # chosen before loading (every architecture has int8 layers). int8 quantises each model in place as
         # it loads, reading the float weights it replaces straight from the file (`load_model`'s prepare)
         self.precision = resolve_decode_precision(self.device.type, config.precision)
-        self.bundle = load_bundle(config.models, self.device, fuse_steps=resolve_fuse(config.fuse, self.device),
+        fuse = resolve_fuse(config.fuse, self.device)
+        self.bundle = load_bundle(config.models, self.device, fuse_steps=fuse,
                                   prepare=quantize_for_decoding if self.precision == "int8" else None)
         self.max_src_len = config.max_src_len or max(DEFAULT_MAX_SRC_LEN, 4 * (self.bundle.trained_max_len or 0))
         self.max_tokens = batch_token_cap(config.max_tokens, self.device.type)  # None: no cap
@@ -295,17 +296,17 @@ class Translator:
         s, n_tgt = search, len(self.bundle.tgt_vocab.itos)
         with self._batch_tensors(src_token_lists) as (src, lens):
             if s.sampling:  # from the whole vocabulary (a shortlist would change the distribution sampled)
-                return sample(self.bundle.models, src.to(self.device), lens.to(self.device), s.sampling_seed, keys,
-                              topk=s.sampling_topk, temperature=s.temperature, max_len_a=s.max_len_a,
+                return sample(self.bundle.models, src.to(self.device), lens.to(self.device), s.sampling_seed,
+                              keys, topk=s.sampling_topk, temperature=s.temperature, max_len_a=s.max_len_a,
                               max_len_b=s.max_len_b, lenpen=s.lenpen, need_attention=need_attention,
                               ban_unk=s.ban_unk)
             # a wider beam than the target vocabulary finds nothing more and costs memory and time:
             # every search is capped at the vocabulary (n-best lists too)
             if s.beam > n_tgt:
                 nbest = f" and --nbest {s.nbest} lists of at most {n_tgt}" if s.nbest > n_tgt else ""
-                self._warn_once(f"beam {s.beam} {s.nbest}", f"--beam {s.beam} is above the target vocabulary's "
-                                                            f"{n_tgt} entries: searching with a beam of {n_tgt}, "
-                                                            f"which finds the same translations{nbest}")
+                self._warn_once(f"beam {s.beam} {s.nbest}",
+                                f"--beam {s.beam} is above the target vocabulary's {n_tgt} entries: "
+                                f"searching with a beam of {n_tgt}, which finds the same translations{nbest}")
             # Jean et al. (2015)'s candidate list: with the lexicon the trainer stores (a checkpoint
             # made otherwise may have none), each batch scores only its shortlist of target words
             vocab = None

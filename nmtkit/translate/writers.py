@@ -36,7 +36,8 @@ def plot_attention(path: str | Path, attention: Any, src_tokens: Sequence[str], 
     src, tgt, rows = attention_matrix(attention, src_tokens, tgt_tokens, source_eos)
     fig, ax = plt.subplots(figsize=tuple(max(3.0, 0.35 * len(labels) + 1.5) for labels in (src, tgt)))
     try:
-        ax.imshow(np.asarray(rows, dtype=float), cmap="gray", vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
+        ax.imshow(np.asarray(rows, dtype=float), cmap="gray", vmin=0.0, vmax=1.0, aspect="equal",
+                  interpolation="nearest")
         ax.xaxis.tick_top()
         ax.set_xticks(range(len(src)), labels=src, rotation=90)
         ax.set_yticks(range(len(tgt)), labels=tgt)
