@@ -79,12 +79,6 @@ def make_checkpoint(
     }
 
 
-def trained_max_len(ckpt: dict[str, Any]) -> int | None:
-    """The longest training sentence the run allowed, in words (train_config["max_len"]); None: unlimited."""
-    v = (ckpt.get("train_config") or {}).get("max_len")
-    return v if isinstance(v, int) and v > 0 else None
-
-
 class _WriteRecorder:
     """A file wrapper that remembers the OSError of a failed write: torch.save reports a full
     disk as a RuntimeError that names neither the file nor the reason."""
@@ -358,11 +352,12 @@ def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bo
             if size is not None and size != len(vocab):
                 raise CheckpointError(f"its {side}_vocab has {len(vocab):,} words, but its model was built for "
                                       f"{size:,}", name)
+    max_len = (first.get("train_config") or {}).get("max_len")  # the longest training sentence, in words
     return ModelBundle(
         paths=names, models=tuple(model for model, _ in loaded), src_vocab=src_vocab, tgt_vocab=tgt_vocab,
         pipeline=pipeline_of(first, names[0]), arch=first.get("arch"), src_lang=first.get("src_lang"),
         tgt_lang=first.get("tgt_lang"), lexicon=_lexicon_of(first, len(src_vocab), len(tgt_vocab), names[0]),
-        trained_max_len=trained_max_len(first))
+        trained_max_len=max_len if isinstance(max_len, int) and max_len > 0 else None)
 
 
 def check_compatible(paths: Sequence[str], ckpts: Sequence[dict], needs: str = "an ensemble needs models") -> None:

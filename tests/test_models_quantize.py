@@ -41,7 +41,7 @@ def test_int8_quantises_exactly_the_listed_layers_and_stays_close_to_fp32(arch):
 
 
 def test_every_architecture_has_int8_layers_so_auto_precision_can_choose_int8_before_loading():
-    """translate's --precision auto picks int8 before it reads a checkpoint (Translator._load):
+    """translate's --precision auto picks int8 before it reads a checkpoint (Translator.__init__):
     right only while every architecture, so every model of an ensemble, can be quantised."""
     from nmtkit.models import ARCHS, model_class
 

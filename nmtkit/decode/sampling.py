@@ -30,8 +30,6 @@ from nmtkit.decode.steps import (
 from nmtkit.models.base import Seq2Seq
 from nmtkit.text.vocab import BOS_ID, EOS_ID
 
-__all__ = ["sample", "sampling_uniforms"]
-
 
 def sampling_uniforms(seed: int, keys: Sequence[int], steps: int) -> Tensor:
     """(B, steps) float64 uniform numbers in [0, 1): row b from a generator seeded with

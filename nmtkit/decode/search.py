@@ -31,8 +31,6 @@ from nmtkit.models.base import Seq2Seq
 from nmtkit.models.fast.quantize import is_quantized, shortlist_rows
 from nmtkit.text.vocab import BOS_ID, EOS_ID
 
-__all__ = ["TOPK_GROUP", "Hypothesis", "beam_search", "greedy_search", "sentence_topk"]
-
 # vocabulary columns per group in `sentence_topk` (columns c, c + V/16, c + 2V/16, ...); the
 # decoding shortlist pads its length to a multiple of it (nmtkit.decode.shortlist)
 TOPK_GROUP = 16

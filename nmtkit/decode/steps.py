@@ -1,11 +1,12 @@
-"""What beam search and sampling share: one decoding step over every model (an ensemble
-averages probabilities: `average_log_probs`), the specials never generated masked, EOS forced
-at each sentence's length limit (at most floor(max_len_a * src_len + max_len_b) tokens before
-EOS, so every hypothesis ends with EOS), and the `Hypothesis` they hand out, ranked by
+"""What beam search, sampling and forced decoding share: one decoding step over every model (an
+ensemble averages probabilities: `average_log_probs`), the specials never generated masked, EOS
+forced at each sentence's length limit (at most floor(max_len_a * src_len + max_len_b) tokens
+before EOS, so every hypothesis ends with EOS), and the `Hypothesis` they hand out, ranked by
 
     score(y) = log p(y | x) / |y|^alpha      (|y| counts the final EOS)
 
-alpha = 1 is the plain per-word average, alpha = 0 the raw log-probability.
+alpha = 1 is the plain per-word average, alpha = 0 the raw log-probability. Forced decoding
+(`forced_log_probs`) scores a given translation through the same step.
 Shapes: N rows (hypotheses or sentences), V target vocabulary, S source positions.
 """
 from __future__ import annotations
@@ -20,8 +21,6 @@ from torch import Tensor
 
 from nmtkit.models.base import EncoderOut, Seq2Seq
 from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-
-__all__ = ["Hypothesis", "as_models", "finished", "force_eos", "mask_specials", "max_lengths", "step_all"]
 
 
 @dataclass
@@ -110,3 +109,24 @@ def force_eos(lp: Tensor, rows: np.ndarray) -> Tensor:
     lp[idx] = float("-inf")
     lp[idx, EOS_ID] = eos
     return lp
+
+
+@torch.inference_mode()
+def forced_log_probs(models_or_model: Seq2Seq | Sequence[Seq2Seq], src: Tensor, src_lens: Tensor,
+                     tgt: Tensor) -> Tensor:
+    """(B, T) fp32: log p(tgt[b, t] | tgt[b, :t], src[b]) over the whole target vocabulary, 0 at
+    padding, through `step_all` as beam search steps, so that a translation the search found scores
+    here as it scored there (`Translator.score`, `nmtkit translate --score-reference`). src: (B, S)
+    ids, src_lens: (B,); tgt: (B, T) target ids each ending with EOS, padded with PAD; all on the
+    models' device. A padded row keeps stepping on PAD (its values dropped)."""
+    models = as_models(models_or_model)
+    encs = [m.encode_for_steps(src, src_lens) for m in models]
+    states = [m.init_state(e) for m, e in zip(models, encs)]
+    B, T = tgt.shape
+    prev = torch.full((B,), BOS_ID, dtype=torch.long, device=tgt.device)
+    out = torch.empty(B, T, dtype=torch.float32, device=tgt.device)
+    for t in range(T):
+        lp, states, _ = step_all(models, prev, states, encs)
+        prev = tgt[:, t]
+        out[:, t] = lp.gather(1, prev.unsqueeze(1)).squeeze(1)
+    return out.masked_fill(tgt.eq(PAD_ID), 0.0)

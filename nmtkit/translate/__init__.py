@@ -1,41 +1,37 @@
 """Text in, text out: `nmtkit translate` without the command line (`run`).
 
-The checkpoint alone is enough: it records the text pipeline and the vocabularies. A
-`Translator` (also the Python API, `nmtkit.load`) applies the pipeline to raw lines, decodes
-them with batched beam search or sampling, replaces UNKs from the attention if asked (Luong et
-al. 2015), joins BPE and detokenises. Streaming: lines are read into a buffer, sorted by length
-into batches, decoded, put back in input order and written before the next buffer is read.
-Alignment positions count the model's tokens (BPE subwords) from 0, EOS excluded. Modules:
-`config`, `translator`, `alignment` (also Result, Translation), `writers` (every output); the
-translator and the writers do not import each other; this module holds the files and `run`."""
+The checkpoint alone is enough: it records the text pipeline and the vocabularies. Streaming:
+lines are read into a buffer, translated by a `Translator` (translator.py, also the Python API,
+`nmtkit.load`), put back in input order and written (writers.py) before the next buffer is read.
+Modules: `config`, `translator`, `alignment` (also Result, Translation), `writers` (every output);
+the translator and the writers do not import each other; this module holds the files and `run`."""
 from __future__ import annotations
 
+import contextlib
 import itertools
+import sys
 from pathlib import Path
 from typing import Iterable
 
 from nmtkit.errors import ConfigError, InputError
-from nmtkit.io.files import check_output_dir
+from nmtkit.io.checks import STDIN, Output, check_outputs_vs_inputs, file_path
+from nmtkit.io.files import OutputFile, check_output_dir, commit_all, is_stdout
 from nmtkit.progress import Progress, no_progress
+from nmtkit.text.io import check_counts, count_lines, stream_lines
 from nmtkit.text.io import read_lines as read_text_lines
-from nmtkit.text.io import stream_lines
 from nmtkit.translate.alignment import (
-    Result,
-    Translation,
-    attention_table,
     hard_alignment,
     read_unk_dict,
     replace_unks,
     soft_alignment,
     subword_words,
 )
-from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, DecodeConfig, TranslateConfig
+from nmtkit.translate.config import DecodeConfig, TranslateConfig
 from nmtkit.translate.translator import Translator
-from nmtkit.translate.writers import Writers, nbest_line, plot_attention
+from nmtkit.translate.writers import Writers, is_plot_name, nbest_line
 
 __all__ = [
-    "DEFAULT_MAX_SRC_LEN", "DecodeConfig", "Result", "TranslateConfig", "Translation", "Translator", "Writers",
-    "attention_table", "check_files", "hard_alignment", "nbest_line", "plot_attention",
+    "DecodeConfig", "TranslateConfig", "Translator", "Writers", "check_files", "hard_alignment", "nbest_line",
     "read_unk_dict", "replace_unks", "run", "soft_alignment", "subword_words", "translate_stream",
 ]
 
@@ -81,10 +77,6 @@ def check_files(config: TranslateConfig) -> tuple[str | None, str | None, str | 
     start: the input exists, no output would be overwritten (without `config.force`), and
     --alignments and --alignments-file come together. Returns the three as files to open
     (`nmtkit.io.checks.file_path`: None for a standard stream)."""
-    from nmtkit.io.checks import STDIN, Output, check_outputs_vs_inputs, file_path
-    from nmtkit.io.files import is_stdout
-    from nmtkit.translate.writers import is_plot_name
-
     input_path, output_path, alignments_file = config.input_path, config.output_path, config.alignments_file
     if config.alignments and not alignments_file:
         raise ConfigError("--alignments needs --alignments-file FILE")
@@ -115,8 +107,6 @@ def check_files(config: TranslateConfig) -> tuple[str | None, str | None, str | 
 def _check_reference(reference: str, input_path: str | None) -> None:
     """--score-reference's file exists and, where both are regular files, has as many lines as
     the input (checked before the models load; a stream is checked as it is read)."""
-    from nmtkit.text.io import check_counts, count_lines
-
     path = Path(reference)
     if path.is_dir():
         raise InputError("is a directory; give a file of translations, one a line", reference)
@@ -136,11 +126,6 @@ def run(config: TranslateConfig, progress: Progress | None = None) -> dict[str, 
     complete (nmtkit.io.files): a failure never leaves a half-written output looking complete.
     `config.interactive` (or a buffer of one line) translates, writes and flushes each line as it
     arrives."""
-    import contextlib
-    import sys
-
-    from nmtkit.io.files import OutputFile, commit_all
-
     progress = progress or no_progress
     align_stdout = config.alignments_file == "-"
     input_path, output_path, alignments_file = check_files(config)

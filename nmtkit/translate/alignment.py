@@ -19,25 +19,20 @@ from nmtkit.text.io import read_lines
 from nmtkit.text.vocab import UNK
 
 
-def subword_words(tokens: Sequence[str], sep: str = SEPARATOR) -> tuple[list[int], list[str]]:
+def subword_words(tokens: Sequence[str]) -> tuple[list[int], list[str]]:
     """Map subword positions to words: (word index of each token, the words, `join_bpe`'s).
     "lo@@ wer is" -> ([0, 0, 1], ["lower", "is"])."""
     index, n = [], 0
     for tok in tokens:
         index.append(n)
-        if not tok.endswith(sep):
+        if not tok.endswith(SEPARATOR):
             n += 1
-    return index, join_bpe(list(tokens), sep)
+    return index, join_bpe(list(tokens))
 
 
-def replace_unks(
-    tgt_tokens: Sequence[str],
-    src_tokens: Sequence[str],
-    attention: Any,
-    unk: str = UNK,
-    unk_dict: dict[str, str] | None = None,
-) -> list[str]:
-    """Replace each `unk` target token by the source word it attends to most.
+def replace_unks(tgt_tokens: Sequence[str], src_tokens: Sequence[str], attention: Any,
+                 unk_dict: dict[str, str] | None = None) -> list[str]:
+    """Replace each <unk> target token by the source word it attends to most.
 
     attention: (T, len(src_tokens)) weights, rows for the target tokens (an extra EOS row is
     ignored), columns for the source tokens. With BPE the best source subword is mapped to its
@@ -45,11 +40,11 @@ def replace_unks(
     al. 2015) and is copied as is otherwise.
     """
     out = list(tgt_tokens)
-    if unk not in out or not src_tokens:
+    if UNK not in out or not src_tokens:
         return out
     word_of, words = subword_words(src_tokens)
     for i, j in hard_pairs(attention, len(out)):
-        if out[j] == unk:
+        if out[j] == UNK:
             word = words[word_of[i]]
             out[j] = unk_dict.get(word, word) if unk_dict else word
     return out
@@ -71,22 +66,16 @@ def hard_alignment(attention: Any, n_tgt: int) -> str:
     return " ".join(f"{i}-{j}" for i, j in hard_pairs(attention, n_tgt))
 
 
-def attention_labels(src_tokens: Sequence[str], tgt_tokens: Sequence[str],
-                     source_eos: Any = None) -> tuple[list[str], list[str]]:
-    """The column and row labels of a hypothesis's whole attention matrix: the source tokens
-    (then "</s>" for the model's source EOS, when `source_eos` weights are given), the target
-    tokens then "</s>"."""
-    return list(src_tokens) + (["</s>"] if source_eos is not None else []), list(tgt_tokens) + ["</s>"]
-
-
-def attention_matrix(attention: Any, source_eos: Any = None) -> list[list[float]]:
-    """The whole attention matrix as rows of floats: each row's weights on the source tokens,
-    then its weight on the source EOS when `source_eos` (one weight per row) is given."""
+def attention_matrix(attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str],
+                     source_eos: Any = None) -> tuple[list[str], list[str], list[list[float]]]:
+    """A hypothesis's whole attention matrix: (column labels, row labels, rows of floats). The
+    columns: the source tokens, then "</s>" for the model's source EOS when `source_eos` (one
+    weight per row) is given; the rows: the target tokens then "</s>"."""
     rows = [[float(x) for x in r] for r in attention]
     if source_eos is not None:
         for r, w in zip(rows, source_eos):
             r.append(float(w))
-    return rows
+    return list(src_tokens) + (["</s>"] if source_eos is not None else []), list(tgt_tokens) + ["</s>"], rows
 
 
 def attention_table(attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str],
@@ -96,9 +85,8 @@ def attention_table(attention: Any, src_tokens: Sequence[str], tgt_tokens: Seque
     attends to a source EOS: `source_eos`, its weights); weights rounded to 4 decimals."""
     if attention is None or not len(attention):
         return {"src": list(src_tokens), "tgt": list(tgt_tokens), "attention": []}
-    src, tgt = attention_labels(src_tokens, tgt_tokens, source_eos)
-    rows = [[round(x, 4) for x in r] for r in attention_matrix(attention, source_eos)]
-    return {"src": src, "tgt": tgt, "attention": rows}
+    src, tgt, rows = attention_matrix(attention, src_tokens, tgt_tokens, source_eos)
+    return {"src": src, "tgt": tgt, "attention": [[round(x, 4) for x in r] for r in rows]}
 
 
 def soft_alignment(attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str],

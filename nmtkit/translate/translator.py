@@ -12,17 +12,20 @@ serve`. What it loads with (`DecodeConfig`) is fixed; how it searches (`SearchCo
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import threading
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
-from nmtkit.devices import resolve_device
+from nmtkit.checkpoint import checkpoint_paths
+from nmtkit.devices import default_threads, import_torch, resolve_device, use_threads
 from nmtkit.errors import ConfigError, InputError
+from nmtkit.text.bpe import SEPARATOR
 from nmtkit.text.io import BOM
-from nmtkit.text.vocab import UNK
+from nmtkit.text.vocab import EOS_ID
 from nmtkit.translate.alignment import Result, Translation, read_unk_dict, replace_unks
 from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, DecodeConfig, SearchConfig, batch_token_cap
 from nmtkit.workers import Workers, can_fork
@@ -63,8 +66,6 @@ class Translator:
         `DecodeConfig` fields: device, precision, threads, workers, fuse, batch_size, max_tokens,
         max_src_len, input_format, output_format, unk_dict. An unknown or bad option raises
         ConfigError naming it; a missing or broken checkpoint raises CheckpointError."""
-        from nmtkit.checkpoint import checkpoint_paths
-
         paths = checkpoint_paths(checkpoints)
         if warn is not None and not callable(warn):
             raise TypeError(f"warn must be a function taking one message, not {type(warn).__name__}")
@@ -80,11 +81,11 @@ class Translator:
     def __init__(self, config: DecodeConfig, warn: Callable[[str], None] | None = None):
         """Load `config.models` (`self.bundle`) on the device and in the precision `config` says
         (validated when it was built; a `TranslateConfig` gives its `decode_config()`)."""
-        from nmtkit.devices import default_threads, import_torch, use_threads
-
         import_torch()  # before the modules that import it, with interrupts held (see there)
-        from nmtkit.models.fast.quantize import INT8_ON_CUDA
-        from nmtkit.models.precision import FP16_ON_CPU, autocast
+        from nmtkit.checkpoint import load_bundle
+        from nmtkit.models.fast.fusion import resolve_fuse
+        from nmtkit.models.fast.quantize import INT8_ON_CUDA, quantize_for_decoding
+        from nmtkit.models.precision import FP16_ON_CPU, autocast, resolve_decode_precision
 
         if isinstance(config, SearchConfig):  # a TranslateConfig: its search options would be dropped here
             raise TypeError("a Translator is built from a DecodeConfig (config.decode_config()); search options "
@@ -98,7 +99,13 @@ class Translator:
         # by each call that finds them changed (by another translator), never put back (resizing costs ~4 ms)
         self._threads = config.threads or default_threads()  # what --workers share
         use_threads(self._threads)
-        self.bundle, self.precision = self._load()
+        # auto: int8 on CPUs with int8 dot products, else bf16 where faster (GPUs, some CPUs), else fp32,
+        # chosen before loading (every architecture has int8 layers). int8 quantises each model in place as
+        # it loads, reading the float weights it replaces straight from the file (`load_model`'s prepare)
+        self.precision = resolve_decode_precision(self.device.type, config.precision)
+        fuse = resolve_fuse(config.fuse, self.device)
+        self.bundle = load_bundle(config.models, self.device, fuse_steps=fuse,
+                                  prepare=quantize_for_decoding if self.precision == "int8" else None)
         self.max_src_len = config.max_src_len or max(DEFAULT_MAX_SRC_LEN, 4 * (self.bundle.trained_max_len or 0))
         self.max_tokens = batch_token_cap(config.max_tokens, self.device.type)  # None: no cap
         self._unk_dict = read_unk_dict(config.unk_dict) if config.unk_dict else None
@@ -133,8 +140,6 @@ class Translator:
         """Warn when the vocabularies hold BPE subwords (words ending in "@@") that the recorded
         pipeline does not make: the training text was split before `nmtkit preprocess`, so raw
         or tokenised input is not split as the model was trained, and its output is not joined."""
-        from nmtkit.text.bpe import SEPARATOR
-
         c = self.config
         if self.bundle.pipeline.bpe is not None or (c.input_format == "bpe" and c.output_format == "bpe"):
             return
@@ -144,21 +149,6 @@ class Translator:
                        f"'{SEPARATOR}', but its text pipeline applies no BPE (the text was split before nmtkit "
                        "preprocess): give BPE'd input with --input-format bpe, and --output-format bpe to join "
                        "the output yourself")
-
-    def _load(self) -> tuple[Any, str]:
-        """(the ModelBundle of config.models, the decoding precision). auto: int8 on CPUs with int8 dot
-        products, else bf16 where faster (GPUs, some CPUs), else fp32, chosen before loading (every
-        architecture has int8 layers). int8 quantises each model in place as it loads, reading the
-        float weights it replaces straight from the checkpoint file (`load_model`'s prepare)."""
-        from nmtkit.checkpoint import load_bundle
-        from nmtkit.models.fast.fusion import resolve_fuse
-        from nmtkit.models.fast.quantize import quantize_for_decoding
-        from nmtkit.models.precision import resolve_decode_precision
-
-        config, device = self.config, self.device
-        precision = resolve_decode_precision(device.type, config.precision)
-        return load_bundle(config.models, device, fuse_steps=resolve_fuse(config.fuse, device),
-                           prepare=quantize_for_decoding if precision == "int8" else None), precision
 
     # -- the public calls
     def generate(self, lines: Iterable[str], *, alignments: bool = False, beam: int | None = None,
@@ -268,8 +258,6 @@ class Translator:
         attention. A line's number names it in warnings (`source`:N) and keys its sample (which so
         depends on neither buffer nor batch). Several `--workers` share the tokenising and the
         batches, each decoding and finishing whole ones (`map_batches`)."""
-        from nmtkit.devices import use_threads
-
         use_threads(self._threads)
         workers = resolve_workers(self.config.workers, self._threads, self.device.type)
         prepared = self._prepare_all(lines, workers, source)
@@ -301,61 +289,52 @@ class Translator:
         """Beam search (or, with search.sampling, one sample each) over non-empty token lists of
         similar lengths -> n-best `Hypothesis` lists. keys: each sentence's line number, which
         seeds its sample (`nmtkit.decode.sampling`)."""
-        import torch
-
         from nmtkit.decode.sampling import sample
-
-        src, lens = self._source_tensors(src_token_lists)
-        with torch.inference_mode(), self._autocast:
-            if search.sampling:  # from the whole vocabulary (a shortlist would change the distribution sampled)
-                results = sample(self.bundle.models, src.to(self.device), lens.to(self.device), search.sampling_seed,
-                                 keys, topk=search.sampling_topk, temperature=search.temperature,
-                                 max_len_a=search.max_len_a, max_len_b=search.max_len_b, lenpen=search.lenpen,
-                                 need_attention=need_attention, ban_unk=search.ban_unk)
-            else:
-                results = self._beam_search(src, lens, search, need_attention)
-        self._after_batch()
-        return results
-
-    def _source_tensors(self, src_token_lists: Sequence[list[str]]) -> tuple[Any, Any]:
-        """(padded source ids (B, S), lengths (B,)) on the CPU."""
-        import torch
-
-        from nmtkit.data.binarized import pad_rows
-
-        ids = [self.bundle.src_vocab.encode(t) for t in src_token_lists]
-        return torch.from_numpy(pad_rows(ids)), torch.tensor([len(x) for x in ids], dtype=torch.long)
-
-    def _after_batch(self) -> None:
-        from nmtkit.devices import RELEASE_EVERY_BATCHES, release_free_memory
-
-        self._batches_decoded += 1
-        if self._batches_decoded % RELEASE_EVERY_BATCHES == 0:
-            release_free_memory()  # past batches' buffers, which the next batches' shapes would not reuse
-
-    def _beam_search(self, src: Any, lens: Any, s: SearchConfig, need_attention: bool):
         from nmtkit.decode.search import beam_search
         from nmtkit.decode.shortlist import shortlist_ids
 
-        n_tgt = len(self.bundle.tgt_vocab.itos)
-        # a wider beam than the target vocabulary finds nothing more and costs memory and time:
-        # every search is capped at the vocabulary (n-best lists too)
-        if s.beam > n_tgt:
-            nbest = f" and --nbest {s.nbest} lists of at most {n_tgt}" if s.nbest > n_tgt else ""
-            self._warn_once(f"beam {s.beam} {s.nbest}", f"--beam {s.beam} is above the target vocabulary's {n_tgt} "
-                                                        f"entries: searching with a beam of {n_tgt}, which finds the "
-                                                        f"same translations{nbest}")
-        # Jean et al. (2015)'s candidate list: with the lexicon the trainer stores (a checkpoint
-        # made otherwise may have none), each batch scores only its shortlist of target words
-        vocab = None
-        if s.shortlist == "auto" and self.bundle.lexicon is not None:
-            vocab = shortlist_ids(self.bundle.lexicon, src, n_tgt)
-            vocab = vocab if len(vocab) < n_tgt else None  # beam_search moves it
-        return beam_search(
-            self.bundle.models, src.to(self.device), lens.to(self.device), beam=min(s.beam, n_tgt),
-            lenpen=s.lenpen, max_len_a=s.max_len_a, max_len_b=s.max_len_b, nbest=min(s.nbest, n_tgt),
-            need_attention=need_attention, vocab=vocab, ban_unk=s.ban_unk,
-        )
+        s, n_tgt = search, len(self.bundle.tgt_vocab.itos)
+        with self._batch_tensors(src_token_lists) as (src, lens):
+            if s.sampling:  # from the whole vocabulary (a shortlist would change the distribution sampled)
+                return sample(self.bundle.models, src.to(self.device), lens.to(self.device), s.sampling_seed,
+                              keys, topk=s.sampling_topk, temperature=s.temperature, max_len_a=s.max_len_a,
+                              max_len_b=s.max_len_b, lenpen=s.lenpen, need_attention=need_attention,
+                              ban_unk=s.ban_unk)
+            # a wider beam than the target vocabulary finds nothing more and costs memory and time:
+            # every search is capped at the vocabulary (n-best lists too)
+            if s.beam > n_tgt:
+                nbest = f" and --nbest {s.nbest} lists of at most {n_tgt}" if s.nbest > n_tgt else ""
+                self._warn_once(f"beam {s.beam} {s.nbest}",
+                                f"--beam {s.beam} is above the target vocabulary's {n_tgt} entries: "
+                                f"searching with a beam of {n_tgt}, which finds the same translations{nbest}")
+            # Jean et al. (2015)'s candidate list: with the lexicon the trainer stores (a checkpoint
+            # made otherwise may have none), each batch scores only its shortlist of target words
+            vocab = None
+            if s.shortlist == "auto" and self.bundle.lexicon is not None:
+                vocab = shortlist_ids(self.bundle.lexicon, src, n_tgt)
+                vocab = vocab if len(vocab) < n_tgt else None  # beam_search moves it
+            return beam_search(
+                self.bundle.models, src.to(self.device), lens.to(self.device), beam=min(s.beam, n_tgt),
+                lenpen=s.lenpen, max_len_a=s.max_len_a, max_len_b=s.max_len_b, nbest=min(s.nbest, n_tgt),
+                need_attention=need_attention, vocab=vocab, ban_unk=s.ban_unk,
+            )
+
+    @contextlib.contextmanager
+    def _batch_tensors(self, src_token_lists: Sequence[list[str]]) -> Iterator[tuple[Any, Any]]:
+        """A batch's (padded source ids (B, S), lengths (B,)) on the CPU, decoded in inference mode
+        under the translator's autocast; every RELEASE_EVERY_BATCHES batches, the past batches'
+        buffers, which the next batches' shapes would not reuse, are given back."""
+        import torch
+
+        from nmtkit.data.binarized import pad_rows
+        from nmtkit.devices import RELEASE_EVERY_BATCHES, release_free_memory
+
+        ids = [self.bundle.src_vocab.encode(t) for t in src_token_lists]
+        with torch.inference_mode(), self._autocast:
+            yield torch.from_numpy(pad_rows(ids)), torch.tensor([len(x) for x in ids], dtype=torch.long)
+        self._batches_decoded += 1
+        if self._batches_decoded % RELEASE_EVERY_BATCHES == 0:
+            release_free_memory()
 
     def _finish(self, index: int, src_tokens: list[str], truncated: bool, hyps: Sequence[Any],
                 search: SearchConfig) -> Result:
@@ -366,7 +345,7 @@ class Translator:
         for hyp in hyps:
             toks = [itos[i] for i in hyp.tokens]
             if search.replace_unk and hyp.attention is not None:
-                toks = replace_unks(toks, src, hyp.attention, UNK, self._unk_dict)
+                toks = replace_unks(toks, src, hyp.attention, self._unk_dict)
             text = self.bundle.pipeline.decode_to(toks, "tgt", self.config.output_format)
             nbest.append(Translation(text, tuple(toks), hyp.score, hyp.log_prob, src, hyp.attention,
                                      hyp.source_eos_attention))
@@ -380,9 +359,7 @@ class Translator:
         import torch
 
         from nmtkit.data.binarized import pad_rows
-        from nmtkit.decode.forced import forced_log_probs
-        from nmtkit.devices import use_threads
-        from nmtkit.text.vocab import EOS_ID
+        from nmtkit.decode.steps import forced_log_probs
 
         use_threads(self._threads)
         workers = resolve_workers(self.config.workers, self._threads, self.device.type)
@@ -397,12 +374,10 @@ class Translator:
 
         def score(j: int) -> list[TokenScores]:
             idx = batches[j]
-            src, lens = self._source_tensors([prepared[i][0] for i in idx])
             tgt = torch.from_numpy(pad_rows([self.bundle.tgt_vocab.encode(targets[i]) + [EOS_ID] for i in idx]))
-            with torch.inference_mode(), self._autocast:
+            with self._batch_tensors([prepared[i][0] for i in idx]) as (src, lens):
                 lps = forced_log_probs(self.bundle.models, src.to(self.device), lens.to(self.device),
                                        tgt.to(self.device)).cpu()
-            self._after_batch()
             totals = lps.cumsum(1)  # in fp32, token by token, as beam search adds up its scores
             return [TokenScores(float(total[len(targets[i])]), tuple(targets[i]),
                                 tuple(row[: len(targets[i]) + 1].tolist())) for row, total, i in zip(lps, totals, idx)]

@@ -7,14 +7,7 @@ from pathlib import Path
 from typing import IO, Any, Sequence
 
 from nmtkit.io.files import check_output_dir, save_figure
-from nmtkit.translate.alignment import (
-    Result,
-    Translation,
-    attention_labels,
-    attention_matrix,
-    hard_alignment,
-    soft_alignment,
-)
+from nmtkit.translate.alignment import Result, Translation, attention_matrix, hard_alignment, soft_alignment
 from nmtkit.translate.config import TranslateConfig
 
 
@@ -40,11 +33,11 @@ def plot_attention(path: str | Path, attention: Any, src_tokens: Sequence[str], 
     import matplotlib.pyplot as plt
     import numpy as np
 
-    att = np.asarray(attention_matrix(attention, source_eos), dtype=float)
-    src, tgt = attention_labels(src_tokens, tgt_tokens, source_eos)
+    src, tgt, rows = attention_matrix(attention, src_tokens, tgt_tokens, source_eos)
     fig, ax = plt.subplots(figsize=tuple(max(3.0, 0.35 * len(labels) + 1.5) for labels in (src, tgt)))
     try:
-        ax.imshow(att, cmap="gray", vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
+        ax.imshow(np.asarray(rows, dtype=float), cmap="gray", vmin=0.0, vmax=1.0, aspect="equal",
+                  interpolation="nearest")
         ax.xaxis.tick_top()
         ax.set_xticks(range(len(src)), labels=src, rotation=90)
         ax.set_yticks(range(len(tgt)), labels=tgt)
