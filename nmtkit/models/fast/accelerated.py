@@ -75,8 +75,9 @@ class Accelerated(Seq2Seq):
         proj = self.output_projection()
         if proj is None:
             raise ValueError(f"{type(self).__name__} has no single output projection for the chunked loss")
-        loss_sum, nll_sum = linear_cross_entropy(feats, proj.weight, proj.bias, gold, label_smoothing,
-                                                 chunk_tokens, self.fuse_steps)
+        loss_sum, nll_sum = linear_cross_entropy(
+            feats, proj.weight, proj.bias, gold, label_smoothing, chunk_tokens, self.fuse_steps
+        )
         return loss_sum, nll_sum, int(gold.numel())
 
 
@@ -180,15 +181,20 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                     grad_w += gp.t().mm(f).to(acc)
         ctx.mark_non_differentiable(nll_sum)
         if need_grad:
-            ctx.save_for_backward(grad_feats if grad_feats is not None else torch.empty(0),
-                                  grad_w.to(weight.dtype), grad_b.to(bias.dtype))
+            ctx.save_for_backward(
+                grad_feats if grad_feats is not None else torch.empty(0),
+                grad_w.to(weight.dtype),
+                grad_b.to(bias.dtype),
+            )
         ctx.has_feats_grad = grad_feats is not None
         return loss_sum, nll_sum
 
     @staticmethod
     def backward(ctx, grad_loss, grad_nll):  # type: ignore[override]
         grad_feats, grad_w, grad_b = ctx.saved_tensors
-        return (grad_feats * grad_loss.to(grad_feats.dtype) if ctx.has_feats_grad else None,
-                grad_w * grad_loss.to(grad_w.dtype) if ctx.needs_input_grad[1] else None,
-                grad_b * grad_loss.to(grad_b.dtype) if ctx.needs_input_grad[2] else None,
-                None, None, None, None, None)
+        return (
+            grad_feats * grad_loss.to(grad_feats.dtype) if ctx.has_feats_grad else None,
+            grad_w * grad_loss.to(grad_w.dtype) if ctx.needs_input_grad[1] else None,
+            grad_b * grad_loss.to(grad_b.dtype) if ctx.needs_input_grad[2] else None,
+            None, None, None, None, None,
+        )

@@ -254,7 +254,10 @@ def loop_graphs(device: torch.device) -> LoopGraphs:
     """The process's LoopGraphs for `device` (one arena and pool per device)."""
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    return _RUNNERS.setdefault((device.type, device.index), LoopGraphs(device))
+    key = (device.type, device.index)
+    if key not in _RUNNERS:
+        _RUNNERS[key] = LoopGraphs(device)
+    return _RUNNERS[key]
 
 
 def release_all() -> None:
