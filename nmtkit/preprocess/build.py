@@ -39,7 +39,7 @@ from nmtkit.text.io import check_parallel, decode_lines, input_candidates, read_
 from nmtkit.text.moses import DROP_REASONS, PairDeduper, drop_reason
 from nmtkit.text.parallel import parallel_map, worker_state
 from nmtkit.text.pipeline import SIDES, TextPipeline, add_weights, best_forms, new_casing, truecase_weights
-from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo
+from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo, tokenised_as_raw
 from nmtkit.text.vocab import SPECIALS, UNK_ID, Vocab, token_ids
 
 log = logging.getLogger("nmtkit.preprocess")
@@ -284,6 +284,8 @@ def _check_inputs(config: PreprocessConfig, base: TextPipeline,
             if config.input_format == "tok" and not check_tokinfo(path, lang, base):  # translate replays the settings
                 log.warning("%s: no %s beside it, so its tokeniser settings cannot be checked; they must be this "
                             "command's (translate replays them)", path, TOKINFO_SUFFIX)
+            elif config.input_format == "raw" and (tokenised := tokenised_as_raw(path)):
+                log.warning(tokenised)
         inputs[os.path.abspath(src)], inputs[os.path.abspath(tgt)] = h_src, h_tgt  # as the prefixes (_encode_split)
         line_counts[name] = n
         report("check inputs", k, len(splits))
