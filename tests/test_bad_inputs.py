@@ -207,6 +207,18 @@ def _tokenised(w: World, prefix: str) -> str:
     return f"tok-{prefix}"
 
 
+def _with_valid(argv: list[str], prefix: Path) -> list[str]:
+    argv[argv.index("--valid") + 1] = str(prefix)
+    return argv
+
+
+def _blank_refs(w: World) -> str:
+    """A dev set of sentences whose references are all blank lines."""
+    shutil.copy(w.tmp / "corpus.en", w.tmp / "blank-refs.en")
+    (w.tmp / "blank-refs.fr").write_text(" \n" * len(EN), encoding="utf-8")
+    return "blank-refs"
+
+
 def _binary_as_text(w: World) -> str:
     (w.tmp / "bin.en").write_bytes(b"\n".join(e.encode() for e in EN[:3]) + b"\n\x00\x01\x02" + b"x\n" * 17)
     shutil.copy(w.tmp / "corpus.fr", w.tmp / "bin.fr")
@@ -322,6 +334,9 @@ ROWS = [
     Row("select-data-tokenised-pool-read-as-raw-warns",
         lambda w: [str(w.tmp / _tokenised(w, "pool")) if a == str(w.tmp / "pool") else a for a in _select(w, w.tmp / "st")],
         ok=True, needles=("tok-pool.fr.tokinfo.json records it as 'nmtkit tokenize' output", "--input-format tok")),
+    Row("preprocess-valid-references-all-blank",  # was a data directory whose dev BLEU could only be 0
+        lambda w: _with_valid(_preprocess(w, w.tmp / "pp-br"), w.tmp / _blank_refs(w)),
+        needles=("blank-refs.fr", "the valid split's 20 lines hold no word")),
     Row("select-data-lines-0", lambda w: _select(w, w.tmp / "sel0")[:-2] + ["--lines", "0"], needles=("--lines",)),
     # ---- average, --protect, --tensorboard ------------------------------------------------------
     Row("average-missing-checkpoint", lambda w: ["average", "-m", str(w.ckpt), "-m", str(w.tmp / "gone.pt"), "-o",
