@@ -219,6 +219,14 @@ def _blank_refs(w: World) -> str:
     return "blank-refs"
 
 
+def _linked_pool(w: World) -> str:
+    """The pool again, as another prefix whose files are symbolic links to the pool's."""
+    (w.tmp / "linked").mkdir()
+    for lang in ("en", "fr"):
+        (w.tmp / "linked" / f"pool.{lang}").symlink_to(w.tmp / f"pool.{lang}")
+    return str(w.tmp / "linked" / "pool")
+
+
 def _binary_as_text(w: World) -> str:
     (w.tmp / "bin.en").write_bytes(b"\n".join(e.encode() for e in EN[:3]) + b"\n\x00\x01\x02" + b"x\n" * 17)
     shutil.copy(w.tmp / "corpus.fr", w.tmp / "bin.fr")
@@ -337,6 +345,9 @@ ROWS = [
     Row("preprocess-valid-references-all-blank",  # was a data directory whose dev BLEU could only be 0
         lambda w: _with_valid(_preprocess(w, w.tmp / "pp-br"), w.tmp / _blank_refs(w)),
         needles=("blank-refs.fr", "the valid split's 20 lines hold no word")),
+    Row("select-data-pool-twice-through-symlinks", lambda w: _select(w, w.tmp / "sl", "--pool", _linked_pool(w)),
+        needles=("--pool", "linked/pool is the pool", "selected twice"),  # its pairs were selected twice
+        check=lambda w: not list(w.tmp.glob("sl.*")) or pytest.fail("wrote a selection")),
     Row("select-data-lines-0", lambda w: _select(w, w.tmp / "sel0")[:-2] + ["--lines", "0"], needles=("--lines",)),
     # ---- average, --protect, --tensorboard ------------------------------------------------------
     Row("average-missing-checkpoint", lambda w: ["average", "-m", str(w.ckpt), "-m", str(w.tmp / "gone.pt"), "-o",
