@@ -198,6 +198,35 @@ def _gzip_as_text(w: World) -> str:
     return "zipped"
 
 
+def _tokenised(w: World, prefix: str) -> str:
+    """`nmtkit tokenize` of PREFIX.{en,fr} into tok-PREFIX.{en,fr}, each with its .tokinfo.json."""
+    for lang in ("en", "fr"):
+        code, _, err = run_cli(["tokenize", "--lang", lang, "--workers", "1", "-i", str(w.tmp / f"{prefix}.{lang}"),
+                                "-o", str(w.tmp / f"tok-{prefix}.{lang}")])
+        assert code == 0, err
+    return f"tok-{prefix}"
+
+
+def _with_valid(argv: list[str], prefix: Path) -> list[str]:
+    argv[argv.index("--valid") + 1] = str(prefix)
+    return argv
+
+
+def _blank_refs(w: World) -> str:
+    """A dev set of sentences whose references are all blank lines."""
+    shutil.copy(w.tmp / "corpus.en", w.tmp / "blank-refs.en")
+    (w.tmp / "blank-refs.fr").write_text(" \n" * len(EN), encoding="utf-8")
+    return "blank-refs"
+
+
+def _linked_pool(w: World) -> str:
+    """The pool again, as another prefix whose files are symbolic links to the pool's."""
+    (w.tmp / "linked").mkdir()
+    for lang in ("en", "fr"):
+        (w.tmp / "linked" / f"pool.{lang}").symlink_to(w.tmp / f"pool.{lang}")
+    return str(w.tmp / "linked" / "pool")
+
+
 def _binary_as_text(w: World) -> str:
     (w.tmp / "bin.en").write_bytes(b"\n".join(e.encode() for e in EN[:3]) + b"\n\x00\x01\x02" + b"x\n" * 17)
     shutil.copy(w.tmp / "corpus.fr", w.tmp / "bin.fr")
@@ -306,6 +335,19 @@ ROWS = [
         needles=("zipped.en", "gzip")),
     Row("preprocess-binary-input", lambda w: _preprocess(w, w.tmp / "pp-b", _binary_as_text(w)),
         needles=("bin.en", "binary")),
+    # tokenised text tokenised again is split further ("J' aime" -> "J ' aime") than translate splits raw text
+    Row("preprocess-tokenised-input-read-as-raw-warns",
+        lambda w: [a for a in _preprocess(w, w.tmp / "pp-tok", _tokenised(w, "corpus")) if a != "--quiet"], ok=True,
+        needles=("tok-corpus.en.tokinfo.json records it as 'nmtkit tokenize' output", "--input-format tok")),
+    Row("select-data-tokenised-pool-read-as-raw-warns",
+        lambda w: [str(w.tmp / _tokenised(w, "pool")) if a == str(w.tmp / "pool") else a for a in _select(w, w.tmp / "st")],
+        ok=True, needles=("tok-pool.fr.tokinfo.json records it as 'nmtkit tokenize' output", "--input-format tok")),
+    Row("preprocess-valid-references-all-blank",  # was a data directory whose dev BLEU could only be 0
+        lambda w: _with_valid(_preprocess(w, w.tmp / "pp-br"), w.tmp / _blank_refs(w)),
+        needles=("blank-refs.fr", "the valid split's 20 lines hold no word")),
+    Row("select-data-pool-twice-through-symlinks", lambda w: _select(w, w.tmp / "sl", "--pool", _linked_pool(w)),
+        needles=("--pool", "linked/pool is the pool", "selected twice"),  # its pairs were selected twice
+        check=lambda w: not list(w.tmp.glob("sl.*")) or pytest.fail("wrote a selection")),
     Row("select-data-lines-0", lambda w: _select(w, w.tmp / "sel0")[:-2] + ["--lines", "0"], needles=("--lines",)),
     # ---- average, --protect, --tensorboard ------------------------------------------------------
     Row("average-missing-checkpoint", lambda w: ["average", "-m", str(w.ckpt), "-m", str(w.tmp / "gone.pt"), "-o",

@@ -144,6 +144,11 @@ ROWS = [
     Row("tokenize-input-with-cr-line-ends", lambda w: ["tokenize", "--lang", "en", "-i",
                                                        _text(w, "cr.en", b"One.\rTwo.\rThree.\r")],
         needles=("cr.en", "CR alone")),  # was one sentence: "One.Two.Three ."
+    # a short protected word ("it") was also replaced inside the name hiding a longer match ("NMTKITSHIELD...")
+    Row("tokenize-protect-a-word-that-is-part-of-the-hiding-name",
+        lambda w: ["tokenize", "--lang", "en", "-i", _text(w, "it.en", b"hello it is, IT.\n"), "--protect",
+                   _text(w, "it.txt", b"hello\nit\n"), "-o", str(w.tmp / "it.tok")], ok=True,
+        check=lambda w: _text_is(w.tmp / "it.tok", "hello it is , IT .\n")),  # was NMTKITSHIELDAAAAZ NMTKITSHIELDAAABZ ...
     Row("tokenize-input-with-a-nul-byte", lambda w: ["tokenize", "--lang", "en", "-i",
                                                      _text(w, "nul.en", b"a cat\nthe\0dog\n")],
         needles=("nul.en:2:", "binary")),
@@ -243,6 +248,10 @@ def _with_input(w: World, path: str, *extra: str) -> list[str]:
     argv = _translate(w, *extra)
     argv[argv.index("-i") + 1] = path
     return argv
+
+
+def _text_is(p: Path, want: str) -> None:
+    assert p.read_text(encoding="utf-8") == want, p.read_text(encoding="utf-8")
 
 
 def _lines(p: Path, n: int) -> None:

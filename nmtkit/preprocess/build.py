@@ -39,7 +39,7 @@ from nmtkit.text.io import check_parallel, decode_lines, input_candidates, read_
 from nmtkit.text.moses import DROP_REASONS, PairDeduper, drop_reason
 from nmtkit.text.parallel import parallel_map, worker_state
 from nmtkit.text.pipeline import SIDES, TextPipeline, add_weights, best_forms, new_casing, truecase_weights
-from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo
+from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo, tokenised_as_raw
 from nmtkit.text.vocab import SPECIALS, UNK_ID, Vocab, token_ids
 
 log = logging.getLogger("nmtkit.preprocess")
@@ -276,14 +276,17 @@ def _check_inputs(config: PreprocessConfig, base: TextPipeline,
         n, h_src, h_tgt = check_parallel(src, tgt)
         if n == 0:
             raise InputError(f"the {name} split is empty", src)
-        if name == "valid" and not any(base.tokenize_from(line, "src", config.input_format)
-                                       for line in read_lines(src) if line.strip()):  # stops at the first sentence
-            raise InputError(f"the valid split's {n} lines hold no word (blank, or only spaces and invisible "
-                             "characters): train validates on its sentences", src)
+        for path, side in ((src, "src"), (tgt, "tgt")) if name == "valid" else ():  # the references too
+            if not any(base.tokenize_from(line, side, config.input_format)
+                       for line in read_lines(path) if line.strip()):  # stops at the first sentence
+                raise InputError(f"the valid split's {n} lines hold no word (blank, or only spaces and invisible "
+                                 "characters): train validates on its sentences", path)
         for path, lang in ((src, config.src_lang), (tgt, config.tgt_lang)):
             if config.input_format == "tok" and not check_tokinfo(path, lang, base):  # translate replays the settings
                 log.warning("%s: no %s beside it, so its tokeniser settings cannot be checked; they must be this "
                             "command's (translate replays them)", path, TOKINFO_SUFFIX)
+            elif config.input_format == "raw" and (tokenised := tokenised_as_raw(path)):
+                log.warning(tokenised)
         inputs[os.path.abspath(src)], inputs[os.path.abspath(tgt)] = h_src, h_tgt  # as the prefixes (_encode_split)
         line_counts[name] = n
         report("check inputs", k, len(splits))

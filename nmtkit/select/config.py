@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError
 from nmtkit.options import check_fields, option
+from nmtkit.text.io import input_candidates
 from nmtkit.text.moses import check_lang
 from nmtkit.text.pipeline import (
     CORPUS_FORMATS,
@@ -73,12 +74,12 @@ class SelectConfig:
             raise ConfigError("--src-lang and --tgt-lang must differ")
         if not self.in_domain or not self.pool:
             raise ConfigError("need --in-domain and --pool")
-        seen: dict[str, str] = {}
+        seen: dict[object, str] = {}
         for prefix in self.pool:
-            if os.path.realpath(prefix) in seen:
-                raise ConfigError(f"--pool {prefix} is the pool {seen[os.path.realpath(prefix)]} again: its pairs "
-                                  "would be selected twice")
-            seen[os.path.realpath(prefix)] = prefix
+            key = _pool_key(prefix, (self.src_lang, self.tgt_lang))
+            if key in seen:
+                raise ConfigError(f"--pool {prefix} is the pool {seen[key]} again: its pairs would be selected twice")
+            seen[key] = prefix
         if not os.path.basename(self.output_prefix):
             raise ConfigError(f"--output-prefix {self.output_prefix!r} has no file name part: give one, e.g. "
                               "out/selected for out/selected.{src,tgt}")
@@ -88,3 +89,16 @@ class SelectConfig:
         return TextPipeline(self.src_lang, self.tgt_lang, nfc=self.nfc, normalize_punct=self.normalize_punct,
                             remove_non_printing=self.remove_non_printing,
                             aggressive_dash_splits=self.aggressive_dash_splits, lowercase=self.lowercase)
+
+
+def _pool_key(prefix: str, langs: tuple[str, str]) -> object:
+    """What makes two --pool prefixes one pool: the files of both sides that they read (one file
+    whatever the path: a symlink or a hard link to it included), or, where one side has none, the
+    prefix's real path."""
+    key = []
+    for lang in langs:
+        st = next((os.stat(p) for p in input_candidates(prefix, lang) if os.path.isfile(p)), None)
+        if st is None:
+            return os.path.realpath(prefix)
+        key.append((st.st_dev, st.st_ino))
+    return tuple(key)

@@ -33,7 +33,7 @@ from nmtkit.select.ngram import LM_SPECIALS, LM_UNK_ID, LMVocab, NgramLM
 from nmtkit.select.scoring import Corpus, IdPairs, Scorer, TextOpts, score_pool, tokenize_ids, write_scores
 from nmtkit.text.io import decode_line, input_candidates, read_blocks, resolve_input, warn_both_exist
 from nmtkit.text.pipeline import TextPipeline
-from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo, read_tokinfo
+from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo, read_tokinfo, tokenised_as_raw
 
 log = logging.getLogger(__name__)
 
@@ -182,9 +182,11 @@ def tokinfo_warnings(cfg: SelectConfig, corpora: Sequence[Corpus], pipeline: Tex
     """--input-format tok: each scored side's files checked against the `.tokinfo.json` that
     `nmtkit tokenize` wrote beside them (ConfigError naming the file and the flags that differ);
     a warning for each file without one. Lowercasing is not compared: --lowercase only
-    lowercases the LMs' tokens, whatever case the text has."""
+    lowercases the LMs' tokens, whatever case the text has. --input-format raw: a warning for each
+    file that has such a record (`tokenised_as_raw`)."""
     if cfg.input_format != "tok":
-        return []
+        return [msg for corpus in corpora for side in ("src", "tgt") for path in corpus.paths(side)
+                if (msg := tokenised_as_raw(path))]
     langs = {"src": cfg.src_lang, "tgt": cfg.tgt_lang}
     out = [f"{path}: no {TOKINFO_SUFFIX} beside it, so its tokeniser settings cannot be checked; they must be "
            "this command's" for corpus in corpora for side in scored_sides(cfg.method) for path in corpus.paths(side)

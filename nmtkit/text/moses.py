@@ -194,13 +194,25 @@ class Protector:
             marker += "Q"
         names = [marker + "".join("ABCDEFGHIJ"[int(c)] for c in str(i).zfill(4)) + "Z"
                  for i in range(len(spans))]
-        for span, name in zip(spans, names):
-            line = line.replace(span, name)
+        hidden: list[str | int] = [line]  # the line's text, and the numbers of the spans hidden in it so far
+        for i, span in enumerate(spans):  # a short span ("IT") is never replaced inside a name ("NMTKITSHIELD...")
+            hidden = [x for part in hidden for x in _hide(part, span, i)]
+        line = "".join(names[x] if isinstance(x, int) else x for x in hidden)
         toks = tokenize(prepare(line), [re.escape(marker) + "[A-J]{4}Z"])
-        text = " ".join(toks)
-        for span, name in zip(spans, names):
-            text = text.replace(name, span)
+        found = dict(zip(names, spans))
+        text = re.sub(re.escape(marker) + "[A-J]{4}Z", lambda m: found.get(m[0], m[0]), " ".join(toks))
         return text.split()
+
+
+def _hide(part: str | int, span: str, i: int) -> list[str | int]:
+    """A piece of a line with each `span` in it replaced by the number `i` (a number, a span hidden
+    already, stays as it is)."""
+    if isinstance(part, int):
+        return [part]
+    out: list[str | int] = []
+    for k, piece in enumerate(part.split(span)):
+        out += [i, piece] if k else [piece]
+    return out
 
 
 def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: bool = False,

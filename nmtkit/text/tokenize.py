@@ -117,6 +117,16 @@ def read_tokinfo(path: str) -> dict[str, Any] | None:
     return info
 
 
+def tokenised_as_raw(path: str) -> str | None:
+    """--input-format raw: a warning when `path` has the record of `nmtkit tokenize` beside it
+    (`tokinfo_path`): its text, tokenised again, would be split further than raw text is."""
+    info_path = tokinfo_path(path)
+    if not os.path.isfile(info_path):
+        return None
+    return (f"{path}: {info_path} records it as 'nmtkit tokenize' output, read here as raw text and tokenised a "
+            "second time, which splits it further (\"J' aime\" -> \"J ' aime\"): give --input-format tok")
+
+
 def check_tokinfo(path: str, lang: str, pipeline: TextPipeline, protect: bool = True,
                   why: str = "since translate replays this command's") -> bool:
     """Check that the tokenised file `path` was made with `pipeline`'s steps 0-3, from its record
