@@ -39,6 +39,8 @@ ROWS = [
     Row("translate-i-directory", lambda w: _with_input(w, str(w.tmp)), needles=("is a directory",)),
     Row("translate-m-directory", lambda w: ["translate", "-m", str(w.tmp), "-i", str(w.src)],
         needles=("is a directory",)),
+    Row("a-file-name-with-a-line-break-stays-in-one-error-line",
+        lambda w: ["tokenize", "--lang", "en", "-i", str(w.tmp / "no\nsuch")], needles=("no\\nsuch",)),
     Row("translate-nul-byte-is-binary", lambda w: _with_input(w, _text(w, "nul.en", b"a cat\nthe\0dog\n")),
         needles=("nul.en:2:", "binary")),
     Row("translate-utf8-bom-is-stripped",

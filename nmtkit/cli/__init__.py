@@ -229,8 +229,9 @@ def _run(argv: list[str] | None, debug: bool) -> None:
 
 
 def _end(message: str, status: int) -> NoReturn:
-    """`nmtkit: MESSAGE` on stderr, then exit with `status`."""
-    click.echo(f"nmtkit: {message}", err=True)
+    """`nmtkit: MESSAGE` on stderr, one line whatever it quotes (a file name may hold a line
+    break: it is written as \\n), then exit with `status`."""
+    click.echo("nmtkit: " + message.replace("\r", "\\r").replace("\n", "\\n"), err=True)
     sys.exit(status)
 
 
