@@ -249,6 +249,9 @@ ROWS = [
     Row("translate-plot-attention-readonly", lambda w: _translate(w, "--plot-attention", str(w.readonly() / "p")),
         needles=("Read-only file system",)),
     Row("train-save-dir-readonly", lambda w: _train(w, w.readonly()), needles=("Read-only file system",)),
+    Row("train-save-dir-is-a-file", lambda w: _train(w, w.src),  # was "in.en/train.lock: Not a directory"
+        needles=("--save-dir", "in.en exists and is not a directory"), absent=("train.lock",),
+        check=lambda w: w.src.read_text() == "\n".join(EN[:5]) + "\n" or pytest.fail("in.en changed")),
     Row("train-save-dir-parent-readonly", lambda w: _train(w, w.readonly() / "run"),
         needles=("run", "Read-only file system")),
     Row("train-resume-readonly-run-dir", lambda w: _train(w, w.readonly_copy(w.run_dir()), "--resume"),
