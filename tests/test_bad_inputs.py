@@ -321,6 +321,10 @@ ROWS = [
         needles=("-o output is the same file as the -m input",)),
     Row("average-m-directory", lambda w: ["average", "-m", str(w.run_dir()), "-o", str(w.tmp / "avg.pt")],
         needles=("run:", "is a directory", "--last N --save-dir RUN"), absent=("not found",)),
+    Row("average-m-char-device-is-named-not-a-regular-file",  # was "/dev/zero: checkpoint not found"
+        lambda w: ["average", "-m", str(w.ckpt), "-m", "/dev/zero", "-o", str(w.tmp / "avg.pt")],
+        needles=("/dev/zero", "not a regular file"), absent=("not found",),
+        check=lambda w: not (w.tmp / "avg.pt").exists() or pytest.fail("avg.pt written")),
     Row("average-save-dir-a-file", lambda w: ["average", "--last", "1", "--save-dir", str(w.ckpt), "-o",
                                               str(w.tmp / "avg.pt")], needles=("model.pt", "not a directory")),
     Row("average-last-output-is-a-kept-checkpoint-of-the-run",
