@@ -117,8 +117,9 @@ def check_paths(paths: Sequence[str | Path], output: str | Path, force: bool, in
         if os.path.isdir(p):
             raise CheckpointError("is a directory, not a checkpoint file (e.g. RUN/checkpoint_best.pt); to average a "
                                   "run's newest kept checkpoints give --last N --save-dir RUN", p)
-        if not os.path.isfile(p):
-            raise CheckpointError("checkpoint not found", p)
+        if not os.path.isfile(p):  # a device or a FIFO is named as load_checkpoint names it
+            raise CheckpointError("is not a regular file, so not a checkpoint" if os.path.exists(p) else
+                                  "checkpoint not found", p)
         st = os.stat(p)
         key = (st.st_dev, st.st_ino)  # one file, whatever the path: a symlink or a hard link to it included
         if key in seen:

@@ -278,6 +278,9 @@ ROWS = [
     Row("translate-plot-attention-readonly", lambda w: _translate(w, "--plot-attention", str(w.readonly() / "p")),
         needles=("Read-only file system",)),
     Row("train-save-dir-readonly", lambda w: _train(w, w.readonly()), needles=("Read-only file system",)),
+    Row("train-save-dir-is-a-file", lambda w: _train(w, w.src),  # was "in.en/train.lock: Not a directory"
+        needles=("--save-dir", "in.en exists and is not a directory"), absent=("train.lock",),
+        check=lambda w: w.src.read_text() == "\n".join(EN[:5]) + "\n" or pytest.fail("in.en changed")),
     Row("train-save-dir-parent-readonly", lambda w: _train(w, w.readonly() / "run"),
         needles=("run", "Read-only file system")),
     Row("train-resume-readonly-run-dir", lambda w: _train(w, w.readonly_copy(w.run_dir()), "--resume"),
@@ -360,6 +363,10 @@ ROWS = [
         needles=("-o output is the same file as the -m input",)),
     Row("average-m-directory", lambda w: ["average", "-m", str(w.run_dir()), "-o", str(w.tmp / "avg.pt")],
         needles=("run:", "is a directory", "--last N --save-dir RUN"), absent=("not found",)),
+    Row("average-m-char-device-is-named-not-a-regular-file",  # was "/dev/zero: checkpoint not found"
+        lambda w: ["average", "-m", str(w.ckpt), "-m", "/dev/zero", "-o", str(w.tmp / "avg.pt")],
+        needles=("/dev/zero", "not a regular file"), absent=("not found",),
+        check=lambda w: not (w.tmp / "avg.pt").exists() or pytest.fail("avg.pt written")),
     Row("average-save-dir-a-file", lambda w: ["average", "--last", "1", "--save-dir", str(w.ckpt), "-o",
                                               str(w.tmp / "avg.pt")], needles=("model.pt", "not a directory")),
     Row("average-last-output-is-a-kept-checkpoint-of-the-run",

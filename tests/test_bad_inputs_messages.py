@@ -3,6 +3,7 @@ messages of translate, train, serve, score and the data directory's manifest (th
 and the World are tests/test_bad_inputs.py's)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -43,6 +44,11 @@ ROWS = [
         lambda w: ["tokenize", "--lang", "en", "-i", str(w.tmp / "no\nsuch")], needles=("no\\nsuch",)),
     Row("translate-nul-byte-is-binary", lambda w: _with_input(w, _text(w, "nul.en", b"a cat\nthe\0dog\n")),
         needles=("nul.en:2:", "binary")),
+    # a file of zeros without a line end (a typo for /dev/null, a file zeroed by a crash) was read whole into
+    # memory as one line before its NUL byte was seen: an "out of memory" error, or the OOM killer
+    Row("translate-zeros-without-a-line-end-are-refused-at-the-first-mib",
+        lambda w: _with_input(w, _zeros_fifo(w, 256 << 20)), needles=("zeros.fifo:1:", "binary"),
+        check=lambda w: w.zeros_written[0] < 16 << 20 or pytest.fail(f"read {w.zeros_written[0]} bytes")),
     Row("translate-utf8-bom-is-stripped",
         lambda w: _with_input(w, _text(w, "bom.en", b"\xef\xbb\xbf" + w.src.read_bytes()), "-o", str(w.tmp / "b")),
         ok=True, check=lambda w: _same_as_without_bom(w)),
@@ -265,6 +271,23 @@ def _fifo_input(w: World) -> str:
     fifo = w.tmp / "in.fifo"
     os.mkfifo(fifo)
     threading.Thread(target=lambda: fifo.write_bytes(w.src.read_bytes()), daemon=True).start()
+    return str(fifo)
+
+
+def _zeros_fifo(w: World, size: int) -> str:
+    """A FIFO fed `size` zero bytes by a writer thread, which counts (w.zeros_written) those the
+    reader took before it closed the FIFO."""
+    fifo = w.tmp / "zeros.fifo"
+    os.mkfifo(fifo)
+    w.zeros_written = [0]
+
+    def feed():
+        with contextlib.suppress(BrokenPipeError), open(fifo, "wb", buffering=0) as f:
+            block = bytes(1 << 16)
+            while w.zeros_written[0] < size:
+                w.zeros_written[0] += f.write(block)
+
+    threading.Thread(target=feed, daemon=True).start()
     return str(fifo)
 
 

@@ -55,6 +55,24 @@ def test_a_dash_is_stdin_and_stdout_not_a_file_named_dash(ckpt, tmp_path, monkey
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.txt"]
 
 
+def test_score_reference_dash_reads_stdin_never_a_file_named_dash(ckpt, tmp_path, monkeypatch):
+    """--score-reference - read a file named '-' ('-: --score-reference file not found' without one)."""
+    monkeypatch.chdir(tmp_path)
+    src, refs = ["the cat", "a dog ran"], ["le chat", "un chien courait"]
+    (tmp_path / "in.txt").write_text("\n".join(src) + "\n", encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("\n".join(refs) + "\n", encoding="utf-8")
+    (tmp_path / "-").write_text("le tapis\nla maison\n", encoding="utf-8")
+    args = ["translate", "-m", ckpt, "-i", "in.txt", "--score-reference"]
+    by_file = run_cli([*args, "ref.txt"])
+    dashed = run_cli([*args, "-"], "\n".join(refs) + "\n")
+    assert by_file.code == 0 and dashed.code == 0, dashed.err
+    assert dashed.out == by_file.out and dashed.out.count("\n") == 2
+    short = run_cli([*args, "-"], refs[0] + "\n")
+    assert _error_line(short) == "nmtkit: error: <stdin>:2: has fewer lines (1) than in.txt: one translation per source line"
+    both = run_cli(["translate", "-m", ckpt, "--score-reference", "-"], "\n".join(refs) + "\n")
+    assert "-i and --score-reference cannot both be stdin" in _error_line(both)
+
+
 def test_file_input_and_output_and_overwrite_protection(ckpt, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")

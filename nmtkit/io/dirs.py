@@ -160,8 +160,8 @@ class DirLock:
         """Refuse now (as `acquire` would) when a live process holds the lock, creating nothing."""
         try:
             fd = open_in_place(self.path, os.O_RDWR)
-        except FileNotFoundError:
-            return  # no lock file: `acquire` decides
+        except (FileNotFoundError, NotADirectoryError):
+            return  # no lock file (or no folder to hold one): `acquire` decides, after the caller's checks
         self._lock(fd)
         os.close(fd)
 

@@ -48,7 +48,7 @@ def translate_stream(translator: Translator, items: Iterable[tuple], writers: Wr
     it = iter(items)
     while buf := list(itertools.islice(it, buffer_size)):  # takes no line beyond the buffer
         if config.score_reference:
-            for s in translator._score_buffer(buf, source, config.score_reference):
+            for s in translator._score_buffer(buf, source, file_path(config.score_reference) or "<stdin>"):
                 writers.write_score(s.log_prob)
         else:
             for r in translator._translate_buffer(buf, search, alignments, source):
@@ -87,20 +87,24 @@ def check_files(config: TranslateConfig) -> tuple[str | None, str | None, str | 
         raise ConfigError("-o and --alignments-file cannot both be stdout (/dev/stdout, or the file stdout is "
                           "redirected to, is stdout too): give one of them a file")
     alignments_file = file_path(alignments_file, "--alignments-file")
+    reference = file_path(config.score_reference, "--score-reference")
+    if config.score_reference is not None and reference is None and input_path is None:
+        raise ConfigError("-i and --score-reference cannot both be stdin: give one of them a file")
     if input_path and Path(input_path).is_dir():
         raise InputError("is a directory; give a file of sentences, one a line", input_path)
     if input_path and not Path(input_path).exists():  # FIFOs, /dev/stdin and <(cmd) are read as files are
         raise InputError("input file not found", input_path)
     check_outputs_vs_inputs(
         inputs=[("-i", input_path) if input_path else STDIN, *(("-m", m) for m in config.models),
-                ("--unk-dict", config.unk_dict), ("--score-reference", config.score_reference)],
+                ("--unk-dict", config.unk_dict),
+                ("--score-reference", reference) if reference or not config.score_reference else STDIN],
         files=[Output("-o", output_path, "-o output", config.force),
                Output("--alignments-file", alignments_file, "--alignments-file", config.force)],
         folders=[("--plot-attention", config.plot_attention, is_plot_name)])
     if config.plot_attention:
         check_output_dir(config.plot_attention, "--plot-attention folder")
-    if config.score_reference:
-        _check_reference(config.score_reference, input_path)
+    if reference:
+        _check_reference(reference, input_path)
     return input_path, output_path, alignments_file
 
 
@@ -142,8 +146,11 @@ def run(config: TranslateConfig, progress: Progress | None = None) -> dict[str, 
         # a file as every reader reads one (text.io.read_lines: .gz gunzipped, a damaged one named)
         # stdin line by line as lines arrive (a terminal or a pipe is answered without waiting)
         texts = read_text_lines(input_path) if input_path else stream_lines(sys.stdin.buffer, source)
-        items = (paired_lines(texts, read_text_lines(config.score_reference), source, config.score_reference)
-                 if config.score_reference else enumerate(texts, 1))
+        items = enumerate(texts, 1)
+        if config.score_reference:  # "-": the translations on stdin, the source in -i FILE
+            reference = file_path(config.score_reference)
+            refs = read_text_lines(reference) if reference else stream_lines(sys.stdin.buffer, "<stdin>")
+            items = paired_lines(texts, refs, source, reference or "<stdin>")
         n = translate_stream(translator, items, writers, config, source, progress)
         # both files committed, or (a signal before) neither: never a mismatched pair
         commit_all([f for f in (align_file, out_file) if f is not None])

@@ -201,7 +201,7 @@ class TranslateConfig(SearchConfig, DecodeConfig):
         None, metavar="FILE", path="file",
         help="Score the translations in FILE, one per input line, instead of searching (forced decoding, as "
              "fairseq's --score-reference, OpenNMT-py's -tgt and marian-scorer): write each pair's "
-             "log-probability log p(y | x), the target's EOS included, one per line.")
+             "log-probability log p(y | x), the target's EOS included, one per line ('-': stdin, with -i FILE).")
     # the files of `nmtkit.translate.run` (no option metadata: the command declares -i, -o,
     # --alignments-file, --force and --interactive itself); None or "-" is a standard stream
     input_path: str | None = None
