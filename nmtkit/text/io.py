@@ -212,27 +212,26 @@ def decode_line(raw: bytes, path: str | Path, lineno: int) -> str:
     return lines[0] if lines else ""
 
 
-LINE_CHUNK = 1 << 20  # a line is read (and checked to be text) this many bytes at a time
+LINE_CHUNK = 1 << 20  # `stream_lines` reads a line this many bytes at a time
 
 
 def stream_lines(stream: IO[bytes], name: str) -> Iterator[str]:
     """The lines of an open binary stream (e.g. stdin), each decoded as `decode_line` as soon
     as it arrives (a terminal or a pipe is answered without waiting for more input). Invalid
-    UTF-8 and binary data (a NUL byte) are an InputError naming the line, found in the line's
-    first LINE_CHUNK bytes that hold it: a file of zeros without a line end is refused at once,
-    not read whole into memory first."""
-    pos = 0  # the chunk's first byte in the stream: only the first line can start a gzip or UTF-16 file
+    UTF-8 and binary data (a NUL byte) are an InputError naming the line. A line is read
+    LINE_CHUNK bytes at a time and no further than its first NUL byte: a file of zeros without a
+    line end is refused at once, not read whole into memory first."""
+    pos = 0  # the line's first byte in the stream: only the first line can start a gzip or UTF-16 file
     lineno = 0
     while raw := stream.readline(LINE_CHUNK):
         lineno += 1
-        parts = []
-        while True:  # binary data is never silently dropped or scored
-            check_text_block(raw, name, pos, first_line=lineno)
-            pos += len(raw)
+        parts = [raw]
+        while not raw.endswith(b"\n") and b"\0" not in raw and (raw := stream.readline(LINE_CHUNK)):
             parts.append(raw)
-            if raw.endswith(b"\n") or not (raw := stream.readline(LINE_CHUNK)):
-                break
-        yield decode_line(b"".join(parts), name, lineno)
+        line = b"".join(parts)
+        check_text_block(line, name, pos, first_line=lineno)  # binary data is never silently dropped or scored
+        pos += len(line)
+        yield decode_line(line, name, lineno)
 
 
 def read_all_lines(path: str | Path) -> list[str]:
