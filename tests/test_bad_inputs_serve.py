@@ -92,6 +92,9 @@ ROWS = [
             403, "cross-origin"),
     HttpRow("null-origin-post", _post("/translate", b'{"text": ["a"]}', extra="Origin: null\r\n"), 403,
             "cross-origin"),
+    # was a 500 "internal error" (urlsplit's ValueError)
+    HttpRow("origin-that-is-no-url", _post("/translate", b'{"text": ["a"]}', extra="Origin: http://[::1\r\n"), 403,
+            "cross-origin"),
     # what must still work
     HttpRow("same-origin-post", _post("/translate", b'{"text": ["a"]}', extra="Origin: http://{host}\r\n"), 200),
     HttpRow("localhost-host", _get("/health", host="localhost:8080"), 200),

@@ -344,7 +344,10 @@ def check_origin(request: web.Request, allowed: AllowedHosts) -> None:
     if origin is not None:
         from urllib.parse import urlsplit
 
-        netloc = urlsplit(origin).netloc
+        try:
+            netloc = urlsplit(origin).netloc
+        except ValueError:  # "http://[::1": no site's origin (a browser sends none such)
+            netloc = ""
         same = host is not None and netloc.lower() == host.strip().lower()
         if not (same or (netloc and _host_name(netloc) in allowed.origins)):
             raise RequestError(f"cross-origin requests are refused (Origin {origin!r}; give --allow-host to accept "
