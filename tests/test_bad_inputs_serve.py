@@ -8,6 +8,7 @@ traceback. The model is tiny and random (tests/conftest.py).
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import os
 import signal
@@ -95,6 +96,10 @@ ROWS = [
     # was a 500 "internal error" (urlsplit's ValueError)
     HttpRow("origin-that-is-no-url", _post("/translate", b'{"text": ["a"]}', extra="Origin: http://[::1\r\n"), 403,
             "cross-origin"),
+    # was a 500 "internal error" (aiohttp's RequestPayloadError) and a traceback in the log
+    HttpRow("gzip-content-encoding-of-no-gzip-data", _post("/translate", b'{"text": ["a"]}',
+                                                           extra="Content-Encoding: gzip\r\n"), 400,
+            "request body cannot be read: Can not decode content-encoding: gzip"),
     # what must still work
     HttpRow("same-origin-post", _post("/translate", b'{"text": ["a"]}', extra="Origin: http://{host}\r\n"), 200),
     HttpRow("localhost-host", _get("/health", host="localhost:8080"), 200),
@@ -102,6 +107,8 @@ ROWS = [
                                              extra="Origin: https://mt.example.org\r\n"), 200),
     HttpRow("json-with-charset", _post("/translate", b'{"text": ["a"]}', ctype="application/json; charset=utf-8"),
             200),
+    HttpRow("gzip-content-encoding", _post("/translate", gzip.compress(b'{"text": ["a"]}'),
+                                           extra="Content-Encoding: gzip\r\n"), 200),
 ]
 
 

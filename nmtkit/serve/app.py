@@ -234,6 +234,11 @@ async def _checked(request: web.Request, check: Callable) -> Any:
         raise RequestError(f"request body not received within {config.body_timeout:g} s", 408, close=True) from None
     except ConnectionError as err:  # the client went away while sending its body
         raise ClientGone(f"the client went away while sending its request ({err})") from None
+    except web.RequestPayloadError as err:  # a body its Content-Encoding cannot decode (not gzip data)
+        reason = getattr(err.__cause__, "message", None) or str(err)
+        request.content.feed_eof()  # the parser ended the body at its error; aiohttp's reading of a body's unread
+        # rest would raise it again, logged with a traceback
+        raise RequestError(f"request body cannot be read: {reason}", close=True) from None
     size = REQUEST_SIZE.get({})
     size["bytes"] = len(body)
     req = check(parse_json_body(body, limits), limits)
