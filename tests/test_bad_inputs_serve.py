@@ -201,6 +201,15 @@ def test_binding_beyond_loopback_warns(translator):
     assert not any("warning" in m for m in said), said
 
 
+def test_an_empty_host_is_refused_not_taken_for_every_interface():
+    """--host "$UNSET" listened on every interface (asyncio's reading of an empty host), behind a
+    warning that named no address."""
+    from nmtkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--host '' names no address"):
+        ServeConfig(host="")
+
+
 def test_64_concurrent_clients_each_get_what_nmtkit_translate_gives(translator):
     """The edges' checks change nothing for well-formed clients: 64 at once, every answer right."""
     import aiohttp
