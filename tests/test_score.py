@@ -226,6 +226,10 @@ BAD = [
     ("bucket-options-without-by-length", ["--hyp", "{hyp}", "--ref", "{ref}", "--src", "{bl}", "--bucket-width", "3",
                                           "--max-length", "9"], CONFIG,
      ["--bucket-width and --max-length need --by-length or --plot"]),
+    # --max-length 100000000 built a table of as many rows: minutes and gigabytes before the first line
+    ("by-length-buckets-past-the-bound", ["--hyp", "{hyp}", "--ref", "{ref}", "--src", "{bl}", "--by-length",
+                                          "--bucket-width", "2", "--max-length", "2001"], CONFIG,
+     ["--max-length 2001 in buckets of --bucket-width 2 makes 1,001 buckets, over the 1,000"]),
     ("more-labels-than-systems", ["--hyp", "{hyp}", "--ref", "{ref}", "--label", "A", "--label", "B"], CONFIG,
      ["--label"]),
     ("plot-not-png", ["--hyp", "{hyp}", "--ref", "{ref}", "--plot", "x.pdf", "--src", "{hyp}"], CONFIG, [".png"]),

@@ -42,6 +42,7 @@ from nmtkit.score.report import (
 from nmtkit.score.subsets import (
     BPE_NO_UNK_NOTE,
     bleu_by_length,
+    check_buckets,
     model_text_from_checkpoint,
     model_text_from_data_dir,
     no_unk_indices,
@@ -170,6 +171,8 @@ def _check_options(o: ScoreConfig) -> None:
         raise ConfigError("-m/--data are only used with --no-unk")
     if o.by_length and not o.src_path:
         raise ConfigError("--by-length/--plot need --src (lengths are source sentence lengths)")
+    if o.by_length:
+        check_buckets(o.bucket_width, o.max_length)
     if o.significance and len(o.hyp_paths) < 2:
         raise ConfigError("--significance needs at least two --hyp files (the first is the baseline)")
     if sum(p == "-" for p in list(o.hyp_paths) + list(o.ref_paths) + [o.src_path or ""]) > 1:
