@@ -190,11 +190,12 @@ def plot_by_length(rows: Sequence[LengthBucket], names: Sequence[str], path: str
         markers = "os^vDx*+"
         for k, name in enumerate(names):
             ys = [float("nan") if r.bleu.get(name) is None else r.bleu[name] for r in rows]
-            (line,) = ax.plot(x, ys, marker=markers[k % len(markers)], label=name)
+            shown = name.replace("$", r"\$")  # as written: matplotlib reads "$...$" as a formula ("a_b$x$" -> "a_bx")
+            (line,) = ax.plot(x, ys, marker=markers[k % len(markers)], label=shown)
             if paper:
                 ps = [float("nan") if r.paper_bleu.get(name) is None else r.paper_bleu[name] for r in rows]
                 ax.plot(x, ps, marker=markers[k % len(markers)], linestyle="--", color=line.get_color(),
-                        label=f"{name} (paper-style BLEU)")
+                        label=f"{shown} (paper-style BLEU)")
         ax.set_xticks(x)
         ax.set_xticklabels([r.label for r in rows])
         ax.set_xlabel("source sentence length (words)")
