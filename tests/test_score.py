@@ -230,6 +230,11 @@ BAD = [
     ("by-length-buckets-past-the-bound", ["--hyp", "{hyp}", "--ref", "{ref}", "--src", "{bl}", "--by-length",
                                           "--bucket-width", "2", "--max-length", "2001"], CONFIG,
      ["--max-length 2001 in buckets of --bucket-width 2 makes 1,001 buckets, over the 1,000"]),
+    # sacrebleu's -tok and -lc act on BLEU only: chrF and TER alone were scored as without them, without a word
+    ("lowercase-without-bleu", ["--hyp", "{hyp}", "--ref", "{ref}", "--metrics", "chrf,ter", "-lc"], CONFIG,
+     ["--lowercase needs a BLEU to act on"]),
+    ("tokenize-without-bleu", ["--hyp", "{hyp}", "--ref", "{ref}", "--metrics", "chrf", "-tok", "zh"], CONFIG,
+     ["--tokenize needs a BLEU to act on"]),
     ("more-labels-than-systems", ["--hyp", "{hyp}", "--ref", "{ref}", "--label", "A", "--label", "B"], CONFIG,
      ["--label"]),
     ("plot-not-png", ["--hyp", "{hyp}", "--ref", "{ref}", "--plot", "x.pdf", "--src", "{hyp}"], CONFIG, [".png"]),

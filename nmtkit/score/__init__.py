@@ -151,7 +151,9 @@ def _check_unused(o: ScoreConfig) -> None:
     --src-lang and --tgt-lang say which languages the text is in, as in every command, and are
     accepted alone."""
     acts_with = (("--significance", o.significance, ("seed", "bootstrap_samples")),
-                 ("--by-length or --plot", o.by_length, ("bucket_width", "max_length")))
+                 ("--by-length or --plot", o.by_length, ("bucket_width", "max_length")),
+                 ("a BLEU to act on (bleu in --metrics, --no-unk or --by-length; chrF and TER keep sacrebleu's own "
+                  "tokenisation and case)", "bleu" in o.metrics or o.no_unk or o.by_length, ("tokenize", "lowercase")))
     fields_ = {f.name: f for f in fields(o)}
     for needed, on, names in acts_with:
         given = [cli_names(fields_[n], spec_of(fields_[n]))[0] for n in names
