@@ -100,6 +100,9 @@ ROWS = [
     HttpRow("gzip-content-encoding-of-no-gzip-data", _post("/translate", b'{"text": ["a"]}',
                                                            extra="Content-Encoding: gzip\r\n"), 400,
             "request body cannot be read: Can not decode content-encoding: gzip"),
+    # was aiohttp's text/plain "Unknown Expect: 200-ok"
+    HttpRow("unknown-expect", _post("/translate", b'{"text": ["a"]}', extra="Expect: 200-ok\r\n"), 417,
+            "unknown Expect: 200-ok"),
     # what must still work
     HttpRow("same-origin-post", _post("/translate", b'{"text": ["a"]}', extra="Origin: http://{host}\r\n"), 200),
     HttpRow("localhost-host", _get("/health", host="localhost:8080"), 200),

@@ -27,7 +27,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from aiohttp.web_protocol import RequestHandler
 
 from nmtkit import signals
@@ -406,12 +406,25 @@ def make_app(translator: Translator, config: ServeConfig,
                   "started": time.monotonic()}
     app.on_startup.append(lambda app: batcher.start())
     app.on_cleanup.append(lambda app: batcher.stop())  # after in-flight requests are answered (runner.cleanup)
-    app.router.add_post("/translate", translate_route)
-    app.router.add_post("/translator/translate", onmt_route)
-    app.router.add_get("/health", health_route)
-    app.router.add_get("/info", info_route)
-    app.router.add_get("/", page_route)
+    app.router.add_post("/translate", translate_route, expect_handler=_expect)
+    app.router.add_post("/translator/translate", onmt_route, expect_handler=_expect)
+    app.router.add_get("/health", health_route, expect_handler=_expect)
+    app.router.add_get("/info", info_route, expect_handler=_expect)
+    app.router.add_get("/", page_route, expect_handler=_expect)
     return app
+
+
+async def _expect(request: web.Request) -> web.StreamResponse | None:
+    """A request's Expect header, as aiohttp's default answers it (100 Continue to an HTTP/1.1
+    "100-continue"), but any other refused with the one-line JSON error, not a text/plain 417."""
+    if request.version != HttpVersion11:
+        return None
+    expect = request.headers.get("Expect", "")
+    if expect.lower() != "100-continue":
+        return _error(417, f"unknown Expect: {expect} (HTTP/1.1 defines only 100-continue)", close=True)
+    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    request.writer.output_size = 0  # the answer's head is still to come
+    return None
 
 
 class _JsonErrorHandler(RequestHandler):
