@@ -165,6 +165,9 @@ def test_score_and_the_command_lines_score_reference_agree(ckpt, tmp_path):
     (["the cat", ""], ["le chat", "un chien"], "InputError", "<input>:2: empty source line"),
     (["the cat"], ["le chat\nun chien"], "InputError", "targets line 1 holds a line break"),
     (["the cat"], "le chat", "TypeError", "targets must be a list of lines"),
+    # text the pipeline removes whole: an AttributeError on a None score, or the score of an empty translation
+    (["the cat", "\u200b"], ["le chat", "un chien"], "InputError", "<input>:2: empty source line to the model"),
+    (["the cat", "a dog"], ["le chat", "\x01\u200b"], "InputError", "<input>:2: empty translation to the model"),
 ])
 def test_bad_score_input_is_one_clear_error(ckpt, sources, targets, error, needle):
     import builtins
@@ -180,6 +183,7 @@ def test_bad_score_input_is_one_clear_error(ckpt, sources, targets, error, needl
 @pytest.mark.parametrize("refs, extra, needle", [
     ("le chat\n", [], "line counts differ: -i {src} has 2 lines, --score-reference {ref} has 1 lines"),
     ("le chat\n\n", [], "{ref}:2: empty translation"),
+    ("le chat\n\x01\n", [], "{ref}:2: empty translation to the model"),
     ("le chat\nun chien\n", ["--nbest", "2", "--beam", "2"], "--score-reference scores given translations: --nbest"),
     ("le chat\nun chien\n", ["--sampling"], "--score-reference scores given translations: --sampling"),
 ])

@@ -8,6 +8,7 @@ traceback. The model is tiny and random (tests/conftest.py).
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import os
 import signal
@@ -92,6 +93,16 @@ ROWS = [
             403, "cross-origin"),
     HttpRow("null-origin-post", _post("/translate", b'{"text": ["a"]}', extra="Origin: null\r\n"), 403,
             "cross-origin"),
+    # was a 500 "internal error" (urlsplit's ValueError)
+    HttpRow("origin-that-is-no-url", _post("/translate", b'{"text": ["a"]}', extra="Origin: http://[::1\r\n"), 403,
+            "cross-origin"),
+    # was a 500 "internal error" (aiohttp's RequestPayloadError) and a traceback in the log
+    HttpRow("gzip-content-encoding-of-no-gzip-data", _post("/translate", b'{"text": ["a"]}',
+                                                           extra="Content-Encoding: gzip\r\n"), 400,
+            "request body cannot be read: Can not decode content-encoding: gzip"),
+    # was aiohttp's text/plain "Unknown Expect: 200-ok"
+    HttpRow("unknown-expect", _post("/translate", b'{"text": ["a"]}', extra="Expect: 200-ok\r\n"), 417,
+            "unknown Expect: 200-ok"),
     # what must still work
     HttpRow("same-origin-post", _post("/translate", b'{"text": ["a"]}', extra="Origin: http://{host}\r\n"), 200),
     HttpRow("localhost-host", _get("/health", host="localhost:8080"), 200),
@@ -99,6 +110,8 @@ ROWS = [
                                              extra="Origin: https://mt.example.org\r\n"), 200),
     HttpRow("json-with-charset", _post("/translate", b'{"text": ["a"]}', ctype="application/json; charset=utf-8"),
             200),
+    HttpRow("gzip-content-encoding", _post("/translate", gzip.compress(b'{"text": ["a"]}'),
+                                           extra="Content-Encoding: gzip\r\n"), 200),
 ]
 
 
@@ -189,6 +202,15 @@ def test_binding_beyond_loopback_warns(translator):
     said.clear()
     asyncio.run(serve(translator, ServeConfig(host="127.0.0.1", port=0, quiet=True), announce))
     assert not any("warning" in m for m in said), said
+
+
+def test_an_empty_host_is_refused_not_taken_for_every_interface():
+    """--host "$UNSET" listened on every interface (asyncio's reading of an empty host), behind a
+    warning that named no address."""
+    from nmtkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--host '' names no address"):
+        ServeConfig(host="")
 
 
 def test_64_concurrent_clients_each_get_what_nmtkit_translate_gives(translator):

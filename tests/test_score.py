@@ -226,6 +226,15 @@ BAD = [
     ("bucket-options-without-by-length", ["--hyp", "{hyp}", "--ref", "{ref}", "--src", "{bl}", "--bucket-width", "3",
                                           "--max-length", "9"], CONFIG,
      ["--bucket-width and --max-length need --by-length or --plot"]),
+    # --max-length 100000000 built a table of as many rows: minutes and gigabytes before the first line
+    ("by-length-buckets-past-the-bound", ["--hyp", "{hyp}", "--ref", "{ref}", "--src", "{bl}", "--by-length",
+                                          "--bucket-width", "2", "--max-length", "2001"], CONFIG,
+     ["--max-length 2001 in buckets of --bucket-width 2 makes 1,001 buckets, over the 1,000"]),
+    # sacrebleu's -tok and -lc act on BLEU only: chrF and TER alone were scored as without them, without a word
+    ("lowercase-without-bleu", ["--hyp", "{hyp}", "--ref", "{ref}", "--metrics", "chrf,ter", "-lc"], CONFIG,
+     ["--lowercase needs a BLEU to act on"]),
+    ("tokenize-without-bleu", ["--hyp", "{hyp}", "--ref", "{ref}", "--metrics", "chrf", "-tok", "zh"], CONFIG,
+     ["--tokenize needs a BLEU to act on"]),
     ("more-labels-than-systems", ["--hyp", "{hyp}", "--ref", "{ref}", "--label", "A", "--label", "B"], CONFIG,
      ["--label"]),
     ("plot-not-png", ["--hyp", "{hyp}", "--ref", "{ref}", "--plot", "x.pdf", "--src", "{hyp}"], CONFIG, [".png"]),
@@ -571,6 +580,18 @@ def test_plot_is_a_png_with_one_line_per_system(files, tmp_path):
     assert set(out["by_length"]["rows"][0]["bleu"]) == {"RNNsearch", "RNNencdec"}
     assert set(out["by_length"]["rows"][0]["paper_bleu"]) == {"RNNsearch", "RNNencdec"}
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_system_name_with_dollar_signs_is_drawn_as_written_not_as_a_formula(tmp_path, monkeypatch):
+    """matplotlib reads "$...$" as a formula: the label "a_b$x$" was drawn as "a_bx"."""
+    from nmtkit.score import subsets
+
+    drawn: list[tuple[str, object]] = []
+    monkeypatch.setattr(subsets, "save_figure", lambda fig, path, format: drawn.extend(
+        t._preprocess_math(t.get_text()) for t in fig.axes[0].get_legend().get_texts()))
+    rows = bleu_by_length([("a_b$x$", ["a b c d e"])], [["a b c d e"]], [25], width=10, max_length=60)
+    subsets.plot_by_length(rows, ["a_b$x$"], tmp_path / "p.png")
+    assert drawn == [("a_b$x$", False)]  # (the text drawn, not mathtext)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from nmtkit.score.report import (
 from nmtkit.score.subsets import (
     BPE_NO_UNK_NOTE,
     bleu_by_length,
+    check_buckets,
     model_text_from_checkpoint,
     model_text_from_data_dir,
     no_unk_indices,
@@ -150,7 +151,9 @@ def _check_unused(o: ScoreConfig) -> None:
     --src-lang and --tgt-lang say which languages the text is in, as in every command, and are
     accepted alone."""
     acts_with = (("--significance", o.significance, ("seed", "bootstrap_samples")),
-                 ("--by-length or --plot", o.by_length, ("bucket_width", "max_length")))
+                 ("--by-length or --plot", o.by_length, ("bucket_width", "max_length")),
+                 ("a BLEU to act on (bleu in --metrics, --no-unk or --by-length; chrF and TER keep sacrebleu's own "
+                  "tokenisation and case)", "bleu" in o.metrics or o.no_unk or o.by_length, ("tokenize", "lowercase")))
     fields_ = {f.name: f for f in fields(o)}
     for needed, on, names in acts_with:
         given = [cli_names(fields_[n], spec_of(fields_[n]))[0] for n in names
@@ -170,6 +173,8 @@ def _check_options(o: ScoreConfig) -> None:
         raise ConfigError("-m/--data are only used with --no-unk")
     if o.by_length and not o.src_path:
         raise ConfigError("--by-length/--plot need --src (lengths are source sentence lengths)")
+    if o.by_length:
+        check_buckets(o.bucket_width, o.max_length)
     if o.significance and len(o.hyp_paths) < 2:
         raise ConfigError("--significance needs at least two --hyp files (the first is the baseline)")
     if sum(p == "-" for p in list(o.hyp_paths) + list(o.ref_paths) + [o.src_path or ""]) > 1:

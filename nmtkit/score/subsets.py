@@ -92,6 +92,21 @@ def model_text_from_data_dir(data_dir: str | Path) -> ModelText:
 # BLEU by source length (Figure 2)
 
 
+MAX_LENGTH_BUCKETS = 1000  # rows of the by-length table (and points of its chart) before the open last one
+
+
+def check_buckets(width: int, max_length: int) -> None:
+    """A ConfigError unless --bucket-width and --max-length are positive and make at most
+    MAX_LENGTH_BUCKETS buckets (a table of millions of rows took minutes and gigabytes to build)."""
+    if width < 1 or max_length < 1:
+        raise ConfigError("--bucket-width and --max-length must be positive")
+    n = (max_length + width - 1) // width
+    if n > MAX_LENGTH_BUCKETS:
+        raise ConfigError(f"--max-length {max_length} in buckets of --bucket-width {width} makes {n:,} buckets, over "
+                          f"the {MAX_LENGTH_BUCKETS:,} a table can show: give a wider --bucket-width or a smaller "
+                          "--max-length")
+
+
 def bucket_of(length: int, width: int, max_length: int) -> int:
     """Bucket index of a sentence of `length` words: (0, w] -> 0, (w, 2w] -> 1, ..., > max -> last;
     empty sentences fall in the first. Width 10, max 60: 1-10, 11-20, ..., 51-60, >60 (seven buckets)."""
@@ -135,8 +150,7 @@ def bleu_by_length(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequence[
     """Corpus BLEU of each system, (name, hypotheses), on the sentences of each source-length bucket
     (`src_lengths[i]`: source sentence i's length in words); every bucket is listed, empty ones with
     BLEU None. `paper_tok = (hyps_tok per system, refs_tok)` adds paper-style BLEU per bucket."""
-    if width < 1 or max_length < 1:
-        raise ConfigError("--bucket-width and --max-length must be positive")
+    check_buckets(width, max_length)
     check_counts(("the source", len(src_lengths)), [(name, len(hyps)) for name, hyps in systems])
     labels = bucket_labels(width, max_length)
     members: list[list[int]] = [[] for _ in labels]
@@ -176,11 +190,12 @@ def plot_by_length(rows: Sequence[LengthBucket], names: Sequence[str], path: str
         markers = "os^vDx*+"
         for k, name in enumerate(names):
             ys = [float("nan") if r.bleu.get(name) is None else r.bleu[name] for r in rows]
-            (line,) = ax.plot(x, ys, marker=markers[k % len(markers)], label=name)
+            shown = name.replace("$", r"\$")  # as written: matplotlib reads "$...$" as a formula ("a_b$x$" -> "a_bx")
+            (line,) = ax.plot(x, ys, marker=markers[k % len(markers)], label=shown)
             if paper:
                 ps = [float("nan") if r.paper_bleu.get(name) is None else r.paper_bleu[name] for r in rows]
                 ax.plot(x, ps, marker=markers[k % len(markers)], linestyle="--", color=line.get_color(),
-                        label=f"{name} (paper-style BLEU)")
+                        label=f"{shown} (paper-style BLEU)")
         ax.set_xticks(x)
         ax.set_xticklabels([r.label for r in rows])
         ax.set_xlabel("source sentence length (words)")

@@ -27,7 +27,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from aiohttp.web_protocol import RequestHandler
 
 from nmtkit import signals
@@ -234,6 +234,11 @@ async def _checked(request: web.Request, check: Callable) -> Any:
         raise RequestError(f"request body not received within {config.body_timeout:g} s", 408, close=True) from None
     except ConnectionError as err:  # the client went away while sending its body
         raise ClientGone(f"the client went away while sending its request ({err})") from None
+    except web.RequestPayloadError as err:  # a body its Content-Encoding cannot decode (not gzip data)
+        reason = getattr(err.__cause__, "message", None) or str(err)
+        request.content.feed_eof()  # the parser ended the body at its error; aiohttp's reading of a body's unread
+        # rest would raise it again, logged with a traceback
+        raise RequestError(f"request body cannot be read: {reason}", close=True) from None
     size = REQUEST_SIZE.get({})
     size["bytes"] = len(body)
     req = check(parse_json_body(body, limits), limits)
@@ -344,7 +349,10 @@ def check_origin(request: web.Request, allowed: AllowedHosts) -> None:
     if origin is not None:
         from urllib.parse import urlsplit
 
-        netloc = urlsplit(origin).netloc
+        try:
+            netloc = urlsplit(origin).netloc
+        except ValueError:  # "http://[::1": no site's origin (a browser sends none such)
+            netloc = ""
         same = host is not None and netloc.lower() == host.strip().lower()
         if not (same or (netloc and _host_name(netloc) in allowed.origins)):
             raise RequestError(f"cross-origin requests are refused (Origin {origin!r}; give --allow-host to accept "
@@ -398,12 +406,25 @@ def make_app(translator: Translator, config: ServeConfig,
                   "started": time.monotonic()}
     app.on_startup.append(lambda app: batcher.start())
     app.on_cleanup.append(lambda app: batcher.stop())  # after in-flight requests are answered (runner.cleanup)
-    app.router.add_post("/translate", translate_route)
-    app.router.add_post("/translator/translate", onmt_route)
-    app.router.add_get("/health", health_route)
-    app.router.add_get("/info", info_route)
-    app.router.add_get("/", page_route)
+    app.router.add_post("/translate", translate_route, expect_handler=_expect)
+    app.router.add_post("/translator/translate", onmt_route, expect_handler=_expect)
+    app.router.add_get("/health", health_route, expect_handler=_expect)
+    app.router.add_get("/info", info_route, expect_handler=_expect)
+    app.router.add_get("/", page_route, expect_handler=_expect)
     return app
+
+
+async def _expect(request: web.Request) -> web.StreamResponse | None:
+    """A request's Expect header, as aiohttp's default answers it (100 Continue to an HTTP/1.1
+    "100-continue"), but any other refused with the one-line JSON error, not a text/plain 417."""
+    if request.version != HttpVersion11:
+        return None
+    expect = request.headers.get("Expect", "")
+    if expect.lower() != "100-continue":
+        return _error(417, f"unknown Expect: {expect} (HTTP/1.1 defines only 100-continue)", close=True)
+    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    request.writer.output_size = 0  # the answer's head is still to come
+    return None
 
 
 class _JsonErrorHandler(RequestHandler):

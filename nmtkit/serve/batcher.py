@@ -80,6 +80,9 @@ class ServeConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if not self.host:  # asyncio listens on every interface for an empty host (--host "$UNSET")
+            raise ConfigError("--host '' names no address (an unset variable?): give 127.0.0.1 (this machine), or "
+                              "0.0.0.0 to open the server to the network")
         for name in self.allow_hosts:
             if not re.fullmatch(r"[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]", name):
                 raise ConfigError(f"--allow-host {name!r}: give a host name as a Host header names it (e.g. "

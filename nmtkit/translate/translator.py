@@ -370,6 +370,11 @@ class Translator:
                 raise InputError("empty translation: give the translation to score", reference, n)
         prepared = self._prepare_all([(n, s) for n, s, _ in pairs], workers, source)
         targets = [self._encode(tgt_text, "tgt", reference, n) for n, _, tgt_text in pairs]
+        for (n, _, _), (src_toks, _), tgt_toks in zip(pairs, prepared, targets):
+            for what, name, toks in (("source line", source, src_toks), ("translation", reference, tgt_toks)):
+                if not toks:  # text the pipeline removes whole (zero-width spaces, control characters)
+                    raise InputError(f"empty {what} to the model: its text pipeline removes every character of "
+                                     "it (non-printing ones), leaving nothing to score", name, n)
         batches = self._batches([len(toks) for toks, _ in prepared], [n for n, _, _ in pairs])
 
         def score(j: int) -> list[TokenScores]:
