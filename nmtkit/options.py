@@ -105,6 +105,17 @@ def empty_path_message(opt: str, what: str = "file", stream: bool = False) -> st
     return f"{opt} '' names no {what} (an unset variable?): {give}"
 
 
+def path_error(opt: str, value: Any, what: str) -> str | None:
+    """The one-line refusal of path option `opt`'s value, or None: an empty path
+    (`empty_path_message`), or '-' for a directory: '-' is a standard stream wherever nmtkit takes
+    a file, and no folder can be one (a folder named '-' is ./-)."""
+    if is_empty_path(value):
+        return empty_path_message(opt, what)
+    if what == "directory" and isinstance(value, (str, os.PathLike)) and os.fspath(value) == "-":
+        return f"{opt} '-' names no directory: '-' is a standard stream, which a folder cannot be (./- names a folder '-')"
+    return None
+
+
 def is_empty_path(value: Any) -> bool:
     """Whether a path option's value (one path, or the list of a repeatable option) holds ''."""
     values = value if isinstance(value, (list, tuple)) else (value,)
@@ -177,8 +188,8 @@ def check_fields(config: Any, like: type | None = None) -> None:
         opt = cli_names(f, spec)[0] if spec is not None else option_name(f.name)
         error = _type_error(opt, str(f.type), value)
         if error is None and spec is not None and value is not None:
-            if spec.path is not None and is_empty_path(value):
-                error = empty_path_message(opt, spec.path)
+            if spec.path is not None and (bad_path := path_error(opt, value, spec.path)):
+                error = bad_path
             elif spec.choices is not None and value not in spec.choices:
                 error = f"{opt} must be one of {', '.join(spec.choices)}, got '{value}'"
             elif (spec.min is not None or spec.max is not None) and isinstance(value, (int, float)):

@@ -42,6 +42,13 @@ ROWS = [
         needles=("is a directory",)),
     Row("a-file-name-with-a-line-break-stays-in-one-error-line",
         lambda w: ["tokenize", "--lang", "en", "-i", str(w.tmp / "no\nsuch")], needles=("no\\nsuch",)),
+    # '-' is a standard stream wherever nmtkit takes a file: a folder option refuses it, not makes a folder '-'
+    Row("train-save-dir-dash", lambda w: _train(w, Path("-")), needles=("--save-dir '-'", "standard stream"),
+        check=lambda w: _no_dash_folder()),
+    Row("train-tensorboard-dash", lambda w: _train(w, w.tmp / "r-tb", "--tensorboard", "-"),
+        needles=("--tensorboard '-'",), check=lambda w: _no_dash_folder()),
+    Row("translate-plot-attention-dash", lambda w: _translate(w, "--plot-attention", "-"),
+        needles=("--plot-attention '-'",), check=lambda w: _no_dash_folder()),
     Row("translate-nul-byte-is-binary", lambda w: _with_input(w, _text(w, "nul.en", b"a cat\nthe\0dog\n")),
         needles=("nul.en:2:", "binary")),
     # a file of zeros without a line end (a typo for /dev/null, a file zeroed by a crash) was read whole into
@@ -162,6 +169,10 @@ ROWS = [
         needles=("nul.en:2:", "binary")),
 ]
 
+
+
+def _no_dash_folder() -> None:
+    assert not Path("-").exists(), "a folder named '-' was made in the current folder"
 
 def _w_npy(w: World, name: str, edit) -> World:
     """A copy of the data directory with array `name` replaced by `edit(array)`."""

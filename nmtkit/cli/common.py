@@ -18,10 +18,9 @@ from nmtkit.options import (
     OptionSpec,
     cli_default,
     cli_names,
-    empty_path_message,
     help_text,
-    is_empty_path,
     option_fields,
+    path_error,
 )
 from nmtkit.progress import NOTE
 from nmtkit.signals import Terminated
@@ -30,12 +29,13 @@ _CLICK_TYPES = {"int": int, "int | None": int, "float": float, "float | None": f
 
 
 def path_callback(what: str = "directory", then: Callable | None = None) -> Callable:
-    """A click callback refusing an empty path (`empty_path_message`) before it becomes the
-    current directory, then running the callback `then`."""
+    """A click callback refusing an empty path before it becomes the current directory, and '-'
+    for a directory (`path_error`), then running the callback `then`."""
 
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-        if is_empty_path(value):
-            raise ConfigError(empty_path_message(param.opts[0], what))  # the name check_fields gives it
+        error = path_error(param.opts[0], value, what)  # the name check_fields gives it
+        if error:
+            raise ConfigError(error)
         return value if then is None else then(ctx, param, value)
 
     return callback

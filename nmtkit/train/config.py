@@ -28,7 +28,7 @@ from nmtkit.devices import (
 )
 from nmtkit.errors import ConfigError
 from nmtkit.models import ARCHS
-from nmtkit.options import check_fields, empty_path_message, is_empty_path, option, refuse_without
+from nmtkit.options import check_fields, option, path_error, refuse_without
 from nmtkit.train.presets import PAPER_PRESETS, PRESETS, TRAIN_DEFAULTS, ModelOverrides, train_defaults
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhd]?)\s*$")
@@ -296,8 +296,9 @@ class RunConfig:
         for opt, path in (("--data", self.data_dir), ("--save-dir", self.save_dir)):
             if not isinstance(path, (str, os.PathLike)):
                 raise TypeError(f"nmtkit.train.run's folder for {opt} is a path, not {type(path).__name__}")
-            if is_empty_path(path):
-                raise ConfigError(empty_path_message(opt, "directory"))
+            error = path_error(opt, path, "directory")
+            if error:
+                raise ConfigError(error)
 
 
 def training_defaults(arch: str, preset_name: str | None) -> dict[str, Any]:
