@@ -276,11 +276,12 @@ def _check_inputs(config: PreprocessConfig, base: TextPipeline,
         n, h_src, h_tgt = check_parallel(src, tgt)
         if n == 0:
             raise InputError(f"the {name} split is empty", src)
-        for path, side in ((src, "src"), (tgt, "tgt")) if name == "valid" else ():  # the references too
-            if not any(base.tokenize_from(line, side, config.input_format)
-                       for line in read_lines(path) if line.strip()):  # stops at the first sentence
-                raise InputError(f"the valid split's {n} lines hold no word (blank, or only spaces and invisible "
-                                 "characters): train validates on its sentences", path)
+        if name == "valid":  # train validates on its sentences and scores against its references
+            for path, side in ((src, "src"), (tgt, "tgt")):
+                if not any(base.tokenize_from(line, side, config.input_format)
+                           for line in read_lines(path) if line.strip()):  # stops at the first sentence
+                    raise InputError(f"the valid split's {n} lines hold no word (blank, or only spaces and "
+                                     "invisible characters): train validates on its sentences", path)
         for path, lang in ((src, config.src_lang), (tgt, config.tgt_lang)):
             if config.input_format == "tok" and not check_tokinfo(path, lang, base):  # translate replays the settings
                 log.warning("%s: no %s beside it, so its tokeniser settings cannot be checked; they must be this "

@@ -329,7 +329,6 @@ def _non_finite(ctx: TrainContext) -> None:
                             "(a resumed run keeps its --lr)")
 
 
-
 def rng_state(device: torch.device | None = None) -> dict[str, Any]:
     """Every RNG the run uses, as weights_only-safe primitives and tensors: python, numpy, torch
     and, on a CUDA `device`, that device's generator only (each rank draws on its own GPU)."""
@@ -461,7 +460,9 @@ class WeightAverage:
         ema_u = d_k * ema_{u-1} + (1 - d_k) * theta_u     (u > s), d_k = min(D, (1 + k) / (10 + k))
 
     d_k is Marian's warm-up: early on the average spans the last ~k/9 updates, not the initial
-    weights. One fused `lerp` per update."""
+    weights. One fused `lerp` per update. A run validates, stops early and keeps
+    checkpoint_best.pt on the average; every checkpoint's model_state is the average (what
+    `translate` and `average` read) and checkpoint_last.pt keeps the raw weights for --resume."""
 
     def __init__(self, model: nn.Module, decay: float, start: int):
         self.model, self.decay, self.start = model, decay, start
