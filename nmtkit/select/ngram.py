@@ -366,8 +366,15 @@ class NgramLM:
         return rows
 
     def prob(self, context: Sequence[int], word: int) -> float:
-        """p(word | context), one context at a time (the reference the batched path is tested against)."""
-        return float(self.context_distribution(context)[word])
+        """p(word | context) by the recursive definition, one n-gram at a time: the reference that
+        `context_distribution` and the batched path are tested against, so it shares neither."""
+        p = float(self.unigram[word])
+        for o, row in self._context_rows(context):
+            key = row * self.vocab_size + int(word)
+            pos = int(np.searchsorted(o.keys, key))
+            found = pos < o.keys.size and o.keys[pos] == key
+            p = float(o.gamma[row]) * p + (float(o.disc_prob[pos]) if found else 0.0)
+        return p
 
     def context_distribution(self, context: Sequence[int]) -> np.ndarray:
         """(V,) p(w | context) for every id at once (0 for `<s>`); sums to 1."""
