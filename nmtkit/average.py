@@ -26,7 +26,7 @@ from nmtkit.checkpoint import (
 )
 from nmtkit.devices import import_torch
 from nmtkit.errors import CheckpointError, ConfigError, InputError, OutputError
-from nmtkit.io.checks import Output, check_outputs_vs_inputs, file_path
+from nmtkit.io.checks import Output, check_given_once, check_outputs_vs_inputs, file_path
 from nmtkit.io.dirs import (
     LOCK_FILE,
     is_run_file,
@@ -111,20 +111,14 @@ def check_paths(paths: Sequence[str | Path], output: str | Path, force: bool, in
     if not paths:
         raise ConfigError("give the checkpoints to average (-m FILE, repeatable) or --last N --save-dir RUN")
     _check_output_name(output)
-    seen: dict[tuple[int, int], str] = {}
-    for p in paths:
-        p = str(p)
+    for p in map(str, paths):
         if os.path.isdir(p):
             raise CheckpointError("is a directory, not a checkpoint file (e.g. RUN/checkpoint_best.pt); to average a "
                                   "run's newest kept checkpoints give --last N --save-dir RUN", p)
         if not os.path.isfile(p):  # a device or a FIFO is named as load_checkpoint names it
             raise CheckpointError("is not a regular file, so not a checkpoint" if os.path.exists(p) else
                                   "checkpoint not found", p)
-        st = os.stat(p)
-        key = (st.st_dev, st.st_ino)  # one file, whatever the path: a symlink or a hard link to it included
-        if key in seen:
-            raise ConfigError(f"{p} is given twice (as {seen[key]}); each checkpoint counts once")
-        seen[key] = p
+    check_given_once(paths, "each checkpoint counts once")
     check_outputs_vs_inputs([(input_option, p) for p in paths],
                             files=[Output("-o", output, "averaged checkpoint", force)])
 

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Sequence
 from nmtkit import __version__
 from nmtkit.devices import import_torch
 from nmtkit.errors import CheckpointError, ConfigError
+from nmtkit.io.checks import check_given_once
 from nmtkit.io.files import OutputFile
 from nmtkit.text.pipeline import TextPipeline, pipeline_differences
 from nmtkit.text.vocab import Vocab
@@ -336,8 +337,10 @@ def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bo
                 prepare: Callable[[Any], Any] | None = None) -> ModelBundle:
     """The models of `paths` on `device` (`fuse_steps`, `prepare` as in `load_model`) with the
     first checkpoint's vocabularies, text pipeline and lexicon. A missing or broken checkpoint, or
-    one that cannot join the others (`check_compatible`), is a CheckpointError naming its file."""
+    one that cannot join the others (`check_compatible`), is a CheckpointError naming its file; one
+    file given twice is a ConfigError."""
     names = tuple(str(p) for p in paths)
+    check_given_once(names, "an ensemble counts each model once")
     loaded = [load_model(p, device, fuse_steps=fuse_steps, prepare=prepare) for p in names]
     ckpts = [ckpt for _, ckpt in loaded]
     check_compatible(list(names), ckpts)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -142,7 +143,8 @@ def test_an_ensemble_scores_with_the_mean_of_its_members_probabilities(ckpt, tmp
     for x, y, xy in zip(a, b, both):
         mean = [math.log((math.exp(p) + math.exp(q)) / 2) for p, q in zip(x.token_log_probs, y.token_log_probs)]
         assert xy.token_log_probs == pytest.approx(mean, abs=1e-5)
-    assert _tokens_model([ckpt, ckpt]).score(src, tgt) == pytest.approx([s.log_prob for s in a], abs=1e-5)
+    copy = shutil.copy(ckpt, tmp_path / "copy.pt")  # one file twice is refused (test_translate_cli)
+    assert _tokens_model([ckpt, copy]).score(src, tgt) == pytest.approx([s.log_prob for s in a], abs=1e-5)
 
 
 def test_score_and_the_command_lines_score_reference_agree(ckpt, tmp_path):

@@ -4,6 +4,7 @@ empty lines are kept, bad values are refused."""
 from __future__ import annotations
 
 import math
+import shutil
 
 import pytest
 
@@ -181,7 +182,7 @@ def test_sample_refuses_a_nonpositive_temperature():
         sample(model, src, lens, seed=1, temperature=0.0)
 
 
-def test_samples_carry_alignments_and_an_ensemble_of_one_model_twice_samples_as_the_model(ckpt):
+def test_samples_carry_alignments_and_an_ensemble_of_one_model_twice_samples_as_the_model(ckpt, tmp_path):
     single = _sampler(ckpt, seed=6)
     results = single.generate(LINES, alignments=True)
     for r in results:
@@ -189,7 +190,7 @@ def test_samples_carry_alignments_and_an_ensemble_of_one_model_twice_samples_as_
             pairs = t.alignment()
             assert [j for _, j in pairs] == list(range(len(t.tokens)))
             assert all(0 <= i < len(t.src_tokens) for i, _ in pairs)
-    twice = _sampler([ckpt, ckpt], seed=6)
+    twice = _sampler([ckpt, shutil.copy(ckpt, tmp_path / "copy.pt")], seed=6)
     assert twice.translate(LINES) == [r.text for r in results]
 
 

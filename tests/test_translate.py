@@ -5,6 +5,7 @@ import io
 import json
 import os
 import re
+import shutil
 from collections import Counter
 
 import pytest
@@ -211,9 +212,10 @@ def test_attention_plot_is_a_png_per_sentence_up_to_the_limit(ckpt, tmp_path):
 
 # ---- ensembles and bad checkpoints ---------------------------------------------------------
 
-def test_ensemble_of_the_same_checkpoint_twice_translates_like_it(ckpt):
+def test_ensemble_of_the_same_model_twice_translates_like_it(ckpt, tmp_path):
     lines = ["the cat sat on a mat .", "a dog ran", "the big house"]
-    assert _translator([ckpt, ckpt]).translate(lines) == _translator(ckpt).translate(lines)
+    copy = shutil.copy(ckpt, tmp_path / "copy.pt")
+    assert _translator([ckpt, copy]).translate(lines) == _translator(ckpt).translate(lines)
 
 
 def test_ensemble_with_different_vocabularies_is_refused(ckpt, tmp_path):

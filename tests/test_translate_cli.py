@@ -159,6 +159,10 @@ def test_bad_checkpoints_give_one_clear_line(ckpt, tmp_path):
     line = _error_line(run_cli(["translate", "-m", ckpt, "-m", str(other), "--ensemble"]))
     assert "vocabulary differs" in line
     assert "--ensemble" in _error_line(run_cli(["translate", "-m", ckpt, "-m", ckpt]))
+    os.symlink(ckpt, tmp_path / "link.pt")  # one file twice would cost twice the time for the same translations
+    for twin in (ckpt, str(tmp_path / "link.pt")):
+        line = _error_line(run_cli(["translate", "-m", ckpt, "-m", twin, "--ensemble"]))
+        assert line == f"nmtkit: error: {twin} is given twice (as {ckpt}); an ensemble counts each model once", line
     assert "not found" in _error_line(run_cli(["translate", "-m", str(tmp_path / "nope.pt")]))
     assert "--alignments-file" in _error_line(run_cli(["translate", "-m", ckpt, "--alignments", "hard"]))
 

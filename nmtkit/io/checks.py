@@ -30,6 +30,21 @@ def _same_file(a: str, b: str, real_a: str, real_b: str) -> bool:
         return real_a == real_b
 
 
+def check_given_once(paths: Iterable[str | Path], why: str) -> None:
+    """Refuse one existing file named twice, by any path (a symlink or a hard link to it included):
+    `<path> is given twice (as <first>); <why>`. A path that cannot be read is left to its reader."""
+    seen: dict[tuple[int, int], str] = {}
+    for p in map(str, paths):
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            raise ConfigError(f"{p} is given twice (as {seen[key]}); {why}")
+        seen[key] = p
+
+
 def file_path(path: str | Path | None, option: str | None = None) -> str | None:
     """The file a file option names, or None for a standard stream (not given, or "-"). An empty
     name is refused for the command-line `option` when given, else a stream."""
