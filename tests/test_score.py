@@ -613,6 +613,21 @@ def test_paired_bootstrap_gives_p_values_in_unit_interval_and_is_seeded():
     assert rows2[1].p_value > 0.05
 
 
+def test_bootstrap_samples_times_lines_past_the_memory_bound_is_one_line_before_any_resampling(files, monkeypatch):
+    """sacrebleu holds every resample's sentence statistics at once (~45 bytes a sample and line for
+    BLEU): --bootstrap-samples 100000000 ran for hours towards hundreds of gigabytes."""
+    import nmtkit.score.metrics as metrics
+
+    monkeypatch.setattr(metrics, "BOOTSTRAP_MAX_SAMPLE_LINES", 80)  # 8 lines: 10 samples fit, 11 do not
+    args = ["--hyp", "{hyp}", "--hyp", "{ref2}", "--ref", "{ref}", "--significance", "--metrics", "bleu"]
+    code, out, err = score([*args, "--bootstrap-samples", "11"], files)
+    assert code == ConfigError.exit_code and out == "", err
+    assert err.strip() == ("nmtkit: error: 11 bootstrap samples of 8 lines: sacrebleu holds every sample's sentence "
+                           "statistics in memory, so samples x lines may be at most 80 (here at most 10 samples)"), err
+    code, out, err = score([*args, "--bootstrap-samples", "10"], files)
+    assert code == 0 and "bootstrap resampling: 10 samples" in out, err
+
+
 def test_a_system_against_itself_is_not_significantly_different(files):
     """sacrebleu counts only resampled differences larger than the real one, so a difference of
     exactly 0 got its smallest p (1/1001) and a star; Moses' script counts >=, giving p = 1."""

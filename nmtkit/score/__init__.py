@@ -23,6 +23,7 @@ from nmtkit.options import check_fields, cli_names, field_default, option, refus
 from nmtkit.progress import Progress, note
 from nmtkit.score.metrics import (
     BLEU_TOKENIZERS,
+    BOOTSTRAP_MAX_SAMPLE_LINES,
     METRICS,
     TER_MAX_WORDS,
     MetricScore,
@@ -117,7 +118,9 @@ class ScoreConfig:
         help="Draw BLEU by length (one line per system) to this PNG (implies --by-length).")
     significance: bool = option(
         False, help="Paired bootstrap resampling of each --hyp against the first one; prints p-values.")
-    bootstrap_samples: int = option(1000, min=1, help="With --significance: the number of bootstrap resamples.")
+    bootstrap_samples: int = option(
+        1000, min=1, help="With --significance: the number of bootstrap resamples (samples x lines at most "
+                          f"{BOOTSTRAP_MAX_SAMPLE_LINES:,}: sacrebleu holds them all in memory).")
     seed: int = option(12345, min=1, help="With --significance: the seed of the bootstrap resampling.")
     workers: int = option(1, names=("--workers", "-j"), min=1, max=MAX_WORKERS, cli_default=None, shown_default="all cores",
                           help="Processes for Moses tokenisation.")

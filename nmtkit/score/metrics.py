@@ -23,6 +23,9 @@ from nmtkit.text.parallel import parallel_map
 
 log = logging.getLogger(__name__)
 
+# sacrebleu's paired bootstrap holds every resample's sentence statistics at once: ~45 bytes a
+# sample and line for BLEU, ~75 for chrF; the bound keeps that under ~4 GB (10,000 samples of 3,003 lines fit)
+BOOTSTRAP_MAX_SAMPLE_LINES = 50_000_000
 TER_MAX_WORDS = 1000  # a real 1,000-word translation: ~2 s; unrelated text of that length: ~30 s
 METRICS = ("bleu", "chrf", "ter")
 BLEU_TOKENIZERS = ("13a", "intl", "none", "char", "zh", "ja-mecab", "ko-mecab", "spm", "flores101", "flores200")
@@ -216,6 +219,11 @@ def paired_bootstrap(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequenc
         raise ConfigError(f"the number of bootstrap samples must be a positive integer, got {n_samples!r}")
     for _name, hyps in systems:
         _check_streams(hyps, refs)
+    lines = len(systems[0][1])
+    if n_samples * lines > BOOTSTRAP_MAX_SAMPLE_LINES:
+        raise ConfigError(f"{n_samples:,} bootstrap samples of {lines:,} lines: sacrebleu holds every sample's sentence "
+                          f"statistics in memory, so samples x lines may be at most {BOOTSTRAP_MAX_SAMPLE_LINES:,} "
+                          f"(here at most {BOOTSTRAP_MAX_SAMPLE_LINES // lines:,} samples)")
     metric_objs = {key: make_metric(key, tokenize=tokenize, lowercase=lowercase) for key in metrics}
     with mock.patch.dict(os.environ, {"SACREBLEU_SEED": str(seed)}):  # its seed, for this call only
         test = PairedTest([(n, list(h)) for n, h in systems], metric_objs, [list(r) for r in refs],
