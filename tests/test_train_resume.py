@@ -520,6 +520,22 @@ def test_a_resume_with_max_epochs_below_the_current_epoch_stops_at_once(data_dir
     assert (again.reason, again.update) == ("max-epochs", 20)
 
 
+def test_resuming_a_run_past_its_budget_says_that_nothing_is_left_to_train(data_dir, tmp_path, caplog):
+    """It printed the start line and "stopped (max-updates)" with nothing between, as if trained."""
+    run = tmp_path / "run"
+    train_run(data_dir, run, tiny_options(max_updates=20, valid_bleu_samples=0), tiny_overrides())
+    for options, said in ((dict(max_updates=None), "--max-updates 20"), (dict(max_updates=100, max_epochs=1),
+                                                                           "--max-epochs 1")):
+        caplog.clear()
+        again = train_run(data_dir, run, tiny_options(**options, valid_bleu_samples=0), tiny_overrides(), resume=True)
+        assert again.update == 20
+        assert f"already reached its {said}: nothing to train; resume with a larger one" in caplog.text
+    caplog.clear()
+    again = train_run(data_dir, run, tiny_options(max_updates=25, max_epochs=3, valid_bleu_samples=0), tiny_overrides(),
+                      resume=True)  # --max-epochs 1 given on a resume stays the run's until another is given
+    assert again.update == 25 and "already reached" not in caplog.text
+
+
 def test_a_run_stopped_between_validations_resumes_to_the_same_early_stop(data_dir, tmp_path):
     """The validation a run makes when it stops between two scheduled ones (here --max-updates
     38) set the best score that --patience counts against: the resumed run stopped early at

@@ -42,7 +42,8 @@ Examples:
                    "train.log.")
 @click.option("--resume", is_flag=True,
               help="Continue the run in --save-dir exactly from checkpoint_last.pt (model, optimiser, schedule, "
-                   "RNG states, position in the data). Only stopping, reporting and hardware options may change.")
+                   "RNG states, position in the data). Only stopping, reporting and hardware options may change; "
+                   "a change stays the run's, as its checkpoints record it.")
 @click.option("--force", is_flag=True,
               help="Start over in a --save-dir that already holds a run: it is replaced when the new run saves "
                    "its first checkpoint, and kept if the new run fails before that.")

@@ -112,6 +112,7 @@ class Trainer:
                 last_valid = self.validate() or last_valid
                 self._save_progress()
             reason = self._stop_reason(check_collective=True)
+            resumed_at = st.update
             while reason is None:
                 batches = self._next_update()
                 if isinstance(batches, str):
@@ -122,6 +123,9 @@ class Trainer:
                 ctx.cb.on_update(st.update, st.epoch)
                 last_valid = self._after_update() or last_valid
                 reason = self._stop_reason(not ctx.dist.enabled or st.update % DDP_SYNC_EVERY == 0)
+            if reason in ("max-updates", "max-epochs", "patience", "max-time") and st.update == resumed_at > 0:
+                log.warning("the run being resumed has already reached its --%s %g: nothing to train; resume with a "
+                            "larger one to go on", reason, getattr(cfg, reason.replace("-", "_")))
             self._log_interval()
             if reason in ("max-updates", "max-epochs", "max-time") and st.last_valid_update != st.update:
                 # Users expect checkpoint_best.pt after a run that stopped on a budget.
