@@ -13,7 +13,7 @@ import importlib
 import os
 import sys
 import threading
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -46,6 +46,14 @@ class _LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context | None, cmd_name: str) -> click.Command | None:
         return command(cmd_name) if cmd_name in SUBCOMMANDS else None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """SIGTERM's `Terminated` passes click as its Abort: as a KeyboardInterrupt click would
+        first write a blank line, which closes a terminal's ^C echo, where no ^C was typed."""
+        try:
+            return super().invoke(ctx)
+        except Terminated as stop:
+            raise click.exceptions.Abort() from stop
 
 
 def command(name: str) -> click.Command:
