@@ -270,6 +270,25 @@ def test_paths_given_from_python_become_strings_and_one_string_for_a_list_a_list
     json.dumps([pre.to_dict(), asdict(sel)])
 
 
+@pytest.mark.parametrize("build, message", [
+    # bytes were taken apart into character codes, the checks passed with a number or None in the list,
+    # and a generator had no len(): a TypeError from pathlib or from validate, naming nothing
+    (lambda: TranslateConfig(models=b"m.pt"), "--model must be a list of strings, got b'm.pt'"),
+    (lambda: TranslateConfig(models=("m.pt", 3), ensemble=True), "--model must be a string, got 3"),
+    (lambda: ScoreConfig(hyp_paths=[None], ref_paths=["r"]), "--hyp must be a string, got None"),
+    (lambda: ScoreConfig(hyp_paths=["h"], ref_paths={"r"}), "--ref must be a list of strings, got {'r'}"),
+])
+def test_a_repeatable_option_given_no_list_of_strings_from_python_is_one_clear_error(build, message):
+    with pytest.raises(ConfigError) as err:
+        build()
+    assert str(err.value) == message
+
+
+def test_a_repeatable_option_takes_a_generator_from_python():
+    assert TranslateConfig(models=(m for m in ["a.pt", "b.pt"]), ensemble=True).models == ("a.pt", "b.pt")
+    assert ScoreConfig(hyp_paths=iter(["h"]), ref_paths=["r"], labels=iter(["x"])).labels == ("x",)
+
+
 def test_the_python_entry_points_name_an_argument_of_the_wrong_kind(tmp_path):
     """preprocess(dict) was an AttributeError from inside it, train_run(None, ...) a TypeError
     from os, resume="yes" was taken as True, and translate() of a set gave its results in an
