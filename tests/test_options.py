@@ -109,6 +109,17 @@ def test_score_options_are_checked_once_whatever_builds_them():
         ScoreConfig(hyp_paths=["h"], ref_paths=["r"], tokenize="moses")
 
 
+
+def test_score_metrics_from_python_are_read_as_the_command_line_reads_them():
+    """A string was taken apart into its letters at run ("unknown metric 'b'"), and an empty list
+    scored nothing, without a word."""
+    assert ScoreConfig(hyp_paths=["h"], ref_paths=["r"], metrics="bleu,CHRF").metrics == ["bleu", "chrf"]
+    assert ScoreConfig(hyp_paths=["h"], ref_paths=["r"], metrics=("ter",)).metrics == ["ter"]
+    with pytest.raises(ConfigError, match="--metrics: nothing: choose from bleu, chrf, ter"):
+        ScoreConfig(hyp_paths=["h"], ref_paths=["r"], metrics=[])
+    with pytest.raises(ConfigError, match="--metrics must be a list of metric names, got 3"):
+        ScoreConfig(hyp_paths=["h"], ref_paths=["r"], metrics=3)
+
 # path options that also take '-' (a standard stream): refused when empty by nmtkit.io.checks.file_path
 STREAM_PATHS = {(TokenizeConfig, "input_path"), (TokenizeConfig, "output_path")}
 PATH_METAVARS = {"FILE", "FILE.png", "DIR", "RUN", "PREFIX", "CHECKPOINT"}
