@@ -321,6 +321,33 @@ def test_the_python_entry_points_name_an_argument_of_the_wrong_kind(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("module, config, needle", [
+    ("nmtkit.translate", DecodeConfig(models=("m.pt",)), "nmtkit.translate.run takes a TranslateConfig, not DecodeConfig"),
+    ("nmtkit.score", {"hyp_paths": ["h"]}, "nmtkit.score.run takes a ScoreConfig, not dict"),
+    ("nmtkit.average", None, "nmtkit.average.run takes an AverageConfig, not NoneType"),
+    ("nmtkit.serve", None, "nmtkit.serve.run takes a ServeConfig, not NoneType"),
+    ("nmtkit.text.tokenize", None, "nmtkit.text.tokenize.run takes a TokenizeConfig, not NoneType"),
+])
+def test_every_verbs_run_names_a_config_of_the_wrong_kind(module, config, needle):
+    """As preprocess, select and train did; the others failed with an AttributeError from inside
+    them ('NoneType' object has no attribute 'alignments_file')."""
+    import importlib
+
+    with pytest.raises(TypeError, match=needle):
+        importlib.import_module(module).run(config)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(decode="run/checkpoint_best.pt"), "ServeConfig.decode is a DecodeConfig, not str"),
+    (dict(search=DecodeConfig(models=("m.pt",))), "ServeConfig.search is a SearchConfig, not DecodeConfig"),
+    (dict(limits={"max_beam": 2}), "ServeConfig.limits is a Limits, not dict"),
+])
+def test_a_serve_config_holding_a_part_of_the_wrong_kind_is_refused_when_built(kwargs, needle):
+    """It was taken, and serve failed with an AttributeError from its decoding thread."""
+    with pytest.raises(TypeError, match=needle):
+        ServeConfig(**kwargs)
+
+
 def test_train_run_refuses_callbacks_that_are_not_so_before_the_run_folder(data_dir, tmp_path):
     """callbacks=3 failed as an AttributeError from inside the trainer, once config.json and
     train.log were written."""

@@ -271,6 +271,8 @@ def run(o: ScoreConfig, progress: Progress | None = None) -> ScoreReport:
     """Everything `nmtkit score` computes, as a ScoreReport (render it with
     `nmtkit.score.report.render`). Notes for the user (what "No UNK" means for BPE, where the plot
     went) go through `nmtkit.progress.note`; `progress` is accepted for the one command shape."""
+    if not isinstance(o, ScoreConfig):
+        raise TypeError(f"nmtkit.score.run takes a ScoreConfig, not {type(o).__name__}")
     _check_options(o)
     inp = _read_inputs(o)
     mismatch = form_mismatch([*zip(o.hyp_paths, (h for _, h in inp.systems)), *zip(o.ref_paths, inp.refs)])
