@@ -193,6 +193,8 @@ def run(config: AverageConfig, progress: Progress | None = None) -> dict[str, An
     Every input and the output are checked before any checkpoint is read; messages name the
     inputs by the option that gave them. `progress(path, i, n)` follows the i-th of n checkpoints
     read. The report: "output", "inputs" (the checkpoints averaged) and "checkpoint" (the dict written)."""
+    if not isinstance(config, AverageConfig):
+        raise TypeError(f"nmtkit.average.run takes an AverageConfig, not {type(config).__name__}")
     if config.last is None:
         paths, given_by = list(config.models), "-m"
     else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from nmtkit.errors import ConfigError
 
@@ -162,12 +162,24 @@ def _type_error(opt: str, type_name: str, value: Any) -> str | None:
     return None
 
 
+def _items_error(opt: str, value: Any) -> str | None:
+    """The message for a repeatable option's value that is not a list of strings (bytes were
+    taken apart into character codes, "4 -m checkpoints given"; a number or None failed in
+    pathlib, the checks passed), or None."""
+    if not isinstance(value, (list, tuple)):
+        return f"{opt} must be a list of strings, got {value!r:.60}"
+    return next((error for v in value if (error := _type_error(opt, "str", v))), None)
+
+
 def _as_path_strings(config: Any, f: dataclasses.Field, spec: OptionSpec) -> None:
     """A path given from Python as a `Path` becomes its string (configs are stored as JSON); a
-    repeatable field given one string or path becomes a tuple of it, not of its characters."""
+    repeatable field given one string or path becomes a tuple of it, not of its characters, and
+    one given a generator a tuple of its items (read once, here: it had no len())."""
     value = getattr(config, f.name)
     if spec.multiple and isinstance(value, (str, os.PathLike)):
         value = (value,)
+    elif spec.multiple and isinstance(value, Iterator):
+        value = tuple(value)
     if spec.multiple and isinstance(value, (list, tuple)):
         value = tuple(os.fspath(v) if isinstance(v, os.PathLike) else v for v in value)
     elif isinstance(value, os.PathLike):
@@ -187,6 +199,8 @@ def check_fields(config: Any, like: type | None = None) -> None:
         value = getattr(config, f.name)
         opt = cli_names(f, spec)[0] if spec is not None else option_name(f.name)
         error = _type_error(opt, str(f.type), value)
+        if error is None and spec is not None and spec.multiple and value is not None:
+            error = _items_error(opt, value)
         if error is None and spec is not None and value is not None:
             if spec.path is not None and (bad_path := path_error(opt, value, spec.path)):
                 error = bad_path

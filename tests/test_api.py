@@ -182,6 +182,21 @@ def test_bad_score_input_is_one_clear_error(ckpt, sources, targets, error, needl
         model.score(sources, targets)
 
 
+def test_a_translation_with_words_outside_the_target_vocabulary_is_scored_with_a_warning(ckpt):
+    """Each such word is scored as <unk> (the probability of any unknown word): 'le zebre' and
+    'le girafe' scored alike, without a word."""
+    import nmtkit
+
+    warnings: list[str] = []
+    model = nmtkit.load(ckpt, warn=warnings.append, **LOAD)
+    scores = model.score(["the cat", "the cat", "the cat"], ["le chat", "le zebre", "le girafe"])
+    assert scores[1] == pytest.approx(scores[2])
+    assert warnings == ["<input>:2: 1 token(s) of the translation not in the model's target vocabulary ('zebre'): "
+                        "each is scored as <unk>, the probability of any unknown word (warned once)"]
+    model.score(["the cat"], ["le <unk> </s>"])  # <unk> is a word of the vocabulary; '</s>' is not
+    assert len(warnings) == 1
+
+
 @pytest.mark.parametrize("refs, extra, needle", [
     ("le chat\n", [], "line counts differ: -i {src} has 2 lines, --score-reference {ref} has 1 lines"),
     ("le chat\n\n", [], "{ref}:2: empty translation"),

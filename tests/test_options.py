@@ -109,6 +109,17 @@ def test_score_options_are_checked_once_whatever_builds_them():
         ScoreConfig(hyp_paths=["h"], ref_paths=["r"], tokenize="moses")
 
 
+
+def test_score_metrics_from_python_are_read_as_the_command_line_reads_them():
+    """A string was taken apart into its letters at run ("unknown metric 'b'"), and an empty list
+    scored nothing, without a word."""
+    assert ScoreConfig(hyp_paths=["h"], ref_paths=["r"], metrics="bleu,CHRF").metrics == ["bleu", "chrf"]
+    assert ScoreConfig(hyp_paths=["h"], ref_paths=["r"], metrics=("ter",)).metrics == ["ter"]
+    with pytest.raises(ConfigError, match="--metrics: nothing: choose from bleu, chrf, ter"):
+        ScoreConfig(hyp_paths=["h"], ref_paths=["r"], metrics=[])
+    with pytest.raises(ConfigError, match="--metrics must be a list of metric names, got 3"):
+        ScoreConfig(hyp_paths=["h"], ref_paths=["r"], metrics=3)
+
 # path options that also take '-' (a standard stream): refused when empty by nmtkit.io.checks.file_path
 STREAM_PATHS = {(TokenizeConfig, "input_path"), (TokenizeConfig, "output_path")}
 PATH_METAVARS = {"FILE", "FILE.png", "DIR", "RUN", "PREFIX", "CHECKPOINT"}
@@ -270,6 +281,25 @@ def test_paths_given_from_python_become_strings_and_one_string_for_a_list_a_list
     json.dumps([pre.to_dict(), asdict(sel)])
 
 
+@pytest.mark.parametrize("build, message", [
+    # bytes were taken apart into character codes, the checks passed with a number or None in the list,
+    # and a generator had no len(): a TypeError from pathlib or from validate, naming nothing
+    (lambda: TranslateConfig(models=b"m.pt"), "--model must be a list of strings, got b'm.pt'"),
+    (lambda: TranslateConfig(models=("m.pt", 3), ensemble=True), "--model must be a string, got 3"),
+    (lambda: ScoreConfig(hyp_paths=[None], ref_paths=["r"]), "--hyp must be a string, got None"),
+    (lambda: ScoreConfig(hyp_paths=["h"], ref_paths={"r"}), "--ref must be a list of strings, got {'r'}"),
+])
+def test_a_repeatable_option_given_no_list_of_strings_from_python_is_one_clear_error(build, message):
+    with pytest.raises(ConfigError) as err:
+        build()
+    assert str(err.value) == message
+
+
+def test_a_repeatable_option_takes_a_generator_from_python():
+    assert TranslateConfig(models=(m for m in ["a.pt", "b.pt"]), ensemble=True).models == ("a.pt", "b.pt")
+    assert ScoreConfig(hyp_paths=iter(["h"]), ref_paths=["r"], labels=iter(["x"])).labels == ("x",)
+
+
 def test_the_python_entry_points_name_an_argument_of_the_wrong_kind(tmp_path):
     """preprocess(dict) was an AttributeError from inside it, train_run(None, ...) a TypeError
     from os, resume="yes" was taken as True, and translate() of a set gave its results in an
@@ -289,6 +319,33 @@ def test_the_python_entry_points_name_an_argument_of_the_wrong_kind(tmp_path):
     with pytest.raises(TypeError, match="not set"):
         _lines_of({"the cat", "the dog"})
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("module, config, needle", [
+    ("nmtkit.translate", DecodeConfig(models=("m.pt",)), "nmtkit.translate.run takes a TranslateConfig, not DecodeConfig"),
+    ("nmtkit.score", {"hyp_paths": ["h"]}, "nmtkit.score.run takes a ScoreConfig, not dict"),
+    ("nmtkit.average", None, "nmtkit.average.run takes an AverageConfig, not NoneType"),
+    ("nmtkit.serve", None, "nmtkit.serve.run takes a ServeConfig, not NoneType"),
+    ("nmtkit.text.tokenize", None, "nmtkit.text.tokenize.run takes a TokenizeConfig, not NoneType"),
+])
+def test_every_verbs_run_names_a_config_of_the_wrong_kind(module, config, needle):
+    """As preprocess, select and train did; the others failed with an AttributeError from inside
+    them ('NoneType' object has no attribute 'alignments_file')."""
+    import importlib
+
+    with pytest.raises(TypeError, match=needle):
+        importlib.import_module(module).run(config)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(decode="run/checkpoint_best.pt"), "ServeConfig.decode is a DecodeConfig, not str"),
+    (dict(search=DecodeConfig(models=("m.pt",))), "ServeConfig.search is a SearchConfig, not DecodeConfig"),
+    (dict(limits={"max_beam": 2}), "ServeConfig.limits is a Limits, not dict"),
+])
+def test_a_serve_config_holding_a_part_of_the_wrong_kind_is_refused_when_built(kwargs, needle):
+    """It was taken, and serve failed with an AttributeError from its decoding thread."""
+    with pytest.raises(TypeError, match=needle):
+        ServeConfig(**kwargs)
 
 
 def test_train_run_refuses_callbacks_that_are_not_so_before_the_run_folder(data_dir, tmp_path):

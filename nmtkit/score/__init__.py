@@ -127,6 +127,14 @@ class ScoreConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        # from Python, --metrics' text or a list of names, read as --metrics is: a string was taken
+        # apart into its letters ("unknown metric 'b'"), and an empty list scored nothing, without a word
+        metrics = self.metrics
+        if not isinstance(metrics, str):
+            if not isinstance(metrics, (list, tuple)) or not all(isinstance(m, str) for m in metrics):
+                raise ConfigError(f"--metrics must be a list of metric names, got {metrics!r:.60}")
+            metrics = ",".join(metrics)
+        object.__setattr__(self, "metrics", metric_list(metrics))
         if self.plot_path is not None:  # --plot implies --by-length
             object.__setattr__(self, "by_length", True)
         for lang, name in ((self.tgt_lang, "--tgt-lang"), (self.src_lang, "--src-lang")):
@@ -266,6 +274,8 @@ def run(o: ScoreConfig, progress: Progress | None = None) -> ScoreReport:
     """Everything `nmtkit score` computes, as a ScoreReport (render it with
     `nmtkit.score.report.render`). Notes for the user (what "No UNK" means for BPE, where the plot
     went) go through `nmtkit.progress.note`; `progress` is accepted for the one command shape."""
+    if not isinstance(o, ScoreConfig):
+        raise TypeError(f"nmtkit.score.run takes a ScoreConfig, not {type(o).__name__}")
     _check_options(o)
     inp = _read_inputs(o)
     mismatch = form_mismatch([*zip(o.hyp_paths, (h for _, h in inp.systems)), *zip(o.ref_paths, inp.refs)])

@@ -27,6 +27,8 @@ def run(config: ServeConfig, announce: Callable[[str], None] = _say) -> None:
     """`nmtkit serve`: load `config.decode`'s models on the decoding thread, warm them up,
     and serve until SIGTERM or SIGINT (`nmtkit.serve.app.serve`). `announce` hears the server's
     start and stop and, unless quiet, a line per request."""
+    if not isinstance(config, ServeConfig):
+        raise TypeError(f"nmtkit.serve.run takes a ServeConfig, not {type(config).__name__}")
     import asyncio
 
     from nmtkit.serve.app import serve

@@ -80,6 +80,10 @@ class ServeConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        for name, cls in (("decode", DecodeConfig), ("search", SearchConfig), ("limits", Limits)):
+            value = getattr(self, name)  # else an AttributeError from the decoding thread, the server half up
+            if not isinstance(value, cls) and not (name == "decode" and value is None):
+                raise TypeError(f"ServeConfig.{name} is a {cls.__name__}, not {type(value).__name__}")
         if not self.host:  # asyncio listens on every interface for an empty host (--host "$UNSET")
             raise ConfigError("--host '' names no address (an unset variable?): give 127.0.0.1 (this machine), or "
                               "0.0.0.0 to open the server to the network")

@@ -171,6 +171,8 @@ def run(config: TokenizeConfig, progress: Progress | None = None) -> dict[str, A
     stdout) line for line with the pipeline's steps 0-3, in `config.workers` processes; a regular
     output file gets its `.tokinfo.json` record and appears only when complete (nmtkit.io.files).
     Returns {"lines": lines written, "tokinfo": the record's path or None}."""
+    if not isinstance(config, TokenizeConfig):
+        raise TypeError(f"nmtkit.text.tokenize.run takes a TokenizeConfig, not {type(config).__name__}")
     input_path, output_path, tokinfo_out = _check_outputs(config)
     pipeline = config.pipeline()
     report = progress or no_progress

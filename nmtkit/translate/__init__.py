@@ -130,6 +130,8 @@ def run(config: TranslateConfig, progress: Progress | None = None) -> dict[str, 
     complete (nmtkit.io.files): a failure never leaves a half-written output looking complete.
     `config.interactive` (or a buffer of one line) translates, writes and flushes each line as it
     arrives."""
+    if not isinstance(config, TranslateConfig):
+        raise TypeError(f"nmtkit.translate.run takes a TranslateConfig, not {type(config).__name__}")
     progress = progress or no_progress
     align_stdout = config.alignments_file == "-"
     input_path, output_path, alignments_file = check_files(config)

@@ -375,6 +375,7 @@ class Translator:
                 if not toks:  # text the pipeline removes whole (zero-width spaces, control characters)
                     raise InputError(f"empty {what} to the model: its text pipeline removes every character of "
                                      "it (non-printing ones), leaving nothing to score", name, n)
+        self._warn_unknown_targets([n for n, _, _ in pairs], targets, reference)
         batches = self._batches([len(toks) for toks, _ in prepared], [n for n, _, _ in pairs])
 
         def score(j: int) -> list[TokenScores]:
@@ -388,6 +389,19 @@ class Translator:
                                 tuple(row[: len(targets[i]) + 1].tolist())) for row, total, i in zip(lps, totals, idx)]
 
         return self._in_line_order(len(pairs), batches, score, workers)  # type: ignore[return-value]
+
+    def _warn_unknown_targets(self, numbers: Sequence[int], targets: Sequence[list[str]], reference: str) -> None:
+        """Warn (once per translator) at the first translation holding tokens outside the target
+        vocabulary: each is scored as <unk>, the probability of any unknown word, not of that one."""
+        vocab = self.bundle.tgt_vocab
+        for n, toks in zip(numbers, targets):
+            unknown = [t for t in toks if t not in vocab]
+            if unknown:
+                words = ", ".join(repr(t) for t in unknown[:3]) + (", ..." if len(unknown) > 3 else "")
+                self._warn_once("unknown targets", f"{reference}:{n}: {len(unknown)} token(s) of the translation not "
+                                f"in the model's target vocabulary ({words}): each is scored as <unk>, the probability "
+                                "of any unknown word (warned once)")
+                return
 
 
 _SEARCH_FIELDS = frozenset(f.name for f in fields(SearchConfig))
