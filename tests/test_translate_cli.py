@@ -378,13 +378,13 @@ def test_translating_a_line_imports_no_plotting_scoring_or_tensorboard_library_n
 @pytest.mark.parametrize("command", ["translate", "tokenize"])
 def test_an_input_redirected_from_a_file_is_never_the_output_even_with_force(ckpt, tmp_path, command):
     """`nmtkit translate -o f --force < f` replaced the text with its translations: -i f was
-    refused, stdin was not compared. tokenize overwrites its -o without --force."""
+    refused, stdin was not compared. tokenize likewise, with --force."""
     from tests.conftest import REPO
 
     text = tmp_path / "in.en"
     text.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     before = text.read_bytes()
-    argv = ["translate", "-m", ckpt, "--force"] if command == "translate" else ["tokenize", "--lang", "en"]
+    argv = ["translate", "-m", ckpt, "--force"] if command == "translate" else ["tokenize", "--lang", "en", "--force"]
     with open(text, "rb") as stdin:
         proc = subprocess.run([sys.executable, "-m", "nmtkit", *argv, "-o", str(text)], stdin=stdin,
                               capture_output=True, text=True, cwd=REPO,
