@@ -105,7 +105,9 @@ def check_output(path: str | Path, force: bool, what: str = "output") -> None:
     if os.path.exists(path) and not force:
         raise OutputExistsError("exists (use --force to overwrite)", path)
     folder = os.path.dirname(os.path.realpath(path))
-    if not os.path.isdir(folder):
+    # the folder as open() reaches it: realpath takes `missing/..` away, the kernel does not (that
+    # name exists nowhere, and the file realpath names, an input say, would be replaced unseen)
+    if not os.path.isdir(folder) or not os.path.isdir(os.path.dirname(path) or "."):
         raise OutputError(f"cannot write the {what}: its folder does not exist", path)
     _probe_folder(folder, path, what)
 
