@@ -161,7 +161,7 @@ def _check_outputs(config: TokenizeConfig) -> tuple[str | None, str | None, str 
               *(("--protect", p) for p in config.protect if os.path.isfile(p))]
     tokinfo_out = output_path + TOKINFO_SUFFIX if output_path and not writes_in_place(output_path) else None
     tokinfo = f"-o's {TOKINFO_SUFFIX}"
-    check_outputs_vs_inputs(inputs, files=[Output("-o", output_path, "-o output", config.force),
+    check_outputs_vs_inputs(inputs, files=[Output("-o", output_path or "-", "-o output", config.force),
                                            Output(tokinfo, tokinfo_out, tokinfo, True)])
     return input_path, output_path, tokinfo_out
 

@@ -98,8 +98,9 @@ def check_files(config: TranslateConfig) -> tuple[str | None, str | None, str | 
         inputs=[("-i", input_path) if input_path else STDIN, *(("-m", m) for m in config.models),
                 ("--unk-dict", config.unk_dict),
                 ("--score-reference", reference) if reference or not config.score_reference else STDIN],
-        files=[Output("-o", output_path, "-o output", config.force),
-               Output("--alignments-file", alignments_file, "--alignments-file", config.force)],
+        files=[Output("-o", output_path or "-", "-o output", config.force),
+               Output("--alignments-file", alignments_file or config.alignments_file, "--alignments-file",
+                      config.force)],
         folders=[("--plot-attention", config.plot_attention, is_plot_name)])
     if config.plot_attention:
         check_output_dir(config.plot_attention, "--plot-attention folder")
