@@ -97,6 +97,8 @@ def check_output(path: str | Path, force: bool, what: str = "output") -> None:
     a missing or unwritable folder (probed by creating a file there: a read-only mount too)."""
     path = os.fspath(path)
     if writes_in_place(path):
+        if os.path.exists(path) and stat.S_ISSOCK(os.stat(path).st_mode):  # open() fails on one: ENXIO
+            raise OutputError(f"the {what} is a socket, which cannot be written as a file; give a file name", path)
         if os.path.exists(path) and not os.access(path, os.W_OK):
             raise OutputError(f"cannot write the {what}: {os.strerror(errno.EACCES)}", path)
         return
