@@ -419,6 +419,23 @@ def test_an_output_written_in_place_into_an_input_file_is_refused(ckpt, tmp_path
     assert text.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]
 
 
+def test_a_failed_run_takes_back_the_plot_folder_it_created(ckpt, tmp_path):
+    """--plot-attention DIR is created (with the folders above it) before the work: a run that
+    failed (a missing checkpoint, a bad line, Ctrl-C, a full disk) left them, with the plots drawn
+    so far beside an -o never written. A folder that was there stays as it is."""
+    src = tmp_path / "in.en"
+    src.write_bytes(b"the cat\nthe \xff dog\n")  # line 1 is translated and plotted, line 2 fails
+    plots = tmp_path / "a" / "plots"
+    for model in (str(tmp_path / "missing.pt"), ckpt):
+        _error_line(run_cli(["translate", "-m", model, "-i", str(src), "-o", str(tmp_path / "o.txt"),
+                             "--plot-attention", str(plots), "--buffer-size", "1"]))
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]
+    plots.mkdir(parents=True)
+    (plots / "notes.txt").write_text("mine\n")
+    _error_line(run_cli(["translate", "-m", ckpt, "-i", str(src), "--plot-attention", str(plots), "--buffer-size", "1"]))
+    assert (plots / "notes.txt").read_text() == "mine\n"
+
+
 def test_the_plot_folder_cannot_be_the_output_file_checked_before_decoding(ckpt, tmp_path):
     """It failed at the end, with the plots written and the translations lost, in a message
     naming neither option."""

@@ -58,6 +58,23 @@ def make_parents(path: str | Path) -> list[Path]:
     return created
 
 
+def new_folders(path: str | Path) -> list[Path]:
+    """`path` and the folders above it that do not exist yet, the outermost first: what creating
+    `path` will create (`take_back_folders` removes them again)."""
+    p = Path(path).absolute()
+    return [q for q in reversed([p, *p.parents]) if not q.exists()]
+
+
+def take_back_folders(created: list[Path], owns: Callable[[str], bool]) -> None:
+    """Remove the folders `new_folders` listed, created since by a run that failed, as far as they
+    hold nothing but the files of the innermost that `owns(name)` says the run wrote."""
+    if created and created[-1].is_dir():
+        for name in os.listdir(created[-1]):
+            if owns(name):
+                (created[-1] / name).unlink(missing_ok=True)
+    remove_folders(created)
+
+
 def remove_folders(created: list[Path]) -> None:
     """Remove the folders `make_parents` created, innermost first, as far as they are empty."""
     for p in reversed(created):

@@ -15,6 +15,7 @@ from typing import Iterable
 
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.io.checks import STDIN, Output, check_outputs_vs_inputs, file_path
+from nmtkit.io.dirs import new_folders, take_back_folders
 from nmtkit.io.files import OutputFile, check_output_dir, commit_all, is_stdout
 from nmtkit.progress import Progress, no_progress
 from nmtkit.text.io import check_counts, count_lines, stream_lines
@@ -130,8 +131,16 @@ def run(config: TranslateConfig, progress: Progress | None = None) -> dict[str, 
     done, None) after every buffer. Files are written under a temporary name and renamed when
     complete (nmtkit.io.files): a failure never leaves a half-written output looking complete.
     `config.interactive` (or a buffer of one line) translates, writes and flushes each line as it
-    arrives."""
-    progress = progress or no_progress
+    arrives. A --plot-attention folder the run creates goes again, with its plots, if it fails."""
+    created = new_folders(config.plot_attention) if config.plot_attention else []
+    try:
+        return _run(config, progress or no_progress)
+    except BaseException:
+        take_back_folders(created, is_plot_name)
+        raise
+
+
+def _run(config: TranslateConfig, progress: Progress) -> dict[str, int]:
     align_stdout = config.alignments_file == "-"
     input_path, output_path, alignments_file = check_files(config)
     translator = Translator(config.decode_config())
