@@ -128,6 +128,23 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path):
     assert old.read_text() == "keep\n" and os.listdir(tmp_path) == ["old.txt"]
 
 
+def test_ctrl_c_in_the_final_fsync_leaves_the_old_file_and_no_temp_file(tmp_path, monkeypatch):
+    """Only an OSError in the commit removed the temp file: Ctrl-C while a big output was being
+    synced to disk (seconds, when a user thinks it hangs) left NAME.XXXX.tmp beside it."""
+    import nmtkit.io.files as files
+
+    def interrupted(fd):
+        raise KeyboardInterrupt
+
+    old = tmp_path / "old.txt"
+    old.write_text("keep\n")
+    monkeypatch.setattr(files.os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with OutputFile(old) as out:
+            out.file.write("new\n")
+    assert old.read_text() == "keep\n" and os.listdir(tmp_path) == ["old.txt"]
+
+
 def test_a_symlink_is_written_through_not_replaced(tmp_path):
     target = tmp_path / "real.txt"
     target.write_text("x\n")

@@ -170,9 +170,11 @@ class _Output:
         if exc_type is None:
             try:
                 self.commit()
-            except OSError as err:
+            except BaseException as err:  # Ctrl-C in the final fsync (seconds for a big file) too
                 self.abort()
-                raise name_error(err, self.path, self.write_path) from None
+                if isinstance(err, OSError):
+                    raise name_error(err, self.path, self.write_path) from None
+                raise
         else:
             self.abort()
             if isinstance(exc, OSError):
