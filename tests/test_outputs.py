@@ -6,6 +6,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -143,6 +144,43 @@ def test_ctrl_c_in_the_final_fsync_leaves_the_old_file_and_no_temp_file(tmp_path
         with OutputFile(old) as out:
             out.file.write("new\n")
     assert old.read_text() == "keep\n" and os.listdir(tmp_path) == ["old.txt"]
+
+
+def test_a_signal_another_thread_takes_never_splits_commit_all(tmp_path, monkeypatch):
+    """signals.blocked() masked SIGINT/SIGTERM for its own thread only: a Ctrl-C sent to the
+    process was taken by a thread started unmasked (numpy's OpenBLAS pool, in every command that
+    imports numpy, unless OMP_NUM_THREADS=1), whose Python handler ran in the main thread at once:
+    `translate --alignments-file` new beside the old -o, preprocess --force's old data directory
+    moved aside and the new one deleted. Now the signal comes after the block, every output whole."""
+    import signal
+
+    from nmtkit.io.files import commit_all
+
+    (tmp_path / "a.txt").write_text("old\n")
+    (tmp_path / "b.txt").write_text("old\n")
+    other = threading.Event()
+    thread = threading.Thread(target=other.wait)  # started unmasked, as a BLAS pool is
+    thread.start()
+    real = Staged.commit
+
+    def commit(self, synced=False):
+        real(self, synced)
+        signal.pthread_kill(thread.ident, signal.SIGINT)
+        for _ in range(50):  # the main thread runs the Python handler at its next check: give it time
+            time.sleep(0.002)
+
+    monkeypatch.setattr(Staged, "commit", commit)
+    outputs = [OutputFile(tmp_path / name) for name in ("a.txt", "b.txt")]
+    for out in outputs:
+        out.file.write("new\n")
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            commit_all(outputs)
+    finally:
+        other.set()
+        thread.join()
+    assert [(tmp_path / n).read_text() for n in ("a.txt", "b.txt")] == ["new\n", "new\n"]
+    assert sorted(os.listdir(tmp_path)) == ["a.txt", "b.txt"]
 
 
 def test_a_symlink_is_written_through_not_replaced(tmp_path):
