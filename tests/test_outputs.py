@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -152,8 +153,6 @@ def test_a_signal_another_thread_takes_never_splits_commit_all(tmp_path, monkeyp
     imports numpy, unless OMP_NUM_THREADS=1), whose Python handler ran in the main thread at once:
     `translate --alignments-file` new beside the old -o, preprocess --force's old data directory
     moved aside and the new one deleted. Now the signal comes after the block, every output whole."""
-    import signal
-
     from nmtkit.io.files import commit_all
 
     (tmp_path / "a.txt").write_text("old\n")
@@ -181,6 +180,32 @@ def test_a_signal_another_thread_takes_never_splits_commit_all(tmp_path, monkeyp
         thread.join()
     assert [(tmp_path / n).read_text() for n in ("a.txt", "b.txt")] == ["new\n", "new\n"]
     assert sorted(os.listdir(tmp_path)) == ["a.txt", "b.txt"]
+
+
+def test_ctrl_c_between_the_renames_of_a_replaced_folder_leaves_one_whole_folder(tmp_path, monkeypatch):
+    """preprocess --force swaps its new data directory in by two renames (the old one aside, the
+    new one in), unblocked: Ctrl-C between them left no folder at --dest, the old one under
+    DEST.old-XXXX and the new one deleted by the failed run's cleanup."""
+    import nmtkit.io.dirs as dirs
+
+    dest, tmp = tmp_path / "data", tmp_path / "data.tmp"
+    dest.mkdir()
+    (dest / "f").write_text("old\n")
+    tmp.mkdir()
+    (tmp / "f").write_text("new\n")
+    real = os.rename
+
+    def rename(src, dst):
+        real(src, dst)
+        if ".old-" in str(dst):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(50):
+                time.sleep(0.002)
+
+    monkeypatch.setattr(dirs.os, "rename", rename)
+    with pytest.raises(KeyboardInterrupt):
+        dirs.swap_in_dir(tmp, dest)
+    assert os.listdir(tmp_path) == ["data"] and (dest / "f").read_text() == "new\n"
 
 
 def test_a_symlink_is_written_through_not_replaced(tmp_path):

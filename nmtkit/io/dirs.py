@@ -109,14 +109,15 @@ def swap_in_dir(tmp: str | Path, dest: str | Path) -> Path | None:
     deleted only once `tmp` has taken its place. Returns what is left of the old one when it could
     not be deleted whole (e.g. a read-only folder inside it), else None."""
     tmp, dest = Path(tmp), Path(dest)
-    if not dest.exists():
+    with signals.blocked():  # never stopped between the renames: the old folder aside, no folder at dest
+        if not dest.exists():
+            os.rename(tmp, dest)
+            return None
+        old = Path(tempfile.mkdtemp(prefix=dest.name + ".old-", dir=dest.parent))
+        os.rmdir(old)
+        os.rename(dest, old)
         os.rename(tmp, dest)
-        return None
-    old = Path(tempfile.mkdtemp(prefix=dest.name + ".old-", dir=dest.parent))
-    os.rmdir(old)
-    os.rename(dest, old)
-    os.rename(tmp, dest)
-    shutil.rmtree(old, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
     return old if old.exists() else None
 
 
