@@ -19,27 +19,33 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 @contextlib.contextmanager
 def blocked(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
     """Within: `signals` blocked for this thread (`pthread_sigmask`, where the platform has it);
-    one that came meanwhile is delivered after."""
+    one that came meanwhile is delivered after. In the main thread they are also noted by a handler
+    and raised again after: the mask is this thread's only, and a thread started unmasked (numpy's
+    OpenBLAS pool) takes a signal sent to the process, whose Python handler then runs here at once."""
+    noted: list[int] = []
     try:
         old = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
     except (AttributeError, ValueError, OSError):
         old = None
     try:
-        yield
+        with handled_by(lambda signum, frame: noted.append(signum), signals):
+            yield
     finally:
         if old is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for signum in dict.fromkeys(noted):
+            signal.raise_signal(signum)
 
 
 @contextlib.contextmanager
-def handled_by(handler: Any) -> Iterator[None]:
-    """Within: SIGINT and SIGTERM go to `handler`, their handlers restored after; one that is
-    ignored (nohup) or whose handler Python did not set is left alone. A no-op but in the main
-    thread (only it may set handlers)."""
+def handled_by(handler: Any, signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
+    """Within: `signals` (SIGINT and SIGTERM) go to `handler`, their handlers restored after; one
+    that is ignored (nohup) or whose handler Python did not set is left alone. A no-op but in the
+    main thread (only it may set handlers)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    handled = [sig for sig in STOP_SIGNALS if signal.getsignal(sig) not in (None, signal.SIG_IGN)]
+    handled = [sig for sig in signals if signal.getsignal(sig) not in (None, signal.SIG_IGN)]
     old = {sig: signal.signal(sig, handler) for sig in handled}
     try:
         yield

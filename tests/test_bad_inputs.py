@@ -111,6 +111,18 @@ class World:
             subprocess.run(["umount", "-l", str(p)], capture_output=True)
 
 
+def _socket(w: World, name: str) -> Path:
+    """A Unix socket's file at `name` under tmp (it stays when the socket is closed)."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as sock:
+        try:
+            sock.bind(str(w.tmp / name))
+        except OSError as err:  # a path too long for a socket address
+            pytest.skip(f"cannot bind a socket here: {err}")
+    return w.tmp / name
+
+
 def _fill(path: Path) -> None:
     """Write zeros to `path` until its file system has no byte left."""
     with open(path, "ab", buffering=0) as f:
@@ -293,6 +305,10 @@ ROWS = [
     Row("select-data-output-prefix-full", lambda w: _select(w, w.full() / "sel"), needles=("No space left on device",)),
     Row("score-plot-full", lambda w: _score(w, "--plot", str(w.full() / "p.png")),
         needles=("p.png", "No space left on device")),
+    # ---- a socket, which open() cannot write: refused before the work, not after it ----------
+    Row("select-data-output-prefix-socket", lambda w: _select(w, _socket(w, "sel.en").with_suffix(""), "--force"),
+        needles=("sel.en", "is a socket")),
+    Row("score-plot-socket", lambda w: _score(w, "--plot", str(_socket(w, "p.png"))), needles=("p.png", "is a socket")),
     Row("preprocess-dest-readonly", lambda w: _preprocess(w, w.readonly() / "pp"), needles=("Read-only file system",)),
     Row("select-data-output-prefix-readonly", lambda w: _select(w, w.readonly() / "sel"), needles=("Read-only file system",)),
     Row("score-plot-readonly", lambda w: _score(w, "--plot", str(w.readonly() / "p.png")),

@@ -171,6 +171,31 @@ def test_no_output_option_can_destroy_an_input(cmd: Command, out_opt: str, in_op
     assert not any((world.tmp / "out").iterdir()), "an output was written"
 
 
+DOTDOT = [(c, out, next(iter(c.inputs))) for c in COMMANDS for out, kind in c.outputs.items()
+          if kind in ("file", "prefix")]
+
+
+@pytest.mark.parametrize("cmd,out_opt,in_opt", DOTDOT, ids=[f"{c.name}-{o}-vs-{i}" for c, o, i in DOTDOT])
+def test_an_output_through_a_missing_folder_and_dotdot_never_reaches_the_input(cmd: Command, out_opt: str,
+                                                                               in_opt: str, world: World):
+    """`-o DIR/missing/../in.txt`: open() fails there (`missing` does not exist), but the checks
+    resolved the name as realpath does, to DIR/in.txt, which exists() said was not there: the input
+    was replaced (translate, average, select-data), --force or not, and exit 0. Now refused as
+    open() would refuse it, and every input is left byte for byte."""
+    makers = dict(cmd.inputs)
+    if cmd.name == "score":
+        makers.pop("--data")
+    ins = {opt: make(world) for opt, make in makers.items()}
+    outs = {opt: str(world.tmp / "out" / f"o{k}") for k, opt in enumerate(cmd.outputs)}
+    (world.tmp / "out").mkdir()
+    target = Path(_target(cmd.outputs[out_opt], ins[in_opt]))
+    outs[out_opt] = str(target.parent / "missing" / ".." / target.name)
+    before = _digest(world.tmp)
+    check_row(Row(cmd.name, lambda w: cmd.argv(w, ins, outs), needles=("its folder does not exist",)), world)
+    assert _digest(world.tmp) == before
+    assert not (target.parent / "missing").exists()
+
+
 def _symlink_to_input(w: World) -> str:
     os.symlink(w.src, w.tmp / "link.txt")
     return str(w.tmp / "link.txt")

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -126,6 +128,84 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path):
             out.file.write("half")
             raise RuntimeError("boom")
     assert old.read_text() == "keep\n" and os.listdir(tmp_path) == ["old.txt"]
+
+
+def test_ctrl_c_in_the_final_fsync_leaves_the_old_file_and_no_temp_file(tmp_path, monkeypatch):
+    """Only an OSError in the commit removed the temp file: Ctrl-C while a big output was being
+    synced to disk (seconds, when a user thinks it hangs) left NAME.XXXX.tmp beside it."""
+    import nmtkit.io.files as files
+
+    def interrupted(fd):
+        raise KeyboardInterrupt
+
+    old = tmp_path / "old.txt"
+    old.write_text("keep\n")
+    monkeypatch.setattr(files.os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with OutputFile(old) as out:
+            out.file.write("new\n")
+    assert old.read_text() == "keep\n" and os.listdir(tmp_path) == ["old.txt"]
+
+
+def test_a_signal_another_thread_takes_never_splits_commit_all(tmp_path, monkeypatch):
+    """signals.blocked() masked SIGINT/SIGTERM for its own thread only: a Ctrl-C sent to the
+    process was taken by a thread started unmasked (numpy's OpenBLAS pool, in every command that
+    imports numpy, unless OMP_NUM_THREADS=1), whose Python handler ran in the main thread at once:
+    `translate --alignments-file` new beside the old -o, preprocess --force's old data directory
+    moved aside and the new one deleted. Now the signal comes after the block, every output whole."""
+    from nmtkit.io.files import commit_all
+
+    (tmp_path / "a.txt").write_text("old\n")
+    (tmp_path / "b.txt").write_text("old\n")
+    other = threading.Event()
+    thread = threading.Thread(target=other.wait)  # started unmasked, as a BLAS pool is
+    thread.start()
+    real = Staged.commit
+
+    def commit(self, synced=False):
+        real(self, synced)
+        signal.pthread_kill(thread.ident, signal.SIGINT)
+        for _ in range(50):  # the main thread runs the Python handler at its next check: give it time
+            time.sleep(0.002)
+
+    monkeypatch.setattr(Staged, "commit", commit)
+    outputs = [OutputFile(tmp_path / name) for name in ("a.txt", "b.txt")]
+    for out in outputs:
+        out.file.write("new\n")
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            commit_all(outputs)
+    finally:
+        other.set()
+        thread.join()
+    assert [(tmp_path / n).read_text() for n in ("a.txt", "b.txt")] == ["new\n", "new\n"]
+    assert sorted(os.listdir(tmp_path)) == ["a.txt", "b.txt"]
+
+
+def test_ctrl_c_between_the_renames_of_a_replaced_folder_leaves_one_whole_folder(tmp_path, monkeypatch):
+    """preprocess --force swaps its new data directory in by two renames (the old one aside, the
+    new one in), unblocked: Ctrl-C between them left no folder at --dest, the old one under
+    DEST.old-XXXX and the new one deleted by the failed run's cleanup."""
+    import nmtkit.io.dirs as dirs
+
+    dest, tmp = tmp_path / "data", tmp_path / "data.tmp"
+    dest.mkdir()
+    (dest / "f").write_text("old\n")
+    tmp.mkdir()
+    (tmp / "f").write_text("new\n")
+    real = os.rename
+
+    def rename(src, dst):
+        real(src, dst)
+        if ".old-" in str(dst):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(50):
+                time.sleep(0.002)
+
+    monkeypatch.setattr(dirs.os, "rename", rename)
+    with pytest.raises(KeyboardInterrupt):
+        dirs.swap_in_dir(tmp, dest)
+    assert os.listdir(tmp_path) == ["data"] and (dest / "f").read_text() == "new\n"
 
 
 def test_a_symlink_is_written_through_not_replaced(tmp_path):

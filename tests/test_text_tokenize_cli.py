@@ -243,3 +243,42 @@ def test_a_damaged_tokeniser_record_is_one_line_naming_it(tmp_path, record, need
     with pytest.raises(InputError, match=needle) as err:
         check_tokinfo(str(tok), "en", TextPipeline("en", "fr"))
     assert "tok.en.tokinfo.json" in str(err.value) and "\n" not in str(err.value)
+
+
+# Ctrl-C arriving while the tokenised text is synced to disk, at the end of the run
+_CTRL_C_IN_THE_OUTPUTS_SYNC = """
+import os, signal, sys
+from nmtkit.cli import main
+real = os.fsync
+def fsync(fd):
+    real(fd)
+    if os.fstat(fd).st_size > 1000:  # the text, not its small record
+        os.kill(os.getpid(), signal.SIGINT)
+os.fsync = fsync
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("old", [False, True], ids=["new", "over-an-old-output"])
+def test_ctrl_c_as_the_output_is_committed_never_leaves_a_record_without_its_text(tmp_path, old):
+    """The .tokinfo.json record was renamed into place before the text: Ctrl-C between the two
+    left a record beside no text, or beside the old text it does not describe (which preprocess
+    and select-data then trust). Now both are committed together with the signal held."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    src, out = tmp_path / "in.en", tmp_path / "out.tok"
+    src.write_text("The Cat sat on the mat .\n" * 200, encoding="utf-8")
+    argv = ["tokenize", "--lang", "en", "-i", str(src), "-o", str(out), "--workers", "1", "--force"]
+    if old:
+        assert run_cli([*argv, "--lowercase"]).code == 0
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    proc = subprocess.run([sys.executable, "-c", _CTRL_C_IN_THE_OUTPUTS_SYNC, *argv], capture_output=True, text=True,
+                          timeout=120, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.returncode == 130 and "Traceback" not in proc.stderr, proc.stderr
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert sorted(after) == sorted(["in.en", "out.tok", "out.tok.tokinfo.json"])
+    assert (after["out.tok"] == before.get("out.tok")) == (after["out.tok.tokinfo.json"] == before.get("out.tok.tokinfo.json"))

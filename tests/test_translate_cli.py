@@ -394,6 +394,52 @@ def test_an_input_redirected_from_a_file_is_never_the_output_even_with_force(ckp
     assert text.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]
 
 
+# how the output reaches the input file: stdout appended to it (`>> f`), or opened on it without
+# truncation (`1<> f`), or a descriptor open on it for reading, written through its /dev/fd name
+IN_PLACE = {"stdout-append": ([], "ab"), "dev-stdout-append": (["-o", "/dev/stdout"], "ab"),
+            "stdout-read-write": ([], "r+b"), "dev-fd-read": (["-o", "/dev/fd/{fd}"], "rb")}
+
+
+@pytest.mark.parametrize("command", ["translate", "tokenize"])
+@pytest.mark.parametrize("how", list(IN_PLACE))
+def test_an_output_written_in_place_into_an_input_file_is_refused(ckpt, tmp_path, command, how):
+    """`nmtkit translate -i f >> f` read its own translations back (a file longer than a buffer:
+    without end, growing f); `tokenize -i f 1<> f` wrote over f as it read it; `-o /dev/fd/3 3<f`
+    truncated f and translated nothing, exit 0. Outputs written in place were never compared with
+    the inputs."""
+    text = tmp_path / "in.en"
+    text.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    before = text.read_bytes()
+    extra, mode = IN_PLACE[how]
+    argv = ["translate", "-m", ckpt, "--beam", "1"] if command == "translate" else ["tokenize", "--lang", "en"]
+    with open(text, mode) as f:
+        extra = [a.format(fd=f.fileno()) for a in extra]
+        where = {"stdout": f} if "stdout" in how else {"pass_fds": (f.fileno(),), "stdout": subprocess.DEVNULL}
+        proc = subprocess.run([sys.executable, "-m", "nmtkit", *argv, "-i", str(text), *extra], **where,
+                              stderr=subprocess.PIPE, text=True, cwd=REPO, timeout=120,
+                              env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1"))
+    line = _error_line(CliResult(proc.returncode, "", proc.stderr))
+    assert f"output is the same file as the -i input {text}; nothing was written" in line
+    assert text.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]
+
+
+def test_a_failed_run_takes_back_the_plot_folder_it_created(ckpt, tmp_path):
+    """--plot-attention DIR is created (with the folders above it) before the work: a run that
+    failed (a missing checkpoint, a bad line, Ctrl-C, a full disk) left them, with the plots drawn
+    so far beside an -o never written. A folder that was there stays as it is."""
+    src = tmp_path / "in.en"
+    src.write_bytes(b"the cat\nthe \xff dog\n")  # line 1 is translated and plotted, line 2 fails
+    plots = tmp_path / "a" / "plots"
+    for model in (str(tmp_path / "missing.pt"), ckpt):
+        _error_line(run_cli(["translate", "-m", model, "-i", str(src), "-o", str(tmp_path / "o.txt"),
+                             "--plot-attention", str(plots), "--buffer-size", "1"]))
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]
+    plots.mkdir(parents=True)
+    (plots / "notes.txt").write_text("mine\n")
+    _error_line(run_cli(["translate", "-m", ckpt, "-i", str(src), "--plot-attention", str(plots), "--buffer-size", "1"]))
+    assert (plots / "notes.txt").read_text() == "mine\n"
+
+
 def test_the_plot_folder_cannot_be_the_output_file_checked_before_decoding(ckpt, tmp_path):
     """It failed at the end, with the plots written and the translations lost, in a message
     naming neither option."""

@@ -3,7 +3,9 @@
 output file can be written; and the path helpers it rests on."""
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -67,8 +69,8 @@ STDIN = ("stdin", "/dev/stdin")
 @dataclass(frozen=True)
 class Output:
     """An output file declared to `check_outputs_vs_inputs`: the option that names it, its path
-    (None or "-": a standard stream), what messages call it, and whether an existing file may be
-    replaced (--force)."""
+    (None: none, or a standard stream left unchecked; "-": stdout), what messages call it, and
+    whether an existing file may be replaced (--force)."""
     option: str
     path: str | Path | None
     what: str
@@ -87,11 +89,16 @@ def check_outputs_vs_inputs(
     * `files`, written whole: not the same file as an input (through symlinks and hard links) or
       another output, nor an input's folder; then each is refused if it could not be written
       (`nmtkit.io.files.check_output`: a folder, an unwritable one, an existing file without force).
+      One written in place (stdout as "-", /dev/stdout, /dev/fd/N) is refused where it is the
+      regular file of an input (`_check_in_place`).
     * `replaced_dirs` (preprocess --dest): holding no input.
     * `folders` written into, with `owns(name)` telling the names written there: not an input,
       nor holding an input or an output file that it `owns`.
-    Nodes written in place (/dev/null, FIFOs, /dev/stdout) destroy nothing and are left out."""
+    Other nodes written in place (/dev/null, FIFOs, a terminal) destroy nothing."""
     ins, files = _resolved(inputs), list(files)
+    for f in files:
+        if f.path is not None and (os.fspath(f.path) == "-" or writes_in_place(f.path)):
+            _check_in_place(f.option, os.fspath(f.path), ins)
     seen: list[tuple[str, str, str]] = []
     for opt, out, real_out in _resolved((f.option, f.path) for f in files):
         if writes_in_place(out):
@@ -117,6 +124,22 @@ def check_outputs_vs_inputs(
     for f in files:
         if (path := file_path(f.path)) is not None:
             check_output(path, f.force, f.what)
+
+
+def _check_in_place(opt: str, out: str, ins: list[tuple[str, str, str]]) -> None:
+    """Refuse an output written in place (stdout as "-", /dev/stdout, /dev/fd/N) that is the
+    regular file of an input: `translate -i f >> f` read its own translations back, without end;
+    `-o /dev/fd/3 3<f` truncated f; `tokenize -i f 1<>f` wrote over f as it read it."""
+    try:
+        st = os.fstat(1) if out == "-" else os.stat(out)
+    except OSError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        return
+    for in_opt, inp, _ in ins:
+        with contextlib.suppress(OSError):
+            if os.path.samestat(st, os.stat(inp)):
+                _refuse(opt, "<stdout>" if out == "-" else out, f"is the same file as the {in_opt} input {inp}")
 
 
 def _refuse(out_opt: str, out: str, why: str) -> None:

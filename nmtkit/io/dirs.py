@@ -58,6 +58,23 @@ def make_parents(path: str | Path) -> list[Path]:
     return created
 
 
+def new_folders(path: str | Path) -> list[Path]:
+    """`path` and the folders above it that do not exist yet, the outermost first: what creating
+    `path` will create (`take_back_folders` removes them again)."""
+    p = Path(path).absolute()
+    return [q for q in reversed([p, *p.parents]) if not q.exists()]
+
+
+def take_back_folders(created: list[Path], owns: Callable[[str], bool]) -> None:
+    """Remove the folders `new_folders` listed, created since by a run that failed, as far as they
+    hold nothing but the files of the innermost that `owns(name)` says the run wrote."""
+    if created and created[-1].is_dir():
+        for name in os.listdir(created[-1]):
+            if owns(name):
+                (created[-1] / name).unlink(missing_ok=True)
+    remove_folders(created)
+
+
 def remove_folders(created: list[Path]) -> None:
     """Remove the folders `make_parents` created, innermost first, as far as they are empty."""
     for p in reversed(created):
@@ -92,14 +109,15 @@ def swap_in_dir(tmp: str | Path, dest: str | Path) -> Path | None:
     deleted only once `tmp` has taken its place. Returns what is left of the old one when it could
     not be deleted whole (e.g. a read-only folder inside it), else None."""
     tmp, dest = Path(tmp), Path(dest)
-    if not dest.exists():
+    with signals.blocked():  # never stopped between the renames: the old folder aside, no folder at dest
+        if not dest.exists():
+            os.rename(tmp, dest)
+            return None
+        old = Path(tempfile.mkdtemp(prefix=dest.name + ".old-", dir=dest.parent))
+        os.rmdir(old)
+        os.rename(dest, old)
         os.rename(tmp, dest)
-        return None
-    old = Path(tempfile.mkdtemp(prefix=dest.name + ".old-", dir=dest.parent))
-    os.rmdir(old)
-    os.rename(dest, old)
-    os.rename(tmp, dest)
-    shutil.rmtree(old, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
     return old if old.exists() else None
 
 

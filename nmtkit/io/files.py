@@ -97,6 +97,8 @@ def check_output(path: str | Path, force: bool, what: str = "output") -> None:
     a missing or unwritable folder (probed by creating a file there: a read-only mount too)."""
     path = os.fspath(path)
     if writes_in_place(path):
+        if os.path.exists(path) and stat.S_ISSOCK(os.stat(path).st_mode):  # open() fails on one: ENXIO
+            raise OutputError(f"the {what} is a socket, which cannot be written as a file; give a file name", path)
         if os.path.exists(path) and not os.access(path, os.W_OK):
             raise OutputError(f"cannot write the {what}: {os.strerror(errno.EACCES)}", path)
         return
@@ -105,7 +107,9 @@ def check_output(path: str | Path, force: bool, what: str = "output") -> None:
     if os.path.exists(path) and not force:
         raise OutputExistsError("exists (use --force to overwrite)", path)
     folder = os.path.dirname(os.path.realpath(path))
-    if not os.path.isdir(folder):
+    # the folder as open() reaches it: realpath takes `missing/..` away, the kernel does not (that
+    # name exists nowhere, and the file realpath names, an input say, would be replaced unseen)
+    if not os.path.isdir(folder) or not os.path.isdir(os.path.dirname(path) or "."):
         raise OutputError(f"cannot write the {what}: its folder does not exist", path)
     _probe_folder(folder, path, what)
 
@@ -166,9 +170,11 @@ class _Output:
         if exc_type is None:
             try:
                 self.commit()
-            except OSError as err:
+            except BaseException as err:  # Ctrl-C in the final fsync (seconds for a big file) too
                 self.abort()
-                raise name_error(err, self.path, self.write_path) from None
+                if isinstance(err, OSError):
+                    raise name_error(err, self.path, self.write_path) from None
+                raise
         else:
             self.abort()
             if isinstance(exc, OSError):

@@ -20,7 +20,7 @@ from typing import Any
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError, NmtkitError
 from nmtkit.io.checks import STDIN, Output, check_outputs_vs_inputs, file_path
-from nmtkit.io.files import OutputFile, write_text, writes_in_place
+from nmtkit.io.files import OutputFile, commit_all, writes_in_place
 from nmtkit.options import check_fields, option
 from nmtkit.progress import Progress, no_progress
 from nmtkit.text.io import read_lines, stream_lines
@@ -161,7 +161,7 @@ def _check_outputs(config: TokenizeConfig) -> tuple[str | None, str | None, str 
               *(("--protect", p) for p in config.protect if os.path.isfile(p))]
     tokinfo_out = output_path + TOKINFO_SUFFIX if output_path and not writes_in_place(output_path) else None
     tokinfo = f"-o's {TOKINFO_SUFFIX}"
-    check_outputs_vs_inputs(inputs, files=[Output("-o", output_path, "-o output", config.force),
+    check_outputs_vs_inputs(inputs, files=[Output("-o", output_path or "-", "-o output", config.force),
                                            Output(tokinfo, tokinfo_out, tokinfo, True)])
     return input_path, output_path, tokinfo_out
 
@@ -181,7 +181,8 @@ def run(config: TokenizeConfig, progress: Progress | None = None) -> dict[str, A
     lines = read_lines(input_path) if input_path else stream_lines(sys.stdin.buffer, "<stdin>")
     n = 0
     with contextlib.ExitStack() as stack:
-        out = stack.enter_context(OutputFile(output_path)).file if output_path else sys.stdout
+        out_file = stack.enter_context(OutputFile(output_path)) if output_path else None
+        out = out_file.file if out_file is not None else sys.stdout
         try:
             for n, tok in enumerate(parallel_map(func, lines, workers=config.workers, chunk_size=2000), 1):
                 out.write(tok + "\n")
@@ -190,6 +191,8 @@ def run(config: TokenizeConfig, progress: Progress | None = None) -> dict[str, A
             if err.path is not None or getattr(err, "item", None) is None:
                 raise
             raise InputError(err.bare_message, input_path or "<stdin>", err.item + 1) from None
-        if tokinfo_out is not None:  # written before the output itself is renamed into place
-            write_text(tokinfo_out, json.dumps(tokinfo(pipeline), indent=1) + "\n")
+        if tokinfo_out is not None and out_file is not None:  # both appear, or (a signal before) neither
+            record = stack.enter_context(OutputFile(tokinfo_out))
+            record.file.write(json.dumps(tokinfo(pipeline), indent=1) + "\n")
+            commit_all([record, out_file])
     return {"lines": n, "tokinfo": tokinfo_out}

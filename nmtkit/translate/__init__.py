@@ -15,6 +15,7 @@ from typing import Iterable
 
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.io.checks import STDIN, Output, check_outputs_vs_inputs, file_path
+from nmtkit.io.dirs import new_folders, take_back_folders
 from nmtkit.io.files import OutputFile, check_output_dir, commit_all, is_stdout
 from nmtkit.progress import Progress, no_progress
 from nmtkit.text.io import check_counts, count_lines, stream_lines
@@ -98,8 +99,9 @@ def check_files(config: TranslateConfig) -> tuple[str | None, str | None, str | 
         inputs=[("-i", input_path) if input_path else STDIN, *(("-m", m) for m in config.models),
                 ("--unk-dict", config.unk_dict),
                 ("--score-reference", reference) if reference or not config.score_reference else STDIN],
-        files=[Output("-o", output_path, "-o output", config.force),
-               Output("--alignments-file", alignments_file, "--alignments-file", config.force)],
+        files=[Output("-o", output_path or "-", "-o output", config.force),
+               Output("--alignments-file", alignments_file or config.alignments_file, "--alignments-file",
+                      config.force)],
         folders=[("--plot-attention", config.plot_attention, is_plot_name)])
     if config.plot_attention:
         check_output_dir(config.plot_attention, "--plot-attention folder")
@@ -129,10 +131,18 @@ def run(config: TranslateConfig, progress: Progress | None = None) -> dict[str, 
     done, None) after every buffer. Files are written under a temporary name and renamed when
     complete (nmtkit.io.files): a failure never leaves a half-written output looking complete.
     `config.interactive` (or a buffer of one line) translates, writes and flushes each line as it
-    arrives."""
+    arrives. A --plot-attention folder the run creates goes again, with its plots, if it fails."""
     if not isinstance(config, TranslateConfig):
         raise TypeError(f"nmtkit.translate.run takes a TranslateConfig, not {type(config).__name__}")
-    progress = progress or no_progress
+    created = new_folders(config.plot_attention) if config.plot_attention else []
+    try:
+        return _run(config, progress or no_progress)
+    except BaseException:
+        take_back_folders(created, is_plot_name)
+        raise
+
+
+def _run(config: TranslateConfig, progress: Progress) -> dict[str, int]:
     align_stdout = config.alignments_file == "-"
     input_path, output_path, alignments_file = check_files(config)
     translator = Translator(config.decode_config())
