@@ -30,6 +30,7 @@ from nmtkit.io.dirs import (
     CONFIG_FILE,
     LAST,
     STAGING,
+    TB_EVENTS,
     check_run_files_are_files,
     clean_stale_temp_dirs,
     commit_run,
@@ -188,7 +189,7 @@ def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path) -> Path | N
     tb_dir = None if cfg.tensorboard is None else Path(cfg.tensorboard)
     if tb_dir is not None:
         check_outputs_vs_inputs([("--data", data_dir)],
-                                folders=[("--tensorboard", tb_dir, lambda name: name.startswith("events.out.tfevents"))])
+                                folders=[("--tensorboard", tb_dir, lambda name: name.startswith(TB_EVENTS))])
         if tb_dir.exists():
             check_output_dir(tb_dir, "--tensorboard folder", create=False)
         require_tensorboard()
