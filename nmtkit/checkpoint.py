@@ -252,10 +252,12 @@ def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False,
     return model, ckpt
 
 
-def check_finite(state: dict[str, Any], path: str) -> None:
+def check_finite(state: dict[str, Any], path: str,
+                 why: str = "their mean and any translation would be NaN") -> None:
     """A CheckpointError naming the float tensors of `state` that hold a NaN or an infinity (one
-    such weight makes every translation silently empty). A float32 sum per tensor finds them, far
-    faster than `isfinite().all()`: NaN and infinities survive a sum, sane weights cannot overflow."""
+    such weight makes every translation silently empty), and `why` that matters. A float32 sum per
+    tensor finds them, far faster than `isfinite().all()`: NaN and infinities survive a sum, sane
+    weights cannot overflow."""
     import torch
 
     bad = [name for name, t in state.items() if isinstance(t, torch.Tensor) and t.is_floating_point()
@@ -263,7 +265,7 @@ def check_finite(state: dict[str, Any], path: str) -> None:
     if bad:
         more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
         raise CheckpointError(f"its model has weights that are NaN or infinite (in {', '.join(bad[:3])}{more}): "
-                              "their mean and any translation would be NaN", path)
+                              f"{why}", path)
 
 
 def _copy_tensors_of(model: Any, storages: set[int]) -> None:
