@@ -60,6 +60,10 @@ def test_refuses_to_overwrite_a_run_unless_resume_or_force(data_dir, tmp_path):
     assert [r["update"] for r in _records(run, "valid")] == [2]
     with pytest.raises(ConfigError, match="--lr .* differs from the run being resumed"):
         train_run(data_dir, run, opts.replace(lr=0.5), tiny_overrides(), resume=True)
+    (run / "checkpoint_last.pt").unlink()  # checkpoint_best.pt left: "start a new run without --resume" was refused
+    with pytest.raises(CheckpointError, match=r"no checkpoint_last.pt \(its other checkpoints hold no training "
+                                              r"state: start the run again with --force\)"):
+        train_run(data_dir, run, opts, tiny_overrides(), resume=True)
 
 
 def test_force_keeps_the_old_run_when_the_new_one_fails_before_its_first_checkpoint(data_dir, tmp_path):

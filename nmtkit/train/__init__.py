@@ -90,8 +90,9 @@ def check_run_dir(save_dir: Path, resume: bool, force: bool, main: bool = True) 
     present = run_files_present(save_dir)
     if resume:
         if not (save_dir / LAST).exists():
-            raise CheckpointError("nothing to resume: no checkpoint_last.pt (start a new run without --resume)",
-                                  str(save_dir))
+            start = ("its other checkpoints hold no training state: start the run again with --force"
+                     if has_checkpoint(present) else "start a new run without --resume")
+            raise CheckpointError(f"nothing to resume: no checkpoint_last.pt ({start})", str(save_dir))
         return
     if present and has_checkpoint(present) and not force:
         raise OutputExistsError(f"already holds a run ({', '.join(present)}): pass --resume to continue it "
