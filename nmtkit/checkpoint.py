@@ -80,17 +80,18 @@ def make_checkpoint(
 
 
 class _WriteRecorder:
-    """A file wrapper that remembers the OSError of a failed write: torch.save reports a full
-    disk as a RuntimeError that names neither the file nor the reason."""
+    """A file wrapper that remembers what stopped a write: torch.save reports a full disk (an
+    OSError) as a RuntimeError that names neither the file nor the reason, and a second Ctrl-C
+    during the write (a KeyboardInterrupt) as a traceback of its own zip writer."""
 
     def __init__(self, file: Any):
         self.file = file
-        self.error: OSError | None = None
+        self.error: BaseException | None = None
 
     def write(self, data: Any) -> int:
         try:
             return self.file.write(data)
-        except OSError as err:
+        except BaseException as err:
             self.error = err
             raise
 
@@ -112,6 +113,8 @@ def save_checkpoint(obj: dict[str, Any], path: str | Path) -> None:
         except RuntimeError as err:
             if rec.error is None:
                 raise
+            if not isinstance(rec.error, OSError):  # Ctrl-C (or SIGTERM) mid-write: what stopped the command
+                raise rec.error from None
             raise OSError(rec.error.errno, rec.error.strerror, str(path)) from err
 
 
