@@ -140,7 +140,7 @@ def _check_output_name(output: str | Path) -> None:
 def average_checkpoints(paths: Sequence[str], progress: Progress | None = None,
                         by_name: bool = False) -> dict[str, Any]:
     """The checkpoint dict of the parameter mean of `paths` (non-floating tensors, e.g. counters, must
-    be equal). Two checkpoints of one update are refused; `by_name` (--last): so is a checkpoint_N.pt
+    be equal). Two checkpoints of one update and weights are refused; `by_name` (--last): so is a checkpoint_N.pt
     that does not hold update N."""
     torch = import_torch()
     first_path, first = paths[0], None
@@ -163,7 +163,8 @@ def average_checkpoints(paths: Sequence[str], progress: Progress | None = None,
                     raise CheckpointError(f"integer tensor {k} differs from {first_path}'s; it cannot be averaged",
                                           path)
         update = (ckpt.get("trainer") or {}).get("update")
-        twin = next((src["path"] for src in sources if update is not None and src["update"] == update), None)
+        twin = next((src["path"] for src in sources if update is not None and src["update"] == update
+                     and _same_weights(ckpt, src["path"])), None)  # another run's update `update` is other weights
         if twin is not None:
             raise CheckpointError(f"holds update {update}, as {twin} does: the same weights would count twice in the "
                                   "mean", path)
@@ -185,6 +186,14 @@ def average_checkpoints(paths: Sequence[str], progress: Progress | None = None,
         data_manifest=last.get("data_manifest"), lexicon=last.get("lexicon"),
         training={"averaged_from": sources},
     )
+
+
+def _same_weights(ckpt: dict[str, Any], path: str) -> bool:
+    """Whether the checkpoint `path` (read again, mapped) holds the model weights of `ckpt`."""
+    import torch
+
+    other = load_checkpoint(path, mmap=True)["model_state"]
+    return all(torch.equal(t, other[k]) for k, t in ckpt["model_state"].items())
 
 
 def run(config: AverageConfig, progress: Progress | None = None) -> dict[str, Any]:

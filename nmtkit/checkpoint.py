@@ -81,17 +81,18 @@ def make_checkpoint(
 
 
 class _WriteRecorder:
-    """A file wrapper that remembers the OSError of a failed write: torch.save reports a full
-    disk as a RuntimeError that names neither the file nor the reason."""
+    """A file wrapper that remembers what stopped a write: torch.save reports a full disk (an
+    OSError) as a RuntimeError that names neither the file nor the reason, and a second Ctrl-C
+    during the write (a KeyboardInterrupt) as a traceback of its own zip writer."""
 
     def __init__(self, file: Any):
         self.file = file
-        self.error: OSError | None = None
+        self.error: BaseException | None = None
 
     def write(self, data: Any) -> int:
         try:
             return self.file.write(data)
-        except OSError as err:
+        except BaseException as err:
             self.error = err
             raise
 
@@ -113,6 +114,8 @@ def save_checkpoint(obj: dict[str, Any], path: str | Path) -> None:
         except RuntimeError as err:
             if rec.error is None:
                 raise
+            if not isinstance(rec.error, OSError):  # Ctrl-C (or SIGTERM) mid-write: what stopped the command
+                raise rec.error from None
             raise OSError(rec.error.errno, rec.error.strerror, str(path)) from err
 
 
@@ -253,10 +256,12 @@ def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False,
     return model, ckpt
 
 
-def check_finite(state: dict[str, Any], path: str) -> None:
+def check_finite(state: dict[str, Any], path: str,
+                 why: str = "their mean and any translation would be NaN") -> None:
     """A CheckpointError naming the float tensors of `state` that hold a NaN or an infinity (one
-    such weight makes every translation silently empty). A float32 sum per tensor finds them, far
-    faster than `isfinite().all()`: NaN and infinities survive a sum, sane weights cannot overflow."""
+    such weight makes every translation silently empty), and `why` that matters. A float32 sum per
+    tensor finds them, far faster than `isfinite().all()`: NaN and infinities survive a sum, sane
+    weights cannot overflow."""
     import torch
 
     bad = [name for name, t in state.items() if isinstance(t, torch.Tensor) and t.is_floating_point()
@@ -264,7 +269,7 @@ def check_finite(state: dict[str, Any], path: str) -> None:
     if bad:
         more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
         raise CheckpointError(f"its model has weights that are NaN or infinite (in {', '.join(bad[:3])}{more}): "
-                              "their mean and any translation would be NaN", path)
+                              f"{why}", path)
 
 
 def _copy_tensors_of(model: Any, storages: set[int]) -> None:

@@ -190,6 +190,18 @@ def test_incompatible_checkpoints_are_refused_with_one_line_naming_the_file(tmp_
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "b.pt"]
 
 
+def test_two_runs_checkpoints_of_one_update_are_averaged_a_copy_of_one_is_refused(tmp_path):
+    """Two runs' last checkpoints at the same update are two models, not one counted twice."""
+    a, b = kept(tmp_path / "run1", 6, seed=1), kept(tmp_path / "run2", 6, seed=2)
+    code, _, err = run_cli(["average", "-m", str(a), "-m", str(b), "-o", str(tmp_path / "avg.pt")])
+    assert code == 0, err
+    copy = tmp_path / "copy.pt"
+    copy.write_bytes(a.read_bytes())
+    line = one_error_line(run_cli(["average", "-m", str(a), "-m", str(b), "-m", str(copy), "-o",
+                                   str(tmp_path / "avg2.pt")]))
+    assert f"{copy}: holds update 6, as {a} does" in line, line
+
+
 def test_fewer_kept_checkpoints_than_last_n_is_one_line_listing_them(tmp_path):
     run_dir = tmp_path / "run"
     kept(run_dir, 100, seed=1)

@@ -516,6 +516,37 @@ def test_stdout_on_a_full_disk_is_one_line(world):
     assert proc.stderr.strip().splitlines() == ["nmtkit: error: <stdout>: No space left on device"]
 
 
+def test_a_ctrl_c_inside_a_checkpoint_write_is_that_interrupt_not_torchs_zip_error(tmp_path, monkeypatch):
+    """train's second Ctrl-C ('abort at once') landing in torch.save's write ended the command with
+    a traceback of torch's zip writer ("RuntimeError: ... unexpected pos") instead of 'aborted'."""
+    import nmtkit.checkpoint as ck
+
+    path = tmp_path / "checkpoint_last.pt"
+    ck.save_checkpoint({"x": 1}, path)
+    before = path.read_bytes()
+
+    class Interrupted:  # the file under torch.save, hit by Ctrl-C at its third write
+        def __init__(self, file):
+            self.file, self.writes = file, 0
+
+        def write(self, data):
+            self.writes += 1
+            if self.writes == 3:
+                raise KeyboardInterrupt
+            return self.file.write(data)
+
+        def flush(self):
+            self.file.flush()
+
+    real = ck._WriteRecorder.__init__
+    monkeypatch.setattr(ck._WriteRecorder, "__init__", lambda self, file: real(self, Interrupted(file)))
+    import torch
+
+    with pytest.raises(KeyboardInterrupt):
+        ck.save_checkpoint({"w": torch.zeros(100_000)}, path)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["checkpoint_last.pt"]
+
+
 def test_a_checkpoint_on_a_full_disk_names_the_file_and_keeps_the_previous_one(world, tmp_path):
     """torch.save's "inline_container ... unexpected pos" on a full disk becomes ENOSPC naming the file."""
     import errno

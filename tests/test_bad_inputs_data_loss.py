@@ -26,6 +26,7 @@ from tests.test_bad_inputs import (
     Row,
     World,
     _preprocess,
+    _train,
     _translate,
     check_row,
 )
@@ -263,6 +264,9 @@ ROWS = [
         lambda w: ["select-data", "--src-lang", "en", "--tgt-lang", "fr", "--in-domain", str(w.tmp / "corpus"),
                    "--pool", str(w.tmp / _same_sides(w, "same")), "--output-prefix", str(w.tmp / "sel"), "--lines", "3",
                    "--workers", "1"], needles=("same.en", "same file")),
+    Row("train-force-keeps-the-users-files-in-the-runs-tensorboard-folder",  # were deleted with the folder
+        lambda w: _train(w, _run_with_own_tensorboard_file(w), "--force"), ok=True,
+        check=_unchanged(Path("run/tensorboard/notes.txt"), "mine\n")),
     Row("train-save-dir-is-the-data-dir", lambda w: ["train", "--data", str(_data_copy_here(w)), "--save-dir",
                                                      str(w.tmp / "dc"), *TINY, "--max-updates", "2"],
         needles=("--save-dir", "--data")),
@@ -272,6 +276,13 @@ ROWS = [
 def _text_file(w: World, name: str) -> str:
     (w.tmp / name).write_text("the cat\n")
     return str(w.tmp / name)
+
+
+def _run_with_own_tensorboard_file(w: World) -> Path:
+    run = w.run_dir()
+    (run / "tensorboard").mkdir()
+    (run / "tensorboard" / "notes.txt").write_text("mine\n")
+    return run
 
 
 def _data_copy_here(w: World) -> Path:

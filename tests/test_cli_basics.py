@@ -131,6 +131,29 @@ def test_the_program_skips_the_interpreters_teardown_only_with_nothing_left_to_r
     assert (tmp_path / "m.teardown").exists() == (case != "alone")
 
 
+_CTRL_C_AT_EXIT = """
+import atexit, os, signal, sys, time
+import torch  # noqa: F401  (the fast exit runs with torch imported)
+from nmtkit.cli import _end_process
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal starts the program
+atexit.register(lambda: open(sys.argv[1], "w").close())  # registered first: it runs last
+atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.2)))
+sys.stderr.write("nmtkit: aborted")
+_end_process(130)
+"""
+
+
+def test_a_second_ctrl_c_while_the_program_exits_is_no_traceback(tmp_path):
+    """Ctrl-C twice: the second came while the atexit handlers ran (torch's), where a
+    KeyboardInterrupt is reported as 'Exception ignored in atexit callback' and a traceback."""
+    marker = tmp_path / "ran"
+    proc = subprocess.run([sys.executable, "-c", _CTRL_C_AT_EXIT, str(marker)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.stderr == "nmtkit: aborted" and proc.returncode == 130, proc.stderr
+    assert marker.exists()
+
+
 @pytest.mark.parametrize("closed", ["<stdin>", "<stdout>"])
 def test_a_standard_stream_the_command_was_started_without_is_one_line_naming_it(tmp_path, closed):
     """`cmd <&-` and `cmd >&-` leave Python's sys.stdin/stdout None: using it is an error

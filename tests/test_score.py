@@ -77,7 +77,7 @@ NU_HYP = ["le chat dort .", "le chat dort.", "le chat dort sur le tapis.", "chat
 NU_KEPT = [0, 5]
 TEXTS = {"hyp.fr": HYP, "ref.fr": REF, "ref2.fr": REF2, "upper.fr": UPPER, "short.fr": HYP[:-1],
          "src2.en": ["one", "two"], "u2028.fr": U2028, "empty.fr": [], "bl.en": BL_SRC + ["x"],
-         "nu.en": NU_SRC, "nuref.fr": NU_REF, "nuhyp.fr": NU_HYP}
+         "nu.en": NU_SRC, "nuref.fr": NU_REF, "nuhyp.fr": NU_HYP, "nusrc.de": NU_SRC}
 
 
 def write(path: Path, lines: list[str]) -> str:
@@ -243,6 +243,13 @@ BAD = [
      ["-m CHECKPOINT or --data DIR"]),
     ("no-unk-data-not-a-data-dir", ["--hyp", "{nuhyp}", "--ref", "{nuref}", "--src", "{nu}", "--no-unk", "--data",
                                     "{nu}"], INPUT, ["manifest.json"]),
+    # the en-fr data directory's vocabularies picked a "No UNK" subset of German text, without a word
+    ("no-unk-model-of-another-language", ["--hyp", "{nuhyp}", "--ref", "{nuref}", "--src", "{nu}", "--no-unk", "--data",
+                                          "{data}", "--tgt-lang", "de"], CONFIG,
+     ["--no-unk: {data} is a en-fr model, but the target language is --tgt-lang de"]),
+    ("no-unk-model-of-another-language-by-suffix", ["--hyp", "{nuhyp}", "--ref", "{nuref}", "--src", "{nusrc}",
+                                                    "--no-unk", "--data", "{data}"], CONFIG,
+     ["the source language is de (the suffix of {nusrc}; --src-lang says otherwise)"]),
     ("no-unk-unreadable-checkpoint", ["--hyp", "{hyp}", "--ref", "{ref}", "--src", "{ref}", "--no-unk", "-m",
                                       "{badckpt}"], None, ["{badckpt}", "checkpoint"]),
 ]

@@ -60,6 +60,10 @@ def test_refuses_to_overwrite_a_run_unless_resume_or_force(data_dir, tmp_path):
     assert [r["update"] for r in _records(run, "valid")] == [2]
     with pytest.raises(ConfigError, match="--lr .* differs from the run being resumed"):
         train_run(data_dir, run, opts.replace(lr=0.5), tiny_overrides(), resume=True)
+    (run / "checkpoint_last.pt").unlink()  # checkpoint_best.pt left: "start a new run without --resume" was refused
+    with pytest.raises(CheckpointError, match=r"no checkpoint_last.pt \(its other checkpoints hold no training "
+                                              r"state: start the run again with --force\)"):
+        train_run(data_dir, run, opts, tiny_overrides(), resume=True)
 
 
 def test_force_keeps_the_old_run_when_the_new_one_fails_before_its_first_checkpoint(data_dir, tmp_path):
@@ -420,6 +424,9 @@ def test_resume_reads_the_lexicon_back_instead_of_rebuilding_it(data_dir, tmp_pa
     ("trainer", 5, "its trainer is missing or not a mapping"),
     ("optimizer_state", {"state": {}, "param_groups": []}, r"its training state cannot be restored \(loaded state dict"),
     ("trainer", "bogus", r"its training state cannot be restored \(.*'bogus'"),  # its own state and bogus=1
+    # its own weights, v_a NaN (a run that diverged): --resume trained on to a NaN loss, advising --on-nan skip
+    ("model_state", "nan", r"weights that are NaN or infinite \(in v_a\): the run cannot continue from them; start it "
+                           r"again with --force"),
 ])
 def test_resuming_a_damaged_checkpoint_is_one_error_naming_it_and_keeps_it(data_dir, tmp_path, field, value, needle):
     """A damaged training state failed as a traceback deep in the restore; the checkpoint stays
@@ -432,6 +439,8 @@ def test_resuming_a_damaged_checkpoint_is_one_error_naming_it_and_keeps_it(data_
     last = run / "checkpoint_last.pt"
     good = load_checkpoint(last)
     value = dict(good["trainer"], bogus=1) if value == "bogus" else value
+    if value == "nan":
+        value = dict(good["model_state"], v_a=torch.full_like(good["model_state"]["v_a"], float("nan")))
     save_checkpoint(dict(good, **{field: value}), last)
     before = last.read_bytes()
     with pytest.raises(CheckpointError, match=needle) as err:

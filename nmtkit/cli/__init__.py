@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 import click
 
-from nmtkit import __version__
+from nmtkit import __version__, signals
 from nmtkit.cli.common import setup_warnings, sigterm_unwinds
 from nmtkit.devices import ONEDNN_CACHE_CAPACITY, TRAIN_ONEDNN_CACHE_CAPACITY, limit_cpu_caches
 from nmtkit.errors import NmtkitError, describe_os_error, first_line
@@ -175,14 +175,17 @@ def _end_process(code: int | str | None) -> None:
     others = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
     if "torch" not in sys.modules or others or sys.getprofile() is not None or sys.gettrace() is not None:
         raise SystemExit(code)
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if stream is not None:
-                stream.flush()
-        except (OSError, ValueError):
-            raise SystemExit(code) from None  # let the interpreter report it as it would
-    os._exit(code or 0)
+    # the command has ended: a Ctrl-C now (the second of an impatient user) would raise inside an atexit
+    # handler, which Python reports as a traceback and goes on; blocked, it dies with the process
+    with signals.blocked():
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                if stream is not None:
+                    stream.flush()
+            except (OSError, ValueError):
+                raise SystemExit(code) from None  # let the interpreter report it as it would
+        os._exit(code or 0)
 
 
 def _run(argv: list[str] | None, debug: bool) -> None:

@@ -6,6 +6,7 @@ replacing the old one with --force). Files are `nmtkit.io.files`'. Nothing here 
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import glob
 import os
@@ -225,6 +226,7 @@ BEST = "checkpoint_best.pt"
 STAGING = ".run"
 RUN_LOG = "train.log"  # nmtkit.train.metrics
 RUN_FILES = (LAST, BEST, "metrics.jsonl", "curves.png", RUN_LOG, CONFIG_FILE)
+TB_EVENTS = "events.out.tfevents"  # the start of the names of the files --tensorboard writes
 
 LOCK_FILE = "train.lock"
 
@@ -286,14 +288,19 @@ def run_files_present(save_dir: Path) -> list[str]:
 def commit_run(staging: Path, save_dir: Path, replace: bool) -> Path:
     """The new run's first checkpoint is saved in `staging`: its files are renamed into `save_dir`,
     with SIGINT/SIGTERM blocked; with `replace` (--force), the old run's files, kept checkpoints and
-    tensorboard/ folder are deleted first. The files the run holds open follow the renames. Returns
+    tensorboard/ event files are deleted first (a file of the user's there stays, and its folder). The files the run holds open follow the renames. Returns
     `save_dir`, where the run writes from now on."""
     with signals.blocked():
         new = sorted(os.listdir(staging))
         if replace:
             for name in run_files_present(save_dir):
                 (save_dir / name).unlink(missing_ok=True)
-            shutil.rmtree(save_dir / "tensorboard", ignore_errors=True)
+            old_events = list((save_dir / "tensorboard").glob(f"{TB_EVENTS}*"))
+            for event_file in old_events:  # the old run's curves; anything else there is the user's
+                event_file.unlink(missing_ok=True)
+            if old_events:
+                with contextlib.suppress(OSError):  # a folder holding the user's files stays
+                    (save_dir / "tensorboard").rmdir()
         for name in new:
             if name == "tensorboard" and (save_dir / name).is_dir():  # an earlier run's curves a start allows
                 for event_file in os.listdir(staging / name):

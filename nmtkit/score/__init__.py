@@ -42,6 +42,7 @@ from nmtkit.score.report import (
 )
 from nmtkit.score.subsets import (
     BPE_NO_UNK_NOTE,
+    ModelText,
     bleu_by_length,
     check_buckets,
     model_text_from_checkpoint,
@@ -302,6 +303,7 @@ def run(o: ScoreConfig, progress: Progress | None = None) -> ScoreReport:
 def _no_unk(o: ScoreConfig, inp: _Inputs) -> NoUnkResult:
     assert inp.src is not None
     model = model_text_from_checkpoint(o.model_path) if o.model_path else model_text_from_data_dir(o.data_dir)
+    _check_model_langs(o, model)
     kept = no_unk_indices(inp.src, inp.refs, model.encode_src, model.encode_tgt, model.src_vocab, model.tgt_vocab)
     if model.is_bpe:
         note(log, BPE_NO_UNK_NOTE)
@@ -318,6 +320,20 @@ def _no_unk(o: ScoreConfig, inp: _Inputs) -> NoUnkResult:
                 m.label = f"No UNK {m.label}"
         systems.append(SystemScores(name, path, scores))
     return NoUnkResult(model.origin, model.is_bpe, len(kept), len(inp.src), systems)
+
+
+def _check_model_langs(o: ScoreConfig, model: ModelText) -> None:
+    """A ConfigError where --no-unk's model was trained on another language than the one scored
+    (--src-lang/--tgt-lang, else the --src/--ref file's suffix): its vocabularies would pick the
+    subset of a language the text is not in, scored without a word."""
+    for side, given, path, lang in (("src", o.src_lang, o.src_path, model.langs[0]),
+                                    ("tgt", o.tgt_lang, o.ref_paths[0], model.langs[1])):
+        used = given or guess_lang(path or "", default="")
+        if used and isinstance(lang, str) and used.lower() != lang.lower():
+            how = f"--{side}-lang {used}" if given else f"{used} (the suffix of {path}; --{side}-lang says otherwise)"
+            raise ConfigError(f"--no-unk: {model.origin} is a {model.langs[0]}-{model.langs[1]} model, but the "
+                              f"{'source' if side == 'src' else 'target'} language is {how}: give the model of the "
+                              "languages scored")
 
 
 def _by_length(o: ScoreConfig, inp: _Inputs) -> ByLengthResult:

@@ -60,13 +60,15 @@ class ModelText:
     tgt_vocab: list[str]
     is_bpe: bool
     origin: str
+    langs: tuple[Any, Any] = (None, None)  # (source, target) language the model was trained on, where recorded
 
 
-def _pipeline_text(pipe: Any, src_vocab: list[str], tgt_vocab: list[str], origin: str) -> ModelText:
+def _pipeline_text(pipe: Any, src_vocab: list[str], tgt_vocab: list[str], origin: str,
+                   langs: tuple[Any, Any]) -> ModelText:
     # a vocabulary with subword-nmt continuation tokens ("xx@@") is BPE too
     uses_bpe = bool(pipe.bpe) or any(tok.endswith(SEPARATOR) for v in (src_vocab, tgt_vocab) for tok in v)
     return ModelText(lambda s: pipe.encode(s, "src"), lambda s: pipe.encode(s, "tgt"),
-                     list(src_vocab), list(tgt_vocab), uses_bpe, origin)
+                     list(src_vocab), list(tgt_vocab), uses_bpe, origin, langs)
 
 
 def model_text_from_checkpoint(path: str | Path) -> ModelText:
@@ -76,7 +78,8 @@ def model_text_from_checkpoint(path: str | Path) -> ModelText:
 
     ckpt = load_checkpoint(path)
     try:
-        return _pipeline_text(pipeline_of(ckpt, str(path)), ckpt["src_vocab"], ckpt["tgt_vocab"], str(path))
+        return _pipeline_text(pipeline_of(ckpt, str(path)), ckpt["src_vocab"], ckpt["tgt_vocab"], str(path),
+                              (ckpt.get("src_lang"), ckpt.get("tgt_lang")))
     except KeyError as err:
         raise CheckpointError(f"checkpoint lacks field {err}", str(path)) from None
 
@@ -85,7 +88,7 @@ def model_text_from_data_dir(data_dir: str | Path) -> ModelText:
     """Pipeline and vocabularies of a `nmtkit preprocess` data directory (data.manifest; torch-free)."""
     m = read_manifest(data_dir)
     pipe = TextPipeline.from_dict(m.pipeline)  # read_manifest has checked it
-    return _pipeline_text(pipe, m.src_vocab.itos, m.tgt_vocab.itos, str(data_dir))
+    return _pipeline_text(pipe, m.src_vocab.itos, m.tgt_vocab.itos, str(data_dir), (m.src_lang, m.tgt_lang))
 
 
 # --------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from nmtkit.io.dirs import (
     CONFIG_FILE,
     LAST,
     STAGING,
+    TB_EVENTS,
     check_run_files_are_files,
     clean_stale_temp_dirs,
     commit_run,
@@ -89,8 +90,9 @@ def check_run_dir(save_dir: Path, resume: bool, force: bool, main: bool = True) 
     present = run_files_present(save_dir)
     if resume:
         if not (save_dir / LAST).exists():
-            raise CheckpointError("nothing to resume: no checkpoint_last.pt (start a new run without --resume)",
-                                  str(save_dir))
+            start = ("its other checkpoints hold no training state: start the run again with --force"
+                     if has_checkpoint(present) else "start a new run without --resume")
+            raise CheckpointError(f"nothing to resume: no checkpoint_last.pt ({start})", str(save_dir))
         return
     if present and has_checkpoint(present) and not force:
         raise OutputExistsError(f"already holds a run ({', '.join(present)}): pass --resume to continue it "
@@ -188,7 +190,7 @@ def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path) -> Path | N
     tb_dir = None if cfg.tensorboard is None else Path(cfg.tensorboard)
     if tb_dir is not None:
         check_outputs_vs_inputs([("--data", data_dir)],
-                                folders=[("--tensorboard", tb_dir, lambda name: name.startswith("events.out.tfevents"))])
+                                folders=[("--tensorboard", tb_dir, lambda name: name.startswith(TB_EVENTS))])
         if tb_dir.exists():
             check_output_dir(tb_dir, "--tensorboard folder", create=False)
         require_tensorboard()

@@ -71,6 +71,8 @@ def resumed_update_freq(was: int, was_world: int, world: int, given: int | None)
 def resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Path, options: TrainOptions,
                      model: ModelOverrides, world_size: int) -> tuple[TrainConfig, str, dict[str, Any]]:
     """The run's configs from its checkpoint, with the options that may change on resume changed."""
+    from nmtkit.checkpoint import check_finite
+
     last = str(save_dir / LAST)
     for name in ("train_config", "model_config", "model_state", "optimizer_state", "schedule_state", "trainer"):
         if not isinstance(ckpt.get(name), dict):  # a damaged checkpoint, before anything is written
@@ -79,6 +81,10 @@ def resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Pa
     if missing:  # what another nmtkit wrote (or a damaged file), before anything is written
         raise CheckpointError(f"its training state lacks {missing}, which this nmtkit writes, so it cannot be resumed; "
                               "re-run 'nmtkit train' with this nmtkit to start the run again", last)
+    for name in ("model_state", "raw_model_state"):  # a run that diverged: every update from them is NaN too
+        if isinstance(ckpt.get(name), dict):
+            check_finite(ckpt[name], last, "the run cannot continue from them; start it again with --force (with a "
+                                           "lower --lr if it diverged)")
     procs = ckpt["trainer"]["world_size"]
     if not isinstance(procs, int) or isinstance(procs, bool) or procs < 1:
         raise CheckpointError(f"its training state's world_size {procs!r:.40} is not a number of processes: it cannot "
