@@ -182,6 +182,45 @@ def test_a_signal_another_thread_takes_never_splits_commit_all(tmp_path, monkeyp
     assert sorted(os.listdir(tmp_path)) == ["a.txt", "b.txt"]
 
 
+def test_two_runs_committing_the_same_outputs_leave_one_runs_never_a_mix(tmp_path, monkeypatch):
+    """Two commands writing the same outputs at once (two `select-data --output-prefix P --force`, two
+    `translate -o out --alignments-file al` of a `make -j`): each renamed its files in one by one,
+    and when the commits overlapped the survivors were a mix (one run's .src beside the other's .tgt).
+    Now commit_all locks their folder: the second waits for the first, and its files are all there.
+    A stale file both remove is removed once, not an error of the second."""
+    from nmtkit.io.files import commit_all
+
+    names = ("sel.src", "sel.tgt")
+    (tmp_path / "sel.src.tokinfo.json").write_text("{}\n")  # a stale record both runs remove
+    runs = {}
+    for run in ("a", "b"):
+        runs[run] = [Staged(tmp_path / name) for name in names]
+        for st in runs[run]:
+            with open(st.write_path, "w") as f:
+                f.write(f"{run}\n")
+    b_done, errors = threading.Event(), []
+    real = Staged.commit
+
+    def run_b():
+        try:
+            commit_all(runs["b"], remove=[str(tmp_path / "sel.src.tokinfo.json")])
+        except BaseException as err:  # noqa: BLE001 - asserted below
+            errors.append(err)
+        b_done.set()
+
+    def commit(self, synced=False):
+        real(self, synced)
+        if self is runs["a"][0]:  # a's first file is in: b commits now
+            threading.Thread(target=run_b).start()
+            b_done.wait(0.5)
+
+    monkeypatch.setattr(Staged, "commit", commit)
+    commit_all(runs["a"], remove=[str(tmp_path / "sel.src.tokinfo.json")])
+    assert b_done.wait(10) and not errors
+    assert [(tmp_path / n).read_text() for n in names] == ["b\n", "b\n"]
+    assert sorted(os.listdir(tmp_path)) == list(names)
+
+
 def test_ctrl_c_between_the_renames_of_a_replaced_folder_leaves_one_whole_folder(tmp_path, monkeypatch):
     """preprocess --force swaps its new data directory in by two renames (the old one aside, the
     new one in), unblocked: Ctrl-C between them left no folder at --dest, the old one under

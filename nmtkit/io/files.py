@@ -310,11 +310,49 @@ class StagedFiles:
                 name_error(exc, self.paths[k], self.tmp[k])
 
 
+@contextlib.contextmanager
+def folders_locked(folders: Sequence[str | Path]) -> Any:
+    """Within: an exclusive `flock` on each of `folders` (each once, in one order: no deadlock), so
+    that the outputs another process commits together in one of them (its own `commit_all`, a run of
+    the same command with the same outputs) never interleave with these. Nothing is created; a
+    folder that cannot be opened or locked (some network file systems) is not waited for."""
+    import fcntl
+
+    fds = []
+    try:
+        for folder in sorted({os.path.realpath(f) for f in folders}):
+            try:
+                fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            fds.append(fd)
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)  # releases its flock
+
+
+def _folder_of(out: Staged | OutputFile) -> str | None:
+    """The folder an output is renamed into at its commit; None for one written in place."""
+    staged = out._staged if isinstance(out, OutputFile) else out
+    return None if staged.tmp is None else os.path.dirname(staged.tmp)
+
+
 def commit_all(outputs: Sequence[Staged | OutputFile], remove: Sequence[str] = ()) -> None:
-    """Make `outputs` appear, in order, then delete the `remove` files, with SIGINT and SIGTERM
-    blocked (never between two outputs). An output that fails to commit is removed with those
-    after it, and its OSError names it."""
-    with signals.blocked():
+    """Make `outputs` appear, in order, then delete the `remove` files (those still there), with
+    SIGINT and SIGTERM blocked (never between two outputs) and their folders locked
+    (`folders_locked`: two runs writing the same outputs leave one's, never a mix). An output that
+    fails to commit is removed with those after it, and its OSError names it."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(folders_locked([f for f in map(_folder_of, outputs) if f is not None]))
+        except BaseException:  # Ctrl-C while another run commits there: nothing of this one appears
+            for out in outputs:
+                out.abort()
+            raise
+        stack.enter_context(signals.blocked())
         for i, out in enumerate(outputs):
             try:
                 out.commit()
@@ -325,7 +363,8 @@ def commit_all(outputs: Sequence[Staged | OutputFile], remove: Sequence[str] = (
                     raise name_error(err, out.path, out.write_path) from None
                 raise
         for path in remove:
-            os.unlink(path)
+            with contextlib.suppress(FileNotFoundError):  # another run's commit removed it
+                os.unlink(path)
 
 
 def write_text(path: str | Path, text: str) -> None:
