@@ -247,6 +247,39 @@ def test_ctrl_c_between_the_renames_of_a_replaced_folder_leaves_one_whole_folder
     assert os.listdir(tmp_path) == ["data"] and (dest / "f").read_text() == "new\n"
 
 
+def test_two_folders_swapped_in_at_once_leave_one_whole_and_nothing_aside(tmp_path, monkeypatch):
+    """Two `preprocess --dest data --force` finishing together: the second saw no folder at --dest
+    between the first's renames (the old one aside, the new one in) and renamed its own in, so the
+    first failed ("Directory not empty") and left the original data directory as data.old-XXXX.
+    Now the swaps take turns: the later run's folder is at --dest, nothing else beside it."""
+    import nmtkit.io.dirs as dirs
+
+    dest = tmp_path / "data"
+    for name in ("data", "data.tmp-a", "data.tmp-b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f").write_text(f"{name}\n")
+    b_done, errors = threading.Event(), []
+    real = os.rename
+
+    def run_b():
+        try:
+            dirs.swap_in_dir(tmp_path / "data.tmp-b", dest)
+        except BaseException as err:  # noqa: BLE001 - asserted below
+            errors.append(err)
+        b_done.set()
+
+    def rename(src, dst):
+        real(src, dst)
+        if ".old-" in str(dst) and not b_done.is_set() and threading.current_thread() is threading.main_thread():
+            threading.Thread(target=run_b).start()  # the first run's old folder is aside: the second swaps now
+            b_done.wait(0.5)
+
+    monkeypatch.setattr(dirs.os, "rename", rename)
+    assert dirs.swap_in_dir(tmp_path / "data.tmp-a", dest) is None
+    assert b_done.wait(10) and not errors
+    assert os.listdir(tmp_path) == ["data"] and (dest / "f").read_text() == "data.tmp-b\n"
+
+
 def test_a_symlink_is_written_through_not_replaced(tmp_path):
     target = tmp_path / "real.txt"
     target.write_text("x\n")

@@ -20,7 +20,7 @@ from typing import Callable
 
 from nmtkit import signals
 from nmtkit.errors import OutputError
-from nmtkit.io.files import name_error, umask
+from nmtkit.io.files import folders_locked, name_error, umask
 
 _TMP_DIR = re.compile(r"\.tmp-(?P<host>.+)-(?P<pid>\d+)-[a-z0-9_]+$")
 
@@ -107,10 +107,13 @@ def clean_stale_temp_dirs(dest: str | Path, warn: Callable[[str], None]) -> list
 
 def swap_in_dir(tmp: str | Path, dest: str | Path) -> Path | None:
     """Put the finished folder `tmp` at `dest`: a folder already there is renamed aside first, and
-    deleted only once `tmp` has taken its place. Returns what is left of the old one when it could
-    not be deleted whole (e.g. a read-only folder inside it), else None."""
+    deleted only once `tmp` has taken its place; with their folder locked (`folders_locked`), so that
+    two runs swapping theirs in at once (two `preprocess --dest D --force`) leave the later one's, the
+    other's not stranded aside. Returns what is left of the old one when it could not be deleted
+    whole (e.g. a read-only folder inside it), else None."""
     tmp, dest = Path(tmp), Path(dest)
-    with signals.blocked():  # never stopped between the renames: the old folder aside, no folder at dest
+    # never stopped between the renames: the old folder aside, no folder at dest
+    with folders_locked([dest.parent]), signals.blocked():
         if not dest.exists():
             os.rename(tmp, dest)
             return None
