@@ -207,6 +207,24 @@ def test_a_killed_force_start_leaves_the_old_run_in_place_to_resume(data_dir, tm
     assert not [p for p in run.iterdir() if p.name.startswith(".run")]
 
 
+def test_a_dead_starts_staging_folder_whose_pid_is_another_process_now_is_removed(data_dir, tmp_path):
+    """A killed start's RUN/.run.tmp-HOST-PID-X, whose PID the system has since given to another
+    process (here: this test's): every later run warned that it "is being written by process PID
+    (another run to the same destination?)" and left it, a checkpoint and all, for good. The run's
+    lock, held, says no run writes it: it is removed."""
+    import socket
+
+    run = tmp_path / "run"
+    stale = run / f".run.tmp-{socket.gethostname()}-{os.getpid()}-abcd1234"
+    stale.mkdir(parents=True)
+    (stale / "checkpoint_last.pt").write_bytes(b"PK\x03\x04 a killed start's")
+    code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), *TINY, "--max-updates", "1",
+                            "--valid-bleu-samples", "0"], process=True)
+    assert code == 0, err
+    assert "is being written by process" not in err
+    assert not [p for p in run.iterdir() if p.name.startswith(".run")]
+
+
 def test_init_option_overrides_the_presets_initialisation_and_is_recorded(data_dir, tmp_path):
     base = ["train", "--data", str(data_dir), "--threads", "1", "--device", "cpu", "--max-updates", "1",
             "--valid-bleu-samples", "0", "--quiet"]

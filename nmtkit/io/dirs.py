@@ -85,9 +85,10 @@ def remove_folders(created: list[Path]) -> None:
             return
 
 
-def clean_stale_temp_dirs(dest: str | Path, warn: Callable[[str], None]) -> list[Path]:
+def clean_stale_temp_dirs(dest: str | Path, warn: Callable[[str], None], locked: bool = False) -> list[Path]:
     """Remove (and return) the `DEST.tmp-*` directories left by a killed run of this host (their pid
-    is dead); `warn` about the others (another host's, a live process's, an old name)."""
+    is dead, or with `locked`, where the caller holds the lock only a run writing one holds, whatever
+    process has that pid now); `warn` about the others (another host's, a live process's, an old name)."""
     dest = Path(dest)
     removed: list[Path] = []  # a missing parent globs nothing
     host = socket.gethostname()
@@ -95,7 +96,7 @@ def clean_stale_temp_dirs(dest: str | Path, warn: Callable[[str], None]) -> list
         if not p.is_dir():
             continue
         m = _TMP_DIR.search(p.name)
-        if m and m["host"] == host and int(m["pid"]) != os.getpid() and not _pid_alive(int(m["pid"])):
+        if m and m["host"] == host and (locked or int(m["pid"]) != os.getpid() and not _pid_alive(int(m["pid"]))):
             shutil.rmtree(p, ignore_errors=True)
             removed.append(p)
         elif m and m["host"] == host and _pid_alive(int(m["pid"])):

@@ -216,7 +216,7 @@ def _stage_run(save_dir: Path, tb_dir: Path | None, resume: bool, force: bool) -
     check_run_dir(save_dir, resume, force)
     if tb_dir is not None:  # an unwritable folder fails before the run writes anything
         check_output_dir(tb_dir, "--tensorboard folder")
-    clean_stale_temp_dirs(save_dir / STAGING, log.warning)
+    clean_stale_temp_dirs(save_dir / STAGING, log.warning, locked=True)  # a killed start's pid may be another's now
     return None if resume else make_temp_dir(save_dir / STAGING)
 
 
