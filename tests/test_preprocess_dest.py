@@ -92,3 +92,33 @@ def test_a_parent_folder_another_run_makes_meanwhile_is_used_not_an_error_nor_ta
     monkeypatch.setattr(Path, "exists", lambda p: False if p == tmp_path / "a" else real(p))
     assert make_parents(tmp_path / "a" / "b" / "data") == [tmp_path / "a" / "b"]
     assert (tmp_path / "a" / "b").is_dir()
+
+
+def test_a_data_directory_replaced_while_train_opens_it_is_read_whole_from_one(tmp_path, monkeypatch):
+    """`preprocess --force` swapping a new data directory in while `train` (or `score --no-unk
+    --data`) opened it: the manifest and vocabularies were the old folder's, the ids the new one's,
+    each read by name, and training went ahead on words that were not the text's (same counts: no
+    check saw it). Now the reading starts again when the folder was replaced meanwhile."""
+    import nmtkit.train.data as train_data
+    from nmtkit.io.dirs import swap_in_dir
+    from tests.conftest import make_data_dir, make_pairs
+
+    pairs = {"train": make_pairs(240, 1), "valid": make_pairs(24, 2)}
+    dest = make_data_dir(tmp_path / "data", pairs=pairs)
+    new = make_data_dir(tmp_path / "data.new", pairs={k: v[::-1] for k, v in pairs.items()})  # same counts
+    for name in ("vocab.en.txt", "vocab.fr.txt"):  # other words, as another --vocab-size or --bpe gives
+        path = new / name
+        path.write_text("".join(line if line.startswith("<") else "x" + line for line in
+                                path.read_text().splitlines(keepends=True)))
+    real = train_data.read_manifest
+
+    def read_manifest(path):
+        m = real(path)
+        if (tmp_path / "data.new").exists():  # the new folder goes in once the old one's manifest is read
+            swap_in_dir(tmp_path / "data.new", dest)
+        return m
+
+    monkeypatch.setattr(train_data, "read_manifest", read_manifest)
+    data = DataDir.open(dest)
+    assert data.src_vocab.to_list()[4].startswith("x")  # the new folder's words ...
+    assert list(data.split("train").src[0]) == list(pairs["train"][-1][0])  # ... and its ids

@@ -14,6 +14,7 @@ from typing import Any
 
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.io.checks import is_inside, real_path
+from nmtkit.io.dirs import read_one_folder
 from nmtkit.text.io import input_candidates
 from nmtkit.text.vocab import Vocab
 
@@ -43,8 +44,12 @@ class Manifest:
 
 def read_manifest(path: str | Path) -> Manifest:
     """Read and check `path/manifest.json` and its vocabulary files (InputError naming the
-    directory or the file when anything is missing or does not agree)."""
-    path = Path(path)
+    directory or the file when anything is missing or does not agree), all of one folder where
+    `preprocess --force` replaces it meanwhile (`read_one_folder`)."""
+    return read_one_folder(path, lambda: _read_manifest(Path(path)))
+
+
+def _read_manifest(path: Path) -> Manifest:
     if not path.exists():
         raise InputError("data directory not found (create it with 'nmtkit preprocess')", str(path))
     if not path.is_dir():

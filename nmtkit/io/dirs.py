@@ -16,12 +16,13 @@ import socket
 import stat
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 from nmtkit import signals
-from nmtkit.errors import OutputError
+from nmtkit.errors import InputError, OutputError
 from nmtkit.io.files import folders_locked, name_error, umask
 
+T = TypeVar("T")
 _TMP_DIR = re.compile(r"\.tmp-(?P<host>.+)-(?P<pid>\d+)-[a-z0-9_]+$")
 
 
@@ -124,6 +125,28 @@ def swap_in_dir(tmp: str | Path, dest: str | Path) -> Path | None:
         os.rename(tmp, dest)
         shutil.rmtree(old, ignore_errors=True)
     return old if old.exists() else None
+
+
+def _identity(path: str | Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def read_one_folder(path: str | Path, read: Callable[[], T], tries: int = 3) -> T:
+    """`read()`, which reads files of the folder `path` by name, again where another process
+    replaced the folder meanwhile (`swap_in_dir`: `preprocess --force`), so that what it returns
+    comes from one folder, never part from the old and part from the new (the old vocabularies
+    with the new ids). An InputError where it was replaced at every try."""
+    for _ in range(tries):
+        before = _identity(path)
+        result = read()
+        if _identity(path) == before:
+            return result
+    raise InputError(f"was replaced {tries} times while being read (another 'nmtkit preprocess --force' writing it?): "
+                     "run again once it is done", str(path))
 
 
 def check_replaceable_dir(path: str | Path, owned: Callable[[str], bool], what: str) -> None:

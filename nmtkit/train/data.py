@@ -12,6 +12,7 @@ from pathlib import Path
 from nmtkit.data.binarized import ParallelData, check_npy, split_paths
 from nmtkit.data.manifest import Manifest, read_manifest, recorded_digests
 from nmtkit.errors import InputError
+from nmtkit.io.dirs import read_one_folder
 from nmtkit.text.io import read_lines_and_hash, resolve_input
 
 
@@ -26,7 +27,12 @@ class DataDir(Manifest):
         """The data directory at `path` (its manifest read by `data.manifest.read_manifest`), every
         binarised file checked against the manifest's counts before training starts (lines + 1
         offsets, lines word lengths, src_tokens / tgt_tokens ids) and each split opened (its
-        structure and ids checked: `split`): a truncated, missing or damaged file is named."""
+        structure and ids checked: `split`): a truncated, missing or damaged file is named. All of
+        one folder where `preprocess --force` replaces it meanwhile (`read_one_folder`)."""
+        return read_one_folder(path, lambda: cls._open(path))
+
+    @classmethod
+    def _open(cls, path: str | Path) -> "DataDir":
         m = read_manifest(path)
         data = cls(**{f.name: getattr(m, f.name) for f in fields(Manifest)})
         splits = data.manifest.get("splits")
