@@ -93,6 +93,27 @@ def test_force_keeps_the_old_run_when_the_new_one_fails_before_its_first_checkpo
     assert [r["update"] for r in _records(run, "valid")] == [2]
 
 
+def test_force_replaces_the_old_runs_checkpoints_with_no_moment_without_them(data_dir, tmp_path, monkeypatch):
+    """`train --force` at its first checkpoint deleted every file of the old run, then renamed its
+    own in: a `translate -m RUN/checkpoint_last.pt` (or average, score, serve) started meanwhile
+    failed with "checkpoint not found". A file the new run has now replaces the old one in one step
+    (checkpoint_best.pt is not one: the first validation comes after the first checkpoint)."""
+    import nmtkit.io.dirs as dirs
+
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=2, valid_every=2, save_every=2, valid_bleu_samples=0)
+    train_run(data_dir, run, opts, tiny_overrides())
+    real, missing = os.replace, []
+
+    def replace(src, dst):
+        missing.extend(name for name in ("checkpoint_last.pt", "config.json") if not (run / name).exists())
+        real(src, dst)
+
+    monkeypatch.setattr(dirs.os, "replace", replace)
+    train_run(data_dir, run, opts, tiny_overrides(), force=True)
+    assert not missing
+
+
 def test_a_new_run_writes_its_log_and_metrics_in_the_run_folder_after_its_first_checkpoint(data_dir, tmp_path):
     """The staged run's open train.log and metrics.jsonl follow it into RUN at the first checkpoint,
     and what it writes later lands there, not in the removed staging folder."""

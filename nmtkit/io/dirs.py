@@ -320,8 +320,9 @@ def commit_run(staging: Path, save_dir: Path, replace: bool) -> Path:
     with signals.blocked():
         new = sorted(os.listdir(staging))
         if replace:
-            for name in run_files_present(save_dir):
-                (save_dir / name).unlink(missing_ok=True)
+            for name in run_files_present(save_dir):  # one the new run has is replaced in one step, never missing
+                if name not in new:
+                    (save_dir / name).unlink(missing_ok=True)
             old_events = list((save_dir / "tensorboard").glob(f"{TB_EVENTS}*"))
             for event_file in old_events:  # the old run's curves; anything else there is the user's
                 event_file.unlink(missing_ok=True)
