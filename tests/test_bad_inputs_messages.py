@@ -138,6 +138,8 @@ ROWS = [
         needles=("--min-lr 1.5 is above --lr 0.001",)),  # every update used to run at 1.5
     Row("train-dev-set-of-empty-sources", lambda w: _train(_w_blank_valid(w), w.tmp / "rb1"),
         needles=("data-copy", "'valid' split has no pair with a non-empty source")),  # was a dev loss of 0
+    Row("train-dev-set-of-pairs-all-over-the-validation-bound", lambda w: _train(_w_long_valid(w), w.tmp / "rb2"),
+        needles=("data-copy", "no pair validation can score", "over 250 tokens")),  # was a dev loss of 0, ppl 1
     # damaged vocabularies: tracebacks, or a model silently trained on another language's words
     Row("train-src-vocab-of-another-data-directory", lambda w: _train(_w_vocab(w, lambda lines, d: lines[:10]),
                                                                       w.tmp / "rv1"),
@@ -197,6 +199,25 @@ def _w_blank_valid(w: World) -> World:
     np.save(d / "valid.en.words.npy", np.zeros(n, np.int32))
     m = json.loads((d / "manifest.json").read_text())
     m["splits"]["valid"]["src_tokens"] = 0
+    (d / "manifest.json").write_text(json.dumps(m))
+    w.data = d
+    return w
+
+
+def _w_long_valid(w: World) -> World:
+    """A copy of the data directory whose dev targets are all of 251 tokens, over the bound of
+    the pairs validation scores (preprocess does not clean the valid split)."""
+    import json
+
+    import numpy as np
+
+    d = _data_copy(w)
+    n = len(np.load(d / "valid.fr.offsets.npy")) - 1
+    np.save(d / "valid.fr.ids.npy", np.full(n * 251, 4, np.int32))
+    np.save(d / "valid.fr.offsets.npy", np.arange(n + 1, dtype=np.int64) * 251)
+    np.save(d / "valid.fr.words.npy", np.full(n, 251, np.int32))
+    m = json.loads((d / "manifest.json").read_text())
+    m["splits"]["valid"]["tgt_tokens"] = n * 251
     (d / "manifest.json").write_text(json.dumps(m))
     w.data = d
     return w

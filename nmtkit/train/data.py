@@ -63,14 +63,23 @@ class DataDir(Manifest):
 
     def valid_split(self) -> ParallelData:
         """The dev set validation scores: the 'valid' split, with at least one pair whose source is
-        not empty (validation skips empty sources, and a dev set of nothing scored a loss of 0,
-        which early stopping and the best checkpoint then acted on)."""
+        not empty and whose sides are within VALID_MAX_TOKENS (validation skips the others, and a
+        dev set of nothing scored a loss of 0, which early stopping and the best checkpoint then
+        acted on)."""
         if not self.has_split("valid"):
             raise InputError("no 'valid' split in the data directory (validation needs a dev set)", str(self.path))
         data = self.split("valid")
         if not (data.src.lengths > 0).any():
             raise InputError(f"its 'valid' split has no pair with a non-empty source ({len(data)} pairs): nothing "
                              "to validate on; give 'nmtkit preprocess --valid' a dev set of sentences", str(self.path))
+        from nmtkit.train.validate import VALID_MAX_TOKENS, validated, within_bound
+
+        if len(validated(data)) == 0:  # the rest have a side over the bound validation leaves out
+            long = int((~within_bound(data)).sum())
+            raise InputError(f"its 'valid' split has no pair validation can score ({len(data)} pairs: {long} with a "
+                             f"side over {VALID_MAX_TOKENS} tokens, the others with an empty source): nothing to "
+                             f"validate on; give 'nmtkit preprocess --valid' a dev set of shorter sentences",
+                             str(self.path))
         return data
 
     def raw_references(self, name: str = "valid") -> list[str] | None:
