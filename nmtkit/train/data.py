@@ -76,10 +76,10 @@ class DataDir(Manifest):
 
         if len(validated(data)) == 0:  # the rest have a side over the bound validation leaves out
             long = int((~within_bound(data)).sum())
+            rest = ", the others with an empty source" if long < len(data) else ""
             raise InputError(f"its 'valid' split has no pair validation can score ({len(data)} pairs: {long} with a "
-                             f"side over {VALID_MAX_TOKENS} tokens, the others with an empty source): nothing to "
-                             f"validate on; give 'nmtkit preprocess --valid' a dev set of shorter sentences",
-                             str(self.path))
+                             f"side over {VALID_MAX_TOKENS} tokens{rest}): nothing to validate on; give 'nmtkit "
+                             "preprocess --valid' a dev set of shorter sentences", str(self.path))
         return data
 
     def raw_references(self, name: str = "valid") -> list[str] | None:
