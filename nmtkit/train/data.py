@@ -11,7 +11,7 @@ from pathlib import Path
 
 from nmtkit.data.binarized import ParallelData, check_npy, split_paths
 from nmtkit.data.manifest import Manifest, read_manifest, recorded_digests
-from nmtkit.errors import InputError
+from nmtkit.errors import ConfigError, InputError
 from nmtkit.text.io import read_lines_and_hash, resolve_input
 
 
@@ -81,6 +81,18 @@ class DataDir(Manifest):
                              f"side over {VALID_MAX_TOKENS} tokens{rest}): nothing to validate on; give 'nmtkit "
                              "preprocess --valid' a dev set of shorter sentences", str(self.path))
         return data
+
+    def check_bleu_samples(self, n: int) -> None:
+        """Refuse --valid-bleu-samples `n` where the first n dev pairs all have a side over the
+        bound validation scores: dev BLEU of nothing was nan at every validation, never shown, and
+        with --best-metric bleu never a best (no checkpoint_best.pt)."""
+        from nmtkit.train.validate import VALID_MAX_TOKENS, within_bound
+
+        data = self.split("valid")
+        if n > 0 and not within_bound(data, n).any():
+            raise ConfigError(f"--valid-bleu-samples {n}: the first {min(n, len(data))} dev pair(s) all have a side "
+                              f"over {VALID_MAX_TOKENS} tokens, which validation leaves out, so dev BLEU would score "
+                              "nothing: raise --valid-bleu-samples (0: no dev BLEU)", str(self.path))
 
     def raw_references(self, name: str = "valid") -> list[str] | None:
         """The raw (untokenised) target side of split `name`, when the manifest says where it
