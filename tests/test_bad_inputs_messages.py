@@ -138,6 +138,12 @@ ROWS = [
         needles=("--min-lr 1.5 is above --lr 0.001",)),  # every update used to run at 1.5
     Row("train-dev-set-of-empty-sources", lambda w: _train(_w_blank_valid(w), w.tmp / "rb1"),
         needles=("data-copy", "'valid' split has no pair with a non-empty source")),  # was a dev loss of 0
+    Row("train-dev-set-of-pairs-all-over-the-validation-bound", lambda w: _train(_w_long_valid(w), w.tmp / "rb2"),
+        needles=("data-copy", "no pair validation can score", "over 250 tokens")),  # was a dev loss of 0, ppl 1
+    Row("train-dev-bleu-samples-all-over-the-validation-bound",
+        lambda w: _train(_w_long_valid(w, first=1), w.tmp / "rb3", "--valid-bleu-samples", "1"),
+        needles=("data-copy", "--valid-bleu-samples 1: the first 1 dev pair(s)", "over 250 tokens")),
+    # was dev BLEU nan at every validation, never shown, and with --best-metric bleu no checkpoint_best.pt
     # damaged vocabularies: tracebacks, or a model silently trained on another language's words
     Row("train-src-vocab-of-another-data-directory", lambda w: _train(_w_vocab(w, lambda lines, d: lines[:10]),
                                                                       w.tmp / "rv1"),
@@ -197,6 +203,28 @@ def _w_blank_valid(w: World) -> World:
     np.save(d / "valid.en.words.npy", np.zeros(n, np.int32))
     m = json.loads((d / "manifest.json").read_text())
     m["splits"]["valid"]["src_tokens"] = 0
+    (d / "manifest.json").write_text(json.dumps(m))
+    w.data = d
+    return w
+
+
+def _w_long_valid(w: World, first: int | None = None) -> World:
+    """A copy of the data directory whose first `first` (all) dev targets are of 251 tokens, over
+    the bound of the pairs validation scores (preprocess does not clean the valid split)."""
+    import json
+
+    import numpy as np
+
+    d = _data_copy(w)
+    offsets, ids = np.load(d / "valid.fr.offsets.npy"), np.load(d / "valid.fr.ids.npy")
+    k = len(offsets) - 1 if first is None else first
+    rest = ids[offsets[k]:]
+    np.save(d / "valid.fr.ids.npy", np.concatenate([np.full(k * 251, 4, ids.dtype), rest]))
+    np.save(d / "valid.fr.offsets.npy", np.concatenate([np.arange(k + 1) * 251, offsets[k + 1:] - offsets[k] + k * 251]))
+    words = np.load(d / "valid.fr.words.npy")
+    np.save(d / "valid.fr.words.npy", np.concatenate([np.full(k, 251, words.dtype), words[k:]]))
+    m = json.loads((d / "manifest.json").read_text())
+    m["splits"]["valid"]["tgt_tokens"] = k * 251 + len(rest)
     (d / "manifest.json").write_text(json.dumps(m))
     w.data = d
     return w

@@ -237,6 +237,27 @@ def test_the_process_group_waits_longer_than_a_validation(monkeypatch):
     assert seen["backend"] == "gloo" and seen["rank"] == 1 and seen["world_size"] == 2
 
 
+@pytest.mark.parametrize("n_train, batch_size", [(1, 16), (10, 16)])
+def test_fewer_minibatches_an_epoch_than_processes_is_one_line_error(monkeypatch, tmp_path, n_train, batch_size):
+    """1 pair (or 10 pairs in one minibatch of 16) on 2 ranks: no update could ever be made, and
+    the loop went from epoch to epoch forever, a hang that SIGTERM did not end."""
+    from nmtkit.errors import InputError
+    from nmtkit.train import distributed as ddp
+    from nmtkit.train.config import TrainConfig
+    from nmtkit.train.context import TrainContext
+    from nmtkit.train.data import DataDir
+    from nmtkit.train.presets import resolve_model
+
+    monkeypatch.setattr(ddp, "init", lambda info, device: None)  # no process group: the check comes before any use
+    monkeypatch.setattr(ddp, "rank0_choice", lambda value, *a: value)
+    data = DataDir.open(make_data_dir(tmp_path / "data", n_train=n_train))
+    arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
+    cfg = TrainConfig.from_dict(dict(max_updates=2, batch_size=batch_size, device="cpu", precision="fp32"))
+    with pytest.raises(InputError, match=r"make 1 minibatch\(es\) an epoch, fewer than the 2 processes") as err:
+        TrainContext(cfg, data, tmp_path / "run", arch, mcfg, dist_info=ddp.DistInfo(rank=0, world_size=2))
+    assert "\n" not in str(err.value) and str(err.value).startswith(str(tmp_path / "data"))
+
+
 def _precision_worker(rank, world, port, data_dir, run_dir, out_dir):
     """A rank whose own timing says bf16 pays off on rank 0 only; writes the precision it trains in."""
     import nmtkit.models.precision as prec

@@ -155,6 +155,7 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
     else:
         cfg, arch, model_config = _new_configs(data, config.options, config.model)
     tb_dir = _checked_tensorboard_dir(cfg, data_dir)
+    data.check_bleu_samples(cfg.valid_bleu_samples)  # dev BLEU of nothing: nan, never shown, never a best
     _check_hardware(cfg, arch, resolve_device(cfg.device, info.local_rank))  # before anything is written
     lock = staging = None
     if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint

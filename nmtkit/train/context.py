@@ -114,6 +114,11 @@ class TrainContext:
         self.tgt_lens = self.train_data.tgt.lengths
         self._plan_epoch: int | None = None
         self._plan: list[np.ndarray] = []
+        world = self.dist.world_size
+        if world > 1 and len(self.epoch_plan(1)) < world:  # no update ever: each rank needs a minibatch
+            raise InputError(f"the {len(self.keep)} training pair(s) make {len(self.epoch_plan(1))} minibatch(es) an "
+                             f"epoch, fewer than the {world} processes, each of which needs one per update: lower "
+                             f"--batch-size or --max-tokens, or start fewer processes", str(data.path))
         self.valid_data = data.valid_split()
         self.bleu_enabled = cfg.valid_bleu_samples > 0
         self.raw_refs = data.raw_references("valid") if self.bleu_enabled else None

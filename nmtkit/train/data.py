@@ -11,7 +11,7 @@ from pathlib import Path
 
 from nmtkit.data.binarized import ParallelData, check_npy, split_paths
 from nmtkit.data.manifest import Manifest, read_manifest, recorded_digests
-from nmtkit.errors import InputError
+from nmtkit.errors import ConfigError, InputError
 from nmtkit.io.dirs import read_one_folder
 from nmtkit.text.io import read_lines_and_hash, resolve_input
 
@@ -69,15 +69,36 @@ class DataDir(Manifest):
 
     def valid_split(self) -> ParallelData:
         """The dev set validation scores: the 'valid' split, with at least one pair whose source is
-        not empty (validation skips empty sources, and a dev set of nothing scored a loss of 0,
-        which early stopping and the best checkpoint then acted on)."""
+        not empty and whose sides are within VALID_MAX_TOKENS (validation skips the others, and a
+        dev set of nothing scored a loss of 0, which early stopping and the best checkpoint then
+        acted on)."""
         if not self.has_split("valid"):
             raise InputError("no 'valid' split in the data directory (validation needs a dev set)", str(self.path))
         data = self.split("valid")
         if not (data.src.lengths > 0).any():
             raise InputError(f"its 'valid' split has no pair with a non-empty source ({len(data)} pairs): nothing "
                              "to validate on; give 'nmtkit preprocess --valid' a dev set of sentences", str(self.path))
+        from nmtkit.train.validate import VALID_MAX_TOKENS, validated, within_bound
+
+        if len(validated(data)) == 0:  # the rest have a side over the bound validation leaves out
+            long = int((~within_bound(data)).sum())
+            rest = ", the others with an empty source" if long < len(data) else ""
+            raise InputError(f"its 'valid' split has no pair validation can score ({len(data)} pairs: {long} with a "
+                             f"side over {VALID_MAX_TOKENS} tokens{rest}): nothing to validate on; give 'nmtkit "
+                             "preprocess --valid' a dev set of shorter sentences", str(self.path))
         return data
+
+    def check_bleu_samples(self, n: int) -> None:
+        """Refuse --valid-bleu-samples `n` where the first n dev pairs all have a side over the
+        bound validation scores: dev BLEU of nothing was nan at every validation, never shown, and
+        with --best-metric bleu never a best (no checkpoint_best.pt)."""
+        from nmtkit.train.validate import VALID_MAX_TOKENS, within_bound
+
+        data = self.split("valid")
+        if n > 0 and not within_bound(data, n).any():
+            raise ConfigError(f"--valid-bleu-samples {n}: the first {min(n, len(data))} dev pair(s) all have a side "
+                              f"over {VALID_MAX_TOKENS} tokens, which validation leaves out, so dev BLEU would score "
+                              "nothing: raise --valid-bleu-samples (0: no dev BLEU)", str(self.path))
 
     def raw_references(self, name: str = "valid") -> list[str] | None:
         """The raw (untokenised) target side of split `name`, when the manifest says where it
