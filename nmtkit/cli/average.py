@@ -31,5 +31,5 @@ def average_cmd(quiet: bool, **options: Any) -> None:
         if progress_enabled(quiet) else None
     report = run(config, progress=shown)
     if not quiet:
-        click.echo(f"nmtkit average: wrote {report['output']}, the mean of {len(report['inputs'])} checkpoints",
-                   err=True)
+        n = len(report["inputs"])
+        click.echo(f"nmtkit average: wrote {report['output']}, the mean of {n} checkpoint{'s' * (n != 1)}", err=True)
