@@ -1,7 +1,9 @@
 """Resume, run-directory safety and stopping criteria of the training loop (tiny task, CPU)."""
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 
 import pytest
 import torch
@@ -332,6 +334,34 @@ def test_request_stop_saves_checkpoint(data_dir, tmp_path):
     assert load_checkpoint(tmp_path / "run" / "checkpoint_last.pt")["trainer"]["update"] == 3
 
 
+def test_a_second_ctrl_c_lost_where_it_was_raised_still_aborts_at_the_end_of_the_update(data_dir, tmp_path):
+    """Python prints and drops a KeyboardInterrupt raised inside a weakref callback or a __del__:
+    the second Ctrl-C's abort was lost there, and the run saved and stopped as after one."""
+    from nmtkit.train.context import TrainContext
+    from nmtkit.train.data import DataDir
+    from nmtkit.train.events import Callbacks
+    from nmtkit.train.presets import resolve_model
+    from nmtkit.train.trainer import Trainer
+
+    data = DataDir.open(data_dir)
+    arch, mcfg = resolve_model("rnnsearch", None, TINY_MODEL, len(data.src_vocab), len(data.tgt_vocab))
+
+    class CtrlCTwiceAt3(Callbacks):
+        def on_update(self, update, epoch):
+            if update == 3:
+                trainer.signals.handle(signal.SIGINT, None)
+                with contextlib.suppress(KeyboardInterrupt):  # where Python drops it
+                    trainer.signals.handle(signal.SIGINT, None)
+
+    trainer = Trainer(TrainContext(TrainConfig.from_dict(tiny_options(max_updates=100).given()), data,
+                                   tmp_path / "run", arch, mcfg, callbacks=CtrlCTwiceAt3()))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            trainer.train()
+    finally:
+        trainer.close()
+
+
 class _FakeCuda:
     """torch.cuda's RNG functions on a machine with `n` GPUs, recording what is set where."""
 
@@ -522,9 +552,6 @@ def test_a_resume_on_fewer_processes_that_stops_before_saving_leaves_the_run_res
 def test_an_ignored_sigint_stays_ignored_while_training(data_dir, tmp_path):
     """A script's background job runs with SIGINT ignored; training must not take it back and
     stop at a Ctrl-C meant for the script's foreground."""
-    import os
-    import signal
-
     def interrupt(update, loss):
         if update == 2:
             os.kill(os.getpid(), signal.SIGINT)

@@ -188,6 +188,8 @@ class Trainer:
         where `check_collective` (in DDP a collective every few updates, so that every rank stops
         at the same update)."""
         cfg, state = self.ctx.cfg, self.ctx.state
+        if self.signals.aborted:
+            raise KeyboardInterrupt
         if cfg.max_updates is not None and state.update >= cfg.max_updates:
             return "max-updates"
         if cfg.max_epochs is not None and state.epoch > cfg.max_epochs:  # a run resumed with a lower --max-epochs
@@ -344,10 +346,14 @@ class StopSignals:
     def __init__(self, on_message: Callable[[str], None]):
         self.on_message = on_message
         self.received: int | None = None
+        self.aborted = False
 
     def handle(self, signum: int, frame: Any) -> None:
         if self.received is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C aborts at once (checkpoints stay intact)
+            # a second Ctrl-C aborts at once (checkpoints stay intact); noted too, as one raised
+            # inside a weakref callback or a __del__ is printed and lost, and the loop raises it again
+            self.aborted = True
+            raise KeyboardInterrupt
         self.received = signum
         self.on_message(f"{signal.Signals(signum).name}: saving a checkpoint after this update "
                         "(Ctrl-C again to abort at once)")
