@@ -197,6 +197,29 @@ def test_pretokenised_input_scores_like_raw_input(corpus):
     assert b["src_tokens"][0] == len(Path(f"{tok / 'pool'}.en").read_text().splitlines()[0].split())
 
 
+def test_a_literal_sentence_start_or_end_in_tokenised_text_is_unk_to_the_language_models(corpus):
+    """--input-format tok is split on spaces only: a "<s>" or "</s>" in it (strike-through markup in web
+    text, say) is a word. They were the LMs' sentence
+    start and end ids in the in-domain text and the H_out sample, but <unk> in the scored pool: the
+    LMs gave "<s>" a probability mid-sentence, which scoring never asks for, so a context's
+    probabilities over what it predicts summed to well under 1, and the ARPA files held n-grams
+    that predict <s> or continue after </s>. Now both are <unk> everywhere."""
+    d, pool, _ = corpus
+    for name in ("in", "pool"):
+        for lang in ("en", "fr"):
+            lines = Path(f"{d / name}.{lang}").read_text(encoding="utf-8").splitlines()
+            words = [tokenize(x, lang) for x in lines]  # "<s>" after a line's first word, "</s>" after its second
+            Path(f"{d / name}.{lang}").write_text(
+                "".join(" ".join(w[:1] + ["<s>"] + w[1:2] + ["</s>"] + w[2:]) + "\n" for w in words), encoding="utf-8")
+    assert "<s>" in Path(f"{d / 'in'}.en").read_text()
+    assert select(_base(d) + ["--lines", "5", "--write-arpa", "--order", "3", "--input-format", "tok"])[0] == 0
+    for which in ("in", "out"):
+        for lang in ("en", "fr"):
+            grams = [line.split("\t")[1].split(" ") for line in (d / f"sel.{which}.{lang}.arpa").read_text().splitlines()
+                     if line.count("\t") >= 1]
+            assert not [g for g in grams if "<s>" in g[1:] or "</s>" in g[:-1]], (which, lang)
+
+
 def test_lowercase_makes_case_variants_score_alike(corpus):
     d, pool, _ = corpus
     pool = [(pool[1][0].upper(), pool[1][1].upper())] + [pool[1]] + pool[2:]

@@ -214,7 +214,7 @@ def _vocab_and_ids(types: dict[str, int], ids: np.ndarray, min_count: int) -> tu
     makes it of the tokens) and the text as LM ids (as `LMVocab.encode` gives them)."""
     counts = np.bincount(ids, minlength=len(types)).tolist()  # types are numbered in insertion order
     vocab = LMVocab.from_counts(dict(zip(types, counts)), min_count)
-    remap = np.array([vocab.stoi.get(w, LM_UNK_ID) for w in types], dtype=np.int32)
+    remap = np.array([vocab.flat_stoi.get(w, LM_UNK_ID) for w in types], dtype=np.int32)
     return vocab, remap[ids]
 
 
