@@ -437,6 +437,21 @@ def test_pairs_with_an_empty_side_are_never_selected_and_are_counted_in_a_warnin
     assert len((d / "all.en").read_text().splitlines()) == 200
 
 
+
+@pytest.mark.parametrize("budget", [["--fraction", "1"], ["--words", "10000000"]])
+def test_a_budget_over_the_non_empty_pairs_is_named_and_counts_their_tokens_alone(corpus, budget):
+    """--fraction 1 of a pool with a pair with an empty side was warned as "the budget (--words None)",
+    and every budget's warning counted the source tokens of pairs with an empty target, which are
+    never selected: now it names the --fraction and counts only the tokens it could select."""
+    d, pool, _ = corpus
+    _write(d / "pool", pool[:50] + [("A cat sits on the mat.", "")] + pool[50:])
+    code, _, err = select(_base(d) + budget, quiet=False)
+    assert code == 0, err
+    tokens = json.loads((d / "sel.summary.json").read_text())["selected"]["src_tokens"]
+    name = "--fraction 1.0: 201 pairs" if budget[0] == "--fraction" else "--words 10000000"
+    assert f"the budget ({name}) exceeds the pool's 200 non-empty pairs ({tokens} source tokens)" in err, err
+
+
 # ---------------------------------------------------------------------- real data
 @pytest.mark.slow
 def test_selection_recovers_multi30k_planted_in_a_real_pool(shared_data, tmp_path):

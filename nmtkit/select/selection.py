@@ -304,14 +304,17 @@ def _lm_summary(lm: NgramLM) -> dict[str, Any]:
             "discounts": [list(lm.uni_discounts)] + [list(o.discounts) for o in lm.orders]}
 
 
-def _budget_warnings(cfg: SelectConfig, over: bool, n_pool: int, lens: np.ndarray, n_empty: int) -> list[str]:
+def _budget_warnings(cfg: SelectConfig, over: bool, n_pool: int, lens: np.ndarray, empty: np.ndarray) -> list[str]:
+    """`empty` (n_pool,) bool: the pairs with an empty side, never selected."""
     msgs = []
+    n_empty = int(empty.sum())
     if n_empty:
         msgs.append(f"{n_empty} of the pool's {n_pool} pairs have an empty side: they are never selected")
     if over:
-        budget = f"--lines {cfg.lines}" if cfg.lines is not None else f"--words {cfg.words}"
+        budget = (f"--lines {cfg.lines}" if cfg.lines is not None else f"--words {cfg.words}" if cfg.words is not None
+                  else f"--fraction {cfg.fraction}: {round(cfg.fraction * n_pool)} pairs")
         msgs.append(f"the budget ({budget}) exceeds the pool's {n_pool - n_empty} non-empty pairs "
-                    f"({int(lens[:, 0].sum())} source tokens): selecting all of them")
+                    f"({int(lens[~empty, 0].sum())} source tokens): selecting all of them")
     return _warn(msgs)
 
 
@@ -358,7 +361,7 @@ def run(cfg: SelectConfig, progress: Progress | None = None) -> dict:
             raise InputError(f"none of the pool's {n_pool} pairs has text on both sides: nothing to select",
                              pool.src_paths[0])
         keep, over = select_indices(scores, lens[:, 0], cfg.lines, cfg.words, cfg.fraction)
-        warnings += _budget_warnings(cfg, over, n_pool, lens, int(empty.sum()))
+        warnings += _budget_warnings(cfg, over, n_pool, lens, empty)
         warnings += _warn(flat_score_warnings(scores, pool, cfg.method))
         mask = np.zeros(n_pool, dtype=bool)
         mask[keep] = True
