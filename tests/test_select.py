@@ -306,6 +306,24 @@ def test_write_arpa_writes_the_four_models(corpus):
             assert text.startswith("\\data\\\nngram 1=") and "\\3-grams:" in text and text.endswith("\\end\\\n")
 
 
+def test_language_models_of_an_earlier_run_are_not_left_beside_a_selection_made_without_them(corpus):
+    """A run without --write-arpa over a prefix where one with it had written left the four .arpa
+    files, whose models were not this selection's, and wrote over the rest (--force) or over nothing:
+    they are now outputs of every run, as the tokeniser records are, refused without --force and
+    removed with it."""
+    d, _, _ = corpus
+    assert select(_base(d) + ["--lines", "5", "--write-arpa"])[0] == 0
+    for f in d.glob("sel.*"):
+        if not f.name.endswith(".arpa"):
+            f.unlink()
+    code, _, err = select(_base(d) + ["--lines", "5"])
+    assert code != 0 and "sel.in.en.arpa: output exists (use --force" in err, err
+    assert select(_base(d) + ["--lines", "5", "--force"])[0] == 0
+    assert _outputs(d) == ["sel.en", "sel.fr", "sel.scores.tsv", "sel.summary.json"]
+
+
+
+
 # ---------------------------------------------------------------------- bad input
 def _assert_clean_failure(code, err, d, *needles):
     assert code != 0

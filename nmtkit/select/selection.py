@@ -447,9 +447,14 @@ def output_paths(cfg: SelectConfig, records: dict[str, dict[str, Any]]) -> dict[
            "summary": f"{d}.summary.json"}
     out.update({f"{side}_tokinfo": path for side, path in _record_paths(cfg).items() if side in records})
     if cfg.write_arpa:
-        out.update({f"arpa_{which}_{side}": f"{d}.{which}.{lang}.arpa" for which in ("in", "out")
-                    for side, lang in (("src", cfg.src_lang), ("tgt", cfg.tgt_lang))})
+        out.update(_arpa_paths(cfg))
     return out
+
+
+def _arpa_paths(cfg: SelectConfig) -> dict[str, str]:
+    """Where --write-arpa writes the four LMs, by output key."""
+    return {f"arpa_{which}_{side}": f"{cfg.output_prefix}.{which}.{lang}.arpa" for which in ("in", "out")
+            for side, lang in (("src", cfg.src_lang), ("tgt", cfg.tgt_lang))}
 
 
 def _record_paths(cfg: SelectConfig) -> dict[str, str]:
@@ -460,9 +465,12 @@ def _record_paths(cfg: SelectConfig) -> dict[str, str]:
 
 def stale_records(cfg: SelectConfig, records: dict[str, dict[str, Any]]) -> list[str]:
     """The tokeniser records beside the selection of a side that gets none this time (say, an
-    earlier run on tokenised text, replaced by one on raw text): left, they would describe text
-    they do not describe, so they are outputs too, removed when the others are written."""
-    return [path for side, path in _record_paths(cfg).items() if side not in records and os.path.lexists(path)]
+    earlier run on tokenised text, replaced by one on raw text), and without --write-arpa the
+    language models an earlier run wrote there: left, they would describe text and models they do
+    not describe, so they are outputs too, removed when the others are written."""
+    gone = [path for side, path in _record_paths(cfg).items() if side not in records]
+    gone += [] if cfg.write_arpa else list(_arpa_paths(cfg).values())
+    return [path for path in gone if os.path.lexists(path) and not os.path.isdir(path)]  # a folder is not one
 
 
 def check_outputs(cfg: SelectConfig, outputs: dict[str, str], stale: Sequence[str] = ()) -> None:
