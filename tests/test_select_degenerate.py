@@ -63,8 +63,8 @@ def test_in_domain_text_shorter_than_the_order_is_named_with_its_token_count(cor
     assert _run(corpus) == [
         f"the in-domain text {side} has only 3 tokens, fewer than --order 4: too little for an order-4 language "
         "model, so the ranking is unreliable (use more in-domain text or a lower --order)" for side in (in_en, in_fr)]
-    # a repeated sentence shorter than the order shows no word in context, though "<s> Cat </s>" occurs twice
-    _write(corpus / "in", [("Cat", "Chat")] * 2)
+    # a repeated sentence shorter than the order shows no word in context, though "<s> the </s>" occurs twice
+    _write(corpus / "in", [("the", "le")] * 2)  # words of the pool (none of its tokens is "Cat")
     warnings = _run(corpus, "--order", "3", prefix="o3")
     assert len(warnings) == 2 and "has only 2 tokens, fewer than --order 3" in warnings[0]
     assert _run(corpus, "--order", "2", prefix="o2") == []
@@ -106,6 +106,21 @@ def test_a_min_count_that_leaves_no_in_domain_word_is_named(corpus):
     assert _run(corpus, "--method", "in-domain", "--min-count", "1000") == [
         f"no word of the in-domain text {corpus / 'in.en'} occurs at least --min-count 1000 times: every token is "
         "<unk> to the language models, which then rank pairs by their length alone"]
+
+
+def test_an_in_domain_text_that_shares_no_word_with_the_pool_is_named(corpus):
+    """Every pool token was <unk> to both LMs, which ranked the pairs by length alone (the shortest
+    first), silently: now a warning per scored side names the pool."""
+    rng = np.random.default_rng(2)
+    words = [f"Zz{i}" for i in range(4)]  # 4-grams repeat: not "too little" text
+    _write(corpus / "in", [(" ".join(rng.choice(words, size=6)), " ".join(rng.choice(words, size=5)))
+                           for _ in range(60)])
+    assert _run(corpus) == [f"no token of the pool {corpus / 'pool'}.{lang} is a word of the in-domain text: every one "
+                            "is <unk> to the language models, which then rank pairs by their length alone"
+                            for lang in ("en", "fr")]
+    assert len(_run(corpus, "--method", "in-domain", "--order", "1", "--workers", "2", prefix="ind")) == 1
+    _write(corpus / "in", [("Zz0 Zz1 Zz2 cat", "Zz0 Zz1 chat")] * 30)  # one shared word is enough
+    assert _run(corpus, prefix="one") == []
 
 
 def _same(d: Path, *extra: str) -> tuple[int, str]:

@@ -120,6 +120,17 @@ def lm_warnings(cfg: SelectConfig, ind: Corpus, sizes: dict[str, int], scorer: S
     return [msg] if msg else []
 
 
+def no_shared_word(cfg: SelectConfig, pool: Corpus, scorer: Scorer, known: int) -> list[str]:
+    """A warning when `cfg.method` scores `scorer.side` and none of the pool's tokens on it (`known`
+    of them are in the vocabulary) is an in-domain word (say, an in-domain text in another language
+    or script): every one is then `<unk>` and the LMs rank the pairs by length. Not when the
+    vocabulary itself has no word (`no_vocabulary`'s warning)."""
+    if known or scorer.side not in scored_sides(cfg.method) or len(scorer.vocab) == len(LM_SPECIALS):
+        return []
+    return [f"no token of the pool {pool.name(scorer.side)} is a word of the in-domain text: every one is <unk> "
+            f"to the language models, which then rank pairs by their length alone"]
+
+
 def _digest(paths: Sequence[str]) -> str:
     """sha256 of the (gunzipped) text of `paths` read in order, each ended by a newline."""
     h = hashlib.sha256()
@@ -293,7 +304,8 @@ def _score_pool(cfg: SelectConfig, opts: TextOpts, corpora: tuple[Corpus, Corpus
         if cfg.write_arpa:
             write_arpa(tmp, scorer)
         t = time.perf_counter()
-        score_pool(scorer, pool, cfg.workers, progress, h[:, 2 * s:2 * s + 2], lens[:, s])
+        known = score_pool(scorer, pool, cfg.workers, progress, h[:, 2 * s:2 * s + 2], lens[:, s])
+        warnings += _warn(no_shared_word(cfg, pool, scorer, known))
         timings["score_s"] += time.perf_counter() - t
         del scorer
     return h, lens, lms
