@@ -151,6 +151,17 @@ def test_the_same_text_under_other_names_is_refused_gzipped_too(corpus):
                           f"{corpus / 'pool.fr.gz'})")
 
 
+def test_the_same_text_without_its_last_newline_is_refused(corpus):
+    """The in-domain text's copy without its final newline was one byte shorter, which the size check
+    took for another text: not refused, every score 0 and a warning only. The digest ends every
+    file with a newline, so the sizes now allow for that byte."""
+    for lang in ("en", "fr"):
+        (corpus / f"pool.{lang}").write_bytes((corpus / f"in.{lang}").read_bytes().removesuffix(b"\n"))
+    code, _, err = select(_base(corpus) + ["--lines", "10"])
+    _assert_clean_failure(code, err, corpus, f"({corpus / 'in.en'} = {corpus / 'pool.en'}, {corpus / 'in.fr'} = "
+                          f"{corpus / 'pool.fr'})")
+
+
 def test_in_domain_method_may_rank_the_in_domain_text_itself(corpus):
     code, err = _same(corpus, "--method", "in-domain")
     assert code == 0 and _warnings(err) == [], err
