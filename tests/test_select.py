@@ -197,6 +197,29 @@ def test_pretokenised_input_scores_like_raw_input(corpus):
     assert b["src_tokens"][0] == len(Path(f"{tok / 'pool'}.en").read_text().splitlines()[0].split())
 
 
+def test_a_literal_sentence_start_or_end_in_tokenised_text_is_unk_to_the_language_models(corpus):
+    """--input-format tok is split on spaces only: a "<s>" or "</s>" in it (strike-through markup in web
+    text, say) is a word. They were the LMs' sentence
+    start and end ids in the in-domain text and the H_out sample, but <unk> in the scored pool: the
+    LMs gave "<s>" a probability mid-sentence, which scoring never asks for, so a context's
+    probabilities over what it predicts summed to well under 1, and the ARPA files held n-grams
+    that predict <s> or continue after </s>. Now both are <unk> everywhere."""
+    d, pool, _ = corpus
+    for name in ("in", "pool"):
+        for lang in ("en", "fr"):
+            lines = Path(f"{d / name}.{lang}").read_text(encoding="utf-8").splitlines()
+            words = [tokenize(x, lang) for x in lines]  # "<s>" after a line's first word, "</s>" after its second
+            Path(f"{d / name}.{lang}").write_text(
+                "".join(" ".join(w[:1] + ["<s>"] + w[1:2] + ["</s>"] + w[2:]) + "\n" for w in words), encoding="utf-8")
+    assert "<s>" in Path(f"{d / 'in'}.en").read_text()
+    assert select(_base(d) + ["--lines", "5", "--write-arpa", "--order", "3", "--input-format", "tok"])[0] == 0
+    for which in ("in", "out"):
+        for lang in ("en", "fr"):
+            grams = [line.split("\t")[1].split(" ") for line in (d / f"sel.{which}.{lang}.arpa").read_text().splitlines()
+                     if line.count("\t") >= 1]
+            assert not [g for g in grams if "<s>" in g[1:] or "</s>" in g[:-1]], (which, lang)
+
+
 def test_lowercase_makes_case_variants_score_alike(corpus):
     d, pool, _ = corpus
     pool = [(pool[1][0].upper(), pool[1][1].upper())] + [pool[1]] + pool[2:]
@@ -281,6 +304,24 @@ def test_write_arpa_writes_the_four_models(corpus):
         for lang in ("en", "fr"):
             text = (d / f"sel.{which}.{lang}.arpa").read_text()
             assert text.startswith("\\data\\\nngram 1=") and "\\3-grams:" in text and text.endswith("\\end\\\n")
+
+
+def test_language_models_of_an_earlier_run_are_not_left_beside_a_selection_made_without_them(corpus):
+    """A run without --write-arpa over a prefix where one with it had written left the four .arpa
+    files, whose models were not this selection's, and wrote over the rest (--force) or over nothing:
+    they are now outputs of every run, as the tokeniser records are, refused without --force and
+    removed with it."""
+    d, _, _ = corpus
+    assert select(_base(d) + ["--lines", "5", "--write-arpa"])[0] == 0
+    for f in d.glob("sel.*"):
+        if not f.name.endswith(".arpa"):
+            f.unlink()
+    code, _, err = select(_base(d) + ["--lines", "5"])
+    assert code != 0 and "sel.in.en.arpa: output exists (use --force" in err, err
+    assert select(_base(d) + ["--lines", "5", "--force"])[0] == 0
+    assert _outputs(d) == ["sel.en", "sel.fr", "sel.scores.tsv", "sel.summary.json"]
+
+
 
 
 # ---------------------------------------------------------------------- bad input
@@ -412,6 +453,21 @@ def test_pairs_with_an_empty_side_are_never_selected_and_are_counted_in_a_warnin
     code, _, err = select(_base(d, "all") + ["--lines", "1000"], quiet=False)
     assert code == 0 and "exceeds the pool's 200 non-empty pairs" in err
     assert len((d / "all.en").read_text().splitlines()) == 200
+
+
+
+@pytest.mark.parametrize("budget", [["--fraction", "1"], ["--words", "10000000"]])
+def test_a_budget_over_the_non_empty_pairs_is_named_and_counts_their_tokens_alone(corpus, budget):
+    """--fraction 1 of a pool with a pair with an empty side was warned as "the budget (--words None)",
+    and every budget's warning counted the source tokens of pairs with an empty target, which are
+    never selected: now it names the --fraction and counts only the tokens it could select."""
+    d, pool, _ = corpus
+    _write(d / "pool", pool[:50] + [("A cat sits on the mat.", "")] + pool[50:])
+    code, _, err = select(_base(d) + budget, quiet=False)
+    assert code == 0, err
+    tokens = json.loads((d / "sel.summary.json").read_text())["selected"]["src_tokens"]
+    name = "--fraction 1.0: 201 pairs" if budget[0] == "--fraction" else "--words 10000000"
+    assert f"the budget ({name}) exceeds the pool's 200 non-empty pairs ({tokens} source tokens)" in err, err
 
 
 # ---------------------------------------------------------------------- real data

@@ -63,8 +63,8 @@ def test_in_domain_text_shorter_than_the_order_is_named_with_its_token_count(cor
     assert _run(corpus) == [
         f"the in-domain text {side} has only 3 tokens, fewer than --order 4: too little for an order-4 language "
         "model, so the ranking is unreliable (use more in-domain text or a lower --order)" for side in (in_en, in_fr)]
-    # a repeated sentence shorter than the order shows no word in context, though "<s> Cat </s>" occurs twice
-    _write(corpus / "in", [("Cat", "Chat")] * 2)
+    # a repeated sentence shorter than the order shows no word in context, though "<s> the </s>" occurs twice
+    _write(corpus / "in", [("the", "le")] * 2)  # words of the pool (none of its tokens is "Cat")
     warnings = _run(corpus, "--order", "3", prefix="o3")
     assert len(warnings) == 2 and "has only 2 tokens, fewer than --order 3" in warnings[0]
     assert _run(corpus, "--order", "2", prefix="o2") == []
@@ -108,6 +108,21 @@ def test_a_min_count_that_leaves_no_in_domain_word_is_named(corpus):
         "<unk> to the language models, which then rank pairs by their length alone"]
 
 
+def test_an_in_domain_text_that_shares_no_word_with_the_pool_is_named(corpus):
+    """Every pool token was <unk> to both LMs, which ranked the pairs by length alone (the shortest
+    first), silently: now a warning per scored side names the pool."""
+    rng = np.random.default_rng(2)
+    words = [f"Zz{i}" for i in range(4)]  # 4-grams repeat: not "too little" text
+    _write(corpus / "in", [(" ".join(rng.choice(words, size=6)), " ".join(rng.choice(words, size=5)))
+                           for _ in range(60)])
+    assert _run(corpus) == [f"no token of the pool {corpus / 'pool'}.{lang} is a word of the in-domain text: every one "
+                            "is <unk> to the language models, which then rank pairs by their length alone"
+                            for lang in ("en", "fr")]
+    assert len(_run(corpus, "--method", "in-domain", "--order", "1", "--workers", "2", prefix="ind")) == 1
+    _write(corpus / "in", [("Zz0 Zz1 Zz2 cat", "Zz0 Zz1 chat")] * 30)  # one shared word is enough
+    assert _run(corpus, prefix="one") == []
+
+
 def _same(d: Path, *extra: str) -> tuple[int, str]:
     """select-data with d/in as both the in-domain text and the pool -> (exit code, stderr)."""
     code, _, err = select(["--in-domain", str(d / "in"), "--pool", str(d / "in"), "--output-prefix", str(d / "sel"),
@@ -134,6 +149,17 @@ def test_the_same_text_under_other_names_is_refused_gzipped_too(corpus):
     code, _, err = select(_base(corpus) + ["--lines", "10"])
     _assert_clean_failure(code, err, corpus, f"({corpus / 'in.en'} = {corpus / 'pool.en.gz'}, {corpus / 'in.fr'} = "
                           f"{corpus / 'pool.fr.gz'})")
+
+
+def test_the_same_text_without_its_last_newline_is_refused(corpus):
+    """The in-domain text's copy without its final newline was one byte shorter, which the size check
+    took for another text: not refused, every score 0 and a warning only. The digest ends every
+    file with a newline, so the sizes now allow for that byte."""
+    for lang in ("en", "fr"):
+        (corpus / f"pool.{lang}").write_bytes((corpus / f"in.{lang}").read_bytes().removesuffix(b"\n"))
+    code, _, err = select(_base(corpus) + ["--lines", "10"])
+    _assert_clean_failure(code, err, corpus, f"({corpus / 'in.en'} = {corpus / 'pool.en'}, {corpus / 'in.fr'} = "
+                          f"{corpus / 'pool.fr'})")
 
 
 def test_in_domain_method_may_rank_the_in_domain_text_itself(corpus):

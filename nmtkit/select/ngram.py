@@ -30,11 +30,12 @@ LM_SPECIALS = (BOS, EOS, UNK)
 @dataclass
 class LMVocab:
     """Token <-> id map shared by the in-domain and the out-of-domain LM of one language. Ids: 0 `<s>`,
-    1 `</s>`, 2 `<unk>`, then the words by decreasing count (ties by string); any other token is `<unk>`."""
+    1 `</s>`, 2 `<unk>`, then the words by decreasing count (ties by string); any other token is `<unk>`,
+    a literal `<s>` or `</s>` in the text too (as ids they would be a sentence start or end mid-sentence)."""
 
     itos: list[str]
     stoi: dict[str, int] = field(init=False, repr=False)
-    flat_stoi: dict[str, int] = field(init=False, repr=False)  # `encode_batch`'s: a literal <s>, </s> is a word
+    flat_stoi: dict[str, int] = field(init=False, repr=False)  # the encoders': a literal <s>, </s> is <unk>
 
     def __post_init__(self) -> None:
         assert tuple(self.itos[:3]) == LM_SPECIALS
@@ -57,7 +58,7 @@ class LMVocab:
         return cls(list(LM_SPECIALS) + words)
 
     def encode(self, tokens: Sequence[str]) -> list[int]:
-        get = self.stoi.get
+        get = self.flat_stoi.get
         return [get(t, LM_UNK_ID) for t in tokens]
 
     def encode_batch(self, sentences: Sequence[Sequence[str]]) -> "FlatBatch":

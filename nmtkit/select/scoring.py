@@ -16,7 +16,7 @@ import numpy as np
 
 from nmtkit.errors import InputError
 from nmtkit.progress import Progress
-from nmtkit.select.ngram import FlatBatch, LMVocab, NgramLM, flat_batch
+from nmtkit.select.ngram import LM_UNK_ID, FlatBatch, LMVocab, NgramLM, flat_batch
 from nmtkit.text.io import (
     BOM,
     PARALLEL_WHY,
@@ -153,19 +153,21 @@ class Scorer:
     lm_out: NgramLM
 
     def score_lines(self, lines: list[str]) -> np.ndarray:
-        """(N, 3) float64 of lines in the configured input format: H_in, H_out, tokens."""
+        """(N, 4) float64 of lines in the configured input format: H_in, H_out, tokens, tokens in the
+        vocabulary (not `<unk>`)."""
         o = self.opts
         if o.input_format == "tok":  # fast path: split the whole chunk at once
             toks = [(line.lower() if o.pipeline.lowercase else line).split() for line in lines]
         else:
             toks = [o.tokens(line, self.side) for line in lines]
         batch = self.vocab.encode_batch(toks)
+        known = np.add.reduceat((batch.toks > LM_UNK_ID).astype(np.int64), batch.starts)  # words: ids past <unk>
         return np.stack([self.lm_in.batch_cross_entropies(batch), self.lm_out.batch_cross_entropies(batch),
-                         batch.lens - 1], axis=1)
+                         batch.lens - 1, known], axis=1)
 
 
 def score_block(block: Block) -> np.ndarray:
-    """(n, 3) cross-entropies and lengths of a block of pool lines, by the map's scorer: a forked
+    """(n, 4) cross-entropies and lengths of a block of pool lines, by the map's scorer: a forked
     worker gets the LMs from its parent's memory, not pickled with each block."""
     scorer: Scorer = worker_state()
     return scorer.score_lines(block.lines())
@@ -213,20 +215,23 @@ def tokenize_ids(opts: TextOpts, pairs: Iterable[tuple[str, str]], workers: int,
 
 
 def score_pool(scorer: Scorer, pool: Corpus, workers: int, progress: Progress,
-               h: np.ndarray, lens: np.ndarray) -> None:
+               h: np.ndarray, lens: np.ndarray) -> int:
     """Score the pool's `scorer.side`, streaming blocks of lines over `workers` processes, into
-    h (n, 2) float32 (H_in, H_out) and lens (n,) int32 tokens. Progress counts both sides' passes."""
+    h (n, 2) float32 (H_in, H_out) and lens (n,) int32 tokens; -> how many of its tokens are in the
+    vocabulary (not `<unk>`). Progress counts both sides' passes."""
     n_pool = pool.total
     before = 0 if scorer.side == "src" else n_pool
-    done = 0
+    done = known = 0
     progress("score", before, 2 * n_pool)
     for res in parallel_map(score_block, pool.blocks(CHUNK_PAIRS, scorer.side), workers, 1, state=scorer):
         m = res.shape[0]
         h[done:done + m] = res[:, :2]
         lens[done:done + m] = res[:, 2]
+        known += int(res[:, 3].sum())
         done += m
         progress("score", before + done, 2 * n_pool)
     assert done == n_pool
+    return known
 
 
 # ---- PREFIX.scores.tsv, formatted over the same worker processes

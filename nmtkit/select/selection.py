@@ -120,6 +120,17 @@ def lm_warnings(cfg: SelectConfig, ind: Corpus, sizes: dict[str, int], scorer: S
     return [msg] if msg else []
 
 
+def no_shared_word(cfg: SelectConfig, pool: Corpus, scorer: Scorer, known: int) -> list[str]:
+    """A warning when `cfg.method` scores `scorer.side` and none of the pool's tokens on it (`known`
+    of them are in the vocabulary) is an in-domain word (say, an in-domain text in another language
+    or script): every one is then `<unk>` and the LMs rank the pairs by length. Not when the
+    vocabulary itself has no word (`no_vocabulary`'s warning)."""
+    if known or scorer.side not in scored_sides(cfg.method) or len(scorer.vocab) == len(LM_SPECIALS):
+        return []
+    return [f"no token of the pool {pool.name(scorer.side)} is a word of the in-domain text: every one is <unk> "
+            f"to the language models, which then rank pairs by their length alone"]
+
+
 def _digest(paths: Sequence[str]) -> str:
     """sha256 of the (gunzipped) text of `paths` read in order, each ended by a newline."""
     h = hashlib.sha256()
@@ -135,10 +146,13 @@ def _digest(paths: Sequence[str]) -> str:
 
 def same_text(ind: Corpus, pool: Corpus, side: str) -> bool:
     """Whether the in-domain text and the pool are the same text on `side` ("src" or "tgt"): as
-    many lines and bytes, then the same sha256. The files are read again only when the sizes
-    agree, which different texts practically never do."""
+    many lines and bytes (but for a file's missing last newline, which `_digest` adds), then the
+    same sha256. The files are read again only when the sizes agree, which different texts
+    practically never do."""
     nbytes = [(c.src_bytes if side == "src" else c.tgt_bytes) for c in (ind, pool)]
-    return ind.total == pool.total and nbytes[0] == nbytes[1] and _digest(ind.paths(side)) == _digest(pool.paths(side))
+    slack = len(ind.paths(side)) + len(pool.paths(side))
+    return (ind.total == pool.total and abs(nbytes[0] - nbytes[1]) <= slack
+            and _digest(ind.paths(side)) == _digest(pool.paths(side)))
 
 
 def same_text_warnings(ind: Corpus, pool: Corpus, method: str) -> list[str]:
@@ -214,7 +228,7 @@ def _vocab_and_ids(types: dict[str, int], ids: np.ndarray, min_count: int) -> tu
     makes it of the tokens) and the text as LM ids (as `LMVocab.encode` gives them)."""
     counts = np.bincount(ids, minlength=len(types)).tolist()  # types are numbered in insertion order
     vocab = LMVocab.from_counts(dict(zip(types, counts)), min_count)
-    remap = np.array([vocab.stoi.get(w, LM_UNK_ID) for w in types], dtype=np.int32)
+    remap = np.array([vocab.flat_stoi.get(w, LM_UNK_ID) for w in types], dtype=np.int32)
     return vocab, remap[ids]
 
 
@@ -293,7 +307,8 @@ def _score_pool(cfg: SelectConfig, opts: TextOpts, corpora: tuple[Corpus, Corpus
         if cfg.write_arpa:
             write_arpa(tmp, scorer)
         t = time.perf_counter()
-        score_pool(scorer, pool, cfg.workers, progress, h[:, 2 * s:2 * s + 2], lens[:, s])
+        known = score_pool(scorer, pool, cfg.workers, progress, h[:, 2 * s:2 * s + 2], lens[:, s])
+        warnings += _warn(no_shared_word(cfg, pool, scorer, known))
         timings["score_s"] += time.perf_counter() - t
         del scorer
     return h, lens, lms
@@ -304,14 +319,17 @@ def _lm_summary(lm: NgramLM) -> dict[str, Any]:
             "discounts": [list(lm.uni_discounts)] + [list(o.discounts) for o in lm.orders]}
 
 
-def _budget_warnings(cfg: SelectConfig, over: bool, n_pool: int, lens: np.ndarray, n_empty: int) -> list[str]:
+def _budget_warnings(cfg: SelectConfig, over: bool, n_pool: int, lens: np.ndarray, empty: np.ndarray) -> list[str]:
+    """`empty` (n_pool,) bool: the pairs with an empty side, never selected."""
     msgs = []
+    n_empty = int(empty.sum())
     if n_empty:
         msgs.append(f"{n_empty} of the pool's {n_pool} pairs have an empty side: they are never selected")
     if over:
-        budget = f"--lines {cfg.lines}" if cfg.lines is not None else f"--words {cfg.words}"
+        budget = (f"--lines {cfg.lines}" if cfg.lines is not None else f"--words {cfg.words}" if cfg.words is not None
+                  else f"--fraction {cfg.fraction}: {round(cfg.fraction * n_pool)} pairs")
         msgs.append(f"the budget ({budget}) exceeds the pool's {n_pool - n_empty} non-empty pairs "
-                    f"({int(lens[:, 0].sum())} source tokens): selecting all of them")
+                    f"({int(lens[~empty, 0].sum())} source tokens): selecting all of them")
     return _warn(msgs)
 
 
@@ -358,7 +376,7 @@ def run(cfg: SelectConfig, progress: Progress | None = None) -> dict:
             raise InputError(f"none of the pool's {n_pool} pairs has text on both sides: nothing to select",
                              pool.src_paths[0])
         keep, over = select_indices(scores, lens[:, 0], cfg.lines, cfg.words, cfg.fraction)
-        warnings += _budget_warnings(cfg, over, n_pool, lens, int(empty.sum()))
+        warnings += _budget_warnings(cfg, over, n_pool, lens, empty)
         warnings += _warn(flat_score_warnings(scores, pool, cfg.method))
         mask = np.zeros(n_pool, dtype=bool)
         mask[keep] = True
@@ -444,9 +462,14 @@ def output_paths(cfg: SelectConfig, records: dict[str, dict[str, Any]]) -> dict[
            "summary": f"{d}.summary.json"}
     out.update({f"{side}_tokinfo": path for side, path in _record_paths(cfg).items() if side in records})
     if cfg.write_arpa:
-        out.update({f"arpa_{which}_{side}": f"{d}.{which}.{lang}.arpa" for which in ("in", "out")
-                    for side, lang in (("src", cfg.src_lang), ("tgt", cfg.tgt_lang))})
+        out.update(_arpa_paths(cfg))
     return out
+
+
+def _arpa_paths(cfg: SelectConfig) -> dict[str, str]:
+    """Where --write-arpa writes the four LMs, by output key."""
+    return {f"arpa_{which}_{side}": f"{cfg.output_prefix}.{which}.{lang}.arpa" for which in ("in", "out")
+            for side, lang in (("src", cfg.src_lang), ("tgt", cfg.tgt_lang))}
 
 
 def _record_paths(cfg: SelectConfig) -> dict[str, str]:
@@ -457,9 +480,12 @@ def _record_paths(cfg: SelectConfig) -> dict[str, str]:
 
 def stale_records(cfg: SelectConfig, records: dict[str, dict[str, Any]]) -> list[str]:
     """The tokeniser records beside the selection of a side that gets none this time (say, an
-    earlier run on tokenised text, replaced by one on raw text): left, they would describe text
-    they do not describe, so they are outputs too, removed when the others are written."""
-    return [path for side, path in _record_paths(cfg).items() if side not in records and os.path.lexists(path)]
+    earlier run on tokenised text, replaced by one on raw text), and without --write-arpa the
+    language models an earlier run wrote there: left, they would describe text and models they do
+    not describe, so they are outputs too, removed when the others are written."""
+    gone = [path for side, path in _record_paths(cfg).items() if side not in records]
+    gone += [] if cfg.write_arpa else list(_arpa_paths(cfg).values())
+    return [path for path in gone if os.path.lexists(path) and not os.path.isdir(path)]  # a folder is not one
 
 
 def check_outputs(cfg: SelectConfig, outputs: dict[str, str], stale: Sequence[str] = ()) -> None:
