@@ -170,6 +170,11 @@ ROWS = [
         lambda w: ["tokenize", "--lang", "en", "-i", _text(w, "it.en", b"hello it is, IT.\n"), "--protect",
                    _text(w, "it.txt", b"hello\nit\n"), "-o", str(w.tmp / "it.tok")], ok=True,
         check=lambda w: _text_is(w.tmp / "it.tok", "hello it is , IT .\n")),  # was NMTKITSHIELDAAAAZ NMTKITSHIELDAAABZ ...
+    # a combining mark right after a protected match composed with the end of the name hiding it
+    Row("tokenize-protect-a-match-followed-by-a-combining-mark",
+        lambda w: ["tokenize", "--lang", "fr", "-i", _text(w, "nfd.fr", "Jose\u0301 vient.\n<b>\u0301 x\n".encode()),
+                   "--protect", _text(w, "nfd.txt", b"jose\n<b>\n"), "-o", str(w.tmp / "nfd.tok")], ok=True,
+        check=lambda w: _text_is(w.tmp / "nfd.tok", "Jos\u00e9 vient .\n<b> \u0301 x\n")),  # was NMTKITSHIELDAAAA\u0179
     Row("tokenize-input-with-a-nul-byte", lambda w: ["tokenize", "--lang", "en", "-i",
                                                      _text(w, "nul.en", b"a cat\nthe\0dog\n")],
         needles=("nul.en:2:", "binary")),

@@ -220,7 +220,7 @@ def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: boo
                  remove_non_printing: bool = True, nfc: bool = True):
     """`tokenize` with its settings bound once: a `str -> list[str]` for hot loops. NFC first, then
     the Moses order: normalize-punctuation.perl, remove-non-printing-char.perl, tokenizer.perl."""
-    steps = [_cr_as_space] + ([compose] if nfc else [])
+    steps: list = [_cr_as_space]
     if normalize_punct:  # its regular expressions are compiled only when used
         steps.append(_moses("MosesPunctNormalizer", lang).normalize)
     if remove_non_printing:
@@ -241,6 +241,8 @@ def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: boo
     protector = Protector(protected_patterns) if protected_patterns else None
 
     def run(line: str) -> list[str]:
+        if nfc:  # before the protected patterns match: a mark after a match would compose with the name
+            line = compose(line)  # hiding it ("NMTKITSHIELDAAAAZ" + U+0301 -> "NMTKITSHIELDAAAAŹ") and leak it
         toks = protector.shielded(line, tok, prepare) if protector else tok(prepare(line), None)
         return [t.lower() for t in toks] if lowercase else toks
 
