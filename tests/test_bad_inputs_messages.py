@@ -175,6 +175,11 @@ ROWS = [
         lambda w: ["tokenize", "--lang", "fr", "-i", _text(w, "nfd.fr", "Jose\u0301 vient.\n<b>\u0301 x\n".encode()),
                    "--protect", _text(w, "nfd.txt", b"jose\n<b>\n"), "-o", str(w.tmp / "nfd.tok")], ok=True,
         check=lambda w: _text_is(w.tmp / "nfd.tok", "Jos\u00e9 vient .\n<b> \u0301 x\n")),  # was NMTKITSHIELDAAAA\u0179
+    # the Moses tokeniser's own stand-in for a run of dots, typed by a user, came back as dots
+    Row("tokenize-moses-multidot-marker-typed-in-the-text",
+        lambda w: ["tokenize", "--lang", "en", "-i", _text(w, "dm.en", b"Set DOTMULTI to 1, then DOTDOTMULTI..\n"),
+                   "-o", str(w.tmp / "dm.tok")], ok=True,
+        check=lambda w: _text_is(w.tmp / "dm.tok", "Set DOTMULTI to 1 , then DOTDOTMULTI ..\n")),  # was Set . to 1 , then .. ..
     Row("tokenize-input-with-a-nul-byte", lambda w: ["tokenize", "--lang", "en", "-i",
                                                      _text(w, "nul.en", b"a cat\nthe\0dog\n")],
         needles=("nul.en:2:", "binary")),
