@@ -170,6 +170,21 @@ ROWS = [
         lambda w: ["tokenize", "--lang", "en", "-i", _text(w, "it.en", b"hello it is, IT.\n"), "--protect",
                    _text(w, "it.txt", b"hello\nit\n"), "-o", str(w.tmp / "it.tok")], ok=True,
         check=lambda w: _text_is(w.tmp / "it.tok", "hello it is , IT .\n")),  # was NMTKITSHIELDAAAAZ NMTKITSHIELDAAABZ ...
+    # a combining mark right after a protected match composed with the end of the name hiding it
+    Row("tokenize-protect-a-match-followed-by-a-combining-mark",
+        lambda w: ["tokenize", "--lang", "fr", "-i", _text(w, "nfd.fr", "Jose\u0301 vient.\n<b>\u0301 x\n".encode()),
+                   "--protect", _text(w, "nfd.txt", b"jose\n<b>\n"), "-o", str(w.tmp / "nfd.tok")], ok=True,
+        check=lambda w: _text_is(w.tmp / "nfd.tok", "Jos\u00e9 vient .\n<b> \u0301 x\n")),  # was NMTKITSHIELDAAAA\u0179
+    # the Moses tokeniser's own stand-in for a run of dots, typed by a user, came back as dots
+    Row("tokenize-moses-multidot-marker-typed-in-the-text",
+        lambda w: ["tokenize", "--lang", "en", "-i", _text(w, "dm.en", b"Set DOTMULTI to 1, then DOTDOTMULTI..\n"),
+                   "-o", str(w.tmp / "dm.tok")], ok=True,
+        check=lambda w: _text_is(w.tmp / "dm.tok", "Set DOTMULTI to 1 , then DOTDOTMULTI ..\n")),  # was Set . to 1 , then .. ..
+    # matplotlib read a token with two "$" as a formula: a traceback on one it cannot parse, no output written
+    Row("translate-plot-attention-of-a-token-with-dollar-signs",
+        lambda w: _with_input(w, _text(w, "dollar.en", b"the $_$ cat\n"), "--input-format", "tok",
+                              "--plot-attention", str(w.tmp / "plots"), "-o", str(w.tmp / "dollar.out")), ok=True,
+        check=lambda w: _lines_and_png(w.tmp / "dollar.out", 1, w.tmp / "plots" / "000001.png")),
     Row("tokenize-input-with-a-nul-byte", lambda w: ["tokenize", "--lang", "en", "-i",
                                                      _text(w, "nul.en", b"a cat\nthe\0dog\n")],
         needles=("nul.en:2:", "binary")),
@@ -303,6 +318,11 @@ def _text_is(p: Path, want: str) -> None:
 
 def _lines(p: Path, n: int) -> None:
     assert p.read_text().count("\n") == n, p.read_text()
+
+
+def _lines_and_png(p: Path, n: int, png: Path) -> None:
+    _lines(p, n)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
 
 
 def _fifo_input(w: World) -> str:

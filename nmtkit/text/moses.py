@@ -122,6 +122,9 @@ def detokenize(tokens: list[str], lang: str) -> str:
     return _moses("MosesDetokenizer", lang).detokenize(tokens)
 
 
+# sacremoses' (and tokenizer.perl's) stand-in for a run of dots while it tokenises, turned back into
+# dots everywhere after: the user's own "DOTMULTI" ("...(DOT)+MULTI") is hidden as a protected match is
+MULTIDOT_MARKER = r"(?-i:(?:DOT)+MULTI)"
 PROTECT_SECONDS = 1.0  # the most the protected patterns may take on one line, together
 _GLOBAL_FLAGS = re.compile(r"(?:\(\?[aiLmsux]+\))*")
 
@@ -220,7 +223,7 @@ def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: boo
                  remove_non_printing: bool = True, nfc: bool = True):
     """`tokenize` with its settings bound once: a `str -> list[str]` for hot loops. NFC first, then
     the Moses order: normalize-punctuation.perl, remove-non-printing-char.perl, tokenizer.perl."""
-    steps = [_cr_as_space] + ([compose] if nfc else [])
+    steps: list = [_cr_as_space]
     if normalize_punct:  # its regular expressions are compiled only when used
         steps.append(_moses("MosesPunctNormalizer", lang).normalize)
     if remove_non_printing:
@@ -238,10 +241,14 @@ def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: boo
         except ValueError as err:  # sacremoses: more protected matches in one line than it can number
             raise InputError(f"cannot tokenise a line with protected patterns: {err}") from None
 
-    protector = Protector(protected_patterns) if protected_patterns else None
+    protector = Protector((*protected_patterns, MULTIDOT_MARKER)) if protected_patterns else None
+    multidots = Protector((MULTIDOT_MARKER,))
 
     def run(line: str) -> list[str]:
-        toks = protector.shielded(line, tok, prepare) if protector else tok(prepare(line), None)
+        if nfc:  # before the protected patterns match: a mark after a match would compose with the name
+            line = compose(line)  # hiding it ("NMTKITSHIELDAAAAZ" + U+0301 -> "NMTKITSHIELDAAAAŹ") and leak it
+        shield = protector or (multidots if "MULTI" in line else None)
+        toks = shield.shielded(line, tok, prepare) if shield else tok(prepare(line), None)
         return [t.lower() for t in toks] if lowercase else toks
 
     return run

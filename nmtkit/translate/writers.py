@@ -34,6 +34,8 @@ def plot_attention(path: str | Path, attention: Any, src_tokens: Sequence[str], 
     import numpy as np
 
     src, tgt, rows = attention_matrix(attention, src_tokens, tgt_tokens, source_eos)
+    # as written: matplotlib reads "$...$" as a formula, and fails on one it cannot parse ("$_$")
+    src, tgt = ([t.replace("$", r"\$") for t in labels] for labels in (src, tgt))
     fig, ax = plt.subplots(figsize=tuple(max(3.0, 0.35 * len(labels) + 1.5) for labels in (src, tgt)))
     try:
         ax.imshow(np.asarray(rows, dtype=float), cmap="gray", vmin=0.0, vmax=1.0, aspect="equal",
