@@ -8,6 +8,7 @@ module level, so that `nmtkit --help` starts in well under a second.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import importlib
 import os
@@ -119,6 +120,29 @@ class _ClosedStream:
         raise OSError(errno.EBADF, "closed: the command was started without it", self._name)
 
 
+class _Diagnostics:
+    """sys.stderr, but a write or flush that fails (`2>/dev/full`, a stderr whose reader went
+    away, a descriptor closed under the process) is dropped: notes, warnings, progress and
+    summaries are no part of a command's result, so a run whose outputs are written does not fail
+    for want of them (an error still ends the command with its status, unshown)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except OSError:
+            return len(text)
+
+    def flush(self):
+        with contextlib.suppress(OSError):
+            self._stream.flush()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def _as_stdout(err: OSError) -> Exception:
     if isinstance(err, BrokenPipeError):
         return _StdoutGone()
@@ -144,8 +168,10 @@ def main(argv: list[str] | None = None) -> None:
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     # before torch builds its first product
     limit_cpu_caches(TRAIN_ONEDNN_CACHE_CAPACITY if _command_name(argv) == "train" else ONEDNN_CACHE_CAPACITY)
-    real_stdin, real_stdout = sys.stdin, sys.stdout
+    real_stdin, real_stdout, real_stderr = sys.stdin, sys.stdout, sys.stderr
     sys.stdout = _NamedStdout(real_stdout) if real_stdout is not None else _ClosedStream("<stdout>")  # type: ignore
+    if real_stderr is not None:
+        sys.stderr = _Diagnostics(real_stderr)  # type: ignore[assignment]
     if real_stdin is None:
         sys.stdin = _ClosedStream("<stdin>")  # type: ignore[assignment]
     try:
@@ -161,6 +187,8 @@ def main(argv: list[str] | None = None) -> None:
             sys.stdout = real_stdout
         if isinstance(sys.stdin, _ClosedStream):
             sys.stdin = real_stdin
+        if isinstance(sys.stderr, _Diagnostics):
+            sys.stderr = real_stderr
     if argv is None:
         _end_process(code)
 
