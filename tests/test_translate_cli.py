@@ -73,6 +73,22 @@ def test_score_reference_dash_reads_stdin_never_a_file_named_dash(ckpt, tmp_path
     assert "-i and --score-reference cannot both be stdin" in _error_line(both)
 
 
+def test_score_reference_and_input_both_reading_stdin_by_another_name_are_refused(ckpt, tmp_path):
+    """-i /dev/stdin --score-reference - (or -i - --score-reference /dev/fd/0) on a pipe: two
+    readers split its lines between them, as they arrived; a slow writer got pairs of its
+    alternate lines scored, exit 0, and a fast one a misleading 'has fewer lines (0)'."""
+    pairs = "the cat\nle chat\na dog\nun chien\n"
+    for args in (["-i", "/dev/stdin", "--score-reference", "-"], ["-i", "-", "--score-reference", "/dev/fd/0"]):
+        line = _error_line(run_cli(["translate", "-m", ckpt, *args], pairs, process=True))
+        assert line == ("nmtkit: error: -i and --score-reference cannot both be stdin (/dev/stdin, or the pipe or FIFO "
+                        "stdin comes from, is stdin too): give one of them a file"), line
+    src = tmp_path / "in.txt"
+    src.write_text("the cat\na dog\n", encoding="utf-8")
+    ok = run_cli(["translate", "-m", ckpt, "-i", str(src), "--score-reference", "/dev/stdin"], "le chat\nun chien\n",
+                 process=True)  # stdin read once, by name
+    assert ok.code == 0 and ok.out.count("\n") == 2, ok.err
+
+
 def test_file_input_and_output_and_overwrite_protection(ckpt, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
