@@ -21,8 +21,8 @@ import click
 from nmtkit import __version__, signals
 from nmtkit.cli.common import setup_warnings, sigterm_unwinds
 from nmtkit.devices import ONEDNN_CACHE_CAPACITY, TRAIN_ONEDNN_CACHE_CAPACITY, limit_cpu_caches
-from nmtkit.errors import NmtkitError, describe_os_error, first_line
-from nmtkit.io.files import abandoned_outputs
+from nmtkit.errors import NmtkitError, OutputError, describe_os_error, first_line
+from nmtkit.io.files import abandoned_outputs, is_stdout
 from nmtkit.signals import Terminated
 
 # name -> "module:command", in pipeline order. A subcommand's module (its configs, click options
@@ -55,6 +55,11 @@ class _LazyGroup(click.Group):
             return super().invoke(ctx)
         except Terminated as stop:
             raise click.exceptions.Abort() from stop
+        except BrokenPipeError as err:  # click would end the command with status 1 and not a word
+            if err.filename is not None and is_stdout(err.filename):  # -o /dev/stdout | head: as -o - is
+                raise _StdoutGone() from err
+            gone = " (its reader went away before the end)" if err.filename is not None else ""
+            raise OutputError(describe_os_error(err) + gone) from err
 
 
 def command(name: str) -> click.Command:
