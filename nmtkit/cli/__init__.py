@@ -11,7 +11,9 @@ import atexit
 import contextlib
 import errno
 import importlib
+import io
 import os
+import select
 import sys
 import threading
 from typing import Any, NoReturn
@@ -148,6 +150,48 @@ class _Diagnostics:
         return getattr(self._stream, name)
 
 
+class _WaitingRead(io.RawIOBase):
+    """Standard input's descriptor `fd` read as a blocking one is, where another program left it
+    non-blocking (O_NONBLOCK belongs to the open pipe or terminal, shared by every process that
+    has it): a read that finds nothing yet waits for data, where Python's readers would take "none
+    yet" for the end of the input and silently stop there."""
+
+    def __init__(self, fd: int):
+        super().__init__()
+        self._fd = fd
+
+    def readable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self._fd)
+
+    def readinto(self, buf) -> int:
+        while True:
+            try:
+                data = os.read(self._fd, len(buf))
+            except BlockingIOError:
+                select.select([self._fd], [], [])
+                continue
+            buf[:len(data)] = data
+            return len(data)
+
+
+def _waiting_stdin(stdin):
+    """`stdin`, or where its descriptor is non-blocking, a text stream over it that waits
+    (`_WaitingRead`)."""
+    try:
+        fd = stdin.fileno()
+        if os.get_blocking(fd):
+            return stdin
+    except (OSError, ValueError, AttributeError):  # not a descriptor (a test's in-memory stdin)
+        return stdin
+    return io.TextIOWrapper(io.BufferedReader(_WaitingRead(fd)), encoding=stdin.encoding, errors=stdin.errors)
+
+
 def _as_stdout(err: OSError) -> Exception:
     if isinstance(err, BrokenPipeError):
         return _StdoutGone()
@@ -179,6 +223,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr = _Diagnostics(real_stderr)  # type: ignore[assignment]
     if real_stdin is None:
         sys.stdin = _ClosedStream("<stdin>")  # type: ignore[assignment]
+    else:
+        sys.stdin = _waiting_stdin(real_stdin)
     try:
         _run(argv, debug)
     except SystemExit as done:
@@ -190,8 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if isinstance(sys.stdout, (_NamedStdout, _ClosedStream)):
             sys.stdout = real_stdout
-        if isinstance(sys.stdin, _ClosedStream):
-            sys.stdin = real_stdin
+        sys.stdin = real_stdin
         if isinstance(sys.stderr, _Diagnostics):
             sys.stderr = real_stderr
     if argv is None:
