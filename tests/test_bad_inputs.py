@@ -516,6 +516,30 @@ def test_stdout_on_a_full_disk_is_one_line(world):
     assert proc.stderr.strip().splitlines() == ["nmtkit: error: <stdout>: No space left on device"]
 
 
+@pytest.mark.parametrize("stderr", ["full", "reader gone"])
+def test_a_stderr_that_cannot_be_written_fails_no_run_whose_outputs_are(world, stderr):
+    """`nmtkit translate ... 2>/dev/full` (or a stderr pipe whose reader went away): the
+    translations were all written and committed, then the summary line on stderr failed, and so
+    did the error line reporting it: exit 1 ("lost sys.stderr") for a run that had succeeded."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    if stderr == "full":
+        err_fd = os.open(world.char_device("full", minor=7), os.O_WRONLY)
+    else:
+        read_end, err_fd = os.pipe()
+        os.close(read_end)
+    try:
+        out = world.tmp / "out.fr"
+        ok = subprocess.run([sys.executable, "-m", "nmtkit", *_translate(world, "-o", str(out))], stderr=err_fd,
+                            stdout=subprocess.PIPE, env=env, timeout=120)
+        failed = subprocess.run([sys.executable, "-m", "nmtkit", *_translate(world, "-o", str(out))], stderr=err_fd,
+                                stdout=subprocess.PIPE, env=env, timeout=120)
+    finally:
+        os.close(err_fd)
+    assert ok.returncode == 0 and ok.stdout == b""
+    assert out.read_text(encoding="utf-8").count("\n") == 5
+    assert failed.returncode == 1  # the output exists: still an error, its line unshown
+
+
 def test_a_ctrl_c_inside_a_checkpoint_write_is_that_interrupt_not_torchs_zip_error(tmp_path, monkeypatch):
     """train's second Ctrl-C ('abort at once') landing in torch.save's write ended the command with
     a traceback of torch's zip writer ("RuntimeError: ... unexpected pos") instead of 'aborted'."""

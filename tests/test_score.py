@@ -170,6 +170,20 @@ def test_scores_equal_direct_sacrebleu_calls(files, args, stdin, systems, refs, 
         assert 0 < got["bleu"]["score"] <= 100
 
 
+def test_two_inputs_reading_stdin_by_different_names_are_refused(files):
+    """--hyp - --ref /dev/stdin on a pipe: the first reader took every line and the other none,
+    "line counts differ: hypothesis - has 0 lines" (or, with nothing more to read, a score of
+    empty text)."""
+    stdin = "".join(h + "\n" for h in HYP)
+    for args in (["--hyp", "-", "--ref", "/dev/stdin"], ["--hyp", "{hyp}", "--ref", "{ref}", "--src", "/dev/fd/0",
+                                                          "--hyp", "-"]):
+        argv = ["score", *(a.format(**files) for a in args)]
+        code, out, err = run_cli(argv, stdin, process=True)
+        assert code == 2 and out == "", err
+        assert err.strip().splitlines() == ["nmtkit: error: only one input can be read from stdin ('-'; /dev/stdin, or "
+                                            "the pipe or FIFO stdin comes from, is stdin too)"]
+
+
 def test_lowercase_makes_bleu_case_insensitive_and_leaves_chrf_case_sensitive_as_sacrebleu_lc(files):
     """sacrebleu's -lc is BLEU's option; its chrF has its own (--chrf-lowercase)."""
     from sacrebleu.metrics import BLEU, CHRF

@@ -175,6 +175,36 @@ def test_a_pipe_is_read_as_a_file_is(tmp_path):
     assert proc.out == "Hello , world !\n"
 
 
+def test_an_output_whose_reader_goes_away_ends_as_stdout_does_or_one_line_naming_it(tmp_path):
+    """`-o /dev/stdout | head -n 1` ended with status 1 and not a word, where `-o - | head -n 1`
+    ends with 0; `-o FIFO` whose reader went away ended with status 1 and not a word either
+    (click turns any EPIPE into that)."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    from tests.conftest import REPO
+
+    big = tmp_path / "big.en"
+    big.write_text("Hello, world!\n" * 20000)  # more than a pipe holds
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    cmd = f"{sys.executable} -m nmtkit tokenize --lang en --workers 1 -i {big} -o /dev/stdout | head -n 1"
+    proc = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, env=env, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "Hello , world !\n", "")
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+
+    def read_a_little() -> None:
+        with open(fifo, "rb") as f:
+            f.read(5)
+
+    threading.Thread(target=read_a_little, daemon=True).start()
+    proc = run_cli(["tokenize", "--lang", "en", "--workers", "1", "-i", str(big), "-o", str(fifo)], process=True)
+    assert proc.code == 1
+    assert proc.err.strip().splitlines() == [f"nmtkit: error: {fifo}: Broken pipe (its reader went away before the end)"]
+
+
 @pytest.mark.parametrize("case, needle", [
     ("output-is-a-folder", "the -o output is a directory"),  # wrote FOLDER.tokinfo.json, then failed
     ("output-folder-missing", "its folder does not exist"),  # named the internal temp file

@@ -1,6 +1,7 @@
 """`nmtkit translate` through the real entry point: pipes, interactive use, files, errors."""
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -73,6 +74,22 @@ def test_score_reference_dash_reads_stdin_never_a_file_named_dash(ckpt, tmp_path
     assert "-i and --score-reference cannot both be stdin" in _error_line(both)
 
 
+def test_score_reference_and_input_both_reading_stdin_by_another_name_are_refused(ckpt, tmp_path):
+    """-i /dev/stdin --score-reference - (or -i - --score-reference /dev/fd/0) on a pipe: two
+    readers split its lines between them, as they arrived; a slow writer got pairs of its
+    alternate lines scored, exit 0, and a fast one a misleading 'has fewer lines (0)'."""
+    pairs = "the cat\nle chat\na dog\nun chien\n"
+    for args in (["-i", "/dev/stdin", "--score-reference", "-"], ["-i", "-", "--score-reference", "/dev/fd/0"]):
+        line = _error_line(run_cli(["translate", "-m", ckpt, *args], pairs, process=True))
+        assert line == ("nmtkit: error: -i and --score-reference cannot both be stdin (/dev/stdin, or the pipe or FIFO "
+                        "stdin comes from, is stdin too): give one of them a file"), line
+    src = tmp_path / "in.txt"
+    src.write_text("the cat\na dog\n", encoding="utf-8")
+    ok = run_cli(["translate", "-m", ckpt, "-i", str(src), "--score-reference", "/dev/stdin"], "le chat\nun chien\n",
+                 process=True)  # stdin read once, by name
+    assert ok.code == 0 and ok.out.count("\n") == 2, ok.err
+
+
 def test_file_input_and_output_and_overwrite_protection(ckpt, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
@@ -139,6 +156,34 @@ def test_interactive_answers_each_line_before_the_next_arrives(ckpt):
         if proc.poll() is None:
             proc.kill()
     assert answers[0] and answers[1] == "" and answers[2]
+
+
+def test_a_non_blocking_stdin_is_read_to_its_end_not_to_its_first_pause(ckpt):
+    """A stdin pipe another program left non-blocking (O_NONBLOCK, shared by every process that
+    has the pipe): the first read that found no line yet was taken for the end of the input, and
+    the run ended there with status 0, the lines still to come untranslated (score --hyp -:
+    a TypeError traceback)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    proc = subprocess.Popen([sys.executable, "-m", "nmtkit", "translate", "-m", ckpt, "--beam", "2", "--interactive",
+                             "--max-len-b", "3"], stdin=read_end, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env)
+    os.close(read_end)
+    try:
+        with open(write_end, "wb", buffering=0) as feed:
+            feed.write(b"the cat\n")
+            ready, _, _ = select.select([proc.stdout], [], [], 60)
+            assert ready and proc.stdout.readline().strip()
+            time.sleep(0.5)  # the command is reading the next line, which has not come yet
+            with contextlib.suppress(BrokenPipeError):
+                feed.write(b"a dog ran\n")
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and len(out.decode().splitlines()) == 1, err
+    assert err.decode().strip() == "nmtkit: translated 2 lines"
 
 
 def test_bad_checkpoints_give_one_clear_line(ckpt, tmp_path):

@@ -8,9 +8,12 @@ module level, so that `nmtkit --help` starts in well under a second.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import importlib
+import io
 import os
+import select
 import sys
 import threading
 from typing import Any, NoReturn
@@ -20,8 +23,8 @@ import click
 from nmtkit import __version__, signals
 from nmtkit.cli.common import setup_warnings, sigterm_unwinds
 from nmtkit.devices import ONEDNN_CACHE_CAPACITY, TRAIN_ONEDNN_CACHE_CAPACITY, limit_cpu_caches
-from nmtkit.errors import NmtkitError, describe_os_error, first_line
-from nmtkit.io.files import abandoned_outputs
+from nmtkit.errors import NmtkitError, OutputError, describe_os_error, first_line
+from nmtkit.io.files import abandoned_outputs, is_stdout
 from nmtkit.signals import Terminated
 
 # name -> "module:command", in pipeline order. A subcommand's module (its configs, click options
@@ -54,6 +57,11 @@ class _LazyGroup(click.Group):
             return super().invoke(ctx)
         except Terminated as stop:
             raise click.exceptions.Abort() from stop
+        except BrokenPipeError as err:  # click would end the command with status 1 and not a word
+            if err.filename is not None and is_stdout(err.filename):  # -o /dev/stdout | head: as -o - is
+                raise _StdoutGone() from err
+            gone = " (its reader went away before the end)" if err.filename is not None else ""
+            raise OutputError(describe_os_error(err) + gone) from err
 
 
 def command(name: str) -> click.Command:
@@ -119,6 +127,71 @@ class _ClosedStream:
         raise OSError(errno.EBADF, "closed: the command was started without it", self._name)
 
 
+class _Diagnostics:
+    """sys.stderr, but a write or flush that fails (`2>/dev/full`, a stderr whose reader went
+    away, a descriptor closed under the process) is dropped: notes, warnings, progress and
+    summaries are no part of a command's result, so a run whose outputs are written does not fail
+    for want of them (an error still ends the command with its status, unshown)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except OSError:
+            return len(text)
+
+    def flush(self):
+        with contextlib.suppress(OSError):
+            self._stream.flush()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+class _WaitingRead(io.RawIOBase):
+    """Standard input's descriptor `fd` read as a blocking one is, where another program left it
+    non-blocking (O_NONBLOCK belongs to the open pipe or terminal, shared by every process that
+    has it): a read that finds nothing yet waits for data, where Python's readers would take "none
+    yet" for the end of the input and silently stop there."""
+
+    def __init__(self, fd: int):
+        super().__init__()
+        self._fd = fd
+
+    def readable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self._fd)
+
+    def readinto(self, buf) -> int:
+        while True:
+            try:
+                data = os.read(self._fd, len(buf))
+            except BlockingIOError:
+                select.select([self._fd], [], [])
+                continue
+            buf[:len(data)] = data
+            return len(data)
+
+
+def _waiting_stdin(stdin):
+    """`stdin`, or where its descriptor is non-blocking, a text stream over it that waits
+    (`_WaitingRead`)."""
+    try:
+        fd = stdin.fileno()
+        if os.get_blocking(fd):
+            return stdin
+    except (OSError, ValueError, AttributeError):  # not a descriptor (a test's in-memory stdin)
+        return stdin
+    return io.TextIOWrapper(io.BufferedReader(_WaitingRead(fd)), encoding=stdin.encoding, errors=stdin.errors)
+
+
 def _as_stdout(err: OSError) -> Exception:
     if isinstance(err, BrokenPipeError):
         return _StdoutGone()
@@ -144,10 +217,14 @@ def main(argv: list[str] | None = None) -> None:
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     # before torch builds its first product
     limit_cpu_caches(TRAIN_ONEDNN_CACHE_CAPACITY if _command_name(argv) == "train" else ONEDNN_CACHE_CAPACITY)
-    real_stdin, real_stdout = sys.stdin, sys.stdout
+    real_stdin, real_stdout, real_stderr = sys.stdin, sys.stdout, sys.stderr
     sys.stdout = _NamedStdout(real_stdout) if real_stdout is not None else _ClosedStream("<stdout>")  # type: ignore
+    if real_stderr is not None:
+        sys.stderr = _Diagnostics(real_stderr)  # type: ignore[assignment]
     if real_stdin is None:
         sys.stdin = _ClosedStream("<stdin>")  # type: ignore[assignment]
+    else:
+        sys.stdin = _waiting_stdin(real_stdin)
     try:
         _run(argv, debug)
     except SystemExit as done:
@@ -159,8 +236,9 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if isinstance(sys.stdout, (_NamedStdout, _ClosedStream)):
             sys.stdout = real_stdout
-        if isinstance(sys.stdin, _ClosedStream):
-            sys.stdin = real_stdin
+        sys.stdin = real_stdin
+        if isinstance(sys.stderr, _Diagnostics):
+            sys.stderr = real_stderr
     if argv is None:
         _end_process(code)
 

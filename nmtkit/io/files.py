@@ -80,6 +80,22 @@ def is_stdout(path: str | Path | None) -> bool:
         return False
 
 
+def is_stdin(path: str | Path | None) -> bool:
+    """Whether reading `path` ("-" or None included) reads this process's stdin where two readers
+    would split its lines between them: /dev/stdin, /proc/self/fd/0 or the FIFO stdin comes from,
+    while stdin is a pipe, FIFO, terminal or socket (a regular file, or /dev/null, reads whole for
+    each reader)."""
+    if path is None or os.fspath(path) == "-":
+        return True
+    try:
+        st, stdin = os.stat(path), os.fstat(0)
+        if not os.path.samestat(st, stdin) or stat.S_ISREG(st.st_mode):
+            return False
+        return not os.path.samestat(st, os.stat(os.devnull))
+    except OSError:
+        return False
+
+
 def umask() -> int:
     """The process umask, read without changing it where /proc allows (no race with threads)."""
     with contextlib.suppress(OSError, ValueError), open("/proc/self/status", encoding="ascii") as f:

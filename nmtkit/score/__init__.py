@@ -19,6 +19,7 @@ from unicodedata import is_normalized
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.io.checks import Output, check_outputs_vs_inputs
+from nmtkit.io.files import is_stdin
 from nmtkit.options import check_fields, cli_names, field_default, option, refuse_without, spec_of
 from nmtkit.progress import Progress, note
 from nmtkit.score.metrics import (
@@ -189,8 +190,10 @@ def _check_options(o: ScoreConfig) -> None:
         check_buckets(o.bucket_width, o.max_length)
     if o.significance and len(o.hyp_paths) < 2:
         raise ConfigError("--significance needs at least two --hyp files (the first is the baseline)")
-    if sum(p == "-" for p in list(o.hyp_paths) + list(o.ref_paths) + [o.src_path or ""]) > 1:
-        raise ConfigError("only one input can be read from stdin ('-')")
+    inputs = [p for p in [*o.hyp_paths, *o.ref_paths, o.src_path] if p]
+    if sum(map(is_stdin, inputs)) > 1:  # the first reader of a pipe would take every line
+        raise ConfigError("only one input can be read from stdin ('-'; /dev/stdin, or the pipe or FIFO stdin comes "
+                          "from, is stdin too)")
     if o.plot_path:  # checked before any scoring: score has no --force, a plot is redrawn in place
         if not o.plot_path.lower().endswith(".png"):
             raise ConfigError(f"--plot writes a PNG: give a file name ending in .png, not {o.plot_path!r}")

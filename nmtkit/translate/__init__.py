@@ -16,7 +16,7 @@ from typing import Iterable
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.io.checks import STDIN, Output, check_outputs_vs_inputs, file_path
 from nmtkit.io.dirs import new_folders, take_back_folders
-from nmtkit.io.files import OutputFile, check_output_dir, commit_all, is_stdout
+from nmtkit.io.files import OutputFile, check_output_dir, commit_all, is_stdin, is_stdout
 from nmtkit.progress import Progress, no_progress
 from nmtkit.text.io import check_counts, count_lines, stream_lines
 from nmtkit.text.io import read_lines as read_text_lines
@@ -89,8 +89,9 @@ def check_files(config: TranslateConfig) -> tuple[str | None, str | None, str | 
                           "redirected to, is stdout too): give one of them a file")
     alignments_file = file_path(alignments_file, "--alignments-file")
     reference = file_path(config.score_reference, "--score-reference")
-    if config.score_reference is not None and reference is None and input_path is None:
-        raise ConfigError("-i and --score-reference cannot both be stdin: give one of them a file")
+    if config.score_reference is not None and is_stdin(reference) and is_stdin(input_path):
+        raise ConfigError("-i and --score-reference cannot both be stdin (/dev/stdin, or the pipe or FIFO stdin "
+                          "comes from, is stdin too): give one of them a file")
     if input_path and Path(input_path).is_dir():
         raise InputError("is a directory; give a file of sentences, one a line", input_path)
     if input_path and not Path(input_path).exists():  # FIFOs, /dev/stdin and <(cmd) are read as files are
