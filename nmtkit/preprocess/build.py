@@ -270,6 +270,7 @@ def _check_inputs(config: PreprocessConfig, base: TextPipeline,
     inputs: dict[str, str] = {}
     line_counts: dict[str, int] = {}
     splits = config.splits()
+    train_src, train_tgt = (os.path.abspath(p) for p in config.files(config.train))  # splits()[0] is train
     report("check inputs", 0, len(splits))
     for k, (name, prefix) in enumerate(splits, 1):
         src, tgt = config.files(prefix)
@@ -290,6 +291,10 @@ def _check_inputs(config: PreprocessConfig, base: TextPipeline,
                 log.warning(tokenised)
         inputs[os.path.abspath(src)], inputs[os.path.abspath(tgt)] = h_src, h_tgt  # as the prefixes (_encode_split)
         line_counts[name] = n
+        if name != "train" and (h_src, h_tgt) == (inputs[train_src], inputs[train_tgt]):
+            log.warning("%s: the %s split is the same text as --train (%s): its scores measure the training "
+                        "data, not held-out text (held-out splits are never compared with train)", src, name,
+                        config.train)
         report("check inputs", k, len(splits))
     return inputs, line_counts
 
