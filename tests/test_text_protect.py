@@ -186,3 +186,16 @@ def test_nmtkit_tokenize_records_protect_and_preprocess_tok_checks_it(tmp_path):
     assert check_tokinfo(str(out), "en", PreprocessConfig(**cfg, protect=("printf",)).base_pipeline())
     with pytest.raises(ConfigError, match="protected patterns there, 0 here"):
         check_tokinfo(str(out), "en", PreprocessConfig(**cfg).base_pipeline())
+
+
+def test_a_line_with_more_protected_matches_than_the_tokeniser_keeps_says_what_to_do():
+    """Over 1,000 matches on one line (a long HTML line with --protect xml): sacremoses' own advice
+    came through ("Use narrower protected_patterns, or tokenize the text in smaller pieces."),
+    naming its Python argument and a remedy a line-aligned corpus does not have."""
+    p = TextPipeline("en", "fr", protected_patterns=resolve_protect(["xml"]))
+    assert len(p.tokenize("<b>x</b> " * 450, "src")) == 450  # 900 tags matched: each kept whole
+    with pytest.raises(InputError) as exc:
+        p.tokenize("<b>x</b> " * 600, "src")
+    msg = str(exc.value)
+    assert "1,200 matches, over the 1,000" in msg and "drop the line, or narrow --protect" in msg, msg
+    assert "protected_patterns" not in msg and "\n" not in msg

@@ -239,7 +239,10 @@ def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: boo
         try:
             return moses(text, aggressive_dash_splits=aggressive_dash_splits, escape=False, protected_patterns=protect)
         except ValueError as err:  # sacremoses: more protected matches in one line than it can number
-            raise InputError(f"cannot tokenise a line with protected patterns: {err}") from None
+            count = re.match(r"too many protected tokens: (\d+) matches exceeds the limit of (\d+)", str(err))
+            why = (f"{int(count[1]):,} matches, over the {int(count[2]):,} a line the Moses tokeniser can keep whole "
+                   "(shorten or drop the line, or narrow --protect)") if count else str(err)
+            raise InputError(f"cannot tokenise a line with protected patterns: {why}") from None
 
     protector = Protector((*protected_patterns, MULTIDOT_MARKER)) if protected_patterns else None
     multidots = Protector((MULTIDOT_MARKER,))
