@@ -199,3 +199,18 @@ def test_a_line_with_more_protected_matches_than_the_tokeniser_keeps_says_what_t
     msg = str(exc.value)
     assert "1,200 matches, over the 1,000" in msg and "drop the line, or narrow --protect" in msg, msg
     assert "protected_patterns" not in msg and "\n" not in msg
+
+
+def test_a_valid_line_the_tokeniser_refuses_is_named_by_file_and_line(tmp_path):
+    """preprocess's check that the valid split holds a word tokenised its first sentence without
+    the file and line the encoding pass names: the error had neither."""
+    corpus = _corpus(tmp_path)
+    (tmp_path / "dev.en").write_text("\n" + "<b>x</b> " * 600 + "\n", encoding="utf-8")
+    (tmp_path / "dev.fr").write_text("a\nb\n", encoding="utf-8")
+    code, _, err = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", corpus, "--valid",
+                            str(tmp_path / "dev"), "--dest", str(tmp_path / "data"), "--workers", "1", "--quiet",
+                            "--protect", "xml"])
+    lines = err.strip().splitlines()
+    assert code != 0 and len(lines) == 1, err
+    assert lines[0].startswith(f"nmtkit: error: {tmp_path / 'dev.en'}:2: cannot tokenise a line"), err
+    assert not (tmp_path / "data").exists()

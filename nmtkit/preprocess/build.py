@@ -279,8 +279,12 @@ def _check_inputs(config: PreprocessConfig, base: TextPipeline,
             raise InputError(f"the {name} split is empty", src)
         if name == "valid":  # train validates on its sentences and scores against its references
             for path, side in ((src, "src"), (tgt, "tgt")):
-                if not any(base.tokenize_from(line, side, config.input_format)
-                           for line in read_lines(path) if line.strip()):  # stops at the first sentence
+                try:  # a line the tokeniser refuses (--protect) is named as in the encoding pass
+                    words = any(_tokens(base, line, side, config.input_format, number)
+                                for number, line in enumerate(read_lines(path), 1) if line.strip())
+                except NmtkitError as err:  # stops at the first sentence
+                    raise _named(err, {side: path}) from None
+                if not words:
                     raise InputError(f"the valid split's {n} lines hold no word (blank, or only spaces and "
                                      "invisible characters): train validates on its sentences", path)
         for path, lang in ((src, config.src_lang), (tgt, config.tgt_lang)):
