@@ -156,17 +156,21 @@ class Protector:
                 self.groups.extend(([p], compile_pattern(p)) for p in group)  # reset could not number them
 
     def spans(self, line: str) -> list[str]:
-        """The distinct non-empty matches, longest first (a span inside another stays inside)."""
+        """The distinct non-empty matches, longest first (a span inside another stays inside), those
+        of a length in the order they matched: never the order of a set, which changes with the
+        process's hash seed (two spans that overlap in the line, "%%" and "%d" in "%%d", were hidden
+        in either order, so preprocess and translate could tokenise one line two ways)."""
         deadline = time.monotonic() + PROTECT_SECONDS
-        found: set[str] = set()
+        found: dict[str, None] = {}
         for group, rx in self.groups:
             try:
-                found.update(m.group() for m in rx.finditer(line, timeout=max(deadline - time.monotonic(), 1e-3)))
+                found.update(dict.fromkeys(m.group() for m in rx.finditer(
+                    line, timeout=max(deadline - time.monotonic(), 1e-3))))
             except TimeoutError:
                 raise InputError(f"the protected pattern {self._slow(group, line)!r:.80} takes over "
                                  f"{PROTECT_SECONDS:g} s on this line of {len(line):,} characters (it backtracks "
                                  "without end on it): fix or drop the pattern (--protect)") from None
-        found.discard("")
+        found.pop("", None)
         return sorted(found, key=len, reverse=True)
 
     @staticmethod
