@@ -31,21 +31,29 @@ class Worker:
         self.reaped = False
 
     def send(self, task: Any) -> None:
-        self.conn.send(task)
+        """Hand the worker its next task; a WorkerError where it died meanwhile (killed, out of memory)."""
+        try:
+            self.conn.send(task)
+        except (BrokenPipeError, ConnectionResetError):  # an OSError: taken for the caller's own writes
+            raise self._death() from None
 
     def reply(self) -> Any:
         """The result of the task sent last, or the worker's exception raised here; a WorkerError
         where the worker died without answering (killed, out of memory)."""
         try:
             kind, value = self.conn.recv()
-        except EOFError:
-            status = self.stop(kill=False)
-            how = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
-                   else f"exit status {os.waitstatus_to_exitcode(status)}")
-            raise WorkerError(self._died.format(how=how)) from None
+        except (EOFError, ConnectionResetError):  # reset: it died with a task of ours unread
+            raise self._death() from None
         if kind == "error":
             raise value
         return value
+
+    def _death(self) -> WorkerError:
+        """The WorkerError of a worker that died without answering, saying how it ended (reaped here)."""
+        status = self.stop(kill=False)
+        how = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+               else f"exit status {os.waitstatus_to_exitcode(status)}")
+        return WorkerError(self._died.format(how=how))
 
     def stop(self, kill: bool = True) -> int:
         """End the worker (SIGKILL unless `kill` is false: it ends by itself) and reap it; its

@@ -488,6 +488,33 @@ def test_bpe_on_a_corpus_where_no_pair_repeats_learns_no_merges_and_splits_into_
     assert p.encode("ab", "src") == ["a@@", "b"]
 
 
+def test_summary_of_separate_bpe_that_stops_at_different_counts_names_each_side(tmp_path):
+    """With --bpe-separate each language may run out of pairs at another count: the summary said
+    the smaller one ("BPE 1 of 100 merges") as if both sides had learned it."""
+    en, fr = ["ab ab"], ["cdcd cdcd"]  # en: 1 merge; fr: 3
+    train, valid = _write(tmp_path / "train", en, fr), _write(tmp_path / "valid", en, fr)
+    r = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", train, "--valid", valid,
+                 "--bpe", "100", "--bpe-separate", "--dest", str(tmp_path / "d")])
+    assert r.code == 0, r.err
+    learned = json.loads((tmp_path / "d" / "manifest.json").read_text())["bpe"]["merges_learned"]
+    assert learned == {"src": 1, "tgt": 3}
+    assert "BPE 1 en / 3 fr of 100 merges, separate" in r.out + r.err
+
+
+def test_a_held_out_split_with_the_training_text_is_warned_about(tmp_path):
+    """--valid or --test holding the very text of --train (the same prefix, or a copy) was taken
+    silently: validation and test scores then measured the training data."""
+    en, fr = _corpus(30)
+    train, copy = _write(tmp_path / "train", en, fr), _write(tmp_path / "copy", en, fr)
+    other = _write(tmp_path / "other", *_corpus(10, offset=50))
+    r = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", train, "--valid", copy,
+                 "--test", other, "--test", train, "--dest", str(tmp_path / "d")])
+    assert r.code == 0, r.err
+    warned = [line for line in r.err.splitlines() if "the same text as --train" in line]
+    assert [w.split(": the ")[1].split()[0] for w in warned] == ["valid", "test1"], r.err
+    assert warned[0].startswith(f"nmtkit: warning: {copy}.en:")
+
+
 def test_the_text_of_a_control_token_in_a_corpus_is_an_unknown_word_not_padding_or_a_sentence_end(tmp_path):
     """Tokenised input can carry "<s>", "</s>" and "<pad>" as words: they used to be stored as
     the control ids, a sentence end or padding in the middle of a training sentence."""

@@ -3,13 +3,14 @@ detokenisation, in preprocess, translate and serve alike; bad pattern files are 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.text.moses import PRINTF, read_patterns, resolve_protect
 from nmtkit.text.pipeline import TextPipeline
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 
 MESSAGES = [
     ("Invalid signature mode: %s", ["%s"]),
@@ -186,3 +187,46 @@ def test_nmtkit_tokenize_records_protect_and_preprocess_tok_checks_it(tmp_path):
     assert check_tokinfo(str(out), "en", PreprocessConfig(**cfg, protect=("printf",)).base_pipeline())
     with pytest.raises(ConfigError, match="protected patterns there, 0 here"):
         check_tokinfo(str(out), "en", PreprocessConfig(**cfg).base_pipeline())
+
+
+def test_a_line_with_more_protected_matches_than_the_tokeniser_keeps_says_what_to_do():
+    """Over 1,000 matches on one line (a long HTML line with --protect xml): sacremoses' own advice
+    came through ("Use narrower protected_patterns, or tokenize the text in smaller pieces."),
+    naming its Python argument and a remedy a line-aligned corpus does not have."""
+    p = TextPipeline("en", "fr", protected_patterns=resolve_protect(["xml"]))
+    assert len(p.tokenize("<b>x</b> " * 450, "src")) == 450  # 900 tags matched: each kept whole
+    with pytest.raises(InputError) as exc:
+        p.tokenize("<b>x</b> " * 600, "src")
+    msg = str(exc.value)
+    assert "1,200 matches, over the 1,000" in msg and "drop the line, or narrow --protect" in msg, msg
+    assert "protected_patterns" not in msg and "\n" not in msg
+
+
+def test_a_valid_line_the_tokeniser_refuses_is_named_by_file_and_line(tmp_path):
+    """preprocess's check that the valid split holds a word tokenised its first sentence without
+    the file and line the encoding pass names: the error had neither."""
+    corpus = _corpus(tmp_path)
+    (tmp_path / "dev.en").write_text("\n" + "<b>x</b> " * 600 + "\n", encoding="utf-8")
+    (tmp_path / "dev.fr").write_text("a\nb\n", encoding="utf-8")
+    code, _, err = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", corpus, "--valid",
+                            str(tmp_path / "dev"), "--dest", str(tmp_path / "data"), "--workers", "1", "--quiet",
+                            "--protect", "xml"])
+    lines = err.strip().splitlines()
+    assert code != 0 and len(lines) == 1, err
+    assert lines[0].startswith(f"nmtkit: error: {tmp_path / 'dev.en'}:2: cannot tokenise a line"), err
+    assert not (tmp_path / "data").exists()
+
+
+def test_overlapping_protected_spans_tokenise_the_same_in_every_process():
+    """"%%" and "%d" overlap in "100%%d": which was hidden first followed the iteration order of a
+    set, which changes with the hash seed, so preprocess and translate (or two preprocess runs)
+    could tokenise the same line two ways."""
+    import subprocess
+    import sys
+
+    code = ("from nmtkit.text.moses import resolve_protect; from nmtkit.text.pipeline import TextPipeline; "
+            "p = TextPipeline('en', 'fr', protected_patterns=resolve_protect(['printf'])); "
+            "print(p.tokenize('100%%d done, %d left', 'src'))")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(1, 5)}
+    assert len(outs) == 1, outs

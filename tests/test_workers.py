@@ -183,6 +183,32 @@ def test_a_reply_is_the_result_or_the_workers_exception_and_a_death_is_a_worker_
             w.reply()
 
 
+def test_a_worker_killed_from_outside_is_a_worker_error_on_send_and_on_reply():
+    """A worker the OOM killer ended between tasks made the next send a BrokenPipeError, and one
+    ended with a task unread made the reply a ConnectionResetError: OSErrors that preprocess
+    reported as "cannot write the data directory: Broken pipe" (or "Connection reset by peer")."""
+    def handle(task):
+        if task == "sleep":
+            time.sleep(60)
+        return task
+
+    with Workers("a worker died ({how})") as pool:
+        w = pool.start(handle)
+        w.send(1)
+        assert w.reply() == 1
+        os.kill(w.pid, signal.SIGKILL)
+        assert w.conn.poll(SECONDS)  # its end of the pipe is closed
+        with pytest.raises(WorkerError, match=r"^a worker died \(killed by signal 9\)$"):
+            w.send(2)
+        w = pool.start(handle)
+        w.send("sleep")
+        w.send("unread")
+        time.sleep(0.2)
+        os.kill(w.pid, signal.SIGKILL)
+        with pytest.raises(WorkerError, match=r"^a worker died \(killed by signal 9\)$"):
+            w.reply()
+
+
 def test_a_failed_setup_is_the_reply_to_the_first_task():
     def setup():
         raise OSError("no table")

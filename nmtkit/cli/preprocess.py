@@ -54,8 +54,13 @@ def _summary(console, manifest: dict) -> None:
     if bpe:
         from nmtkit.text.bpe import count_merges
 
-        learned = min(count_merges(c) for c in ([bpe["codes"]] if isinstance(bpe["codes"], str) else bpe["codes"].values()))
-        merges = f"{bpe['merges']:,}" if learned == bpe["merges"] else f"{learned:,} of {bpe['merges']:,}"
+        codes = {"src": bpe["codes"], "tgt": bpe["codes"]} if isinstance(bpe["codes"], str) else bpe["codes"]
+        learned = {side: count_merges(c) for side, c in codes.items()}
+        if len(set(learned.values())) > 1:  # separate codes may stop at different counts: say each
+            merges = f"{learned['src']:,} {src} / {learned['tgt']:,} {tgt} of {bpe['merges']:,}"
+        else:
+            n = learned["src"]
+            merges = f"{bpe['merges']:,}" if n == bpe["merges"] else f"{n:,} of {bpe['merges']:,}"
         kind = f"BPE {merges} merges, {'joint' if bpe['joint'] else 'separate'}"
     else:
         kind = "words"

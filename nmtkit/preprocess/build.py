@@ -270,6 +270,7 @@ def _check_inputs(config: PreprocessConfig, base: TextPipeline,
     inputs: dict[str, str] = {}
     line_counts: dict[str, int] = {}
     splits = config.splits()
+    train_src, train_tgt = (os.path.abspath(p) for p in config.files(config.train))  # splits()[0] is train
     report("check inputs", 0, len(splits))
     for k, (name, prefix) in enumerate(splits, 1):
         src, tgt = config.files(prefix)
@@ -278,8 +279,12 @@ def _check_inputs(config: PreprocessConfig, base: TextPipeline,
             raise InputError(f"the {name} split is empty", src)
         if name == "valid":  # train validates on its sentences and scores against its references
             for path, side in ((src, "src"), (tgt, "tgt")):
-                if not any(base.tokenize_from(line, side, config.input_format)
-                           for line in read_lines(path) if line.strip()):  # stops at the first sentence
+                try:  # a line the tokeniser refuses (--protect) is named as in the encoding pass
+                    words = any(_tokens(base, line, side, config.input_format, number)
+                                for number, line in enumerate(read_lines(path), 1) if line.strip())
+                except NmtkitError as err:  # stops at the first sentence
+                    raise _named(err, {side: path}) from None
+                if not words:
                     raise InputError(f"the valid split's {n} lines hold no word (blank, or only spaces and "
                                      "invisible characters): train validates on its sentences", path)
         for path, lang in ((src, config.src_lang), (tgt, config.tgt_lang)):
@@ -290,6 +295,10 @@ def _check_inputs(config: PreprocessConfig, base: TextPipeline,
                 log.warning(tokenised)
         inputs[os.path.abspath(src)], inputs[os.path.abspath(tgt)] = h_src, h_tgt  # as the prefixes (_encode_split)
         line_counts[name] = n
+        if name != "train" and (h_src, h_tgt) == (inputs[train_src], inputs[train_tgt]):
+            log.warning("%s: the %s split is the same text as --train (%s): its scores measure the training "
+                        "data, not held-out text (held-out splits are never compared with train)", src, name,
+                        config.train)
         report("check inputs", k, len(splits))
     return inputs, line_counts
 

@@ -156,17 +156,21 @@ class Protector:
                 self.groups.extend(([p], compile_pattern(p)) for p in group)  # reset could not number them
 
     def spans(self, line: str) -> list[str]:
-        """The distinct non-empty matches, longest first (a span inside another stays inside)."""
+        """The distinct non-empty matches, longest first (a span inside another stays inside), those
+        of a length in the order they matched: never the order of a set, which changes with the
+        process's hash seed (two spans that overlap in the line, "%%" and "%d" in "%%d", were hidden
+        in either order, so preprocess and translate could tokenise one line two ways)."""
         deadline = time.monotonic() + PROTECT_SECONDS
-        found: set[str] = set()
+        found: dict[str, None] = {}
         for group, rx in self.groups:
             try:
-                found.update(m.group() for m in rx.finditer(line, timeout=max(deadline - time.monotonic(), 1e-3)))
+                found.update(dict.fromkeys(m.group() for m in rx.finditer(
+                    line, timeout=max(deadline - time.monotonic(), 1e-3))))
             except TimeoutError:
                 raise InputError(f"the protected pattern {self._slow(group, line)!r:.80} takes over "
                                  f"{PROTECT_SECONDS:g} s on this line of {len(line):,} characters (it backtracks "
                                  "without end on it): fix or drop the pattern (--protect)") from None
-        found.discard("")
+        found.pop("", None)
         return sorted(found, key=len, reverse=True)
 
     @staticmethod
@@ -239,7 +243,10 @@ def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: boo
         try:
             return moses(text, aggressive_dash_splits=aggressive_dash_splits, escape=False, protected_patterns=protect)
         except ValueError as err:  # sacremoses: more protected matches in one line than it can number
-            raise InputError(f"cannot tokenise a line with protected patterns: {err}") from None
+            count = re.match(r"too many protected tokens: (\d+) matches exceeds the limit of (\d+)", str(err))
+            why = (f"{int(count[1]):,} matches, over the {int(count[2]):,} a line the Moses tokeniser can keep whole "
+                   "(shorten or drop the line, or narrow --protect)") if count else str(err)
+            raise InputError(f"cannot tokenise a line with protected patterns: {why}") from None
 
     protector = Protector((*protected_patterns, MULTIDOT_MARKER)) if protected_patterns else None
     multidots = Protector((MULTIDOT_MARKER,))
