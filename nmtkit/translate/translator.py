@@ -25,7 +25,7 @@ from nmtkit.devices import default_threads, import_torch, resolve_device, use_th
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.text.bpe import SEPARATOR
 from nmtkit.text.io import BOM
-from nmtkit.text.vocab import EOS_ID
+from nmtkit.text.vocab import EOS_ID, UNK
 from nmtkit.translate.alignment import Result, Translation, read_unk_dict, replace_unks
 from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, DecodeConfig, SearchConfig, batch_token_cap
 from nmtkit.workers import Workers, can_fork
@@ -216,6 +216,17 @@ class Translator:
                 raise
             raise InputError(err.bare_message, name, lineno) from None
 
+    def _encode_translation(self, text: str, name: str, lineno: int) -> list[str]:
+        """A translation's target tokens (`_encode`), where a literal "<unk>", the unknown word as
+        translation writes it in every output format, is that word: not text to tokenise into
+        '<', 'unk', '>' or split into BPE pieces, each then scored as <unk>."""
+        if self.config.input_format == "bpe" or UNK not in text:
+            return self._encode(text, "tgt", name, lineno)
+        toks: list[str] = []
+        for k, part in enumerate(text.split(UNK)):
+            toks += ([UNK] if k else []) + (self._encode(part, "tgt", name, lineno) if part.strip() else [])
+        return toks
+
     def _prepare_all(self, lines: Sequence[tuple[int, str]], workers: int,
                      source: str) -> list[tuple[list[str], bool]]:
         """`_prepare` of every line, in order; with several workers and text to tokenise, chunk by
@@ -369,7 +380,7 @@ class Translator:
             if not tgt_text.strip():
                 raise InputError("empty translation: give the translation to score", reference, n)
         prepared = self._prepare_all([(n, s) for n, s, _ in pairs], workers, source)
-        targets = [self._encode(tgt_text, "tgt", reference, n) for n, _, tgt_text in pairs]
+        targets = [self._encode_translation(tgt_text, reference, n) for n, _, tgt_text in pairs]
         for (n, _, _), (src_toks, _), tgt_toks in zip(pairs, prepared, targets):
             for what, name, toks in (("source line", source, src_toks), ("translation", reference, tgt_toks)):
                 if not toks:  # text the pipeline removes whole (zero-width spaces, control characters)
