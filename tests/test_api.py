@@ -219,6 +219,10 @@ def test_a_translation_with_words_outside_the_target_vocabulary_is_scored_with_a
     ("le chat\n\x01\n", [], "{ref}:2: empty translation to the model"),
     ("le chat\nun chien\n", ["--nbest", "2", "--beam", "2"], "--score-reference scores given translations: --nbest"),
     ("le chat\nun chien\n", ["--sampling"], "--score-reference scores given translations: --sampling"),
+    # each silently ignored: --output-format bpe did not make the translations read as the model's tokens
+    ("le chat\nun chien\n", ["--ban-unk"], "--score-reference scores given translations: --ban-unk would"),
+    ("le chat\nun chien\n", ["--output-format", "bpe"], "--output-format would change nothing (it reads the "
+                                                          "translations as --input-format reads the sources)"),
 ])
 def test_bad_score_reference_input_is_one_error_line_and_writes_nothing(ckpt, tmp_path, refs, extra, needle):
     src, ref, out = tmp_path / "in.en", tmp_path / "ref.fr", tmp_path / "out"

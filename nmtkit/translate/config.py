@@ -201,7 +201,8 @@ class TranslateConfig(SearchConfig, DecodeConfig):
         None, metavar="FILE", path="file",
         help="Score the translations in FILE, one per input line, instead of searching (forced decoding, as "
              "fairseq's --score-reference, OpenNMT-py's -tgt and marian-scorer): write each pair's "
-             "log-probability log p(y | x), the target's EOS included, one per line ('-': stdin, with -i FILE).")
+             "log-probability log p(y | x), the target's EOS included, one per line ('-': stdin, with -i FILE). "
+             "The translations are read in --input-format, as the sources are.")
     # the files of `nmtkit.translate.run` (no option metadata: the command declares -i, -o,
     # --alignments-file, --force and --interactive itself); None or "-" is a standard stream
     input_path: str | None = None
@@ -218,10 +219,13 @@ class TranslateConfig(SearchConfig, DecodeConfig):
         if self.score_reference is not None:
             given = [name for name, on in (("--sampling", self.sampling), ("--nbest", self.nbest != 1),
                                            ("--replace-unk", self.replace_unk), ("--alignments", self.alignments),
-                                           ("--plot-attention", self.plot_attention)) if on]
+                                           ("--plot-attention", self.plot_attention), ("--ban-unk", self.ban_unk),
+                                           ("--output-format", self.output_format != "raw")) if on]
             if given:
+                read_as = (" (it reads the translations as --input-format reads the sources)"
+                           if "--output-format" in given else "")
                 raise ConfigError(f"--score-reference scores given translations: {' and '.join(given)} "
-                                  "would change nothing")
+                                  f"would change nothing{read_as}")
 
     @property
     def wants_attention(self) -> str | None:
