@@ -114,7 +114,9 @@ class SearchConfig:
     nbest: int = option(
         1, min=1, help="Write the N best translations of each sentence in Moses n-best format: "
                        "'i ||| translation ||| LogProb= lp Length= n ||| score' (i counts sentences from 0, lp is "
-                       "the raw log-probability, n the token count with EOS, score = lp / n^lenpen).")
+                       "the raw log-probability, n the token count with EOS, score = lp / n^lenpen; with a "
+                       "--shortlist, lp is normalised over the batch's shortlist, not the whole vocabulary "
+                       "--score-reference scores over).")
     lenpen: float = option(
         1.0, min=-MAX_LENPEN, max=MAX_LENPEN,
         help="Length normalisation alpha: hypotheses are ranked by log p / length^alpha (length counts EOS); "

@@ -182,7 +182,7 @@ class Translator:
         """Forced decoding: log p(target | source) of each pair (the target's EOS included), on the
         text pipeline translation uses, over the whole target vocabulary (an ensemble: its mean
         probabilities). per_token=True gives `TokenScores` (each token's log-probability).
-        For a translation this model found, the log-probability is `Translation.log_prob`, and
+        For a translation this model found with shortlist="off", the log-probability is `Translation.log_prob`, and
         `Translation.score` is it divided by (len(tokens) + 1)^lenpen."""
         if not isinstance(per_token, bool):
             raise ConfigError(f"per_token must be True or False, got {per_token!r}")
