@@ -146,6 +146,24 @@ def test_replace_unk_end_to_end_copies_attended_source_words(tmp_path):
     assert mapped.split() == [{"cat": "chat"}.get(w, w) for w in replaced.split()]
 
 
+def test_unk_dictionary_keys_are_the_source_words_as_the_model_reads_them_as_the_help_says(tmp_path):
+    """A lowercasing model reads 'Cat' as 'cat': the entry 'cat' is the one that applies, 'Cat'
+    never does (the help said only 'the source word')."""
+    from nmtkit.text.pipeline import TextPipeline
+    from tests.conftest import run_cli
+
+    model = tiny_model(seed=2)
+    with torch.no_grad():
+        model.W_o.bias[1] = 50.0  # the model says <unk> at every step
+    path = make_checkpoint(tmp_path / "unk.pt", model=model, pipeline=TextPipeline("en", "fr", lowercase=True))
+    dict_path = tmp_path / "dict.tsv"
+    dict_path.write_text("Cat\tCHAT\ncat\tchat\nThe\tLE\nthe\tle\nSat\tASSIS\nsat\tassis\n", encoding="utf-8")
+    out = _translator(str(path), output_format="tok", replace_unk=True, unk_dict=str(dict_path)).translate(
+        ["The Cat sat"])[0]
+    assert out.split() and set(out.split()) <= {"le", "chat", "assis"}
+    assert "lowercased or truecased as the checkpoint records" in " ".join(run_cli(["translate", "--help"])[1].split())
+
+
 def test_bad_unk_dictionary_line_is_named(tmp_path):
     p = tmp_path / "d.tsv"
     p.write_text("a\tb\nno tab here\n", encoding="utf-8")

@@ -86,7 +86,8 @@ class DecodeConfig:
                                 help="raw: join BPE and detokenise; tok: join BPE only; bpe: the model's tokens.")
     unk_dict: str | None = option(
         None, metavar="FILE", path="file",
-        help="With --replace-unk: a 'source<TAB>target' dictionary the source word goes through.")
+        help="With --replace-unk: a 'source<TAB>target' dictionary the source word goes through (the word as the "
+             "model reads it: tokenised, lowercased or truecased as the checkpoint records, BPE joined).")
 
     def __post_init__(self) -> None:
         check_fields(self)
