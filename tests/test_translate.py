@@ -582,6 +582,22 @@ def test_control_tokens_in_bpe_input_are_unknown_words(ckpt):
     assert t.translate(["the </s> cat"]) != t.translate(["the"])
 
 
+def test_a_line_whose_every_hypothesis_overflows_is_warned_about_not_left_silently_empty(tmp_path):
+    """fp16 logits past 65,504 are infinite, every score NaN: no hypothesis ends, and the line was
+    written empty (n-best: 'LogProb= 0.0000') with exit status 0 and no word."""
+    model = tiny_model(seed=0)
+    with torch.no_grad():
+        model.W_o.weight.fill_(3e4)  # finite weights (the checkpoint is loaded), logits past fp16's range
+        model.W_o.bias.fill_(6e4)
+    path = make_checkpoint(tmp_path / "big.pt", model=model)
+    warnings: list[str] = []
+    t = nmtkit.load(str(path), device="cpu", precision="fp16", warn=warnings.append)
+    assert t.translate(["the cat", "", "a dog"], beam=2) == ["", "", ""]
+    assert warnings == ["<input>:1: no translation: every hypothesis scored NaN or -inf (the model's scores "
+                        "overflow: weights that diverged, or fp16 past its range; try --precision fp32); such "
+                        "lines are written empty (warned once)"]
+
+
 def test_a_result_says_whether_its_line_was_cut_to_max_src_len(ckpt):
     """What serve's "truncated" reads (it tokenised a line cut to exactly --max-src-len again to tell)."""
     t = nmtkit.load(ckpt, max_src_len=3, warn=lambda msg: None)

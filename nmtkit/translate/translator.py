@@ -282,6 +282,11 @@ class Translator:
             return [self._finish(lines[i][0], *prepared[i], hyps, search) for i, hyps in zip(idx, nbests)]
 
         results = self._in_line_order(len(lines), batches, decode, workers)
+        lost = [r.index for r in results if r is not None and not r.nbest]
+        if lost:  # written as an empty line (n-best: LogProb= 0), which must not pass for a translation
+            self._warn_once("no hypothesis", f"{source}:{lost[0]}: no translation: every hypothesis scored NaN or "
+                            "-inf (the model's scores overflow: weights that diverged, or fp16 past its range; try "
+                            "--precision fp32); such lines are written empty (warned once)")
         return [r if r is not None else Result(index=n, src_tokens=(), truncated=prepared[i][1])
                 for i, ((n, _), r) in enumerate(zip(lines, results))]
 
