@@ -596,6 +596,9 @@ def test_a_line_whose_every_hypothesis_overflows_is_warned_about_not_left_silent
     assert warnings == ["<input>:1: no translation: every hypothesis scored NaN or -inf (the model's scores "
                         "overflow: weights that diverged, or fp16 past its range; try --precision fp32); such "
                         "lines are written empty (warned once)"]
+    assert str(t.score(["the cat"], ["le chat"])[0]) == "nan"  # written as 'nan', exit status 0, no word
+    assert warnings[1:] == ["<input>:1: the model scored this pair NaN or -inf (its scores overflow: weights that "
+                            "diverged, or fp16 past its range; try --precision fp32) (warned once)"]
 
 
 def test_a_result_says_whether_its_line_was_cut_to_max_src_len(ckpt):

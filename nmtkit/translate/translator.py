@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
 import threading
 from dataclasses import dataclass, fields
@@ -404,7 +405,13 @@ class Translator:
             return [TokenScores(float(total[len(targets[i])]), tuple(targets[i]),
                                 tuple(row[: len(targets[i]) + 1].tolist())) for row, total, i in zip(lps, totals, idx)]
 
-        return self._in_line_order(len(pairs), batches, score, workers)  # type: ignore[return-value]
+        scored = self._in_line_order(len(pairs), batches, score, workers)
+        lost = [n for (n, _, _), s in zip(pairs, scored) if s is not None and not math.isfinite(s.log_prob)]
+        if lost:
+            self._warn_once("score not finite", f"{source}:{lost[0]}: the model scored this pair NaN or -inf (its "
+                            "scores overflow: weights that diverged, or fp16 past its range; try --precision fp32)"
+                            " (warned once)")
+        return scored  # type: ignore[return-value]
 
     def _warn_unknown_targets(self, numbers: Sequence[int], targets: Sequence[list[str]], reference: str) -> None:
         """Warn (once per translator) at the first translation holding tokens outside the target
