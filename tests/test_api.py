@@ -132,6 +132,22 @@ def test_score_of_the_models_own_beam_output_is_its_log_probability_and_beats_sh
         assert all(lp <= 0 for lp in d.token_log_probs)
 
 
+@pytest.mark.parametrize("fmt", ["raw", "tok"])
+def test_a_translation_holding_the_unknown_word_scores_back_as_the_search_found_it(ckpt, fmt):
+    """Raw and tokenised output write the unknown word as '<unk>': scored back in that format it
+    is that word, not the text '<', 'unk', '>' (three tokens, each scored as <unk>)."""
+    import nmtkit
+
+    warnings: list[str] = []
+    model = nmtkit.load(ckpt, precision="fp32", input_format=fmt, output_format=fmt, warn=warnings.append, **LOAD)
+    best = model.generate(["a dog ran"], beam=3, shortlist="off")[0].nbest[0]
+    assert "<unk>" in best.text.split()
+    [scored] = model.score(["a dog ran"], [best.text], per_token=True)
+    assert scored.tokens == best.tokens and scored.log_prob == pytest.approx(best.log_prob, abs=1e-5)
+    assert model.score(["a dog ran"], ["le<unk>."], per_token=True)[0].tokens == ("le", "<unk>", ".")
+    assert warnings == []
+
+
 def test_an_ensemble_scores_with_the_mean_of_its_members_probabilities(ckpt, tmp_path):
     import math
 
@@ -203,6 +219,10 @@ def test_a_translation_with_words_outside_the_target_vocabulary_is_scored_with_a
     ("le chat\n\x01\n", [], "{ref}:2: empty translation to the model"),
     ("le chat\nun chien\n", ["--nbest", "2", "--beam", "2"], "--score-reference scores given translations: --nbest"),
     ("le chat\nun chien\n", ["--sampling"], "--score-reference scores given translations: --sampling"),
+    # each silently ignored: --output-format bpe did not make the translations read as the model's tokens
+    ("le chat\nun chien\n", ["--ban-unk"], "--score-reference scores given translations: --ban-unk would"),
+    ("le chat\nun chien\n", ["--output-format", "bpe"], "--output-format would change nothing (it reads the "
+                                                          "translations as --input-format reads the sources)"),
 ])
 def test_bad_score_reference_input_is_one_error_line_and_writes_nothing(ckpt, tmp_path, refs, extra, needle):
     src, ref, out = tmp_path / "in.en", tmp_path / "ref.fr", tmp_path / "out"

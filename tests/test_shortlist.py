@@ -124,3 +124,19 @@ def test_an_unknown_shortlist_mode_is_refused_on_the_command_line_and_in_the_con
     for cmd in ("translate", "serve"):
         code, _, err = run_cli([cmd, "-m", str(tmp_path / "m.pt"), "--shortlist", "sometimes"])
         assert code == 2 and "'sometimes' is not one of 'auto', 'off'" in err, err
+
+
+def test_a_shortlists_log_probabilities_are_normalised_over_it_as_the_nbest_help_says(tmp_path):
+    """The n-best LogProb of a shortlisted search is over the shortlist (higher than the whole
+    vocabulary's, which --score-reference gives); with --shortlist off the two agree."""
+    from tests.conftest import make_checkpoint
+
+    lexicon = torch.randint(4, 1204, (22, 20), generator=torch.Generator().manual_seed(0), dtype=torch.int32)
+    path = make_checkpoint(tmp_path / "lex.pt", seed=3, tgt_words=[f"w{i}" for i in range(1200)], lexicon=lexicon)
+    model = nmtkit.load(path, device="cpu", precision="fp32", input_format="bpe", output_format="bpe")
+    for mode in ("auto", "off"):
+        best = model.generate(["a dog ran"], beam=3, shortlist=mode, max_len_a=0, max_len_b=3)[0].nbest[0]
+        [full] = model.score(["a dog ran"], [best.text])
+        assert best.log_prob > full + 0.1 if mode == "auto" else abs(best.log_prob - full) < 1e-5
+    text = " ".join(run_cli(["translate", "--help"])[1].split())
+    assert "with a --shortlist, lp is normalised over the batch's shortlist" in text

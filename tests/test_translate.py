@@ -146,6 +146,24 @@ def test_replace_unk_end_to_end_copies_attended_source_words(tmp_path):
     assert mapped.split() == [{"cat": "chat"}.get(w, w) for w in replaced.split()]
 
 
+def test_unk_dictionary_keys_are_the_source_words_as_the_model_reads_them_as_the_help_says(tmp_path):
+    """A lowercasing model reads 'Cat' as 'cat': the entry 'cat' is the one that applies, 'Cat'
+    never does (the help said only 'the source word')."""
+    from nmtkit.text.pipeline import TextPipeline
+    from tests.conftest import run_cli
+
+    model = tiny_model(seed=2)
+    with torch.no_grad():
+        model.W_o.bias[1] = 50.0  # the model says <unk> at every step
+    path = make_checkpoint(tmp_path / "unk.pt", model=model, pipeline=TextPipeline("en", "fr", lowercase=True))
+    dict_path = tmp_path / "dict.tsv"
+    dict_path.write_text("Cat\tCHAT\ncat\tchat\nThe\tLE\nthe\tle\nSat\tASSIS\nsat\tassis\n", encoding="utf-8")
+    out = _translator(str(path), output_format="tok", replace_unk=True, unk_dict=str(dict_path)).translate(
+        ["The Cat sat"])[0]
+    assert out.split() and set(out.split()) <= {"le", "chat", "assis"}
+    assert "lowercased or truecased as the checkpoint records" in " ".join(run_cli(["translate", "--help"])[1].split())
+
+
 def test_bad_unk_dictionary_line_is_named(tmp_path):
     p = tmp_path / "d.tsv"
     p.write_text("a\tb\nno tab here\n", encoding="utf-8")
@@ -562,6 +580,25 @@ def test_control_tokens_in_bpe_input_are_unknown_words(ckpt):
     t = _translator(ckpt, input_format="bpe", output_format="bpe")
     assert t.translate(["the </s> cat <pad> sat <s>"]) == t.translate(["the <unk> cat <unk> sat <unk>"])
     assert t.translate(["the </s> cat"]) != t.translate(["the"])
+
+
+def test_a_line_whose_every_hypothesis_overflows_is_warned_about_not_left_silently_empty(tmp_path):
+    """fp16 logits past 65,504 are infinite, every score NaN: no hypothesis ends, and the line was
+    written empty (n-best: 'LogProb= 0.0000') with exit status 0 and no word."""
+    model = tiny_model(seed=0)
+    with torch.no_grad():
+        model.W_o.weight.fill_(3e4)  # finite weights (the checkpoint is loaded), logits past fp16's range
+        model.W_o.bias.fill_(6e4)
+    path = make_checkpoint(tmp_path / "big.pt", model=model)
+    warnings: list[str] = []
+    t = nmtkit.load(str(path), device="cpu", precision="fp16", warn=warnings.append)
+    assert t.translate(["the cat", "", "a dog"], beam=2) == ["", "", ""]
+    assert warnings == ["<input>:1: no translation: every hypothesis scored NaN or -inf (the model's scores "
+                        "overflow: weights that diverged, or fp16 past its range; try --precision fp32); such "
+                        "lines are written empty (warned once)"]
+    assert str(t.score(["the cat"], ["le chat"])[0]) == "nan"  # written as 'nan', exit status 0, no word
+    assert warnings[1:] == ["<input>:1: the model scored this pair NaN or -inf (its scores overflow: weights that "
+                            "diverged, or fp16 past its range; try --precision fp32) (warned once)"]
 
 
 def test_a_result_says_whether_its_line_was_cut_to_max_src_len(ckpt):

@@ -116,7 +116,8 @@ class Translation:
     text: the output string (in the translator's output format); tokens: the model's target
     tokens (subwords, after UNK replacement); score: log_prob / (len(tokens)+1)^lenpen, the
     ranking score; log_prob: the model's log-probability, EOS included (what `Translator.score`
-    gives for this pair); src_tokens: the model's source tokens; attention: (len(tokens)+1,
+    gives for this pair when the search scored the whole vocabulary, shortlist="off"; a shortlist's
+    log-probabilities are normalised over it); src_tokens: the model's source tokens; attention: (len(tokens)+1,
     len(src_tokens)) torch weights (rows: target tokens then EOS), None unless asked for;
     source_eos_attention: (len(tokens)+1,) the weights on the source EOS the model appends
     (each attention row and it sum to 1), None without one.

@@ -86,7 +86,8 @@ class DecodeConfig:
                                 help="raw: join BPE and detokenise; tok: join BPE only; bpe: the model's tokens.")
     unk_dict: str | None = option(
         None, metavar="FILE", path="file",
-        help="With --replace-unk: a 'source<TAB>target' dictionary the source word goes through.")
+        help="With --replace-unk: a 'source<TAB>target' dictionary the source word goes through (the word as the "
+             "model reads it: tokenised, lowercased or truecased as the checkpoint records, BPE joined).")
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -114,7 +115,9 @@ class SearchConfig:
     nbest: int = option(
         1, min=1, help="Write the N best translations of each sentence in Moses n-best format: "
                        "'i ||| translation ||| LogProb= lp Length= n ||| score' (i counts sentences from 0, lp is "
-                       "the raw log-probability, n the token count with EOS, score = lp / n^lenpen).")
+                       "the raw log-probability, n the token count with EOS, score = lp / n^lenpen; with a "
+                       "--shortlist, lp is normalised over the batch's shortlist, not the whole vocabulary "
+                       "--score-reference scores over).")
     lenpen: float = option(
         1.0, min=-MAX_LENPEN, max=MAX_LENPEN,
         help="Length normalisation alpha: hypotheses are ranked by log p / length^alpha (length counts EOS); "
@@ -201,7 +204,8 @@ class TranslateConfig(SearchConfig, DecodeConfig):
         None, metavar="FILE", path="file",
         help="Score the translations in FILE, one per input line, instead of searching (forced decoding, as "
              "fairseq's --score-reference, OpenNMT-py's -tgt and marian-scorer): write each pair's "
-             "log-probability log p(y | x), the target's EOS included, one per line ('-': stdin, with -i FILE).")
+             "log-probability log p(y | x), the target's EOS included, one per line ('-': stdin, with -i FILE). "
+             "The translations are read in --input-format, as the sources are.")
     # the files of `nmtkit.translate.run` (no option metadata: the command declares -i, -o,
     # --alignments-file, --force and --interactive itself); None or "-" is a standard stream
     input_path: str | None = None
@@ -218,10 +222,13 @@ class TranslateConfig(SearchConfig, DecodeConfig):
         if self.score_reference is not None:
             given = [name for name, on in (("--sampling", self.sampling), ("--nbest", self.nbest != 1),
                                            ("--replace-unk", self.replace_unk), ("--alignments", self.alignments),
-                                           ("--plot-attention", self.plot_attention)) if on]
+                                           ("--plot-attention", self.plot_attention), ("--ban-unk", self.ban_unk),
+                                           ("--output-format", self.output_format != "raw")) if on]
             if given:
+                read_as = (" (it reads the translations as --input-format reads the sources)"
+                           if "--output-format" in given else "")
                 raise ConfigError(f"--score-reference scores given translations: {' and '.join(given)} "
-                                  "would change nothing")
+                                  f"would change nothing{read_as}")
 
     @property
     def wants_attention(self) -> str | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
 import threading
 from dataclasses import dataclass, fields
@@ -25,7 +26,7 @@ from nmtkit.devices import default_threads, import_torch, resolve_device, use_th
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.text.bpe import SEPARATOR
 from nmtkit.text.io import BOM
-from nmtkit.text.vocab import EOS_ID
+from nmtkit.text.vocab import EOS_ID, UNK
 from nmtkit.translate.alignment import Result, Translation, read_unk_dict, replace_unks
 from nmtkit.translate.config import DEFAULT_MAX_SRC_LEN, DecodeConfig, SearchConfig, batch_token_cap
 from nmtkit.workers import Workers, can_fork
@@ -182,7 +183,7 @@ class Translator:
         """Forced decoding: log p(target | source) of each pair (the target's EOS included), on the
         text pipeline translation uses, over the whole target vocabulary (an ensemble: its mean
         probabilities). per_token=True gives `TokenScores` (each token's log-probability).
-        For a translation this model found, the log-probability is `Translation.log_prob`, and
+        For a translation this model found with shortlist="off", the log-probability is `Translation.log_prob`, and
         `Translation.score` is it divided by (len(tokens) + 1)^lenpen."""
         if not isinstance(per_token, bool):
             raise ConfigError(f"per_token must be True or False, got {per_token!r}")
@@ -215,6 +216,17 @@ class Translator:
             if err.path is not None:
                 raise
             raise InputError(err.bare_message, name, lineno) from None
+
+    def _encode_translation(self, text: str, name: str, lineno: int) -> list[str]:
+        """A translation's target tokens (`_encode`), where a literal "<unk>", the unknown word as
+        translation writes it in every output format, is that word: not text to tokenise into
+        '<', 'unk', '>' or split into BPE pieces, each then scored as <unk>."""
+        if self.config.input_format == "bpe" or UNK not in text:
+            return self._encode(text, "tgt", name, lineno)
+        toks: list[str] = []
+        for k, part in enumerate(text.split(UNK)):
+            toks += ([UNK] if k else []) + (self._encode(part, "tgt", name, lineno) if part.strip() else [])
+        return toks
 
     def _prepare_all(self, lines: Sequence[tuple[int, str]], workers: int,
                      source: str) -> list[tuple[list[str], bool]]:
@@ -271,6 +283,11 @@ class Translator:
             return [self._finish(lines[i][0], *prepared[i], hyps, search) for i, hyps in zip(idx, nbests)]
 
         results = self._in_line_order(len(lines), batches, decode, workers)
+        lost = [r.index for r in results if r is not None and not r.nbest]
+        if lost:  # written as an empty line (n-best: LogProb= 0), which must not pass for a translation
+            self._warn_once("no hypothesis", f"{source}:{lost[0]}: no translation: every hypothesis scored NaN or "
+                            "-inf (the model's scores overflow: weights that diverged, or fp16 past its range; try "
+                            "--precision fp32); such lines are written empty (warned once)")
         return [r if r is not None else Result(index=n, src_tokens=(), truncated=prepared[i][1])
                 for i, ((n, _), r) in enumerate(zip(lines, results))]
 
@@ -369,7 +386,7 @@ class Translator:
             if not tgt_text.strip():
                 raise InputError("empty translation: give the translation to score", reference, n)
         prepared = self._prepare_all([(n, s) for n, s, _ in pairs], workers, source)
-        targets = [self._encode(tgt_text, "tgt", reference, n) for n, _, tgt_text in pairs]
+        targets = [self._encode_translation(tgt_text, reference, n) for n, _, tgt_text in pairs]
         for (n, _, _), (src_toks, _), tgt_toks in zip(pairs, prepared, targets):
             for what, name, toks in (("source line", source, src_toks), ("translation", reference, tgt_toks)):
                 if not toks:  # text the pipeline removes whole (zero-width spaces, control characters)
@@ -388,7 +405,13 @@ class Translator:
             return [TokenScores(float(total[len(targets[i])]), tuple(targets[i]),
                                 tuple(row[: len(targets[i]) + 1].tolist())) for row, total, i in zip(lps, totals, idx)]
 
-        return self._in_line_order(len(pairs), batches, score, workers)  # type: ignore[return-value]
+        scored = self._in_line_order(len(pairs), batches, score, workers)
+        lost = [n for (n, _, _), s in zip(pairs, scored) if s is not None and not math.isfinite(s.log_prob)]
+        if lost:
+            self._warn_once("score not finite", f"{source}:{lost[0]}: the model scored this pair NaN or -inf (its "
+                            "scores overflow: weights that diverged, or fp16 past its range; try --precision fp32)"
+                            " (warned once)")
+        return scored  # type: ignore[return-value]
 
     def _warn_unknown_targets(self, numbers: Sequence[int], targets: Sequence[list[str]], reference: str) -> None:
         """Warn (once per translator) at the first translation holding tokens outside the target
