@@ -140,8 +140,8 @@ def _check_output_name(output: str | Path) -> None:
 def average_checkpoints(paths: Sequence[str], progress: Progress | None = None,
                         by_name: bool = False) -> dict[str, Any]:
     """The checkpoint dict of the parameter mean of `paths` (non-floating tensors, e.g. counters, must
-    be equal). Two checkpoints of one update and weights are refused; `by_name` (--last): so is a checkpoint_N.pt
-    that does not hold update N."""
+    be equal). Two checkpoints of one update holding the same weights are refused; `by_name`
+    (--last): so is a checkpoint_N.pt that does not hold update N."""
     torch = import_torch()
     first_path, first = paths[0], None
     sums: dict[str, Any] = {}

@@ -314,9 +314,10 @@ def run_files_present(save_dir: Path) -> list[str]:
 
 def commit_run(staging: Path, save_dir: Path, replace: bool) -> Path:
     """The new run's first checkpoint is saved in `staging`: its files are renamed into `save_dir`,
-    with SIGINT/SIGTERM blocked; with `replace` (--force), the old run's files, kept checkpoints and
-    tensorboard/ event files are deleted first (a file of the user's there stays, and its folder). The files the run holds open follow the renames. Returns
-    `save_dir`, where the run writes from now on."""
+    with SIGINT/SIGTERM blocked; with `replace` (--force), the old run's files that the new run
+    does not replace, its kept checkpoints and its tensorboard/ event files are deleted first (a
+    file of the user's there stays, and its folder). The files the run holds open follow the
+    renames. Returns `save_dir`, where the run writes from now on."""
     with signals.blocked():
         new = sorted(os.listdir(staging))
         if replace:
