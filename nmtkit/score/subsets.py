@@ -188,25 +188,26 @@ def plot_by_length(rows: Sequence[LengthBucket], names: Sequence[str], path: str
     path = Path(path)
     paper = any(r.paper_bleu for r in rows)
     x = list(range(len(rows)))
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
-    try:
-        markers = "os^vDx*+"
-        for k, name in enumerate(names):
-            ys = [float("nan") if r.bleu.get(name) is None else r.bleu[name] for r in rows]
-            shown = name.replace("$", r"\$")  # as written: matplotlib reads "$...$" as a formula ("a_b$x$" -> "a_bx")
-            (line,) = ax.plot(x, ys, marker=markers[k % len(markers)], label=shown)
-            if paper:
-                ps = [float("nan") if r.paper_bleu.get(name) is None else r.paper_bleu[name] for r in rows]
-                ax.plot(x, ps, marker=markers[k % len(markers)], linestyle="--", color=line.get_color(),
-                        label=f"{shown} (paper-style BLEU)")
-        ax.set_xticks(x)
-        ax.set_xticklabels([r.label for r in rows])
-        ax.set_xlabel("source sentence length (words)")
-        ax.set_ylabel("BLEU (solid: sacrebleu, dashed: paper-style)" if paper else "BLEU (sacrebleu)")
-        ax.set_title(title)
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
-        save_figure(fig, path, format="png")
-    finally:
-        plt.close(fig)
+    # names as written: matplotlib reads "$...$" as a formula ("a_b$x$" was drawn "a_bx")
+    with plt.rc_context({"text.parse_math": False}):
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
+        try:
+            markers = "os^vDx*+"
+            for k, name in enumerate(names):
+                ys = [float("nan") if r.bleu.get(name) is None else r.bleu[name] for r in rows]
+                (line,) = ax.plot(x, ys, marker=markers[k % len(markers)], label=name)
+                if paper:
+                    ps = [float("nan") if r.paper_bleu.get(name) is None else r.paper_bleu[name] for r in rows]
+                    ax.plot(x, ps, marker=markers[k % len(markers)], linestyle="--", color=line.get_color(),
+                            label=f"{name} (paper-style BLEU)")
+            ax.set_xticks(x)
+            ax.set_xticklabels([r.label for r in rows])
+            ax.set_xlabel("source sentence length (words)")
+            ax.set_ylabel("BLEU (solid: sacrebleu, dashed: paper-style)" if paper else "BLEU (sacrebleu)")
+            ax.set_title(title)
+            ax.grid(True, alpha=0.3)
+            ax.legend()
+            fig.tight_layout()
+            save_figure(fig, path, format="png")
+        finally:
+            plt.close(fig)

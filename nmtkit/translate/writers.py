@@ -34,19 +34,19 @@ def plot_attention(path: str | Path, attention: Any, src_tokens: Sequence[str], 
     import numpy as np
 
     src, tgt, rows = attention_matrix(attention, src_tokens, tgt_tokens, source_eos)
-    # as written: matplotlib reads "$...$" as a formula, and fails on one it cannot parse ("$_$")
-    src, tgt = ([t.replace("$", r"\$") for t in labels] for labels in (src, tgt))
-    fig, ax = plt.subplots(figsize=tuple(max(3.0, 0.35 * len(labels) + 1.5) for labels in (src, tgt)))
-    try:
-        ax.imshow(np.asarray(rows, dtype=float), cmap="gray", vmin=0.0, vmax=1.0, aspect="equal",
-                  interpolation="nearest")
-        ax.xaxis.tick_top()
-        ax.set_xticks(range(len(src)), labels=src, rotation=90)
-        ax.set_yticks(range(len(tgt)), labels=tgt)
-        fig.tight_layout()
-        save_figure(fig, path, format="png", dpi=100)
-    finally:
-        plt.close(fig)
+    # tokens as written: matplotlib reads "$...$" as a formula, and fails on one it cannot parse ("$_$")
+    with plt.rc_context({"text.parse_math": False}):
+        fig, ax = plt.subplots(figsize=tuple(max(3.0, 0.35 * len(labels) + 1.5) for labels in (src, tgt)))
+        try:
+            ax.imshow(np.asarray(rows, dtype=float), cmap="gray", vmin=0.0, vmax=1.0, aspect="equal",
+                      interpolation="nearest")
+            ax.xaxis.tick_top()
+            ax.set_xticks(range(len(src)), labels=src, rotation=90)
+            ax.set_yticks(range(len(tgt)), labels=tgt)
+            fig.tight_layout()
+            save_figure(fig, path, format="png", dpi=100)
+        finally:
+            plt.close(fig)
 
 
 class Writers:
