@@ -32,5 +32,5 @@ setup(
         "tensorboard": ["tensorboard>=2.10"],  # nmtkit train --tensorboard DIR
         "dev": ["pytest>=7", "pytest-xdist>=3", "ruff>=0.4", "tensorboard>=2.10"],
     },
-    entry_points={"console_scripts": ["nmtkit=nmtkit.cli:main"]},
+    entry_points={"console_scripts": ["nmtkit=nmtkit.__main__:run"]},
 )

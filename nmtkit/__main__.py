@@ -1,5 +1,19 @@
-"""`python -m nmtkit` (used by `torchrun -m nmtkit train ...`)."""
-from nmtkit.cli import main
+"""`python -m nmtkit` (used by `torchrun -m nmtkit train ...`) and the `nmtkit` program."""
+import sys
+
+
+def run() -> None:
+    """`nmtkit.cli.main`, imported within: a Ctrl-C while the command loads (its first tenth of a
+    second, before `main` handles it) ends it as a later one does, not with a traceback."""
+    try:
+        from nmtkit.cli import main
+
+        main()
+    except KeyboardInterrupt:
+        if sys.stderr is not None:  # started with stderr closed (2>&-)
+            sys.stderr.write("nmtkit: aborted\n")
+        sys.exit(130)
+
 
 if __name__ == "__main__":
-    main()
+    run()

@@ -225,3 +225,40 @@ def test_another_runtime_error_is_not_taken_for_running_out_of_memory(monkeypatc
     monkeypatch.setattr(tokenize_cli, "run", fail)
     code, _, err = run_cli(["tokenize", "--lang", "en"], "x\n")
     assert code == 1 and "out of memory" not in err and "RuntimeError: a bug" in err
+
+
+
+# Sends this process a SIGINT when `import click` starts (nmtkit.cli loading), then starts the
+# program as `python -m nmtkit` does (argv[1] "-m") or as the `nmtkit` script pip writes for the
+# entry point "MODULE:FUNCTION" in argv[1] does.
+_CTRL_C_WHILE_LOADING = """
+import importlib, importlib.abc, os, runpy, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal starts the program
+class Hook(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "click":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, Hook())
+how, sys.argv = sys.argv[1], ["nmtkit", "--help"]
+if how == "-m":
+    runpy.run_module("nmtkit", run_name="__main__")
+else:
+    module, function = how.split(":")
+    sys.exit(getattr(importlib.import_module(module), function)())
+"""
+
+
+@pytest.mark.parametrize("how", ["python -m", "script"])
+def test_ctrl_c_while_the_command_loads_is_no_traceback(how):
+    """Ctrl-C in the program's first tenth of a second, while nmtkit.cli imported, was a
+    KeyboardInterrupt traceback; now it ends the program as a later one does."""
+    import re
+
+    from tests.conftest import REPO
+
+    entry = re.search(r'"nmtkit=([\w.]+:\w+)"', (REPO / "setup.py").read_text()).group(1)
+    proc = subprocess.run([sys.executable, "-c", _CTRL_C_WHILE_LOADING, "-m" if how == "python -m" else entry],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.stderr == "nmtkit: aborted\n" and proc.returncode == 130, proc.stderr
