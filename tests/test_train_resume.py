@@ -68,6 +68,28 @@ def test_refuses_to_overwrite_a_run_unless_resume_or_force(data_dir, tmp_path):
         train_run(data_dir, run, opts, tiny_overrides(), resume=True)
 
 
+def test_a_resume_reads_checkpoint_last_holding_the_runs_lock(data_dir, tmp_path, monkeypatch):
+    """A resume read checkpoint_last.pt before it took the run's lock: another run that began and
+    ended meanwhile (a resume to update 8 over one at 4) had its checkpoint replaced by this one's,
+    which went on from update 4."""
+    from nmtkit import checkpoint
+    from nmtkit.errors import OutputError
+    from nmtkit.io.dirs import run_lock
+
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
+    train_run(data_dir, run, opts, tiny_overrides())
+    load = checkpoint.load_checkpoint
+
+    def load_while_locked(path, *args, **kwargs):
+        with pytest.raises(OutputError, match="another process"):  # as a second run is refused
+            run_lock(run).check()
+        return load(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "load_checkpoint", load_while_locked)
+    assert train_run(data_dir, run, opts.replace(max_updates=3), tiny_overrides(), resume=True).update == 3
+
+
 def test_force_keeps_the_old_run_when_the_new_one_fails_before_its_first_checkpoint(data_dir, tmp_path):
     """--force used to delete the old run first: a new run that failed at once lost it. The new
     run is staged inside RUN and replaces the old one only at its first checkpoint."""

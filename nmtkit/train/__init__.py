@@ -6,7 +6,7 @@ present) is refused unless `resume` (continue exactly from checkpoint_last.pt, o
 TrainConfig fields marked `resume` may change: `nmtkit.train.resume`) or `force` (start over). A new
 run is built in a staging folder inside RUN and committed at its first checkpoint, replacing the old
 run only then (`nmtkit.io.dirs.commit_run`). One process at a time trains in a folder (an flock on
-train.lock); everything is checked before the folder is written, so a refused start leaves nothing.
+train.lock, taken before a resume reads its checkpoint); a refused start leaves nothing.
 Every run writes its resolved configuration to RUN/config.json and hands the same text to the
 callbacks' `on_config`; a resume checks checkpoint_last.pt against it.
 """
@@ -31,6 +31,7 @@ from nmtkit.io.dirs import (
     LAST,
     STAGING,
     TB_EVENTS,
+    DirLock,
     check_run_files_are_files,
     clean_stale_temp_dirs,
     commit_run,
@@ -146,22 +147,23 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
     if info.is_main:
         run_lock(save_dir).check()
     check_run_dir(save_dir, resume, force, info.is_main)
-    data = DataDir.open(data_dir)
-    data.valid_split()  # a dev set to validate on, before anything is written
-    ckpt = load_checkpoint(save_dir / LAST) if resume else None
-    if ckpt is not None:
-        cfg, arch, model_config = resumed_configs(ckpt, data, data_dir, save_dir, config.options, config.model,
-                                                   info.world_size)
-    else:
-        cfg, arch, model_config = _new_configs(data, config.options, config.model)
-    tb_dir = _checked_tensorboard_dir(cfg, data_dir)
-    data.check_bleu_samples(cfg.valid_bleu_samples)  # dev BLEU of nothing: nan, never shown, never a best
-    _check_hardware(cfg, arch, resolve_device(cfg.device, info.local_rank))  # before anything is written
     lock = staging = None
-    if info.is_main:  # a read-only or uncreatable run folder fails now, not at the first checkpoint
-        check_output_dir(save_dir, "--save-dir run folder")
-        lock = run_lock(save_dir).acquire()
     try:
+        if info.is_main and resume:  # before checkpoint_last.pt is read: no other run replaces it meanwhile
+            lock = _lock_run(save_dir)
+        data = DataDir.open(data_dir)
+        data.valid_split()  # a dev set to validate on, before anything is written
+        ckpt = load_checkpoint(save_dir / LAST) if resume else None
+        if ckpt is not None:
+            cfg, arch, model_config = resumed_configs(ckpt, data, data_dir, save_dir, config.options, config.model,
+                                                       info.world_size)
+        else:
+            cfg, arch, model_config = _new_configs(data, config.options, config.model)
+        tb_dir = _checked_tensorboard_dir(cfg, data_dir)
+        data.check_bleu_samples(cfg.valid_bleu_samples)  # dev BLEU of nothing: nan, never shown, never a best
+        _check_hardware(cfg, arch, resolve_device(cfg.device, info.local_rank))  # before anything is written
+        if info.is_main and lock is None:
+            lock = _lock_run(save_dir)
         if lock is not None:
             staging = _stage_run(save_dir, tb_dir, resume, force)
             text = config_text(cfg, arch, model_config)  # config.json in the folder the run writes, and the callbacks
@@ -182,6 +184,13 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
     finally:
         if lock is not None:
             lock.release()
+
+
+def _lock_run(save_dir: Path) -> DirLock:
+    """The run's lock, taken by rank 0; a read-only or uncreatable run folder fails now, not at the
+    first checkpoint."""
+    check_output_dir(save_dir, "--save-dir run folder")
+    return run_lock(save_dir).acquire()
 
 
 def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path) -> Path | None:
