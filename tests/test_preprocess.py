@@ -378,6 +378,27 @@ def test_ctrl_c_stops_cleanly_and_leaves_nothing(tmp_path):
     _no_leftovers(tmp_path)
 
 
+def test_a_killed_runs_temp_folder_whose_pid_is_another_process_now_is_removed(corpus, caplog):
+    """A killed run's DEST.tmp-HOST-PID-X, whose PID the system has since given to another process
+    (here: this test's): every later run warned that it "is being written by process PID (another
+    run to the same destination?)" and left it for good. A run holds its temp folder (an flock)
+    while it writes it: one that no process holds is removed; one a live run holds stays."""
+    import socket
+
+    from nmtkit.io.files import folders_locked
+
+    dest = corpus["tmp"] / "d"
+    stale, live = (corpus["tmp"] / f"d.tmp-{socket.gethostname()}-{os.getpid()}-{x}"
+                   for x in ("abcd1234", "live1234"))
+    (stale / "work").mkdir(parents=True)
+    live.mkdir()
+    with folders_locked([live]):  # as the run writing it holds it
+        preprocess.run(_config(corpus, dest))
+    assert (dest / "manifest.json").is_file() and not stale.exists() and live.is_dir()
+    assert f"removed {stale}, left by an interrupted run" in caplog.text
+    assert f"{live} is being written by process {os.getpid()}" in caplog.text
+
+
 def test_empty_existing_dest_is_fine(corpus):
     dest = corpus["tmp"] / "d"
     dest.mkdir()

@@ -16,7 +16,7 @@ import socket
 import stat
 import tempfile
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, TypeVar
 
 from nmtkit import signals
 from nmtkit.errors import InputError, OutputError
@@ -88,8 +88,9 @@ def remove_folders(created: list[Path]) -> None:
 
 def clean_stale_temp_dirs(dest: str | Path, warn: Callable[[str], None], locked: bool = False) -> list[Path]:
     """Remove (and return) the `DEST.tmp-*` directories left by a killed run of this host (their pid
-    is dead, or with `locked`, where the caller holds the lock only a run writing one holds, whatever
-    process has that pid now); `warn` about the others (another host's, a live process's, an old name)."""
+    is dead, or no process holds them (`held_temp_dir`), or with `locked`, where the caller holds the
+    lock only a run writing one holds, whatever process has that pid now); `warn` about the others
+    (another host's, a live process's, an old name)."""
     dest = Path(dest)
     removed: list[Path] = []  # a missing parent globs nothing
     host = socket.gethostname()
@@ -97,7 +98,8 @@ def clean_stale_temp_dirs(dest: str | Path, warn: Callable[[str], None], locked:
         if not p.is_dir():
             continue
         m = _TMP_DIR.search(p.name)
-        if m and m["host"] == host and (locked or int(m["pid"]) != os.getpid() and not _pid_alive(int(m["pid"]))):
+        if m and m["host"] == host and (locked or int(m["pid"]) != os.getpid() and not _pid_alive(int(m["pid"]))
+                                        or not _held(p)):
             shutil.rmtree(p, ignore_errors=True)
             removed.append(p)
         elif m and m["host"] == host and _pid_alive(int(m["pid"])):
@@ -105,6 +107,39 @@ def clean_stale_temp_dirs(dest: str | Path, warn: Callable[[str], None], locked:
         else:
             warn(f"{p} looks like the temp directory of an interrupted run; remove it if no run is using it")
     return removed
+
+
+def _held(folder: Path) -> bool:
+    """Whether a process holds an flock on `folder` (as a run holds its `held_temp_dir`); True
+    where that cannot be told (a file system without flock)."""
+    import fcntl
+
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+@contextlib.contextmanager
+def held_temp_dir(dest: str | Path, warn: Callable[[str], None]) -> Iterator[Path]:
+    """A new temp folder beside `dest` (`make_temp_dir`), held (an flock on it, released by the
+    kernel when the process dies) within, once the stale ones are removed (`clean_stale_temp_dirs`;
+    `warn` says which); both under the lock of their folder, so that another run's cleaning never
+    sees this one's before it is held."""
+    with contextlib.ExitStack() as held:
+        with folders_locked([Path(dest).parent]):
+            for stale in clean_stale_temp_dirs(dest, warn):
+                warn(f"removed {stale}, left by an interrupted run")
+            tmp = make_temp_dir(dest)
+            held.enter_context(folders_locked([tmp]))
+        yield tmp
 
 
 def swap_in_dir(tmp: str | Path, dest: str | Path) -> Path | None:

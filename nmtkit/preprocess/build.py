@@ -26,9 +26,8 @@ from nmtkit.errors import ConfigError, InputError, NmtkitError, OutputError, Out
 from nmtkit.io.checks import check_outputs_vs_inputs, is_inside, real_path
 from nmtkit.io.dirs import (
     check_replaceable_dir,
-    clean_stale_temp_dirs,
+    held_temp_dir,
     make_parents,
-    make_temp_dir,
     remove_folders,
     swap_in_dir,
 )
@@ -317,32 +316,31 @@ def run(config: PreprocessConfig, progress: Progress | None = None) -> dict[str,
 
     inputs, line_counts = _check_inputs(config, base, report)
     created: list[Path] = []  # the folders above dest this run made, removed again if it fails
-    try:
-        created = make_parents(dest)
-        for stale in clean_stale_temp_dirs(dest, log.warning):
-            log.warning("removed %s, left by an interrupted run", stale)
-        tmp = make_temp_dir(dest)
-    except OSError as err:
-        remove_folders(created)
-        raise OutputError(f"cannot create the data directory here: {err.strerror}", str(dest)) from None
-    try:
-        work = tmp / "work"
-        work.mkdir()
-        manifest = _build(config, base, report, tmp, work, line_counts)
-        manifest["inputs"] = inputs
-        shutil.rmtree(work)
-        manifest["files"] = sorted([str(p.relative_to(tmp)) for p in tmp.rglob("*") if not p.is_dir()]
-                                   + ["manifest.json"])
-        _write_manifest(tmp / "manifest.json", manifest)
-        _check_dest(dest, config.force)  # the finished directory replaces an old one only now
-        old = swap_in_dir(tmp, dest)
-    except BaseException as err:
-        shutil.rmtree(tmp, ignore_errors=True)
-        remove_folders(created)
-        if isinstance(err, OSError):  # disk full, permissions...: a user-facing error, not a traceback
-            raise OutputError(f"cannot write the data directory: {err.strerror or err}",
-                              err.filename or str(dest)) from None
-        raise
+    with contextlib.ExitStack() as held:  # the temp folder, held while this run writes it
+        try:
+            created = make_parents(dest)
+            tmp = held.enter_context(held_temp_dir(dest, log.warning))
+        except OSError as err:
+            remove_folders(created)
+            raise OutputError(f"cannot create the data directory here: {err.strerror}", str(dest)) from None
+        try:
+            work = tmp / "work"
+            work.mkdir()
+            manifest = _build(config, base, report, tmp, work, line_counts)
+            manifest["inputs"] = inputs
+            shutil.rmtree(work)
+            manifest["files"] = sorted([str(p.relative_to(tmp)) for p in tmp.rglob("*") if not p.is_dir()]
+                                       + ["manifest.json"])
+            _write_manifest(tmp / "manifest.json", manifest)
+            _check_dest(dest, config.force)  # the finished directory replaces an old one only now
+            old = swap_in_dir(tmp, dest)
+        except BaseException as err:
+            shutil.rmtree(tmp, ignore_errors=True)
+            remove_folders(created)
+            if isinstance(err, OSError):  # disk full, permissions...: a user-facing error, not a traceback
+                raise OutputError(f"cannot write the data directory: {err.strerror or err}",
+                                  err.filename or str(dest)) from None
+            raise
     if old is not None:
         log.warning("the replaced data directory could not be deleted whole; what is left of it is %s: "
                     "delete it by hand", old)
