@@ -399,6 +399,32 @@ def test_a_killed_runs_temp_folder_whose_pid_is_another_process_now_is_removed(c
     assert f"{live} is being written by process {os.getpid()}" in caplog.text
 
 
+def test_another_runs_data_dir_that_lands_just_before_the_swap_is_not_replaced_without_force(corpus, monkeypatch):
+    """Two runs into one new --dest: the later one checked --dest again only before it took the
+    lock of the swap, so where the earlier one's swap landed in between, it replaced that run's
+    data directory without --force. The check is made under the lock now."""
+    import contextlib
+
+    from nmtkit.io import dirs
+
+    dest = corpus["tmp"] / "d"
+    real = dirs.folders_locked
+
+    @contextlib.contextmanager
+    def other_run_swaps_first(folders):
+        if folders == [dest.parent] and list(dest.parent.glob("d.tmp-*/manifest.json")):  # this run's swap
+            dest.mkdir(exist_ok=True)
+            (dest / "manifest.json").write_text("the other run's\n")
+        with real(folders):
+            yield
+
+    monkeypatch.setattr(dirs, "folders_locked", other_run_swaps_first)
+    with pytest.raises(OutputExistsError, match="not empty; use --force"):
+        preprocess.run(_config(corpus, dest))
+    assert os.listdir(dest) == ["manifest.json"] and (dest / "manifest.json").read_text() == "the other run's\n"
+    _no_leftovers(corpus["tmp"])
+
+
 def test_empty_existing_dest_is_fine(corpus):
     dest = corpus["tmp"] / "d"
     dest.mkdir()

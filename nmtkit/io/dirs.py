@@ -142,15 +142,17 @@ def held_temp_dir(dest: str | Path, warn: Callable[[str], None]) -> Iterator[Pat
         yield tmp
 
 
-def swap_in_dir(tmp: str | Path, dest: str | Path) -> Path | None:
-    """Put the finished folder `tmp` at `dest`: a folder already there is renamed aside first, and
-    deleted only once `tmp` has taken its place; with their folder locked (`folders_locked`), so that
-    two runs swapping theirs in at once (two `preprocess --dest D --force`) leave the later one's, the
-    other's not stranded aside. Returns what is left of the old one when it could not be deleted
+def swap_in_dir(tmp: str | Path, dest: str | Path, check: Callable[[], None] = lambda: None) -> Path | None:
+    """Put the finished folder `tmp` at `dest`, once `check()` (which raises to refuse) passes: a
+    folder already there is renamed aside first, and deleted only once `tmp` has taken its place;
+    with their folder locked (`folders_locked`), so that two runs swapping theirs in at once (two
+    `preprocess --dest D`) leave the later one's, the other's not stranded aside, where `check`
+    sees the earlier one's. Returns what is left of the old one when it could not be deleted
     whole (e.g. a read-only folder inside it), else None."""
     tmp, dest = Path(tmp), Path(dest)
     # never stopped between the renames: the old folder aside, no folder at dest
     with folders_locked([dest.parent]), signals.blocked():
+        check()
         if not dest.exists():
             os.rename(tmp, dest)
             return None

@@ -332,8 +332,8 @@ def run(config: PreprocessConfig, progress: Progress | None = None) -> dict[str,
             manifest["files"] = sorted([str(p.relative_to(tmp)) for p in tmp.rglob("*") if not p.is_dir()]
                                        + ["manifest.json"])
             _write_manifest(tmp / "manifest.json", manifest)
-            _check_dest(dest, config.force)  # the finished directory replaces an old one only now
-            old = swap_in_dir(tmp, dest)
+            # the finished directory replaces an old one only now: checked again, under the swap's lock
+            old = swap_in_dir(tmp, dest, lambda: _check_dest(dest, config.force))
         except BaseException as err:
             shutil.rmtree(tmp, ignore_errors=True)
             remove_folders(created)
