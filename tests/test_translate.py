@@ -165,10 +165,13 @@ def test_unk_dictionary_keys_are_the_source_words_as_the_model_reads_them_as_the
 
 
 def test_bad_unk_dictionary_line_is_named(tmp_path):
+    """A key with a space (or one around it) was kept, and never matched a source word."""
     p = tmp_path / "d.tsv"
-    p.write_text("a\tb\nno tab here\n", encoding="utf-8")
-    with pytest.raises(InputError, match=r"d.tsv:2:"):
-        read_unk_dict(str(p))
+    for text, needle in (("a\tb\nno tab here\n", "d.tsv:2:"), ("a\tb\nNew York\tNew York\n", "d.tsv:2: the source "
+                         "'New York' is not one word"), ("a \tb\n", "d.tsv:1: the source 'a ' is not one word")):
+        p.write_text(text, encoding="utf-8")
+        with pytest.raises(InputError, match=needle):
+            read_unk_dict(str(p))
 
 
 def test_an_unk_dictionary_is_read_as_every_text_input_bom_dropped_bad_lines_named(tmp_path):
