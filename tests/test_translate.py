@@ -54,9 +54,12 @@ def test_output_order_is_the_input_order_after_length_sorting(ckpt):
 
 
 def test_empty_and_blank_lines_give_empty_outputs(ckpt):
-    out = _translator(ckpt).translate(["", "the cat", "  ", ""])
-    assert out[0] == out[2] == out[3] == ""
+    """Silently, where a line the text pipeline empties (a zero-width space, a soft hyphen) is warned about."""
+    warnings: list[str] = []
+    out = _translator(ckpt, warn=warnings.append).translate(["", "the cat", "  ", "", "\u200b", "\u00ad\x07"])
+    assert out[0] == out[2] == out[3] == out[4] == out[5] == ""
     assert out[1] != ""
+    assert [w.split(": ")[0] for w in warnings] == ["<input>:5", "<input>:6"] and "written empty" in warnings[0]
 
 
 def test_overlong_line_is_truncated_with_a_warning_naming_it(ckpt):
