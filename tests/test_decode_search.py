@@ -158,6 +158,15 @@ def test_batched_search_equals_one_sentence_at_a_time():
         assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-5)
 
 
+def test_a_length_limit_of_zero_tokens_is_one_as_the_help_says():
+    """floor(0.5 * 1 + 0) = 0 was raised to one token while --help said 'at most a * len + b'
+    (a and b that give 0 for every line are refused: translate's length-limit-of-nothing row)."""
+    from nmtkit.translate.config import SearchConfig
+
+    assert max_lengths(torch.tensor([1, 4]), 0.5, 0.0).tolist() == [1, 2]
+    assert "at least 1" in SearchConfig.__dataclass_fields__["max_len_a"].metadata["option"].help
+
+
 @pytest.mark.parametrize("src_eos", [True, False])
 def test_length_limit_is_respected_and_attention_comes_back_over_the_source_tokens(src_eos):
     model = tiny_model(seed=8, src_eos=src_eos)

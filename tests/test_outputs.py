@@ -89,6 +89,21 @@ def test_dev_stdout_redirected_to_a_file_is_written_after_what_the_file_holds(tm
     assert os.listdir(tmp_path) == ["f"]
 
 
+@pytest.mark.parametrize("name", ["/dev/fd/{fd}", "/proc/self/fd/{fd}"])
+def test_dev_fd_n_on_a_file_is_written_through_the_descriptor_as_the_shell_does(tmp_path, name):
+    """`-o /dev/fd/3 3>>f` truncated f (reopened by name), losing what it held; `3<f` truncated
+    a file opened for reading. Now appended through the descriptor, or one line with f intact."""
+    out = tmp_path / "f"
+    out.write_bytes(b"header\n")
+    for mode, status in (("ab", 0), ("rb", 1)):
+        with open(out, mode) as f:
+            proc = subprocess.run([sys.executable, "-m", "nmtkit", "tokenize", "--lang", "en", "-o",
+                                   name.format(fd=f.fileno())], input=b"Hello, world!\n", pass_fds=(f.fileno(),),
+                                  capture_output=True, timeout=120)
+        assert proc.returncode == status and len(proc.stderr.splitlines()) == status, proc.stderr
+        assert out.read_bytes() == b"header\nHello , world !\n" and os.listdir(tmp_path) == ["f"]
+
+
 def test_a_regular_file_is_replaced_atomically_with_open_w_permissions(tmp_path):
     new = tmp_path / "new.txt"
     with OutputFile(new) as out:

@@ -110,7 +110,7 @@ def test_a_data_directory_replaced_while_train_opens_it_is_read_whole_from_one(t
         path = new / name
         path.write_text("".join(line if line.startswith("<") else "x" + line for line in
                                 path.read_text().splitlines(keepends=True)))
-    real = train_data.read_manifest
+    real = train_data.read_manifest_files  # within DataDir.open's one read_one_folder, not a nested one
 
     def read_manifest(path):
         m = real(path)
@@ -118,7 +118,7 @@ def test_a_data_directory_replaced_while_train_opens_it_is_read_whole_from_one(t
             swap_in_dir(tmp_path / "data.new", dest)
         return m
 
-    monkeypatch.setattr(train_data, "read_manifest", read_manifest)
+    monkeypatch.setattr(train_data, "read_manifest_files", read_manifest)
     data = DataDir.open(dest)
     assert data.src_vocab.to_list()[4].startswith("x")  # the new folder's words ...
     assert list(data.split("train").src[0]) == list(pairs["train"][-1][0])  # ... and its ids

@@ -54,9 +54,12 @@ def test_output_order_is_the_input_order_after_length_sorting(ckpt):
 
 
 def test_empty_and_blank_lines_give_empty_outputs(ckpt):
-    out = _translator(ckpt).translate(["", "the cat", "  ", ""])
-    assert out[0] == out[2] == out[3] == ""
+    """Silently, where a line the text pipeline empties (a zero-width space, a soft hyphen) is warned about."""
+    warnings: list[str] = []
+    out = _translator(ckpt, warn=warnings.append).translate(["", "the cat", "  ", "", "\u200b", "\u00ad\x07"])
+    assert out[0] == out[2] == out[3] == out[4] == out[5] == ""
     assert out[1] != ""
+    assert [w.split(": ")[0] for w in warnings] == ["<input>:5", "<input>:6"] and "written empty" in warnings[0]
 
 
 def test_overlong_line_is_truncated_with_a_warning_naming_it(ckpt):
@@ -165,10 +168,13 @@ def test_unk_dictionary_keys_are_the_source_words_as_the_model_reads_them_as_the
 
 
 def test_bad_unk_dictionary_line_is_named(tmp_path):
+    """A key with a space (or one around it) was kept, and never matched a source word."""
     p = tmp_path / "d.tsv"
-    p.write_text("a\tb\nno tab here\n", encoding="utf-8")
-    with pytest.raises(InputError, match=r"d.tsv:2:"):
-        read_unk_dict(str(p))
+    for text, needle in (("a\tb\nno tab here\n", "d.tsv:2:"), ("a\tb\nNew York\tNew York\n", "d.tsv:2: the source "
+                         "'New York' is not one word"), ("a \tb\n", "d.tsv:1: the source 'a ' is not one word")):
+        p.write_text(text, encoding="utf-8")
+        with pytest.raises(InputError, match=needle):
+            read_unk_dict(str(p))
 
 
 def test_an_unk_dictionary_is_read_as_every_text_input_bom_dropped_bad_lines_named(tmp_path):

@@ -468,10 +468,29 @@ def test_an_output_written_in_place_into_an_input_file_is_refused(ckpt, tmp_path
     assert text.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]
 
 
+def test_an_output_through_dev_fd_n_that_is_another_output_file_is_refused(ckpt, tmp_path):
+    """`-o /dev/fd/3 --alignments-file a --force 3>>a`: the alignments replaced a, the translations
+    written through the descriptor were lost, exit 0 (outputs written in place were never compared)."""
+    from tests.conftest import REPO
+
+    (tmp_path / "in.en").write_text("the cat\n", encoding="utf-8")
+    both = tmp_path / "a.txt"
+    both.write_text("mine\n")
+    with open(both, "ab") as f:
+        proc = subprocess.run([sys.executable, "-m", "nmtkit", "translate", "-m", ckpt, "-i", str(tmp_path / "in.en"),
+                               "-o", f"/dev/fd/{f.fileno()}", "--alignments", "hard", "--alignments-file", str(both),
+                               "--force"], pass_fds=(f.fileno(),), capture_output=True, text=True, cwd=REPO,
+                              env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1"))
+    line = _error_line(CliResult(proc.returncode, proc.stdout, proc.stderr))
+    assert f"{both}: the --alignments-file output is also the -o output; nothing was written" in line
+    assert both.read_text() == "mine\n" and sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "in.en"]
+
+
 def test_a_failed_run_takes_back_the_plot_folder_it_created(ckpt, tmp_path):
     """--plot-attention DIR is created (with the folders above it) before the work: a run that
     failed (a missing checkpoint, a bad line, Ctrl-C, a full disk) left them, with the plots drawn
-    so far beside an -o never written. A folder that was there stays as it is."""
+    so far beside an -o never written. A folder that was there stays as it is: with an -o file, the
+    plots appear with it or not at all (an old plot was replaced by that of a run that failed)."""
     src = tmp_path / "in.en"
     src.write_bytes(b"the cat\nthe \xff dog\n")  # line 1 is translated and plotted, line 2 fails
     plots = tmp_path / "a" / "plots"
@@ -481,6 +500,11 @@ def test_a_failed_run_takes_back_the_plot_folder_it_created(ckpt, tmp_path):
         assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]
     plots.mkdir(parents=True)
     (plots / "notes.txt").write_text("mine\n")
+    (plots / "000001.png").write_bytes(b"old plot")
+    _error_line(run_cli(["translate", "-m", ckpt, "-i", str(src), "-o", str(tmp_path / "o.txt"),
+                         "--plot-attention", str(plots), "--buffer-size", "1"]))
+    assert sorted(p.name for p in plots.iterdir()) == ["000001.png", "notes.txt"]
+    assert (plots / "000001.png").read_bytes() == b"old plot" and not (tmp_path / "o.txt").exists()
     _error_line(run_cli(["translate", "-m", ckpt, "-i", str(src), "--plot-attention", str(plots), "--buffer-size", "1"]))
     assert (plots / "notes.txt").read_text() == "mine\n"
 

@@ -46,10 +46,11 @@ def read_manifest(path: str | Path) -> Manifest:
     """Read and check `path/manifest.json` and its vocabulary files (InputError naming the
     directory or the file when anything is missing or does not agree), all of one folder where
     `preprocess --force` replaces it meanwhile (`read_one_folder`)."""
-    return read_one_folder(path, lambda: _read_manifest(Path(path)))
+    return read_one_folder(path, lambda: read_manifest_files(Path(path)))
 
 
-def _read_manifest(path: Path) -> Manifest:
+def read_manifest_files(path: Path) -> Manifest:
+    """`read_manifest` within a `read_one_folder` of the caller's (`DataDir.open`: with the splits)."""
     if not path.exists():
         raise InputError("data directory not found (create it with 'nmtkit preprocess')", str(path))
     if not path.is_dir():

@@ -50,20 +50,22 @@ def writes_in_place(path: str | Path) -> bool:
     return not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode)
 
 
-def standard_stream_fd(path: str | Path) -> int | None:
-    """1 or 2 where `path` (e.g. /dev/stdout) names the regular file this process's stdout or
-    stderr was redirected to, else None: written through that descriptor, not reopened by name,
-    which would truncate what the shell had written there (`{ echo x; nmtkit ... -o /dev/stdout; } > f`)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    if not stat.S_ISREG(st.st_mode):  # a pipe, a terminal, /dev/null: opened again, nothing is lost
-        return None
-    for fd in (1, 2):
-        with contextlib.suppress(OSError):
-            if os.path.samestat(st, os.fstat(fd)):
-                return fd
+def inherited_fd(path: str | Path) -> int | None:
+    """N where `path` (/dev/stdout, /dev/fd/N, /proc/self/fd/N) names this process's descriptor N
+    on a regular file, else None: written through that descriptor, as the shell's `>/dev/fd/N` and
+    `-` are, not reopened by name, which would truncate what the shell had written there
+    (`{ echo x; nmtkit ... -o /dev/stdout; } > f`) or what `3>>f` appends to."""
+    p = os.path.abspath(path)
+    for _ in range(40):
+        folder, name = os.path.split(p)
+        if name.isdigit() and os.path.realpath(folder) == f"/proc/{os.getpid()}/fd":
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.fstat(int(name)).st_mode):  # a pipe, a terminal: opened again, nothing is lost
+                    return int(name)
+            return None
+        if not os.path.islink(p):
+            return None
+        p = os.path.normpath(os.path.join(folder, os.readlink(p)))
     return None
 
 
@@ -263,7 +265,7 @@ class OutputFile(_Output):
         self._staged = Staged(self.path)
         self.write_path = self._staged.write_path
         binary = "b" in mode
-        fd = standard_stream_fd(self.path) if self._staged.in_place else None
+        fd = inherited_fd(self.path) if self._staged.in_place else None
         try:
             if fd is not None:  # after what the stream holds, never over it
                 for stream in (sys.stdout, sys.stderr):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from nmtkit.data.binarized import ParallelData, check_npy, split_paths
-from nmtkit.data.manifest import Manifest, read_manifest, recorded_digests
+from nmtkit.data.manifest import Manifest, read_manifest_files, recorded_digests
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.io.dirs import read_one_folder
 from nmtkit.text.io import read_lines_and_hash, resolve_input
@@ -24,7 +24,7 @@ class DataDir(Manifest):
 
     @classmethod
     def open(cls, path: str | Path) -> "DataDir":
-        """The data directory at `path` (its manifest read by `data.manifest.read_manifest`), every
+        """The data directory at `path` (its manifest read by `data.manifest.read_manifest_files`), every
         binarised file checked against the manifest's counts before training starts (lines + 1
         offsets, lines word lengths, src_tokens / tgt_tokens ids) and each split opened (its
         structure and ids checked: `split`): a truncated, missing or damaged file is named. All of
@@ -33,7 +33,7 @@ class DataDir(Manifest):
 
     @classmethod
     def _open(cls, path: str | Path) -> "DataDir":
-        m = read_manifest(path)
+        m = read_manifest_files(Path(path))
         data = cls(**{f.name: getattr(m, f.name) for f in fields(Manifest)})
         splits = data.manifest.get("splits")
         for name, info in (splits.items() if isinstance(splits, dict) else ()):

@@ -155,7 +155,9 @@ def _run(config: TranslateConfig, progress: Progress) -> dict[str, int]:
         align_file = stack.enter_context(OutputFile(alignments_file)) if alignments_file else None
         writers = Writers(out_file.file if out_file else sys.stdout,
                           align_file.file if align_file else (sys.stdout if align_stdout else None),
-                          config, flush_each=config.interactive or config.buffer_size == 1)
+                          config, flush_each=config.interactive or config.buffer_size == 1,
+                          stage_plots=out_file is not None and out_file.write_path != out_file.path)
+        stack.callback(lambda: [plot.abort() for plot in writers.plots or []])  # no-ops once committed
         # a file as every reader reads one (text.io.read_lines: .gz gunzipped, a damaged one named)
         # stdin line by line as lines arrive (a terminal or a pipe is answered without waiting)
         texts = read_text_lines(input_path) if input_path else stream_lines(sys.stdin.buffer, source)
@@ -166,5 +168,5 @@ def _run(config: TranslateConfig, progress: Progress) -> dict[str, int]:
             items = paired_lines(texts, refs, source, reference or "<stdin>")
         n = translate_stream(translator, items, writers, config, source, progress)
         # both files committed, or (a signal before) neither: never a mismatched pair
-        commit_all([f for f in (align_file, out_file) if f is not None])
+        commit_all([f for f in (align_file, out_file) if f is not None] + (writers.plots or []))
         return {"lines": n}

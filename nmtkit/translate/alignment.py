@@ -96,7 +96,7 @@ def soft_alignment(attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequen
 
 
 def read_unk_dict(path: str) -> dict[str, str]:
-    """`src<TAB>tgt` lines (first entry wins), read as every text input is (`text.io.read_lines`:
+    """`src<TAB>tgt` lines (first entry wins; src one word), read as every text input is (`text.io.read_lines`:
     a byte order mark dropped, invalid UTF-8 or binary data an InputError naming the line)."""
     table: dict[str, str] = {}
     for lineno, line in enumerate(read_lines(path), 1):
@@ -105,6 +105,9 @@ def read_unk_dict(path: str) -> dict[str, str]:
         parts = line.split("\t")
         if len(parts) != 2 or not parts[0] or not parts[1]:
             raise InputError("expected 'source<TAB>target'", path, lineno)
+        if parts[0].split() != [parts[0]]:  # a word as the model reads it: never matched
+            raise InputError(f"the source {parts[0]!r} is not one word, so it would never match (a key is one "
+                             "source word, as the model reads it)", path, lineno)
         table.setdefault(parts[0], parts[1])
     return table
 

@@ -123,7 +123,7 @@ class SearchConfig:
         help="Length normalisation alpha: hypotheses are ranked by log p / length^alpha (length counts EOS); "
              f"1 = per-word average, 0 = raw log-probability; between -{MAX_LENPEN} and {MAX_LENPEN}.")
     max_len_a: float = option(2.0, min=0, max=MAX_LEN_A,
-                              help="Target length limit: at most a * source_length + b tokens "
+                              help="Target length limit: at most a * source_length + b tokens, at least 1 "
                                    f"(a <= {MAX_LEN_A}, b <= {MAX_LEN_B:,}).")
     max_len_b: float = option(10.0, min=0, max=MAX_LEN_B, help="See --max-len-a.")
     shortlist: str = option(

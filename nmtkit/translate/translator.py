@@ -273,6 +273,10 @@ class Translator:
         use_threads(self._threads)
         workers = resolve_workers(self.config.workers, self._threads, self.device.type)
         prepared = self._prepare_all(lines, workers, source)
+        for (n, text), (toks, _) in zip(lines, prepared):
+            if not toks and text.strip():  # e.g. only zero-width spaces: it looks blank, yet was not
+                self._warn(f"{source}:{n}: no source token is left of this line once normalised and tokenised; "
+                           "it is written empty")
         need_attention = alignments or search.replace_unk
         batches = self._batches([len(toks) for toks, _ in prepared], [n for n, _ in lines])
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import IO, Any, Sequence
 
-from nmtkit.io.files import check_output_dir, save_figure
+from nmtkit.io.files import Staged, check_output_dir, save_figure
 from nmtkit.translate.alignment import Result, Translation, attention_matrix, hard_alignment, soft_alignment
 from nmtkit.translate.config import TranslateConfig
 
@@ -52,12 +52,16 @@ def plot_attention(path: str | Path, attention: Any, src_tokens: Sequence[str], 
 class Writers:
     """Every output of a translation run: translations (1-best or n-best) to `out`, alignments
     to `align` (with config.alignments), and the attention plots of the first config.plot_limit
-    translated lines into the config.plot_attention folder (created and probed here)."""
+    translated lines into the config.plot_attention folder (created and probed here). With
+    `stage_plots` (the translations go to a file, which appears whole at the end) the plots are
+    staged in `plots` for the caller to commit with it, never shown before it; else drawn at once."""
 
-    def __init__(self, out: IO[str], align: IO[str] | None, config: TranslateConfig, flush_each: bool):
+    def __init__(self, out: IO[str], align: IO[str] | None, config: TranslateConfig, flush_each: bool,
+                 stage_plots: bool = False):
         self.out, self.align, self.config, self.flush_each = out, align, config, flush_each
         self.sent = 0  # sentence counter for n-best ids (0-based, as Moses)
         self.plotted = 0
+        self.plots: list[Staged] | None = [] if stage_plots else None
         if config.plot_attention:
             check_output_dir(config.plot_attention, "--plot-attention folder")
 
@@ -96,9 +100,11 @@ class Writers:
         c = self.config
         if not c.plot_attention or not r.nbest or self.plotted >= c.plot_limit:
             return
-        best = r.nbest[0]
-        plot_attention(Path(c.plot_attention) / f"{r.index:06d}.png", best.attention, r.src_tokens, best.tokens,
-                       best.source_eos_attention)
+        best, path = r.nbest[0], Path(c.plot_attention) / f"{r.index:06d}.png"
+        if self.plots is not None:
+            self.plots.append(Staged(path))
+            path = Path(self.plots[-1].write_path)
+        plot_attention(path, best.attention, r.src_tokens, best.tokens, best.source_eos_attention)
         self.plotted += 1
 
     def write_score(self, log_prob: float) -> None:
