@@ -516,6 +516,16 @@ def test_stdout_on_a_full_disk_is_one_line(world):
     assert proc.stderr.strip().splitlines() == ["nmtkit: error: <stdout>: No space left on device"]
 
 
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_stdout_is_utf8_whatever_the_locale_says(encoding, monkeypatch):
+    """stdin is read as UTF-8, but stdout was written in the locale's encoding: under an ASCII
+    one (PYTHONIOENCODING=ascii, or LC_ALL=C where Python does not coerce it) `tokenize` ended in
+    a UnicodeEncodeError traceback; under latin-1 it wrote text its own next command refused."""
+    monkeypatch.setenv("PYTHONIOENCODING", encoding)
+    code, out, err = run_cli(["tokenize", "--lang", "en"], "héllo wörld\n", process=True)
+    assert (code, out, err) == (0, "héllo wörld\n", "")
+
+
 @pytest.mark.parametrize("stderr", ["full", "reader gone"])
 def test_a_stderr_that_cannot_be_written_fails_no_run_whose_outputs_are(world, stderr):
     """`nmtkit translate ... 2>/dev/full` (or a stderr pipe whose reader went away): the
