@@ -473,6 +473,17 @@ def test_an_empty_path_is_refused_and_never_taken_for_the_current_directory(comm
     assert list(cwd.iterdir()) == [] and not (world.tmp / "run-e").exists()
 
 
+def test_a_deleted_current_folder_is_one_line_saying_so(world, monkeypatch):
+    """A shell left in a deleted folder: `translate` died loading torch ("Intel oneMKL FATAL ERROR",
+    status 2), `tokenize -o out.txt` said "cannot read or write a file: No such file or directory"."""
+    cwd = world.tmp / "gone"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    cwd.rmdir()
+    check_row(Row("deleted-cwd", lambda w: ["tokenize", "--lang", "en", "-i", str(w.src), "-o", "out.txt"],
+                  needles=("the current folder no longer exists",)), world)
+
+
 def check_row(row: Row, world: World) -> None:
     """Run one row and check what it must do (the table's one judge; sibling tables use it too)."""
     argv = row.argv(world)

@@ -80,6 +80,11 @@ def cli(debug: bool) -> None:
     with select-data before preprocess to pick in-domain training data.
     """
     setup_warnings()
+    try:  # else relative paths name nothing, and loading torch dies in C ("oneMKL FATAL ERROR")
+        os.getcwd()
+    except FileNotFoundError:
+        raise NmtkitError("the current folder no longer exists (deleted or moved away): cd to a folder that "
+                          "exists and run the command again") from None
 
 
 class _StdoutGone(Exception):
