@@ -484,6 +484,14 @@ def test_a_deleted_current_folder_is_one_line_saying_so(world, monkeypatch):
                   needles=("the current folder no longer exists",)), world)
 
 
+def test_columns_0_loses_no_summary(world, monkeypatch):
+    """COLUMNS=0 made rich's console zero columns wide: preprocess's summary (its table, what was
+    dropped, the vocabulary sizes) vanished, even from a file, and the command succeeded."""
+    monkeypatch.setenv("COLUMNS", "0")
+    code, _, err = run_cli([a for a in _preprocess(world, world.tmp / "d-col") if a != "--quiet"])
+    assert code == 0 and "dropped from train" in err and "vocabularies" in err, err
+
+
 def check_row(row: Row, world: World) -> None:
     """Run one row and check what it must do (the table's one judge; sibling tables use it too)."""
     argv = row.argv(world)
