@@ -473,6 +473,25 @@ def test_an_empty_path_is_refused_and_never_taken_for_the_current_directory(comm
     assert list(cwd.iterdir()) == [] and not (world.tmp / "run-e").exists()
 
 
+def test_a_deleted_current_folder_is_one_line_saying_so(world, monkeypatch):
+    """A shell left in a deleted folder: `translate` died loading torch ("Intel oneMKL FATAL ERROR",
+    status 2), `tokenize -o out.txt` said "cannot read or write a file: No such file or directory"."""
+    cwd = world.tmp / "gone"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    cwd.rmdir()
+    check_row(Row("deleted-cwd", lambda w: ["tokenize", "--lang", "en", "-i", str(w.src), "-o", "out.txt"],
+                  needles=("the current folder no longer exists",)), world)
+
+
+def test_columns_0_loses_no_summary(world, monkeypatch):
+    """COLUMNS=0 made rich's console zero columns wide: preprocess's summary (its table, what was
+    dropped, the vocabulary sizes) vanished, even from a file, and the command succeeded."""
+    monkeypatch.setenv("COLUMNS", "0")
+    code, _, err = run_cli([a for a in _preprocess(world, world.tmp / "d-col") if a != "--quiet"])
+    assert code == 0 and "dropped from train" in err and "vocabularies" in err, err
+
+
 def check_row(row: Row, world: World) -> None:
     """Run one row and check what it must do (the table's one judge; sibling tables use it too)."""
     argv = row.argv(world)
@@ -514,6 +533,16 @@ def test_stdout_on_a_full_disk_is_one_line(world):
                               stderr=subprocess.PIPE, text=True, env=env, timeout=120)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines() == ["nmtkit: error: <stdout>: No space left on device"]
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_stdout_is_utf8_whatever_the_locale_says(encoding, monkeypatch):
+    """stdin is read as UTF-8, but stdout was written in the locale's encoding: under an ASCII
+    one (PYTHONIOENCODING=ascii, or LC_ALL=C where Python does not coerce it) `tokenize` ended in
+    a UnicodeEncodeError traceback; under latin-1 it wrote text its own next command refused."""
+    monkeypatch.setenv("PYTHONIOENCODING", encoding)
+    code, out, err = run_cli(["tokenize", "--lang", "en"], "héllo wörld\n", process=True)
+    assert (code, out, err) == (0, "héllo wörld\n", "")
 
 
 @pytest.mark.parametrize("stderr", ["full", "reader gone"])

@@ -49,6 +49,12 @@ ROWS = [
         needles=("--tensorboard '-'",), check=lambda w: _no_dash_folder()),
     Row("translate-plot-attention-dash", lambda w: _translate(w, "--plot-attention", "-"),
         needles=("--plot-attention '-'",), check=lambda w: _no_dash_folder()),
+    # a folder option naming a link to nothing, or to itself: "File exists", or "train.lock ...: remove it"
+    *(Row(f"{cmd}-{opt[2:]}-{kind}-symlink", lambda w, a=argv, k=kind: a(w, _bad_link(w, k)),
+          needles=(f"the {opt} ", "symlink that leads to no folder")) for kind in ("dangling", "looping")
+      for cmd, opt, argv in (("train", "--save-dir", lambda w, p: _train(w, p)),
+                             ("train", "--tensorboard", lambda w, p: _train(w, w.tmp / "r-tbl", "--tensorboard", p)),
+                             ("translate", "--plot-attention", lambda w, p: _translate(w, "--plot-attention", p)))),
     Row("translate-nul-byte-is-binary", lambda w: _with_input(w, _text(w, "nul.en", b"a cat\nthe\0dog\n")),
         needles=("nul.en:2:", "binary")),
     # a file of zeros without a line end (a typo for /dev/null, a file zeroed by a crash) was read whole into
@@ -190,6 +196,14 @@ ROWS = [
         needles=("nul.en:2:", "binary")),
 ]
 
+
+
+def _bad_link(w: World, kind: str) -> Path:
+    """A symlink to a missing folder, or to itself."""
+    link = w.tmp / f"{kind}-link"
+    if not link.is_symlink():
+        link.symlink_to(w.tmp / "missing" / "run" if kind == "dangling" else link)
+    return link
 
 
 def _no_dash_folder() -> None:

@@ -80,6 +80,11 @@ def cli(debug: bool) -> None:
     with select-data before preprocess to pick in-domain training data.
     """
     setup_warnings()
+    try:  # else relative paths name nothing, and loading torch dies in C ("oneMKL FATAL ERROR")
+        os.getcwd()
+    except FileNotFoundError:
+        raise NmtkitError("the current folder no longer exists (deleted or moved away): cd to a folder that "
+                          "exists and run the command again") from None
 
 
 class _StdoutGone(Exception):
@@ -218,6 +223,8 @@ def main(argv: list[str] | None = None) -> None:
     # before torch builds its first product
     limit_cpu_caches(TRAIN_ONEDNN_CACHE_CAPACITY if _command_name(argv) == "train" else ONEDNN_CACHE_CAPACITY)
     real_stdin, real_stdout, real_stderr = sys.stdin, sys.stdout, sys.stderr
+    if hasattr(real_stdout, "reconfigure"):  # data is UTF-8, as in files and on stdin, whatever the locale says
+        real_stdout.reconfigure(encoding="utf-8", errors=real_stdout.errors)
     sys.stdout = _NamedStdout(real_stdout) if real_stdout is not None else _ClosedStream("<stdout>")  # type: ignore
     if real_stderr is not None:
         sys.stderr = _Diagnostics(real_stderr)  # type: ignore[assignment]

@@ -128,7 +128,10 @@ def make_console():
     """A rich console on stderr (never stdout: stdout carries data only)."""
     from rich.console import Console
 
-    return Console(stderr=True)
+    console = Console(stderr=True)
+    if console.width < 1:  # COLUMNS=0: rich would draw nothing, and the summaries would be lost
+        console.width = 80
+    return console
 
 
 class StageBars:

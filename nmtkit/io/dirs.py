@@ -241,10 +241,12 @@ class DirLock:
 
     def check(self) -> None:
         """Refuse now (as `acquire` would) when a live process holds the lock, creating nothing."""
+        if not self.path.parent.is_dir():  # no folder to hold one (a link to nothing or to itself too)
+            return  # `acquire` decides, after the caller's checks
         try:
             fd = open_in_place(self.path, os.O_RDWR)
-        except (FileNotFoundError, NotADirectoryError):
-            return  # no lock file (or no folder to hold one): `acquire` decides, after the caller's checks
+        except FileNotFoundError:
+            return  # no lock file
         self._lock(fd)
         os.close(fd)
 

@@ -136,8 +136,9 @@ def check_output_dir(path: str | Path, what: str = "output folder", create: bool
     """Refuse a directory output that could not be written: create it (with `create`) and
     probe it by creating and removing a file in it."""
     path = os.fspath(path)
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise OutputError(f"the {what} exists and is not a directory", path)
+    if os.path.lexists(path) and not os.path.isdir(path):  # a link to nothing (or to itself) too
+        raise OutputError(f"the {what} exists and is not a directory" if os.path.exists(path) else
+                          f"the {what} is a symlink that leads to no folder", path)
     if not os.path.exists(path):
         if not create:
             raise OutputError(f"the {what} does not exist", path)
