@@ -221,6 +221,8 @@ def test_a_translation_with_words_outside_the_target_vocabulary_is_scored_with_a
     ("le chat\nun chien\n", ["--sampling"], "--score-reference scores given translations: --sampling"),
     # each silently ignored: --output-format bpe did not make the translations read as the model's tokens
     ("le chat\nun chien\n", ["--ban-unk"], "--score-reference scores given translations: --ban-unk would"),
+    ("le chat\nun chien\n", ["--beam", "5", "--lenpen", "0.5", "--max-len-b", "3"],
+     "--score-reference scores given translations: --beam and --lenpen and --max-len-b would change nothing"),
     ("le chat\nun chien\n", ["--output-format", "bpe"], "--output-format would change nothing (it reads the "
                                                           "translations as --input-format reads the sources)"),
 ])

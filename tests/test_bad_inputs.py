@@ -338,6 +338,10 @@ ROWS = [
         needles=("--sort-pool 1 is below --batch-size",)),  # trained one-pair minibatches without a word
     Row("translate-max-tokens-1-warns", lambda w: _translate(w, "--max-tokens", "1"), ok=True,
         needles=("--max-tokens 1",)),
+    # past 2^63-1: islice() refused the --buffer-size, and torch.full() the dev BLEU's --valid-beam (a traceback)
+    Row("translate-buffer-size-past-2-63", lambda w: _translate(w, "--buffer-size", str(2**63)), ok=True),
+    Row("train-valid-beam-past-2-63", lambda w: _train(w, w.tmp / "r9", "--valid-bleu-samples", "2", "--valid-beam",
+                                                       str(2**63)), ok=True),
     Row("translate-sampling-temperature-0", lambda w: _translate(w, "--sampling", "--temperature", "0"),
         needles=("--temperature must be > 0",)),
     Row("translate-sampling-topk-negative", lambda w: _translate(w, "--sampling", "--sampling-topk", "-1"),

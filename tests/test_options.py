@@ -70,6 +70,9 @@ def test_each_generated_option_takes_its_help_and_default_from_its_config_field(
     (dict(lr_decay=0.0), "--lr-decay must be in (0, 1], got 0.0"),
     (dict(adam_beta2=1.0), "--adam-beta2 must be in [0.0, 1.0), got 1.0"),
     (dict(clip_norm=-1.0), "--clip-norm must be >= 0 (0 disables clipping), got -1.0"),
+    # float32 made 1e-300 a 0 that divided 0 by 0: "non-finite loss at update 2", the advice a lower --lr
+    (dict(adam_eps=1e-300), "--adam-eps must be at least 1e-45 (float32 rounds a smaller epsilon to 0), got 1e-300"),
+    (dict(adadelta_eps=1e-46), "--adadelta-eps must be at least 1e-45 (float32 rounds a smaller epsilon to 0), got 1e-46"),
     (dict(valid_bleu_samples=-1), "--valid-bleu-samples must be >= 0, got -1"),
     (dict(lr=float("nan")), "--lr must be a finite number, got nan"),
     (dict(seed=1.5), "--seed must be an integer, got 1.5"),

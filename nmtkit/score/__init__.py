@@ -231,6 +231,10 @@ def _read_inputs(o: ScoreConfig) -> _Inputs:
         check_same_length(o.hyp_paths[0], systems[0][1], [(o.src_path, src)], what="source")
     if not systems[0][1]:
         raise InputError("empty file: nothing to score", o.hyp_paths[0])
+    for path, lines in zip(o.ref_paths, refs):  # scored BLEU 0, chrF 0 and TER 0, "perfect", without a word
+        if not any(line.strip() for line in lines):
+            raise InputError(f"its {len(lines)} lines hold no word (blank, or only spaces): nothing to score against",
+                             path)
     if "ter" in o.metrics:
         _check_ter_bound([*zip(o.hyp_paths, (h for _, h in systems)), *zip(o.ref_paths, refs)])
     tgt_lang = o.tgt_lang or guess_lang(o.ref_paths[0])

@@ -32,6 +32,8 @@ from nmtkit.options import check_fields, option, path_error, refuse_without
 from nmtkit.train.presets import PAPER_PRESETS, PRESETS, TRAIN_DEFAULTS, ModelOverrides, train_defaults
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhd]?)\s*$")
+# an optimiser epsilon float32 rounds to 0 divides 0 by 0 for every weight whose gradient is 0: NaN at once
+_EPS = dict(min=1e-45, message="must be at least 1e-45 (float32 rounds a smaller epsilon to 0)")
 
 
 def parse_duration(text: str) -> float:
@@ -82,10 +84,10 @@ class TrainConfig:
     lr: float = option(1.0, min=0, min_open=True, shown_default="adadelta 1.0, adam 1e-3",
                        help="Base learning rate.")
     adadelta_rho: float = option(0.95, min=0.0, max=1.0, help="Adadelta decay rho.")
-    adadelta_eps: float = option(1e-6, min=0.0, min_open=True, help="Adadelta epsilon.")
+    adadelta_eps: float = option(1e-6, **_EPS, help="Adadelta epsilon.")
     adam_beta1: float = option(0.9, min=0.0, max=1.0, max_open=True, help="Adam beta1.")
     adam_beta2: float = option(0.999, min=0.0, max=1.0, max_open=True, help="Adam beta2.")
-    adam_eps: float = option(1e-8, min=0.0, min_open=True, help="Adam epsilon.")
+    adam_eps: float = option(1e-8, **_EPS, help="Adam epsilon.")
     weight_decay: float = option(0.0, min=0, help="L2 weight decay.")
     clip_norm: float = option(1.0, min=0, shown_default="preset", message="must be >= 0 (0 disables clipping)",
                               help="Rescale the gradient to at most this L2 norm (paper: 1; 0 disables).")

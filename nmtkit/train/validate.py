@@ -145,6 +145,8 @@ def dev_bleu(
 
     from nmtkit.text.pipeline import TextPipeline
 
+    # a beam wider than the vocabulary finds what one as wide does (translate caps it so too), at any cost
+    beam = min(beam, len(tgt_vocab))
     ids = dev_translations(model, data, n_samples, beam, batch_size, device, precision, stop)
     pipe = TextPipeline.from_dict(pipeline)  # the data directory's, which `read_manifest` has checked
     kept = np.flatnonzero(within_bound(data, len(ids))).tolist()  # an empty source scores as an empty translation

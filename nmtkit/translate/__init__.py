@@ -44,7 +44,8 @@ def translate_stream(translator: Translator, items: Iterable[tuple], writers: Wr
     outputs are written in input order. Returns the number of lines done."""
     search = config.search_config()
     alignments = bool(config.alignments or config.plot_attention)
-    buffer_size = 1 if config.interactive else config.buffer_size  # each line answered as it arrives
+    # each line answered as it arrives; a buffer past sys.maxsize lines (islice's bound) holds them all as well
+    buffer_size = 1 if config.interactive else min(config.buffer_size, sys.maxsize)
     n = 0
     it = iter(items)
     while buf := list(itertools.islice(it, buffer_size)):  # takes no line beyond the buffer
