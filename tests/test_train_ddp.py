@@ -393,6 +393,20 @@ def test_processes_started_with_other_options_or_data_are_refused_on_every_rank(
     assert not (tmp_path / "run" / "checkpoint_last.pt").exists()
 
 
+@pytest.mark.slow  # ranks in processes of their own, each importing torch: 3-6 s
+def test_a_rank_refused_before_training_stops_the_others_with_one_line(tmp_path):
+    """A rank that stopped on its own input after joining the group (a damaged checkpoint to
+    resume, a data directory too small for the job) left the others a gloo traceback."""
+    opts = tiny_options(max_updates=4, valid_every=2, save_every=2, valid_bleu_samples=0)
+    data = [make_data_dir(tmp_path / "data"), make_data_dir(tmp_path / "data1", n_train=10)]
+    _start_ranks(_mismatched_worker, (2, _free_port(), data, tmp_path / "run", tmp_path, [opts, opts]))
+    said = [(tmp_path / f"rank{r}.txt").read_text() for r in (0, 1)]
+    assert said[1].startswith("InputError: ") and "fewer than the 2 processes" in said[1], said
+    assert said[0].startswith("TrainingError: a collective of the job failed after update 0 ("), said
+    assert said[0].endswith("another process stopped or lost its connection; the run had saved no checkpoint: start "
+                            "it again") and "\n" not in said[0]
+
+
 def test_train_log_gets_a_lost_writers_record_only_from_one_rank_and_only_once_rank_0_is_gone(tmp_path):
     """Rank 0 holds the run's lock while it lives (and writes its own record); once it is gone,
     the first other rank writes the record and the next finds it there."""
