@@ -358,6 +358,55 @@ def test_a_process_of_the_job_that_dies_stops_the_others_with_one_line_and_a_tra
     assert f" ERROR stopped by an error after update 5{by}: {said}" in last, last
 
 
+def _mismatched_worker(rank, world, port, data_dirs, run_dir, out_dir, opts):
+    """Rank `rank` trains on data_dirs[rank] with opts[rank]; writes down how its run ended."""
+    from tests.conftest import train_run
+
+    _as_rank(rank, world, port)
+    torch.set_num_threads(1)
+    try:
+        train_run(data_dirs[rank], run_dir, opts[rank], tiny_overrides(dropout=0.0))
+        said = "trained"
+    except Exception as err:  # noqa: BLE001 - what each rank reports is the result
+        said = f"{type(err).__name__}: {err}"
+    (out_dir / f"rank{rank}.txt").write_text(said)
+
+
+@pytest.mark.slow  # ranks in processes of their own, each importing torch: 3-6 s
+@pytest.mark.parametrize("differ", ["seed", "data"])
+def test_processes_started_with_other_options_or_data_are_refused_on_every_rank(tmp_path, differ):
+    """A rank given another --seed (or --batch-size) trained on an epoch plan of its own, some
+    pairs twice and others never, without a word; another --valid-every hung in collectives that
+    did not match; a --data of other vocabularies failed in DDP's traceback on every rank."""
+    opts = tiny_options(max_updates=4, valid_every=2, save_every=2, valid_bleu_samples=0)
+    data = [make_data_dir(tmp_path / "data")] * 2
+    opts = [opts, opts.replace(seed=opts.seed + 1) if differ == "seed" else opts]
+    if differ == "data":
+        data[1] = make_data_dir(tmp_path / "data1", n_train=200)
+    _start_ranks(_mismatched_worker, (2, _free_port(), data, tmp_path / "run", tmp_path, opts))
+    said = [(tmp_path / f"rank{r}.txt").read_text() for r in (0, 1)]
+    what = "--seed (4)" if differ == "seed" else "data (200 pairs of "
+    assert said[1].startswith(f"ConfigError: rank 1's {what}"), said
+    assert said[0] == ("ConfigError: another process of the job has other options or data: start every process of "
+                       "the job with the same options and data")
+    assert said[1].endswith(") is not rank 0's: start every process of the job with the same options and data")
+    assert not (tmp_path / "run" / "checkpoint_last.pt").exists()
+
+
+@pytest.mark.slow  # ranks in processes of their own, each importing torch: 3-6 s
+def test_a_rank_refused_before_training_stops_the_others_with_one_line(tmp_path):
+    """A rank that stopped on its own input after joining the group (a damaged checkpoint to
+    resume, a data directory too small for the job) left the others a gloo traceback."""
+    opts = tiny_options(max_updates=4, valid_every=2, save_every=2, valid_bleu_samples=0)
+    data = [make_data_dir(tmp_path / "data"), make_data_dir(tmp_path / "data1", n_train=10)]
+    _start_ranks(_mismatched_worker, (2, _free_port(), data, tmp_path / "run", tmp_path, [opts, opts]))
+    said = [(tmp_path / f"rank{r}.txt").read_text() for r in (0, 1)]
+    assert said[1].startswith("InputError: ") and "fewer than the 2 processes" in said[1], said
+    assert said[0].startswith("TrainingError: a collective of the job failed after update 0 ("), said
+    assert said[0].endswith("another process stopped or lost its connection; the run had saved no checkpoint: start "
+                            "it again") and "\n" not in said[0]
+
+
 def test_train_log_gets_a_lost_writers_record_only_from_one_rank_and_only_once_rank_0_is_gone(tmp_path):
     """Rank 0 holds the run's lock while it lives (and writes its own record); once it is gone,
     the first other rank writes the record and the next finds it there."""

@@ -226,3 +226,26 @@ class _Unpicklable(Exception):
 
     def __reduce__(self):
         raise TypeError("not today")
+
+
+def test_a_tokenize_worker_that_dies_is_one_line_naming_no_line_of_the_input(tmp_path, monkeypatch):
+    """A worker's death became an error at the first line of the chunk it held ("in.txt:2001: a
+    worker process died"), as if that line were at fault; a line's own error keeps its number."""
+    import nmtkit.text.tokenize as tokenize
+    from tests.conftest import run_cli
+
+    parent, real = os.getpid(), tokenize._tok_line
+
+    def tok_line(line, pipeline):
+        if os.getpid() != parent and line.startswith("die"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(line, pipeline)
+
+    monkeypatch.setattr(tokenize, "_tok_line", tok_line)
+    (tmp_path / "in.txt").write_text("hello world\n" * 2000 + "die here\n")  # the second chunk's worker dies
+    res = run_cli(["tokenize", "--lang", "en", "--workers", "2", "-i", str(tmp_path / "in.txt"), "-o",
+                   str(tmp_path / "out.txt")])
+    assert res.code == 1 and res.err.strip().splitlines() == [
+        "nmtkit: error: a worker process died without answering (killed by signal 9; out of memory? --workers 1 "
+        "works in one process)"], res.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]

@@ -100,6 +100,7 @@ def _forked_map(func: Callable[[T], R], items: Iterable[T], workers: int, chunk_
                 try:
                     results[number] = worker.reply()
                 except NmtkitError as err:
-                    err.item = number * chunk_size + getattr(err, "item", 0)
+                    if hasattr(err, "item"):  # a line's error (`_numbered`), not a worker's death
+                        err.item += number * chunk_size
                     raise
                 idle.append(worker)

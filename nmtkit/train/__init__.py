@@ -235,17 +235,24 @@ def _train(cfg, data, run_dir, commit, arch, model_config, ckpt, callbacks, info
     run it, closing it (its log and metrics files) and the TensorBoard writer either way."""
     from nmtkit import signals
     from nmtkit.devices import threads_restored
+    from nmtkit.train import distributed as ddp
     from nmtkit.train.context import TrainContext
     from nmtkit.train.trainer import Trainer
 
     tb = None
+    start = int(ckpt["trainer"]["update"]) if ckpt is not None else 0
     if tb_dir is not None and info.is_main:
-        start = int(ckpt["trainer"]["update"]) if ckpt is not None else 0
         callbacks = tb = TensorBoardCallbacks(tb_dir, callbacks, start_update=start)
     try:
         with threads_restored():  # the run sets torch's threads (its --threads) for the process
-            ctx = TrainContext(cfg, data, run_dir, arch, model_config, resume=ckpt, callbacks=callbacks,
-                               dist_info=info)
+            try:
+                ctx = TrainContext(cfg, data, run_dir, arch, model_config, resume=ckpt, callbacks=callbacks,
+                                   dist_info=info)
+            except RuntimeError as err:  # another rank stopped on its own input (a damaged checkpoint)
+                lost = ddp.lost_process_error(err, start, None if ckpt is None else start) if info.enabled else None
+                if lost is None:
+                    raise
+                raise lost from None
             trainer = Trainer(ctx, commit)
             try:
                 result = trainer.train()

@@ -28,6 +28,7 @@ from nmtkit.errors import CheckpointError, ConfigError, InputError, TrainingErro
 from nmtkit.io.dirs import LAST
 from nmtkit.models.fast.fusion import resolve_cuda_graphs, resolve_fuse
 from nmtkit.models.precision import FP16_ON_CPU, autocast, resolve_precision, set_tf32
+from nmtkit.options import option_name
 from nmtkit.train import distributed as ddp
 from nmtkit.train.config import TrainConfig
 from nmtkit.train.data import DataDir
@@ -147,6 +148,12 @@ class TrainContext:
         self.loss_module: nn.Module = ddp.LossModule(self.model, cfg.label_smoothing, cfg.loss_chunk_tokens)
         if self.dist.enabled:
             from torch.nn.parallel import DistributedDataParallel
+
+            mine = ("threads", "device", "fuse", "cuda_graphs", "tf32")  # how a machine runs, not what it trains
+            same = {option_name(k): v for k, v in cfg.to_dict().items() if k not in mine}
+            same.update(self.model_config, update=self.state.update, data=f"{len(self.train_data)} pairs of "
+                        f"{self.arrays[0].size}+{self.arrays[2].size} tokens")
+            ddp.check_same(same, self.dist, self.device)
 
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.loss_module = DistributedDataParallel(self.loss_module, device_ids=ids)

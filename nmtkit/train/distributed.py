@@ -9,6 +9,7 @@ validates and writes files; what it decides (dev score, stop) is broadcast.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 from dataclasses import dataclass
@@ -116,6 +117,21 @@ def all_max(value: float, info: DistInfo, device: torch.device) -> float:
 def any_flag(flag: bool, info: DistInfo, device: torch.device) -> bool:
     """True on every rank when any rank's flag is set."""
     return all_max(float(flag), info, device) > 0
+
+
+def check_same(values: dict[str, object], info: DistInfo, device: torch.device) -> None:
+    """A ConfigError on every rank where a rank's `values` (its options, model, data) are not rank
+    0's: a process started with another command line (a second machine's) or --data hung in
+    collectives that did not match, failed in DDP's traceback, or trained on its own epoch plan."""
+    if not info.enabled:
+        return
+    mine = [float(int.from_bytes(hashlib.blake2b(repr(v).encode(), digest_size=6).digest(), "big"))
+            for v in values.values()]  # 48 bits: exact in a float64
+    differ = [name for name, a, b in zip(values, mine, broadcast_floats(mine, info, device)) if a != b]
+    if any_flag(bool(differ), info, device):
+        who = f"rank {info.rank}'s {differ[0]} ({values[differ[0]]}) is not rank 0's" if differ else \
+            "another process of the job has other options or data"
+        raise ConfigError(f"{who}: start every process of the job with the same options and data")
 
 
 # what gloo and NCCL say when a peer is gone (gloo raises a plain RuntimeError)
