@@ -446,6 +446,21 @@ def test_no_unk_cli_with_data_dir_scores_the_subset_like_sacrebleu(files):
     assert full != pytest.approx(scores["bleu"]["score"], abs=1e-3)
 
 
+def test_a_gzipped_reference_takes_its_language_from_the_suffix_before_gz(files, tmp_path):
+    """ref.fr.gz was language 'gz': paper BLEU tokenised with Moses' generic rules (another figure,
+    'tok:moses-gz'), and --no-unk refused an fr model ('the target language is gz')."""
+    import gzip
+
+    for name in ("ref", "nuref"):
+        files[f"{name}gz"] = str(tmp_path / f"{name}.fr.gz")
+        Path(files[f"{name}gz"]).write_bytes(gzip.compress(Path(files[name]).read_bytes()))
+    plain, gz = (by_metric(score_json(["--hyp", "{hyp}", "--ref", ref, "--paper-bleu", "--metrics", "bleu"],
+                                      files)["systems"][0]["scores"])["paper_bleu"] for ref in ("{ref}", "{refgz}"))
+    assert gz == plain and "tok:moses-fr" in gz["signature"]
+    out = score_json(["--hyp", "{nuhyp}", "--ref", "{nurefgz}", "--src", "{nu}", "--no-unk", "--data", "{data}"], files)
+    assert out["no_unk"]["kept"] == len(NU_KEPT)
+
+
 def test_no_unk_cli_with_checkpoint_reads_its_vocabularies(files, tmp_path):
     from nmtkit.checkpoint import save_checkpoint
 
