@@ -618,16 +618,18 @@ def test_plot_is_a_png_with_one_line_per_system(files, tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
-def test_a_system_name_with_dollar_signs_is_drawn_as_written_not_as_a_formula(tmp_path, monkeypatch):
-    """matplotlib reads "$...$" as a formula: the label "a_b$x$" was drawn as "a_bx"."""
+@pytest.mark.parametrize("name", ["a_b$x$", "_base"])
+def test_a_system_name_with_dollar_signs_is_drawn_as_written_not_as_a_formula(tmp_path, monkeypatch, name):
+    """matplotlib reads "$...$" as a formula: the label "a_b$x$" was drawn as "a_bx"; and it
+    leaves a name starting with "_" (--label _base, or a file _base.fr) out of the legend."""
     from nmtkit.score import subsets
 
     drawn: list[tuple[str, object]] = []
     monkeypatch.setattr(subsets, "save_figure", lambda fig, path, format: drawn.extend(
         t._preprocess_math(t.get_text()) for t in fig.axes[0].get_legend().get_texts()))
-    rows = bleu_by_length([("a_b$x$", ["a b c d e"])], [["a b c d e"]], [25], width=10, max_length=60)
-    subsets.plot_by_length(rows, ["a_b$x$"], tmp_path / "p.png")
-    assert drawn == [("a_b$x$", False)]  # (the text drawn, not mathtext)
+    rows = bleu_by_length([(name, ["a b c d e"])], [["a b c d e"]], [25], width=10, max_length=60)
+    subsets.plot_by_length(rows, [name], tmp_path / "p.png")
+    assert drawn == [(name, False)]  # (the text drawn, not mathtext)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -206,7 +206,7 @@ def plot_by_length(rows: Sequence[LengthBucket], names: Sequence[str], path: str
             ax.set_ylabel("BLEU (solid: sacrebleu, dashed: paper-style)" if paper else "BLEU (sacrebleu)")
             ax.set_title(title)
             ax.grid(True, alpha=0.3)
-            ax.legend()
+            ax.legend(ax.lines, [line.get_label() for line in ax.lines])  # as named: '_x' would be left out
             fig.tight_layout()
             save_figure(fig, path, format="png")
         finally:
