@@ -251,6 +251,9 @@ BAD = [
      ["--tokenize needs a BLEU to act on"]),
     ("more-labels-than-systems", ["--hyp", "{hyp}", "--ref", "{ref}", "--label", "A", "--label", "B"], CONFIG,
      ["--label"]),
+    # a blank system in the report and tables, or one whose name broke its heading over two lines
+    ("blank-label", ["--hyp", "{hyp}", "--ref", "{ref}", "--label", ""], CONFIG, ["--label '': give each system"]),
+    ("label-with-a-line-break", ["--hyp", "{hyp}", "--ref", "{ref}", "--label", "a\nb"], CONFIG, ["--label 'a\\nb'"]),
     ("plot-not-png", ["--hyp", "{hyp}", "--ref", "{ref}", "--plot", "x.pdf", "--src", "{hyp}"], CONFIG, [".png"]),
     ("same-file-twice-without-labels", ["--hyp", "{hyp}", "--hyp", "{hyp}", "--ref", "{ref}"], CONFIG, ["--label"]),
     ("no-unk-without-model-or-data", ["--hyp", "{nuhyp}", "--ref", "{nuref}", "--src", "{nu}", "--no-unk"], CONFIG,

@@ -148,6 +148,9 @@ def _system_names(paths: Sequence[str], labels: Sequence[str]) -> list[str]:
     if labels:
         if len(labels) != len(paths):
             raise ConfigError(f"{len(labels)} --label given for {len(paths)} --hyp files: give one per --hyp")
+        if (bad := next((n for n in labels if not n.strip() or not n.isprintable()), None)) is not None:
+            raise ConfigError(f"--label {bad!r}: give each system a name of printable text on one line (it heads the "
+                              "system's scores, its table columns and its legend entry)")
         names = list(labels)
     else:
         names = [Path(p).name if p != "-" else "stdin" for p in paths]
