@@ -76,7 +76,7 @@ NU_REF = ["le chat dort.", "le chat dort.", "le chien dort sur le tapis.", "le c
 NU_HYP = ["le chat dort .", "le chat dort.", "le chat dort sur le tapis.", "chat.", "le chat", "le tapis dort."]
 NU_KEPT = [0, 5]
 TEXTS = {"hyp.fr": HYP, "ref.fr": REF, "ref2.fr": REF2, "upper.fr": UPPER, "short.fr": HYP[:-1],
-         "src2.en": ["one", "two"], "u2028.fr": U2028, "empty.fr": [], "bl.en": BL_SRC + ["x"],
+         "src2.en": ["one", "two"], "u2028.fr": U2028, "empty.fr": [], "blank.fr": [" "] * len(REF), "bl.en": BL_SRC + ["x"],
          "nu.en": NU_SRC, "nuref.fr": NU_REF, "nuhyp.fr": NU_HYP, "nusrc.de": NU_SRC}
 
 
@@ -229,6 +229,9 @@ BAD = [
     ("invalid-utf8", ["--hyp", "{bad}", "--ref", "{ref}"], None, ["{bad}:4:", "UTF-8"]),
     ("missing-file", ["--hyp", "{hyp}", "--ref", "{missing}"], None, ["{missing}: file not found"]),
     ("empty-input", ["--hyp", "{empty}", "--ref", "{empty}"], None, ["empty"]),
+    # a reference of blank lines (cut -f3 of two columns) scored BLEU 0, or doubled TER as a second reference
+    ("blank-second-reference", ["--hyp", "{hyp}", "--ref", "{ref}", "--ref", "{blank}"], INPUT,
+     ["{blank}: every line is blank"]),
     ("no-unk-without-src", ["--hyp", "{hyp}", "--ref", "{ref}", "--no-unk"], CONFIG, ["--src"]),
     ("by-length-without-src", ["--hyp", "{hyp}", "--ref", "{ref}", "--by-length"], CONFIG, ["--src"]),
     ("significance-of-one-system", ["--hyp", "{hyp}", "--ref", "{ref}", "--significance"], CONFIG, ["two --hyp"]),

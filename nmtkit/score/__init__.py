@@ -234,6 +234,9 @@ def _read_inputs(o: ScoreConfig) -> _Inputs:
         check_same_length(o.hyp_paths[0], systems[0][1], [(o.src_path, src)], what="source")
     if not systems[0][1]:
         raise InputError("empty file: nothing to score", o.hyp_paths[0])
+    if blank := next((p for p, lines in zip(o.ref_paths, refs) if not any(map(str.strip, lines))), None):
+        raise InputError("every line is blank: a reference without a word scores every system 0 (beside other "
+                         "references, it inflates TER); give the reference text (cut the right column?)", blank)
     if "ter" in o.metrics:
         _check_ter_bound([*zip(o.hyp_paths, (h for _, h in systems)), *zip(o.ref_paths, refs)])
     tgt_lang = o.tgt_lang or guess_lang(o.ref_paths[0])
