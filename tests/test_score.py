@@ -638,6 +638,23 @@ def test_a_system_name_with_dollar_signs_is_drawn_as_written_not_as_a_formula(tm
     assert drawn == [(name, False)]  # (the text drawn, not mathtext)
 
 
+@pytest.mark.parametrize("width, max_length", [(10, 60), (5, 60), (1, 1000)])
+def test_the_plots_length_labels_never_overlap(tmp_path, monkeypatch, width, max_length):
+    """13 buckets (--bucket-width 5) ran their labels into each other; 1,001 into a black smear."""
+    from nmtkit.score import subsets
+
+    boxes: list = []
+
+    def save(fig, path, format):
+        fig.canvas.draw()
+        boxes.extend(t.get_window_extent() for t in fig.axes[0].get_xticklabels() if t.get_text())
+
+    monkeypatch.setattr(subsets, "save_figure", save)
+    rows = bleu_by_length([("A", ["a b c d e"])], [["a b c d e"]], [25], width=width, max_length=max_length)
+    subsets.plot_by_length(rows, ["A"], tmp_path / "p.png")
+    assert 7 <= len(boxes) <= 20 and all(a.x1 + 8 <= b.x0 for a, b in zip(boxes, boxes[1:]))  # a letter apart
+
+
 # ---------------------------------------------------------------------------------------------
 # Paired bootstrap resampling
 
