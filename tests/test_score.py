@@ -230,7 +230,10 @@ BAD = [
     ("missing-file", ["--hyp", "{hyp}", "--ref", "{missing}"], None, ["{missing}: file not found"]),
     ("empty-input", ["--hyp", "{empty}", "--ref", "{empty}"], None, ["empty"]),
     ("reference-all-blank", ["--hyp", "{hyp}", "--ref", "{blank}"], INPUT,  # was BLEU 0, chrF 0 and TER 0
-     ["{blank}: its 8 lines hold no word"]),
+     ["{blank}: every line is blank"]),
+    # a reference of blank lines (cut -f3 of two columns) scored BLEU 0, or doubled TER as a second reference
+    ("blank-second-reference", ["--hyp", "{hyp}", "--ref", "{ref}", "--ref", "{blank}"], INPUT,
+     ["{blank}: every line is blank"]),
     ("no-unk-without-src", ["--hyp", "{hyp}", "--ref", "{ref}", "--no-unk"], CONFIG, ["--src"]),
     ("by-length-without-src", ["--hyp", "{hyp}", "--ref", "{ref}", "--by-length"], CONFIG, ["--src"]),
     ("significance-of-one-system", ["--hyp", "{hyp}", "--ref", "{ref}", "--significance"], CONFIG, ["two --hyp"]),
@@ -253,6 +256,9 @@ BAD = [
      ["--tokenize needs a BLEU to act on"]),
     ("more-labels-than-systems", ["--hyp", "{hyp}", "--ref", "{ref}", "--label", "A", "--label", "B"], CONFIG,
      ["--label"]),
+    # a blank system in the report and tables, or one whose name broke its heading over two lines
+    ("blank-label", ["--hyp", "{hyp}", "--ref", "{ref}", "--label", ""], CONFIG, ["--label '': give each system"]),
+    ("label-with-a-line-break", ["--hyp", "{hyp}", "--ref", "{ref}", "--label", "a\nb"], CONFIG, ["--label 'a\\nb'"]),
     ("plot-not-png", ["--hyp", "{hyp}", "--ref", "{ref}", "--plot", "x.pdf", "--src", "{hyp}"], CONFIG, [".png"]),
     ("same-file-twice-without-labels", ["--hyp", "{hyp}", "--hyp", "{hyp}", "--ref", "{ref}"], CONFIG, ["--label"]),
     ("no-unk-without-model-or-data", ["--hyp", "{nuhyp}", "--ref", "{nuref}", "--src", "{nu}", "--no-unk"], CONFIG,
@@ -448,6 +454,21 @@ def test_no_unk_cli_with_data_dir_scores_the_subset_like_sacrebleu(files):
     assert full != pytest.approx(scores["bleu"]["score"], abs=1e-3)
 
 
+def test_a_gzipped_reference_takes_its_language_from_the_suffix_before_gz(files, tmp_path):
+    """ref.fr.gz was language 'gz': paper BLEU tokenised with Moses' generic rules (another figure,
+    'tok:moses-gz'), and --no-unk refused an fr model ('the target language is gz')."""
+    import gzip
+
+    for name in ("ref", "nuref"):
+        files[f"{name}gz"] = str(tmp_path / f"{name}.fr.gz")
+        Path(files[f"{name}gz"]).write_bytes(gzip.compress(Path(files[name]).read_bytes()))
+    plain, gz = (by_metric(score_json(["--hyp", "{hyp}", "--ref", ref, "--paper-bleu", "--metrics", "bleu"],
+                                      files)["systems"][0]["scores"])["paper_bleu"] for ref in ("{ref}", "{refgz}"))
+    assert gz == plain and "tok:moses-fr" in gz["signature"]
+    out = score_json(["--hyp", "{nuhyp}", "--ref", "{nurefgz}", "--src", "{nu}", "--no-unk", "--data", "{data}"], files)
+    assert out["no_unk"]["kept"] == len(NU_KEPT)
+
+
 def test_no_unk_cli_with_checkpoint_reads_its_vocabularies(files, tmp_path):
     from nmtkit.checkpoint import save_checkpoint
 
@@ -605,16 +626,35 @@ def test_plot_is_a_png_with_one_line_per_system(files, tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
-def test_a_system_name_with_dollar_signs_is_drawn_as_written_not_as_a_formula(tmp_path, monkeypatch):
-    """matplotlib reads "$...$" as a formula: the label "a_b$x$" was drawn as "a_bx"."""
+@pytest.mark.parametrize("name", ["a_b$x$", "_base"])
+def test_a_system_name_with_dollar_signs_is_drawn_as_written_not_as_a_formula(tmp_path, monkeypatch, name):
+    """matplotlib reads "$...$" as a formula: the label "a_b$x$" was drawn as "a_bx"; and it
+    leaves a name starting with "_" (--label _base, or a file _base.fr) out of the legend."""
     from nmtkit.score import subsets
 
     drawn: list[tuple[str, object]] = []
     monkeypatch.setattr(subsets, "save_figure", lambda fig, path, format: drawn.extend(
         t._preprocess_math(t.get_text()) for t in fig.axes[0].get_legend().get_texts()))
-    rows = bleu_by_length([("a_b$x$", ["a b c d e"])], [["a b c d e"]], [25], width=10, max_length=60)
-    subsets.plot_by_length(rows, ["a_b$x$"], tmp_path / "p.png")
-    assert drawn == [("a_b$x$", False)]  # (the text drawn, not mathtext)
+    rows = bleu_by_length([(name, ["a b c d e"])], [["a b c d e"]], [25], width=10, max_length=60)
+    subsets.plot_by_length(rows, [name], tmp_path / "p.png")
+    assert drawn == [(name, False)]  # (the text drawn, not mathtext)
+
+
+@pytest.mark.parametrize("width, max_length", [(10, 60), (5, 60), (1, 1000)])
+def test_the_plots_length_labels_never_overlap(tmp_path, monkeypatch, width, max_length):
+    """13 buckets (--bucket-width 5) ran their labels into each other; 1,001 into a black smear."""
+    from nmtkit.score import subsets
+
+    boxes: list = []
+
+    def save(fig, path, format):
+        fig.canvas.draw()
+        boxes.extend(t.get_window_extent() for t in fig.axes[0].get_xticklabels() if t.get_text())
+
+    monkeypatch.setattr(subsets, "save_figure", save)
+    rows = bleu_by_length([("A", ["a b c d e"])], [["a b c d e"]], [25], width=width, max_length=max_length)
+    subsets.plot_by_length(rows, ["A"], tmp_path / "p.png")
+    assert 7 <= len(boxes) <= 20 and all(a.x1 + 8 <= b.x0 for a, b in zip(boxes, boxes[1:]))  # a letter apart
 
 
 # ---------------------------------------------------------------------------------------------

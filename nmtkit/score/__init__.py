@@ -148,6 +148,9 @@ def _system_names(paths: Sequence[str], labels: Sequence[str]) -> list[str]:
     if labels:
         if len(labels) != len(paths):
             raise ConfigError(f"{len(labels)} --label given for {len(paths)} --hyp files: give one per --hyp")
+        if (bad := next((n for n in labels if not n.strip() or not n.isprintable()), None)) is not None:
+            raise ConfigError(f"--label {bad!r}: give each system a name of printable text on one line (it heads the "
+                              "system's scores, its table columns and its legend entry)")
         names = list(labels)
     else:
         names = [Path(p).name if p != "-" else "stdin" for p in paths]
@@ -231,10 +234,9 @@ def _read_inputs(o: ScoreConfig) -> _Inputs:
         check_same_length(o.hyp_paths[0], systems[0][1], [(o.src_path, src)], what="source")
     if not systems[0][1]:
         raise InputError("empty file: nothing to score", o.hyp_paths[0])
-    for path, lines in zip(o.ref_paths, refs):  # scored BLEU 0, chrF 0 and TER 0, "perfect", without a word
-        if not any(line.strip() for line in lines):
-            raise InputError(f"its {len(lines)} lines hold no word (blank, or only spaces): nothing to score against",
-                             path)
+    if blank := next((p for p, lines in zip(o.ref_paths, refs) if not any(map(str.strip, lines))), None):
+        raise InputError("every line is blank: a reference without a word scores every system 0 (beside other "
+                         "references, it inflates TER); give the reference text (cut the right column?)", blank)
     if "ter" in o.metrics:
         _check_ter_bound([*zip(o.hyp_paths, (h for _, h in systems)), *zip(o.ref_paths, refs)])
     tgt_lang = o.tgt_lang or guess_lang(o.ref_paths[0])

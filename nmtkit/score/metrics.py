@@ -173,8 +173,8 @@ def paper_bleu(hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str, wo
 
 
 def guess_lang(path: str | Path, default: str = "en") -> str:
-    """The language code from a file name ending in `.xx` (e.g. `newstest2014-fren.fr` -> "fr")."""
-    suffix = Path(str(path)).suffix.lstrip(".").lower()
+    """The language code from a file name ending in `.xx` or `.xx.gz` (e.g. `newstest2014-fren.fr` -> "fr")."""
+    suffix = Path(str(path).removesuffix(".gz")).suffix.lstrip(".").lower()
     return suffix if len(suffix) == 2 and suffix.isalpha() else default
 
 

@@ -200,13 +200,14 @@ def plot_by_length(rows: Sequence[LengthBucket], names: Sequence[str], path: str
                     ps = [float("nan") if r.paper_bleu.get(name) is None else r.paper_bleu[name] for r in rows]
                     ax.plot(x, ps, marker=markers[k % len(markers)], linestyle="--", color=line.get_color(),
                             label=f"{name} (paper-style BLEU)")
-            ax.set_xticks(x)
-            ax.set_xticklabels([r.label for r in rows])
+            step = -(-len(rows) // 20)  # at most 20 labels, upright past 8: more overlapped into a smear
+            ax.set_xticks(x[::step])
+            ax.set_xticklabels([r.label for r in rows][::step], rotation=90 if len(rows) > 8 else 0)
             ax.set_xlabel("source sentence length (words)")
             ax.set_ylabel("BLEU (solid: sacrebleu, dashed: paper-style)" if paper else "BLEU (sacrebleu)")
             ax.set_title(title)
             ax.grid(True, alpha=0.3)
-            ax.legend()
+            ax.legend(ax.lines, [line.get_label() for line in ax.lines])  # as named: '_x' would be left out
             fig.tight_layout()
             save_figure(fig, path, format="png")
         finally:
