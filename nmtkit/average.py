@@ -26,7 +26,7 @@ from nmtkit.checkpoint import (
 )
 from nmtkit.devices import import_torch
 from nmtkit.errors import CheckpointError, ConfigError, InputError, OutputError
-from nmtkit.io.checks import Output, check_given_once, check_outputs_vs_inputs, file_path
+from nmtkit.io.checks import Output, check_found, check_given_once, check_outputs_vs_inputs, file_path
 from nmtkit.io.dirs import (
     LOCK_FILE,
     is_run_file,
@@ -69,11 +69,10 @@ def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
     if n < 1:
         raise ConfigError(f"--last must be at least 1 (got {n})")
     save_dir = Path(save_dir)
-    if save_dir.exists() and not save_dir.is_dir():
+    check_found(save_dir, "run directory not found")
+    if not save_dir.is_dir():
         raise InputError("not a directory: --save-dir is the run directory whose checkpoint_<update>.pt files "
                          "--last averages", str(save_dir))
-    if not save_dir.is_dir():
-        raise InputError("run directory not found", str(save_dir))
     kept = kept_checkpoints(save_dir)
     if len(kept) < n:
         have = ", ".join(p.name for p in kept) or "none"
@@ -115,9 +114,9 @@ def check_paths(paths: Sequence[str | Path], output: str | Path, force: bool, in
         if os.path.isdir(p):
             raise CheckpointError("is a directory, not a checkpoint file (e.g. RUN/checkpoint_best.pt); to average a "
                                   "run's newest kept checkpoints give --last N --save-dir RUN", p)
+        check_found(p, "checkpoint not found", CheckpointError)
         if not os.path.isfile(p):  # a device or a FIFO is named as load_checkpoint names it
-            raise CheckpointError("is not a regular file, so not a checkpoint" if os.path.exists(p) else
-                                  "checkpoint not found", p)
+            raise CheckpointError("is not a regular file, so not a checkpoint", p)
     check_given_once(paths, "each checkpoint counts once")
     check_outputs_vs_inputs([(input_option, p) for p in paths],
                             files=[Output("-o", output, "averaged checkpoint", force)])

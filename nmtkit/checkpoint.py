@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Sequence
 from nmtkit import __version__
 from nmtkit.devices import import_torch
 from nmtkit.errors import CheckpointError, ConfigError
-from nmtkit.io.checks import check_given_once
+from nmtkit.io.checks import check_found, check_given_once
 from nmtkit.io.files import OutputFile
 from nmtkit.text.pipeline import TextPipeline, pipeline_differences
 from nmtkit.text.vocab import Vocab
@@ -124,12 +124,12 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = Fa
     `mmap`: map the file's tensors, so that one nobody touches (the optimiser's moments when only
     the model is wanted) costs neither reading time nor memory."""
     torch = import_torch()  # often the command's first use of torch
+    check_found(path, "checkpoint not found", CheckpointError)
     path = Path(path)
     if path.is_dir():
         raise CheckpointError("is a directory, not a checkpoint file (e.g. RUN/checkpoint_best.pt)", str(path))
     if not path.is_file():  # a device or a FIFO: reading it could block or never end
-        raise CheckpointError("is not a regular file, so not a checkpoint" if path.exists() else "checkpoint not found",
-                              str(path))
+        raise CheckpointError("is not a regular file, so not a checkpoint", str(path))
     with open(path, "rb") as f:
         if f.read(4) != b"PK\x03\x04":  # torch.save writes a zip archive; anything else is not read at all
             raise CheckpointError("not an nmtkit checkpoint: it is not a torch checkpoint (no zip archive); it was "

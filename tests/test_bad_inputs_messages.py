@@ -20,11 +20,52 @@ from tests.test_bad_inputs import (
     Row,
     World,
     _data_copy,
+    _preprocess,
     _score,
+    _select,
     _train,
     _translate,
+    _with_valid,
     check_row,
 )
+
+UNREACHABLE = {"looping-symlink": "Too many levels of symbolic links", "name-too-long": "File name too long",
+               "file-as-folder": "Not a directory"}
+UNREACHABLE_INPUTS = [  # (command, option), command line with the path; a prefix's PATH.en is as unreachable
+    (("tokenize", "-i"), lambda w, p: ["tokenize", "--lang", "en", "-i", str(p), "-o", str(w.tmp / "t.txt")]),
+    (("translate", "-i"), lambda w, p: _with_input(w, str(p))),
+    (("translate", "-m"), lambda w, p: ["translate", "-m", str(p), "-i", str(w.src)]),
+    (("translate", "--score-reference"), lambda w, p: _translate(w, "--score-reference", str(p))),
+    (("translate", "--unk-dict"), lambda w, p: _translate(w, "--replace-unk", "--unk-dict", str(p))),
+    (("score", "--hyp"), lambda w, p: ["score", "--hyp", str(p), "--ref", str(w.src)]),
+    (("score", "--ref"), lambda w, p: ["score", "--hyp", str(w.src), "--ref", str(p)]),
+    (("score", "--src"), lambda w, p: ["score", "--hyp", str(w.src), "--ref", str(w.src), "--src", str(p),
+                                       "--by-length"]),
+    (("score", "-m"), lambda w, p: _score(w, "--no-unk", "-m", str(p))),
+    (("score", "--data"), lambda w, p: _score(w, "--no-unk", "--data", str(p))),
+    (("average", "-m"), lambda w, p: ["average", "-m", str(p), "-o", str(w.tmp / "avg.pt")]),
+    (("average", "--save-dir"), lambda w, p: ["average", "--last", "1", "--save-dir", str(p), "-o",
+                                              str(w.tmp / "avg.pt")]),
+    (("train", "--data"), lambda w, p: ["train", "--data", str(p), "--save-dir", str(w.tmp / "r-u")]),
+    (("preprocess", "--train"), lambda w, p: _preprocess(w, w.tmp / "d-u", str(p))),
+    (("preprocess", "--valid"), lambda w, p: _with_valid(_preprocess(w, w.tmp / "d-u"), p)),
+    (("preprocess", "--test"), lambda w, p: _preprocess(w, w.tmp / "d-u", "corpus", "--test", str(p))),
+    (("select-data", "--pool"), lambda w, p: [str(p) if a == str(w.tmp / "pool") else a for a in _select(w, w.tmp / "s")]),
+    (("select-data", "--in-domain"), lambda w, p: [str(p) if a == str(w.tmp / "corpus") else a
+                                                   for a in _select(w, w.tmp / "s")]),
+]
+
+
+def _unreachable(w: World, kind: str) -> Path:
+    """A path (and PATH.en, PATH.fr) that os.stat() cannot look up, and not because it is missing."""
+    if kind == "name-too-long":
+        return w.tmp / ("n" * 256)
+    if kind == "file-as-folder":
+        return w.src / "x"
+    for name in ("loop", "loop.en", "loop.fr"):
+        (w.tmp / name).symlink_to(w.tmp / name)
+    return w.tmp / "loop"
+
 
 ROWS = [
     # ---- inputs and resources ---------------------------------------------------------------------
@@ -55,6 +96,9 @@ ROWS = [
       for cmd, opt, argv in (("train", "--save-dir", lambda w, p: _train(w, p)),
                              ("train", "--tensorboard", lambda w, p: _train(w, w.tmp / "r-tbl", "--tensorboard", p)),
                              ("translate", "--plot-attention", lambda w, p: _translate(w, "--plot-attention", p)))),
+    # an input path that cannot be looked up was "file not found" (or, too long, a traceback with --debug)
+    *(Row(f"{opt[0]}{opt[1]}-{kind}", lambda w, a=argv, k=kind: a(w, _unreachable(w, k)), needles=(why,),
+          absent=("not found",)) for kind, why in UNREACHABLE.items() for opt, argv in UNREACHABLE_INPUTS),
     Row("translate-nul-byte-is-binary", lambda w: _with_input(w, _text(w, "nul.en", b"a cat\nthe\0dog\n")),
         needles=("nul.en:2:", "binary")),
     # a file of zeros without a line end (a typo for /dev/null, a file zeroed by a crash) was read whole into

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from nmtkit import preprocess
 from nmtkit.train.data import DataDir
-from tests.conftest import run_cli
+from tests.conftest import REPO, CliResult, make_checkpoint, run_cli
 from tests.test_preprocess import _assert_clean_failure, _base_args, _config, _corpus, _no_leftovers, _write
 
 
@@ -122,3 +124,36 @@ def test_a_data_directory_replaced_while_train_opens_it_is_read_whole_from_one(t
     data = DataDir.open(dest)
     assert data.src_vocab.to_list()[4].startswith("x")  # the new folder's words ...
     assert list(data.split("train").src[0]) == list(pairs["train"][-1][0])  # ... and its ids
+
+
+def _as_a_user_under_umask_777(argv: list[str], cwd: Path) -> CliResult:
+    """`nmtkit ARGV` in a subprocess under umask 777, where file permissions bind: as root, without
+    the capabilities that bypass them (setpriv)."""
+    caps = "-dac_override,-dac_read_search,-fowner"
+    prefix = ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}"] if os.geteuid() == 0 else []
+    if prefix and shutil.which("setpriv") is None:
+        pytest.skip("root needs setpriv to give up its rights over file permissions")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=str(REPO))
+    proc = subprocess.run([*prefix, sys.executable, "-m", "nmtkit", *argv], capture_output=True, text=True, env=env,
+                          cwd=cwd, preexec_fn=lambda: os.umask(0o777), timeout=300)
+    if proc.stderr.startswith("setpriv:"):
+        pytest.skip(f"cannot give up root's rights here: {proc.stderr.strip()}")
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.mark.parametrize("option", ["--dest", "--plot-attention"])
+def test_under_umask_777_a_folder_option_is_one_line_naming_it_and_leaves_nothing(option, corpus):
+    """A folder made under umask 777 has mode 000, which keeps its maker out (but root): preprocess
+    failed naming its temp folder ('DEST.tmp-.../work: ... Permission denied') and left it behind,
+    mode 000; translate's clean-up could not list the --plot-attention folder it had made, so the
+    error was that ('/abs/plots: Permission denied', a traceback under --debug) and it stayed."""
+    out = corpus["tmp"] / "out"
+    out.mkdir()
+    if option == "--dest":
+        argv = ["preprocess", *_base_args(corpus, out / "d")]
+    else:
+        argv = ["translate", "-m", str(make_checkpoint(corpus["tmp"] / "m.pt")), "-i", corpus["valid"] + ".en",
+                "-o", str(out / "o.txt"), "--plot-attention", str(out / "d")]
+    proc = _as_a_user_under_umask_777(argv, corpus["tmp"])
+    _assert_clean_failure(proc, f"{out / 'd'}: ", "umask 0777" if option == "--dest" else "Permission denied")
+    assert list(out.iterdir()) == []

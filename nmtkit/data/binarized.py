@@ -20,6 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from nmtkit.errors import ConfigError, InputError
+from nmtkit.io.checks import check_found
 from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -124,8 +125,7 @@ class BinarizedText:
     def __init__(self, data_dir: str | Path, split: str, lang: str):
         ids_path, off_path, w_path = split_paths(data_dir, split, lang)
         for p in (ids_path, off_path, w_path):
-            if not p.exists():
-                raise InputError(f"binarised split '{split}.{lang}' not found (run 'nmtkit preprocess')", str(p))
+            check_found(p, f"binarised split '{split}.{lang}' not found (run 'nmtkit preprocess')")
         check_npy(ids_path)
         n = check_npy(off_path) - 1
         check_npy(w_path, n)

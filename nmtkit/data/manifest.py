@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nmtkit.errors import ConfigError, InputError
-from nmtkit.io.checks import is_inside, real_path
+from nmtkit.io.checks import check_found, is_inside, real_path
 from nmtkit.io.dirs import read_one_folder
 from nmtkit.text.io import input_candidates
 from nmtkit.text.vocab import Vocab
@@ -51,8 +51,7 @@ def read_manifest(path: str | Path) -> Manifest:
 
 def read_manifest_files(path: Path) -> Manifest:
     """`read_manifest` within a `read_one_folder` of the caller's (`DataDir.open`: with the splits)."""
-    if not path.exists():
-        raise InputError("data directory not found (create it with 'nmtkit preprocess')", str(path))
+    check_found(path, "data directory not found (create it with 'nmtkit preprocess')")
     if not path.is_dir():
         raise InputError("not a directory (expected a data directory with manifest.json from 'nmtkit preprocess')",
                          str(path))

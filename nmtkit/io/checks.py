@@ -4,13 +4,14 @@ output file can be written; and the path helpers it rests on."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from nmtkit.errors import ConfigError, OutputError
+from nmtkit.errors import ConfigError, InputError, NmtkitError, OutputError
 from nmtkit.io.files import check_output, writes_in_place
 from nmtkit.options import empty_path_message
 
@@ -18,6 +19,16 @@ from nmtkit.options import empty_path_message
 def real_path(path: str | Path) -> str:
     """The path a write would reach: symlinks resolved, also for a name that does not exist yet."""
     return os.path.realpath(os.path.abspath(path))
+
+
+def check_found(path: str | Path, missing: str = "file not found", error: type[NmtkitError] = InputError) -> None:
+    """An input path's one existence check: `error(missing, path)` where nothing is there, else the cause
+    os.path.exists() hides (a symlink loop, a name too long, a file as a folder, a folder not searchable)."""
+    try:
+        os.stat(path)
+    except (OSError, ValueError) as err:  # ValueError: a NUL byte in the name
+        lost = getattr(err, "errno", errno.ENOENT) == errno.ENOENT
+        raise error(missing if lost else f"cannot open: {err.strerror}", os.fspath(path)) from None
 
 
 def is_inside(child: str, folder: str) -> bool:

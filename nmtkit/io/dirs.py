@@ -37,10 +37,15 @@ def _pid_alive(pid: int) -> bool:
 
 
 def make_temp_dir(dest: str | Path) -> Path:
-    """An empty `DEST.tmp-HOST-PID-XXXX` beside `dest`, with the mode `mkdir` would give."""
+    """An empty `DEST.tmp-HOST-PID-XXXX` beside `dest`, with the mode `mkdir` would give; none (an
+    OSError naming `dest`) where that mode keeps this process out of it (umask 777, not as root)."""
     dest = Path(dest)
     tmp = Path(tempfile.mkdtemp(prefix=f"{dest.name}.tmp-{socket.gethostname()}-{os.getpid()}-", dir=dest.parent))
     os.chmod(tmp, 0o777 & ~umask())
+    if not os.access(tmp, os.R_OK | os.W_OK | os.X_OK):
+        os.rmdir(tmp)
+        raise PermissionError(errno.EACCES, f"umask {umask():04o} keeps its owner out of the folders it makes (try "
+                              "umask 022)", str(dest))
     return tmp
 
 
@@ -70,8 +75,8 @@ def new_folders(path: str | Path) -> list[Path]:
 def take_back_folders(created: list[Path], owns: Callable[[str], bool]) -> None:
     """Remove the folders `new_folders` listed, created since by a run that failed, as far as they
     hold nothing but the files of the innermost that `owns(name)` says the run wrote."""
-    if created and created[-1].is_dir():
-        for name in os.listdir(created[-1]):
+    with contextlib.suppress(OSError):  # one this process cannot list (umask 777) holds nothing
+        for name in os.listdir(created[-1]) if created else ():
             if owns(name):
                 (created[-1] / name).unlink(missing_ok=True)
     remove_folders(created)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Iterable, Iterator
 
 from nmtkit.errors import InputError
+from nmtkit.io.checks import check_found
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +30,8 @@ PARALLEL_WHY = ": a parallel corpus needs equal line counts"
 def _check_file(path: str | Path, pipes: bool = False) -> None:
     """A readable regular file (or with `pipes`, for a reader that reads it once, also a FIFO
     or a pipe such as bash's <(cmd), or a device such as /dev/null); else an InputError naming it."""
+    check_found(path)
     p = Path(path)
-    if not p.exists():
-        raise InputError("file not found", str(path))
     if not (p.is_file() or (pipes and (p.is_fifo() or p.is_char_device()))):
         raise InputError("not a regular file", str(path))
     if not os.access(p, os.R_OK):
@@ -61,7 +61,8 @@ def resolve_input(prefix: str, lang: str) -> str:
             raise InputError("is a directory, expected a text file", path)
         if os.path.exists(path):
             raise InputError("not a regular file (a corpus is read more than once: a pipe or FIFO cannot be)", path)
-    raise InputError(f"no such file (nor {prefix}.{lang}.gz)", f"{prefix}.{lang}")
+    check_found(plain, f"no such file (nor {gz})")
+    return plain  # made meanwhile
 
 
 def input_candidates(prefix: str, lang: str) -> tuple[str, str]:
@@ -239,8 +240,8 @@ def read_all_lines(path: str | Path) -> list[str]:
     pipes (`<(cmd)`) work, .gz is gunzipped. InputError for a missing file, a directory, or
     invalid UTF-8 (file:line)."""
     name = str(path)
-    if name != "-" and not os.path.exists(name):
-        raise InputError("file not found", name)
+    if name != "-":
+        check_found(name)
     if os.path.isdir(name):
         raise InputError("is a directory, expected a text file", name)
     try:

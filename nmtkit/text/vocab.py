@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from nmtkit.errors import InputError
+from nmtkit.io.checks import check_found
 from nmtkit.text.io import read_lines
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
@@ -97,8 +98,7 @@ class Vocab:
         (and line) for anything else: bad UTF-8, a line that is not 'token<TAB>count', a word
         given twice, or the special symbols missing from the first lines."""
         itos, counts = [], []
-        if not Path(path).exists():
-            raise InputError("vocabulary file not found", str(path))
+        check_found(path, "vocabulary file not found")
         for lineno, line in enumerate(read_lines(path), 1):
             parts = line.split("\t")
             if len(parts) != 2 or not (parts[1].isascii() and parts[1].isdigit()):

@@ -12,6 +12,7 @@ from pathlib import Path
 from nmtkit.data.binarized import ParallelData, check_npy, split_paths
 from nmtkit.data.manifest import Manifest, read_manifest_files, recorded_digests
 from nmtkit.errors import ConfigError, InputError
+from nmtkit.io.checks import check_found
 from nmtkit.io.dirs import read_one_folder
 from nmtkit.text.io import read_lines_and_hash, resolve_input
 
@@ -41,9 +42,7 @@ class DataDir(Manifest):
                 continue
             for side, lang in (("src", data.src_lang), ("tgt", data.tgt_lang)):
                 ids_path, off_path, w_path = split_paths(data.path, name, lang)
-                if not w_path.exists():
-                    raise InputError("missing (the word lengths --max-len reads): re-run 'nmtkit preprocess'",
-                                     str(w_path))
+                check_found(w_path, "missing (the word lengths --max-len reads): re-run 'nmtkit preprocess'")
                 lines, tokens = info.get("lines"), info.get(f"{side}_tokens")
                 check_npy(off_path, lines + 1 if isinstance(lines, int) else None)
                 check_npy(w_path, lines if isinstance(lines, int) else None)

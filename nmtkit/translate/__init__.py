@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 from nmtkit.errors import ConfigError, InputError
-from nmtkit.io.checks import STDIN, Output, check_outputs_vs_inputs, file_path
+from nmtkit.io.checks import STDIN, Output, check_found, check_outputs_vs_inputs, file_path
 from nmtkit.io.dirs import new_folders, take_back_folders
 from nmtkit.io.files import OutputFile, check_output_dir, commit_all, is_stdin, is_stdout
 from nmtkit.progress import Progress, no_progress
@@ -93,10 +93,10 @@ def check_files(config: TranslateConfig) -> tuple[str | None, str | None, str | 
     if config.score_reference is not None and is_stdin(reference) and is_stdin(input_path):
         raise ConfigError("-i and --score-reference cannot both be stdin (/dev/stdin, or the pipe or FIFO stdin "
                           "comes from, is stdin too): give one of them a file")
-    if input_path and Path(input_path).is_dir():
-        raise InputError("is a directory; give a file of sentences, one a line", input_path)
-    if input_path and not Path(input_path).exists():  # FIFOs, /dev/stdin and <(cmd) are read as files are
-        raise InputError("input file not found", input_path)
+    if input_path:  # FIFOs, /dev/stdin and <(cmd) are read as files are
+        check_found(input_path, "input file not found")
+        if Path(input_path).is_dir():
+            raise InputError("is a directory; give a file of sentences, one a line", input_path)
     check_outputs_vs_inputs(
         inputs=[("-i", input_path) if input_path else STDIN, *(("-m", m) for m in config.models),
                 ("--unk-dict", config.unk_dict),
@@ -115,11 +115,10 @@ def check_files(config: TranslateConfig) -> tuple[str | None, str | None, str | 
 def _check_reference(reference: str, input_path: str | None) -> None:
     """--score-reference's file exists and, where both are regular files, has as many lines as
     the input (checked before the models load; a stream is checked as it is read)."""
+    check_found(reference, "--score-reference file not found")
     path = Path(reference)
     if path.is_dir():
         raise InputError("is a directory; give a file of translations, one a line", reference)
-    if not path.exists():
-        raise InputError("--score-reference file not found", reference)
     if input_path and Path(input_path).is_file() and path.is_file():
         check_counts((f"-i {input_path}", count_lines(input_path)[0]),
                      [(f"--score-reference {reference}", count_lines(reference)[0])],
