@@ -116,6 +116,37 @@ def test_tatoeba_results_name_the_training_device_and_every_timed_step(tmp_path)
     assert "`translate-test`" not in text  # its own row above, with the rate, not twice
 
 
+@pytest.mark.parametrize("recipe", ["tatoeba", "wmt14", "backtranslation", "demo"])
+def test_every_recipe_translation_into_a_file_replaces_the_earlier_one(recipe):
+    """A step redone (new inputs: `make AVERAGE=3` after `make`, a second `make demo`) translates
+    over its earlier output: without --force translate refused it, and every rerun failed alike."""
+    text = {"tatoeba": lambda: _dry_run(TATOEBA), "wmt14": lambda: _dry_run(WMT, "eval"),
+            "backtranslation": lambda: _dry_run(BACKTRANSLATION),
+            "demo": lambda: (REPO / "examples" / "demo" / "run.sh").read_text()}[recipe]()
+    lines = [ln for ln in text.replace("\\\n", " ").splitlines() if "nmtkit translate" in ln and " -o " in ln]
+    assert lines and all("--force" in ln for ln in lines), lines
+
+
+def test_tatoeba_translates_again_when_its_model_is_newer_than_the_translation(tmp_path):
+    """`make AVERAGE=3` after `make`: the new average3.pt is newer than results/test.hyp.fr."""
+    from tests.conftest import make_checkpoint
+
+    work, results, data = tmp_path / "work", tmp_path / "results", tmp_path / "data"
+    for d in (work / "data", work / "run", results, data):
+        d.mkdir(parents=True)
+    (data / "test.en").write_text("the cat\n")
+    hyp = results / "test.hyp.fr"
+    for t, p in enumerate((work / "data" / "manifest.json", work / "run" / "DONE", hyp)):
+        p.write_text("old\n")
+        os.utime(p, (1e9 + t, 1e9 + t))
+    make_checkpoint(work / "run" / "average3.pt")
+    proc = subprocess.run(["make", "-f", str(TATOEBA / "Makefile"), str(hyp), f"WORK={work}", f"RESULTS={results}",
+                           f"DATA={data}", "AVERAGE=3", f"PYTHON={sys.executable}"], cwd=tmp_path,
+                          capture_output=True, text=True, env=_recipe_env())
+    assert proc.returncode == 0, proc.stderr
+    assert hyp.read_text().count("\n") == 1 and hyp.read_text() != "old\n"
+
+
 def test_backtranslation_recipe_samples_the_french_side_only_and_gives_both_systems_equal_updates():
     out = _dry_run(BACKTRANSLATION, "UPDATES=77")
     for piece in ("--src-lang fr --tgt-lang en", "giga-fren-sample/train.fr > work/bt/mono.fr",
