@@ -75,9 +75,9 @@ def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
                          "--last averages", str(save_dir))
     kept = kept_checkpoints(save_dir)
     if len(kept) < n:
-        have = ", ".join(p.name for p in kept) or "none"
+        have, fewer = ", ".join(p.name for p in kept) or "none", f"give --last {len(kept)} or less, or " if kept else ""
         raise InputError(f"--last {n} needs {n} checkpoint_<update>.pt files but the run kept {len(kept)} "
-                         f"({have}); train with --keep-every N to keep them", str(save_dir))
+                         f"({have}); {fewer}train with --keep-every N to keep them", str(save_dir))
     return kept[-n:]
 
 

@@ -209,8 +209,10 @@ def test_fewer_kept_checkpoints_than_last_n_is_one_line_listing_them(tmp_path):
     line = one_error_line(run_cli(["average", "--last", "5", "--save-dir", str(run_dir), "-o",
                                str(tmp_path / "avg.pt")]))
     assert str(run_dir) in line and "--last 5" in line and "kept 2" in line and "checkpoint_200.pt" in line
-    assert "--keep-every" in line
+    assert "--keep-every" in line and "give --last 2 or less" in line  # what a too short run (tatoeba's AVERAGE=5) can do
     assert not (tmp_path / "avg.pt").exists()
+    line = one_error_line(run_cli(["average", "--last", "1", "--save-dir", str(tmp_path), "-o", str(tmp_path / "a.pt")]))
+    assert "kept 0 (none); train with --keep-every N" in line, line
 
 
 def _hard_link(target, link):

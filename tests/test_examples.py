@@ -116,6 +116,57 @@ def test_tatoeba_results_name_the_training_device_and_every_timed_step(tmp_path)
     assert "`translate-test`" not in text  # its own row above, with the rate, not twice
 
 
+@pytest.mark.parametrize("recipe", ["tatoeba", "wmt14", "backtranslation", "demo"])
+def test_every_recipe_translation_into_a_file_replaces_the_earlier_one(recipe):
+    """A step redone (new inputs: `make AVERAGE=3` after `make`, a second `make demo`) translates
+    over its earlier output: without --force translate refused it, and every rerun failed alike."""
+    text = {"tatoeba": lambda: _dry_run(TATOEBA), "wmt14": lambda: _dry_run(WMT, "eval"),
+            "backtranslation": lambda: _dry_run(BACKTRANSLATION),
+            "demo": lambda: (REPO / "examples" / "demo" / "run.sh").read_text()}[recipe]()
+    lines = [ln for ln in text.replace("\\\n", " ").splitlines() if "nmtkit translate" in ln and " -o " in ln]
+    assert lines and all("--force" in ln for ln in lines), lines
+
+
+def test_tatoeba_translates_again_when_its_model_is_newer_than_the_translation(tmp_path):
+    """`make AVERAGE=3` after `make`: the new average3.pt is newer than results/test.hyp.fr."""
+    from tests.conftest import make_checkpoint
+
+    work, results, data = tmp_path / "work", tmp_path / "results", tmp_path / "data"
+    for d in (work / "data", work / "run", results, data):
+        d.mkdir(parents=True)
+    (data / "test.en").write_text("the cat\n")
+    hyp = results / "test.hyp.fr"
+    for t, p in enumerate((work / "data" / "manifest.json", work / "run" / "DONE", hyp)):
+        p.write_text("old\n")
+        os.utime(p, (1e9 + t, 1e9 + t))
+    make_checkpoint(work / "run" / "average3.pt")
+    proc = subprocess.run(["make", "-f", str(TATOEBA / "Makefile"), str(hyp), f"WORK={work}", f"RESULTS={results}",
+                           f"DATA={data}", "AVERAGE=3", f"PYTHON={sys.executable}"], cwd=tmp_path,
+                          capture_output=True, text=True, env=_recipe_env())
+    assert proc.returncode == 0, proc.stderr
+    assert hyp.read_text().count("\n") == 1 and hyp.read_text() != "old\n"
+
+
+@pytest.mark.parametrize("folder, args, dirs, deleted, redone", [
+    (WMT, ["eval", "SMOKE=1", "DATA=/nowhere"], ["w/corpus", "w/tok", "w/select", "w/data-50", "w/eval", "r/attention",
+     *(f"w/runs/{s}" for s in ("rnnencdec-30", "rnnsearch-30", "rnnencdec-50", "rnnsearch-50", "rnnsearch-50star"))],
+     "w/eval/rnnsearch-50.hyp", "-o w/eval/rnnsearch-50.hyp"),
+    (BACKTRANSLATION, ["SHARED=/nowhere"], [f"w/{d}/{s}" for d in ("fr-en", "real", "real+bt") for s in ("data", "run")]
+     + ["w/bt", "r"], "w/real/run/DONE", "--save-dir w/real/run"),
+])
+def test_an_output_deleted_after_a_run_is_made_again(tmp_path, folder, args, dirs, deleted, redone):
+    """The READMEs' "delete the outputs first": under a bare .SECONDARY (every target treated as
+    intermediate) a deleted output was never made again while what it feeds was up to date."""
+    for d in dirs:
+        (tmp_path / d).mkdir(parents=True)
+    make = ["make", "-f", str(folder / "Makefile"), "WORK=w", "RESULTS=r", *args]
+    touched = subprocess.run([*make, "-t"], cwd=tmp_path, capture_output=True, text=True, env=_recipe_env())
+    assert touched.returncode == 0 and (tmp_path / deleted).exists(), touched.stderr  # every step "done"
+    (tmp_path / deleted).unlink()
+    proc = subprocess.run([*make, "-n"], cwd=tmp_path, capture_output=True, text=True, env=_recipe_env())
+    assert proc.returncode == 0 and redone in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_backtranslation_recipe_samples_the_french_side_only_and_gives_both_systems_equal_updates():
     out = _dry_run(BACKTRANSLATION, "UPDATES=77")
     for piece in ("--src-lang fr --tgt-lang en", "giga-fren-sample/train.fr > work/bt/mono.fr",

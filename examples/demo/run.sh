@@ -48,7 +48,7 @@ nmtkit translate -m "$WORK/run/checkpoint_best.pt" --beam 5 -i "$WORK/sample.en"
   --plot-attention "$WORK/attention" --plot-limit 3
 
 say "5. nmtkit translate + score: the held-out test split"
-nmtkit translate -m "$WORK/run/checkpoint_best.pt" --beam 5 -i "$CORPUS/test.en" -o "$WORK/test.hyp.fr" --quiet
+nmtkit translate -m "$WORK/run/checkpoint_best.pt" --beam 5 -i "$CORPUS/test.en" -o "$WORK/test.hyp.fr" --quiet --force
 nmtkit score --hyp "$WORK/test.hyp.fr" --ref "$CORPUS/test.fr"
 
 say "6. printf placeholders of the test split kept intact (%s, %d, ...)"
