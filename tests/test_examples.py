@@ -167,6 +167,18 @@ def test_an_output_deleted_after_a_run_is_made_again(tmp_path, folder, args, dir
     assert proc.returncode == 0 and redone in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_wmt14_smoke_pool_fails_whole_when_a_corpus_of_it_is_missing(tmp_path):
+    """The smoke pool joins two corpora; one read through <(gzip -dc ...) failed unseen by pipefail,
+    and the pool was built silently without it."""
+    for side in ("en", "fr"):
+        (tmp_path / "d" / "giga-fren-sample").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "d" / "giga-fren-sample" / f"train.{side}").write_text("a\n")
+    proc = subprocess.run(["make", "-f", str(WMT / "Makefile"), "SMOKE=1", "DATA=d", "CORPUS=c", "c/pool.en"],
+                          cwd=tmp_path, capture_output=True, text=True, env=_recipe_env())
+    assert proc.returncode != 0 and "train.en.gz" in proc.stderr, proc.stderr
+    assert not (tmp_path / "c" / "pool.en").exists() and not (tmp_path / "c" / "pool.fr").exists()
+
+
 def test_backtranslation_recipe_samples_the_french_side_only_and_gives_both_systems_equal_updates():
     out = _dry_run(BACKTRANSLATION, "UPDATES=77")
     for piece in ("--src-lang fr --tgt-lang en", "giga-fren-sample/train.fr > work/bt/mono.fr",
