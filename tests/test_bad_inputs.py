@@ -379,6 +379,8 @@ ROWS = [
         check=lambda w: not list(w.tmp.glob("sl.*")) or pytest.fail("wrote a selection")),
     Row("score-ref-twice-through-a-symlink",  # scored as one reference, but the signature said nrefs:2
         lambda w: _score(w, "--ref", str(_linked(w, "corpus.fr"))), needles=("linked-corpus.fr is given twice",)),
+    *(Row(f"score{opt}-empty", lambda w, opt=opt: _score(w, opt, ""), needles=(f"{opt} ''", "not a language code"))
+      for opt in ("--tgt-lang", "--src-lang")),  # guessed the language from the file suffix, without a word
     Row("select-data-lines-0", lambda w: _select(w, w.tmp / "sel0")[:-2] + ["--lines", "0"], needles=("--lines",)),
     # ---- average, --protect, --tensorboard ------------------------------------------------------
     Row("average-missing-checkpoint", lambda w: ["average", "-m", str(w.ckpt), "-m", str(w.tmp / "gone.pt"), "-o",

@@ -140,7 +140,7 @@ class ScoreConfig:
         if self.plot_path is not None:  # --plot implies --by-length
             object.__setattr__(self, "by_length", True)
         for lang, name in ((self.tgt_lang, "--tgt-lang"), (self.src_lang, "--src-lang")):
-            if lang:  # sacremoses tokenises with them (--paper-bleu, --by-length)
+            if lang is not None:  # sacremoses tokenises with them (--paper-bleu, --by-length); '' is no guess
                 check_lang(lang, name)
 
 
