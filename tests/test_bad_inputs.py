@@ -224,6 +224,12 @@ def _with_valid(argv: list[str], prefix: Path) -> list[str]:
     return argv
 
 
+def _linked(w: World, name: str) -> Path:
+    """A symbolic link to file `name` of tmp."""
+    (link := w.tmp / f"linked-{name}").symlink_to(w.tmp / name)
+    return link
+
+
 def _blank_refs(w: World) -> str:
     """A dev set of sentences whose references are all blank lines."""
     shutil.copy(w.tmp / "corpus.en", w.tmp / "blank-refs.en")
@@ -371,6 +377,10 @@ ROWS = [
     Row("select-data-pool-twice-through-symlinks", lambda w: _select(w, w.tmp / "sl", "--pool", _linked_pool(w)),
         needles=("--pool", "linked/pool is the pool", "selected twice"),  # its pairs were selected twice
         check=lambda w: not list(w.tmp.glob("sl.*")) or pytest.fail("wrote a selection")),
+    Row("score-ref-twice-through-a-symlink",  # scored as one reference, but the signature said nrefs:2
+        lambda w: _score(w, "--ref", str(_linked(w, "corpus.fr"))), needles=("linked-corpus.fr is given twice",)),
+    *(Row(f"score{opt}-empty", lambda w, opt=opt: _score(w, opt, ""), needles=(f"{opt} ''", "not a language code"))
+      for opt in ("--tgt-lang", "--src-lang")),  # guessed the language from the file suffix, without a word
     Row("select-data-lines-0", lambda w: _select(w, w.tmp / "sel0")[:-2] + ["--lines", "0"], needles=("--lines",)),
     # ---- average, --protect, --tensorboard ------------------------------------------------------
     Row("average-missing-checkpoint", lambda w: ["average", "-m", str(w.ckpt), "-m", str(w.tmp / "gone.pt"), "-o",

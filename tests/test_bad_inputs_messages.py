@@ -126,6 +126,11 @@ ROWS = [
     Row("serve-batch-delay-of-days", lambda w: ["serve", "-m", str(w.ckpt), "--batch-delay-ms", "1e9"],
         needles=("--batch-delay-ms", "10000")),
     Row("translate-plot-limit-negative", lambda w: _translate(w, "--plot-limit", "-1"), needles=("--plot-limit",)),
+    # each was exit 0 without a plot or a word (0: an empty --plot-attention folder)
+    Row("translate-plot-limit-0", lambda w: _translate(w, "--plot-attention", str(w.tmp / "pl0"), "--plot-limit", "0"),
+        needles=("--plot-limit must be at least 1, got 0",), check=lambda w: not (w.tmp / "pl0").exists() or pytest.fail()),
+    Row("translate-plot-limit-without-plot-attention", lambda w: _translate(w, "--plot-limit", "5"),
+        needles=("--plot-limit needs --plot-attention",)),
     Row("train-manifest-format-version-99", lambda w: _train(_w_manifest(w, format_version=99), w.tmp / "r8"),
         needles=("manifest.json", "format_version 99")),
     Row("train-data-dir-of-the-format-before-word-lengths",

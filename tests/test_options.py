@@ -73,6 +73,9 @@ def test_each_generated_option_takes_its_help_and_default_from_its_config_field(
     # float32 made 1e-300 a 0 that divided 0 by 0: "non-finite loss at update 2", the advice a lower --lr
     (dict(adam_eps=1e-300), "--adam-eps must be at least 1e-45 (float32 rounds a smaller epsilon to 0), got 1e-300"),
     (dict(adadelta_eps=1e-46), "--adadelta-eps must be at least 1e-45 (float32 rounds a smaller epsilon to 0), got 1e-46"),
+    # float32 made either a 0: every update changed nothing, the loss stayed put, exit 0
+    (dict(lr=1e-300), "--lr 1e-300 is below 1e-45, which float32 rounds to 0: no update would change a weight"),
+    (dict(clip_norm=1e-46), "--clip-norm 1e-46 is below 1e-45, which float32 rounds to 0: no update would change a weight"),
     (dict(valid_bleu_samples=-1), "--valid-bleu-samples must be >= 0, got -1"),
     (dict(lr=float("nan")), "--lr must be a finite number, got nan"),
     (dict(seed=1.5), "--seed must be an integer, got 1.5"),

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from nmtkit import preprocess
+from nmtkit.io.dirs import make_temp_dir
 from nmtkit.train.data import DataDir
 from tests.conftest import REPO, CliResult, make_checkpoint, run_cli
 from tests.test_preprocess import _assert_clean_failure, _base_args, _config, _corpus, _no_leftovers, _write
@@ -53,6 +54,18 @@ def test_input_names_that_are_not_utf8_are_recorded_so_that_train_finds_the_dev_
     assert json.loads((dest / "manifest.json").read_text(encoding="utf-8"))["splits"]["valid"]["prefix"] == c["valid"]
     fr = Path(f"{corpus['valid']}.fr").read_text(encoding="utf-8").splitlines()
     assert DataDir.open(dest).raw_references("valid") == fr
+
+
+def test_a_dest_name_of_250_bytes_is_written_and_replaced_though_its_temp_names_would_be_longer(corpus):
+    """NAME.tmp-HOST-PID-XXXXXXXX (and --force's NAME.old-XXXXXXXX) passed the 255 bytes a name may
+    hold: 'cannot create the data directory here: File name too long'. A killed run's is still found."""
+    dest = corpus["tmp"] / ("d" * 250)
+    make_temp_dir(dest)  # as a killed run leaves it: no process holds it
+    for extra in ((), ("--force",)):
+        proc = run_cli(["preprocess", *_base_args(corpus, dest), *extra])
+        assert proc.code == 0, proc.err
+        assert (dest / "manifest.json").is_file()
+        _no_leftovers(corpus["tmp"])
 
 
 def test_a_dest_naming_the_current_folder_is_refused_before_any_work(corpus, monkeypatch):

@@ -473,6 +473,34 @@ def test_sigterm_ends_a_rank_still_waiting_for_the_others_to_join(tmp_path):
         del store
 
 
+@pytest.mark.slow  # a process of its own, importing torch: 3-6 s
+def test_a_rank_started_by_hand_says_it_waits_for_the_others(tmp_path):
+    """WORLD_SIZE=2 RANK=0 ... nmtkit train, no other rank started: it waited for up to the group's
+    2-hour timeout after printing its config, without a word."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    from tests.conftest import tiny_train_args
+
+    port = _free_port()
+    cmd = [sys.executable, "-m", "nmtkit", "train", "--data", str(make_data_dir(tmp_path / "data")), "--save-dir",
+           str(tmp_path / "run"), *tiny_train_args(), "--max-updates", "2"]
+    env = dict(os.environ, WORLD_SIZE="2", RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    timer = threading.Timer(60, proc.kill)  # the line never came: end the wait, the test fails
+    timer.start()
+    try:
+        waits = next((line for line in proc.stderr if "waits" in line), "")
+    finally:
+        timer.cancel()
+        proc.kill()
+        proc.wait()
+    assert waits == (f"nmtkit: note: rank 0 waits for the job's 1 other process(es) to join at 127.0.0.1:{port} "
+                     "(for up to 2:00:00)\n")
+
+
 def _alive(pid: int) -> bool:
     """A process that runs (not ended, nor a zombie waiting for whoever adopted it)."""
     try:

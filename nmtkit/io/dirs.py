@@ -36,11 +36,18 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _stem(dest: Path, tail: str = "") -> str:
+    """`dest`'s name as the stem of a name beside it ending in `tail` (DEST.tmp-HOST-PID-XXXXXXXX for
+    the longest pid), cut as `Staged` cuts a file's for that name to fit in 255 bytes."""
+    tail = tail or f".tmp-{socket.gethostname()}-4194304-12345678"
+    return os.fsdecode(os.fsencode(dest.name)[: 255 - len(os.fsencode(tail))])
+
+
 def make_temp_dir(dest: str | Path) -> Path:
     """An empty `DEST.tmp-HOST-PID-XXXX` beside `dest`, with the mode `mkdir` would give; none (an
     OSError naming `dest`) where that mode keeps this process out of it (umask 777, not as root)."""
     dest = Path(dest)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{dest.name}.tmp-{socket.gethostname()}-{os.getpid()}-", dir=dest.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{_stem(dest)}.tmp-{socket.gethostname()}-{os.getpid()}-", dir=dest.parent))
     os.chmod(tmp, 0o777 & ~umask())
     if not os.access(tmp, os.R_OK | os.W_OK | os.X_OK):
         os.rmdir(tmp)
@@ -99,7 +106,7 @@ def clean_stale_temp_dirs(dest: str | Path, warn: Callable[[str], None], locked:
     dest = Path(dest)
     removed: list[Path] = []  # a missing parent globs nothing
     host = socket.gethostname()
-    for p in sorted(dest.parent.glob(f"{glob.escape(dest.name)}.tmp-*")):
+    for p in sorted(dest.parent.glob(f"{glob.escape(_stem(dest))}.tmp-*")):
         if not p.is_dir():
             continue
         m = _TMP_DIR.search(p.name)
@@ -161,7 +168,7 @@ def swap_in_dir(tmp: str | Path, dest: str | Path, check: Callable[[], None] = l
         if not dest.exists():
             os.rename(tmp, dest)
             return None
-        old = Path(tempfile.mkdtemp(prefix=dest.name + ".old-", dir=dest.parent))
+        old = Path(tempfile.mkdtemp(prefix=_stem(dest, ".old-12345678") + ".old-", dir=dest.parent))
         os.rmdir(old)
         os.rename(dest, old)
         os.rename(tmp, dest)

@@ -18,7 +18,7 @@ from unicodedata import is_normalized
 
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
-from nmtkit.io.checks import Output, check_outputs_vs_inputs
+from nmtkit.io.checks import Output, check_given_once, check_outputs_vs_inputs
 from nmtkit.io.files import is_stdin
 from nmtkit.options import check_fields, cli_names, field_default, option, refuse_without, spec_of
 from nmtkit.progress import Progress, note
@@ -140,7 +140,7 @@ class ScoreConfig:
         if self.plot_path is not None:  # --plot implies --by-length
             object.__setattr__(self, "by_length", True)
         for lang, name in ((self.tgt_lang, "--tgt-lang"), (self.src_lang, "--src-lang")):
-            if lang:  # sacremoses tokenises with them (--paper-bleu, --by-length)
+            if lang is not None:  # sacremoses tokenises with them (--paper-bleu, --by-length); '' is no guess
                 check_lang(lang, name)
 
 
@@ -197,6 +197,7 @@ def _check_options(o: ScoreConfig) -> None:
     if sum(map(is_stdin, inputs)) > 1:  # the first reader of a pipe would take every line
         raise ConfigError("only one input can be read from stdin ('-'; /dev/stdin, or the pipe or FIFO stdin comes "
                           "from, is stdin too)")
+    check_given_once(o.ref_paths, "each reference counts once (the signature's nrefs would count it twice)")
     if o.plot_path:  # checked before any scoring: score has no --force, a plot is redrawn in place
         if not o.plot_path.lower().endswith(".png"):
             raise ConfigError(f"--plot writes a PNG: give a file name ending in .png, not {o.plot_path!r}")

@@ -32,8 +32,10 @@ from nmtkit.options import check_fields, option, path_error, refuse_without
 from nmtkit.train.presets import PAPER_PRESETS, PRESETS, TRAIN_DEFAULTS, ModelOverrides, train_defaults
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhd]?)\s*$")
-# an optimiser epsilon float32 rounds to 0 divides 0 by 0 for every weight whose gradient is 0: NaN at once
-_EPS = dict(min=1e-45, message="must be at least 1e-45 (float32 rounds a smaller epsilon to 0)")
+# the smallest number float32 does not round to 0: an optimiser epsilon below it divides 0 by 0 for every
+# weight whose gradient is 0 (NaN at once); an --lr or --clip-norm below it makes every update 0
+_F32_MIN = 1e-45
+_EPS = dict(min=_F32_MIN, message=f"must be at least {_F32_MIN} (float32 rounds a smaller epsilon to 0)")
 
 
 def parse_duration(text: str) -> float:
@@ -187,6 +189,10 @@ class TrainConfig:
             refuse_without(["--ema-start"], "--ema-decay", " above 0" if self.ema_decay == 0 else "")
         if self.min_lr > self.lr:  # the floor would replace the learning rate at every update
             raise ConfigError(f"--min-lr {self.min_lr} is above --lr {self.lr}: it is the floor decay stops at")
+        for opt, value in (("--lr", self.lr), ("--clip-norm", self.clip_norm)):  # 0 itself: refused, or no clipping
+            if 0 < value < _F32_MIN:
+                raise ConfigError(f"{opt} {value} is below {_F32_MIN}, which float32 rounds to 0: no update would "
+                                  "change a weight")
         if self.best_metric == "bleu" and self.valid_bleu_samples == 0:
             raise ConfigError("--best-metric bleu needs dev BLEU: --valid-bleu-samples must be > 0")
         if all(v is None for v in (self.max_updates, self.max_epochs, self.max_time, self.patience)):

@@ -10,6 +10,7 @@ validates and writes files; what it decides (dev score, stop) is broadcast.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import signal
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from torch import nn
 
 from nmtkit import signals
 from nmtkit.errors import ConfigError, TrainingError
+from nmtkit.progress import note
 
 # How long a rank waits in a collective before the job is declared hung. Rank 0 validates alone
 # (dev loss and dev BLEU, the first one also compiling the decoding graphs) while the others wait
@@ -76,6 +78,8 @@ def init(info: DistInfo, device: torch.device) -> None:
         if var not in os.environ:
             raise ConfigError(f"WORLD_SIZE={info.world_size} but {var} is not set (start with torchrun)")
     backend = "nccl" if device.type == "cuda" else "gloo"
+    note(logging.getLogger(__name__), f"rank {info.rank} waits for the job's {info.world_size - 1} other process(es) "
+         f"to join at {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} (for up to {PROCESS_GROUP_TIMEOUT})")
     # SIGTERM and SIGINT end the process at once while it joins the group: the join waits in C++ for
     # the other ranks, where Python's handlers do not run. Nothing is lost: the other ranks have
     # written nothing yet, and rank 0's new run is put right at the next start (`nmtkit.train.run`).

@@ -199,7 +199,7 @@ class TranslateConfig(SearchConfig, DecodeConfig):
     plot_attention: str | None = option(
         None, metavar="DIR", path="directory",
         help="Draw each sentence's attention (the paper's Figure 3) as DIR/NNNNNN.png (line number).")
-    plot_limit: int = option(100, min=0, help="Plot at most this many sentences.")
+    plot_limit: int = option(100, min=1, help="Plot at most this many sentences.")
     score_reference: str | None = option(
         None, metavar="FILE", path="file",
         help="Score the translations in FILE, one per input line, instead of searching (forced decoding, as "
@@ -219,6 +219,8 @@ class TranslateConfig(SearchConfig, DecodeConfig):
         SearchConfig.validate(self)
         if self.unk_dict and not self.replace_unk:
             raise ConfigError("--unk-dict needs --replace-unk")
+        if self.plot_limit != 100 and not self.plot_attention:  # it would change nothing
+            refuse_without(["--plot-limit"], "--plot-attention")
         if self.score_reference is not None:
             # the options of a search or of its output, each off its default (--beam 5, --lenpen 3: ignored once)
             searching = ("sampling", "nbest", "replace_unk", "alignments", "plot_attention", "ban_unk", "output_format",
