@@ -120,8 +120,8 @@ def _new_configs(data: Any, options: TrainOptions, model: ModelOverrides) -> tup
     arch, model_config = resolve_model(options.arch, options.preset, model.given(), len(data.src_vocab),
                                        len(data.tgt_vocab))
     values = training_defaults(arch, options.preset)
-    if options.optimizer is not None and options.lr is None:  # --lr's default for it: adam's 1.0 diverged
-        values["lr"] = {"adadelta": 1.0, "adam": 1e-3}.get(options.optimizer, values["lr"])
+    if options.optimizer not in (None, values["optimizer"]) and options.lr is None:  # --lr's default for it
+        values["lr"] = {"adadelta": 1.0, "adam": 1e-3}.get(options.optimizer, values["lr"])  # (Adadelta's 1.0 diverged)
     values.update(options.given())
     values.update(arch=arch, preset=options.preset)
     if options.max_tokens is not None and options.batch_size is None:
