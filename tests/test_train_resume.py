@@ -180,6 +180,20 @@ def test_resuming_with_other_training_data_of_the_same_vocabularies_is_refused(d
     assert train_run(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True).update == 4
 
 
+def test_resuming_with_another_dev_set_is_refused(data_dir, tmp_path):
+    """The training data and vocabularies were the same, the dev set another: the resumed run
+    compared its dev scores with the old dev set's best, and kept as checkpoint_best.pt a model
+    that was worse on the run's own dev set."""
+    from tests.conftest import make_data_dir
+
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
+    train_run(data_dir, run, opts, tiny_overrides())
+    other = make_data_dir(tmp_path / "other", n_valid=30)
+    with pytest.raises(CheckpointError, match=r"the dev data of .*other \(30 pairs.*differs from the run's"):
+        train_run(other, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
+
+
 def test_resuming_with_training_text_of_the_same_sizes_but_other_content_is_refused(tmp_path):
     """A corpus whose pairs were reordered (or a word changed) and preprocessed again keeps the
     vocabularies and sizes: the run resumed on misaligned pairs. The manifests' sha256 of the
