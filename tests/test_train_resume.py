@@ -562,6 +562,26 @@ def test_resuming_with_a_global_batch_that_changes_is_refused(was, was_world, wo
     assert needle in str(err.value)
 
 
+@pytest.mark.parametrize("metric, change, refused", [
+    ("bleu", dict(valid_bleu_samples=4), True), ("bleu", dict(valid_beam=3), True),
+    ("loss", dict(valid_bleu_samples=4, valid_beam=3), False), ("bleu", dict(valid_batch_size=4), False),
+])
+def test_the_dev_bleu_that_selects_the_best_checkpoint_stays_on_resume(metric, change, refused):
+    """--valid-bleu-samples and --valid-beam may change on resume as reporting options; with
+    --best-metric bleu the resumed run compared BLEU on another dev subset (or beam) with the best
+    score of the old one, for checkpoint_best.pt, early stopping and the lr schedule."""
+    from nmtkit.train.resume import resume_config
+    from tests.conftest import tiny_config
+
+    ckpt = {"train_config": tiny_config(best_metric=metric).to_dict(), "trainer": {"world_size": 1}}
+    if not refused:
+        assert resume_config(ckpt, tiny_options(**change)).to_dict() == {**ckpt["train_config"], **change}
+        return
+    with pytest.raises(ConfigError, match=r"differs from the run being resumed \(.*\); with --best-metric bleu it "
+                                          "decides checkpoint_best.pt: start a new run to change it"):
+        resume_config(ckpt, tiny_options(**change))
+
+
 def test_a_resume_on_fewer_processes_that_stops_before_saving_leaves_the_run_resumable(data_dir, tmp_path):
     """The resume rewrote config.json with the new --update-freq before its first save; the
     checkpoint still held the old one, and every later resume was refused as another run's."""

@@ -39,9 +39,11 @@ def resume_config(ckpt: dict[str, Any], options: TrainOptions, world_size: int =
     for name, value in options.given().items():
         if getattr(old, name) == value or name == "update_freq":
             continue
-        if name not in overridable:
+        scores = old.best_metric == "bleu" and name in ("valid_bleu_samples", "valid_beam")  # not only reported
+        if name not in overridable or scores:
+            why = "with --best-metric bleu it decides checkpoint_best.pt: " if scores else ""
             raise ConfigError(f"{option_name(name)} {value} differs from the run being resumed "
-                              f"({getattr(old, name)}); start a new run to change it")
+                              f"({getattr(old, name)}); {why}start a new run to change it")
         changes[name] = value
     return old.replace(**changes)
 
