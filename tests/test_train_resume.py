@@ -194,6 +194,18 @@ def test_resuming_with_another_dev_set_is_refused(data_dir, tmp_path):
         train_run(other, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
 
 
+def test_a_model_option_of_another_architecture_on_resume_is_refused_as_a_new_run_refuses_it(data_dir, tmp_path):
+    """It said "--att-hidden 12 differs from the run being resumed (None)" for an rnnencdec run."""
+    from tests.conftest import SIZES
+
+    run, sizes = tmp_path / "run", dict(SIZES["rnnencdec"], init="default")
+    opts = tiny_options(arch="rnnencdec", max_updates=1, valid_bleu_samples=0)
+    train_run(data_dir, run, opts, ModelOverrides(**sizes))
+    for name, value in (("att_hidden", 12), ("readout", "prev")):
+        with pytest.raises(ConfigError, match=rf"^--{name.replace('_', '-')} does not apply to rnnencdec$"):
+            train_run(data_dir, run, opts.replace(max_updates=2), ModelOverrides(**sizes, **{name: value}), resume=True)
+
+
 def test_resuming_with_training_text_of_the_same_sizes_but_other_content_is_refused(tmp_path):
     """A corpus whose pairs were reordered (or a word changed) and preprocessed again keeps the
     vocabularies and sizes: the run resumed on misaligned pairs. The manifests' sha256 of the

@@ -94,9 +94,10 @@ def resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Pa
     cfg = resume_config(ckpt, options, world_size)
     arch, model_config = ckpt["arch"], dict(ckpt["model_config"])
     for name, value in model.given().items():
-        if model_config.get(name) != value:
-            raise ConfigError(f"{option_name(name)} {value} differs from the run being resumed "
-                              f"({model_config.get(name)})")
+        if name not in model_config:  # as a new run says it (not "differs from ... (None)")
+            raise ConfigError(f"{option_name(name)} does not apply to {arch}")
+        if model_config[name] != value:
+            raise ConfigError(f"{option_name(name)} {value} differs from the run being resumed ({model_config[name]})")
     same = "resume with the data directory the run was started with"
     differs = pipeline_differences(ckpt.get("pipeline"), data.pipeline)
     if differs:  # the run's later updates would see text preprocessed otherwise than its first ones
