@@ -263,6 +263,10 @@ def test_a_run_folder_holding_an_earlier_runs_files_but_no_checkpoint_needs_forc
         (run / name).write_text("an earlier run's\n")
     code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), *tiny_train_args()])
     assert code != 0 and "saved no checkpoint" in err and "--force" in err, err
+    # --resume said "start a new run without --resume", which is the start refused above
+    code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), *tiny_train_args(), "--resume"])
+    assert code != 0 and "the run that wrote its metrics.jsonl, train.log saved no checkpoint: start it again with " \
+        "--force" in err, err
     assert (run / "metrics.jsonl").read_text() == "an earlier run's\n"
     code, _, err = run_cli(["train", "--data", str(data_dir), "--save-dir", str(run), *tiny_train_args(), "--force",
                             "--max-updates", "1"])

@@ -180,6 +180,32 @@ def test_resuming_with_other_training_data_of_the_same_vocabularies_is_refused(d
     assert train_run(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True).update == 4
 
 
+def test_resuming_with_another_dev_set_is_refused(data_dir, tmp_path):
+    """The training data and vocabularies were the same, the dev set another: the resumed run
+    compared its dev scores with the old dev set's best, and kept as checkpoint_best.pt a model
+    that was worse on the run's own dev set."""
+    from tests.conftest import make_data_dir
+
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
+    train_run(data_dir, run, opts, tiny_overrides())
+    other = make_data_dir(tmp_path / "other", n_valid=30)
+    with pytest.raises(CheckpointError, match=r"the dev data of .*other \(30 pairs.*differs from the run's"):
+        train_run(other, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
+
+
+def test_a_model_option_of_another_architecture_on_resume_is_refused_as_a_new_run_refuses_it(data_dir, tmp_path):
+    """It said "--att-hidden 12 differs from the run being resumed (None)" for an rnnencdec run."""
+    from tests.conftest import SIZES
+
+    run, sizes = tmp_path / "run", dict(SIZES["rnnencdec"], init="default")
+    opts = tiny_options(arch="rnnencdec", max_updates=1, valid_bleu_samples=0)
+    train_run(data_dir, run, opts, ModelOverrides(**sizes))
+    for name, value in (("att_hidden", 12), ("readout", "prev")):
+        with pytest.raises(ConfigError, match=rf"^--{name.replace('_', '-')} does not apply to rnnencdec$"):
+            train_run(data_dir, run, opts.replace(max_updates=2), ModelOverrides(**sizes, **{name: value}), resume=True)
+
+
 def test_resuming_with_training_text_of_the_same_sizes_but_other_content_is_refused(tmp_path):
     """A corpus whose pairs were reordered (or a word changed) and preprocessed again keeps the
     vocabularies and sizes: the run resumed on misaligned pairs. The manifests' sha256 of the
@@ -546,6 +572,26 @@ def test_resuming_with_a_global_batch_that_changes_is_refused(was, was_world, wo
     with pytest.raises(ConfigError) as err:
         resumed_update_freq(was, was_world, world, given)
     assert needle in str(err.value)
+
+
+@pytest.mark.parametrize("metric, change, refused", [
+    ("bleu", dict(valid_bleu_samples=4), True), ("bleu", dict(valid_beam=3), True),
+    ("loss", dict(valid_bleu_samples=4, valid_beam=3), False), ("bleu", dict(valid_batch_size=4), False),
+])
+def test_the_dev_bleu_that_selects_the_best_checkpoint_stays_on_resume(metric, change, refused):
+    """--valid-bleu-samples and --valid-beam may change on resume as reporting options; with
+    --best-metric bleu the resumed run compared BLEU on another dev subset (or beam) with the best
+    score of the old one, for checkpoint_best.pt, early stopping and the lr schedule."""
+    from nmtkit.train.resume import resume_config
+    from tests.conftest import tiny_config
+
+    ckpt = {"train_config": tiny_config(best_metric=metric).to_dict(), "trainer": {"world_size": 1}}
+    if not refused:
+        assert resume_config(ckpt, tiny_options(**change)).to_dict() == {**ckpt["train_config"], **change}
+        return
+    with pytest.raises(ConfigError, match=r"differs from the run being resumed \(.*\); with --best-metric bleu it "
+                                          "decides checkpoint_best.pt: start a new run to change it"):
+        resume_config(ckpt, tiny_options(**change))
 
 
 def test_a_resume_on_fewer_processes_that_stops_before_saving_leaves_the_run_resumable(data_dir, tmp_path):

@@ -1,7 +1,7 @@
 """What a resumed run takes from its checkpoint, and what it checks first: the configs (only the
 TrainConfig fields marked `resume` may change, and --update-freq where the number of processes
-changes with it, see `resumed_update_freq`), the data directory (its text pipeline, vocabularies
-and training-data sizes those the checkpoint records) and the run's record of itself (another
+changes with it, see `resumed_update_freq`), the data directory (its text pipeline, vocabularies,
+training and dev data those the checkpoint records) and the run's record of itself (another
 run's checkpoint copied in is refused). Nothing here writes: `nmtkit.train.run` resumes."""
 from __future__ import annotations
 
@@ -39,9 +39,11 @@ def resume_config(ckpt: dict[str, Any], options: TrainOptions, world_size: int =
     for name, value in options.given().items():
         if getattr(old, name) == value or name == "update_freq":
             continue
-        if name not in overridable:
+        scores = old.best_metric == "bleu" and name in ("valid_bleu_samples", "valid_beam")  # not only reported
+        if name not in overridable or scores:
+            why = "with --best-metric bleu it decides checkpoint_best.pt: " if scores else ""
             raise ConfigError(f"{option_name(name)} {value} differs from the run being resumed "
-                              f"({getattr(old, name)}); start a new run to change it")
+                              f"({getattr(old, name)}); {why}start a new run to change it")
         changes[name] = value
     return old.replace(**changes)
 
@@ -92,9 +94,10 @@ def resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Pa
     cfg = resume_config(ckpt, options, world_size)
     arch, model_config = ckpt["arch"], dict(ckpt["model_config"])
     for name, value in model.given().items():
-        if model_config.get(name) != value:
-            raise ConfigError(f"{option_name(name)} {value} differs from the run being resumed "
-                              f"({model_config.get(name)})")
+        if name not in model_config:  # as a new run says it (not "differs from ... (None)")
+            raise ConfigError(f"{option_name(name)} does not apply to {arch}")
+        if model_config[name] != value:
+            raise ConfigError(f"{option_name(name)} {value} differs from the run being resumed ({model_config[name]})")
     same = "resume with the data directory the run was started with"
     differs = pipeline_differences(ckpt.get("pipeline"), data.pipeline)
     if differs:  # the run's later updates would see text preprocessed otherwise than its first ones
@@ -102,13 +105,16 @@ def resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Pa
                               f"({', '.join(differs)}): {same}", last)
     if ckpt["src_vocab"] != data.src_vocab.to_list() or ckpt["tgt_vocab"] != data.tgt_vocab.to_list():
         raise CheckpointError(f"the vocabularies of {data_dir} differ from the run's: {same}", last)
-    was, now = _split_sizes(ckpt.get("data_manifest")), _split_sizes(data.manifest)
-    if was and now and was != now:  # same vocabularies, other text: the run would not continue, it would change
-        raise CheckpointError(f"the training data of {data_dir} ({now}) differs from the run's ({was}): {same}", last)
-    was, now = _train_digests(ckpt.get("data_manifest")), _train_digests(data.manifest)
-    if was and now and was != now:  # the same sizes, other text (pairs reordered, a word changed)
-        raise CheckpointError(f"the training text of {data_dir} differs from the run's (the sha256 of the files "
-                              f"preprocess read): {same}", last)
+    # same vocabularies, other text: the run would not continue, it would change (another dev set: its scores
+    # would be compared with the old one's best, for checkpoint_best.pt, early stopping and the lr schedule)
+    for split, what in (("train", "training"), ("valid", "dev")):
+        was, now = _split_sizes(ckpt.get("data_manifest"), split), _split_sizes(data.manifest, split)
+        if was and now and was != now:
+            raise CheckpointError(f"the {what} data of {data_dir} ({now}) differs from the run's ({was}): {same}", last)
+        was, now = _digests(ckpt.get("data_manifest"), split), _digests(data.manifest, split)
+        if was and now and was != now:  # the same sizes, other text (pairs reordered, a word changed)
+            raise CheckpointError(f"the {what} text of {data_dir} differs from the run's (the sha256 of the files "
+                                  f"preprocess read): {same}", last)
     # the checkpoint's own configs: --update-freq may have changed with the process count
     _check_run_record(save_dir, TrainConfig.from_dict(ckpt["train_config"]), arch, model_config)
     return cfg, arch, model_config
@@ -165,20 +171,20 @@ def _run_record(save_dir: Path) -> tuple[dict[str, Any], str, Path] | None:
     return record, f"{save_dir / BEST}, the run's best checkpoint ({CONFIG_FILE} is missing)", save_dir / BEST
 
 
-def _split_sizes(manifest: Any) -> str | None:
-    """The train split's pairs and tokens as a data directory's manifest records them (None
-    where it does not)."""
-    train = ((manifest or {}).get("splits") or {}).get("train") if isinstance(manifest, dict) else None
-    if not isinstance(train, dict) or not all(k in train for k in ("lines", "src_tokens", "tgt_tokens")):
+def _split_sizes(manifest: Any, split: str) -> str | None:
+    """The split's pairs and tokens as a data directory's manifest records them (None where it
+    does not)."""
+    info = ((manifest or {}).get("splits") or {}).get(split) if isinstance(manifest, dict) else None
+    if not isinstance(info, dict) or not all(k in info for k in ("lines", "src_tokens", "tgt_tokens")):
         return None
-    return f"{train['lines']} pairs, {train['src_tokens']} + {train['tgt_tokens']} tokens"
+    return f"{info['lines']} pairs, {info['src_tokens']} + {info['tgt_tokens']} tokens"
 
 
-def _train_digests(manifest: Any) -> tuple[list[str], list[str]] | None:
-    """The sha256 of the train split's two text files, as preprocess recorded them
+def _digests(manifest: Any, split: str) -> tuple[list[str], list[str]] | None:
+    """The sha256 of the split's two text files, as preprocess recorded them
     (`data.manifest.recorded_digests`; None where it did not): the same text read from another
     path counts as the same."""
-    prefix = ((manifest.get("splits") or {}).get("train") or {}).get("prefix") if isinstance(manifest, dict) else None
+    prefix = ((manifest.get("splits") or {}).get(split) or {}).get("prefix") if isinstance(manifest, dict) else None
     if not isinstance(prefix, str):
         return None
     src, tgt = (sorted(recorded_digests(manifest, prefix, manifest.get(side))) for side in ("src_lang", "tgt_lang"))
