@@ -594,6 +594,25 @@ def test_the_dev_bleu_that_selects_the_best_checkpoint_stays_on_resume(metric, c
         resume_config(ckpt, tiny_options(**change))
 
 
+@pytest.mark.parametrize("was, given, message", [
+    (None, dict(ema_decay=0.0), None),
+    (None, dict(ema_decay=0.9), r"--ema-decay 0.9 differs from the run being resumed \(not given\);"),
+    (0.9, dict(ema_decay=0.0), r"--ema-decay 0.0 differs from the run being resumed \(0.9\);"),
+])
+def test_a_resume_names_an_option_the_run_was_not_given_and_takes_ema_decay_0_as_none(was, given, message):
+    """--ema-decay 0 means no average, as its absence does: it was refused on resume as differing
+    from "(None)", Python's word for an option the run was not given."""
+    from nmtkit.train.resume import resume_config
+    from tests.conftest import tiny_config
+
+    ckpt = {"train_config": tiny_config(ema_decay=was).to_dict(), "trainer": {"world_size": 1}}
+    if message is None:
+        assert not resume_config(ckpt, tiny_options(**given)).ema_decay
+        return
+    with pytest.raises(ConfigError, match=message):
+        resume_config(ckpt, tiny_options(**given))
+
+
 def test_a_resume_on_fewer_processes_that_stops_before_saving_leaves_the_run_resumable(data_dir, tmp_path):
     """The resume rewrote config.json with the new --update-freq before its first save; the
     checkpoint still held the old one, and every later resume was refused as another run's."""

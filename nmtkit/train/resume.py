@@ -37,13 +37,14 @@ def resume_config(ckpt: dict[str, Any], options: TrainOptions, world_size: int =
     changes = {"update_freq": resumed_update_freq(old.update_freq, ckpt["trainer"]["world_size"], world_size,
                                                   options.update_freq)}
     for name, value in options.given().items():
-        if getattr(old, name) == value or name == "update_freq":
+        was = getattr(old, name)
+        if was == value or name == "update_freq" or name == "ema_decay" and not was and not value:  # 0, None: none
             continue
         scores = old.best_metric == "bleu" and name in ("valid_bleu_samples", "valid_beam")  # not only reported
         if name not in overridable or scores:
             why = "with --best-metric bleu it decides checkpoint_best.pt: " if scores else ""
             raise ConfigError(f"{option_name(name)} {value} differs from the run being resumed "
-                              f"({getattr(old, name)}); {why}start a new run to change it")
+                              f"({'not given' if was is None else was}); {why}start a new run to change it")
         changes[name] = value
     return old.replace(**changes)
 
