@@ -299,3 +299,30 @@ def test_a_client_that_disconnects_while_queued_is_dropped_and_logged_once(trans
     assert seen == [["the cat"]], seen
     assert len([x for x in logs if " 499 " in x]) == 1, logs
     assert not any(r.exc_info or "Traceback" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_a_request_whose_body_is_still_arriving_at_the_stop_is_read_and_answered(translator):
+    """SIGTERM finishes the requests in flight, one whose body is still on its way too: aiohttp
+    dropped what arrived once the server was stopping, so the request waited out --body-timeout
+    for a 408 "not received", holding the stop meanwhile."""
+    from aiohttp import web
+
+    async def main():
+        runner = make_runner(make_app(translator, CONFIG), CONFIG)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        reader, writer = await asyncio.open_connection("127.0.0.1", runner.addresses[0][1])
+        raw = _post("/translate", b'{"text": ["the cat"]}', host="127.0.0.1")
+        writer.write(raw[:-8])  # the headers and part of the body
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        stop = asyncio.create_task(runner.cleanup())  # what serve() does on SIGTERM
+        await asyncio.sleep(0.1)
+        writer.write(raw[-8:])
+        answer = await asyncio.wait_for(reader.read(), 5)
+        await stop
+        return answer
+
+    head, _, body = asyncio.run(main()).partition(b"\r\n\r\n")
+    assert b" 200 " in head.split(b"\r\n", 1)[0], body
+    assert len(json.loads(body)["translations"]) == 1

@@ -448,6 +448,17 @@ class _JsonErrorHandler(RequestHandler):
         response.force_close()
         return response
 
+    def data_received(self, data: bytes) -> None:
+        """aiohttp drops what arrives once the server is stopping (its close flags), the rest of a
+        request body in flight too, which then waited out --body-timeout for a 408: that rest is read."""
+        closing = self._close, self._force_close
+        if self._request_in_progress and self.transport is not None:
+            self._close = self._force_close = False
+        try:
+            super().data_received(data)
+        finally:
+            self._close, self._force_close = self._close or closing[0], self._force_close or closing[1]
+
 
 class ServeRunner(web.AppRunner):
     """An AppRunner whose connections answer protocol errors as `_JsonErrorHandler` does."""
