@@ -326,3 +326,14 @@ def test_a_request_whose_body_is_still_arriving_at_the_stop_is_read_and_answered
     head, _, body = asyncio.run(main()).partition(b"\r\n\r\n")
     assert b" 200 " in head.split(b"\r\n", 1)[0], body
     assert len(json.loads(body)["translations"]) == 1
+
+
+def test_a_malformed_request_is_not_echoed_whole_into_its_error_and_log_line(translator):
+    """aiohttp's parser quotes the request's bytes up to the next line break: an HTTP/1.0 POST
+    without Content-Length put its whole body (64 KB and more) in the error and the server's log."""
+    body = b'{"text": ["' + b"a " * 50_000 + b'"]}'
+    answer, _, logs = asyncio.run(_exchange(translator, b"POST /translate HTTP/1.0\r\nContent-Type: application/json"
+                                            b"\r\n\r\n" + body))
+    error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+    assert error.startswith("malformed HTTP request: Data after") and len(error) < 300, error[:500]
+    assert len(logs) == 1 and len(logs[0]) < 300, logs[0][:500]

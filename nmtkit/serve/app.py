@@ -437,7 +437,7 @@ class _JsonErrorHandler(RequestHandler):
                      message: str | None = None) -> web.StreamResponse:
         reason = message or (getattr(exc, "message", None) or str(exc) if exc is not None else "") or \
             HTTPStatus(status).phrase
-        reason = " ".join(str(reason).split())
+        reason = " ".join(str(reason).split())[:200]  # the parser quotes the request up to a line break: 64 KB
         log_line = getattr(self._manager, "nmtkit_log_line", None)
         if log_line is not None:
             log_line(f"{request.remote} bad request {status}: {reason}")
