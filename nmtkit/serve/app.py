@@ -376,6 +376,8 @@ def _middleware(log_line: Callable[[str], None] | None, allowed: AllowedHosts):
             response = _error(499, str(err), close=True)
         except web.HTTPException as err:  # aiohttp's own: 404, 405, 413
             response = _error(err.status, err.reason if err.status != 413 else err.text or err.reason)
+            if "Allow" in err.headers:  # a 405's methods, which HTTP requires it to name
+                response.headers["Allow"] = err.headers["Allow"]
         except asyncio.CancelledError:
             raise
         except Exception as err:  # noqa: BLE001 - the server keeps serving; the client learns why
