@@ -504,6 +504,21 @@ def _end_now(sig: int, announce: Callable[[str], None]) -> None:
     os._exit(128 + sig)  # as a shell reports a command the signal stopped
 
 
+def _accept_failed(announce: Callable[[str], None]) -> Callable[[asyncio.AbstractEventLoop, dict], None]:
+    """The loop's error handler: asyncio logged a traceback for each accept() that found no file
+    descriptor free (`ulimit -n` connections open; up to 128 a second, it retries a second later)."""
+    said = [float("-inf")]
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        if context.get("message") != "socket.accept() out of system resource":
+            return loop.default_exception_handler(context)
+        if loop.time() - said[0] >= 1:
+            said[0] = loop.time()
+            announce(f"warning: new connections wait: {context['exception'].strerror} (see `ulimit -n`)")
+
+    return handle
+
+
 def server_url(host: str, port: int) -> str:
     """The URL of a server listening on `host` (an IPv6 address goes in brackets, RFC 3986)."""
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
@@ -519,6 +534,7 @@ async def serve(translator: Translator, config: ServeConfig, announce: Callable[
     await runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    loop.set_exception_handler(_accept_failed(announce))
     for sig in signals.STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     try:
