@@ -299,3 +299,41 @@ def test_a_client_that_disconnects_while_queued_is_dropped_and_logged_once(trans
     assert seen == [["the cat"]], seen
     assert len([x for x in logs if " 499 " in x]) == 1, logs
     assert not any(r.exc_info or "Traceback" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_a_request_whose_body_is_still_arriving_at_the_stop_is_read_and_answered(translator):
+    """SIGTERM finishes the requests in flight, one whose body is still on its way too: aiohttp
+    dropped what arrived once the server was stopping, so the request waited out --body-timeout
+    for a 408 "not received", holding the stop meanwhile."""
+    from aiohttp import web
+
+    async def main():
+        runner = make_runner(make_app(translator, CONFIG), CONFIG)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        reader, writer = await asyncio.open_connection("127.0.0.1", runner.addresses[0][1])
+        raw = _post("/translate", b'{"text": ["the cat"]}', host="127.0.0.1")
+        writer.write(raw[:-8])  # the headers and part of the body
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        stop = asyncio.create_task(runner.cleanup())  # what serve() does on SIGTERM
+        await asyncio.sleep(0.1)
+        writer.write(raw[-8:])
+        answer = await asyncio.wait_for(reader.read(), 5)
+        await stop
+        return answer
+
+    head, _, body = asyncio.run(main()).partition(b"\r\n\r\n")
+    assert b" 200 " in head.split(b"\r\n", 1)[0], body
+    assert len(json.loads(body)["translations"]) == 1
+
+
+def test_a_malformed_request_is_not_echoed_whole_into_its_error_and_log_line(translator):
+    """aiohttp's parser quotes the request's bytes up to the next line break: an HTTP/1.0 POST
+    without Content-Length put its whole body (64 KB and more) in the error and the server's log."""
+    body = b'{"text": ["' + b"a " * 50_000 + b'"]}'
+    answer, _, logs = asyncio.run(_exchange(translator, b"POST /translate HTTP/1.0\r\nContent-Type: application/json"
+                                            b"\r\n\r\n" + body))
+    error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+    assert error.startswith("malformed HTTP request: Data after") and len(error) < 300, error[:500]
+    assert len(logs) == 1 and len(logs[0]) < 300, logs[0][:500]

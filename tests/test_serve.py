@@ -243,12 +243,12 @@ def test_bad_input_gets_a_4xx_with_a_one_line_json_error_and_the_server_keeps_se
     assert good_status == 200 and json.loads(good)["translations"][0]["text"] == expected(ckpt, ["a cat"])[0]
 
 
-def test_wrong_method_is_a_json_405(translator):
+def test_wrong_method_is_a_json_405_with_the_allow_header_http_requires(translator):
     async def body(client):
         resp = await client.get("/translate")
-        return resp.status, await resp.json()
+        return resp.status, await resp.json(), resp.headers.get("Allow")
 
-    assert serve(translator, body) == (405, {"error": "Method Not Allowed"})
+    assert serve(translator, body) == (405, {"error": "Method Not Allowed"}, "POST")
 
 
 def test_each_request_is_logged_in_one_line_with_its_size_and_latency_unless_quiet(translator):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from devtools.server import ServerProcess
+from devtools.server import ServerProcess, free_port
 from tests.conftest import run_cli
 
 LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat"]
@@ -111,3 +111,26 @@ def test_serve_help_documents_loopback_default_and_limits():
     for option in ("--host", "127.0.0.1", "--batch-delay-ms", "--max-lines", "--max-line-chars",
                    "--max-body-bytes", "--beam", "--quiet"):
         assert option in proc.stdout
+
+
+def test_connections_past_the_open_files_limit_wait_with_one_line_not_a_traceback_per_try(ckpt):
+    """At `ulimit -n` open connections asyncio logged a traceback for every accept() it retried
+    (128 a second); the server says it in one line a second and goes on serving."""
+    import resource
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "nmtkit", "serve", "-m", ckpt, "--port", str(port)],
+                            stderr=subprocess.PIPE, env=dict(os.environ, OMP_NUM_THREADS="1"), text=True,
+                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (100, 100)))
+    try:
+        assert "serving" in proc.stderr.readline()
+        conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(150)]
+        time.sleep(2.5)
+        for conn in conns:
+            conn.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        stderr = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 0 and "Traceback" not in stderr, stderr[-2000:]
+    said = [line for line in stderr.splitlines() if "open files" in line]
+    assert 1 <= len(said) <= 4, stderr[-2000:]

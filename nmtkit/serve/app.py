@@ -376,6 +376,8 @@ def _middleware(log_line: Callable[[str], None] | None, allowed: AllowedHosts):
             response = _error(499, str(err), close=True)
         except web.HTTPException as err:  # aiohttp's own: 404, 405, 413
             response = _error(err.status, err.reason if err.status != 413 else err.text or err.reason)
+            if "Allow" in err.headers:  # a 405's methods, which HTTP requires it to name
+                response.headers["Allow"] = err.headers["Allow"]
         except asyncio.CancelledError:
             raise
         except Exception as err:  # noqa: BLE001 - the server keeps serving; the client learns why
@@ -437,7 +439,7 @@ class _JsonErrorHandler(RequestHandler):
                      message: str | None = None) -> web.StreamResponse:
         reason = message or (getattr(exc, "message", None) or str(exc) if exc is not None else "") or \
             HTTPStatus(status).phrase
-        reason = " ".join(str(reason).split())
+        reason = " ".join(str(reason).split())[:200]  # the parser quotes the request up to a line break: 64 KB
         log_line = getattr(self._manager, "nmtkit_log_line", None)
         if log_line is not None:
             log_line(f"{request.remote} bad request {status}: {reason}")
@@ -447,6 +449,17 @@ class _JsonErrorHandler(RequestHandler):
         response = _error(status, prefix + reason)
         response.force_close()
         return response
+
+    def data_received(self, data: bytes) -> None:
+        """aiohttp drops what arrives once the server is stopping (its close flags), the rest of a
+        request body in flight too, which then waited out --body-timeout for a 408: that rest is read."""
+        closing = self._close, self._force_close
+        if self._request_in_progress and self.transport is not None:
+            self._close = self._force_close = False
+        try:
+            super().data_received(data)
+        finally:
+            self._close, self._force_close = self._close or closing[0], self._force_close or closing[1]
 
 
 class ServeRunner(web.AppRunner):
@@ -491,6 +504,21 @@ def _end_now(sig: int, announce: Callable[[str], None]) -> None:
     os._exit(128 + sig)  # as a shell reports a command the signal stopped
 
 
+def _accept_failed(announce: Callable[[str], None]) -> Callable[[asyncio.AbstractEventLoop, dict], None]:
+    """The loop's error handler: asyncio logged a traceback for each accept() that found no file
+    descriptor free (`ulimit -n` connections open; up to 128 a second, it retries a second later)."""
+    said = [float("-inf")]
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        if context.get("message") != "socket.accept() out of system resource":
+            return loop.default_exception_handler(context)
+        if loop.time() - said[0] >= 1:
+            said[0] = loop.time()
+            announce(f"warning: new connections wait: {context['exception'].strerror} (see `ulimit -n`)")
+
+    return handle
+
+
 def server_url(host: str, port: int) -> str:
     """The URL of a server listening on `host` (an IPv6 address goes in brackets, RFC 3986)."""
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
@@ -506,6 +534,7 @@ async def serve(translator: Translator, config: ServeConfig, announce: Callable[
     await runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    loop.set_exception_handler(_accept_failed(announce))
     for sig in signals.STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     try:
