@@ -454,7 +454,8 @@ class _JsonErrorHandler(RequestHandler):
         """aiohttp drops what arrives once the server is stopping (its close flags), the rest of a
         request body in flight too, which then waited out --body-timeout for a 408: that rest is read."""
         closing = self._close, self._force_close
-        if self._request_in_progress and self.transport is not None:
+        # private names: an aiohttp without them drops the rest, as before
+        if getattr(self, "_request_in_progress", False) and self.transport is not None:
             self._close = self._force_close = False
         try:
             super().data_received(data)
