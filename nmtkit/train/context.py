@@ -122,7 +122,7 @@ class TrainContext:
                              f"--batch-size or --max-tokens, or start fewer processes", str(data.path))
         self.valid_data = data.valid_split()
         self.bleu_enabled = cfg.valid_bleu_samples > 0
-        self.raw_refs = data.raw_references("valid") if self.bleu_enabled else None
+        self.raw_refs = data.raw_references("valid") if self.bleu_enabled and self.dist.is_main else None
 
     def _setup_model(self, resume: dict[str, Any] | None) -> None:
         """Model, optimiser, schedule, grad scaler (same initial weights on every rank: seeded

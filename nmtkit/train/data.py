@@ -6,6 +6,7 @@ scored against the raw dev references when the manifest records where they are.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from nmtkit.errors import ConfigError, InputError
 from nmtkit.io.checks import check_found
 from nmtkit.io.dirs import read_one_folder
 from nmtkit.text.io import read_lines_and_hash, resolve_input
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -115,8 +118,11 @@ class DataDir(Manifest):
             path = resolve_input(prefix, self.tgt_lang)  # .gz input too, as preprocess read it
             lines, digest = read_lines_and_hash(path)
         except (OSError, InputError):
-            return None
+            lines, digest = [], ""
         if len(lines) != len(self.split(name)) or digest not in recorded_digests(self.manifest, prefix, self.tgt_lang):
-            return None  # edited since preprocess read it
+            # moved, deleted or edited since preprocess read it: BLEU against other references, said once
+            log.warning("dev BLEU scores against the binarised dev text: %s.%s, the raw text preprocess read, is "
+                        "gone or changed (the BLEU is not that of a run that read it)", prefix, self.tgt_lang)
+            return None
         # a lowercasing pipeline's model writes lowercase: scored as such, not as errors of case
         return [line.lower() for line in lines] if self.pipeline.get("lowercase") else lines
