@@ -446,7 +446,7 @@ def test_each_rank_saves_and_restores_its_own_gpus_rng_state(monkeypatch):
     assert cuda.set == [(0, 0), (1, 1), (2, 2), (3, 3)]
 
 
-@pytest.mark.parametrize("drop", [("scheduled_best",), ("world_size",), ("scheduled_best", "world_size")])
+@pytest.mark.parametrize("drop", [("scheduled_best",), ("world_size",), ("precision",), ("scheduled_best", "world_size")])
 def test_a_checkpoint_of_another_nmtkits_training_state_is_refused_with_what_to_rerun(data_dir, tmp_path, drop):
     """A training state without what this nmtkit writes into it (the best scheduled score, the
     number of processes) is refused in one line naming checkpoint_last.pt and saying to start the
@@ -693,3 +693,41 @@ def test_a_run_stopped_between_validations_resumes_to_the_same_early_stop(data_d
     a = load_checkpoint(tmp_path / "whole" / "checkpoint_last.pt")["model_state"]
     b = load_checkpoint(tmp_path / "parts" / "checkpoint_last.pt")["model_state"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_resume_keeps_the_precision_auto_chose_unless_the_user_changes_it(data_dir, tmp_path, monkeypatch, caplog):
+    """--precision auto times a bf16 product at every start: a resume on a loaded machine whose
+    timing came out the other way trained the rest of the run in the other precision, silently.
+    It keeps the run's; an explicit --precision still changes it, and bf16 on a CPU without native
+    BF16 is resolved afresh with a warning."""
+    import nmtkit.models.precision as prec
+    from nmtkit.train import context
+
+    seen = []
+    monkeypatch.setattr(context, "autocast", lambda device_type, precision: seen.append(precision)
+                        or contextlib.nullcontext())
+    native, speedup = [True], [1.5]  # bf16 pays off at the start
+    monkeypatch.setattr(prec, "cpu_has_fast_bf16", lambda cpuinfo=None: native[0])
+    monkeypatch.setattr(prec, "cpu_bf16_speedup", lambda: speedup[0])
+    run, opts = tmp_path / "run", tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0, precision="auto")
+
+    def used(max_updates, **given):
+        seen.clear()
+        train_run(data_dir, run, opts.replace(max_updates=max_updates, **given), tiny_overrides(), resume=max_updates > 2)
+        return set(seen)
+
+    assert used(2) == {"bf16"}
+    speedup[0] = 1.1  # a loaded machine: bf16 no longer times faster
+    assert used(4) == {"bf16"}
+    assert used(6, precision="auto") == {"bf16"}  # auto given again: no change
+    assert used(8, precision="fp32") == {"fp32"}
+    assert used(10, precision="auto") == {"fp32"}  # the user's change to auto: resolved afresh
+    assert used(12, precision="bf16") == {"bf16"}
+    speedup[0] = 1.5
+    assert used(14, precision="auto") == {"bf16"}
+    native[0] = False  # resumed on a CPU without native BF16
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    assert used(16) == {"fp32"}
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned == ["--precision auto: the resumed run trains in fp32, not in bf16 as before (this cpu does not run "
+                      "bf16 natively)"]

@@ -77,11 +77,16 @@ def autocast_dtype(device: str, precision: str = "auto"):
     return torch.bfloat16 if cpu_bf16_pays_off() else None
 
 
-def resolve_precision(device_type: str, precision: str) -> str:
+def resolve_precision(device_type: str, precision: str, kept: str | None = None) -> str:
     """`precision` with "auto" replaced by what it means on `device_type` for training and
-    decoding alike: "bf16", "fp16" or "fp32"."""
+    decoding alike: "bf16", "fp16" or "fp32"; by `kept` (what a resumed run's auto chose) where
+    `device_type` runs it natively."""
     if precision != "auto":
         return precision
+    cuda = device_type == "cuda"
+    if kept == "fp32" or kept == "fp16" and cuda or kept == "bf16" and (
+            torch.cuda.is_bf16_supported() if cuda else cpu_has_fast_bf16()):
+        return kept
     return {torch.bfloat16: "bf16", torch.float16: "fp16", None: "fp32"}[autocast_dtype(device_type, "auto")]
 
 

@@ -68,23 +68,28 @@ class TrainContext:
         self.resumed = resume is not None
         # the resumed checkpoint's decode lexicon, read back rather than built again
         self.resumed_lexicon: torch.Tensor | None = None
-        self._setup_device()
+        self._setup_device(resume)
         self._setup_data()
         self._setup_model(resume)
         self.acc = Accumulators(self.device)  # statistics since the last log record
         self.consecutive_skips = 0  # updates skipped in a row for a non-finite loss
         self.lr = self.schedule.lr_at(self.state.update)  # the learning rate of the last update
 
-    def _setup_device(self) -> None:
-        """Device, precision ("auto" resolved), CPU threads, the process group."""
+    def _setup_device(self, resume: dict[str, Any] | None) -> None:
+        """Device, precision ("auto" resolved; a resumed run's auto keeps its choice), CPU threads,
+        the process group."""
         cfg = self.cfg
         self.device = resolve_device(cfg.device, self.dist.local_rank)
         # threads first: on a CPU, "auto" times a product on the threads the run will use
         torch.set_num_threads(cfg.threads or threads_per_process(self.dist.local_world_size))
         ddp.init(self.dist, self.device)
         # "auto" resolved; each rank may time its own product, and every rank takes rank 0's answer
-        self.precision = ddp.rank0_choice(resolve_precision(self.device.type, cfg.precision), PRECISIONS,
+        kept = resume["trainer"]["precision"] if resume and resume["train_config"]["precision"] == "auto" else None
+        self.precision = ddp.rank0_choice(resolve_precision(self.device.type, cfg.precision, kept), PRECISIONS,
                                           self.dist, self.device)
+        if kept and cfg.precision == "auto" and self.precision != kept and self.dist.is_main:
+            log.warning("--precision auto: the resumed run trains in %s, not in %s as before (this %s does not run %s "
+                        "natively)", self.precision, kept, self.device.type, kept)
         if self.precision == "fp16" and self.device.type != "cuda" and self.dist.is_main:
             log.warning(FP16_ON_CPU)
         if self.precision == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
@@ -170,7 +175,8 @@ class TrainContext:
             self.schedule.load_state_dict(ckpt["schedule_state"])
             if self.scaler is not None and ckpt.get("scaler_state"):
                 self.scaler.load_state_dict(ckpt["scaler_state"])
-            self.state = TrainState(**{k: v for k, v in dict(ckpt["trainer"]).items() if k != "world_size"})
+            mine = ("world_size", "precision")  # the run's, not the state TrainState tracks
+            self.state = TrainState(**{k: v for k, v in dict(ckpt["trainer"]).items() if k not in mine})
         except (KeyError, TypeError, ValueError, RuntimeError) as err:  # a damaged training state
             msg = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise CheckpointError(f"its training state cannot be restored ({msg}): it cannot be resumed",

@@ -80,7 +80,7 @@ def resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Pa
     for name in ("train_config", "model_config", "model_state", "optimizer_state", "schedule_state", "trainer"):
         if not isinstance(ckpt.get(name), dict):  # a damaged checkpoint, before anything is written
             raise CheckpointError(f"its {name} is missing or not a mapping: it cannot be resumed", last)
-    missing = sorted(({f.name for f in fields(TrainState)} | {"world_size"}) - set(ckpt["trainer"]))
+    missing = sorted(({f.name for f in fields(TrainState)} | {"world_size", "precision"}) - set(ckpt["trainer"]))
     if missing:  # what another nmtkit wrote (or a damaged file), before anything is written
         raise CheckpointError(f"its training state lacks {missing}, which this nmtkit writes, so it cannot be resumed; "
                               "re-run 'nmtkit train' with this nmtkit to start the run again", last)

@@ -379,7 +379,7 @@ class RunCheckpoints:
         """The dict saved to checkpoint_*.pt (primitives and tensors only)."""
         ctx = self.ctx
         training: dict[str, Any] = {
-            "trainer": {**asdict(ctx.state), "world_size": ctx.dist.world_size},
+            "trainer": {**asdict(ctx.state), "world_size": ctx.dist.world_size, "precision": ctx.precision},
             "schedule_state": ctx.schedule.state_dict(),
             "rng": {"ranks": rng_states if rng_states is not None else [rng_state(ctx.device)]},
         }
