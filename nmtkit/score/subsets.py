@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Sequence
 from nmtkit.data.manifest import read_manifest
 from nmtkit.errors import CheckpointError, ConfigError
 from nmtkit.io.files import save_figure
-from nmtkit.score.metrics import make_metric, multibleu
+from nmtkit.score.metrics import corpus_score, make_metric, multibleu
 from nmtkit.text.bpe import SEPARATOR
 from nmtkit.text.io import check_counts
 from nmtkit.text.pipeline import TextPipeline
@@ -167,7 +167,7 @@ def bleu_by_length(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequence[
         pbleu: dict[str, float | None] = dict(bleu) if paper_tok is not None else {}
         for s, (name, hyps) in enumerate(systems if idx else ()):
             metric = make_metric("bleu", tokenize=tokenize, lowercase=lowercase)
-            bleu[name] = float(metric.corpus_score(subset(hyps, idx), [subset(r, idx) for r in refs]).score)
+            bleu[name] = float(corpus_score(metric, subset(hyps, idx), [subset(r, idx) for r in refs]).score)
             if paper_tok is not None:
                 hyps_tok, refs_tok = paper_tok
                 pbleu[name] = multibleu(subset(hyps_tok[s], idx), [subset(r, idx) for r in refs_tok]).score

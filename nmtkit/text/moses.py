@@ -125,7 +125,9 @@ def detokenize(tokens: list[str], lang: str) -> str:
 # sacremoses' (and tokenizer.perl's) stand-in for a run of dots while it tokenises, turned back into
 # dots everywhere after: the user's own "DOTMULTI" ("...(DOT)+MULTI") is hidden as a protected match is
 MULTIDOT_MARKER = r"(?-i:(?:DOT)+MULTI)"
-PROTECT_SECONDS = 1.0  # the most the protected patterns may take on one line, together
+# the most the protected patterns may take on one line, together, and in proportion on a line of over
+# PROTECT_LINE_CHARS (5,000 patterns scan ~80,000 characters a second: a long line is no backtracking)
+PROTECT_SECONDS, PROTECT_LINE_CHARS = 1.0, 10_000
 _GLOBAL_FLAGS = re.compile(r"(?:\(\?[aiLmsux]+\))*")
 
 
@@ -135,7 +137,7 @@ class Protector:
     inline flags), so that many patterns cost one scan a line, not one each. At a position the
     first listed pattern that matches wins and matches do not overlap; where no two patterns'
     matches overlap this finds what matching them one by one finds. Within PROTECT_SECONDS a
-    line (the `regex` engine's time limit): a pattern that backtracks without end, from a user or
+    line, more on a long one (the `regex` engine's time limit): a pattern that backtracks without end, from a user or
     from a checkpoint, is a one-line InputError naming it, not a hang."""
 
     def __init__(self, patterns: Sequence[str]):
@@ -160,28 +162,29 @@ class Protector:
         of a length in the order they matched: never the order of a set, which changes with the
         process's hash seed (two spans that overlap in the line, "%%" and "%d" in "%%d", were hidden
         in either order, so preprocess and translate could tokenise one line two ways)."""
-        deadline = time.monotonic() + PROTECT_SECONDS
+        limit = PROTECT_SECONDS * max(1, len(line) / PROTECT_LINE_CHARS)
+        deadline = time.monotonic() + limit
         found: dict[str, None] = {}
         for group, rx in self.groups:
             try:
                 found.update(dict.fromkeys(m.group() for m in rx.finditer(
                     line, timeout=max(deadline - time.monotonic(), 1e-3))))
             except TimeoutError:
-                raise InputError(f"the protected pattern {self._slow(group, line)!r:.80} takes over "
-                                 f"{PROTECT_SECONDS:g} s on this line of {len(line):,} characters (it backtracks "
+                raise InputError(f"the protected pattern {self._slow(group, line, limit)!r:.80} takes over "
+                                 f"{limit:.3g} s on this line of {len(line):,} characters (it backtracks "
                                  "without end on it): fix or drop the pattern (--protect)") from None
         found.pop("", None)
         return sorted(found, key=len, reverse=True)
 
     @staticmethod
-    def _slow(group: list[str], line: str) -> str:
-        """The first pattern of `group` that alone takes over PROTECT_SECONDS on `line` (else the
+    def _slow(group: list[str], line: str, limit: float) -> str:
+        """The first pattern of `group` that alone takes over `limit` seconds on `line` (else the
         slowest), to name in the error."""
         times = []
         for pattern in group:
             start = time.monotonic()
             try:
-                list(compile_pattern(pattern).finditer(line, timeout=PROTECT_SECONDS))
+                list(compile_pattern(pattern).finditer(line, timeout=limit))
             except TimeoutError:
                 return pattern
             times.append((time.monotonic() - start, pattern))
