@@ -20,7 +20,7 @@ from typing import Callable, Iterator, TypeVar
 
 from nmtkit import signals
 from nmtkit.errors import InputError, OutputError
-from nmtkit.io.files import folders_locked, name_error, umask
+from nmtkit.io.files import folders_locked, name_error, name_stem, umask
 
 T = TypeVar("T")
 _TMP_DIR = re.compile(r"\.tmp-(?P<host>.+)-(?P<pid>\d+)-[a-z0-9_]+$")
@@ -38,9 +38,8 @@ def _pid_alive(pid: int) -> bool:
 
 def _stem(dest: Path, tail: str = "") -> str:
     """`dest`'s name as the stem of a name beside it ending in `tail` (DEST.tmp-HOST-PID-XXXXXXXX for
-    the longest pid), cut as `Staged` cuts a file's for that name to fit in 255 bytes."""
-    tail = tail or f".tmp-{socket.gethostname()}-4194304-12345678"
-    return os.fsdecode(os.fsencode(dest.name)[: 255 - len(os.fsencode(tail))])
+    the longest pid), cut as `Staged` cuts a file's (`name_stem`)."""
+    return name_stem(dest.name, tail or f".tmp-{socket.gethostname()}-4194304-12345678")
 
 
 def make_temp_dir(dest: str | Path) -> Path:

@@ -37,6 +37,12 @@ def _link_chain_special(path: str) -> bool:
     return False
 
 
+def name_stem(name: str, tail: str) -> str:
+    """`name` cut (by bytes) so that it and `tail`, the longest suffix a temp name adds, fit in the
+    255 bytes a file name may hold."""
+    return os.fsdecode(os.fsencode(name)[: 255 - len(os.fsencode(tail))])
+
+
 def writes_in_place(path: str | Path) -> bool:
     """True when `path` must be opened and written in place, never replaced: an existing
     FIFO, character or block device, socket, or a /dev or /proc path such as /dev/stdout."""
@@ -219,7 +225,7 @@ class Staged(_Output):
         except FileNotFoundError:
             self.mode = 0o666 & ~umask()
         folder, name = os.path.split(self.target)
-        prefix = os.fsdecode(os.fsencode(name)[: 255 - len(".12345678.tmp")]) + "."  # the temp name within 255 bytes
+        prefix = name_stem(name, ".12345678.tmp") + "."
         fd, self.tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
         try:  # the final mode, writable by us until the commit: a library reopens it by name to write
             os.fchmod(fd, self.mode | stat.S_IRUSR | stat.S_IWUSR)
