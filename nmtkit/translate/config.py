@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 
 from nmtkit.devices import DECODE_PRECISIONS, DEVICE_HELP, FUSE, MAX_THREADS, MAX_WORKERS, check_device_name
 from nmtkit.errors import ConfigError
-from nmtkit.options import check_fields, option, option_name, refuse_without
+from nmtkit.options import check_fields, field_default, option, option_name, refuse_without
 from nmtkit.text.pipeline import INPUT_FORMATS
 
 DEFAULT_MAX_SRC_LEN = 250
@@ -225,7 +225,7 @@ class TranslateConfig(SearchConfig, DecodeConfig):
             # the options of a search or of its output, each off its default (--beam 5, --lenpen 3: ignored once)
             searching = ("sampling", "nbest", "replace_unk", "alignments", "plot_attention", "ban_unk", "output_format",
                          "beam", "lenpen", "max_len_a", "max_len_b")
-            defaults = {f.name: f.default for f in fields(self)}
+            defaults = {f.name: field_default(f) for f in fields(self)}
             given = [option_name(name) for name in searching if getattr(self, name) != defaults[name]]
             if given:
                 read_as = (" (it reads the translations as --input-format reads the sources)"
