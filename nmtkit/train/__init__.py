@@ -91,9 +91,12 @@ def check_run_dir(save_dir: Path, resume: bool, force: bool, main: bool = True) 
     present = run_files_present(save_dir)
     if resume:
         if not (save_dir / LAST).exists():
-            start = ("start a new run without --resume" if not present else "its other checkpoints hold no training "
-                     "state: start the run again with --force" if has_checkpoint(present) else f"the run that wrote "
-                     f"its {', '.join(present)} saved no checkpoint: start it again with --force")
+            if not present:
+                start = "start a new run without --resume"
+            elif has_checkpoint(present):
+                start = "its other checkpoints hold no training state: start the run again with --force"
+            else:
+                start = f"the run that wrote its {', '.join(present)} saved no checkpoint: start it again with --force"
             raise CheckpointError(f"nothing to resume: no checkpoint_last.pt ({start})", str(save_dir))
         return
     if present and has_checkpoint(present) and not force:
