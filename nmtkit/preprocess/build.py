@@ -1,7 +1,5 @@
-"""`run`: the phases of `nmtkit preprocess` in order (see the package docstring): input checks,
-pass 1 over train, learning (truecaser, BPE codes, vocabularies, from the word counts: casing and
-BPE act word by word), encoding of every split, the manifest, installation; and the code of the
-worker processes (`prepare_state` builds each one's state once, read back with `worker_state`)."""
+"""`run`: the phases of `nmtkit preprocess` in order (see the package docstring), and the code its
+worker processes run."""
 from __future__ import annotations
 
 import contextlib
@@ -47,8 +45,7 @@ log = logging.getLogger("nmtkit.preprocess")
 # ---- the worker side: chunks of pairs tokenised and cleaned (pass 1 of train) or encoded into ids
 
 def prepare_state(state: dict[str, Any]) -> dict[str, Any]:
-    """A worker's state from the plain settings `state`: the pipeline (BPE tables built lazily
-    once per process), and with vocabularies their token -> id maps."""
+    """A worker's state from the plain settings `state`: the pipeline and the vocabularies' maps."""
     out = dict(state, pipeline=TextPipeline.from_dict(state["pipeline"]))
     if state.get("vocab") is not None:
         out["stoi"] = {side: token_ids(itos) for side, itos in state["vocab"].items()}
@@ -87,9 +84,8 @@ def tokenize_clean_chunk(pairs: list[tuple[str, str, int | None]]) -> dict[str, 
 
 
 def encode_chunk(pairs: list[tuple[str, str, int | None]]) -> dict[str, Any]:
-    """Raw (or tokenised) pairs (`pair_chunks`) -> per side: the ids concatenated, each sentence's
-    length in ids (`lens`) and in words (`word_lens`: tokens before BPE, the unit of --max-len), and
-    the word and UNK totals. Each distinct word is mapped to its ids once (`word_ids`), then looked up."""
+    """Pairs (`pair_chunks`) -> per side: the ids concatenated, each sentence's length in ids and in
+    words (tokens before BPE, the unit of --max-len), and the word and UNK totals."""
     state = worker_state()
     p: TextPipeline = state["pipeline"]
     fmt = state["input_format"]
@@ -117,8 +113,7 @@ def encode_chunk(pairs: list[tuple[str, str, int | None]]) -> dict[str, Any]:
 
 
 def encode_ranges(task: tuple[str, str, list[tuple[int, int, int, int]]]) -> dict[str, Any]:
-    """`encode_chunk` over consecutive byte ranges (src start, end, tgt start, end) of the
-    tokenised training files that pass 1 wrote (valid UTF-8, one pair per line)."""
+    """`encode_chunk` over consecutive byte ranges (src start, end, tgt start, end) of pass 1's files."""
     src, tgt, ranges = task
     sides = []
     for path, k in ((src, 0), (tgt, 2)):
@@ -129,8 +124,7 @@ def encode_ranges(task: tuple[str, str, list[tuple[int, int, int, int]]]) -> dic
 
 
 def _tokens(p: TextPipeline, line: str, side: str, fmt: str, number: int | None) -> list[str]:
-    """`p.tokenize_from` of one `side` of a pair; an NmtkitError it raises learns the side and the
-    pair's line `number`, which the parent turns into the file and line (`_named`)."""
+    """`p.tokenize_from`; an NmtkitError learns the side and line `number`, for `_named`."""
     try:
         return p.tokenize_from(line, side, fmt)
     except NmtkitError as err:
@@ -186,8 +180,7 @@ def _learn_bpe(config: PreprocessConfig, cased: dict[str, Counter], out: Path,
 
 def _learn(config: PreprocessConfig, base: TextPipeline, word_counts: dict[str, Counter],
           casing: dict[str, Any] | None, out: Path, report: Progress) -> tuple[TextPipeline, dict[str, Vocab], dict]:
-    """(the full pipeline, the vocabularies, the manifest's "bpe" record) learned from the
-    training word counts (and casing evidence); writes the codes and vocabulary files to `out`."""
+    """(the full pipeline, the vocabularies, the manifest's "bpe" record); writes their files to `out`."""
     langs = {"src": config.src_lang, "tgt": config.tgt_lang}
     pipeline = base
     if casing is not None:
@@ -212,9 +205,8 @@ def _learn(config: PreprocessConfig, base: TextPipeline, word_counts: dict[str, 
 
 
 def _dest_path(dest: str) -> Path:
-    """The folder --dest names: a symlink to a folder is followed (the link stays). The current
-    folder, or one holding it, is refused: renaming the new data directory into place would leave
-    the shell in a deleted folder."""
+    """The folder --dest names, a symlink followed. The current folder, or one holding it, is
+    refused: the swap would leave the shell in a deleted folder."""
     path = Path(dest)
     if path.is_symlink():
         if not path.is_dir():
@@ -253,8 +245,7 @@ def _check_outputs(config: PreprocessConfig) -> None:
 
 
 def _warm_up(p: TextPipeline, config: PreprocessConfig) -> None:
-    """Build sacremoses' tokenisers (and their regexes) once, before workers fork, instead of in
-    every worker of every stage."""
+    """Build sacremoses' tokenisers once, before workers fork, not in every worker of every stage."""
     if config.input_format == "raw":
         for side in SIDES:
             p.tokenize("Warm-up: it's 3.5 \"quoted\" (e.g. U.S.A.) -- l'homme « dit » !", side)
@@ -264,8 +255,7 @@ def _warm_up(p: TextPipeline, config: PreprocessConfig) -> None:
 
 def _check_inputs(config: PreprocessConfig, base: TextPipeline,
                   report: Progress) -> tuple[dict[str, str], dict[str, int]]:
-    """Every input checked first (existence, equal line counts; cheap, one pass of bytes):
-    ({file: sha256}, {split: lines})."""
+    """Every input checked before anything is built: ({file: sha256}, {split: lines})."""
     inputs: dict[str, str] = {}
     line_counts: dict[str, int] = {}
     splits = config.splits()
@@ -303,8 +293,7 @@ def _check_inputs(config: PreprocessConfig, base: TextPipeline,
 
 
 def run(config: PreprocessConfig, progress: Progress | None = None) -> dict[str, Any]:
-    """Run the whole preprocessing; returns the manifest (also written to DEST/manifest.json). Raises
-    NmtkitError subclasses for user mistakes; on any failure DEST is as it was and the temp directory removed."""
+    """Run the whole preprocessing; returns the manifest. On any failure DEST is as it was."""
     if not isinstance(config, PreprocessConfig):
         raise TypeError(f"preprocess takes a PreprocessConfig, not {type(config).__name__}")
     base = config.base_pipeline()  # a bad --protect fails before anything is read or written
@@ -348,9 +337,8 @@ def run(config: PreprocessConfig, progress: Progress | None = None) -> dict[str,
 
 
 def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
-    """manifest.json as readable UTF-8; where a file name is not UTF-8 (Python holds its bytes as
-    lone surrogates, which UTF-8 cannot encode) as ASCII JSON, whose escapes read back as the same
-    name (train finds the dev references by it)."""
+    """manifest.json as UTF-8; as ASCII JSON where a file name is not UTF-8 (lone surrogates, which
+    UTF-8 cannot encode, but JSON escapes read back as the same name)."""
     try:
         data = json.dumps(manifest, indent=1, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
@@ -369,8 +357,7 @@ def _timed(stage: str, timings: dict[str, float], cpu: dict[str, float]) -> Iter
 
 @dataclass
 class _TrainPass:
-    """What pass 1 over the train split leaves: pairs kept and dropped, word counts, casing
-    evidence, the tokenised files and their chunks' byte ranges (pass 2's workers read their own)."""
+    """What pass 1 over train leaves, down to the tokenised files and their chunks' byte ranges."""
 
     kept: int
     drops: Counter
@@ -418,8 +405,7 @@ def _tokenize_train(config: PreprocessConfig, report: Progress, base: TextPipeli
 
 def _encode_split(config: PreprocessConfig, report: Progress, name: str, prefix: str, state: dict[str, Any],
                   train: _TrainPass, n_lines: int, out: Path, work: Path) -> dict[str, Any]:
-    """One split -> ids: {split}.{lang}.ids/offsets/words.npy in `out`; returns its manifest record.
-    Train is read from pass 1's tokenised files (workers read their own byte ranges)."""
+    """One split -> its binarised files in `out`; returns its manifest record."""
     langs = {"src": config.src_lang, "tgt": config.tgt_lang}
     if name == "train":
         src, tgt, fmt, total = str(train.tok_paths["src"]), str(train.tok_paths["tgt"]), "tok", train.kept
@@ -465,10 +451,9 @@ def _encode_split(config: PreprocessConfig, report: Progress, name: str, prefix:
 
 def _build(config: PreprocessConfig, base: TextPipeline, report: Progress, out: Path, work: Path,
            line_counts: dict[str, int]) -> dict[str, Any]:
-    """Pass 1 over train, learning, every split encoded -> the manifest (without "inputs", which `run` adds);
-    `base`: the pipeline's steps 0-3 (`config.base_pipeline()`)."""
-    timings: dict[str, float] = {}  # wall seconds per stage
-    cpu: dict[str, float] = {}  # CPU seconds of this (main) process per stage
+    """Pass 1 over train, learning, every split encoded -> the manifest (without "inputs")."""
+    timings: dict[str, float] = {}
+    cpu: dict[str, float] = {}
     _warm_up(base, config)
     with _timed("tokenise + clean train", timings, cpu):
         train = _tokenize_train(config, report, base, line_counts["train"], work)

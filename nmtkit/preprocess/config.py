@@ -24,8 +24,7 @@ DEFAULT_WORD_VOCAB = 30000  # the paper's vocabulary size, used without --bpe
 
 @dataclass(frozen=True)
 class PreprocessConfig:
-    """Every option of `nmtkit preprocess` (its click options are generated from these fields),
-    recorded in manifest["settings"]."""
+    """Every option of `nmtkit preprocess` (its click options are generated from these fields)."""
 
     src_lang: str = option(required=True, metavar="LANG",
                            help="Source language code; files are PREFIX.LANG (e.g. en).")
@@ -124,8 +123,7 @@ class PreprocessConfig:
         return cls(**d)
 
     def base_pipeline(self) -> TextPipeline:
-        """The text pipeline's steps 0-3 as these settings give them (BPE and truecasing are
-        learnt later); reads the --protect files, so a bad one fails here."""
+        """The text pipeline's steps 0-3 (BPE and truecasing are learnt later); reads the --protect files."""
         return TextPipeline(self.src_lang, self.tgt_lang, normalize_punct=self.normalize_punct,
                             remove_non_printing=self.remove_non_printing, nfc=self.nfc,
                             aggressive_dash_splits=self.aggressive_dash_splits, lowercase=self.lowercase,

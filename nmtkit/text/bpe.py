@@ -1,11 +1,5 @@
-"""Byte-pair encoding (Sennrich et al. 2016) through subword-nmt's Python API.
-
-`learn_codes` is `subword-nmt learn-bpe --dict-input` (joint BPE sums the two sides' counts
-first, as `learn-joint-bpe-and-vocab` does); `subword_vocab` is the filter of `apply-bpe
---vocabulary V --vocabulary-threshold T`, with which rarer subwords split back into known ones;
-`Bpe` applies codes to a token list and `join_bpe` undoes it. The codes are plain text, stored
-inline in the manifest and checkpoint so that translation needs no side file.
-"""
+"""Byte-pair encoding (Sennrich et al. 2016) through subword-nmt's Python API. The codes are plain
+text, stored inline in the manifest and checkpoint so that translation needs no side file."""
 from __future__ import annotations
 
 import contextlib
@@ -36,9 +30,8 @@ def learn_codes(word_counts: Counter, merges: int, min_frequency: int = 2) -> st
 
 
 def check_codes(codes: str) -> None:
-    """A ValueError naming the first line of `codes` that subword-nmt cannot read (it would print
-    it and exit the process): an optional "#version: X.Y" line, then one merge a line, two units
-    separated by one space."""
+    """A ValueError naming the first line of `codes` that subword-nmt cannot read (it would exit the
+    process): an optional "#version: X.Y" line, then one merge a line, two units and a space."""
     import re
 
     body, line = codes, 1
@@ -66,12 +59,10 @@ class Bpe:
         from subword_nmt.apply_bpe import BPE
 
         self.separator = separator
-        # codes without merges (learned from a corpus where no pair of symbols repeats) split every
-        # word into its characters, which subword-nmt cannot load (it prints an error and exits)
+        # codes without merges split every word into characters, which subword-nmt cannot load
         self._bpe = BPE(io.StringIO(codes), separator=separator, vocab=set(vocab) if vocab is not None else None) \
             if count_merges(codes) else None
-        # word -> its pieces: grows with the number of distinct words, like subword-nmt's own
-        # cache, but skips subword-nmt's per-word call overhead on the (frequent) repeats.
+        # word -> its pieces, as subword-nmt's own cache, without its per-word call overhead
         self._pieces: dict[str, tuple[str, ...]] = {}
 
     def apply(self, tokens: list[str]) -> list[str]:
@@ -88,8 +79,7 @@ class Bpe:
 
 
 def join_bpe(tokens: list[str], separator: str = SEPARATOR) -> list[str]:
-    """Undo BPE: glue every piece ending in `@@` to the next one ("lo@@ wer" -> "lower"); a
-    dangling separator at the end (possible in a model's output) is dropped."""
+    """Undo BPE ("lo@@ wer" -> "lower"); a dangling separator at the end (a model's output) is dropped."""
     out: list[str] = []
     pending = ""
     n = len(separator)
@@ -105,8 +95,7 @@ def join_bpe(tokens: list[str], separator: str = SEPARATOR) -> list[str]:
 
 
 def piece_counts(word_counts: Counter, segment: Callable[[list[str]], list[str]]) -> Counter:
-    """Counts of the pieces that `segment` (casing, BPE: word by word) makes of the counted words,
-    each weighted by its word's count."""
+    """Counts of the pieces that `segment` makes of the counted words, weighted by the words' counts."""
     out: Counter = Counter()
     for word, count in word_counts.items():
         for piece in segment([word]):
@@ -115,7 +104,7 @@ def piece_counts(word_counts: Counter, segment: Callable[[list[str]], list[str]]
 
 
 def subword_vocab(codes: str, word_counts: Counter, threshold: int, separator: str = SEPARATOR) -> list[str]:
-    """Subwords whose frequency in the BPE-segmented `word_counts` is >= `threshold` (each word
-    segmented once, weighted by its count: as learn-joint-bpe-and-vocab segmenting the whole side)."""
+    """Subwords seen at least `threshold` times in the BPE-segmented `word_counts` (apply-bpe's
+    --vocabulary-threshold filter)."""
     counts = piece_counts(word_counts, Bpe(codes, separator=separator).apply)
     return sorted(w for w, c in counts.items() if c >= threshold)

@@ -1,9 +1,8 @@
 """Reading text corpora: UTF-8 lines with `file:line` errors, line counts and checksums.
 
-Every reader streams, so a corpus of any size costs no memory. A file named .gz is gunzipped on
-the fly; gzip or binary bytes in a file given as plain text are refused with one clear line.
-Lines end at `\\n` only (a stray `\\r` or U+2028 does not split one), so line numbers agree with
-`wc -l` and with the parallel file. A UTF-8 byte order mark at a file's start is dropped.
+Every reader streams. A file named .gz is gunzipped on the fly; gzip or binary bytes in a plain
+file are refused. Lines end at `\\n` only (a stray `\\r` or U+2028 does not split one), so line
+numbers agree with `wc -l`. A UTF-8 byte order mark at a file's start is dropped.
 """
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ PARALLEL_WHY = ": a parallel corpus needs equal line counts"
 
 
 def _check_file(path: str | Path, pipes: bool = False) -> None:
-    """A readable regular file (or with `pipes`, for a reader that reads it once, also a FIFO
-    or a pipe such as bash's <(cmd), or a device such as /dev/null); else an InputError naming it."""
+    """A readable regular file (with `pipes`, also a FIFO, a pipe or a device); else an InputError."""
     check_found(path)
     p = Path(path)
     if not (p.is_file() or (pipes and (p.is_fifo() or p.is_char_device()))):
@@ -39,8 +37,7 @@ def _check_file(path: str | Path, pipes: bool = False) -> None:
 
 
 def warn_both_exist(prefixes: Iterable[str], langs: Iterable[str]) -> None:
-    """One warning for each PREFIX.lang with a PREFIX.lang.gz beside it (`resolve_input` reads the
-    plain one): a command calls this once, for the corpora it reads."""
+    """A warning for each PREFIX.lang with a PREFIX.lang.gz beside it (`resolve_input` reads the first)."""
     langs = list(langs)
     for prefix in dict.fromkeys(p for p in prefixes if p):
         for lang in langs:
@@ -90,9 +87,8 @@ def open_input(path: str | Path) -> IO[bytes]:
 
 
 def check_text_block(block: bytes, path: str | Path, offset: int = 0, first_line: int | None = None) -> None:
-    """Refuse bytes that are not text before they are counted as lines: gzip data in a file
-    not named .gz, or binary data (a NUL byte). `offset`: the block's position in the file;
-    `first_line`: the block's first line number, where the reader knows it."""
+    """Refuse bytes that are not text: gzip data in a file not named .gz, CR line ends, UTF-16, a NUL
+    byte. `offset`: the block's position in the file; `first_line`: its first line, where known."""
     if offset == 0 and block[:2] == GZIP_MAGIC and not str(path).endswith(".gz"):
         raise InputError("holds gzip-compressed data: name it with a .gz suffix (read as gzip) or gunzip it",
                          str(path))
@@ -130,14 +126,13 @@ def read_blocks(path: str | Path, block_size: int = 1 << 22) -> Iterator[bytes]:
 
 
 def _read_error(err: BaseException, path: str | Path) -> InputError:
-    """What a failed read of a corpus file says (gzip reports a damaged file as an EOFError,
-    a zlib.error or an OSError without a file name)."""
+    """What a failed read of a corpus file says (gzip reports a damaged file in three ways)."""
     return InputError(f"cannot read (corrupt or truncated gzip?): {err}", str(path))
 
 
 def count_lines(path: str | Path, block_size: int = 1 << 22, h=None) -> tuple[int, int]:
-    """(lines, bytes) of a file's (gunzipped) text in one pass, feeding `h` (a hashlib object) if given.
-    A last line without a final newline still counts as a line (unlike `wc -l`)."""
+    """(lines, bytes) of a file's (gunzipped) text, feeding `h` (a hashlib object) if given; a last
+    line without a newline counts too."""
     n = nbytes = 0
     last = b"\n"
     for block in read_blocks(path, block_size):
@@ -156,16 +151,14 @@ def count_lines_and_hash(path: str | Path, block_size: int = 1 << 22) -> tuple[i
 
 
 def read_lines_and_hash(path: str | Path) -> tuple[list[str], str]:
-    """All lines of a (small) text file, as `read_lines` gives them, and the sha256 of its
-    (gunzipped) text, as `count_lines_and_hash` gives it, from one read."""
+    """`read_lines` of a (small) file, as a list, and `count_lines_and_hash`'s sha256, from one read."""
     data = b"".join(read_blocks(path))
     return decode_lines(data, str(path)), hashlib.sha256(data).hexdigest()
 
 
 def check_counts(first: tuple[str, int], others: Iterable[tuple[str, int]], why: str = "") -> None:
     """The one line-count check of parallel inputs: each (name, lines) in `others` must have as many
-    lines as `first`. InputError "line counts differ: A has N lines, B has M lines{why}" otherwise
-    (never truncate silently). A name says what the input is, e.g. "reference newstest.fr"."""
+    lines as `first`, else an InputError. A name says what the input is, e.g. "reference newstest.fr"."""
     name0, n0 = first
     for name, n in others:
         if n != n0:
@@ -184,10 +177,9 @@ def read_lines(path: str | Path) -> Iterator[str]:
 
 
 def decode_lines(data: bytes, path: str | Path, first: int = 1, file_start: bool | None = None) -> list[str]:
-    """A block of whole lines read as bytes -> the lines without their `\\n` (and one `\\r` before
-    it): the one UTF-8 line decoder of every reader. `first`: the block's first line number in
-    `path`, for the error naming a line that is not valid UTF-8; `file_start`: whether the block
-    begins at the file's first byte (default: first == 1), where a byte order mark is dropped."""
+    """Whole lines as bytes -> the lines without their `\\n` (and one `\\r` before it): the one UTF-8
+    line decoder. `first`: the block's first line number, for errors; `file_start`: whether the block
+    begins the file (default: first == 1), where a byte order mark is dropped."""
     if not data:
         return []
     try:
@@ -207,8 +199,7 @@ def decode_lines(data: bytes, path: str | Path, first: int = 1, file_start: bool
 
 
 def decode_line(raw: bytes, path: str | Path, lineno: int) -> str:
-    """One line of bytes, with or without its line end, as text (`decode_lines` of one line:
-    line 1 loses a byte order mark)."""
+    """One line of bytes, with or without its line end, as text (`decode_lines` of one line)."""
     lines = decode_lines(raw, path, lineno)
     return lines[0] if lines else ""
 
@@ -217,11 +208,8 @@ LINE_CHUNK = 1 << 20  # `stream_lines` reads a line this many bytes at a time
 
 
 def stream_lines(stream: IO[bytes], name: str) -> Iterator[str]:
-    """The lines of an open binary stream (e.g. stdin), each decoded as `decode_line` as soon
-    as it arrives (a terminal or a pipe is answered without waiting for more input). Invalid
-    UTF-8 and binary data (a NUL byte) are an InputError naming the line. A line is read
-    LINE_CHUNK bytes at a time and no further than its first NUL byte: a file of zeros without a
-    line end is refused at once, not read whole into memory first."""
+    """The lines of an open binary stream (e.g. stdin), each decoded (`decode_line`) as soon as it
+    arrives. A line is read no further than its first NUL byte: a file of zeros is refused at once."""
     pos = 0  # the line's first byte in the stream: only the first line can start a gzip or UTF-16 file
     lineno = 0
     while raw := stream.readline(LINE_CHUNK):
@@ -236,9 +224,7 @@ def stream_lines(stream: IO[bytes], name: str) -> Iterator[str]:
 
 
 def read_all_lines(path: str | Path) -> list[str]:
-    """All lines of a UTF-8 text file at once, without their line ends; "-" reads standard input,
-    pipes (`<(cmd)`) work, .gz is gunzipped. InputError for a missing file, a directory, or
-    invalid UTF-8 (file:line)."""
+    """All lines of a UTF-8 text file at once, without their line ends; "-" reads standard input."""
     name = str(path)
     if name != "-":
         check_found(name)
@@ -257,8 +243,7 @@ def read_all_lines(path: str | Path) -> list[str]:
 
 
 def check_parallel(src: str | Path, tgt: str | Path) -> tuple[int, str, str]:
-    """(lines, sha256 of src, sha256 of tgt) of two parallel files, which must have as many lines
-    (`check_counts`) and be different files (`check_distinct`)."""
+    """(lines, sha256 of src, sha256 of tgt) of two different parallel files of as many lines."""
     check_distinct(src, tgt)
     n_src, h_src = count_lines_and_hash(src)
     n_tgt, h_tgt = count_lines_and_hash(tgt)

@@ -1,8 +1,6 @@
 """The Moses scripts through sacremoses: punctuation normalisation, tokenisation (with
 tokenizer.perl's protected patterns), detokenisation, and corpus cleaning (clean-corpus-n.perl).
-
-Always `escape=False`: we keep `&`, `'`, `"` as they are rather than Moses' XML entities,
-so that tokens round-trip to plain text.
+Always `escape=False`: `&`, `'`, `"` stay as they are, not XML entities, so tokens round-trip.
 """
 from __future__ import annotations
 
@@ -23,9 +21,8 @@ _LANG_CODE = re.compile(r"[a-z]{2,3}([-_][A-Za-z0-9]{2,8})*")
 
 
 def check_lang(lang: str, option: str) -> None:
-    """Refuse what is not a language code (a ConfigError naming `option`): the Moses tools would
-    silently fall back to their generic rules. A code they have no rules for is warned about once,
-    as tokenizer.perl warns (this imports sacremoses)."""
+    """Refuse what is not a language code (a ConfigError naming `option`), which the Moses tools would
+    take silently; warn once about a code they have no rules for, as tokenizer.perl does."""
     if not _LANG_CODE.fullmatch(lang):
         lower = lang[:3].lower() + lang[3:]  # the primary subtag lower-cased, region subtags as given
         if _LANG_CODE.fullmatch(lower):
@@ -94,9 +91,8 @@ def space_non_printing(line: str) -> str:
 
 
 def _cr_as_space(line: str) -> str:
-    """A carriage return inside a line separates words, as the other line and page separators do
-    (normalize-punctuation.perl deletes it, merging the words around it); translate, the Python
-    API and serve take it alike."""
+    """A carriage return inside a line separates words, as the other line separators do
+    (normalize-punctuation.perl deletes it, merging the words around it)."""
     return line.replace("\r", " ") if "\r" in line else line
 
 
@@ -122,8 +118,7 @@ def detokenize(tokens: list[str], lang: str) -> str:
     return _moses("MosesDetokenizer", lang).detokenize(tokens)
 
 
-# sacremoses' (and tokenizer.perl's) stand-in for a run of dots while it tokenises, turned back into
-# dots everywhere after: the user's own "DOTMULTI" ("...(DOT)+MULTI") is hidden as a protected match is
+# sacremoses' stand-in for a run of dots, turned back into dots after: a user's own is hidden like a match
 MULTIDOT_MARKER = r"(?-i:(?:DOT)+MULTI)"
 # the most the protected patterns may take on one line, together, and in proportion on a line of over
 # PROTECT_LINE_CHARS (5,000 patterns scan ~80,000 characters a second: a long line is no backtracking)
@@ -132,13 +127,10 @@ _GLOBAL_FLAGS = re.compile(r"(?:\(\?[aiLmsux]+\))*")
 
 
 class Protector:
-    """Every match of the protected patterns in a line, matched as one alternation (the patterns
-    in their order, each in a branch reset so its own group numbers hold; one per set of global
-    inline flags), so that many patterns cost one scan a line, not one each. At a position the
-    first listed pattern that matches wins and matches do not overlap; where no two patterns'
-    matches overlap this finds what matching them one by one finds. Within PROTECT_SECONDS a
-    line, more on a long one (the `regex` engine's time limit): a pattern that backtracks without end, from a user or
-    from a checkpoint, is a one-line InputError naming it, not a hang."""
+    """Every match of the protected patterns in a line, matched as one alternation (a branch reset
+    per set of global inline flags), so that many patterns cost one scan a line. At a position the
+    first listed pattern that matches wins. Within PROTECT_SECONDS a line (more on a long one), a
+    pattern that backtracks without end is a one-line InputError naming it, not a hang."""
 
     def __init__(self, patterns: Sequence[str]):
         import regex
@@ -158,10 +150,8 @@ class Protector:
                 self.groups.extend(([p], compile_pattern(p)) for p in group)  # reset could not number them
 
     def spans(self, line: str) -> list[str]:
-        """The distinct non-empty matches, longest first (a span inside another stays inside), those
-        of a length in the order they matched: never the order of a set, which changes with the
-        process's hash seed (two spans that overlap in the line, "%%" and "%d" in "%%d", were hidden
-        in either order, so preprocess and translate could tokenise one line two ways)."""
+        """The distinct non-empty matches, longest first, those of a length in the order they matched
+        (never a set's order, which changes with the hash seed, so that every process hides alike)."""
         limit = PROTECT_SECONDS * max(1, len(line) / PROTECT_LINE_CHARS)
         deadline = time.monotonic() + limit
         found: dict[str, None] = {}
@@ -178,8 +168,7 @@ class Protector:
 
     @staticmethod
     def _slow(group: list[str], line: str, limit: float) -> str:
-        """The first pattern of `group` that alone takes over `limit` seconds on `line` (else the
-        slowest), to name in the error."""
+        """The first pattern of `group` that alone takes over `limit` seconds on `line`, else the slowest."""
         times = []
         for pattern in group:
             start = time.monotonic()
@@ -191,11 +180,9 @@ class Protector:
         return max(times)[1]
 
     def shielded(self, line: str, tokenize, prepare) -> list[str]:
-        """`tokenize` (str -> tokens, sacremoses' with its `protected_patterns`) of `prepare(line)`
-        with every match hidden behind a letters-only name throughout, so that neither the steps
-        before tokenising ("%(name)s" -> "% (name) s") nor sacremoses' own matching touch it, and
-        sacremoses protects the names as it protected the matches. Whitespace in a match still
-        separates tokens, as in tokenizer.perl."""
+        """`tokenize(prepare(line), protected_patterns)` with every match hidden behind a letters-only
+        name, which neither `prepare` ("%(name)s" -> "% (name) s") nor sacremoses can touch.
+        Whitespace in a match still separates tokens, as in tokenizer.perl."""
         spans = self.spans(line)
         if not spans:
             return tokenize(prepare(line), None)
@@ -215,8 +202,7 @@ class Protector:
 
 
 def _hide(part: str | int, span: str, i: int) -> list[str | int]:
-    """A piece of a line with each `span` in it replaced by the number `i` (a number, a span hidden
-    already, stays as it is)."""
+    """`part` with each `span` in it replaced by the number `i` (a number, a span hidden already, stays)."""
     if isinstance(part, int):
         return [part]
     out: list[str | int] = []
@@ -265,10 +251,7 @@ def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: boo
 
 
 # ---- protected patterns (tokenizer.perl's -protected): `--protect` takes regex files and the named sets
-# below; the expanded list is recorded in the pipeline, so translate protects what preprocess did.
-# sacremoses keeps each match (case-insensitive) as one token, which detokenisation joins like a word.
-# C and POSIX printf conversions (%s, %d, %5.2f, %-10s, %1$s, %lu, %.*s, %%) and Python's %(name)s.
-# No space flag: "% s" in running text ("100 % sure") is not a placeholder.
+# below. printf: C and POSIX conversions, Python's %(name)s; no space flag ("100 % sure" is no placeholder).
 PRINTF = (
     r"%(?:\d+\$)?[-+#0']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|q|j|z|t)?[diouxefgacspnm%]",
     r"%\([A-Za-z_][A-Za-z0-9_]*\)[-+#0]*\d*(?:\.\d+)?[diouxefgcrsa]",
@@ -297,10 +280,8 @@ NAMED_SETS = {"printf": lambda: PRINTF, "url": lambda: URL, "email": lambda: EMA
 
 
 def compile_pattern(pattern: str):
-    """The regex as `Protector` matches it (case-insensitively, as tokenizer.perl and sacremoses do):
-    checked by `re` first (its error messages), then compiled by `regex`, whose matching takes a
-    time limit; ValueError for one that matches the empty string (a placeholder would go between
-    every two characters)."""
+    """The regex as `Protector` matches it (case-insensitively): checked by `re` first (its error
+    messages), then compiled by `regex` (a time limit); ValueError where it matches the empty string."""
     import regex
 
     re.compile(pattern, re.IGNORECASE)
@@ -314,8 +295,7 @@ def compile_pattern(pattern: str):
 
 
 def read_patterns(path: str) -> list[str]:
-    """The regexes of a -protected file; InputError naming the file (and line) for a missing
-    file, an invalid regex or a file without any."""
+    """The regexes of a -protected file; InputError naming the file (and line) for a bad one, or none."""
     try:
         with open(path, encoding="utf-8-sig") as f:  # a leading BOM dropped, as every reader does
             lines = f.read().splitlines()
@@ -346,8 +326,7 @@ def read_patterns(path: str) -> list[str]:
 
 def resolve_protect(specs: Sequence[str]) -> tuple[str, ...]:
     """`--protect` values -> the regexes, in order, without repeats. A name of NAMED_SETS is that
-    set, even where a file of that name is here (a warning says to write ./url for the file);
-    anything else is a file."""
+    set, even where a file of that name is here; anything else is a file."""
     out: list[str] = []
     for spec in specs:
         if spec in NAMED_SETS:
@@ -363,10 +342,8 @@ def resolve_protect(specs: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-# ---- corpus cleaning, after clean-corpus-n.perl: a pair is dropped for the first reason that applies,
-# in this order: "duplicate" (the same raw pair seen already, only with dedup on), "empty" (a side has
-# no tokens), "too_long" (a side has more than max_len tokens), "ratio" (one side more than max_ratio
-# times longer). Lengths are in Moses tokens (after tokenisation, before BPE), as clean-corpus-n counts.
+# ---- corpus cleaning, after clean-corpus-n.perl: a pair is dropped for the first reason that applies, in
+# this order ("duplicate" only with dedup on). Lengths are in Moses tokens, before BPE, as clean-corpus-n's.
 DROP_REASONS = ("duplicate", "empty", "too_long", "ratio")
 
 

@@ -14,7 +14,6 @@ R = TypeVar("R")
 _NO_STATE = object()
 _WORKER_STATE: Any = _NO_STATE
 
-# a worker that died without answering (killed, out of memory)
 _DIED = "a worker process died without answering ({how}; out of memory? --workers 1 works in one process)"
 
 
@@ -26,9 +25,15 @@ def worker_state() -> Any:
     return _WORKER_STATE
 
 
+def _use_state(state: Any, prepare: Callable[[Any], Any] | None) -> None:
+    """Make `state` (through `prepare`, if given) what `worker_state()` returns, if there is one."""
+    global _WORKER_STATE
+    if state is not _NO_STATE:
+        _WORKER_STATE = prepare(state) if prepare is not None else state
+
+
 def _numbered(func: Callable[[T], R], x: T, i: int) -> R:
-    """`func(x)`; an NmtkitError it raises learns `item`, the position of `x` (so that the caller,
-    which knows the file, can name the line)."""
+    """`func(x)`; an NmtkitError it raises learns `item`, the position of `x` (to name the line)."""
     try:
         return func(x)
     except NmtkitError as err:
@@ -40,16 +45,14 @@ def parallel_map(func: Callable[[T], R], items: Iterable[T], workers: int = 1, c
                  state: Any = _NO_STATE, prepare: Callable[[Any], Any] | None = None) -> Iterator[R]:
     """`map(func, items)` over `workers` forked processes, in input order, streaming: the workers
     inherit `func` and `state`, only items and results are pickled, and at most 2 * workers chunks
-    are in flight, so memory stays bounded. `state` is what `worker_state()` returns inside `func`
-    (large shared data); `prepare(state)`, if given, runs once per worker and its result becomes the
-    worker's state. Without workers (`workers <= 1`, or no fork) both happen in this process."""
+    are in flight. `state` (through `prepare`, once per worker) is what `worker_state()` returns
+    inside `func`. Without workers (`workers <= 1`, or no fork) all runs in this process."""
     global _WORKER_STATE
     if workers > 1 and can_fork():
         yield from _forked_map(func, items, workers, chunk_size, state, prepare)
         return
     saved = _WORKER_STATE
-    if state is not _NO_STATE:
-        _WORKER_STATE = prepare(state) if prepare is not None else state
+    _use_state(state, prepare)
     try:
         for i, x in enumerate(items):
             yield _numbered(func, x, i)
@@ -61,11 +64,6 @@ def _forked_map(func: Callable[[T], R], items: Iterable[T], workers: int, chunk_
                 prepare: Callable[[Any], Any] | None) -> Iterator[R]:
     """`parallel_map` in up to `workers` forked processes, started as chunks come: each worker
     holds one chunk at a time; results wait here until those before them are yielded."""
-    def setup() -> None:
-        global _WORKER_STATE
-        if state is not _NO_STATE:
-            _WORKER_STATE = prepare(state) if prepare is not None else state
-
     def handle(chunk: list[T]) -> list[R]:
         return [_numbered(func, x, i) for i, x in enumerate(chunk)]
 
@@ -84,7 +82,7 @@ def _forked_map(func: Callable[[T], R], items: Iterable[T], workers: int, chunk_
                 if chunk is None:
                     more = False
                     break
-                worker = idle.pop() if idle else pool.start(handle, setup)
+                worker = idle.pop() if idle else pool.start(handle, lambda: _use_state(state, prepare))
                 worker.send(chunk)
                 busy[worker] = sent
                 sent += 1

@@ -1,8 +1,7 @@
 """The text pipeline: raw line -> model tokens, and model tokens -> raw, as plain functions.
 
-`preprocess` records a `TextPipeline` (`to_dict()`: primitives, BPE codes and truecasing model
-inlined) in manifest.json, `train` copies it into the checkpoint, and `translate` rebuilds it
-(`from_dict`) to apply exactly the same steps. Forward (`encode`), per side, with its settings:
+`preprocess` records a `TextPipeline` (`to_dict()`) in manifest.json, `train` copies it into the
+checkpoint, and `translate` rebuilds it to apply the same steps. Forward (`encode`), per side:
   0. Unicode NFC composition [nfc]; 1. Moses punctuation normalisation [normalize_punct] and
   non-printing characters to spaces [remove_non_printing]; 2. Moses tokenisation, escape=False,
   protected patterns kept whole [aggressive_dash_splits, protected_patterns]; 3. lowercasing or
@@ -154,8 +153,6 @@ class TextPipeline:
     """Every setting needed to turn raw text into vocabulary tokens and back.
 
     truecase: None, or {"src": [best forms], "tgt": [best forms]} (see `Truecaser`).
-    protected_patterns: regexes whose matches Moses tokenisation keeps as one token
-         (`preprocess --protect`, nmtkit.text.moses), stored expanded.
     bpe: None, or {"joint": bool, "codes": {"src": codes text, "tgt": codes text},
          "vocab": None | {"src": [subwords], "tgt": [subwords]}, "vocab_threshold": int | None,
          "merges": int (requested), "separator": "@@"}.
@@ -174,7 +171,6 @@ class TextPipeline:
     remove_non_printing: bool = True
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # fresh in each copy
 
-    # ---- construction / serialisation -------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """Plain primitives (JSON- and weights_only-safe), BPE codes text included."""
         d: dict[str, Any] = {"version": PIPELINE_VERSION}
@@ -228,10 +224,8 @@ class TextPipeline:
             made = self._cache[key] = build()
         return made
 
-    # ---- forward steps ----------------------------------------------------------------
     def tokenize(self, line: str, side: str) -> list[str]:
-        """Steps 0-2: compose, normalise punctuation, replace non-printing characters and
-        Moses-tokenise (no casing change)."""
+        """Steps 0-2 (no casing change)."""
         return self._cached("tokenize", side, lambda: moses.tokenizer_fn(
             self.lang(side), self.aggressive_dash_splits, lowercase=False,
             normalize_punct=self.normalize_punct, protected_patterns=self.protected_patterns,
@@ -259,9 +253,8 @@ class TextPipeline:
         return self.apply_bpe(self.case(self.tokenize(line, side), side), side)
 
     def tokenize_from(self, line: str, side: str, input_format: str = "raw") -> list[str]:
-        """Steps 1-2 for input that is raw (normalise and tokenise here) or already
-        Moses-tokenised ("tok", e.g. by `nmtkit tokenize`: split on whitespace).
-        The one definition of the "tok" format, for preprocess, select-data and translate."""
+        """Steps 0-2 for raw input, or a split on whitespace for Moses-tokenised input ("tok"):
+        the one definition of the "tok" format."""
         if input_format == "raw":
             return self.tokenize(line, side)
         if input_format == "tok":
@@ -269,15 +262,13 @@ class TextPipeline:
         raise ValueError(f"input_format must be 'raw' or 'tok' here, not {input_format!r}")
 
     def encode_from(self, line: str, side: str, input_format: str = "raw") -> list[str]:
-        """Like `encode`, for input that is raw, already Moses-tokenised ("tok": casing and
-        BPE are still applied) or already BPE'd ("bpe": split on whitespace only)."""
+        """`encode` for raw, Moses-tokenised ("tok") or BPE'd input ("bpe": split on whitespace only)."""
         if input_format == "bpe":
             return line.split()
         if input_format not in INPUT_FORMATS:
             raise ValueError(f"input_format must be one of {INPUT_FORMATS}, not {input_format!r}")
         return self.apply_bpe(self.case(self.tokenize_from(line, side, input_format), side), side)
 
-    # ---- inverse steps ----------------------------------------------------------------
     def decode(self, tokens: list[str], side: str = "tgt") -> str:
         """Model tokens -> raw text: join BPE, detruecase, detokenise."""
         return self.decode_to(tokens, side, "raw")
@@ -298,9 +289,8 @@ class TextPipeline:
 
 
 def pipeline_differences(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[str]:
-    """The settings in which the recorded pipeline `b` differs from `a` (`to_dict`'s dicts; None:
-    none recorded), in field order: a switch or a language with both values ("nfc False vs True",
-    `b`'s first), the others by name. Empty exactly when the two are equal (None as {})."""
+    """The settings in which the recorded pipeline `b` differs from `a` (`to_dict`'s dicts, or None),
+    in field order: a scalar with both values ("nfc False vs True", `b`'s first), others by name."""
     a, b = a or {}, b or {}
     if not (isinstance(a, dict) and isinstance(b, dict)):  # a damaged record: nothing to compare setting by setting
         return [] if a == b else ["the whole record"]

@@ -1,11 +1,8 @@
 """`nmtkit tokenize` as `run(config, progress)`: Moses-normalise and tokenise a file once, in parallel.
 
-Recipes tokenise a large corpus once and feed the result to both `select-data --input-format tok`
-and `preprocess --input-format tok`, since sacremoses is the slow step of both; same functions and
-defaults as `preprocess` (escape=False). Reads stdin or --input, writes stdout or --output (temp
-name, then rename), line for line. Beside an output file, `OUTPUT.tokinfo.json` records the
-settings it tokenised with, which `preprocess --input-format tok` checks against its own flags
-(which it records for `translate`: a flag given to the tokeniser only would be missing there).
+A large corpus is tokenised once for both `select-data` and `preprocess --input-format tok`, since
+sacremoses is the slow step of both. Beside an output file, `OUTPUT.tokinfo.json` records the
+settings, which `preprocess` checks against its own flags (which it records for `translate`).
 """
 from __future__ import annotations
 
@@ -87,8 +84,7 @@ def tokinfo(pipeline: TextPipeline) -> dict[str, Any]:
 
 
 def tokinfo_path(path: str) -> str:
-    """Where the record of the tokenised file `path` is: `path.tokinfo.json`, or for a `FILE.gz`
-    without one, FILE's (tokenised, then gzipped)."""
+    """`path.tokinfo.json`, or for a `FILE.gz` without one, FILE's (tokenised, then gzipped)."""
     info_path = path + TOKINFO_SUFFIX
     if path.endswith(".gz") and not os.path.lexists(info_path):
         return path[: -len(".gz")] + TOKINFO_SUFFIX
@@ -96,8 +92,7 @@ def tokinfo_path(path: str) -> str:
 
 
 def read_tokinfo(path: str) -> dict[str, Any] | None:
-    """The record `nmtkit tokenize` wrote beside the tokenised file `path` (`tokinfo_path`):
-    None when there is none; InputError naming it when it is unreadable or damaged."""
+    """The record `nmtkit tokenize` wrote beside `path`; None when there is none, InputError when damaged."""
     info_path = tokinfo_path(path)
     try:
         with open(info_path, encoding="utf-8") as f:
@@ -118,8 +113,7 @@ def read_tokinfo(path: str) -> dict[str, Any] | None:
 
 
 def tokenised_as_raw(path: str) -> str | None:
-    """--input-format raw: a warning when `path` has the record of `nmtkit tokenize` beside it
-    (`tokinfo_path`): its text, tokenised again, would be split further than raw text is."""
+    """--input-format raw: a warning when `path` has the record of `nmtkit tokenize` beside it."""
     info_path = tokinfo_path(path)
     if not os.path.isfile(info_path):
         return None
@@ -129,10 +123,9 @@ def tokenised_as_raw(path: str) -> str | None:
 
 def check_tokinfo(path: str, lang: str, pipeline: TextPipeline, protect: bool = True,
                   why: str = "since translate replays this command's") -> bool:
-    """Check that the tokenised file `path` was made with `pipeline`'s steps 0-3, from its record
-    (`read_tokinfo`): False when there is none; a ConfigError naming the file when the settings
-    differ, ending with `why` they must not. Text that kept its case may be lowercased here (as
-    translate then does), not the reverse. `protect`: compare the protected patterns too."""
+    """Check that the tokenised file `path` was made with `pipeline`'s steps 0-3: False without a
+    record, a ConfigError ending with `why` where the settings differ (text that kept its case may be
+    lowercased here, not the reverse). `protect`: compare the protected patterns too."""
     info = read_tokinfo(path)
     if info is None:
         return False
@@ -152,10 +145,8 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline, protect: bool = 
 
 
 def _check_outputs(config: TokenizeConfig) -> tuple[str | None, str | None, str | None]:
-    """Before anything is read: neither the output nor its .tokinfo.json may be the input or a
-    --protect file (nmtkit.io.checks.check_outputs_vs_inputs), a folder, or in a folder that is
-    missing or read-only; an empty -i or -o is refused. Returns the input's, the output's and the
-    record's paths (None: stdin, stdout, no record)."""
+    """Before anything is read: neither the output nor its record may be an input. Returns the
+    input's, the output's and the record's paths (None: stdin, stdout, no record)."""
     input_path, output_path = file_path(config.input_path, "-i"), file_path(config.output_path, "-o")
     inputs = [("-i", input_path) if input_path else STDIN,
               *(("--protect", p) for p in config.protect if os.path.isfile(p))]
@@ -167,10 +158,8 @@ def _check_outputs(config: TokenizeConfig) -> tuple[str | None, str | None, str 
 
 
 def run(config: TokenizeConfig, progress: Progress | None = None) -> dict[str, Any]:
-    """Tokenise `config.input_path` (None or "-": stdin) into `config.output_path` (None or "-":
-    stdout) line for line with the pipeline's steps 0-3, in `config.workers` processes; a regular
-    output file gets its `.tokinfo.json` record and appears only when complete (nmtkit.io.files).
-    Returns {"lines": lines written, "tokinfo": the record's path or None}."""
+    """Tokenise the input (stdin by default) into the output (stdout by default) line for line; an
+    output file and its record appear only when complete. Returns {"lines": N, "tokinfo": path or None}."""
     if not isinstance(config, TokenizeConfig):
         raise TypeError(f"nmtkit.text.tokenize.run takes a TokenizeConfig, not {type(config).__name__}")
     input_path, output_path, tokinfo_out = _check_outputs(config)

@@ -1,8 +1,5 @@
-"""Vocabularies: token <-> id maps with the special symbols first, saved as readable files.
-
-File format (`vocab.<lang>.txt`): one `token<TAB>count` per line, ids are line numbers
-(0-based). The first four lines are always the special symbols below, in this order.
-"""
+"""Vocabularies: token <-> id maps, saved as `vocab.<lang>.txt`: one `token<TAB>count` a line, ids
+are line numbers (0-based), the first four lines the special symbols below, in this order."""
 from __future__ import annotations
 
 from collections import Counter
@@ -21,15 +18,13 @@ CONTROLS = (PAD, BOS, EOS)  # tokens of structure: their text in the input is an
 
 
 def token_ids(itos: Sequence[str]) -> dict[str, int]:
-    """Token text -> id, the map text is encoded with. The control tokens are left out, so that
-    "<pad>", "<s>" or "</s>" in a corpus or an input line is an unknown word (UNK_ID), never
-    padding or a sentence boundary in the middle of a sentence."""
+    """Token text -> id, the map text is encoded with; without the control tokens, so that "<s>" in
+    a corpus or an input line is an unknown word, never a sentence boundary."""
     return {tok: i for i, tok in enumerate(itos) if tok not in CONTROLS}
 
 
 def tokens_problem(itos: Sequence[str]) -> tuple[str, int | None] | None:
-    """What keeps a token list from being a vocabulary, and the index of the token at fault
-    (None where it is the list's start): the special symbols not first, or a token listed twice."""
+    """What keeps a token list from being a vocabulary, and the index of the token at fault (or None)."""
     if tuple(itos[:4]) != SPECIALS:
         return f"does not start with the special symbols {', '.join(SPECIALS)}", None
     seen: dict[str, int] = {}
@@ -42,8 +37,7 @@ def tokens_problem(itos: Sequence[str]) -> tuple[str, int | None] | None:
 
 @dataclass
 class Vocab:
-    """An ordered list of tokens; `itos[i]` is token i, `stoi` its inverse for text (`token_ids`:
-    without the control tokens), `counts` optional."""
+    """An ordered list of tokens; `itos[i]` is token i, `stoi` its inverse for text (`token_ids`)."""
 
     itos: list[str]
     counts: list[int] = field(default_factory=list)
@@ -61,8 +55,7 @@ class Vocab:
 
     @classmethod
     def build(cls, counter: Counter, max_size: int | None = None, min_count: int = 1) -> "Vocab":
-        """The most frequent tokens (ties broken alphabetically, so builds are deterministic);
-        `max_size` counts the special symbols too (the paper's 30,000 includes UNK)."""
+        """The most frequent tokens (ties broken alphabetically); `max_size` counts the specials too."""
         items = [(t, c) for t, c in counter.items() if c >= min_count and t not in SPECIALS]
         items.sort(key=lambda tc: (-tc[1], tc[0]))
         if max_size is not None:
@@ -94,9 +87,7 @@ class Vocab:
 
     @classmethod
     def load(cls, path: str | Path) -> "Vocab":
-        """The vocabulary file at `path` (see the module docstring); an InputError naming the file
-        (and line) for anything else: bad UTF-8, a line that is not 'token<TAB>count', a word
-        given twice, or the special symbols missing from the first lines."""
+        """The vocabulary file at `path`; an InputError naming the file (and line) for anything else."""
         itos, counts = [], []
         check_found(path, "vocabulary file not found")
         for lineno, line in enumerate(read_lines(path), 1):
