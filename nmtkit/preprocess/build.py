@@ -1,5 +1,4 @@
-"""`run`: the phases of `nmtkit preprocess` in order (see the package docstring), and the code its
-worker processes run."""
+"""`run`: the phases of `nmtkit preprocess` in order, and the code its worker processes run."""
 from __future__ import annotations
 
 import contextlib
@@ -205,8 +204,7 @@ def _learn(config: PreprocessConfig, base: TextPipeline, word_counts: dict[str, 
 
 
 def _dest_path(dest: str) -> Path:
-    """The folder --dest names, a symlink followed. The current folder, or one holding it, is
-    refused: the swap would leave the shell in a deleted folder."""
+    """The folder --dest names, a symlink followed; never the current folder or one holding it."""
     path = Path(dest)
     if path.is_symlink():
         if not path.is_dir():
@@ -337,8 +335,7 @@ def run(config: PreprocessConfig, progress: Progress | None = None) -> dict[str,
 
 
 def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
-    """manifest.json as UTF-8; as ASCII JSON where a file name is not UTF-8 (lone surrogates, which
-    UTF-8 cannot encode, but JSON escapes read back as the same name)."""
+    """manifest.json as UTF-8, or as ASCII JSON where a file name is not UTF-8 (its escapes read back)."""
     try:
         data = json.dumps(manifest, indent=1, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
@@ -463,8 +460,7 @@ def _build(config: PreprocessConfig, base: TextPipeline, report: Progress, out: 
                          f"or the input", config.files(config.train)[0])
     with _timed("learn", timings, cpu):
         pipeline, vocabs, bpe_info = _learn(config, base, train.word_counts, train.casing, out, report)
-    # every training word's ids, segmented once already for the vocabulary (the pipeline's BPE cache):
-    # encoding is then one lookup per word, and forked workers inherit the map without copying it
+    # every training word's ids (segmented already, for the vocabulary), which forked workers inherit
     known = {side: {w: word_ids(pipeline, vocabs[side].stoi, w, side) for w in train.word_counts[side]}
              for side in SIDES}
     state = {"pipeline": pipeline.to_dict(), "vocab": {s: v.itos for s, v in vocabs.items()}, "word_ids": known}

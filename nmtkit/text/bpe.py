@@ -1,5 +1,4 @@
-"""Byte-pair encoding (Sennrich et al. 2016) through subword-nmt's Python API. The codes are plain
-text, stored inline in the manifest and checkpoint so that translation needs no side file."""
+"""Byte-pair encoding (Sennrich et al. 2016) through subword-nmt's Python API; the codes are text."""
 from __future__ import annotations
 
 import contextlib
@@ -104,7 +103,6 @@ def piece_counts(word_counts: Counter, segment: Callable[[list[str]], list[str]]
 
 
 def subword_vocab(codes: str, word_counts: Counter, threshold: int, separator: str = SEPARATOR) -> list[str]:
-    """Subwords seen at least `threshold` times in the BPE-segmented `word_counts` (apply-bpe's
-    --vocabulary-threshold filter)."""
+    """Subwords seen `threshold` times or more in the BPE-segmented `word_counts` (apply-bpe's filter)."""
     counts = piece_counts(word_counts, Bpe(codes, separator=separator).apply)
     return sorted(w for w, c in counts.items() if c >= threshold)

@@ -47,8 +47,7 @@ def warn_both_exist(prefixes: Iterable[str], langs: Iterable[str]) -> None:
 
 
 def resolve_input(prefix: str, lang: str) -> str:
-    """PREFIX.lang, or PREFIX.lang.gz when only that exists (InputError when neither does); where
-    both do, PREFIX.lang (`warn_both_exist` says so)."""
+    """PREFIX.lang, or PREFIX.lang.gz when only that exists; InputError when neither does."""
     plain, gz = input_candidates(prefix, lang)
     for path in (plain, gz):
         if os.path.isfile(path):
@@ -68,8 +67,7 @@ def input_candidates(prefix: str, lang: str) -> tuple[str, str]:
 
 
 def check_distinct(src: str | Path, tgt: str | Path) -> None:
-    """Refuse one file given as both sides of a parallel corpus (through symlinks too): every
-    pair would be a sentence paired with itself."""
+    """Refuse one file given as both sides of a parallel corpus (through symlinks too)."""
     try:
         same = os.path.samefile(src, tgt)
     except OSError:
@@ -157,8 +155,7 @@ def read_lines_and_hash(path: str | Path) -> tuple[list[str], str]:
 
 
 def check_counts(first: tuple[str, int], others: Iterable[tuple[str, int]], why: str = "") -> None:
-    """The one line-count check of parallel inputs: each (name, lines) in `others` must have as many
-    lines as `first`, else an InputError. A name says what the input is, e.g. "reference newstest.fr"."""
+    """Each (name, lines) in `others` must have as many lines as `first`, else an InputError."""
     name0, n0 = first
     for name, n in others:
         if n != n0:
@@ -166,8 +163,7 @@ def check_counts(first: tuple[str, int], others: Iterable[tuple[str, int]], why:
 
 
 def read_lines(path: str | Path) -> Iterator[str]:
-    """Lines of a UTF-8 file without their line ending (`\\n` or `\\r\\n`), streamed; .gz gunzipped;
-    InputError "path:line: invalid UTF-8 ..." naming the first bad line."""
+    """Lines of a UTF-8 file without their line ending, streamed; InputError naming the first bad line."""
     _check_file(path, pipes=True)
     with open_input(path) as f:
         try:

@@ -67,8 +67,7 @@ def _perl_tokenizer(lang: str):
 
 
 def tokenize_like_perl(line: str, lang: str) -> list[str]:
-    """Exactly `tokenizer.perl -l LANG -no-escape` (no punctuation normalisation, no -a): the
-    tokenisation of the papers' BLEU (multi-bleu.perl on Moses-tokenised text)."""
+    """Exactly `tokenizer.perl -l LANG -no-escape`: the tokenisation of the papers' BLEU."""
     return _perl_tokenizer(lang).tokenize(line, escape=False)
 
 
@@ -91,14 +90,12 @@ def space_non_printing(line: str) -> str:
 
 
 def _cr_as_space(line: str) -> str:
-    """A carriage return inside a line separates words, as the other line separators do
-    (normalize-punctuation.perl deletes it, merging the words around it)."""
+    """A carriage return inside a line is a space (normalize-punctuation.perl deletes it, merging words)."""
     return line.replace("\r", " ") if "\r" in line else line
 
 
 def compose(line: str) -> str:
-    """Unicode NFC ("e" + U+0301 -> "é"): decomposed text (macOS file names, some web text) would
-    otherwise be tokenised apart, each mark a token, as tokenizer.perl does."""
+    """Unicode NFC ("e" + U+0301 -> "é"), so that decomposed text tokenises as composed text does."""
     from unicodedata import is_normalized, normalize
 
     return line if is_normalized("NFC", line) else normalize("NFC", line)
@@ -107,8 +104,7 @@ def compose(line: str) -> str:
 def tokenize(line: str, lang: str, aggressive_dash_splits: bool = False, lowercase: bool = False,
              normalize_punct: bool = True, protected_patterns: tuple[str, ...] = (), *,
              remove_non_printing: bool = True, nfc: bool = True) -> list[str]:
-    """One line -> Moses tokens, after the optional NFC, punctuation normalisation and non-printing
-    steps, each match of `protected_patterns` (regexes, `resolve_protect`) left whole."""
+    """One line -> Moses tokens, each match of `protected_patterns` left whole (`tokenizer_fn`)."""
     return tokenizer_fn(lang, aggressive_dash_splits, lowercase, normalize_punct, protected_patterns,
                         remove_non_printing=remove_non_printing, nfc=nfc)(line)
 
@@ -120,8 +116,7 @@ def detokenize(tokens: list[str], lang: str) -> str:
 
 # sacremoses' stand-in for a run of dots, turned back into dots after: a user's own is hidden like a match
 MULTIDOT_MARKER = r"(?-i:(?:DOT)+MULTI)"
-# the most the protected patterns may take on one line, together, and in proportion on a line of over
-# PROTECT_LINE_CHARS (5,000 patterns scan ~80,000 characters a second: a long line is no backtracking)
+# the most the protected patterns may take on one line, together; more in proportion past PROTECT_LINE_CHARS
 PROTECT_SECONDS, PROTECT_LINE_CHARS = 1.0, 10_000
 _GLOBAL_FLAGS = re.compile(r"(?:\(\?[aiLmsux]+\))*")
 

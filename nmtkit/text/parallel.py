@@ -18,8 +18,7 @@ _DIED = "a worker process died without answering ({how}; out of memory? --worker
 
 
 def worker_state() -> Any:
-    """The state of the `parallel_map` this code runs under: in a worker process, or in this
-    process when the map runs without workers. A RuntimeError outside any map."""
+    """The state of the `parallel_map` this code runs under; a RuntimeError outside any map."""
     if _WORKER_STATE is _NO_STATE:
         raise RuntimeError("worker_state() called outside parallel_map(..., state=...)")
     return _WORKER_STATE

@@ -6,8 +6,7 @@ checkpoint, and `translate` rebuilds it to apply the same steps. Forward (`encod
   non-printing characters to spaces [remove_non_printing]; 2. Moses tokenisation, escape=False,
   protected patterns kept whole [aggressive_dash_splits, protected_patterns]; 3. lowercasing or
   Moses truecasing [lowercase | truecase]; 4. BPE (subword-nmt), optional vocabulary filter [bpe].
-Inverse (`decode`): join BPE, detruecase (sentence-initial capital), Moses detokenisation.
-Lowercasing cannot be undone. No torch here.
+Inverse (`decode`): join BPE, detruecase, Moses detokenisation; lowercasing cannot be undone.
 """
 from __future__ import annotations
 
@@ -108,8 +107,8 @@ def _words(value: Any) -> bool:
 
 
 def _check_read(d: dict[str, Any]) -> None:
-    """The settings of a pipeline read from a file (a checkpoint, a manifest) each of the type it is
-    used as, else a ConfigError naming it, rather than a failure at the first line processed."""
+    """Each setting of a pipeline read from a file of the type it is used as, else a ConfigError naming
+    it; joint BPE's one codes text becomes each side's."""
     import re
 
     def bad(name: str, want: str) -> None:
@@ -138,6 +137,7 @@ def _check_read(d: dict[str, Any]) -> None:
                 check_codes(text)
             except ValueError as err:
                 raise ConfigError(f"the text pipeline's BPE codes: {err}") from None
+        d["bpe"] = {**bpe, "codes": codes}
     patterns = d.get("protected_patterns") or ()
     if not (isinstance(patterns, (list, tuple)) and all(isinstance(p, str) for p in patterns)):
         bad("protected_patterns", "a list of regular expressions")
@@ -187,8 +187,7 @@ class TextPipeline:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], rerun: str = "'nmtkit preprocess'") -> "TextPipeline":
-        """Inverse of `to_dict`; unknown keys or another version are a ConfigError, whose
-        message says to re-run `rerun` (the command that wrote the file holding `d`)."""
+        """Inverse of `to_dict`; a ConfigError (to re-run `rerun`) for unknown keys or another version."""
         d = dict(d)
         version = d.pop("version", PIPELINE_VERSION)
         if not isinstance(version, int) or isinstance(version, bool):
@@ -201,9 +200,6 @@ class TextPipeline:
         if unknown:
             raise ConfigError(f"unknown text pipeline keys {unknown}; valid keys: {valid}")
         _check_read(d)
-        if d.get("bpe") is not None:
-            codes = d["bpe"]["codes"]
-            d["bpe"] = {**d["bpe"], "codes": dict.fromkeys(SIDES, codes) if isinstance(codes, str) else codes}
         d["protected_patterns"] = tuple(d.get("protected_patterns") or ())
         return cls(**d)
 
@@ -253,8 +249,7 @@ class TextPipeline:
         return self.apply_bpe(self.case(self.tokenize(line, side), side), side)
 
     def tokenize_from(self, line: str, side: str, input_format: str = "raw") -> list[str]:
-        """Steps 0-2 for raw input, or a split on whitespace for Moses-tokenised input ("tok"):
-        the one definition of the "tok" format."""
+        """Steps 0-2, or for Moses-tokenised input ("tok") a split on whitespace."""
         if input_format == "raw":
             return self.tokenize(line, side)
         if input_format == "tok":

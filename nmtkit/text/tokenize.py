@@ -145,8 +145,7 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline, protect: bool = 
 
 
 def _check_outputs(config: TokenizeConfig) -> tuple[str | None, str | None, str | None]:
-    """Before anything is read: neither the output nor its record may be an input. Returns the
-    input's, the output's and the record's paths (None: stdin, stdout, no record)."""
+    """Refuse an output or record that is an input: (input, output, record) paths, None for stdio or none."""
     input_path, output_path = file_path(config.input_path, "-i"), file_path(config.output_path, "-o")
     inputs = [("-i", input_path) if input_path else STDIN,
               *(("--protect", p) for p in config.protect if os.path.isfile(p))]
