@@ -10,8 +10,7 @@ SEPARATOR = "@@"
 
 
 def learn_codes(word_counts: Counter, merges: int, min_frequency: int = 2) -> str:
-    """BPE codes text learned from `word_counts` (token -> count), with fewer merges when no pair
-    occurs `min_frequency` times, as subword-nmt does (its own output silenced)."""
+    """BPE codes text learned from `word_counts` (token -> count) by subword-nmt, its output silenced."""
     from subword_nmt import learn_bpe
 
     vocab_lines = [f"{w} {c}" for w, c in word_counts.items() if c > 0 and w]

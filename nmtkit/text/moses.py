@@ -354,8 +354,7 @@ def drop_reason(src_len: int, tgt_len: int, max_len: int, max_ratio: float) -> s
 
 
 class PairDeduper:
-    """Remembers 64-bit hashes of the pairs seen so far (about 70 bytes per distinct pair): the one
-    part of preprocessing whose memory grows with the corpus, off unless asked for."""
+    """64-bit hashes of the pairs seen so far (about 70 bytes each): memory that grows with the corpus."""
 
     def __init__(self) -> None:
         self._seen: set[int] = set()
