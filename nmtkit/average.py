@@ -50,7 +50,6 @@ class AverageConfig:
     force: bool = option(False, help="Overwrite an existing --output.")
 
     def __post_init__(self) -> None:
-        # one path or any iterable of them (read once) from Python; bytes are a TypeError
         object.__setattr__(self, "models", tuple(checkpoint_paths(self.models)))
         check_fields(self)
         if (self.last is None) != (self.save_dir is None):

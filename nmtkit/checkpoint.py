@@ -96,8 +96,7 @@ class _WriteRecorder:
 
 
 def save_checkpoint(obj: dict[str, Any], path: str | Path) -> None:
-    """Atomically write `obj` to `path` (a kill mid-write never leaves a corrupt file; a full
-    disk raises OSError(ENOSPC) naming `path` and leaves the previous checkpoint as it was)."""
+    """Write `obj` to `path` atomically (a full disk: OSError(ENOSPC) naming `path`, the old file kept)."""
     import torch
 
     obj = _word_lists(obj, _join)  # a new dict
@@ -149,8 +148,7 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = Fa
 
 @contextlib.contextmanager
 def _utf8_name(path: Path) -> Iterator[str | Path]:
-    """`path`, or where its name holds bytes that are not UTF-8 (which torch's file reader cannot
-    encode), the same file as /proc/self/fd/N, open meanwhile."""
+    """`path`, or /proc/self/fd/N open on it where its name is not UTF-8 (torch cannot encode it)."""
     try:
         str(path).encode("utf-8")
     except UnicodeEncodeError:

@@ -120,8 +120,7 @@ RELEASE_EVERY_BATCHES = 8  # ... decoding every this many batches (the next batc
 
 
 def limit_cpu_caches(onednn: int = ONEDNN_CACHE_CAPACITY, ideep: int = IDEEP_CACHE_CAPACITY) -> None:
-    """Cap oneDNN's primitive cache and ideep's computation cache, each unless the user set it
-    (ONEDNN_PRIMITIVE_CACHE_CAPACITY, LRU_CACHE_CAPACITY)."""
+    """Cap oneDNN's primitive and ideep's computation caches, each unless the user set its variable."""
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(onednn))
     os.environ.setdefault("LRU_CACHE_CAPACITY", str(ideep))
 

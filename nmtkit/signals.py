@@ -37,8 +37,7 @@ def blocked(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
 
 @contextlib.contextmanager
 def handled_by(handler: Any, signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
-    """Within: `signals` go to `handler` (but one ignored, or not set by Python); a no-op but in the
-    main thread."""
+    """Within: `signals` (but one ignored or not set by Python) go to `handler`; main thread only."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -77,8 +77,7 @@ class SplitWriter:
 
 
 def check_npy(path: str | Path, expected_len: int | None = None) -> int:
-    """The length of the 1-D integer .npy at `path`, checked to hold every byte its header promises
-    and, when given, `expected_len` values."""
+    """The length of the 1-D integer .npy at `path`, checked whole (and of `expected_len` values)."""
     path = Path(path)
     try:
         with open(path, "rb") as f:

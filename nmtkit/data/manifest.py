@@ -19,8 +19,7 @@ MANIFEST_VERSION = 2  # of the data directory: manifest.json and the binarised s
 
 
 def new_manifest(src_lang: str, tgt_lang: str, vocab: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    """A manifest.json record of this format: the languages, `vocab` ({"src": file, "tgt": file,
-    ...}) and `fields` (pipeline, splits, settings, ...)."""
+    """A manifest.json record of this format: languages, `vocab` and `fields` (pipeline, splits, ...)."""
     return {"format_version": MANIFEST_VERSION, "src_lang": src_lang, "tgt_lang": tgt_lang, "vocab": vocab, **fields}
 
 

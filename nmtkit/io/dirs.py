@@ -318,8 +318,7 @@ def has_checkpoint(names: list[str]) -> bool:
 
 
 def check_run_files_are_files(save_dir: Path) -> None:
-    """OutputError naming the first of a run's files (or its lock) that is a symbolic link or not a
-    regular file: the run would write through it."""
+    """OutputError naming a run file (or the lock) that is a symbolic link or not a regular file."""
     for name in (*RUN_FILES, LOCK_FILE):
         path = save_dir / name
         if path.is_symlink():
