@@ -61,7 +61,6 @@ def cli_names(field: dataclasses.Field, spec: OptionSpec) -> tuple[str, ...]:
 
 
 def cli_default(field: dataclasses.Field, spec: OptionSpec) -> Any:
-    """The default of a field's option: `cli_default` where given, else the field's."""
     return field_default(field) if spec.cli_default is _AS_FIELD else spec.cli_default
 
 
@@ -197,5 +196,4 @@ def check_fields(config: Any, like: type | None = None) -> None:
 
 
 def resume_overridable(cls: type) -> frozenset[str]:
-    """The fields of `cls` that may change when a run is resumed."""
     return frozenset(f.name for f in dataclasses.fields(cls) if (spec_of(f) or OptionSpec("")).resume)

@@ -22,7 +22,6 @@ from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 def split_paths(data_dir: str | Path, split: str, lang: str) -> tuple[Path, Path, Path]:
-    """The ids, offsets and word lengths files of one side of a split."""
     d = Path(data_dir)
     return d / f"{split}.{lang}.ids.npy", d / f"{split}.{lang}.offsets.npy", d / f"{split}.{lang}.words.npy"
 

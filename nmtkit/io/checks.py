@@ -67,7 +67,6 @@ def file_path(path: str | Path | None, option: str | None = None) -> str | None:
 
 
 def _resolved(pairs: Iterable[tuple[str, str | Path | None]]) -> list[tuple[str, str, str]]:
-    """(option, path, real path) of each pair, standard streams left out."""
     return [(opt, path, real_path(path)) for opt, p in pairs if (path := file_path(p)) is not None]
 
 

@@ -288,7 +288,6 @@ LOCK_FILE = "train.lock"
 
 
 def run_lock(save_dir: str | Path) -> DirLock:
-    """The lock of `save_dir`: one training process per run directory."""
     return DirLock(save_dir, LOCK_FILE, "run directory (one training run at a time)")
 
 
@@ -296,7 +295,6 @@ _KEPT = re.compile(r"checkpoint_([0-9]+)\.pt")
 
 
 def kept_name(update: int) -> str:
-    """The file name of the model kept at `update`."""
     return f"checkpoint_{update}.pt"
 
 

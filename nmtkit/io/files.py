@@ -370,7 +370,6 @@ def commit_all(outputs: Sequence[Staged | OutputFile], remove: Sequence[str] = (
 
 
 def write_text(path: str | Path, text: str) -> None:
-    """Write a whole text file through `OutputFile`."""
     with OutputFile(path, "w") as out:
         out.file.write(text)
 
