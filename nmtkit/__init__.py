@@ -37,12 +37,10 @@ def load(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], *, device
     """Load a checkpoint (or a list of them, as an ensemble) for translation and scoring.
 
     device: "auto", "cpu", "cuda:N"; precision: "auto", "fp32", "bf16", "fp16", "int8" (CPU);
-    threads: torch CPU threads; workers: decoding processes on the CPU. `options` are the other
-    `DecodeConfig` fields: batch_size, max_tokens, max_src_len, fuse, input_format /
-    output_format ("raw", "tok", "bpe"), unk_dict, and warn (a function that takes each warning;
-    default: the `logging` module). Search options (beam, nbest, lenpen, sampling, ...) are each
-    call's. An unknown or bad option raises ConfigError; a missing or broken checkpoint
-    CheckpointError.
+    threads: torch CPU threads; workers: decoding processes on the CPU; `options`: the other
+    `DecodeConfig` fields (batch_size, max_tokens, input_format, warn, ...). Search options (beam,
+    nbest, lenpen, ...) are each call's. A bad option raises ConfigError; a missing or broken
+    checkpoint CheckpointError.
     """
     from nmtkit.translate.translator import Translator
 

@@ -3,8 +3,7 @@ import sys
 
 
 def run() -> None:
-    """`nmtkit.cli.main`, imported within: a Ctrl-C while the command loads (its first tenth of a
-    second, before `main` handles it) ends it as a later one does, not with a traceback."""
+    """`nmtkit.cli.main`, imported within: a Ctrl-C while it loads ends the command, not with a traceback."""
     try:
         from nmtkit.cli import main
 

@@ -1,13 +1,8 @@
-"""Checkpoint averaging (`nmtkit average`): the element-wise mean of compatible models' parameters.
-
-Averaging the last few checkpoints of a run (Vaswani et al. 2017, section 6.1; fairseq's
-`average_checkpoints.py`, OpenNMT-py's `-average_models`) smooths the noise of the last updates at
-no cost at translation time. Every checkpoint must share the first one's architecture, model
-config, vocabularies, text pipeline, language pair and parameter names, shapes and dtypes:
-anything else is refused with one line naming the file. The mean is taken in float64, one
-checkpoint in memory at a time, and cast back to each tensor's stored dtype. The result is a
-model checkpoint without optimiser state whose configs, vocabularies, pipeline and lexicon come
-from the last checkpoint given; "averaged_from" lists the inputs with their update numbers."""
+"""Checkpoint averaging (`nmtkit average`): the element-wise mean of compatible models' parameters
+(Vaswani et al. 2017, section 6.1), taken in float64, one checkpoint in memory at a time, and cast
+back to each tensor's dtype. The result is a model checkpoint without optimiser state whose
+configs, vocabularies, pipeline and lexicon are the last checkpoint's; "averaged_from" lists the
+inputs with their update numbers."""
 from __future__ import annotations
 
 import os
@@ -55,7 +50,6 @@ class AverageConfig:
     force: bool = option(False, help="Overwrite an existing --output.")
 
     def __post_init__(self) -> None:
-        # one path or any iterable of them (read once) from Python; bytes are a TypeError
         object.__setattr__(self, "models", tuple(checkpoint_paths(self.models)))
         check_fields(self)
         if (self.last is None) != (self.save_dir is None):
@@ -106,7 +100,7 @@ def check_averageable(path: str, ckpt: dict[str, Any], first_path: str, first: d
 
 def check_paths(paths: Sequence[str | Path], output: str | Path, force: bool, input_option: str = "-m") -> None:
     """Refuse a missing input, an input given twice, and an output that is one of the inputs, not
-    a file (`_check_output_name`) or not writable; messages name the inputs by `input_option`."""
+    a file or not writable; messages name the inputs by `input_option`."""
     if not paths:
         raise ConfigError("give the checkpoints to average (-m FILE, repeatable) or --last N --save-dir RUN")
     _check_output_name(output)
@@ -138,9 +132,8 @@ def _check_output_name(output: str | Path) -> None:
 
 def average_checkpoints(paths: Sequence[str], progress: Progress | None = None,
                         by_name: bool = False) -> dict[str, Any]:
-    """The checkpoint dict of the parameter mean of `paths` (non-floating tensors, e.g. counters, must
-    be equal). Two checkpoints of one update holding the same weights are refused; `by_name`
-    (--last): so is a checkpoint_N.pt that does not hold update N."""
+    """The checkpoint dict of the parameter mean of `paths` (other tensors must be equal). Two of
+    one update with the same weights are refused; `by_name`: so is a checkpoint_N.pt not of update N."""
     torch = import_torch()
     first_path, first = paths[0], None
     sums: dict[str, Any] = {}
@@ -196,11 +189,8 @@ def _same_weights(ckpt: dict[str, Any], path: str) -> bool:
 
 
 def run(config: AverageConfig, progress: Progress | None = None) -> dict[str, Any]:
-    """Average the config's checkpoints into the file `config.output` (written atomically).
-
-    Every input and the output are checked before any checkpoint is read; messages name the
-    inputs by the option that gave them. `progress(path, i, n)` follows the i-th of n checkpoints
-    read. The report: "output", "inputs" (the checkpoints averaged) and "checkpoint" (the dict written)."""
+    """Average the config's checkpoints into `config.output`, every path checked before any is read;
+    `progress(path, i, n)` follows the i-th of n. The report: "output", "inputs" and "checkpoint"."""
     if not isinstance(config, AverageConfig):
         raise TypeError(f"nmtkit.average.run takes an AverageConfig, not {type(config).__name__}")
     if config.last is None:

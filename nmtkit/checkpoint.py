@@ -3,12 +3,9 @@
 A dict of primitives and tensors only, loadable with `weights_only=True`: format_version
 (CHECKPOINT_FORMAT; another is refused), arch, model_config and model_state, pipeline (the text
 pipeline), src_lang, tgt_lang, src_vocab, tgt_vocab (list[str]), train_config (TrainConfig as a
-dict; its max_len is read by translation, `trained_max_len`), data_manifest (or None), lexicon
-(int32 (src vocab, k) likeliest target ids for nmtkit.decode.shortlist, or None), the trainer's
-state, and in an `nmtkit average` output averaged_from ([{"path", "update"}], not resumable).
-`make_checkpoint` builds it, `save_checkpoint` writes it atomically (nmtkit.io.files) with each
-word list as one string (`_word_lists`), `load_checkpoint` reads and checks it, and `load_bundle`
-gives translation a typed `ModelBundle` of one checkpoint or a compatible ensemble.
+dict), data_manifest (or None), lexicon (int32 (src vocab, k) likeliest target ids for
+nmtkit.decode.shortlist, or None), the trainer's state, and in an `nmtkit average` output
+averaged_from ([{"path", "update"}], not resumable).
 """
 from __future__ import annotations
 
@@ -60,8 +57,7 @@ def make_checkpoint(
     training: dict[str, Any] | None = None,
     lexicon: Any = None,
 ) -> dict[str, Any]:
-    """The checkpoint dict of the schema above; `training`: the trainer's own state (trainer,
-    schedule, rng, optimiser and grad-scaler states), appended as is."""
+    """The checkpoint dict of the schema above; `training`, the trainer's own state, appended as is."""
     return {
         "format_version": CHECKPOINT_FORMAT,
         "nmtkit_version": __version__,
@@ -81,9 +77,8 @@ def make_checkpoint(
 
 
 class _WriteRecorder:
-    """A file wrapper that remembers what stopped a write: torch.save reports a full disk (an
-    OSError) as a RuntimeError that names neither the file nor the reason, and a second Ctrl-C
-    during the write (a KeyboardInterrupt) as a traceback of its own zip writer."""
+    """A file wrapper that remembers what stopped a write: torch.save reports a full disk, or a
+    Ctrl-C, as a RuntimeError of its zip writer that names neither the file nor the reason."""
 
     def __init__(self, file: Any):
         self.file = file
@@ -101,8 +96,7 @@ class _WriteRecorder:
 
 
 def save_checkpoint(obj: dict[str, Any], path: str | Path) -> None:
-    """Atomically write `obj` to `path` (a kill mid-write never leaves a corrupt file; a full
-    disk raises OSError(ENOSPC) naming `path` and leaves the previous checkpoint as it was)."""
+    """Write `obj` to `path` atomically (a full disk: OSError(ENOSPC) naming `path`, the old file kept)."""
     import torch
 
     obj = _word_lists(obj, _join)  # a new dict
@@ -120,9 +114,8 @@ def save_checkpoint(obj: dict[str, Any], path: str | Path) -> None:
 
 
 def load_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = False) -> dict[str, Any]:
-    """Load and validate a checkpoint; clear errors for missing, truncated or foreign files.
-    `mmap`: map the file's tensors, so that one nobody touches (the optimiser's moments when only
-    the model is wanted) costs neither reading time nor memory."""
+    """Load and validate a checkpoint; clear errors for missing, truncated or foreign files. `mmap`:
+    map the file's tensors, so that those nobody touches cost neither reading time nor memory."""
     torch = import_torch()  # often the command's first use of torch
     check_found(path, "checkpoint not found", CheckpointError)
     path = Path(path)
@@ -138,9 +131,7 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = Fa
         with warnings.catch_warnings(), _utf8_name(path) as name:  # torch's notes on foreign pickles: the
             warnings.simplefilter("ignore")                           # error below says it all
             obj = torch.load(name, map_location=map_location, weights_only=True, mmap=mmap)
-    except pickle.UnpicklingError:
-        # torch's message advises weights_only=False, i.e. running whatever code the file holds:
-        # never pass that on
+    except pickle.UnpicklingError:  # torch's message advises weights_only=False: never pass that on
         raise CheckpointError("not an nmtkit checkpoint: it holds objects other than tensors and plain values; it "
                               "was not loaded", str(path)) from None
     except Exception as err:  # truncated zip, not a torch file
@@ -157,8 +148,7 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = Fa
 
 @contextlib.contextmanager
 def _utf8_name(path: Path) -> Iterator[str | Path]:
-    """`path`, or where its name holds bytes that are not UTF-8 (which torch's file reader cannot
-    encode), the same file as /proc/self/fd/N, open meanwhile."""
+    """`path`, or /proc/self/fd/N open on it where its name is not UTF-8 (torch cannot encode it)."""
     try:
         str(path).encode("utf-8")
     except UnicodeEncodeError:
@@ -172,10 +162,8 @@ def _utf8_name(path: Path) -> Iterator[str | Path]:
 
 
 def _word_lists(obj: dict[str, Any], convert: Any) -> dict[str, Any]:
-    """`obj` with `convert` applied to its word lists: the vocabularies and the truecasing model's
-    forms (pipeline["truecase"][side]). On disk each is one newline-joined string: the weights-only
-    unpickler runs one opcode at a time, and one string is one opcode. A new dict; `obj` itself is
-    never modified (it may be the trainer's live checkpoint dict)."""
+    """A copy of `obj` with `convert` applied to its vocabularies and truecasing forms, on disk one
+    newline-joined string each (one opcode for the weights-only unpickler, not one per word)."""
     out = dict(obj)
     for key in ("src_vocab", "tgt_vocab"):
         if key in out:
@@ -188,21 +176,18 @@ def _word_lists(obj: dict[str, Any], convert: Any) -> dict[str, Any]:
 
 
 def _join(words: Any) -> Any:
-    """A list of words as one newline-joined string; anything else (an empty list, a word with a
-    newline, which would not split back) as it is."""
+    """A list of words as one string; anything that would not split back (`_split`) as it is."""
     if isinstance(words, list) and words and all(isinstance(w, str) and "\n" not in w for w in words):
         return "\n".join(words)
     return words
 
 
 def _split(words: Any) -> Any:
-    """The inverse of `_join`: a string back into its list of words; a list as it is."""
     return words.split("\n") if isinstance(words, str) else words
 
 
 def model_fields(ckpt: dict[str, Any], path: str) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """(arch, model_config, model_state) of a checkpoint, checked to be mappings (the state's of
-    tensors); else a CheckpointError naming the file."""
+    """(arch, model_config, model_state) of a checkpoint, checked to be mappings (of tensors)."""
     import torch
 
     for key in ("arch", "model_config", "model_state"):
@@ -217,12 +202,9 @@ def model_fields(ckpt: dict[str, Any], path: str) -> tuple[Any, dict[str, Any], 
 
 def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False,
                prepare: Callable[[Any], Any] | None = None):
-    """(model in eval mode on `device`, checkpoint dict) from a memory-mapped checkpoint file, so
-    that the training state is never read; `fuse_steps` as in `build_model`.
-
-    `prepare(model)` (e.g. int8 quantisation) runs while the model's tensors are still the
-    file's, so that the weights it replaces are never copied; then the model's tensors still
-    mapped are copied: a file overwritten in place under `translate` or `serve` would SIGBUS it."""
+    """(model in eval mode on `device`, checkpoint dict) from a memory-mapped checkpoint file.
+    `prepare(model)` (e.g. int8 quantisation) runs while the tensors are still the file's, then
+    those still mapped are copied: a file overwritten in place under `serve` would SIGBUS it."""
     import torch
 
     from nmtkit.models import build_model
@@ -258,10 +240,8 @@ def load_model(path: str | Path, device: Any = "cpu", fuse_steps: bool = False,
 
 def check_finite(state: dict[str, Any], path: str,
                  why: str = "their mean and any translation would be NaN") -> None:
-    """A CheckpointError naming the float tensors of `state` that hold a NaN or an infinity (one
-    such weight makes every translation silently empty), and `why` that matters. A float32 sum per
-    tensor finds them, far faster than `isfinite().all()`: NaN and infinities survive a sum, sane
-    weights cannot overflow."""
+    """A CheckpointError naming the float tensors of `state` that hold a NaN or an infinity, and
+    `why` that matters. A float32 sum per tensor finds them: NaN and infinities survive a sum."""
     import torch
 
     bad = [name for name, t in state.items() if isinstance(t, torch.Tensor) and t.is_floating_point()
@@ -273,8 +253,7 @@ def check_finite(state: dict[str, Any], path: str,
 
 
 def _copy_tensors_of(model: Any, storages: set[int]) -> None:
-    """Replace every parameter and buffer of `model` that lives in one of `storages` (data
-    pointers) by a copy in memory, in place."""
+    """Replace every parameter and buffer of `model` in one of `storages` (data pointers) by a copy."""
     import torch
 
     with torch.no_grad():
@@ -289,9 +268,8 @@ def _copy_tensors_of(model: Any, storages: set[int]) -> None:
 
 @dataclass(frozen=True)
 class ModelBundle:
-    """What translation needs from one checkpoint, or from several that form an ensemble: the
-    files and their models (eval mode, on the device); the rest is the first checkpoint's (an
-    ensemble shares it), lexicon and trained_max_len None where it has none."""
+    """What translation needs from one checkpoint or an ensemble: the files and their models; the
+    rest is the first checkpoint's (an ensemble shares it)."""
 
     paths: tuple[str, ...]
     models: tuple[Any, ...]
@@ -318,9 +296,8 @@ def pipeline_of(ckpt: dict[str, Any], path: str) -> TextPipeline:
 
 
 def _lexicon_of(ckpt: dict[str, Any], n_src: int, n_tgt: int, path: str) -> Any:
-    """The checkpoint's lexicon (nmtkit.decode.shortlist) copied out of the file's mapping (which
-    it would keep resident), None where it has none. One that does not fit the vocabularies is a
-    CheckpointError: the shortlists would quietly drop its rows and clip its ids."""
+    """The checkpoint's lexicon copied out of the file's mapping, or None; a CheckpointError where
+    it does not fit the vocabularies (the shortlists would quietly drop its rows and clip its ids)."""
     import torch
 
     lex = ckpt.get("lexicon")
@@ -340,10 +317,8 @@ def _lexicon_of(ckpt: dict[str, Any], n_src: int, n_tgt: int, path: str) -> Any:
 
 def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bool = False,
                 prepare: Callable[[Any], Any] | None = None) -> ModelBundle:
-    """The models of `paths` on `device` (`fuse_steps`, `prepare` as in `load_model`) with the
-    first checkpoint's vocabularies, text pipeline and lexicon. A missing or broken checkpoint, or
-    one that cannot join the others (`check_compatible`), is a CheckpointError naming its file; one
-    file given twice is a ConfigError."""
+    """The models of `paths` (as `load_model` loads them) with the first checkpoint's vocabularies,
+    text pipeline and lexicon; one that cannot join the others is a CheckpointError."""
     names = tuple(str(p) for p in paths)
     check_given_once(names, "an ensemble counts each model once")
     loaded = [load_model(p, device, fuse_steps=fuse_steps, prepare=prepare) for p in names]

@@ -1,13 +1,7 @@
 """Where work runs and what it keeps: the CPU cores available to this process, the torch device
-and threads to use, and the CPU footprint bounded. Importing this module does not import torch.
-
-oneDNN keeps a primitive for each product shape and ideep an LRU cache of computations, 1,024
-entries each by default, and decoding and training meet many shapes: `limit_cpu_caches` caps both
-before the first product (`nmtkit train` keeps oneDNN's at its default; a capacity the user set is
-kept). Memory PyTorch frees mostly stays in glibc's malloc arenas: `release_free_memory`
-(`malloc_trim(0)`, a few milliseconds) returns the free pages, every few batches or updates,
-never between steps. Elsewhere than glibc it is a no-op.
-Figures: benchmarks/MEMORY.md.
+and threads to use, and the CPU footprint bounded: oneDNN's and ideep's caches, which keep an
+entry per product shape (`limit_cpu_caches`), and the free pages glibc's malloc keeps
+(`release_free_memory`). Importing this module does not import torch. Figures: benchmarks/MEMORY.md.
 """
 from __future__ import annotations
 
@@ -39,8 +33,7 @@ _DEFAULT_THREADS: list[int] = []  # torch's thread count when nmtkit first asked
 
 
 def default_threads() -> int:
-    """torch's own thread count before nmtkit set any (the default of translate's --threads), so
-    that a translator loaded after one with --threads 1 does not inherit 1."""
+    """torch's own thread count before nmtkit set any (the default of translate's --threads)."""
     if not _DEFAULT_THREADS:
         _DEFAULT_THREADS.append(import_torch().get_num_threads())
     return _DEFAULT_THREADS[0]
@@ -78,8 +71,7 @@ def threads_per_process(local_world_size: int = 1) -> int:
 
 
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")  # autocast dtypes of --precision (nmtkit.models.precision)
-# the --precision of translate and serve (nmtkit.translate.config): also int8 weights
-# (nmtkit.models.fast.quantize), which a model being trained cannot have
+# translate's and serve's --precision: also int8 weights, which a model being trained cannot have
 DECODE_PRECISIONS = PRECISIONS + ("int8",)
 FUSE = ("auto", "on", "off")  # --fuse: compile the recurrences' step bodies (nmtkit.models.fast.fusion)
 CUDA_GRAPHS = ("auto", "on", "off")  # --cuda-graphs: replay the training loops as CUDA graphs (nmtkit.models.fast.fusion)
@@ -91,17 +83,15 @@ _DEVICE_NAME = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 
 
 def check_device_name(name: str) -> str:
-    """`name` if it is a --device name (auto, cpu, cuda, cuda:N), else a ConfigError; whether the
-    device exists is `resolve_device`'s question."""
+    """`name` if it is a --device name (auto, cpu, cuda, cuda:N), else a ConfigError."""
     if not isinstance(name, str) or not _DEVICE_NAME.match(name):
         raise ConfigError(f"--device must be auto, cpu, cuda or cuda:N, not '{name}'")
     return name
 
 
 def resolve_device(name: str, local_rank: int = 0):
-    """`auto`, `cpu`, `cuda` or `cuda:N` -> a torch.device, made the current CUDA device; `cuda`
-    is GPU `local_rank` (modulo the GPU count), as each torchrun process should use. CUDA where
-    there is none is a ConfigError."""
+    """A --device name -> a torch.device, made the current CUDA device; `cuda` is GPU `local_rank`
+    (modulo the GPU count). CUDA where there is none is a ConfigError."""
     import torch
 
     check_device_name(name)
@@ -121,26 +111,16 @@ def resolve_device(name: str, local_rank: int = 0):
     return device
 
 
-# oneDNN primitives kept: enough for the distinct shapes of a decoding batch
-ONEDNN_CACHE_CAPACITY = 64
-# ... and by `nmtkit train`: oneDNN's own default, as a batch's lengths give its products new shapes
-# (capped at 64, training spent more time building primitives than running them: benchmarks/MEMORY.md)
-TRAIN_ONEDNN_CACHE_CAPACITY = 1024
-# ideep computations kept: oneDNN's own cache above already makes rebuilding one cheap
-IDEEP_CACHE_CAPACITY = 1
+ONEDNN_CACHE_CAPACITY = 64  # oneDNN primitives kept: enough for the distinct shapes of a decoding batch
+TRAIN_ONEDNN_CACHE_CAPACITY = 1024  # ... by `nmtkit train`: oneDNN's default (each batch brings new shapes)
+IDEEP_CACHE_CAPACITY = 1  # ideep computations kept: oneDNN's cache already makes rebuilding one cheap
 
-# CPU training gives malloc's free pages back every this many updates (untrimmed, bf16 training's
-# resident size kept growing with the variety of batch shapes)
-RELEASE_EVERY_UPDATES = 10
-
-# Decoding trims every this many batches: the next batch faults the returned pages back in, so a
-# trim per batch cost time and saved no peak memory
-RELEASE_EVERY_BATCHES = 8
+RELEASE_EVERY_UPDATES = 10  # CPU training gives malloc's free pages back every this many updates
+RELEASE_EVERY_BATCHES = 8  # ... decoding every this many batches (the next batch faults them back in)
 
 
 def limit_cpu_caches(onednn: int = ONEDNN_CACHE_CAPACITY, ideep: int = IDEEP_CACHE_CAPACITY) -> None:
-    """Cap oneDNN's primitive cache and ideep's computation cache, each unless the user set it
-    (ONEDNN_PRIMITIVE_CACHE_CAPACITY, LRU_CACHE_CAPACITY)."""
+    """Cap oneDNN's primitive and ideep's computation caches, each unless the user set its variable."""
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(onednn))
     os.environ.setdefault("LRU_CACHE_CAPACITY", str(ideep))
 

@@ -1,9 +1,6 @@
-"""User-facing errors.
-
-Every mistake a user can make (bad file, bad option, bad checkpoint) raises an `NmtkitError`
-subclass whose message is one line naming the file, the line and what was expected. The CLI
-prints it and exits non-zero without a traceback (`--debug` shows it). `assert` is kept for
-internal invariants only.
+"""User-facing errors: every mistake a user can make raises an `NmtkitError` whose message is one
+line naming the file, the line and what was expected; the CLI prints it without a traceback.
+`assert` is kept for internal invariants only.
 """
 from __future__ import annotations
 
@@ -11,8 +8,7 @@ import errno
 
 
 def first_line(err: BaseException) -> str:
-    """The first line of an exception's message ("" when it has none): a library's long,
-    multi-line message reported in one line."""
+    """The first line of an exception's message ("" when it has none)."""
     text = str(err).strip()
     return text.splitlines()[0] if text else ""
 

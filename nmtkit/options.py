@@ -1,9 +1,7 @@
-"""Options declared once: a config dataclass field carries its help, choices, range and CLI name.
-
-`option(default, help=..., choices=..., min=..., ...)` is a `dataclasses.field` whose metadata
-says everything a command-line option needs: a command's click options are generated from it
-(`nmtkit.cli.common.config_options`), and `check_fields` validates every field against it, with
-one-line messages that name the option. Imports neither click nor torch.
+"""Options declared once: `option(default, help=..., choices=..., min=..., ...)` is a dataclass
+field whose metadata says everything a command-line option needs: a command's click options are
+generated from it (`nmtkit.cli.common.config_options`), and `check_fields` validates every field
+against it. Imports neither click nor torch.
 """
 from __future__ import annotations
 
@@ -63,7 +61,6 @@ def cli_names(field: dataclasses.Field, spec: OptionSpec) -> tuple[str, ...]:
 
 
 def cli_default(field: dataclasses.Field, spec: OptionSpec) -> Any:
-    """The default of a field's option: `cli_default` where given, else the field's."""
     return field_default(field) if spec.cli_default is _AS_FIELD else spec.cli_default
 
 
@@ -73,8 +70,7 @@ def option_fields(cls: type) -> list[tuple[dataclasses.Field, OptionSpec]]:
 
 
 def refuse_without(given: list[str], needed: str, why: str = "") -> None:
-    """ConfigError "--a needs --c" ("--a and --b need --c") when options that act only with
-    `needed` were `given` without it (they would silently change nothing)."""
+    """ConfigError "--a needs --c" ("--a and --b need --c") for options `given` without `needed`."""
     if given:
         raise ConfigError(f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} {needed}{why}")
 
@@ -99,27 +95,19 @@ def help_text(field: dataclasses.Field, spec: OptionSpec) -> str:
 
 
 def empty_path_message(opt: str, what: str = "file", stream: bool = False) -> str:
-    """The one-line refusal of an empty path given to option `opt` (an unset shell variable, not
-    the current directory); `stream`: the option also takes '-' for a standard stream."""
+    """The refusal of an empty path given to `opt`; `stream`: the option also takes '-'."""
     give = f"give a {what}, or '-' for the standard stream" if stream else f"give a {what}"
     return f"{opt} '' names no {what} (an unset variable?): {give}"
 
 
 def path_error(opt: str, value: Any, what: str) -> str | None:
-    """The one-line refusal of path option `opt`'s value, or None: an empty path
-    (`empty_path_message`), or '-' for a directory: '-' is a standard stream wherever nmtkit takes
-    a file, and no folder can be one (a folder named '-' is ./-)."""
-    if is_empty_path(value):
+    """The refusal of path option `opt`'s value, or None: an empty path, or '-' for a directory."""
+    values = value if isinstance(value, (list, tuple)) else (value,)  # a repeatable option's too
+    if any(isinstance(v, (str, os.PathLike)) and os.fspath(v) == "" for v in values):
         return empty_path_message(opt, what)
     if what == "directory" and isinstance(value, (str, os.PathLike)) and os.fspath(value) == "-":
         return f"{opt} '-' names no directory: '-' is a standard stream, which a folder cannot be (./- names a folder '-')"
     return None
-
-
-def is_empty_path(value: Any) -> bool:
-    """Whether a path option's value (one path, or the list of a repeatable option) holds ''."""
-    values = value if isinstance(value, (list, tuple)) else (value,)
-    return any(isinstance(v, (str, os.PathLike)) and os.fspath(v) == "" for v in values)
 
 
 def _number_error(opt: str, spec: OptionSpec, value: Any) -> str | None:
@@ -143,9 +131,8 @@ _KINDS = {"float": "a finite number", "int": "an integer", "bool": "true or fals
 
 
 def _type_error(opt: str, type_name: str, value: Any) -> str | None:
-    """The message for a value not of its field's type (as a string: PEP 563), None where it is: a
-    float finite, an int an int, a bool True or False (a "no" would turn a switch on), and None
-    only where the type admits it."""
+    """The message for a value not of its field's type (`type_name`, a string: PEP 563), or None: a
+    float finite, a bool True or False (a "no" would turn a switch on), None where the type admits it."""
     if value is None:
         if "None" in type_name or type_name == "Any":
             return None
@@ -163,18 +150,15 @@ def _type_error(opt: str, type_name: str, value: Any) -> str | None:
 
 
 def _items_error(opt: str, value: Any) -> str | None:
-    """The message for a repeatable option's value that is not a list of strings (bytes were
-    taken apart into character codes, "4 -m checkpoints given"; a number or None failed in
-    pathlib, the checks passed), or None."""
+    """The message for a repeatable option's value that is not a list of strings, or None."""
     if not isinstance(value, (list, tuple)):
         return f"{opt} must be a list of strings, got {value!r:.60}"
     return next((error for v in value if (error := _type_error(opt, "str", v))), None)
 
 
 def _as_path_strings(config: Any, f: dataclasses.Field, spec: OptionSpec) -> None:
-    """A path given from Python as a `Path` becomes its string (configs are stored as JSON); a
-    repeatable field given one string or path becomes a tuple of it, not of its characters, and
-    one given a generator a tuple of its items (read once, here: it had no len())."""
+    """A `Path` given from Python becomes its string (configs are stored as JSON); a repeatable
+    field given one path, or an iterator, becomes a tuple of it, or of its items."""
     value = getattr(config, f.name)
     if spec.multiple and isinstance(value, (str, os.PathLike)):
         value = (value,)
@@ -189,8 +173,7 @@ def _as_path_strings(config: Any, f: dataclasses.Field, spec: OptionSpec) -> Non
 
 def check_fields(config: Any, like: type | None = None) -> None:
     """A ConfigError naming the option unless every field of `config` has the type, choices and
-    range its option declares (`like`: as the same-named field of class `like` declares it);
-    paths are first made what the command line gives (`_as_path_strings`)."""
+    range its option (or the same-named field of class `like`) declares."""
     declared = {f.name: f for f in dataclasses.fields(like)} if like is not None else {}
     for f in dataclasses.fields(config):
         spec = spec_of(declared.get(f.name, f))
@@ -213,5 +196,4 @@ def check_fields(config: Any, like: type | None = None) -> None:
 
 
 def resume_overridable(cls: type) -> frozenset[str]:
-    """The fields of `cls` that may change when a run is resumed."""
     return frozenset(f.name for f in dataclasses.fields(cls) if (spec_of(f) or OptionSpec("")).resume)

@@ -1,9 +1,6 @@
-"""The one channel from a command's library function to its caller.
-
-Every verb is `run(config, progress=None) -> report`: the config holds every option and path,
-`progress` receives `(stage, done, total)` as each stage advances (None: nothing is shown), and
-the report says what was done, for the CLI's summary and for Python callers. Warnings go to the
-`nmtkit` loggers, and notes (information the user asked for, such as where a plot went) at the
+"""The one channel from a command's library function to its caller: every verb is
+`run(config, progress=None) -> report`, `progress` receiving `(stage, done, total)` as each stage
+advances. Warnings go to the `nmtkit` loggers, and notes (information the user asked for) at the
 `NOTE` level, which the CLI prints as `nmtkit: note: ...` and `--quiet` silences.
 """
 from __future__ import annotations

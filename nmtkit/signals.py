@@ -1,7 +1,6 @@
-"""SIGINT and SIGTERM, for every command: blocked around work a signal must not cut in two
-(`blocked`), sent to another handler for a while (`handled_by`, `held`), SIGTERM unwinding a
-command as Ctrl-C does (`sigterm_interrupts`), and the set-up of a worker process
-(`as_worker`: the parent handles Ctrl-C; the worker dies with its parent, `die_with_parent`)."""
+"""SIGINT and SIGTERM, for every command: blocked around work a signal must not cut in two,
+sent to another handler for a while, SIGTERM unwinding a command as Ctrl-C does, and the set-up
+of a worker process."""
 from __future__ import annotations
 
 import contextlib
@@ -18,10 +17,9 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 @contextlib.contextmanager
 def blocked(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
-    """Within: `signals` blocked for this thread (`pthread_sigmask`, where the platform has it);
-    one that came meanwhile is delivered after. In the main thread they are also noted by a handler
-    and raised again after: the mask is this thread's only, and a thread started unmasked (numpy's
-    OpenBLAS pool) takes a signal sent to the process, whose Python handler then runs here at once."""
+    """Within: `signals` blocked for this thread, and delivered after. In the main thread also noted
+    by a handler and raised again after: a thread started unmasked (numpy's OpenBLAS pool) takes a
+    signal sent to the process, whose Python handler then runs here at once."""
     noted: list[int] = []
     try:
         old = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
@@ -39,9 +37,7 @@ def blocked(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
 
 @contextlib.contextmanager
 def handled_by(handler: Any, signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
-    """Within: `signals` (SIGINT and SIGTERM) go to `handler`, their handlers restored after; one
-    that is ignored (nohup) or whose handler Python did not set is left alone. A no-op but in the
-    main thread (only it may set handlers)."""
+    """Within: `signals` (but one ignored or not set by Python) go to `handler`; main thread only."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -56,9 +52,8 @@ def handled_by(handler: Any, signals: tuple[int, ...] = STOP_SIGNALS) -> Iterato
 
 @contextlib.contextmanager
 def held() -> Iterator[None]:
-    """SIGTERM and a first SIGINT held off while a run that failed cleans up: torchrun sends
-    SIGTERM to every rank as soon as one fails, which would replace the run's own error with
-    "terminated". A second SIGINT still interrupts."""
+    """SIGTERM and a first SIGINT held off while a failed run cleans up (torchrun sends SIGTERM to
+    every rank as soon as one fails); a second SIGINT still interrupts."""
     seen: list[int] = []
 
     def note(signum: int, frame: Any) -> None:
@@ -76,8 +71,7 @@ class Terminated(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def sigterm_interrupts() -> Iterator[None]:
-    """Within: SIGTERM raises `Terminated` (a KeyboardInterrupt) wherever the main thread is;
-    elsewhere than in the main thread a no-op."""
+    """Within: SIGTERM raises `Terminated` wherever the main thread is; elsewhere a no-op."""
     def handler(signum, frame):
         raise Terminated()
 
@@ -93,8 +87,7 @@ def sigterm_interrupts() -> Iterator[None]:
 
 
 def die_with_parent(sig: int, parent: int) -> None:
-    """On Linux, have `sig` sent to this process when its parent (pid `parent`) dies (prctl
-    PR_SET_PDEATHSIG), and send it now if that parent is already gone."""
+    """On Linux, have `sig` sent to this process when its parent (pid `parent`) dies, or now."""
     if not sys.platform.startswith("linux"):
         return
     try:  # prctl option 1: PR_SET_PDEATHSIG
@@ -107,9 +100,8 @@ def die_with_parent(sig: int, parent: int) -> None:
 
 
 def as_worker(parent: int) -> None:
-    """In a worker process forked (with STOP_SIGNALS blocked) from `parent`: Ctrl-C ignored (the
-    parent handles it and stops its workers), SIGTERM's default action, the signals unblocked,
-    and SIGKILL when the parent dies."""
+    """In a worker forked from `parent` with STOP_SIGNALS blocked: Ctrl-C ignored (the parent's),
+    SIGTERM's default action, the signals unblocked, and SIGKILL when the parent dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     die_with_parent(signal.SIGKILL, parent)

@@ -1,8 +1,6 @@
-"""Worker processes, one mechanism for every command that has them (`text.parallel.parallel_map`,
-translate's decoding workers): forked children, sharing this process's memory, so only tasks and
-replies are pickled. A worker has the signals of `signals.as_worker`, answers each task with the
-result or the exception, and leaves with os._exit (never into the caller's code, buffers or exit
-handlers). Leaving a `Workers` block in any way kills and reaps every worker still there."""
+"""Worker processes for every command that has them: forked children, sharing this process's
+memory, so only tasks and replies are pickled. A worker answers each task with the result or the
+exception and leaves with os._exit (never into the caller's code, buffers or exit handlers)."""
 from __future__ import annotations
 
 import contextlib
@@ -18,8 +16,7 @@ from nmtkit.errors import WorkerError
 
 
 def can_fork() -> bool:
-    """Whether worker processes can be forked here: a POSIX system other than macOS (where
-    forking a process that has loaded system frameworks is unsafe, and Python spawns instead)."""
+    """Whether worker processes can be forked here: a POSIX system other than macOS."""
     return hasattr(os, "fork") and sys.platform != "darwin"
 
 
@@ -38,8 +35,7 @@ class Worker:
             raise self._death() from None
 
     def reply(self) -> Any:
-        """The result of the task sent last, or the worker's exception raised here; a WorkerError
-        where the worker died without answering (killed, out of memory)."""
+        """The result of the task sent last, or the worker's exception raised here."""
         try:
             kind, value = self.conn.recv()
         except (EOFError, ConnectionResetError):  # reset: it died with a task of ours unread
@@ -49,15 +45,14 @@ class Worker:
         return value
 
     def _death(self) -> WorkerError:
-        """The WorkerError of a worker that died without answering, saying how it ended (reaped here)."""
+        """The WorkerError of a worker that died without answering, saying how it ended."""
         status = self.stop(kill=False)
         how = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
                else f"exit status {os.waitstatus_to_exitcode(status)}")
         return WorkerError(self._died.format(how=how))
 
     def stop(self, kill: bool = True) -> int:
-        """End the worker (SIGKILL unless `kill` is false: it ends by itself) and reap it; its
-        wait status (0 where it was reaped before)."""
+        """End the worker (SIGKILL unless not `kill`) and reap it; its wait status (0 if reaped before)."""
         if self.reaped:
             return 0
         if kill:
@@ -73,8 +68,7 @@ class Worker:
 
 class Workers:
     """A block of worker processes: `start` forks one; leaving the block kills and reaps those
-    still there. `died`: the WorkerError message of a worker that died without answering, with
-    `{how}` for the way it ended."""
+    still there. `died`: the WorkerError message, with `{how}` for the way a worker ended."""
 
     def __init__(self, died: str):
         self._died = died
@@ -88,8 +82,7 @@ class Workers:
             worker.stop()
 
     def start(self, handle: Callable[[Any], Any], setup: Callable[[], Any] | None = None) -> Worker:
-        """A new worker that runs `setup()` (when given) and then answers each task sent to it
-        with `handle(task)`, until it fails or its connection is closed."""
+        """A new worker that runs `setup()` (when given), then answers each task with `handle(task)`."""
         for stream in (sys.stdout, sys.stderr):  # nothing buffered twice
             if stream is not None:
                 stream.flush()
@@ -114,7 +107,6 @@ class Workers:
 
 
 def _serve(conn: Connection, handle: Callable[[Any], Any], setup: Callable[[], Any] | None, parent: int) -> None:
-    """A worker's life: answer tasks until the connection closes or a task fails, exit."""
     code = 0
     try:
         signals.as_worker(parent)

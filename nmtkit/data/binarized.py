@@ -3,12 +3,9 @@
 A split of one language is three flat arrays in the data directory, loaded with mmap_mode="r":
 `{split}.{lang}.ids.npy` (int32 token ids of every sentence, concatenated, no BOS/EOS),
 `.offsets.npy` (int64, n + 1: sentence k is ids[offsets[k]:offsets[k+1]]) and `.words.npy`
-(int32, n: each sentence's length in words before BPE, the unit of --max-len). `preprocess`
-writes them (`SplitWriter`), `train` reads them (`ParallelData`). `epoch_batches` is the paper's
-batching (section 4.2): shuffle, read pools of 1600 pairs, sort each by length, cut it into
-minibatches and shuffle their order; the plan is a pure function of (lengths, settings, seed,
-epoch), so a resumed run recomputes it and every distributed rank takes its own minibatches of
-each update (`update_batches`) without talking about the data.
+(int32, n: each sentence's length in words before BPE, the unit of --max-len). `epoch_batches` is
+the paper's batching (section 4.2), a pure function of (lengths, settings, seed, epoch): a resumed
+run recomputes it, and every distributed rank takes its own minibatches without talking.
 """
 from __future__ import annotations
 
@@ -25,15 +22,13 @@ from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 def split_paths(data_dir: str | Path, split: str, lang: str) -> tuple[Path, Path, Path]:
-    """The ids, offsets and word lengths files of one side of a split."""
     d = Path(data_dir)
     return d / f"{split}.{lang}.ids.npy", d / f"{split}.{lang}.offsets.npy", d / f"{split}.{lang}.words.npy"
 
 
 class SplitWriter:
     """Streams one side's ids to raw files in `work_dir`, then writes the three .npy files in
-    `out_dir` block by block, never holding the split in memory. `add(ids, lens, words)` takes a
-    block of sentences: their ids concatenated (N,), their lengths in ids (n,) and in words (n,)."""
+    `out_dir` block by block. `add(ids (N,), lens (n,), words (n,))` takes a block of sentences."""
 
     BLOCK = 1 << 20  # values per block when converting raw files to .npy
 
@@ -81,8 +76,7 @@ class SplitWriter:
 
 
 def check_npy(path: str | Path, expected_len: int | None = None) -> int:
-    """The length of the 1-D integer .npy at `path`, after checking that the file holds every
-    byte its header promises and, when given, `expected_len` values."""
+    """The length of the 1-D integer .npy at `path`, checked whole (and of `expected_len` values)."""
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -136,8 +130,7 @@ class BinarizedText:
         self._check(ids_path, off_path, w_path)
 
     def _check(self, ids_path: Path, off_path: Path, w_path: Path) -> None:
-        """Offsets that cut `ids` into sentences (0 first, never decreasing, len(ids) last), ids
-        and word lengths that are not negative, and word lengths that fit the ids."""
+        """Offsets that cut `ids` into sentences, no negative values, word lengths that fit the ids."""
         off = self.offsets
         if len(off) == 0 or off[0] != 0 or off[-1] != len(self.ids) or (self.lengths < 0).any():
             raise InputError(f"its offsets do not cut {ids_path.name}'s {len(self.ids)} ids into sentences (they must "
@@ -190,10 +183,8 @@ def write_split(out_dir: str | Path, split: str, lang: str, sentences: list[list
 # ---- minibatches ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BatchingConfig:
-    """How one epoch is cut into minibatches: at most `batch_size` pairs (None: no limit) and at
-    most `max_tokens` padded tokens, n_pairs * max(longest source, longest target + 1) (None: no
-    budget); `pool_size` pairs sorted and split at once (0: all of them); `shuffle` the corpus and
-    each pool's minibatches."""
+    """Minibatches of at most `batch_size` pairs and `max_tokens` padded tokens, n_pairs *
+    max(longest source, longest target + 1) (None: no limit); `pool_size` pairs sorted at once (0: all)."""
 
     batch_size: int | None = 80
     max_tokens: int | None = None
@@ -226,19 +217,10 @@ def over_budget(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int) -> 
     return int((cost > max_tokens).sum()), int(cost.max()) if cost.size else 0
 
 
-def _split_pool(pool: np.ndarray, src_lens: np.ndarray, tgt_lens: np.ndarray, cfg: BatchingConfig) -> list[np.ndarray]:
-    """Sort one pool by length (target, then source) and cut it into minibatches."""
-    pool = pool[np.lexsort((src_lens[pool], tgt_lens[pool]))]  # last key is the primary one
-    # the longer of source and target (+EOS)
-    costs = np.maximum(src_lens[pool].astype(np.int64), tgt_lens[pool].astype(np.int64) + 1)
-    return _cut(pool, costs, cfg.batch_size, cfg.max_tokens)
-
-
 def _cut(order: np.ndarray, costs: np.ndarray, batch_size: int | None,
          max_tokens: int | None) -> list[np.ndarray]:
-    """`order` cut in turn into batches of at most `batch_size` items (None: any number) whose number
-    times their largest cost (`costs`, one per item) is at most `max_tokens` (None: no budget; an item
-    over it alone)."""
+    """`order` cut in turn into batches of at most `batch_size` items whose number times their largest
+    cost (`costs`, one per item) is at most `max_tokens` (None: no limit; an item over it alone)."""
     if max_tokens is None:
         return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     batches: list[np.ndarray] = []
@@ -257,8 +239,8 @@ def _cut(order: np.ndarray, costs: np.ndarray, batch_size: int | None,
 
 def epoch_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, cfg: BatchingConfig, seed: int, epoch: int,
                   indices: np.ndarray | None = None) -> list[np.ndarray]:
-    """The minibatches (arrays of pair indices) of one epoch, in training order: each of
-    `indices` (default: all pairs) in exactly one, a pair over the token budget alone."""
+    """The minibatches (arrays of pair indices) of one epoch, in training order: the pairs shuffled
+    (`cfg.shuffle`), each pool sorted by length (target, then source) and cut, the minibatches shuffled."""
     src_lens, tgt_lens = np.asarray(src_lens), np.asarray(tgt_lens)
     indices = np.arange(len(src_lens), dtype=np.int64) if indices is None else np.asarray(indices, dtype=np.int64)
     rng = np.random.default_rng([int(seed), int(epoch), 0x6E6D74])  # independent of every other RNG in the run
@@ -266,7 +248,10 @@ def epoch_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, cfg: BatchingConfi
     out: list[np.ndarray] = []
     pool_size = cfg.pool_size or max(len(order), 1)
     for p in range(0, len(order), pool_size):
-        batches = _split_pool(order[p : p + pool_size], src_lens, tgt_lens, cfg)
+        pool = order[p : p + pool_size]
+        pool = pool[np.lexsort((src_lens[pool], tgt_lens[pool]))]  # last key is the primary one
+        costs = np.maximum(src_lens[pool].astype(np.int64), tgt_lens[pool].astype(np.int64) + 1)  # with EOS
+        batches = _cut(pool, costs, cfg.batch_size, cfg.max_tokens)
         if cfg.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         out.extend(batches)
@@ -274,18 +259,16 @@ def epoch_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, cfg: BatchingConfi
 
 
 def update_batches(plan: list[np.ndarray], start: int, world_size: int, update_freq: int) -> list[np.ndarray]:
-    """The minibatches of the update that starts at `plan[start]`: `update_freq` rounds of one
-    minibatch per rank (rank r trains on `batches[r::world_size]`), as many whole rounds as
-    remain at the end of an epoch ([] when fewer minibatches than ranks remain)."""
+    """The minibatches of the update that starts at `plan[start]`: `update_freq` rounds of one per
+    rank (rank r trains on `batches[r::world_size]`), fewer whole rounds at the end of an epoch."""
     rounds = min(update_freq, (len(plan) - start) // world_size)
     return plan[start : start + max(0, rounds) * world_size]
 
 
 def length_batches(lengths: Sequence[int] | np.ndarray, batch_size: int, max_tokens: int | None = None,
                    indices: np.ndarray | None = None, longest_first: bool = False) -> list[np.ndarray]:
-    """Sentence indices in batches of similar length, for decoding and evaluation: `indices`
-    (default: all) stably sorted by length (or `longest_first`), cut into batches of at most
-    `batch_size` sentences and `max_tokens` padded tokens (a longer sentence alone)."""
+    """Sentence `indices` (default: all) stably sorted by length (or `longest_first`) and cut into
+    batches of at most `batch_size` sentences and `max_tokens` padded tokens, for decoding."""
     lengths = np.asarray(lengths, dtype=np.int64)
     if indices is None:
         indices = np.arange(len(lengths), dtype=np.int64)

@@ -1,8 +1,5 @@
-"""A data directory's manifest: `manifest.json` and the two vocabularies it names.
-
-The one reader of what `nmtkit preprocess` records (languages, text pipeline, vocabulary
-files, split counts). Torch- and numpy-free, so `nmtkit score --no-unk --data DIR` can use
-it; `train.data.DataDir` extends it with the binarised splits.
+"""A data directory's manifest: the one reader of `manifest.json`, what `nmtkit preprocess`
+records, and the two vocabularies it names. Torch- and numpy-free.
 """
 from __future__ import annotations
 
@@ -18,14 +15,11 @@ from nmtkit.io.dirs import read_one_folder
 from nmtkit.text.io import input_candidates
 from nmtkit.text.vocab import Vocab
 
-# The format of the data directory this nmtkit writes and reads: manifest.json and the binarised
-# splits it describes (nmtkit.data.binarized), word lengths included.
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 2  # of the data directory: manifest.json and the binarised splits it describes
 
 
 def new_manifest(src_lang: str, tgt_lang: str, vocab: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    """A manifest.json record of this format: the languages, `vocab` ({"src": file, "tgt": file,
-    ...}) and `fields` (pipeline, splits, settings, ...), as `read_manifest` expects them."""
+    """A manifest.json record of this format: languages, `vocab` and `fields` (pipeline, splits, ...)."""
     return {"format_version": MANIFEST_VERSION, "src_lang": src_lang, "tgt_lang": tgt_lang, "vocab": vocab, **fields}
 
 
@@ -43,14 +37,13 @@ class Manifest:
 
 
 def read_manifest(path: str | Path) -> Manifest:
-    """Read and check `path/manifest.json` and its vocabulary files (InputError naming the
-    directory or the file when anything is missing or does not agree), all of one folder where
-    `preprocess --force` replaces it meanwhile (`read_one_folder`)."""
+    """Read and check `path/manifest.json` and its vocabulary files, all of one folder where
+    `preprocess --force` replaces it meanwhile."""
     return read_one_folder(path, lambda: read_manifest_files(Path(path)))
 
 
 def read_manifest_files(path: Path) -> Manifest:
-    """`read_manifest` within a `read_one_folder` of the caller's (`DataDir.open`: with the splits)."""
+    """`read_manifest` within a `read_one_folder` of the caller's."""
     check_found(path, "data directory not found (create it with 'nmtkit preprocess')")
     if not path.is_dir():
         raise InputError("not a directory (expected a data directory with manifest.json from 'nmtkit preprocess')",
@@ -91,8 +84,7 @@ def read_manifest_files(path: Path) -> Manifest:
 
 
 def _pipeline(manifest: dict[str, Any], mpath: Path) -> dict[str, Any]:
-    """The manifest's text pipeline, checked as translation will read it from the checkpoints
-    trained on this data (without it, or without its BPE, a model cannot translate raw text)."""
+    """The manifest's text pipeline, checked as translation will read it from the checkpoints."""
     pipeline = manifest.get("pipeline")
     if not isinstance(pipeline, dict) or not pipeline:
         raise InputError(f"manifest.json 'pipeline' is {json.dumps(pipeline)[:40]}, not the text pipeline preprocess records: "

@@ -1,6 +1,5 @@
-"""Outputs against inputs: the one check, where each command declares its inputs and outputs
-(`check_outputs_vs_inputs`), that no output destroys what the command reads and that every
-output file can be written; and the path helpers it rests on."""
+"""Outputs against inputs (`check_outputs_vs_inputs`): no output destroys what the command reads,
+every output file can be written; and the path helpers it rests on."""
 from __future__ import annotations
 
 import contextlib
@@ -22,8 +21,8 @@ def real_path(path: str | Path) -> str:
 
 
 def check_found(path: str | Path, missing: str = "file not found", error: type[NmtkitError] = InputError) -> None:
-    """An input path's one existence check: `error(missing, path)` where nothing is there, else the cause
-    os.path.exists() hides (a symlink loop, a name too long, a file as a folder, a folder not searchable)."""
+    """`error(missing, path)` where nothing is there, else the cause os.path.exists() hides (a
+    symlink loop, a name too long, a folder not searchable)."""
     try:
         os.stat(path)
     except (OSError, ValueError) as err:  # ValueError: a NUL byte in the name
@@ -36,7 +35,6 @@ def is_inside(child: str, folder: str) -> bool:
 
 
 def _same_file(a: str, b: str, real_a: str, real_b: str) -> bool:
-    """Whether `a` and `b` (whose real paths are given) are one file, hard links included."""
     try:
         return os.path.samefile(a, b)
     except OSError:
@@ -44,8 +42,8 @@ def _same_file(a: str, b: str, real_a: str, real_b: str) -> bool:
 
 
 def check_given_once(paths: Iterable[str | Path], why: str) -> None:
-    """Refuse one existing file named twice, by any path (a symlink or a hard link to it included):
-    `<path> is given twice (as <first>); <why>`. A path that cannot be read is left to its reader."""
+    """Refuse one existing file named twice, by any path (links included); a path that cannot be
+    read is left to its reader."""
     seen: dict[tuple[int, int], str] = {}
     for p in map(str, paths):
         try:
@@ -59,7 +57,7 @@ def check_given_once(paths: Iterable[str | Path], why: str) -> None:
 
 
 def file_path(path: str | Path | None, option: str | None = None) -> str | None:
-    """The file a file option names, or None for a standard stream (not given, or "-"). An empty
+    """The file a file option names, or None for a standard stream (not given, or "-"); an empty
     name is refused for the command-line `option` when given, else a stream."""
     if path is not None and os.fspath(path) == "" and option is not None:
         raise ConfigError(empty_path_message(option, stream=True))
@@ -69,19 +67,16 @@ def file_path(path: str | Path | None, option: str | None = None) -> str | None:
 
 
 def _resolved(pairs: Iterable[tuple[str, str | Path | None]]) -> list[tuple[str, str, str]]:
-    """The (option, path) pairs as (option, path, real path), leaving out standard streams."""
     return [(opt, path, real_path(path)) for opt, p in pairs if (path := file_path(p)) is not None]
 
 
-# stdin as an input of `check_outputs_vs_inputs`: `cmd -o f --force < f` would overwrite f
 STDIN = ("stdin", "/dev/stdin")
 
 
 @dataclass(frozen=True)
 class Output:
-    """An output file declared to `check_outputs_vs_inputs`: the option that names it, its path
-    (None: none, or a standard stream left unchecked; "-": stdout), what messages call it, and
-    whether an existing file may be replaced (--force)."""
+    """An output file of `check_outputs_vs_inputs` (path None: none; "-": stdout), `what` messages
+    call it, and whether an existing file may be replaced (--force)."""
     option: str
     path: str | Path | None
     what: str
@@ -94,18 +89,11 @@ def check_outputs_vs_inputs(
     replaced_dirs: Iterable[tuple[str, str | Path | None]] = (),
     folders: Iterable[tuple[str, str | Path | None, Callable[[str], bool]]] = (),
 ) -> None:
-    """An OutputError (naming both options and paths), with or without --force, where an output
-    would destroy what the command reads. Every command declares here, before any work, its
-    `inputs` as (option, path or None) pairs (stdin is the input `STDIN`) and its outputs:
-    * `files`, written whole: not the same file as an input (through symlinks and hard links) or
-      another output, nor an input's folder; then each is refused if it could not be written
-      (`nmtkit.io.files.check_output`: a folder, an unwritable one, an existing file without force).
-      One written in place (stdout as "-", /dev/stdout, /dev/fd/N) is refused where it is the
-      regular file of an input (`_check_in_place`).
-    * `replaced_dirs` (preprocess --dest): holding no input.
-    * `folders` written into, with `owns(name)` telling the names written there: not an input,
-      nor holding an input or an output file that it `owns`.
-    Other nodes written in place (/dev/null, FIFOs, a terminal) destroy nothing."""
+    """An OutputError, with or without --force, where an output would destroy what the command
+    reads: each command declares here, before any work, its `inputs` as (option, path or None)
+    pairs (stdin as `STDIN`) and its outputs: `files` (not an input, through any link, another
+    output or an input's folder; then `check_output`), `replaced_dirs` holding no input, and
+    `folders` written into, with `owns(name)` telling the names written there."""
     ins, files = _resolved(inputs), list(files)
     for f in files:
         if f.path is not None and (os.fspath(f.path) == "-" or writes_in_place(f.path)):
@@ -138,9 +126,8 @@ def check_outputs_vs_inputs(
 
 
 def _check_in_place(opt: str, out: str, ins: list[tuple[str, str, str]]) -> None:
-    """Refuse an output written in place (stdout as "-", /dev/stdout, /dev/fd/N) that is the
-    regular file of an input: `translate -i f >> f` read its own translations back, without end;
-    `-o /dev/fd/3 3<f` truncated f; `tokenize -i f 1<>f` wrote over f as it read it."""
+    """Refuse an output written in place that is the regular file of an input (`translate -i f >> f`
+    would read its own translations back, without end)."""
     try:
         st = os.fstat(1) if out == "-" else os.stat(out)
     except OSError:
@@ -159,7 +146,6 @@ def _refuse(out_opt: str, out: str, why: str) -> None:
 
 def _check_folder(opt: str, folder: str, owns: Callable[[str], bool], ins: list[tuple[str, str, str]],
                   files: list[tuple[str, str, str]]) -> None:
-    """`check_outputs_vs_inputs` for a folder written into, against the inputs and output files."""
     real_folder = real_path(folder)
     for in_opt, inp, real_in in ins:
         if real_in == real_folder:

@@ -1,8 +1,6 @@
-"""Folders as outputs: built whole under a temporary name and renamed into place (preprocess's
-data directory), replaced by --force only when nmtkit wrote everything in them, written by one
-process at a time (`DirLock`: one training run per run directory), and the files of a training
-run directory (checkpoint names; a new run staged in RUN and committed at its first checkpoint,
-replacing the old one with --force). Files are `nmtkit.io.files`'. Nothing here imports torch.
+"""Folders as outputs: built whole under a temporary name and swapped into place, replaced by
+--force only when nmtkit wrote everything in them, written by one process at a time (`DirLock`);
+and the files of a training run directory. Nothing here imports torch.
 """
 from __future__ import annotations
 
@@ -37,14 +35,13 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _stem(dest: Path, tail: str = "") -> str:
-    """`dest`'s name as the stem of a name beside it ending in `tail` (DEST.tmp-HOST-PID-XXXXXXXX for
-    the longest pid), cut as `Staged` cuts a file's (`name_stem`)."""
+    """`dest`'s name cut to leave room for `tail` (default: the longest .tmp-HOST-PID-XXXXXXXX)."""
     return name_stem(dest.name, tail or f".tmp-{socket.gethostname()}-4194304-12345678")
 
 
 def make_temp_dir(dest: str | Path) -> Path:
-    """An empty `DEST.tmp-HOST-PID-XXXX` beside `dest`, with the mode `mkdir` would give; none (an
-    OSError naming `dest`) where that mode keeps this process out of it (umask 777, not as root)."""
+    """An empty `DEST.tmp-HOST-PID-XXXX` beside `dest`, with the mode `mkdir` would give; an OSError
+    where that mode keeps this process out of it (umask 777)."""
     dest = Path(dest)
     tmp = Path(tempfile.mkdtemp(prefix=f"{_stem(dest)}.tmp-{socket.gethostname()}-{os.getpid()}-", dir=dest.parent))
     os.chmod(tmp, 0o777 & ~umask())
@@ -56,9 +53,8 @@ def make_temp_dir(dest: str | Path) -> Path:
 
 
 def make_parents(path: str | Path) -> list[Path]:
-    """Create the missing folders above `path`; returns those created, the outermost first, for
-    `remove_folders` to take back when the run fails. One that another process creates meanwhile
-    (two runs of a parallel make into the same new folder) is used, not counted as created."""
+    """Create the missing folders above `path`; those created, outermost first (one another process
+    creates meanwhile is used, not counted)."""
     created = []
     for p in reversed([p for p in Path(path).absolute().parents if not p.exists()]):
         try:
@@ -72,15 +68,14 @@ def make_parents(path: str | Path) -> list[Path]:
 
 
 def new_folders(path: str | Path) -> list[Path]:
-    """`path` and the folders above it that do not exist yet, the outermost first: what creating
-    `path` will create (`take_back_folders` removes them again)."""
+    """`path` and the folders above it that do not exist yet, the outermost first."""
     p = Path(path).absolute()
     return [q for q in reversed([p, *p.parents]) if not q.exists()]
 
 
 def take_back_folders(created: list[Path], owns: Callable[[str], bool]) -> None:
-    """Remove the folders `new_folders` listed, created since by a run that failed, as far as they
-    hold nothing but the files of the innermost that `owns(name)` says the run wrote."""
+    """Remove the folders `new_folders` listed as far as they hold nothing but the files of the
+    innermost that `owns(name)` says a failed run wrote."""
     with contextlib.suppress(OSError):  # one this process cannot list (umask 777) holds nothing
         for name in os.listdir(created[-1]) if created else ():
             if owns(name):
@@ -98,10 +93,8 @@ def remove_folders(created: list[Path]) -> None:
 
 
 def clean_stale_temp_dirs(dest: str | Path, warn: Callable[[str], None], locked: bool = False) -> list[Path]:
-    """Remove (and return) the `DEST.tmp-*` directories left by a killed run of this host (their pid
-    is dead, or no process holds them (`held_temp_dir`), or with `locked`, where the caller holds the
-    lock only a run writing one holds, whatever process has that pid now); `warn` about the others
-    (another host's, a live process's, an old name)."""
+    """Remove (and return) the `DEST.tmp-*` directories left by a killed run of this host (pid dead
+    or none holding them; with `locked` all of this host's); `warn` about the others."""
     dest = Path(dest)
     removed: list[Path] = []  # a missing parent globs nothing
     host = socket.gethostname()
@@ -121,8 +114,7 @@ def clean_stale_temp_dirs(dest: str | Path, warn: Callable[[str], None], locked:
 
 
 def _held(folder: Path) -> bool:
-    """Whether a process holds an flock on `folder` (as a run holds its `held_temp_dir`); True
-    where that cannot be told (a file system without flock)."""
+    """Whether a process holds an flock on `folder`; True where that cannot be told."""
     import fcntl
 
     try:
@@ -140,10 +132,8 @@ def _held(folder: Path) -> bool:
 
 @contextlib.contextmanager
 def held_temp_dir(dest: str | Path, warn: Callable[[str], None]) -> Iterator[Path]:
-    """A new temp folder beside `dest` (`make_temp_dir`), held (an flock on it, released by the
-    kernel when the process dies) within, once the stale ones are removed (`clean_stale_temp_dirs`;
-    `warn` says which); both under the lock of their folder, so that another run's cleaning never
-    sees this one's before it is held."""
+    """A new temp folder beside `dest`, flocked within, made once the stale ones are removed; both
+    under their folder's lock, so that another run's cleaning never sees it before it is held."""
     with contextlib.ExitStack() as held:
         with folders_locked([Path(dest).parent]):
             for stale in clean_stale_temp_dirs(dest, warn):
@@ -154,12 +144,9 @@ def held_temp_dir(dest: str | Path, warn: Callable[[str], None]) -> Iterator[Pat
 
 
 def swap_in_dir(tmp: str | Path, dest: str | Path, check: Callable[[], None] = lambda: None) -> Path | None:
-    """Put the finished folder `tmp` at `dest`, once `check()` (which raises to refuse) passes: a
-    folder already there is renamed aside first, and deleted only once `tmp` has taken its place;
-    with their folder locked (`folders_locked`), so that two runs swapping theirs in at once (two
-    `preprocess --dest D`) leave the later one's, the other's not stranded aside, where `check`
-    sees the earlier one's. Returns what is left of the old one when it could not be deleted
-    whole (e.g. a read-only folder inside it), else None."""
+    """Put the finished folder `tmp` at `dest` once `check()` passes, the folder there renamed aside
+    and deleted after, all under their folder's lock (two runs at once leave the later one's).
+    Returns what is left of the old one where it could not be deleted whole, else None."""
     tmp, dest = Path(tmp), Path(dest)
     # never stopped between the renames: the old folder aside, no folder at dest
     with folders_locked([dest.parent]), signals.blocked():
@@ -184,10 +171,8 @@ def _identity(path: str | Path) -> tuple[int, int] | None:
 
 
 def read_one_folder(path: str | Path, read: Callable[[], T], tries: int = 3) -> T:
-    """`read()`, which reads files of the folder `path` by name, again where another process
-    replaced the folder meanwhile (`swap_in_dir`: `preprocess --force`), so that what it returns
-    comes from one folder, never part from the old and part from the new (the old vocabularies
-    with the new ids). An InputError where it was replaced at every try."""
+    """`read()` of files of the folder `path`, again where `swap_in_dir` replaced it meanwhile, so
+    that all it returns comes from one folder; an InputError where it was replaced at every try."""
     for _ in range(tries):
         before = _identity(path)
         result = read()
@@ -198,10 +183,8 @@ def read_one_folder(path: str | Path, read: Callable[[], T], tries: int = 3) -> 
 
 
 def check_replaceable_dir(path: str | Path, owned: Callable[[str], bool], what: str) -> None:
-    """`--force` replaces the folder `path` only when it holds nothing but what nmtkit wrote
-    there: `owned(relative path)` says which files those are (an empty folder counts as a
-    file: one nmtkit did not write is the user's). Otherwise OutputError naming a file or
-    folder that replacing it would have deleted."""
+    """OutputError naming a file (or empty folder) in `path` that `owned(relative path)` says
+    nmtkit did not write: --force would delete it."""
     root = Path(path)
     if not root.is_dir():
         return
@@ -224,9 +207,8 @@ _NOT_A_FILE = "is not a regular file, where nmtkit writes a file of its own: rem
 
 
 def open_in_place(path: str | Path, flags: int) -> int:
-    """`os.open(path, flags)` for a file written in place (a lock, a log appended to), refusing with
-    an OutputError what would redirect the write: a symbolic link (its target would be truncated or
-    appended to), a FIFO or a device. FileNotFoundError as os.open raises it."""
+    """`os.open(path, flags)` for a file written in place (a lock, a log), refusing with an
+    OutputError a symbolic link, a FIFO or a device, which would redirect the write."""
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666 & ~umask())
     except OSError as err:
@@ -240,10 +222,9 @@ def open_in_place(path: str | Path, flags: int) -> int:
 
 
 class DirLock:
-    """An exclusive lock on a directory (`fcntl.flock` on `path/name`, holding the holder's PID), so
-    that one process at a time writes there. The kernel releases it when its process dies, so the
-    file of a killed process never blocks; `acquire` raises OutputError naming the PID of a live
-    holder. The file itself stays (removing it would race with a process that has just opened it)."""
+    """An exclusive `flock` on `path/name`, which holds the holder's PID, so that one process at a
+    time writes in `path`; released by the kernel when its process dies. The file stays (removing
+    it would race with a process that has just opened it)."""
 
     def __init__(self, path: str | Path, name: str, what: str):
         self.path = Path(path) / name
@@ -251,7 +232,7 @@ class DirLock:
         self.fd: int | None = None
 
     def check(self) -> None:
-        """Refuse now (as `acquire` would) when a live process holds the lock, creating nothing."""
+        """Refuse now, as `acquire` would, creating nothing."""
         if not self.path.parent.is_dir():  # no folder to hold one (a link to nothing or to itself too)
             return  # `acquire` decides, after the caller's checks
         try:
@@ -298,9 +279,7 @@ class DirLock:
 LAST = "checkpoint_last.pt"
 CONFIG_FILE = "config.json"  # the run's resolved configuration, written at its start (`config_text`)
 BEST = "checkpoint_best.pt"
-# a new run is built in RUN/.run.tmp-HOST-PID-XXXX (`make_temp_dir(RUN / STAGING)`: inside RUN,
-# on its file system) until its first checkpoint (`commit_run`); an old run is untouched till then
-STAGING = ".run"
+STAGING = ".run"  # a new run is built in RUN/.run.tmp-HOST-PID-XXXX until its first checkpoint
 RUN_LOG = "train.log"  # nmtkit.train.metrics
 RUN_FILES = (LAST, BEST, "metrics.jsonl", "curves.png", RUN_LOG, CONFIG_FILE)
 TB_EVENTS = "events.out.tfevents"  # the start of the names of the files --tensorboard writes
@@ -309,8 +288,6 @@ LOCK_FILE = "train.lock"
 
 
 def run_lock(save_dir: str | Path) -> DirLock:
-    """The lock of `save_dir` (one training process per run directory): `acquire` or `check`
-    raise an OutputError naming the holder's PID when another live `nmtkit train` holds it."""
     return DirLock(save_dir, LOCK_FILE, "run directory (one training run at a time)")
 
 
@@ -318,7 +295,6 @@ _KEPT = re.compile(r"checkpoint_([0-9]+)\.pt")
 
 
 def kept_name(update: int) -> str:
-    """The file name of the model kept at `update`."""
     return f"checkpoint_{update}.pt"
 
 
@@ -340,9 +316,7 @@ def has_checkpoint(names: list[str]) -> bool:
 
 
 def check_run_files_are_files(save_dir: Path) -> None:
-    """OutputError naming the first of a run's own files (and its lock) in `save_dir` that is a
-    symbolic link or not a regular file: the run would write through it (truncating, appending to
-    or replacing what it points to)."""
+    """OutputError naming a run file (or the lock) that is a symbolic link or not a regular file."""
     for name in (*RUN_FILES, LOCK_FILE):
         path = save_dir / name
         if path.is_symlink():
@@ -363,11 +337,9 @@ def run_files_present(save_dir: Path) -> list[str]:
 
 
 def commit_run(staging: Path, save_dir: Path, replace: bool) -> Path:
-    """The new run's first checkpoint is saved in `staging`: its files are renamed into `save_dir`,
-    with SIGINT/SIGTERM blocked; with `replace` (--force), the old run's files that the new run
-    does not replace, its kept checkpoints and its tensorboard/ event files are deleted first (a
-    file of the user's there stays, and its folder). The files the run holds open follow the
-    renames. Returns `save_dir`, where the run writes from now on."""
+    """Rename the files of `staging` (a new run's, at its first checkpoint) into `save_dir` with
+    SIGINT/SIGTERM blocked; with `replace` (--force) the old run's other files and tensorboard
+    events are deleted first, never the user's. Returns `save_dir`."""
     with signals.blocked():
         new = sorted(os.listdir(staging))
         if replace:

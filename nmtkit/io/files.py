@@ -1,9 +1,7 @@
-"""One output file, whole or not at all: `OutputFile` (and `Staged` under it) writes a regular
-file under a temporary name beside it, fsyncs it and renames it over the destination with the
-mode `open(path, "w")` would give; a FIFO, a device, a socket or /dev/stdout is written in place
-(`writes_in_place`); a .gz name is gzip-compressed. `commit_all` makes several appear together
-with SIGINT/SIGTERM blocked; `check_output` and `check_output_dir` refuse an unwritable
-destination before any work.
+"""One output file, whole or not at all: `OutputFile` (`Staged` under it) writes a regular file
+under a temporary name beside it and renames it over the destination; a FIFO, a device or
+/dev/stdout is written in place. `commit_all` makes several appear together with SIGINT/SIGTERM
+blocked; `check_output` refuses an unwritable destination before any work.
 """
 from __future__ import annotations
 
@@ -17,7 +15,7 @@ import sys
 import tempfile
 import weakref
 from pathlib import Path
-from typing import IO, Any, Sequence
+from typing import IO, Any, Iterator, Sequence
 
 from nmtkit import signals
 from nmtkit.errors import OutputError, OutputExistsError
@@ -25,29 +23,25 @@ from nmtkit.errors import OutputError, OutputExistsError
 _SPECIAL_ROOTS = ("/dev/", "/proc/")
 
 
-def _link_chain_special(path: str) -> bool:
-    """True when `path` is, or is a symlink chain through, /dev or /proc (e.g. /dev/stdout)."""
+def _link_chain(path: str | Path) -> Iterator[str]:
+    """`path` (absolute) and each name its symlinks lead to in turn, 40 at most."""
     p = os.path.abspath(path)
     for _ in range(40):
-        if p.startswith(_SPECIAL_ROOTS):
-            return True
+        yield p
         if not os.path.islink(p):
-            return False
+            return
         p = os.path.normpath(os.path.join(os.path.dirname(p), os.readlink(p)))
-    return False
 
 
 def name_stem(name: str, tail: str) -> str:
-    """`name` cut (by bytes) so that it and `tail`, the longest suffix a temp name adds, fit in the
-    255 bytes a file name may hold."""
+    """`name` cut by bytes so that it and `tail` (the longest a temp name adds) fit in 255 bytes."""
     return os.fsdecode(os.fsencode(name)[: 255 - len(os.fsencode(tail))])
 
 
 def writes_in_place(path: str | Path) -> bool:
-    """True when `path` must be opened and written in place, never replaced: an existing
-    FIFO, character or block device, socket, or a /dev or /proc path such as /dev/stdout."""
+    """True for an existing FIFO, device or socket, or a /dev or /proc path: written in place."""
     path = os.fspath(path)
-    if _link_chain_special(path):
+    if any(p.startswith(_SPECIAL_ROOTS) for p in _link_chain(path)):
         return True
     try:
         st = os.stat(path)
@@ -58,27 +52,21 @@ def writes_in_place(path: str | Path) -> bool:
 
 def inherited_fd(path: str | Path) -> int | None:
     """N where `path` (/dev/stdout, /dev/fd/N, /proc/self/fd/N) names this process's descriptor N
-    on a regular file, else None: written through that descriptor, as the shell's `>/dev/fd/N` and
-    `-` are, not reopened by name, which would truncate what the shell had written there
-    (`{ echo x; nmtkit ... -o /dev/stdout; } > f`) or what `3>>f` appends to."""
-    p = os.path.abspath(path)
-    for _ in range(40):
+    on a regular file, else None: written through it, as the shell writes `-`, since reopening it
+    by name would truncate what the shell wrote there (`{ echo x; nmtkit ... -o /dev/stdout; } > f`)."""
+    for p in _link_chain(path):
         folder, name = os.path.split(p)
         if name.isdigit() and os.path.realpath(folder) == f"/proc/{os.getpid()}/fd":
             with contextlib.suppress(OSError):
                 if stat.S_ISREG(os.fstat(int(name)).st_mode):  # a pipe, a terminal: opened again, nothing is lost
                     return int(name)
             return None
-        if not os.path.islink(p):
-            return None
-        p = os.path.normpath(os.path.join(folder, os.readlink(p)))
     return None
 
 
 def is_stdout(path: str | Path | None) -> bool:
-    """Whether `path` ("-" or None included) writes where this process's stdout goes (/dev/stdout,
-    /proc/self/fd/1, the file or pipe stdout was redirected to); /dev/null never counts, where
-    two outputs mix harmlessly."""
+    """Whether `path` ("-" or None included) writes where this process's stdout goes; /dev/null,
+    where two outputs mix harmlessly, never counts."""
     if path is None or os.fspath(path) == "-":
         return True
     try:
@@ -90,9 +78,7 @@ def is_stdout(path: str | Path | None) -> bool:
 
 def is_stdin(path: str | Path | None) -> bool:
     """Whether reading `path` ("-" or None included) reads this process's stdin where two readers
-    would split its lines between them: /dev/stdin, /proc/self/fd/0 or the FIFO stdin comes from,
-    while stdin is a pipe, FIFO, terminal or socket (a regular file, or /dev/null, reads whole for
-    each reader)."""
+    would split its lines (a regular file or /dev/null reads whole for each)."""
     if path is None or os.fspath(path) == "-":
         return True
     try:
@@ -116,9 +102,8 @@ def umask() -> int:
 
 
 def check_output(path: str | Path, force: bool, what: str = "output") -> None:
-    """Refuse, before any work starts, an output file that could not be written at the end:
-    OutputExistsError for an existing regular file without `force`; OutputError for a directory,
-    a missing or unwritable folder (probed by creating a file there: a read-only mount too)."""
+    """Refuse, before any work, an output file that could not be written at the end: an existing
+    one without `force` (OutputExistsError), a directory, a missing or unwritable folder."""
     path = os.fspath(path)
     if writes_in_place(path):
         if os.path.exists(path) and stat.S_ISSOCK(os.stat(path).st_mode):  # open() fails on one: ENXIO
@@ -131,16 +116,14 @@ def check_output(path: str | Path, force: bool, what: str = "output") -> None:
     if os.path.exists(path) and not force:
         raise OutputExistsError("exists (use --force to overwrite)", path)
     folder = os.path.dirname(os.path.realpath(path))
-    # the folder as open() reaches it: realpath takes `missing/..` away, the kernel does not (that
-    # name exists nowhere, and the file realpath names, an input say, would be replaced unseen)
+    # and as open() reaches it: realpath takes away a `missing/..` that the kernel does not
     if not os.path.isdir(folder) or not os.path.isdir(os.path.dirname(path) or "."):
         raise OutputError(f"cannot write the {what}: its folder does not exist", path)
     _probe_folder(folder, path, what)
 
 
 def check_output_dir(path: str | Path, what: str = "output folder", create: bool = True) -> None:
-    """Refuse a directory output that could not be written: create it (with `create`) and
-    probe it by creating and removing a file in it."""
+    """Refuse an output folder that could not be written: created (with `create`), then probed."""
     path = os.fspath(path)
     if os.path.lexists(path) and not os.path.isdir(path):  # a link to nothing (or to itself) too
         raise OutputError(f"the {what} exists and is not a directory" if os.path.exists(path) else
@@ -182,8 +165,7 @@ def abort_pending() -> None:
 
 
 class _Output:
-    """An output as a context manager: committed on success, aborted on an exception, whose
-    OSError then names `path` rather than the temp file (`name_error`)."""
+    """Committed on leaving, aborted on an exception (an OSError then names `path`, `name_error`)."""
 
     path: str
     write_path: str
@@ -207,10 +189,9 @@ class _Output:
 
 
 class Staged(_Output):
-    """Where the bytes for `path` go now (`write_path`) and how they appear there. For a regular
-    destination `write_path` is an empty temp file beside it; `commit()` fsyncs it, gives it the
-    final mode (the replaced file's) and renames it over the destination, `abort()` removes it.
-    For a node written in place `write_path` is `path` itself and both are no-ops."""
+    """Where the bytes for `path` go (`write_path`): an empty temp file beside a regular destination,
+    which `commit()` fsyncs, gives the final mode and renames over it; for a node written in place
+    `path` itself (commit and abort no-ops)."""
 
     def __init__(self, path: str | Path):
         self.path = os.fspath(path)
@@ -256,8 +237,7 @@ class Staged(_Output):
 
 
 def name_error(err: OSError, path: str, tmp: str | None = None) -> OSError:
-    """Let an OSError met while writing `path` name it (a failed write() names no file; a
-    failed temp file names the temp name): the CLI prints `path: strerror` from it."""
+    """`err` naming `path` where it named no file or the temp file: the CLI prints `path: strerror`."""
     if err.filename is None or (tmp is not None and err.filename == tmp):
         err.filename = path
     return err
@@ -312,9 +292,8 @@ class OutputFile(_Output):
 
 
 class StagedFiles:
-    """One `Staged` per output of a command that writes several (`paths`: key -> path): `tmp[k]` is
-    where output k is written now; `commit()` makes them all appear and removes the `stale` files
-    (`commit_all`), else (an error) they are removed and the stale files stay."""
+    """One `Staged` per output (`paths`: key -> path), written at `tmp[k]`: `commit()` makes them all
+    appear and removes the `stale` files (`commit_all`); an error removes them instead."""
 
     def __init__(self, paths: dict[str, str], stale: Sequence[str] = ()):
         self.paths, self.stale = paths, list(stale)
@@ -337,10 +316,9 @@ class StagedFiles:
 
 @contextlib.contextmanager
 def folders_locked(folders: Sequence[str | Path]) -> Any:
-    """Within: an exclusive `flock` on each of `folders` (each once, in one order: no deadlock), so
-    that the outputs another process commits together in one of them (its own `commit_all`, a run of
-    the same command with the same outputs) never interleave with these. Nothing is created; a
-    folder that cannot be opened or locked (some network file systems) is not waited for."""
+    """Within: an exclusive `flock` on each of `folders` (once each, in one order: no deadlock), so
+    that another process's `commit_all` there never interleaves with ours; one that cannot be
+    opened or locked (some network file systems) is not waited for."""
     import fcntl
 
     fds = []
@@ -366,10 +344,9 @@ def _folder_of(out: Staged | OutputFile) -> str | None:
 
 
 def commit_all(outputs: Sequence[Staged | OutputFile], remove: Sequence[str] = ()) -> None:
-    """Make `outputs` appear, in order, then delete the `remove` files (those still there), with
-    SIGINT and SIGTERM blocked (never between two outputs) and their folders locked
-    (`folders_locked`: two runs writing the same outputs leave one's, never a mix). An output that
-    fails to commit is removed with those after it, and its OSError names it."""
+    """Make `outputs` appear, in order, then delete the `remove` files, with SIGINT and SIGTERM
+    blocked and their folders locked (two runs writing the same outputs leave one's, never a mix).
+    An output that fails to commit is removed with those after it, and its OSError names it."""
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(folders_locked([f for f in map(_folder_of, outputs) if f is not None]))
@@ -393,7 +370,6 @@ def commit_all(outputs: Sequence[Staged | OutputFile], remove: Sequence[str] = (
 
 
 def write_text(path: str | Path, text: str) -> None:
-    """Write a whole text file through `OutputFile`."""
     with OutputFile(path, "w") as out:
         out.file.write(text)
 
