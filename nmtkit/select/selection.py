@@ -1,14 +1,11 @@
 """Cross-entropy-difference selection (Axelrod, He & Gao 2011; Moore & Lewis 2010): `run`.
 
 Per pool pair (s, t): bilingual [H_in(s) - H_out(s)] + [H_in(t) - H_out(t)], monolingual
-H_in(s) - H_out(s), in-domain H_in(s); H is the per-token cross-entropy in bits under an
-`ngram.NgramLM`, `</s>` counted as a token. H_in's LM is estimated on the in-domain text, H_out's
-on a seeded random pool sample with about as many source tokens (its pairs give the target
-sample); both LMs of a language share the in-domain words seen at least `min_count` times. Pairs
-are ranked lowest first, ties by line number, and taken until the budget is met; the selection is
-written in pool order, each line byte for byte as in the pool. The pool is streamed (per pair 4
-float32 cross-entropies and 2 int32 lengths are kept) and scored in blocks over `workers`
-processes, which get the LMs by fork.
+H_in(s) - H_out(s), in-domain H_in(s); H is the per-token cross-entropy in bits, `</s>` counted.
+H_in's LM is estimated on the in-domain text, H_out's on a seeded random pool sample with about as
+many source tokens; both LMs of a language share the in-domain words seen at least `min_count`
+times. Pairs are ranked lowest first, ties by line number, and taken until the budget is met; the
+selection is written in pool order, each line byte for byte as in the pool.
 """
 from __future__ import annotations
 
@@ -52,10 +49,9 @@ def method_scores(method: str, h: np.ndarray) -> np.ndarray:
 
 def select_indices(scores: np.ndarray, src_tokens: np.ndarray, lines: int | None = None,
                    words: int | None = None, fraction: float | None = None) -> tuple[np.ndarray, bool]:
-    """Rows to keep, in pool order, and whether the budget exceeded what the pool offers. Ranking:
-    lowest score first, ties by pool position (stable sort); a row scored +inf (a pair with an empty
-    side) is never kept. `words` counts source tokens and keeps the smallest prefix of the ranking
-    that reaches it; `fraction` is of all the pool's rows."""
+    """Rows to keep, in pool order, and whether the budget exceeded what the pool offers. A row
+    scored +inf is never kept; `words` keeps the smallest prefix of the ranking that reaches it;
+    `fraction` is of all the pool's rows."""
     order = np.argsort(scores, kind="stable")[: int(np.isfinite(scores).sum())]
     if lines is not None:
         k = lines
@@ -69,8 +65,7 @@ def select_indices(scores: np.ndarray, src_tokens: np.ndarray, lines: int | None
 
 
 # ---- checks of inputs that leave the ranking meaningless: each returns one-line warnings naming
-# the files (logged and listed in the summary), or refuses the input; only the sides a method's
-# score uses are checked (both for bilingual, the source side otherwise)
+# the files, or refuses the input; only the sides a method's score uses are checked
 
 
 def scored_sides(method: str) -> tuple[str, ...]:
@@ -79,20 +74,11 @@ def scored_sides(method: str) -> tuple[str, ...]:
 
 
 def too_small(name: str, tokens: int, lm: NgramLM) -> str | None:
-    """A warning when the in-domain text `name` (`tokens` tokens, `lm` estimated on it) is too
-    small for the order of `lm`: fewer tokens than the order, or no n-gram of the order seen twice.
-
-    Why that threshold: Kneser-Ney learns an order from its n-grams seen more than once. When
-    none is (count-of-counts n2 = n3 = n4 = 0), the discount estimate is D1 = 1 - 2Y n2/n1 = 1, so
-    every n-gram of the order keeps no probability of its own and its context backs off with
-    weight 1: the order adds nothing. On a text of a handful of tokens the continuation counts
-    below are all 1 too and the model is the uniform distribution over its vocabulary, which
-    gives every sentence the same per-token cross-entropy. Fewer tokens than the order is
-    flagged even when a short sentence repeats (`a` twice at order 3), as no sentence is then
-    long enough to show a word in context.
-    """
+    """A warning when the in-domain text `name` (`tokens` tokens, `lm` estimated on it) has fewer
+    tokens than the order of `lm`, or no n-gram of the order seen twice: then n2 = n3 = n4 = 0,
+    D1 = 1 and the order adds nothing (on a handful of tokens the model is uniform)."""
     order = lm.order
-    top = lm.orders[-1].max_count if lm.orders else int(lm.uni_counts.max(initial=0))  # raw, at the highest order
+    top = lm.orders[-1].max_count if lm.orders else int(lm.uni_counts.max(initial=0))
     if tokens >= order and top >= 2:
         return None
     why = f"fewer than --order {order}" if tokens < order else f"no {order}-gram in it occurs twice"
@@ -101,8 +87,7 @@ def too_small(name: str, tokens: int, lm: NgramLM) -> str | None:
 
 
 def no_vocabulary(name: str, vocab: LMVocab, min_count: int) -> str | None:
-    """A warning when no word of the in-domain text `name` made it into the LM vocabulary: every
-    token is then `<unk>` and both LMs see nothing but sentence lengths."""
+    """A warning when no word of the in-domain text `name` made it into the LM vocabulary."""
     if len(vocab) > len(LM_SPECIALS):
         return None
     return (f"no word of the in-domain text {name} occurs at least --min-count {min_count} times: every token "
@@ -110,8 +95,8 @@ def no_vocabulary(name: str, vocab: LMVocab, min_count: int) -> str | None:
 
 
 def lm_warnings(cfg: SelectConfig, ind: Corpus, sizes: dict[str, int], scorer: Scorer) -> list[str]:
-    """The in-domain warnings of `scorer.side` when `cfg.method` scores it. `sizes`: the in-domain
-    text's token counts ("src_tokens", "tgt_tokens")."""
+    """The in-domain warnings of `scorer.side` when `cfg.method` scores it; `sizes`: the in-domain
+    text's `IdPairs.sizes()`."""
     side = scorer.side
     if side not in scored_sides(cfg.method):
         return []
@@ -122,9 +107,7 @@ def lm_warnings(cfg: SelectConfig, ind: Corpus, sizes: dict[str, int], scorer: S
 
 def no_shared_word(cfg: SelectConfig, pool: Corpus, scorer: Scorer, known: int) -> list[str]:
     """A warning when `cfg.method` scores `scorer.side` and none of the pool's tokens on it (`known`
-    of them are in the vocabulary) is an in-domain word (say, an in-domain text in another language
-    or script): every one is then `<unk>` and the LMs rank the pairs by length. Not when the
-    vocabulary itself has no word (`no_vocabulary`'s warning)."""
+    of them are in the vocabulary) is an in-domain word; not when the vocabulary has none."""
     if known or scorer.side not in scored_sides(cfg.method) or len(scorer.vocab) == len(LM_SPECIALS):
         return []
     return [f"no token of the pool {pool.name(scorer.side)} is a word of the in-domain text: every one is <unk> "
@@ -145,10 +128,8 @@ def _digest(paths: Sequence[str]) -> str:
 
 
 def same_text(ind: Corpus, pool: Corpus, side: str) -> bool:
-    """Whether the in-domain text and the pool are the same text on `side` ("src" or "tgt"): as
-    many lines and bytes (but for a file's missing last newline, which `_digest` adds), then the
-    same sha256. The files are read again only when the sizes agree, which different texts
-    practically never do."""
+    """Whether the in-domain text and the pool are the same text on `side`: as many lines and bytes
+    (but for a file's missing last newline), then the same sha256."""
     nbytes = [(c.src_bytes if side == "src" else c.tgt_bytes) for c in (ind, pool)]
     slack = len(ind.paths(side)) + len(pool.paths(side))
     return (ind.total == pool.total and abs(nbytes[0] - nbytes[1]) <= slack
@@ -157,14 +138,8 @@ def same_text(ind: Corpus, pool: Corpus, side: str) -> bool:
 
 def same_text_warnings(ind: Corpus, pool: Corpus, method: str) -> list[str]:
     """Refuse (InputError) an in-domain text that is the pool itself on every side `method`
-    compares with H_out; warn when it is on one of bilingual's two sides.
-
-    H_out's LM is estimated on a pool sample with as many source tokens as the in-domain text:
-    when the source sides are the same text, that is the whole pool, i.e. the in-domain text,
-    H_in and H_out are one model on each such side and every difference is 0, so the "ranking"
-    is the pool's order. A target side alone may get a random part of the pool, which is still
-    the in-domain text compared with part of itself. in-domain scores H_in alone: no check.
-    """
+    compares with H_out; warn when it is on one of bilingual's two sides. H_out's sample of a pool
+    that is the in-domain text is that text (or a random part of it), so the difference ranks nothing."""
     if method == "in-domain":
         return []
     sides = scored_sides(method)
@@ -182,8 +157,7 @@ def same_text_warnings(ind: Corpus, pool: Corpus, method: str) -> list[str]:
 
 
 def flat_score_warnings(scores: np.ndarray, pool: Corpus, method: str) -> list[str]:
-    """A warning when every pool pair that can be selected (finite score) has the same score:
-    ties go by line number, so the selection is then just the pool's first pairs."""
+    """A warning when every pool pair that can be selected (finite score) has the same score."""
     ranked = scores[np.isfinite(scores)]
     if ranked.size < 2 or ranked.min() != ranked.max():
         return []
@@ -193,11 +167,9 @@ def flat_score_warnings(scores: np.ndarray, pool: Corpus, method: str) -> list[s
 
 
 def tokinfo_warnings(cfg: SelectConfig, corpora: Sequence[Corpus], pipeline: TextPipeline) -> list[str]:
-    """--input-format tok: each scored side's files checked against the `.tokinfo.json` that
-    `nmtkit tokenize` wrote beside them (ConfigError naming the file and the flags that differ);
-    a warning for each file without one. Lowercasing is not compared: --lowercase only
-    lowercases the LMs' tokens, whatever case the text has. --input-format raw: a warning for each
-    file that has such a record (`tokenised_as_raw`)."""
+    """--input-format tok: each scored side's files checked against their tokeniser record
+    (lowercasing aside: --lowercase acts on the LMs' tokens whatever the text's case), a warning for
+    each file without one. --input-format raw: a warning for each file that has one."""
     if cfg.input_format != "tok":
         return [msg for corpus in corpora for side in ("src", "tgt") for path in corpus.paths(side)
                 if (msg := tokenised_as_raw(path))]
@@ -224,8 +196,8 @@ def _type_id(types: dict[str, int], tokens: list[str]) -> list[int]:
 
 
 def _vocab_and_ids(types: dict[str, int], ids: np.ndarray, min_count: int) -> tuple[LMVocab, np.ndarray]:
-    """The LM vocabulary of one side of the in-domain text held as type numbers (as `LMVocab.build`
-    makes it of the tokens) and the text as LM ids (as `LMVocab.encode` gives them)."""
+    """The LM vocabulary of one side of the in-domain text held as type numbers, and the text as
+    LM ids."""
     counts = np.bincount(ids, minlength=len(types)).tolist()  # types are numbered in insertion order
     vocab = LMVocab.from_counts(dict(zip(types, counts)), min_count)
     remap = np.array([vocab.flat_stoi.get(w, LM_UNK_ID) for w in types], dtype=np.int32)
@@ -242,8 +214,7 @@ def _open_corpora(cfg: SelectConfig) -> tuple[Corpus, Corpus]:
 
 
 def _in_domain(opts: TextOpts, ind: Corpus, cfg: SelectConfig) -> tuple[IdPairs, tuple[LMVocab, LMVocab]]:
-    """The in-domain text as LM ids, and the two LM vocabularies (the in-domain words seen at least
-    `cfg.min_count` times); neither side may be without tokens."""
+    """The in-domain text as LM ids, and the two LM vocabularies; neither side may be without tokens."""
     types: tuple[dict[str, int], dict[str, int]] = ({}, {})
     typed = tokenize_ids(opts, ind.pairs(), cfg.workers, [functools.partial(_type_id, t) for t in types])
     sizes = typed.sizes()
@@ -257,9 +228,9 @@ def _in_domain(opts: TextOpts, ind: Corpus, cfg: SelectConfig) -> tuple[IdPairs,
 
 def _out_sample(opts: TextOpts, ind: Corpus, pool: Corpus, src_tokens_in: int, cfg: SelectConfig,
                 vocabs: tuple[LMVocab, LMVocab], progress: Progress) -> IdPairs:
-    """Out-of-domain sample, as LM ids: random pool pairs (seeded) with about as many source
-    tokens as the in-domain text. Twice the in-domain bytes' worth of lines is drawn and
-    tokenised, then taken in a random order until the token count is reached."""
+    """Out-of-domain sample, as LM ids: random pool pairs (seeded) with about as many source tokens
+    as the in-domain text. Twice the in-domain bytes' worth of lines is drawn and tokenised, then
+    taken in a random order until the token count is reached."""
     n_pool = pool.total
     rng = np.random.default_rng(cfg.seed)
     want = min(n_pool, int(math.ceil(2.0 * ind.src_bytes / max(pool.src_bytes / n_pool, 1.0))) + 16)
@@ -287,10 +258,8 @@ def _score_pool(cfg: SelectConfig, opts: TextOpts, corpora: tuple[Corpus, Corpus
                 ind_sizes: dict[str, int], vocabs: tuple[LMVocab, LMVocab], tmp: dict[str, str], progress: Progress,
                 timings: dict[str, float], warnings: list[str]) -> tuple[np.ndarray, np.ndarray, dict[str, dict[str, Any]]]:
     """The pool's cross-entropies h (n, 4) float32 (H_in(src), H_out(src), H_in(tgt), H_out(tgt)) and
-    tokens lens (n, 2) int32, a side at a time (two of the four LMs held at once), with each LM's
-    summary by name; `ids` are the in-domain text's and the out-of-domain sample's, `ind_sizes` the
-    former's `sizes()`. Adds to `timings` and `warnings`, and writes the ARPA files into `tmp` with
-    --write-arpa."""
+    tokens lens (n, 2) int32, a side at a time, with each LM's summary by name; `ids` are the
+    in-domain text's and the out-of-domain sample's. Adds to `timings` and `warnings`."""
     (ind, pool), n_pool = corpora, corpora[1].total
     h = np.empty((n_pool, 4), dtype=np.float32)
     lens = np.empty((n_pool, 2), dtype=np.int32)
@@ -299,8 +268,8 @@ def _score_pool(cfg: SelectConfig, opts: TextOpts, corpora: tuple[Corpus, Corpus
     for s, side in enumerate(("src", "tgt")):
         t = time.perf_counter()
         V = len(vocabs[s])
-        scorer = Scorer(opts, side, vocabs[s], lm_in=NgramLM.estimate(ids[0].batch(s), V, cfg.order),  # in-domain
-                        lm_out=NgramLM.estimate(ids[1].batch(s), V, cfg.order))  # the pool sample
+        scorer = Scorer(opts, side, vocabs[s], lm_in=NgramLM.estimate(ids[0].batch(s), V, cfg.order),
+                        lm_out=NgramLM.estimate(ids[1].batch(s), V, cfg.order))
         timings["lm_estimate_s"] += time.perf_counter() - t
         warnings += _warn(lm_warnings(cfg, ind, ind_sizes, scorer))
         lms[f"in_{side}"], lms[f"out_{side}"] = _lm_summary(scorer.lm_in), _lm_summary(scorer.lm_out)
@@ -320,7 +289,7 @@ def _lm_summary(lm: NgramLM) -> dict[str, Any]:
 
 
 def _budget_warnings(cfg: SelectConfig, over: bool, n_pool: int, lens: np.ndarray, empty: np.ndarray) -> list[str]:
-    """`empty` (n_pool,) bool: the pairs with an empty side, never selected."""
+    """`empty` (n_pool,) bool: the pairs with an empty side."""
     msgs = []
     n_empty = int(empty.sum())
     if n_empty:
@@ -401,9 +370,7 @@ def _summary(cfg: SelectConfig, ind: Corpus, pool: Corpus, vocabs: tuple[LMVocab
              lms: dict[str, dict[str, Any]], outputs: dict[str, str], warnings: list[str],
              timings: dict[str, float], scores: np.ndarray, lens: np.ndarray, keep: np.ndarray, mask: np.ndarray,
              sizes: tuple[dict[str, int], dict[str, int]]) -> dict:
-    """PREFIX.summary.json: settings, corpus and sample sizes, the LMs, the selection, timings.
-    `lms`: `_lm_summary` of each LM by name; `sizes`: the in-domain text's and the out-of-domain
-    sample's sizes."""
+    """PREFIX.summary.json; `sizes`: the in-domain text's and the out-of-domain sample's."""
     (src_vocab, tgt_vocab), n_pool = vocabs, pool.total
     part_sel = [int(part.sum()) for part in np.split(mask, np.cumsum(pool.lines)[:-1])]
     sel_scores = scores[mask]
@@ -429,15 +396,12 @@ def _summary(cfg: SelectConfig, ind: Corpus, pool: Corpus, vocabs: tuple[LMVocab
     }
 
 
-# ---- what select-data writes: PREFIX.{src,tgt} (the selected pairs, lines as in the pool),
-# PREFIX.scores.tsv, PREFIX.summary.json, with --write-arpa the four LMs, and with --input-format
-# tok each side's tokeniser record beside its selection (`StagedFiles`: all appear, or none)
+# ---- what select-data writes (`StagedFiles`: all appear, or none)
 
 
 def pool_records(cfg: SelectConfig) -> dict[str, dict[str, Any]]:
-    """--input-format tok: for each side ("src", "tgt"), the tokeniser record that every pool
-    file of that side has: the selected lines, the pool's, were tokenised so. A side whose files
-    lack one or disagree is left out (its selection then has no record, as its input had none)."""
+    """--input-format tok: for each side, the tokeniser record that every pool file of that side
+    has; a side whose files lack one or disagree is left out."""
     if cfg.input_format != "tok":
         return {}
     records = {}
@@ -449,7 +413,7 @@ def pool_records(cfg: SelectConfig) -> dict[str, dict[str, Any]]:
 
 
 def write_records(tmp: dict[str, str], records: dict[str, dict[str, Any]]) -> None:
-    """Each side's tokeniser record (`pool_records`) beside its selection, as `nmtkit tokenize` writes it."""
+    """Each side's tokeniser record beside its selection, as `nmtkit tokenize` writes it."""
     for side, record in records.items():
         with open(tmp[f"{side}_tokinfo"], "w", encoding="utf-8") as fh:
             fh.write(json.dumps(record, indent=1) + "\n")
@@ -479,10 +443,9 @@ def _record_paths(cfg: SelectConfig) -> dict[str, str]:
 
 
 def stale_records(cfg: SelectConfig, records: dict[str, dict[str, Any]]) -> list[str]:
-    """The tokeniser records beside the selection of a side that gets none this time (say, an
-    earlier run on tokenised text, replaced by one on raw text), and without --write-arpa the
-    language models an earlier run wrote there: left, they would describe text and models they do
-    not describe, so they are outputs too, removed when the others are written."""
+    """The tokeniser records beside the selection of a side that gets none this time, and without
+    --write-arpa the language models an earlier run wrote: left, they would describe other text and
+    models, so they are outputs too, removed when the others are written."""
     gone = [path for side, path in _record_paths(cfg).items() if side not in records]
     gone += [] if cfg.write_arpa else list(_arpa_paths(cfg).values())
     return [path for path in gone if os.path.lexists(path) and not os.path.isdir(path)]  # a folder is not one
