@@ -73,36 +73,23 @@ def scored_sides(method: str) -> tuple[str, ...]:
     return ("src", "tgt") if method == "bilingual" else ("src",)
 
 
-def too_small(name: str, tokens: int, lm: NgramLM) -> str | None:
-    """A warning when the in-domain text `name` (`tokens` tokens, `lm` estimated on it) has fewer
-    tokens than the order of `lm`, or no n-gram of the order seen twice: then n2 = n3 = n4 = 0,
-    D1 = 1 and the order adds nothing (on a handful of tokens the model is uniform)."""
-    order = lm.order
-    top = lm.orders[-1].max_count if lm.orders else int(lm.uni_counts.max(initial=0))
-    if tokens >= order and top >= 2:
-        return None
-    why = f"fewer than --order {order}" if tokens < order else f"no {order}-gram in it occurs twice"
-    return (f"the in-domain text {name} has only {tokens} tokens, {why}: too little for an order-{order} "
-            f"language model, so the ranking is unreliable (use more in-domain text or a lower --order)")
-
-
-def no_vocabulary(name: str, vocab: LMVocab, min_count: int) -> str | None:
-    """A warning when no word of the in-domain text `name` made it into the LM vocabulary."""
-    if len(vocab) > len(LM_SPECIALS):
-        return None
-    return (f"no word of the in-domain text {name} occurs at least --min-count {min_count} times: every token "
-            f"is <unk> to the language models, which then rank pairs by their length alone")
-
-
 def lm_warnings(cfg: SelectConfig, ind: Corpus, sizes: dict[str, int], scorer: Scorer) -> list[str]:
-    """The in-domain warnings of `scorer.side` when `cfg.method` scores it; `sizes`: the in-domain
-    text's `IdPairs.sizes()`."""
-    side = scorer.side
+    """The in-domain text's warning on `scorer.side` when `cfg.method` scores it: no word in the LM
+    vocabulary; or fewer tokens than the order, or no n-gram of the order seen twice (then
+    n2 = n3 = n4 = 0, D1 = 1 and the order adds nothing). `sizes`: its `IdPairs.sizes()`."""
+    side, lm = scorer.side, scorer.lm_in
     if side not in scored_sides(cfg.method):
         return []
-    name = ind.name(side)
-    msg = no_vocabulary(name, scorer.vocab, cfg.min_count) or too_small(name, sizes[f"{side}_tokens"], scorer.lm_in)
-    return [msg] if msg else []
+    name, tokens, order = ind.name(side), sizes[f"{side}_tokens"], lm.order
+    if len(scorer.vocab) == len(LM_SPECIALS):
+        return [f"no word of the in-domain text {name} occurs at least --min-count {cfg.min_count} times: every "
+                f"token is <unk> to the language models, which then rank pairs by their length alone"]
+    top = lm.orders[-1].max_count if lm.orders else int(lm.uni_counts.max(initial=0))
+    if tokens >= order and top >= 2:
+        return []
+    why = f"fewer than --order {order}" if tokens < order else f"no {order}-gram in it occurs twice"
+    return [f"the in-domain text {name} has only {tokens} tokens, {why}: too little for an order-{order} "
+            f"language model, so the ranking is unreliable (use more in-domain text or a lower --order)"]
 
 
 def no_shared_word(cfg: SelectConfig, pool: Corpus, scorer: Scorer, known: int) -> list[str]:
@@ -196,21 +183,11 @@ def _type_id(types: dict[str, int], tokens: list[str]) -> list[int]:
 
 
 def _vocab_and_ids(types: dict[str, int], ids: np.ndarray, min_count: int) -> tuple[LMVocab, np.ndarray]:
-    """The LM vocabulary of one side of the in-domain text held as type numbers, and the text as
-    LM ids."""
+    """One side of the in-domain text held as type numbers -> its LM vocabulary and LM ids."""
     counts = np.bincount(ids, minlength=len(types)).tolist()  # types are numbered in insertion order
     vocab = LMVocab.from_counts(dict(zip(types, counts)), min_count)
     remap = np.array([vocab.flat_stoi.get(w, LM_UNK_ID) for w in types], dtype=np.int32)
     return vocab, remap[ids]
-
-
-def _open_corpora(cfg: SelectConfig) -> tuple[Corpus, Corpus]:
-    """The in-domain corpus and the pool, line counts checked, neither empty."""
-    ind, pool = (Corpus.open(prefixes, cfg.src_lang, cfg.tgt_lang) for prefixes in (cfg.in_domain, cfg.pool))
-    for corpus, what in ((ind, "the in-domain text"), (pool, "the pool")):
-        if corpus.total == 0:
-            raise InputError(f"{what} is empty", corpus.src_paths[0])
-    return ind, pool
 
 
 def _in_domain(opts: TextOpts, ind: Corpus, cfg: SelectConfig) -> tuple[IdPairs, tuple[LMVocab, LMVocab]]:
@@ -228,9 +205,8 @@ def _in_domain(opts: TextOpts, ind: Corpus, cfg: SelectConfig) -> tuple[IdPairs,
 
 def _out_sample(opts: TextOpts, ind: Corpus, pool: Corpus, src_tokens_in: int, cfg: SelectConfig,
                 vocabs: tuple[LMVocab, LMVocab], progress: Progress) -> IdPairs:
-    """Out-of-domain sample, as LM ids: random pool pairs (seeded) with about as many source tokens
-    as the in-domain text. Twice the in-domain bytes' worth of lines is drawn and tokenised, then
-    taken in a random order until the token count is reached."""
+    """Out-of-domain sample, as LM ids: twice the in-domain bytes' worth of random pool lines (seeded)
+    is drawn and tokenised, then taken in a random order until the in-domain token count is reached."""
     n_pool = pool.total
     rng = np.random.default_rng(cfg.seed)
     want = min(n_pool, int(math.ceil(2.0 * ind.src_bytes / max(pool.src_bytes / n_pool, 1.0))) + 16)
@@ -257,9 +233,8 @@ def _out_sample(opts: TextOpts, ind: Corpus, pool: Corpus, src_tokens_in: int, c
 def _score_pool(cfg: SelectConfig, opts: TextOpts, corpora: tuple[Corpus, Corpus], ids: tuple[IdPairs, IdPairs],
                 ind_sizes: dict[str, int], vocabs: tuple[LMVocab, LMVocab], tmp: dict[str, str], progress: Progress,
                 timings: dict[str, float], warnings: list[str]) -> tuple[np.ndarray, np.ndarray, dict[str, dict[str, Any]]]:
-    """The pool's cross-entropies h (n, 4) float32 (H_in(src), H_out(src), H_in(tgt), H_out(tgt)) and
-    tokens lens (n, 2) int32, a side at a time, with each LM's summary by name; `ids` are the
-    in-domain text's and the out-of-domain sample's. Adds to `timings` and `warnings`."""
+    """The pool's cross-entropies h (n, 4) float32 (H_in(src), H_out(src), H_in(tgt), H_out(tgt)),
+    tokens lens (n, 2) int32 and each LM's summary, a side at a time (two of the four LMs held)."""
     (ind, pool), n_pool = corpora, corpora[1].total
     h = np.empty((n_pool, 4), dtype=np.float32)
     lens = np.empty((n_pool, 2), dtype=np.int32)
@@ -303,24 +278,27 @@ def _budget_warnings(cfg: SelectConfig, over: bool, n_pool: int, lens: np.ndarra
 
 
 def _warn(msgs: list[str]) -> list[str]:
-    """Log each one-line warning and return them all, for the summary."""
+    """Log each warning and return them all, for the summary."""
     for msg in msgs:
         log.warning(msg)
     return msgs
 
 
 def run(cfg: SelectConfig, progress: Progress | None = None) -> dict:
-    """Run the whole selection and write the outputs. Returns the summary (also written)."""
+    """Run the whole selection and write the outputs; -> the summary."""
     if not isinstance(cfg, SelectConfig):
         raise TypeError(f"nmtkit.select.run takes a SelectConfig, not {type(cfg).__name__}")
     progress = progress or no_progress
     t0 = time.perf_counter()
     warn_both_exist([*cfg.in_domain, *cfg.pool], (cfg.src_lang, cfg.tgt_lang))
     records = pool_records(cfg)
-    outputs, stale = output_paths(cfg, records), stale_records(cfg, records)
+    outputs, stale = output_paths(cfg, records)
     check_outputs(cfg, outputs, stale)
     opts = TextOpts(cfg.pipeline(), cfg.input_format)
-    ind, pool = _open_corpora(cfg)
+    ind, pool = (Corpus.open(prefixes, cfg.src_lang, cfg.tgt_lang) for prefixes in (cfg.in_domain, cfg.pool))
+    for corpus, what in ((ind, "the in-domain text"), (pool, "the pool")):
+        if corpus.total == 0:
+            raise InputError(f"{what} is empty", corpus.src_paths[0])
     warnings = _warn(tokinfo_warnings(cfg, (ind, pool), opts.pipeline) + same_text_warnings(ind, pool, cfg.method))
     n_pool = pool.total
     if cfg.fraction is not None and round(cfg.fraction * n_pool) == 0:
@@ -419,36 +397,20 @@ def write_records(tmp: dict[str, str], records: dict[str, dict[str, Any]]) -> No
             fh.write(json.dumps(record, indent=1) + "\n")
 
 
-def output_paths(cfg: SelectConfig, records: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """Each output's path by its key; `records`: the sides with a tokeniser record to write."""
-    d = cfg.output_prefix
+def output_paths(cfg: SelectConfig, records: dict[str, dict[str, Any]]) -> tuple[dict[str, str], list[str]]:
+    """Each output's path by its key, and the stale files: the tokeniser records of a side that gets
+    none this time, and without --write-arpa the LMs, that an earlier run wrote (outputs too,
+    removed when the others are written)."""
+    d, langs = cfg.output_prefix, (("src", cfg.src_lang), ("tgt", cfg.tgt_lang))
     out = {"src": f"{d}.{cfg.src_lang}", "tgt": f"{d}.{cfg.tgt_lang}", "scores": f"{d}.scores.tsv",
            "summary": f"{d}.summary.json"}
-    out.update({f"{side}_tokinfo": path for side, path in _record_paths(cfg).items() if side in records})
-    if cfg.write_arpa:
-        out.update(_arpa_paths(cfg))
-    return out
-
-
-def _arpa_paths(cfg: SelectConfig) -> dict[str, str]:
-    """Where --write-arpa writes the four LMs, by output key."""
-    return {f"arpa_{which}_{side}": f"{cfg.output_prefix}.{which}.{lang}.arpa" for which in ("in", "out")
-            for side, lang in (("src", cfg.src_lang), ("tgt", cfg.tgt_lang))}
-
-
-def _record_paths(cfg: SelectConfig) -> dict[str, str]:
-    """Where each side's tokeniser record goes: beside its selection."""
-    return {side: f"{cfg.output_prefix}.{lang}{TOKINFO_SUFFIX}" for side, lang in (("src", cfg.src_lang),
-                                                                                   ("tgt", cfg.tgt_lang))}
-
-
-def stale_records(cfg: SelectConfig, records: dict[str, dict[str, Any]]) -> list[str]:
-    """The tokeniser records beside the selection of a side that gets none this time, and without
-    --write-arpa the language models an earlier run wrote: left, they would describe other text and
-    models, so they are outputs too, removed when the others are written."""
-    gone = [path for side, path in _record_paths(cfg).items() if side not in records]
-    gone += [] if cfg.write_arpa else list(_arpa_paths(cfg).values())
-    return [path for path in gone if os.path.lexists(path) and not os.path.isdir(path)]  # a folder is not one
+    optional = {f"{side}_tokinfo": (side in records, f"{d}.{lang}{TOKINFO_SUFFIX}") for side, lang in langs}
+    optional.update({f"arpa_{which}_{side}": (cfg.write_arpa, f"{d}.{which}.{lang}.arpa") for which in ("in", "out")
+                     for side, lang in langs})
+    out.update({key: path for key, (wanted, path) in optional.items() if wanted})
+    stale = [path for wanted, path in optional.values()
+             if not wanted and os.path.lexists(path) and not os.path.isdir(path)]  # a folder is not one
+    return out, stale
 
 
 def check_outputs(cfg: SelectConfig, outputs: dict[str, str], stale: Sequence[str] = ()) -> None:
@@ -468,7 +430,7 @@ def check_outputs(cfg: SelectConfig, outputs: dict[str, str], stale: Sequence[st
 
 
 def write_arpa(tmp: dict[str, str], s: Scorer) -> None:
-    """One side's two language models, in ARPA format (--write-arpa)."""
+    """One side's two language models, in ARPA format."""
     for which, lm in (("in", s.lm_in), ("out", s.lm_out)):
         with open(tmp[f"arpa_{which}_{s.side}"], "w", encoding="utf-8") as fh:
             lm.write_arpa(fh, s.vocab.itos)
