@@ -155,9 +155,9 @@ def _system_names(paths: Sequence[str], labels: Sequence[str]) -> list[str]:
     return names
 
 
-def _check_unused(o: ScoreConfig) -> None:
-    """Refuse a setting given (other than its default) without the option it acts with: it would
-    change nothing, without a word. --src-lang and --tgt-lang are accepted alone."""
+def _check_options(o: ScoreConfig) -> None:
+    """Refuse, among others, a setting given (other than its default) without the option it acts
+    with: it would change nothing, without a word. --src-lang and --tgt-lang are accepted alone."""
     acts_with = (("--significance", o.significance, ("seed", "bootstrap_samples")),
                  ("--by-length or --plot", o.by_length, ("bucket_width", "max_length")),
                  ("a BLEU to act on (bleu in --metrics, --no-unk or --by-length; chrF and TER keep sacrebleu's own "
@@ -168,10 +168,6 @@ def _check_unused(o: ScoreConfig) -> None:
                  if getattr(o, n) != field_default(fields_[n])]
         if not on:
             refuse_without(given, needed)
-
-
-def _check_options(o: ScoreConfig) -> None:
-    _check_unused(o)
     if o.no_unk:
         if not o.src_path:
             raise ConfigError("--no-unk needs --src (the source sentences)")
@@ -243,8 +239,7 @@ def _read_inputs(o: ScoreConfig) -> _Inputs:
 
 
 def _check_ter_bound(files: Sequence[tuple[str, Sequence[str]]]) -> None:
-    """An InputError naming the first line of `files` longer than TER is computed for: its shift
-    search grows faster than the square of a line's length."""
+    """An InputError naming the first line of `files` longer than TER is computed for."""
     for path, lines in files:
         for number, line in enumerate(lines, 1):
             if len(line) > TER_MAX_WORDS and len(line.split()) > TER_MAX_WORDS:
@@ -272,8 +267,7 @@ def form_mismatch(files: Sequence[tuple[str, Sequence[str]]]) -> str | None:
 
 
 def run(o: ScoreConfig, progress: Progress | None = None) -> ScoreReport:
-    """Everything `nmtkit score` computes, as a ScoreReport (render it with
-    `nmtkit.score.report.render`); `progress` is accepted for the one command shape."""
+    """Everything `nmtkit score` computes; `progress` is accepted for the one command shape."""
     if not isinstance(o, ScoreConfig):
         raise TypeError(f"nmtkit.score.run takes a ScoreConfig, not {type(o).__name__}")
     _check_options(o)

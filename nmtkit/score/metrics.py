@@ -32,8 +32,7 @@ PAPER_BLEU_LABEL = "BLEU (paper-style: multi-bleu.perl on Moses-tokenised text, 
 
 @dataclass
 class MetricScore:
-    """One corpus-level score with everything needed to reproduce it: `name` is sacrebleu's,
-    `label` says which BLEU this is, `details` holds BLEU's precisions, BP, lengths."""
+    """One corpus-level score with everything needed to reproduce it; `label` says which BLEU."""
 
     key: str
     name: str
@@ -90,8 +89,7 @@ def _bleu_details(score) -> dict[str, Any]:
 
 def corpus_scores(hyps: Sequence[str], refs: Sequence[Sequence[str]], metrics: Sequence[str] = METRICS,
                   tokenize: str | None = None, lowercase: bool = False) -> list[MetricScore]:
-    """sacrebleu corpus scores of `hyps` against the reference streams `refs` (each as long as
-    `hyps`), one MetricScore per entry of `metrics`, in that order."""
+    """sacrebleu corpus scores of `hyps` against the reference streams `refs`, one per `metrics`."""
     _check_streams(hyps, refs)
     tokenised = sum(h.endswith(" .") for h in hyps)
     if "bleu" in metrics and tokenised >= TOKENISED_PERIODS:  # sacrebleu's own test, as one line

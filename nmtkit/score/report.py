@@ -25,8 +25,7 @@ class SystemScores:
 
 @dataclass
 class NoUnkResult:
-    """The "No UNK" subset: `kept` of `total` sentences, and each system's scores on them
-    (an empty list per system when no sentence qualifies)."""
+    """The "No UNK" subset: `kept` of `total` sentences, and each system's scores on them."""
 
     model: str
     bpe: bool

@@ -85,8 +85,7 @@ MAX_LENGTH_BUCKETS = 1000  # rows of the by-length table (and points of its char
 
 
 def check_buckets(width: int, max_length: int) -> None:
-    """A ConfigError unless --bucket-width and --max-length are positive and make at most
-    MAX_LENGTH_BUCKETS buckets."""
+    """A ConfigError unless --bucket-width and --max-length are positive and make few enough buckets."""
     if width < 1 or max_length < 1:
         raise ConfigError("--bucket-width and --max-length must be positive")
     n = (max_length + width - 1) // width
@@ -136,9 +135,8 @@ def bleu_by_length(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequence[
                    tokenize: str | None = None, lowercase: bool = False,
                    paper_tok: tuple[Sequence[Sequence[str]], Sequence[Sequence[str]]] | None = None
                    ) -> list[LengthBucket]:
-    """Corpus BLEU of each system, (name, hypotheses), on the sentences of each source-length bucket;
-    every bucket is listed, empty ones with BLEU None. `paper_tok = (hyps_tok per system, refs_tok)`
-    adds paper-style BLEU per bucket."""
+    """Corpus BLEU of each system on the sentences of each source-length bucket (None for an empty
+    one); `paper_tok = (hyps_tok per system, refs_tok)` adds paper-style BLEU."""
     check_buckets(width, max_length)
     check_counts(("the source", len(src_lengths)), [(name, len(hyps)) for name, hyps in systems])
     labels = bucket_labels(width, max_length)

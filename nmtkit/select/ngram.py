@@ -25,9 +25,8 @@ LM_SPECIALS = (BOS, EOS, UNK)
 
 @dataclass
 class LMVocab:
-    """Token <-> id map shared by the in-domain and the out-of-domain LM of one language: the
-    specials, then the words by decreasing count (ties by string). Any other token is `<unk>`, a
-    literal `<s>` or `</s>` in the text too (as ids they would end or start a sentence mid-sentence)."""
+    """Token <-> id map shared by both LMs of one language: the specials, then the words by decreasing
+    count (ties by string). Any other token is `<unk>`, a literal `<s>` or `</s>` in the text too."""
 
     itos: list[str]
     stoi: dict[str, int] = field(init=False, repr=False)
@@ -158,9 +157,8 @@ class _Counts:
 
 
 def _unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`np.unique(keys, return_index=True, return_inverse=True, return_counts=True)` with inv (n,)
-    and cnt (u,) int32, in about half its temporary memory (keep no reference to `keys`: it is
-    dropped once sorted)."""
+    """`np.unique(keys, return_index=True, return_inverse=True, return_counts=True)` with inv and cnt
+    int32, in about half its temporary memory (keep no reference to `keys`: it is dropped once sorted)."""
     n = keys.size
     perm = np.argsort(keys, kind="stable")
     ordered = keys[perm]
@@ -183,8 +181,7 @@ def _unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
 
 
 def _keys(prev_idx: np.ndarray, toks: np.ndarray, at: np.ndarray, V: int) -> np.ndarray:
-    """(m,) int64 key ctx * V + w of the n-gram ending at each position where `at` (bool) holds,
-    ctx the row of the context, which ends one position earlier."""
+    """(m,) int64 key ctx * V + w of the n-gram ending at each position where `at` (bool) holds."""
     keys = prev_idx[:-1][at[1:]].astype(np.int64)
     keys *= V
     keys += toks[at]
@@ -236,8 +233,7 @@ def _adjusted_counts(c: _Counts, toks: np.ndarray, dist: np.ndarray, V: int, ord
 
 def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[tuple[float, float, float]],
                  unigram: np.ndarray, V: int, order: int) -> list["_Order"]:
-    """The tables of orders 2..n. `c` and `adj` are emptied as they are used, so that an order's
-    temporaries replace the counts they came from."""
+    """The tables of orders 2..n; `c` and `adj` are emptied as they are used, to bound the memory."""
     orders: list[_Order] = []
     prev_prob = unigram
     for k in range(2, order + 1):
@@ -389,8 +385,8 @@ class NgramLM:
         return -total / batch.lens / math.log(2.0)
 
     def token_logprobs(self, sentences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-        """Natural-log p of every predicted token (words and `</s>`), batched: (logp (P,) float64 in
-        sentence order, sent (P,) int64 the sentence of each), P = sum(len + 1)."""
+        """Natural-log p of every predicted token (words and `</s>`): logp (P,) float64 and sent (P,)
+        int64 the sentence of each."""
         batch = flatten(sentences)
         logp = self.batch_logprobs(batch)
         pred = batch.dist > 0

@@ -77,8 +77,7 @@ class Corpus:
         raise IndexError(i)
 
     def raw_pairs(self) -> Iterator[tuple[bytes, bytes]]:
-        """Every (src, tgt) line as bytes, newline included, a file's leading byte order mark left out
-        (copied, it would land inside a selection's text)."""
+        """Every (src, tgt) line as bytes, newline included, a file's leading byte order mark left out."""
         for s, t in zip(self.src_paths, self.tgt_paths):
             with open_input(s) as fs, open_input(t) as ft:
                 n = 0
@@ -161,16 +160,14 @@ class Scorer:
 
 
 def score_block(block: Block) -> np.ndarray:
-    """`Scorer.score_lines` of a block by the map's scorer: a forked worker gets the LMs from its
-    parent's memory, not pickled with each block."""
+    """`Scorer.score_lines` of a block by the map's scorer, which a forked worker holds from its parent."""
     scorer: Scorer = worker_state()
     return scorer.score_lines(block.lines())
 
 
 @dataclass
 class IdPairs:
-    """Tokenised pairs held as ids: per side (0 src, 1 tgt) a flat int32 array of ids and each
-    pair's length in tokens."""
+    """Tokenised pairs: per side (0 src, 1 tgt) a flat int32 array of ids and each pair's length."""
 
     ids: tuple[np.ndarray, np.ndarray]
     lens: tuple[np.ndarray, np.ndarray]

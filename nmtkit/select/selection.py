@@ -93,8 +93,8 @@ def lm_warnings(cfg: SelectConfig, ind: Corpus, sizes: dict[str, int], scorer: S
 
 
 def no_shared_word(cfg: SelectConfig, pool: Corpus, scorer: Scorer, known: int) -> list[str]:
-    """A warning when `cfg.method` scores `scorer.side` and none of the pool's tokens on it (`known`
-    of them are in the vocabulary) is an in-domain word; not when the vocabulary has none."""
+    """A warning when `cfg.method` scores `scorer.side` and none of the pool's tokens on it is an
+    in-domain word (`known` is); not when the vocabulary has none."""
     if known or scorer.side not in scored_sides(cfg.method) or len(scorer.vocab) == len(LM_SPECIALS):
         return []
     return [f"no token of the pool {pool.name(scorer.side)} is a word of the in-domain text: every one is <unk> "
@@ -115,8 +115,7 @@ def _digest(paths: Sequence[str]) -> str:
 
 
 def same_text(ind: Corpus, pool: Corpus, side: str) -> bool:
-    """Whether the in-domain text and the pool are the same text on `side`: as many lines and bytes
-    (but for a file's missing last newline), then the same sha256."""
+    """Whether the in-domain text and the pool are the same text on `side`: sizes, then sha256."""
     nbytes = [(c.src_bytes if side == "src" else c.tgt_bytes) for c in (ind, pool)]
     slack = len(ind.paths(side)) + len(pool.paths(side))
     return (ind.total == pool.total and abs(nbytes[0] - nbytes[1]) <= slack
@@ -378,8 +377,7 @@ def _summary(cfg: SelectConfig, ind: Corpus, pool: Corpus, vocabs: tuple[LMVocab
 
 
 def pool_records(cfg: SelectConfig) -> dict[str, dict[str, Any]]:
-    """--input-format tok: for each side, the tokeniser record that every pool file of that side
-    has; a side whose files lack one or disagree is left out."""
+    """--input-format tok: each side's tokeniser record, where every pool file of the side has it."""
     if cfg.input_format != "tok":
         return {}
     records = {}
