@@ -1,12 +1,7 @@
 """`nmtkit score`: `ScoreConfig` (every option) and `run(config, progress=None) -> ScoreReport`.
 
-Plain functions over lists of lines, torch-free except `subsets.model_text_from_checkpoint`, which
-reads a checkpoint. Modules: `metrics` (sacrebleu's BLEU, chrF and TER with signatures, the 2014-15
-papers' BLEU, paired bootstrap resampling), `subsets` (the paper's "No UNK" subset, BLEU by source
-length and its chart), `report` (the `ScoreReport` and its text and JSON renderings).
-
-Line counts are always checked: sacrebleu truncates silently when hypothesis and reference
-differ in length; here that is an error naming both files and their counts.
+Torch-free except `subsets.model_text_from_checkpoint`. Line counts are always checked: sacrebleu
+truncates silently when hypothesis and reference differ in length.
 """
 from __future__ import annotations
 
@@ -129,8 +124,7 @@ class ScoreConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        # from Python, --metrics' text or a list of names, read as --metrics is: a string was taken
-        # apart into its letters ("unknown metric 'b'"), and an empty list scored nothing, without a word
+        # from Python, --metrics' text or a list of names, read as --metrics is
         metrics = self.metrics
         if not isinstance(metrics, str):
             if not isinstance(metrics, (list, tuple)) or not all(isinstance(m, str) for m in metrics):
@@ -161,11 +155,9 @@ def _system_names(paths: Sequence[str], labels: Sequence[str]) -> list[str]:
     return names
 
 
-def _check_unused(o: ScoreConfig) -> None:
-    """Refuse a setting given without the option it acts with (given: other than its default), as
-    translate refuses --seed without --sampling: it would change nothing, without a word.
-    --src-lang and --tgt-lang say which languages the text is in, as in every command, and are
-    accepted alone."""
+def _check_options(o: ScoreConfig) -> None:
+    """Refuse, among others, a setting given (other than its default) without the option it acts
+    with: it would change nothing, without a word. --src-lang and --tgt-lang are accepted alone."""
     acts_with = (("--significance", o.significance, ("seed", "bootstrap_samples")),
                  ("--by-length or --plot", o.by_length, ("bucket_width", "max_length")),
                  ("a BLEU to act on (bleu in --metrics, --no-unk or --by-length; chrF and TER keep sacrebleu's own "
@@ -176,10 +168,6 @@ def _check_unused(o: ScoreConfig) -> None:
                  if getattr(o, n) != field_default(fields_[n])]
         if not on:
             refuse_without(given, needed)
-
-
-def _check_options(o: ScoreConfig) -> None:
-    _check_unused(o)
     if o.no_unk:
         if not o.src_path:
             raise ConfigError("--no-unk needs --src (the source sentences)")
@@ -209,8 +197,7 @@ def _check_options(o: ScoreConfig) -> None:
 
 @dataclass
 class _Inputs:
-    """The files of one run, read and checked: systems as (name, lines), Moses tokens when
-    --paper-bleu needs them (`hyps_tok` per system, `refs_tok` per reference)."""
+    """The files of one run, read and checked; Moses tokens with --paper-bleu."""
 
     systems: list[tuple[str, list[str]]]
     refs: list[list[str]]
@@ -243,7 +230,7 @@ def _read_inputs(o: ScoreConfig) -> _Inputs:
     tgt_lang = o.tgt_lang or guess_lang(o.ref_paths[0])
     src_lang = o.src_lang or (guess_lang(o.src_path) if o.src_path else "en")
     inp = _Inputs(systems, refs, src, tgt_lang, src_lang)
-    if o.paper_bleu:  # paper-style BLEU needs Moses tokens of everything; tokenise each file once
+    if o.paper_bleu:  # tokenise each file once
         if not o.tgt_lang:  # guessed from the reference's name (a given one is checked with the options)
             check_lang(tgt_lang, "--tgt-lang")
         inp.refs_tok = [moses_tokenize_lines(r, tgt_lang, o.workers) for r in refs]
@@ -252,8 +239,7 @@ def _read_inputs(o: ScoreConfig) -> _Inputs:
 
 
 def _check_ter_bound(files: Sequence[tuple[str, Sequence[str]]]) -> None:
-    """An InputError naming the first line of `files` longer than TER is computed for: its shift
-    search grows faster than the square of a line's length."""
+    """An InputError naming the first line of `files` longer than TER is computed for."""
     for path, lines in files:
         for number, line in enumerate(lines, 1):
             if len(line) > TER_MAX_WORDS and len(line.split()) > TER_MAX_WORDS:
@@ -264,9 +250,8 @@ def _check_ter_bound(files: Sequence[tuple[str, Sequence[str]]]) -> None:
 
 def form_mismatch(files: Sequence[tuple[str, Sequence[str]]]) -> str | None:
     """A warning when some of `files` (path, lines; "-" is stdin) hold text that is not in
-    Unicode NFC (decomposed: "e" + a combining accent; or a compatibility form such as the
-    Ångström sign) and others hold none: sacrebleu compares characters, so a decomposed "é" never
-    matches a composed one, and nmtkit translate writes NFC."""
+    Unicode NFC and others hold none: sacrebleu compares characters, so a decomposed "é" never
+    matches a composed one."""
     decomposed = {path: [i for i, line in enumerate(lines, 1) if not is_normalized("NFC", line)]
                   for path, lines in files}
     bad = [path for path, found in decomposed.items() if found]
@@ -282,9 +267,7 @@ def form_mismatch(files: Sequence[tuple[str, Sequence[str]]]) -> str | None:
 
 
 def run(o: ScoreConfig, progress: Progress | None = None) -> ScoreReport:
-    """Everything `nmtkit score` computes, as a ScoreReport (render it with
-    `nmtkit.score.report.render`). Notes for the user (what "No UNK" means for BPE, where the plot
-    went) go through `nmtkit.progress.note`; `progress` is accepted for the one command shape."""
+    """Everything `nmtkit score` computes; `progress` is accepted for the one command shape."""
     if not isinstance(o, ScoreConfig):
         raise TypeError(f"nmtkit.score.run takes a ScoreConfig, not {type(o).__name__}")
     _check_options(o)
@@ -334,8 +317,7 @@ def _no_unk(o: ScoreConfig, inp: _Inputs) -> NoUnkResult:
 
 def _check_model_langs(o: ScoreConfig, model: ModelText) -> None:
     """A ConfigError where --no-unk's model was trained on another language than the one scored
-    (--src-lang/--tgt-lang, else the --src/--ref file's suffix): its vocabularies would pick the
-    subset of a language the text is not in, scored without a word."""
+    (--src-lang/--tgt-lang, else the --src/--ref file's suffix)."""
     for side, given, path, lang in (("src", o.src_lang, o.src_path, model.langs[0]),
                                     ("tgt", o.tgt_lang, o.ref_paths[0], model.langs[1])):
         used = given or guess_lang(path or "", default="")

@@ -1,11 +1,6 @@
-"""Corpus metrics: sacrebleu's BLEU, chrF and TER with signatures, the 2014-15 papers' BLEU, and
-paired bootstrap resampling between systems (Koehn 2004, through `sacrebleu.significance`).
-
-* BLEU, chrF and TER through sacrebleu's metric classes (Post 2018), each with its
-  reproducibility signature.
-* Paper-style BLEU (Bahdanau et al. 2015, Table 1; Cho et al. 2014): Moses' `multi-bleu.perl`
-  on Moses-tokenised, case-sensitive text, which is exactly sacrebleu's BLEU with
-  `tokenize='none'` and `smooth_method='none'` applied to whitespace-joined Moses tokens.
+"""Corpus metrics: sacrebleu's BLEU, chrF and TER with signatures (Post 2018), the 2014-15 papers'
+BLEU (Moses' `multi-bleu.perl` on Moses-tokenised, case-sensitive text, which is sacrebleu's BLEU
+with `tokenize='none'` and `smooth_method='none'`), and paired bootstrap resampling (Koehn 2004).
 """
 from __future__ import annotations
 
@@ -23,15 +18,13 @@ from nmtkit.text.parallel import parallel_map
 
 log = logging.getLogger(__name__)
 
-# sacrebleu's paired bootstrap holds every resample's sentence statistics at once: ~45 bytes a
-# sample and line for BLEU, ~75 for chrF; the bound keeps that under ~4 GB (10,000 samples of 3,003 lines fit)
+# sacrebleu's paired bootstrap holds every resample's sentence statistics at once (under ~4 GB)
 BOOTSTRAP_MAX_SAMPLE_LINES = 50_000_000
-TER_MAX_WORDS = 1000  # a real 1,000-word translation: ~2 s; unrelated text of that length: ~30 s
-SCORE_CHUNK_LINES = 1000  # lines whose reference n-grams sacrebleu holds at once (~25 KB a line for chrF)
+TER_MAX_WORDS = 1000  # TER's time past it: docs/experiments.md
+SCORE_CHUNK_LINES = 1000  # lines whose reference n-grams sacrebleu holds at once
 METRICS = ("bleu", "chrf", "ter")
 BLEU_TOKENIZERS = ("13a", "intl", "none", "char", "zh", "ja-mecab", "ko-mecab", "spm", "flores101", "flores200")
-# sacrebleu's old names of its tokenisers, given under the current one: "spm" is "flores101" (the
-# same SentencePiece model and signature), and sacrebleu logs a deprecation line for the old name
+# "spm" is sacrebleu's old name of "flores101" (the same model and signature): it logs a deprecation line
 SACREBLEU_TOKENIZER_NAMES = {"spm": "flores101"}
 TOKENISED_PERIODS = 100  # hypotheses ending in " ." from which sacrebleu warns that they look tokenised
 PAPER_BLEU_LABEL = "BLEU (paper-style: multi-bleu.perl on Moses-tokenised text, case-sensitive)"
@@ -39,8 +32,7 @@ PAPER_BLEU_LABEL = "BLEU (paper-style: multi-bleu.perl on Moses-tokenised text, 
 
 @dataclass
 class MetricScore:
-    """One corpus-level score with everything needed to reproduce it: `name` is sacrebleu's ("BLEU",
-    "chrF2", "TER"), `label` says which BLEU this is, `details` holds BLEU's precisions, BP, lengths."""
+    """One corpus-level score with everything needed to reproduce it; `label` says which BLEU."""
 
     key: str
     name: str
@@ -51,7 +43,7 @@ class MetricScore:
     details: dict[str, Any] = field(default_factory=dict)
 
     def format(self) -> str:
-        """One line: `LABEL|signature = score verbose`, sacrebleu's own layout."""
+        """One line, sacrebleu's own layout."""
         verbose = f" {self.verbose}" if self.verbose else ""
         return f"{self.label} = {self.score:.2f}{verbose}  [{self.signature}]"
 
@@ -65,17 +57,15 @@ class MetricScore:
 
 
 def make_metric(key: str, tokenize: str | None = None, lowercase: bool = False):
-    """A fresh sacrebleu metric object for "bleu", "chrf" or "ter". `tokenize` and `lowercase` apply
-    to BLEU only, as sacrebleu's -tok and -lc do; chrF and TER keep sacrebleu's defaults (chrF
-    case-sensitive, TER case-insensitive). BLEU is made with sacrebleu's `force`: its check for
-    tokenised hypotheses (three lines on stderr) is `corpus_scores`' one-line warning here."""
+    """A fresh sacrebleu metric object for "bleu", "chrf" or "ter"; `tokenize` and `lowercase` apply
+    to BLEU only, as sacrebleu's -tok and -lc do. BLEU's `force`: its check for tokenised
+    hypotheses (three lines on stderr) is `corpus_scores`' one-line warning here."""
     from sacrebleu.metrics import BLEU, CHRF, TER
 
     if key == "bleu":
         try:
             return BLEU(tokenize=SACREBLEU_TOKENIZER_NAMES.get(tokenize, tokenize), lowercase=lowercase, force=True)
-        except Exception as err:  # e.g. a tokenizer whose optional dependency is missing
-            # sacrebleu's message spans lines ("...\n\n    pip install sacrebleu[ja]"): one line of it
+        except Exception as err:  # e.g. a tokenizer whose optional dependency is missing; one line of it
             reason = " ".join(str(err).split()) or type(err).__name__
             raise ConfigError(f"cannot use BLEU tokenizer {tokenize!r}: {reason}") from None
     if key == "chrf":
@@ -99,8 +89,7 @@ def _bleu_details(score) -> dict[str, Any]:
 
 def corpus_scores(hyps: Sequence[str], refs: Sequence[Sequence[str]], metrics: Sequence[str] = METRICS,
                   tokenize: str | None = None, lowercase: bool = False) -> list[MetricScore]:
-    """sacrebleu corpus scores of `hyps` against the reference streams `refs` (each as long as `hyps`:
-    several references per sentence), one MetricScore per entry of `metrics`, in that order."""
+    """sacrebleu corpus scores of `hyps` against the reference streams `refs`, one per `metrics`."""
     _check_streams(hyps, refs)
     tokenised = sum(h.endswith(" .") for h in hyps)
     if "bleu" in metrics and tokenised >= TOKENISED_PERIODS:  # sacrebleu's own test, as one line
@@ -122,8 +111,7 @@ def corpus_scores(hyps: Sequence[str], refs: Sequence[Sequence[str]], metrics: S
 
 def corpus_score(metric, hyps: Sequence[str], refs: Sequence[Sequence[str]]):
     """`metric.corpus_score(hyps, refs)`, its line statistics summed SCORE_CHUNK_LINES lines at a
-    time, in sacrebleu's order (the same sums): sacrebleu keeps every reference line's n-grams
-    until the corpus is scored, and chrF of a million lines took 26 GB."""
+    time in sacrebleu's order (the same sums), not every reference line's n-grams held at once."""
     from sacrebleu.utils import sum_of_lists
 
     total = None
@@ -135,8 +123,7 @@ def corpus_score(metric, hyps: Sequence[str], refs: Sequence[Sequence[str]]):
 
 
 def _check_streams(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> None:
-    """The API's guard (the command checks files first): a list of lines, and a list of such
-    lists for the references, as long as it; a string is not taken as its characters."""
+    """The API's guard: a list of lines, and a list of such lists for the references, as long as it."""
     if isinstance(hyps, str) or isinstance(refs, str) or any(isinstance(r, str) for r in refs):
         raise ConfigError("the hypotheses are a list of lines, and the references a list of such lists (one per "
                           "reference), not strings")
@@ -152,8 +139,7 @@ def _check_streams(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> None:
 
 
 def moses_tokenize_lines(lines: Iterable[str], lang: str, workers: int = 1) -> list[str]:
-    """Moses-tokenise each line exactly as `tokenizer.perl -l LANG -no-escape` (no punctuation
-    normalisation, case kept); tokens joined by spaces."""
+    """Moses-tokenise each line exactly as `tokenizer.perl -l LANG -no-escape`; tokens joined by spaces."""
     lines = list(lines)  # under 2,000 lines, one chunk anyway: a process pool would only add start-up time
     return list(parallel_map(partial(_moses_line, lang=lang), lines, workers=workers if len(lines) >= 2000 else 1))
 
@@ -163,11 +149,10 @@ def _moses_line(line: str, lang: str) -> str:
 
 
 def multibleu(hyps_tok: Sequence[str], refs_tok: Sequence[Sequence[str]], lang: str | None = None) -> MetricScore:
-    """multi-bleu.perl on already tokenised text: whitespace tokens, case-sensitive, no smoothing. Same
-    figures as `multi-bleu.perl REF < HYP`: clipped n-gram precisions (n = 1..4) summed over the
-    corpus, their geometric mean (0 when any is 0), brevity penalty exp(1 - r/c) when c < r with r
-    the sum of the closest reference lengths (the shorter on ties). `lang` (the Moses tokeniser's
-    language, when known) goes into the signature."""
+    """`multi-bleu.perl REF < HYP` on already tokenised text: clipped n-gram precisions (n = 1..4)
+    summed over the corpus, their geometric mean (0 when any is 0), brevity penalty exp(1 - r/c)
+    when c < r, r the sum of the closest reference lengths (the shorter on ties). `lang` goes into
+    the signature."""
     from sacrebleu.metrics import BLEU
 
     _check_streams(hyps_tok, refs_tok)
@@ -180,7 +165,7 @@ def multibleu(hyps_tok: Sequence[str], refs_tok: Sequence[Sequence[str]], lang: 
 
 
 def paper_bleu(hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str, workers: int = 1) -> MetricScore:
-    """The 2014-15 papers' BLEU: Moses-tokenise hypotheses and references (language `lang`), then multi-bleu."""
+    """The 2014-15 papers' BLEU: Moses-tokenise hypotheses and references, then multi-bleu."""
     _check_streams(hyps, refs)
     hyps_tok = moses_tokenize_lines(hyps, lang, workers)
     refs_tok = [moses_tokenize_lines(r, lang, workers) for r in refs]
@@ -188,7 +173,7 @@ def paper_bleu(hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str, wo
 
 
 def guess_lang(path: str | Path, default: str = "en") -> str:
-    """The language code from a file name ending in `.xx` or `.xx.gz` (e.g. `newstest2014-fren.fr` -> "fr")."""
+    """The language code from a file name ending in `.xx` or `.xx.gz`."""
     suffix = Path(str(path).removesuffix(".gz")).suffix.lstrip(".").lower()
     return suffix if len(suffix) == 2 and suffix.isalpha() else default
 
@@ -215,13 +200,11 @@ def paired_bootstrap(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequenc
                      metrics: Sequence[str] = ("bleu",), n_samples: int = 1000, seed: int = 12345,
                      tokenize: str | None = None, lowercase: bool = False
                      ) -> tuple[dict[str, str], list[SignificanceRow]]:
-    """Paired bootstrap resampling (Koehn 2004) of every system against the first (the baseline).
-    Calls sacrebleu's `PairedTest(test_type='bs')`, which replicates Moses'
-    `bootstrap-hypothesis-difference-significance.pl`: the same `n_samples` resampled sentence
-    sets for all systems; p = (#{|diff*| - mean > |diff|} + 1) / (n + 1), where Moses counts >=.
-    The two differ only for a difference of exactly 0 (a system against itself, or one whose
-    every sentence scores the same), which gets p = 1 here, as in Moses. Deterministic for a
-    given `seed` (>= 1; sacrebleu treats 0 as "unseeded"). Returns (signature per metric, rows)."""
+    """Paired bootstrap resampling (Koehn 2004) of every system against the first, by sacrebleu's
+    `PairedTest(test_type='bs')`: the same `n_samples` resampled sentence sets for all systems;
+    p = (#{|diff*| - mean > |diff|} + 1) / (n + 1), where Moses counts >= (see the p = 1 below).
+    Deterministic for a given `seed` (>= 1; sacrebleu treats 0 as "unseeded"). Returns (signature
+    per metric, rows)."""
     from unittest import mock
 
     from sacrebleu.significance import PairedTest
@@ -250,9 +233,7 @@ def paired_bootstrap(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequenc
         baseline = float(results[0].score)
         for name, res in zip(names, results):
             p = res.p_value
-            if p is not None and float(res.score) == baseline:
-                # no difference: every resample's is at least as large (Moses' >=), so p = 1. sacrebleu
-                # counts only larger ones, which made a system scored against itself "significant"
+            if p is not None and float(res.score) == baseline:  # no difference: p = 1 by Moses' >=
                 p = 1.0
             rows.append(SignificanceRow(name, metric_name, float(res.score), res.mean, res.ci, p))
     return {k: v.format() for k, v in sigs.items()}, rows

@@ -1,7 +1,5 @@
-"""What `nmtkit score` found, as one object, and its two renderings: plain text and JSON.
-
-`nmtkit.score.run` fills a `ScoreReport`; `format_text` and `format_json` turn it
-into the command's stdout. Neither formatter computes anything: both read the same report.
+"""What `nmtkit score` found, as one object (`ScoreReport`), and its two renderings: plain text and
+JSON. Neither formatter computes anything: both read the same report.
 """
 from __future__ import annotations
 
@@ -27,8 +25,7 @@ class SystemScores:
 
 @dataclass
 class NoUnkResult:
-    """The "No UNK" subset: `kept` of `total` sentences, and each system's scores on them
-    (an empty list per system when no sentence qualifies)."""
+    """The "No UNK" subset: `kept` of `total` sentences, and each system's scores on them."""
 
     model: str
     bpe: bool
@@ -79,10 +76,6 @@ def render(report: ScoreReport, as_json: bool) -> str:
     return format_json(report) if as_json else format_text(report)
 
 
-# --------------------------------------------------------------------------------------------
-# JSON
-
-
 def format_json(report: ScoreReport) -> str:
     """One JSON object (indent 1, UTF-8 kept), newline-terminated."""
     out: dict[str, Any] = {"refs": list(report.refs), "lines": report.lines,
@@ -113,12 +106,8 @@ def format_json(report: ScoreReport) -> str:
     return json.dumps(out, indent=1, ensure_ascii=False) + "\n"
 
 
-# --------------------------------------------------------------------------------------------
-# Plain text
-
-
 def format_text(report: ScoreReport) -> str:
-    """The plain report: one sacrebleu-style line per score, then each section, blank-line separated."""
+    """The plain report: one sacrebleu-style line per score, then each section."""
     multi = len(report.systems) > 1
     text: list[str] = []
     for s in report.systems:
@@ -155,7 +144,7 @@ def _no_unk_text(u: NoUnkResult, multi: bool) -> list[str]:
 
 
 def format_length_table(rows: Sequence[LengthBucket], names: Sequence[str]) -> str:
-    """An aligned plain-text table: bucket, sentence count, one BLEU column per system (and flavour)."""
+    """An aligned plain-text table: bucket, sentence count, one BLEU column per system and flavour."""
     header = ["src length", "sentences"] + [f"BLEU {n}" for n in names]
     paper = any(r.paper_bleu for r in rows)
     if paper:

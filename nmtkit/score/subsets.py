@@ -1,8 +1,5 @@
-"""Subsets of the test sentences: the paper's "No UNK" subset and source-length buckets (Figure 2).
-
-"No UNK": the sentences whose source and reference(s) contain no token outside the model's
-vocabularies (Bahdanau et al. 2015, Table 1). By length: corpus BLEU of each system on the
-sentences of each source-length bucket, as a table or a matplotlib chart (`plot_by_length`).
+"""Subsets of the test sentences: the paper's "No UNK" subset (Bahdanau et al. 2015, Table 1) and
+source-length buckets (Figure 2), as a table or a matplotlib chart.
 """
 from __future__ import annotations
 
@@ -28,21 +25,15 @@ BPE_NO_UNK_NOTE = (
 
 
 def subset(lines: Sequence[str], indices: Sequence[int]) -> list[str]:
-    """`[lines[i] for i in indices]`."""
     return [lines[i] for i in indices]
-
-
-# --------------------------------------------------------------------------------------------
-# "No UNK" subset
 
 
 def no_unk_indices(src: Sequence[str], refs: Sequence[Sequence[str]],
                    encode_src: Callable[[str], list[str]], encode_tgt: Callable[[str], list[str]],
                    src_vocab: Iterable[str] | set[str], tgt_vocab: Iterable[str] | set[str]) -> list[int]:
-    """Indices of sentences whose source and every reference have no out-of-vocabulary token.
-    `encode_src` / `encode_tgt` turn a raw line into the tokens the vocabulary sees (the model's
-    pipeline: normalise, tokenise, case, BPE). The special symbols (<unk>, <pad>, ...) count as
-    unknown: a literal "<unk>" in the text is the model's UNK too."""
+    """Indices of sentences whose source and every reference have no out-of-vocabulary token once
+    encoded by the model's pipeline. The special symbols count as unknown: a literal "<unk>" in
+    the text is the model's UNK too."""
     src_known = set(src_vocab) - set(SPECIALS)
     tgt_known = set(tgt_vocab) - set(SPECIALS)
     check_counts(("the source", len(src)), [("the references", len(r)) for r in refs])
@@ -72,8 +63,7 @@ def _pipeline_text(pipe: Any, src_vocab: list[str], tgt_vocab: list[str], origin
 
 
 def model_text_from_checkpoint(path: str | Path) -> ModelText:
-    """Pipeline and vocabularies recorded in a checkpoint (imports torch to read the file); its
-    pipeline read as translation reads it (`nmtkit.checkpoint.pipeline_of`)."""
+    """Pipeline and vocabularies recorded in a checkpoint (imports torch to read the file)."""
     from nmtkit.checkpoint import load_checkpoint, pipeline_of
 
     ckpt = load_checkpoint(path)
@@ -91,16 +81,11 @@ def model_text_from_data_dir(data_dir: str | Path) -> ModelText:
     return _pipeline_text(pipe, m.src_vocab.itos, m.tgt_vocab.itos, str(data_dir), (m.src_lang, m.tgt_lang))
 
 
-# --------------------------------------------------------------------------------------------
-# BLEU by source length (Figure 2)
-
-
 MAX_LENGTH_BUCKETS = 1000  # rows of the by-length table (and points of its chart) before the open last one
 
 
 def check_buckets(width: int, max_length: int) -> None:
-    """A ConfigError unless --bucket-width and --max-length are positive and make at most
-    MAX_LENGTH_BUCKETS buckets (a table of millions of rows took minutes and gigabytes to build)."""
+    """A ConfigError unless --bucket-width and --max-length are positive and make few enough buckets."""
     if width < 1 or max_length < 1:
         raise ConfigError("--bucket-width and --max-length must be positive")
     n = (max_length + width - 1) // width
@@ -112,7 +97,7 @@ def check_buckets(width: int, max_length: int) -> None:
 
 def bucket_of(length: int, width: int, max_length: int) -> int:
     """Bucket index of a sentence of `length` words: (0, w] -> 0, (w, 2w] -> 1, ..., > max -> last;
-    empty sentences fall in the first. Width 10, max 60: 1-10, 11-20, ..., 51-60, >60 (seven buckets)."""
+    empty sentences fall in the first."""
     if length > max_length:
         return (max_length + width - 1) // width
     return max(0, (length - 1) // width)
@@ -150,9 +135,8 @@ def bleu_by_length(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequence[
                    tokenize: str | None = None, lowercase: bool = False,
                    paper_tok: tuple[Sequence[Sequence[str]], Sequence[Sequence[str]]] | None = None
                    ) -> list[LengthBucket]:
-    """Corpus BLEU of each system, (name, hypotheses), on the sentences of each source-length bucket
-    (`src_lengths[i]`: source sentence i's length in words); every bucket is listed, empty ones with
-    BLEU None. `paper_tok = (hyps_tok per system, refs_tok)` adds paper-style BLEU per bucket."""
+    """Corpus BLEU of each system on the sentences of each source-length bucket (None for an empty
+    one); `paper_tok = (hyps_tok per system, refs_tok)` adds paper-style BLEU."""
     check_buckets(width, max_length)
     check_counts(("the source", len(src_lengths)), [(name, len(hyps)) for name, hyps in systems])
     labels = bucket_labels(width, max_length)
@@ -178,8 +162,7 @@ def bleu_by_length(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequence[
 def plot_by_length(rows: Sequence[LengthBucket], names: Sequence[str], path: str | Path,
                    title: str = "BLEU by source sentence length") -> None:
     """Draw BLEU against source-length bucket, one solid line per system (paper Figure 2), to a PNG;
-    paper-style BLEU, when the rows carry it, as a dashed line of the same colour. Written to a
-    temporary name and renamed, so a failed run leaves no partial file."""
+    paper-style BLEU, when the rows carry it, as a dashed line of the same colour."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -188,7 +171,7 @@ def plot_by_length(rows: Sequence[LengthBucket], names: Sequence[str], path: str
     path = Path(path)
     paper = any(r.paper_bleu for r in rows)
     x = list(range(len(rows)))
-    # names as written: matplotlib reads "$...$" as a formula ("a_b$x$" was drawn "a_bx")
+    # names as written: matplotlib reads "$...$" as a formula
     with plt.rc_context({"text.parse_math": False}):
         fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
         try:

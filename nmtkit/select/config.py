@@ -1,5 +1,5 @@
-"""`SelectConfig`: every option of `nmtkit select-data`, each declared once (its click options are
-generated from these fields). Importing this module imports neither numpy nor torch."""
+"""`SelectConfig`: every option of `nmtkit select-data` (its click options are generated from these
+fields). Importing this module imports neither numpy nor torch."""
 from __future__ import annotations
 
 import os
@@ -92,9 +92,8 @@ class SelectConfig:
 
 
 def _pool_key(prefix: str, langs: tuple[str, str]) -> object:
-    """What makes two --pool prefixes one pool: the files of both sides that they read (one file
-    whatever the path: a symlink or a hard link to it included), or, where one side has none, the
-    prefix's real path."""
+    """What makes two --pool prefixes one pool: the files of both sides that they read (whatever
+    the path to them), or, where one side has none, the prefix's real path."""
     key = []
     for lang in langs:
         st = next((os.stat(p) for p in input_candidates(prefix, lang) if os.path.isfile(p)), None)

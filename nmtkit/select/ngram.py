@@ -1,12 +1,10 @@
 """Interpolated modified Kneser-Ney n-gram LMs (Chen & Goodman 1998, section 3), estimated with
-numpy, with the conventions of SRILM/KenLM (see `NgramLM`), and their vocabulary and flat batches.
+numpy, with the conventions of SRILM/KenLM (see `NgramLM`), their vocabulary and flat batches.
 
-`LMVocab` maps tokens to the LM's own small ids (`LM_BOS_ID`, `LM_EOS_ID`, `LM_UNK_ID`, then
-words); `FlatBatch` lays out a batch of sentences as one `<s> ids </s>` array. Storage has no
-Python dict per n-gram: the unigram table is indexed by word id; an order-k n-gram (k >= 2) is the
-int64 key `ctx * V + w`, where `ctx` is the row of its (k-1)-gram context in the order-(k-1) table
-(a trie flattened into sorted arrays), so keys never collide (`ctx < #n-grams`, far below 2**63).
-Counts come from `np.unique`; look-ups are one `np.searchsorted` per order for a whole batch.
+Storage has no Python dict per n-gram: the unigram table is indexed by word id; an order-k n-gram
+(k >= 2) is the int64 key `ctx * V + w`, `ctx` the row of its (k-1)-gram context in the
+order-(k-1) table (a trie flattened into sorted arrays), so keys never collide. Look-ups are one
+`np.searchsorted` per order for a whole batch.
 """
 from __future__ import annotations
 
@@ -20,22 +18,19 @@ import numpy as np
 
 from nmtkit.text.vocab import BOS, EOS, UNK
 
-# The LM's own ids: its vocabulary has no <pad> and puts <s>, </s>, <unk> first in this order, so
-# they are NOT the ids of nmtkit.text.vocab (PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0-3); the
-# LM_ prefix keeps the two sets apart. The symbols themselves are the same strings.
+# The LM's own ids (no <pad>): NOT the ids of nmtkit.text.vocab, though the symbols are the same strings.
 LM_BOS_ID, LM_EOS_ID, LM_UNK_ID = 0, 1, 2
 LM_SPECIALS = (BOS, EOS, UNK)
 
 
 @dataclass
 class LMVocab:
-    """Token <-> id map shared by the in-domain and the out-of-domain LM of one language. Ids: 0 `<s>`,
-    1 `</s>`, 2 `<unk>`, then the words by decreasing count (ties by string); any other token is `<unk>`,
-    a literal `<s>` or `</s>` in the text too (as ids they would be a sentence start or end mid-sentence)."""
+    """Token <-> id map shared by both LMs of one language: the specials, then the words by decreasing
+    count (ties by string). Any other token is `<unk>`, a literal `<s>` or `</s>` in the text too."""
 
     itos: list[str]
     stoi: dict[str, int] = field(init=False, repr=False)
-    flat_stoi: dict[str, int] = field(init=False, repr=False)  # the encoders': a literal <s>, </s> is <unk>
+    flat_stoi: dict[str, int] = field(init=False, repr=False)  # the encoders'
 
     def __post_init__(self) -> None:
         assert tuple(self.itos[:3]) == LM_SPECIALS
@@ -62,19 +57,16 @@ class LMVocab:
         return [get(t, LM_UNK_ID) for t in tokens]
 
     def encode_batch(self, sentences: Sequence[Sequence[str]]) -> "FlatBatch":
-        """Token lists -> one FlatBatch (one dict look-up pass over the whole batch)."""
+        """Token lists -> one FlatBatch."""
         ids = map(self.flat_stoi.get, chain.from_iterable(sentences), repeat(LM_UNK_ID))
         return flat_batch(np.fromiter(ids, dtype=np.int64), list(map(len, sentences)))
 
 
 @dataclass
 class FlatBatch:
-    """A batch of sentences as one array, `<s> ids </s>` each, for vectorised counting and scoring.
-
-    toks (T,) int64 ids; dist (T,) int64 position in the sentence (0 at `<s>`), i.e. how many
-    tokens of history a position has (an order-k n-gram ends at p iff dist[p] >= k - 1);
-    starts (N,) int64 index of each `<s>`; lens (N,) int64 predicted tokens (words + `</s>`).
-    """
+    """A batch of sentences as one array, `<s> ids </s>` each: toks (T,) int64 ids; dist (T,) int64
+    position in the sentence (0 at `<s>`; an order-k n-gram ends at p iff dist[p] >= k - 1);
+    starts (N,) int64 index of each `<s>`; lens (N,) int64 predicted tokens (words + `</s>`)."""
 
     toks: np.ndarray
     dist: np.ndarray
@@ -104,13 +96,12 @@ def flat_batch(ids: np.ndarray, lens: np.ndarray) -> FlatBatch:
     return FlatBatch(toks, dist, starts, lens + 1)
 
 
-# Discounts used when the count-of-counts of an order cannot give valid ones (tiny corpora).
 DEFAULT_DISCOUNTS = (0.5, 1.0, 1.5)
 
 
 def kn_discounts(adjusted_counts: np.ndarray) -> tuple[float, float, float]:
-    """(D1, D2, D3+) from the count-of-counts n1..n4 of one order (Chen & Goodman eq. 26), each falling
-    back to its DEFAULT_DISCOUNTS where the estimate is undefined or outside (0, j] (tiny corpora)."""
+    """(D1, D2, D3+) from the count-of-counts n1..n4 of one order (Chen & Goodman eq. 26), each
+    its DEFAULT_DISCOUNTS where the estimate is undefined or outside (0, j] (tiny corpora)."""
     n1, n2, n3, n4 = np.bincount(np.minimum(adjusted_counts, 5).astype(np.int64), minlength=6)[1:5].astype(np.float64)
     out = []
     y = n1 / (n1 + 2 * n2) if n1 + 2 * n2 > 0 else float("nan")
@@ -125,7 +116,7 @@ def _smooth(a: np.ndarray, d: tuple[float, float, float], ctx: np.ndarray,
     """Kneser-Ney's two terms for n-grams of adjusted counts `a` (m,) in the contexts of rows `ctx`
     (m,) < n_ctx: disc_prob (m,) max(a - D(a), 0) / a(h.), D(a) = 0, D1, D2, D3+ for a = 0, 1, 2,
     >= 3; and gamma (n_ctx,) (D1 N1(h.) + D2 N2(h.) + D3+ N3+(h.)) / a(h.), 1.0 for a context
-    never seen. float64, each built in place in one temporary."""
+    never seen."""
     denom = np.bincount(ctx, weights=a, minlength=n_ctx)
     mass = d[0] * np.bincount(ctx[a == 1], minlength=n_ctx)  # added in this order
     mass += d[1] * np.bincount(ctx[a == 2], minlength=n_ctx)
@@ -142,15 +133,9 @@ def _smooth(a: np.ndarray, d: tuple[float, float, float], ctx: np.ndarray,
 
 @dataclass
 class _Order:
-    """Tables of one order k >= 2, all aligned with the sorted `keys`.
-
-    keys (n_k,) int64: ctx * V + w, sorted. ctx = row of the context in order k-1.
-    disc_prob (n_k,) float64: max(a - D(a), 0) / a(ctx .)
-    gamma (n_{k-1},) float64: interpolation weight of each order-(k-1) row used as context
-        (1.0 for rows never seen as context).
-    (Only what scoring reads is kept: a model is held by every scoring worker. The interpolated
-    p_k that ARPA output writes is computed again from these, in `NgramLM.write_arpa`.)
-    """
+    """Tables of one order k >= 2: keys (n_k,) int64 ctx * V + w, sorted; disc_prob (n_k,) float64
+    max(a - D(a), 0) / a(ctx .); gamma (n_{k-1},) float64 the weight of each order-(k-1) row as a
+    context. Only what scoring reads is kept: every scoring worker holds the model."""
 
     keys: np.ndarray
     disc_prob: np.ndarray
@@ -161,11 +146,9 @@ class _Order:
 
 @dataclass
 class _Counts:
-    """Raw counts of orders 2..n, each list indexed by k - 2, aligned with the sorted `keys`.
-
-    keys (n_k,) int64 ctx * V + w; raw (n_k,) int32 raw counts; bos (n_k,) bool: the n-gram
-    starts with `<s>`; suffix (n_k,) int32: row of its (k-1)-gram suffix in order k-1.
-    """
+    """Raw counts of orders 2..n, each list indexed by k - 2: keys (n_k,) int64 ctx * V + w, sorted;
+    raw (n_k,) int32; bos (n_k,) bool: starts with `<s>`; suffix (n_k,) int32: row of its (k-1)-gram
+    suffix in order k-1."""
 
     keys: list[np.ndarray]
     raw: list[np.ndarray]
@@ -174,10 +157,8 @@ class _Counts:
 
 
 def _unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`np.unique(keys, return_index=True, return_inverse=True, return_counts=True)` with the
-    inverse and the counts in int32, in about half its temporary memory (pass `keys` without
-    keeping a reference: it is dropped once sorted): (uniq (u,) sorted, first (u,) int64 index of
-    each one's first occurrence, inv (n,) int32, cnt (u,) int32)."""
+    """`np.unique(keys, return_index=True, return_inverse=True, return_counts=True)` with inv and cnt
+    int32, in about half its temporary memory (keep no reference to `keys`: it is dropped once sorted)."""
     n = keys.size
     perm = np.argsort(keys, kind="stable")
     ordered = keys[perm]
@@ -200,8 +181,7 @@ def _unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
 
 
 def _keys(prev_idx: np.ndarray, toks: np.ndarray, at: np.ndarray, V: int) -> np.ndarray:
-    """(m,) int64 key ctx * V + w of the n-gram ending at each position where `at` (bool) holds,
-    ctx the row of the context, which ends one position earlier."""
+    """(m,) int64 key ctx * V + w of the n-gram ending at each position where `at` (bool) holds."""
     keys = prev_idx[:-1][at[1:]].astype(np.int64)
     keys *= V
     keys += toks[at]
@@ -209,10 +189,8 @@ def _keys(prev_idx: np.ndarray, toks: np.ndarray, at: np.ndarray, V: int) -> np.
 
 
 def _count(toks: np.ndarray, dist: np.ndarray, V: int, order: int) -> _Counts:
-    """Pass up the orders: raw counts, first occurrence, and the row of each position's
-    k-gram (idx[p], -1 where the sentence is too short). Rows and counts are int32 (a table
-    holds fewer than 2**31 n-grams) and each order's temporaries are dropped before the sort,
-    which is what sets the peak memory."""
+    """Pass up the orders, tracking the row of each position's k-gram (-1 where the sentence is too
+    short). Each order's temporaries are dropped before the sort, which sets the peak memory."""
     assert toks.size < 2**31, "too many tokens for int32 rows"
     c = _Counts([], [], [], [])
     prev_idx = toks  # order-1 row = the id itself
@@ -226,8 +204,8 @@ def _count(toks: np.ndarray, dist: np.ndarray, V: int, order: int) -> _Counts:
         c.keys.append(uniq)
         c.raw.append(cnt)
         del cnt
-        c.bos.append(dist[first_pos] == k - 1)                   # starts with <s>
-        c.suffix.append(prev_idx[first_pos].astype(np.int32))    # row of the (k-1)-gram suffix
+        c.bos.append(dist[first_pos] == k - 1)
+        c.suffix.append(prev_idx[first_pos].astype(np.int32))
         del first_pos
         if k < order:
             idx = np.full(toks.size, -1, dtype=np.int32)
@@ -255,8 +233,7 @@ def _adjusted_counts(c: _Counts, toks: np.ndarray, dist: np.ndarray, V: int, ord
 
 def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[tuple[float, float, float]],
                  unigram: np.ndarray, V: int, order: int) -> list["_Order"]:
-    """The tables of orders 2..n: discounted probabilities and gammas. `c` and `adj` are emptied
-    as they are used, so that an order's temporaries replace the counts they came from."""
+    """The tables of orders 2..n; `c` and `adj` are emptied as they are used, to bound the memory."""
     orders: list[_Order] = []
     prev_prob = unigram
     for k in range(2, order + 1):
@@ -268,7 +245,7 @@ def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[tuple[float, 
         disc_prob, gamma = _smooth(a, disc[k - 1], ctx, n_prev)
         max_count = int(a.max()) if a.size else 0
         adj[k] = c.raw[k - 2] = c.bos[k - 2] = a = None  # type: ignore[assignment,call-overload]
-        if k < order:  # the next order interpolates with this one's p_k: disc_prob + gamma(h) p_{k-1}
+        if k < order:  # the next order interpolates with p_k = disc_prob + gamma(h) p_{k-1}
             p_k = gamma[ctx]
             p_k *= prev_prob[c.suffix[k - 2]]
             p_k += disc_prob
@@ -282,9 +259,6 @@ def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[tuple[float, 
 @dataclass(eq=False)
 class NgramLM:
     """An interpolated modified Kneser-Ney LM over ids of one `LMVocab` (size V).
-
-    Build with `NgramLM.estimate(sentences, vocab_size, order)`; score with
-    `batch_cross_entropies` (batched, vectorised) or `prob` / `context_distribution` (one context).
 
     Every sentence is `<s> w1 ... wL </s>` with one `<s>`, only ever context; the predicted
     vocabulary is every id but `<s>`, and for any context its probabilities sum to 1. The highest
@@ -307,14 +281,11 @@ class NgramLM:
     uni_discounts: tuple[float, float, float]
     orders: list[_Order]  # orders[k - 2] is order k
 
-    # ------------------------------------------------------------------ estimation
     @classmethod
     def estimate(cls, sentences: Sequence[Sequence[int]] | FlatBatch, vocab_size: int, order: int = 4,
                  discounts: Sequence[tuple[float, float, float]] | None = None) -> "NgramLM":
         """Count and smooth `sentences`: id lists without `<s>`/`</s>`, ids < vocab_size (or their
-        FlatBatch). `discounts` (one triple per order 1..n) overrides the count-of-counts estimate
-        (tests). Phases: `_count` (raw counts per order), `_adjusted_counts` (Kneser-Ney
-        continuation counts), the discounts, `_smooth` of the unigrams, `_interpolate` (orders 2..n)."""
+        FlatBatch). `discounts` (one triple per order 1..n) overrides the count-of-counts estimate."""
         if order < 1:
             raise ValueError("order must be >= 1")
         V = int(vocab_size)
@@ -331,15 +302,12 @@ class NgramLM:
         if len(disc) != order:
             raise ValueError("need one discount triple per order")
         disc = [tuple(float(x) for x in d) for d in disc]
-        # the unigram level: one context, interpolated with the uniform distribution over the
-        # predicted vocabulary (every id but <s>)
         disc_prob, gamma = _smooth(adj[1], disc[0], np.zeros(V, dtype=np.int32), 1)
         unigram = disc_prob + gamma[0] / (V - 1)
         unigram[LM_BOS_ID] = 0.0
         orders = _interpolate(counts, adj, disc, unigram, V, order)
         return cls(order, V, unigram, adj[1], disc[0], orders)
 
-    # ------------------------------------------------------------------ look-ups
     def _row(self, ngram: Sequence[int]) -> int:
         """Row of an n-gram (length >= 1) in its order's table, or -1 if unseen."""
         row = int(ngram[0])
@@ -417,8 +385,8 @@ class NgramLM:
         return -total / batch.lens / math.log(2.0)
 
     def token_logprobs(self, sentences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-        """Natural-log p of every predicted token (words and `</s>`), batched: (logp (P,) float64 in
-        sentence order, sent (P,) int64 the sentence of each), P = sum(len + 1)."""
+        """Natural-log p of every predicted token (words and `</s>`): logp (P,) float64 and sent (P,)
+        int64 the sentence of each."""
         batch = flatten(sentences)
         logp = self.batch_logprobs(batch)
         pred = batch.dist > 0
@@ -433,14 +401,11 @@ class NgramLM:
         """Number of n-grams per order (order 1: words with a count, incl. `</s>`)."""
         return [int(np.count_nonzero(self.uni_counts))] + [int(o.keys.size) for o in self.orders]
 
-    # ------------------------------------------------------------------ ARPA
     def write_arpa(self, fh: TextIO, itos: Sequence[str]) -> None:
-        """Write the model in ARPA back-off format, exactly the same distribution: a stored n-gram's
-        ARPA probability is its interpolated one and its back-off weight its gamma as a context;
-        every stored n-gram's prefix and suffix are stored too, so back-off reproduces p exactly.
-        The interpolated p_k(w | h) is computed again as estimation computed it: disc_prob +
-        gamma(h) p_{k-1}(w | h'), h' the row of the n-gram's suffix; `words[k - 1]` (n_k, k) holds
-        each order-k n-gram's word ids."""
+        """Write the model in ARPA back-off format, the same distribution: a stored n-gram's ARPA
+        probability is its interpolated p_k(w | h) = disc_prob + gamma(h) p_{k-1}(w | h') and its
+        back-off weight its gamma; every stored n-gram's prefix and suffix are stored too, so
+        back-off reproduces p exactly. `words[k - 1]` (n_k, k) holds the order-k n-grams' ids."""
         V = self.vocab_size
         words = [np.arange(V, dtype=np.int64)[:, None]]
         probs = [self.unigram]

@@ -1,8 +1,6 @@
-"""select-data's reading and scoring: the parallel corpora (`Corpus`: one or more
-PREFIX.{src,tgt}[.gz] read in order, as raw lines, undecoded blocks for the workers or decoded
-pairs), lines -> LM tokens (`TextOpts`), and one side's tokens -> its in- and out-of-domain
-cross-entropies (`Scorer`), in parallel over blocks of the pool (`score_pool`), each worker process
-holding the scorer `parallel_map` gave it (`worker_state`).
+"""select-data's reading and scoring: the parallel corpora (`Corpus`), lines -> LM tokens
+(`TextOpts`), and one side's lines -> its in- and out-of-domain cross-entropies (`Scorer`), in
+parallel over blocks of the pool (`score_pool`).
 """
 from __future__ import annotations
 
@@ -79,14 +77,12 @@ class Corpus:
         raise IndexError(i)
 
     def raw_pairs(self) -> Iterator[tuple[bytes, bytes]]:
-        """Every (src, tgt) line as bytes, newline included; a file's leading byte order mark is
-        left out, as every reader drops it (copied, it would land inside a selection's text)."""
+        """Every (src, tgt) line as bytes, newline included, a file's leading byte order mark left out."""
         for s, t in zip(self.src_paths, self.tgt_paths):
             with open_input(s) as fs, open_input(t) as ft:
                 n = 0
                 for n, (a, b) in enumerate(zip(fs, ft), start=1):  # noqa: B007
                     yield (a.removeprefix(_BOM), b.removeprefix(_BOM)) if n == 1 else (a, b)
-                # the counts were checked up front; a file changed under us is still an error
                 if fs.readline() or ft.readline():
                     raise InputError(f"{s} and {t} changed while reading (line counts differ)")
 
@@ -98,7 +94,7 @@ class Corpus:
                 while a := list(itertools.islice(fh, size)):
                     yield Block(path, first, len(a), b"".join(a))
                     first += len(a)
-            if first - 1 != counted:  # the counts were checked up front; a file changed under us is still an error
+            if first - 1 != counted:  # the counts were checked up front, but a file may change under us
                 raise InputError(f"changed while reading ({first - 1} lines, not {counted})", path)
 
     def pairs(self) -> Iterator[tuple[str, str]]:
@@ -126,8 +122,7 @@ class Block:
 
 @dataclass(frozen=True)
 class TextOpts:
-    """How select-data turns a line into LM tokens: the text pipeline's steps 0-3 (Moses
-    normalisation and tokenisation unless the input is "tok", then lowercasing), no BPE."""
+    """How select-data turns a line into LM tokens: the text pipeline's steps 0-3, no BPE."""
 
     pipeline: TextPipeline
     input_format: str
@@ -143,8 +138,7 @@ def _tokenize_pair(opts: TextOpts, pair: tuple[str, str]) -> tuple[list[str], li
 
 @dataclass
 class Scorer:
-    """One side's two LMs (in-domain and out-of-domain) and vocabulary: lines -> cross-entropies.
-    The pool is scored a side at a time, so that only two of the four LMs are ever held."""
+    """One side's two LMs (in-domain and out-of-domain) and vocabulary: lines -> cross-entropies."""
 
     opts: TextOpts
     side: str  # "src" or "tgt"
@@ -153,30 +147,27 @@ class Scorer:
     lm_out: NgramLM
 
     def score_lines(self, lines: list[str]) -> np.ndarray:
-        """(N, 4) float64 of lines in the configured input format: H_in, H_out, tokens, tokens in the
-        vocabulary (not `<unk>`)."""
+        """(N, 4) float64: H_in, H_out, tokens, tokens in the vocabulary (not `<unk>`)."""
         o = self.opts
-        if o.input_format == "tok":  # fast path: split the whole chunk at once
+        if o.input_format == "tok":  # fast path
             toks = [(line.lower() if o.pipeline.lowercase else line).split() for line in lines]
         else:
             toks = [o.tokens(line, self.side) for line in lines]
         batch = self.vocab.encode_batch(toks)
-        known = np.add.reduceat((batch.toks > LM_UNK_ID).astype(np.int64), batch.starts)  # words: ids past <unk>
+        known = np.add.reduceat((batch.toks > LM_UNK_ID).astype(np.int64), batch.starts)
         return np.stack([self.lm_in.batch_cross_entropies(batch), self.lm_out.batch_cross_entropies(batch),
                          batch.lens - 1, known], axis=1)
 
 
 def score_block(block: Block) -> np.ndarray:
-    """(n, 4) cross-entropies and lengths of a block of pool lines, by the map's scorer: a forked
-    worker gets the LMs from its parent's memory, not pickled with each block."""
+    """`Scorer.score_lines` of a block by the map's scorer, which a forked worker holds from its parent."""
     scorer: Scorer = worker_state()
     return scorer.score_lines(block.lines())
 
 
 @dataclass
 class IdPairs:
-    """Tokenised (src, tgt) pairs held as ids, not text (4 bytes a token): per side (0 src, 1 tgt)
-    a flat int32 array of ids and each pair's length in tokens."""
+    """Tokenised pairs: per side (0 src, 1 tgt) a flat int32 array of ids and each pair's length."""
 
     ids: tuple[np.ndarray, np.ndarray]
     lens: tuple[np.ndarray, np.ndarray]
@@ -186,7 +177,7 @@ class IdPairs:
                 "tgt_tokens": int(self.lens[1].sum())}
 
     def batch(self, side: int) -> FlatBatch:
-        """One side's sentences as a FlatBatch (what `NgramLM.estimate` counts)."""
+        """One side's sentences as a FlatBatch."""
         return flat_batch(self.ids[side], self.lens[side])
 
     def take(self, order: np.ndarray) -> "IdPairs":
@@ -203,8 +194,8 @@ class IdPairs:
 
 def tokenize_ids(opts: TextOpts, pairs: Iterable[tuple[str, str]], workers: int,
                  encode: Sequence[Callable[[list[str]], list[int]]]) -> IdPairs:
-    """Every (src, tgt) line pair as LM tokens, over `workers` processes in chunks of CHUNK_PAIRS,
-    each side's tokens turned into ids by `encode[side]` as they come: the text is never held."""
+    """Every (src, tgt) line pair as LM tokens over `workers` processes, each side's tokens turned
+    into ids by `encode[side]` as they come: the text is never held."""
     ids, lens = (array("i"), array("i")), (array("i"), array("i"))
     for pair in parallel_map(functools.partial(_tokenize_pair, opts), pairs, workers, CHUNK_PAIRS):
         for side in (0, 1):
@@ -216,9 +207,8 @@ def tokenize_ids(opts: TextOpts, pairs: Iterable[tuple[str, str]], workers: int,
 
 def score_pool(scorer: Scorer, pool: Corpus, workers: int, progress: Progress,
                h: np.ndarray, lens: np.ndarray) -> int:
-    """Score the pool's `scorer.side`, streaming blocks of lines over `workers` processes, into
-    h (n, 2) float32 (H_in, H_out) and lens (n,) int32 tokens; -> how many of its tokens are in the
-    vocabulary (not `<unk>`). Progress counts both sides' passes."""
+    """Score the pool's `scorer.side` over `workers` processes into h (n, 2) float32 (H_in, H_out)
+    and lens (n,) int32 tokens; -> how many of its tokens are in the vocabulary."""
     n_pool = pool.total
     before = 0 if scorer.side == "src" else n_pool
     done = known = 0
@@ -240,7 +230,7 @@ _SCORE_ROWS = 100_000
 
 
 def _format_rows(lo: int) -> str:
-    """TSV text of rows lo .. lo + _SCORE_ROWS of the map's arrays (runs in workers)."""
+    """TSV text of rows lo .. lo + _SCORE_ROWS of the map's arrays."""
     scores, h, lens, mask = worker_state()
     hi = min(lo + _SCORE_ROWS, scores.size)
     rows = zip(range(lo + 1, hi + 1), scores[lo:hi].tolist(), *(h[lo:hi, j].tolist() for j in range(4)),
@@ -251,8 +241,7 @@ def _format_rows(lo: int) -> str:
 
 def write_scores(path: str, scores: np.ndarray, h: np.ndarray, lens: np.ndarray, mask: np.ndarray,
                   workers: int = 1) -> None:
-    """TSV: line (1-based pool line), score, h_in_src, h_out_src, h_in_tgt, h_out_tgt, src/tgt tokens,
-    selected; formatted over `workers` processes, which see the arrays by fork."""
+    """PREFIX.scores.tsv, formatted over `workers` processes, which see the arrays by fork."""
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("line\tscore\th_in_src\th_out_src\th_in_tgt\th_out_tgt\tsrc_tokens\ttgt_tokens\tselected\n")
         starts = range(0, scores.size, _SCORE_ROWS)

@@ -1,14 +1,11 @@
 """Cross-entropy-difference selection (Axelrod, He & Gao 2011; Moore & Lewis 2010): `run`.
 
 Per pool pair (s, t): bilingual [H_in(s) - H_out(s)] + [H_in(t) - H_out(t)], monolingual
-H_in(s) - H_out(s), in-domain H_in(s); H is the per-token cross-entropy in bits under an
-`ngram.NgramLM`, `</s>` counted as a token. H_in's LM is estimated on the in-domain text, H_out's
-on a seeded random pool sample with about as many source tokens (its pairs give the target
-sample); both LMs of a language share the in-domain words seen at least `min_count` times. Pairs
-are ranked lowest first, ties by line number, and taken until the budget is met; the selection is
-written in pool order, each line byte for byte as in the pool. The pool is streamed (per pair 4
-float32 cross-entropies and 2 int32 lengths are kept) and scored in blocks over `workers`
-processes, which get the LMs by fork.
+H_in(s) - H_out(s), in-domain H_in(s); H is the per-token cross-entropy in bits, `</s>` counted.
+H_in's LM is estimated on the in-domain text, H_out's on a seeded random pool sample with about as
+many source tokens; both LMs of a language share the in-domain words seen at least `min_count`
+times. Pairs are ranked lowest first, ties by line number, and taken until the budget is met; the
+selection is written in pool order, each line byte for byte as in the pool.
 """
 from __future__ import annotations
 
@@ -52,10 +49,9 @@ def method_scores(method: str, h: np.ndarray) -> np.ndarray:
 
 def select_indices(scores: np.ndarray, src_tokens: np.ndarray, lines: int | None = None,
                    words: int | None = None, fraction: float | None = None) -> tuple[np.ndarray, bool]:
-    """Rows to keep, in pool order, and whether the budget exceeded what the pool offers. Ranking:
-    lowest score first, ties by pool position (stable sort); a row scored +inf (a pair with an empty
-    side) is never kept. `words` counts source tokens and keeps the smallest prefix of the ranking
-    that reaches it; `fraction` is of all the pool's rows."""
+    """Rows to keep, in pool order, and whether the budget exceeded what the pool offers. A row
+    scored +inf is never kept; `words` keeps the smallest prefix of the ranking that reaches it;
+    `fraction` is of all the pool's rows."""
     order = np.argsort(scores, kind="stable")[: int(np.isfinite(scores).sum())]
     if lines is not None:
         k = lines
@@ -69,8 +65,7 @@ def select_indices(scores: np.ndarray, src_tokens: np.ndarray, lines: int | None
 
 
 # ---- checks of inputs that leave the ranking meaningless: each returns one-line warnings naming
-# the files (logged and listed in the summary), or refuses the input; only the sides a method's
-# score uses are checked (both for bilingual, the source side otherwise)
+# the files, or refuses the input; only the sides a method's score uses are checked
 
 
 def scored_sides(method: str) -> tuple[str, ...]:
@@ -78,53 +73,28 @@ def scored_sides(method: str) -> tuple[str, ...]:
     return ("src", "tgt") if method == "bilingual" else ("src",)
 
 
-def too_small(name: str, tokens: int, lm: NgramLM) -> str | None:
-    """A warning when the in-domain text `name` (`tokens` tokens, `lm` estimated on it) is too
-    small for the order of `lm`: fewer tokens than the order, or no n-gram of the order seen twice.
-
-    Why that threshold: Kneser-Ney learns an order from its n-grams seen more than once. When
-    none is (count-of-counts n2 = n3 = n4 = 0), the discount estimate is D1 = 1 - 2Y n2/n1 = 1, so
-    every n-gram of the order keeps no probability of its own and its context backs off with
-    weight 1: the order adds nothing. On a text of a handful of tokens the continuation counts
-    below are all 1 too and the model is the uniform distribution over its vocabulary, which
-    gives every sentence the same per-token cross-entropy. Fewer tokens than the order is
-    flagged even when a short sentence repeats (`a` twice at order 3), as no sentence is then
-    long enough to show a word in context.
-    """
-    order = lm.order
-    top = lm.orders[-1].max_count if lm.orders else int(lm.uni_counts.max(initial=0))  # raw, at the highest order
-    if tokens >= order and top >= 2:
-        return None
-    why = f"fewer than --order {order}" if tokens < order else f"no {order}-gram in it occurs twice"
-    return (f"the in-domain text {name} has only {tokens} tokens, {why}: too little for an order-{order} "
-            f"language model, so the ranking is unreliable (use more in-domain text or a lower --order)")
-
-
-def no_vocabulary(name: str, vocab: LMVocab, min_count: int) -> str | None:
-    """A warning when no word of the in-domain text `name` made it into the LM vocabulary: every
-    token is then `<unk>` and both LMs see nothing but sentence lengths."""
-    if len(vocab) > len(LM_SPECIALS):
-        return None
-    return (f"no word of the in-domain text {name} occurs at least --min-count {min_count} times: every token "
-            f"is <unk> to the language models, which then rank pairs by their length alone")
-
-
 def lm_warnings(cfg: SelectConfig, ind: Corpus, sizes: dict[str, int], scorer: Scorer) -> list[str]:
-    """The in-domain warnings of `scorer.side` when `cfg.method` scores it. `sizes`: the in-domain
-    text's token counts ("src_tokens", "tgt_tokens")."""
-    side = scorer.side
+    """The in-domain text's warning on `scorer.side` when `cfg.method` scores it: no word in the LM
+    vocabulary; or fewer tokens than the order, or no n-gram of the order seen twice (then
+    n2 = n3 = n4 = 0, D1 = 1 and the order adds nothing). `sizes`: its `IdPairs.sizes()`."""
+    side, lm = scorer.side, scorer.lm_in
     if side not in scored_sides(cfg.method):
         return []
-    name = ind.name(side)
-    msg = no_vocabulary(name, scorer.vocab, cfg.min_count) or too_small(name, sizes[f"{side}_tokens"], scorer.lm_in)
-    return [msg] if msg else []
+    name, tokens, order = ind.name(side), sizes[f"{side}_tokens"], lm.order
+    if len(scorer.vocab) == len(LM_SPECIALS):
+        return [f"no word of the in-domain text {name} occurs at least --min-count {cfg.min_count} times: every "
+                f"token is <unk> to the language models, which then rank pairs by their length alone"]
+    top = lm.orders[-1].max_count if lm.orders else int(lm.uni_counts.max(initial=0))
+    if tokens >= order and top >= 2:
+        return []
+    why = f"fewer than --order {order}" if tokens < order else f"no {order}-gram in it occurs twice"
+    return [f"the in-domain text {name} has only {tokens} tokens, {why}: too little for an order-{order} "
+            f"language model, so the ranking is unreliable (use more in-domain text or a lower --order)"]
 
 
 def no_shared_word(cfg: SelectConfig, pool: Corpus, scorer: Scorer, known: int) -> list[str]:
-    """A warning when `cfg.method` scores `scorer.side` and none of the pool's tokens on it (`known`
-    of them are in the vocabulary) is an in-domain word (say, an in-domain text in another language
-    or script): every one is then `<unk>` and the LMs rank the pairs by length. Not when the
-    vocabulary itself has no word (`no_vocabulary`'s warning)."""
+    """A warning when `cfg.method` scores `scorer.side` and none of the pool's tokens on it is an
+    in-domain word (`known` is); not when the vocabulary has none."""
     if known or scorer.side not in scored_sides(cfg.method) or len(scorer.vocab) == len(LM_SPECIALS):
         return []
     return [f"no token of the pool {pool.name(scorer.side)} is a word of the in-domain text: every one is <unk> "
@@ -145,10 +115,7 @@ def _digest(paths: Sequence[str]) -> str:
 
 
 def same_text(ind: Corpus, pool: Corpus, side: str) -> bool:
-    """Whether the in-domain text and the pool are the same text on `side` ("src" or "tgt"): as
-    many lines and bytes (but for a file's missing last newline, which `_digest` adds), then the
-    same sha256. The files are read again only when the sizes agree, which different texts
-    practically never do."""
+    """Whether the in-domain text and the pool are the same text on `side`: sizes, then sha256."""
     nbytes = [(c.src_bytes if side == "src" else c.tgt_bytes) for c in (ind, pool)]
     slack = len(ind.paths(side)) + len(pool.paths(side))
     return (ind.total == pool.total and abs(nbytes[0] - nbytes[1]) <= slack
@@ -157,14 +124,8 @@ def same_text(ind: Corpus, pool: Corpus, side: str) -> bool:
 
 def same_text_warnings(ind: Corpus, pool: Corpus, method: str) -> list[str]:
     """Refuse (InputError) an in-domain text that is the pool itself on every side `method`
-    compares with H_out; warn when it is on one of bilingual's two sides.
-
-    H_out's LM is estimated on a pool sample with as many source tokens as the in-domain text:
-    when the source sides are the same text, that is the whole pool, i.e. the in-domain text,
-    H_in and H_out are one model on each such side and every difference is 0, so the "ranking"
-    is the pool's order. A target side alone may get a random part of the pool, which is still
-    the in-domain text compared with part of itself. in-domain scores H_in alone: no check.
-    """
+    compares with H_out; warn when it is on one of bilingual's two sides. H_out's sample of a pool
+    that is the in-domain text is that text (or a random part of it), so the difference ranks nothing."""
     if method == "in-domain":
         return []
     sides = scored_sides(method)
@@ -182,8 +143,7 @@ def same_text_warnings(ind: Corpus, pool: Corpus, method: str) -> list[str]:
 
 
 def flat_score_warnings(scores: np.ndarray, pool: Corpus, method: str) -> list[str]:
-    """A warning when every pool pair that can be selected (finite score) has the same score:
-    ties go by line number, so the selection is then just the pool's first pairs."""
+    """A warning when every pool pair that can be selected (finite score) has the same score."""
     ranked = scores[np.isfinite(scores)]
     if ranked.size < 2 or ranked.min() != ranked.max():
         return []
@@ -193,11 +153,9 @@ def flat_score_warnings(scores: np.ndarray, pool: Corpus, method: str) -> list[s
 
 
 def tokinfo_warnings(cfg: SelectConfig, corpora: Sequence[Corpus], pipeline: TextPipeline) -> list[str]:
-    """--input-format tok: each scored side's files checked against the `.tokinfo.json` that
-    `nmtkit tokenize` wrote beside them (ConfigError naming the file and the flags that differ);
-    a warning for each file without one. Lowercasing is not compared: --lowercase only
-    lowercases the LMs' tokens, whatever case the text has. --input-format raw: a warning for each
-    file that has such a record (`tokenised_as_raw`)."""
+    """--input-format tok: each scored side's files checked against their tokeniser record
+    (lowercasing aside: --lowercase acts on the LMs' tokens whatever the text's case), a warning for
+    each file without one. --input-format raw: a warning for each file that has one."""
     if cfg.input_format != "tok":
         return [msg for corpus in corpora for side in ("src", "tgt") for path in corpus.paths(side)
                 if (msg := tokenised_as_raw(path))]
@@ -224,26 +182,15 @@ def _type_id(types: dict[str, int], tokens: list[str]) -> list[int]:
 
 
 def _vocab_and_ids(types: dict[str, int], ids: np.ndarray, min_count: int) -> tuple[LMVocab, np.ndarray]:
-    """The LM vocabulary of one side of the in-domain text held as type numbers (as `LMVocab.build`
-    makes it of the tokens) and the text as LM ids (as `LMVocab.encode` gives them)."""
+    """One side of the in-domain text held as type numbers -> its LM vocabulary and LM ids."""
     counts = np.bincount(ids, minlength=len(types)).tolist()  # types are numbered in insertion order
     vocab = LMVocab.from_counts(dict(zip(types, counts)), min_count)
     remap = np.array([vocab.flat_stoi.get(w, LM_UNK_ID) for w in types], dtype=np.int32)
     return vocab, remap[ids]
 
 
-def _open_corpora(cfg: SelectConfig) -> tuple[Corpus, Corpus]:
-    """The in-domain corpus and the pool, line counts checked, neither empty."""
-    ind, pool = (Corpus.open(prefixes, cfg.src_lang, cfg.tgt_lang) for prefixes in (cfg.in_domain, cfg.pool))
-    for corpus, what in ((ind, "the in-domain text"), (pool, "the pool")):
-        if corpus.total == 0:
-            raise InputError(f"{what} is empty", corpus.src_paths[0])
-    return ind, pool
-
-
 def _in_domain(opts: TextOpts, ind: Corpus, cfg: SelectConfig) -> tuple[IdPairs, tuple[LMVocab, LMVocab]]:
-    """The in-domain text as LM ids, and the two LM vocabularies (the in-domain words seen at least
-    `cfg.min_count` times); neither side may be without tokens."""
+    """The in-domain text as LM ids, and the two LM vocabularies; neither side may be without tokens."""
     types: tuple[dict[str, int], dict[str, int]] = ({}, {})
     typed = tokenize_ids(opts, ind.pairs(), cfg.workers, [functools.partial(_type_id, t) for t in types])
     sizes = typed.sizes()
@@ -257,9 +204,8 @@ def _in_domain(opts: TextOpts, ind: Corpus, cfg: SelectConfig) -> tuple[IdPairs,
 
 def _out_sample(opts: TextOpts, ind: Corpus, pool: Corpus, src_tokens_in: int, cfg: SelectConfig,
                 vocabs: tuple[LMVocab, LMVocab], progress: Progress) -> IdPairs:
-    """Out-of-domain sample, as LM ids: random pool pairs (seeded) with about as many source
-    tokens as the in-domain text. Twice the in-domain bytes' worth of lines is drawn and
-    tokenised, then taken in a random order until the token count is reached."""
+    """Out-of-domain sample, as LM ids: twice the in-domain bytes' worth of random pool lines (seeded)
+    is drawn and tokenised, then taken in a random order until the in-domain token count is reached."""
     n_pool = pool.total
     rng = np.random.default_rng(cfg.seed)
     want = min(n_pool, int(math.ceil(2.0 * ind.src_bytes / max(pool.src_bytes / n_pool, 1.0))) + 16)
@@ -286,11 +232,8 @@ def _out_sample(opts: TextOpts, ind: Corpus, pool: Corpus, src_tokens_in: int, c
 def _score_pool(cfg: SelectConfig, opts: TextOpts, corpora: tuple[Corpus, Corpus], ids: tuple[IdPairs, IdPairs],
                 ind_sizes: dict[str, int], vocabs: tuple[LMVocab, LMVocab], tmp: dict[str, str], progress: Progress,
                 timings: dict[str, float], warnings: list[str]) -> tuple[np.ndarray, np.ndarray, dict[str, dict[str, Any]]]:
-    """The pool's cross-entropies h (n, 4) float32 (H_in(src), H_out(src), H_in(tgt), H_out(tgt)) and
-    tokens lens (n, 2) int32, a side at a time (two of the four LMs held at once), with each LM's
-    summary by name; `ids` are the in-domain text's and the out-of-domain sample's, `ind_sizes` the
-    former's `sizes()`. Adds to `timings` and `warnings`, and writes the ARPA files into `tmp` with
-    --write-arpa."""
+    """The pool's cross-entropies h (n, 4) float32 (H_in(src), H_out(src), H_in(tgt), H_out(tgt)),
+    tokens lens (n, 2) int32 and each LM's summary, a side at a time (two of the four LMs held)."""
     (ind, pool), n_pool = corpora, corpora[1].total
     h = np.empty((n_pool, 4), dtype=np.float32)
     lens = np.empty((n_pool, 2), dtype=np.int32)
@@ -299,8 +242,8 @@ def _score_pool(cfg: SelectConfig, opts: TextOpts, corpora: tuple[Corpus, Corpus
     for s, side in enumerate(("src", "tgt")):
         t = time.perf_counter()
         V = len(vocabs[s])
-        scorer = Scorer(opts, side, vocabs[s], lm_in=NgramLM.estimate(ids[0].batch(s), V, cfg.order),  # in-domain
-                        lm_out=NgramLM.estimate(ids[1].batch(s), V, cfg.order))  # the pool sample
+        scorer = Scorer(opts, side, vocabs[s], lm_in=NgramLM.estimate(ids[0].batch(s), V, cfg.order),
+                        lm_out=NgramLM.estimate(ids[1].batch(s), V, cfg.order))
         timings["lm_estimate_s"] += time.perf_counter() - t
         warnings += _warn(lm_warnings(cfg, ind, ind_sizes, scorer))
         lms[f"in_{side}"], lms[f"out_{side}"] = _lm_summary(scorer.lm_in), _lm_summary(scorer.lm_out)
@@ -320,7 +263,7 @@ def _lm_summary(lm: NgramLM) -> dict[str, Any]:
 
 
 def _budget_warnings(cfg: SelectConfig, over: bool, n_pool: int, lens: np.ndarray, empty: np.ndarray) -> list[str]:
-    """`empty` (n_pool,) bool: the pairs with an empty side, never selected."""
+    """`empty` (n_pool,) bool: the pairs with an empty side."""
     msgs = []
     n_empty = int(empty.sum())
     if n_empty:
@@ -334,24 +277,27 @@ def _budget_warnings(cfg: SelectConfig, over: bool, n_pool: int, lens: np.ndarra
 
 
 def _warn(msgs: list[str]) -> list[str]:
-    """Log each one-line warning and return them all, for the summary."""
+    """Log each warning and return them all, for the summary."""
     for msg in msgs:
         log.warning(msg)
     return msgs
 
 
 def run(cfg: SelectConfig, progress: Progress | None = None) -> dict:
-    """Run the whole selection and write the outputs. Returns the summary (also written)."""
+    """Run the whole selection and write the outputs; -> the summary."""
     if not isinstance(cfg, SelectConfig):
         raise TypeError(f"nmtkit.select.run takes a SelectConfig, not {type(cfg).__name__}")
     progress = progress or no_progress
     t0 = time.perf_counter()
     warn_both_exist([*cfg.in_domain, *cfg.pool], (cfg.src_lang, cfg.tgt_lang))
     records = pool_records(cfg)
-    outputs, stale = output_paths(cfg, records), stale_records(cfg, records)
+    outputs, stale = output_paths(cfg, records)
     check_outputs(cfg, outputs, stale)
     opts = TextOpts(cfg.pipeline(), cfg.input_format)
-    ind, pool = _open_corpora(cfg)
+    ind, pool = (Corpus.open(prefixes, cfg.src_lang, cfg.tgt_lang) for prefixes in (cfg.in_domain, cfg.pool))
+    for corpus, what in ((ind, "the in-domain text"), (pool, "the pool")):
+        if corpus.total == 0:
+            raise InputError(f"{what} is empty", corpus.src_paths[0])
     warnings = _warn(tokinfo_warnings(cfg, (ind, pool), opts.pipeline) + same_text_warnings(ind, pool, cfg.method))
     n_pool = pool.total
     if cfg.fraction is not None and round(cfg.fraction * n_pool) == 0:
@@ -401,9 +347,7 @@ def _summary(cfg: SelectConfig, ind: Corpus, pool: Corpus, vocabs: tuple[LMVocab
              lms: dict[str, dict[str, Any]], outputs: dict[str, str], warnings: list[str],
              timings: dict[str, float], scores: np.ndarray, lens: np.ndarray, keep: np.ndarray, mask: np.ndarray,
              sizes: tuple[dict[str, int], dict[str, int]]) -> dict:
-    """PREFIX.summary.json: settings, corpus and sample sizes, the LMs, the selection, timings.
-    `lms`: `_lm_summary` of each LM by name; `sizes`: the in-domain text's and the out-of-domain
-    sample's sizes."""
+    """PREFIX.summary.json; `sizes`: the in-domain text's and the out-of-domain sample's."""
     (src_vocab, tgt_vocab), n_pool = vocabs, pool.total
     part_sel = [int(part.sum()) for part in np.split(mask, np.cumsum(pool.lines)[:-1])]
     sel_scores = scores[mask]
@@ -429,15 +373,11 @@ def _summary(cfg: SelectConfig, ind: Corpus, pool: Corpus, vocabs: tuple[LMVocab
     }
 
 
-# ---- what select-data writes: PREFIX.{src,tgt} (the selected pairs, lines as in the pool),
-# PREFIX.scores.tsv, PREFIX.summary.json, with --write-arpa the four LMs, and with --input-format
-# tok each side's tokeniser record beside its selection (`StagedFiles`: all appear, or none)
+# ---- what select-data writes (`StagedFiles`: all appear, or none)
 
 
 def pool_records(cfg: SelectConfig) -> dict[str, dict[str, Any]]:
-    """--input-format tok: for each side ("src", "tgt"), the tokeniser record that every pool
-    file of that side has: the selected lines, the pool's, were tokenised so. A side whose files
-    lack one or disagree is left out (its selection then has no record, as its input had none)."""
+    """--input-format tok: each side's tokeniser record, where every pool file of the side has it."""
     if cfg.input_format != "tok":
         return {}
     records = {}
@@ -449,43 +389,26 @@ def pool_records(cfg: SelectConfig) -> dict[str, dict[str, Any]]:
 
 
 def write_records(tmp: dict[str, str], records: dict[str, dict[str, Any]]) -> None:
-    """Each side's tokeniser record (`pool_records`) beside its selection, as `nmtkit tokenize` writes it."""
+    """Each side's tokeniser record beside its selection, as `nmtkit tokenize` writes it."""
     for side, record in records.items():
         with open(tmp[f"{side}_tokinfo"], "w", encoding="utf-8") as fh:
             fh.write(json.dumps(record, indent=1) + "\n")
 
 
-def output_paths(cfg: SelectConfig, records: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """Each output's path by its key; `records`: the sides with a tokeniser record to write."""
-    d = cfg.output_prefix
+def output_paths(cfg: SelectConfig, records: dict[str, dict[str, Any]]) -> tuple[dict[str, str], list[str]]:
+    """Each output's path by its key, and the stale files: the tokeniser records of a side that gets
+    none this time, and without --write-arpa the LMs, that an earlier run wrote (outputs too,
+    removed when the others are written)."""
+    d, langs = cfg.output_prefix, (("src", cfg.src_lang), ("tgt", cfg.tgt_lang))
     out = {"src": f"{d}.{cfg.src_lang}", "tgt": f"{d}.{cfg.tgt_lang}", "scores": f"{d}.scores.tsv",
            "summary": f"{d}.summary.json"}
-    out.update({f"{side}_tokinfo": path for side, path in _record_paths(cfg).items() if side in records})
-    if cfg.write_arpa:
-        out.update(_arpa_paths(cfg))
-    return out
-
-
-def _arpa_paths(cfg: SelectConfig) -> dict[str, str]:
-    """Where --write-arpa writes the four LMs, by output key."""
-    return {f"arpa_{which}_{side}": f"{cfg.output_prefix}.{which}.{lang}.arpa" for which in ("in", "out")
-            for side, lang in (("src", cfg.src_lang), ("tgt", cfg.tgt_lang))}
-
-
-def _record_paths(cfg: SelectConfig) -> dict[str, str]:
-    """Where each side's tokeniser record goes: beside its selection."""
-    return {side: f"{cfg.output_prefix}.{lang}{TOKINFO_SUFFIX}" for side, lang in (("src", cfg.src_lang),
-                                                                                   ("tgt", cfg.tgt_lang))}
-
-
-def stale_records(cfg: SelectConfig, records: dict[str, dict[str, Any]]) -> list[str]:
-    """The tokeniser records beside the selection of a side that gets none this time (say, an
-    earlier run on tokenised text, replaced by one on raw text), and without --write-arpa the
-    language models an earlier run wrote there: left, they would describe text and models they do
-    not describe, so they are outputs too, removed when the others are written."""
-    gone = [path for side, path in _record_paths(cfg).items() if side not in records]
-    gone += [] if cfg.write_arpa else list(_arpa_paths(cfg).values())
-    return [path for path in gone if os.path.lexists(path) and not os.path.isdir(path)]  # a folder is not one
+    optional = {f"{side}_tokinfo": (side in records, f"{d}.{lang}{TOKINFO_SUFFIX}") for side, lang in langs}
+    optional.update({f"arpa_{which}_{side}": (cfg.write_arpa, f"{d}.{which}.{lang}.arpa") for which in ("in", "out")
+                     for side, lang in langs})
+    out.update({key: path for key, (wanted, path) in optional.items() if wanted})
+    stale = [path for wanted, path in optional.values()
+             if not wanted and os.path.lexists(path) and not os.path.isdir(path)]  # a folder is not one
+    return out, stale
 
 
 def check_outputs(cfg: SelectConfig, outputs: dict[str, str], stale: Sequence[str] = ()) -> None:
@@ -505,7 +428,7 @@ def check_outputs(cfg: SelectConfig, outputs: dict[str, str], stale: Sequence[st
 
 
 def write_arpa(tmp: dict[str, str], s: Scorer) -> None:
-    """One side's two language models, in ARPA format (--write-arpa)."""
+    """One side's two language models, in ARPA format."""
     for which, lm in (("in", s.lm_in), ("out", s.lm_out)):
         with open(tmp[f"arpa_{which}_{s.side}"], "w", encoding="utf-8") as fh:
             lm.write_arpa(fh, s.vocab.itos)
