@@ -98,7 +98,6 @@ def _draw_all(models: list[Seq2Seq], encs: list, lim: Tensor, u: Tensor, topk: i
     """The sampling loop: (tokens (B, T), log-probabilities (B,) float64, lengths (B,) before EOS
     (CPU), attention (B, T, S) fp32 or None); u: (B, T) uniforms on the device. Finished
     sentences leave the batch."""
-
     B, T = u.shape
     device = u.device
     states = [m.init_state(e) for m, e in zip(models, encs)]

@@ -290,7 +290,6 @@ class _BeamSearch:
     def results(self, nbest: int) -> list[list[Hypothesis]]:
         done: list[list[Hypothesis]] = [[] for _ in self.n_finished]
         enc = self.encs[0]  # the models of an ensemble attend over the same positions
-
         for sents, scores, toks, att in self.pending:
             atts = att.cpu() if att is not None else [None] * len(sents)
             for sent, lp_sum, tok, a in zip(sents, scores, toks.cpu().tolist(), atts):

@@ -61,7 +61,6 @@ def shortlist_ids(lexicon: Any, src: Any, vocab_size: int, frequent: int = FREQU
     (PAD's row is harmless): ids 0..frequent-1 (the specials and the most frequent words), the
     lexicon rows of every source id, padded with the next most frequent ids to a multiple of
     beam search's top-k group (16), or the whole vocabulary where that is not longer."""
-
     import torch
 
     from nmtkit.decode.search import TOPK_GROUP

@@ -108,7 +108,6 @@ def forced_log_probs(models_or_model: Seq2Seq | Sequence[Seq2Seq], src: Tensor, 
     padding, through `step_all` as beam search steps, so that a translation the search found
     scores here as it scored there. src: (B, S) ids, src_lens: (B,); tgt: (B, T) target ids each
     ending with EOS, padded with PAD; all on the models' device."""
-
     models = as_models(models_or_model)
     encs = [m.encode_for_steps(src, src_lens) for m in models]
     states = [m.init_state(e) for m, e in zip(models, encs)]
