@@ -141,8 +141,8 @@ def _run(config: TranslateConfig, progress: Progress) -> dict[str, int]:
     align_stdout = config.alignments_file == "-"
     input_path, output_path, alignments_file = check_files(config)
     translator = Translator(config.decode_config())
-    if config.wants_attention:
-        translator._check_attention(config.wants_attention)
+    translator._check_attention(("--replace-unk", config.replace_unk), ("--alignments", config.alignments),
+                                ("--plot-attention", config.plot_attention))
     source = input_path or "<stdin>"
     with contextlib.ExitStack() as stack:
         out_file = stack.enter_context(OutputFile(output_path)) if output_path else None

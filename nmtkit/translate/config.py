@@ -228,12 +228,6 @@ class TranslateConfig(SearchConfig, DecodeConfig):
                 raise ConfigError(f"--score-reference scores given translations: {' and '.join(given)} "
                                   f"would change nothing{read_as}")
 
-    @property
-    def wants_attention(self) -> str | None:
-        """The first option given that needs the models' attention, or None."""
-        return next((o for o, on in (("--replace-unk", self.replace_unk), ("--alignments", self.alignments),
-                                     ("--plot-attention", self.plot_attention)) if on), None)
-
 
 def _project(config: object, cls: type) -> object:
     """`config`'s fields of `cls`, as a `cls`, not validated again: they were when `config` was."""

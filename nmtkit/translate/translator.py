@@ -114,12 +114,13 @@ class Translator:
         """Whether every model attends (alignments, attention plots and <unk> replacement work)."""
         return all(model.has_attention for model in self.bundle.models)
 
-    def _check_attention(self, option: str) -> None:
-        """Refuse `option` (alignments, attention plots, <unk> replacement) for a model without
+    def _check_attention(self, *options: tuple[str, Any]) -> None:
+        """Refuse the first option on of `options`, (name, value) pairs, for a model without
         attention: its all-zero weights would align every target word to the first source word."""
+        given = [name for name, on in options if on]
         for path, model in zip(self.bundle.paths, self.bundle.models):
-            if not model.has_attention:
-                raise ConfigError(f"{option} needs attention, and {path} is a model without it "
+            if given and not model.has_attention:
+                raise ConfigError(f"{given[0]} needs attention, and {path} is a model without it "
                                   f"({type(model).__name__})")
 
     def _warn_once(self, key: str, message: str) -> None:
@@ -152,9 +153,7 @@ class Translator:
         search = SearchConfig(**{k: v for k, v in locals().items() if k in _SEARCH_FIELDS and v is not None})
         if not isinstance(alignments, bool):
             raise ConfigError(f"alignments must be True or False, got {alignments!r}")
-        for option, on in (("alignments=True", alignments), ("replace_unk=True", search.replace_unk)):
-            if on:
-                self._check_attention(option)
+        self._check_attention(("alignments=True", alignments), ("replace_unk=True", search.replace_unk))
         return self._translate_buffer(list(enumerate(_lines_of(lines), 1)), search, alignments)
 
     def translate(self, lines: str | Iterable[str], **search: Any) -> str | list[str]:
