@@ -19,8 +19,7 @@ from nmtkit.decode.steps import (
     Hypothesis,
     as_models,
     finished,
-    force_eos,
-    mask_specials,
+    mask_tokens,
     max_lengths,
     step_all,
 )
@@ -110,10 +109,7 @@ def _draw_all(models: list[Seq2Seq], encs: list, lim: Tensor, u: Tensor, topk: i
     attn_hist: Tensor | None = None
     for t in range(T):
         lp, states, attn = step_all(models, prev, states, encs)  # (n, V) fp32, (n, S)
-        mask_specials(lp, ban_unk)
-        at_limit = lim[active] <= t
-        if bool(at_limit.any()):
-            lp = force_eos(lp, at_limit.numpy())
+        mask_tokens(lp, ban_unk, (lim[active] <= t).numpy())
         tok = _draw(lp, u[active_dev, t], topk, temperature)  # (n,)
         tokens[active_dev, t] = tok
         # the masks leave a drawable token's log-probability as the model gave it

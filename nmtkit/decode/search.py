@@ -19,8 +19,7 @@ from nmtkit.decode.steps import (
     Hypothesis,
     as_models,
     finished,
-    force_eos,
-    mask_specials,
+    mask_tokens,
     max_lengths,
     step_all,
 )
@@ -205,10 +204,7 @@ class _BeamSearch:
             if not self.grouped:  # grouped models read each sentence's encoder rows K times
                 self.encs = [e.index_select(rep) for e in self.encs]
             self.states = [m.reorder(st, rep) for m, st in zip(self.models, self.states)]
-        mask_specials(lp, self.ban_unk)
-        at_limit = (self.active_lim <= t) & np.asarray(self.alive)
-        if at_limit.any():
-            lp = force_eos(lp, at_limit.repeat(K))
+        mask_tokens(lp, self.ban_unk, ((self.active_lim <= t) & np.asarray(self.alive)).repeat(K))
         if self.need_attention and self.attn_hist is None:
             self.attn_hist = attn.new_zeros(lp.size(0), self.max_t + 1, attn.size(1), dtype=torch.float32)
         return lp, attn

@@ -84,21 +84,18 @@ def step_all(
     return average_log_probs([lp.float() for lp, _, _ in steps]), new_states, attn
 
 
-def mask_specials(lp: Tensor, ban_unk: bool = False) -> None:
-    """PAD and BOS (and with `ban_unk` the unknown word) are never generated (in place)."""
+def mask_tokens(lp: Tensor, ban_unk: bool, at_limit: np.ndarray) -> None:
+    """In place: PAD and BOS (and with `ban_unk` the unknown word) are never generated, and rows
+    `at_limit` (N,) bool (host) may only emit EOS, keeping its log-probability."""
     lp[:, PAD_ID] = float("-inf")
     lp[:, BOS_ID] = float("-inf")
     if ban_unk:
         lp[:, UNK_ID] = float("-inf")
-
-
-def force_eos(lp: Tensor, rows: np.ndarray) -> Tensor:
-    """Rows `rows` (N,) bool (host) may only emit EOS, keeping its log-probability (in place)."""
-    idx = torch.from_numpy(np.flatnonzero(rows)).to(lp.device, non_blocking=True)
-    eos = lp[idx, EOS_ID]
-    lp[idx] = float("-inf")
-    lp[idx, EOS_ID] = eos
-    return lp
+    if at_limit.any():
+        idx = torch.from_numpy(np.flatnonzero(at_limit)).to(lp.device, non_blocking=True)
+        eos = lp[idx, EOS_ID]
+        lp[idx] = float("-inf")
+        lp[idx, EOS_ID] = eos
 
 
 @torch.inference_mode()
