@@ -51,8 +51,6 @@ def finished(tokens: list[int], log_prob: float, lenpen: float, attention: Tenso
 def average_log_probs(log_probs: Sequence[Tensor]) -> Tensor:
     """[(N, V)] * M log-probabilities -> (N, V) fp32 log of their mean probability, as in Nematus
     and fairseq: log p = logsumexp_m(log p_m) - log M (not a product of experts)."""
-    if len(log_probs) == 1:
-        return log_probs[0]
     return torch.logsumexp(torch.stack([lp.float() for lp in log_probs]), dim=0) - math.log(len(log_probs))
 
 

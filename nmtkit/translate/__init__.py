@@ -61,8 +61,7 @@ def translate_stream(translator: Translator, items: Iterable[tuple], writers: Wr
 
 def paired_lines(sources: Iterable[str], references: Iterable[str], source: str,
                  reference: str) -> Iterable[tuple[int, str, str]]:
-    """(line number, source, translation) of two files read in step; an InputError naming the
-    shorter file's end where one has more lines than the other."""
+    """(line number, source, translation) of two files read in step, as long as both last."""
     end = object()
     for n, (src, ref) in enumerate(itertools.zip_longest(sources, references, fillvalue=end), 1):
         if src is end:
@@ -73,8 +72,7 @@ def paired_lines(sources: Iterable[str], references: Iterable[str], source: str,
 
 
 def check_files(config: TranslateConfig) -> tuple[str | None, str | None, str | None]:
-    """The files of `run`, checked before the models load: returns input, output and alignments
-    file as files to open (`nmtkit.io.checks.file_path`: None for a standard stream)."""
+    """The files of `run`, checked before the models load, as files to open (None: a stream)."""
     input_path, output_path, alignments_file = config.input_path, config.output_path, config.alignments_file
     if config.alignments and not alignments_file:
         raise ConfigError("--alignments needs --alignments-file FILE")

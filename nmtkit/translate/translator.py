@@ -1,7 +1,6 @@
 """`Translator`: loaded checkpoint(s) + the recorded text pipeline; raw lines -> `Result`s or,
-with their translations, -> forced-decoding scores; it writes nothing. nmtkit's Python API
-(`nmtkit.load`) and the one path behind `nmtkit translate` and `nmtkit serve`. What it loads
-with (`DecodeConfig`) is fixed; how it searches (`SearchConfig`) is each call's:
+with their translations, -> forced-decoding scores; it writes nothing. nmtkit's Python API and
+the one path behind `nmtkit translate` and `nmtkit serve`:
 
     model = nmtkit.load("run/checkpoint_best.pt", device="cpu")
     model.translate(["Hello, world!"], beam=5)       # -> ["Bonjour, le monde !"]
@@ -31,12 +30,9 @@ from nmtkit.workers import Workers, can_fork
 
 log = logging.getLogger(__name__)
 
-# lines a worker tokenises at a time when several do (`Translator._prepare_all`)
-PREPARE_CHUNK_LINES = 256
-# `Translator._warn_unrecorded_bpe`: this many target words ending in "@@" say the text was BPE'd
-UNRECORDED_SUBWORDS = 20
-# the name of the lines given to the Python API in warnings and errors ("<input>:N", N from 1)
-API_INPUT = "<input>"
+PREPARE_CHUNK_LINES = 256  # lines a worker tokenises at a time when several do
+UNRECORDED_SUBWORDS = 20  # this many target words ending in "@@" say the text was BPE'd
+API_INPUT = "<input>"  # the name of the Python API's lines in warnings and errors
 
 
 @dataclass(frozen=True)
@@ -50,11 +46,9 @@ class TokenScores:
 
 
 class Translator:
-    """Loaded checkpoint(s) + pipeline: `translate`, `generate` and `score` lists of lines, each
-    call with its own search options. Build one with `nmtkit.load`. Public attributes: `config`
+    """Loaded checkpoint(s) + pipeline (build one with `nmtkit.load`). Public attributes: `config`
     (the `DecodeConfig` it was loaded with), `device`, `precision` (the one chosen), `bundle` (the
-    loaded `ModelBundle`: models, vocabularies, text pipeline, languages), `max_src_len` and
-    `max_tokens` (resolved limits)."""
+    loaded `ModelBundle`), `max_src_len` and `max_tokens` (resolved limits)."""
 
     @classmethod
     def load(cls, checkpoints: str | os.PathLike | Sequence[str | os.PathLike], *,
@@ -95,8 +89,7 @@ class Translator:
         use_threads(self._threads)
         # chosen before loading: int8 quantises each model in place as it loads (`load_model`'s prepare)
         self.precision = resolve_decode_precision(self.device.type, config.precision)
-        fuse = resolve_fuse(config.fuse, self.device)
-        self.bundle = load_bundle(config.models, self.device, fuse_steps=fuse,
+        self.bundle = load_bundle(config.models, self.device, resolve_fuse(config.fuse, self.device),
                                   prepare=quantize_for_decoding if self.precision == "int8" else None)
         self.max_src_len = config.max_src_len or max(DEFAULT_MAX_SRC_LEN, 4 * (self.bundle.trained_max_len or 0))
         self.max_tokens = batch_token_cap(config.max_tokens, self.device.type)  # None: no cap
@@ -141,7 +134,6 @@ class Translator:
                        "preprocess): give BPE'd input with --input-format bpe, and --output-format bpe to join "
                        "the output yourself")
 
-    # -- the public calls
     def generate(self, lines: Iterable[str], *, alignments: bool = False, beam: int | None = None,
                  nbest: int | None = None, lenpen: float | None = None, max_len_a: float | None = None,
                  max_len_b: float | None = None, shortlist: str | None = None, ban_unk: bool | None = None,
@@ -176,11 +168,9 @@ class Translator:
         scored = self._score_buffer([(n, s, t) for n, (s, t) in enumerate(zip(srcs, tgts), 1)])
         return scored if per_token else [s.log_prob for s in scored]
 
-    # -- per line
     def _prepare(self, line: str, lineno: int, source: str,
                  warn: Callable[[str], None] | None = None) -> tuple[list[str], bool]:
-        """The model's source tokens for one input line, and whether --max-src-len cut them
-        (warned through `warn`, by default the translator's)."""
+        """The model's source tokens for one input line, and whether --max-src-len cut them."""
         if not line.strip():
             return [], False
         toks = self._encode(line, "src", source, lineno)
@@ -191,8 +181,7 @@ class Translator:
         return list(toks[: self.max_src_len]), True
 
     def _encode(self, line: str, side: str, name: str, lineno: int) -> list[str]:
-        """`side`'s tokens of one line (in the loaded input_format) by the recorded pipeline; its
-        InputError (a protected pattern past its time limit) names the line as `name`:`lineno`."""
+        """`side`'s tokens of one line by the recorded pipeline; its InputError names the line."""
         try:
             return self.bundle.pipeline.encode_from(line, side, self.config.input_format)
         except InputError as err:
@@ -201,9 +190,8 @@ class Translator:
             raise InputError(err.bare_message, name, lineno) from None
 
     def _encode_translation(self, text: str, name: str, lineno: int) -> list[str]:
-        """A translation's target tokens (`_encode`), where a literal "<unk>", the unknown word as
-        translation writes it in every output format, is that word: not text to tokenise into
-        '<', 'unk', '>' or split into BPE pieces, each then scored as <unk>."""
+        """A translation's target tokens (`_encode`), where a literal "<unk>", as translation
+        writes the unknown word, is that word, not text to tokenise or split into BPE pieces."""
         if self.config.input_format == "bpe" or UNK not in text:
             return self._encode(text, "tgt", name, lineno)
         toks: list[str] = []
@@ -232,8 +220,8 @@ class Translator:
         return prepared
 
     def _batches(self, lengths: Sequence[int], numbers: Sequence[int]) -> list[list[int]]:
-        """The batches (positions in `lengths`, zeros left out) of the non-empty lines, by length;
-        `numbers`: the lines' numbers, for the warning about a line over --max-tokens."""
+        """The batches (positions in `lengths`) of the non-empty lines, by length; `numbers`: the
+        lines' numbers."""
         from nmtkit.data.binarized import length_batches
 
         todo = [i for i, n in enumerate(lengths) if n]
@@ -332,8 +320,7 @@ class Translator:
 
     def _finish(self, index: int, src_tokens: list[str], truncated: bool, hyps: Sequence[Any],
                 search: SearchConfig) -> Result:
-        """The Result of a decoded line: each hypothesis's tokens (after UNK replacement) and
-        output string (BPE joined, detokenised), built once."""
+        """The Result of a decoded line: each hypothesis's tokens and output string."""
         itos, src = self.bundle.tgt_vocab.itos, tuple(src_tokens)
         nbest = []
         for hyp in hyps:
@@ -391,7 +378,7 @@ class Translator:
 
     def _warn_unknown_targets(self, numbers: Sequence[int], targets: Sequence[list[str]], reference: str) -> None:
         """Warn (once per translator) at the first translation holding tokens outside the target
-        vocabulary: each is scored as <unk>, the probability of any unknown word, not of that one."""
+        vocabulary."""
         vocab = self.bundle.tgt_vocab
         for n, toks in zip(numbers, targets):
             unknown = [t for t in toks if t not in vocab]
@@ -441,9 +428,8 @@ _DIED = ("a decoding worker process died without answering ({how}; out of memory
 
 
 def resolve_workers(workers: int | None, threads: int, device_type: str) -> int:
-    """--workers for a decode: the number given, or for auto (None) one per thread up to
-    MAX_AUTO_WORKERS on the CPU while this process runs no other Python thread (a fork could copy
-    a lock another thread holds). GPUs and systems without fork: 1."""
+    """--workers: the number given, or for auto (None) one per thread up to MAX_AUTO_WORKERS on
+    the CPU while no other Python thread runs (a fork could copy a lock another thread holds)."""
     if device_type != "cpu" or not can_fork():
         return 1
     if workers is not None:
@@ -459,8 +445,7 @@ def thread_shares(threads: int, workers: int) -> list[int]:
 
 def map_batches(decode: Callable[[int], T], n_jobs: int, workers: int, threads: int) -> list[T]:
     """[decode(0), ..., decode(n_jobs - 1)], in order, decoded by `workers` processes (this one and
-    workers-1 forked children, nmtkit.workers) with `threads` torch threads between them; a
-    child's exception is raised here."""
+    workers-1 forked children) with `threads` torch threads between them."""
     workers = min(workers, n_jobs)
     if workers <= 1:
         return [decode(j) for j in range(n_jobs)]
