@@ -82,7 +82,6 @@ def _shortlist_rows(model: Seq2Seq, vocab: Tensor) -> tuple[Tensor, Tensor | Non
     return w, b
 
 
-@torch.inference_mode()
 def greedy_search(
     models_or_model: Seq2Seq | Sequence[Seq2Seq],
     src: Tensor,
