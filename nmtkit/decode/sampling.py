@@ -1,13 +1,10 @@
 """Batched ancestral sampling over the `Seq2Seq` interface: one translation drawn per sentence,
 as for back-translation (Edunov et al. 2018). At step t an unfinished sentence draws from
-p(y_t | y_<t, x)^(1/T), renormalised, over the `topk` likeliest tokens when topk > 0. PAD and BOS
-(and with `ban_unk` UNK) are never drawn; EOS is forced at the length limit. T must be > 0, as
-in fairseq. A draw is an inverse-CDF lookup of one uniform number from sentence `key`'s own
-generator, seeded with (seed, key): a sample depends on the seed, its key (the line number) and
-the model's probabilities only, not on its batch or the device's random state. A sample's
-`log_prob` is under the model (T = 1, whole vocabulary), EOS included; `score` is it length-
-normalised as in beam search.
-
+p(y_t | y_<t, x)^(1/T), renormalised, over the `topk` likeliest tokens when topk > 0. A draw is
+an inverse-CDF lookup of one uniform number from sentence `key`'s own generator, seeded with
+(seed, key): a sample depends on the seed, its key (the line number) and the model's
+probabilities only, not on its batch or the device's random state. A sample's `log_prob` is
+under the model (T = 1, whole vocabulary), EOS included.
 Shapes: B sentences, n unfinished ones, V target vocabulary, S source length, T steps.
 """
 from __future__ import annotations
@@ -22,8 +19,7 @@ from nmtkit.decode.steps import (
     Hypothesis,
     as_models,
     finished,
-    force_eos,
-    mask_specials,
+    mask_tokens,
     max_lengths,
     step_all,
 )
@@ -33,7 +29,7 @@ from nmtkit.text.vocab import BOS_ID, EOS_ID
 
 def sampling_uniforms(seed: int, keys: Sequence[int], steps: int) -> Tensor:
     """(B, steps) float64 uniform numbers in [0, 1): row b from a generator seeded with
-    (seed, keys[b]) alone, so that a sentence's numbers never depend on its batch."""
+    (seed, keys[b]) alone."""
     rows = [np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, key]))).random(steps)
             for key in keys]
     return torch.from_numpy(np.stack(rows)) if rows else torch.zeros(0, steps, dtype=torch.float64)
@@ -74,11 +70,8 @@ def sample(
     ban_unk: bool = False,
 ) -> list[list[Hypothesis]]:
     """Draw one translation per sentence: [[Hypothesis]] in input order (`beam_search`'s n-best
-    lists with n = 1). src: (B, S) ids on the models' device, src_lens: (B,). Sentence b draws
-    `sampling_uniforms(seed, keys)` row b (keys: one per sentence, its line number; default
-    1..B). topk: sample among the k most likely tokens (0: all); temperature > 0; ban_unk: never
-    draw the unknown word. Finished sentences leave the batch (one host synchronisation per step,
-    to learn which finished)."""
+    lists with n = 1). src: (B, S) ids on the models' device, src_lens: (B,); keys: one per
+    sentence, its line number (default 1..B); topk: among the k most likely tokens (0: all)."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if topk < 0:
@@ -101,8 +94,9 @@ def sample(
 
 def _draw_all(models: list[Seq2Seq], encs: list, lim: Tensor, u: Tensor, topk: int, temperature: float,
               need_attention: bool, ban_unk: bool) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-    """The sampling loop: returns (tokens (B, T), log-probabilities (B,) float64, lengths (B,)
-    before EOS (CPU), attention (B, T, S) fp32 or None). u: (B, T) uniforms on the device."""
+    """The sampling loop: (tokens (B, T), log-probabilities (B,) float64, lengths (B,) before EOS
+    (CPU), attention (B, T, S) fp32 or None); u: (B, T) uniforms on the device. Finished
+    sentences leave the batch."""
     B, T = u.shape
     device = u.device
     states = [m.init_state(e) for m, e in zip(models, encs)]
@@ -115,10 +109,7 @@ def _draw_all(models: list[Seq2Seq], encs: list, lim: Tensor, u: Tensor, topk: i
     attn_hist: Tensor | None = None
     for t in range(T):
         lp, states, attn = step_all(models, prev, states, encs)  # (n, V) fp32, (n, S)
-        mask_specials(lp, ban_unk)
-        at_limit = lim[active] <= t
-        if bool(at_limit.any()):
-            lp = force_eos(lp, at_limit.numpy())
+        mask_tokens(lp, ban_unk, (lim[active] <= t).numpy())
         tok = _draw(lp, u[active_dev, t], topk, temperature)  # (n,)
         tokens[active_dev, t] = tok
         # the masks leave a drawable token's log-probability as the model gave it

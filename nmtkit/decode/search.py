@@ -4,11 +4,8 @@ device. A step: one `step()` per model, the exact top-2K of each sentence's K*V 
 (`sentence_topk`), and index_selects that reorder the states and histories. Hypotheses that
 emit EOS are set aside on the device; a sentence is done with K finished hypotheses (as in
 fairseq) or at its length limit, and done sentences leave the tensors. One host read per step.
-Models with `grouped_encoder` (RNNsearch) keep one encoder row per sentence, not K copies.
-A shortlist (`vocab`, nmtkit.decode.shortlist) restricts every step's output layer to a sorted
-id list starting with the specials; the search works in its columns and maps them back.
-Shapes: B sentences, K beam, N = B*K rows, V target vocabulary, S source length (as the model's
-attention sees it: it may include an EOS the model appends), T steps.
+Shapes: B sentences, K beam, N = B*K rows, V target vocabulary (or shortlist), S source length
+(as the model's attention sees it: it may include an EOS the model appends), T steps.
 """
 from __future__ import annotations
 
@@ -22,8 +19,7 @@ from nmtkit.decode.steps import (
     Hypothesis,
     as_models,
     finished,
-    force_eos,
-    mask_specials,
+    mask_tokens,
     max_lengths,
     step_all,
 )
@@ -41,14 +37,11 @@ def sentence_topk(lp: Tensor, scores: Tensor, nb: int, K: int, k: int) -> tuple[
 
     lp: (N, V) log-probabilities, N = nb*K rows (K consecutive rows per sentence); scores: (N,).
     Returns (values (nb, k) best first, beam (nb, k) row within the sentence, token (nb, k)).
-
-    Exact top-k (only the order of exactly equal candidates may differ from a plain top-k),
-    without a sort-like pass over all N*V candidates: the columns are split into V/g groups of
-    g = TOPK_GROUP (group c holds columns c, c + V/g, ...; a strided max is a vectorised pass);
-    the k best groups of a sentence by (group max + row score) contain its k best candidates
-    (each of those lies in a group whose max is at least the k-th best value, and at most k
-    groups can have a max that high), so a top-k over (nb, K*V/g) group maxima and one over
-    the (nb, k*g) candidates of the chosen groups give the answer.
+    Exact (ties aside) without a sort over all N*V candidates: the columns are split into V/g
+    groups of g = TOPK_GROUP (group c holds columns c, c + V/g, ...); a sentence's k best
+    candidates lie in its k best groups by (group max + row score), as at most k groups have a
+    max that high, so a top-k over the (nb, K*V/g) group maxima and one over the (nb, k*g)
+    candidates of those groups give the answer.
     """
     N, V = lp.shape
     g = TOPK_GROUP
@@ -73,8 +66,8 @@ def sentence_topk(lp: Tensor, scores: Tensor, nb: int, K: int, k: int) -> tuple[
 
 
 def _shortlist_rows(model: Seq2Seq, vocab: Tensor) -> tuple[Tensor, Tensor | None]:
-    """The output projection's rows for the shortlist `vocab`, once per batch (in the autocast
-    dtype under autocast, so that no step casts them again)."""
+    """The output projection's rows for the shortlist `vocab` (in the autocast dtype under
+    autocast, so that no step casts them again)."""
     proj = model.output_projection()
     if proj is None:
         raise ValueError(f"{type(model).__name__} has no single output projection for a shortlist")
@@ -89,7 +82,6 @@ def _shortlist_rows(model: Seq2Seq, vocab: Tensor) -> tuple[Tensor, Tensor | Non
     return w, b
 
 
-@torch.inference_mode()
 def greedy_search(
     models_or_model: Seq2Seq | Sequence[Seq2Seq],
     src: Tensor,
@@ -99,9 +91,8 @@ def greedy_search(
     need_attention: bool = False,
     ban_unk: bool = False,
 ) -> list[Hypothesis | None]:
-    """The most probable token at every step (beam search of width 1). src: (B, S) ids on the
-    model's device, src_lens: (B,); max_len: an int or a (B,) tensor of the most target tokens
-    before EOS. One Hypothesis per sentence, in input order; None where the scores were not finite."""
+    """`beam_search` of width 1; max_len: an int or a (B,) tensor of the most target tokens before
+    EOS. One Hypothesis per sentence, in input order; None where the scores were not finite."""
     lim = torch.full((src.size(0),), max_len, dtype=torch.long) if isinstance(max_len, int) else max_len
     hyps = beam_search(models_or_model, src, src_lens, beam=1, nbest=1, lenpen=lenpen,
                        need_attention=need_attention, max_len=lim, ban_unk=ban_unk)
@@ -123,13 +114,11 @@ def beam_search(
     vocab: Tensor | None = None,
     ban_unk: bool = False,
 ) -> list[list[Hypothesis]]:
-    """Batched beam search: each sentence's `nbest` best hypotheses, best first, in input order;
-    none for a sentence whose every candidate scored nan or -inf (a model whose scores overflow:
-    weights that diverged, or fp16 past its range). src: (B, S) ids on the models' device,
-    src_lens: (B,); one model or an ensemble (sharing vocabularies). `max_len` (B,) overrides the
-    a*len+b limits. `vocab` (L,): a sorted shortlist of target ids starting with the specials 0..3
-    (nmtkit.decode.shortlist): only those are scored, the softmax is over them. `ban_unk`: the
-    unknown word is never emitted."""
+    """Each sentence's `nbest` best hypotheses, best first, in input order; none for a sentence
+    whose every candidate scored nan or -inf. src: (B, S) ids on the models' device, src_lens:
+    (B,); one model or an ensemble (sharing vocabularies). `max_len` (B,) overrides the a*len+b
+    limits. `vocab` (L,): a sorted shortlist of target ids starting with the specials 0..3
+    (nmtkit.decode.shortlist): only those are scored, the softmax is over them."""
     if beam < 1:
         raise ValueError("beam must be >= 1")
     if not 1 <= nbest <= beam:
@@ -144,12 +133,9 @@ def beam_search(
 
 
 class _BeamSearch:
-    """The state of one batched beam search over B sentences, and its step.
-
-    Sentences live in slots (`active[slot]` is the sentence id); each slot has K consecutive
-    rows (N = nb*K) in `scores`, `tokens`, `attn_hist`, `prev` and the decoder states. A done
-    slot stays (scores -inf, `alive` False) until `_compact` drops it with the other done ones.
-    """
+    """One batched beam search. Sentences live in slots (`active[slot]` is the sentence id); each
+    slot has K consecutive rows (N = nb*K) in `scores`, `tokens`, `attn_hist`, `prev` and the
+    decoder states. A done slot stays (scores -inf, `alive` False) until `_compact` drops it."""
 
     def __init__(self, models: list[Seq2Seq], src: Tensor, src_lens: Tensor, K: int, lim: Tensor,
                  lenpen: float, need_attention: bool, vocab: Tensor | None = None, ban_unk: bool = False):
@@ -167,17 +153,16 @@ class _BeamSearch:
         self.encs = [m.encode_for_steps(src, src_lens) for m in models]  # (B, ...) until after the first step
         self.states = [m.init_state(e) for m, e in zip(models, self.encs)]
         self.lens_host = src_lens.cpu().numpy()
-        # models that accept one encoder row per sentence for its K hypotheses (`grouped_encoder`)
-        # never get K copies of the encoder outputs: copying them and reading K of them per step
-        # is memory traffic that would dominate a large batch's step
+        # `grouped_encoder` models (RNNsearch) read one encoder row per sentence for its K
+        # hypotheses: K copies would be memory traffic dominating a large batch's step
         self.grouped = K > 1 and all(m.grouped_encoder for m in models)
-        self.active = list(range(B))  # original sentence id of each slot
-        self.alive = [True] * B  # slots still searching; done slots wait (scores -inf) for compaction
+        self.active = list(range(B))
+        self.alive = [True] * B
         self.dead_dev: Tensor | None = None  # (nb,) bool on the device, True at done slots
         self.active_lim = lim.numpy().copy()  # (nb,) host
         self.n_finished = [0] * B
-        # finished hypotheses, kept on the device until `results`: (sentence ids, scores,
-        # tokens (m, t), attention (m, t+1, S) or None), one entry per step t where some ended
+        # finished hypotheses on the device until `results`, one entry per step t where some
+        # ended: (sentence ids, scores, tokens (m, t), attention (m, t+1, S) or None)
         self.pending: list[tuple[list[int], list[float], Tensor, Tensor | None]] = []
         self.prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
         # only the first hypothesis of each sentence is live at the start
@@ -188,9 +173,7 @@ class _BeamSearch:
         self.attn_hist: Tensor | None = None
 
     def step(self, t: int) -> bool:
-        """Extend every live sentence by one token; False once every sentence is done. Keeps each
-        sentence's exact top-2K candidates (`sentence_topk`), sets aside those among the K best that
-        end in EOS (`_finish`), continues with the K best that do not, retires done sentences."""
+        """Extend every live sentence by one token; False once every sentence is done."""
         K, nb = self.K, len(self.active)
         lp, attn = self._log_probs(t)  # (N, V), (N, S)
         k2 = min(2 * K, K * lp.size(1))
@@ -214,26 +197,20 @@ class _BeamSearch:
         forced at the length limit, attention (N, S))."""
         lp, self.states, attn = step_all(self.models, self.prev, self.states, self.encs, self.outs)
         K = self.K
-        if t == 0 and K > 1:
-            # the K hypotheses of a sentence are identical before the first step: compute it
-            # once per sentence, then give every sentence K rows
+        if t == 0 and K > 1:  # the first step ran once per sentence: give each K rows
             rep = torch.arange(len(self.active), device=self.device).repeat_interleave(K)
             lp, attn = lp.index_select(0, rep), attn.index_select(0, rep)
             if not self.grouped:  # grouped models read each sentence's encoder rows K times
                 self.encs = [e.index_select(rep) for e in self.encs]
             self.states = [m.reorder(st, rep) for m, st in zip(self.models, self.states)]
-        mask_specials(lp, self.ban_unk)
-        at_limit = (self.active_lim <= t) & np.asarray(self.alive)
-        if at_limit.any():
-            lp = force_eos(lp, at_limit.repeat(K))
+        mask_tokens(lp, self.ban_unk, ((self.active_lim <= t) & np.asarray(self.alive)).repeat(K))
         if self.need_attention and self.attn_hist is None:
             self.attn_hist = attn.new_zeros(lp.size(0), self.max_t + 1, attn.size(1), dtype=torch.float32)
         return lp, attn
 
     def _finish(self, t: int, top_s: Tensor, top_row: Tensor, is_eos: Tensor, attn: Tensor) -> list[int]:
-        """Set aside the hypotheses ending in EOS among each sentence's K best candidates (with a
-        finite score), up to K per sentence; returns the finished count of each slot. The step's
-        one host read: those candidates' scores (NaN where they do not end)."""
+        """Set aside the finite hypotheses ending in EOS among each sentence's K best candidates,
+        up to K per sentence; returns the finished count of each slot. The step's one host read."""
         K = self.K
         fin = is_eos[:, :K] & torch.isfinite(top_s[:, :K])
         ended = torch.where(fin, top_s[:, :K].float(), float("nan")).cpu().numpy()  # (nb, K)
@@ -246,7 +223,7 @@ class _BeamSearch:
             flat.append(slot * top_row.size(1) + rank)  # top_row: (nb, 2K)
             sents.append(sent)
             scores.append(float(ended[slot, rank]))
-        if flat:  # their tokens (and attention) copied on the device, read when the search ends
+        if flat:  # copied on the device, read when the search ends
             sel = torch.tensor(flat, dtype=torch.long).to(self.device, non_blocking=True)
             rows = top_row.reshape(-1).index_select(0, sel)
             att = None
@@ -258,8 +235,7 @@ class _BeamSearch:
 
     def _retire(self, t: int, n_fin: list[int], new: tuple[Tensor, Tensor, Tensor]
                 ) -> tuple[Tensor, Tensor, Tensor] | None:
-        """Sentences with K finished hypotheses or at their length limit stop searching; their
-        slots are dropped now or at a later compaction. Returns the continuing candidates
+        """Sentences with K finished hypotheses or at their length limit stop searching. Returns
         `new` = (scores, rows, tokens) (nb, K) of the kept slots, or None when all are done."""
         alive, lim = self.alive, self.active_lim
         newly_done = [i for i in range(len(alive)) if alive[i] and (n_fin[i] >= self.K or t >= lim[i])]
@@ -269,23 +245,22 @@ class _BeamSearch:
             if not any(alive):
                 return None
             self.dead_dev = torch.tensor([not a for a in alive], device=self.device)
-            # the surviving rows are copied out once a quarter of the sentences are done (copying
-            # the encoder outputs costs about a step's memory traffic); grouped models' encoder
-            # outputs are one row per sentence, so they drop done sentences at once
+            # compacted once a quarter of the sentences are done (copying the encoder outputs
+            # costs about a step's memory traffic); grouped models' at once (one row a sentence)
             if self.grouped or 4 * alive.count(False) >= len(alive):
                 new = self._compact(new)
         return new
 
     def _compact(self, new: tuple[Tensor, Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         """Drop the done slots from the encoder outputs, the slot lists and `new`'s rows (the
-        decoder states and histories follow through `_advance`'s reorder)."""
+        states and histories follow in `_advance`)."""
         K, device = self.K, self.device
         keep_slots = [i for i in range(len(self.alive)) if self.alive[i]]
         ks_dev = torch.tensor(keep_slots, dtype=torch.long).to(device, non_blocking=True)
         keep_rows = (ks_dev.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
         width = int(self.lens_host[[self.active[i] for i in keep_slots]].max())
         rows = ks_dev if self.grouped else keep_rows
-        # positions beyond `width` are padding for every kept row: attending over them stops costing
+        # past `width` every kept row is padding: attending over it stops costing
         self.encs = [e.narrow(e.positions(width)).index_select(rows) for e in self.encs]
         self.active = [self.active[i] for i in keep_slots]
         self.active_lim = self.active_lim[keep_slots]
@@ -308,7 +283,6 @@ class _BeamSearch:
         self.scores = new_s.view(-1)
 
     def results(self, nbest: int) -> list[list[Hypothesis]]:
-        """Each sentence's `nbest` best finished hypotheses, best first, in input order."""
         done: list[list[Hypothesis]] = [[] for _ in self.n_finished]
         enc = self.encs[0]  # the models of an ensemble attend over the same positions
         for sents, scores, toks, att in self.pending:

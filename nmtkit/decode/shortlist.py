@@ -3,8 +3,7 @@ computed over the M most frequent target words plus the K' likeliest translation
 source words. The translations come from a lexicon built once from the training data when a
 run starts (`build_lexicon`, stored in its checkpoints): for each source word s the k target
 words t of highest Dice coefficient 2 c(s, t) / (c(s) + c(t)) over same-sentence-pair token
-co-occurrences. `shortlist_ids` gives a batch's sorted candidate ids, starting with the specials
-0..3 and padded to a multiple of beam search's top-k group (16). No torch at build time.
+co-occurrences. No torch at build time.
 """
 from __future__ import annotations
 
@@ -26,10 +25,9 @@ def _positions(off: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def build_lexicon(src_ids: Any, src_off: Any, tgt_ids: Any, tgt_off: Any, src_vocab: int, tgt_vocab: int,
                   k: int = LEXICON_K, max_pairs: int = MAX_PAIRS, seed: int = 0) -> np.ndarray:
     """(src_vocab, k) int32: each source id's k target ids of highest Dice coefficient, best
-    first (PAD, id 0, where a word has fewer than k partners).
-
-    src_ids/tgt_ids: the concatenated ids of a binarised split, src_off/tgt_off its offsets
-    (n + 1); at most `max_pairs` sentence pairs, drawn with `seed`, are counted."""
+    first (PAD, id 0, where a word has fewer than k partners). src_ids/tgt_ids: the concatenated
+    ids of a binarised split, src_off/tgt_off its offsets (n + 1); at most `max_pairs` sentence
+    pairs, drawn with `seed`, are counted."""
     src_ids, tgt_ids = np.asarray(src_ids), np.asarray(tgt_ids)
     src_off, tgt_off = np.asarray(src_off, dtype=np.int64), np.asarray(tgt_off, dtype=np.int64)
     n = len(src_off) - 1
@@ -60,10 +58,9 @@ def build_lexicon(src_ids: Any, src_off: Any, tgt_ids: Any, tgt_off: Any, src_vo
 
 def shortlist_ids(lexicon: Any, src: Any, vocab_size: int, frequent: int = FREQUENT):
     """The sorted candidate target ids (L,) long tensor for a batch of source ids `src` (B, S)
-    (padding 0 included or not: PAD's row is harmless): ids 0..frequent-1 (the specials and the
-    most frequent words), the lexicon rows of every source id, padded with the next most
-    frequent ids to a multiple of beam search's top-k group (16), or all of the vocabulary, if
-    that is not longer."""
+    (PAD's row is harmless): ids 0..frequent-1 (the specials and the most frequent words), the
+    lexicon rows of every source id, padded with the next most frequent ids to a multiple of
+    beam search's top-k group (16), or the whole vocabulary where that is not longer."""
     import torch
 
     from nmtkit.decode.search import TOPK_GROUP

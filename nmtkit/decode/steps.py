@@ -25,16 +25,11 @@ from nmtkit.text.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 @dataclass
 class Hypothesis:
-    """One translation.
-
-    tokens:    target ids without BOS/EOS.
-    score:     the length-normalised score used for ranking, log_prob / (len(tokens)+1)^alpha.
-    log_prob:  the raw sum of the token log-probabilities, EOS included.
-    attention: (len(tokens)+1, n) float tensor on the CPU over the sentence's n source tokens,
-               one row per target token and a last row for EOS; None unless asked for.
-    source_eos_attention: (len(tokens)+1,) the weights on the source EOS the model appends
-               (`EncoderOut.src_eos`), or None (no attention asked for, or no source EOS).
-    """
+    """One translation: target ids without BOS/EOS, the ranking score log_prob /
+    (len(tokens)+1)^alpha, the sum of the token log-probabilities (EOS included), and, when
+    asked for, the attention (len(tokens)+1, n) on the CPU over the sentence's n source tokens
+    (a last row for EOS) and source_eos_attention (len(tokens)+1,), the weights on the source
+    EOS the model appends (`EncoderOut.src_eos`; None without one)."""
 
     tokens: list[int]
     score: float
@@ -45,22 +40,17 @@ class Hypothesis:
 
 def finished(tokens: list[int], log_prob: float, lenpen: float, attention: Tensor | None,
              enc: EncoderOut, src_len: int) -> Hypothesis:
-    """A finished hypothesis of a sentence of `src_len` source tokens: `tokens` (ids before EOS),
-    its `log_prob` (EOS included), and its attention (len(tokens)+1, >= S') as decoding kept it,
-    cut to the sentence's source tokens and its source EOS by the encoder output that knows them."""
+    """The Hypothesis of `tokens` (ids before EOS) and `log_prob` (EOS included); its attention
+    (len(tokens)+1, >= S') as decoding kept it, cut by `enc` to the `src_len` source tokens and
+    the source EOS."""
     att, eos = enc.split_attention(attention, src_len) if attention is not None else (None, None)
-    # score = log_prob / length^lenpen: the length counts EOS, so it is never 0
     return Hypothesis(tokens=tokens, score=log_prob / (len(tokens) + 1) ** lenpen, log_prob=log_prob,
                       attention=att, source_eos_attention=eos)
 
 
 def average_log_probs(log_probs: Sequence[Tensor]) -> Tensor:
-    """[(N, V)] * M log-probabilities -> (N, V) log of their mean probability (fp32).
-
-    An ensemble's distribution is the mean of its members' probabilities, as in Nematus and
-    fairseq: log p = logsumexp_m(log p_m) - log M (not a product of experts)."""
-    if len(log_probs) == 1:
-        return log_probs[0]
+    """[(N, V)] * M log-probabilities -> (N, V) fp32 log of their mean probability, as in Nematus
+    and fairseq: log p = logsumexp_m(log p_m) - log M (not a product of experts)."""
     return torch.logsumexp(torch.stack([lp.float() for lp in log_probs]), dim=0) - math.log(len(log_probs))
 
 
@@ -82,9 +72,8 @@ def as_models(models_or_model: Seq2Seq | Sequence[Seq2Seq]) -> list[Seq2Seq]:
 def step_all(
     models: list[Seq2Seq], prev: Tensor, states: list, encs: list[EncoderOut], outs: list | None = None
 ) -> tuple[Tensor, list, Tensor]:
-    """One decoding step of every model: (combined log_probs (N, V) fp32, new states, attn (N, S));
-    `outs`: each model's shortlist output rows (`Seq2Seq.step`), V then the shortlist's length.
-    The attention of an ensemble is the models' mean."""
+    """One decoding step of every model: (combined log_probs (N, V) fp32, new states, attn (N, S),
+    an ensemble's the mean); `outs`: each model's shortlist output rows (V: the shortlist's length)."""
     steps = [m.step(prev, st, e, out) for m, st, e, out in zip(models, states, encs, outs or [None] * len(models))]
     new_states = [st for _, st, _ in steps]
     if len(models) == 1:
@@ -93,32 +82,27 @@ def step_all(
     return average_log_probs([lp.float() for lp, _, _ in steps]), new_states, attn
 
 
-def mask_specials(lp: Tensor, ban_unk: bool = False) -> None:
-    """PAD and BOS (and with `ban_unk` the unknown word) are never generated (in place)."""
+def mask_tokens(lp: Tensor, ban_unk: bool, at_limit: np.ndarray) -> None:
+    """In place: PAD and BOS (and with `ban_unk` the unknown word) are never generated, and rows
+    `at_limit` (N,) bool (host) may only emit EOS, keeping its log-probability."""
     lp[:, PAD_ID] = float("-inf")
     lp[:, BOS_ID] = float("-inf")
     if ban_unk:
         lp[:, UNK_ID] = float("-inf")
-
-
-def force_eos(lp: Tensor, rows: np.ndarray) -> Tensor:
-    """Rows `rows` (N,) bool (host) may only emit EOS, keeping EOS's own log-probability (in
-    place; touches only those rows)."""
-    idx = torch.from_numpy(np.flatnonzero(rows)).to(lp.device, non_blocking=True)
-    eos = lp[idx, EOS_ID]
-    lp[idx] = float("-inf")
-    lp[idx, EOS_ID] = eos
-    return lp
+    if at_limit.any():
+        idx = torch.from_numpy(np.flatnonzero(at_limit)).to(lp.device, non_blocking=True)
+        eos = lp[idx, EOS_ID]
+        lp[idx] = float("-inf")
+        lp[idx, EOS_ID] = eos
 
 
 @torch.inference_mode()
 def forced_log_probs(models_or_model: Seq2Seq | Sequence[Seq2Seq], src: Tensor, src_lens: Tensor,
                      tgt: Tensor) -> Tensor:
     """(B, T) fp32: log p(tgt[b, t] | tgt[b, :t], src[b]) over the whole target vocabulary, 0 at
-    padding, through `step_all` as beam search steps, so that a translation the search found scores
-    here as it scored there (`Translator.score`, `nmtkit translate --score-reference`). src: (B, S)
-    ids, src_lens: (B,); tgt: (B, T) target ids each ending with EOS, padded with PAD; all on the
-    models' device. A padded row keeps stepping on PAD (its values dropped)."""
+    padding, through `step_all` as beam search steps, so that a translation the search found
+    scores here as it scored there. src: (B, S) ids, src_lens: (B,); tgt: (B, T) target ids each
+    ending with EOS, padded with PAD; all on the models' device."""
     models = as_models(models_or_model)
     encs = [m.encode_for_steps(src, src_lens) for m in models]
     states = [m.init_state(e) for m, e in zip(models, encs)]

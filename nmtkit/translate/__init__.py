@@ -1,10 +1,9 @@
 """Text in, text out: `nmtkit translate` without the command line (`run`).
 
 The checkpoint alone is enough: it records the text pipeline and the vocabularies. Streaming:
-lines are read into a buffer, translated by a `Translator` (translator.py, also the Python API,
-`nmtkit.load`), put back in input order and written (writers.py) before the next buffer is read.
-Modules: `config`, `translator`, `alignment` (also Result, Translation), `writers` (every output);
-the translator and the writers do not import each other; this module holds the files and `run`."""
+lines are read into a buffer, translated by a `Translator` (translator.py, also the Python API),
+put back in input order and written (writers.py) before the next buffer is read; the translator
+and the writers do not import each other."""
 from __future__ import annotations
 
 import contextlib
@@ -39,9 +38,8 @@ __all__ = [
 
 def translate_stream(translator: Translator, items: Iterable[tuple], writers: Writers, config: TranslateConfig,
                      source: str, progress: Progress = no_progress) -> int:
-    """Translate numbered lines (line number, text) buffer by buffer as `config` says, or with
-    --score-reference score numbered pairs (line number, text, translation); each buffer's
-    outputs are written in input order. Returns the number of lines done."""
+    """Translate numbered lines (line number, text) buffer by buffer, or with --score-reference
+    score numbered pairs (line number, text, translation); returns the number of lines done."""
     search = config.search_config()
     alignments = bool(config.alignments or config.plot_attention)
     # each line answered as it arrives; a buffer past sys.maxsize lines (islice's bound) holds them all as well
@@ -63,8 +61,7 @@ def translate_stream(translator: Translator, items: Iterable[tuple], writers: Wr
 
 def paired_lines(sources: Iterable[str], references: Iterable[str], source: str,
                  reference: str) -> Iterable[tuple[int, str, str]]:
-    """(line number, source, translation) of two files read in step; an InputError naming the
-    shorter file's end where one has more lines than the other."""
+    """(line number, source, translation) of two files read in step, as long as both last."""
     end = object()
     for n, (src, ref) in enumerate(itertools.zip_longest(sources, references, fillvalue=end), 1):
         if src is end:
@@ -75,10 +72,7 @@ def paired_lines(sources: Iterable[str], references: Iterable[str], source: str,
 
 
 def check_files(config: TranslateConfig) -> tuple[str | None, str | None, str | None]:
-    """The files of `run`, checked before the models load and hours of decoding
-    start: the input exists, no output would be overwritten (without `config.force`), and
-    --alignments and --alignments-file come together. Returns the three as files to open
-    (`nmtkit.io.checks.file_path`: None for a standard stream)."""
+    """The files of `run`, checked before the models load, as files to open (None: a stream)."""
     input_path, output_path, alignments_file = config.input_path, config.output_path, config.alignments_file
     if config.alignments and not alignments_file:
         raise ConfigError("--alignments needs --alignments-file FILE")
@@ -114,7 +108,7 @@ def check_files(config: TranslateConfig) -> tuple[str | None, str | None, str | 
 
 def _check_reference(reference: str, input_path: str | None) -> None:
     """--score-reference's file exists and, where both are regular files, has as many lines as
-    the input (checked before the models load; a stream is checked as it is read)."""
+    the input (a stream is checked as it is read)."""
     check_found(reference, "--score-reference file not found")
     path = Path(reference)
     if path.is_dir():
@@ -129,10 +123,8 @@ def run(config: TranslateConfig, progress: Progress | None = None) -> dict[str, 
     """`nmtkit translate`: lines of `config.input_path` (stdin when None or "-") -> translations
     in `config.output_path` (stdout when None or "-") and alignments in `config.alignments_file`
     (stdout when "-"); returns {"lines": lines translated}. `progress` hears ("translate", lines
-    done, None) after every buffer. Files are written under a temporary name and renamed when
-    complete (nmtkit.io.files): a failure never leaves a half-written output looking complete.
-    `config.interactive` (or a buffer of one line) translates, writes and flushes each line as it
-    arrives. A --plot-attention folder the run creates goes again, with its plots, if it fails."""
+    done, None) after every buffer. Files appear whole or not at all (nmtkit.io.files); a
+    --plot-attention folder the run creates goes again, with its plots, if it fails."""
     if not isinstance(config, TranslateConfig):
         raise TypeError(f"nmtkit.translate.run takes a TranslateConfig, not {type(config).__name__}")
     created = new_folders(config.plot_attention) if config.plot_attention else []
@@ -147,8 +139,8 @@ def _run(config: TranslateConfig, progress: Progress) -> dict[str, int]:
     align_stdout = config.alignments_file == "-"
     input_path, output_path, alignments_file = check_files(config)
     translator = Translator(config.decode_config())
-    if config.wants_attention:
-        translator._check_attention(config.wants_attention)
+    translator._check_attention(("--replace-unk", config.replace_unk), ("--alignments", config.alignments),
+                                ("--plot-attention", config.plot_attention))
     source = input_path or "<stdin>"
     with contextlib.ExitStack() as stack:
         out_file = stack.enter_context(OutputFile(output_path)) if output_path else None
@@ -158,7 +150,6 @@ def _run(config: TranslateConfig, progress: Progress) -> dict[str, int]:
                           config, flush_each=config.interactive or config.buffer_size == 1,
                           stage_plots=out_file is not None and out_file.write_path != out_file.path)
         stack.callback(lambda: [plot.abort() for plot in writers.plots or []])  # no-ops once committed
-        # a file as every reader reads one (text.io.read_lines: .gz gunzipped, a damaged one named)
         # stdin line by line as lines arrive (a terminal or a pipe is answered without waiting)
         texts = read_text_lines(input_path) if input_path else stream_lines(sys.stdin.buffer, source)
         items = enumerate(texts, 1)

@@ -1,12 +1,10 @@
 """What translation hands out and what its attention tells: one `Result` per input line with its
-n-best hypotheses as `Translation`s (text, tokens, scores, attention over the source tokens),
-UNK replacement (Luong et al. 2015; Jean et al. 2015), hard (Pharaoh) and soft (JSON)
-alignments. Plain data and pure Python (no torch, no decoding, no writing).
+n-best hypotheses as `Translation`s, UNK replacement (Luong et al. 2015; Jean et al. 2015), hard
+(Pharaoh) and soft (JSON) alignments. Pure Python (no torch, no decoding, no writing).
 
 Token positions refer to the model's tokens (BPE subwords when the model uses BPE), counted
-from 0, EOS excluded. The attention is a hypothesis's (`nmtkit.decode.steps.Hypothesis`):
-(target tokens + EOS, source tokens) weights, with the weights on a source EOS the model appends
-apart (`source_eos`), so nothing here cuts columns."""
+from 0, EOS excluded. The attention is a hypothesis's (`nmtkit.decode.steps.Hypothesis`), its
+source EOS's weights apart (`source_eos`), so nothing here cuts columns."""
 from __future__ import annotations
 
 import json
@@ -32,13 +30,9 @@ def subword_words(tokens: Sequence[str]) -> tuple[list[int], list[str]]:
 
 def replace_unks(tgt_tokens: Sequence[str], src_tokens: Sequence[str], attention: Any,
                  unk_dict: dict[str, str] | None = None) -> list[str]:
-    """Replace each <unk> target token by the source word it attends to most.
-
-    attention: (T, len(src_tokens)) weights, rows for the target tokens (an extra EOS row is
-    ignored), columns for the source tokens. With BPE the best source subword is mapped to its
-    whole word, which goes through `unk_dict` when it has an entry (Luong et al. 2015, Jean et
-    al. 2015) and is copied as is otherwise.
-    """
+    """Replace each <unk> target token by the source word it attends to most (with BPE, the whole
+    word of the best subword), through `unk_dict` where it has an entry. attention: (T,
+    len(src_tokens)), an extra EOS row ignored."""
     out = list(tgt_tokens)
     if UNK not in out or not src_tokens:
         return out
@@ -68,9 +62,8 @@ def hard_alignment(attention: Any, n_tgt: int) -> str:
 
 def attention_matrix(attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str],
                      source_eos: Any = None) -> tuple[list[str], list[str], list[list[float]]]:
-    """A hypothesis's whole attention matrix: (column labels, row labels, rows of floats). The
-    columns: the source tokens, then "</s>" for the model's source EOS when `source_eos` (one
-    weight per row) is given; the rows: the target tokens then "</s>"."""
+    """A hypothesis's whole attention matrix: (column labels, row labels, rows of floats); the
+    columns: the source tokens, then "</s>" when `source_eos` (one weight per row) is given."""
     rows = [[float(x) for x in r] for r in attention]
     if source_eos is not None:
         for r, w in zip(rows, source_eos):
@@ -80,9 +73,8 @@ def attention_matrix(attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequ
 
 def attention_table(attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str],
                     source_eos: Any = None) -> dict[str, list]:
-    """{"src": [...], "tgt": [...], "attention": [[...], ...]}: the soft alignment of one hypothesis;
-    rows: the target tokens then "</s>", columns: the source tokens (then "</s>" when the model
-    attends to a source EOS: `source_eos`, its weights); weights rounded to 4 decimals."""
+    """{"src": [...], "tgt": [...], "attention": [[...], ...]}: `attention_matrix` as the soft
+    alignment of one hypothesis, weights rounded to 4 decimals."""
     if attention is None or not len(attention):
         return {"src": list(src_tokens), "tgt": list(tgt_tokens), "attention": []}
     src, tgt, rows = attention_matrix(attention, src_tokens, tgt_tokens, source_eos)
@@ -96,8 +88,7 @@ def soft_alignment(attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequen
 
 
 def read_unk_dict(path: str) -> dict[str, str]:
-    """`src<TAB>tgt` lines (first entry wins; src one word), read as every text input is (`text.io.read_lines`:
-    a byte order mark dropped, invalid UTF-8 or binary data an InputError naming the line)."""
+    """`src<TAB>tgt` lines (first entry wins; src one word), read as every text input is."""
     table: dict[str, str] = {}
     for lineno, line in enumerate(read_lines(path), 1):
         if not line.strip():
@@ -114,17 +105,11 @@ def read_unk_dict(path: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Translation:
-    """One translation of a line (immutable).
-
-    text: the output string (in the translator's output format); tokens: the model's target
-    tokens (subwords, after UNK replacement); score: log_prob / (len(tokens)+1)^lenpen, the
-    ranking score; log_prob: the model's log-probability, EOS included (what `Translator.score`
-    gives for this pair when the search scored the whole vocabulary, shortlist="off"; a shortlist's
-    log-probabilities are normalised over it); src_tokens: the model's source tokens; attention: (len(tokens)+1,
-    len(src_tokens)) torch weights (rows: target tokens then EOS), None unless asked for;
-    source_eos_attention: (len(tokens)+1,) the weights on the source EOS the model appends
-    (each attention row and it sum to 1), None without one.
-    """
+    """One translation of a line (immutable). text: the output string; tokens: the model's target
+    tokens (after UNK replacement); score: log_prob / (len(tokens)+1)^lenpen; log_prob: the model's
+    log-probability, EOS included (normalised over the shortlist, if any); attention and
+    source_eos_attention: as `Hypothesis`'s (each attention row and it sum to 1), None unless
+    asked for."""
 
     text: str
     tokens: tuple[str, ...]
@@ -135,9 +120,8 @@ class Translation:
     source_eos_attention: Any = field(default=None, repr=False, compare=False)
 
     def alignment(self) -> list[tuple[int, int]]:
-        """[(source i, target j)]: each target token's most attended source token (model
-        tokens, from 0, EOS excluded), as `--alignments hard` writes it. Needs the attention
-        (`generate(..., alignments=True)`)."""
+        """[(source i, target j)]: each target token's most attended source token, as
+        `--alignments hard` writes it (needs `generate(..., alignments=True)`)."""
         if self.attention is None:
             raise ValueError("no attention kept: ask for it with generate(..., alignments=True)")
         return hard_pairs(self.attention, len(self.tokens))
@@ -145,9 +129,8 @@ class Translation:
 
 @dataclass(frozen=True)
 class Result:
-    """One input line's translations (immutable). index: the line's number (from 1); src_tokens:
-    the model's source tokens (subwords); nbest: its translations, best first (none for an empty
-    line); truncated: it had more source tokens than --max-src-len, translated from the first."""
+    """One input line's translations (immutable): its number (from 1), the model's source tokens,
+    its translations, best first (none for an empty line), and whether --max-src-len cut it."""
 
     index: int
     src_tokens: tuple[str, ...]

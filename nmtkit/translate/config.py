@@ -1,12 +1,10 @@
 """The options of `nmtkit translate`, `nmtkit serve` and the Python API, each declared once.
 
-`DecodeConfig` is what a `Translator` loads with: the checkpoints, the hardware, batching and
-the text formats (`nmtkit.load`'s arguments). `SearchConfig` is how each call searches: beam,
-lengths, sampling, <unk> handling (`Translator.translate`'s arguments; `nmtkit serve` keeps one
-and takes beam and n-best per request). `TranslateConfig` is both plus the files and outputs of
-`nmtkit translate`. Each field declares its option (`nmtkit.options.option`): help, choices,
-range; the click options are generated from these fields, and `__post_init__` validates a
-config once, when it is built. Importing this module imports neither click nor torch.
+`DecodeConfig` is what a `Translator` loads with (`nmtkit.load`'s arguments), `SearchConfig` how
+each call searches (`Translator.translate`'s), `TranslateConfig` both plus the files and outputs
+of `nmtkit translate`. Each field declares its option (`nmtkit.options.option`), from which the
+click options are generated; `__post_init__` validates a config once, when it is built.
+Importing this module imports neither click nor torch.
 """
 from __future__ import annotations
 
@@ -19,14 +17,12 @@ from nmtkit.text.pipeline import INPUT_FORMATS
 
 DEFAULT_MAX_SRC_LEN = 250
 # padded source tokens per batch on the CPU when --max-tokens is not given: a batch's encoder
-# outputs (kept for all its steps) grow with sentences x longest sentence, so the longest lines
-# set a run's peak memory
+# outputs, kept for all its steps, set a run's peak memory
 CPU_MAX_TOKENS = 1536
 
 
 def batch_token_cap(max_tokens: int | None, device_type: str) -> int | None:
-    """--max-tokens, or its default on `device_type`: CPU_MAX_TOKENS on the CPU, no cap on GPUs
-    (where larger batches are faster and memory is no concern at these sizes)."""
+    """--max-tokens, or its default on `device_type`: CPU_MAX_TOKENS on the CPU, no cap on GPUs."""
     return CPU_MAX_TOKENS if max_tokens is None and device_type == "cpu" else max_tokens
 
 
@@ -94,8 +90,7 @@ class DecodeConfig:
         self.validate()
 
     def validate(self) -> None:
-        """The rules between fields (each field's own range was checked by `check_fields`); one
-        clear line otherwise. Called once, when the config is built."""
+        """The rules between fields (each field's own range was checked by `check_fields`)."""
         check_device_name(self.device)
         if not self.models:
             raise ConfigError("no model given (-m CHECKPOINT)")
@@ -103,7 +98,7 @@ class DecodeConfig:
             raise ConfigError(f"{len(self.models)} -m checkpoints given: add --ensemble to average them")
 
     def decode_config(self) -> DecodeConfig:
-        """This config's `DecodeConfig` fields, as one (what a Translator loads with)."""
+        """This config's `DecodeConfig` fields, as one."""
         return _project(self, DecodeConfig)
 
 
@@ -232,12 +227,6 @@ class TranslateConfig(SearchConfig, DecodeConfig):
                            if "--output-format" in given else "")
                 raise ConfigError(f"--score-reference scores given translations: {' and '.join(given)} "
                                   f"would change nothing{read_as}")
-
-    @property
-    def wants_attention(self) -> str | None:
-        """The first option given that needs the models' attention, or None."""
-        return next((o for o, on in (("--replace-unk", self.replace_unk), ("--alignments", self.alignments),
-                                     ("--plot-attention", self.plot_attention)) if on), None)
 
 
 def _project(config: object, cls: type) -> object:

@@ -1,9 +1,6 @@
-"""`Translator`: loaded checkpoint(s) + the recorded text pipeline; raw lines -> `Result`s
-(prepare, batch by length, beam search or sampling, UNK replacement, BPE join, detokenisation)
-or, with their translations, -> forced-decoding scores; a buffer's batches shared by forked CPU
-worker processes (`map_batches`). It writes nothing (`nmtkit.translate.writers` does). It is
-nmtkit's Python API (`nmtkit.load`) and the one path behind `nmtkit translate` and `nmtkit
-serve`. What it loads with (`DecodeConfig`) is fixed; how it searches (`SearchConfig`) is each call's:
+"""`Translator`: loaded checkpoint(s) + the recorded text pipeline; raw lines -> `Result`s or,
+with their translations, -> forced-decoding scores; it writes nothing. nmtkit's Python API and
+the one path behind `nmtkit translate` and `nmtkit serve`:
 
     model = nmtkit.load("run/checkpoint_best.pt", device="cpu")
     model.translate(["Hello, world!"], beam=5)       # -> ["Bonjour, le monde !"]
@@ -33,20 +30,15 @@ from nmtkit.workers import Workers, can_fork
 
 log = logging.getLogger(__name__)
 
-# lines a worker tokenises at a time when several do (`Translator._prepare_all`)
-PREPARE_CHUNK_LINES = 256
-# `Translator._warn_unrecorded_bpe`: this many target words ending in "@@" say the text was BPE'd
-UNRECORDED_SUBWORDS = 20
-# the name of the lines given to the Python API in warnings and errors ("<input>:N", N from 1)
-API_INPUT = "<input>"
+PREPARE_CHUNK_LINES = 256  # lines a worker tokenises at a time when several do
+UNRECORDED_SUBWORDS = 20  # this many target words ending in "@@" say the text was BPE'd
+API_INPUT = "<input>"  # the name of the Python API's lines in warnings and errors
 
 
 @dataclass(frozen=True)
 class TokenScores:
-    """A forced decoding of one (source, translation) pair (`Translator.score(per_token=True)`).
-
-    log_prob: log p(y | x), the sum of token_log_probs; tokens: the model's target tokens;
-    token_log_probs: one per token, then the EOS's (len(tokens) + 1 values)."""
+    """A forced decoding of one pair (`Translator.score(per_token=True)`): log p(y | x), the sum of
+    token_log_probs, one per target token then the EOS's (len(tokens) + 1 values)."""
 
     log_prob: float
     tokens: tuple[str, ...]
@@ -54,19 +46,15 @@ class TokenScores:
 
 
 class Translator:
-    """Loaded checkpoint(s) + pipeline: `translate`, `generate` and `score` lists of lines, each
-    call with its own search options. Build one with `nmtkit.load`. Public attributes: `config`
+    """Loaded checkpoint(s) + pipeline (build one with `nmtkit.load`). Public attributes: `config`
     (the `DecodeConfig` it was loaded with), `device`, `precision` (the one chosen), `bundle` (the
-    loaded `ModelBundle`: models, vocabularies, text pipeline, languages), `max_src_len` and
-    `max_tokens` (resolved limits)."""
+    loaded `ModelBundle`), `max_src_len` and `max_tokens` (resolved limits)."""
 
     @classmethod
     def load(cls, checkpoints: str | os.PathLike | Sequence[str | os.PathLike], *,
              warn: Callable[[str], None] | None = None, **options: Any) -> Translator:
-        """A translator over one checkpoint, or an ensemble of several (a list). `options` are
-        `DecodeConfig` fields: device, precision, threads, workers, fuse, batch_size, max_tokens,
-        max_src_len, input_format, output_format, unk_dict. An unknown or bad option raises
-        ConfigError naming it; a missing or broken checkpoint raises CheckpointError."""
+        """A translator over one checkpoint, or an ensemble of several (a list); `options` are
+        `DecodeConfig` fields (`nmtkit.load`)."""
         paths = checkpoint_paths(checkpoints)
         if warn is not None and not callable(warn):
             raise TypeError(f"warn must be a function taking one message, not {type(warn).__name__}")
@@ -80,8 +68,7 @@ class Translator:
         return cls(DecodeConfig(models=tuple(str(p) for p in paths), ensemble=len(paths) > 1, **options), warn=warn)
 
     def __init__(self, config: DecodeConfig, warn: Callable[[str], None] | None = None):
-        """Load `config.models` (`self.bundle`) on the device and in the precision `config` says
-        (validated when it was built; a `TranslateConfig` gives its `decode_config()`)."""
+        """Load `config.models` (`self.bundle`) on the device and in the precision `config` says."""
         import_torch()  # before the modules that import it, with interrupts held (see there)
         from nmtkit.checkpoint import load_bundle
         from nmtkit.models.fast.fusion import resolve_fuse
@@ -100,12 +87,9 @@ class Translator:
         # by each call that finds them changed (by another translator), never put back (resizing costs ~4 ms)
         self._threads = config.threads or default_threads()  # what --workers share
         use_threads(self._threads)
-        # auto: int8 on CPUs with int8 dot products, else bf16 where faster (GPUs, some CPUs), else fp32,
-        # chosen before loading (every architecture has int8 layers). int8 quantises each model in place as
-        # it loads, reading the float weights it replaces straight from the file (`load_model`'s prepare)
+        # chosen before loading: int8 quantises each model in place as it loads (`load_model`'s prepare)
         self.precision = resolve_decode_precision(self.device.type, config.precision)
-        fuse = resolve_fuse(config.fuse, self.device)
-        self.bundle = load_bundle(config.models, self.device, fuse_steps=fuse,
+        self.bundle = load_bundle(config.models, self.device, resolve_fuse(config.fuse, self.device),
                                   prepare=quantize_for_decoding if self.precision == "int8" else None)
         self.max_src_len = config.max_src_len or max(DEFAULT_MAX_SRC_LEN, 4 * (self.bundle.trained_max_len or 0))
         self.max_tokens = batch_token_cap(config.max_tokens, self.device.type)  # None: no cap
@@ -114,8 +98,7 @@ class Translator:
         self._batches_decoded = 0
         if self.precision == "fp16" and self.device.type != "cuda":
             log.warning(FP16_ON_CPU)
-        # autocast keeps the fp32 weights and runs matrix products in 16 bits; log-softmax and the beam
-        # scores stay in fp32 (Seq2Seq.step's); int8: float32 activations into the int8 layers, fp32 elsewhere
+        # int8: float32 activations into the int8 layers, fp32 elsewhere
         self._autocast = autocast(self.device.type, "fp32" if self.precision == "int8" else self.precision)
         self._warn_unrecorded_bpe()
 
@@ -124,12 +107,13 @@ class Translator:
         """Whether every model attends (alignments, attention plots and <unk> replacement work)."""
         return all(model.has_attention for model in self.bundle.models)
 
-    def _check_attention(self, option: str) -> None:
-        """Refuse `option` (alignments, attention plots, <unk> replacement) for a model without
+    def _check_attention(self, *options: tuple[str, Any]) -> None:
+        """Refuse the first option on of `options`, (name, value) pairs, for a model without
         attention: its all-zero weights would align every target word to the first source word."""
+        given = [name for name, on in options if on]
         for path, model in zip(self.bundle.paths, self.bundle.models):
-            if not model.has_attention:
-                raise ConfigError(f"{option} needs attention, and {path} is a model without it "
+            if given and not model.has_attention:
+                raise ConfigError(f"{given[0]} needs attention, and {path} is a model without it "
                                   f"({type(model).__name__})")
 
     def _warn_once(self, key: str, message: str) -> None:
@@ -138,9 +122,8 @@ class Translator:
             self._warn(message)
 
     def _warn_unrecorded_bpe(self) -> None:
-        """Warn when the vocabularies hold BPE subwords (words ending in "@@") that the recorded
-        pipeline does not make: the training text was split before `nmtkit preprocess`, so raw
-        or tokenised input is not split as the model was trained, and its output is not joined."""
+        """Warn when the vocabularies hold BPE subwords that the recorded pipeline does not make:
+        raw or tokenised input is not split as the model was trained, nor its output joined."""
         c = self.config
         if self.bundle.pipeline.bpe is not None or (c.input_format == "bpe" and c.output_format == "bpe"):
             return
@@ -151,24 +134,18 @@ class Translator:
                        "preprocess): give BPE'd input with --input-format bpe, and --output-format bpe to join "
                        "the output yourself")
 
-    # -- the public calls
     def generate(self, lines: Iterable[str], *, alignments: bool = False, beam: int | None = None,
                  nbest: int | None = None, lenpen: float | None = None, max_len_a: float | None = None,
                  max_len_b: float | None = None, shortlist: str | None = None, ban_unk: bool | None = None,
                  replace_unk: bool | None = None, sampling: bool | None = None, sampling_topk: int | None = None,
                  temperature: float | None = None, seed: int | None = None) -> list[Result]:
-        """One frozen `Result` per line, in order: its `nbest` best translations (`Result.nbest`,
-        with scores, tokens and, with alignments=True, the attention and `Translation.alignment()`).
-
-        The search options are `nmtkit translate`'s (`SearchConfig`, checked as the command line
-        checks them); one not given takes its default there (beam 12). Lines are raw text (or
-        the loaded input_format); an empty line gets a Result without translations."""
+        """One frozen `Result` per line, in order, with its `nbest` best translations (and with
+        alignments=True their attention). The search options are `SearchConfig`'s, checked as the
+        command line checks them; an empty line gets a Result without translations."""
         search = SearchConfig(**{k: v for k, v in locals().items() if k in _SEARCH_FIELDS and v is not None})
         if not isinstance(alignments, bool):
             raise ConfigError(f"alignments must be True or False, got {alignments!r}")
-        for option, on in (("alignments=True", alignments), ("replace_unk=True", search.replace_unk)):
-            if on:
-                self._check_attention(option)
+        self._check_attention(("alignments=True", alignments), ("replace_unk=True", search.replace_unk))
         return self._translate_buffer(list(enumerate(_lines_of(lines), 1)), search, alignments)
 
     def translate(self, lines: str | Iterable[str], **search: Any) -> str | list[str]:
@@ -180,11 +157,9 @@ class Translator:
 
     def score(self, sources: Iterable[str], targets: Iterable[str], *,
               per_token: bool = False) -> list[float] | list[TokenScores]:
-        """Forced decoding: log p(target | source) of each pair (the target's EOS included), on the
-        text pipeline translation uses, over the whole target vocabulary (an ensemble: its mean
-        probabilities). per_token=True gives `TokenScores` (each token's log-probability).
-        For a translation this model found with shortlist="off", the log-probability is `Translation.log_prob`, and
-        `Translation.score` is it divided by (len(tokens) + 1)^lenpen."""
+        """Forced decoding: log p(target | source) of each pair (EOS included) over the whole target
+        vocabulary, or with per_token=True `TokenScores`; for a translation this model found with
+        shortlist="off", its `Translation.log_prob`."""
         if not isinstance(per_token, bool):
             raise ConfigError(f"per_token must be True or False, got {per_token!r}")
         srcs, tgts = _lines_of(sources, "sources"), _lines_of(targets, "targets")
@@ -193,11 +168,9 @@ class Translator:
         scored = self._score_buffer([(n, s, t) for n, (s, t) in enumerate(zip(srcs, tgts), 1)])
         return scored if per_token else [s.log_prob for s in scored]
 
-    # -- per line
     def _prepare(self, line: str, lineno: int, source: str,
                  warn: Callable[[str], None] | None = None) -> tuple[list[str], bool]:
-        """The model's source tokens for one input line, and whether --max-src-len cut them
-        (warned through `warn`, by default the translator's)."""
+        """The model's source tokens for one input line, and whether --max-src-len cut them."""
         if not line.strip():
             return [], False
         toks = self._encode(line, "src", source, lineno)
@@ -208,8 +181,7 @@ class Translator:
         return list(toks[: self.max_src_len]), True
 
     def _encode(self, line: str, side: str, name: str, lineno: int) -> list[str]:
-        """`side`'s tokens of one line (in the loaded input_format) by the recorded pipeline; its
-        InputError (a protected pattern past its time limit) names the line as `name`:`lineno`."""
+        """`side`'s tokens of one line by the recorded pipeline; its InputError names the line."""
         try:
             return self.bundle.pipeline.encode_from(line, side, self.config.input_format)
         except InputError as err:
@@ -218,9 +190,8 @@ class Translator:
             raise InputError(err.bare_message, name, lineno) from None
 
     def _encode_translation(self, text: str, name: str, lineno: int) -> list[str]:
-        """A translation's target tokens (`_encode`), where a literal "<unk>", the unknown word as
-        translation writes it in every output format, is that word: not text to tokenise into
-        '<', 'unk', '>' or split into BPE pieces, each then scored as <unk>."""
+        """A translation's target tokens (`_encode`), where a literal "<unk>", as translation
+        writes the unknown word, is that word, not text to tokenise or split into BPE pieces."""
         if self.config.input_format == "bpe" or UNK not in text:
             return self._encode(text, "tgt", name, lineno)
         toks: list[str] = []
@@ -230,8 +201,8 @@ class Translator:
 
     def _prepare_all(self, lines: Sequence[tuple[int, str]], workers: int,
                      source: str) -> list[tuple[list[str], bool]]:
-        """`_prepare` of every line, in order; with several workers and text to tokenise, chunk by
-        chunk in the workers (their warnings given here, in line order)."""
+        """`_prepare` of every line, in order; with several workers, chunk by chunk in the workers
+        (their warnings given here, in line order)."""
         size = PREPARE_CHUNK_LINES
         if workers == 1 or self.config.input_format == "bpe" or len(lines) <= size:
             return [self._prepare(text, n, source) for n, text in lines]
@@ -249,8 +220,8 @@ class Translator:
         return prepared
 
     def _batches(self, lengths: Sequence[int], numbers: Sequence[int]) -> list[list[int]]:
-        """The batches (positions in `lengths`, zeros left out) of the non-empty lines, by length;
-        `numbers`: the lines' numbers, for the warning about a line over --max-tokens."""
+        """The batches (positions in `lengths`) of the non-empty lines, by length; `numbers`: the
+        lines' numbers."""
         from nmtkit.data.binarized import length_batches
 
         todo = [i for i, n in enumerate(lengths) if n]
@@ -265,11 +236,8 @@ class Translator:
 
     def _translate_buffer(self, lines: Sequence[tuple[int, str]], search: SearchConfig, alignments: bool = False,
                           source: str = API_INPUT) -> list[Result]:
-        """[(line number, text)] -> Results in the same order: prepare, batch by length, decode, finish;
-        the one path under `generate`, `nmtkit translate` and `nmtkit serve`. alignments: keep the
-        attention. A line's number names it in warnings (`source`:N) and keys its sample (which so
-        depends on neither buffer nor batch). Several `--workers` share the tokenising and the
-        batches, each decoding and finishing whole ones (`map_batches`)."""
+        """[(line number, text)] -> Results in the same order: prepare, batch by length, decode,
+        finish. A line's number names it in warnings (`source`:N) and keys its sample."""
         use_threads(self._threads)
         workers = resolve_workers(self.config.workers, self._threads, self.device.type)
         prepared = self._prepare_all(lines, workers, source)
@@ -297,8 +265,7 @@ class Translator:
 
     def _in_line_order(self, n_lines: int, batches: list[list[int]], run: Callable[[int], list[T]],
                        workers: int) -> list[T | None]:
-        """`run(j)` of every batch j (its lines' results, in the batch's order), shared by the
-        workers, put back in line order; None at a line in no batch (an empty one)."""
+        """`run(j)` of every batch j, put back in line order; None at a line in no batch."""
         results: list[T | None] = [None] * n_lines
         for idx, done in zip(batches, map_batches(run, len(batches), workers, self._threads)):
             for i, r in zip(idx, done):
@@ -307,9 +274,8 @@ class Translator:
 
     def _decode_batch(self, src_token_lists: Sequence[list[str]], search: SearchConfig, need_attention: bool,
                       keys: Sequence[int]) -> list[list[Any]]:
-        """Beam search (or, with search.sampling, one sample each) over non-empty token lists of
-        similar lengths -> n-best `Hypothesis` lists. keys: each sentence's line number, which
-        seeds its sample (`nmtkit.decode.sampling`)."""
+        """Beam search (or, with search.sampling, one sample each) over non-empty token lists ->
+        n-best `Hypothesis` lists. keys: each sentence's line number, which seeds its sample."""
         from nmtkit.decode.sampling import sample
         from nmtkit.decode.search import beam_search
         from nmtkit.decode.shortlist import shortlist_ids
@@ -321,16 +287,12 @@ class Translator:
                               keys, topk=s.sampling_topk, temperature=s.temperature, max_len_a=s.max_len_a,
                               max_len_b=s.max_len_b, lenpen=s.lenpen, need_attention=need_attention,
                               ban_unk=s.ban_unk)
-            # a wider beam than the target vocabulary finds nothing more and costs memory and time:
-            # every search is capped at the vocabulary (n-best lists too)
-            if s.beam > n_tgt:
+            if s.beam > n_tgt:  # a wider beam finds nothing more and costs memory and time
                 nbest = f" and --nbest {s.nbest} lists of at most {n_tgt}" if s.nbest > n_tgt else ""
                 self._warn_once(f"beam {s.beam} {s.nbest}",
                                 f"--beam {s.beam} is above the target vocabulary's {n_tgt} entries: "
                                 f"searching with a beam of {n_tgt}, which finds the same translations{nbest}")
-            # Jean et al. (2015)'s candidate list: with the lexicon the trainer stores (a checkpoint
-            # made otherwise may have none), each batch scores only its shortlist of target words
-            vocab = None
+            vocab = None  # a checkpoint the trainer did not make may have no lexicon
             if s.shortlist == "auto" and self.bundle.lexicon is not None:
                 vocab = shortlist_ids(self.bundle.lexicon, src, n_tgt)
                 vocab = vocab if len(vocab) < n_tgt else None  # beam_search moves it
@@ -343,8 +305,7 @@ class Translator:
     @contextlib.contextmanager
     def _batch_tensors(self, src_token_lists: Sequence[list[str]]) -> Iterator[tuple[Any, Any]]:
         """A batch's (padded source ids (B, S), lengths (B,)) on the CPU, decoded in inference mode
-        under the translator's autocast; every RELEASE_EVERY_BATCHES batches, the past batches'
-        buffers, which the next batches' shapes would not reuse, are given back."""
+        under the translator's autocast; every RELEASE_EVERY_BATCHES batches, free memory given back."""
         import torch
 
         from nmtkit.data.binarized import pad_rows
@@ -359,8 +320,7 @@ class Translator:
 
     def _finish(self, index: int, src_tokens: list[str], truncated: bool, hyps: Sequence[Any],
                 search: SearchConfig) -> Result:
-        """The Result of a decoded line: each hypothesis's tokens (after UNK replacement) and
-        output string (BPE joined, detokenised), built once."""
+        """The Result of a decoded line: each hypothesis's tokens and output string."""
         itos, src = self.bundle.tgt_vocab.itos, tuple(src_tokens)
         nbest = []
         for hyp in hyps:
@@ -374,9 +334,8 @@ class Translator:
 
     def _score_buffer(self, pairs: Sequence[tuple[int, str, str]], source: str = API_INPUT,
                       reference: str = API_INPUT) -> list[TokenScores]:
-        """[(line number, source text, target text)] -> each pair's forced decoding, in order;
-        batched by source length as translation is, the batches shared by the workers. An empty
-        source or target is an InputError naming its line (`source`:N, `reference`:N)."""
+        """[(line number, source text, target text)] -> each pair's forced decoding, in order,
+        batched as translation is."""
         import torch
 
         from nmtkit.data.binarized import pad_rows
@@ -419,7 +378,7 @@ class Translator:
 
     def _warn_unknown_targets(self, numbers: Sequence[int], targets: Sequence[list[str]], reference: str) -> None:
         """Warn (once per translator) at the first translation holding tokens outside the target
-        vocabulary: each is scored as <unk>, the probability of any unknown word, not of that one."""
+        vocabulary."""
         vocab = self.bundle.tgt_vocab
         for n, toks in zip(numbers, targets):
             unknown = [t for t in toks if t not in vocab]
@@ -435,11 +394,8 @@ _SEARCH_FIELDS = frozenset(f.name for f in fields(SearchConfig))
 
 
 def _lines_of(lines: Any, what: str = "lines") -> list[str]:
-    """A call's lines as a list of str; anything else is a TypeError naming the line (bytes were
-    read as character codes, None failed deep in tokenisation, a dict's keys were translated, a
-    set's order could not be matched). Each line is taken as `nmtkit translate` takes one of its
-    input: a line break or a NUL (binary data) is an InputError naming the line; a leading byte
-    order mark (text read as "utf-8", not "utf-8-sig") is dropped, not kept as a word."""
+    """A call's lines as a list of str, each taken as `nmtkit translate` takes a line of its
+    input (a line break or a NUL refused, a leading byte order mark dropped)."""
     if isinstance(lines, str):
         raise TypeError(f"{what} must be a list of lines; translate() also takes one string")
     if isinstance(lines, (bytes, bytearray, dict, set, frozenset)) or not isinstance(lines, Iterable):
@@ -460,10 +416,8 @@ def _lines_of(lines: Any, what: str = "lines") -> list[str]:
     return out
 
 
-# -- `--workers`: a buffer's batches decoded by W processes (this one and W-1 children forked once
-# the model is loaded, sharing its weights), each on its share of the threads, as Marian's
-# --cpu-threads and CTranslate2's inter_threads do: small products scale poorly over threads, and
-# Python threads serialise their per-step work. Each batch decodes as it would in one process.
+# -- `--workers`: a buffer's batches decoded by forked processes, each on its share of the threads
+# (small products scale poorly over threads, and Python threads serialise their per-step work)
 T = TypeVar("T")
 
 # `--workers` auto: at most this many workers (each one holds its batch's activations)
@@ -474,10 +428,8 @@ _DIED = ("a decoding worker process died without answering ({how}; out of memory
 
 
 def resolve_workers(workers: int | None, threads: int, device_type: str) -> int:
-    """--workers for a decode: the number given, or for auto (None) one per thread up to
-    MAX_AUTO_WORKERS on the CPU, while this process runs no other Python thread (forking a
-    process with threads can copy a lock another thread holds; a server decodes on a thread of
-    its own and so stays in one process). GPUs and systems without fork: 1."""
+    """--workers: the number given, or for auto (None) one per thread up to MAX_AUTO_WORKERS on
+    the CPU while no other Python thread runs (a fork could copy a lock another thread holds)."""
     if device_type != "cpu" or not can_fork():
         return 1
     if workers is not None:
@@ -493,11 +445,7 @@ def thread_shares(threads: int, workers: int) -> list[int]:
 
 def map_batches(decode: Callable[[int], T], n_jobs: int, workers: int, threads: int) -> list[T]:
     """[decode(0), ..., decode(n_jobs - 1)], in order, decoded by `workers` processes (this one and
-    workers-1 forked children, nmtkit.workers) with `threads` torch threads between them. A
-    child's exception is raised here (a RuntimeError naming it where it cannot be pickled); a
-    child that dies without answering (killed, out of memory) is a WorkerError saying so (one
-    line on the command line). If this process fails or is interrupted, its children are killed
-    and reaped before the exception goes on."""
+    workers-1 forked children) with `threads` torch threads between them."""
     workers = min(workers, n_jobs)
     if workers <= 1:
         return [decode(j) for j in range(n_jobs)]

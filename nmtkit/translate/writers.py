@@ -1,6 +1,5 @@
 """The outputs of `nmtkit translate`, all of them: translations (1-best lines or Moses n-best),
-alignments (one line per output line) and attention plots (the paper's Figure 3). `Writers`
-takes the `Result`s the `Translator` gives and writes them; the translator writes nothing."""
+alignments (one line per output line) and attention plots (the paper's Figure 3)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,16 +16,14 @@ def nbest_line(index: int, text: str, log_prob: float, length: int, score: float
 
 
 def is_plot_name(name: str) -> bool:
-    """Whether `name` is an attention plot's (the line number, NNNNNN.png: `Writers._plot`), a
-    file --plot-attention may overwrite."""
+    """Whether `name` is an attention plot's (NNNNNN.png), a file --plot-attention may overwrite."""
     return len(name) >= 10 and name.endswith(".png") and name[:-4].isdigit()
 
 
 def plot_attention(path: str | Path, attention: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str],
                    source_eos: Any = None) -> None:
     """The paper's Figure 3: alignment weights in grey scale (0 black, 1 white), source words
-    (and "</s>" for the model's source EOS, whose weights are `source_eos`) along the top,
-    target words and "</s>" down the side; written as a PNG (atomically)."""
+    along the top, target words down the side (`attention_matrix`); written as a PNG (atomically)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -50,11 +47,10 @@ def plot_attention(path: str | Path, attention: Any, src_tokens: Sequence[str], 
 
 
 class Writers:
-    """Every output of a translation run: translations (1-best or n-best) to `out`, alignments
-    to `align` (with config.alignments), and the attention plots of the first config.plot_limit
-    translated lines into the config.plot_attention folder (created and probed here). With
-    `stage_plots` (the translations go to a file, which appears whole at the end) the plots are
-    staged in `plots` for the caller to commit with it, never shown before it; else drawn at once."""
+    """Every output of a translation run: translations to `out`, alignments to `align`, and the
+    attention plots of the first config.plot_limit translated lines. With `stage_plots` (the
+    translations go to a file, which appears whole at the end) the plots are staged in `plots`
+    for the caller to commit with it; else drawn at once."""
 
     def __init__(self, out: IO[str], align: IO[str] | None, config: TranslateConfig, flush_each: bool,
                  stage_plots: bool = False):
@@ -95,8 +91,7 @@ class Writers:
         self.align.write(line + "\n")
 
     def _plot(self, r: Result) -> None:
-        """The best translation's attention, as NNNNNN.png (the line number; a translated line's
-        hypotheses carry attention whenever config.plot_attention asks for plots)."""
+        """The best translation's attention, as NNNNNN.png (the line number)."""
         c = self.config
         if not c.plot_attention or not r.nbest or self.plotted >= c.plot_limit:
             return
