@@ -170,9 +170,6 @@ class TrainConfig:
     loss_chunk_tokens: int = option(4096, min=1, cli=False, help="Target tokens per chunk of the output layer's loss.")
 
     def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
         """Reject out-of-range or inconsistent values with one clear line."""
         if self.precision in DECODE_PRECISIONS and self.precision not in PRECISIONS:
             raise ConfigError(f"--precision {self.precision} is for decoding (translate, serve); "
@@ -262,9 +259,7 @@ class TrainOptions:
     def __post_init__(self) -> None:
         check_fields(self, like=TrainConfig)
 
-    def given(self) -> dict[str, Any]:
-        """{name: value} of the options given."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+    given = ModelOverrides.given
 
     def replace(self, **changes: Any) -> TrainOptions:
         return dataclasses.replace(self, **changes)

@@ -38,8 +38,7 @@ _loss_hook = None
 
 
 class TrainContext:
-    """One model training on one data directory (see the module docstring); `resume`: a
-    checkpoint dict (from checkpoint_last.pt) to continue from, or None."""
+    """One model training on one data directory; `resume`: checkpoint_last.pt's dict, or None."""
 
     def __init__(
         self,
@@ -195,9 +194,8 @@ class TrainContext:
         return sum(p.numel() for p in self.params)
 
     def close(self) -> None:
-        """Leave the process group. The DDP wrapper goes first: a gradient reducer freed after
-        `shutdown` drops the group holding the interpreter lock, which gloo's worker thread may
-        need to free its last collective (a deadlock)."""
+        """Leave the process group. The DDP wrapper goes first: its reducer freed after `shutdown` drops
+        the group holding the interpreter lock, which gloo's worker may need (a deadlock)."""
         if hasattr(self.loss_module, "reducer"):  # wrapped by DistributedDataParallel
             self.loss_module = self.loss_module.module
             gc.collect()  # DDP's hooks make cycles: free the reducer now
@@ -240,10 +238,8 @@ class Accumulators:
 
 
 def train_step(ctx: TrainContext, batches: list[np.ndarray]) -> bool:
-    """One update on the minibatches of `update_batches` (this rank trains on every world_size-th):
-    gradients summed over them, clipped to --clip-norm, one optimiser step. A non-finite loss or
-    gradient applies no step and returns False (`_non_finite`). Hot path: one host read per update,
-    the finiteness check (tests/test_host_reads.py counts them)."""
+    """One update on the minibatches of `update_batches` (this rank's: every world_size-th); a
+    non-finite loss or gradient applies no step and returns False. Hot path: one host read."""
     cfg, world = ctx.cfg, ctx.dist.world_size
     pairs = np.concatenate(batches)
     n_tgt = ctx.target_tokens(pairs)  # the update's target tokens (EOS included)
@@ -388,7 +384,7 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainConfig) -> t
         return _one_kernel_or_foreach(torch.optim.Adam, params, kw)
     if cfg.optimizer == "sgd":
         return _one_kernel_or_foreach(torch.optim.SGD, params, dict(lr=cfg.lr, weight_decay=cfg.weight_decay))
-    raise AssertionError(cfg.optimizer)  # TrainConfig.validate rejects others
+    raise AssertionError(cfg.optimizer)  # TrainConfig rejects others
 
 
 def _one_kernel_or_foreach(cls, params: list, kw: dict) -> torch.optim.Optimizer:

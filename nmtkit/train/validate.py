@@ -81,17 +81,21 @@ def dev_loss(
 
 
 @torch.no_grad()
-def dev_translations(
-    model: Any, data: ParallelData, n_samples: int, beam: int, batch_size: int, device: torch.device,
-    precision: str = "fp32", stop: Callable[[], bool] | None = None,
-) -> list[list[int]]:
-    """Token ids of the translations of the first `n_samples` dev sentences; [] where no finite score."""
-    from nmtkit.decode.search import beam_search, greedy_search
+def dev_bleu(ctx: Any, n_samples: int, batch_size: int, stop: Callable[[], bool] | None = None) -> float:
+    """BLEU of a `TrainContext`'s model on the first `n_samples` dev sentences, detokenised (a
+    sentence the model gives no finite score translates as nothing)."""
+    import sacrebleu
 
+    from nmtkit.decode.search import beam_search, greedy_search
+    from nmtkit.text.pipeline import TextPipeline
+
+    model, data, device, tgt_vocab = ctx.model, ctx.valid_data, ctx.device, ctx.data.tgt_vocab
+    # a beam wider than the vocabulary finds what one as wide does (translate caps it so too), at any cost
+    beam = min(ctx.cfg.valid_beam, len(tgt_vocab))
     was_training = model.training
     model.eval()
     n = min(n_samples, len(data))
-    out: list[list[int]] = [[] for _ in range(n)]
+    ids: list[list[int]] = [[] for _ in range(n)]
     arrays = (np.asarray(data.src.ids), np.asarray(data.src.offsets), np.asarray(data.tgt.ids),
               np.asarray(data.tgt.offsets))
     ok = validated(data, n)
@@ -101,32 +105,19 @@ def dev_translations(
             _check_stop(stop)
             src, src_lens, _, _ = collate(*arrays, batch)
             src_t, lens_t = _to_device((src, src_lens), device)
-            with autocast(device.type, precision):
+            with autocast(device.type, ctx.precision):
                 if beam == 1:
                     best = greedy_search(model, src_t, lens_t, max_len=lens_t * 2 + 10)
                 else:
                     best = [nb[0] if nb else None for nb in beam_search(model, src_t, lens_t, beam=beam)]
             for k, hyp in zip(batch, best):
-                out[int(k)] = list(hyp.tokens) if hyp is not None else []
+                ids[int(k)] = list(hyp.tokens) if hyp is not None else []
                 failed += hyp is None
     finally:
         model.train(was_training)
     if failed:
         log.warning("dev BLEU: %d of %d dev sentences got no translation, the model's scores being nan or infinite: "
                     "it may have diverged", failed, len(ok))
-    return out
-
-
-def dev_bleu(ctx: Any, n_samples: int, batch_size: int, stop: Callable[[], bool] | None = None) -> float:
-    """BLEU of a `TrainContext`'s model on the first `n_samples` dev sentences, detokenised."""
-    import sacrebleu
-
-    from nmtkit.text.pipeline import TextPipeline
-
-    data, tgt_vocab = ctx.valid_data, ctx.data.tgt_vocab
-    # a beam wider than the vocabulary finds what one as wide does (translate caps it so too), at any cost
-    beam = min(ctx.cfg.valid_beam, len(tgt_vocab))
-    ids = dev_translations(ctx.model, data, n_samples, beam, batch_size, ctx.device, ctx.precision, stop)
     pipe = TextPipeline.from_dict(ctx.data.pipeline)  # the data directory's, which `read_manifest` has checked
     kept = np.flatnonzero(within_bound(data, len(ids))).tolist()  # an empty source scores as an empty translation
     hyps = [pipe.decode(tgt_vocab.decode(ids[k]), "tgt") for k in kept]
