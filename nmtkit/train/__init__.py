@@ -54,8 +54,7 @@ def train(data_dir: str | os.PathLike, run_dir: str | os.PathLike, *, preset: st
           resume: bool = False, force: bool = False, callbacks: Callbacks | Sequence[Callbacks] = (),
           **options: Any) -> TrainResult:
     """`nmtkit train --data DATA_DIR --save-dir RUN_DIR ...` from Python: `options` are its options by
-    their long names (`TrainOptions`'s and `ModelOverrides`' fields), checked as the command line
-    checks them."""
+    their long names (`TrainOptions`'s and `ModelOverrides`' fields)."""
     train_names = {f.name for f in dataclasses.fields(TrainOptions)}
     model_names = {f.name for f in dataclasses.fields(ModelOverrides)}
     unknown = sorted(set(options) - train_names - model_names)
@@ -191,8 +190,7 @@ def _lock_run(save_dir: Path) -> DirLock:
 
 
 def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path) -> Path | None:
-    """--tensorboard's folder (None without it), checked, with the package, before the run writes
-    anything. A folder to create is created under the run's lock."""
+    """--tensorboard's folder (None without it), checked, with the package, before the run writes."""
     tb_dir = None if cfg.tensorboard is None else Path(cfg.tensorboard)
     if tb_dir is not None:
         check_outputs_vs_inputs([("--data", data_dir)],

@@ -25,9 +25,8 @@ class DataDir(Manifest):
 
     @classmethod
     def open(cls, path: str | Path) -> "DataDir":
-        """The data directory at `path`, every binarised file checked against the manifest's counts
-        and each split opened (`split`), so that a truncated, missing or damaged file is named before
-        training starts. All of one folder where `preprocess --force` replaces it meanwhile."""
+        """The data directory at `path`, every binarised file checked against the manifest's counts and
+        each split opened, so that a damaged file is named before training starts."""
         return read_one_folder(path, lambda: cls._open(path))
 
     @classmethod

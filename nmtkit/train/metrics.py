@@ -130,10 +130,8 @@ def error_record(update: int, err: BaseException, by: str = "") -> str:
 
 
 def record_for_a_lost_writer(run_dir: Path, record: str, wait_s: float = 3.0) -> bool:
-    """Append `record` to train.log from a rank other than 0 when rank 0 is gone: the run's lock,
-    which rank 0 holds while it lives, is free (tried for up to `wait_s`: the kernel releases it a
-    moment after rank 0 dies). Not where the log already ends with such a record, or the run folder
-    is not on this machine. Returns whether the record was written."""
+    """Append `record` to train.log from a rank other than 0 once rank 0 is gone (the run's lock, which
+    it holds while it lives, is free within `wait_s`), unless the log ends with such a record."""
     deadline = time.monotonic() + wait_s
     while True:
         try:

@@ -115,9 +115,8 @@ def resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Pa
 
 
 def _check_run_record(save_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[str, Any]) -> None:
-    """checkpoint_last.pt's configs against the run's record of them (`_run_record`): another run's
-    checkpoint copied in would continue that run here. Not compared: the settings resume may change
-    and --update-freq (a resume that changed it may have left config.json with the new value)."""
+    """checkpoint_last.pt's configs against the run's record of them: another run's checkpoint copied
+    in would continue that run here. Not compared: what resume may change, and --update-freq."""
     found = _run_record(save_dir)
     if found is None:
         return

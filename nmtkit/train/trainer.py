@@ -259,9 +259,8 @@ class Trainer:
 
     # ---- validation ---------------------------------------------------------------------
     def validate(self, final: bool = False) -> ValidationEvent | None:
-        """Dev loss (and BLEU); keeps checkpoint_best.pt. A `final` validation (training stopped
-        between two scheduled ones) leaves the lr schedule and early stopping alone, so a later
-        --resume continues exactly. None when a stop signal ended it unfinished."""
+        """Dev loss (and BLEU); keeps checkpoint_best.pt. A `final` validation leaves the lr schedule
+        and early stopping alone. None when a stop signal ended it unfinished."""
         ctx, cfg, st = self.ctx, self.ctx.cfg, self.ctx.state
         t0 = time.perf_counter()
         try:
