@@ -1,14 +1,11 @@
 """`nmtkit train` as a plain function: `run(RunConfig, callbacks) -> TrainResult`, and from Python
 `nmtkit.train(data_dir, run_dir, preset=..., **options)` (this package, callable: `train`).
 
-A run directory holds one run: a new start over one (checkpoint_last.pt or checkpoint_best.pt
-present) is refused unless `resume` (continue exactly from checkpoint_last.pt, only the
-TrainConfig fields marked `resume` may change: `nmtkit.train.resume`) or `force` (start over). A new
-run is built in a staging folder inside RUN and committed at its first checkpoint, replacing the old
-run only then (`nmtkit.io.dirs.commit_run`). One process at a time trains in a folder (an flock on
-train.lock, taken before a resume reads its checkpoint); a refused start leaves nothing.
-Every run writes its resolved configuration to RUN/config.json and hands the same text to the
-callbacks' `on_config`; a resume checks checkpoint_last.pt against it.
+A run directory holds one run: a new start over one is refused unless `resume` (continue exactly
+from checkpoint_last.pt) or `force` (start over). A new run is built in a staging folder inside
+RUN and committed at its first checkpoint (`nmtkit.io.dirs.commit_run`). One process at a time
+trains in a folder (an flock on train.lock); a refused start leaves nothing. Every run writes its
+resolved configuration to RUN/config.json and hands the same text to `on_config`.
 """
 from __future__ import annotations
 
@@ -57,9 +54,7 @@ def train(data_dir: str | os.PathLike, run_dir: str | os.PathLike, *, preset: st
           resume: bool = False, force: bool = False, callbacks: Callbacks | Sequence[Callbacks] = (),
           **options: Any) -> TrainResult:
     """`nmtkit train --data DATA_DIR --save-dir RUN_DIR ...` from Python: `options` are its options by
-    their long names (`TrainOptions`'s and `ModelOverrides`' fields: max_updates=1000,
-    dropout=0.3, ...), checked as the command line checks them; an unknown one is a ConfigError
-    listing the valid ones. Returns the run's `TrainResult`."""
+    their long names (`TrainOptions`'s and `ModelOverrides`' fields)."""
     train_names = {f.name for f in dataclasses.fields(TrainOptions)}
     model_names = {f.name for f in dataclasses.fields(ModelOverrides)}
     unknown = sorted(set(options) - train_names - model_names)
@@ -72,8 +67,7 @@ def train(data_dir: str | os.PathLike, run_dir: str | os.PathLike, *, preset: st
 
 
 class _CallableModule(types.ModuleType):
-    """This package's type: `nmtkit.train(...)` calls `train` (importing nmtkit.train binds the
-    package, not a function, to that name)."""
+    """This package's type: `nmtkit.train(...)` calls `train` (the package shadows the function)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> TrainResult:
         return train(*args, **kwargs)
@@ -83,8 +77,7 @@ sys.modules[__name__].__class__ = _CallableModule
 
 
 def check_run_dir(save_dir: Path, resume: bool, force: bool, main: bool = True) -> None:
-    """Refuse to mix two runs in one directory (see the module docstring). `main`: this is the
-    process that writes the run (rank 0), not one that may see what rank 0 has just begun writing."""
+    """Refuse to mix two runs in one directory. `main`: this process writes the run (rank 0)."""
     if save_dir.exists() and not save_dir.is_dir():
         raise ConfigError(f"--save-dir {save_dir} exists and is not a directory")
     check_run_files_are_files(save_dir)
@@ -108,8 +101,7 @@ def check_run_dir(save_dir: Path, resume: bool, force: bool, main: bool = True) 
 
 
 def _checked_callbacks(callbacks: Any) -> Callbacks | None:
-    """One Callbacks of `callbacks` (one, or a sequence of them), each with every method of
-    `Callbacks` (found missing only once the run had started)."""
+    """One Callbacks of `callbacks` (one, or a sequence), each checked for every method of `Callbacks`."""
     many = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
     for one in many:
         missing = [m for m in CALLBACK_METHODS if not callable(getattr(one, m, None))]
@@ -125,7 +117,7 @@ def _new_configs(data: Any, options: TrainOptions, model: ModelOverrides) -> tup
                                        len(data.tgt_vocab))
     values = training_defaults(arch, options.preset)
     if options.optimizer not in (None, values["optimizer"]) and options.lr is None:  # --lr's default for it
-        values["lr"] = {"adadelta": 1.0, "adam": 1e-3}.get(options.optimizer, values["lr"])  # (Adadelta's 1.0 diverged)
+        values["lr"] = {"adadelta": 1.0, "adam": 1e-3}.get(options.optimizer, values["lr"])
     values.update(options.given())
     values.update(arch=arch, preset=options.preset)
     if options.max_tokens is not None and options.batch_size is None:
@@ -136,8 +128,7 @@ def _new_configs(data: Any, options: TrainOptions, model: ModelOverrides) -> tup
 
 
 def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> TrainResult:
-    """Train (or resume) a model as `config` says; `callbacks` (a `Callbacks`, or a sequence of
-    them) receive the run's events on rank 0: its configuration, start, updates, logs, validations."""
+    """Train (or resume) a model as `config` says; `callbacks` receive the run's events on rank 0."""
     from nmtkit import signals
     from nmtkit.checkpoint import load_checkpoint
     from nmtkit.train import distributed as ddp
@@ -181,8 +172,8 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
             tb_dir = staging / "tensorboard"  # committed with the run's files
         return _train(cfg, data, staging or save_dir, commit, arch, model_config, ckpt, callbacks, info, tb_dir)
     except BaseException:
-        # a new run that failed before its first checkpoint: its staging folder goes, and the folder is as
-        # it was, with torchrun's SIGTERM (sent to every rank once one has failed) held off, not half deleted
+        # a new run that failed before its first checkpoint: its staging folder goes, with torchrun's
+        # SIGTERM (sent to every rank once one has failed) held off, not half deleted
         if staging is not None:
             with signals.held(), contextlib.suppress(OSError):  # the error that stopped the run is the one to report
                 shutil.rmtree(staging)
@@ -193,16 +184,13 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
 
 
 def _lock_run(save_dir: Path) -> DirLock:
-    """The run's lock, taken by rank 0; a read-only or uncreatable run folder fails now, not at the
-    first checkpoint."""
+    """The run's lock, taken by rank 0; a read-only or uncreatable run folder fails now."""
     check_output_dir(save_dir, "--save-dir run folder")
     return run_lock(save_dir).acquire()
 
 
 def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path) -> Path | None:
-    """--tensorboard's folder (None without it), refused inside the data directory as --save-dir
-    is, and when it exists, unless a writable folder; and the package there: all fail before the
-    run writes anything (new or resumed). A folder to create is created under the run's lock."""
+    """--tensorboard's folder (None without it), checked, with the package, before the run writes."""
     tb_dir = None if cfg.tensorboard is None else Path(cfg.tensorboard)
     if tb_dir is not None:
         check_outputs_vs_inputs([("--data", data_dir)],
@@ -214,10 +202,8 @@ def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path) -> Path | N
 
 
 def _check_hardware(cfg: TrainConfig, arch: str, device) -> None:
-    """A GPU that is not there, or --fuse on / --cuda-graphs on where they cannot run: refused,
-    before the run folder is written. Only a check: TrainContext resolves both again, from the
-    same config and device, for the model it builds, as it is also built without `run`
-    (`Trainer(TrainContext(...))`, the tests)."""
+    """A GPU that is not there, or --fuse on / --cuda-graphs on where they cannot run: refused
+    before the run folder is written (TrainContext resolves both again for its model)."""
     from nmtkit.models import model_class
     from nmtkit.models.fast.fusion import resolve_cuda_graphs, resolve_fuse
 
@@ -226,9 +212,8 @@ def _check_hardware(cfg: TrainConfig, arch: str, device) -> None:
 
 
 def _stage_run(save_dir: Path, tb_dir: Path | None, resume: bool, force: bool) -> Path | None:
-    """On rank 0, holding the run's lock: check the run directory again (no other process can
-    change it now) and the TensorBoard folder, remove a killed start's staging folder, and stage
-    a new run (its folder returned; None for a resumed run, which writes in RUN)."""
+    """On rank 0, holding the run's lock: check the run directory again, remove a killed start's
+    staging folder, and stage a new run (its folder returned; None for a resumed run)."""
     check_run_dir(save_dir, resume, force)
     if tb_dir is not None:  # an unwritable folder fails before the run writes anything
         check_output_dir(tb_dir, "--tensorboard folder")
@@ -237,8 +222,7 @@ def _stage_run(save_dir: Path, tb_dir: Path | None, resume: bool, force: bool) -
 
 
 def _train(cfg, data, run_dir, commit, arch, model_config, ckpt, callbacks, info, tb_dir):
-    """Build the Trainer (writing in `run_dir`, committed by `commit` at the first checkpoint) and
-    run it, closing it (its log and metrics files) and the TensorBoard writer either way."""
+    """Build the Trainer and run it, closing it and the TensorBoard writer either way."""
     from nmtkit import signals
     from nmtkit.devices import threads_restored
     from nmtkit.train import distributed as ddp

@@ -1,12 +1,8 @@
 """`TrainConfig`: every option of `nmtkit train` that shapes a run, as one frozen dataclass.
 
 Each field declares its option once (`nmtkit.options.option`): help, choices, range, and whether
-it may change on `--resume` (stopping criteria, reporting, hardware). `nmtkit train`'s click
-options are generated from these fields, and `__post_init__` validates them once.
-
-The defaults for the paper's presets follow Bahdanau et al. 2015, section 4.2 / appendix B.2
-(`nmtkit.train.presets` owns every preset's settings); other presets default to Adam (lr 1e-3).
-The config is saved as a plain dict in every checkpoint and rebuilt with `TrainConfig.from_dict`.
+it may change on `--resume`; `nmtkit train`'s click options are generated from these fields. The
+config is saved as a plain dict in every checkpoint and rebuilt with `TrainConfig.from_dict`.
 """
 from __future__ import annotations
 
@@ -174,9 +170,6 @@ class TrainConfig:
     loss_chunk_tokens: int = option(4096, min=1, cli=False, help="Target tokens per chunk of the output layer's loss.")
 
     def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
         """Reject out-of-range or inconsistent values with one clear line."""
         if self.precision in DECODE_PRECISIONS and self.precision not in PRECISIONS:
             raise ConfigError(f"--precision {self.precision} is for decoding (translate, serve); "
@@ -209,16 +202,11 @@ class TrainConfig:
             raise ConfigError(f"unknown train config keys {unknown}; valid keys: {sorted(valid)}")
         return cls(**d)
 
-    def replace(self, **changes: Any) -> "TrainConfig":
-        return dataclasses.replace(self, **changes)
-
 
 @dataclass(frozen=True)
 class TrainOptions:
-    """The TrainConfig fields a user gave (`nmtkit train`'s options, by their long names; None:
-    not given): a new run resolves them over its preset's defaults (`training_defaults`), a
-    resumed run over its checkpoint's TrainConfig. Each given value is checked as TrainConfig
-    checks it (its declaration there: help, choices, range); a test holds the two field lists equal."""
+    """The TrainConfig fields a user gave (None: not given), each checked as TrainConfig checks it;
+    a test holds the two field lists equal."""
 
     arch: str | None = None
     preset: str | None = None
@@ -271,9 +259,7 @@ class TrainOptions:
     def __post_init__(self) -> None:
         check_fields(self, like=TrainConfig)
 
-    def given(self) -> dict[str, Any]:
-        """{name: value} of the options given."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+    given = ModelOverrides.given
 
     def replace(self, **changes: Any) -> TrainOptions:
         return dataclasses.replace(self, **changes)
@@ -281,8 +267,8 @@ class TrainOptions:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything `nmtkit.train.run` takes: the data directory, the run directory, the options given
-    (`TrainOptions`, `ModelOverrides`), and whether to continue the run there (`resume`) or replace it (`force`)."""
+    """Everything `nmtkit.train.run` takes: the data and run directories, the options given, and
+    whether to continue the run there (`resume`) or replace it (`force`)."""
 
     data_dir: str | Path
     save_dir: str | Path
@@ -292,8 +278,7 @@ class RunConfig:
     force: bool = False
 
     def __post_init__(self) -> None:
-        """An empty folder is refused as the command line refuses it (Path("") is the current
-        directory), and a resume or force other than True or False (a string would read as true)."""
+        """Refuse what the command line refuses (an empty folder), and a resume or force not a bool."""
         if not isinstance(self.options, TrainOptions) or not isinstance(self.model, ModelOverrides):
             raise TypeError("nmtkit.train.run takes a TrainOptions and a ModelOverrides")
         for name in ("resume", "force"):
@@ -310,8 +295,7 @@ class RunConfig:
 
 
 def training_defaults(arch: str, preset_name: str | None) -> dict[str, Any]:
-    """TrainConfig defaults implied by the model preset (the paper's procedure for its presets;
-    rnnsearch-50's for a bare architecture)."""
+    """TrainConfig defaults implied by the model preset (rnnsearch-50's for a bare architecture)."""
     name = preset_name if preset_name is not None else (arch if arch in TRAIN_DEFAULTS else None)
     out = train_defaults(name if name is not None else "rnnsearch-50")
     if "sort_batches" in out:  # a pool of `sort_batches` minibatches, in pairs

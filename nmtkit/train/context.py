@@ -1,12 +1,8 @@
-"""Everything a training update needs, fully built at construction: the device and precision,
-the training data and its batching, the model, optimiser, schedule and grad scaler (restored
-from a checkpoint on resume), the run's `TrainState` and the statistics accumulated on the
-device; and the update itself, `train_step(context, batches)`, run on a fresh context as well as
-inside the loop (`nmtkit.train.trainer`), so benchmarks and tests drive the same step that
-training runs. Also here: the optimisers (the paper's Adadelta, epsilon 1e-6, rho 0.95; or Adam,
-SGD) and the lr schedule, whose `state_dict` a resumed run continues exactly, the moving average
-of the weights (--ema-decay), and the RNG states (python, numpy, torch, the rank's GPU)
-checkpoints save per rank."""
+"""Everything a training update needs, built at construction (`TrainContext`: device, precision,
+data and batching, model, optimiser, schedule, grad scaler, `TrainState`, device-side statistics),
+and the update itself, `train_step(context, batches)`, which the loop, benchmarks and tests all
+drive. Also the optimisers, the lr schedule, the weights' moving average (--ema-decay) and the
+RNG states checkpoints save per rank."""
 from __future__ import annotations
 
 import contextlib
@@ -42,8 +38,7 @@ _loss_hook = None
 
 
 class TrainContext:
-    """One model training on one data directory (see the module docstring); `resume`: a
-    checkpoint dict (from checkpoint_last.pt) to continue from, or None."""
+    """One model training on one data directory; `resume`: checkpoint_last.pt's dict, or None."""
 
     def __init__(
         self,
@@ -76,8 +71,7 @@ class TrainContext:
         self.lr = self.schedule.lr_at(self.state.update)  # the learning rate of the last update
 
     def _setup_device(self, resume: dict[str, Any] | None) -> None:
-        """Device, precision ("auto" resolved; a resumed run's auto keeps its choice), CPU threads,
-        the process group."""
+        """Device, precision (a resumed run's auto keeps its choice), CPU threads, process group."""
         cfg = self.cfg
         self.device = resolve_device(cfg.device, self.dist.local_rank)
         # threads first: on a CPU, "auto" times a product on the threads the run will use
@@ -130,8 +124,7 @@ class TrainContext:
         self.raw_refs = data.raw_references("valid") if self.bleu_enabled and self.dist.is_main else None
 
     def _setup_model(self, resume: dict[str, Any] | None) -> None:
-        """Model, optimiser, schedule, grad scaler (same initial weights on every rank: seeded
-        identically), the resumed state, and the loss module DDP wraps."""
+        """Model (seeded alike on every rank), optimiser, schedule, scaler, resumed state, loss module."""
         from nmtkit.models import build_model
 
         cfg = self.cfg
@@ -186,8 +179,7 @@ class TrainContext:
         restore_rng(ckpt.get("rng") or {}, self.dist.rank, self.cfg.seed, self.state.update, self.device)
 
     def epoch_plan(self, epoch: int) -> list[np.ndarray]:
-        """The minibatches (arrays of pair indices) of `epoch`, in training order: a pure
-        function of the seed and the epoch."""
+        """The minibatches (arrays of pair indices) of `epoch`: a pure function of seed and epoch."""
         if self._plan_epoch != epoch:
             self._plan = epoch_batches(self.train_data.src.lengths, self.tgt_lens, self.batching,
                                        self.cfg.seed, epoch, self.keep)
@@ -202,22 +194,17 @@ class TrainContext:
         return sum(p.numel() for p in self.params)
 
     def close(self) -> None:
-        """Leave the process group (a no-op outside DDP). The DDP wrapper goes first: its gradient
-        reducer holds the group from C++, and whoever drops the group last joins gloo's worker
-        thread. A reducer freed after `shutdown` drops it holding the interpreter lock, while the
-        worker may need that lock to free its last collective: both wait forever. Dropped through
-        Python instead, the group is freed with the lock released."""
+        """Leave the process group. The DDP wrapper goes first: its reducer freed after `shutdown` drops
+        the group holding the interpreter lock, which gloo's worker may need (a deadlock)."""
         if hasattr(self.loss_module, "reducer"):  # wrapped by DistributedDataParallel
             self.loss_module = self.loss_module.module
-            gc.collect()  # DDP's hooks make cycles: free the reducer now, not at some later collection
+            gc.collect()  # DDP's hooks make cycles: free the reducer now
         ddp.shutdown(self.dist)
 
 
 class Accumulators:
-    """Sums since the last `reset`: objective, NLL and gradient norm (device tensors: no host
-    synchronisation per update), target tokens (this rank's and the global minibatches'),
-    sentences, updates; `start` is the wall time they cover from (the trainer moves it past
-    validations)."""
+    """Sums since the last `reset` (the losses and gradient norm as device tensors: no host read per
+    update); `start` is the wall time they cover from."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -240,8 +227,7 @@ class Accumulators:
         self.updates += 1
 
     def read(self, dist_info: ddp.DistInfo) -> tuple[float, float, float, float]:
-        """(objective, NLL, gradient-norm sums, target tokens), summed over ranks: the only host
-        reads of the losses."""
+        """(objective, NLL, gradient-norm sums, target tokens), summed over ranks."""
         stats = torch.stack([self.obj, self.nll, self.gnorm,
                              torch.tensor(float(self.tokens_local), device=self.device)]).double()
         if dist_info.enabled:
@@ -252,14 +238,8 @@ class Accumulators:
 
 
 def train_step(ctx: TrainContext, batches: list[np.ndarray]) -> bool:
-    """One update on the minibatches of `update_batches` (this rank trains on every
-    world_size-th, `update_freq` of them at most): forward and backward (gradients summed over all
-    of them), the gradient norm clipped to --clip-norm, one optimiser step; on success
-    `ctx.state.update` counts it. A non-finite loss or gradient applies no step and returns False:
-    --on-nan stop raises, --on-nan skip drops the update (giving up after MAX_CONSECUTIVE_SKIPS in
-    a row). Hot path: one host read per update (the finiteness check of the gradient norm;
-    tests/test_host_reads.py counts them); losses accumulate on the device, read at log intervals
-    only; source lengths stay on the host, where the packed recurrences are planned."""
+    """One update on the minibatches of `update_batches` (this rank's: every world_size-th); a
+    non-finite loss or gradient applies no step and returns False. Hot path: one host read."""
     cfg, world = ctx.cfg, ctx.dist.world_size
     pairs = np.concatenate(batches)
     n_tgt = ctx.target_tokens(pairs)  # the update's target tokens (EOS included)
@@ -294,10 +274,8 @@ def train_step(ctx: TrainContext, batches: list[np.ndarray]) -> bool:
 
 def _forward_backward(ctx: TrainContext, mine: list[np.ndarray], scale: float
                       ) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Forward and backward over this rank's minibatches `mine`, each loss sum multiplied by
-    `scale` (world size / the update's denominator: DDP averages gradients over ranks, so the
-    result is d(sum over the update)/denominator). Returns the summed loss and NLL (device
-    scalars, detached) and this rank's target tokens."""
+    """Forward and backward over this rank's minibatches, each loss sum times `scale` (world size /
+    denominator: DDP averages over ranks). Returns the summed loss and NLL (detached) and tokens."""
     non_blocking = ctx.device.type == "cuda"
     loss_total = nll_total = None
     tokens_local = 0
@@ -328,8 +306,7 @@ def _forward_backward(ctx: TrainContext, mine: list[np.ndarray], scale: float
 
 
 def _non_finite(ctx: TrainContext) -> None:
-    """--on-nan stop: raise. --on-nan skip: count the skipped update, and raise after
-    MAX_CONSECUTIVE_SKIPS in a row."""
+    """--on-nan stop: raise. skip: count the update skipped; raise after MAX_CONSECUTIVE_SKIPS."""
     st = ctx.state
     where = f"update {st.update + 1} (epoch {st.epoch}, minibatch {st.batch_in_epoch})"
     if ctx.cfg.on_nan == "stop":
@@ -348,8 +325,7 @@ def _non_finite(ctx: TrainContext) -> None:
 
 
 def rng_state(device: torch.device | None = None) -> dict[str, Any]:
-    """Every RNG the run uses, as weights_only-safe primitives and tensors: python, numpy, torch
-    and, on a CUDA `device`, that device's generator only (each rank draws on its own GPU)."""
+    """Every RNG the run uses, as weights_only-safe primitives and tensors (of CUDA, `device`'s only)."""
     version, state, gauss = random.getstate()
     np_state = np.random.get_state()
     out: dict[str, Any] = {
@@ -374,8 +350,7 @@ def set_rng_state(state: dict[str, Any], device: torch.device | None = None) -> 
 
 
 def gather_rng_states(dist_info: ddp.DistInfo, device: torch.device | None = None) -> list[dict[str, Any]]:
-    """Every rank's RNG states, its own GPU's included (on rank 0), so a resumed DDP run continues
-    exactly; a collective: every rank calls it."""
+    """Every rank's RNG states, on rank 0; a collective: every rank calls it."""
     mine = rng_state(device)
     if not dist_info.enabled:
         return [mine]
@@ -398,9 +373,8 @@ def restore_rng(saved: dict[str, Any], rank: int, seed: int, update: int,
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
-    """The optimiser named by `cfg.optimizer`, at the base learning rate. Adam and SGD use PyTorch's
-    one-kernel implementations (`fused=True`) where available (CPU and CUDA: one pass over all
-    parameters, several times faster than the per-tensor loop); Adadelta the multi-tensor path."""
+    """The optimiser named by `cfg.optimizer`, at the base learning rate: Adam and SGD fused where
+    available, Adadelta multi-tensor."""
     params = [p for p in params if p.requires_grad]
     if cfg.optimizer == "adadelta":
         return torch.optim.Adadelta(params, lr=cfg.lr, rho=cfg.adadelta_rho, eps=cfg.adadelta_eps,
@@ -410,7 +384,7 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainConfig) -> t
         return _one_kernel_or_foreach(torch.optim.Adam, params, kw)
     if cfg.optimizer == "sgd":
         return _one_kernel_or_foreach(torch.optim.SGD, params, dict(lr=cfg.lr, weight_decay=cfg.weight_decay))
-    raise AssertionError(cfg.optimizer)  # TrainConfig.validate rejects others
+    raise AssertionError(cfg.optimizer)  # TrainConfig rejects others
 
 
 def _one_kernel_or_foreach(cls, params: list, kw: dict) -> torch.optim.Optimizer:
@@ -421,9 +395,8 @@ def _one_kernel_or_foreach(cls, params: list, kw: dict) -> torch.optim.Optimizer
 
 
 class LRSchedule:
-    """lr(update) = base_lr * warm-up(update) * decay. warm-up: linear from base_lr / warmup_updates
-    to base_lr over the first `warmup_updates`. plateau: after each validation, if the dev metric did
-    not improve for more than `lr_patience` validations in a row, decay *= lr_decay (never below `min_lr`)."""
+    """lr(update) = base_lr * warm-up(update) * decay: a linear warm-up over `warmup_updates`; plateau:
+    decay *= lr_decay after more than `lr_patience` validations without a better dev metric."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, cfg: TrainConfig):
         self.optimizer, self.cfg = optimizer, cfg
@@ -469,18 +442,12 @@ class LRSchedule:
 
 
 class WeightAverage:
-    """The exponential moving average of `model`'s floating-point parameters (Polyak averaging;
-    Marian's --exponential-smoothing, fairseq's --ema-decay), in float32 beside the model (float64
-    for a float64 model; the model's other state is the model's). After update u (from 1), with
-    decay D, start update s and k = u - s:
+    """The exponential moving average of `model`'s floating-point parameters, in float32 (float64 for
+    a float64 model). After update u, with decay D, start update s and k = u - s:
 
         ema_u = theta_u                                   (u <= s)
         ema_u = d_k * ema_{u-1} + (1 - d_k) * theta_u     (u > s), d_k = min(D, (1 + k) / (10 + k))
-
-    d_k is Marian's warm-up: early on the average spans the last ~k/9 updates, not the initial
-    weights. One fused `lerp` per update. A run validates, stops early and keeps
-    checkpoint_best.pt on the average; every checkpoint's model_state is the average (what
-    `translate` and `average` read) and checkpoint_last.pt keeps the raw weights for --resume."""
+    """
 
     def __init__(self, model: nn.Module, decay: float, start: int):
         self.model, self.decay, self.start = model, decay, start
@@ -497,12 +464,8 @@ class WeightAverage:
             if update <= self.start:
                 torch._foreach_copy_(self.tensors, new)
             else:
-                torch._foreach_lerp_(self.tensors, new, 1.0 - self.decay_at(update))
-
-    def decay_at(self, update: int) -> float:
-        """The decay applied after `update` (> start): D, or less during the warm-up."""
-        k = update - self.start
-        return min(self.decay, (1 + k) / (10 + k))
+                k = update - self.start
+                torch._foreach_lerp_(self.tensors, new, 1.0 - min(self.decay, (1 + k) / (10 + k)))
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The model's state_dict with the averaged parameters in place of the raw ones."""

@@ -1,8 +1,5 @@
-"""The training side of a data directory written by `nmtkit preprocess`.
-
-Reads `manifest.json` (languages, text pipeline, vocabulary file names), the two vocabularies
-and the memory-mapped binarised splits. `train` never reads raw text, except that dev BLEU is
-scored against the raw dev references when the manifest records where they are.
+"""The training side of a data directory written by `nmtkit preprocess`: manifest, vocabularies,
+memory-mapped binarised splits, and the raw dev references dev BLEU scores against.
 """
 from __future__ import annotations
 
@@ -22,17 +19,14 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class DataDir(Manifest):
-    """A preprocessed data directory: manifest and vocabularies (data.manifest.Manifest), splits."""
+    """A preprocessed data directory: manifest and vocabularies, splits."""
 
     _splits: dict[str, ParallelData] = field(default_factory=dict, repr=False)
 
     @classmethod
     def open(cls, path: str | Path) -> "DataDir":
-        """The data directory at `path` (its manifest read by `data.manifest.read_manifest_files`), every
-        binarised file checked against the manifest's counts before training starts (lines + 1
-        offsets, lines word lengths, src_tokens / tgt_tokens ids) and each split opened (its
-        structure and ids checked: `split`): a truncated, missing or damaged file is named. All of
-        one folder where `preprocess --force` replaces it meanwhile (`read_one_folder`)."""
+        """The data directory at `path`, every binarised file checked against the manifest's counts and
+        each split opened, so that a damaged file is named before training starts."""
         return read_one_folder(path, lambda: cls._open(path))
 
     @classmethod
@@ -70,10 +64,8 @@ class DataDir(Manifest):
         return self._splits[name]
 
     def valid_split(self) -> ParallelData:
-        """The dev set validation scores: the 'valid' split, with at least one pair whose source is
-        not empty and whose sides are within VALID_MAX_TOKENS (validation skips the others, and a
-        dev set of nothing scored a loss of 0, which early stopping and the best checkpoint then
-        acted on)."""
+        """The 'valid' split, refused without a pair validation can score (a dev set of nothing
+        scores a loss of 0, which early stopping and the best checkpoint would act on)."""
         if not self.has_split("valid"):
             raise InputError("no 'valid' split in the data directory (validation needs a dev set)", str(self.path))
         data = self.split("valid")
@@ -92,8 +84,7 @@ class DataDir(Manifest):
 
     def check_bleu_samples(self, n: int) -> None:
         """Refuse --valid-bleu-samples `n` where the first n dev pairs all have a side over the
-        bound validation scores: dev BLEU of nothing was nan at every validation, never shown, and
-        with --best-metric bleu never a best (no checkpoint_best.pt)."""
+        bound validation scores (dev BLEU of nothing: nan, never a best)."""
         from nmtkit.train.validate import VALID_MAX_TOKENS, within_bound
 
         data = self.split("valid")
@@ -103,11 +94,8 @@ class DataDir(Manifest):
                               "nothing: raise --valid-bleu-samples (0: no dev BLEU)", str(self.path))
 
     def raw_references(self, name: str = "valid") -> list[str] | None:
-        """The raw (untokenised) target side of split `name`, when the manifest says where it
-        was read from (`splits[name]["prefix"]`, an absolute path, with raw input) and that file
-        is still the one preprocess read (its sha256 in the manifest's "inputs" and the split's
-        number of lines); else None (BLEU then uses the binarised references).
-        Lowercased where the pipeline lowercases."""
+        """The raw target side of split `name` (lowercased where the pipeline lowercases), when the
+        manifest says where it was read from and that file is still the one preprocess read; else None."""
         info = (self.manifest.get("splits") or {}).get(name) or {}
         settings = self.manifest.get("settings") or {}
         prefix = info.get("prefix")

@@ -1,11 +1,9 @@
-"""Several processes, one model: PyTorch's own engine (torchrun + DistributedDataParallel).
+"""Several processes, one model: torchrun + DistributedDataParallel.
 
-`torchrun --nproc_per_node N -m nmtkit train ...` starts N processes with RANK, LOCAL_RANK,
-WORLD_SIZE, MASTER_ADDR and MASTER_PORT set; `init()` joins them into a process group (NCCL on
-CUDA, gloo on CPU). Every rank computes the same epoch plan (`nmtkit.data.binarized`) and trains
-on its own minibatches of each update (--batch-size and --max-tokens are per rank; --update-freq
-sums several per rank), so N ranks see N times the pairs of one per update. Only rank 0
-validates and writes files; what it decides (dev score, stop) is broadcast.
+`torchrun --nproc_per_node N -m nmtkit train ...` starts N processes; `init()` joins them into a
+process group (NCCL on CUDA, gloo on CPU). Every rank computes the same epoch plan and trains on
+its own minibatches of each update. Only rank 0 validates and writes files; what it decides (dev
+score, stop) is broadcast.
 """
 from __future__ import annotations
 
@@ -24,9 +22,8 @@ from nmtkit import signals
 from nmtkit.errors import ConfigError, TrainingError
 from nmtkit.progress import note
 
-# How long a rank waits in a collective before the job is declared hung. Rank 0 validates alone
-# (dev loss and dev BLEU, the first one also compiling the decoding graphs) while the others wait
-# in the next collective: NCCL's default of 10 minutes is shorter than a validation can take.
+# How long a rank waits in a collective before the job is declared hung: rank 0 validates alone while
+# the others wait, and NCCL's default of 10 minutes is shorter than a validation can take.
 PROCESS_GROUP_TIMEOUT = timedelta(hours=2)
 
 
@@ -64,12 +61,9 @@ def env_info() -> DistInfo:
 
 
 def init(info: DistInfo, device: torch.device) -> None:
-    """Join the process group (no-op for a single process). Under torchrun on Linux, at any world
-    size, the process first asks for SIGTERM when torchrun itself dies (kill -9, a closed login), as
-    when it stops the job, so the ranks save checkpoint_last.pt and exit. torchrun starts each rank
-    in a session of its own, so without this they trained on, orphaned, holding the run's lock. (The
-    kernel sends the signal when the thread that started the process ends: torchrun starts its
-    ranks from its main thread.)"""
+    """Join the process group (no-op for a single process). Under torchrun the process first asks
+    for SIGTERM when torchrun itself dies, so that the ranks save checkpoint_last.pt and exit rather
+    than train on, orphaned in sessions of their own, holding the run's lock."""
     if "TORCHELASTIC_RUN_ID" in os.environ:
         signals.die_with_parent(signal.SIGTERM, os.getppid())
     if not info.enabled or dist.is_initialized():
@@ -80,9 +74,8 @@ def init(info: DistInfo, device: torch.device) -> None:
     backend = "nccl" if device.type == "cuda" else "gloo"
     note(logging.getLogger(__name__), f"rank {info.rank} waits for the job's {info.world_size - 1} other process(es) "
          f"to join at {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} (for up to {PROCESS_GROUP_TIMEOUT})")
-    # SIGTERM and SIGINT end the process at once while it joins the group: the join waits in C++ for
-    # the other ranks, where Python's handlers do not run. Nothing is lost: the other ranks have
-    # written nothing yet, and rank 0's new run is put right at the next start (`nmtkit.train.run`).
+    # SIGTERM and SIGINT end the process at once while it joins (in C++, where Python's handlers do
+    # not run): nothing is written yet.
     with signals.handled_by(signal.SIG_DFL):
         dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size,
                                 timeout=PROCESS_GROUP_TIMEOUT)
@@ -103,8 +96,7 @@ def broadcast_floats(values: list[float], info: DistInfo, device: torch.device) 
 
 
 def rank0_choice(value: str, choices: tuple[str, ...], info: DistInfo, device: torch.device) -> str:
-    """Rank 0's `value` (one of `choices`) on every rank: for what each rank decides alone but
-    all must share (a timed `--precision auto` on the CPU)."""
+    """Rank 0's `value` (one of `choices`) on every rank (a timed `--precision auto`)."""
     (index,) = broadcast_floats([float(choices.index(value))], info, device)
     return choices[int(index)]
 
@@ -125,8 +117,7 @@ def any_flag(flag: bool, info: DistInfo, device: torch.device) -> bool:
 
 def check_same(values: dict[str, object], info: DistInfo, device: torch.device) -> None:
     """A ConfigError on every rank where a rank's `values` (its options, model, data) are not rank
-    0's: a process started with another command line (a second machine's) or --data hung in
-    collectives that did not match, failed in DDP's traceback, or trained on its own epoch plan."""
+    0's: such a process hangs in collectives that do not match, or trains on its own epoch plan."""
     if not info.enabled:
         return
     mine = [float(int.from_bytes(hashlib.blake2b(repr(v).encode(), digest_size=6).digest(), "big"))
@@ -144,10 +135,8 @@ _LOST_PEER = ("Connection reset by peer", "Connection closed by peer", "gloo/tra
 
 
 def lost_process_error(err: BaseException, update: int, saved_update: int | None) -> TrainingError | None:
-    """One line for a collective that failed, most often because another process of the job
-    stopped (killed, out of memory, its machine lost), in place of the backend's traceback; None
-    for any other error. `update`: the updates done; `saved_update`: the update
-    checkpoint_last.pt holds, None where the run has saved none."""
+    """One line for a collective that failed because another process of the job stopped, in place
+    of the backend's traceback; None for any other error. `saved_update`: checkpoint_last.pt's."""
     if not isinstance(err, RuntimeError):
         return None
     text = str(err)

@@ -1,7 +1,6 @@
 """What a training run tells its caller and remembers: typed events, the `Callbacks` that receive
-them (the CLI's progress display, the TensorBoard writer), the `TrainState` saved in every
-checkpoint and the `TrainResult` a run returns. A log and a validation event are also the records
-of metrics.jsonl (`record()`: the fields in order, under "kind")."""
+them, the `TrainState` saved in every checkpoint and the `TrainResult` a run returns. A log and a
+validation event are also the records of metrics.jsonl (`record()`)."""
 from __future__ import annotations
 
 import math
@@ -73,8 +72,7 @@ CALLBACK_METHODS = ("on_start", "on_update", "on_log", "on_validation", "on_mess
 
 
 class Callbacks:
-    """What the trainer tells its caller; every method does nothing unless overridden
-    (`CALLBACK_METHODS` names them all)."""
+    """What the trainer tells its caller; every method does nothing unless overridden."""
 
     def on_start(self, event: StartEvent) -> None: ...
 
@@ -118,17 +116,15 @@ class TrainState:
     best_score: float | None = None  # the best dev score of all validations: checkpoint_best.pt's
     best_update: int | None = None
     bad_validations: int = 0
-    # the best of the scheduled validations (every --valid-every updates) only: what --patience
-    # counts against, so that the validation of a run stopping in between (by --max-updates,
-    # --max-time, a signal) does not change when a resumed run stops early
+    # the best of the scheduled validations only: what --patience counts against, so that the final
+    # validation of a run that stops in between does not change when a resumed run stops early
     scheduled_best: float | None = None
     last_valid_update: int | None = None
     elapsed: float = 0.0  # training seconds over all sessions of the run
     skipped_batches: int = 0
 
     def record_best(self, score: float, higher_is_better: bool) -> bool:
-        """Note a dev score at this update; True when it is the best so far (never a non-finite
-        one). The early-stopping count is the trainer's."""
+        """Note a dev score at this update; True when it is the best so far (never a non-finite one)."""
         improved = _better(score, self.best_score, higher_is_better)
         self.last_valid_update = self.update
         if improved:

@@ -1,12 +1,7 @@
-"""What a run writes for people to read: metrics.jsonl, curves.png, train.log, and with
---tensorboard the same records as TensorBoard scalars (`TensorBoardCallbacks`).
-
-`metrics.jsonl` has one JSON object per line: `{"kind": "train", ...}` per log interval and
-`{"kind": "valid", ...}` per validation, each with the update number. On resume, the lines
-written after the checkpoint being resumed are dropped (and a validation the checkpoint does not
-hold, which the resumed run repeats), so the file always describes the run that the checkpoints
-continue. `curves.png` (train and dev loss, dev BLEU against updates) is
-redrawn at each validation with matplotlib's Agg backend and replaced atomically.
+"""What a run writes for people to read: metrics.jsonl (one JSON record per log interval and
+validation), curves.png (redrawn at each validation), train.log, and with --tensorboard the same
+records as TensorBoard scalars. On resume, records after the checkpoint being resumed are dropped,
+so the files describe the run that the checkpoints continue.
 """
 from __future__ import annotations
 
@@ -32,7 +27,7 @@ class MetricsLog:
     """metrics.jsonl + curves.png in a run directory."""
 
     def __init__(self, run_dir: str | Path, resume: tuple[int, int | None] | None = None):
-        """`resume`: (the update of the checkpoint resumed, the update of its last validation)."""
+        """`resume`: (the checkpoint's update, the update of its last validation)."""
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "metrics.jsonl"
         self.records: list[dict[str, Any]] = []
@@ -58,7 +53,6 @@ class MetricsLog:
             raise name_error(err, str(self.path)) from None
 
     def draw_curves(self) -> None:
-        """Redraw curves.png: losses (train, dev) and dev BLEU against updates."""
         try:
             draw_curves(self.records, self.run_dir / "curves.png")
         except Exception as err:  # a plot must never stop a week-long run
@@ -69,6 +63,7 @@ class MetricsLog:
 
 
 def draw_curves(records: list[dict[str, Any]], path: Path) -> None:
+    """Losses (train, dev) and dev BLEU against updates."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -98,8 +93,7 @@ def draw_curves(records: list[dict[str, Any]], path: Path) -> None:
 
 
 class _RunLog(logging.FileHandler):
-    """train.log: a write that fails (a full disk) stops the run with one line naming the
-    file, instead of logging's "--- Logging error ---" traceback on stderr at every record."""
+    """train.log: a write that fails (a full disk) stops the run with one line naming the file."""
 
     def __init__(self, run_dir: Path):
         super().__init__(run_dir / RUN_LOG, encoding="utf-8")
@@ -130,19 +124,14 @@ def setup_file_log(run_dir: Path) -> logging.Handler:
 
 
 def error_record(update: int, err: BaseException, by: str = "") -> str:
-    """train.log's record of the error that stopped a run (its last line); `by` names a writer
-    other than rank 0."""
+    """train.log's record of the error that stopped a run; `by` names a writer other than rank 0."""
     first = str(err).splitlines()[0] if str(err) else ""
     return f"{_STOPPED} {update}{by}: {type(err).__name__}: {first}"
 
 
 def record_for_a_lost_writer(run_dir: Path, record: str, wait_s: float = 3.0) -> bool:
-    """Append `record` (`error_record`) to train.log from a rank other than 0 when rank 0, the log's
-    one writer, is gone: the run's lock (`nmtkit.io.dirs.run_lock`), which rank 0 holds while it lives,
-    is free. The kernel releases it when rank 0 dies, maybe a moment after its peers see its connection
-    close: it is tried for up to `wait_s`. Nothing is written where the log already ends with such a
-    record (rank 0's, or another rank's) or the run folder is not on this machine. Returns whether
-    the record was written."""
+    """Append `record` to train.log from a rank other than 0 once rank 0 is gone (the run's lock, which
+    it holds while it lives, is free within `wait_s`), unless the log ends with such a record."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -183,7 +172,7 @@ VALID_SCALARS = ("loss", "ppl", "bleu", "best_score")
 
 
 def require_tensorboard() -> Any:
-    """torch's SummaryWriter class, or a one-line ConfigError saying how to install tensorboard."""
+    """torch's SummaryWriter class, or a ConfigError saying how to install tensorboard."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
@@ -193,8 +182,7 @@ def require_tensorboard() -> Any:
 
 class TensorBoardCallbacks(FanOut):
     """Writes log and validation events as scalars (rank 0 only); forwards every callback to `inner`.
-    The writer purges from the resumed update + 1 (1 for a new run), so TensorBoard drops what a
-    killed session logged after the checkpoint being resumed, as metrics.jsonl does."""
+    The writer purges what a killed session logged after the update resumed, as metrics.jsonl does."""
 
     def __init__(self, log_dir: str | Path, inner: Callbacks | None = None, start_update: int = 0):
         writer_class = require_tensorboard()

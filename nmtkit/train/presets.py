@@ -1,13 +1,10 @@
 """Named model presets: the paper's configurations and a small one for CPUs.
 
 `PRESETS[name] = (arch, model config dict)`; `TRAIN_DEFAULTS[name]` holds the training settings
-that belong to the preset (maximum sentence length, the paper's optimiser and batch size);
-`train.config.training_defaults` turns them into TrainConfig defaults; `resolve_model` builds a
-run's model config from a preset or an architecture and `nmtkit train`'s `ModelOverrides`.
-The paper presets follow Bahdanau et al. (2015) section 4.2 and appendix B, RNNencdec Cho et al.
-(2014) at the same sizes (docs/paper-notes.md). "small" is the CPU peer benchmark's setup; its
-alignment and maxout sizes, `init="uniform"`, `dropout_sites="out"`, `readout="new"`, bf16
-`precision="auto"` and `ema_decay=0.998` are our choices, by the ablations in docs/experiments.md.
+that belong to the preset; `resolve_model` builds a run's model config from a preset or an
+architecture and `ModelOverrides`. The paper presets follow Bahdanau et al. (2015) section 4.2
+and appendix B, RNNencdec Cho et al. (2014) at the same sizes (docs/paper-notes.md); "small"'s
+choices are by the ablations in docs/experiments.md.
 """
 from __future__ import annotations
 
@@ -69,8 +66,7 @@ def train_defaults(name: str) -> dict[str, Any]:
 
 
 def preset_table() -> dict[str, dict[str, Any]]:
-    """Every preset as one dict: {"arch": ..., its model sizes ..., its training settings ...}
-    (vocabulary sizes are the data's when a run starts)."""
+    """Every preset as one dict: {"arch": ..., its model sizes ..., its training settings ...}."""
     return {name: {"arch": preset(name)[0], **preset(name)[1], **train_defaults(name)} for name in PRESETS}
 
 

@@ -1,13 +1,11 @@
 """What a resumed run takes from its checkpoint, and what it checks first: the configs (only the
-TrainConfig fields marked `resume` may change, and --update-freq where the number of processes
-changes with it, see `resumed_update_freq`), the data directory (its text pipeline, vocabularies,
-training and dev data those the checkpoint records) and the run's record of itself (another
-run's checkpoint copied in is refused). Nothing here writes: `nmtkit.train.run` resumes."""
+TrainConfig fields marked `resume` may change), the data directory (the one the checkpoint
+records) and the run's record of itself. Nothing here writes: `nmtkit.train.run` resumes."""
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +28,7 @@ def config_text(cfg: TrainConfig, arch: str, model_config: dict[str, Any]) -> st
 
 
 def resume_config(ckpt: dict[str, Any], options: TrainOptions, world_size: int = 1) -> TrainConfig:
-    """The checkpoint's TrainConfig with the overridable options the user gave changed, and
-    --update-freq as `resumed_update_freq` decides for `world_size` processes."""
+    """The checkpoint's TrainConfig with the overridable options the user gave changed."""
     old = TrainConfig.from_dict(ckpt["train_config"])
     overridable = resume_overridable(TrainConfig)
     changes = {"update_freq": resumed_update_freq(old.update_freq, ckpt["trainer"]["world_size"], world_size,
@@ -46,17 +43,13 @@ def resume_config(ckpt: dict[str, Any], options: TrainOptions, world_size: int =
             raise ConfigError(f"{option_name(name)} {value} differs from the run being resumed "
                               f"({'not given' if was is None else was}); {why}start a new run to change it")
         changes[name] = value
-    return old.replace(**changes)
+    return replace(old, **changes)
 
 
 def resumed_update_freq(was: int, was_world: int, world: int, given: int | None) -> int:
-    """--update-freq of a run resumed with `world` processes: an update sums `world` x
-    --update-freq minibatches, consecutive in the epoch's plan, so a run saved by `was_world`
-    processes at --update-freq `was` continues with the same updates at any process count whose
-    --update-freq keeps that product (the data, the global batch and the learning dynamics stay;
-    only the summation order, new processes' dropout masks and the last update of an epoch that
-    ends between two whole rounds differ). A product that changes is refused: it would make the
-    run another experiment."""
+    """--update-freq of a run resumed with `world` processes: one that keeps the minibatches per
+    update (`world` x --update-freq) of the run saved by `was_world` processes at `was`; a product
+    that changes is refused (it would make the run another experiment)."""
     now = was if given is None else given
     per_update = was_world * was
     if world * now == per_update:
@@ -122,12 +115,8 @@ def resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Pa
 
 
 def _check_run_record(save_dir: Path, cfg: TrainConfig, arch: str, model_config: dict[str, Any]) -> None:
-    """checkpoint_last.pt's configs against the run's record of them (`_run_record`): another run's
-    checkpoint copied in would continue that run here, over this one's kept checkpoints,
-    checkpoint_best.pt and metrics. Not compared: the settings resume may change, --update-freq
-    (checked against the checkpoint by `resumed_update_freq`; a resume that changed it and stopped
-    before its first save left config.json with the new value). A record that lacks a setting
-    (another nmtkit's) is refused."""
+    """checkpoint_last.pt's configs against the run's record of them: another run's checkpoint copied
+    in would continue that run here. Not compared: what resume may change, and --update-freq."""
     found = _run_record(save_dir)
     if found is None:
         return
@@ -153,9 +142,8 @@ def _check_run_record(save_dir: Path, cfg: TrainConfig, arch: str, model_config:
 
 
 def _run_record(save_dir: Path) -> tuple[dict[str, Any], str, Path] | None:
-    """The run's configs as config.json (written at its start) records them, else, where that is
-    missing or unreadable (resume writes it again), as checkpoint_best.pt does (as JSON would hold
-    them); where they were read (in words) and that file; None where neither can be read."""
+    """The run's configs as config.json records them, else as checkpoint_best.pt does; where they
+    were read (in words) and that file; None where neither can be read."""
     from nmtkit.checkpoint import load_checkpoint
 
     try:
@@ -173,8 +161,7 @@ def _run_record(save_dir: Path) -> tuple[dict[str, Any], str, Path] | None:
 
 
 def _split_sizes(manifest: Any, split: str) -> str | None:
-    """The split's pairs and tokens as a data directory's manifest records them (None where it
-    does not)."""
+    """The split's pairs and tokens as a data directory's manifest records them, or None."""
     info = ((manifest or {}).get("splits") or {}).get(split) if isinstance(manifest, dict) else None
     if not isinstance(info, dict) or not all(k in info for k in ("lines", "src_tokens", "tgt_tokens")):
         return None
@@ -182,9 +169,7 @@ def _split_sizes(manifest: Any, split: str) -> str | None:
 
 
 def _digests(manifest: Any, split: str) -> tuple[list[str], list[str]] | None:
-    """The sha256 of the split's two text files, as preprocess recorded them
-    (`data.manifest.recorded_digests`; None where it did not): the same text read from another
-    path counts as the same."""
+    """The sha256 of the split's two text files, as preprocess recorded them, or None."""
     prefix = ((manifest.get("splits") or {}).get(split) or {}).get("prefix") if isinstance(manifest, dict) else None
     if not isinstance(prefix, str):
         return None

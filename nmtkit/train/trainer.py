@@ -1,13 +1,8 @@
-"""The training loop: updates, validation, checkpoints, exact resume, signals, DDP.
-
-A `TrainContext` (model, optimiser, data, state) and `train_step` (one update) are driven here:
-the loop validates, saves and stops, reports through typed events (`nmtkit.train.events`) and
-the `nmtkit` logger, and writes the run directory on rank 0: metrics.jsonl, curves.png,
-train.log, checkpoint_last.pt (model, optimiser, schedule, scaler and RNG states, the position in
-the data: N updates equal N/2 + resume + N/2 bit for bit on the CPU), checkpoint_best.pt and
-checkpoint_N.pt (the model only), each with what decoding needs. SIGINT / SIGTERM save a
-checkpoint after the current update and stop (a second Ctrl-C aborts at once); distributed
-ranks agree on the update they stop at.
+"""The training loop: it drives a `TrainContext` with `train_step`, validates, saves and stops,
+reports through typed events and the `nmtkit` logger, and writes the run directory on rank 0.
+checkpoint_last.pt holds everything to resume exactly (N updates equal N/2 + resume + N/2 bit
+for bit on the CPU); checkpoint_best.pt and checkpoint_N.pt the model only. SIGINT / SIGTERM
+save a checkpoint after the current update and stop; distributed ranks stop at the same update.
 """
 from __future__ import annotations
 
@@ -43,10 +38,8 @@ DDP_SYNC_EVERY = 10  # updates between the collective checks of stop signals / t
 
 
 class Trainer:
-    """Trains one model on one data directory into one run directory: the loop in `train()`
-    driving a `TrainContext` built beforehand (`Trainer(TrainContext(cfg, data, run_dir, ...))`).
-    `commit`, for a new run staged by `nmtkit.train.run`: called once the first checkpoint is saved,
-    it moves the run's files to the run directory it returns, where the run writes from then on."""
+    """Trains a `TrainContext` into its run directory. `commit` (a new run staged by
+    `nmtkit.train.run`): called at the first checkpoint, it returns the run directory to write in."""
 
     def __init__(self, ctx: TrainContext, commit: Callable[[], Path] | None = None):
         self.ctx = ctx
@@ -58,7 +51,7 @@ class Trainer:
         self._last_saved = ctx.state.update if ctx.resumed else None  # the update checkpoint_last.pt holds
         self.metrics: MetricsLog | None = None
         self._log_handler: logging.Handler | None = None
-        if ctx.dist.is_main:  # the run directory (stale temp files of a killed write removed), metrics, log
+        if ctx.dist.is_main:
             ctx.run_dir.mkdir(parents=True, exist_ok=True)
             for pattern in ("checkpoint_*.pt.*.tmp", "curves.png.*.tmp"):  # writes cut by SIGKILL
                 for stale in ctx.run_dir.glob(pattern):
@@ -73,9 +66,8 @@ class Trainer:
 
     # ---- the loop -----------------------------------------------------------------------
     def train(self) -> TrainResult:
-        """Train until a stopping criterion; always leaves checkpoint_last.pt of the final state.
-        An error that stops the run is recorded in train.log too; a collective that fails because
-        another process of the job stopped becomes one line (`ddp.lost_process_error`)."""
+        """Train until a stopping criterion, leaving checkpoint_last.pt of the final state. An error
+        is recorded in train.log too; a collective failed by a lost process becomes one line."""
         try:
             return self._train()
         except Exception as err:
@@ -87,9 +79,8 @@ class Trainer:
             raise
 
     def _record_error(self, err: BaseException, lost: bool) -> None:
-        """The error that stopped the run, as train.log's last line (not on stderr, where the
-        caller reports it): written by rank 0, or, when the job `lost` a process and that was
-        rank 0, by the first other rank to find it gone (`metrics.record_for_a_lost_writer`)."""
+        """The error that stopped the run, as train.log's last line: by rank 0, or where the job
+        `lost` rank 0, by the first other rank to find it gone."""
         update = self.ctx.state.update
         with contextlib.suppress(Exception):  # the error that stopped the run is the one to report
             if self._log_handler is not None:
@@ -128,7 +119,6 @@ class Trainer:
                             "larger one to go on", reason, getattr(cfg, reason.replace("-", "_")))
             self._log_interval()
             if reason in ("max-updates", "max-epochs", "max-time") and st.last_valid_update != st.update:
-                # Users expect checkpoint_best.pt after a run that stopped on a budget.
                 self._save_progress()
                 last_valid = self.validate(final=True) or last_valid
             self._save_progress()
@@ -137,8 +127,8 @@ class Trainer:
         return TrainResult(reason, st.update, st.epoch, st.best_score, st.best_update, last_valid)
 
     def _next_update(self) -> list[np.ndarray] | str:
-        """The minibatches of the next update, moved past in the data position; [] where the
-        epoch ends (the next call starts the next epoch); "max-epochs" after the last epoch."""
+        """The next update's minibatches (the data position moved past them); [] where the epoch
+        ends; "max-epochs" after the last epoch."""
         cfg, st = self.ctx.cfg, self.ctx.state
         plan = self.ctx.epoch_plan(st.epoch)
         if st.batch_in_epoch >= len(plan):
@@ -155,7 +145,7 @@ class Trainer:
         return batches
 
     def _after_update(self) -> ValidationEvent | None:
-        """The log record, validation and checkpoints due at this update (the validation's event)."""
+        """The log record, validation and checkpoints due at this update."""
         cfg, st = self.ctx.cfg, self.ctx.state
         if st.update % RELEASE_EVERY_UPDATES == 0 and self.ctx.device.type == "cpu":
             release_free_memory()  # past batches' buffers, which the next shapes would not fit
@@ -169,9 +159,7 @@ class Trainer:
         if keep:  # before checkpoint_last.pt: a run killed between the two resumes before this update, not after it
             self.saver.save_model(kept_name(st.update))
         if st.update % cfg.valid_every == 0:
-            # saved first, so an error in validation loses no training; a resume from this
-            # checkpoint runs the validation again (see `_pending_validation`)
-            self._save_progress()
+            self._save_progress()  # first: an error in validation loses no training
             event = self.validate()
         if st.update % cfg.save_every == 0:
             self._save_progress()  # again after a validation: with its outcome
@@ -182,11 +170,8 @@ class Trainer:
         return self.ctx.state.elapsed + (time.perf_counter() - self._session_start)
 
     def _stop_reason(self, check_collective: bool) -> str | None:
-        """Why training stops after this update (max-updates, patience, SIGINT, SIGTERM, max-time;
-        max-epochs where the run is past it, as a resume with a lower --max-epochs finds it: the
-        loop stops at the end of the last epoch itself), or None. Signals and time are checked only
-        where `check_collective` (in DDP a collective every few updates, so that every rank stops
-        at the same update)."""
+        """Why training stops after this update, or None. Signals and time are checked only where
+        `check_collective` (in DDP a collective every few updates)."""
         cfg, state = self.ctx.cfg, self.ctx.state
         if self.signals.aborted:
             raise KeyboardInterrupt
@@ -210,8 +195,8 @@ class Trainer:
         return None
 
     def _pending_validation(self) -> bool:
-        """True when the run resumes from the checkpoint saved just before a scheduled validation
-        that did not finish: it runs first, as it would have in the uninterrupted run."""
+        """True when the run resumes from the checkpoint saved before a scheduled validation that
+        did not finish: it runs first."""
         st = self.ctx.state
         return st.update > 0 and st.update % self.ctx.cfg.valid_every == 0 and st.last_valid_update != st.update
 
@@ -227,8 +212,7 @@ class Trainer:
         self.saver.save_last()
         self._last_saved = st.update
         if self._commit is not None and self.ctx.dist.is_main:
-            # the run's files are now in the run directory: its open log and metrics files went with them
-            self.ctx.run_dir = run_dir = self._commit()
+            self.ctx.run_dir = run_dir = self._commit()  # the open log and metrics files went too
             if self.metrics is not None:
                 self.metrics.run_dir, self.metrics.path = run_dir, run_dir / self.metrics.path.name
             if isinstance(self._log_handler, logging.FileHandler):
@@ -253,7 +237,7 @@ class Trainer:
                         "takes %d (an update ends with its epoch)", cfg.update_freq, per_rank, max(per_rank, 1))
 
     def _log_interval(self) -> None:
-        """Read the accumulated statistics (the only host reads of losses) and report them."""
+        """Read the accumulated statistics and report them."""
         ctx, acc = self.ctx, self.ctx.acc
         if acc.updates == 0:
             return
@@ -275,10 +259,8 @@ class Trainer:
 
     # ---- validation ---------------------------------------------------------------------
     def validate(self, final: bool = False) -> ValidationEvent | None:
-        """Dev loss (and BLEU); keeps checkpoint_best.pt. A `final` validation, run when training
-        stops between two scheduled ones, may update the best checkpoint but leaves the learning-rate
-        schedule and early stopping (its count and the best score it counts against) alone, so a
-        later --resume continues exactly. None when a stop signal ended it unfinished."""
+        """Dev loss (and BLEU); keeps checkpoint_best.pt. A `final` validation leaves the lr schedule
+        and early stopping alone. None when a stop signal ended it unfinished."""
         ctx, cfg, st = self.ctx, self.ctx.cfg, self.ctx.state
         t0 = time.perf_counter()
         try:
@@ -290,7 +272,6 @@ class Trainer:
         score = bleu if cfg.best_metric == "bleu" else loss
         improved = st.record_best(score, cfg.best_metric == "bleu")
         if not final:
-            # --patience counts scheduled validations in a row without a new best dev score
             improved_scheduled = st.record_scheduled(score, cfg.best_metric == "bleu")
             st.bad_validations = 0 if improved_scheduled else st.bad_validations + 1
             if ctx.schedule.on_validation(score):
@@ -304,7 +285,7 @@ class Trainer:
             best_update=st.best_update, seconds=time.perf_counter() - t0, elapsed=self._elapsed(), final=final)
         if improved:
             self.saver.save_model(BEST)
-        if ctx.dist.is_main:  # metrics.jsonl, curves.png and train.log
+        if ctx.dist.is_main:
             assert self.metrics is not None
             self.metrics.write(event.record())
             self.metrics.draw_curves()
@@ -319,14 +300,12 @@ class Trainer:
         return event
 
     def _check_validation_needs(self) -> None:
-        """Before the first update: the dev pairs validation leaves out, and dev BLEU tried once
-        (`check_dev_bleu`), so a module missing on this machine stops the run now."""
+        """Before the first update: warn of the dev pairs validation leaves out; try dev BLEU once."""
         ctx = self.ctx
         if ctx.dist.is_main:
             warn_unvalidated(ctx.valid_data)
         if ctx.dist.is_main and ctx.bleu_enabled:
-            check_dev_bleu(ctx.model, ctx.valid_data, ctx.data.tgt_vocab, ctx.data.pipeline, ctx.cfg.valid_beam,
-                           ctx.device, ctx.raw_refs, ctx.precision)
+            check_dev_bleu(ctx)
 
     def close(self) -> None:
         if self.metrics is not None:
@@ -340,8 +319,7 @@ class Trainer:
 
 
 class StopSignals:
-    """The stop signal received (`received`, None until one arrives), and `handle`, the handler
-    that notes it (installed with `nmtkit.signals.handled_by`)."""
+    """The stop signal `received` (None until one arrives), noted by the handler `handle`."""
 
     def __init__(self, on_message: Callable[[str], None]):
         self.on_message = on_message
@@ -350,8 +328,7 @@ class StopSignals:
 
     def handle(self, signum: int, frame: Any) -> None:
         if self.received is not None and signum == signal.SIGINT:
-            # a second Ctrl-C aborts at once (checkpoints stay intact); noted too, as one raised
-            # inside a weakref callback or a __del__ is printed and lost, and the loop raises it again
+            # a second Ctrl-C aborts at once; noted too, as one raised inside a __del__ is lost
             self.aborted = True
             raise KeyboardInterrupt
         self.received = signum
@@ -360,9 +337,8 @@ class StopSignals:
 
 
 class RunCheckpoints:
-    """Writes the run's checkpoints from the context's current state, with the decode lexicon they
-    carry (rank 0 only): the resumed checkpoint's, else built from the training split (about a
-    second of numpy)."""
+    """Writes the run's checkpoints (rank 0 only), with the decode lexicon: the resumed checkpoint's,
+    else built from the training split."""
 
     def __init__(self, ctx: TrainContext):
         self.ctx = ctx
@@ -406,8 +382,7 @@ class RunCheckpoints:
             log.info("saved %s at update %d", LAST, self.ctx.state.update)
 
     def save_model(self, name: str) -> None:
-        """The model as at this update, without optimiser state: checkpoint_best.pt, and
-        checkpoint_<update>.pt every --keep-every updates."""
+        """The model as at this update, without optimiser state."""
         if self.ctx.dist.is_main:
             save_checkpoint(self.checkpoint(False), self.ctx.run_dir / name)
             log.info("saved %s at update %d", name, self.ctx.state.update)

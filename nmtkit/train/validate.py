@@ -1,11 +1,7 @@
-"""Validation during training: dev loss / perplexity and dev BLEU on a sample.
-
-Dev loss is the mean negative log-likelihood per target token (EOS included) over the whole
-dev split, without label smoothing. Dev BLEU decodes the first `n_samples` dev sentences
-greedily (beam 1) or with beam search (`nmtkit.decode.search`), turns the ids back into text
-with the data directory's pipeline (BPE joined, detokenised) and scores them with sacrebleu
-against the raw dev references when the manifest says where they are, else against the
-binarised references turned back into text the same way.
+"""Validation during training: dev loss (mean NLL per target token, EOS included, without label
+smoothing) over the dev split, and sacrebleu's BLEU of the first dev sentences, decoded and
+turned into text by the data directory's pipeline, against the raw dev references where the
+manifest says where they are, else the binarised ones turned into text the same way.
 """
 from __future__ import annotations
 
@@ -18,14 +14,12 @@ import torch
 
 from nmtkit.data.binarized import ParallelData, collate, length_batches
 from nmtkit.models.precision import autocast
-from nmtkit.text.vocab import Vocab
 from nmtkit.train import distributed as ddp
 
 log = logging.getLogger(__name__)
 
-# the most tokens either side of a dev pair may have to be validated, as translate's --max-src-len default
-# bounds what it decodes: a longer pair's cost grows with the square of its length, and preprocess does
-# not clean the valid split
+# the most tokens either side of a dev pair may have to be validated (translate's --max-src-len default):
+# a longer pair's cost grows with the square of its length, and preprocess does not clean the valid split
 VALID_MAX_TOKENS = 250
 
 
@@ -39,19 +33,17 @@ def _check_stop(stop: Callable[[], bool] | None) -> None:
 
 
 def within_bound(data: ParallelData, n: int | None = None) -> np.ndarray:
-    """(min(n, len),) bool: which of the first `n` (all) dev pairs have both sides within
-    VALID_MAX_TOKENS, the pairs validation scores."""
+    """(min(n, len),) bool: which of the first `n` (all) dev pairs have both sides within bound."""
     return (data.src.lengths[:n] <= VALID_MAX_TOKENS) & (data.tgt.lengths[:n] <= VALID_MAX_TOKENS)
 
 
 def validated(data: ParallelData, n: int | None = None) -> np.ndarray:
-    """Indices of the first `n` (all) dev pairs that are decoded and scored: `within_bound`, with a
-    non-empty source (an empty one cannot be encoded)."""
+    """Indices of the first `n` (all) dev pairs scored: within bound, with a non-empty source."""
     return np.flatnonzero(within_bound(data, n) & (data.src.lengths[:n] > 0))
 
 
 def warn_unvalidated(data: ParallelData) -> None:
-    """One warning, before training, naming how many dev pairs validation leaves out for their length."""
+    """Warn how many dev pairs validation leaves out for their length."""
     long = int((~within_bound(data)).sum())
     if long:
         log.warning("%d dev pairs have a side over %d tokens: validation leaves them out (dev loss and BLEU are "
@@ -67,8 +59,7 @@ def dev_loss(
     model: Any, data: ParallelData, batch_size: int, device: torch.device, precision: str = "fp32",
     chunk_tokens: int = 4096, stop: Callable[[], bool] | None = None,
 ) -> tuple[float, int]:
-    """(mean NLL per target token, number of target tokens) over the whole split; `stop()` true
-    between two batches raises ValidationStopped."""
+    """(mean NLL per target token, target tokens); `stop()` true between batches raises ValidationStopped."""
     was_training = model.training
     model.eval()
     arrays = (np.asarray(data.src.ids), np.asarray(data.src.offsets), np.asarray(data.tgt.ids),
@@ -90,18 +81,21 @@ def dev_loss(
 
 
 @torch.no_grad()
-def dev_translations(
-    model: Any, data: ParallelData, n_samples: int, beam: int, batch_size: int, device: torch.device,
-    precision: str = "fp32", stop: Callable[[], bool] | None = None,
-) -> list[list[int]]:
-    """Token ids of the translations of the first `n_samples` dev sentences (in order); none for
-    a sentence the model gives no finite score (warned); `stop` as in `dev_loss`."""
-    from nmtkit.decode.search import beam_search, greedy_search
+def dev_bleu(ctx: Any, n_samples: int, batch_size: int, stop: Callable[[], bool] | None = None) -> float:
+    """BLEU of a `TrainContext`'s model on the first `n_samples` dev sentences, detokenised (a
+    sentence the model gives no finite score translates as nothing)."""
+    import sacrebleu
 
+    from nmtkit.decode.search import beam_search, greedy_search
+    from nmtkit.text.pipeline import TextPipeline
+
+    model, data, device, tgt_vocab = ctx.model, ctx.valid_data, ctx.device, ctx.data.tgt_vocab
+    # a beam wider than the vocabulary finds what one as wide does (translate caps it so too), at any cost
+    beam = min(ctx.cfg.valid_beam, len(tgt_vocab))
     was_training = model.training
     model.eval()
     n = min(n_samples, len(data))
-    out: list[list[int]] = [[] for _ in range(n)]
+    ids: list[list[int]] = [[] for _ in range(n)]
     arrays = (np.asarray(data.src.ids), np.asarray(data.src.offsets), np.asarray(data.tgt.ids),
               np.asarray(data.tgt.offsets))
     ok = validated(data, n)
@@ -111,63 +105,36 @@ def dev_translations(
             _check_stop(stop)
             src, src_lens, _, _ = collate(*arrays, batch)
             src_t, lens_t = _to_device((src, src_lens), device)
-            with autocast(device.type, precision):
+            with autocast(device.type, ctx.precision):
                 if beam == 1:
                     best = greedy_search(model, src_t, lens_t, max_len=lens_t * 2 + 10)
                 else:
                     best = [nb[0] if nb else None for nb in beam_search(model, src_t, lens_t, beam=beam)]
             for k, hyp in zip(batch, best):
-                out[int(k)] = list(hyp.tokens) if hyp is not None else []
+                ids[int(k)] = list(hyp.tokens) if hyp is not None else []
                 failed += hyp is None
     finally:
         model.train(was_training)
     if failed:
         log.warning("dev BLEU: %d of %d dev sentences got no translation, the model's scores being nan or infinite: "
                     "it may have diverged", failed, len(ok))
-    return out
-
-
-def dev_bleu(
-    model: Any,
-    data: ParallelData,
-    tgt_vocab: Vocab,
-    pipeline: dict[str, Any],
-    n_samples: int,
-    beam: int,
-    batch_size: int,
-    device: torch.device,
-    raw_refs: list[str] | None = None,
-    precision: str = "fp32",
-    stop: Callable[[], bool] | None = None,
-) -> tuple[float, list[str], list[str]]:
-    """(BLEU, hypotheses, references) on the first `n_samples` dev sentences, detokenised."""
-    import sacrebleu
-
-    from nmtkit.text.pipeline import TextPipeline
-
-    # a beam wider than the vocabulary finds what one as wide does (translate caps it so too), at any cost
-    beam = min(beam, len(tgt_vocab))
-    ids = dev_translations(model, data, n_samples, beam, batch_size, device, precision, stop)
-    pipe = TextPipeline.from_dict(pipeline)  # the data directory's, which `read_manifest` has checked
+    pipe = TextPipeline.from_dict(ctx.data.pipeline)  # the data directory's, which `read_manifest` has checked
     kept = np.flatnonzero(within_bound(data, len(ids))).tolist()  # an empty source scores as an empty translation
     hyps = [pipe.decode(tgt_vocab.decode(ids[k]), "tgt") for k in kept]
-    if raw_refs is not None:
-        refs = [raw_refs[k] for k in kept]
+    if ctx.raw_refs is not None:
+        refs = [ctx.raw_refs[k] for k in kept]
     else:
         refs = [pipe.decode(tgt_vocab.decode(data.tgt[k].tolist()), "tgt") for k in kept]
-    bleu = sacrebleu.corpus_bleu(hyps, [refs]).score if hyps else float("nan")
-    return float(bleu), hyps, refs
+    return float(sacrebleu.corpus_bleu(hyps, [refs]).score if hyps else float("nan"))
 
 
-def check_dev_bleu(model: Any, data: ParallelData, tgt_vocab: Vocab, pipeline: dict[str, Any], beam: int,
-                   device: torch.device, raw_refs: list[str] | None = None, precision: str = "fp32") -> None:
-    """Run dev BLEU once on the first dev sentence (decoded by the model, turned into text by the
-    pipeline, scored by sacrebleu), so that a module it needs and this machine lacks is a
-    ConfigError before training rather than a crash at the first validation."""
+def check_dev_bleu(ctx: Any) -> None:
+    """Run dev BLEU once on the first dev sentence, so that a module it needs and this machine
+    lacks is a ConfigError before training rather than a crash at the first validation."""
     from nmtkit.errors import ConfigError
 
     try:
-        dev_bleu(model, data, tgt_vocab, pipeline, 1, beam, 1, device, raw_refs, precision)
+        dev_bleu(ctx, 1, 1)
     except ImportError as err:
         raise ConfigError(f"dev BLEU needs the module '{err.name}', which does not import here ({err}): "
                           "install it, or train with --valid-bleu-samples 0") from None
@@ -178,17 +145,14 @@ def perplexity(loss: float) -> float:
 
 
 def dev_scores(ctx: Any, stop: Callable[[], bool] | None = None) -> tuple[float, float]:
-    """(dev loss, dev BLEU) of a `nmtkit.train.context.TrainContext`'s model, computed on rank 0
-    and broadcast to every rank; BLEU is nan where --valid-bleu-samples is 0. `stop` (one process
-    only: the ranks of a job agree on stopping at updates) as in `dev_loss`."""
+    """(dev loss, dev BLEU) of a `TrainContext`'s model, computed on rank 0 and broadcast; BLEU is
+    nan where --valid-bleu-samples is 0. `stop` (one process only) as in `dev_loss`."""
     cfg = ctx.cfg
     loss, bleu = float("nan"), float("nan")
     if ctx.dist.is_main:
         loss, _ = dev_loss(ctx.model, ctx.valid_data, cfg.valid_batch_size, ctx.device, ctx.precision,
                            cfg.loss_chunk_tokens, stop)
         if ctx.bleu_enabled and math.isfinite(loss):  # a model whose loss overflows has no translation to score
-            bleu, _, _ = dev_bleu(ctx.model, ctx.valid_data, ctx.data.tgt_vocab, ctx.data.pipeline,
-                                  cfg.valid_bleu_samples, cfg.valid_beam, cfg.valid_batch_size, ctx.device,
-                                  ctx.raw_refs, ctx.precision, stop)
+            bleu = dev_bleu(ctx, cfg.valid_bleu_samples, cfg.valid_batch_size, stop)
     loss, bleu = ddp.broadcast_floats([loss, bleu], ctx.dist, ctx.device)
     return loss, bleu
