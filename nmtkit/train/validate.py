@@ -90,7 +90,7 @@ def dev_bleu(ctx: Any, n_samples: int, batch_size: int, stop: Callable[[], bool]
     from nmtkit.text.pipeline import TextPipeline
 
     model, data, device, tgt_vocab = ctx.model, ctx.valid_data, ctx.device, ctx.data.tgt_vocab
-    # a beam wider than the vocabulary finds what one as wide does (translate caps it so too), at any cost
+    # capped at the vocabulary's size, as translate caps it
     beam = min(ctx.cfg.valid_beam, len(tgt_vocab))
     was_training = model.training
     model.eval()
