@@ -1,10 +1,7 @@
 """The `nmtkit` command: a click group over the subcommands, and `main`, which turns every error
-into one line on stderr and an exit status.
-
-This package is the only place that knows click, rich consoles and exit codes. Each subcommand's
-module parses its options into one config and calls its verb's `run`; none imports torch at
-module level, so that `nmtkit --help` starts in well under a second.
-"""
+into one line on stderr and an exit status. Only this package knows click, rich and exit codes; each
+subcommand's module parses its options into one config for its verb's `run`, and imports no torch
+at module level, so that `nmtkit --help` is quick."""
 from __future__ import annotations
 
 import atexit
@@ -27,8 +24,7 @@ from nmtkit.errors import NmtkitError, OutputError, describe_os_error, first_lin
 from nmtkit.io.files import abandoned_outputs, is_stdout
 from nmtkit.signals import Terminated
 
-# name -> "module:command", in pipeline order. A subcommand's module (its configs, click options
-# and what they import) loads only when that subcommand runs or lists its help.
+# name -> "module:command", in pipeline order; a module loads only when its subcommand is asked for
 SUBCOMMANDS = {
     "preprocess": "nmtkit.cli.preprocess:preprocess_cmd",
     "select-data": "nmtkit.cli.select:select_data_cmd",
@@ -92,12 +88,19 @@ class _StdoutGone(Exception):
     click (which turns EPIPE into status 1) lets it through to `main`, which exits with 0."""
 
 
-class _NamedStdout:
-    """sys.stdout, but an OSError from writing it names "<stdout>" (a failed write names no file),
-    and a broken pipe becomes `_StdoutGone` (elsewhere it stays an error)."""
+class _Wrapped:
+    """A stream that hands all but `write` and `flush` to the one it wraps."""
 
     def __init__(self, stream):
         self._stream = stream
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+class _NamedStdout(_Wrapped):
+    """sys.stdout, but an OSError from writing it names "<stdout>", and a broken pipe becomes
+    `_StdoutGone` (elsewhere it stays an error)."""
 
     def write(self, text):
         try:
@@ -110,9 +113,6 @@ class _NamedStdout:
             self._stream.flush()
         except OSError as err:
             raise _as_stdout(err)  # noqa: B904 (the same error, named)
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
 
 
 class _ClosedStream:
@@ -132,14 +132,9 @@ class _ClosedStream:
         raise OSError(errno.EBADF, "closed: the command was started without it", self._name)
 
 
-class _Diagnostics:
-    """sys.stderr, but a write or flush that fails (`2>/dev/full`, a stderr whose reader went
-    away, a descriptor closed under the process) is dropped: notes, warnings, progress and
-    summaries are no part of a command's result, so a run whose outputs are written does not fail
-    for want of them (an error still ends the command with its status, unshown)."""
-
-    def __init__(self, stream):
-        self._stream = stream
+class _Diagnostics(_Wrapped):
+    """sys.stderr, but a failed write or flush (`2>/dev/full`) is dropped: notes, warnings and
+    progress are no part of a command's result, which does not fail for want of them."""
 
     def write(self, text):
         try:
@@ -151,15 +146,10 @@ class _Diagnostics:
         with contextlib.suppress(OSError):
             self._stream.flush()
 
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
 
 class _WaitingRead(io.RawIOBase):
-    """Standard input's descriptor `fd` read as a blocking one is, where another program left it
-    non-blocking (O_NONBLOCK belongs to the open pipe or terminal, shared by every process that
-    has it): a read that finds nothing yet waits for data, where Python's readers would take "none
-    yet" for the end of the input and silently stop there."""
+    """Standard input's descriptor `fd` read as a blocking one, where another program left it
+    non-blocking: Python's readers would take "no data yet" for the end of the input."""
 
     def __init__(self, fd: int):
         super().__init__()
@@ -186,8 +176,7 @@ class _WaitingRead(io.RawIOBase):
 
 
 def _waiting_stdin(stdin):
-    """`stdin`, or where its descriptor is non-blocking, a text stream over it that waits
-    (`_WaitingRead`)."""
+    """`stdin`, or where its descriptor is non-blocking, a text stream over it that waits."""
     try:
         fd = stdin.fileno()
         if os.get_blocking(fd):
@@ -207,18 +196,13 @@ def _as_stdout(err: OSError) -> Exception:
 
 def _silence_stdout() -> None:
     """Point stdout at /dev/null so that the interpreter's final flush has nothing to fail on."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the group, turning user errors (an OSError included: `nmtkit: error: PATH:
-    REASON`, status 1) into one line on stderr. `argv` None is the program itself: it reads
-    sys.argv and ends the process (`_end_process`); a list runs the command and returns (or
-    raises SystemExit)."""
+    """Run the group, turning errors into one line on stderr. `argv` None is the program itself: it
+    reads sys.argv and ends the process; a list runs the command and returns (or raises SystemExit)."""
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     # before torch builds its first product
     limit_cpu_caches(TRAIN_ONEDNN_CACHE_CAPACITY if _command_name(argv) == "train" else ONEDNN_CACHE_CAPACITY)
@@ -251,10 +235,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _end_process(code: int | str | None) -> None:
-    """Exit with `code` without the interpreter's teardown, slow with torch imported, when that is
-    safe: the outputs are complete, and stdout, stderr and the atexit handlers are flushed and run
-    here before `os._exit`. With a live non-daemon thread, a non-integer code, without torch, or
-    under a profiler or tracer, the ordinary exit runs."""
+    """Exit with `code` without the interpreter's teardown, slow with torch imported: the atexit
+    handlers run and stdout and stderr are flushed here. With a live non-daemon thread, a non-integer
+    code, without torch, or under a profiler or tracer, the ordinary exit runs."""
     if not isinstance(code, int) and code is not None:
         raise SystemExit(code)
     others = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]

@@ -1,5 +1,4 @@
-"""`nmtkit preprocess`: options -> PreprocessConfig -> nmtkit.preprocess.run. Progress bars (one per
-stage) and the summary table go to stderr; stdout stays empty."""
+"""`nmtkit preprocess`: options -> PreprocessConfig -> nmtkit.preprocess.run; progress and summary on stderr."""
 from __future__ import annotations
 
 from typing import Any

@@ -1,5 +1,4 @@
-"""`nmtkit translate`: raw text in, translations out (library: nmtkit.translate). Its options are
-`TranslateConfig`'s fields; the files it reads and writes are options of its own."""
+"""`nmtkit translate`: raw text in, translations out (library: nmtkit.translate)."""
 from __future__ import annotations
 
 import logging
