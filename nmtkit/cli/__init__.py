@@ -99,8 +99,7 @@ class _Wrapped:
 
 
 class _NamedStdout(_Wrapped):
-    """sys.stdout, but an OSError from writing it names "<stdout>", and a broken pipe becomes
-    `_StdoutGone` (elsewhere it stays an error)."""
+    """sys.stdout, but an OSError names "<stdout>", and a broken pipe becomes `_StdoutGone`."""
 
     def write(self, text):
         try:
@@ -203,9 +202,10 @@ def _silence_stdout() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Run the group, turning errors into one line on stderr. `argv` None is the program itself: it
     reads sys.argv and ends the process; a list runs the command and returns (or raises SystemExit)."""
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    args = sys.argv[1:] if argv is None else argv
+    command_name = next((a for a in args if a in SUBCOMMANDS), "")
     # before torch builds its first product
-    limit_cpu_caches(TRAIN_ONEDNN_CACHE_CAPACITY if _command_name(argv) == "train" else ONEDNN_CACHE_CAPACITY)
+    limit_cpu_caches(TRAIN_ONEDNN_CACHE_CAPACITY if command_name == "train" else ONEDNN_CACHE_CAPACITY)
     real_stdin, real_stdout, real_stderr = sys.stdin, sys.stdout, sys.stderr
     if hasattr(real_stdout, "reconfigure"):  # data is UTF-8, as in files and on stdin, whatever the locale says
         real_stdout.reconfigure(encoding="utf-8", errors=real_stdout.errors)
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         sys.stdin = _waiting_stdin(real_stdin)
     try:
-        _run(argv, debug)
+        _run(argv, "--debug" in args, command_name)
     except SystemExit as done:
         if argv is not None:
             raise
@@ -256,7 +256,7 @@ def _end_process(code: int | str | None) -> None:
         os._exit(code or 0)
 
 
-def _run(argv: list[str] | None, debug: bool) -> None:
+def _run(argv: list[str] | None, debug: bool, command_name: str) -> None:
     earlier = len(abandoned_outputs())  # another command's, run before in this process
     try:
         with sigterm_unwinds():  # kill, timeout, a scheduler: every command unwinds as on Ctrl-C, leaving no temp file
@@ -303,13 +303,12 @@ def _run(argv: list[str] | None, debug: bool) -> None:
         if debug or not _out_of_memory(err):
             raise
         reason = first_line(err) or type(err).__name__
-        advice = _MEMORY_ADVICE.get(_command_name(argv))
+        advice = _MEMORY_ADVICE.get(command_name)
         _end(f"error: out of memory: {reason}" + (f" ({advice})" if advice else ""), 1)
 
 
 def _end(message: str, status: int) -> NoReturn:
-    """`nmtkit: MESSAGE` on stderr, one line whatever it quotes (a file name may hold a line
-    break: it is written as \\n), then exit with `status`."""
+    """`nmtkit: MESSAGE` on stderr, on one line whatever it quotes, then exit with `status`."""
     click.echo("nmtkit: " + message.replace("\r", "\\r").replace("\n", "\\n"), err=True)
     sys.exit(status)
 
@@ -320,14 +319,8 @@ _MEMORY_ADVICE = {"train": "smaller model sizes, --batch-size or --max-tokens ne
                   "serve": "a smaller --batch-size or --max-tokens needs less"}
 
 
-def _command_name(argv: list[str] | None) -> str:
-    """The subcommand `argv` (None: sys.argv) runs, or ""."""
-    return next((a for a in (sys.argv[1:] if argv is None else argv) if a in SUBCOMMANDS), "")
-
-
 def _click_error_line(err: click.ClickException) -> str:
-    """click's message for `err` on one line (click's own is four); a usage error points at its
-    command's --help."""
+    """click's message for `err` on one line; a usage error points at its command's --help."""
     text = " ".join(err.format_message().split())
     ctx = getattr(err, "ctx", None)
     if isinstance(err, click.UsageError) and ctx is not None:
@@ -336,8 +329,7 @@ def _click_error_line(err: click.ClickException) -> str:
 
 
 def _out_of_memory(err: BaseException) -> bool:
-    """Whether `err` is an allocation that failed: Python's MemoryError, torch's OutOfMemoryError
-    (CUDA) or its CPU allocator's RuntimeError."""
+    """Whether `err` is a failed allocation: MemoryError, torch's OutOfMemoryError or its CPU allocator's."""
     if isinstance(err, MemoryError):
         return True
     oom = getattr(sys.modules.get("torch"), "OutOfMemoryError", None)

@@ -199,8 +199,7 @@ def model_info(translator: Translator, config: ServeConfig) -> dict[str, Any]:
 
 
 async def _checked(request: web.Request, check: Callable) -> Any:
-    """The request's body, read within the limits (size from the header first, then the bytes;
-    time) and checked by `check` (`check_request` or `check_onmt_request`)."""
+    """The request's body, read within the size and time limits and checked by `check`."""
     config: ServeConfig = request.app[STATE]["config"]
     limits = config.limits
     if request.content_type != "application/json":
@@ -219,8 +218,7 @@ async def _checked(request: web.Request, check: Callable) -> Any:
         raise ClientGone(f"the client went away while sending its request ({err})") from None
     except web.RequestPayloadError as err:  # a body its Content-Encoding cannot decode (not gzip data)
         reason = getattr(err.__cause__, "message", None) or str(err)
-        request.content.feed_eof()  # the parser ended the body at its error; aiohttp's reading of a body's unread
-        # rest would raise it again, logged with a traceback
+        request.content.feed_eof()  # else aiohttp reads the body's rest, raising this again with a traceback
         raise RequestError(f"request body cannot be read: {reason}", close=True) from None
     size = REQUEST_SIZE.get({})
     size["bytes"] = len(body)
@@ -373,8 +371,7 @@ def _middleware(log_line: Callable[[str], None] | None, allowed: AllowedHosts):
 
 def make_app(translator: Translator, config: ServeConfig,
              log_line: Callable[[str], None] | None = None, thread: DecodeThread | None = None) -> web.Application:
-    """The aiohttp application around a loaded `nmtkit.translate.Translator`; `thread`: the
-    `DecodeThread` it was loaded on (batcher.py's docstring says why it matters)."""
+    """The aiohttp application around a loaded Translator; `thread`: the `DecodeThread` it was loaded on."""
     app = web.Application(middlewares=[_middleware(None if config.quiet else log_line, AllowedHosts.of(config))],
                           client_max_size=config.limits.max_body_bytes)
 

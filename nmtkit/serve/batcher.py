@@ -140,8 +140,7 @@ class DecodeThread:
 
 
 class Batcher:
-    """Collects requests into batches and runs them one batch at a time on `thread` (its own
-    when none is given; the batcher closes it when it stops)."""
+    """Collects requests into batches and runs them on `thread` (its own if none), closed at the stop."""
 
     def __init__(self, translate: TranslateFn, batch_size: int, delay: float, thread: DecodeThread | None = None):
         self.translate = translate
