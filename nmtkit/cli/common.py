@@ -130,36 +130,28 @@ def make_console():
     return console
 
 
-class StageBars:
+@contextlib.contextmanager
+def stage_bars(console, columns: list, labels: dict[str, str] | None = None, rate: bool = False) -> Iterator[Callable]:
     """rich progress bars, one per stage, as a verb's `nmtkit.progress.Progress`. `labels`: a stage's
     shown name; `rate`: also fill a `{task.fields[rate]}` column with the items per second."""
+    from rich.progress import Progress
 
-    def __init__(self, console, columns: list, labels: dict[str, str] | None = None, rate: bool = False):
-        from rich.progress import Progress
+    tasks: dict[str, Any] = {}
+    with Progress(*columns, console=console, transient=False) as bars:
 
-        self.progress = Progress(*columns, console=console, transient=False)
-        self.labels = labels or {}
-        self.rate = rate
-        self.tasks: dict[str, Any] = {}
+        def update(stage: str, done: int, total: int | None) -> None:
+            task = tasks.get(stage)
+            if task is None:
+                task = tasks[stage] = bars.add_task((labels or {}).get(stage, stage), total=total, rate="-")
+            bars.update(task, completed=done, total=total)
+            if rate:
+                speed = bars.tasks[task].speed
+                bars.update(task, rate=f"{speed:,.0f}" if speed else "-")
 
-    def __call__(self, stage: str, done: int, total: int | None) -> None:
-        task = self.tasks.get(stage)
-        if task is None:
-            task = self.tasks[stage] = self.progress.add_task(self.labels.get(stage, stage), total=total, rate="-")
-        self.progress.update(task, completed=done, total=total)
-        if self.rate:
-            speed = self.progress.tasks[task].speed
-            self.progress.update(task, rate=f"{speed:,.0f}" if speed else "-")
-
-    def __enter__(self):
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.progress.__exit__(*exc)
+        yield update
 
 
-def stage_progress(quiet: bool, make_bars: Callable[[], StageBars]) -> contextlib.AbstractContextManager:
+def stage_progress(quiet: bool, make_bars: Callable[[], contextlib.AbstractContextManager]) -> contextlib.AbstractContextManager:
     """`make_bars()` where `progress_enabled(quiet)`, else None, as a context."""
     return make_bars() if progress_enabled(quiet) else contextlib.nullcontext()
 
