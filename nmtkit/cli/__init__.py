@@ -243,8 +243,7 @@ def _end_process(code: int | str | None) -> None:
     others = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
     if "torch" not in sys.modules or others or sys.getprofile() is not None or sys.gettrace() is not None:
         raise SystemExit(code)
-    # the command has ended: a Ctrl-C now (the second of an impatient user) would raise inside an atexit
-    # handler, which Python reports as a traceback and goes on; blocked, it dies with the process
+    # a Ctrl-C now would raise inside an atexit handler, which Python reports as a traceback and goes on
     with signals.blocked():
         atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):

@@ -462,10 +462,8 @@ class _JsonErrorServer(web.Server):
 def make_runner(app: web.Application, config: ServeConfig,
                 log_line: Callable[[str], None] | None = None) -> ServeRunner:
     """The runner `serve` starts (tests start it on a port of their own)."""
-    # lingering: how long the unread rest of a refused body is read and dropped before the
-    # connection closes (aiohttp's default, 10 s, would let a 10 GB Content-Length hold it)
-    # keepalive_timeout: aiohttp's timer from a connection's start and after each answer, which
-    # closes one still waiting for a complete request (silent, or slow inside its headers)
+    # lingering_time: how long a refused body's unread rest is read before the connection closes
+    # (aiohttp's 10 s would let a 10 GB Content-Length hold it); keepalive_timeout: --idle-timeout
     return ServeRunner(app, None if config.quiet else log_line, access_log=None, handle_signals=False,
                        shutdown_timeout=config.shutdown_timeout, lingering_time=1.0,
                        keepalive_timeout=config.idle_timeout)

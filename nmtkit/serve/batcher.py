@@ -209,7 +209,6 @@ class Batcher:
         deadline = loop.time() + self.delay
         skipped: list[_Job] = []
         while size < self.batch_size:
-            # jobs held from an earlier round first (they waited already), then the queue
             job = await self._next_job(deadline - loop.time())
             if job is None:
                 break
