@@ -1,10 +1,7 @@
 """The `nmtkit` command: a click group over the subcommands, and `main`, which turns every error
-into one line on stderr and an exit status.
-
-This package is the only place that knows click, rich consoles and exit codes. Each subcommand's
-module parses its options into one config and calls its verb's `run`; none imports torch at
-module level, so that `nmtkit --help` starts in well under a second.
-"""
+into one line on stderr and an exit status. Only this package knows click, rich and exit codes; each
+subcommand's module parses its options into one config for its verb's `run`, and imports no torch
+at module level, so that `nmtkit --help` is quick."""
 from __future__ import annotations
 
 import atexit
@@ -27,8 +24,7 @@ from nmtkit.errors import NmtkitError, OutputError, describe_os_error, first_lin
 from nmtkit.io.files import abandoned_outputs, is_stdout
 from nmtkit.signals import Terminated
 
-# name -> "module:command", in pipeline order. A subcommand's module (its configs, click options
-# and what they import) loads only when that subcommand runs or lists its help.
+# name -> "module:command", in pipeline order; a module loads only when its subcommand is asked for
 SUBCOMMANDS = {
     "preprocess": "nmtkit.cli.preprocess:preprocess_cmd",
     "select-data": "nmtkit.cli.select:select_data_cmd",
@@ -92,12 +88,18 @@ class _StdoutGone(Exception):
     click (which turns EPIPE into status 1) lets it through to `main`, which exits with 0."""
 
 
-class _NamedStdout:
-    """sys.stdout, but an OSError from writing it names "<stdout>" (a failed write names no file),
-    and a broken pipe becomes `_StdoutGone` (elsewhere it stays an error)."""
+class _Wrapped:
+    """A stream that hands all but `write` and `flush` to the one it wraps."""
 
     def __init__(self, stream):
         self._stream = stream
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+class _NamedStdout(_Wrapped):
+    """sys.stdout, but an OSError names "<stdout>", and a broken pipe becomes `_StdoutGone`."""
 
     def write(self, text):
         try:
@@ -110,9 +112,6 @@ class _NamedStdout:
             self._stream.flush()
         except OSError as err:
             raise _as_stdout(err)  # noqa: B904 (the same error, named)
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
 
 
 class _ClosedStream:
@@ -132,14 +131,9 @@ class _ClosedStream:
         raise OSError(errno.EBADF, "closed: the command was started without it", self._name)
 
 
-class _Diagnostics:
-    """sys.stderr, but a write or flush that fails (`2>/dev/full`, a stderr whose reader went
-    away, a descriptor closed under the process) is dropped: notes, warnings, progress and
-    summaries are no part of a command's result, so a run whose outputs are written does not fail
-    for want of them (an error still ends the command with its status, unshown)."""
-
-    def __init__(self, stream):
-        self._stream = stream
+class _Diagnostics(_Wrapped):
+    """sys.stderr, but a failed write or flush (`2>/dev/full`) is dropped: notes, warnings and
+    progress are no part of a command's result, which does not fail for want of them."""
 
     def write(self, text):
         try:
@@ -151,15 +145,10 @@ class _Diagnostics:
         with contextlib.suppress(OSError):
             self._stream.flush()
 
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
 
 class _WaitingRead(io.RawIOBase):
-    """Standard input's descriptor `fd` read as a blocking one is, where another program left it
-    non-blocking (O_NONBLOCK belongs to the open pipe or terminal, shared by every process that
-    has it): a read that finds nothing yet waits for data, where Python's readers would take "none
-    yet" for the end of the input and silently stop there."""
+    """Standard input's descriptor `fd` read as a blocking one, where another program left it
+    non-blocking: Python's readers would take "no data yet" for the end of the input."""
 
     def __init__(self, fd: int):
         super().__init__()
@@ -186,8 +175,7 @@ class _WaitingRead(io.RawIOBase):
 
 
 def _waiting_stdin(stdin):
-    """`stdin`, or where its descriptor is non-blocking, a text stream over it that waits
-    (`_WaitingRead`)."""
+    """`stdin`, or where its descriptor is non-blocking, a text stream over it that waits."""
     try:
         fd = stdin.fileno()
         if os.get_blocking(fd):
@@ -207,21 +195,17 @@ def _as_stdout(err: OSError) -> Exception:
 
 def _silence_stdout() -> None:
     """Point stdout at /dev/null so that the interpreter's final flush has nothing to fail on."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the group, turning user errors (an OSError included: `nmtkit: error: PATH:
-    REASON`, status 1) into one line on stderr. `argv` None is the program itself: it reads
-    sys.argv and ends the process (`_end_process`); a list runs the command and returns (or
-    raises SystemExit)."""
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    """Run the group, turning errors into one line on stderr. `argv` None is the program itself: it
+    reads sys.argv and ends the process; a list runs the command and returns (or raises SystemExit)."""
+    args = sys.argv[1:] if argv is None else argv
+    command_name = next((a for a in args if a in SUBCOMMANDS), "")
     # before torch builds its first product
-    limit_cpu_caches(TRAIN_ONEDNN_CACHE_CAPACITY if _command_name(argv) == "train" else ONEDNN_CACHE_CAPACITY)
+    limit_cpu_caches(TRAIN_ONEDNN_CACHE_CAPACITY if command_name == "train" else ONEDNN_CACHE_CAPACITY)
     real_stdin, real_stdout, real_stderr = sys.stdin, sys.stdout, sys.stderr
     if hasattr(real_stdout, "reconfigure"):  # data is UTF-8, as in files and on stdin, whatever the locale says
         real_stdout.reconfigure(encoding="utf-8", errors=real_stdout.errors)
@@ -233,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         sys.stdin = _waiting_stdin(real_stdin)
     try:
-        _run(argv, debug)
+        _run(argv, "--debug" in args, command_name)
     except SystemExit as done:
         if argv is not None:
             raise
@@ -251,17 +235,15 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _end_process(code: int | str | None) -> None:
-    """Exit with `code` without the interpreter's teardown, slow with torch imported, when that is
-    safe: the outputs are complete, and stdout, stderr and the atexit handlers are flushed and run
-    here before `os._exit`. With a live non-daemon thread, a non-integer code, without torch, or
-    under a profiler or tracer, the ordinary exit runs."""
+    """Exit with `code` without the interpreter's teardown, slow with torch imported: the atexit
+    handlers run and stdout and stderr are flushed here. With a live non-daemon thread, a non-integer
+    code, without torch, or under a profiler or tracer, the ordinary exit runs."""
     if not isinstance(code, int) and code is not None:
         raise SystemExit(code)
     others = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
     if "torch" not in sys.modules or others or sys.getprofile() is not None or sys.gettrace() is not None:
         raise SystemExit(code)
-    # the command has ended: a Ctrl-C now (the second of an impatient user) would raise inside an atexit
-    # handler, which Python reports as a traceback and goes on; blocked, it dies with the process
+    # a Ctrl-C now would raise inside an atexit handler, which Python reports as a traceback and goes on
     with signals.blocked():
         atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):
@@ -273,7 +255,7 @@ def _end_process(code: int | str | None) -> None:
         os._exit(code or 0)
 
 
-def _run(argv: list[str] | None, debug: bool) -> None:
+def _run(argv: list[str] | None, debug: bool, command_name: str) -> None:
     earlier = len(abandoned_outputs())  # another command's, run before in this process
     try:
         with sigterm_unwinds():  # kill, timeout, a scheduler: every command unwinds as on Ctrl-C, leaving no temp file
@@ -320,13 +302,12 @@ def _run(argv: list[str] | None, debug: bool) -> None:
         if debug or not _out_of_memory(err):
             raise
         reason = first_line(err) or type(err).__name__
-        advice = _MEMORY_ADVICE.get(_command_name(argv))
+        advice = _MEMORY_ADVICE.get(command_name)
         _end(f"error: out of memory: {reason}" + (f" ({advice})" if advice else ""), 1)
 
 
 def _end(message: str, status: int) -> NoReturn:
-    """`nmtkit: MESSAGE` on stderr, one line whatever it quotes (a file name may hold a line
-    break: it is written as \\n), then exit with `status`."""
+    """`nmtkit: MESSAGE` on stderr, on one line whatever it quotes, then exit with `status`."""
     click.echo("nmtkit: " + message.replace("\r", "\\r").replace("\n", "\\n"), err=True)
     sys.exit(status)
 
@@ -337,14 +318,8 @@ _MEMORY_ADVICE = {"train": "smaller model sizes, --batch-size or --max-tokens ne
                   "serve": "a smaller --batch-size or --max-tokens needs less"}
 
 
-def _command_name(argv: list[str] | None) -> str:
-    """The subcommand `argv` (None: sys.argv) runs, or ""."""
-    return next((a for a in (sys.argv[1:] if argv is None else argv) if a in SUBCOMMANDS), "")
-
-
 def _click_error_line(err: click.ClickException) -> str:
-    """click's message for `err` on one line (click's own is four); a usage error points at its
-    command's --help."""
+    """click's message for `err` on one line; a usage error points at its command's --help."""
     text = " ".join(err.format_message().split())
     ctx = getattr(err, "ctx", None)
     if isinstance(err, click.UsageError) and ctx is not None:
@@ -353,8 +328,7 @@ def _click_error_line(err: click.ClickException) -> str:
 
 
 def _out_of_memory(err: BaseException) -> bool:
-    """Whether `err` is an allocation that failed: Python's MemoryError, torch's OutOfMemoryError
-    (CUDA) or its CPU allocator's RuntimeError."""
+    """Whether `err` is a failed allocation: MemoryError, torch's OutOfMemoryError or its CPU allocator's."""
     if isinstance(err, MemoryError):
         return True
     oom = getattr(sys.modules.get("torch"), "OutOfMemoryError", None)

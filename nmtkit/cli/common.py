@@ -29,8 +29,7 @@ _CLICK_TYPES = {"int": int, "int | None": int, "float": float, "float | None": f
 
 
 def path_callback(what: str = "directory", then: Callable | None = None) -> Callable:
-    """A click callback refusing an empty path before it becomes the current directory, and '-'
-    for a directory (`path_error`), then running the callback `then`."""
+    """A click callback refusing what `path_error` refuses, then running the callback `then`."""
 
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         error = path_error(param.opts[0], value, what)  # the name check_fields gives it
@@ -42,8 +41,7 @@ def path_callback(what: str = "directory", then: Callable | None = None) -> Call
 
 
 def _converter(name: str, convert: Callable[[Any], Any]) -> Callable:
-    """A click callback applying a field's `convert` to the option's text (a ConfigError becomes
-    click's usage error)."""
+    """A click callback applying a field's `convert` (a ConfigError becomes a usage error)."""
 
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         if value is None:
@@ -81,9 +79,8 @@ def _click_option(field: dataclasses.Field, spec: OptionSpec, unset: bool) -> Ca
 
 
 def config_options(*classes: type, unset: bool = False, exclude: frozenset[str] = frozenset()) -> Callable:
-    """Decorate a click command with one option per option field of each config class, in
-    declaration order, but those named in `exclude`. `unset`: every default is None, "not
-    given" (help still shows the field's)."""
+    """Decorate a click command with one option per option field of each config class but those in
+    `exclude`. `unset`: every default is None, "not given" (help still shows the field's)."""
 
     def decorate(fn: Callable) -> Callable:
         for cls in reversed(classes):
@@ -96,9 +93,8 @@ def config_options(*classes: type, unset: bool = False, exclude: frozenset[str] 
 
 
 def config_values(cls: type, options: dict[str, Any], given_only: bool = False) -> dict[str, Any]:
-    """The values of `cls`'s option fields among click's `options` (`given_only`: those given; a
-    field the command does not have is left out). A `workers` option not given is all cores
-    where its CLI default is None over a number default."""
+    """The values of `cls`'s option fields among click's `options` (`given_only`: those given). A
+    `workers` not given is all cores where its CLI default is None over a number default."""
     out = {}
     for field, spec in option_fields(cls):
         if field.name not in options:
@@ -134,38 +130,29 @@ def make_console():
     return console
 
 
-class StageBars:
-    """rich progress bars, one per stage, as a verb's `nmtkit.progress.Progress`: `with
-    StageBars(...) as progress: run(cfg, progress)`. `labels`: a stage's shown name (default: the
-    stage); `rate`: also fill a `{task.fields[rate]}` column with the stage's items per second."""
+@contextlib.contextmanager
+def stage_bars(console, columns: list, labels: dict[str, str] | None = None, rate: bool = False) -> Iterator[Callable]:
+    """rich progress bars, one per stage, as a verb's `nmtkit.progress.Progress`. `labels`: a stage's
+    shown name; `rate`: also fill a `{task.fields[rate]}` column with the items per second."""
+    from rich.progress import Progress
 
-    def __init__(self, console, columns: list, labels: dict[str, str] | None = None, rate: bool = False):
-        from rich.progress import Progress
+    tasks: dict[str, Any] = {}
+    with Progress(*columns, console=console, transient=False) as bars:
 
-        self.progress = Progress(*columns, console=console, transient=False)
-        self.labels = labels or {}
-        self.rate = rate
-        self.tasks: dict[str, Any] = {}
+        def update(stage: str, done: int, total: int | None) -> None:
+            task = tasks.get(stage)
+            if task is None:
+                task = tasks[stage] = bars.add_task((labels or {}).get(stage, stage), total=total, rate="-")
+            bars.update(task, completed=done, total=total)
+            if rate:
+                speed = bars.tasks[task].speed
+                bars.update(task, rate=f"{speed:,.0f}" if speed else "-")
 
-    def __call__(self, stage: str, done: int, total: int | None) -> None:
-        task = self.tasks.get(stage)
-        if task is None:
-            task = self.tasks[stage] = self.progress.add_task(self.labels.get(stage, stage), total=total, rate="-")
-        self.progress.update(task, completed=done, total=total)
-        if self.rate:
-            speed = self.progress.tasks[task].speed
-            self.progress.update(task, rate=f"{speed:,.0f}" if speed else "-")
-
-    def __enter__(self):
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.progress.__exit__(*exc)
+        yield update
 
 
-def stage_progress(quiet: bool, make_bars: Callable[[], StageBars]) -> contextlib.AbstractContextManager:
-    """The progress callback of a run: `make_bars()` where `progress_enabled(quiet)`, else None."""
+def stage_progress(quiet: bool, make_bars: Callable[[], contextlib.AbstractContextManager]) -> contextlib.AbstractContextManager:
+    """`make_bars()` where `progress_enabled(quiet)`, else None, as a context."""
     return make_bars() if progress_enabled(quiet) else contextlib.nullcontext()
 
 
@@ -201,13 +188,12 @@ class _StderrHandler(logging.StreamHandler):
         return super().format(record)
 
 
-# The library's loggers live under "nmtkit"; Python warnings (logging.captureWarnings) under "py.warnings".
-WARNING_LOGGERS = ("nmtkit", "py.warnings")
+WARNING_LOGGERS = ("nmtkit", "py.warnings")  # the library's loggers and Python's warnings
 
 
 def setup_warnings(muted: bool = False) -> None:
     """The `nmtkit` loggers' records at NOTE and above and Python's warnings through one stderr
-    handler (idempotent); `muted`: the handler lets none through (`quiet_warnings`)."""
+    handler (idempotent); `muted`: it lets none through."""
     logging.captureWarnings(True)
     for name in WARNING_LOGGERS:
         logger = logging.getLogger(name)

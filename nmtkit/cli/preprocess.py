@@ -1,24 +1,24 @@
-"""`nmtkit preprocess`: options -> PreprocessConfig -> nmtkit.preprocess.run. Progress bars (one per
-stage) and the summary table go to stderr; stdout stays empty."""
+"""`nmtkit preprocess`: options -> PreprocessConfig -> nmtkit.preprocess.run; progress and summary on stderr."""
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import click
 
 from nmtkit.cli.common import (
-    StageBars,
     config_options,
     config_values,
     make_console,
     quiet_option,
     quiet_warnings,
+    stage_bars,
     stage_progress,
 )
 from nmtkit.preprocess import PreprocessConfig
 
 
-def _bars(console) -> StageBars:
+def _bars(console) -> contextlib.AbstractContextManager:
     """A bar per stage (tokenise, clean, learn BPE, binarise, ...) with a spinner."""
     from rich.progress import (
         BarColumn,
@@ -29,8 +29,8 @@ def _bars(console) -> StageBars:
         TimeRemainingColumn,
     )
 
-    return StageBars(console, [SpinnerColumn(), TextColumn("{task.description:<26}"), BarColumn(),
-                               MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn()])
+    return stage_bars(console, [SpinnerColumn(), TextColumn("{task.description:<26}"), BarColumn(),
+                                MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn()])
 
 
 def _summary(console, manifest: dict) -> None:

@@ -1,17 +1,18 @@
 """`nmtkit select-data`: pick the in-domain-looking pairs of a general pool (Axelrod et al. 2011)."""
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import click
 
 from nmtkit.cli.common import (
-    StageBars,
     config_options,
     config_values,
     make_console,
     quiet_option,
     quiet_warnings,
+    stage_bars,
     stage_progress,
 )
 from nmtkit.select import SelectConfig
@@ -39,7 +40,7 @@ def select_data_cmd(quiet: bool, **options: Any) -> None:
                    f"{summary['outputs']['tgt']}", err=True)
 
 
-def _bars(console) -> StageBars:
+def _bars(console) -> contextlib.AbstractContextManager:
     """A bar per stage, with pairs/s."""
     from rich.progress import (
         BarColumn,
@@ -50,7 +51,7 @@ def _bars(console) -> StageBars:
         TimeRemainingColumn,
     )
 
-    return StageBars(console, [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                               TaskProgressColumn(), TextColumn("{task.fields[rate]} pairs/s"),
-                               TimeElapsedColumn(), TimeRemainingColumn()],
-                     labels={"sample": "sampling pool", "score": "scoring", "write": "writing"}, rate=True)
+    return stage_bars(console, [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TaskProgressColumn(), TextColumn("{task.fields[rate]} pairs/s"),
+                                TimeElapsedColumn(), TimeRemainingColumn()],
+                      labels={"sample": "sampling pool", "score": "scoring", "write": "writing"}, rate=True)

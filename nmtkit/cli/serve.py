@@ -1,5 +1,4 @@
-"""`nmtkit serve`: an HTTP translation server over one loaded model (library: nmtkit.serve). Its
-options: `DecodeConfig`'s and `SearchConfig`'s but those it does not take, `ServeConfig`'s, `Limits`'."""
+"""`nmtkit serve`: an HTTP translation server over one loaded model (library: nmtkit.serve)."""
 from __future__ import annotations
 
 from typing import Any

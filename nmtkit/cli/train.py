@@ -1,9 +1,6 @@
 """`nmtkit train`: options -> RunConfig (TrainOptions, ModelOverrides: the fields given) -> `nmtkit.train.run`.
-
-Every option defaults to "not given" (None), so that the preset's training defaults and, on
---resume, the checkpoint's settings apply unless the user says otherwise; the help text states
-each effective default.
-"""
+Every option defaults to "not given" (None), so that the preset's and, on --resume, the checkpoint's
+settings apply unless the user says otherwise."""
 from __future__ import annotations
 
 import sys
@@ -91,8 +88,7 @@ def train_cmd(ctx: click.Context, data_dir: str, save_dir: str, resume: bool, fo
 
 
 def _ppl(ppl: float, decimals: int) -> str:
-    """A perplexity with `decimals` decimals, or in scientific notation once it is too large to
-    read so (a diverging model's reaches 1e304: a number of 300 digits)."""
+    """A perplexity with `decimals` decimals, or in scientific notation once too large (a diverging model's)."""
     return f"{ppl:.{decimals}f}" if ppl < 1e6 else f"{ppl:.3g}"
 
 

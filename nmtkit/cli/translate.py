@@ -1,5 +1,4 @@
-"""`nmtkit translate`: raw text in, translations out (library: nmtkit.translate). Its options are
-`TranslateConfig`'s fields; the files it reads and writes are options of its own."""
+"""`nmtkit translate`: raw text in, translations out (library: nmtkit.translate)."""
 from __future__ import annotations
 
 import logging
@@ -43,10 +42,9 @@ def translate_cmd(input_path: str | None, output_path: str | None, alignments_fi
     stdin_tty = file_path(input_path) is None and sys.stdin.isatty()
     values = config_values(TranslateConfig, options)
     given_buffer = click.get_current_context().get_parameter_source("buffer_size") != ParameterSource.DEFAULT
-    ignored_buffer = (interactive or stdin_tty) and given_buffer and values["buffer_size"] != 1
     cfg = TranslateConfig(**values, input_path=input_path, output_path=output_path, alignments_file=alignments_file,
                           force=force, interactive=interactive or stdin_tty)
-    if ignored_buffer:
+    if (interactive or stdin_tty) and given_buffer and values["buffer_size"] != 1:
         implied = "" if interactive else " (implied by stdin being a terminal)"
         log.warning(f"--buffer-size is ignored with --interactive{implied}, which translates each line as it arrives")
 

@@ -1,13 +1,7 @@
 """`nmtkit serve`: a translation server that loads the model once and batches across requests.
-
-- this module: `run`, the whole command without its option parsing;
-- `batcher`: `ServeConfig`, the request `Limits` (no torch, no aiohttp) and the dynamic batching
-  of concurrent requests into one batched beam search;
-- `app`:     the aiohttp routes, request checks, answers, JSON errors, request logs, graceful stop;
-- `page.html`: the static page at `GET /` that draws the attention of each translation.
-
-The translation itself is a `nmtkit.translate.Translator`'s, the path (and object) that
-`nmtkit translate` and `nmtkit.load` use, searching as `ServeConfig.search` and each request say.
+`run` is the command without its option parsing; `batcher` holds the options (no torch, no aiohttp)
+and the batching, `app` the HTTP side, `page.html` the page at `GET /`. The translation is a
+`nmtkit.translate.Translator`'s, the object `nmtkit translate` and `nmtkit.load` use.
 """
 from __future__ import annotations
 
@@ -24,9 +18,8 @@ def _say(message: str) -> None:
 
 
 def run(config: ServeConfig, announce: Callable[[str], None] = _say) -> None:
-    """`nmtkit serve`: load `config.decode`'s models on the decoding thread, warm them up,
-    and serve until SIGTERM or SIGINT (`nmtkit.serve.app.serve`). `announce` hears the server's
-    start and stop and, unless quiet, a line per request."""
+    """`nmtkit serve`: load `config.decode`'s models on the decoding thread, warm them up, and
+    serve until SIGTERM or SIGINT. `announce` hears the start, the stop and (unless quiet) each request."""
     if not isinstance(config, ServeConfig):
         raise TypeError(f"nmtkit.serve.run takes a ServeConfig, not {type(config).__name__}")
     import asyncio

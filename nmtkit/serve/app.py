@@ -1,14 +1,8 @@
 """The HTTP side of `nmtkit serve` (aiohttp): request checks, routes, answers, JSON errors,
-request logs, start and graceful stop.
-- `POST /translate`: {"text": [...], "beam", "nbest", "alignments"} ->
-  {"translations": [{"text", "score", "alignment", ("nbest"), ("truncated")}], "model", "took_ms"}
-- `POST /translator/translate`: OpenNMT-py's REST shape, [{"src", "id"}] -> [[{"src", "tgt",
-  "n_best", "pred_score", ("truncated")}]] (one inner list per n-best rank);
-- `GET /health`, `GET /info`, `GET /` (the page: nmtkit/serve/page.html).
-A bracketed field is there only when asked for or when it holds ("truncated": the line was cut
-to --max-src-len). The event loop only parses, checks and answers; the model runs on the
-`DecodeThread`. A refusal is a 4xx with `{"error": "one line"}`; per-request options may only
-narrow the server's own (a request's beam is at most --beam, its n-best at most its beam).
+request logs, start and graceful stop. Routes: `POST /translate`, `POST /translator/translate`
+(OpenNMT-py's REST shape), `GET /health`, `GET /info`, `GET /` (page.html). The event loop only
+parses, checks and answers; the model runs on the `DecodeThread`. A refusal is a 4xx with
+`{"error": "one line"}`; a request's options may only narrow the server's own.
 """
 from __future__ import annotations
 
@@ -65,10 +59,8 @@ class RequestError(Exception):
         self.close = close  # the body was not read: close the connection after answering
 
 
-def parse_json_body(body: bytes, limits: Limits) -> Any:
-    """The JSON value of a request body: size checked, strict UTF-8, well-formed JSON."""
-    if len(body) > limits.max_body_bytes:
-        raise RequestError(f"request body of {len(body)} bytes is over the limit of {limits.max_body_bytes}", 413)
+def parse_json_body(body: bytes) -> Any:
+    """The JSON value of a request body: strict UTF-8, well-formed JSON."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -173,8 +165,7 @@ def translation_json(result: Result, alignments: bool, nbest: int) -> dict[str, 
 
 
 def onmt_json(src: str, result: Result) -> dict[str, Any]:
-    """`POST /translator/translate`'s item, OpenNMT-py's fields, and "truncated": true when the
-    line was (a field OpenNMT-py's clients, which read the fields they know, pass over)."""
+    """`POST /translator/translate`'s item: OpenNMT-py's fields, and "truncated": true when the line was."""
     item: dict[str, Any] = {"src": src, "tgt": result.text, "n_best": 1, "pred_score": result.score}
     if result.truncated:
         item["truncated"] = True
@@ -193,7 +184,7 @@ def model_info(translator: Translator, config: ServeConfig) -> dict[str, Any]:
     """`GET /info`: what is being served and under which limits."""
     s, bundle = config.search, translator.bundle
     return {
-        "model": model_name(translator),
+        "model": "+".join(Path(p).name for p in bundle.paths),
         "checkpoints": [{"path": p, "sha256": file_sha256(p)} for p in bundle.paths],
         "src_lang": bundle.src_lang, "tgt_lang": bundle.tgt_lang, "arch": bundle.arch,
         "attention": translator.has_attention,  # false: requests may not ask for alignments
@@ -201,23 +192,14 @@ def model_info(translator: Translator, config: ServeConfig) -> dict[str, Any]:
         "pipeline": bundle.pipeline.to_dict(),
         "decoding": {"beam": config.limits.max_beam, "lenpen": s.lenpen, "max_len_a": s.max_len_a, "max_len_b": s.max_len_b,
                      "max_src_len": translator.max_src_len, "device": str(translator.device)},
-        "batching": {"batch_size": batch_size(translator, config), "max_tokens": translator.max_tokens,
-                     "batch_delay_ms": config.batch_delay_ms},
+        "batching": {"batch_size": config.batch_size or translator.config.batch_size,
+                     "max_tokens": translator.max_tokens, "batch_delay_ms": config.batch_delay_ms},
         "limits": asdict(config.limits),
     }
 
 
-def model_name(translator: Translator) -> str:
-    return "+".join(Path(p).name for p in translator.bundle.paths)
-
-
-def batch_size(translator: Translator, config: ServeConfig) -> int:
-    return config.batch_size or translator.config.batch_size
-
-
 async def _checked(request: web.Request, check: Callable) -> Any:
-    """The request's body, read within the limits (size from the header first, then the bytes;
-    time) and checked by `check` (`check_request` or `check_onmt_request`)."""
+    """The request's body, read within the size and time limits and checked by `check`."""
     config: ServeConfig = request.app[STATE]["config"]
     limits = config.limits
     if request.content_type != "application/json":
@@ -236,12 +218,11 @@ async def _checked(request: web.Request, check: Callable) -> Any:
         raise ClientGone(f"the client went away while sending its request ({err})") from None
     except web.RequestPayloadError as err:  # a body its Content-Encoding cannot decode (not gzip data)
         reason = getattr(err.__cause__, "message", None) or str(err)
-        request.content.feed_eof()  # the parser ended the body at its error; aiohttp's reading of a body's unread
-        # rest would raise it again, logged with a traceback
+        request.content.feed_eof()  # else aiohttp reads the body's rest, raising this again with a traceback
         raise RequestError(f"request body cannot be read: {reason}", close=True) from None
     size = REQUEST_SIZE.get({})
     size["bytes"] = len(body)
-    req = check(parse_json_body(body, limits), limits)
+    req = check(parse_json_body(body), limits)
     size["lines"] = len(req.lines)
     return req
 
@@ -254,7 +235,7 @@ async def translate_route(request: web.Request) -> web.Response:
     results = await request.app[BATCHER].submit(req.lines, req.beam, req.nbest, req.alignments, _gone(request))
     return _json({
         "translations": [translation_json(r, req.alignments, req.nbest) for r in results],
-        "model": request.app[STATE]["model"],
+        "model": request.app[STATE]["info"]["model"],
         "took_ms": round((time.perf_counter() - t0) * 1000, 2),
     })
 
@@ -273,7 +254,7 @@ def _gone(request: web.Request) -> Callable[[], bool]:
 
 async def health_route(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    return _json({"status": "ok", "model": state["model"],
+    return _json({"status": "ok", "model": state["info"]["model"],
                   "uptime_s": round(time.monotonic() - state["started"], 1),
                   "batching": asdict(request.app[BATCHER].stats)})
 
@@ -334,12 +315,9 @@ class AllowedHosts:
 
 
 def check_origin(request: web.Request, allowed: AllowedHosts) -> None:
-    """Refuse requests a web page could make through a visitor's browser.
-
-    Host must name this server: an IP literal, localhost, --host or an --allow-host name (a
-    DNS-rebinding page sends its own domain). A browser's Origin must be this server's own
-    (the page at /), i.e. name the same host as Host, or an --allow-host name.
-    """
+    """Refuse requests a web page could make through a visitor's browser: Host must be an IP
+    literal or an allowed name (a DNS-rebinding page sends its own domain), and a browser's Origin
+    must name the same host as Host (the page at /) or an --allow-host name."""
     host = request.headers.get("Host")
     if host is not None:
         name = _host_name(host)
@@ -393,8 +371,7 @@ def _middleware(log_line: Callable[[str], None] | None, allowed: AllowedHosts):
 
 def make_app(translator: Translator, config: ServeConfig,
              log_line: Callable[[str], None] | None = None, thread: DecodeThread | None = None) -> web.Application:
-    """The aiohttp application around a loaded `nmtkit.translate.Translator`; `thread`: the
-    `DecodeThread` it was loaded on (batcher.py's docstring says why it matters)."""
+    """The aiohttp application around a loaded Translator; `thread`: the `DecodeThread` it was loaded on."""
     app = web.Application(middlewares=[_middleware(None if config.quiet else log_line, AllowedHosts.of(config))],
                           client_max_size=config.limits.max_body_bytes)
 
@@ -402,8 +379,9 @@ def make_app(translator: Translator, config: ServeConfig,
         return translator._translate_buffer(list(enumerate(lines, 1)), replace(config.search, beam=beam, nbest=nbest),
                                             attention, source="<request>")
 
-    batcher = app[BATCHER] = Batcher(translate, batch_size(translator, config), config.batch_delay_ms / 1000, thread)
-    app[STATE] = {"config": config, "model": model_name(translator), "info": model_info(translator, config),
+    info = model_info(translator, config)
+    batcher = app[BATCHER] = Batcher(translate, info["batching"]["batch_size"], config.batch_delay_ms / 1000, thread)
+    app[STATE] = {"config": config, "info": info,
                   "page": resources.files("nmtkit.serve").joinpath("page.html").read_text(encoding="utf-8"),
                   "started": time.monotonic()}
     app.on_startup.append(lambda app: batcher.start())
@@ -430,8 +408,7 @@ async def _expect(request: web.Request) -> web.StreamResponse | None:
 
 
 class _JsonErrorHandler(RequestHandler):
-    """aiohttp's connection handler, answering what never reaches a route (a malformed request
-    line, a negative or duplicate Content-Length, Transfer-Encoding with Content-Length, a
+    """aiohttp's connection handler, answering what never reaches a route (a malformed request, a
     handler that failed outright) with the one-line JSON error and one log line, instead of a
     text/plain page and a traceback in the log."""
 
@@ -452,9 +429,9 @@ class _JsonErrorHandler(RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         """aiohttp drops what arrives once the server is stopping (its close flags), the rest of a
-        request body in flight too, which then waited out --body-timeout for a 408: that rest is read."""
+        request body in flight too, which would then wait out --body-timeout: that rest is read."""
         closing = self._close, self._force_close
-        # private names: an aiohttp without them drops the rest, as before
+        # private names: an aiohttp without them drops the rest
         if getattr(self, "_request_in_progress", False) and self.transport is not None:
             self._close = self._force_close = False
         try:
@@ -485,20 +462,16 @@ class _JsonErrorServer(web.Server):
 def make_runner(app: web.Application, config: ServeConfig,
                 log_line: Callable[[str], None] | None = None) -> ServeRunner:
     """The runner `serve` starts (tests start it on a port of their own)."""
-    # lingering: how long the unread rest of a refused body is read and dropped before the
-    # connection closes (aiohttp's default, 10 s, would let a 10 GB Content-Length hold it)
-    # keepalive_timeout: aiohttp's timer from a connection's start and after each answer, which
-    # closes one still waiting for a complete request (silent, or slow inside its headers)
+    # lingering_time: how long a refused body's unread rest is read before the connection closes
+    # (aiohttp's 10 s would let a 10 GB Content-Length hold it); keepalive_timeout: --idle-timeout
     return ServeRunner(app, None if config.quiet else log_line, access_log=None, handle_signals=False,
                        shutdown_timeout=config.shutdown_timeout, lingering_time=1.0,
                        keepalive_timeout=config.idle_timeout)
 
 
 def _end_now(sig: int, announce: Callable[[str], None]) -> None:
-    """The second SIGINT or SIGTERM of a stopping server: the process ends here, with the status
-    the signal gives a command (130, 143). Unwinding the event loop instead would interrupt the
-    aiohttp shutdown under way, which then reports errors of its own; nothing is written that
-    could be left half done."""
+    """The second SIGINT or SIGTERM of a stopping server ends the process here (130, 143): unwinding
+    would interrupt aiohttp's shutdown, which reports errors of its own; no file is half written."""
     announce("aborted" if sig == signal.SIGINT else "terminated")
     sys.stdout.flush()
     sys.stderr.flush()
@@ -506,8 +479,8 @@ def _end_now(sig: int, announce: Callable[[str], None]) -> None:
 
 
 def _accept_failed(announce: Callable[[str], None]) -> Callable[[asyncio.AbstractEventLoop, dict], None]:
-    """The loop's error handler: asyncio logged a traceback for each accept() that found no file
-    descriptor free (`ulimit -n` connections open; up to 128 a second, it retries a second later)."""
+    """The loop's error handler: a line a second, not asyncio's traceback, for each accept() that
+    found no file descriptor free (`ulimit -n` connections open)."""
     said = [float("-inf")]
 
     def handle(loop: asyncio.AbstractEventLoop, context: dict) -> None:
@@ -527,9 +500,8 @@ def server_url(host: str, port: int) -> str:
 
 async def serve(translator: Translator, config: ServeConfig, announce: Callable[[str], None],
                 log_line: Callable[[str], None] | None = None, thread: DecodeThread | None = None) -> None:
-    """Serve until SIGTERM or SIGINT, then stop accepting, finish the requests in flight, return;
-    a second SIGINT or SIGTERM meanwhile ends the process at once (`_end_now`). `thread`: the
-    `DecodeThread` the translator was loaded on."""
+    """Serve until SIGTERM or SIGINT, then stop accepting, finish the requests in flight, return; a
+    second signal meanwhile ends the process at once. `thread`: the translator's `DecodeThread`."""
     app = make_app(translator, config, log_line, thread)
     runner = make_runner(app, config, log_line)
     await runner.setup()
@@ -547,7 +519,7 @@ async def serve(translator: Translator, config: ServeConfig, announce: Callable[
         if not is_loopback(config.host):
             announce(f"warning: listening on {config.host}: every machine that can reach this one may use this "
                      "server, which has no authentication (--host 127.0.0.1 keeps it to this machine)")
-        announce(f"serving {model_name(translator)} on {server_url(host, port)} (Ctrl-C or SIGTERM stops)")
+        announce(f"serving {app[STATE]['info']['model']} on {server_url(host, port)} (Ctrl-C or SIGTERM stops)")
         await stop.wait()
         for sig in signals.STOP_SIGNALS:  # a second signal ends the process (a slow request may hold the stop)
             loop.add_signal_handler(sig, _end_now, sig, announce)

@@ -1,14 +1,10 @@
-"""The server's options (`ServeConfig`, the request `Limits`) and dynamic batching: sentences
-from concurrent requests share one batched beam search.
-
-One worker task takes the first waiting request, then every request that arrives within `delay`
-seconds (or is already waiting) with the same options, up to `batch_size` sentences, and hands
-their lines to one call of the translate function (the `Translator`'s) on the decoding
-thread; the results are cut back into each request's slice. A request with other options
-waits for the next round; the lines of a client that has gone are dropped before decoding.
-Every sentence of a batch is searched independently, so a request's translations do not
-depend on its batch mates. Every torch operation runs on one thread, `DecodeThread`, model
-loading included: a second thread that starts parallel work halves PyTorch's CPU speed.
+"""The server's options (`ServeConfig`, the request `Limits`) and dynamic batching: one worker
+task takes the first waiting request, then those with the same options that arrive within `delay`
+seconds, up to `batch_size` sentences, and decodes their lines in one call; a request with other
+options waits for the next round, and a gone client's lines are dropped before decoding. Every
+sentence is searched independently, so a translation does not depend on its batch mates. Every
+torch operation, model loading included, runs on one thread, `DecodeThread`: a second thread that
+starts parallel work halves PyTorch's CPU speed.
 """
 from __future__ import annotations
 
@@ -27,8 +23,7 @@ from nmtkit.translate.config import DecodeConfig, SearchConfig
 
 @dataclass(frozen=True)
 class Limits:
-    """Sizes a request may have; the server refuses anything larger with a 4xx. Each field is an
-    option of `nmtkit serve`."""
+    """Sizes a request may have; the server refuses anything larger with a 4xx."""
 
     max_lines: int = option(100, min=1, help="Most lines in one request.")
     max_line_chars: int = option(1000, min=1, help="Most characters in one line of a request.")
@@ -46,8 +41,7 @@ MAX_BATCH_DELAY_MS = 10_000.0
 
 @dataclass(frozen=True)
 class ServeConfig:
-    """Every option of `nmtkit serve` beyond the translator's own (DecodeConfig, SearchConfig) and
-    the request limits (Limits)."""
+    """The options of `nmtkit serve` beyond DecodeConfig's, SearchConfig's and Limits'."""
 
     host: str = option("127.0.0.1", help="Address to listen on. The default answers this machine only; 0.0.0.0 "
                                          "opens the server to the network (it has no authentication).")
@@ -74,7 +68,7 @@ class ServeConfig:
                                     help="Most sentences gathered into one decoder call (None: the translator's).")
     shutdown_timeout: float = option(60.0, min=0, cli=False,
                                      help="Seconds in-flight requests get to finish on SIGTERM or SIGINT.")
-    # what `run` loads, and how every request searches (its beam and n-best are the request's)
+    # what `run` loads, and how every request searches (but its beam and n-best)
     decode: DecodeConfig | None = None
     search: SearchConfig = field(default_factory=SearchConfig)
 
@@ -128,14 +122,13 @@ class BatchStats:
 
 
 class DecodeThread:
-    """The one thread a server runs torch on: the model is loaded (`call`) and every batch decoded
-    (`run`) there (module docstring)."""
+    """The one thread a server runs torch on: the model is loaded (`call`) and every batch decoded (`run`) there."""
 
     def __init__(self) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nmtkit-decode")
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """fn(*args) on the thread, waited for (before the event loop runs)."""
+        """fn(*args) on the thread, waited for."""
         return self._executor.submit(fn, *args).result()
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -147,8 +140,7 @@ class DecodeThread:
 
 
 class Batcher:
-    """Collects requests into batches and runs them one batch at a time on `thread` (its own
-    when none is given; the batcher closes it when it stops)."""
+    """Collects requests into batches and runs them on `thread` (its own if none), closed at the stop."""
 
     def __init__(self, translate: TranslateFn, batch_size: int, delay: float, thread: DecodeThread | None = None):
         self.translate = translate
@@ -179,9 +171,8 @@ class Batcher:
 
     async def submit(self, lines: Sequence[str], beam: int, nbest: int, attention: bool,
                      gone: Callable[[], bool] | None = None) -> list[Any]:
-        """Translate `lines` (one result per line, in order) within some batch. `gone()` says
-        whether the requester went away: its lines are then dropped before they are decoded,
-        and ClientGone is raised."""
+        """Translate `lines` (one result per line) within some batch. `gone()` says whether the
+        requester went away: its lines are then dropped, and ClientGone is raised."""
         assert self._queue is not None, "Batcher.start() first"
         if not lines:
             return []
@@ -218,7 +209,6 @@ class Batcher:
         deadline = loop.time() + self.delay
         skipped: list[_Job] = []
         while size < self.batch_size:
-            # jobs held from an earlier round first (they waited already), then the queue
             job = await self._next_job(deadline - loop.time())
             if job is None:
                 break
@@ -241,8 +231,7 @@ class Batcher:
 
     async def _serve_group(self, group: list[_Job]) -> None:
         """Translate the lines of `group`'s requests as one batch and answer each its own. An
-        NmtkitError (one request's line: a protected pattern past its time limit) fails only that
-        request: a group of several is then served one request at a time."""
+        NmtkitError fails only its request: a group of several is then served one at a time."""
         lines = [line for job in group for line in job.lines]
         attention = any(job.attention for job in group)
         try:
