@@ -150,7 +150,7 @@ class Seq2Seq(nn.Module):
         return self.output_projection()(features)
 
     def output_projection(self) -> nn.Linear | None:
-        """The nn.Linear that `output_layer` is, if it is exactly one (the chunked loss and shortlists read it)."""
+        """The nn.Linear that `output_layer` is, if it is exactly one (the chunked loss reads it)."""
         return None
 
     # ---- derived ------------------------------------------------------------------------
