@@ -223,7 +223,7 @@ class _Recurrence(torch.autograd.Function):
     def forward(ctx, x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse, graphs):  # type: ignore[override]
         B, T, S = x_gates.size(0), x_gates.size(1), keys.size(1)
         ctx.mm_dtype, ctx.fuse, ctx.graphs, ctx.sizes = mm_dtype, fuse, graphs, (B, T, S)
-        if graphs:
+        if graphs:  # (autograd does not record inside forward: no detach needed)
             Bp, Tp, Sp = bucket(B), bucket(T), bucket(S)
             x_gates = _pad_to(x_gates, (Bp, Tp, x_gates.size(2)))
             s0 = _pad_to(s0, (Bp, s0.size(1)))
