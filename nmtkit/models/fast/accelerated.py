@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, State
-from nmtkit.models.fast.fusion import step_fn
+from nmtkit.models.fast.fusion import matmul_dtype, step_fn
 
 
 class Accelerated(Seq2Seq):
@@ -88,13 +88,9 @@ def linear_cross_entropy(feats: Tensor, weight: Tensor, bias: Tensor | None, gol
     """sum_n CE(softmax(weight feats_n + bias), gold_n) with label smoothing as in `Seq2Seq.loss`,
     and the plain NLL sum: feats (N, F), weight (V, F), bias (V,) or None, gold (N,) -> (loss_sum,
     nll_sum). Products run in the autocast dtype, softmax and sums in float32."""
-    device_type = feats.device.type
-    if torch.is_autocast_enabled(device_type):
-        compute_dtype = torch.get_autocast_dtype(device_type)
-    else:
-        compute_dtype = torch.promote_types(feats.dtype, weight.dtype)
+    compute_dtype = matmul_dtype(feats, weight)
     half = compute_dtype in (torch.bfloat16, torch.float16)
-    budget = CPU_CHUNK_LOGITS if half and device_type == "cpu" else MAX_CHUNK_LOGITS
+    budget = CPU_CHUNK_LOGITS if half and feats.device.type == "cpu" else MAX_CHUNK_LOGITS
     chunk = max(1, min(chunk_tokens, budget // max(1, weight.size(0))))
     if half and chunk > ROW_MULTIPLE:
         chunk -= chunk % ROW_MULTIPLE  # every chunk but the last is a whole number of row blocks

@@ -64,6 +64,13 @@ def step_fn(body: F, fuse: bool) -> F:
     return _COMPILED[body]  # type: ignore[return-value]
 
 
+def matmul_dtype(x: Tensor, w: Tensor) -> torch.dtype:
+    """The dtype the step bodies' products of x and w run in: autocast's, else the promoted one."""
+    if torch.is_autocast_enabled(x.device.type):
+        return torch.get_autocast_dtype(x.device.type)
+    return torch.promote_types(x.dtype, w.dtype)
+
+
 def graphs_compiled(body: Callable) -> int:
     """How many graphs dynamo holds for `body` in this process (0 when it never compiled it)."""
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from nmtkit.models.fast.fusion import step_fn
+from nmtkit.models.fast.fusion import matmul_dtype, step_fn
 
 
 def gru_gates(x: Tensor, gh: Tensor, b: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -50,10 +50,8 @@ def gru_recurrence(xs: Tensor, w_hh: Tensor, b_hh: Tensor, fuse: bool = False) -
     """D independent GRUs over S steps from h_0 = 0: xs (D, S, B, 3n) = W_ih x_t + b_ih, w_hh
     (D, 3n, n), b_hh (D, 3n) -> states h_1..h_S (D, S, B, n), float32 under autocast."""
     dev = xs.device.type
-    if torch.is_autocast_enabled(dev):
-        mm_dtype, acc = torch.get_autocast_dtype(dev), torch.float32
-    else:
-        acc = mm_dtype = torch.promote_types(xs.dtype, w_hh.dtype)
+    mm_dtype = matmul_dtype(xs, w_hh)
+    acc = torch.float32 if torch.is_autocast_enabled(dev) else mm_dtype
     with torch.autocast(dev, enabled=False):
         xs = xs.to(acc)
         if torch.is_grad_enabled() and any(t.requires_grad for t in (xs, w_hh, b_hh)):

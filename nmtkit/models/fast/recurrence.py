@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from nmtkit.models.fast.fusion import bucket, loop_graphs, step_fn
+from nmtkit.models.fast.fusion import bucket, loop_graphs, matmul_dtype, step_fn
 
 _SCORE_BLOCK = 1 << 18  # elements of the (B, S, K) tanh intermediate made at once on the CPU
 
@@ -95,10 +95,8 @@ def bahdanau_recurrence(x_gates: Tensor, s0: Tensor, keys: Tensor, values: Tenso
     """x_gates (B, T, 3d), s0 (B, d), keys (B, S, n'), values (B, S, 3d), mask (B, S) bool,
     w_q (n' + 2d, d), v_a (n',), U (d, d) -> (states s_0..s_T (B, T+1, d), alpha (B, T, S))."""
     dev = x_gates.device.type
-    if torch.is_autocast_enabled(dev):
-        mm_dtype, acc = torch.get_autocast_dtype(dev), torch.float32
-    else:
-        acc = mm_dtype = torch.promote_types(x_gates.dtype, w_q.dtype)
+    mm_dtype = matmul_dtype(x_gates, w_q)
+    acc = torch.float32 if torch.is_autocast_enabled(dev) else mm_dtype
     with torch.autocast(dev, enabled=False):
         args = [t.to(acc) for t in (x_gates, s0, keys, values)]
         if not torch.is_grad_enabled() or not any(
