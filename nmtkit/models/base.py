@@ -25,15 +25,11 @@ State = Any  # a Tensor or a tuple of Tensors, each with the batch on dim 0
 
 @dataclass
 class EncoderOut:
-    """What `encode` returns; every tensor has the batch on dim 0.
-
-    annotations (B, S, A) h_j; keys (B, S, K) attention keys U_a h_j or None; mask (B, S) bool,
-    True at real positions; summary (B, D) a fixed sentence summary (RNNencdec's c) or None;
-    init what `init_state` needs; values (B, S, G) projections of h_j the decoder averages with
-    the attention weights, and step_values (B, S, O) the same for decoding steps only
-    (`encode_for_steps`), or None; summary_out (B, .) projections of `summary` every decoding
-    step adds, or None; src_eos: the model appended EOS at position src_lens[b] (S counts it).
-    """
+    """What `encode` returns, batch on dim 0: annotations (B, S, A) h_j; keys (B, S, K) U_a h_j;
+    mask (B, S) bool, True at real positions; summary (B, D) RNNencdec's c; init what `init_state`
+    needs; values (B, S, G) projections of h_j averaged with the attention weights, step_values
+    (B, S, O) the same for `encode_for_steps`; summary_out projections of `summary` every step
+    adds; src_eos: EOS appended at src_lens[b] (S counts it). Optional fields may be None."""
 
     annotations: Tensor
     keys: Tensor | None

@@ -17,7 +17,7 @@ from nmtkit.models.fast.fusion import matmul_dtype, step_fn
 
 
 class Accelerated(Seq2Seq):
-    """A model with the fast paths (module docstring); `fuse_steps` is a keyword argument."""
+    """A model with the fast paths; `fuse_steps` is a keyword argument."""
 
     # what `--precision int8` quantises: the nn.Linear layers decoding only calls as modules, and
     # the bidirectional nn.GRU encoder it runs as `quantize.Int8BiGRU`
