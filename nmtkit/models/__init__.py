@@ -47,7 +47,7 @@ def make_config(arch: str, values: dict[str, Any]):
 
 def build_model(arch: str, config: Any, fuse_steps: bool = False):
     """A freshly initialised model from a config dataclass or a plain dict of its fields, with
-    the fast paths (models/fast/accelerated.py); `fuse_steps` runs its step bodies compiled."""
+    the fast paths (fast/accelerated.py)."""
     if isinstance(config, dict):
         config = make_config(arch, config)
     return model_class(arch)(config, fuse_steps=fuse_steps)

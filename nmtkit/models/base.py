@@ -2,11 +2,8 @@
 weight initialisations they share.
 
 Shapes: B batch, S source length, T target length, V target vocabulary, A annotation size.
-Token ids are `nmtkit.text.vocab`'s. Sources carry no BOS/EOS unless the model adds them; `tgt_in`
-starts with BOS, `tgt_out` ends with EOS; `forward` must equal a loop of `step` (docs/design.md,
-3-4). `INITS` names the initialisations a config's `init` accepts: "paper" (appendix B.1),
-"default" (PyTorch's), "uniform" (every parameter U(-0.1, 0.1)), "uniform-emb" (PyTorch's,
-embeddings U(-0.1, 0.1)).
+Sources carry no BOS/EOS unless the model adds them; `tgt_in` starts with BOS, `tgt_out` ends
+with EOS; `forward` must equal a loop of `step` (docs/design.md, 3-4).
 """
 from __future__ import annotations
 
@@ -28,15 +25,11 @@ State = Any  # a Tensor or a tuple of Tensors, each with the batch on dim 0
 
 @dataclass
 class EncoderOut:
-    """What `encode` returns; every tensor has the batch on dim 0.
-
-    annotations (B, S, A) h_j; keys (B, S, K) attention keys U_a h_j or None; mask (B, S) bool,
-    True at real positions; summary (B, D) a fixed sentence summary (RNNencdec's c) or None;
-    init what `init_state` needs; values (B, S, G) projections of h_j the decoder averages with
-    the attention weights, and step_values (B, S, O) the same for decoding steps only
-    (`encode_for_steps`), or None; summary_out (B, .) projections of `summary` every decoding
-    step adds, or None; src_eos: the model appended EOS at position src_lens[b] (S counts it).
-    """
+    """What `encode` returns, batch on dim 0: annotations (B, S, A) h_j; keys (B, S, K) U_a h_j;
+    mask (B, S) bool, True at real positions; summary (B, D) RNNencdec's c; init what `init_state`
+    needs; values (B, S, G) projections of h_j averaged with the attention weights, step_values
+    (B, S, O) the same for `encode_for_steps`; summary_out projections of `summary` every step
+    adds; src_eos: EOS appended at src_lens[b] (S counts it). Optional fields may be None."""
 
     annotations: Tensor
     keys: Tensor | None
@@ -54,8 +47,7 @@ class EncoderOut:
                                             if f.name != "src_eos"})
 
     def narrow(self, width: int) -> "EncoderOut":
-        """The first `width` source positions of every per-position field (annotations, keys,
-        values, mask); itself when it has no more."""
+        """The first `width` source positions of every per-position field; itself when it has no more."""
         if width >= self.mask.size(1):
             return self
         return dataclasses.replace(self, **{name: getattr(self, name)[:, :width]
@@ -90,8 +82,7 @@ def append_eos(src: Tensor, src_lens: Tensor, eos_id: int = EOS_ID) -> tuple[Ten
 
 
 def on_device(lens: Tensor, device: torch.device) -> Tensor:
-    """Lengths (B,) on `device`. Training passes them on the host (the step knows them there):
-    copied without waiting for the queued kernels, where a blocking copy would."""
+    """Lengths (B,) on `device`, copied without waiting for the queued kernels."""
     return lens.to(device, non_blocking=True)
 
 
@@ -101,10 +92,9 @@ def length_mask(lens: Tensor, max_len: int) -> Tensor:
 
 
 def run_packed(rnn: nn.RNNBase, emb: Tensor, lens: Tensor) -> tuple[Tensor, Any]:
-    """A batch_first nn.GRU/nn.LSTM over each sentence of emb (B, S, m) up to its length, as on
-    a packed batch: (outputs (B, S, H), zero at padded positions; each sentence's final state).
-    The packing is planned on the host from `lens` (B,), without pack_padded_sequence's blocking
-    copies between host and device; the packed data is the same."""
+    """A batch_first nn.GRU/nn.LSTM over emb (B, S, m) packed by `lens` (B,): (outputs (B, S, H),
+    zero at padding; each sentence's final state). Packed on the host, without pack_padded_sequence's
+    blocking copies."""
     host = (lens if lens.device.type == "cpu" else lens.cpu()).to(torch.int64)
     host, order = torch.sort(host, descending=True)
     B, S = emb.shape[:2]
@@ -120,18 +110,14 @@ def run_packed(rnn: nn.RNNBase, emb: Tensor, lens: Tensor) -> tuple[Tensor, Any]
 
 
 class Seq2Seq(nn.Module):
-    """Base class of the encoder-decoder models: subclasses implement `encode`, `init_state`,
-    `decode_features` (teacher forcing up to the layer before the vocabulary projection),
-    `step_features` (one step of it) and `output_projection` or `output_layer` (to vocabulary logits);
-    `forward`, `step` and `loss` are derived plainly (the fast paths: models/fast/accelerated.py)."""
+    """Base class of the encoder-decoder models: subclasses implement the methods below the first
+    marker; `forward`, `step` and `loss` are derived plainly (the fast paths: fast/accelerated.py)."""
 
     config: Any  # the architecture's <Arch>Config dataclass
-    # True when `step` accepts N = B * G state rows over B encoder rows (the G hypotheses of a
-    # sentence, consecutive rows, share its encoder row): beam search then never copies the
-    # encoder outputs K times (see nmtkit.decode.search)
+    # True when `step` accepts N = B * G state rows over B encoder rows (a sentence's G hypotheses
+    # are consecutive rows): beam search then never copies the encoder outputs
     grouped_encoder: bool = False
-    # False for a model without attention (RNNencdec): its all-zero weights align nothing, so
-    # alignments, attention plots and <unk> replacement are refused for it
+    # False for a model without attention (RNNencdec): alignments, plots, <unk> replacement refused
     has_attention: bool = True
 
     # ---- to implement -------------------------------------------------------------------
@@ -144,8 +130,7 @@ class Seq2Seq(nn.Module):
         raise NotImplementedError
 
     def encode_for_steps(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
-        """`encode` for decoding step by step (beam search, sampling): the same, plus whatever
-        per-position projections the model's `step_features` reads (`EncoderOut.step_values`)."""
+        """`encode` for decoding step by step, plus what `step_features` reads (`step_values`)."""
         return self.encode(src, src_lens)
 
     def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
@@ -161,13 +146,12 @@ class Seq2Seq(nn.Module):
         return self.output_projection()(features)
 
     def output_projection(self) -> nn.Linear | None:
-        """The nn.Linear that `output_layer` is, if it is exactly one (the chunked loss and the
-        decoding shortlist read its rows)."""
+        """The nn.Linear that `output_layer` is, if it is exactly one (the chunked loss reads it)."""
         return None
 
     # ---- derived ------------------------------------------------------------------------
     def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> Tensor:
-        """Teacher forcing: log-probabilities (B, T, V) in float32 (or float64); training uses `loss`."""
+        """Teacher forcing: log-probabilities (B, T, V) in float32 (or float64)."""
         feats, _ = self.decode_features(self.encode(src, src_lens), tgt_in)
         return _log_softmax(self.output_layer(feats))
 
@@ -196,8 +180,7 @@ class Seq2Seq(nn.Module):
              label_smoothing: float = 0.0, chunk_tokens: int = 4096, n_tokens: int | None = None
              ) -> tuple[Tensor, Tensor, int]:
         """(loss_sum, nll_sum, n_tokens) over the non-pad targets: the objective (label smoothing:
-        (1 - ls) nll + ls mean_v(-log p_v)) and the plain NLL, summed; differentiate `loss_sum`.
-        `chunk_tokens` and `n_tokens` serve the chunked loss of the built models."""
+        (1 - ls) nll + ls mean_v(-log p_v)) and the plain NLL; `chunk_tokens`, `n_tokens`: Accelerated."""
         feats, _ = self.decode_features(self.encode(src, src_lens), tgt_in)
         mask = tgt_out.ne(PAD_ID)
         gold = tgt_out[mask]
@@ -229,11 +212,10 @@ UNIFORM_SCALE = 0.1
 @torch.no_grad()
 def paper_init_(model: nn.Module, recurrent: Iterable[tuple[Tensor, int]], align: Iterable[Tensor],
                 zero: Iterable[Tensor] = ()) -> None:
-    """Initialise `model` as in the paper's appendix B.1: the square blocks of the `recurrent`
-    (weight, block size) pairs orthogonal, `align` (W_a, U_a) from N(0, 0.001^2), `zero` (v_a)
-    and every `*bias*` zero, every other parameter from N(0, 0.01^2)."""
+    """Appendix B.1: the square blocks of the `recurrent` (weight, block size) pairs orthogonal,
+    `align` from N(0, 0.001^2), `zero` and every `*bias*` zero, every other parameter N(0, 0.01^2)."""
     done: set[int] = set()
-    for weight, block in recurrent:  # weight (k*block, block): each row-block a random orthogonal matrix
+    for weight, block in recurrent:  # weight (k*block, block)
         assert weight.size(0) % block == 0 and weight.size(1) == block, (weight.shape, block)
         for i in range(0, weight.size(0), block):
             nn.init.orthogonal_(weight[i : i + block])
@@ -270,9 +252,9 @@ def uniform_init_(model: nn.Module, scale: float = UNIFORM_SCALE, embeddings_onl
 
 
 def apply_init_(model: nn.Module, init: str, paper: Callable[[], None], default: Callable[[], None] = lambda: None) -> None:
-    """Initialise `model` by the name `init` (one of `INITS`): `paper` is the model's appendix-B.1
-    initialisation, `default` what it adds to PyTorch's own (also before "uniform-emb"). Under
-    `uninitialised()` it does nothing."""
+    """Initialise `model` by `init`: "paper" runs `paper` (appendix B.1), "default" PyTorch's plus
+    `default`, "uniform" every parameter U(-0.1, 0.1), "uniform-emb" "default" with embeddings
+    U(-0.1, 0.1). Under `uninitialised()` it does nothing."""
     if _skipping.get():
         return
     if init == "paper":
@@ -285,8 +267,7 @@ def apply_init_(model: nn.Module, init: str, paper: Callable[[], None], default:
             uniform_init_(model, embeddings_only=True)
 
 
-# PyTorch's own initialisers, which its modules (nn.Linear, nn.Embedding, nn.GRU, ...) call in
-# their constructors, and the in-place fills they are made of
+# PyTorch's initialisers its modules call in their constructors, and the fills they are made of
 _FILLS = frozenset({
     nn.init.uniform_, nn.init.normal_, nn.init.constant_, nn.init.kaiming_uniform_,
     Tensor.uniform_, Tensor.normal_, Tensor.zero_, Tensor.fill_,
@@ -304,8 +285,7 @@ class _SkipFills(TorchFunctionMode):
 @contextlib.contextmanager
 def uninitialised() -> Iterator[None]:
     """Models built inside are left uninitialised (neither `apply_init_` nor PyTorch's module
-    initialisers run), for a model a strict `load_state_dict` then fills: the random
-    initialisation of a paper-size RNNsearch takes a second or more."""
+    initialisers run), for a model a strict `load_state_dict` then fills."""
     token = _skipping.set(True)
     try:
         with _SkipFills():

@@ -1,12 +1,9 @@
 """LSTM encoder-decoder with multiplicative attention and input feeding: the model of seed
 `003_...` (the Stanford CS224n NMT assignment; Luong et al. 2015 "general" attention).
 
-Equations in docs/paper-notes.md: a bidirectional LSTM encoder; h_0, c_0 = W_h, W_c [bwd ; fwd]
-final states; the decoder LSTM reads [E y_t ; o_{t-1}] (input feeding), attends with the new
-h_t (e_{t,i} = h_t . W_attProj h_i), and o_t = dropout(tanh(W_u [a_t ; h_t])), P_t =
-softmax(W_vocab o_t). The decoder state is (h, c, o). EOS is appended to the source (`src_eos`);
-W_h, W_c, W_attProj, W_u, W_vocab have no bias. Before the loop: W_y E y for all steps, the
-keys W_attProj h and the values W_u[:, :2n] h; W_vocab runs after it.
+Equations in docs/paper-notes.md: h_0, c_0 = W_h, W_c [bwd ; fwd] final encoder states; the
+decoder LSTM reads [E y_t ; o_{t-1}], attends with the new h_t, and o_t = dropout(tanh(W_u [a_t ;
+h_t])). The decoder state is (h, c, o).
 """
 from __future__ import annotations
 
@@ -43,8 +40,7 @@ class LSTMAttentionConfig:
 class LSTMAttention(Accelerated):
     """BiLSTM encoder, input-feeding LSTM decoder with multiplicative attention."""
 
-    # W_h (dtype read) and W_u (its weight read in slices) stay float; W_fo and W_hh are read
-    # concatenated in teacher forcing only (decoding calls them as modules)
+    # W_h (dtype read) and W_u (read in slices) stay float; W_fo, W_hh: concatenated in training only
     int8_linears = ("W_c", "W_att", "W_y", "W_fo", "W_hh", "W_vocab")
 
     def __init__(self, config: LSTMAttentionConfig, fuse_steps: bool = False):
@@ -77,7 +73,6 @@ class LSTMAttention(Accelerated):
         init (h_0, c_0) each (B, d)."""
         ann, mask, (h_n, c_n) = encode_bigru(self.src_embed, self.encoder, nn.Identity(), src,
                                              src_lens, self.config.src_eos)
-        # h_n[0]: forward direction at the last real token; h_n[1]: backward direction at j=1
         h0 = self.W_h(torch.cat([h_n[1], h_n[0]], dim=-1))
         c0 = self.W_c(torch.cat([c_n[1], c_n[0]], dim=-1))
         values = F.linear(ann, self.W_u.weight[:, : 2 * self.config.enc_hidden])
@@ -92,7 +87,7 @@ class LSTMAttention(Accelerated):
 
     def _step(self, x_gates: Tensor, state, enc: EncoderOut, w_rec: Tensor | None):
         """x_gates = W_y E y_t (B, 4d) -> (o_t (B, d), (h_t, c_t, o_t), alpha_t (B, S')). w_rec:
-        [W_fo W_hh] (4d, 2d) as one product, or None to call the two layers (int8 decoding)."""
+        [W_fo W_hh] (4d, 2d), or None to call the two layers."""
         h, c, o_prev = state
         d = self.config.dec_hidden
         if w_rec is None:
@@ -124,15 +119,14 @@ class LSTMAttention(Accelerated):
 
     def step_features(self, prev_tokens: Tensor, state, enc: EncoderOut):
         """y_t (B,), (h, c, o)_{t-1} -> (o_t (B, d), (h, c, o)_t, alpha_t (B, S'))."""
-        # float: one product with the weights concatenated is as fast as the two products here,
-        # copy included; int8 layers have no float weight to concatenate
+        # int8 layers have no float weight to concatenate
         w_rec = None if is_quantized(self.W_fo) else torch.cat([self.W_fo.weight, self.W_hh.weight], dim=1)
         stack = self.decode_stacks.get("embedding")
         x_gates = stack(prev_tokens) if stack is not None else self.W_y(self.tgt_embed(prev_tokens))
         return self._step(x_gates, state, enc, w_rec)
 
     def int8_stacks(self) -> dict[str, tuple[str | None, tuple[str, ...]]]:
-        """W_y E y_t from the embedding's rows quantised once (W_fo and W_hh read different inputs)."""
+        """W_y E y_t from the embedding's rows quantised once."""
         return {"embedding": ("tgt_embed", ("W_y",))}
 
     def output_projection(self) -> nn.Linear:

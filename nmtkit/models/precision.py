@@ -1,8 +1,5 @@
-"""Which precision pays off on a device (`--precision auto` of training and of decoding).
-
-bf16 on CUDA when supported; on a CPU, bf16 only when it advertises native BF16 and one bf16
-product of a training step's size, timed once per process, beats float32 by `BF16_MIN_SPEEDUP`
-(emulated or slow bf16 products are common on CPUs: docs/experiments.md has the measurements).
+"""Which precision pays off on a device (`--precision auto` of training and of decoding): bf16 on
+CUDA when supported; on a CPU, bf16 only when it is native and measurably faster than float32.
 """
 from __future__ import annotations
 
@@ -13,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-# how much faster than float32 a bf16 product must be for `auto` to choose bf16 on a CPU: bf16
-# also rounds, and casts activations back and forth, so a near tie is not worth it
+# how much faster than float32 a bf16 product must be for `auto` on a CPU: a near tie is not worth
+# bf16's rounding and casts
 BF16_MIN_SPEEDUP = 1.2
 
 FP16_ON_CPU = ("--precision fp16 on the CPU works but is emulated and slow; it is meant for GPUs "
@@ -28,8 +25,8 @@ def cpu_has_fast_bf16(cpuinfo: str | None = None) -> bool:
 
 @lru_cache(maxsize=None)
 def cpu_bf16_speedup() -> float:
-    """float32 time / bf16 time of one (256, 512) x (512, 1024) matrix product on this CPU (a
-    training step's projections), best of 5 after a warm-up; measured once per process."""
+    """float32 time / bf16 time of one (256, 512) x (512, 1024) matrix product on this CPU, best of
+    5 after a warm-up; measured once per process."""
     gen = torch.Generator().manual_seed(0)
     a, b = torch.randn(256, 512, generator=gen), torch.randn(512, 1024, generator=gen)
 
@@ -46,8 +43,7 @@ def cpu_bf16_pays_off() -> bool:
 
 
 def cpu_has_fast_int8(cpuinfo: str | None = None) -> bool:
-    """True when the CPU flags include int8 dot products (VNNI, AMX): where `--precision int8`
-    is known to be the fastest way to decode (nmtkit.models.fast.quantize)."""
+    """True when the CPU flags include int8 dot products (VNNI, AMX), where int8 decodes fastest."""
     return _cpu_has_any_flag(("avx512_vnni", "avx_vnni", "amx_int8"), cpuinfo)
 
 
@@ -78,9 +74,8 @@ def autocast_dtype(device: str, precision: str = "auto"):
 
 
 def resolve_precision(device_type: str, precision: str, kept: str | None = None) -> str:
-    """`precision` with "auto" replaced by what it means on `device_type` for training and
-    decoding alike: "bf16", "fp16" or "fp32"; by `kept` (what a resumed run's auto chose) where
-    `device_type` runs it natively."""
+    """`precision` with "auto" replaced by what it means on `device_type` ("bf16", "fp16", "fp32"),
+    or by `kept` (what a resumed run's auto chose) where `device_type` runs it natively."""
     if precision != "auto":
         return precision
     cuda = device_type == "cuda"
@@ -91,15 +86,13 @@ def resolve_precision(device_type: str, precision: str, kept: str | None = None)
 
 
 def autocast(device_type: str, precision: str):
-    """The autocast context for `precision` on `device_type` (a no-op for plain float32): weights
-    stay float32, matrix products run in the 16-bit dtype, softmax and losses in float32."""
+    """The autocast context for `precision` on `device_type` (a no-op for plain float32)."""
     dtype = autocast_dtype(device_type, precision)
     return torch.autocast(device_type=device_type, dtype=dtype) if dtype is not None else nullcontext()
 
 
 def set_tf32(device_type: str, precision: str, enabled: bool) -> bool:
-    """Let a CUDA fp32 run do its matrix products and cuDNN work in TF32, or forbid it (`enabled`
-    False: exact fp32); other runs are untouched. Returns whether TF32 is now on for this run."""
+    """Let a CUDA fp32 run use TF32, or forbid it; other runs are untouched. Returns whether TF32 is on."""
     if device_type != "cuda" or precision != "fp32":
         return False
     mode = "tf32" if enabled else "ieee"
@@ -114,7 +107,7 @@ def set_tf32(device_type: str, precision: str, enabled: bool) -> bool:
 
 def resolve_decode_precision(device_type: str, precision: str) -> str:
     """translate's and serve's --precision with "auto" resolved: "int8" on a CPU with int8 dot
-    products (the fastest there, docs/int8.md), else what auto means in training."""
+    products, else what auto means in training."""
     if precision == "auto" and device_type == "cpu" and cpu_has_fast_int8():
         return "int8"
     return resolve_precision(device_type, precision)

@@ -4,9 +4,7 @@ using RNN Encoder-Decoder for Statistical Machine Translation", as the baseline 
 
 A one-direction GRU encoder, c = tanh(V h_T), s_0 = tanh(V' c); c enters every decoder gate
 and the deep output, which reads s_{i-1}. No attention: `step` and `decode_features` return
-all-zero weights in its place (rows sum to 0, which marks "no attention"), so that beam search,
-ensembles and plots need no special case. c does not change over time: its gate and output
-terms are computed once, before the loop (once per sentence when decoding, `encode_for_steps`).
+all-zero weights in its place, so that beam search and ensembles need no special case.
 """
 from __future__ import annotations
 
@@ -53,7 +51,6 @@ class RNNEncDecConfig:
 class RNNEncDec(Accelerated):
     """Cho et al. (2014) encoder-decoder with a fixed-length summary c."""
 
-    # V_s (its dtype read in init_state) stays float
     int8_linears = ("V", "W_in", "U_zr", "U", "C", "U_o", "V_o", "C_o", "W_o")
     has_attention = False
 
@@ -83,8 +80,7 @@ class RNNEncDec(Accelerated):
             self, recurrent=[(self.encoder.weight_hh_l0, n), (self.U_zr.weight, d), (self.U.weight, d)], align=[]))
 
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
-        """src (B, S) -> summary c (B, n); the encoder states (B, S', n) and their mask too, so
-        that code written for attention models sees the usual shapes."""
+        """src (B, S) -> summary c (B, n), and the encoder states (B, S', n) and their mask."""
         if self.config.src_eos:
             src, src_lens = append_eos(src, src_lens)
         emb = self.drop(self.src_embed(src))
@@ -108,8 +104,7 @@ class RNNEncDec(Accelerated):
         return torch.tanh(self.V_s(enc.summary)).to(self.V_s.weight.dtype)
 
     def _update(self, s: Tensor, x_gates: Tensor, q_zr: Tensor | None = None) -> Tensor:
-        """s_i from s_{i-1} (B, d) and the gate inputs [W.. E y + C.. c] (B, 3d); q_zr: U_zr s
-        where the caller made it."""
+        """s_i from s_{i-1} (B, d) and the gate inputs [W.. E y + C.. c] (B, 3d); q_zr: U_zr s or None."""
         d = self.config.dec_hidden
         zr = torch.sigmoid(x_gates[:, : 2 * d] + (self.U_zr(s) if q_zr is None else q_zr))
         z, r = zr[:, :d], zr[:, d:]

@@ -1,11 +1,8 @@
 """The fast paths every built model has on top of the plain `Seq2Seq` interface, and the chunked loss.
 
-`Accelerated` comes first in a built model's bases: `fuse_steps` runs the step bodies compiled and
-`graph_loops` (--cuda-graphs) the teacher-forcing loops as CUDA graphs (both fusion.py);
-`decode_stacks` holds what int8 decoding builds (quantize.py). `loss` is `linear_cross_entropy`,
-which never holds the (N, V) logits of a batch: each chunk of positions is projected, normalised
-and scored, and its gradients made right away in the forward pass (the backward only scales them).
-In bf16/fp16, chunks are padded with zero rows to a multiple of ROW_MULTIPLE (few product shapes).
+`Accelerated` comes first in a built model's bases. `loss` is `linear_cross_entropy`, which never
+holds the (N, V) logits of a batch: each chunk of positions is projected, normalised and scored,
+and its gradients made right away in the forward pass (the backward only scales them).
 """
 from __future__ import annotations
 
@@ -16,24 +13,24 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmtkit.models.base import PAD_ID, EncoderOut, Seq2Seq, State
-from nmtkit.models.fast.fusion import step_fn
+from nmtkit.models.fast.fusion import matmul_dtype, step_fn
 
 
 class Accelerated(Seq2Seq):
-    """A model with the fast paths (module docstring); `fuse_steps` is a keyword argument."""
+    """A model with the fast paths; `fuse_steps` is a keyword argument."""
 
-    # the nn.Linear layers decoding only calls as modules: what `--precision int8` quantises
+    # what `--precision int8` quantises: the nn.Linear layers decoding only calls as modules, and
+    # the bidirectional nn.GRU encoder it runs as `quantize.Int8BiGRU`
     int8_linears: tuple[str, ...] = ()
-    # the bidirectional nn.GRU encoder int8 decoding runs as `quantize.Int8BiGRU`, or None
     int8_encoder: str | None = None
-    # True when teacher forcing can run as CUDA graphs; `graph_loops` (--cuda-graphs) turns them on
+    # whether teacher forcing can run as CUDA graphs, and whether it does (--cuda-graphs)
     graph_loops_supported: bool = False
     graph_loops: bool = False
 
     def __init__(self, *args, fuse_steps: bool = False):
         super().__init__(*args)
         self._fuse_steps = bool(fuse_steps)
-        # what `int8_stacks` names, built by int8 decoding; no part of the state_dict
+        # what `int8_stacks` names, built by int8 decoding (quantize.py); no part of the state_dict
         self.decode_stacks: dict[str, nn.Module] = {}
 
     def int8_stacks(self) -> dict[str, tuple[str | None, tuple[str, ...]]]:
@@ -43,7 +40,7 @@ class Accelerated(Seq2Seq):
 
     @property
     def fuse_steps(self) -> bool:
-        """Whether the step bodies run compiled (models/fast/fusion.py); chosen at construction."""
+        """Whether the step bodies run compiled (fusion.py); chosen at construction."""
         return self._fuse_steps
 
     def with_fused_steps(self, fuse_steps: bool = True) -> "Accelerated":
@@ -60,9 +57,8 @@ class Accelerated(Seq2Seq):
     def loss(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor,
              label_smoothing: float = 0.0, chunk_tokens: int = 4096, n_tokens: int | None = None
              ) -> tuple[Tensor, Tensor, int]:
-        """`Seq2Seq.loss` through `linear_cross_entropy` over `output_projection()`. `n_tokens`, the
-        number of non-pad targets when the caller knows it, picks the real positions without a
-        host synchronisation."""
+        """`Seq2Seq.loss` through `linear_cross_entropy`. `n_tokens`, the number of non-pad targets
+        when the caller knows it, picks the real positions without a host synchronisation."""
         feats, _ = self.decode_features(self.encode(src, src_lens), tgt_in)
         mask = tgt_out.ne(PAD_ID)
         if n_tokens is None:
@@ -81,26 +77,20 @@ class Accelerated(Seq2Seq):
         return loss_sum, nll_sum, int(gold.numel())
 
 
-# logits held at once by the chunked loss: in general, and in bf16/fp16 on the CPU (~8 bytes a logit)
+# logits held at once by the chunked loss: in general, and in bf16/fp16 on the CPU
 MAX_CHUNK_LOGITS = 1 << 26
 CPU_CHUNK_LOGITS = 1 << 23
-# 16-bit chunks are padded to a multiple of this many rows (few distinct product shapes)
-ROW_MULTIPLE = 64
+ROW_MULTIPLE = 64  # 16-bit chunks are padded with zero rows to a multiple of this (few product shapes)
 
 
 def linear_cross_entropy(feats: Tensor, weight: Tensor, bias: Tensor | None, gold: Tensor, label_smoothing: float = 0.0,
                          chunk_tokens: int = 4096, fuse: bool = False) -> tuple[Tensor, Tensor]:
     """sum_n CE(softmax(weight feats_n + bias), gold_n) with label smoothing as in `Seq2Seq.loss`,
     and the plain NLL sum: feats (N, F), weight (V, F), bias (V,) or None, gold (N,) -> (loss_sum,
-    nll_sum). Products run in the autocast dtype, softmax and sums in float32; `fuse` compiles
-    the per-chunk body."""
-    device_type = feats.device.type
-    if torch.is_autocast_enabled(device_type):
-        compute_dtype = torch.get_autocast_dtype(device_type)
-    else:
-        compute_dtype = torch.promote_types(feats.dtype, weight.dtype)
+    nll_sum). Products run in the autocast dtype, softmax and sums in float32."""
+    compute_dtype = matmul_dtype(feats, weight)
     half = compute_dtype in (torch.bfloat16, torch.float16)
-    budget = CPU_CHUNK_LOGITS if half and device_type == "cpu" else MAX_CHUNK_LOGITS
+    budget = CPU_CHUNK_LOGITS if half and feats.device.type == "cpu" else MAX_CHUNK_LOGITS
     chunk = max(1, min(chunk_tokens, budget // max(1, weight.size(0))))
     if half and chunk > ROW_MULTIPLE:
         chunk -= chunk % ROW_MULTIPLE  # every chunk but the last is a whole number of row blocks
@@ -111,10 +101,9 @@ def linear_cross_entropy(feats: Tensor, weight: Tensor, bias: Tensor | None, gol
 
 def _lce_chunk(f: Tensor, w: Tensor, b: Tensor, g: Tensor, label_smoothing: float, need_grad: bool
                ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
-    """One chunk of `linear_cross_entropy` (a pure step body): f (m, F), w (V, F), b (V,) in the
-    compute dtype, g (n, 1) gold ids of the first n <= m rows of f -> (nll sum, loss sum,
-    d loss / d logits (m, V) or None (padding rows to be ignored), its n real rows' column sums
-    or None), sums in float32 (float64 for float64 inputs)."""
+    """One chunk (a pure step body): f (m, F), w (V, F), b (V,), g (n, 1) gold ids of the first
+    n <= m rows of f -> (nll sum, loss sum, d loss / d logits (m, V) or None (padding rows to be
+    ignored), its n real rows' column sums or None)."""
     acc = torch.float64 if f.dtype == torch.float64 else torch.float32
     V, n = w.size(0), g.size(0)
     padded = F.linear(f, w, b).to(acc)  # (m, V)
@@ -132,8 +121,7 @@ def _lce_chunk(f: Tensor, w: Tensor, b: Tensor, g: Tensor, label_smoothing: floa
     p.scatter_add_(1, g, torch.full_like(g, -(1.0 - label_smoothing), dtype=acc))
     if label_smoothing > 0:
         p.sub_(label_smoothing / V)
-    # the padding rows of `padded` keep their logits: the caller drops their d loss / d features,
-    # and their features are zero, so they add nothing to d loss / d W
+    # the padding rows keep their logits: their features are zero, and the caller drops their rows
     return nll.sum(), loss, padded, p.sum(0)
 
 
@@ -152,8 +140,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         grad_w = torch.zeros_like(weight, dtype=acc) if need_grad else None
         grad_b = torch.zeros(V, dtype=acc, device=feats.device) if need_grad else None
         with torch.autocast(feats.device.type, enabled=False):
-            # detached: this Function does its own backward (and requires-grad flags would split
-            # the compiled body's graphs)
+            # detached: requires-grad flags would split the compiled body's graphs
             feats = feats.detach()
             w = weight.detach().to(compute_dtype)
             b = bias.detach().to(compute_dtype)

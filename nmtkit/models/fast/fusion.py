@@ -1,13 +1,10 @@
 """How the recurrences' loops run: eagerly, as compiled step bodies (--fuse), or as CUDA graphs.
 
-`step_fn` hands a loop its pure step body itself (the reference) or, with --fuse on, compiled by
-inductor with dynamic shapes and without duck shaping, so that each body compiles a few graphs
-(`MAX_GRAPHS_PER_BODY`); a body that reaches dynamo's recompile limit or cannot be compiled runs
-eagerly from then on, with one warning. `LoopGraphs.run(key, fn, inputs)` runs a pure loop through
-a CUDA graph captured per key and input shapes (--cuda-graphs): inputs and outputs are views of
-one device arena shared by all graphs, the first call of a shape runs eagerly, at most MAX_GRAPHS
-are kept, callers pad shapes to BUCKET multiples, and a failed capture makes every loop eager
-with one warning. On a CPU a stand-in calls `fn` on the arena's views (the tests check it there).
+`step_fn` hands a loop its pure step body, or with --fuse on the body compiled by inductor with
+dynamic shapes and without duck shaping (a few graphs per body); a body that reaches dynamo's
+recompile limit or cannot be compiled runs eagerly from then on, with one warning. `LoopGraphs`
+runs a pure loop through a CUDA graph captured per key and input shapes (--cuda-graphs), its inputs
+and outputs views of one device arena; a failed capture makes every loop eager, with one warning.
 """
 from __future__ import annotations
 
@@ -27,8 +24,7 @@ F = TypeVar("F", bound=Callable)
 
 log = logging.getLogger(__name__)
 
-# what tests/test_fusion.py holds each body to (dynamo's own limit is 8 graphs per body)
-MAX_GRAPHS_PER_BODY = 6
+MAX_GRAPHS_PER_BODY = 6  # what tests/test_fusion.py holds each body to
 
 _COMPILED: dict[Callable, Callable] = {}
 _FELL_BACK: set[Callable] = set()  # bodies that met the recompile limit (warned once)
@@ -52,7 +48,7 @@ def fusion_available(device_type: str) -> tuple[bool, str]:
 
 def resolve_fuse(mode: str, device: torch.device) -> bool:
     """--fuse auto|on|off on `device` -> whether to fuse: on is a ConfigError where fusion is
-    unavailable; auto does not fuse on any device (it did not pay off: benchmarks/GPU.md)."""
+    unavailable; auto never fuses (it did not pay off: benchmarks/GPU.md)."""
     ok, why = fusion_available(device.type)
     if mode == "on" and not ok:
         raise ConfigError(f"--fuse on: {why}")
@@ -66,6 +62,13 @@ def step_fn(body: F, fuse: bool) -> F:
     if body not in _COMPILED:
         _COMPILED[body] = _compile(body)
     return _COMPILED[body]  # type: ignore[return-value]
+
+
+def matmul_dtype(x: Tensor, w: Tensor) -> torch.dtype:
+    """The dtype the step bodies' products of x and w run in: autocast's, else the promoted one."""
+    if torch.is_autocast_enabled(x.device.type):
+        return torch.get_autocast_dtype(x.device.type)
+    return torch.promote_types(x.dtype, w.dtype)
 
 
 def graphs_compiled(body: Callable) -> int:
@@ -85,8 +88,7 @@ def _compile(body: Callable) -> Callable:
     import torch.fx.experimental._config as fx_config
     from torch._dynamo.exc import BackendCompilerFailed, FailOnRecompileLimitHit, Unsupported, UserError
 
-    # Process-wide, read when a graph is traced: every size its own symbol (see the module docstring).
-    fx_config.use_duck_shape = False
+    fx_config.use_duck_shape = False  # process-wide, read when a graph is traced
     compiled = torch.compile(body, dynamic=True, fullgraph=True)
 
     @functools.wraps(body)
@@ -125,9 +127,8 @@ def bucket(n: int, multiple: int = BUCKET) -> int:
 
 
 def resolve_cuda_graphs(mode: str, device: torch.device, model) -> bool:
-    """--cuda-graphs auto|on|off for training `model` (a model or its class) on `device` ->
-    whether its loops run as CUDA graphs: on is a ConfigError where they cannot, auto is on
-    exactly where they can."""
+    """--cuda-graphs auto|on|off for training `model` (or its class) on `device` -> whether its
+    loops run as CUDA graphs: on is a ConfigError where they cannot, auto is on where they can."""
     cls = model if isinstance(model, type) else type(model)
     able = device.type == "cuda" and cls.graph_loops_supported
     if mode == "on" and not able:
@@ -138,23 +139,24 @@ def resolve_cuda_graphs(mode: str, device: torch.device, model) -> bool:
 
 
 class LoopGraphs:
-    """The graphs, arena and memory pool of one device (module docstring)."""
+    """The graphs, arena and memory pool of one device: the first call of a shape runs eagerly, at
+    most MAX_GRAPHS are kept; on a CPU a stand-in calls `fn` on the arena's views."""
 
     def __init__(self, device: torch.device):
         self.device = device
-        self.eager = device.type != "cuda"  # the CPU stand-in: no graph, `fn` called on the views
-        # one captured loop per key: (its graph (None: the CPU stand-in), fn, its views of the arena: ins, outs)
+        self.eager = device.type != "cuda"  # the CPU stand-in
+        # per key: (its graph (None: the CPU stand-in), fn, its views of the arena: ins, outs)
         self.entries: OrderedDict[Hashable, tuple] = OrderedDict()
         self.arena: Tensor | None = None
-        self.captures = 0  # graphs captured so far (the report and the tests read it)
+        self.captures = 0
         self.failed: str | None = None  # why a capture failed: every loop runs eagerly since
         self._pool = None
         self._stream = None
 
     def run(self, key: Hashable, fn: Callable[..., tuple[Tensor, ...]], inputs: tuple[Tensor, ...]
             ) -> tuple[Tensor, ...]:
-        """fn(*inputs) through the graph of (key, the inputs' shapes and dtypes); `key` must name
-        everything else `fn` depends on. Returns new tensors."""
+        """fn(*inputs) through the graph of (key, the inputs' shapes and dtypes) as new tensors;
+        `key` must name everything else `fn` depends on."""
         if self.failed is not None:
             with torch.no_grad():
                 return tuple(fn(*inputs))
@@ -200,7 +202,6 @@ class LoopGraphs:
                     self._eager_first(fn, tuple(ins))  # once more on the views: fused bodies guard on storage offsets
                     graph = self._record(fn, ins, outv)
                 except Exception as err:  # noqa: BLE001 - graphs are a speed-up, never a reason to stop a run
-                    # every loop runs eagerly from now on, with one warning
                     self.clear()
                     self.failed = f"{type(err).__name__}: {first_line(err)}"
                     log.warning("capturing a CUDA graph failed (%s): the training loops run without graphs "
@@ -213,7 +214,7 @@ class LoopGraphs:
         return outs
 
     def _eager_first(self, fn: Callable, inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-        """The first call of a shape, eagerly; on CUDA on the capture stream (warm-up)."""
+        """fn(*inputs) eagerly; on CUDA on the capture stream (warm-up)."""
         if self.eager:
             return tuple(fn(*inputs))
         if self._stream is None:

@@ -1,8 +1,6 @@
 """GRU encoders (one direction or both) as a loop over pure step bodies with a hand-written
-backward: nn.GRU's equations (gate order r, z, n), x_t = W_ih e_t + b_ih precomputed for all t,
-the D directions stacked (one bmm per step), weight gradients once over all S*B rows. The backward
-direction runs over each sentence reversed within its length, so the result equals a packed
-bidirectional nn.GRU (tested in float64). Products take the autocast dtype, the rest float32.
+backward: nn.GRU's equations (gate order r, z, n), W_ih e_t + b_ih precomputed for all t, the D
+directions stacked (one bmm per step), weight gradients once over all S*B rows.
 """
 from __future__ import annotations
 
@@ -11,10 +9,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from nmtkit.models.fast.fusion import step_fn
+from nmtkit.models.fast.fusion import matmul_dtype, step_fn
 
 
-# ---- step bodies (pure; compiled by fusion.step_fn when fused) -------------------------------
 def gru_gates(x: Tensor, gh: Tensor, b: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """x, gh (D, B, 3n), b (D, 1, 3n) -> r, z, candidate c, a_n = W_hn h + b_hn (each (D, B, n))."""
     a = gh.to(x.dtype) + b
@@ -25,9 +22,8 @@ def gru_gates(x: Tensor, gh: Tensor, b: Tensor, n: int) -> tuple[Tensor, Tensor,
 
 def _forward_step(x: Tensor, h: Tensor, h_mm: Tensor, w_t: Tensor, b: Tensor
                   ) -> tuple[Tensor, Tensor, Tensor]:
-    """One step of D GRUs. x (D, B, 3n) = W_ih x_t + b_ih, h (D, B, n) = h_{t-1} (accumulation
-    dtype), h_mm the same in w_t's dtype, w_t = W_hh^T (D, n, 3n), b = b_hh (D, 1, 3n)
-    -> (h_t, h_t in w_t's dtype, gh = W_hh h_{t-1} (D, B, 3n) in w_t's dtype, kept for backward)."""
+    """One step of D GRUs. x (D, B, 3n) = W_ih x_t + b_ih, h (D, B, n) = h_{t-1}, h_mm the same in
+    w_t's dtype, w_t = W_hh^T (D, n, 3n), b = b_hh (D, 1, 3n) -> (h_t, h_t in w_t's dtype, W_hh h_{t-1})."""
     gh = torch.bmm(h_mm, w_t)
     _, z, c, _ = gru_gates(x, gh, b, h.size(-1))
     h_new = c + z * (h - c)
@@ -36,9 +32,9 @@ def _forward_step(x: Tensor, h: Tensor, h_mm: Tensor, w_t: Tensor, b: Tensor
 
 def _backward_step(g_out: Tensor, g_z: Tensor, g_mm: Tensor, x: Tensor, h: Tensor, gh: Tensor,
                    w: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The backward of `_forward_step` at step t, recomputing its gates from x, gh and h = h_{t-1}:
-    dL/dh_t = g_out + g_z + g_mm, with g_z = z_{t+1} dL/dh_{t+1} and g_mm = dgh_{t+1} W_hh (zeros
-    at the last step), w = W_hh (D, 3n, n) -> (g_z, g_mm for step t-1, dL/dx_t, dgh_t (D, B, 3n))."""
+    """The backward of `_forward_step` at step t, recomputing its gates: dL/dh_t = g_out + g_z + g_mm,
+    with g_z = z_{t+1} dL/dh_{t+1} and g_mm = dgh_{t+1} W_hh, h = h_{t-1}, w = W_hh (D, 3n, n)
+    -> (g_z, g_mm for step t-1, dL/dx_t, dgh_t (D, B, 3n))."""
     n = h.size(-1)
     g = g_out + g_z + g_mm.to(g_out.dtype)
     r, z, c, a_n = gru_gates(x, gh, b, n)
@@ -50,21 +46,16 @@ def _backward_step(g_out: Tensor, g_z: Tensor, g_mm: Tensor, x: Tensor, h: Tenso
     return g * z, torch.bmm(g_gh.to(w.dtype), w), g_x, g_gh
 
 
-# ---- the recurrence -------------------------------------------------------------------------
 def gru_recurrence(xs: Tensor, w_hh: Tensor, b_hh: Tensor, fuse: bool = False) -> Tensor:
     """D independent GRUs over S steps from h_0 = 0: xs (D, S, B, 3n) = W_ih x_t + b_ih, w_hh
-    (D, 3n, n), b_hh (D, 3n) -> states h_1..h_S (D, S, B, n), float32 under autocast; `fuse`
-    runs the step bodies compiled."""
+    (D, 3n, n), b_hh (D, 3n) -> states h_1..h_S (D, S, B, n), float32 under autocast."""
     dev = xs.device.type
-    if torch.is_autocast_enabled(dev):
-        mm_dtype, acc = torch.get_autocast_dtype(dev), torch.float32
-    else:
-        acc = mm_dtype = torch.promote_types(xs.dtype, w_hh.dtype)
+    mm_dtype = matmul_dtype(xs, w_hh)
+    acc = torch.float32 if torch.is_autocast_enabled(dev) else mm_dtype
     with torch.autocast(dev, enabled=False):
         xs = xs.to(acc)
         if torch.is_grad_enabled() and any(t.requires_grad for t in (xs, w_hh, b_hh)):
             return _GRURecurrence.apply(xs, w_hh, b_hh, mm_dtype, fuse)
-        # no backward (validation, translation): keep nothing per step for it
         return _forward(xs, w_hh, b_hh, mm_dtype, fuse, keep=False)[0]
 
 
@@ -73,7 +64,7 @@ def _forward(xs: Tensor, w_hh: Tensor, b_hh: Tensor, mm_dtype: torch.dtype, fuse
     """The loop: states (D, S, B, n) and, when `keep`, gh = W_hh h_{t-1} (D, S, B, 3n)."""
     D, S, B, G = xs.shape
     body = step_fn(_forward_step, fuse)
-    # detached: the autograd Function does the backward; a requires-grad flag would split graphs
+    # detached: a requires-grad flag would split the compiled body's graphs
     xs, w_hh, b_hh = xs.detach(), w_hh.detach(), b_hh.detach()
     w_t = w_hh.to(mm_dtype).transpose(1, 2)
     b = b_hh.to(xs.dtype).unsqueeze(1)
@@ -123,18 +114,15 @@ class _GRURecurrence(torch.autograd.Function):
         return torch.stack(g_xs[::-1], dim=1), g_w.to(w_hh.dtype), g_b.to(b_hh.dtype), None, None
 
 
-# ---- nn.GRU front ends ----------------------------------------------------------------------
 def reversal_index(lens: Tensor, mask: Tensor) -> Tensor:
-    """(B, S) index that reverses each row within its length and leaves padding in place
-    (an involution: applying it twice is the identity)."""
+    """(B, S) index that reverses each row within its length and leaves padding in place."""
     pos = torch.arange(mask.size(1), device=mask.device).unsqueeze(0)
     return torch.where(mask, lens.unsqueeze(1) - 1 - pos, pos)
 
 
 def step_order(lens: Tensor, mask: Tensor) -> Tensor:
-    """steps (2, S, B, 1): steps[d, t, b] is the source position that direction d (0 forward,
-    1 backward) of a bidirectional layer reads at step t, for lengths lens (B,) and mask (B, S)
-    (an involution: the same index puts states back in source order)."""
+    """steps (2, S, B, 1): the source position direction d (0 forward, 1 backward) reads at step t
+    for lens (B,), mask (B, S); the same index puts states back in source order."""
     B, S = mask.shape
     pos = torch.arange(S, device=mask.device).unsqueeze(1).expand(S, B)
     return torch.stack([pos, reversal_index(lens, mask).t()]).unsqueeze(3)
@@ -151,8 +139,7 @@ def source_order(states: Tensor, steps: Tensor, mask: Tensor) -> Tensor:
 
 def bigru_annotations(rnn: nn.GRU, emb: Tensor, lens: Tensor, mask: Tensor, fuse: bool = False) -> Tensor:
     """The outputs of a one-layer bidirectional nn.GRU (batch_first), equal to the packed module's:
-    emb (B, S, m), lens (B,), mask (B, S) bool -> annotations [fwd h_j ; bwd h_j] (B, S, 2n), zero
-    at padding. The directions' weights are stacked: one gather and one bmm for all inputs."""
+    emb (B, S, m), lens (B,), mask (B, S) bool -> annotations [fwd h_j ; bwd h_j] (B, S, 2n)."""
     w_ih, b_ih, w_hh, b_hh = (torch.stack([getattr(rnn, name), getattr(rnn, name + "_reverse")])
                               for name in ("weight_ih_l0", "bias_ih_l0", "weight_hh_l0", "bias_hh_l0"))
     B, S, m = emb.shape

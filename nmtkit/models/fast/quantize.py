@@ -1,10 +1,8 @@
 """int8 decoding on the CPU (`--precision int8`): the projections as int8 products.
 
-`quantize_for_decoding` replaces a model's `int8_linears` by `Int8Linear`: the weight in int8
-with one scale per output channel; at every call each input row quantised on its own scale (so a
-sentence translates the same whatever its batch), multiplied with exact int32 accumulation
-(`torch._int_mm`), scaled back to float32, plus the float32 bias. A bidirectional GRU encoder
-(`int8_encoder`) becomes an `Int8BiGRU`; everything else stays float32 (docs/int8.md).
+`Int8Linear`: the weight in int8 with one scale per output channel; each input row quantised on
+its own scale (a sentence translates the same whatever its batch), multiplied with exact int32
+accumulation (`torch._int_mm`), scaled back to float32, plus the float32 bias (docs/int8.md).
 """
 from __future__ import annotations
 
@@ -21,15 +19,15 @@ INT8_ON_CUDA = ("--precision int8 runs on the CPU only (its int8 products are CP
 
 
 class Int8Rows(NamedTuple):
-    """An int8 layer's weight, transposed (F, V) int8, its per-output-channel scales (V,) and
-    float32 bias (V,) or None: the whole layer, or a shortlist's columns of it."""
+    """An int8 layer's weight (F, V), transposed, its scales (V,) and float32 bias (V,) or None:
+    the whole layer, or a shortlist's columns of it."""
 
     weight_t: Tensor
     scale: Tensor
     bias: Tensor | None
 
     def project(self, x: Tensor) -> Tensor:
-        """x (..., F) float -> x W^T + b (..., V) float32, each row of x quantised on its own scale."""
+        """x (..., F) float -> x W^T + b (..., V) float32."""
         shape = x.shape
         y = int8_rows_matmul(*quantize_rows(x.reshape(-1, shape[-1]).float()), self)
         return y.reshape(*shape[:-1], y.size(1))
@@ -41,8 +39,7 @@ def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor]:
     return torch.div(x, x_scale).round_().to(torch.int8), x_scale
 
 
-# floats of a weight or embedding quantised at a time, so that each block's passes run in the cache
-_LOAD_BLOCK = 1 << 16  # floats
+_LOAD_BLOCK = 1 << 16  # floats quantised at a time, so that each block's passes run in the cache
 
 
 def quantize_rows_at_load(x: Tensor) -> tuple[Tensor, Tensor]:
@@ -56,8 +53,7 @@ def quantize_rows_at_load(x: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def int8_rows_matmul(xq: Tensor, x_scale: Tensor, rows: Int8Rows) -> Tensor:
-    """Rows quantised by `quantize_rows` (int8 (N, F), scales (N, 1)) -> x W^T + b (N, V) float32,
-    written over the int32 product, with scales and bias applied in one pass."""
+    """Rows quantised by `quantize_rows` -> x W^T + b (N, V) float32, over the int32 product."""
     acc = torch._int_mm(xq, rows.weight_t)
     y = acc.view(torch.float32)
     y.copy_(acc).mul_(x_scale)
@@ -74,9 +70,8 @@ def int8_columns(weight: Tensor, bias: Tensor | None) -> Int8Rows:
 
 class Int8Stack(nn.Module):
     """Int8 layers a decoding step applies to the same input, as one product of their columns side
-    by side (every column exactly its layer's): the layers' outputs side by side (N, sum of
-    `sizes`). With `embedding`, the input is token ids (N,) and the embedding's rows are quantised
-    once, here, as a step would quantise the rows it looks up."""
+    by side: (N, sum of `sizes`). With `embedding`, the input is token ids (N,) and the embedding's
+    rows are quantised once, here, as a step would quantise the rows it looks up."""
 
     def __init__(self, layers: list[Int8Rows], embedding: nn.Embedding | None = None):
         super().__init__()
@@ -118,8 +113,7 @@ class Int8Linear(Int8Stack):
 
 def quantize_for_decoding(model: Any) -> Any:
     """The model (eval mode, CPU, float32) with its `int8_linears` replaced by `Int8Linear`, its
-    `int8_stacks()` built in `decode_stacks` and its `int8_encoder` made an `Int8BiGRU`, in place;
-    returns it. A model that names no such layer is a ConfigError."""
+    `int8_stacks()` built in `decode_stacks` and its `int8_encoder` made an `Int8BiGRU`, in place."""
     names = tuple(getattr(model, "int8_linears", ()))
     if not names:
         raise ConfigError(f"--precision int8: {type(model).__name__} has no layers to quantise")
@@ -139,12 +133,8 @@ def quantize_for_decoding(model: Any) -> Any:
 
 
 class Int8BiGRU(nn.Module):
-    """A one-layer bidirectional nn.GRU (batch_first) for decoding, in int8, over token ids.
-
-    gru_recurrence.py's equations with both products int8 as in `Int8Linear`: the input products
-    of both directions are one `Int8Stack` product over the batch's embedding rows, quantised as
-    they are looked up, and each step's W_hh h_{t-1} quantises the previous states row by row (a
-    sentence's annotations do not depend on its batch-mates). The gates stay float32."""
+    """A one-layer bidirectional nn.GRU (batch_first) for decoding over token ids: gru_recurrence.py's
+    equations with both products int8 as in `Int8Linear`, the gates float32."""
 
     def __init__(self, rnn: nn.GRU):
         super().__init__()
@@ -160,8 +150,7 @@ class Int8BiGRU(nn.Module):
         self.register_buffer("bias", torch.stack([fwd.bias, bwd.bias]).view(2, 1, 3 * n))
 
     def forward(self, embedding: nn.Embedding, src: Tensor, lens: Tensor, mask: Tensor) -> Tensor:
-        """The model's source embedding, src (B, S) ids, lens (B,), mask (B, S) -> annotations
-        [fwd h_j ; bwd h_j] (B, S, 2n), zero at padded positions."""
+        """src (B, S) ids, lens (B,), mask (B, S) -> annotations [fwd h_j ; bwd h_j] (B, S, 2n)."""
         B, S = src.shape
         n = self.hidden_size
         steps = step_order(lens, mask)
@@ -192,6 +181,6 @@ def is_quantized(module: Any) -> bool:
 
 
 def shortlist_rows(proj: Int8Linear, vocab: Tensor) -> tuple[Int8Rows, None]:
-    """The columns `vocab` (L,) of an int8 output layer: (Int8Rows, None), as `Seq2Seq.step`'s `out`."""
+    """The columns `vocab` (L,) of an int8 output layer, as `Seq2Seq.step`'s `out`."""
     bias = proj.bias.index_select(0, vocab) if proj.bias is not None else None
     return Int8Rows(proj.weight_t.index_select(1, vocab), proj.scale.index_select(0, vocab), bias), None

@@ -1,14 +1,11 @@
 """RNNsearch's additive attention and decoder recurrence (appendix A.2), fast.
 
-`additive_scores` and `additive_scores_grouped` (G queries per sentence, keys never copied)
-compute v^T tanh(q + K); without autograd on the CPU block by block, so that the tanh stays in
-the cache, and in eager float32 on the CPU with tanh as 2 sigmoid(2x) - 1 (`tanh_`, a faster
-kernel; scores differ by float32 rounding). `bahdanau_recurrence` is `RNNSearch.attend_and_update`
-in a loop with a hand-written backward for teacher forcing, held to it in float64 by tests: what
-does not depend on s_{i-1} comes precomputed, the backward keeps only what recurs and recomputes
-the tanh activations, and the weight gradients are one product over all T*B rows. Each direction
-is a loop of a pure step body (compiled with `fuse`); with `graphs` each loop replays as a CUDA
-graph over inputs padded to BUCKET multiples (`_Recurrence`).
+`additive_scores(_grouped)` compute v^T tanh(q + K); without autograd on the CPU block by block (the
+tanh stays in the cache), and in eager float32 on the CPU with tanh as 2 sigmoid(2x) - 1 (`tanh_`, a
+faster kernel). `bahdanau_recurrence` is `FastRNNSearch.attend_and_update` in a loop with a
+hand-written backward: the backward keeps only what recurs and recomputes the tanh activations, and
+the weight gradients are one product over all T*B rows. Each direction is a loop of a pure step body
+(compiled with `fuse`; a CUDA graph with `graphs`).
 """
 from __future__ import annotations
 
@@ -18,28 +15,26 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from nmtkit.models.fast.fusion import bucket, loop_graphs, step_fn
+from nmtkit.models.fast.fusion import bucket, loop_graphs, matmul_dtype, step_fn
 
-# elements of the (B, S, K) tanh intermediate computed at once without autograd on the CPU (cache-sized)
-_SCORE_BLOCK = 1 << 18
+_SCORE_BLOCK = 1 << 18  # elements of the (B, S, K) tanh intermediate made at once on the CPU
 
 
 def sigmoid_form(x: Tensor) -> bool:
-    """Whether tanh(x) is computed as 2 sigmoid(2x) - 1 (module docstring): eager float32 on the CPU."""
+    """Whether tanh(x) is computed as 2 sigmoid(2x) - 1: eager float32 on the CPU."""
     return x.dtype == torch.float32 and x.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 def tanh_(x: Tensor) -> Tensor:
-    """tanh(x), in place (module docstring: through sigmoid in eager float32 on the CPU)."""
+    """tanh(x), in place."""
     if sigmoid_form(x):
         return torch.sigmoid_(x.mul_(2)).mul_(2).sub_(1)
     return x.tanh_()
 
 
 class _BlockScores:
-    """v^T tanh(keys + query) block by block (the CPU inference paths below). In the sigmoid form
-    a block is sigmoid(2 query + 2 keys) . 2v and `finish` subtracts sum(v) from all the scores:
-    v^T tanh(x) = 2 v^T sigmoid(2x) - sum(v) (doubling is exact in floating point)."""
+    """v^T tanh(keys + query) block by block; in the sigmoid form 2 v^T sigmoid(2x), and `finish`
+    subtracts sum(v) (doubling is exact in floating point)."""
 
     def __init__(self, query_proj: Tensor, keys: Tensor, v: Tensor):
         self.sigmoid = sigmoid_form(keys) and sigmoid_form(query_proj)
@@ -47,7 +42,7 @@ class _BlockScores:
         self.shift = v.sum() if self.sigmoid else None
 
     def block(self, keys: Tensor, query: Tensor) -> Tensor:
-        """keys and `self.query`'s rows `query` (broadcastable against keys) -> scores before `finish`."""
+        """keys and rows `query` of `self.query` (broadcastable) -> scores before `finish`."""
         if self.sigmoid:
             return torch.sigmoid_(torch.add(query, keys, alpha=2)).matmul(self.v)
         return (keys + query).tanh_().matmul(self.v)
@@ -71,14 +66,11 @@ def additive_scores(query_proj: Tensor, keys: Tensor, v: Tensor) -> Tensor:
 
 
 def additive_scores_grouped(query_proj: Tensor, keys: Tensor, v: Tensor, mask: Tensor) -> Tensor:
-    """e = v^T tanh(query_proj + keys) for G queries per sentence (beam search's hypotheses), inference
-    only: query_proj (B, G, K); keys (B, S, K), shared by a sentence's G queries, never copied; v (K,);
-    mask (B, S) bool, True at real positions -> scores (B, G, S), with a placeholder the caller masks
-    beyond a block's longest sentence (on the CPU each block of sentences is scored up to its longest)."""
+    """`additive_scores` for G queries per sentence, inference only: query_proj (B, G, K), keys
+    (B, S, K) never copied, mask (B, S) -> scores (B, G, S), a placeholder where mask is False."""
     B, G, K = query_proj.shape
     S = keys.size(1)
     if torch.is_grad_enabled() or keys.device.type != "cpu" or torch.compiler.is_compiling():
-        # (compiled, the tanh and the product with v fuse into one kernel: no intermediate)
         return torch.tanh(keys.unsqueeze(1) + query_proj.unsqueeze(2)).matmul(v)
     rows = max(1, _SCORE_BLOCK // max(1, G * S * K))
     lens = mask.sum(dim=1).numpy()  # a CPU tensor here: a view, not a device read
@@ -92,10 +84,8 @@ def additive_scores_grouped(query_proj: Tensor, keys: Tensor, v: Tensor, mask: T
 
 
 def pair_product_dtype(mm_dtype: torch.dtype, device_type: str) -> torch.dtype:
-    """The dtype of the products whose shapes depend on both lengths T and S (the contexts c_i
-    and the values' gradient): float32 for 16-bit products on the CPU. There oneDNN builds (~1.4
-    ms with AMX) and caches (~300 KB) a primitive for each 16-bit product shape, and the (T, S)
-    pairs outnumber any cache; these products are small, and float32 ones build nothing."""
+    """The dtype of the products whose shapes depend on both T and S: float32 for 16-bit products
+    on the CPU, where oneDNN builds a primitive for each 16-bit shape and these shapes are many."""
     return torch.float32 if device_type == "cpu" and mm_dtype.itemsize == 2 else mm_dtype
 
 
@@ -103,19 +93,15 @@ def bahdanau_recurrence(x_gates: Tensor, s0: Tensor, keys: Tensor, values: Tenso
                         w_q: Tensor, v_a: Tensor, U: Tensor, fuse: bool = False, graphs: bool = False
                         ) -> tuple[Tensor, Tensor]:
     """x_gates (B, T, 3d), s0 (B, d), keys (B, S, n'), values (B, S, 3d), mask (B, S) bool,
-    w_q (n' + 2d, d), v_a (n',), U (d, d) -> (states s_0..s_T (B, T+1, d), alpha (B, T, S)).
-    `fuse` and `graphs`: module docstring (the same results up to floating-point rounding)."""
+    w_q (n' + 2d, d), v_a (n',), U (d, d) -> (states s_0..s_T (B, T+1, d), alpha (B, T, S))."""
     dev = x_gates.device.type
-    if torch.is_autocast_enabled(dev):
-        mm_dtype, acc = torch.get_autocast_dtype(dev), torch.float32
-    else:
-        acc = mm_dtype = torch.promote_types(x_gates.dtype, w_q.dtype)
+    mm_dtype = matmul_dtype(x_gates, w_q)
+    acc = torch.float32 if torch.is_autocast_enabled(dev) else mm_dtype
     with torch.autocast(dev, enabled=False):
         args = [t.to(acc) for t in (x_gates, s0, keys, values)]
         if not torch.is_grad_enabled() or not any(
                 t.requires_grad for t in (x_gates, s0, keys, values, w_q, v_a, U)):
-            # No backward (dev loss, scoring): keep nothing per step, so memory is O(B S n')
-            # rather than O(T B S n') on long validation sentences.
+            # no backward: keep nothing per step (O(B S n') memory, not O(T B S n'))
             states, alphas = _forward(*args, mask, w_q, v_a, U, mm_dtype, fuse, keep=False)
             return states.transpose(0, 1), alphas.transpose(0, 1)
         return _Recurrence.apply(*args, mask, w_q, v_a, U, mm_dtype, fuse, graphs)
@@ -128,10 +114,9 @@ def _scores_tanh(keys: Tensor, qa: Tensor, work: Tensor | None) -> Tensor:
 
 def _fwd_step(s: Tensor, x: Tensor, keys: Tensor, vals: Tensor, pad: Tensor, wq: Tensor, va: Tensor,
               Uc: Tensor, work: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """One step from s_i (B, d), x_i (B, 3d); keys (B, S, n') in the accumulation dtype, vals
-    (B, S, 3d) in the matmul dtype, pad (B, S) bool, wq (n' + 2d, d) and Uc (d, d) in the matmul dtype, va (n',)
-    -> (s_{i+1}, alpha_i (B, S), attention query q_a (B, n'), [z; r; cand] (B, 3d)). `work`: an
-    optional (B, S, n') buffer like keys for the tanh activations."""
+    """One step from s_i (B, d), x_i (B, 3d); keys (B, S, n'), vals (B, S, 3d), wq and Uc in the
+    matmul dtype, pad (B, S) bool -> (s_{i+1}, alpha_i (B, S), q_a (B, n'), [z; r; cand] (B, 3d)).
+    `work`: an optional buffer like keys for the tanh activations."""
     acc, mmd = s.dtype, wq.dtype
     na, d = keys.size(2), s.size(1)
     q = (s.to(mmd) @ wq.t()).to(acc)
@@ -145,15 +130,15 @@ def _fwd_step(s: Tensor, x: Tensor, keys: Tensor, vals: Tensor, pad: Tensor, wq:
 
 
 def _forward(x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse: bool, keep: bool):
-    """The recurrence loop: states (T+1, B, d), alphas (T, B, S) and, when `keep`, what the backward
-    pass needs, in one flat tuple (a graphed loop's outputs): queries q_a (T, B, n'), [z; r; cand] (T, B, 3d)."""
+    """The loop: states (T+1, B, d), alphas (T, B, S) and, when `keep`, q_a (T, B, n') and [z; r;
+    cand] (T, B, 3d), in one flat tuple (a graphed loop's outputs)."""
     step = step_fn(_fwd_step, fuse)
     # detached: the autograd Function does the backward; a requires-grad flag would split graphs
     x_gates, s0, keys, values, w_q, v_a, U = (t.detach() for t in (x_gates, s0, keys, values, w_q, v_a, U))
     acc = x_gates.dtype
     wq, Uc, vals, va = w_q.to(mm_dtype), U.to(mm_dtype), values.to(mm_dtype), v_a.to(acc)
     pad = ~mask
-    work = None if fuse else torch.empty_like(keys)  # where each eager step computes its tanh activations
+    work = None if fuse else torch.empty_like(keys)
     states, alphas, kept = [], [], ([], [])
     s = s0
     for x in x_gates.unbind(1):
@@ -173,10 +158,9 @@ def _bwd_step(g_next: Tensor, g_s: Tensor, g_alpha: Tensor, z: Tensor, r: Tensor
               wq: Tensor, va: Tensor, Uc: Tensor, work: Tensor | None = None
               ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The gradients through step i. g_next = dL/ds_{i+1} (B, d), g_s and g_alpha the direct
-    gradients of s_i (B, d) and alpha_i (B, S); z, r, cand, s, alpha and qa (B, n') from the
-    forward step; g_keys (B, S, n'), the keys' gradient of the later steps before the factor v_a;
-    vals_t (B, 3d, S), wq, Uc in the matmul dtype -> (dL/ds_i, g_x (B, 3d), g_q (B, n'+2d),
-    g_keys with step i added, this step's term of v_a's gradient (n',)). th_i is recomputed."""
+    gradients of s_i and alpha_i; g_keys (B, S, n'), the keys' gradient of the later steps before
+    the factor v_a; vals_t (B, 3d, S) -> (dL/ds_i, g_x (B, 3d), g_q (B, n'+2d), g_keys with step i
+    added, this step's term of v_a's gradient (n',))."""
     acc, mmd = s.dtype, wq.dtype
     d = s.size(1)
     g_z = g_next * (cand - s)
@@ -196,9 +180,8 @@ def _bwd_step(g_next: Tensor, g_s: Tensor, g_alpha: Tensor, z: Tensor, r: Tensor
 
 
 def _backward_loop(g_states, g_alphas, zrc, states, alphas, qas, keys, values, w_q, v_a, U, *, mm_dtype, fuse):
-    """The backward loop over the T steps: g_states (T+1, B, d), g_alphas (T, B, S) and the kept
-    forward results -> (dL/ds_0 (B, d), g_x (T, B, 3d), g_q (T, B, n'+2d), the keys' gradient
-    before the factor v_a (B, S, n'), v_a's gradient terms (T, n') from step T-1 down to 0)."""
+    """g_states (T+1, B, d), g_alphas (T, B, S) and the kept forward results -> (dL/ds_0, g_x (T, B,
+    3d), g_q (T, B, n'+2d), g_keys (B, S, n'), v_a's gradient terms (T, n') from step T-1 down)."""
     step = step_fn(_bwd_step, fuse)
     T = alphas.shape[0]
     zs, rs, cands = zrc.chunk(3, dim=2)
@@ -231,9 +214,8 @@ def _pad_to(t: Tensor, shape: tuple[int, ...]) -> Tensor:
 
 class _Recurrence(torch.autograd.Function):
     """The recurrence with its hand-written backward. With `graphs`, both loops run as CUDA graphs
-    over B, T and S padded to BUCKET multiples: padded steps come after the real ones, padded
-    positions are masked, a padded row attends to its first position only (not NaN), and the
-    backward feeds padded steps zero gradients, which stay zero."""
+    over B, T and S padded to BUCKET multiples: a padded row attends to its first position only
+    (not NaN), and padded steps get zero gradients."""
 
     @staticmethod
     def forward(ctx, x_gates, s0, keys, values, mask, w_q, v_a, U, mm_dtype, fuse, graphs):  # type: ignore[override]

@@ -1,11 +1,9 @@
 """RNNsearch's fast paths: `FastRNNSearch` computes what `models.rnnsearch.RNNSearch` does, faster.
 
-What does not depend on s_{i-1} is computed for all positions at once (W_in E y, V_o E y, the keys
-U_a h_j, the values [C; C_z; C_r] h_j). Teacher forcing runs the decoder as recurrence.py's loop;
-the deep output and W_o run after it over all steps. Decoding averages [C h_j ; C_o h_j], made once
-per sentence, with the attention weights, and reads each sentence's keys once for its G hypotheses
-(`_step_grouped`). The encoder is a packed nn.GRU, unpacked torch.gru on the CPU, gru_recurrence.py's
-loop with `fuse_steps`, or an int8 GRU.
+What does not depend on s_{i-1} is computed for all positions at once. Teacher forcing runs the
+decoder as recurrence.py's loop, the deep output and W_o after it over all steps. Decoding averages
+[C h_j ; C_o h_j] with the attention weights and reads each sentence's keys once for its G
+hypotheses (`_step_grouped`).
 """
 from __future__ import annotations
 
@@ -53,9 +51,8 @@ def encode_bigru(embed: nn.Embedding, rnn: nn.GRU | nn.LSTM, drop: nn.Module, sr
 
 
 def _bigru_cpu(rnn: nn.GRU, emb: Tensor, lens: Tensor, mask: Tensor) -> Tensor:
-    """The annotations of a packed bidirectional nn.GRU, computed without packing (faster on the
-    CPU): the backward direction runs over each sentence reversed within its own length, then is
-    reversed back. The same results as the packed call (tested)."""
+    """The annotations of a packed bidirectional nn.GRU, without packing (faster on the CPU): the
+    backward direction runs over each sentence reversed within its length, then is reversed back."""
     rev = reversal_index(lens, mask)
     idx = rev.unsqueeze(2).expand(-1, -1, emb.size(2))
     h0 = emb.new_zeros(1, emb.size(0), rnn.hidden_size)
@@ -78,8 +75,7 @@ class FastRNNSearch(Accelerated, RNNSearch):
         return self._encoder_out(ann, mask, self.U_a(ann), values=self.C(ann))
 
     def encode_for_steps(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
-        """`encode`, with step_values [C; C_z; C_r; C_o] h_j (B, S', 3d + 2l) in the place of
-        values: a step's context terms are then one weighted sum over S' positions."""
+        """`encode`, with step_values [C; C_z; C_r; C_o] h_j (B, S', 3d + 2l) in the place of values."""
         ann, mask = self._annotate(src, src_lens)
         stack = self.decode_stacks.get("annotations")
         if stack is None:
@@ -102,9 +98,9 @@ class FastRNNSearch(Accelerated, RNNSearch):
     def attend_and_update(self, s: Tensor, x_gates: Tensor, enc: EncoderOut, w_q: Tensor | None,
                            update: bool = True) -> tuple[Tensor, Tensor]:
         """From s_{i-1} (B, d) and W[z,r,cand] E y_{i-1} (B, 3d): (alpha_i (B, S), s_i (B, d)).
-        w_q is [W_a; U_z; U_r] (n' + 2d, d) as one matmul, or None to use W_a and U_zr."""
+        w_q: [W_a; U_z; U_r] (n' + 2d, d), or None to call W_a and U_zr."""
         na, d = self.config.att_hidden, self.config.dec_hidden
-        if w_q is None:  # one step (decoding): two products, no weight concatenation per step
+        if w_q is None:  # decoding: no weight concatenation per step
             q_a, q_zr = self.W_a(s), self.U_zr(s)
         else:  # split, not slicing: the backward of a slice zero-fills a full-size gradient
             q_a, q_zr = F.linear(s, w_q).split([na, 2 * d], dim=1)
@@ -115,8 +111,8 @@ class FastRNNSearch(Accelerated, RNNSearch):
         return alpha, self._gru_update(s, x_gates + cg, q_zr)
 
     def _gru_update(self, s: Tensor, x: Tensor, q_zr: Tensor) -> Tensor:
-        """s_i from s_{i-1} (B, d), x = W[z,r,cand] E y_{i-1} + C[z,r,cand] c_i (B, 3d) and
-        q_zr = U[z,r] s_{i-1} (B, 2d). Without autograd, x is overwritten in place."""
+        """s_i from s_{i-1} (B, d), x = W[z,r,cand] E y + C[z,r,cand] c_i (B, 3d) and q_zr = U[z,r] s
+        (B, 2d). Without autograd, x is overwritten in place."""
         d = self.config.dec_hidden
         x_zr, x_h = x.split([2 * d, d], dim=1)
         if torch.is_grad_enabled():
@@ -127,12 +123,12 @@ class FastRNNSearch(Accelerated, RNNSearch):
         return torch.lerp(s, cand.to(s.dtype), z.to(s.dtype))  # s + z (s~ - s) in one pass
 
     def deep_output(self, s_prev: Tensor, s_new: Tensor, emb_out: Tensor, ctx: Tensor) -> Tensor:
-        """`RNNSearch.maxout_layer` from s_{i-1}, s_i and V_o E y_{i-1}, any leading shape (..., l)."""
+        """`RNNSearch.maxout_layer` from s_{i-1}, s_i and V_o E y_{i-1}, any leading shape."""
         s = s_new if self.config.readout == "new" else s_prev
         return self.drop(step_fn(maxout_of_sum, self.fuse_steps)(self.U_o(s), emb_out, self.C_o(ctx)))
 
     def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
-        """Teacher forcing. tgt_in (B, T) -> (t (B, T, l), alpha (B, T, S')), through recurrence.py."""
+        """Teacher forcing. tgt_in (B, T) -> (t (B, T, l), alpha (B, T, S'))."""
         emb = self.drop_tgt(self.tgt_embed(tgt_in))
         x_gates = self.W_in(emb)  # (B, T, 3d), all steps at once
         emb_out = self.V_o(emb)  # (B, T, 2l)
@@ -154,15 +150,14 @@ class FastRNNSearch(Accelerated, RNNSearch):
     int8_encoder = "encoder"
 
     def int8_stacks(self) -> dict[str, tuple[str | None, tuple[str, ...]]]:
-        """A step's products of s_{i-1} ([W_a; U_z; U_r], and U_o with readout "prev") and of
-        E y_{i-1} ([W; W_z; W_r; V_o]); the keys and step_values of h_j ([U_a; C; C_o])."""
+        """A step's products of s_{i-1} and of E y_{i-1}; the keys and step_values of h_j."""
         return {"state": (None, self._state_layers()), "embedding": ("tgt_embed", ("W_in", "V_o")),
                 "annotations": (None, ("U_a", "C", "C_o"))}
 
     def step_features(self, prev_tokens: Tensor, state: Tensor, enc: EncoderOut
                       ) -> tuple[Tensor, Tensor, Tensor]:
-        """prev_tokens y_{i-1} (N,), state s_{i-1} (N, d) -> (t_i (N, l), s_i, alpha_i (N, S')): N = B,
-        or over `encode_for_steps` N = B * G (`grouped_encoder`), as `_step_grouped`."""
+        """y_{i-1} (N,), s_{i-1} (N, d) -> (t_i (N, l), s_i, alpha_i (N, S')): N = B, or B * G over
+        `encode_for_steps`."""
         if enc.step_values is not None:
             return self._step_grouped(prev_tokens, state, enc)
         emb = self.drop_tgt(self.tgt_embed(prev_tokens))
@@ -176,9 +171,8 @@ class FastRNNSearch(Accelerated, RNNSearch):
 
     def _step_grouped(self, prev_tokens: Tensor, s: Tensor, enc: EncoderOut
                       ) -> tuple[Tensor, Tensor, Tensor]:
-        """`step_features` for N = B * G state rows (G >= 1) over the B sentences of an
-        `encode_for_steps` output: the attention and weighted sum as (B, G, S) batched products
-        against the encoder tensors, never G copies of them (decoding only)."""
+        """`step_features` for N = B * G state rows over the B sentences of an `encode_for_steps`
+        output: (B, G, S) batched products against the encoder tensors, never G copies of them."""
         B, S = enc.mask.shape
         N = s.size(0)
         if N % B:
@@ -200,7 +194,7 @@ class FastRNNSearch(Accelerated, RNNSearch):
             x = torch.cat([self.W_in(emb), self.V_o(emb)], dim=1)
         x = x.view(B, G, -1)
         alpha_v = alpha.to(enc.step_values.dtype)
-        if x.dtype == enc.step_values.dtype:  # a fresh tensor: the sum goes into it (no copy of it)
+        if x.dtype == enc.step_values.dtype:  # a fresh tensor: the sum goes into it
             x = x.baddbmm_(alpha_v, enc.step_values).view(N, -1)
         else:  # 16-bit autocast: baddbmm casts its operands
             x = torch.baddbmm(x, alpha_v, enc.step_values).view(N, -1)
