@@ -65,6 +65,20 @@ def test_bleu_and_chrf_still_score_a_line_past_ters_bound(tmp_path):
     assert b"BLEU" in proc.stdout
 
 
+def test_score_refuses_a_line_past_its_bound_in_characters_with_one_line_naming_the_file_and_line(tmp_path):
+    """chrF holds up to ~1 KB of n-grams a character of one line, BLEU ~200 bytes: a 3 MB line took
+    2.1 GB, and under 1 GB it ran out of memory after 15 s, naming no file or line."""
+    import random
+
+    text = "".join(random.Random(0).choices("abcdefghijklmnopqrstuvwxyz   ", k=3_000_000))
+    hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
+    hyp.write_text("a short line\n" + text + "\n")
+    ref.write_text("a short line\n" + text[::-1] + "\n")
+    proc = _bounded(["score", "--hyp", str(hyp), "--ref", str(ref), "--metrics", "bleu,chrf"], mem_gb=1, seconds=60)
+    line = _one_error_line(proc)
+    assert "hyp.txt:2: 3,000,000 characters, past the 1,000,000" in line and "segments" in line, line
+
+
 def test_score_holds_the_reference_ngrams_of_a_chunk_of_lines_not_of_the_whole_corpus(tmp_path):
     """sacrebleu keeps every reference line's n-grams until the corpus is scored (~50 KB a line
     of 150 characters for chrF): 12,000 lines took 700 MB, a million ~30 GB."""

@@ -20,6 +20,7 @@ from nmtkit.progress import Progress, note
 from nmtkit.score.metrics import (
     BLEU_TOKENIZERS,
     BOOTSTRAP_MAX_SAMPLE_LINES,
+    MAX_LINE_CHARS,
     METRICS,
     TER_MAX_WORDS,
     MetricScore,
@@ -225,8 +226,7 @@ def _read_inputs(o: ScoreConfig) -> _Inputs:
     if blank := next((p for p, lines in zip(o.ref_paths, refs) if not any(map(str.strip, lines))), None):
         raise InputError("every line is blank: a reference without a word scores every system 0 (beside other "
                          "references, it inflates TER); give the reference text (cut the right column?)", blank)
-    if "ter" in o.metrics:
-        _check_ter_bound([*zip(o.hyp_paths, (h for _, h in systems)), *zip(o.ref_paths, refs)])
+    _check_line_bounds([*zip(o.hyp_paths, (h for _, h in systems)), *zip(o.ref_paths, refs)], "ter" in o.metrics)
     tgt_lang = o.tgt_lang or guess_lang(o.ref_paths[0])
     src_lang = o.src_lang or (guess_lang(o.src_path) if o.src_path else "en")
     inp = _Inputs(systems, refs, src, tgt_lang, src_lang)
@@ -238,11 +238,14 @@ def _read_inputs(o: ScoreConfig) -> _Inputs:
     return inp
 
 
-def _check_ter_bound(files: Sequence[tuple[str, Sequence[str]]]) -> None:
-    """An InputError naming the first line of `files` longer than TER is computed for."""
+def _check_line_bounds(files: Sequence[tuple[str, Sequence[str]]], ter: bool) -> None:
+    """An InputError naming the first line of `files` longer than a metric (or TER) is computed for."""
     for path, lines in files:
         for number, line in enumerate(lines, 1):
-            if len(line) > TER_MAX_WORDS and len(line.split()) > TER_MAX_WORDS:
+            if len(line) > MAX_LINE_CHARS:
+                raise InputError(f"{len(line):,} characters, past the {MAX_LINE_CHARS:,} a line is scored for (chrF's "
+                                 "n-grams take up to 1 KB a character); score it in segments, one a line", path, number)
+            if ter and len(line) > TER_MAX_WORDS and len(line.split()) > TER_MAX_WORDS:
                 raise InputError(f"{len(line.split()):,} words, past the {TER_MAX_WORDS:,} a line that TER is computed "
                                  "for (its time grows faster than the square of a line's length); leave TER out with "
                                  "--metrics bleu,chrf", path, number)

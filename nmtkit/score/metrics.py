@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 # sacrebleu's paired bootstrap holds every resample's sentence statistics at once (under ~4 GB)
 BOOTSTRAP_MAX_SAMPLE_LINES = 50_000_000
 TER_MAX_WORDS = 1000  # TER's time past it: docs/experiments.md
+MAX_LINE_CHARS = 1_000_000  # chrF holds ~1 KB of n-grams a character of a line (CJK; 450 B ASCII), BLEU 200 B
 SCORE_CHUNK_LINES = 1000  # lines whose reference n-grams sacrebleu holds at once
 METRICS = ("bleu", "chrf", "ter")
 BLEU_TOKENIZERS = ("13a", "intl", "none", "char", "zh", "ja-mecab", "ko-mecab", "spm", "flores101", "flores200")
