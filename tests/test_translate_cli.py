@@ -403,6 +403,18 @@ def test_a_buffer_size_that_interactive_use_overrides_is_warned_once(ckpt, capsy
     assert [line for line in err.splitlines() if "--buffer-size" in line] == expected, err
 
 
+@pytest.mark.parametrize("flags,beam", [(["--sampling", "--beam", "5"], 5), (["--sampling", "-k", "12"], 12),
+                                        (["--sampling", "--beam", "1"], None), (["--sampling"], None),
+                                        (["--beam", "5"], None), (["--sampling", "--beam", "5", "-q"], None)])
+def test_a_beam_given_with_sampling_is_warned_ignored(ckpt, flags, beam):
+    """--sampling draws one translation per line whatever --beam says (fairseq's --sampling draws
+    --beam of them): a given --beam was dropped without a word. fairseq's --beam 1 is what it does."""
+    code, out, err = run_cli(["translate", "-m", ckpt, "--max-len-b", "3", *flags], "the cat\n")
+    assert code == 0 and len(out.splitlines()) == 1, err
+    ignored = f"nmtkit: warning: --beam {beam} is ignored with --sampling, which draws one translation per line"
+    assert [line for line in err.splitlines() if "--beam" in line] == ([ignored] if beam else []), err
+
+
 def test_translating_a_line_imports_no_plotting_scoring_or_tensorboard_library_nor_other_subcommands(ckpt):
     """The translate path's start-up: matplotlib, sacrebleu, tensorboard and rich are never
     imported (each costs import time, and none is needed to translate), nor the modules of the
