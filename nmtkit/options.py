@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from nmtkit.errors import ConfigError
 
@@ -73,6 +73,12 @@ def refuse_without(given: list[str], needed: str, why: str = "") -> None:
     """ConfigError "--a needs --c" ("--a and --b need --c") for options `given` without `needed`."""
     if given:
         raise ConfigError(f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} {needed}{why}")
+
+
+def off_default(config: Any, names: Iterable[str]) -> list[str]:
+    """The long names of the options of `config`'s fields `names` whose values differ from their defaults."""
+    fields_ = config.__dataclass_fields__
+    return [cli_names(fields_[n], spec_of(fields_[n]))[0] for n in names if getattr(config, n) != field_default(fields_[n])]
 
 
 def field_default(field: dataclasses.Field) -> Any:

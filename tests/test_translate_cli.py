@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import os
@@ -403,6 +404,18 @@ def test_a_buffer_size_that_interactive_use_overrides_is_warned_once(ckpt, capsy
     assert [line for line in err.splitlines() if "--buffer-size" in line] == expected, err
 
 
+@pytest.mark.parametrize("flags,beam", [(["--sampling", "--beam", "5"], 5), (["--sampling", "-k", "12"], 12),
+                                        (["--sampling", "--beam", "1"], None), (["--sampling"], None),
+                                        (["--beam", "5"], None), (["--sampling", "--beam", "5", "-q"], None)])
+def test_a_beam_given_with_sampling_is_warned_ignored(ckpt, flags, beam):
+    """--sampling draws one translation per line whatever --beam says (fairseq's --sampling draws
+    --beam of them): a given --beam was dropped without a word. fairseq's --beam 1 is what it does."""
+    code, out, err = run_cli(["translate", "-m", ckpt, "--max-len-b", "3", *flags], "the cat\n")
+    assert code == 0 and len(out.splitlines()) == 1, err
+    ignored = f"nmtkit: warning: --beam {beam} is ignored with --sampling, which draws one translation per line"
+    assert [line for line in err.splitlines() if "--beam" in line] == ([ignored] if beam else []), err
+
+
 def test_translating_a_line_imports_no_plotting_scoring_or_tensorboard_library_nor_other_subcommands(ckpt):
     """The translate path's start-up: matplotlib, sacrebleu, tensorboard and rich are never
     imported (each costs import time, and none is needed to translate), nor the modules of the
@@ -545,6 +558,19 @@ def test_an_output_name_of_the_longest_length_a_file_name_may_have_is_written(ck
         assert proc.code == 0, proc.err
         assert out.read_text(encoding="utf-8").count("\n") == 1
     assert sorted(len(os.fsencode(p.name)) for p in tmp_path.iterdir()) == [254, 255]
+
+
+def test_an_output_below_a_current_folder_past_path_max_is_refused_for_what_it_is(ckpt, tmp_path, monkeypatch):
+    """Relative to a current folder whose absolute path is over PATH_MAX (4,096 bytes), the output's
+    folder, looked up by its absolute path, cannot be (ENAMETOOLONG): "its folder does not exist"."""
+    monkeypatch.chdir(tmp_path)
+    for _ in range(21):  # 21 x 201 bytes
+        os.mkdir("d" * 200)
+        os.chdir("d" * 200)
+    code, out, err = run_cli(["translate", "-m", ckpt, "-o", "out.txt"], "the cat\n")
+    assert (code, err) == (1, "nmtkit: error: out.txt: cannot write the -o output: its folder cannot be looked up: "
+                              f"{os.strerror(errno.ENAMETOOLONG)}\n")
+    assert os.listdir() == []
 
 
 def test_a_line_over_max_tokens_is_named_by_its_number_in_one_warning(ckpt):

@@ -41,12 +41,15 @@ def translate_cmd(input_path: str | None, output_path: str | None, alignments_fi
 
     stdin_tty = file_path(input_path) is None and sys.stdin.isatty()
     values = config_values(TranslateConfig, options)
-    given_buffer = click.get_current_context().get_parameter_source("buffer_size") != ParameterSource.DEFAULT
+    source = click.get_current_context().get_parameter_source
+    given_buffer = source("buffer_size") != ParameterSource.DEFAULT
     cfg = TranslateConfig(**values, input_path=input_path, output_path=output_path, alignments_file=alignments_file,
                           force=force, interactive=interactive or stdin_tty)
     if (interactive or stdin_tty) and given_buffer and values["buffer_size"] != 1:
         implied = "" if interactive else " (implied by stdin being a terminal)"
         log.warning(f"--buffer-size is ignored with --interactive{implied}, which translates each line as it arrives")
+    if cfg.sampling and source("beam") != ParameterSource.DEFAULT and cfg.beam != 1:  # fairseq: --beam N draws N
+        log.warning(f"--beam {cfg.beam} is ignored with --sampling, which draws one translation per line")
 
     report = run(cfg)
     if not quiet and not stdin_tty:

@@ -117,8 +117,15 @@ def check_output(path: str | Path, force: bool, what: str = "output") -> None:
         raise OutputExistsError("exists (use --force to overwrite)", path)
     folder = os.path.dirname(os.path.realpath(path))
     # and as open() reaches it: realpath takes away a `missing/..` that the kernel does not
-    if not os.path.isdir(folder) or not os.path.isdir(os.path.dirname(path) or "."):
-        raise OutputError(f"cannot write the {what}: its folder does not exist", path)
+    for f in (folder, os.path.dirname(path) or "."):
+        try:
+            found = stat.S_ISDIR(os.stat(f).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            found = False
+        except OSError as err:  # what isdir() hides: e.g. a name past PATH_MAX once absolute (a deep current folder)
+            raise OutputError(f"cannot write the {what}: its folder cannot be looked up: {err.strerror}", path) from None
+        if not found:
+            raise OutputError(f"cannot write the {what}: its folder does not exist", path)
     _probe_folder(folder, path, what)
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
-from nmtkit.options import check_fields, field_default, option, refuse_without
+from nmtkit.options import check_fields, off_default, option, refuse_without
 from nmtkit.text.io import resolve_input
 from nmtkit.text.moses import check_lang, resolve_protect
 from nmtkit.text.pipeline import (
@@ -99,11 +99,8 @@ class PreprocessConfig:
         if self.lowercase and self.truecase:
             raise ConfigError("--lowercase and --truecase exclude each other")
         if self.bpe is None:
-            default_frequency = field_default(next(f for f in fields(self) if f.name == "bpe_min_frequency"))
-            given = [flag for flag, on in (("--bpe-separate", self.bpe_separate),
-                                           ("--bpe-vocab-threshold", self.bpe_vocab_threshold is not None),
-                                           ("--bpe-min-frequency", self.bpe_min_frequency != default_frequency)) if on]
-            refuse_without(given, "--bpe MERGES", " (without it the vocabularies are words)")
+            refuse_without(off_default(self, ("bpe_separate", "bpe_vocab_threshold", "bpe_min_frequency")), "--bpe MERGES",
+                           " (without it the vocabularies are words)")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict of every field (manifest["settings"])."""

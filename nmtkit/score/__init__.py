@@ -6,7 +6,7 @@ truncates silently when hypothesis and reference differ in length.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 from unicodedata import is_normalized
@@ -15,7 +15,7 @@ from nmtkit.devices import MAX_WORKERS
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.io.checks import Output, check_given_once, check_outputs_vs_inputs
 from nmtkit.io.files import is_stdin
-from nmtkit.options import check_fields, cli_names, field_default, option, refuse_without, spec_of
+from nmtkit.options import check_fields, off_default, option, refuse_without
 from nmtkit.progress import Progress, note
 from nmtkit.score.metrics import (
     BLEU_TOKENIZERS,
@@ -163,12 +163,9 @@ def _check_options(o: ScoreConfig) -> None:
                  ("--by-length or --plot", o.by_length, ("bucket_width", "max_length")),
                  ("a BLEU to act on (bleu in --metrics, --no-unk or --by-length; chrF and TER keep sacrebleu's own "
                   "tokenisation and case)", "bleu" in o.metrics or o.no_unk or o.by_length, ("tokenize", "lowercase")))
-    fields_ = {f.name: f for f in fields(o)}
     for needed, on, names in acts_with:
-        given = [cli_names(fields_[n], spec_of(fields_[n]))[0] for n in names
-                 if getattr(o, n) != field_default(fields_[n])]
         if not on:
-            refuse_without(given, needed)
+            refuse_without(off_default(o, names), needed)
     if o.no_unk:
         if not o.src_path:
             raise ConfigError("--no-unk needs --src (the source sentences)")

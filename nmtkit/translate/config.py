@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 
 from nmtkit.devices import DECODE_PRECISIONS, DEVICE_HELP, FUSE, MAX_THREADS, MAX_WORKERS, check_device_name
 from nmtkit.errors import ConfigError
-from nmtkit.options import check_fields, field_default, option, option_name, refuse_without
+from nmtkit.options import check_fields, off_default, option, refuse_without
 from nmtkit.text.pipeline import INPUT_FORMATS
 
 DEFAULT_MAX_SRC_LEN = 250
@@ -167,10 +167,7 @@ class SearchConfig:
         if self.nbest > self.beam:
             raise ConfigError(f"--nbest must be between 1 and --beam ({self.beam}), got {self.nbest}")
         if not self.sampling:
-            given = [name for name, on in (("--sampling-topk", self.sampling_topk != 0),
-                                           ("--temperature", self.temperature != 1.0),
-                                           ("--seed", self.seed is not None)) if on]
-            refuse_without(given, "--sampling")
+            refuse_without(off_default(self, ("sampling_topk", "temperature", "seed")), "--sampling")
         elif self.nbest != 1:
             raise ConfigError("--sampling draws one translation per line: --nbest must be 1")
 
@@ -214,14 +211,12 @@ class TranslateConfig(SearchConfig, DecodeConfig):
         SearchConfig.validate(self)
         if self.unk_dict and not self.replace_unk:
             raise ConfigError("--unk-dict needs --replace-unk")
-        if self.plot_limit != 100 and not self.plot_attention:  # it would change nothing
-            refuse_without(["--plot-limit"], "--plot-attention")
+        if not self.plot_attention:  # --plot-limit would change nothing
+            refuse_without(off_default(self, ("plot_limit",)), "--plot-attention")
         if self.score_reference is not None:
             # the options of a search or of its output, each off its default (--beam 5, --lenpen 3: ignored once)
-            searching = ("sampling", "nbest", "replace_unk", "alignments", "plot_attention", "ban_unk", "output_format",
-                         "beam", "lenpen", "max_len_a", "max_len_b")
-            defaults = {f.name: field_default(f) for f in fields(self)}
-            given = [option_name(name) for name in searching if getattr(self, name) != defaults[name]]
+            given = off_default(self, ("sampling", "nbest", "replace_unk", "alignments", "plot_attention", "ban_unk",
+                                       "output_format", "beam", "lenpen", "max_len_a", "max_len_b"))
             if given:
                 read_as = (" (it reads the translations as --input-format reads the sources)"
                            if "--output-format" in given else "")
