@@ -35,6 +35,8 @@ from nmtkit.io.dirs import (
     has_checkpoint,
     is_run_file,
     make_temp_dir,
+    new_folders,
+    remove_folders,
     run_files_present,
     run_lock,
 )
@@ -144,6 +146,7 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
     if info.is_main:
         run_lock(save_dir).check()
     check_run_dir(save_dir, resume, force, info.is_main)
+    created = new_folders(save_dir) if info.is_main else []  # removed on a failure while empty (umask 777)
     lock = staging = None
     try:
         if info.is_main and resume:  # before checkpoint_last.pt is read: no other run replaces it meanwhile
@@ -177,6 +180,7 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
         if staging is not None:
             with signals.held(), contextlib.suppress(OSError):  # the error that stopped the run is the one to report
                 shutil.rmtree(staging)
+        remove_folders(created)  # once its lock file is in, the folder stays (see DirLock)
         raise
     finally:
         if lock is not None:
