@@ -43,7 +43,7 @@ from nmtkit.io.dirs import (
 from nmtkit.io.files import check_output_dir, write_text
 from nmtkit.train.config import RunConfig, TrainConfig, TrainOptions, training_defaults
 from nmtkit.train.events import CALLBACK_METHODS, Callbacks, FanOut, TrainResult
-from nmtkit.train.metrics import TensorBoardCallbacks, require_tensorboard
+from nmtkit.train.metrics import TensorBoardCallbacks, keep_early_records, require_tensorboard
 from nmtkit.train.presets import ModelOverrides, resolve_model
 from nmtkit.train.resume import config_text, resumed_configs
 
@@ -148,6 +148,7 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
     check_run_dir(save_dir, resume, force, info.is_main)
     created = new_folders(save_dir) if info.is_main else []  # removed on a failure while empty (umask 777)
     lock = staging = None
+    early = keep_early_records() if info.is_main else None  # warnings before train.log opens, for it
     try:
         if info.is_main and resume:  # before checkpoint_last.pt is read: no other run replaces it meanwhile
             lock = _lock_run(save_dir)
@@ -183,6 +184,7 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
         remove_folders(created)  # once its lock file is in, the folder stays (see DirLock)
         raise
     finally:
+        logging.getLogger("nmtkit").removeHandler(early)
         if lock is not None:
             lock.release()
 
