@@ -14,7 +14,7 @@ import pytest
 from nmtkit import preprocess
 from nmtkit.io.dirs import make_temp_dir
 from nmtkit.train.data import DataDir
-from tests.conftest import REPO, CliResult, make_checkpoint, run_cli
+from tests.conftest import REPO, CliResult, make_checkpoint, make_data_dir, run_cli, tiny_train_args
 from tests.test_preprocess import _assert_clean_failure, _base_args, _config, _corpus, _no_leftovers, _write
 
 
@@ -154,19 +154,25 @@ def _as_a_user_under_umask_777(argv: list[str], cwd: Path) -> CliResult:
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 
-@pytest.mark.parametrize("option", ["--dest", "--plot-attention"])
+@pytest.mark.parametrize("option", ["--dest", "--plot-attention", "--save-dir"])
 def test_under_umask_777_a_folder_option_is_one_line_naming_it_and_leaves_nothing(option, corpus):
     """A folder made under umask 777 has mode 000, which keeps its maker out (but root): preprocess
     failed naming its temp folder ('DEST.tmp-.../work: ... Permission denied') and left it behind,
     mode 000; translate's clean-up could not list the --plot-attention folder it had made, so the
-    error was that ('/abs/plots: Permission denied', a traceback under --debug) and it stayed."""
+    error was that ('/abs/plots: Permission denied', a traceback under --debug) and it stayed;
+    train left the --save-dir folders it had made (d, where d/run could not be made in it)."""
     out = corpus["tmp"] / "out"
     out.mkdir()
     if option == "--dest":
         argv = ["preprocess", *_base_args(corpus, out / "d")]
+    elif option == "--save-dir":
+        make_data_dir(corpus["tmp"] / "data")
+        argv = ["train", "--data", str(corpus["tmp"] / "data"), "--save-dir", str(out / "d" / "run"),
+                *tiny_train_args(), "--max-updates", "1"]
     else:
         argv = ["translate", "-m", str(make_checkpoint(corpus["tmp"] / "m.pt")), "-i", corpus["valid"] + ".en",
                 "-o", str(out / "o.txt"), "--plot-attention", str(out / "d")]
     proc = _as_a_user_under_umask_777(argv, corpus["tmp"])
-    _assert_clean_failure(proc, f"{out / 'd'}: ", "umask 0777" if option == "--dest" else "Permission denied")
+    _assert_clean_failure(proc, f"{out / 'd'}{'/run' if option == '--save-dir' else ''}: ",
+                          "umask 0777" if option == "--dest" else "Permission denied")
     assert list(out.iterdir()) == []

@@ -34,7 +34,7 @@ def refused(port: int) -> bool:
     return False
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_signal_stops_accepting_finishes_the_request_in_flight_and_exits_0(ckpt, sig):
     # the lone request waits --batch-delay-ms for company, so it is surely in flight at the signal
     with ServerProcess("-m", ckpt, *DECODE, "--batch-delay-ms", "1500") as server:
@@ -55,6 +55,20 @@ def test_signal_stops_accepting_finishes_the_request_in_flight_and_exits_0(ckpt,
 
     expected = nmtkit.load(ckpt).translate(LINES, beam=3, max_len_a=1, max_len_b=3)
     assert [t["text"] for t in answer["translations"]] == expected
+
+
+def test_a_sighup_ignored_as_by_nohup_leaves_the_server_serving(ckpt):
+    hup = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the child inherits it, as from nohup
+    try:
+        server = ServerProcess("-m", ckpt, *DECODE)
+    finally:
+        signal.signal(signal.SIGHUP, hup)
+    with server:
+        server.proc.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        assert server.post("/translate", {"text": ["cat"]})["translations"]
+        status, stderr = server.stop()
+    assert status == 0 and "stopped" in stderr, stderr
 
 
 @pytest.mark.parametrize("sig, status, said", [(signal.SIGINT, 130, "aborted"), (signal.SIGTERM, 143, "terminated")],

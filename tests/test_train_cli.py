@@ -304,3 +304,13 @@ def test_a_new_run_that_fails_before_its_first_checkpoint_leaves_only_its_lock_f
     with pytest.raises(MemoryError):
         train_run(data_dir, run, tiny_options(save_every=4), tiny_overrides(), loss_hook=fail_at(6))
     assert {"checkpoint_last.pt", "config.json", "metrics.jsonl", "train.log"} <= set(os.listdir(run))
+
+
+def test_train_log_holds_the_warnings_given_before_it_opened(data_dir, tmp_path):
+    """They went to stderr only (those of the options and data, checked as the run is set up), while
+    train.log records the run, the warnings given later included."""
+    from tests.conftest import tiny_options, tiny_overrides, train_run
+
+    train_run(data_dir, tmp_path / "run", tiny_options(sort_pool=4, max_updates=1), tiny_overrides())
+    first = (tmp_path / "run" / "train.log").read_text().splitlines()[0]
+    assert " WARNING --sort-pool 4 is below --batch-size 16: " in first, first

@@ -731,3 +731,22 @@ def test_a_resume_keeps_the_precision_auto_chose_unless_the_user_changes_it(data
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert warned == ["--precision auto: the resumed run trains in fp32, not in bf16 as before (this cpu does not run "
                       "bf16 natively)"]
+
+
+def test_a_resume_from_an_older_checkpoint_put_back_warns_of_the_later_kept_checkpoints(data_dir, tmp_path, caplog):
+    """They stayed without a word, to be replaced or, past where the run stops, mixed with its own by
+    `nmtkit average --last`. A run killed between saves leaves kept checkpoints up to its next save
+    only: those it replaces on its way, no warning."""
+    run, opts = tmp_path / "run", dict(keep_every=2, save_every=4, valid_every=4, valid_bleu_samples=0)
+    train_run(data_dir, run, tiny_options(max_updates=4, **opts), tiny_overrides())
+    backup = (run / "checkpoint_last.pt").read_bytes()
+    (run / "checkpoint_8.pt").write_bytes((run / "checkpoint_4.pt").read_bytes())  # killed at 8, before its save
+    caplog.clear()
+    train_run(data_dir, run, tiny_options(max_updates=12, **opts), tiny_overrides(), resume=True)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    (run / "checkpoint_last.pt").write_bytes(backup)
+    caplog.clear()
+    train_run(data_dir, run, tiny_options(max_updates=6, **opts), tiny_overrides(), resume=True)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "checkpoint_last.pt is at update 4, older than the run's kept checkpoint_6.pt to " \
+                                "checkpoint_12.pt (an earlier copy put back?)" in warned[0], warned

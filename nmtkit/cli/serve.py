@@ -23,7 +23,7 @@ def serve_cmd(**options: Any) -> None:
     Loads the checkpoint once, then answers POST /translate (Content-Type: application/json,
     {"text": [...], "beam": 5, "nbest": 1, "alignments": false}), OpenNMT-py's
     POST /translator/translate, GET /health, GET /info, and a page at / that shows each
-    translation's attention. SIGTERM or Ctrl-C finishes the requests in flight, then exits 0;
+    translation's attention. SIGTERM, SIGHUP or Ctrl-C finishes the requests in flight, then exits 0;
     a second one stops at once.
     Example:
 

@@ -84,12 +84,11 @@ def take_back_folders(created: list[Path], owns: Callable[[str], bool]) -> None:
 
 
 def remove_folders(created: list[Path]) -> None:
-    """Remove the folders `make_parents` created, innermost first, as far as they are empty."""
+    """Remove the folders `make_parents` created, innermost first, where empty (each is tried: under
+    umask 777 one inside a folder of mode 000 cannot be reached, while that folder can)."""
     for p in reversed(created):
-        try:
+        with contextlib.suppress(OSError):
             p.rmdir()
-        except OSError:
-            return
 
 
 def clean_stale_temp_dirs(dest: str | Path, warn: Callable[[str], None], locked: bool = False) -> list[Path]:

@@ -508,7 +508,9 @@ async def serve(translator: Translator, config: ServeConfig, announce: Callable[
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(_accept_failed(announce))
-    for sig in signals.STOP_SIGNALS:
+    # a closed terminal's SIGHUP stops it as SIGTERM does; a signal ignored (nohup) stays ignored
+    stops = [sig for sig in (*signals.STOP_SIGNALS, signal.SIGHUP) if signal.getsignal(sig) is not signal.SIG_IGN]
+    for sig in stops:
         loop.add_signal_handler(sig, stop.set)
     try:
         try:
@@ -521,11 +523,11 @@ async def serve(translator: Translator, config: ServeConfig, announce: Callable[
                      "server, which has no authentication (--host 127.0.0.1 keeps it to this machine)")
         announce(f"serving {app[STATE]['info']['model']} on {server_url(host, port)} (Ctrl-C or SIGTERM stops)")
         await stop.wait()
-        for sig in signals.STOP_SIGNALS:  # a second signal ends the process (a slow request may hold the stop)
+        for sig in stops:  # a second signal ends the process (a slow request may hold the stop)
             loop.add_signal_handler(sig, _end_now, sig, announce)
         announce("stopping: no new requests; finishing those in flight (Ctrl-C again stops at once)")
     finally:
         await runner.cleanup()
-        for sig in signals.STOP_SIGNALS:
+        for sig in stops:
             loop.remove_signal_handler(sig)
     announce("stopped")

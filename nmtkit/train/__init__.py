@@ -35,13 +35,15 @@ from nmtkit.io.dirs import (
     has_checkpoint,
     is_run_file,
     make_temp_dir,
+    new_folders,
+    remove_folders,
     run_files_present,
     run_lock,
 )
 from nmtkit.io.files import check_output_dir, write_text
 from nmtkit.train.config import RunConfig, TrainConfig, TrainOptions, training_defaults
 from nmtkit.train.events import CALLBACK_METHODS, Callbacks, FanOut, TrainResult
-from nmtkit.train.metrics import TensorBoardCallbacks, require_tensorboard
+from nmtkit.train.metrics import TensorBoardCallbacks, keep_early_records, require_tensorboard
 from nmtkit.train.presets import ModelOverrides, resolve_model
 from nmtkit.train.resume import config_text, resumed_configs
 
@@ -144,7 +146,9 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
     if info.is_main:
         run_lock(save_dir).check()
     check_run_dir(save_dir, resume, force, info.is_main)
+    created = new_folders(save_dir) if info.is_main else []  # removed on a failure while empty (umask 777)
     lock = staging = None
+    early = keep_early_records() if info.is_main else None  # warnings before train.log opens, for it
     try:
         if info.is_main and resume:  # before checkpoint_last.pt is read: no other run replaces it meanwhile
             lock = _lock_run(save_dir)
@@ -177,8 +181,10 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
         if staging is not None:
             with signals.held(), contextlib.suppress(OSError):  # the error that stopped the run is the one to report
                 shutil.rmtree(staging)
+        remove_folders(created)  # once its lock file is in, the folder stays (see DirLock)
         raise
     finally:
+        logging.getLogger("nmtkit").removeHandler(early)
         if lock is not None:
             lock.release()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import logging.handlers
 import math
 import sys
 import time
@@ -112,11 +113,28 @@ class _RunLog(logging.FileHandler):
             raise name_error(err, self.baseFilename) from None
 
 
+class _EarlyRecords(logging.handlers.MemoryHandler):
+    """The `nmtkit` loggers' records of a run before its train.log opens, written there first."""
+
+
+def keep_early_records() -> logging.Handler:
+    """Keep the `nmtkit` loggers' records (the data's and options' warnings) for `setup_file_log`."""
+    early = _EarlyRecords(1 << 20, flushLevel=logging.CRITICAL + 1)
+    early.setLevel(logging.INFO)
+    logging.getLogger("nmtkit").addHandler(early)
+    return early
+
+
 def setup_file_log(run_dir: Path) -> logging.Handler:
-    """Send the `nmtkit` loggers' INFO records to run_dir/train.log (appending on resume)."""
+    """Send the `nmtkit` loggers' INFO records to run_dir/train.log (appending on resume), those kept
+    by `keep_early_records` first."""
     handler = _RunLog(run_dir)
     handler.setLevel(logging.INFO)
     logger = logging.getLogger("nmtkit")
+    for early in [h for h in logger.handlers if isinstance(h, _EarlyRecords)]:
+        early.setTarget(handler)
+        early.close()  # writes them
+        logger.removeHandler(early)
     logger.addHandler(handler)
     if logger.level == logging.NOTSET or logger.level > logging.INFO:
         logger.setLevel(logging.INFO)

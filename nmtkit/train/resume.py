@@ -11,7 +11,7 @@ from typing import Any
 
 from nmtkit.data.manifest import recorded_digests
 from nmtkit.errors import CheckpointError, ConfigError
-from nmtkit.io.dirs import BEST, CONFIG_FILE, LAST
+from nmtkit.io.dirs import BEST, CONFIG_FILE, LAST, kept_checkpoints, kept_update
 from nmtkit.options import option_name, resume_overridable
 from nmtkit.text.pipeline import pipeline_differences
 from nmtkit.train.config import TrainConfig, TrainOptions
@@ -110,7 +110,16 @@ def resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Pa
             raise CheckpointError(f"the {what} text of {data_dir} differs from the run's (the sha256 of the files "
                                   f"preprocess read): {same}", last)
     # the checkpoint's own configs: --update-freq may have changed with the process count
-    _check_run_record(save_dir, TrainConfig.from_dict(ckpt["train_config"]), arch, model_config)
+    old = TrainConfig.from_dict(ckpt["train_config"])
+    _check_run_record(save_dir, old, arch, model_config)
+    update = ckpt["trainer"]["update"]
+    later = [p.name for p in kept_checkpoints(save_dir) if kept_update(p.name) > update]
+    # a run killed before its next save leaves none past that save; more: an older checkpoint_last.pt put back
+    if later and kept_update(later[-1]) > min((update // n + 1) * n for n in (old.save_every, old.valid_every)):
+        log.warning("%s is at update %d, older than the run's kept %s (an earlier copy put back?): the run replaces "
+                    "each as it reaches its update again and leaves the others, which `nmtkit average --last` would "
+                    "average with its own; move them away to keep them apart", last, update,
+                    later[0] if len(later) == 1 else f"{later[0]} to {later[-1]}")
     return cfg, arch, model_config
 
 
