@@ -1,6 +1,6 @@
-"""SIGINT and SIGTERM, for every command: blocked around work a signal must not cut in two,
-sent to another handler for a while, SIGTERM unwinding a command as Ctrl-C does, and the set-up
-of a worker process."""
+"""SIGINT, SIGTERM and SIGHUP (a closed terminal), for every command: blocked around work a signal
+must not cut in two, sent to another handler for a while, SIGTERM and SIGHUP unwinding a command as
+Ctrl-C does, and the set-up of a worker process. A signal ignored at start (nohup) stays ignored."""
 from __future__ import annotations
 
 import contextlib
@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @contextlib.contextmanager
@@ -52,8 +52,8 @@ def handled_by(handler: Any, signals: tuple[int, ...] = STOP_SIGNALS) -> Iterato
 
 @contextlib.contextmanager
 def held() -> Iterator[None]:
-    """SIGTERM and a first SIGINT held off while a failed run cleans up (torchrun sends SIGTERM to
-    every rank as soon as one fails); a second SIGINT still interrupts."""
+    """SIGTERM, SIGHUP and a first SIGINT held off while a failed run cleans up (torchrun sends
+    SIGTERM to every rank as soon as one fails); a second SIGINT still interrupts."""
     seen: list[int] = []
 
     def note(signum: int, frame: Any) -> None:
@@ -66,24 +66,19 @@ def held() -> Iterator[None]:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the command is, so that it unwinds as Ctrl-C does."""
+    """SIGTERM or SIGHUP (`signum`), raised where the command is, so that it unwinds as Ctrl-C does."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__()
+        self.signum = signum
 
 
-@contextlib.contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """Within: SIGTERM raises `Terminated` wherever the main thread is; elsewhere a no-op."""
+def sigterm_interrupts() -> contextlib.AbstractContextManager:
+    """Within: SIGTERM and SIGHUP raise `Terminated` wherever the main thread is; elsewhere a no-op."""
     def handler(signum, frame):
-        raise Terminated()
+        raise Terminated(signum)
 
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    return handled_by(handler, (signal.SIGTERM, signal.SIGHUP))
 
 
 def die_with_parent(sig: int, parent: int) -> None:
@@ -100,9 +95,11 @@ def die_with_parent(sig: int, parent: int) -> None:
 
 
 def as_worker(parent: int) -> None:
-    """In a worker forked from `parent` with STOP_SIGNALS blocked: Ctrl-C ignored (the parent's),
-    SIGTERM's default action, the signals unblocked, and SIGKILL when the parent dies."""
+    """In a worker forked from `parent` with STOP_SIGNALS blocked: Ctrl-C and a closed terminal's
+    SIGHUP ignored (the parent's), SIGTERM's default action, the signals unblocked, and SIGKILL when
+    the parent dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     die_with_parent(signal.SIGKILL, parent)
     with contextlib.suppress(AttributeError, ValueError, OSError):

@@ -506,6 +506,31 @@ def test_sigterm_to_tokenize_with_workers_leaves_no_temp_file_and_no_worker_trac
     assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
 
 
+def test_a_sighup_ignored_at_start_as_by_nohup_stays_ignored(tmp_path):
+    """SIGHUP stops every command as SIGTERM does, unless it was ignored at start (nohup): then a
+    closed terminal's SIGHUP to the group changes nothing, in the command or in its workers."""
+    import signal
+    import time
+
+    out = tmp_path / "out.tok"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "nmtkit", "tokenize", "--lang", "en", "--workers", "2", "-o",
+                             str(out)], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    with proc.stdin as feed:
+        feed.write("Hello, world!\n" * 5000)
+        feed.flush()
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("out.tok.*.tmp")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # the workers are running
+        os.killpg(proc.pid, signal.SIGHUP)
+        feed.write("Hello, world!\n" * 5000)
+    proc.wait(timeout=60)
+    assert proc.returncode == 0 and proc.stderr.read() == ""
+    assert out.read_text() == "Hello , world !\n" * 10000
+
+
 def test_wmt14_smoke_honours_work_and_results(tmp_path):
     """`make smoke WORK=... RESULTS=...` writes there, not into the source tree (make -n: what it would run)."""
     if shutil.which("make") is None:

@@ -68,7 +68,8 @@ def test_train_end_to_end_writes_a_run_and_resumes(data_dir, tmp_path):
     assert json.loads((run / "config.json").read_text())["train_config"]["max_updates"] == 8
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)],
+                         ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_signal_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path, sig, code):
     run = tmp_path / "run"
     proc = _start_training(data_dir, run, save_every=1000000, logged=3,
@@ -78,7 +79,7 @@ def test_signal_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path, sig, co
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err
     assert "Traceback" not in err and out == ""
-    assert "checkpoint saved" in err and "--resume" in err
+    assert f"nmtkit: {sig.name}: checkpoint saved" in err and "--resume" in err
     ckpt = load_checkpoint(run / "checkpoint_last.pt")
     assert ckpt["trainer"]["update"] >= 3
     assert not list(run.glob("*.tmp"))  # atomic writes leave no temp files

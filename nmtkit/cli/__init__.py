@@ -47,8 +47,8 @@ class _LazyGroup(click.Group):
         return command(cmd_name) if cmd_name in SUBCOMMANDS else None
 
     def invoke(self, ctx: click.Context) -> Any:
-        """SIGTERM's `Terminated` passes click as its Abort: as a KeyboardInterrupt click would
-        first write a blank line, which closes a terminal's ^C echo, where no ^C was typed."""
+        """SIGTERM's or SIGHUP's `Terminated` passes click as its Abort: as a KeyboardInterrupt click
+        would first write a blank line, which closes a terminal's ^C echo, where no ^C was typed."""
         try:
             return super().invoke(ctx)
         except Terminated as stop:
@@ -265,7 +265,7 @@ def _run(argv: list[str] | None, debug: bool, command_name: str) -> None:
         if debug:
             raise
         _end(f"error: {err}", err.exit_code)
-    except click.exceptions.Abort as err:  # click's form of KeyboardInterrupt, SIGTERM's included
+    except click.exceptions.Abort as err:  # click's form of KeyboardInterrupt, SIGTERM's and SIGHUP's included
         stop = err.__cause__ or err.__context__
         if isinstance(stop, Terminated):
             # an nmtkit error unwinding the command when SIGTERM arrived (torchrun stops every rank as
@@ -275,7 +275,7 @@ def _run(argv: list[str] | None, debug: bool, command_name: str) -> None:
                 unwinding = unwinding.__context__
             if unwinding is not None and not debug:
                 _end(f"error: {unwinding}", unwinding.exit_code)
-            _end("terminated", 143)
+            _end("terminated", 128 + stop.signum)  # 143 for SIGTERM, 129 for SIGHUP, as a shell expects
         _end("aborted", 130)
     except click.ClickException as err:  # a bad command line (status 2) or a file click opened: one line too
         _end(f"error: {_click_error_line(err)}", err.exit_code)

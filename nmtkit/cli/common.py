@@ -158,7 +158,7 @@ def stage_progress(quiet: bool, make_bars: Callable[[], contextlib.AbstractConte
 
 @contextlib.contextmanager
 def sigterm_unwinds() -> Iterator[None]:
-    """Within: SIGTERM ends the command as Ctrl-C does, removing the outputs being written."""
+    """Within: SIGTERM or SIGHUP ends the command as Ctrl-C does, removing the outputs being written."""
     with signals.sigterm_interrupts():
         try:
             yield

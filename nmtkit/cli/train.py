@@ -3,6 +3,7 @@ Every option defaults to "not given" (None), so that the preset's and, on --resu
 settings apply unless the user says otherwise."""
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from typing import Any
@@ -53,10 +54,10 @@ def train_cmd(ctx: click.Context, data_dir: str, save_dir: str, resume: bool, fo
 
     Reads a data directory from 'nmtkit preprocess' and writes a run directory. The paper's
     presets train as in Bahdanau et al. (2015): Adadelta, gradient norm 1, minibatches of 80
-    pairs cut from 1600 pairs sorted by length. Ctrl-C or SIGTERM saves checkpoint_last.pt and
-    exits; --resume continues exactly. Under torchrun, each process trains on its own
-    minibatches (--batch-size is per process; DistributedDataParallel averages the gradients)
-    and only rank 0 writes.
+    pairs cut from 1600 pairs sorted by length. Ctrl-C, SIGTERM or SIGHUP saves
+    checkpoint_last.pt and exits; --resume continues exactly. Under torchrun, each process trains
+    on its own minibatches (--batch-size is per process; DistributedDataParallel averages the
+    gradients) and only rank 0 writes.
     """
     quiet_warnings(quiet)
     train_options = TrainOptions(**config_values(TrainConfig, options, given_only=True))
@@ -84,7 +85,7 @@ def train_cmd(ctx: click.Context, data_dir: str, save_dir: str, resume: bool, fo
         if info.is_main:  # one line for the job, not one a process
             click.echo(f"nmtkit: {result.reason}: checkpoint saved to {save_dir}/checkpoint_last.pt; "
                        "continue with --resume", err=True)
-        sys.exit(130 if result.reason == "SIGINT" else 143)
+        sys.exit(128 + signal.Signals[result.reason])  # 130, 143 or 129 (SIGHUP), as a shell expects
 
 
 def _ppl(ppl: float, decimals: int) -> str:

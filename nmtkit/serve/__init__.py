@@ -19,7 +19,7 @@ def _say(message: str) -> None:
 
 def run(config: ServeConfig, announce: Callable[[str], None] = _say) -> None:
     """`nmtkit serve`: load `config.decode`'s models on the decoding thread, warm them up, and
-    serve until SIGTERM or SIGINT. `announce` hears the start, the stop and (unless quiet) each request."""
+    serve until SIGTERM, SIGHUP or SIGINT. `announce` hears the start, the stop and (unless quiet) each request."""
     if not isinstance(config, ServeConfig):
         raise TypeError(f"nmtkit.serve.run takes a ServeConfig, not {type(config).__name__}")
     import asyncio

@@ -470,7 +470,7 @@ def make_runner(app: web.Application, config: ServeConfig,
 
 
 def _end_now(sig: int, announce: Callable[[str], None]) -> None:
-    """The second SIGINT or SIGTERM of a stopping server ends the process here (130, 143): unwinding
+    """The second stop signal of a stopping server ends the process here (130, 143, 129): unwinding
     would interrupt aiohttp's shutdown, which reports errors of its own; no file is half written."""
     announce("aborted" if sig == signal.SIGINT else "terminated")
     sys.stdout.flush()
@@ -500,16 +500,15 @@ def server_url(host: str, port: int) -> str:
 
 async def serve(translator: Translator, config: ServeConfig, announce: Callable[[str], None],
                 log_line: Callable[[str], None] | None = None, thread: DecodeThread | None = None) -> None:
-    """Serve until SIGTERM or SIGINT, then stop accepting, finish the requests in flight, return; a
-    second signal meanwhile ends the process at once. `thread`: the translator's `DecodeThread`."""
+    """Serve until SIGTERM, SIGHUP or SIGINT, then stop accepting, finish the requests in flight,
+    return; a second signal meanwhile ends the process at once. `thread`: the translator's `DecodeThread`."""
     app = make_app(translator, config, log_line, thread)
     runner = make_runner(app, config, log_line)
     await runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(_accept_failed(announce))
-    # a closed terminal's SIGHUP stops it as SIGTERM does; a signal ignored (nohup) stays ignored
-    stops = [sig for sig in (*signals.STOP_SIGNALS, signal.SIGHUP) if signal.getsignal(sig) is not signal.SIG_IGN]
+    stops = [sig for sig in signals.STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]  # nohup: ignored
     for sig in stops:
         loop.add_signal_handler(sig, stop.set)
     try:

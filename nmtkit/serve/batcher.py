@@ -67,7 +67,7 @@ class ServeConfig:
     batch_size: int | None = option(None, min=1, cli=False,
                                     help="Most sentences gathered into one decoder call (None: the translator's).")
     shutdown_timeout: float = option(60.0, min=0, cli=False,
-                                     help="Seconds in-flight requests get to finish on SIGTERM or SIGINT.")
+                                     help="Seconds in-flight requests get to finish on SIGTERM, SIGHUP or SIGINT.")
     # what `run` loads, and how every request searches (but its beam and n-best)
     decode: DecodeConfig | None = None
     search: SearchConfig = field(default_factory=SearchConfig)

@@ -145,7 +145,7 @@ def _better(score: float, best: float | None, higher_is_better: bool) -> bool:
 
 @dataclass
 class TrainResult:
-    reason: str  # max-updates | max-epochs | max-time | patience | SIGINT | SIGTERM
+    reason: str  # max-updates | max-epochs | max-time | patience | SIGINT | SIGTERM | SIGHUP
     update: int
     epoch: int
     best_score: float | None
@@ -154,4 +154,4 @@ class TrainResult:
 
     @property
     def interrupted(self) -> bool:
-        return self.reason in ("SIGINT", "SIGTERM")
+        return self.reason.startswith("SIG")
