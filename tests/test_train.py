@@ -307,3 +307,17 @@ def test_a_training_run_leaves_torchs_thread_count_as_it_found_it(data_dir, tmp_
     before = torch.get_num_threads()
     train_run(data_dir, tmp_path / "run", tiny_options(max_updates=2, threads=before + 1), tiny_overrides())
     assert torch.get_num_threads() == before
+
+
+def test_a_training_run_leaves_the_translators_default_threads_as_torchs_own(data_dir, tmp_path, monkeypatch):
+    """nmtkit.load's default threads, torch's own count, were noted at nmtkit's first change of it:
+    inside a first training run, at its --threads, which every later translator took (and --workers)."""
+    import torch
+
+    import nmtkit.devices
+    from tests.conftest import tiny_options, tiny_overrides, train_run
+
+    monkeypatch.setattr(nmtkit.devices, "_DEFAULT_THREADS", [])  # as in a process that trains first
+    before = torch.get_num_threads()
+    train_run(data_dir, tmp_path / "run", tiny_options(max_updates=2, threads=before + 1), tiny_overrides())
+    assert nmtkit.devices.default_threads() == before
