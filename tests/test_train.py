@@ -321,3 +321,20 @@ def test_a_training_run_leaves_the_translators_default_threads_as_torchs_own(dat
     before = torch.get_num_threads()
     train_run(data_dir, tmp_path / "run", tiny_options(max_updates=2, threads=before + 1), tiny_overrides())
     assert nmtkit.devices.default_threads() == before
+
+
+def test_a_training_run_leaves_torchs_tf32_settings_as_it_found_them(data_dir, tmp_path, monkeypatch):
+    """An fp32 run on CUDA turned TF32 on for the process (--tf32, the default): a translator's fp32
+    products after it, and the caller's own, ran in TF32 where a fresh process's are exact."""
+    import torch
+
+    from nmtkit.models import precision
+    from nmtkit.train import context
+    from tests.conftest import tiny_options, tiny_overrides, train_run
+
+    flags = (torch.backends.cuda.matmul, torch.backends.cudnn)
+    name = "fp32_precision" if hasattr(flags[0], "fp32_precision") else "allow_tf32"  # torch < 2.9
+    before = [getattr(f, name) for f in flags]
+    monkeypatch.setattr(context, "set_tf32", lambda device, prec, on: precision.set_tf32("cuda", "fp32", on))  # as on CUDA
+    train_run(data_dir, tmp_path / "run", tiny_options(max_updates=2), tiny_overrides())
+    assert [getattr(f, name) for f in flags] == before

@@ -231,6 +231,7 @@ def _train(cfg, data, run_dir, commit, arch, model_config, ckpt, callbacks, info
     """Build the Trainer and run it, closing it and the TensorBoard writer either way."""
     from nmtkit import signals
     from nmtkit.devices import threads_restored
+    from nmtkit.models.precision import tf32_restored
     from nmtkit.train import distributed as ddp
     from nmtkit.train.context import TrainContext
     from nmtkit.train.trainer import Trainer
@@ -240,7 +241,7 @@ def _train(cfg, data, run_dir, commit, arch, model_config, ckpt, callbacks, info
     if tb_dir is not None and info.is_main:
         callbacks = tb = TensorBoardCallbacks(tb_dir, callbacks, start_update=start)
     try:
-        with threads_restored():  # the run sets torch's threads (its --threads) for the process
+        with threads_restored(), tf32_restored():  # the run sets torch's threads (--threads) and TF32 (--tf32)
             try:
                 ctx = TrainContext(cfg, data, run_dir, arch, model_config, resume=ckpt, callbacks=callbacks,
                                    dist_info=info)
