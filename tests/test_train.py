@@ -338,3 +338,22 @@ def test_a_training_run_leaves_torchs_tf32_settings_as_it_found_them(data_dir, t
     monkeypatch.setattr(context, "set_tf32", lambda device, prec, on: precision.set_tf32("cuda", "fp32", on))  # as on CUDA
     train_run(data_dir, tmp_path / "run", tiny_options(max_updates=2), tiny_overrides())
     assert [getattr(f, name) for f in flags] == before
+
+
+def test_a_training_run_leaves_the_callers_random_generators_as_it_found_them(data_dir, tmp_path):
+    """The run seeded Python's, numpy's and torch's generators with its --seed and left them so: a loop
+    that drew a random subset of its data before each run drew the same one before every run after the first."""
+    import random
+
+    import numpy as np
+    import torch
+
+    from tests.conftest import tiny_options, tiny_overrides, train_run
+
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    train_run(data_dir, tmp_path / "run", tiny_options(max_updates=2), tiny_overrides())
+    drawn = random.random(), np.random.random(), torch.rand(1).item()
+    random.setstate(states[0])
+    np.random.set_state(states[1])
+    torch.set_rng_state(states[2])
+    assert drawn == (random.random(), np.random.random(), torch.rand(1).item())

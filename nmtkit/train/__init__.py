@@ -233,10 +233,10 @@ def _train(cfg, data, run_dir, commit, arch, model_config, ckpt, callbacks, info
     from nmtkit.devices import threads_restored
     from nmtkit.models.precision import tf32_restored
     from nmtkit.train import distributed as ddp
-    from nmtkit.train.context import TrainContext
+    from nmtkit.train.context import TrainContext, rng_state, set_rng_state
     from nmtkit.train.trainer import Trainer
 
-    tb = None
+    tb, rngs = None, rng_state()  # the caller's random, numpy and torch generators, which the run seeds
     start = int(ckpt["trainer"]["update"]) if ckpt is not None else 0
     if tb_dir is not None and info.is_main:
         callbacks = tb = TensorBoardCallbacks(tb_dir, callbacks, start_update=start)
@@ -259,6 +259,7 @@ def _train(cfg, data, run_dir, commit, arch, model_config, ckpt, callbacks, info
                 raise
             trainer.close()
     finally:
+        set_rng_state(rngs)
         if tb is not None:
             tb.close()
     return result
