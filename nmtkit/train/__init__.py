@@ -240,6 +240,8 @@ def _train(cfg, data, run_dir, commit, arch, model_config, ckpt, callbacks, info
     start = int(ckpt["trainer"]["update"]) if ckpt is not None else 0
     if tb_dir is not None and info.is_main:
         callbacks = tb = TensorBoardCallbacks(tb_dir, callbacks, start_update=start)
+        if commit is not None and tb_dir == run_dir / "tensorboard":  # staged with the run's files
+            commit = functools.partial(tb.reopened_after, commit)
     try:
         with threads_restored(), tf32_restored():  # the run sets torch's threads (--threads) and TF32 (--tf32)
             try:
