@@ -340,6 +340,23 @@ def test_a_training_run_leaves_torchs_tf32_settings_as_it_found_them(data_dir, t
     assert [getattr(f, name) for f in flags] == before
 
 
+def test_a_training_run_leaves_the_nmtkit_loggers_level_as_it_found_it(data_dir, tmp_path):
+    """The run lowered it to INFO for train.log and left it there: a caller who had raised it to quiet
+    nmtkit's warnings got them again, and its own handlers every later run's progress lines."""
+    import logging
+
+    from tests.conftest import tiny_options, tiny_overrides, train_run
+
+    logger = logging.getLogger("nmtkit")
+    before = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        train_run(data_dir, tmp_path / "run", tiny_options(max_updates=2), tiny_overrides())
+        assert logger.level == logging.ERROR
+    finally:
+        logger.setLevel(before)
+
+
 def test_a_training_run_leaves_the_callers_random_generators_as_it_found_them(data_dir, tmp_path):
     """The run seeded Python's, numpy's and torch's generators with its --seed and left them so: a loop
     that drew a random subset of its data before each run drew the same one before every run after the first."""

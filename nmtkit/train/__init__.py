@@ -149,6 +149,7 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
     created = new_folders(save_dir) if info.is_main else []  # removed on a failure while empty (umask 777)
     lock = staging = None
     early = keep_early_records() if info.is_main else None  # warnings before train.log opens, for it
+    level = logging.getLogger("nmtkit").level  # train.log lowers it to INFO while the run writes
     try:
         if info.is_main and resume:  # before checkpoint_last.pt is read: no other run replaces it meanwhile
             lock = _lock_run(save_dir)
@@ -185,6 +186,7 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
         raise
     finally:
         logging.getLogger("nmtkit").removeHandler(early)
+        logging.getLogger("nmtkit").setLevel(level)
         if lock is not None:
             lock.release()
 
