@@ -307,3 +307,70 @@ def test_a_training_run_leaves_torchs_thread_count_as_it_found_it(data_dir, tmp_
     before = torch.get_num_threads()
     train_run(data_dir, tmp_path / "run", tiny_options(max_updates=2, threads=before + 1), tiny_overrides())
     assert torch.get_num_threads() == before
+
+
+def test_a_training_run_leaves_the_translators_default_threads_as_torchs_own(data_dir, tmp_path, monkeypatch):
+    """nmtkit.load's default threads, torch's own count, were noted at nmtkit's first change of it:
+    inside a first training run, at its --threads, which every later translator took (and --workers)."""
+    import torch
+
+    import nmtkit.devices
+    from tests.conftest import tiny_options, tiny_overrides, train_run
+
+    monkeypatch.setattr(nmtkit.devices, "_DEFAULT_THREADS", [])  # as in a process that trains first
+    before = torch.get_num_threads()
+    train_run(data_dir, tmp_path / "run", tiny_options(max_updates=2, threads=before + 1), tiny_overrides())
+    assert nmtkit.devices.default_threads() == before
+
+
+def test_a_training_run_leaves_torchs_tf32_settings_as_it_found_them(data_dir, tmp_path, monkeypatch):
+    """An fp32 run on CUDA turned TF32 on for the process (--tf32, the default): a translator's fp32
+    products after it, and the caller's own, ran in TF32 where a fresh process's are exact."""
+    import torch
+
+    from nmtkit.models import precision
+    from nmtkit.train import context
+    from tests.conftest import tiny_options, tiny_overrides, train_run
+
+    flags = (torch.backends.cuda.matmul, torch.backends.cudnn)
+    name = "fp32_precision" if hasattr(flags[0], "fp32_precision") else "allow_tf32"  # torch < 2.9
+    before = [getattr(f, name) for f in flags]
+    monkeypatch.setattr(context, "set_tf32", lambda device, prec, on: precision.set_tf32("cuda", "fp32", on))  # as on CUDA
+    train_run(data_dir, tmp_path / "run", tiny_options(max_updates=2), tiny_overrides())
+    assert [getattr(f, name) for f in flags] == before
+
+
+def test_a_training_run_leaves_the_nmtkit_loggers_level_as_it_found_it(data_dir, tmp_path):
+    """The run lowered it to INFO for train.log and left it there: a caller who had raised it to quiet
+    nmtkit's warnings got them again, and its own handlers every later run's progress lines."""
+    import logging
+
+    from tests.conftest import tiny_options, tiny_overrides, train_run
+
+    logger = logging.getLogger("nmtkit")
+    before = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        train_run(data_dir, tmp_path / "run", tiny_options(max_updates=2), tiny_overrides())
+        assert logger.level == logging.ERROR
+    finally:
+        logger.setLevel(before)
+
+
+def test_a_training_run_leaves_the_callers_random_generators_as_it_found_them(data_dir, tmp_path):
+    """The run seeded Python's, numpy's and torch's generators with its --seed and left them so: a loop
+    that drew a random subset of its data before each run drew the same one before every run after the first."""
+    import random
+
+    import numpy as np
+    import torch
+
+    from tests.conftest import tiny_options, tiny_overrides, train_run
+
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    train_run(data_dir, tmp_path / "run", tiny_options(max_updates=2), tiny_overrides())
+    drawn = random.random(), np.random.random(), torch.rand(1).item()
+    random.setstate(states[0])
+    np.random.set_state(states[1])
+    torch.set_rng_state(states[2])
+    assert drawn == (random.random(), np.random.random(), torch.rand(1).item())

@@ -44,6 +44,18 @@ def test_event_files_hold_the_metrics_jsonl_records(data_dir, tmp_path):
     assert [s for s, _ in got["valid/bleu"]] == [3, 6]
 
 
+def test_events_in_the_run_folder_are_written_there_after_the_new_runs_first_checkpoint(data_dir, tmp_path):
+    """--tensorboard RUN/tensorboard: a new run's events go to its staging folder, moved into RUN at its
+    first checkpoint, where the writer, which opens its file by name at each write, lost it (a traceback)."""
+    pytest.importorskip("tensorboard", reason="tensorboard is not installed (pip install 'nmtkit[tensorboard]')")
+    run = tmp_path / "run"
+    train_run(data_dir, run, tiny_options(max_updates=6, log_every=2, valid_every=3, valid_bleu_samples=0,
+                                             tensorboard=str(run / "tensorboard")), tiny_overrides())
+    got = _scalars(run / "tensorboard")
+    _same(got["train/loss"], _expected(run, "train", "loss"))
+    assert [s for s, _ in got["valid/loss"]] == [3, 6]
+
+
 def test_a_resumed_run_appends_to_the_same_run_without_the_killed_sessions_extra_steps(data_dir, tmp_path):
     """A session killed after its last checkpoint logged steps that the resumed session logs
     again: TensorBoard (like metrics.jsonl) shows each step once, the resumed session's value."""

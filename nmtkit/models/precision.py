@@ -4,9 +4,10 @@ CUDA when supported; on a CPU, bf16 only when it is native and measurably faster
 from __future__ import annotations
 
 import timeit
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from functools import lru_cache
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -103,6 +104,19 @@ def set_tf32(device_type: str, precision: str, enabled: bool) -> bool:
         torch.backends.cuda.matmul.allow_tf32 = enabled
         torch.backends.cudnn.allow_tf32 = enabled
     return enabled
+
+
+@contextmanager
+def tf32_restored() -> Iterator[None]:
+    """Within, a run may set TF32 for the process (`set_tf32`); after, it is as before."""
+    flags = (torch.backends.cuda.matmul, torch.backends.cudnn)
+    name = "fp32_precision" if hasattr(flags[0], "fp32_precision") else "allow_tf32"
+    before = [getattr(f, name) for f in flags]
+    try:
+        yield
+    finally:
+        for f, value in zip(flags, before):
+            setattr(f, name, value)
 
 
 def resolve_decode_precision(device_type: str, precision: str) -> str:

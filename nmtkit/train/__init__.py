@@ -149,6 +149,7 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
     created = new_folders(save_dir) if info.is_main else []  # removed on a failure while empty (umask 777)
     lock = staging = None
     early = keep_early_records() if info.is_main else None  # warnings before train.log opens, for it
+    level = logging.getLogger("nmtkit").level  # train.log lowers it to INFO while the run writes
     try:
         if info.is_main and resume:  # before checkpoint_last.pt is read: no other run replaces it meanwhile
             lock = _lock_run(save_dir)
@@ -185,6 +186,7 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
         raise
     finally:
         logging.getLogger("nmtkit").removeHandler(early)
+        logging.getLogger("nmtkit").setLevel(level)
         if lock is not None:
             lock.release()
 
@@ -231,16 +233,19 @@ def _train(cfg, data, run_dir, commit, arch, model_config, ckpt, callbacks, info
     """Build the Trainer and run it, closing it and the TensorBoard writer either way."""
     from nmtkit import signals
     from nmtkit.devices import threads_restored
+    from nmtkit.models.precision import tf32_restored
     from nmtkit.train import distributed as ddp
-    from nmtkit.train.context import TrainContext
+    from nmtkit.train.context import TrainContext, rng_state, set_rng_state
     from nmtkit.train.trainer import Trainer
 
-    tb = None
+    tb, rngs = None, rng_state()  # the caller's random, numpy and torch generators, which the run seeds
     start = int(ckpt["trainer"]["update"]) if ckpt is not None else 0
     if tb_dir is not None and info.is_main:
         callbacks = tb = TensorBoardCallbacks(tb_dir, callbacks, start_update=start)
+        if commit is not None and tb_dir == run_dir / "tensorboard":  # staged with the run's files
+            commit = functools.partial(tb.reopened_after, commit)
     try:
-        with threads_restored():  # the run sets torch's threads (its --threads) for the process
+        with threads_restored(), tf32_restored():  # the run sets torch's threads (--threads) and TF32 (--tf32)
             try:
                 ctx = TrainContext(cfg, data, run_dir, arch, model_config, resume=ckpt, callbacks=callbacks,
                                    dist_info=info)
@@ -258,6 +263,7 @@ def _train(cfg, data, run_dir, commit, arch, model_config, ckpt, callbacks, info
                 raise
             trainer.close()
     finally:
+        set_rng_state(rngs)
         if tb is not None:
             tb.close()
     return result

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from nmtkit.data.binarized import BatchingConfig, collate, epoch_batches, keep_pairs, over_budget
-from nmtkit.devices import PRECISIONS, resolve_device, threads_per_process
+from nmtkit.devices import PRECISIONS, resolve_device, threads_per_process, use_threads
 from nmtkit.errors import CheckpointError, ConfigError, InputError, TrainingError
 from nmtkit.io.dirs import LAST
 from nmtkit.models.fast.fusion import resolve_cuda_graphs, resolve_fuse
@@ -75,7 +75,7 @@ class TrainContext:
         cfg = self.cfg
         self.device = resolve_device(cfg.device, self.dist.local_rank)
         # threads first: on a CPU, "auto" times a product on the threads the run will use
-        torch.set_num_threads(cfg.threads or threads_per_process(self.dist.local_world_size))
+        use_threads(cfg.threads or threads_per_process(self.dist.local_world_size))
         ddp.init(self.dist, self.device)
         # "auto" resolved; each rank may time its own product, and every rank takes rank 0's answer
         kept = resume["trainer"]["precision"] if resume and resume["train_config"]["precision"] == "auto" else None

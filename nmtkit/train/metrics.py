@@ -12,7 +12,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from nmtkit.errors import ConfigError, NmtkitError
 from nmtkit.io.dirs import RUN_LOG, run_lock
@@ -223,6 +223,14 @@ class TensorBoardCallbacks(FanOut):
     def on_validation(self, event: ValidationEvent) -> None:
         self._scalars("valid", VALID_SCALARS, event)
         self.inner.on_validation(event)
+
+    def reopened_after(self, commit: Callable[[], Path]) -> Path:
+        """`commit()`, which moves the writer's folder (the run's tensorboard/) into the run folder it
+        returns; then the events go to a new file there (the writer opens its file by name at each write)."""
+        self.writer.close()
+        run_dir = commit()
+        self.writer = type(self.writer)(log_dir=str(run_dir / "tensorboard"))
+        return run_dir
 
     def close(self) -> None:
         self.writer.close()
