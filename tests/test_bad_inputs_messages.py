@@ -192,6 +192,9 @@ ROWS = [
         needles=("p.txt:1:", "invalid regular expression", "too large")),  # was an OverflowError traceback
     Row("train-min-lr-above-lr", lambda w: _train(w, w.tmp / "rl1", "--lr", "0.001", "--min-lr", "1.5"),
         needles=("--min-lr 1.5 is above --lr 0.001",)),  # every update used to run at 1.5
+    Row("train-plateau-options-without-the-plateau-schedule",
+        lambda w: _train(w, w.tmp / "rl2", "--lr-decay", "0.1", "--lr-patience", "2"),
+        needles=("--lr-decay and --lr-patience need --lr-schedule plateau",)),  # the lr stayed constant, silently
     Row("train-dev-set-of-empty-sources", lambda w: _train(_w_blank_valid(w), w.tmp / "rb1"),
         needles=("data-copy", "'valid' split has no pair with a non-empty source")),  # was a dev loss of 0
     Row("train-dev-set-of-pairs-all-over-the-validation-bound", lambda w: _train(_w_long_valid(w), w.tmp / "rb2"),

@@ -148,6 +148,21 @@ def test_live_display_shows_progress_loss_speed_eta_and_dev_score():
         assert part in text, (part, text)
 
 
+@pytest.mark.parametrize("max_updates, world_size, update_freq, total", [
+    (None, 1, 2, 16), (None, 2, 1, 14), (None, 2, 3, 6), (100, 1, 1, 30), (20, 1, 1, 20)])
+def test_the_progress_total_of_max_epochs_counts_updates_not_minibatches(max_updates, world_size, update_freq, total):
+    """--max-epochs 2 of 15 minibatches: an update takes processes x --update-freq of them (the last
+    of an epoch fewer); the total was 30 whatever they were (ETA and bar off by that factor)."""
+    from nmtkit.cli.train import Reporter
+    from nmtkit.train.events import StartEvent
+
+    rep = Reporter(quiet=True)
+    rep.on_start(StartEvent(update=0, epoch=1, max_updates=max_updates, max_epochs=2, max_time=None,
+                            batches_per_epoch=15, train_pairs=240, dropped_pairs=0, parameters=1, device="cpu",
+                            world_size=world_size, elapsed=0.0, update_freq=update_freq))
+    assert rep.total == total
+
+
 @pytest.mark.parametrize("fused", [True, False])
 def test_start_line_says_when_the_first_updates_compile_fused_steps(fused, capsys):
     from nmtkit.cli.train import Reporter

@@ -122,10 +122,9 @@ class Reporter(Callbacks):
         self.start_update = event.update
         self.max_time = event.max_time
         self.elapsed0 = event.elapsed
-        if event.max_updates:
-            self.total = event.max_updates
-        elif event.max_epochs:
-            self.total = event.max_epochs * event.batches_per_epoch
+        per_epoch = -(-(event.batches_per_epoch // event.world_size) // event.update_freq)  # a short last update
+        self.total = min((n for n in (event.max_updates, event.max_epochs and event.max_epochs * per_epoch) if n),
+                         default=None)  # whichever stops the run first
         self.t0 = time.perf_counter()
         line = (f"training {event.parameters:,} parameters on {event.device} x{event.world_size}: "
                 f"{event.train_pairs:,} pairs ({event.dropped_pairs:,} over --max-len dropped), "

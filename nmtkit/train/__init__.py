@@ -41,6 +41,7 @@ from nmtkit.io.dirs import (
     run_lock,
 )
 from nmtkit.io.files import check_output_dir, write_text
+from nmtkit.options import off_default, refuse_without
 from nmtkit.train.config import RunConfig, TrainConfig, TrainOptions, training_defaults
 from nmtkit.train.events import CALLBACK_METHODS, Callbacks, FanOut, TrainResult
 from nmtkit.train.metrics import TensorBoardCallbacks, keep_early_records, require_tensorboard
@@ -126,7 +127,10 @@ def _new_configs(data: Any, options: TrainOptions, model: ModelOverrides) -> tup
         values["batch_size"] = None  # a token budget replaces the preset's pair count
     if options.max_tokens is not None and options.sort_pool is None:
         values["sort_pool"] = 0  # and batches the whole corpus sorted (docs/experiments.md)
-    return TrainConfig.from_dict(values), arch, model_config
+    cfg = TrainConfig.from_dict(values)
+    if cfg.lr_schedule != "plateau":  # here, not in TrainConfig: a checkpoint's config from before stays resumable
+        refuse_without(off_default(cfg, ("lr_decay", "lr_patience", "min_lr")), "--lr-schedule plateau")
+    return cfg, arch, model_config
 
 
 def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> TrainResult:

@@ -25,6 +25,7 @@ class StartEvent:
     world_size: int
     elapsed: float  # training seconds before this session (a resumed run's)
     fused: bool = False  # the step bodies run compiled (--fuse): the first updates compile them
+    update_freq: int = 1  # minibatches per process in an update: an epoch makes fewer updates than minibatches
 
 
 @dataclass(frozen=True)
