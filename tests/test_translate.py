@@ -242,6 +242,19 @@ def test_ensemble_of_the_same_model_twice_translates_like_it(ckpt, tmp_path):
     assert _translator([ckpt, copy]).translate(lines) == _translator(ckpt).translate(lines)
 
 
+def test_the_ensemble_help_credits_fairseq_with_the_mean_of_probabilities_not_nematus():
+    """Nematus (Theano's gen_sample, TF's BeamSearchSampler) ranks an ensemble's candidates by the
+    sum of its models' log-probabilities, a product of experts; fairseq by the log of their mean
+    probability, as nmtkit does (test_decode_search). The help said "as Nematus and fairseq do"."""
+    from dataclasses import fields
+
+    from nmtkit.options import spec_of
+    from nmtkit.translate.config import DecodeConfig
+
+    text = next(spec_of(f).help for f in fields(DecodeConfig) if f.name == "ensemble")
+    assert "log of their mean probability, as fairseq does" in text and "Nematus sums" in text
+
+
 def test_ensemble_with_different_vocabularies_is_refused(ckpt, tmp_path):
     other = make_checkpoint(tmp_path / "other.pt", tgt_words=TGT_WORDS[:-1])
     with pytest.raises(CheckpointError, match="tgt vocabulary differs"):

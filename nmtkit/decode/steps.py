@@ -49,8 +49,8 @@ def finished(tokens: list[int], log_prob: float, lenpen: float, attention: Tenso
 
 
 def average_log_probs(log_probs: Sequence[Tensor]) -> Tensor:
-    """[(N, V)] * M log-probabilities -> (N, V) fp32 log of their mean probability, as in Nematus
-    and fairseq: log p = logsumexp_m(log p_m) - log M (not a product of experts)."""
+    """[(N, V)] * M log-probabilities -> (N, V) fp32 log of their mean probability, as in fairseq:
+    log p = logsumexp_m(log p_m) - log M (not Nematus' product of experts, sum_m log p_m)."""
     return torch.logsumexp(torch.stack([lp.float() for lp in log_probs]), dim=0) - math.log(len(log_probs))
 
 

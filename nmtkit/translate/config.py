@@ -42,7 +42,7 @@ class DecodeConfig:
         (), names=("--model", "-m"), multiple=True, required=True, metavar="CHECKPOINT", path="file",
         help="Checkpoint to translate with (e.g. RUN/checkpoint_best.pt). Give several with --ensemble.")
     ensemble: bool = option(False, help="Average several -m models (same vocabularies and preprocessing): log of "
-                                        "the mean of their probabilities, as Nematus and fairseq do.")
+                                        "their mean probability, as fairseq does (Nematus sums log-probabilities).")
     batch_size: int = option(64, min=1, help="Most sentences decoded in one batched beam search (serve: gathered "
                                              "from all waiting requests).")
     max_tokens: int | None = option(
