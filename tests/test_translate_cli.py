@@ -311,6 +311,18 @@ def test_help_documents_the_nbest_and_alignment_formats():
     assert "||| LogProb=" in text and "Pharaoh" in text and "JSON" in text
 
 
+def test_the_score_reference_help_says_fairseq_prints_another_number_than_log_p():
+    """fairseq-generate --score-reference prints (sum of log p) / tokens / ln 2 (SequenceScorer,
+    generate.py's H- line), not log p(y | x) as OpenNMT-py's -tgt, marian-scorer and nmtkit do; the
+    help and docs/commands.md said nmtkit writes what all three write."""
+    from tests.conftest import REPO
+
+    help_text = " ".join(run_cli(["translate", "--help"], process=True).out.split())
+    docs = " ".join((REPO / "docs" / "commands.md").read_text(encoding="utf-8").split())
+    for text in (help_text, docs):
+        assert "fairseq's --score-reference prints the mean per token, in base 2" in text.replace("`", "")
+
+
 @pytest.mark.slow
 def test_real_news_text_streams_through_with_truncation_warnings(ckpt, shared_data, tmp_path):
     news = shared_data / "wmt14-newstest" / "newstest2014-fren.en"

@@ -194,10 +194,10 @@ class TranslateConfig(SearchConfig, DecodeConfig):
     plot_limit: int = option(100, min=1, help="Plot at most this many sentences.")
     score_reference: str | None = option(
         None, metavar="FILE", path="file",
-        help="Score the translations in FILE, one per input line, instead of searching (forced decoding, as "
-             "fairseq's --score-reference, OpenNMT-py's -tgt and marian-scorer): write each pair's "
-             "log-probability log p(y | x), the target's EOS included, one per line ('-': stdin, with -i FILE). "
-             "The translations are read in --input-format, as the sources are.")
+        help="Score the translations in FILE ('-': stdin, with -i FILE), one per input line, instead of searching "
+             "(forced decoding): write each pair's log-probability log p(y | x), the target's EOS included, one per "
+             "line, as OpenNMT-py's -tgt and marian-scorer do (fairseq's --score-reference prints the mean per "
+             "token, in base 2). The translations are read in --input-format, as the sources are.")
     # the files of `nmtkit.translate.run` (no option metadata: the command declares -i, -o,
     # --alignments-file, --force and --interactive itself); None or "-" is a standard stream
     input_path: str | None = None
