@@ -287,11 +287,11 @@ class Translator:
                               keys, topk=s.sampling_topk, temperature=s.temperature, max_len_a=s.max_len_a,
                               max_len_b=s.max_len_b, lenpen=s.lenpen, need_attention=need_attention,
                               ban_unk=s.ban_unk)
-            if s.beam > n_tgt:  # as fairseq caps it: past the vocabulary's size, memory and time grow fast
+            if s.beam > n_tgt:  # fairseq caps it too (at V - 1): past the vocabulary, memory and time grow fast
                 nbest = f" and --nbest {s.nbest} lists of at most {n_tgt}" if s.nbest > n_tgt else ""
                 self._warn_once(f"beam {s.beam} {s.nbest}",
                                 f"--beam {s.beam} is above the target vocabulary's {n_tgt} entries: "
-                                f"searching with a beam of {n_tgt}{nbest}, as fairseq does")
+                                f"searching with a beam of {n_tgt}{nbest}")
             vocab = None  # a checkpoint the trainer did not make may have no lexicon
             if s.shortlist == "auto" and self.bundle.lexicon is not None:
                 vocab = shortlist_ids(self.bundle.lexicon, src, n_tgt)
