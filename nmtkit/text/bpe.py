@@ -35,7 +35,7 @@ def check_codes(codes: str) -> None:
     body, line = codes, 1
     if body.startswith("#version:"):
         first, _, body = body.partition("\n")
-        if not re.fullmatch(r"#version:\s*\d+(\.\d+)*\s*", first):
+        if not re.fullmatch(r"#version:\s+\d+(\.\d+)*\s*", first):
             raise ValueError(f"line 1 is not a version: {first[:60]!r}")
         line = 2
     body = body.rstrip("\n")  # none left: no merges (`Bpe` splits words into characters)
