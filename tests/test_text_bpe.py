@@ -69,7 +69,8 @@ def test_codes_without_merges_split_words_into_characters_as_subword_nmt_would()
     from subword_nmt.apply_bpe import BPE
 
     codes = learn_codes(Counter({"ab": 1, "cd": 1}), 100, min_frequency=2)
-    assert count_merges(codes) == 0
+    assert count_merges(codes) == 0 == count_merges("#version:\r2\n")  # a "\r" ends no line for subword-nmt
+    assert Bpe("#version:\r2\n").apply(["ab"]) == ["a@@", "b"]
     words = ["abc", "a", "déjà", "x-y"]
     never = BPE(io.StringIO(codes + "\ue000 \ue001\n"))  # one merge of characters none of the words has
     assert Bpe(codes).apply(words) == never.segment_tokens(words) == ["a@@", "b@@", "c", "a", "d@@", "é@@", "j@@",
