@@ -35,8 +35,8 @@ def check_codes(codes: str) -> None:
     body, line = codes, 1
     if body.startswith("#version:"):
         first, _, body = body.partition("\n")
-        if not re.fullmatch(r"#version:\s*\d+(\.\d+)*\s*", first):
-            raise ValueError(f"line 1 is not a version: {first[:60]!r}")
+        if not re.fullmatch(r"#version:\s+0+\.0*[12](\.0+)*\s*", first):  # the two it can apply
+            raise ValueError(f"line 1 is not a version subword-nmt applies (0.1, 0.2): {first[:60]!r}")
         line = 2
     body = body.rstrip("\n")  # none left: no merges (`Bpe` splits words into characters)
     bad = body and re.search(r"^(?! *[^ \r\n]+ [^ \r\n]+[ \r]*$).*$", body, re.MULTILINE)
@@ -46,8 +46,8 @@ def check_codes(codes: str) -> None:
 
 
 def count_merges(codes: str) -> int:
-    """Number of merge operations in a codes text."""
-    return sum(1 for line in codes.splitlines() if line and not line.startswith("#version"))
+    """Number of merge operations in a codes text (lines end at "\n" alone, as subword-nmt reads them)."""
+    return sum(1 for line in codes.split("\n") if line and not line.startswith("#version"))
 
 
 class Bpe:
