@@ -194,6 +194,19 @@ def test_manifest_records_settings_checksums_counts_and_vocab_sizes(corpus):
             assert (text.word_lengths <= text.lengths).all()
 
 
+def test_truecase_cases_the_training_data_as_truecase_perl(tmp_path):
+    """Each word as train-truecaser.perl + truecase.perl case it (tests/test_text_moses_pipeline.py):
+    "us" inside a sentence stays beside the more frequent "US", a sentence-initial "The" is lowered."""
+    from tests.test_text_moses_pipeline import US_CORPUS, US_TRUECASED
+
+    lines = [s.replace(" .", ".").replace(" ?", "?") for s in US_CORPUS]
+    c = {"train": _write(tmp_path / "train", lines, lines), "valid": _write(tmp_path / "valid", lines, lines),
+         "test": _write(tmp_path / "test", lines, lines)}
+    preprocess.run(_config(c, tmp_path / "d", bpe=None, truecase=True))
+    src, tgt = _decoded(tmp_path / "d", "train")
+    assert [" ".join(s) for s in src] == [" ".join(t) for t in tgt] == US_TRUECASED[:len(US_CORPUS)]
+
+
 def test_word_vocabulary_keeps_the_most_frequent_words_and_counts_unks(corpus):
     dest = corpus["tmp"] / "d"
     m = preprocess.run(_config(corpus, dest, bpe=None, src_vocab_size=12, tgt_vocab_size=15))

@@ -141,6 +141,27 @@ def test_truecaser_learns_the_usual_case_and_detruecase_capitalises_sentence_sta
     assert p.decode(["the", "cat", "saw", "Paris", "."], "src") == "The cat saw Paris."
 
 
+# A corpus in which "US" outnumbers "us", and what the Moses scripts make of it (train-truecaser.perl,
+# then truecase.perl on the same lines and two more): a form seen inside a sentence stays there.
+US_CORPUS = ["They told us the news .", "He saw us there .", "The US team won .", "We met the US team .",
+             "The US army left .", "Did the US vote ?"]
+US_TRUECASED = ["They told us the news .", "He saw us there .", "the US team won .", "We met the US team .",
+                "the US army left .", "Did the US vote ?", "US too .", 'He told us . " the US won .']
+
+
+def test_truecaser_keeps_a_form_seen_inside_sentences_as_truecase_perl_does():
+    casing = new_casing()
+    for sent in US_CORPUS:
+        add_weights(casing, truecase_weights(sent.split()))
+    forms = best_forms(casing)
+    tc = Truecaser(forms)
+    assert [" ".join(tc(s.split())) for s in US_CORPUS + ["Us too .", 'He told us . " The US won .']] == US_TRUECASED
+    p = TextPipeline("en", "en", truecase={"src": forms, "tgt": forms})
+    assert p.decode(p.encode("He told us the US won.", "src")) == "He told us the US won."
+    old = Truecaser(["US", "the"])  # a model of best forms only (older data directories) cases as it did
+    assert old("The US told us .".split()) == ["the", "US", "told", "US", "."]
+
+
 @pytest.mark.parametrize("change, needle", [
     ({"src_lang": 42}, "setting src_lang is 42, not a language code"),
     ({"lowercase": "yes"}, "setting lowercase is 'yes', not true or false"),

@@ -34,7 +34,15 @@ from nmtkit.text.bpe import SEPARATOR, count_merges, learn_codes, piece_counts, 
 from nmtkit.text.io import check_parallel, decode_lines, input_candidates, read_lines, warn_both_exist
 from nmtkit.text.moses import DROP_REASONS, PairDeduper, drop_reason
 from nmtkit.text.parallel import parallel_map, worker_state
-from nmtkit.text.pipeline import SIDES, TextPipeline, add_weights, best_forms, new_casing, truecase_weights
+from nmtkit.text.pipeline import (
+    SIDES,
+    TextPipeline,
+    add_weights,
+    best_forms,
+    new_casing,
+    sentence_starts,
+    truecase_weights,
+)
 from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo, tokenised_as_raw
 from nmtkit.text.vocab import SPECIALS, UNK_ID, Vocab, token_ids
 
@@ -51,9 +59,22 @@ def prepare_state(state: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+START = "\n"  # before a sentence-initial word in the counts of truecased text, which truecase.perl cases apart
+
+
+def _keys(tokens: list[str], truecase: bool) -> list[str]:
+    """The words as counted and looked up: with truecasing, those that start a sentence marked (START)."""
+    return [START + t if s else t for t, s in zip(tokens, sentence_starts(tokens))] if truecase else tokens
+
+
+def _cased(p: TextPipeline, side: str, key: list[str]) -> list[str]:
+    """`p.case` of one word of `_keys`: at a sentence start where marked, else inside one."""
+    return p.case([key[0].removeprefix(START)], side, start=key[0].startswith(START))
+
+
 def word_ids(p: TextPipeline, stoi: dict[str, int], word: str, side: str) -> tuple[int, ...]:
-    """A word's ids after casing, BPE and the vocabulary (each acts word by word)."""
-    return tuple(stoi.get(t, UNK_ID) for t in p.apply_bpe(p.case([word], side), side))
+    """A word's (`_keys`') ids after casing, BPE and the vocabulary (each acts word by word)."""
+    return tuple(stoi.get(t, UNK_ID) for t in p.apply_bpe(_cased(p, side, [word]), side))
 
 
 def tokenize_clean_chunk(pairs: list[tuple[str, str, int | None]]) -> dict[str, Any]:
@@ -74,7 +95,7 @@ def tokenize_clean_chunk(pairs: list[tuple[str, str, int | None]]) -> dict[str, 
             continue
         for side, toks in (("src", st), ("tgt", tt)):
             out[side].append(" ".join(toks))
-            counts[side].update(toks)
+            counts[side].update(_keys(toks, casing is not None))
             if casing is not None:
                 add_weights(casing[side], truecase_weights(toks))
     return {"n_in": len(pairs), "kept": len(out["src"]), "src": "\n".join(out["src"]),
@@ -99,7 +120,7 @@ def encode_chunk(pairs: list[tuple[str, str, int | None]]) -> dict[str, Any]:
             toks = _tokens(p, pair[k], side, fmt, pair[2])
             word_lens[j] = len(toks)
             n0 = len(ids)
-            for w in toks:
+            for w in _keys(toks, p.truecase is not None):
                 wid = known.get(w)
                 if wid is None:
                     wid = known[w] = word_ids(p, stoi, w, side)
@@ -184,7 +205,7 @@ def _learn(config: PreprocessConfig, base: TextPipeline, word_counts: dict[str, 
     pipeline = base
     if casing is not None:
         pipeline = replace(pipeline, truecase={side: best_forms(casing[side]) for side in SIDES})
-    cased = {side: piece_counts(word_counts[side], functools.partial(pipeline.case, side=side)) for side in SIDES}
+    cased = {side: piece_counts(word_counts[side], functools.partial(_cased, pipeline, side)) for side in SIDES}
     bpe_info: dict[str, Any] = {}
     if config.bpe is not None:
         report("learn BPE", 0, None)

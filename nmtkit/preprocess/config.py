@@ -53,8 +53,9 @@ class PreprocessConfig:
     lowercase: bool = option(False, help="Lowercase all tokens (cannot be undone when translating).")
     protect: tuple[str, ...] = option((), **PROTECT_OPTION)
     truecase: bool = option(
-        False, help="Moses truecasing: learn each word's most frequent casing on the training split and apply it; "
-                    "translate restores sentence-initial capitals.")
+        False, help="Moses truecasing: learn each word's most frequent casing on the training split and give it to "
+                    "sentence starts and to forms never seen inside a sentence (truecase.perl); translate restores "
+                    "sentence-initial capitals.")
     max_len: int = option(
         50, min=1, metavar="N",
         help="Drop training pairs with a side longer than N words (tokens after Moses tokenisation, before BPE, like "

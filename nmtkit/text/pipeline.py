@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from nmtkit.errors import ConfigError
 from nmtkit.text import moses
@@ -39,8 +39,8 @@ NON_PRINTING_OPTION = dict(flag=True, help="Replace non-printing characters (con
                                           "whole (--no-remove-non-printing: keep them all).")
 
 
-# ---- Moses truecasing (train-truecaser.perl, truecase.perl, detruecaser.perl): the model is each
-# word's most frequent surface form where case is informative (not sentence-initial), a plain list.
+# ---- Moses truecasing (train-truecaser.perl, truecase.perl, detruecase.perl): the model is the surface
+# forms seen where case is informative (not sentence-initial), a plain list, each word's most frequent last.
 SENT_END = frozenset({".", ":", "?", "!"})
 DELAYED_SENT_START = frozenset({"(", "[", '"', "'", "&apos;", "&quot;", "&#91;", "&#93;"})
 
@@ -68,32 +68,38 @@ def new_casing() -> dict[str, Counter]:
 
 
 def best_forms(casing: dict[str, Counter]) -> list[str]:
-    """The model: the most frequent surface form of each word (ties: first seen), sorted."""
-    return sorted(c.most_common(1)[0][0] for c in casing.values() if c)
+    """The model: every form seen, sorted, then each word's most frequent (ties: first seen), sorted."""
+    best = {c.most_common(1)[0][0] for c in casing.values() if c}
+    return sorted(f for c in casing.values() for f in c if f not in best) + sorted(best)
+
+
+def sentence_starts(tokens: list[str], start: bool = True) -> Iterator[bool]:
+    """Whether each token starts a sentence: the first (with `start`), or after . : ? ! and opening quotes."""
+    for tok in tokens:
+        yield start
+        start = tok in SENT_END or (start and tok in DELAYED_SENT_START)
 
 
 class Truecaser:
-    """Applies a model given as a list of best forms: a word that has one becomes it, others stay
-    as they are; `|` is an ordinary character (sacremoses' `truecase` splits Moses factors there)."""
+    """truecase.perl with a model of forms (`best_forms`, the last of each word its best): a word
+    becomes its best form at a sentence start, elsewhere only when it was never seen as it is
+    (truecase.perl's known words: "us" stays beside "US"); `|` is an ordinary character (sacremoses'
+    `truecase` splits Moses factors there). A list of best forms alone cases as each word's best."""
 
     def __init__(self, forms: list[str]):
         self.best = {f.lower(): f for f in forms}
+        self.known = frozenset(forms)
 
-    def __call__(self, tokens: list[str]) -> list[str]:
-        get = self.best.get
-        return [get(t.lower(), t) for t in tokens]
+    def word(self, tok: str, start: bool) -> str:
+        return tok if tok in self.known and not start else self.best.get(tok.lower(), tok)
+
+    def __call__(self, tokens: list[str], start: bool = True) -> list[str]:
+        return list(map(self.word, tokens, sentence_starts(tokens, start)))
 
 
 def detruecase(tokens: list[str]) -> list[str]:
     """Uppercase the first letter of each sentence start (after . : ? ! and opening quotes)."""
-    out = []
-    start = True
-    for tok in tokens:
-        if start:
-            tok = tok[:1].upper() + tok[1:]
-        out.append(tok)
-        start = tok in SENT_END or (start and tok in DELAYED_SENT_START)
-    return out
+    return [tok[:1].upper() + tok[1:] if start else tok for tok, start in zip(tokens, sentence_starts(tokens))]
 
 
 def _check_side(side: str) -> None:
@@ -152,7 +158,7 @@ def _check_read(d: dict[str, Any]) -> None:
 class TextPipeline:
     """Every setting needed to turn raw text into vocabulary tokens and back.
 
-    truecase: None, or {"src": [best forms], "tgt": [best forms]} (see `Truecaser`).
+    truecase: None, or {"src": [forms], "tgt": [forms]} (see `best_forms`, `Truecaser`).
     bpe: None, or {"joint": bool, "codes": {"src": codes text, "tgt": codes text},
          "vocab": None | {"src": [subwords], "tgt": [subwords]}, "vocab_threshold": int | None,
          "merges": int (requested), "separator": "@@"}.
@@ -227,12 +233,13 @@ class TextPipeline:
             normalize_punct=self.normalize_punct, protected_patterns=self.protected_patterns,
             remove_non_printing=self.remove_non_printing, nfc=self.nfc))(line)
 
-    def case(self, tokens: list[str], side: str) -> list[str]:
-        """Step 3: lowercase or truecase (identity when neither is set)."""
+    def case(self, tokens: list[str], side: str, start: bool = True) -> list[str]:
+        """Step 3: lowercase or truecase (identity when neither is set); `start`: whether the first
+        token starts a sentence (False: words from inside one)."""
         if self.lowercase:
             return [t.lower() for t in tokens]
         if self.truecase is not None:
-            return self._cached("truecase", side, lambda: Truecaser(self.truecase[side]))(tokens)
+            return self._cached("truecase", side, lambda: Truecaser(self.truecase[side]))(tokens, start)
         return tokens
 
     def apply_bpe(self, tokens: list[str], side: str) -> list[str]:
