@@ -42,3 +42,13 @@ def test_fp16_overflow_skips_the_step_and_halves_the_scale(data_dir, tmp_path):
     init = build_model(ckpt["arch"], ckpt["model_config"]).state_dict()
     for name, t in ckpt["model_state"].items():
         assert torch.equal(t, init[name]), name
+
+
+def test_an_fp16_overflow_leaves_the_logged_gradient_norm_finite(data_dir, tmp_path):
+    """The scaler's overflows (its first updates, and each time it tries a larger scale) made the
+    interval's logged grad_norm nan in metrics.jsonl (not valid JSON) and TensorBoard."""
+    opts = tiny_options(precision="fp16", max_updates=2, log_every=2, valid_every=2, save_every=2, valid_bleu_samples=0)
+    train_run(data_dir, tmp_path / "run", opts, tiny_overrides(),
+              loss_hook=lambda update, loss: loss * 1e34 if update == 0 else loss)  # the first update overflows
+    (rec,) = _records(tmp_path / "run", "train")
+    assert rec["update"] == 2 and 0 < rec["grad_norm"] < 1e3  # the other update's norm, halved

@@ -220,7 +220,7 @@ class Accumulators:
             tokens_global: int, sents: int) -> None:
         self.obj += loss_sum.detach().float()
         self.nll += nll_sum.detach().float()
-        self.gnorm += gnorm.detach().float()
+        self.gnorm += gnorm.detach().float().nan_to_num(0.0, 0.0)  # an fp16 overflow's (a skipped step): 0
         self.tokens_local += tokens_local
         self.tokens_global += tokens_global
         self.sents += sents

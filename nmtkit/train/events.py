@@ -37,7 +37,7 @@ class LogEvent:
     loss: float  # mean NLL per target token (EOS included)
     ppl: float
     objective: float  # the optimised loss per target token (label smoothing included)
-    grad_norm: float  # mean over the updates, before clipping
+    grad_norm: float  # mean over the updates, before clipping (an fp16 overflow's, a skipped step: 0)
     lr: float
     tgt_tokens_per_s: float
     sents_per_s: float
