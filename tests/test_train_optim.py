@@ -90,3 +90,33 @@ def test_a_token_budget_sorts_the_whole_corpus_unless_sort_pool_is_given(tmp_pat
                                 "--max-tokens", "300", *extra, "--max-updates", "1", "-q"])
         assert code == 0, err
         assert json.loads((run / "config.json").read_text())["train_config"]["sort_pool"] == pool
+
+
+@pytest.mark.parametrize("normalize", ["sentences", "tokens"])
+def test_normalize_loss_divides_the_updates_summed_loss_as_its_help_says(data_dir, tmp_path, normalize):
+    """With --update-freq 2 the loss is divided by the update's pairs or target tokens (EOS included),
+    as one minibatch of both: the help said "a minibatch's", which with --update-freq's "sum the
+    gradients" promised N times the gradient."""
+    import numpy as np
+
+    from nmtkit.data.binarized import collate
+    from nmtkit.train.context import train_step
+    from tests.conftest import tiny_context
+
+    assert "an update's summed loss" in TrainConfig.__dataclass_fields__["normalize_loss"].metadata["option"].help
+    ctx = tiny_context(data_dir, tmp_path / "run", optimizer="sgd", lr=1.0, clip_norm=0.0, update_freq=2,
+                       normalize_loss=normalize)
+    try:
+        batches = ctx.epoch_plan(1)[:2]
+        pairs = np.concatenate(batches)
+        denom = len(pairs) + (int(ctx.tgt_lens[pairs].sum()) if normalize == "tokens" else 0)
+        for b in batches:  # the expected gradient, by the loss of each minibatch over the whole update's count
+            src, src_lens, tgt_in, tgt_out = (torch.from_numpy(a) for a in collate(*ctx.arrays, b))
+            (ctx.model.loss(src, src_lens, tgt_in, tgt_out)[0] / denom).backward()
+        want = [p.detach() - p.grad for p in ctx.model.parameters()]  # plain SGD at lr 1, unclipped
+        ctx.model.zero_grad(set_to_none=True)
+        assert train_step(ctx, batches)
+        for got, w in zip(ctx.model.parameters(), want):
+            torch.testing.assert_close(got.detach(), w, rtol=1e-5, atol=1e-6)
+    finally:
+        ctx.close()

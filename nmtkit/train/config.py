@@ -92,7 +92,8 @@ class TrainConfig:
     label_smoothing: float = option(0.0, min=0, max=1, max_open=True, help="Label smoothing epsilon.")
     normalize_loss: str = option(
         "sentences", choices=("sentences", "tokens"), shown_default="",
-        help="Divide a minibatch's summed loss by its pairs (paper presets) or its target tokens (others).")
+        help="Divide an update's summed loss (all its minibatches') by its pairs (paper presets) or its target "
+             "tokens, EOS included (others).")
     # learning-rate schedule
     lr_schedule: str = option(
         "constant", choices=("constant", "plateau"),
