@@ -220,7 +220,7 @@ class Accumulators:
             tokens_global: int, sents: int) -> None:
         self.obj += loss_sum.detach().float()
         self.nll += nll_sum.detach().float()
-        self.gnorm += gnorm.detach().float().nan_to_num(0.0, 0.0)  # an fp16 overflow's (a skipped step): 0
+        self.gnorm += gnorm.detach().float()
         self.tokens_local += tokens_local
         self.tokens_global += tokens_global
         self.sents += sents
@@ -261,6 +261,7 @@ def train_step(ctx: TrainContext, batches: list[np.ndarray]) -> bool:
     if ctx.scaler is not None:
         ctx.scaler.step(ctx.optimizer)
         ctx.scaler.update()
+        gnorm = gnorm.nan_to_num(0.0, 0.0)  # an overflow's (the scaler skipped its step) counts 0 in the log
     else:
         ctx.optimizer.step()
     ctx.optimizer.zero_grad(set_to_none=True)
