@@ -186,6 +186,22 @@ def test_opennmt_route_takes_and_gives_opennmt_shapes(translator, ckpt):
     assert all(r["n_best"] == 1 and isinstance(r["pred_score"], float) for r in rank1)
 
 
+def test_opennmt_route_puts_each_src_outer_whitespace_around_its_tgt_as_opennmt_py_does(translator, ckpt):
+    """OpenNMT-py translates a src stripped and answers its leading and trailing whitespace around the
+    tgt: a client that sends lines read with their newline, or a CAT tool's spaced segments, get them back."""
+    srcs = ["  the cat sat \n", "\tcat", "   "]
+
+    async def body(client):
+        return await post(client, "/translator/translate", [{"src": src, "id": 100} for src in srcs])
+
+    status, text = serve(translator, body)
+    assert status == 200, text
+    (rank1,) = json.loads(text)
+    cat_sat, cat = expected(ckpt, ["the cat sat", "cat"])
+    assert [r["tgt"] for r in rank1] == ["  " + cat_sat + " \n", "\t" + cat, "      "]  # OpenNMT-py 3.5.1's
+    assert [r["src"] for r in rank1] == srcs
+
+
 def test_health_and_info_describe_the_model(translator, ckpt):
     async def body(client):
         return await (await client.get("/health")).json(), await (await client.get("/info")).json()
