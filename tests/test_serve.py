@@ -202,6 +202,18 @@ def test_opennmt_route_puts_each_src_outer_whitespace_around_its_tgt_as_opennmt_
     assert [r["src"] for r in rank1] == srcs
 
 
+def test_opennmt_health_and_models_routes_answer_opennmt_py_clients(translator):
+    """A client of OpenNMT-py's server polls /translator/health and takes a model's id from /translator/models."""
+    async def body(client):
+        health, models = await client.get("/translator/health"), await client.get("/translator/models")
+        return health.status, await health.json(), models.status, await models.json()
+
+    health_status, health, models_status, models = serve(translator, body)
+    assert (health_status, models_status) == (200, 200), (health, models)
+    assert health["status"] == "ok"
+    assert [(m["model_id"], m["models"], m["loaded"]) for m in models] == [(0, list(translator.bundle.paths), True)]
+
+
 def test_health_and_info_describe_the_model(translator, ckpt):
     async def body(client):
         return await (await client.get("/health")).json(), await (await client.get("/info")).json()

@@ -1,8 +1,9 @@
 """The HTTP side of `nmtkit serve` (aiohttp): request checks, routes, answers, JSON errors,
 request logs, start and graceful stop. Routes: `POST /translate`, `POST /translator/translate`
-(OpenNMT-py's REST shape), `GET /health`, `GET /info`, `GET /` (page.html). The event loop only
-parses, checks and answers; the model runs on the `DecodeThread`. A refusal is a 4xx with
-`{"error": "one line"}`; a request's options may only narrow the server's own.
+(OpenNMT-py's REST shape; its `GET /translator/health` and `/translator/models` too), `GET /health`,
+`GET /info`, `GET /` (page.html). The event loop only parses, checks and answers; the model runs on
+the `DecodeThread`. A refusal is a 4xx with `{"error": "one line"}`; a request's options may only
+narrow the server's own.
 """
 from __future__ import annotations
 
@@ -251,6 +252,13 @@ async def onmt_route(request: web.Request) -> web.Response:
     return _json([[onmt_json(src, r) for src, r in zip(req.srcs, results)]])
 
 
+async def onmt_models_route(request: web.Request) -> web.Response:
+    """OpenNMT-py's `GET /translator/models`: the one model (a request's "id" may name any)."""
+    info = request.app[STATE]["info"]
+    return _json([{"model_id": 0, "models": [c["path"] for c in info["checkpoints"]], "loaded": True, "timeout": -1,
+                   "opt": {"beam_size": info["decoding"]["beam"]}}])
+
+
 def _gone(request: web.Request) -> Callable[[], bool]:
     """Whether the client of `request` has closed its connection (its queued work is dropped)."""
     return lambda: request.transport is None or request.transport.is_closing()
@@ -393,6 +401,8 @@ def make_app(translator: Translator, config: ServeConfig,
     app.router.add_post("/translate", translate_route, expect_handler=_expect)
     app.router.add_post("/translator/translate", onmt_route, expect_handler=_expect)
     app.router.add_get("/health", health_route, expect_handler=_expect)
+    app.router.add_get("/translator/health", health_route, expect_handler=_expect)  # OpenNMT-py's
+    app.router.add_get("/translator/models", onmt_models_route, expect_handler=_expect)
     app.router.add_get("/info", info_route, expect_handler=_expect)
     app.router.add_get("/", page_route, expect_handler=_expect)
     return app
