@@ -214,6 +214,18 @@ def test_opennmt_health_and_models_routes_answer_opennmt_py_clients(translator):
     assert [(m["model_id"], m["models"], m["loaded"]) for m in models] == [(0, list(translator.bundle.paths), True)]
 
 
+def test_a_request_body_with_a_utf8_bom_is_read_as_without_it_as_opennmt_py_does(translator, ckpt):
+    """A leading byte order mark is dropped, as nmtkit's readers drop it from a file and OpenNMT-py's
+    server (Flask) from a request; one elsewhere is still malformed JSON."""
+    async def body(client):
+        return (await post(client, "/translator/translate", None, raw=b'\xef\xbb\xbf[{"src": "cat", "id": 100}]'),
+                await post(client, "/translate", None, raw=b'{"text": \xef\xbb\xbf["cat"]}'))
+
+    (status, text), (inner, _) = serve(translator, body)
+    assert status == 200, text
+    assert json.loads(text)[0][0]["tgt"] == expected(ckpt, ["cat"])[0] and inner == 400
+
+
 def test_health_and_info_describe_the_model(translator, ckpt):
     async def body(client):
         return await (await client.get("/health")).json(), await (await client.get("/info")).json()

@@ -28,6 +28,7 @@ from aiohttp.web_protocol import RequestHandler
 from nmtkit import signals
 from nmtkit.errors import NmtkitError, OutputError
 from nmtkit.serve.batcher import Batcher, ClientGone, DecodeThread, Limits, ServeConfig
+from nmtkit.text.io import BOM
 
 if TYPE_CHECKING:
     from nmtkit.translate.alignment import Result
@@ -62,13 +63,13 @@ class RequestError(Exception):
 
 
 def parse_json_body(body: bytes) -> Any:
-    """The JSON value of a request body: strict UTF-8, well-formed JSON."""
+    """The JSON value of a request body: strict UTF-8 (a leading BOM dropped), well-formed JSON."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as err:
         raise RequestError(f"request body is not valid UTF-8 (byte {err.start})") from None
     try:
-        return json.loads(text)
+        return json.loads(text.removeprefix(BOM))
     except json.JSONDecodeError as err:
         raise RequestError(f"malformed JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
     except RecursionError:
