@@ -186,6 +186,46 @@ def test_opennmt_route_takes_and_gives_opennmt_shapes(translator, ckpt):
     assert all(r["n_best"] == 1 and isinstance(r["pred_score"], float) for r in rank1)
 
 
+def test_opennmt_route_puts_each_src_outer_whitespace_around_its_tgt_as_opennmt_py_does(translator, ckpt):
+    """OpenNMT-py translates a src stripped and answers its leading and trailing whitespace around the
+    tgt: a client that sends lines read with their newline, or a CAT tool's spaced segments, get them back."""
+    srcs = ["  the cat sat \n", "\tcat", "   "]
+
+    async def body(client):
+        return await post(client, "/translator/translate", [{"src": src, "id": 100} for src in srcs])
+
+    status, text = serve(translator, body)
+    assert status == 200, text
+    (rank1,) = json.loads(text)
+    cat_sat, cat = expected(ckpt, ["the cat sat", "cat"])
+    assert [r["tgt"] for r in rank1] == ["  " + cat_sat + " \n", "\t" + cat, "      "]  # OpenNMT-py 3.5.1's
+    assert [r["src"] for r in rank1] == srcs
+
+
+def test_opennmt_health_and_models_routes_answer_opennmt_py_clients(translator):
+    """A client of OpenNMT-py's server polls /translator/health and takes a model's id from /translator/models."""
+    async def body(client):
+        health, models = await client.get("/translator/health"), await client.get("/translator/models")
+        return health.status, await health.json(), models.status, await models.json()
+
+    health_status, health, models_status, models = serve(translator, body)
+    assert (health_status, models_status) == (200, 200), (health, models)
+    assert health["status"] == "ok"
+    assert [(m["model_id"], m["models"], m["loaded"]) for m in models] == [(0, list(translator.bundle.paths), True)]
+
+
+def test_a_request_body_with_a_utf8_bom_is_read_as_without_it_as_opennmt_py_does(translator, ckpt):
+    """A leading byte order mark is dropped, as nmtkit's readers drop it from a file and OpenNMT-py's
+    server (Flask) from a request; one elsewhere is still malformed JSON."""
+    async def body(client):
+        return (await post(client, "/translator/translate", None, raw=b'\xef\xbb\xbf[{"src": "cat", "id": 100}]'),
+                await post(client, "/translate", None, raw=b'{"text": \xef\xbb\xbf["cat"]}'))
+
+    (status, text), (inner, _) = serve(translator, body)
+    assert status == 200, text
+    assert json.loads(text)[0][0]["tgt"] == expected(ckpt, ["cat"])[0] and inner == 400
+
+
 def test_health_and_info_describe_the_model(translator, ckpt):
     async def body(client):
         return await (await client.get("/health")).json(), await (await client.get("/info")).json()

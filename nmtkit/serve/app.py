@@ -1,8 +1,9 @@
 """The HTTP side of `nmtkit serve` (aiohttp): request checks, routes, answers, JSON errors,
 request logs, start and graceful stop. Routes: `POST /translate`, `POST /translator/translate`
-(OpenNMT-py's REST shape), `GET /health`, `GET /info`, `GET /` (page.html). The event loop only
-parses, checks and answers; the model runs on the `DecodeThread`. A refusal is a 4xx with
-`{"error": "one line"}`; a request's options may only narrow the server's own.
+(OpenNMT-py's REST shape; its `GET /translator/health` and `/translator/models` too), `GET /health`,
+`GET /info`, `GET /` (page.html). The event loop only parses, checks and answers; the model runs on
+the `DecodeThread`. A refusal is a 4xx with `{"error": "one line"}`; a request's options may only
+narrow the server's own.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from aiohttp.web_protocol import RequestHandler
 from nmtkit import signals
 from nmtkit.errors import NmtkitError, OutputError
 from nmtkit.serve.batcher import Batcher, ClientGone, DecodeThread, Limits, ServeConfig
+from nmtkit.text.io import BOM
 
 if TYPE_CHECKING:
     from nmtkit.translate.alignment import Result
@@ -48,6 +50,7 @@ class TranslateRequest:
     beam: int
     nbest: int = 1
     alignments: bool = False
+    srcs: tuple[str, ...] = ()  # OpenNMT-py's route: the lines as sent, outer whitespace and all
 
 
 class RequestError(Exception):
@@ -60,13 +63,13 @@ class RequestError(Exception):
 
 
 def parse_json_body(body: bytes) -> Any:
-    """The JSON value of a request body: strict UTF-8, well-formed JSON."""
+    """The JSON value of a request body: strict UTF-8 (a leading BOM dropped), well-formed JSON."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as err:
         raise RequestError(f"request body is not valid UTF-8 (byte {err.start})") from None
     try:
-        return json.loads(text)
+        return json.loads(text.removeprefix(BOM))
     except json.JSONDecodeError as err:
         raise RequestError(f"malformed JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
     except RecursionError:
@@ -86,8 +89,9 @@ def _int_option(obj: dict, name: str, default: int, lowest: int, highest: int, l
     return value
 
 
-def check_lines(lines: Any, field: str, limits: Limits) -> tuple[str, ...]:
-    """A list of strings within the line-count and line-length limits."""
+def check_lines(lines: Any, field: str, limits: Limits, strip: bool = False) -> tuple[str, ...]:
+    """A list of strings within the line-count and line-length limits (`strip`: outer whitespace, line
+    breaks too, is allowed and stripped)."""
     if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
         raise RequestError(f"'{field}' must be a list of strings")
     if len(lines) > limits.max_lines:
@@ -98,7 +102,7 @@ def check_lines(lines: Any, field: str, limits: Limits) -> tuple[str, ...]:
         except UnicodeEncodeError as err:  # JSON's \ud800 escapes decode to lone surrogates
             raise RequestError(f"'{field}'[{i}] holds a lone surrogate (\\u{ord(line[err.start]):04x} at character "
                                f"{err.start}), which is no Unicode text") from None
-        if "\n" in line:
+        if "\n" in (line.strip() if strip else line):
             raise RequestError(f"'{field}'[{i}] holds a line break: send one sentence per list item")
         nul = line.find("\0")
         if nul >= 0:  # binary data, which `nmtkit translate` refuses in its input too
@@ -106,7 +110,7 @@ def check_lines(lines: Any, field: str, limits: Limits) -> tuple[str, ...]:
         if len(line) > limits.max_line_chars:
             raise RequestError(f"'{field}'[{i}] has {len(line)} characters, over the limit of "
                                f"{limits.max_line_chars}", 413)
-    return tuple(lines)
+    return tuple(line.strip() if strip else line for line in lines)
 
 
 def check_request(obj: Any, limits: Limits) -> TranslateRequest:
@@ -141,8 +145,8 @@ def check_onmt_request(obj: Any, limits: Limits) -> TranslateRequest:
             raise RequestError(f"item {i}: 'src' must be a string")
         if "id" in item and (isinstance(item["id"], bool) or not isinstance(item["id"], int)):
             raise RequestError(f"item {i}: 'id' must be an integer")
-    lines = check_lines([item["src"] for item in obj], "src", limits)
-    return TranslateRequest(lines, limits.max_beam, 1, False)
+    srcs = [item["src"] for item in obj]  # translated stripped, as OpenNMT-py does
+    return TranslateRequest(check_lines(srcs, "src", limits, strip=True), limits.max_beam, srcs=tuple(srcs))
 
 
 def translation_json(result: Result, alignments: bool, nbest: int) -> dict[str, Any]:
@@ -165,8 +169,10 @@ def translation_json(result: Result, alignments: bool, nbest: int) -> dict[str, 
 
 
 def onmt_json(src: str, result: Result) -> dict[str, Any]:
-    """`POST /translator/translate`'s item: OpenNMT-py's fields, and "truncated": true when the line was."""
-    item: dict[str, Any] = {"src": src, "tgt": result.text, "n_best": 1, "pred_score": result.score}
+    """`POST /translator/translate`'s item: OpenNMT-py's fields (the src's outer whitespace around the
+    tgt, as there), and "truncated": true when the line was."""
+    tgt = src[:len(src) - len(src.lstrip())] + result.text + src[len(src.rstrip()):]
+    item: dict[str, Any] = {"src": src, "tgt": tgt, "n_best": 1, "pred_score": result.score}
     if result.truncated:
         item["truncated"] = True
     return item
@@ -244,7 +250,14 @@ async def onmt_route(request: web.Request) -> web.Response:
     """OpenNMT-py's `/translator/translate`: a list per n-best rank (here one), items in input order."""
     req = await _checked(request, check_onmt_request)
     results = await request.app[BATCHER].submit(req.lines, req.beam, 1, False, _gone(request))
-    return _json([[onmt_json(src, r) for src, r in zip(req.lines, results)]])
+    return _json([[onmt_json(src, r) for src, r in zip(req.srcs, results)]])
+
+
+async def onmt_models_route(request: web.Request) -> web.Response:
+    """OpenNMT-py's `GET /translator/models`: the one model (a request's "id" may name any)."""
+    info = request.app[STATE]["info"]
+    return _json([{"model_id": 0, "models": [c["path"] for c in info["checkpoints"]], "loaded": True, "timeout": -1,
+                   "opt": {"beam_size": info["decoding"]["beam"]}}])
 
 
 def _gone(request: web.Request) -> Callable[[], bool]:
@@ -389,6 +402,8 @@ def make_app(translator: Translator, config: ServeConfig,
     app.router.add_post("/translate", translate_route, expect_handler=_expect)
     app.router.add_post("/translator/translate", onmt_route, expect_handler=_expect)
     app.router.add_get("/health", health_route, expect_handler=_expect)
+    app.router.add_get("/translator/health", health_route, expect_handler=_expect)  # OpenNMT-py's
+    app.router.add_get("/translator/models", onmt_models_route, expect_handler=_expect)
     app.router.add_get("/info", info_route, expect_handler=_expect)
     app.router.add_get("/", page_route, expect_handler=_expect)
     return app
