@@ -71,6 +71,13 @@ def test_gpus_uses_torchrun_and_keeps_the_papers_global_batch_of_80():
     assert "--batch-size" not in _dry_run(WMT, "rnnsearch-50")  # one GPU: the preset's 80
 
 
+def test_wmt14_eval_decodes_as_the_paper_without_length_normalisation():
+    """Section 4.2: the beam search maximises the conditional probability; translate's default
+    --lenpen 1 ranks by the per-word average instead, so every decoding of the recipe says 0."""
+    lines = [ln for ln in _dry_run(WMT, "eval").replace("\\\n", " ").splitlines() if "nmtkit translate" in ln]
+    assert len(lines) == 11 and all("--beam 12 --lenpen 0 " in ln for ln in lines), lines
+
+
 def test_data_points_at_a_local_copy_instead_of_downloading():
     out = _dry_run(WMT, "data", "DATA=/somewhere")
     assert "/somewhere/training-parallel-un.tgz" in out
