@@ -412,6 +412,24 @@ def test_paper_bleu_tokenises_exactly_as_tokenizer_perl():
     assert got == [tok for _, tok in MOSES_FR]
 
 
+# Where sacremoses 0.2 departs from tokenizer.perl (Moses master, perl 5.36; the right column is
+# its output): letters its tables lack, the -l fi/sv/ca/ga rules, the controls Perl's \s lacks.
+MOSES_OTHER = [
+    ("de", "Akira Tagoh (田郷明) sagt, dass sie和食Tiffany mag.", "Akira Tagoh ( 田郷明 ) sagt , dass sie和食Tiffany mag ."),
+    ("fr", "Le 한국어 et 𝐀𝐁 sont là.", "Le 한국어 et 𝐀𝐁 sont là ."),
+    ("fi", "USA:n ja EU:ssa, kello 10:30.", "USA:n ja EU:ssa , kello 10 : 30 ."),
+    ("sv", "S:t Eriks väg: USA:s.", "S:t Eriks väg : USA:s ."),
+    ("ca", "La il·lusió d'a·B.", "La il·lusió d' a·B ."),
+    ("ga", "Ba mhaith liom d'ól.", "Ba mhaith liom d' ól ."),
+    ("en", "a\x1cb c\x1fd", "ab cd"),
+]
+
+
+@pytest.mark.parametrize("lang, raw, tok", MOSES_OTHER, ids=[f"{lang}-{k}" for k, (lang, _, _) in enumerate(MOSES_OTHER)])
+def test_paper_bleu_tokenises_as_tokenizer_perl_where_sacremoses_departs_from_it(lang, raw, tok):
+    assert moses_tokenize_lines([raw], lang) == [tok]
+
+
 def test_paper_bleu_equals_the_moses_scripts_on_tatoeba_dev(shared_data, tmp_path):
     ref = shared_data / "tatoeba-eng-fra" / "dev.fr"
     lines = ref.read_text(encoding="utf-8").split("\n")[:-1]

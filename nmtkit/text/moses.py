@@ -50,20 +50,46 @@ def _moses(kind: str, lang: str):
 
 @lru_cache(maxsize=None)
 def _perl_tokenizer(lang: str):
-    """sacremoses' tokeniser with tokenizer.perl's rule for the last word of a line, which sacremoses
-    0.2 lacks: a line's last word ending in "." is always split ("un art." -> "art .")."""
+    """sacremoses' tokeniser with tokenizer.perl's rules where sacremoses 0.2 departs from them: a
+    line's last word ending in "." is always split ("un art." -> "art ."); a word is never split
+    around a letter that sacremoses' tables lack but \\p{IsAlnum} holds (CJK ideographs and Hangul
+    outside -l zh/ja/ko, letters past U+FFFF: "sie和食Tiffany" is one word); -l fi/sv keep a colon
+    before a lower-case letter ("EU:ssa"), -l ca every middle dot ("il·lusió": the script's other rule
+    for it never matches); -l ca/ga split apostrophes as -l fr does ("l' home"); U+001C-U+001F are
+    deleted as the other ASCII controls are."""
+    from unicodedata import category
+
     from sacremoses import MosesTokenizer
 
     last_period = re.compile(r"^(\S+)\.$")
+    codes = sorted({ord(c) for c in MosesTokenizer.IsAlnum}
+                   | {i for i in range(0x110000) if chr(i).isalpha() or category(chr(i)) == "Nd"})
+    starts = [c for k, c in enumerate(codes) if k == 0 or codes[k - 1] != c - 1]  # as ranges: a class of
+    ends = [c for k, c in enumerate(codes) if k + 1 == len(codes) or codes[k + 1] != c + 1]  # 100,000 is slow
+    alnum = "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in zip(starts, ends))
+    inner = ":" if lang in ("fi", "sv") else ""
+    pad = re.compile(f"[^{alnum}\\s.'`,\\-{inner}{'·' if lang == 'ca' else ''}]" + (f"|{inner}" if inner else ""))
+
+    def padded(m: re.Match) -> str:
+        after = m.string[m.end():m.end() + 1]
+        return m[0] if m[0] == inner and after and category(after) == "Ll" else f" {m[0]} "
 
     class PerlTokenizer(MosesTokenizer):
+        DEDUPLICATE_SPACE = re.compile(r"[^\S\x1c-\x1f]+"), " "  # Perl's \s lacks them
+
+        def __init__(self) -> None:
+            super().__init__(lang=lang)
+            self.PAD_NOT_ISALNUM = pad, padded
+            if lang in ("ca", "ga"):  # sacremoses reads self.lang only to pick the apostrophe rules
+                self.lang = "fr"
+
         def handles_nonbreaking_prefixes(self, text: str) -> str:
             tokens = text.split()
             if tokens and (m := last_period.search(tokens[-1])):
                 tokens[-1] = m.group(1) + " ."
             return super().handles_nonbreaking_prefixes(" ".join(tokens))
 
-    return PerlTokenizer(lang=lang)
+    return PerlTokenizer()
 
 
 def tokenize_like_perl(line: str, lang: str) -> list[str]:
