@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -484,24 +485,31 @@ def test_sigterm_to_translate_leaves_no_temp_file(world):
     assert not list(world.tmp.glob("out.txt*")), list(world.tmp.iterdir())
 
 
+def _tokenize_writing_with_workers(tmp_path: Path, **popen: Any) -> subprocess.Popen:
+    """`tokenize --workers 2 -o tmp_path/out.tok` fed 5,000 lines on its open stdin, once it writes
+    its temp output and its workers run."""
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "nmtkit", "tokenize", "--lang", "en", "--workers", "2", "-o",
+                             str(tmp_path / "out.tok")], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)), **popen)
+    proc.stdin.write("Hello, world!\n" * 5000)
+    proc.stdin.flush()
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("out.tok.*.tmp")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.glob("out.tok.*.tmp")), "tokenize never started writing"
+    time.sleep(1.0)  # the workers are running
+    return proc
+
+
 def test_sigterm_to_tokenize_with_workers_leaves_no_temp_file_and_no_worker_traceback(tmp_path):
     """Every command unwinds on SIGTERM as on Ctrl-C (tokenize, select-data and preprocess left
     their temp files), and the pool's workers end without a traceback each."""
     import signal
-    import time
 
-    out = tmp_path / "out.tok"
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "nmtkit", "tokenize", "--lang", "en", "--workers", "2", "-o",
-                             str(out)], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    with proc.stdin as feed:
-        feed.write("Hello, world!\n" * 5000)
-        feed.flush()
-        deadline = time.monotonic() + 120
-        while not list(tmp_path.glob("out.tok.*.tmp")) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert list(tmp_path.glob("out.tok.*.tmp")), "tokenize never started writing"
-        time.sleep(1.0)  # the workers are running
+    proc = _tokenize_writing_with_workers(tmp_path)
+    with proc.stdin:
         proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
     err = proc.stderr.read()
@@ -513,25 +521,15 @@ def test_a_sighup_ignored_at_start_as_by_nohup_stays_ignored(tmp_path):
     """SIGHUP stops every command as SIGTERM does, unless it was ignored at start (nohup): then a
     closed terminal's SIGHUP to the group changes nothing, in the command or in its workers."""
     import signal
-    import time
 
-    out = tmp_path / "out.tok"
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "nmtkit", "tokenize", "--lang", "en", "--workers", "2", "-o",
-                             str(out)], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    proc = _tokenize_writing_with_workers(tmp_path, start_new_session=True,
+                                          preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
     with proc.stdin as feed:
-        feed.write("Hello, world!\n" * 5000)
-        feed.flush()
-        deadline = time.monotonic() + 120
-        while not list(tmp_path.glob("out.tok.*.tmp")) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(1.0)  # the workers are running
         os.killpg(proc.pid, signal.SIGHUP)
         feed.write("Hello, world!\n" * 5000)
     proc.wait(timeout=60)
     assert proc.returncode == 0 and proc.stderr.read() == ""
-    assert out.read_text() == "Hello , world !\n" * 10000
+    assert (tmp_path / "out.tok").read_text() == "Hello , world !\n" * 10000
 
 
 def test_wmt14_smoke_honours_work_and_results(tmp_path):
