@@ -381,6 +381,9 @@ ROWS = [
         lambda w: _score(w, "--ref", str(_linked(w, "corpus.fr"))), needles=("linked-corpus.fr is given twice",)),
     *(Row(f"score{opt}-empty", lambda w, opt=opt: _score(w, opt, ""), needles=(f"{opt} ''", "not a language code"))
       for opt in ("--tgt-lang", "--src-lang")),  # guessed the language from the file suffix, without a word
+    *(Row(f"preprocess{opt}-empty", lambda w, opt=opt: _preprocess(w, w.tmp / "pp-lang", "corpus", opt, ""),
+          needles=(f"{opt} ''", "not a language code"), absent=("required",))  # was "are required", as select-data's
+      for opt in ("--tgt-lang", "--src-lang")),  # and score's same empty value was not
     Row("select-data-lines-0", lambda w: _select(w, w.tmp / "sel0")[:-2] + ["--lines", "0"], needles=("--lines",)),
     # ---- average, --protect, --tensorboard ------------------------------------------------------
     Row("average-missing-checkpoint", lambda w: ["average", "-m", str(w.ckpt), "-m", str(w.tmp / "gone.pt"), "-o",
