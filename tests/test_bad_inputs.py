@@ -368,6 +368,9 @@ ROWS = [
     Row("preprocess-tokenised-input-read-as-raw-warns",
         lambda w: [a for a in _preprocess(w, w.tmp / "pp-tok", _tokenised(w, "corpus")) if a != "--quiet"], ok=True,
         needles=("tok-corpus.en.tokinfo.json records it as 'nmtkit tokenize' output", "--input-format tok")),
+    Row("translate-tokenised-input-read-as-raw-warns",  # translated without a word, as preprocess and select-data warn
+        lambda w: ["translate", "-m", str(w.ckpt), "-i", str(w.tmp / f"{_tokenised(w, 'corpus')}.en"), "--beam", "1"],
+        ok=True, needles=("tok-corpus.en.tokinfo.json records it as 'nmtkit tokenize' output", "--input-format tok")),
     Row("select-data-tokenised-pool-read-as-raw-warns",
         lambda w: [str(w.tmp / _tokenised(w, "pool")) if a == str(w.tmp / "pool") else a for a in _select(w, w.tmp / "st")],
         ok=True, needles=("tok-pool.fr.tokinfo.json records it as 'nmtkit tokenize' output", "--input-format tok")),
