@@ -368,6 +368,9 @@ ROWS = [
     Row("preprocess-tokenised-input-read-as-raw-warns",
         lambda w: [a for a in _preprocess(w, w.tmp / "pp-tok", _tokenised(w, "corpus")) if a != "--quiet"], ok=True,
         needles=("tok-corpus.en.tokinfo.json records it as 'nmtkit tokenize' output", "--input-format tok")),
+    Row("translate-tokenised-input-read-as-raw-warns",  # translated without a word, as preprocess and select-data warn
+        lambda w: ["translate", "-m", str(w.ckpt), "-i", str(w.tmp / f"{_tokenised(w, 'corpus')}.en"), "--beam", "1"],
+        ok=True, needles=("tok-corpus.en.tokinfo.json records it as 'nmtkit tokenize' output", "--input-format tok")),
     Row("select-data-tokenised-pool-read-as-raw-warns",
         lambda w: [str(w.tmp / _tokenised(w, "pool")) if a == str(w.tmp / "pool") else a for a in _select(w, w.tmp / "st")],
         ok=True, needles=("tok-pool.fr.tokinfo.json records it as 'nmtkit tokenize' output", "--input-format tok")),
@@ -381,6 +384,9 @@ ROWS = [
         lambda w: _score(w, "--ref", str(_linked(w, "corpus.fr"))), needles=("linked-corpus.fr is given twice",)),
     *(Row(f"score{opt}-empty", lambda w, opt=opt: _score(w, opt, ""), needles=(f"{opt} ''", "not a language code"))
       for opt in ("--tgt-lang", "--src-lang")),  # guessed the language from the file suffix, without a word
+    *(Row(f"preprocess{opt}-empty", lambda w, opt=opt: _preprocess(w, w.tmp / "pp-lang", "corpus", opt, ""),
+          needles=(f"{opt} ''", "not a language code"), absent=("required",))  # was "are required", as select-data's
+      for opt in ("--tgt-lang", "--src-lang")),  # and score's same empty value was not
     Row("select-data-lines-0", lambda w: _select(w, w.tmp / "sel0")[:-2] + ["--lines", "0"], needles=("--lines",)),
     # ---- average, --protect, --tensorboard ------------------------------------------------------
     Row("average-missing-checkpoint", lambda w: ["average", "-m", str(w.ckpt), "-m", str(w.tmp / "gone.pt"), "-o",

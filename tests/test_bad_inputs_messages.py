@@ -58,6 +58,13 @@ UNREACHABLE_INPUTS = [  # (command, option), command line with the path; a prefi
 ]
 
 
+def _folders(w: World) -> Path:
+    """A folder, and PATH.en and PATH.fr folders beside it (for the options that take a prefix)."""
+    for name in ("folder", "folder.en", "folder.fr"):
+        (w.tmp / name).mkdir(exist_ok=True)
+    return w.tmp / "folder"
+
+
 def _unreachable(w: World, kind: str) -> Path:
     """A path (and PATH.en, PATH.fr) that os.stat() cannot look up, and not because it is missing."""
     if kind == "name-too-long":
@@ -101,6 +108,9 @@ ROWS = [
     # an input path that cannot be looked up was "file not found" (or, too long, a traceback with --debug)
     *(Row(f"{opt[0]}{opt[1]}-{kind}", lambda w, a=argv, k=kind: a(w, _unreachable(w, k)), needles=(why,),
           absent=("not found",)) for kind, why in UNREACHABLE.items() for opt, argv in UNREACHABLE_INPUTS),
+    # a folder given for a text input: each command says so (tokenize -i and preprocess --valid said "not a regular file")
+    *(Row(f"{opt[0]}{opt[1]}-a-directory", lambda w, a=argv: a(w, _folders(w)), needles=("is a directory",))
+      for opt, argv in UNREACHABLE_INPUTS if opt[1] not in ("-m", "--data", "--save-dir")),
     Row("translate-nul-byte-is-binary", lambda w: _with_input(w, _text(w, "nul.en", b"a cat\nthe\0dog\n")),
         needles=("nul.en:2:", "binary")),
     # a file of zeros without a line end (a typo for /dev/null, a file zeroed by a crash) was read whole into

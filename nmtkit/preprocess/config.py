@@ -91,8 +91,6 @@ class PreprocessConfig:
     def __post_init__(self) -> None:
         """Raise ConfigError for out-of-range or inconsistent settings."""
         check_fields(self)
-        if not self.src_lang or not self.tgt_lang:
-            raise ConfigError("--src-lang and --tgt-lang are required")
         check_lang(self.src_lang, "--src-lang")
         check_lang(self.tgt_lang, "--tgt-lang")
         if self.src_lang == self.tgt_lang:

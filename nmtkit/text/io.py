@@ -31,7 +31,7 @@ def _check_file(path: str | Path, pipes: bool = False) -> None:
     check_found(path)
     p = Path(path)
     if not (p.is_file() or (pipes and (p.is_fifo() or p.is_char_device()))):
-        raise InputError("not a regular file", str(path))
+        raise InputError("is a directory, expected a text file" if p.is_dir() else "not a regular file", str(path))
     if not os.access(p, os.R_OK):
         raise InputError("file is not readable", str(path))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import sys
 from pathlib import Path
 from typing import Iterable
@@ -19,6 +20,7 @@ from nmtkit.io.files import OutputFile, check_output_dir, commit_all, is_stdin, 
 from nmtkit.progress import Progress, no_progress
 from nmtkit.text.io import check_counts, count_lines, stream_lines
 from nmtkit.text.io import read_lines as read_text_lines
+from nmtkit.text.tokenize import tokenised_as_raw
 from nmtkit.translate.alignment import (
     hard_alignment,
     read_unk_dict,
@@ -29,6 +31,8 @@ from nmtkit.translate.alignment import (
 from nmtkit.translate.config import DecodeConfig, TranslateConfig
 from nmtkit.translate.translator import Translator
 from nmtkit.translate.writers import Writers, is_plot_name, nbest_line
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DecodeConfig", "TranslateConfig", "Translator", "Writers", "check_files", "hard_alignment", "nbest_line",
@@ -139,6 +143,8 @@ def _run(config: TranslateConfig, progress: Progress) -> dict[str, int]:
     align_stdout = config.alignments_file == "-"
     input_path, output_path, alignments_file = check_files(config)
     translator = Translator(config.decode_config())
+    if input_path and config.input_format == "raw" and (tokenised := tokenised_as_raw(input_path)):
+        log.warning(tokenised)  # as preprocess and select-data warn
     translator._check_attention(("--replace-unk", config.replace_unk), ("--alignments", config.alignments),
                                 ("--plot-attention", config.plot_attention))
     source = input_path or "<stdin>"
