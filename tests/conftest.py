@@ -23,12 +23,14 @@ SHARED_DATA = Path(os.environ.get("DATA") or REPO.parent / "shared" / "data")
 
 
 def pytest_configure(config):
-    """The suite runs as from a terminal, however it was started: SIGINT at Python's default, so
-    that the commands the tests start take a SIGINT as Ctrl-C (a background job of a
-    non-interactive shell ignores SIGINT, its children inherit that, and nmtkit keeps an ignored
-    SIGINT ignored)."""
+    """The suite runs as from a terminal, however it was started: SIGINT at Python's default and
+    SIGHUP at the system's, so that the commands the tests start take them as Ctrl-C and a closed
+    terminal (a background job of a non-interactive shell ignores SIGINT, one under nohup SIGHUP;
+    children inherit that, and nmtkit keeps an ignored signal ignored)."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 # ---- the tiny model -----------------------------------------------------------------------------
