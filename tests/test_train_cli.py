@@ -74,9 +74,12 @@ def test_signal_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path, sig, co
     run = tmp_path / "run"
     proc = _start_training(data_dir, run, save_every=1000000, logged=3,
                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert proc.poll() is None, proc.communicate()[1]
-    proc.send_signal(sig)
-    out, err = proc.communicate(timeout=120)
+    try:
+        assert proc.poll() is None, proc.communicate()[1]
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)
+    finally:  # a run that took no notice of the signal trains on for a million updates: not past the test
+        proc.kill()
     assert proc.returncode == code, err
     assert "Traceback" not in err and out == ""
     assert f"nmtkit: {sig.name}: checkpoint saved" in err and "--resume" in err
