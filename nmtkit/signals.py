@@ -35,14 +35,18 @@ def blocked(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
             signal.raise_signal(signum)
 
 
+def taken(signals: tuple[int, ...] = STOP_SIGNALS) -> list[int]:
+    """Those of `signals` a command may take: not ignored at its start (nohup), and set by Python."""
+    return [sig for sig in signals if signal.getsignal(sig) not in (None, signal.SIG_IGN)]
+
+
 @contextlib.contextmanager
 def handled_by(handler: Any, signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
     """Within: `signals` (but one ignored or not set by Python) go to `handler`; main thread only."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    handled = [sig for sig in signals if signal.getsignal(sig) not in (None, signal.SIG_IGN)]
-    old = {sig: signal.signal(sig, handler) for sig in handled}
+    old = {sig: signal.signal(sig, handler) for sig in taken(signals)}
     try:
         yield
     finally:

@@ -523,7 +523,7 @@ async def serve(translator: Translator, config: ServeConfig, announce: Callable[
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(_accept_failed(announce))
-    stops = [sig for sig in signals.STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]  # nohup: ignored
+    stops = signals.taken()  # one ignored at start (nohup) stays ignored
     for sig in stops:
         loop.add_signal_handler(sig, stop.set)
     try:
