@@ -41,13 +41,13 @@ class AverageConfig:
     output: str = option(names=("--output", "-o"), required=True, metavar="FILE", path="file",
                          help="The averaged checkpoint to write (not one of the inputs); translate and serve read it "
                               "like any other.")
-    models: tuple[str, ...] = option((), names=("--model", "-m"), multiple=True, metavar="FILE", path="file",
+    models: tuple[str, ...] = option((), names=("--model", "-m"), multiple=True, metavar="CHECKPOINT", path="file",
                                      help="A checkpoint to average (repeatable, at least one).")
     last: int | None = option(None, metavar="N", help="Average the run's N newest checkpoint_<update>.pt (kept by "
                                                        "train --keep-every); needs --save-dir.")
     save_dir: str | None = option(None, metavar="RUN", path="directory",
                                   help="The run directory whose kept checkpoints --last takes.")
-    force: bool = option(False, help="Overwrite an existing --output.")
+    force: bool = option(False, help="Overwrite an existing -o file (never an input: that is refused).")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "models", tuple(checkpoint_paths(self.models)))

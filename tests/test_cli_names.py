@@ -149,3 +149,27 @@ def test_train_max_len_counts_words_as_preprocess_does_and_rnnsearch_30_keeps_30
     assert code == 0, err
     assert json.loads((run / "config.json").read_text())["train_config"]["max_len"] == 30
     assert f"{len(train) - 1} pairs (1 over --max-len dropped)" in err
+
+
+def _shared_options() -> dict[str, list[tuple[str, click.Option]]]:
+    """Each long option name taken by more than one command -> (command, option) for each."""
+    by_name: dict[str, list[tuple[str, click.Option]]] = {}
+    for command in cli.list_commands(None):
+        for p in _options(command):
+            by_name.setdefault(next(n for n in p.opts if n.startswith("--")), []).append((command, p))
+    return {name: uses for name, uses in by_name.items() if len(uses) > 1}
+
+
+def test_an_option_shared_by_commands_is_a_switch_of_one_form_everywhere():
+    """--lowercase was --lowercase/--no-lowercase in select-data alone."""
+    forms = {name: {(c, p.is_flag, tuple(p.secondary_opts)) for c, p in uses} for name, uses in _shared_options().items()}
+    assert [sorted(f) for f in forms.values() if len({form[1:] for form in f}) > 1] == []
+
+
+def test_an_option_shared_by_commands_has_one_metavar():
+    """The same kind of value is named alike: select-data's --src-lang was TEXT where preprocess's
+    is LANG, average's -m FILE where translate's is CHECKPOINT, translate's --seed S."""
+    metavars = {name: {(c, p.metavar or p.type.name.upper()) for c, p in uses
+                       if not p.is_flag and not isinstance(p.type, click.Choice)}  # choices name their values
+                for name, uses in _shared_options().items()}
+    assert [(name, sorted(m)) for name, m in metavars.items() if len({v for _, v in m}) > 1] == []

@@ -12,7 +12,7 @@ from nmtkit.text.tokenize import TokenizeConfig, run
 
 @click.command("tokenize")
 @config_options(TokenizeConfig)
-@quiet_option("No warnings on stderr (tokenize prints no progress)")
+@quiet_option("No warnings on stderr; tokenize prints no progress")
 def tokenize_cmd(quiet: bool, **options: Any) -> None:
     """Moses-normalise and tokenise raw text with the settings preprocess uses (sacremoses, escape=False).
 

@@ -18,9 +18,9 @@ log = logging.getLogger(__name__)
 @click.command("translate")
 @config_options(TranslateConfig)
 @click.option("-i", "--input", "input_path", metavar="FILE",
-              help="Input text, one sentence a line ('-': stdin; FILE.gz is gunzipped) [stdin].")
+              help="Input text, one sentence a line ('-': stdin; FILE.gz is gunzipped). [stdin]")
 @click.option("-o", "--output", "output_path", metavar="FILE",
-              help="Output file, written under a temporary name and renamed at the end ('-': stdout) [stdout].")
+              help="Output file, written under a temporary name and renamed at the end ('-': stdout). [stdout]")
 @click.option("--alignments-file", metavar="FILE", help="Where --alignments go ('-': stdout, with -o FILE).")
 @click.option("--force", is_flag=True, help="Overwrite existing -o / --alignments-file files (never an input: that is refused).")
 @click.option("--interactive", is_flag=True,

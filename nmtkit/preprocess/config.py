@@ -26,9 +26,8 @@ DEFAULT_WORD_VOCAB = 30000  # the paper's vocabulary size, used without --bpe
 class PreprocessConfig:
     """Every option of `nmtkit preprocess` (its click options are generated from these fields)."""
 
-    src_lang: str = option(required=True, metavar="LANG",
-                           help="Source language code; files are PREFIX.LANG (e.g. en).")
-    tgt_lang: str = option(required=True, metavar="LANG", help="Target language code (e.g. fr).")
+    src_lang: str = option(required=True, metavar="LANG", help="Source language code: the files are PREFIX.LANG (e.g. en).")
+    tgt_lang: str = option(required=True, metavar="LANG", help="Target language code: the files are PREFIX.LANG (e.g. fr).")
     train: str = option(required=True, metavar="PREFIX", path="file prefix",
                         help="Training files PREFIX.SRC / PREFIX.TGT (raw text, one sentence a line, UTF-8). "
                              "Cleaned, and used to learn truecasing, BPE and vocabularies.")
@@ -43,9 +42,8 @@ class PreprocessConfig:
                                       "replaced.")
     input_format: str = option(
         "raw", choices=CORPUS_FORMATS,
-        help="'tok': input is already Moses-tokenised ('nmtkit tokenize' with the same flags, which its .tokinfo.json "
-             "records and this command checks); "
-             "normalisation/tokenisation are skipped, casing and BPE applied.")
+        help="raw: Moses-normalise and tokenise here; tok: input is already tokenised ('nmtkit tokenize' with the same "
+             "flags, which its .tokinfo.json records and this command checks): casing and BPE still applied.")
     nfc: bool = option(True, **NFC_OPTION)
     normalize_punct: bool = option(True, **NORMALIZE_PUNCT_OPTION)
     remove_non_printing: bool = option(True, **NON_PRINTING_OPTION)

@@ -120,7 +120,7 @@ class ScoreConfig:
         1000, min=1, help="With --significance: the number of bootstrap resamples (samples x lines at most "
                           f"{BOOTSTRAP_MAX_SAMPLE_LINES:,}: sacrebleu holds them all in memory).")
     seed: int = option(12345, min=1, help="With --significance: the seed of the bootstrap resampling.")
-    workers: int = option(1, names=("--workers", "-j"), min=1, max=MAX_WORKERS, cli_default=None, shown_default="all cores",
+    workers: int = option(1, names=("--workers", "-j"), min=1, max=MAX_WORKERS, metavar="N", cli_default=None, shown_default="all cores",
                           help="Processes for Moses tokenisation.")
 
     def __post_init__(self) -> None:

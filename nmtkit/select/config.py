@@ -27,8 +27,8 @@ MAX_ORDER = 10  # n-gram orders past this only cost memory (Axelrod et al. use 4
 class SelectConfig:
     """Every option of `nmtkit select-data` (one field per option)."""
 
-    src_lang: str = option(required=True, help="Source language code (file suffix), e.g. en.")
-    tgt_lang: str = option(required=True, help="Target language code (file suffix), e.g. fr.")
+    src_lang: str = option(required=True, metavar="LANG", help="Source language code: the files are PREFIX.LANG (e.g. en).")
+    tgt_lang: str = option(required=True, metavar="LANG", help="Target language code: the files are PREFIX.LANG (e.g. fr).")
     in_domain: tuple[str, ...] = option(
         required=True, multiple=True, metavar="PREFIX", path="file prefix",
         help="In-domain parallel text PREFIX.{src,tgt}[.gz]; repeat to concatenate.")
@@ -47,20 +47,20 @@ class SelectConfig:
         "bilingual", choices=METHODS,
         help="bilingual: [H_in-H_out](src) + [H_in-H_out](tgt) (Axelrod); monolingual: source side only (Moore & "
              "Lewis); in-domain: H_in(src).")
-    workers: int = option(1, min=1, max=MAX_WORKERS, cli_default=None, shown_default="all cores",
+    workers: int = option(1, min=1, max=MAX_WORKERS, metavar="N", cli_default=None, shown_default="all cores",
                           help="Processes for tokenising and scoring.")
     input_format: str = option(
         "raw", choices=CORPUS_FORMATS,
-        help="raw: Moses-normalise and tokenise here; tok: text already tokenised (split on spaces).")
+        help="raw: Moses-normalise and tokenise here; tok: input is already tokenised (split on spaces).")
     min_count: int = option(1, min=1, help="In-domain words seen fewer times are <unk> in both LMs' shared vocabulary.")
     seed: int = option(1, min=0, help="Seed of the pool sample for H_out.")
-    lowercase: bool = option(False, flag=True,
+    lowercase: bool = option(False,
                              help="Lowercase tokens for the language models (the output keeps the original lines).")
     aggressive_dash_splits: bool = option(False, **DASH_SPLITS_OPTION)
     nfc: bool = option(True, **NFC_OPTION)
     normalize_punct: bool = option(True, **NORMALIZE_PUNCT_OPTION)
     remove_non_printing: bool = option(True, **NON_PRINTING_OPTION)
-    force: bool = option(False, help="Overwrite existing outputs.")
+    force: bool = option(False, help="Overwrite existing outputs (never an input: that is refused).")
     write_arpa: bool = option(False, help="Also write the four LMs as PREFIX.{in,out}.{lang}.arpa.")
 
     def __post_init__(self) -> None:

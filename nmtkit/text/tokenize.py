@@ -44,11 +44,11 @@ class TokenizeConfig:
     """Every option of `nmtkit tokenize` (its click options are generated from these fields)."""
 
     lang: str = option(required=True, metavar="LANG", help="Language code for sacremoses (en, fr, ...).")
-    input_path: str | None = option(None, names=("--input", "-i"), metavar="FILE",
-                                    help="Raw text, one sentence a line ('-' or default: stdin).")
+    input_path: str | None = option(None, names=("--input", "-i"), metavar="FILE", shown_default="stdin",
+                                    help="Raw text, one sentence a line ('-': stdin; FILE.gz is gunzipped).")
     output_path: str | None = option(
-        None, names=("--output", "-o"), metavar="FILE",
-        help="Tokenised text, line for line ('-' or default: stdout); beside it, FILE.tokinfo.json records the settings, "
+        None, names=("--output", "-o"), metavar="FILE", shown_default="stdout",
+        help="Tokenised text, line for line ('-': stdout); beside it, FILE.tokinfo.json records the settings, "
              "which 'preprocess --input-format tok' checks against its own flags.")
     nfc: bool = option(True, **NFC_OPTION)
     normalize_punct: bool = option(True, **NORMALIZE_PUNCT_OPTION)

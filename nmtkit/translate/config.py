@@ -43,10 +43,10 @@ class DecodeConfig:
         help="Checkpoint to translate with (e.g. RUN/checkpoint_best.pt). Give several with --ensemble.")
     ensemble: bool = option(False, help="Average several -m models (same vocabularies and preprocessing): log of "
                                         "their mean probability, as fairseq does (Nematus sums log-probabilities).")
-    batch_size: int = option(64, min=1, help="Most sentences decoded in one batched beam search (serve: gathered "
+    batch_size: int = option(64, min=1, metavar="N", help="Most sentences decoded in one batched beam search (serve: gathered "
                                              "from all waiting requests).")
     max_tokens: int | None = option(
-        None, min=1, shown_default=f"{CPU_MAX_TOKENS} on the CPU, none on GPUs",
+        None, min=1, metavar="N", shown_default=f"{CPU_MAX_TOKENS} on the CPU, none on GPUs",
         help="Also cap a batch at this many padded source tokens (before beam expansion): on the CPU this bounds "
              "the memory of batches of long sentences.")
     max_src_len: int | None = option(
@@ -147,7 +147,7 @@ class SearchConfig:
         1.0, min=0, min_open=True, metavar="T", message="must be > 0 (for greedy decoding use --beam 1)",
         help="With --sampling: sample from p^(1/T); T must be > 0 (T < 1 sharper, T > 1 flatter; for greedy "
              "decoding use --beam 1).")
-    seed: int | None = option(None, min=0, max=2**63 - 1, metavar="S", message="must be between 0 and 2^63-1",
+    seed: int | None = option(None, min=0, max=2**63 - 1, message="must be between 0 and 2^63-1",
                               shown_default=str(DEFAULT_SEED), help="With --sampling: the seed.")
 
     def __post_init__(self) -> None:
