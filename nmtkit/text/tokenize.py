@@ -49,7 +49,7 @@ class TokenizeConfig:
     output_path: str | None = option(
         None, names=("--output", "-o"), metavar="FILE",
         help="Tokenised text, line for line ('-' or default: stdout); beside it, FILE.tokinfo.json records the settings, "
-             "which 'preprocess' and 'translate' check with --input-format tok.")
+             "which 'preprocess --input-format tok' checks against its own flags.")
     nfc: bool = option(True, **NFC_OPTION)
     normalize_punct: bool = option(True, **NORMALIZE_PUNCT_OPTION)
     remove_non_printing: bool = option(True, **NON_PRINTING_OPTION)
