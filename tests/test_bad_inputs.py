@@ -210,13 +210,22 @@ def _gzip_as_text(w: World) -> str:
     return "zipped"
 
 
-def _tokenised(w: World, prefix: str) -> str:
+def _tokenised(w: World, prefix: str, *flags: str) -> str:
     """`nmtkit tokenize` of PREFIX.{en,fr} into tok-PREFIX.{en,fr}, each with its .tokinfo.json."""
     for lang in ("en", "fr"):
-        code, _, err = run_cli(["tokenize", "--lang", lang, "--workers", "1", "-i", str(w.tmp / f"{prefix}.{lang}"),
+        code, _, err = run_cli(["tokenize", "--lang", lang, *flags, "--workers", "1", "-i", str(w.tmp / f"{prefix}.{lang}"),
                                 "-o", str(w.tmp / f"tok-{prefix}.{lang}")])
         assert code == 0, err
     return f"tok-{prefix}"
+
+
+def _translate_tok(w: World, flags: tuple[str, ...], reference_flags: tuple[str, ...] | None = None) -> list[str]:
+    """translate --input-format tok of tok-corpus.en tokenised with `flags`, scoring tok-pool.fr's with `reference_flags`."""
+    argv = ["translate", "-m", str(w.ckpt), "-i", str(w.tmp / f"{_tokenised(w, 'corpus', *flags)}.en"),
+            "--input-format", "tok"]
+    if reference_flags is not None:
+        return [*argv, "--score-reference", str(w.tmp / f"{_tokenised(w, 'pool', *reference_flags)}.fr")]
+    return [*argv, "--beam", "1"]
 
 
 def _with_valid(argv: list[str], prefix: Path) -> list[str]:
@@ -371,6 +380,13 @@ ROWS = [
     Row("translate-tokenised-input-read-as-raw-warns",  # translated without a word, as preprocess and select-data warn
         lambda w: ["translate", "-m", str(w.ckpt), "-i", str(w.tmp / f"{_tokenised(w, 'corpus')}.en"), "--beam", "1"],
         ok=True, needles=("tok-corpus.en.tokinfo.json records it as 'nmtkit tokenize' output", "--input-format tok")),
+    # were translated without a word, split otherwise than the model's training data
+    Row("translate-tok-input-tokenised-with-other-settings", lambda w: _translate_tok(w, ("--lowercase",)),
+        needles=("tok-corpus.en.tokinfo.json", "lowercase=True there, False here", "--input-format raw")),
+    Row("translate-tok-reference-tokenised-with-other-settings",
+        lambda w: _translate_tok(w, (), ("--aggressive-dash-splits",)),
+        needles=("tok-pool.fr.tokinfo.json", "aggressive_dash_splits=True there, False here")),
+    Row("translate-tok-input-tokenised-alike", lambda w: _translate_tok(w, (), ()), ok=True, absent=("tokinfo",)),
     Row("select-data-tokenised-pool-read-as-raw-warns",
         lambda w: [str(w.tmp / _tokenised(w, "pool")) if a == str(w.tmp / "pool") else a for a in _select(w, w.tmp / "st")],
         ok=True, needles=("tok-pool.fr.tokinfo.json records it as 'nmtkit tokenize' output", "--input-format tok")),

@@ -114,6 +114,16 @@ def test_cleaning_drops_each_bad_pair_for_its_reason_and_counts_it(corpus):
     assert m["splits"]["valid"]["dropped"] == {} and m["splits"]["valid"]["lines"] == 10
 
 
+def test_a_repeated_pair_that_cleaning_drops_is_counted_for_its_reason_not_as_a_duplicate(corpus):
+    """As clean-corpus-n, then a dedup of what it kept: each repeat of a bad pair (in a later chunk) is
+    dropped for the same reason as the first; only repeats of kept pairs are duplicates."""
+    for k, lang in enumerate(("en", "fr")):
+        with open(f"{corpus['train']}.{lang}", "a", encoding="utf-8") as f:
+            f.write("".join(bad[k] + "\n" for bad in BAD_TRAIN))
+    m = preprocess.run(_config(corpus, corpus["tmp"] / "d", dedup=True))
+    assert m["splits"]["train"]["dropped"] == {"duplicate": 2, "empty": 4, "too_long": 2, "ratio": 2}
+
+
 def test_without_dedup_duplicates_are_kept(corpus):
     m = preprocess.run(_config(corpus, corpus["tmp"] / "d"))
     assert m["splits"]["train"]["dropped"]["duplicate"] == 0

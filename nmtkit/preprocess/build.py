@@ -77,8 +77,9 @@ def word_ids(p: TextPipeline, stoi: dict[str, int], word: str, side: str) -> tup
     return tuple(stoi.get(t, UNK_ID) for t in p.apply_bpe(_cased(p, side, [word]), side))
 
 
-def tokenize_clean_chunk(pairs: list[tuple[str, str, int | None]]) -> dict[str, Any]:
-    """Pass 1 of the train split: tokenise, clean, count words and casing evidence."""
+def tokenize_clean_chunk(pairs: list[tuple[str, str, int | None, bool]]) -> dict[str, Any]:
+    """Pass 1 of the train split: tokenise, clean, count words and casing evidence. A repeat (`pair_chunks`)
+    is a duplicate only where cleaning keeps it, as when clean-corpus-n runs before deduplication."""
     state = worker_state()
     p: TextPipeline = state["pipeline"]
     fmt = state["input_format"]
@@ -87,9 +88,9 @@ def tokenize_clean_chunk(pairs: list[tuple[str, str, int | None]]) -> dict[str, 
     counts = {"src": Counter(), "tgt": Counter()}
     casing = {"src": new_casing(), "tgt": new_casing()} if state["truecase"] else None
     drops: Counter = Counter()
-    for s, t, number in pairs:
+    for s, t, number, repeat in pairs:
         st, tt = _tokens(p, s, "src", fmt, number), _tokens(p, t, "tgt", fmt, number)
-        reason = drop_reason(len(st), len(tt), max_len, max_ratio)
+        reason = drop_reason(len(st), len(tt), max_len, max_ratio) or ("duplicate" if repeat else None)
         if reason is not None:
             drops[reason] += 1
             continue
@@ -160,18 +161,16 @@ def _named(err: NmtkitError, paths: dict[str, str]) -> NmtkitError:
     return InputError(err.bare_message, paths[side], number)
 
 
-def pair_chunks(src: str, tgt: str, size: int, read: list[int], dedup: PairDeduper | None = None,
-                drops: Counter | None = None) -> Iterator[list[tuple[str, str, int]]]:
-    """Chunks of (src line, tgt line, its line number); `read[0]` counts lines read (for progress)."""
+def pair_chunks(src: str, tgt: str, size: int, read: list[int],
+                dedup: PairDeduper | None = None) -> Iterator[list[tuple[str, str, int, bool]]]:
+    """Chunks of (src line, tgt line, its line number, whether `dedup` saw the pair before); `read[0]`
+    counts lines read (for progress)."""
     chunk = []
     for lineno, (s, t) in enumerate(itertools.zip_longest(read_lines(src), read_lines(tgt)), 1):
         if s is None or t is None:  # the file changed since it was counted
             raise InputError(f"parallel files differ in length: {src} and {tgt} part at line {lineno}")
         read[0] = lineno
-        if dedup is not None and dedup.seen_before(s, t):
-            drops["duplicate"] += 1  # type: ignore[index]
-            continue
-        chunk.append((s, t, lineno))
+        chunk.append((s, t, lineno, dedup is not None and dedup.seen_before(s, t)))
         if len(chunk) >= size:
             yield chunk
             chunk = []
@@ -398,8 +397,7 @@ def _tokenize_train(config: PreprocessConfig, report: Progress, base: TextPipeli
              "max_ratio": config.max_ratio, "truecase": config.truecase}
     train_src, train_tgt = config.files(config.train)
     with open(res_all.tok_paths["src"], "wb") as fs, open(res_all.tok_paths["tgt"], "wb") as ft:
-        chunks = pair_chunks(train_src, train_tgt, config.chunk_size, read,
-                             PairDeduper() if config.dedup else None, res_all.drops)
+        chunks = pair_chunks(train_src, train_tgt, config.chunk_size, read, PairDeduper() if config.dedup else None)
         try:
             for res in parallel_map(tokenize_clean_chunk, chunks, config.workers, chunk_size=1,
                                     state=state, prepare=prepare_state):

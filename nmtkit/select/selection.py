@@ -163,7 +163,8 @@ def tokinfo_warnings(cfg: SelectConfig, corpora: Sequence[Corpus], pipeline: Tex
     out = [f"{path}: no {TOKINFO_SUFFIX} beside it, so its tokeniser settings cannot be checked; they must be "
            "this command's" for corpus in corpora for side in scored_sides(cfg.method) for path in corpus.paths(side)
            if not check_tokinfo(path, langs[side], replace(pipeline, lowercase=True), protect=False,
-                                why="so that the in-domain text and the pool are tokenised alike")]
+                                fix="give the tokeniser and this command the same flags, so that the in-domain "
+                                "text and the pool are tokenised alike")]
     for side in scored_sides(cfg.method):  # select-data has no --protect: the files must agree among themselves
         recorded = [(path, info.get("protected_patterns") or []) for corpus in corpora for path in corpus.paths(side)
                     if (info := read_tokinfo(path)) is not None]

@@ -363,8 +363,8 @@ def resolve_protect(specs: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-# ---- corpus cleaning, after clean-corpus-n.perl: a pair is dropped for the first reason that applies, in
-# this order ("duplicate" only with dedup on). Lengths are in Moses tokens, before BPE, as clean-corpus-n's.
+# ---- corpus cleaning, after clean-corpus-n.perl: a pair is dropped for the first reason that applies, empty,
+# too_long, ratio, then (dedup on) duplicate. Lengths are in Moses tokens, before BPE, as clean-corpus-n's.
 DROP_REASONS = ("duplicate", "empty", "too_long", "ratio")
 
 

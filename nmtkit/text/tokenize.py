@@ -2,7 +2,7 @@
 
 A large corpus is tokenised once for both `select-data` and `preprocess --input-format tok`, since
 sacremoses is the slow step of both. Beside an output file, `OUTPUT.tokinfo.json` records the
-settings, which `preprocess` checks against its own flags (which it records for `translate`).
+settings, which `preprocess` checks against its own flags (it records them), `translate` against its checkpoint's.
 """
 from __future__ import annotations
 
@@ -122,9 +122,10 @@ def tokenised_as_raw(path: str) -> str | None:
 
 
 def check_tokinfo(path: str, lang: str, pipeline: TextPipeline, protect: bool = True,
-                  why: str = "since translate replays this command's") -> bool:
+                  fix: str = "give the tokeniser and this command the same flags, since translate replays this "
+                             "command's") -> bool:
     """Check that the tokenised file `path` was made with `pipeline`'s steps 0-3: False without a
-    record, a ConfigError ending with `why` where the settings differ (text that kept its case may be
+    record, a ConfigError ending with `fix` where the settings differ (text that kept its case may be
     lowercased here, not the reverse). `protect`: compare the protected patterns too."""
     info = read_tokinfo(path)
     if info is None:
@@ -139,8 +140,7 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline, protect: bool = 
         wrong.append(f"{len(info.get('protected_patterns') or [])} protected patterns there, "
                      f"{len(pipeline.protected_patterns)} here (--protect)")
     if wrong:
-        raise ConfigError(f"tokenised with other settings ({info_path}): {'; '.join(wrong)}; give the tokeniser and "
-                          f"this command the same flags, {why}", path)
+        raise ConfigError(f"tokenised with other settings ({info_path}): {'; '.join(wrong)}; {fix}", path)
     return True
 
 

@@ -20,7 +20,7 @@ from nmtkit.io.files import OutputFile, check_output_dir, commit_all, is_stdin, 
 from nmtkit.progress import Progress, no_progress
 from nmtkit.text.io import check_counts, count_lines, stream_lines
 from nmtkit.text.io import read_lines as read_text_lines
-from nmtkit.text.tokenize import tokenised_as_raw
+from nmtkit.text.tokenize import check_tokinfo, tokenised_as_raw
 from nmtkit.translate.alignment import (
     hard_alignment,
     read_unk_dict,
@@ -143,8 +143,13 @@ def _run(config: TranslateConfig, progress: Progress) -> dict[str, int]:
     align_stdout = config.alignments_file == "-"
     input_path, output_path, alignments_file = check_files(config)
     translator = Translator(config.decode_config())
-    if input_path and config.input_format == "raw" and (tokenised := tokenised_as_raw(input_path)):
-        log.warning(tokenised)  # as preprocess and select-data warn
+    pipeline = translator.bundle.pipeline
+    for path, side in ((input_path, "src"), (file_path(config.score_reference), "tgt")):  # both read as --input-format
+        if path and config.input_format == "raw" and (tokenised := tokenised_as_raw(path)):
+            log.warning(tokenised)  # as preprocess and select-data warn
+        elif path and config.input_format == "tok":  # as preprocess, a record of other settings is refused
+            check_tokinfo(path, pipeline.lang(side), pipeline, fix="tokenise it as the model's training data was "
+                          "(its checkpoint records how), or give raw text with --input-format raw")
     translator._check_attention(("--replace-unk", config.replace_unk), ("--alignments", config.alignments),
                                 ("--plot-attention", config.plot_attention))
     source = input_path or "<stdin>"

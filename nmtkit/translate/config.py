@@ -77,7 +77,8 @@ class DecodeConfig:
     input_format: str = option(
         "raw", choices=INPUT_FORMATS,
         help="raw: apply the recorded normalisation, tokenisation and BPE; tok: input is already tokenised (BPE "
-             "still applied); bpe: input is the model's tokens.")
+             "still applied; a FILE.tokinfo.json beside it is checked against the recorded settings); bpe: input is "
+             "the model's tokens.")
     output_format: str = option("raw", choices=INPUT_FORMATS,
                                 help="raw: join BPE and detokenise; tok: join BPE only; bpe: the model's tokens.")
     unk_dict: str | None = option(
