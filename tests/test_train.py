@@ -138,6 +138,16 @@ def test_a_budget_stop_between_validations_still_leaves_a_best_checkpoint(data_d
     assert best["trainer"]["bad_validations"] == 0
 
 
+def test_patience_and_plateau_without_a_validation_before_max_updates_warn(data_dir, tmp_path, caplog):
+    opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0, patience=1, lr_schedule="plateau")
+    train_run(data_dir, tmp_path / "a", opts, tiny_overrides())
+    assert ("--valid-every 2 schedules no validation before --max-updates 2: --patience and --lr-schedule plateau "
+            "change nothing") in caplog.text
+    caplog.clear()
+    train_run(data_dir, tmp_path / "b", opts.replace(max_updates=3, lr_schedule=None), tiny_overrides())
+    assert "schedules no validation" not in caplog.text
+
+
 def test_keep_every_keeps_the_model_at_those_updates_and_force_clears_them(data_dir, tmp_path):
     """--keep-every N writes checkpoint_<update>.pt (model, no optimiser) at every N-th update,
     each the model as it was then; a run directory holding only those refuses a new run without
