@@ -138,6 +138,33 @@ def test_a_budget_stop_between_validations_still_leaves_a_best_checkpoint(data_d
     assert best["trainer"]["bad_validations"] == 0
 
 
+@pytest.mark.parametrize("metric", ["loss", "bleu"])
+def test_a_tied_dev_score_makes_the_later_model_best_but_is_no_gain_for_patience_or_plateau(
+        data_dir, tmp_path, monkeypatch, metric):
+    """fairseq's rule: checkpoint_best.pt is replaced on a tie (`is_better` >=), early stopping
+    and the plateau schedule count a tie as no improvement (`should_stop_early` >)."""
+    import nmtkit.train.trainer as trainer_mod
+
+    monkeypatch.setattr(trainer_mod, "dev_scores", lambda ctx, stop=None: (2.0, 2.0))  # every validation ties
+    run = tmp_path / "run"
+    res = train_run(data_dir, run, tiny_options(max_updates=10, valid_every=2, patience=2, best_metric=metric,
+                                                lr_schedule="plateau", lr_patience=0), tiny_overrides())
+    assert (res.reason, res.update, res.best_update) == ("patience", 6, 6)
+    assert [v["best"] for v in _records(run, "valid")] == [True, True, True]
+    assert load_checkpoint(run / "checkpoint_best.pt")["trainer"]["update"] == 6
+    assert load_checkpoint(run / "checkpoint_last.pt")["schedule_state"]["decay"] == 0.25  # decayed at 4 and 6
+
+
+def test_patience_and_plateau_without_a_validation_before_max_updates_warn(data_dir, tmp_path, caplog):
+    opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0, patience=1, lr_schedule="plateau")
+    train_run(data_dir, tmp_path / "a", opts, tiny_overrides())
+    assert ("--valid-every 2 schedules no validation before --max-updates 2: --patience and --lr-schedule plateau "
+            "change nothing") in caplog.text
+    caplog.clear()
+    train_run(data_dir, tmp_path / "b", opts.replace(max_updates=3, lr_schedule=None), tiny_overrides())
+    assert "schedules no validation" not in caplog.text
+
+
 def test_keep_every_keeps_the_model_at_those_updates_and_force_clears_them(data_dir, tmp_path):
     """--keep-every N writes checkpoint_<update>.pt (model, no optimiser) at every N-th update,
     each the model as it was then; a run directory holding only those refuses a new run without

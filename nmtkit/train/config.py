@@ -128,7 +128,8 @@ class TrainConfig:
     valid_beam: int = option(1, min=1, metavar="K", resume=True, help="Beam for dev BLEU (1: greedy).")
     valid_batch_size: int = option(64, min=1, metavar="N", resume=True, help="Sentences per validation batch.")
     best_metric: str = option("loss", choices=("loss", "bleu"),
-                              help="Dev metric that selects checkpoint_best.pt, early stopping and plateau decay.")
+                              help="Dev metric that selects checkpoint_best.pt (of tied scores: the later), early stopping and "
+                                   "plateau decay (a tie: no improvement).")
     save_every: int = option(1000, min=1, metavar="N", resume=True, help="Write checkpoint_last.pt every N updates.")
     keep_every: int = option(
         0, min=0, metavar="N", resume=True, message="must be >= 0 (0: never)",

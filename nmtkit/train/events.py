@@ -58,7 +58,7 @@ class ValidationEvent:
     loss: float  # mean NLL per dev target token
     ppl: float
     bleu: float | None  # None where dev BLEU is off
-    best: bool  # a new best dev score: checkpoint_best.pt was written
+    best: bool  # a dev score at least as good as the best before: checkpoint_best.pt was written
     best_score: float | None
     best_update: int | None
     seconds: float
@@ -125,8 +125,9 @@ class TrainState:
     skipped_batches: int = 0
 
     def record_best(self, score: float, higher_is_better: bool) -> bool:
-        """Note a dev score at this update; True when it is the best so far (never a non-finite one)."""
-        improved = _better(score, self.best_score, higher_is_better)
+        """Note a dev score at this update; True when none before was better (never a non-finite one): a
+        tie makes the later model the best, as in fairseq, while --patience and plateau count it as no gain."""
+        improved = _better(score, self.best_score, higher_is_better, tie=True)
         self.last_valid_update = self.update
         if improved:
             self.best_score, self.best_update = score, self.update
@@ -140,8 +141,9 @@ class TrainState:
         return improved
 
 
-def _better(score: float, best: float | None, higher_is_better: bool) -> bool:
-    return math.isfinite(score) and (best is None or (score > best if higher_is_better else score < best))
+def _better(score: float, best: float | None, higher_is_better: bool, tie: bool = False) -> bool:
+    return math.isfinite(score) and (best is None or (tie and score == best)
+                                     or (score > best if higher_is_better else score < best))
 
 
 @dataclass
