@@ -266,8 +266,12 @@ class Translator:
 
     def _searched(self, s: SearchConfig) -> SearchConfig:
         """The search a call runs, warned here once, not in each worker: a beam past the target vocabulary
-        capped at it (as fairseq: past it, memory and time grow fast)."""
+        capped at it (as fairseq: past it, memory and time grow fast); with sampling, a beam other than 1
+        or the default (not told from none given) said ignored: fairseq's --sampling draws --beam samples."""
         n = len(self.bundle.tgt_vocab.itos)
+        if s.sampling and s.beam not in (1, SearchConfig.beam):
+            self._warn_once(f"sampling {s.beam}", f"--beam {s.beam} is ignored with --sampling, which draws one "
+                                                  "translation per line")
         if s.sampling or s.beam <= n:
             return s
         nbest = f" and --nbest {s.nbest} lists of at most {n}" if s.nbest > n else ""
