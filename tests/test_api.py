@@ -402,6 +402,18 @@ def test_average_takes_one_path_a_list_or_a_generator_of_paths(tmp_path):
         AverageConfig(models=str(a).encode(), output=tmp_path / "bytes.pt")
 
 
+def test_a_beam_given_with_sampling_is_warned_ignored_once_as_the_cli_warns(ckpt):
+    """sampling=True draws one translation per line whatever beam says (fairseq's draws beam of them):
+    the CLI said so, a call dropped beam=5 without a word. Beam 1 and the default are not warned."""
+    import nmtkit
+
+    warnings: list[str] = []
+    model = nmtkit.load(ckpt, warn=warnings.append, **LOAD)
+    for beam in (None, 1, 12, 5, 5):
+        model.translate(["the cat"], sampling=True, beam=beam, max_len_b=3.0)
+    assert warnings == ["--beam 5 is ignored with --sampling, which draws one translation per line"]
+
+
 def test_a_warn_that_cannot_be_called_is_refused_at_load(ckpt):
     """It was accepted, and the first warning (a line over --max-src-len) raised 'int is not callable'."""
     import nmtkit

@@ -306,6 +306,18 @@ def test_each_request_is_logged_in_one_line_with_its_size_and_latency_unless_qui
     assert quiet == []
 
 
+def test_a_requests_beam_with_a_sampling_server_is_warned_ignored_in_the_log(ckpt, caplog):
+    """A server searching with sampling draws one translation per line: a request's beam 3 was
+    dropped without a word, where `nmtkit translate --sampling --beam 3` warns."""
+    config = ServeConfig(search=SearchConfig(sampling=True, max_len_a=1.0, max_len_b=3.0), limits=Limits(max_beam=4))
+
+    async def body(client):
+        return await post(client, "/translate", {"text": ["the cat"], "beam": 3})
+
+    assert serve(load_translator(ckpt, precision="fp32")[0], body, config)[0] == 200
+    assert "--beam 3 is ignored with --sampling, which draws one translation per line" in caplog.messages
+
+
 def test_the_page_is_one_self_contained_html_file(translator):
     async def body(client):
         resp = await client.get("/")

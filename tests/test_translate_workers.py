@@ -106,6 +106,28 @@ def test_worker_processes_tokenise_in_chunks_and_warn_in_line_order(ckpt, tmp_pa
     assert len(out[1][1]) >= 10
 
 
+def test_a_beam_past_the_vocabulary_is_warned_once_not_once_per_worker(ckpt, tmp_path, monkeypatch):
+    """Each forked worker warned it again: its warned-once set is a copy, never the caller's."""
+    said, pids = tmp_path / "said", tmp_path / "pids"
+
+    def warn(message):  # a file, which the workers write to as well
+        with open(said, "a", encoding="utf-8") as f:
+            f.write(message + "\n")
+
+    t = bound_translator(ckpt, warn, beam=100, max_len_a=1.0, max_len_b=3, batch_size=3, workers=3)
+    real = t._decode_batch
+
+    def decode_batch(*a, **k):
+        _note_pid(pids)
+        time.sleep(0.02)  # every process takes batches
+        return real(*a, **k)
+
+    monkeypatch.setattr(t.translator, "_decode_batch", decode_batch)
+    t.generate(LINES)
+    assert len(set(pids.read_text().split())) == 3
+    assert said.read_text(encoding="utf-8").count("--beam 100 is above the target vocabulary") == 1
+
+
 def test_a_workers_exception_is_raised_in_the_caller_and_no_worker_is_left(tmp_path):
     parent, pids = os.getpid(), tmp_path / "pids"
 

@@ -48,8 +48,6 @@ def translate_cmd(input_path: str | None, output_path: str | None, alignments_fi
     if (interactive or stdin_tty) and given_buffer and values["buffer_size"] != 1:
         implied = "" if interactive else " (implied by stdin being a terminal)"
         log.warning(f"--buffer-size is ignored with --interactive{implied}, which translates each line as it arrives")
-    if cfg.sampling and source("beam") != ParameterSource.DEFAULT and cfg.beam != 1:  # fairseq: --beam N draws N
-        log.warning(f"--beam {cfg.beam} is ignored with --sampling, which draws one translation per line")
 
     report = run(cfg)
     if not quiet and not stdin_tty:

@@ -15,7 +15,7 @@ import logging
 import math
 import os
 import threading
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from nmtkit.checkpoint import checkpoint_paths
@@ -238,6 +238,7 @@ class Translator:
                           source: str = API_INPUT) -> list[Result]:
         """[(line number, text)] -> Results in the same order: prepare, batch by length, decode,
         finish. A line's number names it in warnings (`source`:N) and keys its sample."""
+        search = self._searched(search)
         use_threads(self._threads)
         workers = resolve_workers(self.config.workers, self._threads, self.device.type)
         prepared = self._prepare_all(lines, workers, source)
@@ -263,6 +264,21 @@ class Translator:
         return [r if r is not None else Result(index=n, src_tokens=(), truncated=prepared[i][1])
                 for i, ((n, _), r) in enumerate(zip(lines, results))]
 
+    def _searched(self, s: SearchConfig) -> SearchConfig:
+        """The search a call runs, warned here once, not in each worker: a beam past the target vocabulary
+        capped at it (as fairseq: past it, memory and time grow fast); with sampling, a beam other than 1
+        or the default (not told from none given) said ignored: fairseq's --sampling draws --beam samples."""
+        n = len(self.bundle.tgt_vocab.itos)
+        if s.sampling and s.beam not in (1, SearchConfig.beam):
+            self._warn_once(f"sampling {s.beam}", f"--beam {s.beam} is ignored with --sampling, which draws one "
+                                                  "translation per line")
+        if s.sampling or s.beam <= n:
+            return s
+        nbest = f" and --nbest {s.nbest} lists of at most {n}" if s.nbest > n else ""
+        self._warn_once(f"beam {s.beam} {s.nbest}", f"--beam {s.beam} is above the target vocabulary's {n} "
+                                                    f"entries: searching with a beam of {n}{nbest}")
+        return replace(s, beam=n, nbest=min(s.nbest, n))
+
     def _in_line_order(self, n_lines: int, batches: list[list[int]], run: Callable[[int], list[T]],
                        workers: int) -> list[T | None]:
         """`run(j)` of every batch j, put back in line order; None at a line in no batch."""
@@ -287,18 +303,13 @@ class Translator:
                               keys, topk=s.sampling_topk, temperature=s.temperature, max_len_a=s.max_len_a,
                               max_len_b=s.max_len_b, lenpen=s.lenpen, need_attention=need_attention,
                               ban_unk=s.ban_unk)
-            if s.beam > n_tgt:  # fairseq caps it too (at V - 1): past the vocabulary, memory and time grow fast
-                nbest = f" and --nbest {s.nbest} lists of at most {n_tgt}" if s.nbest > n_tgt else ""
-                self._warn_once(f"beam {s.beam} {s.nbest}",
-                                f"--beam {s.beam} is above the target vocabulary's {n_tgt} entries: "
-                                f"searching with a beam of {n_tgt}{nbest}")
             vocab = None  # a checkpoint the trainer did not make may have no lexicon
             if s.shortlist == "auto" and self.bundle.lexicon is not None:
                 vocab = shortlist_ids(self.bundle.lexicon, src, n_tgt)
                 vocab = vocab if len(vocab) < n_tgt else None  # beam_search moves it
             return beam_search(
-                self.bundle.models, src.to(self.device), lens.to(self.device), beam=min(s.beam, n_tgt),
-                lenpen=s.lenpen, max_len_a=s.max_len_a, max_len_b=s.max_len_b, nbest=min(s.nbest, n_tgt),
+                self.bundle.models, src.to(self.device), lens.to(self.device), beam=s.beam,
+                lenpen=s.lenpen, max_len_a=s.max_len_a, max_len_b=s.max_len_b, nbest=s.nbest,
                 need_attention=need_attention, vocab=vocab, ban_unk=s.ban_unk,
             )
 
