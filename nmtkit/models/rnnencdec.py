@@ -4,8 +4,9 @@ using RNN Encoder-Decoder for Statistical Machine Translation", as the baseline 
 
 A one-direction GRU encoder, c = tanh(V h_T), s_0 = tanh(V' c); c enters every decoder gate
 and the deep output, which reads s_i, the state that has read y_{i-1} (Cho et al.'s
-p(y_t | ...) = g(h_t, y_{t-1}, c), h_t = f(h_{t-1}, y_{t-1}, c)). No attention: `step` and `decode_features` return
-all-zero weights in its place, so that beam search and ensembles need no special case.
+p(y_t | ...) = g(h_t, y_{t-1}, c), h_t = f(h_{t-1}, y_{t-1}, c)). No attention: `step` and
+`decode_features` return all-zero weights in its place, so that beam search and ensembles need
+no special case.
 """
 from __future__ import annotations
 
