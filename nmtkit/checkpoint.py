@@ -25,7 +25,7 @@ from nmtkit.io.files import OutputFile
 from nmtkit.text.pipeline import TextPipeline, pipeline_differences
 from nmtkit.text.vocab import Vocab
 
-CHECKPOINT_FORMAT = 2
+CHECKPOINT_FORMAT = 3
 
 
 def checkpoint_paths(value: Any) -> list[str]:

@@ -122,10 +122,11 @@ def rnnencdec_loglik(model, src: list[int], tgt: list[int]) -> Tensor:
     ll = s.new_zeros(())
     for i in range(len(outs)):
         Ey = model.tgt_embed.weight[ys[i]]
+        s = paper_gru_step(Ey, s, c, model.W_in.weight, U, model.C.weight, model.W_in.bias, d)
+        # g(s_i, y_{i-1}, c): the state that has read y_{i-1} (Cho et al.'s h_t = f(h_{t-1}, y_{t-1}, c))
         t_tilde = model.U_o.weight @ s + model.U_o.bias + model.V_o.weight @ Ey + model.C_o.weight @ c
         logits = model.W_o.weight @ maxout(t_tilde) + model.W_o.bias
         ll = ll + log_softmax(logits)[outs[i]]
-        s = paper_gru_step(Ey, s, c, model.W_in.weight, U, model.C.weight, model.W_in.bias, d)
     return ll
 
 

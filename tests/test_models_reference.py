@@ -46,6 +46,22 @@ def test_rnnsearch_new_state_readout_equals_section_3_1_reference():
     torch.testing.assert_close(loss.detach(), -want.sum(), atol=1e-10, rtol=1e-10)
 
 
+def test_rnnencdec_deep_output_reads_the_state_that_has_read_the_previous_word():
+    """Cho et al. (2014): p(y_t | y_<t, c) = g(h_t, y_{t-1}, c), h_t = f(h_{t-1}, y_{t-1}, c) (Bahdanau et
+    al.'s eq. 3: g(y_{t-1}, s_t, c)). The first word's probabilities already pass through one decoder GRU
+    step, so they move with its input weights; the whole log-likelihood equals the equation reference."""
+    torch.set_num_threads(1)
+    model = tiny_model("rnnencdec", seed=3, exact=True)
+    src, src_lens, tgt_in, tgt_out, sents = random_batch()
+    with torch.no_grad():
+        first = model(src, src_lens, tgt_in)[:, 0]
+        torch.testing.assert_close(model_logliks(model, src, src_lens, tgt_in, tgt_out),
+                                   torch.stack([ref.rnnencdec_loglik(model, x, y) for x, y in sents]),
+                                   atol=1e-10, rtol=1e-10)
+        model.W_in.weight.mul_(2.0)
+        assert (model(src, src_lens, tgt_in)[:, 0] - first).abs().max() > 1e-3
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_loss_sum_equals_reference_nll(arch):
     """The training loss (fused chunked path, tiny chunks) is the summed reference NLL."""

@@ -363,10 +363,11 @@ def test_a_damaged_checkpoint_field_is_refused_in_one_error_naming_the_file(ckpt
     assert str(p) in str(err.value)
 
 
-@pytest.mark.parametrize("version", [1, 99])
+@pytest.mark.parametrize("version", [1, 2, 99])
 def test_checkpoint_of_another_format_is_refused_with_what_to_rerun(ckpt, tmp_path, version):
-    """Format 1 (the word lists stored as lists) and a future format alike: one line naming the
-    file, the two versions and the command that writes a readable checkpoint again."""
+    """Format 1 (the word lists stored as lists), 2 (RNNencdec's deep output read s_{i-1}) and a
+    future format alike: one line naming the file, the two versions and the command that writes a
+    readable checkpoint again."""
     from nmtkit.checkpoint import load_checkpoint
 
     p = tmp_path / f"v{version}.pt"
@@ -401,7 +402,7 @@ def test_word_lists_are_one_string_each_on_disk_and_lists_when_loaded(tmp_path):
     pipe = TextPipeline(src_lang="en", tgt_lang="fr", truecase=forms)
     p = make_checkpoint(tmp_path / "m.pt", pipeline=pipe)
     raw = torch.load(p, weights_only=True)
-    assert raw["format_version"] == CHECKPOINT_FORMAT == 2
+    assert raw["format_version"] == CHECKPOINT_FORMAT == 3
     assert isinstance(raw["src_vocab"], str) and raw["src_vocab"].startswith("<pad>\n<unk>\n")
     assert raw["pipeline"]["truecase"] == {"src": "Paris\nNATO\nthe", "tgt": "Paris\n"}
     back = load_checkpoint(p)

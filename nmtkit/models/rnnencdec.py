@@ -3,8 +3,10 @@ using RNN Encoder-Decoder for Statistical Machine Translation", as the baseline 
 (2015): same sizes, initialisation and maxout deep output (docs/paper-notes.md).
 
 A one-direction GRU encoder, c = tanh(V h_T), s_0 = tanh(V' c); c enters every decoder gate
-and the deep output, which reads s_{i-1}. No attention: `step` and `decode_features` return
-all-zero weights in its place, so that beam search and ensembles need no special case.
+and the deep output, which reads s_i, the state that has read y_{i-1} (Cho et al.'s
+p(y_t | ...) = g(h_t, y_{t-1}, c), h_t = f(h_{t-1}, y_{t-1}, c)). No attention: `step` and
+`decode_features` return all-zero weights in its place, so that beam search and ensembles need
+no special case.
 """
 from __future__ import annotations
 
@@ -103,10 +105,10 @@ class RNNEncDec(Accelerated):
         """s_0 = tanh(V' c): (B, d)."""
         return torch.tanh(self.V_s(enc.summary)).to(self.V_s.weight.dtype)
 
-    def _update(self, s: Tensor, x_gates: Tensor, q_zr: Tensor | None = None) -> Tensor:
-        """s_i from s_{i-1} (B, d) and the gate inputs [W.. E y + C.. c] (B, 3d); q_zr: U_zr s or None."""
+    def _update(self, s: Tensor, x_gates: Tensor) -> Tensor:
+        """s_i from s_{i-1} (B, d) and the gate inputs [W.. E y + C.. c] (B, 3d)."""
         d = self.config.dec_hidden
-        zr = torch.sigmoid(x_gates[:, : 2 * d] + (self.U_zr(s) if q_zr is None else q_zr))
+        zr = torch.sigmoid(x_gates[:, : 2 * d] + self.U_zr(s))
         z, r = zr[:, :d], zr[:, d:]
         cand = torch.tanh(x_gates[:, 2 * d :] + self.U(r * s))
         return s + z * (cand - s)
@@ -126,31 +128,27 @@ class RNNEncDec(Accelerated):
         return self.W_in(emb) + c_gates, self.V_o(emb) + c_out
 
     def int8_stacks(self) -> dict[str, tuple[str | None, tuple[str, ...]]]:
-        """A step's products of E y_{i-1} ([W; W_z; W_r; V_o]) and of s_{i-1} ([U_z; U_r; U_o])."""
-        return {"embedding": ("tgt_embed", ("W_in", "V_o")), "state": (None, ("U_zr", "U_o"))}
+        """A step's products of E y_{i-1} ([W; W_z; W_r; V_o])."""
+        return {"embedding": ("tgt_embed", ("W_in", "V_o"))}
 
     def decode_features(self, enc: EncoderOut, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
         """Teacher forcing. tgt_in (B, T) -> (t (B, T, l), zeros (B, T, S'))."""
         x_gates, x_out = self._inputs(enc, tgt_in)
         s = self.init_state(enc)
         states = []
-        for i, xg in enumerate(x_gates.unbind(1)):  # unbind: one stack in the backward pass
+        for xg in x_gates.unbind(1):  # unbind: one stack in the backward pass
+            s = self._update(s, xg)
             states.append(s)
-            if i + 1 < tgt_in.size(1):
-                s = self._update(s, xg)
-        s_prev = torch.stack(states, dim=1)
-        no_attn = s_prev.new_zeros(s_prev.size(0), s_prev.size(1), enc.mask.size(1))
-        return self.drop(maxout_pairs(self.U_o(s_prev) + x_out)), no_attn
+        s_new = torch.stack(states, dim=1)
+        no_attn = s_new.new_zeros(s_new.size(0), s_new.size(1), enc.mask.size(1))
+        return self.drop(maxout_pairs(self.U_o(s_new) + x_out)), no_attn
 
     def step_features(self, prev_tokens: Tensor, state: Tensor, enc: EncoderOut
                       ) -> tuple[Tensor, Tensor, Tensor]:
         """y_{i-1} (B,), s_{i-1} (B, d) -> (t_i (B, l), s_i, zeros (B, S'))."""
         x_gates, x_out = self._inputs(enc, prev_tokens)
-        stack = self.decode_stacks.get("state")
-        q_zr, u_o = stack(state).split(stack.sizes, dim=1) if stack is not None else (None, self.U_o(state))
-        feats = self.drop(maxout_pairs(u_o + x_out))
-        no_attn = state.new_zeros(state.size(0), enc.mask.size(1))
-        return feats, self._update(state, x_gates, q_zr), no_attn
+        s = self._update(state, x_gates)
+        return self.drop(maxout_pairs(self.U_o(s) + x_out)), s, state.new_zeros(state.size(0), enc.mask.size(1))
 
     def output_projection(self) -> nn.Linear:
         return self.W_o
