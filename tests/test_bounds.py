@@ -525,6 +525,7 @@ def test_a_stop_signal_ends_a_validation_at_its_next_batch_and_resume_runs_it_ag
 
     import nmtkit.train.validate as validate_mod
     from nmtkit.checkpoint import load_checkpoint
+    from nmtkit.train import TrainInterrupted
     from tests.conftest import records, tiny_options, tiny_overrides, train_run
 
     real, calls = validate_mod.collate, []
@@ -538,8 +539,9 @@ def test_a_stop_signal_ends_a_validation_at_its_next_batch_and_resume_runs_it_ag
 
     opts = tiny_options(max_updates=20, valid_every=10, save_every=20, valid_batch_size=2, valid_bleu_samples=0)
     monkeypatch.setattr(validate_mod, "collate", collate)
-    result = train_run(data_dir, tmp_path / "run", opts, tiny_overrides())
-    assert result.reason == "SIGTERM" and result.update == 10, result
+    with pytest.raises(TrainInterrupted) as stop:
+        train_run(data_dir, tmp_path / "run", opts, tiny_overrides())
+    assert stop.value.result.reason == "SIGTERM" and stop.value.result.update == 10, stop.value.result
     assert len(calls) == 2  # the validation's other batches (a dozen) were never run
     assert load_checkpoint(tmp_path / "run" / "checkpoint_last.pt")["trainer"]["update"] == 10
     assert records(tmp_path / "run", "valid") == []

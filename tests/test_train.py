@@ -113,6 +113,30 @@ def test_nmtkit_train_takes_the_options_by_their_long_names_and_refuses_unknown_
     assert nmtkit.train(data_dir, tmp_path / "run", resume=True, max_updates=3).update == 3
 
 
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_stop_signal_in_nmtkit_train_saves_the_run_then_raises_as_ctrl_c_does(data_dir, tmp_path, sig):
+    """From Python (a script, a notebook) Ctrl-C returned a TrainResult as a finished run does, and
+    the caller's code went on; now the run saves checkpoint_last.pt, then raises a KeyboardInterrupt."""
+    import os
+    import signal
+
+    import nmtkit
+    from nmtkit.train.events import Callbacks
+
+    class SignalAt3(Callbacks):
+        def on_update(self, update, epoch):
+            handler = signal.getsignal(getattr(signal, sig))
+            if update == 3 and type(getattr(handler, "__self__", None)).__name__ == "StopSignals":
+                os.kill(os.getpid(), getattr(signal, sig))
+
+    with pytest.raises(KeyboardInterrupt, match=f"^{sig} at update 3: checkpoint_last.pt saved") as stop:
+        nmtkit.train(data_dir, tmp_path / "run", arch="rnnsearch", max_updates=100, device="cpu", threads=1,
+                     valid_every=100, valid_bleu_samples=0, callbacks=SignalAt3(), **TINY_MODEL)
+    assert isinstance(stop.value, nmtkit.train.TrainInterrupted) and stop.value.result.reason == sig
+    assert load_checkpoint(tmp_path / "run" / "checkpoint_last.pt")["trainer"]["update"] == 3
+    assert nmtkit.train(data_dir, tmp_path / "run", resume=True, max_updates=4).update == 4
+
+
 def test_train_run_takes_typed_options_not_a_dict(data_dir, tmp_path):
     with pytest.raises(TypeError, match="TrainOptions"):
         train_run(data_dir, tmp_path / "run", dict(max_updates=1))

@@ -75,6 +75,8 @@ def train_cmd(ctx: click.Context, data_dir: str, save_dir: str, resume: bool, fo
     try:
         config = train.RunConfig(data_dir, save_dir, train_options, model_overrides, resume=resume, force=force)
         result = train.run(config, reporter)
+    except train.TrainInterrupted as stop:  # its checkpoint saved: one line and a signal's exit status
+        result = stop.result
     finally:
         reporter.close()
     if info.is_main and not quiet:

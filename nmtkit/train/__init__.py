@@ -43,12 +43,12 @@ from nmtkit.io.dirs import (
 from nmtkit.io.files import check_output_dir, write_text
 from nmtkit.options import off_default, refuse_without
 from nmtkit.train.config import RunConfig, TrainConfig, TrainOptions, training_defaults
-from nmtkit.train.events import CALLBACK_METHODS, Callbacks, FanOut, TrainResult
+from nmtkit.train.events import CALLBACK_METHODS, Callbacks, FanOut, TrainInterrupted, TrainResult
 from nmtkit.train.metrics import TensorBoardCallbacks, keep_early_records, require_tensorboard
 from nmtkit.train.presets import ModelOverrides, resolve_model
 from nmtkit.train.resume import config_text, resumed_configs
 
-__all__ = ["RunConfig", "TrainOptions", "TrainResult", "run", "train"]
+__all__ = ["RunConfig", "TrainInterrupted", "TrainOptions", "TrainResult", "run", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,8 @@ def train(data_dir: str | os.PathLike, run_dir: str | os.PathLike, *, preset: st
           resume: bool = False, force: bool = False, callbacks: Callbacks | Sequence[Callbacks] = (),
           **options: Any) -> TrainResult:
     """`nmtkit train --data DATA_DIR --save-dir RUN_DIR ...` from Python: `options` are its options by
-    their long names (`TrainOptions`'s and `ModelOverrides`' fields)."""
+    their long names (`TrainOptions`'s and `ModelOverrides`' fields). Ctrl-C, SIGTERM or SIGHUP saves
+    checkpoint_last.pt, then raises `TrainInterrupted` (a KeyboardInterrupt) holding the `TrainResult`."""
     train_names = {f.name for f in dataclasses.fields(TrainOptions)}
     model_names = {f.name for f in dataclasses.fields(ModelOverrides)}
     unknown = sorted(set(options) - train_names - model_names)
@@ -134,7 +135,7 @@ def _new_configs(data: Any, options: TrainOptions, model: ModelOverrides) -> tup
 
 
 def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> TrainResult:
-    """Train (or resume) a model as `config` says; `callbacks` receive the run's events on rank 0."""
+    """Train (or resume) as `config` says, `callbacks` getting rank 0's events; a stop signal: as in `train`."""
     from nmtkit import signals
     from nmtkit.checkpoint import load_checkpoint
     from nmtkit.train import distributed as ddp
@@ -143,8 +144,7 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
     if not isinstance(config, RunConfig):
         raise TypeError(f"nmtkit.train.run takes a RunConfig, not {type(config).__name__}")
     callbacks = _checked_callbacks(callbacks)
-    data_dir, resume, force = config.data_dir, config.resume, config.force
-    save_dir = Path(config.save_dir)
+    data_dir, resume, force, save_dir = config.data_dir, config.resume, config.force, Path(config.save_dir)
     info = ddp.env_info()
     check_outputs_vs_inputs([("--data", data_dir)], folders=[("--save-dir", save_dir, is_run_file)])
     if info.is_main:
@@ -160,11 +160,9 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
         data = DataDir.open(data_dir)
         data.valid_split()  # a dev set to validate on, before anything is written
         ckpt = load_checkpoint(save_dir / LAST) if resume else None
-        if ckpt is not None:
-            cfg, arch, model_config = resumed_configs(ckpt, data, data_dir, save_dir, config.options, config.model,
-                                                       info.world_size)
-        else:
-            cfg, arch, model_config = _new_configs(data, config.options, config.model)
+        cfg, arch, model_config = (_new_configs(data, config.options, config.model) if ckpt is None else
+                                   resumed_configs(ckpt, data, data_dir, save_dir, config.options, config.model,
+                                                   info.world_size))
         tb_dir = _checked_tensorboard_dir(cfg, data_dir)
         data.check_bleu_samples(cfg.valid_bleu_samples)  # dev BLEU of nothing: nan, never shown, never a best
         _check_hardware(cfg, arch, resolve_device(cfg.device, info.local_rank))  # before anything is written
@@ -179,7 +177,7 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
         commit = None if staging is None else functools.partial(commit_run, staging, save_dir, force)
         if staging is not None and tb_dir is not None and real_path(tb_dir) == real_path(save_dir / "tensorboard"):
             tb_dir = staging / "tensorboard"  # committed with the run's files
-        return _train(cfg, data, staging or save_dir, commit, arch, model_config, ckpt, callbacks, info, tb_dir)
+        result = _train(cfg, data, staging or save_dir, commit, arch, model_config, ckpt, callbacks, info, tb_dir)
     except BaseException:
         # a new run that failed before its first checkpoint: its staging folder goes, with torchrun's
         # SIGTERM (sent to every rank once one has failed) held off, not half deleted
@@ -193,6 +191,9 @@ def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> T
         logging.getLogger("nmtkit").setLevel(level)
         if lock is not None:
             lock.release()
+    if result.interrupted:
+        raise TrainInterrupted(result)
+    return result
 
 
 def _lock_run(save_dir: Path) -> DirLock:

@@ -1,6 +1,7 @@
 """What a training run tells its caller and remembers: typed events, the `Callbacks` that receive
-them, the `TrainState` saved in every checkpoint and the `TrainResult` a run returns. A log and a
-validation event are also the records of metrics.jsonl (`record()`)."""
+them, the `TrainState` saved in every checkpoint and the `TrainResult` a run returns (raised in a
+`TrainInterrupted` after a stop signal). A log and a validation event are also the records of
+metrics.jsonl (`record()`)."""
 from __future__ import annotations
 
 import math
@@ -158,3 +159,13 @@ class TrainResult:
     @property
     def interrupted(self) -> bool:
         return self.reason.startswith("SIG")
+
+
+class TrainInterrupted(KeyboardInterrupt):
+    """A stop signal ended the run once it saved checkpoint_last.pt (`result`: where): raised as Ctrl-C
+    raises elsewhere, so that a caller's code after the run does not go on as after a finished one."""
+
+    def __init__(self, result: TrainResult):
+        super().__init__(f"{result.reason} at update {result.update}: checkpoint_last.pt saved (resume=True "
+                         "continues)")
+        self.result = result
