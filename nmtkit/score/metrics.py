@@ -122,14 +122,14 @@ def corpus_score(metric, hyps: Sequence[str], refs: Sequence[Sequence[str]]):
 
 
 def _stats_methods(metric):
-    """sacrebleu's private per-line statistics and score of their sums (checked with sacrebleu 2.3 to 2.6)."""
+    """sacrebleu's private per-line statistics and score of their sums (checked with sacrebleu 2.3.2 to 2.6.0)."""
     try:
         return metric._extract_corpus_statistics, metric._compute_score_from_stats
     except AttributeError:
         from sacrebleu import __version__
 
         raise ConfigError(f"sacrebleu {__version__} lacks the line statistics nmtkit score sums (it works with "
-                          "sacrebleu 2.3 to 2.6: pip install 'sacrebleu>=2.3,<2.7')") from None
+                          "sacrebleu 2.3.2 to 2.6: pip install 'sacrebleu>=2.3.2,<2.7')") from None
 
 
 def _verbose(score) -> str:
