@@ -330,7 +330,8 @@ def test_a_request_whose_body_is_still_arriving_at_the_stop_is_read_and_answered
 
 def test_an_aiohttp_that_renamed_a_private_name_serve_uses_is_one_error_before_serving(translator, monkeypatch):
     """serve makes its connection handlers from aiohttp's private `Server._kwargs`: a release that
-    renamed it served, then failed every connection with an AttributeError traceback in the log."""
+    renamed it started serving, then closed every connection unanswered (an AttributeError in
+    asyncio's protocol factory)."""
     from aiohttp import web
 
     from nmtkit.errors import ConfigError
