@@ -22,11 +22,11 @@ setup(
         "sacremoses>=0.1",
         "regex>=2022.1",  # protected patterns matched with a time limit (also a sacremoses dependency)
         "subword-nmt>=0.3.8",
-        "sacrebleu>=2.3",
+        "sacrebleu>=2.3.2",  # 2.3.0-2.3.1 log the "spm" deprecation for flores101/200 too
         "rich>=13",
         "numpy>=1.24",
         "matplotlib>=3.7",
-        "aiohttp>=3.9",  # nmtkit serve: HTTP server, and the client its tests and benchmark use
+        "aiohttp>=3.10.6",  # nmtkit serve (its stop reads a request flag new in 3.10.6), the client its tests and benchmark use
     ],
     extras_require={
         "tensorboard": ["tensorboard>=2.10"],  # nmtkit train --tensorboard DIR

@@ -328,6 +328,33 @@ def test_a_request_whose_body_is_still_arriving_at_the_stop_is_read_and_answered
     assert len(json.loads(body)["translations"]) == 1
 
 
+def test_an_aiohttp_that_renamed_a_private_name_serve_uses_is_one_error_before_serving(translator, monkeypatch):
+    """serve makes its connection handlers from aiohttp's private `Server._kwargs`: a release that
+    renamed it started serving, then closed every connection unanswered (an AttributeError in
+    asyncio's protocol factory)."""
+    from aiohttp import web
+
+    from nmtkit.errors import ConfigError
+
+    real = web.Server.__init__
+
+    def renamed(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        self._handler_kwargs = self.__dict__.pop("_kwargs")
+
+    monkeypatch.setattr(web.Server, "__init__", renamed)
+
+    async def main():
+        runner = make_runner(make_app(translator, CONFIG), CONFIG)
+        try:
+            await runner.setup()
+        finally:
+            await runner.cleanup()
+
+    with pytest.raises(ConfigError, match=r"^aiohttp [\d.]+ lacks '_kwargs', which nmtkit serve uses"):
+        asyncio.run(main())
+
+
 def test_a_malformed_request_is_not_echoed_whole_into_its_error_and_log_line(translator):
     """aiohttp's parser quotes the request's bytes up to the next line break: an HTTP/1.0 POST
     without Content-Length put its whole body (64 KB and more) in the error and the server's log."""

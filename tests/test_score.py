@@ -320,6 +320,17 @@ def test_tokenize_spm_leaves_stderr_to_nmtkits_own_lines(files, monkeypatch):
     assert "|tok:flores101|" in json.loads(out)["systems"][0]["scores"][0]["signature"]
 
 
+def test_a_sacrebleu_without_the_private_line_statistics_score_sums_is_one_error_line(files, monkeypatch):
+    """score sums sacrebleu's per-line statistics through two private methods: a release that
+    renamed them ended score with an AttributeError traceback."""
+    from sacrebleu.metrics.base import Metric
+
+    monkeypatch.delattr(Metric, "_extract_corpus_statistics")
+    code, out, err = score(["--hyp", "{hyp}", "--ref", "{ref}"], files)
+    assert code == CONFIG and out == "", err
+    assert len(err.splitlines()) == 1 and "lacks the line statistics nmtkit score sums" in err, err
+
+
 # ---------------------------------------------------------------------------------------------
 # Paper-style BLEU (multi-bleu.perl on Moses tokens)
 

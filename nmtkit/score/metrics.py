@@ -103,24 +103,38 @@ def corpus_scores(hyps: Sequence[str], refs: Sequence[Sequence[str]], metrics: S
         sig = metric.get_signature().format()
         label = score.name
         if key == "bleu":
-            tok = metric.tokenizer_signature
+            tok = dict(kv.split(":", 1) for kv in sig.split("|"))["tok"]
             label = f"BLEU (sacrebleu on detokenised text, tok {tok}{', lowercased' if lowercase else ''})"
         details = _bleu_details(score) if key == "bleu" else {}
-        out.append(MetricScore(key, score.name, label, float(score.score), sig, score._verbose, details))
+        out.append(MetricScore(key, score.name, label, float(score.score), sig, _verbose(score), details))
     return out
 
 
 def corpus_score(metric, hyps: Sequence[str], refs: Sequence[Sequence[str]]):
     """`metric.corpus_score(hyps, refs)`, its line statistics summed SCORE_CHUNK_LINES lines at a
     time in sacrebleu's order (the same sums), not every reference line's n-grams held at once."""
-    from sacrebleu.utils import sum_of_lists
-
+    line_stats, score_of = _stats_methods(metric)
     total = None
     for i in range(0, len(hyps), SCORE_CHUNK_LINES):
-        part = [r[i:i + SCORE_CHUNK_LINES] for r in refs]
-        stats = metric._extract_corpus_statistics(hyps[i:i + SCORE_CHUNK_LINES], part)
-        total = sum_of_lists(stats if total is None else [total, *stats])
-    return metric._compute_score_from_stats(total)
+        for stats in line_stats(hyps[i:i + SCORE_CHUNK_LINES], [r[i:i + SCORE_CHUNK_LINES] for r in refs]):
+            total = stats if total is None else [a + b for a, b in zip(total, stats)]
+    return score_of(total)
+
+
+def _stats_methods(metric):
+    """sacrebleu's private per-line statistics and score of their sums (checked with sacrebleu 2.3.2 to 2.6.0)."""
+    try:
+        return metric._extract_corpus_statistics, metric._compute_score_from_stats
+    except AttributeError:
+        from sacrebleu import __version__
+
+        raise ConfigError(f"sacrebleu {__version__} lacks the line statistics nmtkit score sums (it works with "
+                          "sacrebleu 2.3.2 to 2.6: pip install 'sacrebleu>=2.3.2,<2.7')") from None
+
+
+def _verbose(score) -> str:
+    """What sacrebleu's score line (`str(score)`: "BLEU = 48.53 82.4/50.0/45.5/37.5 (BP = ...)") says after the score."""
+    return str(score).partition(" = ")[2].partition(" ")[2]
 
 
 def _check_streams(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> None:
@@ -162,7 +176,7 @@ def multibleu(hyps_tok: Sequence[str], refs_tok: Sequence[Sequence[str]], lang: 
     sig = metric.get_signature()
     sig.update("tok", f"moses-{lang}" if lang else "moses")
     return MetricScore("paper_bleu", "BLEU", PAPER_BLEU_LABEL, float(score.score),
-                       sig.format() + "|multi-bleu.perl", score._verbose, _bleu_details(score))
+                       sig.format() + "|multi-bleu.perl", _verbose(score), _bleu_details(score))
 
 
 def paper_bleu(hyps: Sequence[str], refs: Sequence[Sequence[str]], lang: str, workers: int = 1) -> MetricScore:

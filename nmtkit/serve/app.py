@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from aiohttp import HttpVersion11, web
-from aiohttp.web_protocol import RequestHandler
+from aiohttp import __version__ as aiohttp_version
 
 from nmtkit import signals
-from nmtkit.errors import NmtkitError, OutputError
+from nmtkit.errors import ConfigError, NmtkitError, OutputError
 from nmtkit.serve.batcher import Batcher, ClientGone, DecodeThread, Limits, ServeConfig
 from nmtkit.text.io import BOM
 
@@ -422,19 +422,20 @@ async def _expect(request: web.Request) -> web.StreamResponse | None:
     return None
 
 
-class _JsonErrorHandler(RequestHandler):
+class _JsonErrorHandler(web.RequestHandler):
     """aiohttp's connection handler, answering what never reaches a route (a malformed request, a
     handler that failed outright) with the one-line JSON error and one log line, instead of a
     text/plain page and a traceback in the log."""
+
+    nmtkit_log_line: Callable[[str], None] | None
 
     def handle_error(self, request, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:
         reason = message or (getattr(exc, "message", None) or str(exc) if exc is not None else "") or \
             HTTPStatus(status).phrase
         reason = " ".join(str(reason).split())[:200]  # the parser quotes the request up to a line break: 64 KB
-        log_line = getattr(self._manager, "nmtkit_log_line", None)
-        if log_line is not None:
-            log_line(f"{request.remote} bad request {status}: {reason}")
+        if self.nmtkit_log_line is not None:
+            self.nmtkit_log_line(f"{request.remote} bad request {status}: {reason}")
         if request.writer.output_size > 0:
             raise ConnectionError("the response was sent already, the error cannot be")
         prefix = "malformed HTTP request: " if status == 400 else ""
@@ -443,16 +444,32 @@ class _JsonErrorHandler(RequestHandler):
         return response
 
     def data_received(self, data: bytes) -> None:
-        """aiohttp drops what arrives once the server is stopping (its close flags), the rest of a
-        request body in flight too, which would then wait out --body-timeout: that rest is read."""
+        """aiohttp drops what arrives once the server is stopping (its private close flags, as in
+        aiohttp 3.10.6 to 3.14.5), the rest of a request body in flight too, which would then wait
+        out --body-timeout: that rest is read."""
         closing = self._close, self._force_close
-        # private names: an aiohttp without them drops the rest
-        if getattr(self, "_request_in_progress", False) and self.transport is not None:
+        if self._request_in_progress and self.transport is not None:
             self._close = self._force_close = False
         try:
             super().data_received(data)
         finally:
             self._close, self._force_close = self._close or closing[0], self._force_close or closing[1]
+
+
+class _JsonErrorServer(web.Server):
+    nmtkit_log_line: Callable[[str], None] | None = None
+
+    def __call__(self) -> web.RequestHandler:
+        """A connection's `_JsonErrorHandler`, made as aiohttp's own from its private `_loop` and `_kwargs`
+        (checked with aiohttp 3.10.6 to 3.14.5); a ConfigError, at the start, where a release renamed them."""
+        try:
+            handler = _JsonErrorHandler(self, loop=self._loop, **self._kwargs)
+            _ = handler._close, handler._force_close, handler._request_in_progress  # data_received's
+        except AttributeError as err:
+            raise ConfigError(f"aiohttp {aiohttp_version} lacks {err.name!r}, which nmtkit serve uses (it works with "
+                              "aiohttp 3.10.6 to 3.14: pip install 'aiohttp>=3.10.6,<3.15')") from None
+        handler.nmtkit_log_line = self.nmtkit_log_line
+        return handler
 
 
 class ServeRunner(web.AppRunner):
@@ -462,16 +479,11 @@ class ServeRunner(web.AppRunner):
         super().__init__(app, **kwargs)
         self._log_line = log_line
 
-    async def _make_server(self) -> web.Server:
-        server = await super()._make_server()
-        server.__class__ = _JsonErrorServer
-        server.nmtkit_log_line = self._log_line  # type: ignore[attr-defined]
-        return server
-
-
-class _JsonErrorServer(web.Server):
-    def __call__(self) -> RequestHandler:
-        return _JsonErrorHandler(self, loop=self._loop, **self._kwargs)
+    async def setup(self) -> None:
+        _JsonErrorServer(None)()  # aiohttp's private names, checked before the app starts
+        await super().setup()
+        self.server.__class__ = _JsonErrorServer
+        self.server.nmtkit_log_line = self._log_line
 
 
 def make_runner(app: web.Application, config: ServeConfig,
