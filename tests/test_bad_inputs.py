@@ -565,6 +565,18 @@ def test_stdout_is_utf8_whatever_the_locale_says(encoding, monkeypatch):
     assert (code, out, err) == (0, "héllo wörld\n", "")
 
 
+def test_a_file_name_that_is_not_utf8_is_written_to_stdout_as_its_own_bytes(tmp_path, monkeypatch):
+    """Under a UTF-8 locale (stdout's errors strict; PYTHONIOENCODING=utf-8 here) `score` with a
+    --hyp named in Latin-1 (the name holds a surrogate) ended in a UnicodeEncodeError traceback."""
+    monkeypatch.setenv("PYTHONIOENCODING", "utf-8")
+    ref = tmp_path / "ref.fr"
+    ref.write_text("le chat\n", encoding="utf-8")
+    hyp = tmp_path / os.fsdecode(b"h\xffp.fr")
+    hyp.write_text("le chien\n", encoding="utf-8")
+    code, out, err = run_cli(["score", "--hyp", str(ref), "--hyp", str(hyp), "-r", str(ref), "-q"], process=True)
+    assert (code, err) == (0, "") and "# h\\xffp.fr" in out, err
+
+
 @pytest.mark.parametrize("stderr", ["full", "reader gone"])
 def test_a_stderr_that_cannot_be_written_fails_no_run_whose_outputs_are(world, stderr):
     """`nmtkit translate ... 2>/dev/full` (or a stderr pipe whose reader went away): the
