@@ -116,7 +116,9 @@ class _NamedStdout(_Wrapped):
 
 class _ClosedStream:
     """Stands for a standard stream the process was started without (`>&-`, `<&-`; Python leaves
-    None): using it is an OSError naming it; flushing it and `isatty` are not uses."""
+    None): using it is an OSError naming it; flushing it, `isatty` and its encoding (which sympy,
+    imported by torch, reads) are not uses."""
+    encoding = errors = None
 
     def __init__(self, name: str):
         self._name = name
