@@ -97,6 +97,21 @@ def test_library_log_records_and_python_warnings_share_one_stderr_line_format(ca
         assert "not for stderr" not in err
 
 
+@pytest.mark.parametrize("quiet", [False, True])
+def test_matplotlibs_warnings_share_the_line_format_and_quiet_silences_them(tmp_path, monkeypatch, quiet):
+    """With an MPLCONFIGDIR (or HOME) that cannot be written, matplotlib's two warnings reached
+    stderr through logging's last resort: unprefixed, and even under -q."""
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "in.txt" / "mpl"))  # under a file: even root fails
+    (tmp_path / "in.txt").write_text("le chat\n", encoding="utf-8")
+    txt = str(tmp_path / "in.txt")
+    code, _, err = run_cli(["score", "--hyp", txt, "-r", txt, "--src", txt, "--plot", str(tmp_path / "p.png"),
+                            *(["-q"] if quiet else [])], process=True)
+    assert code == 0 and (tmp_path / "p.png").is_file()
+    lines = err.splitlines()
+    assert lines == [] if quiet else any("MPLCONFIGDIR" in x for x in lines) and all(
+        x.startswith("nmtkit: ") for x in lines), err
+
+
 _END = """
 import atexit, sys, threading, time
 import torch  # noqa: F401  (the teardown worth skipping is torch's)
