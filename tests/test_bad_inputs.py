@@ -264,6 +264,12 @@ def _existing(w: World, name: str, mode: int) -> Path:
     return p
 
 
+def _data_copy(w: World, name: str, mode: int) -> Path:
+    p = shutil.copytree(w.data, w.tmp / name)
+    os.chmod(p, mode)
+    return p
+
+
 ROWS = [
     # ---- data loss: nodes are written in place, never replaced --------------------------------
     Row("translate-o-chardev-force", lambda w: _translate(w, "-o", str(w.char_device("null")), "--force"), ok=True,
@@ -286,6 +292,9 @@ ROWS = [
         check=lambda w: _mode(w.tmp / "run-mode" / "checkpoint_last.pt", 0o666 & ~umask())),
     Row("preprocess-data-dir-mode", lambda w: _preprocess(w, w.tmp / "pp-mode"), ok=True,
         check=lambda w: _mode(w.tmp / "pp-mode", 0o777 & ~umask())),
+    Row("preprocess-force-keeps-the-data-dirs-mode", lambda w: _preprocess(w, _data_copy(w, "pp-keep", 0o750), "corpus",
+                                                                          "--force"), ok=True,
+        check=lambda w: _mode(w.tmp / "pp-keep", 0o750)),
     # ---- outputs checked before the work starts ----------------------------------------------------
     Row("translate-o-readonly", lambda w: _translate(w, "-o", str(w.readonly() / "out.txt")),
         needles=("out.txt", "Read-only file system")),
