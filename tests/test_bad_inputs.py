@@ -521,6 +521,14 @@ def test_columns_0_loses_no_summary(world, monkeypatch):
     assert code == 0 and "dropped from train" in err and "vocabularies" in err, err
 
 
+def test_a_narrow_terminal_cuts_no_number_of_the_summary_short(world, monkeypatch):
+    """At 40 columns (a split pane) preprocess's summary table cut its columns to fit: "6,2…" for
+    6,212 tokens, "0.…" for an UNK rate."""
+    monkeypatch.setenv("COLUMNS", "40")
+    code, _, err = run_cli([a for a in _preprocess(world, world.tmp / "d-narrow") if a != "--quiet"])
+    assert code == 0 and "…" not in err and "en tokens" in err and "fr UNK%" in err, err
+
+
 def check_row(row: Row, world: World) -> None:
     """Run one row and check what it must do (the table's one judge; sibling tables use it too)."""
     argv = row.argv(world)
