@@ -264,10 +264,10 @@ def _existing(w: World, name: str, mode: int) -> Path:
     return p
 
 
-def _data_copy(w: World, name: str, mode: int) -> Path:
-    p = shutil.copytree(w.data, w.tmp / name)
-    os.chmod(p, mode)
-    return p
+def _data_copy_of_mode(w: World, mode: int) -> Path:
+    d = _data_copy(w)
+    os.chmod(d, mode)
+    return d
 
 
 ROWS = [
@@ -292,9 +292,9 @@ ROWS = [
         check=lambda w: _mode(w.tmp / "run-mode" / "checkpoint_last.pt", 0o666 & ~umask())),
     Row("preprocess-data-dir-mode", lambda w: _preprocess(w, w.tmp / "pp-mode"), ok=True,
         check=lambda w: _mode(w.tmp / "pp-mode", 0o777 & ~umask())),
-    Row("preprocess-force-keeps-the-data-dirs-mode", lambda w: _preprocess(w, _data_copy(w, "pp-keep", 0o750), "corpus",
-                                                                          "--force"), ok=True,
-        check=lambda w: _mode(w.tmp / "pp-keep", 0o750)),
+    Row("preprocess-force-keeps-the-data-dirs-mode",
+        lambda w: _preprocess(w, _data_copy_of_mode(w, 0o750), "corpus", "--force"), ok=True,
+        check=lambda w: _mode(w.tmp / "data-copy", 0o750)),
     # ---- outputs checked before the work starts ----------------------------------------------------
     Row("translate-o-readonly", lambda w: _translate(w, "-o", str(w.readonly() / "out.txt")),
         needles=("out.txt", "Read-only file system")),
