@@ -1,12 +1,13 @@
 """The `nmtkit` command itself: help, version, stubs, and no torch at start-up."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, tiny_train_args
 
 SUBCOMMANDS = ["preprocess", "select-data", "train", "translate", "score", "serve", "average"]
 
@@ -96,6 +97,21 @@ def test_library_log_records_and_python_warnings_share_one_stderr_line_format(ca
         assert "not for stderr" not in err
 
 
+@pytest.mark.parametrize("quiet", [False, True])
+def test_matplotlibs_warnings_share_the_line_format_and_quiet_silences_them(tmp_path, monkeypatch, quiet):
+    """With an MPLCONFIGDIR (or HOME) that cannot be written, matplotlib's two warnings reached
+    stderr through logging's last resort: unprefixed, and even under -q."""
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "in.txt" / "mpl"))  # under a file: even root fails
+    (tmp_path / "in.txt").write_text("le chat\n", encoding="utf-8")
+    txt = str(tmp_path / "in.txt")
+    code, _, err = run_cli(["score", "--hyp", txt, "-r", txt, "--src", txt, "--plot", str(tmp_path / "p.png"),
+                            *(["-q"] if quiet else [])], process=True)
+    assert code == 0 and (tmp_path / "p.png").is_file()
+    lines = err.splitlines()
+    assert lines == [] if quiet else any("MPLCONFIGDIR" in x for x in lines) and all(
+        x.startswith("nmtkit: ") for x in lines), err
+
+
 _END = """
 import atexit, sys, threading, time
 import torch  # noqa: F401  (the teardown worth skipping is torch's)
@@ -180,6 +196,17 @@ def test_a_closed_stdout_is_no_error_for_a_command_that_writes_a_file(tmp_path):
                           f"-o {tmp_path / 'out.txt'} >&-", shell=True, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out.txt").read_text() == "Hello , world !\n"
+
+
+def test_a_closed_stdout_whose_encoding_a_library_reads_is_no_error_for_train(data_dir, tmp_path):
+    """`train ... >&-` failed with "<stdout>: closed": sympy, which torch imports, reads
+    sys.stdout.encoding on import, as it may of Python's None for a closed stream."""
+    run = tmp_path / "run"
+    args = " ".join([*tiny_train_args(), "--data", str(data_dir), "--save-dir", str(run), "--max-updates", "1"])
+    proc = subprocess.run(f"{sys.executable} -m nmtkit train {args} -q >&-", shell=True, capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert (run / "checkpoint_last.pt").is_file()
 
 
 @pytest.mark.parametrize("error", [

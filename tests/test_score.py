@@ -669,6 +669,20 @@ def test_a_system_name_with_dollar_signs_is_drawn_as_written_not_as_a_formula(tm
     assert drawn == [(name, False)]  # (the text drawn, not mathtext)
 
 
+@pytest.mark.parametrize("name, shown", [("h\udcffp.fr", "h\ufffdp.fr"), ("donn\udcc3\udca9es", "données")])
+def test_a_system_named_by_a_file_name_that_is_not_utf8_is_drawn(tmp_path, monkeypatch, name, shown):
+    """A --hyp named in Latin-1, or in UTF-8 under LC_ALL=C with PYTHONUTF8=0, holds surrogates:
+    `score --plot` ended in a TypeError traceback from matplotlib's font code."""
+    from nmtkit.score import subsets
+
+    drawn: list[str] = []
+    monkeypatch.setattr(subsets, "save_figure", lambda fig, path, format: drawn.extend(
+        t.get_text() for t in fig.axes[0].get_legend().get_texts()))
+    rows = bleu_by_length([(name, ["a b c d e"])], [["a b c d e"]], [25], width=10, max_length=60)
+    subsets.plot_by_length(rows, [name], tmp_path / "p.png")
+    assert drawn == [shown]
+
+
 @pytest.mark.parametrize("width, max_length", [(10, 60), (5, 60), (1, 1000)])
 def test_the_plots_length_labels_never_overlap(tmp_path, monkeypatch, width, max_length):
     """13 buckets (--bucket-width 5) ran their labels into each other; 1,001 into a black smear."""

@@ -116,7 +116,9 @@ class _NamedStdout(_Wrapped):
 
 class _ClosedStream:
     """Stands for a standard stream the process was started without (`>&-`, `<&-`; Python leaves
-    None): using it is an OSError naming it; flushing it and `isatty` are not uses."""
+    None): using it is an OSError naming it; flushing it, `isatty` and its encoding (which sympy,
+    imported by torch, reads) are not uses."""
+    encoding = errors = None
 
     def __init__(self, name: str):
         self._name = name
@@ -207,8 +209,8 @@ def main(argv: list[str] | None = None) -> None:
     # before torch builds its first product
     limit_cpu_caches(TRAIN_ONEDNN_CACHE_CAPACITY if command_name == "train" else ONEDNN_CACHE_CAPACITY)
     real_stdin, real_stdout, real_stderr = sys.stdin, sys.stdout, sys.stderr
-    if hasattr(real_stdout, "reconfigure"):  # data is UTF-8, as in files and on stdin, whatever the locale says
-        real_stdout.reconfigure(encoding="utf-8", errors=real_stdout.errors)
+    if hasattr(real_stdout, "reconfigure"):  # UTF-8 whatever the locale says; a non-UTF-8 file name as its bytes
+        real_stdout.reconfigure(encoding="utf-8", errors="surrogateescape")
     sys.stdout = _NamedStdout(real_stdout) if real_stdout is not None else _ClosedStream("<stdout>")  # type: ignore
     if real_stderr is not None:
         sys.stderr = _Diagnostics(real_stderr)  # type: ignore[assignment]

@@ -188,11 +188,11 @@ class _StderrHandler(logging.StreamHandler):
         return super().format(record)
 
 
-WARNING_LOGGERS = ("nmtkit", "py.warnings")  # the library's loggers and Python's warnings
+WARNING_LOGGERS = ("nmtkit", "py.warnings", "matplotlib")  # ours, Python's warnings, the plots' library
 
 
 def setup_warnings(muted: bool = False) -> None:
-    """The `nmtkit` loggers' records at NOTE and above and Python's warnings through one stderr
+    """The `nmtkit` and matplotlib loggers' records at NOTE and above and Python's warnings through one stderr
     handler (idempotent); `muted`: it lets none through."""
     logging.captureWarnings(True)
     for name in WARNING_LOGGERS:

@@ -46,6 +46,8 @@ def _summary(console, manifest: dict) -> None:
     for name, s in manifest["splits"].items():
         table.add_row(name, f"{s['lines_in']:,}", f"{s['lines']:,}", f"{s['src_tokens']:,}", f"{s['tgt_tokens']:,}",
                       f"{100 * s['unk_rate']['src']:.2f}", f"{100 * s['unk_rate']['tgt']:.2f}")
+    # as wide as the table needs: a narrow terminal would cut its numbers short ("6,2…")
+    console.width = max(console.width, console.measure(table, options=console.options.update_width(10**4)).maximum)
     console.print(table)
     dropped = manifest["splits"]["train"]["dropped"]
     console.print("dropped from train: " + (", ".join(f"{r} {n:,}" for r, n in dropped.items() if n) or "nothing"))

@@ -145,7 +145,8 @@ def held_temp_dir(dest: str | Path, warn: Callable[[str], None]) -> Iterator[Pat
 def swap_in_dir(tmp: str | Path, dest: str | Path, check: Callable[[], None] = lambda: None) -> Path | None:
     """Put the finished folder `tmp` at `dest` once `check()` passes, the folder there renamed aside
     and deleted after, all under their folder's lock (two runs at once leave the later one's).
-    Returns what is left of the old one where it could not be deleted whole, else None."""
+    Returns what is left of the old one where it could not be deleted whole, else None. The new
+    folder takes the old one's mode, as a file written over keeps its own."""
     tmp, dest = Path(tmp), Path(dest)
     # never stopped between the renames: the old folder aside, no folder at dest
     with folders_locked([dest.parent]), signals.blocked():
@@ -153,6 +154,7 @@ def swap_in_dir(tmp: str | Path, dest: str | Path, check: Callable[[], None] = l
         if not dest.exists():
             os.rename(tmp, dest)
             return None
+        os.chmod(tmp, stat.S_IMODE(os.stat(dest).st_mode))
         old = Path(tempfile.mkdtemp(prefix=_stem(dest, ".old-12345678") + ".old-", dir=dest.parent))
         os.rmdir(old)
         os.rename(dest, old)

@@ -178,11 +178,12 @@ def plot_by_length(rows: Sequence[LengthBucket], names: Sequence[str], path: str
             markers = "os^vDx*+"
             for k, name in enumerate(names):
                 ys = [float("nan") if r.bleu.get(name) is None else r.bleu[name] for r in rows]
-                (line,) = ax.plot(x, ys, marker=markers[k % len(markers)], label=name)
+                shown = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")  # matplotlib draws no surrogate
+                (line,) = ax.plot(x, ys, marker=markers[k % len(markers)], label=shown)
                 if paper:
                     ps = [float("nan") if r.paper_bleu.get(name) is None else r.paper_bleu[name] for r in rows]
                     ax.plot(x, ps, marker=markers[k % len(markers)], linestyle="--", color=line.get_color(),
-                            label=f"{name} (paper-style BLEU)")
+                            label=f"{shown} (paper-style BLEU)")
             step = -(-len(rows) // 20)  # at most 20 labels, upright past 8: more overlapped into a smear
             ax.set_xticks(x[::step])
             ax.set_xticklabels([r.label for r in rows][::step], rotation=90 if len(rows) > 8 else 0)
