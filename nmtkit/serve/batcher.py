@@ -62,7 +62,8 @@ class ServeConfig:
         15.0, min=0, min_open=True, metavar="SECONDS", message="must be > 0 seconds",
         help="A connection that sends no complete request line and headers within this time (silent, too slow, "
              "or idle between requests) is closed.")
-    quiet: bool = option(False, names=("--quiet", "-q"), help="No per-request log lines or warnings on stderr (errors are still shown).")
+    quiet: bool = option(False, names=("--quiet", "-q"), help="No per-request log lines or warnings on stderr "
+                         "(still said: errors, where it listens, its stop, and a --host beyond this machine).")
     limits: Limits = field(default_factory=Limits)  # its fields are options of their own
     batch_size: int | None = option(None, min=1, cli=False,
                                     help="Most sentences gathered into one decoder call (None: the translator's).")
