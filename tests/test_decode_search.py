@@ -116,6 +116,55 @@ def test_a_beam_as_wide_as_the_search_space_finds_the_exact_best(lenpen):
         assert res[i][0].score == pytest.approx(score, abs=1e-4)
 
 
+@torch.no_grad()
+def _reference_beam(model, src, n, lim, K, lenpen):
+    """The textbook beam search of fairseq, one sentence and one hypothesis at a time: each step
+    ranks every (hypothesis, token) extension; the finite ones ending in EOS among the K best
+    finish (up to K in all), the K best others continue; the sentence ends with K finished or at
+    its length limit (EOS forced there). Returns the finished (score, tokens) best first."""
+    from nmtkit.text.vocab import PAD_ID
+
+    enc = model.encode(src[None, :n], torch.tensor([n]))
+    live = [([], 0.0, model.init_state(enc))]  # (tokens, log-prob sum, state)
+    done = []
+    for t in range(lim + 1):
+        cands = []
+        for toks, lp_sum, st in live:
+            lp, new_st, _ = model.step(torch.tensor([toks[-1] if toks else BOS_ID]), st, enc)
+            lp = lp[0].float()
+            for v in range(lp.numel()):
+                s = lp_sum + float(lp[v])
+                if v not in (PAD_ID, BOS_ID) and (v == EOS_ID or t < lim) and math.isfinite(s):
+                    cands.append((s, toks, v, new_st))
+        cands.sort(key=lambda c: -c[0])
+        for s, toks, v, _ in cands[:K]:
+            if v == EOS_ID and len(done) < K:
+                done.append((s / (len(toks) + 1) ** lenpen, toks))
+        live = [(toks + [v], s, st) for s, toks, v, st in cands[: 2 * K] if v != EOS_ID][:K]
+        if len(done) >= K or not live:
+            break
+    return sorted(done, key=lambda d: -d[0])
+
+
+@pytest.mark.parametrize("tgt_vocab,beam,eos_bias", [(None, 4, 3.0), (6, 6, 0.0)])
+def test_nbest_lists_equal_the_textbook_beam_search(tgt_vocab, beam, eos_bias):
+    """Every finished hypothesis of the batched search, in order, is the textbook loop's: at most K
+    finish per sentence, from the K best candidates, never one scored -inf (a beam wider than the
+    target vocabulary: 6 > UNK, EOS and 2 words), and K continue from the 2K best (EOS made likely,
+    so that several of the best end)."""
+    model = tiny_model(seed=12, tgt_vocab=tgt_vocab)
+    _sharp(model, 2.0)
+    with torch.no_grad():
+        model.W_o.bias[EOS_ID] += eos_bias
+    src, lens = random_sources(12, B=5)
+    lim = max_lengths(lens, 1.0, 2)
+    res = beam_search(model, src, lens, beam=beam, nbest=beam, lenpen=1.0, max_len=lim)
+    for i, hyps in enumerate(res):
+        ref = _reference_beam(model, src[i], int(lens[i]), int(lim[i]), beam, 1.0)
+        assert [h.tokens for h in hyps] == [toks for _, toks in ref]
+        assert [h.score for h in hyps] == pytest.approx([s for s, _ in ref], abs=1e-5)
+
+
 def test_nbest_lists_are_sorted_distinct_and_scored_consistently():
     model = tiny_model(seed=4)
     _sharp(model, 3.0)
