@@ -116,6 +116,90 @@ def test_a_beam_as_wide_as_the_search_space_finds_the_exact_best(lenpen):
         assert res[i][0].score == pytest.approx(score, abs=1e-4)
 
 
+@torch.no_grad()
+def _reference_beam(model, src, n, lim, K, lenpen):
+    """The textbook beam search of fairseq, one sentence and one hypothesis at a time: each step
+    ranks every (hypothesis, token) extension; the finite ones ending in EOS among the K best
+    finish (up to K in all), the K best others continue; the sentence ends with K finished or at
+    its length limit (EOS forced there). Returns the finished (score, tokens) best first."""
+    from nmtkit.text.vocab import PAD_ID
+
+    enc = model.encode(src[None, :n], torch.tensor([n]))
+    live = [([], 0.0, model.init_state(enc))]  # (tokens, log-prob sum, state)
+    done = []
+    for t in range(lim + 1):
+        cands = []
+        for toks, lp_sum, st in live:
+            lp, new_st, _ = model.step(torch.tensor([toks[-1] if toks else BOS_ID]), st, enc)
+            lp = lp[0].float()
+            for v in range(lp.numel()):
+                s = lp_sum + float(lp[v])
+                if v not in (PAD_ID, BOS_ID) and (v == EOS_ID or t < lim) and math.isfinite(s):
+                    cands.append((s, toks, v, new_st))
+        cands.sort(key=lambda c: -c[0])
+        for s, toks, v, _ in cands[:K]:
+            if v == EOS_ID and len(done) < K:
+                done.append((s / (len(toks) + 1) ** lenpen, toks))
+        live = [(toks + [v], s, st) for s, toks, v, st in cands[: 2 * K] if v != EOS_ID][:K]
+        if len(done) >= K or not live:
+            break
+    return sorted(done, key=lambda d: -d[0])
+
+
+@pytest.mark.parametrize("tgt_vocab,beam", [(None, 4), (6, 6)])
+def test_nbest_lists_equal_the_textbook_beam_search(tgt_vocab, beam):
+    """Every finished hypothesis of the batched search, in order, is the textbook loop's: at most K
+    finish per sentence, from the K best candidates, never one scored -inf (a beam wider than the
+    target vocabulary: 6 > UNK, EOS and 2 words), and K continue from the 2K best."""
+    model = tiny_model(seed=12, tgt_vocab=tgt_vocab)
+    _sharp(model, 2.0)
+    src, lens = random_sources(12, B=5)
+    lim = max_lengths(lens, 1.0, 2)
+    res = beam_search(model, src, lens, beam=beam, nbest=beam, lenpen=1.0, max_len=lim)
+    for i, hyps in enumerate(res):
+        ref = _reference_beam(model, src[i], int(lens[i]), int(lim[i]), beam, 1.0)
+        assert [h.tokens for h in hyps] == [toks for _, toks in ref]
+        assert [h.score for h in hyps] == pytest.approx([s for s, _ in ref], abs=1e-5)
+
+class _Scripted(torch.nn.Module):
+    """A decoder whose next-token probabilities are a table of the target prefix (`probs`; any other
+    prefix: uniform over UNK, EOS and the words 4, 5), over a tiny model's encoder."""
+
+    grouped_encoder = False
+
+    def __init__(self, probs):
+        super().__init__()
+        self.encoder_model, self.probs = tiny_model(seed=0, tgt_vocab=6), probs
+
+    def encode_for_steps(self, src, lens):
+        return self.encoder_model.encode_for_steps(src, lens)
+
+    def init_state(self, enc):
+        return torch.zeros(enc.mask.size(0), 0, dtype=torch.long)  # the prefix so far, BOS first
+
+    def reorder(self, state, rows):
+        return state.index_select(0, rows)
+
+    def step(self, prev, state, enc, out=None):
+        hist = torch.cat([state, prev[:, None]], 1)
+        rows = [self.probs.get(tuple(h[1:].tolist()), {1: 0.25, 3: 0.25, 4: 0.25, 5: 0.25}) for h in hist]
+        lp = torch.tensor([[r.get(v, 1e-9) for v in range(6)] for r in rows]).log()
+        return lp, hist, torch.full(enc.mask.shape, 1.0 / enc.mask.size(1))
+
+
+def test_k_hypotheses_continue_however_many_of_the_2k_best_candidates_end():
+    """Beam 2: after the first step, [4 EOS] ends first and [5 EOS] third; [4 4] and [5 5] (the 4th
+    best) must both continue, and [5 5] ends next. Taking fewer than 2K candidates (here K + 1) lost
+    [5 5] and the search ran on with [4 4] alone."""
+    model = _Scripted({(): {4: 0.5, 5: 0.4, 3: 0.05, 1: 0.05},
+                       (4,): {3: 0.55, 4: 0.42, 5: 0.015, 1: 0.015}, (5,): {3: 0.40, 5: 0.38, 4: 0.11, 1: 0.11},
+                       (4, 4): {3: 0.01, 1: 0.33, 4: 0.33, 5: 0.33}, (5, 5): {3: 0.9, 1: 0.033, 4: 0.033, 5: 0.034}})
+    src, lens = random_sources(0, B=1)
+    (hyps,) = beam_search(model, src, lens, beam=2, nbest=2, lenpen=0.0, max_len=torch.tensor([4]))
+    assert [h.tokens for h in hyps] == [[4], [5, 5]]
+    assert [h.log_prob for h in hyps] == pytest.approx([math.log(0.5 * 0.55), math.log(0.4 * 0.38 * 0.9)])
+
+
 def test_nbest_lists_are_sorted_distinct_and_scored_consistently():
     model = tiny_model(seed=4)
     _sharp(model, 3.0)

@@ -470,6 +470,14 @@ def test_no_unk_subset_keeps_only_fully_covered_sentences(second_ref, kept):
                             SRC_VOCAB, TGT_VOCAB) == kept
 
 
+def test_no_unk_encodes_each_side_with_its_own_pipeline_and_a_literal_special_is_unknown():
+    assert no_unk_indices(["a", "b"], [["c", "d"]], lambda s: [s + "-src"], lambda s: [s + "-tgt"],
+                          ["a-src", "b-src"], ["c-tgt", "d-tgt"]) == [0, 1]
+    vocabs = (list(SPECIALS) + SRC_VOCAB, list(SPECIALS) + TGT_VOCAB)  # a model's vocabularies list them
+    assert no_unk_indices(["the cat <unk>", "the cat", "the cat"], [["le chat", "le <unk>", "le chat"]], str.split,
+                          str.split, *vocabs) == [2]
+
+
 def test_no_unk_cli_with_data_dir_scores_the_subset_like_sacrebleu(files):
     out = score_json(["--hyp", "{nuhyp}", "--ref", "{nuref}", "--src", "{nu}", "--no-unk", "--data", "{data}",
                       "--paper-bleu"], files)
@@ -610,15 +618,19 @@ def test_bucket_boundaries_follow_the_labels(width, max_length, labels, buckets)
     assert {n: bucket_of(n, width, max_length) for n in buckets} == buckets
 
 
-def test_by_length_buckets_and_bleu_equal_sacrebleu_on_each_subset():
+def test_by_length_buckets_and_bleu_equal_sacrebleu_and_paper_bleu_on_each_subset():
+    tok = [moses_tokenize_lines(lines[:7], "fr") for lines in (HYP, REF2, REF)]
     rows = bleu_by_length([("A", HYP[:7]), ("B", REF2[:7])], [REF[:7]],
-                            [len(moses_tokenize(s, "en")) for s in BL_SRC], width=2, max_length=4)
+                            [len(moses_tokenize(s, "en")) for s in BL_SRC], width=2, max_length=4,
+                            paper_tok=(tok[:2], [tok[2]]))
     assert [r.label for r in rows] == ["0-2", "3-4", ">4"]
     assert [r.indices for r in rows] == [[0, 3], [1, 4, 5], [2, 6]]
     for r in rows:
         for name, hyps in (("A", HYP), ("B", REF2)):
             want = sacrebleu.corpus_bleu([hyps[i] for i in r.indices], [[REF[i] for i in r.indices]]).score
             assert r.bleu[name] == pytest.approx(want, abs=1e-9)
+            paper = paper_bleu([hyps[i] for i in r.indices], [[REF[i] for i in r.indices]], "fr").score
+            assert r.paper_bleu[name] == pytest.approx(paper, abs=1e-9)
 
 
 def test_by_length_cli_prints_an_aligned_table_and_json(files):

@@ -23,6 +23,10 @@ def test_join_bpe_glues_pieces_ending_with_the_separator(pieces, words):
     assert join_bpe(pieces) == words
 
 
+def test_join_bpe_strips_a_separator_of_any_length():
+    assert join_bpe(["lo~", "w~", "er"], "~") == join_bpe(["lo<sep>", "wer"], "<sep>") == ["lower"]
+
+
 def test_learned_codes_are_subword_nmt_text_and_respect_the_merge_budget():
     codes = learn_codes(WORDS, 5, min_frequency=1)
     assert codes.startswith("#version: 0.2\n")

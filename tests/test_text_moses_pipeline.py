@@ -126,6 +126,14 @@ def test_lowercase_pipeline_lowercases_tokens():
     assert p.encode_from("Hello World", "src", "tok") == ["hello", "world"]
 
 
+def test_a_lowercased_pipeline_decodes_without_capitalising_sentence_starts():
+    assert TextPipeline("en", "fr", lowercase=True).decode(["hello", "world", "."]) == "hello world."
+
+
+def test_detruecase_uppercases_only_the_first_letter_of_a_sentence_start_as_detruecase_perl():
+    assert detruecase("iPhone sales . USA wins".split()) == ["IPhone", "sales", ".", "USA", "wins"]
+
+
 def test_truecaser_learns_the_usual_case_and_detruecase_capitalises_sentence_starts():
     casing = new_casing()
     for sent in ["The cat saw Paris .", "I like the cat .", "We visited Paris and the cat ."]:

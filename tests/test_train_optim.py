@@ -35,6 +35,15 @@ def test_plateau_decay_after_patience_and_floor_and_state_round_trip():
     assert s2.state_dict() == s.state_dict() and s2.lr_at(5) == s.lr_at(5)
 
 
+@pytest.mark.parametrize("min_lr,lrs", [(0.3, [0.125, 0.25, 0.3]), (0.25, [0.125, 0.25, 0.25])])
+def test_min_lr_is_the_floor_from_the_end_of_the_warmup_and_a_decay_to_or_past_it_is_the_last(min_lr, lrs):
+    cfg = _cfg(optimizer="adam", lr=1.0, lr_schedule="plateau", lr_decay=0.5, lr_patience=0, min_lr=min_lr,
+               warmup_updates=2)
+    s = LRSchedule(build_optimizer([torch.nn.Parameter(torch.zeros(1))], cfg), cfg)
+    assert [s.on_validation(3.0) for _ in range(5)] == [False, True, True, False, False]  # decay 0.5, 0.25
+    assert [s.lr_at(u) for u in (0, 1, 2)] == pytest.approx(lrs)  # warm-up 0.5, 1, then at least the floor
+
+
 def test_bleu_plateau_counts_higher_as_better():
     cfg = _cfg(optimizer="adam", lr_schedule="plateau", best_metric="bleu", lr_patience=0)
     s = LRSchedule(build_optimizer([torch.nn.Parameter(torch.zeros(1))], cfg), cfg)
@@ -90,6 +99,20 @@ def test_a_token_budget_sorts_the_whole_corpus_unless_sort_pool_is_given(tmp_pat
                                 "--max-tokens", "300", *extra, "--max-updates", "1", "-q"])
         assert code == 0, err
         assert json.loads((run / "config.json").read_text())["train_config"]["sort_pool"] == pool
+
+
+def test_clip_norm_scales_an_update_down_to_that_norm(data_dir, tmp_path):
+    from nmtkit.train.context import train_step
+    from tests.conftest import tiny_context
+
+    ctx = tiny_context(data_dir, tmp_path / "run", optimizer="sgd", lr=1.0, clip_norm=1e-3)
+    try:
+        before = [p.detach().clone() for p in ctx.model.parameters()]
+        assert train_step(ctx, ctx.epoch_plan(1)[:1])
+        change = torch.cat([(p.detach() - b).flatten() for p, b in zip(ctx.model.parameters(), before)])
+        assert float(change.norm()) == pytest.approx(1e-3, rel=1e-3)  # plain SGD at lr 1: the clipped gradient
+    finally:
+        ctx.close()
 
 
 @pytest.mark.parametrize("normalize", ["sentences", "tokens"])
