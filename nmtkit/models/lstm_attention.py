@@ -22,15 +22,15 @@ from nmtkit.models.rnnsearch import check_common, masked_softmax
 
 @dataclass(frozen=True)
 class LSTMAttentionConfig:
-    """Hyper-parameters of the LSTM-attention model (sizes are our defaults; the seed gives none)."""
+    """Hyper-parameters of the LSTM-attention model; defaults: the seed's assignment (one h: dec = enc)."""
 
     src_vocab_size: int
     tgt_vocab_size: int
     emb_dim: int = 256  # e
     enc_hidden: int = 256  # h per direction
-    dec_hidden: int = 512
+    dec_hidden: int = 256
     dropout: float = 0.3
-    init: str = "default"
+    init: str = "uniform"
     src_eos: bool = True
 
     def __post_init__(self) -> None:

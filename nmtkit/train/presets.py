@@ -28,8 +28,8 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "rnnencdec-30": ("rnnencdec", dict(_PAPER)),
     "rnnencdec-50": ("rnnencdec", dict(_PAPER)),
     "lstm-attention": ("lstm-attention", dict(src_vocab_size=30000, tgt_vocab_size=30000,
-                                              emb_dim=256, enc_hidden=256, dec_hidden=512,
-                                              dropout=0.3, init="default")),
+                                              emb_dim=256, enc_hidden=256, dec_hidden=256,
+                                              dropout=0.3, init="uniform")),
     "small": ("rnnsearch", dict(src_vocab_size=8000, tgt_vocab_size=8000, emb_dim=256,
                                 enc_hidden=256, dec_hidden=512, att_hidden=512, maxout=256,
                                 dropout=0.2, init="uniform", dropout_sites="out", readout="new")),
@@ -83,8 +83,8 @@ class ModelOverrides:
     init: str | None = option(
         None, choices=("paper", "default", "uniform", "uniform-emb"),
         help="Weight initialisation: paper (the appendix: orthogonal recurrent matrices, N(0, 0.01^2) elsewhere; "
-             "the paper presets), default (PyTorch's: N(0, 1) embeddings; lstm-attention), uniform (every weight "
-             "U(-0.1, 0.1), as OpenNMT-py; the small preset: it learns more per update) or uniform-emb "
+             "the paper presets), default (PyTorch's: N(0, 1) embeddings), uniform (every weight U(-0.1, 0.1), as "
+             "OpenNMT-py; lstm-attention, as its assignment; small: it learns more per update) or uniform-emb "
              "(PyTorch's, embeddings U(-0.1, 0.1)).")
     dropout_sites: str | None = option(
         None, metavar="LIST",
