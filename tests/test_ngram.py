@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import io
 import math
+import shutil
+import subprocess
 from collections import Counter
 
 import numpy as np
@@ -74,12 +76,11 @@ def test_discounts_follow_chen_goodman_formula():
     assert d3 == pytest.approx(3 - 4 * y * 2 / 3)
 
 
-def test_discounts_fall_back_when_count_of_counts_are_missing():
-    # n2 = 0: Y = 1 and D1 = 1 - 0 = 1 is valid; D2 and D3+ divide by n2 = 0 and n3 = 0: defaults.
-    assert kn_discounts(np.array([1, 1, 1])) == (1.0, 1.0, 1.5)
-    assert kn_discounts(np.array([5, 7])) == (0.5, 1.0, 1.5)  # n1 = 0: nothing to estimate
-    d = kn_discounts(np.array([1, 1, 2, 5]))
-    assert all(0 < x <= j for j, x in enumerate(d, start=1))
+def test_discounts_fall_back_all_together_when_one_cannot_be_estimated():
+    # As KenLM's --discount_fallback: n2 = 0 (D2 divides by it), n1 = 0, and n3 = 0 (D3+ divides by
+    # it), where eq. 26 alone would give D2 = 2 > D3+ and leave an n-gram seen twice no mass of its own.
+    for counts in ([1, 1, 1], [5, 7], [1, 1, 2, 5]):
+        assert kn_discounts(np.array(counts)) == (0.5, 1.0, 1.5), counts
 
 
 def _random_corpus(seed=0, n=400, words=12):
@@ -124,8 +125,9 @@ def test_probabilities_sum_to_one_for_every_context(order):
     assert seen_ctx_orders == set(range(order))
 
 
-def _naive_kn(sentences: list[list[str]], order: int, predictable: list[str]):
-    """Textbook interpolated modified KN with dicts and tuples: an independent reference."""
+def _naive_adjusted_counts(sentences: list[list[str]], order: int) -> list[Counter]:
+    """Chen & Goodman's adjusted counts by order (index k), with dicts and tuples: raw counts at the top
+    order and for n-grams starting with <s>, left-extension counts N1+(. g) below."""
     counts = [Counter() for _ in range(order + 1)]
     for s in sentences:
         toks = ["<s>"] + s + ["</s>"]
@@ -138,14 +140,21 @@ def _naive_kn(sentences: list[list[str]], order: int, predictable: list[str]):
         left = Counter(g[1:] for g in counts[k + 1])
         for g, c in counts[k].items():
             adj[k][g] = c if g[0] == "<s>" else left[g]
+    return adj
 
-    def discounts(k):
-        cc = Counter(c for c in adj[k].values() if c > 0)
-        n1, n2, n3, n4 = (cc[i] for i in (1, 2, 3, 4))
-        y = n1 / (n1 + 2 * n2)
-        return (1 - 2 * y * n2 / n1, 2 - 3 * y * n3 / n2, 3 - 4 * y * n4 / n3)
 
-    disc = {k: discounts(k) for k in range(1, order + 1)}
+def _chen_goodman(adj: Counter) -> tuple[float, float, float]:
+    """(D1, D2, D3+) of eq. 26 from the count-of-counts of one order's adjusted counts."""
+    cc = Counter(c for c in adj.values() if c > 0)
+    n1, n2, n3, n4 = (cc[i] for i in (1, 2, 3, 4))
+    y = n1 / (n1 + 2 * n2)
+    return (1 - 2 * y * n2 / n1, 2 - 3 * y * n3 / n2, 3 - 4 * y * n4 / n3)
+
+
+def _naive_kn(sentences: list[list[str]], order: int, predictable: list[str]):
+    """Textbook interpolated modified KN with dicts and tuples: an independent reference."""
+    adj = _naive_adjusted_counts(sentences, order)
+    disc = {k: _chen_goodman(adj[k]) for k in range(1, order + 1)}
 
     def d_of(k, c):
         return 0.0 if c == 0 else disc[k][min(c, 3) - 1]
@@ -291,3 +300,47 @@ def test_vocab_min_count_maps_rare_words_to_unk():
 def test_estimating_from_no_text_is_an_error():
     with pytest.raises(ValueError):
         NgramLM.estimate([], 5, order=3)
+
+
+def _real_text(shared_data, lines: int) -> list[list[str]]:
+    """The first `lines` sentences of a real tokenised corpus."""
+    with open(shared_data / "opennmt-toy-ende" / "src-train.txt", encoding="utf-8") as fh:
+        return [fh.readline().split() for _ in range(lines)]
+
+
+# lmplz -o 4 on those 3000 lines prints these (D1, D2, D3+) for orders 1..4
+LMPLZ_DISCOUNTS = [(0.698703, 1.0136, 1.50895), (0.848625, 1.23548, 1.38373), (0.938954, 1.3488, 1.37797),
+                   (0.974579, 1.37739, 1.79175)]
+
+
+def test_discounts_on_real_text_are_chen_goodman_of_the_adjusted_counts(shared_data):
+    corpus = _real_text(shared_data, 3000)
+    vocab = LMVocab.build(corpus)
+    lm = NgramLM.estimate([vocab.encode(s) for s in corpus], len(vocab), order=4)
+    adj = _naive_adjusted_counts(corpus, 4)
+    ours = [lm.uni_discounts] + [o.discounts for o in lm.orders]
+    assert ours == [pytest.approx(_chen_goodman(adj[k]), abs=1e-12) for k in range(1, 5)]
+    assert ours == [pytest.approx(d, rel=1e-5) for d in LMPLZ_DISCOUNTS]
+    assert lm.sizes() == [len(adj[k]) for k in range(1, 5)]
+    for s in corpus[:3]:
+        ids = [LM_BOS_ID] + vocab.encode(s)
+        for end in range(1, 5):
+            assert lm.context_distribution(ids[:end]).sum() == pytest.approx(1.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("lines", [3000, 20])  # 20: two orders take the fallback discounts
+def test_arpa_equals_lmplz_on_real_text(shared_data, tmp_path, lines):
+    lmplz = shutil.which("lmplz") or pytest.skip("lmplz (KenLM's estimator) not on PATH")
+    corpus = _real_text(shared_data, lines)
+    (tmp_path / "text").write_text("".join(" ".join(s) + "\n" for s in corpus), encoding="utf-8")
+    subprocess.run([lmplz, "-o", "3", "-S", "50M", "-T", str(tmp_path), "--discount_fallback", "--text",
+                    str(tmp_path / "text"), "--arpa", str(tmp_path / "lmplz.arpa")], check=True, capture_output=True)
+    theirs = _read_arpa((tmp_path / "lmplz.arpa").read_text(encoding="utf-8"))
+    vocab = LMVocab.build(corpus)
+    fh = io.StringIO()
+    NgramLM.estimate([vocab.encode(s) for s in corpus], len(vocab), order=3).write_arpa(fh, vocab.itos)
+    ours = _read_arpa(fh.getvalue())
+    for table, other in zip(ours, theirs):
+        table.pop(("<s>",), None), other.pop(("<s>",), None)  # never predicted: -99 here, 0 in lmplz
+        assert table.keys() == other.keys()
+        assert max(abs(table[g] - other[g]) for g in table) < 1e-6

@@ -100,15 +100,15 @@ DEFAULT_DISCOUNTS = (0.5, 1.0, 1.5)
 
 
 def kn_discounts(adjusted_counts: np.ndarray) -> tuple[float, float, float]:
-    """(D1, D2, D3+) from the count-of-counts n1..n4 of one order (Chen & Goodman eq. 26), each
-    its DEFAULT_DISCOUNTS where the estimate is undefined or outside (0, j] (tiny corpora)."""
-    n1, n2, n3, n4 = np.bincount(np.minimum(adjusted_counts, 5).astype(np.int64), minlength=6)[1:5].astype(np.float64)
-    out = []
-    y = n1 / (n1 + 2 * n2) if n1 + 2 * n2 > 0 else float("nan")
-    for j, (num, den) in enumerate(((n2, n1), (n3, n2), (n4, n3)), start=1):
-        d = j - (j + 1) * y * num / den if den > 0 else float("nan")  # nan too when y is
-        out.append(float(d) if math.isfinite(d) and 0.0 < d <= j else DEFAULT_DISCOUNTS[j - 1])
-    return out[0], out[1], out[2]
+    """(D1, D2, D3+) from the count-of-counts n1..n4 of one order (Chen & Goodman eq. 26), or all three
+    DEFAULT_DISCOUNTS where one is undefined or outside (0, j] (tiny corpora), as KenLM's
+    --discount_fallback: a mixed triple such as D2 = 2 > D3+ leaves n-grams seen twice no mass."""
+    n = np.bincount(np.minimum(adjusted_counts, 5).astype(np.int64), minlength=6)[1:5].astype(np.float64)
+    j = np.arange(1.0, 4.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = j - (j + 1) * n[0] / (n[0] + 2 * n[1]) * n[1:] / n[:3]
+    ok = np.isfinite(d).all() and ((d > 0) & (d <= j)).all()
+    return (float(d[0]), float(d[1]), float(d[2])) if ok else DEFAULT_DISCOUNTS
 
 
 def _smooth(a: np.ndarray, d: tuple[float, float, float], ctx: np.ndarray,

@@ -76,7 +76,7 @@ def scored_sides(method: str) -> tuple[str, ...]:
 def lm_warnings(cfg: SelectConfig, ind: Corpus, sizes: dict[str, int], scorer: Scorer) -> list[str]:
     """The in-domain text's warning on `scorer.side` when `cfg.method` scores it: no word in the LM
     vocabulary; or fewer tokens than the order, or no n-gram of the order seen twice (then
-    n2 = n3 = n4 = 0, D1 = 1 and the order adds nothing). `sizes`: its `IdPairs.sizes()`."""
+    n2 = 0 and its discounts are the fallback ones). `sizes`: its `IdPairs.sizes()`."""
     side, lm = scorer.side, scorer.lm_in
     if side not in scored_sides(cfg.method):
         return []
