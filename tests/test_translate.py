@@ -73,8 +73,18 @@ def test_overlong_line_is_truncated_with_a_warning_naming_it(ckpt):
     assert out[1] == t.translate(["the cat sat on a"])[0]
 
 
-def test_default_source_limit_comes_from_the_checkpoint(ckpt):
+def test_a_line_as_long_as_max_tokens_fits_its_budget_without_a_warning(ckpt):
+    warnings = []
+    out = _translator(ckpt, warn=warnings.append, max_tokens=3).translate(["the cat sat", "a dog ran on"])
+    assert all(out) and len(warnings) == 1 and "--max-tokens 3 is below the length of line 2 (4 tokens)" in warnings[0]
+
+
+def test_default_source_limit_comes_from_the_checkpoint(ckpt, tmp_path):
+    from nmtkit.train.config import TrainConfig
+
     assert _translator(ckpt).max_src_len == 250  # max(250, 4 * 50)
+    long = make_checkpoint(tmp_path / "long.pt", train_config=TrainConfig(max_len=100, max_updates=1).to_dict())
+    assert _translator(str(long)).max_src_len == 400
 
 
 def test_output_formats_skip_stages(ckpt):
