@@ -90,11 +90,14 @@ def test_averaged_checkpoint_translates_through_the_cli(tmp_path):
 def test_averaged_checkpoint_keeps_pipeline_vocabularies_lexicon_and_names_its_sources(tmp_path):
     from nmtkit.average import AverageConfig, run
     from nmtkit.text.pipeline import TextPipeline
+    from nmtkit.train.config import TrainConfig
 
     pipe = TextPipeline("en", "fr", lowercase=True)
     lexicon = torch.arange(12, dtype=torch.int32).reshape(-1, 1)
     run_dir = tmp_path / "run"
-    paths = [kept(run_dir, u, seed=u, pipeline=pipe, lexicon=lexicon) for u in (100, 200)]
+    # the first's lexicon and training config differ (as another run's may): the newest's are kept
+    paths = [kept(run_dir, u, seed=u, pipeline=pipe, lexicon=lexicon if u == 200 else lexicon.flip(0),
+                  train_config=TrainConfig(max_len=u, max_updates=1).to_dict()) for u in (100, 200)]
     ckpt = run(AverageConfig(models=paths, output=tmp_path / "avg.pt"))["checkpoint"]
     back = load_checkpoint(tmp_path / "avg.pt")
     newest = load_checkpoint(paths[-1])

@@ -10,6 +10,7 @@ from nmtkit.data.binarized import (
     epoch_batches,
     keep_pairs,
     length_batches,
+    over_budget,
     pad_rows,
     update_batches,
 )
@@ -60,6 +61,8 @@ def test_a_pool_of_0_sorts_the_whole_corpus_into_fuller_budgets_than_pools_of_16
     assert all(tgt[a].max() <= tgt[b].min() for a, b in zip(by_min, by_min[1:]))
 
     assert len(whole) < 0.8 * len(pools)  # each pool of 1600 ends in a part-filled budget
+    one = epoch_batches(src, tgt, BatchingConfig(batch_size=None, max_tokens=2000, pool_size=20_000), seed=1, epoch=1)
+    assert len(one) == len(whole) and all(np.array_equal(a, b) for a, b in zip(one, whole))  # 0: one pool of all
     mins = [int(tgt[b].min()) for b in whole[:20]]
     assert mins != sorted(mins)  # the batches' order is shuffled
 
@@ -99,8 +102,9 @@ def test_plan_is_a_function_of_seed_and_epoch():
 def test_updates_give_each_rank_its_own_minibatches_and_cover_the_epoch(world, freq):
     """Every update holds `freq` rounds of one minibatch per rank (fewer whole rounds at the end of
     the epoch); the updates cover the plan but for fewer minibatches than ranks at its end."""
-    src, tgt = _lengths(777, seed=6)
+    src, tgt = _lengths(800, seed=6)
     plan = epoch_batches(src, tgt, BatchingConfig(batch_size=33, pool_size=330), seed=1, epoch=1)
+    assert len(plan) == 25  # no multiple of 2, 3 or 4: the epoch ends in a part round
     start, seen = 0, []
     while True:
         group = update_batches(plan, start, world, freq)
@@ -112,6 +116,15 @@ def test_updates_give_each_rank_its_own_minibatches_and_cover_the_epoch(world, f
         start += len(group)
     assert len(plan) - len(seen) < world
     assert all(np.array_equal(a, b) for a, b in zip(seen, plan))
+
+
+def test_the_over_budget_warning_counts_the_pairs_that_batching_puts_alone_over_the_budget():
+    """Both count a target with its EOS: max(source, target + 1) tokens per pair."""
+    src, tgt = _lengths(500, seed=8)
+    over, largest = over_budget(src, tgt, 40)
+    alone = [b for b in epoch_batches(src, tgt, BatchingConfig(batch_size=None, max_tokens=40), seed=1, epoch=1)
+             if len(b) == 1 and max(src[b[0]], tgt[b[0]] + 1) > 40]
+    assert over == len(alone) > 0 and largest == int(np.maximum(src, tgt + 1).max())
 
 
 def test_keep_pairs_drops_long_and_empty_sides():

@@ -277,11 +277,13 @@ def test_ensemble_of_the_same_model_twice_equals_the_model():
     model = tiny_model(seed=9)
     _sharp(model, 3.0)
     src, lens = random_sources(9)
-    single = beam_search(model, src, lens, beam=4, nbest=2, max_len_a=1.5, max_len_b=3)
-    double = beam_search([model, model], src, lens, beam=4, nbest=2, max_len_a=1.5, max_len_b=3)
+    single = beam_search(model, src, lens, beam=4, nbest=2, max_len_a=1.5, max_len_b=3, need_attention=True)
+    double = beam_search([model, model], src, lens, beam=4, nbest=2, max_len_a=1.5, max_len_b=3, need_attention=True)
     for a, b in zip(single, double):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+        for x, y in zip(a, b):  # the ensemble's attention is the mean of its models', not their sum
+            assert torch.allclose(x.attention, y.attention, atol=1e-5)
 
 
 def test_ensemble_averages_probabilities_of_different_models():

@@ -217,6 +217,21 @@ def test_truecase_cases_the_training_data_as_truecase_perl(tmp_path):
     assert [" ".join(s) for s in src] == [" ".join(t) for t in tgt] == US_TRUECASED[:len(US_CORPUS)]
 
 
+@pytest.mark.parametrize("bpe", [None, 30])
+def test_a_truecased_vocabulary_counts_each_token_as_often_as_the_binarised_training_data_holds_it(tmp_path, bpe):
+    """A sentence-initial word is counted in the form truecasing gives it there: "Apple", seen inside
+    a sentence too, as its best form "apple"."""
+    from collections import Counter
+
+    lines = ["Apple pie is good.", "I like apple pie.", "An apple a day.", "The apple fell.", "I bought Apple shares."]
+    c = {split: _write(tmp_path / split, lines, lines) for split in ("train", "valid", "test")}
+    preprocess.run(_config(c, tmp_path / "d", bpe=bpe, truecase=True))
+    src, _ = _decoded(tmp_path / "d", "train")
+    ve = Vocab.load(tmp_path / "d" / "vocab.en.txt")
+    assert dict(zip(ve.itos[4:], ve.counts[4:])) == Counter(t for s in src for t in s)
+    assert "".join(src[0]).replace("@@", "").startswith("applepie")  # and binarised so
+
+
 def test_word_vocabulary_keeps_the_most_frequent_words_and_counts_unks(corpus):
     dest = corpus["tmp"] / "d"
     m = preprocess.run(_config(corpus, dest, bpe=None, src_vocab_size=12, tgt_vocab_size=15))

@@ -50,6 +50,29 @@ def test_draws_follow_the_distribution_and_topk_and_temperature_reshape_it():
     assert torch.allclose(freq_t, sharp.double(), atol=0.02), freq_t
 
 
+def test_topk_one_short_of_the_vocabulary_still_leaves_out_the_least_likely_token():
+    import torch
+
+    from nmtkit.decode.sampling import _draw, sampling_uniforms
+
+    lp = torch.tensor([0.5, 0.3, 0.15, 0.05]).log().unsqueeze(0).expand(2000, -1)
+    drawn = _draw(lp, sampling_uniforms(5, range(2000), 1)[:, 0], 3, 1.0)
+    assert set(drawn.tolist()) == {0, 1, 2}
+
+
+def test_a_draw_at_either_end_of_the_unit_interval_never_picks_a_forbidden_token():
+    """u = 0 and the largest double below 1 (the ends of numpy's random()), on a distribution
+    whose float64 CDF ends just under 1: the first and the last allowed token, never the
+    zero-probability ones beside them."""
+    import torch
+
+    from nmtkit.decode.sampling import _draw
+
+    lp = torch.tensor([0.0, 0.1, 0.25, 0.0]).log().unsqueeze(0).expand(2, -1)
+    u = torch.tensor([0.0, 1 - 2**-53], dtype=torch.float64)
+    assert _draw(lp, u, 0, 1.0).tolist() == [1, 2]
+
+
 def test_topk_1_is_greedy_search():
     from nmtkit.decode.sampling import sample
     from nmtkit.decode.search import greedy_search

@@ -43,6 +43,16 @@ def test_lexicon_samples_at_most_max_pairs_sentence_pairs():
     assert part.shape == (9, 1) and set(part[[4, 6], 0]) <= {0, 7, 8}
 
 
+def test_a_sample_of_the_pairs_holds_distinct_pairs_each_source_with_its_own_target():
+    """Pair i, of varied lengths, holds source word 4+i and target word 4+i alone: a sample of 30
+    of the 60 pairs gives 30 source words a lexicon entry, each its own target word."""
+    src = [[4 + i] * (1 + i % 3) for i in range(60)]
+    tgt = [[4 + i] * (1 + i % 2) for i in range(60)]
+    lex = build_lexicon(*_ragged(src), *_ragged(tgt), src_vocab=64, tgt_vocab=64, k=1, max_pairs=30, seed=1)
+    seen = np.flatnonzero(lex[:, 0])
+    assert len(seen) == 30 and (lex[seen, 0] == seen).all()
+
+
 def test_shortlist_keeps_specials_frequent_words_and_the_batchs_translations_in_groups_of_16():
     V = 200
     lex = torch.zeros(30, 2, dtype=torch.int32)
@@ -54,6 +64,8 @@ def test_shortlist_keeps_specials_frequent_words_and_the_batchs_translations_in_
     assert set(range(20)) | {150, 151, 190} <= got
     assert len(ids) % 16 == 0 and len(ids) < V
     assert len(shortlist_ids(lex, torch.tensor([[7]]), 24, frequent=20)) == 24  # never past the vocabulary
+    # all the frequent words, even where they and the translations fill whole groups with no padding
+    assert set(range(16)) <= set(shortlist_ids(lex, torch.tensor([[8]]), V, frequent=16).tolist())
 
 
 def _batch(V_src, B=5, S=6, seed=0):

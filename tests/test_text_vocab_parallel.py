@@ -18,6 +18,12 @@ def test_vocab_keeps_specials_first_then_most_frequent_with_alphabetical_ties():
     assert v.encode(["c", "d", "a"]) == [4, UNK_ID, 5]
 
 
+def test_decoding_ids_stops_at_eos_and_drops_pad_and_bos_unless_told_to_keep_them():
+    v = Vocab.build(Counter({"c": 2, "a": 1}))
+    assert v.decode([2, 4, 0, 5, 3, 4]) == ["c", "a"]
+    assert v.decode([2, 4, 3, 5], strip_specials=False) == ["<s>", "c", "</s>", "a"]
+
+
 def test_vocab_file_round_trip_and_bad_file_error(tmp_path):
     v = Vocab.build(Counter({"x": 2, "y": 1}))
     v.save(tmp_path / "v.txt")

@@ -425,3 +425,62 @@ def test_a_training_run_leaves_the_callers_random_generators_as_it_found_them(da
     np.random.set_state(states[1])
     torch.set_rng_state(states[2])
     assert drawn == (random.random(), np.random.random(), torch.rand(1).item())
+
+
+def test_dev_bleu_scores_the_first_n_dev_translations_detokenised_against_their_own_references(tmp_path,
+                                                                                               monkeypatch):
+    """An oracle search gives each dev source its reference (pair 5 a wrong one): BLEU of the first
+    2 is 100 against the raw references, and of the first 5, where pair 2 has no source (scored as
+    an empty translation), pair 3 one of 251 tokens (left out) and pair 4 one of exactly the 250
+    validated, is sacrebleu's of those translations; the binarised references score alike."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    import sacrebleu
+
+    import nmtkit.decode.search as search
+    from nmtkit.data.binarized import ParallelData, write_split
+    from nmtkit.decode.steps import Hypothesis
+    from nmtkit.text.pipeline import TextPipeline
+    from nmtkit.text.vocab import Vocab
+    from nmtkit.train.validate import dev_bleu
+
+    pipe = TextPipeline("en", "fr")
+    texts = ["l'homme a dit oui.", "c'est la vie.", "il pleut.", "qu'il vienne.", "le chat dort.", "j'y vais."]
+    toks = [pipe.encode(t, "tgt") for t in texts]
+    vocab = Vocab.build(Counter(w for t in toks for w in t))
+    refs = [pipe.decode(t, "tgt") for t in toks]
+    write_split(tmp_path, "valid", "en", [[4], [5], [], [7] * 251, [8] * 250, [9]])
+    write_split(tmp_path, "valid", "fr", [vocab.encode(t) for t in toks])
+
+    def oracle(model, src, lens, max_len):
+        return [Hypothesis(vocab.encode(toks[int(s[0]) - 4 if int(s[0]) < 9 else 0]), 0.0, 0.0) for s in src]
+
+    monkeypatch.setattr(search, "greedy_search", oracle)
+    ctx = SimpleNamespace(model=torch.nn.Linear(1, 1), valid_data=ParallelData(tmp_path, "valid", "en", "fr"),
+                          device=torch.device("cpu"), data=SimpleNamespace(tgt_vocab=vocab, pipeline=pipe.to_dict()),
+                          cfg=SimpleNamespace(valid_beam=1), precision="fp32", raw_refs=texts)
+    assert dev_bleu(ctx, 2, 2) == pytest.approx(100.0)
+    expected = sacrebleu.corpus_bleu([refs[0], refs[1], "", refs[4]], [refs[:3] + refs[4:5]]).score
+    assert dev_bleu(ctx, 5, 2) == pytest.approx(expected) and expected < 100
+    ctx.raw_refs = None
+    assert dev_bleu(ctx, 5, 2) == pytest.approx(expected)
+
+
+def test_dev_loss_is_the_mean_nll_per_target_token_eos_included_without_label_smoothing(tmp_path):
+    from nmtkit.data.binarized import ParallelData, write_split
+    from nmtkit.text.vocab import BOS_ID, EOS_ID
+    from nmtkit.train.validate import dev_loss
+    from tests.conftest import tiny_model
+
+    model = tiny_model(seed=4).eval()
+    src, tgt = [[4, 5, 6], [7, 8], [9]], [[4, 5], [6, 7, 8, 9], [10]]
+    write_split(tmp_path, "valid", "en", src)
+    write_split(tmp_path, "valid", "fr", tgt)
+    loss, n = dev_loss(model, ParallelData(tmp_path, "valid", "en", "fr"), 2, torch.device("cpu"))
+    total = 0.0
+    with torch.no_grad():
+        for s, t in zip(src, tgt):
+            lp = model(torch.tensor([s]), torch.tensor([len(s)]), torch.tensor([[BOS_ID, *t]]))[0]
+            total -= float(sum(lp[i, w] for i, w in enumerate([*t, EOS_ID])))
+    assert n == 10 and loss == pytest.approx(total / n, rel=1e-5)

@@ -73,8 +73,18 @@ def test_overlong_line_is_truncated_with_a_warning_naming_it(ckpt):
     assert out[1] == t.translate(["the cat sat on a"])[0]
 
 
-def test_default_source_limit_comes_from_the_checkpoint(ckpt):
+def test_a_line_as_long_as_max_tokens_fits_its_budget_without_a_warning(ckpt):
+    warnings = []
+    out = _translator(ckpt, warn=warnings.append, max_tokens=3).translate(["the cat sat", "a dog ran on"])
+    assert all(out) and len(warnings) == 1 and "--max-tokens 3 is below the length of line 2 (4 tokens)" in warnings[0]
+
+
+def test_default_source_limit_comes_from_the_checkpoint(ckpt, tmp_path):
+    from nmtkit.train.config import TrainConfig
+
     assert _translator(ckpt).max_src_len == 250  # max(250, 4 * 50)
+    long = make_checkpoint(tmp_path / "long.pt", train_config=TrainConfig(max_len=100, max_updates=1).to_dict())
+    assert _translator(str(long)).max_src_len == 400
 
 
 def test_output_formats_skip_stages(ckpt):
@@ -177,6 +187,12 @@ def test_bad_unk_dictionary_line_is_named(tmp_path):
             read_unk_dict(str(p))
 
 
+def test_an_unk_dictionarys_first_entry_for_a_word_wins(tmp_path):
+    p = tmp_path / "d.tsv"
+    p.write_text("cat\tchat\ndog\tchien\ncat\tmatou\n", encoding="utf-8")
+    assert read_unk_dict(str(p)) == {"cat": "chat", "dog": "chien"}
+
+
 def test_an_unk_dictionary_is_read_as_every_text_input_bom_dropped_bad_lines_named(tmp_path):
     """A byte order mark stayed in the first entry's key (which then never matched), a NUL byte
     was taken as text, and invalid UTF-8 was reported without its line."""
@@ -218,6 +234,21 @@ def test_alignments_from_the_translator_are_well_formed(ckpt):
 
 def test_nbest_line_is_moses_format():
     assert nbest_line(3, "le chat", -4.5, 3, -1.5) == "3 ||| le chat ||| LogProb= -4.5000 Length= 3 ||| -1.5000"
+
+
+def test_nbest_lines_count_eos_in_the_length_that_the_score_divides_by(ckpt):
+    """As --nbest's help says: n is the token count with EOS, score = lp / n^lenpen."""
+    results = _translator(ckpt).generate(["the cat sat", "a dog ran"], beam=3, nbest=2, lenpen=0.6)
+    writers = Writers(io.StringIO(), None, TranslateConfig(models=(ckpt,), beam=3, nbest=2), flush_each=False)
+    for r in results:
+        writers.write(r)
+    lines = writers.out.getvalue().splitlines()
+    assert len(lines) == 4
+    for line, hyp in zip(lines, [h for r in results for h in r.nbest]):
+        fields = line.split(" ||| ")[2].split()
+        lp, n = float(fields[1]), int(fields[3])
+        assert n == len(hyp.tokens) + 1 and lp == pytest.approx(hyp.log_prob, abs=1e-4)
+        assert float(line.split(" ||| ")[3]) == pytest.approx(lp / n**0.6, abs=1e-3)
 
 
 def test_attention_plot_is_a_png_per_sentence_up_to_the_limit(ckpt, tmp_path):
