@@ -270,6 +270,16 @@ ROWS = [
     Row("train-save-dir-is-the-data-dir", lambda w: ["train", "--data", str(_data_copy_here(w)), "--save-dir",
                                                      str(w.tmp / "dc"), *TINY, "--max-updates", "2"],
         needles=("--save-dir", "--data")),
+    Row("translate-o-hard-link-of-input-force", lambda w: _translate(w, "-o", _hard_link_to_input(w), "--force"),
+        needles=("-o", "-i")),
+    Row("preprocess-force-keeps-the-users-symlink-to-a-folder",  # a link deletes nothing it leads to, but itself
+        lambda w: _preprocess(w, _dest_with_own_link(w), "corpus", "--force"), needles=("notes", "--force"),
+        check=lambda w: (w.tmp / "d" / "notes").is_symlink() or pytest.fail("d/notes was deleted")),
+    Row("preprocess-dest-named-as-its-inputs-prefix",  # --train corpus --dest corpus: corpus.en is beside it, not in it
+        lambda w: _preprocess(w, w.tmp / "corpus"), ok=True),
+    Row("train-resume-refuses-a-run-file-that-is-a-symlink-to-the-users-file",  # metrics.jsonl is appended to
+        lambda w: _train(w, _run_with_linked_metrics(w), "--resume", "--max-updates", "4"),
+        needles=("metrics.jsonl", "symbolic link"), check=_unchanged(Path("notes.txt"), "mine\n")),
 ]
 
 
@@ -282,12 +292,34 @@ def _run_with_own_tensorboard_file(w: World) -> Path:
     run = w.run_dir()
     (run / "tensorboard").mkdir()
     (run / "tensorboard" / "notes.txt").write_text("mine\n")
+    (run / "tensorboard" / "events.out.tfevents.1.host").write_bytes(b"")  # the old run's curves, which go
     return run
 
 
 def _data_copy_here(w: World) -> Path:
     shutil.copytree(w.data, w.tmp / "dc")
     return w.tmp / "dc"
+
+
+def _hard_link_to_input(w: World) -> str:
+    os.link(w.src, w.tmp / "hard.txt")
+    return str(w.tmp / "hard.txt")
+
+
+def _dest_with_own_link(w: World) -> Path:
+    d = w.tmp / "d"
+    d.mkdir()
+    (w.tmp / "notes").mkdir()
+    os.symlink(w.tmp / "notes", d / "notes")
+    return d
+
+
+def _run_with_linked_metrics(w: World) -> Path:
+    run = w.run_dir()
+    (w.tmp / "notes.txt").write_text("mine\n")
+    (run / "metrics.jsonl").unlink()
+    os.symlink(w.tmp / "notes.txt", run / "metrics.jsonl")
+    return run
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
@@ -351,3 +383,17 @@ LOCK_ROWS = [
 @pytest.mark.parametrize("row", LOCK_ROWS, ids=[r.id for r in LOCK_ROWS])
 def test_run_dir_table(row: Row, world: World):
     check_row(row, world)
+
+
+def test_the_run_lock_never_writes_through_a_symlink(tmp_path):
+    """The lock truncates its file to write its PID there: train checks the run's files first, but a
+    symbolic link made after that check led the PID into the file it names, the user's."""
+    from nmtkit.errors import OutputError
+    from nmtkit.io.dirs import run_lock
+
+    (tmp_path / "notes.txt").write_text("mine\n")
+    (tmp_path / "run").mkdir()
+    os.symlink(tmp_path / "notes.txt", tmp_path / "run" / "train.lock")
+    with pytest.raises(OutputError, match="symbolic link"):
+        run_lock(tmp_path / "run").acquire()
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"

@@ -565,3 +565,15 @@ def test_a_zip_holding_a_foreign_pickle_is_refused_without_torchs_advice(world):
     row = Row("zip-with-foreign-pickle", lambda w: ["translate", "-m", str(path), "-i", str(w.src)],
               needles=("foreign.pt", "objects other than tensors"), absent=("weights_only", "arbitrary code"))
     check_row(row, world)
+
+
+def test_a_closed_terminals_sighup_unwinds_a_command_as_sigterm_does_with_status_129(tmp_path):
+    import signal
+
+    proc = _tokenize_writing_with_workers(tmp_path)
+    with proc.stdin:
+        proc.send_signal(signal.SIGHUP)
+    proc.wait(timeout=60)
+    err = proc.stderr.read()
+    assert proc.returncode == 129 and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())

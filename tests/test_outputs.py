@@ -362,3 +362,69 @@ def test_gz_output_aborted_leaves_nothing(tmp_path):
             out.file.write("half")
             raise RuntimeError("stop")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_temp_dir_a_live_process_holds_is_kept_and_one_none_holds_is_stale(tmp_path):
+    """clean_stale_temp_dirs removes a killed run's temp dir (its pid dead, or reused by a process
+    that holds no lock on it, as held_temp_dir's owner does), never one its live owner holds, nor
+    one of another host, whose processes this one cannot see."""
+    import socket
+
+    from nmtkit.io.files import folders_locked
+
+    dest, live = tmp_path / "data", os.getppid()
+    held = tmp_path / f"data.tmp-{socket.gethostname()}-{live}-held1234"
+    reused = tmp_path / f"data.tmp-{socket.gethostname()}-{live}-freed123"
+    remote = tmp_path / "data.tmp-another-host-1-abcd1234"
+    for p in (held, reused, remote):
+        p.mkdir()
+    warnings: list[str] = []
+    with folders_locked([held]):
+        assert clean_stale_temp_dirs(dest, warnings.append) == [reused]
+    assert held.exists() and remote.exists() and not reused.exists()
+    assert len(warnings) == 2 and any(f"process {live}" in w for w in warnings)
+    assert any(str(remote) in w and "interrupted run" in w for w in warnings)
+
+
+def test_an_output_that_fails_to_commit_leaves_no_temp_file_nor_the_outputs_after_it(tmp_path):
+    """commit_all removes the temp file of the output whose rename failed, with those after it,
+    and the error names that output."""
+    from nmtkit.io.files import commit_all
+
+    outputs = [Staged(tmp_path / name) for name in ("a.txt", "b.txt")]
+    for st in outputs:
+        with open(st.write_path, "w") as f:
+            f.write("new\n")
+    (tmp_path / "a.txt").mkdir()  # a folder where a.txt goes: its rename fails
+    with pytest.raises(IsADirectoryError) as err:
+        commit_all(outputs)
+    assert err.value.filename == str(tmp_path / "a.txt") and os.listdir(tmp_path) == ["a.txt"]
+
+
+def test_a_temp_dir_is_held_while_its_run_builds_it_so_that_another_runs_cleaning_keeps_it(tmp_path):
+    from nmtkit.io.dirs import held_temp_dir
+
+    dest, warnings = tmp_path / "data", []
+    with held_temp_dir(dest, warnings.append) as tmp:
+        assert clean_stale_temp_dirs(dest, warnings.append) == [] and tmp.exists()
+    assert clean_stale_temp_dirs(dest, warnings.append) == [tmp]  # its run has let it go
+
+
+def test_an_error_naming_the_temp_file_names_the_output_instead(tmp_path):
+    """A library writing the temp file by name (torch.save) fails naming it: the user never gave
+    that name, and it is gone once the output is aborted."""
+    import errno
+
+    out_path = tmp_path / "checkpoint_last.pt"
+    with pytest.raises(OSError) as err:
+        with OutputFile(out_path, "wb") as out:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), out.write_path)
+    assert err.value.filename == str(out_path) and os.listdir(tmp_path) == []
+
+
+def test_an_existing_output_reached_through_a_symlink_needs_force(tmp_path):
+    (tmp_path / "real.txt").write_text("x\n")
+    os.symlink(tmp_path / "real.txt", tmp_path / "link.txt")
+    with pytest.raises(OutputExistsError):
+        check_output(tmp_path / "link.txt", force=False)
+    check_output(tmp_path / "link.txt", force=True)

@@ -206,3 +206,15 @@ def test_raw_references_are_the_file_preprocess_read_not_one_edited_since(tmp_pa
     monkeypatch.chdir(ours)
     assert DataDir.open(data).raw_references("valid") is None
     assert not caplog.records  # no raw text recorded (an older manifest): nothing gone
+
+
+def test_a_nul_byte_is_named_by_its_line_or_by_its_byte_counted_from_1(tmp_path):
+    """A NUL byte in a file's first block is named by its line, beyond it by its byte (cmp's count)."""
+    from nmtkit.text.io import count_lines
+
+    p = tmp_path / "nul.en"
+    p.write_bytes(b"a cat\nthe\0dog\n")  # the NUL is the 10th byte
+    with pytest.raises(InputError, match=r"nul\.en:2: holds binary data \(a NUL byte at byte 10\)"):
+        count_lines(p)
+    with pytest.raises(InputError, match=r"nul\.en: holds binary data \(a NUL byte at byte 10\)"):
+        count_lines(p, block_size=4)
