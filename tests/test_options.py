@@ -79,12 +79,19 @@ def test_each_generated_option_takes_its_help_and_default_from_its_config_field(
     (dict(valid_bleu_samples=-1), "--valid-bleu-samples must be >= 0, got -1"),
     (dict(lr=float("nan")), "--lr must be a finite number, got nan"),
     (dict(seed=1.5), "--seed must be an integer, got 1.5"),
+    (dict(seed=True), "--seed must be an integer, got True"),
     (dict(device="gpu"), "--device must be auto, cpu, cuda or cuda:N, not 'gpu'"),
 ])
 def test_a_value_outside_its_declared_range_is_one_line_naming_the_option(changes, message):
     with pytest.raises(ConfigError) as err:
         TrainConfig(**dict(dict(max_updates=1), **changes))
     assert str(err.value) == message
+
+
+
+def test_a_value_on_a_closed_bound_of_its_range_is_accepted():
+    cfg = TrainConfig(max_updates=1, lr_decay=1.0, label_smoothing=0.0, adam_beta2=0.0, valid_bleu_samples=0)
+    assert (cfg.lr_decay, cfg.label_smoothing, cfg.adam_beta2) == (1.0, 0.0, 0.0)
 
 
 def test_none_leaves_an_optional_field_unset_and_cuda_n_is_a_device():

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 from pathlib import Path
 
@@ -220,12 +221,13 @@ def test_a_literal_sentence_start_or_end_in_tokenised_text_is_unk_to_the_languag
             assert not [g for g in grams if "<s>" in g[1:] or "</s>" in g[:-1]], (which, lang)
 
 
-def test_lowercase_makes_case_variants_score_alike(corpus):
+@pytest.mark.parametrize("fmt", ["raw", "tok"])
+def test_lowercase_makes_case_variants_score_alike(corpus, fmt):
     d, pool, _ = corpus
     pool = [(pool[1][0].upper(), pool[1][1].upper())] + [pool[1]] + pool[2:]
     _write(d / "pool", pool)
-    assert select(_base(d, "cased") + ["--lines", "5"])[0] == 0
-    assert select(_base(d, "lc") + ["--lines", "5", "--lowercase"])[0] == 0
+    assert select(_base(d, "cased") + ["--lines", "5", "--input-format", fmt])[0] == 0
+    assert select(_base(d, "lc") + ["--lines", "5", "--lowercase", "--input-format", fmt])[0] == 0
     cased, lc = _scores(d / "cased.scores.tsv"), _scores(d / "lc.scores.tsv")
     assert cased["h_in_src"][0] > cased["h_in_src"][1] + 1.0   # upper case is <unk> for the in-domain LM
     assert lc["h_in_src"][0] == pytest.approx(lc["h_in_src"][1], abs=1e-6)
@@ -275,6 +277,25 @@ def test_ties_are_broken_by_pool_line_number():
     assert keep.tolist() == [1, 3, 4, 5]
 
 
+
+def test_a_words_budget_met_exactly_stops_at_the_pair_that_meets_it():
+    keep, over = select_indices(np.array([1.0, 2.0, 3.0, 4.0]), np.array([2, 3, 4, 5], dtype=np.int32), words=5)
+    assert keep.tolist() == [0, 1] and not over
+
+
+def test_a_fraction_budget_rounds_to_the_nearest_number_of_pairs():
+    scores, ones = np.arange(10.0), np.ones(10, dtype=np.int32)
+    assert select_indices(scores, ones, fraction=0.29)[0].tolist() == [0, 1, 2]
+    assert select_indices(scores, ones, fraction=0.21)[0].tolist() == [0, 1]
+
+
+def test_a_budget_of_exactly_the_selectable_pairs_is_not_over_the_pool():
+    scores, ones = np.array([1.0, np.inf, 2.0]), np.ones(3, dtype=np.int32)
+    keep, over = select_indices(scores, ones, lines=2)
+    assert keep.tolist() == [0, 2] and not over
+    assert select_indices(scores, ones, lines=3)[1]
+
+
 def test_duplicate_pool_lines_tie_and_the_earlier_ones_win(corpus):
     d, pool, _ = corpus
     pool = pool[:10] + [pool[1]] * 5 + pool[10:]
@@ -288,6 +309,23 @@ def test_duplicate_pool_lines_tie_and_the_earlier_ones_win(corpus):
     assert select(_base(d) + ["--lines", str(better + 3)])[0] == 0
     sel = np.flatnonzero(_scores(d / "sel.scores.tsv")["selected"])
     assert [i for i in sel if i in dup] == dup[:3]
+
+
+
+def test_the_out_of_domain_sample_has_the_in_domain_source_token_count_from_a_draw_of_twice_its_bytes(tmp_path):
+    """H_out's sample: pool lines drawn (twice the in-domain bytes' worth, plus 16) and taken until the
+    in-domain's source tokens are reached; a draw whose lines hold fewer tokens per byte falls short."""
+    def sample(in_pairs, pool_pairs):
+        _write(tmp_path / "in", in_pairs)
+        _write(tmp_path / "pool", pool_pairs)
+        assert select(_base(tmp_path) + ["--lines", "1", "--force"])[0] == 0
+        return json.loads((tmp_path / "sel.summary.json").read_text())["out_domain_sample"]
+
+    words = [(w, w) for w in ANIMALS_EN + MONEY_EN]
+    assert sample(words[:20], words * 10)["src_tokens"] == 20  # one-token lines: 20 of them, not 21
+    # 10 lines of 10 one-letter tokens (200 bytes); pool lines of one 11-letter token (12 bytes)
+    drawn = sample([(" ".join("abcdefghij"), "x")] * 10, [("elephantine", "x")] * 400)
+    assert drawn["pairs"] == math.ceil(2 * 200 / 12) + 16 == drawn["src_tokens"]
 
 
 def test_method_scores_formulas():

@@ -240,6 +240,30 @@ def test_health_and_info_describe_the_model(translator, ckpt):
     assert info["decoding"]["beam"] == 4 and info["limits"]["max_lines"] == 10
 
 
+
+def test_info_reports_the_servers_own_batch_size_over_the_translators(translator):
+    config = ServeConfig(batch_size=3, search=SEARCH, limits=Limits(max_beam=4))
+
+    async def body(client):
+        return await (await client.get("/info")).json()
+
+    assert serve(translator, body, config)["batching"]["batch_size"] == 3 != translator.config.batch_size
+
+
+def test_a_request_exactly_at_every_limit_is_served(translator, ckpt):
+    """max_lines, max_line_chars and max_body_bytes are the most a request may have, not one over."""
+    lines = ["cat"] * 9 + ["a " * 100]  # 10 lines, the last of 200 characters
+    raw = json.dumps({"text": lines}).encode()
+    raw = raw[:-1] + b" " * (4096 - len(raw)) + b"}"  # JSON whitespace up to 4096 bytes
+
+    async def body(client):
+        return await post(client, "/translate", None, raw=raw)
+
+    status, text = serve(translator, body)
+    assert status == 200, text
+    assert [t["text"] for t in json.loads(text)["translations"]] == expected(ckpt, lines)
+
+
 BAD = [
     ("malformed JSON", "/translate", b'{"text": ["a cat"', 400, "malformed JSON"),
     ("not an object", "/translate", b'["a cat"]', 400, "JSON object"),

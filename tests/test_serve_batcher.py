@@ -178,3 +178,56 @@ def test_nmtkit_serve_loads_its_model_on_the_thread_that_decodes(monkeypatch):
     except SystemExit as exit_:
         assert exit_.code in (0, None)
     assert built_on and served == built_on and built_on[0] != threading.get_ident()
+
+
+def test_a_request_refused_by_the_translator_fails_alone_and_its_batch_mate_is_answered():
+    """An NmtkitError (a line the translator refuses) splits a batch of two into single calls."""
+    from nmtkit.errors import NmtkitError
+
+    class Refuser(Recorder):
+        def __call__(self, lines, beam, nbest, attention):
+            if "bad" in lines:
+                self.calls.append((list(lines), beam, nbest, attention))
+                raise NmtkitError("line refused")
+            return super().__call__(lines, beam, nbest, attention)
+
+    fn = Refuser()
+
+    async def body(b):
+        return await asyncio.gather(b.submit(["ok"], 5, 1, False), b.submit(["bad"], 5, 1, False),
+                                    return_exceptions=True)
+
+    good, bad = run_batcher(fn, 64, 0.05, body)
+    assert good == [("ok", 5, 1)] and isinstance(bad, NmtkitError)
+    assert [c[0] for c in fn.calls] == [["ok", "bad"], ["ok"], ["bad"]]
+
+
+def test_requests_that_exactly_fill_batch_size_share_one_call():
+    fn = Recorder()
+
+    async def body(b):
+        return await asyncio.gather(b.submit(["a", "b"], 5, 1, False), b.submit(["c", "d"], 5, 1, False))
+
+    run_batcher(fn, 4, 0.05, body)
+    assert [c[0] for c in fn.calls] == [["a", "b", "c", "d"]]
+
+
+def test_a_full_batch_is_decoded_without_waiting_out_the_delay():
+    fn = Recorder()
+
+    async def body(b):
+        return await asyncio.wait_for(b.submit(["a", "b"], 5, 1, False), 3.0)
+
+    assert run_batcher(fn, 2, 30.0, body) == [("a", 5, 1), ("b", 5, 1)]
+
+
+def test_stats_largest_is_the_most_sentences_in_any_call_so_far():
+    fn = Recorder()
+
+    async def body(b):
+        await b.submit(["a", "b", "c"], 5, 1, False)
+        await b.submit(["d"], 5, 1, False)
+        return b.stats
+
+    stats = run_batcher(fn, 64, 0.0, body)
+    assert stats.largest == 3 and stats.batches == 2

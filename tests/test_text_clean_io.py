@@ -16,6 +16,7 @@ from nmtkit.text.moses import PairDeduper, drop_reason
     (51, 10, "too_long"),
     (10, 51, "too_long"),
     (1, 9, None),            # ratio 9 is allowed ...
+    (9, 1, None),
     (1, 10, "ratio"),        # ... above it is not, either way
     (10, 1, "ratio"),
 ])

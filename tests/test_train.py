@@ -179,6 +179,18 @@ def test_a_tied_dev_score_makes_the_later_model_best_but_is_no_gain_for_patience
     assert load_checkpoint(run / "checkpoint_last.pt")["schedule_state"]["decay"] == 0.25  # decayed at 4 and 6
 
 
+
+def test_patience_counts_validations_without_gain_since_the_last_gain(data_dir, tmp_path, monkeypatch):
+    """--patience 2 stops after two bad validations in a row; a gain between two bad ones resets the count."""
+    import nmtkit.train.trainer as trainer_mod
+
+    losses = iter([3.0, 4.0, 2.0, 5.0, 6.0, 7.0])  # validations at updates 2, 4, ..., 12
+    monkeypatch.setattr(trainer_mod, "dev_scores", lambda ctx, stop=None: (next(losses), 0.0))
+    res = train_run(data_dir, tmp_path / "run", tiny_options(max_updates=20, valid_every=2, patience=2,
+                                                             valid_bleu_samples=0), tiny_overrides())
+    assert (res.reason, res.update, res.best_update) == ("patience", 10, 6)
+
+
 def test_patience_and_plateau_without_a_validation_before_max_updates_warn(data_dir, tmp_path, caplog):
     opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0, patience=1, lr_schedule="plateau")
     train_run(data_dir, tmp_path / "a", opts, tiny_overrides())

@@ -290,15 +290,28 @@ def test_ensemble_with_different_vocabularies_is_refused(ckpt, tmp_path):
     other = make_checkpoint(tmp_path / "other.pt", tgt_words=TGT_WORDS[:-1])
     with pytest.raises(CheckpointError, match="tgt vocabulary differs"):
         _translator([ckpt, str(other)])
+    other = make_checkpoint(tmp_path / "src.pt", src_words=SRC_WORDS[:-1])
+    with pytest.raises(CheckpointError, match="src vocabulary differs"):
+        _translator([ckpt, str(other)])
+
+
+@pytest.mark.parametrize("langs", [("de", "fr"), ("en", "de")])
+def test_ensemble_of_models_for_another_language_pair_is_refused(ckpt, tmp_path, langs):
+    other = make_checkpoint(tmp_path / "other.pt", src_lang=langs[0], tgt_lang=langs[1])
+    with pytest.raises(CheckpointError, match="language pair differs"):
+        _translator([ckpt, str(other)])
 
 
 def test_a_loaded_bundle_holds_the_first_checkpoints_vocabularies_pipeline_and_models(ckpt, tmp_path):
     from nmtkit.checkpoint import ModelBundle, load_bundle
     from nmtkit.text.pipeline import TextPipeline
     from nmtkit.text.vocab import Vocab
+    from nmtkit.train.config import TrainConfig
 
     lexicon = torch.zeros((len(SPECIALS) + len(SRC_WORDS), 2), dtype=torch.int32)  # a row per source word
     other = str(make_checkpoint(tmp_path / "other.pt", seed=2, lexicon=lexicon))
+    longer = str(make_checkpoint(tmp_path / "longer.pt", train_config=TrainConfig(max_len=80, max_updates=1).to_dict()))
+    assert load_bundle([ckpt, longer]).trained_max_len == 50  # the first member's, like the rest
     bundle = load_bundle([other, ckpt])
     assert isinstance(bundle, ModelBundle) and bundle.paths == (other, ckpt) and len(bundle.models) == 2
     assert isinstance(bundle.src_vocab, Vocab) and bundle.tgt_vocab.itos[-len(TGT_WORDS):] == TGT_WORDS
@@ -365,6 +378,8 @@ def test_an_int8_model_quantised_from_the_mapped_file_keeps_nothing_of_the_file(
     ("src_vocab", ["<pad>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(996)],
      "its src_vocab has 1,000 words, but its model was built for"),
     ("lexicon", "ids", r"its lexicon does not fit its vocabularies: \(\d+, 3\) torch.int32, ids 0 to 1,000,000"),
+    ("lexicon", "vocab size", r"its lexicon does not fit its vocabularies: \(\d+, 3\) torch.int32, ids 0 to \d+, where"),
+    ("lexicon", "negative", r"its lexicon does not fit its vocabularies: \(\d+, 3\) torch.int32, ids -1 to 0"),
     ("lexicon", "rows", r"its lexicon does not fit its vocabularies: \(2, 3\) torch.int32"),
     ("lexicon", "floats", r"its lexicon does not fit its vocabularies: \(\d+, 3\) torch.float32"),
     ("lexicon", "text", "its lexicon does not fit its vocabularies: str"),
@@ -383,7 +398,8 @@ def test_a_damaged_checkpoint_field_is_refused_in_one_error_naming_the_file(ckpt
         n = len(good["src_vocab"])  # missing, ids as floats, not a tensor
         lex = torch.zeros(n, 3, dtype=torch.int32)
         value = {"ids": lex.index_fill(1, torch.tensor([2]), 10**6), "rows": lex[:2], "floats": lex.float(),
-                 "text": "ids"}[value]
+                 "vocab size": lex.index_fill(1, torch.tensor([2]), len(good["tgt_vocab"])),
+                 "negative": lex.index_fill(1, torch.tensor([2]), -1), "text": "ids"}[value]
     if value == "extra key":
         value = dict(good["model_config"], bogus=1)
     broken = dict(good, **{field: value})
