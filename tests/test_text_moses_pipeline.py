@@ -180,6 +180,8 @@ def test_truecaser_keeps_a_form_seen_inside_sentences_as_truecase_perl_does():
     ({"bpe": {"joint": False, "codes": {"src": "a b\n", "tgt": "a b c\n"}}}, "BPE codes: line 1 is not two units"),
     ({"bpe": {"joint": True, "codes": "a b\n", "vocab": {"src": "a", "tgt": ["a"]}}}, "setting bpe is"),
     ({"protected_patterns": ["(unclosed"]}, r"protected pattern '\(unclosed' does not compile"),
+    # translate's tokeniser refused it with a ValueError traceback at the first line
+    ({"protected_patterns": ["x*"]}, r"protected pattern 'x\*' does not compile: it matches the empty string"),
     ({"protected_patterns": "https?://\\S+"}, "setting protected_patterns is .*, not a list of regular expressions"),
     ({"version": "1"}, "version '1' is not a number"),
 ])
