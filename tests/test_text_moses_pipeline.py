@@ -242,6 +242,15 @@ def _perl_unicode_version() -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
+def test_the_steps_run_in_the_moses_order_and_a_carriage_return_separates_words():
+    """normalize-punctuation.perl before remove-non-printing-char.perl: the soft hyphen still stands
+    between the quote and the comma when the English rule that puts a quote after a comma looks (the other
+    order moves the quote); and a carriage return inside a line is a space, not deleted ("thecat")."""
+    tok = moses.tokenizer_fn("en")
+    assert tok('he said "\u00ad, then') == ["he", "said", '"', ",", "then"]
+    assert tok("the\rcat") == ["the", "cat"]
+
+
 def test_non_printing_characters_are_those_remove_non_printing_char_perl_replaces():
     """Every assigned code point up to U+2FFFF (but surrogates and line ends), through the
     script's own substitution in perl, whose Unicode version must be Python's for the categories
