@@ -152,6 +152,8 @@ ROWS = [
     Row("train-manifest-vocab-outside-the-data-dir",
         lambda w: _train(_w_manifest(w, vocab={"src": "/etc/passwd", "tgt": "vocab.fr.txt"}), w.tmp / "r9"),
         needles=("manifest.json", "vocab.src")),
+    Row("train-manifest-vocab-is-the-data-dir", lambda w: _train(_w_manifest(  # was "data: is a directory"
+        w, vocab={"src": ".", "tgt": "vocab.fr.txt"}), w.tmp / "r10b"), needles=("manifest.json", "vocab.src '.'")),
     Row("train-manifest-vocab-climbing-out", lambda w: _train(_w_manifest(
         w, vocab={"src": "vocab.en.txt", "tgt": "../data/vocab.fr.txt"}), w.tmp / "r10"), needles=("vocab.tgt",)),
     Row("train-manifest-pipeline-language-contradicts",

@@ -9,7 +9,7 @@ import torch
 
 from nmtkit.errors import ConfigError
 from nmtkit.models import ARCHS, build_model, make_config
-from nmtkit.train.presets import PRESETS, TRAIN_DEFAULTS, preset, train_defaults
+from nmtkit.train.presets import PRESETS, TRAIN_DEFAULTS, preset, resolve_model, train_defaults
 from tests.conftest import TINY, random_batch, tiny_model
 from tests.reference_models import plain_chunked_loss, rnnsearch_autograd_features
 
@@ -275,6 +275,15 @@ def test_lstm_attention_preset_takes_the_seeds_one_hidden_size_and_the_assignmen
     assert (arch, cfg["emb_dim"], cfg["enc_hidden"], cfg["dec_hidden"], cfg["init"], cfg["dropout"]) == (
         "lstm-attention", 256, 256, 256, "uniform", 0.3)
     assert dataclasses.asdict(make_config(arch, dict(src_vocab_size=30000, tgt_vocab_size=30000))) == cfg | dict(src_eos=True)
+
+
+def test_resolve_model_takes_the_presets_sizes_its_own_arch_and_each_sides_vocabulary():
+    """A bare --arch lstm-attention is its preset's sizes, --arch naming the preset's own arch is no
+    contradiction, and the source vocabulary sizes the source side."""
+    arch, cfg = resolve_model("lstm-attention", None, {}, 100, 200)
+    assert (arch, cfg["dropout"], cfg["init"], cfg["src_vocab_size"], cfg["tgt_vocab_size"]) == (
+        "lstm-attention", 0.3, "uniform", 100, 200)
+    assert resolve_model("rnnsearch", "small", {"emb_dim": 32}, 10, 20)[1]["emb_dim"] == 32
 
 
 def test_unknown_preset_is_a_config_error():

@@ -94,6 +94,17 @@ def test_a_value_on_a_closed_bound_of_its_range_is_accepted():
     assert (cfg.lr_decay, cfg.label_smoothing, cfg.adam_beta2) == (1.0, 0.0, 0.0)
 
 
+def test_the_rules_between_train_options_refuse_only_what_they_name():
+    """A token budget needs no pair count, --patience alone stops a run, and --min-lr may equal --lr."""
+    assert TrainConfig(max_updates=1, batch_size=None, max_tokens=100).max_tokens == 100
+    assert TrainConfig(patience=3).patience == 3
+    assert TrainConfig(max_updates=1, lr=0.5, min_lr=0.5).min_lr == 0.5
+    for changes, message in [(dict(max_updates=1, batch_size=None), "need --batch-size or --max-tokens"),
+                             (dict(), "no stopping criterion"), (dict(max_updates=1, lr=0.5, min_lr=0.6), "is above")]:
+        with pytest.raises(ConfigError, match=message):
+            TrainConfig(**changes)
+
+
 def test_none_leaves_an_optional_field_unset_and_cuda_n_is_a_device():
     cfg = TrainConfig(max_updates=1, max_len=None, threads=None, device="cuda:1")
     assert cfg.max_len is None and cfg.device == "cuda:1"

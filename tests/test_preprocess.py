@@ -246,6 +246,17 @@ def test_word_vocabulary_keeps_the_most_frequent_words_and_counts_unks(corpus):
     assert m["pipeline"]["bpe"] is None
 
 
+@pytest.mark.parametrize("flags", [dict(nfc=False, remove_non_printing=False, normalize_punct=False,
+                                        aggressive_dash_splits=True, lowercase=True, protect=("printf",)),
+                                   dict(nfc=True, remove_non_printing=True, normalize_punct=True,
+                                        aggressive_dash_splits=False, lowercase=False, protect=())])
+def test_the_text_pipeline_takes_each_tokenising_flag_given(flags):
+    """--no-nfc and --no-remove-non-printing reach the tokeniser (and the record), as the other flags do."""
+    p = PreprocessConfig(src_lang="en", tgt_lang="fr", train="t", valid="v", dest="d", **flags).base_pipeline()
+    assert {k: getattr(p, k) for k in flags if k != "protect"} == {k: v for k, v in flags.items() if k != "protect"}
+    assert bool(p.protected_patterns) == bool(flags["protect"])
+
+
 def test_default_word_vocabulary_is_the_papers_30000():
     cfg = PreprocessConfig("en", "fr", "a", "b", "c")
     assert cfg.vocab_size("src") == 30000 and cfg.vocab_size("tgt") == 30000

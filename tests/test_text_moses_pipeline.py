@@ -180,6 +180,8 @@ def test_truecaser_keeps_a_form_seen_inside_sentences_as_truecase_perl_does():
     ({"bpe": {"joint": False, "codes": {"src": "a b\n", "tgt": "a b c\n"}}}, "BPE codes: line 1 is not two units"),
     ({"bpe": {"joint": True, "codes": "a b\n", "vocab": {"src": "a", "tgt": ["a"]}}}, "setting bpe is"),
     ({"protected_patterns": ["(unclosed"]}, r"protected pattern '\(unclosed' does not compile"),
+    # translate's tokeniser refused it with a ValueError traceback at the first line
+    ({"protected_patterns": ["x*"]}, r"protected pattern 'x\*' does not compile: it matches the empty string"),
     ({"protected_patterns": "https?://\\S+"}, "setting protected_patterns is .*, not a list of regular expressions"),
     ({"version": "1"}, "version '1' is not a number"),
 ])
@@ -238,6 +240,15 @@ def _perl_unicode_version() -> str | None:
     proc = subprocess.run(["perl", "-MUnicode::UCD", "-e", "print Unicode::UCD::UnicodeVersion()"],
                           capture_output=True, text=True)
     return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def test_the_steps_run_in_the_moses_order_and_a_carriage_return_separates_words():
+    """normalize-punctuation.perl before remove-non-printing-char.perl: the soft hyphen still stands
+    between the quote and the comma when the English rule that puts a quote after a comma looks (the other
+    order moves the quote); and a carriage return inside a line is a space, not deleted ("thecat")."""
+    tok = moses.tokenizer_fn("en")
+    assert tok('he said "\u00ad, then') == ["he", "said", '"', ",", "then"]
+    assert tok("the\rcat") == ["the", "cat"]
 
 
 def test_non_printing_characters_are_those_remove_non_printing_char_perl_replaces():

@@ -106,6 +106,27 @@ def test_missing_file_empty_file_and_unknown_set_are_clear_errors(tmp_path):
         resolve_protect(["prinft"])
 
 
+def test_a_match_stays_whole_where_a_shorter_match_occurs_inside_it():
+    """The longer match is hidden first: hiding 'a' first split 'a,b' into 'a , b'."""
+    from nmtkit.text.moses import tokenize
+
+    assert tokenize("a,b a", "en", protected_patterns=("a,b", "a")) == ["a,b", "a"]
+
+
+def test_text_that_looks_like_the_hiding_names_is_left_as_it_is():
+    """The names hidden matches take are made unlike any text of the line, so the text is never
+    taken for one (it came back as the line's placeholder)."""
+    from nmtkit.text.moses import tokenize
+
+    assert tokenize("NMTKITSHIELDAAAAZ %s", "en", protected_patterns=PRINTF) == ["NMTKITSHIELDAAAAZ", "%s"]
+
+
+def test_a_missing_pattern_file_named_without_a_folder_is_a_missing_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match="gone.txt: protected-patterns file not found"):
+        resolve_protect(["gone.txt"])
+
+
 def test_pipeline_records_the_patterns_and_leaves_them_out_when_there_are_none():
     p = TextPipeline("en", "fr", protected_patterns=PRINTF)
     d = json.loads(json.dumps(p.to_dict()))

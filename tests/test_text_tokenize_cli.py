@@ -90,6 +90,25 @@ def test_preprocess_refuses_tok_input_made_with_flags_it_was_not_given(tmp_path)
         preprocess.run(_tok_config(tmp_path, prefix, lowercase=True, aggressive_dash_splits=True))
 
 
+def test_a_gz_files_own_record_comes_first_and_patterns_are_compared_only_when_asked(tmp_path):
+    """FILE.gz.tokinfo.json, where there is one, is FILE.gz's record (FILE.tokinfo.json only without it);
+    select-data, which has no --protect, passes protect=False and takes a record with patterns."""
+    import json
+
+    from nmtkit.errors import ConfigError
+    from nmtkit.text.pipeline import TextPipeline
+    from nmtkit.text.tokenize import check_tokinfo, tokinfo, tokinfo_path
+
+    path = str(tmp_path / "c.en.gz")
+    (tmp_path / "c.en.tokinfo.json").write_text("{}")
+    assert tokinfo_path(path) == str(tmp_path / "c.en.tokinfo.json")
+    (tmp_path / "c.en.gz.tokinfo.json").write_text(json.dumps(tokinfo(TextPipeline("en", "en", protected_patterns=("a+",)))))
+    assert tokinfo_path(path) == path + ".tokinfo.json"
+    assert check_tokinfo(path, "en", TextPipeline("en", "en"), protect=False)
+    with pytest.raises(ConfigError, match="1 protected patterns there, 0 here"):
+        check_tokinfo(path, "en", TextPipeline("en", "en"))
+
+
 def test_text_tokenised_with_its_case_may_be_lowercased_by_preprocess(tmp_path):
     """The records' lowercasing was compared both ways, so preprocess --lowercase refused text
     that kept its case (and, once select-data passed records on, its selections): translate

@@ -56,6 +56,20 @@ def test_parallel_map_keeps_order_and_prepares_the_state_once_in_each_worker(wor
         worker_state()  # the map's state does not outlive it
 
 
+def _refuse_seven(x: int) -> int:
+    if x == 7:
+        raise InputError("bad item")
+    return x
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_items_error_learns_its_position_in_the_whole_stream(workers):
+    """The position names the input line in the message, with or without workers (chunks of 3)."""
+    with pytest.raises(InputError) as err:
+        list(parallel_map(_refuse_seven, range(12), workers=workers, chunk_size=3))
+    assert err.value.item == 7
+
+
 def test_a_map_without_workers_restores_the_state_of_an_enclosing_map():
     def inner(x):
         return list(parallel_map(lambda y: (y, worker_state()), [x], workers=1, state="inner"))[0] + (worker_state(),)

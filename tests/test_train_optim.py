@@ -74,6 +74,15 @@ def test_small_preset_defaults_to_adam():
     assert (cfg.optimizer, cfg.lr, cfg.batch_size, cfg.normalize_loss) == ("adam", 1e-3, 64, "tokens")
 
 
+@pytest.mark.parametrize("arch, procedure", [("rnnsearch", ("adadelta", 1.0, 80, 1.0, "sentences")),
+                                           ("rnnencdec", ("adadelta", 1.0, 80, 1.0, "sentences")),
+                                           ("lstm-attention", ("adam", 1e-3, 64, 5.0, "tokens"))])
+def test_a_bare_arch_trains_with_its_presets_procedure_else_the_papers(arch, procedure):
+    """--arch lstm-attention without --preset: the assignment's Adam and --clip-grad 5; a paper arch: Adadelta."""
+    cfg = TrainConfig(**train_defaults(arch, None), max_updates=1)
+    assert (cfg.optimizer, cfg.lr, cfg.batch_size, cfg.clip_norm, cfg.normalize_loss) == procedure
+
+
 @pytest.mark.parametrize("preset, optimizer, lr", [(None, "adam", 1e-3), ("small", "adadelta", 1.0), (None, "sgd", 1.0),
                                                    ("small", "sgd", 1e-3), ("small", "adam", 1e-3)])
 def test_an_optimizer_given_without_lr_gets_the_lr_the_help_gives_it(data_dir, preset, optimizer, lr):

@@ -149,8 +149,8 @@ def _check_read(d: dict[str, Any]) -> None:
         bad("protected_patterns", "a list of regular expressions")
     for pattern in patterns:
         try:
-            re.compile(pattern, re.IGNORECASE)  # as the tokeniser compiles them
-        except (re.error, OverflowError, RecursionError) as err:
+            moses.compile_pattern(pattern)  # as the tokeniser compiles them; ValueError: it matches ""
+        except (re.error, OverflowError, RecursionError, ValueError) as err:
             raise ConfigError(f"text pipeline protected pattern {pattern!r:.60} does not compile: {err}") from None
 
 
