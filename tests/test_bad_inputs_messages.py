@@ -187,6 +187,8 @@ ROWS = [
         needles=("train.en.ids.npy", "negative")),
     Row("train-id-beyond-the-vocabulary", lambda w: _train(_w_npy(w, "valid.fr.ids.npy", _past_vocab), w.tmp / "ra8"),
         needles=("valid.fr.ids.npy", "split 'valid' target", "beyond the vocabulary")),
+    Row("train-id-equal-to-the-vocabulary-size", lambda w: _train(_w_id_at_vocab_size(w), w.tmp / "ra11"),
+        needles=("valid.fr.ids.npy", "beyond the vocabulary (id ")),  # one past the last id: an IndexError in training
     Row("train-negative-word-length", lambda w: _train(_w_npy(w, "train.fr.words.npy", _negative), w.tmp / "ra5"),
         needles=("train.fr.words.npy", "negative")),
     # was "no training pair has both sides within --max-len 50"
@@ -211,7 +213,8 @@ ROWS = [
     Row("train-dev-set-of-empty-sources", lambda w: _train(_w_blank_valid(w), w.tmp / "rb1"),
         needles=("data-copy", "'valid' split has no pair with a non-empty source")),  # was a dev loss of 0
     Row("train-dev-set-of-pairs-all-over-the-validation-bound", lambda w: _train(_w_long_valid(w), w.tmp / "rb2"),
-        needles=("data-copy", "no pair validation can score", "over 250 tokens")),  # was a dev loss of 0, ppl 1
+        needles=("data-copy", "no pair validation can score", "over 250 tokens"),  # was a dev loss of 0, ppl 1
+        absent=("the others with an empty source",)),
     Row("train-dev-bleu-samples-all-over-the-validation-bound",
         lambda w: _train(_w_long_valid(w, first=1), w.tmp / "rb3", "--valid-bleu-samples", "1"),
         needles=("data-copy", "--valid-bleu-samples 1: the first 1 dev pair(s)", "over 250 tokens")),
@@ -358,9 +361,17 @@ def _negative(a):
     return a
 
 
-def _past_vocab(a):
+def _w_id_at_vocab_size(w: World) -> World:
+    """A copy of the data directory whose last dev target id is the target vocabulary's size."""
+    from nmtkit.data.manifest import read_manifest_files
+
+    size = len(read_manifest_files(w.data).tgt_vocab)
+    return _w_npy(w, "valid.fr.ids.npy", lambda a: _past_vocab(a, size))
+
+
+def _past_vocab(a, past=1_000_000):
     a = a.copy()
-    a[-1] = 1_000_000  # past any vocabulary of the fixture's data
+    a[-1] = past  # past any vocabulary of the fixture's data by default
     return a
 
 

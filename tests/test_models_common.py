@@ -130,6 +130,21 @@ def test_chunked_loss_and_its_gradients_equal_autograd_through_the_log_softmax(a
         torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
 
 
+def test_the_plain_loss_smooths_labels_as_the_chunked_loss_does():
+    """`Seq2Seq.loss`, the plain definition the chunked loss stands for, spreads the smoothing mass
+    as the chunked loss does: ls times the mean over the vocabulary of -log p, not its sum."""
+    from nmtkit.models.base import Seq2Seq
+
+    model = tiny_model("rnnsearch", exact=True)
+    src, src_lens, tgt_in, tgt_out, _ = random_batch()
+    with torch.no_grad():
+        plain = Seq2Seq.loss(model, src, src_lens, tgt_in, tgt_out, 0.1)
+        chunked = model.loss(src, src_lens, tgt_in, tgt_out, 0.1, chunk_tokens=3)
+    torch.testing.assert_close(plain[0], chunked[0])
+    torch.testing.assert_close(plain[1], chunked[1])
+    assert plain[2] == chunked[2]
+
+
 @pytest.mark.parametrize("arch", IMPLEMENTED)
 def test_index_select_and_reorder_follow_the_rows(arch):
     """Beam search's expand/reorder: stepping selected rows equals selecting rows of a step."""

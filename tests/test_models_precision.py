@@ -147,3 +147,31 @@ def test_cpu_bf16_training_runs_the_products_of_both_lengths_in_float32():
     pairs = [dtypes for dims, dtypes in seen if {S, T} <= dims]
     assert len(pairs) == 4 and all(dtypes == {torch.float32} for dtypes in pairs), pairs
     assert any(torch.bfloat16 in dtypes for dims, dtypes in seen if not {S, T} <= dims)
+
+
+def test_the_bf16_speedup_is_float32_time_over_bf16_time(monkeypatch):
+    """A bf16 product twice as fast as float32's is a speedup of 2, not 0.5 (auto would pick bf16
+    exactly where it is slower)."""
+    import nmtkit.models.precision as prec
+
+    dtypes = []
+    monkeypatch.setattr(prec.torch, "mm", lambda x, y: dtypes.append(x.dtype))
+    monkeypatch.setattr(prec.timeit, "repeat", lambda stmt, repeat, number: [
+        stmt() or (2.0 if dtypes[-1] == torch.float32 else 1.0)] * repeat)
+    assert prec.cpu_bf16_speedup.__wrapped__() == 2.0
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_auto_on_cuda_is_bf16_where_the_gpu_supports_it_else_fp16(monkeypatch, bf16):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+    assert autocast_dtype("cuda", "auto") is (torch.bfloat16 if bf16 else torch.float16)
+
+
+def test_a_resumed_auto_keeps_fp16_only_on_cuda(monkeypatch):
+    """fp16 is what auto chose on a GPU; the same run resumed on a CPU resolves auto afresh (fp16 is
+    emulated and slow there)."""
+    import nmtkit.models.precision as prec
+
+    monkeypatch.setattr(prec, "cpu_bf16_pays_off", lambda: False)
+    assert prec.resolve_precision("cuda", "auto", kept="fp16") == "fp16"
+    assert prec.resolve_precision("cpu", "auto", kept="fp16") == "fp32"

@@ -496,3 +496,31 @@ def test_dev_loss_is_the_mean_nll_per_target_token_eos_included_without_label_sm
             lp = model(torch.tensor([s]), torch.tensor([len(s)]), torch.tensor([[BOS_ID, *t]]))[0]
             total -= float(sum(lp[i, w] for i, w in enumerate([*t, EOS_ID])))
     assert n == 10 and loss == pytest.approx(total / n, rel=1e-5)
+
+
+def test_the_records_logged_before_train_log_opens_are_written_there_first_notes_included(tmp_path):
+    """The data's and options' records of a run come before its train.log exists: kept, then written
+    there ahead of the run's own, those below WARNING too (the CLI's NOTE ones, which it lets through)."""
+    import logging
+
+    from nmtkit.progress import NOTE
+    from nmtkit.train.metrics import keep_early_records, setup_file_log
+
+    logger = logging.getLogger("nmtkit")
+    level, handlers = logger.level, list(logger.handlers)
+    logger.setLevel(NOTE)  # as the CLI sets it
+    keep_early_records()
+    try:
+        logging.getLogger("nmtkit.data").log(NOTE, "early note record")
+        logging.getLogger("nmtkit.data").warning("early warning record")
+        handler = setup_file_log(tmp_path)
+        logging.getLogger("nmtkit.train").info("the run's own record")
+        handler.close()
+    finally:
+        for h in set(logger.handlers) - set(handlers):
+            logger.removeHandler(h)
+        logger.setLevel(level)
+    lines = (tmp_path / "train.log").read_text(encoding="utf-8").splitlines()
+    assert [line.split(" ", 3)[2:] for line in lines] == [["NOTE", "early note record"],
+                                                          ["WARNING", "early warning record"],
+                                                          ["INFO", "the run's own record"]]

@@ -202,6 +202,7 @@ def test_torchrun_variables_give_the_process_its_place_and_its_share_of_cores(mo
     ({"WORLD_SIZE": "-1"}, "WORLD_SIZE=-1: it counts the job's processes"),  # trained nothing, forever
     ({"WORLD_SIZE": "0"}, "WORLD_SIZE=0: it counts"),  # a ZeroDivisionError
     ({"RANK": "1"}, "RANK=1 outside WORLD_SIZE=1"),  # an AssertionError: rank 1 of 1 got no minibatches
+    ({"WORLD_SIZE": "2", "RANK": "-1"}, "RANK=-1 outside WORLD_SIZE=2"),  # a second "rank 0": no rank 1 joins
 ])
 def test_impossible_torchrun_variables_are_one_line_errors(monkeypatch, env, needle):
     from nmtkit.errors import ConfigError

@@ -750,3 +750,35 @@ def test_a_resume_from_an_older_checkpoint_put_back_warns_of_the_later_kept_chec
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warned) == 1 and "checkpoint_last.pt is at update 4, older than the run's kept checkpoint_6.pt to " \
                                 "checkpoint_12.pt (an earlier copy put back?)" in warned[0], warned
+
+
+@pytest.mark.parametrize("procs", [0, -1, True, "2"])
+def test_a_checkpoint_whose_world_size_is_not_a_number_of_processes_is_refused_as_damaged(data_dir, tmp_path, procs):
+    """A saved world_size of 0 is no run's: it is named as the damage, not turned into a hint to
+    resume with --update-freq 0."""
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
+    train_run(data_dir, run, opts, tiny_overrides())
+    last = run / "checkpoint_last.pt"
+    ckpt = torch.load(last, map_location="cpu", weights_only=True)
+    ckpt["trainer"]["world_size"] = procs
+    torch.save(ckpt, last)
+    with pytest.raises(CheckpointError, match=r"its training state's world_size .* is not a number of processes"):
+        train_run(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True)
+
+
+def test_resuming_with_a_data_directory_whose_manifest_records_no_split_sizes_is_not_refused(tmp_path):
+    """Sizes are compared only where both manifests record them: a data directory that records
+    none (an older or hand-made manifest) resumes the run rather than being called another one."""
+    import json
+
+    from tests.conftest import make_data_dir
+
+    run, data_dir = tmp_path / "run", make_data_dir(tmp_path / "data")
+    opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0)
+    train_run(data_dir, run, opts, tiny_overrides())
+    manifest = json.loads((data_dir / "manifest.json").read_text())
+    for split in manifest["splits"].values():
+        del split["lines"]
+    (data_dir / "manifest.json").write_text(json.dumps(manifest))
+    assert train_run(data_dir, run, opts.replace(max_updates=4), tiny_overrides(), resume=True).update == 4

@@ -38,7 +38,7 @@ def test_event_files_hold_the_metrics_jsonl_records(data_dir, tmp_path):
     got = _scalars(tb)
     for key in ("loss", "ppl", "lr", "grad_norm", "tgt_tokens_per_s"):
         _same(got[f"train/{key}"], _expected(run, "train", key))
-    for key in ("loss", "bleu"):
+    for key in ("loss", "ppl", "bleu", "best_score"):
         _same(got[f"valid/{key}"], _expected(run, "valid", key))
     assert [s for s, _ in got["train/loss"]] == [2, 4, 6]
     assert [s for s, _ in got["valid/bleu"]] == [3, 6]
@@ -164,3 +164,19 @@ def test_only_rank_0_writes_tensorboard_events(data_dir, tmp_path, monkeypatch):
     assert given[0] is mine and not (tmp_path / "tb1").exists()
     assert isinstance(given[1], TensorBoardCallbacks) and given[1].inner is mine
     assert list((tmp_path / "tb0").glob("events.out.tfevents.*"))
+
+
+def test_a_non_finite_value_is_left_out_of_the_event_files(tmp_path):
+    """A NaN or infinite loss (a diverged log interval) is no scalar: TensorBoard would draw the
+    whole curve on a useless scale; the finite values of the same event are still written."""
+    pytest.importorskip("tensorboard", reason="tensorboard is not installed (pip install 'nmtkit[tensorboard]')")
+    from nmtkit.train.events import LogEvent
+    from nmtkit.train.metrics import TensorBoardCallbacks
+
+    cb = TensorBoardCallbacks(tmp_path / "tb")
+    for update, loss in ((1, float("nan")), (2, float("inf")), (3, 2.5)):
+        cb.on_log(LogEvent(update=update, epoch=1, loss=loss, ppl=loss, objective=loss, grad_norm=1.0, lr=0.1,
+                           tgt_tokens_per_s=1.0, sents_per_s=1.0, updates_per_s=1.0, elapsed=1.0, skipped=0))
+    cb.close()
+    got = _scalars(tmp_path / "tb")
+    assert got["train/loss"] == [(3, 2.5)] and [s for s, _ in got["train/lr"]] == [1, 2, 3]

@@ -165,6 +165,8 @@ def test_a_reply_is_the_result_or_the_workers_exception_and_a_death_is_a_worker_
             raise ValueError("bad task")
         if task == "unpicklable":
             raise _Unpicklable()
+        if task == "unreadable":
+            raise _NotReadBack("f.txt", "bad")
         return task * 2
 
     with Workers("a worker died ({how})") as pool:
@@ -177,6 +179,10 @@ def test_a_reply_is_the_result_or_the_workers_exception_and_a_death_is_a_worker_
         w = pool.start(handle)
         w.send("unpicklable")
         with pytest.raises(RuntimeError, match="_Unpicklable: no pickling"):
+            w.reply()
+        w = pool.start(handle)
+        w.send("unreadable")  # it pickles, but its class cannot be built again from its args
+        with pytest.raises(RuntimeError, match="^_NotReadBack: f.txt: bad$"):
             w.reply()
         w = pool.start(handle)
         w.send("die")
@@ -219,6 +225,11 @@ def test_a_failed_setup_is_the_reply_to_the_first_task():
         w.send(1)
         with pytest.raises(OSError, match="no table"):
             w.reply()
+
+
+class _NotReadBack(Exception):
+    def __init__(self, path, why):
+        super().__init__(f"{path}: {why}")
 
 
 class _Unpicklable(Exception):
