@@ -232,10 +232,9 @@ def _adjusted_counts(c: _Counts, toks: np.ndarray, dist: np.ndarray, V: int, ord
 
 
 def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[tuple[float, float, float]],
-                 unigram: np.ndarray, V: int, order: int) -> list["_Order"]:
+                 V: int, order: int) -> list["_Order"]:
     """The tables of orders 2..n; `c` and `adj` are emptied as they are used, to bound the memory."""
     orders: list[_Order] = []
-    prev_prob = unigram
     for k in range(2, order + 1):
         keys = c.keys[k - 2]
         a = adj[k]
@@ -245,11 +244,6 @@ def _interpolate(c: _Counts, adj: list[np.ndarray], disc: Sequence[tuple[float, 
         disc_prob, gamma = _smooth(a, disc[k - 1], ctx, n_prev)
         max_count = int(a.max()) if a.size else 0
         adj[k] = c.raw[k - 2] = c.bos[k - 2] = a = None  # type: ignore[assignment,call-overload]
-        if k < order:  # the next order interpolates with p_k = disc_prob + gamma(h) p_{k-1}
-            p_k = gamma[ctx]
-            p_k *= prev_prob[c.suffix[k - 2]]
-            p_k += disc_prob
-            prev_prob = p_k
         c.suffix[k - 2] = None  # type: ignore[call-overload]
         del ctx
         orders.append(_Order(keys, disc_prob, gamma, disc[k - 1], max_count))  # type: ignore[arg-type]
@@ -305,7 +299,7 @@ class NgramLM:
         disc_prob, gamma = _smooth(adj[1], disc[0], np.zeros(V, dtype=np.int32), 1)
         unigram = disc_prob + gamma[0] / (V - 1)
         unigram[LM_BOS_ID] = 0.0
-        orders = _interpolate(counts, adj, disc, unigram, V, order)
+        orders = _interpolate(counts, adj, disc, V, order)
         return cls(order, V, unigram, adj[1], disc[0], orders)
 
     def _row(self, ngram: Sequence[int]) -> int:
