@@ -17,9 +17,7 @@ from nmtkit.progress import Progress
 from nmtkit.select.ngram import LM_UNK_ID, FlatBatch, LMVocab, NgramLM, flat_batch
 from nmtkit.text.io import (
     BOM,
-    PARALLEL_WHY,
-    check_counts,
-    check_distinct,
+    check_parallel,
     count_lines,
     decode_line,
     decode_lines,
@@ -61,10 +59,7 @@ class Corpus:
         parts = []
         for prefix in prefixes:
             s, t = resolve_input(prefix, src_lang), resolve_input(prefix, tgt_lang)
-            check_distinct(s, t)
-            (ns, bs), (nt, bt) = count_lines(s), count_lines(t)
-            check_counts((s, ns), [(t, nt)], PARALLEL_WHY)
-            parts.append((s, t, ns, bs, bt))
+            parts.append((s, t, *check_parallel(s, t, count_lines)))
         srcs, tgts, counts, sbytes, tbytes = zip(*parts)
         return cls(list(srcs), list(tgts), list(counts), sum(sbytes), sum(tbytes))
 

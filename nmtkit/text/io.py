@@ -13,7 +13,7 @@ import os
 import sys
 import zlib
 from pathlib import Path
-from typing import IO, Iterable, Iterator
+from typing import IO, Any, Iterable, Iterator
 
 from nmtkit.errors import InputError
 from nmtkit.io.checks import check_found
@@ -23,7 +23,6 @@ log = logging.getLogger(__name__)
 GZIP_MAGIC = b"\x1f\x8b"
 BOM = "\ufeff"  # a UTF-8 byte order mark (EF BB BF) decoded
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # little- and big-endian UTF-16 byte order marks
-PARALLEL_WHY = ": a parallel corpus needs equal line counts"
 
 
 def _check_file(path: str | Path, pipes: bool = False) -> None:
@@ -238,10 +237,11 @@ def read_all_lines(path: str | Path) -> list[str]:
     return decode_lines(data, name)
 
 
-def check_parallel(src: str | Path, tgt: str | Path) -> tuple[int, str, str]:
-    """(lines, sha256 of src, sha256 of tgt) of two different parallel files of as many lines."""
+def check_parallel(src: str | Path, tgt: str | Path, count=count_lines_and_hash) -> tuple[int, Any, Any]:
+    """(lines, x of src, x of tgt) of two different parallel files of as many lines, where `count`
+    gives (lines, x) of a file: by default x is its sha256."""
     check_distinct(src, tgt)
-    n_src, h_src = count_lines_and_hash(src)
-    n_tgt, h_tgt = count_lines_and_hash(tgt)
-    check_counts((str(src), n_src), [(str(tgt), n_tgt)], PARALLEL_WHY)
-    return n_src, h_src, h_tgt
+    n_src, x_src = count(src)
+    n_tgt, x_tgt = count(tgt)
+    check_counts((str(src), n_src), [(str(tgt), n_tgt)], ": a parallel corpus needs equal line counts")
+    return n_src, x_src, x_tgt
