@@ -44,7 +44,7 @@ from nmtkit.text.pipeline import (
     truecase_weights,
 )
 from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo, tokenised_as_raw
-from nmtkit.text.vocab import SPECIALS, UNK_ID, Vocab, token_ids
+from nmtkit.text.vocab import SPECIALS, UNK_ID, Vocab
 
 log = logging.getLogger("nmtkit.preprocess")
 
@@ -52,11 +52,8 @@ log = logging.getLogger("nmtkit.preprocess")
 # ---- the worker side: chunks of pairs tokenised and cleaned (pass 1 of train) or encoded into ids
 
 def prepare_state(state: dict[str, Any]) -> dict[str, Any]:
-    """A worker's state from the plain settings `state`: the pipeline and the vocabularies' maps."""
-    out = dict(state, pipeline=TextPipeline.from_dict(state["pipeline"]))
-    if state.get("vocab") is not None:
-        out["stoi"] = {side: token_ids(itos) for side, itos in state["vocab"].items()}
-    return out
+    """A worker's state from the plain settings `state`: the pipeline rebuilt from its dict."""
+    return dict(state, pipeline=TextPipeline.from_dict(state["pipeline"]))
 
 
 START = "\n"  # before a sentence-initial word in the counts of truecased text, which truecase.perl cases apart
@@ -482,7 +479,7 @@ def _build(config: PreprocessConfig, base: TextPipeline, report: Progress, out: 
     # every training word's ids (segmented already, for the vocabulary), which forked workers inherit
     known = {side: {w: word_ids(pipeline, vocabs[side].stoi, w, side) for w in train.word_counts[side]}
              for side in SIDES}
-    state = {"pipeline": pipeline.to_dict(), "vocab": {s: v.itos for s, v in vocabs.items()}, "word_ids": known}
+    state = {"pipeline": pipeline.to_dict(), "stoi": {s: v.stoi for s, v in vocabs.items()}, "word_ids": known}
     split_stats: dict[str, Any] = {}
     for name, prefix in config.splits():
         with _timed(f"encode + binarise {name}", timings, cpu):
