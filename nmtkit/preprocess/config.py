@@ -87,7 +87,6 @@ class PreprocessConfig:
     chunk_size: int = option(500, min=1, metavar="N", help="Lines per work unit sent to a worker.")
 
     def __post_init__(self) -> None:
-        """Raise ConfigError for out-of-range or inconsistent settings."""
         check_fields(self)
         check_lang(self.src_lang, "--src-lang")
         check_lang(self.tgt_lang, "--tgt-lang")

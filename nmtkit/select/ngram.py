@@ -57,7 +57,6 @@ class LMVocab:
         return [get(t, LM_UNK_ID) for t in tokens]
 
     def encode_batch(self, sentences: Sequence[Sequence[str]]) -> "FlatBatch":
-        """Token lists -> one FlatBatch."""
         ids = map(self.flat_stoi.get, chain.from_iterable(sentences), repeat(LM_UNK_ID))
         return flat_batch(np.fromiter(ids, dtype=np.int64), list(map(len, sentences)))
 

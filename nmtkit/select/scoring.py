@@ -172,7 +172,6 @@ class IdPairs:
                 "tgt_tokens": int(self.lens[1].sum())}
 
     def batch(self, side: int) -> FlatBatch:
-        """One side's sentences as a FlatBatch."""
         return flat_batch(self.ids[side], self.lens[side])
 
     def take(self, order: np.ndarray) -> "IdPairs":
