@@ -129,11 +129,9 @@ class DecodeThread:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nmtkit-decode")
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """fn(*args) on the thread, waited for."""
         return self._executor.submit(fn, *args).result()
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """fn(*args) on the thread, awaited (the event loop goes on meanwhile)."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     def close(self) -> None:

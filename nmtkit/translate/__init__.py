@@ -18,8 +18,7 @@ from nmtkit.io.checks import STDIN, Output, check_found, check_outputs_vs_inputs
 from nmtkit.io.dirs import new_folders, take_back_folders
 from nmtkit.io.files import OutputFile, check_output_dir, commit_all, is_stdin, is_stdout
 from nmtkit.progress import Progress, no_progress
-from nmtkit.text.io import check_counts, count_lines, stream_lines
-from nmtkit.text.io import read_lines as read_text_lines
+from nmtkit.text.io import check_counts, count_lines, read_lines, stream_lines
 from nmtkit.text.tokenize import check_tokinfo, tokenised_as_raw
 from nmtkit.translate.alignment import (
     hard_alignment,
@@ -162,11 +161,11 @@ def _run(config: TranslateConfig, progress: Progress) -> dict[str, int]:
                           stage_plots=out_file is not None and out_file.write_path != out_file.path)
         stack.callback(lambda: [plot.abort() for plot in writers.plots or []])  # no-ops once committed
         # stdin line by line as lines arrive (a terminal or a pipe is answered without waiting)
-        texts = read_text_lines(input_path) if input_path else stream_lines(sys.stdin.buffer, source)
+        texts = read_lines(input_path) if input_path else stream_lines(sys.stdin.buffer, source)
         items = enumerate(texts, 1)
         if config.score_reference:  # "-": the translations on stdin, the source in -i FILE
             reference = file_path(config.score_reference)
-            refs = read_text_lines(reference) if reference else stream_lines(sys.stdin.buffer, "<stdin>")
+            refs = read_lines(reference) if reference else stream_lines(sys.stdin.buffer, "<stdin>")
             items = paired_lines(texts, refs, source, reference or "<stdin>")
         n = translate_stream(translator, items, writers, config, source, progress)
         # both files committed, or (a signal before) neither: never a mismatched pair
