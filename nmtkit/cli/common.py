@@ -116,7 +116,6 @@ def quiet_option(silences: str) -> Callable:
 
 
 def progress_enabled(quiet: bool) -> bool:
-    """Progress bars go to stderr, only when it is a terminal and --quiet was not given."""
     return not quiet and sys.stderr.isatty()
 
 
@@ -152,7 +151,6 @@ def stage_bars(console, columns: list, labels: dict[str, str] | None = None, rat
 
 
 def stage_progress(quiet: bool, make_bars: Callable[[], contextlib.AbstractContextManager]) -> contextlib.AbstractContextManager:
-    """`make_bars()` where `progress_enabled(quiet)`, else None, as a context."""
     return make_bars() if progress_enabled(quiet) else contextlib.nullcontext()
 
 

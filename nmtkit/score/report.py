@@ -72,7 +72,6 @@ class ScoreReport:
 
 
 def format_json(report: ScoreReport) -> str:
-    """One JSON object (indent 1, UTF-8 kept), newline-terminated."""
     out: dict[str, Any] = {"refs": list(report.refs), "lines": report.lines,
                            "systems": [{"name": s.name, "hyp": s.hyp, "scores": [m.to_dict() for m in s.scores]}
                                        for s in report.systems]}
