@@ -111,7 +111,6 @@ def config_values(cls: type, options: dict[str, Any], given_only: bool = False) 
 
 
 def quiet_option(silences: str) -> Callable:
-    """Every command's -q/--quiet flag; `silences` says what it keeps off stderr for this command."""
     return click.option("--quiet", "-q", is_flag=True, help=f"{silences} (errors are still shown).")
 
 
