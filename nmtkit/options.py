@@ -51,7 +51,6 @@ def spec_of(field: dataclasses.Field) -> OptionSpec | None:
 
 
 def option_name(field_name: str) -> str:
-    """`max_updates` -> `--max-updates`."""
     return "--" + field_name.replace("_", "-")
 
 

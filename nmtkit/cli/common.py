@@ -111,12 +111,10 @@ def config_values(cls: type, options: dict[str, Any], given_only: bool = False) 
 
 
 def quiet_option(silences: str) -> Callable:
-    """Every command's -q/--quiet flag; `silences` says what it keeps off stderr for this command."""
     return click.option("--quiet", "-q", is_flag=True, help=f"{silences} (errors are still shown).")
 
 
 def progress_enabled(quiet: bool) -> bool:
-    """Progress bars go to stderr, only when it is a terminal and --quiet was not given."""
     return not quiet and sys.stderr.isatty()
 
 
@@ -152,7 +150,6 @@ def stage_bars(console, columns: list, labels: dict[str, str] | None = None, rat
 
 
 def stage_progress(quiet: bool, make_bars: Callable[[], contextlib.AbstractContextManager]) -> contextlib.AbstractContextManager:
-    """`make_bars()` where `progress_enabled(quiet)`, else None, as a context."""
     return make_bars() if progress_enabled(quiet) else contextlib.nullcontext()
 
 

@@ -28,7 +28,8 @@ def score_cmd(quiet: bool, **options: Any) -> None:
     """
     quiet_warnings(quiet)
     from nmtkit.score import run
-    from nmtkit.score.report import render
+    from nmtkit.score.report import format_json, format_text
 
     config = ScoreConfig(**config_values(ScoreConfig, options))
-    click.echo(render(run(config), config.as_json), nl=False)
+    report = run(config)
+    click.echo(format_json(report) if config.as_json else format_text(report), nl=False)

@@ -71,13 +71,7 @@ class ScoreReport:
     significance: SignificanceResult | None = None
 
 
-def render(report: ScoreReport, as_json: bool) -> str:
-    """The command's stdout: `format_json` or `format_text`."""
-    return format_json(report) if as_json else format_text(report)
-
-
 def format_json(report: ScoreReport) -> str:
-    """One JSON object (indent 1, UTF-8 kept), newline-terminated."""
     out: dict[str, Any] = {"refs": list(report.refs), "lines": report.lines,
                            "systems": [{"name": s.name, "hyp": s.hyp, "scores": [m.to_dict() for m in s.scores]}
                                        for s in report.systems]}

@@ -159,8 +159,7 @@ def bleu_by_length(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequence[
     return rows
 
 
-def plot_by_length(rows: Sequence[LengthBucket], names: Sequence[str], path: str | Path,
-                   title: str = "BLEU by source sentence length") -> None:
+def plot_by_length(rows: Sequence[LengthBucket], names: Sequence[str], path: str | Path) -> None:
     """Draw BLEU against source-length bucket, one solid line per system (paper Figure 2), to a PNG;
     paper-style BLEU, when the rows carry it, as a dashed line of the same colour."""
     import matplotlib
@@ -189,7 +188,7 @@ def plot_by_length(rows: Sequence[LengthBucket], names: Sequence[str], path: str
             ax.set_xticklabels([r.label for r in rows][::step], rotation=90 if len(rows) > 8 else 0)
             ax.set_xlabel("source sentence length (words)")
             ax.set_ylabel("BLEU (solid: sacrebleu, dashed: paper-style)" if paper else "BLEU (sacrebleu)")
-            ax.set_title(title)
+            ax.set_title("BLEU by source sentence length")
             ax.grid(True, alpha=0.3)
             ax.legend(ax.lines, [line.get_label() for line in ax.lines])  # as named: '_x' would be left out
             fig.tight_layout()
