@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from nmtkit.errors import ConfigError, InputError, NmtkitError, OutputError
-from nmtkit.io.files import check_output, writes_in_place
+from nmtkit.io.files import check_output, file_identity, writes_in_place
 from nmtkit.options import empty_path_message
 
 
@@ -46,14 +46,11 @@ def check_given_once(paths: Iterable[str | Path], why: str) -> None:
     read is left to its reader."""
     seen: dict[tuple[int, int], str] = {}
     for p in map(str, paths):
-        try:
-            st = os.stat(p)
-        except OSError:
-            continue
-        key = (st.st_dev, st.st_ino)
+        key = file_identity(p)
         if key in seen:
             raise ConfigError(f"{p} is given twice (as {seen[key]}); {why}")
-        seen[key] = p
+        if key is not None:
+            seen[key] = p
 
 
 def file_path(path: str | Path | None, option: str | None = None) -> str | None:

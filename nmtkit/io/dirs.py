@@ -18,7 +18,7 @@ from typing import Callable, Iterator, TypeVar
 
 from nmtkit import signals
 from nmtkit.errors import InputError, OutputError
-from nmtkit.io.files import folders_locked, name_error, name_stem, umask
+from nmtkit.io.files import file_identity, folders_locked, name_error, name_stem, umask
 
 T = TypeVar("T")
 _TMP_DIR = re.compile(r"\.tmp-(?P<host>.+)-(?P<pid>\d+)-[a-z0-9_]+$")
@@ -163,21 +163,13 @@ def swap_in_dir(tmp: str | Path, dest: str | Path, check: Callable[[], None] = l
     return old if old.exists() else None
 
 
-def _identity(path: str | Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
 def read_one_folder(path: str | Path, read: Callable[[], T], tries: int = 3) -> T:
     """`read()` of files of the folder `path`, again where `swap_in_dir` replaced it meanwhile, so
     that all it returns comes from one folder; an InputError where it was replaced at every try."""
     for _ in range(tries):
-        before = _identity(path)
+        before = file_identity(path)
         result = read()
-        if _identity(path) == before:
+        if file_identity(path) == before:
             return result
     raise InputError(f"was replaced {tries} times while being read (another 'nmtkit preprocess --force' writing it?): "
                      "run again once it is done", str(path))

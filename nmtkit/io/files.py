@@ -76,6 +76,15 @@ def is_stdout(path: str | Path | None) -> bool:
         return False
 
 
+def file_identity(path: str | Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at `path`, the same by any name or link; None where os.stat fails."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def is_stdin(path: str | Path | None) -> bool:
     """Whether reading `path` ("-" or None included) reads this process's stdin where two readers
     would split its lines (a regular file or /dev/null reads whole for each)."""

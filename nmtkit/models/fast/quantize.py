@@ -121,9 +121,7 @@ def quantize_for_decoding(model: Any) -> Any:
         raise ConfigError(INT8_ON_CUDA)
     model.eval()
     for name in names:
-        parent_name, _, attr = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attr, Int8Linear(getattr(parent, attr)))
+        setattr(model, name, Int8Linear(getattr(model, name)))
     for key, (embedding, members) in model.int8_stacks().items():
         model.decode_stacks[key] = Int8Stack([model.get_submodule(m).rows() for m in members],
                                              model.get_submodule(embedding) if embedding else None)
