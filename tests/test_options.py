@@ -134,6 +134,14 @@ def test_score_options_are_checked_once_whatever_builds_them():
 
 
 
+def test_score_from_python_without_a_hypothesis_or_a_reference_is_one_config_error():
+    """An empty list of either ended in an IndexError from deep inside the run."""
+    for hyps, refs in (([], ["r"]), (["h"], []), ((), ())):
+        with pytest.raises(ConfigError, match=r"need --hyp and --ref \(at least one file each\)"):
+            ScoreConfig(hyp_paths=hyps, ref_paths=refs)
+    ScoreConfig(hyp_paths="h", ref_paths="r")  # one path, given as a string, is a list of one
+
+
 def test_score_metrics_from_python_are_read_as_the_command_line_reads_them():
     """A string was taken apart into its letters at run ("unknown metric 'b'"), and an empty list
     scored nothing, without a word."""

@@ -125,6 +125,8 @@ class ScoreConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if not self.hyp_paths or not self.ref_paths:  # from Python: click requires both
+            raise ConfigError("need --hyp and --ref (at least one file each)")
         # from Python, --metrics' text or a list of names, read as --metrics is
         metrics = self.metrics
         if not isinstance(metrics, str):
