@@ -428,3 +428,25 @@ def test_an_existing_output_reached_through_a_symlink_needs_force(tmp_path):
     with pytest.raises(OutputExistsError):
         check_output(tmp_path / "link.txt", force=False)
     check_output(tmp_path / "link.txt", force=True)
+
+
+def test_outputs_whose_temp_files_cannot_all_be_made_leave_none_behind(tmp_path, monkeypatch):
+    """select-data's outputs are staged together: a full disk at the second temp file left the
+    first one in the output folder."""
+    import tempfile
+
+    from nmtkit.io.files import StagedFiles
+
+    made = []
+
+    def mkstemp(*args, **kwargs):
+        if made:
+            raise OSError(28, "No space left on device")
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    real = tempfile.mkstemp
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    with pytest.raises(OSError, match="No space left"):
+        StagedFiles({"src": str(tmp_path / "sel.en"), "tgt": str(tmp_path / "sel.fr")})
+    assert len(made) == 1 and os.listdir(tmp_path) == []

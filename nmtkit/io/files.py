@@ -313,8 +313,15 @@ class StagedFiles:
 
     def __init__(self, paths: dict[str, str], stale: Sequence[str] = ()):
         self.paths, self.stale = paths, list(stale)
-        self.staged = {k: Staged(p) for k, p in paths.items()}
-        self.tmp = {k: st.write_path for k, st in self.staged.items()}
+        self.staged: dict[str, Staged] = {}
+        self.tmp: dict[str, str] = {}
+        try:
+            for k, p in paths.items():
+                self.staged[k] = Staged(p)
+                self.tmp[k] = self.staged[k].write_path
+        except BaseException as err:  # a temp file that cannot be made (a full disk): none stays
+            self.__exit__(type(err), err, None)
+            raise
 
     def __enter__(self) -> "StagedFiles":
         return self
