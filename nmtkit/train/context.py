@@ -190,9 +190,6 @@ class TrainContext:
         """The target tokens of the pairs `pairs`, one EOS each included."""
         return int(self.tgt_lens[pairs].sum()) + len(pairs)
 
-    def parameter_count(self) -> int:
-        return sum(p.numel() for p in self.params)
-
     def close(self) -> None:
         """Leave the process group. The DDP wrapper goes first: its reducer freed after `shutdown` drops
         the group holding the interpreter lock, which gloo's worker may need (a deadlock)."""
