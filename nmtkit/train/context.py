@@ -16,12 +16,15 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from nmtkit.data.binarized import BatchingConfig, collate, epoch_batches, keep_pairs, over_budget
 from nmtkit.devices import PRECISIONS, resolve_device, threads_per_process, use_threads
 from nmtkit.errors import CheckpointError, ConfigError, InputError, TrainingError
 from nmtkit.io.dirs import LAST
+from nmtkit.models import build_model
 from nmtkit.models.fast.fusion import resolve_cuda_graphs, resolve_fuse
 from nmtkit.models.precision import FP16_ON_CPU, autocast, resolve_precision, set_tf32
 from nmtkit.options import option_name
@@ -125,8 +128,6 @@ class TrainContext:
 
     def _setup_model(self, resume: dict[str, Any] | None) -> None:
         """Model (seeded alike on every rank), optimiser, schedule, scaler, resumed state, loss module."""
-        from nmtkit.models import build_model
-
         cfg = self.cfg
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
@@ -145,8 +146,6 @@ class TrainContext:
             torch.manual_seed(cfg.seed + 7919 * self.dist.rank)  # own dropout masks per rank
         self.loss_module: nn.Module = ddp.LossModule(self.model, cfg.label_smoothing, cfg.loss_chunk_tokens)
         if self.dist.enabled:
-            from torch.nn.parallel import DistributedDataParallel
-
             mine = ("threads", "device", "fuse", "cuda_graphs", "tf32")  # how a machine runs, not what it trains
             same = {option_name(k): v for k, v in cfg.to_dict().items() if k not in mine}
             same.update(self.model_config, update=self.state.update, data=f"{len(self.train_data)} pairs of "
@@ -228,8 +227,6 @@ class Accumulators:
         stats = torch.stack([self.obj, self.nll, self.gnorm,
                              torch.tensor(float(self.tokens_local), device=self.device)]).double()
         if dist_info.enabled:
-            import torch.distributed as dist
-
             dist.all_reduce(stats)
         return tuple(stats.tolist())
 
@@ -352,8 +349,6 @@ def gather_rng_states(dist_info: ddp.DistInfo, device: torch.device | None = Non
     mine = rng_state(device)
     if not dist_info.enabled:
         return [mine]
-    import torch.distributed as dist
-
     gathered: list[Any] = [None] * dist_info.world_size
     dist.all_gather_object(gathered, mine)  # CPU tensors: every backend can carry them
     return gathered
