@@ -15,6 +15,7 @@ import torch
 from nmtkit.data.binarized import ParallelData, collate, length_batches
 from nmtkit.errors import ConfigError
 from nmtkit.models.precision import autocast
+from nmtkit.text.pipeline import TextPipeline
 from nmtkit.train import distributed as ddp
 from nmtkit.train.data import VALID_MAX_TOKENS, validated, within_bound
 
@@ -75,7 +76,6 @@ def dev_bleu(ctx: Any, n_samples: int, batch_size: int, stop: Callable[[], bool]
     import sacrebleu
 
     from nmtkit.decode.search import beam_search, greedy_search
-    from nmtkit.text.pipeline import TextPipeline
 
     model, data, device, tgt_vocab = ctx.model, ctx.valid_data, ctx.device, ctx.data.tgt_vocab
     # capped at the vocabulary's size, as translate caps it
