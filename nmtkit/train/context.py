@@ -12,7 +12,7 @@ import math
 import random
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -135,7 +135,8 @@ class TrainContext:
         self.model = build_model(self.arch, self.model_config,
                                  fuse_steps=resolve_fuse(cfg.fuse, self.device)).to(self.device)
         self.model.graph_loops = resolve_cuda_graphs(cfg.cuda_graphs, self.device, self.model)
-        self.optimizer = build_optimizer(self.model.parameters(), cfg)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = build_optimizer(self.params, cfg)
         self.schedule = LRSchedule(self.optimizer, cfg)
         # fp16 needs loss scaling (its range is too small for gradients); bf16 and fp32 do not
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
@@ -154,7 +155,6 @@ class TrainContext:
 
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.loss_module = DistributedDataParallel(self.loss_module, device_ids=ids)
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
 
     def _load_resume(self, ckpt: dict[str, Any]) -> None:
         try:
@@ -365,10 +365,9 @@ def restore_rng(saved: dict[str, Any], rank: int, seed: int, update: int,
         torch.manual_seed(seed + 7919 * rank + update)  # seeds this rank's GPU too
 
 
-def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
-    """The optimiser named by `cfg.optimizer`, at the base learning rate: Adam and SGD fused where
-    available, Adadelta multi-tensor."""
-    params = [p for p in params if p.requires_grad]
+def build_optimizer(params: list[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
+    """The optimiser named by `cfg.optimizer` over `params` (the trained ones), at the base learning rate:
+    Adam and SGD fused where available, Adadelta multi-tensor."""
     if cfg.optimizer == "adadelta":
         return torch.optim.Adadelta(params, lr=cfg.lr, rho=cfg.adadelta_rho, eps=cfg.adadelta_eps,
                                     weight_decay=cfg.weight_decay, foreach=True)
