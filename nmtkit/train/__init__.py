@@ -20,7 +20,8 @@ import types
 from pathlib import Path
 from typing import Any, Sequence
 
-from nmtkit.devices import resolve_device
+from nmtkit import signals
+from nmtkit.devices import resolve_device, threads_restored
 from nmtkit.errors import CheckpointError, ConfigError, OutputExistsError
 from nmtkit.io.checks import check_outputs_vs_inputs, real_path
 from nmtkit.io.dirs import (
@@ -136,7 +137,6 @@ def _new_configs(data: Any, options: TrainOptions, model: ModelOverrides) -> tup
 
 def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> TrainResult:
     """Train (or resume) as `config` says, `callbacks` getting rank 0's events; a stop signal: as in `train`."""
-    from nmtkit import signals
     from nmtkit.checkpoint import load_checkpoint
     from nmtkit.train import distributed as ddp
     from nmtkit.train.data import DataDir
@@ -236,8 +236,6 @@ def _stage_run(save_dir: Path, tb_dir: Path | None, resume: bool, force: bool) -
 
 def _train(cfg, data, run_dir, commit, arch, model_config, ckpt, callbacks, info, tb_dir):
     """Build the Trainer and run it, closing it and the TensorBoard writer either way."""
-    from nmtkit import signals
-    from nmtkit.devices import threads_restored
     from nmtkit.models.precision import tf32_restored
     from nmtkit.train import distributed as ddp
     from nmtkit.train.context import TrainContext, rng_state, set_rng_state

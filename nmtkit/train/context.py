@@ -12,16 +12,19 @@ import math
 import random
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from nmtkit.data.binarized import BatchingConfig, collate, epoch_batches, keep_pairs, over_budget
 from nmtkit.devices import PRECISIONS, resolve_device, threads_per_process, use_threads
 from nmtkit.errors import CheckpointError, ConfigError, InputError, TrainingError
 from nmtkit.io.dirs import LAST
+from nmtkit.models import build_model
 from nmtkit.models.fast.fusion import resolve_cuda_graphs, resolve_fuse
 from nmtkit.models.precision import FP16_ON_CPU, autocast, resolve_precision, set_tf32
 from nmtkit.options import option_name
@@ -125,8 +128,6 @@ class TrainContext:
 
     def _setup_model(self, resume: dict[str, Any] | None) -> None:
         """Model (seeded alike on every rank), optimiser, schedule, scaler, resumed state, loss module."""
-        from nmtkit.models import build_model
-
         cfg = self.cfg
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
@@ -134,7 +135,8 @@ class TrainContext:
         self.model = build_model(self.arch, self.model_config,
                                  fuse_steps=resolve_fuse(cfg.fuse, self.device)).to(self.device)
         self.model.graph_loops = resolve_cuda_graphs(cfg.cuda_graphs, self.device, self.model)
-        self.optimizer = build_optimizer(self.model.parameters(), cfg)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = build_optimizer(self.params, cfg)
         self.schedule = LRSchedule(self.optimizer, cfg)
         # fp16 needs loss scaling (its range is too small for gradients); bf16 and fp32 do not
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
@@ -145,8 +147,6 @@ class TrainContext:
             torch.manual_seed(cfg.seed + 7919 * self.dist.rank)  # own dropout masks per rank
         self.loss_module: nn.Module = ddp.LossModule(self.model, cfg.label_smoothing, cfg.loss_chunk_tokens)
         if self.dist.enabled:
-            from torch.nn.parallel import DistributedDataParallel
-
             mine = ("threads", "device", "fuse", "cuda_graphs", "tf32")  # how a machine runs, not what it trains
             same = {option_name(k): v for k, v in cfg.to_dict().items() if k not in mine}
             same.update(self.model_config, update=self.state.update, data=f"{len(self.train_data)} pairs of "
@@ -155,7 +155,6 @@ class TrainContext:
 
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.loss_module = DistributedDataParallel(self.loss_module, device_ids=ids)
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
 
     def _load_resume(self, ckpt: dict[str, Any]) -> None:
         try:
@@ -189,9 +188,6 @@ class TrainContext:
     def target_tokens(self, pairs: np.ndarray) -> int:
         """The target tokens of the pairs `pairs`, one EOS each included."""
         return int(self.tgt_lens[pairs].sum()) + len(pairs)
-
-    def parameter_count(self) -> int:
-        return sum(p.numel() for p in self.params)
 
     def close(self) -> None:
         """Leave the process group. The DDP wrapper goes first: its reducer freed after `shutdown` drops
@@ -231,8 +227,6 @@ class Accumulators:
         stats = torch.stack([self.obj, self.nll, self.gnorm,
                              torch.tensor(float(self.tokens_local), device=self.device)]).double()
         if dist_info.enabled:
-            import torch.distributed as dist
-
             dist.all_reduce(stats)
         return tuple(stats.tolist())
 
@@ -355,8 +349,6 @@ def gather_rng_states(dist_info: ddp.DistInfo, device: torch.device | None = Non
     mine = rng_state(device)
     if not dist_info.enabled:
         return [mine]
-    import torch.distributed as dist
-
     gathered: list[Any] = [None] * dist_info.world_size
     dist.all_gather_object(gathered, mine)  # CPU tensors: every backend can carry them
     return gathered
@@ -373,10 +365,9 @@ def restore_rng(saved: dict[str, Any], rank: int, seed: int, update: int,
         torch.manual_seed(seed + 7919 * rank + update)  # seeds this rank's GPU too
 
 
-def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
-    """The optimiser named by `cfg.optimizer`, at the base learning rate: Adam and SGD fused where
-    available, Adadelta multi-tensor."""
-    params = [p for p in params if p.requires_grad]
+def build_optimizer(params: list[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
+    """The optimiser named by `cfg.optimizer` over `params` (the trained ones), at the base learning rate:
+    Adam and SGD fused where available, Adadelta multi-tensor."""
     if cfg.optimizer == "adadelta":
         return torch.optim.Adadelta(params, lr=cfg.lr, rho=cfg.adadelta_rho, eps=cfg.adadelta_eps,
                                     weight_decay=cfg.weight_decay, foreach=True)

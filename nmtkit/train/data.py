@@ -1,11 +1,13 @@
 """The training side of a data directory written by `nmtkit preprocess`: manifest, vocabularies,
-memory-mapped binarised splits, and the raw dev references dev BLEU scores against.
-"""
+memory-mapped binarised splits, the dev pairs validation scores (`validated`) and the raw dev
+references dev BLEU scores against."""
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+
+import numpy as np
 
 from nmtkit.data.binarized import ParallelData, check_npy, split_paths
 from nmtkit.data.manifest import Manifest, read_manifest_files, recorded_digests
@@ -15,6 +17,20 @@ from nmtkit.io.dirs import read_one_folder
 from nmtkit.text.io import read_lines_and_hash, resolve_input
 
 log = logging.getLogger(__name__)
+
+# the most tokens either side of a dev pair may have to be validated (translate's --max-src-len default):
+# a longer pair's cost grows with the square of its length, and preprocess does not clean the valid split
+VALID_MAX_TOKENS = 250
+
+
+def within_bound(data: ParallelData, n: int | None = None) -> np.ndarray:
+    """(min(n, len),) bool: which of the first `n` (all) dev pairs have both sides within bound."""
+    return (data.src.lengths[:n] <= VALID_MAX_TOKENS) & (data.tgt.lengths[:n] <= VALID_MAX_TOKENS)
+
+
+def validated(data: ParallelData, n: int | None = None) -> np.ndarray:
+    """Indices of the first `n` (all) dev pairs scored: within bound, with a non-empty source."""
+    return np.flatnonzero(within_bound(data, n) & (data.src.lengths[:n] > 0))
 
 
 @dataclass
@@ -72,8 +88,6 @@ class DataDir(Manifest):
         if not (data.src.lengths > 0).any():
             raise InputError(f"its 'valid' split has no pair with a non-empty source ({len(data)} pairs): nothing "
                              "to validate on; give 'nmtkit preprocess --valid' a dev set of sentences", str(self.path))
-        from nmtkit.train.validate import VALID_MAX_TOKENS, validated, within_bound
-
         if len(validated(data)) == 0:  # the rest have a side over the bound validation leaves out
             long = int((~within_bound(data)).sum())
             rest = ", the others with an empty source" if long < len(data) else ""
@@ -85,8 +99,6 @@ class DataDir(Manifest):
     def check_bleu_samples(self, n: int) -> None:
         """Refuse --valid-bleu-samples `n` where the first n dev pairs all have a side over the
         bound validation scores (dev BLEU of nothing: nan, never a best)."""
-        from nmtkit.train.validate import VALID_MAX_TOKENS, within_bound
-
         data = self.split("valid")
         if n > 0 and not within_bound(data, n).any():
             raise ConfigError(f"--valid-bleu-samples {n}: the first {min(n, len(data))} dev pair(s) all have a side "

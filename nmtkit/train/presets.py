@@ -121,8 +121,6 @@ def resolve_model(
         cfg = preset(arch)[1] if arch in PRESETS else {}
     valid = {f.name for f in dataclasses.fields(config_class(arch))}
     for key, value in overrides.items():
-        if value is None:
-            continue
         if key not in valid:
             raise ConfigError(f"--{key.replace('_', '-')} does not apply to {arch}")
         cfg[key] = value

@@ -109,13 +109,12 @@ def resumed_configs(ckpt: dict[str, Any], data: Any, data_dir: Any, save_dir: Pa
         if was and now and was != now:  # the same sizes, other text (pairs reordered, a word changed)
             raise CheckpointError(f"the {what} text of {data_dir} differs from the run's (the sha256 of the files "
                                   f"preprocess read): {same}", last)
-    # the checkpoint's own configs: --update-freq may have changed with the process count
-    old = TrainConfig.from_dict(ckpt["train_config"])
-    _check_run_record(save_dir, old, arch, model_config)
+    _check_run_record(save_dir, cfg, arch, model_config)
     update = ckpt["trainer"]["update"]
+    every = [ckpt["train_config"][k] for k in ("save_every", "valid_every")]  # the run's schedule until now
     later = [p.name for p in kept_checkpoints(save_dir) if kept_update(p.name) > update]
     # a run killed before its next save leaves none past that save; more: an older checkpoint_last.pt put back
-    if later and kept_update(later[-1]) > min((update // n + 1) * n for n in (old.save_every, old.valid_every)):
+    if later and kept_update(later[-1]) > min((update // n + 1) * n for n in every):
         log.warning("%s is at update %d, older than the run's kept %s (an earlier copy put back?): the run replaces "
                     "each as it reaches its update again and leaves the others, which `nmtkit average --last` would "
                     "average with its own; move them away to keep them apart", last, update,

@@ -223,14 +223,15 @@ class Trainer:
     def _announce_start(self) -> None:
         ctx, cfg, st = self.ctx, self.ctx.cfg, self.ctx.state
         plan_len = len(ctx.epoch_plan(st.epoch))
+        parameters = sum(p.numel() for p in ctx.params)
         ctx.cb.on_start(StartEvent(
             update=st.update, epoch=st.epoch, max_updates=cfg.max_updates, max_epochs=cfg.max_epochs,
             max_time=cfg.max_time, batches_per_epoch=plan_len, train_pairs=len(ctx.keep),
-            dropped_pairs=ctx.dropped, parameters=ctx.parameter_count(), device=str(ctx.device),
+            dropped_pairs=ctx.dropped, parameters=parameters, device=str(ctx.device),
             world_size=ctx.dist.world_size, elapsed=st.elapsed, fused=ctx.model.fuse_steps,
             update_freq=cfg.update_freq))
         log.info("training %s (%d parameters) on %s x%d: %d pairs (%d over --max-len %s dropped), "
-                 "%d minibatches per epoch, from update %d", ctx.arch, ctx.parameter_count(), ctx.device,
+                 "%d minibatches per epoch, from update %d", ctx.arch, parameters, ctx.device,
                  ctx.dist.world_size, len(ctx.keep), ctx.dropped, cfg.max_len, plan_len, st.update)
         per_rank = plan_len // ctx.dist.world_size
         if cfg.update_freq > per_rank and ctx.dist.is_main:

@@ -13,14 +13,13 @@ import numpy as np
 import torch
 
 from nmtkit.data.binarized import ParallelData, collate, length_batches
+from nmtkit.errors import ConfigError
 from nmtkit.models.precision import autocast
+from nmtkit.text.pipeline import TextPipeline
 from nmtkit.train import distributed as ddp
+from nmtkit.train.data import VALID_MAX_TOKENS, validated, within_bound
 
 log = logging.getLogger(__name__)
-
-# the most tokens either side of a dev pair may have to be validated (translate's --max-src-len default):
-# a longer pair's cost grows with the square of its length, and preprocess does not clean the valid split
-VALID_MAX_TOKENS = 250
 
 
 class ValidationStopped(Exception):
@@ -30,16 +29,6 @@ class ValidationStopped(Exception):
 def _check_stop(stop: Callable[[], bool] | None) -> None:
     if stop is not None and stop():
         raise ValidationStopped
-
-
-def within_bound(data: ParallelData, n: int | None = None) -> np.ndarray:
-    """(min(n, len),) bool: which of the first `n` (all) dev pairs have both sides within bound."""
-    return (data.src.lengths[:n] <= VALID_MAX_TOKENS) & (data.tgt.lengths[:n] <= VALID_MAX_TOKENS)
-
-
-def validated(data: ParallelData, n: int | None = None) -> np.ndarray:
-    """Indices of the first `n` (all) dev pairs scored: within bound, with a non-empty source."""
-    return np.flatnonzero(within_bound(data, n) & (data.src.lengths[:n] > 0))
 
 
 def warn_unvalidated(data: ParallelData) -> None:
@@ -87,7 +76,6 @@ def dev_bleu(ctx: Any, n_samples: int, batch_size: int, stop: Callable[[], bool]
     import sacrebleu
 
     from nmtkit.decode.search import beam_search, greedy_search
-    from nmtkit.text.pipeline import TextPipeline
 
     model, data, device, tgt_vocab = ctx.model, ctx.valid_data, ctx.device, ctx.data.tgt_vocab
     # capped at the vocabulary's size, as translate caps it
@@ -131,8 +119,6 @@ def dev_bleu(ctx: Any, n_samples: int, batch_size: int, stop: Callable[[], bool]
 def check_dev_bleu(ctx: Any) -> None:
     """Run dev BLEU once on the first dev sentence, so that a module it needs and this machine
     lacks is a ConfigError before training rather than a crash at the first validation."""
-    from nmtkit.errors import ConfigError
-
     try:
         dev_bleu(ctx, 1, 1)
     except ImportError as err:
