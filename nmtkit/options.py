@@ -6,7 +6,6 @@ against it. Imports neither click nor torch.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from typing import Any, Callable, Iterable, Iterator
 
@@ -147,7 +146,8 @@ def _type_error(opt: str, type_name: str, value: Any) -> str | None:
     if type_name in ("str", "str | None") and not isinstance(value, (str, os.PathLike)):
         return f"{opt} must be a string, got {value!r}"
     if type_name in ("float", "float | None"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        # finite, and a float can hold it (an int past 2^1024 made math.isfinite raise an OverflowError)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not abs(value) < 2 ** 1024:
             return f"{opt} must be a finite number, got {value}"
     elif type_name in ("int", "int | None") and (isinstance(value, bool) or not isinstance(value, int)):
         return f"{opt} must be an integer, got {value!r}"

@@ -229,6 +229,8 @@ def test_translate_and_serve_share_one_declaration_of_each_decode_option():
     (lambda: TranslateConfig(models=("m.pt",), max_len_a=-1.0), "--max-len-a must be in [0, 10], got -1.0"),
     (lambda: TranslateConfig(models=("m.pt",), device="gpu"), "--device must be auto, cpu, cuda or cuda:N"),
     (lambda: TranslateConfig(models=("m.pt",), lenpen=float("inf")), "--lenpen must be a finite number, got inf"),
+    # an int no float holds: an OverflowError from math.isfinite
+    (lambda: SearchConfig(sampling=True, temperature=10 ** 400), "--temperature must be a finite number, got 1000"),
     (lambda: TranslateConfig(models=()), "no model given (-m CHECKPOINT)"),
     (lambda: Limits(max_lines=0), "--max-lines must be at least 1, got 0"),
     (lambda: Limits(max_beam=0), "--beam must be at least 1, got 0"),
