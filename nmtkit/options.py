@@ -154,6 +154,12 @@ def _type_error(opt: str, type_name: str, value: Any) -> str | None:
     return None
 
 
+def plain(value: Any) -> Any:
+    """A numpy or torch scalar (np.int64(3), np.float32(0.5), np.True_) as the Python value it holds,
+    which the type checks take as that int, float or bool; any other value as it is."""
+    return value.item() if getattr(value, "shape", None) == () and hasattr(value, "item") else value
+
+
 def _items_error(opt: str, value: Any) -> str | None:
     """The message for a repeatable option's value that is not a list of strings, or None."""
     if not isinstance(value, (list, tuple)):
@@ -184,7 +190,8 @@ def check_fields(config: Any, like: type | None = None) -> None:
         spec = spec_of(declared.get(f.name, f))
         if spec is not None and (spec.path is not None or spec.multiple):
             _as_path_strings(config, f, spec)
-        value = getattr(config, f.name)
+        value = plain(getattr(config, f.name))  # a numpy scalar is stored as its Python value (JSON, repr)
+        object.__setattr__(config, f.name, value)
         opt = cli_names(f, spec)[0] if spec is not None else option_name(f.name)
         error = _type_error(opt, str(f.type), value)
         if error is None and spec is not None and spec.multiple and value is not None:

@@ -332,6 +332,21 @@ def test_per_call_values_and_lines_of_the_wrong_type_are_refused_naming_them(ckp
     assert model.translate(["the cat"], **SEARCH) == nmtkit.load(ckpt, **LOAD).translate(["the cat"], **SEARCH)
 
 
+def test_numpy_scalars_load_search_and_score_as_the_python_values_they_hold(ckpt):
+    """np.int64, np.float32 and np.True_ options were each refused as of the wrong type."""
+    import numpy as np
+
+    import nmtkit
+
+    model = nmtkit.load(ckpt, threads=np.int64(1), batch_size=np.int64(8), **LOAD)
+    [a] = model.generate(["the cat"], beam=np.int64(3), nbest=np.int32(2), lenpen=np.float32(0.5),
+                         max_len_b=np.float64(3), alignments=np.True_)
+    [b] = model.generate(["the cat"], beam=3, nbest=2, lenpen=0.5, max_len_b=3.0, alignments=True)
+    assert [(t.text, t.score, t.alignment()) for t in a.nbest] == [(t.text, t.score, t.alignment()) for t in b.nbest]
+    assert model.score(["the cat"], ["le chat"], per_token=np.True_) == model.score(["the cat"], ["le chat"],
+                                                                                    per_token=True)
+
+
 def test_a_missing_checkpoint_is_refused(tmp_path):
     import nmtkit
     from nmtkit.errors import CheckpointError

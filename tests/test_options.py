@@ -2,6 +2,8 @@
 field, and validation follows the field's declared choices and range."""
 from __future__ import annotations
 
+import re
+
 import click
 import pytest
 
@@ -87,6 +89,20 @@ def test_a_value_outside_its_declared_range_is_one_line_naming_the_option(change
         TrainConfig(**dict(dict(max_updates=1), **changes))
     assert str(err.value) == message
 
+
+
+def test_a_numpy_scalar_is_taken_as_the_python_int_float_or_bool_it_holds():
+    """From Python (an option picked from an array, a grid of np.arange): np.int64(3) was refused as
+    "--beam must be an integer, got np.int64(3)", np.float32(0.5) as "--lenpen must be a finite
+    number, got 0.5", np.True_ as "--ban-unk must be true or false, got np.True_"."""
+    import numpy as np
+
+    given = SearchConfig(beam=np.int64(3), nbest=np.int32(2), lenpen=np.float32(0.5), ban_unk=np.bool_(True))
+    assert given == SearchConfig(beam=3, nbest=2, lenpen=0.5, ban_unk=True)
+    assert [type(getattr(given, n)) for n in ("beam", "lenpen", "ban_unk")] == [int, float, bool]  # stored plain
+    assert TrainConfig(max_updates=np.int64(7)).to_dict()["max_updates"] == 7
+    with pytest.raises(ConfigError, match=re.escape("--beam must be at least 1, got 0")):
+        SearchConfig(beam=np.int64(0))
 
 
 def test_a_value_on_a_closed_bound_of_its_range_is_accepted():

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 from nmtkit.checkpoint import checkpoint_paths
 from nmtkit.devices import default_threads, import_torch, resolve_device, use_threads
 from nmtkit.errors import ConfigError, InputError
+from nmtkit.options import plain
 from nmtkit.text.bpe import SEPARATOR
 from nmtkit.text.io import BOM
 from nmtkit.text.vocab import EOS_ID, UNK
@@ -143,7 +144,7 @@ class Translator:
         alignments=True their attention). The search options are `SearchConfig`'s, checked as the
         command line checks them; an empty line gets a Result without translations."""
         search = SearchConfig(**{k: v for k, v in locals().items() if k in _SEARCH_FIELDS and v is not None})
-        if not isinstance(alignments, bool):
+        if not isinstance(alignments := plain(alignments), bool):
             raise ConfigError(f"alignments must be True or False, got {alignments!r}")
         self._check_attention(("alignments=True", alignments), ("replace_unk=True", search.replace_unk))
         return self._translate_buffer(list(enumerate(_lines_of(lines), 1)), search, alignments)
@@ -160,7 +161,7 @@ class Translator:
         """Forced decoding: log p(target | source) of each pair (EOS included) over the whole target
         vocabulary, or with per_token=True `TokenScores`; for a translation this model found with
         shortlist="off", its `Translation.log_prob`."""
-        if not isinstance(per_token, bool):
+        if not isinstance(per_token := plain(per_token), bool):
             raise ConfigError(f"per_token must be True or False, got {per_token!r}")
         srcs, tgts = _lines_of(sources, "sources"), _lines_of(targets, "targets")
         if len(srcs) != len(tgts):
