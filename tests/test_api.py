@@ -182,7 +182,9 @@ def test_score_and_the_command_lines_score_reference_agree(ckpt, tmp_path):
     (["the cat", "a dog"], ["le chat", " "], "InputError", "<input>:2: empty translation"),
     (["the cat", ""], ["le chat", "un chien"], "InputError", "<input>:2: empty source line"),
     (["the cat"], ["le chat\nun chien"], "InputError", "targets line 1 holds a line break"),
-    (["the cat"], "le chat", "TypeError", "targets must be a list of lines"),
+    # not "translate() also takes one string", which score does not
+    (["the cat"], "le chat", "TypeError", "targets must be a list of lines; score one pair as score([source], [target])"),
+    ("the cat", "le chat", "TypeError", "sources must be a list of lines; score one pair as score([source], [target])"),
     # text the pipeline removes whole: an AttributeError on a None score, or the score of an empty translation
     (["the cat", "\u200b"], ["le chat", "un chien"], "InputError", "<input>:2: empty source line to the model"),
     (["the cat", "a dog"], ["le chat", "\x01\u200b"], "InputError", "<input>:2: empty translation to the model"),

@@ -409,7 +409,8 @@ def _lines_of(lines: Any, what: str = "lines") -> list[str]:
     """A call's lines as a list of str, each taken as `nmtkit translate` takes a line of its
     input (a line break or a NUL refused, a leading byte order mark dropped)."""
     if isinstance(lines, str):
-        raise TypeError(f"{what} must be a list of lines; translate() also takes one string")
+        raise TypeError(f"{what} must be a list of lines; " + ("translate() also takes one string" if what == "lines"
+                                                                else "score one pair as score([source], [target])"))
     if isinstance(lines, (bytes, bytearray, dict, set, frozenset)) or not isinstance(lines, Iterable):
         raise TypeError(f"{what} must be a list of str, not {type(lines).__name__}")
     out = list(lines)
