@@ -126,6 +126,17 @@ def test_model_overrides_reject_a_choice_outside_the_declared_ones():
     assert ModelOverrides(emb_dim=16).given() == {"emb_dim": 16}
 
 
+def test_a_model_size_too_large_to_allocate_is_one_config_error_before_the_run():
+    """--emb-dim 10**30 was torch's TypeError ("Overflow when unpacking long long", 50 lines of C++
+    frames) from building the model, the run folder made."""
+    from nmtkit.train.presets import resolve_model
+
+    for key in ("emb_dim", "maxout"):
+        with pytest.raises(ConfigError, match=f"--{key.replace('_', '-')} must be a positive integer below 2"):
+            resolve_model("rnnsearch", None, {key: 10**30}, 20, 20)
+    assert resolve_model("rnnsearch", None, {"emb_dim": 2**31 - 1}, 20, 20)[1]["emb_dim"] == 2**31 - 1
+
+
 def test_score_options_are_checked_once_whatever_builds_them():
     with pytest.raises(ConfigError, match="--bucket-width must be at least 1, got 0"):
         ScoreConfig(hyp_paths=["h"], ref_paths=["r"], bucket_width=0)
