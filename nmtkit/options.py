@@ -6,8 +6,8 @@ against it. Imports neither click nor torch.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
-import sys
 from typing import Any, Callable, Iterable, Iterator
 
 from nmtkit.errors import ConfigError
@@ -147,7 +147,7 @@ def _type_error(opt: str, type_name: str, value: Any) -> str | None:
     if type_name in ("str", "str | None") and not isinstance(value, (str, os.PathLike)):
         return f"{opt} must be a string, got {value!r}"
     if type_name in ("float", "float | None"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not abs(value) <= sys.float_info.max:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return f"{opt} must be a finite number, got {value}"
     elif type_name in ("int", "int | None") and (isinstance(value, bool) or not isinstance(value, int)):
         return f"{opt} must be an integer, got {value!r}"
