@@ -161,9 +161,9 @@ def _items_error(opt: str, value: Any) -> str | None:
     return next((error for v in value if (error := _type_error(opt, "str", v))), None)
 
 
-def _as_plain(config: Any, f: dataclasses.Field, spec: OptionSpec) -> None:
-    """A value from Python as the command line gives it: a `Path` its string (configs are stored as JSON), a numpy
-    scalar its int, float or bool; a repeatable field given one path, or an iterator, a tuple of it, or of its items."""
+def _as_path_strings(config: Any, f: dataclasses.Field, spec: OptionSpec) -> None:
+    """A `Path` given from Python becomes its string (configs are stored as JSON); a repeatable
+    field given one path, or an iterator, becomes a tuple of it, or of its items."""
     value = getattr(config, f.name)
     if spec.multiple and isinstance(value, (str, os.PathLike)):
         value = (value,)
@@ -173,8 +173,6 @@ def _as_plain(config: Any, f: dataclasses.Field, spec: OptionSpec) -> None:
         value = tuple(os.fspath(v) if isinstance(v, os.PathLike) else v for v in value)
     elif isinstance(value, os.PathLike):
         value = os.fspath(value)
-    elif getattr(value, "ndim", None) == 0 and hasattr(value, "item"):  # np.int64(3), np.float32(0.5)
-        value = value.item()
     object.__setattr__(config, f.name, value)
 
 
@@ -184,8 +182,8 @@ def check_fields(config: Any, like: type | None = None) -> None:
     declared = {f.name: f for f in dataclasses.fields(like)} if like is not None else {}
     for f in dataclasses.fields(config):
         spec = spec_of(declared.get(f.name, f))
-        if spec is not None:
-            _as_plain(config, f, spec)
+        if spec is not None and (spec.path is not None or spec.multiple):
+            _as_path_strings(config, f, spec)
         value = getattr(config, f.name)
         opt = cli_names(f, spec)[0] if spec is not None else option_name(f.name)
         error = _type_error(opt, str(f.type), value)

@@ -343,29 +343,6 @@ def test_a_repeatable_option_takes_a_generator_from_python():
     assert ScoreConfig(hyp_paths=iter(["h"]), ref_paths=["r"], labels=iter(["x"])).labels == ("x",)
 
 
-def test_numpy_scalars_and_paths_from_python_are_the_plain_values_they_hold():
-    """np.int64(3) was refused ("--max-len must be an integer, got np.int64(3)"), np.float32(0.5)
-    refused as "not a finite number, got 0.5", np.bool_ as "not true or false"; a Path for a
-    language was a TypeError from a regex ("expected string or bytes-like object")."""
-    import json
-    from pathlib import Path
-
-    import numpy as np
-
-    from nmtkit.train.config import TrainOptions
-
-    pre = PreprocessConfig(src_lang=Path("en"), tgt_lang="fr", train="t", valid="v", dest="d", max_len=np.int64(3),
-                           max_ratio=np.float32(2.5), bpe=np.int32(100), nfc=np.bool_(False))
-    assert (pre.src_lang, pre.max_len, pre.max_ratio, pre.bpe, pre.nfc) == ("en", 3, 2.5, 100, False)
-    assert [type(v) for v in (pre.src_lang, pre.max_len, pre.max_ratio, pre.nfc)] == [str, int, float, bool]
-    json.dumps(pre.to_dict())
-    assert ScoreConfig(hyp_paths=["h"], ref_paths=["r"], tgt_lang=Path("fr")).tgt_lang == "fr"
-    assert TrainOptions(lr=np.float32(0.5), seed=np.uint8(7)).given() == {"lr": 0.5, "seed": 7}
-    assert type(ServeConfig(port=np.int64(0)).port) is int
-    with pytest.raises(ConfigError, match="--max-len must be an integer, got 3.0"):  # what 3.0 gets too
-        TrainOptions(max_len=np.float64(3.0))
-
-
 def test_the_python_entry_points_name_an_argument_of_the_wrong_kind(tmp_path):
     """preprocess(dict) was an AttributeError from inside it, train_run(None, ...) a TypeError
     from os, resume="yes" was taken as True, and translate() of a set gave its results in an
