@@ -324,6 +324,19 @@ def test_paths_given_from_python_become_strings_and_one_string_for_a_list_a_list
     json.dumps([pre.to_dict(), asdict(sel)])
 
 
+def test_a_path_given_for_any_string_option_is_its_string():
+    """A Path for a field not declared a path was kept: src_lang=Path("en") was a TypeError from
+    check_lang's regex ("expected string or bytes-like object"), input_format=Path("tok") was
+    refused as "must be one of raw, tok, got 'tok'", and a Path host or -i stayed a Path."""
+    from pathlib import Path
+
+    pre = PreprocessConfig(src_lang=Path("en"), tgt_lang="fr", train="t", valid="v", dest="d", input_format=Path("tok"))
+    assert (pre.src_lang, pre.input_format) == ("en", "tok")
+    assert ScoreConfig(hyp_paths=["h"], ref_paths=["r"], tgt_lang=Path("fr")).tgt_lang == "fr"
+    assert type(ServeConfig(host=Path("localhost")).host) is str
+    assert type(TokenizeConfig(lang="en", input_path=Path("in.txt")).input_path) is str
+
+
 @pytest.mark.parametrize("build, message", [
     # bytes were taken apart into character codes, the checks passed with a number or None in the list,
     # and a generator had no len(): a TypeError from pathlib or from validate, naming nothing
