@@ -43,8 +43,8 @@ class AverageConfig:
                               "like any other.")
     models: tuple[str, ...] = option((), names=("--model", "-m"), multiple=True, metavar="CHECKPOINT", path="file",
                                      help="A checkpoint to average (repeatable, at least one).")
-    last: int | None = option(None, metavar="N", help="Average the run's N newest checkpoint_<update>.pt (kept by "
-                                                       "train --keep-every); needs --save-dir.")
+    last: int | None = option(None, min=1, metavar="N", help="Average the run's N newest checkpoint_<update>.pt "
+                                                              "(kept by train --keep-every); needs --save-dir.")
     save_dir: str | None = option(None, metavar="RUN", path="directory",
                                   help="The run directory whose kept checkpoints --last takes.")
     force: bool = option(False, help="Overwrite an existing -o file (never an input: that is refused).")
@@ -60,8 +60,6 @@ class AverageConfig:
 
 def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
     """The `n` newest kept checkpoints of a run, oldest first; an error when there are fewer."""
-    if n < 1:
-        raise ConfigError(f"--last must be at least 1 (got {n})")
     save_dir = Path(save_dir)
     check_found(save_dir, "run directory not found")
     if not save_dir.is_dir():

@@ -188,7 +188,7 @@ def check_fields(config: Any, like: type | None = None) -> None:
     declared = {f.name: f for f in dataclasses.fields(like)} if like is not None else {}
     for f in dataclasses.fields(config):
         spec = spec_of(declared.get(f.name, f))
-        if spec is not None and (spec.path is not None or spec.multiple):
+        if spec is not None:  # a Path for a language, a host, a choice too: its string
             _as_path_strings(config, f, spec)
         value = plain(getattr(config, f.name))  # a numpy scalar is stored as its Python value (JSON, repr)
         object.__setattr__(config, f.name, value)

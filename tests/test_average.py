@@ -265,6 +265,16 @@ def test_bad_average_command_lines_are_one_line(tmp_path, monkeypatch, case, nee
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
 
+def test_an_average_config_refuses_a_last_below_one_when_built():
+    """AverageConfig(last=0) was built, and refused only once run() looked for the run's checkpoints."""
+    from nmtkit.average import AverageConfig
+    from nmtkit.errors import ConfigError
+
+    for n in (0, -1):
+        with pytest.raises(ConfigError, match=f"--last must be at least 1, got {n}"):
+            AverageConfig(output="avg.pt", last=n, save_dir="run")
+
+
 def test_kept_checkpoint_names_are_parsed_one_way():
     from nmtkit.io.dirs import is_run_file, kept_name, kept_update
 

@@ -142,6 +142,17 @@ def test_model_overrides_reject_a_choice_outside_the_declared_ones():
     assert ModelOverrides(emb_dim=16).given() == {"emb_dim": 16}
 
 
+def test_a_model_size_too_large_to_allocate_is_one_config_error_before_the_run():
+    """--emb-dim 10**30 was torch's TypeError ("Overflow when unpacking long long", 50 lines of C++
+    frames) from building the model, the run folder made."""
+    from nmtkit.train.presets import resolve_model
+
+    for key in ("emb_dim", "maxout"):
+        with pytest.raises(ConfigError, match=f"--{key.replace('_', '-')} must be a positive integer below 2"):
+            resolve_model("rnnsearch", None, {key: 10**30}, 20, 20)
+    assert resolve_model("rnnsearch", None, {"emb_dim": 2**31 - 1}, 20, 20)[1]["emb_dim"] == 2**31 - 1
+
+
 def test_score_options_are_checked_once_whatever_builds_them():
     with pytest.raises(ConfigError, match="--bucket-width must be at least 1, got 0"):
         ScoreConfig(hyp_paths=["h"], ref_paths=["r"], bucket_width=0)
@@ -329,6 +340,19 @@ def test_paths_given_from_python_become_strings_and_one_string_for_a_list_a_list
     assert TranslateConfig(models=tmp_path / "m.pt").models == (str(tmp_path / "m.pt"),)
     assert TrainOptions(tensorboard=tmp_path / "tb").tensorboard == str(tmp_path / "tb")
     json.dumps([pre.to_dict(), asdict(sel)])
+
+
+def test_a_path_given_for_any_string_option_is_its_string():
+    """A Path for a field not declared a path was kept: src_lang=Path("en") was a TypeError from
+    check_lang's regex ("expected string or bytes-like object"), input_format=Path("tok") was
+    refused as "must be one of raw, tok, got 'tok'", and a Path host or -i stayed a Path."""
+    from pathlib import Path
+
+    pre = PreprocessConfig(src_lang=Path("en"), tgt_lang="fr", train="t", valid="v", dest="d", input_format=Path("tok"))
+    assert (pre.src_lang, pre.input_format) == ("en", "tok")
+    assert ScoreConfig(hyp_paths=["h"], ref_paths=["r"], tgt_lang=Path("fr")).tgt_lang == "fr"
+    assert type(ServeConfig(host=Path("localhost")).host) is str
+    assert type(TokenizeConfig(lang="en", input_path=Path("in.txt")).input_path) is str
 
 
 @pytest.mark.parametrize("build, message", [

@@ -40,8 +40,8 @@ def check_common(cfg, ints: tuple[str, ...]) -> None:
     """Validate the fields every config shares; raise ConfigError naming the field."""
     for name in ints:
         value = getattr(cfg, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ConfigError(f"{type(cfg).__name__}.{name} must be a positive integer, got {value!r}")
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 2**31:  # 2^63: a TypeError in torch
+            raise ConfigError(f"{type(cfg).__name__}.{name} must be a positive integer below 2^31, got {value!r}")
     if not 0.0 <= float(cfg.dropout) < 1.0:
         raise ConfigError(f"{type(cfg).__name__}.dropout must be in [0, 1), got {cfg.dropout!r}")
     if cfg.init not in INITS:
