@@ -524,3 +524,31 @@ def test_the_records_logged_before_train_log_opens_are_written_there_first_notes
     assert [line.split(" ", 3)[2:] for line in lines] == [["NOTE", "early note record"],
                                                           ["WARNING", "early warning record"],
                                                           ["INFO", "the run's own record"]]
+
+
+def test_a_second_training_run_in_the_same_process_while_one_runs_is_refused_and_writes_nothing(data_dir, tmp_path):
+    """Two runs in two threads of one process seeded and drew from the same random generators (with
+    dropout neither run's weights were a lone run's) and each run's train.log took the other's lines."""
+    import threading
+
+    from nmtkit.train.events import Callbacks
+
+    started, go_on, results = threading.Event(), threading.Event(), []
+
+    class Wait(Callbacks):
+        def on_start(self, event):
+            started.set()
+            go_on.wait(60)
+
+    first = threading.Thread(target=lambda: results.append(train_run(
+        data_dir, tmp_path / "a", tiny_options(max_updates=2), tiny_overrides(), callbacks=Wait())))
+    first.start()
+    try:
+        assert started.wait(60)
+        with pytest.raises(ConfigError, match="another training run is in progress in this process"):
+            train_run(data_dir, tmp_path / "b", tiny_options(max_updates=2), tiny_overrides())
+    finally:
+        go_on.set()
+        first.join()
+    assert not (tmp_path / "b").exists() and results[0].update == 2
+    assert train_run(data_dir, tmp_path / "b", tiny_options(max_updates=2), tiny_overrides()).update == 2
