@@ -137,6 +137,7 @@ def _new_configs(data: Any, options: TrainOptions, model: ModelOverrides) -> tup
 
 
 _ONE_RUN = threading.Lock()  # held by the process's training run: its RNGs, torch threads and logger are the process's
+os.register_at_fork(after_in_child=lambda: globals().update(_ONE_RUN=threading.Lock()))  # a child is another process
 
 
 def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> TrainResult:
