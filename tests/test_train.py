@@ -524,3 +524,41 @@ def test_the_records_logged_before_train_log_opens_are_written_there_first_notes
     assert [line.split(" ", 3)[2:] for line in lines] == [["NOTE", "early note record"],
                                                           ["WARNING", "early warning record"],
                                                           ["INFO", "the run's own record"]]
+
+
+def test_a_second_training_run_in_the_same_process_while_one_runs_is_refused_and_writes_nothing(data_dir, tmp_path):
+    """Two runs in two threads of one process seeded and drew from the same random generators (with
+    dropout neither run's weights were a lone run's) and each run's train.log took the other's lines.
+    A process forked meanwhile is another process: its run is not refused."""
+    import os
+    import threading
+
+    from nmtkit.train.events import Callbacks
+
+    started, go_on, results = threading.Event(), threading.Event(), []
+
+    class Wait(Callbacks):
+        def on_start(self, event):
+            started.set()
+            go_on.wait(60)
+
+    first = threading.Thread(target=lambda: results.append(train_run(
+        data_dir, tmp_path / "a", tiny_options(max_updates=2), tiny_overrides(), callbacks=Wait())))
+    first.start()
+    try:
+        assert started.wait(60)
+        with pytest.raises(ConfigError, match="another training run is in progress in this process"):
+            train_run(data_dir, tmp_path / "b", tiny_options(max_updates=2), tiny_overrides())
+        pid = os.fork()  # a child process is not refused: its run would be its own (here: no data, at once)
+        if pid == 0:
+            try:
+                train_run(tmp_path / "missing", tmp_path / "c", tiny_options(max_updates=2), tiny_overrides())
+            except BaseException as err:  # noqa: BLE001
+                os._exit(3 if "another training run" in str(err) else 0)
+            os._exit(1)
+        assert os.waitpid(pid, 0)[1] == 0
+    finally:
+        go_on.set()
+        first.join()
+    assert not (tmp_path / "b").exists() and results[0].update == 2
+    assert train_run(data_dir, tmp_path / "b", tiny_options(max_updates=2), tiny_overrides()).update == 2

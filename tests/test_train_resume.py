@@ -410,6 +410,35 @@ def test_a_second_ctrl_c_lost_where_it_was_raised_still_aborts_at_the_end_of_the
         trainer.close()
 
 
+
+def test_an_exception_of_on_message_at_a_stop_signal_reaches_the_caller_where_the_signal_cut_in(data_dir, tmp_path,
+                                                                                              monkeypatch):
+    """on_message runs in the signal handler: its exception, raised where the run was, was swallowed by
+    curves.png's `except Exception` (a warning "could not draw curves.png: ...") and the run saved and
+    stopped as if the callback had returned."""
+    from nmtkit.train import metrics
+    from nmtkit.train.events import Callbacks
+
+    class Stop(Exception):
+        pass
+
+    class Abort(Callbacks):
+        def on_message(self, msg):
+            raise Stop(msg)
+
+    draw = metrics.draw_curves
+
+    def signal_while_drawing(records, path):
+        os.kill(os.getpid(), signal.SIGTERM)
+        draw(records, path)
+
+    monkeypatch.setattr(metrics, "draw_curves", signal_while_drawing)
+    with pytest.raises(BaseException) as raised:  # not TrainInterrupted, a KeyboardInterrupt that stops pytest
+        train_run(data_dir, tmp_path / "run", tiny_options(max_updates=8, valid_every=4), tiny_overrides(),
+                  callbacks=Abort())
+    assert type(raised.value) is Stop and "SIGTERM: saving a checkpoint" in str(raised.value)
+    assert load_checkpoint(tmp_path / "run" / "checkpoint_last.pt")["trainer"]["update"] == 4
+
 class _FakeCuda:
     """torch.cuda's RNG functions on a machine with `n` GPUs, recording what is set where."""
 

@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 import types
 from pathlib import Path
 from typing import Any, Sequence
@@ -135,8 +136,23 @@ def _new_configs(data: Any, options: TrainOptions, model: ModelOverrides) -> tup
     return cfg, arch, model_config
 
 
+_ONE_RUN = threading.Lock()  # held by the process's training run: its RNGs, torch threads and logger are the process's
+os.register_at_fork(after_in_child=lambda: globals().update(_ONE_RUN=threading.Lock()))  # a child is another process
+
+
 def run(config: RunConfig, callbacks: Callbacks | Sequence[Callbacks] = ()) -> TrainResult:
     """Train (or resume) as `config` says, `callbacks` getting rank 0's events; a stop signal: as in `train`."""
+    if not _ONE_RUN.acquire(blocking=False):
+        raise ConfigError("another training run is in progress in this process (a run seeds the process's random "
+                          "generators and sets its torch threads and nmtkit logger): train one run at a time, or "
+                          "each in its own process")
+    try:
+        return _run(config, callbacks)
+    finally:
+        _ONE_RUN.release()
+
+
+def _run(config: RunConfig, callbacks: Any) -> TrainResult:
     from nmtkit.checkpoint import load_checkpoint
     from nmtkit.train import distributed as ddp
     from nmtkit.train.data import DataDir

@@ -122,6 +122,7 @@ class Trainer:
                 self._save_progress()
                 last_valid = self.validate(final=True) or last_valid
             self._save_progress()
+            self.signals.check()
         log.info("stopped (%s) at update %d, epoch %d; best dev %s %s at update %s", reason, st.update, st.epoch,
                  cfg.best_metric, st.best_score, st.best_update)
         return TrainResult(reason, st.update, st.epoch, st.best_score, st.best_update, last_valid)
@@ -173,8 +174,7 @@ class Trainer:
         """Why training stops after this update, or None. Signals and time are checked only where
         `check_collective` (in DDP a collective every few updates)."""
         cfg, state = self.ctx.cfg, self.ctx.state
-        if self.signals.aborted:
-            raise KeyboardInterrupt
+        self.signals.check()
         if cfg.max_updates is not None and state.update >= cfg.max_updates:
             return "max-updates"
         if cfg.max_epochs is not None and state.epoch > cfg.max_epochs:  # a run resumed with a lower --max-epochs
@@ -325,21 +325,29 @@ class Trainer:
 
 
 class StopSignals:
-    """The stop signal `received` (None until one arrives), noted by the handler `handle`."""
+    """The stop signal `received` (None until one arrives), noted by the handler `handle`. What the
+    handler raises (a second Ctrl-C, an exception of on_message) is noted too, and raised again by
+    `check`: the code the signal cut in may drop it (a __del__, an `except Exception`)."""
 
     def __init__(self, on_message: Callable[[str], None]):
         self.on_message = on_message
         self.received: int | None = None
-        self.aborted = False
+        self.raised: BaseException | None = None
 
     def handle(self, signum: int, frame: Any) -> None:
-        if self.received is not None and signum == signal.SIGINT:
-            # a second Ctrl-C aborts at once; noted too, as one raised inside a __del__ is lost
-            self.aborted = True
-            raise KeyboardInterrupt
-        self.received = signum
-        self.on_message(f"{signal.Signals(signum).name}: saving a checkpoint after this update "
-                        "(Ctrl-C again to abort at once)")
+        try:
+            if self.received is not None and signum == signal.SIGINT:
+                raise KeyboardInterrupt  # a second Ctrl-C aborts at once
+            self.received = signum
+            self.on_message(f"{signal.Signals(signum).name}: saving a checkpoint after this update "
+                            "(Ctrl-C again to abort at once)")
+        except BaseException as err:
+            self.raised = err
+            raise
+
+    def check(self) -> None:
+        if self.raised is not None:
+            raise self.raised
 
 
 class RunCheckpoints:
