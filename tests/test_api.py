@@ -437,3 +437,22 @@ def test_a_warn_that_cannot_be_called_is_refused_at_load(ckpt):
 
     with pytest.raises(TypeError, match="warn must be a function"):
         nmtkit.load(ckpt, warn=3, **LOAD)
+
+
+def test_load_and_calls_leave_the_callers_torch_thread_count_as_they_found_it(ckpt, monkeypatch):
+    """torch's thread count is the process's: nmtkit.load(threads=2) left it at 2, and each call
+    set it back to the model's, undoing what the caller set meanwhile for its own work."""
+    import torch
+
+    import nmtkit
+
+    seen = []
+    model = nmtkit.load(ckpt, threads=2, workers=1, **LOAD)
+    assert torch.get_num_threads() == 1
+    real = model._decode_batch
+    monkeypatch.setattr(model, "_decode_batch", lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k))
+    torch.set_num_threads(3)
+    model.translate(["the cat"], beam=1)
+    assert torch.get_num_threads() == 3 and seen == [2]  # the model's threads within the call only
+    model.score(["the cat"], ["le chat"])
+    assert torch.get_num_threads() == 3

@@ -682,6 +682,7 @@ def test_a_translator_without_threads_uses_torchs_default_not_the_last_translato
     import torch
 
     import nmtkit.devices
+    from nmtkit.translate.config import SearchConfig
 
     monkeypatch.setattr(nmtkit.devices, "_DEFAULT_THREADS", [2])  # as a 2-core machine notes it
     before = torch.get_num_threads()
@@ -689,9 +690,9 @@ def test_a_translator_without_threads_uses_torchs_default_not_the_last_translato
         one = nmtkit.load(ckpt, threads=1, workers=1, warn=lambda m: None)
         other = nmtkit.load(ckpt, workers=1, warn=lambda m: None)
         assert one._threads == 1 and other._threads == 2
-        other.generate(["the cat"], beam=1)
+        other._translate_buffer([(1, "the cat")], SearchConfig(beam=1))  # as nmtkit translate and serve call it
         assert torch.get_num_threads() == 2
-        one.generate(["the cat"], beam=1)  # each translator's own, set again when another changed it
+        one._translate_buffer([(1, "the cat")], SearchConfig(beam=1))  # each one's own, set again when changed
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from nmtkit.checkpoint import checkpoint_paths
-from nmtkit.devices import default_threads, import_torch, resolve_device, use_threads
+from nmtkit.devices import default_threads, import_torch, resolve_device, threads_restored, use_threads
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.options import plain
 from nmtkit.text.bpe import SEPARATOR
@@ -66,7 +66,9 @@ class Translator:
             elsewhere = [o for o in unknown if o in _SEARCH_FIELDS]
             hint = f" ({', '.join(elsewhere)}: an option of each call: translate(..., beam=5))" if elsewhere else ""
             raise ConfigError(f"unknown option(s) {', '.join(unknown)} for load{hint}; valid ones: {', '.join(valid)}")
-        return cls(DecodeConfig(models=tuple(str(p) for p in paths), ensemble=len(paths) > 1, **options), warn=warn)
+        config = DecodeConfig(models=tuple(str(p) for p in paths), ensemble=len(paths) > 1, **options)
+        with threads_restored():  # torch's threads left as the caller set them (so by generate and score)
+            return cls(config, warn=warn)
 
     def __init__(self, config: DecodeConfig, warn: Callable[[str], None] | None = None):
         """Load `config.models` (`self.bundle`) on the device and in the precision `config` says."""
@@ -85,7 +87,7 @@ class Translator:
         if config.precision == "int8" and self.device.type != "cpu":
             raise ConfigError(INT8_ON_CUDA)
         # torch's threads are the process's: set before loading ("auto" may time a product on them) and
-        # by each call that finds them changed (by another translator), never put back (resizing costs ~4 ms)
+        # by each call that finds them changed; put back by the Python API's calls, never by the CLI's
         self._threads = config.threads or default_threads()  # what --workers share
         use_threads(self._threads)
         # chosen before loading: int8 quantises each model in place as it loads (`load_model`'s prepare)
@@ -147,7 +149,8 @@ class Translator:
         if not isinstance(alignments := plain(alignments), bool):
             raise ConfigError(f"alignments must be True or False, got {alignments!r}")
         self._check_attention(("alignments=True", alignments), ("replace_unk=True", search.replace_unk))
-        return self._translate_buffer(list(enumerate(_lines_of(lines), 1)), search, alignments)
+        with threads_restored():
+            return self._translate_buffer(list(enumerate(_lines_of(lines), 1)), search, alignments)
 
     def translate(self, lines: str | Iterable[str], **search: Any) -> str | list[str]:
         """The best translation of each line (a list for a list, a string for a string); `search`
@@ -166,7 +169,8 @@ class Translator:
         srcs, tgts = _lines_of(sources, "sources"), _lines_of(targets, "targets")
         if len(srcs) != len(tgts):
             raise InputError(f"{len(srcs)} sources but {len(tgts)} targets: give one target per source")
-        scored = self._score_buffer([(n, s, t) for n, (s, t) in enumerate(zip(srcs, tgts), 1)])
+        with threads_restored():
+            scored = self._score_buffer([(n, s, t) for n, (s, t) in enumerate(zip(srcs, tgts), 1)])
         return scored if per_token else [s.log_prob for s in scored]
 
     def _prepare(self, line: str, lineno: int, source: str,
