@@ -662,3 +662,18 @@ def test_dev_bleu_references_are_the_raw_dev_text_from_any_folder_and_cased_as_t
     monkeypatch.chdir(elsewhere)
     fr = (corpus["tmp"] / "valid.fr").read_text(encoding="utf-8").splitlines()
     assert DataDir.open(tmp_path / "data").raw_references("valid") == ([x.lower() for x in fr] if lowercase else fr)
+
+
+def test_a_tokenised_corpus_with_tokenizer_perls_xml_escapes_is_warned_about(tmp_path):
+    """tokenizer.perl's output (without -no-escape: "&quot;", "&apos;s", as in OpenNMT-py's toy data) was
+    taken silently by --input-format tok: the vocabulary learned "&quot;", while translate tokenises raw
+    text without escapes, so every " ' & of its input missed those words."""
+    en, fr = ["&quot; Hi &quot; , he said .", "It &apos;s fine ."], ["&quot; Salut &quot; , dit-il .", "C' est bien ."]
+    escaped, plain = _write(tmp_path / "esc", en, fr), _write(tmp_path / "plain", ["It 's fine ."], ["C' est bien ."])
+    for train, warned in ((escaped, [f"{escaped}.en", f"{escaped}.fr"]), (plain, [])):
+        r = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", train, "--valid", plain,
+                     "--input-format", "tok", "--dest", str(tmp_path / "d"), "--force"])
+        assert r.code == 0, r.err
+        lines = [line for line in r.err.splitlines() if "XML escapes" in line]
+        assert [line.split(": ")[2] for line in lines] == warned, r.err
+        assert all("the words &quot; are tokenizer.perl's" in line for line in lines)

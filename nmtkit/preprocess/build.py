@@ -56,6 +56,7 @@ def prepare_state(state: dict[str, Any]) -> dict[str, Any]:
     return dict(state, pipeline=TextPipeline.from_dict(state["pipeline"]))
 
 
+MOSES_ESCAPES = ("&quot;", "&apos;", "&amp;", "&lt;", "&gt;", "&#91;", "&#93;", "&#124;")  # tokenizer.perl's
 START = "\n"  # before a sentence-initial word in the counts of truecased text, which truecase.perl cases apart
 
 
@@ -470,6 +471,11 @@ def _build(config: PreprocessConfig, base: TextPipeline, report: Progress, out: 
     _warm_up(base, config)
     with _timed("tokenise + clean train", timings, cpu):
         train = _tokenize_train(config, report, base, line_counts["train"], work)
+    for side, path in zip(SIDES, config.files(config.train)) if config.input_format == "tok" else ():
+        if found := [e for e in MOSES_ESCAPES if e in train.word_counts[side] or START + e in train.word_counts[side]]:
+            log.warning("%s: the words %s are tokenizer.perl's XML escapes (written unless -no-escape); "
+                        "translate tokenises raw text without them, so its \" ' & would miss these words: unescape "
+                        "the text (deescape-special-chars.perl) or tokenise the raw text with 'nmtkit tokenize'", path, " ".join(found))
     if train.kept == 0:
         summary = ", ".join(f"{r}: {n}" for r, n in train.drops.items() if n)
         raise InputError(f"no training pairs left after cleaning ({summary}); check --max-len/--max-ratio "
