@@ -3,7 +3,8 @@ as for back-translation (Edunov et al. 2018). At step t an unfinished sentence d
 p(y_t | y_<t, x)^(1/T), renormalised, over the `topk` likeliest tokens when topk > 0. A draw is
 an inverse-CDF lookup of one uniform number from sentence `key`'s own generator, seeded with
 (seed, key): a sample depends on the seed, its key (the line number) and the model's
-probabilities only, not on its batch or the device's random state. A sample's `log_prob` is
+probabilities, not on the device's random state; its batch changes those probabilities' float32
+rounding only, which moves a draw landing that close to a boundary. A sample's `log_prob` is
 under the model (T = 1, whole vocabulary), EOS included.
 Shapes: B sentences, n unfinished ones, V target vocabulary, S source length, T steps.
 """

@@ -128,9 +128,9 @@ class SearchConfig:
              "target words per batch, the 1,000 most frequent and the 20 likeliest translations of each source "
              "word (Jean et al. 2015; nmtkit.decode.shortlist): beam search about 20% faster on a CPU, BLEU "
              "unchanged on the benchmark's dev set; off: the whole vocabulary. A batch's shortlist (and bf16 "
-             "rounding) depends on the sentences batched together, so a line may translate differently alone: for "
-             "translations that never depend on other lines (in serve, other requests), use --shortlist off with "
-             "--precision int8 or fp32.")
+             "rounding) depends on the sentences batched together, so a line may translate differently alone: "
+             "with --shortlist off and --precision int8 or fp32, other lines (in serve, other requests) change only "
+             "float32 rounding, a score's last digits (int8's up to ~0.03).")
     ban_unk: bool = option(
         False, help="Never emit the unknown word: its probability is 0 at every step (the decoding of the paper's "
                     "no-UNK column, Bahdanau et al. 2015, Table 1).")
@@ -140,7 +140,9 @@ class SearchConfig:
     sampling: bool = option(
         False, help="Draw one translation per line from the model's distribution instead of beam search "
                     "(back-translation, Edunov et al. 2018). Reproducible: a line's sample depends on --seed, its "
-                    "line number and the model only, not on the batch or buffer it falls in. --beam is not used.")
+                    "line number and the model, not on --workers; another batch (--batch-size, the lines around it) "
+                    "changes only float32 rounding, which moves a draw landing within it of a boundary (a few lines "
+                    "in 100). --beam is not used.")
     sampling_topk: int = option(0, min=0, metavar="K", message="must be >= 0 (0: the whole vocabulary)",
                                 help="With --sampling: draw among the K most likely words at each step (0: all "
                                      "words).")

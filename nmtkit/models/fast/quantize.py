@@ -1,7 +1,7 @@
 """int8 decoding on the CPU (`--precision int8`): the projections as int8 products.
 
 `Int8Linear`: the weight in int8 with one scale per output channel; each input row quantised on
-its own scale (a sentence translates the same whatever its batch), multiplied with exact int32
+its own scale (a row's result does not depend on its batch), multiplied with exact int32
 accumulation (`torch._int_mm`), scaled back to float32, plus the float32 bias (docs/int8.md).
 """
 from __future__ import annotations
