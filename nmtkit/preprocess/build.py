@@ -475,7 +475,8 @@ def _build(config: PreprocessConfig, base: TextPipeline, report: Progress, out: 
         if found := [e for e in MOSES_ESCAPES if e in train.word_counts[side] or START + e in train.word_counts[side]]:
             log.warning("%s: the words %s are tokenizer.perl's XML escapes (written unless -no-escape); "
                         "translate tokenises raw text without them, so its \" ' & would miss these words: unescape "
-                        "the text (deescape-special-chars.perl) or tokenise the raw text with 'nmtkit tokenize'", path, " ".join(found))
+                        "the text (deescape-special-chars.perl) or tokenise the raw text with 'nmtkit tokenize'",
+                        path, " ".join(found))
     if train.kept == 0:
         summary = ", ".join(f"{r}: {n}" for r, n in train.drops.items() if n)
         raise InputError(f"no training pairs left after cleaning ({summary}); check --max-len/--max-ratio "
