@@ -317,7 +317,7 @@ def test_bad_load_options_raise_one_clear_error(ckpt, kwargs, error, needle):
     (lambda m: m.translate({"the cat": 1}), "TypeError", "not dict"),
     (lambda m: m.translate(None), "TypeError", "not NoneType"),
     (lambda m: m.translate(["the cat", "a\x00dog"]), "InputError", "line 2 holds binary data (a NUL character at "
-                                                                    "character 1)"),  # the CLI refuses it in a file
+                                                                    "character 2)"),  # the CLI refuses it in a file
     (lambda m: m.translate(["the cat\na dog"]), "InputError", "line 1 holds a line break"),
 ])
 def test_per_call_values_and_lines_of_the_wrong_type_are_refused_naming_them(ckpt, call, error, needle):

@@ -278,7 +278,7 @@ BAD = [
     ("over-long line", "/translate", json.dumps({"text": ["a " * 101]}).encode(), 413, "over the limit of 200"),
     ("line break in a line", "/translate", b'{"text": ["a\\nb"]}', 400, "line break"),
     ("NUL in a line", "/translate", b'{"text": ["a", "a\\u0000b"]}', 400,
-     "'text'[1] holds binary data (a NUL character at character 1)"),
+     "'text'[1] holds binary data (a NUL character at character 2)"),
     ("opennmt NUL in a src", "/translator/translate", b'[{"src": "\\u0000"}]', 400, "'src'[0] holds binary data"),
     ("over-large body", "/translate", json.dumps({"text": ["a"], "x": "y" * 5000}).encode(), 413, "4096"),
     ("beam above the limit", "/translate", b'{"text": ["a"], "beam": 5}', 400, "above the server's --beam (4)"),

@@ -126,7 +126,7 @@ def test_every_line_reader_names_the_line_of_invalid_utf8(tmp_path):
                  lambda: list(stream_lines(io.BytesIO(data), str(p)))):
         with pytest.raises(InputError) as err:
             call()
-        assert str(err.value).startswith(f"{p}:3: invalid UTF-8") and "byte 4 of the line" in str(err.value)
+        assert str(err.value).startswith(f"{p}:3: invalid UTF-8") and "byte 5 of the line" in str(err.value)
 
 
 def test_raw_references_split_on_newline_not_u2028(tmp_path):

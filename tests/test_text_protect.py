@@ -85,7 +85,8 @@ def test_a_pattern_file_has_one_regex_a_line_with_comments_and_blank_lines_skipp
 @pytest.mark.parametrize("content, needle, line", [
     ("ok\n[unclosed\n", "invalid regular expression '[unclosed'", 2),
     ("a*\n", "matches the empty string", 1),
-    ("(x\n", "missing ), unterminated subpattern", 1),
+    ("(x\n", "missing ), unterminated subpattern at character 1", 1),  # positions counted from 1
+    ("(?<=a+)b\n", "look-behind requires fixed-width pattern", 1),  # re gives no position: none named
 ])
 def test_a_bad_regex_names_the_file_and_line(tmp_path, content, needle, line):
     f = tmp_path / "bad.txt"
@@ -93,7 +94,7 @@ def test_a_bad_regex_names_the_file_and_line(tmp_path, content, needle, line):
     with pytest.raises(InputError) as exc:
         resolve_protect([str(f)])
     assert exc.value.path == str(f) and exc.value.line == line
-    assert needle in str(exc.value) and str(exc.value).startswith(f"{f}:{line}: ")
+    assert needle in str(exc.value) and str(exc.value).startswith(f"{f}:{line}: ") and "None" not in str(exc.value)
 
 
 def test_missing_file_empty_file_and_unknown_set_are_clear_errors(tmp_path):

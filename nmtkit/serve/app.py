@@ -67,7 +67,7 @@ def parse_json_body(body: bytes) -> Any:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise RequestError(f"request body is not valid UTF-8 (byte {err.start})") from None
+        raise RequestError(f"request body is not valid UTF-8 (byte {err.start + 1})") from None
     try:
         return json.loads(text.removeprefix(BOM))
     except json.JSONDecodeError as err:
@@ -101,12 +101,12 @@ def check_lines(lines: Any, field: str, limits: Limits, strip: bool = False) -> 
             line.encode("utf-8")
         except UnicodeEncodeError as err:  # JSON's \ud800 escapes decode to lone surrogates
             raise RequestError(f"'{field}'[{i}] holds a lone surrogate (\\u{ord(line[err.start]):04x} at character "
-                               f"{err.start}), which is no Unicode text") from None
+                               f"{err.start + 1}), which is no Unicode text") from None
         if "\n" in (line.strip() if strip else line):
             raise RequestError(f"'{field}'[{i}] holds a line break: send one sentence per list item")
         nul = line.find("\0")
         if nul >= 0:  # binary data, which `nmtkit translate` refuses in its input too
-            raise RequestError(f"'{field}'[{i}] holds binary data (a NUL character at character {nul}); expected text")
+            raise RequestError(f"'{field}'[{i}] holds binary data (a NUL character at character {nul + 1}); expected text")
         if len(line) > limits.max_line_chars:
             raise RequestError(f"'{field}'[{i}] has {len(line)} characters, over the limit of "
                                f"{limits.max_line_chars}", 413)

@@ -181,7 +181,7 @@ def decode_lines(data: bytes, path: str | Path, first: int = 1, file_start: bool
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = first + data.count(b"\n", 0, err.start)
-        col = err.start - (data.rfind(b"\n", 0, err.start) + 1)
+        col = err.start - data.rfind(b"\n", 0, err.start)  # counted from 1, as cmp and editors count
         raise InputError(f"invalid UTF-8 ({err.reason} at byte {col} of the line)", str(path), line) from None
     if (first == 1 if file_start is None else file_start) and text.startswith(BOM):
         text = text[1:]

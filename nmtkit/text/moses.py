@@ -333,8 +333,8 @@ def read_patterns(path: str) -> list[str]:
         try:
             compile_pattern(line)
         except re.error as err:
-            raise InputError(f"invalid regular expression {line!r}: {err.msg} at position {err.pos}", path,
-                             number) from None
+            at = "" if err.pos is None else f" at character {err.pos + 1}"  # None: look-behind's width
+            raise InputError(f"invalid regular expression {line!r}: {err.msg}{at}", path, number) from None
         except (OverflowError, RecursionError) as err:  # a{99999999999}, or nesting past Python's limit
             raise InputError(f"invalid regular expression {line!r:.80}: {err}", path, number) from None
         except ValueError as err:

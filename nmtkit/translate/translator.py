@@ -427,7 +427,7 @@ def _lines_of(lines: Any, what: str = "lines") -> list[str]:
             raise InputError(f"{name} {n} holds a line break: pass one sentence per list item")
         nul = line.find("\0")
         if nul >= 0:
-            raise InputError(f"{name} {n} holds binary data (a NUL character at character {nul}); expected text")
+            raise InputError(f"{name} {n} holds binary data (a NUL character at character {nul + 1}); expected text")
         if line.startswith(BOM):
             out[n - 1] = line[1:]
     return out
