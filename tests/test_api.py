@@ -305,6 +305,8 @@ def test_bad_load_options_raise_one_clear_error(ckpt, kwargs, error, needle):
     (lambda m: m.generate(LINES, beam=0), "ConfigError", "--beam must be at least 1, got 0"),
     (lambda m: m.generate(LINES, nbest=2.5), "ConfigError", "--nbest must be an integer, got 2.5"),
     (lambda m: m.generate(LINES, nbest=0), "ConfigError", "--nbest must be at least 1"),  # was the default, silently
+    (lambda m: m.translate(LINES, beam=3, nbest=2), "ConfigError",  # was searched for, then thrown away
+     "translate() returns each line's best translation only, not nbest=2 lists: call generate() for those"),
     (lambda m: m.generate(LINES, beam=3, nbest=4), "ConfigError", "--nbest must be between 1 and --beam (3)"),
     (lambda m: m.generate(LINES, temperature=0.0, sampling=True), "ConfigError", "--temperature must be > 0"),
     (lambda m: m.generate(LINES, seed=3), "ConfigError", "--seed needs --sampling"),

@@ -154,7 +154,10 @@ class Translator:
 
     def translate(self, lines: str | Iterable[str], **search: Any) -> str | list[str]:
         """The best translation of each line (a list for a list, a string for a string); `search`
-        as in `generate`."""
+        as in `generate`, whose n-best lists this would discard: nbest above 1 is refused."""
+        if type(nbest := plain(search.get("nbest"))) is int and nbest > 1:  # other values: generate's errors
+            raise ConfigError(f"translate() returns each line's best translation only, not nbest={nbest} lists: "
+                              "call generate() for those")
         if isinstance(lines, str):
             return self.generate([lines], **search)[0].text
         return [r.text for r in self.generate(lines, **search)]
