@@ -349,6 +349,9 @@ def test_numpy_scalars_load_search_and_score_as_the_python_values_they_hold(ckpt
     assert [(t.text, t.score, t.alignment()) for t in a.nbest] == [(t.text, t.score, t.alignment()) for t in b.nbest]
     assert model.score(["the cat"], ["le chat"], per_token=np.True_) == model.score(["the cat"], ["le chat"],
                                                                                     per_token=True)
+    assert model.translate(np.array(["the cat"])) == model.translate(["the cat"])  # an array's items: np.str_
+    with pytest.raises(TypeError, match="lines must be a list of str, not ndarray of 0 dimensions"):
+        model.translate(np.array("the cat"))  # numpy's own "iteration over a 0-d array" before
 
 
 def test_a_missing_checkpoint_is_refused(tmp_path):

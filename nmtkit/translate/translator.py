@@ -418,8 +418,10 @@ def _lines_of(lines: Any, what: str = "lines") -> list[str]:
     if isinstance(lines, str):
         raise TypeError(f"{what} must be a list of lines; " + ("translate() also takes one string" if what == "lines"
                                                                 else "score one pair as score([source], [target])"))
-    if isinstance(lines, (bytes, bytearray, dict, set, frozenset)) or not isinstance(lines, Iterable):
-        raise TypeError(f"{what} must be a list of str, not {type(lines).__name__}")
+    if (isinstance(lines, (bytes, bytearray, dict, set, frozenset)) or not isinstance(lines, Iterable)
+            or getattr(lines, "ndim", None) == 0):  # a 0-d numpy array: iterable by type, not in fact
+        raise TypeError(f"{what} must be a list of str, not {type(lines).__name__}"
+                        + (" of 0 dimensions" if getattr(lines, "ndim", None) == 0 else ""))
     out = list(lines)
     name = "line" if what == "lines" else f"{what} line"
     for n, line in enumerate(out, 1):
