@@ -541,6 +541,19 @@ def test_no_unk_with_bpe_model_explains_the_subset(files, tmp_path):
     assert "BPE" in err and "<unk>" in err
 
 
+def test_no_unk_with_subwords_split_before_preprocess_is_no_bpe_subset(files):
+    # text BPE'd before preprocess --input-format tok: the pipeline applies no BPE, so whole words are
+    # checked against the subwords; it was called "after BPE, usually nearly all sentences"
+    data = Path(files["data"])
+    write_vocab(data / "vocab.fr.txt", TGT_VOCAB + [f"s{i}@@" for i in range(20)])
+    code, out, err = score(["--hyp", "{nuhyp}", "--ref", "{nuref}", "--src", "{nu}", "--no-unk", "--data", "{data}",
+                            "--metrics", "bleu", "--json"], files)
+    assert code == 0, err
+    nu = json.loads(out)["no_unk"]
+    assert nu["bpe"] is False and nu["kept"] == len(NU_KEPT) and "BPE" not in nu["definition"]
+    assert "20 subwords ending in '@@'" in err and "applies no BPE" in err and "nearly all" not in err
+
+
 def test_no_unk_with_a_data_dir_written_by_nmtkit_preprocess(tmp_path):
     train_en = ["the cat sat.", "the mat is red.", "a dog sat on the mat."]
     train_fr = ["le chat dort.", "le tapis est rouge.", "un chien dort sur le tapis."]

@@ -11,7 +11,6 @@ from nmtkit.data.manifest import read_manifest
 from nmtkit.errors import CheckpointError, ConfigError
 from nmtkit.io.files import save_figure
 from nmtkit.score.metrics import corpus_score, make_metric, multibleu
-from nmtkit.text.bpe import SEPARATOR
 from nmtkit.text.io import check_counts
 from nmtkit.text.pipeline import TextPipeline
 from nmtkit.text.vocab import SPECIALS
@@ -56,10 +55,8 @@ class ModelText:
 
 def _pipeline_text(pipe: Any, src_vocab: list[str], tgt_vocab: list[str], origin: str,
                    langs: tuple[Any, Any]) -> ModelText:
-    # a vocabulary with subword-nmt continuation tokens ("xx@@") is BPE too
-    uses_bpe = bool(pipe.bpe) or any(tok.endswith(SEPARATOR) for v in (src_vocab, tgt_vocab) for tok in v)
     return ModelText(lambda s: pipe.encode(s, "src"), lambda s: pipe.encode(s, "tgt"),
-                     list(src_vocab), list(tgt_vocab), uses_bpe, origin, langs)
+                     list(src_vocab), list(tgt_vocab), bool(pipe.bpe), origin, langs)
 
 
 def model_text_from_checkpoint(path: str | Path) -> ModelText:

@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Callable, Iterable
 
 SEPARATOR = "@@"
+UNRECORDED_SUBWORDS = 20  # this many target words ending in "@@" say the text was BPE'd before nmtkit
 
 
 def learn_codes(word_counts: Counter, merges: int, min_frequency: int = 2) -> str:

@@ -22,7 +22,7 @@ from nmtkit.checkpoint import checkpoint_paths
 from nmtkit.devices import default_threads, import_torch, resolve_device, threads_restored, use_threads
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.options import plain
-from nmtkit.text.bpe import SEPARATOR
+from nmtkit.text.bpe import SEPARATOR, UNRECORDED_SUBWORDS
 from nmtkit.text.io import BOM
 from nmtkit.text.vocab import EOS_ID, UNK
 from nmtkit.translate.alignment import Result, Translation, read_unk_dict, replace_unks
@@ -32,7 +32,6 @@ from nmtkit.workers import Workers, can_fork
 log = logging.getLogger(__name__)
 
 PREPARE_CHUNK_LINES = 256  # lines a worker tokenises at a time when several do
-UNRECORDED_SUBWORDS = 20  # this many target words ending in "@@" say the text was BPE'd
 API_INPUT = "<input>"  # the name of the Python API's lines in warnings and errors
 
 
