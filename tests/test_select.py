@@ -558,6 +558,18 @@ def test_progress_bar_reports_pairs_per_second_on_a_terminal():
     assert "scoring" in out and "pairs/s" in out and "1000/1000" in out
 
 
+def test_scoring_progress_counts_the_pools_pairs_not_its_pairs_twice(corpus):
+    # both sides are scored: the bar read 400/400 "pairs" at twice the pairs/s for a pool of 200
+    from nmtkit.select import SelectConfig, run
+
+    d, pool, _ = corpus
+    seen = []
+    run(SelectConfig(src_lang="en", tgt_lang="fr", in_domain=(str(d / "in"),), pool=(str(d / "pool"),),
+                     output_prefix=str(d / "sel"), lines=30), lambda stage, done, total: seen.append((stage, done, total)))
+    score = [(done, total) for stage, done, total in seen if stage == "score"]
+    assert score[-1] == (len(pool), len(pool)) and {t for _, t in score} == {len(pool)}
+
+
 def test_selection_code_does_not_import_torch():
     import subprocess
     import sys

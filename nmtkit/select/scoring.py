@@ -206,14 +206,14 @@ def score_pool(scorer: Scorer, pool: Corpus, workers: int, progress: Progress,
     n_pool = pool.total
     before = 0 if scorer.side == "src" else n_pool
     done = known = 0
-    progress("score", before, 2 * n_pool)
+    progress("score", before // 2, n_pool)  # pairs: half the work a side
     for res in parallel_map(score_block, pool.blocks(CHUNK_PAIRS, scorer.side), workers, 1, state=scorer):
         m = res.shape[0]
         h[done:done + m] = res[:, :2]
         lens[done:done + m] = res[:, 2]
         known += int(res[:, 3].sum())
         done += m
-        progress("score", before + done, 2 * n_pool)
+        progress("score", (before + done) // 2, n_pool)
     assert done == n_pool
     return known
 
