@@ -154,7 +154,8 @@ class Translator:
     def translate(self, lines: str | Iterable[str], **search: Any) -> str | list[str]:
         """The best translation of each line (a list for a list, a string for a string); `search`
         as in `generate`, whose n-best lists this would discard: nbest above 1 is refused."""
-        if type(nbest := plain(search.get("nbest"))) is int and nbest > 1:  # other values: generate's errors
+        if type(nbest := plain(search.get("nbest"))) is int and nbest > 1:
+            SearchConfig(**{k: v for k, v in search.items() if k in _SEARCH_FIELDS and v is not None})  # its errors first
             raise ConfigError(f"translate() returns each line's best translation only, not nbest={nbest} lists: "
                               "call generate() for those")
         if isinstance(lines, str):
