@@ -14,7 +14,7 @@ import sys
 from functools import lru_cache
 from typing import Any, Iterator
 
-from nmtkit.errors import ConfigError
+from nmtkit.errors import ConfigError, NmtkitError, first_line
 
 
 def import_torch() -> Any:
@@ -25,7 +25,11 @@ def import_torch() -> Any:
     from nmtkit.signals import blocked
 
     with blocked():
-        import torch
+        try:
+            import torch
+        except ImportError as err:  # under `ulimit -v`: "libtorch_cpu.so: failed to map segment from shared object"
+            raise NmtkitError(f"cannot load torch: {first_line(err)} (a memory limit such as ulimit -v too low "
+                              "for its libraries, or a broken install)") from None
     return torch
 
 

@@ -610,6 +610,20 @@ def test_a_file_name_that_is_not_utf8_is_written_to_stdout_as_its_own_bytes(tmp_
     assert (code, err) == (0, "") and "# h\\xffp.fr" in out, err
 
 
+def test_torch_that_cannot_load_under_a_memory_limit_is_one_line(world, monkeypatch):
+    """Under `ulimit -v 300000` Python starts but torch's libraries do not fit: translate, train,
+    serve and average ended in a traceback of `import torch` ("libtorch_cpu.so: failed to map
+    segment from shared object"). A stand-in torch package raises that ImportError here."""
+    fake = world.tmp / "no-torch" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ImportError("libtorch_cpu.so: failed to map segment from shared object")\n')
+    monkeypatch.setenv("PYTHONPATH", str(fake.parent))
+    code, _, err = run_cli(_translate(world), process=True)
+    assert code == 1 and err.splitlines() == ["nmtkit: error: cannot load torch: libtorch_cpu.so: failed to map segment "
+                                              "from shared object (a memory limit such as ulimit -v too low for its "
+                                              "libraries, or a broken install)"], err
+
+
 @pytest.mark.parametrize("stderr", ["full", "reader gone"])
 def test_a_stderr_that_cannot_be_written_fails_no_run_whose_outputs_are(world, stderr):
     """`nmtkit translate ... 2>/dev/full` (or a stderr pipe whose reader went away): the
