@@ -526,6 +526,27 @@ def test_the_records_logged_before_train_log_opens_are_written_there_first_notes
                                                           ["INFO", "the run's own record"]]
 
 
+def test_a_record_naming_a_file_whose_name_is_not_utf8_is_written_to_train_log_as_its_bytes(tmp_path, capsys):
+    """A dev prefix named in Latin-1 (`preprocess --valid $'\\xff'`), then changed: train's warning
+    about it reached stderr, but train.log's strict UTF-8 refused it: the record was lost and logging
+    printed "--- Logging error ---" and a traceback for it."""
+    import logging
+    import os
+
+    from nmtkit.train.metrics import setup_file_log
+
+    logger = logging.getLogger("nmtkit")
+    level, handler = logger.level, setup_file_log(tmp_path)
+    try:
+        logging.getLogger("nmtkit.train").warning("dev text %s is gone", os.fsdecode(b"/d/\xff.fr"))
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        handler.close()
+    assert b"WARNING dev text /d/\xff.fr is gone\n" in (tmp_path / "train.log").read_bytes()
+    assert "Logging error" not in capsys.readouterr().err
+
+
 def test_a_second_training_run_in_the_same_process_while_one_runs_is_refused_and_writes_nothing(data_dir, tmp_path):
     """Two runs in two threads of one process seeded and drew from the same random generators (with
     dropout neither run's weights were a lone run's) and each run's train.log took the other's lines.

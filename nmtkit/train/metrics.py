@@ -97,7 +97,7 @@ class _RunLog(logging.FileHandler):
     """train.log: a write that fails (a full disk) stops the run with one line naming the file."""
 
     def __init__(self, run_dir: Path):
-        super().__init__(run_dir / RUN_LOG, encoding="utf-8")
+        super().__init__(run_dir / RUN_LOG, encoding="utf-8", errors="surrogateescape")  # a non-UTF-8 name as its bytes
         self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))
 
     def handleError(self, record: logging.LogRecord) -> None:
