@@ -529,6 +529,18 @@ def test_a_deleted_current_folder_is_one_line_saying_so(world, monkeypatch):
                   needles=("the current folder no longer exists",)), world)
 
 
+def test_a_warning_quoting_a_file_name_with_a_line_break_stays_one_line(world):
+    """A --train prefix named with a newline, given as --valid too: preprocess's warning that the two
+    are the same text ran over three lines, the name's break printed as it is (errors escape it)."""
+    prefix = str(world.tmp / "two\nlines")
+    for lang in ("en", "fr"):
+        shutil.copy(world.tmp / f"corpus.{lang}", f"{prefix}.{lang}")
+    code, _, err = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", prefix, "--valid", prefix,
+                            "--dest", str(world.tmp / "d-nl"), "--workers", "1"])
+    [warning] = [line for line in err.splitlines() if "same text as --train" in line]
+    assert code == 0 and warning.startswith("nmtkit: warning: ") and "two\\nlines.en" in warning, err
+
+
 def test_columns_0_loses_no_summary(world, monkeypatch):
     """COLUMNS=0 made rich's console zero columns wide: preprocess's summary (its table, what was
     dropped, the vocabulary sizes) vanished, even from a file, and the command succeeded."""

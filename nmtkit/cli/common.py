@@ -182,7 +182,8 @@ class _StderrHandler(logging.StreamHandler):
 
     def format(self, record: logging.LogRecord) -> str:
         record = logging.makeLogRecord({**record.__dict__, "levelname": record.levelname.lower()})
-        return super().format(record)
+        text = super().format(record)  # ours on one line whatever it quotes (a file name's line break), as errors
+        return text if record.name == "py.warnings" else text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 WARNING_LOGGERS = ("nmtkit", "py.warnings", "matplotlib")  # ours, Python's warnings, the plots' library
