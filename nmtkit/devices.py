@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import logging
 import os
 import re
 import sys
@@ -24,6 +25,10 @@ def import_torch() -> Any:
         return sys.modules["torch"]
     from nmtkit.signals import blocked
 
+    threads = os.environ.get("OMP_NUM_THREADS")
+    if threads is not None and not re.fullmatch(r"\s*\+?0*[1-9]\d*\s*(,\s*\+?0*[1-9]\d*\s*)*", threads):  # as libgomp parses it
+        logging.getLogger(__name__).warning("OMP_NUM_THREADS=%r is not a number of threads: ignored", threads)
+        del os.environ["OMP_NUM_THREADS"]  # else libgomp writes "\nlibgomp: Invalid value ..." as torch loads
     with blocked():
         try:
             import torch

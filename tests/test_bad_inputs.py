@@ -636,6 +636,18 @@ def test_torch_that_cannot_load_under_a_memory_limit_is_one_line(world, monkeypa
                                               "libraries, or a broken install)"], err
 
 
+@pytest.mark.parametrize("threads", ["0", "abc", ""])
+def test_an_omp_num_threads_libgomp_refuses_is_one_warning_line(world, threads):
+    """OMP_NUM_THREADS=0 (or garbage) made libgomp write a blank line and an unprefixed "libgomp:
+    Invalid value for environment variable OMP_NUM_THREADS" as torch loaded, even under -q."""
+    env = dict(os.environ, OMP_NUM_THREADS=threads, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "nmtkit", *_translate(world, "-o", os.devnull)], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and proc.stderr.splitlines() == [
+        f"nmtkit: warning: OMP_NUM_THREADS={threads!r} is not a number of threads: ignored",
+        "nmtkit: translated 5 lines"], proc.stderr
+
+
 @pytest.mark.parametrize("stderr", ["full", "reader gone"])
 def test_a_stderr_that_cannot_be_written_fails_no_run_whose_outputs_are(world, stderr):
     """`nmtkit translate ... 2>/dev/full` (or a stderr pipe whose reader went away): the
