@@ -557,6 +557,17 @@ def test_a_narrow_terminal_cuts_no_number_of_the_summary_short(world, monkeypatc
     assert code == 0 and "…" not in err and "en tokens" in err and "fr UNK%" in err, err
 
 
+def test_the_summary_breaks_no_long_destination_or_line_in_two(world, monkeypatch):
+    """stderr to a log file (80 columns): preprocess's summary title broke a long --dest path in
+    two lines mid-name ("/data/longlon" / "glong"), and COLUMNS=20 broke the vocabularies line."""
+    monkeypatch.setenv("COLUMNS", "20")
+    dest = world.tmp / ("long" * 20)
+    code, _, err = run_cli([a for a in _preprocess(world, dest) if a != "--quiet"])
+    lines = err.splitlines()
+    assert code == 0 and any(line.startswith(f"nmtkit preprocess en-fr: {dest}") for line in lines), err
+    assert any(line.startswith("vocabularies (") and line.endswith(" entries") for line in lines), err
+
+
 def check_row(row: Row, world: World) -> None:
     """Run one row and check what it must do (the table's one judge; sibling tables use it too)."""
     argv = row.argv(world)

@@ -122,7 +122,7 @@ def make_console():
     """A rich console on stderr (never stdout: stdout carries data only)."""
     from rich.console import Console
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     if console.width < 1:  # COLUMNS=0: rich would draw nothing, and the summaries would be lost
         console.width = 80
     return console
