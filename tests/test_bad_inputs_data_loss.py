@@ -397,3 +397,17 @@ def test_the_run_lock_never_writes_through_a_symlink(tmp_path):
     with pytest.raises(OutputError, match="symbolic link"):
         run_lock(tmp_path / "run").acquire()
     assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+def test_a_run_lock_made_under_umask_0222_stays_writable_by_its_owner(tmp_path):
+    """train in an existing folder under umask 0222 failed ("umask 0222 keeps its owner out of the
+    folders it makes (try umask 022)") and left train.lock mode 0444: under umask 022 every later
+    train there, --force too, failed with "RUN/train.lock: Permission denied" (as a user)."""
+    from nmtkit.io.dirs import run_lock
+
+    old = os.umask(0o222)
+    try:
+        run_lock(tmp_path).acquire().release()
+    finally:
+        os.umask(old)
+    assert os.stat(tmp_path / "train.lock").st_mode & 0o777 == 0o644

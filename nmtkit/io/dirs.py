@@ -208,9 +208,13 @@ def open_in_place(path: str | Path, flags: int) -> int:
         if err.errno != errno.ELOOP:
             raise
         raise OutputError(_A_LINK, str(path)) from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
         os.close(fd)
         raise OutputError(_NOT_A_FILE, str(path))
+    if not mode & stat.S_IWUSR:  # made under umask 0222: its owner's next run, under any umask, could not open it
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, stat.S_IMODE(mode) | stat.S_IWUSR)
     return fd
 
 
