@@ -112,6 +112,18 @@ def test_matplotlibs_warnings_share_the_line_format_and_quiet_silences_them(tmp_
         x.startswith("nmtkit: ") for x in lines), err
 
 
+def test_a_matplotlib_backend_it_does_not_know_in_mplbackend_draws_to_files_all_the_same(tmp_path, monkeypatch):
+    """MPLBACKEND=module://matplotlib_inline.backend_inline (a notebook's, exported to a shell):
+    `import matplotlib` itself failed, so score --plot and translate --plot-attention ended in a
+    traceback and train warned at each validation that it could not draw curves.png."""
+    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    (tmp_path / "in.txt").write_text("le chat\n", encoding="utf-8")
+    txt = str(tmp_path / "in.txt")
+    code, _, err = run_cli(["score", "--hyp", txt, "-r", txt, "--src", txt, "--plot", str(tmp_path / "p.png"), "-q"],
+                           process=True)
+    assert (code, err) == (0, "") and (tmp_path / "p.png").is_file()
+
+
 _END = """
 import atexit, sys, threading, time
 import torch  # noqa: F401  (the teardown worth skipping is torch's)

@@ -397,6 +397,16 @@ def write_text(path: str | Path, text: str) -> None:
         out.file.write(text)
 
 
+def use_agg() -> None:
+    """matplotlib imported to draw to files (Agg), whatever MPLBACKEND says: one it does not know (a
+    notebook's "module://matplotlib_inline.backend_inline" outside one, a typo) failed the import."""
+    from unittest import mock
+
+    with mock.patch.dict(os.environ, {"MPLBACKEND": "agg"}):
+        import matplotlib
+    matplotlib.use("Agg")
+
+
 def save_figure(fig: Any, path: str | Path, **savefig_kwargs: Any) -> None:
     """`fig.savefig` to `path` through `OutputFile` (format from the suffix unless given)."""
     savefig_kwargs.setdefault("format", Path(path).suffix.lstrip(".").lower() or "png")

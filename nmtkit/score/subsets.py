@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from nmtkit.data.manifest import read_manifest
 from nmtkit.errors import CheckpointError, ConfigError
-from nmtkit.io.files import save_figure
+from nmtkit.io.files import save_figure, use_agg
 from nmtkit.score.metrics import corpus_score, make_metric, multibleu
 from nmtkit.text.io import check_counts
 from nmtkit.text.pipeline import TextPipeline
@@ -159,9 +159,7 @@ def bleu_by_length(systems: Sequence[tuple[str, Sequence[str]]], refs: Sequence[
 def plot_by_length(rows: Sequence[LengthBucket], names: Sequence[str], path: str | Path) -> None:
     """Draw BLEU against source-length bucket, one solid line per system (paper Figure 2), to a PNG;
     paper-style BLEU, when the rows carry it, as a dashed line of the same colour."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
+    use_agg()
     import matplotlib.pyplot as plt
 
     path = Path(path)

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from nmtkit.errors import ConfigError, NmtkitError
 from nmtkit.io.dirs import RUN_LOG, run_lock
-from nmtkit.io.files import name_error, save_figure, write_text
+from nmtkit.io.files import name_error, save_figure, use_agg, write_text
 from nmtkit.train.events import Callbacks, FanOut, LogEvent, ValidationEvent
 
 log = logging.getLogger(__name__)
@@ -65,9 +65,7 @@ class MetricsLog:
 
 def draw_curves(records: list[dict[str, Any]], path: Path) -> None:
     """Losses (train, dev) and dev BLEU against updates."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
+    use_agg()
     from matplotlib.figure import Figure
 
     train = [r for r in records if r.get("kind") == "train"]

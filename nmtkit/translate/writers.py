@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import IO, Any, Sequence
 
-from nmtkit.io.files import Staged, check_output_dir, save_figure
+from nmtkit.io.files import Staged, check_output_dir, save_figure, use_agg
 from nmtkit.translate.alignment import Result, Translation, attention_matrix, hard_alignment, soft_alignment
 from nmtkit.translate.config import TranslateConfig
 
@@ -24,9 +24,7 @@ def plot_attention(path: str | Path, attention: Any, src_tokens: Sequence[str], 
                    source_eos: Any = None) -> None:
     """The paper's Figure 3: alignment weights in grey scale (0 black, 1 white), source words
     along the top, target words down the side (`attention_matrix`); written as a PNG (atomically)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    use_agg()
     import matplotlib.pyplot as plt
     import numpy as np
 
