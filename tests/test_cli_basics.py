@@ -124,6 +124,18 @@ def test_a_matplotlib_backend_it_does_not_know_in_mplbackend_draws_to_files_all_
     assert (code, err) == (0, "") and (tmp_path / "p.png").is_file()
 
 
+def test_a_torch_compile_cache_folder_that_cannot_be_made_is_named_as_torchs(data_dir, tmp_path, monkeypatch):
+    """TORCHINDUCTOR_CACHE_DIR naming a folder that cannot be made (another node's scratch): train,
+    whose fused Adam imports torch's compiler, which makes that folder, failed with
+    "nmtkit: error: /scratch/x: No such file or directory", a path on no command line."""
+    (tmp_path / "f.txt").write_text("x\n")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "f.txt" / "cache"))  # under a file: even root fails
+    code, _, err = run_cli(["train", *tiny_train_args(), "--data", str(data_dir), "--save-dir", str(tmp_path / "run"),
+                            "--max-updates", "1", "-q"], process=True)
+    assert code == 1 and err.splitlines() == [f"nmtkit: error: {tmp_path / 'f.txt' / 'cache'}: Not a directory "
+                                              "(TORCHINDUCTOR_CACHE_DIR: set it to a folder you can write)"], err
+
+
 _END = """
 import atexit, sys, threading, time
 import torch  # noqa: F401  (the teardown worth skipping is torch's)

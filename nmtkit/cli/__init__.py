@@ -297,7 +297,9 @@ def _run(argv: list[str] | None, debug: bool, command_name: str) -> None:
             raise
         if err.filename == "<stdout>":
             _silence_stdout()
-        _end(f"error: {describe_os_error(err)}", 1)
+        cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or "\0"  # made by torch on its first torch.compile use
+        named = " (TORCHINDUCTOR_CACHE_DIR: set it to a folder you can write)" if str(err.filename).startswith(cache) else ""
+        _end(f"error: {describe_os_error(err)}{named}", 1)
     except KeyboardInterrupt:
         _end("interrupted", 130)
     except (MemoryError, RuntimeError) as err:  # torch's OutOfMemoryError is a RuntimeError
