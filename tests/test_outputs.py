@@ -450,3 +450,15 @@ def test_outputs_whose_temp_files_cannot_all_be_made_leave_none_behind(tmp_path,
     with pytest.raises(OSError, match="No space left"):
         StagedFiles({"src": str(tmp_path / "sel.en"), "tgt": str(tmp_path / "sel.fr")})
     assert len(made) == 1 and os.listdir(tmp_path) == []
+
+
+def test_the_real_path_of_link_dotdot_is_where_the_kernel_goes_not_where_its_text_says(tmp_path, monkeypatch):
+    """"sl/../x" with sl -> a/b names a/x; abspath before realpath made it ./x, so the checks of
+    outputs against inputs and of a data dir's files compared the wrong file."""
+    from nmtkit.io.checks import real_path
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "sl").symlink_to(tmp_path / "a" / "b")
+    monkeypatch.chdir(tmp_path)
+    assert real_path("sl/../x") == str(tmp_path.resolve() / "a" / "x")
+    assert real_path("sl/../x") == os.path.realpath(tmp_path / "a" / "x")

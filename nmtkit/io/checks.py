@@ -17,7 +17,7 @@ from nmtkit.options import empty_path_message
 
 def real_path(path: str | Path) -> str:
     """The path a write would reach: symlinks resolved, also for a name that does not exist yet."""
-    return os.path.realpath(os.path.abspath(path))
+    return os.path.realpath(path)  # not abspath first: it takes "link/.." apart by its text
 
 
 def check_found(path: str | Path, missing: str = "file not found", error: type[NmtkitError] = InputError) -> None:
