@@ -4,7 +4,8 @@
 A run directory holds one run: a new start over one is refused unless `resume` (continue exactly
 from checkpoint_last.pt) or `force` (start over). A new run is built in a staging folder inside
 RUN and committed at its first checkpoint (`nmtkit.io.dirs.commit_run`). One process at a time
-trains in a folder (an flock on train.lock); a refused start leaves nothing. Every run writes its
+trains in a folder (an flock on train.lock); a refused start leaves no run file (a folder it made
+keeps its train.lock: see `DirLock`). Every run writes its
 resolved configuration to RUN/config.json and hands the same text to `on_config`.
 """
 from __future__ import annotations
