@@ -724,6 +724,31 @@ def test_a_run_stopped_between_validations_resumes_to_the_same_early_stop(data_d
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_the_validation_a_resume_runs_first_is_not_counted_in_its_first_records_throughput(data_dir, tmp_path,
+                                                                                           monkeypatch):
+    """A run killed in the validation after its checkpoint runs it first on --resume: its seconds went
+    into the first log record's tokens/s, updates/s and sentences/s (half the rate on Tatoeba)."""
+    import time
+
+    from nmtkit.train import trainer
+    from nmtkit.train.events import Callbacks
+
+    class StopAt4(Callbacks):
+        def on_update(self, update, epoch):
+            if update == 4:
+                signal.raise_signal(signal.SIGINT)
+
+    run = tmp_path / "run"
+    opts = tiny_options(max_updates=8, valid_every=100, log_every=2, valid_bleu_samples=0)
+    with contextlib.suppress(KeyboardInterrupt):
+        train_run(data_dir, run, opts, tiny_overrides(), callbacks=StopAt4())
+    real = trainer.dev_scores
+    monkeypatch.setattr(trainer, "dev_scores", lambda *a: (time.sleep(2), real(*a))[1])
+    train_run(data_dir, run, opts.replace(valid_every=4), tiny_overrides(), resume=True)
+    first = [r for r in _records(run, "train") if r["update"] > 4][0]
+    assert first["update"] == 6 and 2 / first["updates_per_s"] < 1.5
+
+
 def test_a_resume_keeps_the_precision_auto_chose_unless_the_user_changes_it(data_dir, tmp_path, monkeypatch, caplog):
     """--precision auto times a bf16 product at every start: a resume on a loaded machine whose
     timing came out the other way trained the rest of the run in the other precision, silently.

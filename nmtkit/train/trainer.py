@@ -94,7 +94,6 @@ class Trainer:
     def _train(self) -> TrainResult:
         ctx, cfg, st = self.ctx, self.ctx.cfg, self.ctx.state
         self._session_start = time.perf_counter()
-        ctx.acc.reset()
         self._announce_start()
         self._check_validation_needs()
         last_valid: ValidationEvent | None = None
@@ -102,6 +101,7 @@ class Trainer:
             if self._pending_validation():
                 last_valid = self.validate() or last_valid
                 self._save_progress()
+            ctx.acc.reset()  # the first record's throughput counts training only, as every other's
             reason = self._stop_reason(check_collective=True)
             resumed_at = st.update
             while reason is None:
