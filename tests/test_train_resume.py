@@ -749,6 +749,26 @@ def test_the_validation_a_resume_runs_first_is_not_counted_in_its_first_records_
     assert first["update"] == 6 and 2 / first["updates_per_s"] < 1.5
 
 
+def test_ctrl_c_in_the_last_update_leaves_the_final_validation_to_the_resume_and_says_so(data_dir, tmp_path, caplog):
+    """Ctrl-C in the last update stopped the final validation, yet the run ended as finished
+    ('stopped (max-updates)', exit 0) without a checkpoint_best.pt; a --resume then said 'nothing to train'."""
+    from nmtkit.train import TrainInterrupted
+    from nmtkit.train.events import Callbacks
+
+    class CtrlCAt6(Callbacks):
+        def on_update(self, update, epoch):
+            if update == 6:
+                signal.raise_signal(signal.SIGINT)
+
+    run, opts = tmp_path / "run", tiny_options(max_updates=6, valid_every=100, valid_bleu_samples=0)
+    with pytest.raises(TrainInterrupted) as stop:
+        train_run(data_dir, run, opts, tiny_overrides(), callbacks=CtrlCAt6())
+    assert stop.value.result.reason == "SIGINT" and not (run / "checkpoint_best.pt").exists()
+    res = train_run(data_dir, run, opts, tiny_overrides(), resume=True)
+    assert (res.reason, res.best_update) == ("max-updates", 6) and (run / "checkpoint_best.pt").exists()
+    assert "nothing to train" not in caplog.text
+
+
 def test_a_resume_keeps_the_precision_auto_chose_unless_the_user_changes_it(data_dir, tmp_path, monkeypatch, caplog):
     """--precision auto times a bf16 product at every start: a resume on a loaded machine whose
     timing came out the other way trained the rest of the run in the other precision, silently.

@@ -114,13 +114,16 @@ class Trainer:
                 ctx.cb.on_update(st.update, st.epoch)
                 last_valid = self._after_update() or last_valid
                 reason = self._stop_reason(not ctx.dist.enabled or st.update % DDP_SYNC_EVERY == 0)
-            if reason in ("max-updates", "max-epochs", "patience", "max-time") and st.update == resumed_at > 0:
+            if reason in ("max-updates", "max-epochs", "patience", "max-time") and st.update == resumed_at > 0 and (
+                    reason == "patience" or st.last_valid_update == st.update):  # else its final validation is due
                 log.warning("the run being resumed has already reached its --%s %g: nothing to train; resume with a "
                             "larger one to go on", reason, getattr(cfg, reason.replace("-", "_")))
             self._log_interval()
             if reason in ("max-updates", "max-epochs", "max-time") and st.last_valid_update != st.update:
                 self._save_progress()
                 last_valid = self.validate(final=True) or last_valid
+                if st.last_valid_update != st.update:  # a stop signal cut it: the run is not done, a --resume runs it
+                    reason = signal.Signals(self.signals.received).name
             self._save_progress()
             self.signals.check()
         log.info("stopped (%s) at update %d, epoch %d; best dev %s %s at update %s", reason, st.update, st.epoch,
