@@ -133,6 +133,8 @@ def test_average_of_a_real_training_runs_kept_checkpoints(data_dir, tmp_path):
     code, _, err = run_cli(["average", "--last", "3", "--save-dir", str(run_dir), "-o", str(out)])
     assert code == 0, err
     assert [s["update"] for s in load_checkpoint(out)["averaged_from"]] == [2, 3, 4]
+    elapsed = [load_checkpoint(run_dir / f"checkpoint_{u}.pt")["trainer"]["elapsed"] for u in (1, 2, 3, 4)]
+    assert 0 < elapsed[0] < elapsed[1] < elapsed[2] < elapsed[3], elapsed  # each its own time (all 0.0 before)
     from nmtkit.checkpoint import load_model
 
     model, ckpt = load_model(out)

@@ -161,6 +161,7 @@ class Trainer:
         t0 = time.perf_counter()
         event = None
         if keep:  # before checkpoint_last.pt: a run killed between the two resumes before this update, not after it
+            st.elapsed, self._session_start = self._elapsed(), time.perf_counter()  # its training time as of now
             self.saver.save_model(kept_name(st.update))
         if st.update % cfg.valid_every == 0:
             self._save_progress()  # first: an error in validation loses no training
