@@ -805,6 +805,9 @@ def test_a_resume_keeps_the_precision_auto_chose_unless_the_user_changes_it(data
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert warned == ["--precision auto: the resumed run trains in fp32, not in bf16 as before (this cpu does not run "
                       "bf16 natively)"]
+    starts = [line for line in (run / "train.log").read_text().splitlines() if " INFO training " in line]
+    assert [s.split(" parameters, ")[1].split(")")[0] for s in starts] == ["bf16"] * 3 + ["fp32"] * 2 + ["bf16"] * 2 + [
+        "fp32"]  # what each session trained in, which config.json's "auto" does not say
 
 
 def test_a_resume_from_an_older_checkpoint_put_back_warns_of_the_later_kept_checkpoints(data_dir, tmp_path, caplog):

@@ -234,8 +234,8 @@ class Trainer:
             dropped_pairs=ctx.dropped, parameters=parameters, device=str(ctx.device),
             world_size=ctx.dist.world_size, elapsed=st.elapsed, fused=ctx.model.fuse_steps,
             update_freq=cfg.update_freq))
-        log.info("training %s (%d parameters) on %s x%d: %d pairs (%d over --max-len %s dropped), "
-                 "%d minibatches per epoch, from update %d", ctx.arch, parameters, ctx.device,
+        log.info("training %s (%d parameters, %s) on %s x%d: %d pairs (%d over --max-len %s dropped), "
+                 "%d minibatches per epoch, from update %d", ctx.arch, parameters, ctx.precision, ctx.device,
                  ctx.dist.world_size, len(ctx.keep), ctx.dropped, cfg.max_len, plan_len, st.update)
         per_rank = plan_len // ctx.dist.world_size
         if cfg.update_freq > per_rank and ctx.dist.is_main:
