@@ -344,8 +344,8 @@ def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bo
 
 
 def check_compatible(paths: Sequence[str], ckpts: Sequence[dict], needs: str = "an ensemble needs models") -> None:
-    """A CheckpointError naming the first checkpoint whose vocabularies, text pipeline or
-    languages differ from the first one's, what differs, and what `needs` them alike."""
+    """A CheckpointError naming the first checkpoint whose vocabularies, text pipeline, languages
+    or source EOS (src_eos) differ from the first one's, what differs, and what `needs` them alike."""
     first_path, first = paths[0], ckpts[0]
     for path, ckpt in zip(paths[1:], ckpts[1:]):
         for side in ("src", "tgt"):
@@ -366,3 +366,7 @@ def check_compatible(paths: Sequence[str], ckpts: Sequence[dict], needs: str = "
                 "trained on the same preprocessing", path)
         if (ckpt.get("src_lang"), ckpt.get("tgt_lang")) != (first.get("src_lang"), first.get("tgt_lang")):
             raise CheckpointError(f"language pair differs from {first_path}'s", path)
+        eos = [(c.get("model_config") or {}).get("src_eos", True) for c in (first, ckpt)]
+        if eos[0] != eos[1]:  # the ensemble's attention is the mean over one set of source positions
+            raise CheckpointError(f"src_eos differs from {first_path}'s (one appends EOS to the source, the other "
+                                  f"not); {needs} that attend over the same source positions", path)

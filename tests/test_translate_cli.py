@@ -15,7 +15,7 @@ import time
 import pytest
 
 from nmtkit.checkpoint import CHECKPOINT_FORMAT
-from tests.conftest import REPO, TGT_WORDS, CliResult, make_checkpoint, run_cli
+from tests.conftest import REPO, TGT_WORDS, CliResult, make_checkpoint, run_cli, tiny_model
 
 LINES = ["the cat sat on a mat .", "", "a dog ran in the park", "the big red house", "cat"]
 
@@ -205,6 +205,11 @@ def test_bad_checkpoints_give_one_clear_line(ckpt, tmp_path):
     line = _error_line(run_cli(["translate", "-m", ckpt, "-m", str(other), "--ensemble"]))
     assert "vocabulary differs" in line
     assert "--ensemble" in _error_line(run_cli(["translate", "-m", ckpt, "-m", ckpt]))
+    # a model reading no source EOS attends over one position fewer: the mean attention was a traceback
+    no_eos = make_checkpoint(tmp_path / "no_eos.pt", model=tiny_model(seed=3, src_eos=False))
+    line = _error_line(run_cli(["translate", "-m", ckpt, "-m", str(no_eos), "--ensemble"], "the cat\n"))
+    assert line == (f"nmtkit: error: {no_eos}: src_eos differs from {ckpt}'s (one appends EOS to the source, the "
+                    "other not); an ensemble needs models that attend over the same source positions"), line
     os.symlink(ckpt, tmp_path / "link.pt")  # one file twice would cost twice the time for the same translations
     for twin in (ckpt, str(tmp_path / "link.pt")):
         line = _error_line(run_cli(["translate", "-m", ckpt, "-m", twin, "--ensemble"]))
