@@ -104,7 +104,11 @@ def run_packed(rnn: nn.RNNBase, emb: Tensor, lens: Tensor) -> tuple[Tensor, Any]
     data = emb.reshape(B * S, -1).index_select(0, rows)
     packed = nn.utils.rnn.PackedSequence(data, keep.sum(1), on_device(order, emb.device),
                                          on_device(torch.argsort(order), emb.device))
-    out, final = rnn(packed)
+    # oneDNN has no fp16 LSTM on most CPUs ("could not create a primitive descriptor"): float32 there
+    fp32 = isinstance(rnn, nn.LSTM) and emb.device.type == "cpu" and torch.is_autocast_enabled("cpu") and (
+        torch.get_autocast_dtype("cpu") == torch.float16)
+    with torch.autocast("cpu", enabled=False) if fp32 else contextlib.nullcontext():
+        out, final = rnn(packed)
     padded = out.data.new_zeros(B * S, out.data.size(1)).index_copy(0, rows, out.data)
     return padded.view(B, S, -1), final
 
