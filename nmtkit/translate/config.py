@@ -126,7 +126,7 @@ class SearchConfig:
         "auto", choices=("auto", "off"),
         help="auto: where the checkpoint holds a lexicon (nmtkit train stores one), score only a shortlist of "
              "target words per batch, the 1,000 most frequent and the 20 likeliest translations of each source "
-             "word (Jean et al. 2015; nmtkit.decode.shortlist): beam 5 about 30% faster on a CPU, at 0.5 BLEU less "
+             "word (Jean et al. 2015; nmtkit.decode.shortlist): beam 5 in about 0.7x the time on a CPU, at 0.5 BLEU less "
              "on the peer benchmark's 10-minute model (docs/experiments.md); off: the whole vocabulary, as the "
              "paper searches. A batch's shortlist (and bf16 rounding) depends on the sentences batched together, "
              "so a line may translate differently alone: with --shortlist off and --precision int8 or fp32, other "
