@@ -17,6 +17,16 @@ def test_options_doc_is_current():
         "(or `python tools/options_doc.py`) and commit it")
 
 
+def test_a_flags_default_on_the_options_page_is_the_one_its_help_shows():
+    """An --x/--no-x flag left unset by train (resolved later) was shown as `--no-x` under help's [on]."""
+    import re
+    text = (REPO / "docs" / "options.md").read_text(encoding="utf-8")
+    found = re.findall(r"`--([\w-]+) / --no-\1` \(flag; default (-|`--(?:no-)?[\w-]+`)\).*\[(on|off)\]$", text, re.M)
+    assert found
+    for name, default, shown in found:
+        assert default in ("-", f"`--{name}`" if shown == "on" else f"`--no-{name}`"), (name, default, shown)
+
+
 PAGES = ["README.md", "docs/commands.md", "docs/serve.md", "docs/gpu.md", "docs/python-api.md",
          "docs/files-and-errors.md", "docs/performance.md"]
 

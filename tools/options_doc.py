@@ -47,10 +47,10 @@ def _type(param: click.Parameter) -> str:
 def _default(param: click.Parameter, ctx: click.Context) -> str:
     value = param.get_default(ctx, call=False)
     if isinstance(param, click.Option) and param.is_flag and not param.count:
+        if param.secondary_opts:  # unset (train's, resolved later): "-", its help says what applies
+            return "-" if _unset(value) else f"`{param.opts[0] if value else param.secondary_opts[0]}`"
         if _unset(value):
             value = False
-        if param.secondary_opts:
-            return f"`{param.opts[0] if value else param.secondary_opts[0]}`"
         return "on" if value else "off"
     if callable(value):
         return "computed at run time"
