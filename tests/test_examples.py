@@ -186,6 +186,14 @@ def test_wmt14_smoke_pool_fails_whole_when_a_corpus_of_it_is_missing(tmp_path):
     assert not (tmp_path / "c" / "pool.en").exists() and not (tmp_path / "c" / "pool.fr").exists()
 
 
+def test_wmt14_smoke_runs_from_another_folder(tmp_path):
+    """`make -f .../Makefile smoke` elsewhere: the inner make looked for ./Makefile ("No rule to
+    make target 'eval'"); it is given the recipe's own Makefile now."""
+    proc = subprocess.run(["make", "-n", "-f", str(WMT / "Makefile"), "smoke", "DATA=/nowhere"], cwd=tmp_path,
+                          capture_output=True, text=True, env=_recipe_env())
+    assert proc.returncode == 0 and "nmtkit select-data" in proc.stdout, proc.stderr
+
+
 def test_backtranslation_recipe_samples_the_french_side_only_and_gives_both_systems_equal_updates():
     out = _dry_run(BACKTRANSLATION, "UPDATES=77")
     for piece in ("--src-lang fr --tgt-lang en", "giga-fren-sample/train.fr > work/bt/mono.fr",
