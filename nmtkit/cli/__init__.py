@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import click
 
 from nmtkit import __version__, signals
-from nmtkit.cli.common import setup_warnings, sigterm_unwinds
+from nmtkit.cli.common import one_line, setup_warnings, sigterm_unwinds
 from nmtkit.devices import ONEDNN_CACHE_CAPACITY, TRAIN_ONEDNN_CACHE_CAPACITY, limit_cpu_caches
 from nmtkit.errors import NmtkitError, OutputError, describe_os_error, first_line
 from nmtkit.io.files import abandoned_outputs, is_stdout
@@ -297,8 +297,9 @@ def _run(argv: list[str] | None, debug: bool, command_name: str) -> None:
             raise
         if err.filename == "<stdout>":
             _silence_stdout()
-        cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or "\0"  # made by torch on its first torch.compile use
-        named = " (TORCHINDUCTOR_CACHE_DIR: set it to a folder you can write)" if str(err.filename).startswith(cache) else ""
+        cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")  # made by torch on its first torch.compile use
+        named = (" (TORCHINDUCTOR_CACHE_DIR: set it to a folder you can write)"
+                 if cache and str(err.filename).startswith(cache) else "")
         _end(f"error: {describe_os_error(err)}{named}", 1)
     except KeyboardInterrupt:
         _end("interrupted", 130)
@@ -312,7 +313,7 @@ def _run(argv: list[str] | None, debug: bool, command_name: str) -> None:
 
 def _end(message: str, status: int) -> NoReturn:
     """`nmtkit: MESSAGE` on stderr, on one line whatever it quotes, then exit with `status`."""
-    click.echo("nmtkit: " + message.replace("\r", "\\r").replace("\n", "\\n"), err=True)
+    click.echo("nmtkit: " + one_line(message), err=True)
     sys.exit(status)
 
 

@@ -183,7 +183,12 @@ class _StderrHandler(logging.StreamHandler):
     def format(self, record: logging.LogRecord) -> str:
         record = logging.makeLogRecord({**record.__dict__, "levelname": record.levelname.lower()})
         text = super().format(record)  # ours on one line whatever it quotes (a file name's line break), as errors
-        return text if record.name == "py.warnings" else text.replace("\r", "\\r").replace("\n", "\\n")
+        return text if record.name == "py.warnings" else one_line(text)
+
+
+def one_line(text: str) -> str:
+    """`text` with its line breaks escaped: an error or warning line stays one line on stderr."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 WARNING_LOGGERS = ("nmtkit", "py.warnings", "matplotlib")  # ours, Python's warnings, the plots' library
