@@ -48,7 +48,7 @@ from nmtkit.score.subsets import (
     plot_by_length,
     subset,
 )
-from nmtkit.text.bpe import SEPARATOR, UNRECORDED_SUBWORDS
+from nmtkit.text.bpe import SEPARATOR, unrecorded_subwords
 from nmtkit.text.io import check_counts, read_all_lines
 from nmtkit.text.moses import check_lang
 
@@ -303,7 +303,7 @@ def _no_unk(o: ScoreConfig, inp: _Inputs) -> NoUnkResult:
     kept = no_unk_indices(inp.src, inp.refs, model.encode_src, model.encode_tgt, model.src_vocab, model.tgt_vocab)
     if model.is_bpe:
         note(log, BPE_NO_UNK_NOTE)
-    elif (n := sum(w.endswith(SEPARATOR) for w in model.tgt_vocab)) >= UNRECORDED_SUBWORDS:
+    elif n := unrecorded_subwords(model.tgt_vocab):
         log.warning(f"{model.origin}: its target vocabulary has {n:,} subwords ending in '{SEPARATOR}', but its text "
                     "pipeline applies no BPE (the text was split before nmtkit preprocess): the No UNK subset keeps "
                     f"only sentences whose words, unsplit, are all in the vocabularies ({len(kept):,} of {len(inp.src):,})")

@@ -10,6 +10,13 @@ SEPARATOR = "@@"
 UNRECORDED_SUBWORDS = 20  # this many target words ending in "@@" say the text was BPE'd before nmtkit
 
 
+def unrecorded_subwords(vocab: Iterable[str]) -> int:
+    """How many words of a vocabulary whose pipeline makes no BPE end in "@@", where they are enough
+    (`UNRECORDED_SUBWORDS`) to say its text was BPE'd before nmtkit; else 0."""
+    n = sum(w.endswith(SEPARATOR) for w in vocab)
+    return n if n >= UNRECORDED_SUBWORDS else 0
+
+
 def learn_codes(word_counts: Counter, merges: int, min_frequency: int = 2) -> str:
     """BPE codes text learned from `word_counts` (token -> count) by subword-nmt, its output silenced."""
     from subword_nmt import learn_bpe

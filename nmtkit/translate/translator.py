@@ -22,7 +22,7 @@ from nmtkit.checkpoint import checkpoint_paths
 from nmtkit.devices import default_threads, import_torch, resolve_device, threads_restored, use_threads
 from nmtkit.errors import ConfigError, InputError
 from nmtkit.options import plain
-from nmtkit.text.bpe import SEPARATOR, UNRECORDED_SUBWORDS
+from nmtkit.text.bpe import SEPARATOR, unrecorded_subwords
 from nmtkit.text.io import BOM
 from nmtkit.text.vocab import EOS_ID, UNK
 from nmtkit.translate.alignment import Result, Translation, read_unk_dict, replace_unks
@@ -129,8 +129,7 @@ class Translator:
         c = self.config
         if self.bundle.pipeline.bpe is not None or (c.input_format == "bpe" and c.output_format == "bpe"):
             return
-        n = sum(w.endswith(SEPARATOR) for w in self.bundle.tgt_vocab.itos)
-        if n >= UNRECORDED_SUBWORDS:
+        if n := unrecorded_subwords(self.bundle.tgt_vocab.itos):
             self._warn(f"{c.models[0]}: its target vocabulary has {n:,} subwords ending in "
                        f"'{SEPARATOR}', but its text pipeline applies no BPE (the text was split before nmtkit "
                        "preprocess): give BPE'd input with --input-format bpe, and --output-format bpe to join "
@@ -418,10 +417,10 @@ def _lines_of(lines: Any, what: str = "lines") -> list[str]:
     if isinstance(lines, str):
         raise TypeError(f"{what} must be a list of lines; " + ("translate() also takes one string" if what == "lines"
                                                                 else "score one pair as score([source], [target])"))
-    if (isinstance(lines, (bytes, bytearray, dict, set, frozenset)) or not isinstance(lines, Iterable)
-            or getattr(lines, "ndim", None) == 0):  # a 0-d numpy array: iterable by type, not in fact
+    zero_d = getattr(lines, "ndim", None) == 0  # a 0-d numpy array: iterable by type, not in fact
+    if isinstance(lines, (bytes, bytearray, dict, set, frozenset)) or not isinstance(lines, Iterable) or zero_d:
         raise TypeError(f"{what} must be a list of str, not {type(lines).__name__}"
-                        + (" of 0 dimensions" if getattr(lines, "ndim", None) == 0 else ""))
+                        + (" of 0 dimensions" if zero_d else ""))
     out = list(lines)
     name = "line" if what == "lines" else f"{what} line"
     for n, line in enumerate(out, 1):
