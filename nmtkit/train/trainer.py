@@ -161,7 +161,7 @@ class Trainer:
         t0 = time.perf_counter()
         event = None
         if keep:  # before checkpoint_last.pt: a run killed between the two resumes before this update, not after it
-            st.elapsed, self._session_start = self._elapsed(), time.perf_counter()  # its training time as of now
+            self._note_elapsed()  # its training time as of now
             self.saver.save_model(kept_name(st.update))
         if st.update % cfg.valid_every == 0:
             self._save_progress()  # first: an error in validation loses no training
@@ -173,6 +173,10 @@ class Trainer:
 
     def _elapsed(self) -> float:
         return self.ctx.state.elapsed + (time.perf_counter() - self._session_start)
+
+    def _note_elapsed(self) -> None:
+        """The training time so far into the state a checkpoint saves."""
+        self.ctx.state.elapsed, self._session_start = self._elapsed(), time.perf_counter()
 
     def _stop_reason(self, check_collective: bool) -> str | None:
         """Why training stops after this update, or None. Signals and time are checked only where
@@ -211,8 +215,7 @@ class Trainer:
         if self._saved_update == key:
             return
         self._saved_update = key
-        st.elapsed = self._elapsed()
-        self._session_start = time.perf_counter()
+        self._note_elapsed()
         self.saver.save_last()
         self._last_saved = st.update
         if self._commit is not None and self.ctx.dist.is_main:
