@@ -249,6 +249,8 @@ ROWS = [
                              str(w.tmp / "o.txt")), needles=("o.txt", "--alignments-file", "-o")),
     Row("preprocess-force-keeps-unrelated-files", lambda w: _preprocess(w, _dest_with_own_file(w), "corpus", "--force"),
         needles=("mine.txt", "--force")),
+    Row("preprocess-advises-no-force-that-it-would-refuse",  # was "not empty; use --force", then refused
+        lambda w: _preprocess(w, _dest_with_own_file(w)), needles=("mine.txt", "move it"), absent=("use --force",)),
     Row("preprocess-force-keeps-a-file-added-to-a-data-dir",
         lambda w: _preprocess(w, _into_data_dir(w, "NOTES.md"), "corpus", "--force"), needles=("NOTES.md",)),
     Row("preprocess-force-replaces-its-own-data-dir",

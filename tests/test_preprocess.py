@@ -463,14 +463,14 @@ def test_another_runs_data_dir_that_lands_just_before_the_swap_is_not_replaced_w
     def other_run_swaps_first(folders):
         if folders == [dest.parent] and list(dest.parent.glob("d.tmp-*/manifest.json")):  # this run's swap
             dest.mkdir(exist_ok=True)
-            (dest / "manifest.json").write_text("the other run's\n")
+            (dest / "manifest.json").write_text('{"files": []}\n')  # the other run's
         with real(folders):
             yield
 
     monkeypatch.setattr(dirs, "folders_locked", other_run_swaps_first)
     with pytest.raises(OutputExistsError, match="not empty; use --force"):
         preprocess.run(_config(corpus, dest))
-    assert os.listdir(dest) == ["manifest.json"] and (dest / "manifest.json").read_text() == "the other run's\n"
+    assert os.listdir(dest) == ["manifest.json"] and (dest / "manifest.json").read_text() == '{"files": []}\n'
     _no_leftovers(corpus["tmp"])
 
 
@@ -521,7 +521,7 @@ def test_a_dev_set_of_blank_lines_is_refused_before_training_data_is_read(corpus
 def test_library_errors_are_typed(corpus):
     dest = corpus["tmp"] / "d"
     dest.mkdir()
-    (dest / "x").write_text("x")
+    (dest / "manifest.json").write_text('{"files": []}')  # its own file: replaced with force (a foreign one never)
     with pytest.raises(OutputExistsError):
         preprocess.run(_config(corpus, dest))
     with pytest.raises(InputError, match="file not found"):

@@ -243,13 +243,13 @@ def _check_dest(dest: Path, force: bool) -> None:
     if dest.exists():
         if not dest.is_dir():
             raise OutputExistsError("exists and is not a directory; choose another --dest", str(dest))
-        if any(dest.iterdir()) and not force:
-            raise OutputExistsError("already exists and is not empty; use --force to replace it", str(dest))
         owned: set[str] = set()
         with contextlib.suppress(OSError, ValueError):
             manifest = json.loads((dest / "manifest.json").read_text(encoding="utf-8"))
             owned = owned_files(manifest) if isinstance(manifest, dict) else set()
-        check_replaceable_dir(dest, owned.__contains__, "--dest data directory")
+        check_replaceable_dir(dest, owned.__contains__, "--dest data directory")  # before advising --force
+        if any(dest.iterdir()) and not force:
+            raise OutputExistsError("already exists and is not empty; use --force to replace it", str(dest))
 
 
 def _check_outputs(config: PreprocessConfig) -> None:
