@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -391,7 +392,8 @@ ROWS = [
         ok=True, needles=("tok-corpus.en.tokinfo.json records it as 'nmtkit tokenize' output", "--input-format tok")),
     # were translated without a word, split otherwise than the model's training data
     Row("translate-tok-input-tokenised-with-other-settings", lambda w: _translate_tok(w, ("--lowercase",)),
-        needles=("tok-corpus.en.tokinfo.json", "lowercase=True there, False here", "--input-format raw")),
+        needles=("tok-corpus.en.tokinfo.json", "lowercase=True there, False here (tokenize's --lowercase)",
+                 "--input-format raw")),
     Row("translate-tok-reference-tokenised-with-other-settings",
         lambda w: _translate_tok(w, (), ("--aggressive-dash-splits",)),
         needles=("tok-pool.fr.tokinfo.json", "aggressive_dash_splits=True there, False here")),
@@ -568,6 +570,19 @@ def test_the_summary_breaks_no_long_destination_or_line_in_two(world, monkeypatc
     assert any(line.startswith("vocabularies (") and line.endswith(" entries") for line in lines), err
 
 
+def assert_names_options_that_exist(command: str, line: str) -> None:
+    """Each --option an error or warning of `command` names is one of its own, or of a command it
+    names before the option ('nmtkit preprocess --valid', "tokenize's --protect"): translate named
+    tokenize's --lowercase as if it were its own."""
+    from nmtkit.cli import cli
+    from nmtkit.cli import command as cli_command
+
+    names = {c: {o for p in cli_command(c).params for o in p.opts + p.secondary_opts} for c in cli.list_commands(None)}
+    for m in re.finditer(r"(?<![\w-])--[a-z][\w-]*[a-z0-9]", line):
+        said = [c for c in names if re.search(rf"(?<![\w-]){c}(?:'s)? +(?:[^ ]* )?$|nmtkit {c}\b", line[:m.start()])]
+        assert any(m[0] in names[c] for c in [command, *said]), (command, m[0], line)
+
+
 def check_row(row: Row, world: World) -> None:
     """Run one row and check what it must do (the table's one judge; sibling tables use it too)."""
     argv = row.argv(world)
@@ -593,6 +608,9 @@ def check_row(row: Row, world: World) -> None:
             assert n in lines[0], (n, err)
     for n in row.absent:
         assert n not in err, (n, err)
+    for line in err.splitlines() if argv else ():
+        if line.startswith(("nmtkit: error: ", "nmtkit: warning: ")):
+            assert_names_options_that_exist(argv[0], line)
     if reader is not None:
         reader.join(30)
         assert got and got[0].count(b"\n") == 5

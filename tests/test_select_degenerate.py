@@ -232,10 +232,10 @@ def test_tokenised_input_is_checked_against_its_tokeniser_record_as_preprocess_c
            "--output-prefix", str(corpus / "sel"), "--workers", "1", "--lines", "10"]
     code, _, err = select(tok + ["--no-normalize-punct"])
     _assert_clean_failure(code, err, corpus, "tok/in.en", "aggressive_dash_splits=True there, False here "
-                          "(--aggressive-dash-splits)")
+                          "(tokenize's --aggressive-dash-splits)")
     code, _, err = select(tok + ["--aggressive-dash-splits"])
     _assert_clean_failure(code, err, corpus, "tok/in.en", "normalize_punct=False there, True here "
-                          "(--no-normalize-punct)", "so that the in-domain text and the pool are tokenised alike")
+                          "(tokenize's --no-normalize-punct)", "so that the in-domain text and the pool are tokenised alike")
     code, _, err = select(tok + ["--aggressive-dash-splits", "--no-normalize-punct", "--lowercase", "--output-prefix",
                                  str(corpus / "lc")], quiet=False)
     assert code == 0 and _warnings(err) == [], err  # --lowercase lowercases the LMs' tokens, whatever the records say

@@ -133,12 +133,12 @@ def check_tokinfo(path: str, lang: str, pipeline: TextPipeline, protect: bool = 
     info_path = tokinfo_path(path)
     if info.get("lang") != lang:
         raise ConfigError(f"tokenised as language '{info.get('lang')}' ({info_path}), used here as '{lang}'", path)
-    wrong = [f"{k}={info.get(k)} there, {getattr(pipeline, k)} here ({flag})"
+    wrong = [f"{k}={info.get(k)} there, {getattr(pipeline, k)} here (tokenize's {flag})"
              for k, flag in _FLAGS.items() if info.get(k) != getattr(pipeline, k)
              and not (k == "lowercase" and pipeline.lowercase)]
     if protect and list(info.get("protected_patterns") or []) != list(pipeline.protected_patterns):
         wrong.append(f"{len(info.get('protected_patterns') or [])} protected patterns there, "
-                     f"{len(pipeline.protected_patterns)} here (--protect)")
+                     f"{len(pipeline.protected_patterns)} here (tokenize's --protect)")
     if wrong:
         raise ConfigError(f"tokenised with other settings ({info_path}): {'; '.join(wrong)}; {fix}", path)
     return True
