@@ -55,6 +55,12 @@ def test_unknown_option_is_a_clean_error():
     (["translate", "-m", "x.pt", "--beam", "abc"], "'abc' is not a valid integer", "nmtkit translate"),
     (["translate", "--no-such-option"], "No such option '--no-such-option'", "nmtkit translate"),
     (["translate"], "Missing option '--model'", "nmtkit translate"),
+    # a required option of one value: "--lang must be a string, got None" under click >= 8.3
+    (["tokenize"], "Missing option '--lang'", "nmtkit tokenize"),
+    (["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", "t", "--valid", "v"], "Missing option '--dest'",
+     "nmtkit preprocess"),
+    (["select-data", "--tgt-lang", "fr", "--in-domain", "i", "--pool", "p", "--lines", "3", "--output-prefix", "o"],
+     "Missing option '--src-lang'", "nmtkit select-data"),
     (["score", "--hyp", "h", "-r", "r", "--metrics", "meteor"], "meteor", "nmtkit score"),
     (["no-such-command"], "No such command 'no-such-command'", "nmtkit"),
 ])

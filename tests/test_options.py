@@ -58,6 +58,8 @@ def test_each_generated_option_takes_its_help_and_default_from_its_config_field(
         expected = None if unset else cli_default(field, spec)
         if spec.multiple:  # click holds "none given" as an empty sequence
             assert list(param.default or ()) == list(expected or ())
+        elif spec.required:  # no default, which click (>= 8.3) would take as given, even None
+            assert param.required and param.default in (None, getattr(click.core, "UNSET", None)), field.name
         else:
             assert param.default == expected
         if spec.choices is not None:

@@ -58,7 +58,9 @@ def _click_option(field: dataclasses.Field, spec: OptionSpec, unset: bool) -> Ca
     """The click option of one config field (`unset`: its default is None, "not given")."""
     default = None if unset else cli_default(field, spec)
     names = cli_names(field, spec)
-    kwargs: dict[str, Any] = dict(default=default, help=help_text(field, spec), required=spec.required)
+    kwargs: dict[str, Any] = dict(help=help_text(field, spec), required=spec.required)
+    if not spec.required:  # click >= 8.3 takes even a default None as given: a required option never went missing
+        kwargs["default"] = default
     if spec.flag:
         return click.option(f"{names[0]}/--no-{names[0][2:]}", field.name, **kwargs)
     if str(field.type) == "bool":
