@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import make_checkpoint, run_cli
 from tests.test_bad_inputs import (
     REPO,
     Row,
@@ -29,6 +29,16 @@ from tests.test_bad_inputs import (
     _with_valid,
     check_row,
 )
+
+
+def _protecting_checkpoint(w: World) -> str:
+    """A checkpoint whose recorded pipeline protects XML tags (preprocess --protect xml)."""
+    from nmtkit.text.moses import resolve_protect
+    from nmtkit.text.pipeline import TextPipeline
+
+    pipeline = TextPipeline(src_lang="en", tgt_lang="fr", protected_patterns=resolve_protect(["xml"]))
+    return str(make_checkpoint(w.tmp / "protect.pt", pipeline=pipeline))
+
 
 UNREACHABLE = {"looping-symlink": "Too many levels of symbolic links", "name-too-long": "File name too long",
                "file-as-folder": "Not a directory"}
@@ -205,6 +215,9 @@ ROWS = [
     Row("tokenize-protect-pattern-repeating-past-the-limit",
         lambda w: ["tokenize", "--lang", "en", "-i", str(w.src), "--protect", _text(w, "p.txt", b"a{99999999999}\n")],
         needles=("p.txt:1:", "invalid regular expression", "too large")),  # was an OverflowError traceback
+    Row("translate-line-of-more-protected-matches-than-the-tokeniser-keeps",  # named --protect, not translate's
+        lambda w: ["translate", "-m", _protecting_checkpoint(w), "-i", _text(w, "tags.txt", b"<b>x</b> " * 600)],
+        needles=("tags.txt:1:", "1,200 matches", "preprocess's --protect")),
     Row("train-min-lr-above-lr", lambda w: _train(w, w.tmp / "rl1", "--lr", "0.001", "--min-lr", "1.5"),
         needles=("--min-lr 1.5 is above --lr 0.001",)),  # every update used to run at 1.5
     Row("train-plateau-options-without-the-plateau-schedule",

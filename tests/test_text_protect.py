@@ -220,7 +220,7 @@ def test_a_line_with_more_protected_matches_than_the_tokeniser_keeps_says_what_t
     with pytest.raises(InputError) as exc:
         p.tokenize("<b>x</b> " * 600, "src")
     msg = str(exc.value)
-    assert "1,200 matches, over the 1,000" in msg and "drop the line, or narrow --protect" in msg, msg
+    assert "1,200 matches, over the 1,000" in msg and "drop the line, or narrow tokenize's or preprocess's --protect" in msg, msg
     assert "protected_patterns" not in msg and "\n" not in msg
 
 

@@ -183,7 +183,7 @@ class Protector:
             except TimeoutError:
                 raise InputError(f"the protected pattern {self._slow(group, line, limit)!r:.80} takes over "
                                  f"{limit:.3g} s on this line of {len(line):,} characters (it backtracks "
-                                 "without end on it): fix or drop the pattern (--protect)") from None
+                                 "without end on it): fix or drop the pattern (tokenize's or preprocess's --protect)") from None
         found.pop("", None)
         return sorted(found, key=len, reverse=True)
 
@@ -255,7 +255,7 @@ def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: boo
         except ValueError as err:  # sacremoses: more protected matches in one line than it can number
             count = re.match(r"too many protected tokens: (\d+) matches exceeds the limit of (\d+)", str(err))
             why = (f"{int(count[1]):,} matches, over the {int(count[2]):,} a line the Moses tokeniser can keep whole "
-                   "(shorten or drop the line, or narrow --protect)") if count else str(err)
+                   "(shorten or drop the line, or narrow tokenize's or preprocess's --protect)") if count else str(err)
             raise InputError(f"cannot tokenise a line with protected patterns: {why}") from None
 
     protector = Protector((*protected_patterns, MULTIDOT_MARKER)) if protected_patterns else None
