@@ -223,6 +223,14 @@ ROWS = [
     Row("train-plateau-options-without-the-plateau-schedule",
         lambda w: _train(w, w.tmp / "rl2", "--lr-decay", "0.1", "--lr-patience", "2"),
         needles=("--lr-decay and --lr-patience need --lr-schedule plateau",)),  # the lr stayed constant, silently
+    # each was ignored, silently: SGD has no betas, Adam no rho, a run without dev BLEU no beam
+    Row("train-adam-options-with-another-optimizer",
+        lambda w: _train(w, w.tmp / "rl3", "--optimizer", "sgd", "--adam-beta1", "0.8", "--adam-eps", "1e-6"),
+        needles=("--adam-beta1 and --adam-eps need --optimizer adam",)),
+    Row("train-adadelta-option-with-another-optimizer", lambda w: _train(w, w.tmp / "rl4", "--adadelta-rho", "0.9"),
+        needles=("--adadelta-rho needs --optimizer adadelta",)),
+    Row("train-valid-beam-without-dev-bleu", lambda w: _train(w, w.tmp / "rl5", "--valid-beam", "5"),
+        needles=("--valid-beam needs --valid-bleu-samples above 0",)),
     Row("train-dev-set-of-empty-sources", lambda w: _train(_w_blank_valid(w), w.tmp / "rb1"),
         needles=("data-copy", "'valid' split has no pair with a non-empty source")),  # was a dev loss of 0
     Row("train-dev-set-of-pairs-all-over-the-validation-bound", lambda w: _train(_w_long_valid(w), w.tmp / "rb2"),

@@ -132,8 +132,14 @@ def _new_configs(data: Any, options: TrainOptions, model: ModelOverrides) -> tup
     if options.max_tokens is not None and options.sort_pool is None:
         values["sort_pool"] = 0  # and batches the whole corpus sorted (docs/experiments.md)
     cfg = TrainConfig.from_dict(values)
-    if cfg.lr_schedule != "plateau":  # here, not in TrainConfig: a checkpoint's config from before stays resumable
-        refuse_without(off_default(cfg, ("lr_decay", "lr_patience", "min_lr")), "--lr-schedule plateau")
+    # options another option leaves unused (silently, before): here, not in TrainConfig, so that a checkpoint's
+    # config from before stays resumable
+    for used, names, needed in ((cfg.lr_schedule == "plateau", ("lr_decay", "lr_patience", "min_lr"), "--lr-schedule plateau"),
+                                (cfg.optimizer == "adam", ("adam_beta1", "adam_beta2", "adam_eps"), "--optimizer adam"),
+                                (cfg.optimizer == "adadelta", ("adadelta_rho", "adadelta_eps"), "--optimizer adadelta"),
+                                (cfg.valid_bleu_samples > 0, ("valid_beam",), "--valid-bleu-samples above 0")):
+        if not used:
+            refuse_without(off_default(cfg, names), needed)
     return cfg, arch, model_config
 
 
