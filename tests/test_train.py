@@ -191,14 +191,18 @@ def test_patience_counts_validations_without_gain_since_the_last_gain(data_dir, 
     assert (res.reason, res.update, res.best_update) == ("patience", 10, 6)
 
 
-def test_patience_and_plateau_without_a_validation_before_max_updates_warn(data_dir, tmp_path, caplog):
-    opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0, patience=1, lr_schedule="plateau")
+def test_patience_plateau_and_ema_without_a_validation_or_average_before_max_updates_warn(data_dir, tmp_path, caplog):
+    opts = tiny_options(max_updates=2, valid_every=2, valid_bleu_samples=0, patience=1, lr_schedule="plateau",
+                        ema_decay=0.5, ema_start=1)
     train_run(data_dir, tmp_path / "a", opts, tiny_overrides())
     assert ("--valid-every 2 schedules no validation before --max-updates 2: --patience and --lr-schedule plateau "
             "change nothing") in caplog.text
+    assert "starts no average" not in caplog.text
     caplog.clear()
-    train_run(data_dir, tmp_path / "b", opts.replace(max_updates=3, lr_schedule=None), tiny_overrides())
+    train_run(data_dir, tmp_path / "b", opts.replace(max_updates=3, lr_schedule=None, ema_start=3), tiny_overrides())
     assert "schedules no validation" not in caplog.text
+    # the "average" was a copy of the weights at every update, silently
+    assert "--ema-start 3 starts no average before --max-updates 3: --ema-decay changes nothing" in caplog.text
 
 
 def test_keep_every_keeps_the_model_at_those_updates_and_force_clears_them(data_dir, tmp_path):

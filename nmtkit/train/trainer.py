@@ -245,9 +245,12 @@ class Trainer:
             log.warning("--update-freq %d is above the %d minibatches an epoch gives each process: every update "
                         "takes %d (an update ends with its epoch)", cfg.update_freq, per_rank, max(per_rank, 1))
         idle = ["--patience"] * (cfg.patience is not None) + ["--lr-schedule plateau"] * (cfg.lr_schedule == "plateau")
-        if idle and cfg.max_updates is not None and cfg.valid_every >= cfg.max_updates and ctx.dist.is_main:
-            log.warning("--valid-every %d schedules no validation before --max-updates %d: %s change%s nothing",
-                        cfg.valid_every, cfg.max_updates, " and ".join(idle), "" if len(idle) > 1 else "s")
+        for what, first, unused in ((f"--valid-every {cfg.valid_every} schedules no validation", cfg.valid_every, idle),
+                                    (f"--ema-start {cfg.ema_start} starts no average", cfg.ema_start,
+                                     ["--ema-decay"] * bool(cfg.ema_decay))):  # a copy of the weights up to it
+            if unused and cfg.max_updates is not None and first >= cfg.max_updates and ctx.dist.is_main:
+                log.warning("%s before --max-updates %d: %s change%s nothing", what, cfg.max_updates,
+                            " and ".join(unused), "" if len(unused) > 1 else "s")
 
     def _log_interval(self) -> None:
         """Read the accumulated statistics and report them."""
