@@ -54,6 +54,12 @@ def test_events_in_the_run_folder_are_written_there_after_the_new_runs_first_che
     got = _scalars(run / "tensorboard")
     _same(got["train/loss"], _expected(run, "train", "loss"))
     assert [s for s, _ in got["valid/loss"]] == [3, 6]
+    # a run moved, then resumed: its events follow it (they went to its old place, which they recreated)
+    moved = tmp_path / "moved"
+    run.rename(moved)
+    train_run(data_dir, moved, TrainOptions(max_updates=8), tiny_overrides(), resume=True)
+    assert not run.exists()
+    assert [s for s, _ in _scalars(moved / "tensorboard")["train/loss"]] == [2, 4, 6, 8]
 
 
 def test_a_resumed_run_appends_to_the_same_run_without_the_killed_sessions_extra_steps(data_dir, tmp_path):

@@ -186,7 +186,7 @@ def _run(config: RunConfig, callbacks: Any) -> TrainResult:
         cfg, arch, model_config = (_new_configs(data, config.options, config.model) if ckpt is None else
                                    resumed_configs(ckpt, data, data_dir, save_dir, config.options, config.model,
                                                    info.world_size))
-        tb_dir = _checked_tensorboard_dir(cfg, data_dir)
+        cfg, tb_dir = _checked_tensorboard_dir(cfg, data_dir, save_dir, config.options.tensorboard is not None)
         data.check_bleu_samples(cfg.valid_bleu_samples)  # dev BLEU of nothing: nan, never shown, never a best
         _check_hardware(cfg, arch, resolve_device(cfg.device, info.local_rank))  # before anything is written
         if info.is_main and lock is None:
@@ -225,16 +225,22 @@ def _lock_run(save_dir: Path) -> DirLock:
     return run_lock(save_dir).acquire()
 
 
-def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path) -> Path | None:
-    """--tensorboard's folder (None without it), checked, with the package, before the run writes."""
-    tb_dir = None if cfg.tensorboard is None else Path(cfg.tensorboard)
-    if tb_dir is not None:
-        check_outputs_vs_inputs([("--data", data_dir)],
-                                folders=[("--tensorboard", tb_dir, lambda name: name.startswith(TB_EVENTS))])
-        if tb_dir.exists():
-            check_output_dir(tb_dir, "--tensorboard folder", create=False)
-        require_tensorboard()
-    return tb_dir
+def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path, save_dir: Path,
+                            given: bool) -> tuple[TrainConfig, Path | None]:
+    """--tensorboard's folder (None without it), checked, with the package, before the run writes; and
+    `cfg` recording a folder inside the run relative to it, so that it moves with the run (a run moved
+    used to write to, and recreate, its old place), any other absolute. A relative folder `given` (the
+    Python API's) is the current directory's, a recorded one the run's."""
+    if cfg.tensorboard is None:
+        return cfg, None
+    tb_dir = Path(os.path.abspath(os.path.join("" if given else save_dir, cfg.tensorboard)))
+    check_outputs_vs_inputs([("--data", data_dir)],
+                            folders=[("--tensorboard", tb_dir, lambda name: name.startswith(TB_EVENTS))])
+    if tb_dir.exists():
+        check_output_dir(tb_dir, "--tensorboard folder", create=False)
+    require_tensorboard()
+    inside = os.path.relpath(tb_dir, os.path.abspath(save_dir))
+    return dataclasses.replace(cfg, tensorboard=str(tb_dir) if inside.split(os.sep)[0] == ".." else inside), tb_dir
 
 
 def _check_hardware(cfg: TrainConfig, arch: str, device) -> None:
