@@ -132,8 +132,7 @@ def _new_configs(data: Any, options: TrainOptions, model: ModelOverrides) -> tup
     if options.max_tokens is not None and options.sort_pool is None:
         values["sort_pool"] = 0  # and batches the whole corpus sorted (docs/experiments.md)
     cfg = TrainConfig.from_dict(values)
-    # options another option leaves unused (silently, before): here, not in TrainConfig, so that a checkpoint's
-    # config from before stays resumable
+    # options another option leaves unused: refused here, not in TrainConfig, so that a stored config stays resumable
     for used, names, needed in ((cfg.lr_schedule == "plateau", ("lr_decay", "lr_patience", "min_lr"), "--lr-schedule plateau"),
                                 (cfg.optimizer == "adam", ("adam_beta1", "adam_beta2", "adam_eps"), "--optimizer adam"),
                                 (cfg.optimizer == "adadelta", ("adadelta_rho", "adadelta_eps"), "--optimizer adadelta"),
@@ -228,8 +227,8 @@ def _lock_run(save_dir: Path) -> DirLock:
 def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path, save_dir: Path,
                             given: bool) -> tuple[TrainConfig, Path | None]:
     """--tensorboard's folder (None without it), checked, with the package, before the run writes; and
-    `cfg` recording a folder inside the run relative to it, so that it moves with the run (a run moved
-    used to write to, and recreate, its old place), any other absolute. A relative folder `given` (the
+    `cfg` recording a folder inside the run relative to it, so that it moves with the run, and any
+    other absolute. A relative folder `given` (the
     Python API's) is the current directory's, a recorded one the run's."""
     if cfg.tensorboard is None:
         return cfg, None
