@@ -261,6 +261,13 @@ def _binary_as_text(w: World) -> str:
     return "bin"
 
 
+def _processed(w: World) -> str:
+    """proc.{en,fr}: the corpus as another pipeline leaves it, with XML escapes (en line 2) and BPE (fr line 4)."""
+    for lang, lines, n, line in (("en", EN, 2, "the cat &apos;s mat"), ("fr", FR, 4, "le ch@@ at")):
+        (w.tmp / f"proc.{lang}").write_text("\n".join([*lines[:n - 1], line, *lines[n:]]) + "\n", encoding="utf-8")
+    return "proc"
+
+
 def _stale_tmp(w: World) -> Path:
     dest = w.tmp / "pp-stale"
     (w.tmp / "pp-stale.tmp-oldname").mkdir()
@@ -390,6 +397,14 @@ ROWS = [
     Row("translate-tokenised-input-read-as-raw-warns",  # translated without a word, as preprocess and select-data warn
         lambda w: ["translate", "-m", str(w.ckpt), "-i", str(w.tmp / f"{_tokenised(w, 'corpus')}.en"), "--beam", "1"],
         ok=True, needles=("tok-corpus.en.tokinfo.json records it as 'nmtkit tokenize' output", "--input-format tok")),
+    # Moses' escaped output or BPE'd text read as raw was tokenised again without a word ("&apos;s" -> "& apos ; s")
+    Row("preprocess-escaped-or-bpe-input-read-as-raw-warns",
+        lambda w: [a for a in _preprocess(w, w.tmp / "pp-proc", _processed(w)) if a != "--quiet"], ok=True,
+        needles=("proc.en: line 2 holds '&apos;'", "proc.fr: line 4 holds 'ch@@'", "already tokenised")),
+    Row("translate-bpe-input-read-as-raw-warns", lambda w: [*_translate(w), "-i", str(w.tmp / f"{_processed(w)}.fr")],
+        ok=True, needles=("proc.fr: line 4 holds 'ch@@'", "--input-format")),
+    Row("translate-raw-text-with-ampersands-and-ats", lambda w: [*_translate(w), "-i", str(p) if (p := w.tmp / "amp.en")
+        .write_text("Tom & Jerry\nmail a@b.org @home\nR&amp D @ 5\n") else ""], ok=True, absent=("already tokenised",)),
     # were translated without a word, split otherwise than the model's training data
     Row("translate-tok-input-tokenised-with-other-settings", lambda w: _translate_tok(w, ("--lowercase",)),
         needles=("tok-corpus.en.tokinfo.json", "lowercase=True there, False here (tokenize's --lowercase)",

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -112,13 +114,22 @@ def read_tokinfo(path: str) -> dict[str, Any] | None:
     return info
 
 
+# what another pipeline leaves in its output: tokenizer.perl's XML escapes and -a's "@-@", BPE's "@@", sentencepiece's "▁"
+_PROCESSED = re.compile(r"&(?:apos|quot|amp|lt|gt|#91|#93|#124);|(?<= )@-@(?= )|\S+@@(?= |$)|\u2581")
+
+
 def tokenised_as_raw(path: str) -> str | None:
-    """--input-format raw: a warning when `path` has the record of `nmtkit tokenize` beside it."""
+    """--input-format raw: a warning when `path` has the record of `nmtkit tokenize` beside it, or
+    when one of its first 1,000 lines holds the marks of another pipeline's tokenised or subword output."""
     info_path = tokinfo_path(path)
-    if not os.path.isfile(info_path):
-        return None
-    return (f"{path}: {info_path} records it as 'nmtkit tokenize' output, read here as raw text and tokenised a "
-            "second time, which splits it further (\"J' aime\" -> \"J ' aime\"): give --input-format tok")
+    if os.path.isfile(info_path):
+        return (f"{path}: {info_path} records it as 'nmtkit tokenize' output, read here as raw text and tokenised "
+                "a second time, which splits it further (\"J' aime\" -> \"J ' aime\"): give --input-format tok")
+    lines = enumerate(itertools.islice(read_lines(path), 1000), 1) if os.path.isfile(path) else ()
+    found = next(((n, m[0]) for n, line in lines if (m := _PROCESSED.search(line))), None)
+    return found and (f"{path}: line {found[0]} holds '{found[1]}', the mark of text already tokenised (Moses' XML "
+                      "escapes, @-@) or split into subwords (@@, ▁), which raw input is tokenised and split again "
+                      "(\"&apos;s\" -> \"& apos ; s\"): give the original text, or the --input-format it is in")
 
 
 def check_tokinfo(path: str, lang: str, pipeline: TextPipeline, protect: bool = True,
