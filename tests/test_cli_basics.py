@@ -63,6 +63,11 @@ def test_unknown_option_is_a_clean_error():
      "Missing option '--src-lang'", "nmtkit select-data"),
     (["score", "--hyp", "h", "-r", "r", "--metrics", "meteor"], "meteor", "nmtkit score"),
     (["no-such-command"], "No such command 'no-such-command'", "nmtkit"),
+    # OpenNMT-py's single-dash words: "-o utput" (translations written to a file named utput), "No such option '-b'"
+    (["translate", "-m", "x.pt", "-i", "in", "-output"], "'-output' (nmtkit's long options begin with two dashes)",
+     "nmtkit translate"),
+    (["translate", "-m", "x.pt", "-beam_size", "5"], "'-beam_size' (nmtkit's long options begin with two dashes). "
+     "(Did you mean one of: '--batch-size', '--beam', '--buffer-size'?)", "nmtkit translate"),
 ])
 def test_a_bad_command_line_is_one_error_line_pointing_at_help(argv, needle, command):
     """click's own form is four lines (usage, hint, blank, error): one line, as every other error."""

@@ -10,6 +10,7 @@ import errno
 import importlib
 import io
 import os
+import re
 import select
 import sys
 import threading
@@ -45,6 +46,19 @@ class _LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context | None, cmd_name: str) -> click.Command | None:
         return command(cmd_name) if cmd_name in SUBCOMMANDS else None
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[Any, Any, list[str]]:
+        """The subcommand, refusing a single-dash word (OpenNMT-py's `-output`, `-beam_size`), which click
+        would read as a short option and its value (`-o utput`) or report as its first letter's (`-b`)."""
+        name, cmd, rest = super().resolve_command(ctx, args)
+        opts = {o: p.is_flag for p in cmd.params for o in (*p.opts, *p.secondary_opts)} if cmd else {}
+        words = [str(a) for a in rest]  # the API passes paths
+        for before, word in zip([None, *words], words[:words.index("--") if "--" in words else None]):
+            if re.fullmatch(r"-[A-Za-z][A-Za-z_-]{2,}", word) and word not in opts and opts.get(before, True):
+                raise click.NoSuchOption("--" + word[1:].replace("_", "-"), f"No such option '{word}' (nmtkit's long "
+                                         "options begin with two dashes).", [*opts, "--help"],
+                                         ctx=click.Context(cmd, info_name=name, parent=ctx))
+        return name, cmd, rest
 
     def invoke(self, ctx: click.Context) -> Any:
         """SIGTERM's or SIGHUP's `Terminated` passes click as its Abort: as a KeyboardInterrupt click
