@@ -403,6 +403,8 @@ ROWS = [
         needles=("proc.en: line 2 holds '&apos;'", "proc.fr: line 4 holds 'ch@@'", "already tokenised")),
     Row("translate-bpe-input-read-as-raw-warns", lambda w: [*_translate(w), "-i", str(w.tmp / f"{_processed(w)}.fr")],
         ok=True, needles=("proc.fr: line 4 holds 'ch@@'", "--input-format")),
+    Row("translate-escaped-tok-input-warns", lambda w: [*_translate(w), "-i", str(w.tmp / f"{_processed(w)}.en"),
+        "--input-format", "tok"], ok=True, needles=("proc.en: line 2 holds '&apos;'", "tokenised input keeps")),
     Row("translate-raw-text-with-ampersands-and-ats", lambda w: [*_translate(w), "-i", str(p) if (p := w.tmp / "amp.en")
         .write_text("Tom & Jerry\nmail a@b.org @home\nR&amp D @ 5\n") else ""], ok=True, absent=("already tokenised",)),
     # were translated without a word, split otherwise than the model's training data

@@ -118,18 +118,21 @@ def read_tokinfo(path: str) -> dict[str, Any] | None:
 _PROCESSED = re.compile(r"&(?:apos|quot|amp|lt|gt|#91|#93|#124);|(?<= )@-@(?= )|\S+@@(?= |$)|\u2581")
 
 
-def tokenised_as_raw(path: str) -> str | None:
+def tokenised_as_raw(path: str, tok: bool = False) -> str | None:
     """--input-format raw: a warning when `path` has the record of `nmtkit tokenize` beside it, or
-    when one of its first 1,000 lines holds the marks of another pipeline's tokenised or subword output."""
+    when one of its first 1,000 lines holds the marks of another pipeline's tokenised or subword output;
+    `tok` (tokenised input without a record): when they hold its XML escapes or subword marks."""
     info_path = tokinfo_path(path)
-    if os.path.isfile(info_path):
+    if os.path.isfile(info_path) and not tok:
         return (f"{path}: {info_path} records it as 'nmtkit tokenize' output, read here as raw text and tokenised "
                 "a second time, which splits it further (\"J' aime\" -> \"J ' aime\"): give --input-format tok")
     lines = enumerate(itertools.islice(read_lines(path), 1000), 1) if os.path.isfile(path) else ()
-    found = next(((n, m[0]) for n, line in lines if (m := _PROCESSED.search(line))), None)
+    found = next(((n, m[0]) for n, line in lines for m in _PROCESSED.finditer(line) if not tok or m[0] != "@-@"), None)
     return found and (f"{path}: line {found[0]} holds '{found[1]}', the mark of text already tokenised (Moses' XML "
-                      "escapes, @-@) or split into subwords (@@, ▁), which raw input is tokenised and split again "
-                      "(\"&apos;s\" -> \"& apos ; s\"): give the original text, or the --input-format it is in")
+                      "escapes, @-@) or split into subwords (@@, ▁), which " + ("tokenised input keeps as words of "
+                      "its own (\"&apos;s\")" if tok else "raw input is tokenised and split again (\"&apos;s\" -> "
+                      "\"& apos ; s\")") + ": give the original text (deescape-special-chars.perl undoes the "
+                      "escapes), or the --input-format it is in")
 
 
 def check_tokinfo(path: str, lang: str, pipeline: TextPipeline, protect: bool = True,

@@ -147,8 +147,10 @@ def _run(config: TranslateConfig, progress: Progress) -> dict[str, int]:
         if path and config.input_format == "raw" and (tokenised := tokenised_as_raw(path)):
             log.warning(tokenised)  # as preprocess and select-data warn
         elif path and config.input_format == "tok":  # as preprocess, a record of other settings is refused
-            check_tokinfo(path, pipeline.lang(side), pipeline, fix="tokenise it as the model's training data was "
-                          "(its checkpoint records how), or give raw text with --input-format raw")
+            if not check_tokinfo(path, pipeline.lang(side), pipeline, fix="tokenise it as the model's training data "
+                                 "was (its checkpoint records how), or give raw text with --input-format raw") and (
+                    marks := tokenised_as_raw(path, tok=True)):
+                log.warning(marks)
     translator._check_attention(("--replace-unk", config.replace_unk), ("--alignments", config.alignments),
                                 ("--plot-attention", config.plot_attention))
     source = input_path or "<stdin>"
