@@ -13,6 +13,7 @@ import contextlib
 import os
 import pickle
 import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -135,6 +136,12 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu", mmap: bool = Fa
         raise CheckpointError("not an nmtkit checkpoint: it holds objects other than tensors and plain values; it "
                               "was not loaded", str(path)) from None
     except Exception as err:  # truncated zip, not a torch file
+        names = ["?/data.pkl"]  # a whole zip archive of another kind: numpy's .npz (Marian's model.npz)
+        with contextlib.suppress(Exception):
+            names = zipfile.ZipFile(path).namelist()
+        if not any(name.endswith("/data.pkl") for name in names):
+            raise CheckpointError("not an nmtkit checkpoint: a zip archive, but not torch's (a numpy .npz, as Marian "
+                                  "saves models?); it was not loaded", str(path)) from None
         msg = str(err).splitlines()[0].split(". ")[0] if str(err) else type(err).__name__  # torch's first sentence
         raise CheckpointError(f"not a readable nmtkit checkpoint (truncated or corrupt?): {msg}", str(path)) from None
     if not isinstance(obj, dict) or "format_version" not in obj:

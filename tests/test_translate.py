@@ -474,6 +474,17 @@ def test_truncated_checkpoint_is_refused(ckpt, tmp_path, keep):
     assert "miniz" not in str(err.value) and len(str(err.value)) < 250, str(err.value)
 
 
+def test_a_zip_archive_of_another_kind_is_refused_as_such(tmp_path):
+    """Marian's model.npz (numpy's zip of arrays) was "truncated or corrupt?: [enforce fail at
+    inline_container.cc:180] ", torch's message cut before its one informative part."""
+    import numpy as np
+
+    np.savez(tmp_path / "model.npz", encoder_W=np.zeros(3))
+    with pytest.raises(CheckpointError, match=r"a zip archive, but not torch's \(a numpy .npz") as err:
+        _translator(str(tmp_path / "model.npz"))
+    assert "enforce" not in str(err.value) and "corrupt" not in str(err.value)
+
+
 def test_bad_options_are_config_errors(ckpt):
     with pytest.raises(ConfigError):
         TranslateConfig(models=(ckpt,), beam=2, nbest=3)
