@@ -664,6 +664,22 @@ def test_dev_bleu_references_are_the_raw_dev_text_from_any_folder_and_cased_as_t
     assert DataDir.open(tmp_path / "data").raw_references("valid") == ([x.lower() for x in fr] if lowercase else fr)
 
 
+def test_bped_text_given_with_bpe_is_warned_about_as_split_twice(tmp_path):
+    """subword-nmt's output ("out@@ live") with --input-format tok --bpe was split again without a word
+    ("ou@@ t@@ li@@ ve"), its training segmentation unlike what translate makes of raw text; without
+    --bpe it is the supported text BPE'd before preprocess."""
+    en = [f"he may out{c}@@ live you ." for c in "abcdefghijklmnopqrstuvwxyz"]
+    fr = [f"il peut vous sur{c}@@ vivre ." for c in "abcdefghijklmnopqrstuvwxyz"]
+    train = _write(tmp_path / "bpe", en, fr)
+    for bpe, warned in ((["--bpe", "20"], [f"{train}.en", f"{train}.fr"]), ([], [])):
+        r = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", train, "--valid", train,
+                     "--input-format", "tok", "--dest", str(tmp_path / "d"), "--force", *bpe])
+        assert r.code == 0, r.err
+        lines = [line for line in r.err.splitlines() if "already split by BPE" in line]
+        assert [line.split(": ")[2] for line in lines] == warned, r.err
+        assert all("26 distinct words end in '@@'" in line for line in lines)
+
+
 def test_a_tokenised_corpus_with_tokenizer_perls_xml_escapes_is_warned_about(tmp_path):
     """tokenizer.perl's output (without -no-escape: "&quot;", "&apos;s", as in OpenNMT-py's toy data) was
     taken silently by --input-format tok: the vocabulary learned "&quot;", while translate tokenises raw

@@ -30,7 +30,14 @@ from nmtkit.io.dirs import (
 )
 from nmtkit.preprocess.config import PreprocessConfig
 from nmtkit.progress import Progress, no_progress
-from nmtkit.text.bpe import SEPARATOR, count_merges, learn_codes, piece_counts, subword_vocab
+from nmtkit.text.bpe import (
+    SEPARATOR,
+    count_merges,
+    learn_codes,
+    piece_counts,
+    subword_vocab,
+    unrecorded_subwords,
+)
 from nmtkit.text.io import check_parallel, decode_lines, input_candidates, read_lines, warn_both_exist
 from nmtkit.text.moses import DROP_REASONS, PairDeduper, drop_reason
 from nmtkit.text.parallel import parallel_map, worker_state
@@ -477,6 +484,9 @@ def _build(config: PreprocessConfig, base: TextPipeline, report: Progress, out: 
                         "translate tokenises raw text without them, so its \" ' & would miss these words: unescape "
                         "the text (deescape-special-chars.perl) or tokenise the raw text with 'nmtkit tokenize'",
                         path, " ".join(found))
+        if config.bpe and (n := unrecorded_subwords(train.word_counts[side])):
+            log.warning("%s: %d distinct words end in '%s', text already split by BPE, which --bpe splits again "
+                        "('out@@' -> 'ou@@ t@@'): give the text before BPE, or leave --bpe out", path, n, SEPARATOR)
     if train.kept == 0:
         summary = ", ".join(f"{r}: {n}" for r, n in train.drops.items() if n)
         raise InputError(f"no training pairs left after cleaning ({summary}); check --max-len/--max-ratio "
