@@ -403,6 +403,18 @@ def test_paper_bleu_details_and_what_sets_it_apart_from_sacrebleu(files, tmp_pat
     assert "multi-bleu" in scores["paper_bleu"]["label"] and "sacrebleu" in scores["bleu"]["label"]
 
 
+def test_paper_bleu_of_a_reference_named_without_a_language_warns_that_it_tokenises_as_english(tmp_path):
+    """OpenNMT-py's tgt-test.txt: --paper-bleu Moses-tokenised French as English without a word (42.76
+    for 43.11 on the Tatoeba test set), only its signature saying tok:moses-en."""
+    for name, lang, warned in (("tgt-test.txt", [], True), ("tgt-test.txt", ["--tgt-lang", "fr"], False),
+                               ("ref.fr", [], False)):
+        ref = write(tmp_path / name, REF)
+        code, _, err = run_cli(["score", "--hyp", write(tmp_path / "h.txt", HYP), "--ref", ref, "--paper-bleu",
+                                "--metrics", "bleu", *lang])
+        assert code == 0 and ("its name ends in no language code" in err) == warned, err
+        assert not warned or f"{ref}: " in err and "give --tgt-lang" in err
+
+
 # Expected figures below come from the Moses scripts themselves (moses-smt/mosesdecoder master:
 # scripts/tokenizer/tokenizer.perl and scripts/generic/multi-bleu.perl, perl 5), run as
 #   perl tokenizer.perl -l fr -no-escape -q < FILE > FILE.tok

@@ -233,6 +233,9 @@ def _read_inputs(o: ScoreConfig) -> _Inputs:
     if o.paper_bleu:  # tokenise each file once
         if not o.tgt_lang:  # guessed from the reference's name (a given one is checked with the options)
             check_lang(tgt_lang, "--tgt-lang")
+            if not guess_lang(o.ref_paths[0], ""):  # OpenNMT-py's tgt-test.txt
+                log.warning(f"{o.ref_paths[0]}: its name ends in no language code (such as .fr), so --paper-bleu "
+                            "Moses-tokenises as English (tok:moses-en); give --tgt-lang")
         inp.refs_tok = [moses_tokenize_lines(r, tgt_lang, o.workers) for r in refs]
         inp.hyps_tok = [moses_tokenize_lines(h, tgt_lang, o.workers) for _, h in systems]
     return inp
