@@ -235,6 +235,9 @@ BAD = [
     ("blank-second-reference", ["--hyp", "{hyp}", "--ref", "{ref}", "--ref", "{blank}"], INPUT,
      ["{blank}: every line is blank"]),
     ("no-unk-without-src", ["--hyp", "{hyp}", "--ref", "{ref}", "--no-unk"], CONFIG, ["--src"]),
+    # sacrebleu's -m is its metrics, nmtkit's the --no-unk model: the message named only the latter
+    ("sacrebleu-metrics-as-m", ["--hyp", "{hyp}", "--ref", "{ref}", "-m", "chrf"], CONFIG,
+     ["only used with --no-unk", "sacrebleu's -m chrf is --metrics chrf"]),
     ("by-length-without-src", ["--hyp", "{hyp}", "--ref", "{ref}", "--by-length"], CONFIG, ["--src"]),
     ("significance-of-one-system", ["--hyp", "{hyp}", "--ref", "{ref}", "--significance"], CONFIG, ["two --hyp"]),
     ("seed-without-significance", ["--hyp", "{hyp}", "--ref", "{ref}", "--seed", "5", "--bucket-width", "3"], CONFIG,

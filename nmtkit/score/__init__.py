@@ -175,7 +175,8 @@ def _check_options(o: ScoreConfig) -> None:
         if bool(o.model_path) == bool(o.data_dir):
             raise ConfigError("--no-unk needs the model's vocabularies: give either -m CHECKPOINT or --data DIR")
     elif o.model_path or o.data_dir:
-        raise ConfigError("-m/--data are only used with --no-unk")
+        raise ConfigError("-m/--data are only used with --no-unk" + (f" (-m is --model, a checkpoint; sacrebleu's -m "
+                          f"{o.model_path} is --metrics {o.model_path})" if o.model_path in METRICS else ""))
     if o.by_length and not o.src_path:
         raise ConfigError("--by-length/--plot need --src (lengths are source sentence lengths)")
     if o.by_length:
