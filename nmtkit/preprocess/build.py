@@ -50,7 +50,7 @@ from nmtkit.text.pipeline import (
     sentence_starts,
     truecase_weights,
 )
-from nmtkit.text.tokenize import TOKINFO_SUFFIX, check_tokinfo, tokenised_as_raw
+from nmtkit.text.tokenize import MOSES_ESCAPES, TOKINFO_SUFFIX, check_tokinfo, tokenised_as_raw
 from nmtkit.text.vocab import SPECIALS, UNK_ID, Vocab
 
 log = logging.getLogger("nmtkit.preprocess")
@@ -63,7 +63,6 @@ def prepare_state(state: dict[str, Any]) -> dict[str, Any]:
     return dict(state, pipeline=TextPipeline.from_dict(state["pipeline"]))
 
 
-MOSES_ESCAPES = ("&quot;", "&apos;", "&amp;", "&lt;", "&gt;", "&#91;", "&#93;", "&#124;")  # tokenizer.perl's
 START = "\n"  # before a sentence-initial word in the counts of truecased text, which truecase.perl cases apart
 
 

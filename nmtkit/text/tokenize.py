@@ -114,8 +114,9 @@ def read_tokinfo(path: str) -> dict[str, Any] | None:
     return info
 
 
+MOSES_ESCAPES = ("&quot;", "&apos;", "&amp;", "&lt;", "&gt;", "&#91;", "&#93;", "&#124;")  # tokenizer.perl's
 # what another pipeline leaves in its output: tokenizer.perl's XML escapes and -a's "@-@", BPE's "@@", sentencepiece's "▁"
-_PROCESSED = re.compile(r"&(?:apos|quot|amp|lt|gt|#91|#93|#124);|(?<= )@-@(?= )|\S+@@(?= |$)|\u2581")
+_PROCESSED = re.compile("|".join(map(re.escape, MOSES_ESCAPES)) + r"|(?<= )@-@(?= )|\S+@@(?= |$)|\u2581")
 
 
 def tokenised_as_raw(path: str, tok: bool = False) -> str | None:
