@@ -175,6 +175,7 @@ def test_sampling_draws_from_the_whole_vocabulary_even_with_a_lexicon(tmp_path):
     (dict(sampling_topk=-1), "--sampling-topk"),
     (dict(seed=-1), "--seed"),
     (dict(nbest=2, beam=2), "--nbest must be 1"),
+    (dict(lenpen=0.5), "--sampling writes each line's drawn translation, not its score: --lenpen would change nothing"),
 ])
 def test_bad_sampling_values_are_refused(kw, needle):
     from nmtkit.errors import ConfigError

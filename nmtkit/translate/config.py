@@ -226,6 +226,9 @@ class TranslateConfig(SearchConfig, DecodeConfig):
                            if "--output-format" in given else "")
                 raise ConfigError(f"--score-reference scores given translations: {' and '.join(given)} "
                                   f"would change nothing{read_as}")
+        if self.sampling and off_default(self, ("lenpen",)):  # the API's and serve's scores use it; this writes none
+            raise ConfigError("--sampling writes each line's drawn translation, not its score: --lenpen would change "
+                              "nothing")
 
 
 def _project(config: object, cls: type) -> object:
