@@ -297,7 +297,8 @@ class RunConfig:
 
 
 def training_defaults(arch: str, preset_name: str | None) -> dict[str, Any]:
-    """TrainConfig defaults implied by the model preset (rnnsearch-50's for a bare architecture)."""
+    """TrainConfig defaults implied by the model preset (for a bare architecture, those of the preset
+    named after it where there is one, lstm-attention, else rnnsearch-50's)."""
     name = preset_name if preset_name is not None else (arch if arch in TRAIN_DEFAULTS else None)
     out = train_defaults(name if name is not None else "rnnsearch-50")
     if "sort_batches" in out:  # a pool of `sort_batches` minibatches, in pairs
