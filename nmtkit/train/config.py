@@ -48,7 +48,8 @@ class TrainConfig:
     """How to train. Field names match the `nmtkit train` options (`--max-len` -> max_len)."""
 
     # model
-    arch: str = option("rnnsearch", choices=tuple(ARCHS), help="Architecture when no --preset is given (the paper's sizes).")
+    arch: str = option("rnnsearch", choices=tuple(ARCHS), help="Architecture when no --preset is given (the paper's sizes; "
+                                                                   "lstm-attention: its preset's).")
     preset: str | None = option(
         None, choices=tuple(PRESETS),
         help="Model preset: the paper's rnnsearch and rnnencdec, trained on pairs of up to 30 or 50 words (their "
