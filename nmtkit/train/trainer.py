@@ -1,8 +1,9 @@
 """The training loop: it drives a `TrainContext` with `train_step`, validates, saves and stops,
 reports through typed events and the `nmtkit` logger, and writes the run directory on rank 0.
 checkpoint_last.pt holds everything to resume exactly (N updates equal N/2 + resume + N/2 bit
-for bit on the CPU); checkpoint_best.pt and checkpoint_N.pt the model only. SIGINT / SIGTERM / SIGHUP
-save a checkpoint after the current update and stop; distributed ranks stop at the same update.
+for bit on the CPU); checkpoint_best.pt and checkpoint_N.pt the same without the optimiser's state
+(not resumable). SIGINT / SIGTERM / SIGHUP save a checkpoint after the current update and stop;
+distributed ranks stop at the same update.
 """
 from __future__ import annotations
 
