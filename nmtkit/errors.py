@@ -47,7 +47,8 @@ class CheckpointError(NmtkitError):
 
 
 class WorkerError(NmtkitError):
-    """A worker process of `translate --workers` died without answering (killed, out of memory)."""
+    """A worker process (`--workers`: translate's decoding, or the text workers of preprocess,
+    tokenize and select-data) died without answering (killed, out of memory)."""
 
 
 class TrainingError(NmtkitError):
