@@ -1,5 +1,6 @@
 """Which precision pays off on a device (`--precision auto` of training and of decoding): bf16 on
-CUDA when supported; on a CPU, bf16 only when it is native and measurably faster than float32.
+CUDA when supported; on a CPU, bf16 only when it is native and measurably faster than float32, and
+for decoding int8 first where the CPU has int8 dot products (VNNI, AMX). Also TF32 for fp32 on CUDA.
 """
 from __future__ import annotations
 
