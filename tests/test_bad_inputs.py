@@ -384,6 +384,13 @@ ROWS = [
     Row("preprocess-stale-tmp-dir-is-reported",  # a warning: shown unless --quiet
         lambda w: [a for a in _preprocess(w, _stale_tmp(w)) if a != "--quiet"], ok=True,
         needles=("pp-stale.tmp-oldname",)),
+    # a file given where a PREFIX is wanted (`--train corpus.en`) names the prefix meant
+    Row("preprocess-file-given-as-prefix", lambda w: _preprocess(w, w.tmp / "pp-pf", "corpus.en"),
+        needles=("corpus.en.en: no such file", "corpus.en is a file", "PREFIX names PREFIX.en: give ", "/corpus?")),
+    Row("select-data-file-given-as-prefix",
+        lambda w: ["select-data", "--src-lang", "en", "--tgt-lang", "fr", "--in-domain", str(w.tmp / "corpus.en"),
+                   "--pool", str(w.tmp / "pool"), "--output-prefix", str(w.tmp / "sel-pf"), "--lines", "3"],
+        needles=("corpus.en.en: no such file", "corpus.en is a file", "PREFIX names PREFIX.en: give ", "/corpus?")),
     Row("preprocess-gz-input", lambda w: _preprocess(w, w.tmp / "pp-gz", _gz_corpus(w)), ok=True,
         check=lambda w: (w.tmp / "pp-gz" / "manifest.json").is_file() or pytest.fail("no data dir")),
     Row("preprocess-gzip-bytes-in-plain-name", lambda w: _preprocess(w, w.tmp / "pp-z", _gzip_as_text(w)),

@@ -1,6 +1,7 @@
 """`PreprocessConfig`: every option of `nmtkit preprocess`, recorded in manifest["settings"]."""
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -141,4 +142,6 @@ def _input_file(prefix: str, lang: str) -> str:
     try:
         return resolve_input(prefix, lang)
     except InputError:
+        if os.path.isfile(prefix):  # `--train tr.en`: the error names the prefix meant
+            raise
         return f"{prefix}.{lang}"  # reported as "file not found" by the input checks

@@ -56,7 +56,9 @@ def resolve_input(prefix: str, lang: str) -> str:
             raise InputError("is a directory, expected a text file", path)
         if os.path.exists(path):
             raise InputError("not a regular file (a corpus is read more than once: a pipe or FIFO cannot be)", path)
-    check_found(plain, f"no such file (nor {gz})")
+    root = prefix[:-3] if prefix.endswith(".gz") else prefix
+    hint = f": {prefix} is a file, and PREFIX names PREFIX.{lang}: give {os.path.splitext(root)[0]}?" * os.path.isfile(prefix)
+    check_found(plain, f"no such file (nor {gz}){hint}")
     return plain  # made meanwhile
 
 
