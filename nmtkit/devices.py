@@ -21,8 +21,8 @@ from nmtkit.errors import ConfigError, NmtkitError, first_line
 def import_torch() -> Any:
     """`import torch`, with Ctrl-C and SIGTERM held until it is done: torch's C code imports numpy
     and clears whatever error that raises, so an interrupt there was lost or left numpy half-imported."""
-    if "torch" in sys.modules:
-        return sys.modules["torch"]
+    if "torch" in sys.modules:  # imported, or half-imported by another thread: __import__ waits for that one
+        return __import__("torch")
     from nmtkit.signals import blocked
 
     threads = os.environ.get("OMP_NUM_THREADS")

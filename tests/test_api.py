@@ -29,6 +29,19 @@ def test_import_nmtkit_does_not_import_torch():
     assert proc.stdout.strip() == "False"
 
 
+def test_two_threads_loading_at_once_in_a_fresh_process_both_load(ckpt):
+    """The first nmtkit.load of a process imports torch; a second thread's load meanwhile took the
+    half-imported module from sys.modules: AttributeError: partially initialized module 'torch' has
+    no attribute 'get_num_threads'. It now waits for that import to finish."""
+    code = ("import sys, threading, time, nmtkit\n"
+            "kw = dict(device='cpu', workers=1, warn=lambda m: None)\n"
+            "t = threading.Thread(target=nmtkit.load, args=(sys.argv[1],), kwargs=kw); t.start()\n"
+            "while 'torch' not in sys.modules: time.sleep(0.0005)\n"
+            "print(nmtkit.load(sys.argv[1], **kw).translate('w1 w2', beam=2) is not None); t.join()\n")
+    proc = subprocess.run([sys.executable, "-c", code, ckpt], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr[-800:]
+
+
 def test_load_translates_as_the_cli_does(ckpt, tmp_path):
     import nmtkit
 
