@@ -251,6 +251,25 @@ def test_a_length_limit_of_zero_tokens_is_one_as_the_help_says():
     assert "at least 1" in SearchConfig.__dataclass_fields__["max_len_a"].metadata["option"].help
 
 
+def test_the_attention_kept_for_alignments_grows_with_the_steps_not_the_length_limit(monkeypatch):
+    """--alignments on a 5,000-word line (--max-src-len 100000, beam 5) allocated and copied at
+    every step a (5, 2 * 8421 + 11, 8421) history, 2.8 GB, and ran past 5 minutes for 133 tokens."""
+    from nmtkit.decode import search
+
+    widths, step = [], search._BeamSearch.step
+
+    def spy(self, t):
+        more = step(self, t)
+        widths.append((t, self.attn_hist.size(1)))
+        return more
+
+    monkeypatch.setattr(search._BeamSearch, "step", spy)
+    src, lens = random_sources(3)
+    res = beam_search(_sharp(tiny_model(seed=3)), src, lens, beam=3, nbest=3, max_len_b=300, need_attention=True)
+    assert widths and all(w <= t + 1 for t, w in widths)
+    assert all(h.attention.shape[0] == len(h.tokens) + 1 for hyps in res for h in hyps)
+
+
 @pytest.mark.parametrize("src_eos", [True, False])
 def test_length_limit_is_respected_and_attention_comes_back_over_the_source_tokens(src_eos):
     model = tiny_model(seed=8, src_eos=src_eos)

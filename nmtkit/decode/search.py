@@ -204,8 +204,6 @@ class _BeamSearch:
                 self.encs = [e.index_select(rep) for e in self.encs]
             self.states = [m.reorder(st, rep) for m, st in zip(self.models, self.states)]
         mask_tokens(lp, self.ban_unk, ((self.active_lim <= t) & np.asarray(self.alive)).repeat(K))
-        if self.need_attention and self.attn_hist is None:
-            self.attn_hist = attn.new_zeros(lp.size(0), self.max_t + 1, attn.size(1), dtype=torch.float32)
         return lp, attn
 
     def _finish(self, t: int, top_s: Tensor, top_row: Tensor, is_eos: Tensor, attn: Tensor) -> list[int]:
@@ -226,10 +224,7 @@ class _BeamSearch:
         if flat:  # copied on the device, read when the search ends
             sel = torch.tensor(flat, dtype=torch.long).to(self.device, non_blocking=True)
             rows = top_row.reshape(-1).index_select(0, sel)
-            att = None
-            if self.attn_hist is not None:
-                att = self.attn_hist.index_select(0, rows)[:, : t + 1]
-                att[:, t, : attn.size(1)] = attn.index_select(0, rows).float()
+            att = self._history(rows, attn) if self.need_attention else None
             self.pending.append((sents, scores, self.tokens.index_select(0, rows)[:, :t], att))
         return [self.n_finished[s] for s in self.active]
 
@@ -277,10 +272,19 @@ class _BeamSearch:
         self.tokens = self.tokens.index_select(0, rows)
         self.prev = new_tok.view(-1) if self.vocab is None else self.vocab[new_tok.view(-1)]
         self.tokens[:, t] = self.prev
-        if self.attn_hist is not None:
-            self.attn_hist = self.attn_hist.index_select(0, rows)
-            self.attn_hist[:, t, : attn.size(1)] = attn.index_select(0, rows).float()
+        if self.need_attention:
+            self.attn_hist = self._history(rows, attn)
         self.scores = new_s.view(-1)
+
+    def _history(self, rows: Tensor, attn: Tensor) -> Tensor:
+        """The attention of `rows` through this step: (n, t+1, S) fp32, grown a step at a time (not
+        allocated for the length limit: a*S+b steps of S columns a row is quadratic in a long
+        source's length), zero past a compacted step's narrower attention."""
+        a = attn.index_select(0, rows).float()
+        if self.attn_hist is None:
+            return a.unsqueeze(1)
+        h = self.attn_hist.index_select(0, rows)
+        return torch.cat([h, torch.nn.functional.pad(a, (0, h.size(2) - a.size(1))).unsqueeze(1)], 1)
 
     def results(self, nbest: int) -> list[list[Hypothesis]]:
         done: list[list[Hypothesis]] = [[] for _ in self.n_finished]
