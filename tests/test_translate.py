@@ -265,6 +265,21 @@ def test_attention_plot_is_a_png_per_sentence_up_to_the_limit(ckpt, tmp_path):
     assert (d / "000001.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+
+def test_an_attention_plot_of_a_long_line_stays_a_bounded_image(tmp_path):
+    """--plot-attention drew 0.35 inch (35 pixels) per token: a 200-word line (250 tokens, the
+    --max-src-len default) took 9.5 s and 1 GB for one 8,935 x 3,895 PNG, a 1,900-token one 6 GB;
+    a side is now at most 20 inches (as a 50-token line's), the labels closer together."""
+    import numpy as np
+    from PIL import Image
+
+    from nmtkit.translate.writers import plot_attention
+
+    attention = np.full((31, 300), 1 / 300)
+    plot_attention(tmp_path / "a.png", attention, [f"w{i}" for i in range(300)], [f"v{i}" for i in range(30)])
+    width, height = Image.open(tmp_path / "a.png").size
+    assert width <= 2150 and height <= 1300
+
 # ---- ensembles and bad checkpoints ---------------------------------------------------------
 
 def test_ensemble_of_the_same_model_twice_translates_like_it(ckpt, tmp_path):

@@ -31,7 +31,7 @@ def plot_attention(path: str | Path, attention: Any, src_tokens: Sequence[str], 
     src, tgt, rows = attention_matrix(attention, src_tokens, tgt_tokens, source_eos)
     # tokens as written: matplotlib reads "$...$" as a formula, and fails on one it cannot parse ("$_$")
     with plt.rc_context({"text.parse_math": False}):
-        fig, ax = plt.subplots(figsize=tuple(max(3.0, 0.35 * len(labels) + 1.5) for labels in (src, tgt)))
+        fig, ax = plt.subplots(figsize=tuple(max(3.0, min(0.35 * len(labels), 20.0) + 1.5) for labels in (src, tgt)))
         try:
             ax.imshow(np.asarray(rows, dtype=float), cmap="gray", vmin=0.0, vmax=1.0, aspect="equal",
                       interpolation="nearest")
