@@ -129,6 +129,20 @@ def test_reported_log_prob_is_the_models_and_lengths_stay_within_the_limit():
         assert h.score == pytest.approx(h.log_prob / len(gold))
 
 
+
+def test_the_attention_kept_for_alignments_is_as_long_as_the_draws_not_the_length_limit(monkeypatch):
+    """--sampling --alignments held a (B, a*S+b+1, S) history from the first step: 567 MB on a
+    5,000-word line (--max-src-len 100000) that drew 105 tokens."""
+    from nmtkit.decode import sampling
+
+    kept, draw_all = [], sampling._draw_all
+    monkeypatch.setattr(sampling, "_draw_all", lambda *a: kept.append(draw_all(*a)) or kept[-1])
+    src, lens = _batch(seed=1)
+    hyps = sampling.sample(tiny_model(seed=2), src, lens, max_len_b=300, need_attention=True)
+    _, _, lengths, attn_hist = kept[0]
+    assert attn_hist.size(1) == int(lengths.max()) + 1 < 300
+    assert [h.attention.size(0) for [h] in hyps] == [n + 1 for n in lengths.tolist()]
+
 def test_same_seed_reproduces_whatever_the_batch_size_and_different_seeds_differ(ckpt):
     first = _sampler(ckpt, seed=3).translate(LINES * 3)
     again = _sampler(ckpt, seed=3, batch_size=1).translate(LINES * 3)

@@ -107,7 +107,7 @@ def _draw_all(models: list[Seq2Seq], encs: list, lim: Tensor, u: Tensor, topk: i
     tokens = torch.zeros(B, T, dtype=torch.long, device=device)
     lp_sum = torch.zeros(B, dtype=torch.float64, device=device)
     lengths = torch.zeros(B, dtype=torch.long)  # tokens before EOS, set when a sentence ends
-    attn_hist: Tensor | None = None
+    steps: list[tuple[Tensor, Tensor]] = []  # with need_attention: each step's (rows, attention (n, S))
     for t in range(T):
         lp, states, attn = step_all(models, prev, states, encs)  # (n, V) fp32, (n, S)
         mask_tokens(lp, ban_unk, (lim[active] <= t).numpy())
@@ -116,9 +116,7 @@ def _draw_all(models: list[Seq2Seq], encs: list, lim: Tensor, u: Tensor, topk: i
         # the masks leave a drawable token's log-probability as the model gave it
         lp_sum[active_dev] += lp.gather(1, tok.unsqueeze(1)).squeeze(1).double()
         if need_attention:
-            if attn_hist is None:
-                attn_hist = attn.new_zeros(B, T, attn.size(1), dtype=torch.float32)
-            attn_hist[active_dev, t] = attn.float()
+            steps.append((active_dev, attn.to(torch.float32, copy=True)))
         done = tok.eq(EOS_ID).cpu()  # the step's one host synchronisation
         if bool(done.any()):
             lengths[active[done]] = t
@@ -131,4 +129,10 @@ def _draw_all(models: list[Seq2Seq], encs: list, lim: Tensor, u: Tensor, topk: i
             states = [m.reorder(s, keep_dev) for m, s in zip(models, states)]
             tok = tok[keep_dev]
         prev = tok
+    if not steps:
+        return tokens, lp_sum, lengths, None
+    # (B, steps taken, S): one for the length limit, a*S+b steps of S columns, is quadratic in S
+    attn_hist = steps[0][1].new_zeros(B, len(steps), steps[0][1].size(1))
+    for t, (rows, a) in enumerate(steps):
+        attn_hist[rows, t] = a
     return tokens, lp_sum, lengths, attn_hist
