@@ -666,6 +666,8 @@ def test_subwords_in_a_vocabulary_whose_pipeline_applies_no_bpe_are_warned_about
         assert bool(hits) == warned, (path, formats, notes)
         if hits:
             assert hits[0].startswith(f"{path}: its target vocabulary has 25 subwords") and "\n" not in hits[0]
+            # serve warned too, naming --input-format, an option it lacks
+            assert "translate's --input-format bpe" in hits[0] and "serve reads raw text only" in hits[0]
 
 
 def test_control_tokens_in_bpe_input_are_unknown_words(ckpt):

@@ -132,8 +132,8 @@ class Translator:
         if n := unrecorded_subwords(self.bundle.tgt_vocab.itos):
             self._warn(f"{c.models[0]}: its target vocabulary has {n:,} subwords ending in "
                        f"'{SEPARATOR}', but its text pipeline applies no BPE (the text was split before nmtkit "
-                       "preprocess): give BPE'd input with --input-format bpe, and --output-format bpe to join "
-                       "the output yourself")
+                       "preprocess): give BPE'd input with translate's --input-format bpe, and --output-format bpe "
+                       "to join the output yourself (serve reads raw text only)")
 
     def generate(self, lines: Iterable[str], *, alignments: bool = False, beam: int | None = None,
                  nbest: int | None = None, lenpen: float | None = None, max_len_a: float | None = None,
