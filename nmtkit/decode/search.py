@@ -134,7 +134,7 @@ def beam_search(
 
 class _BeamSearch:
     """One batched beam search. Sentences live in slots (`active[slot]` is the sentence id); each
-    slot has K consecutive rows (N = nb*K) in `scores`, `tokens`, `attn_hist`, `prev` and the
+    slot has K consecutive rows (N = nb*K) in `scores`, `tokens`, `prev` and the
     decoder states. A done slot stays (scores -inf, `alive` False) until `_compact` drops it."""
 
     def __init__(self, models: list[Seq2Seq], src: Tensor, src_lens: Tensor, K: int, lim: Tensor,
@@ -162,20 +162,27 @@ class _BeamSearch:
         self.active_lim = lim.numpy().copy()  # (nb,) host
         self.n_finished = [0] * B
         # finished hypotheses on the device until `results`, one entry per step t where some
-        # ended: (sentence ids, scores, tokens (m, t), attention (m, t+1, S) or None)
-        self.pending: list[tuple[list[int], list[float], Tensor, Tensor | None]] = []
+        # ended: (sentence ids, scores, tokens (m, t), (t, their rows at step t) or None)
+        self.pending: list[tuple[list[int], list[float], Tensor, tuple[int, Tensor] | None]] = []
         self.prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
         # only the first hypothesis of each sentence is live at the start
         scores = torch.full((B, K), float("-inf"), device=device)
         scores[:, 0] = 0.0
         self.scores = scores.view(-1)
         self.tokens = torch.zeros(B * K, self.max_t + 1, dtype=torch.long, device=device)
-        self.attn_hist: Tensor | None = None
+        # with need_attention, each step's attention (steps, N, S) and each continuing row's row at
+        # the step before: a hypothesis's history is traced back at the end (`_trace`), not reordered
+        # at every step (t * N * S copied a step: hours for a 5,000-token line at its limit); one
+        # buffer, doubled as needed (a small tensor a step fragmented the heap: GBs)
+        self.attn_buf: Tensor | None = None
+        self.parents: list[Tensor] = []
 
     def step(self, t: int) -> bool:
         """Extend every live sentence by one token; False once every sentence is done."""
         K, nb = self.K, len(self.active)
         lp, attn = self._log_probs(t)  # (N, V), (N, S)
+        if self.need_attention:
+            self._keep_attention(t, attn)
         k2 = min(2 * K, K * lp.size(1))
         top_s, top_beam, top_tok = sentence_topk(lp, self.scores, nb, K, k2)  # (nb, k2), best first
         top_row = top_beam + (torch.arange(nb, device=self.device) * K).unsqueeze(1)  # rows of N
@@ -224,7 +231,7 @@ class _BeamSearch:
         if flat:  # copied on the device, read when the search ends
             sel = torch.tensor(flat, dtype=torch.long).to(self.device, non_blocking=True)
             rows = top_row.reshape(-1).index_select(0, sel)
-            att = self._history(rows, attn) if self.need_attention else None
+            att = (t, rows) if self.need_attention else None
             self.pending.append((sents, scores, self.tokens.index_select(0, rows)[:, :t], att))
         return [self.n_finished[s] for s in self.active]
 
@@ -273,24 +280,34 @@ class _BeamSearch:
         self.prev = new_tok.view(-1) if self.vocab is None else self.vocab[new_tok.view(-1)]
         self.tokens[:, t] = self.prev
         if self.need_attention:
-            self.attn_hist = self._history(rows, attn)
+            self.parents.append(rows)
         self.scores = new_s.view(-1)
 
-    def _history(self, rows: Tensor, attn: Tensor) -> Tensor:
-        """The attention of `rows` through this step: (n, t+1, S) fp32, grown a step at a time (not
-        allocated for the length limit: a*S+b steps of S columns a row is quadratic in a long
-        source's length), zero past a compacted step's narrower attention."""
-        a = attn.index_select(0, rows).float()
-        if self.attn_hist is None:
-            return a.unsqueeze(1)
-        h = self.attn_hist.index_select(0, rows)
-        return torch.cat([h, torch.nn.functional.pad(a, (0, h.size(2) - a.size(1))).unsqueeze(1)], 1)
+    def _keep_attention(self, t: int, attn: Tensor) -> None:
+        buf = self.attn_buf
+        if buf is None or t == buf.size(0):  # at t = 0: N rows, S columns, the most there will be
+            new = attn.new_zeros(2 * t + 16, *(attn.shape if buf is None else buf.shape[1:]), dtype=torch.float32)
+            if buf is not None:
+                new[:t] = buf
+            self.attn_buf = buf = new
+        buf[t, : attn.size(0), : attn.size(1)] = attn
+
+    def _trace(self, t: int, rows: Tensor) -> Tensor:
+        """The attention (n, t+1, S) fp32 of the hypotheses in `rows` at step t, through their
+        ancestors' rows; zero past a compacted step's narrower attention."""
+        assert self.attn_buf is not None
+        out = self.attn_buf.new_empty(rows.numel(), t + 1, self.attn_buf.size(2))
+        for s in range(t, -1, -1):
+            out[:, s] = self.attn_buf[s].index_select(0, rows)
+            if s:
+                rows = self.parents[s - 1].index_select(0, rows)
+        return out
 
     def results(self, nbest: int) -> list[list[Hypothesis]]:
         done: list[list[Hypothesis]] = [[] for _ in self.n_finished]
         enc = self.encs[0]  # the models of an ensemble attend over the same positions
         for sents, scores, toks, att in self.pending:
-            atts = att.cpu() if att is not None else [None] * len(sents)
+            atts = self._trace(*att).cpu() if att is not None else [None] * len(sents)
             for sent, lp_sum, tok, a in zip(sents, scores, toks.cpu().tolist(), atts):
                 done[sent].append(finished(tok, lp_sum, self.lenpen, a, enc, int(self.lens_host[sent])))
         return [sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest] for hyps in done]
