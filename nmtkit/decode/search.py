@@ -172,8 +172,8 @@ class _BeamSearch:
         self.tokens = torch.zeros(B * K, self.max_t + 1, dtype=torch.long, device=device)
         # with need_attention, each step's attention (steps, N, S) and each continuing row's row at
         # the step before: a hypothesis's history is traced back at the end (`_trace`), not reordered
-        # at every step (t * N * S copied a step: hours for a 5,000-token line at its limit); one
-        # buffer, doubled as needed (a small tensor a step fragmented the heap: GBs)
+        # at every step (t * N * S copied a step); one buffer, doubled as needed, since a small tensor
+        # a step fragments the heap (docs/experiments.md)
         self.attn_buf: Tensor | None = None
         self.parents: list[Tensor] = []
 
