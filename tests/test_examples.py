@@ -194,6 +194,17 @@ def test_wmt14_smoke_runs_from_another_folder(tmp_path):
     assert proc.returncode == 0 and "nmtkit select-data" in proc.stdout, proc.stderr
 
 
+@pytest.mark.parametrize("folder, args, wanted, unwanted", [
+    (WMT, ["BEAM=3", "DATA=/nowhere"], "--beam 3 ", "--beam 5 "),  # the smoke's beam 5 replaced the user's
+    (BACKTRANSLATION, ["WORK=w", "RESULTS=r", "SHARED=/nowhere"], "--save-dir w/real/run", "work-smoke"),
+])
+def test_smoke_honours_the_variables_given_on_the_command_line(tmp_path, folder, args, wanted, unwanted):
+    """`make smoke` set BEAM, WORK and RESULTS for its inner make, over the user's own."""
+    proc = subprocess.run(["make", "-n", "-f", str(folder / "Makefile"), "smoke", *args], cwd=tmp_path,
+                          capture_output=True, text=True, env=_recipe_env())
+    assert proc.returncode == 0 and wanted in proc.stdout and unwanted not in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_backtranslation_recipe_samples_the_french_side_only_and_gives_both_systems_equal_updates():
     out = _dry_run(BACKTRANSLATION, "UPDATES=77")
     for piece in ("--src-lang fr --tgt-lang en", "giga-fren-sample/train.fr > work/bt/mono.fr",
