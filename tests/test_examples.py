@@ -186,6 +186,24 @@ def test_wmt14_smoke_pool_fails_whole_when_a_corpus_of_it_is_missing(tmp_path):
     assert not (tmp_path / "c" / "pool.en").exists() and not (tmp_path / "c" / "pool.fr").exists()
 
 
+@pytest.mark.parametrize("leftover, flag", [("checkpoint_last.pt", "--resume"), ("config.json", "--force"),
+                                             ("old checkpoint_last.pt", "--force")])
+def test_wmt14_training_resumes_only_a_run_interrupted_on_its_data(tmp_path, leftover, flag):
+    """A run interrupted before its first checkpoint (config.json alone) was started again without
+    --force, which train refuses; one whose data was made again since (a new manifest) was resumed
+    on the new data, trained nothing ("already reached its --max-time") and kept the old model."""
+    run, manifest = tmp_path / "w" / "runs" / "rnnsearch-30", tmp_path / "w" / "data-50" / "manifest.json"
+    run.mkdir(parents=True)
+    manifest.parent.mkdir(parents=True)
+    for t, p in enumerate((run / leftover.split()[-1], manifest)):
+        p.write_text("x")
+        os.utime(p, (1e9 + t, 1e9 + t) if leftover.startswith("old") else (1e9 - t, 1e9 - t))
+    proc = subprocess.run(["make", "-f", str(WMT / "Makefile"), "WORK=w", "NMTKIT=echo nmtkit", "-o", "w/data-50/manifest.json", "rnnsearch-30"],
+                          cwd=tmp_path, capture_output=True, text=True, env=_recipe_env())
+    train = [ln for ln in proc.stdout.splitlines() if ln.startswith("nmtkit train ")]
+    assert proc.returncode == 0 and len(train) == 1 and train[0].endswith(f" {flag}"), proc.stdout + proc.stderr
+
+
 def test_wmt14_smoke_runs_from_another_folder(tmp_path):
     """`make -f .../Makefile smoke` elsewhere: the inner make looked for ./Makefile ("No rule to
     make target 'eval'"); it is given the recipe's own Makefile now."""
