@@ -204,6 +204,16 @@ def test_wmt14_training_resumes_only_a_run_interrupted_on_its_data(tmp_path, lef
     assert proc.returncode == 0 and len(train) == 1 and train[0].endswith(f" {flag}"), proc.stdout + proc.stderr
 
 
+@pytest.mark.parametrize("folder", [TATOEBA, BACKTRANSLATION, WMT])
+def test_a_folder_with_a_space_is_refused_in_one_line(tmp_path, folder):
+    """WORK='my work': make split every target there ("overriding recipe for target", "Circular
+    dependency dropped") and the commands got the halves ("unexpected extra argument (work/data)")."""
+    proc = subprocess.run(["make", "-n", "-f", str(folder / "Makefile"), "WORK=my work"], cwd=tmp_path,
+                          capture_output=True, text=True, env=_recipe_env())
+    assert proc.returncode != 0 and proc.stderr.count("\n") == 1 and "WORK='my work' has a space" in proc.stderr, \
+        proc.stderr
+
+
 def test_wmt14_smoke_runs_from_another_folder(tmp_path):
     """`make -f .../Makefile smoke` elsewhere: the inner make looked for ./Makefile ("No rule to
     make target 'eval'"); it is given the recipe's own Makefile now."""
