@@ -71,6 +71,15 @@ def test_gpus_uses_torchrun_and_keeps_the_papers_global_batch_of_80():
     assert "--batch-size" not in _dry_run(WMT, "rnnsearch-50")  # one GPU: the preset's 80
 
 
+@pytest.mark.parametrize("gpus", ["0", "abc"])
+def test_gpus_that_is_not_a_count_of_gpus_is_refused_in_one_line(gpus):
+    """GPUS=0 printed bash's "80 / 0: division by 0" on every make and ran torchrun --nproc_per_node 0
+    with a --batch-size without a value."""
+    proc = subprocess.run(["make", "-n", "rnnsearch-50", f"GPUS={gpus}"], cwd=WMT, capture_output=True, text=True,
+                          env=_recipe_env())
+    assert proc.returncode != 0 and proc.stderr.count("\n") == 1 and f"GPUS={gpus}: the number of GPUs" in proc.stderr
+
+
 def test_wmt14_eval_decodes_as_the_paper_without_length_normalisation():
     """Section 4.2: the beam search maximises the conditional probability; translate's default
     --lenpen 1 ranks by the per-word average instead, so every decoding of the recipe says 0."""
