@@ -200,11 +200,23 @@ def test_the_same_text_in_another_line_order_is_warned_as_every_score_equal(corp
 
 
 def test_a_pool_of_one_repeated_pair_is_warned_once(corpus):
-    _write(corpus / "pool", [("The cat sits on a mat.", "Le chat est sur un tapis.")] * 30 + [("", "")])
+    _write(corpus / "pool", [("The cat sits on a mat.", "Le chat est sur un tapis.")] * 100 + [("", "")])
     warnings = _run(corpus, "--method", "monolingual")
-    assert warnings[0] == "1 of the pool's 31 pairs have an empty side: they are never selected"
+    assert warnings[0] == "1 of the pool's 101 pairs have an empty side: they are never selected"
     assert len(warnings) == 2 and warnings[1].startswith(f"every pair of the pool ({corpus / 'pool.en'}) has the same "
                                                          "score, ")
+
+
+def test_a_pool_under_half_the_in_domain_text_is_warned_as_maybe_swapped(corpus):
+    """--in-domain POOL --pool IN (the slip of a tired user) ranked in silence: H_out was estimated
+    on the whole small pool, a fraction of H_in's text, where Moore & Lewis sample as much as the
+    in-domain text; now a warning asks whether the two were swapped (not for --method in-domain)."""
+    rng = np.random.default_rng(3)
+    _write(corpus / "in", [_sentence(rng, ANIMALS_EN, ANIMALS_FR) for _ in range(200)])
+    warnings = _run(corpus)
+    assert len(warnings) == 1 and warnings[0].startswith(f"the pool {corpus / 'pool.en'} has only "), warnings
+    assert "under half the in-domain text's" in warnings[0] and "--in-domain and --pool the wrong way" in warnings[0]
+    assert _run(corpus, "--method", "in-domain", prefix="ind") == []
 
 
 def test_a_pool_without_a_pair_with_text_on_both_sides_is_refused_and_writes_nothing(corpus):

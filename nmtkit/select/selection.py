@@ -101,6 +101,16 @@ def no_shared_word(cfg: SelectConfig, pool: Corpus, scorer: Scorer, known: int) 
             f"to the language models, which then rank pairs by their length alone"]
 
 
+def small_pool_warnings(cfg: SelectConfig, pool: Corpus, ind: dict[str, int], sample: dict[str, int]) -> list[str]:
+    """A warning when H_out's sample of the pool (`sample`, all of a small pool) has under half the
+    in-domain text's source tokens (`ind`): Moore & Lewis sample as much; swapped --in-domain, --pool?"""
+    if cfg.method == "in-domain" or 2 * sample["src_tokens"] >= ind["src_tokens"]:
+        return []
+    return [f"the pool {pool.name('src')} has only {sample['src_tokens']} source tokens for H_out, under half the "
+            f"in-domain text's {ind['src_tokens']} (a pool is usually far larger): the cross-entropy differences "
+            "compare two unequal language models; are --in-domain and --pool the wrong way round?"]
+
+
 def _digest(paths: Sequence[str]) -> str:
     """sha256 of the (gunzipped) text of `paths` read in order, each ended by a newline."""
     h = hashlib.sha256()
@@ -240,6 +250,7 @@ def _score_pool(cfg: SelectConfig, opts: TextOpts, corpora: tuple[Corpus, Corpus
     lens = np.empty((n_pool, 2), dtype=np.int32)
     lms: dict[str, dict[str, Any]] = {}
     timings["lm_estimate_s"] = timings["score_s"] = 0.0
+    warnings += _warn(small_pool_warnings(cfg, pool, ind_sizes, ids[1].sizes()))
     for s, side in enumerate(("src", "tgt")):
         t = time.perf_counter()
         V = len(vocabs[s])
