@@ -365,6 +365,20 @@ def test_ban_unk_keeps_the_unknown_word_out_of_every_translation(tmp_path):
     assert "--ban-unk and --replace-unk exclude each other" in _error_line(both)
 
 
+def test_input_in_the_target_language_is_warned_once_as_mostly_unknown_source_tokens(ckpt, tmp_path):
+    """French into an en-fr model (-i the target-side file) was translated in silence, every word
+    <unk>; now a warning (once) counts the tokens outside the source vocabulary and asks."""
+    src = tmp_path / "test.fr"
+    src.write_text("le chat assis sur un tapis .\nle chien courait dans le parc\nla grande maison rouge .\n" * 2)
+    proc = run_cli(["translate", "-m", ckpt, "-i", str(src), "--max-len-b", "2"])
+    warnings = [line for line in proc.err.splitlines() if "warning" in line]
+    assert proc.code == 0 and len(proc.out.splitlines()) == 6, proc.err
+    assert warnings == [f"nmtkit: warning: {src}: 32 of 36 source tokens are not in the en-fr model's source "
+                        "vocabulary: is the input en text, given with the right --input-format? (warned once)"]
+    proc = run_cli(["translate", "-m", ckpt, "--max-len-b", "2"], "\n".join(LINES * 4) + "\n")
+    assert proc.code == 0 and "warning" not in proc.err, proc.err
+
+
 @pytest.mark.parametrize("quiet", [False, True])
 def test_warnings_reach_stderr_once_through_logging_and_quiet_silences_them(ckpt, tmp_path, capsys, quiet):
     """The truncation warning (Translator -> the `nmtkit` logger -> the CLI's one stderr handler)

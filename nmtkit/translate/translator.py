@@ -253,6 +253,13 @@ class Translator:
             if not toks and text.strip():  # e.g. only zero-width spaces: it looks blank, yet was not
                 self._warn(f"{source}:{n}: no source token is left of this line once normalised and tokenised; "
                            "it is written empty")
+        toks = [t for ts, _ in prepared for t in ts]
+        unk = sum(t not in self.bundle.src_vocab for t in toks)
+        if len(toks) >= 20 and 2 * unk > len(toks):  # another language, or another --input-format
+            b = self.bundle
+            self._warn_once("unknown sources", f"{source}: {unk} of {len(toks)} source tokens are not in the "
+                            f"{b.src_lang}-{b.tgt_lang} model's source vocabulary: is the input {b.src_lang} text, "
+                            f"given with the right --input-format? (warned once)")
         need_attention = alignments or search.replace_unk
         batches = self._batches([len(toks) for toks, _ in prepared], [n for n, _ in lines])
 
