@@ -611,6 +611,23 @@ def test_a_held_out_split_with_the_training_text_is_warned_about(tmp_path):
     assert warned[0].startswith(f"nmtkit: warning: {copy}.en:")
 
 
+def test_a_test_split_that_is_the_dev_text_and_a_train_split_smaller_than_dev_are_warned_about(tmp_path):
+    """--train DEV --valid TRAIN (swapped) and --test the --valid text were built in silence: the
+    model then trained on the dev set, and the test scores measured the text checkpoints were chosen on."""
+    small, big = _write(tmp_path / "small", *_corpus(10, offset=50)), _write(tmp_path / "big", *_corpus(30))
+    r = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", small, "--valid", big,
+                 "--test", big, "--dest", str(tmp_path / "d")])
+    warned = [line for line in r.err.splitlines() if "warning" in line]
+    assert r.code == 0 and warned == [
+        f"nmtkit: warning: {big}.en: the test split is the same text as --valid ({big}): its scores measure the dev "
+        "data checkpoint_best.pt is chosen on, not held-out text (held-out splits are never compared with valid)",
+        f"nmtkit: warning: {small}.en: --train has 10 lines, fewer than --valid's 30: are --train and --valid the "
+        "wrong way round?"], r.err
+    r = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--train", big, "--valid", small,
+                 "--test", str(tmp_path / "small"), "--dest", str(tmp_path / "d2")])  # the same text, re-read
+    assert r.code == 0 and "the same text as --valid" in r.err and "wrong way round" not in r.err, r.err
+
+
 def test_the_text_of_a_control_token_in_a_corpus_is_an_unknown_word_not_padding_or_a_sentence_end(tmp_path):
     """Tokenised input can carry "<s>", "</s>" and "<pad>" as words: they used to be stored as
     the control ids, a sentence end or padding in the middle of a training sentence."""

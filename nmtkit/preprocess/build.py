@@ -280,8 +280,7 @@ def _check_inputs(config: PreprocessConfig, base: TextPipeline,
     """Every input checked before anything is built: ({file: sha256}, {split: lines})."""
     inputs: dict[str, str] = {}
     line_counts: dict[str, int] = {}
-    splits = config.splits()
-    train_src, train_tgt = (os.path.abspath(p) for p in config.files(config.train))  # splits()[0] is train
+    splits, seen = config.splits(), {}  # splits()[0] is train, [1] valid
     report("check inputs", 0, len(splits))
     for k, (name, prefix) in enumerate(splits, 1):
         src, tgt = config.files(prefix)
@@ -306,11 +305,15 @@ def _check_inputs(config: PreprocessConfig, base: TextPipeline,
                 log.warning(tokenised)
         inputs[os.path.abspath(src)], inputs[os.path.abspath(tgt)] = h_src, h_tgt  # as the prefixes (_encode_split)
         line_counts[name] = n
-        if name != "train" and (h_src, h_tgt) == (inputs[train_src], inputs[train_tgt]):
-            log.warning("%s: the %s split is the same text as --train (%s): its scores measure the training "
-                        "data, not held-out text (held-out splits are never compared with train)", src, name,
-                        config.train)
+        first = seen.setdefault((h_src, h_tgt), name)
+        if first != name and first in ("train", "valid"):
+            log.warning("%s: the %s split is the same text as --%s (%s): its scores measure the %s, not held-out "
+                        "text (held-out splits are never compared with %s)", src, name, first, dict(splits)[first],
+                        "training data" if first == "train" else "dev data checkpoint_best.pt is chosen on", first)
         report("check inputs", k, len(splits))
+    if line_counts["train"] < line_counts["valid"]:  # the dev set is usually far smaller
+        log.warning("%s: --train has %d lines, fewer than --valid's %d: are --train and --valid the wrong way round?",
+                    config.files(config.train)[0], line_counts["train"], line_counts["valid"])
     return inputs, line_counts
 
 
