@@ -5,6 +5,7 @@ configs, vocabularies, pipeline and lexicon are the last checkpoint's; "averaged
 inputs with their update numbers."""
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ from nmtkit.io.dirs import (
 from nmtkit.io.files import is_stdout
 from nmtkit.options import check_fields, option
 from nmtkit.progress import Progress
+
+log = logging.getLogger("nmtkit.average")
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,11 @@ def check_averageable(path: str, ckpt: dict[str, Any], first_path: str, first: d
         raise CheckpointError(f"model config differs from {first_path}'s ({k} {b.get(k)} vs {a.get(k)}); "
                               "only checkpoints of one model can be averaged", path)
     check_compatible([first_path, path], [first, ckpt], needs="averaging needs checkpoints")
+    seeds = [(c.get("train_config") or {}).get("seed") for c in (first, ckpt)]
+    if seeds[0] != seeds[1]:  # a run keeps its seed when resumed: another run, from other initial weights
+        log.warning("%s was trained with --seed %s, %s with --seed %s: the mean of runs from other initial weights "
+                    "is in general no working model (average the checkpoints of one run)", path, seeds[1],
+                    first_path, seeds[0])
     sa, sb = first["model_state"], ckpt["model_state"]
     if set(sa) != set(sb):
         k = sorted(set(sa) ^ set(sb))[0]

@@ -336,3 +336,19 @@ def test_average_refuses_a_gz_output_that_no_checkpoint_reader_would_gunzip(tmp_
     line = one_error_line(run_cli(["average", "-m", str(a), "-m", str(b), "-o", str(tmp_path / "avg.pt.gz")]))
     assert "avg.pt.gz" in line and "without .gz" in line
     assert not (tmp_path / "avg.pt.gz").exists()
+
+
+def test_checkpoints_of_runs_with_other_seeds_are_warned_as_from_other_initial_weights(tmp_path):
+    """-m of two runs (other --seed, so other initial weights: the mean of such models translates
+    nothing) was averaged in silence; a run keeps its seed, so a seed that differs is now warned."""
+    from nmtkit.train.config import TrainConfig
+
+    paths = [make_checkpoint(tmp_path / f"s{s}.pt", seed=s, train_config=TrainConfig(seed=s, max_updates=1).to_dict())
+             for s in (1, 2)]
+    code, _, err = run_cli(["average", "-m", str(paths[0]), "-m", str(paths[1]), "-o", str(tmp_path / "avg.pt")])
+    assert code == 0 and [line for line in err.splitlines() if "warning" in line] == [
+        f"nmtkit: warning: {paths[1]} was trained with --seed 2, {paths[0]} with --seed 1: the mean of runs from other "
+        "initial weights is in general no working model (average the checkpoints of one run)"], err
+    same = make_checkpoint(tmp_path / "same.pt", seed=3, train_config=TrainConfig(seed=1, max_updates=1).to_dict())
+    code, _, err = run_cli(["average", "-m", str(paths[0]), "-m", str(same), "-o", str(tmp_path / "avg2.pt")])
+    assert code == 0 and "warning" not in err, err
