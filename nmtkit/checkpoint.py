@@ -351,10 +351,14 @@ def load_bundle(paths: Sequence[str | Path], device: Any = "cpu", fuse_steps: bo
 
 
 def check_compatible(paths: Sequence[str], ckpts: Sequence[dict], needs: str = "an ensemble needs models") -> None:
-    """A CheckpointError naming the first checkpoint whose vocabularies, text pipeline, languages
+    """A CheckpointError naming the first checkpoint whose languages, vocabularies, text pipeline
     or source EOS (src_eos) differ from the first one's, what differs, and what `needs` them alike."""
     first_path, first = paths[0], ckpts[0]
     for path, ckpt in zip(paths[1:], ckpts[1:]):
+        pairs = ["-".join(map(str, (c.get("src_lang"), c.get("tgt_lang")))) for c in (ckpt, first)]
+        if pairs[0] != pairs[1]:  # before the vocabularies, which a model of the other direction has swapped
+            raise CheckpointError(f"language pair differs from {first_path}'s ({pairs[0]} vs {pairs[1]}); {needs} "
+                                  "of one translation direction", path)
         for side in ("src", "tgt"):
             a, b = first.get(f"{side}_vocab"), ckpt.get(f"{side}_vocab")
             if a != b:
@@ -371,8 +375,6 @@ def check_compatible(paths: Sequence[str], ckpts: Sequence[dict], needs: str = "
             raise CheckpointError(
                 f"text pipeline (preprocessing) differs from {first_path}'s ({', '.join(differs)}); {needs} "
                 "trained on the same preprocessing", path)
-        if (ckpt.get("src_lang"), ckpt.get("tgt_lang")) != (first.get("src_lang"), first.get("tgt_lang")):
-            raise CheckpointError(f"language pair differs from {first_path}'s", path)
         eos = [(c.get("model_config") or {}).get("src_eos", True) for c in (first, ckpt)]
         if eos[0] != eos[1]:  # the ensemble's attention is the mean over one set of source positions
             raise CheckpointError(f"src_eos differs from {first_path}'s (one appends EOS to the source, the other "

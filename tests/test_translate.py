@@ -317,6 +317,18 @@ def test_ensemble_of_models_for_another_language_pair_is_refused(ckpt, tmp_path,
         _translator([ckpt, str(other)])
 
 
+def test_an_ensemble_with_a_model_of_the_other_direction_names_the_two_language_pairs(ckpt, tmp_path):
+    """--ensemble of an en-fr and a fr-en model was refused as 'src vocabulary differs (20 vs 20
+    tokens...)', which hid the reversed direction behind its swapped vocabularies."""
+    from nmtkit.text.pipeline import TextPipeline
+
+    other = make_checkpoint(tmp_path / "fr-en.pt", src_lang="fr", tgt_lang="en", src_words=TGT_WORDS,
+                            tgt_words=SRC_WORDS, pipeline=TextPipeline(src_lang="fr", tgt_lang="en"))
+    with pytest.raises(CheckpointError, match=r"language pair differs from .*'s \(fr-en vs en-fr\); an ensemble "
+                                              "needs models of one translation direction"):
+        _translator([ckpt, str(other)])
+
+
 def test_a_loaded_bundle_holds_the_first_checkpoints_vocabularies_pipeline_and_models(ckpt, tmp_path):
     from nmtkit.checkpoint import ModelBundle, load_bundle
     from nmtkit.text.pipeline import TextPipeline
