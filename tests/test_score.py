@@ -275,7 +275,7 @@ BAD = [
     ("no-unk-model-of-another-language-by-suffix", ["--hyp", "{nuhyp}", "--ref", "{nuref}", "--src", "{nusrc}",
                                                     "--no-unk", "--data", "{data}"], CONFIG,
      ["the source language is de (the suffix of {nusrc}; --src-lang says otherwise)"]),
-    ("no-unk-unreadable-checkpoint", ["--hyp", "{hyp}", "--ref", "{ref}", "--src", "{ref}", "--no-unk", "-m",
+    ("no-unk-unreadable-checkpoint", ["--hyp", "{hyp}", "--ref", "{ref}", "--src", "{bl}", "--no-unk", "-m",
                                       "{badckpt}"], None, ["{badckpt}", "checkpoint"]),
 ]
 
@@ -431,6 +431,19 @@ MOSES_FR = [
     ("La fabrication du fromage est un art.", "La fabrication du fromage est un art ."),  # "art." is a prefix
     ("« As-tu mangé ? » « Oui. »", "« As-tu mangé ? » « Oui . »"),
 ]
+
+
+def test_a_file_given_in_two_roles_is_warned_about(files):
+    """--hyp REF --ref REF scored 100 and --src SRC --ref SRC (the source as the reference) near 0,
+    both without a word; a --hyp, --ref or --src holding the lines of another role's file is warned."""
+    code, out, err = score(["--hyp", "{ref}", "--ref", "{ref}", "--metrics", "bleu"], files)
+    assert code == 0 and "= 100.00" in out and err.splitlines() == [
+        f"nmtkit: warning: {files['ref']} (given as --ref) holds the very lines of {files['ref']} (given as --hyp): "
+        "is one of them given in the wrong place?"], err
+    code, _, err = score(["--hyp", "{hyp}", "--ref", "{bl}", "--src", "{bl}", "--by-length"], files)
+    assert code == 0 and f"{files['bl']} (given as --src) holds the very lines of {files['bl']} (given as --ref)" in err
+    code, _, err = score(["--hyp", "{hyp}", "--hyp", "{hyp}", "--label", "a", "--label", "b", "--ref", "{ref}"], files)
+    assert code == 0 and "warning" not in err, err
 
 
 def test_paper_bleu_tokenises_exactly_as_tokenizer_perl():

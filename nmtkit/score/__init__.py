@@ -228,6 +228,8 @@ def _read_inputs(o: ScoreConfig) -> _Inputs:
         raise InputError("every line is blank: a reference without a word scores every system 0 (beside other "
                          "references, it inflates TER); give the reference text (cut the right column?)", blank)
     _check_line_bounds([*zip(o.hyp_paths, (h for _, h in systems)), *zip(o.ref_paths, refs)], "ter" in o.metrics)
+    _warn_same_text([*(("--hyp", p, h) for p, (_, h) in zip(o.hyp_paths, systems)),
+                     *(("--ref", p, r) for p, r in zip(o.ref_paths, refs)), *([("--src", o.src_path, src)] * bool(src))])
     tgt_lang = o.tgt_lang or guess_lang(o.ref_paths[0])
     src_lang = o.src_lang or (guess_lang(o.src_path) if o.src_path else "en")
     inp = _Inputs(systems, refs, src, tgt_lang, src_lang)
@@ -240,6 +242,15 @@ def _read_inputs(o: ScoreConfig) -> _Inputs:
         inp.refs_tok = [moses_tokenize_lines(r, tgt_lang, o.workers) for r in refs]
         inp.hyps_tok = [moses_tokenize_lines(h, tgt_lang, o.workers) for _, h in systems]
     return inp
+
+
+def _warn_same_text(files: Sequence[tuple[str, str, Sequence[str]]]) -> None:
+    """Warn where a file given as --hyp, --ref or --src holds the lines of one given as another of them."""
+    for i, (role, path, lines) in enumerate(files):
+        same = next(((o, p) for o, p, other in files[:i] if o != role and other == lines), None)
+        if same:
+            log.warning(f"{path} (given as {role}) holds the very lines of {same[1]} (given as {same[0]}): is one of "
+                        "them given in the wrong place?")
 
 
 def _check_line_bounds(files: Sequence[tuple[str, Sequence[str]]], ter: bool) -> None:
