@@ -257,7 +257,7 @@ def test_tokenised_input_is_checked_against_its_tokeniser_record_as_preprocess_c
         record = (corpus / "tok" / f"pool.{lang}.tokinfo.json").read_text()
         assert (corpus / f"sel.{lang}.tokinfo.json").read_text() == record
     code, _, err = run_cli(["preprocess", "--src-lang", "en", "--tgt-lang", "fr", "--input-format", "tok", "--train",
-                            str(corpus / "sel"), "--valid", str(corpus / "tok" / "pool"), "--dest", str(corpus / "d"),
+                            str(corpus / "tok" / "pool"), "--valid", str(corpus / "sel"), "--dest", str(corpus / "d"),
                             "--workers", "1", "--aggressive-dash-splits", "--no-normalize-punct", "--protect", "printf"])
     assert code == 0 and "warning" not in err, err
     # the same prefix again from raw text: the records beside it would describe text they do not
