@@ -19,6 +19,7 @@ from torch import Tensor
 from nmtkit.decode.steps import (
     Hypothesis,
     as_models,
+    attention_buffer,
     finished,
     mask_tokens,
     max_lengths,
@@ -96,7 +97,7 @@ def sample(
 def _draw_all(models: list[Seq2Seq], encs: list, lim: Tensor, u: Tensor, topk: int, temperature: float,
               need_attention: bool, ban_unk: bool) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """The sampling loop: (tokens (B, T), log-probabilities (B,) float64, lengths (B,) before EOS
-    (CPU), attention (B, T, S) fp32 or None); u: (B, T) uniforms on the device. Finished
+    (CPU), attention (B, steps taken, S) fp32 or None); u: (B, T) uniforms on the device. Finished
     sentences leave the batch."""
     B, T = u.shape
     device = u.device
@@ -107,7 +108,7 @@ def _draw_all(models: list[Seq2Seq], encs: list, lim: Tensor, u: Tensor, topk: i
     tokens = torch.zeros(B, T, dtype=torch.long, device=device)
     lp_sum = torch.zeros(B, dtype=torch.float64, device=device)
     lengths = torch.zeros(B, dtype=torch.long)  # tokens before EOS, set when a sentence ends
-    steps: list[tuple[Tensor, Tensor]] = []  # with need_attention: each step's (rows, attention (n, S))
+    hist: Tensor | None = None  # with need_attention: (steps, B, S), each step's attention at its rows
     for t in range(T):
         lp, states, attn = step_all(models, prev, states, encs)  # (n, V) fp32, (n, S)
         mask_tokens(lp, ban_unk, (lim[active] <= t).numpy())
@@ -116,7 +117,8 @@ def _draw_all(models: list[Seq2Seq], encs: list, lim: Tensor, u: Tensor, topk: i
         # the masks leave a drawable token's log-probability as the model gave it
         lp_sum[active_dev] += lp.gather(1, tok.unsqueeze(1)).squeeze(1).double()
         if need_attention:
-            steps.append((active_dev, attn.to(torch.float32, copy=True)))
+            hist = attention_buffer(hist, t, attn)
+            hist[t, active_dev] = attn
         done = tok.eq(EOS_ID).cpu()  # the step's one host synchronisation
         if bool(done.any()):
             lengths[active[done]] = t
@@ -129,10 +131,4 @@ def _draw_all(models: list[Seq2Seq], encs: list, lim: Tensor, u: Tensor, topk: i
             states = [m.reorder(s, keep_dev) for m, s in zip(models, states)]
             tok = tok[keep_dev]
         prev = tok
-    if not steps:
-        return tokens, lp_sum, lengths, None
-    # (B, steps taken, S): one for the length limit, a*S+b steps of S columns, is quadratic in S
-    attn_hist = steps[0][1].new_zeros(B, len(steps), steps[0][1].size(1))
-    for t, (rows, a) in enumerate(steps):
-        attn_hist[rows, t] = a
-    return tokens, lp_sum, lengths, attn_hist
+    return tokens, lp_sum, lengths, None if hist is None else hist[: t + 1].transpose(0, 1)

@@ -18,6 +18,7 @@ from torch import Tensor
 from nmtkit.decode.steps import (
     Hypothesis,
     as_models,
+    attention_buffer,
     finished,
     mask_tokens,
     max_lengths,
@@ -170,10 +171,9 @@ class _BeamSearch:
         scores[:, 0] = 0.0
         self.scores = scores.view(-1)
         self.tokens = torch.zeros(B * K, self.max_t + 1, dtype=torch.long, device=device)
-        # with need_attention, each step's attention (steps, N, S) and each continuing row's row at
-        # the step before: a hypothesis's history is traced back at the end (`_trace`), not reordered
-        # at every step (t * N * S copied a step); one buffer, doubled as needed, since a small tensor
-        # a step fragments the heap (docs/experiments.md)
+        # with need_attention, each step's attention (`attention_buffer`) and each continuing row's row
+        # at the step before: a hypothesis's history is traced back at the end (`_trace`), not
+        # reordered at every step (t * N * S copied a step)
         self.attn_buf: Tensor | None = None
         self.parents: list[Tensor] = []
 
@@ -284,12 +284,7 @@ class _BeamSearch:
         self.scores = new_s.view(-1)
 
     def _keep_attention(self, t: int, attn: Tensor) -> None:
-        buf = self.attn_buf
-        if buf is None or t == buf.size(0):  # at t = 0: N rows, S columns, the most there will be
-            new = attn.new_zeros(2 * t + 16, *(attn.shape if buf is None else buf.shape[1:]), dtype=torch.float32)
-            if buf is not None:
-                new[:t] = buf
-            self.attn_buf = buf = new
+        self.attn_buf = buf = attention_buffer(self.attn_buf, t, attn)
         buf[t, : attn.size(0), : attn.size(1)] = attn
 
     def _trace(self, t: int, rows: Tensor) -> Tensor:

@@ -82,6 +82,19 @@ def step_all(
     return average_log_probs([lp.float() for lp, _, _ in steps]), new_states, attn
 
 
+def attention_buffer(buf: Tensor | None, t: int, first: Tensor) -> Tensor:
+    """`buf` (steps, N, S) fp32, the attention kept step by step for alignments, with room for step
+    t: doubled as needed, not allocated for the length limit (a*S+b steps of S columns grow with
+    the square of a long source's length), nor one small tensor a step, which fragments the heap
+    (docs/experiments.md). `first`: the first step's attention (N, S), the most rows and columns."""
+    if buf is not None and t < buf.size(0):
+        return buf
+    new = first.new_zeros(2 * t + 16, *(first.shape if buf is None else buf.shape[1:]), dtype=torch.float32)
+    if buf is not None:
+        new[:t] = buf
+    return new
+
+
 def mask_tokens(lp: Tensor, ban_unk: bool, at_limit: np.ndarray) -> None:
     """In place: PAD and BOS (and with `ban_unk` the unknown word) are never generated, and rows
     `at_limit` (N,) bool (host) may only emit EOS, keeping its log-probability."""
