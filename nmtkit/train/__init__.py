@@ -228,8 +228,8 @@ def _checked_tensorboard_dir(cfg: TrainConfig, data_dir: str | Path, save_dir: P
                             given: bool) -> tuple[TrainConfig, Path | None]:
     """--tensorboard's folder (None without it), checked, with the package, before the run writes; and
     `cfg` recording a folder inside the run relative to it, so that it moves with the run, and any
-    other absolute. A relative folder `given` (the
-    Python API's) is the current directory's, a recorded one the run's."""
+    other absolute. A relative folder `given` (the Python API's) is the current directory's, a
+    recorded one the run's."""
     if cfg.tensorboard is None:
         return cfg, None
     tb_dir = Path(os.path.abspath(os.path.join("" if given else save_dir, cfg.tensorboard)))

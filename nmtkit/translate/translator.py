@@ -253,13 +253,7 @@ class Translator:
             if not toks and text.strip():  # e.g. only zero-width spaces: it looks blank, yet was not
                 self._warn(f"{source}:{n}: no source token is left of this line once normalised and tokenised; "
                            "it is written empty")
-        toks = [t for ts, _ in prepared for t in ts]
-        unk = sum(t not in self.bundle.src_vocab for t in toks)
-        if len(toks) >= 20 and 2 * unk > len(toks):  # another language, or another --input-format
-            b = self.bundle
-            self._warn_once("unknown sources", f"{source}: {unk} of {len(toks)} source tokens are not in the "
-                            f"{b.src_lang}-{b.tgt_lang} model's source vocabulary: is the input {b.src_lang} text, "
-                            f"given with the right --input-format? (warned once)")
+        self._warn_unknown_sources([toks for toks, _ in prepared], source)
         need_attention = alignments or search.replace_unk
         batches = self._batches([len(toks) for toks, _ in prepared], [n for n, _ in lines])
 
@@ -400,6 +394,19 @@ class Translator:
                             "scores overflow: weights that diverged, or fp16 past its range; try --precision fp32)"
                             " (warned once)")
         return scored  # type: ignore[return-value]
+
+    def _warn_unknown_sources(self, sources: Sequence[list[str]], source: str) -> None:
+        """Warn once when over half of a buffer's source tokens (at least 20) are unknown to the
+        model: another language, or another --input-format."""
+        if "unknown sources" in self._warned:
+            return
+        vocab = self.bundle.src_vocab
+        n, unk = sum(map(len, sources)), sum(t not in vocab for toks in sources for t in toks)
+        if n >= 20 and 2 * unk > n:
+            b = self.bundle
+            self._warn_once("unknown sources", f"{source}: {unk} of {n} source tokens are not in the "
+                            f"{b.src_lang}-{b.tgt_lang} model's source vocabulary: is the input {b.src_lang} text, "
+                            f"given with the right --input-format? (warned once)")
 
     def _warn_unknown_targets(self, numbers: Sequence[int], targets: Sequence[list[str]], reference: str) -> None:
         """Warn (once per translator) at the first translation holding tokens outside the target
