@@ -164,7 +164,7 @@ def test_fused_training_over_every_shape_case_stays_within_the_graph_bound(tmp_p
     assert result.update == 200
     assert [r["update"] for r in records(tmp_path / "run", "valid")] == [50, 100, 150, 200]
     graphs = {body.__qualname__: fusion.graphs_compiled(body) for body in fusion.compiled_bodies()}
-    assert {"_fwd_step", "_bwd_step", "_forward_step", "_backward_step", "_lce_chunk"} <= graphs.keys(), graphs
+    assert {"_fwd_step", "_bwd_step", "_forward_step", "_backward_step", "_lce_rows"} <= graphs.keys(), graphs
     assert max(graphs.values()) <= fusion.MAX_GRAPHS_PER_BODY, graphs
 
 

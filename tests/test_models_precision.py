@@ -193,3 +193,28 @@ def test_every_architecture_trains_and_decodes_under_fp16_on_the_cpu_as_the_help
         loss = model.loss(src, src_lens, tgt_in, tgt_out)[0]
         loss.backward()
         assert torch.isfinite(loss) and all(beam_search(model, src, src_lens, beam=2))
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_chunked_loss_in_row_blocks_equals_one_block(monkeypatch, label_smoothing):
+    """Normalising a chunk's logits in blocks of rows (on the CPU, to keep them in the caches)
+    changes neither the loss, nor the NLL, nor any gradient: float64, blocks of 1, 7 and all rows."""
+    from nmtkit.models.fast import accelerated as chunked_loss
+
+    g = torch.Generator().manual_seed(3)
+    feats = torch.randn(30, 12, generator=g, dtype=torch.float64)
+    weight = torch.randn(40, 12, generator=g, dtype=torch.float64) * 0.3
+    bias = torch.randn(40, generator=g, dtype=torch.float64) * 0.1
+    gold = torch.randint(0, 40, (30,), generator=g)
+
+    def run(block_rows):
+        monkeypatch.setattr(chunked_loss, "BLOCK_LOGITS", block_rows * 40)
+        leaves = [t.clone().requires_grad_(True) for t in (feats, weight, bias)]
+        loss, nll = chunked_loss.linear_cross_entropy(*leaves, gold, label_smoothing, chunk_tokens=16)
+        loss.backward()
+        return [loss.detach(), nll.detach()] + [t.grad for t in leaves]
+
+    whole = run(1 << 10)
+    for block_rows in (1, 7):
+        for a, b in zip(run(block_rows), whole):
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)

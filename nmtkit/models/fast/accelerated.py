@@ -81,6 +81,7 @@ class Accelerated(Seq2Seq):
 MAX_CHUNK_LOGITS = 1 << 26
 CPU_CHUNK_LOGITS = 1 << 23
 ROW_MULTIPLE = 64  # 16-bit chunks are padded with zero rows to a multiple of this (few product shapes)
+BLOCK_LOGITS = 1 << 19  # logits normalised at once on the CPU (eager): their float32 passes stay in the caches
 
 
 def linear_cross_entropy(feats: Tensor, weight: Tensor, bias: Tensor | None, gold: Tensor, label_smoothing: float = 0.0,
@@ -99,30 +100,27 @@ def linear_cross_entropy(feats: Tensor, weight: Tensor, bias: Tensor | None, gol
     return _ChunkedLinearCrossEntropy.apply(feats, weight, bias, gold, float(label_smoothing), chunk, compute_dtype, fuse)
 
 
-def _lce_chunk(f: Tensor, w: Tensor, b: Tensor, g: Tensor, label_smoothing: float, need_grad: bool
-               ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
-    """One chunk (a pure step body): f (m, F), w (V, F), b (V,), g (n, 1) gold ids of the first
-    n <= m rows of f -> (nll sum, loss sum, d loss / d logits (m, V) or None (padding rows to be
-    ignored), its n real rows' column sums or None)."""
-    acc = torch.float64 if f.dtype == torch.float64 else torch.float32
-    V, n = w.size(0), g.size(0)
-    padded = F.linear(f, w, b).to(acc)  # (m, V)
-    logits = padded[:n] if n < f.size(0) else padded  # (n, V)
-    lse = torch.logsumexp(logits, dim=-1)
-    nll = lse - logits.gather(1, g).squeeze(1)
-    if label_smoothing > 0:
-        loss = ((1 - label_smoothing) * nll + label_smoothing * (lse - logits.mean(dim=-1))).sum()
+def _lce_rows(z: Tensor, g: Tensor, label_smoothing: float, need_grad: bool
+              ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """A block of rows (a pure step body): logits z (r, V) in the compute dtype, g (r, 1) gold ids
+    -> (nll sum, loss sum, d loss / d logits (r, V) in float32 (float64 for float64) or None, its
+    column sums or None). One fused log_softmax reads the block; the rest stays in the cache."""
+    acc = torch.float64 if z.dtype == torch.float64 else torch.float32
+    V = z.size(1)
+    lp = torch.log_softmax(z, dim=-1, dtype=acc)  # (r, V)
+    nll = -lp.gather(1, g).squeeze(1)
+    if label_smoothing > 0:  # lse - mean(logits) = -mean(log p)
+        loss = ((1 - label_smoothing) * nll - label_smoothing * lp.mean(dim=-1)).sum()
     else:
         loss = nll.sum()
     if not need_grad:
         return nll.sum(), loss, None, None
     # d loss / d logits = softmax - (1 - ls) onehot - ls / V
-    p = logits.sub_(lse.unsqueeze(1)).exp_()
+    p = lp.exp_()
     p.scatter_add_(1, g, torch.full_like(g, -(1.0 - label_smoothing), dtype=acc))
     if label_smoothing > 0:
         p.sub_(label_smoothing / V)
-    # the padding rows keep their logits: their features are zero, and the caller drops their rows
-    return nll.sum(), loss, padded, p.sum(0)
+    return nll.sum(), loss, p, p.sum(0)
 
 
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
@@ -144,28 +142,37 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             feats = feats.detach()
             w = weight.detach().to(compute_dtype)
             b = bias.detach().to(compute_dtype)
-            body = step_fn(_lce_chunk, fuse)
+            body = step_fn(_lce_rows, fuse)
+            # on the CPU in blocks of rows whose float32 passes stay in the caches; elsewhere (and
+            # compiled, where the passes fuse) a chunk at once: a block's kernels are launches too
+            rows = max(1, BLOCK_LOGITS // max(1, V)) if feats.device.type == "cpu" and not fuse else chunk
             for i in range(0, N, chunk):
                 f = feats[i : i + chunk].to(compute_dtype)
                 n = f.size(0)
                 if pad_rows and n % ROW_MULTIPLE:
                     f = F.pad(f, (0, 0, 0, ROW_MULTIPLE - n % ROW_MULTIPLE))  # zero rows
                 g = gold[i : i + chunk].unsqueeze(1)
-                nll, loss, p, p_sum = body(f, w, b, g, label_smoothing, need_grad)
-                nll_sum += nll
-                loss_sum += loss
+                # (m, V) logits, overwritten block by block with their gradient in the compute dtype;
+                # the padding rows keep their logits: their features are zero, and their rows are dropped
+                z = F.linear(f, w, b)
+                for j in range(0, n, rows):
+                    k = min(j + rows, n)
+                    nll, loss, p, p_sum = body(z[j:k], g[j:k], label_smoothing, need_grad)
+                    nll_sum += nll
+                    loss_sum += loss
+                    if need_grad:
+                        grad_b += p_sum
+                        z[j:k] = p
                 if not need_grad:
                     continue
-                grad_b += p_sum
-                gp = p.to(compute_dtype)
                 if grad_feats is not None and grad_feats.dtype == compute_dtype and f.size(0) == n:
-                    torch.mm(gp, w, out=grad_feats[i : i + chunk])  # one launch, no copy
+                    torch.mm(z, w, out=grad_feats[i : i + chunk])  # one launch, no copy
                 elif grad_feats is not None:
-                    grad_feats[i : i + chunk] = gp.mm(w)[:n].to(grad_feats.dtype)
+                    grad_feats[i : i + chunk] = z.mm(w)[:n].to(grad_feats.dtype)
                 if acc == compute_dtype:
-                    grad_w.addmm_(gp.t(), f)
+                    grad_w.addmm_(z.t(), f)
                 else:
-                    grad_w += gp.t().mm(f).to(acc)
+                    grad_w += z.t().mm(f).to(acc)
         ctx.mark_non_differentiable(nll_sum)
         if need_grad:
             ctx.save_for_backward(
