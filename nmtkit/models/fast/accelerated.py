@@ -109,18 +109,19 @@ def _lce_rows(z: Tensor, g: Tensor, label_smoothing: float, need_grad: bool
     V = z.size(1)
     lp = torch.log_softmax(z, dim=-1, dtype=acc)  # (r, V)
     nll = -lp.gather(1, g).squeeze(1)
+    nll_sum = nll.sum()
     if label_smoothing > 0:  # lse - mean(logits) = -mean(log p)
         loss = ((1 - label_smoothing) * nll - label_smoothing * lp.mean(dim=-1)).sum()
     else:
-        loss = nll.sum()
+        loss = nll_sum
     if not need_grad:
-        return nll.sum(), loss, None, None
+        return nll_sum, loss, None, None
     # d loss / d logits = softmax - (1 - ls) onehot - ls / V
     p = lp.exp_()
     p.scatter_add_(1, g, torch.full_like(g, -(1.0 - label_smoothing), dtype=acc))
     if label_smoothing > 0:
         p.sub_(label_smoothing / V)
-    return nll.sum(), loss, p, p.sum(0)
+    return nll_sum, loss, p, p.sum(0)
 
 
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
