@@ -209,6 +209,7 @@ def test_chunked_loss_in_row_blocks_equals_one_block(monkeypatch, label_smoothin
 
     def run(block_rows):
         monkeypatch.setattr(chunked_loss, "BLOCK_LOGITS", block_rows * 40)
+        monkeypatch.setattr(chunked_loss, "MIN_BLOCK_ROWS", 1)
         leaves = [t.clone().requires_grad_(True) for t in (feats, weight, bias)]
         loss, nll = chunked_loss.linear_cross_entropy(*leaves, gold, label_smoothing, chunk_tokens=16)
         loss.backward()
@@ -218,3 +219,14 @@ def test_chunked_loss_in_row_blocks_equals_one_block(monkeypatch, label_smoothin
     for block_rows in (1, 7):
         for a, b in zip(run(block_rows), whole):
             torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
+
+
+def test_chunked_loss_blocks_hold_enough_rows_for_a_large_vocabulary():
+    """On the CPU a block holds BLOCK_LOGITS worth of rows but never fewer than MIN_BLOCK_ROWS (a
+    30,000-word vocabulary would otherwise launch a block every 17 rows); compiled or off the CPU,
+    a block is the whole chunk."""
+    from nmtkit.models.fast.accelerated import BLOCK_LOGITS, MIN_BLOCK_ROWS, block_rows
+
+    assert block_rows(7161, 4096, True) == BLOCK_LOGITS // 7161 > MIN_BLOCK_ROWS
+    assert block_rows(30000, 4096, True) == MIN_BLOCK_ROWS > BLOCK_LOGITS // 30000
+    assert block_rows(30000, 4096, False) == 4096

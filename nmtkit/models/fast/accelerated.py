@@ -82,6 +82,13 @@ MAX_CHUNK_LOGITS = 1 << 26
 CPU_CHUNK_LOGITS = 1 << 23
 ROW_MULTIPLE = 64  # 16-bit chunks are padded with zero rows to a multiple of this (few product shapes)
 BLOCK_LOGITS = 1 << 19  # logits normalised at once on the CPU (eager): their float32 passes stay in the caches
+MIN_BLOCK_ROWS = 32  # ... but at least this many rows: with a large vocabulary, launches would outweigh the caches
+
+
+def block_rows(vocab: int, chunk: int, blocks: bool) -> int:
+    """The rows of logits the chunked loss normalises at once: on the CPU in eager mode (`blocks`),
+    BLOCK_LOGITS worth and at least MIN_BLOCK_ROWS; elsewhere a whole chunk (compiled, the passes fuse)."""
+    return max(1, MIN_BLOCK_ROWS, BLOCK_LOGITS // max(1, vocab)) if blocks else chunk
 
 
 def linear_cross_entropy(feats: Tensor, weight: Tensor, bias: Tensor | None, gold: Tensor, label_smoothing: float = 0.0,
@@ -100,28 +107,24 @@ def linear_cross_entropy(feats: Tensor, weight: Tensor, bias: Tensor | None, gol
     return _ChunkedLinearCrossEntropy.apply(feats, weight, bias, gold, float(label_smoothing), chunk, compute_dtype, fuse)
 
 
-def _lce_rows(z: Tensor, g: Tensor, label_smoothing: float, need_grad: bool
-              ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
-    """A block of rows (a pure step body): logits z (r, V) in the compute dtype, g (r, 1) gold ids
-    -> (nll sum, loss sum, d loss / d logits (r, V) in float32 (float64 for float64) or None, its
-    column sums or None). One fused log_softmax reads the block; the rest stays in the cache."""
+def _lce_rows(z: Tensor, g: Tensor, gold_step: Tensor, label_smoothing: float, need_grad: bool
+              ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor | None]:
+    """A block of rows (a pure step body): logits z (r, V) in the compute dtype, g (r, 1) gold ids,
+    gold_step (r, 1) the constant -(1 - ls) -> (log p of the gold ids (r, 1), the mean log p of
+    each row (r,) with label smoothing or None, d loss / d logits (r, V) in float32 (float64 for
+    float64) or None, its column sums or None). One fused log_softmax reads the block; the rest
+    stays in the cache. The sums over rows are the caller's, once for all blocks."""
     acc = torch.float64 if z.dtype == torch.float64 else torch.float32
-    V = z.size(1)
     lp = torch.log_softmax(z, dim=-1, dtype=acc)  # (r, V)
-    nll = -lp.gather(1, g).squeeze(1)
-    nll_sum = nll.sum()
-    if label_smoothing > 0:  # lse - mean(logits) = -mean(log p)
-        loss = ((1 - label_smoothing) * nll - label_smoothing * lp.mean(dim=-1)).sum()
-    else:
-        loss = nll_sum
+    gold_lp = lp.gather(1, g)
+    mean_lp = lp.mean(dim=-1) if label_smoothing > 0 else None  # lse - mean(logits) = -mean(log p)
     if not need_grad:
-        return nll_sum, loss, None, None
+        return gold_lp, mean_lp, None, None
     # d loss / d logits = softmax - (1 - ls) onehot - ls / V
-    p = lp.exp_()
-    p.scatter_add_(1, g, torch.full_like(g, -(1.0 - label_smoothing), dtype=acc))
+    p = lp.exp_().scatter_add_(1, g, gold_step)
     if label_smoothing > 0:
-        p.sub_(label_smoothing / V)
-    return nll_sum, loss, p, p.sum(0)
+        p.sub_(label_smoothing / z.size(1))
+    return gold_lp, mean_lp, p, p.sum(0)
 
 
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
@@ -132,21 +135,18 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         acc = torch.float64 if compute_dtype == torch.float64 else torch.float32
         need_grad = any(ctx.needs_input_grad[:3])
         N, V = feats.size(0), weight.size(0)
-        loss_sum = torch.zeros((), dtype=acc, device=feats.device)
-        nll_sum = torch.zeros((), dtype=acc, device=feats.device)
         pad_rows = compute_dtype in (torch.bfloat16, torch.float16)
         grad_feats = torch.empty_like(feats) if ctx.needs_input_grad[0] else None
         grad_w = torch.zeros_like(weight, dtype=acc) if need_grad else None
-        grad_b = torch.zeros(V, dtype=acc, device=feats.device) if need_grad else None
         with torch.autocast(feats.device.type, enabled=False):
             # detached: requires-grad flags would split the compiled body's graphs
             feats = feats.detach()
             w = weight.detach().to(compute_dtype)
             b = bias.detach().to(compute_dtype)
             body = step_fn(_lce_rows, fuse)
-            # on the CPU in blocks of rows whose float32 passes stay in the caches; elsewhere (and
-            # compiled, where the passes fuse) a chunk at once: a block's kernels are launches too
-            rows = max(1, BLOCK_LOGITS // max(1, V)) if feats.device.type == "cpu" and not fuse else chunk
+            rows = block_rows(V, chunk, feats.device.type == "cpu" and not fuse)
+            gold_step = torch.full((min(chunk, N), 1), -(1.0 - label_smoothing), dtype=acc, device=feats.device)
+            kept: tuple[list[Tensor], list[Tensor], list[Tensor]] = ([], [], [])  # gold log p, mean log p, column sums
             for i in range(0, N, chunk):
                 f = feats[i : i + chunk].to(compute_dtype)
                 n = f.size(0)
@@ -158,11 +158,11 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                 z = F.linear(f, w, b)
                 for j in range(0, n, rows):
                     k = min(j + rows, n)
-                    nll, loss, p, p_sum = body(z[j:k], g[j:k], label_smoothing, need_grad)
-                    nll_sum += nll
-                    loss_sum += loss
+                    *sums, p, p_sum = body(z[j:k], g[j:k], gold_step[: k - j], label_smoothing, need_grad)
+                    for lst, t in zip(kept, (*sums, p_sum)):
+                        if t is not None:
+                            lst.append(t)
                     if need_grad:
-                        grad_b += p_sum
                         z[j:k] = p
                 if not need_grad:
                     continue
@@ -174,6 +174,13 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                     grad_w.addmm_(z.t(), f)
                 else:
                     grad_w += z.t().mm(f).to(acc)
+            nll_sum = -torch.cat(kept[0]).sum() if N else torch.zeros((), dtype=acc, device=feats.device)
+            if label_smoothing > 0 and N:
+                loss_sum = (1 - label_smoothing) * nll_sum - label_smoothing * torch.cat(kept[1]).sum()
+            else:
+                loss_sum = nll_sum.clone()  # not the NLL itself: that one is marked non-differentiable
+            grad_b = (torch.stack(kept[2]).sum(0) if kept[2] else torch.zeros(V, dtype=acc, device=feats.device)
+                      ) if need_grad else None
         ctx.mark_non_differentiable(nll_sum)
         if need_grad:
             ctx.save_for_backward(
