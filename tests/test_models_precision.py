@@ -230,3 +230,33 @@ def test_chunked_loss_blocks_hold_enough_rows_for_a_large_vocabulary():
     assert block_rows(7161, 4096, True) == BLOCK_LOGITS // 7161 > MIN_BLOCK_ROWS
     assert block_rows(30000, 4096, True) == MIN_BLOCK_ROWS > BLOCK_LOGITS // 30000
     assert block_rows(30000, 4096, False) == 4096
+
+
+def test_cpu_bf16_autocast_runs_the_bigru_encoder_in_bf16_and_returns_float32_annotations(monkeypatch):
+    """torch.gru is not on autocast's list; under CPU bf16 autocast the encoder casts its input and
+    weights and runs the GRU in bf16 (its products at bf16's rate). The annotations come back in
+    float32, within bf16's rounding of float32's, and the float32 weights get their gradients."""
+    from nmtkit.models import build_model
+    from tests.conftest import random_batch
+
+    gru_dtypes, gru = [], torch.gru
+
+    def recorded(x, h, weights, *args):
+        gru_dtypes.append({x.dtype, h.dtype} | {w.dtype for w in weights})
+        return gru(x, h, weights, *args)
+
+    torch.manual_seed(0)
+    model = build_model("rnnsearch", dict(src_vocab_size=50, tgt_vocab_size=60, emb_dim=16, enc_hidden=8,
+                                          dec_hidden=12, att_hidden=10, maxout=4, dropout=0.0))
+    src, lens, *_ = random_batch(50, 60, src_lens=(5, 3), tgt_lens=(4, 4))
+    exact = model.encode(src, lens).annotations
+    monkeypatch.setattr(torch, "gru", recorded)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ann = model.encode(src, lens).annotations
+    assert gru_dtypes == [{torch.bfloat16}, {torch.bfloat16}]
+    assert ann.dtype == torch.float32
+    torch.testing.assert_close(ann, exact, atol=2e-2, rtol=2e-2)
+    assert not torch.equal(ann, exact)
+    ann.sum().backward()
+    grads = [model.encoder.weight_hh_l0.grad, model.encoder.weight_ih_l0_reverse.grad]
+    assert all(g is not None and g.dtype == torch.float32 and g.abs().sum() > 0 for g in grads)

@@ -52,16 +52,24 @@ def encode_bigru(embed: nn.Embedding, rnn: nn.GRU | nn.LSTM, drop: nn.Module, sr
 
 def _bigru_cpu(rnn: nn.GRU, emb: Tensor, lens: Tensor, mask: Tensor) -> Tensor:
     """The annotations of a packed bidirectional nn.GRU, without packing (faster on the CPU): the
-    backward direction runs over each sentence reversed within its length, then is reversed back."""
+    backward direction runs over each sentence reversed within its length, then is reversed back.
+    Under CPU autocast the GRU runs in its dtype, states included (products at
+    bf16's rate: docs/experiments.md); the annotations come back in emb's dtype."""
     rev = reversal_index(lens, mask)
     idx = rev.unsqueeze(2).expand(-1, -1, emb.size(2))
+    out_dtype = emb.dtype
+    ws = [getattr(rnn, f"{name}_l0{side}") for side in ("", "_reverse")
+          for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+    if torch.is_autocast_enabled("cpu"):  # the autocast dtype throughout (autocast leaves torch.gru alone)
+        dt = torch.get_autocast_dtype("cpu")
+        emb, ws = emb.to(dt), [t.to(dt) for t in ws]
     h0 = emb.new_zeros(1, emb.size(0), rnn.hidden_size)
     args = (1, 0.0, rnn.training, False, True)  # layers, dropout, train, bidirectional, batch_first
-    out_f, _ = torch.gru(emb, h0, (rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0, rnn.bias_hh_l0), True, *args)
-    out_r, _ = torch.gru(emb.gather(1, idx), h0, (rnn.weight_ih_l0_reverse, rnn.weight_hh_l0_reverse,
-                                                   rnn.bias_ih_l0_reverse, rnn.bias_hh_l0_reverse), True, *args)
+    with torch.autocast("cpu", enabled=False):
+        out_f, _ = torch.gru(emb, h0, ws[:4], True, *args)
+        out_r, _ = torch.gru(emb.gather(1, idx), h0, ws[4:], True, *args)
     out_b = out_r.gather(1, rev.unsqueeze(2).expand(-1, -1, out_r.size(2)))
-    return torch.cat([out_f, out_b], dim=2) * mask.unsqueeze(2).to(out_f.dtype)
+    return (torch.cat([out_f, out_b], dim=2) * mask.unsqueeze(2).to(out_f.dtype)).to(out_dtype)
 
 
 class FastRNNSearch(Accelerated, RNNSearch):
