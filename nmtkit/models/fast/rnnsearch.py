@@ -53,8 +53,8 @@ def encode_bigru(embed: nn.Embedding, rnn: nn.GRU | nn.LSTM, drop: nn.Module, sr
 def _bigru_cpu(rnn: nn.GRU, emb: Tensor, lens: Tensor, mask: Tensor) -> Tensor:
     """The annotations of a packed bidirectional nn.GRU, without packing (faster on the CPU): the
     backward direction runs over each sentence reversed within its length, then is reversed back.
-    Under CPU autocast the GRU runs in its dtype, states included (products at
-    bf16's rate: docs/experiments.md); the annotations come back in emb's dtype."""
+    Under CPU autocast the GRU runs in its dtype, states included (products at bf16's rate:
+    docs/experiments.md); the annotations come back in emb's dtype."""
     rev = reversal_index(lens, mask)
     idx = rev.unsqueeze(2).expand(-1, -1, emb.size(2))
     out_dtype = emb.dtype
@@ -65,9 +65,8 @@ def _bigru_cpu(rnn: nn.GRU, emb: Tensor, lens: Tensor, mask: Tensor) -> Tensor:
         emb, ws = emb.to(dt), [t.to(dt) for t in ws]
     h0 = emb.new_zeros(1, emb.size(0), rnn.hidden_size)
     args = (1, 0.0, rnn.training, False, True)  # layers, dropout, train, bidirectional, batch_first
-    with torch.autocast("cpu", enabled=False):
-        out_f, _ = torch.gru(emb, h0, ws[:4], True, *args)
-        out_r, _ = torch.gru(emb.gather(1, idx), h0, ws[4:], True, *args)
+    out_f, _ = torch.gru(emb, h0, ws[:4], True, *args)
+    out_r, _ = torch.gru(emb.gather(1, idx), h0, ws[4:], True, *args)
     out_b = out_r.gather(1, rev.unsqueeze(2).expand(-1, -1, out_r.size(2)))
     return (torch.cat([out_f, out_b], dim=2) * mask.unsqueeze(2).to(out_f.dtype)).to(out_dtype)
 
