@@ -179,8 +179,9 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                 loss_sum = (1 - label_smoothing) * nll_sum - label_smoothing * torch.cat(kept[1]).sum()
             else:
                 loss_sum = nll_sum.clone()  # not the NLL itself: that one is marked non-differentiable
-            grad_b = (torch.stack(kept[2]).sum(0) if kept[2] else torch.zeros(V, dtype=acc, device=feats.device)
-                      ) if need_grad else None
+            grad_b = None
+            if need_grad:
+                grad_b = torch.stack(kept[2]).sum(0) if kept[2] else torch.zeros(V, dtype=acc, device=feats.device)
         ctx.mark_non_differentiable(nll_sum)
         if need_grad:
             ctx.save_for_backward(
