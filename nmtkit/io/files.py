@@ -91,10 +91,9 @@ def is_stdin(path: str | Path | None) -> bool:
     if path is None or os.fspath(path) == "-":
         return True
     try:
-        st, stdin = os.stat(path), os.fstat(0)
-        if not os.path.samestat(st, stdin) or stat.S_ISREG(st.st_mode):
-            return False
-        return not os.path.samestat(st, os.stat(os.devnull))
+        st = os.stat(path)
+        return (os.path.samestat(st, os.fstat(0)) and not stat.S_ISREG(st.st_mode)
+                and not os.path.samestat(st, os.stat(os.devnull)))
     except OSError:
         return False
 
