@@ -116,7 +116,17 @@ def check_outputs_vs_inputs(
             if is_inside(real_in, real_folder):
                 _refuse(opt, folder, f"would replace the folder holding the {in_opt} input {inp}")
     for opt, folder, owns in [(o, os.fspath(p), f) for o, p, f in folders if p is not None]:
-        _check_folder(opt, folder, owns, ins, seen)
+        real_folder = real_path(folder)
+        for in_opt, inp, real_in in ins:
+            if real_in == real_folder:
+                _refuse(opt, folder, f"is the {in_opt} input")
+            if os.path.dirname(real_in) == real_folder and owns(os.path.basename(real_in)):
+                _refuse(opt, folder, f"would overwrite the {in_opt} input {inp}")
+        for file_opt, out, real_out in seen:
+            if real_out == real_folder:
+                _refuse(opt, folder, f"is also the {file_opt} output file")
+            if os.path.dirname(real_out) == real_folder and owns(os.path.basename(real_out)):
+                _refuse(file_opt, out, f"is a file the {opt} folder writes")
     for f in files:
         if (path := file_path(f.path)) is not None:
             check_output(path, f.force, f.what)
@@ -139,18 +149,3 @@ def _check_in_place(opt: str, out: str, ins: list[tuple[str, str, str]]) -> None
 
 def _refuse(out_opt: str, out: str, why: str) -> None:
     raise OutputError(f"the {out_opt} output {why}; nothing was written", out)
-
-
-def _check_folder(opt: str, folder: str, owns: Callable[[str], bool], ins: list[tuple[str, str, str]],
-                  files: list[tuple[str, str, str]]) -> None:
-    real_folder = real_path(folder)
-    for in_opt, inp, real_in in ins:
-        if real_in == real_folder:
-            _refuse(opt, folder, f"is the {in_opt} input")
-        if os.path.dirname(real_in) == real_folder and owns(os.path.basename(real_in)):
-            _refuse(opt, folder, f"would overwrite the {in_opt} input {inp}")
-    for file_opt, out, real_out in files:
-        if real_out == real_folder:
-            _refuse(opt, folder, f"is also the {file_opt} output file")
-        if os.path.dirname(real_out) == real_folder and owns(os.path.basename(real_out)):
-            _refuse(file_opt, out, f"is a file the {opt} folder writes")
