@@ -182,12 +182,13 @@ class _BeamSearch:
         K, nb = self.K, len(self.active)
         lp, attn = self._log_probs(t)  # (N, V), (N, S)
         if self.need_attention:
-            self._keep_attention(t, attn)
+            self.attn_buf = buf = attention_buffer(self.attn_buf, t, attn)
+            buf[t, : attn.size(0), : attn.size(1)] = attn
         k2 = min(2 * K, K * lp.size(1))
         top_s, top_beam, top_tok = sentence_topk(lp, self.scores, nb, K, k2)  # (nb, k2), best first
         top_row = top_beam + (torch.arange(nb, device=self.device) * K).unsqueeze(1)  # rows of N
         is_eos = top_tok.eq(EOS_ID)
-        n_fin = self._finish(t, top_s, top_row, is_eos, attn)
+        n_fin = self._finish(t, top_s, top_row, is_eos)
         # the K best candidates that do not end in EOS continue
         order = is_eos.long() * k2 + torch.arange(k2, device=self.device)
         pos = order.topk(K, dim=1, largest=False).indices  # (nb, K), sorted by rank
@@ -196,7 +197,7 @@ class _BeamSearch:
         kept = self._retire(t, n_fin, new)
         if kept is None:
             return False
-        self._advance(t, *kept, attn)
+        self._advance(t, *kept)
         return True
 
     def _log_probs(self, t: int) -> tuple[Tensor, Tensor]:
@@ -213,7 +214,7 @@ class _BeamSearch:
         mask_tokens(lp, self.ban_unk, ((self.active_lim <= t) & np.asarray(self.alive)).repeat(K))
         return lp, attn
 
-    def _finish(self, t: int, top_s: Tensor, top_row: Tensor, is_eos: Tensor, attn: Tensor) -> list[int]:
+    def _finish(self, t: int, top_s: Tensor, top_row: Tensor, is_eos: Tensor) -> list[int]:
         """Set aside the finite hypotheses ending in EOS among each sentence's K best candidates,
         up to K per sentence; returns the finished count of each slot. The step's one host read."""
         K = self.K
@@ -270,7 +271,7 @@ class _BeamSearch:
         self.dead_dev = None
         return tuple(x[ks_dev] for x in new)  # type: ignore[return-value]
 
-    def _advance(self, t: int, new_s: Tensor, new_row: Tensor, new_tok: Tensor, attn: Tensor) -> None:
+    def _advance(self, t: int, new_s: Tensor, new_row: Tensor, new_tok: Tensor) -> None:
         """Reorder the decoder states and histories to the continuing rows and append their tokens."""
         if self.dead_dev is not None:
             new_s = new_s.masked_fill(self.dead_dev.unsqueeze(1), float("-inf"))
@@ -282,10 +283,6 @@ class _BeamSearch:
         if self.need_attention:
             self.parents.append(rows)
         self.scores = new_s.view(-1)
-
-    def _keep_attention(self, t: int, attn: Tensor) -> None:
-        self.attn_buf = buf = attention_buffer(self.attn_buf, t, attn)
-        buf[t, : attn.size(0), : attn.size(1)] = attn
 
     def _trace(self, t: int, rows: Tensor) -> Tensor:
         """The attention (n, t+1, S) fp32 of the hypotheses in `rows` at step t, through their
