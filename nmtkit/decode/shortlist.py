@@ -40,11 +40,9 @@ def build_lexicon(src_ids: Any, src_off: Any, tgt_ids: Any, tgt_off: Any, src_vo
     c_s = np.bincount(s_tok, minlength=src_vocab)
     c_t = np.bincount(t_tok, minlength=tgt_vocab)
     # every (source token, target token) pair of a sentence pair: each source token repeated by
-    # its sentence's target length, against that sentence's target tokens
-    reps = np.repeat(b, a)
-    t_first = np.repeat(np.repeat(np.cumsum(b) - b, a), reps)  # offset of the sentence in t_tok
-    within = np.arange(reps.sum()) - np.repeat(np.cumsum(reps) - reps, reps)
-    keys, c_st = np.unique(np.repeat(s_tok, reps) * tgt_vocab + t_tok[t_first + within], return_counts=True)
+    # its sentence's target length, against that sentence's target tokens (their positions in t_tok)
+    t_at, reps = _positions(np.concatenate(([0], np.cumsum(b))), np.repeat(np.arange(len(b)), a))
+    keys, c_st = np.unique(np.repeat(s_tok, reps) * tgt_vocab + t_tok[t_at], return_counts=True)
     ks, kt = keys // tgt_vocab, keys % tgt_vocab
     dice = 2.0 * c_st / (c_s[ks] + c_t[kt])
     order = np.lexsort((-dice, ks))  # by source id, then best first
