@@ -150,7 +150,6 @@ class _BeamSearch:
             self.vocab = vocab.to(device)
             self.outs = [_shortlist_rows(m, self.vocab) for m in models]
         B = src.size(0)
-        self.max_t = int(lim.max())
         self.encs = [m.encode_for_steps(src, src_lens) for m in models]  # (B, ...) until after the first step
         self.states = [m.init_state(e) for m, e in zip(models, self.encs)]
         self.lens_host = src_lens.cpu().numpy()
@@ -170,7 +169,7 @@ class _BeamSearch:
         scores = torch.full((B, K), float("-inf"), device=device)
         scores[:, 0] = 0.0
         self.scores = scores.view(-1)
-        self.tokens = torch.zeros(B * K, self.max_t + 1, dtype=torch.long, device=device)
+        self.tokens = torch.zeros(B * K, int(lim.max()) + 1, dtype=torch.long, device=device)
         # with need_attention, each step's attention (`attention_buffer`) and each continuing row's row
         # at the step before: a hypothesis's history is traced back at the end (`_trace`), not
         # reordered at every step (t * N * S copied a step)
