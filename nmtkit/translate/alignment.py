@@ -47,12 +47,8 @@ def replace_unks(tgt_tokens: Sequence[str], src_tokens: Sequence[str], attention
 def hard_pairs(attention: Any, n_tgt: int) -> list[tuple[int, int]]:
     """[(source i, target j)], from 0: each target token's most attended source token, in
     target order. attention: (>= n_tgt, source tokens)."""
-    pairs = []
-    for j in range(n_tgt):
-        row = [float(x) for x in attention[j]]
-        if row:
-            pairs.append((max(range(len(row)), key=row.__getitem__), j))
-    return pairs
+    rows = ([float(x) for x in attention[j]] for j in range(n_tgt))
+    return [(row.index(max(row)), j) for j, row in enumerate(rows) if row]
 
 
 def hard_alignment(attention: Any, n_tgt: int) -> str:
