@@ -216,8 +216,6 @@ def _read_inputs(o: ScoreConfig) -> _Inputs:
     systems = [(n, read_all_lines(p)) for n, p in zip(names, o.hyp_paths)]
     for (_name, hyps), path in zip(systems, o.hyp_paths):
         check_same_length(path, hyps, zip(o.ref_paths, refs))
-    for (_name, hyps), path in zip(systems[1:], o.hyp_paths[1:]):
-        check_same_length(o.hyp_paths[0], systems[0][1], [(path, hyps)], what="hypothesis")
     src = None
     if o.src_path:
         src = read_all_lines(o.src_path)
