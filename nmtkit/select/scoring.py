@@ -75,8 +75,7 @@ class Corpus:
         """Every (src, tgt) line as bytes, newline included, a file's leading byte order mark left out."""
         for s, t in zip(self.src_paths, self.tgt_paths):
             with open_input(s) as fs, open_input(t) as ft:
-                n = 0
-                for n, (a, b) in enumerate(zip(fs, ft), start=1):  # noqa: B007
+                for n, (a, b) in enumerate(zip(fs, ft), start=1):
                     yield (a.removeprefix(_BOM), b.removeprefix(_BOM)) if n == 1 else (a, b)
                 if fs.readline() or ft.readline():
                     raise InputError(f"{s} and {t} changed while reading (line counts differ)")
