@@ -290,8 +290,7 @@ class NgramLM:
             raise ValueError("cannot estimate a language model from no text")
         counts = _count(toks, dist, V, order)
         adj = _adjusted_counts(counts, toks, dist, V, order)
-        disc = list(discounts) if discounts is not None else [
-            kn_discounts(adj[1][adj[1] > 0])] + [kn_discounts(adj[k]) for k in range(2, order + 1)]
+        disc = list(discounts) if discounts is not None else [kn_discounts(a) for a in adj[1:]]
         if len(disc) != order:
             raise ValueError("need one discount triple per order")
         disc = [tuple(float(x) for x in d) for d in disc]
