@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -26,11 +26,6 @@ class ValidationStopped(Exception):
     """A stop signal arrived during a validation, which was left unfinished."""
 
 
-def _check_stop(stop: Callable[[], bool] | None) -> None:
-    if stop is not None and stop():
-        raise ValidationStopped
-
-
 def warn_unvalidated(data: ParallelData) -> None:
     """Warn how many dev pairs validation leaves out for their length."""
     long = int((~within_bound(data)).sum())
@@ -43,29 +38,37 @@ def _to_device(arrays: Sequence[np.ndarray], device: torch.device) -> list[torch
     return [torch.from_numpy(a).to(device, non_blocking=True) for a in arrays]
 
 
+def _dev_batches(model: Any, data: ParallelData, indices: np.ndarray, batch_size: int,
+                 stop: Callable[[], bool] | None) -> Iterator[tuple[np.ndarray, tuple[np.ndarray, ...]]]:
+    """The minibatches of the dev pairs `indices`, each with its `collate` arrays, `model` in eval mode
+    meanwhile; `stop()` true between them raises ValidationStopped."""
+    was_training = model.training
+    model.eval()
+    arrays = (np.asarray(data.src.ids), np.asarray(data.src.offsets), np.asarray(data.tgt.ids),
+              np.asarray(data.tgt.offsets))
+    try:
+        for batch in length_batches(data.src.lengths, batch_size, indices=indices):
+            if stop is not None and stop():
+                raise ValidationStopped
+            yield batch, collate(*arrays, batch)
+    finally:
+        model.train(was_training)
+
+
 @torch.inference_mode()  # as decoding: compiled step bodies then share their graphs
 def dev_loss(
     model: Any, data: ParallelData, batch_size: int, device: torch.device, precision: str = "fp32",
     chunk_tokens: int = 4096, stop: Callable[[], bool] | None = None,
 ) -> tuple[float, int]:
     """(mean NLL per target token, target tokens); `stop()` true between batches raises ValidationStopped."""
-    was_training = model.training
-    model.eval()
-    arrays = (np.asarray(data.src.ids), np.asarray(data.src.offsets), np.asarray(data.tgt.ids),
-              np.asarray(data.tgt.offsets))
-    ok = validated(data)
     total = torch.zeros((), dtype=torch.float64, device=device)
     n_tokens = 0
-    try:
-        for batch in length_batches(data.src.lengths, batch_size, indices=ok):
-            _check_stop(stop)
-            src, src_lens, tgt_in, tgt_out = _to_device(collate(*arrays, batch), device)
-            with autocast(device.type, precision):
-                _, nll_sum, n = model.loss(src, src_lens, tgt_in, tgt_out, 0.0, chunk_tokens)
-            total += nll_sum.double()
-            n_tokens += int(n)
-    finally:
-        model.train(was_training)
+    for _, arrays in _dev_batches(model, data, validated(data), batch_size, stop):
+        src, src_lens, tgt_in, tgt_out = _to_device(arrays, device)
+        with autocast(device.type, precision):
+            _, nll_sum, n = model.loss(src, src_lens, tgt_in, tgt_out, 0.0, chunk_tokens)
+        total += nll_sum.double()
+        n_tokens += int(n)
     return (float(total) / max(1, n_tokens)), n_tokens
 
 
@@ -80,29 +83,20 @@ def dev_bleu(ctx: Any, n_samples: int, batch_size: int, stop: Callable[[], bool]
     model, data, device, tgt_vocab = ctx.model, ctx.valid_data, ctx.device, ctx.data.tgt_vocab
     # capped at the vocabulary's size, as translate caps it
     beam = min(ctx.cfg.valid_beam, len(tgt_vocab))
-    was_training = model.training
-    model.eval()
     n = min(n_samples, len(data))
     ids: list[list[int]] = [[] for _ in range(n)]
-    arrays = (np.asarray(data.src.ids), np.asarray(data.src.offsets), np.asarray(data.tgt.ids),
-              np.asarray(data.tgt.offsets))
     ok = validated(data, n)
     failed = 0
-    try:
-        for batch in length_batches(data.src.lengths, batch_size, indices=ok):
-            _check_stop(stop)
-            src, src_lens, _, _ = collate(*arrays, batch)
-            src_t, lens_t = _to_device((src, src_lens), device)
-            with autocast(device.type, ctx.precision):
-                if beam == 1:
-                    best = greedy_search(model, src_t, lens_t, max_len=lens_t * 2 + 10)
-                else:
-                    best = [nb[0] if nb else None for nb in beam_search(model, src_t, lens_t, beam=beam)]
-            for k, hyp in zip(batch, best):
-                ids[int(k)] = list(hyp.tokens) if hyp is not None else []
-                failed += hyp is None
-    finally:
-        model.train(was_training)
+    for batch, arrays in _dev_batches(model, data, ok, batch_size, stop):
+        src_t, lens_t = _to_device(arrays[:2], device)
+        with autocast(device.type, ctx.precision):
+            if beam == 1:
+                best = greedy_search(model, src_t, lens_t, max_len=lens_t * 2 + 10)
+            else:
+                best = [nb[0] if nb else None for nb in beam_search(model, src_t, lens_t, beam=beam)]
+        for k, hyp in zip(batch, best):
+            ids[int(k)] = list(hyp.tokens) if hyp is not None else []
+            failed += hyp is None
     if failed:
         log.warning("dev BLEU: %d of %d dev sentences got no translation, the model's scores being nan or infinite: "
                     "it may have diverged", failed, len(ok))
