@@ -134,12 +134,12 @@ class TrainState:
             self.best_score, self.best_update = score, self.update
         return improved
 
-    def record_scheduled(self, score: float, higher_is_better: bool) -> bool:
-        """Note the dev score of a scheduled validation; True when it is the best of them."""
-        improved = _better(score, self.scheduled_best, higher_is_better)
-        if improved:
-            self.scheduled_best = score
-        return improved
+    def record_scheduled(self, score: float, higher_is_better: bool) -> None:
+        """Note the dev score of a scheduled validation: the best of them, or one more bad validation."""
+        if _better(score, self.scheduled_best, higher_is_better):
+            self.scheduled_best, self.bad_validations = score, 0
+        else:
+            self.bad_validations += 1
 
 
 def _better(score: float, best: float | None, higher_is_better: bool, tie: bool = False) -> bool:

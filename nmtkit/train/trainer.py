@@ -289,8 +289,7 @@ class Trainer:
         score = bleu if cfg.best_metric == "bleu" else loss
         improved = st.record_best(score, cfg.best_metric == "bleu")
         if not final:
-            improved_scheduled = st.record_scheduled(score, cfg.best_metric == "bleu")
-            st.bad_validations = 0 if improved_scheduled else st.bad_validations + 1
+            st.record_scheduled(score, cfg.best_metric == "bleu")
             if ctx.schedule.on_validation(score):
                 msg = (f"dev {cfg.best_metric} did not improve: learning rate decayed to "
                        f"{ctx.schedule.lr_at(st.update):.3g}")
@@ -318,11 +317,10 @@ class Trainer:
 
     def _check_validation_needs(self) -> None:
         """Before the first update: warn of the dev pairs validation leaves out; try dev BLEU once."""
-        ctx = self.ctx
-        if ctx.dist.is_main:
-            warn_unvalidated(ctx.valid_data)
-        if ctx.dist.is_main and ctx.bleu_enabled:
-            check_dev_bleu(ctx)
+        if self.ctx.dist.is_main:
+            warn_unvalidated(self.ctx.valid_data)
+            if self.ctx.bleu_enabled:
+                check_dev_bleu(self.ctx)
 
     def close(self) -> None:
         if self.metrics is not None:
