@@ -103,7 +103,8 @@ class _StdoutGone(Exception):
 
 
 class _Wrapped:
-    """A stream that hands all but `write` and `flush` to the one it wraps."""
+    """A stream that hands all to the one it wraps, but an OSError of its `write` or `flush` to
+    `_failed` (a write it returns from counts as done)."""
 
     def __init__(self, stream):
         self._stream = stream
@@ -111,21 +112,29 @@ class _Wrapped:
     def __getattr__(self, name):
         return getattr(self._stream, name)
 
-
-class _NamedStdout(_Wrapped):
-    """sys.stdout, but an OSError names "<stdout>", and a broken pipe becomes `_StdoutGone`."""
-
     def write(self, text):
         try:
             return self._stream.write(text)
         except OSError as err:
-            raise _as_stdout(err)  # noqa: B904 (the same error, named)
+            self._failed(err)
+            return len(text)
 
     def flush(self):
         try:
             self._stream.flush()
         except OSError as err:
-            raise _as_stdout(err)  # noqa: B904 (the same error, named)
+            self._failed(err)
+
+
+class _NamedStdout(_Wrapped):
+    """sys.stdout, but an OSError names "<stdout>", and a broken pipe becomes `_StdoutGone`."""
+
+    def _failed(self, err: OSError) -> NoReturn:
+        if isinstance(err, BrokenPipeError):
+            raise _StdoutGone()
+        if err.filename is None:
+            err.filename = "<stdout>"
+        raise err
 
 
 class _ClosedStream:
@@ -151,15 +160,8 @@ class _Diagnostics(_Wrapped):
     """sys.stderr, but a failed write or flush (`2>/dev/full`) is dropped: notes, warnings and
     progress are no part of a command's result, which does not fail for want of them."""
 
-    def write(self, text):
-        try:
-            return self._stream.write(text)
-        except OSError:
-            return len(text)
-
-    def flush(self):
-        with contextlib.suppress(OSError):
-            self._stream.flush()
+    def _failed(self, err: OSError) -> None:
+        pass
 
 
 class _WaitingRead(io.RawIOBase):
@@ -201,14 +203,6 @@ def _waiting_stdin(stdin):
     return io.TextIOWrapper(io.BufferedReader(_WaitingRead(fd)), encoding=stdin.encoding, errors=stdin.errors)
 
 
-def _as_stdout(err: OSError) -> Exception:
-    if isinstance(err, BrokenPipeError):
-        return _StdoutGone()
-    if err.filename is None:
-        err.filename = "<stdout>"
-    return err
-
-
 def _silence_stdout() -> None:
     """Point stdout at /dev/null so that the interpreter's final flush has nothing to fail on."""
     with contextlib.suppress(OSError, ValueError, AttributeError):
@@ -228,10 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.stdout = _NamedStdout(real_stdout) if real_stdout is not None else _ClosedStream("<stdout>")  # type: ignore
     if real_stderr is not None:
         sys.stderr = _Diagnostics(real_stderr)  # type: ignore[assignment]
-    if real_stdin is None:
-        sys.stdin = _ClosedStream("<stdin>")  # type: ignore[assignment]
-    else:
-        sys.stdin = _waiting_stdin(real_stdin)
+    sys.stdin = _ClosedStream("<stdin>") if real_stdin is None else _waiting_stdin(real_stdin)  # type: ignore
     try:
         _run(argv, "--debug" in args, command_name)
     except SystemExit as done:
