@@ -331,9 +331,8 @@ _MEMORY_ADVICE = {"train": "smaller model sizes, --batch-size or --max-tokens ne
 def _click_error_line(err: click.ClickException) -> str:
     """click's message for `err` on one line; a usage error points at its command's --help."""
     text = " ".join(err.format_message().split())
-    ctx = getattr(err, "ctx", None)
-    if isinstance(err, click.UsageError) and ctx is not None:
-        return f"{text.rstrip('.')} (see '{ctx.command_path} --help')"
+    if isinstance(err, click.UsageError) and err.ctx is not None:
+        return f"{text.rstrip('.')} (see '{err.ctx.command_path} --help')"
     return text
 
 
