@@ -104,7 +104,7 @@ class _StdoutGone(Exception):
 
 class _Wrapped:
     """A stream that hands all to the one it wraps, but an OSError of its `write` or `flush` to
-    `_failed` (a write it returns from counts as done)."""
+    `_failed`: a write that `_failed` lets pass counts as written."""
 
     def __init__(self, stream):
         self._stream = stream
