@@ -6,6 +6,7 @@ numbers agree with `wc -l`. A UTF-8 byte order mark at a file's start is dropped
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import logging
@@ -65,16 +66,6 @@ def resolve_input(prefix: str, lang: str) -> str:
 def input_candidates(prefix: str, lang: str) -> tuple[str, str]:
     """The files `resolve_input` may read for PREFIX and lang (for the outputs-vs-inputs check)."""
     return f"{prefix}.{lang}", f"{prefix}.{lang}.gz"
-
-
-def check_distinct(src: str | Path, tgt: str | Path) -> None:
-    """Refuse one file given as both sides of a parallel corpus (through symlinks too)."""
-    try:
-        same = os.path.samefile(src, tgt)
-    except OSError:
-        return
-    if same:
-        raise InputError(f"is the same file as {tgt}: the source and target sides must be different files", str(src))
 
 
 def open_input(path: str | Path) -> IO[bytes]:
@@ -242,7 +233,10 @@ def read_all_lines(path: str | Path) -> list[str]:
 def check_parallel(src: str | Path, tgt: str | Path, count=count_lines_and_hash) -> tuple[int, Any, Any]:
     """(lines, x of src, x of tgt) of two different parallel files of as many lines, where `count`
     gives (lines, x) of a file: by default x is its sha256."""
-    check_distinct(src, tgt)
+    with contextlib.suppress(OSError):  # one file given as both sides is refused (through symlinks too)
+        if os.path.samefile(src, tgt):
+            raise InputError(f"is the same file as {tgt}: the source and target sides must be different files",
+                             str(src))
     n_src, x_src = count(src)
     n_tgt, x_tgt = count(tgt)
     check_counts((str(src), n_src), [(str(tgt), n_tgt)], ": a parallel corpus needs equal line counts")
