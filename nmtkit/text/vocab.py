@@ -17,12 +17,6 @@ PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 CONTROLS = (PAD, BOS, EOS)  # tokens of structure: their text in the input is an unknown word
 
 
-def token_ids(itos: Sequence[str]) -> dict[str, int]:
-    """Token text -> id, the map text is encoded with; without the control tokens, so that "<s>" in
-    a corpus or an input line is an unknown word, never a sentence boundary."""
-    return {tok: i for i, tok in enumerate(itos) if tok not in CONTROLS}
-
-
 def tokens_problem(itos: Sequence[str]) -> tuple[str, int | None] | None:
     """What keeps a token list from being a vocabulary, and the index of the token at fault (or None)."""
     if tuple(itos[:4]) != SPECIALS:
@@ -37,7 +31,7 @@ def tokens_problem(itos: Sequence[str]) -> tuple[str, int | None] | None:
 
 @dataclass
 class Vocab:
-    """An ordered list of tokens; `itos[i]` is token i, `stoi` its inverse for text (`token_ids`)."""
+    """An ordered list of tokens; `itos[i]` is token i, `stoi` its inverse, the map text is encoded with."""
 
     itos: list[str]
     counts: list[int] = field(default_factory=list)
@@ -45,7 +39,8 @@ class Vocab:
     def __post_init__(self) -> None:
         if problem := tokens_problem(self.itos):
             raise ValueError(f"not a vocabulary: {problem[0]}")
-        self.stoi = token_ids(self.itos)
+        # without the control tokens, so that "<s>" in a corpus or an input line is an unknown word
+        self.stoi = {tok: i for i, tok in enumerate(self.itos) if tok not in CONTROLS}
 
     def __len__(self) -> int:
         return len(self.itos)
