@@ -115,11 +115,6 @@ def space_non_printing(line: str) -> str:
     return "".join("" if c in INSIDE_WORD else " " if category(c) in NON_PRINTING else c for c in line)
 
 
-def _cr_as_space(line: str) -> str:
-    """A carriage return inside a line is a space (normalize-punctuation.perl deletes it, merging words)."""
-    return line.replace("\r", " ") if "\r" in line else line
-
-
 def compose(line: str) -> str:
     """Unicode NFC ("e" + U+0301 -> "é"), so that decomposed text tokenises as composed text does."""
     from unicodedata import is_normalized, normalize
@@ -237,7 +232,8 @@ def tokenizer_fn(lang: str, aggressive_dash_splits: bool = False, lowercase: boo
                  remove_non_printing: bool = True, nfc: bool = True):
     """`tokenize` with its settings bound once: a `str -> list[str]` for hot loops. NFC first, then
     the Moses order: normalize-punctuation.perl, remove-non-printing-char.perl, tokenizer.perl."""
-    steps: list = [_cr_as_space]
+    # a carriage return inside a line is a space (normalize-punctuation.perl deletes it, merging words)
+    steps: list = [lambda line: line.replace("\r", " ")]
     if normalize_punct:  # its regular expressions are compiled only when used
         steps.append(_moses("MosesPunctNormalizer", lang).normalize)
     if remove_non_printing:
