@@ -15,7 +15,7 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["nmtkit", "nmtkit.*"]),
     package_data={"nmtkit.serve": ["page.html"]},
-    python_requires=">=3.10",
+    python_requires=">=3.11",
     install_requires=[
         "click>=8.1",
         "torch>=2.1",
